@@ -1,0 +1,560 @@
+package procedure
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
+)
+
+// SubmitOptions qualify a submission.
+type SubmitOptions struct {
+	// Nonce makes the submission idempotent: a later Submit with the same
+	// Owner and Nonce returns the first submission's id (also after a
+	// restart), for as long as the first procedure's result is kept.
+	Nonce string
+	// Owner is who submitted it (a user or client name); part of the nonce key.
+	Owner string
+	// Timeout, if > 0, aborts the procedure (rolling it back) if it has not
+	// finished this long after submission. Like an abort, it takes effect at
+	// a step boundary where rollback is supported.
+	Timeout time.Duration
+}
+
+// Info is a snapshot of one procedure.
+type Info struct {
+	ID, ParentID, RootID uint64
+	Type                 string
+	Version              int
+	State                State
+	Owner, Nonce         string
+	Submitted, Updated   time.Time
+	Finished, Acked      time.Time
+	Error                string
+	Result               []byte
+	Paused               bool
+	AbortRequested       bool
+	Bypassed             bool
+	Locked               bool
+	Children             []uint64
+	StackDepth           int
+}
+
+// Submit persists p as a new root procedure and queues it. It returns once
+// the procedure is durable: from then on it is never lost.
+func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
+	if p == nil {
+		return 0, fmt.Errorf("%w: nil procedure", ErrInvalid)
+	}
+	ti, err := x.reg.lookup(p)
+	if err != nil {
+		return 0, err
+	}
+	if opts.Timeout < 0 {
+		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalid, opts.Timeout)
+	}
+	x.mu.Lock()
+	if err := x.acceptingLocked(); err != nil {
+		x.mu.Unlock()
+		return 0, err
+	}
+	var ne *nonceEntry
+	nk := nonceKey(opts.Owner, opts.Nonce)
+	if opts.Nonce != "" {
+		if prev := x.nonces[nk]; prev != nil {
+			x.mu.Unlock()
+			<-prev.done
+			if prev.err != nil {
+				return 0, fmt.Errorf("%w: %w", ErrNonceFailed, prev.err)
+			}
+			return prev.id, nil
+		}
+		ne = &nonceEntry{done: make(chan struct{})}
+		x.nonces[nk] = ne
+	}
+	now := x.clock.Now()
+	e := x.newEntry(p, ti, 0, 0, now)
+	e.id = x.nextID
+	x.nextID++
+	e.root = e.id
+	e.owner, e.nonce = opts.Owner, opts.Nonce
+	if opts.Timeout > 0 {
+		e.deadline = now.Add(opts.Timeout)
+	}
+	x.mu.Unlock()
+
+	finishNonce := func(err error) {
+		if ne == nil {
+			return
+		}
+		x.mu.Lock()
+		ne.id, ne.err = e.id, err
+		if err != nil {
+			delete(x.nonces, nk)
+		}
+		x.mu.Unlock()
+		close(ne.done)
+	}
+	rec, err := x.encode(e)
+	if err != nil {
+		finishNonce(err)
+		return 0, fmt.Errorf("%w: serialising %s: %w", ErrInvalid, ti.name, err)
+	}
+	if err := x.store.Insert(rec, nil); err != nil {
+		finishNonce(err)
+		x.setFatal(err)
+		return 0, fmt.Errorf("%w: %w", ErrStoreFailed, err)
+	}
+	x.mu.Lock()
+	x.procs[e.id] = e
+	root := &rootState{id: e.id, entry: e, members: map[uint64]*entry{e.id: e}, doneCh: make(chan struct{})}
+	x.roots[e.id] = root
+	x.armDeadlineLocked(e)
+	x.queueLocked(e, false)
+	x.mu.Unlock()
+	finishNonce(nil)
+	x.metrics.submitted.WithLabelValues(ti.name).Inc()
+	x.notify(e)
+	return e.id, nil
+}
+
+func nonceKey(owner, nonce string) string { return owner + "\x00" + nonce }
+
+func (x *Executor) acceptingLocked() error {
+	switch {
+	case x.fatal != nil:
+		return x.fatal
+	case x.stopping:
+		return ErrStopped
+	case !x.started:
+		return ErrNotStarted
+	}
+	return nil
+}
+
+func (x *Executor) armDeadlineLocked(e *entry) {
+	if e.deadline.IsZero() || e.state.Terminal() {
+		return
+	}
+	id := e.id
+	e.deadlineTimer = x.clock.AfterFunc(e.deadline.Sub(x.clock.Now()), func() {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if e := x.procs[id]; e != nil && !e.state.Terminal() && !x.stopping {
+			e.deadlineTimer = nil
+			x.abortLocked(e)
+		}
+	})
+}
+
+// Get returns a snapshot of procedure id.
+func (x *Executor) Get(id uint64) (Info, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.procs[id]
+	if e == nil {
+		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	return x.infoLocked(e), nil
+}
+
+func (x *Executor) infoLocked(e *entry) Info {
+	return Info{
+		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
+		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitted: e.submitted, Updated: e.updated,
+		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg,
+		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
+		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
+		StackDepth: len(e.stack),
+	}
+}
+
+// Filter selects procedures for List. Zero fields match everything.
+type Filter struct {
+	States    []State
+	Type      string
+	RootsOnly bool
+	// AfterID and Limit page through results in id order.
+	AfterID uint64
+	Limit   int
+}
+
+// List returns the procedures matching f, by ascending id.
+func (x *Executor) List(f Filter) []Info {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ids := make([]uint64, 0, len(x.procs))
+	for id := range x.procs {
+		if id > f.AfterID {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var out []Info
+	for _, id := range ids {
+		e := x.procs[id]
+		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() {
+			continue
+		}
+		if len(f.States) > 0 {
+			match := false
+			for _, s := range f.States {
+				match = match || s == e.state
+			}
+			if !match {
+				continue
+			}
+		}
+		out = append(out, x.infoLocked(e))
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out
+}
+
+// Wait blocks until root procedure id reaches a terminal state (or ctx
+// ends) and returns its final snapshot.
+func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	root := x.roots[e.root]
+	x.mu.Unlock()
+	if !e.isRoot() {
+		return Info{}, fmt.Errorf("%w: %d is a child; wait for its root %d", ErrInvalid, id, e.root)
+	}
+	select {
+	case <-root.doneCh:
+	case <-ctx.Done():
+		return Info{}, ctx.Err()
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !e.state.Terminal() && x.fatal != nil {
+		return x.infoLocked(e), x.fatal
+	}
+	return x.infoLocked(e), nil
+}
+
+// Abort asks procedure id to stop and roll back its root. The abort takes
+// effect at the procedure's next step boundary (for a state machine, the
+// next state whose rollback is supported); a suspended procedure is woken
+// for it, and an abort of a procedure waiting on children is passed on to
+// them.
+func (x *Executor) Abort(id uint64) error {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if e.state.Terminal() {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+	}
+	targets := x.abortLocked(e)
+	x.mu.Unlock()
+	for _, t := range targets {
+		x.persistIdle(t)
+	}
+	return nil
+}
+
+// abortLocked flags e and its unfinished descendants and wakes suspended
+// ones; it returns the entries whose flag must be persisted.
+func (x *Executor) abortLocked(e *entry) []*entry {
+	var out []*entry
+	var visit func(e *entry)
+	visit = func(e *entry) {
+		if e.state.Terminal() || e.state == Failed {
+			return
+		}
+		if !e.abort {
+			e.abort = true
+			out = append(out, e)
+		}
+		if e.state == Waiting && e.childLatch > 0 {
+			for _, c := range e.children {
+				if ce := x.procs[c]; ce != nil {
+					visit(ce)
+				}
+			}
+			return
+		}
+		x.wakeLocked(e)
+	}
+	visit(e)
+	return out
+}
+
+// persistIdle persists e from outside a worker: if a worker holds e, the
+// worker's next write carries the change instead.
+func (x *Executor) persistIdle(e *entry) {
+	x.mu.Lock()
+	if x.stopping {
+		x.mu.Unlock()
+		return
+	}
+	if e.running {
+		e.dirty = true
+		x.mu.Unlock()
+		return
+	}
+	e.running = true
+	x.mu.Unlock()
+	x.persist(e)
+	x.mu.Lock()
+	x.unclaimLocked(e)
+	x.mu.Unlock()
+}
+
+// Pause stops procedure id from running further steps until Resume. A
+// running step finishes first. Pausing survives restarts.
+func (x *Executor) Pause(id uint64) error {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if e.state.Terminal() {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+	}
+	if e.paused {
+		x.mu.Unlock()
+		return nil
+	}
+	e.paused = true
+	x.sched.Remove(e.id)
+	if e.state == Runnable {
+		e.pausedParked = true
+	}
+	x.mu.Unlock()
+	x.persistIdle(e)
+	return nil
+}
+
+// Resume undoes Pause.
+func (x *Executor) Resume(id uint64) error {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if !e.paused {
+		x.mu.Unlock()
+		return nil
+	}
+	e.paused = false
+	if e.pausedParked {
+		e.pausedParked = false
+		if e.state == Runnable && !e.running {
+			x.queueLocked(e, false)
+		}
+	}
+	x.mu.Unlock()
+	x.persistIdle(e)
+	return nil
+}
+
+// Ack acknowledges a finished root's result: it is then kept only
+// Config.AckedResultTTL longer.
+func (x *Executor) Ack(id uint64) error {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if !e.isRoot() || !e.state.Terminal() {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
+	}
+	if !e.ackedAt.IsZero() {
+		x.mu.Unlock()
+		return nil
+	}
+	e.ackedAt = x.clock.Now()
+	x.mu.Unlock()
+	x.persistIdle(e)
+	return nil
+}
+
+// BypassOptions guard Bypass.
+type BypassOptions struct {
+	// Recursive also bypasses every unfinished descendant; without it a
+	// procedure with unfinished children is refused.
+	Recursive bool
+	// Force allows bypassing a procedure waiting for a lock; the lock holder
+	// is not touched, so the repairer must know the entity is consistent.
+	Force bool
+}
+
+// Bypass is the repair tool of last resort: the procedure (and with
+// Recursive its descendants) finishes as SUCCESS at its next turn without
+// running any further step, and none of its steps are rolled back later.
+// The entities it touched are left as they are. It refuses what would break
+// the framework's own invariants.
+func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	var targets []*entry
+	var check func(e *entry) error
+	check = func(e *entry) error {
+		if e.state.Terminal() {
+			return nil
+		}
+		if e.lockWait && !opts.Force {
+			w := x.sched.Why(e.id)
+			return fmt.Errorf("%w: %d waits for lock %v held by %v; release it first or use Force", ErrNotAllowed, e.id, w.Lock, w.Holders)
+		}
+		if e.childLatch > 0 && !opts.Recursive {
+			return fmt.Errorf("%w: %d has %d unfinished children; use Recursive", ErrNotAllowed, e.id, e.childLatch)
+		}
+		targets = append(targets, e)
+		if opts.Recursive {
+			for _, c := range e.children {
+				if ce := x.procs[c]; ce != nil {
+					if err := check(ce); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	}
+	if err := check(e); err != nil {
+		x.mu.Unlock()
+		return err
+	}
+	if len(targets) == 0 {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+	}
+	for _, t := range targets {
+		t.bypass = true
+		if t.state == Failed {
+			t.state = Runnable
+		}
+		if t.paused {
+			t.paused = false
+			t.pausedParked = false
+		}
+	}
+	x.mu.Unlock()
+	x.log.Warn("bypass requested", "id", id, "procedures", len(targets), "recursive", opts.Recursive, "force", opts.Force)
+	// Persist leaves first so a crash midway never shows a bypassed parent
+	// with live children.
+	for i := len(targets) - 1; i >= 0; i-- {
+		x.persistIdle(targets[i])
+	}
+	x.mu.Lock()
+	for i := len(targets) - 1; i >= 0; i-- {
+		t := targets[i]
+		if t.lockWait {
+			t.lockWait = false
+		}
+		if t.state == Runnable && !t.running {
+			x.queueLocked(t, true)
+		} else {
+			x.wakeLocked(t)
+		}
+	}
+	x.mu.Unlock()
+	return nil
+}
+
+// Why explains what procedure id is waiting for.
+type Why struct {
+	Info
+	// Reason in a few words: "running", "queued", "waiting for lock",
+	// "waiting for event", "waiting for children", "waiting for timer",
+	// "paused", "rolling back", "finished".
+	Reason   string
+	Sched    scheduler.WaitInfo
+	Children []uint64 // unfinished children
+	Until    time.Time
+}
+
+// Why says what procedure id waits for and who holds what it waits on.
+func (x *Executor) Why(id uint64) (Why, error) {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil {
+		x.mu.Unlock()
+		return Why{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	w := Why{Info: x.infoLocked(e), Until: e.waitUntil}
+	root := x.roots[e.root]
+	for _, c := range e.children {
+		if ce := x.procs[c]; ce != nil && !ce.state.Terminal() {
+			w.Children = append(w.Children, c)
+		}
+	}
+	switch {
+	case e.state.Terminal():
+		w.Reason = "finished"
+	case root != nil && root.failed:
+		w.Reason = "rolling back"
+	case e.paused:
+		w.Reason = "paused"
+	case e.running:
+		w.Reason = "running"
+	case e.lockWait:
+		w.Reason = "waiting for lock"
+	case e.state == Waiting && e.childLatch > 0:
+		w.Reason = "waiting for children"
+	case e.event != nil:
+		w.Reason = "waiting for event"
+	case e.state == WaitingTimeout:
+		w.Reason = "waiting for timer"
+	default:
+		w.Reason = "queued"
+	}
+	x.mu.Unlock()
+	w.Sched = x.sched.Why(id)
+	return w, nil
+}
+
+// LoadProblem is a persisted procedure the executor could not load. It is
+// kept in the store untouched (and its whole tree is held, not run) until an
+// operator deals with it.
+type LoadProblem struct {
+	ID     uint64
+	RootID uint64 // 0 if unknown
+	Type   string
+	Reason string
+	Raw    store.Proc
+}
+
+// Problems lists the procedures that could not be loaded, by id.
+func (x *Executor) Problems() []LoadProblem {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]LoadProblem, 0, len(x.problems))
+	for _, p := range x.problems {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// LoadInfo is what the store reported at Start.
+func (x *Executor) LoadInfo() store.LoadInfo {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.loadInfo
+}

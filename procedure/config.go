@@ -1,0 +1,128 @@
+package procedure
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/store"
+)
+
+// Config of an Executor. Zero fields take the documented defaults.
+type Config struct {
+	// Store persists procedures. Required.
+	Store store.Store
+	// Registry decodes persisted procedures. Required.
+	Registry *Registry
+	// Env is handed to every step as Context.Env.
+	Env any
+	// Workers is the core worker pool. Default max(GOMAXPROCS/4, 16), as in
+	// HBase: steps block on I/O, so more workers than cores pays.
+	Workers int
+	// MaxExtraWorkers bounds the keep-alive workers added when core workers
+	// are stuck. Default Workers.
+	MaxExtraWorkers int
+	// StuckThreshold: a worker whose step has run this long counts as stuck.
+	// Default 10 s.
+	StuckThreshold time.Duration
+	// StuckCheckInterval is how often stuck workers are counted; when half
+	// the core workers are stuck a keep-alive worker is added. Default 5 s.
+	StuckCheckInterval time.Duration
+	// KeepAliveTime: an added worker leaves after idling this long.
+	// Default 1 min.
+	KeepAliveTime time.Duration
+	// ResultTTL keeps a finished root procedure (and its result) this long
+	// after it finished, unless acknowledged. Default 15 min.
+	ResultTTL time.Duration
+	// AckedResultTTL keeps an acknowledged result this long after the
+	// acknowledgement. Default 5 min.
+	AckedResultTTL time.Duration
+	// EvictInterval is how often expired results are deleted. Default 30 s.
+	EvictInterval time.Duration
+	// RollbackBackoff is the first delay before retrying a failed rollback
+	// step; it doubles up to RollbackBackoffMax. Defaults 1 s and 10 min.
+	RollbackBackoff    time.Duration
+	RollbackBackoffMax time.Duration
+	// Logger. Default: a null logger.
+	Logger hclog.Logger
+	// Clock drives timeouts, TTLs and the stuck monitor. Default: real time.
+	Clock clock.Clock
+	// Metrics, when set, registers the executor's Prometheus collectors.
+	Metrics prometheus.Registerer
+}
+
+// DefaultWorkers is the default core pool size on this machine.
+func DefaultWorkers() int {
+	return max(runtime.GOMAXPROCS(0)/4, 16)
+}
+
+func (c *Config) setDefaults() {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers()
+	}
+	if c.MaxExtraWorkers == 0 {
+		c.MaxExtraWorkers = c.Workers
+	}
+	if c.StuckThreshold == 0 {
+		c.StuckThreshold = 10 * time.Second
+	}
+	if c.StuckCheckInterval == 0 {
+		c.StuckCheckInterval = 5 * time.Second
+	}
+	if c.KeepAliveTime == 0 {
+		c.KeepAliveTime = time.Minute
+	}
+	if c.ResultTTL == 0 {
+		c.ResultTTL = 15 * time.Minute
+	}
+	if c.AckedResultTTL == 0 {
+		c.AckedResultTTL = 5 * time.Minute
+	}
+	if c.EvictInterval == 0 {
+		c.EvictInterval = 30 * time.Second
+	}
+	if c.RollbackBackoff == 0 {
+		c.RollbackBackoff = time.Second
+	}
+	if c.RollbackBackoffMax == 0 {
+		c.RollbackBackoffMax = 10 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+}
+
+// Validate says what is wrong with c, after defaults are applied.
+func (c Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Store == nil:
+		return fmt.Errorf("%w: Config.Store is required", ErrInvalid)
+	case c.Registry == nil:
+		return fmt.Errorf("%w: Config.Registry is required", ErrInvalid)
+	case c.Workers < 1:
+		return fmt.Errorf("%w: Config.Workers = %d, want >= 1", ErrInvalid, c.Workers)
+	case c.MaxExtraWorkers < 0:
+		return fmt.Errorf("%w: Config.MaxExtraWorkers = %d, want >= 0", ErrInvalid, c.MaxExtraWorkers)
+	}
+	for name, d := range map[string]time.Duration{
+		"StuckThreshold": c.StuckThreshold, "StuckCheckInterval": c.StuckCheckInterval,
+		"KeepAliveTime": c.KeepAliveTime, "ResultTTL": c.ResultTTL, "AckedResultTTL": c.AckedResultTTL,
+		"EvictInterval": c.EvictInterval, "RollbackBackoff": c.RollbackBackoff, "RollbackBackoffMax": c.RollbackBackoffMax,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%w: Config.%s = %v, want > 0", ErrInvalid, name, d)
+		}
+	}
+	if c.RollbackBackoffMax < c.RollbackBackoff {
+		return fmt.Errorf("%w: Config.RollbackBackoffMax %v < RollbackBackoff %v", ErrInvalid, c.RollbackBackoffMax, c.RollbackBackoff)
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+// Package procedure runs multi-step, crash-proof, rollback-able operations:
+// a Go re-creation of HBase's Procedure Framework v2 (Pv2).
+//
+// # The contract
+//
+// A procedure is a Go type registered in a Registry under a name and a
+// version. It runs either as a Stepper (Execute runs one step, Rollback
+// undoes one) or as a state machine (embed StateMachine, implement
+// StateSteps). After every step the executor persists the procedure through
+// a store.Store — the framework's fields (id, parent, root, owner, nonce,
+// times, state, error, result, rollback-stack positions, flags) and the
+// type's own state, serialised by StateMarshaler or, by default, JSON — so
+// after a crash every procedure resumes from its last persisted step. Steps
+// must therefore be idempotent: the step whose outcome was not yet persisted
+// runs again.
+//
+// A step's outcome, as in Pv2:
+//
+//   - Done: SUCCESS. A child's success counts down its parent's latch; the
+//     parent runs again when all its children are done.
+//   - More: persisted, and the next step runs at once on the same worker.
+//   - Spawn(children...): the parent (now WAITING) and its children are
+//     persisted in one atomic Insert; children run first.
+//   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
+//     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
+//     its timer (plus up to 10% jitter) makes it RUNNABLE.
+//   - Yield: back to the end of its queue, nothing persisted.
+//   - an error (or a panic): FAILED. The whole root rolls back, newest step
+//     first and across children, once nothing in that tree still runs.
+//
+// Framework states: INITIALIZING, RUNNABLE, WAITING, WAITING_TIMEOUT,
+// ROLLEDBACK, SUCCESS, FAILED (FAILED is transient: the tree then rolls back
+// and the root ends ROLLEDBACK, keeping the error).
+//
+// # Locks and queues
+//
+// A procedure that implements Locker takes its locks (package scheduler:
+// namespace > table > region, server, peer; shared or exclusive) before each
+// step, all or nothing, and releases them after the step, or holds them for
+// its whole life with HoldLock. Children inherit their ancestors' locks.
+// Held-for-life locks are persisted and re-acquired on load, root first. A
+// Queued procedure picks its run queue (meta > server > peer > table).
+//
+// # Executor services
+//
+// Submit with a nonce is idempotent, also across restarts. Ids are monotonic
+// across restarts. Results of finished roots are kept for ResultTTL, or
+// AckedResultTTL after Ack. Abort, Pause/Resume, a guarded Bypass, Wait,
+// Why ("what is it waiting for, who holds it"), listeners, Prometheus
+// metrics, and a monitor that adds keep-alive workers when half the pool is
+// stuck. Stop is graceful: in-flight procedures are left resumable, never
+// failed by the shutdown.
+//
+// # Loading
+//
+// Start loads the store: it rebuilds each tree's rollback stack (gaps left
+// by lost writes are compacted; two steps claiming one position make the
+// tree corrupt), recomputes children latches, turns procedures suspended on
+// events back to RUNNABLE (events do not survive a restart), re-arms
+// timers, re-acquires locks, and queues procedures that had already started
+// before fresh ones. A procedure that cannot be decoded, an orphan, or one
+// of an unknown type is reported by Problems and in the log and kept in the
+// store untouched; its whole tree is held, not run. Nothing is dropped.
+//
+// # Versions
+//
+// The rule for evolving a procedure type: the version registered is the
+// version this binary writes; it must read the state of every older version.
+// On load, UnmarshalState receives the version that wrote the state (with
+// the default JSON encoding, added fields read as zero and removed ones are
+// ignored, so compatible changes need no code). A procedure written by a
+// newer version than the one registered is not loaded: it is reported and
+// kept until a binary that knows it starts. The framework's own record is
+// protobuf wire format; unknown fields are skipped, so framework upgrades
+// stay loadable in both directions.
+package procedure

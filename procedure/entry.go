@@ -1,0 +1,67 @@
+package procedure
+
+import (
+	"time"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// entry is the executor's bookkeeping for one live procedure. Fields are
+// guarded by Executor.mu, except proc (the user's object), which only the
+// goroutine holding the claim (running == true) touches.
+type entry struct {
+	id, parent, root uint64
+	ti               *typeInfo
+	proc             Procedure
+	key              scheduler.QueueKey
+	locks            []scheduler.Lock
+	holdLock         bool
+
+	state                 State
+	owner, nonce          string
+	submitted, updated    time.Time
+	deadline, waitUntil   time.Time
+	finishedAt, ackedAt   time.Time
+	stack                 []int32
+	locked                bool
+	errMsg                string
+	result                []byte
+	abort, paused, bypass bool
+	rollingBack           bool
+	repeats               int32
+
+	// runtime only
+	childLatch    int
+	children      []uint64
+	running       bool // claimed by a worker or an API call
+	rerun         bool // polled while claimed: queue again on release
+	dirty         bool // changed by an API call while claimed: persist on release
+	lockWait      bool // parked in a lock wait queue
+	pausedParked  bool // polled while paused
+	timedOut      bool // woken by its suspension's timer
+	event         *scheduler.Event
+	timer         clock.Timer
+	deadlineTimer clock.Timer
+	waitGen       uint64
+}
+
+func (e *entry) isRoot() bool { return e.parent == 0 }
+
+// rootState is shared by every procedure of one tree.
+type rootState struct {
+	id      uint64
+	entry   *entry
+	members map[uint64]*entry
+	// stack is the rollback stack: one element per executed step, in the
+	// order the steps ran, across the whole tree.
+	stack   []*entry
+	running int  // members executing a step (or the rollback)
+	failed  bool // a member failed: rollback once nothing runs
+	cause   string
+	rolling bool // a worker is rolling the tree back
+	rbTries int
+	done    bool
+	rbTimer clock.Timer
+	doneCh  chan struct{}
+}

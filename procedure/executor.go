@@ -1,0 +1,906 @@
+package procedure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
+)
+
+// Executor runs procedures. Create it with New, then Start it (which loads
+// the store), submit procedures, and Stop it.
+type Executor struct {
+	cfg     Config
+	log     hclog.Logger
+	clock   clock.Clock
+	store   store.Store
+	reg     *Registry
+	sched   *scheduler.Scheduler
+	metrics *metrics
+
+	ctx    context.Context // cancelled by Stop: steps should return soon
+	cancel context.CancelFunc
+
+	mu           sync.Mutex
+	procs        map[uint64]*entry
+	roots        map[uint64]*rootState
+	nonces       map[string]*nonceEntry
+	problems     map[uint64]LoadProblem
+	nextID       uint64
+	started      bool
+	stopping     bool
+	fatal        error
+	listeners    []Listener
+	workers      map[*worker]struct{}
+	extra        int
+	wg           sync.WaitGroup
+	evictTimer   clock.Timer
+	monitorTimer clock.Timer
+	loadInfo     store.LoadInfo
+}
+
+type nonceEntry struct {
+	id   uint64
+	err  error
+	done chan struct{}
+}
+
+type worker struct {
+	keepAlive bool
+	stepStart atomic.Int64 // unix nanos of the running step's start, 0 if idle
+}
+
+// Listener is told about every persisted transition of a procedure. It runs
+// on the worker that made the transition and must not block.
+type Listener func(Info)
+
+// New builds an executor; it does not touch the store until Start.
+func New(cfg Config) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	x := &Executor{
+		cfg:      cfg,
+		log:      cfg.Logger.Named("executor"),
+		clock:    cfg.Clock,
+		store:    cfg.Store,
+		reg:      cfg.Registry,
+		metrics:  m,
+		procs:    make(map[uint64]*entry),
+		roots:    make(map[uint64]*rootState),
+		nonces:   make(map[string]*nonceEntry),
+		problems: make(map[uint64]LoadProblem),
+		workers:  make(map[*worker]struct{}),
+		nextID:   1,
+	}
+	x.ctx, x.cancel = context.WithCancel(context.Background())
+	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake})
+	return x, nil
+}
+
+// Scheduler exposes the executor's scheduler, for events and introspection.
+func (x *Executor) Scheduler() *scheduler.Scheduler { return x.sched }
+
+// AddListener registers l for every later transition.
+func (x *Executor) AddListener(l Listener) {
+	x.mu.Lock()
+	x.listeners = append(x.listeners, l)
+	x.mu.Unlock()
+}
+
+// Start loads every procedure from the store, then starts the workers.
+func (x *Executor) Start() error {
+	x.mu.Lock()
+	if x.started {
+		x.mu.Unlock()
+		return fmt.Errorf("%w: Start called twice", ErrNotAllowed)
+	}
+	x.started = true
+	x.mu.Unlock()
+	if err := x.load(); err != nil {
+		return err
+	}
+	x.mu.Lock()
+	for i := 0; i < x.cfg.Workers; i++ {
+		x.startWorkerLocked(false)
+	}
+	x.mu.Unlock()
+	x.armEvictor()
+	x.armMonitor()
+	return nil
+}
+
+// Stop stops the executor gracefully: running steps finish and persist
+// their outcome, nothing new starts, and every unfinished procedure stays
+// resumable by the next Start. It waits for workers until ctx ends.
+func (x *Executor) Stop(ctx context.Context) error {
+	x.mu.Lock()
+	if x.stopping {
+		x.mu.Unlock()
+		return x.waitWorkers(ctx)
+	}
+	x.stopping = true
+	for _, t := range []clock.Timer{x.evictTimer, x.monitorTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	for _, e := range x.procs {
+		stopTimers(e)
+	}
+	for _, r := range x.roots {
+		if r.rbTimer != nil {
+			r.rbTimer.Stop()
+		}
+	}
+	x.mu.Unlock()
+	x.cancel()
+	x.sched.Close()
+	return x.waitWorkers(ctx)
+}
+
+func (x *Executor) waitWorkers(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { x.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("procedure: stop: workers still running: %w", ctx.Err())
+	}
+}
+
+func stopTimers(e *entry) {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.deadlineTimer != nil {
+		e.deadlineTimer.Stop()
+		e.deadlineTimer = nil
+	}
+}
+
+// Err reports why the executor stopped on its own (a store failure), or nil.
+func (x *Executor) Err() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.fatal
+}
+
+// setFatal stops all work after the store failed: from here on nothing is
+// persisted, so nothing may run either. The store's contents are the truth
+// for the next Start.
+func (x *Executor) setFatal(err error) {
+	x.mu.Lock()
+	if x.fatal != nil {
+		x.mu.Unlock()
+		return
+	}
+	x.fatal = fmt.Errorf("%w: %w", ErrStoreFailed, err)
+	x.stopping = true
+	for _, t := range []clock.Timer{x.evictTimer, x.monitorTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	for _, e := range x.procs {
+		stopTimers(e)
+	}
+	roots := make([]*rootState, 0, len(x.roots))
+	for _, r := range x.roots {
+		roots = append(roots, r)
+	}
+	x.mu.Unlock()
+	x.log.Error("store failed; executor stopped, procedures resume from the store on restart", "error", err)
+	x.cancel()
+	x.sched.Close()
+	for _, r := range roots {
+		r.closeDone()
+	}
+}
+
+func (r *rootState) closeDone() {
+	select {
+	case <-r.doneCh:
+	default:
+		close(r.doneCh)
+	}
+}
+
+func (x *Executor) startWorkerLocked(keepAlive bool) {
+	w := &worker{keepAlive: keepAlive}
+	x.workers[w] = struct{}{}
+	if keepAlive {
+		x.extra++
+	}
+	x.metrics.workers.Set(float64(len(x.workers)))
+	x.wg.Add(1)
+	go x.workerLoop(w)
+}
+
+func (x *Executor) workerLoop(w *worker) {
+	defer x.wg.Done()
+	defer func() {
+		x.mu.Lock()
+		delete(x.workers, w)
+		if w.keepAlive {
+			x.extra--
+		}
+		x.metrics.workers.Set(float64(len(x.workers)))
+		x.mu.Unlock()
+	}()
+	timeout := time.Duration(-1)
+	if w.keepAlive {
+		timeout = x.cfg.KeepAliveTime
+	}
+	for {
+		id, ok := x.sched.Poll(timeout)
+		if !ok {
+			return
+		}
+		x.runProc(w, id)
+	}
+}
+
+// claim marks e as owned by the caller; false if someone else owns it (the
+// owner will queue it again when done).
+func (x *Executor) claimLocked(e *entry) bool {
+	if e.running {
+		e.rerun = true
+		return false
+	}
+	e.running = true
+	return true
+}
+
+func (x *Executor) unclaimLocked(e *entry) {
+	e.running = false
+	if e.rerun {
+		e.rerun = false
+		if e.state == Runnable || (x.roots[e.root] != nil && x.roots[e.root].failed) {
+			x.sched.AddFront(e.id, e.key)
+		}
+	}
+}
+
+// runProc is a worker's turn at procedure id.
+func (x *Executor) runProc(w *worker, id uint64) {
+	x.mu.Lock()
+	e := x.procs[id]
+	if e == nil || x.stopping {
+		x.mu.Unlock()
+		return
+	}
+	root := x.roots[e.root]
+	if root == nil || root.done {
+		x.mu.Unlock()
+		return
+	}
+	if root.failed {
+		if root.running == 0 && !root.rolling {
+			root.rolling = true
+			root.running++
+			x.mu.Unlock()
+			x.rollback(w, root)
+			return
+		}
+		x.mu.Unlock()
+		return
+	}
+	if e.state != Runnable {
+		x.mu.Unlock()
+		return
+	}
+	if e.paused {
+		e.pausedParked = true
+		x.mu.Unlock()
+		return
+	}
+	if !x.claimLocked(e) {
+		x.mu.Unlock()
+		return
+	}
+	root.running++
+	if len(e.locks) > 0 && !e.locked {
+		e.lockWait = true
+		anc := x.ancestorsLocked(e)
+		x.mu.Unlock()
+		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
+		x.mu.Lock()
+		if !granted {
+			x.endRunLocked(e, root)
+			x.mu.Unlock()
+			return
+		}
+		e.lockWait = false
+		e.locked = true
+	}
+	x.mu.Unlock()
+
+	for x.step(w, e, root) {
+	}
+
+	x.mu.Lock()
+	if e.locked && !e.holdLock && !e.state.Terminal() {
+		x.releaseLocksLocked(e)
+	}
+	dirty := e.dirty && !x.stopping
+	e.dirty = false
+	x.mu.Unlock()
+	if dirty {
+		x.persist(e)
+	}
+	x.mu.Lock()
+	x.endRunLocked(e, root)
+	x.mu.Unlock()
+}
+
+func (x *Executor) endRunLocked(e *entry, root *rootState) {
+	root.running--
+	x.unclaimLocked(e)
+	if root.failed && root.running == 0 && !root.done {
+		x.sched.AddFront(root.id, root.entry.key)
+	}
+}
+
+func (x *Executor) releaseLocksLocked(e *entry) {
+	if e.locked {
+		e.locked = false
+		x.sched.Release(e.id)
+	}
+}
+
+func (x *Executor) ancestorsLocked(e *entry) []uint64 {
+	var anc []uint64
+	for p := e.parent; p != 0; {
+		anc = append(anc, p)
+		pe := x.procs[p]
+		if pe == nil {
+			break
+		}
+		p = pe.parent
+	}
+	return anc
+}
+
+// step runs one step of e (claimed by the caller) and reports whether the
+// next step should run at once on this worker.
+func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
+	x.mu.Lock()
+	if x.stopping || root.failed || e.state != Runnable || e.paused {
+		if e.paused && e.state == Runnable {
+			e.pausedParked = true
+		}
+		x.mu.Unlock()
+		return false
+	}
+	if e.bypass {
+		x.mu.Unlock()
+		x.log.Warn("procedure bypassed: finishing without running it", "id", e.id, "type", e.ti.name)
+		x.complete(e, root)
+		return false
+	}
+	timedOut := e.timedOut
+	e.timedOut = false
+	abort := e.abort
+	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
+		e.abort, abort = true, true
+	}
+	x.mu.Unlock()
+
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e,
+		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+
+	if timedOut {
+		if th, ok := e.proc.(TimeoutHandler); ok {
+			if err := safeCall(func() error { return th.OnTimeout(ctx) }); err != nil {
+				x.fail(e, root, fmt.Errorf("%w: %w", ErrTimeout, err), false)
+				return false
+			}
+		}
+	}
+	if abort {
+		if _, sm := e.proc.(stateMachineProcedure); !sm {
+			canAbort := true
+			if ab, ok := e.proc.(Aborter); ok {
+				canAbort = ab.CanAbort(ctx)
+			}
+			if canAbort {
+				x.fail(e, root, x.abortCause(e), false)
+				return false
+			}
+		}
+	}
+
+	x.mu.Lock()
+	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
+	x.mu.Unlock()
+
+	start := x.clock.Now()
+	w.stepStart.Store(time.Now().UnixNano())
+	var (
+		st     Step
+		pushed bool
+		err    error
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("procedure panicked: %v\n%s", r, debug.Stack())
+				pushed = true
+			}
+		}()
+		switch p := e.proc.(type) {
+		case stateMachineProcedure:
+			st, pushed, err = x.runState(ctx, p, topIsSelf)
+			if errors.Is(err, ErrAborted) {
+				err = x.abortCause(e)
+			}
+		case Stepper:
+			st, err = p.Execute(ctx)
+			pushed = err == nil && st.kind != stepYield || err != nil
+		}
+	}()
+	w.stepStart.Store(0)
+	x.metrics.steps.WithLabelValues(e.ti.name).Inc()
+	_ = start
+
+	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// The step gave up because we are stopping: that is not a failure.
+		// Nothing is persisted; the step runs again after restart.
+		if sm, ok := e.proc.(stateMachineProcedure); ok && pushed {
+			m := sm.machine()
+			m.history = m.history[:len(m.history)-1]
+		}
+		return false
+	}
+	if err != nil {
+		x.fail(e, root, err, pushed)
+		return false
+	}
+
+	x.mu.Lock()
+	if pushed {
+		x.pushLocked(root, e)
+	} else if st.kind != stepYield {
+		e.repeats++
+	}
+	x.mu.Unlock()
+
+	switch st.kind {
+	case stepYield:
+		x.mu.Lock()
+		if e.locked && !e.holdLock {
+			x.releaseLocksLocked(e)
+		}
+		x.mu.Unlock()
+		x.sched.AddBack(e.id, e.key)
+		return false
+	case stepDone:
+		x.complete(e, root)
+		return false
+	case stepMore:
+		if !x.persist(e) {
+			return false
+		}
+		return true
+	case stepChildren:
+		x.spawn(e, root, st.children)
+		return false
+	case stepSuspend:
+		x.suspend(e, st)
+		return false
+	}
+	return false
+}
+
+func (x *Executor) abortCause(e *entry) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
+		return fmt.Errorf("%w: deadline %s passed", ErrTimeout, e.deadline.Format(time.RFC3339Nano))
+	}
+	return ErrAborted
+}
+
+func safeCall(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panicked: %v", r)
+		}
+	}()
+	return f()
+}
+
+func (x *Executor) pushLocked(root *rootState, e *entry) {
+	e.stack = append(e.stack, int32(len(root.stack)))
+	root.stack = append(root.stack, e)
+	e.repeats = 0
+}
+
+// complete finishes e with success.
+func (x *Executor) complete(e *entry, root *rootState) {
+	x.mu.Lock()
+	e.state = Success
+	if e.isRoot() {
+		e.stack = nil // nothing of a finished tree is ever rolled back
+	}
+	e.finishedAt = x.clock.Now()
+	x.mu.Unlock()
+	if !e.isRoot() {
+		if !x.persist(e) {
+			return
+		}
+		x.mu.Lock()
+		x.releaseLocksLocked(e)
+		if p := x.procs[e.parent]; p != nil {
+			p.childLatch--
+			if p.childLatch <= 0 && p.state == Waiting {
+				p.childLatch = 0
+				p.state = Runnable
+				x.queueLocked(p, true)
+			}
+		}
+		x.mu.Unlock()
+		return
+	}
+	x.finishRoot(root, e)
+}
+
+// finishRoot persists the root's terminal state, forgets its descendants
+// (deleting them from the store) and keeps the root for its result.
+func (x *Executor) finishRoot(root *rootState, e *entry) {
+	if !x.persist(e) {
+		return
+	}
+	x.mu.Lock()
+	var descendants []uint64
+	for id, m := range root.members {
+		x.releaseLocksLocked(m)
+		stopTimers(m)
+		if m.event != nil {
+			x.sched.RemoveWaiter(m.event, m.id)
+			m.event = nil
+		}
+		if id != root.id {
+			descendants = append(descendants, id)
+			delete(x.procs, id)
+		}
+	}
+	if e.deadlineTimer != nil {
+		e.deadlineTimer.Stop()
+		e.deadlineTimer = nil
+	}
+	root.members = map[uint64]*entry{root.id: e}
+	root.stack = nil
+	root.done = true
+	outcome := e.state.String()
+	dur := e.finishedAt.Sub(e.submitted)
+	x.mu.Unlock()
+	if len(descendants) > 0 {
+		if err := x.store.Delete(descendants); err != nil {
+			x.setFatal(err)
+			return
+		}
+	}
+	x.metrics.duration.WithLabelValues(e.ti.name, outcome).Observe(dur.Seconds())
+	root.closeDone()
+}
+
+func (x *Executor) queueLocked(e *entry, front bool) {
+	if front {
+		x.sched.AddFront(e.id, e.key)
+	} else {
+		x.sched.AddBack(e.id, e.key)
+	}
+}
+
+// fail marks e FAILED and the tree as failed; the rollback starts once no
+// member of the tree is running.
+func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
+	x.mu.Lock()
+	if pushed {
+		x.pushLocked(root, e)
+	}
+	e.state = Failed
+	e.errMsg = cause.Error()
+	if !root.failed {
+		root.failed = true
+		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+	}
+	x.mu.Unlock()
+	x.metrics.failed.WithLabelValues(e.ti.name).Inc()
+	x.log.Info("procedure failed; its root will roll back", "id", e.id, "type", e.ti.name, "root", e.root, "error", cause)
+	x.persist(e)
+}
+
+// spawn persists e (now waiting) together with its new children.
+func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
+	now := x.clock.Now()
+	kids := make([]*entry, 0, len(children))
+	for _, c := range children {
+		ti, err := x.reg.lookup(c)
+		if err != nil {
+			x.fail(e, root, err, false)
+			return
+		}
+		kids = append(kids, x.newEntry(c, ti, e.root, e.id, now))
+	}
+	x.mu.Lock()
+	for _, k := range kids {
+		k.id = x.nextID
+		x.nextID++
+		e.children = append(e.children, k.id)
+	}
+	e.state = Waiting
+	e.childLatch += len(kids)
+	x.mu.Unlock()
+
+	parentRec, err := x.encode(e)
+	if err != nil {
+		x.fail(e, root, err, false)
+		return
+	}
+	recs := make([]store.Proc, len(kids))
+	for i, k := range kids {
+		r, err := x.encode(k)
+		if err != nil {
+			x.mu.Lock()
+			e.state = Runnable
+			e.childLatch -= len(kids)
+			e.children = e.children[:len(e.children)-len(kids)]
+			x.mu.Unlock()
+			x.fail(e, root, fmt.Errorf("encoding child %T: %w", k.proc, err), false)
+			return
+		}
+		recs[i] = r
+	}
+	if err := x.store.Insert(parentRec, recs); err != nil {
+		x.setFatal(err)
+		return
+	}
+	x.mu.Lock()
+	for _, k := range kids {
+		x.procs[k.id] = k
+		root.members[k.id] = k
+	}
+	// Children run before anything else queued: front, in spawn order.
+	for i := len(kids) - 1; i >= 0; i-- {
+		x.queueLocked(kids[i], true)
+	}
+	x.mu.Unlock()
+	x.notify(e)
+	for _, k := range kids {
+		x.notify(k)
+	}
+}
+
+func (x *Executor) newEntry(p Procedure, ti *typeInfo, root, parent uint64, now time.Time) *entry {
+	e := &entry{parent: parent, root: root, ti: ti, proc: p, state: Runnable, submitted: now, updated: now}
+	x.deriveLocked(e)
+	return e
+}
+
+// deriveLocked fills the fields an entry takes from its procedure's
+// optional interfaces.
+func (x *Executor) deriveLocked(e *entry) {
+	if q, ok := e.proc.(Queued); ok {
+		e.key = q.QueueKey()
+	} else {
+		e.key = scheduler.QueueKey{Kind: scheduler.KindTable, Name: e.ti.name, Priority: scheduler.PriorityUser}
+	}
+	if l, ok := e.proc.(Locker); ok {
+		e.locks = l.Locks()
+		e.holdLock = l.HoldLock()
+	}
+}
+
+// suspend parks e after a Suspend step.
+func (x *Executor) suspend(e *entry, st Step) {
+	x.mu.Lock()
+	if st.timeout > 0 {
+		e.state = WaitingTimeout
+		e.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
+	} else {
+		e.state = Waiting
+		e.waitUntil = time.Time{}
+	}
+	x.mu.Unlock()
+	if !st.skipPersist && !x.persist(e) {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopping {
+		return
+	}
+	if e.locked && !e.holdLock {
+		x.releaseLocksLocked(e)
+	}
+	x.armWaitLocked(e, st.event)
+}
+
+// armWaitLocked arms the wake-ups of a suspended e: its timer and event.
+func (x *Executor) armWaitLocked(e *entry, ev *scheduler.Event) {
+	e.waitGen++
+	gen := e.waitGen
+	if e.state == WaitingTimeout {
+		d := e.waitUntil.Sub(x.clock.Now())
+		id := e.id
+		e.timer = x.clock.AfterFunc(d, func() { x.onTimer(id, gen) })
+	}
+	if ev != nil {
+		e.event = ev
+		if !x.sched.WaitEvent(ev, e.id, e.key) {
+			// Already woken before we parked: run again.
+			x.wakeLocked(e)
+		}
+	}
+}
+
+// wakeLocked makes a suspended e runnable.
+func (x *Executor) wakeLocked(e *entry) {
+	if e.state != Waiting && e.state != WaitingTimeout {
+		return
+	}
+	if e.state == Waiting && e.childLatch > 0 {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	if e.event != nil {
+		x.sched.RemoveWaiter(e.event, e.id)
+		e.event = nil
+	}
+	e.waitGen++
+	e.state = Runnable
+	x.queueLocked(e, true)
+}
+
+func (x *Executor) onTimer(id, gen uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.procs[id]
+	if e == nil || e.waitGen != gen || e.state != WaitingTimeout || x.stopping {
+		return
+	}
+	e.timer = nil
+	e.timedOut = true
+	x.wakeLocked(e)
+}
+
+// onSchedWake is the scheduler's callback for procedures leaving a lock
+// wait queue or an event.
+func (x *Executor) onSchedWake(id uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.procs[id]
+	if e == nil || x.stopping {
+		return
+	}
+	if e.lockWait {
+		e.lockWait = false
+		x.queueLocked(e, true)
+		return
+	}
+	if e.event != nil {
+		e.event = nil
+		x.wakeLocked(e)
+		return
+	}
+	if x.roots[e.root] != nil && x.roots[e.root].failed {
+		// Woken to continue a rollback that waited for this member's locks.
+		x.queueLocked(e, true)
+	}
+}
+
+// Wake wakes every procedure suspended on ev (and marks ev ready).
+func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
+
+// persist writes e's current image; e must be claimed by the caller (or not
+// yet visible). On a store error the executor stops and false is returned.
+func (x *Executor) persist(e *entry) bool {
+	rec, err := x.encode(e)
+	if err != nil {
+		// The type could not serialise itself: that is the procedure's
+		// failure, not the store's. Fail it with what we can persist.
+		x.log.Error("cannot serialise procedure state", "id", e.id, "type", e.ti.name, "error", err)
+		x.mu.Lock()
+		e.state = Failed
+		e.errMsg = fmt.Sprintf("serialising state: %v", err)
+		root := x.roots[e.root]
+		if root != nil && !root.failed {
+			root.failed = true
+			root.cause = e.errMsg
+		}
+		x.mu.Unlock()
+		rec, err = x.encodeWith(e, nil)
+		if err != nil {
+			x.setFatal(err)
+			return false
+		}
+	}
+	if err := x.store.Update(rec); err != nil {
+		x.setFatal(err)
+		return false
+	}
+	x.mu.Lock()
+	e.dirty = false
+	x.mu.Unlock()
+	x.notify(e)
+	return true
+}
+
+func (x *Executor) notify(e *entry) {
+	x.mu.Lock()
+	ls := x.listeners
+	var info Info
+	if len(ls) > 0 {
+		info = x.infoLocked(e)
+	}
+	x.mu.Unlock()
+	for _, l := range ls {
+		l(info)
+	}
+}
+
+// encode builds e's record, serialising the procedure's own state.
+func (x *Executor) encode(e *entry) (store.Proc, error) {
+	data, err := marshalState(e.proc)
+	if err != nil {
+		return store.Proc{}, err
+	}
+	return x.encodeWith(e, data)
+}
+
+func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
+	x.mu.Lock()
+	e.updated = x.clock.Now()
+	r := record{
+		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
+		state: e.state, owner: e.owner, nonce: e.nonce,
+		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
+		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),
+		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock, errMsg: e.errMsg,
+		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
+		rollingBack: e.rollingBack, repeats: e.repeats,
+	}
+	x.mu.Unlock()
+	if sm, ok := e.proc.(stateMachineProcedure); ok {
+		m := sm.machine()
+		r.sm, r.smStarted, r.smEOF, r.smNext = true, m.started, m.eof, m.next
+		r.smHistory = append([]int32(nil), m.history...)
+	}
+	return store.Proc{ID: e.id, Data: r.marshal()}, nil
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}

@@ -1,0 +1,681 @@
+package procedure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
+)
+
+func TestOutcomes(t *testing.T) {
+	tests := []struct {
+		name      string
+		proc      func() Procedure
+		wantState State
+		effects   []string // effects left in the domain
+		undone    []string // undo order
+	}{
+		{"done in one step", func() Procedure { return newSteps("a", 1) }, Success, []string{"a/0"}, nil},
+		{"more steps", func() Procedure { return newSteps("a", 4) }, Success, []string{"a/0", "a/1", "a/2", "a/3"}, nil},
+		{"children then parent", func() Procedure {
+			p := newSteps("a", 3)
+			p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 2
+			return p
+		}, Success, []string{"a/0", "a/1", "a/2", "a/c0/0", "a/c0/1", "a/c1/0", "a/c1/1"}, nil},
+		{"suspend with timeout", func() Procedure {
+			p := newSteps("a", 3)
+			p.SuspendAt = 0
+			return p
+		}, Success, []string{"a/0", "a/1", "a/2"}, nil},
+		{"failure rolls back in reverse", func() Procedure {
+			p := newSteps("a", 4)
+			p.FailAt = 2
+			return p
+		}, RolledBack, nil, []string{"a/2", "a/1", "a/0"}},
+		{"child failure rolls back the root", func() Procedure {
+			p := newSteps("a", 3)
+			p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 3, 0
+			return p
+		}, RolledBack, nil, []string{"a/c0/1", "a/c0/0", "a/1", "a/0"}},
+		{"state machine", func() Procedure { return newSM("m", 3) }, Success, []string{"m/s0", "m/s1", "m/s2"}, nil},
+		{"state machine failure", func() Procedure {
+			p := newSM("m", 4)
+			p.FailAt = 2
+			return p
+		}, RolledBack, nil, []string{"m/s2", "m/s1", "m/s0"}},
+		{"state machine with failing child", func() Procedure {
+			p := newSM("m", 3)
+			p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 2, 0
+			return p
+		}, RolledBack, nil, []string{"m/c0/1", "m/c0/0", "m/s1", "m/s0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDomain()
+			h := startExecutor(t, store.NewMemStore(), d, func(c *Config) { c.Workers = 1 })
+			id := h.submit(tc.proc(), SubmitOptions{})
+			info := h.wait(id)
+			if info.State != tc.wantState {
+				t.Fatalf("state %s, want %s (error %q)", info.State, tc.wantState, info.Error)
+			}
+			got := d.effectsUnder("")
+			sort.Strings(got)
+			want := append([]string(nil), tc.effects...)
+			sort.Strings(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("effects %v, want %v", got, want)
+			}
+			if undone := d.order("undo", ""); !slices.Equal(undone, tc.undone) {
+				t.Fatalf("undo order %v, want %v", undone, tc.undone)
+			}
+			if tc.wantState == RolledBack && info.Error == "" {
+				t.Fatal("rolled back root keeps no error")
+			}
+		})
+	}
+}
+
+func TestStateMachineHistoryAndResult(t *testing.T) {
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), nil)
+	funcs.Store("result", func(ctx *Context) (Step, error) {
+		ctx.SetResult([]byte("42"))
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "result"}, SubmitOptions{Owner: "me"})
+	info := h.wait(id)
+	if string(info.Result) != "42" || info.Owner != "me" || info.Finished.IsZero() {
+		t.Fatalf("info %+v", info)
+	}
+	m := newSM("m", 3)
+	mid := h.submit(m, SubmitOptions{})
+	h.wait(mid)
+	if got := m.History(); !slices.Equal(got, []int32{0, 1, 2}) {
+		t.Fatalf("history %v", got)
+	}
+}
+
+func TestStateRepeatGuard(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	id := h.submit(&loopSM{}, SubmitOptions{})
+	info := h.wait(id)
+	if info.State != RolledBack || !errorsContain(info.Error, ErrStateLoop.Error()) {
+		t.Fatalf("state %s error %q", info.State, info.Error)
+	}
+}
+
+// loopSM never leaves state 0.
+type loopSM struct {
+	StateMachine
+	Runs int
+}
+
+func (p *loopSM) InitialState() int32 { return 0 }
+func (p *loopSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
+	p.Runs++
+	p.MaxRepeats = 5
+	return HasMoreState, nil
+}
+func (p *loopSM) RollbackState(*Context, int32) error { return nil }
+
+func errorsContain(s, sub string) bool { return len(sub) > 0 && contains(s, sub) }
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestYieldIsNotPersisted(t *testing.T) {
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), nil)
+	var n atomic.Int32
+	funcs.Store("yield", func(ctx *Context) (Step, error) {
+		if n.Add(1) < 4 {
+			return Yield(), nil
+		}
+		return Done(), nil
+	})
+	before := st.Writes()
+	id := h.submit(&funcProc{ID: "yield"}, SubmitOptions{})
+	h.wait(id)
+	// insert + final update only: the three yields wrote nothing.
+	if w := st.Writes() - before; w != 2 {
+		t.Fatalf("writes %d, want 2", w)
+	}
+	if info, _ := h.x.Get(id); info.StackDepth != 0 {
+		t.Fatalf("finished root keeps stack %d", info.StackDepth)
+	}
+}
+
+func TestSuspendOnEvent(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	ev := scheduler.NewEvent("test event")
+	var runs atomic.Int32
+	funcs.Store("event", func(ctx *Context) (Step, error) {
+		if runs.Add(1) == 1 {
+			return Suspend(OnEvent(ev)), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "event"}, SubmitOptions{})
+	eventually(t, "suspended", func() bool {
+		w, _ := h.x.Why(id)
+		return w.Reason == "waiting for event"
+	})
+	if info, _ := h.x.Get(id); info.State != Waiting {
+		t.Fatalf("state %s", info.State)
+	}
+	h.x.Wake(ev)
+	if info := h.wait(id); info.State != Success || runs.Load() != 2 {
+		t.Fatalf("state %s runs %d", info.State, runs.Load())
+	}
+}
+
+func TestTimeoutHandlerFails(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	id := h.submit(&timeoutProc{}, SubmitOptions{})
+	info := h.wait(id)
+	if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
+		t.Fatalf("state %s error %q", info.State, info.Error)
+	}
+}
+
+type timeoutProc struct{ Started bool }
+
+func (p *timeoutProc) Execute(*Context) (Step, error) {
+	if !p.Started {
+		p.Started = true
+		return Suspend(Timeout(time.Millisecond)), nil
+	}
+	return Done(), nil
+}
+func (p *timeoutProc) Rollback(*Context) error { return nil }
+func (p *timeoutProc) OnTimeout(*Context) error {
+	return errors.New("remote side never answered")
+}
+
+func TestNonce(t *testing.T) {
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), nil)
+	opts := SubmitOptions{Nonce: "n1", Owner: "client"}
+	var wg sync.WaitGroup
+	ids := make([]uint64, 8)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := h.x.Submit(newSteps(fmt.Sprint("n", i), 2), opts)
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("ids %v: a duplicate nonce made a second procedure", ids)
+		}
+	}
+	other := h.submit(newSteps("o", 1), SubmitOptions{Nonce: "n1", Owner: "other"})
+	if other == ids[0] {
+		t.Fatal("nonce of another owner matched")
+	}
+	h.wait(ids[0])
+	_ = h.x.Stop(context.Background())
+
+	h2 := startExecutor(t, st, newDomain(), nil)
+	again, err := h2.x.Submit(newSteps("again", 1), opts)
+	if err != nil || again != ids[0] {
+		t.Fatalf("after restart: id %d err %v, want %d", again, err, ids[0])
+	}
+}
+
+func TestIDsMonotonicAcrossRestarts(t *testing.T) {
+	st := store.NewMemStore()
+	mc := clock.NewManual(time.Unix(1000, 0))
+	h := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock = mc })
+	var last uint64
+	for i := 0; i < 3; i++ {
+		last = h.submit(newSteps(fmt.Sprint(i), 1), SubmitOptions{})
+		h.wait(last)
+	}
+	mc.Advance(time.Hour)
+	h.x.EvictExpired()
+	if st.Len() != 0 {
+		t.Fatalf("store keeps %d procedures after eviction", st.Len())
+	}
+	_ = h.x.Stop(context.Background())
+	h2 := startExecutor(t, st, newDomain(), nil)
+	if id := h2.submit(newSteps("x", 1), SubmitOptions{}); id <= last {
+		t.Fatalf("id %d after restart, last was %d", id, last)
+	}
+}
+
+func TestKeptResults(t *testing.T) {
+	mc := clock.NewManual(time.Unix(1000, 0))
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), func(c *Config) {
+		c.Clock = mc
+		c.ResultTTL = 15 * time.Minute
+		c.AckedResultTTL = 5 * time.Minute
+		c.EvictInterval = 24 * time.Hour // evicted by hand below
+	})
+	acked := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
+	kept := h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
+	h.wait(acked)
+	h.wait(kept)
+	if err := h.x.Ack(acked); err != nil {
+		t.Fatal(err)
+	}
+	mc.Advance(4 * time.Minute)
+	if n := h.x.EvictExpired(); n != 0 {
+		t.Fatalf("evicted %d before any TTL", n)
+	}
+	mc.Advance(2 * time.Minute)
+	if n := h.x.EvictExpired(); n != 1 {
+		t.Fatalf("evicted %d, want the acked one", n)
+	}
+	if _, err := h.x.Get(acked); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("acked result still there: %v", err)
+	}
+	if _, err := h.x.Get(kept); err != nil {
+		t.Fatal(err)
+	}
+	mc.Advance(10 * time.Minute)
+	if n := h.x.EvictExpired(); n != 1 {
+		t.Fatalf("evicted %d, want the unacked one", n)
+	}
+	// The nonce went with the result: the same nonce is a new submission.
+	if id := h.submit(newSteps("a2", 1), SubmitOptions{Nonce: "a"}); id == acked {
+		t.Fatal("evicted nonce still maps to the old id")
+	}
+	if err := h.x.Ack(12345); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ack of unknown id: %v", err)
+	}
+}
+
+func TestAbort(t *testing.T) {
+	d := newDomain()
+	h := startExecutor(t, store.NewMemStore(), d, nil)
+	ev := scheduler.NewEvent("never")
+	funcs.Store("wait-forever", func(ctx *Context) (Step, error) {
+		ctx.Env.(*domain).do(fmt.Sprint("w", ctx.ID()))
+		return Suspend(OnEvent(ev)), nil
+	})
+	id := h.submit(&funcProc{ID: "wait-forever"}, SubmitOptions{})
+	eventually(t, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
+	if err := h.x.Abort(id); err != nil {
+		t.Fatal(err)
+	}
+	info := h.wait(id)
+	if info.State != RolledBack || !errorsContain(info.Error, "aborted") {
+		t.Fatalf("state %s error %q", info.State, info.Error)
+	}
+	if err := h.x.Abort(id); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("abort of finished: %v", err)
+	}
+	if err := h.x.Abort(999999); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("abort of unknown: %v", err)
+	}
+}
+
+func TestAbortWaitsForRollbackSupport(t *testing.T) {
+	d := newDomain()
+	h := startExecutor(t, store.NewMemStore(), d, nil)
+	gate := make(chan struct{})
+	p := &gatedSM{Gate: "g1"}
+	gates.Store("g1", gate)
+	id := h.submit(p, SubmitOptions{})
+	eventually(t, "in state 0", func() bool { w, _ := h.x.Why(id); return w.Reason == "running" })
+	if err := h.x.Abort(id); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	info := h.wait(id)
+	// State 1 has no rollback support, so the abort lands at state 2.
+	if info.State != RolledBack || !slices.Equal(p.Ran, []int32{0, 1}) {
+		t.Fatalf("state %s ran %v", info.State, p.Ran)
+	}
+}
+
+var gates sync.Map
+
+type gatedSM struct {
+	StateMachine
+	Gate string
+	Ran  []int32
+}
+
+func (p *gatedSM) InitialState() int32 { return 0 }
+func (p *gatedSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
+	if s == 0 {
+		g, _ := gates.Load(p.Gate)
+		<-g.(chan struct{})
+	}
+	p.Ran = append(p.Ran, s)
+	if s == 3 {
+		return NoMoreState, nil
+	}
+	p.SetNextState(s + 1)
+	return HasMoreState, nil
+}
+func (p *gatedSM) RollbackState(*Context, int32) error  { return nil }
+func (p *gatedSM) IsRollbackSupported(s int32) bool     { return s != 1 }
+func (p *gatedSM) Locks() []scheduler.Lock              { return nil }
+func (p *gatedSM) QueueKey() scheduler.QueueKey         { return scheduler.QueueKey{Kind: scheduler.KindTable, Name: "gated"} }
+func (p *gatedSM) HoldLock() bool                       { return false }
+func (p *gatedSM) String() string                       { return "gated" }
+func (p *gatedSM) unusedForLint() (reflect.Type, error) { return nil, nil }
+
+func TestDeadline(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	ev := scheduler.NewEvent("never")
+	funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
+	id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: 5 * time.Millisecond})
+	info := h.wait(id)
+	if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
+		t.Fatalf("state %s error %q", info.State, info.Error)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	st := store.NewMemStore()
+	d := newDomain()
+	h := startExecutor(t, st, d, nil)
+	ev := scheduler.NewEvent("go")
+	funcs.Store("pausable", func(ctx *Context) (Step, error) {
+		if !ev.Ready() {
+			return Suspend(OnEvent(ev)), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "pausable"}, SubmitOptions{})
+	eventually(t, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
+	if err := h.x.Pause(id); err != nil {
+		t.Fatal(err)
+	}
+	h.x.Wake(ev)
+	eventually(t, "parked as paused", func() bool {
+		i, _ := h.x.Get(id)
+		return i.Paused && i.State == Runnable
+	})
+	// Paused survives a restart.
+	_ = h.x.Stop(context.Background())
+	h = startExecutor(t, st, d, nil)
+	if w, _ := h.x.Why(id); w.Reason != "paused" {
+		t.Fatalf("after restart: %q", w.Reason)
+	}
+	if err := h.x.Resume(id); err != nil {
+		t.Fatal(err)
+	}
+	// The event did not survive the restart, but the step runs again and
+	// sees the ready event only through ev, which is this process's.
+	eventually(t, "finished or suspended", func() bool {
+		i, _ := h.x.Get(id)
+		return i.State == Success || i.State == Waiting
+	})
+}
+
+func TestBypassGuards(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	ev := scheduler.NewEvent("never")
+	funcs.Store("stuck", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
+	funcs.Store("parent", func(ctx *Context) (Step, error) {
+		if len(ctx.e.children) == 0 {
+			return Spawn(&funcProc{ID: "stuck"}), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "parent"}, SubmitOptions{})
+	eventually(t, "waiting for children", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for children" })
+	if err := h.x.Bypass(id, BypassOptions{}); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("bypass of a parent with live children: %v", err)
+	}
+	if err := h.x.Bypass(id, BypassOptions{Recursive: true}); err != nil {
+		t.Fatal(err)
+	}
+	info := h.wait(id)
+	if info.State != Success || !info.Bypassed {
+		t.Fatalf("state %s bypassed %v", info.State, info.Bypassed)
+	}
+}
+
+func TestLocksSerialiseAndWhy(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	gate := make(chan struct{})
+	gates.Store("lockgate", gate)
+	var inside, maxInside atomic.Int32
+	funcs.Store("locked", func(ctx *Context) (Step, error) {
+		n := inside.Add(1)
+		defer inside.Add(-1)
+		for {
+			m := maxInside.Load()
+			if n <= m || maxInside.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if ctx.ID() == 1 {
+			<-gate
+		}
+		return Done(), nil
+	})
+	first := h.submit(&lockedProc{funcProc{ID: "locked"}}, SubmitOptions{})
+	eventually(t, "first running", func() bool { w, _ := h.x.Why(first); return w.Reason == "running" })
+	second := h.submit(&lockedProc{funcProc{ID: "locked"}}, SubmitOptions{})
+	eventually(t, "second waits for lock", func() bool {
+		w, _ := h.x.Why(second)
+		return w.Reason == "waiting for lock" && slices.Contains(w.Sched.Holders, first)
+	})
+	close(gate)
+	h.wait(first)
+	h.wait(second)
+	if maxInside.Load() != 1 {
+		t.Fatalf("%d procedures inside an exclusive lock at once", maxInside.Load())
+	}
+}
+
+type lockedProc struct{ funcProc }
+
+func (p *lockedProc) Locks() []scheduler.Lock {
+	return scheduler.TableLocks("default", "t1", scheduler.Exclusive)
+}
+func (p *lockedProc) HoldLock() bool { return true }
+
+func TestChildrenInheritLocks(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	funcs.Store("leaf", func(ctx *Context) (Step, error) { return Done(), nil })
+	funcs.Store("lockparent", func(ctx *Context) (Step, error) {
+		if len(ctx.e.children) == 0 {
+			return Spawn(&lockedProc{funcProc{ID: "leaf"}}, &lockedProc{funcProc{ID: "leaf"}}), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&lockedProc{funcProc{ID: "lockparent"}}, SubmitOptions{})
+	if info := h.wait(id); info.State != Success {
+		t.Fatalf("state %s: children could not take their parent's exclusive lock", info.State)
+	}
+}
+
+func TestGracefulStopResumes(t *testing.T) {
+	st := store.NewMemStore()
+	d := newDomain()
+	h := startExecutor(t, st, d, nil)
+	started := make(chan struct{}, 1)
+	funcs.Store("long", func(ctx *Context) (Step, error) {
+		if ctx.Attempt() == 1 && !d.has("long-started") {
+			d.do("long-started")
+			started <- struct{}{}
+			<-ctx.Done()
+			return Step{}, ctx.Err()
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "long"}, SubmitOptions{})
+	<-started
+	if err := h.x.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := startExecutor(t, st, d, nil)
+	if info := h2.wait(id); info.State != Success {
+		t.Fatalf("state %s after restart: the shutdown failed the procedure", info.State)
+	}
+}
+
+func TestStoreFailureStopsExecutor(t *testing.T) {
+	cs := &crashStore{inner: store.NewMemStore(), budget: 3}
+	h := startExecutor(t, cs, newDomain(), nil)
+	id, err := h.x.Submit(newSteps("a", 10), SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "executor stopped", func() bool { return h.x.Err() != nil })
+	if !errors.Is(h.x.Err(), ErrStoreFailed) {
+		t.Fatalf("Err %v", h.x.Err())
+	}
+	if _, err := h.x.Submit(newSteps("b", 1), SubmitOptions{}); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("submit after failure: %v", err)
+	}
+	_ = id
+}
+
+func TestStuckWorkerMonitor(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Workers = 2
+		c.StuckThreshold = time.Millisecond
+		c.StuckCheckInterval = time.Hour // driven by hand below
+	})
+	release := make(chan struct{})
+	var blocked sync.WaitGroup
+	blocked.Add(2)
+	funcs.Store("block", func(ctx *Context) (Step, error) {
+		blocked.Done()
+		<-release
+		return Done(), nil
+	})
+	h.submit(&funcProc{ID: "block"}, SubmitOptions{})
+	h.submit(&funcProc{ID: "block"}, SubmitOptions{})
+	blocked.Wait()
+	time.Sleep(5 * time.Millisecond) // past StuckThreshold, which is about being stuck, not speed
+	if n := h.x.CheckStuckWorkers(); n != 2 {
+		t.Fatalf("stuck %d, want 2", n)
+	}
+	if h.x.Workers() != 3 {
+		t.Fatalf("workers %d, want 3 (one keep-alive added)", h.x.Workers())
+	}
+	// The added worker runs what the stuck ones can't.
+	funcs.Store("quick", func(ctx *Context) (Step, error) { return Done(), nil })
+	if info := h.wait(h.submit(&funcProc{ID: "quick"}, SubmitOptions{})); info.State != Success {
+		t.Fatal(info.State)
+	}
+	close(release)
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Metrics = reg })
+	p := newSteps("f", 2)
+	p.FailAt = 1
+	h.wait(h.submit(p, SubmitOptions{}))
+	h.wait(h.submit(newSteps("ok", 1), SubmitOptions{}))
+	if v := testutil.ToFloat64(h.x.metrics.submitted.WithLabelValues("steps")); v != 2 {
+		t.Fatalf("submitted %v", v)
+	}
+	if v := testutil.ToFloat64(h.x.metrics.failed.WithLabelValues("steps")); v != 1 {
+		t.Fatalf("failed %v", v)
+	}
+	if n := testutil.CollectAndCount(reg, "baton_procedure_duration_seconds"); n != 2 {
+		t.Fatalf("duration series %d, want 2 (SUCCESS, ROLLEDBACK)", n)
+	}
+}
+
+func TestListeners(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	var mu sync.Mutex
+	var states []State
+	h.x.AddListener(func(i Info) {
+		mu.Lock()
+		states = append(states, i.State)
+		mu.Unlock()
+	})
+	h.wait(h.submit(newSteps("l", 2), SubmitOptions{}))
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(states, []State{Runnable, Runnable, Success}) {
+		t.Fatalf("states %v", states)
+	}
+}
+
+func TestListFilters(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	a := h.submit(newSteps("a", 1), SubmitOptions{})
+	b := h.submit(newSM("b", 1), SubmitOptions{})
+	h.wait(a)
+	h.wait(b)
+	if l := h.x.List(Filter{Type: "sm"}); len(l) != 1 || l[0].ID != b {
+		t.Fatalf("by type: %+v", l)
+	}
+	if l := h.x.List(Filter{States: []State{Success}, Limit: 1}); len(l) != 1 || l[0].ID != a {
+		t.Fatalf("paged: %+v", l)
+	}
+	if l := h.x.List(Filter{AfterID: a}); len(l) != 1 || l[0].ID != b {
+		t.Fatalf("after: %+v", l)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	type unregistered struct{ stepsProc }
+	if _, err := h.x.Submit(&unregistered{}, SubmitOptions{}); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unregistered: %v", err)
+	}
+	if _, err := h.x.Submit(nil, SubmitOptions{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("nil: %v", err)
+	}
+	if _, err := h.x.Submit(newSteps("x", 1), SubmitOptions{Timeout: -1}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative timeout: %v", err)
+	}
+	r := NewRegistry()
+	for _, tc := range []struct {
+		name    string
+		version int
+		f       func() Procedure
+	}{
+		{"", 1, func() Procedure { return &stepsProc{} }},
+		{"v0", 0, func() Procedure { return &stepsProc{} }},
+		{"nilf", 1, nil},
+		{"nonptr", 1, func() Procedure { return stepsProc{} }},
+		{"nothing", 1, func() Procedure { return &struct{ A int }{} }},
+	} {
+		if err := r.Register(tc.name, tc.version, tc.f); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Register(%q, %d): %v", tc.name, tc.version, err)
+		}
+	}
+	if err := r.Register("dup", 1, func() Procedure { return &stepsProc{} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register("dup", 1, func() Procedure { return &smProc{} }); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	for _, cfg := range []Config{{}, {Store: store.NewMemStore()}, {Store: store.NewMemStore(), Registry: r, Workers: -1}} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalid) {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
+	}
+}

@@ -1,0 +1,329 @@
+package procedure
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// load rebuilds the executor's state from the store (HBase's
+// ProcedureExecutor.load): trees and their rollback stacks, children
+// latches, nonces, held locks, timers; then queues what can run.
+func (x *Executor) load() error {
+	type loaded struct {
+		rec record
+		raw store.Proc
+	}
+	var all []loaded
+	info, err := x.store.Load(func(p store.Proc) error {
+		var r record
+		if err := r.unmarshal(p.Data); err != nil {
+			x.problems[p.ID] = LoadProblem{ID: p.ID, Reason: err.Error(), Raw: p}
+			return nil
+		}
+		if r.id != p.ID {
+			x.problems[p.ID] = LoadProblem{ID: p.ID, RootID: r.root, Type: r.typeName,
+				Reason: fmt.Sprintf("record holds id %d under key %d", r.id, p.ID), Raw: p}
+			return nil
+		}
+		all = append(all, loaded{rec: r, raw: p})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("procedure: loading store: %w", err)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.loadInfo = info
+	for _, c := range info.Corruptions {
+		x.log.Error("store reported corruption; damaged data kept for inspection", "corruption", c.String())
+	}
+	maxID := info.MaxID
+
+	// Decode every procedure; group by root.
+	trees := make(map[uint64][]*entry)
+	raws := make(map[uint64]store.Proc)
+	recs := make(map[uint64]*record)
+	badRoots := make(map[uint64]string)
+	for i := range all {
+		r := &all[i].rec
+		maxID = max(maxID, r.id)
+		raws[r.id] = all[i].raw
+		recs[r.id] = r
+		e, err := x.decodeEntry(r)
+		if err != nil {
+			x.problems[r.id] = LoadProblem{ID: r.id, RootID: r.root, Type: r.typeName, Reason: err.Error(), Raw: all[i].raw}
+			badRoots[r.root] = fmt.Sprintf("member %d: %v", r.id, err)
+			continue
+		}
+		trees[r.root] = append(trees[r.root], e)
+	}
+	for id, p := range x.problems {
+		if p.RootID != 0 {
+			if _, ok := badRoots[p.RootID]; !ok {
+				badRoots[p.RootID] = fmt.Sprintf("member %d: %s", id, p.Reason)
+			}
+		}
+	}
+
+	rootIDs := make([]uint64, 0, len(trees))
+	for id := range trees {
+		rootIDs = append(rootIDs, id)
+	}
+	sort.Slice(rootIDs, func(i, j int) bool { return rootIDs[i] < rootIDs[j] })
+
+	var startedQ, freshQ []*entry
+	var finishedChildren []uint64
+	for _, rid := range rootIDs {
+		members := trees[rid]
+		byID := make(map[uint64]*entry, len(members))
+		for _, e := range members {
+			byID[e.id] = e
+		}
+		reason, bad := badRoots[rid]
+		if !bad {
+			reason, bad = x.checkTree(rid, byID)
+		}
+		if bad {
+			for _, e := range members {
+				x.problems[e.id] = LoadProblem{ID: e.id, RootID: rid, Type: e.ti.name,
+					Reason: "tree held: " + reason, Raw: raws[e.id]}
+			}
+			x.log.Error("procedure tree not loaded; kept in the store for repair", "root", rid, "reason", reason)
+			continue
+		}
+		rootEntry := byID[rid]
+		root := &rootState{id: rid, entry: rootEntry, members: byID, doneCh: make(chan struct{})}
+		if rootEntry.state.Terminal() {
+			// Finished: keep the root for its result; descendants left by a
+			// crash before their delete are deleted now.
+			for id := range byID {
+				if id != rid {
+					finishedChildren = append(finishedChildren, id)
+				}
+			}
+			root.members = map[uint64]*entry{rid: rootEntry}
+			root.done = true
+			close(root.doneCh)
+			x.procs[rid] = rootEntry
+			x.roots[rid] = root
+			x.indexNonceLocked(rootEntry)
+			continue
+		}
+		x.rebuildStack(root)
+		for _, e := range members {
+			x.procs[e.id] = e
+			if e.parent != 0 {
+				if p := byID[e.parent]; p != nil {
+					p.children = append(p.children, e.id)
+					if !e.state.Terminal() {
+						p.childLatch++
+					}
+				}
+			}
+			if e.state == Failed {
+				root.failed = true
+				if root.cause == "" {
+					root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+				}
+			}
+		}
+		if rootEntry.rollingBack {
+			root.failed = true
+			if root.cause == "" {
+				root.cause = rootEntry.errMsg
+			}
+		}
+		x.roots[rid] = root
+		x.indexNonceLocked(rootEntry)
+		x.armDeadlineLocked(rootEntry)
+
+		// Locks held for life are re-acquired root first (parents before
+		// children), so inheritance holds.
+		ordered := make([]*entry, len(members))
+		copy(ordered, members)
+		sort.Slice(ordered, func(i, j int) bool { return ordered[i].id < ordered[j].id })
+		for _, e := range ordered {
+			if e.locked {
+				e.locked = false
+				if x.sched.Acquire(e.id, e.key, x.ancestorsLocked(e), e.locks) {
+					e.locked = true
+				} else {
+					x.log.Warn("lock held before restart is now contended", "id", e.id)
+					e.lockWait = true
+				}
+			}
+		}
+		if root.failed {
+			startedQ = append(startedQ, rootEntry)
+			continue
+		}
+		for _, e := range ordered {
+			sort.Slice(e.children, func(i, j int) bool { return e.children[i] < e.children[j] })
+			switch e.state {
+			case Waiting:
+				if e.childLatch > 0 {
+					continue
+				}
+				// Suspended on an event that did not survive the restart:
+				// run the step again (steps are idempotent).
+				e.state = Runnable
+			case WaitingTimeout:
+				if e.waitUntil.After(x.clock.Now()) {
+					x.armWaitLocked(e, nil)
+					continue
+				}
+				e.state = Runnable
+				e.timedOut = true
+			case Runnable:
+			default:
+				continue
+			}
+			if e.paused {
+				e.pausedParked = true
+				continue
+			}
+			if e.lockWait {
+				continue
+			}
+			if len(e.stack) > 0 || !e.isRoot() {
+				startedQ = append(startedQ, e)
+			} else {
+				freshQ = append(freshQ, e)
+			}
+		}
+	}
+	x.nextID = maxID + 1
+	// Procedures that already started go first (they may hold locks or be
+	// half-way through changing an entity), then the fresh ones.
+	for _, e := range startedQ {
+		x.queueLocked(e, false)
+	}
+	for _, e := range freshQ {
+		x.queueLocked(e, false)
+	}
+	x.log.Info("procedures loaded", "live", len(x.procs), "problems", len(x.problems),
+		"resumed", len(startedQ), "fresh", len(freshQ), "next_id", x.nextID)
+	if len(finishedChildren) > 0 {
+		sort.Slice(finishedChildren, func(i, j int) bool { return finishedChildren[i] < finishedChildren[j] })
+		if err := x.store.Delete(finishedChildren); err != nil {
+			return fmt.Errorf("procedure: deleting children of finished procedures: %w", err)
+		}
+	}
+	return nil
+}
+
+// decodeEntry turns a record back into an entry with its procedure.
+func (x *Executor) decodeEntry(r *record) (*entry, error) {
+	ti := x.reg.lookupName(r.typeName)
+	if ti == nil {
+		return nil, fmt.Errorf("%w: %q (register it to load this procedure)", ErrUnknownType, r.typeName)
+	}
+	if r.typeVersion > ti.version {
+		return nil, fmt.Errorf("%w: %q version %d was written by a newer binary (this one knows up to %d)",
+			ErrUnknownType, r.typeName, r.typeVersion, ti.version)
+	}
+	if r.state > Failed || r.state == Initializing {
+		return nil, fmt.Errorf("%w: state %d", ErrCorrupt, r.state)
+	}
+	p := ti.factory()
+	if err := unmarshalState(p, max(r.typeVersion, 1), r.data); err != nil {
+		return nil, fmt.Errorf("%w: decoding %s v%d state: %w", ErrCorrupt, r.typeName, r.typeVersion, err)
+	}
+	sm, isSM := p.(stateMachineProcedure)
+	if isSM != r.sm {
+		return nil, fmt.Errorf("%w: %s: persisted as state machine=%v, registered type is %v", ErrCorrupt, r.typeName, r.sm, isSM)
+	}
+	if isSM {
+		m := sm.machine()
+		m.started, m.eof, m.next, m.history = r.smStarted, r.smEOF, r.smNext, r.smHistory
+	}
+	e := &entry{
+		id: r.id, parent: r.parent, root: r.root, ti: ti, proc: p, state: r.state,
+		owner: r.owner, nonce: r.nonce,
+		submitted: fromUnixNano(r.submitted), updated: fromUnixNano(r.updated),
+		deadline: fromUnixNano(r.deadline), waitUntil: fromUnixNano(r.waitUntil),
+		finishedAt: fromUnixNano(r.finishedAt), ackedAt: fromUnixNano(r.ackedAt),
+		stack: r.stack, locked: r.locked, errMsg: r.errMsg, result: r.result,
+		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats,
+	}
+	x.deriveLocked(e)
+	return e, nil
+}
+
+// checkTree finds what makes a tree unloadable: a missing root, an orphan,
+// a parent from another tree, or two steps claiming one stack position.
+func (x *Executor) checkTree(rid uint64, byID map[uint64]*entry) (string, bool) {
+	root := byID[rid]
+	if root == nil {
+		return fmt.Sprintf("root %d missing", rid), true
+	}
+	if root.parent != 0 {
+		return fmt.Sprintf("root %d has parent %d", rid, root.parent), true
+	}
+	seen := make(map[int32]uint64)
+	for id, e := range byID {
+		if id != rid {
+			if e.parent == 0 {
+				return fmt.Sprintf("proc %d claims root %d but has no parent", id, rid), true
+			}
+			if byID[e.parent] == nil {
+				return fmt.Sprintf("orphan: proc %d's parent %d is missing", id, e.parent), true
+			}
+		}
+		for _, pos := range e.stack {
+			if pos < 0 {
+				return fmt.Sprintf("proc %d: negative stack position %d", id, pos), true
+			}
+			if other, dup := seen[pos]; dup {
+				return fmt.Sprintf("stack position %d claimed by procs %d and %d", pos, other, id), true
+			}
+			seen[pos] = id
+		}
+		if sm, ok := e.proc.(stateMachineProcedure); ok && !e.state.Terminal() && len(sm.machine().history) != len(e.stack) {
+			return fmt.Sprintf("proc %d: %d states in history but %d stack entries", id, len(sm.machine().history), len(e.stack)), true
+		}
+	}
+	return "", false
+}
+
+// rebuildStack puts every executed step back in order. Positions are
+// compacted: a gap is a step whose position was taken in memory but whose
+// write was lost in the crash, and that step will run again. (HBase treats
+// gaps as corruption; they are an ordinary outcome of concurrent children.)
+func (x *Executor) rebuildStack(root *rootState) {
+	type slot struct {
+		pos int32
+		e   *entry
+		i   int
+	}
+	var slots []slot
+	for _, e := range root.members {
+		for i, pos := range e.stack {
+			slots = append(slots, slot{pos, e, i})
+		}
+	}
+	sort.Slice(slots, func(i, j int) bool { return slots[i].pos < slots[j].pos })
+	root.stack = make([]*entry, len(slots))
+	gaps := false
+	for n, s := range slots {
+		if s.pos != int32(n) {
+			gaps = true
+		}
+		s.e.stack[s.i] = int32(n)
+		root.stack[n] = s.e
+	}
+	if gaps {
+		x.log.Warn("rollback stack had gaps; compacted", "root", root.id, "steps", len(slots))
+	}
+}
+
+func (x *Executor) indexNonceLocked(e *entry) {
+	if e.nonce == "" {
+		return
+	}
+	ne := &nonceEntry{id: e.id, done: make(chan struct{})}
+	close(ne.done)
+	x.nonces[nonceKey(e.owner, e.nonce)] = ne
+}

@@ -1,0 +1,110 @@
+package procedure
+
+import (
+	"sort"
+	"time"
+)
+
+// armEvictor schedules the periodic deletion of expired results (HBase's
+// CompletedProcedureCleaner): a finished root is kept ResultTTL after it
+// finished, or AckedResultTTL after its result was acknowledged.
+func (x *Executor) armEvictor() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopping {
+		return
+	}
+	x.evictTimer = x.clock.AfterFunc(x.cfg.EvictInterval, func() {
+		x.EvictExpired()
+		x.armEvictor()
+	})
+}
+
+// EvictExpired deletes every finished root whose result has expired and
+// returns how many it deleted. It runs every Config.EvictInterval by itself.
+func (x *Executor) EvictExpired() int {
+	now := x.clock.Now()
+	x.mu.Lock()
+	if x.stopping {
+		x.mu.Unlock()
+		return 0
+	}
+	var ids []uint64
+	for id, r := range x.roots {
+		if !r.done {
+			continue
+		}
+		e := r.entry
+		expired := now.Sub(e.finishedAt) >= x.cfg.ResultTTL ||
+			!e.ackedAt.IsZero() && now.Sub(e.ackedAt) >= x.cfg.AckedResultTTL
+		if expired && !e.running {
+			ids = append(ids, id)
+		}
+	}
+	x.mu.Unlock()
+	if len(ids) == 0 {
+		return 0
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	if err := x.store.Delete(ids); err != nil {
+		x.setFatal(err)
+		return 0
+	}
+	x.mu.Lock()
+	for _, id := range ids {
+		if e := x.procs[id]; e != nil && e.nonce != "" {
+			delete(x.nonces, nonceKey(e.owner, e.nonce))
+		}
+		delete(x.procs, id)
+		delete(x.roots, id)
+	}
+	x.mu.Unlock()
+	x.log.Debug("evicted finished procedures", "count", len(ids))
+	return len(ids)
+}
+
+// armMonitor schedules the stuck-worker check (HBase's WorkerMonitor): when
+// at least half the core workers have been on one step longer than
+// StuckThreshold, a keep-alive worker is added so queued procedures are not
+// starved by stuck ones.
+func (x *Executor) armMonitor() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopping {
+		return
+	}
+	x.monitorTimer = x.clock.AfterFunc(x.cfg.StuckCheckInterval, func() {
+		x.CheckStuckWorkers()
+		x.armMonitor()
+	})
+}
+
+// CheckStuckWorkers counts stuck workers, adds a keep-alive worker if half
+// the core pool is stuck, and returns the stuck count.
+func (x *Executor) CheckStuckWorkers() int {
+	threshold := time.Now().Add(-x.cfg.StuckThreshold).UnixNano()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.stopping {
+		return 0
+	}
+	stuck := 0
+	for w := range x.workers {
+		if s := w.stepStart.Load(); s != 0 && s < threshold {
+			stuck++
+		}
+	}
+	x.metrics.stuck.Set(float64(stuck))
+	if stuck > 0 && stuck*2 >= x.cfg.Workers && x.extra < x.cfg.MaxExtraWorkers {
+		x.log.Warn("workers stuck; adding a keep-alive worker", "stuck", stuck, "workers", len(x.workers))
+		x.startWorkerLocked(true)
+	}
+	return stuck
+}
+
+// Workers returns the number of worker goroutines, core and keep-alive.
+func (x *Executor) Workers() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.workers)
+}

@@ -1,0 +1,253 @@
+package procedure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// State is the framework's view of a procedure.
+type State uint8
+
+// Framework states, as in Pv2.
+const (
+	// Initializing: created, not yet persisted.
+	Initializing State = iota
+	// Runnable: queued or running a step.
+	Runnable
+	// Waiting: suspended on its children or on an event.
+	Waiting
+	// WaitingTimeout: suspended until a timer fires (or an event, if it also
+	// waits on one).
+	WaitingTimeout
+	// RolledBack: failed and every executed step was rolled back. Terminal.
+	RolledBack
+	// Success: finished. Terminal.
+	Success
+	// Failed: a step failed; rollback of the root follows.
+	Failed
+)
+
+var stateNames = [...]string{"INITIALIZING", "RUNNABLE", "WAITING", "WAITING_TIMEOUT", "ROLLEDBACK", "SUCCESS", "FAILED"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("STATE(%d)", s)
+}
+
+// Terminal reports whether a procedure in state s will never run again.
+func (s State) Terminal() bool { return s == Success || s == RolledBack }
+
+// ParseState turns a state's name back into a State.
+func ParseState(name string) (State, error) {
+	for i, n := range stateNames {
+		if n == name {
+			return State(i), nil
+		}
+	}
+	return 0, fmt.Errorf("procedure: unknown state %q (want one of %v)", name, stateNames)
+}
+
+// Procedure is the one thing every procedure type implements: how the
+// framework persists the type's own state. Execution is added by
+// implementing Stepper, or by embedding StateMachine and implementing
+// StateSteps.
+//
+// Types that implement neither StateMarshaler nor StateUnmarshaler are
+// persisted with encoding/json, which serialises exported fields.
+type Procedure interface{}
+
+// Stepper is a procedure that runs itself one step at a time.
+type Stepper interface {
+	// Execute runs one step. It must be idempotent: after a crash the step
+	// whose outcome was not yet persisted runs again. It returns the step's
+	// outcome; a non-nil error fails the procedure and starts the rollback
+	// of its whole root.
+	Execute(ctx *Context) (Step, error)
+	// Rollback undoes one executed step; it is called once for each step
+	// that was executed, most recent first, including a step that failed.
+	// It must be idempotent too. An error is retried with backoff: rollback
+	// has to succeed eventually.
+	Rollback(ctx *Context) error
+}
+
+// StateMarshaler lets a type persist its own state instead of using JSON.
+type StateMarshaler interface {
+	MarshalState() ([]byte, error)
+}
+
+// StateUnmarshaler decodes state written by version (1..current) of the type.
+type StateUnmarshaler interface {
+	UnmarshalState(version int, data []byte) error
+}
+
+// Locker is a procedure that needs entity locks to run.
+type Locker interface {
+	// Locks lists the locks every step needs. They are taken, all or
+	// nothing, before a step runs.
+	Locks() []scheduler.Lock
+	// HoldLock reports whether the locks are kept from the first step until
+	// the procedure finishes (true), or taken and released around each step.
+	HoldLock() bool
+}
+
+// Queued is a procedure that says which scheduler queue it waits in. Others
+// wait in a user-priority table queue named after their type, so types share workers round-robin.
+type Queued interface {
+	QueueKey() scheduler.QueueKey
+}
+
+// TimeoutHandler is a procedure that decides what a suspension's timeout
+// means. Without it, a timeout simply makes the procedure runnable again.
+type TimeoutHandler interface {
+	// OnTimeout is called when a suspension's timer fires. Returning nil
+	// makes the procedure runnable; an error fails it (and rolls back its
+	// root).
+	OnTimeout(ctx *Context) error
+}
+
+// Aborter is a procedure that decides whether it may be aborted now.
+// Without it, an abort fails the procedure at its next step boundary.
+type Aborter interface {
+	CanAbort(ctx *Context) bool
+}
+
+// Step is the outcome of one successful Execute.
+type Step struct {
+	kind        stepKind
+	children    []Procedure
+	event       *scheduler.Event
+	timeout     time.Duration
+	skipPersist bool
+}
+
+type stepKind uint8
+
+const (
+	stepDone stepKind = iota
+	stepMore
+	stepChildren
+	stepSuspend
+	stepYield
+)
+
+// Done finishes the procedure with success.
+func Done() Step { return Step{kind: stepDone} }
+
+// More persists the procedure and runs its next step on the same worker at
+// once, without a trip through the queue.
+func More() Step { return Step{kind: stepMore} }
+
+// Spawn persists the procedure and children in one write; the children run
+// first (they are queued at the front), and the procedure runs its next step
+// once every child has finished. Spawn with no children is More.
+func Spawn(children ...Procedure) Step {
+	if len(children) == 0 {
+		return More()
+	}
+	return Step{kind: stepChildren, children: children}
+}
+
+// Yield puts the procedure back at the end of its queue without persisting
+// anything: the step must not have had an effect.
+func Yield() Step { return Step{kind: stepYield} }
+
+// SuspendOption configures Suspend.
+type SuspendOption func(*Step)
+
+// OnEvent wakes the procedure when ev is woken (see Executor.Wake).
+func OnEvent(ev *scheduler.Event) SuspendOption { return func(s *Step) { s.event = ev } }
+
+// Timeout wakes the procedure after d plus up to 10% jitter, so that many
+// procedures suspended together do not wake together.
+func Timeout(d time.Duration) SuspendOption { return func(s *Step) { s.timeout = d } }
+
+// SkipPersistence suspends without writing the procedure: for retry loops
+// whose state did not change, where a write per attempt would be waste.
+func SkipPersistence() SuspendOption { return func(s *Step) { s.skipPersist = true } }
+
+// Suspend parks the procedure: its worker leaves, and it runs its next step
+// once woken by an event or a timeout. With neither, only an explicit wake
+// (Abort, Bypass, a restart) resumes it.
+func Suspend(opts ...SuspendOption) Step {
+	s := Step{kind: stepSuspend}
+	for _, o := range opts {
+		o(&s)
+	}
+	return s
+}
+
+// Context is what a step sees. It is valid only during the call.
+type Context struct {
+	context.Context
+	// Env is Config.Env: the user's environment shared by all procedures.
+	Env any
+	// Logger carries the procedure's id and type.
+	Logger hclog.Logger
+
+	x        *Executor
+	e        *entry
+	children []Procedure
+	suspend  *Step
+	yield    bool
+}
+
+// Suspend makes a state machine suspend once ExecuteState returns (HBase's
+// ProcedureSuspendedException). Steppers return Suspend(...) instead.
+func (c *Context) Suspend(opts ...SuspendOption) {
+	s := Suspend(opts...)
+	c.suspend = &s
+}
+
+// Yield makes a state machine yield once ExecuteState returns: nothing is
+// persisted and the state runs again later, so the state must not have had
+// an effect. Steppers return Yield() instead.
+func (c *Context) Yield() { c.yield = true }
+
+// ID is the running procedure's id.
+func (c *Context) ID() uint64 { return c.e.id }
+
+// ParentID is the parent's id, 0 for a root.
+func (c *Context) ParentID() uint64 { return c.e.parent }
+
+// RootID is the id of the procedure's root (its own id for a root).
+func (c *Context) RootID() uint64 { return c.e.root }
+
+// Now is the executor's clock.
+func (c *Context) Now() time.Time { return c.x.clock.Now() }
+
+// SetResult sets the result kept with the procedure once it finishes.
+func (c *Context) SetResult(b []byte) { c.e.result = append([]byte(nil), b...) }
+
+// AddChild queues a child to be spawned when the step returns; used by
+// state machines (a Stepper may return Spawn instead).
+func (c *Context) AddChild(p Procedure) { c.children = append(c.children, p) }
+
+// Attempt is the number of consecutive times the current state (for a state
+// machine) or step has run; useful with Backoff.
+func (c *Context) Attempt() int { return int(c.e.repeats) + 1 }
+
+// Errors returned by the executor.
+var (
+	ErrNotFound     = errors.New("procedure: not found")
+	ErrStopped      = errors.New("procedure: executor stopped")
+	ErrNotStarted   = errors.New("procedure: executor not started")
+	ErrUnknownType  = errors.New("procedure: unknown procedure type")
+	ErrAborted      = errors.New("procedure: aborted")
+	ErrTimeout      = errors.New("procedure: timed out")
+	ErrStateLoop    = errors.New("procedure: state repeated too many times")
+	ErrNotAllowed   = errors.New("procedure: operation not allowed in this state")
+	ErrStoreFailed  = errors.New("procedure: store failed")
+	ErrInvalid      = errors.New("procedure: invalid argument")
+	ErrCorrupt      = errors.New("procedure: corrupt procedure")
+	ErrNotTerminal  = errors.New("procedure: not finished")
+	ErrNonceFailed  = errors.New("procedure: first submission with this nonce failed")
+	errStopStepping = errors.New("stop stepping")
+)

@@ -1,0 +1,258 @@
+package procedure
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// record is the persisted form of a procedure: the framework's fields plus
+// the type's own state. It is encoded in protobuf wire format by hand (there
+// is one message and it must stay readable by older and newer binaries:
+// unknown fields are skipped, missing ones read as zero).
+type record struct {
+	id, parent, root uint64
+	typeName         string
+	typeVersion      int
+	state            State
+	owner, nonce     string
+	submitted        int64 // unix nanos
+	updated          int64
+	deadline         int64 // whole-procedure deadline, 0 = none
+	waitUntil        int64 // end of a timed suspension, 0 = none
+	stack            []int32
+	locked           bool
+	errMsg           string
+	result           []byte
+	data             []byte
+	abort            bool
+	paused           bool
+	bypass           bool
+	rollingBack      bool
+	repeats          int32
+	ackedAt          int64
+	finishedAt       int64
+	// state-machine fields
+	sm        bool
+	smStarted bool
+	smEOF     bool
+	smNext    int32
+	smHistory []int32
+}
+
+const (
+	fID protowire.Number = iota + 1
+	fParent
+	fRoot
+	fType
+	fVersion
+	fState
+	fOwner
+	fNonce
+	fSubmitted
+	fUpdated
+	fDeadline
+	fWaitUntil
+	fStack
+	fLocked
+	fError
+	fResult
+	fData
+	fAbort
+	fPaused
+	fBypass
+	fRollingBack
+	fRepeats
+	fAckedAt
+	fFinishedAt
+	fSM
+	fSMStarted
+	fSMEOF
+	fSMNext
+	fSMHistory
+)
+
+func (r *record) marshal() []byte {
+	b := make([]byte, 0, 96+len(r.data)+len(r.result)+len(r.errMsg)+len(r.typeName))
+	u := func(n protowire.Number, v uint64) {
+		if v != 0 {
+			b = protowire.AppendTag(b, n, protowire.VarintType)
+			b = protowire.AppendVarint(b, v)
+		}
+	}
+	i := func(n protowire.Number, v int64) { u(n, protowire.EncodeZigZag(v)) }
+	flag := func(n protowire.Number, v bool) {
+		if v {
+			u(n, 1)
+		}
+	}
+	str := func(n protowire.Number, v []byte) {
+		if len(v) != 0 {
+			b = protowire.AppendTag(b, n, protowire.BytesType)
+			b = protowire.AppendBytes(b, v)
+		}
+	}
+	ints := func(n protowire.Number, vs []int32) {
+		if len(vs) == 0 {
+			return
+		}
+		var packed []byte
+		for _, v := range vs {
+			packed = protowire.AppendVarint(packed, protowire.EncodeZigZag(int64(v)))
+		}
+		str(n, packed)
+	}
+	u(fID, r.id)
+	u(fParent, r.parent)
+	u(fRoot, r.root)
+	str(fType, []byte(r.typeName))
+	u(fVersion, uint64(r.typeVersion))
+	u(fState, uint64(r.state))
+	str(fOwner, []byte(r.owner))
+	str(fNonce, []byte(r.nonce))
+	i(fSubmitted, r.submitted)
+	i(fUpdated, r.updated)
+	i(fDeadline, r.deadline)
+	i(fWaitUntil, r.waitUntil)
+	ints(fStack, r.stack)
+	flag(fLocked, r.locked)
+	str(fError, []byte(r.errMsg))
+	str(fResult, r.result)
+	str(fData, r.data)
+	flag(fAbort, r.abort)
+	flag(fPaused, r.paused)
+	flag(fBypass, r.bypass)
+	flag(fRollingBack, r.rollingBack)
+	i(fRepeats, int64(r.repeats))
+	i(fAckedAt, r.ackedAt)
+	i(fFinishedAt, r.finishedAt)
+	flag(fSM, r.sm)
+	flag(fSMStarted, r.smStarted)
+	flag(fSMEOF, r.smEOF)
+	i(fSMNext, int64(r.smNext))
+	ints(fSMHistory, r.smHistory)
+	return b
+}
+
+func (r *record) unmarshal(b []byte) error {
+	*r = record{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch typ {
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			r.setVarint(num, v)
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if err := r.setBytes(num, v); err != nil {
+				return err
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	if r.id == 0 {
+		return fmt.Errorf("%w: record without id", ErrCorrupt)
+	}
+	if r.root == 0 {
+		return fmt.Errorf("%w: record %d without root", ErrCorrupt, r.id)
+	}
+	return nil
+}
+
+func (r *record) setVarint(num protowire.Number, v uint64) {
+	z := protowire.DecodeZigZag(v)
+	switch num {
+	case fID:
+		r.id = v
+	case fParent:
+		r.parent = v
+	case fRoot:
+		r.root = v
+	case fVersion:
+		r.typeVersion = int(v)
+	case fState:
+		r.state = State(v)
+	case fSubmitted:
+		r.submitted = z
+	case fUpdated:
+		r.updated = z
+	case fDeadline:
+		r.deadline = z
+	case fWaitUntil:
+		r.waitUntil = z
+	case fLocked:
+		r.locked = v != 0
+	case fAbort:
+		r.abort = v != 0
+	case fPaused:
+		r.paused = v != 0
+	case fBypass:
+		r.bypass = v != 0
+	case fRollingBack:
+		r.rollingBack = v != 0
+	case fRepeats:
+		r.repeats = int32(z)
+	case fAckedAt:
+		r.ackedAt = z
+	case fFinishedAt:
+		r.finishedAt = z
+	case fSM:
+		r.sm = v != 0
+	case fSMStarted:
+		r.smStarted = v != 0
+	case fSMEOF:
+		r.smEOF = v != 0
+	case fSMNext:
+		r.smNext = int32(z)
+	}
+}
+
+func (r *record) setBytes(num protowire.Number, v []byte) error {
+	switch num {
+	case fType:
+		r.typeName = string(v)
+	case fOwner:
+		r.owner = string(v)
+	case fNonce:
+		r.nonce = string(v)
+	case fError:
+		r.errMsg = string(v)
+	case fResult:
+		r.result = append([]byte(nil), v...)
+	case fData:
+		r.data = append([]byte(nil), v...)
+	case fStack, fSMHistory:
+		var out []int32
+		for len(v) > 0 {
+			x, n := protowire.ConsumeVarint(v)
+			if n < 0 {
+				return fmt.Errorf("%w: packed field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			v = v[n:]
+			out = append(out, int32(protowire.DecodeZigZag(x)))
+		}
+		if num == fStack {
+			r.stack = out
+		} else {
+			r.smHistory = out
+		}
+	}
+	return nil
+}

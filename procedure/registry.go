@@ -1,0 +1,142 @@
+package procedure
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+)
+
+// Registry maps procedure type names to factories, so persisted procedures
+// can be decoded. A type is registered once, with its current version.
+type Registry struct {
+	mu     sync.RWMutex
+	byName map[string]*typeInfo
+	byType map[reflect.Type]*typeInfo
+}
+
+type typeInfo struct {
+	name    string
+	version int
+	factory func() Procedure
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{byName: make(map[string]*typeInfo), byType: make(map[reflect.Type]*typeInfo)}
+}
+
+// Register adds a procedure type. version is the version of the state this
+// binary writes (≥ 1); the type must be able to decode every older version
+// (see the package doc). factory returns a new, empty procedure, always of
+// the same Go type, which must be a pointer so state can be decoded into it.
+func (r *Registry) Register(name string, version int, factory func() Procedure) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty type name", ErrInvalid)
+	}
+	if version < 1 {
+		return fmt.Errorf("%w: type %q: version %d, want >= 1", ErrInvalid, name, version)
+	}
+	if factory == nil {
+		return fmt.Errorf("%w: type %q: nil factory", ErrInvalid, name)
+	}
+	sample := factory()
+	if sample == nil {
+		return fmt.Errorf("%w: type %q: factory returned nil", ErrInvalid, name)
+	}
+	t := reflect.TypeOf(sample)
+	if t.Kind() != reflect.Pointer {
+		return fmt.Errorf("%w: type %q: factory returns %v, want a pointer", ErrInvalid, name, t)
+	}
+	if err := checkRunnable(sample); err != nil {
+		return fmt.Errorf("%w: type %q: %v", ErrInvalid, name, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.byName[name]; dup {
+		return fmt.Errorf("%w: type %q registered twice", ErrInvalid, name)
+	}
+	if other, dup := r.byType[t]; dup {
+		return fmt.Errorf("%w: Go type %v already registered as %q", ErrInvalid, t, other.name)
+	}
+	ti := &typeInfo{name: name, version: version, factory: factory}
+	r.byName[name] = ti
+	r.byType[t] = ti
+	return nil
+}
+
+// MustRegister is Register for program start-up: it panics on error.
+func (r *Registry) MustRegister(name string, version int, factory func() Procedure) {
+	if err := r.Register(name, version, factory); err != nil {
+		panic(err)
+	}
+}
+
+// Types lists the registered type names, sorted.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.byName))
+	for n := range r.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns a new, empty procedure of the named type.
+func (r *Registry) New(name string) (Procedure, error) {
+	r.mu.RLock()
+	ti := r.byName[name]
+	r.mu.RUnlock()
+	if ti == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, name)
+	}
+	return ti.factory(), nil
+}
+
+func (r *Registry) lookupName(name string) *typeInfo {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byName[name]
+}
+
+func (r *Registry) lookup(p Procedure) (*typeInfo, error) {
+	r.mu.RLock()
+	ti := r.byType[reflect.TypeOf(p)]
+	r.mu.RUnlock()
+	if ti == nil {
+		return nil, fmt.Errorf("%w: Go type %T is not registered", ErrUnknownType, p)
+	}
+	return ti, nil
+}
+
+func checkRunnable(p Procedure) error {
+	_, stepper := p.(Stepper)
+	_, machine := p.(stateMachineProcedure)
+	switch {
+	case stepper && machine:
+		return fmt.Errorf("%T is both a Stepper and a state machine; pick one", p)
+	case !stepper && !machine:
+		return fmt.Errorf("%T implements neither Stepper nor StateSteps with an embedded StateMachine", p)
+	}
+	return nil
+}
+
+func marshalState(p Procedure) ([]byte, error) {
+	if m, ok := p.(StateMarshaler); ok {
+		return m.MarshalState()
+	}
+	return json.Marshal(p)
+}
+
+func unmarshalState(p Procedure, version int, data []byte) error {
+	if u, ok := p.(StateUnmarshaler); ok {
+		return u.UnmarshalState(version, data)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return json.Unmarshal(data, p)
+}

@@ -1,0 +1,153 @@
+package procedure
+
+import "fmt"
+
+// Flow says whether a state machine has more states to run.
+type Flow bool
+
+const (
+	// HasMoreState: run the state set by SetNextState next (or the same
+	// state again, if none was set: a retry).
+	HasMoreState Flow = true
+	// NoMoreState: the machine is finished (after its children, if the
+	// step added any).
+	NoMoreState Flow = false
+)
+
+// StateSteps is implemented by state-machine procedures, which also embed
+// StateMachine. States are small integers chosen by the type.
+type StateSteps interface {
+	// InitialState is the first state to run.
+	InitialState() int32
+	// ExecuteState runs one state and picks the next with SetNextState.
+	// The same idempotency rules as Stepper.Execute apply.
+	ExecuteState(ctx *Context, state int32) (Flow, error)
+	// RollbackState undoes an executed state. It is called once for every
+	// state in the persisted history, newest first; a state that was retried
+	// several times in a row is rolled back once.
+	RollbackState(ctx *Context, state int32) error
+}
+
+// RollbackSupport is optionally implemented by state machines: a state for
+// which it returns false is never interrupted by an abort (the abort waits
+// for a state that supports rollback). Without it every state supports it.
+type RollbackSupport interface {
+	IsRollbackSupported(state int32) bool
+}
+
+// DefaultMaxStateRepeats bounds how often one state may run in a row before
+// the machine is failed with ErrStateLoop (see StateMachine.MaxRepeats).
+const DefaultMaxStateRepeats = 10000
+
+// StateMachine is embedded in state-machine procedures. The framework
+// persists its fields itself (the embedding type persists only its own), so
+// they are unexported and invisible to JSON.
+type StateMachine struct {
+	started bool
+	eof     bool
+	next    int32
+	nextSet bool
+	// history holds one state per rollback-stack entry of this procedure.
+	history []int32
+	// MaxRepeats overrides DefaultMaxStateRepeats when > 0. It is not
+	// persisted: set it in the factory.
+	MaxRepeats int `json:"-"`
+}
+
+type stateMachineProcedure interface {
+	StateSteps
+	machine() *StateMachine
+}
+
+func (m *StateMachine) machine() *StateMachine { return m }
+
+// SetNextState picks the state the next step runs.
+func (m *StateMachine) SetNextState(s int32) {
+	m.next = s
+	m.nextSet = true
+}
+
+// CurrentState is the state that runs next (or is running).
+func (m *StateMachine) CurrentState() int32 { return m.next }
+
+// History is the executed states, oldest first (consecutive repeats once).
+func (m *StateMachine) History() []int32 { return append([]int32(nil), m.history...) }
+
+// runState runs one step of a state machine. pushed reports whether the
+// step is a new rollback-stack entry (false for a repeat of the state on top
+// of the stack, and for the final no-op after children).
+func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf bool) (step Step, pushed bool, err error) {
+	m := p.machine()
+	if m.eof {
+		return Done(), false, nil
+	}
+	if !m.started {
+		m.started = true
+		m.next = p.InitialState()
+	}
+	state := m.next
+	if ctx.e.abort && rollbackSupported(p, state) {
+		return Step{}, false, ErrAborted
+	}
+	repeat := topIsSelf && len(m.history) > 0 && m.history[len(m.history)-1] == state
+	if repeat {
+		limit := m.MaxRepeats
+		if limit <= 0 {
+			limit = DefaultMaxStateRepeats
+		}
+		if int(ctx.e.repeats)+1 >= limit {
+			return Step{}, false, fmt.Errorf("%w: state %d ran %d times in a row", ErrStateLoop, state, ctx.e.repeats+1)
+		}
+	} else {
+		m.history = append(m.history, state)
+	}
+	m.nextSet = false
+	flow, err := p.ExecuteState(ctx, state)
+	if err != nil {
+		return Step{}, !repeat, err
+	}
+	if ctx.yield {
+		if !repeat {
+			m.history = m.history[:len(m.history)-1]
+		}
+		return Yield(), false, nil
+	}
+	if ctx.suspend != nil {
+		if flow == NoMoreState {
+			m.eof = true
+		}
+		return *ctx.suspend, !repeat, nil
+	}
+	if flow == NoMoreState {
+		m.eof = true
+		if len(ctx.children) > 0 {
+			return Spawn(ctx.children...), !repeat, nil
+		}
+		return Done(), !repeat, nil
+	}
+	if len(ctx.children) > 0 {
+		return Spawn(ctx.children...), !repeat, nil
+	}
+	return More(), !repeat, nil
+}
+
+// rollbackState undoes the newest history entry.
+func rollbackState(ctx *Context, p stateMachineProcedure) error {
+	m := p.machine()
+	if len(m.history) == 0 {
+		return nil
+	}
+	s := m.history[len(m.history)-1]
+	if err := p.RollbackState(ctx, s); err != nil {
+		return err
+	}
+	m.history = m.history[:len(m.history)-1]
+	return nil
+}
+
+func rollbackSupported(p stateMachineProcedure, s int32) bool {
+	if rs, ok := p.(RollbackSupport); ok {
+		return rs.IsRollbackSupported(s)
+	}
+	return true
+}

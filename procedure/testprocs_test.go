@@ -1,0 +1,283 @@
+package procedure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// domain records the side effects of test procedures: effects is the
+// current state, execs counts how often each step ran, log is the order.
+type domain struct {
+	mu      sync.Mutex
+	effects map[string]bool
+	execs   map[string]int
+	log     []string
+}
+
+func newDomain() *domain {
+	return &domain{effects: map[string]bool{}, execs: map[string]int{}}
+}
+
+func (d *domain) do(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.execs[key]++
+	d.effects[key] = true
+	d.log = append(d.log, "do:"+key)
+}
+
+func (d *domain) undo(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.effects, key)
+	d.log = append(d.log, "undo:"+key)
+}
+
+func (d *domain) has(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.effects[key]
+}
+
+// effectsUnder lists current effects whose key starts with prefix.
+func (d *domain) effectsUnder(prefix string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for k := range d.effects {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// order returns keys of kind ("do" or "undo") under prefix, first
+// occurrence only, in log order.
+func (d *domain) order(kind, prefix string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range d.log {
+		k, key, _ := strings.Cut(l, ":")
+		if k == kind && strings.HasPrefix(key, prefix) && !seen[key] {
+			seen[key] = true
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+var errBoom = errors.New("boom")
+
+// stepsProc is a Stepper: Steps steps, optionally spawning children at
+// SpawnAt and failing at FailAt (after a partial effect).
+type stepsProc struct {
+	Name        string
+	Steps       int
+	FailAt      int // -1: never
+	SpawnAt     int // -1: never
+	Children    int
+	ChildSteps  int
+	ChildFailAt int // child index whose step 1 fails, -1: none
+	SuspendAt   int // -1: never; suspends for 2 ms after this step
+	Next        int
+	Failed      bool
+}
+
+func newSteps(name string, steps int) *stepsProc {
+	return &stepsProc{Name: name, Steps: steps, FailAt: -1, SpawnAt: -1, ChildFailAt: -1, SuspendAt: -1}
+}
+
+func (p *stepsProc) key(k int) string { return fmt.Sprintf("%s/%d", p.Name, k) }
+
+func (p *stepsProc) Execute(ctx *Context) (Step, error) {
+	d := ctx.Env.(*domain)
+	k := p.Next
+	d.do(p.key(k))
+	if k == p.FailAt {
+		p.Failed = true
+		return Step{}, fmt.Errorf("step %d: %w", k, errBoom)
+	}
+	p.Next++
+	if k == p.SpawnAt {
+		var kids []Procedure
+		for i := 0; i < p.Children; i++ {
+			c := newSteps(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
+			if i == p.ChildFailAt {
+				c.FailAt = 1
+			}
+			kids = append(kids, c)
+		}
+		return Spawn(kids...), nil
+	}
+	if k == p.SuspendAt {
+		return Suspend(Timeout(2 * time.Millisecond)), nil
+	}
+	if p.Next >= p.Steps {
+		return Done(), nil
+	}
+	return More(), nil
+}
+
+func (p *stepsProc) Rollback(ctx *Context) error {
+	d := ctx.Env.(*domain)
+	if p.Failed {
+		p.Failed = false
+		d.undo(p.key(p.Next))
+		return nil
+	}
+	p.Next--
+	d.undo(p.key(p.Next))
+	return nil
+}
+
+// smProc is a state machine of States states, spawning children at SpawnAt
+// and failing at FailAt.
+type smProc struct {
+	StateMachine
+	Name        string
+	States      int32
+	FailAt      int32
+	SpawnAt     int32
+	Children    int
+	ChildSteps  int
+	ChildFailAt int
+	NoRollback  int32 // a state without rollback support, -1: none
+}
+
+func newSM(name string, states int32) *smProc {
+	return &smProc{Name: name, States: states, FailAt: -1, SpawnAt: -1, ChildFailAt: -1, NoRollback: -1}
+}
+
+func (p *smProc) key(s int32) string { return fmt.Sprintf("%s/s%d", p.Name, s) }
+
+func (p *smProc) InitialState() int32 { return 0 }
+
+func (p *smProc) ExecuteState(ctx *Context, s int32) (Flow, error) {
+	d := ctx.Env.(*domain)
+	d.do(p.key(s))
+	if s == p.FailAt {
+		return NoMoreState, errBoom
+	}
+	if s == p.SpawnAt {
+		for i := 0; i < p.Children; i++ {
+			c := newSteps(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
+			if i == p.ChildFailAt {
+				c.FailAt = 1
+			}
+			ctx.AddChild(c)
+		}
+	}
+	if s+1 >= p.States {
+		return NoMoreState, nil
+	}
+	p.SetNextState(s + 1)
+	return HasMoreState, nil
+}
+
+func (p *smProc) RollbackState(ctx *Context, s int32) error {
+	ctx.Env.(*domain).undo(p.key(s))
+	return nil
+}
+
+func (p *smProc) IsRollbackSupported(s int32) bool { return s != p.NoRollback }
+
+// funcProc runs a test-provided function per step; not persisted state.
+type funcProc struct {
+	ID string
+}
+
+var funcs sync.Map // ID -> func(*Context) (Step, error)
+
+func (p *funcProc) Execute(ctx *Context) (Step, error) {
+	f, ok := funcs.Load(p.ID)
+	if !ok {
+		return Step{}, fmt.Errorf("no func %q", p.ID)
+	}
+	return f.(func(*Context) (Step, error))(ctx)
+}
+
+func (p *funcProc) Rollback(*Context) error { return nil }
+
+func testRegistry(t testing.TB) *Registry {
+	r := NewRegistry()
+	r.MustRegister("steps", 1, func() Procedure { return &stepsProc{} })
+	r.MustRegister("sm", 1, func() Procedure { return &smProc{} })
+	r.MustRegister("func", 1, func() Procedure { return &funcProc{} })
+	r.MustRegister("loop", 1, func() Procedure { return &loopSM{} })
+	r.MustRegister("timeout", 1, func() Procedure { return &timeoutProc{} })
+	r.MustRegister("gated", 1, func() Procedure { return &gatedSM{} })
+	r.MustRegister("locked", 1, func() Procedure { return &lockedProc{} })
+	return r
+}
+
+type harness struct {
+	t   testing.TB
+	x   *Executor
+	st  store.Store
+	d   *domain
+	reg *Registry
+}
+
+func startExecutor(t testing.TB, st store.Store, d *domain, mod func(*Config)) *harness {
+	t.Helper()
+	cfg := Config{Store: st, Registry: testRegistry(t), Env: d, Workers: 4,
+		RollbackBackoff: time.Millisecond, RollbackBackoffMax: 10 * time.Millisecond,
+		Metrics: prometheus.NewRegistry()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	return &harness{t: t, x: x, st: st, d: d, reg: cfg.Registry}
+}
+
+func (h *harness) submit(p Procedure, opts SubmitOptions) uint64 {
+	h.t.Helper()
+	id, err := h.x.Submit(p, opts)
+	if err != nil {
+		h.t.Fatalf("submit: %v", err)
+	}
+	return id
+}
+
+func (h *harness) wait(id uint64) Info {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := h.x.Wait(ctx, id)
+	if err != nil {
+		h.t.Fatalf("wait %d: %v", id, err)
+	}
+	return info
+}
+
+// eventually polls cond for up to 10 s: for conditions with no event to
+// wait on; it asserts an outcome, never a duration.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never happened: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+const benchRecordSize = 1 << 10
+
+func benchData(seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, benchRecordSize)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// runWriters runs n goroutines that together call op b.N times.
+func runWriters(b *testing.B, n int, op func(g int, i int64) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := op(g, i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func reportRate(b *testing.B, records int, syncs uint64) {
+	b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
+	if syncs > 0 {
+		b.ReportMetric(float64(records)/float64(syncs), "records/fsync")
+	}
+}
+
+// BenchmarkWALAppend measures 1 KiB Update records through the WAL with
+// fsync, against a file shared under a mutex with one write+fdatasync per
+// record (what a WAL without group commit costs), and against an ideal
+// single-writer loop that writes the batch size the WAL achieved per sync.
+func BenchmarkWALAppend(b *testing.B) {
+	data := benchData(1)
+	for _, writers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			batch := 1.0
+			b.Run("wal", func(b *testing.B) {
+				w, err := OpenWAL(DefaultWALConfig(b.TempDir()))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Close()
+				if _, err := w.Load(func(Proc) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(benchRecordSize)
+				b.ResetTimer()
+				runWriters(b, writers, func(g int, i int64) error {
+					return w.Update(Proc{ID: uint64(g)<<20 | uint64(i%1000) + 1, Data: data})
+				})
+				b.StopTimer()
+				st := w.Stats()
+				reportRate(b, b.N, st.Syncs)
+				batch = max(1, st.RecordsPerSync())
+			})
+			b.Run("raw-mutex", func(b *testing.B) {
+				f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				frame := appendRecord(nil, recUpdate, 0, [2][]Proc{nil, {{ID: 1, Data: data}}}, nil)
+				var mu sync.Mutex
+				b.SetBytes(benchRecordSize)
+				b.ResetTimer()
+				runWriters(b, writers, func(int, int64) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if _, err := f.Write(frame); err != nil {
+						return err
+					}
+					return fdatasync(f)
+				})
+				b.StopTimer()
+				reportRate(b, b.N, uint64(b.N))
+			})
+			b.Run("raw-ideal-batch", func(b *testing.B) {
+				f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				k := int(batch + 0.5)
+				frame := appendRecord(nil, recUpdate, 0, [2][]Proc{nil, {{ID: 1, Data: data}}}, nil)
+				buf := make([]byte, 0, k*len(frame))
+				for i := 0; i < k; i++ {
+					buf = append(buf, frame...)
+				}
+				b.SetBytes(benchRecordSize)
+				b.ResetTimer()
+				syncs := uint64(0)
+				for done := 0; done < b.N; done += k {
+					n := min(k, b.N-done)
+					if _, err := f.Write(buf[:n*len(frame)]); err != nil {
+						b.Fatal(err)
+					}
+					if err := fdatasync(f); err != nil {
+						b.Fatal(err)
+					}
+					syncs++
+				}
+				b.StopTimer()
+				reportRate(b, b.N, syncs)
+			})
+		})
+	}
+}
+
+// benchLoadProcs is the number of procedures of BenchmarkWALLoad; the full
+// case (1 M procedures, ~5.5 GB of segments) is BATON_WAL_LOAD_PROCS=1000000.
+func benchLoadProcs() int {
+	if s := os.Getenv("BATON_WAL_LOAD_PROCS"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n > 1 {
+			return n
+		}
+	}
+	return 100_000
+}
+
+// writeLoadFixture writes segments holding n procs × (insert + 4 updates)
+// of 1 KiB, then deletes of every other proc, one record per write, in
+// DefaultSegmentSize segments. Proc 1 is only inserted, so it pins the
+// oldest segment and loading deletes nothing. With trailers every segment
+// but the last is closed as by a roll; without, as after crashes.
+func writeLoadFixture(b *testing.B, dir string, n int, trailers bool) (records int, bytes int64) {
+	data := benchData(2)
+	var (
+		f     *os.File
+		bw    *bufio.Writer
+		id    uint64
+		size  int64
+		tr    *tracker
+		nrec  uint64
+		frame []byte
+	)
+	open := func() {
+		id++
+		var err error
+		f, err = os.Create(filepath.Join(dir, segName(id)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		bw = bufio.NewWriterSize(f, 1<<20)
+		h := appendHeader(nil, segHeader{id: id, maxID: uint64(n)})
+		bw.Write(h)
+		size, tr, nrec = int64(len(h)), newTracker(), 0
+	}
+	closeSeg := func(last bool) {
+		if trailers && !last {
+			t := appendTrailer(nil, size, trailerInfo{maxID: uint64(n), records: nrec, tr: tr})
+			bw.Write(t)
+			size += int64(len(t))
+		}
+		if err := bw.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		bytes += size
+	}
+	write := func(typ recType, put *Proc, del uint64) {
+		if size >= DefaultSegmentSize {
+			closeSeg(false)
+			open()
+		}
+		frame = frame[:0]
+		if put != nil {
+			frame = appendRecord(frame, typ, 0, [2][]Proc{nil, {*put}}, nil)
+			tr.put(put.ID)
+		} else {
+			frame = appendRecord(frame, typ, 0, [2][]Proc{}, []uint64{del})
+			tr.delete(del)
+		}
+		bw.Write(frame)
+		size += int64(len(frame))
+		nrec++
+		records++
+	}
+	open()
+	for round := 0; round < 5; round++ {
+		for i := 1; i <= n; i++ {
+			if round > 0 && i == 1 {
+				continue
+			}
+			typ := recUpdate
+			if round == 0 {
+				typ = recInsert
+			}
+			write(typ, &Proc{ID: uint64(i), Data: data}, 0)
+		}
+	}
+	for i := 2; i <= n; i += 2 {
+		write(recDelete, nil, uint64(i))
+	}
+	closeSeg(true)
+	return records, bytes
+}
+
+// BenchmarkWALLoad measures Load of n procs × 5 images of 1 KiB, half of
+// them deleted (BATON_WAL_LOAD_PROCS, default 100 k). "notrailers" replays
+// every segment; "trailers" lets Load skip segments whose trailer shows
+// they hold nothing still needed.
+func BenchmarkWALLoad(b *testing.B) {
+	n := benchLoadProcs()
+	for _, trailers := range []bool{false, true} {
+		name := "notrailers"
+		if trailers {
+			name = "trailers"
+		}
+		b.Run(fmt.Sprintf("procs=%d/%s", n, name), func(b *testing.B) {
+			dir := b.TempDir()
+			records, bytes := writeLoadFixture(b, dir, n, trailers)
+			cfg := DefaultWALConfig(dir)
+			cfg.NoSync = true
+			cfg.MaxSegments = 1 << 30
+			b.SetBytes(bytes)
+			b.ResetTimer()
+			read := 0
+			for i := 0; i < b.N; i++ {
+				w, err := OpenWAL(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				live := 0
+				info, err := w.Load(func(p Proc) error { live++; return nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if live != n/2+n%2 || len(info.Corruptions) != 0 {
+					b.Fatalf("loaded %d live, want %d; %v", live, n/2+n%2, info.Corruptions)
+				}
+				read += info.Records
+				w.Close()
+				b.StartTimer()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(records*b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "read-records/s")
+		})
+	}
+}

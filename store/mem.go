@@ -1,0 +1,128 @@
+package store
+
+import (
+	"sort"
+	"sync"
+)
+
+// MemStore is a Store held in memory. It is safe for concurrent use and
+// never loses a write while the process lives; tests use it to simulate a
+// crash by building a new executor on the same MemStore.
+type MemStore struct {
+	mu     sync.Mutex
+	procs  map[uint64][]byte
+	maxID  uint64
+	writes int
+	closed bool
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{procs: make(map[uint64][]byte)}
+}
+
+// Load implements Store. A MemStore may be loaded any number of times, which
+// is what crash tests do.
+func (m *MemStore) Load(fn func(Proc) error) (LoadInfo, error) {
+	m.mu.Lock()
+	ids := make([]uint64, 0, len(m.procs))
+	for id := range m.procs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	snapshot := make([]Proc, len(ids))
+	for i, id := range ids {
+		snapshot[i] = Proc{ID: id, Data: m.procs[id]}
+	}
+	info := LoadInfo{MaxID: m.maxID, Live: len(ids), Records: len(ids)}
+	m.closed = false
+	m.mu.Unlock()
+	for _, p := range snapshot {
+		if err := fn(p); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+// Insert implements Store.
+func (m *MemStore) Insert(proc Proc, children []Proc) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if proc.ID == 0 {
+		return ErrInvalid
+	}
+	for _, c := range children {
+		if c.ID == 0 {
+			return ErrInvalid
+		}
+	}
+	m.put(proc)
+	for _, c := range children {
+		m.put(c)
+	}
+	m.writes++
+	return nil
+}
+
+// Update implements Store.
+func (m *MemStore) Update(proc Proc) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if proc.ID == 0 {
+		return ErrInvalid
+	}
+	m.put(proc)
+	m.writes++
+	return nil
+}
+
+func (m *MemStore) put(p Proc) {
+	m.procs[p.ID] = append([]byte(nil), p.Data...)
+	if p.ID > m.maxID {
+		m.maxID = p.ID
+	}
+}
+
+// Delete implements Store.
+func (m *MemStore) Delete(ids []uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for _, id := range ids {
+		delete(m.procs, id)
+	}
+	m.writes++
+	return nil
+}
+
+// Close implements Store. A closed MemStore keeps its contents and may be
+// loaded again.
+func (m *MemStore) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}
+
+// Len returns the number of live procedures.
+func (m *MemStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.procs)
+}
+
+// Writes returns the number of successful writes so far.
+func (m *MemStore) Writes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.writes
+}

@@ -1,0 +1,972 @@
+package store
+
+// WAL: a rolling write-ahead log of procedure images, after HBase's
+// WALProcedureStore.
+//
+// Files. The directory holds segment files pv2-<id>.log (id: 20 digits,
+// increasing), a LOCK file (flock, one WAL per directory), and possibly
+// pv2-<id>.log.damaged files: segments that held corrupt records, moved aside
+// (never deleted) once everything readable in them had been superseded. The
+// format is described in format.go.
+//
+// Writes. Every Append is one record: it is encoded and checksummed in the
+// caller's goroutine, then handed to a single writer goroutine. The writer
+// takes every record that is waiting (up to MaxBatchBytes), writes them with
+// one write(2), calls fdatasync once and releases all their writers: group
+// commit. Batches adapt to load with no timer: a lone writer is written and
+// synced at once; while an fdatasync is in progress, other writers queue up
+// and all of them share the next one. MaxBatchWait can add a linger for
+// devices where a sync is so cheap that batches stay small.
+//
+// Rolling. When the current segment exceeds SegmentSize, or is older than
+// RollInterval and holds records, the writer appends the segment's tracker
+// as a trailer, syncs and closes it, and creates the next segment (header
+// written to a .tmp file, synced, renamed, directory synced, so a crash never
+// leaves a half-created segment behind).
+//
+// Cleanup. Each segment has a tracker (tracker.go) of the ids it modified and
+// deleted. For the oldest segment the writer keeps a holding set: the ids for
+// which the oldest segment holds the latest image. Every put or delete in a
+// newer segment clears the id from it. When the holding set is empty the
+// oldest segment is deleted (a damaged one is renamed to .damaged instead),
+// the holding set is recomputed for the next oldest, and so on. Segments are
+// only ever removed oldest first, so a delete record can never disappear
+// while an older segment still holds an image it deletes: a deleted
+// procedure cannot come back. When more than MaxSegments segments are live,
+// the stragglers of the oldest segment (ids only it holds, e.g. procedures
+// suspended for a long time) are read back from disk by a background
+// goroutine and re-appended to the current segment by the writer goroutine,
+// which first re-checks that each id is still held by the oldest segment, so
+// a stale image can never overwrite a newer one.
+//
+// Loading. Load reads the segments newest first. A segment whose trailer
+// shows that every image it holds was superseded by newer segments is not
+// read beyond its trailer. Other segments are read whole and replayed; within
+// a segment the last record wins, and an id settled by a newer segment is
+// left alone. A torn tail in the newest segment (incomplete frame, bad last
+// frame, or zeros) is truncated at the last good record and reported as a
+// Corruption with reason "torn tail truncated". Any other damage stops the
+// reading of that segment (what came before is used), is reported with file
+// and offset, and marks the segment damaged so that it is never deleted.
+// Segments without a trailer (crash before roll) get their tracker rebuilt
+// from the replay. After Load the WAL always appends to a new segment: a
+// segment is written by exactly one process lifetime.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults and limits of WALConfig.
+const (
+	DefaultSegmentSize   = 32 << 20
+	DefaultRollInterval  = time.Hour
+	DefaultMaxSegments   = 10
+	DefaultMaxBatchWait  = 0
+	DefaultMaxBatchBytes = 4 << 20
+
+	MinSegmentSize  = 1 << 10
+	MaxMaxBatchWait = 100 * time.Millisecond
+)
+
+// WALConfig configures a WAL. A zero value in any field but Dir selects that
+// field's default.
+type WALConfig struct {
+	// Dir is the directory of the segment files; created if missing.
+	// Required. One WAL per directory (enforced with a lock file).
+	Dir string
+
+	// SegmentSize is the size in bytes past which the current segment is
+	// rolled. Default 32 MiB (DefaultSegmentSize), minimum 1 KiB. Smaller
+	// segments are cleaned up sooner (less disk, less to replay after all
+	// their procedures finished) but roll more often, and each roll costs a
+	// trailer, two syncs and a directory sync.
+	SegmentSize int64
+
+	// RollInterval rolls a segment that holds records once it is this old,
+	// so that a slow trickle of writes still lets old segments be cleaned up.
+	// Default 1 h. Shorter intervals bound disk use on idle systems better but
+	// create more small segments.
+	RollInterval time.Duration
+
+	// MaxSegments is the number of live segments beyond which the images
+	// that only the oldest segment holds (stragglers) are rewritten into the
+	// current segment so the oldest can be deleted. Default 10. Lower values
+	// bound disk use and load time more tightly but rewrite long-lived
+	// procedures more often.
+	MaxSegments int
+
+	// NoSync skips fdatasync and directory syncs. For tests and benchmarks
+	// only: with it a machine crash can lose acknowledged writes.
+	NoSync bool
+
+	// MaxBatchWait is how long the writer lingers, after taking every record
+	// already queued, for writers that have entered Append but not yet queued
+	// their record. Default 0 (no linger): group commit needs no timer, since
+	// writers arriving during one fdatasync are batched into the next, so
+	// batches grow with load by themselves and a lone writer never waits.
+	// A small linger (a few hundred µs) can raise records per sync on devices
+	// whose sync is very cheap, at the cost of that much latency per write.
+	// At most 100 ms (MaxMaxBatchWait).
+	MaxBatchWait time.Duration
+
+	// MaxBatchBytes caps the bytes written per group commit, so one sync
+	// does not wait for an unbounded amount of data. Default 4 MiB.
+	MaxBatchBytes int
+
+	// Logger receives the WAL's log lines. Default hclog.NewNullLogger().
+	Logger hclog.Logger
+
+	// Now returns the current time; tests set it to drive age-based rolling.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultWALConfig returns the default configuration for a WAL in dir.
+func DefaultWALConfig(dir string) WALConfig {
+	return WALConfig{
+		Dir:           dir,
+		SegmentSize:   DefaultSegmentSize,
+		RollInterval:  DefaultRollInterval,
+		MaxSegments:   DefaultMaxSegments,
+		MaxBatchWait:  DefaultMaxBatchWait,
+		MaxBatchBytes: DefaultMaxBatchBytes,
+		Logger:        hclog.NewNullLogger(),
+		Now:           time.Now,
+	}
+}
+
+// Validate reports every field of c that is out of range.
+func (c WALConfig) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("store: WALConfig.Dir is empty"))
+	}
+	if c.SegmentSize < 0 || (c.SegmentSize > 0 && c.SegmentSize < MinSegmentSize) {
+		errs = append(errs, fmt.Errorf("store: WALConfig.SegmentSize %d is below the minimum of %d bytes (0 selects %d)",
+			c.SegmentSize, MinSegmentSize, DefaultSegmentSize))
+	}
+	if c.RollInterval < 0 {
+		errs = append(errs, fmt.Errorf("store: WALConfig.RollInterval %v is negative (0 selects %v)", c.RollInterval, DefaultRollInterval))
+	}
+	if c.MaxSegments < 0 {
+		errs = append(errs, fmt.Errorf("store: WALConfig.MaxSegments %d is negative (0 selects %d)", c.MaxSegments, DefaultMaxSegments))
+	}
+	if c.MaxBatchWait < 0 || c.MaxBatchWait > MaxMaxBatchWait {
+		errs = append(errs, fmt.Errorf("store: WALConfig.MaxBatchWait %v is outside [0, %v]", c.MaxBatchWait, MaxMaxBatchWait))
+	}
+	if c.MaxBatchBytes < 0 {
+		errs = append(errs, fmt.Errorf("store: WALConfig.MaxBatchBytes %d is negative (0 selects %d)", c.MaxBatchBytes, DefaultMaxBatchBytes))
+	}
+	return errors.Join(errs...)
+}
+
+func (c WALConfig) withDefaults() WALConfig {
+	d := DefaultWALConfig(c.Dir)
+	if c.SegmentSize == 0 {
+		c.SegmentSize = d.SegmentSize
+	}
+	if c.RollInterval == 0 {
+		c.RollInterval = d.RollInterval
+	}
+	if c.MaxSegments == 0 {
+		c.MaxSegments = d.MaxSegments
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = d.MaxBatchBytes
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	return c
+}
+
+// Batch is one atomic record: after a crash either all of it loads or none.
+// Puts (Inserts, then Updates) are applied before Deletes.
+type Batch struct {
+	Inserts []Proc
+	Updates []Proc
+	Deletes []uint64
+	// Index is an optional external index (the Raft log index) stored with
+	// the record; 0 means none. Load reports the highest one seen.
+	Index uint64
+}
+
+func (b *Batch) empty() bool {
+	return len(b.Inserts) == 0 && len(b.Updates) == 0 && len(b.Deletes) == 0
+}
+
+// WALStats are counters of a WAL since it was opened.
+type WALStats struct {
+	Records             uint64 // data records written (straggler rewrites included)
+	Syncs               uint64 // group commits; each ends in one fdatasync unless NoSync
+	Bytes               uint64 // bytes written, trailers and headers included
+	Rolls               uint64 // segments rolled
+	Segments            int    // live segments, the current one included
+	SegmentsDeleted     uint64 // segments removed by cleanup (damaged ones renamed aside count too)
+	StragglersRewritten uint64 // images copied forward from the oldest segment
+	Live                int    // live procedures
+}
+
+// RecordsPerSync is the mean number of records carried by one group commit.
+func (s WALStats) RecordsPerSync() float64 {
+	if s.Syncs == 0 {
+		return 0
+	}
+	return float64(s.Records) / float64(s.Syncs)
+}
+
+type segment struct {
+	id            uint64
+	name          string
+	path          string
+	hdr           segHeader
+	tr            *tracker
+	size          int64
+	records       uint64
+	damaged       bool     // corrupt records found at load: never deleted
+	rewriteFailed bool     // a straggler could not be read back: stop trying
+	f             *os.File // open for appending: current segment only
+}
+
+type request struct {
+	frame []byte
+	b     Batch
+	done  chan error
+}
+
+var reqPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
+
+type rewriteResult struct {
+	segID uint64
+	found map[uint64][]byte
+	err   error
+}
+
+// WAL is the durable Store: a rolling log of segment files. See the comment
+// at the top of wal.go for its design.
+type WAL struct {
+	cfg  WALConfig
+	log  hclog.Logger
+	lock *os.File
+
+	loadMu sync.Mutex   // serialises Load and Close
+	mu     sync.RWMutex // guards loaded/closed; Append holds it shared while queueing
+	loaded bool
+	closed bool
+
+	files  []segFile // segment files found by OpenWAL, ascending id
+	nextID uint64
+
+	reqCh     chan *request
+	rewriteCh chan rewriteResult
+	stopCh    chan struct{}
+	doneCh    chan struct{}
+	bg        sync.WaitGroup
+	pending   atomic.Int64 // Appends started and not yet answered by the writer
+	closeErr  error
+
+	// Owned by the writer goroutine once Load has returned.
+	segs      []*segment // live segments, oldest first; the last is current
+	holding   *idSet     // ids whose latest image the oldest segment holds (len(segs) > 1)
+	live      *idSet
+	maxID     uint64
+	failed    error
+	rewriting bool
+	// rewriteArmed allows one straggler rewrite; set by each roll, so that
+	// when live data exceeds MaxSegments segments the rewrite proceeds at
+	// most one segment per roll instead of looping without end.
+	rewriteArmed bool
+	buf          []byte
+
+	index        atomic.Uint64
+	nRecords     atomic.Uint64
+	nSyncs       atomic.Uint64
+	nBytes       atomic.Uint64
+	nRolls       atomic.Uint64
+	nSegments    atomic.Int64
+	nSegmentsDel atomic.Uint64
+	nStragglers  atomic.Uint64
+	nLive        atomic.Int64
+}
+
+var _ Store = (*WAL)(nil)
+
+type segFile struct {
+	id   uint64
+	name string
+}
+
+const segPrefix, segSuffix = "pv2-", ".log"
+
+func segName(id uint64) string { return fmt.Sprintf("pv2-%020d.log", id) }
+
+// parseSegName parses pv2-<20 digits>.log, returning the id and the rest of
+// the name after ".log".
+func parseSegName(name string) (uint64, string, bool) {
+	if !strings.HasPrefix(name, segPrefix) || len(name) < len(segPrefix)+20+len(segSuffix) {
+		return 0, "", false
+	}
+	digits := name[len(segPrefix) : len(segPrefix)+20]
+	rest := name[len(segPrefix)+20:]
+	if !strings.HasPrefix(rest, segSuffix) {
+		return 0, "", false
+	}
+	id, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return id, rest[len(segSuffix):], true
+}
+
+// OpenWAL opens (creating if needed) the WAL in cfg.Dir and locks the
+// directory. It lists the segments but does not read them: call Load once
+// before writing.
+func OpenWAL(cfg WALConfig) (*WAL, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create WAL dir: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(cfg.Dir, "LOCK"))
+	if err != nil {
+		return nil, err
+	}
+	w := &WAL{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("wal"),
+		lock:      lock,
+		nextID:    1,
+		reqCh:     make(chan *request, 4096),
+		rewriteCh: make(chan rewriteResult, 1),
+		stopCh:    make(chan struct{}),
+		doneCh:    make(chan struct{}),
+		holding:   &idSet{},
+		live:      &idSet{},
+	}
+	entries, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("store: list WAL dir: %w", err)
+	}
+	for _, e := range entries {
+		id, rest, ok := parseSegName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if id >= w.nextID {
+			w.nextID = id + 1
+		}
+		switch rest {
+		case "":
+			w.files = append(w.files, segFile{id: id, name: e.Name()})
+		case ".tmp":
+			// A segment whose creation did not complete; it never held records.
+			w.log.Info("removing incomplete segment", "file", e.Name())
+			if err := os.Remove(filepath.Join(cfg.Dir, e.Name())); err != nil {
+				lock.Close()
+				return nil, fmt.Errorf("store: remove %s: %w", e.Name(), err)
+			}
+		}
+	}
+	slices.SortFunc(w.files, func(a, b segFile) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return w, nil
+}
+
+// Index returns the highest external index written or loaded.
+func (w *WAL) Index() uint64 { return w.index.Load() }
+
+// Stats returns the WAL's counters.
+func (w *WAL) Stats() WALStats {
+	return WALStats{
+		Records:             w.nRecords.Load(),
+		Syncs:               w.nSyncs.Load(),
+		Bytes:               w.nBytes.Load(),
+		Rolls:               w.nRolls.Load(),
+		Segments:            int(w.nSegments.Load()),
+		SegmentsDeleted:     w.nSegmentsDel.Load(),
+		StragglersRewritten: w.nStragglers.Load(),
+		Live:                int(w.nLive.Load()),
+	}
+}
+
+// Insert implements Store.
+func (w *WAL) Insert(proc Proc, children []Proc) error {
+	ps := make([]Proc, 0, 1+len(children))
+	return w.Append(Batch{Inserts: append(append(ps, proc), children...)})
+}
+
+// Update implements Store.
+func (w *WAL) Update(proc Proc) error {
+	return w.Append(Batch{Updates: []Proc{proc}})
+}
+
+// Delete implements Store.
+func (w *WAL) Delete(ids []uint64) error {
+	return w.Append(Batch{Deletes: ids})
+}
+
+// Append writes b as one atomic record and returns once it is durable.
+func (w *WAL) Append(b Batch) error {
+	for _, ps := range [2][]Proc{b.Inserts, b.Updates} {
+		for _, p := range ps {
+			if p.ID == 0 {
+				return fmt.Errorf("%w: proc id 0", ErrInvalid)
+			}
+		}
+	}
+	for _, id := range b.Deletes {
+		if id == 0 {
+			return fmt.Errorf("%w: delete of id 0", ErrInvalid)
+		}
+	}
+	puts := [2][]Proc{b.Inserts, b.Updates}
+	size := recordSize(b.Index, puts, b.Deletes)
+	if size > maxPayload {
+		return fmt.Errorf("%w: record of %d bytes exceeds %d", ErrInvalid, size, maxPayload)
+	}
+	if b.empty() && b.Index == 0 {
+		w.mu.RLock()
+		defer w.mu.RUnlock()
+		return w.stateErr()
+	}
+	w.pending.Add(1)
+	r := reqPool.Get().(*request)
+	r.frame = appendRecord(make([]byte, 0, frameHeaderSize+size), batchType(&b), b.Index, puts, b.Deletes)
+	r.b = b
+	w.mu.RLock()
+	if err := w.stateErr(); err != nil {
+		w.mu.RUnlock()
+		w.pending.Add(-1)
+		r.frame, r.b = nil, Batch{}
+		reqPool.Put(r)
+		return err
+	}
+	w.reqCh <- r
+	w.mu.RUnlock()
+	err := <-r.done
+	r.frame, r.b = nil, Batch{}
+	reqPool.Put(r)
+	return err
+}
+
+func (w *WAL) stateErr() error {
+	if w.closed {
+		return ErrClosed
+	}
+	if !w.loaded {
+		return ErrNotLoaded
+	}
+	return nil
+}
+
+// Close writes the current segment's trailer, closes the files and releases
+// the directory lock. Writes after Close fail with ErrClosed.
+func (w *WAL) Close() error {
+	w.loadMu.Lock()
+	defer w.loadMu.Unlock()
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	loaded := w.loaded
+	w.mu.Unlock()
+	var err error
+	if loaded {
+		close(w.reqCh)
+		<-w.doneCh
+		err = w.closeErr
+	}
+	if cerr := w.lock.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("store: release lock: %w", cerr)
+	}
+	return err
+}
+
+// ---- writer goroutine ----
+
+func (w *WAL) cur() *segment { return w.segs[len(w.segs)-1] }
+
+func (w *WAL) run() {
+	defer close(w.doneCh)
+	tick := w.cfg.RollInterval / 4
+	tick = max(10*time.Millisecond, min(tick, time.Second))
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	batch := make([]*request, 0, 256)
+	for {
+		select {
+		case r, ok := <-w.reqCh:
+			if !ok {
+				w.shutdown()
+				return
+			}
+			var closing bool
+			batch, closing = w.collect(append(batch[:0], r))
+			w.commit(batch)
+			clear(batch)
+			if closing {
+				w.shutdown()
+				return
+			}
+		case res := <-w.rewriteCh:
+			w.applyRewrite(res)
+		case <-ticker.C:
+			w.maintain()
+		}
+	}
+}
+
+// collect adds every queued request to batch, up to MaxBatchBytes, lingering
+// up to MaxBatchWait for writers that are still encoding. It reports whether
+// the request channel was closed.
+func (w *WAL) collect(batch []*request) ([]*request, bool) {
+	bytes := len(batch[0].frame)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for bytes < w.cfg.MaxBatchBytes {
+		select {
+		case r, ok := <-w.reqCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, r)
+			bytes += len(r.frame)
+			continue
+		default:
+		}
+		if w.cfg.MaxBatchWait <= 0 || w.pending.Load() <= int64(len(batch)) {
+			return batch, false
+		}
+		if timer == nil {
+			timer = time.NewTimer(w.cfg.MaxBatchWait)
+		}
+		select {
+		case r, ok := <-w.reqCh:
+			if !ok {
+				return batch, true
+			}
+			batch = append(batch, r)
+			bytes += len(r.frame)
+		case <-timer.C:
+			return batch, false
+		}
+	}
+	return batch, false
+}
+
+func (w *WAL) fail(err error) error {
+	if w.failed == nil {
+		w.failed = fmt.Errorf("store: WAL failed: %w", err)
+		w.log.Error("WAL failed; further writes are refused", "error", err)
+	}
+	return w.failed
+}
+
+func (w *WAL) commit(batch []*request) {
+	err := w.failed
+	if err == nil {
+		err = w.writeBatch(batch)
+	}
+	w.pending.Add(-int64(len(batch)))
+	for _, r := range batch {
+		r.done <- err
+	}
+	if err == nil && w.cur().size >= w.cfg.SegmentSize {
+		if rerr := w.roll(); rerr != nil {
+			w.fail(rerr)
+		}
+	}
+}
+
+func (w *WAL) writeBatch(batch []*request) error {
+	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+		if err := w.roll(); err != nil {
+			return w.fail(err)
+		}
+	}
+	buf := w.buf[:0]
+	for _, r := range batch {
+		buf = append(buf, r.frame...)
+	}
+	if err := w.writeSync(buf); err != nil {
+		return err
+	}
+	c := w.cur()
+	for _, r := range batch {
+		w.apply(c, &r.b)
+	}
+	w.keepBuf(buf)
+	return nil
+}
+
+// writeSync appends buf to the current segment and syncs it.
+func (w *WAL) writeSync(buf []byte) error {
+	c := w.cur()
+	if c.f == nil {
+		return w.fail(errors.New("no current segment"))
+	}
+	n, err := c.f.Write(buf)
+	c.size += int64(n)
+	w.nBytes.Add(uint64(n))
+	if err != nil {
+		return w.fail(fmt.Errorf("write %s: %w", c.name, err))
+	}
+	if !w.cfg.NoSync {
+		if err := fdatasync(c.f); err != nil {
+			return w.fail(fmt.Errorf("fdatasync %s: %w", c.name, err))
+		}
+	}
+	w.nSyncs.Add(1)
+	return nil
+}
+
+func (w *WAL) keepBuf(buf []byte) {
+	if cap(buf) <= 2*w.cfg.MaxBatchBytes {
+		w.buf = buf[:0]
+	} else {
+		w.buf = nil
+	}
+}
+
+// apply records a written batch in the trackers.
+func (w *WAL) apply(c *segment, b *Batch) {
+	for _, ps := range [2][]Proc{b.Inserts, b.Updates} {
+		for _, p := range ps {
+			w.notePut(c, p.ID)
+		}
+	}
+	for _, id := range b.Deletes {
+		c.tr.delete(id)
+		if len(w.segs) > 1 {
+			w.holding.remove(id)
+		}
+		w.live.remove(id)
+		w.maxID = max(w.maxID, id)
+	}
+	if b.Index > w.index.Load() {
+		w.index.Store(b.Index)
+	}
+	c.records++
+	w.nRecords.Add(1)
+	w.nLive.Store(int64(w.live.len()))
+}
+
+func (w *WAL) notePut(c *segment, id uint64) {
+	c.tr.put(id)
+	if len(w.segs) > 1 {
+		w.holding.remove(id)
+	}
+	w.live.add(id)
+	w.maxID = max(w.maxID, id)
+}
+
+// finishSegment writes s's trailer and footer, syncs and closes it.
+func (w *WAL) finishSegment(s *segment) error {
+	if s.f == nil {
+		return nil
+	}
+	buf := appendTrailer(w.buf[:0], s.size, trailerInfo{maxID: w.maxID, index: w.index.Load(), records: s.records, tr: s.tr})
+	err := w.writeSync(buf)
+	w.keepBuf(buf)
+	if err != nil {
+		return err
+	}
+	f := s.f
+	s.f = nil
+	if err := f.Close(); err != nil {
+		return w.fail(fmt.Errorf("close %s: %w", s.name, err))
+	}
+	return nil
+}
+
+func (w *WAL) syncDir() error {
+	if w.cfg.NoSync {
+		return nil
+	}
+	d, err := os.Open(w.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// createSegment creates the next segment: header to a .tmp file, sync,
+// rename, directory sync. The file stays open for appending.
+func (w *WAL) createSegment() (*segment, error) {
+	id := w.nextID
+	w.nextID++
+	hdr := segHeader{id: id, maxID: w.maxID, index: w.index.Load(), created: w.cfg.Now().UnixNano()}
+	s := &segment{id: id, name: segName(id), hdr: hdr, tr: newTracker(), size: headerSize}
+	s.path = filepath.Join(w.cfg.Dir, s.name)
+	tmp := s.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create segment: %w", err)
+	}
+	err = func() error {
+		if _, err := f.Write(appendHeader(nil, hdr)); err != nil {
+			return err
+		}
+		if !w.cfg.NoSync {
+			if err := fdatasync(f); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(tmp, s.path); err != nil {
+			return err
+		}
+		return w.syncDir()
+	}()
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("create segment %s: %w", s.name, err)
+	}
+	s.f = f
+	w.nBytes.Add(headerSize)
+	return s, nil
+}
+
+// roll finishes the current segment and starts a new one, then cleans up.
+func (w *WAL) roll() error {
+	old := w.cur()
+	if err := w.finishSegment(old); err != nil {
+		return err
+	}
+	s, err := w.createSegment()
+	if err != nil {
+		return w.fail(err)
+	}
+	w.segs = append(w.segs, s)
+	w.nRolls.Add(1)
+	w.rewriteArmed = true
+	w.log.Debug("rolled segment", "old", old.name, "size", old.size, "records", old.records, "new", s.name)
+	if len(w.segs) == 2 {
+		w.recomputeHolding()
+	}
+	w.cleanup()
+	return nil
+}
+
+func (w *WAL) recomputeHolding() {
+	if len(w.segs) < 2 {
+		w.holding = &idSet{}
+		return
+	}
+	h := heldSet(w.segs[0].tr)
+	for _, s := range w.segs[1:] {
+		if h.len() == 0 {
+			break
+		}
+		h.subtractTouched(s.tr)
+	}
+	w.holding = h
+}
+
+// cleanup removes oldest segments that hold no latest image, and starts a
+// straggler rewrite when too many segments remain.
+func (w *WAL) cleanup() {
+	for len(w.segs) > 1 && w.holding.len() == 0 {
+		old := w.segs[0]
+		if err := w.retire(old); err != nil {
+			w.log.Error("cannot remove superseded segment", "file", old.name, "error", err)
+			break
+		}
+		w.segs[0] = nil
+		w.segs = w.segs[1:]
+		w.recomputeHolding()
+	}
+	w.nSegments.Store(int64(len(w.segs)))
+	if len(w.segs) > w.cfg.MaxSegments && w.rewriteArmed && !w.rewriting && w.failed == nil && !w.segs[0].rewriteFailed {
+		w.startRewrite()
+	}
+}
+
+// retire deletes a superseded segment, or renames it aside if damaged. The
+// directory is synced before the next segment may go, so removals cannot be
+// reordered by a crash.
+func (w *WAL) retire(s *segment) error {
+	if s.damaged {
+		w.log.Warn("damaged segment superseded; keeping it aside", "file", s.name, "as", s.name+".damaged")
+		if err := os.Rename(s.path, s.path+".damaged"); err != nil {
+			return err
+		}
+	} else if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	w.nSegmentsDel.Add(1)
+	return w.syncDir()
+}
+
+func (w *WAL) startRewrite() {
+	old := w.segs[0]
+	want := w.holding.ids()
+	w.rewriting = true
+	w.rewriteArmed = false
+	w.log.Debug("rewriting stragglers", "file", old.name, "count", len(want), "segments", len(w.segs))
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		res := rewriteResult{segID: old.id}
+		res.found, res.err = readImages(old.path, want)
+		select {
+		case w.rewriteCh <- res:
+		case <-w.stopCh:
+		}
+	}()
+}
+
+// readImages returns the latest image in the segment file of each id of want
+// (ascending). Images alias one buffer holding the file.
+func readImages(path string, want []uint64) (map[uint64][]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	set := &idSet{}
+	for _, id := range want {
+		set.add(id)
+	}
+	found := make(map[uint64][]byte, len(want))
+	put := func(id uint64, d []byte) {
+		if set.has(id) {
+			found[id] = d
+		}
+	}
+	del := func(id uint64) { delete(found, id) }
+	r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
+		forEachOp(p, put, del)
+		return nil
+	})
+	if r.hdrErr != nil {
+		return nil, r.hdrErr
+	}
+	return found, nil
+}
+
+const rewriteChunk = 1 << 20
+
+func (w *WAL) applyRewrite(res rewriteResult) {
+	w.rewriting = false
+	if w.failed != nil {
+		return
+	}
+	if len(w.segs) < 2 || w.segs[0].id != res.segID {
+		w.cleanup()
+		return
+	}
+	old := w.segs[0]
+	if res.err != nil {
+		w.log.Error("cannot read stragglers; segment kept", "file", old.name, "error", res.err)
+		old.rewriteFailed = true
+		return
+	}
+	var procs []Proc
+	missing := 0
+	w.holding.forEach(func(id uint64) {
+		if d, ok := res.found[id]; ok {
+			procs = append(procs, Proc{ID: id, Data: d})
+		} else {
+			missing++
+		}
+	})
+	if missing > 0 {
+		w.log.Error("stragglers missing from their segment; segment kept", "file", old.name, "missing", missing)
+		old.rewriteFailed = true
+	}
+	buf := w.buf[:0]
+	var chunks [][]Proc
+	for start := 0; start < len(procs); {
+		end, size := start, 0
+		for end < len(procs) && (end == start || size+len(procs[end].Data) <= rewriteChunk) {
+			size += len(procs[end].Data) + 20
+			end++
+		}
+		buf = appendRecord(buf, recRewrite, 0, [2][]Proc{procs[start:end]}, nil)
+		chunks = append(chunks, procs[start:end])
+		start = end
+	}
+	if len(chunks) > 0 {
+		if err := w.writeSync(buf); err != nil {
+			return
+		}
+		c := w.cur()
+		for _, ch := range chunks {
+			w.apply(c, &Batch{Updates: ch})
+		}
+		w.nStragglers.Add(uint64(len(procs)))
+		w.log.Debug("rewrote stragglers", "from", old.name, "count", len(procs), "records", len(chunks))
+	}
+	w.keepBuf(buf)
+	w.cleanup()
+	if w.cur().size >= w.cfg.SegmentSize {
+		if err := w.roll(); err != nil {
+			w.fail(err)
+		}
+	}
+}
+
+// maintain runs on a timer: age-based roll and cleanup.
+func (w *WAL) maintain() {
+	if w.failed != nil {
+		return
+	}
+	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+		if err := w.roll(); err != nil {
+			w.fail(err)
+			return
+		}
+	}
+	w.cleanup()
+}
+
+func (w *WAL) shutdown() {
+	close(w.stopCh)
+	if c := w.cur(); c.f != nil {
+		if w.failed == nil {
+			w.closeErr = w.finishSegment(c)
+		}
+		if c.f != nil {
+			c.f.Close()
+			c.f = nil
+		}
+	}
+	w.bg.Wait()
+	if w.closeErr == nil && w.failed != nil {
+		w.closeErr = w.failed
+	}
+}
