@@ -58,14 +58,14 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	}
 	x.mu.Lock()
 	if err := x.acceptingLocked(); err != nil {
-		x.mu.Unlock()
+		x.unlock()
 		return 0, err
 	}
 	var ne *nonceEntry
 	nk := nonceKey(opts.Owner, opts.Nonce)
 	if opts.Nonce != "" {
 		if prev := x.nonces[nk]; prev != nil {
-			x.mu.Unlock()
+			x.unlock()
 			<-prev.done
 			if prev.err != nil {
 				return 0, fmt.Errorf("%w: %w", ErrNonceFailed, prev.err)
@@ -84,7 +84,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	if opts.Timeout > 0 {
 		e.deadline = now.Add(opts.Timeout)
 	}
-	x.mu.Unlock()
+	x.unlock()
 
 	finishNonce := func(err error) {
 		if ne == nil {
@@ -95,7 +95,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 		if err != nil {
 			delete(x.nonces, nk)
 		}
-		x.mu.Unlock()
+		x.unlock()
 		close(ne.done)
 	}
 	rec, err := x.encode(e)
@@ -114,7 +114,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	x.roots[e.id] = root
 	x.armDeadlineLocked(e)
 	x.queueLocked(e, false)
-	x.mu.Unlock()
+	x.unlock()
 	finishNonce(nil)
 	x.metrics.submitted.WithLabelValues(ti.name).Inc()
 	x.notify(e)
@@ -142,7 +142,7 @@ func (x *Executor) armDeadlineLocked(e *entry) {
 	id := e.id
 	e.deadlineTimer = x.clock.AfterFunc(e.deadline.Sub(x.clock.Now()), func() {
 		x.mu.Lock()
-		defer x.mu.Unlock()
+		defer x.unlock()
 		if e := x.procs[id]; e != nil && !e.state.Terminal() && !x.stopping {
 			e.deadlineTimer = nil
 			x.abortLocked(e)
@@ -153,7 +153,7 @@ func (x *Executor) armDeadlineLocked(e *entry) {
 // Get returns a snapshot of procedure id.
 func (x *Executor) Get(id uint64) (Info, error) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	e := x.procs[id]
 	if e == nil {
 		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
@@ -185,7 +185,7 @@ type Filter struct {
 // List returns the procedures matching f, by ascending id.
 func (x *Executor) List(f Filter) []Info {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	ids := make([]uint64, 0, len(x.procs))
 	for id := range x.procs {
 		if id > f.AfterID {
@@ -222,11 +222,11 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	root := x.roots[e.root]
-	x.mu.Unlock()
+	x.unlock()
 	if !e.isRoot() {
 		return Info{}, fmt.Errorf("%w: %d is a child; wait for its root %d", ErrInvalid, id, e.root)
 	}
@@ -236,7 +236,7 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 		return Info{}, ctx.Err()
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if !e.state.Terminal() && x.fatal != nil {
 		return x.infoLocked(e), x.fatal
 	}
@@ -252,15 +252,15 @@ func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if e.state.Terminal() {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 	}
 	targets := x.abortLocked(e)
-	x.mu.Unlock()
+	x.unlock()
 	for _, t := range targets {
 		x.persistIdle(t)
 	}
@@ -299,20 +299,20 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 func (x *Executor) persistIdle(e *entry) {
 	x.mu.Lock()
 	if x.stopping {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	if e.running {
 		e.dirty = true
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	e.running = true
-	x.mu.Unlock()
+	x.unlock()
 	x.persist(e)
 	x.mu.Lock()
 	x.unclaimLocked(e)
-	x.mu.Unlock()
+	x.unlock()
 }
 
 // Pause stops procedure id from running further steps until Resume. A
@@ -321,15 +321,15 @@ func (x *Executor) Pause(id uint64) error {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if e.state.Terminal() {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 	}
 	if e.paused {
-		x.mu.Unlock()
+		x.unlock()
 		return nil
 	}
 	e.paused = true
@@ -337,7 +337,7 @@ func (x *Executor) Pause(id uint64) error {
 	if e.state == Runnable {
 		e.pausedParked = true
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.persistIdle(e)
 	return nil
 }
@@ -347,11 +347,11 @@ func (x *Executor) Resume(id uint64) error {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if !e.paused {
-		x.mu.Unlock()
+		x.unlock()
 		return nil
 	}
 	e.paused = false
@@ -361,7 +361,7 @@ func (x *Executor) Resume(id uint64) error {
 			x.queueLocked(e, false)
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.persistIdle(e)
 	return nil
 }
@@ -372,19 +372,19 @@ func (x *Executor) Ack(id uint64) error {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	if !e.isRoot() || !e.state.Terminal() {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
 	}
 	if !e.ackedAt.IsZero() {
-		x.mu.Unlock()
+		x.unlock()
 		return nil
 	}
 	e.ackedAt = x.clock.Now()
-	x.mu.Unlock()
+	x.unlock()
 	x.persistIdle(e)
 	return nil
 }
@@ -408,7 +408,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	var targets []*entry
@@ -437,11 +437,11 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		return nil
 	}
 	if err := check(e); err != nil {
-		x.mu.Unlock()
+		x.unlock()
 		return err
 	}
 	if len(targets) == 0 {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 	}
 	for _, t := range targets {
@@ -454,7 +454,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 			t.pausedParked = false
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.log.Warn("bypass requested", "id", id, "procedures", len(targets), "recursive", opts.Recursive, "force", opts.Force)
 	// Persist leaves first so a crash midway never shows a bypassed parent
 	// with live children.
@@ -473,7 +473,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 			x.wakeLocked(t)
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	return nil
 }
 
@@ -494,7 +494,7 @@ func (x *Executor) Why(id uint64) (Why, error) {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil {
-		x.mu.Unlock()
+		x.unlock()
 		return Why{}, fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
 	w := Why{Info: x.infoLocked(e), Until: e.waitUntil}
@@ -524,7 +524,7 @@ func (x *Executor) Why(id uint64) (Why, error) {
 	default:
 		w.Reason = "queued"
 	}
-	x.mu.Unlock()
+	x.unlock()
 	w.Sched = x.sched.Why(id)
 	return w, nil
 }
@@ -543,7 +543,7 @@ type LoadProblem struct {
 // Problems lists the procedures that could not be loaded, by id.
 func (x *Executor) Problems() []LoadProblem {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	out := make([]LoadProblem, 0, len(x.problems))
 	for _, p := range x.problems {
 		out = append(out, p)
@@ -555,6 +555,6 @@ func (x *Executor) Problems() []LoadProblem {
 // LoadInfo is what the store reported at Start.
 func (x *Executor) LoadInfo() store.LoadInfo {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	return x.loadInfo
 }

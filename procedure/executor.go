@@ -46,6 +46,7 @@ type Executor struct {
 	evictTimer   clock.Timer
 	monitorTimer clock.Timer
 	loadInfo     store.LoadInfo
+	toRelease    []uint64 // lock holders to release once mu is unlocked
 }
 
 type nonceEntry struct {
@@ -99,18 +100,18 @@ func (x *Executor) Scheduler() *scheduler.Scheduler { return x.sched }
 func (x *Executor) AddListener(l Listener) {
 	x.mu.Lock()
 	x.listeners = append(x.listeners, l)
-	x.mu.Unlock()
+	x.unlock()
 }
 
 // Start loads every procedure from the store, then starts the workers.
 func (x *Executor) Start() error {
 	x.mu.Lock()
 	if x.started {
-		x.mu.Unlock()
+		x.unlock()
 		return fmt.Errorf("%w: Start called twice", ErrNotAllowed)
 	}
 	x.started = true
-	x.mu.Unlock()
+	x.unlock()
 	if err := x.load(); err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func (x *Executor) Start() error {
 	for i := 0; i < x.cfg.Workers; i++ {
 		x.startWorkerLocked(false)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.armEvictor()
 	x.armMonitor()
 	return nil
@@ -130,7 +131,7 @@ func (x *Executor) Start() error {
 func (x *Executor) Stop(ctx context.Context) error {
 	x.mu.Lock()
 	if x.stopping {
-		x.mu.Unlock()
+		x.unlock()
 		return x.waitWorkers(ctx)
 	}
 	x.stopping = true
@@ -147,7 +148,7 @@ func (x *Executor) Stop(ctx context.Context) error {
 			r.rbTimer.Stop()
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.cancel()
 	x.sched.Close()
 	return x.waitWorkers(ctx)
@@ -178,7 +179,7 @@ func stopTimers(e *entry) {
 // Err reports why the executor stopped on its own (a store failure), or nil.
 func (x *Executor) Err() error {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	return x.fatal
 }
 
@@ -188,7 +189,7 @@ func (x *Executor) Err() error {
 func (x *Executor) setFatal(err error) {
 	x.mu.Lock()
 	if x.fatal != nil {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	x.fatal = fmt.Errorf("%w: %w", ErrStoreFailed, err)
@@ -205,7 +206,7 @@ func (x *Executor) setFatal(err error) {
 	for _, r := range x.roots {
 		roots = append(roots, r)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.log.Error("store failed; executor stopped, procedures resume from the store on restart", "error", err)
 	x.cancel()
 	x.sched.Close()
@@ -242,7 +243,7 @@ func (x *Executor) workerLoop(w *worker) {
 			x.extra--
 		}
 		x.metrics.workers.Set(float64(len(x.workers)))
-		x.mu.Unlock()
+		x.unlock()
 	}()
 	timeout := time.Duration(-1)
 	if w.keepAlive {
@@ -283,54 +284,54 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	x.mu.Lock()
 	e := x.procs[id]
 	if e == nil || x.stopping {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	root := x.roots[e.root]
 	if root == nil || root.done {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	if root.failed {
 		if root.running == 0 && !root.rolling {
 			root.rolling = true
 			root.running++
-			x.mu.Unlock()
+			x.unlock()
 			x.rollback(w, root)
 			return
 		}
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	if e.state != Runnable {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	if e.paused {
 		e.pausedParked = true
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	if !x.claimLocked(e) {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	root.running++
 	if len(e.locks) > 0 && !e.locked {
 		e.lockWait = true
 		anc := x.ancestorsLocked(e)
-		x.mu.Unlock()
+		x.unlock()
 		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
 		x.mu.Lock()
 		if !granted {
 			x.endRunLocked(e, root)
-			x.mu.Unlock()
+			x.unlock()
 			return
 		}
 		e.lockWait = false
 		e.locked = true
 	}
-	x.mu.Unlock()
+	x.unlock()
 
 	for x.step(w, e, root) {
 	}
@@ -341,13 +342,13 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	}
 	dirty := e.dirty && !x.stopping
 	e.dirty = false
-	x.mu.Unlock()
+	x.unlock()
 	if dirty {
 		x.persist(e)
 	}
 	x.mu.Lock()
 	x.endRunLocked(e, root)
-	x.mu.Unlock()
+	x.unlock()
 }
 
 func (x *Executor) endRunLocked(e *entry, root *rootState) {
@@ -358,10 +359,23 @@ func (x *Executor) endRunLocked(e *entry, root *rootState) {
 	}
 }
 
+// releaseLocksLocked drops e's locks. The scheduler call is deferred to
+// unlock: releasing wakes waiters through onSchedWake, which takes x.mu.
 func (x *Executor) releaseLocksLocked(e *entry) {
 	if e.locked {
 		e.locked = false
-		x.sched.Release(e.id)
+		x.toRelease = append(x.toRelease, e.id)
+	}
+}
+
+// unlock releases x.mu, then hands the scheduler the lock releases queued
+// while it was held.
+func (x *Executor) unlock() {
+	rel := x.toRelease
+	x.toRelease = nil
+	x.mu.Unlock()
+	for _, id := range rel {
+		x.sched.Release(id)
 	}
 }
 
@@ -386,11 +400,11 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		if e.paused && e.state == Runnable {
 			e.pausedParked = true
 		}
-		x.mu.Unlock()
+		x.unlock()
 		return false
 	}
 	if e.bypass {
-		x.mu.Unlock()
+		x.unlock()
 		x.log.Warn("procedure bypassed: finishing without running it", "id", e.id, "type", e.ti.name)
 		x.complete(e, root)
 		return false
@@ -401,9 +415,10 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
 		e.abort, abort = true, true
 	}
-	x.mu.Unlock()
+	repeats := e.repeats
+	x.unlock()
 
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e,
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
 
 	if timedOut {
@@ -429,7 +444,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	x.mu.Lock()
 	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
-	x.mu.Unlock()
+	x.unlock()
 
 	start := x.clock.Now()
 	w.stepStart.Store(time.Now().UnixNano())
@@ -480,7 +495,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	} else if st.kind != stepYield {
 		e.repeats++
 	}
-	x.mu.Unlock()
+	x.unlock()
 
 	switch st.kind {
 	case stepYield:
@@ -488,7 +503,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		if e.locked && !e.holdLock {
 			x.releaseLocksLocked(e)
 		}
-		x.mu.Unlock()
+		x.unlock()
 		x.sched.AddBack(e.id, e.key)
 		return false
 	case stepDone:
@@ -511,7 +526,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 func (x *Executor) abortCause(e *entry) error {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
 		return fmt.Errorf("%w: deadline %s passed", ErrTimeout, e.deadline.Format(time.RFC3339Nano))
 	}
@@ -541,7 +556,7 @@ func (x *Executor) complete(e *entry, root *rootState) {
 		e.stack = nil // nothing of a finished tree is ever rolled back
 	}
 	e.finishedAt = x.clock.Now()
-	x.mu.Unlock()
+	x.unlock()
 	if !e.isRoot() {
 		if !x.persist(e) {
 			return
@@ -556,7 +571,7 @@ func (x *Executor) complete(e *entry, root *rootState) {
 				x.queueLocked(p, true)
 			}
 		}
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	x.finishRoot(root, e)
@@ -591,7 +606,7 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 	root.done = true
 	outcome := e.state.String()
 	dur := e.finishedAt.Sub(e.submitted)
-	x.mu.Unlock()
+	x.unlock()
 	if len(descendants) > 0 {
 		if err := x.store.Delete(descendants); err != nil {
 			x.setFatal(err)
@@ -623,7 +638,7 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 		root.failed = true
 		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.metrics.failed.WithLabelValues(e.ti.name).Inc()
 	x.log.Info("procedure failed; its root will roll back", "id", e.id, "type", e.ti.name, "root", e.root, "error", cause)
 	x.persist(e)
@@ -649,7 +664,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 	}
 	e.state = Waiting
 	e.childLatch += len(kids)
-	x.mu.Unlock()
+	x.unlock()
 
 	parentRec, err := x.encode(e)
 	if err != nil {
@@ -664,7 +679,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 			e.state = Runnable
 			e.childLatch -= len(kids)
 			e.children = e.children[:len(e.children)-len(kids)]
-			x.mu.Unlock()
+			x.unlock()
 			x.fail(e, root, fmt.Errorf("encoding child %T: %w", k.proc, err), false)
 			return
 		}
@@ -683,7 +698,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 	for i := len(kids) - 1; i >= 0; i-- {
 		x.queueLocked(kids[i], true)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.notify(e)
 	for _, k := range kids {
 		x.notify(k)
@@ -720,12 +735,12 @@ func (x *Executor) suspend(e *entry, st Step) {
 		e.state = Waiting
 		e.waitUntil = time.Time{}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	if !st.skipPersist && !x.persist(e) {
 		return
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if x.stopping {
 		return
 	}
@@ -776,7 +791,7 @@ func (x *Executor) wakeLocked(e *entry) {
 
 func (x *Executor) onTimer(id, gen uint64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	e := x.procs[id]
 	if e == nil || e.waitGen != gen || e.state != WaitingTimeout || x.stopping {
 		return
@@ -790,7 +805,7 @@ func (x *Executor) onTimer(id, gen uint64) {
 // wait queue or an event.
 func (x *Executor) onSchedWake(id uint64) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	e := x.procs[id]
 	if e == nil || x.stopping {
 		return
@@ -830,7 +845,7 @@ func (x *Executor) persist(e *entry) bool {
 			root.failed = true
 			root.cause = e.errMsg
 		}
-		x.mu.Unlock()
+		x.unlock()
 		rec, err = x.encodeWith(e, nil)
 		if err != nil {
 			x.setFatal(err)
@@ -843,7 +858,7 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.mu.Lock()
 	e.dirty = false
-	x.mu.Unlock()
+	x.unlock()
 	x.notify(e)
 	return true
 }
@@ -855,7 +870,7 @@ func (x *Executor) notify(e *entry) {
 	if len(ls) > 0 {
 		info = x.infoLocked(e)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	for _, l := range ls {
 		l(info)
 	}
@@ -882,7 +897,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats,
 	}
-	x.mu.Unlock()
+	x.unlock()
 	if sm, ok := e.proc.(stateMachineProcedure); ok {
 		m := sm.machine()
 		r.sm, r.smStarted, r.smEOF, r.smNext = true, m.started, m.eof, m.next

@@ -376,10 +376,12 @@ func (p *gatedSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
 	p.SetNextState(s + 1)
 	return HasMoreState, nil
 }
-func (p *gatedSM) RollbackState(*Context, int32) error  { return nil }
-func (p *gatedSM) IsRollbackSupported(s int32) bool     { return s != 1 }
-func (p *gatedSM) Locks() []scheduler.Lock              { return nil }
-func (p *gatedSM) QueueKey() scheduler.QueueKey         { return scheduler.QueueKey{Kind: scheduler.KindTable, Name: "gated"} }
+func (p *gatedSM) RollbackState(*Context, int32) error { return nil }
+func (p *gatedSM) IsRollbackSupported(s int32) bool    { return s != 1 }
+func (p *gatedSM) Locks() []scheduler.Lock             { return nil }
+func (p *gatedSM) QueueKey() scheduler.QueueKey {
+	return scheduler.QueueKey{Kind: scheduler.KindTable, Name: "gated"}
+}
 func (p *gatedSM) HoldLock() bool                       { return false }
 func (p *gatedSM) String() string                       { return "gated" }
 func (p *gatedSM) unusedForLint() (reflect.Type, error) { return nil, nil }
@@ -438,7 +440,7 @@ func TestBypassGuards(t *testing.T) {
 	ev := scheduler.NewEvent("never")
 	funcs.Store("stuck", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
 	funcs.Store("parent", func(ctx *Context) (Step, error) {
-		if len(ctx.e.children) == 0 {
+		if len(ctx.Children()) == 0 {
 			return Spawn(&funcProc{ID: "stuck"}), nil
 		}
 		return Done(), nil
@@ -502,7 +504,7 @@ func TestChildrenInheritLocks(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 	funcs.Store("leaf", func(ctx *Context) (Step, error) { return Done(), nil })
 	funcs.Store("lockparent", func(ctx *Context) (Step, error) {
-		if len(ctx.e.children) == 0 {
+		if len(ctx.Children()) == 0 {
 			return Spawn(&lockedProc{funcProc{ID: "leaf"}}, &lockedProc{funcProc{ID: "leaf"}}), nil
 		}
 		return Done(), nil

@@ -34,7 +34,7 @@ func (x *Executor) load() error {
 		return fmt.Errorf("procedure: loading store: %w", err)
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	x.loadInfo = info
 	for _, c := range info.Corruptions {
 		x.log.Error("store reported corruption; damaged data kept for inspection", "corruption", c.String())

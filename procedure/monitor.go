@@ -10,7 +10,7 @@ import (
 // finished, or AckedResultTTL after its result was acknowledged.
 func (x *Executor) armEvictor() {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if x.stopping {
 		return
 	}
@@ -26,7 +26,7 @@ func (x *Executor) EvictExpired() int {
 	now := x.clock.Now()
 	x.mu.Lock()
 	if x.stopping {
-		x.mu.Unlock()
+		x.unlock()
 		return 0
 	}
 	var ids []uint64
@@ -41,7 +41,7 @@ func (x *Executor) EvictExpired() int {
 			ids = append(ids, id)
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	if len(ids) == 0 {
 		return 0
 	}
@@ -58,7 +58,7 @@ func (x *Executor) EvictExpired() int {
 		delete(x.procs, id)
 		delete(x.roots, id)
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.log.Debug("evicted finished procedures", "count", len(ids))
 	return len(ids)
 }
@@ -69,7 +69,7 @@ func (x *Executor) EvictExpired() int {
 // starved by stuck ones.
 func (x *Executor) armMonitor() {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if x.stopping {
 		return
 	}
@@ -84,7 +84,7 @@ func (x *Executor) armMonitor() {
 func (x *Executor) CheckStuckWorkers() int {
 	threshold := time.Now().Add(-x.cfg.StuckThreshold).UnixNano()
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	if x.stopping {
 		return 0
 	}
@@ -105,6 +105,6 @@ func (x *Executor) CheckStuckWorkers() int {
 // Workers returns the number of worker goroutines, core and keep-alive.
 func (x *Executor) Workers() int {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	defer x.unlock()
 	return len(x.workers)
 }

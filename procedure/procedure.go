@@ -197,6 +197,8 @@ type Context struct {
 	children []Procedure
 	suspend  *Step
 	yield    bool
+	abort    bool  // snapshot of the abort flag at the step boundary
+	repeats  int32 // snapshot of entry.repeats
 }
 
 // Suspend makes a state machine suspend once ExecuteState returns (HBase's
@@ -224,7 +226,18 @@ func (c *Context) RootID() uint64 { return c.e.root }
 func (c *Context) Now() time.Time { return c.x.clock.Now() }
 
 // SetResult sets the result kept with the procedure once it finishes.
-func (c *Context) SetResult(b []byte) { c.e.result = append([]byte(nil), b...) }
+func (c *Context) SetResult(b []byte) {
+	c.x.mu.Lock()
+	c.e.result = append([]byte(nil), b...)
+	c.x.mu.Unlock()
+}
+
+// Children lists the ids of the children this procedure has spawned so far.
+func (c *Context) Children() []uint64 {
+	c.x.mu.Lock()
+	defer c.x.mu.Unlock()
+	return append([]uint64(nil), c.e.children...)
+}
 
 // AddChild queues a child to be spawned when the step returns; used by
 // state machines (a Stepper may return Spawn instead).
@@ -232,7 +245,7 @@ func (c *Context) AddChild(p Procedure) { c.children = append(c.children, p) }
 
 // Attempt is the number of consecutive times the current state (for a state
 // machine) or step has run; useful with Backoff.
-func (c *Context) Attempt() int { return int(c.e.repeats) + 1 }
+func (c *Context) Attempt() int { return int(c.repeats) + 1 }
 
 // Errors returned by the executor.
 var (

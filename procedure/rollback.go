@@ -12,7 +12,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		x.mu.Lock()
 		root.rolling = false
 		root.running--
-		x.mu.Unlock()
+		x.unlock()
 	}()
 	rootEntry := root.entry
 
@@ -20,7 +20,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 	needMark := !rootEntry.rollingBack
 	if needMark {
 		if !x.claimLocked(rootEntry) {
-			x.mu.Unlock()
+			x.unlock()
 			return // an API call holds it; it re-queues the root when done
 		}
 		rootEntry.rollingBack = true
@@ -28,14 +28,14 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			rootEntry.errMsg = root.cause
 		}
 	}
-	x.mu.Unlock()
+	x.unlock()
 	if needMark {
 		// Persist the decision first: once any member is rolled back, the
 		// FAILED member may be gone, and a restart must still know.
 		ok := x.persist(rootEntry)
 		x.mu.Lock()
 		x.unclaimLocked(rootEntry)
-		x.mu.Unlock()
+		x.unlock()
 		if !ok {
 			return
 		}
@@ -45,17 +45,17 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 	for {
 		x.mu.Lock()
 		if x.stopping {
-			x.mu.Unlock()
+			x.unlock()
 			return
 		}
 		if len(root.stack) == 0 {
-			x.mu.Unlock()
+			x.unlock()
 			x.finishRolledBack(root)
 			return
 		}
 		top := root.stack[len(root.stack)-1]
 		if !x.claimLocked(top) {
-			x.mu.Unlock()
+			x.unlock()
 			return
 		}
 		needLocks := len(top.locks) > 0 && !top.locked && !top.bypass
@@ -63,7 +63,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			top.lockWait = true
 		}
 		anc := x.ancestorsLocked(top)
-		x.mu.Unlock()
+		x.unlock()
 
 		if needLocks {
 			if !x.sched.Acquire(top.id, top.key, anc, top.locks) {
@@ -71,13 +71,13 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 				// finds the tree failed and resumes this rollback.
 				x.mu.Lock()
 				x.unclaimLocked(top)
-				x.mu.Unlock()
+				x.unlock()
 				return
 			}
 			x.mu.Lock()
 			top.lockWait = false
 			top.locked = true
-			x.mu.Unlock()
+			x.unlock()
 		}
 
 		var err error
@@ -95,12 +95,12 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			rootID := root.id
 			root.rbTimer = x.clock.AfterFunc(delay, func() {
 				x.mu.Lock()
-				defer x.mu.Unlock()
+				defer x.unlock()
 				if r := x.roots[rootID]; r != nil && !r.done && !x.stopping {
 					x.sched.AddFront(rootID, r.entry.key)
 				}
 			})
-			x.mu.Unlock()
+			x.unlock()
 			x.log.Warn("rollback step failed; will retry", "id", top.id, "type", top.ti.name, "attempt", root.rbTries, "retry_in", delay, "error", err)
 			return
 		}
@@ -117,11 +117,11 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		if !top.holdLock {
 			x.releaseLocksLocked(top)
 		}
-		x.mu.Unlock()
+		x.unlock()
 		ok := x.persist(top)
 		x.mu.Lock()
 		x.unclaimLocked(top)
-		x.mu.Unlock()
+		x.unlock()
 		if !ok {
 			return
 		}
@@ -146,7 +146,7 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	e := root.entry
 	x.mu.Lock()
 	if !x.claimLocked(e) {
-		x.mu.Unlock()
+		x.unlock()
 		return
 	}
 	e.state = RolledBack
@@ -154,10 +154,10 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	if e.errMsg == "" {
 		e.errMsg = root.cause
 	}
-	x.mu.Unlock()
+	x.unlock()
 	x.log.Info("rolled back", "root", root.id, "type", e.ti.name, "cause", e.errMsg)
 	x.finishRoot(root, e)
 	x.mu.Lock()
 	x.unclaimLocked(e)
-	x.mu.Unlock()
+	x.unlock()
 }

@@ -86,7 +86,7 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 		m.next = p.InitialState()
 	}
 	state := m.next
-	if ctx.e.abort && rollbackSupported(p, state) {
+	if ctx.abort && rollbackSupported(p, state) {
 		return Step{}, false, ErrAborted
 	}
 	repeat := topIsSelf && len(m.history) > 0 && m.history[len(m.history)-1] == state
@@ -95,8 +95,8 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 		if limit <= 0 {
 			limit = DefaultMaxStateRepeats
 		}
-		if int(ctx.e.repeats)+1 >= limit {
-			return Step{}, false, fmt.Errorf("%w: state %d ran %d times in a row", ErrStateLoop, state, ctx.e.repeats+1)
+		if int(ctx.repeats)+1 >= limit {
+			return Step{}, false, fmt.Errorf("%w: state %d ran %d times in a row", ErrStateLoop, state, ctx.repeats+1)
 		}
 	} else {
 		m.history = append(m.history, state)

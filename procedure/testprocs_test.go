@@ -245,7 +245,13 @@ func startExecutor(t testing.TB, st store.Store, d *domain, mod func(*Config)) *
 	if err := x.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = x.Stop(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := x.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
 	return &harness{t: t, x: x, st: st, d: d, reg: cfg.Registry}
 }
 
