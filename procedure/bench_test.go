@@ -1,0 +1,136 @@
+package procedure_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// noop is a procedure of Steps no-op steps: it measures the framework.
+type noop struct{ Steps, Done int }
+
+func (p *noop) Execute(*procedure.Context) (procedure.Step, error) {
+	p.Done++
+	if p.Done >= p.Steps {
+		return procedure.Done(), nil
+	}
+	return procedure.More(), nil
+}
+
+func (p *noop) Rollback(*procedure.Context) error { return nil }
+
+const benchSteps = 10
+
+// runProcs submits n 10-step procedures from `clients` goroutines and waits
+// for all of them; it returns the elapsed time.
+func runProcs(b *testing.B, st store.Store, workers, clients, n int) time.Duration {
+	reg := procedure.NewRegistry()
+	reg.MustRegister("noop", 1, func() procedure.Procedure { return &noop{} })
+	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer x.Stop(context.Background())
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				id, err := x.Submit(&noop{Steps: benchSteps}, procedure.SubmitOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if info, err := x.Wait(context.Background(), id); err != nil || info.State != procedure.Success {
+					b.Errorf("proc %d: %v %v", id, info.State, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// rawAppends writes n×(steps+1) 1-record updates of recordSize bytes to
+// the WAL from `writers` goroutines: what the executor's writes cost with
+// no framework around them.
+func rawAppends(b *testing.B, w *store.WAL, writers, n, recordSize int) time.Duration {
+	payload := make([]byte, recordSize)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	total := int64(n * (benchSteps + 1))
+	start := time.Now()
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := next.Add(1)
+				if k > total {
+					return
+				}
+				if err := w.Update(store.Proc{ID: uint64(k%100000 + 1), Data: payload}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+func openWAL(b *testing.B, load bool) *store.WAL {
+	w, err := store.OpenWAL(store.DefaultWALConfig(b.TempDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if load {
+		if _, err := w.Load(func(store.Proc) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return w
+}
+
+// BenchmarkExecutor runs 10-step no-op procedures end to end (submit,
+// 10 persisted steps, wait) on the in-memory store and on the WAL. On the
+// WAL it first runs the same number of bare WAL updates of the same size
+// with the same concurrency, and reports the executor's throughput as a
+// ratio of that baseline.
+func BenchmarkExecutor(b *testing.B) {
+	for _, clients := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("store=mem/clients=%d", clients), func(b *testing.B) {
+			d := runProcs(b, store.NewMemStore(), 16, clients, b.N)
+			b.ReportMetric(float64(b.N)/d.Seconds(), "procs/s")
+			b.ReportMetric(float64(b.N*benchSteps)/d.Seconds(), "steps/s")
+		})
+		b.Run(fmt.Sprintf("store=wal/clients=%d", clients), func(b *testing.B) {
+			raw := openWAL(b, true)
+			// ~120 bytes is what one noop procedure's record weighs.
+			base := rawAppends(b, raw, clients, b.N, 120)
+			raw.Close()
+			w := openWAL(b, false) // the executor loads it
+			defer w.Close()
+			d := runProcs(b, w, max(16, clients), clients, b.N)
+			b.ReportMetric(float64(b.N)/d.Seconds(), "procs/s")
+			b.ReportMetric(float64(b.N*benchSteps)/d.Seconds(), "steps/s")
+			b.ReportMetric(base.Seconds()/d.Seconds(), "x_bare_wal")
+			st := w.Stats()
+			b.ReportMetric(st.RecordsPerSync(), "records/fsync")
+		})
+	}
+}
