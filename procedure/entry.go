@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
@@ -55,13 +56,14 @@ type rootState struct {
 	members map[uint64]*entry
 	// stack is the rollback stack: one element per executed step, in the
 	// order the steps ran, across the whole tree.
-	stack   []*entry
-	running int  // members executing a step (or the rollback)
-	failed  bool // a member failed: rollback once nothing runs
-	cause   string
-	rolling bool // a worker is rolling the tree back
-	rbTries int
-	done    bool
-	rbTimer clock.Timer
-	doneCh  chan struct{}
+	stack    []*entry
+	running  int  // members executing a step (or the rollback)
+	failed   bool // a member failed: rollback once nothing runs
+	cause    string
+	rolling  bool // a worker is rolling the tree back
+	rbTries  int
+	done     bool
+	rbTimer  clock.Timer
+	doneCh   chan struct{}
+	doneOnce sync.Once
 }

@@ -216,11 +216,7 @@ func (x *Executor) setFatal(err error) {
 }
 
 func (r *rootState) closeDone() {
-	select {
-	case <-r.doneCh:
-	default:
-		close(r.doneCh)
-	}
+	r.doneOnce.Do(func() { close(r.doneCh) })
 }
 
 func (x *Executor) startWorkerLocked(keepAlive bool) {
@@ -354,6 +350,9 @@ func (x *Executor) runProc(w *worker, id uint64) {
 func (x *Executor) endRunLocked(e *entry, root *rootState) {
 	root.running--
 	x.unclaimLocked(e)
+	if root.done && e == root.entry {
+		root.closeDone()
+	}
 	if root.failed && root.running == 0 && !root.done {
 		x.sched.AddFront(root.id, root.entry.key)
 	}
@@ -614,7 +613,8 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 		}
 	}
 	x.metrics.duration.WithLabelValues(e.ti.name, outcome).Observe(dur.Seconds())
-	root.closeDone()
+	// Waiters are released by the caller once it let go of e, so that what
+	// they do next (Ack, eviction) never finds it still claimed.
 }
 
 func (x *Executor) queueLocked(e *entry, front bool) {

@@ -105,7 +105,7 @@ func (x *Executor) load() error {
 			}
 			root.members = map[uint64]*entry{rid: rootEntry}
 			root.done = true
-			close(root.doneCh)
+			root.closeDone()
 			x.procs[rid] = rootEntry
 			x.roots[rid] = root
 			x.indexNonceLocked(rootEntry)

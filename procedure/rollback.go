@@ -159,5 +159,9 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	x.finishRoot(root, e)
 	x.mu.Lock()
 	x.unclaimLocked(e)
+	done := root.done
 	x.unlock()
+	if done {
+		root.closeDone()
+	}
 }

@@ -150,3 +150,32 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.StopTimer()
 	report(b)
 }
+
+// BenchmarkBaselineMutexAppend is the floor an AddBack is measured against
+// in the same run: 10 goroutines appending to one slice under one mutex,
+// with none of the scheduler's per-entity queues, fairness or dedupe.
+func BenchmarkBaselineMutexAppend(b *testing.B) {
+	var mu sync.Mutex
+	q := make([]uint64, 0, 1024)
+	b.ResetTimer()
+	parallel(b, b.N, func(_, i int) {
+		mu.Lock()
+		q = append(q, uint64(i))
+		mu.Unlock()
+	})
+	b.StopTimer()
+	report(b)
+}
+
+// BenchmarkBaselineChannel: the same ids through a buffered channel, add
+// then poll, as BenchmarkAddBackPoll does through the scheduler.
+func BenchmarkBaselineChannel(b *testing.B) {
+	ch := make(chan uint64, 1024)
+	b.ResetTimer()
+	parallel(b, b.N, func(_, i int) {
+		ch <- uint64(i)
+		<-ch
+	})
+	b.StopTimer()
+	report(b)
+}

@@ -1,0 +1,38 @@
+# Baton. `make test` is what CI runs (see .ci/run); `make bench` prints the
+# benchmark figures quoted in README.md.
+GO ?= go
+
+.PHONY: all build test test-short fuzz bench demo vet fmt clean
+
+all: vet build test
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/node ./cmd/node
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+test:
+	$(GO) test -race ./...
+
+test-short:
+	$(GO) test -short ./...
+
+# A short run of the WAL reader fuzz target (seed corpus in store/testdata).
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzReadSegment -fuzztime 20s ./store/
+
+# Benchmarks. BATON_WAL_LOAD_PROCS=1000000 runs the full 1 M-procedure
+# WAL load case (about 5.5 GB of segments on disk).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./scheduler/
+	$(GO) test -run '^$$' -bench BenchmarkWALAppend -benchtime 3000x ./store/
+	$(GO) test -run '^$$' -bench BenchmarkWALLoad -benchtime 1x -timeout 30m ./store/
+	$(GO) test -run '^$$' -bench BenchmarkExecutor -benchtime 5000x ./procedure/
+
+demo:
+	$(GO) run ./cmd/node demo
+
+clean:
+	rm -rf bin baton-data
