@@ -76,7 +76,16 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 		x.nonces[nk] = ne
 	}
 	now := x.clock.Now()
-	e := x.newEntry(p, ti, 0, 0, now)
+	e, err := x.newEntry(p, ti, 0, 0, now)
+	if err != nil {
+		if ne != nil {
+			delete(x.nonces, nk)
+			ne.err = err
+			close(ne.done)
+		}
+		x.unlock()
+		return 0, err
+	}
 	e.id = x.nextID
 	x.nextID++
 	e.root = e.id

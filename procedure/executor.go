@@ -654,7 +654,12 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 			x.fail(e, root, err, false)
 			return
 		}
-		kids = append(kids, x.newEntry(c, ti, e.root, e.id, now))
+		k, err := x.newEntry(c, ti, e.root, e.id, now)
+		if err != nil {
+			x.fail(e, root, err, false)
+			return
+		}
+		kids = append(kids, k)
 	}
 	x.mu.Lock()
 	for _, k := range kids {
@@ -705,24 +710,32 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 	}
 }
 
-func (x *Executor) newEntry(p Procedure, ti *typeInfo, root, parent uint64, now time.Time) *entry {
+func (x *Executor) newEntry(p Procedure, ti *typeInfo, root, parent uint64, now time.Time) (*entry, error) {
 	e := &entry{parent: parent, root: root, ti: ti, proc: p, state: Runnable, submitted: now, updated: now}
-	x.deriveLocked(e)
-	return e
+	return e, x.deriveLocked(e)
 }
 
 // deriveLocked fills the fields an entry takes from its procedure's
-// optional interfaces.
-func (x *Executor) deriveLocked(e *entry) {
+// optional interfaces, and refuses values the scheduler cannot take.
+func (x *Executor) deriveLocked(e *entry) error {
 	if q, ok := e.proc.(Queued); ok {
 		e.key = q.QueueKey()
+		if e.key.Kind > scheduler.KindTable {
+			return fmt.Errorf("%w: %s: queue kind %d (want meta, server, peer or table)", ErrInvalid, e.ti.name, e.key.Kind)
+		}
 	} else {
 		e.key = scheduler.QueueKey{Kind: scheduler.KindTable, Name: e.ti.name, Priority: scheduler.PriorityUser}
 	}
 	if l, ok := e.proc.(Locker); ok {
 		e.locks = l.Locks()
 		e.holdLock = l.HoldLock()
+		for _, lk := range e.locks {
+			if lk.Type > scheduler.LockPeer || lk.Mode > scheduler.Exclusive {
+				return fmt.Errorf("%w: %s: lock %+v", ErrInvalid, e.ti.name, lk)
+			}
+		}
 	}
+	return nil
 }
 
 // suspend parks e after a Suspend step.

@@ -495,6 +495,10 @@ func TestLocksSerialiseAndWhy(t *testing.T) {
 
 type lockedProc struct{ funcProc }
 
+type badKeyProc struct{ funcProc }
+
+func (p *badKeyProc) QueueKey() scheduler.QueueKey { return scheduler.QueueKey{Kind: 99} }
+
 func (p *lockedProc) Locks() []scheduler.Lock {
 	return scheduler.TableLocks("default", "t1", scheduler.Exclusive)
 }
@@ -652,6 +656,12 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := h.x.Submit(newSteps("x", 1), SubmitOptions{Timeout: -1}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("negative timeout: %v", err)
+	}
+	if _, err := h.x.Submit(&badKeyProc{}, SubmitOptions{Nonce: "bad"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid queue kind: %v", err)
+	}
+	if _, err := h.x.Submit(&badKeyProc{}, SubmitOptions{Nonce: "bad"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid queue kind, same nonce again: %v", err)
 	}
 	r := NewRegistry()
 	for _, tc := range []struct {

@@ -248,7 +248,9 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		stack: r.stack, locked: r.locked, errMsg: r.errMsg, result: r.result,
 		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats,
 	}
-	x.deriveLocked(e)
+	if err := x.deriveLocked(e); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

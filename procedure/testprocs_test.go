@@ -219,6 +219,7 @@ func testRegistry(t testing.TB) *Registry {
 	r.MustRegister("timeout", 1, func() Procedure { return &timeoutProc{} })
 	r.MustRegister("gated", 1, func() Procedure { return &gatedSM{} })
 	r.MustRegister("locked", 1, func() Procedure { return &lockedProc{} })
+	r.MustRegister("badkey", 1, func() Procedure { return &badKeyProc{} })
 	return r
 }
 
