@@ -342,9 +342,14 @@ func (x *Executor) Pause(id uint64) error {
 		return nil
 	}
 	e.paused = true
-	x.sched.Remove(e.id)
-	if e.state == Runnable {
-		e.pausedParked = true
+	if root := x.roots[e.root]; root != nil && root.failed {
+		// A failed tree rolls back regardless: its queued turn may be the
+		// rollback's, and dropping it would strand the tree.
+	} else {
+		x.sched.Remove(e.id)
+		if e.state == Runnable {
+			e.pausedParked = true
+		}
 	}
 	x.unlock()
 	x.persistIdle(e)
@@ -366,8 +371,14 @@ func (x *Executor) Resume(id uint64) error {
 	e.paused = false
 	if e.pausedParked {
 		e.pausedParked = false
-		if e.state == Runnable && !e.running {
-			x.queueLocked(e, false)
+		if e.state == Runnable {
+			if e.running {
+				// Its worker is parking it right now: have the worker
+				// queue it again when it lets go.
+				e.rerun = true
+			} else {
+				x.queueLocked(e, false)
+			}
 		}
 	}
 	x.unlock()
@@ -475,6 +486,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		t := targets[i]
 		if t.lockWait {
 			t.lockWait = false
+			x.sched.CancelLockWait(t.id)
 		}
 		if t.state == Runnable && !t.running {
 			x.queueLocked(t, true)

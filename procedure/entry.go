@@ -57,10 +57,12 @@ type rootState struct {
 	// stack is the rollback stack: one element per executed step, in the
 	// order the steps ran, across the whole tree.
 	stack    []*entry
-	running  int  // members executing a step (or the rollback)
-	failed   bool // a member failed: rollback once nothing runs
+	nextPos  int32 // position of the next step pushed: above every persisted one
+	running  int   // members executing a step (or the rollback)
+	failed   bool  // a member failed: rollback once nothing runs
 	cause    string
 	rolling  bool // a worker is rolling the tree back
+	rbRerun  bool // a turn came while rolling: the roller re-queues the root
 	rbTries  int
 	done     bool
 	rbTimer  clock.Timer

@@ -296,6 +296,12 @@ func (x *Executor) runProc(w *worker, id uint64) {
 			x.rollback(w, root)
 			return
 		}
+		if root.rolling {
+			// The roller may be past its last look at the tree (a retry
+			// timer, a lock wake or an API call queued this turn as it
+			// left): it takes the turn again once it is done.
+			root.rbRerun = true
+		}
 		x.unlock()
 		return
 	}
@@ -313,7 +319,9 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		return
 	}
 	root.running++
-	if len(e.locks) > 0 && !e.locked {
+	// A bypassed procedure runs no step, so it needs no lock (a forced
+	// Bypass is how a repairer gets a lock waiter out of the way).
+	if len(e.locks) > 0 && !e.locked && !e.bypass {
 		e.lockWait = true
 		anc := x.ancestorsLocked(e)
 		x.unlock()
@@ -336,13 +344,14 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	if e.locked && !e.holdLock && !e.state.Terminal() {
 		x.releaseLocksLocked(e)
 	}
-	dirty := e.dirty && !x.stopping
-	e.dirty = false
-	x.unlock()
-	if dirty {
+	// An API call that changed e while we held it left the write to us;
+	// check again after each write, until we let go of e under mu.
+	for e.dirty && !x.stopping {
+		e.dirty = false
+		x.unlock()
 		x.persist(e)
+		x.mu.Lock()
 	}
-	x.mu.Lock()
 	x.endRunLocked(e, root)
 	x.unlock()
 }
@@ -445,18 +454,24 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
 	x.unlock()
 
-	start := x.clock.Now()
 	w.stepStart.Store(time.Now().UnixNano())
 	var (
 		st     Step
 		pushed bool
 		err    error
 	)
+	histLen := -1
+	if sm, ok := e.proc.(stateMachineProcedure); ok {
+		histLen = len(sm.machine().history)
+	}
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
 				err = fmt.Errorf("procedure panicked: %v\n%s", r, debug.Stack())
-				pushed = true
+				// The panicking step is rolled back like a failed one; for
+				// a state machine only if it was a new history entry, so
+				// history and stack positions stay one to one.
+				pushed = histLen < 0 || len(e.proc.(stateMachineProcedure).machine().history) > histLen
 			}
 		}()
 		switch p := e.proc.(type) {
@@ -472,7 +487,6 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}()
 	w.stepStart.Store(0)
 	x.metrics.steps.WithLabelValues(e.ti.name).Inc()
-	_ = start
 
 	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The step gave up because we are stopping: that is not a failure.
@@ -517,7 +531,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		x.spawn(e, root, st.children)
 		return false
 	case stepSuspend:
-		x.suspend(e, st)
+		x.suspend(e, st, abort)
 		return false
 	}
 	return false
@@ -542,7 +556,8 @@ func safeCall(f func() error) (err error) {
 }
 
 func (x *Executor) pushLocked(root *rootState, e *entry) {
-	e.stack = append(e.stack, int32(len(root.stack)))
+	e.stack = append(e.stack, root.nextPos)
+	root.nextPos++
 	root.stack = append(root.stack, e)
 	e.repeats = 0
 }
@@ -738,8 +753,11 @@ func (x *Executor) deriveLocked(e *entry) error {
 	return nil
 }
 
-// suspend parks e after a Suspend step.
-func (x *Executor) suspend(e *entry, st Step) {
+// suspend parks e after a Suspend step. sawAbort is the abort flag the
+// step started with: an Abort (or Bypass) that arrived while the step ran
+// found e runnable and could not wake it, so it is woken here instead of
+// sleeping on an event that may never come.
+func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 	x.mu.Lock()
 	if st.timeout > 0 {
 		e.state = WaitingTimeout
@@ -761,6 +779,9 @@ func (x *Executor) suspend(e *entry, st Step) {
 		x.releaseLocksLocked(e)
 	}
 	x.armWaitLocked(e, st.event)
+	if e.bypass || e.abort && !sawAbort {
+		x.wakeLocked(e)
+	}
 }
 
 // armWaitLocked arms the wake-ups of a suspended e: its timer and event.

@@ -691,3 +691,48 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// panicSM panics in state 1 on its second run of it (a repeat), which must
+// leave history and rollback stack consistent across a restart.
+type panicSM struct {
+	StateMachine
+	Runs int
+}
+
+func (p *panicSM) InitialState() int32 { return 0 }
+func (p *panicSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
+	if s == 0 {
+		p.SetNextState(1)
+		return HasMoreState, nil
+	}
+	p.Runs++
+	if p.Runs == 2 {
+		panic("second run of state 1")
+	}
+	return HasMoreState, nil
+}
+func (p *panicSM) RollbackState(*Context, int32) error { return nil }
+
+func TestPanicInRepeatedStateKeepsStackConsistent(t *testing.T) {
+	reg := func(c *Config) {
+		c.Registry = NewRegistry()
+		c.Registry.MustRegister("panic", 1, func() Procedure { return &panicSM{} })
+	}
+	// Writes: insert, state 0, state 1, the FAILED image; then "crash"
+	// before the rollback writes anything.
+	mem := store.NewMemStore()
+	cs := &crashStore{inner: mem, budget: 4}
+	h := startExecutor(t, cs, newDomain(), reg)
+	id := h.submit(&panicSM{}, SubmitOptions{})
+	eventually(t, "crash", func() bool { return h.x.Err() != nil })
+	_ = h.x.Stop(context.Background())
+
+	h2 := startExecutor(t, mem, newDomain(), reg)
+	if p := h2.x.Problems(); len(p) != 0 {
+		t.Fatalf("reload found problems: %+v", p)
+	}
+	info := h2.wait(id)
+	if info.State != RolledBack || !errorsContain(info.Error, "panicked") {
+		t.Fatalf("state %s error %q", info.State, info.Error)
+	}
+}

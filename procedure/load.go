@@ -273,6 +273,20 @@ func (x *Executor) checkTree(rid uint64, byID map[uint64]*entry) (string, bool) 
 			if byID[e.parent] == nil {
 				return fmt.Sprintf("orphan: proc %d's parent %d is missing", id, e.parent), true
 			}
+			// The parent chain must reach the root: a cycle would make
+			// every walk up the tree (locks, abort) loop forever.
+			p, hops := e.parent, 0
+			for p != rid && hops <= len(byID) {
+				if pe := byID[p]; pe != nil && pe.parent != 0 {
+					p = pe.parent
+				} else {
+					break
+				}
+				hops++
+			}
+			if p != rid {
+				return fmt.Sprintf("proc %d: parent chain does not reach root %d", id, rid), true
+			}
 		}
 		for _, pos := range e.stack {
 			if pos < 0 {
@@ -290,20 +304,25 @@ func (x *Executor) checkTree(rid uint64, byID map[uint64]*entry) (string, bool) 
 	return "", false
 }
 
-// rebuildStack puts every executed step back in order. Positions are
-// compacted: a gap is a step whose position was taken in memory but whose
-// write was lost in the crash, and that step will run again. (HBase treats
-// gaps as corruption; they are an ordinary outcome of concurrent children.)
+// rebuildStack puts every executed step back in order. A gap in the
+// positions is a step whose position was taken in memory but whose write
+// was lost in the crash (that step will run again); the in-memory stack is
+// compacted over it, but the positions themselves are kept and new steps
+// take positions above the highest one loaded. Renumbering instead would
+// let a new step reuse a position that another member's stale image still
+// claims in the store, and the next load would find the tree corrupt.
+// (HBase treats gaps as corruption; they are an ordinary outcome of
+// concurrent children.)
 func (x *Executor) rebuildStack(root *rootState) {
 	type slot struct {
 		pos int32
 		e   *entry
-		i   int
 	}
 	var slots []slot
 	for _, e := range root.members {
-		for i, pos := range e.stack {
-			slots = append(slots, slot{pos, e, i})
+		sort.Slice(e.stack, func(i, j int) bool { return e.stack[i] < e.stack[j] })
+		for _, pos := range e.stack {
+			slots = append(slots, slot{pos, e})
 		}
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i].pos < slots[j].pos })
@@ -313,11 +332,13 @@ func (x *Executor) rebuildStack(root *rootState) {
 		if s.pos != int32(n) {
 			gaps = true
 		}
-		s.e.stack[s.i] = int32(n)
 		root.stack[n] = s.e
 	}
+	if len(slots) > 0 {
+		root.nextPos = slots[len(slots)-1].pos + 1
+	}
 	if gaps {
-		x.log.Warn("rollback stack had gaps; compacted", "root", root.id, "steps", len(slots))
+		x.log.Warn("rollback stack had gaps; skipped over", "root", root.id, "steps", len(slots), "next_position", root.nextPos)
 	}
 }
 

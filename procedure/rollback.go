@@ -12,6 +12,12 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		x.mu.Lock()
 		root.rolling = false
 		root.running--
+		if root.rbRerun {
+			root.rbRerun = false
+			if !root.done && !x.stopping {
+				x.sched.AddFront(root.id, root.entry.key)
+			}
+		}
 		x.unlock()
 	}()
 	rootEntry := root.entry
@@ -90,6 +96,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 				x.releaseLocksLocked(top)
 			}
 			x.unclaimLocked(top)
+			root.rbRerun = false // the retry timer gives the next turn
 			root.rbTries++
 			delay := Backoff{Base: x.cfg.RollbackBackoff, Max: x.cfg.RollbackBackoffMax, Jitter: 0.1}.Delay(root.rbTries)
 			rootID := root.id
