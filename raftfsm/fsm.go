@@ -1,0 +1,580 @@
+package raftfsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/store"
+)
+
+// WAL id space. Procedure ids live in [1, walReservedBase). The FSM keeps
+// its own images in the same WAL under ids at and above walReservedBase:
+// walMetaID holds a WalMeta, and every live domain key has an image (a KV:
+// key and value) under an id in (walMetaID, 2^64) that this node assigned
+// sequentially when the key first appeared. Sequential ids keep the WAL's
+// tracker dense (a tracker node covers 4096 consecutive ids; hashed ids would
+// cost a 1 KiB node per key). The key → id mapping is local to a node: it is
+// rebuilt from the images at load, never replicated, and an id may be reused
+// after a restart once its key was deleted, which the WAL handles like any
+// re-put of an id.
+const (
+	walReservedBase = uint64(1) << 63
+	walMetaID       = walReservedBase
+	firstKeyID      = walMetaID + 1
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxWALRecordBytes = 64 << 20
+	DefaultRestoreBatchBytes = 4 << 20
+)
+
+var (
+	// ErrWALDamaged is returned by NewFSM when the local WAL has damage other
+	// than a torn tail: its applied index can no longer be trusted to match
+	// its contents. Move the directory aside; the node then recovers from
+	// Raft (snapshot plus log).
+	ErrWALDamaged = errors.New("raftfsm: local WAL damaged")
+	// ErrClosed is returned by writes to a closed RaftStore or FSM.
+	ErrClosed = errors.New("raftfsm: closed")
+)
+
+// Config configures an FSM.
+type Config struct {
+	// Dir is the FSM's data directory: it holds the CURRENT file and the
+	// local WAL directories wal-<generation> (see restore.go). "" runs the
+	// FSM in memory only, for tests: nothing survives a restart and
+	// LoadedIndex is 0.
+	Dir string
+
+	// WAL is the template for the local WAL's configuration; its Dir is
+	// ignored (the FSM picks the directory). Zero fields take the store
+	// package's defaults.
+	WAL store.WALConfig
+
+	// MaxWALRecordBytes bounds one WAL record written by ApplyBatch. A batch
+	// of entries whose changes exceed it is written as several records, cut
+	// at entry boundaries (each tagged with its last entry's index, so a
+	// crash between them still leaves a consistent prefix). Default 64 MiB.
+	MaxWALRecordBytes int
+
+	// RestoreBatchBytes is the size of the WAL records written while
+	// restoring a snapshot: bigger means fewer syncs, smaller bounds memory.
+	// Default 4 MiB.
+	RestoreBatchBytes int
+
+	// Logger receives log lines. Default: a null logger.
+	Logger hclog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxWALRecordBytes <= 0 {
+		c.MaxWALRecordBytes = DefaultMaxWALRecordBytes
+	}
+	if c.RestoreBatchBytes <= 0 {
+		c.RestoreBatchBytes = DefaultRestoreBatchBytes
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// kvEntry is the value of a domain key in the state tree; walID is the local
+// WAL id of its image and is not part of the replicated state.
+type kvEntry struct {
+	val   []byte
+	walID uint64
+}
+
+// state is one immutable version of the FSM's state. Apply builds the next
+// version with transactions on the persistent (copy-on-write) radix trees and
+// publishes it with one atomic pointer swap: readers never lock and never see
+// half an entry, and a snapshot is just a pointer to a version.
+type state struct {
+	procs     *iradix.Tree[[]byte]  // key: 8-byte big-endian id, so walks are in id order
+	kv        *iradix.Tree[kvEntry] // key: domain key bytes, sorted
+	maxProcID uint64
+	index     uint64 // Raft index of the last applied entry
+}
+
+func emptyState() *state {
+	return &state{procs: iradix.New[[]byte](), kv: iradix.New[kvEntry]()}
+}
+
+func procKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
+
+// FSM is Baton's replicated state machine; it implements raft.FSM and
+// raft.BatchingFSM. See the package documentation for its design.
+//
+// Raft calls Apply, ApplyBatch, Snapshot and Restore from one goroutine; the
+// FSM also serialises them itself, so tests may call them directly. The read
+// methods (View, Get, Scan, Proc, Procs, ...) are safe at any time,
+// concurrently with applying.
+type FSM struct {
+	cfg Config
+	log hclog.Logger
+
+	st atomic.Pointer[state]
+
+	mu        sync.Mutex // serialises applying, restoring and closing
+	wal       *store.WAL // nil in memory-only mode
+	walGen    uint64
+	walErr    error  // sticky: the first WAL failure
+	nextKeyID uint64 // next local WAL id for a new domain key
+	loadedIdx uint64 // W: the applied index the local WAL held at open
+	closed    bool
+
+	nApplied    atomic.Uint64 // command entries applied (skipped and refused ones excluded)
+	nWALAppends atomic.Uint64
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// NewFSM opens the FSM's data directory and loads its local WAL, which gives
+// the state and the applied index W (LoadedIndex). Entries with index <= W
+// are skipped when Raft replays them, so the replay is idempotent. The
+// cluster layer uses W to decide whether Raft must restore a snapshot at
+// start (see NeedsSnapshotRestore).
+func NewFSM(cfg Config) (*FSM, error) {
+	cfg = cfg.withDefaults()
+	f := &FSM{cfg: cfg, log: cfg.Logger.Named("raftfsm"), nextKeyID: firstKeyID}
+	f.st.Store(emptyState())
+	if cfg.Dir == "" {
+		return f, nil
+	}
+	gen, err := openDataDir(cfg.Dir, f.log)
+	if err != nil {
+		return nil, err
+	}
+	w, st, nextKey, err := f.openWAL(gen)
+	if err != nil {
+		return nil, err
+	}
+	f.wal, f.walGen, f.nextKeyID, f.loadedIdx = w, gen, nextKey, st.index
+	f.st.Store(st)
+	f.log.Info("FSM loaded from local WAL", "dir", cfg.Dir, "generation", gen, "index", st.index,
+		"procs", st.procs.Len(), "keys", st.kv.Len(), "max_proc_id", st.maxProcID)
+	return f, nil
+}
+
+// openWAL opens and loads the WAL of generation gen.
+func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
+	wc := f.cfg.WAL
+	wc.Dir = walDir(f.cfg.Dir, gen)
+	if wc.Logger == nil {
+		wc.Logger = f.log
+	}
+	w, err := store.OpenWAL(wc)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("raftfsm: open local WAL: %w", err)
+	}
+	procs := iradix.New[[]byte]().Txn()
+	kv := iradix.New[kvEntry]().Txn()
+	nextKey := firstKeyID
+	var meta raftpb.WalMeta
+	var maxLive uint64
+	info, err := w.Load(func(p store.Proc) error {
+		switch {
+		case p.ID < walReservedBase:
+			procs.Insert(procKey(p.ID), p.Data)
+			maxLive = p.ID
+		case p.ID == walMetaID:
+			if err := proto.Unmarshal(p.Data, &meta); err != nil {
+				return fmt.Errorf("%w: meta image: %w", ErrWALDamaged, err)
+			}
+		default:
+			var rec raftpb.KV
+			if err := proto.Unmarshal(p.Data, &rec); err != nil || len(rec.Key) == 0 {
+				return fmt.Errorf("%w: key image %d undecodable (err %v)", ErrWALDamaged, p.ID, err)
+			}
+			kv.Insert(rec.Key, kvEntry{val: rec.Value, walID: p.ID})
+			nextKey = max(nextKey, p.ID+1)
+		}
+		return nil
+	})
+	if err == nil {
+		for _, c := range info.Corruptions {
+			// A torn tail loses only the newest records, whose entries Raft
+			// replays; anything else may have lost records older than the
+			// index the WAL reports, so the WAL is not trusted.
+			if !strings.Contains(c.Reason, "torn tail") {
+				err = fmt.Errorf("%w: %s", ErrWALDamaged, c)
+				break
+			}
+		}
+	}
+	if err != nil {
+		w.Close()
+		return nil, nil, 0, fmt.Errorf("raftfsm: load local WAL %s: %w", wc.Dir, err)
+	}
+	st := &state{
+		procs:     procs.Commit(),
+		kv:        kv.Commit(),
+		maxProcID: max(meta.MaxProcId, maxLive),
+		index:     info.Index,
+	}
+	return w, st, nextKey, nil
+}
+
+// LoadedIndex returns W, the applied index the local WAL held when the FSM
+// was opened (0 for a fresh or memory-only FSM).
+func (f *FSM) LoadedIndex() uint64 { return f.loadedIdx }
+
+// AppliedIndex returns the Raft index of the last entry applied (or of the
+// restored snapshot).
+func (f *FSM) AppliedIndex() uint64 { return f.st.Load().index }
+
+// WALIndex returns the applied index durable in the local WAL. It trails
+// AppliedIndex by entries that changed nothing (no WAL record is written for
+// them) and by everything after a WAL failure.
+func (f *FSM) WALIndex() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.wal == nil {
+		return 0
+	}
+	return f.wal.Index()
+}
+
+// WALErr returns the local WAL's failure, if any. After a WAL failure the FSM
+// keeps applying in memory (the replicated state must follow the log) but its
+// local copy stops advancing; on restart Raft replays or restores the rest.
+func (f *FSM) WALErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.walErr
+}
+
+// FSMStats are counters of an FSM since it was opened.
+type FSMStats struct {
+	Applied    uint64 // command entries applied
+	WALAppends uint64 // WAL records written by ApplyBatch
+}
+
+// Stats returns the FSM's counters.
+func (f *FSM) Stats() FSMStats {
+	return FSMStats{Applied: f.nApplied.Load(), WALAppends: f.nWALAppends.Load()}
+}
+
+// Close closes the local WAL. The in-memory state stays readable.
+func (f *FSM) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	if f.wal != nil {
+		if err := f.wal.Close(); err != nil {
+			return fmt.Errorf("raftfsm: close local WAL: %w", err)
+		}
+	}
+	return nil
+}
+
+// ---- readers ----
+
+// View is a consistent, immutable view of the state at one applied index.
+// It costs a pointer copy and stays valid (and unchanged) however long it is
+// kept.
+type View struct{ st *state }
+
+// View returns the current state.
+func (f *FSM) View() View { return View{f.st.Load()} }
+
+// Index returns the Raft index the view reflects.
+func (v View) Index() uint64 { return v.st.index }
+
+// MaxProcID returns the highest procedure id ever seen, deleted ones included.
+func (v View) MaxProcID() uint64 { return v.st.maxProcID }
+
+// NumProcs returns the number of live procedures.
+func (v View) NumProcs() int { return v.st.procs.Len() }
+
+// NumKeys returns the number of domain keys.
+func (v View) NumKeys() int { return v.st.kv.Len() }
+
+// Proc returns the image of procedure id. The slice must not be modified.
+func (v View) Proc(id uint64) ([]byte, bool) { return v.st.procs.Get(procKey(id)) }
+
+// Procs calls fn for every live procedure in ascending id order until fn
+// returns an error, which is returned.
+func (v View) Procs(fn func(store.Proc) error) error {
+	it := v.st.procs.Root().Iterator()
+	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
+		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Get returns the value of a domain key. The slice must not be modified.
+func (v View) Get(key string) ([]byte, bool) {
+	e, ok := v.st.kv.Get([]byte(key))
+	return e.val, ok
+}
+
+// Scan calls fn for every domain key starting with prefix, in ascending key
+// order, until fn returns false.
+func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
+	it := v.st.kv.Root().Iterator()
+	it.SeekPrefix([]byte(prefix))
+	for k, e, ok := it.Next(); ok; k, e, ok = it.Next() {
+		if !fn(string(k), e.val) {
+			return
+		}
+	}
+}
+
+// Get returns the current value of a domain key.
+func (f *FSM) Get(key string) ([]byte, bool) { return f.View().Get(key) }
+
+// Scan walks the current domain keys starting with prefix (see View.Scan).
+func (f *FSM) Scan(prefix string, fn func(key string, value []byte) bool) {
+	f.View().Scan(prefix, fn)
+}
+
+// Proc returns the current image of procedure id.
+func (f *FSM) Proc(id uint64) ([]byte, bool) { return f.View().Proc(id) }
+
+// Procs walks the current live procedures in id order (see View.Procs).
+func (f *FSM) Procs(fn func(store.Proc) error) error { return f.View().Procs(fn) }
+
+// MaxProcID returns the highest procedure id ever seen.
+func (f *FSM) MaxProcID() uint64 { return f.st.Load().maxProcID }
+
+// ---- applying ----
+
+// walOp is the net effect of an apply batch on one WAL id.
+type walOp struct {
+	del  bool
+	data []byte // proc image, or the value of key
+	key  []byte // set for key images
+}
+
+// applier accumulates one ApplyBatch: the next state version and the net
+// WAL changes since the last flush.
+type applier struct {
+	f        *FSM
+	procs    *iradix.Txn[[]byte]
+	kv       *iradix.Txn[kvEntry]
+	maxID    uint64
+	metaMax  uint64 // maxID as of the last WAL flush
+	ops      map[uint64]walOp
+	opsBytes int
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM. Each command entry is validated
+// whole before any of it is applied: a refused entry (not ours, unknown
+// mandatory type, invalid content) gets an error as its response and changes
+// nothing. The batch's changes are written to the local WAL as one record
+// (or a few, cut at entry boundaries, past MaxWALRecordBytes) tagged with the
+// Raft index of the last entry, then the new state is published.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	resps := make([]any, len(logs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur := f.st.Load()
+	a := &applier{
+		f:       f,
+		procs:   cur.procs.Txn(),
+		kv:      cur.kv.Txn(),
+		maxID:   cur.maxProcID,
+		metaMax: cur.maxProcID,
+	}
+	index := cur.index
+	changed := false
+	for i, l := range logs {
+		if l.Index <= index {
+			// Already applied: the local WAL had it at load, or raft
+			// replays an entry twice. Skipping keeps the replay idempotent.
+			continue
+		}
+		index = l.Index
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		resp, did := a.applyCommand(l)
+		resps[i] = resp
+		if err, ok := resp.(error); ok {
+			f.log.Error("refused log entry", "index", l.Index, "term", l.Term, "error", err)
+		}
+		if did {
+			changed = true
+			f.nApplied.Add(1)
+		}
+		if a.opsBytes >= f.cfg.MaxWALRecordBytes {
+			a.flush(l.Index)
+		}
+	}
+	if index == cur.index {
+		return resps
+	}
+	if changed {
+		a.flush(index)
+	}
+	f.st.Store(&state{procs: a.procs.Commit(), kv: a.kv.Commit(), maxProcID: a.maxID, index: index})
+	return resps
+}
+
+// applyCommand applies one command entry; it reports whether state changed.
+func (a *applier) applyCommand(l *raft.Log) (any, bool) {
+	env, err := decodeEnvelope(l.Data)
+	if err != nil {
+		return fmt.Errorf("raftfsm: entry %d: %w", l.Index, err), false
+	}
+	switch env.Type {
+	case raftpb.CommandType_COMMAND_TYPE_NOOP:
+		return nil, false
+	case raftpb.CommandType_COMMAND_TYPE_PROC_BATCH:
+		pb, err := decodeProcBatch(env.Payload)
+		if err != nil {
+			return fmt.Errorf("raftfsm: entry %d: %w", l.Index, err), false
+		}
+		for _, w := range pb.Writes {
+			a.applyWrite(w)
+		}
+		return nil, true
+	}
+	if env.IgnoreIfUnknown {
+		a.f.log.Warn("skipping unknown optional command", "index", l.Index, "type", int32(env.Type))
+		return nil, false
+	}
+	return fmt.Errorf("raftfsm: entry %d: %w: type %d (this node needs upgrading)", l.Index, ErrUnknownCommand, int32(env.Type)), false
+}
+
+func (a *applier) applyWrite(w *raftpb.ProcWrite) {
+	for _, ps := range [2][]*raftpb.Proc{w.Inserts, w.Updates} {
+		for _, p := range ps {
+			a.procs.Insert(procKey(p.Id), p.Data)
+			a.maxID = max(a.maxID, p.Id)
+			a.note(p.Id, walOp{data: p.Data})
+		}
+	}
+	for _, id := range w.Deletes {
+		a.procs.Delete(procKey(id))
+		a.maxID = max(a.maxID, id)
+		a.note(id, walOp{del: true})
+	}
+	for _, m := range w.Mutations {
+		old, exists := a.kv.Get(m.Key)
+		switch m.Op {
+		case raftpb.Mutation_OP_PUT:
+			id := old.walID
+			if !exists {
+				id = a.f.nextKeyID
+				a.f.nextKeyID++
+			}
+			a.kv.Insert(m.Key, kvEntry{val: m.Value, walID: id})
+			a.note(id, walOp{key: m.Key, data: m.Value})
+		case raftpb.Mutation_OP_DELETE:
+			if exists {
+				a.kv.Delete(m.Key)
+				a.note(old.walID, walOp{del: true})
+			}
+		}
+	}
+}
+
+func (a *applier) note(id uint64, op walOp) {
+	if a.f.wal == nil {
+		return
+	}
+	if a.ops == nil {
+		a.ops = make(map[uint64]walOp)
+	}
+	a.ops[id] = op
+	a.opsBytes += 16 + len(op.data) + len(op.key)
+}
+
+// flush writes the net changes since the last flush as one WAL record tagged
+// with index. A WAL failure is logged and remembered, not returned: the
+// entries are committed in Raft and the in-memory state must follow the log;
+// only the local copy stops advancing (see WALErr).
+func (a *applier) flush(index uint64) {
+	f := a.f
+	if f.wal == nil {
+		return
+	}
+	var b store.Batch
+	b.Index = index
+	ids := make([]uint64, 0, len(a.ops))
+	for id := range a.ops {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // deterministic records make WAL files comparable across nodes
+	for _, id := range ids {
+		op := a.ops[id]
+		switch {
+		case op.del:
+			b.Deletes = append(b.Deletes, id)
+		case op.key != nil:
+			img, _ := proto.Marshal(&raftpb.KV{Key: op.key, Value: op.data})
+			b.Updates = append(b.Updates, store.Proc{ID: id, Data: img})
+		default:
+			b.Updates = append(b.Updates, store.Proc{ID: id, Data: op.data})
+		}
+	}
+	if a.maxID > a.metaMax {
+		img, _ := proto.Marshal(&raftpb.WalMeta{MaxProcId: a.maxID})
+		b.Updates = append(b.Updates, store.Proc{ID: walMetaID, Data: img})
+		a.metaMax = a.maxID
+	}
+	clear(a.ops)
+	a.opsBytes = 0
+	if f.walErr != nil {
+		return
+	}
+	if err := f.wal.Append(b); err != nil {
+		f.walErr = fmt.Errorf("raftfsm: local WAL append at index %d: %w", index, err)
+		f.log.Error("local WAL failed; applying continues in memory only, restart recovers from Raft",
+			"index", index, "error", err)
+		return
+	}
+	f.nWALAppends.Add(1)
+}
+
+// NeedsSnapshotRestore tells the cluster layer how to start Raft over an FSM
+// that loaded applied index w from its WAL. With raft's
+// NoSnapshotRestoreOnStart, raft still takes the newest snapshot's index as
+// applied and replays the log only after it; that is correct only if the FSM
+// already holds at least that index. So: newest snapshot index > w means the
+// snapshot must be restored (leave NoSnapshotRestoreOnStart false); otherwise
+// set it, and raft replays the log from the snapshot index, the FSM skipping
+// entries up to w.
+func NeedsSnapshotRestore(snaps raft.SnapshotStore, w uint64) (bool, error) {
+	list, err := snaps.List()
+	if err != nil {
+		return false, fmt.Errorf("raftfsm: list snapshots: %w", err)
+	}
+	if len(list) == 0 {
+		return false, nil
+	}
+	return list[0].Index > w, nil // List returns the newest first
+}
+
+// drain reads r to its end so that a sender of a stream we refused is not
+// blocked; errors are irrelevant at that point.
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }

@@ -1,0 +1,346 @@
+package raftfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// Defaults of RaftStoreConfig.
+const (
+	DefaultApplyTimeout   = 10 * time.Second
+	DefaultMaxBatchWrites = 1024
+	DefaultMaxBatchBytes  = 4 << 20
+	DefaultMaxInFlight    = 2
+)
+
+// RaftStoreConfig configures a RaftStore. Zero fields take their defaults.
+type RaftStoreConfig struct {
+	// ApplyTimeout bounds how long raft.Apply may wait to enqueue an entry
+	// and Load may wait for its Barrier. Default 10 s.
+	ApplyTimeout time.Duration
+
+	// MaxBatchWrites caps the store calls coalesced into one Raft entry.
+	// Default 1024.
+	MaxBatchWrites int
+
+	// MaxBatchBytes caps the (estimated) payload of one Raft entry; a single
+	// write larger than this still goes alone. Default 4 MiB. Keep it well
+	// below what the transport and log store handle comfortably in one entry.
+	MaxBatchBytes int
+
+	// MaxInFlight is how many entries the committer keeps in Raft at once.
+	// 1 gives the biggest batches (everything arriving while one entry
+	// commits goes into the next); more overlaps the commit of one entry with
+	// the replication of the next, which helps when commits are slow
+	// relative to the arrival rate. raft itself groups concurrent Applies
+	// into one log write. Default 2.
+	MaxInFlight int
+
+	// Logger receives log lines. Default: a null logger.
+	Logger hclog.Logger
+}
+
+func (c RaftStoreConfig) withDefaults() RaftStoreConfig {
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = DefaultApplyTimeout
+	}
+	if c.MaxBatchWrites <= 0 {
+		c.MaxBatchWrites = DefaultMaxBatchWrites
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// RaftStore is the replicated store.Store: every write becomes part of a
+// PROC_BATCH Raft entry, applied by the FSM of every node. Reads (Load) are
+// served from the local FSM.
+//
+// Group commit: callers hand their Write to a single committer goroutine,
+// which takes whatever is queued (up to MaxBatchWrites / MaxBatchBytes) and
+// proposes it as one entry; all callers of that entry get its outcome. The
+// entry's writes are applied in order, so the result equals running the
+// calls one after another in the order the committer took them. There is no
+// linger timer: while entries are in flight (MaxInFlight) new writes queue
+// up, so batches grow with load and a lone writer never waits.
+type RaftStore struct {
+	r   *raft.Raft
+	fsm *FSM
+	cfg RaftStoreConfig
+	log hclog.Logger
+
+	reqCh  chan *request
+	stopCh chan struct{}
+	doneCh chan struct{}
+	once   sync.Once
+	mu     sync.RWMutex // guards closed against enqueueing
+	closed bool
+
+	nEntries atomic.Uint64
+	nWrites  atomic.Uint64
+}
+
+var _ store.Store = (*RaftStore)(nil)
+
+type request struct {
+	w    Write
+	size int
+	done chan error
+}
+
+// NewRaftStore returns a store writing through r, whose FSM must be fsm.
+// The store does not own r or fsm: Close stops the store only.
+func NewRaftStore(r *raft.Raft, fsm *FSM, cfg RaftStoreConfig) *RaftStore {
+	cfg = cfg.withDefaults()
+	s := &RaftStore{
+		r:      r,
+		fsm:    fsm,
+		cfg:    cfg,
+		log:    cfg.Logger.Named("raftstore"),
+		reqCh:  make(chan *request, 4*cfg.MaxBatchWrites),
+		stopCh: make(chan struct{}),
+		doneCh: make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+// RaftStoreStats are counters of a RaftStore.
+type RaftStoreStats struct {
+	Entries uint64 // Raft entries proposed
+	Writes  uint64 // store calls carried by them
+}
+
+// Stats returns the store's counters.
+func (s *RaftStore) Stats() RaftStoreStats {
+	return RaftStoreStats{Entries: s.nEntries.Load(), Writes: s.nWrites.Load()}
+}
+
+// Load implements store.Store. It first waits (raft.Barrier) until the local
+// FSM has applied every entry committed before this call, so a new leader
+// loads everything its predecessors acknowledged; then it serves the FSM's
+// in-memory state. It fails, wrapping raft.ErrNotLeader, on a non-leader.
+func (s *RaftStore) Load(fn func(store.Proc) error) (store.LoadInfo, error) {
+	if err := s.r.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+		return store.LoadInfo{}, s.wrapErr("load barrier", err)
+	}
+	v := s.fsm.View()
+	info := store.LoadInfo{MaxID: v.MaxProcID(), Index: v.Index()}
+	err := v.Procs(func(p store.Proc) error {
+		info.Live++
+		return fn(p)
+	})
+	return info, err
+}
+
+// Insert implements store.Store.
+func (s *RaftStore) Insert(proc store.Proc, children []store.Proc) error {
+	ps := make([]store.Proc, 0, 1+len(children))
+	return s.Commit(context.Background(), Write{Inserts: append(append(ps, proc), children...)})
+}
+
+// Update implements store.Store.
+func (s *RaftStore) Update(proc store.Proc) error {
+	return s.Commit(context.Background(), Write{Updates: []store.Proc{proc}})
+}
+
+// Delete implements store.Store.
+func (s *RaftStore) Delete(ids []uint64) error {
+	return s.Commit(context.Background(), Write{Deletes: ids})
+}
+
+// UpdateWith persists a new image of proc together with domain mutations:
+// both commit in the same Raft entry or neither does, so a step's effect and
+// its procedure transition never commit separately.
+func (s *RaftStore) UpdateWith(proc store.Proc, muts []Mutation) error {
+	return s.Commit(context.Background(), Write{Updates: []store.Proc{proc}, Mutations: muts})
+}
+
+// InsertWith is Insert with domain mutations committed atomically with it.
+func (s *RaftStore) InsertWith(proc store.Proc, children []store.Proc, muts []Mutation) error {
+	ps := make([]store.Proc, 0, 1+len(children))
+	return s.Commit(context.Background(), Write{Inserts: append(append(ps, proc), children...), Mutations: muts})
+}
+
+// Commit persists w atomically (coalesced with concurrent writes into one
+// Raft entry) and returns once the entry is applied by the local FSM. An
+// invalid w fails alone with store.ErrInvalid. On a node that is not the
+// leader it fails with an error wrapping raft.ErrNotLeader. If ctx ends
+// first, Commit returns ctx.Err() and w may or may not commit.
+func (s *RaftStore) Commit(ctx context.Context, w Write) error {
+	if err := w.validate(); err != nil {
+		return err
+	}
+	if s.r.State() != raft.Leader {
+		// Fail fast: not worth a trip through the committer.
+		return s.wrapErr("write", raft.ErrNotLeader)
+	}
+	size := 64
+	for _, ps := range [2][]store.Proc{w.Inserts, w.Updates} {
+		for _, p := range ps {
+			size += 16 + len(p.Data)
+		}
+	}
+	size += 10 * len(w.Deletes)
+	for _, m := range w.Mutations {
+		size += 16 + len(m.Key) + len(m.Value)
+	}
+	req := &request{w: w, size: size, done: make(chan error, 1)}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case s.reqCh <- req:
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		return ctx.Err()
+	}
+	s.mu.RUnlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close implements store.Store: it stops the committer. Writes already
+// proposed to Raft get their outcome; writes still queued fail with
+// ErrClosed, as do writes after Close. It does not shut down Raft or the FSM.
+func (s *RaftStore) Close() error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		close(s.stopCh)
+		s.mu.Unlock()
+		<-s.doneCh
+	})
+	return nil
+}
+
+func (s *RaftStore) wrapErr(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) {
+		addr, id := s.r.LeaderWithID()
+		return fmt.Errorf("raftfsm: %s: not the leader (leader %q at %q): %w", what, id, addr, err)
+	}
+	return fmt.Errorf("raftfsm: %s: %w", what, err)
+}
+
+// run is the committer goroutine.
+func (s *RaftStore) run() {
+	defer close(s.doneCh)
+	slots := make(chan struct{}, s.cfg.MaxInFlight)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	batch := make([]*request, 0, s.cfg.MaxBatchWrites)
+	var carry *request // a request that did not fit the previous batch
+	for {
+		// Take a slot first: writes arriving while we wait for one join
+		// the batch, which is what makes the batches grow with load.
+		select {
+		case slots <- struct{}{}:
+		case <-s.stopCh:
+			s.drainClosed(carry)
+			return
+		}
+		batch = batch[:0]
+		bytes := 0
+		if carry != nil {
+			batch, bytes, carry = append(batch, carry), carry.size, nil
+		} else {
+			select {
+			case r := <-s.reqCh:
+				batch, bytes = append(batch, r), r.size
+			case <-s.stopCh:
+				s.drainClosed(nil)
+				return
+			}
+		}
+	gather:
+		for len(batch) < s.cfg.MaxBatchWrites && bytes < s.cfg.MaxBatchBytes {
+			select {
+			case r := <-s.reqCh:
+				if bytes+r.size > s.cfg.MaxBatchBytes {
+					carry = r
+					break gather
+				}
+				batch, bytes = append(batch, r), bytes+r.size
+			default:
+				break gather
+			}
+		}
+		reqs := append([]*request(nil), batch...)
+		fut, err := s.propose(reqs)
+		if err != nil {
+			<-slots
+			for _, r := range reqs {
+				r.done <- err
+			}
+			continue
+		}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			err := fut.Error()
+			if err == nil {
+				if rerr, ok := fut.Response().(error); ok {
+					err = fmt.Errorf("raftfsm: entry %d refused: %w", fut.Index(), rerr)
+				}
+			} else {
+				err = s.wrapErr("apply", err)
+			}
+			<-slots
+			for _, r := range reqs {
+				r.done <- err
+			}
+		}()
+	}
+}
+
+func (s *RaftStore) propose(reqs []*request) (raft.ApplyFuture, error) {
+	writes := make([]Write, len(reqs))
+	for i, r := range reqs {
+		writes[i] = r.w
+	}
+	data, err := EncodeProcBatch(writes...)
+	if err != nil {
+		return nil, err
+	}
+	s.nEntries.Add(1)
+	s.nWrites.Add(uint64(len(reqs)))
+	return s.r.Apply(data, s.cfg.ApplyTimeout), nil
+}
+
+// drainClosed answers every queued request with ErrClosed. Commit checks
+// closed under mu before queueing, so nothing is queued after Close.
+func (s *RaftStore) drainClosed(carry *request) {
+	if carry != nil {
+		carry.done <- ErrClosed
+	}
+	for {
+		select {
+		case r := <-s.reqCh:
+			r.done <- ErrClosed
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,398 @@
+package raftfsm
+
+// Snapshots and the data directory.
+//
+// Stream format (what Persist writes and Restore reads): the 4 bytes
+// "BTS\x01" (magic and version), then records, each a uvarint length and a
+// protobuf message: one SnapshotHeader, then SnapshotRecord{proc} for every
+// live procedure in id order, SnapshotRecord{kv} for every domain key in key
+// order, and a final SnapshotRecord{end} repeating the header, so that a
+// truncated stream is refused rather than restored. Persist walks an
+// immutable state version through a small buffered writer: memory stays
+// bounded by the buffer and one record however large the state.
+//
+// Data directory. Dir/CURRENT names the live WAL directory, wal-<generation>
+// (20 digits). Restore never touches the live WAL: it writes the whole
+// snapshot into a fresh directory wal-<generation+1> as records tagged with
+// the snapshot's index (RestoreBatchBytes each), then atomically replaces
+// CURRENT (write CURRENT.tmp, fsync, rename, fsync Dir), and only then closes
+// and removes the old directory. A crash before the rename leaves CURRENT on
+// the old, complete WAL and an orphan directory that the next open deletes; a
+// crash after it leaves the new, complete WAL. At no point does a
+// half-written WAL sit where a restart would load it.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	iradix "github.com/hashicorp/go-immutable-radix/v2"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/store"
+)
+
+var snapMagic = [4]byte{'B', 'T', 'S', 1}
+
+// maxSnapRecord bounds one snapshot record, so a corrupt length cannot make
+// Restore allocate without limit.
+const maxSnapRecord = 256 << 20
+
+// ErrBadSnapshot is returned by Restore for a stream that is not a complete
+// Baton snapshot. The FSM is left unchanged.
+var ErrBadSnapshot = errors.New("raftfsm: bad snapshot")
+
+type fsmSnapshot struct {
+	st  *state
+	log hclog.Logger
+}
+
+// Snapshot implements raft.FSM. It captures the current state version: a
+// pointer copy, since versions are immutable.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{st: f.st.Load(), log: f.log}, nil
+}
+
+// Persist implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.write(sink); err != nil {
+		s.log.Error("snapshot persist failed", "index", s.st.index, "error", err)
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Release() {}
+
+func (s *fsmSnapshot) write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if _, err := bw.Write(snapMagic[:]); err != nil {
+		return fmt.Errorf("raftfsm: write snapshot: %w", err)
+	}
+	hdr := &raftpb.SnapshotHeader{
+		Index:     s.st.index,
+		MaxProcId: s.st.maxProcID,
+		Procs:     uint64(s.st.procs.Len()),
+		Kvs:       uint64(s.st.kv.Len()),
+	}
+	var buf []byte
+	put := func(m proto.Message) error {
+		var err error
+		buf = binary.AppendUvarint(buf[:0], uint64(proto.Size(m)))
+		if buf, err = (proto.MarshalOptions{}).MarshalAppend(buf, m); err != nil {
+			return fmt.Errorf("raftfsm: encode snapshot record: %w", err)
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return fmt.Errorf("raftfsm: write snapshot: %w", err)
+		}
+		return nil
+	}
+	if err := put(hdr); err != nil {
+		return err
+	}
+	proc := &raftpb.Proc{}
+	rec := &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Proc{Proc: proc}}
+	it := s.st.procs.Root().Iterator()
+	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
+		proc.Id, proc.Data = binary.BigEndian.Uint64(k), data
+		if err := put(rec); err != nil {
+			return err
+		}
+	}
+	kv := &raftpb.KV{}
+	rec = &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Kv{Kv: kv}}
+	kit := s.st.kv.Root().Iterator()
+	for k, e, ok := kit.Next(); ok; k, e, ok = kit.Next() {
+		kv.Key, kv.Value = k, e.val
+		if err := put(rec); err != nil {
+			return err
+		}
+	}
+	if err := put(&raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_End{End: hdr}}); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("raftfsm: write snapshot: %w", err)
+	}
+	return nil
+}
+
+// snapReader reads the records of a snapshot stream.
+type snapReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func (sr *snapReader) next(m proto.Message) error {
+	n, err := binary.ReadUvarint(sr.r)
+	if err != nil {
+		return fmt.Errorf("%w: record length: %w", ErrBadSnapshot, err)
+	}
+	if n > maxSnapRecord {
+		return fmt.Errorf("%w: record of %d bytes exceeds %d", ErrBadSnapshot, n, maxSnapRecord)
+	}
+	if uint64(cap(sr.buf)) < n {
+		sr.buf = make([]byte, n)
+	}
+	sr.buf = sr.buf[:n]
+	if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
+		return fmt.Errorf("%w: record body: %w", ErrBadSnapshot, err)
+	}
+	if err := proto.Unmarshal(sr.buf, m); err != nil {
+		return fmt.Errorf("%w: record: %w", ErrBadSnapshot, err)
+	}
+	return nil
+}
+
+// Restore implements raft.FSM. It rebuilds the in-memory state from the
+// stream and writes it into a fresh local WAL, swapped in atomically (see
+// the top of snapshot.go). On any error the FSM keeps its previous state and
+// WAL.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return ErrClosed
+	}
+	st, newWAL, gen, nextKey, err := f.restore(rc)
+	if err != nil {
+		f.log.Error("snapshot restore failed; state unchanged", "error", err)
+		drain(rc)
+		return err
+	}
+	if newWAL != nil {
+		old, oldGen := f.wal, f.walGen
+		f.wal, f.walGen, f.walErr = newWAL, gen, nil
+		if old != nil {
+			if err := old.Close(); err != nil {
+				f.log.Warn("closing replaced WAL", "error", err)
+			}
+			if err := os.RemoveAll(walDir(f.cfg.Dir, oldGen)); err != nil {
+				// Harmless: the next open removes directories CURRENT does not name.
+				f.log.Warn("removing replaced WAL", "dir", walDir(f.cfg.Dir, oldGen), "error", err)
+			}
+		}
+	}
+	f.nextKeyID = nextKey
+	f.st.Store(st)
+	f.log.Info("snapshot restored", "index", st.index, "procs", st.procs.Len(), "keys", st.kv.Len(),
+		"generation", f.walGen)
+	return nil
+}
+
+func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint64, err error) {
+	sr := &snapReader{r: bufio.NewReaderSize(rc, 64<<10)}
+	var m [4]byte
+	if _, err := io.ReadFull(sr.r, m[:]); err != nil {
+		return nil, nil, 0, 0, fmt.Errorf("%w: magic: %w", ErrBadSnapshot, err)
+	}
+	if m != snapMagic {
+		return nil, nil, 0, 0, fmt.Errorf("%w: magic % x, want % x", ErrBadSnapshot, m[:], snapMagic[:])
+	}
+	hdr := &raftpb.SnapshotHeader{}
+	if err := sr.next(hdr); err != nil {
+		return nil, nil, 0, 0, err
+	}
+
+	nextKey = firstKeyID
+	if f.cfg.Dir != "" {
+		gen = f.walGen + 1
+		dir := walDir(f.cfg.Dir, gen)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("raftfsm: clear %s: %w", dir, err)
+		}
+		wc := f.cfg.WAL
+		wc.Dir = dir
+		if wc.Logger == nil {
+			wc.Logger = f.log
+		}
+		if w, err = store.OpenWAL(wc); err != nil {
+			return nil, nil, 0, 0, fmt.Errorf("raftfsm: open WAL for restore: %w", err)
+		}
+		if _, err = w.Load(func(store.Proc) error { return nil }); err != nil {
+			w.Close()
+			return nil, nil, 0, 0, fmt.Errorf("raftfsm: load fresh WAL: %w", err)
+		}
+		fresh := w // the returns below reset w before this runs
+		defer func() {
+			if err != nil {
+				fresh.Close()
+				os.RemoveAll(dir)
+			}
+		}()
+	}
+
+	procs := iradix.New[[]byte]().Txn()
+	kv := iradix.New[kvEntry]().Txn()
+	var batch store.Batch
+	batchBytes := 0
+	flush := func() error {
+		if w == nil {
+			return nil
+		}
+		batch.Index = hdr.Index
+		if err := w.Append(batch); err != nil {
+			return fmt.Errorf("raftfsm: write restored WAL: %w", err)
+		}
+		batch, batchBytes = store.Batch{}, 0
+		return nil
+	}
+	var nProcs, nKVs uint64
+	rec := &raftpb.SnapshotRecord{}
+	for {
+		rec.Reset()
+		if err = sr.next(rec); err != nil {
+			return nil, nil, 0, 0, err
+		}
+		var add store.Proc
+		switch r := rec.Rec.(type) {
+		case *raftpb.SnapshotRecord_Proc:
+			if err = checkProcID(r.Proc.Id); err != nil {
+				return nil, nil, 0, 0, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+			}
+			procs.Insert(procKey(r.Proc.Id), r.Proc.Data)
+			nProcs++
+			add = store.Proc{ID: r.Proc.Id, Data: r.Proc.Data}
+		case *raftpb.SnapshotRecord_Kv:
+			if len(r.Kv.Key) == 0 {
+				return nil, nil, 0, 0, fmt.Errorf("%w: empty key", ErrBadSnapshot)
+			}
+			id := nextKey
+			nextKey++
+			kv.Insert(r.Kv.Key, kvEntry{val: r.Kv.Value, walID: id})
+			nKVs++
+			img, _ := proto.Marshal(r.Kv)
+			add = store.Proc{ID: id, Data: img}
+		case *raftpb.SnapshotRecord_End:
+			end := r.End
+			if end.Index != hdr.Index || end.Procs != nProcs || end.Kvs != nKVs || end.Procs != hdr.Procs || end.Kvs != hdr.Kvs {
+				return nil, nil, 0, 0, fmt.Errorf("%w: end record (index %d, %d procs, %d keys) does not match header (index %d, %d procs, %d keys) or the %d procs and %d keys read",
+					ErrBadSnapshot, end.Index, end.Procs, end.Kvs, hdr.Index, hdr.Procs, hdr.Kvs, nProcs, nKVs)
+			}
+			img, _ := proto.Marshal(&raftpb.WalMeta{MaxProcId: hdr.MaxProcId})
+			// The meta record also carries the index when the snapshot is empty.
+			batch.Updates = append(batch.Updates, store.Proc{ID: walMetaID, Data: img})
+			if err = flush(); err != nil {
+				return nil, nil, 0, 0, err
+			}
+			if w != nil {
+				if err = writeCurrent(f.cfg.Dir, gen); err != nil {
+					return nil, nil, 0, 0, err
+				}
+			}
+			st = &state{procs: procs.Commit(), kv: kv.Commit(), maxProcID: hdr.MaxProcId, index: hdr.Index}
+			return st, w, gen, nextKey, nil
+		default:
+			return nil, nil, 0, 0, fmt.Errorf("%w: unknown record kind", ErrBadSnapshot)
+		}
+		if w != nil {
+			batch.Updates = append(batch.Updates, add)
+			batchBytes += 16 + len(add.Data)
+			if batchBytes >= f.cfg.RestoreBatchBytes {
+				if err = flush(); err != nil {
+					return nil, nil, 0, 0, err
+				}
+			}
+		}
+	}
+}
+
+// ---- data directory ----
+
+const currentFile = "CURRENT"
+
+func walDir(dir string, gen uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("wal-%020d", gen))
+}
+
+// openDataDir reads CURRENT (creating it, generation 1, in a new directory)
+// and removes WAL directories it does not name: leftovers of restores that
+// crashed before their swap, or of replaced WALs not yet removed.
+func openDataDir(dir string, log hclog.Logger) (uint64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("raftfsm: create data dir: %w", err)
+	}
+	var gen uint64
+	b, err := os.ReadFile(filepath.Join(dir, currentFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		gen = 1
+		if err := writeCurrent(dir, gen); err != nil {
+			return 0, err
+		}
+	case err != nil:
+		return 0, fmt.Errorf("raftfsm: read %s: %w", currentFile, err)
+	default:
+		name := strings.TrimSpace(string(b))
+		g, perr := strconv.ParseUint(strings.TrimPrefix(name, "wal-"), 10, 64)
+		if !strings.HasPrefix(name, "wal-") || perr != nil || g == 0 {
+			return 0, fmt.Errorf("raftfsm: %s holds %q, not a WAL directory name", filepath.Join(dir, currentFile), name)
+		}
+		gen = g
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("raftfsm: list data dir: %w", err)
+	}
+	keep := filepath.Base(walDir(dir, gen))
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "wal-") && e.Name() != keep {
+			log.Info("removing WAL directory not named by CURRENT", "dir", e.Name())
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return 0, fmt.Errorf("raftfsm: remove stale %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return gen, nil
+}
+
+// writeCurrent atomically points CURRENT at generation gen.
+func writeCurrent(dir string, gen uint64) error {
+	tmp := filepath.Join(dir, currentFile+".tmp")
+	name := filepath.Base(walDir(dir, gen)) + "\n"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("raftfsm: write %s: %w", tmp, err)
+	}
+	_, err = f.WriteString(name)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, currentFile))
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("raftfsm: switch %s to %s: %w", currentFile, name[:len(name)-1], err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
