@@ -163,11 +163,19 @@ func (x *Executor) armDeadlineLocked(e *entry) {
 func (x *Executor) Get(id uint64) (Info, error) {
 	x.mu.Lock()
 	defer x.unlock()
-	e := x.procs[id]
-	if e == nil {
-		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	e, err := x.lookupLocked(id)
+	if err != nil {
+		return Info{}, err
 	}
 	return x.infoLocked(e), nil
+}
+
+// lookupLocked finds a live (or kept) procedure by id.
+func (x *Executor) lookupLocked(id uint64) (*entry, error) {
+	if e := x.procs[id]; e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
 }
 
 func (x *Executor) infoLocked(e *entry) Info {
@@ -229,10 +237,10 @@ func (x *Executor) List(f Filter) []Info {
 // ends) and returns its final snapshot.
 func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Info{}, err
 	}
 	root := x.roots[e.root]
 	x.unlock()
@@ -259,10 +267,10 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 // them.
 func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return err
 	}
 	if e.state.Terminal() {
 		x.unlock()
@@ -328,10 +336,10 @@ func (x *Executor) persistIdle(e *entry) {
 // running step finishes first. Pausing survives restarts.
 func (x *Executor) Pause(id uint64) error {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return err
 	}
 	if e.state.Terminal() {
 		x.unlock()
@@ -359,10 +367,10 @@ func (x *Executor) Pause(id uint64) error {
 // Resume undoes Pause.
 func (x *Executor) Resume(id uint64) error {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return err
 	}
 	if !e.paused {
 		x.unlock()
@@ -390,10 +398,10 @@ func (x *Executor) Resume(id uint64) error {
 // Config.AckedResultTTL longer.
 func (x *Executor) Ack(id uint64) error {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return err
 	}
 	if !e.isRoot() || !e.state.Terminal() {
 		x.unlock()
@@ -426,10 +434,10 @@ type BypassOptions struct {
 // the framework's own invariants.
 func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return err
 	}
 	var targets []*entry
 	var check func(e *entry) error
@@ -513,10 +521,10 @@ type Why struct {
 // Why says what procedure id waits for and who holds what it waits on.
 func (x *Executor) Why(id uint64) (Why, error) {
 	x.mu.Lock()
-	e := x.procs[id]
-	if e == nil {
+	e, err := x.lookupLocked(id)
+	if err != nil {
 		x.unlock()
-		return Why{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Why{}, err
 	}
 	w := Why{Info: x.infoLocked(e), Until: e.waitUntil}
 	root := x.roots[e.root]
