@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short fuzz bench demo vet fmt clean
+.PHONY: all build test test-short fuzz bench demo vet proto clean
 
 all: vet build test
 
@@ -30,9 +30,17 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkWALAppend -benchtime 3000x ./store/
 	$(GO) test -run '^$$' -bench BenchmarkWALLoad -benchtime 1x -timeout 30m ./store/
 	$(GO) test -run '^$$' -bench BenchmarkExecutor -benchtime 5000x ./procedure/
+	$(GO) test -run '^$$' -bench BenchmarkRaftStore -benchtime 2000x ./raftfsm/
 
 demo:
 	$(GO) run ./cmd/node demo
+
+# Regenerates the committed protobuf code (needs protoc: Debian's
+# protobuf-compiler; protoc-gen-go is installed from the Go proxy).
+proto:
+	command -v protoc >/dev/null || { apt-get update && apt-get install -y protobuf-compiler; }
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) generate ./raftfsm/...
 
 clean:
 	rm -rf bin baton-data
