@@ -1,24 +1,36 @@
-// Command node is Baton's single binary. This version carries the embedded
-// single-node demo of the procedure framework; the cluster agent and the
-// client subcommands build on the same packages.
+// Command node is Baton's single binary: the cluster agent (`node agent`),
+// the admin API's command-line client (`node proc ...`, `node cluster ...`)
+// and the embedded single-node demo of the procedure framework.
 //
-// Exit codes: 0 ok, 1 the operation failed (e.g. a procedure that should
-// succeed did not), 2 bad usage.
+// Exit codes: 0 ok; 1 the operation failed (a procedure ended ROLLEDBACK,
+// NOT_FOUND, FAILED_PRECONDITION, ...); 2 bad usage (flags, arguments,
+// arguments the cluster refused as INVALID_ARGUMENT); 3 the cluster is
+// unavailable (no leader answered in time).
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 )
 
 const usage = `usage: node <command> [flags]
 
 commands:
+  agent   run a cluster node (--dev: a single-node cluster on loopback)
+  proc    submit, list, watch and control procedures:
+          submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID, list,
+          wait ID, abort ID, pause ID, resume ID, ack ID
+  cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID
   demo    run crash-proof procedures in this process, on a WAL under --data-dir;
           --crash-after N stops the process mid-way, and the next run resumes
           exactly where it stopped
 
+Client commands take --addr (any nodes' admin addresses, comma-separated;
+env BATON_ADDR, default 127.0.0.1:7070) and --json.
+Exit codes: 0 ok, 1 failed, 2 bad usage, 3 cluster unavailable.
 Run 'node <command> -h' for the command's flags.
 `
 
@@ -27,11 +39,24 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return (&cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: os.Getenv}).run(args)
+}
+
+func (c *cli) run(args []string) int {
+	stdout, stderr := c.stdout, c.stderr
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
+	case "agent":
+		return c.agent(args[1:])
+	case "proc":
+		return c.proc(args[1:])
+	case "cluster":
+		return c.cluster(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -1,0 +1,126 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// Procedures is what the admin API uses of the leader's executor;
+// *procedure.Executor implements it.
+type Procedures interface {
+	Submit(p procedure.Procedure, opts procedure.SubmitOptions) (uint64, error)
+	Get(id uint64) (procedure.Info, error)
+	List(f procedure.Filter) []procedure.Info
+	Abort(id uint64) error
+	Pause(id uint64) error
+	Resume(id uint64) error
+	Ack(id uint64) error
+	Why(id uint64) (procedure.Why, error)
+}
+
+// Backend is what the admin server uses of a master node. NodeBackend
+// adapts a *cluster.Node; tests may fake it.
+type Backend interface {
+	// ID is this node's server id.
+	ID() string
+	// Leader returns the leader's id and Raft address, empty if unknown.
+	Leader() (id, raftAddr string)
+	// IsLeader reports whether this node is the Raft leader.
+	IsLeader() bool
+	// Procedures returns the leader's running executor; on a standby an
+	// error wrapping cluster.ErrNotLeader, on a leader still establishing
+	// itself cluster.ErrNotReady.
+	Procedures() (Procedures, error)
+	// Status is the node's status (cluster.Node.Status).
+	Status() cluster.Status
+	// Join and RemovePeer change the Raft configuration (leader only;
+	// others fail with an error wrapping cluster.ErrNotLeader).
+	Join(ctx context.Context, id, raftAddr string) error
+	RemovePeer(ctx context.Context, id string) error
+	// DomainGet reads a key of the replicated domain state (local FSM).
+	DomainGet(key string) ([]byte, bool)
+	// Mutate commits domain mutations through Raft (leader only; others
+	// fail with an error wrapping cluster.ErrNotLeader) and returns once
+	// the local FSM applied them.
+	Mutate(ctx context.Context, muts []raftfsm.Mutation) error
+}
+
+// NodeBackend adapts a cluster node to Backend. Domain mutations are
+// committed as a PROC_BATCH entry holding only mutations, applied directly
+// on the node's Raft (no procedure is involved, so the executor's group
+// committing store is not needed).
+func NodeBackend(n *cluster.Node) Backend { return nodeBackend{n: n, applyTimeout: 10 * time.Second} }
+
+type nodeBackend struct {
+	n            *cluster.Node
+	applyTimeout time.Duration
+}
+
+func (b nodeBackend) ID() string                        { return b.n.ID() }
+func (b nodeBackend) Leader() (string, string)          { return b.n.Leader() }
+func (b nodeBackend) IsLeader() bool                    { return b.n.IsLeader() }
+func (b nodeBackend) Status() cluster.Status            { return b.n.Status() }
+func (b nodeBackend) DomainGet(k string) ([]byte, bool) { return b.n.FSM().Get(k) }
+
+func (b nodeBackend) Procedures() (Procedures, error) {
+	x, err := b.n.Executor()
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return x, nil
+}
+
+func (b nodeBackend) Join(ctx context.Context, id, addr string) error { return b.n.Join(ctx, id, addr) }
+
+func (b nodeBackend) RemovePeer(ctx context.Context, id string) error {
+	return b.n.RemovePeer(ctx, id)
+}
+
+func (b nodeBackend) notLeader() error {
+	id, addr := b.n.Leader()
+	return &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
+	for _, m := range muts {
+		if m.Key == "" {
+			return fmt.Errorf("%w: empty domain key", procedure.ErrInvalid)
+		}
+	}
+	if !b.n.IsLeader() {
+		return b.notLeader()
+	}
+	data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: muts})
+	if err != nil {
+		return err
+	}
+	f := b.n.Raft().Apply(data, b.applyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("admin: domain write: %w", b.notLeader())
+	}
+	if errors.Is(err, raft.ErrRaftShutdown) {
+		return fmt.Errorf("admin: domain write: %w", cluster.ErrShutdown)
+	}
+	if err != nil {
+		return fmt.Errorf("admin: domain write: %w", err)
+	}
+	if rerr, ok := f.Response().(error); ok && rerr != nil {
+		return fmt.Errorf("admin: domain write refused: %w", rerr)
+	}
+	return nil
+}

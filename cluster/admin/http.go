@@ -1,0 +1,110 @@
+package admin
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// StatusJSON is the /status document: cluster.Status with snake_case keys,
+// plus readiness and every member's registered admin address.
+type StatusJSON struct {
+	ID           string     `json:"id"`
+	Address      string     `json:"address"`
+	AdminAddress string     `json:"admin_address,omitempty"`
+	State        string     `json:"state"`
+	Ready        bool       `json:"ready"`
+	ReadyReason  string     `json:"ready_reason"`
+	LeaderID     string     `json:"leader_id"`
+	LeaderAddr   string     `json:"leader_address"`
+	LeaderAdmin  string     `json:"leader_admin_address,omitempty"`
+	Term         uint64     `json:"term"`
+	LastIndex    uint64     `json:"last_index"`
+	CommitIndex  uint64     `json:"commit_index"`
+	AppliedIndex uint64     `json:"applied_index"`
+	FSMIndex     uint64     `json:"fsm_index"`
+	FSMWALIndex  uint64     `json:"fsm_wal_index"`
+	LastContact  *time.Time `json:"last_contact,omitempty"`
+	Executor     bool       `json:"executor"`
+	Peers        []PeerJSON `json:"peers"`
+	PeersError   string     `json:"peers_error,omitempty"`
+}
+
+// PeerJSON is one member in StatusJSON.
+type PeerJSON struct {
+	ID           string `json:"id"`
+	Address      string `json:"address"`
+	AdminAddress string `json:"admin_address,omitempty"`
+	Suffrage     string `json:"suffrage"`
+	Leader       bool   `json:"leader"`
+}
+
+// StatusOf builds the /status document of b.
+func StatusOf(b Backend) StatusJSON {
+	st := b.Status()
+	ready, why := Ready(b)
+	addr := func(id string) string {
+		v, _ := b.DomainGet(AdminAddrKey(id))
+		return string(v)
+	}
+	out := StatusJSON{
+		ID: st.ID, Address: st.Address, AdminAddress: addr(st.ID), State: st.State,
+		Ready: ready, ReadyReason: why,
+		LeaderID: st.LeaderID, LeaderAddr: st.LeaderAddr,
+		Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex,
+		AppliedIndex: st.AppliedIndex, FSMIndex: st.FSMIndex, FSMWALIndex: st.FSMWALIndex,
+		Executor: st.Executor, Peers: []PeerJSON{}, PeersError: st.PeersErr,
+	}
+	if st.LeaderID != "" {
+		out.LeaderAdmin = addr(st.LeaderID)
+	}
+	if !st.LastContact.IsZero() {
+		lc := st.LastContact
+		out.LastContact = &lc
+	}
+	for _, p := range st.Peers {
+		out.Peers = append(out.Peers, PeerJSON{ID: p.ID, Address: p.Address, AdminAddress: addr(p.ID), Suffrage: p.Suffrage, Leader: p.Leader})
+	}
+	return out
+}
+
+// HTTPHandler serves a node's HTTP endpoints:
+//
+//	/status          StatusJSON of the node
+//	/readyz          200 "ready: <reason>" when ready (see Ready), else 503
+//	                 with the reason
+//	/metrics         Prometheus exposition of g (nil: the default gatherer)
+//	/debug/pprof/    the runtime profiles (net/http/pprof)
+func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
+	if g == nil {
+		g = prometheus.DefaultGatherer
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(StatusOf(b))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := Ready(b)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready: " + why + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready: " + why + "\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}

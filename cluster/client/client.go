@@ -1,0 +1,608 @@
+// Package client is the Go client of Baton's admin API (proto/admin.proto).
+//
+// A Client is given the admin addresses of any members of a cluster. Every
+// call goes to the node it believes is the leader; when a node answers
+// UNAVAILABLE it follows the adminpb.LeaderHint in the error's details, or
+// else tries the next address, backing off exponentially, until the call's
+// context expires. A leader failover is therefore invisible to callers,
+// except as latency. Submissions carry a nonce (one is generated when the
+// caller gives none), so a submission retried after an UNAVAILABLE whose
+// fate is unknown returns the id of the first one instead of starting a
+// second procedure.
+//
+// Errors keep their gRPC status: status.Code(err) and status.FromError work
+// on every error a Client returns. When retries run out the error is
+// UNAVAILABLE (or DEADLINE_EXCEEDED) and names the addresses tried.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+)
+
+// Defaults of the options.
+const (
+	// DefaultCallTimeout bounds a unary call, retries included, when its
+	// context has no deadline of its own, and each reconnection episode of
+	// a Watch.
+	DefaultCallTimeout = 5 * time.Second
+	// DefaultMinBackoff and DefaultMaxBackoff bound the pause between two
+	// attempts: it starts at the minimum and doubles up to the maximum.
+	DefaultMinBackoff = 50 * time.Millisecond
+	DefaultMaxBackoff = time.Second
+	// DefaultAttemptTimeout bounds one attempt of a unary call, so that a
+	// node that accepts connections but hangs does not use up the call's
+	// whole deadline; the attempt is then retried elsewhere.
+	DefaultAttemptTimeout = 3 * time.Second
+)
+
+// Procedure states, as the API spells them.
+const (
+	StateInitializing   = "INITIALIZING"
+	StateRunnable       = "RUNNABLE"
+	StateWaiting        = "WAITING"
+	StateWaitingTimeout = "WAITING_TIMEOUT"
+	StateFailed         = "FAILED"
+	StateRolledBack     = "ROLLEDBACK"
+	StateSuccess        = "SUCCESS"
+)
+
+// Terminal reports whether a procedure in this state will never run again:
+// SUCCESS or ROLLEDBACK. (FAILED is not terminal: the procedure is rolling
+// back.)
+func Terminal(state string) bool { return state == StateSuccess || state == StateRolledBack }
+
+// ErrNoAddresses is returned by New when given no address.
+var ErrNoAddresses = errors.New("client: no admin address given")
+
+// Option adjusts a Client.
+type Option func(*options)
+
+type options struct {
+	callTimeout    time.Duration
+	attemptTimeout time.Duration
+	minBackoff     time.Duration
+	maxBackoff     time.Duration
+	dialOpts       []grpc.DialOption
+}
+
+// WithCallTimeout sets the timeout given to calls whose context has no
+// deadline (default DefaultCallTimeout). It also bounds how long a Watch
+// keeps trying to reconnect after its stream broke.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithAttemptTimeout sets the bound of one attempt of a unary call
+// (default DefaultAttemptTimeout).
+func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
+
+// WithBackoff sets the pause between attempts: min, doubling up to max.
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// WithDialOptions adds gRPC dial options (the default is plaintext).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Client talks to a Baton cluster. It is safe for concurrent use. Close
+// releases its connections.
+type Client struct {
+	opts options
+
+	mu     sync.Mutex
+	addrs  []string // known admin addresses: the given ones, then hinted ones
+	leader string   // believed leader's address; "" if unknown
+	next   int      // index in addrs of the next address to try without a leader
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+// New returns a Client for the cluster whose members' admin (gRPC)
+// addresses include addrs (host:port; any subset of the members will do).
+// Connections are made lazily, on the first call.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	o := options{callTimeout: DefaultCallTimeout, attemptTimeout: DefaultAttemptTimeout, minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.callTimeout <= 0 || o.attemptTimeout <= 0 {
+		return nil, fmt.Errorf("client: call timeout %v and attempt timeout %v must be positive", o.callTimeout, o.attemptTimeout)
+	}
+	if o.minBackoff <= 0 || o.maxBackoff < o.minBackoff {
+		return nil, fmt.Errorf("client: backoff %v..%v: want 0 < min ≤ max", o.minBackoff, o.maxBackoff)
+	}
+	var list []string
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a != "" && !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	if len(list) == 0 {
+		return nil, ErrNoAddresses
+	}
+	return &Client{opts: o, addrs: list, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Close closes the Client's connections. Calls made afterwards fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for a, cc := range c.conns {
+		errs = append(errs, cc.Close())
+		delete(c.conns, a)
+	}
+	return errors.Join(errs...)
+}
+
+// Leader returns the address the Client currently sends calls to, "" if it
+// has not found the leader yet.
+func (c *Client) Leader() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader
+}
+
+// target picks the address of the next attempt.
+func (c *Client) target() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" {
+		return c.leader
+	}
+	return c.addrs[c.next%len(c.addrs)]
+}
+
+// succeeded records that addr answered a call.
+func (c *Client) succeeded(addr string) {
+	c.mu.Lock()
+	c.leader = addr
+	c.mu.Unlock()
+}
+
+// failed records that addr could not serve a call: the next attempt goes to
+// the hinted leader if err carries a hint naming another node, else to the
+// address after addr. It reports whether a hint was followed.
+func (c *Client) failed(addr string, err error) (hinted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := leaderHint(err); h != "" && h != addr {
+		if !slices.Contains(c.addrs, h) {
+			c.addrs = append(c.addrs, h)
+		}
+		c.leader = h
+		return true
+	}
+	if c.leader == addr || c.leader == "" {
+		c.leader = ""
+		if i := slices.Index(c.addrs, addr); i >= 0 {
+			c.next = i + 1
+		} else {
+			c.next++
+		}
+	}
+	return false
+}
+
+func leaderHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*adminpb.LeaderHint); ok && h.GetLeaderAdminAddress() != "" {
+			return h.GetLeaderAdminAddress()
+		}
+	}
+	return ""
+}
+
+func (c *Client) conn(addr string) (adminpb.AdminClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, status.Error(codes.Canceled, "client: closed")
+	}
+	cc := c.conns[addr]
+	if cc == nil {
+		opts := append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// Fail fast on a dead node, and reconnect quickly to a node
+			// that comes back (gRPC's defaults wait up to 20 s and 120 s).
+			grpc.WithConnectParams(grpc.ConnectParams{
+				MinConnectTimeout: time.Second,
+				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			}),
+		}, c.opts.dialOpts...)
+		var err error
+		cc, err = grpc.NewClient(addr, opts...)
+		if err != nil {
+			// A malformed address: as unreachable as a dead node.
+			return nil, status.Errorf(codes.Unavailable, "client: %s: %v", addr, err)
+		}
+		c.conns[addr] = cc
+	}
+	return adminpb.NewAdminClient(cc), nil
+}
+
+// retryable reports whether err means "try elsewhere or later".
+func retryable(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		// An attempt that ran out while the call's context still has time
+		// (a hung node); not when the caller's context ended.
+		return ctx.Err() == nil
+	}
+	return false
+}
+
+// backoff sleeps for *d (doubling it up to the maximum) or until ctx ends.
+func (c *Client) backoff(ctx context.Context, d *time.Duration) error {
+	t := time.NewTimer(*d)
+	defer t.Stop()
+	*d = min(*d*2, c.opts.maxBackoff)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// giveUp builds the error returned when ctx ended while retrying.
+func (c *Client) giveUp(ctx context.Context, tried []string, last error) error {
+	if last == nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	code := codes.Unavailable
+	if errors.Is(ctx.Err(), context.Canceled) {
+		code = codes.Canceled
+	}
+	msg := last.Error()
+	if st, ok := status.FromError(last); ok {
+		msg = st.Message()
+	}
+	return status.Errorf(code, "no leader answered (tried %s): %s", strings.Join(tried, ", "), msg)
+}
+
+// do runs call against the leader, retrying as the package comment says.
+func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminpb.AdminClient) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.callTimeout)
+		defer cancel()
+	}
+	return c.retry(ctx, func(addr string) error {
+		a, err := c.conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
+		defer cancel()
+		return call(actx, a)
+	})
+}
+
+// retry calls attempt with the address of each try until it succeeds,
+// fails for good, or ctx ends.
+func (c *Client) retry(ctx context.Context, attempt func(addr string) error) error {
+	pause := c.opts.minBackoff
+	var tried []string
+	var last error
+	for {
+		if ctx.Err() != nil {
+			return c.giveUp(ctx, tried, last)
+		}
+		addr := c.target()
+		err := attempt(addr)
+		if err == nil {
+			c.succeeded(addr)
+			return nil
+		}
+		if !retryable(ctx, err) {
+			if ctx.Err() != nil && last != nil {
+				return c.giveUp(ctx, tried, last)
+			}
+			return err
+		}
+		last = err
+		if !slices.Contains(tried, addr) {
+			tried = append(tried, addr)
+		}
+		if c.failed(addr, err) {
+			continue // follow the hint at once
+		}
+		if err := c.backoff(ctx, &pause); err != nil {
+			return c.giveUp(ctx, tried, last)
+		}
+	}
+}
+
+// NewNonce returns a random nonce, as Submit uses when given none.
+func NewNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "c-" + hex.EncodeToString(b[:])
+}
+
+// Submit starts a procedure of type typ with the given arguments and
+// returns its id. The nonce makes the submission idempotent (a retry gets
+// the first id); if empty, a random one is used, so that the Client's own
+// retries are safe. owner is informational; timeout, if positive, aborts
+// the procedure if it has not finished by then.
+func (c *Client) Submit(ctx context.Context, typ string, args map[string]string, nonce, owner string, timeout time.Duration) (uint64, error) {
+	if nonce == "" {
+		nonce = NewNonce()
+	}
+	req := &adminpb.SubmitProcedureRequest{Type: typ, Arguments: args, Nonce: nonce, Owner: owner, TimeoutMs: timeout.Milliseconds()}
+	var id uint64
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		r, err := a.SubmitProcedure(ctx, req)
+		if err == nil {
+			id = r.GetId()
+		}
+		return err
+	})
+	return id, err
+}
+
+// Get returns the procedure with this id (NOT_FOUND if there is none).
+func (c *Client) Get(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return a.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
+	})
+}
+
+// Abort asks the procedure to roll back. It returns the procedure's state
+// after the request.
+func (c *Client) Abort(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return a.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+	})
+}
+
+// Pause stops the procedure between steps until Resume.
+func (c *Client) Pause(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return a.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+	})
+}
+
+// Resume lets a paused procedure run again.
+func (c *Client) Resume(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return a.ResumeProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+	})
+}
+
+// Ack acknowledges a finished procedure's result, so the cluster may
+// forget it.
+func (c *Client) Ack(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return a.AckResult(ctx, &adminpb.ProcedureRef{Id: id})
+	})
+}
+
+func (c *Client) procCall(ctx context.Context, f func(context.Context, adminpb.AdminClient) (*adminpb.Procedure, error)) (*adminpb.Procedure, error) {
+	var p *adminpb.Procedure
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		r, err := f(ctx, a)
+		if err == nil {
+			p = r
+		}
+		return err
+	})
+	return p, err
+}
+
+// ListOptions filters and pages ListProcedures. Empty fields match all.
+type ListOptions struct {
+	State     string
+	Type      string
+	RootsOnly bool
+	// PageSize is the server's page size (0: the server's default, 100).
+	PageSize int32
+	// PageToken continues a listing: the next page token of the previous
+	// page.
+	PageToken string
+}
+
+// List returns one page of procedures and the token of the next page ("" at
+// the end).
+func (c *Client) List(ctx context.Context, o ListOptions) ([]*adminpb.Procedure, string, error) {
+	req := &adminpb.ListProceduresRequest{State: o.State, Type: o.Type, RootsOnly: o.RootsOnly, PageSize: o.PageSize, PageToken: o.PageToken}
+	var r *adminpb.ListProceduresResponse
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		var err error
+		r, err = a.ListProcedures(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return r.GetProcedures(), r.GetNextPageToken(), nil
+}
+
+// ListAll follows the pages of a listing from o.PageToken to the end. Each
+// page is a call of its own (with its own timeout if ctx has no deadline).
+func (c *Client) ListAll(ctx context.Context, o ListOptions) ([]*adminpb.Procedure, error) {
+	var all []*adminpb.Procedure
+	for {
+		page, next, err := c.List(ctx, o)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page...)
+		if next == "" || next == o.PageToken {
+			return all, nil
+		}
+		o.PageToken = next
+	}
+}
+
+// Watch calls fn with the procedure's current state and then with each
+// change until it is terminal, and returns the terminal state. If the
+// stream breaks (the node died, lost leadership), Watch reopens it on
+// another node and carries on; fn may see the state it saw last once more
+// only if something changed in between (identical states are not repeated).
+//
+// ctx bounds the whole watch; no default timeout applies, since a procedure
+// may run for long. Reconnecting gives up after the call timeout without a
+// working stream. An error returned by fn ends the watch with that error.
+// fn may be nil.
+func (c *Client) Watch(ctx context.Context, id uint64, fn func(*adminpb.Procedure) error) (*adminpb.Procedure, error) {
+	var last *adminpb.Procedure
+	pause := c.opts.minBackoff
+	for {
+		stream, addr, cancelStream, first, err := c.openWatch(ctx, id)
+		if err != nil {
+			return last, err
+		}
+		p := first
+		for {
+			if last == nil || !proto.Equal(p, last) {
+				last = p
+				pause = c.opts.minBackoff // progress: reconnect fast next time
+				if fn != nil {
+					if err := fn(p); err != nil {
+						cancelStream()
+						return last, err
+					}
+				}
+			}
+			if Terminal(p.GetState()) {
+				cancelStream()
+				return last, nil
+			}
+			p, err = stream.Recv()
+			if err != nil {
+				break
+			}
+		}
+		cancelStream()
+		if ctx.Err() != nil {
+			return last, status.FromContextError(ctx.Err()).Err()
+		}
+		if err != io.EOF && !retryable(ctx, err) {
+			return last, err
+		}
+		// The stream ended before the procedure did (the node died or lost
+		// leadership): resume it, elsewhere unless hinted otherwise.
+		c.failed(addr, err)
+		if err := c.backoff(ctx, &pause); err != nil {
+			return last, status.FromContextError(err).Err()
+		}
+	}
+}
+
+// openWatch opens a watch stream on the leader and receives its first
+// message, retrying for at most the call timeout.
+func (c *Client) openWatch(ctx context.Context, id uint64) (stream grpc.ServerStreamingClient[adminpb.Procedure], addr string, cancel context.CancelFunc, first *adminpb.Procedure, err error) {
+	octx, ocancel := context.WithTimeout(ctx, c.opts.callTimeout)
+	defer ocancel()
+	err = c.retry(octx, func(a string) error {
+		ac, err := c.conn(a)
+		if err != nil {
+			return err
+		}
+		sctx, scancel := context.WithCancel(ctx)
+		s, err := ac.WatchProcedure(sctx, &adminpb.WatchProcedureRequest{Id: id})
+		if err == nil {
+			// Errors such as NOT_FOUND or UNAVAILABLE arrive with the first
+			// message: the stream counts as open once it has one.
+			first, err = recvWithin(octx, s)
+		}
+		if err != nil {
+			scancel()
+			return err
+		}
+		stream, addr, cancel = s, a, scancel
+		return nil
+	})
+	if err != nil && ctx.Err() != nil {
+		err = status.FromContextError(ctx.Err()).Err()
+	}
+	return stream, addr, cancel, first, err
+}
+
+// recvWithin receives a stream's first message, giving up when ctx ends.
+func recvWithin(ctx context.Context, s grpc.ServerStreamingClient[adminpb.Procedure]) (*adminpb.Procedure, error) {
+	type res struct {
+		p   *adminpb.Procedure
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		p, err := s.Recv()
+		ch <- res{p, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err == io.EOF {
+			return nil, status.Error(codes.Unavailable, "watch stream closed before its first message")
+		}
+		return r.p, r.err
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// Wait blocks until the procedure is terminal and returns its final state
+// (see Watch).
+func (c *Client) Wait(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+	return c.Watch(ctx, id, nil)
+}
+
+// Status returns the cluster's state as the leader sees it.
+func (c *Client) Status(ctx context.Context) (*adminpb.ClusterStatusResponse, error) {
+	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
+		return a.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
+	})
+}
+
+// AddPeer adds a node to the cluster as a voter: id is its Raft server id,
+// raftAddr its Raft transport address, adminAddr its admin (gRPC) address.
+func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*adminpb.ClusterStatusResponse, error) {
+	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
+		return a.AddPeer(ctx, &adminpb.AddPeerRequest{Id: id, RaftAddress: raftAddr, AdminAddress: adminAddr})
+	})
+}
+
+// RemovePeer removes the node with this id from the cluster.
+func (c *Client) RemovePeer(ctx context.Context, id string) (*adminpb.ClusterStatusResponse, error) {
+	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
+		return a.RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: id})
+	})
+}
+
+func (c *Client) statusCall(ctx context.Context, f func(context.Context, adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error)) (*adminpb.ClusterStatusResponse, error) {
+	var r *adminpb.ClusterStatusResponse
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		var err error
+		r, err = f(ctx, a)
+		return err
+	})
+	return r, err
+}

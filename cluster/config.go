@@ -1,0 +1,434 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
+)
+
+// Defaults of Config. The Raft timings are tuned for masters on one LAN;
+// see Config.HeartbeatTimeout for the reasoning.
+const (
+	DefaultHeartbeatTimeout   = 300 * time.Millisecond
+	DefaultElectionTimeout    = 300 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 150 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 120 * time.Second
+	DefaultTrailingLogs       = 10240
+	DefaultMaxAppendEntries   = 64
+	DefaultSnapshotRetain     = 2
+	DefaultTransportTimeout   = 10 * time.Second
+	DefaultTransportMaxPool   = 3
+	DefaultBarrierTimeout     = 30 * time.Second
+	DefaultRevokeTimeout      = 2 * time.Second
+	DefaultHealthInterval     = time.Second
+)
+
+// Peer is one member of the static bootstrap configuration.
+type Peer struct {
+	ID      string
+	Address string // host:port of the peer's Raft transport
+}
+
+// String formats p as "id=host:port", the form ParsePeers reads.
+func (p Peer) String() string { return p.ID + "=" + p.Address }
+
+// ParsePeers reads a bootstrap list "id=host:port,id=host:port,...".
+// Blanks around items are ignored, an empty string is an empty list. Every
+// item needs a non-empty id and a host:port address with a numeric port;
+// ids and addresses must be unique.
+func ParsePeers(s string) ([]Peer, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var peers []Peer
+	ids := map[string]int{}
+	addrs := map[string]int{}
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		n := i + 1
+		if item == "" {
+			return nil, fmt.Errorf("cluster: peers: item %d is empty (stray comma?)", n)
+		}
+		id, addr, ok := strings.Cut(item, "=")
+		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
+		if !ok {
+			return nil, fmt.Errorf("cluster: peers: item %d %q: want id=host:port", n, item)
+		}
+		if id == "" {
+			return nil, fmt.Errorf("cluster: peers: item %d %q: empty id", n, item)
+		}
+		if err := checkHostPort(addr); err != nil {
+			return nil, fmt.Errorf("cluster: peers: item %d %q: %w", n, item, err)
+		}
+		if j, dup := ids[id]; dup {
+			return nil, fmt.Errorf("cluster: peers: id %q appears in items %d and %d", id, j, n)
+		}
+		if j, dup := addrs[addr]; dup {
+			return nil, fmt.Errorf("cluster: peers: address %q appears in items %d and %d", addr, j, n)
+		}
+		ids[id], addrs[addr] = n, n
+		peers = append(peers, Peer{ID: id, Address: addr})
+	}
+	return peers, nil
+}
+
+// FormatPeers is the inverse of ParsePeers.
+func FormatPeers(peers []Peer) string {
+	parts := make([]string, len(peers))
+	for i, p := range peers {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("address %q: want host:port: %w", addr, err)
+	}
+	if host == "" {
+		return fmt.Errorf("address %q: empty host", addr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("address %q: port must be a number in 1..65535", addr)
+	}
+	return nil
+}
+
+// Config configures a master Node. Build it from DefaultConfig and set the
+// identity fields; zero durations and counts are replaced by the defaults
+// (Validate reports the effective values' problems).
+type Config struct {
+	// ID is this node's Raft server id: stable across restarts and unique in
+	// the cluster. Required.
+	ID string
+
+	// DataDir holds the node's durable state: raft/ (the bolt log and
+	// stable store), snapshots/ (Raft snapshots), fsm/ (the FSM's local
+	// WAL). Required, also in tests that override the Raft stores, since
+	// the FSM keeps its WAL there.
+	DataDir string
+
+	// RaftAddr is the host:port the Raft TCP transport binds to and
+	// advertises to peers, so it must be reachable by them (not 0.0.0.0).
+	// Required unless Transport is set.
+	RaftAddr string
+
+	// Peers is the static bootstrap configuration, identical on every node
+	// (see ParsePeers). It is used only when the node has no Raft state yet:
+	// the first start bootstraps the cluster from it, every later start
+	// ignores it, so the same command line serves first start and restart.
+	// If set it must contain this node with its advertised address. Empty
+	// means "do not bootstrap": the node waits to be added with Join.
+	Peers []Peer
+
+	// HeartbeatTimeout: a follower that hears nothing from the leader for a
+	// random time in [HeartbeatTimeout, 2×HeartbeatTimeout) starts an
+	// election; the leader heartbeats every HeartbeatTimeout/10.
+	// ElectionTimeout bounds a candidate's wait for votes the same way.
+	// Defaults 300 ms each (raft's are 1 s, which users see as 2–3 s
+	// failovers). Detection then takes 300–600 ms, the vote a LAN round
+	// trip, and the new leader's Barrier plus executor start a few
+	// milliseconds more, so a failover's p50 lands near 0.5 s, under the
+	// 1 s goal. Lower values fail over faster but risk needless elections
+	// on GC pauses or a busy network; raise them on a WAN.
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
+
+	// LeaderLeaseTimeout: a leader that has not heard from a quorum for this
+	// long steps down, which bounds how long a partitioned leader keeps
+	// running its executor. Must be ≤ HeartbeatTimeout. Default 150 ms
+	// (raft's is 500 ms).
+	LeaderLeaseTimeout time.Duration
+
+	// CommitTimeout is how long an idle leader waits before sending a
+	// heartbeat that tells followers the commit index. Default 50 ms
+	// (raft's default); followers' FSMs lag at most about this much, and
+	// only the leader executes, so lower buys little.
+	CommitTimeout time.Duration
+
+	// SnapshotThreshold (log entries since the last snapshot) and
+	// SnapshotInterval (how often the threshold is checked) trigger Raft
+	// snapshots; TrailingLogs is how many entries stay in the log after one,
+	// so a follower that is a little behind catches up from the log instead
+	// of a snapshot transfer. Defaults 8192, 120 s, 10240 (raft's). Each
+	// node's FSM also keeps its own WAL, so snapshots only bound the Raft
+	// log and the catch-up of new or far-behind nodes.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// SnapshotRetain is how many Raft snapshots stay on disk. Default 2.
+	SnapshotRetain int
+
+	// MaxAppendEntries caps the entries per AppendEntries RPC and, with
+	// BatchApplyCh, the Applies raft groups into one log write. Default 64
+	// (raft's): a RaftStore entry already carries a whole group commit (up
+	// to RaftStore.MaxBatchBytes), so more entries per RPC mostly grows the
+	// RPC.
+	MaxAppendEntries int
+
+	// BatchApplyCh buffers raft's apply channel so concurrent Applies are
+	// written in one batch. DefaultConfig sets it; leave it on.
+	BatchApplyCh bool
+
+	// TransportTimeout is the TCP transport's I/O timeout (snapshot
+	// transfers scale it up). Default 10 s. TransportMaxPool is the number of
+	// pooled connections per peer. Default 3.
+	TransportTimeout time.Duration
+	TransportMaxPool int
+
+	// BarrierTimeout bounds the Barrier a new leader waits on before it
+	// starts its executor. Default 30 s. If it expires the node gives up
+	// leadership (see leader.go).
+	BarrierTimeout time.Duration
+
+	// RevokeTimeout bounds how long a node that lost leadership waits for
+	// its executor's workers to let go. Its writes fail with ErrNotLeader
+	// from the first moment anyway. Default 2 s.
+	RevokeTimeout time.Duration
+
+	// HealthInterval is how often the leader checks that its executor is
+	// still running (an executor stops itself after a store failure); a
+	// dead executor is rebuilt from the FSM, or leadership handed over.
+	// Default 1 s.
+	HealthInterval time.Duration
+
+	// Registry decodes persisted procedures. Required.
+	Registry *procedure.Registry
+	// Env is handed to every procedure step as Context.Env.
+	Env any
+	// Workers is the executor's core worker pool (0: procedure's default).
+	Workers int
+	// Executor, if set, adjusts each executor's configuration before it is
+	// built (TTLs, backoffs, clock). Its Store, Registry, Env, Workers and
+	// Logger are already filled in; Metrics must stay nil unless the
+	// registerer tolerates re-registration, since a new executor is built
+	// every time this node becomes leader.
+	Executor func(*procedure.Config)
+	// PrepareExecutor, if set, is called with each new executor before it
+	// starts (to add listeners). An error aborts establishing leadership.
+	PrepareExecutor func(*procedure.Executor) error
+
+	// WAL is the template of the FSM's local WAL configuration (its Dir is
+	// ignored). Zero fields take the store package's defaults.
+	WAL store.WALConfig
+	// Store configures the Raft-backed procedure store of each executor.
+	Store raftfsm.RaftStoreConfig
+
+	// RaftNoSync skips fsync in the bolt log store. Tests only.
+	RaftNoSync bool
+
+	// Logger receives the node's log lines (raft's included). Default: a
+	// null logger.
+	Logger hclog.Logger
+
+	// Overrides for tests: when set, used instead of the TCP transport and
+	// the bolt / file stores (e.g. raft.NewInmemTransport, raft.InmemStore,
+	// raft.InmemSnapshotStore). LogStore and StableStore go together. The
+	// node closes the transport if it implements io.Closer, but never
+	// closes the stores it was given.
+	Transport     raft.Transport
+	LogStore      raft.LogStore
+	StableStore   raft.StableStore
+	SnapshotStore raft.SnapshotStore
+}
+
+// DefaultConfig returns a Config with every default filled in; the caller
+// sets ID, DataDir, RaftAddr, Peers and Registry.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:   DefaultHeartbeatTimeout,
+		ElectionTimeout:    DefaultElectionTimeout,
+		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
+		CommitTimeout:      DefaultCommitTimeout,
+		SnapshotThreshold:  DefaultSnapshotThreshold,
+		SnapshotInterval:   DefaultSnapshotInterval,
+		TrailingLogs:       DefaultTrailingLogs,
+		SnapshotRetain:     DefaultSnapshotRetain,
+		MaxAppendEntries:   DefaultMaxAppendEntries,
+		BatchApplyCh:       true,
+		TransportTimeout:   DefaultTransportTimeout,
+		TransportMaxPool:   DefaultTransportMaxPool,
+		BarrierTimeout:     DefaultBarrierTimeout,
+		RevokeTimeout:      DefaultRevokeTimeout,
+		HealthInterval:     DefaultHealthInterval,
+	}
+}
+
+// withDefaults fills zero fields with their defaults (BatchApplyCh, a
+// bool, is left as set).
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	setDur(&c.ElectionTimeout, d.ElectionTimeout)
+	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	setDur(&c.CommitTimeout, d.CommitTimeout)
+	setDur(&c.SnapshotInterval, d.SnapshotInterval)
+	setDur(&c.TransportTimeout, d.TransportTimeout)
+	setDur(&c.BarrierTimeout, d.BarrierTimeout)
+	setDur(&c.RevokeTimeout, d.RevokeTimeout)
+	setDur(&c.HealthInterval, d.HealthInterval)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = d.SnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = d.TrailingLogs
+	}
+	if c.SnapshotRetain == 0 {
+		c.SnapshotRetain = d.SnapshotRetain
+	}
+	if c.MaxAppendEntries == 0 {
+		c.MaxAppendEntries = d.MaxAppendEntries
+	}
+	if c.TransportMaxPool == 0 {
+		c.TransportMaxPool = d.TransportMaxPool
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Validate says what is wrong with c (after defaults are applied), naming
+// every problem found.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("cluster: config: "+format, args...))
+	}
+	if c.ID == "" {
+		bad("ID is required")
+	}
+	if c.DataDir == "" {
+		bad("DataDir is required")
+	}
+	if c.Transport == nil {
+		if c.RaftAddr == "" {
+			bad("RaftAddr is required (or a Transport override)")
+		} else if err := checkHostPort(c.RaftAddr); err != nil {
+			bad("RaftAddr: %v", err)
+		} else if host, _, _ := net.SplitHostPort(c.RaftAddr); isUnspecified(host) {
+			bad("RaftAddr %q is advertised to peers and must name a reachable host, not a wildcard", c.RaftAddr)
+		}
+	}
+	if (c.LogStore == nil) != (c.StableStore == nil) {
+		bad("LogStore and StableStore overrides go together")
+	}
+	if c.Registry == nil {
+		bad("Registry is required")
+	}
+	if c.Workers < 0 {
+		bad("Workers %d is negative", c.Workers)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatTimeout", c.HeartbeatTimeout}, {"ElectionTimeout", c.ElectionTimeout},
+		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
+		{"SnapshotInterval", c.SnapshotInterval}, {"TransportTimeout", c.TransportTimeout},
+		{"BarrierTimeout", c.BarrierTimeout}, {"RevokeTimeout", c.RevokeTimeout},
+		{"HealthInterval", c.HealthInterval},
+	} {
+		if f.v < 0 {
+			bad("%s %v is negative", f.name, f.v)
+		}
+	}
+	if c.HeartbeatTimeout > 0 && c.HeartbeatTimeout < 5*time.Millisecond {
+		bad("HeartbeatTimeout %v is below raft's minimum of 5ms", c.HeartbeatTimeout)
+	}
+	if c.ElectionTimeout > 0 && c.ElectionTimeout < 5*time.Millisecond {
+		bad("ElectionTimeout %v is below raft's minimum of 5ms", c.ElectionTimeout)
+	}
+	if c.LeaderLeaseTimeout > 0 && c.LeaderLeaseTimeout < 5*time.Millisecond {
+		bad("LeaderLeaseTimeout %v is below raft's minimum of 5ms", c.LeaderLeaseTimeout)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		bad("LeaderLeaseTimeout %v exceeds HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if c.MaxAppendEntries < 0 || c.MaxAppendEntries > 1024 {
+		bad("MaxAppendEntries %d is out of range 1..1024", c.MaxAppendEntries)
+	}
+	if c.SnapshotRetain < 0 {
+		bad("SnapshotRetain %d is negative", c.SnapshotRetain)
+	}
+	if c.TransportMaxPool < 0 {
+		bad("TransportMaxPool %d is negative", c.TransportMaxPool)
+	}
+	if len(c.Peers) > 0 {
+		ids, addrs := map[string]bool{}, map[string]bool{}
+		self := false
+		for i, p := range c.Peers {
+			if p.ID == "" {
+				bad("Peers[%d]: empty id", i)
+			}
+			if p.Address == "" {
+				bad("Peers[%d] %q: empty address", i, p.ID)
+			}
+			if ids[p.ID] {
+				bad("Peers: id %q appears twice", p.ID)
+			}
+			if addrs[p.Address] {
+				bad("Peers: address %q appears twice", p.Address)
+			}
+			ids[p.ID], addrs[p.Address] = true, true
+			if p.ID == c.ID {
+				self = true
+				if c.Transport == nil && c.RaftAddr != "" && p.Address != c.RaftAddr {
+					bad("Peers lists this node %q at %q but RaftAddr is %q", p.ID, p.Address, c.RaftAddr)
+				}
+			}
+		}
+		if !self && c.ID != "" {
+			bad("Peers does not list this node's ID %q", c.ID)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isUnspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// raftConfig builds raft's configuration from c (defaults applied).
+func (c Config) raftConfig(notify chan<- bool) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = c.CommitTimeout
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = c.SnapshotInterval
+	rc.TrailingLogs = c.TrailingLogs
+	rc.MaxAppendEntries = c.MaxAppendEntries
+	rc.BatchApplyCh = c.BatchApplyCh
+	rc.NotifyCh = notify
+	rc.Logger = c.Logger.Named("raft")
+	return rc
+}

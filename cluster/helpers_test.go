@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// stepProc is a multi-step test procedure: it runs Steps steps, suspending
+// with a short timer between them so that procedures are in flight long
+// enough to be caught by a failover. Every run of a step is recorded in the
+// recorder (Env); steps are at-least-once, success is exactly-once.
+type stepProc struct {
+	Steps int
+	Pause time.Duration
+	Done  int
+}
+
+func (p *stepProc) Execute(ctx *procedure.Context) (procedure.Step, error) {
+	if rec, ok := ctx.Env.(*recorder); ok {
+		rec.step(ctx.ID(), p.Done)
+	}
+	p.Done++
+	if p.Done >= p.Steps {
+		ctx.SetResult([]byte(fmt.Sprintf("done %d", p.Done)))
+		return procedure.Done(), nil
+	}
+	if p.Pause > 0 {
+		return procedure.Suspend(procedure.Timeout(p.Pause)), nil
+	}
+	return procedure.More(), nil
+}
+
+func (p *stepProc) Rollback(*procedure.Context) error { return nil }
+
+func testRegistry() *procedure.Registry {
+	r := procedure.NewRegistry()
+	r.MustRegister("test.steps", 1, func() procedure.Procedure { return &stepProc{} })
+	return r
+}
+
+// recorder collects, across every node and executor of a test cluster, the
+// steps run and the SUCCESS transitions seen by listeners.
+type recorder struct {
+	mu        sync.Mutex
+	steps     map[uint64]map[int]int // proc id → step → runs
+	successes map[uint64]int
+	failures  map[uint64]string
+}
+
+func newRecorder() *recorder {
+	return &recorder{steps: map[uint64]map[int]int{}, successes: map[uint64]int{}, failures: map[uint64]string{}}
+}
+
+func (r *recorder) step(id uint64, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.steps[id] == nil {
+		r.steps[id] = map[int]int{}
+	}
+	r.steps[id][n]++
+}
+
+func (r *recorder) listen(info procedure.Info) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch info.State {
+	case procedure.Success:
+		r.successes[info.ID]++
+	case procedure.Failed, procedure.RolledBack:
+		r.failures[info.ID] = info.Error
+	}
+}
+
+// testCluster is N in-process nodes. On the in-memory transport the
+// partition helpers work; on TCP they do not.
+type testCluster struct {
+	t     *testing.T
+	rec   *recorder
+	nodes []*Node
+	cfgs  []Config
+	trans []*raft.InmemTransport // nil entries on TCP
+}
+
+type clusterOpts struct {
+	n   int
+	tcp bool
+}
+
+func testLogger(t *testing.T, name string) hclog.Logger {
+	lvl := hclog.Off
+	if os.Getenv("BATON_TEST_LOG") != "" {
+		lvl = hclog.Debug
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: os.Stderr})
+}
+
+// fastConfig is a node configuration with the fast timings raft's own
+// tests use.
+func fastConfig(t *testing.T, id string, rec *recorder) Config {
+	c := DefaultConfig()
+	c.ID = id
+	c.DataDir = t.TempDir()
+	c.HeartbeatTimeout = 50 * time.Millisecond
+	c.ElectionTimeout = 50 * time.Millisecond
+	c.LeaderLeaseTimeout = 50 * time.Millisecond
+	c.CommitTimeout = 5 * time.Millisecond
+	c.SnapshotInterval = time.Hour
+	c.HealthInterval = 50 * time.Millisecond
+	c.BarrierTimeout = 5 * time.Second
+	c.Registry = testRegistry()
+	c.Env = rec
+	c.Workers = 4
+	c.WAL = store.WALConfig{NoSync: true}
+	c.RaftNoSync = true
+	c.Logger = testLogger(t, id)
+	c.PrepareExecutor = func(x *procedure.Executor) error {
+		x.AddListener(rec.listen)
+		return nil
+	}
+	return c
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
+	t.Helper()
+	if o.n == 0 {
+		o.n = 3
+	}
+	c := &testCluster{t: t, rec: newRecorder()}
+	var peers []Peer
+	for i := range o.n {
+		id := fmt.Sprintf("m%d", i)
+		cfg := fastConfig(t, id, c.rec)
+		var tr *raft.InmemTransport
+		if o.tcp {
+			cfg.RaftAddr = freePort(t)
+			cfg.TransportTimeout = 2 * time.Second
+			peers = append(peers, Peer{ID: id, Address: cfg.RaftAddr})
+		} else {
+			var addr raft.ServerAddress
+			addr, tr = raft.NewInmemTransport("")
+			cfg.Transport = tr
+			cfg.LogStore = raft.NewInmemStore()
+			cfg.StableStore = cfg.LogStore.(raft.StableStore)
+			cfg.SnapshotStore = raft.NewInmemSnapshotStore()
+			peers = append(peers, Peer{ID: id, Address: string(addr)})
+		}
+		c.cfgs = append(c.cfgs, cfg)
+		c.trans = append(c.trans, tr)
+	}
+	for i := range c.cfgs {
+		c.cfgs[i].Peers = peers
+	}
+	if !o.tcp {
+		for i, a := range c.trans {
+			for j, b := range c.trans {
+				if i != j {
+					a.Connect(b.LocalAddr(), b)
+				}
+			}
+		}
+	}
+	for i := range c.cfgs {
+		n, err := NewNode(c.cfgs[i])
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	t.Cleanup(c.shutdownAll)
+	return c
+}
+
+func (c *testCluster) shutdownAll() {
+	for _, n := range c.nodes {
+		if n == nil {
+			continue
+		}
+		n.Kill()
+	}
+}
+
+// restart reopens node i from its configuration (same DataDir). The node
+// must have been shut down.
+func (c *testCluster) restart(i int) *Node {
+	c.t.Helper()
+	n, err := NewNode(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("restart node %d: %v", i, err)
+	}
+	c.nodes[i] = n
+	return n
+}
+
+// isolate cuts node i off from every other node, both ways (in-memory
+// transport only).
+func (c *testCluster) isolate(i int) {
+	c.trans[i].DisconnectAll()
+	for j, tr := range c.trans {
+		if j != i {
+			tr.Disconnect(c.trans[i].LocalAddr())
+		}
+	}
+}
+
+// reconnect undoes isolate.
+func (c *testCluster) reconnect(i int) {
+	for j, tr := range c.trans {
+		if j != i {
+			tr.Connect(c.trans[i].LocalAddr(), c.trans[i])
+			c.trans[i].Connect(tr.LocalAddr(), tr)
+		}
+	}
+}
+
+// waitFor polls cond every 10 ms until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// leader waits until exactly one live node (among those not excluded) is
+// leader with a running executor, and returns its index and executor.
+func (c *testCluster) leader(exclude ...int) (int, *procedure.Executor) {
+	c.t.Helper()
+	skip := map[int]bool{}
+	for _, e := range exclude {
+		skip[e] = true
+	}
+	var li int
+	var lx *procedure.Executor
+	waitFor(c.t, 15*time.Second, "a leader with a running executor", func() bool {
+		li, lx = -1, nil
+		for i, n := range c.nodes {
+			if skip[i] || n == nil {
+				continue
+			}
+			if x, err := n.Executor(); err == nil {
+				if lx != nil {
+					return false // two claim it: wait for the old one to notice
+				}
+				li, lx = i, x
+			}
+		}
+		return lx != nil
+	})
+	return li, lx
+}
+
+// submit submits k stepProcs on x and returns their ids.
+func submit(t *testing.T, x *procedure.Executor, k, steps int, pause time.Duration) []uint64 {
+	t.Helper()
+	ids := make([]uint64, 0, k)
+	for range k {
+		id, err := x.Submit(&stepProc{Steps: steps, Pause: pause}, procedure.SubmitOptions{})
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// waitAllSuccess waits on the current leader until every id is SUCCESS,
+// following leadership changes, and checks the recorder's invariants.
+func (c *testCluster) waitAllSuccess(ids []uint64, steps int) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range ids {
+		for {
+			if time.Now().After(deadline) {
+				c.t.Fatalf("procedure %d did not finish in time", id)
+			}
+			_, x := c.leader()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			info, err := x.Wait(ctx, id)
+			cancel()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, procedure.ErrStopped) || errors.Is(err, procedure.ErrNotStarted) {
+					continue // leadership may have moved; ask again
+				}
+				c.t.Fatalf("wait %d: %v", id, err)
+			}
+			if info.State != procedure.Success {
+				c.t.Fatalf("procedure %d ended %v (%s), want SUCCESS", id, info.State, info.Error)
+			}
+			if want := fmt.Sprintf("done %d", steps); string(info.Result) != want {
+				c.t.Fatalf("procedure %d result %q, want %q", id, info.Result, want)
+			}
+			break
+		}
+	}
+	c.rec.mu.Lock()
+	defer c.rec.mu.Unlock()
+	for _, id := range ids {
+		if n := c.rec.successes[id]; n > 1 {
+			c.t.Errorf("procedure %d reported SUCCESS %d times", id, n)
+		}
+		if e, bad := c.rec.failures[id]; bad {
+			c.t.Errorf("procedure %d failed: %s", id, e)
+		}
+		for s := range steps {
+			if c.rec.steps[id][s] == 0 {
+				c.t.Errorf("procedure %d never ran step %d", id, s)
+			}
+		}
+	}
+}

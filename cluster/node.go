@@ -1,0 +1,496 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// ErrNotLeader is wrapped by the errors of calls that only the leader
+// serves. The error is a *NotLeaderError naming the leader, if known;
+// errors.Is also matches raft.ErrNotLeader.
+var ErrNotLeader = errors.New("cluster: not the leader")
+
+// ErrNotReady is returned by Executor on a leader that has not finished
+// establishing its leadership (Barrier, executor start) yet. Retry shortly.
+var ErrNotReady = errors.New("cluster: leader not ready")
+
+// ErrShutdown is returned by calls on a node that is shutting down.
+var ErrShutdown = errors.New("cluster: node shut down")
+
+// NotLeaderError says who the leader is, as far as this node knows. Both
+// fields are empty while no leader is known (an election is under way).
+type NotLeaderError struct {
+	LeaderID   string
+	LeaderAddr string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" && e.LeaderAddr == "" {
+		return "cluster: not the leader (no leader known)"
+	}
+	return fmt.Sprintf("cluster: not the leader (leader %q at %s)", e.LeaderID, e.LeaderAddr)
+}
+
+// Unwrap returns ErrNotLeader.
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// Is matches raft.ErrNotLeader too, so callers that know only raft's
+// sentinel (like raftfsm's store errors) treat both alike.
+func (e *NotLeaderError) Is(target error) bool { return target == raft.ErrNotLeader }
+
+// Node is one master: a Raft member running the replicated FSM, and, while
+// it is the leader, the procedure executor. See the package documentation.
+type Node struct {
+	cfg    Config
+	log    hclog.Logger
+	raft   *raft.Raft
+	fsm    *raftfsm.FSM
+	trans  raft.Transport
+	snaps  raft.SnapshotStore
+	bolt   *raftboltdb.BoltStore // nil when the log store is overridden
+	notify chan bool
+
+	noSnapshotRestore bool
+
+	mu       sync.Mutex // guards exec, rstore, execTerm, closed
+	exec     *procedure.Executor
+	rstore   *raftfsm.RaftStore
+	execTerm uint64 // the term exec was established in
+	closed   bool
+
+	shutdownCh   chan struct{}
+	loopDone     chan struct{}
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// NewNode opens the node's stores and the FSM, starts Raft (bootstrapping
+// the cluster from Config.Peers if the node has no Raft state yet) and the
+// leadership monitor. The node becomes leader, or follows one, on its own.
+func NewNode(cfg Config) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	log := cfg.Logger.With("node", cfg.ID)
+	n = &Node{
+		cfg:        cfg,
+		log:        log,
+		notify:     make(chan bool, 1), // raft overwrites a pending value
+		shutdownCh: make(chan struct{}),
+		loopDone:   make(chan struct{}),
+	}
+	// Undo whatever was opened if a later step fails.
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "raft"), filepath.Join(cfg.DataDir, "fsm")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+
+	// The FSM first: its WAL gives W, which decides how raft starts.
+	walCfg := cfg.WAL
+	walCfg.Logger = nil
+	n.fsm, err = raftfsm.NewFSM(raftfsm.Config{
+		Dir:    filepath.Join(cfg.DataDir, "fsm"),
+		WAL:    walCfg,
+		Logger: log.Named("fsm"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: open FSM: %w", err)
+	}
+	closers = append(closers, n.fsm.Close)
+
+	logs, stable := cfg.LogStore, cfg.StableStore
+	if logs == nil {
+		n.bolt, err = raftboltdb.New(raftboltdb.Options{
+			Path:        filepath.Join(cfg.DataDir, "raft", "raft.db"),
+			BoltOptions: &bbolt.Options{Timeout: time.Second},
+			NoSync:      cfg.RaftNoSync,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: open raft log %s: %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
+		}
+		closers = append(closers, n.bolt.Close)
+		stable = n.bolt
+		logs, err = raft.NewLogCache(512, n.bolt)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+
+	n.snaps = cfg.SnapshotStore
+	if n.snaps == nil {
+		// NewFileSnapshotStore keeps its files in <base>/snapshots.
+		n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, log.Named("snapshots"))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
+		}
+	}
+
+	// The FSM persists itself: skip raft's restore of the newest snapshot
+	// at start when the local WAL already reaches it (raftfsm doc, Restart).
+	need, err := raftfsm.NeedsSnapshotRestore(n.snaps, n.fsm.LoadedIndex())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	n.noSnapshotRestore = !need
+
+	n.trans = cfg.Transport
+	if n.trans == nil {
+		adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: RaftAddr: %w", err)
+		}
+		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, cfg.TransportMaxPool, cfg.TransportTimeout, log.Named("transport"))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
+		}
+		n.trans = tt
+		closers = append(closers, tt.Close)
+	}
+
+	rc := cfg.raftConfig(n.notify)
+	rc.NoSnapshotRestoreOnStart = n.noSnapshotRestore
+
+	existing, err := raft.HasExistingState(logs, stable, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	if !existing && len(cfg.Peers) > 0 {
+		var conf raft.Configuration
+		for _, p := range cfg.Peers {
+			addr := raft.ServerAddress(p.Address)
+			if p.ID == cfg.ID {
+				addr = n.trans.LocalAddr() // the transport's view of our own address
+			}
+			conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: addr, Suffrage: raft.Voter})
+		}
+		if err := raft.BootstrapCluster(rc, logs, stable, n.snaps, n.trans, conf); err != nil {
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+		log.Info("bootstrapped cluster", "peers", FormatPeers(cfg.Peers))
+	} else if existing {
+		log.Info("restarting from existing raft state", "fsm_wal_index", n.fsm.LoadedIndex(), "snapshot_restore", need)
+	}
+
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, stable, n.snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	go n.monitorLeadership()
+	return n, nil
+}
+
+// ID returns the node's server id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Addr returns the node's advertised Raft address.
+func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
+
+// Raft exposes the Raft instance, for tests and diagnostics.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// FSM exposes the replicated state machine (read side: View, Get, Scan).
+func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
+
+// IsLeader reports whether this node is the Raft leader. The executor may
+// not be running yet (see Executor).
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's id and address as this node knows them, or
+// empty strings while none is known.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+func (n *Node) notLeader() error {
+	id, addr := n.Leader()
+	return &NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+// Executor returns the leader's running executor. On a follower it
+// returns a *NotLeaderError (wrapping ErrNotLeader) that names the leader;
+// on a leader still establishing itself, ErrNotReady; after Shutdown,
+// ErrShutdown. The executor is valid only while this node stays leader:
+// after losing leadership it is stopped and its calls fail.
+func (n *Node) Executor() (*procedure.Executor, error) {
+	n.mu.Lock()
+	x, term, closed := n.exec, n.execTerm, n.closed
+	n.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrShutdown
+	case n.raft.State() != raft.Leader:
+		return nil, n.notLeader()
+	case x == nil || term != n.raft.CurrentTerm():
+		return nil, ErrNotReady
+	}
+	return x, nil
+}
+
+// PeerStatus is one member of the Raft configuration.
+type PeerStatus struct {
+	ID       string
+	Address  string
+	Suffrage string // "Voter", "Nonvoter", "Staging"
+	Leader   bool
+}
+
+// Status is a point-in-time summary of a node.
+type Status struct {
+	ID           string
+	Address      string
+	State        string // raft state: "Leader", "Follower", "Candidate", "Shutdown"
+	LeaderID     string
+	LeaderAddr   string
+	Term         uint64
+	LastIndex    uint64 // last entry in the local log
+	CommitIndex  uint64
+	AppliedIndex uint64 // raft's view of what the FSM applied
+	FSMIndex     uint64 // the FSM's own applied index
+	FSMWALIndex  uint64 // applied index durable in the local WAL
+	LastContact  time.Time
+	Executor     bool // an executor is running here
+	Peers        []PeerStatus
+	// PeersErr is set when the configuration could not be read.
+	PeersErr string
+}
+
+// Status returns the node's current status. It does not block on the
+// network.
+func (n *Node) Status() Status {
+	lid, laddr := n.Leader()
+	s := Status{
+		ID:           n.cfg.ID,
+		Address:      n.Addr(),
+		State:        n.raft.State().String(),
+		LeaderID:     lid,
+		LeaderAddr:   laddr,
+		Term:         n.raft.CurrentTerm(),
+		LastIndex:    n.raft.LastIndex(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+		FSMIndex:     n.fsm.AppliedIndex(),
+		FSMWALIndex:  n.fsm.WALIndex(),
+		LastContact:  n.raft.LastContact(),
+	}
+	n.mu.Lock()
+	s.Executor = n.exec != nil
+	n.mu.Unlock()
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		s.PeersErr = err.Error()
+		return s
+	}
+	for _, srv := range f.Configuration().Servers {
+		s.Peers = append(s.Peers, PeerStatus{
+			ID:       string(srv.ID),
+			Address:  string(srv.Address),
+			Suffrage: srv.Suffrage.String(),
+			Leader:   string(srv.ID) == lid,
+		})
+	}
+	return s
+}
+
+// await waits for a raft future, or until ctx ends (the operation may then
+// still complete).
+func await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) raftErr(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("cluster: %s: %w", what, n.notLeader())
+	}
+	if errors.Is(err, raft.ErrRaftShutdown) {
+		return fmt.Errorf("cluster: %s: %w", what, ErrShutdown)
+	}
+	return fmt.Errorf("cluster: %s: %w", what, err)
+}
+
+// Join adds server id at addr as a voter. Only the leader may; others
+// return a *NotLeaderError. As in rqlite, a member already known under the
+// same id and address is left alone, and one that shares only the id or
+// only the address (a node rebuilt with a new address, or an address
+// reused by a new node) is removed first.
+func (n *Node) Join(ctx context.Context, id, addr string) error {
+	if id == "" {
+		return errors.New("cluster: join: empty id")
+	}
+	if err := checkHostPort(addr); err != nil && n.cfg.Transport == nil {
+		return fmt.Errorf("cluster: join %q: %w", id, err)
+	}
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("cluster: join %q: %w", id, n.notLeader())
+	}
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return n.raftErr("join: read configuration", err)
+	}
+	for _, srv := range cf.Configuration().Servers {
+		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
+		switch {
+		case sameID && sameAddr:
+			n.log.Info("join: already a member", "id", id, "addr", addr)
+			return nil
+		case sameID || sameAddr:
+			n.log.Info("join: removing stale member", "id", srv.ID, "addr", srv.Address)
+			if err := await(ctx, n.raft.RemoveServer(srv.ID, 0, 0)); err != nil {
+				return n.raftErr(fmt.Sprintf("join %q: remove stale member %q", id, srv.ID), err)
+			}
+		}
+	}
+	if err := await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)); err != nil {
+		return n.raftErr(fmt.Sprintf("join %q", id), err)
+	}
+	n.log.Info("join: added voter", "id", id, "addr", addr)
+	return nil
+}
+
+// RemovePeer removes server id from the cluster. Only the leader may.
+// Removing an id that is not a member is not an error.
+func (n *Node) RemovePeer(ctx context.Context, id string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("cluster: remove %q: %w", id, n.notLeader())
+	}
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return n.raftErr("remove: read configuration", err)
+	}
+	for _, srv := range cf.Configuration().Servers {
+		if srv.ID == raft.ServerID(id) {
+			if err := await(ctx, n.raft.RemoveServer(srv.ID, 0, 0)); err != nil {
+				return n.raftErr(fmt.Sprintf("remove %q", id), err)
+			}
+			n.log.Info("removed peer", "id", id)
+			return nil
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the node gracefully. A leader first stops its executor
+// (running steps finish and persist, bounded by ctx) and hands leadership
+// to another voter, so no procedure is failed and the next leader takes
+// over at once instead of after an election timeout; then Raft shuts down
+// and the stores close. Calling it again returns the first result.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.shutdownOnce.Do(func() { n.shutdownErr = n.shutdown(ctx) })
+	return n.shutdownErr
+}
+
+func (n *Node) shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	n.closed = true // no new executor from here on
+	n.mu.Unlock()
+	if n.raft.State() == raft.Leader {
+		// Whoever takes the executor out of n.exec stops it: here, or
+		// the leader loop if leadership goes first. establish never
+		// publishes one once closed is set.
+		n.revoke(ctx)
+		if n.hasOtherVoter() {
+			if err := await(ctx, n.raft.LeadershipTransfer()); err != nil {
+				n.log.Warn("shutdown: leadership transfer failed; peers will elect after a timeout", "error", err)
+			} else {
+				n.log.Info("shutdown: leadership transferred")
+			}
+		}
+	}
+	return n.close()
+}
+
+func (n *Node) hasOtherVoter() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID != raft.ServerID(n.cfg.ID) && s.Suffrage == raft.Voter {
+			return true
+		}
+	}
+	return false
+}
+
+// close stops the leader loop (which revokes any executor), raft and the
+// stores, in that order.
+func (n *Node) close() error {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	close(n.shutdownCh)
+	<-n.loopDone
+	var errs []error
+	if err := n.raft.Shutdown().Error(); err != nil {
+		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+	}
+	if c, ok := n.trans.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("transport: %w", err))
+		}
+	}
+	if err := n.fsm.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("fsm: %w", err))
+	}
+	if n.bolt != nil {
+		if err := n.bolt.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft log: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cluster: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Kill stops the node abruptly, as a crash would as far as the cluster
+// can tell: no leadership transfer and no graceful executor stop; Raft is
+// shut down first, so a leader's in-flight writes fail. The disk state is
+// left as it is. For tests.
+func (n *Node) Kill() error {
+	var err error
+	n.shutdownOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		if e := n.raft.Shutdown().Error(); e != nil {
+			err = e
+		}
+		n.shutdownErr = n.close()
+		err = errors.Join(err, n.shutdownErr)
+	})
+	return err
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/baton-dev/baton/cluster"
+)
+
+// Defaults of `node agent --dev`: a single node on loopback.
+const (
+	devID       = "dev"
+	devDataDir  = "./baton-data"
+	devGRPCAddr = "127.0.0.1:7070"
+	devRaftAddr = "127.0.0.1:7071"
+	devHTTPAddr = "127.0.0.1:7072"
+)
+
+// agentConfig is the validated command line of `node agent`.
+type agentConfig struct {
+	ID       string         // Raft server id, stable across restarts
+	DataDir  string         // the node's durable state
+	RaftAddr string         // Raft transport bind and advertised address
+	GRPCAddr string         // admin API bind and advertised address
+	HTTPAddr string         // /status, /readyz, /metrics, /debug/pprof; "" disables
+	Peers    []cluster.Peer // static bootstrap configuration (first start only)
+	Join     []string       // admin addresses of members to join through
+	Dev      bool           // single-node cluster with loopback defaults
+}
+
+// agentEnv maps each agent flag to its environment variable.
+var agentEnv = map[string]string{
+	"id":        "BATON_ID",
+	"data-dir":  "BATON_DATA_DIR",
+	"raft-addr": "BATON_RAFT_ADDR",
+	"grpc-addr": "BATON_GRPC_ADDR",
+	"http-addr": "BATON_HTTP_ADDR",
+	"peers":     "BATON_PEERS",
+	"join":      "BATON_JOIN",
+	"dev":       "BATON_DEV",
+}
+
+// parseAgentFlags reads `node agent` flags, each defaulting to its
+// environment variable (flags win), and validates the result. Flag syntax
+// errors are reported by the flag package on stderr and returned as is;
+// invalid values come back as a *usageError naming every problem.
+func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer) (agentConfig, error) {
+	fs := flag.NewFlagSet("node agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	str := func(name, usage string) *string {
+		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
+	}
+	id := str("id", "this node's id, unique in the cluster and stable across restarts")
+	dataDir := str("data-dir", "directory of the node's durable state (--dev: "+devDataDir+")")
+	raftAddr := str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")")
+	grpcAddr := str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")")
+	httpAddr := str("http-addr", "host:port of /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
+	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
+	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
+	var devDefault bool
+	var envErr error
+	if v := getenv(agentEnv["dev"]); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			envErr = usagef("%s=%q: want true or false", agentEnv["dev"], v)
+		}
+		devDefault = b
+	}
+	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: node agent [--dev] [flags]\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return agentConfig{}, err
+	}
+	if envErr != nil {
+		return agentConfig{}, envErr
+	}
+	cfg := agentConfig{ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Dev: *dev}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if len(pos) > 0 {
+		bad("takes no arguments, got %q", pos)
+	}
+	if cfg.Dev {
+		def := func(v *string, d string) {
+			if *v == "" {
+				*v = d
+			}
+		}
+		def(&cfg.ID, devID)
+		def(&cfg.DataDir, devDataDir)
+		def(&cfg.RaftAddr, devRaftAddr)
+		def(&cfg.GRPCAddr, devGRPCAddr)
+		def(&cfg.HTTPAddr, devHTTPAddr)
+		if *peers != "" || *join != "" {
+			bad("--dev runs a single-node cluster: drop --peers and --join, or drop --dev")
+		}
+		cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
+	} else {
+		if cfg.ID == "" {
+			bad("--id is required (or --dev for a single-node cluster)")
+		}
+		if cfg.DataDir == "" {
+			bad("--data-dir is required")
+		}
+		if cfg.RaftAddr == "" {
+			bad("--raft-addr is required")
+		}
+		if cfg.GRPCAddr == "" {
+			bad("--grpc-addr is required")
+		}
+		if *peers != "" && *join != "" {
+			bad("give --peers (a new cluster's members) or --join (add this node to a running cluster), not both")
+		}
+	}
+	for _, a := range []struct {
+		flag, v    string
+		wildcardOK bool // only bound, never advertised
+	}{
+		{"--raft-addr", cfg.RaftAddr, false},
+		{"--grpc-addr", cfg.GRPCAddr, false},
+		{"--http-addr", cfg.HTTPAddr, true},
+	} {
+		if a.v == "" {
+			continue
+		}
+		if err := checkAddr(a.flag, a.v, a.wildcardOK); err != nil {
+			bad("%v", err)
+		}
+	}
+	seen := map[string]string{}
+	for _, a := range [][2]string{{"--raft-addr", cfg.RaftAddr}, {"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
+		if a[1] == "" {
+			continue
+		}
+		if other, dup := seen[a[1]]; dup {
+			bad("%s and %s are both %s: each needs its own port", other, a[0], a[1])
+		}
+		seen[a[1]] = a[0]
+	}
+	if !cfg.Dev && *peers != "" {
+		ps, err := cluster.ParsePeers(*peers)
+		if err != nil {
+			bad("--peers: %v", strings.TrimPrefix(err.Error(), "cluster: peers: "))
+		} else {
+			self := false
+			for _, p := range ps {
+				if p.ID == cfg.ID {
+					self = true
+					if cfg.RaftAddr != "" && p.Address != cfg.RaftAddr {
+						bad("--peers lists %s at %s but --raft-addr is %s: they must match", p.ID, p.Address, cfg.RaftAddr)
+					}
+				}
+			}
+			if !self && cfg.ID != "" {
+				bad("--peers does not list this node (%s=%s): give the same list to every node, this one included", cfg.ID, cfg.RaftAddr)
+			}
+			cfg.Peers = ps
+		}
+	}
+	if !cfg.Dev && *join != "" {
+		for _, a := range strings.Split(*join, ",") {
+			a = strings.TrimSpace(a)
+			if err := checkAddr("--join", a, false); err != nil {
+				bad("%v", err)
+				continue
+			}
+			cfg.Join = append(cfg.Join, a)
+		}
+	}
+	if len(problems) > 0 {
+		return cfg, &usageError{strings.Join(problems, "\n  ")}
+	}
+	return cfg, nil
+}
+
+// checkAddr checks a host:port flag value. Advertised addresses
+// (wildcardOK false) must name a host others can reach.
+func checkAddr(flagName, v string, wildcardOK bool) error {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return usagef("%s %q: want host:port", flagName, v)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return usagef("%s %q: the port must be a number in 1..65535", flagName, v)
+	}
+	if !wildcardOK {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return usagef("%s %q: other nodes and clients connect to this address, so it must name this host (e.g. its IP), not a wildcard", flagName, v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/baton-dev/baton/cluster"
+)
+
+func TestParseAgentFlags(t *testing.T) {
+	three := "n1=10.0.0.1:7071,n2=10.0.0.2:7071,n3=10.0.0.3:7071"
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want agentConfig
+		err  string // substring of the usage error; "" = valid
+	}{
+		{name: "dev defaults", args: []string{"--dev"}, want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071",
+			GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
+		{name: "dev from env with overrides", env: map[string]string{"BATON_DEV": "true", "BATON_DATA_DIR": "/tmp/d"}, args: []string{"--grpc-addr", "127.0.0.1:9000"},
+			want: agentConfig{ID: "dev", DataDir: "/tmp/d", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:9000", HTTPAddr: "127.0.0.1:7072", Dev: true,
+				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
+		{name: "dev with peers", args: []string{"--dev", "--peers", "a=127.0.0.1:1"}, err: "single-node"},
+		{name: "bad BATON_DEV", env: map[string]string{"BATON_DEV": "maybe"}, err: "BATON_DEV"},
+		{name: "bootstrap member", args: []string{"--id", "n2", "--data-dir", "/d", "--raft-addr", "10.0.0.2:7071", "--grpc-addr", "10.0.0.2:7070", "--http-addr", ":7072", "--peers", three},
+			want: agentConfig{ID: "n2", DataDir: "/d", RaftAddr: "10.0.0.2:7071", GRPCAddr: "10.0.0.2:7070", HTTPAddr: ":7072",
+				Peers: []cluster.Peer{{ID: "n1", Address: "10.0.0.1:7071"}, {ID: "n2", Address: "10.0.0.2:7071"}, {ID: "n3", Address: "10.0.0.3:7071"}}}},
+		{name: "all from env", env: map[string]string{"BATON_ID": "n4", "BATON_DATA_DIR": "/d", "BATON_RAFT_ADDR": "10.0.0.4:7071", "BATON_GRPC_ADDR": "10.0.0.4:7070",
+			"BATON_JOIN": "10.0.0.1:7070, 10.0.0.2:7070"},
+			want: agentConfig{ID: "n4", DataDir: "/d", RaftAddr: "10.0.0.4:7071", GRPCAddr: "10.0.0.4:7070", Join: []string{"10.0.0.1:7070", "10.0.0.2:7070"}}},
+		{name: "flag beats env", env: map[string]string{"BATON_ID": "envid"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "h:1", "--grpc-addr", "h:2"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2"}},
+		{name: "missing everything", err: "--id is required"},
+		{name: "missing data dir", args: []string{"--id", "a", "--raft-addr", "h:1", "--grpc-addr", "h:2"}, err: "--data-dir is required"},
+		{name: "missing grpc", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:1"}, err: "--grpc-addr is required"},
+		{name: "wildcard raft", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "0.0.0.0:1", "--grpc-addr", "h:2"}, err: "not a wildcard"},
+		{name: "empty-host grpc", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", ":2"}, err: "not a wildcard"},
+		{name: "bad port", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:99999", "--grpc-addr", "h:2"}, err: "1..65535"},
+		{name: "no port", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h", "--grpc-addr", "h:2"}, err: "want host:port"},
+		{name: "same port twice", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:1"}, err: "each needs its own port"},
+		{name: "peers and join", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "10.0.0.1:7071", "--grpc-addr", "h:2", "--peers", three, "--join", "h:3"}, err: "not both"},
+		{name: "peers without self", args: []string{"--id", "n9", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--peers", three}, err: "does not list this node"},
+		{name: "peers other address", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--peers", three}, err: "must match"},
+		{name: "malformed peers", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--peers", "n1"}, err: "--peers"},
+		{name: "bad join", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--join", "h:3,nope"}, err: "--join \"nope\""},
+		{name: "positional", args: []string{"--dev", "extra"}, err: "takes no arguments"},
+		{name: "every problem named", args: []string{"--raft-addr", "0.0.0.0:1"}, err: "single-node cluster)\n  --data-dir is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAgentExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"agent", "--nope"}, 2},
+		{[]string{"agent"}, 2},
+		{[]string{"agent", "-h"}, 0},
+		{[]string{"agent", "--id", "a", "--data-dir", "d", "--raft-addr", "0.0.0.0:1", "--grpc-addr", "h:2"}, 2},
+	} {
+		code, _, stderr := runCLI(t, nil, tc.args...)
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d; stderr: %s", tc.args, code, tc.code, stderr)
+		}
+		if stderr == "" {
+			t.Errorf("%v: nothing on stderr", tc.args)
+		}
+	}
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
+)
+
+// Exit codes of every command.
+const (
+	exitOK          = 0 // done
+	exitFailed      = 1 // the operation failed (procedure rolled back, NOT_FOUND, FAILED_PRECONDITION, ...)
+	exitUsage       = 2 // bad usage: flags, arguments, or arguments the cluster refused as invalid
+	exitUnavailable = 3 // no leader answered in time
+)
+
+// defaultAddr is the admin address used without --addr and BATON_ADDR: the
+// one `node agent --dev` listens on.
+const defaultAddr = "127.0.0.1:7070"
+
+// cli carries a command's environment, so tests can run commands in-process.
+type cli struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// usageError is a bad command line: exit 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// clientFlags are the flags every client subcommand takes.
+type clientFlags struct {
+	addr    string
+	json    bool
+	timeout time.Duration
+}
+
+// newFlagSet returns a flag set for "node <name>" with the client flags.
+func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
+	fs := flag.NewFlagSet("node "+name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	cf := &clientFlags{}
+	def := c.getenv("BATON_ADDR")
+	if def == "" {
+		def = defaultAddr
+	}
+	fs.StringVar(&cf.addr, "addr", def, "admin (gRPC) addresses of any cluster nodes, comma-separated (env BATON_ADDR)")
+	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
+	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long")
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "usage: node %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs, cf
+}
+
+// parse parses args with fs, allowing flags after positional arguments
+// ("node proc get 7 --json"), and returns the positional ones. After "--"
+// everything is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// parseFailed is the exit code of a flag parsing error, which the flag
+// package has already reported: 0 for -h, else bad usage.
+func parseFailed(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// client builds the API client of cf.
+func (cf *clientFlags) client() (*client.Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(cf.addr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, usagef("--addr is empty: give the admin address of any node, e.g. --addr %s", defaultAddr)
+	}
+	if cf.timeout <= 0 {
+		return nil, usagef("--timeout %v must be positive", cf.timeout)
+	}
+	return client.New(addrs, client.WithCallTimeout(cf.timeout))
+}
+
+// parseID reads a procedure id argument.
+func parseID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, usagef("procedure id %q: want a positive integer, as printed by 'node proc submit' or 'node proc list'", s)
+	}
+	return id, nil
+}
+
+// finish reports err (if any) and returns the exit code: usage errors get
+// the command's synopsis, API errors their meaning and what to do.
+func (c *cli) finish(cmd string, fs *flag.FlagSet, cf *clientFlags, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(c.stderr, "node %s: %s\n", cmd, ue.msg)
+		if fs != nil {
+			fmt.Fprintf(c.stderr, "run 'node %s -h' for usage\n", cmd)
+		}
+		return exitUsage
+	}
+	st := status.Convert(err)
+	code := exitFailed
+	var advice string
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		code = exitUnavailable
+		advice = fmt.Sprintf("the cluster at %s is unavailable: check that its agents run ('node agent') and that --addr or BATON_ADDR names their admin addresses", cf.addr)
+	case codes.InvalidArgument:
+		code = exitUsage
+		advice = "the cluster refused the request as invalid: check the procedure type and --arg values"
+	case codes.NotFound:
+		advice = "check the id with 'node proc list'; finished procedures are forgotten once acknowledged or expired"
+	case codes.FailedPrecondition:
+		advice = "the procedure's state does not allow this: see it with 'node proc get ID'"
+	case codes.Canceled:
+		advice = "interrupted"
+	}
+	fmt.Fprintf(c.stderr, "node %s: %s\n", cmd, st.Message())
+	if advice != "" {
+		fmt.Fprintf(c.stderr, "  %s\n", advice)
+	}
+	if cf != nil && cf.json {
+		c.printJSON(map[string]any{"error": map[string]any{"code": codeName(st.Code()), "message": st.Message(), "exit_code": code}})
+	}
+	return code
+}
+
+// codeName spells a gRPC code as the API documents it: NOT_FOUND, ...
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
+}
+
+func (c *cli) printJSON(v any) {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// procJSON is the JSON shape of a procedure.
+type procJSON struct {
+	ID             uint64   `json:"id"`
+	ParentID       uint64   `json:"parent_id"`
+	RootID         uint64   `json:"root_id"`
+	Type           string   `json:"type"`
+	State          string   `json:"state"`
+	Owner          string   `json:"owner"`
+	Nonce          string   `json:"nonce"`
+	SubmittedAt    string   `json:"submitted_at"`
+	UpdatedAt      string   `json:"updated_at"`
+	FinishedAt     string   `json:"finished_at,omitempty"`
+	Error          string   `json:"error,omitempty"`
+	Result         string   `json:"result,omitempty"`
+	ResultBase64   []byte   `json:"result_base64,omitempty"`
+	Paused         bool     `json:"paused"`
+	AbortRequested bool     `json:"abort_requested"`
+	Children       []uint64 `json:"children"`
+	WaitingFor     string   `json:"waiting_for,omitempty"`
+}
+
+func msTime(ms int64) string {
+	if ms == 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func toProcJSON(p *adminpb.Procedure) procJSON {
+	j := procJSON{
+		ID: p.GetId(), ParentID: p.GetParentId(), RootID: p.GetRootId(), Type: p.GetType(), State: p.GetState(),
+		Owner: p.GetOwner(), Nonce: p.GetNonce(), SubmittedAt: msTime(p.GetSubmittedUnixMs()),
+		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(),
+		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
+	}
+	if j.Children == nil {
+		j.Children = []uint64{}
+	}
+	if r := p.GetResult(); len(r) > 0 {
+		if utf8.Valid(r) {
+			j.Result = string(r)
+		} else {
+			j.ResultBase64 = r
+		}
+	}
+	return j
+}
+
+// printProc prints one procedure as "key value" lines.
+func (c *cli) printProc(p *adminpb.Procedure) {
+	j := toProcJSON(p)
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(c.stdout, "%-12s %s\n", k, v)
+		}
+	}
+	line("id", strconv.FormatUint(j.ID, 10))
+	line("type", j.Type)
+	state := j.State
+	var flags []string
+	if j.Paused {
+		flags = append(flags, "paused")
+	}
+	if j.AbortRequested {
+		flags = append(flags, "abort requested")
+	}
+	if len(flags) > 0 {
+		state += " (" + strings.Join(flags, ", ") + ")"
+	}
+	line("state", state)
+	line("waiting for", j.WaitingFor)
+	if j.ParentID != 0 {
+		line("parent", strconv.FormatUint(j.ParentID, 10))
+	}
+	if j.RootID != 0 && j.RootID != j.ID {
+		line("root", strconv.FormatUint(j.RootID, 10))
+	}
+	if len(j.Children) > 0 {
+		ids := make([]string, len(j.Children))
+		for i, ch := range j.Children {
+			ids[i] = strconv.FormatUint(ch, 10)
+		}
+		line("children", strings.Join(ids, " "))
+	}
+	line("owner", j.Owner)
+	line("nonce", j.Nonce)
+	line("submitted", j.SubmittedAt)
+	line("updated", j.UpdatedAt)
+	line("finished", j.FinishedAt)
+	line("error", j.Error)
+	line("result", j.Result)
+	if len(j.ResultBase64) > 0 {
+		line("result", fmt.Sprintf("%d bytes (binary; see --json)", len(j.ResultBase64)))
+	}
+}

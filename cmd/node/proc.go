@@ -1,0 +1,270 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
+)
+
+const procUsage = `usage: node proc <command> [flags]
+
+commands:
+  submit TYPE [--arg k=v ...] [--nonce N] [--wait]   start a procedure
+  get ID                                            show a procedure
+  list [--state S] [--type T] [--roots]             list procedures
+  wait ID                                           wait until it is terminal
+  abort ID | pause ID | resume ID | ack ID          act on a procedure
+
+Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
+and --timeout. Run 'node proc <command> -h' for its flags.
+`
+
+func (c *cli) proc(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, procUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "submit":
+		return c.procSubmit(args[1:])
+	case "get", "wait", "abort", "pause", "resume", "ack":
+		return c.procByID(args[0], args[1:])
+	case "list":
+		return c.procList(args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprint(c.stdout, procUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(c.stderr, "node proc: unknown command %q\n\n%s", args[0], procUsage)
+		return exitUsage
+	}
+}
+
+// argsFlag collects repeated --arg k=v.
+type argsFlag map[string]string
+
+func (a argsFlag) String() string { return "" }
+
+func (a argsFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", s)
+	}
+	if _, dup := a[k]; dup {
+		return fmt.Errorf("%q: argument %q given twice", s, k)
+	}
+	a[k] = v
+	return nil
+}
+
+// submitJSON is the --json document of a submission without --wait.
+type submitJSON struct {
+	ID uint64 `json:"id"`
+}
+
+func (c *cli) procSubmit(args []string) int {
+	const cmd = "proc submit"
+	fs, cf := c.newFlagSet(cmd, "TYPE [--arg k=v ...] [--nonce N] [--owner O] [--proc-timeout D] [--wait]")
+	arguments := argsFlag{}
+	fs.Var(arguments, "arg", "a procedure argument key=value (repeatable)")
+	nonce := fs.String("nonce", "", "idempotency key: submitting again with it returns the first id (default: a random one)")
+	owner := fs.String("owner", "", "who submits (informational)")
+	procTimeout := fs.Duration("proc-timeout", 0, "abort the procedure if it has not finished after this long (0: never)")
+	wait := fs.Bool("wait", false, "wait until the procedure is terminal; exit 1 if it rolled back")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return parseFailed(err)
+	}
+	if len(pos) != 1 {
+		return c.finish(cmd, fs, cf, usagef("want exactly one procedure TYPE (e.g. sleep, fail, fanout), got %d arguments", len(pos)))
+	}
+	if *procTimeout < 0 {
+		return c.finish(cmd, fs, cf, usagef("--proc-timeout %v is negative", *procTimeout))
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	defer cl.Close()
+	id, err := cl.Submit(c.ctx, pos[0], arguments, *nonce, *owner, *procTimeout)
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	if !*wait {
+		if cf.json {
+			c.printJSON(submitJSON{ID: id})
+		} else {
+			fmt.Fprintf(c.stdout, "submitted %s procedure %d\n", pos[0], id)
+		}
+		return exitOK
+	}
+	if !cf.json {
+		fmt.Fprintf(c.stdout, "submitted %s procedure %d; waiting\n", pos[0], id)
+	}
+	return c.waitFor(cmd, fs, cf, cl, id)
+}
+
+// waitFor waits until procedure id is terminal and prints it; exit 1 if it
+// did not succeed.
+func (c *cli) waitFor(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Client, id uint64) int {
+	var last string
+	p, err := cl.Watch(c.ctx, id, func(p *adminpb.Procedure) error {
+		if !cf.json && p.GetState() != last && !client.Terminal(p.GetState()) {
+			fmt.Fprintf(c.stdout, "  %s %s\n", time.Now().Format("15:04:05.000"), p.GetState())
+		}
+		last = p.GetState()
+		return nil
+	})
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	return c.showFinal(cf, p)
+}
+
+func (c *cli) showFinal(cf *clientFlags, p *adminpb.Procedure) int {
+	if cf.json {
+		c.printJSON(toProcJSON(p))
+	} else {
+		c.printProc(p)
+	}
+	if p.GetState() != client.StateSuccess {
+		fmt.Fprintf(c.stderr, "procedure %d ended %s: %s\n", p.GetId(), p.GetState(), p.GetError())
+		return exitFailed
+	}
+	return exitOK
+}
+
+func (c *cli) procByID(verb string, args []string) int {
+	cmd := "proc " + verb
+	fs, cf := c.newFlagSet(cmd, "ID")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return parseFailed(err)
+	}
+	if len(pos) != 1 {
+		return c.finish(cmd, fs, cf, usagef("want exactly one procedure ID, got %d arguments", len(pos)))
+	}
+	id, err := parseID(pos[0])
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	defer cl.Close()
+	var p *adminpb.Procedure
+	switch verb {
+	case "wait":
+		return c.waitFor(cmd, fs, cf, cl, id)
+	case "get":
+		p, err = cl.Get(c.ctx, id)
+	case "abort":
+		p, err = cl.Abort(c.ctx, id)
+	case "pause":
+		p, err = cl.Pause(c.ctx, id)
+	case "resume":
+		p, err = cl.Resume(c.ctx, id)
+	case "ack":
+		p, err = cl.Ack(c.ctx, id)
+	}
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	if cf.json {
+		c.printJSON(toProcJSON(p))
+		return exitOK
+	}
+	switch verb {
+	case "abort":
+		fmt.Fprintf(c.stdout, "procedure %d: abort requested; it rolls back ('node proc wait %d' to follow)\n", id, id)
+	case "pause":
+		fmt.Fprintf(c.stdout, "procedure %d: paused after its current step\n", id)
+	case "resume":
+		fmt.Fprintf(c.stdout, "procedure %d: resumed\n", id)
+	case "ack":
+		fmt.Fprintf(c.stdout, "procedure %d: result acknowledged\n", id)
+	}
+	if verb == "get" {
+		c.printProc(p)
+	}
+	return exitOK
+}
+
+// listJSON is the --json document of proc list.
+type listJSON struct {
+	Procedures []procJSON `json:"procedures"`
+}
+
+var knownStates = []string{client.StateInitializing, client.StateRunnable, client.StateWaiting, client.StateWaitingTimeout,
+	client.StateFailed, client.StateRolledBack, client.StateSuccess}
+
+func (c *cli) procList(args []string) int {
+	const cmd = "proc list"
+	fs, cf := c.newFlagSet(cmd, "[--state S] [--type T] [--roots]")
+	state := fs.String("state", "", "only procedures in this state: "+strings.Join(knownStates, ", "))
+	typ := fs.String("type", "", "only procedures of this type")
+	roots := fs.Bool("roots", false, "only root procedures (no children)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return parseFailed(err)
+	}
+	if len(pos) != 0 {
+		return c.finish(cmd, fs, cf, usagef("takes no arguments, got %q", pos))
+	}
+	*state = strings.ToUpper(*state)
+	if *state != "" && !slices.Contains(knownStates, *state) {
+		return c.finish(cmd, fs, cf, usagef("--state %q: want one of %s", *state, strings.Join(knownStates, ", ")))
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	defer cl.Close()
+	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: *roots})
+	if err != nil {
+		return c.finish(cmd, fs, cf, err)
+	}
+	if cf.json {
+		doc := listJSON{Procedures: []procJSON{}}
+		for _, p := range procs {
+			doc.Procedures = append(doc.Procedures, toProcJSON(p))
+		}
+		c.printJSON(doc)
+		return exitOK
+	}
+	if len(procs) == 0 {
+		fmt.Fprintln(c.stdout, "no procedures")
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPARENT\tTYPE\tSTATE\tUPDATED\tNOTE")
+	for _, p := range procs {
+		parent := "-"
+		if p.GetParentId() != 0 {
+			parent = strconv.FormatUint(p.GetParentId(), 10)
+		}
+		note := p.GetError()
+		if note == "" {
+			note = p.GetWaitingFor()
+		}
+		if p.GetPaused() {
+			note = strings.TrimSpace("paused " + note)
+		}
+		updated := "-"
+		if ms := p.GetUpdatedUnixMs(); ms != 0 {
+			updated = time.UnixMilli(ms).Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), parent, p.GetType(), p.GetState(), updated, note)
+	}
+	tw.Flush()
+	return exitOK
+}
