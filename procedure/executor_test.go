@@ -736,3 +736,18 @@ func TestPanicInRepeatedStateKeepsStackConsistent(t *testing.T) {
 		t.Fatalf("state %s error %q", info.State, info.Error)
 	}
 }
+
+// TestMetricsSurviveANewExecutor: a master builds one executor per
+// leadership term on the same registry; the series carry on.
+func TestMetricsSurviveANewExecutor(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), func(c *Config) { c.Metrics = reg })
+	h.wait(h.submit(newSteps("a", 1), SubmitOptions{}))
+	_ = h.x.Stop(context.Background())
+	h2 := startExecutor(t, st, newDomain(), func(c *Config) { c.Metrics = reg })
+	h2.wait(h2.submit(newSteps("b", 1), SubmitOptions{}))
+	if v := testutil.ToFloat64(h2.x.metrics.submitted.WithLabelValues("steps")); v != 2 {
+		t.Fatalf("submitted %v across two executors, want 2", v)
+	}
+}

@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,8 +16,8 @@ type metrics struct {
 	stuck     prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
+func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
+	m = &metrics{
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "baton", Subsystem: "procedure", Name: "submitted_total",
 			Help: "Root procedures submitted, by type.",
@@ -44,11 +45,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.submitted, m.failed, m.duration, m.steps, m.workers, m.stuck} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("procedure: registering metrics (one executor per registry): %w", err)
-			}
+		// A master builds a new executor each time it becomes leader: the
+		// collectors of the previous one are adopted, so the series go on.
+		m.submitted = adopt(reg, m.submitted, &err)
+		m.failed = adopt(reg, m.failed, &err)
+		m.duration = adopt(reg, m.duration, &err)
+		m.steps = adopt(reg, m.steps, &err)
+		m.workers = adopt(reg, m.workers, &err)
+		m.stuck = adopt(reg, m.stuck, &err)
+		if err != nil {
+			return nil, fmt.Errorf("procedure: registering metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+func adopt[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	if *errp == nil {
+		*errp = err
+	}
+	return c
 }

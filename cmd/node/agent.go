@@ -4,8 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/procedure"
 )
 
 // agent runs `node agent`: parses its flags, then runs the node until
@@ -22,21 +37,131 @@ func (c *cli) agent(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runAgent(ctx, cfg); err != nil {
+	if err := runAgent(ctx, cfg, c.stdout, c.stderr); err != nil {
 		fmt.Fprintf(c.stderr, "node agent: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
 }
 
-// errNotWired is returned by runAgent until the node, the admin server and
-// the HTTP endpoints are put together here.
-var errNotWired = errors.New("agent: not wired yet")
+// shutdownTimeout bounds a graceful stop (leadership transfer, executor
+// stop, raft shutdown).
+const shutdownTimeout = 15 * time.Second
 
 // runAgent starts a cluster.Node with the admin gRPC server and the HTTP
 // endpoints, prints where they listen, and on ctx's end (SIGINT, SIGTERM)
 // shuts down gracefully (leadership transfer first).
-func runAgent(ctx context.Context, cfg agentConfig) error {
-	_, _ = ctx, cfg
-	return errNotWired
+func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) error {
+	logger := hclog.New(&hclog.LoggerOptions{Name: "baton." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+
+	reg := procedure.NewRegistry()
+	if err := diag.Register(reg); err != nil {
+		return err
+	}
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := admin.InstallRaftMetrics(metrics); err != nil && !errors.Is(err, admin.ErrRaftMetricsInstalled) {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+
+	ccfg := cluster.DefaultConfig()
+	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
+	ccfg.Registry = reg
+	ccfg.Logger = logger
+	ccfg.Executor = func(pc *procedure.Config) { pc.Metrics = metrics }
+	node, err := cluster.NewNode(ccfg)
+	if err != nil {
+		return fmt.Errorf("starting the node: %w", err)
+	}
+
+	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return fmt.Errorf("admin API: %w", err)
+	}
+	srv, err := admin.NewForNode(node, admin.Config{AdvertiseAddr: cfg.GRPCAddr, Logger: logger})
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return err
+	}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.Serve(lis) }()
+
+	var httpSrv *http.Server
+	if cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			srv.Stop(context.Background())
+			_ = node.Shutdown(context.Background())
+			return fmt.Errorf("HTTP: %w", err)
+		}
+		httpSrv = &http.Server{Handler: admin.HTTPHandler(admin.NodeBackend(node), metrics), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("HTTP: %w", err)
+			}
+		}()
+	}
+	if len(cfg.Join) > 0 {
+		go joinCluster(ctx, cfg, logger)
+	}
+
+	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
+	if cfg.HTTPAddr != "" {
+		fmt.Fprintf(stdout, "  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr)
+	}
+	fmt.Fprintf(stdout, "  data:             %s\ntry: node proc submit sleep --addr %s --wait\n", cfg.DataDir, cfg.GRPCAddr)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	logger.Info("shutting down: leadership transfer, then stop")
+	// Raft first: a leader hands over while its admin API still answers
+	// forwarded calls; then the API and HTTP go.
+	if err := node.Shutdown(sctx); err != nil {
+		logger.Warn("node shutdown", "error", err)
+	}
+	srv.Stop(sctx)
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(sctx)
+	}
+	return runErr
+}
+
+// joinCluster asks the cluster reachable at cfg.Join to add this node,
+// retrying until it is added or ctx ends. A node that is already a member
+// is accepted again (the leader removes a stale entry first).
+func joinCluster(ctx context.Context, cfg agentConfig, logger hclog.Logger) {
+	c, err := client.New(cfg.Join)
+	if err != nil {
+		logger.Error("join: bad --join addresses", "error", err)
+		return
+	}
+	defer c.Close()
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.AddPeer(cctx, cfg.ID, cfg.RaftAddr, cfg.GRPCAddr)
+		cancel()
+		if err == nil {
+			logger.Info("joined the cluster", "via", cfg.Join)
+			return
+		}
+		logger.Warn("join failed; retrying", "error", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }
