@@ -50,6 +50,13 @@
 // idempotent by contract). If establishing fails, the node transfers
 // leadership and retries if it is still leader.
 //
+// Raft's NotifyCh keeps only its latest value, so a leadership lost and
+// regained between two reads looks like no change, while another leader
+// may have run the same procedures in between. The executor's store is
+// therefore fenced by term (fence.go): it writes only while this node leads
+// the term it was established in; otherwise the executor stops itself and
+// the leader loop rebuilds it from the FSM.
+//
 // Executor() hands out the leader's executor; elsewhere it returns a
 // *NotLeaderError naming the leader (errors.Is matches ErrNotLeader and
 // raft.ErrNotLeader), so an API layer can redirect or forward.
@@ -65,6 +72,19 @@
 // next leader; stopping first costs the cluster only the length of the
 // longest running step without an executor, and leaves no repeated step.
 // Kill is the crash-like variant for tests.
+//
+// # Left to do
+//
+//   - The term fence is checked before raft.Apply, not by the FSM: a node
+//     that loses and regains leadership between the check and the Apply
+//     would slip through. Closing it needs the leader's term in the
+//     PROC_BATCH command and a check in raftfsm (a leader epoch entry
+//     written at establish, commands from older epochs refused).
+//   - Steps cannot yet attach domain mutations to their own transition
+//     (RaftStore.UpdateWith exists; procedure's Context has no way to
+//     reach it).
+//   - Forwarding of submissions from followers, the admin API, status
+//     HTTP, leases and the domain procedures come in later parts.
 //
 // # Timings
 //

@@ -53,14 +53,18 @@ func testRegistry() *procedure.Registry {
 // recorder collects, across every node and executor of a test cluster, the
 // steps run and the SUCCESS transitions seen by listeners.
 type recorder struct {
-	mu        sync.Mutex
-	steps     map[uint64]map[int]int // proc id → step → runs
-	successes map[uint64]int
+	mu    sync.Mutex
+	steps map[uint64]map[int]int // proc id → step → runs
+	// successes counts, per procedure, the executors that reported its
+	// SUCCESS. One executor may report a state twice (the listener call of
+	// Submit snapshots the procedure late, and a fast one may already be
+	// finished), so executors are counted, not calls.
+	successes map[uint64]map[*procedure.Executor]bool
 	failures  map[uint64]string
 }
 
 func newRecorder() *recorder {
-	return &recorder{steps: map[uint64]map[int]int{}, successes: map[uint64]int{}, failures: map[uint64]string{}}
+	return &recorder{steps: map[uint64]map[int]int{}, successes: map[uint64]map[*procedure.Executor]bool{}, failures: map[uint64]string{}}
 }
 
 func (r *recorder) step(id uint64, n int) {
@@ -72,12 +76,15 @@ func (r *recorder) step(id uint64, n int) {
 	r.steps[id][n]++
 }
 
-func (r *recorder) listen(info procedure.Info) {
+func (r *recorder) listen(x *procedure.Executor, info procedure.Info) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch info.State {
 	case procedure.Success:
-		r.successes[info.ID]++
+		if r.successes[info.ID] == nil {
+			r.successes[info.ID] = map[*procedure.Executor]bool{}
+		}
+		r.successes[info.ID][x] = true
 	case procedure.Failed, procedure.RolledBack:
 		r.failures[info.ID] = info.Error
 	}
@@ -126,7 +133,7 @@ func fastConfig(t *testing.T, id string, rec *recorder) Config {
 	c.RaftNoSync = true
 	c.Logger = testLogger(t, id)
 	c.PrepareExecutor = func(x *procedure.Executor) error {
-		x.AddListener(rec.listen)
+		x.AddListener(func(info procedure.Info) { rec.listen(x, info) })
 		return nil
 	}
 	return c
@@ -320,8 +327,8 @@ func (c *testCluster) waitAllSuccess(ids []uint64, steps int) {
 	c.rec.mu.Lock()
 	defer c.rec.mu.Unlock()
 	for _, id := range ids {
-		if n := c.rec.successes[id]; n > 1 {
-			c.t.Errorf("procedure %d reported SUCCESS %d times", id, n)
+		if n := len(c.rec.successes[id]); n > 1 {
+			c.t.Errorf("procedure %d reached SUCCESS on %d executors", id, n)
 		}
 		if e, bad := c.rec.failures[id]; bad {
 			c.t.Errorf("procedure %d failed: %s", id, e)

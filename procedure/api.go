@@ -122,11 +122,17 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	root := &rootState{id: e.id, entry: e, members: map[uint64]*entry{e.id: e}, doneCh: make(chan struct{})}
 	x.roots[e.id] = root
 	x.armDeadlineLocked(e)
+	// Listeners hear of the submission before any worker can move it on.
+	ls, info := x.listeners, x.infoLocked(e)
+	x.unlock()
+	for _, l := range ls {
+		l(info)
+	}
+	x.mu.Lock()
 	x.queueLocked(e, false)
 	x.unlock()
 	finishNonce(nil)
 	x.metrics.submitted.WithLabelValues(ti.name).Inc()
-	x.notify(e)
 	return e.id, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
 )
 
 // entry is the executor's bookkeeping for one live procedure. Fields are
@@ -35,12 +36,13 @@ type entry struct {
 	// runtime only
 	childLatch    int
 	children      []uint64
-	running       bool // claimed by a worker or an API call
-	rerun         bool // polled while claimed: queue again on release
-	dirty         bool // changed by an API call while claimed: persist on release
-	lockWait      bool // parked in a lock wait queue
-	pausedParked  bool // polled while paused
-	timedOut      bool // woken by its suspension's timer
+	running       bool             // claimed by a worker or an API call
+	rerun         bool             // polled while claimed: queue again on release
+	dirty         bool             // changed by an API call while claimed: persist on release
+	muts          []store.Mutation // domain changes of the last step, committed by its persist
+	lockWait      bool             // parked in a lock wait queue
+	pausedParked  bool             // polled while paused
+	timedOut      bool             // woken by its suspension's timer
 	event         *scheduler.Event
 	timer         clock.Timer
 	deadlineTimer clock.Timer

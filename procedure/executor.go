@@ -509,6 +509,9 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		e.repeats++
 	}
 	x.unlock()
+	if st.kind != stepYield {
+		e.muts = ctx.muts // committed by the write of this step's outcome
+	}
 
 	switch st.kind {
 	case stepYield:
@@ -643,6 +646,7 @@ func (x *Executor) queueLocked(e *entry, front bool) {
 // fail marks e FAILED and the tree as failed; the rollback starts once no
 // member of the tree is running.
 func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
+	e.muts = nil // a failed step's domain changes never commit
 	x.mu.Lock()
 	if pushed {
 		x.pushLocked(root, e)
@@ -705,7 +709,14 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 		}
 		recs[i] = r
 	}
-	if err := x.store.Insert(parentRec, recs); err != nil {
+	muts := e.muts
+	e.muts = nil
+	if len(muts) > 0 {
+		err = x.store.(store.DomainStore).InsertDomain(parentRec, recs, muts)
+	} else {
+		err = x.store.Insert(parentRec, recs)
+	}
+	if err != nil {
 		x.setFatal(err)
 		return
 	}
@@ -767,7 +778,9 @@ func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 		e.waitUntil = time.Time{}
 	}
 	x.unlock()
-	if !st.skipPersist && !x.persist(e) {
+	// A step with domain changes is persisted even when it asked not to
+	// be: its effects commit only with its transition.
+	if (!st.skipPersist || len(e.muts) > 0) && !x.persist(e) {
 		return
 	}
 	x.mu.Lock()
@@ -886,7 +899,14 @@ func (x *Executor) persist(e *entry) bool {
 			return false
 		}
 	}
-	if err := x.store.Update(rec); err != nil {
+	muts := e.muts
+	e.muts = nil
+	if len(muts) > 0 {
+		err = x.store.(store.DomainStore).UpdateDomain(rec, muts)
+	} else {
+		err = x.store.Update(rec)
+	}
+	if err != nil {
 		x.setFatal(err)
 		return false
 	}

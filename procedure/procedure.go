@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
 )
 
 // State is the framework's view of a procedure.
@@ -199,6 +200,51 @@ type Context struct {
 	yield    bool
 	abort    bool  // snapshot of the abort flag at the step boundary
 	repeats  int32 // snapshot of entry.repeats
+	muts     []store.Mutation
+}
+
+// Put sets a key of the domain state. The change commits atomically with
+// the outcome of this step (or of this rollback step): if the step fails,
+// yields, or the process dies before its outcome is persisted, the change
+// never happened. It needs a store that keeps domain state
+// (store.DomainStore); others return ErrNoDomain.
+func (c *Context) Put(key string, value []byte) error {
+	if _, ok := c.x.store.(store.DomainStore); !ok {
+		return ErrNoDomain
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty domain key", ErrInvalid)
+	}
+	c.muts = append(c.muts, store.Mutation{Key: key, Value: append([]byte(nil), value...)})
+	return nil
+}
+
+// Delete removes a key of the domain state, committed like Put.
+func (c *Context) Delete(key string) error {
+	if _, ok := c.x.store.(store.DomainStore); !ok {
+		return ErrNoDomain
+	}
+	c.muts = append(c.muts, store.Mutation{Key: key, Delete: true})
+	return nil
+}
+
+// Get reads a key of the domain state as this step sees it: the committed
+// value, overlaid with this step's own Put and Delete.
+func (c *Context) Get(key string) ([]byte, bool, error) {
+	ds, ok := c.x.store.(store.DomainStore)
+	if !ok {
+		return nil, false, ErrNoDomain
+	}
+	for i := len(c.muts) - 1; i >= 0; i-- {
+		if m := c.muts[i]; m.Key == key {
+			if m.Delete {
+				return nil, false, nil
+			}
+			return m.Value, true, nil
+		}
+	}
+	v, found := ds.GetDomain(key)
+	return v, found, nil
 }
 
 // Suspend makes a state machine suspend once ExecuteState returns (HBase's
@@ -262,5 +308,6 @@ var (
 	ErrCorrupt      = errors.New("procedure: corrupt procedure")
 	ErrNotTerminal  = errors.New("procedure: not finished")
 	ErrNonceFailed  = errors.New("procedure: first submission with this nonce failed")
+	ErrNoDomain     = errors.New("procedure: the store keeps no domain state")
 	errStopStepping = errors.New("stop stepping")
 )

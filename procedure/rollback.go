@@ -138,7 +138,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 func (x *Executor) rollbackStep(e *entry) error {
 	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name, "rollback", true)}
-	return safeCall(func() error {
+	err := safeCall(func() error {
 		switch p := e.proc.(type) {
 		case stateMachineProcedure:
 			return rollbackState(ctx, p)
@@ -147,6 +147,10 @@ func (x *Executor) rollbackStep(e *entry) error {
 		}
 		return fmt.Errorf("%w: %T cannot roll back", ErrInvalid, e.proc)
 	})
+	if err == nil {
+		e.muts = ctx.muts // committed with the popped stack position
+	}
+	return err
 }
 
 func (x *Executor) finishRolledBack(root *rootState) {

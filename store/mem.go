@@ -11,6 +11,7 @@ import (
 type MemStore struct {
 	mu     sync.Mutex
 	procs  map[uint64][]byte
+	domain map[string][]byte
 	maxID  uint64
 	writes int
 	closed bool
@@ -18,7 +19,60 @@ type MemStore struct {
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{procs: make(map[uint64][]byte)}
+	return &MemStore{procs: make(map[uint64][]byte), domain: make(map[string][]byte)}
+}
+
+var _ DomainStore = (*MemStore)(nil)
+
+// InsertDomain implements DomainStore.
+func (m *MemStore) InsertDomain(proc Proc, children []Proc, muts []Mutation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.insertLocked(proc, children); err != nil {
+		return err
+	}
+	m.applyLocked(muts)
+	return nil
+}
+
+// UpdateDomain implements DomainStore.
+func (m *MemStore) UpdateDomain(proc Proc, muts []Mutation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.updateLocked(proc); err != nil {
+		return err
+	}
+	m.applyLocked(muts)
+	return nil
+}
+
+func (m *MemStore) applyLocked(muts []Mutation) {
+	for _, mu := range muts {
+		if mu.Delete {
+			delete(m.domain, mu.Key)
+		} else {
+			m.domain[mu.Key] = append([]byte(nil), mu.Value...)
+		}
+	}
+}
+
+// GetDomain implements DomainStore.
+func (m *MemStore) GetDomain(key string) ([]byte, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.domain[key]
+	return v, ok
+}
+
+// Domain returns a copy of the domain state.
+func (m *MemStore) Domain() map[string][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string][]byte, len(m.domain))
+	for k, v := range m.domain {
+		out[k] = v
+	}
+	return out
 }
 
 // Load implements Store. A MemStore may be loaded any number of times, which
@@ -49,6 +103,10 @@ func (m *MemStore) Load(fn func(Proc) error) (LoadInfo, error) {
 func (m *MemStore) Insert(proc Proc, children []Proc) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.insertLocked(proc, children)
+}
+
+func (m *MemStore) insertLocked(proc Proc, children []Proc) error {
 	if m.closed {
 		return ErrClosed
 	}
@@ -72,6 +130,10 @@ func (m *MemStore) Insert(proc Proc, children []Proc) error {
 func (m *MemStore) Update(proc Proc) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.updateLocked(proc)
+}
+
+func (m *MemStore) updateLocked(proc Proc) error {
 	if m.closed {
 		return ErrClosed
 	}

@@ -70,6 +70,11 @@ func (b nodeBackend) IsLeader() bool                    { return b.n.IsLeader() 
 func (b nodeBackend) Status() cluster.Status            { return b.n.Status() }
 func (b nodeBackend) DomainGet(k string) ([]byte, bool) { return b.n.FSM().Get(k) }
 
+// DomainScan lists domain keys under prefix from the local FSM.
+func (b nodeBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
+	b.n.FSM().Scan(prefix, fn)
+}
+
 func (b nodeBackend) Procedures() (Procedures, error) {
 	x, err := b.n.Executor()
 	if err != nil {

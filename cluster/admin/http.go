@@ -78,6 +78,9 @@ func StatusOf(b Backend) StatusJSON {
 //	/readyz          200 "ready: <reason>" when ready (see Ready), else 503
 //	                 with the reason
 //	/metrics         Prometheus exposition of g (nil: the default gatherer)
+//	/debug/domain    ?prefix=P: the domain keys under P in this node's FSM,
+//	                 as {"entries": {key: value}} (for tests and operators;
+//	                 at most 10,000 keys)
 //	/debug/pprof/    the runtime profiles (net/http/pprof)
 func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 	if g == nil {
@@ -101,10 +104,35 @@ func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ready: " + why + "\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/domain", func(w http.ResponseWriter, r *http.Request) {
+		sc, ok := b.(domainScanner)
+		if !ok {
+			http.Error(w, "this node keeps no domain state", http.StatusNotImplemented)
+			return
+		}
+		const limit = 10000
+		entries := map[string]string{}
+		truncated := false
+		sc.DomainScan(r.URL.Query().Get("prefix"), func(k string, v []byte) bool {
+			if len(entries) == limit {
+				truncated = true
+				return false
+			}
+			entries[k] = string(v)
+			return true
+		})
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"entries": entries, "truncated": truncated})
+	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// domainScanner is the optional part of a Backend that can list domain keys.
+type domainScanner interface {
+	DomainScan(prefix string, fn func(key string, value []byte) bool)
 }

@@ -96,6 +96,9 @@ func (p *Sleep) Execute(ctx *procedure.Context) (procedure.Step, error) {
 		ctx.SetResult([]byte(fmt.Sprintf("slept %d steps", p.Done)))
 		return procedure.Done(), nil
 	}
+	if err := RecordEffect(ctx, p.Done, 1); err != nil {
+		return procedure.Step{}, err
+	}
 	p.Done++
 	if p.Delay <= 0 {
 		return procedure.More(), nil
@@ -103,12 +106,40 @@ func (p *Sleep) Execute(ctx *procedure.Context) (procedure.Step, error) {
 	return procedure.Suspend(procedure.Timeout(p.Delay)), nil
 }
 
-// Rollback undoes one step (there is nothing to undo but the counter).
-func (p *Sleep) Rollback(*procedure.Context) error {
+// Rollback undoes one step's effect.
+func (p *Sleep) Rollback(ctx *procedure.Context) error {
 	if p.Done > 0 {
 		p.Done--
+		return RecordEffect(ctx, p.Done, -1)
 	}
 	return nil
+}
+
+// EffectKey is the domain key under which step `step` of procedure id
+// records its effect: the number of times it was applied (minus the times
+// it was rolled back). Tests read these keys to check that every step took
+// effect exactly once, whatever failed over meanwhile.
+func EffectKey(id uint64, step int) string { return fmt.Sprintf("effects/%d/%d", id, step) }
+
+// RecordEffect adds delta to the effect count of the running procedure's
+// step. The change commits atomically with the step's outcome. On a store
+// without domain state (a single-process WAL) it records nothing.
+func RecordEffect(ctx *procedure.Context, step, delta int) error {
+	key := EffectKey(ctx.ID(), step)
+	v, _, err := ctx.Get(key)
+	if errors.Is(err, procedure.ErrNoDomain) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n := 0
+	if len(v) > 0 {
+		if n, err = strconv.Atoi(string(v)); err != nil {
+			return fmt.Errorf("diag: effect %s holds %q: %w", key, v, err)
+		}
+	}
+	return ctx.Put(key, []byte(strconv.Itoa(n+delta)))
 }
 
 // Fail runs FailAt steps, then fails; its root rolls back.
@@ -117,6 +148,7 @@ type Fail struct {
 	FailAt int
 	Delay  time.Duration
 	Done   int
+	Failed bool
 	// RolledBack counts the steps rolled back.
 	RolledBack int
 }
@@ -125,9 +157,13 @@ type Fail struct {
 var ErrAsked = errors.New("diag: failing as asked")
 
 // Execute runs one step, or fails at step FailAt.
-func (p *Fail) Execute(*procedure.Context) (procedure.Step, error) {
+func (p *Fail) Execute(ctx *procedure.Context) (procedure.Step, error) {
 	if p.Done >= p.FailAt {
+		p.Failed = true
 		return procedure.Step{}, fmt.Errorf("%w at step %d of %d", ErrAsked, p.Done, p.Steps)
+	}
+	if err := RecordEffect(ctx, p.Done, 1); err != nil {
+		return procedure.Step{}, err
 	}
 	p.Done++
 	if p.Delay > 0 {
@@ -136,9 +172,18 @@ func (p *Fail) Execute(*procedure.Context) (procedure.Step, error) {
 	return procedure.More(), nil
 }
 
-// Rollback undoes one step.
-func (p *Fail) Rollback(*procedure.Context) error {
+// Rollback undoes one step: the failed one had no effect (its changes
+// were dropped with the failure); the others are counted back down.
+func (p *Fail) Rollback(ctx *procedure.Context) error {
 	p.RolledBack++
+	if p.Failed {
+		p.Failed = false
+		return nil
+	}
+	if p.Done > 0 {
+		p.Done--
+		return RecordEffect(ctx, p.Done, -1)
+	}
 	return nil
 }
 
@@ -154,8 +199,14 @@ type Fanout struct {
 // (which runs once every child is done).
 func (p *Fanout) Execute(ctx *procedure.Context) (procedure.Step, error) {
 	if p.Spawned {
+		if err := RecordEffect(ctx, 1, 1); err != nil {
+			return procedure.Step{}, err
+		}
 		ctx.SetResult([]byte(fmt.Sprintf("%d children done", p.Children)))
 		return procedure.Done(), nil
+	}
+	if err := RecordEffect(ctx, 0, 1); err != nil {
+		return procedure.Step{}, err
 	}
 	p.Spawned = true
 	kids := make([]procedure.Procedure, p.Children)
@@ -165,8 +216,8 @@ func (p *Fanout) Execute(ctx *procedure.Context) (procedure.Step, error) {
 	return procedure.Spawn(kids...), nil
 }
 
-// Rollback undoes one step.
-func (p *Fanout) Rollback(*procedure.Context) error { return nil }
+// Rollback undoes the spawn step's effect (the finishing step never fails).
+func (p *Fanout) Rollback(ctx *procedure.Context) error { return RecordEffect(ctx, 0, -1) }
 
 // New builds a diagnostic procedure of type typ from string arguments. The
 // error wraps procedure.ErrInvalid (and, for an unknown type, also

@@ -97,7 +97,8 @@ func TestRun(t *testing.T) {
 	if got := reg.Types(); strings.Join(got, ",") != "fail,fanout,sleep" {
 		t.Fatalf("registered %v", got)
 	}
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Workers: 4})
+	mem := store.NewMemStore()
+	x, err := procedure.New(procedure.Config{Store: mem, Registry: reg, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +114,12 @@ func TestRun(t *testing.T) {
 		result    string
 		errPart   string
 		nChildren int
+		effects   []string // effect counts of steps 0..n-1 in the domain state
 	}{
-		{typ: "sleep", args: map[string]string{"steps": "3", "delay": "10ms"}, state: procedure.Success, result: "slept 3 steps"},
+		{typ: "sleep", args: map[string]string{"steps": "3", "delay": "10ms"}, state: procedure.Success, result: "slept 3 steps", effects: []string{"1", "1", "1"}},
 		{typ: "sleep", args: map[string]string{"steps": "0"}, state: procedure.Success, result: "slept 0 steps"},
 		{typ: "sleep", args: map[string]string{"steps": "50", "delay": "0s"}, state: procedure.Success, result: "slept 50 steps"},
-		{typ: "fail", args: map[string]string{"steps": "4", "fail_at": "2"}, state: procedure.RolledBack, errPart: "failing as asked at step 2 of 4"},
+		{typ: "fail", args: map[string]string{"steps": "4", "fail_at": "2"}, state: procedure.RolledBack, errPart: "failing as asked at step 2 of 4", effects: []string{"0", "0"}},
 		{typ: "fail", args: map[string]string{"steps": "1", "fail_at": "0", "delay": "5ms"}, state: procedure.RolledBack, errPart: "at step 0 of 1"},
 		{typ: "fanout", args: map[string]string{"children": "5", "steps": "2", "delay": "5ms"}, state: procedure.Success, result: "5 children done", nChildren: 5},
 		{typ: "fanout", args: map[string]string{"children": "0"}, state: procedure.Success, result: "0 children done"},
@@ -136,6 +138,14 @@ func TestRun(t *testing.T) {
 			info, err := x.Wait(ctx, id)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for step, want := range tc.effects {
+				if v, _ := mem.GetDomain(EffectKey(id, step)); string(v) != want {
+					t.Errorf("effect of step %d: %q, want %q", step, v, want)
+				}
+			}
+			if v, ok := mem.GetDomain(EffectKey(id, len(tc.effects))); len(tc.effects) > 0 && ok && string(v) != "0" {
+				t.Errorf("effect beyond the last step: %q", v)
 			}
 			if info.State != tc.state {
 				t.Fatalf("state %v (error %q), want %v", info.State, info.Error, tc.state)

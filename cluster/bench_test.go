@@ -1,0 +1,399 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
+)
+
+// BenchmarkStepCommit measures step-commit throughput of the replicated
+// framework on a 3-node loopback cluster against bare hashicorp/raft.
+//
+// framework: on the leader's executor, b.N steps run as 10-step no-op
+// procedures, procs of them in flight at a time; every step is one
+// procedure transition committed through the RaftStore (group commit →
+// raft → each node's FSM and local WAL). It reports steps/s and
+// transitions/s: every store write in the timed window (the steps plus
+// each procedure's insert).
+//
+// bare-raft: an identical 3-node cluster (raft-boltdb log and stable store
+// behind the same LogCache, file snapshots, TCP transport on 127.0.0.1, the
+// raft.Config built from the same Config) running a no-op FSM; procs
+// goroutines share b.N raft.Apply calls, each of a payload the size of one
+// transition's command (a PROC_BATCH entry carrying one procedure image).
+// It reports applies/s and framework/bare, the ratio of the two throughputs
+// (goal ≥ 0.8).
+//
+// Both run with fsync on (the production default); BATON_BENCH_NOSYNC=1
+// turns it off in the bolt stores and the FSM's WAL alike. The clusters are
+// built once and shared by the sub-benchmarks.
+//
+//	go test -run xxx -bench BenchmarkStepCommit -benchtime 2000x ./cluster/
+func BenchmarkStepCommit(b *testing.B) {
+	noSync := os.Getenv("BATON_BENCH_NOSYNC") != ""
+	fw := newBenchFramework(b, noSync)
+	bare := newBenchBareCluster(b, noSync)
+	payload := fw.transitionPayload(b)
+	b.Logf("payload %d bytes, fsync %v", len(payload), !noSync)
+
+	for _, procs := range benchProcCounts() {
+		var fwRate float64
+		b.Run(fmt.Sprintf("procs=%d/framework", procs), func(b *testing.B) {
+			fwRate = fw.run(b, procs)
+		})
+		b.Run(fmt.Sprintf("procs=%d/bare-raft", procs), func(b *testing.B) {
+			bareRate := bare.run(b, procs, payload)
+			if fwRate > 0 && bareRate > 0 {
+				b.ReportMetric(fwRate/bareRate, "framework/bare")
+			}
+		})
+	}
+}
+
+// benchProcCounts is 1, 16, 64, or the comma list in BATON_BENCH_PROCS.
+func benchProcCounts() []int {
+	s := os.Getenv("BATON_BENCH_PROCS")
+	if s == "" {
+		return []int{1, 16, 64}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// benchStepProc is a procedure of Steps no-op steps.
+type benchStepProc struct{ Steps, Done int }
+
+func (p *benchStepProc) Execute(*procedure.Context) (procedure.Step, error) {
+	p.Done++
+	if p.Done >= p.Steps {
+		return procedure.Done(), nil
+	}
+	return procedure.More(), nil
+}
+
+func (p *benchStepProc) Rollback(*procedure.Context) error { return nil }
+
+// benchNodeConfig is the production configuration (DefaultConfig) of one
+// benchmark node; the bare-raft cluster derives its raft.Config from it too.
+func benchNodeConfig(b *testing.B, id string, noSync bool) Config {
+	c := DefaultConfig()
+	c.ID = id
+	c.DataDir = b.TempDir()
+	c.RaftAddr = benchFreeAddr(b)
+	c.RaftNoSync = noSync
+	c.WAL = store.WALConfig{NoSync: noSync}
+	c.Workers = 64 // a worker for every procedure at the highest concurrency
+	reg := procedure.NewRegistry()
+	reg.MustRegister("bench.steps", 1, func() procedure.Procedure { return &benchStepProc{} })
+	c.Registry = reg
+	benchTuning(b, &c)
+	return c
+}
+
+// benchTuning applies tuning experiments from the environment, so that
+// settings can be compared without editing defaults:
+// BATON_BENCH_MAX_APPEND (MaxAppendEntries), BATON_BENCH_BATCH_APPLY=0
+// (BatchApplyCh off), BATON_BENCH_MAX_BATCH (RaftStore MaxBatchWrites),
+// BATON_BENCH_IN_FLIGHT (RaftStore MaxInFlight), BATON_BENCH_WAL_NOSYNC=1
+// (the FSM's local WAL without fsync; framework only).
+func benchTuning(b *testing.B, c *Config) {
+	atoi := func(name string) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", name, v, err)
+		}
+		return n
+	}
+	if n := atoi("BATON_BENCH_MAX_APPEND"); n > 0 {
+		c.MaxAppendEntries = n
+	}
+	if os.Getenv("BATON_BENCH_BATCH_APPLY") == "0" {
+		c.BatchApplyCh = false
+	}
+	c.Store.MaxBatchWrites = atoi("BATON_BENCH_MAX_BATCH")
+	c.Store.MaxInFlight = atoi("BATON_BENCH_IN_FLIGHT")
+	if os.Getenv("BATON_BENCH_WAL_NOSYNC") != "" {
+		c.WAL.NoSync = true
+	}
+}
+
+func benchFreeAddr(b *testing.B) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func benchPeers(cfgs []Config) []Peer {
+	peers := make([]Peer, len(cfgs))
+	for i, c := range cfgs {
+		peers[i] = Peer{ID: c.ID, Address: c.RaftAddr}
+	}
+	return peers
+}
+
+// benchFramework is a 3-node cluster of Nodes.
+type benchFramework struct {
+	nodes []*Node
+}
+
+func newBenchFramework(b *testing.B, noSync bool) *benchFramework {
+	b.Helper()
+	var cfgs []Config
+	for i := range 3 {
+		cfgs = append(cfgs, benchNodeConfig(b, fmt.Sprintf("f%d", i), noSync))
+	}
+	peers := benchPeers(cfgs)
+	f := &benchFramework{}
+	b.Cleanup(func() {
+		for _, n := range f.nodes {
+			n.Kill()
+		}
+	})
+	for _, c := range cfgs {
+		c.Peers = peers
+		n, err := NewNode(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.nodes = append(f.nodes, n)
+	}
+	return f
+}
+
+// leader waits for the leader's running executor and returns its node.
+func (f *benchFramework) leader(b *testing.B) (*Node, *procedure.Executor) {
+	b.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range f.nodes {
+			if x, err := n.Executor(); err == nil {
+				return n, x
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatal("no leader with a running executor")
+	return nil, nil
+}
+
+// transitionPayload runs one procedure and returns the command of its last
+// transition: a PROC_BATCH entry with one update of its final image.
+func (f *benchFramework) transitionPayload(b *testing.B) []byte {
+	n, x := f.leader(b)
+	id, err := x.Submit(&benchStepProc{Steps: benchProcSteps}, procedure.SubmitOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := x.Wait(context.Background(), id); err != nil {
+		b.Fatal(err)
+	}
+	img, ok := n.FSM().Proc(id)
+	if !ok {
+		b.Fatalf("procedure %d not in the FSM", id)
+	}
+	data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Updates: []store.Proc{{ID: id, Data: img}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data
+}
+
+// benchProcSteps is the length of every benchmark procedure. Fixed, since
+// a procedure's image grows with its rollback stack, one entry per step.
+const benchProcSteps = 10
+
+// run executes b.N steps as 10-step procedures, procs of them in flight at
+// any time (each of procs goroutines submits one and waits for it, then
+// the next), and returns the transitions committed per second.
+func (f *benchFramework) run(b *testing.B, procs int) float64 {
+	n, x := f.leader(b)
+	n.mu.Lock()
+	rs := n.rstore
+	n.mu.Unlock()
+	total := int64((b.N + benchProcSteps - 1) / benchProcSteps)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	st0 := rs.Stats()
+	b.ResetTimer()
+	start := time.Now()
+	for range procs {
+		wg.Go(func() {
+			for next.Add(1) <= total {
+				id, err := x.Submit(&benchStepProc{Steps: benchProcSteps}, procedure.SubmitOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				info, err := x.Wait(context.Background(), id)
+				if err != nil || info.State != procedure.Success {
+					b.Errorf("procedure %d: %v %v", id, info.State, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	b.StopTimer()
+	st := rs.Stats()
+	writes, entries := st.Writes-st0.Writes, st.Entries-st0.Entries
+	rate := float64(writes) / d.Seconds()
+	b.ReportMetric(float64(total*benchProcSteps)/d.Seconds(), "steps/s")
+	b.ReportMetric(rate, "transitions/s")
+	if entries > 0 {
+		b.ReportMetric(float64(writes)/float64(entries), "writes/entry")
+	}
+	return rate
+}
+
+// benchNopFSM accepts every entry and keeps nothing.
+type benchNopFSM struct{}
+
+func (benchNopFSM) Apply(*raft.Log) any                 { return nil }
+func (benchNopFSM) Snapshot() (raft.FSMSnapshot, error) { return benchNopSnap{}, nil }
+func (benchNopFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
+
+type benchNopSnap struct{}
+
+func (benchNopSnap) Persist(s raft.SnapshotSink) error { return s.Close() }
+func (benchNopSnap) Release()                          {}
+
+// benchBareCluster is 3 raft instances built as NewNode builds its own,
+// with a no-op FSM.
+type benchBareCluster struct {
+	rafts []*raft.Raft
+}
+
+func newBenchBareCluster(b *testing.B, noSync bool) *benchBareCluster {
+	b.Helper()
+	var cfgs []Config
+	for i := range 3 {
+		cfgs = append(cfgs, benchNodeConfig(b, fmt.Sprintf("r%d", i), noSync).withDefaults())
+	}
+	var conf raft.Configuration
+	for _, p := range benchPeers(cfgs) {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address), Suffrage: raft.Voter})
+	}
+	c := &benchBareCluster{}
+	var closers []func() error
+	b.Cleanup(func() {
+		for _, r := range c.rafts {
+			r.Shutdown().Error()
+		}
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	})
+	for _, cfg := range cfgs {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		bolt, err := raftboltdb.New(raftboltdb.Options{
+			Path:        filepath.Join(cfg.DataDir, "raft", "raft.db"),
+			BoltOptions: &bbolt.Options{Timeout: time.Second},
+			NoSync:      cfg.RaftNoSync,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		closers = append(closers, bolt.Close)
+		logs, err := raft.NewLogCache(512, bolt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, cfg.Logger)
+		if err != nil {
+			b.Fatal(err)
+		}
+		adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, cfg.TransportMaxPool, cfg.TransportTimeout, cfg.Logger)
+		if err != nil {
+			b.Fatal(err)
+		}
+		closers = append(closers, trans.Close)
+		rc := cfg.raftConfig(make(chan bool, 1))
+		if err := raft.BootstrapCluster(rc, logs, bolt, snaps, trans, conf); err != nil {
+			b.Fatal(err)
+		}
+		r, err := raft.NewRaft(rc, benchNopFSM{}, logs, bolt, snaps, trans)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.rafts = append(c.rafts, r)
+	}
+	return c
+}
+
+func (c *benchBareCluster) leader(b *testing.B) *raft.Raft {
+	b.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, r := range c.rafts {
+			if r.State() == raft.Leader && r.Barrier(5*time.Second).Error() == nil {
+				return r
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Fatal("no bare raft leader")
+	return nil
+}
+
+// run does b.N Applies of payload from procs goroutines and returns the
+// applies per second.
+func (c *benchBareCluster) run(b *testing.B, procs int, payload []byte) float64 {
+	r := c.leader(b)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range procs {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := r.Apply(payload, 10*time.Second).Error(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	b.StopTimer()
+	rate := float64(b.N) / d.Seconds()
+	b.ReportMetric(rate, "applies/s")
+	return rate
+}
