@@ -80,11 +80,8 @@
 //     would slip through. Closing it needs the leader's term in the
 //     PROC_BATCH command and a check in raftfsm (a leader epoch entry
 //     written at establish, commands from older epochs refused).
-//   - Steps cannot yet attach domain mutations to their own transition
-//     (RaftStore.UpdateWith exists; procedure's Context has no way to
-//     reach it).
-//   - Forwarding of submissions from followers, the admin API, status
-//     HTTP, leases and the domain procedures come in later parts.
+//   - Leases for region servers and the domain procedures (tables,
+//     regions, server crash) come in later parts.
 //
 // # Timings
 //

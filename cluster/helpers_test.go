@@ -55,10 +55,9 @@ func testRegistry() *procedure.Registry {
 type recorder struct {
 	mu    sync.Mutex
 	steps map[uint64]map[int]int // proc id → step → runs
-	// successes counts, per procedure, the executors that reported its
-	// SUCCESS. One executor may report a state twice (the listener call of
-	// Submit snapshots the procedure late, and a fast one may already be
-	// finished), so executors are counted, not calls.
+	// successes records, per procedure, the executors that reported its
+	// SUCCESS: exactly-once means one executor, however many listener
+	// calls it made.
 	successes map[uint64]map[*procedure.Executor]bool
 	failures  map[uint64]string
 }
