@@ -299,7 +299,7 @@ func (s *RaftStore) run() {
 		inflight.Add(1)
 		go func() {
 			defer inflight.Done()
-			err := fut.Error()
+			err := s.await(fut)
 			if err == nil {
 				if rerr, ok := fut.Response().(error); ok {
 					err = fmt.Errorf("raftfsm: entry %d refused: %w", fut.Index(), rerr)
@@ -312,6 +312,32 @@ func (s *RaftStore) run() {
 				r.done <- err
 			}
 		}()
+	}
+}
+
+// await waits for fut. raft may never answer an Apply still in its batch
+// queue when it shuts down (BatchApplyCh), so a shut-down raft ends the
+// wait with raft.ErrRaftShutdown instead of leaving the writer, and Close,
+// blocked for ever.
+func (s *RaftStore) await(fut raft.ApplyFuture) error {
+	errCh := make(chan error, 1)
+	go func() { errCh <- fut.Error() }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-errCh:
+			return err
+		case <-tick.C:
+			if s.r.State() == raft.Shutdown {
+				select {
+				case err := <-errCh:
+					return err
+				default:
+					return raft.ErrRaftShutdown
+				}
+			}
+		}
 	}
 }
 
