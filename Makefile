@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short fuzz bench demo vet proto clean
+.PHONY: all build test test-short test-integration fuzz bench bench-failover demo vet proto clean
 
 all: vet build test
 
@@ -19,6 +19,11 @@ test:
 test-short:
 	$(GO) test -short ./...
 
+# Real agent processes on loopback: SIGKILL/SIGTERM of leaders, restarts,
+# catch-up from the WAL and from snapshots, partitions (also part of test).
+test-integration:
+	$(GO) test -race -count=1 -timeout 6m ./integration/...
+
 # A short run of the WAL reader fuzz target (seed corpus in store/testdata).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReadSegment -fuzztime 20s ./store/
@@ -31,6 +36,11 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkWALLoad -benchtime 1x -timeout 30m ./store/
 	$(GO) test -run '^$$' -bench BenchmarkExecutor -benchtime 5000x ./procedure/
 	$(GO) test -run '^$$' -bench BenchmarkRaftStore -benchtime 2000x ./raftfsm/
+	$(GO) test -run '^$$' -bench BenchmarkStepCommit -benchtime 2000x ./cluster/
+
+# Failover timing: SIGKILL the leader of a loaded 3-node cluster 20 times.
+bench-failover:
+	BATON_FAILOVER_BENCH=20 $(GO) test -run '^TestFailoverTiming$$' -count=1 -v -timeout 10m ./integration/
 
 demo:
 	$(GO) run ./cmd/node demo

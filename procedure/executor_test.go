@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -339,11 +338,12 @@ func TestAbort(t *testing.T) {
 func TestAbortWaitsForRollbackSupport(t *testing.T) {
 	d := newDomain()
 	h := startExecutor(t, store.NewMemStore(), d, nil)
-	gate := make(chan struct{})
+	gate, entered := make(chan struct{}), make(chan struct{})
 	p := &gatedSM{Gate: "g1"}
 	gates.Store("g1", gate)
+	gates.Store("g1/entered", entered)
 	id := h.submit(p, SubmitOptions{})
-	eventually(t, "in state 0", func() bool { w, _ := h.x.Why(id); return w.Reason == "running" })
+	<-entered // inside state 0: the abort must wait for a boundary
 	if err := h.x.Abort(id); err != nil {
 		t.Fatal(err)
 	}
@@ -366,6 +366,9 @@ type gatedSM struct {
 func (p *gatedSM) InitialState() int32 { return 0 }
 func (p *gatedSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
 	if s == 0 {
+		if e, ok := gates.LoadAndDelete(p.Gate + "/entered"); ok {
+			close(e.(chan struct{}))
+		}
 		g, _ := gates.Load(p.Gate)
 		<-g.(chan struct{})
 	}
@@ -382,9 +385,7 @@ func (p *gatedSM) Locks() []scheduler.Lock             { return nil }
 func (p *gatedSM) QueueKey() scheduler.QueueKey {
 	return scheduler.QueueKey{Kind: scheduler.KindTable, Name: "gated"}
 }
-func (p *gatedSM) HoldLock() bool                       { return false }
-func (p *gatedSM) String() string                       { return "gated" }
-func (p *gatedSM) unusedForLint() (reflect.Type, error) { return nil, nil }
+func (p *gatedSM) HoldLock() bool { return false }
 
 func TestDeadline(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)

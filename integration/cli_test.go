@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/integration/harness"
+)
+
+// runCLI runs the node binary with args and returns its exit code, stdout
+// and stderr.
+func runCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, nodeBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("node %s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, out.String(), errb.String()
+}
+
+// TestCLI drives a real cluster through the client commands: submit with
+// --wait and --json (exit 0, SUCCESS), a nonce resubmitted (same id), a
+// failing procedure (exit 1, ROLLEDBACK), get and wait by id, a submission
+// through a follower's address only (forwarded), cluster status (names
+// the leader), an unknown type (exit 2), an unknown id (exit 1), and an
+// address where nothing listens (exit 3).
+func TestCLI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newCluster(t, 3)
+	leader := c.WaitLeader(ctx)
+	addr := strings.Join(c.AdminAddrs(), ",")
+
+	type procDoc struct {
+		ID    uint64 `json:"id"`
+		State string `json:"state"`
+		Nonce string `json:"nonce"`
+		Error string `json:"error"`
+	}
+	decode := func(what, s string, v any) {
+		t.Helper()
+		if err := json.Unmarshal([]byte(s), v); err != nil {
+			t.Fatalf("%s: stdout is not one JSON document: %v\n%s", what, err, s)
+		}
+	}
+	expect := func(what string, got, want int, stderr string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: exit %d, want %d; stderr:\n%s", what, got, want, stderr)
+		}
+	}
+
+	code, out, serr := runCLI(t, ctx, "proc", "submit", "sleep", "--arg", "steps=2", "--arg", "delay=10ms", "--nonce", "cli-1", "--wait", "--addr", addr, "--json")
+	expect("submit --wait", code, 0, serr)
+	var p procDoc
+	decode("submit --wait", out, &p)
+	if p.State != "SUCCESS" || p.ID == 0 || p.Nonce != "cli-1" {
+		t.Errorf("submit --wait: %+v, want SUCCESS with nonce cli-1", p)
+	}
+
+	code, out, serr = runCLI(t, ctx, "proc", "submit", "sleep", "--arg", "steps=2", "--arg", "delay=10ms", "--nonce", "cli-1", "--addr", addr, "--json")
+	expect("resubmit", code, 0, serr)
+	var again struct {
+		ID uint64 `json:"id"`
+	}
+	decode("resubmit", out, &again)
+	if again.ID != p.ID {
+		t.Errorf("resubmitting nonce cli-1 gave id %d, first gave %d", again.ID, p.ID)
+	}
+
+	code, out, serr = runCLI(t, ctx, "proc", "submit", "fail", "--arg", "steps=3", "--arg", "fail_at=1", "--wait", "--addr", addr, "--json")
+	expect("submit fail --wait", code, 1, serr)
+	var f procDoc
+	decode("submit fail --wait", out, &f)
+	if f.State != "ROLLEDBACK" || f.Error == "" {
+		t.Errorf("fail procedure: %+v, want ROLLEDBACK with an error", f)
+	}
+
+	id := strconv.FormatUint(p.ID, 10)
+	code, out, serr = runCLI(t, ctx, "proc", "get", id, "--addr", addr, "--json")
+	expect("get", code, 0, serr)
+	var g procDoc
+	decode("get", out, &g)
+	if g.ID != p.ID || g.State != "SUCCESS" {
+		t.Errorf("get %s: %+v", id, g)
+	}
+	code, _, serr = runCLI(t, ctx, "proc", "wait", id, "--addr", addr)
+	expect("wait", code, 0, serr)
+
+	// Through one follower only: the write is forwarded to the leader.
+	follower := c.Node(c.Followers(leader)[0]).GRPCAddr
+	code, out, serr = runCLI(t, ctx, "proc", "submit", "sleep", "--arg", "steps=1", "--arg", "delay=1ms", "--wait", "--addr", follower, "--json")
+	expect("submit via a follower", code, 0, serr)
+	decode("submit via a follower", out, &g)
+	if g.State != "SUCCESS" {
+		t.Errorf("submit via a follower: %+v", g)
+	}
+
+	code, out, serr = runCLI(t, ctx, "cluster", "status", "--addr", addr, "--json")
+	expect("cluster status", code, 0, serr)
+	var st struct {
+		LeaderID string `json:"leader_id"`
+		Term     uint64 `json:"term"`
+		Peers    []struct {
+			ID string `json:"id"`
+		} `json:"peers"`
+	}
+	decode("cluster status", out, &st)
+	if st.LeaderID != leader || st.Term == 0 || len(st.Peers) != 3 {
+		t.Errorf("cluster status: leader %q term %d, %d peers; want leader %s, 3 peers", st.LeaderID, st.Term, len(st.Peers), leader)
+	}
+
+	code, _, serr = runCLI(t, ctx, "proc", "submit", "no-such-type", "--addr", addr)
+	expect("unknown type", code, 2, serr)
+	code, _, serr = runCLI(t, ctx, "proc", "get", "999999", "--addr", addr)
+	expect("unknown id", code, 1, serr)
+	dead := harness.FreePorts(t, 1)[0]
+	code, _, serr = runCLI(t, ctx, "cluster", "status", "--addr", dead, "--timeout", "1s")
+	expect("nothing listening", code, 3, serr)
+}

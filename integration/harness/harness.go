@@ -1,0 +1,614 @@
+// Package harness runs real Baton clusters for the integration tests: it
+// builds the node binary once, starts `node agent` processes on loopback
+// ports, each with its own data directory and log file, and kills,
+// terminates and restarts them the way an operator or a crash would.
+//
+// A Cluster belongs to one test. Every process it starts runs in its own
+// process group and is killed (SIGKILL to the group) by the test's cleanup,
+// whether the test passed, failed or called t.Fatal; on Linux the processes
+// also get SIGKILL if the test binary itself dies (Pdeathsig), so a go test
+// timeout leaves nothing behind. The cluster's directory (data and logs) is
+// removed after a passing test and kept, with its path printed, after a
+// failing one.
+//
+// Typical use, from a TestMain that built the binary with Build:
+//
+//	c := harness.New(t, harness.Options{Binary: bin, Nodes: 3})
+//	leader := c.WaitLeader(ctx)
+//	id, _ := c.Client().Submit(ctx, "sleep", nil, "n-1", "", 0)
+//	c.Kill(leader)
+//	c.Restart(leader)
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/client"
+)
+
+// Build compiles the node binary (github.com/baton-dev/baton/cmd/node) into
+// dir and returns its path. Extra go build flags (e.g. "-race") may be
+// given. Call it once per test binary, from TestMain.
+func Build(dir string, flags ...string) (string, error) {
+	bin := filepath.Join(dir, "node")
+	args := append([]string{"build", "-o", bin}, flags...)
+	args = append(args, "github.com/baton-dev/baton/cmd/node")
+	cmd := exec.Command("go", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("harness: go %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return bin, nil
+}
+
+// Options configures New.
+type Options struct {
+	// Binary is the node binary built by Build. Required.
+	Binary string
+	// Nodes is the number of bootstrap members (default 3), named n1..nN.
+	Nodes int
+	// LogLevel is BATON_LOG_LEVEL of the agents (default "info").
+	LogLevel string
+	// Env is added to every agent's environment (KEY=VALUE).
+	Env []string
+}
+
+// Node is one member of a Cluster. Its addresses and directories stay the
+// same across restarts.
+type Node struct {
+	ID       string
+	RaftAddr string
+	GRPCAddr string
+	HTTPAddr string
+	DataDir  string
+	LogPath  string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the current process has exited
+	exitErr error
+	starts  int
+	logOff  int64 // size of the log file when the current process started
+}
+
+// Running reports whether the node's process is alive (started and not yet
+// exited).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Cluster is a set of node processes started by New.
+type Cluster struct {
+	t    testing.TB
+	opts Options
+	dir  string
+
+	Nodes []*Node
+
+	mu     sync.Mutex
+	client *client.Client
+	leader string // last leader seen by WaitLeader
+	http   *http.Client
+}
+
+// New starts opts.Nodes agents bootstrapping one cluster and registers
+// their teardown with t.Cleanup. It does not wait for a leader (see
+// WaitLeader).
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Binary == "" {
+		t.Fatal("harness: Options.Binary is required (see Build)")
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "info"
+	}
+	dir, err := os.MkdirTemp("", "baton-it-"+sanitize(t.Name())+"-")
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	c := &Cluster{t: t, opts: opts, dir: dir, http: &http.Client{Timeout: 2 * time.Second}}
+	t.Cleanup(c.cleanup)
+
+	ports := FreePorts(t, 3*opts.Nodes)
+	for i := range opts.Nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		n := &Node{
+			ID:       id,
+			RaftAddr: ports[3*i],
+			GRPCAddr: ports[3*i+1],
+			HTTPAddr: ports[3*i+2],
+			DataDir:  filepath.Join(dir, id, "data"),
+			LogPath:  filepath.Join(dir, id, "agent.log"),
+		}
+		if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	for _, n := range c.Nodes {
+		if err := c.start(n); err != nil {
+			t.Fatalf("harness: start %s: %v", n.ID, err)
+		}
+	}
+	return c
+}
+
+// Dir returns the directory holding every node's data and log.
+func (c *Cluster) Dir() string { return c.dir }
+
+func (c *Cluster) peers() string {
+	var p []string
+	for _, n := range c.Nodes {
+		p = append(p, n.ID+"="+n.RaftAddr)
+	}
+	return strings.Join(p, ",")
+}
+
+// Args returns the agent command line of node id (without the binary),
+// identical for first start and restart.
+func (c *Cluster) Args(id string) []string {
+	n := c.Node(id)
+	return []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
+		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
+		"--peers", c.peers()}
+}
+
+func (c *Cluster) start(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.done != nil {
+		select {
+		case <-n.done:
+		default:
+			return fmt.Errorf("%s is already running", n.ID)
+		}
+	}
+	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	st, _ := f.Stat()
+	n.logOff = st.Size()
+	n.starts++
+	fmt.Fprintf(f, "=== harness: start #%d of %s at %s ===\n", n.starts, n.ID, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.opts.Binary, c.Args(n.ID)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), "BATON_LOG_LEVEL="+c.opts.LogLevel)
+	cmd.Env = append(cmd.Env, c.opts.Env...)
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	done := make(chan struct{})
+	n.cmd, n.done, n.exitErr = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		n.mu.Lock()
+		n.exitErr = err
+		n.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// Node returns the node with this id; it fails the test if there is none.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	c.t.Fatalf("harness: no node %q", id)
+	return nil
+}
+
+// AdminAddrs returns every node's admin (gRPC) address.
+func (c *Cluster) AdminAddrs() []string {
+	var a []string
+	for _, n := range c.Nodes {
+		a = append(a, n.GRPCAddr)
+	}
+	return a
+}
+
+// Client returns a client of the whole cluster (every node's admin
+// address), made on first use and closed at cleanup.
+func (c *Cluster) Client() *client.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client == nil {
+		cl, err := client.New(c.AdminAddrs(), client.WithCallTimeout(10*time.Second), client.WithAttemptTimeout(2*time.Second), client.WithBackoff(20*time.Millisecond, 500*time.Millisecond))
+		if err != nil {
+			c.t.Fatalf("harness: client: %v", err)
+		}
+		c.client = cl
+	}
+	return c.client
+}
+
+// NewClient returns a separate client of the whole cluster, closed at
+// cleanup: for concurrent load whose connection churn should not disturb
+// the shared one.
+func (c *Cluster) NewClient(opts ...client.Option) *client.Client {
+	cl, err := client.New(c.AdminAddrs(), opts...)
+	if err != nil {
+		c.t.Fatalf("harness: client: %v", err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Status fetches node id's /status document.
+func (c *Cluster) Status(ctx context.Context, id string) (admin.StatusJSON, error) {
+	var st admin.StatusJSON
+	err := c.getJSON(ctx, id, "/status", &st)
+	return st, err
+}
+
+// ErrNoDomainEndpoint is returned by Domain when the node does not serve
+// /debug/domain (404, or 501: no domain state).
+var ErrNoDomainEndpoint = errors.New("harness: node does not serve /debug/domain")
+
+// Domain returns the domain key/value entries under prefix that node id's
+// FSM holds, from GET /debug/domain?prefix=P ({"entries": {k: v}}).
+func (c *Cluster) Domain(ctx context.Context, id, prefix string) (map[string]string, error) {
+	var doc struct {
+		Entries   map[string]string `json:"entries"`
+		Truncated bool              `json:"truncated"`
+	}
+	if err := c.getJSON(ctx, id, "/debug/domain?prefix="+url.QueryEscape(prefix), &doc); err != nil {
+		return nil, err
+	}
+	if doc.Truncated {
+		return doc.Entries, fmt.Errorf("harness: %s /debug/domain?prefix=%s: truncated at %d entries", id, prefix, len(doc.Entries))
+	}
+	if doc.Entries == nil {
+		doc.Entries = map[string]string{}
+	}
+	return doc.Entries, nil
+}
+
+func (c *Cluster) getJSON(ctx context.Context, id, path string, v any) error {
+	n := c.Node(id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusNotImplemented) && strings.HasPrefix(path, "/debug/domain") {
+		return ErrNoDomainEndpoint
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("harness: %s %s: %s: %s", n.ID, path, resp.Status, bytes.TrimSpace(body))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("harness: %s %s: %w", n.ID, path, err)
+	}
+	return nil
+}
+
+// WaitLeader waits until the cluster has a leader that is ready to serve:
+// the client's ClusterStatus names it, it is a running node, and its own
+// /status says it is Leader with a running executor. It returns the
+// leader's id, or fails the test when ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context) string {
+	c.t.Helper()
+	id, err := c.AwaitLeader(ctx)
+	if err != nil {
+		c.t.Fatalf("harness: no ready leader: %v", err)
+	}
+	return id
+}
+
+// AwaitLeader is WaitLeader returning an error instead of failing the
+// test, for use off the test goroutine.
+func (c *Cluster) AwaitLeader(ctx context.Context) (string, error) {
+	var last error
+	for {
+		id, err := c.readyLeader(ctx)
+		if err == nil {
+			c.mu.Lock()
+			c.leader = id
+			c.mu.Unlock()
+			return id, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) readyLeader(ctx context.Context) (string, error) {
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := c.Client().Status(sctx)
+	if err != nil {
+		return "", err
+	}
+	id := st.GetLeaderId()
+	if id == "" {
+		return "", errors.New("status names no leader")
+	}
+	var n *Node
+	for _, m := range c.Nodes {
+		if m.ID == id {
+			n = m
+		}
+	}
+	if n == nil || !n.Running() {
+		return "", fmt.Errorf("leader %q is not a running node", id)
+	}
+	hs, err := c.Status(sctx, id)
+	if err != nil {
+		return "", err
+	}
+	if hs.State != "Leader" || !hs.Executor {
+		return "", fmt.Errorf("%s: state %s, executor %v", id, hs.State, hs.Executor)
+	}
+	return id, nil
+}
+
+// Leader returns the leader last found by WaitLeader ("" if none yet).
+func (c *Cluster) Leader() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader
+}
+
+// Followers returns the ids of the running nodes other than leader.
+func (c *Cluster) Followers(leader string) []string {
+	var f []string
+	for _, n := range c.Nodes {
+		if n.ID != leader && n.Running() {
+			f = append(f, n.ID)
+		}
+	}
+	return f
+}
+
+// Kill sends SIGKILL to node id's process group and waits until it has
+// exited, as a crash would leave it: no leadership transfer, no flush.
+func (c *Cluster) Kill(id string) {
+	c.t.Helper()
+	if err := c.KillErr(id); err != nil {
+		c.t.Fatalf("harness: kill %s: %v", id, err)
+	}
+}
+
+// KillErr is Kill returning an error, for use off the test goroutine.
+func (c *Cluster) KillErr(id string) error {
+	n := c.Node(id)
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil || done == nil {
+		return errors.New("never started")
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("did not exit 10 s after SIGKILL")
+	}
+}
+
+// Term sends SIGTERM to node id (the agent then shuts down gracefully:
+// executor stop, leadership transfer) and waits for it to exit, at most
+// timeout. It returns the process's exit code; -1 means it did not exit in
+// time (it is then killed).
+func (c *Cluster) Term(id string, timeout time.Duration) int {
+	c.t.Helper()
+	n := c.Node(id)
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		c.t.Fatalf("harness: term %s: never started", id)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		c.t.Fatalf("harness: term %s: %v", id, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return -1
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// Restart starts node id again with the same command line and data
+// directory. The node must have exited (Kill or Term).
+func (c *Cluster) Restart(id string) {
+	c.t.Helper()
+	if err := c.RestartErr(id); err != nil {
+		c.t.Fatalf("harness: restart %s: %v", id, err)
+	}
+}
+
+// RestartErr is Restart returning an error, for use off the test
+// goroutine.
+func (c *Cluster) RestartErr(id string) error {
+	return c.start(c.Node(id))
+}
+
+// WaitUp waits until node id answers /status and knows a leader.
+func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, error) {
+	for {
+		st, err := c.Status(ctx, id)
+		if err == nil && st.LeaderID != "" {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("%s not up: %w (last: %v)", id, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// CurrentLog returns what node id has logged since its latest start.
+func (c *Cluster) CurrentLog(id string) string {
+	n := c.Node(id)
+	n.mu.Lock()
+	off := n.logOff
+	n.mu.Unlock()
+	b, err := os.ReadFile(n.LogPath)
+	if err != nil || int64(len(b)) < off {
+		return ""
+	}
+	return string(b[off:])
+}
+
+// Converge waits until every running node's FSM has applied the same
+// index and that index stays put for settle (no writes in flight), and
+// returns it.
+func (c *Cluster) Converge(ctx context.Context, settle time.Duration) (uint64, error) {
+	var last uint64
+	var since time.Time
+	for {
+		idx, same := uint64(0), true
+		var errs []error
+		first := true
+		for _, n := range c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			st, err := c.Status(ctx, n.ID)
+			if err != nil {
+				errs = append(errs, err)
+				same = false
+				continue
+			}
+			if first {
+				idx, first = st.FSMIndex, false
+			} else if st.FSMIndex != idx {
+				same = false
+			}
+		}
+		switch {
+		case !same || idx == 0:
+			since = time.Time{}
+		case idx != last || since.IsZero():
+			last, since = idx, time.Now()
+		case time.Since(since) >= settle:
+			return idx, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("harness: nodes did not converge: %w (errors: %v)", ctx.Err(), errors.Join(errs...))
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) cleanup() {
+	c.mu.Lock()
+	if c.client != nil {
+		c.client.Close()
+	}
+	c.mu.Unlock()
+	for _, n := range c.Nodes {
+		n.mu.Lock()
+		cmd, done := n.cmd, n.done
+		n.mu.Unlock()
+		if cmd == nil {
+			continue
+		}
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.t.Logf("harness: %s (pid %d) did not exit after SIGKILL", n.ID, cmd.Process.Pid)
+		}
+	}
+	if c.t.Failed() || os.Getenv("BATON_KEEP_LOGS") != "" {
+		c.t.Logf("harness: cluster data and logs kept in %s", c.dir)
+		for _, n := range c.Nodes {
+			c.t.Logf("harness: %s log: %s", n.ID, n.LogPath)
+		}
+		return
+	}
+	_ = os.RemoveAll(c.dir)
+}
+
+// FreePorts returns k distinct free loopback addresses (127.0.0.1:port).
+// The ports are free when returned; another process could take one before
+// it is bound, which on a test machine is rare enough.
+func FreePorts(t testing.TB, k int) []string {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var addrs []string
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("harness: free port: %v", err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
