@@ -279,8 +279,9 @@ func (x *Executor) Abort(id uint64) error {
 		return err
 	}
 	if e.state.Terminal() {
+		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 		x.unlock()
-		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		return err
 	}
 	targets := x.abortLocked(e)
 	x.unlock()
@@ -348,8 +349,9 @@ func (x *Executor) Pause(id uint64) error {
 		return err
 	}
 	if e.state.Terminal() {
+		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 		x.unlock()
-		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		return err
 	}
 	if e.paused {
 		x.unlock()
@@ -410,8 +412,9 @@ func (x *Executor) Ack(id uint64) error {
 		return err
 	}
 	if !e.isRoot() || !e.state.Terminal() {
+		err := fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
 		x.unlock()
-		return fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
+		return err
 	}
 	if !e.ackedAt.IsZero() {
 		x.unlock()
@@ -475,8 +478,9 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		return err
 	}
 	if len(targets) == 0 {
+		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 		x.unlock()
-		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		return err
 	}
 	for _, t := range targets {
 		t.bypass = true
