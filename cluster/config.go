@@ -225,7 +225,12 @@ type Config struct {
 	PrepareExecutor func(*procedure.Executor) error
 
 	// WAL is the template of the FSM's local WAL configuration (its Dir is
-	// ignored). Zero fields take the store package's defaults.
+	// ignored). Zero fields take the store package's defaults, except Sync,
+	// which defaults to store.SyncOnRoll: the FSM's WAL only speeds up
+	// restarts, raft's log (fsynced) and snapshots hold the truth, so its
+	// appends are not fsynced one by one; a power loss costs a replay of at
+	// most the last SyncInterval (or a snapshot restore), never data.
+	// store.SyncEveryBatch fsyncs every apply batch (slower steps).
 	WAL store.WALConfig
 	// Store configures the Raft-backed procedure store of each executor.
 	Store raftfsm.RaftStoreConfig
@@ -267,6 +272,7 @@ func DefaultConfig() Config {
 		BarrierTimeout:     DefaultBarrierTimeout,
 		RevokeTimeout:      DefaultRevokeTimeout,
 		HealthInterval:     DefaultHealthInterval,
+		WAL:                store.WALConfig{Sync: store.SyncOnRoll},
 	}
 }
 

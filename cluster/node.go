@@ -273,7 +273,7 @@ type Status struct {
 	CommitIndex  uint64
 	AppliedIndex uint64 // raft's view of what the FSM applied
 	FSMIndex     uint64 // the FSM's own applied index
-	FSMWALIndex  uint64 // applied index durable in the local WAL
+	FSMWALIndex  uint64 // applied index written to the local WAL (survives a process crash; fsynced at most SyncInterval later)
 	LastContact  time.Time
 	Executor     bool // an executor is running here
 	Peers        []PeerStatus

@@ -54,6 +54,21 @@
 // follow the log) and stops writing the WAL (WALErr). On restart W is then
 // older and Raft replays, or restores, the rest.
 //
+// For the same reason the WAL runs in store.SyncOnRoll mode by default
+// (Config.WAL.Sync left at store.SyncDefault): each apply batch is written
+// but not fsynced — Raft has already fsynced the entries in its log — and
+// the WAL syncs when it rolls a segment, before it deletes an older one,
+// every SyncInterval (1 s) and on Close. WALIndex is what a process crash
+// keeps, WALDurableIndex what a power loss keeps at least. After a power
+// loss the WAL loads as a consistent prefix of the applied history (its
+// newest segment truncated at the first record that did not reach the
+// disk) and W is the index of its last intact record, which may be older
+// than the newest Raft snapshot; NeedsSnapshotRestore then restores the
+// snapshot (raft only compacts the log up to a snapshot's index, so the
+// entries after it are still there to replay). Restore syncs the WAL it
+// writes before switching to it. Set store.SyncEveryBatch to fsync every
+// batch.
+//
 // # Restart
 //
 // NewFSM loads the WAL first: state and W. Raft then replays the log;
@@ -62,6 +77,9 @@
 // skip restoring its newest snapshot at start while still replaying only
 // after that snapshot's index, so it may be set only when W reaches that
 // index: NeedsSnapshotRestore tells the cluster layer which case it is in.
+// W is whatever the WAL loaded — after a power loss, the index of the last
+// record that survived — so a WAL that lost records back past the newest
+// snapshot restores it, and one that did not replays the log after W.
 // A WAL with damage other than a torn tail is refused (ErrWALDamaged): its W
 // could claim more than its contents hold.
 //

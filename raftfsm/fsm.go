@@ -61,7 +61,10 @@ type Config struct {
 
 	// WAL is the template for the local WAL's configuration; its Dir is
 	// ignored (the FSM picks the directory). Zero fields take the store
-	// package's defaults.
+	// package's defaults, except Sync: store.SyncDefault selects
+	// store.SyncOnRoll here, since the WAL only speeds up restarts and the
+	// Raft log and snapshots hold everything it could lose (see the package
+	// doc, The local WAL).
 	WAL store.WALConfig
 
 	// MaxWALRecordBytes bounds one WAL record written by ApplyBatch. A batch
@@ -173,13 +176,22 @@ func NewFSM(cfg Config) (*FSM, error) {
 	return f, nil
 }
 
-// openWAL opens and loads the WAL of generation gen.
-func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
+// walConfig returns the configuration of the local WAL in dir.
+func (f *FSM) walConfig(dir string) store.WALConfig {
 	wc := f.cfg.WAL
-	wc.Dir = walDir(f.cfg.Dir, gen)
+	wc.Dir = dir
+	if wc.Sync == store.SyncDefault {
+		wc.Sync = store.SyncOnRoll
+	}
 	if wc.Logger == nil {
 		wc.Logger = f.log
 	}
+	return wc
+}
+
+// openWAL opens and loads the WAL of generation gen.
+func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
+	wc := f.walConfig(walDir(f.cfg.Dir, gen))
 	w, err := store.OpenWAL(wc)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("raftfsm: open local WAL: %w", err)
@@ -240,9 +252,10 @@ func (f *FSM) LoadedIndex() uint64 { return f.loadedIdx }
 // restored snapshot).
 func (f *FSM) AppliedIndex() uint64 { return f.st.Load().index }
 
-// WALIndex returns the applied index durable in the local WAL. It trails
-// AppliedIndex by entries that changed nothing (no WAL record is written for
-// them) and by everything after a WAL failure.
+// WALIndex returns the applied index written to the local WAL: what a
+// restart after a process crash loads. It trails AppliedIndex by entries
+// that changed nothing (no WAL record is written for them) and by
+// everything after a WAL failure.
 func (f *FSM) WALIndex() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -250,6 +263,28 @@ func (f *FSM) WALIndex() uint64 {
 		return 0
 	}
 	return f.wal.Index()
+}
+
+// WALDurableIndex returns the applied index known synced in the local WAL:
+// what a restart after a power loss loads at least. Under store.SyncOnRoll
+// (the default) it trails WALIndex by up to the WAL's SyncInterval.
+func (f *FSM) WALDurableIndex() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.wal == nil {
+		return 0
+	}
+	return f.wal.DurableIndex()
+}
+
+// SyncWAL makes everything written to the local WAL durable.
+func (f *FSM) SyncWAL() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.wal == nil || f.walErr != nil {
+		return f.walErr
+	}
+	return f.wal.Sync()
 }
 
 // WALErr returns the local WAL's failure, if any. After a WAL failure the FSM

@@ -14,8 +14,10 @@ package raftfsm
 // Data directory. Dir/CURRENT names the live WAL directory, wal-<generation>
 // (20 digits). Restore never touches the live WAL: it writes the whole
 // snapshot into a fresh directory wal-<generation+1> as records tagged with
-// the snapshot's index (RestoreBatchBytes each), then atomically replaces
-// CURRENT (write CURRENT.tmp, fsync, rename, fsync Dir), and only then closes
+// the snapshot's index (RestoreBatchBytes each), syncs it (the WAL does
+// not sync each record under SyncOnRoll, and every record carries the same
+// index, so only the whole WAL is a consistent prefix), then atomically
+// replaces CURRENT (write CURRENT.tmp, fsync, rename, fsync Dir), and only then closes
 // and removes the old directory. A crash before the rename leaves CURRENT on
 // the old, complete WAL and an orphan directory that the next open deletes; a
 // crash after it leaves the new, complete WAL. At no point does a
@@ -213,11 +215,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, nil, 0, 0, fmt.Errorf("raftfsm: clear %s: %w", dir, err)
 		}
-		wc := f.cfg.WAL
-		wc.Dir = dir
-		if wc.Logger == nil {
-			wc.Logger = f.log
-		}
+		wc := f.walConfig(dir)
 		if w, err = store.OpenWAL(wc); err != nil {
 			return nil, nil, 0, 0, fmt.Errorf("raftfsm: open WAL for restore: %w", err)
 		}
@@ -288,6 +286,12 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 				return nil, nil, 0, 0, err
 			}
 			if w != nil {
+				// Every record carries the snapshot's index, so a torn
+				// prefix would load as the whole snapshot: the new WAL must
+				// be durable before CURRENT names it (SyncOnRoll).
+				if err = w.Sync(); err != nil {
+					return nil, nil, 0, 0, fmt.Errorf("raftfsm: sync restored WAL: %w", err)
+				}
 				if err = writeCurrent(f.cfg.Dir, gen); err != nil {
 					return nil, nil, 0, 0, err
 				}

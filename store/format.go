@@ -12,7 +12,8 @@ package store
 //
 //	0  [8]byte magic "BTNPV2WL"
 //	8  uint32  format version (1)
-//	12 uint32  flags (0, reserved)
+//	12 uint32  flags: bit 0 (flagUnsyncedAppends) set when the segment was
+//	           written under SyncOnRoll; other bits 0 (reserved, ignored)
 //	16 uint64  segment id (equals the id in the file name)
 //	24 uint64  max proc id known when the segment was created
 //	32 uint64  max external index known when the segment was created
@@ -22,6 +23,14 @@ package store
 //
 // The max id and index in the header keep LoadInfo.MaxID and LoadInfo.Index
 // monotonic after every record that carried them has been cleaned away.
+//
+// flagUnsyncedAppends tells Load that the segment's records were not synced
+// one by one, so that after a power loss anything past the last synced byte
+// (holes of zeros, stale blocks, later records after a lost page) is an
+// interrupted write: when the segment is the newest, Load truncates it at
+// its first bad record instead of reporting damage. The header itself is
+// always synced before the segment is created, and a segment is synced
+// whole before the next is created, so only the newest can be affected.
 //
 // Frame: uint32 payload length, uint32 CRC32C (Castagnoli) of the payload,
 // payload. A data record's payload is
@@ -66,6 +75,10 @@ const (
 	footerMagic     = 0x54325650 // "PV2T" little endian
 	// maxPayload bounds one record. Larger writes are refused with ErrInvalid.
 	maxPayload = 1 << 30
+
+	// flagUnsyncedAppends: header flag, records appended without a sync
+	// each (SyncOnRoll).
+	flagUnsyncedAppends = 1 << 0
 )
 
 type recType byte
@@ -102,6 +115,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 type segHeader struct {
+	flags   uint32
 	id      uint64
 	maxID   uint64
 	index   uint64
@@ -112,7 +126,7 @@ func appendHeader(dst []byte, h segHeader) []byte {
 	start := len(dst)
 	dst = append(dst, segMagic...)
 	dst = binary.LittleEndian.AppendUint32(dst, formatVersion)
-	dst = binary.LittleEndian.AppendUint32(dst, 0)
+	dst = binary.LittleEndian.AppendUint32(dst, h.flags)
 	dst = binary.LittleEndian.AppendUint64(dst, h.id)
 	dst = binary.LittleEndian.AppendUint64(dst, h.maxID)
 	dst = binary.LittleEndian.AppendUint64(dst, h.index)
@@ -135,6 +149,7 @@ func parseHeader(b []byte) (segHeader, error) {
 		return segHeader{}, fmt.Errorf("unsupported format version %d", v)
 	}
 	return segHeader{
+		flags:   binary.LittleEndian.Uint32(b[12:16]),
 		id:      binary.LittleEndian.Uint64(b[16:24]),
 		maxID:   binary.LittleEndian.Uint64(b[24:32]),
 		index:   binary.LittleEndian.Uint64(b[32:40]),

@@ -140,6 +140,18 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 	w.nLive.Store(int64(live.len()))
 	w.maxID = l.maxID
 	w.index.Store(l.index)
+	// The newest segment may hold records a previous process wrote but did
+	// not sync (SyncOnRoll, then a crash): sync it before it becomes an
+	// older segment, which must be whole on disk, and before the new
+	// segment's header claims its index.
+	if n := len(w.segs); n > 0 && !w.cfg.NoSync {
+		if err := syncFile(w.segs[n-1].path); err != nil {
+			return info, err
+		}
+		w.event("sync", w.segs[n-1].name)
+	}
+	w.written = l.index
+	w.durable.Store(l.index)
 	s, err := w.createSegment()
 	if err != nil {
 		return info, fmt.Errorf("store: %w", err)
@@ -186,10 +198,13 @@ func (w *WAL) loadSegment(l *loader, i int32, sf segFile, newest bool, buf []byt
 		_, err := f.ReadAt(p, off)
 		return err
 	}
+	// Not for the newest segment if its records were not synced one by one:
+	// a power loss may have left its trailer intact but a hole before it.
 	if t, _, err := readTrailerAt(size, readAt); err == nil {
 		var hb [headerSize]byte
 		if err := readAt(hb[:], 0); err == nil {
-			if hdr, err := parseHeader(hb[:]); err == nil && hdr.id == sf.id {
+			if hdr, err := parseHeader(hb[:]); err == nil && hdr.id == sf.id &&
+				!(newest && hdr.flags&flagUnsyncedAppends != 0) {
 				needed := false
 				t.tr.forEach(func(id uint64, held bool) {
 					if held && !needed {
@@ -244,7 +259,10 @@ func (w *WAL) loadSegment(l *loader, i int32, sf segFile, newest bool, buf []byt
 	}
 	var corr []Corruption
 	if r.bad != nil {
-		if newest && r.bad.torn {
+		// A segment written without a sync per record (SyncOnRoll) can hold
+		// anything past its last synced byte after a power loss: in the
+		// newest segment every bad record is a torn tail.
+		if newest && (r.bad.torn || r.hdr.flags&flagUnsyncedAppends != 0) {
 			w.log.Warn("truncating torn tail", "file", sf.name, "offset", r.bad.off, "detail", r.bad.reason, "to", r.goodEnd)
 			if err := w.truncate(path, r.goodEnd); err != nil {
 				return nil, nil, buf, err
@@ -278,6 +296,22 @@ func (w *WAL) loadSegment(l *loader, i int32, sf segFile, newest bool, buf []byt
 		}
 	}
 	return s, corr, buf, nil
+}
+
+// syncFile fdatasyncs the file at path.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("store: sync %s: %w", filepath.Base(path), err)
+	}
+	err = fdatasync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: sync %s: %w", filepath.Base(path), err)
+	}
+	return nil
 }
 
 func (w *WAL) truncate(path string, size int64) error {

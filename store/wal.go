@@ -18,6 +18,38 @@ package store
 // and all of them share the next one. MaxBatchWait can add a linger for
 // devices where a sync is so cheap that batches stay small.
 //
+// Sync modes (WALConfig.Sync). SyncEveryBatch, the default, is the above:
+// Append returns once its record is on stable storage. It is what a
+// procedure executor without Raft relies on. SyncOnRoll is for a WAL that
+// only accelerates restarts of a state kept durable elsewhere (raftfsm: the
+// Raft log and snapshots are the source of truth): Append returns once its
+// record is written (write(2)), not synced. The current segment is
+// fdatasync'ed
+//
+//   - when it is rolled, with its trailer, before the next segment is
+//     created: every segment but the newest is therefore whole on disk;
+//   - before any older segment is deleted (or renamed aside as damaged):
+//     a segment is deleted because newer records superseded it, and those
+//     may sit unsynced in the current segment, so they are made durable
+//     before the old copy goes (this covers straggler rewrites as well);
+//   - every SyncInterval (default 1 s) while it holds unsynced records,
+//     which bounds how much a power loss can take;
+//   - on Sync and on Close.
+//
+// DurableIndex is the highest external index known synced; Index the
+// highest written. A process crash loses nothing (written data is in the
+// page cache, and Load syncs the newest segment before appending again). A
+// power loss or kernel crash can lose a suffix of the newest segment, and
+// since the kernel writes pages back in any order, what is left past the
+// last synced byte may be cut short, zeros, stale or garbage data, or even
+// later records after a hole. Segments created in this mode carry a header
+// flag (format.go) that makes Load treat any bad record of the newest
+// segment as a torn tail: it is truncated at the first bad record, so the
+// WAL always loads as a consistent prefix of what was appended, and the
+// loaded Index is that of the last intact record (never less than
+// DurableIndex at the time of the loss). Nothing in an older segment can be
+// lost that way, so damage there is still reported as damage.
+//
 // Rolling. When the current segment exceeds SegmentSize, or is older than
 // RollInterval and holds records, the writer appends the segment's tracker
 // as a trailer, syncs and closes it, and creates the next segment (header
@@ -75,9 +107,41 @@ const (
 	DefaultMaxBatchWait  = 0
 	DefaultMaxBatchBytes = 4 << 20
 
+	DefaultSyncInterval = time.Second
+
 	MinSegmentSize  = 1 << 10
 	MaxMaxBatchWait = 100 * time.Millisecond
 )
+
+// SyncMode says when a WAL syncs its appends (WALConfig.Sync).
+type SyncMode uint8
+
+const (
+	// SyncDefault selects the default of whoever builds the configuration:
+	// SyncEveryBatch for the store package, SyncOnRoll for raftfsm.
+	SyncDefault SyncMode = iota
+	// SyncEveryBatch: every group commit ends in an fdatasync; Append
+	// returns once its record is durable.
+	SyncEveryBatch
+	// SyncOnRoll: appends are written but not synced one by one; the
+	// current segment is synced when rolled, before older segments are
+	// deleted, every SyncInterval, on Sync and on Close. A power loss can
+	// lose a suffix of the newest segment (never more than was written
+	// after DurableIndex); the WAL still loads as a consistent prefix.
+	SyncOnRoll
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncDefault:
+		return "default"
+	case SyncEveryBatch:
+		return "every-batch"
+	case SyncOnRoll:
+		return "on-roll"
+	}
+	return fmt.Sprintf("SyncMode(%d)", uint8(m))
+}
 
 // WALConfig configures a WAL. A zero value in any field but Dir selects that
 // field's default.
@@ -110,6 +174,16 @@ type WALConfig struct {
 	// only: with it a machine crash can lose acknowledged writes.
 	NoSync bool
 
+	// Sync selects when appends are synced: SyncEveryBatch (the default)
+	// makes every Append durable before it returns; SyncOnRoll only writes
+	// them and syncs at roll, before deleting old segments, every
+	// SyncInterval, on Sync and on Close. See the top of wal.go.
+	Sync SyncMode
+
+	// SyncInterval bounds, under SyncOnRoll, how long written records stay
+	// unsynced. Default 1 s (DefaultSyncInterval). Ignored otherwise.
+	SyncInterval time.Duration
+
 	// MaxBatchWait is how long the writer lingers, after taking every record
 	// already queued, for writers that have entered Append but not yet queued
 	// their record. Default 0 (no linger): group commit needs no timer, since
@@ -141,6 +215,8 @@ func DefaultWALConfig(dir string) WALConfig {
 		MaxSegments:   DefaultMaxSegments,
 		MaxBatchWait:  DefaultMaxBatchWait,
 		MaxBatchBytes: DefaultMaxBatchBytes,
+		Sync:          SyncEveryBatch,
+		SyncInterval:  DefaultSyncInterval,
 		Logger:        hclog.NewNullLogger(),
 		Now:           time.Now,
 	}
@@ -168,6 +244,12 @@ func (c WALConfig) Validate() error {
 	if c.MaxBatchBytes < 0 {
 		errs = append(errs, fmt.Errorf("store: WALConfig.MaxBatchBytes %d is negative (0 selects %d)", c.MaxBatchBytes, DefaultMaxBatchBytes))
 	}
+	if c.Sync > SyncOnRoll {
+		errs = append(errs, fmt.Errorf("store: WALConfig.Sync %v is not a sync mode", c.Sync))
+	}
+	if c.SyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("store: WALConfig.SyncInterval %v is negative (0 selects %v)", c.SyncInterval, DefaultSyncInterval))
+	}
 	return errors.Join(errs...)
 }
 
@@ -184,6 +266,12 @@ func (c WALConfig) withDefaults() WALConfig {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = d.MaxBatchBytes
+	}
+	if c.Sync == SyncDefault {
+		c.Sync = d.Sync
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = d.SyncInterval
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
@@ -212,7 +300,8 @@ func (b *Batch) empty() bool {
 // WALStats are counters of a WAL since it was opened.
 type WALStats struct {
 	Records             uint64 // data records written (straggler rewrites included)
-	Syncs               uint64 // group commits; each ends in one fdatasync unless NoSync
+	Syncs               uint64 // group commits (writes); under SyncEveryBatch each ends in one fdatasync unless NoSync
+	DataSyncs           uint64 // fdatasyncs of segment data, roll and Sync included (counted, not made, under NoSync)
 	Bytes               uint64 // bytes written, trailers and headers included
 	Rolls               uint64 // segments rolled
 	Segments            int    // live segments, the current one included
@@ -239,13 +328,15 @@ type segment struct {
 	records       uint64
 	damaged       bool     // corrupt records found at load: never deleted
 	rewriteFailed bool     // a straggler could not be read back: stop trying
+	dirty         bool     // written since its last fdatasync (current segment)
 	f             *os.File // open for appending: current segment only
 }
 
 type request struct {
-	frame []byte
-	b     Batch
-	done  chan error
+	frame    []byte
+	b        Batch
+	syncOnly bool // a Sync call: no record, sync the current segment
+	done     chan error
 }
 
 var reqPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
@@ -291,8 +382,16 @@ type WAL struct {
 	// most one segment per roll instead of looping without end.
 	rewriteArmed bool
 	buf          []byte
+	written      uint64 // highest external index written (writer goroutine)
+
+	// testHook, if set before Load, is called by the writer with ("sync",
+	// file) after each fdatasync of segment data and ("remove", file) after
+	// a superseded segment is removed or renamed aside.
+	testHook func(op, file string)
 
 	index        atomic.Uint64
+	durable      atomic.Uint64
+	nDataSyncs   atomic.Uint64
 	nRecords     atomic.Uint64
 	nSyncs       atomic.Uint64
 	nBytes       atomic.Uint64
@@ -396,14 +495,23 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 	return w, nil
 }
 
-// Index returns the highest external index written or loaded.
+// Index returns the highest external index written or loaded. Under
+// SyncOnRoll it may be ahead of DurableIndex.
 func (w *WAL) Index() uint64 { return w.index.Load() }
+
+// DurableIndex returns the highest external index known to be on stable
+// storage: the index loaded, then advanced by every sync of the current
+// segment (each group commit under SyncEveryBatch; roll, SyncInterval, Sync
+// and Close under SyncOnRoll). A power loss cannot take the WAL below it.
+// With NoSync the skipped syncs count as done.
+func (w *WAL) DurableIndex() uint64 { return w.durable.Load() }
 
 // Stats returns the WAL's counters.
 func (w *WAL) Stats() WALStats {
 	return WALStats{
 		Records:             w.nRecords.Load(),
 		Syncs:               w.nSyncs.Load(),
+		DataSyncs:           w.nDataSyncs.Load(),
 		Bytes:               w.nBytes.Load(),
 		Rolls:               w.nRolls.Load(),
 		Segments:            int(w.nSegments.Load()),
@@ -429,7 +537,8 @@ func (w *WAL) Delete(ids []uint64) error {
 	return w.Append(Batch{Deletes: ids})
 }
 
-// Append writes b as one atomic record and returns once it is durable.
+// Append writes b as one atomic record. Under SyncEveryBatch it returns once
+// the record is durable; under SyncOnRoll once it is written (see Sync).
 func (w *WAL) Append(b Batch) error {
 	for _, ps := range [2][]Proc{b.Inserts, b.Updates} {
 		for _, p := range ps {
@@ -457,18 +566,34 @@ func (w *WAL) Append(b Batch) error {
 	r := reqPool.Get().(*request)
 	r.frame = appendRecord(make([]byte, 0, frameHeaderSize+size), batchType(&b), b.Index, puts, b.Deletes)
 	r.b = b
+	return w.submit(r)
+}
+
+// Sync makes every record appended so far durable: it syncs the current
+// segment if it holds unsynced records, and advances DurableIndex to
+// Index. Under SyncEveryBatch there is nothing left to sync.
+func (w *WAL) Sync() error {
+	w.pending.Add(1)
+	r := reqPool.Get().(*request)
+	r.syncOnly = true
+	return w.submit(r)
+}
+
+// submit hands r to the writer goroutine and waits for its answer; pending
+// must already count r.
+func (w *WAL) submit(r *request) error {
 	w.mu.RLock()
 	if err := w.stateErr(); err != nil {
 		w.mu.RUnlock()
 		w.pending.Add(-1)
-		r.frame, r.b = nil, Batch{}
+		r.frame, r.b, r.syncOnly = nil, Batch{}, false
 		reqPool.Put(r)
 		return err
 	}
 	w.reqCh <- r
 	w.mu.RUnlock()
 	err := <-r.done
-	r.frame, r.b = nil, Batch{}
+	r.frame, r.b, r.syncOnly = nil, Batch{}, false
 	reqPool.Put(r)
 	return err
 }
@@ -518,6 +643,12 @@ func (w *WAL) run() {
 	tick = max(10*time.Millisecond, min(tick, time.Second))
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
+	var syncC <-chan time.Time // SyncOnRoll: bounded staleness
+	if w.cfg.Sync == SyncOnRoll {
+		t := time.NewTicker(w.cfg.SyncInterval)
+		defer t.Stop()
+		syncC = t.C
+	}
 	batch := make([]*request, 0, 256)
 	for {
 		select {
@@ -538,6 +669,10 @@ func (w *WAL) run() {
 			w.applyRewrite(res)
 		case <-ticker.C:
 			w.maintain()
+		case <-syncC:
+			if w.failed == nil {
+				_ = w.syncCur() // a failure is sticky (fail) and refuses later writes
+			}
 		}
 	}
 }
@@ -615,39 +750,83 @@ func (w *WAL) writeBatch(batch []*request) error {
 		}
 	}
 	buf := w.buf[:0]
+	var index uint64
+	sync := w.cfg.Sync != SyncOnRoll
 	for _, r := range batch {
 		buf = append(buf, r.frame...)
+		index = max(index, r.b.Index)
+		sync = sync || r.syncOnly
 	}
-	if err := w.writeSync(buf); err != nil {
-		return err
+	if len(buf) > 0 {
+		if err := w.write(buf, index); err != nil {
+			return err
+		}
+	}
+	if sync {
+		if err := w.syncCur(); err != nil {
+			return err
+		}
 	}
 	c := w.cur()
 	for _, r := range batch {
-		w.apply(c, &r.b)
+		if !r.syncOnly {
+			w.apply(c, &r.b)
+		}
 	}
 	w.keepBuf(buf)
 	return nil
 }
 
-// writeSync appends buf to the current segment and syncs it.
-func (w *WAL) writeSync(buf []byte) error {
+// write appends buf, which holds records up to external index index (0:
+// none), to the current segment without syncing it.
+func (w *WAL) write(buf []byte, index uint64) error {
 	c := w.cur()
 	if c.f == nil {
 		return w.fail(errors.New("no current segment"))
 	}
 	n, err := c.f.Write(buf)
 	c.size += int64(n)
+	c.dirty = c.dirty || n > 0
 	w.nBytes.Add(uint64(n))
 	if err != nil {
 		return w.fail(fmt.Errorf("write %s: %w", c.name, err))
 	}
-	if !w.cfg.NoSync {
-		if err := fdatasync(c.f); err != nil {
-			return w.fail(fmt.Errorf("fdatasync %s: %w", c.name, err))
-		}
-	}
+	w.written = max(w.written, index)
 	w.nSyncs.Add(1)
 	return nil
+}
+
+// syncCur syncs the current segment if it holds unsynced data, and
+// advances DurableIndex to everything written. Every older segment was
+// synced when it was rolled.
+func (w *WAL) syncCur() error {
+	if w.failed != nil {
+		return w.failed // never retry a failed fdatasync: it may falsely succeed
+	}
+	c := w.cur()
+	if c.f == nil {
+		return w.fail(errors.New("no current segment"))
+	}
+	if c.dirty {
+		if !w.cfg.NoSync {
+			if err := fdatasync(c.f); err != nil {
+				return w.fail(fmt.Errorf("fdatasync %s: %w", c.name, err))
+			}
+		}
+		c.dirty = false
+		w.nDataSyncs.Add(1)
+		w.event("sync", c.name)
+	}
+	if w.written > w.durable.Load() {
+		w.durable.Store(w.written)
+	}
+	return nil
+}
+
+func (w *WAL) event(op, file string) {
+	if w.testHook != nil {
+		w.testHook(op, file)
+	}
 }
 
 func (w *WAL) keepBuf(buf []byte) {
@@ -696,8 +875,11 @@ func (w *WAL) finishSegment(s *segment) error {
 		return nil
 	}
 	buf := appendTrailer(w.buf[:0], s.size, trailerInfo{maxID: w.maxID, index: w.index.Load(), records: s.records, tr: s.tr})
-	err := w.writeSync(buf)
+	err := w.write(buf, 0)
 	w.keepBuf(buf)
+	if err == nil {
+		err = w.syncCur() // in every mode: only the newest segment may lose a suffix
+	}
 	if err != nil {
 		return err
 	}
@@ -730,6 +912,9 @@ func (w *WAL) createSegment() (*segment, error) {
 	id := w.nextID
 	w.nextID++
 	hdr := segHeader{id: id, maxID: w.maxID, index: w.index.Load(), created: w.cfg.Now().UnixNano()}
+	if w.cfg.Sync == SyncOnRoll {
+		hdr.flags |= flagUnsyncedAppends
+	}
 	s := &segment{id: id, name: segName(id), hdr: hdr, tr: newTracker(), size: headerSize}
 	s.path = filepath.Join(w.cfg.Dir, s.name)
 	tmp := s.path + ".tmp"
@@ -798,10 +983,16 @@ func (w *WAL) recomputeHolding() {
 }
 
 // cleanup removes oldest segments that hold no latest image, and starts a
-// straggler rewrite when too many segments remain.
+// straggler rewrite when too many segments remain. The records that
+// superseded a segment may be unsynced in the current segment (SyncOnRoll),
+// so the current segment is synced before any segment goes.
 func (w *WAL) cleanup() {
-	for len(w.segs) > 1 && w.holding.len() == 0 {
+	for len(w.segs) > 1 && w.holding.len() == 0 && w.failed == nil {
 		old := w.segs[0]
+		if err := w.syncCur(); err != nil {
+			w.log.Error("cannot sync before removing superseded segment", "file", old.name, "error", err)
+			break
+		}
 		if err := w.retire(old); err != nil {
 			w.log.Error("cannot remove superseded segment", "file", old.name, "error", err)
 			break
@@ -829,6 +1020,7 @@ func (w *WAL) retire(s *segment) error {
 		return err
 	}
 	w.nSegmentsDel.Add(1)
+	w.event("remove", s.name)
 	return w.syncDir()
 }
 
@@ -921,9 +1113,14 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 		start = end
 	}
 	if len(chunks) > 0 {
-		if err := w.writeSync(buf); err != nil {
+		if err := w.write(buf, 0); err != nil {
 			return
 		}
+		if w.cfg.Sync != SyncOnRoll {
+			if err := w.syncCur(); err != nil {
+				return
+			}
+		} // else cleanup syncs before the old segment goes
 		c := w.cur()
 		for _, ch := range chunks {
 			w.apply(c, &Batch{Updates: ch})
