@@ -73,13 +73,13 @@
 // longest running step without an executor, and leaves no repeated step.
 // Kill is the crash-like variant for tests.
 //
+// The FSM enforces the same fence: every batch carries the executor's term
+// (raftfsm.RaftStoreConfig.FenceTerm) and is refused in an entry of any
+// other term, which closes the gap between the check before raft.Apply and
+// the Apply itself.
+//
 // # Left to do
 //
-//   - The term fence is checked before raft.Apply, not by the FSM: a node
-//     that loses and regains leadership between the check and the Apply
-//     would slip through. Closing it needs the leader's term in the
-//     PROC_BATCH command and a check in raftfsm (a leader epoch entry
-//     written at establish, commands from older epochs refused).
 //   - Leases for region servers and the domain procedures (tables,
 //     regions, server crash) come in later parts.
 //

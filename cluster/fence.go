@@ -23,9 +23,9 @@ import (
 // from the FSM.
 //
 // The check precedes raft.Apply, so a node that loses and regains
-// leadership between the check and the Apply (two elections within
-// microseconds) would slip through; closing that needs the term carried in
-// the command and checked by the FSM (see the package doc, "Left to do").
+// leadership between the check and the Apply would slip through it; the
+// FSM's own check of the batch's FenceTerm against the entry's term
+// refuses such an entry on every node.
 type fencedStore struct {
 	*raftfsm.RaftStore
 	n    *Node

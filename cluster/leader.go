@@ -189,6 +189,7 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		return fmt.Errorf("term changed from %d while establishing: %w", term, n.notLeader())
 	}
 	scfg := n.cfg.Store
+	scfg.FenceTerm = term // the FSM refuses this executor's writes in any other term
 	if scfg.Logger == nil {
 		scfg.Logger = n.log.Named("store")
 	}

@@ -39,6 +39,10 @@ var (
 	// whose content breaks the rules (proc id 0 or reserved, empty key,
 	// unknown mutation op). Nothing of it is applied.
 	ErrInvalidCommand = errors.New("raftfsm: invalid command")
+
+	// ErrFenced refuses a PROC_BATCH written by an executor of another
+	// term than the entry's.
+	ErrFenced = errors.New("raftfsm: batch fenced: written for another leader term")
 )
 
 // Op is the kind of a domain Mutation.
@@ -167,7 +171,13 @@ func EncodeCommand(t raftpb.CommandType, ignoreIfUnknown bool, payload []byte) (
 // EncodeProcBatch encodes writes as one PROC_BATCH command. The writes are
 // not validated here; RaftStore validates each before queueing it.
 func EncodeProcBatch(writes ...Write) ([]byte, error) {
-	pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(writes))}
+	return EncodeFencedProcBatch(0, writes...)
+}
+
+// EncodeFencedProcBatch encodes writes that the FSM applies only if the
+// entry is in Raft term term (0: no fence).
+func EncodeFencedProcBatch(term uint64, writes ...Write) ([]byte, error) {
+	pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(writes)), FenceTerm: term}
 	for i := range writes {
 		pb.Writes[i] = writes[i].toProto()
 	}

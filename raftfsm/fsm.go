@@ -488,6 +488,9 @@ func (a *applier) applyCommand(l *raft.Log) (any, bool) {
 		if err != nil {
 			return fmt.Errorf("raftfsm: entry %d: %w", l.Index, err), false
 		}
+		if pb.FenceTerm != 0 && pb.FenceTerm != l.Term {
+			return fmt.Errorf("raftfsm: entry %d of term %d: %w (executor of term %d)", l.Index, l.Term, ErrFenced, pb.FenceTerm), false
+		}
 		for _, w := range pb.Writes {
 			a.applyWrite(w)
 		}

@@ -45,6 +45,11 @@ type RaftStoreConfig struct {
 	// into one log write. Default 2.
 	MaxInFlight int
 
+	// FenceTerm, when non-zero, is written into every entry: the FSM then
+	// refuses the entry unless raft appended it in that term (the term of
+	// the leader whose executor uses this store). Default 0: no fence.
+	FenceTerm uint64
+
 	// Logger receives log lines. Default: a null logger.
 	Logger hclog.Logger
 }
@@ -346,7 +351,7 @@ func (s *RaftStore) propose(reqs []*request) (raft.ApplyFuture, error) {
 	for i, r := range reqs {
 		writes[i] = r.w
 	}
-	data, err := EncodeProcBatch(writes...)
+	data, err := EncodeFencedProcBatch(s.cfg.FenceTerm, writes...)
 	if err != nil {
 		return nil, err
 	}

@@ -382,8 +382,13 @@ func (x *ProcWrite) GetMutations() []*Mutation {
 // ProcBatch is the payload of COMMAND_TYPE_PROC_BATCH: the writes of one
 // group commit, applied in order, all or nothing.
 type ProcBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Writes        []*ProcWrite           `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Writes []*ProcWrite           `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
+	// fence_term, when non-zero, is the Raft term of the leader whose
+	// executor wrote the batch. The FSM refuses the entry unless it was
+	// appended in that very term: an executor of a deposed leader that got
+	// leadership back in a later term can never commit from stale memory.
+	FenceTerm     uint64 `protobuf:"varint,2,opt,name=fence_term,json=fenceTerm,proto3" json:"fence_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +428,13 @@ func (x *ProcBatch) GetWrites() []*ProcWrite {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *ProcBatch) GetFenceTerm() uint64 {
+	if x != nil {
+		return x.FenceTerm
+	}
+	return 0
 }
 
 // SnapshotHeader is the first record of a snapshot stream.
@@ -720,9 +732,11 @@ const file_raftfsm_proto_rawDesc = "" +
 	"\ainserts\x18\x01 \x03(\v2\x16.baton.raftfsm.v1.ProcR\ainserts\x120\n" +
 	"\aupdates\x18\x02 \x03(\v2\x16.baton.raftfsm.v1.ProcR\aupdates\x12\x18\n" +
 	"\adeletes\x18\x03 \x03(\x04R\adeletes\x128\n" +
-	"\tmutations\x18\x04 \x03(\v2\x1a.baton.raftfsm.v1.MutationR\tmutations\"@\n" +
+	"\tmutations\x18\x04 \x03(\v2\x1a.baton.raftfsm.v1.MutationR\tmutations\"_\n" +
 	"\tProcBatch\x123\n" +
-	"\x06writes\x18\x01 \x03(\v2\x1b.baton.raftfsm.v1.ProcWriteR\x06writes\"n\n" +
+	"\x06writes\x18\x01 \x03(\v2\x1b.baton.raftfsm.v1.ProcWriteR\x06writes\x12\x1d\n" +
+	"\n" +
+	"fence_term\x18\x02 \x01(\x04R\tfenceTerm\"n\n" +
 	"\x0eSnapshotHeader\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x1e\n" +
 	"\vmax_proc_id\x18\x02 \x01(\x04R\tmaxProcId\x12\x14\n" +

@@ -1,0 +1,40 @@
+package raftfsm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// TestFenceTerm: a batch written for term T applies only in an entry of
+// term T; in any other term it is refused and changes nothing.
+func TestFenceTerm(t *testing.T) {
+	f := newTestFSM(t, t.TempDir())
+	batch := func(term uint64, id uint64) []byte {
+		b, err := EncodeFencedProcBatch(term, Write{Updates: []store.Proc{{ID: id, Data: []byte("x")}}, Mutations: []Mutation{Put("k", []byte("v"))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	resps := f.ApplyBatch([]*raft.Log{
+		{Index: 1, Term: 5, Type: raft.LogCommand, Data: batch(4, 1)}, // stale executor
+		{Index: 2, Term: 5, Type: raft.LogCommand, Data: batch(6, 2)}, // not this term either
+		{Index: 3, Term: 5, Type: raft.LogCommand, Data: batch(5, 3)}, // the current leader's
+		{Index: 4, Term: 5, Type: raft.LogCommand, Data: batch(0, 4)}, // unfenced
+	})
+	for i, want := range []bool{true, true, false, false} {
+		err, _ := resps[i].(error)
+		if got := errors.Is(err, ErrFenced); got != want {
+			t.Errorf("entry %d: response %v, fenced=%v want %v", i+1, resps[i], got, want)
+		}
+	}
+	for id, want := range map[uint64]bool{1: false, 2: false, 3: true, 4: true} {
+		if _, ok := f.Proc(id); ok != want {
+			t.Errorf("proc %d present=%v, want %v", id, ok, want)
+		}
+	}
+}
