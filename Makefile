@@ -51,7 +51,7 @@ proto:
 	command -v protoc >/dev/null || { apt-get update && apt-get install -y protobuf-compiler; }
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
-	$(GO) generate ./raftfsm/... ./cluster/adminpb/...
+	$(GO) generate ./raftfsm/... ./cluster/adminpb/... ./cluster/rspb/...
 
 clean:
 	rm -rf bin baton-data

@@ -33,6 +33,1155 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type NamespaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Nonce         string                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespaceRequest) Reset() {
+	*x = NamespaceRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceRequest) ProtoMessage() {}
+
+func (x *NamespaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceRequest.ProtoReflect.Descriptor instead.
+func (*NamespaceRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *NamespaceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NamespaceRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type ListNamespacesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNamespacesRequest) Reset() {
+	*x = ListNamespacesRequest{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNamespacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespacesRequest) ProtoMessage() {}
+
+func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
+func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+type ListNamespacesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespaces    []string               `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNamespacesResponse) Reset() {
+	*x = ListNamespacesResponse{}
+	mi := &file_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNamespacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNamespacesResponse) ProtoMessage() {}
+
+func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
+func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListNamespacesResponse) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+type CreateTableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // "default" when empty
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Regions       int32                  `protobuf:"varint,3,opt,name=regions,proto3" json:"regions,omitempty"` // 1 when 0
+	Nonce         string                 `protobuf:"bytes,4,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTableRequest) Reset() {
+	*x = CreateTableRequest{}
+	mi := &file_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTableRequest) ProtoMessage() {}
+
+func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
+func (*CreateTableRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateTableRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateTableRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTableRequest) GetRegions() int32 {
+	if x != nil {
+		return x.Regions
+	}
+	return 0
+}
+
+func (x *CreateTableRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type TableRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // "default" when empty
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Nonce         string                 `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableRequest) Reset() {
+	*x = TableRequest{}
+	mi := &file_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableRequest) ProtoMessage() {}
+
+func (x *TableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableRequest.ProtoReflect.Descriptor instead.
+func (*TableRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TableRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *TableRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TableRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type Region struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Table string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"` // "ns:name"
+	// state: OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN.
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Server string `protobuf:"bytes,4,opt,name=server,proto3" json:"server,omitempty"`
+	// proc_id is the procedure moving the region, 0 when none.
+	ProcId        uint64 `protobuf:"varint,5,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Region) Reset() {
+	*x = Region{}
+	mi := &file_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Region) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Region) ProtoMessage() {}
+
+func (x *Region) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Region.ProtoReflect.Descriptor instead.
+func (*Region) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Region) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Region) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *Region) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Region) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Region) GetProcId() uint64 {
+	if x != nil {
+		return x.ProcId
+	}
+	return 0
+}
+
+type Table struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// state: CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING.
+	State         string    `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Regions       []*Region `protobuf:"bytes,4,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Table) Reset() {
+	*x = Table{}
+	mi := &file_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Table) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Table) ProtoMessage() {}
+
+func (x *Table) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Table.ProtoReflect.Descriptor instead.
+func (*Table) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Table) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Table) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Table) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Table) GetRegions() []*Region {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type ListTablesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // all when empty
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTablesRequest) Reset() {
+	*x = ListTablesRequest{}
+	mi := &file_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTablesRequest) ProtoMessage() {}
+
+func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
+func (*ListTablesRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListTablesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListTablesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tables        []*Table               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTablesResponse) Reset() {
+	*x = ListTablesResponse{}
+	mi := &file_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTablesResponse) ProtoMessage() {}
+
+func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
+func (*ListTablesResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListTablesResponse) GetTables() []*Table {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type ListRegionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // "ns:name" or "name"; all when empty
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegionsRequest) Reset() {
+	*x = ListRegionsRequest{}
+	mi := &file_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegionsRequest) ProtoMessage() {}
+
+func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
+func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListRegionsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type ListRegionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Regions       []*Region              `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRegionsResponse) Reset() {
+	*x = ListRegionsResponse{}
+	mi := &file_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRegionsResponse) ProtoMessage() {}
+
+func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRegionsResponse.ProtoReflect.Descriptor instead.
+func (*ListRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListRegionsResponse) GetRegions() []*Region {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type MoveRegionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	ToServer      string                 `protobuf:"bytes,2,opt,name=to_server,json=toServer,proto3" json:"to_server,omitempty"` // any live server when empty
+	Nonce         string                 `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRegionRequest) Reset() {
+	*x = MoveRegionRequest{}
+	mi := &file_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRegionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRegionRequest) ProtoMessage() {}
+
+func (x *MoveRegionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRegionRequest.ProtoReflect.Descriptor instead.
+func (*MoveRegionRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MoveRegionRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *MoveRegionRequest) GetToServer() string {
+	if x != nil {
+		return x.ToServer
+	}
+	return ""
+}
+
+func (x *MoveRegionRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type ListServersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServersRequest) Reset() {
+	*x = ListServersRequest{}
+	mi := &file_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServersRequest) ProtoMessage() {}
+
+func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
+func (*ListServersRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{12}
+}
+
+type Server struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address   string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	StartCode uint64                 `protobuf:"varint,3,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
+	// lease_state: live, suspect (soft limit passed), expired.
+	LeaseState        string `protobuf:"bytes,4,opt,name=lease_state,json=leaseState,proto3" json:"lease_state,omitempty"`
+	LastRenewalUnixMs int64  `protobuf:"varint,5,opt,name=last_renewal_unix_ms,json=lastRenewalUnixMs,proto3" json:"last_renewal_unix_ms,omitempty"`
+	RegionCount       int32  `protobuf:"varint,6,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Server) Reset() {
+	*x = Server{}
+	mi := &file_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Server) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Server) ProtoMessage() {}
+
+func (x *Server) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Server.ProtoReflect.Descriptor instead.
+func (*Server) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Server) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Server) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Server) GetStartCode() uint64 {
+	if x != nil {
+		return x.StartCode
+	}
+	return 0
+}
+
+func (x *Server) GetLeaseState() string {
+	if x != nil {
+		return x.LeaseState
+	}
+	return ""
+}
+
+func (x *Server) GetLastRenewalUnixMs() int64 {
+	if x != nil {
+		return x.LastRenewalUnixMs
+	}
+	return 0
+}
+
+func (x *Server) GetRegionCount() int32 {
+	if x != nil {
+		return x.RegionCount
+	}
+	return 0
+}
+
+type ListServersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Servers       []*Server              `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServersResponse) Reset() {
+	*x = ListServersResponse{}
+	mi := &file_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServersResponse) ProtoMessage() {}
+
+func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
+func (*ListServersResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListServersResponse) GetServers() []*Server {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+type ServerRegionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerRegionsRequest) Reset() {
+	*x = ServerRegionsRequest{}
+	mi := &file_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerRegionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerRegionsRequest) ProtoMessage() {}
+
+func (x *ServerRegionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerRegionsRequest.ProtoReflect.Descriptor instead.
+func (*ServerRegionsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ServerRegionsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+type ServerRegionsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// hosted: the region server's own answer.
+	Hosted []string `protobuf:"bytes,2,rep,name=hosted,proto3" json:"hosted,omitempty"`
+	// assigned: the regions the master's state places there.
+	Assigned      []string `protobuf:"bytes,3,rep,name=assigned,proto3" json:"assigned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerRegionsResponse) Reset() {
+	*x = ServerRegionsResponse{}
+	mi := &file_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerRegionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerRegionsResponse) ProtoMessage() {}
+
+func (x *ServerRegionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerRegionsResponse.ProtoReflect.Descriptor instead.
+func (*ServerRegionsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ServerRegionsResponse) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ServerRegionsResponse) GetHosted() []string {
+	if x != nil {
+		return x.Hosted
+	}
+	return nil
+}
+
+func (x *ServerRegionsResponse) GetAssigned() []string {
+	if x != nil {
+		return x.Assigned
+	}
+	return nil
+}
+
+type BalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nonce         string                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalanceRequest) Reset() {
+	*x = BalanceRequest{}
+	mi := &file_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalanceRequest) ProtoMessage() {}
+
+func (x *BalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalanceRequest.ProtoReflect.Descriptor instead.
+func (*BalanceRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BalanceRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type AcquireLockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind: namespace, table, region.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// names: the namespace, the table ("ns:name"), or the regions.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Exclusive     bool     `protobuf:"varint,3,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Holder        string   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	Description   string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Nonce         string   `protobuf:"bytes,6,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireLockRequest) Reset() {
+	*x = AcquireLockRequest{}
+	mi := &file_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireLockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireLockRequest) ProtoMessage() {}
+
+func (x *AcquireLockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireLockRequest.ProtoReflect.Descriptor instead.
+func (*AcquireLockRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AcquireLockRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AcquireLockRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *AcquireLockRequest) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
+func (x *AcquireLockRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireLockRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AcquireLockRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+type LockRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LockId        uint64                 `protobuf:"varint,1,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRef) Reset() {
+	*x = LockRef{}
+	mi := &file_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRef) ProtoMessage() {}
+
+func (x *LockRef) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRef.ProtoReflect.Descriptor instead.
+func (*LockRef) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LockRef) GetLockId() uint64 {
+	if x != nil {
+		return x.LockId
+	}
+	return 0
+}
+
+type LockResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	LockId uint64                 `protobuf:"varint,1,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
+	// state: WAITING, ACQUIRED, RELEASED, EXPIRED.
+	State          string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	LeaseTimeoutMs int64  `protobuf:"varint,3,opt,name=lease_timeout_ms,json=leaseTimeoutMs,proto3" json:"lease_timeout_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LockResponse) Reset() {
+	*x = LockResponse{}
+	mi := &file_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockResponse) ProtoMessage() {}
+
+func (x *LockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
+func (*LockResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LockResponse) GetLockId() uint64 {
+	if x != nil {
+		return x.LockId
+	}
+	return 0
+}
+
+func (x *LockResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *LockResponse) GetLeaseTimeoutMs() int64 {
+	if x != nil {
+		return x.LeaseTimeoutMs
+	}
+	return 0
+}
+
 type SubmitProcedureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is a registered procedure type, e.g. the diagnostic "sleep",
@@ -50,7 +1199,7 @@ type SubmitProcedureRequest struct {
 
 func (x *SubmitProcedureRequest) Reset() {
 	*x = SubmitProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -62,7 +1211,7 @@ func (x *SubmitProcedureRequest) String() string {
 func (*SubmitProcedureRequest) ProtoMessage() {}
 
 func (x *SubmitProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -75,7 +1224,7 @@ func (x *SubmitProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitProcedureRequest.ProtoReflect.Descriptor instead.
 func (*SubmitProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SubmitProcedureRequest) GetType() string {
@@ -122,7 +1271,7 @@ type SubmitProcedureResponse struct {
 
 func (x *SubmitProcedureResponse) Reset() {
 	*x = SubmitProcedureResponse{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +1283,7 @@ func (x *SubmitProcedureResponse) String() string {
 func (*SubmitProcedureResponse) ProtoMessage() {}
 
 func (x *SubmitProcedureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +1296,7 @@ func (x *SubmitProcedureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitProcedureResponse.ProtoReflect.Descriptor instead.
 func (*SubmitProcedureResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubmitProcedureResponse) GetId() uint64 {
@@ -166,7 +1315,7 @@ type GetProcedureRequest struct {
 
 func (x *GetProcedureRequest) Reset() {
 	*x = GetProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +1327,7 @@ func (x *GetProcedureRequest) String() string {
 func (*GetProcedureRequest) ProtoMessage() {}
 
 func (x *GetProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +1340,7 @@ func (x *GetProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcedureRequest.ProtoReflect.Descriptor instead.
 func (*GetProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetProcedureRequest) GetId() uint64 {
@@ -210,7 +1359,7 @@ type ProcedureRef struct {
 
 func (x *ProcedureRef) Reset() {
 	*x = ProcedureRef{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +1371,7 @@ func (x *ProcedureRef) String() string {
 func (*ProcedureRef) ProtoMessage() {}
 
 func (x *ProcedureRef) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +1384,7 @@ func (x *ProcedureRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureRef.ProtoReflect.Descriptor instead.
 func (*ProcedureRef) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProcedureRef) GetId() uint64 {
@@ -273,7 +1422,7 @@ type Procedure struct {
 
 func (x *Procedure) Reset() {
 	*x = Procedure{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +1434,7 @@ func (x *Procedure) String() string {
 func (*Procedure) ProtoMessage() {}
 
 func (x *Procedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +1447,7 @@ func (x *Procedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Procedure.ProtoReflect.Descriptor instead.
 func (*Procedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Procedure) GetId() uint64 {
@@ -429,7 +1578,7 @@ type ListProceduresRequest struct {
 
 func (x *ListProceduresRequest) Reset() {
 	*x = ListProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +1590,7 @@ func (x *ListProceduresRequest) String() string {
 func (*ListProceduresRequest) ProtoMessage() {}
 
 func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +1603,7 @@ func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresRequest.ProtoReflect.Descriptor instead.
 func (*ListProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListProceduresRequest) GetState() string {
@@ -502,7 +1651,7 @@ type ListProceduresResponse struct {
 
 func (x *ListProceduresResponse) Reset() {
 	*x = ListProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +1663,7 @@ func (x *ListProceduresResponse) String() string {
 func (*ListProceduresResponse) ProtoMessage() {}
 
 func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +1676,7 @@ func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresResponse.ProtoReflect.Descriptor instead.
 func (*ListProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListProceduresResponse) GetProcedures() []*Procedure {
@@ -553,7 +1702,7 @@ type WatchProcedureRequest struct {
 
 func (x *WatchProcedureRequest) Reset() {
 	*x = WatchProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +1714,7 @@ func (x *WatchProcedureRequest) String() string {
 func (*WatchProcedureRequest) ProtoMessage() {}
 
 func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +1727,7 @@ func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProcedureRequest.ProtoReflect.Descriptor instead.
 func (*WatchProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchProcedureRequest) GetId() uint64 {
@@ -596,7 +1745,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +1757,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +1770,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 type Peer struct {
@@ -638,7 +1787,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +1799,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +1812,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Peer) GetId() string {
@@ -720,7 +1869,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1881,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1894,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -829,7 +1978,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1990,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +2003,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -887,7 +2036,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +2048,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +2061,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -932,7 +2081,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +2093,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +2106,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -982,7 +2131,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +2143,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +2156,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -1022,7 +2171,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +2183,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +2196,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -1068,7 +2217,80 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\x0ebaton.admin.v1\"\x8a\x02\n" +
+	"\vadmin.proto\x12\x0ebaton.admin.v1\"<\n" +
+	"\x10NamespaceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\tR\x05nonce\"\x17\n" +
+	"\x15ListNamespacesRequest\"8\n" +
+	"\x16ListNamespacesResponse\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\tR\n" +
+	"namespaces\"v\n" +
+	"\x12CreateTableRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aregions\x18\x03 \x01(\x05R\aregions\x12\x14\n" +
+	"\x05nonce\x18\x04 \x01(\tR\x05nonce\"V\n" +
+	"\fTableRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"y\n" +
+	"\x06Region\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06server\x18\x04 \x01(\tR\x06server\x12\x17\n" +
+	"\aproc_id\x18\x05 \x01(\x04R\x06procId\"\x81\x01\n" +
+	"\x05Table\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
+	"\aregions\x18\x04 \x03(\v2\x16.baton.admin.v1.RegionR\aregions\"1\n" +
+	"\x11ListTablesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"C\n" +
+	"\x12ListTablesResponse\x12-\n" +
+	"\x06tables\x18\x01 \x03(\v2\x15.baton.admin.v1.TableR\x06tables\"*\n" +
+	"\x12ListRegionsRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\"G\n" +
+	"\x13ListRegionsResponse\x120\n" +
+	"\aregions\x18\x01 \x03(\v2\x16.baton.admin.v1.RegionR\aregions\"^\n" +
+	"\x11MoveRegionRequest\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
+	"\tto_server\x18\x02 \x01(\tR\btoServer\x12\x14\n" +
+	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"\x14\n" +
+	"\x12ListServersRequest\"\xc6\x01\n" +
+	"\x06Server\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
+	"\n" +
+	"start_code\x18\x03 \x01(\x04R\tstartCode\x12\x1f\n" +
+	"\vlease_state\x18\x04 \x01(\tR\n" +
+	"leaseState\x12/\n" +
+	"\x14last_renewal_unix_ms\x18\x05 \x01(\x03R\x11lastRenewalUnixMs\x12!\n" +
+	"\fregion_count\x18\x06 \x01(\x05R\vregionCount\"G\n" +
+	"\x13ListServersResponse\x120\n" +
+	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\".\n" +
+	"\x14ServerRegionsRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\"c\n" +
+	"\x15ServerRegionsResponse\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
+	"\x06hosted\x18\x02 \x03(\tR\x06hosted\x12\x1a\n" +
+	"\bassigned\x18\x03 \x03(\tR\bassigned\"&\n" +
+	"\x0eBalanceRequest\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xac\x01\n" +
+	"\x12AcquireLockRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12\x1c\n" +
+	"\texclusive\x18\x03 \x01(\bR\texclusive\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\x12 \n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x14\n" +
+	"\x05nonce\x18\x06 \x01(\tR\x05nonce\"\"\n" +
+	"\aLockRef\x12\x17\n" +
+	"\alock_id\x18\x01 \x01(\x04R\x06lockId\"g\n" +
+	"\fLockResponse\x12\x17\n" +
+	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12(\n" +
+	"\x10lease_timeout_ms\x18\x03 \x01(\x03R\x0eleaseTimeoutMs\"\x8a\x02\n" +
 	"\x16SubmitProcedureRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12S\n" +
 	"\targuments\x18\x02 \x03(\v25.baton.admin.v1.SubmitProcedureRequest.ArgumentsEntryR\targuments\x12\x14\n" +
@@ -1151,7 +2373,7 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x120\n" +
-	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress2\xfd\a\n" +
+	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress2\xaf\x13\n" +
 	"\x05Admin\x12b\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12N\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\x12_\n" +
@@ -1165,7 +2387,26 @@ const file_admin_proto_rawDesc = "" +
 	"\aAddPeer\x12\x1e.baton.admin.v1.AddPeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\x12V\n" +
 	"\n" +
 	"RemovePeer\x12!.baton.admin.v1.RemovePeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\x12Y\n" +
-	"\fRegisterNode\x12#.baton.admin.v1.RegisterNodeRequest\x1a$.baton.admin.v1.RegisterNodeResponseB,Z*github.com/baton-dev/baton/cluster/adminpbb\x06proto3"
+	"\fRegisterNode\x12#.baton.admin.v1.RegisterNodeRequest\x1a$.baton.admin.v1.RegisterNodeResponse\x12\\\n" +
+	"\x0fCreateNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12\\\n" +
+	"\x0fDeleteNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12_\n" +
+	"\x0eListNamespaces\x12%.baton.admin.v1.ListNamespacesRequest\x1a&.baton.admin.v1.ListNamespacesResponse\x12Z\n" +
+	"\vCreateTable\x12\".baton.admin.v1.CreateTableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12T\n" +
+	"\vDeleteTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12T\n" +
+	"\vEnableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12U\n" +
+	"\fDisableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12D\n" +
+	"\rDescribeTable\x12\x1c.baton.admin.v1.TableRequest\x1a\x15.baton.admin.v1.Table\x12S\n" +
+	"\n" +
+	"ListTables\x12!.baton.admin.v1.ListTablesRequest\x1a\".baton.admin.v1.ListTablesResponse\x12V\n" +
+	"\vListRegions\x12\".baton.admin.v1.ListRegionsRequest\x1a#.baton.admin.v1.ListRegionsResponse\x12X\n" +
+	"\n" +
+	"MoveRegion\x12!.baton.admin.v1.MoveRegionRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12V\n" +
+	"\vListServers\x12\".baton.admin.v1.ListServersRequest\x1a#.baton.admin.v1.ListServersResponse\x12\\\n" +
+	"\rServerRegions\x12$.baton.admin.v1.ServerRegionsRequest\x1a%.baton.admin.v1.ServerRegionsResponse\x12R\n" +
+	"\aBalance\x12\x1e.baton.admin.v1.BalanceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12O\n" +
+	"\vAcquireLock\x12\".baton.admin.v1.AcquireLockRequest\x1a\x1c.baton.admin.v1.LockResponse\x12F\n" +
+	"\rLockHeartbeat\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\x12D\n" +
+	"\vReleaseLock\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponseB,Z*github.com/baton-dev/baton/cluster/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1179,59 +2420,118 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_admin_proto_goTypes = []any{
-	(*SubmitProcedureRequest)(nil),  // 0: baton.admin.v1.SubmitProcedureRequest
-	(*SubmitProcedureResponse)(nil), // 1: baton.admin.v1.SubmitProcedureResponse
-	(*GetProcedureRequest)(nil),     // 2: baton.admin.v1.GetProcedureRequest
-	(*ProcedureRef)(nil),            // 3: baton.admin.v1.ProcedureRef
-	(*Procedure)(nil),               // 4: baton.admin.v1.Procedure
-	(*ListProceduresRequest)(nil),   // 5: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),  // 6: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),   // 7: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),    // 8: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                    // 9: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),   // 10: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),          // 11: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),       // 12: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),     // 13: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),    // 14: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),              // 15: baton.admin.v1.LeaderHint
-	nil,                             // 16: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	(*NamespaceRequest)(nil),        // 0: baton.admin.v1.NamespaceRequest
+	(*ListNamespacesRequest)(nil),   // 1: baton.admin.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),  // 2: baton.admin.v1.ListNamespacesResponse
+	(*CreateTableRequest)(nil),      // 3: baton.admin.v1.CreateTableRequest
+	(*TableRequest)(nil),            // 4: baton.admin.v1.TableRequest
+	(*Region)(nil),                  // 5: baton.admin.v1.Region
+	(*Table)(nil),                   // 6: baton.admin.v1.Table
+	(*ListTablesRequest)(nil),       // 7: baton.admin.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),      // 8: baton.admin.v1.ListTablesResponse
+	(*ListRegionsRequest)(nil),      // 9: baton.admin.v1.ListRegionsRequest
+	(*ListRegionsResponse)(nil),     // 10: baton.admin.v1.ListRegionsResponse
+	(*MoveRegionRequest)(nil),       // 11: baton.admin.v1.MoveRegionRequest
+	(*ListServersRequest)(nil),      // 12: baton.admin.v1.ListServersRequest
+	(*Server)(nil),                  // 13: baton.admin.v1.Server
+	(*ListServersResponse)(nil),     // 14: baton.admin.v1.ListServersResponse
+	(*ServerRegionsRequest)(nil),    // 15: baton.admin.v1.ServerRegionsRequest
+	(*ServerRegionsResponse)(nil),   // 16: baton.admin.v1.ServerRegionsResponse
+	(*BalanceRequest)(nil),          // 17: baton.admin.v1.BalanceRequest
+	(*AcquireLockRequest)(nil),      // 18: baton.admin.v1.AcquireLockRequest
+	(*LockRef)(nil),                 // 19: baton.admin.v1.LockRef
+	(*LockResponse)(nil),            // 20: baton.admin.v1.LockResponse
+	(*SubmitProcedureRequest)(nil),  // 21: baton.admin.v1.SubmitProcedureRequest
+	(*SubmitProcedureResponse)(nil), // 22: baton.admin.v1.SubmitProcedureResponse
+	(*GetProcedureRequest)(nil),     // 23: baton.admin.v1.GetProcedureRequest
+	(*ProcedureRef)(nil),            // 24: baton.admin.v1.ProcedureRef
+	(*Procedure)(nil),               // 25: baton.admin.v1.Procedure
+	(*ListProceduresRequest)(nil),   // 26: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),  // 27: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),   // 28: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),    // 29: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                    // 30: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),   // 31: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),          // 32: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),       // 33: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),     // 34: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),    // 35: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),              // 36: baton.admin.v1.LeaderHint
+	nil,                             // 37: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 }
 var file_admin_proto_depIdxs = []int32{
-	16, // 0: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	4,  // 1: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	9,  // 2: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	0,  // 3: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	2,  // 4: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	5,  // 5: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	7,  // 6: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	3,  // 7: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	3,  // 8: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	3,  // 9: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	3,  // 10: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	8,  // 11: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	11, // 12: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	12, // 13: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	13, // 14: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 15: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 16: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	6,  // 17: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	4,  // 18: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	4,  // 19: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	4,  // 20: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	4,  // 21: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	4,  // 22: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	10, // 23: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	10, // 24: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	10, // 25: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	14, // 26: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	15, // [15:27] is the sub-list for method output_type
-	3,  // [3:15] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	5,  // 0: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
+	6,  // 1: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
+	5,  // 2: baton.admin.v1.ListRegionsResponse.regions:type_name -> baton.admin.v1.Region
+	13, // 3: baton.admin.v1.ListServersResponse.servers:type_name -> baton.admin.v1.Server
+	37, // 4: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	25, // 5: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	30, // 6: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	21, // 7: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	23, // 8: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	26, // 9: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	28, // 10: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	24, // 11: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	24, // 12: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	24, // 13: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	24, // 14: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	29, // 15: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	32, // 16: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	33, // 17: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	34, // 18: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	0,  // 19: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	0,  // 20: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 21: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	3,  // 22: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	4,  // 23: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	4,  // 24: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	4,  // 25: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	4,  // 26: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	7,  // 27: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	9,  // 28: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	11, // 29: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	12, // 30: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	15, // 31: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	17, // 32: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	18, // 33: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	19, // 34: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	19, // 35: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	22, // 36: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25, // 37: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	27, // 38: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	25, // 39: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	25, // 40: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	25, // 41: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	25, // 42: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	25, // 43: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	31, // 44: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	31, // 45: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	31, // 46: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	35, // 47: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	22, // 48: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	22, // 49: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	2,  // 50: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	22, // 51: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	22, // 52: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	22, // 53: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	22, // 54: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	6,  // 55: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	8,  // 56: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	10, // 57: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	22, // 58: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	14, // 59: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	16, // 60: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	22, // 61: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	20, // 62: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	20, // 63: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	20, // 64: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	36, // [36:65] is the sub-list for method output_type
+	7,  // [7:36] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1245,7 +2545,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

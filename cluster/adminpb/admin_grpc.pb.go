@@ -43,6 +43,23 @@ const (
 	Admin_AddPeer_FullMethodName         = "/baton.admin.v1.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName      = "/baton.admin.v1.Admin/RemovePeer"
 	Admin_RegisterNode_FullMethodName    = "/baton.admin.v1.Admin/RegisterNode"
+	Admin_CreateNamespace_FullMethodName = "/baton.admin.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName = "/baton.admin.v1.Admin/DeleteNamespace"
+	Admin_ListNamespaces_FullMethodName  = "/baton.admin.v1.Admin/ListNamespaces"
+	Admin_CreateTable_FullMethodName     = "/baton.admin.v1.Admin/CreateTable"
+	Admin_DeleteTable_FullMethodName     = "/baton.admin.v1.Admin/DeleteTable"
+	Admin_EnableTable_FullMethodName     = "/baton.admin.v1.Admin/EnableTable"
+	Admin_DisableTable_FullMethodName    = "/baton.admin.v1.Admin/DisableTable"
+	Admin_DescribeTable_FullMethodName   = "/baton.admin.v1.Admin/DescribeTable"
+	Admin_ListTables_FullMethodName      = "/baton.admin.v1.Admin/ListTables"
+	Admin_ListRegions_FullMethodName     = "/baton.admin.v1.Admin/ListRegions"
+	Admin_MoveRegion_FullMethodName      = "/baton.admin.v1.Admin/MoveRegion"
+	Admin_ListServers_FullMethodName     = "/baton.admin.v1.Admin/ListServers"
+	Admin_ServerRegions_FullMethodName   = "/baton.admin.v1.Admin/ServerRegions"
+	Admin_Balance_FullMethodName         = "/baton.admin.v1.Admin/Balance"
+	Admin_AcquireLock_FullMethodName     = "/baton.admin.v1.Admin/AcquireLock"
+	Admin_LockHeartbeat_FullMethodName   = "/baton.admin.v1.Admin/LockHeartbeat"
+	Admin_ReleaseLock_FullMethodName     = "/baton.admin.v1.Admin/ReleaseLock"
 )
 
 // AdminClient is the client API for Admin service.
@@ -65,6 +82,31 @@ type AdminClient interface {
 	// RegisterNode tells the leader a member's admin (gRPC) address, so that
 	// standbys can forward to the leader and status can list every address.
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
+	// Namespaces, tables, regions and region servers. Changes run as
+	// procedures: the call returns the procedure's id (idempotent with a
+	// nonce); clients wait for it with WatchProcedure.
+	CreateNamespace(ctx context.Context, in *NamespaceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	DeleteNamespace(ctx context.Context, in *NamespaceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	ListNamespaces(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
+	CreateTable(ctx context.Context, in *CreateTableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	DeleteTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	EnableTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	DisableTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	DescribeTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*Table, error)
+	ListTables(ctx context.Context, in *ListTablesRequest, opts ...grpc.CallOption) (*ListTablesResponse, error)
+	ListRegions(ctx context.Context, in *ListRegionsRequest, opts ...grpc.CallOption) (*ListRegionsResponse, error)
+	MoveRegion(ctx context.Context, in *MoveRegionRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
+	// ServerRegions asks the region server itself which regions it hosts,
+	// beside what the master believes.
+	ServerRegions(ctx context.Context, in *ServerRegionsRequest, opts ...grpc.CallOption) (*ServerRegionsResponse, error)
+	Balance(ctx context.Context, in *BalanceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error)
+	// External locks (HBase's LockProcedure with heartbeats): a lock held by
+	// a lease the holder must renew with LockHeartbeat; an expired lease
+	// releases it.
+	AcquireLock(ctx context.Context, in *AcquireLockRequest, opts ...grpc.CallOption) (*LockResponse, error)
+	LockHeartbeat(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error)
+	ReleaseLock(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error)
 }
 
 type adminClient struct {
@@ -204,6 +246,176 @@ func (c *adminClient) RegisterNode(ctx context.Context, in *RegisterNodeRequest,
 	return out, nil
 }
 
+func (c *adminClient) CreateNamespace(ctx context.Context, in *NamespaceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_CreateNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteNamespace(ctx context.Context, in *NamespaceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteNamespace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListNamespaces(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNamespacesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListNamespaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) CreateTable(ctx context.Context, in *CreateTableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_CreateTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) EnableTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_EnableTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DisableTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_DisableTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DescribeTable(ctx context.Context, in *TableRequest, opts ...grpc.CallOption) (*Table, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Table)
+	err := c.cc.Invoke(ctx, Admin_DescribeTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListTables(ctx context.Context, in *ListTablesRequest, opts ...grpc.CallOption) (*ListTablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTablesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListTables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListRegions(ctx context.Context, in *ListRegionsRequest, opts ...grpc.CallOption) (*ListRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRegionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListRegions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) MoveRegion(ctx context.Context, in *MoveRegionRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveRegion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListServersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListServers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ServerRegions(ctx context.Context, in *ServerRegionsRequest, opts ...grpc.CallOption) (*ServerRegionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ServerRegionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ServerRegions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Balance(ctx context.Context, in *BalanceRequest, opts ...grpc.CallOption) (*SubmitProcedureResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SubmitProcedureResponse)
+	err := c.cc.Invoke(ctx, Admin_Balance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AcquireLock(ctx context.Context, in *AcquireLockRequest, opts ...grpc.CallOption) (*LockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockResponse)
+	err := c.cc.Invoke(ctx, Admin_AcquireLock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) LockHeartbeat(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockResponse)
+	err := c.cc.Invoke(ctx, Admin_LockHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReleaseLock(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockResponse)
+	err := c.cc.Invoke(ctx, Admin_ReleaseLock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -224,6 +436,31 @@ type AdminServer interface {
 	// RegisterNode tells the leader a member's admin (gRPC) address, so that
 	// standbys can forward to the leader and status can list every address.
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
+	// Namespaces, tables, regions and region servers. Changes run as
+	// procedures: the call returns the procedure's id (idempotent with a
+	// nonce); clients wait for it with WatchProcedure.
+	CreateNamespace(context.Context, *NamespaceRequest) (*SubmitProcedureResponse, error)
+	DeleteNamespace(context.Context, *NamespaceRequest) (*SubmitProcedureResponse, error)
+	ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error)
+	CreateTable(context.Context, *CreateTableRequest) (*SubmitProcedureResponse, error)
+	DeleteTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error)
+	EnableTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error)
+	DisableTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error)
+	DescribeTable(context.Context, *TableRequest) (*Table, error)
+	ListTables(context.Context, *ListTablesRequest) (*ListTablesResponse, error)
+	ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error)
+	MoveRegion(context.Context, *MoveRegionRequest) (*SubmitProcedureResponse, error)
+	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
+	// ServerRegions asks the region server itself which regions it hosts,
+	// beside what the master believes.
+	ServerRegions(context.Context, *ServerRegionsRequest) (*ServerRegionsResponse, error)
+	Balance(context.Context, *BalanceRequest) (*SubmitProcedureResponse, error)
+	// External locks (HBase's LockProcedure with heartbeats): a lock held by
+	// a lease the holder must renew with LockHeartbeat; an expired lease
+	// releases it.
+	AcquireLock(context.Context, *AcquireLockRequest) (*LockResponse, error)
+	LockHeartbeat(context.Context, *LockRef) (*LockResponse, error)
+	ReleaseLock(context.Context, *LockRef) (*LockResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -269,6 +506,57 @@ func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) 
 }
 func (UnimplementedAdminServer) RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterNode not implemented")
+}
+func (UnimplementedAdminServer) CreateNamespace(context.Context, *NamespaceRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateNamespace not implemented")
+}
+func (UnimplementedAdminServer) DeleteNamespace(context.Context, *NamespaceRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteNamespace not implemented")
+}
+func (UnimplementedAdminServer) ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
+}
+func (UnimplementedAdminServer) CreateTable(context.Context, *CreateTableRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTable not implemented")
+}
+func (UnimplementedAdminServer) DeleteTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTable not implemented")
+}
+func (UnimplementedAdminServer) EnableTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnableTable not implemented")
+}
+func (UnimplementedAdminServer) DisableTable(context.Context, *TableRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisableTable not implemented")
+}
+func (UnimplementedAdminServer) DescribeTable(context.Context, *TableRequest) (*Table, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeTable not implemented")
+}
+func (UnimplementedAdminServer) ListTables(context.Context, *ListTablesRequest) (*ListTablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTables not implemented")
+}
+func (UnimplementedAdminServer) ListRegions(context.Context, *ListRegionsRequest) (*ListRegionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRegions not implemented")
+}
+func (UnimplementedAdminServer) MoveRegion(context.Context, *MoveRegionRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveRegion not implemented")
+}
+func (UnimplementedAdminServer) ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListServers not implemented")
+}
+func (UnimplementedAdminServer) ServerRegions(context.Context, *ServerRegionsRequest) (*ServerRegionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ServerRegions not implemented")
+}
+func (UnimplementedAdminServer) Balance(context.Context, *BalanceRequest) (*SubmitProcedureResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Balance not implemented")
+}
+func (UnimplementedAdminServer) AcquireLock(context.Context, *AcquireLockRequest) (*LockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireLock not implemented")
+}
+func (UnimplementedAdminServer) LockHeartbeat(context.Context, *LockRef) (*LockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LockHeartbeat not implemented")
+}
+func (UnimplementedAdminServer) ReleaseLock(context.Context, *LockRef) (*LockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseLock not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -500,6 +788,312 @@ func _Admin_RegisterNode_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_CreateNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CreateNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CreateNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CreateNamespace(ctx, req.(*NamespaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteNamespace(ctx, req.(*NamespaceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListNamespaces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNamespacesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListNamespaces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListNamespaces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListNamespaces(ctx, req.(*ListNamespacesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_CreateTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CreateTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CreateTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CreateTable(ctx, req.(*CreateTableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteTable(ctx, req.(*TableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_EnableTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).EnableTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_EnableTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).EnableTable(ctx, req.(*TableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DisableTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DisableTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DisableTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DisableTable(ctx, req.(*TableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DescribeTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DescribeTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DescribeTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DescribeTable(ctx, req.(*TableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListTables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListTables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListTables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListTables(ctx, req.(*ListTablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListRegions(ctx, req.(*ListRegionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_MoveRegion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveRegionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveRegion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveRegion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveRegion(ctx, req.(*MoveRegionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListServers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListServersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListServers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListServers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListServers(ctx, req.(*ListServersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ServerRegions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ServerRegionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ServerRegions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ServerRegions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ServerRegions(ctx, req.(*ServerRegionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Balance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BalanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Balance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Balance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Balance(ctx, req.(*BalanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AcquireLock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireLockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AcquireLock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AcquireLock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AcquireLock(ctx, req.(*AcquireLockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_LockHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).LockHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_LockHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).LockHeartbeat(ctx, req.(*LockRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReleaseLock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReleaseLock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReleaseLock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReleaseLock(ctx, req.(*LockRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -550,6 +1144,74 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RegisterNode",
 			Handler:    _Admin_RegisterNode_Handler,
+		},
+		{
+			MethodName: "CreateNamespace",
+			Handler:    _Admin_CreateNamespace_Handler,
+		},
+		{
+			MethodName: "DeleteNamespace",
+			Handler:    _Admin_DeleteNamespace_Handler,
+		},
+		{
+			MethodName: "ListNamespaces",
+			Handler:    _Admin_ListNamespaces_Handler,
+		},
+		{
+			MethodName: "CreateTable",
+			Handler:    _Admin_CreateTable_Handler,
+		},
+		{
+			MethodName: "DeleteTable",
+			Handler:    _Admin_DeleteTable_Handler,
+		},
+		{
+			MethodName: "EnableTable",
+			Handler:    _Admin_EnableTable_Handler,
+		},
+		{
+			MethodName: "DisableTable",
+			Handler:    _Admin_DisableTable_Handler,
+		},
+		{
+			MethodName: "DescribeTable",
+			Handler:    _Admin_DescribeTable_Handler,
+		},
+		{
+			MethodName: "ListTables",
+			Handler:    _Admin_ListTables_Handler,
+		},
+		{
+			MethodName: "ListRegions",
+			Handler:    _Admin_ListRegions_Handler,
+		},
+		{
+			MethodName: "MoveRegion",
+			Handler:    _Admin_MoveRegion_Handler,
+		},
+		{
+			MethodName: "ListServers",
+			Handler:    _Admin_ListServers_Handler,
+		},
+		{
+			MethodName: "ServerRegions",
+			Handler:    _Admin_ServerRegions_Handler,
+		},
+		{
+			MethodName: "Balance",
+			Handler:    _Admin_Balance_Handler,
+		},
+		{
+			MethodName: "AcquireLock",
+			Handler:    _Admin_AcquireLock_Handler,
+		},
+		{
+			MethodName: "LockHeartbeat",
+			Handler:    _Admin_LockHeartbeat_Handler,
+		},
+		{
+			MethodName: "ReleaseLock",
+			Handler:    _Admin_ReleaseLock_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
