@@ -26,6 +26,11 @@ func (s *fencedStore) GetDomain(key string) ([]byte, bool) {
 	return s.n.fsm.Get(key)
 }
 
+// ScanDomain implements store.DomainStore from the local FSM.
+func (s *fencedStore) ScanDomain(prefix string, fn func(string, []byte) bool) {
+	s.n.fsm.Scan(prefix, fn)
+}
+
 func toRaftMutations(muts []store.Mutation) []raftfsm.Mutation {
 	out := make([]raftfsm.Mutation, len(muts))
 	for i, m := range muts {

@@ -26,6 +26,10 @@ func (c *crashStore) UpdateDomain(p store.Proc, muts []store.Mutation) error {
 
 func (c *crashStore) GetDomain(key string) ([]byte, bool) { return c.inner.GetDomain(key) }
 
+func (c *crashStore) ScanDomain(prefix string, fn func(string, []byte) bool) {
+	c.inner.ScanDomain(prefix, fn)
+}
+
 // counter adds 1 to a shared domain counter per step, and counts how often
 // each step was applied; with FailAt it fails there and its rollback
 // subtracts what it added.

@@ -247,6 +247,18 @@ func (c *Context) Get(key string) ([]byte, bool, error) {
 	return v, found, nil
 }
 
+// Scan calls fn for every committed domain key with the prefix, in key
+// order, until fn returns false. It does not see this step's own pending
+// Put and Delete (use Get for those).
+func (c *Context) Scan(prefix string, fn func(key string, value []byte) bool) error {
+	ds, ok := c.x.store.(store.DomainStore)
+	if !ok {
+		return ErrNoDomain
+	}
+	ds.ScanDomain(prefix, fn)
+	return nil
+}
+
 // Suspend makes a state machine suspend once ExecuteState returns (HBase's
 // ProcedureSuspendedException). Steppers return Suspend(...) instead.
 func (c *Context) Suspend(opts ...SuspendOption) {

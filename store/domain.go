@@ -20,4 +20,7 @@ type DomainStore interface {
 	UpdateDomain(proc Proc, muts []Mutation) error
 	// GetDomain reads the committed value of key.
 	GetDomain(key string) ([]byte, bool)
+	// ScanDomain calls fn for every committed key with the prefix, in key
+	// order, until fn returns false.
+	ScanDomain(prefix string, fn func(key string, value []byte) bool)
 }

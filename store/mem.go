@@ -2,6 +2,7 @@ package store
 
 import (
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -62,6 +63,28 @@ func (m *MemStore) GetDomain(key string) ([]byte, bool) {
 	defer m.mu.Unlock()
 	v, ok := m.domain[key]
 	return v, ok
+}
+
+// ScanDomain implements DomainStore.
+func (m *MemStore) ScanDomain(prefix string, fn func(string, []byte) bool) {
+	m.mu.Lock()
+	keys := make([]string, 0, len(m.domain))
+	for k := range m.domain {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		vals[i] = m.domain[k]
+	}
+	m.mu.Unlock()
+	for i, k := range keys {
+		if !fn(k, vals[i]) {
+			return
+		}
+	}
 }
 
 // Domain returns a copy of the domain state.
