@@ -223,6 +223,12 @@ type Config struct {
 	// PrepareExecutor, if set, is called with each new executor before it
 	// starts (to add listeners). An error aborts establishing leadership.
 	PrepareExecutor func(*procedure.Executor) error
+	// LeaderServices, if set, starts the leader-only services of the domain
+	// (dispatcher, lease monitor) for term, after PrepareExecutor and before
+	// the executor starts, so resumed procedures find them running. The
+	// returned stop is called when leadership ends, right after the
+	// executor stopped. An error aborts establishing leadership.
+	LeaderServices func(term uint64, x *procedure.Executor) (stop func(), err error)
 
 	// WAL is the template of the FSM's local WAL configuration (its Dir is
 	// ignored). Zero fields take the store package's defaults, except Sync,

@@ -225,6 +225,15 @@ func (n *Node) establish(ctx context.Context) (err error) {
 			return fmt.Errorf("prepare executor: %w", err)
 		}
 	}
+	if n.cfg.LeaderServices != nil {
+		stop, err := n.cfg.LeaderServices(term, x)
+		if err != nil {
+			return fmt.Errorf("leader services: %w", err)
+		}
+		n.mu.Lock()
+		n.stopServices = stop
+		n.mu.Unlock()
+	}
 	// Start loads through a raft Barrier, which, like any raft future, may
 	// never be answered if raft shuts down meanwhile (see revoke): wait for
 	// it only as long as ctx, and let a late start stop itself.
@@ -267,9 +276,12 @@ func (n *Node) establish(ctx context.Context) (err error) {
 // workers until ctx ends.
 func (n *Node) revoke(ctx context.Context) {
 	n.mu.Lock()
-	x, rs := n.exec, n.rstore
-	n.exec, n.rstore = nil, nil
+	x, rs, stopServices := n.exec, n.rstore, n.stopServices
+	n.exec, n.rstore, n.stopServices = nil, nil, nil
 	n.mu.Unlock()
+	if stopServices != nil {
+		defer stopServices()
+	}
 	if x == nil {
 		return
 	}

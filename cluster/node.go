@@ -67,11 +67,13 @@ type Node struct {
 
 	noSnapshotRestore bool
 
-	mu       sync.Mutex // guards exec, rstore, execTerm, closed
-	exec     *procedure.Executor
-	rstore   *raftfsm.RaftStore
-	execTerm uint64 // the term exec was established in
-	closed   bool
+	mu     sync.Mutex // guards exec, rstore, execTerm, closed
+	exec   *procedure.Executor
+	rstore *raftfsm.RaftStore
+	// stopServices stops the LeaderServices of the current term.
+	stopServices func()
+	execTerm     uint64 // the term exec was established in
+	closed       bool
 
 	shutdownCh   chan struct{}
 	loopDone     chan struct{}
