@@ -1,0 +1,366 @@
+package rs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/rspb"
+)
+
+// masterConns tracks the masters' addresses, the believed leader and one
+// connection per address. It follows cluster/client's approach: calls go
+// to the believed leader; a LeaderHint names the next one, else the
+// address after the failed one is tried.
+type masterConns struct {
+	mu     sync.Mutex
+	addrs  []string // the configured addresses, then hinted ones
+	leader string   // believed leader; "" if unknown
+	next   int      // index in addrs of the next address to try without a leader
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+func newMasterConns(addrs []string) *masterConns {
+	return &masterConns{addrs: slices.Clone(addrs), conns: map[string]*grpc.ClientConn{}}
+}
+
+// target is the address of the next attempt.
+func (m *masterConns) target() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.leader != "" {
+		return m.leader
+	}
+	return m.addrs[m.next%len(m.addrs)]
+}
+
+// Leader is the master the last call succeeded on, or the hinted one.
+func (m *masterConns) Leader() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leader
+}
+
+func (m *masterConns) succeeded(addr string) {
+	m.mu.Lock()
+	m.leader = addr
+	m.mu.Unlock()
+}
+
+// failed records that addr could not serve a call and reports whether the
+// error named another leader, which the next attempt then goes to.
+func (m *masterConns) failed(addr string, err error) (hinted bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := leaderHint(err); h != "" && h != addr {
+		if !slices.Contains(m.addrs, h) {
+			m.addrs = append(m.addrs, h)
+		}
+		m.leader = h
+		return true
+	}
+	if m.leader == addr || m.leader == "" {
+		m.leader = ""
+		if i := slices.Index(m.addrs, addr); i >= 0 {
+			m.next = i + 1
+		} else {
+			m.next++
+		}
+	}
+	return false
+}
+
+func leaderHint(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if h, ok := d.(*adminpb.LeaderHint); ok && h.GetLeaderAdminAddress() != "" {
+			return h.GetLeaderAdminAddress()
+		}
+	}
+	return ""
+}
+
+func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, status.Error(codes.Canceled, "rs: master connections closed")
+	}
+	cc := m.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// Fail fast on a dead master and reconnect quickly to one
+			// that comes back (gRPC's defaults wait up to 20 s and 120 s),
+			// so heartbeats resume soon after a failover.
+			grpc.WithConnectParams(grpc.ConnectParams{
+				MinConnectTimeout: time.Second,
+				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			}))
+		if err != nil {
+			// A malformed hinted address: as unreachable as a dead master.
+			return nil, status.Errorf(codes.Unavailable, "rs: master %s: %v", addr, err)
+		}
+		m.conns[addr] = cc
+	}
+	return rspb.NewMasterClient(cc), nil
+}
+
+func (m *masterConns) close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for a, cc := range m.conns {
+		_ = cc.Close()
+		delete(m.conns, a)
+	}
+}
+
+// retryable reports whether err means "try another master, or later".
+func retryable(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		// An attempt that timed out (a hung master) while the call still
+		// has time; not the call's own deadline.
+		return ctx.Err() == nil
+	}
+	return false
+}
+
+// callMaster runs call against the leader until it succeeds, fails with an
+// error that is not about availability, or ctx ends. Each attempt is
+// bounded by Config.RPCTimeout.
+func (s *Server) callMaster(ctx context.Context, method string, call func(ctx context.Context, m rspb.MasterClient) error) error {
+	pause := s.cfg.MinBackoff
+	hints := 0 // hints followed in a row: standbys with stale hints must not make us spin
+	var tried []string
+	var last error
+	for {
+		if ctx.Err() != nil {
+			if last == nil {
+				return fmt.Errorf("%s: %w", method, ctx.Err())
+			}
+			return fmt.Errorf("%s: no master answered (tried %s): %w", method, strings.Join(tried, ", "), last)
+		}
+		addr := s.masters.target()
+		err := s.attempt(ctx, addr, call)
+		if err == nil {
+			s.masters.succeeded(addr)
+			return nil
+		}
+		if !retryable(ctx, err) {
+			return fmt.Errorf("%s at %s: %w", method, addr, err)
+		}
+		last = err
+		if !slices.Contains(tried, addr) {
+			tried = append(tried, addr)
+		}
+		if s.masters.failed(addr, err) && hints <= len(s.cfg.Masters) {
+			hints++
+			s.log.Debug("following leader hint", "method", method, "from", addr, "to", s.masters.target())
+			continue
+		}
+		hints = 0
+		s.log.Debug("master unavailable; trying another", "method", method, "master", addr, "error", err, "retry_in", pause)
+		if err := sleep(ctx, s.clk, pause); err != nil {
+			continue // reported at the top of the loop
+		}
+		pause = min(2*pause, s.cfg.MaxBackoff)
+	}
+}
+
+func (s *Server) attempt(ctx context.Context, addr string, call func(context.Context, rspb.MasterClient) error) error {
+	m, err := s.masters.client(addr)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	return call(actx, m)
+}
+
+// callTimeout bounds one register or heartbeat call, retries included:
+// long enough to ride out an election, short enough that the loop logs
+// the outage and starts over with fresh state.
+func (s *Server) callTimeout() time.Duration { return 3 * s.cfg.RPCTimeout }
+
+// leaseLoop registers, then heartbeats until ctx ends; it registers again
+// whenever the masters say the lease expired.
+func (s *Server) leaseLoop(ctx context.Context) {
+	pause := s.cfg.MinBackoff
+	retry := func(what string, err error) {
+		s.log.Warn(what+" failed; retrying", "error", err, "retry_in", pause, "leader", s.masters.Leader())
+		_ = sleep(ctx, s.clk, pause)
+		pause = min(2*pause, s.cfg.MaxBackoff)
+	}
+	for ctx.Err() == nil {
+		if s.StartCode() == 0 {
+			if err := s.register(ctx); err != nil {
+				if ctx.Err() == nil {
+					retry("registration", err)
+				}
+				continue
+			}
+			pause = s.cfg.MinBackoff
+		}
+		if sleep(ctx, s.clk, s.HeartbeatInterval()) != nil {
+			return
+		}
+		for ctx.Err() == nil && s.StartCode() != 0 {
+			err := s.heartbeat(ctx)
+			if err == nil {
+				pause = s.cfg.MinBackoff
+				break
+			}
+			if ctx.Err() == nil {
+				retry("heartbeat", err)
+			}
+		}
+	}
+}
+
+// register obtains a new start code from the leader.
+func (s *Server) register(ctx context.Context) error {
+	s.mu.Lock()
+	req := &rspb.RegisterServerRequest{ServerId: s.cfg.ID, Address: s.addr}
+	for name := range s.regions {
+		req.Regions = append(req.Regions, name)
+	}
+	s.mu.Unlock()
+	slices.Sort(req.Regions)
+	cctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	defer cancel()
+	var resp *rspb.RegisterServerResponse
+	err := s.callMaster(cctx, "RegisterServer", func(ctx context.Context, m rspb.MasterClient) error {
+		r, err := m.RegisterServer(ctx, req)
+		resp = r
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if resp.GetStartCode() == 0 {
+		return errors.New("RegisterServer: the master answered start code 0")
+	}
+	s.mu.Lock()
+	s.raiseTermLocked(resp.GetTerm(), "RegisterServer")
+	s.startCode = resp.GetStartCode()
+	s.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
+	interval := s.intervalLocked()
+	close(s.registered)
+	s.registered = make(chan struct{})
+	s.mu.Unlock()
+	s.log.Info("registered", "start_code", resp.GetStartCode(), "term", resp.GetTerm(),
+		"heartbeat_interval", interval, "leader", s.masters.Leader(), "address", req.Address, "regions", len(req.Regions))
+	return nil
+}
+
+// heartbeat renews the lease; an expired answer drops every region and
+// clears the start code, so that the loop registers again.
+func (s *Server) heartbeat(ctx context.Context) error {
+	s.mu.Lock()
+	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions))}
+	s.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	defer cancel()
+	var resp *rspb.HeartbeatResponse
+	err := s.callMaster(cctx, "Heartbeat", func(ctx context.Context, m rspb.MasterClient) error {
+		r, err := m.Heartbeat(ctx, req)
+		resp = r
+		return err
+	})
+	if status.Code(err) == codes.NotFound {
+		// The protocol answers expired = true to an unknown server; a
+		// master that says NOT_FOUND instead means the same.
+		s.expire(req.StartCode)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.raiseTermLocked(resp.GetTerm(), "Heartbeat")
+	s.mu.Unlock()
+	if resp.GetExpired() {
+		s.expire(req.StartCode)
+	}
+	return nil
+}
+
+// expire drops every region of the registration with start code sc: the
+// masters have given it up and reassign (or have reassigned) its regions,
+// so they must be closed here before they are opened elsewhere. Operations
+// in progress see the start code change and are not applied.
+func (s *Server) expire(sc uint64) {
+	s.mu.Lock()
+	if s.startCode != sc {
+		s.mu.Unlock()
+		return
+	}
+	n := len(s.regions)
+	s.regions = map[string]hosted{}
+	s.startCode = 0
+	s.mu.Unlock()
+	s.log.Warn("lease expired: closed every region, registering again", "start_code", sc, "regions_closed", n)
+}
+
+// report queues a transition report of the registration sc; it drops the
+// report if the queue is full (reports are best effort).
+func (s *Server) report(sc uint64, region, state, msg string) {
+	if sc == 0 {
+		return
+	}
+	r := &rspb.ReportTransitionRequest{ServerId: s.cfg.ID, StartCode: sc, Region: region, State: state, Error: msg}
+	select {
+	case s.reports <- r:
+	default:
+		s.log.Warn("transition report dropped: queue full", "region", region, "state", state)
+	}
+}
+
+// reporter sends the queued transition reports, one at a time.
+func (s *Server) reporter(ctx context.Context) {
+	for {
+		var r *rspb.ReportTransitionRequest
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-s.reports:
+		}
+		if sc := s.StartCode(); sc != r.GetStartCode() {
+			// The masters have given that registration up: the report
+			// would be refused, and they no longer care.
+			s.log.Debug("transition report dropped: start code changed", "region", r.GetRegion(), "state", r.GetState(), "start_code", sc)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		err := s.callMaster(cctx, "ReportTransition", func(ctx context.Context, m rspb.MasterClient) error {
+			_, err := m.ReportTransition(ctx, r)
+			return err
+		})
+		cancel()
+		if err != nil {
+			s.log.Warn("transition report dropped", "region", r.GetRegion(), "state", r.GetState(), "error", err)
+			continue
+		}
+		s.log.Debug("transition reported", "region", r.GetRegion(), "state", r.GetState())
+	}
+}
