@@ -1,0 +1,182 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/internal/clock"
+)
+
+// Defaults of Config, HBase's RSProcedureDispatcher values
+// (hbase.procedure.remote.dispatcher.delay.msec, .threshold, and the
+// backoff of RSProcedureDispatcher.ExecuteProceduresRemoteCall).
+const (
+	DefaultMaxBatch    = 32
+	DefaultDelay       = 150 * time.Millisecond
+	DefaultRetryBase   = 100 * time.Millisecond
+	DefaultRetryMax    = 10 * time.Second
+	DefaultMaxFailures = 10
+	DefaultCallTimeout = 10 * time.Second
+)
+
+// maxOpsPerRPC caps one batch. Buffers grow past MaxBatch while a call is
+// in flight; sending them whole is the point, but a response of 4096
+// results (about 60 bytes each) stays far below gRPC's default 4 MiB
+// receive limit, and one call cannot hold a server busy past CallTimeout
+// for an unbounded backlog.
+const maxOpsPerRPC = 4096
+
+// Config configures a Dispatcher. Start from DefaultConfig and set the
+// identity, the transport and the callbacks; zero durations and counts are
+// replaced by the defaults.
+type Config struct {
+	// Term is the Raft term of the leader this dispatcher works for, and
+	// MasterID its server id. Both travel in every request: a region server
+	// refuses a term lower than the highest it has seen (fencing), so a
+	// deposed leader's dispatcher gets ErrStaleTerm instead of opening or
+	// closing anything. A dispatcher lives for one term; a new leader makes
+	// a new one. Required (Term > 0, MasterID non-empty).
+	Term     uint64
+	MasterID string
+
+	// Transport sends batches. Required.
+	Transport Transport
+
+	// MaxBatch: a server's buffer is flushed as soon as it holds more than
+	// MaxBatch ops. Larger batches mean fewer calls but a longer wait for
+	// the first op of a batch when ops trickle in (bounded by Delay).
+	// Default 32.
+	MaxBatch int
+
+	// Delay: a buffer is flushed once its oldest op has waited this long,
+	// however few ops it holds. It bounds the latency batching adds to a
+	// lone op; shorter means more, smaller calls. Default 150 ms.
+	Delay time.Duration
+
+	// RetryBase and RetryMax: the n-th consecutive failed call to a server
+	// is retried after RetryBase × n², capped at RetryMax, plus up to 10%
+	// jitter so servers failing together do not retry together. Defaults
+	// 100 ms and 10 s: ten attempts span about 28 s.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+
+	// MaxFailures is the number of consecutive failed calls to a server
+	// after which OnServerFailed is called and the server's ops are held
+	// until RemoveServer. Lower expires a flapping server sooner (and
+	// moves its regions); higher rides out longer outages. Default 10.
+	MaxFailures int
+
+	// CallTimeout bounds one ExecuteBatch call. A timed-out call may have
+	// been executed (see the package doc on retries). Default 10 s.
+	CallTimeout time.Duration
+
+	// OnResult receives each dispatched op's outcome, exactly once. It is
+	// never called under the dispatcher's lock, may be called concurrently,
+	// and may call the Dispatcher. Required.
+	OnResult func(Result)
+
+	// OnServerFailed is called once per server incarnation that failed
+	// MaxFailures consecutive calls or answered "wrong start code": the
+	// server should be expired (ServerCrashProcedure), which ends with
+	// RemoveServer. Same calling rules as OnResult. Required.
+	OnServerFailed func(serverID string, err error)
+
+	// Clock schedules the flush and retry timers. Default clock.Real.
+	Clock clock.Clock
+
+	// Logger receives the dispatcher's logs. Default: discard.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a Config holding every default; the identity, the
+// transport and the callbacks are left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		MaxBatch:    DefaultMaxBatch,
+		Delay:       DefaultDelay,
+		RetryBase:   DefaultRetryBase,
+		RetryMax:    DefaultRetryMax,
+		MaxFailures: DefaultMaxFailures,
+		CallTimeout: DefaultCallTimeout,
+		Clock:       clock.Real{},
+	}
+}
+
+// withDefaults replaces zero values by the defaults.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.MaxBatch == 0 {
+		c.MaxBatch = def.MaxBatch
+	}
+	if c.Delay == 0 {
+		c.Delay = def.Delay
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = def.RetryBase
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = def.RetryMax
+	}
+	if c.MaxFailures == 0 {
+		c.MaxFailures = def.MaxFailures
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = def.CallTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = def.Clock
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// Validate reports every problem of the configuration New would use (zero
+// values count as their defaults), joined in one error.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("dispatch: config: "+format, args...))
+	}
+	if c.Term == 0 {
+		bad("Term is 0; it must be the leader's Raft term (> 0)")
+	}
+	if c.MasterID == "" {
+		bad("MasterID is empty")
+	}
+	if c.Transport == nil {
+		bad("Transport is nil")
+	}
+	if c.OnResult == nil {
+		bad("OnResult is nil: results would be lost")
+	}
+	if c.OnServerFailed == nil {
+		bad("OnServerFailed is nil: a failed server's ops would be held forever")
+	}
+	if c.MaxBatch < 0 {
+		bad("MaxBatch %d is negative", c.MaxBatch)
+	}
+	if c.Delay < 0 {
+		bad("Delay %v is negative", c.Delay)
+	}
+	if c.RetryBase < 0 {
+		bad("RetryBase %v is negative", c.RetryBase)
+	}
+	if c.RetryMax < 0 {
+		bad("RetryMax %v is negative", c.RetryMax)
+	} else if c.RetryBase > 0 && c.RetryMax < c.RetryBase {
+		bad("RetryMax %v is below RetryBase %v", c.RetryMax, c.RetryBase)
+	}
+	if c.MaxFailures < 0 {
+		bad("MaxFailures %d is negative", c.MaxFailures)
+	}
+	if c.CallTimeout < 0 {
+		bad("CallTimeout %v is negative", c.CallTimeout)
+	}
+	return errors.Join(errs...)
+}
