@@ -131,6 +131,12 @@ func parseID(s string) (uint64, error) {
 // finish reports err (if any) and returns the exit code: usage errors get
 // the command's synopsis, API errors their meaning and what to do.
 func (c *cli) finish(cmd string, fs *flag.FlagSet, cf *clientFlags, err error) int {
+	return c.finishWith(cmd, fs, cf, err, nil)
+}
+
+// finishWith is finish with advice of the command's own for some codes: the
+// default advice is about procedures, not, say, a table NOT_FOUND.
+func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err error, advise map[codes.Code]string) int {
 	if err == nil {
 		return exitOK
 	}
@@ -158,6 +164,9 @@ func (c *cli) finish(cmd string, fs *flag.FlagSet, cf *clientFlags, err error) i
 		advice = "the procedure's state does not allow this: see it with 'node proc get ID'"
 	case codes.Canceled:
 		advice = "interrupted"
+	}
+	if a, ok := advise[st.Code()]; ok {
+		advice = a
 	}
 	fmt.Fprintf(c.stderr, "node %s: %s\n", cmd, st.Message())
 	if advice != "" {

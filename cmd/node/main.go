@@ -1,6 +1,7 @@
 // Command node is Baton's single binary: the cluster agent (`node agent`),
-// the admin API's command-line client (`node proc ...`, `node cluster ...`)
-// and the embedded single-node demo of the procedure framework.
+// the admin API's command-line client (`node proc ...`, `node cluster ...`,
+// and for the domain `node ns|table|region|rs|balance|lock ...`) and the
+// embedded single-node demo of the procedure framework.
 //
 // Exit codes: 0 ok; 1 the operation failed (a procedure ended ROLLEDBACK,
 // NOT_FOUND, FAILED_PRECONDITION, ...); 2 bad usage (flags, arguments,
@@ -24,6 +25,15 @@ commands:
           submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID, list,
           wait ID, abort ID, pause ID, resume ID, ack ID
   cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID
+  ns      create NAME, delete NAME, list
+  table   create NAME [--regions N], delete|enable|disable|describe NAME, list
+          (NAME or NS:NAME; --namespace NS)
+  region  list [--table T], move REGION [--to SERVER]
+  rs      list (lease state, region count), regions SERVER
+  balance even out the region counts of the live region servers
+  lock    acquire --kind K --name N [--exclusive] [--keepalive], heartbeat ID,
+          release ID
+          (commands that start a procedure take --wait)
   demo    run crash-proof procedures in this process, on a WAL under --data-dir;
           --crash-after N stops the process mid-way, and the next run resumes
           exactly where it stopped
@@ -53,10 +63,24 @@ func (c *cli) run(args []string) int {
 	switch args[0] {
 	case "agent":
 		return c.agent(args[1:])
+	case "regionserver":
+		return c.regionserver(args[1:])
 	case "proc":
 		return c.proc(args[1:])
 	case "cluster":
 		return c.cluster(args[1:])
+	case "ns": // the domain's commands: domain_cmd.go, rs_cmd.go, lock_cmd.go
+		return c.ns(args[1:])
+	case "table":
+		return c.table(args[1:])
+	case "region":
+		return c.region(args[1:])
+	case "rs":
+		return c.rs(args[1:])
+	case "balance":
+		return c.balance(args[1:])
+	case "lock":
+		return c.lock(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "-h", "--help", "help":

@@ -12,6 +12,9 @@
 //   - "manual": stays RUNNABLE until the test calls SetState.
 //
 // Any other type is refused with INVALID_ARGUMENT.
+//
+// The domain API (namespaces, tables, regions, region servers, locks) is
+// kept in memory too; see domain.go for what the fake does of it.
 package clienttest
 
 import (
@@ -50,6 +53,7 @@ type Cluster struct {
 	peers    []*adminpb.Peer
 	submits  []*adminpb.SubmitProcedureRequest
 	requests map[string]int // per node id, calls received
+	dom      *domain        // namespaces, tables, servers, locks (domain.go); nil until first used
 }
 
 // Node is one fake member.

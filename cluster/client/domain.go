@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+)
+
+// The domain API: namespaces, tables, regions, region servers and external
+// locks (proto/admin.proto). Calls that change state start a procedure on
+// the leader and return its id at once; wait for it with Wait or Watch.
+// Like Submit, they send a nonce, a random one when the caller gives none,
+// so that the Client's own retries after an UNAVAILABLE whose fate is
+// unknown get the first procedure's id instead of starting a second one.
+
+// DefaultNamespace is the namespace of tables named without one.
+const DefaultNamespace = "default"
+
+// MaxRegions is the most regions CreateTable accepts from a caller (the
+// request carries an int32): a table of more regions is almost certainly a
+// typo, and would take one procedure per region to assign.
+const MaxRegions = 10000
+
+// Lock kinds, as AcquireLock spells them.
+const (
+	LockNamespace = "namespace"
+	LockTable     = "table"
+	LockRegion    = "region"
+)
+
+// Lock states, as the API spells them. A lock is WAITING while a
+// conflicting one is held, ACQUIRED once granted; RELEASED and EXPIRED are
+// final (EXPIRED: its holder stopped heartbeating for longer than the
+// lease, and the lock was released without it).
+const (
+	LockWaiting  = "WAITING"
+	LockAcquired = "ACQUIRED"
+	LockReleased = "RELEASED"
+	LockExpired  = "EXPIRED"
+)
+
+// LockHeld reports whether a lock in this state is still the holder's to
+// keep by heartbeating (WAITING or ACQUIRED).
+func LockHeld(state string) bool { return state == LockWaiting || state == LockAcquired }
+
+// Lease states of region servers (Server.LeaseState).
+const (
+	LeaseLive    = "live"
+	LeaseSuspect = "suspect" // soft limit passed: nothing new is assigned to it
+	LeaseExpired = "expired" // hard limit passed: its regions are reassigned
+)
+
+// unary runs one call with do's retries and returns its answer.
+func unary[T any](ctx context.Context, c *Client, f func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var out T
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		r, err := f(ctx, a)
+		if err == nil {
+			out = r
+		}
+		return err
+	})
+	return out, err
+}
+
+// start runs a call that starts a procedure and returns the procedure's id.
+func start(ctx context.Context, c *Client, f func(context.Context, adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error)) (uint64, error) {
+	r, err := unary(ctx, c, f)
+	return r.GetId(), err
+}
+
+// orNonce returns nonce, or a fresh one if it is empty: one nonce per
+// logical call, fixed before the first attempt, is what makes retries safe.
+func orNonce(nonce string) string {
+	if nonce == "" {
+		return NewNonce()
+	}
+	return nonce
+}
+
+// CreateNamespace starts creating a namespace and returns the procedure's
+// id.
+func (c *Client) CreateNamespace(ctx context.Context, name, nonce string) (uint64, error) {
+	req := &adminpb.NamespaceRequest{Name: name, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.CreateNamespace(ctx, req)
+	})
+}
+
+// DeleteNamespace starts deleting a namespace (it must hold no tables) and
+// returns the procedure's id.
+func (c *Client) DeleteNamespace(ctx context.Context, name, nonce string) (uint64, error) {
+	req := &adminpb.NamespaceRequest{Name: name, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.DeleteNamespace(ctx, req)
+	})
+}
+
+// ListNamespaces returns the namespaces' names.
+func (c *Client) ListNamespaces(ctx context.Context) ([]string, error) {
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
+		return a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{})
+	})
+	return r.GetNamespaces(), err
+}
+
+// CreateTable starts creating table ns:name ("" for the default namespace)
+// split into regions regions (0 for one) and returns the procedure's id. A
+// count outside 0..MaxRegions is refused here with INVALID_ARGUMENT.
+func (c *Client) CreateTable(ctx context.Context, ns, name string, regions int, nonce string) (uint64, error) {
+	if regions < 0 || regions > MaxRegions {
+		return 0, status.Errorf(codes.InvalidArgument, "client: %d regions: want 1 to %d", regions, MaxRegions)
+	}
+	req := &adminpb.CreateTableRequest{Namespace: ns, Name: name, Regions: int32(regions), Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.CreateTable(ctx, req)
+	})
+}
+
+// DeleteTable starts deleting table ns:name (it must be disabled) and
+// returns the procedure's id.
+func (c *Client) DeleteTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
+	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.DeleteTable(ctx, req)
+	})
+}
+
+// EnableTable starts enabling (opening every region of) table ns:name and
+// returns the procedure's id.
+func (c *Client) EnableTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
+	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.EnableTable(ctx, req)
+	})
+}
+
+// DisableTable starts disabling (closing every region of) table ns:name and
+// returns the procedure's id.
+func (c *Client) DisableTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
+	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.DisableTable(ctx, req)
+	})
+}
+
+// DescribeTable returns table ns:name with its regions (NOT_FOUND if there
+// is none).
+func (c *Client) DescribeTable(ctx context.Context, ns, name string) (*adminpb.Table, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Table, error) {
+		return a.DescribeTable(ctx, &adminpb.TableRequest{Namespace: ns, Name: name})
+	})
+}
+
+// ListTables returns the tables of namespace ns, or of every namespace if
+// ns is empty.
+func (c *Client) ListTables(ctx context.Context, ns string) ([]*adminpb.Table, error) {
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
+		return a.ListTables(ctx, &adminpb.ListTablesRequest{Namespace: ns})
+	})
+	return r.GetTables(), err
+}
+
+// ListRegions returns the regions of table ("ns:name", or "name" in the
+// default namespace), or every region if table is empty.
+func (c *Client) ListRegions(ctx context.Context, table string) ([]*adminpb.Region, error) {
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
+		return a.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table})
+	})
+	return r.GetRegions(), err
+}
+
+// MoveRegion starts moving region to server to (any live server the
+// master picks, if empty) and returns the procedure's id.
+func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint64, error) {
+	req := &adminpb.MoveRegionRequest{Region: region, ToServer: to, Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.MoveRegion(ctx, req)
+	})
+}
+
+// ListServers returns the region servers the leader knows, with their
+// lease state.
+func (c *Client) ListServers(ctx context.Context) ([]*adminpb.Server, error) {
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
+		return a.ListServers(ctx, &adminpb.ListServersRequest{})
+	})
+	return r.GetServers(), err
+}
+
+// ServerRegions returns the regions server hosts by its own answer, beside
+// those the master's state assigns to it.
+func (c *Client) ServerRegions(ctx context.Context, server string) (*adminpb.ServerRegionsResponse, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
+		return a.ServerRegions(ctx, &adminpb.ServerRegionsRequest{Server: server})
+	})
+}
+
+// Balance starts a balancing procedure (moving regions until every live
+// server holds about as many) and returns its id.
+func (c *Client) Balance(ctx context.Context, nonce string) (uint64, error) {
+	req := &adminpb.BalanceRequest{Nonce: orNonce(nonce)}
+	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return a.Balance(ctx, req)
+	})
+}
+
+// AcquireLock asks for a shared (or exclusive) lock of kind (LockNamespace,
+// LockTable, LockRegion) on names: one namespace, one table ("ns:name"), or
+// regions. The answer is ACQUIRED or, while a conflicting lock is held,
+// WAITING; either way the lock is held by a lease that the holder must
+// renew with LockHeartbeat within LeaseTimeoutMs, or it expires. holder and
+// description are informational.
+func (c *Client) AcquireLock(ctx context.Context, kind string, names []string, exclusive bool, holder, description, nonce string) (*adminpb.LockResponse, error) {
+	req := &adminpb.AcquireLockRequest{Kind: kind, Names: names, Exclusive: exclusive, Holder: holder, Description: description, Nonce: orNonce(nonce)}
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return a.AcquireLock(ctx, req)
+	})
+}
+
+// LockHeartbeat renews the lease of lock id and returns its state. A lock
+// that is RELEASED or EXPIRED is not revived: the holder has lost it.
+func (c *Client) LockHeartbeat(ctx context.Context, id uint64) (*adminpb.LockResponse, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return a.LockHeartbeat(ctx, &adminpb.LockRef{LockId: id})
+	})
+}
+
+// ReleaseLock releases lock id (or gives up waiting for it) and returns its
+// state: RELEASED, or EXPIRED if its lease had expired before.
+func (c *Client) ReleaseLock(ctx context.Context, id uint64) (*adminpb.LockResponse, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return a.ReleaseLock(ctx, &adminpb.LockRef{LockId: id})
+	})
+}

@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/client/clienttest"
+)
+
+// anID in an expected JSON document stands for any positive number.
+type anID struct{}
+
+// jsonHas compares a decoded JSON value with want, where a map in want
+// needs only the keys it lists (at any depth, arrays included: an array
+// must have as many elements as want's).
+func jsonHas(got, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return false
+		}
+		for k, v := range w {
+			if !jsonHas(g[k], v) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !jsonHas(g[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return jsonMatch(got, want)
+}
+
+// cliCase is one command run and what it must do.
+type cliCase struct {
+	name   string
+	before func() // run first, to change the fake cluster
+	args   []string
+	code   int
+	json   map[string]any // expected top-level values (maps: only the keys they list; anID: any id)
+	absent []string       // top-level keys the JSON document must not have
+	count  map[string]int // top-level arrays and their lengths
+	stdout string         // substring of the human output
+	stderr string         // substring of stderr
+}
+
+// check runs tc in-process and checks the exit code, that failures
+// explain themselves on stderr, that --json prints exactly one document,
+// and the expectations. It returns the document, if any.
+func (tc cliCase) check(t *testing.T, env map[string]string) map[string]any {
+	t.Helper()
+	if tc.before != nil {
+		tc.before()
+	}
+	code, stdout, stderr := runCLI(t, env, tc.args...)
+	if code != tc.code {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, stdout, stderr)
+	}
+	if tc.code != 0 && stderr == "" {
+		t.Fatal("no message on stderr")
+	}
+	var doc map[string]any
+	if strings.Contains(strings.Join(tc.args, " "), "--json") && (tc.code != 2 || tc.json != nil) {
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+		}
+		if dec.More() {
+			t.Fatalf("more than one JSON document:\n%s", stdout)
+		}
+	}
+	for k, want := range tc.json {
+		if _, ok := want.(anID); ok {
+			if n, ok := doc[k].(float64); !ok || n <= 0 {
+				t.Errorf("%s = %#v, want an id", k, doc[k])
+			}
+		} else if !jsonHas(doc[k], want) {
+			t.Errorf("%s = %#v, want %#v", k, doc[k], want)
+		}
+	}
+	for _, k := range tc.absent {
+		if _, ok := doc[k]; ok {
+			t.Errorf("key %q present: %v", k, doc[k])
+		}
+	}
+	for k, n := range tc.count {
+		if a, ok := doc[k].([]any); !ok || len(a) != n {
+			t.Errorf("%s = %#v, want %d elements", k, doc[k], n)
+		}
+	}
+	if !strings.Contains(stdout, tc.stdout) {
+		t.Errorf("stdout lacks %q:\n%s", tc.stdout, stdout)
+	}
+	if !strings.Contains(stderr, tc.stderr) {
+		t.Errorf("stderr lacks %q:\n%s", tc.stderr, stderr)
+	}
+	return doc
+}
+
+// TestDomainCommands runs the namespace, table, region, rs and balance
+// commands in order against one fake cluster: each case sees what the
+// previous ones did.
+func TestDomainCommands(t *testing.T) {
+	fc := clienttest.Start(t, 2)
+	fc.SetLeader(1)
+	fc.AddServer("rs1", "127.0.0.1:16020")
+	fc.AddServer("rs2", "127.0.0.1:16021")
+	env := map[string]string{"BATON_ADDR": strings.Join(fc.Addrs(), ",")}
+	started := map[string]any{"id": anID{}, "proc_id": anID{}}
+	succeeded := map[string]any{"id": anID{}, "proc_id": anID{}, "state": "SUCCESS", "procedure": map[string]any{"state": "SUCCESS"}}
+	notFound := func(msg string) map[string]any {
+		return map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": msg, "exit_code": 1.0}}
+	}
+
+	for _, tc := range []cliCase{
+		// Namespaces.
+		{name: "ns list", args: []string{"ns", "list", "--json"}, json: map[string]any{"namespaces": []any{"default"}}},
+		{name: "ns create wait", args: []string{"ns", "create", "ns1", "--wait", "--json"}, json: succeeded},
+		{name: "ns create again", args: []string{"ns", "create", "ns1", "--wait"}, code: 1, stdout: "procedure", stderr: `ended ROLLEDBACK: namespace "ns1" already exists`},
+		{name: "ns create no wait", args: []string{"ns", "create", "ns2", "--json"}, json: started, absent: []string{"state", "procedure"}},
+		{name: "ns create human", args: []string{"ns", "create", "ns3"}, stdout: "create namespace ns3: procedure"},
+		{name: "ns create invalid", args: []string{"ns", "create", "bad-name", "--json"}, code: 2,
+			json: map[string]any{"error": map[string]any{"code": "INVALID_ARGUMENT", "exit_code": 2.0}}},
+		{name: "ns create invalid human", args: []string{"ns", "create", "bad-name"}, code: 2, stderr: "check the names and flags"},
+		{name: "ns create no name", args: []string{"ns", "create"}, code: 2, stderr: "want exactly one namespace NAME"},
+		{name: "ns create two names", args: []string{"ns", "create", "a", "b"}, code: 2, stderr: "got 2 arguments"},
+		{name: "ns delete unknown", args: []string{"ns", "delete", "ns9", "--wait", "--json"}, code: 1,
+			json: map[string]any{"state": "ROLLEDBACK", "error": `namespace "ns9" not found`}},
+		{name: "ns delete", args: []string{"ns", "delete", "ns3", "--wait"}, stdout: "delete namespace ns3: done"},
+		{name: "ns list human", args: []string{"ns", "list"}, stdout: "default\nns1\nns2\n"},
+		{name: "ns list extra", args: []string{"ns", "list", "x"}, code: 2, stderr: "takes no arguments"},
+		{name: "ns unknown", args: []string{"ns", "frob"}, code: 2, stderr: "unknown command"},
+		{name: "ns no command", args: []string{"ns"}, code: 2, stderr: "usage: node ns"},
+		{name: "ns help", args: []string{"ns", "-h"}, stdout: "usage: node ns"},
+
+		// Tables.
+		{name: "table create", args: []string{"table", "create", "t1", "--regions", "4", "--wait", "--json"}, json: succeeded},
+		{name: "table create exists", args: []string{"table", "create", "t1", "--wait", "--json"}, code: 1,
+			json: map[string]any{"state": "ROLLEDBACK", "error": "table default:t1 already exists", "proc_id": anID{}}},
+		{name: "table create regions 0", args: []string{"table", "create", "t0", "--regions", "0"}, code: 2, stderr: "--regions 0: want 1 to 10000"},
+		{name: "table create regions too many", args: []string{"table", "create", "t0", "--regions", "10001", "--json"}, code: 2, stderr: "want 1 to 10000"},
+		{name: "table create no name", args: []string{"table", "create", "--regions", "2"}, code: 2, stderr: "want exactly one table NAME"},
+		{name: "table create empty name", args: []string{"table", "create", "ns1:"}, code: 2, stderr: "the name is empty"},
+		{name: "table create namespace clash", args: []string{"table", "create", "ns1:t2", "--namespace", "ns2"}, code: 2, stderr: `--namespace says "ns2"`},
+		{name: "table create qualified", args: []string{"table", "create", "ns1:t2", "--regions", "2", "--wait"}, stdout: "create table ns1:t2 (2 regions): done"},
+		{name: "table create no namespace", args: []string{"table", "create", "t3", "--namespace", "nope", "--wait", "--json"}, code: 1,
+			json: map[string]any{"state": "ROLLEDBACK", "error": `namespace "nope" not found`}},
+		{name: "table create bad name", args: []string{"table", "create", ".t"}, code: 2, stderr: "table name"},
+		{name: "table describe", args: []string{"table", "describe", "t1", "--json"},
+			json:  map[string]any{"namespace": "default", "name": "t1", "state": "ENABLED"},
+			count: map[string]int{"regions": 4}},
+		{name: "table describe region shape", args: []string{"table", "describe", "ns1:t2", "--json"},
+			json: map[string]any{"regions": []any{
+				map[string]any{"name": "ns1:t2,r0", "table": "ns1:t2", "state": "OPEN", "server": "rs1", "proc_id": 0.0},
+				map[string]any{"name": "ns1:t2,r1", "table": "ns1:t2", "state": "OPEN", "server": "rs2", "proc_id": 0.0}}}},
+		{name: "table describe human", args: []string{"table", "describe", "t2", "--namespace", "ns1"}, stdout: "regions  2 (2 OPEN)"},
+		{name: "table describe unknown", args: []string{"table", "describe", "nope", "--json"}, code: 1, json: notFound("table default:nope not found")},
+		{name: "table describe unknown human", args: []string{"table", "describe", "nope"}, code: 1, stderr: "node table list"},
+		{name: "table list", args: []string{"table", "list", "--json"}, count: map[string]int{"tables": 2}},
+		{name: "table list namespace", args: []string{"table", "list", "--namespace", "ns1"}, stdout: "ns1        t2    ENABLED"},
+		{name: "table list empty", args: []string{"table", "list", "--namespace", "ns2", "--json"}, count: map[string]int{"tables": 0}},
+		{name: "table list unknown namespace", args: []string{"table", "list", "--namespace", "nope"}, code: 1, stderr: "not found"},
+		{name: "table delete enabled", args: []string{"table", "delete", "t1", "--wait"}, code: 1, stderr: "table default:t1 is ENABLED, not DISABLED"},
+		{name: "table disable", args: []string{"table", "disable", "default:t1", "--wait", "--json"}, json: succeeded},
+		{name: "table disabled regions", args: []string{"region", "list", "--table", "t1", "--json"},
+			json: map[string]any{"regions": []any{map[string]any{"state": "CLOSED", "server": ""}, map[string]any{}, map[string]any{}, map[string]any{}}}},
+		{name: "table enable", args: []string{"table", "enable", "t1", "--wait"}, stdout: "enable table default:t1: done"},
+		{name: "table disable again", args: []string{"table", "disable", "t1", "--wait"}},
+		{name: "table delete", args: []string{"table", "delete", "t1", "--wait", "--json"}, json: succeeded},
+		{name: "table delete gone", args: []string{"table", "delete", "t1", "--wait"}, code: 1, stderr: "table default:t1 not found"},
+		{name: "table unknown", args: []string{"table", "drop", "t1"}, code: 2, stderr: "unknown command"},
+
+		// Regions.
+		{name: "region list", args: []string{"region", "list", "--json"}, count: map[string]int{"regions": 2}},
+		{name: "region list human", args: []string{"region", "list", "--table", "ns1:t2"}, stdout: "TABLE   REGION     STATE  SERVER  PROC"},
+		{name: "region list unknown table", args: []string{"region", "list", "--table", "nope", "--json"}, code: 1, json: notFound("table default:nope not found")},
+		{name: "region move unknown server", args: []string{"region", "move", "ns1:t2,r0", "--to", "rs9"}, code: 1, stderr: "node rs list"},
+		{name: "region move unknown region", args: []string{"region", "move", "x", "--to", "rs2", "--json"}, code: 1, json: notFound("region x not found")},
+		{name: "region move to a suspect", before: func() { fc.AddServer("rs3", "127.0.0.1:16022"); fc.SetLeaseState("rs3", "suspect") },
+			args: []string{"region", "move", "ns1:t2,r0", "--to", "rs3"}, code: 1, stderr: "region server rs3 is suspect, not live"},
+		{name: "region move", args: []string{"region", "move", "ns1:t2,r0", "--to", "rs2", "--wait", "--json"}, json: succeeded},
+		{name: "region move no region", args: []string{"region", "move", "--to", "rs2"}, code: 2, stderr: "want exactly one REGION"},
+		{name: "region moved", args: []string{"region", "list", "--json"},
+			json: map[string]any{"regions": []any{map[string]any{"name": "ns1:t2,r0", "server": "rs2"}, map[string]any{"server": "rs2"}}}},
+
+		// Region servers.
+		{name: "rs list", args: []string{"rs", "list", "--json"}, count: map[string]int{"servers": 3},
+			json: map[string]any{"servers": []any{
+				map[string]any{"id": "rs1", "address": "127.0.0.1:16020", "lease_state": "live", "region_count": 0.0},
+				map[string]any{"id": "rs2", "lease_state": "live", "region_count": 2.0},
+				map[string]any{"id": "rs3", "lease_state": "suspect"}}}},
+		{name: "rs list human", args: []string{"rs", "list"}, stdout: "LEASE    REGIONS  LAST RENEWAL"},
+		{name: "rs regions", args: []string{"rs", "regions", "rs2", "--json"},
+			json: map[string]any{"server": "rs2", "hosted": []any{"ns1:t2,r0", "ns1:t2,r1"}, "assigned": []any{"ns1:t2,r0", "ns1:t2,r1"}}},
+		{name: "rs regions none", args: []string{"rs", "regions", "rs1", "--json"}, json: map[string]any{"server": "rs1", "hosted": []any{}, "assigned": []any{}}},
+		{name: "rs regions differ", before: func() { fc.SetHosted("rs2", "ns1:t2,r1", "ns1:t2,r9") },
+			args: []string{"rs", "regions", "rs2"}, stdout: "the answers differ: 1 only hosted, 1 only assigned"},
+		{name: "rs regions differ json", args: []string{"rs", "regions", "rs2", "--json"},
+			json: map[string]any{"hosted": []any{"ns1:t2,r1", "ns1:t2,r9"}, "assigned": []any{"ns1:t2,r0", "ns1:t2,r1"}}},
+		{name: "rs regions unreachable", before: func() {
+			fc.Inject("ServerRegions", status.Error(codes.FailedPrecondition, "region server rs2: connection refused"))
+		},
+			args: []string{"rs", "regions", "rs2"}, code: 1, stderr: "could not ask the region server"},
+		{name: "rs regions unknown", args: []string{"rs", "regions", "rs9"}, code: 1, stderr: "node rs list"},
+		{name: "rs regions no server", args: []string{"rs", "regions"}, code: 2, stderr: "want exactly one region SERVER"},
+
+		// Balance.
+		{name: "balance", args: []string{"balance", "--wait", "--json"}, json: succeeded},
+		{name: "balanced", args: []string{"rs", "list", "--json"},
+			json: map[string]any{"servers": []any{map[string]any{"region_count": 1.0}, map[string]any{"region_count": 1.0}, map[string]any{"region_count": 0.0}}}},
+		{name: "balance no wait", args: []string{"balance"}, stdout: "balance: procedure"},
+		{name: "balance extra", args: []string{"balance", "now"}, code: 2, stderr: "takes no arguments"},
+		{name: "balance help", args: []string{"balance", "-h"}, stderr: "usage: node balance"},
+
+		// The cluster unavailable.
+		{name: "unavailable", args: []string{"table", "list", "--addr", clienttest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3,
+			json: map[string]any{"error": map[string]any{"code": "UNAVAILABLE", "exit_code": 3.0}}},
+		{name: "unavailable human", args: []string{"table", "create", "t9", "--addr", clienttest.DeadAddr(t), "--timeout", "300ms"}, code: 3, stderr: "unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, env) })
+	}
+}
+
+func TestLockCommands(t *testing.T) {
+	fc := clienttest.Start(t, 1)
+	env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+	var a, b string // lock ids, as the acquisitions print them
+	id := func(doc map[string]any) string { return strconv.FormatFloat(doc["lock_id"].(float64), 'f', -1, 64) }
+	for _, tc := range []struct {
+		cliCase
+		args func() []string // instead of cliCase.args, for ids known only then
+		save *string         // where to keep the lock id printed
+	}{
+		{cliCase: cliCase{name: "no kind", args: []string{"lock", "acquire", "--name", "t"}, code: 2, stderr: "--kind is required"}},
+		{cliCase: cliCase{name: "bad kind", args: []string{"lock", "acquire", "--kind", "row", "--name", "t"}, code: 2, stderr: `--kind "row": want one of namespace, table, region`}},
+		{cliCase: cliCase{name: "no name", args: []string{"lock", "acquire", "--kind", "table"}, code: 2, stderr: "--name is required"}},
+		{cliCase: cliCase{name: "two tables", args: []string{"lock", "acquire", "--kind", "table", "--name", "a", "--name", "b"}, code: 2, stderr: "takes one --name"}},
+		{cliCase: cliCase{name: "positional", args: []string{"lock", "acquire", "--kind", "table", "t"}, code: 2, stderr: "takes no arguments"}},
+		{cliCase: cliCase{name: "exclusive", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--exclusive", "--json"},
+			json: map[string]any{"id": anID{}, "lock_id": anID{}, "state": "ACQUIRED", "lease_timeout_ms": 2000.0}}, save: &a},
+		{cliCase: cliCase{name: "shared waits", args: []string{"lock", "acquire", "--kind", "TABLE", "--name", "default:t", "--holder", "me", "--json"},
+			json: map[string]any{"state": "WAITING"}}, save: &b},
+		{cliCase: cliCase{name: "waiting heartbeat", code: 0, stdout: "WAITING; lease renewed for 2s"}, args: func() []string { return []string{"lock", "heartbeat", b} }},
+		{cliCase: cliCase{name: "region locks", args: []string{"lock", "acquire", "--kind", "region", "--name", "r1", "--name", "r2"},
+			stdout: "ACQUIRED: shared region lock on r1, r2"}},
+		{cliCase: cliCase{name: "release", stdout: "RELEASED"}, args: func() []string { return []string{"lock", "release", a} }},
+		{cliCase: cliCase{name: "release again", json: map[string]any{"state": "RELEASED"}}, args: func() []string { return []string{"lock", "release", a, "--json"} }},
+		{cliCase: cliCase{name: "granted", json: map[string]any{"state": "ACQUIRED"}}, args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
+		{cliCase: cliCase{name: "expired heartbeat", code: 1, json: map[string]any{"state": "EXPIRED"}, stderr: "its lease ran out",
+			before: func() { fc.SetLockTimeout(20 * time.Millisecond); time.Sleep(50 * time.Millisecond) }},
+			args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
+		{cliCase: cliCase{name: "expired release", code: 1, stdout: "EXPIRED", stderr: "EXPIRED"}, args: func() []string { return []string{"lock", "release", b} }},
+		{cliCase: cliCase{name: "unknown lock", args: []string{"lock", "heartbeat", "999", "--json"}, code: 1,
+			json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "lock 999 not found"}}}},
+		{cliCase: cliCase{name: "unknown lock human", args: []string{"lock", "release", "999"}, code: 1, stderr: "acquire a new one"}},
+		{cliCase: cliCase{name: "bad id", args: []string{"lock", "release", "x"}, code: 2, stderr: "want a positive integer"}},
+		{cliCase: cliCase{name: "no id", args: []string{"lock", "heartbeat"}, code: 2, stderr: "want exactly one lock ID"}},
+		{cliCase: cliCase{name: "lock unknown", args: []string{"lock", "steal"}, code: 2, stderr: "unknown command"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cliCase
+			if tc.args != nil {
+				c.args = tc.args()
+			}
+			doc := c.check(t, env)
+			if tc.save != nil {
+				*tc.save = id(doc)
+			}
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a running command writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runInBackground runs a command in-process until it ends or the returned
+// cancel (an interrupt) is called; the exit code arrives on the channel.
+func runInBackground(env map[string]string, args ...string) (stdout, stderr *lockedBuffer, cancel context.CancelFunc, done chan int) {
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: func(k string) string { return env[k] }}
+	done = make(chan int, 1)
+	go func() { done <- c.run(args) }()
+	return stdout, stderr, cancel, done
+}
+
+// waitUntil polls cond for up to 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func exitOf(t *testing.T, done chan int) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end")
+		return -1
+	}
+}
+
+// TestLockKeepalive: --keepalive holds a lock across many leases, prints
+// its one JSON document once the lock is acquired, and releases it when
+// interrupted; it exits 1 when the lock is lost, and 3 when no heartbeat
+// gets through for a whole lease.
+func TestLockKeepalive(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	lockID := regexp.MustCompile(`lock (\d+) ACQUIRED`)
+
+	t.Run("waits, holds, releases", func(t *testing.T) {
+		fc := clienttest.Start(t, 1)
+		fc.SetLockTimeout(lease)
+		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		var first lockJSON
+		if err := json.Unmarshal([]byte(out), &first); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--json")
+		defer interrupt()
+		// Ours waits: nothing printed yet. The first holder's lease runs
+		// out (nobody renews it), and ours, renewed, is granted.
+		time.Sleep(lease / 2)
+		if s := stdout.String(); s != "" {
+			t.Fatalf("printed while waiting: %s", s)
+		}
+		waitUntil(t, "the JSON document", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
+		var doc lockJSON
+		if err := json.Unmarshal([]byte(stdout.String()), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if fc.LockState(first.LockID) != "EXPIRED" || doc.LockID == first.LockID {
+			t.Fatalf("first %d %s, ours %+v", first.LockID, fc.LockState(first.LockID), doc)
+		}
+		time.Sleep(4 * lease) // held across several leases by the heartbeats
+		if st := fc.LockState(doc.LockID); st != "ACQUIRED" {
+			t.Fatalf("after 4 leases: %s\nstderr: %s", st, stderr.String())
+		}
+		interrupt()
+		if code := exitOf(t, done); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		if st := fc.LockState(doc.LockID); st != "RELEASED" {
+			t.Fatalf("after the interrupt: %s", st)
+		}
+		dec := json.NewDecoder(strings.NewReader(stdout.String()))
+		var v any
+		_ = dec.Decode(&v)
+		if dec.More() {
+			t.Fatalf("more than one JSON document:\n%s", stdout.String())
+		}
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		fc := clienttest.Start(t, 1)
+		fc.SetLockTimeout(lease)
+		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--keepalive")
+		defer interrupt()
+		waitUntil(t, "the lock", func() bool { return lockID.MatchString(stdout.String()) })
+		id := lockID.FindStringSubmatch(stdout.String())[1]
+		// Someone else releases it.
+		if code, _, errs := runCLI(t, env, "lock", "release", id); code != 0 {
+			t.Fatalf("release: %d %s", code, errs)
+		}
+		if code := exitOf(t, done); code != 1 {
+			t.Fatalf("exit %d, want 1\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "is RELEASED: it is no longer held") || !strings.Contains(stdout.String(), "RELEASED") {
+			t.Fatalf("stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+		}
+	})
+
+	t.Run("cluster unavailable for a lease", func(t *testing.T) {
+		fc := clienttest.Start(t, 1)
+		fc.SetLockTimeout(lease)
+		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive")
+		defer interrupt()
+		waitUntil(t, "the lock", func() bool { return lockID.MatchString(stdout.String()) })
+		fc.SetLeader(-1)
+		if code := exitOf(t, done); code != 3 {
+			t.Fatalf("exit %d, want 3\nstderr: %s", code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "its whole lease: it has expired") {
+			t.Fatalf("stderr: %s", stderr.String())
+		}
+	})
+
+	t.Run("a failover shorter than the lease", func(t *testing.T) {
+		fc := clienttest.Start(t, 2)
+		fc.SetLockTimeout(4 * lease)
+		env := map[string]string{"BATON_ADDR": strings.Join(fc.Addrs(), ",")}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive", "--json")
+		defer interrupt()
+		waitUntil(t, "the lock", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
+		fc.SetLeader(-1) // a third of the lease, well within it
+		time.Sleep(lease + lease/3)
+		fc.SetLeader(1)
+		time.Sleep(4 * lease)
+		interrupt()
+		if code := exitOf(t, done); code != 0 {
+			t.Fatalf("exit %d, want 0\nstderr: %s", code, stderr.String())
+		}
+	})
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
+)
+
+var lockUsage = `usage: node lock <command> [flags]
+
+commands:
+  acquire --kind K --name N [--name N2 ...] [--exclusive] [--holder H] [--keepalive]
+                    take a shared (or exclusive) lock on a namespace, a table
+                    (NAME or NS:NAME) or regions; it is held by a lease that
+                    must be renewed: --keepalive renews it until interrupted,
+                    then releases it
+  heartbeat ID      renew a lock's lease
+  release ID        release a lock (or stop waiting for it)
+` + fmt.Sprintf(clientFlagsNote, "lock")
+
+var lockAdvice = map[codes.Code]string{
+	codes.InvalidArgument:    invalidAdvice,
+	codes.NotFound:           "no such lock: it may have been released or expired and then forgotten; acquire a new one",
+	codes.FailedPrecondition: "the lock's state does not allow this",
+}
+
+func (c *cli) lock(args []string) int {
+	return c.subcommands("lock", lockUsage, args, map[string]func([]string) int{
+		"acquire":   c.lockAcquire,
+		"heartbeat": func(a []string) int { return c.lockByID("heartbeat", a) },
+		"release":   func(a []string) int { return c.lockByID("release", a) },
+	})
+}
+
+// namesFlag collects repeated --name.
+type namesFlag []string
+
+func (n *namesFlag) String() string { return strings.Join(*n, ",") }
+
+func (n *namesFlag) Set(s string) error {
+	if s = strings.TrimSpace(s); s == "" {
+		return fmt.Errorf("empty name")
+	}
+	*n = append(*n, s)
+	return nil
+}
+
+// lockJSON is the --json document of every lock command. id and lock_id
+// are both the lock's id.
+type lockJSON struct {
+	ID             uint64 `json:"id"`
+	LockID         uint64 `json:"lock_id"`
+	State          string `json:"state"`
+	LeaseTimeoutMs int64  `json:"lease_timeout_ms"`
+}
+
+func toLockJSON(r *adminpb.LockResponse) lockJSON {
+	return lockJSON{ID: r.GetLockId(), LockID: r.GetLockId(), State: r.GetState(), LeaseTimeoutMs: r.GetLeaseTimeoutMs()}
+}
+
+var lockKinds = []string{client.LockNamespace, client.LockTable, client.LockRegion}
+
+// defaultHolder names the lock's holder when --holder is not given: who
+// and where, enough to find the process holding a lock.
+func (c *cli) defaultHolder() string {
+	host, _ := os.Hostname()
+	user := c.getenv("USER")
+	if user == "" {
+		user = "unknown"
+	}
+	return fmt.Sprintf("%s@%s:%d", user, host, os.Getpid())
+}
+
+func (c *cli) lockAcquire(args []string) int {
+	e := c.command("lock acquire", "--kind namespace|table|region --name N [--name N2 ...] [--exclusive] [--holder H] [--description D] [--nonce N] [--keepalive]", lockAdvice)
+	kind := e.fs.String("kind", "", "what to lock: namespace, table or region")
+	var names namesFlag
+	e.fs.Var(&names, "name", "the namespace, the table (NAME or NS:NAME) or a region to lock (repeatable for regions)")
+	exclusive := e.fs.Bool("exclusive", false, "lock exclusively (default: shared)")
+	holder := e.fs.String("holder", "", "who holds the lock (informational; default user@host:pid)")
+	desc := e.fs.String("description", "", "why the lock is held (informational)")
+	keepalive := e.fs.Bool("keepalive", false, "renew the lease until interrupted (SIGINT, SIGTERM), then release the lock; with --json the one document is printed once the lock is ACQUIRED")
+	nonce := e.nonceFlag()
+	if _, code, ok := e.parse(args, 0, ""); !ok {
+		return code
+	}
+	*kind = strings.ToLower(strings.TrimSpace(*kind))
+	switch {
+	case *kind == "":
+		return e.fail(usagef("--kind is required: one of %s", strings.Join(lockKinds, ", ")))
+	case !slices.Contains(lockKinds, *kind):
+		return e.fail(usagef("--kind %q: want one of %s", *kind, strings.Join(lockKinds, ", ")))
+	case len(names) == 0:
+		return e.fail(usagef("--name is required: what %s to lock", *kind))
+	case *kind != client.LockRegion && len(names) > 1:
+		return e.fail(usagef("a %s lock takes one --name, got %d (only region locks take several)", *kind, len(names)))
+	}
+	if *kind == client.LockTable {
+		// The API names tables "ns:name"; accept NAME as the table commands do.
+		ns, name, err := splitTable(names[0], "")
+		if err != nil {
+			return e.fail(err)
+		}
+		names[0] = ns + ":" + name
+	}
+	if *holder == "" {
+		*holder = c.defaultHolder()
+	}
+	cl, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer cl.Close()
+	r, err := cl.AcquireLock(c.ctx, *kind, names, *exclusive, *holder, *desc, *nonce)
+	if err != nil {
+		return e.fail(err)
+	}
+	mode := "shared"
+	if *exclusive {
+		mode = "exclusive"
+	}
+	what := fmt.Sprintf("%s %s lock on %s", mode, *kind, strings.Join(names, ", "))
+	if *keepalive {
+		return e.keepalive(cl, r, what)
+	}
+	if e.cf.json {
+		c.printJSON(toLockJSON(r))
+	} else {
+		id := r.GetLockId()
+		fmt.Fprintf(c.stdout, "lock %d %s: %s\n", id, r.GetState(), what)
+		if r.GetState() == client.LockWaiting {
+			fmt.Fprintf(c.stdout, "  waiting for a conflicting lock to be released\n")
+		}
+		if client.LockHeld(r.GetState()) {
+			fmt.Fprintf(c.stdout, "  renew its lease within %s with 'node lock heartbeat %d'; release it with 'node lock release %d'\n",
+				leaseString(r), id, id)
+		}
+	}
+	return c.lockOutcome(r, "")
+}
+
+// leaseString says how long r's lease lasts: "2s".
+func leaseString(r *adminpb.LockResponse) string {
+	if ms := r.GetLeaseTimeoutMs(); ms > 0 {
+		return (time.Duration(ms) * time.Millisecond).String()
+	}
+	return "the lease time (the cluster did not say)"
+}
+
+// lockOutcome is the exit code of a lock command that got answer r: a lock
+// that is neither waiting nor held (nor released as asked) is lost, exit 1.
+func (c *cli) lockOutcome(r *adminpb.LockResponse, released string) int {
+	st := r.GetState()
+	if client.LockHeld(st) || st == released {
+		return exitOK
+	}
+	switch st {
+	case client.LockExpired:
+		fmt.Fprintf(c.stderr, "lock %d EXPIRED: its lease ran out before it was renewed, and it was released without its holder\n", r.GetLockId())
+	default:
+		fmt.Fprintf(c.stderr, "lock %d is %s: it is no longer held\n", r.GetLockId(), st)
+	}
+	return exitFailed
+}
+
+// heartbeatEvery is how often keepalive renews a lease: three times per
+// lease, so that one lost heartbeat (or a leader election) does not cost
+// the lock.
+func heartbeatEvery(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		return time.Second // the cluster did not say: a common lease is many seconds
+	}
+	return min(max(lease/3, 10*time.Millisecond), 10*time.Second)
+}
+
+// keepalive renews lock r's lease until the command is interrupted, then
+// releases it. Exit 0 once released; 1 if the lock was lost (expired or
+// released by someone else); 3 if no heartbeat got through for a whole
+// lease, after which the lock is expired as far as anyone can tell.
+func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string) int {
+	c := e.c
+	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM) // SIGINT is handled by run
+	defer stop()
+	id := r.GetLockId()
+	lease := time.Duration(r.GetLeaseTimeoutMs()) * time.Millisecond
+	printed := false // the one --json document
+	show := func(r *adminpb.LockResponse) {
+		if !e.cf.json {
+			fmt.Fprintf(c.stdout, "%s lock %d %s: %s\n", time.Now().Format("15:04:05.000"), id, r.GetState(), what)
+		} else if !printed && (r.GetState() == client.LockAcquired || !client.LockHeld(r.GetState())) {
+			c.printJSON(toLockJSON(r))
+			printed = true
+		}
+	}
+	show(r)
+	if !client.LockHeld(r.GetState()) {
+		return c.lockOutcome(r, "")
+	}
+	if !e.cf.json {
+		fmt.Fprintf(c.stdout, "  renewing its lease (%s) every %s; interrupt to release it\n", leaseString(r), heartbeatEvery(lease))
+	}
+	// deadline is when the lease runs out if no heartbeat gets through: a
+	// heartbeat is retried (through failovers) until then, and no longer.
+	deadline := time.Now().Add(lease)
+	tick := time.NewTicker(heartbeatEvery(lease))
+	defer tick.Stop()
+	state := r.GetState()
+	for {
+		select {
+		case <-ctx.Done():
+			return e.releaseAtEnd(cl, id, printed)
+		case <-tick.C:
+		}
+		hctx, cancel := ctx, context.CancelFunc(func() {})
+		if lease > 0 {
+			hctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		sent := time.Now()
+		hr, err := cl.LockHeartbeat(hctx, id)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			continue // interrupted: release
+		case err != nil && lease > 0 && !time.Now().Before(deadline):
+			fmt.Fprintf(c.stderr, "node lock acquire: no heartbeat of lock %d got through for %s, its whole lease: it has expired (last error: %s)\n",
+				id, lease, status.Convert(err).Message())
+			return exitUnavailable
+		case err != nil && (status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded) && lease > 0:
+			continue // the lease has time left: try again at the next tick
+		case err != nil:
+			return e.failAfter(err, printed)
+		}
+		if l := time.Duration(hr.GetLeaseTimeoutMs()) * time.Millisecond; l > 0 && l != lease {
+			// The leader's lease differs (a new leader, configured
+			// otherwise): heartbeat at its pace.
+			lease = l
+			tick.Reset(heartbeatEvery(lease))
+		}
+		// The master renewed the lease no earlier than the heartbeat left.
+		deadline = sent.Add(lease)
+		if hr.GetState() != state {
+			state = hr.GetState()
+			show(hr)
+		}
+		if !client.LockHeld(state) {
+			return c.lockOutcome(hr, "")
+		}
+	}
+}
+
+// releaseAtEnd releases lock id once keepalive was interrupted, within the
+// command's --timeout (the command's context is done by then).
+func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool) int {
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cf.timeout)
+	defer cancel()
+	r, err := cl.ReleaseLock(ctx, id)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "node lock acquire: could not release lock %d; it expires when its lease runs out\n", id)
+		return e.failAfter(err, printed)
+	}
+	if e.cf.json {
+		if !printed {
+			c.printJSON(toLockJSON(r))
+		}
+	} else {
+		fmt.Fprintf(c.stdout, "%s lock %d %s\n", time.Now().Format("15:04:05.000"), id, r.GetState())
+	}
+	return c.lockOutcome(r, client.LockReleased)
+}
+
+func (c *cli) lockByID(verb string, args []string) int {
+	e := c.command("lock "+verb, "ID", lockAdvice)
+	pos, code, ok := e.parse(args, 1, "lock ID")
+	if !ok {
+		return code
+	}
+	id, err := strconv.ParseUint(pos[0], 10, 64)
+	if err != nil || id == 0 {
+		return e.fail(usagef("lock id %q: want a positive integer, as printed by 'node lock acquire'", pos[0]))
+	}
+	cl, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer cl.Close()
+	var r *adminpb.LockResponse
+	released := ""
+	if verb == "heartbeat" {
+		r, err = cl.LockHeartbeat(c.ctx, id)
+	} else {
+		r, err = cl.ReleaseLock(c.ctx, id)
+		released = client.LockReleased
+	}
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.cf.json {
+		c.printJSON(toLockJSON(r))
+	} else {
+		fmt.Fprintf(c.stdout, "lock %d %s", id, r.GetState())
+		if verb == "heartbeat" && client.LockHeld(r.GetState()) {
+			fmt.Fprintf(c.stdout, "; lease renewed for %s", leaseString(r))
+		}
+		fmt.Fprintln(c.stdout)
+	}
+	return c.lockOutcome(r, released)
+}
+
+// failAfter is fail for a command that may have printed its one --json
+// document already: then the error goes to stderr only.
+func (e *command) failAfter(err error, printed bool) int {
+	if printed {
+		e.cf.json = false
+	}
+	return e.fail(err)
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/cluster/rs"
+)
+
+// regionServerEnv maps each `node regionserver` flag to its environment
+// variable. --masters shares BATON_MASTERS with anything else that needs
+// the masters' admin addresses (docker-compose sets it once).
+var regionServerEnv = map[string]string{
+	"id":                 "BATON_RS_ID",
+	"grpc-addr":          "BATON_RS_GRPC_ADDR",
+	"masters":            "BATON_MASTERS",
+	"op-latency":         "BATON_RS_OP_LATENCY",
+	"failure-rate":       "BATON_RS_FAILURE_RATE",
+	"heartbeat-interval": "BATON_RS_HEARTBEAT_INTERVAL",
+}
+
+// regionServerStopTimeout bounds a graceful stop: in-flight batches are
+// interrupted at once, so this only waits for connections to drain.
+const regionServerStopTimeout = 10 * time.Second
+
+// regionserver runs `node regionserver`: parses its flags, then runs a
+// simulated region server until SIGINT or SIGTERM.
+func (c *cli) regionserver(args []string) int {
+	cfg, err := parseRegionServerFlags(args, c.getenv, c.stderr)
+	if err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(c.stderr, "node regionserver: %s\nrun 'node regionserver -h' for usage\n", ue.msg)
+			return exitUsage
+		}
+		return parseFailed(err)
+	}
+	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runRegionServer(ctx, cfg, c.stdout, c.stderr); err != nil {
+		fmt.Fprintf(c.stderr, "node regionserver: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// parseRegionServerFlags reads `node regionserver` flags, each defaulting
+// to its environment variable (flags win), and validates them. Flag syntax
+// errors are reported by the flag package on stderr and returned as is;
+// invalid values come back as a *usageError naming every problem.
+func parseRegionServerFlags(args []string, getenv func(string) string, stderr io.Writer) (rs.Config, error) {
+	fs := flag.NewFlagSet("node regionserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	// Every flag is read as a string so that a bad value, from a flag or
+	// from the environment, is reported with all the other problems.
+	str := func(name, usage string) *string {
+		return fs.String(name, getenv(regionServerEnv[name]), usage+" (env "+regionServerEnv[name]+")")
+	}
+	id := str("id", "this region server's id, unique among region servers and stable across restarts")
+	grpcAddr := str("grpc-addr", "host:port the RegionServer service listens on and the masters call; must name this host")
+	masters := str("masters", "admin addresses host:port,... of the masters (any subset; the leader is found through hints)")
+	opLatency := str("op-latency", "time each region open or close takes, e.g. 50ms (default 0)")
+	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
+	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: node regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
+			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
+			"leading master and heartbeats until SIGINT or SIGTERM.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return rs.Config{}, err
+	}
+	cfg := rs.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr)}
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if len(pos) > 0 {
+		bad("takes no arguments, got %q", pos)
+	}
+	if cfg.ID == "" {
+		bad("--id is required")
+	}
+	if cfg.GRPCAddr == "" {
+		bad("--grpc-addr is required")
+	} else if err := checkAddr("--grpc-addr", cfg.GRPCAddr, false); err != nil {
+		bad("%v", err)
+	}
+	named := 0
+	for _, m := range strings.Split(*masters, ",") {
+		if m = strings.TrimSpace(m); m == "" {
+			continue
+		}
+		named++
+		if err := checkAddr("--masters", m, false); err != nil {
+			bad("%v", err)
+			continue
+		}
+		cfg.Masters = append(cfg.Masters, m)
+	}
+	if named == 0 {
+		bad("--masters is required: the admin addresses of the masters, e.g. --masters 10.0.0.1:7070,10.0.0.2:7070")
+	}
+	duration := func(flagName, v string, dst *time.Duration) {
+		if v = strings.TrimSpace(v); v == "" {
+			return
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			bad("--%s %q: want a duration ≥ 0 such as 50ms or 1s", flagName, v)
+			return
+		}
+		*dst = d
+	}
+	duration("op-latency", *opLatency, &cfg.OpLatency)
+	duration("heartbeat-interval", *heartbeat, &cfg.HeartbeatInterval)
+	if v := strings.TrimSpace(*failureRate); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
+			bad("--failure-rate %q: want a probability between 0 and 1, e.g. 0.05", v)
+		} else {
+			cfg.FailureRate = f
+		}
+	}
+	if len(problems) > 0 {
+		return cfg, &usageError{strings.Join(problems, "\n  ")}
+	}
+	// The flags' checks above name the flags; this one catches whatever
+	// rs adds later.
+	if err := cfg.Validate(); err != nil {
+		return cfg, usagef("%v", err)
+	}
+	return cfg, nil
+}
+
+// runRegionServer runs a region server until ctx ends (SIGINT, SIGTERM),
+// printing where it listens.
+func runRegionServer(ctx context.Context, cfg rs.Config, stdout, stderr io.Writer) error {
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "baton.rs." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+	s, err := rs.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "baton region server %q running\n  RegionServer (gRPC): %s\n  masters:             %s\n",
+		cfg.ID, s.Addr(), strings.Join(cfg.Masters, ","))
+	if cfg.OpLatency > 0 || cfg.FailureRate > 0 {
+		fmt.Fprintf(stdout, "  op latency:          %v\n  failure rate:        %g\n", cfg.OpLatency, cfg.FailureRate)
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), regionServerStopTimeout)
+	defer cancel()
+	return s.Stop(sctx)
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster/rs"
+	"github.com/baton-dev/baton/cluster/rspb"
+)
+
+func TestParseRegionServerFlags(t *testing.T) {
+	base := []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:16020", "--masters", "10.0.0.1:7070,10.0.0.2:7070"}
+	masters := []string{"10.0.0.1:7070", "10.0.0.2:7070"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want rs.Config
+		err  string // substring of the usage error; "" = valid
+	}{
+		{name: "required only", args: base, want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters}},
+		{name: "all flags", args: append(base, "--op-latency", "50ms", "--failure-rate", "0.25", "--heartbeat-interval", "2s"),
+			want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 50 * time.Millisecond, FailureRate: 0.25, HeartbeatInterval: 2 * time.Second}},
+		{name: "flags after equals", args: []string{"--id=rs1", "--grpc-addr=h:1", "--masters=m:1", "--failure-rate=1"},
+			want: rs.Config{ID: "rs1", GRPCAddr: "h:1", Masters: []string{"m:1"}, FailureRate: 1}},
+		{name: "all from env", env: map[string]string{"BATON_RS_ID": "rs2", "BATON_RS_GRPC_ADDR": "rs2:16020", "BATON_MASTERS": " m1:7070, m2:7070 ,",
+			"BATON_RS_OP_LATENCY": "1s", "BATON_RS_FAILURE_RATE": "0", "BATON_RS_HEARTBEAT_INTERVAL": "500ms"},
+			want: rs.Config{ID: "rs2", GRPCAddr: "rs2:16020", Masters: []string{"m1:7070", "m2:7070"}, OpLatency: time.Second, HeartbeatInterval: 500 * time.Millisecond}},
+		{name: "flag beats env", env: map[string]string{"BATON_RS_ID": "envid", "BATON_RS_OP_LATENCY": "nonsense"}, args: append(base, "--op-latency", "5ms"),
+			want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 5 * time.Millisecond}},
+		{name: "missing everything", err: "--id is required\n  --grpc-addr is required\n  --masters is required"},
+		{name: "blank masters", args: []string{"--id", "a", "--grpc-addr", "h:1", "--masters", " , "}, err: "--masters is required"},
+		{name: "wildcard grpc", args: []string{"--id", "a", "--grpc-addr", "0.0.0.0:1", "--masters", "m:1"}, err: "not a wildcard"},
+		{name: "bad master", args: []string{"--id", "a", "--grpc-addr", "h:1", "--masters", "m:1,nope"}, err: `--masters "nope"`},
+		{name: "bad latency", args: append(base, "--op-latency", "fast"), err: "--op-latency"},
+		{name: "negative latency", args: append(base, "--op-latency", "-1s"), err: "--op-latency"},
+		{name: "bad env latency", env: map[string]string{"BATON_RS_OP_LATENCY": "x"}, args: base, err: "--op-latency \"x\""},
+		{name: "rate above 1", args: append(base, "--failure-rate", "1.5"), err: "--failure-rate"},
+		{name: "rate not a number", args: append(base, "--failure-rate", "often"), err: "--failure-rate"},
+		{name: "rate NaN", args: append(base, "--failure-rate", "NaN"), err: "--failure-rate"},
+		{name: "bad heartbeat", args: append(base, "--heartbeat-interval", "-5s"), err: "--heartbeat-interval"},
+		{name: "positional", args: append(base, "extra"), err: "takes no arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRegionServerExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"regionserver", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"regionserver"}, 2, "--id is required"},
+		{[]string{"regionserver", "-h"}, 0, "usage: node regionserver"},
+		{[]string{"regionserver", "--id", "a", "--grpc-addr", "h:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'node regionserver -h'"},
+	} {
+		code, _, stderr := runCLI(t, nil, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("%v: exit %d, want %d; stderr %q, want it to contain %q", tc.args, code, tc.code, stderr, tc.stderr)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from the command's goroutine
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// registrar is a master that accepts every registration and heartbeat.
+type registrar struct {
+	rspb.UnimplementedMasterServer
+	got chan *rspb.RegisterServerRequest
+}
+
+func (r *registrar) RegisterServer(_ context.Context, req *rspb.RegisterServerRequest) (*rspb.RegisterServerResponse, error) {
+	select {
+	case r.got <- req:
+	default:
+	}
+	return &rspb.RegisterServerResponse{StartCode: 7, HeartbeatIntervalMs: 50, Term: 1}, nil
+}
+
+func (r *registrar) Heartbeat(context.Context, *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
+	return &rspb.HeartbeatResponse{Term: 1}, nil
+}
+
+// TestRunRegionServer runs the command in-process: it prints where it
+// listens, registers with the master under that address, serves
+// ListRegions, and exits 0 when interrupted.
+func TestRunRegionServer(t *testing.T) {
+	mlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &registrar{got: make(chan *rspb.RegisterServerRequest, 1)}
+	g := grpc.NewServer()
+	rspb.RegisterMasterServer(g, reg)
+	go func() { _ = g.Serve(mlis) }()
+	defer g.Stop()
+
+	rsLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsAddr := rsLis.Addr().String()
+	_ = rsLis.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	done := make(chan int, 1)
+	go func() {
+		done <- c.run([]string{"regionserver", "--id", "rs9", "--grpc-addr", rsAddr, "--masters", mlis.Addr().String(), "--op-latency", "1ms"})
+	}()
+	select {
+	case req := <-reg.got:
+		if req.GetServerId() != "rs9" || req.GetAddress() != rsAddr {
+			t.Fatalf("registration %v, want rs9 at %s", req, rsAddr)
+		}
+	case code := <-done:
+		t.Fatalf("exited %d before registering; stderr: %s", code, errb.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no registration; stderr: %s", errb.String())
+	}
+	if s := out.String(); !strings.Contains(s, `baton region server "rs9" running`) || !strings.Contains(s, rsAddr) {
+		t.Fatalf("stdout %q: want the id and the address", s)
+	}
+	cc, err := grpc.NewClient(rsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	// The master has answered; the server takes the start code just after.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		lr, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+		if err == nil && lr.GetServerId() == "rs9" && lr.GetStartCode() == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ListRegions: %v, %v; want rs9 with start code 7", lr, err)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d after interrupt; stderr: %s", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still running after interrupt")
+	}
+}

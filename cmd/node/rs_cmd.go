@@ -1,0 +1,170 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+var rsUsage = `usage: node rs <command> [flags]
+
+commands:
+  list              the region servers: address, lease state (live, suspect,
+                    expired), region count, last lease renewal
+  regions SERVER    the regions a server hosts by its own answer, beside those
+                    the master assigns to it
+` + fmt.Sprintf(clientFlagsNote, "rs")
+
+var rsAdvice = map[codes.Code]string{
+	codes.InvalidArgument: invalidAdvice,
+	codes.NotFound:        "list the region servers with 'node rs list'",
+	// The master answers so when it cannot reach the region server.
+	codes.FailedPrecondition: "the master could not ask the region server: check that it runs ('node rs list' shows its lease)",
+}
+
+func (c *cli) rs(args []string) int {
+	return c.subcommands("rs", rsUsage, args, map[string]func([]string) int{
+		"list":    c.rsList,
+		"regions": c.rsRegions,
+	})
+}
+
+// serverJSON is the JSON shape of a region server.
+type serverJSON struct {
+	ID            string `json:"id"`
+	Address       string `json:"address"`
+	StartCode     uint64 `json:"start_code"`
+	LeaseState    string `json:"lease_state"`
+	LastRenewalAt string `json:"last_renewal_at"`
+	RegionCount   int32  `json:"region_count"`
+}
+
+// serversJSON is the --json document of rs list.
+type serversJSON struct {
+	Servers []serverJSON `json:"servers"`
+}
+
+func (c *cli) rsList(args []string) int {
+	e := c.command("rs list", "", rsAdvice)
+	if _, code, ok := e.parse(args, 0, ""); !ok {
+		return code
+	}
+	cl, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer cl.Close()
+	servers, err := cl.ListServers(c.ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.cf.json {
+		doc := serversJSON{Servers: []serverJSON{}}
+		for _, s := range servers {
+			doc.Servers = append(doc.Servers, serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
+				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()})
+		}
+		c.printJSON(doc)
+		return exitOK
+	}
+	if len(servers) == 0 {
+		fmt.Fprintln(c.stdout, "no region servers (start one with 'node regionserver')")
+		return exitOK
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL")
+	for _, s := range servers {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
+			s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// renewalAge says how long ago a lease was renewed: "1.2s ago".
+func renewalAge(now time.Time, ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	age := max(now.Sub(time.UnixMilli(ms)), 0)
+	return age.Round(100*time.Millisecond).String() + " ago"
+}
+
+// serverRegionsJSON is the --json document of rs regions.
+type serverRegionsJSON struct {
+	Server   string   `json:"server"`
+	Hosted   []string `json:"hosted"`
+	Assigned []string `json:"assigned"`
+}
+
+// rsRegions shows both answers and exits 0 even when they differ: a
+// difference is normal while regions move, and telling it apart from a
+// lasting one is for the reader (or a test) to do.
+func (c *cli) rsRegions(args []string) int {
+	e := c.command("rs regions", "SERVER", rsAdvice)
+	pos, code, ok := e.parse(args, 1, "region SERVER (as 'node rs list' names it)")
+	if !ok {
+		return code
+	}
+	cl, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer cl.Close()
+	r, err := cl.ServerRegions(c.ctx, pos[0])
+	if err != nil {
+		return e.fail(err)
+	}
+	hosted, assigned := slices.Sorted(slices.Values(r.GetHosted())), slices.Sorted(slices.Values(r.GetAssigned()))
+	if e.cf.json {
+		c.printJSON(serverRegionsJSON{Server: r.GetServer(), Hosted: append([]string{}, hosted...), Assigned: append([]string{}, assigned...)})
+		return exitOK
+	}
+	c.printServerRegions(r.GetServer(), hosted, assigned)
+	return exitOK
+}
+
+func (c *cli) printServerRegions(server string, hosted, assigned []string) {
+	fmt.Fprintf(c.stdout, "region server %s hosts %s by its own answer; the master assigns it %s\n", server, regionsN(len(hosted)), regionsN(len(assigned)))
+	all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(hosted), assigned...))))
+	if len(all) == 0 {
+		return
+	}
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	var onlyHosted, onlyAssigned int
+	fmt.Fprintln(c.stdout)
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REGION\tHOSTED\tASSIGNED")
+	for _, r := range all {
+		h, a := slices.Contains(hosted, r), slices.Contains(assigned, r)
+		if h && !a {
+			onlyHosted++
+		}
+		if a && !h {
+			onlyAssigned++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r, yes(h), yes(a))
+	}
+	tw.Flush()
+	if onlyHosted+onlyAssigned > 0 {
+		fmt.Fprintf(c.stdout, "\nthe answers differ: %d only hosted, %d only assigned (normal for regions in transition; run again to see whether it lasts)\n",
+			onlyHosted, onlyAssigned)
+	}
+}
+
+// regionsN is "1 region" or "n regions".
+func regionsN(n int) string {
+	if n == 1 {
+		return "1 region"
+	}
+	return fmt.Sprintf("%d regions", n)
+}
