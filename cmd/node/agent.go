@@ -15,11 +15,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/cluster/master"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -58,6 +60,17 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err := diag.Register(reg); err != nil {
 		return err
 	}
+	if err := master.Register(reg); err != nil {
+		return err
+	}
+	// The domain (tables, regions, region servers) lives as long as the
+	// node; its leader-only services (dispatcher, leases) follow each
+	// term through LeaderServices.
+	dom, err := master.New(master.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer dom.Close()
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := admin.InstallRaftMetrics(metrics); err != nil && !errors.Is(err, admin.ErrRaftMetricsInstalled) {
@@ -69,29 +82,42 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	ccfg.Registry = reg
 	ccfg.Logger = logger
 	ccfg.Executor = func(pc *procedure.Config) { pc.Metrics = metrics }
+	ccfg.Env = dom
+	ccfg.LeaderServices = dom.LeaderServices
 	node, err := cluster.NewNode(ccfg)
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)
 	}
+	dom.Attach(node)
 
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	srv, err := admin.NewForNode(node, admin.Config{AdvertiseAddr: cfg.GRPCAddr, Logger: logger})
+	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, Logger: logger})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
 	}
+	// One gRPC server carries the admin API and the Master service the
+	// region servers call (registration, heartbeats, reports).
+	gs := grpc.NewServer()
+	srv.RegisterServices(gs)
+	master.RegisterMasterService(gs, dom)
+	if err := srv.Start(cfg.GRPCAddr); err != nil {
+		_ = node.Shutdown(context.Background())
+		return err
+	}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(lis) }()
 
 	var httpSrv *http.Server
 	if cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			srv.Stop(context.Background())
+			gs.Stop()
 			_ = node.Shutdown(context.Background())
 			return fmt.Errorf("HTTP: %w", err)
 		}
@@ -126,10 +152,23 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		logger.Warn("node shutdown", "error", err)
 	}
 	srv.Stop(sctx)
+	stopGRPC(sctx, gs)
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// stopGRPC stops gs gracefully until ctx ends, then at once.
+func stopGRPC(ctx context.Context, gs *grpc.Server) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+	}
 }
 
 // joinCluster asks the cluster reachable at cfg.Join to add this node,

@@ -1,0 +1,167 @@
+// Package master is Baton's domain layer: namespaces, tables, regions and
+// region servers, managed by procedures on the leader (HBase's
+// AssignmentManager, ServerManager and table procedures, on Baton's
+// procedure framework and Raft).
+//
+// # Pieces
+//
+//   - Domain (one per master node, living as long as the node) is the
+//     procedures' Env, serves the region servers' rspb.Master service
+//     (RegisterMasterService, on the admin gRPC server) and the admin
+//     API's domain calls (it implements admin.Domain).
+//   - Domain.LeaderServices (cluster.Config.LeaderServices) builds, for
+//     each term this node leads, the leader-only services: a dispatcher
+//     (package dispatch) stamped with the term, a lease manager for region
+//     servers and one for external lock holders (package lease), and the
+//     table of procedures waiting for a remote operation. They are dropped
+//     when the term ends.
+//   - The procedures (Register adds their types): TransitRegionState,
+//     CreateTable, DeleteTable, EnableTable, DisableTable,
+//     CreateNamespace, DeleteNamespace, ServerCrash, Balance and
+//     LockProcedure.
+//
+// # Replicated state
+//
+// The domain lives in the FSM's key/value state (raftfsm), as JSON:
+//
+//	ns/<name>               {"name"}                    (default is implicit)
+//	table/<ns>:<name>       {"state", "regions", "proc_id"}
+//	                        state CREATING, ENABLED, DISABLING, DISABLED,
+//	                        ENABLING, DELETING; proc_id: the creating procedure
+//	region/<region>         {"table", "state", "server", "start_code", "proc_id"}
+//	                        state OFFLINE, OPENING, OPEN, CLOSING, CLOSED,
+//	                        FAILED_OPEN; proc_id: the procedure moving it
+//	server/<id>             {"address", "start_code", "state"}  state live, expired
+//	lock/<proc id, %020d>   {"kind", "names", "exclusive", "holder", ...}
+//	nodes/<id>/admin_addr   (package admin: where each master's API is)
+//
+// Region names are "<ns>:<table>,<index %05d>,<create proc id>": unique
+// across a table's deletion and re-creation, so an open meant for an old
+// region can never be taken for a new one.
+//
+// Every change is a ctx.Put or ctx.Delete inside a procedure step, and so
+// commits in the same Raft entry as the step's transition (a step's effect
+// and its procedure state never commit apart), with two exceptions that
+// are not procedure steps: a server's registration (a new start code) and
+// its expiry by the lease monitor. The leader commits those directly as a
+// mutations-only batch fenced by its term (raftfsm.EncodeFencedProcBatch):
+// every FSM refuses the entry in any other term, so a deposed leader's
+// registration or expiry never lands. Reads come from the local FSM, which
+// on the leader has applied everything it committed.
+//
+// # Leases
+//
+// Each server incarnation holds a lease "rs/<id>/<start code>" (separate
+// incarnations, separate leases: the late expiry of an old one is never
+// taken for the new one's). RegisterServer commits the new start code
+// (term<<32 | a counter: unique across terms, increasing), grants the
+// lease and answers the heartbeat interval (a third of the soft limit).
+// Heartbeat renews it; a server that is not the live incarnation, whose
+// lease is unknown or past its hard limit, or that the dispatcher gave up
+// on, is answered expired = true: it drops every region and registers
+// again. A suspect server (soft limit passed) gets no new regions. When the
+// monitor expires a lease, the incarnation is recorded expired and its
+// ServerCrash procedure submitted with the nonce "scp-<id>-<start code>"
+// (once per incarnation). Renewals are not replicated: a new leader grants
+// every server the log says is live and calls GraceAll, so nothing expires
+// before a full hard limit under the new leader; then, once its executor
+// runs, it submits a crash procedure for every incarnation that is not
+// the live one but still has regions recorded on it (a predecessor may
+// have died between an expiry and its submission).
+//
+// A server the dispatcher cannot reach (dispatch's OnServerFailed) is NOT
+// expired at once, unlike HBase: it may be alive and serving, and
+// reassigning its regions then would open them twice (HBASE-14012,
+// HBASE-21811). Its lease is revoked instead: no more renewals, no new
+// regions, and its next heartbeat is told expired, upon which it drops its
+// regions and registers again, which starts the old incarnation's crash
+// procedure at once; a server that does not heartbeat at all expires with
+// its lease. The dispatcher holds its unanswered ops meanwhile, and fails
+// them (ErrServerRemoved) only when the crash procedure has fenced the
+// incarnation.
+//
+// # Why a crash never opens a region twice
+//
+// A region is reassigned away from incarnation I only once I is fenced,
+// meaning: I is no longer the live incarnation in the replicated state
+// (it expired, or the server registered again), and
+//
+//  1. I cannot open anything any more: every dispatch carries I's start
+//     code, which the server refuses once it registered again ("wrong
+//     start code"), and the leader's term, which a server refuses once it
+//     saw a newer leader ("stale term"); and the leader dispatches an open
+//     only after committing OPENING@I, having checked that I was live, and
+//     records OPEN only if I is still live when the confirmation comes;
+//  2. I holds nothing any more: an incarnation that registered again
+//     dropped its regions first (a registration listing regions still
+//     hosted is refused); one told "expired" at a heartbeat drops them at
+//     that moment; one whose lease expired has not heartbeated for a whole
+//     hard limit. Cases one and two are airtight. The third relies on the
+//     region server stopping serving when it cannot renew its lease for
+//     that long (HBase's region server aborts when its ZooKeeper session
+//     expires): a server that keeps serving while cut off from every
+//     master could hold a region that was reassigned (see Left to do).
+//
+// TransitRegionState applies the same rule at every step: it re-reads the
+// target's record before it sends and when the answer arrives, and treats
+// a region recorded on a fenced incarnation as closed. ServerCrash runs
+// its reassignments as children that re-check each region under the
+// region's lock, so a region some other procedure moved meanwhile is left
+// alone, and loops until no region is recorded on the incarnation, so a
+// region that raced into OPENING on it is caught too. Because a crash
+// procedure is an ordinary procedure, a crash during a master failover is
+// simply resumed by the next leader.
+//
+// # Remote operations
+//
+// A region procedure records its target (OPENING@S or CLOSING@S) in one
+// step, and sends the operation from the next, which suspends on an event
+// with a timeout. The dispatcher's result (OnResult) is matched to the
+// waiting procedure by proc id, incarnation, region and kind, and wakes it;
+// the step then reads the result and records OPEN or CLOSED, or retries.
+// The wait is armed before the send, so a result that arrives before the
+// procedure suspended leaves the event ready and the suspension returns at
+// once. Events do not survive a failover; the new leader re-runs the
+// sending step, which sends again: open and close are idempotent on the
+// region server (already = true). Within a term an unanswered operation is
+// not sent twice (the dispatcher answers every op exactly once); a
+// timeout only re-checks the target's liveness. A region server's
+// ReportTransition is not trusted to answer an operation (it may be late
+// and belong to an earlier send): only an OPEN report is handed to a
+// waiting procedure; a region that closed by itself while recorded OPEN
+// is reopened by a REOPEN procedure (close first, idempotently, then open).
+//
+// # Procedures and their states
+//
+//	TransitRegionState  PREPARE → [CLOSE_DISPATCH] → [OPEN_PREPARE → OPEN_DISPATCH]
+//	                    kinds assign, unassign, move, reopen; region locks for life;
+//	                    opens retried on other servers (a create's or enable's
+//	                    bounded by Config.MaxOpenAttempts, then it fails)
+//	CreateTable         PRE_OPERATION → WRITE_LAYOUT → ASSIGN_REGIONS → MARK_ENABLED
+//	DeleteTable         PRE_OPERATION → MARK_DELETING → UNASSIGN → DELETE_LAYOUT
+//	EnableTable         PRE_OPERATION → MARK_ENABLING → ASSIGN_REGIONS → MARK_ENABLED
+//	DisableTable        PRE_OPERATION → MARK_DISABLING → UNASSIGN_REGIONS → MARK_DISABLED
+//	CreateNamespace     PRE_OPERATION → WRITE;  DeleteNamespace (empty only) the same
+//	ServerCrash         FENCE → ASSIGN (repeated until no region is left)
+//	Balance             PLAN (MOVE children, counts within one)
+//	LockProcedure       ACQUIRED → HELD, until released or its lease expires
+//
+// Table procedures hold their table exclusively (namespace shared) for
+// life, namespace procedures their namespace exclusively; region
+// procedures inherit their parent's table lock. Rollback is real: a failed
+// or aborted create (or enable) rolls back its children first, each
+// closing the region it opened (a rollback cannot suspend, so it waits for
+// the close's answer and fails, to be retried with backoff, without one)
+// and recording it OFFLINE (CLOSED), then deletes its layout: a failed
+// create never leaves "table exists" behind. Disable and delete can be
+// aborted only before their point of no return; crash recovery never.
+//
+// # Left to do
+//
+//   - Region server self-fencing (package rs): a server that cannot renew
+//     its lease should drop its regions before its hard limit passes; the
+//     proto gives it no hard limit, so it needs a flag or a conservative
+//     multiple of its heartbeat interval.
+//   - Splits, merges and per-table replica counts; meta regions and their
+//     priority; a smarter balancer (locality, per-table spread).
+package master

@@ -1,0 +1,523 @@
+package master
+
+import (
+	"fmt"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// MaxRegions bounds the regions of one table (a create is one procedure
+// per region).
+const MaxRegions = 10000
+
+// tableProc is what the table procedures share: the table's exclusive lock
+// (its namespace shared), held for life, and the table's queue.
+type tableProc struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Locks implements procedure.Locker.
+func (t *tableProc) Locks() []scheduler.Lock {
+	return scheduler.TableLocks(t.Namespace, t.Name, scheduler.Exclusive)
+}
+
+// HoldLock implements procedure.Locker.
+func (t *tableProc) HoldLock() bool { return true }
+
+// QueueKey implements procedure.Queued.
+func (t *tableProc) QueueKey() scheduler.QueueKey {
+	return scheduler.QueueKey{Kind: scheduler.KindTable, Name: t.full()}
+}
+
+func (t *tableProc) full() string { return FullTableName(t.Namespace, t.Name) }
+
+func newTableProc(ns, name string) (tableProc, error) {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if err := validName("namespace", ns); err != nil {
+		return tableProc{}, err
+	}
+	if err := validName("table", name); err != nil {
+		return tableProc{}, err
+	}
+	return tableProc{Namespace: ns, Name: name}, nil
+}
+
+// setTableState records the table's new state, keeping its layout.
+func setTableState(ctx *procedure.Context, full string, t Table, state string) error {
+	t.State = state
+	return ctx.Put(TableKey(full), mustJSON(t))
+}
+
+// requireTable reads the table and checks its state is one of want.
+func requireTable(r reader, full string, want ...string) (Table, error) {
+	t, ok, err := getTable(r, full)
+	if err != nil {
+		return Table{}, err
+	}
+	if !ok {
+		return Table{}, fmt.Errorf("master: table %s does not exist", full)
+	}
+	for _, w := range want {
+		if t.State == w {
+			return t, nil
+		}
+	}
+	return Table{}, fmt.Errorf("master: table %s is %s (want %v)", full, t.State, want)
+}
+
+func failPoint(d *Domain, name string) error {
+	if d.cfg.FailPoint != nil {
+		if err := d.cfg.FailPoint(name); err != nil {
+			return fmt.Errorf("master: fail point %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// States of CreateTable (HBase's CreateTableState).
+const (
+	ctPreOperation  int32 = 1
+	ctWriteLayout   int32 = 2
+	ctAssignRegions int32 = 3
+	ctMarkEnabled   int32 = 4
+)
+
+// CreateTable creates a table of Regions regions and opens them:
+//
+//	PRE_OPERATION   the namespace exists, the table does not
+//	WRITE_LAYOUT    table CREATING with its region names, regions OFFLINE
+//	ASSIGN_REGIONS  one bounded TransitRegionState child per region
+//	MARK_ENABLED    table ENABLED
+//
+// A failure anywhere (a region that no server will open, an abort, a
+// fail point) rolls the whole tree back: the children close what they
+// opened and record their regions OFFLINE, then the layout is deleted. A
+// failed create never leaves "table exists" behind.
+type CreateTable struct {
+	procedure.StateMachine
+	tableProc
+	Regions     int      `json:"regions"`
+	RegionNames []string `json:"region_names,omitempty"`
+}
+
+// NewCreateTable validates the arguments and returns the procedure.
+func NewCreateTable(ns, name string, regions int) (*CreateTable, error) {
+	tp, err := newTableProc(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if regions == 0 {
+		regions = 1
+	}
+	if regions < 1 || regions > MaxRegions {
+		return nil, fmt.Errorf("%w: %d regions (want 1..%d)", errInvalid, regions, MaxRegions)
+	}
+	return &CreateTable{tableProc: tp, Regions: regions}, nil
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *CreateTable) InitialState() int32 { return ctPreOperation }
+
+// ExecuteState implements procedure.StateSteps.
+func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	r := ctxReader{ctx}
+	full := p.full()
+	switch state {
+	case ctPreOperation:
+		ok, err := namespaceExists(r, p.Namespace)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if !ok {
+			return procedure.NoMoreState, fmt.Errorf("master: create table %s: namespace %s does not exist", full, p.Namespace)
+		}
+		if _, exists, err := getTable(r, full); err != nil || exists {
+			if err == nil {
+				err = fmt.Errorf("master: create table %s: the table exists", full)
+			}
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(ctWriteLayout)
+		return procedure.HasMoreState, nil
+	case ctWriteLayout:
+		if err := failPoint(d, "create.layout"); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.RegionNames = make([]string, p.Regions)
+		for i := range p.RegionNames {
+			p.RegionNames[i] = RegionName(full, i, ctx.ID())
+			if err := ctx.Put(RegionKey(p.RegionNames[i]), mustJSON(Region{Table: full, State: RegionOffline})); err != nil {
+				return procedure.NoMoreState, err
+			}
+		}
+		if err := ctx.Put(TableKey(full), mustJSON(Table{State: TableCreating, Regions: p.RegionNames, ProcID: ctx.ID()})); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(ctAssignRegions)
+		return procedure.HasMoreState, nil
+	case ctAssignRegions:
+		for _, rn := range p.RegionNames {
+			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
+		}
+		p.SetNextState(ctMarkEnabled)
+		return procedure.HasMoreState, nil
+	case ctMarkEnabled:
+		if err := failPoint(d, "create.enable"); err != nil {
+			return procedure.NoMoreState, err
+		}
+		t, err := requireTable(r, full, TableCreating, TableEnabled)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableEnabled); err != nil {
+			return procedure.NoMoreState, err
+		}
+		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %d regions", full, len(p.RegionNames))))
+		return procedure.NoMoreState, nil
+	}
+	return procedure.NoMoreState, fmt.Errorf("master: create table: unknown state %d", state)
+}
+
+// RollbackState implements procedure.StateSteps. The children, whose
+// steps are newer, have been rolled back before WRITE_LAYOUT is: every
+// region is closed and OFFLINE by then; the layout is deleted if it is
+// this procedure's own.
+func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
+	if state != ctWriteLayout {
+		return nil
+	}
+	d, err := envOf(ctx)
+	if err != nil {
+		return err
+	}
+	r := ctxReader{ctx}
+	full := p.full()
+	t, ok, err := getTable(r, full)
+	if err != nil || !ok || t.ProcID != ctx.ID() {
+		return err
+	}
+	for _, rn := range t.Regions {
+		rg, ok, err := getRegion(r, rn)
+		if err != nil {
+			return err
+		}
+		if ok && regionBusy(rg) {
+			// A region no child undid (cannot happen while the tree's
+			// table lock holds, but never leave one open behind).
+			ref := ServerRef{rg.Server, rg.StartCode}
+			srv, alive, err := serverAlive(r, ref)
+			if err != nil {
+				return err
+			}
+			if alive {
+				svc := d.services()
+				if svc == nil {
+					return ErrNoServices
+				}
+				if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, full); err != nil {
+					return fmt.Errorf("master: rollback of create %s: closing %s: %w", full, rn, err)
+				}
+			}
+		}
+		if err := ctx.Delete(RegionKey(rn)); err != nil {
+			return err
+		}
+	}
+	return ctx.Delete(TableKey(full))
+}
+
+// States of DeleteTable.
+const (
+	dtPreOperation int32 = 1
+	dtMarkDeleting int32 = 2
+	dtUnassign     int32 = 3
+	dtDeleteLayout int32 = 4
+)
+
+// DeleteTable deletes a DISABLED table: PRE_OPERATION (it is disabled) →
+// MARK_DELETING → UNASSIGN (closes any region still open, which a disabled
+// table should not have) → DELETE_LAYOUT (region and table records). It
+// can be aborted only before MARK_DELETING's effect is built upon.
+type DeleteTable struct {
+	procedure.StateMachine
+	tableProc
+}
+
+// NewDeleteTable validates the arguments and returns the procedure.
+func NewDeleteTable(ns, name string) (*DeleteTable, error) {
+	tp, err := newTableProc(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return &DeleteTable{tableProc: tp}, nil
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *DeleteTable) InitialState() int32 { return dtPreOperation }
+
+// IsRollbackSupported implements procedure.RollbackSupport.
+func (p *DeleteTable) IsRollbackSupported(s int32) bool { return s <= dtMarkDeleting }
+
+// ExecuteState implements procedure.StateSteps.
+func (p *DeleteTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	r := ctxReader{ctx}
+	full := p.full()
+	switch state {
+	case dtPreOperation:
+		if _, err := requireTable(r, full, TableDisabled); err != nil {
+			return procedure.NoMoreState, fmt.Errorf("master: delete table: %w", err)
+		}
+		p.SetNextState(dtMarkDeleting)
+		return procedure.HasMoreState, nil
+	case dtMarkDeleting:
+		t, err := requireTable(r, full, TableDisabled, TableDeleting)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableDeleting); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(dtUnassign)
+		return procedure.HasMoreState, nil
+	case dtUnassign:
+		t, err := requireTable(r, full, TableDeleting)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		for _, rn := range t.Regions {
+			rg, ok, err := getRegion(r, rn)
+			if err != nil {
+				return procedure.NoMoreState, err
+			}
+			if ok && regionBusy(rg) {
+				ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindUnassign})
+			}
+		}
+		p.SetNextState(dtDeleteLayout)
+		return procedure.HasMoreState, nil
+	case dtDeleteLayout:
+		t, ok, err := getTable(r, full)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if ok {
+			for _, rn := range t.Regions {
+				if err := ctx.Delete(RegionKey(rn)); err != nil {
+					return procedure.NoMoreState, err
+				}
+			}
+			if err := ctx.Delete(TableKey(full)); err != nil {
+				return procedure.NoMoreState, err
+			}
+		}
+		ctx.SetResult([]byte(fmt.Sprintf("table %s deleted", full)))
+		return procedure.NoMoreState, nil
+	}
+	return procedure.NoMoreState, fmt.Errorf("master: delete table: unknown state %d", state)
+}
+
+// RollbackState implements procedure.StateSteps.
+func (p *DeleteTable) RollbackState(ctx *procedure.Context, state int32) error {
+	if state != dtMarkDeleting {
+		return nil
+	}
+	full := p.full()
+	t, ok, err := getTable(ctxReader{ctx}, full)
+	if err != nil || !ok || t.State != TableDeleting {
+		return err
+	}
+	return setTableState(ctx, full, t, TableDisabled)
+}
+
+// States of EnableTable.
+const (
+	etPreOperation  int32 = 1
+	etMarkEnabling  int32 = 2
+	etAssignRegions int32 = 3
+	etMarkEnabled   int32 = 4
+)
+
+// EnableTable opens every region of a DISABLED table: PRE_OPERATION →
+// MARK_ENABLING → ASSIGN_REGIONS (bounded children) → MARK_ENABLED. A
+// failure rolls back to DISABLED with every region closed again.
+type EnableTable struct {
+	procedure.StateMachine
+	tableProc
+}
+
+// NewEnableTable validates the arguments and returns the procedure.
+func NewEnableTable(ns, name string) (*EnableTable, error) {
+	tp, err := newTableProc(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return &EnableTable{tableProc: tp}, nil
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *EnableTable) InitialState() int32 { return etPreOperation }
+
+// ExecuteState implements procedure.StateSteps.
+func (p *EnableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	r := ctxReader{ctx}
+	full := p.full()
+	switch state {
+	case etPreOperation:
+		if _, err := requireTable(r, full, TableDisabled); err != nil {
+			return procedure.NoMoreState, fmt.Errorf("master: enable table: %w", err)
+		}
+		p.SetNextState(etMarkEnabling)
+		return procedure.HasMoreState, nil
+	case etMarkEnabling:
+		t, err := requireTable(r, full, TableDisabled, TableEnabling)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableEnabling); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(etAssignRegions)
+		return procedure.HasMoreState, nil
+	case etAssignRegions:
+		t, err := requireTable(r, full, TableEnabling)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		for _, rn := range t.Regions {
+			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionClosed})
+		}
+		p.SetNextState(etMarkEnabled)
+		return procedure.HasMoreState, nil
+	case etMarkEnabled:
+		if err := failPoint(d, "enable.enable"); err != nil {
+			return procedure.NoMoreState, err
+		}
+		t, err := requireTable(r, full, TableEnabling, TableEnabled)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableEnabled); err != nil {
+			return procedure.NoMoreState, err
+		}
+		ctx.SetResult([]byte(fmt.Sprintf("table %s enabled", full)))
+		return procedure.NoMoreState, nil
+	}
+	return procedure.NoMoreState, fmt.Errorf("master: enable table: unknown state %d", state)
+}
+
+// RollbackState implements procedure.StateSteps: back to DISABLED (the
+// children closed their regions already).
+func (p *EnableTable) RollbackState(ctx *procedure.Context, state int32) error {
+	if state != etMarkEnabling {
+		return nil
+	}
+	full := p.full()
+	t, ok, err := getTable(ctxReader{ctx}, full)
+	if err != nil || !ok || t.State != TableEnabling {
+		return err
+	}
+	return setTableState(ctx, full, t, TableDisabled)
+}
+
+// States of DisableTable.
+const (
+	dsPreOperation    int32 = 1
+	dsMarkDisabling   int32 = 2
+	dsUnassignRegions int32 = 3
+	dsMarkDisabled    int32 = 4
+)
+
+// DisableTable closes every region of an ENABLED table: PRE_OPERATION →
+// MARK_DISABLING → UNASSIGN_REGIONS (children that never give up) →
+// MARK_DISABLED. Abortable only until MARK_DISABLING is undone-able (as
+// HBase: once regions close, the disable finishes).
+type DisableTable struct {
+	procedure.StateMachine
+	tableProc
+}
+
+// NewDisableTable validates the arguments and returns the procedure.
+func NewDisableTable(ns, name string) (*DisableTable, error) {
+	tp, err := newTableProc(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return &DisableTable{tableProc: tp}, nil
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *DisableTable) InitialState() int32 { return dsPreOperation }
+
+// IsRollbackSupported implements procedure.RollbackSupport.
+func (p *DisableTable) IsRollbackSupported(s int32) bool { return s <= dsMarkDisabling }
+
+// ExecuteState implements procedure.StateSteps.
+func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	r := ctxReader{ctx}
+	full := p.full()
+	switch state {
+	case dsPreOperation:
+		if _, err := requireTable(r, full, TableEnabled); err != nil {
+			return procedure.NoMoreState, fmt.Errorf("master: disable table: %w", err)
+		}
+		p.SetNextState(dsMarkDisabling)
+		return procedure.HasMoreState, nil
+	case dsMarkDisabling:
+		t, err := requireTable(r, full, TableEnabled, TableDisabling)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableDisabling); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(dsUnassignRegions)
+		return procedure.HasMoreState, nil
+	case dsUnassignRegions:
+		t, err := requireTable(r, full, TableDisabling)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		for _, rn := range t.Regions {
+			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindUnassign})
+		}
+		p.SetNextState(dsMarkDisabled)
+		return procedure.HasMoreState, nil
+	case dsMarkDisabled:
+		t, err := requireTable(r, full, TableDisabling, TableDisabled)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := setTableState(ctx, full, t, TableDisabled); err != nil {
+			return procedure.NoMoreState, err
+		}
+		ctx.SetResult([]byte(fmt.Sprintf("table %s disabled", full)))
+		return procedure.NoMoreState, nil
+	}
+	return procedure.NoMoreState, fmt.Errorf("master: disable table: unknown state %d", state)
+}
+
+// RollbackState implements procedure.StateSteps: back to ENABLED, if
+// nothing was closed yet.
+func (p *DisableTable) RollbackState(ctx *procedure.Context, state int32) error {
+	if state != dsMarkDisabling {
+		return nil
+	}
+	full := p.full()
+	t, ok, err := getTable(ctxReader{ctx}, full)
+	if err != nil || !ok || t.State != TableDisabling {
+		return err
+	}
+	return setTableState(ctx, full, t, TableEnabled)
+}
