@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short test-integration fuzz bench bench-failover demo vet proto clean
+.PHONY: all build test test-short test-integration fuzz bench bench-failover demo vet proto clean compose-up compose-down demo-failover demo-local
 
 all: vet build test
 
@@ -44,6 +44,29 @@ bench-failover:
 
 demo:
 	$(GO) run ./cmd/node demo
+
+# Docker Compose: 3 masters and 3 region servers (docker-compose.yml) from a
+# FROM-scratch image around the static bin/node; no image is pulled. Client:
+#   bin/node cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE_PROJECT ?= baton
+
+compose-up: build
+	$(COMPOSE) -p $(COMPOSE_PROJECT) build
+	$(COMPOSE) -p $(COMPOSE_PROJECT) up -d
+	@echo "masters: bin/node cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270"
+
+compose-down:
+	$(COMPOSE) -p $(COMPOSE_PROJECT) down -v --remove-orphans
+
+# The failover demo: kill the leader while tables are being created, then
+# check from the region servers' own answers that every region is open once.
+demo-failover:
+	scripts/demo-failover.sh
+
+# The same demo with local processes, for machines without a Docker engine.
+demo-local:
+	scripts/demo-local.sh
 
 # Regenerates the committed protobuf code (needs protoc: Debian's
 # protobuf-compiler; protoc-gen-go is installed from the Go proxy).

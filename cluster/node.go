@@ -185,11 +185,10 @@ func NewNode(cfg Config) (n *Node, err error) {
 	if !existing && len(cfg.Peers) > 0 {
 		var conf raft.Configuration
 		for _, p := range cfg.Peers {
-			addr := raft.ServerAddress(p.Address)
-			if p.ID == cfg.ID {
-				addr = n.trans.LocalAddr() // the transport's view of our own address
-			}
-			conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: addr, Suffrage: raft.Voter})
+			// Every node must bootstrap the very same configuration, so the
+			// addresses are taken as given (a name stays a name, even for
+			// ourselves: a container's IP changes across restarts).
+			conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address), Suffrage: raft.Voter})
 		}
 		if err := raft.BootstrapCluster(rc, logs, stable, n.snaps, n.trans, conf); err != nil {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)

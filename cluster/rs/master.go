@@ -263,6 +263,7 @@ func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
 	s.raiseTermLocked(resp.GetTerm(), "RegisterServer")
 	s.startCode = resp.GetStartCode()
+	s.lastRenewal = s.clk.Now()
 	s.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
 	interval := s.intervalLocked()
 	close(s.registered)
@@ -276,10 +277,20 @@ func (s *Server) register(ctx context.Context) error {
 // heartbeat renews the lease; an expired answer drops every region and
 // clears the start code, so that the loop registers again.
 func (s *Server) heartbeat(ctx context.Context) error {
+	limit := s.selfFenceAfter()
 	s.mu.Lock()
 	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions))}
+	left := limit - s.clk.Now().Sub(s.lastRenewal)
 	s.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	if left <= 0 {
+		// Cut off from every master for longer than the masters' soft
+		// limit: they will reassign these regions once the hard limit
+		// passes, so close them here first (never open in two places).
+		s.log.Warn("no heartbeat got through for too long: closing every region before the masters reassign them", "limit", limit)
+		s.expire(req.StartCode)
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(s.callTimeout(), left))
 	defer cancel()
 	var resp *rspb.HeartbeatResponse
 	err := s.callMaster(cctx, "Heartbeat", func(ctx context.Context, m rspb.MasterClient) error {
@@ -298,11 +309,25 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.raiseTermLocked(resp.GetTerm(), "Heartbeat")
+	if !resp.GetExpired() && s.startCode == req.StartCode {
+		s.lastRenewal = s.clk.Now()
+	}
 	s.mu.Unlock()
 	if resp.GetExpired() {
 		s.expire(req.StartCode)
 	}
 	return nil
+}
+
+// selfFenceAfter is how long the server keeps its regions without a
+// successful heartbeat.
+func (s *Server) selfFenceAfter() time.Duration {
+	if s.cfg.SelfFenceAfter > 0 {
+		return s.cfg.SelfFenceAfter
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 3 * s.intervalLocked()
 }
 
 // expire drops every region of the registration with start code sc: the

@@ -70,6 +70,7 @@ type Server struct {
 	startCode   uint64        // 0: not registered
 	highestTerm uint64        // fencing: the highest leader term seen
 	interval    time.Duration // heartbeat interval in force
+	lastRenewal time.Time     // last successful registration or heartbeat
 	registered  chan struct{} // closed (and replaced) at each registration
 	addr        string        // advertised address, once started
 	phase       phase

@@ -643,3 +643,24 @@ func TestNoMaster(t *testing.T) {
 		t.Fatalf("batch to an unregistered server: %v", err)
 	}
 }
+
+// TestSelfFence: a server that cannot reach any master closes its regions
+// once SelfFenceAfter passes without a heartbeat, before the masters (whose
+// hard limit is longer) reassign them, then registers again when a master
+// answers.
+func TestSelfFence(t *testing.T) {
+	fc, addrs := newFakeCluster(t, 1, 10)
+	cfg := testConfig(addrs...)
+	cfg.SelfFenceAfter = 300 * time.Millisecond
+	s, sc := startServer(t, cfg)
+	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: sc, Ops: ops(opOpen, "a", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	fc.setLeader("") // every master now answers UNAVAILABLE without a hint
+	eventually(t, 5*time.Second, "regions closed by the server itself", func() bool { return len(s.Regions()) == 0 })
+	if s.StartCode() == sc {
+		t.Fatal("still claims its old start code after fencing itself")
+	}
+	fc.setLeader(addrs[0])
+	eventually(t, 5*time.Second, "a new registration", func() bool { return s.StartCode() != 0 && s.StartCode() != sc })
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The failover demo on Docker Compose (make demo-failover): three masters
+# and three region servers in containers (docker-compose.yml), tables
+# created while the leader's container is killed, then a check from the
+# region servers' own answers that every region is open exactly once.
+# Exits non-zero when a check fails. Tears everything down on exit
+# (volumes included) unless DEMO_KEEP=1.
+#
+# Needs Go (to build the static binary) and a Docker engine with Compose
+# (`docker compose` or docker-compose). No image is pulled: the image is
+# FROM scratch around bin/node.
+#
+# Environment: DEMO_PROJECT (compose project, default baton-demo),
+# BATON_HOST_PORT_PREFIX (host ports, default 18: 18070, 18170, 18270; see
+# docker-compose.yml), BATON_RS_OP_LATENCY (region servers' time per
+# open/close, default 500ms), DEMO_KEEP=1 (leave the cluster running), and
+# DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS, DEMO_TIMEOUT, DEMO_SETTLE
+# (scripts/demo-lib.sh).
+# For testing the script itself: BATON_NODE_BIN (the client binary on the
+# host; the image always holds bin/node) and DEMO_COMPOSE_FILE.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+REPO=$PWD
+# shellcheck source=scripts/demo-lib.sh
+. "$REPO/scripts/demo-lib.sh"
+
+export BATON_HOST_PORT_PREFIX=${BATON_HOST_PORT_PREFIX:-18}
+export BATON_RS_OP_LATENCY=${BATON_RS_OP_LATENCY:-500ms}
+PROJECT=${DEMO_PROJECT:-baton-demo}
+P=$BATON_HOST_PORT_PREFIX
+ADDR=127.0.0.1:${P}070,127.0.0.1:${P}170,127.0.0.1:${P}270
+RS_IDS="rs1 rs2 rs3"
+NODE=$REPO/bin/node # also the image's binary
+CLIENT=${BATON_NODE_BIN:-$NODE}
+
+if ! docker info >/dev/null 2>&1; then
+	echo "demo-failover: no Docker engine answers ('docker info' fails); 'make demo-local' runs the same demo without Docker" >&2
+	exit 2
+fi
+if docker compose version >/dev/null 2>&1; then
+	COMPOSE=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+	COMPOSE=(docker-compose)
+else
+	echo "demo-failover: neither 'docker compose' nor docker-compose is installed" >&2
+	exit 2
+fi
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/baton-demo-compose.XXXXXX")
+CHECK=$WORK/democheck
+COMPOSE_CMD="${COMPOSE[*]}"
+COMPOSE+=(-p "$PROJECT" --project-directory "$REPO" -f "${DEMO_COMPOSE_FILE:-$REPO/docker-compose.yml}")
+compose() { "${COMPOSE[@]}" "$@"; }
+
+# masterN serves node nN.
+service_of() { echo "master${1#n}"; }
+master_ready_url() { echo "http://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
+master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
+kill_master() {
+	local svc cid
+	svc=$(service_of "$1")
+	cid=$(compose ps -q "$svc")
+	[ -n "$cid" ] || die "no container for $svc"
+	say "\$ docker kill $svc  (container ${cid:0:12})"
+	docker kill "$cid" >/dev/null
+}
+restart_master() {
+	local svc
+	svc=$(service_of "$1")
+	say "\$ $COMPOSE_CMD start $svc"
+	compose start "$svc" 2>&1 | sed 's/^/      /'
+}
+leader_log() { compose logs --no-color "$(service_of "$1")" 2>&1; }
+regionservers_running() {
+	local s cid ok=0 state
+	for s in $RS_IDS; do
+		cid=$(compose ps -q "$s")
+		state=$( [ -n "$cid" ] && docker inspect -f '{{.State.Status}} (exit {{.State.ExitCode}}, restarts {{.RestartCount}})' "$cid" || echo missing)
+		case $state in
+		running*) ;;
+		*)
+			printf '    %s is %s\n' "$s" "$state" >&2
+			ok=1
+			;;
+		esac
+	done
+	return $ok
+}
+dump_logs() {
+	echo
+	echo "==> Container logs (last 40 lines each)"
+	compose logs --no-color --tail=40 2>&1 | sed 's/^/    /' || true
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	stop_creates
+	if [ "$rc" != 0 ]; then
+		dump_logs
+	fi
+	if [ "${DEMO_KEEP:-}" = 1 ]; then
+		echo
+		echo "==> DEMO_KEEP=1: the cluster is still running; client: $NODE <command> --addr $ADDR"
+		echo "    stop it with: ${COMPOSE[*]} down -v"
+		echo "    demo files: $WORK"
+	else
+		echo
+		echo "==> Tear down: $COMPOSE_CMD down -v"
+		compose down -v --remove-orphans 2>&1 | sed 's/^/    /' || true
+		rm -rf "$WORK"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+step "Build the static node binary and the image (FROM scratch)"
+say "\$ CGO_ENABLED=0 go build -o bin/node ./cmd/node"
+CGO_ENABLED=0 go build -o "$NODE" ./cmd/node
+go build -o "$CHECK" ./scripts/democheck
+NODE=$CLIENT
+if "$NODE" regionserver -h 2>&1 | grep -q 'unknown command'; then
+	die "this node binary has no 'regionserver' command yet"
+fi
+say "\$ $COMPOSE_CMD build"
+compose build >"$WORK/build.log" 2>&1 || { sed 's/^/      /' "$WORK/build.log"; die "the image did not build"; }
+tail -2 "$WORK/build.log" | sed 's/^/      /'
+
+step "Start 3 masters and 3 region servers"
+for port in "${P}070" "${P}072" "${P}170" "${P}172" "${P}270" "${P}272"; do
+	port_free "$port" || die "127.0.0.1:$port is in use (another cluster up? 'make compose-down', or set BATON_HOST_PORT_PREFIX)"
+done
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+say "\$ $COMPOSE_CMD up -d"
+compose up -d 2>&1 | sed 's/^/      /'
+say "masters (admin API) on $ADDR; region server op latency $BATON_RS_OP_LATENCY"
+
+run_demo
