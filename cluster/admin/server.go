@@ -21,6 +21,18 @@
 // converges to knowing every address, with no configuration beyond each
 // node's own advertised address.
 //
+// Forwarding connections use client.FailoverDialOptions: keepalive notices
+// a leader that vanished without closing its connections (a SIGKILLed
+// container, a dead host) within seconds. A forwarded call is also
+// cancelled, and answered UNAVAILABLE with a LeaderHint naming the new
+// leader, as soon as this node's view of the leader changes (it becomes
+// the leader itself, or learns of another one, or of none), so a client
+// whose call was forwarded to a dead leader retries at once; and a
+// forwarded unary call whose caller set no deadline is bounded by
+// Config.ForwardTimeout. Servers must allow the forwarding connections'
+// pings: Serve does, and a gRPC server built otherwise should be given
+// KeepaliveEnforcement.
+//
 // A forwarded call is marked with the gRPC metadata key "x-baton-forwarded";
 // a node that receives a marked call and is not the leader (stale state)
 // does not forward again but answers UNAVAILABLE. UNAVAILABLE answers carry
@@ -65,6 +77,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -72,6 +85,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -81,6 +95,7 @@ import (
 const (
 	DefaultWatchInterval    = 50 * time.Millisecond
 	DefaultRegisterInterval = 250 * time.Millisecond
+	DefaultForwardTimeout   = 10 * time.Second
 	DefaultPageSize         = 100
 	MaxPageSize             = 1000
 )
@@ -109,13 +124,19 @@ type Config struct {
 	// WatchInterval is how often WatchProcedure polls. Default 50 ms.
 	WatchInterval time.Duration
 	// RegisterInterval is how often the registration loop checks this
-	// node's registered address and updates the health status. Default
-	// 250 ms.
+	// node's registered address and updates the health status, and how
+	// often forwarded calls are checked against this node's view of the
+	// leader. Default 250 ms.
 	RegisterInterval time.Duration
-	// DialOptions are used to reach the leader when forwarding. Default:
+	// ForwardTimeout bounds a forwarded unary call whose caller set no
+	// deadline. Default 10 s.
+	ForwardTimeout time.Duration
+	// DialOptions are used to reach the leader when forwarding, after
+	// client.FailoverDialOptions (so they may override them). Default:
 	// insecure transport credentials.
 	DialOptions []grpc.DialOption
-	// ServerOptions are used by Serve to build the gRPC server.
+	// ServerOptions are used by Serve to build the gRPC server, after
+	// KeepaliveEnforcement.
 	ServerOptions []grpc.ServerOption
 	// Logger. Default: a null logger.
 	Logger hclog.Logger
@@ -133,12 +154,26 @@ type Server struct {
 	mu        sync.Mutex
 	advertise string
 	conns     map[string]*grpc.ClientConn
+	fwd       map[*fwdCall]struct{} // forwarded calls in flight
 	gs        *grpc.Server
 	started   bool
 	closed    bool
 	stopCh    chan struct{}
-	loopDone  chan struct{}
+	loops     sync.WaitGroup
 	lastReady string // last readiness reason logged
+}
+
+// KeepaliveEnforcement is the server option that lets peers ping as often
+// as client.FailoverDialOptions does (gRPC's default policy closes the
+// connection of a peer pinging more often than every 5 minutes, failing
+// its calls). Serve uses it; give it to any gRPC server the admin service
+// (or another service masters, region servers or clients reach with those
+// dial options) is registered on.
+func KeepaliveEnforcement() grpc.ServerOption {
+	return grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		MinTime:             500 * time.Millisecond,
+		PermitWithoutStream: true,
+	})
 }
 
 // New returns a server for b. Call Serve, or RegisterServices and Start.
@@ -155,9 +190,13 @@ func New(b Backend, cfg Config) (*Server, error) {
 	if cfg.RegisterInterval <= 0 {
 		cfg.RegisterInterval = DefaultRegisterInterval
 	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = DefaultForwardTimeout
+	}
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	cfg.DialOptions = append(client.FailoverDialOptions(), cfg.DialOptions...)
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -168,8 +207,8 @@ func New(b Backend, cfg Config) (*Server, error) {
 		health:    health.NewServer(),
 		advertise: cfg.AdvertiseAddr,
 		conns:     map[string]*grpc.ClientConn{},
+		fwd:       map[*fwdCall]struct{}{},
 		stopCh:    make(chan struct{}),
-		loopDone:  make(chan struct{}),
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -207,14 +246,16 @@ func (s *Server) Start(advertise string) error {
 		return errors.New("admin: no advertised address")
 	}
 	s.started = true
+	s.loops.Add(2)
 	go s.loop()
+	go s.watchLeader()
 	return nil
 }
 
 // Serve serves the API on lis until Stop. The advertised address defaults
 // to lis's address.
 func (s *Server) Serve(lis net.Listener) error {
-	gs := grpc.NewServer(s.cfg.ServerOptions...)
+	gs := grpc.NewServer(append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)...)
 	s.RegisterServices(gs)
 	s.mu.Lock()
 	if s.closed {
@@ -240,8 +281,9 @@ func (s *Server) Advertise() string {
 	return s.advertise
 }
 
-// Stop stops the loop, the gRPC server Serve built (gracefully, bounded by
-// ctx; then forcibly) and the forwarding connections.
+// Stop stops the loops, cancels the forwarded calls in flight (they answer
+// UNAVAILABLE), stops the gRPC server Serve built (gracefully, bounded by
+// ctx; then forcibly) and closes the forwarding connections.
 func (s *Server) Stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.closed {
@@ -249,13 +291,15 @@ func (s *Server) Stop(ctx context.Context) {
 		return
 	}
 	s.closed = true
-	started, gs := s.started, s.gs
+	gs := s.gs
 	close(s.stopCh)
+	for c := range s.fwd {
+		c.cancel(errStopping)
+		delete(s.fwd, c)
+	}
 	s.mu.Unlock()
 	s.health.Shutdown()
-	if started {
-		<-s.loopDone
-	}
+	s.loops.Wait()
 	if gs != nil {
 		done := make(chan struct{})
 		go func() { gs.GracefulStop(); close(done) }()
@@ -301,7 +345,7 @@ func Ready(b Backend) (bool, string) {
 // loop keeps this node's admin address registered and the health status
 // current.
 func (s *Server) loop() {
-	defer close(s.loopDone)
+	defer s.loops.Done()
 	t := time.NewTicker(s.cfg.RegisterInterval)
 	defer t.Stop()
 	for {
@@ -364,42 +408,154 @@ func isForwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
-// leaderClient returns a client of the leader's admin API, or an
-// UNAVAILABLE status saying why it cannot.
-func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, error) {
+// leaderView is a node's view of the leader: its id and registered admin
+// address.
+type leaderView struct{ id, addr string }
+
+func (v leaderView) String() string {
+	if v.id == "" {
+		return "no leader known"
+	}
+	if v.addr == "" {
+		return fmt.Sprintf("leader %q (admin address not registered)", v.id)
+	}
+	return fmt.Sprintf("leader %q at %s", v.id, v.addr)
+}
+
+// fwdCall is a forwarded call in flight, to the leader of view to.
+type fwdCall struct {
+	to     leaderView
+	cancel context.CancelCauseFunc
+}
+
+// Causes of the cancellation of a forwarded call.
+var (
+	errStopping       = errors.New("admin: server stopping")
+	errForwardTimeout = errors.New("admin: forwarded call timed out")
+)
+
+// leaderChangedError cancels a forwarded call whose leader is no longer
+// the one this node sees.
+type leaderChangedError struct {
+	to   leaderView // the view now
+	self bool       // this node became the leader
+}
+
+func (e *leaderChangedError) Error() string {
+	if e.self {
+		return "this node became the leader"
+	}
+	return "this node's view of the leader changed: now " + e.to.String()
+}
+
+// leaderClient returns a client of the leader's admin API and the leader
+// it reaches, or an UNAVAILABLE status saying why it cannot.
+func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
+	var none leaderView
 	if isForwarded(ctx) {
-		return nil, nil, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
+		return nil, nil, none, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
 	}
 	id, _ := s.b.Leader()
 	if id == "" {
-		return nil, nil, s.unavailable("admin: no leader known (election under way?); retry shortly")
+		return nil, nil, none, s.unavailable("admin: no leader known (election under way?); retry shortly")
 	}
 	if id == s.b.ID() {
-		return nil, nil, s.unavailable("admin: this node is the leader but not ready yet; retry shortly")
+		return nil, nil, none, s.unavailable("admin: this node is the leader but not ready yet; retry shortly")
 	}
 	addr := s.adminAddr(id)
 	if addr == "" {
-		return nil, nil, s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))
 	}
 	if addr == s.Advertise() {
-		return nil, nil, s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, nil, s.unavailable("admin: server stopping")
+		return nil, nil, none, s.unavailable("admin: server stopping")
 	}
 	cc := s.conns[addr]
 	if cc == nil {
 		var err error
 		cc, err = grpc.NewClient(addr, s.cfg.DialOptions...)
 		if err != nil {
-			return nil, nil, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
+			return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
 		}
 		s.conns[addr] = cc
 	}
 	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.b.ID())
-	return adminpb.NewAdminClient(cc), out, nil
+	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
+}
+
+// track registers a forwarded call to the leader of view to: the returned
+// context is cancelled when this node's view of the leader changes
+// (watchLeader) or the server stops. done unregisters it.
+func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &fwdCall{to: to, cancel: cancel}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		cancel(errStopping)
+		return ctx, func() {}
+	}
+	s.fwd[c] = struct{}{}
+	return ctx, func() {
+		s.mu.Lock()
+		delete(s.fwd, c)
+		s.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// watchLeader cancels forwarded calls whose leader is no longer the one
+// this node sees, every RegisterInterval. It runs apart from the
+// registration loop, whose RegisterNode call may itself be stuck on a dead
+// leader.
+func (s *Server) watchLeader() {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.RegisterInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCh:
+			return
+		case <-t.C:
+		}
+		s.cancelStaleForwards()
+	}
+}
+
+// cancelStaleForwards cancels the forwarded calls in flight whose leader
+// differs from this node's current view of the leader, or all of them if
+// this node is the leader.
+func (s *Server) cancelStaleForwards() {
+	// Only calls registered before the view is read are judged by it: a
+	// call registered meanwhile may target a leader newer than the view.
+	s.mu.Lock()
+	calls := make([]*fwdCall, 0, len(s.fwd))
+	for c := range s.fwd {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	if len(calls) == 0 {
+		return
+	}
+	id, _ := s.b.Leader()
+	self := id == s.b.ID() || s.b.IsLeader()
+	now := leaderView{id: id}
+	if id != "" {
+		now.addr = s.adminAddr(id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range calls {
+		if _, ok := s.fwd[c]; ok && (self || c.to != now) {
+			s.log.Debug("cancelling a forwarded call: the leader changed", "to", c.to.String(), "now", now.String(), "self", self)
+			c.cancel(&leaderChangedError{to: now, self: self})
+			delete(s.fwd, c)
+		}
+	}
 }
 
 // isNotLeader reports whether err means "ask the leader instead".
@@ -437,20 +593,79 @@ func orForward[T any](s *Server, ctx context.Context, local func() (T, error), r
 	return forward(s, ctx, remote)
 }
 
+// forward runs a unary call at the leader: bounded by ForwardTimeout if ctx
+// has no deadline (see forwardCall).
 func forward[T any](s *Server, ctx context.Context, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	return forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+}
+
+// forwardCall runs remote with a client of the leader. If ctx has no
+// deadline and timeout is positive, the call is bounded by timeout. The
+// call is cancelled when this node's view of the leader changes (see
+// track). Answers of the leader are relayed unchanged; failures to reach it
+// (its own cancellation included) become UNAVAILABLE with a LeaderHint.
+func forwardCall[T any](s *Server, ctx context.Context, timeout time.Duration, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	var zero T
-	cl, fctx, err := s.leaderClient(ctx)
+	cl, fctx, to, err := s.leaderClient(ctx)
 	if err != nil {
 		return zero, err
 	}
+	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeoutCause(fctx, timeout, errForwardTimeout)
+		defer cancel()
+	}
+	fctx, done := s.track(fctx, to)
+	defer done()
 	v, err := remote(fctx, cl)
 	if err != nil {
-		if _, ok := status.FromError(err); !ok {
-			return zero, s.toStatus(err)
-		}
-		return zero, err
+		return zero, s.forwardError(ctx, fctx, to, timeout, err)
 	}
 	return v, nil
+}
+
+// forwardError turns err, the failure of a call forwarded to the leader of
+// view to with context fctx (derived from the caller's ctx), into the
+// answer to the caller.
+func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout time.Duration, err error) error {
+	if status.Code(err) == codes.DeadlineExceeded {
+		if d, ok := fctx.Deadline(); ok && !time.Now().Before(d) {
+			// The deadline passed; the context's timer may lag behind
+			// it for a moment.
+			<-fctx.Done()
+		}
+	}
+	if ctx.Err() != nil {
+		// The caller went away or its deadline passed: its own error.
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if fctx.Err() != nil {
+		cause := context.Cause(fctx)
+		var lc *leaderChangedError
+		switch {
+		case errors.As(cause, &lc):
+			return s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))
+		case errors.Is(cause, errForwardTimeout):
+			return s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))
+		case errors.Is(cause, errStopping):
+			return s.unavailable("admin: server stopping; call forwarded to " + to.String() + " cancelled")
+		}
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return s.toStatus(err)
+	}
+	if st.Code() == codes.Unavailable {
+		if _, ok := LeaderHintOf(err); !ok {
+			// Not the leader's answer (it would carry a hint) but the
+			// failure to reach it.
+			return s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))
+		}
+	}
+	return err
 }
 
 // SubmitProcedure implements adminpb.AdminServer.
@@ -558,7 +773,8 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 		if !isNotLeader(err) {
 			return s.toStatus(err)
 		}
-		_, err := forward(s, ctx, func(ctx context.Context, c adminpb.AdminClient) (struct{}, error) {
+		// No timeout: a watch lasts as long as its procedure runs.
+		_, err := forwardCall(s, ctx, 0, func(ctx context.Context, c adminpb.AdminClient) (struct{}, error) {
 			ws, err := c.WatchProcedure(ctx, req)
 			if err != nil {
 				return struct{}{}, err

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -97,7 +96,8 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
 }
 
-// WithDialOptions adds gRPC dial options (the default is plaintext).
+// WithDialOptions adds gRPC dial options, after the defaults: plaintext
+// and FailoverDialOptions.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
@@ -225,15 +225,11 @@ func (c *Client) conn(addr string) (adminpb.AdminClient, error) {
 	}
 	cc := c.conns[addr]
 	if cc == nil {
-		opts := append([]grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// Fail fast on a dead node, and reconnect quickly to a node
-			// that comes back (gRPC's defaults wait up to 20 s and 120 s).
-			grpc.WithConnectParams(grpc.ConnectParams{
-				MinConnectTimeout: time.Second,
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			}),
-		}, c.opts.dialOpts...)
+		// Fail fast on a dead node (also one that vanished without
+		// closing its connections), and reconnect quickly to a node that
+		// comes back.
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, FailoverDialOptions()...)
+		opts = append(opts, c.opts.dialOpts...)
 		var err error
 		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {

@@ -165,7 +165,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.gs = grpc.NewServer()
+		m.gs = grpc.NewServer(admin.KeepaliveEnforcement())
 		m.srv.RegisterServices(m.gs)
 		RegisterMasterService(m.gs, m.dom)
 		if err := m.srv.Start(m.addr); err != nil {

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/rspb"
 )
 
@@ -104,15 +104,12 @@ func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
 	cc := m.conns[addr]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(addr,
+		// Fail fast on a dead master (also one that vanished without
+		// closing its connections: keepalive) and reconnect quickly to
+		// one that comes back, so heartbeats resume soon after a failover.
+		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// Fail fast on a dead master and reconnect quickly to one
-			// that comes back (gRPC's defaults wait up to 20 s and 120 s),
-			// so heartbeats resume soon after a failover.
-			grpc.WithConnectParams(grpc.ConnectParams{
-				MinConnectTimeout: time.Second,
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			}))
+		}, client.FailoverDialOptions()...)...)
 		if err != nil {
 			// A malformed hinted address: as unreachable as a dead master.
 			return nil, status.Errorf(codes.Unavailable, "rs: master %s: %v", addr, err)

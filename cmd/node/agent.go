@@ -102,7 +102,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(admin.KeepaliveEnforcement())
 	srv.RegisterServices(gs)
 	master.RegisterMasterService(gs, dom)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
