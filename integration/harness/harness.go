@@ -39,6 +39,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 )
@@ -81,6 +83,12 @@ type Node struct {
 	DataDir  string
 	LogPath  string
 
+	proc
+}
+
+// proc is one restartable process (an agent or a region server): its
+// current command, and when it exits.
+type proc struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	done    chan struct{} // closed when the current process has exited
@@ -89,19 +97,125 @@ type Node struct {
 	logOff  int64 // size of the log file when the current process started
 }
 
-// Running reports whether the node's process is alive (started and not yet
-// exited).
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.done == nil {
+// Running reports whether the process is alive (started and not yet
+// exited). A paused (SIGSTOP) process is running.
+func (p *proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
 		return false
 	}
 	select {
-	case <-n.done:
+	case <-p.done:
 		return false
 	default:
 		return true
+	}
+}
+
+// run starts bin with args and env added to the test's environment,
+// appending its output to logPath; name is what the log's start banner
+// calls it.
+func (p *proc) run(name, bin string, args, env []string, logPath string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is already running", name)
+		}
+	}
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	st, _ := f.Stat()
+	p.logOff = st.Size()
+	p.starts++
+	fmt.Fprintf(f, "=== harness: start #%d of %s at %s ===\n", p.starts, name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.exitErr = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.exitErr = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// kill sends SIGKILL to the process group and waits until it has exited.
+func (p *proc) kill() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || done == nil {
+		return errors.New("never started")
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("did not exit 10 s after SIGKILL")
+	}
+}
+
+// signal sends sig to the running process's group.
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || done == nil {
+		return errors.New("never started")
+	}
+	select {
+	case <-done:
+		return errors.New("not running")
+	default:
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// currentLog returns what was logged at logPath since the latest start.
+func (p *proc) currentLog(logPath string) string {
+	p.mu.Lock()
+	off := p.logOff
+	p.mu.Unlock()
+	b, err := os.ReadFile(logPath)
+	if err != nil || int64(len(b)) < off {
+		return ""
+	}
+	return string(b[off:])
+}
+
+// reap kills the process group, if one was started, and waits at most
+// 10 s for it to exit.
+func (p *proc) reap(t testing.TB, name string) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Logf("harness: %s (pid %d) did not exit after SIGKILL", name, cmd.Process.Pid)
 	}
 }
 
@@ -112,11 +226,15 @@ type Cluster struct {
 	dir  string
 
 	Nodes []*Node
+	// RegionServers are the region server processes started by
+	// StartRegionServers, in order.
+	RegionServers []*RegionServer
 
-	mu     sync.Mutex
-	client *client.Client
-	leader string // last leader seen by WaitLeader
-	http   *http.Client
+	mu      sync.Mutex
+	client  *client.Client
+	rsConns map[string]*grpc.ClientConn // by region server id
+	leader  string                      // last leader seen by WaitLeader
+	http    *http.Client
 }
 
 // New starts opts.Nodes agents bootstrapping one cluster and registers
@@ -185,43 +303,8 @@ func (c *Cluster) Args(id string) []string {
 }
 
 func (c *Cluster) start(n *Node) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.done != nil {
-		select {
-		case <-n.done:
-		default:
-			return fmt.Errorf("%s is already running", n.ID)
-		}
-	}
-	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	st, _ := f.Stat()
-	n.logOff = st.Size()
-	n.starts++
-	fmt.Fprintf(f, "=== harness: start #%d of %s at %s ===\n", n.starts, n.ID, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(c.opts.Binary, c.Args(n.ID)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), "BATON_LOG_LEVEL="+c.opts.LogLevel)
-	cmd.Env = append(cmd.Env, c.opts.Env...)
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	done := make(chan struct{})
-	n.cmd, n.done, n.exitErr = cmd, done, nil
-	go func() {
-		err := cmd.Wait()
-		f.Close()
-		n.mu.Lock()
-		n.exitErr = err
-		n.mu.Unlock()
-		close(done)
-	}()
-	return nil
+	env := append([]string{"BATON_LOG_LEVEL=" + c.opts.LogLevel}, c.opts.Env...)
+	return n.run(n.ID, c.opts.Binary, c.Args(n.ID), env, n.LogPath)
 }
 
 // Node returns the node with this id; it fails the test if there is none.
@@ -421,21 +504,25 @@ func (c *Cluster) Kill(id string) {
 
 // KillErr is Kill returning an error, for use off the test goroutine.
 func (c *Cluster) KillErr(id string) error {
-	n := c.Node(id)
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.mu.Unlock()
-	if cmd == nil || done == nil {
-		return errors.New("never started")
+	return c.Node(id).kill()
+}
+
+// Pause sends SIGSTOP to node id's process group: the process stays alive
+// and keeps its sockets (peers can connect, the kernel buffers what they
+// send) but runs nothing, like a machine cut off from the network or
+// frozen by a long pause, until Resume.
+func (c *Cluster) Pause(id string) {
+	c.t.Helper()
+	if err := c.Node(id).signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("harness: pause %s: %v", id, err)
 	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	select {
-	case <-done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return errors.New("did not exit 10 s after SIGKILL")
+}
+
+// Resume sends SIGCONT to node id's process group (see Pause).
+func (c *Cluster) Resume(id string) {
+	c.t.Helper()
+	if err := c.Node(id).signal(syscall.SIGCONT); err != nil {
+		c.t.Fatalf("harness: resume %s: %v", id, err)
 	}
 }
 
@@ -498,14 +585,7 @@ func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, erro
 // CurrentLog returns what node id has logged since its latest start.
 func (c *Cluster) CurrentLog(id string) string {
 	n := c.Node(id)
-	n.mu.Lock()
-	off := n.logOff
-	n.mu.Unlock()
-	b, err := os.ReadFile(n.LogPath)
-	if err != nil || int64(len(b)) < off {
-		return ""
-	}
-	return string(b[off:])
+	return n.currentLog(n.LogPath)
 }
 
 // Converge waits until every running node's FSM has applied the same
@@ -555,25 +635,23 @@ func (c *Cluster) cleanup() {
 	if c.client != nil {
 		c.client.Close()
 	}
+	for _, cc := range c.rsConns {
+		cc.Close()
+	}
 	c.mu.Unlock()
 	for _, n := range c.Nodes {
-		n.mu.Lock()
-		cmd, done := n.cmd, n.done
-		n.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			c.t.Logf("harness: %s (pid %d) did not exit after SIGKILL", n.ID, cmd.Process.Pid)
-		}
+		n.reap(c.t, n.ID)
+	}
+	for _, s := range c.RegionServers {
+		s.reap(c.t, s.ID)
 	}
 	if c.t.Failed() || os.Getenv("BATON_KEEP_LOGS") != "" {
 		c.t.Logf("harness: cluster data and logs kept in %s", c.dir)
 		for _, n := range c.Nodes {
 			c.t.Logf("harness: %s log: %s", n.ID, n.LogPath)
+		}
+		for _, s := range c.RegionServers {
+			c.t.Logf("harness: %s log: %s", s.ID, s.LogPath)
 		}
 		return
 	}
