@@ -1,7 +1,10 @@
 // Package harness runs real Baton clusters for the integration tests: it
 // builds the node binary once, starts `node agent` processes on loopback
 // ports, each with its own data directory and log file, and kills,
-// terminates and restarts them the way an operator or a crash would.
+// terminates, pauses (SIGSTOP) and restarts them the way an operator, a
+// crash or a frozen machine would. StartRegionServers adds `node
+// regionserver` processes (KillRS, RestartRS, PauseRS, RSRegions for a
+// server's own answer, RSClient for hand-made requests).
 //
 // A Cluster belongs to one test. Every process it starts runs in its own
 // process group and is killed (SIGKILL to the group) by the test's cleanup,
@@ -18,6 +21,14 @@
 //	id, _ := c.Client().Submit(ctx, "sleep", nil, "n-1", "", 0)
 //	c.Kill(leader)
 //	c.Restart(leader)
+//
+// With region servers:
+//
+//	c.StartRegionServers(3, harness.RSOptions{OpLatency: 20 * time.Millisecond})
+//	codes, _ := c.WaitRegionServers(ctx) // start codes by id
+//	hosted, _ := c.RSRegions(ctx, "rs1") // rs1's own answer
+//	c.KillRS("rs1")
+//	c.RestartRS("rs1")
 package harness
 
 import (

@@ -1,0 +1,274 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster/rspb"
+)
+
+// RSOptions configures the region servers StartRegionServers starts.
+type RSOptions struct {
+	// OpLatency is --op-latency: how long each open or close takes.
+	OpLatency time.Duration
+	// FailureRate is --failure-rate: the probability an open fails.
+	FailureRate float64
+	// HeartbeatInterval is --heartbeat-interval (0: the master's).
+	HeartbeatInterval time.Duration
+	// LogLevel is the region servers' BATON_LOG_LEVEL (default: the
+	// cluster's Options.LogLevel). "debug" logs every open and close with
+	// the term of the batch that carried it.
+	LogLevel string
+	// Env is added to every region server's environment (KEY=VALUE).
+	Env []string
+}
+
+// RegionServer is one `node regionserver` process of a Cluster. Its id and
+// address stay the same across restarts (a restart is a new incarnation:
+// it registers for a new start code).
+type RegionServer struct {
+	ID       string
+	GRPCAddr string
+	LogPath  string
+
+	args []string
+	env  []string
+	proc
+}
+
+// StartRegionServers starts n region servers, named rs<k> after those
+// already started (rs1..rsN on the first call), each on its own loopback
+// port, with every master's admin address as --masters. It does not wait
+// for them to register (see WaitRegionServers).
+func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
+	c.t.Helper()
+	level := opts.LogLevel
+	if level == "" {
+		level = c.opts.LogLevel
+	}
+	masters := ""
+	for i, a := range c.AdminAddrs() {
+		if i > 0 {
+			masters += ","
+		}
+		masters += a
+	}
+	ports := FreePorts(c.t, n)
+	var out []*RegionServer
+	for i := range n {
+		id := fmt.Sprintf("rs%d", len(c.RegionServers)+1)
+		s := &RegionServer{
+			ID:       id,
+			GRPCAddr: ports[i],
+			LogPath:  filepath.Join(c.dir, id, "regionserver.log"),
+			env:      append([]string{"BATON_LOG_LEVEL=" + level}, opts.Env...),
+		}
+		s.args = []string{"regionserver", "--id", id, "--grpc-addr", s.GRPCAddr, "--masters", masters}
+		if opts.OpLatency > 0 {
+			s.args = append(s.args, "--op-latency", opts.OpLatency.String())
+		}
+		if opts.FailureRate > 0 {
+			s.args = append(s.args, "--failure-rate", strconv.FormatFloat(opts.FailureRate, 'g', -1, 64))
+		}
+		if opts.HeartbeatInterval > 0 {
+			s.args = append(s.args, "--heartbeat-interval", opts.HeartbeatInterval.String())
+		}
+		if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
+			c.t.Fatalf("harness: %v", err)
+		}
+		c.mu.Lock()
+		c.RegionServers = append(c.RegionServers, s)
+		c.mu.Unlock()
+		if err := s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath); err != nil {
+			c.t.Fatalf("harness: start %s: %v", id, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// RegionServer returns the region server with this id; it fails the test
+// if there is none.
+func (c *Cluster) RegionServer(id string) *RegionServer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.RegionServers {
+		if s.ID == id {
+			return s
+		}
+	}
+	c.t.Fatalf("harness: no region server %q", id)
+	return nil
+}
+
+// RegionServerIDs returns the ids of every region server started, running
+// or not.
+func (c *Cluster) RegionServerIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, s := range c.RegionServers {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+// KillRS sends SIGKILL to region server id and waits until it has exited:
+// its regions vanish with it, it sends nothing more, and the masters learn
+// of it only when its lease expires.
+func (c *Cluster) KillRS(id string) {
+	c.t.Helper()
+	if err := c.RegionServer(id).kill(); err != nil {
+		c.t.Fatalf("harness: kill %s: %v", id, err)
+	}
+}
+
+// RestartRS starts region server id again with the same command line (same
+// id and address). The process must have exited.
+func (c *Cluster) RestartRS(id string) {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	if err := s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath); err != nil {
+		c.t.Fatalf("harness: restart %s: %v", id, err)
+	}
+}
+
+// PauseRS and ResumeRS send SIGSTOP and SIGCONT to region server id.
+func (c *Cluster) PauseRS(id string) {
+	c.t.Helper()
+	if err := c.RegionServer(id).signal(syscall.SIGSTOP); err != nil {
+		c.t.Fatalf("harness: pause %s: %v", id, err)
+	}
+}
+
+// ResumeRS: see PauseRS.
+func (c *Cluster) ResumeRS(id string) {
+	c.t.Helper()
+	if err := c.RegionServer(id).signal(syscall.SIGCONT); err != nil {
+		c.t.Fatalf("harness: resume %s: %v", id, err)
+	}
+}
+
+// RSLog returns what region server id has logged since its latest start.
+func (c *Cluster) RSLog(id string) string {
+	s := c.RegionServer(id)
+	return s.currentLog(s.LogPath)
+}
+
+// RSLogSize returns the size of region server id's log file now, an
+// offset for RSLogSince.
+func (c *Cluster) RSLogSize(id string) int64 {
+	st, err := os.Stat(c.RegionServer(id).LogPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// RSLogSince returns what region server id's log file holds past offset
+// (RSLogSize), across restarts.
+func (c *Cluster) RSLogSince(id string, offset int64) string {
+	b, err := os.ReadFile(c.RegionServer(id).LogPath)
+	if err != nil || int64(len(b)) < offset {
+		return ""
+	}
+	return string(b[offset:])
+}
+
+// RSClient returns a RegionServer service client of region server id
+// (one connection per server, closed at cleanup): the server's own
+// answers (ListRegions), or a hand-made master request (ExecuteBatch).
+func (c *Cluster) RSClient(id string) rspb.RegionServerClient {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rsConns == nil {
+		c.rsConns = map[string]*grpc.ClientConn{}
+	}
+	cc := c.rsConns[id]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			c.t.Fatalf("harness: client of %s: %v", id, err)
+		}
+		c.rsConns[id] = cc
+	}
+	return rspb.NewRegionServerClient(cc)
+}
+
+// RSRegions asks region server id which regions it hosts now (its own
+// answer, under its current start code; 0 while it is not registered).
+// Each attempt is bounded by 2 s.
+func (c *Cluster) RSRegions(ctx context.Context, id string) (*rspb.ListRegionsResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.RSClient(id).ListRegions(cctx, &rspb.ListRegionsRequest{})
+}
+
+// WaitRegionServers waits until every running region server holds a
+// start code (it registered) and the masters list it, with that start
+// code, as live. It returns the start codes by id.
+func (c *Cluster) WaitRegionServers(ctx context.Context) (map[string]uint64, error) {
+	var last error
+	for {
+		codes, err := c.registered(ctx)
+		if err == nil {
+			return codes, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("harness: region servers not registered: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) registered(ctx context.Context) (map[string]uint64, error) {
+	codes := map[string]uint64{}
+	for _, id := range c.RegionServerIDs() {
+		if !c.RegionServer(id).Running() {
+			continue
+		}
+		r, err := c.RSRegions(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", id, err)
+		}
+		if r.GetStartCode() == 0 {
+			return nil, fmt.Errorf("%s: not registered", id)
+		}
+		codes[id] = r.GetStartCode()
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	srvs, err := c.Client().ListServers(sctx)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]uint64{}
+	for _, s := range srvs {
+		if s.GetLeaseState() == "live" {
+			live[s.GetId()] = s.GetStartCode()
+		}
+	}
+	for id, sc := range codes {
+		if live[id] != sc {
+			return nil, fmt.Errorf("%s: masters list start code %d live, the server holds %d", id, live[id], sc)
+		}
+	}
+	if len(codes) == 0 {
+		return nil, errors.New("no region server is running")
+	}
+	return codes, nil
+}
