@@ -156,12 +156,12 @@
 // create never leaves "table exists" behind. Disable and delete can be
 // aborted only before their point of no return; crash recovery never.
 //
+// Region servers fence themselves (package rs): a server whose heartbeats
+// have not got through for three intervals (the soft limit) drops every
+// region, well before the hard limit after which the masters reassign them.
+//
 // # Left to do
 //
-//   - Region server self-fencing (package rs): a server that cannot renew
-//     its lease should drop its regions before its hard limit passes; the
-//     proto gives it no hard limit, so it needs a flag or a conservative
-//     multiple of its heartbeat interval.
 //   - Splits, merges and per-table replica counts; meta regions and their
 //     priority; a smarter balancer (locality, per-table spread).
 package master

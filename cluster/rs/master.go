@@ -305,6 +305,13 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	if t := resp.GetTerm(); t != 0 && t < s.highestTerm {
+		// A deposed leader answered: its word on the lease counts for
+		// nothing (neither a renewal nor an expiry).
+		highest := s.highestTerm
+		s.mu.Unlock()
+		return fmt.Errorf("heartbeat answered by a master of stale term %d (highest seen %d)", t, highest)
+	}
 	s.raiseTermLocked(resp.GetTerm(), "Heartbeat")
 	if !resp.GetExpired() && s.startCode == req.StartCode {
 		s.lastRenewal = s.clk.Now()
