@@ -107,10 +107,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 type Client struct {
 	opts options
 
+	leaders *LeaderTracker
+
 	mu     sync.Mutex
-	addrs  []string // known admin addresses: the given ones, then hinted ones
-	leader string   // believed leader's address; "" if unknown
-	next   int      // index in addrs of the next address to try without a leader
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
@@ -139,7 +138,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(list) == 0 {
 		return nil, ErrNoAddresses
 	}
-	return &Client{opts: o, addrs: list, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}}, nil
 }
 
 // Close closes the Client's connections. Calls made afterwards fail.
@@ -157,65 +156,7 @@ func (c *Client) Close() error {
 
 // Leader returns the address the Client currently sends calls to, "" if it
 // has not found the leader yet.
-func (c *Client) Leader() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leader
-}
-
-// target picks the address of the next attempt.
-func (c *Client) target() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.leader != "" {
-		return c.leader
-	}
-	return c.addrs[c.next%len(c.addrs)]
-}
-
-// succeeded records that addr answered a call.
-func (c *Client) succeeded(addr string) {
-	c.mu.Lock()
-	c.leader = addr
-	c.mu.Unlock()
-}
-
-// failed records that addr could not serve a call: the next attempt goes to
-// the hinted leader if err carries a hint naming another node, else to the
-// address after addr. It reports whether a hint was followed.
-func (c *Client) failed(addr string, err error) (hinted bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h := leaderHint(err); h != "" && h != addr {
-		if !slices.Contains(c.addrs, h) {
-			c.addrs = append(c.addrs, h)
-		}
-		c.leader = h
-		return true
-	}
-	if c.leader == addr || c.leader == "" {
-		c.leader = ""
-		if i := slices.Index(c.addrs, addr); i >= 0 {
-			c.next = i + 1
-		} else {
-			c.next++
-		}
-	}
-	return false
-}
-
-func leaderHint(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if h, ok := d.(*adminpb.LeaderHint); ok && h.GetLeaderAdminAddress() != "" {
-			return h.GetLeaderAdminAddress()
-		}
-	}
-	return ""
-}
+func (c *Client) Leader() string { return c.leaders.Leader() }
 
 func (c *Client) conn(addr string) (adminpb.AdminClient, error) {
 	c.mu.Lock()
@@ -311,10 +252,10 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		if ctx.Err() != nil {
 			return c.giveUp(ctx, tried, last)
 		}
-		addr := c.target()
+		addr := c.leaders.Target()
 		err := attempt(addr)
 		if err == nil {
-			c.succeeded(addr)
+			c.leaders.Succeeded(addr)
 			return nil
 		}
 		if !retryable(ctx, err) {
@@ -327,7 +268,7 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		if !slices.Contains(tried, addr) {
 			tried = append(tried, addr)
 		}
-		if c.failed(addr, err) {
+		if c.leaders.Failed(addr, err) {
 			continue // follow the hint at once
 		}
 		if err := c.backoff(ctx, &pause); err != nil {
@@ -506,7 +447,7 @@ func (c *Client) Watch(ctx context.Context, id uint64, fn func(*adminpb.Procedur
 		}
 		// The stream ended before the procedure did (the node died or lost
 		// leadership): resume it, elsewhere unless hinted otherwise.
-		c.failed(addr, err)
+		c.leaders.Failed(addr, err)
 		if err := c.backoff(ctx, &pause); err != nil {
 			return last, status.FromContextError(err).Err()
 		}

@@ -14,85 +14,22 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/rspb"
 )
 
-// masterConns tracks the masters' addresses, the believed leader and one
-// connection per address. It follows cluster/client's approach: calls go
-// to the believed leader; a LeaderHint names the next one, else the
-// address after the failed one is tried.
+// masterConns holds one connection per master address; where calls go is
+// cluster/client's LeaderTracker's business.
 type masterConns struct {
+	*client.LeaderTracker
+
 	mu     sync.Mutex
-	addrs  []string // the configured addresses, then hinted ones
-	leader string   // believed leader; "" if unknown
-	next   int      // index in addrs of the next address to try without a leader
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
 
 func newMasterConns(addrs []string) *masterConns {
-	return &masterConns{addrs: slices.Clone(addrs), conns: map[string]*grpc.ClientConn{}}
-}
-
-// target is the address of the next attempt.
-func (m *masterConns) target() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.leader != "" {
-		return m.leader
-	}
-	return m.addrs[m.next%len(m.addrs)]
-}
-
-// Leader is the master the last call succeeded on, or the hinted one.
-func (m *masterConns) Leader() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.leader
-}
-
-func (m *masterConns) succeeded(addr string) {
-	m.mu.Lock()
-	m.leader = addr
-	m.mu.Unlock()
-}
-
-// failed records that addr could not serve a call and reports whether the
-// error named another leader, which the next attempt then goes to.
-func (m *masterConns) failed(addr string, err error) (hinted bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h := leaderHint(err); h != "" && h != addr {
-		if !slices.Contains(m.addrs, h) {
-			m.addrs = append(m.addrs, h)
-		}
-		m.leader = h
-		return true
-	}
-	if m.leader == addr || m.leader == "" {
-		m.leader = ""
-		if i := slices.Index(m.addrs, addr); i >= 0 {
-			m.next = i + 1
-		} else {
-			m.next++
-		}
-	}
-	return false
-}
-
-func leaderHint(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if h, ok := d.(*adminpb.LeaderHint); ok && h.GetLeaderAdminAddress() != "" {
-			return h.GetLeaderAdminAddress()
-		}
-	}
-	return ""
+	return &masterConns{LeaderTracker: client.NewLeaderTracker(addrs), conns: map[string]*grpc.ClientConn{}}
 }
 
 func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
@@ -157,10 +94,10 @@ func (s *Server) callMaster(ctx context.Context, method string, call func(ctx co
 			}
 			return fmt.Errorf("%s: no master answered (tried %s): %w", method, strings.Join(tried, ", "), last)
 		}
-		addr := s.masters.target()
+		addr := s.masters.Target()
 		err := s.attempt(ctx, addr, call)
 		if err == nil {
-			s.masters.succeeded(addr)
+			s.masters.Succeeded(addr)
 			return nil
 		}
 		if !retryable(ctx, err) {
@@ -170,9 +107,9 @@ func (s *Server) callMaster(ctx context.Context, method string, call func(ctx co
 		if !slices.Contains(tried, addr) {
 			tried = append(tried, addr)
 		}
-		if s.masters.failed(addr, err) && hints <= len(s.cfg.Masters) {
+		if s.masters.Failed(addr, err) && hints <= len(s.cfg.Masters) {
 			hints++
-			s.log.Debug("following leader hint", "method", method, "from", addr, "to", s.masters.target())
+			s.log.Debug("following leader hint", "method", method, "from", addr, "to", s.masters.Target())
 			continue
 		}
 		hints = 0
