@@ -52,6 +52,17 @@ func setTableState(ctx *procedure.Context, full string, t Table, state string) e
 	return ctx.Put(TableKey(full), mustJSON(t))
 }
 
+// markTable moves the table from one of the states from to state to. A
+// table already in state to passes: the step may be running again after a
+// crash.
+func markTable(ctx *procedure.Context, full, to string, from ...string) error {
+	t, err := requireTable(ctxReader{ctx}, full, append(from, to)...)
+	if err != nil {
+		return err
+	}
+	return setTableState(ctx, full, t, to)
+}
+
 // requireTable reads the table and checks its state is one of want.
 func requireTable(r reader, full string, want ...string) (Table, error) {
 	t, ok, err := getTable(r, full)
@@ -173,11 +184,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := failPoint(d, "create.enable"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		t, err := requireTable(r, full, TableCreating, TableEnabled)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableEnabled); err != nil {
+		if err := markTable(ctx, full, TableEnabled, TableCreating); err != nil {
 			return procedure.NoMoreState, err
 		}
 		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %d regions", full, len(p.RegionNames))))
@@ -278,11 +285,7 @@ func (p *DeleteTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(dtMarkDeleting)
 		return procedure.HasMoreState, nil
 	case dtMarkDeleting:
-		t, err := requireTable(r, full, TableDisabled, TableDeleting)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableDeleting); err != nil {
+		if err := markTable(ctx, full, TableDeleting, TableDisabled); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(dtUnassign)
@@ -381,11 +384,7 @@ func (p *EnableTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(etMarkEnabling)
 		return procedure.HasMoreState, nil
 	case etMarkEnabling:
-		t, err := requireTable(r, full, TableDisabled, TableEnabling)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableEnabling); err != nil {
+		if err := markTable(ctx, full, TableEnabling, TableDisabled); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(etAssignRegions)
@@ -404,11 +403,7 @@ func (p *EnableTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := failPoint(d, "enable.enable"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		t, err := requireTable(r, full, TableEnabling, TableEnabled)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableEnabled); err != nil {
+		if err := markTable(ctx, full, TableEnabled, TableEnabling); err != nil {
 			return procedure.NoMoreState, err
 		}
 		ctx.SetResult([]byte(fmt.Sprintf("table %s enabled", full)))
@@ -475,11 +470,7 @@ func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (proced
 		p.SetNextState(dsMarkDisabling)
 		return procedure.HasMoreState, nil
 	case dsMarkDisabling:
-		t, err := requireTable(r, full, TableEnabled, TableDisabling)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableDisabling); err != nil {
+		if err := markTable(ctx, full, TableDisabling, TableEnabled); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(dsUnassignRegions)
@@ -495,11 +486,7 @@ func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (proced
 		p.SetNextState(dsMarkDisabled)
 		return procedure.HasMoreState, nil
 	case dsMarkDisabled:
-		t, err := requireTable(r, full, TableDisabling, TableDisabled)
-		if err != nil {
-			return procedure.NoMoreState, err
-		}
-		if err := setTableState(ctx, full, t, TableDisabled); err != nil {
+		if err := markTable(ctx, full, TableDisabled, TableDisabling); err != nil {
 			return procedure.NoMoreState, err
 		}
 		ctx.SetResult([]byte(fmt.Sprintf("table %s disabled", full)))
