@@ -548,8 +548,7 @@ func TestGracefulStopResumes(t *testing.T) {
 func TestStoreFailureStopsExecutor(t *testing.T) {
 	cs := &crashStore{inner: store.NewMemStore(), budget: 3}
 	h := startExecutor(t, cs, newDomain(), nil)
-	id, err := h.x.Submit(newSteps("a", 10), SubmitOptions{})
-	if err != nil {
+	if _, err := h.x.Submit(newSteps("a", 10), SubmitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "executor stopped", func() bool { return h.x.Err() != nil })
@@ -559,7 +558,6 @@ func TestStoreFailureStopsExecutor(t *testing.T) {
 	if _, err := h.x.Submit(newSteps("b", 1), SubmitOptions{}); !errors.Is(err, ErrStoreFailed) {
 		t.Fatalf("submit after failure: %v", err)
 	}
-	_ = id
 }
 
 func TestStuckWorkerMonitor(t *testing.T) {
