@@ -73,38 +73,66 @@
 // expired at once, unlike HBase: it may be alive and serving, and
 // reassigning its regions then would open them twice (HBASE-14012,
 // HBASE-21811). Its lease is revoked instead: no more renewals, no new
-// regions, and its next heartbeat is told expired, upon which it drops its
-// regions and registers again, which starts the old incarnation's crash
-// procedure at once; a server that does not heartbeat at all expires with
-// its lease. The dispatcher holds its unanswered ops meanwhile, and fails
+// regions, and its next heartbeat is told expired (upon which it drops its
+// regions and registers again) while the incarnation is recorded expired
+// and its crash procedure submitted; a server that does not heartbeat at
+// all expires with its lease. Either way the crash procedure reassigns
+// nothing before the proof below. The dispatcher holds its unanswered ops meanwhile, and fails
 // them (ErrServerRemoved) only when the crash procedure has fenced the
 // incarnation.
 //
 // # Why a crash never opens a region twice
 //
-// A region is reassigned away from incarnation I only once I is fenced,
-// meaning: I is no longer the live incarnation in the replicated state
-// (it expired, or the server registered again), and
+// A region is reassigned away from incarnation I only once I is fenced
+// and proven to have stopped serving:
 //
-//  1. I cannot open anything any more: every dispatch carries I's start
-//     code, which the server refuses once it registered again ("wrong
-//     start code"), and the leader's term, which a server refuses once it
-//     saw a newer leader ("stale term"); and the leader dispatches an open
-//     only after committing OPENING@I, having checked that I was live, and
-//     records OPEN only if I is still live when the confirmation comes;
-//  2. I holds nothing any more: an incarnation that registered again
-//     dropped its regions first (a registration listing regions still
-//     hosted is refused); one told "expired" at a heartbeat drops them at
-//     that moment; one whose lease expired has not heartbeated for a whole
-//     hard limit. Cases one and two are airtight. The third relies on the
-//     region server stopping serving when it cannot renew its lease for
-//     that long (HBase's region server aborts when its ZooKeeper session
-//     expires): a server that keeps serving while cut off from every
-//     master could hold a region that was reassigned (see Left to do).
+//  1. I cannot open anything any more once fenced, that is, no longer
+//     the live incarnation in the replicated state (it expired, or the
+//     server registered again): every dispatch carries I's start code,
+//     which the server refuses once it registered again ("wrong start
+//     code"), and the leader's term, which a server refuses once it saw a
+//     newer leader ("stale term"); the leader dispatches an open only
+//     after committing OPENING@I, having checked that I was live, and
+//     records OPEN only if I is still live when the confirmation comes.
+//  2. I holds nothing any more (services.presenceOf): either the server
+//     registered again under a newer start code (it drops every region
+//     before registering: a registration listing regions still hosted is
+//     refused), or I's self-fence deadline has certainly passed. Being
+//     told "expired" is no proof: that answer may be lost, and a server
+//     that never hears it keeps serving until it fences itself.
+//
+// # Proof that a server stopped serving
+//
+// A region server counts its self-fence period from the moment it SENT
+// the last heartbeat (or registration) that renewed its lease, and serves
+// nothing once the period is over: every read and operation checks the
+// deadline first (package rs). The period is at most P = 3 ×
+// HeartbeatInterval, the interval the master told it. The leader records
+// each renewal it grants before its last liveness check of the
+// incarnation, and answers it only after verifying its leadership with a
+// quorum (raft VerifyLeader). So for a fenced incarnation I the leader
+// knows a time R no earlier than I's last renewal: the latest renewal it
+// recorded for I, or, if it granted none, the moment its leader services
+// started, since a predecessor can verify its leadership (and so renew)
+// only before this leader's election. I is proven gone at
+//
+//	R + P + FenceMargin   (defaults: 6 s + 1 s)
+//
+// on the leader's clock. FenceMargin covers the rate drift between the two
+// clocks over P: the bound holds while the server's clock runs no more
+// than FenceMargin/P slower than the leader's (16% with the defaults).
+// The lease hard limit (15 s) is longer still, so an expiry by the lease
+// monitor is normally proven gone by the time it is recorded; an
+// incarnation revoked by the dispatcher and told "expired" waits out the
+// bound unless the server registers again first. Until then its regions
+// stay recorded on it, locked by whichever procedure waits for the proof,
+// and a revoked or expired server gets no new regions.
 //
 // TransitRegionState applies the same rule at every step: it re-reads the
 // target's record before it sends and when the answer arrives, and treats
-// a region recorded on a fenced incarnation as closed. ServerCrash runs
+// a region recorded on a fenced incarnation as closed once that
+// incarnation is proven gone, waiting for the proof until then (a
+// rollback retries until it). ServerCrash runs
 // its reassignments as children that re-check each region under the
 // region's lock, so a region some other procedure moved meanwhile is left
 // alone, and loops until no region is recorded on the incarnation, so a

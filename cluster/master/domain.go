@@ -58,6 +58,7 @@ const (
 	DefaultDispatchTimeout = 10 * time.Second
 	DefaultMaxOpenAttempts = 10
 	DefaultApplyTimeout    = 10 * time.Second
+	DefaultFenceMargin     = time.Second
 )
 
 // DefaultRetryBackoff paces a region procedure that has nothing to do but
@@ -105,6 +106,15 @@ type Config struct {
 	// ApplyTimeout bounds the Raft writes of server registrations and
 	// expiries. Default 10 s.
 	ApplyTimeout time.Duration
+	// FenceMargin is added to a region server's self-fence period (3 ×
+	// HeartbeatInterval) before a fenced incarnation that did not register
+	// again is taken to have stopped serving its regions. It absorbs the
+	// rate drift between the region server's clock and the leader's over
+	// one self-fence period (see "Proof that a server stopped serving" in
+	// the package doc). Default 1 s: with the default 6 s period, the
+	// bound holds while the server's clock runs at most 16% slower than
+	// the leader's.
+	FenceMargin time.Duration
 	// FailPoint, if set, is consulted at named points of the procedures
 	// ("create.layout", "create.enable", "enable.enable"); a non-nil error
 	// fails the step there. For fault-injection tests.
@@ -149,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = DefaultApplyTimeout
+	}
+	if c.FenceMargin == 0 {
+		c.FenceMargin = DefaultFenceMargin
 	}
 	return c
 }
@@ -275,6 +288,9 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 		waits:  map[uint64]*opWait{},
 		locks:  map[uint64]*lockWait{},
 		revoke: map[string]uint64{},
+
+		startedAt: d.cfg.Clock.Now(),
+		renewed:   map[ServerRef]time.Time{},
 	}
 	lc := d.cfg.ServerLease
 	lc.Clock = d.cfg.Clock
@@ -384,6 +400,12 @@ type services struct {
 	waits    map[uint64]*opWait   // by proc id: a region procedure waiting for an op
 	locks    map[uint64]*lockWait // by lock proc id
 	revoke   map[string]uint64    // server id → start code told "expired" at its next heartbeat
+	// startedAt is when this term's services started: every renewal a
+	// predecessor granted happened before it (see renewedAt).
+	startedAt time.Time
+	// renewed is, per incarnation, the latest renewal this term granted
+	// (or was about to grant: see Heartbeat), for fencing proofs.
+	renewed map[ServerRef]time.Time
 	startSeq uint64
 	load     map[string]int // regions per server, cached for target picks
 	loadAt   time.Time
@@ -508,17 +530,34 @@ func (s *services) reconcileWhenReady() {
 	}
 }
 
-// submitCrash submits the ServerCrashProcedure of ref, once: the nonce
-// makes every later submission for the same incarnation return the first
-// one's id (while its result is kept; after that a repeat is harmless,
-// the procedure being idempotent). Retries in the background while the
-// executor is not accepting yet.
+// submitCrash submits the ServerCrashProcedure of ref, once per need: the
+// nonce makes every later submission for the same incarnation return the
+// first one's id while that one is unfinished. One that has already ended
+// is not an answer to a new need (regions recorded on the incarnation
+// again, found by a registration or a new leader's reconcile): a new
+// procedure is submitted, under a nonce derived from the ended one's id,
+// so concurrent callers still share it. Retries in the background while
+// the executor is not accepting yet.
 func (s *services) submitCrash(ref ServerRef, why string) {
-	p := &ServerCrash{Server: ref}
-	opts := procedure.SubmitOptions{Nonce: fmt.Sprintf("scp-%s-%d", ref.ID, ref.StartCode), Owner: "master"}
-	id, err := s.x.Submit(p, opts)
+	nonce := fmt.Sprintf("scp-%s-%d", ref.ID, ref.StartCode)
+	submit := func() error {
+		for range maxCrashResubmits {
+			id, err := s.x.Submit(&ServerCrash{Server: ref}, procedure.SubmitOptions{Nonce: nonce, Owner: "master"})
+			if err != nil {
+				return err
+			}
+			info, err := s.x.Get(id)
+			if err != nil || !info.State.Terminal() {
+				s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
+				return nil
+			}
+			// Ended before this need arose: the nonce answered with it.
+			nonce = fmt.Sprintf("scp-%s-%d-after-%d", ref.ID, ref.StartCode, id)
+		}
+		return fmt.Errorf("master: server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
+	}
+	err := submit()
 	if err == nil {
-		s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
 		return
 	}
 	s.log.Warn("submitting server crash procedure failed; retrying", "server", ref.String(), "error", err)
@@ -529,17 +568,18 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 				return
 			case <-time.After(delay):
 			}
-			id, err := s.x.Submit(p, opts)
-			if err == nil {
-				s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
-				return
-			}
-			if errors.Is(err, procedure.ErrStopped) {
+			err := submit()
+			if err == nil || errors.Is(err, procedure.ErrStopped) {
 				return
 			}
 		}
 	})
 }
+
+// maxCrashResubmits bounds the chain of ended crash procedures submitCrash
+// follows for one call (each link is a real need that arose after the
+// previous one ended, so a long chain means something else is wrong).
+const maxCrashResubmits = 8
 
 // background runs f in a goroutine that stop waits for, unless the
 // services are stopping already.
@@ -849,15 +889,91 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 }
 
 // serverAlive reports whether incarnation ref is the live one in the
-// replicated state (its address too). A server that is not is fenced: its
-// start code is refused, or it has been (or will be, at its next call)
-// told it expired, and drops every region.
+// replicated state (its address too). One that is not is fenced: nothing
+// new is sent to it, its start code is refused, and it drops every region
+// when told it expired. That is not yet proof that it stopped serving
+// (the answer may be lost): see presenceOf.
 func serverAlive(r reader, ref ServerRef) (Server, bool, error) {
 	srv, ok, err := getServer(r, ref.ID)
 	if err != nil || !ok {
 		return Server{}, false, err
 	}
 	return srv, srv.StartCode == ref.StartCode && srv.State == ServerLive, nil
+}
+
+// presence is what a region procedure may assume of a server incarnation
+// a region is recorded on.
+type presence int
+
+const (
+	// present: the live incarnation; operations go to it.
+	present presence = iota
+	// fencing: no longer the live incarnation, but it may still serve its
+	// regions until its self-fence deadline; nothing of it may be counted
+	// closed yet.
+	fencing
+	// gone: proven to serve nothing; its regions count as closed.
+	gone
+)
+
+// presenceOf tells whether incarnation ref is live, gone, or fencing; for
+// fencing, also how long until it is certainly gone.
+//
+// Not being the live incarnation in the replicated state is not enough to
+// reopen its regions elsewhere: the "expired" answer that tells a server
+// to drop its regions may have been lost, and a server cut off from the
+// masters keeps serving until it fences itself. An incarnation is gone
+// once it registered again (a server drops every region before it
+// registers), or once its self-fence deadline has certainly passed:
+// selfFence (3 × the heartbeat interval the server was told) plus
+// FenceMargin after the last renewal it may have been granted. That is the
+// latest renewal this term granted it, or, when there is none, the moment
+// this term's services started: a renewal takes effect only after the
+// granting leader verified its leadership with a quorum (see Heartbeat),
+// which no predecessor can do once this leader was elected.
+func (s *services) presenceOf(r reader, ref ServerRef) (Server, presence, time.Duration, error) {
+	srv, ok, err := getServer(r, ref.ID)
+	if err != nil {
+		return Server{}, fencing, 0, err
+	}
+	if ok && srv.StartCode == ref.StartCode && srv.State == ServerLive {
+		return srv, present, 0, nil
+	}
+	if ok && srv.StartCode > ref.StartCode {
+		return srv, gone, 0, nil // registered again: it closed everything first
+	}
+	left := s.renewedAt(ref).Add(s.selfFence() + s.d.cfg.FenceMargin).Sub(s.d.cfg.Clock.Now())
+	if left > 0 {
+		return srv, fencing, left, nil
+	}
+	return srv, gone, 0, nil
+}
+
+// selfFence is how long a region server keeps its regions after the
+// renewal it last sent: the region server caps its self-fence period at
+// three of the heartbeat intervals it was told (package rs).
+func (s *services) selfFence() time.Duration { return 3 * s.d.cfg.HeartbeatInterval }
+
+// renewedAt is the latest moment from which incarnation ref may be
+// counting its self-fence period.
+func (s *services) renewedAt(ref ServerRef) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.renewed[ref]; ok && t.After(s.startedAt) {
+		return t
+	}
+	return s.startedAt
+}
+
+// noteRenewal records that ref may be granted a renewal now. Heartbeat
+// calls it before its last liveness check, so a crash procedure that reads
+// renewedAt after committing the expiry sees every renewal that check let
+// through.
+func (s *services) noteRenewal(ref ServerRef) {
+	now := s.d.cfg.Clock.Now()
+	s.mu.Lock()
+	s.renewed[ref] = now
+	s.mu.Unlock()
 }
 
 // rsClient returns a RegionServer client for addr (ServerRegions).

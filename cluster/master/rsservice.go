@@ -2,12 +2,14 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"sort"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/rspb"
@@ -122,6 +124,9 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 	s.leases.Grant(holderOf(ref))
 	s.mu.Lock()
 	delete(s.revoke, id)
+	if had {
+		delete(s.renewed, ServerRef{id, old.StartCode}) // proven gone by the new start code
+	}
 	s.mu.Unlock()
 	s.regMu.Unlock()
 	if had {
@@ -154,17 +159,23 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 // lease. An incarnation that is not the live one, whose lease expired or is
 // unknown, or that the dispatcher gave up on, is told expired = true: it
 // drops its regions and registers again.
+//
+// A renewal is what lets a region server go on serving (it counts its
+// self-fence period from the heartbeat it sent), so the leader records it
+// (noteRenewal) before its last liveness check, and answers it only after
+// verifying its leadership with a quorum: a deposed leader that has not
+// noticed yet (a paused process, a partition) must not extend a server's
+// serving past what the new leader can see (services.presenceOf).
 func (m *masterService) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
 	s, err := m.leader()
 	if err != nil {
 		return nil, err
 	}
 	ref := ServerRef{req.GetServerId(), req.GetStartCode()}
-	_, alive, err := serverAlive(s.reader(), ref)
+	expired, alive, err := s.renewable(ref)
 	if err != nil {
 		return nil, m.d.rpcError(err)
 	}
-	expired := !alive || s.revoked(ref)
 	if !expired {
 		if err := s.leases.Renew(holderOf(ref)); err != nil {
 			expired = true
@@ -174,11 +185,54 @@ func (m *masterService) Heartbeat(ctx context.Context, req *rspb.HeartbeatReques
 		s.log.Info("heartbeat from an expired region server: telling it", "server", ref.String())
 		if alive {
 			// Revoked, or its lease ran out ahead of the monitor: make it
-			// official now; the server closes its regions upon this answer.
+			// official now. Its crash procedure reassigns the regions only
+			// once the server has certainly stopped serving them: this
+			// answer may be lost.
 			s.background(func() { s.expire(ref, "told expired at heartbeat") })
 		}
+		return &rspb.HeartbeatResponse{Expired: true, Term: s.term}, nil
 	}
-	return &rspb.HeartbeatResponse{Expired: expired, Term: s.term}, nil
+	if err := s.verifyLeader(ctx); err != nil {
+		return nil, m.d.rpcError(err)
+	}
+	return &rspb.HeartbeatResponse{Term: s.term}, nil
+}
+
+// renewable decides whether incarnation ref may be renewed. alive: it is
+// the live incarnation in the replicated state.
+func (s *services) renewable(ref ServerRef) (expired, alive bool, err error) {
+	if _, alive, err = serverAlive(s.reader(), ref); err != nil || !alive {
+		return true, alive, err
+	}
+	if s.revoked(ref) {
+		return true, true, nil
+	}
+	s.noteRenewal(ref)
+	// Checked again after noting: an expiry committed before this read is
+	// seen here, one committed after it sees the note.
+	if _, alive, err = serverAlive(s.reader(), ref); err != nil || !alive {
+		return true, alive, err
+	}
+	return s.revoked(ref), true, nil
+}
+
+// verifyLeader confirms with a quorum that this node still leads the
+// services' term.
+func (s *services) verifyLeader(ctx context.Context) error {
+	f := s.n.Raft().VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("master: verifying leadership: %w", cluster.ErrNotLeader)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopCh:
+		return fmt.Errorf("master: verifying leadership: %w", cluster.ErrNotLeader)
+	}
 }
 
 // ReportTransition implements rspb.MasterServer.

@@ -18,10 +18,13 @@ const (
 // (HBase's ServerCrashProcedure):
 //
 //	FENCE:  record the incarnation expired (if it is still the live one);
-//	ASSIGN: drop the dispatcher's ops for the server, then reassign every
-//	        region whose record places it on the incarnation (OPEN,
-//	        OPENING or CLOSING there), one TransitRegionState child each
-//	        (From = the incarnation); run again until none is left.
+//	ASSIGN: wait until the incarnation has certainly stopped serving
+//	        (services.presenceOf: it registered again, or its self-fence
+//	        deadline passed); drop the dispatcher's ops for the server;
+//	        reassign every region whose record places it on the
+//	        incarnation (OPEN, OPENING or CLOSING there), one
+//	        TransitRegionState child each (From = the incarnation); run
+//	        again until none is left.
 //
 // It is idempotent and holds nothing but the server's lock, so a new
 // leader simply resumes it; its children re-check each region under the
@@ -37,6 +40,9 @@ type ServerCrash struct {
 	// (once per term: a later incarnation's ops must not be dropped over
 	// and over).
 	removedIn uint64
+	// waitingIn is the term that logged waiting for the incarnation to
+	// stop serving (once per term).
+	waitingIn uint64
 }
 
 // Locks implements procedure.Locker.
@@ -86,6 +92,20 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		svc := d.services()
 		if svc == nil {
 			ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
+			return procedure.HasMoreState, nil
+		}
+		// The regions move only once the incarnation has certainly
+		// stopped serving them: the expiry committed above may not have
+		// reached it.
+		if _, pres, left, err := svc.presenceOf(r, p.Server); err != nil {
+			return procedure.NoMoreState, err
+		} else if pres != gone {
+			if p.waitingIn != svc.term {
+				p.waitingIn = svc.term
+				ctx.Logger.Info("waiting for the crashed server to stop serving before reassigning its regions",
+					"server", p.Server.String(), "left", left)
+			}
+			ctx.Suspend(procedure.Timeout(max(left, time.Millisecond)), procedure.SkipPersistence())
 			return procedure.HasMoreState, nil
 		}
 		// The expiry is committed: the incarnation is fenced. Its held

@@ -220,15 +220,18 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 			// A region no child undid (cannot happen while the tree's
 			// table lock holds, but never leave one open behind).
 			ref := ServerRef{rg.Server, rg.StartCode}
-			srv, alive, err := serverAlive(r, ref)
+			svc := d.services()
+			if svc == nil {
+				return ErrNoServices
+			}
+			srv, pres, left, err := svc.presenceOf(r, ref)
 			if err != nil {
 				return err
 			}
-			if alive {
-				svc := d.services()
-				if svc == nil {
-					return ErrNoServices
-				}
+			if pres == fencing {
+				return fmt.Errorf("master: rollback of create %s: region %s: its fenced server %s may serve it for %v more", full, rn, ref, left)
+			}
+			if pres == present {
 				if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, full); err != nil {
 					return fmt.Errorf("master: rollback of create %s: closing %s: %w", full, rn, err)
 				}

@@ -150,7 +150,7 @@ func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (
 	r := ctxReader{ctx}
 	switch state {
 	case trspPrepare:
-		return p.prepare(ctx, d, r)
+		return p.prepare(ctx, d, svc, r)
 	case trspCloseDispatch:
 		return p.closeDispatch(ctx, d, svc, r)
 	case trspOpenPrepare:
@@ -165,7 +165,7 @@ func regionBusy(rg Region) bool {
 	return rg.Server != "" && (rg.State == RegionOpen || rg.State == RegionOpening || rg.State == RegionClosing)
 }
 
-func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, r reader) (procedure.Flow, error) {
+func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
 	rg, ok, err := getRegion(r, p.Region)
 	if err != nil {
 		return procedure.NoMoreState, err
@@ -181,9 +181,15 @@ func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, r reader
 	curAlive := false
 	var curSrv Server
 	if regionBusy(rg) {
-		if curSrv, curAlive, err = serverAlive(r, cur); err != nil {
+		var pres presence
+		var left time.Duration
+		if curSrv, pres, left, err = svc.presenceOf(r, cur); err != nil {
 			return procedure.NoMoreState, err
 		}
+		if pres == fencing {
+			return p.awaitGone(ctx, cur, left)
+		}
+		curAlive = pres == present
 	}
 	closeFirst := func() (procedure.Flow, error) {
 		p.Server, p.Address, p.Source = cur, curSrv.Address, cur.ID
@@ -314,6 +320,15 @@ func (p *TransitRegionState) await(ctx *procedure.Context, d *Domain, svc *servi
 	return procedure.HasMoreState, nil
 }
 
+// awaitGone waits for incarnation ref, fenced but possibly still serving,
+// to have certainly stopped serving (services.presenceOf): until then the
+// region may be open there and must not be counted closed.
+func (p *TransitRegionState) awaitGone(ctx *procedure.Context, ref ServerRef, left time.Duration) (procedure.Flow, error) {
+	ctx.Logger.Debug("region's server is fenced but may still serve it; waiting", "region", p.Region, "server", ref.String(), "left", left)
+	ctx.Suspend(procedure.Timeout(max(left, time.Millisecond)), procedure.SkipPersistence())
+	return procedure.HasMoreState, nil
+}
+
 func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt int) (procedure.Flow, error) {
 	ctx.Suspend(procedure.Timeout(d.cfg.RetryBackoff.Delay(attempt)), procedure.SkipPersistence())
 	return procedure.HasMoreState, nil
@@ -321,14 +336,15 @@ func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt 
 
 func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
 	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_CLOSE)
-	srv, alive, err := serverAlive(r, p.Server)
+	srv, pres, left, err := svc.presenceOf(r, p.Server)
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
+	alive := pres == present
 	if alive {
 		p.Address = srv.Address
 	}
-	closed := !alive
+	closed := pres == gone
 	switch classify(res) {
 	case outDone:
 		closed = true
@@ -341,6 +357,9 @@ func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, sv
 		}
 	}
 	if !closed {
+		if pres == fencing {
+			return p.awaitGone(ctx, p.Server, left)
+		}
 		return p.await(ctx, d, svc, rspb.OpKind_OP_KIND_CLOSE)
 	}
 	svc.forget(ctx.ID())
@@ -391,17 +410,18 @@ func (p *TransitRegionState) openPrepare(ctx *procedure.Context, d *Domain, svc 
 
 func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
 	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_OPEN)
-	srv, alive, err := serverAlive(r, p.Server)
+	srv, pres, left, err := svc.presenceOf(r, p.Server)
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
+	alive := pres == present
 	if alive {
 		p.Address = srv.Address
 	}
 	switch classify(res) {
 	case outDone:
 		if !alive {
-			break // fenced: it drops the region; open it elsewhere
+			break // fenced: it drops the region; open it elsewhere once it has
 		}
 		svc.forget(ctx.ID())
 		p.Opened = p.Server
@@ -425,8 +445,13 @@ func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc
 			return p.await(ctx, d, svc, rspb.OpKind_OP_KIND_OPEN)
 		}
 	}
-	// The target is fenced (expired or restarted): it cannot hold the
-	// region any more, so try elsewhere.
+	if pres == fencing {
+		// Fenced, but the open may have reached it and it may serve the
+		// region until its self-fence deadline.
+		return p.awaitGone(ctx, p.Server, left)
+	}
+	// The target is gone (restarted, or past its self-fence deadline): it
+	// cannot hold the region any more, so try elsewhere.
 	svc.forget(ctx.ID())
 	if !slices.Contains(p.Excluded, p.Server.ID) {
 		p.Excluded = append(p.Excluded, p.Server.ID)
@@ -461,15 +486,18 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 	}
 	if regionBusy(rg) {
 		ref := ServerRef{rg.Server, rg.StartCode}
-		srv, alive, err := serverAlive(r, ref)
+		svc := d.services()
+		if svc == nil {
+			return ErrNoServices
+		}
+		srv, pres, left, err := svc.presenceOf(r, ref)
 		if err != nil {
 			return err
 		}
-		if alive {
-			svc := d.services()
-			if svc == nil {
-				return ErrNoServices
-			}
+		if pres == fencing {
+			return fmt.Errorf("master: rollback: region %s: its fenced server %s may serve it for %v more", p.Region, ref, left)
+		}
+		if pres == present {
 			if p.Bounded {
 				if err := svc.closeTableOnce(ctx, r, ctx.RootID(), rg.Table); err != nil {
 					return err
@@ -557,8 +585,8 @@ func (s *services) closeSync(ctx context.Context, procID uint64, ref ServerRef, 
 	case outDone:
 		return nil
 	case outRemoved:
-		if _, alive, err := serverAlive(s.reader(), ref); err == nil && !alive {
-			return nil // fenced
+		if _, pres, _, err := s.presenceOf(s.reader(), ref); err == nil && pres == gone {
+			return nil
 		}
 	}
 	if res == nil {

@@ -64,12 +64,14 @@ type Config struct {
 	// answers to RegisterServer. Shorter than the master's means more
 	// load; longer than its lease soft limit makes the server look suspect.
 	HeartbeatInterval time.Duration
-	// SelfFenceAfter: when no heartbeat has succeeded for this long, the
-	// server closes every region by itself and registers again. It must be
-	// well under the masters' lease hard limit, so that a server cut off
-	// from every master has closed its regions before they reassign them
-	// (a region must never be open in two places). Default 3 × the
-	// heartbeat interval in force, which is the masters' soft limit.
+	// SelfFenceAfter: when no heartbeat sent this long ago or later has
+	// renewed the lease, the server closes every region by itself and
+	// registers again. Default 3 × the heartbeat interval in force (the
+	// masters' soft limit). Whatever is set, it is capped at 3 × the
+	// interval the master answered at registration: the masters reassign
+	// the regions of a server they fenced once that long (plus a drift
+	// margin) has passed since the last renewal they granted, so a server
+	// that kept its regions longer could hold them twice.
 	SelfFenceAfter time.Duration
 	// OpParallelism bounds the operations of one batch running at once
 	// (default DefaultOpParallelism). Operations on the same region always

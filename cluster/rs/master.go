@@ -180,6 +180,7 @@ func (s *Server) register(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	slices.Sort(req.Regions)
+	sent := s.clk.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	defer cancel()
 	var resp *rspb.RegisterServerResponse
@@ -197,8 +198,8 @@ func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
 	s.raiseTermLocked(resp.GetTerm(), "RegisterServer")
 	s.startCode = resp.GetStartCode()
-	s.lastRenewal = s.clk.Now()
 	s.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
+	s.renewedLocked(sent)
 	interval := s.intervalLocked()
 	close(s.registered)
 	s.registered = make(chan struct{})
@@ -211,18 +212,14 @@ func (s *Server) register(ctx context.Context) error {
 // heartbeat renews the lease; an expired answer drops every region and
 // clears the start code, so that the loop registers again.
 func (s *Server) heartbeat(ctx context.Context) error {
-	limit := s.selfFenceAfter()
 	s.mu.Lock()
+	s.selfFenceLocked()
 	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions))}
-	left := limit - s.clk.Now().Sub(s.lastRenewal)
+	sent := s.clk.Now()
+	left := s.fenceAt.Sub(sent)
 	s.mu.Unlock()
-	if left <= 0 {
-		// Cut off from every master for longer than the masters' soft
-		// limit: they will reassign these regions once the hard limit
-		// passes, so close them here first (never open in two places).
-		s.log.Warn("no heartbeat got through for too long: closing every region before the masters reassign them", "limit", limit)
-		s.expire(req.StartCode)
-		return nil
+	if req.StartCode == 0 {
+		return nil // fenced itself: the loop registers again
 	}
 	cctx, cancel := context.WithTimeout(ctx, min(s.callTimeout(), left))
 	defer cancel()
@@ -251,7 +248,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	}
 	s.raiseTermLocked(resp.GetTerm(), "Heartbeat")
 	if !resp.GetExpired() && s.startCode == req.StartCode {
-		s.lastRenewal = s.clk.Now()
+		s.renewedLocked(sent)
 	}
 	s.mu.Unlock()
 	if resp.GetExpired() {
@@ -260,15 +257,42 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// selfFenceAfter is how long the server keeps its regions without a
-// successful heartbeat.
-func (s *Server) selfFenceAfter() time.Duration {
+// selfFenceAfterLocked is how long the server keeps its regions after
+// sending the last heartbeat that renewed its lease: Config.SelfFenceAfter,
+// else three heartbeat intervals in force; never more than three of the
+// intervals the master told it, which is what the masters count on before
+// they reassign a fenced server's regions (package master).
+func (s *Server) selfFenceAfterLocked() time.Duration {
+	limit := 3 * s.intervalLocked()
 	if s.cfg.SelfFenceAfter > 0 {
-		return s.cfg.SelfFenceAfter
+		limit = s.cfg.SelfFenceAfter
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return 3 * s.intervalLocked()
+	if s.interval > 0 {
+		limit = min(limit, 3*s.interval)
+	}
+	return limit
+}
+
+// renewedLocked starts a new self-fence period, counted from sent, the
+// moment the renewing request was sent.
+func (s *Server) renewedLocked(sent time.Time) {
+	s.fenceAt = sent.Add(s.selfFenceAfterLocked())
+}
+
+// selfFenceLocked drops every region once the self-fence deadline has
+// passed without a renewal: the masters may reassign them from then on
+// (never open in two places). The registration is given up too, so the
+// lease loop registers again.
+func (s *Server) selfFenceLocked() {
+	if s.startCode == 0 || s.clk.Now().Before(s.fenceAt) {
+		return
+	}
+	n := len(s.regions)
+	sc := s.startCode
+	s.regions = map[string]hosted{}
+	s.startCode = 0
+	s.log.Warn("no heartbeat got through for too long: closed every region before the masters reassign them",
+		"start_code", sc, "regions_closed", n, "fence_at", s.fenceAt)
 }
 
 // expire drops every region of the registration with start code sc: the

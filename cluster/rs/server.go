@@ -70,7 +70,13 @@ type Server struct {
 	startCode   uint64        // 0: not registered
 	highestTerm uint64        // fencing: the highest leader term seen
 	interval    time.Duration // heartbeat interval in force
-	lastRenewal time.Time     // last successful registration or heartbeat
+	// fenceAt is when the current registration stops serving unless
+	// renewed: the self-fence period counted from the moment the last
+	// successful registration or heartbeat was sent (not answered: an
+	// answer may be delayed, and the masters count from no later than the
+	// send). Every read, operation and heartbeat checks it first
+	// (selfFenceLocked), so nothing is served past it, to anyone.
+	fenceAt time.Time
 	registered  chan struct{} // closed (and replaced) at each registration
 	addr        string        // advertised address, once started
 	phase       phase
@@ -267,6 +273,7 @@ func (s *Server) WaitRegistered(ctx context.Context) (uint64, error) {
 func (s *Server) Regions() []*rspb.HostedRegion {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.selfFenceLocked()
 	return s.regionsLocked()
 }
 
@@ -284,6 +291,7 @@ func (s *Server) regionsLocked() []*rspb.HostedRegion {
 func (s *Server) ListRegions(context.Context, *rspb.ListRegionsRequest) (*rspb.ListRegionsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.selfFenceLocked()
 	return &rspb.ListRegionsResponse{ServerId: s.cfg.ID, StartCode: s.startCode, Regions: s.regionsLocked()}, nil
 }
 
@@ -376,6 +384,7 @@ func (s *Server) admitLocked(req *rspb.BatchRequest) error {
 // fenceLocked checks a master request's term and start code against this
 // server's state.
 func (s *Server) fenceLocked(term, startCode uint64) error {
+	s.selfFenceLocked()
 	if term < s.highestTerm {
 		return status.Errorf(codes.FailedPrecondition, "stale term %d: this server has seen term %d", term, s.highestTerm)
 	}
