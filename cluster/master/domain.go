@@ -395,17 +395,17 @@ type services struct {
 	// pickMu serializes target picks (see pick).
 	pickMu sync.Mutex
 
-	mu       sync.Mutex
-	stopped  bool
-	waits    map[uint64]*opWait   // by proc id: a region procedure waiting for an op
-	locks    map[uint64]*lockWait // by lock proc id
-	revoke   map[string]uint64    // server id → start code told "expired" at its next heartbeat
+	mu      sync.Mutex
+	stopped bool
+	waits   map[uint64]*opWait   // by proc id: a region procedure waiting for an op
+	locks   map[uint64]*lockWait // by lock proc id
+	revoke  map[string]uint64    // server id → start code told "expired" at its next heartbeat
 	// startedAt is when this term's services started: every renewal a
 	// predecessor granted happened before it (see renewedAt).
 	startedAt time.Time
 	// renewed is, per incarnation, the latest renewal this term granted
 	// (or was about to grant: see Heartbeat), for fencing proofs.
-	renewed map[ServerRef]time.Time
+	renewed  map[ServerRef]time.Time
 	startSeq uint64
 	load     map[string]int // regions per server, cached for target picks
 	loadAt   time.Time

@@ -76,11 +76,11 @@ type Server struct {
 	// answer may be delayed, and the masters count from no later than the
 	// send). Every read, operation and heartbeat checks it first
 	// (selfFenceLocked), so nothing is served past it, to anyone.
-	fenceAt time.Time
-	registered  chan struct{} // closed (and replaced) at each registration
-	addr        string        // advertised address, once started
-	phase       phase
-	grpc        *grpc.Server
+	fenceAt    time.Time
+	registered chan struct{} // closed (and replaced) at each registration
+	addr       string        // advertised address, once started
+	phase      phase
+	grpc       *grpc.Server
 }
 
 type phase int
