@@ -29,6 +29,7 @@ type fakeCluster struct {
 	servers    map[string]uint64 // server id → start code
 	expire     map[string]bool   // expire these servers at their next heartbeat
 	notFound   bool              // expire by answering NOT_FOUND instead of expired = true
+	hold       chan struct{}     // non-nil: heartbeats are recorded, then answered once it closes
 	regs       []call[*rspb.RegisterServerRequest]
 	hbs        []call[*rspb.HeartbeatRequest]
 	reports    []call[*rspb.ReportTransitionRequest]
@@ -113,13 +114,22 @@ func (m *fakeMaster) RegisterServer(_ context.Context, req *rspb.RegisterServerR
 	return &rspb.RegisterServerResponse{StartCode: m.c.nextCode, HeartbeatIntervalMs: m.c.intervalMs, Term: m.c.term}, nil
 }
 
-func (m *fakeMaster) Heartbeat(_ context.Context, req *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
+func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
 	m.c.mu.Lock()
 	defer m.c.mu.Unlock()
 	if err := m.standbyLocked(); err != nil {
 		return nil, err
 	}
 	m.c.hbs = append(m.c.hbs, call[*rspb.HeartbeatRequest]{m.addr, req})
+	if hold := m.c.hold; hold != nil {
+		// A delayed answer: decided now, delivered later.
+		m.c.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		m.c.mu.Lock()
+	}
 	id := req.GetServerId()
 	if m.c.expire[id] || m.c.servers[id] != req.GetStartCode() {
 		delete(m.c.expire, id)
@@ -153,6 +163,23 @@ func (c *fakeCluster) currentTerm() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.term
+}
+
+// holdHeartbeats delays the answers of heartbeats arriving from now on
+// until the returned function is called.
+func (c *fakeCluster) holdHeartbeats() (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	c.hold = ch
+	return func() {
+		c.mu.Lock()
+		if c.hold == ch {
+			c.hold = nil
+		}
+		c.mu.Unlock()
+		close(ch)
+	}
 }
 
 func (c *fakeCluster) expireNext(id string) {
