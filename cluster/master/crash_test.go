@@ -1,0 +1,66 @@
+package master
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// A crash procedure that has ended is no answer to a later need to
+// recover the same incarnation (regions recorded on it again): the nonce
+// must not hand back the ended one, a new procedure must run.
+func TestCrashNeedAfterAnEndedCrashProcedureRunsANewOne(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
+	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
+	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 20*time.Second)
+	var region string
+	scanRegions(h.reader(), func(name string, _ Region) bool { region = name; return false })
+
+	lm, x := h.leader()
+	svc := lm.dom.services()
+	ghost := ServerRef{ID: "rs9", StartCode: 12345} // never registered: proven gone once the fence bound passes
+	crashes := func() []procedure.Info { return x.List(procedure.Filter{Type: TypeServerCrash}) }
+
+	svc.submitCrash(ghost, "test: first need")
+	waitUntil(t, 10*time.Second, "the first crash procedure to end", func() bool {
+		c := crashes()
+		return len(c) == 1 && c[0].State == procedure.Success
+	})
+	first := crashes()[0].ID
+
+	// The region turns up recorded on the incarnation again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := svc.commit(ctx, raftfsm.Put(RegionKey(region), mustJSON(Region{Table: "default:t", State: RegionOpen, Server: ghost.ID, StartCode: ghost.StartCode}))); err != nil {
+		t.Fatal(err)
+	}
+	svc.submitCrash(ghost, "test: second need")
+	waitUntil(t, 10*time.Second, "a second crash procedure to recover the region", func() bool {
+		rg, ok, _ := getRegion(h.reader(), region)
+		return ok && !rg.onServer(ghost)
+	})
+	var second []uint64
+	for _, c := range crashes() {
+		if c.ID != first {
+			second = append(second, c.ID)
+		}
+	}
+	if len(second) != 1 {
+		t.Fatalf("crash procedures other than the ended %d: %v, want exactly one", first, second)
+	}
+	if info := h.mustSucceed(second[0], 10*time.Second); info.State != procedure.Success {
+		t.Fatalf("second crash procedure ended %v", info.State)
+	}
+}
+
+func mustDisable(t *testing.T, ns, name string) procedure.Procedure {
+	t.Helper()
+	p, err := NewDisableTable(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
