@@ -307,7 +307,9 @@ type WALStats struct {
 	Segments            int    // live segments, the current one included
 	SegmentsDeleted     uint64 // segments removed by cleanup (damaged ones renamed aside count too)
 	StragglersRewritten uint64 // images copied forward from the oldest segment
+	RewriteBytes        uint64 // bytes of the records that copied them (part of Bytes)
 	Live                int    // live procedures
+	LiveBytes           int64  // encoded size of the latest images of the live procedures
 }
 
 // RecordsPerSync is the mean number of records carried by one group commit.
@@ -364,6 +366,7 @@ type WAL struct {
 
 	reqCh     chan *request
 	rewriteCh chan rewriteResult
+	writerCh  chan func() // inWriter: functions run by the writer goroutine
 	stopCh    chan struct{}
 	doneCh    chan struct{}
 	bg        sync.WaitGroup
@@ -371,9 +374,10 @@ type WAL struct {
 	closeErr  error
 
 	// Owned by the writer goroutine once Load has returned.
-	segs      []*segment // live segments, oldest first; the last is current
-	holding   *idSet     // ids whose latest image the oldest segment holds (len(segs) > 1)
-	live      *idSet
+	segs      []*segment        // live segments, oldest first; the last is current
+	holding   *idSet            // ids whose latest image the oldest segment holds (len(segs) > 1)
+	liveSizes map[uint64]uint32 // encoded size of the latest image of each live id
+	liveBytes int64             // sum of liveSizes
 	maxID     uint64
 	failed    error
 	rewriting bool
@@ -399,7 +403,9 @@ type WAL struct {
 	nSegments    atomic.Int64
 	nSegmentsDel atomic.Uint64
 	nStragglers  atomic.Uint64
+	nRewriteB    atomic.Uint64
 	nLive        atomic.Int64
+	nLiveBytes   atomic.Int64
 }
 
 var _ Store = (*WAL)(nil)
@@ -453,10 +459,11 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		nextID:    1,
 		reqCh:     make(chan *request, 4096),
 		rewriteCh: make(chan rewriteResult, 1),
+		writerCh:  make(chan func()),
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),
 		holding:   &idSet{},
-		live:      &idSet{},
+		liveSizes: make(map[uint64]uint32),
 	}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil {
@@ -517,7 +524,9 @@ func (w *WAL) Stats() WALStats {
 		Segments:            int(w.nSegments.Load()),
 		SegmentsDeleted:     w.nSegmentsDel.Load(),
 		StragglersRewritten: w.nStragglers.Load(),
+		RewriteBytes:        w.nRewriteB.Load(),
 		Live:                int(w.nLive.Load()),
+		LiveBytes:           w.nLiveBytes.Load(),
 	}
 }
 
@@ -667,6 +676,8 @@ func (w *WAL) run() {
 			}
 		case res := <-w.rewriteCh:
 			w.applyRewrite(res)
+		case fn := <-w.writerCh:
+			fn()
 		case <-ticker.C:
 			w.maintain()
 		case <-syncC:
@@ -823,6 +834,26 @@ func (w *WAL) syncCur() error {
 	return nil
 }
 
+// inWriter runs fn in the writer goroutine, where it may read and drive the
+// writer's state (tests: run maintenance deterministically, observe whether
+// a rewrite is in flight). It reports false if the WAL is not running.
+func (w *WAL) inWriter(fn func()) bool {
+	w.mu.RLock()
+	err := w.stateErr()
+	w.mu.RUnlock()
+	if err != nil {
+		return false
+	}
+	done := make(chan struct{})
+	select {
+	case w.writerCh <- func() { fn(); close(done) }:
+		<-done
+		return true
+	case <-w.doneCh:
+		return false
+	}
+}
+
 func (w *WAL) event(op, file string) {
 	if w.testHook != nil {
 		w.testHook(op, file)
@@ -841,7 +872,7 @@ func (w *WAL) keepBuf(buf []byte) {
 func (w *WAL) apply(c *segment, b *Batch) {
 	for _, ps := range [2][]Proc{b.Inserts, b.Updates} {
 		for _, p := range ps {
-			w.notePut(c, p.ID)
+			w.notePut(c, p)
 		}
 	}
 	for _, id := range b.Deletes {
@@ -849,7 +880,10 @@ func (w *WAL) apply(c *segment, b *Batch) {
 		if len(w.segs) > 1 {
 			w.holding.remove(id)
 		}
-		w.live.remove(id)
+		if size, ok := w.liveSizes[id]; ok {
+			delete(w.liveSizes, id)
+			w.liveBytes -= int64(size)
+		}
 		w.maxID = max(w.maxID, id)
 	}
 	if b.Index > w.index.Load() {
@@ -857,16 +891,25 @@ func (w *WAL) apply(c *segment, b *Batch) {
 	}
 	c.records++
 	w.nRecords.Add(1)
-	w.nLive.Store(int64(w.live.len()))
+	w.nLive.Store(int64(len(w.liveSizes)))
+	w.nLiveBytes.Store(w.liveBytes)
 }
 
-func (w *WAL) notePut(c *segment, id uint64) {
-	c.tr.put(id)
+func (w *WAL) notePut(c *segment, p Proc) {
+	c.tr.put(p.ID)
 	if len(w.segs) > 1 {
-		w.holding.remove(id)
+		w.holding.remove(p.ID)
 	}
-	w.live.add(id)
-	w.maxID = max(w.maxID, id)
+	size := imageSize(p)
+	w.liveBytes += int64(size) - int64(w.liveSizes[p.ID])
+	w.liveSizes[p.ID] = size
+	w.maxID = max(w.maxID, p.ID)
+}
+
+// imageSize is the encoded size of p's image in a record: what rewriting it
+// writes.
+func imageSize(p Proc) uint32 {
+	return uint32(uvarintLen(p.ID) + uvarintLen(uint64(len(p.Data))) + len(p.Data))
 }
 
 // finishSegment writes s's trailer and footer, syncs and closes it.
@@ -1125,6 +1168,7 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 		for _, ch := range chunks {
 			w.apply(c, &Batch{Updates: ch})
 		}
+		w.nRewriteB.Add(uint64(len(buf)))
 		w.nStragglers.Add(uint64(len(procs)))
 		w.log.Debug("rewrote stragglers", "from", old.name, "count", len(procs), "records", len(chunks))
 	}
