@@ -161,7 +161,6 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		return info, fmt.Errorf("store: %w", err)
 	}
 	w.segs = append(w.segs, s)
-	w.rewriteArmed = true
 	w.recomputeHolding()
 	w.cleanup()
 	w.log.Info("WAL loaded", "segments", len(w.segs), "live", info.Live, "records", info.Records,
