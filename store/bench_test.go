@@ -283,6 +283,11 @@ func BenchmarkWALLoad(b *testing.B) {
 //	written-B/new-B  all bytes written (appends, rewrites, headers, trailers)
 //	                 per byte appended
 //	max-segments     most segments alive at once, against MaxSegments 4
+//
+// Appends here (NoSync) come far faster than fsynced ones, so a rewrite's
+// background read can fall a few segments behind and max-segments is
+// higher than a real device would see (the test
+// TestWALSegmentCountBoundedUnderSteadyWorkload waits for each rewrite).
 func BenchmarkWALCleanupWrites(b *testing.B) {
 	const (
 		segmentSize = 64 << 10
