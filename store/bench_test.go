@@ -271,3 +271,97 @@ func BenchmarkWALLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWALCleanupWrites measures what cleanup writes for the appends it
+// serves, when the live procedures need 0.5, 1 or 10 times what MaxSegments
+// segments hold. The live ones are long-lived (written once, never again:
+// they pin old segments unless rewritten); the appends are a steady churn
+// of short-lived procedures (insert, updates, delete). One op is one
+// append. Reported per run (after a warm-up that reaches the steady state):
+//
+//	cleanup-B/new-B  bytes of straggler rewrites per byte appended (goal ≤ 2)
+//	written-B/new-B  all bytes written (appends, rewrites, headers, trailers)
+//	                 per byte appended
+//	max-segments     most segments alive at once, against MaxSegments 4
+//
+// Appends here (NoSync) come far faster than fsynced ones, so a rewrite's
+// background read can fall a few segments behind and max-segments is
+// higher than a real device would see (the test
+// TestWALSegmentCountBoundedUnderSteadyWorkload waits for each rewrite).
+func BenchmarkWALCleanupWrites(b *testing.B) {
+	const (
+		segmentSize = 64 << 10
+		maxSegments = 4
+		imageSize   = 200
+		hot         = 64 // short-lived procedures alive at once
+	)
+	limit := int64(maxSegments * segmentSize)
+	for _, x := range []float64{0.5, 1, 10} {
+		b.Run(fmt.Sprintf("live=%gx-limit", x), func(b *testing.B) {
+			cfg := DefaultWALConfig(b.TempDir())
+			cfg.NoSync = true
+			cfg.SegmentSize = segmentSize
+			cfg.MaxSegments = maxSegments
+			w, err := OpenWAL(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.Load(func(Proc) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+			data := benchData(3)[:imageSize]
+			var newBytes int64
+			app := func(batch Batch) {
+				if err := w.Append(batch); err != nil {
+					b.Fatal(err)
+				}
+				newBytes += int64(appendedBytes(batch))
+			}
+			next := uint64(1)
+			var active []uint64
+			churn := func(i int) {
+				switch {
+				case len(active) < hot:
+					app(Batch{Inserts: []Proc{{ID: next, Data: data}}})
+					active = append(active, next)
+					next++
+				case i%8 == 0:
+					app(Batch{Deletes: active[:1]})
+					active = active[1:]
+				default:
+					app(Batch{Updates: []Proc{{ID: active[i%len(active)], Data: data}}})
+				}
+			}
+			// The long-lived procedures, spread over the segments by churn.
+			longLived := int64(x * float64(limit))
+			i := 0
+			for size := int64(0); size < longLived; i++ {
+				app(Batch{Inserts: []Proc{{ID: next, Data: data}}})
+				size += int64(imageSize)
+				next++
+				churn(i)
+			}
+			// Warm-up: enough churn for cleanup to pass over all of it.
+			for end := newBytes + 2*max(longLived, limit); newBytes < end; i++ {
+				churn(i)
+			}
+			start, startBytes := w.Stats(), newBytes
+			maxSegs := 0
+			b.SetBytes(imageSize)
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				churn(i + n)
+				if n%64 == 0 {
+					maxSegs = max(maxSegs, w.Stats().Segments)
+				}
+			}
+			b.StopTimer()
+			st := w.Stats()
+			appended := float64(newBytes - startBytes)
+			b.ReportMetric(float64(st.RewriteBytes-start.RewriteBytes)/appended, "cleanup-B/new-B")
+			b.ReportMetric(float64(st.Bytes-start.Bytes)/appended, "written-B/new-B")
+			b.ReportMetric(float64(maxSegs), "max-segments")
+		})
+	}
+}

@@ -126,9 +126,12 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		}
 	}
 
-	live := &idSet{}
+	liveSizes := make(map[uint64]uint32, len(alive))
+	var liveBytes int64
 	for _, e := range alive {
-		live.add(e.id)
+		size := imageSize(Proc{ID: e.id, Data: e.data})
+		liveSizes[e.id] = size
+		liveBytes += int64(size)
 	}
 	w.segs = w.segs[:0]
 	for _, s := range segs {
@@ -136,8 +139,9 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 			w.segs = append(w.segs, s)
 		}
 	}
-	w.live = live
-	w.nLive.Store(int64(live.len()))
+	w.liveSizes, w.liveBytes = liveSizes, liveBytes
+	w.nLive.Store(int64(len(liveSizes)))
+	w.nLiveBytes.Store(liveBytes)
 	w.maxID = l.maxID
 	w.index.Store(l.index)
 	// The newest segment may hold records a previous process wrote but did
@@ -157,7 +161,6 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		return info, fmt.Errorf("store: %w", err)
 	}
 	w.segs = append(w.segs, s)
-	w.rewriteArmed = true
 	w.recomputeHolding()
 	w.cleanup()
 	w.log.Info("WAL loaded", "segments", len(w.segs), "live", info.Live, "records", info.Records,

@@ -71,6 +71,35 @@ package store
 // which first re-checks that each id is still held by the oldest segment, so
 // a stale image can never overwrite a newer one.
 //
+// Rewrites are paid for by appends. Rewritten images fill the current
+// segment like any record, so a rewrite can cause a roll; when the live
+// images need more than MaxSegments segments, rewriting the oldest one only
+// moves it to the front and another rewrite would follow, for ever, with
+// no appends at all. So appends earn a rewrite credit: rewriteCreditPercent
+// (150) bytes per 100 bytes appended, banked up to what one segment of
+// appends earns. Each rewrite spends what it wrote, and a rewrite starts
+// only while the credit is positive. Consequences:
+//
+//   - An idle WAL writes nothing: once appends stop, cleanup spends what
+//     credit is left (at most 1.5 segments, plus one rewrite) and stops.
+//     Age rolls skip a segment that holds only rewritten images.
+//   - Cleanup writes at most 1.5 bytes per byte appended, plus one rewrite
+//     and the bank. Work per roll is bounded: a segment of appends pays
+//     for 1.5 segments of rewrites, and a roll caused by rewrites pays for
+//     nothing (HBase rewrites the oldest log's live procedures once per
+//     roll). Cheap rewrites (a few stragglers) run back to back as far as
+//     the credit goes, so a backlog of sparsely pinned segments clears at
+//     once.
+//   - MaxSegments is a soft limit. The count stays at it while the oldest
+//     segments are mostly dead; when they are dense with live images it
+//     grows until the oldest segment is sparse enough for the credit
+//     (about 1+100/rewriteCreditPercent times the segments the live images
+//     need). Live images beyond MaxSegments×SegmentSize are logged once as a
+//     warning with the figures (re-armed when they fall under half of it).
+//     Under a steady workload the count stays bounded either way: each pass
+//     of rewrites over the live images lets the dead segments behind them
+//     go. BenchmarkWALCleanupWrites measures both.
+//
 // Loading. Load reads the segments newest first. A segment whose trailer
 // shows that every image it holds was superseded by newer segments is not
 // read beyond its trailer. Other segments are read whole and replayed; within
@@ -167,7 +196,10 @@ type WALConfig struct {
 	// that only the oldest segment holds (stragglers) are rewritten into the
 	// current segment so the oldest can be deleted. Default 10. Lower values
 	// bound disk use and load time more tightly but rewrite long-lived
-	// procedures more often.
+	// procedures more often. It is a soft limit: rewrites are paid for by
+	// appends (at most 1.5 bytes rewritten per byte appended), so when the
+	// live procedures need more segments, or the oldest segments are dense
+	// with live images, the count grows past it (see the top of wal.go).
 	MaxSegments int
 
 	// NoSync skips fdatasync and directory syncs. For tests and benchmarks
@@ -307,7 +339,9 @@ type WALStats struct {
 	Segments            int    // live segments, the current one included
 	SegmentsDeleted     uint64 // segments removed by cleanup (damaged ones renamed aside count too)
 	StragglersRewritten uint64 // images copied forward from the oldest segment
+	RewriteBytes        uint64 // bytes of the records that copied them (part of Bytes)
 	Live                int    // live procedures
+	LiveBytes           int64  // encoded size of the latest images of the live procedures
 }
 
 // RecordsPerSync is the mean number of records carried by one group commit.
@@ -326,6 +360,7 @@ type segment struct {
 	tr            *tracker
 	size          int64
 	records       uint64
+	appended      uint64   // records written by Append, not by straggler rewrites
 	damaged       bool     // corrupt records found at load: never deleted
 	rewriteFailed bool     // a straggler could not be read back: stop trying
 	dirty         bool     // written since its last fdatasync (current segment)
@@ -364,6 +399,7 @@ type WAL struct {
 
 	reqCh     chan *request
 	rewriteCh chan rewriteResult
+	writerCh  chan func() // inWriter: functions run by the writer goroutine
 	stopCh    chan struct{}
 	doneCh    chan struct{}
 	bg        sync.WaitGroup
@@ -371,18 +407,26 @@ type WAL struct {
 	closeErr  error
 
 	// Owned by the writer goroutine once Load has returned.
-	segs      []*segment // live segments, oldest first; the last is current
-	holding   *idSet     // ids whose latest image the oldest segment holds (len(segs) > 1)
-	live      *idSet
+	segs      []*segment        // live segments, oldest first; the last is current
+	holding   *idSet            // ids whose latest image the oldest segment holds (len(segs) > 1)
+	liveSizes map[uint64]uint32 // encoded size of the latest image of each live id
+	liveBytes int64             // sum of liveSizes
 	maxID     uint64
 	failed    error
 	rewriting bool
-	// rewriteArmed allows one straggler rewrite; set by each roll, so that
-	// when live data exceeds MaxSegments segments the rewrite proceeds at
-	// most one segment per roll instead of looping without end.
-	rewriteArmed bool
-	buf          []byte
-	written      uint64 // highest external index written (writer goroutine)
+	// rewriteCredit is how many bytes straggler rewrites may still write:
+	// appends earn it (rewriteCreditPercent, up to a cap), each
+	// rewrite spends what it wrote. A rewrite starts only while it is
+	// positive, so rewrites cannot feed themselves: an idle WAL writes
+	// nothing, and cleanup writes at most rewriteCreditPercent/100 bytes
+	// per byte appended (plus one rewrite and the cap).
+	rewriteCredit int64
+	// overLimitWarned: the live images were found to exceed what MaxSegments
+	// segments hold and this was logged; cleared once they are back under
+	// half of it, so a workload hovering at the limit warns once.
+	overLimitWarned bool
+	buf             []byte
+	written         uint64 // highest external index written (writer goroutine)
 
 	// testHook, if set before Load, is called by the writer with ("sync",
 	// file) after each fdatasync of segment data and ("remove", file) after
@@ -399,7 +443,9 @@ type WAL struct {
 	nSegments    atomic.Int64
 	nSegmentsDel atomic.Uint64
 	nStragglers  atomic.Uint64
+	nRewriteB    atomic.Uint64
 	nLive        atomic.Int64
+	nLiveBytes   atomic.Int64
 }
 
 var _ Store = (*WAL)(nil)
@@ -453,10 +499,11 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		nextID:    1,
 		reqCh:     make(chan *request, 4096),
 		rewriteCh: make(chan rewriteResult, 1),
+		writerCh:  make(chan func()),
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),
 		holding:   &idSet{},
-		live:      &idSet{},
+		liveSizes: make(map[uint64]uint32),
 	}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil {
@@ -517,7 +564,9 @@ func (w *WAL) Stats() WALStats {
 		Segments:            int(w.nSegments.Load()),
 		SegmentsDeleted:     w.nSegmentsDel.Load(),
 		StragglersRewritten: w.nStragglers.Load(),
+		RewriteBytes:        w.nRewriteB.Load(),
 		Live:                int(w.nLive.Load()),
+		LiveBytes:           w.nLiveBytes.Load(),
 	}
 }
 
@@ -667,6 +716,8 @@ func (w *WAL) run() {
 			}
 		case res := <-w.rewriteCh:
 			w.applyRewrite(res)
+		case fn := <-w.writerCh:
+			fn()
 		case <-ticker.C:
 			w.maintain()
 		case <-syncC:
@@ -744,7 +795,7 @@ func (w *WAL) commit(batch []*request) {
 }
 
 func (w *WAL) writeBatch(batch []*request) error {
-	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+	if c := w.cur(); c.appended > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
 		if err := w.roll(); err != nil {
 			return w.fail(err)
 		}
@@ -761,6 +812,7 @@ func (w *WAL) writeBatch(batch []*request) error {
 		if err := w.write(buf, index); err != nil {
 			return err
 		}
+		w.earnRewriteCredit(len(buf))
 	}
 	if sync {
 		if err := w.syncCur(); err != nil {
@@ -771,10 +823,31 @@ func (w *WAL) writeBatch(batch []*request) error {
 	for _, r := range batch {
 		if !r.syncOnly {
 			w.apply(c, &r.b)
+			c.appended++
 		}
 	}
 	w.keepBuf(buf)
 	return nil
+}
+
+// rewriteCreditPercent is how many bytes of straggler rewrites each 100
+// bytes appended pay for. It trades write amplification for space: when the
+// oldest segments are mostly live (live data near or over the soft limit),
+// cleanup writes this share of what is appended, and the segments hold
+// about 1+100/rewriteCreditPercent times the live data (in the steady state
+// a rewritten segment is that dense when its short-lived images are gone).
+// At 150, cleanup writes at most 1.5 bytes per byte appended, and keeps the
+// count at MaxSegments as long as the oldest segment is at most 60% live
+// when its turn comes: the 1.5 segments rewritten per segment appended then
+// free 2.5 segments, as many as the appends and the rewrites fill.
+const rewriteCreditPercent = 150
+
+// earnRewriteCredit credits n appended bytes. The credit is capped at what
+// one segment of appends earns, so that after a long stretch with nothing
+// to clean up, or once appends stop, cleanup writes at most that much.
+func (w *WAL) earnRewriteCredit(n int) {
+	limit := w.cfg.SegmentSize * rewriteCreditPercent / 100
+	w.rewriteCredit = min(w.rewriteCredit+int64(n)*rewriteCreditPercent/100, limit)
 }
 
 // write appends buf, which holds records up to external index index (0:
@@ -823,6 +896,26 @@ func (w *WAL) syncCur() error {
 	return nil
 }
 
+// inWriter runs fn in the writer goroutine, where it may read and drive the
+// writer's state (tests: run maintenance deterministically, observe whether
+// a rewrite is in flight). It reports false if the WAL is not running.
+func (w *WAL) inWriter(fn func()) bool {
+	w.mu.RLock()
+	err := w.stateErr()
+	w.mu.RUnlock()
+	if err != nil {
+		return false
+	}
+	done := make(chan struct{})
+	select {
+	case w.writerCh <- func() { fn(); close(done) }:
+		<-done
+		return true
+	case <-w.doneCh:
+		return false
+	}
+}
+
 func (w *WAL) event(op, file string) {
 	if w.testHook != nil {
 		w.testHook(op, file)
@@ -841,7 +934,7 @@ func (w *WAL) keepBuf(buf []byte) {
 func (w *WAL) apply(c *segment, b *Batch) {
 	for _, ps := range [2][]Proc{b.Inserts, b.Updates} {
 		for _, p := range ps {
-			w.notePut(c, p.ID)
+			w.notePut(c, p)
 		}
 	}
 	for _, id := range b.Deletes {
@@ -849,7 +942,10 @@ func (w *WAL) apply(c *segment, b *Batch) {
 		if len(w.segs) > 1 {
 			w.holding.remove(id)
 		}
-		w.live.remove(id)
+		if size, ok := w.liveSizes[id]; ok {
+			delete(w.liveSizes, id)
+			w.liveBytes -= int64(size)
+		}
 		w.maxID = max(w.maxID, id)
 	}
 	if b.Index > w.index.Load() {
@@ -857,16 +953,25 @@ func (w *WAL) apply(c *segment, b *Batch) {
 	}
 	c.records++
 	w.nRecords.Add(1)
-	w.nLive.Store(int64(w.live.len()))
+	w.nLive.Store(int64(len(w.liveSizes)))
+	w.nLiveBytes.Store(w.liveBytes)
 }
 
-func (w *WAL) notePut(c *segment, id uint64) {
-	c.tr.put(id)
+func (w *WAL) notePut(c *segment, p Proc) {
+	c.tr.put(p.ID)
 	if len(w.segs) > 1 {
-		w.holding.remove(id)
+		w.holding.remove(p.ID)
 	}
-	w.live.add(id)
-	w.maxID = max(w.maxID, id)
+	size := imageSize(p)
+	w.liveBytes += int64(size) - int64(w.liveSizes[p.ID])
+	w.liveSizes[p.ID] = size
+	w.maxID = max(w.maxID, p.ID)
+}
+
+// imageSize is the encoded size of p's image in a record: what rewriting it
+// writes.
+func imageSize(p Proc) uint32 {
+	return uint32(uvarintLen(p.ID) + uvarintLen(uint64(len(p.Data))) + len(p.Data))
 }
 
 // finishSegment writes s's trailer and footer, syncs and closes it.
@@ -958,7 +1063,6 @@ func (w *WAL) roll() error {
 	}
 	w.segs = append(w.segs, s)
 	w.nRolls.Add(1)
-	w.rewriteArmed = true
 	w.log.Debug("rolled segment", "old", old.name, "size", old.size, "records", old.records, "new", s.name)
 	if len(w.segs) == 2 {
 		w.recomputeHolding()
@@ -983,9 +1087,10 @@ func (w *WAL) recomputeHolding() {
 }
 
 // cleanup removes oldest segments that hold no latest image, and starts a
-// straggler rewrite when too many segments remain. The records that
-// superseded a segment may be unsynced in the current segment (SyncOnRoll),
-// so the current segment is synced before any segment goes.
+// straggler rewrite when more than MaxSegments segments remain and appends
+// have paid for it (rewriteCredit). The records that superseded a segment
+// may be unsynced in the current segment (SyncOnRoll), so the current
+// segment is synced before any segment goes.
 func (w *WAL) cleanup() {
 	for len(w.segs) > 1 && w.holding.len() == 0 && w.failed == nil {
 		old := w.segs[0]
@@ -1002,8 +1107,30 @@ func (w *WAL) cleanup() {
 		w.recomputeHolding()
 	}
 	w.nSegments.Store(int64(len(w.segs)))
-	if len(w.segs) > w.cfg.MaxSegments && w.rewriteArmed && !w.rewriting && w.failed == nil && !w.segs[0].rewriteFailed {
+	w.noteLiveOverLimit()
+	if len(w.segs) > w.cfg.MaxSegments && w.rewriteCredit > 0 && !w.rewriting && w.failed == nil && !w.segs[0].rewriteFailed {
 		w.startRewrite()
+	}
+}
+
+// noteLiveOverLimit warns, once, when the live images alone exceed what
+// MaxSegments segments hold: the WAL then keeps as many segments as they
+// need (rewriting cannot bring the count down), which is worth knowing
+// (procedures piling up, or limits set too low). The warning is re-armed
+// once the live images are back under half of that.
+func (w *WAL) noteLiveOverLimit() {
+	limit := int64(w.cfg.MaxSegments) * w.cfg.SegmentSize
+	switch {
+	case !w.overLimitWarned && w.liveBytes > limit:
+		w.overLimitWarned = true
+		w.log.Warn("live procedure data exceeds MaxSegments segments; keeping the segments it needs",
+			"live_bytes", w.liveBytes, "live_procs", len(w.liveSizes), "segments", len(w.segs),
+			"max_segments", w.cfg.MaxSegments, "segment_size", w.cfg.SegmentSize, "limit_bytes", limit)
+	case w.overLimitWarned && w.liveBytes <= limit/2:
+		w.overLimitWarned = false
+		w.log.Info("live procedure data back under MaxSegments segments",
+			"live_bytes", w.liveBytes, "live_procs", len(w.liveSizes), "segments", len(w.segs),
+			"max_segments", w.cfg.MaxSegments, "limit_bytes", limit)
 	}
 }
 
@@ -1028,8 +1155,7 @@ func (w *WAL) startRewrite() {
 	old := w.segs[0]
 	want := w.holding.ids()
 	w.rewriting = true
-	w.rewriteArmed = false
-	w.log.Debug("rewriting stragglers", "file", old.name, "count", len(want), "segments", len(w.segs))
+	w.log.Debug("rewriting stragglers", "file", old.name, "count", len(want), "segments", len(w.segs), "credit", w.rewriteCredit)
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
@@ -1125,6 +1251,8 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 		for _, ch := range chunks {
 			w.apply(c, &Batch{Updates: ch})
 		}
+		w.rewriteCredit -= int64(len(buf))
+		w.nRewriteB.Add(uint64(len(buf)))
 		w.nStragglers.Add(uint64(len(procs)))
 		w.log.Debug("rewrote stragglers", "from", old.name, "count", len(procs), "records", len(chunks))
 	}
@@ -1137,12 +1265,14 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 	}
 }
 
-// maintain runs on a timer: age-based roll and cleanup.
+// maintain runs on a timer: age-based roll and cleanup. A segment that
+// holds only rewritten images is not rolled by age: rolling it would free
+// nothing, and an idle WAL must not write.
 func (w *WAL) maintain() {
 	if w.failed != nil {
 		return
 	}
-	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+	if c := w.cur(); c.appended > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
 		if err := w.roll(); err != nil {
 			w.fail(err)
 			return

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/hashicorp/go-hclog"
+)
+
+// syncBuffer is a log sink the writer goroutine and the test can share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(substr string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// maintainIdle moves the clock past RollInterval and runs the writer's
+// periodic maintenance (age roll, cleanup) once, in the writer goroutine. It
+// reports whether a straggler rewrite is in flight afterwards.
+func maintainIdle(t *testing.T, w *WAL, clk *clock.Manual) (rewriting bool) {
+	t.Helper()
+	clk.Advance(2 * w.cfg.RollInterval)
+	if !w.inWriter(func() {
+		w.maintain()
+		rewriting = w.rewriting
+	}) {
+		t.Fatal("the WAL's writer is not running")
+	}
+	return rewriting
+}
+
+// waitNoRewrite waits until no straggler rewrite is in flight.
+func waitNoRewrite(t *testing.T, w *WAL) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rewriting bool
+		if !w.inWriter(func() { rewriting = w.rewriting }) {
+			t.Fatal("the WAL's writer is not running")
+		}
+		if !rewriting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a straggler rewrite did not finish in 10 s")
+		}
+		time.Sleep(100 * time.Microsecond) // poll interval
+	}
+}
+
+// settle drives maintenance until no rewrite is in flight and nothing was
+// written since the previous round, and fails if that takes longer than a
+// deadline.
+func settle(t *testing.T, w *WAL, clk *clock.Manual, since WALStats) WALStats {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last WALStats
+	for round := 0; ; round++ {
+		rewriting := maintainIdle(t, w, clk)
+		st := w.Stats()
+		if round > 0 && !rewriting && st.Bytes == last.Bytes {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cleanup did not settle in 10 s without appends: since the last append %d rolls, %d stragglers rewritten, %d bytes written (%d segments, MaxSegments %d)",
+				st.Rolls-since.Rolls, st.StragglersRewritten-since.StragglersRewritten, st.Bytes-since.Bytes, st.Segments, w.cfg.MaxSegments)
+		}
+		last = st
+		time.Sleep(time.Millisecond) // poll interval
+	}
+}
+
+// When the live procedures need more than MaxSegments segments, the WAL
+// keeps more segments (MaxSegments is a soft limit), says so once, and,
+// once appends stop, writes nothing: cleanup must not copy the same live
+// images forward again and again. Maintenance is driven by the test with
+// the clock moved past RollInterval each round, so age rolls and the
+// timer's cleanup run many times without waiting for them.
+func TestWALIdleWritesNothingWithLiveDataOverLimit(t *testing.T) {
+	for _, mode := range []SyncMode{SyncEveryBatch, SyncOnRoll} {
+		t.Run(mode.String(), func(t *testing.T) { testIdleWritesNothing(t, mode) })
+	}
+}
+
+func testIdleWritesNothing(t *testing.T, mode SyncMode) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.Sync = mode
+	cfg.SegmentSize = MinSegmentSize
+	cfg.MaxSegments = 4
+	cfg.RollInterval = time.Hour // its ticker fires once a second; the test runs maintenance itself
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	cfg.Now = clk.Now
+	logs := &syncBuffer{}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info, JSONFormat: true})
+	w, _, _ := openLoaded(t, cfg)
+	defer w.Close()
+
+	// 100 procedures of ~100 bytes, each updated a few times: about 10 KiB
+	// of live images, 2.5 times what MaxSegments segments of 1 KiB hold.
+	want := map[uint64]string{}
+	for round := range 4 {
+		for id := uint64(1); id <= 100; id++ {
+			v := fmt.Sprintf("proc-%d-round-%d-%s", id, round, strings.Repeat("p", 80))
+			b := Batch{Updates: []Proc{p(id, v)}}
+			if round == 0 {
+				b = Batch{Inserts: b.Updates}
+			}
+			mustAppend(t, w, b)
+			want[id] = v
+		}
+	}
+	appended := w.Stats()
+	if appended.StragglersRewritten == 0 {
+		t.Fatalf("the appends did not make cleanup rewrite stragglers: %+v", appended)
+	}
+
+	settled := settle(t, w, clk, appended)
+	files := segFiles(t, dir)
+	for round := range 50 {
+		if maintainIdle(t, w, clk) {
+			t.Fatalf("maintenance round %d of an idle WAL started a straggler rewrite", round)
+		}
+	}
+	idle := w.Stats()
+	t.Logf("after the appends %+v; settled %+v; after 50 idle rounds %+v", appended, settled, idle)
+	if idle.Bytes != settled.Bytes || idle.Rolls != settled.Rolls || idle.StragglersRewritten != settled.StragglersRewritten {
+		t.Errorf("idle WAL wrote %d bytes, rolled %d segments, rewrote %d images",
+			idle.Bytes-settled.Bytes, idle.Rolls-settled.Rolls, idle.StragglersRewritten-settled.StragglersRewritten)
+	}
+	if got := segFiles(t, dir); !slices.Equal(got, files) {
+		t.Errorf("idle WAL changed its segments: %d files, then %d", len(files), len(got))
+	}
+	if idle.Segments <= cfg.MaxSegments {
+		t.Errorf("%d segments hold %d live bytes: want more than MaxSegments %d", idle.Segments, idle.LiveBytes, cfg.MaxSegments)
+	}
+	if idle.LiveBytes <= int64(cfg.MaxSegments)*cfg.SegmentSize {
+		t.Errorf("LiveBytes %d: want more than %d", idle.LiveBytes, int64(cfg.MaxSegments)*cfg.SegmentSize)
+	}
+	warns := logs.lines("live procedure data exceeds MaxSegments")
+	if len(warns) != 1 {
+		t.Fatalf("%d warnings about live data over the limit, want 1: %q", len(warns), warns)
+	}
+	for _, field := range []string{`"@level":"warn"`, `"live_bytes":`, `"segments":`, `"max_segments":4`, `"segment_size":1024`} {
+		if !strings.Contains(warns[0], field) {
+			t.Errorf("warning %s lacks %s", warns[0], field)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := loadDir(t, cfg)
+	equalMaps(t, got, want)
+}
+
+// appendedBytes is the size of the record Append writes for b.
+func appendedBytes(b Batch) int {
+	return frameHeaderSize + recordSize(b.Index, [2][]Proc{b.Inserts, b.Updates}, b.Deletes)
+}
+
+// Invariant: under a steady workload the number of segments stays bounded,
+// whether the live procedures fit in MaxSegments segments or not, and
+// cleanup writes at most rewriteCreditPercent bytes per 100 appended. The
+// workload is long-lived procedures that are never touched again (they pin
+// old segments unless rewritten) beside a churn of short-lived ones; without
+// straggler rewrites the segment count would grow with the length of the
+// run, here to over a hundred.
+func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		live float64 // long-lived data, in units of MaxSegments×SegmentSize
+	}{
+		{"live data below the limit", 0.5},
+		{"live data over the limit", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.SegmentSize = 4 << 10
+			cfg.MaxSegments = 4
+			limit := int64(cfg.MaxSegments) * cfg.SegmentSize
+			w, _, _ := openLoaded(t, cfg)
+			defer w.Close()
+			want := map[uint64]string{}
+			var newBytes int64
+			app := func(b Batch) {
+				mustAppend(t, w, b)
+				newBytes += int64(appendedBytes(b))
+				// A rewrite runs in the background while appends go on;
+				// appends here come much faster than a real workload's,
+				// so let each one finish: the test is about how much
+				// cleanup does, not how fast a goroutine is scheduled.
+				waitNoRewrite(t, w)
+			}
+			// The long-lived procedures, interleaved with churn so that
+			// they are spread over many segments.
+			next := uint64(1)
+			var active []uint64
+			churn := func(step int) {
+				switch {
+				case len(active) < 20:
+					v := fmt.Sprintf("new-%d", next)
+					app(Batch{Inserts: []Proc{p(next, v)}})
+					want[next] = v
+					active = append(active, next)
+					next++
+				case step%4 == 0:
+					app(Batch{Deletes: active[:1]})
+					delete(want, active[0])
+					active = active[1:]
+				default:
+					id := active[step%len(active)]
+					v := fmt.Sprintf("upd-%d-%d-%s", id, step, strings.Repeat("u", 100))
+					app(Batch{Updates: []Proc{p(id, v)}})
+					want[id] = v
+				}
+			}
+			longLived := int64(tc.live * float64(limit))
+			step := 0
+			for size := int64(0); size < longLived; step++ {
+				v := fmt.Sprintf("long-lived-%d-%s", next, strings.Repeat("l", 150))
+				app(Batch{Inserts: []Proc{p(next, v)}})
+				want[next] = v
+				size += int64(imageSize(p(next, v)))
+				next++
+				churn(step)
+			}
+			// The steady part: churn only, many times the live data.
+			afterSetup := w.Stats()
+			steady := 20 * max(longLived, limit)
+			maxSegs, end := 0, newBytes+steady
+			for ; newBytes < end; step++ {
+				churn(step)
+				maxSegs = max(maxSegs, w.Stats().Segments)
+			}
+			st := w.Stats()
+			t.Logf("live %d bytes (limit %d); steady phase: %d bytes appended, %d rolls, at most %d segments, %d at the end; cleanup wrote %d bytes in all for %d appended",
+				st.LiveBytes, limit, steady, st.Rolls-afterSetup.Rolls, maxSegs, st.Segments, st.RewriteBytes, newBytes)
+			if st.Rolls-afterSetup.Rolls < 50 {
+				t.Fatalf("only %d rolls in the steady phase", st.Rolls-afterSetup.Rolls)
+			}
+			// Below the limit the count stays near MaxSegments (a rewrite is
+			// asynchronous: some slack). Over it, the segments hold the live
+			// data about 1+100/rewriteCreditPercent times over, plus the
+			// segments written while a pass of rewrites catches up.
+			bound := cfg.MaxSegments + 3
+			if st.LiveBytes > limit {
+				perSeg := float64(cfg.SegmentSize)
+				bound = cfg.MaxSegments + 3 + int(float64(st.LiveBytes)/perSeg*(1+100.0/rewriteCreditPercent)+0.5)
+			}
+			if maxSegs > bound {
+				t.Errorf("segments reached %d, want at most %d", maxSegs, bound)
+			}
+			if max := newBytes*rewriteCreditPercent/100 + 3*cfg.SegmentSize; int64(st.RewriteBytes) > max {
+				t.Errorf("cleanup wrote %d bytes for %d appended: more than %d", st.RewriteBytes, newBytes, max)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := loadDir(t, cfg)
+			equalMaps(t, got, want)
+		})
+	}
+}
