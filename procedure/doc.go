@@ -38,8 +38,12 @@
 // namespace > table > region, server, peer; shared or exclusive) before each
 // step, all or nothing, and releases them after the step, or holds them for
 // its whole life with HoldLock. Children inherit their ancestors' locks.
-// Held-for-life locks are persisted and re-acquired on load, root first. A
-// Queued procedure picks its run queue (meta > server > peer > table).
+// A procedure lets go of held-for-life locks once it is finished: a child
+// at its SUCCESS, or at its ROLLEDBACK while the rest of its tree still
+// rolls back. Held-for-life locks of unfinished procedures are persisted
+// and re-acquired on load, root first; a finished procedure never gets one
+// back (HBASE-20846), whatever its record says. A Queued procedure picks
+// its run queue (meta > server > peer > table).
 //
 // # Executor services
 //

@@ -947,7 +947,9 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		state: e.state, owner: e.owner, nonce: e.nonce,
 		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
 		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),
-		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock, errMsg: e.errMsg,
+		// Only a live procedure persists a held lock: a finished one lets go
+		// of it right after this write, and a restart must not hand it back.
+		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats,
 	}

@@ -140,11 +140,18 @@ func (x *Executor) load() error {
 		x.armDeadlineLocked(rootEntry)
 
 		// Locks held for life are re-acquired root first (parents before
-		// children), so inheritance holds.
+		// children), so inheritance holds; and only by procedures still to
+		// run (HBASE-20846): a finished child let go of its lock when it
+		// finished, and one written by an older binary with the flag still
+		// set would otherwise hold it until its root ends, starving any
+		// sibling that needs it.
 		ordered := make([]*entry, len(members))
 		copy(ordered, members)
 		sort.Slice(ordered, func(i, j int) bool { return ordered[i].id < ordered[j].id })
 		for _, e := range ordered {
+			if e.locked && e.state.Terminal() {
+				e.locked = false
+			}
 			if e.locked {
 				e.locked = false
 				if x.sched.Acquire(e.id, e.key, x.ancestorsLocked(e), e.locks) {

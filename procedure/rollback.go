@@ -121,7 +121,9 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		if len(top.stack) == 0 && top != rootEntry {
 			top.state = RolledBack
 		}
-		if !top.holdLock {
+		// A held-for-life lock goes with the last step rolled back: the
+		// procedure is finished (and persisted without the lock).
+		if !top.holdLock || top.state.Terminal() {
 			x.releaseLocksLocked(top)
 		}
 		x.unlock()
