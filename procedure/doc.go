@@ -19,6 +19,10 @@
 //   - Done: SUCCESS. A child's success counts down its parent's latch; the
 //     parent runs again when all its children are done.
 //   - More: persisted, and the next step runs at once on the same worker.
+//     A state-machine state that asks for itself again this way, without
+//     waiting for anything, DefaultMaxStateRepeats times in a row is
+//     failed with ErrStateLoop; a state that waits (Suspend, its wake or
+//     timeout, children, Yield) does not count, however long it waits.
 //   - Spawn(children...): the parent (now WAITING) and its children are
 //     persisted in one atomic Insert; children run first.
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the

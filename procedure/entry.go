@@ -31,7 +31,8 @@ type entry struct {
 	result                []byte
 	abort, paused, bypass bool
 	rollingBack           bool
-	repeats               int32
+	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
+	spins                 int32 // of those, consecutive ones that returned More: no progress
 
 	// runtime only
 	childLatch    int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -423,10 +424,10 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
 		e.abort, abort = true, true
 	}
-	repeats := e.repeats
+	repeats, spins := e.repeats, e.spins
 	x.unlock()
 
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats,
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
 
 	if timedOut {
@@ -505,8 +506,16 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	x.mu.Lock()
 	if pushed {
 		x.pushLocked(root, e)
-	} else if st.kind != stepYield {
+	} else if st.kind != stepYield && e.repeats < math.MaxInt32 {
 		e.repeats++
+	}
+	// Only a state that asks to run again at once, on the same worker and
+	// without anything to wait for, spins; waiting (a suspension, its wake
+	// or timeout, children, a yield) is progress, however long it lasts.
+	if st.kind == stepMore && !pushed {
+		e.spins++
+	} else if st.kind != stepMore {
+		e.spins = 0
 	}
 	x.unlock()
 	if st.kind != stepYield {
@@ -562,7 +571,7 @@ func (x *Executor) pushLocked(root *rootState, e *entry) {
 	e.stack = append(e.stack, root.nextPos)
 	root.nextPos++
 	root.stack = append(root.stack, e)
-	e.repeats = 0
+	e.repeats, e.spins = 0, 0
 }
 
 // complete finishes e with success.
@@ -951,7 +960,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		// of it right after this write, and a restart must not hand it back.
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
-		rollingBack: e.rollingBack, repeats: e.repeats,
+		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 	}
 	x.unlock()
 	if sm, ok := e.proc.(stateMachineProcedure); ok {

@@ -253,7 +253,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		deadline: fromUnixNano(r.deadline), waitUntil: fromUnixNano(r.waitUntil),
 		finishedAt: fromUnixNano(r.finishedAt), ackedAt: fromUnixNano(r.ackedAt),
 		stack: r.stack, locked: r.locked, errMsg: r.errMsg, result: r.result,
-		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats,
+		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats, spins: r.spins,
 	}
 	if err := x.deriveLocked(e); err != nil {
 		return nil, err

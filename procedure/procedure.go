@@ -200,6 +200,7 @@ type Context struct {
 	yield    bool
 	abort    bool  // snapshot of the abort flag at the step boundary
 	repeats  int32 // snapshot of entry.repeats
+	spins    int32 // snapshot of entry.spins
 	muts     []store.Mutation
 }
 
