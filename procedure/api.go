@@ -20,7 +20,8 @@ type SubmitOptions struct {
 	Owner string
 	// Timeout, if > 0, aborts the procedure (rolling it back) if it has not
 	// finished this long after submission. Like an abort, it takes effect at
-	// a step boundary where rollback is supported.
+	// a step boundary where rollback is supported. A procedure that
+	// RetriesUntilDone cannot have one.
 	Timeout time.Duration
 }
 
@@ -55,6 +56,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	}
 	if opts.Timeout < 0 {
 		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalid, opts.Timeout)
+	}
+	if r, ok := p.(RetriesUntilDone); ok && opts.Timeout > 0 && r.RetryUntilDone() {
+		return 0, fmt.Errorf("%w: %s retries until done: it cannot be given a timeout", ErrInvalid, ti.name)
 	}
 	x.mu.Lock()
 	if err := x.acceptingLocked(); err != nil {
@@ -270,7 +274,7 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 // effect at the procedure's next step boundary (for a state machine, the
 // next state whose rollback is supported); a suspended procedure is woken
 // for it, and an abort of a procedure waiting on children is passed on to
-// them.
+// them. A procedure that RetriesUntilDone is not aborted (ErrNotAllowed).
 func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
@@ -280,6 +284,11 @@ func (x *Executor) Abort(id uint64) error {
 	}
 	if e.state.Terminal() {
 		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		x.unlock()
+		return err
+	}
+	if e.untilDone {
+		err := fmt.Errorf("%w: %d (%s) cannot roll back: it retries until done", ErrNotAllowed, id, e.ti.name)
 		x.unlock()
 		return err
 	}
@@ -297,7 +306,9 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 	var out []*entry
 	var visit func(e *entry)
 	visit = func(e *entry) {
-		if e.state.Terminal() || e.state == Failed {
+		// A procedure that retries until done is never aborted, nor what
+		// runs below it on its behalf.
+		if e.state.Terminal() || e.state == Failed || e.untilDone {
 			return
 		}
 		if !e.abort {
@@ -521,6 +532,7 @@ type Why struct {
 	Info
 	// Reason in a few words: "running", "queued", "waiting for lock",
 	// "waiting for event", "waiting for children", "waiting for timer",
+	// "retrying after an error" (see RetriesUntilDone; Error says which),
 	// "paused", "rolling back", "finished".
 	Reason   string
 	Sched    scheduler.WaitInfo
@@ -556,6 +568,8 @@ func (x *Executor) Why(id uint64) (Why, error) {
 		w.Reason = "waiting for lock"
 	case e.state == Waiting && e.childLatch > 0:
 		w.Reason = "waiting for children"
+	case e.retryWait:
+		w.Reason = "retrying after an error"
 	case e.event != nil:
 		w.Reason = "waiting for event"
 	case e.state == WaitingTimeout:

@@ -30,11 +30,29 @@
 //     its timer (plus up to 10% jitter) makes it RUNNABLE.
 //   - Yield: back to the end of its queue, nothing persisted.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step
-//     first and across children, once nothing in that tree still runs.
+//     first and across children, once nothing in that tree still runs
+//     (below a procedure that retries until done, only a subtree: see
+//     below).
 //
 // Framework states: INITIALIZING, RUNNABLE, WAITING, WAITING_TIMEOUT,
 // ROLLEDBACK, SUCCESS, FAILED (FAILED is transient: the tree then rolls back
 // and the root ends ROLLEDBACK, keeping the error).
+//
+// # Procedures that cannot roll back
+//
+// Some operations have no meaningful undo and must be driven to the end
+// instead, like HBase's ServerCrashProcedure. Such a type implements
+// RetriesUntilDone. Its failing step is not a failure: the error is logged,
+// the step's domain changes are dropped, and the step (for a state machine,
+// the same state) runs again after a backoff (Config.RollbackBackoff
+// doubling to RollbackBackoffMax); Why says
+// "retrying after an error" and Info.Error holds the error meanwhile. It
+// cannot be aborted or given a timeout. A descendant of it that fails rolls
+// back only the subtree of the procedure's child it belongs to: that child
+// ends ROLLEDBACK with the error, the rest of the tree waits for that
+// rollback and then goes on, and the procedure runs its next step once all
+// its children are finished, free to look at the outcome and spawn again.
+// A root that retries until done therefore never ends ROLLEDBACK.
 //
 // # Locks and queues
 //

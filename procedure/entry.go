@@ -30,6 +30,7 @@ type entry struct {
 	errMsg                string
 	result                []byte
 	abort, paused, bypass bool
+	untilDone             bool // RetriesUntilDone: never fails, never aborted
 	rollingBack           bool
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress
@@ -44,6 +45,9 @@ type entry struct {
 	lockWait      bool             // parked in a lock wait queue
 	pausedParked  bool             // polled while paused
 	timedOut      bool             // woken by its suspension's timer
+	retryWait     bool             // RetriesUntilDone: waiting to run a failed step again
+	failures      int              // RetriesUntilDone: consecutive failed runs of its step
+	beforeStep    *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
 	event         *scheduler.Event
 	timer         clock.Timer
 	deadlineTimer clock.Timer

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -420,8 +421,8 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}
 	timedOut := e.timedOut
 	e.timedOut = false
-	abort := e.abort
-	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
+	abort := e.abort && !e.untilDone
+	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) && !e.untilDone {
 		e.abort, abort = true, true
 	}
 	repeats, spins := e.repeats, e.spins
@@ -429,6 +430,11 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+	if e.untilDone {
+		// A failing step runs the same state again.
+		e.beforeStep = snapshotMachine(e)
+		defer func() { e.beforeStep = nil }()
+	}
 
 	if timedOut {
 		if th, ok := e.proc.(TimeoutHandler); ok {
@@ -504,6 +510,9 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}
 
 	x.mu.Lock()
+	if e.failures > 0 {
+		e.failures, e.errMsg = 0, ""
+	}
 	if pushed {
 		x.pushLocked(root, e)
 	} else if st.kind != stepYield && e.repeats < math.MaxInt32 {
@@ -540,7 +549,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 		return true
 	case stepChildren:
-		x.spawn(e, root, st.children)
+		x.spawn(e, root, st.children, pushed)
 		return false
 	case stepSuspend:
 		x.suspend(e, st, abort)
@@ -572,6 +581,49 @@ func (x *Executor) pushLocked(root *rootState, e *entry) {
 	root.nextPos++
 	root.stack = append(root.stack, e)
 	e.repeats, e.spins = 0, 0
+}
+
+// unpushLocked takes back e's newest rollback-stack position. Other
+// members may have pushed since: e's newest entry is its last one in the
+// stack. The position stays unused, a gap like those a crash leaves.
+func (x *Executor) unpushLocked(root *rootState, e *entry) {
+	if len(e.stack) == 0 {
+		return
+	}
+	e.stack = e.stack[:len(e.stack)-1]
+	for i := len(root.stack) - 1; i >= 0; i-- {
+		if root.stack[i] == e {
+			root.stack = slices.Delete(root.stack, i, i+1)
+			return
+		}
+	}
+}
+
+// machineSnapshot is where a state machine stood before a step.
+type machineSnapshot struct {
+	started, eof bool
+	next         int32
+	history      int
+}
+
+// snapshotMachine notes where e's state machine stands; nil for a Stepper.
+func snapshotMachine(e *entry) *machineSnapshot {
+	sm, ok := e.proc.(stateMachineProcedure)
+	if !ok {
+		return nil
+	}
+	m := sm.machine()
+	return &machineSnapshot{started: m.started, eof: m.eof, next: m.next, history: len(m.history)}
+}
+
+// restoreMachine takes back what a failed run did to e's state machine:
+// the state it picked and the history entry it added.
+func restoreMachine(e *entry, s *machineSnapshot) {
+	if sm, ok := e.proc.(stateMachineProcedure); ok && s != nil {
+		m := sm.machine()
+		m.started, m.eof, m.next, m.nextSet = s.started, s.eof, s.next, false
+		m.history = m.history[:min(s.history, len(m.history))]
+	}
 }
 
 // complete finishes e with success.
@@ -656,6 +708,10 @@ func (x *Executor) queueLocked(e *entry, front bool) {
 // member of the tree is running.
 func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 	e.muts = nil // a failed step's domain changes never commit
+	if e.untilDone {
+		x.retryLater(e, cause)
+		return
+	}
 	x.mu.Lock()
 	if pushed {
 		x.pushLocked(root, e)
@@ -666,25 +722,66 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 		root.failed = true
 		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
 	}
+	unit := x.unitOfLocked(e).id
 	x.unlock()
 	x.metrics.failed.WithLabelValues(e.ti.name).Inc()
-	x.log.Info("procedure failed; its root will roll back", "id", e.id, "type", e.ti.name, "root", e.root, "error", cause)
+	x.log.Info("procedure failed; rolling back", "id", e.id, "type", e.ti.name, "root", e.root, "rolls_back", unit, "error", cause)
 	x.persist(e)
 }
 
-// spawn persists e (now waiting) together with its new children.
-func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
+// retryLater parks a RetriesUntilDone procedure whose step failed until its
+// backoff passes; then the step runs again (a state machine's failed run
+// is taken back first: the same state runs again). Nothing is persisted:
+// the store still holds the outcome of the step before, so a restart runs
+// the failed step again at once.
+func (x *Executor) retryLater(e *entry, cause error) {
+	restoreMachine(e, e.beforeStep)
+	x.mu.Lock()
+	e.failures++
+	attempt := e.failures
+	if e.repeats < math.MaxInt32 {
+		e.repeats++
+	}
+	e.spins = 0
+	e.errMsg = cause.Error()
+	delay := Backoff{Base: x.cfg.RollbackBackoff, Max: x.cfg.RollbackBackoffMax, Jitter: 0.1}.Delay(attempt)
+	e.state = WaitingTimeout
+	e.waitUntil = x.clock.Now().Add(delay)
+	if e.locked && !e.holdLock {
+		x.releaseLocksLocked(e)
+	}
+	if !x.stopping {
+		x.armWaitLocked(e, nil)
+		e.retryWait = true
+	}
+	x.unlock()
+	x.log.Warn("step failed; the procedure cannot roll back, so it runs the step again", "id", e.id, "type", e.ti.name,
+		"root", e.root, "attempt", attempt, "retry_in", delay, "error", cause)
+}
+
+// spawn persists e (now waiting) together with its new children. pushed
+// reports that the step that spawned them took a rollback-stack position.
+func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed bool) {
+	fail := func(cause error) {
+		if e.untilDone && pushed {
+			// The step is run again: its position goes with it.
+			x.mu.Lock()
+			x.unpushLocked(root, e)
+			x.unlock()
+		}
+		x.fail(e, root, cause, false)
+	}
 	now := x.clock.Now()
 	kids := make([]*entry, 0, len(children))
 	for _, c := range children {
 		ti, err := x.reg.lookup(c)
 		if err != nil {
-			x.fail(e, root, err, false)
+			fail(err)
 			return
 		}
 		k, err := x.newEntry(c, ti, e.root, e.id, now)
 		if err != nil {
-			x.fail(e, root, err, false)
+			fail(err)
 			return
 		}
 		kids = append(kids, k)
@@ -699,21 +796,24 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 	e.childLatch += len(kids)
 	x.unlock()
 
+	unspawn := func(cause error) {
+		x.mu.Lock()
+		e.state = Runnable
+		e.childLatch -= len(kids)
+		e.children = e.children[:len(e.children)-len(kids)]
+		x.unlock()
+		fail(cause)
+	}
 	parentRec, err := x.encode(e)
 	if err != nil {
-		x.fail(e, root, err, false)
+		unspawn(err)
 		return
 	}
 	recs := make([]store.Proc, len(kids))
 	for i, k := range kids {
 		r, err := x.encode(k)
 		if err != nil {
-			x.mu.Lock()
-			e.state = Runnable
-			e.childLatch -= len(kids)
-			e.children = e.children[:len(e.children)-len(kids)]
-			x.unlock()
-			x.fail(e, root, fmt.Errorf("encoding child %T: %w", k.proc, err), false)
+			unspawn(fmt.Errorf("encoding child %T: %w", k.proc, err))
 			return
 		}
 		recs[i] = r
@@ -760,6 +860,9 @@ func (x *Executor) deriveLocked(e *entry) error {
 		}
 	} else {
 		e.key = scheduler.QueueKey{Kind: scheduler.KindTable, Name: e.ti.name, Priority: scheduler.PriorityUser}
+	}
+	if r, ok := e.proc.(RetriesUntilDone); ok {
+		e.untilDone = r.RetryUntilDone()
 	}
 	if l, ok := e.proc.(Locker); ok {
 		e.locks = l.Locks()
@@ -841,6 +944,7 @@ func (x *Executor) wakeLocked(e *entry) {
 		e.event = nil
 	}
 	e.waitGen++
+	e.retryWait = false
 	e.state = Runnable
 	x.queueLocked(e, true)
 }
@@ -853,7 +957,9 @@ func (x *Executor) onTimer(id, gen uint64) {
 		return
 	}
 	e.timer = nil
-	e.timedOut = true
+	// A retry's backoff is the framework's own wait, not a timeout the
+	// procedure asked for.
+	e.timedOut = !e.retryWait
 	x.wakeLocked(e)
 }
 

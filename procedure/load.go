@@ -129,10 +129,14 @@ func (x *Executor) load() error {
 				}
 			}
 		}
-		if rootEntry.rollingBack {
-			root.failed = true
-			if root.cause == "" {
-				root.cause = rootEntry.errMsg
+		// A member marked rolling back (the root, or the top of a subtree
+		// below a RetriesUntilDone procedure) has a rollback to finish.
+		for _, e := range members {
+			if e.rollingBack && !e.state.Terminal() {
+				root.failed = true
+				if root.cause == "" || e == rootEntry {
+					root.cause = e.errMsg
+				}
 			}
 		}
 		x.roots[rid] = root
@@ -163,8 +167,9 @@ func (x *Executor) load() error {
 			}
 		}
 		if root.failed {
+			// The rollback takes the tree's turns; it queues the rest again
+			// if it undoes only subtrees (so their timers are armed below).
 			startedQ = append(startedQ, rootEntry)
-			continue
 		}
 		for _, e := range ordered {
 			sort.Slice(e.children, func(i, j int) bool { return e.children[i] < e.children[j] })
@@ -191,7 +196,7 @@ func (x *Executor) load() error {
 				e.pausedParked = true
 				continue
 			}
-			if e.lockWait {
+			if e.lockWait || root.failed {
 				continue
 			}
 			if len(e.stack) > 0 || !e.isRoot() {

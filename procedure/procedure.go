@@ -120,6 +120,37 @@ type Aborter interface {
 	CanAbort(ctx *Context) bool
 }
 
+// RetriesUntilDone is implemented by a procedure that has no meaningful
+// rollback and must be driven to completion instead, like HBase's
+// ServerCrashProcedure. It is asked once, when the procedure is created or
+// loaded. When RetryUntilDone reports true:
+//
+//   - A failing step (an error, a panic, an OnTimeout error, children that
+//     cannot be spawned) does not fail the procedure. The error is logged
+//     (and shown as Info.Error until a step succeeds), its domain changes
+//     are dropped, and the step runs again after a backoff that starts at
+//     Config.RollbackBackoff and doubles up to RollbackBackoffMax. A state
+//     machine runs the state that failed again: the framework takes back
+//     what the failed run did to the machine (a SetNextState, its history
+//     entry). The procedure's own fields stay as the failed run left them,
+//     as in HBase; Context.Attempt counts the runs.
+//   - Abort is refused with ErrNotAllowed, an abort of an ancestor is not
+//     passed on to it or below it, and SubmitOptions.Timeout is refused.
+//   - A descendant that fails does not roll the tree back: only the
+//     subtree of the procedure's child it belongs to is rolled back (newest
+//     step first, as usual), and that child ends ROLLEDBACK, keeping the
+//     error. Meanwhile the rest of the tree waits; then it goes on, and the
+//     procedure runs its next step once all its children are finished, as
+//     after any child. It learns the outcome from the domain, or from
+//     Executor.Get on Context.Children, and may spawn again.
+//
+// Such a procedure therefore never ends ROLLEDBACK when it is a root, or a
+// child of another such procedure. Nested under an ordinary procedure whose
+// tree rolls back, it is rolled back like any member.
+type RetriesUntilDone interface {
+	RetryUntilDone() bool
+}
+
 // Step is the outcome of one successful Execute.
 type Step struct {
 	kind        stepKind
