@@ -14,7 +14,10 @@ import (
 type SubmitOptions struct {
 	// Nonce makes the submission idempotent: a later Submit with the same
 	// Owner and Nonce returns the first submission's id (also after a
-	// restart), for as long as the first procedure's result is kept.
+	// restart), for as long as the first procedure's result is kept. If the
+	// first procedure's tree was held at load (see Problems), the later
+	// Submit returns its id with an error wrapping ErrHeld: it never starts
+	// a second one.
 	Nonce string
 	// Owner is who submitted it (a user or client name); part of the nonce key.
 	Owner string
@@ -73,6 +76,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 			<-prev.done
 			if prev.err != nil {
 				return 0, fmt.Errorf("%w: %w", ErrNonceFailed, prev.err)
+			}
+			if prev.held != "" {
+				return prev.id, fmt.Errorf("%w: procedure %d was submitted with this nonce: %s", ErrHeld, prev.id, prev.held)
 			}
 			return prev.id, nil
 		}

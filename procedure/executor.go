@@ -54,6 +54,7 @@ type Executor struct {
 type nonceEntry struct {
 	id   uint64
 	err  error
+	held string // why the procedure id was held at load; "" if it runs
 	done chan struct{}
 }
 

@@ -206,6 +206,7 @@ func (x *Executor) load() error {
 			}
 		}
 	}
+	x.indexHeldNoncesLocked(recs)
 	x.nextID = maxID + 1
 	// Procedures that already started go first (they may hold locks or be
 	// half-way through changing an entity), then the fresh ones.
@@ -351,6 +352,30 @@ func (x *Executor) rebuildStack(root *rootState) {
 	}
 	if gaps {
 		x.log.Warn("rollback stack had gaps; skipped over", "root", root.id, "steps", len(slots), "next_position", root.nextPos)
+	}
+}
+
+// indexHeldNoncesLocked indexes the nonce of every held tree's root whose
+// record could be read: a client retrying that submission must be told
+// about the held procedure, not given a second one.
+func (x *Executor) indexHeldNoncesLocked(recs map[uint64]*record) {
+	held := make(map[uint64]string)
+	for _, p := range x.problems {
+		if p.RootID != 0 && held[p.RootID] == "" {
+			held[p.RootID] = p.Reason
+		}
+	}
+	for rid, reason := range held {
+		r := recs[rid]
+		if r == nil || r.parent != 0 || r.nonce == "" {
+			continue
+		}
+		if p, ok := x.problems[rid]; ok {
+			reason = p.Reason // the root's own problem, or its tree's
+		}
+		ne := &nonceEntry{id: rid, held: reason, done: make(chan struct{})}
+		close(ne.done)
+		x.nonces[nonceKey(r.owner, r.nonce)] = ne
 	}
 }
 

@@ -355,3 +355,7 @@ var (
 	ErrNoDomain     = errors.New("procedure: the store keeps no domain state")
 	errStopStepping = errors.New("stop stepping")
 )
+
+// ErrHeld: the procedure's tree could not be loaded and is held in the
+// store until repaired (see Executor.Problems). It is an ErrNotAllowed.
+var ErrHeld = fmt.Errorf("%w: procedure held at load, not run", ErrNotAllowed)
