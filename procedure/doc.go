@@ -28,7 +28,8 @@
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
 //     its timer (plus up to 10% jitter) makes it RUNNABLE.
-//   - Yield: back to the end of its queue, nothing persisted.
+//   - Yield: persisted like More (the step's transition stands), but the
+//     worker lets go: the procedure goes to the back of its queue.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step
 //     first and across children, once nothing in that tree still runs
 //     (below a procedure that retries until done, only a subtree: see

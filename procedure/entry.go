@@ -45,6 +45,7 @@ type entry struct {
 	lockWait      bool             // parked in a lock wait queue
 	pausedParked  bool             // polled while paused
 	timedOut      bool             // woken by its suspension's timer
+	yielded       bool             // its step yielded: queue it at the back once released
 	retryWait     bool             // RetriesUntilDone: waiting to run a failed step again
 	failures      int              // RetriesUntilDone: consecutive failed runs of its step
 	beforeStep    *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step

@@ -356,6 +356,16 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		x.mu.Lock()
 	}
 	x.endRunLocked(e, root)
+	if e.yielded {
+		e.yielded = false
+		switch {
+		case x.stopping || root.failed || e.state != Runnable:
+		case e.paused:
+			e.pausedParked = true
+		default:
+			x.sched.AddBack(e.id, e.key)
+		}
+	}
 	x.unlock()
 }
 
@@ -490,7 +500,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 			}
 		case Stepper:
 			st, err = p.Execute(ctx)
-			pushed = err == nil && st.kind != stepYield || err != nil
+			pushed = true // every step of a Stepper is rolled back, a failed one too
 		}
 	}()
 	w.stepStart.Store(0)
@@ -516,7 +526,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}
 	if pushed {
 		x.pushLocked(root, e)
-	} else if st.kind != stepYield && e.repeats < math.MaxInt32 {
+	} else if e.repeats < math.MaxInt32 {
 		e.repeats++
 	}
 	// Only a state that asks to run again at once, on the same worker and
@@ -528,18 +538,18 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		e.spins = 0
 	}
 	x.unlock()
-	if st.kind != stepYield {
-		e.muts = ctx.muts // committed by the write of this step's outcome
-	}
+	e.muts = ctx.muts // committed by the write of this step's outcome
 
 	switch st.kind {
 	case stepYield:
-		x.mu.Lock()
-		if e.locked && !e.holdLock {
-			x.releaseLocksLocked(e)
+		// Persisted like More; then the worker lets go, and runProc puts
+		// the procedure at the back of its queue once it is released.
+		if !x.persist(e) {
+			return false
 		}
+		x.mu.Lock()
+		e.yielded = true
 		x.unlock()
-		x.sched.AddBack(e.id, e.key)
 		return false
 	case stepDone:
 		x.complete(e, root)

@@ -187,8 +187,10 @@ func Spawn(children ...Procedure) Step {
 	return Step{kind: stepChildren, children: children}
 }
 
-// Yield puts the procedure back at the end of its queue without persisting
-// anything: the step must not have had an effect.
+// Yield is More, except that the worker lets go: the step's outcome stands
+// and is persisted (with its domain changes), and the procedure goes to the
+// back of its queue, so the next step runs once the procedures queued
+// before it had their turn (HBase's yield after an execution step).
 func Yield() Step { return Step{kind: stepYield} }
 
 // SuspendOption configures Suspend.
@@ -237,8 +239,8 @@ type Context struct {
 
 // Put sets a key of the domain state. The change commits atomically with
 // the outcome of this step (or of this rollback step): if the step fails,
-// yields, or the process dies before its outcome is persisted, the change
-// never happened. It needs a store that keeps domain state
+// or the process dies before its outcome is persisted, the change never
+// happened. It needs a store that keeps domain state
 // (store.DomainStore); others return ErrNoDomain.
 func (c *Context) Put(key string, value []byte) error {
 	if _, ok := c.x.store.(store.DomainStore); !ok {
@@ -298,9 +300,12 @@ func (c *Context) Suspend(opts ...SuspendOption) {
 	c.suspend = &s
 }
 
-// Yield makes a state machine yield once ExecuteState returns: nothing is
-// persisted and the state runs again later, so the state must not have had
-// an effect. Steppers return Yield() instead.
+// Yield makes a state machine yield once ExecuteState returns HasMoreState
+// (see the Yield step): the step's transition stands and is persisted, and
+// the state it picked with SetNextState (or, without one, the same state
+// again) runs later, after the procedures queued before it. A suspension or
+// children take precedence; with NoMoreState it has no effect. Steppers
+// return Yield() instead.
 func (c *Context) Yield() { c.yield = true }
 
 // ID is the running procedure's id.

@@ -111,12 +111,6 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 	if err != nil {
 		return Step{}, !repeat, err
 	}
-	if ctx.yield {
-		if !repeat {
-			m.history = m.history[:len(m.history)-1]
-		}
-		return Yield(), false, nil
-	}
 	if ctx.suspend != nil {
 		if flow == NoMoreState {
 			m.eof = true
@@ -132,6 +126,9 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 	}
 	if len(ctx.children) > 0 {
 		return Spawn(ctx.children...), !repeat, nil
+	}
+	if ctx.yield {
+		return Yield(), !repeat, nil // the transition stands, as with More
 	}
 	return More(), !repeat, nil
 }
