@@ -280,7 +280,12 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 // effect at the procedure's next step boundary (for a state machine, the
 // next state whose rollback is supported); a suspended procedure is woken
 // for it, and an abort of a procedure waiting on children is passed on to
-// them. A procedure that RetriesUntilDone is not aborted (ErrNotAllowed).
+// them. A procedure waiting for a lock is taken out of the lock's queue:
+// if it is abortable at once it fails without the lock (failing runs none
+// of its code), otherwise it waits for the lock again. Children spawned by
+// a step that was running when the abort came are aborted too, before
+// their first step. A procedure that RetriesUntilDone is not aborted
+// (ErrNotAllowed).
 func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
@@ -306,8 +311,11 @@ func (x *Executor) Abort(id uint64) error {
 	return nil
 }
 
-// abortLocked flags e and its unfinished descendants and wakes suspended
-// ones; it returns the entries whose flag must be persisted.
+// abortLocked flags e and its unfinished descendants, wakes suspended ones
+// and takes lock waiters out of their lock's queue (an aborted procedure
+// fails without waiting for its locks when it is abortable right away; see
+// runProc); it returns the entries whose flag must be persisted. Children
+// spawned later inherit the flag (see spawn).
 func (x *Executor) abortLocked(e *entry) []*entry {
 	var out []*entry
 	var visit func(e *entry)
@@ -325,6 +333,18 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 			for _, c := range e.children {
 				if ce := x.procs[c]; ce != nil {
 					visit(ce)
+				}
+			}
+			return
+		}
+		if e.lockWait && e.state == Runnable {
+			if root := x.roots[e.root]; root != nil && !root.failed {
+				e.lockWait = false
+				x.sched.CancelLockWait(e.id)
+				if e.running {
+					e.rerun = true // its worker is parking it: it queues it again
+				} else {
+					x.queueLocked(e, true)
 				}
 			}
 			return

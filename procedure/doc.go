@@ -72,7 +72,8 @@
 //
 // Submit with a nonce is idempotent, also across restarts. Ids are monotonic
 // across restarts. Results of finished roots are kept for ResultTTL, or
-// AckedResultTTL after Ack. Abort, Pause/Resume, a guarded Bypass, Wait,
+// AckedResultTTL after Ack. Abort (which reaches a procedure waiting for a
+// lock, and children spawned after it), Pause/Resume, a guarded Bypass, Wait,
 // Why ("what is it waiting for, who holds it"), listeners, Prometheus
 // metrics, and a monitor that adds keep-alive workers when half the pool is
 // stuck. Stop is graceful: in-flight procedures are left resumable, never

@@ -325,12 +325,30 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	// A bypassed procedure runs no step, so it needs no lock (a forced
 	// Bypass is how a repairer gets a lock waiter out of the way).
 	if len(e.locks) > 0 && !e.locked && !e.bypass {
+		if x.abortRequestedLocked(e) {
+			// Failing runs none of its code: it need not wait for locks
+			// (the rollback takes those of each step it undoes).
+			x.unlock()
+			aborted := x.abortBeforeStep(e, root)
+			x.mu.Lock()
+			if aborted {
+				x.endRunLocked(e, root)
+				x.unlock()
+				return
+			}
+		}
 		e.lockWait = true
 		anc := x.ancestorsLocked(e)
 		x.unlock()
 		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
 		x.mu.Lock()
 		if !granted {
+			if !e.lockWait {
+				// An Abort or a Bypass took it out of the lock wait while
+				// Acquire was parking it: it must not stay parked.
+				x.sched.CancelLockWait(e.id)
+				e.rerun = true
+			}
 			x.endRunLocked(e, root)
 			x.unlock()
 			return
@@ -569,6 +587,46 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	return false
 }
 
+// abortRequestedLocked reports whether e's next step boundary is an abort:
+// it was aborted, or its deadline passed.
+func (x *Executor) abortRequestedLocked(e *entry) bool {
+	if e.untilDone {
+		return false
+	}
+	return e.abort || !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline)
+}
+
+// abortBeforeStep fails e (claimed, abort requested) for its abort if it is
+// abortable now without running a step: a state machine whose next state
+// supports rollback, a Stepper whose CanAbort agrees. It reports whether it
+// did.
+func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
+	abortable := true
+	switch p := e.proc.(type) {
+	case stateMachineProcedure:
+		m := p.machine()
+		state := m.next
+		if !m.started {
+			state = p.InitialState()
+		}
+		abortable = !m.eof && rollbackSupported(p, state)
+	default:
+		if ab, ok := e.proc.(Aborter); ok {
+			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true,
+				Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+			abortable = ab.CanAbort(ctx)
+		}
+	}
+	if !abortable {
+		return false
+	}
+	x.mu.Lock()
+	e.abort = true // a passed deadline, made durable with the failure
+	x.unlock()
+	x.fail(e, root, x.abortCause(e), false)
+	return true
+}
+
 func (x *Executor) abortCause(e *entry) error {
 	x.mu.Lock()
 	defer x.unlock()
@@ -802,6 +860,8 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 		k.id = x.nextID
 		x.nextID++
 		e.children = append(e.children, k.id)
+		// An abort requested of e while its step ran reaches what it spawned.
+		k.abort = e.abort && !k.untilDone
 	}
 	e.state = Waiting
 	e.childLatch += len(kids)
@@ -845,6 +905,15 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 		x.procs[k.id] = k
 		root.members[k.id] = k
 	}
+	// An abort that came while the children were being written found
+	// none of them yet: they take it now.
+	var late []*entry
+	for _, k := range kids {
+		if e.abort && !k.abort && !k.untilDone {
+			k.abort = true
+			late = append(late, k)
+		}
+	}
 	// Children run before anything else queued: front, in spawn order.
 	for i := len(kids) - 1; i >= 0; i-- {
 		x.queueLocked(kids[i], true)
@@ -853,6 +922,9 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	x.notify(e)
 	for _, k := range kids {
 		x.notify(k)
+	}
+	for _, k := range late {
+		x.persistIdle(k)
 	}
 }
 
