@@ -116,6 +116,8 @@ type TimeoutHandler interface {
 
 // Aborter is a procedure that decides whether it may be aborted now.
 // Without it, an abort fails the procedure at its next step boundary.
+// CanAbort is asked before a step, also before a procedure waiting for its
+// locks has them (failing it then needs none).
 type Aborter interface {
 	CanAbort(ctx *Context) bool
 }
