@@ -14,13 +14,17 @@ import (
 type SubmitOptions struct {
 	// Nonce makes the submission idempotent: a later Submit with the same
 	// Owner and Nonce returns the first submission's id (also after a
-	// restart), for as long as the first procedure's result is kept.
+	// restart), for as long as the first procedure's result is kept. If the
+	// first procedure's tree was held at load (see Problems), the later
+	// Submit returns its id with an error wrapping ErrHeld: it never starts
+	// a second one.
 	Nonce string
 	// Owner is who submitted it (a user or client name); part of the nonce key.
 	Owner string
 	// Timeout, if > 0, aborts the procedure (rolling it back) if it has not
 	// finished this long after submission. Like an abort, it takes effect at
-	// a step boundary where rollback is supported.
+	// a step boundary where rollback is supported. A procedure that
+	// RetriesUntilDone cannot have one.
 	Timeout time.Duration
 }
 
@@ -56,6 +60,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	if opts.Timeout < 0 {
 		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalid, opts.Timeout)
 	}
+	if r, ok := p.(RetriesUntilDone); ok && opts.Timeout > 0 && r.RetryUntilDone() {
+		return 0, fmt.Errorf("%w: %s retries until done: it cannot be given a timeout", ErrInvalid, ti.name)
+	}
 	x.mu.Lock()
 	if err := x.acceptingLocked(); err != nil {
 		x.unlock()
@@ -69,6 +76,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 			<-prev.done
 			if prev.err != nil {
 				return 0, fmt.Errorf("%w: %w", ErrNonceFailed, prev.err)
+			}
+			if prev.held != "" {
+				return prev.id, fmt.Errorf("%w: procedure %d was submitted with this nonce: %s", ErrHeld, prev.id, prev.held)
 			}
 			return prev.id, nil
 		}
@@ -270,7 +280,12 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 // effect at the procedure's next step boundary (for a state machine, the
 // next state whose rollback is supported); a suspended procedure is woken
 // for it, and an abort of a procedure waiting on children is passed on to
-// them.
+// them. A procedure waiting for a lock is taken out of the lock's queue:
+// if it is abortable at once it fails without the lock (failing runs none
+// of its code), otherwise it waits for the lock again. Children spawned by
+// a step that was running when the abort came are aborted too, before
+// their first step. A procedure that RetriesUntilDone is not aborted
+// (ErrNotAllowed).
 func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
@@ -283,6 +298,11 @@ func (x *Executor) Abort(id uint64) error {
 		x.unlock()
 		return err
 	}
+	if e.untilDone {
+		err := fmt.Errorf("%w: %d (%s) cannot roll back: it retries until done", ErrNotAllowed, id, e.ti.name)
+		x.unlock()
+		return err
+	}
 	targets := x.abortLocked(e)
 	x.unlock()
 	for _, t := range targets {
@@ -291,13 +311,18 @@ func (x *Executor) Abort(id uint64) error {
 	return nil
 }
 
-// abortLocked flags e and its unfinished descendants and wakes suspended
-// ones; it returns the entries whose flag must be persisted.
+// abortLocked flags e and its unfinished descendants, wakes suspended ones
+// and takes lock waiters out of their lock's queue (an aborted procedure
+// fails without waiting for its locks when it is abortable right away; see
+// runProc); it returns the entries whose flag must be persisted. Children
+// spawned later inherit the flag (see spawn).
 func (x *Executor) abortLocked(e *entry) []*entry {
 	var out []*entry
 	var visit func(e *entry)
 	visit = func(e *entry) {
-		if e.state.Terminal() || e.state == Failed {
+		// A procedure that retries until done is never aborted, nor what
+		// runs below it on its behalf.
+		if e.state.Terminal() || e.state == Failed || e.untilDone {
 			return
 		}
 		if !e.abort {
@@ -308,6 +333,18 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 			for _, c := range e.children {
 				if ce := x.procs[c]; ce != nil {
 					visit(ce)
+				}
+			}
+			return
+		}
+		if e.lockWait && e.state == Runnable {
+			if root := x.roots[e.root]; root != nil && !root.failed {
+				e.lockWait = false
+				x.sched.CancelLockWait(e.id)
+				if e.running {
+					e.rerun = true // its worker is parking it: it queues it again
+				} else {
+					x.queueLocked(e, true)
 				}
 			}
 			return
@@ -521,6 +558,7 @@ type Why struct {
 	Info
 	// Reason in a few words: "running", "queued", "waiting for lock",
 	// "waiting for event", "waiting for children", "waiting for timer",
+	// "retrying after an error" (see RetriesUntilDone; Error says which),
 	// "paused", "rolling back", "finished".
 	Reason   string
 	Sched    scheduler.WaitInfo
@@ -556,6 +594,8 @@ func (x *Executor) Why(id uint64) (Why, error) {
 		w.Reason = "waiting for lock"
 	case e.state == Waiting && e.childLatch > 0:
 		w.Reason = "waiting for children"
+	case e.retryWait:
+		w.Reason = "retrying after an error"
 	case e.event != nil:
 		w.Reason = "waiting for event"
 	case e.state == WaitingTimeout:

@@ -44,7 +44,8 @@ type Config struct {
 	// EvictInterval is how often expired results are deleted. Default 30 s.
 	EvictInterval time.Duration
 	// RollbackBackoff is the first delay before retrying a failed rollback
-	// step; it doubles up to RollbackBackoffMax. Defaults 1 s and 10 min.
+	// step, or a failed step of a procedure that RetriesUntilDone; it
+	// doubles up to RollbackBackoffMax. Defaults 1 s and 10 min.
 	RollbackBackoff    time.Duration
 	RollbackBackoffMax time.Duration
 	// Logger. Default: a null logger.

@@ -19,18 +19,41 @@
 //   - Done: SUCCESS. A child's success counts down its parent's latch; the
 //     parent runs again when all its children are done.
 //   - More: persisted, and the next step runs at once on the same worker.
+//     A state-machine state that asks for itself again this way, without
+//     waiting for anything, DefaultMaxStateRepeats times in a row is
+//     failed with ErrStateLoop; a state that waits (Suspend, its wake or
+//     timeout, children, Yield) does not count, however long it waits.
 //   - Spawn(children...): the parent (now WAITING) and its children are
 //     persisted in one atomic Insert; children run first.
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
 //     its timer (plus up to 10% jitter) makes it RUNNABLE.
-//   - Yield: back to the end of its queue, nothing persisted.
+//   - Yield: persisted like More (the step's transition stands), but the
+//     worker lets go: the procedure goes to the back of its queue.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step
-//     first and across children, once nothing in that tree still runs.
+//     first and across children, once nothing in that tree still runs
+//     (below a procedure that retries until done, only a subtree: see
+//     below).
 //
 // Framework states: INITIALIZING, RUNNABLE, WAITING, WAITING_TIMEOUT,
 // ROLLEDBACK, SUCCESS, FAILED (FAILED is transient: the tree then rolls back
 // and the root ends ROLLEDBACK, keeping the error).
+//
+// # Procedures that cannot roll back
+//
+// Some operations have no meaningful undo and must be driven to the end
+// instead, like HBase's ServerCrashProcedure. Such a type implements
+// RetriesUntilDone. Its failing step is not a failure: the error is logged,
+// the step's domain changes are dropped, and the step (for a state machine,
+// the same state) runs again after a backoff (Config.RollbackBackoff
+// doubling to RollbackBackoffMax); Why says
+// "retrying after an error" and Info.Error holds the error meanwhile. It
+// cannot be aborted or given a timeout. A descendant of it that fails rolls
+// back only the subtree of the procedure's child it belongs to: that child
+// ends ROLLEDBACK with the error, the rest of the tree waits for that
+// rollback and then goes on, and the procedure runs its next step once all
+// its children are finished, free to look at the outcome and spawn again.
+// A root that retries until done therefore never ends ROLLEDBACK.
 //
 // # Locks and queues
 //
@@ -38,14 +61,19 @@
 // namespace > table > region, server, peer; shared or exclusive) before each
 // step, all or nothing, and releases them after the step, or holds them for
 // its whole life with HoldLock. Children inherit their ancestors' locks.
-// Held-for-life locks are persisted and re-acquired on load, root first. A
-// Queued procedure picks its run queue (meta > server > peer > table).
+// A procedure lets go of held-for-life locks once it is finished: a child
+// at its SUCCESS, or at its ROLLEDBACK while the rest of its tree still
+// rolls back. Held-for-life locks of unfinished procedures are persisted
+// and re-acquired on load, root first; a finished procedure never gets one
+// back (HBASE-20846), whatever its record says. A Queued procedure picks
+// its run queue (meta > server > peer > table).
 //
 // # Executor services
 //
 // Submit with a nonce is idempotent, also across restarts. Ids are monotonic
 // across restarts. Results of finished roots are kept for ResultTTL, or
-// AckedResultTTL after Ack. Abort, Pause/Resume, a guarded Bypass, Wait,
+// AckedResultTTL after Ack. Abort (which reaches a procedure waiting for a
+// lock, and children spawned after it), Pause/Resume, a guarded Bypass, Wait,
 // Why ("what is it waiting for, who holds it"), listeners, Prometheus
 // metrics, and a monitor that adds keep-alive workers when half the pool is
 // stuck. Stop is graceful: in-flight procedures are left resumable, never
@@ -60,7 +88,9 @@
 // timers, re-acquires locks, and queues procedures that had already started
 // before fresh ones. A procedure that cannot be decoded, an orphan, or one
 // of an unknown type is reported by Problems and in the log and kept in the
-// store untouched; its whole tree is held, not run. Nothing is dropped.
+// store untouched; its whole tree is held, not run. Nothing is dropped. A
+// held root keeps its nonce: a retry of its submission gets its id with an
+// error wrapping ErrHeld (an ErrNotAllowed), never a second procedure.
 //
 // # Versions
 //

@@ -30,8 +30,10 @@ type entry struct {
 	errMsg                string
 	result                []byte
 	abort, paused, bypass bool
+	untilDone             bool // RetriesUntilDone: never fails, never aborted
 	rollingBack           bool
-	repeats               int32
+	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
+	spins                 int32 // of those, consecutive ones that returned More: no progress
 
 	// runtime only
 	childLatch    int
@@ -43,6 +45,10 @@ type entry struct {
 	lockWait      bool             // parked in a lock wait queue
 	pausedParked  bool             // polled while paused
 	timedOut      bool             // woken by its suspension's timer
+	yielded       bool             // its step yielded: queue it at the back once released
+	retryWait     bool             // RetriesUntilDone: waiting to run a failed step again
+	failures      int              // RetriesUntilDone: consecutive failed runs of its step
+	beforeStep    *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
 	event         *scheduler.Event
 	timer         clock.Timer
 	deadlineTimer clock.Timer

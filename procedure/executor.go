@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,7 @@ type Executor struct {
 type nonceEntry struct {
 	id   uint64
 	err  error
+	held string // why the procedure id was held at load; "" if it runs
 	done chan struct{}
 }
 
@@ -322,12 +325,30 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	// A bypassed procedure runs no step, so it needs no lock (a forced
 	// Bypass is how a repairer gets a lock waiter out of the way).
 	if len(e.locks) > 0 && !e.locked && !e.bypass {
+		if x.abortRequestedLocked(e) {
+			// Failing runs none of its code: it need not wait for locks
+			// (the rollback takes those of each step it undoes).
+			x.unlock()
+			aborted := x.abortBeforeStep(e, root)
+			x.mu.Lock()
+			if aborted {
+				x.endRunLocked(e, root)
+				x.unlock()
+				return
+			}
+		}
 		e.lockWait = true
 		anc := x.ancestorsLocked(e)
 		x.unlock()
 		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
 		x.mu.Lock()
 		if !granted {
+			if !e.lockWait {
+				// An Abort or a Bypass took it out of the lock wait while
+				// Acquire was parking it: it must not stay parked.
+				x.sched.CancelLockWait(e.id)
+				e.rerun = true
+			}
 			x.endRunLocked(e, root)
 			x.unlock()
 			return
@@ -353,6 +374,16 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		x.mu.Lock()
 	}
 	x.endRunLocked(e, root)
+	if e.yielded {
+		e.yielded = false
+		switch {
+		case x.stopping || root.failed || e.state != Runnable:
+		case e.paused:
+			e.pausedParked = true
+		default:
+			x.sched.AddBack(e.id, e.key)
+		}
+	}
 	x.unlock()
 }
 
@@ -419,15 +450,20 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}
 	timedOut := e.timedOut
 	e.timedOut = false
-	abort := e.abort
-	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) {
+	abort := e.abort && !e.untilDone
+	if !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline) && !e.untilDone {
 		e.abort, abort = true, true
 	}
-	repeats := e.repeats
+	repeats, spins := e.repeats, e.spins
 	x.unlock()
 
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats,
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+	if e.untilDone {
+		// A failing step runs the same state again.
+		e.beforeStep = snapshotMachine(e)
+		defer func() { e.beforeStep = nil }()
+	}
 
 	if timedOut {
 		if th, ok := e.proc.(TimeoutHandler); ok {
@@ -482,7 +518,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 			}
 		case Stepper:
 			st, err = p.Execute(ctx)
-			pushed = err == nil && st.kind != stepYield || err != nil
+			pushed = true // every step of a Stepper is rolled back, a failed one too
 		}
 	}()
 	w.stepStart.Store(0)
@@ -503,24 +539,35 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	}
 
 	x.mu.Lock()
+	if e.failures > 0 {
+		e.failures, e.errMsg = 0, ""
+	}
 	if pushed {
 		x.pushLocked(root, e)
-	} else if st.kind != stepYield {
+	} else if e.repeats < math.MaxInt32 {
 		e.repeats++
 	}
-	x.unlock()
-	if st.kind != stepYield {
-		e.muts = ctx.muts // committed by the write of this step's outcome
+	// Only a state that asks to run again at once, on the same worker and
+	// without anything to wait for, spins; waiting (a suspension, its wake
+	// or timeout, children, a yield) is progress, however long it lasts.
+	if st.kind == stepMore && !pushed {
+		e.spins++
+	} else if st.kind != stepMore {
+		e.spins = 0
 	}
+	x.unlock()
+	e.muts = ctx.muts // committed by the write of this step's outcome
 
 	switch st.kind {
 	case stepYield:
-		x.mu.Lock()
-		if e.locked && !e.holdLock {
-			x.releaseLocksLocked(e)
+		// Persisted like More; then the worker lets go, and runProc puts
+		// the procedure at the back of its queue once it is released.
+		if !x.persist(e) {
+			return false
 		}
+		x.mu.Lock()
+		e.yielded = true
 		x.unlock()
-		x.sched.AddBack(e.id, e.key)
 		return false
 	case stepDone:
 		x.complete(e, root)
@@ -531,13 +578,53 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 		return true
 	case stepChildren:
-		x.spawn(e, root, st.children)
+		x.spawn(e, root, st.children, pushed)
 		return false
 	case stepSuspend:
 		x.suspend(e, st, abort)
 		return false
 	}
 	return false
+}
+
+// abortRequestedLocked reports whether e's next step boundary is an abort:
+// it was aborted, or its deadline passed.
+func (x *Executor) abortRequestedLocked(e *entry) bool {
+	if e.untilDone {
+		return false
+	}
+	return e.abort || !e.deadline.IsZero() && !x.clock.Now().Before(e.deadline)
+}
+
+// abortBeforeStep fails e (claimed, abort requested) for its abort if it is
+// abortable now without running a step: a state machine whose next state
+// supports rollback, a Stepper whose CanAbort agrees. It reports whether it
+// did.
+func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
+	abortable := true
+	switch p := e.proc.(type) {
+	case stateMachineProcedure:
+		m := p.machine()
+		state := m.next
+		if !m.started {
+			state = p.InitialState()
+		}
+		abortable = !m.eof && rollbackSupported(p, state)
+	default:
+		if ab, ok := e.proc.(Aborter); ok {
+			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true,
+				Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+			abortable = ab.CanAbort(ctx)
+		}
+	}
+	if !abortable {
+		return false
+	}
+	x.mu.Lock()
+	e.abort = true // a passed deadline, made durable with the failure
+	x.unlock()
+	x.fail(e, root, x.abortCause(e), false)
+	return true
 }
 
 func (x *Executor) abortCause(e *entry) error {
@@ -562,7 +649,50 @@ func (x *Executor) pushLocked(root *rootState, e *entry) {
 	e.stack = append(e.stack, root.nextPos)
 	root.nextPos++
 	root.stack = append(root.stack, e)
-	e.repeats = 0
+	e.repeats, e.spins = 0, 0
+}
+
+// unpushLocked takes back e's newest rollback-stack position. Other
+// members may have pushed since: e's newest entry is its last one in the
+// stack. The position stays unused, a gap like those a crash leaves.
+func (x *Executor) unpushLocked(root *rootState, e *entry) {
+	if len(e.stack) == 0 {
+		return
+	}
+	e.stack = e.stack[:len(e.stack)-1]
+	for i := len(root.stack) - 1; i >= 0; i-- {
+		if root.stack[i] == e {
+			root.stack = slices.Delete(root.stack, i, i+1)
+			return
+		}
+	}
+}
+
+// machineSnapshot is where a state machine stood before a step.
+type machineSnapshot struct {
+	started, eof bool
+	next         int32
+	history      int
+}
+
+// snapshotMachine notes where e's state machine stands; nil for a Stepper.
+func snapshotMachine(e *entry) *machineSnapshot {
+	sm, ok := e.proc.(stateMachineProcedure)
+	if !ok {
+		return nil
+	}
+	m := sm.machine()
+	return &machineSnapshot{started: m.started, eof: m.eof, next: m.next, history: len(m.history)}
+}
+
+// restoreMachine takes back what a failed run did to e's state machine:
+// the state it picked and the history entry it added.
+func restoreMachine(e *entry, s *machineSnapshot) {
+	if sm, ok := e.proc.(stateMachineProcedure); ok && s != nil {
+		m := sm.machine()
+		m.started, m.eof, m.next, m.nextSet = s.started, s.eof, s.next, false
+		m.history = m.history[:min(s.history, len(m.history))]
+	}
 }
 
 // complete finishes e with success.
@@ -647,6 +777,10 @@ func (x *Executor) queueLocked(e *entry, front bool) {
 // member of the tree is running.
 func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 	e.muts = nil // a failed step's domain changes never commit
+	if e.untilDone {
+		x.retryLater(e, cause)
+		return
+	}
 	x.mu.Lock()
 	if pushed {
 		x.pushLocked(root, e)
@@ -657,25 +791,66 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 		root.failed = true
 		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
 	}
+	unit := x.unitOfLocked(e).id
 	x.unlock()
 	x.metrics.failed.WithLabelValues(e.ti.name).Inc()
-	x.log.Info("procedure failed; its root will roll back", "id", e.id, "type", e.ti.name, "root", e.root, "error", cause)
+	x.log.Info("procedure failed; rolling back", "id", e.id, "type", e.ti.name, "root", e.root, "rolls_back", unit, "error", cause)
 	x.persist(e)
 }
 
-// spawn persists e (now waiting) together with its new children.
-func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
+// retryLater parks a RetriesUntilDone procedure whose step failed until its
+// backoff passes; then the step runs again (a state machine's failed run
+// is taken back first: the same state runs again). Nothing is persisted:
+// the store still holds the outcome of the step before, so a restart runs
+// the failed step again at once.
+func (x *Executor) retryLater(e *entry, cause error) {
+	restoreMachine(e, e.beforeStep)
+	x.mu.Lock()
+	e.failures++
+	attempt := e.failures
+	if e.repeats < math.MaxInt32 {
+		e.repeats++
+	}
+	e.spins = 0
+	e.errMsg = cause.Error()
+	delay := Backoff{Base: x.cfg.RollbackBackoff, Max: x.cfg.RollbackBackoffMax, Jitter: 0.1}.Delay(attempt)
+	e.state = WaitingTimeout
+	e.waitUntil = x.clock.Now().Add(delay)
+	if e.locked && !e.holdLock {
+		x.releaseLocksLocked(e)
+	}
+	if !x.stopping {
+		x.armWaitLocked(e, nil)
+		e.retryWait = true
+	}
+	x.unlock()
+	x.log.Warn("step failed; the procedure cannot roll back, so it runs the step again", "id", e.id, "type", e.ti.name,
+		"root", e.root, "attempt", attempt, "retry_in", delay, "error", cause)
+}
+
+// spawn persists e (now waiting) together with its new children. pushed
+// reports that the step that spawned them took a rollback-stack position.
+func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed bool) {
+	fail := func(cause error) {
+		if e.untilDone && pushed {
+			// The step is run again: its position goes with it.
+			x.mu.Lock()
+			x.unpushLocked(root, e)
+			x.unlock()
+		}
+		x.fail(e, root, cause, false)
+	}
 	now := x.clock.Now()
 	kids := make([]*entry, 0, len(children))
 	for _, c := range children {
 		ti, err := x.reg.lookup(c)
 		if err != nil {
-			x.fail(e, root, err, false)
+			fail(err)
 			return
 		}
 		k, err := x.newEntry(c, ti, e.root, e.id, now)
 		if err != nil {
-			x.fail(e, root, err, false)
+			fail(err)
 			return
 		}
 		kids = append(kids, k)
@@ -685,26 +860,31 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 		k.id = x.nextID
 		x.nextID++
 		e.children = append(e.children, k.id)
+		// An abort requested of e while its step ran reaches what it spawned.
+		k.abort = e.abort && !k.untilDone
 	}
 	e.state = Waiting
 	e.childLatch += len(kids)
 	x.unlock()
 
+	unspawn := func(cause error) {
+		x.mu.Lock()
+		e.state = Runnable
+		e.childLatch -= len(kids)
+		e.children = e.children[:len(e.children)-len(kids)]
+		x.unlock()
+		fail(cause)
+	}
 	parentRec, err := x.encode(e)
 	if err != nil {
-		x.fail(e, root, err, false)
+		unspawn(err)
 		return
 	}
 	recs := make([]store.Proc, len(kids))
 	for i, k := range kids {
 		r, err := x.encode(k)
 		if err != nil {
-			x.mu.Lock()
-			e.state = Runnable
-			e.childLatch -= len(kids)
-			e.children = e.children[:len(e.children)-len(kids)]
-			x.unlock()
-			x.fail(e, root, fmt.Errorf("encoding child %T: %w", k.proc, err), false)
+			unspawn(fmt.Errorf("encoding child %T: %w", k.proc, err))
 			return
 		}
 		recs[i] = r
@@ -725,6 +905,15 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 		x.procs[k.id] = k
 		root.members[k.id] = k
 	}
+	// An abort that came while the children were being written found
+	// none of them yet: they take it now.
+	var late []*entry
+	for _, k := range kids {
+		if e.abort && !k.abort && !k.untilDone {
+			k.abort = true
+			late = append(late, k)
+		}
+	}
 	// Children run before anything else queued: front, in spawn order.
 	for i := len(kids) - 1; i >= 0; i-- {
 		x.queueLocked(kids[i], true)
@@ -733,6 +922,9 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure) {
 	x.notify(e)
 	for _, k := range kids {
 		x.notify(k)
+	}
+	for _, k := range late {
+		x.persistIdle(k)
 	}
 }
 
@@ -751,6 +943,9 @@ func (x *Executor) deriveLocked(e *entry) error {
 		}
 	} else {
 		e.key = scheduler.QueueKey{Kind: scheduler.KindTable, Name: e.ti.name, Priority: scheduler.PriorityUser}
+	}
+	if r, ok := e.proc.(RetriesUntilDone); ok {
+		e.untilDone = r.RetryUntilDone()
 	}
 	if l, ok := e.proc.(Locker); ok {
 		e.locks = l.Locks()
@@ -832,6 +1027,7 @@ func (x *Executor) wakeLocked(e *entry) {
 		e.event = nil
 	}
 	e.waitGen++
+	e.retryWait = false
 	e.state = Runnable
 	x.queueLocked(e, true)
 }
@@ -844,7 +1040,9 @@ func (x *Executor) onTimer(id, gen uint64) {
 		return
 	}
 	e.timer = nil
-	e.timedOut = true
+	// A retry's backoff is the framework's own wait, not a timeout the
+	// procedure asked for.
+	e.timedOut = !e.retryWait
 	x.wakeLocked(e)
 }
 
@@ -947,9 +1145,11 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		state: e.state, owner: e.owner, nonce: e.nonce,
 		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
 		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),
-		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock, errMsg: e.errMsg,
+		// Only a live procedure persists a held lock: a finished one lets go
+		// of it right after this write, and a restart must not hand it back.
+		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
-		rollingBack: e.rollingBack, repeats: e.repeats,
+		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 	}
 	x.unlock()
 	if sm, ok := e.proc.(stateMachineProcedure); ok {

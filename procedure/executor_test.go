@@ -140,28 +140,6 @@ func contains(s, sub string) bool {
 	return false
 }
 
-func TestYieldIsNotPersisted(t *testing.T) {
-	st := store.NewMemStore()
-	h := startExecutor(t, st, newDomain(), nil)
-	var n atomic.Int32
-	funcs.Store("yield", func(ctx *Context) (Step, error) {
-		if n.Add(1) < 4 {
-			return Yield(), nil
-		}
-		return Done(), nil
-	})
-	before := st.Writes()
-	id := h.submit(&funcProc{ID: "yield"}, SubmitOptions{})
-	h.wait(id)
-	// insert + final update only: the three yields wrote nothing.
-	if w := st.Writes() - before; w != 2 {
-		t.Fatalf("writes %d, want 2", w)
-	}
-	if info, _ := h.x.Get(id); info.StackDepth != 0 {
-		t.Fatalf("finished root keeps stack %d", info.StackDepth)
-	}
-}
-
 func TestSuspendOnEvent(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 	ev := scheduler.NewEvent("test event")

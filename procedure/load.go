@@ -129,10 +129,14 @@ func (x *Executor) load() error {
 				}
 			}
 		}
-		if rootEntry.rollingBack {
-			root.failed = true
-			if root.cause == "" {
-				root.cause = rootEntry.errMsg
+		// A member marked rolling back (the root, or the top of a subtree
+		// below a RetriesUntilDone procedure) has a rollback to finish.
+		for _, e := range members {
+			if e.rollingBack && !e.state.Terminal() {
+				root.failed = true
+				if root.cause == "" || e == rootEntry {
+					root.cause = e.errMsg
+				}
 			}
 		}
 		x.roots[rid] = root
@@ -140,11 +144,18 @@ func (x *Executor) load() error {
 		x.armDeadlineLocked(rootEntry)
 
 		// Locks held for life are re-acquired root first (parents before
-		// children), so inheritance holds.
+		// children), so inheritance holds; and only by procedures still to
+		// run (HBASE-20846): a finished child let go of its lock when it
+		// finished, and one written by an older binary with the flag still
+		// set would otherwise hold it until its root ends, starving any
+		// sibling that needs it.
 		ordered := make([]*entry, len(members))
 		copy(ordered, members)
 		sort.Slice(ordered, func(i, j int) bool { return ordered[i].id < ordered[j].id })
 		for _, e := range ordered {
+			if e.locked && e.state.Terminal() {
+				e.locked = false
+			}
 			if e.locked {
 				e.locked = false
 				if x.sched.Acquire(e.id, e.key, x.ancestorsLocked(e), e.locks) {
@@ -156,8 +167,9 @@ func (x *Executor) load() error {
 			}
 		}
 		if root.failed {
+			// The rollback takes the tree's turns; it queues the rest again
+			// if it undoes only subtrees (so their timers are armed below).
 			startedQ = append(startedQ, rootEntry)
-			continue
 		}
 		for _, e := range ordered {
 			sort.Slice(e.children, func(i, j int) bool { return e.children[i] < e.children[j] })
@@ -184,7 +196,7 @@ func (x *Executor) load() error {
 				e.pausedParked = true
 				continue
 			}
-			if e.lockWait {
+			if e.lockWait || root.failed {
 				continue
 			}
 			if len(e.stack) > 0 || !e.isRoot() {
@@ -194,6 +206,7 @@ func (x *Executor) load() error {
 			}
 		}
 	}
+	x.indexHeldNoncesLocked(recs)
 	x.nextID = maxID + 1
 	// Procedures that already started go first (they may hold locks or be
 	// half-way through changing an entity), then the fresh ones.
@@ -246,7 +259,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		deadline: fromUnixNano(r.deadline), waitUntil: fromUnixNano(r.waitUntil),
 		finishedAt: fromUnixNano(r.finishedAt), ackedAt: fromUnixNano(r.ackedAt),
 		stack: r.stack, locked: r.locked, errMsg: r.errMsg, result: r.result,
-		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats,
+		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats, spins: r.spins,
 	}
 	if err := x.deriveLocked(e); err != nil {
 		return nil, err
@@ -339,6 +352,30 @@ func (x *Executor) rebuildStack(root *rootState) {
 	}
 	if gaps {
 		x.log.Warn("rollback stack had gaps; skipped over", "root", root.id, "steps", len(slots), "next_position", root.nextPos)
+	}
+}
+
+// indexHeldNoncesLocked indexes the nonce of every held tree's root whose
+// record could be read: a client retrying that submission must be told
+// about the held procedure, not given a second one.
+func (x *Executor) indexHeldNoncesLocked(recs map[uint64]*record) {
+	held := make(map[uint64]string)
+	for _, p := range x.problems {
+		if p.RootID != 0 && held[p.RootID] == "" {
+			held[p.RootID] = p.Reason
+		}
+	}
+	for rid, reason := range held {
+		r := recs[rid]
+		if r == nil || r.parent != 0 || r.nonce == "" {
+			continue
+		}
+		if p, ok := x.problems[rid]; ok {
+			reason = p.Reason // the root's own problem, or its tree's
+		}
+		ne := &nonceEntry{id: rid, held: reason, done: make(chan struct{})}
+		close(ne.done)
+		x.nonces[nonceKey(r.owner, r.nonce)] = ne
 	}
 }
 

@@ -116,8 +116,41 @@ type TimeoutHandler interface {
 
 // Aborter is a procedure that decides whether it may be aborted now.
 // Without it, an abort fails the procedure at its next step boundary.
+// CanAbort is asked before a step, also before a procedure waiting for its
+// locks has them (failing it then needs none).
 type Aborter interface {
 	CanAbort(ctx *Context) bool
+}
+
+// RetriesUntilDone is implemented by a procedure that has no meaningful
+// rollback and must be driven to completion instead, like HBase's
+// ServerCrashProcedure. It is asked once, when the procedure is created or
+// loaded. When RetryUntilDone reports true:
+//
+//   - A failing step (an error, a panic, an OnTimeout error, children that
+//     cannot be spawned) does not fail the procedure. The error is logged
+//     (and shown as Info.Error until a step succeeds), its domain changes
+//     are dropped, and the step runs again after a backoff that starts at
+//     Config.RollbackBackoff and doubles up to RollbackBackoffMax. A state
+//     machine runs the state that failed again: the framework takes back
+//     what the failed run did to the machine (a SetNextState, its history
+//     entry). The procedure's own fields stay as the failed run left them,
+//     as in HBase; Context.Attempt counts the runs.
+//   - Abort is refused with ErrNotAllowed, an abort of an ancestor is not
+//     passed on to it or below it, and SubmitOptions.Timeout is refused.
+//   - A descendant that fails does not roll the tree back: only the
+//     subtree of the procedure's child it belongs to is rolled back (newest
+//     step first, as usual), and that child ends ROLLEDBACK, keeping the
+//     error. Meanwhile the rest of the tree waits; then it goes on, and the
+//     procedure runs its next step once all its children are finished, as
+//     after any child. It learns the outcome from the domain, or from
+//     Executor.Get on Context.Children, and may spawn again.
+//
+// Such a procedure therefore never ends ROLLEDBACK when it is a root, or a
+// child of another such procedure. Nested under an ordinary procedure whose
+// tree rolls back, it is rolled back like any member.
+type RetriesUntilDone interface {
+	RetryUntilDone() bool
 }
 
 // Step is the outcome of one successful Execute.
@@ -156,8 +189,10 @@ func Spawn(children ...Procedure) Step {
 	return Step{kind: stepChildren, children: children}
 }
 
-// Yield puts the procedure back at the end of its queue without persisting
-// anything: the step must not have had an effect.
+// Yield is More, except that the worker lets go: the step's outcome stands
+// and is persisted (with its domain changes), and the procedure goes to the
+// back of its queue, so the next step runs once the procedures queued
+// before it had their turn (HBase's yield after an execution step).
 func Yield() Step { return Step{kind: stepYield} }
 
 // SuspendOption configures Suspend.
@@ -200,13 +235,14 @@ type Context struct {
 	yield    bool
 	abort    bool  // snapshot of the abort flag at the step boundary
 	repeats  int32 // snapshot of entry.repeats
+	spins    int32 // snapshot of entry.spins
 	muts     []store.Mutation
 }
 
 // Put sets a key of the domain state. The change commits atomically with
 // the outcome of this step (or of this rollback step): if the step fails,
-// yields, or the process dies before its outcome is persisted, the change
-// never happened. It needs a store that keeps domain state
+// or the process dies before its outcome is persisted, the change never
+// happened. It needs a store that keeps domain state
 // (store.DomainStore); others return ErrNoDomain.
 func (c *Context) Put(key string, value []byte) error {
 	if _, ok := c.x.store.(store.DomainStore); !ok {
@@ -266,9 +302,12 @@ func (c *Context) Suspend(opts ...SuspendOption) {
 	c.suspend = &s
 }
 
-// Yield makes a state machine yield once ExecuteState returns: nothing is
-// persisted and the state runs again later, so the state must not have had
-// an effect. Steppers return Yield() instead.
+// Yield makes a state machine yield once ExecuteState returns HasMoreState
+// (see the Yield step): the step's transition stands and is persisted, and
+// the state it picked with SetNextState (or, without one, the same state
+// again) runs later, after the procedures queued before it. A suspension or
+// children take precedence; with NoMoreState it has no effect. Steppers
+// return Yield() instead.
 func (c *Context) Yield() { c.yield = true }
 
 // ID is the running procedure's id.
@@ -323,3 +362,7 @@ var (
 	ErrNoDomain     = errors.New("procedure: the store keeps no domain state")
 	errStopStepping = errors.New("stop stepping")
 )
+
+// ErrHeld: the procedure's tree could not be loaded and is held in the
+// store until repaired (see Executor.Problems). It is an ErrNotAllowed.
+var ErrHeld = fmt.Errorf("%w: procedure held at load, not run", ErrNotAllowed)

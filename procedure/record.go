@@ -30,6 +30,7 @@ type record struct {
 	bypass           bool
 	rollingBack      bool
 	repeats          int32
+	spins            int32 // consecutive More outcomes of one state, see StateMachine.MaxRepeats
 	ackedAt          int64
 	finishedAt       int64
 	// state-machine fields
@@ -70,6 +71,7 @@ const (
 	fSMEOF
 	fSMNext
 	fSMHistory
+	fSpins
 )
 
 func (r *record) marshal() []byte {
@@ -131,6 +133,7 @@ func (r *record) marshal() []byte {
 	flag(fSMEOF, r.smEOF)
 	i(fSMNext, int64(r.smNext))
 	ints(fSMHistory, r.smHistory)
+	i(fSpins, int64(r.spins))
 	return b
 }
 
@@ -209,6 +212,8 @@ func (r *record) setVarint(num protowire.Number, v uint64) {
 		r.rollingBack = v != 0
 	case fRepeats:
 		r.repeats = int32(z)
+	case fSpins:
+		r.spins = int32(z)
 	case fAckedAt:
 		r.ackedAt = z
 	case fFinishedAt:

@@ -2,11 +2,18 @@ package procedure
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 )
 
 // rollback undoes a failed tree, newest step first. The caller has set
 // root.rolling and counted itself in root.running; nothing else of the tree
 // runs meanwhile.
+//
+// What rolls back is the unit of each failed member (see unitOfLocked):
+// the whole tree, or, below a RetriesUntilDone procedure, the subtree of
+// its child; then only the steps of those subtrees are undone, and the
+// rest of the tree goes on afterwards.
 func (x *Executor) rollback(w *worker, root *rootState) {
 	defer func() {
 		x.mu.Lock()
@@ -23,29 +30,35 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 	rootEntry := root.entry
 
 	x.mu.Lock()
-	needMark := !rootEntry.rollingBack
-	if needMark {
-		if !x.claimLocked(rootEntry) {
-			x.unlock()
-			return // an API call holds it; it re-queues the root when done
-		}
-		rootEntry.rollingBack = true
-		if rootEntry.errMsg == "" {
-			rootEntry.errMsg = root.cause
-		}
-	}
+	units := x.failedUnitsLocked(root)
+	whole := units[rootEntry.id] != nil
 	x.unlock()
-	if needMark {
+
+	for _, u := range sortedUnits(units) {
+		x.mu.Lock()
+		if u.e.rollingBack {
+			x.unlock()
+			continue
+		}
+		if !x.claimLocked(u.e) {
+			x.unlock()
+			return // an API call holds it; it re-queues it when done
+		}
+		u.e.rollingBack = true
+		if u.e.errMsg == "" {
+			u.e.errMsg = u.cause
+		}
+		x.unlock()
 		// Persist the decision first: once any member is rolled back, the
 		// FAILED member may be gone, and a restart must still know.
-		ok := x.persist(rootEntry)
+		ok := x.persist(u.e)
 		x.mu.Lock()
-		x.unclaimLocked(rootEntry)
+		x.unclaimLocked(u.e)
 		x.unlock()
 		if !ok {
 			return
 		}
-		x.log.Info("rolling back", "root", root.id, "steps", len(root.stack), "cause", root.cause)
+		x.log.Info("rolling back", "root", root.id, "subtree", u.e.id, "whole_tree", u.e == rootEntry, "cause", u.cause)
 	}
 
 	for {
@@ -54,12 +67,21 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			x.unlock()
 			return
 		}
-		if len(root.stack) == 0 {
+		idx := len(root.stack) - 1
+		if !whole {
+			for ; idx >= 0 && x.unitInLocked(root.stack[idx], units) == nil; idx-- {
+			}
+		}
+		if idx < 0 {
 			x.unlock()
-			x.finishRolledBack(root)
+			if whole {
+				x.finishRolledBack(root)
+			} else {
+				x.finishSubtrees(root, units)
+			}
 			return
 		}
-		top := root.stack[len(root.stack)-1]
+		top := root.stack[idx]
 		if !x.claimLocked(top) {
 			x.unlock()
 			return
@@ -114,14 +136,18 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 
 		x.mu.Lock()
 		root.rbTries = 0
-		root.stack = root.stack[:len(root.stack)-1]
+		root.stack = slices.Delete(root.stack, idx, idx+1)
 		if n := len(top.stack); n > 0 {
 			top.stack = top.stack[:n-1]
 		}
-		if len(top.stack) == 0 && top != rootEntry {
+		// A unit's own top finishes with its unit (finishRolledBack,
+		// finishSubtrees), once its whole subtree is undone.
+		if len(top.stack) == 0 && units[top.id] == nil {
 			top.state = RolledBack
 		}
-		if !top.holdLock {
+		// A held-for-life lock goes with the last step rolled back: the
+		// procedure is finished (and persisted without the lock).
+		if !top.holdLock || top.state.Terminal() {
 			x.releaseLocksLocked(top)
 		}
 		x.unlock()
@@ -174,5 +200,163 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	x.unlock()
 	if done {
 		root.closeDone()
+	}
+}
+
+// unit is what one failure rolls back: the subtree under e (the whole tree
+// when e is the root), with the failure that started it.
+type unit struct {
+	e     *entry
+	cause string
+}
+
+// unitOfLocked is the top of what rolls back when e fails: the child of
+// e's nearest RetriesUntilDone ancestor on e's path, or the root when e
+// has no such ancestor (or is the root).
+func (x *Executor) unitOfLocked(e *entry) *entry {
+	u := e
+	for u.parent != 0 {
+		p := x.procs[u.parent]
+		if p == nil {
+			if r := x.roots[e.root]; r != nil {
+				return r.entry
+			}
+			break
+		}
+		if p.untilDone {
+			return u
+		}
+		u = p
+	}
+	return u
+}
+
+// failedUnitsLocked lists, by the id of their top, the units root's
+// rollback undoes: the unit of every FAILED member and every unfinished
+// member marked rolling back. When one of them is the whole tree, or when
+// nothing names a unit (a bypassed failure), it is the whole tree alone.
+func (x *Executor) failedUnitsLocked(root *rootState) map[uint64]*unit {
+	ids := make([]uint64, 0, len(root.members))
+	for id := range root.members {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	units := make(map[uint64]*unit)
+	add := func(top *entry, cause string) {
+		if units[top.id] == nil {
+			units[top.id] = &unit{e: top, cause: cause}
+		}
+	}
+	for _, id := range ids {
+		m := root.members[id]
+		switch {
+		case m.rollingBack && !m.state.Terminal():
+			add(m, m.errMsg)
+		case m.state == Failed:
+			add(x.unitOfLocked(m), fmt.Sprintf("proc %d (%s): %s", m.id, m.ti.name, m.errMsg))
+		}
+	}
+	if units[root.id] != nil || len(units) == 0 {
+		return map[uint64]*unit{root.id: {e: root.entry, cause: root.cause}}
+	}
+	return units
+}
+
+// unitInLocked is the unit e belongs to, nil if none.
+func (x *Executor) unitInLocked(e *entry, units map[uint64]*unit) *unit {
+	for m := e; m != nil; m = x.procs[m.parent] {
+		if u := units[m.id]; u != nil {
+			return u
+		}
+		if m.parent == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+func sortedUnits(units map[uint64]*unit) []*unit {
+	out := make([]*unit, 0, len(units))
+	for _, u := range units {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].e.id < out[j].e.id })
+	return out
+}
+
+// finishSubtrees ends the rollback of subtrees below RetriesUntilDone
+// procedures: every unfinished member of each is ROLLEDBACK, descendants
+// first and the unit's top last (a crash in between leaves the unit still
+// marked, so the next load finishes it); each top's parent counts it as a
+// finished child; and the rest of the tree, whose turns the rollback took
+// meanwhile, is queued again.
+func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
+	x.mu.Lock()
+	var todo []*entry
+	for _, m := range root.members {
+		if !m.state.Terminal() && x.unitInLocked(m, units) != nil {
+			todo = append(todo, m)
+		}
+	}
+	x.unlock()
+	// Ids grow from parent to child.
+	sort.Slice(todo, func(i, j int) bool { return todo[i].id > todo[j].id })
+	for _, m := range todo {
+		x.mu.Lock()
+		if x.stopping || !x.claimLocked(m) {
+			x.unlock()
+			return // a claimed member is queued again by its holder
+		}
+		top := units[m.id]
+		m.state = RolledBack
+		m.finishedAt = x.clock.Now()
+		if top != nil && m.errMsg == "" {
+			m.errMsg = top.cause
+		}
+		stopTimers(m)
+		if m.event != nil {
+			x.sched.RemoveWaiter(m.event, m.id)
+			m.event = nil
+		}
+		if m.lockWait {
+			m.lockWait = false
+			x.sched.CancelLockWait(m.id)
+		}
+		x.sched.Remove(m.id)
+		x.releaseLocksLocked(m)
+		x.unlock()
+		ok := x.persist(m)
+		x.mu.Lock()
+		x.unclaimLocked(m)
+		if ok && top != nil {
+			if p := x.procs[m.parent]; p != nil && !p.state.Terminal() {
+				p.childLatch--
+				if p.childLatch <= 0 && p.state == Waiting {
+					p.childLatch = 0
+					p.state = Runnable
+				}
+			}
+		}
+		x.unlock()
+		if !ok {
+			return
+		}
+	}
+	x.mu.Lock()
+	root.failed, root.cause, root.rbTries = false, "", 0
+	for _, m := range root.members {
+		switch {
+		case m.state != Runnable || m.lockWait:
+		case m.paused:
+			m.pausedParked = true
+		case m.running:
+			m.rerun = true
+		default:
+			x.queueLocked(m, false)
+		}
+	}
+	x.unlock()
+	for _, u := range sortedUnits(units) {
+		x.log.Info("subtree rolled back; the rest of its tree goes on", "root", root.id, "subtree", u.e.id, "type", u.e.ti.name, "cause", u.cause)
 	}
 }

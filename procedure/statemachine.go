@@ -35,8 +35,13 @@ type RollbackSupport interface {
 	IsRollbackSupported(state int32) bool
 }
 
-// DefaultMaxStateRepeats bounds how often one state may run in a row before
-// the machine is failed with ErrStateLoop (see StateMachine.MaxRepeats).
+// DefaultMaxStateRepeats bounds how often one state may in a row return
+// HasMoreState without a new state and without waiting for anything (no
+// suspension, no children, no yield) before the machine is failed with
+// ErrStateLoop: such a state spins on its worker and would never end. A
+// state that waits, with a suspension (on an event, a timer or both), for
+// children, or by yielding, is making progress and is never failed by the
+// limit, however many times it runs. See StateMachine.MaxRepeats.
 const DefaultMaxStateRepeats = 10000
 
 // StateMachine is embedded in state-machine procedures. The framework
@@ -95,8 +100,8 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 		if limit <= 0 {
 			limit = DefaultMaxStateRepeats
 		}
-		if int(ctx.repeats)+1 >= limit {
-			return Step{}, false, fmt.Errorf("%w: state %d ran %d times in a row", ErrStateLoop, state, ctx.repeats+1)
+		if int(ctx.spins)+1 >= limit {
+			return Step{}, false, fmt.Errorf("%w: state %d asked to run again %d times in a row without waiting for anything", ErrStateLoop, state, ctx.spins+1)
 		}
 	} else {
 		m.history = append(m.history, state)
@@ -105,12 +110,6 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 	flow, err := p.ExecuteState(ctx, state)
 	if err != nil {
 		return Step{}, !repeat, err
-	}
-	if ctx.yield {
-		if !repeat {
-			m.history = m.history[:len(m.history)-1]
-		}
-		return Yield(), false, nil
 	}
 	if ctx.suspend != nil {
 		if flow == NoMoreState {
@@ -127,6 +126,9 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 	}
 	if len(ctx.children) > 0 {
 		return Spawn(ctx.children...), !repeat, nil
+	}
+	if ctx.yield {
+		return Yield(), !repeat, nil // the transition stands, as with More
 	}
 	return More(), !repeat, nil
 }

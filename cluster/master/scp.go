@@ -67,6 +67,11 @@ func (p *ServerCrash) InitialState() int32 { return scpFence }
 // never aborted.
 func (p *ServerCrash) IsRollbackSupported(int32) bool { return false }
 
+// RetryUntilDone implements procedure.RetriesUntilDone: recovery has no
+// meaningful rollback, so a failing step is retried, and a failing child
+// is rolled back alone before ASSIGN runs again.
+func (p *ServerCrash) RetryUntilDone() bool { return true }
+
 // ExecuteState implements procedure.StateSteps.
 func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
 	d, err := envOf(ctx)
