@@ -2,6 +2,8 @@ package master
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,4 +65,58 @@ func mustDisable(t *testing.T, ns, name string) procedure.Procedure {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Crash recovery has no meaningful rollback: failing steps, its own and
+// its region children's, are retried until every region of the dead
+// server is open elsewhere; it never ends ROLLEDBACK with regions left on
+// the server.
+func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
+	var mu sync.Mutex
+	fails := map[string]int{"crash.assign": 3, "region.open": 0}
+	armed := false
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+		c.FailPoint = func(point string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed || fails[point] == 0 {
+				return nil
+			}
+			fails[point]--
+			return errors.New("injected")
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", 6), 20*time.Second)
+	before := h.checkTableOpen("default:t", 6)
+	if before["rs2"] == 0 {
+		t.Fatalf("rs2 holds no region: %v", before)
+	}
+	mu.Lock()
+	armed = true
+	fails["region.open"] = before["rs2"] + 2 // every region child fails at least once
+	mu.Unlock()
+	h.stopRS("rs2")
+	waitUntil(t, 30*time.Second, "every region open on rs1 again", func() bool {
+		n := 0
+		scanRegions(h.reader(), func(_ string, rg Region) bool {
+			if rg.State == RegionOpen && rg.Server == "rs1" && rg.ProcID == 0 {
+				n++
+			}
+			return true
+		})
+		return n == 6
+	})
+	mu.Lock()
+	left := fails
+	mu.Unlock()
+	if left["crash.assign"] != 0 || left["region.open"] != 0 {
+		t.Fatalf("injected failures not all consumed: %v", left)
+	}
+	h.checkTableOpen("default:t", 6)
+	_, x := h.leader()
+	for _, info := range x.List(procedure.Filter{Type: TypeServerCrash}) {
+		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
+			t.Errorf("server crash %d ended %v", info.ID, info.State)
+		}
+	}
 }

@@ -116,7 +116,8 @@ type Config struct {
 	// the leader's.
 	FenceMargin time.Duration
 	// FailPoint, if set, is consulted at named points of the procedures
-	// ("create.layout", "create.enable", "enable.enable"); a non-nil error
+	// ("create.layout", "create.enable", "enable.enable", "crash.assign",
+	// "region.open"); a non-nil error
 	// fails the step there. For fault-injection tests.
 	FailPoint func(point string) error
 }
@@ -570,6 +571,12 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 			}
 			err := submit()
 			if err == nil || errors.Is(err, procedure.ErrStopped) {
+				return
+			}
+			if errors.Is(err, procedure.ErrNotAllowed) || errors.Is(err, procedure.ErrInvalid) {
+				// Held (unloadable) or refused: retrying cannot help; the
+				// executor reports held procedures as load problems.
+				s.log.Error("server crash procedure cannot be submitted", "server", ref.String(), "error", err)
 				return
 			}
 		}

@@ -131,6 +131,9 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		}); err != nil {
 			return procedure.NoMoreState, err
 		}
+		if err := failPoint(d, "crash.assign"); err != nil {
+			return procedure.NoMoreState, err
+		}
 		if len(names) == 0 {
 			ctx.SetResult([]byte(fmt.Sprintf("server %s: %d regions reassigned", p.Server, p.Reassigned)))
 			ctx.Logger.Info("server crash handled", "server", p.Server.String(), "reassigned", p.Reassigned)

@@ -112,6 +112,12 @@ func (p *TransitRegionState) InitialState() int32 { return trspPrepare }
 // recovery, moves, unassigns must finish.
 func (p *TransitRegionState) IsRollbackSupported(int32) bool { return p.Bounded }
 
+// RetryUntilDone implements procedure.RetriesUntilDone: a procedure that
+// may not be aborted (crash recovery, moves, unassigns, reopens) retries a
+// failing step rather than rolling back, which would leave its region
+// closed with nobody to reopen it.
+func (p *TransitRegionState) RetryUntilDone() bool { return !p.Bounded }
+
 func (p *TransitRegionState) fullTable() string { return FullTableName(p.Namespace, p.Table) }
 
 // ctxReader reads the domain state as a step sees it.
@@ -409,6 +415,9 @@ func (p *TransitRegionState) openPrepare(ctx *procedure.Context, d *Domain, svc 
 }
 
 func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	if err := failPoint(d, "region.open"); err != nil {
+		return procedure.NoMoreState, err
+	}
 	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_OPEN)
 	srv, pres, left, err := svc.presenceOf(r, p.Server)
 	if err != nil {
