@@ -183,6 +183,10 @@
 // and recording it OFFLINE (CLOSED), then deletes its layout: a failed
 // create never leaves "table exists" behind. Disable and delete can be
 // aborted only before their point of no return; crash recovery never.
+// ServerCrash and the region transitions that may not be aborted (all but
+// a create's or an enable's) have no meaningful rollback: they retry a
+// failing step until done (procedure.RetriesUntilDone), so recovering a
+// dead server never ends ROLLEDBACK with regions left on it or closed.
 //
 // Region servers fence themselves (package rs): a server whose heartbeats
 // have not got through for three intervals (the soft limit) drops every
