@@ -231,8 +231,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 		}
 	}
 	for len(kills) < maxKills && !(len(kills) >= minKills && allDone()) {
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
+		if _, err := c.AwaitLeader(ctx); err != nil {
 			t.Fatalf("after %d kills: %v", len(kills), err)
 		}
 		// Kill mid-create if any create is left to interrupt.
@@ -244,6 +243,12 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		// Whoever leads now: leadership may have moved meanwhile on a
+		// loaded machine, and the victim must be the leader.
+		leader, err := c.AwaitLeader(ctx)
+		if err != nil {
+			t.Fatalf("after %d kills: %v", len(kills), err)
+		}
 		k := kill{victim: leader, acked: acked.Load(), finished: finished.Load(), inTransit: n}
 		killedAt := time.Now()
 		c.Kill(leader)
