@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/internal/testnet"
 )
 
 func newGRPCTransport(t *testing.T, timeout time.Duration) *GRPCTransport {
@@ -116,12 +117,7 @@ func TestGRPCTransportErrors(t *testing.T) {
 	blocked.block = true
 	blockedAddr := serveRS(t, blocked)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := lis.Addr().String()
-	lis.Close() // nothing listens there now: connection refused
+	deadAddr := testnet.DeadAddr(t) // connection refused
 
 	tests := []struct {
 		name  string

@@ -131,11 +131,16 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		}
 	}
 	for len(kills) < minKills || (len(kills) < maxKills && submitting()) {
+		if _, err := c.AwaitLeader(ctx); err != nil {
+			t.Fatalf("after %d kills: %v", len(kills), err)
+		}
+		time.Sleep(time.Duration(250+rng.IntN(400)) * time.Millisecond)
+		// Whoever leads now: leadership may have moved during the pause
+		// on a loaded machine, and the victim must be the leader.
 		leader, err := c.AwaitLeader(ctx)
 		if err != nil {
 			t.Fatalf("after %d kills: %v", len(kills), err)
 		}
-		time.Sleep(time.Duration(250+rng.IntN(400)) * time.Millisecond)
 		mu.Lock()
 		k := kill{victim: leader, acked: acked}
 		mu.Unlock()

@@ -188,13 +188,15 @@ func recordedStartCodes(ctx context.Context, c *harness.Cluster) (map[string]uin
 
 // liveLeader asks every running master's /status (1 s each, so that a
 // frozen one costs a second, not a client's whole call timeout) until one
-// says it leads with a running executor, at most within.
-func liveLeader(ctx context.Context, c *harness.Cluster, within time.Duration) (string, error) {
+// says it leads with a running executor, at most within. The masters in
+// except are not asked: a deposed leader says it leads until it learns
+// otherwise, so a test waiting for a new leader names the old one.
+func liveLeader(ctx context.Context, c *harness.Cluster, within time.Duration, except ...string) (string, error) {
 	deadline := time.Now().Add(within)
 	var last error = errors.New("no master says it leads")
 	for {
 		for _, n := range c.Nodes {
-			if !n.Running() {
+			if !n.Running() || slices.Contains(except, n.ID) {
 				continue
 			}
 			sctx, cancel := context.WithTimeout(ctx, time.Second)

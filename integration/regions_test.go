@@ -231,8 +231,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 		}
 	}
 	for len(kills) < maxKills && !(len(kills) >= minKills && allDone()) {
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
+		if _, err := c.AwaitLeader(ctx); err != nil {
 			t.Fatalf("after %d kills: %v", len(kills), err)
 		}
 		// Kill mid-create if any create is left to interrupt.
@@ -244,6 +243,12 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		// Whoever leads now: leadership may have moved meanwhile on a
+		// loaded machine, and the victim must be the leader.
+		leader, err := c.AwaitLeader(ctx)
+		if err != nil {
+			t.Fatalf("after %d kills: %v", len(kills), err)
+		}
 		k := kill{victim: leader, acked: acked.Load(), finished: finished.Load(), inTransit: n}
 		killedAt := time.Now()
 		c.Kill(leader)
@@ -572,15 +577,22 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 	if !midway {
 		t.Logf("warning: p1 was not caught midway (no region OPEN yet or all OPEN) before the freeze")
 	}
-	c.Pause(old)
+	// Leadership may have moved during the creates on a loaded machine:
+	// freeze the node that leads now, in the term it leads in.
+	old = c.WaitLeader(ctx)
+	if st, err = c.Status(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	oldTerm = st.Term
+	c.Pause(old) // returns once every thread of it has stopped
 	pausedAt := time.Now()
 	t.Logf("froze the leader %s (term %d) with p1 midway: %v", old, oldTerm, midway)
 
 	// A new leader takes over and works. (Its /status, not the client's
 	// view: a client that still believes the frozen node leads waits for
 	// its attempt timeouts first.)
-	newLeader, err := liveLeader(ctx, c, 60*time.Second)
-	if err != nil || newLeader == old {
+	newLeader, err := liveLeader(ctx, c, 60*time.Second, old)
+	if err != nil {
 		t.Fatalf("after freezing %s: leader %q, %v", old, newLeader, err)
 	}
 	nst, err := c.Status(ctx, newLeader)
@@ -635,7 +647,7 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 	// heartbeat answer) before the old leader wakes up: that is what
 	// fences it.
 	for _, id := range c.RegionServerIDs() {
-		waitFor(t, 4*heartbeatInterval, id+" to see term "+strconv.FormatUint(newTerm, 10), func() bool {
+		waitFor(t, 30*time.Second, id+" to see term "+strconv.FormatUint(newTerm, 10), func() bool {
 			return highestTermLogged(c.RSLog(id)) >= newTerm
 		})
 	}
@@ -672,13 +684,18 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 		}
 	}
 
-	// The old leader steps down and follows.
-	waitFor(t, 30*time.Second, old+" to step down and follow "+newLeader, func() bool {
+	// The old leader steps down and follows (newLeader, or whoever leads
+	// since: on a loaded machine another election may have followed).
+	waitFor(t, 30*time.Second, old+" to step down and follow a leader of term "+strconv.FormatUint(newTerm, 10)+" or later", func() bool {
 		st, err := c.Status(ctx, old)
-		return err == nil && st.State == "Follower" && st.LeaderID == newLeader && st.Term >= newTerm
+		return err == nil && st.State == "Follower" && st.LeaderID != "" && st.LeaderID != old && st.Term >= newTerm
 	})
 	steppedIn := time.Since(resumedAt)
-	time.Sleep(2 * heartbeatInterval) // let anything it still had queued arrive
+	// Its leader services of the old term (dispatcher included, which
+	// waits for its calls in flight) have stopped: it sends nothing more.
+	waitFor(t, 30*time.Second, old+" to stop its leader services of term "+strconv.FormatUint(oldTerm, 10), func() bool {
+		return servicesStopped(c.CurrentLog(old), oldTerm)
+	})
 
 	for _, id := range ids {
 		r, err := c.RSRegions(ctx, id)
@@ -736,6 +753,17 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 		old, frozeFor.Round(time.Millisecond), steppedIn.Round(time.Millisecond), held, sent, refused, deposed, len(ids), oldTerm)
 
 	checkPlacement(t, ctx, c, want, 30*time.Second)
+}
+
+// servicesStopped reports whether a master's log says its leader
+// services of term (dispatcher, leases) have stopped.
+func servicesStopped(log string, term uint64) bool {
+	for _, l := range parseLog(log) {
+		if l.msg == "leader services stopped" && l.fields["term"] == strconv.FormatUint(term, 10) {
+			return true
+		}
+	}
+	return false
 }
 
 // minus returns the elements of a not in b.

@@ -236,6 +236,24 @@ func TestPollTimeout(t *testing.T) {
 	}
 }
 
+// waitBlockedPolls waits until n Polls are blocked for want of work (on
+// s.idle, where AddBack and Close find them), so that a test wakes a
+// blocked Poll and not one that has yet to look at the queue.
+func waitBlockedPolls(t *testing.T, s *Scheduler, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		blocked := len(s.idle)
+		s.mu.Unlock()
+		if blocked == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d Polls blocked after 5s, want %d", blocked, n)
+		}
+	}
+}
+
 func TestPollWakesOnAdd(t *testing.T) {
 	s := New(Config{})
 	for _, timeout := range []time.Duration{-1, 10 * time.Second} {
@@ -244,7 +262,7 @@ func TestPollWakesOnAdd(t *testing.T) {
 			id, _ := s.Poll(timeout)
 			got <- id
 		}()
-		time.Sleep(10 * time.Millisecond)
+		waitBlockedPolls(t, s, 1)
 		s.AddBack(42, tbl("a"))
 		select {
 		case id := <-got:
@@ -274,7 +292,7 @@ func TestCloseWakesAllPolls(t *testing.T) {
 			results <- ok
 		}(i)
 	}
-	time.Sleep(20 * time.Millisecond)
+	waitBlockedPolls(t, s, n)
 	s.Close()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

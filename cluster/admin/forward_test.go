@@ -339,30 +339,27 @@ func TestForwardCancelledOnLeaderChange(t *testing.T) {
 				defer s.mu.Unlock()
 				return len(s.fwd) == 2
 			})
-			time.Sleep(100 * time.Millisecond) // nothing moves while the view holds
-			select {
+			select { // nothing moves while the view holds
 			case err := <-unary:
 				t.Fatalf("unary call ended before the leader changed: %v", err)
 			default:
 			}
 			id, addr, msg := tc.change(t, s, b, self)
 			start := time.Now()
+			// Both calls end because of the change, as its message says
+			// (not at ForwardTimeout, nor when a keepalive gives up).
 			_, err = ws.Recv()
-			took := time.Since(start)
-			t.Logf("stream ended %v after the change: %v", took, err)
+			t.Logf("stream ended %v after the change: %v", time.Since(start), err)
 			if id == "m1" { // stopping: the hint is the unchanged view
 				addr = proxy.addr()
 			}
 			wantUnavailable(t, err, id, addr, msg)
-			if took > 2*time.Second {
-				t.Errorf("stream ended %v after the change", took)
-			}
 			select {
 			case err := <-unary:
 				t.Logf("unary call: %v", err)
 				wantUnavailable(t, err, id, addr, msg)
-			case <-time.After(2 * time.Second):
-				t.Fatal("unary call still stuck 2s after the change")
+			case <-ctx.Done():
+				t.Fatal("unary call still stuck when the test's deadline passed")
 			}
 		})
 	}
@@ -401,7 +398,6 @@ func TestClientWatchSurvivesDeadLeader(t *testing.T) {
 		t.Fatalf("first state %s", st)
 	}
 	proxy.freeze()
-	time.Sleep(200 * time.Millisecond)
 	changed = time.Now()
 	b.setLeader("m2", next)
 	select {

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -221,14 +220,11 @@ func TestWatchResumesAfterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan struct{})
-	var once sync.Once
-	var seen []string
+	states := make(chan string, 16)
 	done := make(chan error, 1)
 	go func() {
 		p, err := c.Watch(ctx(t), id, func(p *adminpb.Procedure) error {
-			seen = append(seen, p.State)
-			once.Do(func() { close(first) })
+			states <- p.State
 			return nil
 		})
 		if err == nil && p.State != client.StateSuccess {
@@ -236,17 +232,32 @@ func TestWatchResumesAfterFailover(t *testing.T) {
 		}
 		done <- err
 	}()
-	<-first
-	fc.Node(0).Stop()
+	var seen []string
+	await := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case st := <-states:
+				seen = append(seen, st)
+				if st == want {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the watch did not report %s; seen %v", want, seen)
+			}
+		}
+	}
+	await("RUNNABLE")
+	fc.Node(0).Stop() // ends the stream; n1 reports nothing more
 	fc.SetLeader(2)
-	time.Sleep(50 * time.Millisecond)
 	fc.SetState(id, "WAITING", "")
-	time.Sleep(50 * time.Millisecond)
+	await("WAITING") // so the watch resumed on the new leader
 	fc.SetState(id, "SUCCESS", "")
+	await("SUCCESS")
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if seen[0] != "RUNNABLE" || seen[len(seen)-1] != "SUCCESS" {
+	if seen[0] != "RUNNABLE" {
 		t.Fatalf("seen %v", seen)
 	}
 	if fc.Requests("n3") == 0 {
@@ -260,17 +271,25 @@ func TestWatchResumesAfterLeadershipChange(t *testing.T) {
 	fc := clienttest.Start(t, 2)
 	c := newClient(t, fc.Addrs())
 	id, _ := c.Submit(ctx(t), "manual", nil, "", "", 0)
+	served := fc.Requests("n1") // the submission
 	done := make(chan *adminpb.Procedure, 1)
 	go func() {
 		p, _ := c.Wait(ctx(t), id)
 		done <- p
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The watch is on n1 before it loses leadership.
+	for deadline := time.Now().Add(5 * time.Second); fc.Requests("n1") == served; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Wait never called n1")
+		}
+	}
 	fc.SetLeader(1)
-	time.Sleep(50 * time.Millisecond)
 	fc.SetState(id, "ROLLEDBACK", "aborted")
 	if p := <-done; p == nil || p.State != client.StateRolledBack {
 		t.Fatalf("Wait: %v", p)
+	}
+	if fc.Requests("n2") == 0 {
+		t.Fatal("the new leader served nothing")
 	}
 }
 

@@ -183,9 +183,10 @@ func TestExternalLocks(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if w, _ := x.Why(dis); w.Reason != "waiting for lock" {
-		t.Fatalf("disable is %q, want waiting for lock", w.Reason)
-	}
+	waitUntil(t, 10*time.Second, "the disable to wait for the lock", func() bool {
+		w, _ := x.Why(dis)
+		return w.Reason == "waiting for lock"
+	})
 	rel, err := c.ReleaseLock(ctx, &adminpb.LockRef{LockId: l1.GetLockId()})
 	if err != nil || rel.GetState() != LockReleased {
 		t.Fatalf("release: %v, %v", rel, err)
@@ -247,11 +248,11 @@ func TestLockSurvivesFailover(t *testing.T) {
 	// Still exclusive: a disable waits for it.
 	p, _ := NewDisableTable("", "t")
 	dis := h.submit(p, "")
-	time.Sleep(300 * time.Millisecond)
 	_, x := h.leader()
-	if w, _ := x.Why(dis); w.Reason != "waiting for lock" {
-		t.Fatalf("disable is %q, want waiting for lock", w.Reason)
-	}
+	waitUntil(t, 10*time.Second, "the disable to wait for the lock", func() bool {
+		w, _ := x.Why(dis)
+		return w.Reason == "waiting for lock"
+	})
 	rel, err := other.client.ReleaseLock(ctx, &adminpb.LockRef{LockId: l.GetLockId()})
 	if err != nil || rel.GetState() != LockReleased {
 		t.Fatalf("release: %v, %v", rel, err)

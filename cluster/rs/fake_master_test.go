@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/internal/testnet"
 )
 
 // fakeCluster is the state a set of fake masters share, as a real cluster
@@ -69,16 +70,10 @@ func newFakeCluster(t *testing.T, n int, intervalMs int64) (*fakeCluster, []stri
 	return c, addrs
 }
 
-// deadAddr is a loopback address nobody listens on.
+// deadAddr is a loopback address nobody listens on, nor can while t runs.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := lis.Addr().String()
-	_ = lis.Close()
-	return a
+	return testnet.DeadAddr(t)
 }
 
 // setLeader makes addr the leader in a new, higher term.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,14 +26,27 @@ const (
 )
 
 // testConfig is a fast-moving Config against masters.
+//
+// Its self-fence deadline is long on purpose, and so must be the interval
+// the fake masters tell (it caps the deadline at 3 of them): a loaded
+// machine can take longer than 3 short intervals to reach a new leader,
+// and the server then rightly fences itself and registers again under a
+// new start code, which a test about failover or expiry would take for a
+// bug. Tests that need quick heartbeats set fastHeartbeats against masters
+// telling a long interval; those about the told interval or the self-fence
+// run on a Manual clock.
 func testConfig(masters ...string) Config {
 	log := hclog.NewNullLogger()
 	if testing.Verbose() {
 		log = hclog.New(&hclog.LoggerOptions{Name: "rs", Level: hclog.Debug, Output: os.Stderr})
 	}
 	return Config{ID: "rs1", GRPCAddr: "127.0.0.1:0", Masters: masters, RPCTimeout: 500 * time.Millisecond,
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Logger: log}
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, SelfFenceAfter: time.Minute, Logger: log}
 }
+
+// fastHeartbeats is a Config.HeartbeatInterval that keeps tests quick
+// without shortening the self-fence deadline (see testConfig).
+const fastHeartbeats = 10 * time.Millisecond
 
 // startServer starts a Server with cfg, stops it at cleanup, and waits for
 // its registration.
@@ -125,10 +139,38 @@ func TestConfigValidate(t *testing.T) {
 // TestRegistration: the server finds the leader through a dead address
 // and a standby's hint, registers with its address, adopts the master's
 // interval and term, and heartbeats with its start code and region count.
+//
+// The master tells a 20 ms interval, so the server fences itself 60 ms
+// after its last renewal: its time is a Manual clock, moved one interval
+// per heartbeat, so that no stall of a loaded machine can make it do so.
 func TestRegistration(t *testing.T) {
 	fc, addrs := newFakeCluster(t, 2, 20)
 	fc.setLeader(addrs[1]) // term 2; addrs[0] is now a standby hinting addrs[1]
-	s, sc := startServer(t, testConfig(deadAddr(t), addrs[0]))
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	cfg := testConfig(deadAddr(t), addrs[0])
+	cfg.Clock = clk
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	// The pause after the dead address runs on clk.
+	eventually(t, 5*time.Second, "the registration", func() bool {
+		if s.StartCode() != 0 {
+			return true
+		}
+		if clk.Pending() > 0 {
+			clk.Advance(cfg.MinBackoff)
+		}
+		return false
+	})
+	sc, err := s.WaitRegistered(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	regs, _, _ := fc.snapshot()
 	if len(regs) != 1 || regs[0].master != addrs[1] || regs[0].req.GetAddress() != s.Addr() || regs[0].req.GetServerId() != "rs1" || len(regs[0].req.GetRegions()) != 0 {
@@ -146,26 +188,25 @@ func TestRegistration(t *testing.T) {
 	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 2, StartCode: sc, Ops: ops(opOpen, "a", "b")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "heartbeats with two regions", func() bool {
-		_, hbs, _ := fc.snapshot()
-		n := 0
-		for _, h := range hbs {
-			if h.master != addrs[1] || h.req.GetStartCode() != sc {
-				t.Fatalf("heartbeat %+v: want start code %d at the leader", h, sc)
-			}
-			if h.req.GetRegionCount() == 2 {
-				n++
-			}
+	_, before, _ := fc.snapshot()
+	for i := 1; i <= 3; i++ {
+		eventually(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
+		clk.Advance(20 * time.Millisecond)
+		eventually(t, 5*time.Second, fmt.Sprintf("heartbeat %d after the batch", i), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == len(before)+i })
+	}
+	_, hbs, _ := fc.snapshot()
+	for i, h := range hbs {
+		if h.master != addrs[1] || h.req.GetStartCode() != sc || (i >= len(before) && h.req.GetRegionCount() != 2) {
+			t.Fatalf("heartbeat %d %+v: want start code %d at the leader (and two regions after the batch)", i, h, sc)
 		}
-		return n >= 3
-	})
+	}
 }
 
 // TestHeartbeatIntervalOverride: Config.HeartbeatInterval beats the
 // master's, and the heartbeats follow a Manual clock exactly.
 func TestHeartbeatIntervalOverride(t *testing.T) {
 	fc, addrs := newFakeCluster(t, 1, 60_000)
-	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	clk := &countingClock{Manual: clock.NewManual(time.Unix(1_700_000_000, 0))}
 	cfg := testConfig(addrs...)
 	cfg.Clock, cfg.HeartbeatInterval = clk, 5*time.Second
 	s, _ := startServer(t, cfg)
@@ -174,14 +215,29 @@ func TestHeartbeatIntervalOverride(t *testing.T) {
 	}
 	for want := 1; want <= 3; want++ {
 		eventually(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
+		fired := clk.fired.Load()
 		clk.Advance(4 * time.Second)
-		time.Sleep(20 * time.Millisecond)
+		// Advance runs every callback that fell due before it returns: none
+		// did, so the loop is still asleep and cannot have sent anything.
+		if n := clk.fired.Load() - fired; n != 0 {
+			t.Fatalf("%d timers fired 4s into a 5s interval", n)
+		}
 		if _, hbs, _ := fc.snapshot(); len(hbs) != want-1 {
 			t.Fatalf("%d heartbeats after 4s of %d, want %d", len(hbs), want, want-1)
 		}
 		clk.Advance(time.Second)
 		eventually(t, 5*time.Second, fmt.Sprintf("heartbeat %d", want), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == want })
 	}
+}
+
+// countingClock is a Manual clock that counts the callbacks it has run.
+type countingClock struct {
+	*clock.Manual
+	fired atomic.Int64
+}
+
+func (c *countingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.Manual.AfterFunc(d, func() { c.fired.Add(1); f() })
 }
 
 // TestExecuteBatch walks one server through a sequence of batches over
@@ -283,9 +339,11 @@ func TestExpiry(t *testing.T) {
 }
 
 func testExpiry(t *testing.T, notFound bool) {
-	fc, addrs := newFakeCluster(t, 1, 10)
+	fc, addrs := newFakeCluster(t, 1, 60_000)
 	fc.notFound = notFound
-	s, sc := startServer(t, testConfig(addrs...))
+	cfg := testConfig(addrs...)
+	cfg.HeartbeatInterval = fastHeartbeats
+	s, sc := startServer(t, cfg)
 	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: sc, Ops: ops(opOpen, "a", "b", "c")}); err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +375,15 @@ func testExpiry(t *testing.T, notFound bool) {
 // TestFailover: when the leader changes, heartbeats follow the new one's
 // hint, the start code survives (leases are replicated), the new term
 // fences the old leader, and an expiry by the new leader still works.
+//
+// Whatever the load, a failover must not cost the start code here: the
+// server's self-fence deadline is long (see testConfig), so a start code
+// that changes is a lost lease, not a slow machine.
 func TestFailover(t *testing.T) {
-	fc, addrs := newFakeCluster(t, 3, 10)
-	s, sc := startServer(t, testConfig(addrs...))
+	fc, addrs := newFakeCluster(t, 3, 60_000)
+	cfg := testConfig(addrs...)
+	cfg.HeartbeatInterval = fastHeartbeats
+	s, sc := startServer(t, cfg)
 	for i, next := range []string{addrs[2], addrs[1], addrs[0]} {
 		fc.setLeader(next)
 		term := fc.currentTerm()
@@ -648,19 +712,27 @@ func TestNoMaster(t *testing.T) {
 // once SelfFenceAfter passes without a heartbeat, before the masters (whose
 // hard limit is longer) reassign them, then registers again when a master
 // answers.
+//
+// The server's time is a Manual clock that moves only when the regions
+// are hosted and the masters are gone: on a real clock, a loaded machine
+// could let SelfFenceAfter pass before the test even opened the regions.
 func TestSelfFence(t *testing.T) {
 	fc, addrs := newFakeCluster(t, 1, 10)
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
 	cfg := testConfig(addrs...)
-	cfg.SelfFenceAfter = 300 * time.Millisecond
+	cfg.Clock, cfg.SelfFenceAfter = clk, 300*time.Millisecond
 	s, sc := startServer(t, cfg)
 	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: sc, Ops: ops(opOpen, "a", "b")}); err != nil {
 		t.Fatal(err)
 	}
 	fc.setLeader("") // every master now answers UNAVAILABLE without a hint
-	eventually(t, 5*time.Second, "regions closed by the server itself", func() bool { return len(s.Regions()) == 0 })
+	// Each poll moves the server's time on by a heartbeat interval: its
+	// heartbeats, backoffs and self-fence deadline all run on clk.
+	tick := func() { clk.Advance(10 * time.Millisecond) }
+	eventually(t, 5*time.Second, "regions closed by the server itself", func() bool { tick(); return len(s.Regions()) == 0 })
 	if s.StartCode() == sc {
 		t.Fatal("still claims its old start code after fencing itself")
 	}
 	fc.setLeader(addrs[0])
-	eventually(t, 5*time.Second, "a new registration", func() bool { return s.StartCode() != 0 && s.StartCode() != sc })
+	eventually(t, 5*time.Second, "a new registration", func() bool { tick(); return s.StartCode() != 0 && s.StartCode() != sc })
 }

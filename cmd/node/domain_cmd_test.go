@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client/clienttest"
+	"github.com/baton-dev/baton/internal/clock"
 )
 
 // anID in an expected JSON document stands for any positive number.
@@ -243,6 +244,10 @@ func TestDomainCommands(t *testing.T) {
 
 func TestLockCommands(t *testing.T) {
 	fc := clienttest.Start(t, 1)
+	// Leases run out only when the test says so, not when a loaded
+	// machine stalls between two steps.
+	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+	fc.SetLockClock(clk)
 	env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
 	var a, b string // lock ids, as the acquisitions print them
 	id := func(doc map[string]any) string { return strconv.FormatFloat(doc["lock_id"].(float64), 'f', -1, 64) }
@@ -267,7 +272,7 @@ func TestLockCommands(t *testing.T) {
 		{cliCase: cliCase{name: "release again", json: map[string]any{"state": "RELEASED"}}, args: func() []string { return []string{"lock", "release", a, "--json"} }},
 		{cliCase: cliCase{name: "granted", json: map[string]any{"state": "ACQUIRED"}}, args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
 		{cliCase: cliCase{name: "expired heartbeat", code: 1, json: map[string]any{"state": "EXPIRED"}, stderr: "its lease ran out",
-			before: func() { fc.SetLockTimeout(20 * time.Millisecond); time.Sleep(50 * time.Millisecond) }},
+			before: func() { fc.SetLockTimeout(20 * time.Millisecond); clk.Advance(50 * time.Millisecond) }},
 			args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
 		{cliCase: cliCase{name: "expired release", code: 1, stdout: "EXPIRED", stderr: "EXPIRED"}, args: func() []string { return []string{"lock", "release", b} }},
 		{cliCase: cliCase{name: "unknown lock", args: []string{"lock", "heartbeat", "999", "--json"}, code: 1,
@@ -345,13 +350,35 @@ func exitOf(t *testing.T, done chan int) int {
 // its one JSON document once the lock is acquired, and releases it when
 // interrupted; it exits 1 when the lock is lost, and 3 when no heartbeat
 // gets through for a whole lease.
+//
+// The fake cluster measures leases on a Manual clock, moved only after
+// the command has renewed its lock, so that a loaded machine delaying a
+// heartbeat cannot expire it there. The command's own patience (a whole
+// lease without a heartbeat getting through) is real time: the lease is
+// long enough for a loaded machine, and the command heartbeats three
+// times per lease.
 func TestLockKeepalive(t *testing.T) {
-	const lease = 150 * time.Millisecond
+	const lease = 600 * time.Millisecond
 	lockID := regexp.MustCompile(`lock (\d+) ACQUIRED`)
+	start := func(t *testing.T, nodes int, lease time.Duration) (*clienttest.Cluster, *clock.Manual) {
+		fc := clienttest.Start(t, nodes)
+		clk := clock.NewManual(time.Unix(1_700_000_000, 0))
+		fc.SetLockClock(clk)
+		fc.SetLockTimeout(lease)
+		return fc, clk
+	}
+	heartbeats := func(fc *clienttest.Cluster) int { return len(fc.Nonces("LockHeartbeat")) }
+	// renewedAfter moves the lease clock on by step, then waits until a
+	// heartbeat has renewed the command's lock at the new time.
+	renewedAfter := func(t *testing.T, fc *clienttest.Cluster, clk *clock.Manual, step time.Duration) {
+		t.Helper()
+		clk.Advance(step)
+		n := heartbeats(fc) // read after Advance: a later heartbeat renews at the new time
+		waitUntil(t, "a heartbeat", func() bool { return heartbeats(fc) > n })
+	}
 
 	t.Run("waits, holds, releases", func(t *testing.T) {
-		fc := clienttest.Start(t, 1)
-		fc.SetLockTimeout(lease)
+		fc, clk := start(t, 1, lease)
 		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
 		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--json")
 		if code != 0 {
@@ -363,13 +390,20 @@ func TestLockKeepalive(t *testing.T) {
 		}
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--json")
 		defer interrupt()
-		// Ours waits: nothing printed yet. The first holder's lease runs
-		// out (nobody renews it), and ours, renewed, is granted.
-		time.Sleep(lease / 2)
+		// Ours waits, renewing its request: nothing printed yet.
+		renewedAfter(t, fc, clk, 0)
 		if s := stdout.String(); s != "" {
 			t.Fatalf("printed while waiting: %s", s)
 		}
-		waitUntil(t, "the JSON document", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
+		// The first holder's lease runs out (nobody renews it), and ours,
+		// renewed, is granted.
+		step := lease * 3 / 4
+		for i := 0; !strings.Contains(stdout.String(), "ACQUIRED"); i++ {
+			if i == 4 {
+				t.Fatalf("not granted 3 leases after the first holder's last heartbeat; stdout %q, first %s", stdout.String(), fc.LockState(first.LockID))
+			}
+			renewedAfter(t, fc, clk, step)
+		}
 		var doc lockJSON
 		if err := json.Unmarshal([]byte(stdout.String()), &doc); err != nil {
 			t.Fatal(err)
@@ -377,7 +411,9 @@ func TestLockKeepalive(t *testing.T) {
 		if fc.LockState(first.LockID) != "EXPIRED" || doc.LockID == first.LockID {
 			t.Fatalf("first %d %s, ours %+v", first.LockID, fc.LockState(first.LockID), doc)
 		}
-		time.Sleep(4 * lease) // held across several leases by the heartbeats
+		for range 6 { // held across several leases by the heartbeats
+			renewedAfter(t, fc, clk, step)
+		}
 		if st := fc.LockState(doc.LockID); st != "ACQUIRED" {
 			t.Fatalf("after 4 leases: %s\nstderr: %s", st, stderr.String())
 		}
@@ -397,8 +433,7 @@ func TestLockKeepalive(t *testing.T) {
 	})
 
 	t.Run("lost", func(t *testing.T) {
-		fc := clienttest.Start(t, 1)
-		fc.SetLockTimeout(lease)
+		fc, _ := start(t, 1, lease)
 		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--keepalive")
 		defer interrupt()
@@ -417,8 +452,7 @@ func TestLockKeepalive(t *testing.T) {
 	})
 
 	t.Run("cluster unavailable for a lease", func(t *testing.T) {
-		fc := clienttest.Start(t, 1)
-		fc.SetLockTimeout(lease)
+		fc, _ := start(t, 1, lease)
 		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive")
 		defer interrupt()
@@ -433,16 +467,20 @@ func TestLockKeepalive(t *testing.T) {
 	})
 
 	t.Run("a failover shorter than the lease", func(t *testing.T) {
-		fc := clienttest.Start(t, 2)
-		fc.SetLockTimeout(4 * lease)
+		// The outage below lasts about one heartbeat of the three per
+		// lease; a loaded machine must not stretch it to a whole lease.
+		fc, _ := start(t, 2, 2*lease)
 		env := map[string]string{"BATON_ADDR": strings.Join(fc.Addrs(), ",")}
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive", "--json")
 		defer interrupt()
 		waitUntil(t, "the lock", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
-		fc.SetLeader(-1) // a third of the lease, well within it
-		time.Sleep(lease + lease/3)
+		calls := func() int { return fc.Requests("n1") + fc.Requests("n2") }
+		n := calls()
+		fc.SetLeader(-1)
+		waitUntil(t, "a heartbeat refused for want of a leader", func() bool { return calls() > n })
 		fc.SetLeader(1)
-		time.Sleep(4 * lease)
+		served := heartbeats(fc) // from now on only n2 serves them
+		waitUntil(t, "a heartbeat renewed by the new leader", func() bool { return heartbeats(fc) > served })
 		interrupt()
 		if code := exitOf(t, done); code != 0 {
 			t.Fatalf("exit %d, want 0\nstderr: %s", code, stderr.String())

@@ -165,9 +165,12 @@ func TestRunRegionServer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no registration; stderr: %s", errb.String())
 	}
-	if s := out.String(); !strings.Contains(s, `baton region server "rs9" running`) || !strings.Contains(s, rsAddr) {
-		t.Fatalf("stdout %q: want the id and the address", s)
-	}
+	// The banner is printed once Start returns, and the registration runs
+	// in the background from Start on: either may come first.
+	waitUntil(t, "the banner with the id and the address on stdout", func() bool {
+		s := out.String()
+		return strings.Contains(s, `baton region server "rs9" running`) && strings.Contains(s, rsAddr)
+	})
 	cc, err := grpc.NewClient(rsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

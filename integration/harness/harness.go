@@ -201,6 +201,40 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return syscall.Kill(-cmd.Process.Pid, sig)
 }
 
+// pauseTimeout bounds the wait for SIGSTOP to take effect: threads in
+// uninterruptible sleep (a disk write) stop only once it ends.
+const pauseTimeout = 10 * time.Second
+
+// pause sends SIGSTOP to the process group and returns once the kernel
+// has stopped every thread in it. kill(2) returns as soon as the signal is
+// queued; the group stops only when one of its threads next enters the
+// kernel, and until then the others run on (on a loaded machine, for up
+// to ~200 ms measured): a "frozen" leader still answers /status as
+// leader, still sends Raft heartbeats. A test that pauses a node must be
+// able to rely on it being frozen.
+func (p *proc) pause() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pgid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	deadline := time.Now().Add(pauseTimeout)
+	for {
+		stopped, err := groupStopped(pgid)
+		if err != nil {
+			return fmt.Errorf("SIGSTOP sent, but its effect cannot be read: %w", err)
+		}
+		if stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not every thread stopped %v after SIGSTOP", pauseTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // currentLog returns what was logged at logPath since the latest start.
 func (p *proc) currentLog(logPath string) string {
 	p.mu.Lock()
@@ -518,13 +552,14 @@ func (c *Cluster) KillErr(id string) error {
 	return c.Node(id).kill()
 }
 
-// Pause sends SIGSTOP to node id's process group: the process stays alive
-// and keeps its sockets (peers can connect, the kernel buffers what they
-// send) but runs nothing, like a machine cut off from the network or
-// frozen by a long pause, until Resume.
+// Pause sends SIGSTOP to node id's process group and returns once every
+// thread in it has stopped: the process stays alive and keeps its sockets
+// (peers can connect, the kernel buffers what they send) but runs nothing,
+// like a machine cut off from the network or frozen by a long pause,
+// until Resume.
 func (c *Cluster) Pause(id string) {
 	c.t.Helper()
-	if err := c.Node(id).signal(syscall.SIGSTOP); err != nil {
+	if err := c.Node(id).pause(); err != nil {
 		c.t.Fatalf("harness: pause %s: %v", id, err)
 	}
 }

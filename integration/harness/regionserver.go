@@ -142,10 +142,11 @@ func (c *Cluster) RestartRS(id string) {
 	}
 }
 
-// PauseRS and ResumeRS send SIGSTOP and SIGCONT to region server id.
+// PauseRS and ResumeRS send SIGSTOP and SIGCONT to region server id;
+// PauseRS returns once every thread of it has stopped (see Pause).
 func (c *Cluster) PauseRS(id string) {
 	c.t.Helper()
-	if err := c.RegionServer(id).signal(syscall.SIGSTOP); err != nil {
+	if err := c.RegionServer(id).pause(); err != nil {
 		c.t.Fatalf("harness: pause %s: %v", id, err)
 	}
 }

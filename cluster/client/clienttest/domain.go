@@ -22,8 +22,9 @@ package clienttest
 //   - Locks conflict when they name the same entity of the same kind and
 //     either is exclusive (no hierarchy); a conflicting request WAITs and is
 //     granted, in id order, when the holders release or expire. A lock's
-//     lease expires LockTimeout (SetLockTimeout) after its last heartbeat;
-//     expiry is noticed on the next lock call.
+//     lease expires LockTimeout (SetLockTimeout) after its last heartbeat,
+//     on the lock clock (SetLockClock; the real one by default); expiry is
+//     noticed on the next lock call.
 
 import (
 	"cmp"
@@ -39,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/internal/clock"
 )
 
 // DefaultLockTimeout is the fake's lock lease unless SetLockTimeout changes
@@ -58,6 +60,7 @@ type domain struct {
 	servers     map[string]*server
 	locks       map[uint64]*lock
 	lockTimeout time.Duration
+	lockClock   clock.Clock         // what lock leases are measured on
 	nonces      map[string][]string // per method, the nonce of each call received
 	startCode   uint64
 }
@@ -82,7 +85,7 @@ func (c *Cluster) domain() *domain {
 	if c.dom == nil {
 		c.dom = &domain{namespaces: map[string]bool{"default": true}, tables: map[string]*adminpb.Table{},
 			servers: map[string]*server{}, locks: map[uint64]*lock{}, lockTimeout: DefaultLockTimeout,
-			nonces: map[string][]string{}}
+			lockClock: clock.Real{}, nonces: map[string][]string{}}
 	}
 	return c.dom
 }
@@ -123,6 +126,15 @@ func (c *Cluster) SetLockTimeout(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.domain().lockTimeout = d
+}
+
+// SetLockClock makes lock leases run on clk (default: the real clock).
+// With a clock.Manual the test decides when a lease runs out: no stall of
+// a loaded machine between two heartbeats can expire a lock.
+func (c *Cluster) SetLockClock(clk clock.Clock) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.domain().lockClock = clk
 }
 
 // Table returns a copy of table "ns:name", nil if there is none.
@@ -680,7 +692,7 @@ func (d *domain) grant() {
 // expireLocks expires the locks whose lease ran out, granting what they
 // blocked. c.mu is held.
 func (c *Cluster) expireLocks(d *domain) {
-	now := time.Now()
+	now := d.lockClock.Now()
 	for _, l := range d.locks {
 		if (l.state == "WAITING" || l.state == "ACQUIRED") && now.Sub(l.lastBeat) > d.lockTimeout {
 			l.state = "EXPIRED"
@@ -713,7 +725,7 @@ func (n *Node) AcquireLock(_ context.Context, r *adminpb.AcquireLockRequest) (*a
 		return nil, status.Errorf(codes.InvalidArgument, "a %s lock names exactly one %s", r.Kind, r.Kind)
 	}
 	c.nextID++
-	l := &lock{id: c.nextID, kind: r.Kind, names: slices.Clone(r.Names), exclusive: r.Exclusive, state: "WAITING", lastBeat: time.Now()}
+	l := &lock{id: c.nextID, kind: r.Kind, names: slices.Clone(r.Names), exclusive: r.Exclusive, state: "WAITING", lastBeat: d.lockClock.Now()}
 	d.locks[l.id] = l
 	if r.Nonce != "" {
 		c.nonces["lock/"+r.Nonce] = l.id
@@ -739,9 +751,9 @@ func (n *Node) lockCall(method string, id uint64, f func(d *domain, l *lock)) (*
 }
 
 func (n *Node) LockHeartbeat(_ context.Context, r *adminpb.LockRef) (*adminpb.LockResponse, error) {
-	return n.lockCall("LockHeartbeat", r.LockId, func(_ *domain, l *lock) {
+	return n.lockCall("LockHeartbeat", r.LockId, func(d *domain, l *lock) {
 		if l.state == "WAITING" || l.state == "ACQUIRED" {
-			l.lastBeat = time.Now()
+			l.lastBeat = d.lockClock.Now()
 		}
 	})
 }

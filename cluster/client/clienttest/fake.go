@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/internal/testnet"
 )
 
 // StepDelay is how long the fake's "sleep" and "fail" procedures stay in
@@ -87,16 +88,11 @@ func Start(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// DeadAddr returns a loopback address nothing listens on.
+// DeadAddr returns a loopback address nothing listens on, nor can while
+// t runs (testnet.DeadAddr).
 func DeadAddr(t testing.TB) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
+	return testnet.DeadAddr(t)
 }
 
 // Addrs returns the nodes' admin addresses, in order.
