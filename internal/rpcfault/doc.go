@@ -14,7 +14,8 @@
 // and how often it fires:
 //
 //   - DropAnswer: the handler runs, its answer is replaced by an error
-//     (UNAVAILABLE by default). The effect happened; the caller cannot know.
+//     (UNAVAILABLE by default), at once or after a delay (the loss noticed
+//     by a timeout). The effect happened; the caller cannot know.
 //   - DropRequest: the handler does not run; the caller gets the error.
 //   - DelayAnswer: the handler runs, its answer is held back for a while.
 //   - DelayRequest: the request is held back before the handler runs.

@@ -101,9 +101,11 @@ type Rule struct {
 	// Times bounds how often the rule fires; 0: no bound. Times 1 makes a
 	// one-shot rule.
 	Times int
-	// Delay is how long DelayAnswer and DelayRequest hold the message back;
-	// with DelayMax > Delay the hold is drawn uniformly in [Delay,
-	// DelayMax].
+	// Delay is how long DelayAnswer and DelayRequest hold the message back,
+	// and how long after the loss DropAnswer and DropRequest give the
+	// caller its error: a lost message is noticed by a timeout, not at
+	// once (zero: at once, as when the connection breaks). With DelayMax >
+	// Delay the wait is drawn uniformly in [Delay, DelayMax].
 	Delay, DelayMax time.Duration
 	// Code of the error a dropped message turns into. Default
 	// codes.Unavailable, what a caller sees of a broken connection.
@@ -176,7 +178,8 @@ type Event struct {
 	Method string
 	Side   Side
 	Peer   string
-	// Delay is the hold of a delay fault.
+	// Delay is the hold of a delay fault, or how long after a drop the
+	// caller got its error.
 	Delay time.Duration
 }
 
@@ -401,7 +404,7 @@ func (in *Injector) fire(h *Handle, c Call) (fired bool, delay time.Duration) {
 	if r.Times > 0 && h.fired == r.Times {
 		close(h.done)
 	}
-	if r.Fault == DelayAnswer || r.Fault == DelayRequest {
+	if r.Fault != Duplicate {
 		delay = r.Delay
 		if r.DelayMax > r.Delay {
 			delay += time.Duration(h.rng.Int64N(int64(r.DelayMax-r.Delay) + 1))
@@ -458,7 +461,7 @@ func (in *Injector) intercept(ctx context.Context, c Call, call invoke) (any, er
 func (in *Injector) apply(ctx context.Context, c Call, h *Handle, d time.Duration, call invoke) (any, error) {
 	switch h.rule.Fault {
 	case DropRequest:
-		return nil, in.dropped(c, h)
+		return nil, in.dropped(ctx, c, h, d)
 	case DelayRequest:
 		if err := in.sleep(ctx, d); err != nil {
 			return nil, status.FromContextError(err).Err()
@@ -473,7 +476,7 @@ func (in *Injector) apply(ctx context.Context, c Call, h *Handle, d time.Duratio
 func (in *Injector) answer(ctx context.Context, c Call, h *Handle, d time.Duration, call invoke, resp any, err error) (any, error) {
 	switch h.rule.Fault {
 	case DropAnswer:
-		return nil, in.dropped(c, h)
+		return nil, in.dropped(ctx, c, h, d)
 	case DelayAnswer:
 		if serr := in.sleep(ctx, d); serr != nil && c.Side == Client {
 			// The caller gave up meanwhile; on the server side the
@@ -493,7 +496,12 @@ func (in *Injector) answer(ctx context.Context, c Call, h *Handle, d time.Durati
 	return resp, err
 }
 
-func (in *Injector) dropped(c Call, h *Handle) error {
+// dropped is the error of a lost message, given after d (or when the
+// caller gives up).
+func (in *Injector) dropped(ctx context.Context, c Call, h *Handle, d time.Duration) error {
+	if err := in.sleep(ctx, d); err != nil {
+		return status.FromContextError(err).Err()
+	}
 	return status.Errorf(h.rule.Code, "rpcfault: %s of %s (rule %s)", h.rule.Fault, c.Method, h.rule.Name)
 }
 
@@ -544,7 +552,7 @@ func (in *Injector) StreamServerInterceptor() grpc.StreamServerInterceptor {
 				continue
 			}
 			if r.Fault == DropRequest {
-				return in.dropped(c, h)
+				return in.dropped(ctx, c, h, d)
 			}
 			if err := in.sleep(ctx, d); err != nil {
 				return status.FromContextError(err).Err()

@@ -198,6 +198,36 @@ func TestDelayAnswerWaitsOnTheClock(t *testing.T) {
 	}
 }
 
+// A lost answer with a delay reaches the caller as an error only once the
+// injector's clock has moved on, the handler having run at once.
+func TestLostAnswerNoticedLate(t *testing.T) {
+	clk := clock.NewManual(time.Unix(0, 0))
+	in := New(Config{Clock: clk})
+	in.MustAdd(Rule{Fault: DropAnswer, Delay: time.Second, Code: codes.DeadlineExceeded})
+	h, c := serve(t, in.ServerOptions())
+	done := make(chan error, 1)
+	go func() { _, err := check(t, c); done <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.checks.Load() == 0 || clk.Pending() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler did not run, or no wait was scheduled")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the loss was noticed before the delay passed: %v", err)
+	default:
+	}
+	clk.Advance(time.Second)
+	if err := <-done; status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("%v, want DEADLINE_EXCEEDED", err)
+	}
+	if ev := in.Events(); len(ev) != 1 || ev[0].Delay != time.Second {
+		t.Errorf("events %v", ev)
+	}
+}
+
 // Rules are chosen by method (exact, or a service prefix), the first that
 // fires decides, and Pause, Resume and Remove take effect at once.
 func TestRuleSelection(t *testing.T) {
