@@ -37,10 +37,14 @@ const (
 	testHeartbeat = 100 * time.Millisecond
 )
 
+// testLogger logs nothing unless BATON_TEST_LOG is set: to a level name
+// ("info", "warn"), or to anything else for debug.
 func testLogger(name string) hclog.Logger {
 	lvl := hclog.Off
-	if os.Getenv("BATON_TEST_LOG") != "" {
-		lvl = hclog.Debug
+	if v := os.Getenv("BATON_TEST_LOG"); v != "" {
+		if lvl = hclog.LevelFromString(v); lvl == hclog.NoLevel {
+			lvl = hclog.Debug
+		}
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: os.Stderr})
 }
