@@ -23,6 +23,15 @@
 // leader with SIGSTOP, lets a new one work, resumes the old one and checks
 // that the region servers accept nothing of its stale term.
 //
+// Lost, late and repeated messages come from internal/rpcfault: the
+// in-process clusters can serve the admin API through a fault injector
+// (ipCluster.serveAdmin). TestLostSubmitAnswersStartOneProcedureEach loses
+// and duplicates submissions' answers across a leader crash and checks
+// that each nonce starts one procedure, which runs once; the fault seed is
+// logged and BATON_FAULT_SEED replays it. The randomized run of master and
+// region-server operations under message loss is in cluster/master
+// (TestRegionsOpenOnceUnderMessageLoss).
+//
 // The failover benchmark of issue 3 is TestFailoverTiming, off unless
 // BATON_FAILOVER_BENCH is set:
 //

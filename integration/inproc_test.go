@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -16,8 +17,10 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -115,6 +118,12 @@ type ipCluster struct {
 	logs  []*syncBuffer
 	nodes []*cluster.Node        // nil while a node is down
 	trans []*raft.InmemTransport // nil entries on TCP
+
+	// With serveAdmin: each running node's admin API, every call it
+	// receives (clients', and standbys' forwarded ones) passing faults.
+	faults     *rpcfault.Injector
+	adminAddrs []string
+	admins     []*admin.Server // nil while a node is down
 }
 
 // newIPCluster starts n nodes with fast timings. tcp selects raft's TCP
@@ -205,11 +214,55 @@ func (c *ipCluster) start(i int) {
 		c.t.Fatalf("start %s: %v", c.cfgs[i].ID, err)
 	}
 	c.nodes[i] = n
+	if c.faults != nil {
+		c.startAdmin(i)
+	}
+}
+
+// serveAdmin gives every node an admin API on loopback (the same address
+// across restarts), its gRPC server intercepted by faults, and returns the
+// addresses.
+func (c *ipCluster) serveAdmin(faults *rpcfault.Injector) []string {
+	c.t.Helper()
+	c.faults = faults
+	c.admins = make([]*admin.Server, len(c.nodes))
+	c.adminAddrs = harness.FreePorts(c.t, len(c.nodes))
+	for i := range c.nodes {
+		if c.nodes[i] != nil {
+			c.startAdmin(i)
+		}
+	}
+	return c.adminAddrs
+}
+
+func (c *ipCluster) startAdmin(i int) {
+	c.t.Helper()
+	lis, err := net.Listen("tcp", c.adminAddrs[i])
+	if err != nil {
+		c.t.Fatalf("admin API of %s: %v", c.cfgs[i].ID, err)
+	}
+	srv, err := admin.NewForNode(c.nodes[i], admin.Config{
+		AdvertiseAddr:    c.adminAddrs[i],
+		RegisterInterval: 20 * time.Millisecond,
+		ServerOptions:    c.faults.ServerOptions(),
+		Logger:           c.cfgs[i].Logger,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.admins[i] = srv
+	go srv.Serve(lis)
 }
 
 // kill stops node i abruptly (cluster.Node.Kill: no leadership transfer,
-// disk state left as is).
+// disk state left as is), and its admin API if it has one.
 func (c *ipCluster) kill(i int) {
+	if i < len(c.admins) && c.admins[i] != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.admins[i].Stop(ctx)
+		cancel()
+		c.admins[i] = nil
+	}
 	if n := c.nodes[i]; n != nil {
 		_ = n.Kill()
 		c.nodes[i] = nil

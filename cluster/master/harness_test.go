@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/cluster/rs"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -36,10 +37,14 @@ const (
 	testHeartbeat = 100 * time.Millisecond
 )
 
+// testLogger logs nothing unless BATON_TEST_LOG is set: to a level name
+// ("info", "warn"), or to anything else for debug.
 func testLogger(name string) hclog.Logger {
 	lvl := hclog.Off
-	if os.Getenv("BATON_TEST_LOG") != "" {
-		lvl = hclog.Debug
+	if v := os.Getenv("BATON_TEST_LOG"); v != "" {
+		if lvl = hclog.LevelFromString(v); lvl == hclog.NoLevel {
+			lvl = hclog.Debug
+		}
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: os.Stderr})
 }
@@ -55,14 +60,25 @@ type masterNode struct {
 	addr   string
 	cc     *grpc.ClientConn
 	client adminpb.AdminClient
-	dead   bool
+	// trans is the dispatcher's transport to the region servers, through
+	// the harness's fault injector; nil if the test gave its own.
+	trans *dispatch.GRPCTransport
+	dead  bool
 }
 
 // harness is a cluster of in-process masters (raft's in-memory transport,
 // admin servers on 127.0.0.1) and real region servers (cluster/rs).
+//
+// Every RPC between masters and region servers passes faults, an injector
+// with no rules until a test adds some: the masters' gRPC servers (admin
+// API, and the Master service the region servers call: RegisterServer,
+// Heartbeat, ReportTransition) intercept what they receive, and the
+// dispatchers' transport what they send (RegionServer.ExecuteBatch), so a
+// test can lose, delay or repeat single messages in either direction.
 type harness struct {
 	t       testing.TB
 	opts    harnessOpts
+	faults  *rpcfault.Injector
 	masters []*masterNode
 	mu      sync.Mutex
 	rss     map[string]*rs.Server
@@ -76,6 +92,8 @@ type harnessOpts struct {
 	failRate  float64
 	// domain adjusts each master's domain configuration.
 	domain func(*Config)
+	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
+	faultSeed uint64
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -83,7 +101,8 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.masters == 0 {
 		o.masters = 3
 	}
-	h := &harness{t: t, opts: o, rss: map[string]*rs.Server{}, stopped: map[string]bool{}}
+	h := &harness{t: t, opts: o, rss: map[string]*rs.Server{}, stopped: map[string]bool{},
+		faults: rpcfault.New(rpcfault.Config{Seed: o.faultSeed, Logger: testLogger("faults")})}
 	var peers []cluster.Peer
 	var cfgs []cluster.Config
 	var trans []*raft.InmemTransport
@@ -101,13 +120,22 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 			DispatchTimeout:   2 * time.Second,
 			RetryBackoff:      procedure.Backoff{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.1},
 		}
+		m := &masterNode{id: id}
+		m.trans = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{
+			DialOptions: []grpc.DialOption{h.faults.DialOption()}, Logger: testLogger(id)})
+		dcfg.Transport = m.trans
 		if o.domain != nil {
 			o.domain(&dcfg)
+		}
+		if dcfg.Transport != m.trans {
+			m.trans.Close()
+			m.trans = nil
 		}
 		dom, err := New(dcfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		m.dom = dom
 		c := cluster.DefaultConfig()
 		c.ID = id
 		c.DataDir = t.TempDir()
@@ -137,7 +165,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		peers = append(peers, cluster.Peer{ID: id, Address: string(addr)})
 		cfgs = append(cfgs, c)
 		trans = append(trans, tr)
-		h.masters = append(h.masters, &masterNode{id: id, dom: dom})
+		h.masters = append(h.masters, m)
 	}
 	for i, a := range trans {
 		for j, b := range trans {
@@ -165,7 +193,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.gs = grpc.NewServer(admin.KeepaliveEnforcement())
+		m.gs = grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, h.faults.ServerOptions()...)...)
 		m.srv.RegisterServices(m.gs)
 		RegisterMasterService(m.gs, m.dom)
 		if err := m.srv.Start(m.addr); err != nil {
@@ -215,6 +243,7 @@ func (h *harness) startRS(id string, latency time.Duration, failRate float64) *r
 	}
 	h.mu.Lock()
 	h.rss[id] = s
+	delete(h.stopped, id) // a restart under the same id
 	h.mu.Unlock()
 	return s
 }
@@ -260,6 +289,9 @@ func (h *harness) killMaster(i int) {
 	cancel()
 	m.cc.Close()
 	m.dom.Close()
+	if m.trans != nil {
+		m.trans.Close()
+	}
 }
 
 func (h *harness) close() {
