@@ -239,6 +239,11 @@ type Context struct {
 	muts     []store.Mutation
 }
 
+// Executor is the executor running this step. An environment that keeps
+// per-executor services (a leader's, for one term) uses it to tell a step
+// of the current executor from a late one of a stopped executor.
+func (c *Context) Executor() *Executor { return c.x }
+
 // Put sets a key of the domain state. The change commits atomically with
 // the outcome of this step (or of this rollback step): if the step fails,
 // or the process dies before its outcome is persisted, the change never

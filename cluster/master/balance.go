@@ -34,7 +34,7 @@ func (p *Balance) ExecuteState(ctx *procedure.Context, state int32) (procedure.F
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
-	svc := d.services()
+	svc := d.servicesFor(ctx)
 	if svc == nil {
 		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
 		return procedure.HasMoreState, nil

@@ -267,6 +267,18 @@ func (d *Domain) services() *services {
 	return d.svc
 }
 
+// servicesFor returns the leader services of the executor running the
+// step, or nil: a step of an executor that was stopped (its term ended)
+// and is still finishing must not use the next term's services, which
+// would dispatch, wait and decide in a term that is not its own.
+func (d *Domain) servicesFor(ctx *procedure.Context) *services {
+	s := d.services()
+	if s == nil || s.x != ctx.Executor() {
+		return nil
+	}
+	return s
+}
+
 // LeaderServices starts the leader-only services of term for executor x
 // (cluster.Config.LeaderServices): the term-fenced dispatcher, the lease
 // managers with every replicated live server granted and given a fresh

@@ -141,7 +141,7 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
-	svc := d.services()
+	svc := d.servicesFor(ctx)
 	if svc == nil {
 		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
 		return procedure.HasMoreState, nil

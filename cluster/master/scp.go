@@ -94,7 +94,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(scpAssign)
 		return procedure.HasMoreState, nil
 	case scpAssign:
-		svc := d.services()
+		svc := d.servicesFor(ctx)
 		if svc == nil {
 			ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
 			return procedure.HasMoreState, nil

@@ -220,7 +220,7 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 			// A region no child undid (cannot happen while the tree's
 			// table lock holds, but never leave one open behind).
 			ref := ServerRef{rg.Server, rg.StartCode}
-			svc := d.services()
+			svc := d.servicesFor(ctx)
 			if svc == nil {
 				return ErrNoServices
 			}

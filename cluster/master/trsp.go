@@ -147,7 +147,7 @@ func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
-	svc := d.services()
+	svc := d.servicesFor(ctx)
 	if svc == nil {
 		// Leadership is changing under this executor; it is about to stop.
 		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
@@ -495,7 +495,7 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 	}
 	if regionBusy(rg) {
 		ref := ServerRef{rg.Server, rg.StartCode}
-		svc := d.services()
+		svc := d.servicesFor(ctx)
 		if svc == nil {
 			return ErrNoServices
 		}
