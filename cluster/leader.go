@@ -210,8 +210,17 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		return fmt.Errorf("executor: %w", err)
 	}
 	started := false
+	var stopServices func()
 	defer func() {
 		if err != nil {
+			if stopServices != nil {
+				// Started for this attempt only: a retry (or the next
+				// term) builds its own, and these must not live on.
+				n.mu.Lock()
+				n.stopServices = nil
+				n.mu.Unlock()
+				stopServices()
+			}
 			if started {
 				sctx, scancel := context.WithTimeout(context.Background(), n.cfg.RevokeTimeout)
 				x.Stop(sctx)
@@ -230,6 +239,7 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("leader services: %w", err)
 		}
+		stopServices = stop
 		n.mu.Lock()
 		n.stopServices = stop
 		n.mu.Unlock()

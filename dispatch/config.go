@@ -86,6 +86,14 @@ type Config struct {
 
 	// Clock schedules the flush and retry timers. Default clock.Real.
 	Clock clock.Clock
+	// NextSeq numbers the attempts (BatchRequest.seq): each call, retries
+	// included, takes the next number, and a region server refuses an
+	// attempt older than one it admitted in the same term, so an attempt
+	// given up on never applies after a newer one. Share one counter
+	// among the dispatchers one node builds within a term, so that a
+	// rebuilt dispatcher's attempts order after its predecessor's. Default:
+	// a counter of this dispatcher's own, starting at 1.
+	NextSeq func() uint64
 
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger hclog.Logger

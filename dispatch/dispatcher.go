@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -167,6 +168,10 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.NextSeq == nil {
+		var seq atomic.Uint64
+		cfg.NextSeq = func() uint64 { return seq.Add(1) }
+	}
 	return &Dispatcher{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("dispatch"),
@@ -296,6 +301,7 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		ServerId:  s.key.id,
 		StartCode: s.key.startCode,
 		Ops:       make([]*rspb.RegionOp, len(batch)),
+		Seq:       d.cfg.NextSeq(),
 	}
 	for i, p := range batch {
 		req.Ops[i] = &rspb.RegionOp{Kind: p.op.Kind, Region: p.op.Region, Table: p.op.Table, ProcId: p.op.ProcID}

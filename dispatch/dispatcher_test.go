@@ -181,7 +181,7 @@ func TestTimeFlush(t *testing.T) {
 	h.clk.Advance(time.Millisecond)
 	h.wantBatches(1)
 	c := h.nextCall()
-	want := &rspb.BatchRequest{Term: 7, MasterId: "m1", ServerId: "a", StartCode: 42, Ops: []*rspb.RegionOp{
+	want := &rspb.BatchRequest{Term: 7, MasterId: "m1", ServerId: "a", StartCode: 42, Seq: 1, Ops: []*rspb.RegionOp{
 		{Kind: rspb.OpKind_OP_KIND_OPEN, Region: first[0].Region, Table: "t", ProcId: first[0].ProcID},
 		{Kind: rspb.OpKind_OP_KIND_OPEN, Region: second[0].Region, Table: "t", ProcId: second[0].ProcID},
 	}}
@@ -323,6 +323,7 @@ func TestRetryBackoffSchedule(t *testing.T) {
 	a := target("a", 1)
 	first := h.dispatch(a, 33)
 	c := h.nextCall()
+	seq := c.req.GetSeq()
 	unavailable := status.Error(codes.Unavailable, "connection reset")
 	var late []Op
 	schedule := []time.Duration{100, 400, 900, 1000, 1000} // ms
@@ -343,6 +344,12 @@ func TestRetryBackoffSchedule(t *testing.T) {
 			t.Fatalf("retry %d not sent at %v", i+1, w)
 		}
 		c = h.nextCall()
+		if c.req.GetSeq() <= seq {
+			// A server must be able to tell the attempt given up on from
+			// its retry (BatchRequest.seq).
+			t.Fatalf("retry %d has seq %d, not above the previous attempt's %d", i+1, c.req.GetSeq(), seq)
+		}
+		seq = c.req.GetSeq()
 		if got, want := regions(c.req), append(opRegions(first), opRegions(late)...); !slices.Equal(got, want) {
 			t.Fatalf("retry %d carries %d ops, want the 33 failed then the 40 new", i+1, len(got))
 		}

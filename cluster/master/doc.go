@@ -94,12 +94,16 @@
 //     newer leader ("stale term"); the leader dispatches an open only
 //     after committing OPENING@I, having checked that I was live, and
 //     records OPEN only if I is still live when the confirmation comes.
-//  2. I holds nothing any more (services.presenceOf): either the server
-//     registered again under a newer start code (it drops every region
-//     before registering: a registration listing regions still hosted is
-//     refused), or I's self-fence deadline has certainly passed. Being
-//     told "expired" is no proof: that answer may be lost, and a server
-//     that never hears it keeps serving until it fences itself.
+//  2. I holds nothing any more (services.presenceOf): either the process
+//     that held I registered again saying so (RegisterServerRequest's
+//     dropped_start_code ≥ I: it drops every region before registering,
+//     and a registration listing regions still hosted is refused), or I's
+//     self-fence deadline has certainly passed. Being told "expired" is no
+//     proof: that answer may be lost, and a server that never hears it
+//     keeps serving until it fences itself. Nor is a newer start code
+//     alone: it may come from a late copy of an earlier registration, or
+//     from another process under the same id; a restarted process, which
+//     cannot know what it held, waits out the deadline.
 //
 // # Proof that a server stopped serving
 //
@@ -107,8 +111,9 @@
 // the last heartbeat (or registration) that renewed its lease, and serves
 // nothing once the period is over: every read and operation checks the
 // deadline first (package rs). The period is at most P = 3 ×
-// HeartbeatInterval, the interval the master told it. The leader records
-// each renewal it grants before its last liveness check of the
+// HeartbeatInterval, the interval the master told it (every master must
+// be configured with the same one). The leader records each renewal it
+// grants (a registration is one) before its last liveness check of the
 // incarnation, and answers it only after verifying its leadership with a
 // quorum (raft VerifyLeader). So for a fenced incarnation I the leader
 // knows a time R no earlier than I's last renewal: the latest renewal it
@@ -139,6 +144,12 @@
 // region that raced into OPENING on it is caught too. Because a crash
 // procedure is an ordinary procedure, a crash during a master failover is
 // simply resumed by the next leader.
+//
+// Within a term, the attempts the leader sends one incarnation are
+// ordered (BatchRequest.seq, one counter per node): a server refuses an
+// attempt older than one it admitted, also at the moment each operation
+// applies, so an attempt the dispatcher gave up on (timed out, retried)
+// can never reopen a region a later batch closed.
 //
 // # Remote operations
 //

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -187,6 +188,10 @@ type Domain struct {
 	svc    *services
 	conns  map[string]*grpc.ClientConn // region servers, for ServerRegions
 	closed bool
+
+	// attempts numbers the dispatchers' calls across every term's
+	// dispatcher (dispatch.Config.NextSeq).
+	attempts atomic.Uint64
 }
 
 // New returns a Domain. Attach the node once it is built (the node needs
@@ -327,6 +332,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	dc.Term, dc.MasterID, dc.Transport = term, n.ID(), d.transport
 	dc.OnResult, dc.OnServerFailed = svc.onResult, svc.onServerFailed
 	dc.Clock, dc.Logger = d.cfg.Clock, d.cfg.Logger.With("term", term)
+	dc.NextSeq = func() uint64 { return d.attempts.Add(1) }
 	if svc.disp, err = dispatch.New(dc); err != nil {
 		return nil, fmt.Errorf("master: dispatcher: %w", err)
 	}
@@ -942,8 +948,9 @@ const (
 // reopen its regions elsewhere: the "expired" answer that tells a server
 // to drop its regions may have been lost, and a server cut off from the
 // masters keeps serving until it fences itself. An incarnation is gone
-// once it registered again (a server drops every region before it
-// registers), or once its self-fence deadline has certainly passed:
+// once the process that held it registered again saying it dropped it
+// (a server drops every region before it registers), or once its
+// self-fence deadline has certainly passed:
 // selfFence (3 × the heartbeat interval the server was told) plus
 // FenceMargin after the last renewal it may have been granted. That is the
 // latest renewal this term granted it, or, when there is none, the moment
@@ -958,8 +965,13 @@ func (s *services) presenceOf(r reader, ref ServerRef) (Server, presence, time.D
 	if ok && srv.StartCode == ref.StartCode && srv.State == ServerLive {
 		return srv, present, 0, nil
 	}
-	if ok && srv.StartCode > ref.StartCode {
-		return srv, gone, 0, nil // registered again: it closed everything first
+	if ok && srv.StartCode > ref.StartCode && srv.Dropped >= ref.StartCode {
+		// The live registration says it gave ref (or a later incarnation
+		// of the same process, which gave ref up before registering) up:
+		// a process closes everything before it registers again. A
+		// registration that does not say so (a fresh process, a late copy
+		// of an earlier request) proves nothing about ref.
+		return srv, gone, 0, nil
 	}
 	left := s.renewedAt(ref).Add(s.selfFence() + s.d.cfg.FenceMargin).Sub(s.d.cfg.Clock.Now())
 	if left > 0 {
@@ -970,8 +982,19 @@ func (s *services) presenceOf(r reader, ref ServerRef) (Server, presence, time.D
 
 // selfFence is how long a region server keeps its regions after the
 // renewal it last sent: the region server caps its self-fence period at
-// three of the heartbeat intervals it was told (package rs).
-func (s *services) selfFence() time.Duration { return 3 * s.d.cfg.HeartbeatInterval }
+// three of the heartbeat intervals it was told (package rs). Every master
+// must be configured with the same HeartbeatInterval: the interval told
+// is not replicated, so a leader with a shorter one would count a server
+// gone too soon.
+func (s *services) selfFence() time.Duration { return 3 * s.toldInterval() }
+
+// toldInterval is the heartbeat interval told to registering servers: the
+// wire carries whole milliseconds, so it is rounded up to one, never down
+// (a server told 0 would fall back to its own default, longer than the
+// masters assume).
+func (s *services) toldInterval() time.Duration {
+	return max((s.d.cfg.HeartbeatInterval + time.Millisecond - 1).Truncate(time.Millisecond), time.Millisecond)
+}
 
 // renewedAt is the latest moment from which incarnation ref may be
 // counting its self-fence period.

@@ -91,6 +91,10 @@ type Server struct {
 	Address   string `json:"address"`
 	StartCode uint64 `json:"start_code"`
 	State     string `json:"state"`
+	// Dropped is the start code the registering process said it held last
+	// and gave up (0: none): proof that it and every earlier incarnation
+	// of the process serve nothing (see services.presenceOf).
+	Dropped uint64 `json:"dropped_start_code,omitempty"`
 }
 
 // Lock is the value at lock/<id>: an external lock that is held.

@@ -75,10 +75,11 @@ func (d *Domain) rpcError(err error) error {
 
 // RegisterServer implements rspb.MasterServer: the server gets a new start
 // code, committed (term-fenced) before it is answered, and a lease. An
-// earlier incarnation that still holds regions is treated as crashed: the
-// server closed everything before registering (a registration that lists
-// regions still hosted is refused), so its regions can be reassigned at
-// once.
+// earlier incarnation that still holds regions is treated as crashed: its
+// crash procedure reassigns them at once if the registration says it
+// dropped that incarnation (a server closes everything before registering;
+// one that lists regions still hosted is refused), else once its
+// self-fence deadline has passed (services.presenceOf).
 func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterServerRequest) (*rspb.RegisterServerResponse, error) {
 	if req.GetServerId() == "" || req.GetAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "master: register: server_id and address are required")
@@ -110,7 +111,16 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 		return nil, err
 	}
 	ref := ServerRef{id, s.nextStartCode()}
-	rec := Server{Address: req.GetAddress(), StartCode: ref.StartCode, State: ServerLive}
+	if had && ref.StartCode <= old.StartCode {
+		// Services rebuilt within one term restart the counter: a start
+		// code must never come back, or an old incarnation's crash
+		// procedure would expire the new one.
+		ref.StartCode = old.StartCode + 1
+	}
+	rec := Server{Address: req.GetAddress(), StartCode: ref.StartCode, State: ServerLive, Dropped: req.GetDroppedStartCode()}
+	// The server counts its self-fence from the moment it sent this
+	// request: a registration is a renewal.
+	s.noteRenewal(ref)
 	if err := s.commit(ctx, raftfsm.Put(ServerKey(id), mustJSON(rec))); err != nil {
 		s.regMu.Unlock()
 		return nil, err
@@ -124,9 +134,6 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 	s.leases.Grant(holderOf(ref))
 	s.mu.Lock()
 	delete(s.revoke, id)
-	if had {
-		delete(s.renewed, ServerRef{id, old.StartCode}) // proven gone by the new start code
-	}
 	s.mu.Unlock()
 	s.regMu.Unlock()
 	if had {
@@ -150,7 +157,7 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 	}
 	return &rspb.RegisterServerResponse{
 		StartCode:           ref.StartCode,
-		HeartbeatIntervalMs: s.d.cfg.HeartbeatInterval.Milliseconds(),
+		HeartbeatIntervalMs: s.toldInterval().Milliseconds(),
 		Term:                s.term,
 	}, nil
 }

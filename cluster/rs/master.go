@@ -174,7 +174,7 @@ func (s *Server) leaseLoop(ctx context.Context) {
 // register obtains a new start code from the leader.
 func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
-	req := &rspb.RegisterServerRequest{ServerId: s.cfg.ID, Address: s.addr}
+	req := &rspb.RegisterServerRequest{ServerId: s.cfg.ID, Address: s.addr, DroppedStartCode: s.dropped}
 	for name := range s.regions {
 		req.Regions = append(req.Regions, name)
 	}
@@ -290,7 +290,7 @@ func (s *Server) selfFenceLocked() {
 	n := len(s.regions)
 	sc := s.startCode
 	s.regions = map[string]hosted{}
-	s.startCode = 0
+	s.startCode, s.dropped = 0, sc
 	s.log.Warn("no heartbeat got through for too long: closed every region before the masters reassign them",
 		"start_code", sc, "regions_closed", n, "fence_at", s.fenceAt)
 }
@@ -307,7 +307,7 @@ func (s *Server) expire(sc uint64) {
 	}
 	n := len(s.regions)
 	s.regions = map[string]hosted{}
-	s.startCode = 0
+	s.startCode, s.dropped = 0, sc
 	s.mu.Unlock()
 	s.log.Warn("lease expired: closed every region, registering again", "start_code", sc, "regions_closed", n)
 }

@@ -69,6 +69,8 @@ type Server struct {
 	regions     map[string]hosted
 	startCode   uint64        // 0: not registered
 	highestTerm uint64        // fencing: the highest leader term seen
+	highestSeq  uint64        // fencing: the highest attempt admitted in highestTerm
+	dropped     uint64        // the start code last given up (told to the masters at registration)
 	interval    time.Duration // heartbeat interval in force
 	// fenceAt is when the current registration stops serving unless
 	// renewed: the self-fence period counted from the moment the last
@@ -302,7 +304,7 @@ func (s *Server) ListRegions(context.Context, *rspb.ListRegionsRequest) (*rspb.L
 // an error means the batch was refused or interrupted (the server stopping,
 // the caller gone), in which case some operations may have been applied.
 func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (*rspb.BatchResponse, error) {
-	term, sc := req.GetTerm(), req.GetStartCode()
+	term, sc, seq := req.GetTerm(), req.GetStartCode(), req.GetSeq()
 	s.mu.Lock()
 	err := s.admitLocked(req)
 	hi := s.highestTerm
@@ -342,7 +344,7 @@ func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (*rsp
 			defer wg.Done()
 			defer func() { <-sem }()
 			for _, i := range idxs {
-				res, err := s.execOp(opCtx, term, sc, ops[i])
+				res, err := s.execOp(opCtx, term, sc, seq, ops[i])
 				results[i] = res
 				if err != nil {
 					imu.Lock()
@@ -375,18 +377,30 @@ func (s *Server) admitLocked(req *rspb.BatchRequest) error {
 		return status.Errorf(codes.FailedPrecondition, "wrong server: this is %q, the batch is for %q", s.cfg.ID, id)
 	}
 	if t := req.GetTerm(); t < s.highestTerm {
-		return s.fenceLocked(t, req.GetStartCode())
+		return s.fenceLocked(t, req.GetStartCode(), req.GetSeq())
 	}
 	s.raiseTermLocked(req.GetTerm(), "batch from "+req.GetMasterId())
-	return s.fenceLocked(req.GetTerm(), req.GetStartCode())
+	if err := s.fenceLocked(req.GetTerm(), req.GetStartCode(), req.GetSeq()); err != nil {
+		return err
+	}
+	if seq := req.GetSeq(); seq > s.highestSeq {
+		s.highestSeq = seq
+	}
+	return nil
 }
 
 // fenceLocked checks a master request's term and start code against this
 // server's state.
-func (s *Server) fenceLocked(term, startCode uint64) error {
+func (s *Server) fenceLocked(term, startCode, seq uint64) error {
 	s.selfFenceLocked()
 	if term < s.highestTerm {
 		return status.Errorf(codes.FailedPrecondition, "stale term %d: this server has seen term %d", term, s.highestTerm)
+	}
+	if seq != 0 && seq < s.highestSeq {
+		// A newer attempt of the same term was admitted since: the master
+		// gave this one up, and applying it now could undo what newer
+		// batches did (reopen a region a later batch closed).
+		return status.Errorf(codes.FailedPrecondition, "stale attempt %d: this server has admitted attempt %d of term %d", seq, s.highestSeq, term)
 	}
 	if s.startCode == 0 {
 		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: this server is not registered (it is registering again)", startCode)
@@ -400,6 +414,7 @@ func (s *Server) fenceLocked(term, startCode uint64) error {
 // raiseTermLocked records a term seen from a master.
 func (s *Server) raiseTermLocked(term uint64, from string) {
 	if term > s.highestTerm {
+		s.highestSeq = 0 // attempts are ordered within a term
 		s.log.Info("fencing term raised", "term", term, "previous", s.highestTerm, "from", from)
 		s.highestTerm = term
 	}
@@ -408,7 +423,7 @@ func (s *Server) raiseTermLocked(term uint64, from string) {
 // execOp runs one operation under its region's lock. It returns an error
 // only when ctx ended before the operation was decided (then it was not
 // applied).
-func (s *Server) execOp(ctx context.Context, term, sc uint64, op *rspb.RegionOp) (*rspb.RegionOpResult, error) {
+func (s *Server) execOp(ctx context.Context, term, sc, seq uint64, op *rspb.RegionOp) (*rspb.RegionOpResult, error) {
 	region, kind := op.GetRegion(), op.GetKind()
 	res := &rspb.RegionOpResult{Region: region, Kind: kind, ProcId: op.GetProcId()}
 	if region == "" {
@@ -427,7 +442,7 @@ func (s *Server) execOp(ctx context.Context, term, sc uint64, op *rspb.RegionOp)
 	defer unlock()
 
 	s.mu.Lock()
-	err = s.fenceLocked(term, sc)
+	err = s.fenceLocked(term, sc, seq)
 	_, isHosted := s.regions[region]
 	s.mu.Unlock()
 	if err != nil {
@@ -452,7 +467,7 @@ func (s *Server) execOp(ctx context.Context, term, sc uint64, op *rspb.RegionOp)
 		return res, nil
 	}
 	s.mu.Lock()
-	if err := s.fenceLocked(term, sc); err != nil {
+	if err := s.fenceLocked(term, sc, seq); err != nil {
 		// Overtaken during the latency: applying now could undo what the
 		// newer leader (or the master that expired us) has done since.
 		s.mu.Unlock()

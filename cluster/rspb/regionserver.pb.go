@@ -153,12 +153,20 @@ func (x *RegionOp) GetProcId() uint64 {
 }
 
 type BatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
-	MasterId      string                 `protobuf:"bytes,2,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"`
-	ServerId      string                 `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	StartCode     uint64                 `protobuf:"varint,4,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
-	Ops           []*RegionOp            `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Term      uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	MasterId  string                 `protobuf:"bytes,2,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"`
+	ServerId  string                 `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	StartCode uint64                 `protobuf:"varint,4,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
+	Ops       []*RegionOp            `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	// seq orders the attempts one master sends to one incarnation within a
+	// term: it grows with every attempt (a retry too). A server refuses a
+	// batch, and at apply time each operation of one, whose seq is below
+	// the highest it admitted for the same term and start code: an attempt
+	// the master gave up on (timed out, retried) must never apply after a
+	// newer one, e.g. reopen a region a later batch closed. 0: unordered
+	// (older masters).
+	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +234,13 @@ func (x *BatchRequest) GetOps() []*RegionOp {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *BatchRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type RegionOpResult struct {
@@ -528,9 +543,16 @@ type RegisterServerRequest struct {
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// regions the server still hosts (normally none: a registering server
 	// has closed everything).
-	Regions       []string `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Regions []string `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
+	// dropped_start_code is the start code this process held last and gave
+	// up (closing every region of it) before registering again; 0 for a
+	// process that held none (a fresh start). Only such a registration
+	// proves that the incarnation it names serves nothing any more: a late
+	// copy of an earlier request, or another process under the same id,
+	// proves nothing.
+	DroppedStartCode uint64 `protobuf:"varint,4,opt,name=dropped_start_code,json=droppedStartCode,proto3" json:"dropped_start_code,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RegisterServerRequest) Reset() {
@@ -582,6 +604,13 @@ func (x *RegisterServerRequest) GetRegions() []string {
 		return x.Regions
 	}
 	return nil
+}
+
+func (x *RegisterServerRequest) GetDroppedStartCode() uint64 {
+	if x != nil {
+		return x.DroppedStartCode
+	}
+	return 0
 }
 
 type RegisterServerResponse struct {
@@ -878,14 +907,15 @@ const file_regionserver_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x17\n" +
-	"\aproc_id\x18\x04 \x01(\x04R\x06procId\"\xa4\x01\n" +
+	"\aproc_id\x18\x04 \x01(\x04R\x06procId\"\xb6\x01\n" +
 	"\fBatchRequest\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tmaster_id\x18\x02 \x01(\tR\bmasterId\x12\x1b\n" +
 	"\tserver_id\x18\x03 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x04 \x01(\x04R\tstartCode\x12'\n" +
-	"\x03ops\x18\x05 \x03(\v2\x15.baton.rs.v1.RegionOpR\x03ops\"\xaa\x01\n" +
+	"\x03ops\x18\x05 \x03(\v2\x15.baton.rs.v1.RegionOpR\x03ops\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\xaa\x01\n" +
 	"\x0eRegionOpResult\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x0e\n" +
@@ -905,11 +935,12 @@ const file_regionserver_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x123\n" +
-	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\"h\n" +
+	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\"\x96\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
-	"\aregions\x18\x03 \x03(\tR\aregions\"\x7f\n" +
+	"\aregions\x18\x03 \x03(\tR\aregions\x12,\n" +
+	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\"\x7f\n" +
 	"\x16RegisterServerResponse\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
