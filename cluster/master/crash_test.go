@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -118,5 +119,27 @@ func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
 		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
 			t.Errorf("server crash %d ended %v", info.ID, info.State)
 		}
+	}
+}
+
+// A start code never comes back, even when the leader services are rebuilt
+// within one term (their counter starts over): an old incarnation's crash
+// procedure would otherwise take the new registration for itself.
+func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
+	lm, _ := h.leader()
+	svc := lm.dom.services()
+	rs1 := h.rss["rs1"]
+	before := rs1.StartCode()
+	svc.mu.Lock()
+	svc.startSeq = 0 // as in services rebuilt for the same term
+	svc.mu.Unlock()
+	resp, err := (&masterService{d: lm.dom}).RegisterServer(context.Background(),
+		&rspb.RegisterServerRequest{ServerId: "rs1", Address: rs1.Addr(), DroppedStartCode: before})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStartCode() <= before {
+		t.Fatalf("registration after the counter restarted got start code %d, not above the previous %d", resp.GetStartCode(), before)
 	}
 }
