@@ -164,11 +164,12 @@ func TestServerCrashReassigns(t *testing.T) {
 	if srv.State != ServerExpired {
 		t.Errorf("rs2 is %s, want expired", srv.State)
 	}
-	// The crash procedure finished.
+	// The crash procedure finishes (it looks once more after its
+	// children are done: the regions may be placed a moment before).
 	_, x := h.leader()
 	for _, info := range x.List(procedure.Filter{Type: TypeServerCrash}) {
-		if info.State != procedure.Success {
-			t.Errorf("server crash %d is %v", info.ID, info.State)
+		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
+			t.Errorf("server crash %d ended %v", info.ID, info.State)
 		}
 	}
 }
