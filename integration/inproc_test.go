@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -466,10 +467,18 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		waitSuccess(t, x, ids)
 		more = append(more, ids...)
 	}
+	// Whichever of the two leads when the follower is back, its log must
+	// no longer reach the follower's index: each has a snapshot far enough
+	// past it that compaction dropped the entries after w.
 	for _, i := range []int{li, (li + 2) % 3} {
-		if err := c.nodes[i].Raft().Snapshot().Error(); err != nil && !strings.Contains(err.Error(), "nothing new to snapshot") {
-			t.Fatalf("snapshot on %s: %v", c.cfgs[i].ID, err)
-		}
+		n := c.nodes[i]
+		waitFor(t, 10*time.Second, c.cfgs[i].ID+"'s log to be compacted past the follower's index", func() bool {
+			if err := n.Raft().Snapshot().Error(); err != nil && !strings.Contains(err.Error(), "nothing new to snapshot") {
+				t.Fatalf("snapshot on %s: %v", c.cfgs[i].ID, err)
+			}
+			si, err := strconv.ParseUint(n.Raft().Stats()["last_snapshot_index"], 10, 64)
+			return err == nil && si > w+16+1
+		})
 	}
 	lead := c.nodes[li]
 	t.Logf("follower %s down at WAL index %d; leader at %d, its last snapshot at %s", c.cfgs[fi].ID, w, lead.FSM().AppliedIndex(), lead.Raft().Stats()["last_snapshot_index"])
