@@ -30,31 +30,8 @@ func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
 
 	// Every "expired" answer to rs2's old incarnation is lost, and the
 	// masters cannot reach it any more.
-	lost, err := h.faults.Add(rpcfault.Rule{
-		Name:    "expired answer lost",
-		Methods: []string{rspb.Master_Heartbeat_FullMethodName},
-		Fault:   rpcfault.DropAnswer,
-		When: func(c rpcfault.Call) bool {
-			req, ok := c.Request.(*rspb.HeartbeatRequest)
-			return ok && req.GetServerId() == "rs2" && req.GetStartCode() == sc
-		},
-		WhenAnswer: func(_ rpcfault.Call, resp any, err error) bool {
-			hb, ok := resp.(*rspb.HeartbeatResponse)
-			return err == nil && ok && hb.GetExpired()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unreachable, err := h.faults.Add(rpcfault.Rule{
-		Name:    "rs2 unreachable",
-		Methods: []string{rspb.RegionServer_ExecuteBatch_FullMethodName},
-		Fault:   rpcfault.DropRequest,
-		When:    func(c rpcfault.Call) bool { return c.Peer == rs2.Addr() },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lost := h.dropExpiredAnswers(ServerRef{"rs2", sc})
+	unreachable := h.unreachable(rs2.Addr())
 
 	stop := make(chan struct{})
 	doubles := h.watchDoubles(stop)
@@ -108,6 +85,22 @@ func (h *harness) dropExpiredAnswers(ref ServerRef) *rpcfault.Handle {
 		h.t.Fatal(err)
 	}
 	return lost
+}
+
+// unreachable loses every batch the masters send to the region server at
+// addr, and returns the rule's handle.
+func (h *harness) unreachable(addr string) *rpcfault.Handle {
+	h.t.Helper()
+	rule, err := h.faults.Add(rpcfault.Rule{
+		Name:    addr + " unreachable",
+		Methods: []string{rspb.RegionServer_ExecuteBatch_FullMethodName},
+		Fault:   rpcfault.DropRequest,
+		When:    func(c rpcfault.Call) bool { return c.Peer == addr },
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rule
 }
 
 // A registration proves that an earlier incarnation serves nothing only
@@ -191,15 +184,7 @@ func TestRegistrationCountsAsARenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustSucceed(h.submit(p, ""), 10*time.Second)
-	unreachable, err := h.faults.Add(rpcfault.Rule{
-		Name:    "rs3 unreachable",
-		Methods: []string{rspb.RegionServer_ExecuteBatch_FullMethodName},
-		Fault:   rpcfault.DropRequest,
-		When:    func(c rpcfault.Call) bool { return c.Peer == rs3.Addr() },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	unreachable := h.unreachable(rs3.Addr())
 	if p, err = lm.dom.MoveRegionProcedure(region, "rs1"); err != nil {
 		t.Fatal(err)
 	}
