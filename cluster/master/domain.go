@@ -472,25 +472,37 @@ func (s *services) commit(ctx context.Context, muts ...raftfsm.Mutation) error {
 		return err
 	}
 	f := s.n.Raft().Apply(data, s.d.cfg.ApplyTimeout)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.stopCh:
-		return fmt.Errorf("master: domain write: %w", cluster.ErrNotLeader)
-	}
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-		return fmt.Errorf("master: domain write: %w", cluster.ErrNotLeader)
-	}
-	if err != nil {
-		return fmt.Errorf("master: domain write: %w", err)
+	if err := s.awaitRaft(ctx, "domain write", f); err != nil {
+		return err
 	}
 	if rerr, ok := f.Response().(error); ok && rerr != nil {
 		return fmt.Errorf("master: domain write refused: %w", rerr)
 	}
 	return nil
+}
+
+// awaitRaft waits for f until ctx ends or the services stop. Losing
+// leadership, however raft words it (not leader, leadership lost, shut
+// down), is cluster.ErrNotLeader, so callers answer UNAVAILABLE with a
+// leader hint.
+func (s *services) awaitRaft(ctx context.Context, what string, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopCh:
+		return fmt.Errorf("master: %s: %w", what, cluster.ErrNotLeader)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("master: %s: %w (%v)", what, cluster.ErrNotLeader, err)
+	}
+	return fmt.Errorf("master: %s: %w", what, err)
 }
 
 // nextStartCode is term<<32 | n: unique across terms (a term has one

@@ -2,14 +2,12 @@ package master
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/rspb"
@@ -226,20 +224,7 @@ func (s *services) renewable(ref ServerRef) (expired, alive bool, err error) {
 // verifyLeader confirms with a quorum that this node still leads the
 // services' term.
 func (s *services) verifyLeader(ctx context.Context) error {
-	f := s.n.Raft().VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("master: verifying leadership: %w", cluster.ErrNotLeader)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.stopCh:
-		return fmt.Errorf("master: verifying leadership: %w", cluster.ErrNotLeader)
-	}
+	return s.awaitRaft(ctx, "verifying leadership", s.n.Raft().VerifyLeader())
 }
 
 // ReportTransition implements rspb.MasterServer.
