@@ -174,13 +174,7 @@ func TestDelayAnswerWaitsOnTheClock(t *testing.T) {
 	h, c := serve(t, in.ServerOptions())
 	done := make(chan error, 1)
 	go func() { _, err := check(t, c); done <- err }()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.checks.Load() == 0 || clk.Pending() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the handler did not run, or no delay was scheduled")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitHandledAndTimed(t, h, clk)
 	select {
 	case err := <-done:
 		t.Fatalf("answer arrived before the delay passed: %v", err)
@@ -207,13 +201,7 @@ func TestLostAnswerNoticedLate(t *testing.T) {
 	h, c := serve(t, in.ServerOptions())
 	done := make(chan error, 1)
 	go func() { _, err := check(t, c); done <- err }()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.checks.Load() == 0 || clk.Pending() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the handler did not run, or no wait was scheduled")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitHandledAndTimed(t, h, clk)
 	select {
 	case err := <-done:
 		t.Fatalf("the loss was noticed before the delay passed: %v", err)
@@ -382,5 +370,18 @@ func TestInvalidRules(t *testing.T) {
 		if _, err := in.Add(r); err == nil {
 			t.Errorf("rule %+v accepted", r)
 		}
+	}
+}
+
+// waitHandledAndTimed waits until the handler ran and the injector armed a
+// timer on clk (a delay, or a loss noticed late).
+func waitHandledAndTimed(t *testing.T, h *countingHealth, clk *clock.Manual) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.checks.Load() == 0 || clk.Pending() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the handler did not run, or no timer was armed")
+		}
+		time.Sleep(time.Millisecond) // poll interval
 	}
 }
