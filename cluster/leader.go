@@ -268,6 +268,16 @@ func (n *Node) establish(ctx context.Context) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err // lost leadership while loading
 	}
+	// The FSM sees no raft no-op or barrier entry, so its applied index
+	// stops short of a commit index they end; a command of this term
+	// brings it level, so that a linearizable read (read.go) need not wait
+	// for the next write to reach its read index.
+	nctx, ncancel := context.WithTimeout(ctx, n.cfg.BarrierTimeout)
+	err = await(nctx, n.raft.Apply(raftfsm.EncodeNoop(), n.cfg.BarrierTimeout))
+	ncancel()
+	if err != nil {
+		return fmt.Errorf("no-op command: %w", err)
+	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()

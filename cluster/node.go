@@ -67,6 +67,8 @@ type Node struct {
 
 	noSnapshotRestore bool
 
+	reads *readConfirmer // batches the quorum rounds of linearizable reads
+
 	mu     sync.Mutex // guards exec, rstore, execTerm, closed
 	exec   *procedure.Executor
 	rstore *raftfsm.RaftStore
@@ -202,6 +204,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout)
 	go n.monitorLeadership()
 	return n, nil
 }

@@ -38,6 +38,9 @@ type Info struct {
 	Submitted, Updated   time.Time
 	Finished, Acked      time.Time
 	Error                string
+	// ErrorCode classifies Error when the procedure failed on a
+	// precondition (see ErrorCode); empty otherwise.
+	ErrorCode string
 	Result               []byte
 	Paused               bool
 	AbortRequested       bool
@@ -198,7 +201,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 	return Info{
 		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
 		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitted: e.submitted, Updated: e.updated,
-		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg,
+		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
 		StackDepth: len(e.stack),

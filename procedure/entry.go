@@ -28,6 +28,7 @@ type entry struct {
 	stack                 []int32
 	locked                bool
 	errMsg                string
+	errCode               string // ErrorCode of the failure that errMsg tells, if it is one
 	result                []byte
 	abort, paused, bypass bool
 	untilDone             bool // RetriesUntilDone: never fails, never aborted

@@ -540,7 +540,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	x.mu.Lock()
 	if e.failures > 0 {
-		e.failures, e.errMsg = 0, ""
+		e.failures, e.errMsg, e.errCode = 0, "", ""
 	}
 	if pushed {
 		x.pushLocked(root, e)
@@ -786,7 +786,7 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 		x.pushLocked(root, e)
 	}
 	e.state = Failed
-	e.errMsg = cause.Error()
+	e.errMsg, e.errCode = cause.Error(), ErrorCode(cause)
 	if !root.failed {
 		root.failed = true
 		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
@@ -1148,7 +1148,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		// Only a live procedure persists a held lock: a finished one lets go
 		// of it right after this write, and a restart must not hand it back.
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
-		result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
+		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 	}
 	x.unlock()

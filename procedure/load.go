@@ -258,7 +258,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		submitted: fromUnixNano(r.submitted), updated: fromUnixNano(r.updated),
 		deadline: fromUnixNano(r.deadline), waitUntil: fromUnixNano(r.waitUntil),
 		finishedAt: fromUnixNano(r.finishedAt), ackedAt: fromUnixNano(r.ackedAt),
-		stack: r.stack, locked: r.locked, errMsg: r.errMsg, result: r.result,
+		stack: r.stack, locked: r.locked, errMsg: r.errMsg, errCode: r.errCode, result: r.result,
 		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats, spins: r.spins,
 	}
 	if err := x.deriveLocked(e); err != nil {

@@ -23,6 +23,7 @@ type record struct {
 	stack            []int32
 	locked           bool
 	errMsg           string
+	errCode          string
 	result           []byte
 	data             []byte
 	abort            bool
@@ -72,6 +73,7 @@ const (
 	fSMNext
 	fSMHistory
 	fSpins
+	fErrorCode
 )
 
 func (r *record) marshal() []byte {
@@ -119,6 +121,7 @@ func (r *record) marshal() []byte {
 	ints(fStack, r.stack)
 	flag(fLocked, r.locked)
 	str(fError, []byte(r.errMsg))
+	str(fErrorCode, []byte(r.errCode))
 	str(fResult, r.result)
 	str(fData, r.data)
 	flag(fAbort, r.abort)
@@ -239,6 +242,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.nonce = string(v)
 	case fError:
 		r.errMsg = string(v)
+	case fErrorCode:
+		r.errCode = string(v)
 	case fResult:
 		r.result = append([]byte(nil), v...)
 	case fData:

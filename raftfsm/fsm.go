@@ -130,7 +130,8 @@ type FSM struct {
 	cfg Config
 	log hclog.Logger
 
-	st atomic.Pointer[state]
+	st      atomic.Pointer[state]
+	applied appliedSignal // wakes WaitApplied when st changes
 
 	mu        sync.Mutex // serialises applying, restoring and closing
 	wal       *store.WAL // nil in memory-only mode
@@ -470,7 +471,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if changed {
 		a.flush(index)
 	}
-	f.st.Store(&state{procs: a.procs.Commit(), kv: a.kv.Commit(), maxProcID: a.maxID, index: index})
+	f.publish(&state{procs: a.procs.Commit(), kv: a.kv.Commit(), maxProcID: a.maxID, index: index})
 	return resps
 }
 

@@ -188,7 +188,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		}
 	}
 	f.nextKeyID = nextKey
-	f.st.Store(st)
+	f.publish(st)
 	f.log.Info("snapshot restored", "index", st.index, "procs", st.procs.Len(), "keys", st.kv.Len(),
 		"generation", f.walGen)
 	return nil

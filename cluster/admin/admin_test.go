@@ -118,6 +118,18 @@ func (f *fakeBackend) Mutate(_ context.Context, muts []raftfsm.Mutation) error {
 	}
 	return nil
 }
+func (f *fakeBackend) LinearizableRead(context.Context) (cluster.ReadInfo, error) {
+	if !f.IsLeader() {
+		return cluster.ReadInfo{}, f.notLeader()
+	}
+	ri := f.ReadState()
+	ri.Linearizable = true
+	return ri, nil
+}
+func (f *fakeBackend) ReadState() cluster.ReadInfo {
+	return cluster.ReadInfo{ServedBy: f.id, AppliedIndex: 9, RaftState: f.Status().State, Term: 3}
+}
+func (f *fakeBackend) StoredProcedures(func(store.Proc) error) error { return nil }
 func (f *fakeBackend) notLeader() error {
 	id, addr := f.Leader()
 	return &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
 )
 
 // Procedures is what the admin API uses of the leader's executor;
@@ -51,6 +52,16 @@ type Backend interface {
 	// fail with an error wrapping cluster.ErrNotLeader) and returns once
 	// the local FSM applied them.
 	Mutate(ctx context.Context, muts []raftfsm.Mutation) error
+	// LinearizableRead makes the caller's next read of the local state
+	// (FSM or executor) linearizable, or fails: with an error wrapping
+	// cluster.ErrNotLeader where the leader must be asked instead (see
+	// cluster.Node.LinearizableRead).
+	LinearizableRead(ctx context.Context) (cluster.ReadInfo, error)
+	// ReadState describes the local state a stale read is served from.
+	ReadState() cluster.ReadInfo
+	// StoredProcedures walks the procedures of the local FSM, for stale
+	// reads of procedures on a node without an executor.
+	StoredProcedures(fn func(store.Proc) error) error
 }
 
 // NodeBackend adapts a cluster node to Backend. Domain mutations are
@@ -82,6 +93,14 @@ func (b nodeBackend) Procedures() (Procedures, error) {
 	}
 	return x, nil
 }
+
+func (b nodeBackend) LinearizableRead(ctx context.Context) (cluster.ReadInfo, error) {
+	return b.n.LinearizableRead(ctx)
+}
+
+func (b nodeBackend) ReadState() cluster.ReadInfo { return b.n.ReadState() }
+
+func (b nodeBackend) StoredProcedures(fn func(store.Proc) error) error { return b.n.FSM().Procs(fn) }
 
 func (b nodeBackend) Join(ctx context.Context, id, addr string) error { return b.n.Join(ctx, id, addr) }
 

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,10 +18,11 @@ import (
 // server submits them on the leader with the request's nonce, forwarding
 // from a standby like SubmitProcedure does.
 //
-// Reads (namespaces, tables, regions) come from the answering node's FSM;
-// a standby may lag the leader by a commit or two. ListServers needs the
-// leader's lease view (renewals are not replicated), so it fails with an
-// error wrapping cluster.ErrNotLeader on a standby and is forwarded.
+// Reads (namespaces, tables, regions) come from the answering node's FSM:
+// the server makes them linearizable (read.go) or serves them stale, as
+// asked. ListServers needs the leader's lease view (renewals are not
+// replicated), so it fails with an error wrapping cluster.ErrNotLeader on a
+// standby and is forwarded.
 type Domain interface {
 	CreateNamespaceProcedure(name string) (procedure.Procedure, error)
 	DeleteNamespaceProcedure(name string) (procedure.Procedure, error)
@@ -32,6 +34,7 @@ type Domain interface {
 	BalanceProcedure() (procedure.Procedure, error)
 
 	ListNamespaces() ([]string, error)
+	NamespaceExists(name string) (bool, error)
 	// DescribeTable fails with an error wrapping procedure.ErrNotFound
 	// for an unknown table.
 	DescribeTable(ns, name string) (*adminpb.Table, error)
@@ -179,78 +182,120 @@ func (s *Server) Balance(ctx context.Context, req *adminpb.BalanceRequest) (*adm
 	})
 }
 
-// ListNamespaces implements adminpb.AdminServer (local FSM).
-func (s *Server) ListNamespaces(ctx context.Context, _ *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {
+// ListNamespaces implements adminpb.AdminServer.
+func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
-	ns, err := d.ListNamespaces()
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return &adminpb.ListNamespacesResponse{Namespaces: ns}, nil
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListNamespacesResponse, error) {
+		ns, err := d.ListNamespaces()
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListNamespacesResponse{Namespaces: ns, Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
+		return c.ListNamespaces(ctx, req)
+	})
 }
 
-// DescribeTable implements adminpb.AdminServer (local FSM).
+// GetNamespace implements adminpb.AdminServer.
+func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequest) (*adminpb.Namespace, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: get namespace: name is required")
+	}
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
+		ok, err := d.NamespaceExists(req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: namespace %q", procedure.ErrNotFound, req.GetName())
+		}
+		return &adminpb.Namespace{Name: req.GetName(), Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Namespace, error) {
+		return c.GetNamespace(ctx, req)
+	})
+}
+
+// DescribeTable implements adminpb.AdminServer.
 func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.Table, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
-	t, err := d.DescribeTable(req.GetNamespace(), req.GetName())
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return t, nil
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Table, error) {
+		t, err := d.DescribeTable(req.GetNamespace(), req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		t.Read = ri
+		return t, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Table, error) {
+		return c.DescribeTable(ctx, req)
+	})
 }
 
-// ListTables implements adminpb.AdminServer (local FSM).
+// ListTables implements adminpb.AdminServer.
 func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest) (*adminpb.ListTablesResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
-	ts, err := d.ListTables(req.GetNamespace())
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return &adminpb.ListTablesResponse{Tables: ts}, nil
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListTablesResponse, error) {
+		ts, err := d.ListTables(req.GetNamespace())
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListTablesResponse{Tables: ts, Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
+		return c.ListTables(ctx, req)
+	})
 }
 
-// ListRegions implements adminpb.AdminServer (local FSM).
+// ListRegions implements adminpb.AdminServer.
 func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsRequest) (*adminpb.ListRegionsResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
-	rs, err := d.ListRegions(req.GetTable())
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return &adminpb.ListRegionsResponse{Regions: rs}, nil
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListRegionsResponse, error) {
+		rs, err := d.ListRegions(req.GetTable())
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListRegionsResponse{Regions: rs, Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
+		return c.ListRegions(ctx, req)
+	})
 }
 
 // ListServers implements adminpb.AdminServer: served by the leader, whose
-// leases say live, suspect or expired.
+// leases say live, suspect or expired (a stale read skips its quorum
+// round).
 func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersRequest) (*adminpb.ListServersResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
-	return orForward(s, ctx, func() (*adminpb.ListServersResponse, error) {
+	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
 		srvs, err := d.ListServers()
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListServersResponse{Servers: srvs}, nil
+		return &adminpb.ListServersResponse{Servers: srvs, Read: ri}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
 		return c.ListServers(ctx, req)
 	})
 }
 
 // ServerRegions implements adminpb.AdminServer: the region server's own
-// answer beside the local FSM's assignment.
+// answer beside the assignment in the master's state (read at the
+// request's consistency).
 func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRequest) (*adminpb.ServerRegionsResponse, error) {
 	if req.GetServer() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: server regions: server is required")
@@ -259,11 +304,16 @@ func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRe
 	if err != nil {
 		return nil, err
 	}
-	out, err := d.ServerRegions(ctx, req.GetServer())
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return out, nil
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ServerRegionsResponse, error) {
+		out, err := d.ServerRegions(ctx, req.GetServer())
+		if err != nil {
+			return nil, err
+		}
+		out.Read = ri
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
+		return c.ServerRegions(ctx, req)
+	})
 }
 
 // AcquireLock implements adminpb.AdminServer (leader; forwarded).

@@ -66,6 +66,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -697,10 +698,32 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 	})
 }
 
-// GetProcedure implements adminpb.AdminServer.
+// GetProcedure implements adminpb.AdminServer: from the leader's executor,
+// or for a stale read on a standby from its FSM's records (without
+// waiting_for, which only the executor knows).
 func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
-	return onLeader(s, ctx, func(x Procedures) (*adminpb.Procedure, error) {
-		return getProc(x, req.GetId())
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Procedure, error) {
+		var p *adminpb.Procedure
+		if x, err := s.b.Procedures(); err == nil {
+			if p, err = getProc(x, req.GetId()); err != nil {
+				return nil, err
+			}
+		} else {
+			if ri.GetConsistency() != adminpb.Consistency_STALE {
+				return nil, err
+			}
+			infos, err := procedure.StoredInfos(s.b.StoredProcedures)
+			if err != nil {
+				return nil, err
+			}
+			i := sort.Search(len(infos), func(i int) bool { return infos[i].ID >= req.GetId() })
+			if i == len(infos) || infos[i].ID != req.GetId() {
+				return nil, fmt.Errorf("%w: %d", procedure.ErrNotFound, req.GetId())
+			}
+			p = toProto(infos[i], "")
+		}
+		p.Read = ri
+		return p, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
 		return c.GetProcedure(ctx, req)
 	})
@@ -751,11 +774,32 @@ func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProcedures
 		}
 		f.AfterID = after
 	}
-	return onLeader(s, ctx, func(x Procedures) (*adminpb.ListProceduresResponse, error) {
-		infos := x.List(f)
-		out := &adminpb.ListProceduresResponse{Procedures: make([]*adminpb.Procedure, len(infos))}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListProceduresResponse, error) {
+		var infos []procedure.Info
+		why := func(procedure.Info) string { return "" }
+		if x, err := s.b.Procedures(); err == nil {
+			infos = x.List(f)
+			why = func(info procedure.Info) string { return whyReason(x, info) }
+		} else {
+			if ri.GetConsistency() != adminpb.Consistency_STALE {
+				return nil, err
+			}
+			all, err := procedure.StoredInfos(s.b.StoredProcedures)
+			if err != nil {
+				return nil, err
+			}
+			for _, info := range all {
+				if info.ID > f.AfterID && f.Match(info) {
+					infos = append(infos, info)
+					if len(infos) == f.Limit {
+						break
+					}
+				}
+			}
+		}
+		out := &adminpb.ListProceduresResponse{Procedures: make([]*adminpb.Procedure, len(infos)), Read: ri}
 		for i, info := range infos {
-			out.Procedures[i] = toProto(info, whyReason(x, info))
+			out.Procedures[i] = toProto(info, why(info))
 		}
 		if len(infos) == f.Limit {
 			out.NextPageToken = strconv.FormatUint(infos[len(infos)-1].ID, 10)
@@ -793,6 +837,11 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 			}
 		})
 		return err
+	}
+	// The first state sent is a linearizable read: a deposed leader that
+	// still has its executor must not start a watch with what it holds.
+	if _, err := s.b.LinearizableRead(ctx); err != nil {
+		return s.toStatus(fmt.Errorf("admin: watch %d: %w", req.GetId(), err))
 	}
 	t := time.NewTicker(s.cfg.WatchInterval)
 	defer t.Stop()
@@ -982,6 +1031,7 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		UpdatedUnixMs:   ms(info.Updated),
 		FinishedUnixMs:  ms(info.Finished),
 		Error:           info.Error,
+		ErrorCode:       info.ErrorCode,
 		Result:          info.Result,
 		Paused:          info.Paused,
 		AbortRequested:  info.AbortRequested,

@@ -306,9 +306,12 @@ func (c *Client) Submit(ctx context.Context, typ string, args map[string]string,
 }
 
 // Get returns the procedure with this id (NOT_FOUND if there is none).
-func (c *Client) Get(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+func (c *Client) Get(ctx context.Context, id uint64, opts ...ReadOption) (*adminpb.Procedure, error) {
+	o := readOpts(opts)
 	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
+		r, err := a.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id, Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 }
 
@@ -368,12 +371,14 @@ type ListOptions struct {
 
 // List returns one page of procedures and the token of the next page ("" at
 // the end).
-func (c *Client) List(ctx context.Context, o ListOptions) ([]*adminpb.Procedure, string, error) {
-	req := &adminpb.ListProceduresRequest{State: o.State, Type: o.Type, RootsOnly: o.RootsOnly, PageSize: o.PageSize, PageToken: o.PageToken}
+func (c *Client) List(ctx context.Context, o ListOptions, opts ...ReadOption) ([]*adminpb.Procedure, string, error) {
+	ro := readOpts(opts)
+	req := &adminpb.ListProceduresRequest{State: o.State, Type: o.Type, RootsOnly: o.RootsOnly, PageSize: o.PageSize, PageToken: o.PageToken, Consistency: ro.consistency}
 	var r *adminpb.ListProceduresResponse
 	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
 		var err error
 		r, err = a.ListProcedures(ctx, req)
+		ro.served(r.GetRead())
 		return err
 	})
 	if err != nil {
@@ -384,10 +389,10 @@ func (c *Client) List(ctx context.Context, o ListOptions) ([]*adminpb.Procedure,
 
 // ListAll follows the pages of a listing from o.PageToken to the end. Each
 // page is a call of its own (with its own timeout if ctx has no deadline).
-func (c *Client) ListAll(ctx context.Context, o ListOptions) ([]*adminpb.Procedure, error) {
+func (c *Client) ListAll(ctx context.Context, o ListOptions, opts ...ReadOption) ([]*adminpb.Procedure, error) {
 	var all []*adminpb.Procedure
 	for {
-		page, next, err := c.List(ctx, o)
+		page, next, err := c.List(ctx, o, opts...)
 		if err != nil {
 			return all, err
 		}

@@ -100,11 +100,24 @@ func (c *Client) DeleteNamespace(ctx context.Context, name, nonce string) (uint6
 }
 
 // ListNamespaces returns the namespaces' names.
-func (c *Client) ListNamespaces(ctx context.Context) ([]string, error) {
+func (c *Client) ListNamespaces(ctx context.Context, opts ...ReadOption) ([]string, error) {
+	o := readOpts(opts)
 	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
-		return a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{})
+		return a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{Consistency: o.consistency})
 	})
+	o.served(r.GetRead())
 	return r.GetNamespaces(), err
+}
+
+// GetNamespace returns the namespace (NOT_FOUND if there is none); its Read
+// says how it was served.
+func (c *Client) GetNamespace(ctx context.Context, name string, opts ...ReadOption) (*adminpb.Namespace, error) {
+	o := readOpts(opts)
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Namespace, error) {
+		return a.GetNamespace(ctx, &adminpb.GetNamespaceRequest{Name: name, Consistency: o.consistency})
+	})
+	o.served(r.GetRead())
+	return r, err
 }
 
 // CreateTable starts creating table ns:name ("" for the default namespace)
@@ -149,26 +162,35 @@ func (c *Client) DisableTable(ctx context.Context, ns, name, nonce string) (uint
 
 // DescribeTable returns table ns:name with its regions (NOT_FOUND if there
 // is none).
-func (c *Client) DescribeTable(ctx context.Context, ns, name string) (*adminpb.Table, error) {
+func (c *Client) DescribeTable(ctx context.Context, ns, name string, opts ...ReadOption) (*adminpb.Table, error) {
+	o := readOpts(opts)
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Table, error) {
-		return a.DescribeTable(ctx, &adminpb.TableRequest{Namespace: ns, Name: name})
+		r, err := a.DescribeTable(ctx, &adminpb.TableRequest{Namespace: ns, Name: name, Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 }
 
 // ListTables returns the tables of namespace ns, or of every namespace if
 // ns is empty.
-func (c *Client) ListTables(ctx context.Context, ns string) ([]*adminpb.Table, error) {
+func (c *Client) ListTables(ctx context.Context, ns string, opts ...ReadOption) ([]*adminpb.Table, error) {
+	o := readOpts(opts)
 	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
-		return a.ListTables(ctx, &adminpb.ListTablesRequest{Namespace: ns})
+		r, err := a.ListTables(ctx, &adminpb.ListTablesRequest{Namespace: ns, Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 	return r.GetTables(), err
 }
 
 // ListRegions returns the regions of table ("ns:name", or "name" in the
 // default namespace), or every region if table is empty.
-func (c *Client) ListRegions(ctx context.Context, table string) ([]*adminpb.Region, error) {
+func (c *Client) ListRegions(ctx context.Context, table string, opts ...ReadOption) ([]*adminpb.Region, error) {
+	o := readOpts(opts)
 	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
-		return a.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table})
+		r, err := a.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table, Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 	return r.GetRegions(), err
 }
@@ -184,18 +206,24 @@ func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint
 
 // ListServers returns the region servers the leader knows, with their
 // lease state.
-func (c *Client) ListServers(ctx context.Context) ([]*adminpb.Server, error) {
+func (c *Client) ListServers(ctx context.Context, opts ...ReadOption) ([]*adminpb.Server, error) {
+	o := readOpts(opts)
 	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
-		return a.ListServers(ctx, &adminpb.ListServersRequest{})
+		r, err := a.ListServers(ctx, &adminpb.ListServersRequest{Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 	return r.GetServers(), err
 }
 
 // ServerRegions returns the regions server hosts by its own answer, beside
 // those the master's state assigns to it.
-func (c *Client) ServerRegions(ctx context.Context, server string) (*adminpb.ServerRegionsResponse, error) {
+func (c *Client) ServerRegions(ctx context.Context, server string, opts ...ReadOption) (*adminpb.ServerRegionsResponse, error) {
+	o := readOpts(opts)
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
-		return a.ServerRegions(ctx, &adminpb.ServerRegionsRequest{Server: server})
+		r, err := a.ServerRegions(ctx, &adminpb.ServerRegionsRequest{Server: server, Consistency: o.consistency})
+		o.served(r.GetRead())
+		return r, err
 	})
 }
 

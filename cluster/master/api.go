@@ -388,3 +388,12 @@ func (d *Domain) ReleaseLock(ctx context.Context, x admin.Procedures, id uint64)
 		}
 	}
 }
+
+// NamespaceExists implements admin.Domain.
+func (d *Domain) NamespaceExists(name string) (bool, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return false, err
+	}
+	return namespaceExists(r, name)
+}

@@ -70,7 +70,7 @@ func (p *CreateNamespace) ExecuteState(ctx *procedure.Context, state int32) (pro
 			return procedure.NoMoreState, err
 		}
 		if ok {
-			return procedure.NoMoreState, fmt.Errorf("master: create namespace: %s exists", p.Namespace)
+			return procedure.NoMoreState, refused(procedure.ErrAlreadyExists, "master: create namespace: %s exists", p.Namespace)
 		}
 		p.SetNextState(nsWrite)
 		return procedure.HasMoreState, nil
@@ -115,14 +115,14 @@ func (p *DeleteNamespace) ExecuteState(ctx *procedure.Context, state int32) (pro
 			return procedure.NoMoreState, err
 		}
 		if !ok {
-			return procedure.NoMoreState, fmt.Errorf("master: delete namespace: %s does not exist", p.Namespace)
+			return procedure.NoMoreState, refused(procedure.ErrNotFound, "master: delete namespace: %s does not exist", p.Namespace)
 		}
 		tables, err := scanTables(r, p.Namespace)
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
 		if len(tables) > 0 {
-			return procedure.NoMoreState, fmt.Errorf("master: delete namespace: %s is not empty (%d tables, e.g. %s)",
+			return procedure.NoMoreState, refused(procedure.ErrFailedPrecondition, "master: delete namespace: %s is not empty (%d tables, e.g. %s)",
 				p.Namespace, len(tables), sortedKeys(tables)[0])
 		}
 		p.SetNextState(nsWrite)

@@ -70,14 +70,29 @@ func requireTable(r reader, full string, want ...string) (Table, error) {
 		return Table{}, err
 	}
 	if !ok {
-		return Table{}, fmt.Errorf("master: table %s does not exist", full)
+		return Table{}, refused(procedure.ErrNotFound, "master: table %s does not exist", full)
 	}
 	for _, w := range want {
 		if t.State == w {
 			return t, nil
 		}
 	}
-	return Table{}, fmt.Errorf("master: table %s is %s (want %v)", full, t.State, want)
+	return Table{}, refused(procedure.ErrFailedPrecondition, "master: table %s is %s (want %v)", full, t.State, want)
+}
+
+// refusal is a failed precondition: its message as written, classified by
+// kind (procedure.ErrAlreadyExists, ErrNotFound, ErrFailedPrecondition) so
+// that the API answers with its code (procedure.ErrorCode).
+type refusal struct {
+	msg  string
+	kind error
+}
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.kind }
+
+func refused(kind error, format string, args ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, args...), kind: kind}
 }
 
 func failPoint(d *Domain, name string) error {
@@ -148,11 +163,11 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			return procedure.NoMoreState, err
 		}
 		if !ok {
-			return procedure.NoMoreState, fmt.Errorf("master: create table %s: namespace %s does not exist", full, p.Namespace)
+			return procedure.NoMoreState, refused(procedure.ErrNotFound, "master: create table %s: namespace %s does not exist", full, p.Namespace)
 		}
 		if _, exists, err := getTable(r, full); err != nil || exists {
 			if err == nil {
-				err = fmt.Errorf("master: create table %s: the table exists", full)
+				err = refused(procedure.ErrAlreadyExists, "master: create table %s: the table exists", full)
 			}
 			return procedure.NoMoreState, err
 		}

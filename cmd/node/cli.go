@@ -209,12 +209,15 @@ type procJSON struct {
 	UpdatedAt      string   `json:"updated_at"`
 	FinishedAt     string   `json:"finished_at,omitempty"`
 	Error          string   `json:"error,omitempty"`
+	ErrorCode      string   `json:"error_code,omitempty"`
 	Result         string   `json:"result,omitempty"`
 	ResultBase64   []byte   `json:"result_base64,omitempty"`
 	Paused         bool     `json:"paused"`
 	AbortRequested bool     `json:"abort_requested"`
 	Children       []uint64 `json:"children"`
 	WaitingFor     string   `json:"waiting_for,omitempty"`
+	// Read is set on proc get's answer: how the read was served.
+	Read *readJSON `json:"read,omitempty"`
 }
 
 func msTime(ms int64) string {
@@ -228,7 +231,8 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 	j := procJSON{
 		ID: p.GetId(), ParentID: p.GetParentId(), RootID: p.GetRootId(), Type: p.GetType(), State: p.GetState(),
 		Owner: p.GetOwner(), Nonce: p.GetNonce(), SubmittedAt: msTime(p.GetSubmittedUnixMs()),
-		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(),
+		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(), ErrorCode: p.GetErrorCode(),
+		Read:   toReadJSON(p.GetRead()),
 		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
 	}
 	if j.Children == nil {
@@ -286,6 +290,7 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 	line("updated", j.UpdatedAt)
 	line("finished", j.FinishedAt)
 	line("error", j.Error)
+	line("error code", j.ErrorCode)
 	line("result", j.Result)
 	if len(j.ResultBase64) > 0 {
 		line("result", fmt.Sprintf("%d bytes (binary; see --json)", len(j.ResultBase64)))

@@ -102,10 +102,14 @@ var (
 // prints it, proc_id unambiguous beside other ids). With --wait it also
 // holds the final state, its error, and the whole procedure.
 type startedJSON struct {
-	ID        uint64    `json:"id"`
-	ProcID    uint64    `json:"proc_id"`
-	State     string    `json:"state,omitempty"`
-	Error     string    `json:"error,omitempty"`
+	ID     uint64 `json:"id"`
+	ProcID uint64 `json:"proc_id"`
+	State  string `json:"state,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Code classifies a failed precondition (ALREADY_EXISTS, NOT_FOUND,
+	// FAILED_PRECONDITION), as the code of an error document does.
+	Code      string    `json:"code,omitempty"`
+	ExitCode  int       `json:"exit_code,omitempty"`
 	Procedure *procJSON `json:"procedure,omitempty"`
 }
 
@@ -147,10 +151,14 @@ func (e *command) started(cl *client.Client, what string, id uint64, wait bool) 
 	}
 	if e.cf.json {
 		pj := toProcJSON(p)
-		c.printJSON(startedJSON{ID: id, ProcID: id, State: p.GetState(), Error: p.GetError(), Procedure: &pj})
+		doc := startedJSON{ID: id, ProcID: id, State: p.GetState(), Error: p.GetError(), Code: p.GetErrorCode(), Procedure: &pj}
+		if p.GetState() != client.StateSuccess {
+			doc.ExitCode = exitFailed
+		}
+		c.printJSON(doc)
 	}
 	if p.GetState() != client.StateSuccess {
-		fmt.Fprintf(c.stderr, "procedure %d ended %s: %s\n", id, p.GetState(), p.GetError())
+		c.printEnded(p)
 		return exitFailed
 	}
 	if !e.cf.json {
@@ -190,13 +198,20 @@ var nsUsage = `usage: node ns <command> [flags]
 commands:
   create NAME [--wait]   create a namespace
   delete NAME [--wait]   delete a namespace (it must hold no tables)
-  list                   list the namespaces
+  get NAME [--stale]     show one namespace (exit 1, NOT_FOUND, if there is none)
+  list [--stale]         list the namespaces
+
+Reads are linearizable: they reflect every write acknowledged before them.
+--stale lets the first node reached answer from its own state, which may
+lag; every read says on stderr (and in --json under "read") which node
+served it, at which applied index and consistency.
 ` + fmt.Sprintf(clientFlagsNote, "ns")
 
 func (c *cli) ns(args []string) int {
 	return c.subcommands("ns", nsUsage, args, map[string]func([]string) int{
 		"create": func(a []string) int { return c.nsChange("create", a) },
 		"delete": func(a []string) int { return c.nsChange("delete", a) },
+		"get":    c.nsGet,
 		"list":   c.nsList,
 	})
 }
@@ -226,11 +241,13 @@ func (c *cli) nsChange(verb string, args []string) int {
 
 // namespacesJSON is the --json document of ns list.
 type namespacesJSON struct {
-	Namespaces []string `json:"namespaces"`
+	Namespaces []string  `json:"namespaces"`
+	Read       *readJSON `json:"read,omitempty"`
 }
 
 func (c *cli) nsList(args []string) int {
-	e := c.command("ns list", "", nsAdvice)
+	e := c.command("ns list", "[--stale]", nsAdvice)
+	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
@@ -239,17 +256,49 @@ func (c *cli) nsList(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	names, err := cl.ListNamespaces(c.ctx)
+	names, err := cl.ListNamespaces(c.ctx, rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
 	if e.cf.json {
-		c.printJSON(namespacesJSON{Namespaces: append([]string{}, names...)})
+		c.printJSON(namespacesJSON{Namespaces: append([]string{}, names...), Read: toReadJSON(rf.served)})
 		return exitOK
 	}
 	for _, n := range names {
 		fmt.Fprintln(c.stdout, n)
 	}
+	c.printServed(rf.served)
+	return exitOK
+}
+
+// namespaceJSON is the --json document of ns get.
+type namespaceJSON struct {
+	Name string    `json:"name"`
+	Read *readJSON `json:"read,omitempty"`
+}
+
+func (c *cli) nsGet(args []string) int {
+	e := c.command("ns get", "NAME [--stale]", nsAdvice)
+	rf := addReadFlags(e.fs)
+	pos, code, ok := e.parse(args, 1, "namespace NAME")
+	if !ok {
+		return code
+	}
+	cl, err := e.client()
+	if err != nil {
+		return e.fail(err)
+	}
+	defer cl.Close()
+	ns, err := cl.GetNamespace(c.ctx, pos[0], rf.opts()...)
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.cf.json {
+		c.printJSON(namespaceJSON{Name: ns.GetName(), Read: toReadJSON(ns.GetRead())})
+		return exitOK
+	}
+	fmt.Fprintln(c.stdout, ns.GetName())
+	c.printServed(ns.GetRead())
 	return exitOK
 }
 
@@ -262,8 +311,8 @@ commands:
   delete NAME [--namespace NS] [--wait]                 delete a table (it must be disabled)
   disable NAME [--namespace NS] [--wait]                close every region of a table
   enable NAME [--namespace NS] [--wait]                 open every region of a table
-  describe NAME [--namespace NS]                        show a table and its regions
-  list [--namespace NS]                                 list the tables
+  describe NAME [--namespace NS] [--stale]              show a table and its regions
+  list [--namespace NS] [--stale]                       list the tables
 
 NAME may also be NS:NAME. Without a namespace, a table is in "default".
 ` + fmt.Sprintf(clientFlagsNote, "table")
@@ -374,6 +423,7 @@ type tableJSON struct {
 	Name      string       `json:"name"`
 	State     string       `json:"state"`
 	Regions   []regionJSON `json:"regions"`
+	Read      *readJSON    `json:"read,omitempty"`
 }
 
 func toRegionsJSON(rs []*adminpb.Region) []regionJSON {
@@ -385,12 +435,13 @@ func toRegionsJSON(rs []*adminpb.Region) []regionJSON {
 }
 
 func toTableJSON(t *adminpb.Table) tableJSON {
-	return tableJSON{Namespace: t.GetNamespace(), Name: t.GetName(), State: t.GetState(), Regions: toRegionsJSON(t.GetRegions())}
+	return tableJSON{Namespace: t.GetNamespace(), Name: t.GetName(), State: t.GetState(), Regions: toRegionsJSON(t.GetRegions()), Read: toReadJSON(t.GetRead())}
 }
 
 func (c *cli) tableDescribe(args []string) int {
-	e := c.command("table describe", "NAME [--namespace NS]", tableAdvice)
+	e := c.command("table describe", "NAME [--namespace NS] [--stale]", tableAdvice)
 	nsFlag := e.namespaceFlag()
+	rf := addReadFlags(e.fs)
 	pos, code, ok := e.parse(args, 1, "table NAME")
 	if !ok {
 		return code
@@ -404,7 +455,7 @@ func (c *cli) tableDescribe(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	t, err := cl.DescribeTable(c.ctx, ns, name)
+	t, err := cl.DescribeTable(c.ctx, ns, name, rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -419,6 +470,7 @@ func (c *cli) tableDescribe(args []string) int {
 		fmt.Fprintln(c.stdout)
 		c.printRegions(t.GetRegions(), false)
 	}
+	c.printServed(t.GetRead())
 	return exitOK
 }
 
@@ -446,11 +498,13 @@ func regionSummary(rs []*adminpb.Region) string {
 // tablesJSON is the --json document of table list.
 type tablesJSON struct {
 	Tables []tableJSON `json:"tables"`
+	Read   *readJSON   `json:"read,omitempty"`
 }
 
 func (c *cli) tableList(args []string) int {
-	e := c.command("table list", "[--namespace NS]", tableAdvice)
+	e := c.command("table list", "[--namespace NS] [--stale]", tableAdvice)
 	ns := e.fs.String("namespace", "", "only the tables of this namespace (default: every namespace)")
+	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
@@ -459,12 +513,12 @@ func (c *cli) tableList(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	tables, err := cl.ListTables(c.ctx, *ns)
+	tables, err := cl.ListTables(c.ctx, *ns, rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
 	if e.cf.json {
-		doc := tablesJSON{Tables: []tableJSON{}}
+		doc := tablesJSON{Tables: []tableJSON{}, Read: toReadJSON(rf.served)}
 		for _, t := range tables {
 			doc.Tables = append(doc.Tables, toTableJSON(t))
 		}
@@ -481,6 +535,7 @@ func (c *cli) tableList(args []string) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.GetNamespace(), t.GetName(), t.GetState(), regionSummary(t.GetRegions()))
 	}
 	tw.Flush()
+	c.printServed(rf.served)
 	return exitOK
 }
 
@@ -504,6 +559,7 @@ func (c *cli) region(args []string) int {
 // regionsJSON is the --json document of region list.
 type regionsJSON struct {
 	Regions []regionJSON `json:"regions"`
+	Read    *readJSON    `json:"read,omitempty"`
 }
 
 // printRegions prints regions as a table; withTable adds their table's
@@ -531,8 +587,9 @@ func (c *cli) printRegions(rs []*adminpb.Region, withTable bool) {
 }
 
 func (c *cli) regionList(args []string) int {
-	e := c.command("region list", "[--table T]", regionAdvice)
+	e := c.command("region list", "[--table T] [--stale]", regionAdvice)
 	table := e.fs.String("table", "", "only the regions of this table, NAME or NS:NAME (default: every table)")
+	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
@@ -549,12 +606,12 @@ func (c *cli) regionList(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	regions, err := cl.ListRegions(c.ctx, *table)
+	regions, err := cl.ListRegions(c.ctx, *table, rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
 	if e.cf.json {
-		c.printJSON(regionsJSON{Regions: toRegionsJSON(regions)})
+		c.printJSON(regionsJSON{Regions: toRegionsJSON(regions), Read: toReadJSON(rf.served)})
 		return exitOK
 	}
 	if len(regions) == 0 {
@@ -562,6 +619,7 @@ func (c *cli) regionList(args []string) int {
 		return exitOK
 	}
 	c.printRegions(regions, true)
+	c.printServed(rf.served)
 	return exitOK
 }
 

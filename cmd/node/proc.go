@@ -136,7 +136,7 @@ func (c *cli) showFinal(cf *clientFlags, p *adminpb.Procedure) int {
 		c.printProc(p)
 	}
 	if p.GetState() != client.StateSuccess {
-		fmt.Fprintf(c.stderr, "procedure %d ended %s: %s\n", p.GetId(), p.GetState(), p.GetError())
+		c.printEnded(p)
 		return exitFailed
 	}
 	return exitOK
@@ -144,7 +144,16 @@ func (c *cli) showFinal(cf *clientFlags, p *adminpb.Procedure) int {
 
 func (c *cli) procByID(verb string, args []string) int {
 	cmd := "proc " + verb
-	fs, cf := c.newFlagSet(cmd, "ID")
+	synopsis := "ID"
+	fs, cf := c.newFlagSet(cmd, synopsis)
+	var rf *readFlags
+	if verb == "get" {
+		rf = addReadFlags(fs)
+		fs.Usage = func() {
+			fmt.Fprintf(c.stderr, "usage: node %s ID [--stale]\n\nflags:\n", cmd)
+			fs.PrintDefaults()
+		}
+	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
@@ -166,7 +175,7 @@ func (c *cli) procByID(verb string, args []string) int {
 	case "wait":
 		return c.waitFor(cmd, fs, cf, cl, id)
 	case "get":
-		p, err = cl.Get(c.ctx, id)
+		p, err = cl.Get(c.ctx, id, rf.opts()...)
 	case "abort":
 		p, err = cl.Abort(c.ctx, id)
 	case "pause":
@@ -195,6 +204,7 @@ func (c *cli) procByID(verb string, args []string) int {
 	}
 	if verb == "get" {
 		c.printProc(p)
+		c.printServed(p.GetRead())
 	}
 	return exitOK
 }
@@ -202,6 +212,7 @@ func (c *cli) procByID(verb string, args []string) int {
 // listJSON is the --json document of proc list.
 type listJSON struct {
 	Procedures []procJSON `json:"procedures"`
+	Read       *readJSON  `json:"read,omitempty"`
 }
 
 var knownStates = []string{client.StateInitializing, client.StateRunnable, client.StateWaiting, client.StateWaitingTimeout,
@@ -209,7 +220,8 @@ var knownStates = []string{client.StateInitializing, client.StateRunnable, clien
 
 func (c *cli) procList(args []string) int {
 	const cmd = "proc list"
-	fs, cf := c.newFlagSet(cmd, "[--state S] [--type T] [--roots]")
+	fs, cf := c.newFlagSet(cmd, "[--state S] [--type T] [--roots] [--stale]")
+	rf := addReadFlags(fs)
 	state := fs.String("state", "", "only procedures in this state: "+strings.Join(knownStates, ", "))
 	typ := fs.String("type", "", "only procedures of this type")
 	roots := fs.Bool("roots", false, "only root procedures (no children)")
@@ -229,12 +241,12 @@ func (c *cli) procList(args []string) int {
 		return c.finish(cmd, fs, cf, err)
 	}
 	defer cl.Close()
-	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: *roots})
+	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: *roots}, rf.opts()...)
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)
 	}
 	if cf.json {
-		doc := listJSON{Procedures: []procJSON{}}
+		doc := listJSON{Procedures: []procJSON{}, Read: toReadJSON(rf.served)}
 		for _, p := range procs {
 			doc.Procedures = append(doc.Procedures, toProcJSON(p))
 		}
@@ -266,5 +278,16 @@ func (c *cli) procList(args []string) int {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), parent, p.GetType(), p.GetState(), updated, note)
 	}
 	tw.Flush()
+	c.printServed(rf.served)
 	return exitOK
+}
+
+// printEnded reports on stderr a procedure that did not succeed, with the
+// code of a failed precondition when it has one.
+func (c *cli) printEnded(p *adminpb.Procedure) {
+	if code := p.GetErrorCode(); code != "" {
+		fmt.Fprintf(c.stderr, "procedure %d ended %s (%s): %s\n", p.GetId(), p.GetState(), code, p.GetError())
+		return
+	}
+	fmt.Fprintf(c.stderr, "procedure %d ended %s: %s\n", p.GetId(), p.GetState(), p.GetError())
 }

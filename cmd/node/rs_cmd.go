@@ -45,10 +45,12 @@ type serverJSON struct {
 // serversJSON is the --json document of rs list.
 type serversJSON struct {
 	Servers []serverJSON `json:"servers"`
+	Read    *readJSON    `json:"read,omitempty"`
 }
 
 func (c *cli) rsList(args []string) int {
-	e := c.command("rs list", "", rsAdvice)
+	e := c.command("rs list", "[--stale]", rsAdvice)
+	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
@@ -57,12 +59,12 @@ func (c *cli) rsList(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	servers, err := cl.ListServers(c.ctx)
+	servers, err := cl.ListServers(c.ctx, rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
 	if e.cf.json {
-		doc := serversJSON{Servers: []serverJSON{}}
+		doc := serversJSON{Servers: []serverJSON{}, Read: toReadJSON(rf.served)}
 		for _, s := range servers {
 			doc.Servers = append(doc.Servers, serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
 				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()})
@@ -82,6 +84,7 @@ func (c *cli) rsList(args []string) int {
 			s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
 	}
 	tw.Flush()
+	c.printServed(rf.served)
 	return exitOK
 }
 
@@ -96,16 +99,18 @@ func renewalAge(now time.Time, ms int64) string {
 
 // serverRegionsJSON is the --json document of rs regions.
 type serverRegionsJSON struct {
-	Server   string   `json:"server"`
-	Hosted   []string `json:"hosted"`
-	Assigned []string `json:"assigned"`
+	Server   string    `json:"server"`
+	Hosted   []string  `json:"hosted"`
+	Assigned []string  `json:"assigned"`
+	Read     *readJSON `json:"read,omitempty"`
 }
 
 // rsRegions shows both answers and exits 0 even when they differ: a
 // difference is normal while regions move, and telling it apart from a
 // lasting one is for the reader (or a test) to do.
 func (c *cli) rsRegions(args []string) int {
-	e := c.command("rs regions", "SERVER", rsAdvice)
+	e := c.command("rs regions", "SERVER [--stale]", rsAdvice)
+	rf := addReadFlags(e.fs)
 	pos, code, ok := e.parse(args, 1, "region SERVER (as 'node rs list' names it)")
 	if !ok {
 		return code
@@ -115,16 +120,17 @@ func (c *cli) rsRegions(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	r, err := cl.ServerRegions(c.ctx, pos[0])
+	r, err := cl.ServerRegions(c.ctx, pos[0], rf.opts()...)
 	if err != nil {
 		return e.fail(err)
 	}
 	hosted, assigned := slices.Sorted(slices.Values(r.GetHosted())), slices.Sorted(slices.Values(r.GetAssigned()))
 	if e.cf.json {
-		c.printJSON(serverRegionsJSON{Server: r.GetServer(), Hosted: append([]string{}, hosted...), Assigned: append([]string{}, assigned...)})
+		c.printJSON(serverRegionsJSON{Server: r.GetServer(), Hosted: append([]string{}, hosted...), Assigned: append([]string{}, assigned...), Read: toReadJSON(r.GetRead())})
 		return exitOK
 	}
 	c.printServerRegions(r.GetServer(), hosted, assigned)
+	c.printServed(r.GetRead())
 	return exitOK
 }
 

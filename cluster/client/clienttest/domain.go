@@ -364,6 +364,18 @@ func (n *Node) ListNamespaces(context.Context, *adminpb.ListNamespacesRequest) (
 	return &adminpb.ListNamespacesResponse{Namespaces: sortedKeys(d.namespaces)}, nil
 }
 
+func (n *Node) GetNamespace(_ context.Context, r *adminpb.GetNamespaceRequest) (*adminpb.Namespace, error) {
+	d, unlock, err := n.begin("GetNamespace", "")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if _, ok := d.namespaces[r.GetName()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "namespace %q", r.GetName())
+	}
+	return &adminpb.Namespace{Name: r.GetName()}, nil
+}
+
 func (n *Node) CreateTable(_ context.Context, r *adminpb.CreateTableRequest) (*adminpb.SubmitProcedureResponse, error) {
 	d, unlock, err := n.begin("CreateTable", r.Nonce)
 	if err != nil {

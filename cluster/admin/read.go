@@ -1,0 +1,95 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/procedure"
+)
+
+// Reads (see proto/admin.proto for the guarantees of each consistency).
+//
+// A linearizable read is served by the leader after
+// Backend.LinearizableRead: a standby, or a leader that finds it is no
+// longer one, forwards it (once: a forwarded read that reaches a
+// non-leader answers UNAVAILABLE). It is never answered from a standby's
+// state, nor from a leader's that a quorum did not confirm after the read
+// arrived. A stale read is answered from the local state at once.
+
+// readInfo converts the cluster layer's description of a read.
+func readInfo(ri cluster.ReadInfo) *adminpb.ReadInfo {
+	out := &adminpb.ReadInfo{
+		ServedBy:           ri.ServedBy,
+		AppliedIndex:       ri.AppliedIndex,
+		Consistency:        adminpb.Consistency_STALE,
+		RaftState:          ri.RaftState,
+		Term:               ri.Term,
+		LeaderContactAgeMs: ri.LeaderContactAge.Milliseconds(),
+	}
+	if ri.LeaderContactAge < 0 {
+		out.LeaderContactAgeMs = -1
+	}
+	if ri.Linearizable {
+		out.Consistency = adminpb.Consistency_LINEARIZABLE
+	}
+	return out
+}
+
+// checkConsistency refuses a consistency this server does not know (a
+// newer client's), rather than serving it at a weaker one.
+func checkConsistency(c adminpb.Consistency) error {
+	switch c {
+	case adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE:
+		return nil
+	}
+	return fmt.Errorf("%w: unknown read consistency %d", procedure.ErrInvalid, int32(c))
+}
+
+// serveRead answers a read at consistency c: local reads this node's state
+// and returns the answer to which it attaches the ReadInfo; remote
+// forwards the read to the leader.
+func serveRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
+	local func(*adminpb.ReadInfo) (T, error),
+	remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	if err := checkConsistency(c); err != nil {
+		return zero, s.toStatus(err)
+	}
+	if c == adminpb.Consistency_STALE {
+		v, err := local(readInfo(s.b.ReadState()))
+		if err != nil {
+			return zero, s.toStatus(err)
+		}
+		return v, nil
+	}
+	ri, err := s.b.LinearizableRead(ctx)
+	if err != nil {
+		if isNotLeader(err) {
+			return forward(s, ctx, remote)
+		}
+		return zero, s.toStatus(err)
+	}
+	v, err := local(readInfo(ri))
+	if err != nil {
+		return zero, s.toStatus(err)
+	}
+	return v, nil
+}
+
+// serveLeaderRead is serveRead for state only the leader holds (its
+// executor, its lease view): a stale read skips the quorum round but is
+// still served by the leader, forwarded from a standby.
+func serveLeaderRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
+	local func(*adminpb.ReadInfo) (T, error),
+	remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	if c == adminpb.Consistency_STALE && !s.b.IsLeader() {
+		if err := checkConsistency(c); err != nil {
+			return zero, s.toStatus(err)
+		}
+		return forward(s, ctx, remote)
+	}
+	return serveRead(s, ctx, c, local, remote)
+}

@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// Reads of the replicated state come in two consistencies, after etcd's
+// linearizable and serializable reads and rqlite's strong and none:
+//
+// A linearizable read reflects every write acknowledged before it arrived.
+// LinearizableRead gives the read an index (a read index, as in the Raft
+// thesis §6.4): the leader's commit index when the read arrived, which
+// covers every entry of earlier terms because a leader publishes its
+// executor only after a Barrier of its own term committed. Then a quorum
+// round that started after the read arrived confirms the node is still
+// leader of the same term (raft.VerifyLeader), so no other leader can have
+// acknowledged anything the index misses. Last, the read waits for the FSM
+// to apply the index. Concurrent reads share one round (readConfirmer).
+//
+// Leases are not used: a leader trusting its lease without a round answers
+// stale reads when its process was paused past the lease (SIGSTOP, a long
+// GC, a frozen VM), which is exactly when another leader has taken over.
+//
+// A stale read is served from the local state at once; ReadState says how
+// stale it may be (applied index, age of the last contact with a leader).
+
+// ReadInfo says how a read was served.
+type ReadInfo struct {
+	ServedBy     string
+	AppliedIndex uint64
+	Linearizable bool
+	RaftState    string
+	Term         uint64
+	// LeaderContactAge is how long ago this node last heard from the
+	// leader: 0 on the leader, negative if it never has.
+	LeaderContactAge time.Duration
+}
+
+// ReadState describes this node's local state for a stale read.
+func (n *Node) ReadState() ReadInfo {
+	st := n.raft.State()
+	ri := ReadInfo{
+		ServedBy:     n.cfg.ID,
+		AppliedIndex: n.fsm.AppliedIndex(),
+		RaftState:    st.String(),
+		Term:         n.raft.CurrentTerm(),
+	}
+	switch last := n.raft.LastContact(); {
+	case st == raft.Leader:
+	case last.IsZero():
+		ri.LeaderContactAge = -1
+	default:
+		ri.LeaderContactAge = time.Since(last)
+	}
+	return ri
+}
+
+// nudgeAfter is how long a linearizable read waits for the FSM to reach its
+// read index before it commits a NOOP command to push it there: the index
+// may name a raft no-op or barrier entry, which the FSM never sees (see
+// raftfsm.FSM.WaitApplied).
+const nudgeAfter = 50 * time.Millisecond
+
+// LinearizableRead makes the read that called it linearizable (see above):
+// when it returns nil, this node's FSM holds every write acknowledged before
+// the call, and the caller reads it (or the executor of the same term)
+// right away. On a node that is not the leader it fails with a
+// *NotLeaderError; on a leader still establishing itself with ErrNotReady;
+// when the quorum round fails (deposed, cut off) with an error wrapping
+// ErrNotLeader. The returned ReadInfo describes the served read.
+func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
+	n.mu.Lock()
+	established, execTerm, closed := n.exec != nil, n.execTerm, n.closed
+	n.mu.Unlock()
+	switch {
+	case closed:
+		return ReadInfo{}, ErrShutdown
+	case n.raft.State() != raft.Leader:
+		return ReadInfo{}, n.notLeader()
+	case !established || execTerm != n.raft.CurrentTerm():
+		return ReadInfo{}, ErrNotReady
+	}
+	readIndex := n.raft.CommitIndex()
+	if err := n.reads.confirm(ctx); err != nil {
+		return ReadInfo{}, err
+	}
+	if term := n.raft.CurrentTerm(); term != execTerm {
+		return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
+	}
+	if err := n.waitApplied(ctx, readIndex); err != nil {
+		return ReadInfo{}, err
+	}
+	ri := n.ReadState()
+	ri.Linearizable = true
+	return ri, nil
+}
+
+// waitApplied waits for the FSM to apply index, nudging it with a NOOP
+// command if raft dispatched everything up to index but the FSM stays
+// behind (the tail is a no-op or barrier entry).
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	if n.fsm.AppliedIndex() >= index {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, nudgeAfter)
+	err := n.fsm.WaitApplied(wctx, index)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		if err != nil {
+			return fmt.Errorf("cluster: read: waiting for index %d: %w", index, ctx.Err())
+		}
+		return nil
+	}
+	if err := n.reads.nudge(ctx); err != nil {
+		return err
+	}
+	if err := n.fsm.WaitApplied(ctx, index); err != nil {
+		return fmt.Errorf("cluster: read: waiting for index %d: %w", index, err)
+	}
+	return nil
+}
+
+// readConfirmer batches the leadership confirmations of concurrent reads:
+// a read joins the next round, which starts once the round in flight (if
+// any) ended, so the round that answers it always started after it
+// arrived; every read waiting when a round starts shares it.
+type readConfirmer struct {
+	verify func() error // one quorum round
+	noop   func() error // commits a NOOP command
+
+	mu      sync.Mutex
+	next    *readRound // the round reads join now
+	running bool
+
+	nudgeMu sync.Mutex
+	nudging *readRound
+}
+
+type readRound struct {
+	done chan struct{}
+	err  error
+}
+
+func newReadConfirmer(r *raft.Raft, applyTimeout time.Duration) *readConfirmer {
+	return &readConfirmer{
+		verify: func() error { return r.VerifyLeader().Error() },
+		noop:   func() error { return r.Apply(raftfsm.EncodeNoop(), applyTimeout).Error() },
+	}
+}
+
+// confirm waits for a quorum round that started after the call.
+func (c *readConfirmer) confirm(ctx context.Context) error {
+	c.mu.Lock()
+	if c.next == nil {
+		c.next = &readRound{done: make(chan struct{})}
+	}
+	r := c.next
+	if !c.running {
+		c.running = true
+		go c.run()
+	}
+	c.mu.Unlock()
+	select {
+	case <-r.done:
+		return readError("confirming leadership", r.err)
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: read: confirming leadership: %w", ctx.Err())
+	}
+}
+
+func (c *readConfirmer) run() {
+	for {
+		c.mu.Lock()
+		r := c.next
+		c.next = nil
+		if r == nil {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		r.err = c.verify()
+		close(r.done)
+	}
+}
+
+// nudge commits one NOOP command, shared by the reads that need one at the
+// same time.
+func (c *readConfirmer) nudge(ctx context.Context) error {
+	c.nudgeMu.Lock()
+	r := c.nudging
+	if r == nil {
+		r = &readRound{done: make(chan struct{})}
+		c.nudging = r
+		go func() {
+			r.err = c.noop()
+			c.nudgeMu.Lock()
+			c.nudging = nil
+			c.nudgeMu.Unlock()
+			close(r.done)
+		}()
+	}
+	c.nudgeMu.Unlock()
+	select {
+	case <-r.done:
+		return readError("committing a no-op", r.err)
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: read: committing a no-op: %w", ctx.Err())
+	}
+}
+
+// readError wraps raft's answer: losing leadership means "ask the leader".
+func readError(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("cluster: read: %s: %v: %w", what, err, ErrNotLeader)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("cluster: read: %s: %w", what, ErrShutdown)
+	}
+	return fmt.Errorf("cluster: read: %s: %w", what, err)
+}

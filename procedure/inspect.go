@@ -1,0 +1,110 @@
+package procedure
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// Failures a step can name so that callers need not parse its message:
+// wrap one of these (or ErrNotFound) in the error a step returns, and the
+// procedure's Info.ErrorCode says which. A precondition that fails rolls the
+// procedure back like any other failure.
+var (
+	// ErrAlreadyExists: what the procedure would create exists.
+	ErrAlreadyExists = errors.New("procedure: already exists")
+	// ErrFailedPrecondition: the procedure's target is in a state that
+	// forbids it (a table not disabled, a namespace not empty).
+	ErrFailedPrecondition = errors.New("procedure: failed precondition")
+)
+
+// Values of Info.ErrorCode, spelled as the gRPC codes the admin API maps
+// them to.
+const (
+	CodeAlreadyExists      = "ALREADY_EXISTS"
+	CodeNotFound           = "NOT_FOUND"
+	CodeFailedPrecondition = "FAILED_PRECONDITION"
+)
+
+// ErrorCode classifies a step's failure: CodeAlreadyExists, CodeNotFound or
+// CodeFailedPrecondition when err wraps ErrAlreadyExists, ErrNotFound or
+// ErrFailedPrecondition, "" otherwise.
+func ErrorCode(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrAlreadyExists):
+		return CodeAlreadyExists
+	case errors.Is(err, ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, ErrFailedPrecondition):
+		return CodeFailedPrecondition
+	}
+	return ""
+}
+
+// DecodeInfo decodes a persisted procedure (store.Proc.Data) into its Info
+// without an executor or a registry: what a standby serves stale reads from.
+// Children is empty (records name their parent, not their children; see
+// StoredInfos).
+func DecodeInfo(data []byte) (Info, error) {
+	var r record
+	if err := r.unmarshal(data); err != nil {
+		return Info{}, err
+	}
+	return Info{
+		ID: r.id, ParentID: r.parent, RootID: r.root, Type: r.typeName, Version: r.typeVersion,
+		State: r.state, Owner: r.owner, Nonce: r.nonce,
+		Submitted: fromUnixNano(r.submitted), Updated: fromUnixNano(r.updated),
+		Finished: fromUnixNano(r.finishedAt), Acked: fromUnixNano(r.ackedAt),
+		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
+		Paused: r.paused, AbortRequested: r.abort, Bypassed: r.bypass, Locked: r.locked,
+		StackDepth: len(r.stack),
+	}, nil
+}
+
+// StoredInfos returns the Info of every procedure procs holds (e.g.
+// raftfsm.FSM.Procs), by ascending id, with Children filled in.
+func StoredInfos(procs func(fn func(store.Proc) error) error) ([]Info, error) {
+	var out []Info
+	err := procs(func(p store.Proc) error {
+		info, err := DecodeInfo(p.Data)
+		if err != nil {
+			return fmt.Errorf("procedure %d: %w", p.ID, err)
+		}
+		out = append(out, info)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	at := make(map[uint64]int, len(out))
+	for i, info := range out {
+		at[info.ID] = i
+	}
+	for _, info := range out {
+		if i, ok := at[info.ParentID]; ok && info.ParentID != 0 {
+			out[i].Children = append(out[i].Children, info.ID)
+		}
+	}
+	return out, nil
+}
+
+// Match reports whether info passes f's filters (not its paging).
+func (f Filter) Match(info Info) bool {
+	if f.Type != "" && info.Type != f.Type || f.RootsOnly && info.ParentID != 0 {
+		return false
+	}
+	if len(f.States) == 0 {
+		return true
+	}
+	for _, s := range f.States {
+		if s == info.State {
+			return true
+		}
+	}
+	return false
+}
