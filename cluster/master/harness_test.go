@@ -65,7 +65,9 @@ type masterNode struct {
 	// trans is the dispatcher's transport to the region servers, through
 	// the harness's fault injector; nil if the test gave its own.
 	trans *dispatch.GRPCTransport
-	dead  bool
+	// raftTrans is its raft transport (in memory), for isolateRaft.
+	raftTrans *raft.InmemTransport
+	dead      bool
 }
 
 // harness is a cluster of in-process masters (raft's in-memory transport,
@@ -167,6 +169,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		peers = append(peers, cluster.Peer{ID: id, Address: string(addr)})
 		cfgs = append(cfgs, c)
 		trans = append(trans, tr)
+		m.raftTrans = tr
 		h.masters = append(h.masters, m)
 	}
 	for i, a := range trans {
@@ -565,5 +568,29 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// isolateRaft cuts master i's raft traffic from the other masters, both
+// ways; its admin API and its region-server traffic stay reachable, as
+// when a leader's peer links fail but clients still reach it.
+func (h *harness) isolateRaft(i int) {
+	me := h.masters[i].raftTrans
+	me.DisconnectAll()
+	for j, m := range h.masters {
+		if j != i {
+			m.raftTrans.Disconnect(me.LocalAddr())
+		}
+	}
+}
+
+// healRaft undoes isolateRaft.
+func (h *harness) healRaft(i int) {
+	me := h.masters[i].raftTrans
+	for j, m := range h.masters {
+		if j != i {
+			m.raftTrans.Connect(me.LocalAddr(), me)
+			me.Connect(m.raftTrans.LocalAddr(), m.raftTrans)
+		}
 	}
 }
