@@ -40,14 +40,14 @@ type Info struct {
 	Error                string
 	// ErrorCode classifies Error when the procedure failed on a
 	// precondition (see ErrorCode); empty otherwise.
-	ErrorCode string
-	Result               []byte
-	Paused               bool
-	AbortRequested       bool
-	Bypassed             bool
-	Locked               bool
-	Children             []uint64
-	StackDepth           int
+	ErrorCode      string
+	Result         []byte
+	Paused         bool
+	AbortRequested bool
+	Bypassed       bool
+	Locked         bool
+	Children       []uint64
+	StackDepth     int
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
