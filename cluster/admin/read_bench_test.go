@@ -1,0 +1,206 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// BenchmarkReads compares, through the admin API of a 3-node cluster on
+// loopback (raft's TCP transport, raft-boltdb with fsync, as in
+// production), concurrent reads at each consistency against a write:
+//
+//	stale         ListProcedures at STALE, answered by the leader at once
+//	linearizable  ListProcedures (default), the leader's batched quorum round
+//	forwarded     the same sent to a follower, which forwards it
+//	write         RegisterNode with a new address: one raft commit each
+//
+// BATON_BENCH_READERS (default 16) callers share b.N calls of each kind;
+// the kinds run in alternating rounds so that load from elsewhere on the
+// machine hits them alike. Reported: calls/s of each, and each over stale
+// (goal: linearizable/stale >= 0.5 at 16 readers).
+//
+//	go test -run xxx -bench BenchmarkReads -benchtime 20000x ./cluster/admin/
+func BenchmarkReads(b *testing.B) {
+	readers := 16
+	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_READERS")); err == nil && v > 0 {
+		readers = v
+	}
+	nodes := startTCPCluster(b, 3)
+	var leader, follower *benchNode
+	deadline := time.Now().Add(30 * time.Second)
+	for leader == nil || follower == nil {
+		leader, follower = nil, nil
+		for _, n := range nodes {
+			if _, err := n.node.Executor(); err == nil {
+				leader = n
+			} else if id, _ := n.node.Leader(); id != "" {
+				follower = n
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("no leader with a running executor")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx := context.Background()
+	// The follower forwards once it knows the leader's admin address.
+	for {
+		if _, err := follower.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the follower cannot forward")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var writes atomic.Int64
+	kinds := []struct {
+		name string
+		call func() error
+	}{
+		{"stale", func() error {
+			_, err := leader.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1, Consistency: adminpb.Consistency_STALE})
+			return err
+		}},
+		{"linearizable", func() error {
+			_, err := leader.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1})
+			return err
+		}},
+		{"forwarded", func() error {
+			_, err := follower.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1})
+			return err
+		}},
+		{"write", func() error {
+			_, err := leader.cl.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: "bench", AdminAddress: fmt.Sprintf("127.0.0.1:%d", writes.Add(1))})
+			return err
+		}},
+	}
+	elapsed := make([]time.Duration, len(kinds))
+	done := make([]int, len(kinds))
+	const rounds = 4
+	b.ResetTimer()
+	for r := range rounds {
+		n := b.N / rounds
+		if r == rounds-1 {
+			n = b.N - n*(rounds-1)
+		}
+		for k, kind := range kinds {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			var firstErr atomic.Value
+			start := time.Now()
+			for range readers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(n) {
+						if err := kind.call(); err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed[k] += time.Since(start)
+			done[k] += n
+			if err, _ := firstErr.Load().(error); err != nil {
+				b.Fatalf("%s: %v", kind.name, err)
+			}
+		}
+	}
+	b.StopTimer()
+	rate := make([]float64, len(kinds))
+	for k, kind := range kinds {
+		rate[k] = float64(done[k]) / elapsed[k].Seconds()
+		b.ReportMetric(rate[k], kind.name+"/s")
+	}
+	for k, kind := range kinds[1:] {
+		b.ReportMetric(rate[k+1]/rate[0], kind.name+"/stale")
+	}
+	b.Logf("%d callers: stale %.0f/s, linearizable %.0f/s (%.2fx), forwarded %.0f/s (%.2fx), write %.0f/s (%.2fx)",
+		readers, rate[0], rate[1], rate[1]/rate[0], rate[2], rate[2]/rate[0], rate[3], rate[3]/rate[0])
+}
+
+type benchNode struct {
+	node *cluster.Node
+	cl   adminpb.AdminClient
+}
+
+// startTCPCluster starts n nodes with production stores and raft's TCP
+// transport on loopback, each with an admin server.
+func startTCPCluster(b *testing.B, n int) []*benchNode {
+	b.Helper()
+	var peers []cluster.Peer
+	var cfgs []cluster.Config
+	for i := range n {
+		id := fmt.Sprintf("b%d", i)
+		reg := procedure.NewRegistry()
+		if err := diag.Register(reg); err != nil {
+			b.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		c := cluster.DefaultConfig()
+		c.ID = id
+		c.DataDir = b.TempDir()
+		c.RaftAddr = addr
+		c.SnapshotInterval = time.Hour
+		c.Registry = reg
+		c.WAL = store.WALConfig{}
+		c.Logger = hclog.NewNullLogger()
+		peers = append(peers, cluster.Peer{ID: id, Address: addr})
+		cfgs = append(cfgs, c)
+	}
+	var out []*benchNode
+	for i := range cfgs {
+		cfgs[i].Peers = peers
+		node, err := cluster.NewNode(cfgs[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv, err := NewForNode(node, Config{RegisterInterval: 20 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go srv.Serve(lis)
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, &benchNode{node: node, cl: adminpb.NewAdminClient(cc)})
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			cc.Close()
+			srv.Stop(ctx)
+			node.Kill()
+		})
+	}
+	return out
+}
