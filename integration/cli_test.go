@@ -138,3 +138,90 @@ func TestCLI(t *testing.T) {
 	code, _, serr = runCLI(t, ctx, "cluster", "status", "--addr", dead, "--timeout", "1s")
 	expect("nothing listening", code, 3, serr)
 }
+
+// TestCLIReads: reads say who served them and at which consistency;
+// linearizable reads through a follower are answered by the leader, stale
+// ones by the follower; failed preconditions carry their code.
+func TestCLIReads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newCluster(t, 3)
+	leader := c.WaitLeader(ctx)
+	addr := strings.Join(c.AdminAddrs(), ",")
+	fid := c.Followers(leader)[0]
+	follower := c.Node(fid).GRPCAddr
+	type readDoc struct {
+		ServedBy     string `json:"served_by"`
+		AppliedIndex uint64 `json:"applied_index"`
+		Consistency  string `json:"consistency"`
+		RaftState    string `json:"raft_state"`
+	}
+	decode := func(what, s string, v any) {
+		t.Helper()
+		if err := json.Unmarshal([]byte(s), v); err != nil {
+			t.Fatalf("%s: stdout is not one JSON document: %v\n%s", what, err, s)
+		}
+	}
+	expect := func(what string, got, want int, stderr string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: exit %d, want %d; stderr:\n%s", what, got, want, stderr)
+		}
+	}
+
+	code, _, serr := runCLI(t, ctx, "ns", "create", "r1", "--wait", "--addr", addr)
+	expect("ns create", code, 0, serr)
+	code, out, serr := runCLI(t, ctx, "ns", "create", "r1", "--wait", "--addr", addr, "--json")
+	expect("ns create of an existing namespace", code, 1, serr)
+	var started struct {
+		State    string `json:"state"`
+		Code     string `json:"code"`
+		ExitCode int    `json:"exit_code"`
+	}
+	decode("ns create again", out, &started)
+	if started.State != "ROLLEDBACK" || started.Code != "ALREADY_EXISTS" || started.ExitCode != 1 {
+		t.Errorf("ns create of an existing namespace: %+v, want ROLLEDBACK, code ALREADY_EXISTS, exit_code 1", started)
+	}
+	if !strings.Contains(serr, "ALREADY_EXISTS") {
+		t.Errorf("ns create of an existing namespace: stderr %q does not name the code", serr)
+	}
+
+	var ns struct {
+		Name string  `json:"name"`
+		Read readDoc `json:"read"`
+	}
+	code, out, serr = runCLI(t, ctx, "ns", "get", "r1", "--addr", follower, "--json")
+	expect("ns get through a follower", code, 0, serr)
+	decode("ns get", out, &ns)
+	if ns.Name != "r1" || ns.Read.Consistency != "linearizable" || ns.Read.RaftState != "Leader" || ns.Read.ServedBy == fid || ns.Read.AppliedIndex == 0 {
+		t.Errorf("ns get through follower %s: %+v, want r1 served linearizably by the leader", fid, ns)
+	}
+	code, out, serr = runCLI(t, ctx, "ns", "get", "r1", "--stale", "--addr", follower, "--json")
+	if code == 1 {
+		// The follower may not have applied the create yet: that is what
+		// stale means. It must say it answered itself.
+		t.Logf("stale get through the follower: %s", serr)
+	} else {
+		expect("ns get --stale", code, 0, serr)
+		decode("ns get --stale", out, &ns)
+		if ns.Read.Consistency != "stale" || ns.Read.ServedBy != fid {
+			t.Errorf("stale ns get through follower %s: %+v, want served by it, stale", fid, ns)
+		}
+	}
+	code, out, serr = runCLI(t, ctx, "ns", "get", "nosuch", "--addr", addr, "--json")
+	expect("ns get of a missing namespace", code, 1, serr)
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	decode("ns get nosuch", out, &e)
+	if e.Error.Code != "NOT_FOUND" {
+		t.Errorf("ns get nosuch: code %q, want NOT_FOUND", e.Error.Code)
+	}
+	code, _, serr = runCLI(t, ctx, "ns", "list", "--stale", "--addr", follower)
+	expect("ns list --stale", code, 0, serr)
+	if !strings.Contains(serr, "served by "+fid) || !strings.Contains(serr, "stale") {
+		t.Errorf("ns list --stale: stderr %q does not say the follower served it, stale", serr)
+	}
+}
