@@ -67,7 +67,8 @@ type Node struct {
 
 	noSnapshotRestore bool
 
-	reads *readConfirmer // batches the quorum rounds of linearizable reads
+	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
+	contact *contactTracker // when each peer last accepted a request of ours
 
 	mu     sync.Mutex // guards exec, rstore, execTerm, closed
 	exec   *procedure.Executor
@@ -200,11 +201,13 @@ func NewNode(cfg Config) (n *Node, err error) {
 		log.Info("restarting from existing raft state", "fsm_wal_index", n.fsm.LoadedIndex(), "snapshot_restore", need)
 	}
 
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, stable, n.snaps, n.trans)
+	var rtrans raft.Transport
+	rtrans, n.contact = newContactTracker(n.trans)
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, stable, n.snaps, rtrans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout)
+	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout, n.shutdownCh)
 	go n.monitorLeadership()
 	return n, nil
 }

@@ -20,10 +20,14 @@ import (
 // thesis §6.4): the leader's commit index when the read arrived, which
 // covers every entry of earlier terms because a leader publishes its
 // executor only after a Barrier of its own term committed. Then a quorum
-// round that started after the read arrived confirms the node is still
-// leader of the same term (raft.VerifyLeader), so no other leader can have
-// acknowledged anything the index misses. Last, the read waits for the FSM
-// to apply the index. Concurrent reads share one round (readConfirmer).
+// confirms the node is still leader of the same term with answers to
+// requests sent after the read arrived, so no other leader can have
+// acknowledged anything the index misses: a round of raft.VerifyLeader
+// makes the leader send heartbeats at once, and contactTracker (contact.go)
+// tells which answers came to requests sent after the read arrived (raft's
+// own count may include older ones); rounds repeat until a quorum of such
+// answers is in. Last, the read waits for the FSM to apply the index.
+// Concurrent reads share rounds (readConfirmer).
 //
 // Leases are not used: a leader trusting its lease without a round answers
 // stale reads when its process was paused past the lease (SIGSTOP, a long
@@ -69,6 +73,10 @@ func (n *Node) ReadState() ReadInfo {
 // raftfsm.FSM.WaitApplied).
 const nudgeAfter = 50 * time.Millisecond
 
+// shutdownPoll is how often a read waiting on raft checks that raft has
+// not shut down under it.
+const shutdownPoll = 100 * time.Millisecond
+
 // LinearizableRead makes the read that called it linearizable (see above):
 // when it returns nil, this node's FSM holds every write acknowledged before
 // the call, and the caller reads it (or the executor of the same term)
@@ -88,12 +96,24 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 	case !established || execTerm != n.raft.CurrentTerm():
 		return ReadInfo{}, ErrNotReady
 	}
+	arrived := time.Now()
 	readIndex := n.raft.CommitIndex()
-	if err := n.reads.confirm(ctx); err != nil {
-		return ReadInfo{}, err
-	}
-	if term := n.raft.CurrentTerm(); term != execTerm {
-		return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
+	for {
+		if err := n.reads.confirm(ctx); err != nil {
+			return ReadInfo{}, err
+		}
+		if term := n.raft.CurrentTerm(); term != execTerm {
+			return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
+		}
+		ok, err := n.quorumAckedSince(arrived)
+		if err != nil {
+			return ReadInfo{}, err
+		}
+		if ok {
+			break
+		}
+		// The round counted answers to requests sent before the read
+		// arrived; the next one sends fresh heartbeats.
 	}
 	if err := n.waitApplied(ctx, readIndex); err != nil {
 		return ReadInfo{}, err
@@ -101,6 +121,27 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 	ri := n.ReadState()
 	ri.Linearizable = true
 	return ri, nil
+}
+
+// quorumAckedSince reports whether a quorum of the voters (this node
+// counting for itself) accepted, in this node's term, requests it sent at
+// or after t.
+func (n *Node) quorumAckedSince(t time.Time) (bool, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return false, readError("reading the configuration", err)
+	}
+	voters, acked := 0, 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == raft.ServerID(n.cfg.ID) || n.contact.ackedSince(s.ID, t) {
+			acked++
+		}
+	}
+	return 2*acked > voters, nil
 }
 
 // waitApplied waits for the FSM to apply index, nudging it with a NOOP
@@ -145,14 +186,39 @@ type readConfirmer struct {
 }
 
 type readRound struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	waiters int // reads that joined it (for tests)
 }
 
-func newReadConfirmer(r *raft.Raft, applyTimeout time.Duration) *readConfirmer {
+// newReadConfirmer confirms with r. A raft future may stay unanswered
+// once raft shuts down (a request left in one of its buffered channels):
+// shutdown ends the wait, so that neither a read nor the confirmer's loop
+// outlives the node.
+func newReadConfirmer(r *raft.Raft, applyTimeout time.Duration, shutdown <-chan struct{}) *readConfirmer {
+	wait := func(f raft.Future) error {
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		// Raft shut down by itself (not through the node) closes no
+		// channel of ours: look at its state now and then.
+		tick := time.NewTicker(shutdownPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case err := <-done:
+				return err
+			case <-shutdown:
+				return raft.ErrRaftShutdown
+			case <-tick.C:
+				if r.State() == raft.Shutdown {
+					return raft.ErrRaftShutdown
+				}
+			}
+		}
+	}
 	return &readConfirmer{
-		verify: func() error { return r.VerifyLeader().Error() },
-		noop:   func() error { return r.Apply(raftfsm.EncodeNoop(), applyTimeout).Error() },
+		verify: func() error { return wait(r.VerifyLeader()) },
+		noop:   func() error { return wait(r.Apply(raftfsm.EncodeNoop(), applyTimeout)) },
 	}
 }
 
@@ -163,6 +229,7 @@ func (c *readConfirmer) confirm(ctx context.Context) error {
 		c.next = &readRound{done: make(chan struct{})}
 	}
 	r := c.next
+	r.waiters++
 	if !c.running {
 		c.running = true
 		go c.run()

@@ -146,7 +146,7 @@ func TestReadRoundsStartAfterTheReadArrives(t *testing.T) {
 	waitFor(t, 10*time.Second, "the later reads to join the next round", func() bool {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
-		return rc.next != nil
+		return rc.next != nil && rc.next.waiters == later
 	})
 	// Round 1 says "deposed" (it may have been decided before the later
 	// reads arrived): only the first read may see it.

@@ -65,16 +65,17 @@ type rootState struct {
 	members map[uint64]*entry
 	// stack is the rollback stack: one element per executed step, in the
 	// order the steps ran, across the whole tree.
-	stack    []*entry
-	nextPos  int32 // position of the next step pushed: above every persisted one
-	running  int   // members executing a step (or the rollback)
-	failed   bool  // a member failed: rollback once nothing runs
-	cause    string
-	rolling  bool // a worker is rolling the tree back
-	rbRerun  bool // a turn came while rolling: the roller re-queues the root
-	rbTries  int
-	done     bool
-	rbTimer  clock.Timer
-	doneCh   chan struct{}
-	doneOnce sync.Once
+	stack     []*entry
+	nextPos   int32 // position of the next step pushed: above every persisted one
+	running   int   // members executing a step (or the rollback)
+	failed    bool  // a member failed: rollback once nothing runs
+	cause     string
+	causeCode string // ErrorCode of the failure cause tells
+	rolling   bool   // a worker is rolling the tree back
+	rbRerun   bool   // a turn came while rolling: the roller re-queues the root
+	rbTries   int
+	done      bool
+	rbTimer   clock.Timer
+	doneCh    chan struct{}
+	doneOnce  sync.Once
 }

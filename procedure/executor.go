@@ -790,6 +790,7 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 	if !root.failed {
 		root.failed = true
 		root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+		root.causeCode = e.errCode
 	}
 	unit := x.unitOfLocked(e).id
 	x.unlock()
@@ -812,7 +813,7 @@ func (x *Executor) retryLater(e *entry, cause error) {
 		e.repeats++
 	}
 	e.spins = 0
-	e.errMsg = cause.Error()
+	e.errMsg, e.errCode = cause.Error(), ErrorCode(cause)
 	delay := Backoff{Base: x.cfg.RollbackBackoff, Max: x.cfg.RollbackBackoffMax, Jitter: 0.1}.Delay(attempt)
 	e.state = WaitingTimeout
 	e.waitUntil = x.clock.Now().Add(delay)

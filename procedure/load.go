@@ -126,6 +126,7 @@ func (x *Executor) load() error {
 				root.failed = true
 				if root.cause == "" {
 					root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+					root.causeCode = e.errCode
 				}
 			}
 		}
@@ -135,6 +136,7 @@ func (x *Executor) load() error {
 			if e.rollingBack && !e.state.Terminal() {
 				root.failed = true
 				if root.cause == "" || e == rootEntry {
+					root.causeCode = e.errCode
 					root.cause = e.errMsg
 				}
 			}

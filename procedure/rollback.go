@@ -189,7 +189,7 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	e.state = RolledBack
 	e.finishedAt = x.clock.Now()
 	if e.errMsg == "" {
-		e.errMsg = root.cause
+		e.errMsg, e.errCode = root.cause, root.causeCode
 	}
 	x.unlock()
 	x.log.Info("rolled back", "root", root.id, "type", e.ti.name, "cause", e.errMsg)

@@ -361,6 +361,21 @@ func (v View) Procs(fn func(store.Proc) error) error {
 	return nil
 }
 
+// ProcsAfter is Procs for the procedures whose id is above after.
+func (v View) ProcsAfter(after uint64, fn func(store.Proc) error) error {
+	if after == ^uint64(0) {
+		return nil
+	}
+	it := v.st.procs.Root().Iterator()
+	it.SeekLowerBound(procKey(after + 1))
+	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
+		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Get returns the value of a domain key. The slice must not be modified.
 func (v View) Get(key string) ([]byte, bool) {
 	e, ok := v.st.kv.Get([]byte(key))

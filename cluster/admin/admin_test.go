@@ -71,6 +71,7 @@ type fakeBackend struct {
 	procsErr error
 	kv       map[string][]byte
 	peers    []cluster.PeerStatus
+	mem      *store.MemStore // the executor's store: what is committed
 }
 
 func (f *fakeBackend) ID() string { return f.id }
@@ -129,18 +130,40 @@ func (f *fakeBackend) LinearizableRead(context.Context) (cluster.ReadInfo, error
 func (f *fakeBackend) ReadState() cluster.ReadInfo {
 	return cluster.ReadInfo{ServedBy: f.id, AppliedIndex: 9, RaftState: f.Status().State, Term: 3}
 }
-func (f *fakeBackend) StoredProcedures(func(store.Proc) error) error { return nil }
+func (f *fakeBackend) StoredProcedure(id uint64) ([]byte, bool) {
+	var data []byte
+	f.StoredProceduresAfter(id-1, func(p store.Proc) error {
+		if p.ID == id {
+			data = p.Data
+		}
+		return nil
+	})
+	return data, data != nil
+}
+func (f *fakeBackend) StoredProceduresAfter(after uint64, fn func(store.Proc) error) error {
+	if f.mem == nil {
+		return nil
+	}
+	_, err := f.mem.Load(func(p store.Proc) error {
+		if p.ID > after {
+			return fn(p)
+		}
+		return nil
+	})
+	return err
+}
 func (f *fakeBackend) notLeader() error {
 	id, addr := f.Leader()
 	return &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}
 }
 
-func newExecutor(t *testing.T) *procedure.Executor {
+func newExecutor(t *testing.T) (*procedure.Executor, *store.MemStore) {
 	reg := procedure.NewRegistry()
 	if err := diag.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Workers: 2})
+	mem := store.NewMemStore()
+	x, err := procedure.New(procedure.Config{Store: mem, Registry: reg, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +171,7 @@ func newExecutor(t *testing.T) *procedure.Executor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Stop(context.Background()) })
-	return x
+	return x, mem
 }
 
 // TestUnavailable checks the answers of a standby that cannot forward.
@@ -207,8 +230,8 @@ func TestUnavailable(t *testing.T) {
 // TestLocal exercises the leader path on a fake backend with a real
 // executor, and the registration loop.
 func TestLocal(t *testing.T) {
-	x := newExecutor(t)
-	b := &fakeBackend{id: "m0", leaderID: "m0", procs: x, kv: map[string][]byte{}}
+	x, mem := newExecutor(t)
+	b := &fakeBackend{id: "m0", leaderID: "m0", procs: x, kv: map[string][]byte{}, mem: mem}
 	s, err := New(b, Config{RegisterInterval: 5 * time.Millisecond, WatchInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -59,9 +59,12 @@ type Backend interface {
 	LinearizableRead(ctx context.Context) (cluster.ReadInfo, error)
 	// ReadState describes the local state a stale read is served from.
 	ReadState() cluster.ReadInfo
-	// StoredProcedures walks the procedures of the local FSM, for stale
-	// reads of procedures on a node without an executor.
-	StoredProcedures(fn func(store.Proc) error) error
+	// StoredProcedure and StoredProceduresAfter read the procedures of the
+	// local FSM: what is committed, which is what reads answer (the
+	// executor's memory runs ahead of its commits). StoredProceduresAfter
+	// walks those with an id above after, in id order.
+	StoredProcedure(id uint64) ([]byte, bool)
+	StoredProceduresAfter(after uint64, fn func(store.Proc) error) error
 }
 
 // NodeBackend adapts a cluster node to Backend. Domain mutations are
@@ -100,7 +103,11 @@ func (b nodeBackend) LinearizableRead(ctx context.Context) (cluster.ReadInfo, er
 
 func (b nodeBackend) ReadState() cluster.ReadInfo { return b.n.ReadState() }
 
-func (b nodeBackend) StoredProcedures(fn func(store.Proc) error) error { return b.n.FSM().Procs(fn) }
+func (b nodeBackend) StoredProcedure(id uint64) ([]byte, bool) { return b.n.FSM().Proc(id) }
+
+func (b nodeBackend) StoredProceduresAfter(after uint64, fn func(store.Proc) error) error {
+	return b.n.FSM().View().ProcsAfter(after, fn)
+}
 
 func (b nodeBackend) Join(ctx context.Context, id, addr string) error { return b.n.Join(ctx, id, addr) }
 

@@ -66,7 +66,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -698,35 +697,37 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 	})
 }
 
-// GetProcedure implements adminpb.AdminServer: from the leader's executor,
-// or for a stale read on a standby from its FSM's records (without
-// waiting_for, which only the executor knows).
+// GetProcedure implements adminpb.AdminServer: the procedure as committed
+// (procread.go).
 func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Procedure, error) {
-		var p *adminpb.Procedure
-		if x, err := s.b.Procedures(); err == nil {
-			if p, err = getProc(x, req.GetId()); err != nil {
-				return nil, err
-			}
-		} else {
-			if ri.GetConsistency() != adminpb.Consistency_STALE {
-				return nil, err
-			}
-			infos, err := procedure.StoredInfos(s.b.StoredProcedures)
-			if err != nil {
-				return nil, err
-			}
-			i := sort.Search(len(infos), func(i int) bool { return infos[i].ID >= req.GetId() })
-			if i == len(infos) || infos[i].ID != req.GetId() {
-				return nil, fmt.Errorf("%w: %d", procedure.ErrNotFound, req.GetId())
-			}
-			p = toProto(infos[i], "")
+		x, err := s.localExecutor(ri)
+		if err != nil {
+			return nil, err
+		}
+		p, err := s.storedProc(x, req.GetId())
+		if err != nil {
+			return nil, err
 		}
 		p.Read = ri
 		return p, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
 		return c.GetProcedure(ctx, req)
 	})
+}
+
+// localExecutor returns this node's executor for a read, or nil where
+// there is none and the read is stale (a linearizable read is served by
+// the leader, which has one).
+func (s *Server) localExecutor(ri *adminpb.ReadInfo) (Procedures, error) {
+	x, err := s.b.Procedures()
+	if err == nil {
+		return x, nil
+	}
+	if ri.GetConsistency() == adminpb.Consistency_STALE {
+		return nil, nil
+	}
+	return nil, err
 }
 
 func getProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
@@ -775,34 +776,17 @@ func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProcedures
 		f.AfterID = after
 	}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListProceduresResponse, error) {
-		var infos []procedure.Info
-		why := func(procedure.Info) string { return "" }
-		if x, err := s.b.Procedures(); err == nil {
-			infos = x.List(f)
-			why = func(info procedure.Info) string { return whyReason(x, info) }
-		} else {
-			if ri.GetConsistency() != adminpb.Consistency_STALE {
-				return nil, err
-			}
-			all, err := procedure.StoredInfos(s.b.StoredProcedures)
-			if err != nil {
-				return nil, err
-			}
-			for _, info := range all {
-				if info.ID > f.AfterID && f.Match(info) {
-					infos = append(infos, info)
-					if len(infos) == f.Limit {
-						break
-					}
-				}
-			}
+		x, err := s.localExecutor(ri)
+		if err != nil {
+			return nil, err
 		}
-		out := &adminpb.ListProceduresResponse{Procedures: make([]*adminpb.Procedure, len(infos)), Read: ri}
-		for i, info := range infos {
-			out.Procedures[i] = toProto(info, why(info))
+		procs, err := s.storedProcs(x, f)
+		if err != nil {
+			return nil, err
 		}
-		if len(infos) == f.Limit {
-			out.NextPageToken = strconv.FormatUint(infos[len(infos)-1].ID, 10)
+		out := &adminpb.ListProceduresResponse{Procedures: procs, Read: ri}
+		if len(procs) == f.Limit {
+			out.NextPageToken = strconv.FormatUint(procs[len(procs)-1].GetId(), 10)
 		}
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListProceduresResponse, error) {
@@ -851,7 +835,7 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 		if err != nil {
 			return s.toStatus(fmt.Errorf("admin: watch %d: %w", req.GetId(), err))
 		}
-		p, err := getProc(x, req.GetId())
+		p, err := s.storedProc(x, req.GetId())
 		if err != nil {
 			if last != nil && errors.Is(err, procedure.ErrNotFound) {
 				// A child is deleted with its root; it may go between

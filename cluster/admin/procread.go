@@ -1,0 +1,129 @@
+package admin
+
+import (
+	"fmt"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// Procedure reads answer from the local FSM's records, never from the
+// executor's memory: the executor changes a procedure in memory before the
+// change commits (a step's outcome, SUCCESS itself), and a reader shown an
+// uncommitted SUCCESS could see the procedure RUNNABLE again after a
+// failover, or even ROLLEDBACK. What the executor alone knows and no
+// outcome depends on (what a live procedure waits for, its children) is
+// taken from it when it runs here.
+
+// storedProc returns procedure id as committed. x is the executor, or nil
+// on a node without one.
+func (s *Server) storedProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
+	data, ok := s.b.StoredProcedure(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %d", procedure.ErrNotFound, id)
+	}
+	info, err := procedure.DecodeInfo(data)
+	if err != nil {
+		return nil, fmt.Errorf("admin: procedure %d: %w", id, err)
+	}
+	if x != nil {
+		info.Children = s.committedChildren(x, info)
+		return toProto(info, whyReason(x, info)), nil
+	}
+	info.Children, err = s.scanChildren(id)
+	if err != nil {
+		return nil, err
+	}
+	return toProto(info, ""), nil
+}
+
+// committedChildren lists the children the executor knows of info whose
+// insert committed. A finished procedure's children all did (its end
+// committed after theirs), and are deleted from the store with their root.
+func (s *Server) committedChildren(x Procedures, info procedure.Info) []uint64 {
+	live, err := x.Get(info.ID)
+	if err != nil {
+		return nil
+	}
+	if info.State.Terminal() {
+		return live.Children
+	}
+	var out []uint64
+	for _, c := range live.Children {
+		if _, ok := s.b.StoredProcedure(c); ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// scanChildren finds id's children among the stored procedures (a child's
+// id is above its parent's).
+func (s *Server) scanChildren(id uint64) ([]uint64, error) {
+	var out []uint64
+	err := s.b.StoredProceduresAfter(id, func(p store.Proc) error {
+		info, err := procedure.DecodeInfo(p.Data)
+		if err != nil {
+			return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
+		}
+		if info.ParentID == id {
+			out = append(out, p.ID)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// storedProcs lists the committed procedures matching f (AfterID, Limit
+// included), for ListProcedures.
+func (s *Server) storedProcs(x Procedures, f procedure.Filter) ([]*adminpb.Procedure, error) {
+	var infos []procedure.Info
+	err := s.b.StoredProceduresAfter(f.AfterID, func(p store.Proc) error {
+		info, err := procedure.DecodeInfo(p.Data)
+		if err != nil {
+			return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
+		}
+		if f.Match(info) {
+			infos = append(infos, info)
+			if len(infos) == f.Limit {
+				return errPageFull
+			}
+		}
+		return nil
+	})
+	if err != nil && err != errPageFull {
+		return nil, err
+	}
+	var byParent map[uint64][]uint64
+	if x == nil && len(infos) > 0 {
+		// No executor here: one scan finds every listed procedure's
+		// children.
+		byParent = map[uint64][]uint64{}
+		if err := s.b.StoredProceduresAfter(infos[0].ID, func(p store.Proc) error {
+			info, err := procedure.DecodeInfo(p.Data)
+			if err != nil {
+				return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
+			}
+			if info.ParentID != 0 {
+				byParent[info.ParentID] = append(byParent[info.ParentID], p.ID)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*adminpb.Procedure, len(infos))
+	for i, info := range infos {
+		if x != nil {
+			info.Children = s.committedChildren(x, info)
+			out[i] = toProto(info, whyReason(x, info))
+		} else {
+			info.Children = byParent[info.ID]
+			out[i] = toProto(info, "")
+		}
+	}
+	return out, nil
+}
+
+var errPageFull = fmt.Errorf("page full")

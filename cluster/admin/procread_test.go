@@ -1,0 +1,117 @@
+package admin
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// stallingStore holds back the write of every finished procedure until
+// release is closed, as a leader whose last entry has not committed yet.
+type stallingStore struct {
+	*store.MemStore
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingStore) stall(p store.Proc) {
+	if info, err := procedure.DecodeInfo(p.Data); err == nil && info.State.Terminal() {
+		<-s.release
+	}
+}
+
+func (s *stallingStore) Update(p store.Proc) error {
+	s.stall(p)
+	return s.MemStore.Update(p)
+}
+
+func (s *stallingStore) UpdateDomain(p store.Proc, muts []store.Mutation) error {
+	s.stall(p)
+	return s.MemStore.UpdateDomain(p, muts)
+}
+
+func (s *stallingStore) open() { s.once.Do(func() { close(s.release) }) }
+
+// TestProcedureReadsAnswerWhatCommitted: the executor marks a procedure
+// SUCCESS in memory before the write commits; reads (get, list, watch)
+// answer what is committed, so nobody is told SUCCESS of a completion a
+// crash could still take back.
+func TestProcedureReadsAnswerWhatCommitted(t *testing.T) {
+	reg := procedure.NewRegistry()
+	if err := diag.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	st := &stallingStore{MemStore: store.NewMemStore(), release: make(chan struct{})}
+	defer st.open()
+	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		st.open()
+		x.Stop(context.Background())
+	}()
+	b := &fakeBackend{id: "m0", leaderID: "m0", procs: x, kv: map[string][]byte{}, mem: st.MemStore}
+	s, err := New(b, Config{WatchInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := diag.New("sleep", map[string]string{"steps": "1", "delay": "1ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := x.Submit(p, procedure.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := x.Get(id)
+		if err == nil && info.State == procedure.Success {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the executor did not reach SUCCESS in memory: %+v, %v", info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	for _, c := range []adminpb.Consistency{adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE} {
+		got, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id, Consistency: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.GetState() == "SUCCESS" {
+			t.Fatalf("%v get answered SUCCESS before it committed", c)
+		}
+		list, err := s.ListProcedures(ctx, &adminpb.ListProceduresRequest{Consistency: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.GetProcedures()) != 1 || list.GetProcedures()[0].GetState() == "SUCCESS" {
+			t.Fatalf("%v list answered %v before the SUCCESS committed", c, list.GetProcedures())
+		}
+	}
+	st.open()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		got, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
+		if err == nil && got.GetState() == "SUCCESS" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("get after the commit: %v, %v", got, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+}

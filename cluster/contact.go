@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// contactTracker wraps the raft transport to learn, for each peer, the
+// latest moment a request was sent to it that it accepted in the sender's
+// term: the proof a linearizable read needs (read.go).
+//
+// raft.VerifyLeader alone is not that proof. It counts, as a follower's
+// vote, the next successful AppendEntries answer from it, including the
+// answer to a heartbeat sent before VerifyLeader was called: a leader
+// paused or cut off right after sending one, and resumed after a new
+// leader committed writes, may count such an answer when it arrives late
+// and confirm a leadership it lost meanwhile. Knowing when each answered
+// request was sent lets the read count only requests sent after it
+// arrived.
+type contactTracker struct {
+	raft.Transport
+
+	mu    sync.Mutex
+	acked map[raft.ServerID]time.Time // send time of the newest request accepted in its term
+}
+
+// newContactTracker wraps t, keeping the optional interfaces raft looks
+// for (pre-vote, close).
+func newContactTracker(t raft.Transport) (raft.Transport, *contactTracker) {
+	c := &contactTracker{Transport: t, acked: map[raft.ServerID]time.Time{}}
+	if _, ok := t.(raft.WithPreVote); ok {
+		return contactTrackerPreVote{c}, c
+	}
+	return c, c
+}
+
+// record notes that id accepted, in the sender's term, a request sent at
+// sent.
+func (c *contactTracker) record(id raft.ServerID, sent time.Time, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+	if resp == nil || req == nil || resp.Term != req.Term {
+		return // a higher term answered: not a vote for the sender
+	}
+	c.mu.Lock()
+	if sent.After(c.acked[id]) {
+		c.acked[id] = sent
+	}
+	c.mu.Unlock()
+}
+
+// ackedSince reports whether id accepted a request sent at or after t.
+func (c *contactTracker) ackedSince(id raft.ServerID, t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.acked[id].Before(t)
+}
+
+// AppendEntries implements raft.Transport: heartbeats and unpipelined
+// replication.
+func (c *contactTracker) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	sent := time.Now()
+	err := c.Transport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		c.record(id, sent, args, resp)
+	}
+	return err
+}
+
+// AppendEntriesPipeline implements raft.Transport: pipelined replication,
+// whose answers raft also counts as votes.
+func (c *contactTracker) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := c.Transport.AppendEntriesPipeline(id, target)
+	if err != nil {
+		return nil, err
+	}
+	tp := &trackedPipeline{AppendPipeline: p, c: c, id: id, out: make(chan raft.AppendFuture), closed: make(chan struct{})}
+	go tp.relay()
+	return tp, nil
+}
+
+// Close implements raft.WithClose.
+func (c *contactTracker) Close() error {
+	if wc, ok := c.Transport.(raft.WithClose); ok {
+		return wc.Close()
+	}
+	return nil
+}
+
+type contactTrackerPreVote struct{ *contactTracker }
+
+// RequestPreVote implements raft.WithPreVote.
+func (c contactTrackerPreVote) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return c.Transport.(raft.WithPreVote).RequestPreVote(id, target, args, resp)
+}
+
+// trackedPipeline records the answers of a pipeline before raft sees them
+// (raft counts them as votes once it reads them from Consumer).
+type trackedPipeline struct {
+	raft.AppendPipeline
+	c         *contactTracker
+	id        raft.ServerID
+	out       chan raft.AppendFuture
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (p *trackedPipeline) relay() {
+	in := p.AppendPipeline.Consumer()
+	for {
+		select {
+		case f, ok := <-in:
+			if !ok {
+				close(p.out)
+				return
+			}
+			if f.Error() == nil {
+				p.c.record(p.id, f.Start(), f.Request(), f.Response())
+			}
+			select {
+			case p.out <- f:
+			case <-p.closed:
+				return
+			}
+		case <-p.closed:
+			return
+		}
+	}
+}
+
+// Consumer implements raft.AppendPipeline.
+func (p *trackedPipeline) Consumer() <-chan raft.AppendFuture { return p.out }
+
+// Close implements raft.AppendPipeline.
+func (p *trackedPipeline) Close() error {
+	p.closeOnce.Do(func() { close(p.closed) })
+	return p.AppendPipeline.Close()
+}
