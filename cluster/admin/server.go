@@ -7,10 +7,12 @@
 // Submit, Abort, Pause, Resume, Ack, AddPeer, RemovePeer and RegisterNode
 // are served by the leader. A standby forwards them over gRPC to the
 // leader's admin address and relays the answer (status codes and details
-// unchanged). Reads of procedures (Get, List, Watch) are forwarded too: the
-// procedure table lives in the leader's executor, and decoding the FSM's
-// records is the executor's business. ClusterStatus is answered locally: it
-// is the answering node's view.
+// unchanged). Reads are linearizable unless the caller asks for stale ones
+// (read.go): a standby forwards a linearizable read to the leader, which
+// confirms its leadership before answering. Procedures are read from the
+// FSM's committed records (procread.go), never from the executor's memory,
+// which runs ahead of its commits. ClusterStatus is answered locally: it is
+// the answering node's view.
 //
 // The leader's admin address is learned from the replicated domain state:
 // the key AdminAddrKey(id) ("nodes/<id>/admin_addr") holds node id's admin
@@ -41,10 +43,11 @@
 //
 // # Watch
 //
-// WatchProcedure polls the leader's executor every Config.WatchInterval
-// (default 50 ms) and sends the procedure each time it differs from what
-// was last sent, starting with its current state, until it is terminal or
-// the client goes away. Polling was chosen over Executor.AddListener
+// WatchProcedure polls the leader's committed state every
+// Config.WatchInterval (default 50 ms) and sends the procedure each time it
+// differs from what was last sent, starting with its current state (read
+// after a leadership confirmation), until it is terminal or the client goes
+// away. Polling was chosen over Executor.AddListener
 // because a new executor is built at every leadership change and listeners
 // cannot be removed: a hub would have to be re-attached per executor and
 // would keep stopped executors alive; polling re-resolves the executor at
