@@ -225,7 +225,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 
 	// Linearizability of the namespace history.
 	dir := artifactsDir(t)
-	res, err := hist.Check(2*time.Minute, dir, "namespaces-"+sanitize(t.Name()))
+	res, err := hist.Check(max(2*time.Minute, cfg.maxDuration/4), dir, "namespaces-"+sanitize(t.Name()))
 	if err != nil {
 		t.Errorf("chaos: %v", err)
 	}
@@ -239,6 +239,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 	fmt.Fprintf(&b, "  %-32s %5s %6s %7s\n", "operations", "ok", "failed", "unknown")
 	fmt.Fprintf(&b, "  %-32s %5d %6d %7d\n", "namespace create/delete/list", ok, failed, unknown)
 	fmt.Fprintf(&b, "  %-32s %5d %6d %7d\n", "table/region procedures", tOK, tFailed, tUnknown)
+	fmt.Fprintf(&b, "  (namespaces: %s; noop = create found it, delete did not; table \"failed\" = rolled back)\n", hist.Detail())
 	fmt.Fprintf(&b, "  faults (took effect)\n%s", Summary(took, missed))
 	fmt.Fprintf(&b, "  anomalies\n")
 	fmt.Fprintf(&b, "  %-32s %5s (%s, %d per-key ops)\n", "non-linearizable", yesNo(res.Result), res.Result, res.Ops)
@@ -248,11 +249,10 @@ func runChaos(t *testing.T, cfg runConfig) {
 	fmt.Fprintf(&b, "  %-32s %5d\n", "procedures left unfinished", len(unfinished))
 	fmt.Fprintf(&b, "  elapsed: %v (faults %v, settling %v)\n", time.Since(began).Round(time.Second), faultPhase.Round(time.Second), settle.Round(time.Second))
 	t.Log(b.String())
-	fmt.Fprint(os.Stderr, b.String())
 
 	if res.Result == porcupine.Illegal {
 		t.Errorf("NOT LINEARIZABLE: namespace history of %d per-key operations; %d reads certainly stale, e.g.:\n  %s\nvisualization: %s",
-			res.Ops, res.Stale, strings.Join(res.Samples, "\n  "), res.Visualization)
+			res.Ops, res.Stale, strings.Join(res.Samples, "\n  "), strings.Join(res.Visualizations, " "))
 	}
 	if doubles > 0 {
 		t.Errorf("SAFETY VIOLATION: %d samples found a region open on two region servers at once:\n  %s", doubles, strings.Join(reports, "\n  "))

@@ -122,6 +122,27 @@ func SweepChains() error {
 	return errors.Join(errs...)
 }
 
+// DropOwnChains removes the chains this process made that are still
+// there (a test's cleanup removes its own; this is for the paths that run
+// none: a signal, a panic outside the test goroutine).
+func DropOwnChains() error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	out, err := ipt("-S")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	own := fmt.Sprintf("-N %s%d-", ChainPrefix, os.Getpid())
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, own) {
+			errs = append(errs, dropChain(strings.TrimPrefix(line, "-N ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)

@@ -199,6 +199,19 @@ func (h *History) Failed(kind OpKind) {
 	h.counts[kind.String()+" failed"]++
 }
 
+// Detail returns the count of each kind of operation and outcome, e.g.
+// "create ok 12, create noop 30, ...".
+func (h *History) Detail() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var parts []string
+	for k, n := range h.counts {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
 // Counts returns how many operations ended each way: ok, failed (no
 // effect), unknown (possibly applied); a create that found the namespace
 // or a delete that did not is ok (it answered).
@@ -244,28 +257,41 @@ type CheckResult struct {
 	// argument (see StaleReads); nonzero means Result is Illegal.
 	Stale   int
 	Samples []string // a few of them, described
-	// Visualization is the path of porcupine's HTML rendering, written
-	// when the history is not linearizable.
-	Visualization string
+	// Visualizations are the paths of porcupine's HTML renderings of the
+	// namespaces whose history is not linearizable.
+	Visualizations []string
 }
 
-// Check runs porcupine on the history (giving up after timeout: Result is
-// then porcupine.Unknown) and, if it is not linearizable, writes the
-// visualization into dir.
+// Check runs porcupine on the history, namespace by namespace (each given
+// up after timeout: porcupine.Unknown), and writes the visualization of
+// each namespace whose history is not linearizable into dir: one page
+// each, since a page of the whole history would be large and mostly
+// beside the point.
 func (h *History) Check(timeout time.Duration, dir, name string) (CheckResult, error) {
 	ops := h.Ops()
-	res, info := porcupine.CheckOperationsVerbose(NamespaceModel, ops, timeout)
 	stale, samples := StaleReads(ops)
-	cr := CheckResult{Result: res, Ops: len(ops), Stale: stale, Samples: samples}
-	if res != porcupine.Illegal {
-		return cr, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return cr, fmt.Errorf("chaos: artifacts: %w", err)
-	}
-	cr.Visualization = filepath.Join(dir, name+".html")
-	if err := porcupine.VisualizePath(NamespaceModel, info, cr.Visualization); err != nil {
-		return cr, fmt.Errorf("chaos: write visualization: %w", err)
+	cr := CheckResult{Result: porcupine.Ok, Ops: len(ops), Stale: stale, Samples: samples}
+	single := NamespaceModel
+	single.Partition = nil
+	for _, kops := range NamespaceModel.Partition(ops) {
+		r, info := porcupine.CheckOperationsVerbose(single, kops, timeout)
+		switch {
+		case r == porcupine.Illegal:
+			cr.Result = porcupine.Illegal
+		case r == porcupine.Unknown && cr.Result == porcupine.Ok:
+			cr.Result = porcupine.Unknown
+		}
+		if r != porcupine.Illegal {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return cr, fmt.Errorf("chaos: artifacts: %w", err)
+		}
+		path := filepath.Join(dir, name+"-"+kops[0].Input.(nsInput).Key+".html")
+		if err := porcupine.VisualizePath(single, info, path); err != nil {
+			return cr, fmt.Errorf("chaos: write visualization: %w", err)
+		}
+		cr.Visualizations = append(cr.Visualizations, path)
 	}
 	return cr, nil
 }

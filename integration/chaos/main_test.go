@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +18,24 @@ import (
 var nodeBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	// An interrupted run (Ctrl-C, a CI job cancelled) runs no test
+	// cleanup: take this binary's iptables chains away before dying. What
+	// a SIGKILL or a test timeout leaves is swept by the next run.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		if err := DropOwnChains(); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+		}
+		fmt.Fprintf(os.Stderr, "chaos: %v: iptables chains removed; processes die with the test binary (Pdeathsig)\n", sig)
+		os.Exit(2)
+	}()
+	code := run(m)
+	if err := DropOwnChains(); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %v\n", err)
+	}
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {
