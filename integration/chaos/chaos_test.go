@@ -113,10 +113,6 @@ func envUint(t *testing.T, k string, def uint64) uint64 {
 // clients collide on them.
 var namespaces = []string{"ns-a", "ns-b", "ns-c", "ns-d", "ns-e"}
 
-// Master faults and region server faults run side by side, each kind
-// one at a time.
-var rsFaults = map[string]bool{FaultRSCut: true, FaultRSKill: true, FaultRSPause: true}
-
 func runChaos(t *testing.T, cfg runConfig) {
 	began := time.Now()
 	var fw *Firewall
@@ -181,7 +177,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 
 	masterSched, rsSched := map[string]int{}, map[string]int{}
 	for k, v := range cfg.faults {
-		if rsFaults[k] {
+		if rsFault[k] {
 			rsSched[k] = v
 		} else {
 			masterSched[k] = v

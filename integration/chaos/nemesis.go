@@ -25,13 +25,18 @@ const (
 	FaultRSPause    = "region server SIGSTOP/SIGCONT"
 )
 
+// rsFault tells the region server faults from the master faults.
+var rsFault = map[string]bool{FaultRSCut: true, FaultRSKill: true, FaultRSPause: true}
+
 // FaultKinds lists the kinds in the summary's order.
 var FaultKinds = []string{FaultLeaderKill, FaultPause, FaultIsolate, FaultSplit, FaultRSCut, FaultRSKill, FaultRSPause}
 
 // Nemesis injects faults into a cluster whose processes run under uids of
 // their own (harness.Options.UIDBase), one master fault at a time (so a
 // quorum of masters is always meant to be reachable once a fault is
-// healed) and, beside them, one region server fault at a time. A fault
+// healed) and, beside them, one region server fault at a time (a region
+// server cut holds the master faults off while it waits for the masters
+// to expire the server's lease: see Nemesis.stable). A fault
 // counts only once it has taken effect (a new leader among the others, a
 // region server fenced and expired): Counts says how many did.
 type Nemesis struct {
@@ -39,6 +44,12 @@ type Nemesis struct {
 	fw  *Firewall // nil: no partitions
 	cl  *client.Client
 	log func(format string, args ...any)
+
+	// stable is held by each master fault, and by a region server cut
+	// while it waits for the masters to expire the server: every new
+	// leader restarts the leases with a grace period (renewals are not
+	// replicated), so under back-to-back failovers a lease never expires.
+	stable sync.Mutex
 
 	mu     sync.Mutex
 	rng    *rand.Rand
@@ -118,7 +129,13 @@ func (n *Nemesis) Run(ctx context.Context, s Schedule) error {
 			return nil
 		}
 		start := time.Now()
+		if !rsFault[kind] {
+			n.stable.Lock()
+		}
 		err := n.inject(ctx, kind)
+		if !rsFault[kind] {
+			n.stable.Unlock()
+		}
 		n.mu.Lock()
 		switch {
 		case err == nil:
@@ -439,11 +456,14 @@ func (n *Nemesis) rsCut(ctx context.Context) error {
 	for _, m := range n.c.Nodes {
 		rules = append(rules, Rule{UID: s.UID, DPort: Port(m.GRPCAddr)}, Rule{UID: m.UID, DPort: Port(s.GRPCAddr)})
 	}
+	n.stable.Lock()
 	heal, err := n.fw.Cut(rules)
 	if err != nil {
+		n.stable.Unlock()
 		return errors.Join(fmt.Errorf("cut %s: %w", s.ID, err), heal())
 	}
 	effErr := n.fencedAndExpired(ctx, s.ID, sc)
+	n.stable.Unlock()
 	if err := heal(); err != nil {
 		return fmt.Errorf("heal %s: %w", s.ID, err)
 	}
