@@ -50,7 +50,8 @@ func TestChaosShort(t *testing.T) {
 // TestChaosLong is `make chaos`: it runs only with BATON_CHAOS_LONG=1.
 // Environment:
 //
-//	BATON_CHAOS_DURATION       longest fault phase (default 45m)
+//	BATON_CHAOS_DURATION       longest fault phase (default 45m); with
+//	                           every count 0, a baseline run this long
 //	BATON_CHAOS_LEADER_KILLS   leader SIGKILL+restart (default 50)
 //	BATON_CHAOS_PAUSES         leader SIGSTOP/SIGCONT (default 10)
 //	BATON_CHAOS_ISOLATIONS     leader Raft isolated by iptables (default 10)
@@ -196,6 +197,10 @@ func runChaos(t *testing.T, cfg runConfig) {
 		}()
 	}
 	nwg.Wait()
+	if len(nem.NewSchedule(cfg.faults)) == 0 {
+		// No fault at all: a baseline run of the whole duration.
+		<-runCtx.Done()
+	}
 	faultPhase := time.Since(faultStart)
 	stopRun() // the clients finish what they started, then stop
 	wg.Wait()
@@ -221,7 +226,12 @@ func runChaos(t *testing.T, cfg runConfig) {
 
 	// Linearizability of the namespace history.
 	dir := artifactsDir(t)
-	res, err := hist.Check(max(2*time.Minute, cfg.maxDuration/4), dir, "namespaces-"+sanitize(t.Name()))
+	// Per namespace; a long run's histories are longer.
+	checkTimeout := 2 * time.Minute
+	if cfg.maxDuration > 10*time.Minute {
+		checkTimeout = 4 * time.Minute
+	}
+	res, err := hist.Check(checkTimeout, dir, "namespaces-"+sanitize(t.Name()))
 	if err != nil {
 		t.Errorf("chaos: %v", err)
 	}
