@@ -159,6 +159,10 @@ func runChaos(t *testing.T, cfg runConfig) {
 	tw.setup(ctx)
 
 	hist := NewHistory(namespaces)
+	nodeOf := map[string]string{}
+	for _, n := range c.Nodes {
+		nodeOf[n.GRPCAddr] = n.ID
+	}
 	sampler := NewSampler(c, time.Second)
 
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.maxDuration)
@@ -169,7 +173,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w))
+			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf)
 		}()
 	}
 	wg.Add(2)
@@ -324,7 +328,9 @@ func artifactsDir(t *testing.T) string {
 // nsWorker creates, deletes and lists namespaces until run ends,
 // recording each operation in hist. An operation started before the end
 // is finished (bounded by ctx and its own deadlines).
-func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64) {
+// nodeOf names the node of an admin address (the one a client's call
+// went to last, for the record).
+func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64, nodeOf map[string]string) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	id := hist.NewClient()
 	for run.Err() == nil && ctx.Err() == nil {
@@ -340,7 +346,7 @@ func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed u
 				hist.Failed(OpRead) // a read that got no answer has no effect
 				continue
 			}
-			hist.List(id, call, ret, names)
+			hist.ListVia(id, call, ret, names, nodeOf[cl.Leader()])
 		default:
 			kind := OpCreate
 			if r == 3 {
@@ -348,7 +354,7 @@ func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed u
 			}
 			call := hist.Now()
 			out := nsWrite(ctx, cl, kind, key)
-			hist.Write(id, kind, key, call, hist.Now(), out)
+			hist.WriteVia(id, kind, key, call, hist.Now(), out, nodeOf[cl.Leader()])
 			if out == Unknown {
 				id = hist.NewClient() // its operation stays open
 			}

@@ -124,6 +124,12 @@ var NamespaceModel = porcupine.Model{
 		}
 		return fmt.Sprintf("%s %s -> %s", in.Kind, in.Key, out.Outcome)
 	},
+	DescribeOperationMetadata: func(info any) string {
+		if v, _ := info.(string); v != "" {
+			return "answered by " + v
+		}
+		return ""
+	},
 	DescribeState: func(state any) string {
 		if state.(bool) {
 			return "present"
@@ -172,22 +178,33 @@ const endOfHistory = -1
 // returning at the end of the history (porcupine's convention for an
 // operation that may or may not have happened).
 func (h *History) Write(client int, kind OpKind, key string, call, ret int64, out Outcome) {
+	h.WriteVia(client, kind, key, call, ret, out, "")
+}
+
+// WriteVia is Write noting which node answered (shown in the
+// visualization and in the stale-read samples).
+func (h *History) WriteVia(client int, kind OpKind, key string, call, ret int64, out Outcome, via string) {
 	if out == Unknown {
 		ret = endOfHistory
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.counts[kind.String()+" "+out.String()]++
-	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: nsInput{Key: key, Kind: kind}, Call: call, Output: nsOutput{Outcome: out}, Return: ret})
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: nsInput{Key: key, Kind: kind}, Call: call, Output: nsOutput{Outcome: out}, Return: ret, Metadata: via})
 }
 
 // List records a list that answered names: one read of each key.
 func (h *History) List(client int, call, ret int64, names []string) {
+	h.ListVia(client, call, ret, names, "")
+}
+
+// ListVia is List noting which node answered.
+func (h *History) ListVia(client int, call, ret int64, names []string, via string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.counts["read ok"]++
 	for _, k := range h.keys {
-		h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: nsInput{Key: k, Kind: OpRead}, Call: call, Output: nsOutput{Present: slices.Contains(names, k)}, Return: ret})
+		h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: nsInput{Key: k, Kind: OpRead}, Call: call, Output: nsOutput{Present: slices.Contains(names, k)}, Return: ret, Metadata: via})
 	}
 }
 
@@ -339,9 +356,9 @@ func StaleReads(ops []porcupine.Operation) (n int, samples []string) {
 				if r.Output.(nsOutput).Present != want {
 					n++
 					if len(samples) < 5 {
-						samples = append(samples, fmt.Sprintf("read of %s at %v..%v saw present=%v, but %s (returned %v) left it present=%v",
-							key, time.Duration(r.Call).Round(time.Millisecond), time.Duration(r.Return).Round(time.Millisecond),
-							!want, w.Input.(nsInput).Kind, time.Duration(w.Return).Round(time.Millisecond), want))
+						samples = append(samples, fmt.Sprintf("read of %s at %v..%v%s saw present=%v, but %s (returned %v%s) left it present=%v",
+							key, time.Duration(r.Call).Round(time.Microsecond), time.Duration(r.Return).Round(time.Microsecond), via(r),
+							!want, w.Input.(nsInput).Kind, time.Duration(w.Return).Round(time.Microsecond), via(w), want))
 					}
 				}
 				break // one decisive write is enough
@@ -349,4 +366,11 @@ func StaleReads(ops []porcupine.Operation) (n int, samples []string) {
 		}
 	}
 	return n, samples
+}
+
+func via(op porcupine.Operation) string {
+	if v, _ := op.Metadata.(string); v != "" {
+		return " via " + v
+	}
+	return ""
 }
