@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
 )
@@ -224,8 +225,8 @@ func runChaos(t *testing.T, cfg runConfig) {
 		t.Errorf("chaos: after healing: %v", err)
 	}
 	rcancel()
-	unfinished := waitNoUnfinished(t, ctx, c.Client(), 2*time.Minute)
-	endProblems, endDoubles := waitEndState(t, ctx, c, tw.deletedTables(), 2*time.Minute)
+	unfinished := waitNoUnfinished(ctx, c.Client(), 2*time.Minute)
+	endProblems, endDoubles := waitEndState(ctx, c, tw.deletedTables(), 2*time.Minute)
 	settle := time.Since(settleStart)
 
 	// Linearizability of the namespace history.
@@ -424,13 +425,13 @@ func submitRetrying(ctx context.Context, within time.Duration, submit func(conte
 
 // waitTerminal waits (at most within) until procedure id is terminal,
 // watching again after each broken watch.
-func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time.Duration) (*procState, error) {
+func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time.Duration) (*adminpb.Procedure, error) {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
 		p, err := cl.Wait(wctx, id)
 		if err == nil && client.Terminal(p.GetState()) {
-			return &procState{state: p.GetState(), err: p.GetError()}, nil
+			return p, nil
 		}
 		if wctx.Err() != nil {
 			return nil, fmt.Errorf("procedure %d not terminal: %w", id, errors.Join(err, wctx.Err()))
@@ -442,15 +443,9 @@ func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time
 	}
 }
 
-// procState is a terminal procedure's state and error.
-type procState struct{ state, err string }
-
-func (p *procState) GetState() string { return p.state }
-func (p *procState) GetError() string { return p.err }
-
 // waitNoUnfinished waits (at most within) until the leader lists no
 // procedure that is not terminal, and returns what is still unfinished.
-func waitNoUnfinished(t *testing.T, ctx context.Context, cl *client.Client, within time.Duration) []string {
+func waitNoUnfinished(ctx context.Context, cl *client.Client, within time.Duration) []string {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	var last []string
@@ -477,7 +472,7 @@ func waitNoUnfinished(t *testing.T, ctx context.Context, cl *client.Client, with
 // wrong; it returns what is still wrong then. A region found open twice in
 // two reads in a row is reported at once (one read of the servers one
 // after the other could catch a move half seen).
-func waitEndState(t *testing.T, ctx context.Context, c *harness.Cluster, deleted map[string]bool, within time.Duration) (problems, doubles []string) {
+func waitEndState(ctx context.Context, c *harness.Cluster, deleted map[string]bool, within time.Duration) (problems, doubles []string) {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	var prev map[string]bool

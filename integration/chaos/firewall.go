@@ -35,7 +35,7 @@ type Firewall struct {
 	chain string
 
 	mu    sync.Mutex
-	rules map[string][]string // rule specs by their key, for Heal and Remove
+	rules map[string]int // how many Cuts hold each rule, by its spec
 }
 
 var chainSeq atomic.Int32
@@ -66,7 +66,7 @@ func NewFirewall(t testing.TB) *Firewall {
 	if err := SweepChains(); err != nil {
 		t.Logf("chaos: sweep of leftover chains: %v", err)
 	}
-	f := &Firewall{t: t, chain: fmt.Sprintf("%s%d-%d", ChainPrefix, os.Getpid(), chainSeq.Add(1)), rules: map[string][]string{}}
+	f := &Firewall{t: t, chain: fmt.Sprintf("%s%d-%d", ChainPrefix, os.Getpid(), chainSeq.Add(1)), rules: map[string]int{}}
 	if _, err := ipt("-N", f.chain); err != nil {
 		t.Fatalf("chaos: %v", err)
 	}
@@ -174,19 +174,19 @@ func (f *Firewall) remove() {
 
 // Drop adds a rule dropping TCP packets sent on loopback by processes of
 // r.UID to port r.DPort (if > 0) and from port r.SPort (if > 0). A rule is
-// identified by what it matches: adding it twice adds it once.
+// identified by what it matches: adding one that is there already only
+// counts one more holder (see Cut).
 func (f *Firewall) Drop(r Rule) error {
 	spec := r.spec()
 	key := strings.Join(spec, " ")
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.rules[key]; ok {
-		return nil
+	if f.rules[key] == 0 {
+		if _, err := ipt(append([]string{"-A", f.chain}, spec...)...); err != nil {
+			return err
+		}
 	}
-	if _, err := ipt(append([]string{"-A", f.chain}, spec...)...); err != nil {
-		return err
-	}
-	f.rules[key] = spec
+	f.rules[key]++
 	return nil
 }
 
@@ -209,8 +209,8 @@ func (r Rule) spec() []string {
 }
 
 // Cut adds rules and returns a function that removes exactly those
-// (rules another Cut added stay): partitions that overlap in time heal
-// independently.
+// (rules another Cut holds too stay until it heals as well): partitions
+// that overlap in time heal independently.
 func (f *Firewall) Cut(rules []Rule) (heal func() error, err error) {
 	var added []Rule
 	heal = func() error {
@@ -229,18 +229,23 @@ func (f *Firewall) Cut(rules []Rule) (heal func() error, err error) {
 	return heal, nil
 }
 
+// undrop releases one hold on rule r, and removes it with the last.
 func (f *Firewall) undrop(r Rule) error {
 	spec := r.spec()
 	key := strings.Join(spec, " ")
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.rules[key]; !ok {
-		return nil
+	switch f.rules[key] {
+	case 0:
+		return nil // healed meanwhile (Heal)
+	case 1:
+		if _, err := ipt(append([]string{"-D", f.chain}, spec...)...); err != nil {
+			return err
+		}
+		delete(f.rules, key)
+	default:
+		f.rules[key]--
 	}
-	if _, err := ipt(append([]string{"-D", f.chain}, spec...)...); err != nil {
-		return err
-	}
-	delete(f.rules, key)
 	return nil
 }
 
@@ -251,7 +256,7 @@ func (f *Firewall) Heal() error {
 	if _, err := ipt("-F", f.chain); err != nil {
 		return err
 	}
-	f.rules = map[string][]string{}
+	f.rules = map[string]int{}
 	return nil
 }
 

@@ -73,10 +73,8 @@ func (w *tableWorker) proc(ctx context.Context, what string, submit func(context
 	id, err := submitRetrying(ctx, 30*time.Second, func(ctx context.Context) (uint64, error) { return submit(ctx, nonce) })
 	var state string
 	if err == nil {
-		var p *procState
-		if p, err = waitTerminal(ctx, w.cl, id, 90*time.Second); err == nil {
-			state = p.GetState()
-		}
+		p, werr := waitTerminal(ctx, w.cl, id, 90*time.Second)
+		state, err = p.GetState(), werr
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
