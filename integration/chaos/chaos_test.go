@@ -43,7 +43,7 @@ func TestChaosShort(t *testing.T) {
 			FaultRSCut: 1, FaultRSKill: 2, FaultRSPause: 1,
 		},
 		workers: 4,
-		seed:    envUint(t, "BATON_CHAOS_SEED", rand.Uint64()),
+		seed:    envUint(t, "BATON_CHAOS_NEMESIS_SEED", rand.Uint64()),
 	}
 	runChaos(t, cfg)
 }
@@ -61,7 +61,7 @@ func TestChaosShort(t *testing.T) {
 //	BATON_CHAOS_RS_KILLS       region server SIGKILL+restart (default 20)
 //	BATON_CHAOS_RS_PAUSES      region server SIGSTOP/SIGCONT (default 10)
 //	BATON_CHAOS_WORKERS        concurrent namespace clients (default 4)
-//	BATON_CHAOS_SEED           the nemesis's random seed
+//	BATON_CHAOS_NEMESIS_SEED   replays a run's nemesis and clients (logged)
 //	BATON_CHAOS_ARTIFACTS      where porcupine's visualization goes
 func TestChaosLong(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_LONG") == "" {
@@ -83,7 +83,7 @@ func TestChaosLong(t *testing.T) {
 			FaultRSPause:    envInt(t, "BATON_CHAOS_RS_PAUSES", 10),
 		},
 		workers: envInt(t, "BATON_CHAOS_WORKERS", 4),
-		seed:    envUint(t, "BATON_CHAOS_SEED", rand.Uint64()),
+		seed:    envUint(t, "BATON_CHAOS_NEMESIS_SEED", rand.Uint64()),
 	}
 	runChaos(t, cfg)
 }
@@ -128,7 +128,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 			cfg.faults[k] = 0
 		}
 	}
-	t.Logf("chaos: seed %d (BATON_CHAOS_SEED), faults %v, at most %v", cfg.seed, cfg.faults, cfg.maxDuration)
+	t.Logf("chaos: seed %d (BATON_CHAOS_NEMESIS_SEED), faults %v, at most %v", cfg.seed, cfg.faults, cfg.maxDuration)
 
 	// Everything below is bounded: the fault phase by maxDuration, the
 	// settling after it by its own deadlines.
