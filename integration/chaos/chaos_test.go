@@ -61,7 +61,7 @@ func TestChaosShort(t *testing.T) {
 //	BATON_CHAOS_RS_KILLS       region server SIGKILL+restart (default 20)
 //	BATON_CHAOS_RS_PAUSES      region server SIGSTOP/SIGCONT (default 10)
 //	BATON_CHAOS_WORKERS        concurrent namespace clients (default 4)
-//	BATON_CHAOS_NEMESIS_SEED   replays a run's nemesis and clients (logged)
+//	BATON_CHAOS_NEMESIS_SEED   seed of the nemesis's and clients' random choices (logged)
 //	BATON_CHAOS_ARTIFACTS      where porcupine's visualization goes
 func TestChaosLong(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_LONG") == "" {
