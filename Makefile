@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short test-integration fuzz bench bench-failover demo vet proto clean compose-up compose-down demo-failover demo-local
+.PHONY: all build test test-short test-integration chaos fuzz bench bench-failover demo vet proto clean compose-up compose-down demo-failover demo-local
 
 all: vet build test
 
@@ -23,6 +23,16 @@ test-short:
 # catch-up from the WAL and from snapshots, partitions (also part of test).
 test-integration:
 	$(GO) test -race -count=1 -timeout 6m ./integration/...
+
+# The long fault-injection run (integration/chaos, as root for partitions):
+# 50 leader kills, 20 region server kills, 10 of each partition and pause
+# kind, with porcupine's check of the namespace history and the region
+# invariant sampled throughout; a summary table at the end. Bounded by
+# BATON_CHAOS_DURATION (default 45m); counts by BATON_CHAOS_LEADER_KILLS,
+# BATON_CHAOS_RS_KILLS, BATON_CHAOS_ISOLATIONS, BATON_CHAOS_SPLITS,
+# BATON_CHAOS_RS_CUTS, BATON_CHAOS_PAUSES, BATON_CHAOS_RS_PAUSES.
+chaos:
+	BATON_CHAOS_LONG=1 $(GO) test -run '^TestChaosLong$$' -count=1 -v -timeout 120m ./integration/chaos/
 
 # A short run of the WAL reader fuzz target (seed corpus in store/testdata).
 fuzz:

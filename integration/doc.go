@@ -32,6 +32,11 @@
 // region-server operations under message loss is in cluster/master
 // (TestRegionsOpenOnceUnderMessageLoss).
 //
+// Faults between real processes (iptables partitions by process uid,
+// pauses, kills) with porcupine's linearizability check of client
+// histories and the region invariant sampled during the run are in
+// integration/chaos (`make chaos` for the long run).
+//
 // The failover benchmark of issue 3 is TestFailoverTiming, off unless
 // BATON_FAILOVER_BENCH is set:
 //

@@ -82,6 +82,15 @@ type Options struct {
 	LogLevel string
 	// Env is added to every agent's environment (KEY=VALUE).
 	Env []string
+	// UIDBase, if positive, runs every process under a numeric uid of its
+	// own (no account needed): agent n<i> as UIDBase+i, region server
+	// rs<k> as UIDBase+100+k. iptables' owner match (`-m owner
+	// --uid-owner`) can then single out one process's loopback traffic,
+	// which addresses cannot: every loopback dial has source 127.0.0.1.
+	// The test must run as root, and Binary and every directory above it
+	// must be readable and searchable by other users. Each agent's
+	// directory is chown'd to its uid.
+	UIDBase uint32
 }
 
 // Node is one member of a Cluster. Its addresses and directories stay the
@@ -93,6 +102,9 @@ type Node struct {
 	HTTPAddr string
 	DataDir  string
 	LogPath  string
+	// UID is the uid the agent runs as (Options.UIDBase), 0 when it runs
+	// as the test does.
+	UID uint32
 
 	proc
 }
@@ -105,7 +117,8 @@ type proc struct {
 	done    chan struct{} // closed when the current process has exited
 	exitErr error
 	starts  int
-	logOff  int64 // size of the log file when the current process started
+	logOff  int64  // size of the log file when the current process started
+	uid     uint32 // run as this uid (0: as the test)
 }
 
 // Running reports whether the process is alive (started and not yet
@@ -149,6 +162,9 @@ func (p *proc) run(name, bin string, args, env []string, logPath string) error {
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = procAttr()
+	if p.uid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.uid, Gid: p.uid}
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return err
@@ -302,6 +318,13 @@ func New(t testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{t: t, opts: opts, dir: dir, http: &http.Client{Timeout: 2 * time.Second}}
 	t.Cleanup(c.cleanup)
+	if opts.UIDBase > 0 {
+		// MkdirTemp makes the directory 0700: the agents' own uids must
+		// reach their directories inside it.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
 
 	ports := FreePorts(t, 3*opts.Nodes)
 	for i := range opts.Nodes {
@@ -316,6 +339,13 @@ func New(t testing.TB, opts Options) *Cluster {
 		}
 		if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
 			t.Fatalf("harness: %v", err)
+		}
+		if opts.UIDBase > 0 {
+			n.UID = opts.UIDBase + uint32(i+1)
+			n.uid = n.UID
+			if err := os.Chown(filepath.Dir(n.DataDir), int(n.UID), int(n.UID)); err != nil {
+				t.Fatalf("harness: run %s as uid %d: %v", id, n.UID, err)
+			}
 		}
 		c.Nodes = append(c.Nodes, n)
 	}

@@ -39,6 +39,9 @@ type RegionServer struct {
 	ID       string
 	GRPCAddr string
 	LogPath  string
+	// UID is the uid the region server runs as (Options.UIDBase), 0 when
+	// it runs as the test does.
+	UID uint32
 
 	args []string
 	env  []string
@@ -84,6 +87,11 @@ func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
 		}
 		if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
 			c.t.Fatalf("harness: %v", err)
+		}
+		if c.opts.UIDBase > 0 {
+			// It keeps no data: its log is opened by the harness.
+			s.UID = c.opts.UIDBase + 100 + uint32(len(c.RegionServers)+1)
+			s.uid = s.UID
 		}
 		c.mu.Lock()
 		c.RegionServers = append(c.RegionServers, s)

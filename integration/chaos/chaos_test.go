@@ -1,0 +1,505 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness"
+)
+
+// runConfig bounds one chaos run.
+type runConfig struct {
+	maxDuration time.Duration  // the fault phase ends at the latest then
+	faults      map[string]int // how many faults of each kind
+	workers     int            // namespace clients
+	seed        uint64
+}
+
+// TestChaosShort is the chaos run of every `go test ./...`: a few faults
+// of each kind (about two minutes). See TestChaosLong for the full one.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos: about two minutes of faults; not in -short")
+	}
+	cfg := runConfig{
+		maxDuration: 3 * time.Minute,
+		faults: map[string]int{
+			FaultLeaderKill: 2, FaultPause: 2, FaultIsolate: 2, FaultSplit: 2,
+			FaultRSCut: 1, FaultRSKill: 2, FaultRSPause: 1,
+		},
+		workers: 4,
+		seed:    envUint(t, "BATON_CHAOS_NEMESIS_SEED", rand.Uint64()),
+	}
+	runChaos(t, cfg)
+}
+
+// TestChaosLong is `make chaos`: it runs only with BATON_CHAOS_LONG=1.
+// Environment:
+//
+//	BATON_CHAOS_DURATION       longest fault phase (default 45m); with
+//	                           every count 0, a baseline run this long
+//	BATON_CHAOS_LEADER_KILLS   leader SIGKILL+restart (default 50)
+//	BATON_CHAOS_PAUSES         leader SIGSTOP/SIGCONT (default 10)
+//	BATON_CHAOS_ISOLATIONS     leader Raft isolated by iptables (default 10)
+//	BATON_CHAOS_SPLITS         masters split 1|2 by iptables (default 10)
+//	BATON_CHAOS_RS_CUTS        region server cut from the masters past its lease (default 10)
+//	BATON_CHAOS_RS_KILLS       region server SIGKILL+restart (default 20)
+//	BATON_CHAOS_RS_PAUSES      region server SIGSTOP/SIGCONT (default 10)
+//	BATON_CHAOS_WORKERS        concurrent namespace clients (default 4)
+//	BATON_CHAOS_NEMESIS_SEED   seed of the nemesis's and clients' random choices (logged)
+//	BATON_CHAOS_ARTIFACTS      where porcupine's visualization goes
+func TestChaosLong(t *testing.T) {
+	if os.Getenv("BATON_CHAOS_LONG") == "" {
+		t.Skip("chaos: the long run is `make chaos` (BATON_CHAOS_LONG=1)")
+	}
+	d, err := time.ParseDuration(envOr("BATON_CHAOS_DURATION", "45m"))
+	if err != nil {
+		t.Fatalf("BATON_CHAOS_DURATION: %v", err)
+	}
+	cfg := runConfig{
+		maxDuration: d,
+		faults: map[string]int{
+			FaultLeaderKill: envInt(t, "BATON_CHAOS_LEADER_KILLS", 50),
+			FaultPause:      envInt(t, "BATON_CHAOS_PAUSES", 10),
+			FaultIsolate:    envInt(t, "BATON_CHAOS_ISOLATIONS", 10),
+			FaultSplit:      envInt(t, "BATON_CHAOS_SPLITS", 10),
+			FaultRSCut:      envInt(t, "BATON_CHAOS_RS_CUTS", 10),
+			FaultRSKill:     envInt(t, "BATON_CHAOS_RS_KILLS", 20),
+			FaultRSPause:    envInt(t, "BATON_CHAOS_RS_PAUSES", 10),
+		},
+		workers: envInt(t, "BATON_CHAOS_WORKERS", 4),
+		seed:    envUint(t, "BATON_CHAOS_NEMESIS_SEED", rand.Uint64()),
+	}
+	runChaos(t, cfg)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(t *testing.T, k string, def int) int {
+	v, err := strconv.Atoi(envOr(k, strconv.Itoa(def)))
+	if err != nil || v < 0 {
+		t.Fatalf("%s: want a count ≥ 0, got %q", k, os.Getenv(k))
+	}
+	return v
+}
+
+func envUint(t *testing.T, k string, def uint64) uint64 {
+	v, err := strconv.ParseUint(envOr(k, strconv.FormatUint(def, 10)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", k, err)
+	}
+	return v
+}
+
+// namespaces are the keys of the linearizability check: few, so that
+// clients collide on them.
+var namespaces = []string{"ns-a", "ns-b", "ns-c", "ns-d", "ns-e"}
+
+func runChaos(t *testing.T, cfg runConfig) {
+	began := time.Now()
+	var fw *Firewall
+	base := uint32(0)
+	if ok, why := Available(); ok {
+		fw = NewFirewall(t)
+		base = uidBase()
+	} else {
+		t.Logf("chaos: no partitions in this run: %s", why)
+		for _, k := range []string{FaultIsolate, FaultSplit, FaultRSCut} {
+			cfg.faults[k] = 0
+		}
+	}
+	t.Logf("chaos: seed %d (BATON_CHAOS_NEMESIS_SEED), faults %v, at most %v", cfg.seed, cfg.faults, cfg.maxDuration)
+
+	// Everything below is bounded: the fault phase by maxDuration, the
+	// settling after it by its own deadlines.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxDuration+8*time.Minute)
+	defer cancel()
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, UIDBase: base})
+	c.WaitLeader(ctx)
+	c.StartRegionServers(4, harness.RSOptions{OpLatency: 10 * time.Millisecond})
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	if _, err := c.WaitRegionServers(wctx); err != nil {
+		t.Fatal(err)
+	}
+	wcancel()
+
+	nem, err := NewNemesis(c, fw, cfg.seed, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nem.Close()
+	// Whatever happens, leave no rule and no stopped process behind for
+	// the end-state checks (the harness kills the processes afterwards).
+	defer func() {
+		if err := nem.HealAll(); err != nil {
+			t.Logf("chaos: heal: %v", err)
+		}
+	}()
+
+	tw := newTableWorker(t, c)
+	tw.setup(ctx)
+
+	hist := NewHistory(namespaces)
+	nodeOf := map[string]string{}
+	for _, n := range c.Nodes {
+		nodeOf[n.GRPCAddr] = n.ID
+	}
+	sampler := NewSampler(c, time.Second)
+
+	runCtx, stopRun := context.WithTimeout(ctx, cfg.maxDuration)
+	defer stopRun()
+	var wg sync.WaitGroup
+	for w := range cfg.workers {
+		cl := c.NewClient(client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf)
+		}()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); tw.run(runCtx, ctx, cfg.seed) }()
+	go func() { defer wg.Done(); sampler.Run(runCtx, 150*time.Millisecond) }()
+
+	masterSched, rsSched := map[string]int{}, map[string]int{}
+	for k, v := range cfg.faults {
+		if rsFault[k] {
+			rsSched[k] = v
+		} else {
+			masterSched[k] = v
+		}
+	}
+	faultStart := time.Now()
+	nemErrs := make(chan error, 2)
+	var nwg sync.WaitGroup
+	for _, s := range []Schedule{nem.NewSchedule(masterSched), nem.NewSchedule(rsSched)} {
+		nwg.Add(1)
+		go func() {
+			defer nwg.Done()
+			if err := nem.Run(runCtx, s); err != nil {
+				nemErrs <- err
+			}
+		}()
+	}
+	nwg.Wait()
+	if len(nem.NewSchedule(cfg.faults)) == 0 {
+		// No fault at all: a baseline run of the whole duration.
+		<-runCtx.Done()
+	}
+	faultPhase := time.Since(faultStart)
+	stopRun() // the clients finish what they started, then stop
+	wg.Wait()
+	close(nemErrs)
+	for err := range nemErrs {
+		t.Errorf("chaos: the cluster did not recover: %v", err)
+	}
+
+	// Heal, then check the end state.
+	if err := nem.HealAll(); err != nil {
+		t.Errorf("chaos: heal: %v", err)
+	}
+	settleStart := time.Now()
+	c.WaitLeader(ctx)
+	rctx, rcancel := context.WithTimeout(ctx, 90*time.Second)
+	if _, err := c.WaitRegionServers(rctx); err != nil {
+		t.Errorf("chaos: after healing: %v", err)
+	}
+	rcancel()
+	unfinished := waitNoUnfinished(ctx, c.Client(), 2*time.Minute)
+	endProblems, endDoubles := waitEndState(ctx, c, tw.deletedTables(), 2*time.Minute)
+	settle := time.Since(settleStart)
+
+	// Linearizability of the namespace history.
+	dir := artifactsDir(t)
+	// Per namespace; a long run's histories are longer.
+	checkTimeout := 2 * time.Minute
+	if cfg.maxDuration > 10*time.Minute {
+		checkTimeout = 4 * time.Minute
+	}
+	res, err := hist.Check(checkTimeout, dir, "namespaces-"+sanitize(t.Name()))
+	if err != nil {
+		t.Errorf("chaos: %v", err)
+	}
+	samples, doubles, reports := sampler.Result()
+	took, missed := nem.Counts()
+	ok, failed, unknown := hist.Counts()
+	tOK, tFailed, tUnknown := tw.counts()
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n=== chaos summary (%s, seed %d) ===\n", t.Name(), cfg.seed)
+	fmt.Fprintf(&b, "  %-32s %5s %6s %7s\n", "operations", "ok", "failed", "unknown")
+	fmt.Fprintf(&b, "  %-32s %5d %6d %7d\n", "namespace create/delete/list", ok, failed, unknown)
+	fmt.Fprintf(&b, "  %-32s %5d %6d %7d\n", "table/region procedures", tOK, tFailed, tUnknown)
+	fmt.Fprintf(&b, "  (namespaces: %s; noop = create found it, delete did not; table \"failed\" = rolled back)\n", hist.Detail())
+	fmt.Fprintf(&b, "  faults (took effect)\n%s", Summary(took, missed))
+	fmt.Fprintf(&b, "  anomalies\n")
+	fmt.Fprintf(&b, "  %-32s %5s (%s, %d per-key ops)\n", "non-linearizable", yesNo(res.Result), res.Result, res.Ops)
+	fmt.Fprintf(&b, "  %-32s %5d\n", "stale per-key reads (certain)", res.Stale)
+	fmt.Fprintf(&b, "  %-32s %5d (in %d samples)\n", "double-open region samples", doubles, samples)
+	fmt.Fprintf(&b, "  %-32s %5d\n", "end-state problems", len(endProblems)+len(endDoubles))
+	fmt.Fprintf(&b, "  %-32s %5d\n", "procedures left unfinished", len(unfinished))
+	fmt.Fprintf(&b, "  elapsed: %v (faults %v, settling %v)\n", time.Since(began).Round(time.Second), faultPhase.Round(time.Second), settle.Round(time.Second))
+	t.Log(b.String())
+
+	if res.Result == porcupine.Illegal {
+		t.Errorf("NOT LINEARIZABLE: namespace history of %d per-key operations; %d reads certainly stale, e.g.:\n  %s\nvisualization: %s",
+			res.Ops, res.Stale, strings.Join(res.Samples, "\n  "), strings.Join(res.Visualizations, " "))
+	}
+	if doubles > 0 {
+		t.Errorf("SAFETY VIOLATION: %d samples found a region open on two region servers at once:\n  %s", doubles, strings.Join(reports, "\n  "))
+	}
+	if len(endDoubles) > 0 {
+		t.Errorf("SAFETY VIOLATION at the end: %s", strings.Join(endDoubles, "; "))
+	}
+	if len(endProblems) > 0 {
+		t.Errorf("end state does not hold after healing:\n  %s", strings.Join(firstN(endProblems, 20), "\n  "))
+	}
+	if len(unfinished) > 0 {
+		t.Errorf("procedures still not terminal after healing: %s", strings.Join(firstN(unfinished, 20), "; "))
+	}
+	for k, want := range cfg.faults {
+		if took[k] < want && faultPhase < cfg.maxDuration {
+			t.Logf("chaos: only %d of %d %s faults took effect", took[k], want, k)
+		}
+	}
+}
+
+func yesNo(r porcupine.CheckResult) string {
+	switch r {
+	case porcupine.Illegal:
+		return "YES"
+	case porcupine.Ok:
+		return "no"
+	}
+	return "?"
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("... and %d more", len(s)-n))
+	}
+	return s
+}
+
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// artifactsDir is $BATON_CHAOS_ARTIFACTS, or a new directory under
+// os.TempDir() (t.TempDir would be removed with the test's end).
+func artifactsDir(t *testing.T) string {
+	if d := os.Getenv("BATON_CHAOS_ARTIFACTS"); d != "" {
+		return d
+	}
+	d, err := os.MkdirTemp("", "baton-chaos-artifacts-")
+	if err != nil {
+		t.Logf("chaos: artifacts: %v", err)
+		return filepath.Join(os.TempDir(), "baton-chaos-artifacts")
+	}
+	t.Logf("chaos: artifacts go to %s", d)
+	return d
+}
+
+// nsWorker creates, deletes and lists namespaces until run ends,
+// recording each operation in hist. An operation started before the end
+// is finished (bounded by ctx and its own deadlines).
+// nodeOf names the node of an admin address (the one a client's call
+// went to last, for the record).
+func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64, nodeOf map[string]string) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	id := hist.NewClient()
+	for run.Err() == nil && ctx.Err() == nil {
+		key := namespaces[rng.IntN(len(namespaces))]
+		switch r := rng.IntN(4); {
+		case r < 2:
+			call := hist.Now()
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			names, err := cl.ListNamespaces(lctx)
+			cancel()
+			ret := hist.Now()
+			if err != nil {
+				hist.Failed(OpRead) // a read that got no answer has no effect
+				continue
+			}
+			hist.ListVia(id, call, ret, names, nodeOf[cl.Leader()])
+		default:
+			kind := OpCreate
+			if r == 3 {
+				kind = OpDelete
+			}
+			call := hist.Now()
+			out := nsWrite(ctx, cl, kind, key)
+			hist.WriteVia(id, kind, key, call, hist.Now(), out, nodeOf[cl.Leader()])
+			if out == Unknown {
+				id = hist.NewClient() // its operation stays open
+			}
+		}
+	}
+}
+
+// nsWrite submits a create or delete with one nonce, retrying until it is
+// acknowledged (the nonce makes the retries one submission), waits for
+// the procedure to be terminal, and says how it ended.
+func nsWrite(ctx context.Context, cl *client.Client, kind OpKind, key string) Outcome {
+	nonce := client.NewNonce()
+	id, err := submitRetrying(ctx, 30*time.Second, func(ctx context.Context) (uint64, error) {
+		if kind == OpCreate {
+			return cl.CreateNamespace(ctx, key, nonce)
+		}
+		return cl.DeleteNamespace(ctx, key, nonce)
+	})
+	if err != nil {
+		return Unknown
+	}
+	p, err := waitTerminal(ctx, cl, id, 60*time.Second)
+	if err != nil {
+		return Unknown
+	}
+	switch p.GetState() {
+	case client.StateSuccess:
+		return Done
+	case client.StateRolledBack:
+		msg := p.GetError()
+		if kind == OpCreate && strings.HasSuffix(strings.TrimSpace(msg), " exists") {
+			return NoOp
+		}
+		if kind == OpDelete && strings.Contains(msg, "does not exist") {
+			return NoOp
+		}
+	}
+	// Rolled back for another reason: a rollback undoes the procedure,
+	// but "unknown" is the claim that needs no argument.
+	return Unknown
+}
+
+// submitRetrying calls submit (which must reuse one nonce) until it
+// returns an id, for at most within. Errors that no retry can fix end it
+// at once.
+func submitRetrying(ctx context.Context, within time.Duration, submit func(context.Context) (uint64, error)) (uint64, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		cctx, ccancel := context.WithTimeout(wctx, 5*time.Second)
+		id, err := submit(cctx)
+		ccancel()
+		if err == nil {
+			return id, nil
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists:
+			return 0, err
+		}
+		select {
+		case <-wctx.Done():
+			return 0, fmt.Errorf("not acknowledged: %w (last: %w)", wctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitTerminal waits (at most within) until procedure id is terminal,
+// watching again after each broken watch.
+func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time.Duration) (*adminpb.Procedure, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		p, err := cl.Wait(wctx, id)
+		if err == nil && client.Terminal(p.GetState()) {
+			return p, nil
+		}
+		if wctx.Err() != nil {
+			return nil, fmt.Errorf("procedure %d not terminal: %w", id, errors.Join(err, wctx.Err()))
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitNoUnfinished waits (at most within) until the leader lists no
+// procedure that is not terminal, and returns what is still unfinished.
+func waitNoUnfinished(ctx context.Context, cl *client.Client, within time.Duration) []string {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var last []string
+	for {
+		u, err := Unfinished(wctx, cl)
+		if err == nil && len(u) == 0 {
+			return nil
+		}
+		if err == nil {
+			last = u
+		}
+		select {
+		case <-wctx.Done():
+			if last == nil && err != nil {
+				last = []string{err.Error()}
+			}
+			return last
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// waitEndState waits (at most within) until EndState finds nothing
+// wrong; it returns what is still wrong then. A region found open twice in
+// two reads in a row is reported at once (one read of the servers one
+// after the other could catch a move half seen).
+func waitEndState(ctx context.Context, c *harness.Cluster, deleted map[string]bool, within time.Duration) (problems, doubles []string) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var prev map[string]bool
+	for {
+		p, d, err := EndState(wctx, c, c.Client(), deleted)
+		if err != nil {
+			p, d = []string{err.Error()}, nil
+		}
+		seen := map[string]bool{}
+		var twice []string
+		for _, x := range d {
+			seen[x] = true
+			if prev[x] {
+				twice = append(twice, x)
+			}
+		}
+		if len(twice) > 0 {
+			return p, twice
+		}
+		if err == nil && len(p) == 0 && len(d) == 0 {
+			return nil, nil
+		}
+		prev, problems = seen, append(p, d...)
+		select {
+		case <-wctx.Done():
+			return problems, nil
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
