@@ -114,8 +114,13 @@ func staleRoundsTest(t *testing.T, isolate bool) {
 			err   error
 		}
 		got := make(chan answer, 1)
+		// A node that cannot confirm its leadership keeps answering
+		// UNAVAILABLE (and the client retrying) while it is cut off:
+		// bound the read, an error is an acceptable answer.
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 		go func() {
-			names, err := oc.ListNamespaces(ctx)
+			defer rcancel()
+			names, err := oc.ListNamespaces(rctx)
 			got <- answer{names, err}
 		}()
 		if !isolate {
