@@ -82,6 +82,10 @@ type Options struct {
 	LogLevel string
 	// Env is added to every agent's environment (KEY=VALUE).
 	Env []string
+	// DataDirs, by node id, puts a node's data directory at the given path
+	// (e.g. on a small file system a test mounts) instead of under the
+	// cluster's directory. The harness does not remove these.
+	DataDirs map[string]string
 }
 
 // Node is one member of a Cluster. Its addresses and directories stay the
@@ -314,8 +318,13 @@ func New(t testing.TB, opts Options) *Cluster {
 			DataDir:  filepath.Join(dir, id, "data"),
 			LogPath:  filepath.Join(dir, id, "agent.log"),
 		}
-		if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
-			t.Fatalf("harness: %v", err)
+		if d := opts.DataDirs[id]; d != "" {
+			n.DataDir = d
+		}
+		for _, d := range []string{filepath.Dir(n.DataDir), filepath.Dir(n.LogPath)} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatalf("harness: %v", err)
+			}
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
