@@ -78,6 +78,67 @@
 // other term, which closes the gap between the check before raft.Apply and
 // the Apply itself.
 //
+// # Storage failures
+//
+// A node whose disk fills up or fails keeps running, does not lead and is
+// not ready; it does not exit. Exiting would take /readyz and /status, the
+// operator's view of why, with it, and a supervisor restarting it on a disk
+// that is still full would only crash it again. Node.StorageErr reports the
+// failure as a *StorageError (what failed, the path, the cause; wrapping
+// ErrStorageFailed): Executor answers it on every node, leader or not, so
+// the admin API answers UNAVAILABLE (clients retry elsewhere) and /readyz
+// answers 503 with it; /status carries it as storage_error. Each store's
+// failure is logged once, at ERROR, with the store, the path and the error.
+//
+//   - The raft log (raft.db). Raft handles a failed write itself: a leader
+//     answers the writes with the error (nothing is acknowledged that its
+//     log did not take) and steps down; a follower refuses the
+//     AppendEntries, so nothing it could not store counts towards a commit.
+//     The node reports the failure until a log write succeeds again: this
+//     one recovers in place once space is freed.
+//   - The stable store (current term and vote, in raft.db). Raft panics when
+//     it cannot persist a new term; a failed write is retried every second
+//     instead, holding the raft goroutine that made it (the node neither
+//     votes nor acknowledges meanwhile) until the disk takes it: it too
+//     recovers in place. A write is never reported done when it was not
+//     (a forgotten vote could elect two leaders in one term).
+//   - The FSM's local WAL (fsm/): a failed write or fdatasync is sticky
+//     (raftfsm package doc), since after a failed fsync what the file holds
+//     is unknown. The FSM applies on in memory, so the replicated state
+//     stays right, but the node is out of leadership until it is restarted;
+//     on restart its WAL loads up to its last good record and raft replays
+//     or restores the rest.
+//   - Raft snapshots: a snapshot that cannot be written is cancelled by
+//     raft and tried again later; it does not change readiness.
+//
+// The leader loop (leader.go) checks StorageErr every HealthInterval: a
+// leader with a failure stops its executor and transfers leadership, and a
+// node with one that is elected gives leadership away instead of
+// establishing it. After the space is freed, restart the node (a failed
+// WAL needs it); it rejoins with the same command line and catches up.
+//
+// # Damaged files at start
+//
+// NewNode refuses to start, with an error naming the file and what is
+// wrong (wrapping ErrDamaged), rather than serve state it cannot trust:
+//
+//   - raft.db: every page is checked with bbolt's Tx.Check before use, and
+//     a panic or memory fault of bbolt on a damaged file is turned into the
+//     error (the page number; offset = page × page size, which the error
+//     also gives). The node's terms, votes and acknowledged entries live
+//     there, so there is no local recovery: remove the node's data
+//     directory and add it back to the cluster.
+//   - The local WAL: a torn tail (a crash mid-write, a truncated file) is
+//     cut at the last good record and the node recovers, raft replaying the
+//     rest; any other damage (a bad checksum before the tail) is refused
+//     with the segment file and offset (raftfsm.ErrWALDamaged). Moving the
+//     fsm/ directory aside makes the node rebuild it from raft.
+//   - Snapshots: a snapshot whose meta.json is unreadable or whose state.bin
+//     fails its CRC is moved to snapshots.damaged/ and the node starts from
+//     what is left (an older snapshot, its WAL, the log), as long as that
+//     still reaches the first entry of its raft log; if not, the start is
+//     refused (raft itself would panic on the missing entry).
+//
 // # Left to do
 //
 //   - Leases for region servers and the domain procedures (tables,

@@ -40,7 +40,15 @@ type storageFault struct {
 	what, path string
 	log        hclog.Logger
 	cur        atomic.Pointer[StorageError]
+
+	mu       sync.Mutex
+	lastSaid time.Time // when a failure was last logged at ERROR
 }
+
+// storageQuiet is how long after a failure was logged a new failure of the
+// same store (a disk that is full, then takes one small write, then is
+// full again) is logged at DEBUG only: one clear line, not a stream.
+const storageQuiet = time.Minute
 
 func (s *storageFault) get() error {
 	if e := s.cur.Load(); e != nil {
@@ -52,15 +60,26 @@ func (s *storageFault) get() error {
 func (s *storageFault) observe(err error) {
 	if err == nil {
 		if s.cur.Swap(nil) != nil {
-			s.log.Info("local storage writes succeed again", "store", s.what, "path", s.path)
+			s.log.Debug("local storage writes succeed again", "store", s.what, "path", s.path)
 		}
 		return
 	}
 	e := &StorageError{What: s.what, Path: s.path, Err: err}
-	if s.cur.Swap(e) == nil {
-		s.log.Error("local storage failed: not leading and not ready while it fails",
-			"store", s.what, "path", s.path, "error", err)
+	if s.cur.Swap(e) != nil {
+		return
 	}
+	s.mu.Lock()
+	quiet := !s.lastSaid.IsZero() && time.Since(s.lastSaid) < storageQuiet
+	if !quiet {
+		s.lastSaid = time.Now()
+	}
+	s.mu.Unlock()
+	if quiet {
+		s.log.Debug("local storage failed again", "store", s.what, "path", s.path, "error", err)
+		return
+	}
+	s.log.Error("local storage failed: not leading and not ready while it fails",
+		"store", s.what, "path", s.path, "error", err)
 }
 
 // guardedLogs wraps raft's log store to notice write failures. Raft itself
