@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/bbolt"
 )
@@ -21,41 +23,92 @@ import (
 // directory is damaged in a way it cannot recover from by itself.
 var ErrDamaged = errors.New("damaged file")
 
-// checkBolt opens the raft log at path, if there is one, and checks every
-// page of it (bbolt's Tx.Check) before raft-boltdb uses it: bbolt answers
-// some kinds of damage, such as two invalid meta pages or a page of an
-// unknown type, with a panic or a fault on first use, not with an error.
-// Both are turned into an error naming the file and the page.
+// checkBolt reads the whole raft log at path, if there is one, before
+// raft-boltdb uses it. bbolt keeps checksums on its meta pages only, and
+// answers other damage (a page of an unknown type, an element count that
+// runs off the page, a freelist that is not one) with a panic or a memory
+// fault on first use; Tx.Check cannot be used instead, since it walks the
+// pages in a goroutine of its own, where such a panic cannot be caught, and
+// loops for as long as a damaged count says. So the check walks every key
+// in this goroutine, with faults turned into panics and panics into the
+// error, bounded by the number of keys the file could hold, and checks what
+// raft-boltdb stores: log keys are consecutive 8-byte indexes whose entries
+// decode and carry their own index; the term and vote values are 8 bytes.
+// The error names the file and, where bbolt or the check can tell, the page
+// or the log index.
 func checkBolt(path string) (err error) {
-	if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) {
+	st, serr := os.Stat(path)
+	if errors.Is(serr, os.ErrNotExist) {
 		return nil
 	}
+	const advice = "refusing to start: its terms, votes and entries cannot be trusted; remove this node's data directory and add it back to the cluster"
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	// where the walk was, for the error of a panic
+	where := "opening it"
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("raft log %s: %w: bbolt failed reading it: %v (refusing to start: its terms, votes and entries cannot be trusted; remove this node's data directory and add it back to the cluster)", path, ErrDamaged, r)
+			err = fmt.Errorf("raft log %s: %w: bbolt failed %s: %v (%s)", path, ErrDamaged, where, r, advice)
 		}
 	}()
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
-		return fmt.Errorf("raft log %s: %w: open: %w (refusing to start: remove this node's data directory and add it back to the cluster)", path, ErrDamaged, err)
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("raft log %s: locked by another process: %w", path, err)
+		}
+		return fmt.Errorf("raft log %s: %w: open: %w (%s)", path, ErrDamaged, err, advice)
 	}
 	defer db.Close()
-	var problems []string
+	maxKeys := st.Size()/16 + 16 // a leaf element alone takes 16 bytes
 	err = db.View(func(tx *bbolt.Tx) error {
-		for e := range tx.Check() {
-			problems = append(problems, e.Error())
+		logs, conf := tx.Bucket([]byte("logs")), tx.Bucket([]byte("conf"))
+		if logs == nil || conf == nil {
+			return errors.New("bucket logs or conf missing")
+		}
+		var prev uint64
+		var n int64
+		where = fmt.Sprintf("reading the first log entry (logs bucket root page %d)", logs.Root())
+		c := logs.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			where = fmt.Sprintf("reading the log after index %d (logs bucket root page %d)", prev, logs.Root())
+			if n++; n > maxKeys {
+				return fmt.Errorf("log bucket yields more than the %d keys the file can hold (a cycle in its pages)", maxKeys)
+			}
+			if len(k) != 8 {
+				return fmt.Errorf("log key %x after index %d is not an index (logs bucket root page %d)", k, prev, logs.Root())
+			}
+			idx := binary.BigEndian.Uint64(k)
+			if prev != 0 && idx != prev+1 {
+				return fmt.Errorf("log index %d follows %d", idx, prev)
+			}
+			var l raft.Log
+			if err := codec.NewDecoderBytes(v, &codec.MsgpackHandle{}).Decode(&l); err != nil {
+				return fmt.Errorf("log entry %d: %w", idx, err)
+			}
+			if l.Index != idx {
+				return fmt.Errorf("log entry under key %d holds index %d", idx, l.Index)
+			}
+			prev = idx
+		}
+		n = 0
+		where = fmt.Sprintf("reading the term and vote (conf bucket root page %d)", conf.Root())
+		c = conf.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if n++; n > maxKeys {
+				return fmt.Errorf("conf bucket yields more than the %d keys the file can hold (a cycle in its pages)", maxKeys)
+			}
+			switch string(k) {
+			case "CurrentTerm", "LastVoteTerm":
+				if len(v) != 8 {
+					return fmt.Errorf("%s is %d bytes, want 8", k, len(v))
+				}
+			}
 		}
 		return nil
 	})
-	if err == nil && len(problems) > 0 {
-		if len(problems) > 5 {
-			problems = append(problems[:5], fmt.Sprintf("and %d more", len(problems)-5))
-		}
-		err = fmt.Errorf("raft log %s: %w: page size %d: %s (refusing to start: remove this node's data directory and add it back to the cluster)",
-			path, ErrDamaged, db.Info().PageSize, strings.Join(problems, "; "))
+	if err != nil {
+		return fmt.Errorf("raft log %s: %w: page size %d: %w (%s)", path, ErrDamaged, db.Info().PageSize, err, advice)
 	}
-	return err
+	return nil
 }
 
 // checkSnapshots verifies raft's file snapshots before raft starts. A

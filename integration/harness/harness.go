@@ -637,6 +637,25 @@ func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, erro
 	}
 }
 
+// WaitExit waits until node id's current process has exited (e.g. one
+// that refuses to start) and returns its exit code, or an error when ctx
+// ends first.
+func (c *Cluster) WaitExit(ctx context.Context, id string) (int, error) {
+	n := c.Node(id)
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("harness: %s never started", id)
+	}
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode(), nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("harness: %s still running: %w", id, ctx.Err())
+	}
+}
+
 // CurrentLog returns what node id has logged since its latest start.
 func (c *Cluster) CurrentLog(id string) string {
 	n := c.Node(id)
