@@ -134,10 +134,25 @@
 //     with the segment file and offset (raftfsm.ErrWALDamaged). Moving the
 //     fsm/ directory aside makes the node rebuild it from raft.
 //   - Snapshots: a snapshot whose meta.json is unreadable or whose state.bin
-//     fails its CRC is moved to snapshots.damaged/ and the node starts from
-//     what is left (an older snapshot, its WAL, the log), as long as that
-//     still reaches the first entry of its raft log; if not, the start is
-//     refused (raft itself would panic on the missing entry).
+//     fails its CRC is damaged. Raft starts from its newest snapshot and
+//     reads the log from the entry after it (it panics if that entry was
+//     compacted away). If an older intact snapshot still reaches the log,
+//     the damaged ones are moved to snapshots.damaged/ and the node starts
+//     from it (restoring it if its WAL is older). Else, if the damaged one
+//     is the newest and the local WAL reaches its index, it stays (raft
+//     need not read it) and the node takes a new snapshot as soon as it
+//     can, so it is never restored or sent to a follower. Else the start
+//     is refused, naming the snapshot (filecheck.go).
+//
+// bbolt has no checksums outside its meta pages: the start-up walk of
+// raft.db catches damage to the tree's structure, keys and log indexes,
+// and entries that no longer decode, but not every flipped byte inside an
+// entry's payload or a free page.
+//
+// A failed fsync of bbolt is reported by its commit and, like any failed
+// log write, never acknowledged; bbolt then rolls the transaction back and
+// writes its pages anew, so a kernel that dropped the failed pages from its
+// cache cannot leave a meta page pointing at them.
 //
 // # Left to do
 //

@@ -111,86 +111,122 @@ func checkBolt(path string) (err error) {
 	return nil
 }
 
-// checkSnapshots verifies raft's file snapshots before raft starts. A
-// snapshot whose metadata cannot be read or whose data does not match its
-// CRC is moved aside to <data>/snapshots.damaged (raft would otherwise
-// skip it silently, offer it to lagging followers, or restore an older one
-// at start). The node then starts from what is left, provided that still
-// reaches the raft log: the local WAL's index or the newest intact
-// snapshot must be at least the log's first index - 1. Otherwise entries
-// between them are gone (raft would panic on the missing entry) and the
-// start is refused with an error naming the damaged snapshot.
-func (n *Node) checkSnapshots(logs raft.LogStore) error {
+// checkSnapshots verifies raft's file snapshots before raft starts: a
+// snapshot whose metadata cannot be read, or whose data does not match its
+// CRC, is damaged. Raft at start takes the newest listed snapshot as its
+// base (restoring it, unless NoSnapshotRestoreOnStart) and reads its log
+// from the entry after it: that entry must still be in the log, or raft
+// panics. The rule:
+//
+//   - if the newest intact snapshot is such a base, every damaged one is
+//     moved aside to <data>/snapshots.damaged (otherwise raft would skip
+//     or restore it, or offer it to a lagging follower);
+//   - else, if the damaged one is the newest and the local WAL reaches its
+//     index (so raft need not read it), it is left in place and a new
+//     snapshot is taken as soon as raft runs (takeSnapshot), so it is
+//     never restored or sent;
+//   - else the entries between the intact state and the log are lost and
+//     the start is refused with an error naming the damaged snapshots.
+func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error) {
 	if n.cfg.SnapshotStore != nil {
-		return nil
+		return false, nil
 	}
 	dir := filepath.Join(n.cfg.DataDir, "snapshots")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("list snapshots in %s: %w", dir, err)
+		return false, fmt.Errorf("list snapshots in %s: %w", dir, err)
 	}
 	list, err := n.snaps.List()
 	if err != nil {
-		return fmt.Errorf("list snapshots in %s: %w", dir, err)
+		return false, fmt.Errorf("list snapshots in %s: %w", dir, err)
 	}
 	listed := map[string]bool{}
 	for _, m := range list {
 		listed[m.ID] = true
 	}
-	var damaged []string
-	setAside := func(id, why string) error {
-		dst := filepath.Join(n.cfg.DataDir, "snapshots.damaged")
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
-		}
-		to := filepath.Join(dst, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
-		if err := os.Rename(filepath.Join(dir, id), to); err != nil {
-			return fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
-		}
-		n.log.Warn("damaged snapshot set aside", "snapshot", filepath.Join(dir, id), "moved_to", to, "reason", why)
-		damaged = append(damaged, fmt.Sprintf("%s (%s)", filepath.Join(dir, id), why))
-		return nil
-	}
+	damaged := map[string]string{} // id → why
+	var names []string
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") || listed[e.Name()] {
 			continue
 		}
 		// raft lists only snapshots whose meta.json it can read.
-		if err := setAside(e.Name(), "meta.json unreadable"); err != nil {
-			return err
-		}
+		damaged[e.Name()] = "meta.json unreadable"
 	}
 	var newest uint64
-	for _, m := range list {
+	newestDamaged := false
+	for i, m := range list {
 		_, rc, err := n.snaps.Open(m.ID) // reads all of state.bin against its CRC
 		if err == nil {
 			_, err = io.Copy(io.Discard, rc)
 			rc.Close()
 		}
 		if err != nil {
-			if serr := setAside(m.ID, fmt.Sprintf("state.bin: %v", err)); serr != nil {
-				return serr
-			}
+			damaged[m.ID] = fmt.Sprintf("state.bin: %v", err)
+			newestDamaged = newestDamaged || i == 0
 			continue
 		}
 		newest = max(newest, m.Index)
 	}
+	if len(damaged) == 0 {
+		return false, nil
+	}
+	for id, why := range damaged {
+		names = append(names, fmt.Sprintf("%s (%s)", filepath.Join(dir, id), why))
+	}
 	first, ferr := logs.FirstIndex()
 	last, lerr := logs.LastIndex()
 	if err := errors.Join(ferr, lerr); err != nil {
-		return fmt.Errorf("read raft log bounds: %w", err)
+		return false, fmt.Errorf("read raft log bounds: %w", err)
 	}
-	base := max(newest, n.fsm.LoadedIndex())
-	if last > 0 && first > base+1 {
-		what := "no snapshot"
-		if len(damaged) > 0 {
-			what = "damaged snapshots " + strings.Join(damaged, ", ")
+	w := n.fsm.LoadedIndex()
+	keepNewest := false
+	switch {
+	case last == 0 || first <= newest+1:
+		// The newest intact snapshot (or none: the whole log) is a base.
+	case newestDamaged && w >= list[0].Index && first <= list[0].Index+1:
+		keepNewest = true
+	default:
+		return false, fmt.Errorf("%w: %s: without it the raft log, which starts at index %d, is not reached by this node's intact state (newest intact snapshot %d, local WAL %d): the entries between are lost; refusing to start (put a good snapshot back, or remove this node's data directory and add it back to the cluster)",
+			ErrDamaged, strings.Join(names, ", "), first, newest, w)
+	}
+	for id, why := range damaged {
+		if keepNewest && id == list[0].ID {
+			n.log.Warn("newest snapshot damaged; the local WAL covers it, so it is left in place and replaced by a new snapshot",
+				"snapshot", filepath.Join(dir, id), "reason", why, "snapshot_index", list[0].Index, "fsm_wal_index", w)
+			continue
 		}
-		return fmt.Errorf("%w: the raft log starts at index %d, but this node's intact state reaches only index %d (local WAL %d, newest intact snapshot %d; %s): the entries between are lost; refusing to start (put a good snapshot back, or remove this node's data directory and add it back to the cluster)",
-			ErrDamaged, first, base, n.fsm.LoadedIndex(), newest, what)
+		dst := filepath.Join(n.cfg.DataDir, "snapshots.damaged")
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return false, fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
+		}
+		to := filepath.Join(dst, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
+		if err := os.Rename(filepath.Join(dir, id), to); err != nil {
+			return false, fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
+		}
+		n.log.Warn("damaged snapshot set aside", "snapshot", filepath.Join(dir, id), "moved_to", to, "reason", why)
 	}
-	return nil
+	return keepNewest, nil
+}
+
+// replaceSnapshot takes a snapshot as soon as raft has something new to
+// put in it, retrying until it succeeds or the node shuts down (see
+// checkSnapshots).
+func (n *Node) replaceSnapshot() {
+	for {
+		err := n.raft.Snapshot().Error()
+		if err == nil {
+			n.log.Info("took a snapshot to replace the damaged one")
+			return
+		}
+		n.log.Debug("snapshot to replace the damaged one not taken yet", "error", err)
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -179,7 +179,8 @@ func NewNode(cfg Config) (n *Node, err error) {
 
 	// Damaged snapshots are set aside (or the start refused) before raft
 	// would meet them (snapcheck.go).
-	if err := n.checkSnapshots(logs); err != nil {
+	replaceSnap, err := n.checkSnapshots(logs)
+	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 
@@ -233,6 +234,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	go n.monitorLeadership()
+	if replaceSnap {
+		go n.replaceSnapshot()
+	}
 	return n, nil
 }
 
