@@ -295,6 +295,7 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 	}
 	checkAllSucceeded(t, ctx, cl, acked)
 	if _, err := c.Converge(ctx, 200*time.Millisecond); err != nil {
+		dumpGoroutines(t, c)
 		t.Fatal(err)
 	}
 	doms := domainOrSkip(t, ctx, c)
@@ -320,4 +321,25 @@ func TestFullDiskLeader(t *testing.T) {
 // filled: the follower reports not ready; the leader keeps leading.
 func TestFullDiskFollower(t *testing.T) {
 	runFullDisk(t, func(c *harness.Cluster, leader string) string { return c.Followers(leader)[0] })
+}
+
+// dumpGoroutines saves every running node's goroutines (from
+// /debug/pprof) next to its log, for a test that found a node stuck.
+func dumpGoroutines(t *testing.T, c *harness.Cluster) {
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		resp, err := http.Get("http://" + n.HTTPAddr + "/debug/pprof/goroutine?debug=2")
+		if err != nil {
+			t.Logf("goroutines of %s: %v", n.ID, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		path := filepath.Join(filepath.Dir(n.LogPath), "goroutines.txt")
+		if err := os.WriteFile(path, b, 0o644); err == nil {
+			t.Logf("goroutines of %s: %s", n.ID, path)
+		}
+	}
 }
