@@ -111,6 +111,9 @@
 //   - Raft snapshots: a snapshot that cannot be written is cancelled by
 //     raft and tried again later; it does not change readiness.
 //
+// A node started on a disk that is still full fails to start with the
+// error (its WAL opens a new segment at start), and exits non-zero.
+//
 // The leader loop (leader.go) checks StorageErr every HealthInterval: a
 // leader with a failure stops its executor and transfers leadership, and a
 // node with one that is elected gives leadership away instead of

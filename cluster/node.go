@@ -178,7 +178,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	}
 
 	// Damaged snapshots are set aside (or the start refused) before raft
-	// would meet them (snapcheck.go).
+	// would meet them (filecheck.go).
 	replaceSnap, err := n.checkSnapshots(logs)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -233,6 +233,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	// From here on raft panics on a failed term write: wait for the disk
+	// instead (before, a failure is returned, and NewNode fails with it).
+	n.stable.arm()
 	go n.monitorLeadership()
 	if replaceSnap {
 		go n.replaceSnapshot()

@@ -125,16 +125,23 @@ type guardedStable struct {
 	fault *storageFault
 	stop  <-chan struct{}
 
+	armed atomic.Bool // raft runs: retry failed writes (before, return them)
+
 	mu    sync.Mutex
 	stuck bool // a write waits for the disk after shutdown began
 }
+
+// arm makes failed writes wait for the disk from now on. Until then (while
+// NewNode bootstraps) a failure is returned, so a node that cannot write
+// its first term fails to start instead of hanging.
+func (g *guardedStable) arm() { g.armed.Store(true) }
 
 func (g *guardedStable) retry(op func() error) error {
 	for {
 		err := op()
 		g.fault.observe(err)
-		if err == nil {
-			return nil
+		if err == nil || !g.armed.Load() {
+			return err
 		}
 		select {
 		case <-g.stop:

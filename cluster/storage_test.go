@@ -125,3 +125,89 @@ func TestRaftLogWriteFailureIsNotAcknowledged(t *testing.T) {
 		t.Fatalf("recovered node's max proc id %d, leader's %d", a, b)
 	}
 }
+
+// failingStable is an in-memory stable store whose writes fail with ENOSPC
+// while fail is set.
+type failingStable struct {
+	*raft.InmemStore
+	fail  atomic.Bool
+	tried atomic.Int64 // failed writes
+}
+
+func (s *failingStable) Set(k, v []byte) error {
+	if s.fail.Load() {
+		s.tried.Add(1)
+		return syscall.ENOSPC
+	}
+	return s.InmemStore.Set(k, v)
+}
+
+func (s *failingStable) SetUint64(k []byte, v uint64) error {
+	if s.fail.Load() {
+		s.tried.Add(1)
+		return syscall.ENOSPC
+	}
+	return s.InmemStore.SetUint64(k, v)
+}
+
+// A follower that cannot persist a new term (raft would panic: "failed to
+// save current term") waits for the disk instead: it reports the failure,
+// never claims the new term was saved, and once writes succeed again it
+// carries on in place and catches up. A node stuck that way still shuts
+// down.
+func TestStableStoreFailureWaitsForDisk(t *testing.T) {
+	stables := make([]*failingStable, 3)
+	c := newTestCluster(t, clusterOpts{tweak: func(i int, cfg *Config) {
+		stables[i] = &failingStable{InmemStore: raft.NewInmemStore()}
+		cfg.LogStore = stables[i].InmemStore
+		cfg.StableStore = stables[i]
+	}})
+	li, x := c.leader()
+	c.waitAllSuccess(submit(t, x, 3, 2, 0), 2)
+	f, other := (li+1)%3, (li+2)%3
+	stables[f].fail.Store(true)
+	// A new leader means a new term, which f must persist.
+	tr := c.nodes[li].Raft().LeadershipTransferToServer(raft.ServerID(c.cfgs[other].ID), raft.ServerAddress(c.nodes[other].Addr()))
+	if err := tr.Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the follower to report its stable store failure", func() bool {
+		err := c.nodes[f].StorageErr()
+		return err != nil && strings.Contains(err.Error(), "raft stable store") && errors.Is(err, syscall.ENOSPC)
+	})
+	if _, err := c.nodes[f].Executor(); !errors.Is(err, ErrStorageFailed) {
+		t.Fatalf("Executor() on the failing node = %v, want ErrStorageFailed", err)
+	}
+	nl, nx := c.leader(f)
+	ids := submit(t, nx, 3, 2, 0)
+	c.waitAllSuccess(ids, 2)
+	if got := stables[f].tried.Load(); got < 1 {
+		t.Fatalf("no failed stable-store write was made")
+	}
+
+	stables[f].fail.Store(false)
+	waitFor(t, 10*time.Second, "the node to recover in place and catch up", func() bool {
+		return c.nodes[f].StorageErr() == nil && c.nodes[f].FSM().AppliedIndex() >= c.nodes[nl].FSM().AppliedIndex()
+	})
+	term, err := stables[f].InmemStore.GetUint64([]byte("CurrentTerm"))
+	if err != nil || term != c.nodes[nl].Raft().CurrentTerm() {
+		t.Fatalf("persisted term %d (%v), leader's term %d", term, err, c.nodes[nl].Raft().CurrentTerm())
+	}
+
+	// Stuck again, then killed: the shutdown still finishes.
+	stables[f].fail.Store(true)
+	tr = c.nodes[nl].Raft().LeadershipTransferToServer(raft.ServerID(c.cfgs[li].ID), raft.ServerAddress(c.nodes[li].Addr()))
+	if err := tr.Error(); err != nil {
+		t.Fatalf("leadership transfer: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the follower to fail again", func() bool { return c.nodes[f].StorageErr() != nil })
+	done := make(chan error, 1)
+	go func() { done <- c.nodes[f].Kill() }()
+	select {
+	case err := <-done:
+		t.Logf("kill of the stuck node: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Kill of a node whose term write waits for the disk did not return")
+	}
+	c.nodes[f] = nil
+}
