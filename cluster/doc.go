@@ -125,12 +125,18 @@
 // NewNode refuses to start, with an error naming the file and what is
 // wrong (wrapping ErrDamaged), rather than serve state it cannot trust:
 //
-//   - raft.db: every page is checked with bbolt's Tx.Check before use, and
-//     a panic or memory fault of bbolt on a damaged file is turned into the
-//     error (the page number; offset = page × page size, which the error
-//     also gives). The node's terms, votes and acknowledged entries live
-//     there, so there is no local recovery: remove the node's data
-//     directory and add it back to the cluster.
+//   - raft.db: before bbolt opens it, its page structure is walked from
+//     the newer valid meta page by reading the file directly (every
+//     reachable page inside the file and below the high-water mark, a
+//     branch or leaf whose elements fit, reached once), since bbolt trusts
+//     its pages and on damage faults, panics or loops for ever; then bbolt
+//     reads every log and term key, with faults and panics turned into the
+//     error, and the log keys must be consecutive indexes whose entries
+//     decode with their own index (filecheck.go, boltwalk.go). The error
+//     names the page and its offset, or the log index. The node's terms,
+//     votes and acknowledged entries live there, so there is no local
+//     recovery: remove the node's data directory and add it back to the
+//     cluster.
 //   - The local WAL: a torn tail (a crash mid-write, a truncated file) is
 //     cut at the last good record and the node recovers, raft replaying the
 //     rest; any other damage (a bad checksum before the tail) is refused
@@ -153,9 +159,12 @@
 // entry's payload or a free page.
 //
 // A failed fsync of bbolt is reported by its commit and, like any failed
-// log write, never acknowledged; bbolt then rolls the transaction back and
-// writes its pages anew, so a kernel that dropped the failed pages from its
-// cache cannot leave a meta page pointing at them.
+// log write, never acknowledged. What the file holds after a device failed
+// writes is another matter: TestFsyncFailureOnDevice has seen ext4, after
+// failed writeback and an fsck, hand back raft.db with pages bbolt had
+// synced lost (zeroed), and a tree that leads in a circle. The start-up
+// walk refuses such a file, and the node must be rebuilt from the others,
+// whose copies are intact.
 //
 // # Left to do
 //

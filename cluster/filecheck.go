@@ -36,10 +36,40 @@ var ErrDamaged = errors.New("damaged file")
 // decode and carry their own index; the term and vote values are 8 bytes.
 // The error names the file and, where bbolt or the check can tell, the page
 // or the log index.
-func checkBolt(path string) (err error) {
-	st, serr := os.Stat(path)
-	if errors.Is(serr, os.ErrNotExist) {
+//
+// Some damage makes bbolt itself loop for ever (a branch page that leads
+// back to itself: seen after a device lost pages bbolt had synced);
+// walkBoltPages, reading the file directly, finds that first. As a last
+// resort the walk runs in a goroutine of its own and is given up after
+// checkBoltTime (plus one second per 50 MB): the start is refused, and the
+// goroutine, with the file's handle, is abandoned to the exiting process.
+func checkBolt(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("raft log %s: %w", path, err)
+	}
+	limit := checkBoltTime + time.Duration(st.Size()/(50<<20))*time.Second
+	done := make(chan error, 1)
+	go func() { done <- walkBolt(path, st) }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("raft log %s: %w: reading it did not finish in %v (a cycle in its pages?); refusing to start: remove this node's data directory and add it back to the cluster", path, ErrDamaged, limit)
+	}
+}
+
+// checkBoltTime is the base time the start-up walk of raft.db may take.
+const checkBoltTime = 10 * time.Second
+
+func walkBolt(path string, st os.FileInfo) (err error) {
+	if err := walkBoltPages(path); err != nil {
+		return fmt.Errorf("raft log %s: %w: %w (refusing to start: its terms, votes and entries cannot be trusted; remove this node's data directory and add it back to the cluster)", path, ErrDamaged, err)
 	}
 	const advice = "refusing to start: its terms, votes and entries cannot be trusted; remove this node's data directory and add it back to the cluster"
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

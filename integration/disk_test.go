@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 
 	"path/filepath"
 	"regexp"
@@ -35,30 +36,44 @@ const diskMountPrefix = "baton-disk-"
 // procedures' raft log and WAL segments (the WAL preallocates nothing).
 const diskMountSize = "24m"
 
-// sweepDiskMounts unmounts and removes the tmpfs mounts a crashed earlier
-// run left behind (recognised by their path prefix).
+// sweepDiskMounts unmounts and removes the mounts (tmpfs, and ext4 on loop
+// devices) a crashed earlier run left behind, recognised by their path
+// prefix, and detaches their loop devices.
 func sweepDiskMounts(t *testing.T) {
 	f, err := os.Open("/proc/mounts")
 	if err != nil {
 		return
 	}
-	defer f.Close()
 	prefix := filepath.Join(os.TempDir(), diskMountPrefix)
 	var stale []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 3 && fields[2] == "tmpfs" && strings.HasPrefix(fields[1], prefix) {
+		if len(fields) >= 3 && strings.HasPrefix(fields[1], prefix) {
 			stale = append(stale, fields[1])
 		}
 	}
-	for _, m := range stale {
+	f.Close()
+	// Deepest first: an ext4 mount sits inside its tmpfs.
+	for i := len(stale) - 1; i >= 0; i-- {
+		m := stale[i]
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
 			t.Logf("sweep: unmount stale %s: %v", m, err)
 			continue
 		}
-		os.RemoveAll(m)
 		t.Logf("sweep: unmounted %s, left by an earlier run", m)
+	}
+	if out, err := exec.Command("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) == 2 && strings.HasPrefix(fs[1], prefix) {
+				_ = exec.Command("losetup", "-d", fs[0]).Run()
+				t.Logf("sweep: detached %s (%s), left by an earlier run", fs[0], fs[1])
+			}
+		}
+	}
+	for _, m := range stale {
+		os.RemoveAll(m)
 	}
 }
 
@@ -133,8 +148,9 @@ func readyz(ctx context.Context, c *harness.Cluster, id string) (int, string, er
 	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
-// waitUntil polls cond every 20 ms until it holds or ctx ends.
-func waitUntil(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
+// waitUntil polls cond every 20 ms until it holds or ctx ends; then it
+// saves c's goroutines and fails t.
+func waitUntil(ctx context.Context, t *testing.T, c *harness.Cluster, what string, cond func() (bool, string)) {
 	t.Helper()
 	last := ""
 	for {
@@ -145,6 +161,7 @@ func waitUntil(ctx context.Context, t *testing.T, what string, cond func() (bool
 		last = why
 		select {
 		case <-ctx.Done():
+			dumpGoroutines(t, c)
 			t.Fatalf("%s: not reached: %v (last: %s)", what, ctx.Err(), last)
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -238,7 +255,7 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 		acked[k] = v
 	}
 
-	waitUntil(ctx, t, target+" reports not ready", func() (bool, string) {
+	waitUntil(ctx, t, c, target+" reports not ready", func() (bool, string) {
 		code, body, err := readyz(ctx, c, target)
 		if err != nil {
 			return false, err.Error()
@@ -281,7 +298,7 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 	}
 	c.Kill(target)
 	c.Restart(target)
-	waitUntil(ctx, t, target+" ready after the restart", func() (bool, string) {
+	waitUntil(ctx, t, c, target+" ready after the restart", func() (bool, string) {
 		code, body, err := readyz(ctx, c, target)
 		if err != nil {
 			return false, err.Error()
@@ -332,7 +349,9 @@ func dumpGoroutines(t *testing.T, c *harness.Cluster) {
 		}
 		resp, err := http.Get("http://" + n.HTTPAddr + "/debug/pprof/goroutine?debug=2")
 		if err != nil {
-			t.Logf("goroutines of %s: %v", n.ID, err)
+			// Not serving HTTP (stuck starting?): the runtime's own dump.
+			t.Logf("goroutines of %s: %v; sending SIGQUIT (dump in %s)", n.ID, err, n.LogPath)
+			_ = c.Signal(n.ID, syscall.SIGQUIT)
 			continue
 		}
 		b, _ := io.ReadAll(resp.Body)

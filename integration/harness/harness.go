@@ -637,6 +637,12 @@ func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, erro
 	}
 }
 
+// Signal sends sig to node id's process group (e.g. SIGQUIT, for the Go
+// runtime's goroutine dump in its log).
+func (c *Cluster) Signal(id string, sig syscall.Signal) error {
+	return c.Node(id).signal(sig)
+}
+
 // WaitExit waits until node id's current process has exited (e.g. one
 // that refuses to start) and returns its exit code, or an error when ctx
 // ends first.
