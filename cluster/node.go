@@ -198,7 +198,19 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: RaftAddr: %w", err)
 		}
-		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, cfg.TransportMaxPool, cfg.TransportTimeout, log.Named("transport"))
+		// MaxRPCsInFlight 1 turns raft's pipelined replication off: in
+		// raft 1.7.3 a follower that refuses an AppendEntries (its log
+		// store failed: a full disk) while the pipeline is busy leaves the
+		// leader's sender blocked for good (hashicorp/raft#612), and the
+		// follower never gets another entry although heartbeats go on.
+		// Raft's own measurements found pipelining of little benefit with
+		// batching (hashicorp/raft#541). TestFullDiskFollower caught it.
+		tt, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+			MaxPool:         cfg.TransportMaxPool,
+			Timeout:         cfg.TransportTimeout,
+			Logger:          log.Named("transport"),
+			MaxRPCsInFlight: 1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
 		}

@@ -298,6 +298,7 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 	}
 	c.Kill(target)
 	c.Restart(target)
+	restarted := time.Now()
 	waitUntil(ctx, t, c, target+" ready after the restart", func() (bool, string) {
 		code, body, err := readyz(ctx, c, target)
 		if err != nil {
@@ -311,10 +312,12 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 		acked[k] = v
 	}
 	checkAllSucceeded(t, ctx, cl, acked)
+	t.Logf("%s restarted; ready and new procedures done %v later", target, time.Since(restarted).Round(time.Millisecond))
 	if _, err := c.Converge(ctx, 200*time.Millisecond); err != nil {
 		dumpGoroutines(t, c)
 		t.Fatal(err)
 	}
+	t.Logf("converged %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	doms := domainOrSkip(t, ctx, c)
 	ref := sameDomains(t, doms)
 	for _, id := range acked {
