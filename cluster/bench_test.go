@@ -360,7 +360,11 @@ func newBenchBareCluster(b *testing.B, noSync bool) *benchBareCluster {
 		if err != nil {
 			b.Fatal(err)
 		}
-		trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, cfg.TransportMaxPool, cfg.TransportTimeout, cfg.Logger)
+		// The same transport as NewNode's (no pipelining), so that the two
+		// clusters stay identical.
+		trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+			MaxPool: cfg.TransportMaxPool, Timeout: cfg.TransportTimeout, Logger: cfg.Logger, MaxRPCsInFlight: 1,
+		})
 		if err != nil {
 			b.Fatal(err)
 		}

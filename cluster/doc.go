@@ -78,6 +78,94 @@
 // other term, which closes the gap between the check before raft.Apply and
 // the Apply itself.
 //
+// # Storage failures
+//
+// A node whose disk fills up or fails keeps running, does not lead and is
+// not ready; it does not exit. Exiting would take /readyz and /status, the
+// operator's view of why, with it, and a supervisor restarting it on a disk
+// that is still full would only crash it again. Node.StorageErr reports the
+// failure as a *StorageError (what failed, the path, the cause; wrapping
+// ErrStorageFailed): Executor answers it on every node, leader or not, so
+// the admin API answers UNAVAILABLE (clients retry elsewhere) and /readyz
+// answers 503 with it; /status carries it as storage_error. Each store's
+// failure is logged once, at ERROR, with the store, the path and the error.
+//
+//   - The raft log (raft.db). Raft handles a failed write itself: a leader
+//     answers the writes with the error (nothing is acknowledged that its
+//     log did not take) and steps down; a follower refuses the
+//     AppendEntries, so nothing it could not store counts towards a commit.
+//     The node reports the failure until a log write succeeds again: this
+//     one recovers in place once space is freed.
+//   - The stable store (current term and vote, in raft.db). Raft panics when
+//     it cannot persist a new term; a failed write is retried every second
+//     instead, holding the raft goroutine that made it (the node neither
+//     votes nor acknowledges meanwhile) until the disk takes it: it too
+//     recovers in place. A write is never reported done when it was not
+//     (a forgotten vote could elect two leaders in one term).
+//   - The FSM's local WAL (fsm/): a failed write or fdatasync is sticky
+//     (raftfsm package doc), since after a failed fsync what the file holds
+//     is unknown. The FSM applies on in memory, so the replicated state
+//     stays right, but the node is out of leadership until it is restarted;
+//     on restart its WAL loads up to its last good record and raft replays
+//     or restores the rest.
+//   - Raft snapshots: a snapshot that cannot be written is cancelled by
+//     raft and tried again later; it does not change readiness.
+//
+// A node started on a disk that is still full fails to start with the
+// error (its WAL opens a new segment at start), and exits non-zero.
+//
+// The leader loop (leader.go) checks StorageErr every HealthInterval: a
+// leader with a failure stops its executor and transfers leadership, and a
+// node with one that is elected gives leadership away instead of
+// establishing it. After the space is freed, restart the node (a failed
+// WAL needs it); it rejoins with the same command line and catches up.
+//
+// # Damaged files at start
+//
+// NewNode refuses to start, with an error naming the file and what is
+// wrong (wrapping ErrDamaged), rather than serve state it cannot trust:
+//
+//   - raft.db: before bbolt opens it, its page structure is walked from
+//     the newer valid meta page by reading the file directly (every
+//     reachable page inside the file and below the high-water mark, a
+//     branch or leaf whose elements fit, reached once), since bbolt trusts
+//     its pages and on damage faults, panics or loops for ever; then bbolt
+//     reads every log and term key, with faults and panics turned into the
+//     error, and the log keys must be consecutive indexes whose entries
+//     decode with their own index (filecheck.go, boltwalk.go). The error
+//     names the page and its offset, or the log index. The node's terms,
+//     votes and acknowledged entries live there, so there is no local
+//     recovery: remove the node's data directory and add it back to the
+//     cluster.
+//   - The local WAL: a torn tail (a crash mid-write, a truncated file) is
+//     cut at the last good record and the node recovers, raft replaying the
+//     rest; any other damage (a bad checksum before the tail) is refused
+//     with the segment file and offset (raftfsm.ErrWALDamaged). Moving the
+//     fsm/ directory aside makes the node rebuild it from raft.
+//   - Snapshots: a snapshot whose meta.json is unreadable or whose state.bin
+//     fails its CRC is damaged. Raft starts from its newest snapshot and
+//     reads the log from the entry after it (it panics if that entry was
+//     compacted away). If an older intact snapshot still reaches the log,
+//     the damaged ones are moved to snapshots.damaged/ and the node starts
+//     from it (restoring it if its WAL is older). Else, if the damaged one
+//     is the newest and the local WAL reaches its index, it stays (raft
+//     need not read it) and the node takes a new snapshot as soon as it
+//     can, so it is never restored or sent to a follower. Else the start
+//     is refused, naming the snapshot (filecheck.go).
+//
+// bbolt has no checksums outside its meta pages: the start-up walk of
+// raft.db catches damage to the tree's structure, keys and log indexes,
+// and entries that no longer decode, but not every flipped byte inside an
+// entry's payload or a free page.
+//
+// A failed fsync of bbolt is reported by its commit and, like any failed
+// log write, never acknowledged. What the file holds after a device failed
+// writes is another matter: TestFsyncFailureOnDevice has seen ext4, after
+// failed writeback and an fsck, hand back raft.db with pages bbolt had
+// synced lost (zeroed), and a tree that leads in a circle. The start-up
+// walk refuses such a file, and the node must be rebuilt from the others,
+// whose copies are intact.
+//
 // # Left to do
 //
 //   - Leases for region servers and the domain procedures (tables,

@@ -102,6 +102,8 @@ type testCluster struct {
 type clusterOpts struct {
 	n   int
 	tcp bool
+	// tweak, if set, adjusts node i's configuration before it starts.
+	tweak func(i int, cfg *Config)
 }
 
 func testLogger(t *testing.T, name string) hclog.Logger {
@@ -177,6 +179,9 @@ func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
 	}
 	for i := range c.cfgs {
 		c.cfgs[i].Peers = peers
+		if o.tweak != nil {
+			o.tweak(i, &c.cfgs[i])
+		}
 	}
 	if !o.tcp {
 		for i, a := range c.trans {

@@ -44,7 +44,10 @@ import (
 //
 // While leader, the loop checks every HealthInterval that the executor is
 // still alive: an executor stops itself after a store failure (e.g. an
-// Apply that timed out); it is then rebuilt from the FSM.
+// Apply that timed out); it is then rebuilt from the FSM. It also checks
+// the node's local storage (Node.StorageErr): a leader whose raft log,
+// stable store or local WAL failed stops its executor, gives leadership
+// away and does not establish it again while the failure lasts.
 
 // establishRetryInterval is the pause between failed establish attempts.
 const establishRetryInterval = 500 * time.Millisecond
@@ -107,7 +110,29 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 	health := time.NewTicker(n.cfg.HealthInterval)
 	defer health.Stop()
 	established := false
+	storageLogged := false
+	// giveAway hands leadership to another voter because local storage
+	// failed (said once per term of leadership: the failure itself was
+	// logged where it happened).
+	giveAway := func(serr error) {
+		if !storageLogged {
+			n.log.Warn("not leading: local storage failed; transferring leadership", "error", serr)
+			storageLogged = true
+		}
+		if terr := await(ctx, n.raft.LeadershipTransfer()); terr != nil && ctx.Err() == nil {
+			n.log.Debug("leadership transfer failed", "error", terr)
+		}
+	}
 	for {
+		if serr := n.StorageErr(); serr != nil && !established && !n.isClosed() {
+			giveAway(serr)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(establishRetryInterval):
+			}
+			continue
+		}
 		if !established && !n.isClosed() {
 			err := n.establish(ctx)
 			if err == nil {
@@ -138,7 +163,13 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 			if x == nil || n.isClosed() {
 				continue // Shutdown took it
 			}
-			if term := n.execTermNow(); term != n.raft.CurrentTerm() {
+			if serr := n.StorageErr(); serr != nil {
+				rctx, rcancel := context.WithTimeout(ctx, n.cfg.RevokeTimeout)
+				n.revoke(rctx)
+				rcancel()
+				established = false
+				giveAway(serr)
+			} else if term := n.execTermNow(); term != n.raft.CurrentTerm() {
 				// Lost and regained leadership unnoticed (NotifyCh keeps
 				// only the latest value): the executor's memory may be
 				// stale; its store refuses writes already.

@@ -70,6 +70,14 @@ type Node struct {
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
 
+	// Storage failure tracking (storage.go).
+	fsmDir      string
+	logFault    *storageFault
+	stableFault *storageFault
+	stable      *guardedStable
+	stopStorage chan struct{} // closed when raft shuts down (guardedStable)
+	stopOnce    sync.Once
+
 	mu     sync.Mutex // guards exec, rstore, execTerm, closed
 	exec   *procedure.Executor
 	rstore *raftfsm.RaftStore
@@ -94,11 +102,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger.With("node", cfg.ID)
 	n = &Node{
-		cfg:        cfg,
-		log:        log,
-		notify:     make(chan bool, 1), // raft overwrites a pending value
-		shutdownCh: make(chan struct{}),
-		loopDone:   make(chan struct{}),
+		cfg:         cfg,
+		log:         log,
+		notify:      make(chan bool, 1), // raft overwrites a pending value
+		shutdownCh:  make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		stopStorage: make(chan struct{}),
 	}
 	// Undo whatever was opened if a later step fails.
 	var closers []func() error
@@ -129,19 +138,34 @@ func NewNode(cfg Config) (n *Node, err error) {
 	}
 	closers = append(closers, n.fsm.Close)
 
+	n.fsmDir = filepath.Join(cfg.DataDir, "fsm")
 	logs, stable := cfg.LogStore, cfg.StableStore
+	logPath := "(log store given in Config)"
 	if logs == nil {
+		logPath = filepath.Join(cfg.DataDir, "raft", "raft.db")
+		// A damaged file is refused here, with the page at fault, rather
+		// than met later by a read that bbolt answers with a panic.
+		if err := checkBolt(logPath); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 		n.bolt, err = raftboltdb.New(raftboltdb.Options{
-			Path:        filepath.Join(cfg.DataDir, "raft", "raft.db"),
+			Path:        logPath,
 			BoltOptions: &bbolt.Options{Timeout: time.Second},
 			NoSync:      cfg.RaftNoSync,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("cluster: open raft log %s: %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
+			return nil, fmt.Errorf("cluster: open raft log %s: %w", logPath, err)
 		}
 		closers = append(closers, n.bolt.Close)
-		stable = n.bolt
-		logs, err = raft.NewLogCache(512, n.bolt)
+		logs, stable = n.bolt, n.bolt
+	}
+	n.logFault = &storageFault{what: "raft log", path: logPath, log: log}
+	n.stableFault = &storageFault{what: "raft stable store", path: logPath, log: log}
+	n.stable = &guardedStable{StableStore: stable, fault: n.stableFault, stop: n.stopStorage}
+	stable = n.stable
+	logs = &guardedLogs{LogStore: logs, fault: n.logFault}
+	if n.bolt != nil {
+		logs, err = raft.NewLogCache(512, logs)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
@@ -154,6 +178,13 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 		}
+	}
+
+	// Damaged snapshots are set aside (or the start refused) before raft
+	// would meet them (filecheck.go).
+	replaceSnap, err := n.checkSnapshots(logs)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 
 	// The FSM persists itself: skip raft's restore of the newest snapshot
@@ -170,7 +201,19 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: RaftAddr: %w", err)
 		}
-		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, cfg.TransportMaxPool, cfg.TransportTimeout, log.Named("transport"))
+		// MaxRPCsInFlight 1 turns raft's pipelined replication off: in
+		// raft 1.7.3 a follower that refuses an AppendEntries (its log
+		// store failed: a full disk) while the pipeline is busy leaves the
+		// leader's sender blocked for good (hashicorp/raft#612), and the
+		// follower never gets another entry although heartbeats go on.
+		// Raft's own measurements found pipelining of little benefit with
+		// batching (hashicorp/raft#541). TestFullDiskFollower caught it.
+		tt, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+			MaxPool:         cfg.TransportMaxPool,
+			Timeout:         cfg.TransportTimeout,
+			Logger:          log.Named("transport"),
+			MaxRPCsInFlight: 1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
 		}
@@ -208,7 +251,13 @@ func NewNode(cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout, n.shutdownCh)
+	// From here on raft panics on a failed term write: wait for the disk
+	// instead (before, a failure is returned, and NewNode fails with it).
+	n.stable.arm()
 	go n.monitorLeadership()
+	if replaceSnap {
+		go n.replaceSnapshot()
+	}
 	return n, nil
 }
 
@@ -243,15 +292,20 @@ func (n *Node) notLeader() error {
 // Executor returns the leader's running executor. On a follower it
 // returns a *NotLeaderError (wrapping ErrNotLeader) that names the leader;
 // on a leader still establishing itself, ErrNotReady; after Shutdown,
-// ErrShutdown. The executor is valid only while this node stays leader:
+// ErrShutdown; on any node whose local storage failed, a *StorageError
+// (wrapping ErrStorageFailed), so that the node reports not ready. The executor is valid only while this node stays leader:
 // after losing leadership it is stopped and its calls fail.
 func (n *Node) Executor() (*procedure.Executor, error) {
 	n.mu.Lock()
 	x, term, closed := n.exec, n.execTerm, n.closed
 	n.mu.Unlock()
-	switch {
-	case closed:
+	if closed {
 		return nil, ErrShutdown
+	}
+	if err := n.StorageErr(); err != nil {
+		return nil, err
+	}
+	switch {
 	case n.raft.State() != raft.Leader:
 		return nil, n.notLeader()
 	case x == nil || term != n.raft.CurrentTerm():
@@ -281,6 +335,7 @@ type Status struct {
 	AppliedIndex uint64 // raft's view of what the FSM applied
 	FSMIndex     uint64 // the FSM's own applied index
 	FSMWALIndex  uint64 // applied index written to the local WAL (survives a process crash; fsynced at most SyncInterval later)
+	StorageErr   string // the local storage failure (StorageErr), if any
 	LastContact  time.Time
 	Executor     bool // an executor is running here
 	Peers        []PeerStatus
@@ -305,6 +360,9 @@ func (n *Node) Status() Status {
 		FSMIndex:     n.fsm.AppliedIndex(),
 		FSMWALIndex:  n.fsm.WALIndex(),
 		LastContact:  n.raft.LastContact(),
+	}
+	if err := n.StorageErr(); err != nil {
+		s.StorageErr = err.Error()
 	}
 	n.mu.Lock()
 	s.Executor = n.exec != nil
@@ -461,8 +519,8 @@ func (n *Node) close() error {
 	close(n.shutdownCh)
 	<-n.loopDone
 	var errs []error
-	if err := n.raft.Shutdown().Error(); err != nil {
-		errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+	if err := n.shutdownRaft(); err != nil {
+		errs = append(errs, err)
 	}
 	if c, ok := n.trans.(io.Closer); ok {
 		if err := c.Close(); err != nil {
@@ -483,6 +541,34 @@ func (n *Node) close() error {
 	return nil
 }
 
+// shutdownRaft shuts raft down. A stable-store write that still fails for
+// want of disk never returns (storage.go), and raft's shutdown would wait
+// for it forever: in that case the node gives up on raft's goroutines after
+// saying so, and lets the process exit.
+func (n *Node) shutdownRaft() error {
+	n.stopOnce.Do(func() { close(n.stopStorage) })
+	f := n.raft.Shutdown()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("raft shutdown: %w", err)
+			}
+			return nil
+		case <-tick.C:
+			if n.stable.isStuck() {
+				err := n.stableFault.get()
+				n.log.Error("raft did not stop: a term or vote write is still waiting for the failing disk; abandoning it", "error", err)
+				return fmt.Errorf("raft shutdown: %w", err)
+			}
+		}
+	}
+}
+
 // Kill stops the node abruptly, as a crash would as far as the cluster
 // can tell: no leadership transfer and no graceful executor stop; Raft is
 // shut down first, so a leader's in-flight writes fail. The disk state is
@@ -493,9 +579,7 @@ func (n *Node) Kill() error {
 		n.mu.Lock()
 		n.closed = true
 		n.mu.Unlock()
-		if e := n.raft.Shutdown().Error(); e != nil {
-			err = e
-		}
+		err = n.shutdownRaft()
 		n.shutdownErr = n.close()
 		err = errors.Join(err, n.shutdownErr)
 	})

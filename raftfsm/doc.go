@@ -50,9 +50,18 @@
 // record, as they are in the same Raft entry.
 //
 // The WAL is a cache of the Raft state, not the source of truth: if a WAL
-// append fails the FSM logs it, keeps applying in memory (the state must
-// follow the log) and stops writing the WAL (WALErr). On restart W is then
-// older and Raft replays, or restores, the rest.
+// append fails the FSM logs it once, keeps applying in memory (the state
+// must follow the log) and stops writing the WAL (WALErr, which also shows a
+// failed background fdatasync before any append meets it). On restart W is
+// then older and Raft replays, or restores, the rest. The failure is
+// sticky: after a failed fsync what the file holds is unknown, and retrying
+// an fsync may falsely succeed. The cluster layer takes a node with a WAL
+// failure out of leadership and readiness until it is restarted (cluster
+// package doc, Storage failures). For the same reason Restore never fails
+// for want of disk: if the new WAL cannot be written it restores the
+// snapshot in memory and records the failure (raft panics on a failed
+// restore); the old WAL, still CURRENT, keeps its older index, so a restart
+// restores the snapshot again.
 //
 // For the same reason the WAL runs in store.SyncOnRoll mode by default
 // (Config.WAL.Sync left at store.SyncDefault): each apply batch is written

@@ -136,9 +136,11 @@ type FSM struct {
 	mu        sync.Mutex // serialises applying, restoring and closing
 	wal       *store.WAL // nil in memory-only mode
 	walGen    uint64
-	walErr    error  // sticky: the first WAL failure
-	nextKeyID uint64 // next local WAL id for a new domain key
-	loadedIdx uint64 // W: the applied index the local WAL held at open
+	walErr    error                     // sticky: the first WAL failure
+	walErrPub atomic.Pointer[error]     // walErr, for lock-free readers
+	walPub    atomic.Pointer[store.WAL] // wal, for lock-free readers
+	nextKeyID uint64                    // next local WAL id for a new domain key
+	loadedIdx uint64                    // W: the applied index the local WAL held at open
 	closed    bool
 
 	nApplied    atomic.Uint64 // command entries applied (skipped and refused ones excluded)
@@ -171,6 +173,7 @@ func NewFSM(cfg Config) (*FSM, error) {
 		return nil, err
 	}
 	f.wal, f.walGen, f.nextKeyID, f.loadedIdx = w, gen, nextKey, st.index
+	f.walPub.Store(w)
 	f.st.Store(st)
 	f.log.Info("FSM loaded from local WAL", "dir", cfg.Dir, "generation", gen, "index", st.index,
 		"procs", st.procs.Len(), "keys", st.kv.Len(), "max_proc_id", st.maxProcID)
@@ -291,10 +294,32 @@ func (f *FSM) SyncWAL() error {
 // WALErr returns the local WAL's failure, if any. After a WAL failure the FSM
 // keeps applying in memory (the replicated state must follow the log) but its
 // local copy stops advancing; on restart Raft replays or restores the rest.
+//
+// It also reports a failure the WAL met on its own (a background fdatasync
+// under SyncOnRoll) before any append noticed it. It never blocks on the
+// apply path.
 func (f *FSM) WALErr() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.walErr
+	if err := f.walErrPub.Load(); err != nil {
+		return *err
+	}
+	if w := f.walPub.Load(); w != nil {
+		if err := w.Err(); err != nil {
+			return fmt.Errorf("raftfsm: local WAL %s: %w", f.cfg.Dir, err)
+		}
+	}
+	return nil
+}
+
+// setWALErr records the first local WAL failure (f.mu held) and logs it
+// once: what failed, where, and what the node does about it.
+func (f *FSM) setWALErr(err error) {
+	if f.walErr != nil {
+		return
+	}
+	f.walErr = err
+	f.walErrPub.Store(&err)
+	f.log.Error("local WAL failed: applying continues in memory only; this node reports not ready until it is restarted (Raft replays or restores what the WAL lacks)",
+		"dir", f.cfg.Dir, "error", err)
 }
 
 // FSMStats are counters of an FSM since it was opened.
@@ -602,9 +627,7 @@ func (a *applier) flush(index uint64) {
 		return
 	}
 	if err := f.wal.Append(b); err != nil {
-		f.walErr = fmt.Errorf("raftfsm: local WAL append at index %d: %w", index, err)
-		f.log.Error("local WAL failed; applying continues in memory only, restart recovers from Raft",
-			"index", index, "error", err)
+		f.setWALErr(fmt.Errorf("raftfsm: local WAL append at index %d: %w", index, err))
 		return
 	}
 	f.nWALAppends.Add(1)

@@ -168,15 +168,25 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if f.closed {
 		return ErrClosed
 	}
-	st, newWAL, gen, nextKey, err := f.restore(rc)
+	st, newWAL, gen, nextKey, walFail, err := f.restore(rc)
 	if err != nil {
 		f.log.Error("snapshot restore failed; state unchanged", "error", err)
 		drain(rc)
 		return err
 	}
+	if walFail != nil {
+		// The snapshot itself is good: restore it in memory, as ApplyBatch
+		// applies on after a WAL failure. Failing here would make raft
+		// panic ("failed to restore snapshot") on a disk that is merely
+		// full. The old WAL stays what CURRENT names, with its older index,
+		// so a restart restores this snapshot again.
+		f.setWALErr(walFail)
+	}
 	if newWAL != nil {
 		old, oldGen := f.wal, f.walGen
 		f.wal, f.walGen, f.walErr = newWAL, gen, nil
+		f.walErrPub.Store(nil)
+		f.walPub.Store(newWAL)
 		if old != nil {
 			if err := old.Close(); err != nil {
 				f.log.Warn("closing replaced WAL", "error", err)
@@ -194,40 +204,55 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint64, err error) {
+// restore reads a snapshot stream into a new state and, with a data
+// directory, into a fresh WAL. A failure to write that WAL (a full or
+// failing disk) is not an error of the snapshot: restore then drops the new
+// WAL, goes on in memory, and returns the failure as walFail (w is nil).
+func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint64, walFail, err error) {
 	sr := &snapReader{r: bufio.NewReaderSize(rc, 64<<10)}
 	var m [4]byte
 	if _, err := io.ReadFull(sr.r, m[:]); err != nil {
-		return nil, nil, 0, 0, fmt.Errorf("%w: magic: %w", ErrBadSnapshot, err)
+		return nil, nil, 0, 0, nil, fmt.Errorf("%w: magic: %w", ErrBadSnapshot, err)
 	}
 	if m != snapMagic {
-		return nil, nil, 0, 0, fmt.Errorf("%w: magic % x, want % x", ErrBadSnapshot, m[:], snapMagic[:])
+		return nil, nil, 0, 0, nil, fmt.Errorf("%w: magic % x, want % x", ErrBadSnapshot, m[:], snapMagic[:])
 	}
 	hdr := &raftpb.SnapshotHeader{}
 	if err := sr.next(hdr); err != nil {
-		return nil, nil, 0, 0, err
+		return nil, nil, 0, 0, nil, err
 	}
 
 	nextKey = firstKeyID
-	if f.cfg.Dir != "" {
-		gen = f.walGen + 1
-		dir := walDir(f.cfg.Dir, gen)
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("raftfsm: clear %s: %w", dir, err)
+	var dir string
+	// dropWAL abandons the new WAL after a write failure.
+	dropWAL := func(cause error) {
+		if walFail == nil {
+			walFail = cause
 		}
-		wc := f.walConfig(dir)
-		if w, err = store.OpenWAL(wc); err != nil {
-			return nil, nil, 0, 0, fmt.Errorf("raftfsm: open WAL for restore: %w", err)
-		}
-		if _, err = w.Load(func(store.Proc) error { return nil }); err != nil {
+		if w != nil {
 			w.Close()
-			return nil, nil, 0, 0, fmt.Errorf("raftfsm: load fresh WAL: %w", err)
+			w = nil
 		}
-		fresh := w // the returns below reset w before this runs
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}
+	if f.cfg.Dir != "" && f.walErr == nil {
+		gen = f.walGen + 1
+		dir = walDir(f.cfg.Dir, gen)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, nil, 0, 0, nil, fmt.Errorf("raftfsm: clear %s: %w", dir, err)
+		}
+		var oerr error
+		if w, oerr = store.OpenWAL(f.walConfig(dir)); oerr != nil {
+			w = nil
+			dropWAL(fmt.Errorf("raftfsm: open WAL for restore in %s: %w", dir, oerr))
+		} else if _, oerr = w.Load(func(store.Proc) error { return nil }); oerr != nil {
+			dropWAL(fmt.Errorf("raftfsm: load fresh WAL %s: %w", dir, oerr))
+		}
 		defer func() {
 			if err != nil {
-				fresh.Close()
-				os.RemoveAll(dir)
+				dropWAL(nil)
 			}
 		}()
 	}
@@ -242,7 +267,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 		}
 		batch.Index = hdr.Index
 		if err := w.Append(batch); err != nil {
-			return fmt.Errorf("raftfsm: write restored WAL: %w", err)
+			dropWAL(fmt.Errorf("raftfsm: write restored WAL %s: %w", dir, err))
 		}
 		batch, batchBytes = store.Batch{}, 0
 		return nil
@@ -252,20 +277,20 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 	for {
 		rec.Reset()
 		if err = sr.next(rec); err != nil {
-			return nil, nil, 0, 0, err
+			return nil, nil, 0, 0, nil, err
 		}
 		var add store.Proc
 		switch r := rec.Rec.(type) {
 		case *raftpb.SnapshotRecord_Proc:
 			if err = checkProcID(r.Proc.Id); err != nil {
-				return nil, nil, 0, 0, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+				return nil, nil, 0, 0, nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 			}
 			procs.Insert(procKey(r.Proc.Id), r.Proc.Data)
 			nProcs++
 			add = store.Proc{ID: r.Proc.Id, Data: r.Proc.Data}
 		case *raftpb.SnapshotRecord_Kv:
 			if len(r.Kv.Key) == 0 {
-				return nil, nil, 0, 0, fmt.Errorf("%w: empty key", ErrBadSnapshot)
+				return nil, nil, 0, 0, nil, fmt.Errorf("%w: empty key", ErrBadSnapshot)
 			}
 			id := nextKey
 			nextKey++
@@ -276,37 +301,36 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 		case *raftpb.SnapshotRecord_End:
 			end := r.End
 			if end.Index != hdr.Index || end.Procs != nProcs || end.Kvs != nKVs || end.Procs != hdr.Procs || end.Kvs != hdr.Kvs {
-				return nil, nil, 0, 0, fmt.Errorf("%w: end record (index %d, %d procs, %d keys) does not match header (index %d, %d procs, %d keys) or the %d procs and %d keys read",
+				return nil, nil, 0, 0, nil, fmt.Errorf("%w: end record (index %d, %d procs, %d keys) does not match header (index %d, %d procs, %d keys) or the %d procs and %d keys read",
 					ErrBadSnapshot, end.Index, end.Procs, end.Kvs, hdr.Index, hdr.Procs, hdr.Kvs, nProcs, nKVs)
 			}
 			img, _ := proto.Marshal(&raftpb.WalMeta{MaxProcId: hdr.MaxProcId})
 			// The meta record also carries the index when the snapshot is empty.
 			batch.Updates = append(batch.Updates, store.Proc{ID: walMetaID, Data: img})
 			if err = flush(); err != nil {
-				return nil, nil, 0, 0, err
+				return nil, nil, 0, 0, nil, err
 			}
 			if w != nil {
 				// Every record carries the snapshot's index, so a torn
 				// prefix would load as the whole snapshot: the new WAL must
 				// be durable before CURRENT names it (SyncOnRoll).
-				if err = w.Sync(); err != nil {
-					return nil, nil, 0, 0, fmt.Errorf("raftfsm: sync restored WAL: %w", err)
-				}
-				if err = writeCurrent(f.cfg.Dir, gen); err != nil {
-					return nil, nil, 0, 0, err
+				if serr := w.Sync(); serr != nil {
+					dropWAL(fmt.Errorf("raftfsm: sync restored WAL %s: %w", dir, serr))
+				} else if cerr := writeCurrent(f.cfg.Dir, gen); cerr != nil {
+					dropWAL(cerr)
 				}
 			}
 			st = &state{procs: procs.Commit(), kv: kv.Commit(), maxProcID: hdr.MaxProcId, index: hdr.Index}
-			return st, w, gen, nextKey, nil
+			return st, w, gen, nextKey, walFail, nil
 		default:
-			return nil, nil, 0, 0, fmt.Errorf("%w: unknown record kind", ErrBadSnapshot)
+			return nil, nil, 0, 0, nil, fmt.Errorf("%w: unknown record kind", ErrBadSnapshot)
 		}
 		if w != nil {
 			batch.Updates = append(batch.Updates, add)
 			batchBytes += 16 + len(add.Data)
 			if batchBytes >= f.cfg.RestoreBatchBytes {
 				if err = flush(); err != nil {
-					return nil, nil, 0, 0, err
+					return nil, nil, 0, 0, nil, err
 				}
 			}
 		}

@@ -236,6 +236,10 @@ type WALConfig struct {
 	// Now returns the current time; tests set it to drive age-based rolling.
 	// Default time.Now.
 	Now func() time.Time
+
+	// SyncData, if set, replaces fdatasync for segment data (fault
+	// injection in tests: a device whose fsync fails). Default: fdatasync.
+	SyncData func(*os.File) error
 }
 
 // DefaultWALConfig returns the default configuration for a WAL in dir.
@@ -413,6 +417,7 @@ type WAL struct {
 	liveBytes int64             // sum of liveSizes
 	maxID     uint64
 	failed    error
+	failedPub atomic.Pointer[error] // failed, for Err (written once, by the writer)
 	rewriting bool
 	// rewriteCredit is how many bytes straggler rewrites may still write:
 	// appends earn it (rewriteCreditPercent, up to a cap), each
@@ -773,9 +778,28 @@ func (w *WAL) collect(batch []*request) ([]*request, bool) {
 func (w *WAL) fail(err error) error {
 	if w.failed == nil {
 		w.failed = fmt.Errorf("store: WAL failed: %w", err)
-		w.log.Error("WAL failed; further writes are refused", "error", err)
+		w.failedPub.Store(&w.failed)
+		w.log.Error("WAL failed; further writes are refused", "dir", w.cfg.Dir, "error", err)
 	}
 	return w.failed
+}
+
+// Err returns the WAL's sticky failure (a write, fdatasync, roll or
+// cleanup that failed; every later write is refused), or nil. It may be
+// called at any time, also when no write is in flight: a failed background
+// sync (SyncOnRoll) shows here before the next Append reports it.
+func (w *WAL) Err() error {
+	if p := w.failedPub.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (w *WAL) syncData(f *os.File) error {
+	if w.cfg.SyncData != nil {
+		return w.cfg.SyncData(f)
+	}
+	return fdatasync(f)
 }
 
 func (w *WAL) commit(batch []*request) {
@@ -882,8 +906,8 @@ func (w *WAL) syncCur() error {
 	}
 	if c.dirty {
 		if !w.cfg.NoSync {
-			if err := fdatasync(c.f); err != nil {
-				return w.fail(fmt.Errorf("fdatasync %s: %w", c.name, err))
+			if err := w.syncData(c.f); err != nil {
+				return w.fail(fmt.Errorf("fdatasync %s: %w", c.path, err))
 			}
 		}
 		c.dirty = false
@@ -1032,7 +1056,7 @@ func (w *WAL) createSegment() (*segment, error) {
 			return err
 		}
 		if !w.cfg.NoSync {
-			if err := fdatasync(f); err != nil {
+			if err := w.syncData(f); err != nil {
 				return err
 			}
 		}

@@ -23,7 +23,8 @@ import (
 //	cluster.ErrNotLeader, ErrNotReady, ErrShutdown,
 //	raft.ErrNotLeader, ErrLeadershipLost, ErrRaftShutdown,
 //	procedure.ErrStopped, ErrNotStarted, ErrStoreFailed,
-//	ErrNonceFailed, raftfsm.ErrClosed              UNAVAILABLE (retry)
+//	ErrNonceFailed, raftfsm.ErrClosed,
+//	cluster.ErrStorageFailed                       UNAVAILABLE (retry)
 //	context.Canceled / DeadlineExceeded           CANCELED / DEADLINE_EXCEEDED
 //	an error that already is a gRPC status        its own code
 //	anything else                                 INTERNAL
@@ -43,7 +44,7 @@ func Code(err error) codes.Code {
 		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown),
 		errors.Is(err, procedure.ErrStopped), errors.Is(err, procedure.ErrNotStarted),
 		errors.Is(err, procedure.ErrStoreFailed), errors.Is(err, procedure.ErrNonceFailed),
-		errors.Is(err, raftfsm.ErrClosed):
+		errors.Is(err, raftfsm.ErrClosed), errors.Is(err, cluster.ErrStorageFailed):
 		return codes.Unavailable
 	case errors.Is(err, procedure.ErrInvalid), errors.Is(err, procedure.ErrUnknownType):
 		return codes.InvalidArgument

@@ -28,6 +28,7 @@ type StatusJSON struct {
 	AppliedIndex uint64     `json:"applied_index"`
 	FSMIndex     uint64     `json:"fsm_index"`
 	FSMWALIndex  uint64     `json:"fsm_wal_index"`
+	StorageError string     `json:"storage_error,omitempty"`
 	LastContact  *time.Time `json:"last_contact,omitempty"`
 	Executor     bool       `json:"executor"`
 	Peers        []PeerJSON `json:"peers"`
@@ -56,7 +57,7 @@ func StatusOf(b Backend) StatusJSON {
 		Ready: ready, ReadyReason: why,
 		LeaderID: st.LeaderID, LeaderAddr: st.LeaderAddr,
 		Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex,
-		AppliedIndex: st.AppliedIndex, FSMIndex: st.FSMIndex, FSMWALIndex: st.FSMWALIndex,
+		AppliedIndex: st.AppliedIndex, FSMIndex: st.FSMIndex, FSMWALIndex: st.FSMWALIndex, StorageError: st.StorageErr,
 		Executor: st.Executor, Peers: []PeerJSON{}, PeersError: st.PeersErr,
 	}
 	if st.LeaderID != "" {

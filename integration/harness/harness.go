@@ -91,6 +91,10 @@ type Options struct {
 	// must be readable and searchable by other users. Each agent's
 	// directory is chown'd to its uid.
 	UIDBase uint32
+	// DataDirs, by node id, puts a node's data directory at the given path
+	// (e.g. on a small file system a test mounts) instead of under the
+	// cluster's directory. The harness does not remove these.
+	DataDirs map[string]string
 }
 
 // Node is one member of a Cluster. Its addresses and directories stay the
@@ -337,8 +341,13 @@ func New(t testing.TB, opts Options) *Cluster {
 			DataDir:  filepath.Join(dir, id, "data"),
 			LogPath:  filepath.Join(dir, id, "agent.log"),
 		}
-		if err := os.MkdirAll(filepath.Dir(n.DataDir), 0o755); err != nil {
-			t.Fatalf("harness: %v", err)
+		if d := opts.DataDirs[id]; d != "" {
+			n.DataDir = d
+		}
+		for _, d := range []string{filepath.Dir(n.DataDir), filepath.Dir(n.LogPath)} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatalf("harness: %v", err)
+			}
 		}
 		if opts.UIDBase > 0 {
 			n.UID = opts.UIDBase + uint32(i+1)
@@ -655,6 +664,31 @@ func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, erro
 			return st, fmt.Errorf("%s not up: %w (last: %v)", id, ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// Signal sends sig to node id's process group (e.g. SIGQUIT, for the Go
+// runtime's goroutine dump in its log).
+func (c *Cluster) Signal(id string, sig syscall.Signal) error {
+	return c.Node(id).signal(sig)
+}
+
+// WaitExit waits until node id's current process has exited (e.g. one
+// that refuses to start) and returns its exit code, or an error when ctx
+// ends first.
+func (c *Cluster) WaitExit(ctx context.Context, id string) (int, error) {
+	n := c.Node(id)
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		return 0, fmt.Errorf("harness: %s never started", id)
+	}
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode(), nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("harness: %s still running: %w", id, ctx.Err())
 	}
 }
 

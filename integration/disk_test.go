@@ -1,0 +1,367 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness"
+)
+
+// The disk tests put every node's data directory on its own small tmpfs
+// (root only), fill one node's file system with a filler file while
+// procedures run, and check that the node stops leading and reports not
+// ready without crashing, that the others carry on, and that once the
+// filler is gone and the node restarted it catches up with nothing lost.
+
+// diskMountPrefix names the tmpfs mount points of these tests, so that a
+// later run can unmount what a crashed one left.
+const diskMountPrefix = "baton-disk-"
+
+// diskMountSize is each node's file system: room for a few thousand small
+// procedures' raft log and WAL segments (the WAL preallocates nothing).
+const diskMountSize = "24m"
+
+// sweepDiskMounts unmounts and removes the mounts (tmpfs, and ext4 on loop
+// devices) a crashed earlier run left behind, recognised by their path
+// prefix, and detaches their loop devices.
+func sweepDiskMounts(t *testing.T) {
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		return
+	}
+	prefix := filepath.Join(os.TempDir(), diskMountPrefix)
+	var stale []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 3 && strings.HasPrefix(fields[1], prefix) {
+			stale = append(stale, fields[1])
+		}
+	}
+	f.Close()
+	// Deepest first: an ext4 mount sits inside its tmpfs.
+	for i := len(stale) - 1; i >= 0; i-- {
+		m := stale[i]
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil {
+			t.Logf("sweep: unmount stale %s: %v", m, err)
+			continue
+		}
+		t.Logf("sweep: unmounted %s, left by an earlier run", m)
+	}
+	if out, err := exec.Command("losetup", "-l", "-n", "-O", "NAME,BACK-FILE").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) == 2 && strings.HasPrefix(fs[1], prefix) {
+				_ = exec.Command("losetup", "-d", fs[0]).Run()
+				t.Logf("sweep: detached %s (%s), left by an earlier run", fs[0], fs[1])
+			}
+		}
+	}
+	for _, m := range stale {
+		os.RemoveAll(m)
+	}
+}
+
+// mountSmallDisks mounts one tmpfs of diskMountSize per node and returns
+// the data directories on them, by node id. It skips the test when it
+// cannot mount (not root, no tmpfs); cleanup unmounts on every exit path.
+func mountSmallDisks(t *testing.T, ids ...string) map[string]string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("disk tests mount a small tmpfs per node: run as root (or in a privileged container)")
+	}
+	sweepDiskMounts(t)
+	dirs := map[string]string{}
+	for _, id := range ids {
+		mp, err := os.MkdirTemp("", diskMountPrefix+id+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", mp, "tmpfs", 0, "size="+diskMountSize); err != nil {
+			os.RemoveAll(mp)
+			t.Skipf("cannot mount a tmpfs at %s (%v): disk tests need CAP_SYS_ADMIN", mp, err)
+		}
+		t.Cleanup(func() {
+			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", mp, err)
+			}
+			os.RemoveAll(mp)
+		})
+		dirs[id] = filepath.Join(mp, "data")
+	}
+	return dirs
+}
+
+// fillDisk writes path until its file system is full and returns how many
+// bytes it wrote.
+func fillDisk(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n int64
+	for _, chunk := range []int{1 << 20, 64 << 10, 4 << 10, 512} {
+		buf := make([]byte, chunk)
+		for {
+			k, err := f.Write(buf)
+			n += int64(k)
+			if err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("fill %s: %v", path, err)
+				}
+				break
+			}
+		}
+	}
+	return n
+}
+
+// readyz returns node id's /readyz status code and body.
+func readyz(ctx context.Context, c *harness.Cluster, id string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Node(id).HTTPAddr+"/readyz", nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+}
+
+// waitUntil polls cond every 20 ms until it holds or ctx ends; then it
+// saves c's goroutines and fails t.
+func waitUntil(ctx context.Context, t *testing.T, c *harness.Cluster, what string, cond func() (bool, string)) {
+	t.Helper()
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			dumpGoroutines(t, c)
+			t.Fatalf("%s: not reached: %v (last: %s)", what, ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// submitAll submits n sleep procedures under nonces prefix-0.. from
+// concurrent goroutines, retrying each until acknowledged, and returns
+// the ids by nonce.
+func submitAll(t *testing.T, ctx context.Context, cl *client.Client, prefix string, n int) map[string]uint64 {
+	t.Helper()
+	var mu sync.Mutex
+	ids := map[string]uint64{}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nonce := fmt.Sprintf("%s-%d", prefix, i)
+			id, _, err := submitRetrying(ctx, cl, "sleep", map[string]string{"steps": "3", "delay": "5ms"}, nonce)
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			ids[nonce] = id
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// checkAllSucceeded waits until every procedure in ids is terminal and
+// fails t unless each is SUCCESS under its own nonce.
+func checkAllSucceeded(t *testing.T, ctx context.Context, cl *client.Client, ids map[string]uint64) {
+	t.Helper()
+	for nonce, id := range ids {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		state, _, errText, err := waitTerminal(wctx, cl, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("nonce %s: %v", nonce, err)
+		}
+		if state != client.StateSuccess {
+			t.Errorf("procedure %d (nonce %s) ended %s (%s), want SUCCESS", id, nonce, state, errText)
+		}
+		p, err := cl.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("get %d: %v", id, err)
+		}
+		if p.GetNonce() != nonce {
+			t.Errorf("procedure %d has nonce %q, want %q", id, p.GetNonce(), nonce)
+		}
+	}
+}
+
+var storageErrLine = regexp.MustCompile(`(?m)^.*\[ERROR\].*(local WAL failed|local storage failed).*$`)
+
+// runFullDisk is the scenario of TestFullDiskLeader and
+// TestFullDiskFollower: fill the file system of the node chosen by pick
+// while procedures run, check it is not ready and not leading, free the
+// space, restart it, and check that everything acknowledged is there on
+// every node.
+func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	defer cancel()
+	ids := []string{"n1", "n2", "n3"}
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, DataDirs: mountSmallDisks(t, ids...)})
+	leader := c.WaitLeader(ctx)
+	cl := c.Client()
+	acked := submitAll(t, ctx, cl, "before", 20)
+	checkAllSucceeded(t, ctx, cl, acked)
+
+	target := pick(c, leader)
+	filler := filepath.Join(filepath.Dir(c.Node(target).DataDir), "filler")
+	start := time.Now()
+	wrote := fillDisk(t, filler)
+	t.Logf("filled %s's file system with %d bytes (leader was %s)", target, wrote, leader)
+
+	// Writes go on: the other two make a quorum. Submitting while the
+	// target is full also makes it notice (its FSM applies every entry).
+	during := submitAll(t, ctx, cl, "during", 30)
+	checkAllSucceeded(t, ctx, cl, during)
+	for k, v := range during {
+		acked[k] = v
+	}
+
+	waitUntil(ctx, t, c, target+" reports not ready", func() (bool, string) {
+		code, body, err := readyz(ctx, c, target)
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "local storage failed"), fmt.Sprintf("%d %s", code, body)
+	})
+	t.Logf("%s not ready %v after the fill", target, time.Since(start).Round(time.Millisecond))
+	newLeader := c.WaitLeader(ctx)
+	if newLeader == target {
+		t.Fatalf("%s leads with a full disk", target)
+	}
+	st, err := c.Status(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State == "Leader" || st.Executor || st.Ready || st.StorageError == "" {
+		t.Errorf("%s with a full disk: state %s, executor %v, ready %v, storage_error %q; want a non-leader, not ready, naming the failure", target, st.State, st.Executor, st.Ready, st.StorageError)
+	}
+	if !c.Node(target).Running() {
+		t.Fatalf("%s exited with a full disk (log: %s)", target, c.Node(target).LogPath)
+	}
+	log := c.CurrentLog(target)
+	if strings.Contains(log, "panic:") || strings.Contains(log, "goroutine ") {
+		t.Errorf("%s panicked (log: %s)", target, c.Node(target).LogPath)
+	}
+	lines := storageErrLine.FindAllString(log, -1)
+	if len(lines) == 0 || len(lines) > 3 {
+		t.Errorf("%s logged %d storage failure lines, want one per failed store (at most 3):\n%s", target, len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "no space left on device") || !strings.Contains(l, c.Node(target).DataDir) {
+			t.Errorf("storage failure line names neither the error nor the path: %s", l)
+		}
+	}
+	t.Logf("%s said: %s", target, strings.Join(lines, "\n"))
+
+	// Free the space and restart the node: it must rejoin and catch up.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(target)
+	c.Restart(target)
+	restarted := time.Now()
+	waitUntil(ctx, t, c, target+" ready after the restart", func() (bool, string) {
+		code, body, err := readyz(ctx, c, target)
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+	after := submitAll(t, ctx, cl, "after", 10)
+	checkAllSucceeded(t, ctx, cl, after)
+	for k, v := range after {
+		acked[k] = v
+	}
+	checkAllSucceeded(t, ctx, cl, acked)
+	t.Logf("%s restarted; ready and new procedures done %v later", target, time.Since(restarted).Round(time.Millisecond))
+	if _, err := c.Converge(ctx, 200*time.Millisecond); err != nil {
+		dumpGoroutines(t, c)
+		t.Fatal(err)
+	}
+	t.Logf("converged %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	doms := domainOrSkip(t, ctx, c)
+	ref := sameDomains(t, doms)
+	for _, id := range acked {
+		if _, ok := ref[fmt.Sprintf("effects/%d/0", id)]; !ok {
+			t.Errorf("acknowledged procedure %d has no effects/%d/0 key", id, id)
+		}
+	}
+	t.Logf("%d acknowledged procedures all SUCCESS on every node after %s's restart", len(acked), target)
+}
+
+// TestFullDiskLeader fills the leader's file system while procedures run.
+// The leader must give up leadership and report not ready, without
+// panicking; the others elect a leader and finish every procedure; once
+// the filler is removed and the node restarted it catches up, and no
+// acknowledged procedure is lost.
+func TestFullDiskLeader(t *testing.T) {
+	runFullDisk(t, func(_ *harness.Cluster, leader string) string { return leader })
+}
+
+// TestFullDiskFollower is TestFullDiskLeader with a follower's file system
+// filled: the follower reports not ready; the leader keeps leading.
+func TestFullDiskFollower(t *testing.T) {
+	runFullDisk(t, func(c *harness.Cluster, leader string) string { return c.Followers(leader)[0] })
+}
+
+// dumpGoroutines saves every running node's goroutines (from
+// /debug/pprof) next to its log, for a test that found a node stuck.
+func dumpGoroutines(t *testing.T, c *harness.Cluster) {
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		resp, err := http.Get("http://" + n.HTTPAddr + "/debug/pprof/goroutine?debug=2")
+		if err != nil {
+			// Not serving HTTP (stuck starting?): the runtime's own dump.
+			t.Logf("goroutines of %s: %v; sending SIGQUIT (dump in %s)", n.ID, err, n.LogPath)
+			_ = c.Signal(n.ID, syscall.SIGQUIT)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		path := filepath.Join(filepath.Dir(n.LogPath), "goroutines.txt")
+		if err := os.WriteFile(path, b, 0o644); err == nil {
+			t.Logf("goroutines of %s: %s", n.ID, path)
+		}
+	}
+}
