@@ -48,19 +48,6 @@ func (g *gateTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress)
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// reviewProc is stepProc whose completing step first sleeps
-// reviewFinalSleep (set by the test after the first leader died).
-type reviewProc struct{ stepProc }
-
-var reviewFinalSleep atomic.Int64
-
-func (p *reviewProc) Execute(ctx *procedure.Context) (procedure.Step, error) {
-	if p.Done+1 >= p.Steps {
-		time.Sleep(time.Duration(reviewFinalSleep.Load()))
-	}
-	return p.stepProc.Execute(ctx)
-}
-
 func newGatedCluster(t *testing.T, n int, tweak ...func(int, *Config)) (*testCluster, []*gateTransport) {
 	t.Helper()
 	c := &testCluster{t: t, rec: newRecorder()}
@@ -69,7 +56,6 @@ func newGatedCluster(t *testing.T, n int, tweak ...func(int, *Config)) (*testClu
 	for i := range n {
 		id := fmt.Sprintf("m%d", i)
 		cfg := fastConfig(t, id, c.rec)
-		cfg.Registry.MustRegister("review.steps", 1, func() procedure.Procedure { return &reviewProc{} })
 		addr, tr := raft.NewInmemTransport("")
 		g := &gateTransport{InmemTransport: tr, release: make(chan struct{})}
 		for _, f := range tweak {
@@ -130,8 +116,7 @@ func TestLinearizableReadNeverSeesUncommittedExecutorState(t *testing.T) {
 	c, gates := newGatedCluster(t, 3)
 	li, x := c.leader()
 	ldr := c.nodes[li]
-	reviewFinalSleep.Store(0)
-	id, err := x.Submit(&reviewProc{stepProc{Steps: 2, Pause: 400 * time.Millisecond}}, procedure.SubmitOptions{})
+	id, err := x.Submit(&stepProc{Steps: 2, Pause: 400 * time.Millisecond}, procedure.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
