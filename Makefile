@@ -48,7 +48,7 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkRaftStore -benchtime 2000x ./raftfsm/
 	$(GO) test -run '^$$' -bench BenchmarkStepCommit -benchtime 2000x ./cluster/
 	$(GO) test -run '^$$' -bench BenchmarkReads -benchtime 20000x ./cluster/admin/
-	$(GO) test -run '^$$' -bench BenchmarkAssignRegions -benchtime 1x ./cluster/master/
+	$(GO) test -run '^$$' -bench BenchmarkAssignRegions -benchtime 1x ./cluster/domain/
 	$(GO) test -run '^$$' -bench BenchmarkDispatch -benchtime 10x ./dispatch/
 
 # Failover timing: SIGKILL the leader of a loaded 3-node cluster 20 times.
@@ -87,7 +87,7 @@ proto:
 	command -v protoc >/dev/null || { apt-get update && apt-get install -y protobuf-compiler; }
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
-	$(GO) generate ./raftfsm/... ./cluster/adminpb/... ./cluster/rspb/...
+	$(GO) generate ./proto/...
 
 clean:
 	rm -rf bin baton-data

@@ -108,7 +108,10 @@ func benchProcCounts() []int {
 }
 
 // benchStepProc is a procedure of Steps no-op steps.
-type benchStepProc struct{ Steps, Done int }
+type benchStepProc struct {
+	procedure.Base
+	Steps, Done int
+}
 
 func (p *benchStepProc) Execute(*procedure.Context) (procedure.Step, error) {
 	p.Done++

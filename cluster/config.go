@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -286,38 +287,21 @@ func DefaultConfig() Config {
 // bool, is left as set).
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	setDur := func(v *time.Duration, def time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	setDur(&c.HeartbeatTimeout, d.HeartbeatTimeout)
-	setDur(&c.ElectionTimeout, d.ElectionTimeout)
-	setDur(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
-	setDur(&c.CommitTimeout, d.CommitTimeout)
-	setDur(&c.SnapshotInterval, d.SnapshotInterval)
-	setDur(&c.TransportTimeout, d.TransportTimeout)
-	setDur(&c.BarrierTimeout, d.BarrierTimeout)
-	setDur(&c.RevokeTimeout, d.RevokeTimeout)
-	setDur(&c.HealthInterval, d.HealthInterval)
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = d.SnapshotThreshold
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = d.TrailingLogs
-	}
-	if c.SnapshotRetain == 0 {
-		c.SnapshotRetain = d.SnapshotRetain
-	}
-	if c.MaxAppendEntries == 0 {
-		c.MaxAppendEntries = d.MaxAppendEntries
-	}
-	if c.TransportMaxPool == 0 {
-		c.TransportMaxPool = d.TransportMaxPool
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
+	defaults.Set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
+	defaults.Set(&c.ElectionTimeout, d.ElectionTimeout)
+	defaults.Set(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	defaults.Set(&c.CommitTimeout, d.CommitTimeout)
+	defaults.Set(&c.SnapshotInterval, d.SnapshotInterval)
+	defaults.Set(&c.TransportTimeout, d.TransportTimeout)
+	defaults.Set(&c.BarrierTimeout, d.BarrierTimeout)
+	defaults.Set(&c.RevokeTimeout, d.RevokeTimeout)
+	defaults.Set(&c.HealthInterval, d.HealthInterval)
+	defaults.Set(&c.SnapshotThreshold, d.SnapshotThreshold)
+	defaults.Set(&c.TrailingLogs, d.TrailingLogs)
+	defaults.Set(&c.SnapshotRetain, d.SnapshotRetain)
+	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
+	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	return c
 }
 

@@ -1,6 +1,9 @@
-// Package cluster is Baton's master: Raft wiring, leadership and (in later
-// parts) the domain of tables, regions and servers. This part covers the
-// node and its leadership lifecycle.
+// Package cluster is Baton's master node: Raft wiring, the leadership
+// lifecycle, fencing by term, linearizable reads and the checks of the
+// node's own storage. What the master manages lives above it: the domain of
+// namespaces, tables, regions and region servers in cluster/domain, which
+// plugs its leader-only services in through Config.LeaderServices, and the
+// admin API in cluster/admin (docs/architecture.md draws the floors).
 //
 // # A node
 //

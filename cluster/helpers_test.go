@@ -22,6 +22,7 @@ import (
 // enough to be caught by a failover. Every run of a step is recorded in the
 // recorder (Env); steps are at-least-once, success is exactly-once.
 type stepProc struct {
+	procedure.Base
 	Steps int
 	Pause time.Duration
 	Done  int

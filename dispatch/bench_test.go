@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // BenchmarkDispatch assigns 20,000 regions over 20 region servers per

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
 )
 
 // Defaults of Config, HBase's RSProcedureDispatcher values
@@ -116,30 +117,14 @@ func DefaultConfig() Config {
 // withDefaults replaces zero values by the defaults.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
-	if c.MaxBatch == 0 {
-		c.MaxBatch = def.MaxBatch
-	}
-	if c.Delay == 0 {
-		c.Delay = def.Delay
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = def.RetryBase
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = def.RetryMax
-	}
-	if c.MaxFailures == 0 {
-		c.MaxFailures = def.MaxFailures
-	}
-	if c.CallTimeout == 0 {
-		c.CallTimeout = def.CallTimeout
-	}
-	if c.Clock == nil {
-		c.Clock = def.Clock
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
+	defaults.Set(&c.MaxBatch, def.MaxBatch)
+	defaults.Set(&c.Delay, def.Delay)
+	defaults.Set(&c.RetryBase, def.RetryBase)
+	defaults.Set(&c.RetryMax, def.RetryMax)
+	defaults.Set(&c.MaxFailures, def.MaxFailures)
+	defaults.Set(&c.CallTimeout, def.CallTimeout)
+	defaults.Set(&c.Clock, def.Clock)
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	return c
 }
 

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // Op is one region operation asked for by a procedure.
@@ -307,6 +307,8 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		req.Ops[i] = &rspb.RegionOp{Kind: p.op.Kind, Region: p.op.Region, Table: p.op.Table, ProcId: p.op.ProcID}
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, d.cfg.CallTimeout)
+	// The wall clock, not cfg.Clock: "took" is the real latency of the
+	// call, which a test's manual clock would report as zero.
 	start := time.Now()
 	resp, err := d.cfg.Transport.ExecuteBatch(ctx, target, req)
 	cancel()

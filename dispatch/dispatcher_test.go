@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 func TestDefaultConfig(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // openAll is a region server that opens and closes anything.

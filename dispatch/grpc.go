@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // GRPCTransportConfig configures a GRPCTransport.

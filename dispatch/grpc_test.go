@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/internal/testnet"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 func newGRPCTransport(t *testing.T, timeout time.Duration) *GRPCTransport {

@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // waitFor bounds every wait on another goroutine; it is a failure guard,

@@ -11,11 +11,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // fakeRS is a minimal region server: term fencing, start code check,
-// idempotent open and close, as proto/regionserver.proto describes.
+// idempotent open and close, as proto/rspb/regionserver.proto describes.
 type fakeRS struct {
 	rspb.UnimplementedRegionServerServer
 	startCode uint64

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // TransportFunc adapts a function to Transport.

@@ -11,7 +11,7 @@
 // failing test keeps its cluster's data and logs and prints their paths
 // (BATON_KEEP_LOGS=1 keeps them always).
 //
-// The region-server scenarios of issue 4 (regions_test.go) run 3 masters
+// The region-server scenarios (regions_test.go) run 3 masters
 // and 3 `node regionserver` processes and end with the placement check of
 // placement_test.go, made from the region servers' own answers: no region
 // open twice, none lost, every table wholly there or wholly absent.
@@ -29,7 +29,7 @@
 // and duplicates submissions' answers across a leader crash and checks
 // that each nonce starts one procedure, which runs once; the fault seed is
 // logged and BATON_FAULT_SEED replays it. The randomized run of master and
-// region-server operations under message loss is in cluster/master
+// region-server operations under message loss is in cluster/domain
 // (TestRegionsOpenOnceUnderMessageLoss).
 //
 // Faults between real processes (iptables partitions by process uid,
@@ -37,7 +37,7 @@
 // histories and the region invariant sampled during the run are in
 // integration/chaos (`make chaos` for the long run).
 //
-// The failover benchmark of issue 3 is TestFailoverTiming, off unless
+// The failover benchmark is TestFailoverTiming, off unless
 // BATON_FAILOVER_BENCH is set:
 //
 //	BATON_FAILOVER_BENCH=20 go test -run TestFailoverTiming -v -timeout 10m ./integration/

@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// TestFailoverTiming is issue 3's failover benchmark, off unless
+// TestFailoverTiming is the failover benchmark, off unless
 // BATON_FAILOVER_BENCH is set to the number of kills (20 if not a
 // positive number):
 //

@@ -66,6 +66,7 @@ type probeEnv struct {
 // probe is a sleep that also logs, in its node's Env, every step it runs:
 // which node dispatched work when.
 type probe struct {
+	procedure.Base
 	Steps int
 	Delay time.Duration
 	Done  int

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // The placement invariant, checked after every region-server scenario

@@ -17,17 +17,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
-	"github.com/baton-dev/baton/cluster/rspb"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
-// Region-server scenarios (issue 4): real `node agent` masters and `node
+// Region-server scenarios: real `node agent` masters and `node
 // regionserver` processes on loopback. Each ends with checkPlacement (see
 // placement_test.go): from the region servers' own answers, no region is
 // open twice or lost, and every table is wholly there or wholly absent.
 //
 // The agent has no flags for the region servers' lease, so these run with
-// the masters' defaults (cluster/master, package lease): soft limit 6 s,
+// the masters' defaults (cluster/domain, package lease): soft limit 6 s,
 // hard limit 15 s, monitor every 500 ms, heartbeats every 2 s (a third of
 // the soft limit); a region server closes its regions by itself after 3
 // heartbeat intervals (6 s) without a successful heartbeat.

@@ -44,7 +44,7 @@ func TestAbortReachesALockWaiter(t *testing.T) {
 			d := newDomain()
 			mc := clock.NewManual(time.Unix(1e6, 0))
 			h := startExecutor(t, store.NewMemStore(), d, func(c *Config) {
-				c.Registry, c.Clock = hardRegistry(t), mc
+				c.Registry, c.Clock = lifecycleRegistry(t), mc
 				c.Registry.MustRegister("lockedsm", 1, func() Procedure { return &lockedSM{} })
 			})
 			table := uniq("t")

@@ -382,86 +382,81 @@ func (x *Executor) persistIdle(e *entry) {
 // Pause stops procedure id from running further steps until Resume. A
 // running step finishes first. Pausing survives restarts.
 func (x *Executor) Pause(id uint64) error {
-	x.mu.Lock()
-	e, err := x.lookupLocked(id)
-	if err != nil {
-		x.unlock()
-		return err
-	}
-	if e.state.Terminal() {
-		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
-		x.unlock()
-		return err
-	}
-	if e.paused {
-		x.unlock()
-		return nil
-	}
-	e.paused = true
-	if root := x.roots[e.root]; root != nil && root.failed {
-		// A failed tree rolls back regardless: its queued turn may be the
-		// rollback's, and dropping it would strand the tree.
-	} else {
-		x.sched.Remove(e.id)
-		if e.state == Runnable {
-			e.pausedParked = true
+	return x.changeAndPersist(id, func(e *entry) (bool, error) {
+		if e.state.Terminal() {
+			return false, fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
 		}
-	}
-	x.unlock()
-	x.persistIdle(e)
-	return nil
+		if e.paused {
+			return false, nil
+		}
+		e.paused = true
+		if root := x.roots[e.root]; root != nil && root.failed {
+			// A failed tree rolls back regardless: its queued turn may be the
+			// rollback's, and dropping it would strand the tree.
+		} else {
+			x.sched.Remove(e.id)
+			if e.state == Runnable {
+				e.pausedParked = true
+			}
+		}
+		return true, nil
+	})
 }
 
 // Resume undoes Pause.
 func (x *Executor) Resume(id uint64) error {
-	x.mu.Lock()
-	e, err := x.lookupLocked(id)
-	if err != nil {
-		x.unlock()
-		return err
-	}
-	if !e.paused {
-		x.unlock()
-		return nil
-	}
-	e.paused = false
-	if e.pausedParked {
-		e.pausedParked = false
-		if e.state == Runnable {
-			if e.running {
-				// Its worker is parking it right now: have the worker
-				// queue it again when it lets go.
-				e.rerun = true
-			} else {
-				x.queueLocked(e, false)
+	return x.changeAndPersist(id, func(e *entry) (bool, error) {
+		if !e.paused {
+			return false, nil
+		}
+		e.paused = false
+		if e.pausedParked {
+			e.pausedParked = false
+			if e.state == Runnable {
+				if e.running {
+					// Its worker is parking it right now: have the worker
+					// queue it again when it lets go.
+					e.rerun = true
+				} else {
+					x.queueLocked(e, false)
+				}
 			}
 		}
-	}
-	x.unlock()
-	x.persistIdle(e)
-	return nil
+		return true, nil
+	})
 }
 
 // Ack acknowledges a finished root's result: it is then kept only
 // Config.AckedResultTTL longer.
 func (x *Executor) Ack(id uint64) error {
+	return x.changeAndPersist(id, func(e *entry) (bool, error) {
+		if !e.isRoot() || !e.state.Terminal() {
+			return false, fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
+		}
+		if !e.ackedAt.IsZero() {
+			return false, nil
+		}
+		e.ackedAt = x.clock.Now()
+		return true, nil
+	})
+}
+
+// changeAndPersist is the shape of the flag-setting calls (Pause, Resume,
+// Ack): change runs on procedure id under the executor's lock and reports
+// whether it changed anything; a change is then persisted outside the lock,
+// as persistIdle must be, so that the flag survives a restart. A change
+// that is refused, or that finds the flag already set, writes nothing.
+func (x *Executor) changeAndPersist(id uint64, change func(e *entry) (bool, error)) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
-	if err != nil {
-		x.unlock()
-		return err
+	changed := false
+	if err == nil {
+		changed, err = change(e)
 	}
-	if !e.isRoot() || !e.state.Terminal() {
-		err := fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
-		x.unlock()
-		return err
-	}
-	if !e.ackedAt.IsZero() {
-		x.unlock()
-		return nil
-	}
-	e.ackedAt = x.clock.Now()
 	x.unlock()
+	if err != nil || !changed {
+		return err
+	}
 	x.persistIdle(e)
 	return nil
 }

@@ -13,7 +13,10 @@ import (
 )
 
 // noop is a procedure of Steps no-op steps: it measures the framework.
-type noop struct{ Steps, Done int }
+type noop struct {
+	procedure.Base
+	Steps, Done int
+}
 
 func (p *noop) Execute(*procedure.Context) (procedure.Step, error) {
 	p.Done++

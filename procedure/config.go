@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -62,42 +63,18 @@ func DefaultWorkers() int {
 }
 
 func (c *Config) setDefaults() {
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers()
-	}
-	if c.MaxExtraWorkers == 0 {
-		c.MaxExtraWorkers = c.Workers
-	}
-	if c.StuckThreshold == 0 {
-		c.StuckThreshold = 10 * time.Second
-	}
-	if c.StuckCheckInterval == 0 {
-		c.StuckCheckInterval = 5 * time.Second
-	}
-	if c.KeepAliveTime == 0 {
-		c.KeepAliveTime = time.Minute
-	}
-	if c.ResultTTL == 0 {
-		c.ResultTTL = 15 * time.Minute
-	}
-	if c.AckedResultTTL == 0 {
-		c.AckedResultTTL = 5 * time.Minute
-	}
-	if c.EvictInterval == 0 {
-		c.EvictInterval = 30 * time.Second
-	}
-	if c.RollbackBackoff == 0 {
-		c.RollbackBackoff = time.Second
-	}
-	if c.RollbackBackoffMax == 0 {
-		c.RollbackBackoffMax = 10 * time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
-	}
+	defaults.Set(&c.Workers, DefaultWorkers())
+	defaults.Set(&c.MaxExtraWorkers, c.Workers)
+	defaults.Set(&c.StuckThreshold, 10*time.Second)
+	defaults.Set(&c.StuckCheckInterval, 5*time.Second)
+	defaults.Set(&c.KeepAliveTime, time.Minute)
+	defaults.Set(&c.ResultTTL, 15*time.Minute)
+	defaults.Set(&c.AckedResultTTL, 5*time.Minute)
+	defaults.Set(&c.EvictInterval, 30*time.Second)
+	defaults.Set(&c.RollbackBackoff, time.Second)
+	defaults.Set(&c.RollbackBackoffMax, 10*time.Minute)
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
+	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
 }
 
 // Validate says what is wrong with c, after defaults are applied.

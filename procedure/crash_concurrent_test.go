@@ -54,7 +54,7 @@ const concWorkers = 4
 
 func concConfig(c *Config) {
 	c.Workers = concWorkers
-	c.Registry = hardRegistry(nil)
+	c.Registry = lifecycleRegistry(nil)
 }
 
 // concCleanRun is the reference: the effects a crash-free run leaves.

@@ -287,7 +287,10 @@ func TestOlderVersionLoads(t *testing.T) {
 	}
 }
 
-type versioned struct{ From, Value string }
+type versioned struct {
+	Base
+	From, Value string
+}
 
 func (v *versioned) MarshalState() ([]byte, error) { return []byte("v2:" + v.Value), nil }
 func (v *versioned) UnmarshalState(version int, data []byte) error {

@@ -4,9 +4,9 @@
 // # The contract
 //
 // A procedure is a Go type registered in a Registry under a name and a
-// version. It runs either as a Stepper (Execute runs one step, Rollback
-// undoes one) or as a state machine (embed StateMachine, implement
-// StateSteps). After every step the executor persists the procedure through
+// version. It runs either as a Stepper (embed Base; Execute runs one step,
+// Rollback undoes one) or as a state machine (embed StateMachine, implement
+// StateSteps); the embedding is what makes it a Procedure. After every step the executor persists the procedure through
 // a store.Store — the framework's fields (id, parent, root, owner, nonce,
 // times, state, error, result, rollback-stack positions, flags) and the
 // type's own state, serialised by StateMarshaler or, by default, JSON — so

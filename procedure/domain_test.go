@@ -9,30 +9,31 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-func (c *crashStore) InsertDomain(p store.Proc, children []store.Proc, muts []store.Mutation) error {
+func (c *crashStore) InsertAndMutate(p store.Proc, children []store.Proc, muts []store.Mutation) error {
 	if !c.allow(append([]store.Proc{p}, children...)...) {
 		return errCrash
 	}
-	return c.inner.InsertDomain(p, children, muts)
+	return c.inner.InsertAndMutate(p, children, muts)
 }
 
-func (c *crashStore) UpdateDomain(p store.Proc, muts []store.Mutation) error {
+func (c *crashStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
 	if !c.allow(p) {
 		return errCrash
 	}
-	return c.inner.UpdateDomain(p, muts)
+	return c.inner.UpdateAndMutate(p, muts)
 }
 
-func (c *crashStore) GetDomain(key string) ([]byte, bool) { return c.inner.GetDomain(key) }
+func (c *crashStore) Value(key string) ([]byte, bool) { return c.inner.Value(key) }
 
-func (c *crashStore) ScanDomain(prefix string, fn func(string, []byte) bool) {
-	c.inner.ScanDomain(prefix, fn)
+func (c *crashStore) ScanValues(prefix string, fn func(string, []byte) bool) {
+	c.inner.ScanValues(prefix, fn)
 }
 
 // counter adds 1 to a shared domain counter per step, and counts how often
 // each step was applied; with FailAt it fails there and its rollback
 // subtracts what it added.
 type counter struct {
+	Base
 	Name   string
 	Steps  int
 	FailAt int
@@ -138,7 +139,7 @@ func TestDomainEffectsExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestDomainNeedsADomainStore(t *testing.T) {
+func TestDomainNeedsAMutationStore(t *testing.T) {
 	dir := t.TempDir()
 	w, err := store.OpenWAL(store.DefaultWALConfig(dir))
 	if err != nil {

@@ -92,7 +92,7 @@ func New(cfg Config) (*Executor, error) {
 		nextID:   1,
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
-	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake})
+	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake, Clock: x.clock})
 	return x, nil
 }
 
@@ -490,7 +490,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
 	x.unlock()
 
-	w.stepStart.Store(time.Now().UnixNano())
+	w.stepStart.Store(x.clock.Now().UnixNano())
 	var (
 		st     Step
 		pushed bool
@@ -893,7 +893,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	muts := e.muts
 	e.muts = nil
 	if len(muts) > 0 {
-		err = x.store.(store.DomainStore).InsertDomain(parentRec, recs, muts)
+		err = x.store.(store.MutationStore).InsertAndMutate(parentRec, recs, muts)
 	} else {
 		err = x.store.Insert(parentRec, recs)
 	}
@@ -1101,7 +1101,7 @@ func (x *Executor) persist(e *entry) bool {
 	muts := e.muts
 	e.muts = nil
 	if len(muts) > 0 {
-		err = x.store.(store.DomainStore).UpdateDomain(rec, muts)
+		err = x.store.(store.MutationStore).UpdateAndMutate(rec, muts)
 	} else {
 		err = x.store.Update(rec)
 	}

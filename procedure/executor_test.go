@@ -173,7 +173,10 @@ func TestTimeoutHandlerFails(t *testing.T) {
 	}
 }
 
-type timeoutProc struct{ Started bool }
+type timeoutProc struct {
+	Base
+	Started bool
+}
 
 func (p *timeoutProc) Execute(*Context) (Step, error) {
 	if !p.Started {
@@ -539,7 +542,9 @@ func TestStoreFailureStopsExecutor(t *testing.T) {
 }
 
 func TestStuckWorkerMonitor(t *testing.T) {
+	mc := clock.NewManual(time.Unix(1000, 0))
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Clock = mc
 		c.Workers = 2
 		c.StuckThreshold = time.Millisecond
 		c.StuckCheckInterval = time.Hour // driven by hand below
@@ -555,7 +560,7 @@ func TestStuckWorkerMonitor(t *testing.T) {
 	h.submit(&funcProc{ID: "block"}, SubmitOptions{})
 	h.submit(&funcProc{ID: "block"}, SubmitOptions{})
 	blocked.Wait()
-	time.Sleep(5 * time.Millisecond) // past StuckThreshold, which is about being stuck, not speed
+	mc.Advance(5 * time.Millisecond) // past StuckThreshold
 	if n := h.x.CheckStuckWorkers(); n != 2 {
 		t.Fatalf("stuck %d, want 2", n)
 	}
@@ -650,7 +655,12 @@ func TestBadInput(t *testing.T) {
 		{"v0", 0, func() Procedure { return &stepsProc{} }},
 		{"nilf", 1, nil},
 		{"nonptr", 1, func() Procedure { return stepsProc{} }},
-		{"nothing", 1, func() Procedure { return &struct{ A int }{} }},
+		{"nothing", 1, func() Procedure {
+			return &struct {
+				Base
+				A int
+			}{}
+		}},
 	} {
 		if err := r.Register(tc.name, tc.version, tc.f); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Register(%q, %d): %v", tc.name, tc.version, err)

@@ -155,7 +155,7 @@ func TestLoadGarbage(t *testing.T) {
 		}
 		func() {
 			d := newDomain()
-			cfg := Config{Store: mem, Registry: hardRegistry(t), Env: d, Workers: 2,
+			cfg := Config{Store: mem, Registry: lifecycleRegistry(t), Env: d, Workers: 2,
 				RollbackBackoff: time.Millisecond, RollbackBackoffMax: time.Millisecond}
 			x, err := New(cfg)
 			if err != nil {

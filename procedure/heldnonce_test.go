@@ -35,7 +35,7 @@ func TestRetryOfAHeldProcedureDoesNotDuplicate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = hardRegistry(t) })
+			h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = lifecycleRegistry(t) })
 			if len(h.x.Problems()) == 0 {
 				t.Fatal("the tree was not held")
 			}

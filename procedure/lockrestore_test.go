@@ -54,7 +54,7 @@ func TestFinishedChildsLockIsNotRestoredOnLoad(t *testing.T) {
 	put(record{id: 3, parent: 1, root: 1, state: Runnable}, &lkProc{Name: "C3", LockSpec: t1, Hold: true})
 
 	d := newDomain()
-	h := startExecutor(t, mem, d, func(c *Config) { c.Registry = hardRegistry(t) })
+	h := startExecutor(t, mem, d, func(c *Config) { c.Registry = lifecycleRegistry(t) })
 	if p := h.x.Problems(); len(p) > 0 {
 		t.Fatalf("load problems: %+v", p)
 	}
@@ -78,7 +78,7 @@ func TestFinishedChildsLockIsNotRestoredOnLoad(t *testing.T) {
 func TestFinishedChildIsPersistedWithoutItsLock(t *testing.T) {
 	mem := store.NewMemStore()
 	d := newDomain()
-	h := startExecutor(t, mem, d, func(c *Config) { c.Registry = hardRegistry(t) })
+	h := startExecutor(t, mem, d, func(c *Config) { c.Registry = lifecycleRegistry(t) })
 	type seen struct {
 		rec   record
 		found bool
@@ -113,7 +113,7 @@ func TestFinishedChildIsPersistedWithoutItsLock(t *testing.T) {
 // persisted without it, while the rest of its tree still rolls back.
 func TestRolledBackChildLetsGoOfItsLock(t *testing.T) {
 	mem := store.NewMemStore()
-	h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = hardRegistry(t) })
+	h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = lifecycleRegistry(t) })
 	type seen struct {
 		rec   record
 		held  []scheduler.Lock

@@ -2,7 +2,6 @@ package procedure
 
 import (
 	"sort"
-	"time"
 )
 
 // armEvictor schedules the periodic deletion of expired results (HBase's
@@ -82,7 +81,7 @@ func (x *Executor) armMonitor() {
 // CheckStuckWorkers counts stuck workers, adds a keep-alive worker if half
 // the core pool is stuck, and returns the stuck count.
 func (x *Executor) CheckStuckWorkers() int {
-	threshold := time.Now().Add(-x.cfg.StuckThreshold).UnixNano()
+	threshold := x.clock.Now().Add(-x.cfg.StuckThreshold).UnixNano()
 	x.mu.Lock()
 	defer x.unlock()
 	if x.stopping {

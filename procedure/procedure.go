@@ -56,14 +56,39 @@ func ParseState(name string) (State, error) {
 	return 0, fmt.Errorf("procedure: unknown state %q (want one of %v)", name, stateNames)
 }
 
-// Procedure is the one thing every procedure type implements: how the
-// framework persists the type's own state. Execution is added by
-// implementing Stepper, or by embedding StateMachine and implementing
-// StateSteps.
+// Procedure is implemented by every procedure type, and only through
+// embedding: a Stepper embeds Base, a state machine embeds StateMachine (and
+// implements StateSteps). The unexported method lets the compiler refuse,
+// at Submit, Spawn and Register, a value that was never meant to be a
+// procedure; Register still checks that the type runs one way or the other.
 //
-// Types that implement neither StateMarshaler nor StateUnmarshaler are
-// persisted with encoding/json, which serialises exported fields.
-type Procedure interface{}
+// The type's own state is persisted after every step: by StateMarshaler and
+// StateUnmarshaler if it implements them, otherwise with encoding/json,
+// which serialises exported fields.
+//
+// Threading. Once submitted (or loaded, or spawned), a procedure belongs to
+// the executor; its submitter must not touch it again. The executor never
+// calls two of its methods at once: a procedure is claimed by one goroutine
+// at a time, and successive calls see each other's writes, so a procedure
+// needs no locking of its own. The calls do come from different goroutines:
+// Execute, Rollback, ExecuteState, RollbackState, OnTimeout and CanAbort on
+// a worker; MarshalState on a worker or, while no worker holds the
+// procedure, on the goroutine of an Executor call that persists it (Abort,
+// Pause, Resume, Ack, Bypass). QueueKey, Locks, HoldLock and RetryUntilDone
+// are asked when the procedure is submitted, spawned or loaded, and
+// must not call back into the Executor. A step may block (honouring ctx),
+// but it holds its worker meanwhile: a step that waits for something
+// outside should Suspend instead. A Context is valid only during the call it
+// was passed to.
+type Procedure interface {
+	isProcedure()
+}
+
+// Base is embedded by procedures that implement Stepper: it makes them a
+// Procedure. It holds nothing and persists nothing.
+type Base struct{}
+
+func (Base) isProcedure() {}
 
 // Stepper is a procedure that runs itself one step at a time.
 type Stepper interface {
@@ -248,9 +273,9 @@ func (c *Context) Executor() *Executor { return c.x }
 // the outcome of this step (or of this rollback step): if the step fails,
 // or the process dies before its outcome is persisted, the change never
 // happened. It needs a store that keeps domain state
-// (store.DomainStore); others return ErrNoDomain.
+// (store.MutationStore); others return ErrNoDomain.
 func (c *Context) Put(key string, value []byte) error {
-	if _, ok := c.x.store.(store.DomainStore); !ok {
+	if _, ok := c.x.store.(store.MutationStore); !ok {
 		return ErrNoDomain
 	}
 	if key == "" {
@@ -262,7 +287,7 @@ func (c *Context) Put(key string, value []byte) error {
 
 // Delete removes a key of the domain state, committed like Put.
 func (c *Context) Delete(key string) error {
-	if _, ok := c.x.store.(store.DomainStore); !ok {
+	if _, ok := c.x.store.(store.MutationStore); !ok {
 		return ErrNoDomain
 	}
 	c.muts = append(c.muts, store.Mutation{Key: key, Delete: true})
@@ -272,7 +297,7 @@ func (c *Context) Delete(key string) error {
 // Get reads a key of the domain state as this step sees it: the committed
 // value, overlaid with this step's own Put and Delete.
 func (c *Context) Get(key string) ([]byte, bool, error) {
-	ds, ok := c.x.store.(store.DomainStore)
+	ds, ok := c.x.store.(store.MutationStore)
 	if !ok {
 		return nil, false, ErrNoDomain
 	}
@@ -284,7 +309,7 @@ func (c *Context) Get(key string) ([]byte, bool, error) {
 			return m.Value, true, nil
 		}
 	}
-	v, found := ds.GetDomain(key)
+	v, found := ds.Value(key)
 	return v, found, nil
 }
 
@@ -292,11 +317,11 @@ func (c *Context) Get(key string) ([]byte, bool, error) {
 // order, until fn returns false. It does not see this step's own pending
 // Put and Delete (use Get for those).
 func (c *Context) Scan(prefix string, fn func(key string, value []byte) bool) error {
-	ds, ok := c.x.store.(store.DomainStore)
+	ds, ok := c.x.store.(store.MutationStore)
 	if !ok {
 		return ErrNoDomain
 	}
-	ds.ScanDomain(prefix, fn)
+	ds.ScanValues(prefix, fn)
 	return nil
 }
 

@@ -50,7 +50,7 @@ func (p *waitLoopSM) RollbackState(*Context, int32) error { return nil }
 func TestWaitingStateIsNotARepeat(t *testing.T) {
 	const limit = 5
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
-		c.Registry = hardRegistry(t)
+		c.Registry = lifecycleRegistry(t)
 		c.Registry.MustRegister("waitloop", 1, func() Procedure { return &waitLoopSM{} })
 	})
 	for _, mode := range []string{"timer", "event", "children"} {

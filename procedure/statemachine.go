@@ -66,6 +66,8 @@ type stateMachineProcedure interface {
 
 func (m *StateMachine) machine() *StateMachine { return m }
 
+func (m *StateMachine) isProcedure() {}
+
 // SetNextState picks the state the next step runs.
 func (m *StateMachine) SetNextState(s int32) {
 	m.next = s

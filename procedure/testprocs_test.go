@@ -83,6 +83,7 @@ var errBoom = errors.New("boom")
 // stepsProc is a Stepper: Steps steps, optionally spawning children at
 // SpawnAt and failing at FailAt (after a partial effect).
 type stepsProc struct {
+	Base
 	Name        string
 	Steps       int
 	FailAt      int // -1: never
@@ -195,6 +196,7 @@ func (p *smProc) IsRollbackSupported(s int32) bool { return s != p.NoRollback }
 
 // funcProc runs a test-provided function per step; not persisted state.
 type funcProc struct {
+	Base
 	ID string
 }
 
@@ -280,11 +282,17 @@ func (h *harness) wait(id uint64) Info {
 // wait on; it asserts an outcome, never a duration.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
+		select {
+		case <-deadline.C:
+			if !cond() {
+				t.Fatalf("never happened: %s", what)
+			}
+		case <-tick.C:
 		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -95,7 +95,7 @@ func (p *failLk) Locks() []scheduler.Lock {
 func (p *failLk) HoldLock() bool { return true }
 
 func untilDoneRegistry(t testing.TB) *Registry {
-	r := hardRegistry(t)
+	r := lifecycleRegistry(t)
 	r.MustRegister("udsm", 1, func() Procedure { return &udSM{} })
 	r.MustRegister("faillk", 1, func() Procedure { return &failLk{} })
 	return r

@@ -106,7 +106,7 @@ func TestWALGracefulRestart(t *testing.T) {
 	d := newDomain()
 	mc := clock.NewManual(time.Unix(1e6, 0))
 	mod := func(c *Config) {
-		c.Registry, c.Clock, c.Workers = hardRegistry(t), mc, 4
+		c.Registry, c.Clock, c.Workers = lifecycleRegistry(t), mc, 4
 		c.ResultTTL, c.EvictInterval = 24*time.Hour, 24*time.Hour
 	}
 	gate := uniq("walgate")
@@ -261,7 +261,7 @@ func (b *budgetStore) Delete(ids []uint64) error {
 // "died"), is closed and reopened, and a new executor resumes; clients retry
 // their submissions with nonces. Every root ends once, as expected.
 func TestWALHardCrash(t *testing.T) {
-	mod := func(c *Config) { c.Registry, c.Workers = hardRegistry(t), 4 }
+	mod := func(c *Config) { c.Registry, c.Workers = lifecycleRegistry(t), 4 }
 	// Writes of a crash-free run, for the sample.
 	total := func() int {
 		w := openTestWAL(t, t.TempDir(), true)

@@ -46,7 +46,7 @@ func (p *yieldSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
 		}
 		return nil
 	})
-	_, key := mem.GetDomain(p.Name)
+	_, key := mem.Value(p.Name)
 	yieldSeen.Store(p.Name, yieldSaw{next: r.smNext, history: r.smHistory, key: key})
 	return NoMoreState, nil
 }
@@ -61,7 +61,7 @@ func TestYieldKeepsTheStepsTransition(t *testing.T) {
 	mem := store.NewMemStore()
 	d := newDomain()
 	h := startExecutor(t, mem, d, func(c *Config) {
-		c.Registry = hardRegistry(t)
+		c.Registry = lifecycleRegistry(t)
 		c.Registry.MustRegister("yieldsm", 1, func() Procedure { return &yieldSM{} })
 	})
 	p := &yieldSM{Name: uniq("Y")}

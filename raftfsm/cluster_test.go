@@ -119,17 +119,37 @@ func (c *testCluster) shutdown() {
 // leader waits for a leader and returns it.
 func (c *testCluster) leader() *testNode {
 	c.tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *testNode
+	waitUntil(10*time.Second, func() bool {
 		for _, n := range c.nodes {
 			if n.r.State() == raft.Leader {
-				return n
+				leader = n
+				return true
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	})
+	if leader == nil {
+		c.tb.Fatal("no leader elected")
 	}
-	c.tb.Fatal("no leader elected")
-	return nil
+	return leader
+}
+
+// waitUntil polls cond until it holds or timeout passes, and reports
+// whether it held. (A local stand-in for a shared test helper.)
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 func (c *testCluster) followers(l *testNode) []*testNode {
@@ -209,23 +229,22 @@ func (c *testCluster) converge(l *testNode) dump {
 	if err := l.r.Barrier(5 * time.Second).Error(); err != nil {
 		c.tb.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		want := dumpOf(c.tb, l.fsm)
-		ok := true
+	var want, got dump
+	var lagging raft.ServerID
+	converged := waitUntil(10*time.Second, func() bool {
+		want = dumpOf(c.tb, l.fsm)
 		for _, n := range c.nodes {
-			if got := dumpOf(c.tb, n.fsm); !got.equal(want) {
-				ok = false
-				if time.Now().After(deadline) {
-					c.tb.Fatalf("%s did not converge: %v, leader %v", n.id, got, want)
-				}
+			if got = dumpOf(c.tb, n.fsm); !got.equal(want) {
+				lagging = n.id
+				return false
 			}
 		}
-		if ok {
-			return want
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	})
+	if !converged {
+		c.tb.Fatalf("%s did not converge: %v, leader %v", lagging, got, want)
 	}
+	return want
 }
 
 // bufSink is a raft.SnapshotSink into memory.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 	"google.golang.org/protobuf/proto"
 )

@@ -15,7 +15,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -83,15 +84,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.MaxWALRecordBytes <= 0 {
-		c.MaxWALRecordBytes = DefaultMaxWALRecordBytes
-	}
-	if c.RestoreBatchBytes <= 0 {
-		c.RestoreBatchBytes = DefaultRestoreBatchBytes
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
+	defaults.Positive(&c.MaxWALRecordBytes, DefaultMaxWALRecordBytes)
+	defaults.Positive(&c.RestoreBatchBytes, DefaultRestoreBatchBytes)
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	return c
 }
 

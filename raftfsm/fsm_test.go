@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
 

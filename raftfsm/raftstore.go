@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -55,21 +56,11 @@ type RaftStoreConfig struct {
 }
 
 func (c RaftStoreConfig) withDefaults() RaftStoreConfig {
-	if c.ApplyTimeout <= 0 {
-		c.ApplyTimeout = DefaultApplyTimeout
-	}
-	if c.MaxBatchWrites <= 0 {
-		c.MaxBatchWrites = DefaultMaxBatchWrites
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = DefaultMaxBatchBytes
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.Logger == nil {
-		c.Logger = hclog.NewNullLogger()
-	}
+	defaults.Positive(&c.ApplyTimeout, DefaultApplyTimeout)
+	defaults.Positive(&c.MaxBatchWrites, DefaultMaxBatchWrites)
+	defaults.Positive(&c.MaxBatchBytes, DefaultMaxBatchBytes)
+	defaults.Positive(&c.MaxInFlight, DefaultMaxInFlight)
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	return c
 }
 
@@ -327,6 +318,8 @@ func (s *RaftStore) run() {
 func (s *RaftStore) await(fut raft.ApplyFuture) error {
 	errCh := make(chan error, 1)
 	go func() { errCh <- fut.Error() }()
+	// Wall-clock polling: raft runs on real time and offers no shutdown
+	// notification; this only bounds how late a shutdown is noticed.
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/baton-dev/baton/raftfsm/raftpb"
+	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -257,10 +257,8 @@ func TestNodeRestartFromWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLeader := func(r *raft.Raft) {
-		for deadline := time.Now().Add(5 * time.Second); r.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("no leader")
-			}
+		if !waitUntil(5*time.Second, func() bool { return r.State() == raft.Leader }) {
+			t.Fatal("no leader")
 		}
 	}
 	waitLeader(r)

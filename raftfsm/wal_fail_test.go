@@ -45,12 +45,8 @@ func TestFSMWALSyncFailureIsReported(t *testing.T) {
 	}
 	fail.Store(true)
 	checkResps(t, f.ApplyBatch([]*raft.Log{stepLog(t, 2)}))
-	deadline := time.Now().Add(5 * time.Second)
-	for f.WALErr() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("WALErr still nil 5 s after the WAL's fdatasync began failing")
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !waitUntil(5*time.Second, func() bool { return f.WALErr() != nil }) {
+		t.Fatal("WALErr still nil 5 s after the WAL's fdatasync began failing")
 	}
 	if err := f.WALErr(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("WALErr = %v, want it to wrap EIO", err)

@@ -302,7 +302,7 @@ func (s *Scheduler) signalOne() {
 // ids in queue order.
 func (s *Scheduler) Poll(timeout time.Duration) (id uint64, ok bool) {
 	var (
-		timer    *time.Timer
+		timeUp   chan struct{} // closed at the deadline
 		deadline time.Time
 	)
 	s.mu.Lock()
@@ -327,14 +327,16 @@ func (s *Scheduler) Poll(timeout time.Duration) (id uint64, ok bool) {
 		if timeout < 0 {
 			<-w.ch
 		} else {
-			if timer == nil {
-				deadline = time.Now().Add(timeout)
-				timer = time.NewTimer(timeout)
+			if timeUp == nil {
+				deadline = s.clock.Now().Add(timeout)
+				ch := make(chan struct{})
+				timer := s.clock.AfterFunc(timeout, func() { close(ch) })
 				defer timer.Stop()
+				timeUp = ch
 			}
 			select {
 			case <-w.ch:
-			case <-timer.C:
+			case <-timeUp:
 				timedOut = true
 			}
 		}
@@ -357,7 +359,7 @@ func (s *Scheduler) Poll(timeout time.Duration) (id uint64, ok bool) {
 			return 0, false
 		}
 		s.putWaiter(w)
-		if timer != nil && !time.Now().Before(deadline) {
+		if timeUp != nil && !s.clock.Now().Before(deadline) {
 			// Woken, but the time is up: one last try.
 			if !s.closed {
 				id, ok = s.pollLocked()

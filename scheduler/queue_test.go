@@ -241,17 +241,33 @@ func TestPollTimeout(t *testing.T) {
 // blocked Poll and not one that has yet to look at the queue.
 func waitBlockedPolls(t *testing.T, s *Scheduler, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	var blocked int
+	ok := waitUntil(5*time.Second, func() bool {
 		s.mu.Lock()
-		blocked := len(s.idle)
+		blocked = len(s.idle)
 		s.mu.Unlock()
-		if blocked == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d Polls blocked after 5s, want %d", blocked, n)
+		return blocked == n
+	})
+	if !ok {
+		t.Fatalf("%d Polls blocked after 5s, want %d", blocked, n)
+	}
+}
+
+// waitUntil polls cond until it holds or timeout passes, and reports
+// whether it held. (A local stand-in for a shared test helper.)
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
 		}
 	}
+	return true
 }
 
 func TestPollWakesOnAdd(t *testing.T) {
@@ -352,10 +368,7 @@ func TestConcurrentPollers(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for s.Len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(5*time.Second, func() bool { return s.Len() == 0 })
 	close(stop)
 	s.Close()
 	wg.Wait()

@@ -3,6 +3,9 @@ package scheduler
 import (
 	"fmt"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
 )
 
 // Kind selects a run queue. Queues are tried in this order: every runnable
@@ -66,6 +69,8 @@ type Config struct {
 	// released from a lock wait queue or an event, in arrival order. When nil
 	// the scheduler adds the procedure to the front of its queue itself.
 	Wake func(id uint64)
+	// Clock times Poll's timeout; nil is the wall clock.
+	Clock clock.Clock
 }
 
 // Scheduler holds the run queues, the lock table and the event waiters of
@@ -73,7 +78,8 @@ type Config struct {
 // guards everything, so a Scheduler's state is always consistent as a whole
 // (a procedure is never seen both granted and parked, for instance).
 type Scheduler struct {
-	wake func(id uint64)
+	wake  func(id uint64)
+	clock clock.Clock
 
 	mu     sync.Mutex
 	closed bool
@@ -100,12 +106,14 @@ type Scheduler struct {
 func New(cfg Config) *Scheduler {
 	s := &Scheduler{
 		wake:      cfg.Wake,
+		clock:     cfg.Clock,
 		queued:    make(map[uint64]*entityQueue),
 		locks:     make(map[lockKey]*lockEntry),
 		holds:     make(map[uint64][]Lock),
 		lockWait:  make(map[uint64]*lockEntry),
 		eventWait: make(map[uint64]*Event),
 	}
+	defaults.Set[clock.Clock](&s.clock, clock.Real{})
 	for i := range s.kinds {
 		s.kinds[i].byName = make(map[string]*entityQueue)
 	}

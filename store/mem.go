@@ -23,10 +23,10 @@ func NewMemStore() *MemStore {
 	return &MemStore{procs: make(map[uint64][]byte), domain: make(map[string][]byte)}
 }
 
-var _ DomainStore = (*MemStore)(nil)
+var _ MutationStore = (*MemStore)(nil)
 
-// InsertDomain implements DomainStore.
-func (m *MemStore) InsertDomain(proc Proc, children []Proc, muts []Mutation) error {
+// InsertAndMutate implements MutationStore.
+func (m *MemStore) InsertAndMutate(proc Proc, children []Proc, muts []Mutation) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.insertLocked(proc, children); err != nil {
@@ -36,8 +36,8 @@ func (m *MemStore) InsertDomain(proc Proc, children []Proc, muts []Mutation) err
 	return nil
 }
 
-// UpdateDomain implements DomainStore.
-func (m *MemStore) UpdateDomain(proc Proc, muts []Mutation) error {
+// UpdateAndMutate implements MutationStore.
+func (m *MemStore) UpdateAndMutate(proc Proc, muts []Mutation) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.updateLocked(proc); err != nil {
@@ -57,16 +57,16 @@ func (m *MemStore) applyLocked(muts []Mutation) {
 	}
 }
 
-// GetDomain implements DomainStore.
-func (m *MemStore) GetDomain(key string) ([]byte, bool) {
+// Value implements MutationStore.
+func (m *MemStore) Value(key string) ([]byte, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.domain[key]
 	return v, ok
 }
 
-// ScanDomain implements DomainStore.
-func (m *MemStore) ScanDomain(prefix string, fn func(string, []byte) bool) {
+// ScanValues implements MutationStore.
+func (m *MemStore) ScanValues(prefix string, fn func(string, []byte) bool) {
 	m.mu.Lock()
 	keys := make([]string, 0, len(m.domain))
 	for k := range m.domain {

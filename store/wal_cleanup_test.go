@@ -55,19 +55,15 @@ func maintainIdle(t *testing.T, w *WAL, clk *clock.Manual) (rewriting bool) {
 // waitNoRewrite waits until no straggler rewrite is in flight.
 func waitNoRewrite(t *testing.T, w *WAL) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	done := waitUntil(10*time.Second, func() bool {
 		var rewriting bool
 		if !w.inWriter(func() { rewriting = w.rewriting }) {
 			t.Fatal("the WAL's writer is not running")
 		}
-		if !rewriting {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a straggler rewrite did not finish in 10 s")
-		}
-		time.Sleep(100 * time.Microsecond) // poll interval
+		return !rewriting
+	})
+	if !done {
+		t.Fatal("a straggler rewrite did not finish in 10 s")
 	}
 }
 
@@ -76,21 +72,21 @@ func waitNoRewrite(t *testing.T, w *WAL) {
 // deadline.
 func settle(t *testing.T, w *WAL, clk *clock.Manual, since WALStats) WALStats {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last WALStats
-	for round := 0; ; round++ {
+	var last, st WALStats
+	round := 0
+	settled := waitUntil(10*time.Second, func() bool {
 		rewriting := maintainIdle(t, w, clk)
-		st := w.Stats()
-		if round > 0 && !rewriting && st.Bytes == last.Bytes {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cleanup did not settle in 10 s without appends: since the last append %d rolls, %d stragglers rewritten, %d bytes written (%d segments, MaxSegments %d)",
-				st.Rolls-since.Rolls, st.StragglersRewritten-since.StragglersRewritten, st.Bytes-since.Bytes, st.Segments, w.cfg.MaxSegments)
-		}
+		st = w.Stats()
+		done := round > 0 && !rewriting && st.Bytes == last.Bytes
 		last = st
-		time.Sleep(time.Millisecond) // poll interval
+		round++
+		return done
+	})
+	if !settled {
+		t.Fatalf("cleanup did not settle in 10 s without appends: since the last append %d rolls, %d stragglers rewritten, %d bytes written (%d segments, MaxSegments %d)",
+			st.Rolls-since.Rolls, st.StragglersRewritten-since.StragglersRewritten, st.Bytes-since.Bytes, st.Segments, w.cfg.MaxSegments)
 	}
+	return st
 }
 
 // When the live procedures need more than MaxSegments segments, the WAL

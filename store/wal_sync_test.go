@@ -16,13 +16,26 @@ import (
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
+	if !waitUntil(5*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s", what)
 	}
+}
+
+// waitUntil polls cond until it holds or timeout passes, and reports
+// whether it held. (A local stand-in for a shared test helper.)
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 func syncOnRollConfig(dir string) WALConfig {

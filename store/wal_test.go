@@ -812,10 +812,7 @@ func TestWALAgeRoll(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for w.Stats().Rolls < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(5*time.Second, func() bool { return w.Stats().Rolls >= 2 })
 	if r := w.Stats().Rolls; r != 2 {
 		t.Fatalf("idle segment not rolled: rolls %d", r)
 	}

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
@@ -189,10 +189,10 @@ func TestUnavailable(t *testing.T) {
 	}{
 		{"no leader", "", nil, &cluster.NotLeaderError{}, ctx, &adminpb.LeaderHint{}, "no leader known"},
 		{"leader not registered", "m1", nil, &cluster.NotLeaderError{LeaderID: "m1"}, ctx, &adminpb.LeaderHint{LeaderId: "m1"}, "has not registered"},
-		{"already forwarded", "m1", map[string][]byte{AdminAddrKey("m1"): []byte("10.0.0.1:7000")}, &cluster.NotLeaderError{LeaderID: "m1"}, fwd,
+		{"already forwarded", "m1", map[string][]byte{cluster.AdminAddrKey("m1"): []byte("10.0.0.1:7000")}, &cluster.NotLeaderError{LeaderID: "m1"}, fwd,
 			&adminpb.LeaderHint{LeaderId: "m1", LeaderAdminAddress: "10.0.0.1:7000"}, "not forwarding again"},
 		{"leader establishing", "m0", nil, cluster.ErrNotReady, ctx, &adminpb.LeaderHint{LeaderId: "m0"}, "not ready"},
-		{"registered at own address", "m1", map[string][]byte{AdminAddrKey("m1"): []byte("self:1")}, &cluster.NotLeaderError{LeaderID: "m1"}, ctx,
+		{"registered at own address", "m1", map[string][]byte{cluster.AdminAddrKey("m1"): []byte("self:1")}, &cluster.NotLeaderError{LeaderID: "m1"}, ctx,
 			&adminpb.LeaderHint{LeaderId: "m1", LeaderAdminAddress: "self:1"}, "stale"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,7 +241,7 @@ func TestLocal(t *testing.T) {
 	}
 	defer s.Stop(context.Background())
 	waitFor(t, 5*time.Second, "self-registration", func() bool {
-		v, _ := b.DomainGet(AdminAddrKey("m0"))
+		v, _ := b.DomainGet(cluster.AdminAddrKey("m0"))
 		return string(v) == "self:1"
 	})
 	ctx := context.Background()
@@ -276,7 +276,7 @@ func TestLocal(t *testing.T) {
 	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: "m5", AdminAddress: "h:5"}); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := b.DomainGet(AdminAddrKey("m5")); string(v) != "h:5" {
+	if v, _ := b.DomainGet(cluster.AdminAddrKey("m5")); string(v) != "h:5" {
 		t.Fatalf("m5 registered as %q", v)
 	}
 	// Losing the executor ends readiness.
@@ -294,7 +294,7 @@ func TestLocal(t *testing.T) {
 func TestHTTP(t *testing.T) {
 	b := &fakeBackend{
 		id: "m1", leaderID: "m0", procsErr: &cluster.NotLeaderError{LeaderID: "m0"},
-		kv: map[string][]byte{AdminAddrKey("m0"): []byte("h0:7000"), AdminAddrKey("m1"): []byte("h1:7000")},
+		kv: map[string][]byte{cluster.AdminAddrKey("m0"): []byte("h0:7000"), cluster.AdminAddrKey("m1"): []byte("h1:7000")},
 		peers: []cluster.PeerStatus{
 			{ID: "m0", Address: "raft-m0", Suffrage: "Voter", Leader: true},
 			{ID: "m1", Address: "raft-m1", Suffrage: "Voter"},

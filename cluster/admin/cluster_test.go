@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -142,7 +142,7 @@ func converged(t *testing.T, nodes []*testNode) int {
 		}
 		for _, n := range nodes {
 			for _, m := range nodes {
-				if v, _ := n.node.FSM().Get(AdminAddrKey(m.node.ID())); string(v) != m.addr {
+				if v, _ := n.node.FSM().Get(cluster.AdminAddrKey(m.node.ID())); string(v) != m.addr {
 					return false
 				}
 			}

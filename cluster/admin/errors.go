@@ -1,64 +1,16 @@
 package admin
 
 import (
-	"context"
-	"errors"
-
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
-	"github.com/baton-dev/baton/procedure"
-	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// Code maps an error of the procedure, cluster or raft layers to the gRPC
-// code the API answers with (see proto/admin.proto):
-//
-//	procedure.ErrInvalid, ErrUnknownType          INVALID_ARGUMENT
-//	procedure.ErrNotFound                         NOT_FOUND
-//	procedure.ErrNotAllowed, ErrNotTerminal       FAILED_PRECONDITION
-//	cluster.ErrNotLeader, ErrNotReady, ErrShutdown,
-//	raft.ErrNotLeader, ErrLeadershipLost, ErrRaftShutdown,
-//	procedure.ErrStopped, ErrNotStarted, ErrStoreFailed,
-//	ErrNonceFailed, raftfsm.ErrClosed,
-//	cluster.ErrStorageFailed                       UNAVAILABLE (retry)
-//	context.Canceled / DeadlineExceeded           CANCELED / DEADLINE_EXCEEDED
-//	an error that already is a gRPC status        its own code
-//	anything else                                 INTERNAL
-//
-// Availability is checked first: a store failure that happens to wrap
-// another sentinel is still a reason to retry elsewhere.
-func Code(err error) codes.Code {
-	if err == nil {
-		return codes.OK
-	}
-	if s, ok := status.FromError(err); ok {
-		return s.Code()
-	}
-	switch {
-	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrNotReady),
-		errors.Is(err, cluster.ErrShutdown), errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown),
-		errors.Is(err, procedure.ErrStopped), errors.Is(err, procedure.ErrNotStarted),
-		errors.Is(err, procedure.ErrStoreFailed), errors.Is(err, procedure.ErrNonceFailed),
-		errors.Is(err, raftfsm.ErrClosed), errors.Is(err, cluster.ErrStorageFailed):
-		return codes.Unavailable
-	case errors.Is(err, procedure.ErrInvalid), errors.Is(err, procedure.ErrUnknownType):
-		return codes.InvalidArgument
-	case errors.Is(err, procedure.ErrNotFound):
-		return codes.NotFound
-	case errors.Is(err, procedure.ErrNotAllowed), errors.Is(err, procedure.ErrNotTerminal):
-		return codes.FailedPrecondition
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	}
-	return codes.Internal
-}
+// Code maps an error to the gRPC code the API answers with; it is
+// cluster.Code, kept here for the API's callers.
+func Code(err error) codes.Code { return cluster.Code(err) }
 
 // toStatus turns err into a gRPC status error. UNAVAILABLE errors carry a
 // LeaderHint with what this node knows of the leader.
@@ -78,12 +30,22 @@ func (s *Server) toStatus(err error) error {
 
 // unavailable builds an UNAVAILABLE status with a LeaderHint.
 func (s *Server) unavailable(msg string) error {
-	st := status.New(codes.Unavailable, msg)
 	id, _ := s.b.Leader()
-	hint := &adminpb.LeaderHint{LeaderId: id}
+	addr := ""
 	if id != "" {
-		hint.LeaderAdminAddress = s.adminAddr(id)
+		addr = s.adminAddr(id)
 	}
+	return Unavailable(msg, id, addr)
+}
+
+// Unavailable builds the UNAVAILABLE status a master that cannot serve a
+// call answers with, carrying an adminpb.LeaderHint naming what it knows
+// of the leader (its id and admin address, empty if unknown), which
+// clients and region servers follow. The domain's region server service
+// answers with it too (domain.RegisterMasterService).
+func Unavailable(msg, leaderID, leaderAdminAddr string) error {
+	st := status.New(codes.Unavailable, msg)
+	hint := &adminpb.LeaderHint{LeaderId: leaderID, LeaderAdminAddress: leaderAdminAddr}
 	if d, err := st.WithDetails(hint); err == nil {
 		st = d
 	}

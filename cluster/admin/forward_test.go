@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // silentListener accepts TCP connections and never answers on them, like
@@ -185,7 +185,7 @@ func startLeader(t *testing.T, l *fakeLeader) string {
 func standby(t *testing.T, leaderAddr string, cfg Config) (*Server, *fakeBackend) {
 	t.Helper()
 	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"}, kv: map[string][]byte{
-		AdminAddrKey("m1"): []byte(leaderAddr),
+		cluster.AdminAddrKey("m1"): []byte(leaderAddr),
 	}}
 	s, err := New(b, cfg)
 	if err != nil {
@@ -206,7 +206,7 @@ func serve(t *testing.T, s *Server, b *fakeBackend) (adminpb.AdminClient, string
 	}
 	addr := lis.Addr().String()
 	b.mu.Lock()
-	b.kv[AdminAddrKey("m0")] = []byte(addr)
+	b.kv[cluster.AdminAddrKey("m0")] = []byte(addr)
 	b.mu.Unlock()
 	go s.Serve(lis)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -222,7 +222,7 @@ func (f *fakeBackend) setLeader(id, addr string) {
 	defer f.mu.Unlock()
 	f.leaderID = id
 	if addr != "" {
-		f.kv[AdminAddrKey(id)] = []byte(addr)
+		f.kv[cluster.AdminAddrKey(id)] = []byte(addr)
 	}
 }
 

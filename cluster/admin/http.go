@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/baton-dev/baton/cluster"
 )
 
 // StatusJSON is the /status document: cluster.Status with snake_case keys,
@@ -49,7 +51,7 @@ func StatusOf(b Backend) StatusJSON {
 	st := b.Status()
 	ready, why := Ready(b)
 	addr := func(id string) string {
-		v, _ := b.DomainGet(AdminAddrKey(id))
+		v, _ := b.DomainGet(cluster.AdminAddrKey(id))
 		return string(v)
 	}
 	out := StatusJSON{

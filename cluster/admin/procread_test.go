@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -31,9 +31,9 @@ func (s *stallingStore) Update(p store.Proc) error {
 	return s.MemStore.Update(p)
 }
 
-func (s *stallingStore) UpdateDomain(p store.Proc, muts []store.Mutation) error {
+func (s *stallingStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
 	s.stall(p)
-	return s.MemStore.UpdateDomain(p, muts)
+	return s.MemStore.UpdateAndMutate(p, muts)
 }
 
 func (s *stallingStore) open() { s.once.Do(func() { close(s.release) }) }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// Reads (see proto/admin.proto for the guarantees of each consistency).
+// Reads (see proto/adminpb/admin.proto for the guarantees of each consistency).
 //
 // A linearizable read is served by the leader after
 // Backend.LinearizableRead: a standby, or a leader that finds it is no

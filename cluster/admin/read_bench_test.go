@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
 )
 

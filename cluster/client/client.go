@@ -1,4 +1,4 @@
-// Package client is the Go client of Baton's admin API (proto/admin.proto).
+// Package client is the Go client of Baton's admin API (proto/adminpb/admin.proto).
 //
 // A Client is given the admin addresses of any members of a cluster. Every
 // call goes to the node it believes is the leader; when a node answers
@@ -33,7 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // Defaults of the options.
@@ -182,8 +182,8 @@ func (c *Client) conn(addr string) (adminpb.AdminClient, error) {
 	return adminpb.NewAdminClient(cc), nil
 }
 
-// retryable reports whether err means "try elsewhere or later".
-func retryable(ctx context.Context, err error) bool {
+// Retryable reports whether err means "try elsewhere or later".
+func Retryable(ctx context.Context, err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:
 		return true
@@ -245,36 +245,14 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 // retry calls attempt with the address of each try until it succeeds,
 // fails for good, or ctx ends.
 func (c *Client) retry(ctx context.Context, attempt func(addr string) error) error {
-	pause := c.opts.minBackoff
-	var tried []string
-	var last error
-	for {
-		if ctx.Err() != nil {
-			return c.giveUp(ctx, tried, last)
-		}
-		addr := c.leaders.Target()
-		err := attempt(addr)
-		if err == nil {
-			c.leaders.Succeeded(addr)
-			return nil
-		}
-		if !retryable(ctx, err) {
-			if ctx.Err() != nil && last != nil {
-				return c.giveUp(ctx, tried, last)
-			}
-			return err
-		}
-		last = err
-		if !slices.Contains(tried, addr) {
-			tried = append(tried, addr)
-		}
-		if c.leaders.Failed(addr, err) {
-			continue // follow the hint at once
-		}
-		if err := c.backoff(ctx, &pause); err != nil {
-			return c.giveUp(ctx, tried, last)
-		}
+	f := c.leaders.Follow(ctx, FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff}, attempt)
+	switch {
+	case f == nil:
+		return nil
+	case f.Err != nil && (ctx.Err() == nil || f.Last == nil):
+		return f.Err
 	}
+	return c.giveUp(ctx, f.Tried, f.Last)
 }
 
 // NewNonce returns a random nonce, as Submit uses when given none.
@@ -447,7 +425,7 @@ func (c *Client) Watch(ctx context.Context, id uint64, fn func(*adminpb.Procedur
 		if ctx.Err() != nil {
 			return last, status.FromContextError(ctx.Err()).Err()
 		}
-		if err != io.EOF && !retryable(ctx, err) {
+		if err != io.EOF && !Retryable(ctx, err) {
 			return last, err
 		}
 		// The stream ended before the procedure did (the node died or lost

@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/client/clienttest"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 func newClient(t *testing.T, addrs []string, opts ...client.Option) *client.Client {

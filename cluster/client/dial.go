@@ -57,7 +57,7 @@ const (
 // are not used. A dialer given with WithDialOptions replaces it.
 //
 // A Client uses them, before the options of WithDialOptions; cluster/admin
-// uses them to forward calls to the leader and cluster/rs to reach the
+// uses them to forward calls to the leader and cluster/regionserver to reach the
 // masters.
 func FailoverDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{

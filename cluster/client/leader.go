@@ -1,12 +1,15 @@
 package client
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // LeaderTracker decides where a leader-following caller sends its next
@@ -71,6 +74,97 @@ func (t *LeaderTracker) Failed(addr string, err error) (hinted bool) {
 		}
 	}
 	return false
+}
+
+// FollowPolicy says how LeaderTracker.Follow retries.
+type FollowPolicy struct {
+	// MinBackoff and MaxBackoff bound the pause after an attempt that found
+	// no leader: it starts at the minimum and doubles up to the maximum.
+	MinBackoff, MaxBackoff time.Duration
+	// HintLimit bounds the leader hints followed in a row without a pause,
+	// so that standbys whose stale hints name each other cannot make the
+	// caller spin; 0 sets no bound.
+	HintLimit int
+	// Clock times the pauses; nil is the wall clock.
+	Clock clock.Clock
+	// OnRetry, if set, is told of each failed attempt that is retried:
+	// whether a hint is followed at once, else the pause before the next.
+	OnRetry func(addr string, err error, hinted bool, pause time.Duration)
+}
+
+// FollowFailure is why Follow gave up: either Addr answered Err, which is
+// not Retryable, or ctx ended (Err is nil). Tried lists the addresses that
+// failed retryably, Last the last such error (nil if none did).
+type FollowFailure struct {
+	Addr  string
+	Err   error
+	Tried []string
+	Last  error
+}
+
+// Follow calls attempt with each try's address (Target) until it succeeds,
+// fails with an error that is not Retryable, or ctx ends, recording each
+// outcome (Succeeded, Failed). A hinted leader is tried at once; otherwise
+// Follow backs off. It returns nil on success. The Client's calls and
+// region servers' calls to the masters both follow the leader this way.
+func (t *LeaderTracker) Follow(ctx context.Context, p FollowPolicy, attempt func(addr string) error) *FollowFailure {
+	clk := p.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	pause := p.MinBackoff
+	hints := 0 // followed in a row
+	f := &FollowFailure{}
+	for {
+		if ctx.Err() != nil {
+			return f
+		}
+		addr := t.Target()
+		err := attempt(addr)
+		if err == nil {
+			t.Succeeded(addr)
+			return nil
+		}
+		if !Retryable(ctx, err) {
+			f.Addr, f.Err = addr, err
+			return f
+		}
+		f.Last = err
+		if !slices.Contains(f.Tried, addr) {
+			f.Tried = append(f.Tried, addr)
+		}
+		if t.Failed(addr, err) && (p.HintLimit <= 0 || hints < p.HintLimit) {
+			hints++
+			if p.OnRetry != nil {
+				p.OnRetry(addr, err, true, 0)
+			}
+			continue
+		}
+		hints = 0
+		if p.OnRetry != nil {
+			p.OnRetry(addr, err, false, pause)
+		}
+		if err := sleep(ctx, clk, pause); err != nil {
+			return f
+		}
+		pause = min(2*pause, p.MaxBackoff)
+	}
+}
+
+// sleep waits d on clk, or until ctx ends.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	ch := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(ch) })
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // LeaderHint is the leader's admin address named by an adminpb.LeaderHint

@@ -1,8 +1,8 @@
 package client
 
-import "github.com/baton-dev/baton/cluster/adminpb"
+import "github.com/baton-dev/baton/proto/adminpb"
 
-// Reads are linearizable unless asked otherwise (see proto/admin.proto):
+// Reads are linearizable unless asked otherwise (see proto/adminpb/admin.proto):
 // the answer reflects every write acknowledged before the call. Stale()
 // lets any master answer at once from its own state, which may lag.
 

@@ -82,6 +82,7 @@ func Register(reg *procedure.Registry) error {
 
 // Sleep runs Steps steps, suspending for Delay after each.
 type Sleep struct {
+	procedure.Base
 	Steps int
 	Delay time.Duration
 	// Done counts the steps executed so far; it is persisted with the
@@ -144,6 +145,7 @@ func RecordEffect(ctx *procedure.Context, step, delta int) error {
 
 // Fail runs FailAt steps, then fails; its root rolls back.
 type Fail struct {
+	procedure.Base
 	Steps  int
 	FailAt int
 	Delay  time.Duration
@@ -189,6 +191,7 @@ func (p *Fail) Rollback(ctx *procedure.Context) error {
 
 // Fanout spawns Children sleep procedures and finishes after them.
 type Fanout struct {
+	procedure.Base
 	Children int
 	Steps    int
 	Delay    time.Duration

@@ -140,11 +140,11 @@ func TestRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			for step, want := range tc.effects {
-				if v, _ := mem.GetDomain(EffectKey(id, step)); string(v) != want {
+				if v, _ := mem.Value(EffectKey(id, step)); string(v) != want {
 					t.Errorf("effect of step %d: %q, want %q", step, v, want)
 				}
 			}
-			if v, ok := mem.GetDomain(EffectKey(id, len(tc.effects))); len(tc.effects) > 0 && ok && string(v) != "0" {
+			if v, ok := mem.Value(EffectKey(id, len(tc.effects))); len(tc.effects) > 0 && ok && string(v) != "0" {
 				t.Errorf("effect beyond the last step: %q", v)
 			}
 			if info.State != tc.state {

@@ -21,7 +21,7 @@ import (
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
-	"github.com/baton-dev/baton/cluster/master"
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -60,13 +60,13 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err := diag.Register(reg); err != nil {
 		return err
 	}
-	if err := master.Register(reg); err != nil {
+	if err := domain.Register(reg); err != nil {
 		return err
 	}
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
-	dom, err := master.New(master.Config{Logger: logger})
+	dom, err := domain.New(domain.Config{Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	// region servers call (registration, heartbeats, reports).
 	gs := grpc.NewServer(admin.KeepaliveEnforcement())
 	srv.RegisterServices(gs)
-	master.RegisterMasterService(gs, dom)
+	domain.RegisterMasterService(gs, dom, admin.Unavailable)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
 		_ = node.Shutdown(context.Background())
 		return err

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client/clienttest"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // runCLI runs a command in-process with env as its environment.

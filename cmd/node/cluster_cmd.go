@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 const clusterUsage = `usage: node cluster <command> [flags]

@@ -79,6 +79,7 @@ func (p *provision) HoldLock() bool { return true }
 
 // configure is a two-step child: write the config, then restart.
 type configure struct {
+	procedure.Base
 	Service, Server string
 	Step            int // steps done
 }

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 var lockUsage = `usage: node lock <command> [flags]

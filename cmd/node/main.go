@@ -69,7 +69,7 @@ func (c *cli) run(args []string) int {
 		return c.proc(args[1:])
 	case "cluster":
 		return c.cluster(args[1:])
-	case "ns": // the domain's commands: domain_cmd.go, rs_cmd.go, lock_cmd.go
+	case "ns": // the client commands: namespace_cmd.go, table_cmd.go, rs_cmd.go, lock_cmd.go
 		return c.ns(args[1:])
 	case "table":
 		return c.table(args[1:])

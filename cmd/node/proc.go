@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 const procUsage = `usage: node proc <command> [flags]

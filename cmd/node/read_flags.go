@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // readFlags are the flags of a command that reads the cluster's state, and

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/baton-dev/baton/cluster/rs"
+	"github.com/baton-dev/baton/cluster/regionserver"
 )
 
 // regionServerEnv maps each `node regionserver` flag to its environment
@@ -59,7 +59,7 @@ func (c *cli) regionserver(args []string) int {
 // to its environment variable (flags win), and validates them. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
-func parseRegionServerFlags(args []string, getenv func(string) string, stderr io.Writer) (rs.Config, error) {
+func parseRegionServerFlags(args []string, getenv func(string) string, stderr io.Writer) (regionserver.Config, error) {
 	fs := flag.NewFlagSet("node regionserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	// Every flag is read as a string so that a bad value, from a flag or
@@ -81,9 +81,9 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stderr io
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
-		return rs.Config{}, err
+		return regionserver.Config{}, err
 	}
-	cfg := rs.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr)}
+	cfg := regionserver.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr)}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
@@ -146,9 +146,9 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stderr io
 
 // runRegionServer runs a region server until ctx ends (SIGINT, SIGTERM),
 // printing where it listens.
-func runRegionServer(ctx context.Context, cfg rs.Config, stdout, stderr io.Writer) error {
+func runRegionServer(ctx context.Context, cfg regionserver.Config, stdout, stderr io.Writer) error {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "baton.rs." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
-	s, err := rs.New(cfg)
+	s, err := regionserver.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/baton-dev/baton/cluster/rs"
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/cluster/regionserver"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 func TestParseRegionServerFlags(t *testing.T) {
@@ -26,19 +26,19 @@ func TestParseRegionServerFlags(t *testing.T) {
 		name string
 		args []string
 		env  map[string]string
-		want rs.Config
+		want regionserver.Config
 		err  string // substring of the usage error; "" = valid
 	}{
-		{name: "required only", args: base, want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters}},
+		{name: "required only", args: base, want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters}},
 		{name: "all flags", args: append(base, "--op-latency", "50ms", "--failure-rate", "0.25", "--heartbeat-interval", "2s"),
-			want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 50 * time.Millisecond, FailureRate: 0.25, HeartbeatInterval: 2 * time.Second}},
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 50 * time.Millisecond, FailureRate: 0.25, HeartbeatInterval: 2 * time.Second}},
 		{name: "flags after equals", args: []string{"--id=rs1", "--grpc-addr=h:1", "--masters=m:1", "--failure-rate=1"},
-			want: rs.Config{ID: "rs1", GRPCAddr: "h:1", Masters: []string{"m:1"}, FailureRate: 1}},
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "h:1", Masters: []string{"m:1"}, FailureRate: 1}},
 		{name: "all from env", env: map[string]string{"BATON_RS_ID": "rs2", "BATON_RS_GRPC_ADDR": "rs2:16020", "BATON_MASTERS": " m1:7070, m2:7070 ,",
 			"BATON_RS_OP_LATENCY": "1s", "BATON_RS_FAILURE_RATE": "0", "BATON_RS_HEARTBEAT_INTERVAL": "500ms"},
-			want: rs.Config{ID: "rs2", GRPCAddr: "rs2:16020", Masters: []string{"m1:7070", "m2:7070"}, OpLatency: time.Second, HeartbeatInterval: 500 * time.Millisecond}},
+			want: regionserver.Config{ID: "rs2", GRPCAddr: "rs2:16020", Masters: []string{"m1:7070", "m2:7070"}, OpLatency: time.Second, HeartbeatInterval: 500 * time.Millisecond}},
 		{name: "flag beats env", env: map[string]string{"BATON_RS_ID": "envid", "BATON_RS_OP_LATENCY": "nonsense"}, args: append(base, "--op-latency", "5ms"),
-			want: rs.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 5 * time.Millisecond}},
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 5 * time.Millisecond}},
 		{name: "missing everything", err: "--id is required\n  --grpc-addr is required\n  --masters is required"},
 		{name: "blank masters", args: []string{"--id", "a", "--grpc-addr", "h:1", "--masters", " , "}, err: "--masters is required"},
 		{name: "wildcard grpc", args: []string{"--id", "a", "--grpc-addr", "0.0.0.0:1", "--masters", "m:1"}, err: "not a wildcard"},

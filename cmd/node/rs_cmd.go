@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/baton-dev/baton/cluster/client"
 )
 
 var rsUsage = `usage: node rs <command> [flags]
@@ -54,38 +56,29 @@ func (c *cli) rsList(args []string) int {
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
-	cl, err := e.client()
-	if err != nil {
-		return e.fail(err)
-	}
-	defer cl.Close()
-	servers, err := cl.ListServers(c.ctx, rf.opts()...)
-	if err != nil {
-		return e.fail(err)
-	}
-	if e.cf.json {
+	return e.read(func(cl *client.Client) (any, func(), error) {
+		servers, err := cl.ListServers(c.ctx, rf.opts()...)
 		doc := serversJSON{Servers: []serverJSON{}, Read: toReadJSON(rf.served)}
 		for _, s := range servers {
 			doc.Servers = append(doc.Servers, serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
 				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()})
 		}
-		c.printJSON(doc)
-		return exitOK
-	}
-	if len(servers) == 0 {
-		fmt.Fprintln(c.stdout, "no region servers (start one with 'node regionserver')")
-		return exitOK
-	}
-	now := time.Now()
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL")
-	for _, s := range servers {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
-			s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
-	}
-	tw.Flush()
-	c.printServed(rf.served)
-	return exitOK
+		return doc, func() {
+			if len(servers) == 0 {
+				fmt.Fprintln(c.stdout, "no region servers (start one with 'node regionserver')")
+				return
+			}
+			now := time.Now()
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL")
+			for _, s := range servers {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
+					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
+			}
+			tw.Flush()
+			c.printServed(rf.served)
+		}, err
+	})
 }
 
 // renewalAge says how long ago a lease was renewed: "1.2s ago".
@@ -115,23 +108,14 @@ func (c *cli) rsRegions(args []string) int {
 	if !ok {
 		return code
 	}
-	cl, err := e.client()
-	if err != nil {
-		return e.fail(err)
-	}
-	defer cl.Close()
-	r, err := cl.ServerRegions(c.ctx, pos[0], rf.opts()...)
-	if err != nil {
-		return e.fail(err)
-	}
-	hosted, assigned := slices.Sorted(slices.Values(r.GetHosted())), slices.Sorted(slices.Values(r.GetAssigned()))
-	if e.cf.json {
-		c.printJSON(serverRegionsJSON{Server: r.GetServer(), Hosted: append([]string{}, hosted...), Assigned: append([]string{}, assigned...), Read: toReadJSON(r.GetRead())})
-		return exitOK
-	}
-	c.printServerRegions(r.GetServer(), hosted, assigned)
-	c.printServed(r.GetRead())
-	return exitOK
+	return e.read(func(cl *client.Client) (any, func(), error) {
+		r, err := cl.ServerRegions(c.ctx, pos[0], rf.opts()...)
+		hosted, assigned := slices.Sorted(slices.Values(r.GetHosted())), slices.Sorted(slices.Values(r.GetAssigned()))
+		return serverRegionsJSON{Server: r.GetServer(), Hosted: append([]string{}, hosted...), Assigned: append([]string{}, assigned...), Read: toReadJSON(r.GetRead())}, func() {
+			c.printServerRegions(r.GetServer(), hosted, assigned)
+			c.printServed(r.GetRead())
+		}, err
+	})
 }
 
 func (c *cli) printServerRegions(server string, hosted, assigned []string) {

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // runConfig bounds one chaos run.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/baton-dev/baton/cluster/rspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // RSOptions configures the region servers StartRegionServers starts.

@@ -39,8 +39,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // DefaultLockTimeout is the fake's lock lease unless SetLockTimeout changes

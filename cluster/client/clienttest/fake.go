@@ -32,8 +32,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/baton-dev/baton/cluster/adminpb"
 	"github.com/baton-dev/baton/internal/testnet"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // StepDelay is how long the fake's "sleep" and "fail" procedures stay in

@@ -1,0 +1,114 @@
+package admin
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// Domain serves the namespace, table, region, region-server and external
+// lock calls of the admin API; package cluster/domain implements it. It
+// answers in the plain values of package catalog, which this package
+// translates into its messages (translate.go); the admin layer does not
+// import the domain, whose in-package tests drive it through this API. The
+// server stays ignorant of the domain's procedures: Domain builds them
+// (validating the request: errors wrap procedure.ErrInvalid), and the server
+// submits them on the leader with the request's nonce, forwarding from a
+// standby like SubmitProcedure does.
+//
+// Reads (namespaces, tables, regions) come from the answering node's FSM:
+// the server makes them linearizable (read.go) or serves them stale, as
+// asked. ListServers needs the leader's lease view (renewals are not
+// replicated), so it fails with an error wrapping cluster.ErrNotLeader on a
+// standby and is forwarded.
+type Domain interface {
+	CreateNamespaceProcedure(name string) (procedure.Procedure, error)
+	DeleteNamespaceProcedure(name string) (procedure.Procedure, error)
+	CreateTableProcedure(ns, name string, regions int) (procedure.Procedure, error)
+	DeleteTableProcedure(ns, name string) (procedure.Procedure, error)
+	EnableTableProcedure(ns, name string) (procedure.Procedure, error)
+	DisableTableProcedure(ns, name string) (procedure.Procedure, error)
+	MoveRegionProcedure(region, toServer string) (procedure.Procedure, error)
+	BalanceProcedure() (procedure.Procedure, error)
+
+	ListNamespaces() ([]string, error)
+	NamespaceExists(name string) (bool, error)
+	// DescribeTable fails with an error wrapping procedure.ErrNotFound
+	// for an unknown table.
+	DescribeTable(ns, name string) (catalog.Table, error)
+	ListTables(ns string) ([]catalog.Table, error)
+	ListRegions(table string) ([]catalog.Region, error)
+	ListServers() ([]catalog.Server, error)
+	ServerRegions(ctx context.Context, server string) (catalog.ServerRegions, error)
+
+	// The lock calls run on the leader, with its executor.
+	AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error)
+	LockHeartbeat(x catalog.Executor, id uint64) (catalog.Lock, error)
+	ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error)
+}
+
+// DomainBackend is a Backend that also serves the domain calls. A Backend
+// that does not implement it answers them UNIMPLEMENTED (so existing
+// backends and fakes need no change).
+type DomainBackend interface {
+	Backend
+	Domain() Domain
+}
+
+// WithDomain returns b serving the domain calls with d.
+func WithDomain(b Backend, d Domain) Backend { return domainBackend{Backend: b, d: d} }
+
+type domainBackend struct {
+	Backend
+	d Domain
+}
+
+func (b domainBackend) Domain() Domain { return b.d }
+
+// DomainScan passes the wrapped backend's through, for /debug/domain.
+func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
+	if sc, ok := b.Backend.(interface {
+		DomainScan(string, func(string, []byte) bool)
+	}); ok {
+		sc.DomainScan(prefix, fn)
+	}
+}
+
+// domainOwner is the owner of the domain calls' submissions (part of the
+// nonce key).
+const domainOwner = "admin"
+
+func (s *Server) domain() (Domain, error) {
+	if db, ok := s.b.(DomainBackend); ok && db.Domain() != nil {
+		return db.Domain(), nil
+	}
+	return nil, status.Error(codes.Unimplemented, "admin: this node serves no domain (namespaces, tables, regions)")
+}
+
+// submitDomain builds a procedure with build, then submits it on the leader
+// (or forwards the call with remote).
+func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Domain) (procedure.Procedure, error),
+	remote func(context.Context, adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error)) (*adminpb.SubmitProcedureResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	// Built here too, so a standby refuses bad input without a trip to the
+	// leader.
+	p, err := build(d)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
+		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner})
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.SubmitProcedureResponse{Id: id}, nil
+	}, remote)
+}

@@ -1,0 +1,284 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// forwardedKey marks a call forwarded by a standby.
+const forwardedKey = "x-baton-forwarded"
+
+func isForwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+// leaderView is a node's view of the leader: its id and registered admin
+// address.
+type leaderView struct{ id, addr string }
+
+func (v leaderView) String() string {
+	if v.id == "" {
+		return "no leader known"
+	}
+	if v.addr == "" {
+		return fmt.Sprintf("leader %q (admin address not registered)", v.id)
+	}
+	return fmt.Sprintf("leader %q at %s", v.id, v.addr)
+}
+
+// fwdCall is a forwarded call in flight, to the leader of view to.
+type fwdCall struct {
+	to     leaderView
+	cancel context.CancelCauseFunc
+}
+
+// Causes of the cancellation of a forwarded call.
+var (
+	errStopping       = errors.New("admin: server stopping")
+	errForwardTimeout = errors.New("admin: forwarded call timed out")
+)
+
+// leaderChangedError cancels a forwarded call whose leader is no longer
+// the one this node sees.
+type leaderChangedError struct {
+	to   leaderView // the view now
+	self bool       // this node became the leader
+}
+
+func (e *leaderChangedError) Error() string {
+	if e.self {
+		return "this node became the leader"
+	}
+	return "this node's view of the leader changed: now " + e.to.String()
+}
+
+// leaderClient returns a client of the leader's admin API and the leader
+// it reaches, or an UNAVAILABLE status saying why it cannot.
+func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
+	var none leaderView
+	if isForwarded(ctx) {
+		return nil, nil, none, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
+	}
+	id, _ := s.b.Leader()
+	if id == "" {
+		return nil, nil, none, s.unavailable("admin: no leader known (election under way?); retry shortly")
+	}
+	if id == s.b.ID() {
+		return nil, nil, none, s.unavailable("admin: this node is the leader but not ready yet; retry shortly")
+	}
+	addr := s.adminAddr(id)
+	if addr == "" {
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))
+	}
+	if addr == s.Advertise() {
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, none, s.unavailable("admin: server stopping")
+	}
+	cc := s.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, s.cfg.DialOptions...)
+		if err != nil {
+			return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
+		}
+		s.conns[addr] = cc
+	}
+	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.b.ID())
+	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
+}
+
+// track registers a forwarded call to the leader of view to: the returned
+// context is cancelled when this node's view of the leader changes
+// (watchLeader) or the server stops. done unregisters it.
+func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	c := &fwdCall{to: to, cancel: cancel}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		cancel(errStopping)
+		return ctx, func() {}
+	}
+	s.fwd[c] = struct{}{}
+	return ctx, func() {
+		s.mu.Lock()
+		delete(s.fwd, c)
+		s.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// watchLeader cancels forwarded calls whose leader is no longer the one
+// this node sees, every RegisterInterval. It runs apart from the
+// registration loop, whose RegisterNode call may itself be stuck on a dead
+// leader.
+func (s *Server) watchLeader() {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.RegisterInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCh:
+			return
+		case <-t.C:
+		}
+		s.cancelStaleForwards()
+	}
+}
+
+// cancelStaleForwards cancels the forwarded calls in flight whose leader
+// differs from this node's current view of the leader, or all of them if
+// this node is the leader.
+func (s *Server) cancelStaleForwards() {
+	// Only calls registered before the view is read are judged by it: a
+	// call registered meanwhile may target a leader newer than the view.
+	s.mu.Lock()
+	calls := make([]*fwdCall, 0, len(s.fwd))
+	for c := range s.fwd {
+		calls = append(calls, c)
+	}
+	s.mu.Unlock()
+	if len(calls) == 0 {
+		return
+	}
+	id, _ := s.b.Leader()
+	self := id == s.b.ID() || s.b.IsLeader()
+	now := leaderView{id: id}
+	if id != "" {
+		now.addr = s.adminAddr(id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range calls {
+		if _, ok := s.fwd[c]; ok && (self || c.to != now) {
+			s.log.Debug("cancelling a forwarded call: the leader changed", "to", c.to.String(), "now", now.String(), "self", self)
+			c.cancel(&leaderChangedError{to: now, self: self})
+			delete(s.fwd, c)
+		}
+	}
+}
+
+// isNotLeader reports whether err means "ask the leader instead".
+func isNotLeader(err error) bool { return errors.Is(err, cluster.ErrNotLeader) }
+
+// onLeader runs local with the leader's executor when this node has one,
+// else forwards with remote.
+func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	x, err := s.b.Procedures()
+	if err == nil {
+		v, err := local(x)
+		if err != nil {
+			return zero, s.toStatus(err)
+		}
+		return v, nil
+	}
+	if !isNotLeader(err) {
+		return zero, s.toStatus(err)
+	}
+	return forward(s, ctx, remote)
+}
+
+// orForward runs local (a leader-only operation not needing the executor)
+// and forwards with remote if it says this node is not the leader.
+func orForward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	v, err := local()
+	if err == nil {
+		return v, nil
+	}
+	if !isNotLeader(err) {
+		return zero, s.toStatus(err)
+	}
+	return forward(s, ctx, remote)
+}
+
+// forward runs a unary call at the leader: bounded by ForwardTimeout if ctx
+// has no deadline (see forwardCall).
+func forward[T any](s *Server, ctx context.Context, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	return forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+}
+
+// forwardCall runs remote with a client of the leader. If ctx has no
+// deadline and timeout is positive, the call is bounded by timeout. The
+// call is cancelled when this node's view of the leader changes (see
+// track). Answers of the leader are relayed unchanged; failures to reach it
+// (its own cancellation included) become UNAVAILABLE with a LeaderHint.
+func forwardCall[T any](s *Server, ctx context.Context, timeout time.Duration, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	cl, fctx, to, err := s.leaderClient(ctx)
+	if err != nil {
+		return zero, err
+	}
+	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithTimeoutCause(fctx, timeout, errForwardTimeout)
+		defer cancel()
+	}
+	fctx, done := s.track(fctx, to)
+	defer done()
+	v, err := remote(fctx, cl)
+	if err != nil {
+		return zero, s.forwardError(ctx, fctx, to, timeout, err)
+	}
+	return v, nil
+}
+
+// forwardError turns err, the failure of a call forwarded to the leader of
+// view to with context fctx (derived from the caller's ctx), into the
+// answer to the caller.
+func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout time.Duration, err error) error {
+	if status.Code(err) == codes.DeadlineExceeded {
+		if d, ok := fctx.Deadline(); ok && !time.Now().Before(d) {
+			// The deadline passed; the context's timer may lag behind
+			// it for a moment.
+			<-fctx.Done()
+		}
+	}
+	if ctx.Err() != nil {
+		// The caller went away or its deadline passed: its own error.
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if fctx.Err() != nil {
+		cause := context.Cause(fctx)
+		var lc *leaderChangedError
+		switch {
+		case errors.As(cause, &lc):
+			return s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))
+		case errors.Is(cause, errForwardTimeout):
+			return s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))
+		case errors.Is(cause, errStopping):
+			return s.unavailable("admin: server stopping; call forwarded to " + to.String() + " cancelled")
+		}
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return s.toStatus(err)
+	}
+	if st.Code() == codes.Unavailable {
+		if _, ok := LeaderHintOf(err); !ok {
+			// Not the leader's answer (it would carry a hint) but the
+			// failure to reach it.
+			return s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))
+		}
+	}
+	return err
+}

@@ -1,0 +1,53 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// AcquireLock implements adminpb.AdminServer (leader; forwarded).
+func (s *Server) AcquireLock(ctx context.Context, req *adminpb.AcquireLockRequest) (*adminpb.LockResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
+		lk, err := d.AcquireLock(x, catalog.LockRequest{
+			Kind: req.GetKind(), Names: req.GetNames(), Exclusive: req.GetExclusive(),
+			Holder: req.GetHolder(), Description: req.GetDescription(), Nonce: req.GetNonce(),
+		})
+		return lockMsg(lk), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return c.AcquireLock(ctx, req)
+	})
+}
+
+// LockHeartbeat implements adminpb.AdminServer (leader; forwarded).
+func (s *Server) LockHeartbeat(ctx context.Context, req *adminpb.LockRef) (*adminpb.LockResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
+		lk, err := d.LockHeartbeat(x, req.GetLockId())
+		return lockMsg(lk), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return c.LockHeartbeat(ctx, req)
+	})
+}
+
+// ReleaseLock implements adminpb.AdminServer (leader; forwarded).
+func (s *Server) ReleaseLock(ctx context.Context, req *adminpb.LockRef) (*adminpb.LockResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
+		lk, err := d.ReleaseLock(ctx, x, req.GetLockId())
+		return lockMsg(lk), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
+		return c.ReleaseLock(ctx, req)
+	})
+}

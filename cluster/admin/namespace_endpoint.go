@@ -1,0 +1,70 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// CreateNamespace implements adminpb.AdminServer.
+func (s *Server) CreateNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.CreateNamespaceProcedure(req.GetName())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.CreateNamespace(ctx, req)
+	})
+}
+
+// DeleteNamespace implements adminpb.AdminServer.
+func (s *Server) DeleteNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.DeleteNamespaceProcedure(req.GetName())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.DeleteNamespace(ctx, req)
+	})
+}
+
+// ListNamespaces implements adminpb.AdminServer.
+func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListNamespacesResponse, error) {
+		ns, err := d.ListNamespaces()
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListNamespacesResponse{Namespaces: ns, Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
+		return c.ListNamespaces(ctx, req)
+	})
+}
+
+// GetNamespace implements adminpb.AdminServer.
+func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequest) (*adminpb.Namespace, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: get namespace: name is required")
+	}
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
+		ok, err := d.NamespaceExists(req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: namespace %q", procedure.ErrNotFound, req.GetName())
+		}
+		return &adminpb.Namespace{Name: req.GetName(), Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Namespace, error) {
+		return c.GetNamespace(ctx, req)
+	})
+}

@@ -1,0 +1,278 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// SubmitProcedure implements adminpb.AdminServer.
+func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedureRequest) (*adminpb.SubmitProcedureResponse, error) {
+	if req.GetType() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: submit: empty procedure type")
+	}
+	if req.GetTimeoutMs() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "admin: submit: negative timeout_ms %d", req.GetTimeoutMs())
+	}
+	// Validate here too, so a standby refuses bad input without a trip to
+	// the leader.
+	p, err := s.cfg.Factory(req.GetType(), req.GetArguments())
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
+		id, err := x.Submit(p, procedure.SubmitOptions{
+			Nonce:   req.GetNonce(),
+			Owner:   req.GetOwner(),
+			Timeout: time.Duration(req.GetTimeoutMs()) * time.Millisecond,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.SubmitProcedureResponse{Id: id}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.SubmitProcedure(ctx, req)
+	})
+}
+
+// GetProcedure implements adminpb.AdminServer: the procedure as committed
+// (procread.go).
+func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Procedure, error) {
+		x, err := s.localExecutor(ri)
+		if err != nil {
+			return nil, err
+		}
+		p, err := s.storedProc(x, req.GetId())
+		if err != nil {
+			return nil, err
+		}
+		p.Read = ri
+		return p, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return c.GetProcedure(ctx, req)
+	})
+}
+
+// localExecutor returns this node's executor for a read, or nil where
+// there is none and the read is stale (a linearizable read is served by
+// the leader, which has one).
+func (s *Server) localExecutor(ri *adminpb.ReadInfo) (Procedures, error) {
+	x, err := s.b.Procedures()
+	if err == nil {
+		return x, nil
+	}
+	if ri.GetConsistency() == adminpb.Consistency_STALE {
+		return nil, nil
+	}
+	return nil, err
+}
+
+func getProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
+	info, err := x.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	return toProto(info, whyReason(x, info)), nil
+}
+
+func whyReason(x Procedures, info procedure.Info) string {
+	if info.State.Terminal() {
+		return "finished"
+	}
+	w, err := x.Why(info.ID)
+	if err != nil {
+		return ""
+	}
+	return w.Reason
+}
+
+// ListProcedures implements adminpb.AdminServer. Pages are in ascending id
+// order; the page token is the last id of the previous page.
+func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProceduresRequest) (*adminpb.ListProceduresResponse, error) {
+	f := procedure.Filter{Type: req.GetType(), RootsOnly: req.GetRootsOnly(), Limit: int(req.GetPageSize())}
+	switch {
+	case f.Limit < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: list: negative page_size %d", f.Limit)
+	case f.Limit == 0:
+		f.Limit = DefaultPageSize
+	case f.Limit > MaxPageSize:
+		f.Limit = MaxPageSize
+	}
+	if st := strings.TrimSpace(req.GetState()); st != "" {
+		state, err := procedure.ParseState(strings.ToUpper(st))
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "admin: list: %v", err)
+		}
+		f.States = []procedure.State{state}
+	}
+	if tok := req.GetPageToken(); tok != "" {
+		after, err := strconv.ParseUint(tok, 10, 64)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "admin: list: bad page_token %q (pass next_page_token of the previous page)", tok)
+		}
+		f.AfterID = after
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListProceduresResponse, error) {
+		x, err := s.localExecutor(ri)
+		if err != nil {
+			return nil, err
+		}
+		procs, err := s.storedProcs(x, f)
+		if err != nil {
+			return nil, err
+		}
+		out := &adminpb.ListProceduresResponse{Procedures: procs, Read: ri}
+		if len(procs) == f.Limit {
+			out.NextPageToken = strconv.FormatUint(procs[len(procs)-1].GetId(), 10)
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListProceduresResponse, error) {
+		return c.ListProcedures(ctx, req)
+	})
+}
+
+// WatchProcedure implements adminpb.AdminServer (see the package doc).
+func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.ServerStreamingServer[adminpb.Procedure]) error {
+	ctx := stream.Context()
+	if _, err := s.b.Procedures(); err != nil {
+		if !isNotLeader(err) {
+			return s.toStatus(err)
+		}
+		// No timeout: a watch lasts as long as its procedure runs.
+		_, err := forwardCall(s, ctx, 0, func(ctx context.Context, c adminpb.AdminClient) (struct{}, error) {
+			ws, err := c.WatchProcedure(ctx, req)
+			if err != nil {
+				return struct{}{}, err
+			}
+			for {
+				p, err := ws.Recv()
+				if err != nil {
+					if errors.Is(err, io.EOF) {
+						return struct{}{}, nil
+					}
+					return struct{}{}, err
+				}
+				if err := stream.Send(p); err != nil {
+					return struct{}{}, err
+				}
+			}
+		})
+		return err
+	}
+	// The first state sent is a linearizable read: a deposed leader that
+	// still has its executor must not start a watch with what it holds.
+	if _, err := s.b.LinearizableRead(ctx); err != nil {
+		return s.toStatus(fmt.Errorf("admin: watch %d: %w", req.GetId(), err))
+	}
+	t := time.NewTicker(s.cfg.WatchInterval)
+	defer t.Stop()
+	var last *adminpb.Procedure
+	for {
+		x, err := s.b.Procedures()
+		if err != nil {
+			return s.toStatus(fmt.Errorf("admin: watch %d: %w", req.GetId(), err))
+		}
+		p, err := s.storedProc(x, req.GetId())
+		if err != nil {
+			if last != nil && errors.Is(err, procedure.ErrNotFound) {
+				// A child is deleted with its root; it may go between
+				// two polls.
+				return status.Errorf(codes.NotFound, "admin: watch %d: procedure deleted before a terminal state was seen (children are removed when their root finishes; watch the root)", req.GetId())
+			}
+			return s.toStatus(err)
+		}
+		if last == nil || !proto.Equal(last, p) {
+			if err := stream.Send(p); err != nil {
+				return err
+			}
+			last = p
+		}
+		if st, _ := procedure.ParseState(p.GetState()); st.Terminal() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+	}
+}
+
+func procOp(s *Server, ctx context.Context, req *adminpb.ProcedureRef, op func(Procedures, uint64) error, remote func(context.Context, adminpb.AdminClient) (*adminpb.Procedure, error)) (*adminpb.Procedure, error) {
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.Procedure, error) {
+		if err := op(x, req.GetId()); err != nil {
+			return nil, err
+		}
+		return getProc(x, req.GetId())
+	}, remote)
+}
+
+// AbortProcedure implements adminpb.AdminServer.
+func (s *Server) AbortProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
+	return procOp(s, ctx, req, Procedures.Abort, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return c.AbortProcedure(ctx, req)
+	})
+}
+
+// PauseProcedure implements adminpb.AdminServer.
+func (s *Server) PauseProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
+	return procOp(s, ctx, req, Procedures.Pause, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return c.PauseProcedure(ctx, req)
+	})
+}
+
+// ResumeProcedure implements adminpb.AdminServer.
+func (s *Server) ResumeProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
+	return procOp(s, ctx, req, Procedures.Resume, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return c.ResumeProcedure(ctx, req)
+	})
+}
+
+// AckResult implements adminpb.AdminServer.
+func (s *Server) AckResult(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
+	return procOp(s, ctx, req, Procedures.Ack, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
+		return c.AckResult(ctx, req)
+	})
+}
+
+// toProto converts a procedure snapshot.
+func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixMilli()
+	}
+	return &adminpb.Procedure{
+		Id:              info.ID,
+		ParentId:        info.ParentID,
+		RootId:          info.RootID,
+		Type:            info.Type,
+		State:           info.State.String(),
+		Owner:           info.Owner,
+		Nonce:           info.Nonce,
+		SubmittedUnixMs: ms(info.Submitted),
+		UpdatedUnixMs:   ms(info.Updated),
+		FinishedUnixMs:  ms(info.Finished),
+		Error:           info.Error,
+		ErrorCode:       info.ErrorCode,
+		Result:          info.Result,
+		Paused:          info.Paused,
+		AbortRequested:  info.AbortRequested,
+		Children:        info.Children,
+		WaitingFor:      waitingFor,
+	}
+}

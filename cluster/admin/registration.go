@@ -1,0 +1,72 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// loop keeps this node's admin address registered and the health status
+// current.
+func (s *Server) loop() {
+	defer s.loops.Done()
+	t := time.NewTicker(s.cfg.RegisterInterval)
+	defer t.Stop()
+	for {
+		s.tick()
+		select {
+		case <-s.stopCh:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) tick() {
+	ok, why := s.Ready()
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(serviceName, st)
+	s.mu.Lock()
+	changed := why != s.lastReady
+	s.lastReady = why
+	adv := s.advertise
+	s.mu.Unlock()
+	if changed {
+		s.log.Debug("readiness", "ready", ok, "reason", why)
+	}
+	if !ok {
+		return
+	}
+	me := s.b.ID()
+	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() { // end the call early on Stop
+		select {
+		case <-s.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv}); err != nil {
+		s.log.Debug("registering admin address failed; will retry", "error", err)
+		return
+	}
+	s.log.Info("registered admin address", "id", me, "admin_addr", adv)
+}
+
+// adminAddr is node id's registered admin address, or "".
+func (s *Server) adminAddr(id string) string {
+	v, _ := s.b.DomainGet(cluster.AdminAddrKey(id))
+	return string(v)
+}

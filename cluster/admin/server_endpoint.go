@@ -1,0 +1,51 @@
+package admin
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// ListServers implements adminpb.AdminServer: served by the leader, whose
+// leases say live, suspect or expired (a stale read skips its quorum
+// round).
+func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersRequest) (*adminpb.ListServersResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
+		srvs, err := d.ListServers()
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListServersResponse{Servers: serverMsgs(srvs), Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
+		return c.ListServers(ctx, req)
+	})
+}
+
+// ServerRegions implements adminpb.AdminServer: the region server's own
+// answer beside the assignment in the master's state (read at the
+// request's consistency).
+func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRequest) (*adminpb.ServerRegionsResponse, error) {
+	if req.GetServer() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: server regions: server is required")
+	}
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ServerRegionsResponse, error) {
+		sr, err := d.ServerRegions(ctx, req.GetServer())
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ServerRegionsResponse{Server: sr.Server, Assigned: sr.Assigned, Hosted: sr.Hosted, Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
+		return c.ServerRegions(ctx, req)
+	})
+}

@@ -1,0 +1,115 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// CreateTable implements adminpb.AdminServer.
+func (s *Server) CreateTable(ctx context.Context, req *adminpb.CreateTableRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.CreateTableProcedure(req.GetNamespace(), req.GetName(), int(req.GetRegions()))
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.CreateTable(ctx, req)
+	})
+}
+
+// DeleteTable implements adminpb.AdminServer.
+func (s *Server) DeleteTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.DeleteTableProcedure(req.GetNamespace(), req.GetName())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.DeleteTable(ctx, req)
+	})
+}
+
+// EnableTable implements adminpb.AdminServer.
+func (s *Server) EnableTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.EnableTableProcedure(req.GetNamespace(), req.GetName())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.EnableTable(ctx, req)
+	})
+}
+
+// DisableTable implements adminpb.AdminServer.
+func (s *Server) DisableTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.DisableTableProcedure(req.GetNamespace(), req.GetName())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.DisableTable(ctx, req)
+	})
+}
+
+// MoveRegion implements adminpb.AdminServer.
+func (s *Server) MoveRegion(ctx context.Context, req *adminpb.MoveRegionRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.MoveRegionProcedure(req.GetRegion(), req.GetToServer())
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.MoveRegion(ctx, req)
+	})
+}
+
+// Balance implements adminpb.AdminServer.
+func (s *Server) Balance(ctx context.Context, req *adminpb.BalanceRequest) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
+		return d.BalanceProcedure()
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+		return c.Balance(ctx, req)
+	})
+}
+
+// DescribeTable implements adminpb.AdminServer.
+func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.Table, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Table, error) {
+		t, err := d.DescribeTable(req.GetNamespace(), req.GetName())
+		if err != nil {
+			return nil, err
+		}
+		out := tableMsg(t)
+		out.Read = ri
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Table, error) {
+		return c.DescribeTable(ctx, req)
+	})
+}
+
+// ListTables implements adminpb.AdminServer.
+func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest) (*adminpb.ListTablesResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListTablesResponse, error) {
+		ts, err := d.ListTables(req.GetNamespace())
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListTablesResponse{Tables: tableMsgs(ts), Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
+		return c.ListTables(ctx, req)
+	})
+}
+
+// ListRegions implements adminpb.AdminServer.
+func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsRequest) (*adminpb.ListRegionsResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListRegionsResponse, error) {
+		rs, err := d.ListRegions(req.GetTable())
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.ListRegionsResponse{Regions: regionMsgs(rs), Read: ri}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
+		return c.ListRegions(ctx, req)
+	})
+}

@@ -1,0 +1,88 @@
+// Package catalog holds the plain Go values the master's domain answers
+// with (tables, regions, region servers, external locks) and the executor
+// calls its lock operations need.
+//
+// It sits below both the domain (cluster/domain), which fills these values
+// from its replicated state, and the admin API (cluster/admin), which
+// translates them into its wire messages. Neither of those imports the
+// other: the domain knows nothing of the API it is served through, and the
+// API does not pull the domain's procedures and state machinery in (the
+// domain's in-package tests drive it through the admin API, so an import
+// of the domain from the admin layer would be a cycle).
+package catalog
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/procedure"
+)
+
+// Table is one table and the regions it holds, in layout order.
+type Table struct {
+	Namespace string
+	Name      string
+	State     string
+	Regions   []Region
+}
+
+// Region is one region and where it stands.
+type Region struct {
+	Name   string
+	Table  string // "ns:name"
+	State  string
+	Server string
+	// ProcID is the procedure moving the region, 0 when none.
+	ProcID uint64
+}
+
+// Server is one region server as the leader sees it.
+type Server struct {
+	ID          string
+	Address     string
+	StartCode   uint64
+	RegionCount int
+	// LeaseState is live or suspect while the lease holds, else expired.
+	LeaseState string
+	// LastRenewal is the lease's last renewal, zero when none is known.
+	LastRenewalUnixMs int64
+}
+
+// ServerRegions is what a region server says it hosts beside what the
+// replicated state assigns to its live incarnation.
+type ServerRegions struct {
+	Server   string
+	Assigned []string
+	Hosted   []string
+}
+
+// LockRequest asks for an external lock.
+type LockRequest struct {
+	Kind        string
+	Names       []string
+	Exclusive   bool
+	Holder      string
+	Description string
+	// Nonce makes a retried request return the lock of the first.
+	Nonce string
+}
+
+// Lock is where an external lock stands.
+type Lock struct {
+	ID    uint64
+	State string
+	// LeaseTimeoutMs is how long the lock lives without a heartbeat.
+	LeaseTimeoutMs int64
+}
+
+// Executor is what the lock calls use of the leader's executor;
+// *procedure.Executor implements it.
+type Executor interface {
+	Submit(p procedure.Procedure, opts procedure.SubmitOptions) (uint64, error)
+	Get(id uint64) (procedure.Info, error)
+	Why(id uint64) (procedure.Why, error)
+	// Wait returns once procedure id is terminal, so a caller waiting for
+	// an outcome needs no polling.
+	Wait(ctx context.Context, id uint64) (procedure.Info, error)
+}
+
+var _ Executor = (*procedure.Executor)(nil)

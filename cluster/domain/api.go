@@ -1,0 +1,428 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/rspb"
+)
+
+// CreateNamespaceProcedure builds the procedure creating namespace name.
+// The builders validate their input: errors wrap procedure.ErrInvalid.
+func (d *Domain) CreateNamespaceProcedure(name string) (procedure.Procedure, error) {
+	return NewCreateNamespace(name)
+}
+
+// DeleteNamespaceProcedure builds the procedure deleting namespace name.
+func (d *Domain) DeleteNamespaceProcedure(name string) (procedure.Procedure, error) {
+	return NewDeleteNamespace(name)
+}
+
+// CreateTableProcedure builds the procedure creating table ns:name, split
+// into regions regions.
+func (d *Domain) CreateTableProcedure(ns, name string, regions int) (procedure.Procedure, error) {
+	return NewCreateTable(ns, name, regions)
+}
+
+// DeleteTableProcedure builds the procedure deleting table ns:name.
+func (d *Domain) DeleteTableProcedure(ns, name string) (procedure.Procedure, error) {
+	return NewDeleteTable(ns, name)
+}
+
+// EnableTableProcedure builds the procedure enabling table ns:name.
+func (d *Domain) EnableTableProcedure(ns, name string) (procedure.Procedure, error) {
+	return NewEnableTable(ns, name)
+}
+
+// DisableTableProcedure builds the procedure disabling table ns:name.
+func (d *Domain) DisableTableProcedure(ns, name string) (procedure.Procedure, error) {
+	return NewDisableTable(ns, name)
+}
+
+// MoveRegionProcedure builds a MOVE TransitRegionState of region to
+// toServer ("" for the least loaded other live server).
+func (d *Domain) MoveRegionProcedure(region, toServer string) (procedure.Procedure, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return nil, err
+	}
+	rg, ok, err := getRegion(r, region)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: region %q", ErrNotFound, region)
+	}
+	if toServer != "" {
+		if _, ok, err := getServer(r, toServer); err != nil || !ok {
+			if err == nil {
+				err = fmt.Errorf("%w: region server %q", ErrNotFound, toServer)
+			}
+			return nil, err
+		}
+	}
+	ns, table := SplitTableName(rg.Table)
+	return &TransitRegionState{Region: region, Namespace: ns, Table: table, Kind: KindMove, Target: toServer}, nil
+}
+
+// BalanceProcedure builds a balancing round.
+func (d *Domain) BalanceProcedure() (procedure.Procedure, error) { return &Balance{}, nil }
+
+// ListNamespaces lists the namespaces in the local replicated state.
+func (d *Domain) ListNamespaces() ([]string, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return nil, err
+	}
+	return scanNamespaces(r)
+}
+
+func regionInfo(name string, rg Region) catalog.Region {
+	return catalog.Region{Name: name, Table: rg.Table, State: rg.State, Server: rg.Server, ProcID: rg.ProcID}
+}
+
+func (d *Domain) tableInfo(r reader, full string, t Table) (catalog.Table, error) {
+	ns, name := SplitTableName(full)
+	out := catalog.Table{Namespace: ns, Name: name, State: t.State}
+	for _, rn := range t.Regions {
+		rg, ok, err := getRegion(r, rn)
+		if err != nil {
+			return catalog.Table{}, err
+		}
+		if ok {
+			out.Regions = append(out.Regions, regionInfo(rn, rg))
+		}
+	}
+	return out, nil
+}
+
+// DescribeTable fails with an error wrapping procedure.ErrNotFound for an
+// unknown table.
+func (d *Domain) DescribeTable(ns, name string) (catalog.Table, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return catalog.Table{}, err
+	}
+	full := FullTableName(ns, name)
+	t, ok, err := getTable(r, full)
+	if err != nil {
+		return catalog.Table{}, err
+	}
+	if !ok {
+		return catalog.Table{}, fmt.Errorf("%w: table %s", ErrNotFound, full)
+	}
+	return d.tableInfo(r, full, t)
+}
+
+// ListTables lists the tables of namespace ns, or of all namespaces.
+func (d *Domain) ListTables(ns string) ([]catalog.Table, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return nil, err
+	}
+	ts, err := scanTables(r, ns)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]catalog.Table, 0, len(ts))
+	for _, full := range sortedKeys(ts) {
+		t, err := d.tableInfo(r, full, ts[full])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// ListRegions lists every region, or those of table ("ns:name" or "name").
+func (d *Domain) ListRegions(table string) ([]catalog.Region, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return nil, err
+	}
+	if table != "" && !strings.Contains(table, ":") {
+		table = FullTableName(DefaultNamespace, table)
+	}
+	var out []catalog.Region
+	err = scanRegions(r, func(name string, rg Region) bool {
+		if table == "" || rg.Table == table {
+			out = append(out, regionInfo(name, rg))
+		}
+		return true
+	})
+	return out, err
+}
+
+// ListServers lists the region servers. Only the leader knows the leases
+// (renewals are not replicated); elsewhere it fails with a
+// *cluster.NotLeaderError.
+func (d *Domain) ListServers() ([]catalog.Server, error) {
+	svc := d.services()
+	if svc == nil {
+		if n := d.nodeOrNil(); n != nil && !n.IsLeader() {
+			id, addr := n.Leader()
+			return nil, &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}
+		}
+		return nil, ErrNoServices
+	}
+	r := svc.reader()
+	servers, err := scanServers(r)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[ServerRef]int{}
+	if err := scanRegions(r, func(_ string, rg Region) bool {
+		if rg.State == RegionOpen || rg.State == RegionOpening {
+			counts[ServerRef{rg.Server, rg.StartCode}]++
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]catalog.Server, 0, len(servers))
+	for _, id := range sortedKeys(servers) {
+		srv := servers[id]
+		ref := ServerRef{id, srv.StartCode}
+		ps := catalog.Server{ID: id, Address: srv.Address, StartCode: srv.StartCode, RegionCount: counts[ref], LeaseState: ServerExpired}
+		if srv.State == ServerLive {
+			if info, ok := svc.leases.Get(holderOf(ref)); ok {
+				ps.LastRenewalUnixMs = info.LastRenewal.UnixMilli()
+				if info.State == lease.Live || info.State == lease.Suspect {
+					ps.LeaseState = info.State.String()
+				}
+			}
+			if svc.revoked(ref) {
+				ps.LeaseState = ServerExpired
+			}
+		}
+		out = append(out, ps)
+	}
+	return out, nil
+}
+
+// ServerRegions is what the region server says it hosts, and what the
+// replicated state assigns to its live incarnation.
+func (d *Domain) ServerRegions(ctx context.Context, server string) (catalog.ServerRegions, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return catalog.ServerRegions{}, err
+	}
+	srv, ok, err := getServer(r, server)
+	if err != nil {
+		return catalog.ServerRegions{}, err
+	}
+	if !ok {
+		return catalog.ServerRegions{}, fmt.Errorf("%w: region server %q", ErrNotFound, server)
+	}
+	out := catalog.ServerRegions{Server: server}
+	ref := ServerRef{server, srv.StartCode}
+	if err := scanRegions(r, func(name string, rg Region) bool {
+		if rg.onServer(ref) {
+			out.Assigned = append(out.Assigned, name)
+		}
+		return true
+	}); err != nil {
+		return catalog.ServerRegions{}, err
+	}
+	c, err := d.rsClient(srv.Address)
+	if err != nil {
+		return catalog.ServerRegions{}, err
+	}
+	// A deadline the gRPC call carries on the wire: real time, whatever
+	// the domain's clock.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.ListRegions(cctx, &rspb.ListRegionsRequest{})
+	if err != nil {
+		// Not UNAVAILABLE: that would send the client to another master,
+		// which cannot reach the region server any better.
+		return catalog.ServerRegions{}, status.Errorf(codes.FailedPrecondition, "master: region server %s at %s: %v", server, srv.Address, err)
+	}
+	for _, h := range resp.GetRegions() {
+		out.Hosted = append(out.Hosted, h.GetRegion())
+	}
+	sort.Strings(out.Hosted)
+	return out, nil
+}
+
+// lockState says where external lock id stands.
+func (d *Domain) lockState(x catalog.Executor, id uint64) (string, error) {
+	info, err := x.Get(id)
+	if err != nil {
+		return "", err
+	}
+	if info.Type != TypeLock {
+		return "", fmt.Errorf("%w: lock %d (procedure %d is a %s)", ErrNotFound, id, id, info.Type)
+	}
+	if info.State.Terminal() {
+		switch s := string(info.Result); s {
+		case LockReleased, LockExpired:
+			return s, nil
+		}
+		return LockReleased, nil // rolled back: nothing is held
+	}
+	r, err := d.fsmReader()
+	if err != nil {
+		return "", err
+	}
+	if _, held, _ := r.get(LockKey(id)); held {
+		return LockAcquired, nil
+	}
+	return LockWaiting, nil
+}
+
+func (d *Domain) lockInfo(x catalog.Executor, id uint64) (catalog.Lock, error) {
+	st, err := d.lockState(x, id)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	return catalog.Lock{ID: id, State: st, LeaseTimeoutMs: d.cfg.LockLease.Milliseconds()}, nil
+}
+
+// acquireGrace is how long AcquireLock gives an uncontended lock to be
+// taken, so the common answer is ACQUIRED rather than a WAITING the holder
+// must poll past.
+const acquireGrace = time.Second
+
+// parkRecheck is how soon AcquireLock looks again whether its lock
+// procedure was parked behind a conflicting lock: a holder told WAITING
+// late has that much less of its lease left to start heartbeating.
+const parkRecheck = 5 * time.Millisecond
+
+// AcquireLock submits a LockProcedure (the nonce makes a retry return the
+// same lock) and grants it a lease. The answer is ACQUIRED, or WAITING
+// while a conflicting lock is held. It runs on the leader, with its
+// executor x.
+func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	r, err := d.fsmReader()
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	p, err := newLockProcedure(r, req.Kind, req.Names, req.Exclusive, req.Holder, req.Description)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: "admin/lock"})
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	if _, ok := svc.lockLeases.Get(lockHolder(id)); !ok {
+		svc.lockLeases.Grant(lockHolder(id))
+	}
+	expired, stop := d.after(acquireGrace)
+	defer stop()
+	for {
+		// Watched before the state is read, so a transition in between
+		// is not missed.
+		changed, unwatch := svc.watchProc(id)
+		lk, err := d.lockInfo(x, id)
+		if err != nil || lk.State != LockWaiting {
+			unwatch()
+			return lk, err
+		}
+		// Parked behind a conflicting lock: nothing will change before
+		// that one is let go.
+		if w, err := x.Why(id); err == nil && w.Reason == "waiting for lock" {
+			unwatch()
+			return lk, nil
+		}
+		// Taking the lock is a persisted transition (changed fires);
+		// being parked behind a conflicting one is not, and the executor
+		// has no listener for it, so that alone is looked for again after
+		// parkRecheck (on the domain's clock).
+		recheck, stopRecheck := d.after(parkRecheck)
+		select {
+		case <-changed:
+		case <-recheck:
+		case <-expired:
+			stopRecheck()
+			unwatch()
+			return lk, nil
+		case <-svc.stopCh:
+			stopRecheck()
+			unwatch()
+			return lk, nil
+		}
+		stopRecheck()
+		unwatch()
+	}
+}
+
+// LockHeartbeat renews the lock's lease. A finished lock is not revived.
+func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	lk, err := d.lockInfo(x, id)
+	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+		return lk, err
+	}
+	if err := svc.lockLeases.Renew(lockHolder(id)); err != nil {
+		if !errors.Is(err, lease.ErrUnknownHolder) || svc.lockExpired(id) {
+			lk.State = LockExpired // the monitor lets it go shortly
+			return lk, nil
+		}
+		// A new leader that has not granted it yet: the heartbeat is a
+		// sign of life as good as a grant.
+		svc.lockLeases.Grant(lockHolder(id))
+	}
+	return lk, nil
+}
+
+// releaseTimeout bounds how long ReleaseLock waits for the lock procedure
+// to let go.
+const releaseTimeout = 10 * time.Second
+
+// ReleaseLock wakes the lock procedure to let go, and waits until it has.
+func (d *Domain) ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	lk, err := d.lockInfo(x, id)
+	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+		return lk, err
+	}
+	svc.setLock(id, true, false)
+	if lk.State == LockWaiting {
+		// Nothing is held yet, and the procedure cannot be taken out of
+		// the lock's wait queue: it lets go the moment it gets the lock.
+		lk.State = LockReleased
+		return lk, nil
+	}
+	ctx, cancel := d.withTimeout(ctx, releaseTimeout)
+	defer cancel()
+	if _, err := x.Wait(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return catalog.Lock{}, fmt.Errorf("master: release lock %d: %w", id, err)
+	}
+	return d.lockInfo(x, id)
+}
+
+// NamespaceExists reports whether namespace name exists in the local replicated state.
+func (d *Domain) NamespaceExists(name string) (bool, error) {
+	r, err := d.fsmReader()
+	if err != nil {
+		return false, err
+	}
+	return namespaceExists(r, name)
+}

@@ -1,0 +1,108 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/procedure"
+)
+
+// Defaults of Config.
+const (
+	DefaultLockLease       = 30 * time.Second
+	DefaultDispatchTimeout = 10 * time.Second
+	DefaultMaxOpenAttempts = 10
+	DefaultApplyTimeout    = 10 * time.Second
+	DefaultFenceMargin     = time.Second
+)
+
+// DefaultRetryBackoff paces a region procedure that has nothing to do but
+// wait (no live server to open on, a refused close): 200 ms doubling to
+// 10 s. Shorter than the procedure package's (1 s to 10 min) because a
+// region waiting here is unavailable.
+var DefaultRetryBackoff = procedure.Backoff{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.1}
+
+// Config configures a Domain. Zero fields take the defaults.
+type Config struct {
+	// Logger. Default: a null logger.
+	Logger hclog.Logger
+	// Clock drives the leases, the dispatcher's timers and the domain's own
+	// waits (lock acquisition and release, remote closes, retries).
+	// Default: real.
+	Clock clock.Clock
+	// ServerLease is the region servers' lease configuration (soft and
+	// hard limit, monitor); its Clock and OnExpire are set by the domain.
+	// Zero: lease.DefaultConfig() (soft 6 s, hard 15 s).
+	ServerLease lease.Config
+	// LockLease is the hard limit of external locks' leases (HBase's
+	// LockProcedure heartbeat timeout for remote holders). Default 30 s.
+	LockLease time.Duration
+	// HeartbeatInterval is what RegisterServer tells region servers.
+	// Default a third of the soft limit, so two heartbeats may be lost
+	// before a server is suspect.
+	HeartbeatInterval time.Duration
+	// Transport carries the dispatcher's batches. Default a
+	// dispatch.GRPCTransport, shared by the dispatchers of every term.
+	Transport dispatch.Transport
+	// Dispatch is the template of each term's dispatcher configuration
+	// (MaxBatch, Delay, retries); Term, MasterID, Transport, callbacks,
+	// Clock and Logger are set by the domain. Zero fields take dispatch's
+	// defaults (32 ops, 150 ms).
+	Dispatch dispatch.Config
+	// DispatchTimeout is how long a region procedure waits for the result
+	// of one open or close before it checks the server again and re-sends
+	// (idempotent on the server). Default 10 s.
+	DispatchTimeout time.Duration
+	// MaxOpenAttempts bounds the servers a create or enable tries for one
+	// region before it fails (and rolls back). Crash recovery, moves and
+	// balancing never give up. Default 10.
+	MaxOpenAttempts int
+	// RetryBackoff paces waits with nothing to do. Default
+	// DefaultRetryBackoff.
+	RetryBackoff procedure.Backoff
+	// ApplyTimeout bounds the Raft writes of server registrations and
+	// expiries. Default 10 s.
+	ApplyTimeout time.Duration
+	// FenceMargin is added to a region server's self-fence period (3 ×
+	// HeartbeatInterval) before a fenced incarnation that did not register
+	// again is taken to have stopped serving its regions. It absorbs the
+	// rate drift between the region server's clock and the leader's over
+	// one self-fence period (see "Proof that a server stopped serving" in
+	// the package doc). Default 1 s: with the default 6 s period, the
+	// bound holds while the server's clock runs at most 16% slower than
+	// the leader's.
+	FenceMargin time.Duration
+	// FailPoint, if set, is consulted at named points of the procedures
+	// ("create.layout", "create.enable", "enable.enable", "crash.assign",
+	// "region.open"); a non-nil error
+	// fails the step there. For fault-injection tests.
+	FailPoint func(point string) error
+}
+
+func (c Config) withDefaults() Config {
+	defaults.Set(&c.Logger, hclog.NewNullLogger())
+	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
+	if c.ServerLease.HardLimit == 0 {
+		onExp := c.ServerLease.OnExpire
+		c.ServerLease = lease.DefaultConfig()
+		c.ServerLease.OnExpire = onExp
+	}
+	defaults.Set(&c.ServerLease.MonitorInterval, min(lease.DefaultConfig().MonitorInterval, c.ServerLease.HardLimit))
+	defaults.Set(&c.ServerLease.MaxPassTime, lease.DefaultConfig().MaxPassTime)
+	defaults.Set(&c.ServerLease.SoftLimit, c.ServerLease.HardLimit*2/5)
+	defaults.Set(&c.LockLease, DefaultLockLease)
+	defaults.Set(&c.HeartbeatInterval, max(c.ServerLease.SoftLimit/3, time.Millisecond))
+	defaults.Set(&c.DispatchTimeout, DefaultDispatchTimeout)
+	defaults.Set(&c.MaxOpenAttempts, DefaultMaxOpenAttempts)
+	if c.RetryBackoff.Base == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	defaults.Set(&c.ApplyTimeout, DefaultApplyTimeout)
+	defaults.Set(&c.FenceMargin, DefaultFenceMargin)
+	return c
+}

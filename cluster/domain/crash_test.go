@@ -1,0 +1,145 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// A crash procedure that has ended is no answer to a later need to
+// recover the same incarnation (regions recorded on it again): the nonce
+// must not hand back the ended one, a new procedure must run.
+func TestCrashNeedAfterAnEndedCrashProcedureRunsANewOne(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
+	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
+	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 20*time.Second)
+	var region string
+	scanRegions(h.reader(), func(name string, _ Region) bool { region = name; return false })
+
+	lm, x := h.leader()
+	svc := lm.dom.services()
+	ghost := ServerRef{ID: "rs9", StartCode: 12345} // never registered: proven gone once the fence bound passes
+	crashes := func() []procedure.Info { return x.List(procedure.Filter{Type: TypeServerCrash}) }
+
+	svc.submitCrash(ghost, "test: first need")
+	waitUntil(t, 10*time.Second, "the first crash procedure to end", func() bool {
+		c := crashes()
+		return len(c) == 1 && c[0].State == procedure.Success
+	})
+	first := crashes()[0].ID
+
+	// The region turns up recorded on the incarnation again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := svc.commit(ctx, raftfsm.Put(RegionKey(region), mustJSON(Region{Table: "default:t", State: RegionOpen, Server: ghost.ID, StartCode: ghost.StartCode}))); err != nil {
+		t.Fatal(err)
+	}
+	svc.submitCrash(ghost, "test: second need")
+	waitUntil(t, 10*time.Second, "a second crash procedure to recover the region", func() bool {
+		rg, ok, _ := getRegion(h.reader(), region)
+		return ok && !rg.onServer(ghost)
+	})
+	var second []uint64
+	for _, c := range crashes() {
+		if c.ID != first {
+			second = append(second, c.ID)
+		}
+	}
+	if len(second) != 1 {
+		t.Fatalf("crash procedures other than the ended %d: %v, want exactly one", first, second)
+	}
+	if info := h.mustSucceed(second[0], 10*time.Second); info.State != procedure.Success {
+		t.Fatalf("second crash procedure ended %v", info.State)
+	}
+}
+
+func mustDisable(t *testing.T, ns, name string) procedure.Procedure {
+	t.Helper()
+	p, err := NewDisableTable(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Crash recovery has no meaningful rollback: failing steps, its own and
+// its region children's, are retried until every region of the dead
+// server is open elsewhere; it never ends ROLLEDBACK with regions left on
+// the server.
+func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
+	var mu sync.Mutex
+	fails := map[string]int{"crash.assign": 3, "region.open": 0}
+	armed := false
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+		c.FailPoint = func(point string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed || fails[point] == 0 {
+				return nil
+			}
+			fails[point]--
+			return errors.New("injected")
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", 6), 20*time.Second)
+	before := h.checkTableOpen("default:t", 6)
+	if before["rs2"] == 0 {
+		t.Fatalf("rs2 holds no region: %v", before)
+	}
+	mu.Lock()
+	armed = true
+	fails["region.open"] = before["rs2"] + 2 // every region child fails at least once
+	mu.Unlock()
+	h.stopRS("rs2")
+	waitUntil(t, 30*time.Second, "every region open on rs1 again", func() bool {
+		n := 0
+		scanRegions(h.reader(), func(_ string, rg Region) bool {
+			if rg.State == RegionOpen && rg.Server == "rs1" && rg.ProcID == 0 {
+				n++
+			}
+			return true
+		})
+		return n == 6
+	})
+	mu.Lock()
+	left := fails
+	mu.Unlock()
+	if left["crash.assign"] != 0 || left["region.open"] != 0 {
+		t.Fatalf("injected failures not all consumed: %v", left)
+	}
+	h.checkTableOpen("default:t", 6)
+	_, x := h.leader()
+	for _, info := range x.List(procedure.Filter{Type: TypeServerCrash}) {
+		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
+			t.Errorf("server crash %d ended %v", info.ID, info.State)
+		}
+	}
+}
+
+// A start code never comes back, even when the leader services are rebuilt
+// within one term (their counter starts over): an old incarnation's crash
+// procedure would otherwise take the new registration for itself.
+func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
+	lm, _ := h.leader()
+	svc := lm.dom.services()
+	rs1 := h.rss["rs1"]
+	before := rs1.StartCode()
+	svc.mu.Lock()
+	svc.startSeq = 0 // as in services rebuilt for the same term
+	svc.mu.Unlock()
+	resp, err := (&masterService{d: lm.dom}).RegisterServer(context.Background(),
+		&rspb.RegisterServerRequest{ServerId: "rs1", Address: rs1.Addr(), DroppedStartCode: before})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStartCode() <= before {
+		t.Fatalf("registration after the counter restarted got start code %d, not above the previous %d", resp.GetStartCode(), before)
+	}
+}

@@ -1,0 +1,182 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// errInvalid is wrapped by errors about bad input, so the admin API answers
+// INVALID_ARGUMENT.
+var errInvalid = procedure.ErrInvalid
+
+// Errors of the domain.
+var (
+	// ErrNoServices: this node runs no leader services (it is not the
+	// leader, or its leadership is being established or revoked).
+	ErrNoServices = fmt.Errorf("master: no leader services on this node: %w", cluster.ErrNotReady)
+	// ErrNotFound is wrapped when a table, region, server or lock does not
+	// exist (it matches procedure.ErrNotFound, so the API answers
+	// NOT_FOUND).
+	ErrNotFound = procedure.ErrNotFound
+)
+
+// Node is what the domain uses of the master node; *cluster.Node
+// implements it.
+type Node interface {
+	ID() string
+	Raft() *raft.Raft
+	FSM() *raftfsm.FSM
+	Leader() (id, raftAddr string)
+	IsLeader() bool
+	Executor() (*procedure.Executor, error)
+}
+
+var _ Node = (*cluster.Node)(nil)
+
+// Domain is the master's domain layer on one node: the procedures' Env,
+// the region servers' Master service and the admin API's namespaces,
+// tables, regions, servers and locks. It lives as long as the node; the
+// leader-only services of each term (dispatcher, leases, waiting
+// procedures' events) are built by LeaderServices and dropped when the term
+// ends.
+type Domain struct {
+	cfg       Config
+	log       hclog.Logger
+	transport dispatch.Transport
+	ownsTrans bool
+
+	attached chan struct{}
+	nodeOnce sync.Once
+	node     Node
+
+	mu     sync.Mutex
+	svc    *services
+	conns  map[string]*grpc.ClientConn // region servers, for ServerRegions
+	closed bool
+
+	// attempts numbers the dispatchers' calls across every term's
+	// dispatcher (dispatch.Config.NextSeq).
+	attempts atomic.Uint64
+}
+
+// New returns a Domain. Attach the node once it is built (the node needs
+// the Domain first, as its Env).
+func New(cfg Config) (*Domain, error) {
+	cfg = cfg.withDefaults()
+	lc := cfg.ServerLease
+	lc.Clock = cfg.Clock
+	if err := lc.Validate(); err != nil {
+		return nil, fmt.Errorf("master: server lease: %w", err)
+	}
+	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 {
+		return nil, fmt.Errorf("%w: master: negative LockLease, DispatchTimeout, MaxOpenAttempts or ApplyTimeout", errInvalid)
+	}
+	d := &Domain{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("master"),
+		transport: cfg.Transport,
+		attached:  make(chan struct{}),
+		conns:     map[string]*grpc.ClientConn{},
+	}
+	if d.transport == nil {
+		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger})
+		d.ownsTrans = true
+	}
+	return d, nil
+}
+
+// Attach gives the domain its node. Call it once, right after NewNode.
+func (d *Domain) Attach(n Node) {
+	d.nodeOnce.Do(func() {
+		d.node = n
+		close(d.attached)
+	})
+}
+
+// Close releases the domain's connections. The node must be shut down
+// first (its leader services are stopped with the executor).
+func (d *Domain) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	conns := d.conns
+	d.conns = map[string]*grpc.ClientConn{}
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	if c, ok := d.transport.(interface{ Close() error }); ok && d.ownsTrans {
+		return c.Close()
+	}
+	return nil
+}
+
+// nodeOrNil returns the attached node, or nil.
+func (d *Domain) nodeOrNil() Node {
+	select {
+	case <-d.attached:
+		return d.node
+	default:
+		return nil
+	}
+}
+
+// fsmReader reads the local FSM.
+func (d *Domain) fsmReader() (reader, error) {
+	n := d.nodeOrNil()
+	if n == nil {
+		return nil, fmt.Errorf("master: node not attached yet: %w", cluster.ErrNotReady)
+	}
+	f := n.FSM()
+	return kvReader{Get: f.Get, Scan: f.Scan}, nil
+}
+
+// services returns the current term's leader services, or nil.
+func (d *Domain) services() *services {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.svc
+}
+
+// servicesFor returns the leader services of the executor running the
+// step, or nil: a step of an executor that was stopped (its term ended)
+// and is still finishing must not use the next term's services, which
+// would dispatch, wait and decide in a term that is not its own.
+func (d *Domain) servicesFor(ctx *procedure.Context) *services {
+	s := d.services()
+	if s == nil || s.x != ctx.Executor() {
+		return nil
+	}
+	return s
+}
+
+// rsClient returns a RegionServer client for addr (ServerRegions).
+func (d *Domain) rsClient(addr string) (rspb.RegionServerClient, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errors.New("master: domain closed")
+	}
+	cc := d.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("master: region server at %s: %w", addr, err)
+		}
+		d.conns[addr] = cc
+	}
+	return rspb.NewRegionServerClient(cc), nil
+}

@@ -1,0 +1,84 @@
+package domain
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// lockWait is an external lock procedure's wake-up: released by its
+// holder, or its lease expired.
+type lockWait struct {
+	ev       *scheduler.Event
+	released bool
+	expired  bool
+}
+
+func (s *services) lockWaitOf(id uint64) *lockWait {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.locks[id]
+	if w == nil {
+		w = &lockWait{ev: scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))}
+		s.locks[id] = w
+	}
+	return w
+}
+
+// lockFlags reports what happened to lock id, and re-arms its event for
+// the next wait.
+func (s *services) lockFlags(id uint64) (released, expired bool, ev *scheduler.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.locks[id]
+	if w == nil {
+		w = &lockWait{ev: scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))}
+		s.locks[id] = w
+	}
+	if !w.released && !w.expired && w.ev.Ready() {
+		w.ev = scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))
+	}
+	return w.released, w.expired, w.ev
+}
+
+// lockExpired reports whether lock id's lease expired in this term.
+func (s *services) lockExpired(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.locks[id]
+	return w != nil && w.expired
+}
+
+func (s *services) setLock(id uint64, released, expired bool) {
+	w := s.lockWaitOf(id)
+	s.mu.Lock()
+	w.released = w.released || released
+	w.expired = w.expired || expired
+	ev := w.ev
+	s.mu.Unlock()
+	s.x.Wake(ev)
+}
+
+func (s *services) dropLock(id uint64) {
+	s.mu.Lock()
+	delete(s.locks, id)
+	s.mu.Unlock()
+	s.lockLeases.Release(lockHolder(id))
+}
+
+// onLockLeaseExpired is the lock lease monitor's OnExpire.
+func (s *services) onLockLeaseExpired(info lease.Info) {
+	idStr, ok := strings.CutPrefix(info.Holder, "lock/")
+	if !ok {
+		return
+	}
+	id, err := strconv.ParseUint(idStr, 10, 64)
+	if err != nil {
+		return
+	}
+	s.log.Warn("external lock expired: its holder stopped heartbeating", "lock_id", id)
+	s.setLock(id, false, true)
+}

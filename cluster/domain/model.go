@@ -1,0 +1,312 @@
+package domain
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Key prefixes of the replicated domain state (see the package doc).
+const (
+	nsPrefix     = "ns/"
+	tablePrefix  = "table/"
+	regionPrefix = "region/"
+	serverPrefix = "server/"
+	lockPrefix   = "lock/"
+)
+
+// DefaultNamespace always exists: tables named without a namespace live in
+// it, and it cannot be deleted (HBase's "default").
+const DefaultNamespace = "default"
+
+// NamespaceKey is the key of namespace name.
+func NamespaceKey(name string) string { return nsPrefix + name }
+
+// TableKey is the key of table "ns:name".
+func TableKey(fullName string) string { return tablePrefix + fullName }
+
+// RegionKey is the key of a region.
+func RegionKey(name string) string { return regionPrefix + name }
+
+// ServerKey is the key of region server id.
+func ServerKey(id string) string { return serverPrefix + id }
+
+// LockKey is the key of external lock (lock procedure) id.
+func LockKey(id uint64) string { return fmt.Sprintf("%s%020d", lockPrefix, id) }
+
+// Table states.
+const (
+	TableCreating  = "CREATING"
+	TableEnabled   = "ENABLED"
+	TableDisabling = "DISABLING"
+	TableDisabled  = "DISABLED"
+	TableEnabling  = "ENABLING"
+	TableDeleting  = "DELETING"
+)
+
+// Region states.
+const (
+	RegionOffline    = "OFFLINE"
+	RegionOpening    = "OPENING"
+	RegionOpen       = "OPEN"
+	RegionClosing    = "CLOSING"
+	RegionClosed     = "CLOSED"
+	RegionFailedOpen = "FAILED_OPEN"
+)
+
+// Server states as replicated. Suspect is not replicated: it is the leader's
+// lease view (renewals are not replicated).
+const (
+	ServerLive    = "live"
+	ServerExpired = "expired"
+)
+
+// Namespace is the value at ns/<name>.
+type Namespace struct {
+	Name string `json:"name"`
+}
+
+// Table is the value at table/<ns>:<name>.
+type Table struct {
+	State   string   `json:"state"`
+	Regions []string `json:"regions"`
+	// ProcID is the procedure that created the table: a rollback of that
+	// create deletes the layout only if it is its own.
+	ProcID uint64 `json:"proc_id,omitempty"`
+}
+
+// Region is the value at region/<name>.
+type Region struct {
+	Table     string `json:"table"` // "ns:name"
+	State     string `json:"state"`
+	Server    string `json:"server,omitempty"`
+	StartCode uint64 `json:"start_code,omitempty"`
+	// ProcID is the procedure moving the region, 0 when none.
+	ProcID uint64 `json:"proc_id,omitempty"`
+}
+
+// Server is the value at server/<id>.
+type Server struct {
+	Address   string `json:"address"`
+	StartCode uint64 `json:"start_code"`
+	State     string `json:"state"`
+	// Dropped is the start code the registering process said it held last
+	// and gave up (0: none): proof that it and every earlier incarnation
+	// of the process serve nothing (see services.presenceOf).
+	Dropped uint64 `json:"dropped_start_code,omitempty"`
+}
+
+// Lock is the value at lock/<id>: an external lock that is held.
+type Lock struct {
+	Kind        string   `json:"kind"`
+	Names       []string `json:"names"`
+	Exclusive   bool     `json:"exclusive"`
+	Holder      string   `json:"holder"`
+	Description string   `json:"description,omitempty"`
+}
+
+// ServerRef names one incarnation of a region server.
+type ServerRef struct {
+	ID        string `json:"id"`
+	StartCode uint64 `json:"start_code"`
+}
+
+func (r ServerRef) String() string { return fmt.Sprintf("%s/%d", r.ID, r.StartCode) }
+
+// IsZero reports whether r names no server.
+func (r ServerRef) IsZero() bool { return r.ID == "" }
+
+// onServer reports whether the region's record places it on (or moving
+// on or off) incarnation ref.
+func (r Region) onServer(ref ServerRef) bool {
+	return r.Server == ref.ID && r.StartCode == ref.StartCode &&
+		(r.State == RegionOpen || r.State == RegionOpening || r.State == RegionClosing)
+}
+
+// SplitTableName splits "ns:name" (or "name", meaning the default
+// namespace).
+func SplitTableName(full string) (ns, name string) {
+	if i := strings.IndexByte(full, ':'); i >= 0 {
+		return full[:i], full[i+1:]
+	}
+	return DefaultNamespace, full
+}
+
+// FullTableName is "ns:name"; an empty ns means the default namespace.
+func FullTableName(ns, name string) string {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	return ns + ":" + name
+}
+
+// RegionName names region i of a table created by procedure procID:
+// "ns:name,00003,<procID>". The procedure id makes names unique across a
+// table's deletion and re-creation, so a late open meant for a region of
+// the old table can never be taken for one of the new.
+func RegionName(table string, i int, procID uint64) string {
+	return fmt.Sprintf("%s,%05d,%d", table, i, procID)
+}
+
+// validName checks a namespace or table name: letters, digits, '_', '-',
+// '.', at most 128 characters (HBase's rule, roughly). No ':' or ',' or
+// '/', which the keys and region names use as separators.
+func validName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty %s name", errInvalid, what)
+	}
+	if len(s) > 128 {
+		return fmt.Errorf("%w: %s name %q is longer than 128 characters", errInvalid, what, s)
+	}
+	for _, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+		if !ok {
+			return fmt.Errorf("%w: %s name %q: character %q not allowed (letters, digits, _ - . only)", errInvalid, what, s, c)
+		}
+	}
+	return nil
+}
+
+// reader is the read side shared by procedure steps (procedure.Context,
+// which sees the step's own pending writes through Get) and the API (the
+// local FSM).
+type reader interface {
+	get(key string) ([]byte, bool, error)
+	scan(prefix string, fn func(key string, value []byte) bool) error
+}
+
+// kvReader adapts an FSM-like Get/Scan pair.
+type kvReader struct {
+	Get  func(key string) ([]byte, bool)
+	Scan func(prefix string, fn func(string, []byte) bool)
+}
+
+func (r kvReader) get(key string) ([]byte, bool, error) {
+	v, ok := r.Get(key)
+	return v, ok, nil
+}
+
+func (r kvReader) scan(prefix string, fn func(string, []byte) bool) error {
+	r.Scan(prefix, fn)
+	return nil
+}
+
+// getJSON reads key into v; found is false for an absent key.
+func getJSON(r reader, key string, v any) (found bool, err error) {
+	b, ok, err := r.get(key)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("master: decoding %s: %w", key, err)
+	}
+	return true, nil
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("master: encoding %T: %v", v, err)) // plain structs: cannot fail
+	}
+	return b
+}
+
+func getTable(r reader, full string) (Table, bool, error) {
+	var t Table
+	ok, err := getJSON(r, TableKey(full), &t)
+	return t, ok, err
+}
+
+func getRegion(r reader, name string) (Region, bool, error) {
+	var rg Region
+	ok, err := getJSON(r, RegionKey(name), &rg)
+	return rg, ok, err
+}
+
+func getServer(r reader, id string) (Server, bool, error) {
+	var s Server
+	ok, err := getJSON(r, ServerKey(id), &s)
+	return s, ok, err
+}
+
+func namespaceExists(r reader, ns string) (bool, error) {
+	if ns == DefaultNamespace {
+		return true, nil
+	}
+	_, ok, err := r.get(NamespaceKey(ns))
+	return ok, err
+}
+
+// scanRegions calls fn for every region record, in name order.
+func scanRegions(r reader, fn func(name string, rg Region) bool) error {
+	var derr error
+	err := r.scan(regionPrefix, func(k string, v []byte) bool {
+		var rg Region
+		if err := json.Unmarshal(v, &rg); err != nil {
+			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			return false
+		}
+		return fn(strings.TrimPrefix(k, regionPrefix), rg)
+	})
+	if err != nil {
+		return err
+	}
+	return derr
+}
+
+// scanServers returns every server record by id.
+func scanServers(r reader) (map[string]Server, error) {
+	out := map[string]Server{}
+	var derr error
+	err := r.scan(serverPrefix, func(k string, v []byte) bool {
+		var s Server
+		if err := json.Unmarshal(v, &s); err != nil {
+			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			return false
+		}
+		out[strings.TrimPrefix(k, serverPrefix)] = s
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, derr
+}
+
+// scanTables returns every table record by full name, optionally only of
+// namespace ns.
+func scanTables(r reader, ns string) (map[string]Table, error) {
+	prefix := tablePrefix
+	if ns != "" {
+		prefix += ns + ":"
+	}
+	out := map[string]Table{}
+	var derr error
+	err := r.scan(prefix, func(k string, v []byte) bool {
+		var t Table
+		if err := json.Unmarshal(v, &t); err != nil {
+			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			return false
+		}
+		out[strings.TrimPrefix(k, tablePrefix)] = t
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, derr
+}
+
+// scanNamespaces lists the namespaces, the default one included, sorted.
+func scanNamespaces(r reader) ([]string, error) {
+	out := []string{DefaultNamespace}
+	err := r.scan(nsPrefix, func(k string, _ []byte) bool {
+		if n := strings.TrimPrefix(k, nsPrefix); n != DefaultNamespace {
+			out = append(out, n)
+		}
+		return true
+	})
+	sort.Strings(out)
+	return out, err
+}

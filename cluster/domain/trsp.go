@@ -1,0 +1,605 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// Kinds of TransitRegionState.
+const (
+	// KindAssign opens a closed region (or, with From, one whose server
+	// crashed).
+	KindAssign = "assign"
+	// KindUnassign closes a region.
+	KindUnassign = "unassign"
+	// KindMove closes a region and opens it on another server (Target, or
+	// the least loaded other one).
+	KindMove = "move"
+	// KindReopen closes a region and opens it again, anywhere.
+	KindReopen = "reopen"
+)
+
+// States of TransitRegionState.
+const (
+	trspPrepare       int32 = 1
+	trspCloseDispatch int32 = 3
+	trspOpenPrepare   int32 = 4
+	trspOpenDispatch  int32 = 5
+)
+
+// TransitRegionState moves one region through its states (HBase's
+// TransitRegionStateProcedure): assign, unassign, move or reopen.
+//
+//	PREPARE ──(open somewhere live)──────────────────────▶ done
+//	   │ close first: record CLOSING@S                     ▲
+//	   ▼                                                   │ OPEN@S' confirmed
+//	CLOSE_DISPATCH ── close confirmed, or S fenced ─▶ OPEN_PREPARE ─▶ OPEN_DISPATCH
+//	   (re-sent while S lives)    record CLOSED         pick S', record      (retry S'
+//	                                                    OPENING@S'           or another)
+//
+// Every remote operation is sent only after the step that records its
+// target (CLOSING@S, OPENING@S') committed, and from a step that a failover
+// re-runs: the new leader sends it again, and the region server treats the
+// repeat idempotently. OPEN is recorded only once the server confirmed the
+// open (and is still the live incarnation); a server that refused an open
+// is excluded and another tried. A server that is no longer the live
+// incarnation in the replicated state is fenced (see the package doc), so
+// a region recorded on it counts as closed.
+//
+// The region's locks (namespace and table shared, region exclusive) are
+// held for the procedure's life.
+type TransitRegionState struct {
+	procedure.StateMachine
+	Region    string `json:"region"`
+	Namespace string `json:"namespace"`
+	Table     string `json:"table"`
+	Kind      string `json:"kind"`
+	// Target is the server a move (or assign) prefers; "" for any.
+	Target string `json:"target,omitempty"`
+	// From, if set, is an incarnation known to have lost the region (it
+	// crashed): the procedure acts only while the record still places the
+	// region there.
+	From ServerRef `json:"from"`
+	// Bounded procedures (a create's or an enable's) fail after
+	// MaxOpenAttempts refused opens, and may be aborted; the others retry
+	// for ever.
+	Bounded bool `json:"bounded,omitempty"`
+	// UndoState is what a rollback leaves the region in: OFFLINE for a
+	// create's regions, CLOSED otherwise.
+	UndoState string `json:"undo_state,omitempty"`
+
+	// Server is the incarnation the current close or open goes to.
+	Server  ServerRef `json:"server"`
+	Address string    `json:"address,omitempty"`
+	// Source is the server a move or reopen closed the region on.
+	Source   string   `json:"source,omitempty"`
+	Excluded []string `json:"excluded,omitempty"`
+	Attempts int      `json:"attempts,omitempty"`
+	Rounds   int      `json:"rounds,omitempty"`
+	// Opened is where this procedure opened the region, so a rollback of
+	// the enclosing create can close it again.
+	Opened ServerRef `json:"opened"`
+	Undone bool      `json:"undone,omitempty"`
+}
+
+// Locks implements procedure.Locker.
+func (p *TransitRegionState) Locks() []scheduler.Lock {
+	return scheduler.RegionLocks(p.Namespace, p.Table, p.Region)
+}
+
+// HoldLock implements procedure.Locker: nobody else touches the region
+// until this procedure is done.
+func (p *TransitRegionState) HoldLock() bool { return true }
+
+// QueueKey implements procedure.Queued: the table's queue.
+func (p *TransitRegionState) QueueKey() scheduler.QueueKey {
+	return scheduler.QueueKey{Kind: scheduler.KindTable, Name: FullTableName(p.Namespace, p.Table)}
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *TransitRegionState) InitialState() int32 { return trspPrepare }
+
+// IsRollbackSupported implements procedure.RollbackSupport: only a
+// bounded assignment (part of a create or an enable) may be aborted; crash
+// recovery, moves, unassigns must finish.
+func (p *TransitRegionState) IsRollbackSupported(int32) bool { return p.Bounded }
+
+// RetryUntilDone implements procedure.RetriesUntilDone: a procedure that
+// may not be aborted (crash recovery, moves, unassigns, reopens) retries a
+// failing step rather than rolling back, which would leave its region
+// closed with nobody to reopen it.
+func (p *TransitRegionState) RetryUntilDone() bool { return !p.Bounded }
+
+func (p *TransitRegionState) fullTable() string { return FullTableName(p.Namespace, p.Table) }
+
+// ctxReader reads the domain state as a step sees it.
+type ctxReader struct{ c *procedure.Context }
+
+func (r ctxReader) get(k string) ([]byte, bool, error) { return r.c.Get(k) }
+func (r ctxReader) scan(prefix string, fn func(string, []byte) bool) error {
+	return r.c.Scan(prefix, fn)
+}
+
+func envOf(ctx *procedure.Context) (*Domain, error) {
+	d, ok := ctx.Env.(*Domain)
+	if !ok || d == nil {
+		return nil, fmt.Errorf("master: procedure Env is %T, want *master.Domain", ctx.Env)
+	}
+	return d, nil
+}
+
+// putRegion records the region's state.
+func putRegion(ctx *procedure.Context, name string, rg Region) error {
+	return ctx.Put(RegionKey(name), mustJSON(rg))
+}
+
+// ExecuteState implements procedure.StateSteps.
+func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	svc := d.servicesFor(ctx)
+	if svc == nil {
+		// Leadership is changing under this executor; it is about to stop.
+		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
+		return procedure.HasMoreState, nil
+	}
+	r := ctxReader{ctx}
+	switch state {
+	case trspPrepare:
+		return p.prepare(ctx, d, svc, r)
+	case trspCloseDispatch:
+		return p.closeDispatch(ctx, d, svc, r)
+	case trspOpenPrepare:
+		return p.openPrepare(ctx, d, svc, r)
+	case trspOpenDispatch:
+		return p.openDispatch(ctx, d, svc, r)
+	}
+	return procedure.NoMoreState, fmt.Errorf("master: region %s: unknown state %d", p.Region, state)
+}
+
+func regionBusy(rg Region) bool {
+	return rg.Server != "" && (rg.State == RegionOpen || rg.State == RegionOpening || rg.State == RegionClosing)
+}
+
+func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	rg, ok, err := getRegion(r, p.Region)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	if !ok {
+		ctx.Logger.Info("region gone; nothing to do", "region", p.Region)
+		return procedure.NoMoreState, nil
+	}
+	if p.UndoState == "" {
+		p.UndoState = RegionClosed
+	}
+	cur := ServerRef{rg.Server, rg.StartCode}
+	curAlive := false
+	var curSrv Server
+	if regionBusy(rg) {
+		var pres presence
+		var left time.Duration
+		if curSrv, pres, left, err = svc.presenceOf(r, cur); err != nil {
+			return procedure.NoMoreState, err
+		}
+		if pres == fencing {
+			return p.awaitGone(ctx, cur, left)
+		}
+		curAlive = pres == present
+	}
+	closeFirst := func() (procedure.Flow, error) {
+		p.Server, p.Address, p.Source = cur, curSrv.Address, cur.ID
+		rg.State, rg.ProcID = RegionClosing, ctx.ID()
+		if err := putRegion(ctx, p.Region, rg); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(trspCloseDispatch)
+		return procedure.HasMoreState, nil
+	}
+	openNext := func() (procedure.Flow, error) {
+		if !curAlive && regionBusy(rg) {
+			p.Source = rg.Server
+		}
+		p.SetNextState(trspOpenPrepare)
+		return procedure.HasMoreState, nil
+	}
+	done := func(state string) (procedure.Flow, error) {
+		if rg.State != state || rg.ProcID != 0 || (state != RegionOpen && rg.Server != "") {
+			nrg := Region{Table: rg.Table, State: state}
+			if state == RegionOpen {
+				nrg.Server, nrg.StartCode = rg.Server, rg.StartCode
+			}
+			if err := putRegion(ctx, p.Region, nrg); err != nil {
+				return procedure.NoMoreState, err
+			}
+		}
+		return procedure.NoMoreState, nil
+	}
+
+	switch p.Kind {
+	case KindAssign:
+		if !p.From.IsZero() {
+			if !rg.onServer(p.From) {
+				return procedure.NoMoreState, nil // dealt with already
+			}
+			if curAlive {
+				return closeFirst() // not actually dead: close it properly
+			}
+			t, tok, err := getTable(r, rg.Table)
+			if err != nil {
+				return procedure.NoMoreState, err
+			}
+			if !tok || t.State == TableDisabled || t.State == TableDisabling || t.State == TableDeleting {
+				return done(RegionClosed)
+			}
+			p.Source = p.From.ID
+			return openNext()
+		}
+		if curAlive {
+			if rg.State == RegionOpen && (rg.ProcID == 0 || rg.ProcID == ctx.ID()) {
+				return done(RegionOpen) // already open: idempotent
+			}
+			// Left in transition on a live server by a procedure that is
+			// gone: close it there first, so it cannot end up open twice.
+			return closeFirst()
+		}
+		return openNext()
+	case KindUnassign:
+		if !regionBusy(rg) {
+			if rg.State == RegionOffline {
+				return done(RegionOffline)
+			}
+			return done(RegionClosed)
+		}
+		if !curAlive {
+			return done(RegionClosed) // its server is fenced
+		}
+		return closeFirst()
+	case KindMove, KindReopen:
+		if curAlive {
+			if p.Kind == KindMove && p.Target == cur.ID && rg.State == RegionOpen {
+				return done(RegionOpen) // already there
+			}
+			return closeFirst()
+		}
+		if regionBusy(rg) {
+			return openNext() // its server is fenced: just open it
+		}
+		if p.Kind == KindReopen {
+			t, tok, err := getTable(r, rg.Table)
+			if err != nil {
+				return procedure.NoMoreState, err
+			}
+			if tok && t.State == TableEnabled {
+				return openNext()
+			}
+		}
+		return procedure.NoMoreState, nil // closed: a move does not open it
+	}
+	return procedure.NoMoreState, fmt.Errorf("%w: region %s: unknown kind %q", errInvalid, p.Region, p.Kind)
+}
+
+// outcome sorts a dispatch result.
+type outcome int
+
+const (
+	outNone    outcome = iota // no result yet
+	outDone                   // the server did it
+	outRemoved                // the incarnation was removed or restarted
+	outDeposed                // this master is deposed or stopping
+	outFailed                 // the server refused or failed it
+)
+
+func classify(res *dispatch.Result) outcome {
+	switch {
+	case res == nil:
+		return outNone
+	case res.OK:
+		return outDone
+	case errors.Is(res.Err, dispatch.ErrServerRemoved):
+		return outRemoved
+	case errors.Is(res.Err, dispatch.ErrStaleTerm), errors.Is(res.Err, dispatch.ErrStopped):
+		return outDeposed
+	}
+	return outFailed
+}
+
+// await sends op to p.Server unless a send of it is already outstanding in
+// this term, and suspends until its result (or DispatchTimeout, after
+// which the server's liveness is checked again).
+func (p *TransitRegionState) await(ctx *procedure.Context, d *Domain, svc *services, kind rspb.OpKind) (procedure.Flow, error) {
+	w := svc.outstanding(ctx.ID(), p.Server, p.Region, kind)
+	if w == nil {
+		w = svc.dispatch(ctx.ID(), p.Server, p.Address, p.Region, p.fullTable(), kind)
+	}
+	ctx.Suspend(procedure.OnEvent(w.ev), procedure.Timeout(d.cfg.DispatchTimeout), procedure.SkipPersistence())
+	return procedure.HasMoreState, nil
+}
+
+// awaitGone waits for incarnation ref, fenced but possibly still serving,
+// to have certainly stopped serving (services.presenceOf): until then the
+// region may be open there and must not be counted closed.
+func (p *TransitRegionState) awaitGone(ctx *procedure.Context, ref ServerRef, left time.Duration) (procedure.Flow, error) {
+	ctx.Logger.Debug("region's server is fenced but may still serve it; waiting", "region", p.Region, "server", ref.String(), "left", left)
+	ctx.Suspend(procedure.Timeout(max(left, time.Millisecond)), procedure.SkipPersistence())
+	return procedure.HasMoreState, nil
+}
+
+func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt int) (procedure.Flow, error) {
+	ctx.Suspend(procedure.Timeout(d.cfg.RetryBackoff.Delay(attempt)), procedure.SkipPersistence())
+	return procedure.HasMoreState, nil
+}
+
+func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_CLOSE)
+	srv, pres, left, err := svc.presenceOf(r, p.Server)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	alive := pres == present
+	if alive {
+		p.Address = srv.Address
+	}
+	closed := pres == gone
+	switch classify(res) {
+	case outDone:
+		closed = true
+	case outDeposed:
+		return p.backoff(ctx, d, ctx.Attempt())
+	case outFailed:
+		if alive {
+			ctx.Logger.Warn("close failed; retrying", "region", p.Region, "server", p.Server.String(), "error", res.Err)
+			return p.backoff(ctx, d, ctx.Attempt())
+		}
+	}
+	if !closed {
+		if pres == fencing {
+			return p.awaitGone(ctx, p.Server, left)
+		}
+		return p.await(ctx, d, svc, rspb.OpKind_OP_KIND_CLOSE)
+	}
+	svc.forget(ctx.ID())
+	if p.Kind == KindUnassign {
+		return procedure.NoMoreState, putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionClosed})
+	}
+	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionClosed, ProcID: ctx.ID()}); err != nil {
+		return procedure.NoMoreState, err
+	}
+	p.SetNextState(trspOpenPrepare)
+	return procedure.HasMoreState, nil
+}
+
+func (p *TransitRegionState) openPrepare(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	cands, err := svc.liveTargets(r)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	for _, ex := range p.Excluded {
+		delete(cands, ex)
+	}
+	if len(cands) == 0 && len(p.Excluded) > 0 {
+		// Every live server refused once: start another round, after a
+		// pause that grows with the rounds.
+		p.Excluded = nil
+		p.Rounds++
+		return p.backoff(ctx, d, p.Rounds)
+	}
+	if (p.Kind == KindMove || p.Kind == KindReopen) && p.Target == "" && len(cands) > 1 {
+		delete(cands, p.Source) // a move goes elsewhere if it can
+	}
+	id, err := svc.pick(r, cands, p.Target)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	if id == "" {
+		ctx.Logger.Debug("no live region server to open on; waiting", "region", p.Region)
+		return p.backoff(ctx, d, ctx.Attempt())
+	}
+	srv := cands[id]
+	p.Server, p.Address = ServerRef{id, srv.StartCode}, srv.Address
+	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionOpening, Server: id, StartCode: srv.StartCode, ProcID: ctx.ID()}); err != nil {
+		return procedure.NoMoreState, err
+	}
+	p.SetNextState(trspOpenDispatch)
+	return procedure.HasMoreState, nil
+}
+
+func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	if err := failPoint(d, "region.open"); err != nil {
+		return procedure.NoMoreState, err
+	}
+	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_OPEN)
+	srv, pres, left, err := svc.presenceOf(r, p.Server)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	alive := pres == present
+	if alive {
+		p.Address = srv.Address
+	}
+	switch classify(res) {
+	case outDone:
+		if !alive {
+			break // fenced: it drops the region; open it elsewhere once it has
+		}
+		svc.forget(ctx.ID())
+		p.Opened = p.Server
+		return procedure.NoMoreState, putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionOpen, Server: p.Server.ID, StartCode: p.Server.StartCode})
+	case outDeposed:
+		return p.backoff(ctx, d, ctx.Attempt())
+	case outFailed:
+		p.Attempts++
+		p.Excluded = append(p.Excluded, p.Server.ID)
+		ctx.Logger.Warn("region failed to open", "region", p.Region, "server", p.Server.String(), "attempt", p.Attempts, "error", res.Err)
+		if p.Bounded && p.Attempts >= d.cfg.MaxOpenAttempts {
+			return procedure.NoMoreState, fmt.Errorf("master: region %s failed to open %d times (last on %s): %w", p.Region, p.Attempts, p.Server, res.Err)
+		}
+		if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionFailedOpen, Server: p.Server.ID, StartCode: p.Server.StartCode, ProcID: ctx.ID()}); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(trspOpenPrepare)
+		return procedure.HasMoreState, nil
+	case outNone, outRemoved:
+		if alive {
+			return p.await(ctx, d, svc, rspb.OpKind_OP_KIND_OPEN)
+		}
+	}
+	if pres == fencing {
+		// Fenced, but the open may have reached it and it may serve the
+		// region until its self-fence deadline.
+		return p.awaitGone(ctx, p.Server, left)
+	}
+	// The target is gone (restarted, or past its self-fence deadline): it
+	// cannot hold the region any more, so try elsewhere.
+	svc.forget(ctx.ID())
+	if !slices.Contains(p.Excluded, p.Server.ID) {
+		p.Excluded = append(p.Excluded, p.Server.ID)
+	}
+	p.SetNextState(trspOpenPrepare)
+	return procedure.HasMoreState, nil
+}
+
+// RollbackState implements procedure.StateSteps. Whatever the state, the
+// undo is the same and done once: if the region is open (or opening, or
+// closing) through this procedure on a live server, close it there and
+// wait for the confirmation (a rollback cannot suspend; an error is
+// retried with backoff by the executor), then record UndoState.
+func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) error {
+	if p.Undone {
+		return nil
+	}
+	d, err := envOf(ctx)
+	if err != nil {
+		return err
+	}
+	r := ctxReader{ctx}
+	rg, ok, err := getRegion(r, p.Region)
+	if err != nil {
+		return err
+	}
+	mine := ok && (rg.ProcID == ctx.ID() ||
+		!p.Opened.IsZero() && rg.State == RegionOpen && rg.Server == p.Opened.ID && rg.StartCode == p.Opened.StartCode)
+	if !mine {
+		p.Undone = true
+		return nil
+	}
+	if regionBusy(rg) {
+		ref := ServerRef{rg.Server, rg.StartCode}
+		svc := d.servicesFor(ctx)
+		if svc == nil {
+			return ErrNoServices
+		}
+		srv, pres, left, err := svc.presenceOf(r, ref)
+		if err != nil {
+			return err
+		}
+		if pres == fencing {
+			return fmt.Errorf("master: rollback: region %s: its fenced server %s may serve it for %v more", p.Region, ref, left)
+		}
+		if pres == present {
+			if p.Bounded {
+				if err := svc.closeTableOnce(ctx, r, ctx.RootID(), rg.Table); err != nil {
+					return err
+				}
+			}
+			if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, p.Region, p.fullTable()); err != nil {
+				return fmt.Errorf("master: rollback: closing region %s on %s: %w", p.Region, ref, err)
+			}
+		}
+	}
+	undo := p.UndoState
+	if undo == "" {
+		undo = RegionClosed
+	}
+	if err := putRegion(ctx, p.Region, Region{Table: rg.Table, State: undo}); err != nil {
+		return err
+	}
+	p.Undone = true
+	return nil
+}
+
+// closeTableOnce sends, once per rolled-back tree and term, a close for
+// every region of table that is open (or opening, or closing) on a live
+// server, without waiting. The rollback undoes one child at a time and
+// each waits for its own close; sent together first, the closes run in
+// parallel on the servers, and each child's own close then finds its
+// region closed already. Only a create's or an enable's rollback does it:
+// their table is CREATING or ENABLING and held exclusively by the tree, so
+// every open region of it is the tree's own. The dispatcher keeps one call
+// in flight per server, in order, so a close can never overtake an open
+// sent before it.
+func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint64, table string) error {
+	s.mu.Lock()
+	if s.closedTables == nil {
+		s.closedTables = map[uint64]bool{}
+	}
+	done := s.closedTables[rootID]
+	s.closedTables[rootID] = true
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	t, ok, err := getTable(r, table)
+	if err != nil || !ok || (t.State != TableCreating && t.State != TableEnabling) {
+		return err
+	}
+	for _, rn := range t.Regions {
+		rg, ok, err := getRegion(r, rn)
+		if err != nil {
+			return err
+		}
+		if !ok || !regionBusy(rg) {
+			continue
+		}
+		srv, alive, err := serverAlive(r, ServerRef{rg.Server, rg.StartCode})
+		if err != nil {
+			return err
+		}
+		if alive {
+			// Proc id 0: nobody waits for these answers.
+			s.disp.Dispatch(dispatch.Target{ServerID: rg.Server, Address: srv.Address, StartCode: rg.StartCode},
+				dispatch.Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: rn, Table: table})
+		}
+	}
+	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", len(t.Regions))
+	return nil
+}
+
+// closeSync closes region on ref and waits for the answer (rollbacks).
+func (s *services) closeSync(ctx context.Context, procID uint64, ref ServerRef, addr, region, table string) error {
+	w := s.dispatch(procID, ref, addr, region, table, rspb.OpKind_OP_KIND_CLOSE)
+	timeout, stopTimer := s.d.after(s.d.cfg.DispatchTimeout)
+	defer stopTimer()
+	select {
+	case <-w.done:
+	case <-timeout:
+		return fmt.Errorf("no answer within %v", s.d.cfg.DispatchTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopCh:
+		return ErrNoServices
+	}
+	res := s.take(procID, ref, region, rspb.OpKind_OP_KIND_CLOSE)
+	switch classify(res) {
+	case outDone:
+		return nil
+	case outRemoved:
+		if _, pres, _, err := s.presenceOf(s.reader(), ref); err == nil && pres == gone {
+			return nil
+		}
+	}
+	if res == nil {
+		return errors.New("result lost")
+	}
+	return res.Err
+}

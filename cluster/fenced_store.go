@@ -1,0 +1,44 @@
+package cluster
+
+import (
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
+)
+
+// The executor's store keeps the replicated domain state: a step's Put and
+// Delete (procedure.Context) travel in the same Raft entry as the step's
+// transition.
+var _ store.MutationStore = (*fencedStore)(nil)
+
+// InsertAndMutate implements store.MutationStore, fenced like Insert.
+func (s *fencedStore) InsertAndMutate(proc store.Proc, children []store.Proc, muts []store.Mutation) error {
+	return s.InsertWith(proc, children, toRaftMutations(muts))
+}
+
+// UpdateAndMutate implements store.MutationStore, fenced like Update.
+func (s *fencedStore) UpdateAndMutate(proc store.Proc, muts []store.Mutation) error {
+	return s.UpdateWith(proc, toRaftMutations(muts))
+}
+
+// Value implements store.MutationStore from the local FSM, which on the
+// leader has applied every entry this executor committed.
+func (s *fencedStore) Value(key string) ([]byte, bool) {
+	return s.n.fsm.Get(key)
+}
+
+// ScanValues implements store.MutationStore from the local FSM.
+func (s *fencedStore) ScanValues(prefix string, fn func(string, []byte) bool) {
+	s.n.fsm.Scan(prefix, fn)
+}
+
+func toRaftMutations(muts []store.Mutation) []raftfsm.Mutation {
+	out := make([]raftfsm.Mutation, len(muts))
+	for i, m := range muts {
+		if m.Delete {
+			out[i] = raftfsm.Del(m.Key)
+		} else {
+			out[i] = raftfsm.Put(m.Key, m.Value)
+		}
+	}
+	return out
+}

@@ -1,0 +1,26 @@
+package store
+
+// Mutation is one change to the domain key/value state that some stores
+// keep beside procedures (the Raft-replicated store does; the WAL does not).
+type Mutation struct {
+	Key    string
+	Value  []byte // the new value; ignored when Delete is set
+	Delete bool
+}
+
+// MutationStore is a Store whose inserts and updates can also apply
+// Mutations to a key/value state it keeps, in the same atomic write: a
+// procedure step's effect is committed if and only if its transition is, so
+// a step re-run after a crash never finds its own effect half-applied.
+type MutationStore interface {
+	Store
+	// InsertAndMutate is Insert plus muts, in one atomic write.
+	InsertAndMutate(proc Proc, children []Proc, muts []Mutation) error
+	// UpdateAndMutate is Update plus muts, in one atomic write.
+	UpdateAndMutate(proc Proc, muts []Mutation) error
+	// Value reads the committed value of key.
+	Value(key string) ([]byte, bool)
+	// ScanValues calls fn for every committed key with the prefix, in key
+	// order, until fn returns false.
+	ScanValues(prefix string, fn func(key string, value []byte) bool)
+}
