@@ -169,11 +169,6 @@
 // walk refuses such a file, and the node must be rebuilt from the others,
 // whose copies are intact.
 //
-// # Left to do
-//
-//   - Leases for region servers and the domain procedures (tables,
-//     regions, server crash) come in later parts.
-//
 // # Timings
 //
 // The defaults (heartbeat and election 300 ms, lease 150 ms) aim at a

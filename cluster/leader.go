@@ -315,6 +315,7 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		return ErrShutdown
 	}
 	n.exec, n.rstore, n.execTerm = x, rs, term
+	n.execChangedLocked()
 	n.mu.Unlock()
 	info := x.LoadInfo()
 	n.log.Info("leadership established", "term", n.raft.CurrentTerm(),
@@ -328,6 +329,9 @@ func (n *Node) establish(ctx context.Context) (err error) {
 func (n *Node) revoke(ctx context.Context) {
 	n.mu.Lock()
 	x, rs, stopServices := n.exec, n.rstore, n.stopServices
+	if n.exec != nil {
+		n.execChangedLocked()
+	}
 	n.exec, n.rstore, n.stopServices = nil, nil, nil
 	n.mu.Unlock()
 	if stopServices != nil {

@@ -85,6 +85,9 @@ type Node struct {
 	stopServices func()
 	execTerm     uint64 // the term exec was established in
 	closed       bool
+	// execChanged is closed, and replaced, whenever exec is published or
+	// revoked (see ExecutorChanged).
+	execChanged chan struct{}
 
 	shutdownCh   chan struct{}
 	loopDone     chan struct{}
@@ -108,6 +111,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 		shutdownCh:  make(chan struct{}),
 		loopDone:    make(chan struct{}),
 		stopStorage: make(chan struct{}),
+		execChanged: make(chan struct{}),
 	}
 	// Undo whatever was opened if a later step fails.
 	var closers []func() error
@@ -312,6 +316,22 @@ func (n *Node) Executor() (*procedure.Executor, error) {
 		return nil, ErrNotReady
 	}
 	return x, nil
+}
+
+// ExecutorChanged returns a channel closed the next time Executor's
+// answer changes: an executor published (this leader became ready) or
+// revoked. Take it before calling Executor, so a change in between is not
+// missed; it spares waiters a poll.
+func (n *Node) ExecutorChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.execChanged
+}
+
+// execChangedLocked wakes ExecutorChanged's waiters. Call with n.mu held.
+func (n *Node) execChangedLocked() {
+	close(n.execChanged)
+	n.execChanged = make(chan struct{})
 }
 
 // PeerStatus is one member of the Raft configuration.

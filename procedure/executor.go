@@ -42,6 +42,7 @@ type Executor struct {
 	stopping     bool
 	fatal        error
 	listeners    []Listener
+	lockWaiters  []LockWaitListener
 	workers      map[*worker]struct{}
 	extra        int
 	wg           sync.WaitGroup
@@ -66,6 +67,13 @@ type worker struct {
 // Listener is told about every persisted transition of a procedure. It runs
 // on the worker that made the transition and must not block.
 type Listener func(Info)
+
+// LockWaitListener is told that procedure id was parked behind a
+// conflicting lock. Parking is not a persisted transition (a restart parks
+// it again), so Listeners never hear of it; a caller that answers "waiting"
+// to its own client needs to. It runs on the worker that parked the
+// procedure, without the executor's locks held, and must not block.
+type LockWaitListener func(id uint64)
 
 // New builds an executor; it does not touch the store until Start.
 func New(cfg Config) (*Executor, error) {
@@ -104,6 +112,25 @@ func (x *Executor) AddListener(l Listener) {
 	x.mu.Lock()
 	x.listeners = append(x.listeners, l)
 	x.unlock()
+}
+
+// AddLockWaitListener registers l for every later parking of a procedure
+// behind a conflicting lock.
+func (x *Executor) AddLockWaitListener(l LockWaitListener) {
+	x.mu.Lock()
+	x.lockWaiters = append(x.lockWaiters, l)
+	x.unlock()
+}
+
+// notifyLockWait tells the lock-wait listeners that id was parked. Called
+// without x.mu held.
+func (x *Executor) notifyLockWait(id uint64) {
+	x.mu.Lock()
+	ls := x.lockWaiters
+	x.unlock()
+	for _, l := range ls {
+		l(id)
+	}
 }
 
 // Start loads every procedure from the store, then starts the workers.
@@ -343,7 +370,8 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
 		x.mu.Lock()
 		if !granted {
-			if !e.lockWait {
+			parked := e.lockWait
+			if !parked {
 				// An Abort or a Bypass took it out of the lock wait while
 				// Acquire was parking it: it must not stay parked.
 				x.sched.CancelLockWait(e.id)
@@ -351,6 +379,9 @@ func (x *Executor) runProc(w *worker, id uint64) {
 			}
 			x.endRunLocked(e, root)
 			x.unlock()
+			if parked {
+				x.notifyLockWait(e.id)
+			}
 			return
 		}
 		e.lockWait = false

@@ -100,6 +100,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 				x.mu.Lock()
 				x.unclaimLocked(top)
 				x.unlock()
+				x.notifyLockWait(top.id)
 				return
 			}
 			x.mu.Lock()

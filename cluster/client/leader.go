@@ -144,26 +144,10 @@ func (t *LeaderTracker) Follow(ctx context.Context, p FollowPolicy, attempt func
 		if p.OnRetry != nil {
 			p.OnRetry(addr, err, false, pause)
 		}
-		if err := sleep(ctx, clk, pause); err != nil {
+		if err := clock.Sleep(ctx, clk, pause); err != nil {
 			return f
 		}
 		pause = min(2*pause, p.MaxBackoff)
-	}
-}
-
-// sleep waits d on clk, or until ctx ends.
-func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	ch := make(chan struct{})
-	t := clk.AfterFunc(d, func() { close(ch) })
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -296,11 +296,6 @@ func (d *Domain) lockInfo(x catalog.Executor, id uint64) (catalog.Lock, error) {
 // must poll past.
 const acquireGrace = time.Second
 
-// parkRecheck is how soon AcquireLock looks again whether its lock
-// procedure was parked behind a conflicting lock: a holder told WAITING
-// late has that much less of its lease left to start heartbeating.
-const parkRecheck = 5 * time.Millisecond
-
 // AcquireLock submits a LockProcedure (the nonce makes a retry return the
 // same lock) and grants it a lease. The answer is ACQUIRED, or WAITING
 // while a conflicting lock is held. It runs on the leader, with its
@@ -342,24 +337,17 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 			unwatch()
 			return lk, nil
 		}
-		// Taking the lock is a persisted transition (changed fires);
-		// being parked behind a conflicting one is not, and the executor
-		// has no listener for it, so that alone is looked for again after
-		// parkRecheck (on the domain's clock).
-		recheck, stopRecheck := d.after(parkRecheck)
+		// Taking the lock is a persisted transition and being parked
+		// behind a conflicting one a lock wait: either closes changed.
 		select {
 		case <-changed:
-		case <-recheck:
 		case <-expired:
-			stopRecheck()
 			unwatch()
 			return lk, nil
 		case <-svc.stopCh:
-			stopRecheck()
 			unwatch()
 			return lk, nil
 		}
-		stopRecheck()
 		unwatch()
 	}
 }

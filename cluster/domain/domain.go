@@ -42,6 +42,7 @@ type Node interface {
 	Leader() (id, raftAddr string)
 	IsLeader() bool
 	Executor() (*procedure.Executor, error)
+	ExecutorChanged() <-chan struct{}
 }
 
 var _ Node = (*cluster.Node)(nil)

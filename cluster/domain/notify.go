@@ -28,7 +28,7 @@ func (d *Domain) withTimeout(ctx context.Context, dur time.Duration) (context.Co
 }
 
 // watchProc returns a channel closed at procedure id's next persisted
-// transition, and an unwatch to call once the caller stops waiting.
+// transition or parking behind a lock, and an unwatch to call once the caller stops waiting.
 func (s *services) watchProc(id uint64) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	s.watchMu.Lock()
@@ -55,11 +55,18 @@ func (s *services) watchProc(id uint64) (<-chan struct{}, func()) {
 // onTransition is the executor's listener: it wakes the watchers of the
 // procedure that moved. It runs on a worker, and inside Submit, whose
 // callers may hold s.mu: it takes only watchMu and only closes channels.
-func (s *services) onTransition(info procedure.Info) {
+func (s *services) onTransition(info procedure.Info) { s.wakeWatchers(info.ID) }
+
+// onLockWait is the executor's lock-wait listener: a procedure parked
+// behind a conflicting lock has not moved, but AcquireLock's caller is
+// owed a WAITING now rather than at the end of its grace.
+func (s *services) onLockWait(id uint64) { s.wakeWatchers(id) }
+
+func (s *services) wakeWatchers(id uint64) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
-	for ch := range s.watchers[info.ID] {
+	for ch := range s.watchers[id] {
 		close(ch)
 	}
-	delete(s.watchers, info.ID)
+	delete(s.watchers, id)
 }

@@ -96,6 +96,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	svc.lockLeases.Start()
 
 	x.AddListener(svc.onTransition)
+	x.AddLockWaitListener(svc.onLockWait)
 
 	d.mu.Lock()
 	d.svc = svc
@@ -269,16 +270,15 @@ func (s *services) nextStartCode() uint64 {
 // half done: crash procedures owed to expired or superseded incarnations
 // that still hold regions, and leases of external locks.
 func (s *services) reconcileWhenReady() {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
 	for {
+		changed := s.n.ExecutorChanged()
 		if x, err := s.n.Executor(); err == nil && x == s.x {
 			break
 		}
 		select {
 		case <-s.stopCh:
 			return
-		case <-t.C:
+		case <-changed:
 		}
 	}
 	r := s.reader()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -116,7 +117,7 @@ func (s *Server) leaseLoop(ctx context.Context) {
 	pause := s.cfg.MinBackoff
 	retry := func(what string, err error) {
 		s.log.Warn(what+" failed; retrying", "error", err, "retry_in", pause, "leader", s.masters.Leader())
-		_ = sleep(ctx, s.clk, pause)
+		_ = clock.Sleep(ctx, s.clk, pause)
 		pause = min(2*pause, s.cfg.MaxBackoff)
 	}
 	for ctx.Err() == nil {
@@ -129,7 +130,7 @@ func (s *Server) leaseLoop(ctx context.Context) {
 			}
 			pause = s.cfg.MinBackoff
 		}
-		if sleep(ctx, s.clk, s.HeartbeatInterval()) != nil {
+		if clock.Sleep(ctx, s.clk, s.HeartbeatInterval()) != nil {
 			return
 		}
 		for ctx.Err() == nil && s.StartCode() != 0 {

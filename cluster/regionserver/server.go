@@ -456,7 +456,7 @@ func (s *Server) execOp(ctx context.Context, term, sc, seq uint64, op *rspb.Regi
 		res.Ok, res.Already = true, true
 		return res, nil
 	}
-	if err := sleep(ctx, s.clk, s.cfg.OpLatency); err != nil {
+	if err := clock.Sleep(ctx, s.clk, s.cfg.OpLatency); err != nil {
 		res.Error = "interrupted: " + err.Error()
 		return res, err
 	}
@@ -509,22 +509,6 @@ func (s *Server) CloseRegion(ctx context.Context, region string) error {
 	s.log.Info("region closed by the region server", "region", region)
 	s.report(sc, region, StateClosed, "closed by the region server")
 	return nil
-}
-
-// sleep waits d on clk, or until ctx ends.
-func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	ch := make(chan struct{})
-	t := clk.AfterFunc(d, func() { close(ch) })
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // regionLocks is a lock per region, made on demand and dropped when

@@ -4,6 +4,7 @@
 package clock
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -107,4 +108,21 @@ func (c *Manual) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.timers)
+}
+
+// Sleep waits d on clk, or until ctx ends (then it returns ctx.Err()). A
+// wait that must stop when its caller gives up, on time a test can drive.
+func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	ch := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(ch) })
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
