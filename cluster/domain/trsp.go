@@ -131,7 +131,7 @@ func (r ctxReader) scan(prefix string, fn func(string, []byte) bool) error {
 func envOf(ctx *procedure.Context) (*Domain, error) {
 	d, ok := ctx.Env.(*Domain)
 	if !ok || d == nil {
-		return nil, fmt.Errorf("master: procedure Env is %T, want *master.Domain", ctx.Env)
+		return nil, fmt.Errorf("master: procedure Env is %T, want *domain.Domain", ctx.Env)
 	}
 	return d, nil
 }
