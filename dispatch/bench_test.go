@@ -32,7 +32,15 @@ func BenchmarkDispatch(b *testing.B) {
 			}
 			tr := TransportFunc(func(ctx context.Context, t Target, req *rspb.BatchRequest) (*rspb.BatchResponse, error) {
 				if rtt > 0 {
-					time.Sleep(rtt) // the network and the server's work
+					// Stands in for the network and the server's work: it
+					// paces the calls and waits for nothing.
+					timer := time.NewTimer(rtt)
+					select {
+					case <-timer.C:
+					case <-ctx.Done():
+						timer.Stop()
+						return nil, ctx.Err()
+					}
 				}
 				return local.ExecuteBatch(ctx, t, req)
 			})
