@@ -13,8 +13,8 @@ import (
 )
 
 // BenchmarkDispatch assigns 20,000 regions over 20 region servers per
-// iteration (the benchmark, without Raft): default batching on the
-// real clock, an in-memory transport (LocalTransport to fake region
+// iteration (a large cluster's start, without Raft): default batching on
+// the real clock, an in-memory transport (LocalTransport to fake region
 // servers) with a simulated round trip per call. It reports the calls made
 // against one call per region.
 func BenchmarkDispatch(b *testing.B) {

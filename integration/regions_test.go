@@ -106,11 +106,10 @@ type tableCreate struct {
 }
 
 // TestLeaderKillsDuringTableCreates runs 3 masters and 3 region servers
-// (20 ms per open) and creates the 50 tables × 16 regions (800
-// regions) from 4 concurrent clients, submissions spread over 8 s, each
-// create with its own nonce and retried until acknowledged, while the
-// leader is SIGKILLed again and again: each kill waits until some region
-// is in transition (a create is assigning its regions), and each victim
+// (20 ms per open) and creates 50 tables × 16 regions (800 regions) from
+// 4 concurrent clients, submissions spread over 8 s, each create with its
+// own nonce and retried until acknowledged, while the leader is SIGKILLed
+// again and again: each kill waits until some region is in transition (a create is assigning its regions), and each victim
 // is restarted once a new leader is ready, so a quorum always stands. At
 // least 3 kills, at most 6, stopping once every create is terminal. (It
 // takes about 12 s here.) BATON_IT_FULL=1 spreads the submissions over
