@@ -109,11 +109,12 @@ type tableCreate struct {
 // (20 ms per open) and creates 50 tables × 16 regions (800 regions) from
 // 4 concurrent clients, submissions spread over 8 s, each create with its
 // own nonce and retried until acknowledged, while the leader is SIGKILLed
-// again and again: each kill waits until some region is in transition (a create is assigning its regions), and each victim
-// is restarted once a new leader is ready, so a quorum always stands. At
-// least 3 kills, at most 6, stopping once every create is terminal. (It
-// takes about 12 s here.) BATON_IT_FULL=1 spreads the submissions over
-// 20 s and kills 8 to 12 times:
+// again and again: each kill waits until some region is in transition (a
+// create is assigning its regions), and each victim is restarted once a new
+// leader is ready, so a quorum always stands. At least 3 kills, at most 6,
+// stopping once every create is terminal. (It takes about 12 s here.)
+// BATON_IT_FULL=1 spreads the submissions over 20 s and kills 8 to
+// 12 times:
 //
 //	BATON_IT_FULL=1 go test -run TestLeaderKillsDuringTableCreates -v -timeout 15m ./integration/
 //
