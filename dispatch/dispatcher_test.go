@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -729,14 +730,10 @@ func TestStop(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 
-	// Every sender ended (Stop waited); give the runtime a moment to reap them.
-	deadline := time.Now().Add(waitFor)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("goroutines %d > %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
+	// Every sender ended (Stop waited); the runtime reaps them soon after.
+	if !testwait.Until(waitFor, func() bool { return runtime.NumGoroutine() <= before }) {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("goroutines %d > %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
 }
 

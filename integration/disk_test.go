@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // The disk tests put every node's data directory on its own small tmpfs
@@ -148,24 +149,28 @@ func readyz(ctx context.Context, c *harness.Cluster, id string) (int, string, er
 	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }
 
-// waitUntil polls cond every 20 ms until it holds or ctx ends; then it
-// saves c's goroutines and fails t.
-func waitUntil(ctx context.Context, t *testing.T, c *harness.Cluster, what string, cond func() (bool, string)) {
+// waitOrDump is testwait.ForNil that first saves c's goroutines when the
+// wait fails: the stacks of a node stuck after a storage failure say
+// where it is stuck.
+func waitOrDump(t *testing.T, c *harness.Cluster, d time.Duration, what string, check func() error) {
 	t.Helper()
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			dumpGoroutines(t, c)
-			t.Fatalf("%s: not reached: %v (last: %s)", what, ctx.Err(), last)
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := testwait.Err(d, what, check); err != nil {
+		dumpGoroutines(t, c)
+		t.Fatal(err)
 	}
+}
+
+// notReadyFromStorage is nil once node id's /readyz answers 503 naming a
+// local storage failure.
+func notReadyFromStorage(ctx context.Context, c *harness.Cluster, id string) error {
+	code, body, err := readyz(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "local storage failed") {
+		return fmt.Errorf("%d %s", code, body)
+	}
+	return nil
 }
 
 // submitAll submits n sleep procedures under nonces prefix-0.. from
@@ -255,12 +260,8 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 		acked[k] = v
 	}
 
-	waitUntil(ctx, t, c, target+" reports not ready", func() (bool, string) {
-		code, body, err := readyz(ctx, c, target)
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "local storage failed"), fmt.Sprintf("%d %s", code, body)
+	waitOrDump(t, c, 30*time.Second, target+" to report not ready", func() error {
+		return notReadyFromStorage(ctx, c, target)
 	})
 	t.Logf("%s not ready %v after the fill", target, time.Since(start).Round(time.Millisecond))
 	newLeader := c.WaitLeader(ctx)
@@ -299,12 +300,15 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 	c.Kill(target)
 	c.Restart(target)
 	restarted := time.Now()
-	waitUntil(ctx, t, c, target+" ready after the restart", func() (bool, string) {
+	waitOrDump(t, c, 30*time.Second, target+" ready after the restart", func() error {
 		code, body, err := readyz(ctx, c, target)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+		if code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
 	})
 	after := submitAll(t, ctx, cl, "after", 10)
 	checkAllSucceeded(t, ctx, cl, after)

@@ -92,7 +92,11 @@ func TestFailoverTiming(t *testing.T) {
 				} else {
 					submitted.Add(1)
 				}
-				time.Sleep(50 * time.Millisecond)
+				// Paces the load: one submission per client every 50 ms.
+				select {
+				case <-loadCtx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 			}
 		}()
 	}
@@ -116,7 +120,13 @@ func TestFailoverTiming(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		time.Sleep(time.Second)
+		// Paces the rounds: the load runs under each leader for a
+		// second before it is killed.
+		select {
+		case <-ctx.Done():
+			t.Fatalf("round %d: %v", round, ctx.Err())
+		case <-time.After(time.Second):
+		}
 		survivors := c.Followers(leader)
 
 		t0 := time.Now()
@@ -149,7 +159,13 @@ func TestFailoverTiming(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(5 * time.Millisecond)
+			// A fixed 5 ms, not testwait's backoff: the poll interval is
+			// the resolution of "ready" and "observed".
+			select {
+			case <-ctx.Done():
+				break poll
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 		if stepMs == 0 {
 			t.Fatalf("round %d: no resumed step within 15 s of killing %s", round, leader)

@@ -106,14 +106,21 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 				mu.Lock()
 				acked++
 				mu.Unlock()
-				time.Sleep(150 * time.Millisecond) // spread the submissions over the kills
+				// Paces the submissions, to spread them over the kills.
+				select {
+				case <-ctx.Done():
+					fail(fmt.Errorf("submissions stopped after %s: %w", j.nonce, ctx.Err()))
+					return
+				case <-time.After(150 * time.Millisecond):
+				}
 			}
 		}()
 	}
 	go func() { subs.Wait(); close(subDone) }()
 
-	// The killer: SIGKILL whoever leads, restart it a moment later, wait
-	// until it is back (knows a leader) so the next kill leaves a quorum.
+	// The killer: SIGKILL whoever leads, restart it once another node
+	// leads, wait until it is back (knows a leader) so the next kill
+	// leaves a quorum.
 	type kill struct {
 		victim     string
 		acked      int
@@ -134,7 +141,13 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		if _, err := c.AwaitLeader(ctx); err != nil {
 			t.Fatalf("after %d kills: %v", len(kills), err)
 		}
-		time.Sleep(time.Duration(250+rng.IntN(400)) * time.Millisecond)
+		// Paces the kills: a random pause puts each one at a different
+		// point of the submissions.
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after %d kills: %v", len(kills), ctx.Err())
+		case <-time.After(time.Duration(250+rng.IntN(400)) * time.Millisecond):
+		}
 		// Whoever leads now: leadership may have moved during the pause
 		// on a loaded machine, and the victim must be the leader.
 		leader, err := c.AwaitLeader(ctx)
@@ -153,7 +166,6 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		k.newLeader, k.electionIn = nl, time.Since(killedAt)
 		kills = append(kills, k)
 		t.Logf("kill %d: %s (leader) with %d/%d acknowledged; %s ready after %v", len(kills), leader, k.acked, procs, nl, k.electionIn.Round(time.Millisecond))
-		time.Sleep(100 * time.Millisecond)
 		c.Restart(leader)
 		uctx, ucancel := context.WithTimeout(ctx, 20*time.Second)
 		if _, err := c.WaitUp(uctx, leader); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,12 +134,8 @@ func TestFsyncFailureOnDevice(t *testing.T) {
 	fillDisk(t, filler)
 	merge(acked, submitAll(t, ctx, cl, "during", 30))
 	checkAllSucceeded(t, ctx, cl, acked)
-	waitUntil(ctx, t, c, leader+" reports not ready", func() (bool, string) {
-		code, body, err := readyz(ctx, c, leader)
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "local storage failed"), fmt.Sprintf("%d %s", code, body)
+	waitOrDump(t, c, 30*time.Second, leader+" to report not ready", func() error {
+		return notReadyFromStorage(ctx, c, leader)
 	})
 	if nl := c.WaitLeader(ctx); nl == leader {
 		t.Fatalf("%s leads on a device whose fsync fails", leader)
@@ -178,15 +173,13 @@ func TestFsyncFailureOnDevice(t *testing.T) {
 	}
 	c.Restart(leader)
 	exited := false
-	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
-	defer scancel()
-	waitUntil(sctx, t, c, leader+" to start or refuse to", func() (bool, string) {
+	waitOrDump(t, c, 20*time.Second, leader+" to start or refuse to", func() error {
 		if !c.Node(leader).Running() {
 			exited = true
-			return true, ""
+			return nil
 		}
 		_, err := c.Status(ctx, leader)
-		return err == nil, fmt.Sprint(err)
+		return err
 	})
 	if exited {
 		code, _ := c.WaitExit(ctx, leader)

@@ -97,7 +97,11 @@ func waitTerminal(ctx context.Context, cl *client.Client, id uint64) (state stri
 		if status.Code(err) == codes.NotFound {
 			return "", 0, "", fmt.Errorf("procedure %d: %w", id, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		// Spaces the re-watches while no node can answer (an election).
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 

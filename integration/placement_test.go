@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -192,9 +193,9 @@ func recordedStartCodes(ctx context.Context, c *harness.Cluster) (map[string]uin
 // except are not asked: a deposed leader says it leads until it learns
 // otherwise, so a test waiting for a new leader names the old one.
 func liveLeader(ctx context.Context, c *harness.Cluster, within time.Duration, except ...string) (string, error) {
-	deadline := time.Now().Add(within)
+	var leader string
 	var last error = errors.New("no master says it leads")
-	for {
+	testwait.Until(within, func() bool {
 		for _, n := range c.Nodes {
 			if !n.Running() || slices.Contains(except, n.ID) {
 				continue
@@ -207,14 +208,16 @@ func liveLeader(ctx context.Context, c *harness.Cluster, within time.Duration, e
 				continue
 			}
 			if st.State == "Leader" && st.Executor {
-				return n.ID, nil
+				leader = n.ID
+				return true
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("no ready leader within %v: %w", within, last)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ctx.Err() != nil // the caller's deadline ends the wait too
+	})
+	if leader == "" {
+		return "", fmt.Errorf("no ready leader within %v: %w", within, last)
 	}
+	return leader, nil
 }
 
 // check returns the safety violations (a region open on two servers,
@@ -345,40 +348,42 @@ func (p *placement) hostedOn(id string) []string {
 func checkPlacement(t *testing.T, ctx context.Context, c *harness.Cluster, want []tableWant, within time.Duration) *placement {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(within)
 	var last []string
 	var lastErr error
-	for {
+	var held *placement
+	testwait.Until(within, func() bool {
 		p, err := readPlacement(ctx, c)
-		if err == nil {
-			violations, problems := p.check(want)
-			if len(violations) > 0 {
-				t.Fatalf("SAFETY VIOLATION: %d regions open on two region servers (by their own answers, twice): %s", len(violations), listSome(violations))
-			}
-			if len(problems) == 0 {
-				present, regions := 0, 0
-				for _, w := range want {
-					if w.present {
-						present++
-						regions += w.regions
-					}
-				}
-				t.Logf("placement holds (checked in %v): %d tables wholly there (%d regions, each open on exactly one server, the recorded incarnation), %d wholly absent; open regions per server, by their own answers: %s",
-					time.Since(start).Round(time.Millisecond), present, regions, len(want)-present, p.perServer())
-				return p
-			}
-			last, lastErr = problems, nil
-		} else {
+		if err != nil {
 			lastErr = err
+			return ctx.Err() != nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			if lastErr != nil {
-				t.Fatalf("placement not readable after %v: %v (earlier problems: %s)", within, lastErr, strings.Join(last, "; "))
-			}
-			t.Fatalf("placement invariant does not hold after %v:\n  %s", within, strings.Join(last, "\n  "))
+		violations, problems := p.check(want)
+		if len(violations) > 0 {
+			t.Fatalf("SAFETY VIOLATION: %d regions open on two region servers (by their own answers, twice): %s", len(violations), listSome(violations))
 		}
-		time.Sleep(250 * time.Millisecond)
+		if len(problems) > 0 {
+			last, lastErr = problems, nil
+			return ctx.Err() != nil
+		}
+		held = p
+		return true
+	})
+	if held == nil {
+		if lastErr != nil {
+			t.Fatalf("placement not readable after %v: %v (earlier problems: %s)", within, lastErr, strings.Join(last, "; "))
+		}
+		t.Fatalf("placement invariant does not hold after %v:\n  %s", within, strings.Join(last, "\n  "))
 	}
+	present, regions := 0, 0
+	for _, w := range want {
+		if w.present {
+			present++
+			regions += w.regions
+		}
+	}
+	t.Logf("placement holds (checked in %v): %d tables wholly there (%d regions, each open on exactly one server, the recorded incarnation), %d wholly absent; open regions per server, by their own answers: %s",
+		time.Since(start).Round(time.Millisecond), present, regions, len(want)-present, held.perServer())
+	return held
 }
 
 // maxListed bounds the regions named in one message.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // submitAndWait submits procedures of typ with args under nonces
@@ -94,7 +95,13 @@ func TestRestartCatchesUpFromWAL(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("restarted %s never answered /status: %v", f, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		// A fixed 5 ms, not testwait's backoff: the assertion is about the
+		// first answer, which a slower poll could miss while the node
+		// catches up from the leader.
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	if uint64(*first) < before.FSMWALIndex {
 		t.Errorf("restarted %s first reported fsm_index %d, below the %d its WAL held: it did not load its WAL", f, *first, before.FSMWALIndex)
@@ -171,7 +178,20 @@ func TestGracefulLeaderHandover(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	time.Sleep(100 * time.Millisecond) // mid-flight
+	// SIGTERM while procedures are mid-flight: one has moved on since its
+	// submission and is not finished.
+	testwait.ForNil(t, 30*time.Second, "a procedure mid-flight", func() error {
+		ps, err := cl.ListAll(ctx, client.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if !client.Terminal(p.GetState()) && p.GetUpdatedUnixMs() > p.GetSubmittedUnixMs() {
+				return nil
+			}
+		}
+		return fmt.Errorf("none of %d procedures has moved on since its submission and is unfinished", len(ps))
+	})
 
 	// Watch for the next leader while the old one stops.
 	var (
@@ -184,18 +204,19 @@ func TestGracefulLeaderHandover(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
-			id, err := c.AwaitLeader(ctx)
+		lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer lcancel()
+		lerr = testwait.Err(30*time.Second, "a ready leader other than "+old, func() error {
+			id, err := c.AwaitLeader(lctx)
 			if err != nil {
-				lerr = err
-				return
+				return err
 			}
-			if id != old {
-				newLeader, readyIn = id, time.Since(start)
-				return
+			if id == old {
+				return fmt.Errorf("%s still leads", old)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			newLeader, readyIn = id, time.Since(start)
+			return nil
+		})
 	}()
 	code := c.Term(old, 30*time.Second)
 	exitedIn := time.Since(start)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -50,7 +51,7 @@ func TestAbortReachesALockWaiter(t *testing.T) {
 			table := uniq("t")
 			a := &lkProc{Name: uniq("A"), LockSpec: scheduler.TableLocks("default", table, scheduler.Exclusive), Gate: uniq("gate")}
 			ida := h.submit(a, SubmitOptions{})
-			eventually(t, "holder in place", func() bool { return d.has("enter:" + a.Name) })
+			testwait.For(t, 10*time.Second, "holder in place", func() bool { return d.has("enter:" + a.Name) })
 			var b Procedure = &lkProc{Name: uniq("B"), LockSpec: a.LockSpec}
 			bName := b.(*lkProc).Name
 			if mode == "state not abortable" {
@@ -62,7 +63,7 @@ func TestAbortReachesALockWaiter(t *testing.T) {
 				opts.Timeout = time.Minute
 			}
 			idb := h.submit(b, opts)
-			eventually(t, "waiter parked on the lock", func() bool {
+			testwait.For(t, 10*time.Second, "waiter parked on the lock", func() bool {
 				w, _ := h.x.Why(idb)
 				return w.Reason == "waiting for lock"
 			})
@@ -102,7 +103,7 @@ func TestAbortReachesALockWaiter(t *testing.T) {
 			if info := h.wait(ida); info.State != Success {
 				t.Fatalf("holder ended %s", info.State)
 			}
-			eventually(t, "no lock left", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
+			testwait.For(t, 10*time.Second, "no lock left", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -132,7 +133,7 @@ func TestConcurrentCrashAtPersistencePoints(t *testing.T) {
 					last, lastCS = h, cs
 					break
 				}
-				eventually(t, "crash or completion", func() bool {
+				testwait.For(t, 10*time.Second, "crash or completion", func() bool {
 					if h.x.Err() != nil {
 						return true
 					}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -150,7 +151,7 @@ func TestCrashAtEveryPersistencePoint(t *testing.T) {
 				acked[names[i]] = id
 			}
 			// Run until the crash or the end.
-			eventually(t, "crash or completion", func() bool {
+			testwait.For(t, 10*time.Second, "crash or completion", func() bool {
 				if x1.x.Err() != nil {
 					return true
 				}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -118,7 +120,7 @@ func TestDomainEffectsExactlyOnce(t *testing.T) {
 					break
 				}
 			}
-			eventually(t, "crash or finish", func() bool {
+			testwait.For(t, 10*time.Second, "crash or finish", func() bool {
 				return h1.x.Err() != nil || len(h1.x.List(Filter{RootsOnly: true, States: []State{Success, RolledBack}})) == 2
 			})
 			_ = h1.x.Stop(context.Background())

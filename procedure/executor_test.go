@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -151,7 +152,7 @@ func TestSuspendOnEvent(t *testing.T) {
 		return Done(), nil
 	})
 	id := h.submit(&funcProc{ID: "event"}, SubmitOptions{})
-	eventually(t, "suspended", func() bool {
+	testwait.For(t, 10*time.Second, "suspended", func() bool {
 		w, _ := h.x.Why(id)
 		return w.Reason == "waiting for event"
 	})
@@ -300,7 +301,7 @@ func TestAbort(t *testing.T) {
 		return Suspend(OnEvent(ev)), nil
 	})
 	id := h.submit(&funcProc{ID: "wait-forever"}, SubmitOptions{})
-	eventually(t, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
+	testwait.For(t, 10*time.Second, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
 	if err := h.x.Abort(id); err != nil {
 		t.Fatal(err)
 	}
@@ -391,12 +392,12 @@ func TestPauseResume(t *testing.T) {
 		return Done(), nil
 	})
 	id := h.submit(&funcProc{ID: "pausable"}, SubmitOptions{})
-	eventually(t, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
+	testwait.For(t, 10*time.Second, "suspended", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for event" })
 	if err := h.x.Pause(id); err != nil {
 		t.Fatal(err)
 	}
 	h.x.Wake(ev)
-	eventually(t, "parked as paused", func() bool {
+	testwait.For(t, 10*time.Second, "parked as paused", func() bool {
 		i, _ := h.x.Get(id)
 		return i.Paused && i.State == Runnable
 	})
@@ -411,7 +412,7 @@ func TestPauseResume(t *testing.T) {
 	}
 	// The event did not survive the restart, but the step runs again and
 	// sees the ready event only through ev, which is this process's.
-	eventually(t, "finished or suspended", func() bool {
+	testwait.For(t, 10*time.Second, "finished or suspended", func() bool {
 		i, _ := h.x.Get(id)
 		return i.State == Success || i.State == Waiting
 	})
@@ -428,7 +429,7 @@ func TestBypassGuards(t *testing.T) {
 		return Done(), nil
 	})
 	id := h.submit(&funcProc{ID: "parent"}, SubmitOptions{})
-	eventually(t, "waiting for children", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for children" })
+	testwait.For(t, 10*time.Second, "waiting for children", func() bool { w, _ := h.x.Why(id); return w.Reason == "waiting for children" })
 	if err := h.x.Bypass(id, BypassOptions{}); !errors.Is(err, ErrNotAllowed) {
 		t.Fatalf("bypass of a parent with live children: %v", err)
 	}
@@ -461,9 +462,9 @@ func TestLocksSerialiseAndWhy(t *testing.T) {
 		return Done(), nil
 	})
 	first := h.submit(&lockedProc{funcProc{ID: "locked"}}, SubmitOptions{})
-	eventually(t, "first running", func() bool { w, _ := h.x.Why(first); return w.Reason == "running" })
+	testwait.For(t, 10*time.Second, "first running", func() bool { w, _ := h.x.Why(first); return w.Reason == "running" })
 	second := h.submit(&lockedProc{funcProc{ID: "locked"}}, SubmitOptions{})
-	eventually(t, "second waits for lock", func() bool {
+	testwait.For(t, 10*time.Second, "second waits for lock", func() bool {
 		w, _ := h.x.Why(second)
 		return w.Reason == "waiting for lock" && slices.Contains(w.Sched.Holders, first)
 	})
@@ -532,7 +533,7 @@ func TestStoreFailureStopsExecutor(t *testing.T) {
 	if _, err := h.x.Submit(newSteps("a", 10), SubmitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "executor stopped", func() bool { return h.x.Err() != nil })
+	testwait.For(t, 10*time.Second, "executor stopped", func() bool { return h.x.Err() != nil })
 	if !errors.Is(h.x.Err(), ErrStoreFailed) {
 		t.Fatalf("Err %v", h.x.Err())
 	}
@@ -711,7 +712,7 @@ func TestPanicInRepeatedStateKeepsStackConsistent(t *testing.T) {
 	cs := &crashStore{inner: mem, budget: 4}
 	h := startExecutor(t, cs, newDomain(), reg)
 	id := h.submit(&panicSM{}, SubmitOptions{})
-	eventually(t, "crash", func() bool { return h.x.Err() != nil })
+	testwait.For(t, 10*time.Second, "crash", func() bool { return h.x.Err() != nil })
 	_ = h.x.Stop(context.Background())
 
 	h2 := startExecutor(t, mem, newDomain(), reg)

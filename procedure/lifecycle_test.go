@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -104,7 +105,7 @@ func TestLockRules(t *testing.T) {
 			}
 			h := startExecutor(t, st, d, mod)
 			first := h.submit(tc.first, SubmitOptions{})
-			eventually(t, "first in place", func() bool {
+			testwait.For(t, 10*time.Second, "first in place", func() bool {
 				if !d.has("enter:" + tc.blocked) {
 					return false
 				}
@@ -122,12 +123,12 @@ func TestLockRules(t *testing.T) {
 			}
 			second := h.submit(tc.second, SubmitOptions{})
 			if tc.concurrent {
-				eventually(t, "second runs while first is blocked", func() bool { return d.has("enter:" + tc.second.Name) })
+				testwait.For(t, 10*time.Second, "second runs while first is blocked", func() bool { return d.has("enter:" + tc.second.Name) })
 				if d.has("exit:" + tc.first.Name) {
 					t.Fatal("first finished before second entered: not concurrent")
 				}
 			} else {
-				eventually(t, "second waits for first's lock", func() bool {
+				testwait.For(t, 10*time.Second, "second waits for first's lock", func() bool {
 					w, _ := h.x.Why(second)
 					return w.Reason == "waiting for lock" && len(w.Sched.Holders) > 0
 				})
@@ -158,7 +159,7 @@ func TestLockRules(t *testing.T) {
 			}
 			// A root's Wait may return just before its last lock release
 			// reaches the scheduler: wait for the release, then check.
-			eventually(t, "both to let go of their locks", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
+			testwait.For(t, 10*time.Second, "both to let go of their locks", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
 		})
 	}
 }
@@ -258,7 +259,7 @@ func runAPICase(t *testing.T, tc apiCase) {
 	switch tc.state {
 	case "queued":
 		b := h.submit(&lkProc{Name: blocker, Gate: blocker}, SubmitOptions{})
-		eventually(t, "blocker running", func() bool { return why(b) == "running" })
+		testwait.For(t, 10*time.Second, "blocker running", func() bool { return why(b) == "running" })
 		target = h.submit(&abProc{Name: name, Mode: "plain"}, SubmitOptions{})
 		if why(target) != "queued" {
 			t.Fatalf("target %q, want queued", why(target))
@@ -266,19 +267,19 @@ func runAPICase(t *testing.T, tc apiCase) {
 		release = func() { openGate(blocker) }
 	case "running", "suspend-after":
 		target = h.submit(&abProc{Name: name, Mode: tc.state}, SubmitOptions{})
-		eventually(t, "running", func() bool { return why(target) == "running" && d.has(name+"/0") })
+		testwait.For(t, 10*time.Second, "running", func() bool { return why(target) == "running" && d.has(name+"/0") })
 		release = func() { openGate(name) }
 	case "event":
 		target = h.submit(&abProc{Name: name, Mode: "event"}, SubmitOptions{})
-		eventually(t, "waiting for event", func() bool { return why(target) == "waiting for event" })
+		testwait.For(t, 10*time.Second, "waiting for event", func() bool { return why(target) == "waiting for event" })
 		release = func() { h.x.Wake(eventFor(name)) }
 	case "timer":
 		target = h.submit(&abProc{Name: name, Mode: "timer"}, SubmitOptions{})
-		eventually(t, "waiting for timer", func() bool { return why(target) == "waiting for timer" })
+		testwait.For(t, 10*time.Second, "waiting for timer", func() bool { return why(target) == "waiting for timer" })
 		release = func() { mc.Advance(2 * time.Hour) }
 	case "children":
 		target = h.submit(&abProc{Name: name, Mode: "children"}, SubmitOptions{})
-		eventually(t, "waiting for children", func() bool {
+		testwait.For(t, 10*time.Second, "waiting for children", func() bool {
 			w, _ := h.x.Why(target)
 			return w.Reason == "waiting for children" && len(w.Children) == 1 && why(w.Children[0]) == "waiting for event"
 		})
@@ -286,21 +287,21 @@ func runAPICase(t *testing.T, tc apiCase) {
 	case "lockwait":
 		b := h.submit(&lkProc{Name: blocker, Gate: blocker, Hold: true,
 			LockSpec: scheduler.TableLocks("default", name, scheduler.Exclusive)}, SubmitOptions{})
-		eventually(t, "blocker running", func() bool { return why(b) == "running" })
+		testwait.For(t, 10*time.Second, "blocker running", func() bool { return why(b) == "running" })
 		target = h.submit(&abProc{Name: name, Mode: "locked", Lock: name}, SubmitOptions{})
-		eventually(t, "waiting for lock", func() bool { return why(target) == "waiting for lock" })
+		testwait.For(t, 10*time.Second, "waiting for lock", func() bool { return why(target) == "waiting for lock" })
 		release = func() { openGate(blocker) }
 	case "rollingback":
 		// Failed, its first rollback attempt failed, and its retry is
 		// queued behind a blocker on the only worker.
 		target = h.submit(&abProc{Name: name, Mode: "fail"}, SubmitOptions{})
-		eventually(t, "first rollback attempt failed", func() bool {
+		testwait.For(t, 10*time.Second, "first rollback attempt failed", func() bool {
 			c, ok := abRollbackFailures.Load(name)
 			return ok && c.(*atomic.Int32).Load() == 1
 		})
 		b := h.submit(&lkProc{Name: blocker, Gate: blocker}, SubmitOptions{})
-		eventually(t, "blocker running", func() bool { return why(b) == "running" })
-		eventually(t, "retry timer armed", func() bool { return mc.Pending() == basePending+1 })
+		testwait.For(t, 10*time.Second, "blocker running", func() bool { return why(b) == "running" })
+		testwait.For(t, 10*time.Second, "retry timer armed", func() bool { return mc.Pending() == basePending+1 })
 		mc.Advance(2 * time.Minute)
 		if !h.x.Scheduler().Queued(target) || why(target) != "rolling back" {
 			t.Fatalf("target %q queued=%v, want rolling back and queued", why(target), h.x.Scheduler().Queued(target))
@@ -343,7 +344,7 @@ func runAPICase(t *testing.T, tc apiCase) {
 	if tc.state == "suspend-after" {
 		// Its step suspends on an event nobody wakes: an abort or bypass
 		// that came during the step must still reach it.
-		eventually(t, "suspended or finished", func() bool {
+		testwait.For(t, 10*time.Second, "suspended or finished", func() bool {
 			i, _ := h.x.Get(target)
 			return i.State.Terminal() || i.State == Waiting
 		})
@@ -355,7 +356,7 @@ func runAPICase(t *testing.T, tc apiCase) {
 		}
 	}
 	if tc.op == "pause" && err == nil {
-		eventually(t, "parked or finished", func() bool {
+		testwait.For(t, 10*time.Second, "parked or finished", func() bool {
 			i, _ := h.x.Get(target)
 			return i.State.Terminal() || why(target) == "paused" && i.State == Runnable
 		})
@@ -410,7 +411,7 @@ func TestAckOfChild(t *testing.T) {
 	name := uniq("ack")
 	root := h.submit(&abProc{Name: name, Mode: "children"}, SubmitOptions{})
 	var child uint64
-	eventually(t, "child waiting", func() bool {
+	testwait.For(t, 10*time.Second, "child waiting", func() bool {
 		w, _ := h.x.Why(root)
 		if len(w.Children) == 1 {
 			child = w.Children[0]
@@ -439,7 +440,7 @@ func TestRollbackRetriedWithBackoff(t *testing.T) {
 	id := h.submit(&rbFlakyProc{Name: name, Steps: 4, FailAt: 3, FlakyAt: 1, FlakyTimes: 2}, SubmitOptions{})
 	flaky := rbAttempt(name + "/1")
 	for attempt, wait := range []time.Duration{time.Minute, 2 * time.Minute} {
-		eventually(t, fmt.Sprint("attempt ", attempt+1, " failed and retry armed"), func() bool {
+		testwait.For(t, 10*time.Second, fmt.Sprint("attempt ", attempt+1, " failed and retry armed"), func() bool {
 			return flaky.Load() == int32(attempt+1) && mc.Pending() == base+1
 		})
 		// Not before the backoff (the timer callback runs inside Advance).
@@ -546,7 +547,7 @@ func TestStackGapThenNewStepNoDuplicate(t *testing.T) {
 	if p := h.x.Problems(); len(p) > 0 {
 		t.Fatalf("a gap was reported: %+v", p)
 	}
-	eventually(t, "c1 finished", func() bool { i, _ := h.x.Get(3); return i.State == Success })
+	testwait.For(t, 10*time.Second, "c1 finished", func() bool { i, _ := h.x.Get(3); return i.State == Success })
 	if err := h.x.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +574,7 @@ func TestAbortParentThenLateChildren(t *testing.T) {
 	child := &lkProc{Name: gate + "/child", Gate: gate + "/child"}
 	p := &lkProc{Name: gate, Gate: gate, Child: child}
 	id := h.submit(p, SubmitOptions{})
-	eventually(t, "parent running", func() bool { w, _ := h.x.Why(id); return w.Reason == "running" })
+	testwait.For(t, 10*time.Second, "parent running", func() bool { w, _ := h.x.Why(id); return w.Reason == "running" })
 	if err := h.x.Abort(id); err != nil {
 		t.Fatal(err)
 	}

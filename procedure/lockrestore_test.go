@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -70,7 +71,7 @@ func TestFinishedChildsLockIsNotRestoredOnLoad(t *testing.T) {
 	}
 	// The finishing child's worker hands its release to the scheduler just
 	// after letting go of the executor's mutex.
-	eventually(t, "no lock left after the tree finished", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
+	testwait.For(t, 10*time.Second, "no lock left after the tree finished", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
 }
 
 // TestFinishedChildIsPersistedWithoutItsLock: the write that records a

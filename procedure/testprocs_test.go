@@ -277,22 +277,3 @@ func (h *harness) wait(id uint64) Info {
 	}
 	return info
 }
-
-// eventually polls cond for up to 10 s: for conditions with no event to
-// wait on; it asserts an outcome, never a duration.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if !cond() {
-				t.Fatalf("never happened: %s", what)
-			}
-		case <-tick.C:
-		}
-	}
-}

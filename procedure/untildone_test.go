@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -118,7 +119,7 @@ func TestRetryUntilDoneRunsAFailedStepAgain(t *testing.T) {
 			p := &udSM{Name: uniq("R"), FailRuns: 3, Panic: panics}
 			id := h.submit(p, SubmitOptions{})
 			for run := 1; run <= 3; run++ {
-				eventually(t, fmt.Sprintf("failed run %d parked for a retry", run), func() bool {
+				testwait.For(t, 10*time.Second, fmt.Sprintf("failed run %d parked for a retry", run), func() bool {
 					w, _ := h.x.Why(id)
 					return w.Reason == "retrying after an error" && d.count("do", p.Name+"/s0") == run
 				})
@@ -177,7 +178,7 @@ func TestFailingChildOfRetryUntilDoneRollsBackAlone(t *testing.T) {
 	if d.has(p.Name + "/rolled-back") {
 		t.Fatal("the parent was rolled back")
 	}
-	eventually(t, "no lock left", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
+	testwait.For(t, 10*time.Second, "no lock left", func() bool { return len(h.x.Scheduler().Locks()) == 0 })
 }
 
 // TestChildRollbackBelowRetryUntilDoneResumesAfterRestart: the rollback of
@@ -194,8 +195,8 @@ func TestChildRollbackBelowRetryUntilDoneResumesAfterRestart(t *testing.T) {
 	h := startExecutor(t, mem, d, mod)
 	p := &udSM{Name: uniq("R"), Kids: "flaky"}
 	id := h.submit(p, SubmitOptions{})
-	eventually(t, "child's rollback failed once", func() bool { return rbAttempt(p.Name+"/f/1").Load() == 1 })
-	eventually(t, "rollback waits for its retry", func() bool {
+	testwait.For(t, 10*time.Second, "child's rollback failed once", func() bool { return rbAttempt(p.Name+"/f/1").Load() == 1 })
+	testwait.For(t, 10*time.Second, "rollback waits for its retry", func() bool {
 		w, _ := h.x.Why(id)
 		return w.Reason == "rolling back"
 	})
@@ -254,7 +255,7 @@ func TestCrashDuringChildRollbackBelowRetryUntilDone(t *testing.T) {
 			cs, h1 := run(t, n, nil, mem, dom)
 			id, err := h1.x.Submit(&udSM{Name: "U", Kids: "pair"}, SubmitOptions{Nonce: "U"})
 			if err == nil {
-				eventually(t, "crash or completion", func() bool {
+				testwait.For(t, 10*time.Second, "crash or completion", func() bool {
 					i, err := h1.x.Get(id)
 					return h1.x.Err() != nil || err == nil && i.State.Terminal()
 				})

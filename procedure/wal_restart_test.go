@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -119,7 +120,7 @@ func TestWALGracefulRestart(t *testing.T) {
 		ids[c.name] = h.submit(c.p, SubmitOptions{Nonce: c.name, Owner: "t"})
 	}
 	why := func(id uint64) string { w, _ := h.x.Why(id); return w.Reason }
-	eventually(t, "held procedures suspended, timers armed", func() bool {
+	testwait.For(t, 10*time.Second, "held procedures suspended, timers armed", func() bool {
 		w, _ := h.x.Why(ids["timerkids"])
 		if w.Reason != "waiting for children" || len(w.Children) != 2 {
 			return false
@@ -161,8 +162,8 @@ func TestWALGracefulRestart(t *testing.T) {
 	if r := why(ids["paused"]); r != "paused" {
 		t.Fatalf("paused procedure after restart: %q", r)
 	}
-	eventually(t, "held suspended again (its event did not survive)", func() bool { return why(ids["held"]) == "waiting for event" })
-	eventually(t, "expired timer ran", func() bool { i, _ := h.x.Get(ids["timer"]); return i.State == Success })
+	testwait.For(t, 10*time.Second, "held suspended again (its event did not survive)", func() bool { return why(ids["held"]) == "waiting for event" })
+	testwait.For(t, 10*time.Second, "expired timer ran", func() bool { i, _ := h.x.Get(ids["timer"]); return i.State == Success })
 	w, _ := h.x.Why(ids["timerkids"])
 	for _, c := range w.Children {
 		if r := why(c); r != "waiting for timer" {
@@ -294,7 +295,7 @@ func TestWALHardCrash(t *testing.T) {
 				}
 				acked[c.name] = id
 			}
-			eventually(t, "crash or completion", func() bool {
+			testwait.For(t, 10*time.Second, "crash or completion", func() bool {
 				if h.x.Err() != nil {
 					return true
 				}

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -101,7 +103,7 @@ func TestYieldLetsQueuedProceduresGoFirst(t *testing.T) {
 	})
 	funcs.Store(b, func(ctx *Context) (Step, error) { d.do(b); return Done(), nil })
 	ida := h.submit(&funcProc{ID: a}, SubmitOptions{})
-	eventually(t, "A running", func() bool { return d.has(a + "/1") })
+	testwait.For(t, 10*time.Second, "A running", func() bool { return d.has(a + "/1") })
 	idb := h.submit(&funcProc{ID: b}, SubmitOptions{})
 	close(bQueued)
 	h.wait(ida)

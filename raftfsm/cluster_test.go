@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -120,7 +121,7 @@ func (c *testCluster) shutdown() {
 func (c *testCluster) leader() *testNode {
 	c.tb.Helper()
 	var leader *testNode
-	waitUntil(10*time.Second, func() bool {
+	testwait.For(c.tb, 10*time.Second, "a leader", func() bool {
 		for _, n := range c.nodes {
 			if n.r.State() == raft.Leader {
 				leader = n
@@ -129,27 +130,7 @@ func (c *testCluster) leader() *testNode {
 		}
 		return false
 	})
-	if leader == nil {
-		c.tb.Fatal("no leader elected")
-	}
 	return leader
-}
-
-// waitUntil polls cond until it holds or timeout passes, and reports
-// whether it held. (A local stand-in for a shared test helper.)
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return cond()
-		case <-tick.C:
-		}
-	}
-	return true
 }
 
 func (c *testCluster) followers(l *testNode) []*testNode {
@@ -231,7 +212,7 @@ func (c *testCluster) converge(l *testNode) dump {
 	}
 	var want, got dump
 	var lagging raft.ServerID
-	converged := waitUntil(10*time.Second, func() bool {
+	converged := testwait.Until(10*time.Second, func() bool {
 		want = dumpOf(c.tb, l.fsm)
 		for _, n := range c.nodes {
 			if got = dumpOf(c.tb, n.fsm); !got.equal(want) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
@@ -257,9 +258,7 @@ func TestNodeRestartFromWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLeader := func(r *raft.Raft) {
-		if !waitUntil(5*time.Second, func() bool { return r.State() == raft.Leader }) {
-			t.Fatal("no leader")
-		}
+		testwait.For(t, 5*time.Second, "a leader", func() bool { return r.State() == raft.Leader })
 	}
 	waitLeader(r)
 	s := NewRaftStore(r, f, RaftStoreConfig{})

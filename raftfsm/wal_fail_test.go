@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -45,9 +46,7 @@ func TestFSMWALSyncFailureIsReported(t *testing.T) {
 	}
 	fail.Store(true)
 	checkResps(t, f.ApplyBatch([]*raft.Log{stepLog(t, 2)}))
-	if !waitUntil(5*time.Second, func() bool { return f.WALErr() != nil }) {
-		t.Fatal("WALErr still nil 5 s after the WAL's fdatasync began failing")
-	}
+	testwait.For(t, 5*time.Second, "WALErr once the WAL's fdatasync fails", func() bool { return f.WALErr() != nil })
 	if err := f.WALErr(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("WALErr = %v, want it to wrap EIO", err)
 	}

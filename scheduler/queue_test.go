@@ -1,10 +1,13 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 func tbl(name string) QueueKey      { return QueueKey{Kind: KindTable, Name: name} }
@@ -241,33 +244,15 @@ func TestPollTimeout(t *testing.T) {
 // blocked Poll and not one that has yet to look at the queue.
 func waitBlockedPolls(t *testing.T, s *Scheduler, n int) {
 	t.Helper()
-	var blocked int
-	ok := waitUntil(5*time.Second, func() bool {
+	testwait.ForNil(t, 5*time.Second, fmt.Sprintf("%d Polls blocked", n), func() error {
 		s.mu.Lock()
-		blocked = len(s.idle)
+		blocked := len(s.idle)
 		s.mu.Unlock()
-		return blocked == n
-	})
-	if !ok {
-		t.Fatalf("%d Polls blocked after 5s, want %d", blocked, n)
-	}
-}
-
-// waitUntil polls cond until it holds or timeout passes, and reports
-// whether it held. (A local stand-in for a shared test helper.)
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return cond()
-		case <-tick.C:
+		if blocked != n {
+			return fmt.Errorf("%d blocked", blocked)
 		}
-	}
-	return true
+		return nil
+	})
 }
 
 func TestPollWakesOnAdd(t *testing.T) {
@@ -365,10 +350,14 @@ func TestConcurrentPollers(t *testing.T) {
 	for i := uint64(1); i <= total; i++ {
 		s.AddBack(i, tbl(string(rune('a'+i%50))))
 		if i%1000 == 0 {
-			time.Sleep(time.Millisecond)
+			// Let the pollers empty the queue, so that the next adds
+			// meet pollers that find nothing and time out.
+			testwait.Until(5*time.Second, func() bool { return s.Len() == 0 })
 		}
 	}
-	waitUntil(5*time.Second, func() bool { return s.Len() == 0 })
+	// Not testwait.For: on a failure the pollers must still be stopped;
+	// the count below says what went wrong.
+	testwait.Until(5*time.Second, func() bool { return s.Len() == 0 })
 	close(stop)
 	s.Close()
 	wg.Wait()

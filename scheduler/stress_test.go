@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -117,7 +118,11 @@ func TestLockStressFamily(t *testing.T) {
 						defer cw.Done()
 						acquire(child, []uint64{root}, creq)
 						enter(holder{id: child, root: root}, creq)
-						time.Sleep(time.Duration(x>>(12+c)%50) * time.Microsecond)
+						// Hold the locks across a few yields so that
+						// other families' acquires run and contend with them.
+						for range x >> (12 + c) % 50 {
+							runtime.Gosched()
+						}
 						leave(child, creq)
 						s.Release(child)
 					}()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -55,16 +56,13 @@ func maintainIdle(t *testing.T, w *WAL, clk *clock.Manual) (rewriting bool) {
 // waitNoRewrite waits until no straggler rewrite is in flight.
 func waitNoRewrite(t *testing.T, w *WAL) {
 	t.Helper()
-	done := waitUntil(10*time.Second, func() bool {
+	testwait.For(t, 10*time.Second, "the straggler rewrite in flight to finish", func() bool {
 		var rewriting bool
 		if !w.inWriter(func() { rewriting = w.rewriting }) {
 			t.Fatal("the WAL's writer is not running")
 		}
 		return !rewriting
 	})
-	if !done {
-		t.Fatal("a straggler rewrite did not finish in 10 s")
-	}
 }
 
 // settle drives maintenance until no rewrite is in flight and nothing was
@@ -74,7 +72,7 @@ func settle(t *testing.T, w *WAL, clk *clock.Manual, since WALStats) WALStats {
 	t.Helper()
 	var last, st WALStats
 	round := 0
-	settled := waitUntil(10*time.Second, func() bool {
+	settled := testwait.Until(10*time.Second, func() bool {
 		rewriting := maintainIdle(t, w, clk)
 		st = w.Stats()
 		done := round > 0 && !rewriting && st.Bytes == last.Bytes

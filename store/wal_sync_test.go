@@ -12,31 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
 )
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if !waitUntil(5*time.Second, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// waitUntil polls cond until it holds or timeout passes, and reports
-// whether it held. (A local stand-in for a shared test helper.)
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			return cond()
-		case <-tick.C:
-		}
-	}
-	return true
-}
 
 func syncOnRollConfig(dir string) WALConfig {
 	c := testConfig(dir)
@@ -285,7 +263,7 @@ func TestWALDurableIndex(t *testing.T) {
 		}
 		// A record past SegmentSize rolls the segment, which syncs it.
 		mustAppend(t, w, Batch{Updates: []Proc{p(5, strings.Repeat("r", MinSegmentSize))}, Index: 5})
-		waitFor(t, "the roll", func() bool { return w.Stats().Rolls == 1 })
+		testwait.For(t, 5*time.Second, "the roll", func() bool { return w.Stats().Rolls == 1 })
 		if w.DurableIndex() != 5 {
 			t.Fatalf("after roll: DurableIndex %d", w.DurableIndex())
 		}
@@ -295,7 +273,7 @@ func TestWALDurableIndex(t *testing.T) {
 		cfg.SyncInterval = 10 * time.Millisecond
 		w, _, _ := openLoaded(t, cfg)
 		mustAppend(t, w, Batch{Updates: []Proc{p(1, "x")}, Index: 7})
-		waitFor(t, "DurableIndex 7", func() bool { return w.DurableIndex() == 7 })
+		testwait.For(t, 5*time.Second, "DurableIndex 7", func() bool { return w.DurableIndex() == 7 })
 		mustAppend(t, w, Batch{Updates: []Proc{p(1, "y")}, Index: 8})
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
@@ -487,7 +465,7 @@ func TestWALSyncOnRollSyncBeforeTimedCleanup(t *testing.T) {
 	defer w.Close()
 	first := filepath.Base(segFiles(t, dir)[0])
 	mustAppend(t, w, Batch{Inserts: []Proc{p(1, strings.Repeat("a", MinSegmentSize))}, Index: 1}) // rolls
-	waitFor(t, "the roll", func() bool { return w.Stats().Rolls == 1 })
+	testwait.For(t, 5*time.Second, "the roll", func() bool { return w.Stats().Rolls == 1 })
 	second := filepath.Base(segFiles(t, dir)[1])
 	mu.Lock()
 	if !slices.Equal(events, []string{"sync " + first}) {
@@ -499,7 +477,7 @@ func TestWALSyncOnRollSyncBeforeTimedCleanup(t *testing.T) {
 	}
 	// Supersedes the only image first holds; the timer's cleanup removes it.
 	mustAppend(t, w, Batch{Updates: []Proc{p(1, "b")}, Index: 2})
-	waitFor(t, "the removal", func() bool { return w.Stats().SegmentsDeleted == 1 })
+	testwait.For(t, 5*time.Second, "the removal", func() bool { return w.Stats().SegmentsDeleted == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Equal(events, []string{"sync " + first, "sync " + second, "remove " + first}) {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 func testConfig(dir string) WALConfig {
@@ -812,7 +814,7 @@ func TestWALAgeRoll(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
 	mu.Unlock()
-	waitUntil(5*time.Second, func() bool { return w.Stats().Rolls >= 2 })
+	testwait.Until(5*time.Second, func() bool { return w.Stats().Rolls >= 2 })
 	if r := w.Stats().Rolls; r != 2 {
 		t.Fatalf("idle segment not rolled: rolls %d", r)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -240,7 +241,7 @@ func TestLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop(context.Background())
-	waitFor(t, 5*time.Second, "self-registration", func() bool {
+	testwait.For(t, 5*time.Second, "self-registration", func() bool {
 		v, _ := b.DomainGet(cluster.AdminAddrKey("m0"))
 		return string(v) == "self:1"
 	})
@@ -259,7 +260,7 @@ func TestLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The submission timeout aborts it: it rolls back.
-	waitFor(t, 5*time.Second, "timeout rollback", func() bool {
+	testwait.For(t, 5*time.Second, "timeout rollback", func() bool {
 		p, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: r.Id})
 		return err == nil && p.State == "ROLLEDBACK"
 	})

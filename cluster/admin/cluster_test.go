@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -114,23 +115,12 @@ func startCluster(t *testing.T, n int) []*testNode {
 	return nodes
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // converged waits until one node leads with an executor and every node
 // knows every admin address; it returns the leader's index.
 func converged(t *testing.T, nodes []*testNode) int {
 	t.Helper()
 	leader := -1
-	waitFor(t, 15*time.Second, "a ready leader and every admin address registered everywhere", func() bool {
+	testwait.For(t, 15*time.Second, "a ready leader and every admin address registered everywhere", func() bool {
 		leader = -1
 		for i, n := range nodes {
 			if _, err := n.node.Executor(); err == nil {
@@ -162,7 +152,7 @@ func TestClusterAdmin(t *testing.T) {
 
 	t.Run("health", func(t *testing.T) {
 		for _, n := range nodes {
-			waitFor(t, 5*time.Second, "SERVING", func() bool {
+			testwait.For(t, 5*time.Second, "SERVING", func() bool {
 				r, err := healthpb.NewHealthClient(n.cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "baton.admin.v1.Admin"})
 				return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
 			})
@@ -416,7 +406,7 @@ func TestFailover(t *testing.T) {
 	rest := []*testNode{nodes[(li+1)%3], nodes[(li+2)%3]}
 	// Clients retry UNAVAILABLE; so does this loop.
 	var p *adminpb.Procedure
-	waitFor(t, 20*time.Second, "the procedure to finish under the new leader", func() bool {
+	testwait.For(t, 20*time.Second, "the procedure to finish under the new leader", func() bool {
 		p, err = rest[0].cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: r.Id})
 		if err != nil {
 			if status.Code(err) != codes.Unavailable {

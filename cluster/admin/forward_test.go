@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -334,7 +335,7 @@ func TestForwardCancelledOnLeaderChange(t *testing.T) {
 				_, err := cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: 7})
 				unary <- err
 			}()
-			waitFor(t, 5*time.Second, "both calls forwarded", func() bool {
+			testwait.For(t, 5*time.Second, "both calls forwarded", func() bool {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				return len(s.fwd) == 2

@@ -2,11 +2,13 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -75,17 +77,16 @@ func TestProcedureReadsAnswerWhatCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.ForNil(t, 10*time.Second, "SUCCESS in the executor's memory", func() error {
 		info, err := x.Get(id)
-		if err == nil && info.State == procedure.Success {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the executor did not reach SUCCESS in memory: %+v, %v", info, err)
+		if info.State != procedure.Success {
+			return fmt.Errorf("state %v", info.State)
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 	for _, c := range []adminpb.Consistency{adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE} {
 		got, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id, Consistency: c})
 		if err != nil {
@@ -103,15 +104,14 @@ func TestProcedureReadsAnswerWhatCommitted(t *testing.T) {
 		}
 	}
 	st.open()
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testwait.ForNil(t, 10*time.Second, "SUCCESS from a get after the commit", func() error {
 		got, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
-		if err == nil && got.GetState() == "SUCCESS" {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("get after the commit: %v, %v", got, err)
+		if got.GetState() != "SUCCESS" {
+			return fmt.Errorf("state %s", got.GetState())
 		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 }

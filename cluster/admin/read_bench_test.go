@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -44,8 +45,7 @@ func BenchmarkReads(b *testing.B) {
 	}
 	nodes := startTCPCluster(b, 3)
 	var leader, follower *benchNode
-	deadline := time.Now().Add(30 * time.Second)
-	for leader == nil || follower == nil {
+	testwait.For(b, 30*time.Second, "a leader with a running executor and a follower that knows it", func() bool {
 		leader, follower = nil, nil
 		for _, n := range nodes {
 			if _, err := n.node.Executor(); err == nil {
@@ -54,22 +54,14 @@ func BenchmarkReads(b *testing.B) {
 				follower = n
 			}
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("no leader with a running executor")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leader != nil && follower != nil
+	})
 	ctx := context.Background()
 	// The follower forwards once it knows the leader's admin address.
-	for {
-		if _, err := follower.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1}); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("the follower cannot forward")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.ForNil(b, 30*time.Second, "the follower to forward", func() error {
+		_, err := follower.cl.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageSize: 1})
+		return err
+	})
 	var writes atomic.Int64
 	kinds := []struct {
 		name string

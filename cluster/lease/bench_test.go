@@ -141,11 +141,21 @@ func BenchmarkRenewDuringExpiryWave(b *testing.B) {
 				worst = max(worst, time.Since(start))
 			}
 		}()
-		// The monitor spaces passes by MonitorInterval; a short pause stands
-		// in for it. Back to back, a renewal can wait two passes: Go's mutex
-		// lets the running sweeper barge in once before it hands off.
+		// The monitor spaces passes by MonitorInterval; a 1 ms gap after
+		// each pass stands in for it and paces the passes, waiting for
+		// nothing. (A gap, not a ticker: a pass outlasts a tick, and a
+		// pending tick would run the next pass back to back.) Back to
+		// back, a renewal can wait two passes: Go's mutex lets the running
+		// sweeper barge in once before it hands off.
+	sweep:
 		for len(m.CheckNow()) > 0 {
-			time.Sleep(time.Millisecond)
+			gap := time.NewTimer(time.Millisecond)
+			select {
+			case <-gap.C:
+			case <-b.Context().Done():
+				gap.Stop()
+				break sweep
+			}
 		}
 		close(done)
 		wg.Wait()

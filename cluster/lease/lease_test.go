@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -776,12 +777,8 @@ func TestMonitorRealClockNoLeak(t *testing.T) {
 		t.Fatal("the monitor never expired the lease")
 	}
 	m.Stop()
-	// The timer goroutine that ran the last pass returns right after it;
-	// give the scheduler a moment rather than a fixed sleep.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
+	// The timer goroutine that ran the last pass returns right after it.
+	testwait.Until(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("goroutines: %d before Start, %d after Stop", before, after)
 	}

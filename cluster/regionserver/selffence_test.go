@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -35,12 +36,12 @@ func TestSelfFenceCountsFromTheRenewingSend(t *testing.T) {
 	// A heartbeat sent at t0+1s is answered at t0+2.5s: it renews from
 	// t0+1s, so the server serves until t0+4s.
 	release := fc.holdHeartbeats()
-	eventually(t, 5*time.Second, "the loop waiting for the first heartbeat", func() bool { return clk.Pending() == 1 })
+	testwait.For(t, 5*time.Second, "the loop waiting for the first heartbeat", func() bool { return clk.Pending() == 1 })
 	clk.Advance(time.Second)
-	eventually(t, 5*time.Second, "the first heartbeat at the master", func() bool { return heartbeats() == 1 })
+	testwait.For(t, 5*time.Second, "the first heartbeat at the master", func() bool { return heartbeats() == 1 })
 	clk.Advance(1500 * time.Millisecond)
 	release()
-	eventually(t, 5*time.Second, "the loop waiting for the second heartbeat", func() bool { return clk.Pending() == 1 })
+	testwait.For(t, 5*time.Second, "the loop waiting for the second heartbeat", func() bool { return clk.Pending() == 1 })
 	if got := hostedNames(s); len(got) != 1 {
 		t.Fatalf("hosted %v at t0+2.5s, want [a]", got)
 	}
@@ -50,7 +51,7 @@ func TestSelfFenceCountsFromTheRenewingSend(t *testing.T) {
 	release = fc.holdHeartbeats()
 	defer release()
 	clk.Advance(time.Second)
-	eventually(t, 5*time.Second, "the second heartbeat at the master", func() bool { return heartbeats() == 2 })
+	testwait.For(t, 5*time.Second, "the second heartbeat at the master", func() bool { return heartbeats() == 2 })
 	clk.Advance(499 * time.Millisecond)
 	if got := hostedNames(s); len(got) != 1 {
 		t.Fatalf("hosted %v at t0+3.999s, want [a]", got)
@@ -79,7 +80,7 @@ func TestAttemptGivenUpNeverAppliesAfterANewerOne(t *testing.T) {
 	cfg := testConfig(addrs...)
 	cfg.Clock, cfg.OpLatency = clk, time.Second
 	s, sc := startServer(t, cfg)
-	eventually(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
+	testwait.For(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
 	batch := func(seq uint64, o []*rspb.RegionOp) *rspb.BatchRequest {
 		return &rspb.BatchRequest{Term: 1, StartCode: sc, Seq: seq, Ops: o}
 	}
@@ -93,7 +94,7 @@ func TestAttemptGivenUpNeverAppliesAfterANewerOne(t *testing.T) {
 		r, err := s.ExecuteBatch(context.Background(), batch(1, ops(opOpen, "r1")))
 		old <- out{r, err}
 	}()
-	eventually(t, 5*time.Second, "the old open in its latency", func() bool { return clk.Pending() == 2 })
+	testwait.For(t, 5*time.Second, "the old open in its latency", func() bool { return clk.Pending() == 2 })
 	// The master gave attempt 1 up and sent attempt 2 (a close of r1
 	// would queue behind the open on r1's lock, and the open must then not
 	// apply first: the same check refuses it either way).
@@ -102,7 +103,7 @@ func TestAttemptGivenUpNeverAppliesAfterANewerOne(t *testing.T) {
 		r, err := s.ExecuteBatch(context.Background(), batch(2, ops(opOpen, "r2")))
 		second <- out{r, err}
 	}()
-	eventually(t, 5*time.Second, "attempt 2 in its latency", func() bool { return clk.Pending() == 3 })
+	testwait.For(t, 5*time.Second, "attempt 2 in its latency", func() bool { return clk.Pending() == 3 })
 	clk.Advance(time.Second)
 	if o := <-second; o.err != nil || !o.resp.GetResults()[0].GetOk() {
 		t.Fatalf("attempt 2: %v %v", o.resp, o.err)

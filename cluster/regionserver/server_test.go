@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -158,7 +159,7 @@ func TestRegistration(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	// The pause after the dead address runs on clk.
-	eventually(t, 5*time.Second, "the registration", func() bool {
+	testwait.For(t, 5*time.Second, "the registration", func() bool {
 		if s.StartCode() != 0 {
 			return true
 		}
@@ -190,9 +191,9 @@ func TestRegistration(t *testing.T) {
 	}
 	_, before, _ := fc.snapshot()
 	for i := 1; i <= 3; i++ {
-		eventually(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
+		testwait.For(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
 		clk.Advance(20 * time.Millisecond)
-		eventually(t, 5*time.Second, fmt.Sprintf("heartbeat %d after the batch", i), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == len(before)+i })
+		testwait.For(t, 5*time.Second, fmt.Sprintf("heartbeat %d after the batch", i), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == len(before)+i })
 	}
 	_, hbs, _ := fc.snapshot()
 	for i, h := range hbs {
@@ -214,7 +215,7 @@ func TestHeartbeatIntervalOverride(t *testing.T) {
 		t.Fatalf("interval %v, want the configured 5s", got)
 	}
 	for want := 1; want <= 3; want++ {
-		eventually(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
+		testwait.For(t, 5*time.Second, "the loop waiting for the next heartbeat", func() bool { return clk.Pending() == 1 })
 		fired := clk.fired.Load()
 		clk.Advance(4 * time.Second)
 		// Advance runs every callback that fell due before it returns: none
@@ -226,7 +227,7 @@ func TestHeartbeatIntervalOverride(t *testing.T) {
 			t.Fatalf("%d heartbeats after 4s of %d, want %d", len(hbs), want, want-1)
 		}
 		clk.Advance(time.Second)
-		eventually(t, 5*time.Second, fmt.Sprintf("heartbeat %d", want), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == want })
+		testwait.For(t, 5*time.Second, fmt.Sprintf("heartbeat %d", want), func() bool { _, hbs, _ := fc.snapshot(); return len(hbs) == want })
 	}
 }
 
@@ -348,7 +349,7 @@ func testExpiry(t *testing.T, notFound bool) {
 		t.Fatal(err)
 	}
 	fc.expireNext("rs1")
-	eventually(t, 5*time.Second, "a new registration", func() bool { return s.StartCode() != 0 && s.StartCode() != sc })
+	testwait.For(t, 5*time.Second, "a new registration", func() bool { return s.StartCode() != 0 && s.StartCode() != sc })
 	if got := s.Regions(); len(got) != 0 {
 		t.Fatalf("regions after expiry: %v", got)
 	}
@@ -366,7 +367,7 @@ func testExpiry(t *testing.T, notFound bool) {
 	}
 	// Heartbeats carry the new start code and are no longer expired.
 	newSC := s.StartCode()
-	eventually(t, 5*time.Second, "heartbeats with the new start code", func() bool {
+	testwait.For(t, 5*time.Second, "heartbeats with the new start code", func() bool {
 		_, hbs, _ := fc.snapshot()
 		return len(hbs) > 0 && hbs[len(hbs)-1].req.GetStartCode() == newSC && s.StartCode() == newSC
 	})
@@ -387,7 +388,7 @@ func TestFailover(t *testing.T) {
 	for i, next := range []string{addrs[2], addrs[1], addrs[0]} {
 		fc.setLeader(next)
 		term := fc.currentTerm()
-		eventually(t, 5*time.Second, fmt.Sprintf("heartbeats at the new leader %d", i), func() bool {
+		testwait.For(t, 5*time.Second, fmt.Sprintf("heartbeats at the new leader %d", i), func() bool {
 			_, hbs, _ := fc.snapshot()
 			return len(hbs) > 0 && hbs[len(hbs)-1].master == next && s.HighestTerm() == term
 		})
@@ -400,7 +401,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	fc.expireNext("rs1")
-	eventually(t, 5*time.Second, "re-registration at the new leader", func() bool {
+	testwait.For(t, 5*time.Second, "re-registration at the new leader", func() bool {
 		regs, _, _ := fc.snapshot()
 		return len(regs) == 2 && regs[1].master == addrs[0] && s.StartCode() != 0 && s.StartCode() != sc
 	})
@@ -455,7 +456,7 @@ func TestInjectedFailures(t *testing.T) {
 					t.Fatalf("close %v: closes never fail; already iff the open failed", r)
 				}
 			}
-			eventually(t, 5*time.Second, "FAILED_OPEN reports", func() bool {
+			testwait.For(t, 5*time.Second, "FAILED_OPEN reports", func() bool {
 				_, _, reps := fc.snapshot()
 				if len(reps) != len(failed) {
 					return false
@@ -487,7 +488,7 @@ func TestCloseRegion(t *testing.T) {
 	if got := hostedNames(s); len(got) != 1 || got[0] != "b" {
 		t.Fatalf("hosted %v", got)
 	}
-	eventually(t, 5*time.Second, "a CLOSED report", func() bool {
+	testwait.For(t, 5*time.Second, "a CLOSED report", func() bool {
 		_, _, reps := fc.snapshot()
 		return len(reps) == 1 && reps[0].req.GetRegion() == "a" && reps[0].req.GetState() == StateClosed && reps[0].req.GetStartCode() == sc
 	})
@@ -503,7 +504,7 @@ func TestOvertakenWhileRunning(t *testing.T) {
 	cfg := testConfig(addrs...)
 	cfg.Clock, cfg.OpLatency = clk, time.Second
 	s, sc := startServer(t, cfg)
-	eventually(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
+	testwait.For(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
 
 	type out struct {
 		resp *rspb.BatchResponse
@@ -518,9 +519,9 @@ func TestOvertakenWhileRunning(t *testing.T) {
 		return ch
 	}
 	old := run(1, ops(opOpen, "r1", "r2"))
-	eventually(t, 5*time.Second, "two operations sleeping", func() bool { return clk.Pending() == 3 })
+	testwait.For(t, 5*time.Second, "two operations sleeping", func() bool { return clk.Pending() == 3 })
 	newer := run(2, ops(opOpen, "r3"))
-	eventually(t, 5*time.Second, "the newer batch sleeping", func() bool { return clk.Pending() == 4 })
+	testwait.For(t, 5*time.Second, "the newer batch sleeping", func() bool { return clk.Pending() == 4 })
 	clk.Advance(time.Second)
 	for name, ch := range map[string]chan out{"old": old, "newer": newer} {
 		select {
@@ -556,7 +557,7 @@ func TestStopInterruptsBatch(t *testing.T) {
 		_, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: sc, Ops: ops(opOpen, "a")})
 		errc <- err
 	}()
-	eventually(t, 5*time.Second, "the operation sleeping", func() bool { return clk.Pending() == 2 })
+	testwait.For(t, 5*time.Second, "the operation sleeping", func() bool { return clk.Pending() == 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Stop(ctx); err != nil {
@@ -729,10 +730,10 @@ func TestSelfFence(t *testing.T) {
 	// Each poll moves the server's time on by a heartbeat interval: its
 	// heartbeats, backoffs and self-fence deadline all run on clk.
 	tick := func() { clk.Advance(10 * time.Millisecond) }
-	eventually(t, 5*time.Second, "regions closed by the server itself", func() bool { tick(); return len(s.Regions()) == 0 })
+	testwait.For(t, 5*time.Second, "regions closed by the server itself", func() bool { tick(); return len(s.Regions()) == 0 })
 	if s.StartCode() == sc {
 		t.Fatal("still claims its old start code after fencing itself")
 	}
 	fc.setLeader(addrs[0])
-	eventually(t, 5*time.Second, "a new registration", func() bool { tick(); return s.StartCode() != 0 && s.StartCode() != sc })
+	testwait.For(t, 5*time.Second, "a new registration", func() bool { tick(); return s.StartCode() != 0 && s.StartCode() != sc })
 }

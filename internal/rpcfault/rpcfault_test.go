@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 const (
@@ -377,11 +378,7 @@ func TestInvalidRules(t *testing.T) {
 // timer on clk (a delay, or a loss noticed late).
 func waitHandledAndTimed(t *testing.T, h *countingHealth, clk *clock.Manual) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.checks.Load() == 0 || clk.Pending() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the handler did not run, or no timer was armed")
-		}
-		time.Sleep(time.Millisecond) // poll interval
-	}
+	testwait.For(t, 10*time.Second, "the handler to run and a timer to be armed", func() bool {
+		return h.checks.Load() > 0 && clk.Pending() > 0
+	})
 }
