@@ -134,7 +134,10 @@ func New(t testing.TB, cfg Config) *Cluster {
 		rss: map[string]*regionserver.Server{}, stopped: map[string]bool{}, pauses: map[int]*time.Timer{}}
 	c.faults = rpcfault.New(rpcfault.Config{Seed: cfg.FaultSeed, Logger: c.logs.logger("faults")})
 	t.Logf("clustertest: fault seed %d", c.faults.Seed())
-	t.Cleanup(c.close)
+	t.Cleanup(func() {
+		c.close()
+		c.printLogs()
+	})
 
 	var peers []cluster.Peer
 	for i := range cfg.Masters {
@@ -298,13 +301,21 @@ func (c *Cluster) Client(opts ...client.Option) *client.Client {
 }
 
 // Logs returns what component name ("m1", "rs2", "faults") has logged so
-// far.
+// far, at Config.LogLevel (or BATON_TEST_LOG's level).
 func (c *Cluster) Logs(name string) string { return c.logs.text(name) }
 
-// close stops everything, region servers first, and prints the logs of a
-// failed test.
+// Close stops the cluster now, for a test (or benchmark) that starts
+// several in turn; the cleanup New registered calls it otherwise. Later
+// calls do nothing.
+func (c *Cluster) Close() { c.close() }
+
+// close stops everything, region servers first.
 func (c *Cluster) close() {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
 	c.closed = true
 	for _, tm := range c.pauses {
 		tm.Stop()
@@ -329,7 +340,11 @@ func (c *Cluster) close() {
 			_ = m.lis.Close()
 		}
 	}
-	if c.t.Failed() {
+}
+
+// printLogs prints the logs' tails, once, if the test failed.
+func (c *Cluster) printLogs() {
+	if c.t.Failed() && !c.logs.stderr {
 		c.logs.print(c.t, c.cfg.LogTail)
 	}
 }

@@ -61,7 +61,7 @@
 // # Logs
 //
 // Each master, region server and the fault injector log to a buffer of
-// their own; the buffers' tails are printed when the test failed. With
-// BATON_TEST_LOG set (to a level name, or anything else for debug) they
-// log to stderr as they go instead.
+// their own; the buffers' tails are printed when the test failed (unless
+// BATON_TEST_LOG is set: then they also log to stderr as they go, at that
+// level, or debug for anything that is not a level name).
 package clustertest

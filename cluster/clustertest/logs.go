@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"sort"
 	"sync"
@@ -29,8 +30,8 @@ func (s *syncBuffer) String() string {
 }
 
 // logSet holds a buffer per component. With BATON_TEST_LOG set, the
-// components log to stderr at that level instead (any value that is not
-// a level name means debug), for watching a test as it runs.
+// components also log to stderr, at that level (any value that is not a
+// level name means debug), for watching a test as it runs.
 type logSet struct {
 	level  hclog.Level
 	stderr bool
@@ -52,9 +53,6 @@ func newLogSet(level hclog.Level) *logSet {
 // logger returns name's logger; a restarted component appends to the
 // buffer of its earlier incarnations.
 func (s *logSet) logger(name string) hclog.Logger {
-	if s.stderr {
-		return hclog.New(&hclog.LoggerOptions{Name: name, Level: s.level, Output: os.Stderr})
-	}
 	s.mu.Lock()
 	b := s.bufs[name]
 	if b == nil {
@@ -62,7 +60,11 @@ func (s *logSet) logger(name string) hclog.Logger {
 		s.bufs[name] = b
 	}
 	s.mu.Unlock()
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: s.level, Output: b})
+	var out io.Writer = b
+	if s.stderr {
+		out = io.MultiWriter(b, os.Stderr)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: s.level, Output: out})
 }
 
 func (s *logSet) text(name string) string {

@@ -81,6 +81,14 @@ func (m *Master) Admin() adminpb.AdminClient {
 	return m.client
 }
 
+// Conn is the connection behind Admin, for the other services on the
+// master's gRPC server (rspb.Master), nil while it is down.
+func (m *Master) Conn() *grpc.ClientConn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cc
+}
+
 // Running reports whether the master is up (not killed).
 func (m *Master) Running() bool { return m.Node() != nil }
 
@@ -94,7 +102,7 @@ func (m *Master) Executor() (*procedure.Executor, error) {
 	return n.Executor()
 }
 
-// Log is what the master has logged so far (empty with BATON_TEST_LOG).
+// Log is what the master has logged so far, across restarts.
 func (m *Master) Log() string { return m.c.logs.text(m.ID) }
 
 // leader reports whether the master leads with a running executor and,
