@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 )
@@ -113,8 +114,7 @@ func (c *Cluster) Wait(id uint64, d time.Duration) procedure.Info {
 		if err == nil && info.State.Terminal() {
 			return info
 		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, procedure.ErrStopped) &&
-			!errors.Is(err, procedure.ErrNotStarted) && !errors.Is(err, procedure.ErrNotFound) {
+		if err != nil && !leadershipMoved(err) {
 			c.t.Fatalf("clustertest: wait %d: %v", id, err)
 		}
 	}
@@ -128,4 +128,14 @@ func (c *Cluster) MustSucceed(id uint64, d time.Duration) procedure.Info {
 		c.t.Fatalf("clustertest: procedure %d (%s) ended %v: %s", id, info.Type, info.State, info.Error)
 	}
 	return info
+}
+
+// leadershipMoved reports whether err, from an executor's Wait, means only
+// that this executor can no longer answer (it stopped, its store failed
+// because its node lost leadership, the procedure is not loaded there
+// yet): the next leader resumes the procedure from the store.
+func leadershipMoved(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, procedure.ErrStopped) ||
+		errors.Is(err, procedure.ErrNotStarted) || errors.Is(err, procedure.ErrNotFound) ||
+		errors.Is(err, procedure.ErrStoreFailed) || errors.Is(err, cluster.ErrNotLeader)
 }
