@@ -18,6 +18,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -221,17 +222,18 @@ func newBenchFramework(b *testing.B, noSync bool) *benchFramework {
 // leader waits for the leader's running executor and returns its node.
 func (f *benchFramework) leader(b *testing.B) (*Node, *procedure.Executor) {
 	b.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var ln *Node
+	var lx *procedure.Executor
+	testwait.For(b, 20*time.Second, "a leader with a running executor", func() bool {
 		for _, n := range f.nodes {
 			if x, err := n.Executor(); err == nil {
-				return n, x
+				ln, lx = n, x
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatal("no leader with a running executor")
-	return nil, nil
+		return false
+	})
+	return ln, lx
 }
 
 // transitionPayload runs one procedure and returns the command of its last
@@ -387,17 +389,17 @@ func newBenchBareCluster(b *testing.B, noSync bool) *benchBareCluster {
 
 func (c *benchBareCluster) leader(b *testing.B) *raft.Raft {
 	b.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var leader *raft.Raft
+	testwait.For(b, 20*time.Second, "a bare raft leader", func() bool {
 		for _, r := range c.rafts {
 			if r.State() == raft.Leader && r.Barrier(5*time.Second).Error() == nil {
-				return r
+				leader = r
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	b.Fatal("no bare raft leader")
-	return nil
+		return false
+	})
+	return leader
 }
 
 // run does n Applies of payload from procs goroutines.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -98,7 +99,7 @@ func TestElectionAndFollowerRedirect(t *testing.T) {
 		if i == li {
 			continue
 		}
-		waitFor(t, 5*time.Second, "follower to know the leader", func() bool {
+		testwait.For(t, 5*time.Second, "follower to know the leader", func() bool {
 			id, _ := n.Leader()
 			return id == l.ID()
 		})
@@ -141,7 +142,7 @@ func TestHardFailover(t *testing.T) {
 	const steps = 6
 	ids := submit(t, x, 40, steps, 20*time.Millisecond)
 	// Kill once some procedures have made progress and none has finished.
-	waitFor(t, 10*time.Second, "procedures to be mid-flight", func() bool {
+	testwait.For(t, 10*time.Second, "procedures to be mid-flight", func() bool {
 		c.rec.mu.Lock()
 		defer c.rec.mu.Unlock()
 		return len(c.rec.steps) >= len(ids)/2
@@ -176,7 +177,7 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 	li, x := c.leader()
 	const steps = 5
 	ids := submit(t, x, 30, steps, 20*time.Millisecond)
-	waitFor(t, 10*time.Second, "procedures to be mid-flight", func() bool {
+	testwait.For(t, 10*time.Second, "procedures to be mid-flight", func() bool {
 		c.rec.mu.Lock()
 		defer c.rec.mu.Unlock()
 		return len(c.rec.steps) >= len(ids)/2
@@ -207,7 +208,7 @@ func TestPartitionedLeaderStopsExecutor(t *testing.T) {
 	ids := submit(t, x, 20, steps, 20*time.Millisecond)
 	old := c.nodes[li]
 	c.isolate(li)
-	waitFor(t, 10*time.Second, "the partitioned leader to step down and stop its executor", func() bool {
+	testwait.For(t, 10*time.Second, "the partitioned leader to step down and stop its executor", func() bool {
 		_, err := old.Executor()
 		return !old.IsLeader() && !old.Status().Executor && errors.Is(err, ErrNotLeader)
 	})
@@ -220,7 +221,7 @@ func TestPartitionedLeaderStopsExecutor(t *testing.T) {
 	c.waitAllSuccess(ids, steps)
 	c.waitAllSuccess(more, 2)
 	c.reconnect(li)
-	waitFor(t, 10*time.Second, "the old leader to follow the new one", func() bool {
+	testwait.For(t, 10*time.Second, "the old leader to follow the new one", func() bool {
 		id, _ := old.Leader()
 		return id == c.nodes[nl].ID() && old.FSM().AppliedIndex() >= c.nodes[nl].FSM().AppliedIndex()
 	})
@@ -257,7 +258,7 @@ func TestJoinAndRemove(t *testing.T) {
 	if err := l.Join(ctx, "m3", string(addr)); err != nil {
 		t.Fatalf("join again (no-op): %v", err)
 	}
-	waitFor(t, 10*time.Second, "the new node to catch up", func() bool {
+	testwait.For(t, 10*time.Second, "the new node to catch up", func() bool {
 		return n4.FSM().AppliedIndex() >= l.FSM().AppliedIndex() && len(n4.Status().Peers) == 4
 	})
 	for _, id := range ids {
@@ -306,7 +307,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 
 	fi := (li + 1) % 3
 	f := c.nodes[fi]
-	waitFor(t, 10*time.Second, "follower to apply everything", func() bool {
+	testwait.For(t, 10*time.Second, "follower to apply everything", func() bool {
 		return f.FSM().AppliedIndex() >= c.nodes[li].FSM().AppliedIndex()
 	})
 	if err := f.Raft().Snapshot().Error(); err != nil {
@@ -333,7 +334,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 			return id == ref.ID() && n.FSM().AppliedIndex() >= ref.FSM().AppliedIndex()
 		}
 	}
-	waitFor(t, 15*time.Second, "restarted follower to catch up", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "restarted follower to catch up", caughtUp(f, c.nodes[li]))
 	for _, id := range append(append([]uint64{}, ids...), more...) {
 		if _, ok := f.FSM().Proc(id); !ok {
 			t.Errorf("restarted follower lacks procedure %d", id)
@@ -356,7 +357,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 		}
 	}
 	n := c.restart(dead)
-	waitFor(t, 15*time.Second, "restarted leader to catch up", caughtUp(n, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "restarted leader to catch up", caughtUp(n, c.nodes[li]))
 	if st := n.Status(); st.State != "Follower" || len(st.Peers) != 3 {
 		t.Errorf("restarted node status %+v", st)
 	}
@@ -365,7 +366,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	li, _ = c.leader()
 	fi = (li + 1) % 3
 	f = c.nodes[fi]
-	waitFor(t, 10*time.Second, "follower to apply everything", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 10*time.Second, "follower to apply everything", caughtUp(f, c.nodes[li]))
 	if err := f.Raft().Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -380,7 +381,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	if f.noSnapshotRestore {
 		t.Error("restart without a local WAL must restore raft's snapshot")
 	}
-	waitFor(t, 15*time.Second, "follower without WAL to catch up", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "follower without WAL to catch up", caughtUp(f, c.nodes[li]))
 	for _, id := range append(append(append([]uint64{}, ids...), more...), last...) {
 		if _, ok := f.FSM().Proc(id); !ok {
 			t.Errorf("rebuilt follower lacks procedure %d", id)

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -246,18 +247,6 @@ func (c *testCluster) reconnect(i int) {
 	}
 }
 
-// waitFor polls cond every 10 ms until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // leader waits until exactly one live node (among those not excluded) is
 // leader with a running executor, and returns its index and executor.
 func (c *testCluster) leader(exclude ...int) (int, *procedure.Executor) {
@@ -268,7 +257,7 @@ func (c *testCluster) leader(exclude ...int) (int, *procedure.Executor) {
 	}
 	var li int
 	var lx *procedure.Executor
-	waitFor(c.t, 15*time.Second, "a leader with a running executor", func() bool {
+	testwait.For(c.t, 15*time.Second, "a leader with a running executor", func() bool {
 		li, lx = -1, nil
 		for i, n := range c.nodes {
 			if skip[i] || n == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -109,7 +110,7 @@ func TestLinearizableReadOnAFollowerSaysWhereTheLeaderIs(t *testing.T) {
 	if !errors.As(err, &nle) || nle.LeaderID != c.nodes[li].ID() {
 		t.Fatalf("follower's read: %v, want a NotLeaderError naming %s", err, c.nodes[li].ID())
 	}
-	waitFor(t, 10*time.Second, "the follower to hear from the leader", func() bool {
+	testwait.For(t, 10*time.Second, "the follower to hear from the leader", func() bool {
 		st := c.nodes[fi].ReadState()
 		return st.LeaderContactAge >= 0 && st.RaftState == "Follower"
 	})
@@ -143,7 +144,7 @@ func TestReadRoundsStartAfterTheReadArrives(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = rc.confirm(ctx) }()
 	}
-	waitFor(t, 10*time.Second, "the later reads to join the next round", func() bool {
+	testwait.For(t, 10*time.Second, "the later reads to join the next round", func() bool {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		return rc.next != nil && rc.next.waiters == later

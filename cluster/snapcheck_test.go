@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -29,7 +30,7 @@ func fsmDump(n *Node) (map[uint64]string, map[string]string) {
 // holds the same state.
 func (c *testCluster) waitSameState(i, leader int) {
 	c.t.Helper()
-	waitFor(c.t, 15*time.Second, fmt.Sprintf("m%d to hold m%d's state", i, leader), func() bool {
+	testwait.For(c.t, 15*time.Second, fmt.Sprintf("m%d to hold m%d's state", i, leader), func() bool {
 		a, b := c.nodes[i].FSM().AppliedIndex(), c.nodes[leader].FSM().AppliedIndex()
 		if a != b || a == 0 {
 			return false
@@ -148,7 +149,7 @@ func TestDamagedSnapshotWithCompactedLog(t *testing.T) {
 	li, x := c.leader()
 	c.waitAllSuccess(submit(t, x, 3, 2, 0), 2)
 	c.waitSameState(f, li)
-	waitFor(t, 10*time.Second, "a new snapshot to replace the damaged one", func() bool {
+	testwait.For(t, 10*time.Second, "a new snapshot to replace the damaged one", func() bool {
 		left := snapshots(t, dataDir)
 		return len(left) > 0 && left[0].Index > list[0].Index
 	})

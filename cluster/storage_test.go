@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -57,7 +58,7 @@ func TestWALFsyncFailureStopsLeading(t *testing.T) {
 	// Work keeps the WAL dirty, so its next background sync fails.
 	more := submit(t, x, 5, 3, 5*time.Millisecond)
 	var serr error
-	waitFor(t, 10*time.Second, "the leader to notice its WAL's fsync failure", func() bool {
+	testwait.For(t, 10*time.Second, "the leader to notice its WAL's fsync failure", func() bool {
 		serr = c.nodes[li].StorageErr()
 		return serr != nil
 	})
@@ -65,7 +66,7 @@ func TestWALFsyncFailureStopsLeading(t *testing.T) {
 		t.Fatalf("StorageErr = %v; want ErrStorageFailed wrapping the fdatasync's EIO", serr)
 	}
 	nl, _ := c.leader(li)
-	waitFor(t, 10*time.Second, "the failed node to stop leading", func() bool {
+	testwait.For(t, 10*time.Second, "the failed node to stop leading", func() bool {
 		return c.nodes[li].Raft().State() != raft.Leader
 	})
 	if _, err := c.nodes[li].Executor(); !errors.Is(err, ErrStorageFailed) {
@@ -76,13 +77,22 @@ func TestWALFsyncFailureStopsLeading(t *testing.T) {
 	}
 	t.Logf("m%d's WAL fsync failed; m%d leads; m%d says: %v", li, nl, li, serr)
 	c.waitAllSuccess(append(ids, more...), 3)
-	// Leadership does not come back to it while the failure lasts.
-	for range 20 {
+	// Leadership does not come back to it while the failure lasts: not
+	// once while the others run more work to the end.
+	_, nx := c.leader(li)
+	later := submit(t, nx, 5, 3, 5*time.Millisecond)
+	testwait.For(t, 30*time.Second, "the others to finish more work", func() bool {
 		if _, err := c.nodes[li].Executor(); err == nil {
 			t.Fatal("the node with a failed WAL runs an executor again")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		for _, id := range later {
+			if info, err := nx.Get(id); err != nil || info.State != procedure.Success {
+				return false
+			}
+		}
+		return true
+	})
+	c.waitAllSuccess(later, 3)
 }
 
 // A leader whose raft log write fails (bolt's fsync returning EIO) never
@@ -118,7 +128,7 @@ func TestRaftLogWriteFailureIsNotAcknowledged(t *testing.T) {
 	c.waitAllSuccess([]uint64{id2}, 2)
 
 	logs[li].fail.Store(false)
-	waitFor(t, 10*time.Second, "the node to recover in place and catch up", func() bool {
+	testwait.For(t, 10*time.Second, "the node to recover in place and catch up", func() bool {
 		return c.nodes[li].StorageErr() == nil && c.nodes[li].FSM().AppliedIndex() >= c.nodes[nl].FSM().AppliedIndex()
 	})
 	if a, b := c.nodes[li].FSM().MaxProcID(), c.nodes[nl].FSM().MaxProcID(); a != b {
@@ -171,7 +181,7 @@ func TestStableStoreFailureWaitsForDisk(t *testing.T) {
 	if err := tr.Error(); err != nil {
 		t.Fatalf("leadership transfer: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the follower to report its stable store failure", func() bool {
+	testwait.For(t, 10*time.Second, "the follower to report its stable store failure", func() bool {
 		err := c.nodes[f].StorageErr()
 		return err != nil && strings.Contains(err.Error(), "raft stable store") && errors.Is(err, syscall.ENOSPC)
 	})
@@ -186,7 +196,7 @@ func TestStableStoreFailureWaitsForDisk(t *testing.T) {
 	}
 
 	stables[f].fail.Store(false)
-	waitFor(t, 10*time.Second, "the node to recover in place and catch up", func() bool {
+	testwait.For(t, 10*time.Second, "the node to recover in place and catch up", func() bool {
 		return c.nodes[f].StorageErr() == nil && c.nodes[f].FSM().AppliedIndex() >= c.nodes[nl].FSM().AppliedIndex()
 	})
 	term, err := stables[f].InmemStore.GetUint64([]byte("CurrentTerm"))
@@ -200,7 +210,7 @@ func TestStableStoreFailureWaitsForDisk(t *testing.T) {
 	if err := tr.Error(); err != nil {
 		t.Fatalf("leadership transfer: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the follower to fail again", func() bool { return c.nodes[f].StorageErr() != nil })
+	testwait.For(t, 10*time.Second, "the follower to fail again", func() bool { return c.nodes[f].StorageErr() != nil })
 	done := make(chan error, 1)
 	go func() { done <- c.nodes[f].Kill() }()
 	select {

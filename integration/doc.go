@@ -1,8 +1,8 @@
 // Package integration holds Baton's end-to-end tests: real `node agent`
 // processes on loopback ports (started by integration/harness), killed with
-// SIGKILL, stopped with SIGTERM and restarted, plus in-process clusters of
-// cluster.Node for the cases that need control over the network (a
-// partition) or over Raft's snapshot settings, which the agent does not
+// SIGKILL, stopped with SIGTERM and restarted, plus in-process clusters
+// (cluster/clustertest) for the cases that need control over the network
+// (a partition) or over Raft's snapshot settings, which the agent does not
 // expose.
 //
 // The tests are bounded in time (each builds its own deadline) and the
@@ -24,8 +24,8 @@
 // that the region servers accept nothing of its stale term.
 //
 // Lost, late and repeated messages come from internal/rpcfault: the
-// in-process clusters can serve the admin API through a fault injector
-// (ipCluster.serveAdmin). TestLostSubmitAnswersStartOneProcedureEach loses
+// in-process clusters serve the admin API through a fault injector
+// (clustertest.Cluster.Faults). TestLostSubmitAnswersStartOneProcedureEach loses
 // and duplicates submissions' answers across a leader crash and checks
 // that each nonce starts one procedure, which runs once; the fault seed is
 // logged and BATON_FAULT_SEED replays it. The randomized run of master and

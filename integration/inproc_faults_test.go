@@ -37,21 +37,15 @@ func faultSeed(t *testing.T) uint64 {
 // exactly one procedure (its id the one the client got), which runs every
 // step exactly once and succeeds.
 func TestLostSubmitAnswersStartOneProcedureEach(t *testing.T) {
-	faults := rpcfault.New(rpcfault.Config{Seed: faultSeed(t)})
+	c, _ := newIPCluster(t, 3, false, nil)
+	faults := c.Faults()
 	t.Logf("fault seed %d (replay with BATON_FAULT_SEED=%d)", faults.Seed(), faults.Seed())
-	c := newIPCluster(t, 3, false, nil)
-	addrs := c.serveAdmin(faults)
-	c.leader()
 	submit := []string{"/baton.admin.v1.Admin/SubmitProcedure"}
 	lost := faults.MustAdd(rpcfault.Rule{Name: "submit answer lost", Methods: submit, Fault: rpcfault.DropAnswer, Probability: 0.35})
 	twice := faults.MustAdd(rpcfault.Rule{Name: "submit delivered twice", Methods: submit, Fault: rpcfault.Duplicate, Probability: 0.35})
 	faults.MustAdd(rpcfault.Rule{Name: "read answer lost", Methods: []string{"/baton.admin.v1.Admin/GetProcedure"}, Fault: rpcfault.DropAnswer, Probability: 0.3})
 
-	cl, err := client.New(addrs, client.WithCallTimeout(30*time.Second), client.WithBackoff(5*time.Millisecond, 100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := c.Client(client.WithCallTimeout(30 * time.Second))
 
 	const perRound, steps = 12, 3
 	ids := map[string]uint64{}
@@ -82,15 +76,15 @@ func TestLostSubmitAnswersStartOneProcedureEach(t *testing.T) {
 		wg.Wait()
 	}
 	round(0)
-	li, _ := c.leader()
-	c.kill(li)
+	li, _ := c.WaitLeader()
+	c.Kill(li)
 	round(1)
-	c.start(li)
+	c.Restart(li)
 	if t.Failed() {
 		t.FailNow()
 	}
 
-	_, x := c.leader()
+	_, x := c.WaitLeader()
 	byNonce := map[string][]uint64{}
 	for _, info := range x.List(procedure.Filter{Type: diag.TypeSleep, RootsOnly: true}) {
 		byNonce[info.Nonce] = append(byNonce[info.Nonce], info.ID)
@@ -108,8 +102,7 @@ func TestLostSubmitAnswersStartOneProcedureEach(t *testing.T) {
 		all = append(all, id)
 	}
 	waitSuccess(t, x, all)
-	li, _ = c.leader()
-	dom, _ := fsmState(c.nodes[li].FSM())
+	dom, _ := fsmState(c.Leader().Node().FSM())
 	for _, id := range all {
 		for s := range steps {
 			if v := dom[diag.EffectKey(id, s)]; v != "1" {

@@ -1,4 +1,4 @@
-package domain
+package domain_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -29,7 +31,7 @@ func TestAdminDomainAPI(t *testing.T) {
 	defer cancel()
 
 	// The standby learns the leader's admin address before it can forward.
-	waitUntil(t, 5*time.Second, "the standby to know the leader's admin address", func() bool {
+	testwait.For(t, 5*time.Second, "the standby to know the leader's admin address", func() bool {
 		_, err := c.ListServers(ctx, &adminpb.ListServersRequest{})
 		return err == nil
 	})
@@ -61,15 +63,15 @@ func TestAdminDomainAPI(t *testing.T) {
 
 	// Reads from the standby's FSM (it may lag a little).
 	var tbl *adminpb.Table
-	waitUntil(t, 5*time.Second, "the standby's FSM to show the table enabled", func() bool {
+	testwait.For(t, 5*time.Second, "the standby's FSM to show the table enabled", func() bool {
 		tbl, err = c.DescribeTable(ctx, &adminpb.TableRequest{Namespace: "ns1", Name: "t"})
-		return err == nil && tbl.GetState() == TableEnabled
+		return err == nil && tbl.GetState() == domain.TableEnabled
 	})
 	if len(tbl.GetRegions()) != 4 {
 		t.Fatalf("describe: %v", tbl)
 	}
 	for _, rg := range tbl.GetRegions() {
-		if rg.GetState() != RegionOpen || rg.GetServer() == "" || rg.GetTable() != "ns1:t" {
+		if rg.GetState() != domain.RegionOpen || rg.GetServer() == "" || rg.GetTable() != "ns1:t" {
 			t.Errorf("describe: region %v", rg)
 		}
 	}
@@ -159,7 +161,7 @@ func TestAdminDomainAPI(t *testing.T) {
 // External locks: a held table lock keeps a disable out until released;
 // a lock whose holder stops heartbeating expires and lets the next one in.
 func TestExternalLocks(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 1, domain: func(c *Config) { c.LockLease = time.Second }})
+	h := newHarness(t, harnessOpts{masters: 1, servers: 1, domain: func(c *domain.Config) { c.LockLease = time.Second }})
 	h.mustSucceed(h.createTable("", "t", 2), 10*time.Second)
 	lm, x := h.leader()
 	c := lm.client
@@ -167,54 +169,58 @@ func TestExternalLocks(t *testing.T) {
 	defer cancel()
 
 	l1, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "table", Names: []string{"t"}, Exclusive: true, Holder: "test", Nonce: "l1"})
-	if err != nil || l1.GetState() != LockAcquired {
+	if err != nil || l1.GetState() != domain.LockAcquired {
 		t.Fatalf("acquire: %v, %v", l1, err)
 	}
 	if l1.GetLeaseTimeoutMs() != 1000 {
 		t.Errorf("lease timeout %d ms, want 1000", l1.GetLeaseTimeoutMs())
 	}
-	p, _ := NewDisableTable("", "t")
+	p, _ := domain.NewDisableTable("", "t")
 	dis := h.submit(p, "")
-	// Heartbeat past the lease: the lock holds, the disable waits.
+	// Heartbeat past the lease, every 100 ms as a holder does (the ticker
+	// paces the holder, it waits for no state): the lock holds, the
+	// disable waits.
+	beat := time.NewTicker(100 * time.Millisecond)
+	defer beat.Stop()
 	for range 15 {
 		hb, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: l1.GetLockId()})
-		if err != nil || hb.GetState() != LockAcquired {
+		if err != nil || hb.GetState() != domain.LockAcquired {
 			t.Fatalf("heartbeat: %v, %v", hb, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		<-beat.C
 	}
-	waitUntil(t, 10*time.Second, "the disable to wait for the lock", func() bool {
+	testwait.For(t, 10*time.Second, "the disable to wait for the lock", func() bool {
 		w, _ := x.Why(dis)
 		return w.Reason == "waiting for lock"
 	})
 	rel, err := c.ReleaseLock(ctx, &adminpb.LockRef{LockId: l1.GetLockId()})
-	if err != nil || rel.GetState() != LockReleased {
+	if err != nil || rel.GetState() != domain.LockReleased {
 		t.Fatalf("release: %v, %v", rel, err)
 	}
 	h.mustSucceed(dis, 10*time.Second)
-	if _, ok, _ := h.reader().get(LockKey(l1.GetLockId())); ok {
+	if _, ok, _ := domain.ReaderGet(h.reader(), domain.LockKey(l1.GetLockId())); ok {
 		t.Error("lock record left after release")
 	}
 
 	// Two exclusive locks on a namespace: the second waits; the first's
 	// holder goes silent, its lease expires, the second gets the lock.
 	a, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, Nonce: "a"})
-	if err != nil || a.GetState() != LockAcquired {
+	if err != nil || a.GetState() != domain.LockAcquired {
 		t.Fatalf("acquire a: %v, %v", a, err)
 	}
 	b, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, Nonce: "b"})
-	if err != nil || b.GetState() != LockWaiting {
+	if err != nil || b.GetState() != domain.LockWaiting {
 		t.Fatalf("acquire b: %v, %v", b, err)
 	}
-	waitUntil(t, 10*time.Second, "b to get the lock once a expired", func() bool {
+	testwait.For(t, 10*time.Second, "b to get the lock once a expired", func() bool {
 		hb, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: b.GetLockId()})
-		return err == nil && hb.GetState() == LockAcquired
+		return err == nil && hb.GetState() == domain.LockAcquired
 	})
 	ha, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: a.GetLockId()})
-	if err != nil || ha.GetState() != LockExpired {
+	if err != nil || ha.GetState() != domain.LockExpired {
 		t.Errorf("a after expiry: %v, %v", ha, err)
 	}
-	if info, _ := x.Get(a.GetLockId()); info.State != procedure.Success || string(info.Result) != LockExpired {
+	if info, _ := x.Get(a.GetLockId()); info.State != procedure.Success || string(info.Result) != domain.LockExpired {
 		t.Errorf("lock procedure a: %v %q", info.State, info.Result)
 	}
 	if _, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: 999999}); status.Code(err) != codes.NotFound {
@@ -229,32 +235,32 @@ func TestExternalLocks(t *testing.T) {
 // (held for life), grants its lease afresh, and the holder's heartbeats and
 // release work there.
 func TestLockSurvivesFailover(t *testing.T) {
-	h := newHarness(t, harnessOpts{servers: 1, domain: func(c *Config) { c.LockLease = 2 * time.Second }})
+	h := newHarness(t, harnessOpts{servers: 1, domain: func(c *domain.Config) { c.LockLease = 2 * time.Second }})
 	h.mustSucceed(h.createTable("", "t", 1), 10*time.Second)
 	li := h.leaderIndex()
 	other := h.masters[(li+1)%len(h.masters)]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := h.masters[li].client.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "table", Names: []string{"default:t"}, Exclusive: true, Nonce: "l"})
-	if err != nil || l.GetState() != LockAcquired {
+	if err != nil || l.GetState() != domain.LockAcquired {
 		t.Fatalf("acquire: %v, %v", l, err)
 	}
 	h.killMaster(li)
 	h.leader()
-	waitUntil(t, 10*time.Second, "a heartbeat at the new leader", func() bool {
+	testwait.For(t, 10*time.Second, "a heartbeat at the new leader", func() bool {
 		hb, err := other.client.LockHeartbeat(ctx, &adminpb.LockRef{LockId: l.GetLockId()})
-		return err == nil && hb.GetState() == LockAcquired
+		return err == nil && hb.GetState() == domain.LockAcquired
 	})
 	// Still exclusive: a disable waits for it.
-	p, _ := NewDisableTable("", "t")
+	p, _ := domain.NewDisableTable("", "t")
 	dis := h.submit(p, "")
 	_, x := h.leader()
-	waitUntil(t, 10*time.Second, "the disable to wait for the lock", func() bool {
+	testwait.For(t, 10*time.Second, "the disable to wait for the lock", func() bool {
 		w, _ := x.Why(dis)
 		return w.Reason == "waiting for lock"
 	})
 	rel, err := other.client.ReleaseLock(ctx, &adminpb.LockRef{LockId: l.GetLockId()})
-	if err != nil || rel.GetState() != LockReleased {
+	if err != nil || rel.GetState() != domain.LockReleased {
 		t.Fatalf("release: %v, %v", rel, err)
 	}
 	h.mustSucceed(dis, 10*time.Second)

@@ -1,10 +1,11 @@
-package domain
+package domain_test
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/dispatch"
 )
 
@@ -14,11 +15,11 @@ import (
 // and the operations each ExecuteBatch call carried, against one call per
 // region.
 func BenchmarkAssignRegions(b *testing.B) {
-	const tables, perTable, servers = 2, MaxRegions, 20
+	const tables, perTable, servers = 2, domain.MaxRegions, 20
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		// dispatch's defaults (32 ops, 150 ms), not the tests' 10 ms delay.
-		h := newHarness(b, harnessOpts{servers: servers, domain: func(c *Config) { c.Dispatch = dispatch.Config{} }})
+		h := newHarness(b, harnessOpts{servers: servers, domain: func(c *domain.Config) { c.Dispatch = dispatch.Config{} }})
 		b.StartTimer()
 		start := time.Now()
 		var ids []uint64
@@ -31,7 +32,7 @@ func BenchmarkAssignRegions(b *testing.B) {
 		el := time.Since(start)
 		b.StopTimer()
 		lm, _ := h.leader()
-		st := lm.dom.services().disp.Stats()
+		st := lm.dom.Services().DispatchStats()
 		b.ReportMetric(float64(el.Milliseconds()), "ms/op")
 		b.ReportMetric(float64(st.Ops)/float64(max(st.Batches, 1)), "ops/rpc")
 		b.ReportMetric(float64(tables*perTable)/float64(max(st.Batches, 1)), "regions/rpc")

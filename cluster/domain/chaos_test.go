@@ -1,4 +1,4 @@
-package domain
+package domain_test
 
 import (
 	"context"
@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -196,10 +198,11 @@ func (c *chaos) troubleLink(id string, d time.Duration) {
 // for some to end, so the load stays bounded. A procedure that never ends
 // fails the test.
 func (c *chaos) throttle(max int) {
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		_, x := c.h.leader()
-		var open []uint64
+	var x *procedure.Executor
+	var open []uint64
+	if !testwait.Until(90*time.Second, func() bool {
+		_, x = c.h.leader()
+		open = nil
 		for _, id := range c.procs {
 			info, err := x.Get(id)
 			if errors.Is(err, procedure.ErrNotFound) {
@@ -210,14 +213,10 @@ func (c *chaos) throttle(max int) {
 			}
 		}
 		c.procs = open
-		if len(open) <= max {
-			return
-		}
-		if time.Now().After(deadline) {
-			w, _ := x.Why(open[0])
-			c.t.Fatalf("%d procedures still running after 90 s, e.g. %d: %+v", len(open), open[0], w)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(open) <= max
+	}) {
+		w, _ := x.Why(open[0])
+		c.t.Fatalf("%d procedures still running after 90 s, e.g. %d: %+v", len(open), open[0], w)
 	}
 }
 
@@ -240,7 +239,7 @@ func (c *chaos) step() {
 	case n < 25:
 		name := fmt.Sprintf("t%d", len(c.tables))
 		c.tables = append(c.tables, name)
-		p, err := NewCreateTable("", name, 2+c.rng.IntN(5))
+		p, err := domain.NewCreateTable("", name, 2+c.rng.IntN(5))
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -250,11 +249,11 @@ func (c *chaos) step() {
 			return
 		}
 		name := c.tables[c.rng.IntN(len(c.tables))]
-		dis, err := NewDisableTable("", name)
+		dis, err := domain.NewDisableTable("", name)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		del, err := NewDeleteTable("", name)
+		del, err := domain.NewDeleteTable("", name)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -265,7 +264,7 @@ func (c *chaos) step() {
 	case n < 63:
 		c.move("")
 	case n < 70:
-		c.submit("balance", &Balance{})
+		c.submit("balance", &domain.Balance{})
 	case n < 78:
 		// Trouble on a server's link while a region moves there.
 		id := c.servers[c.rng.IntN(len(c.servers))]
@@ -294,8 +293,8 @@ func (c *chaos) step() {
 // move moves a random open region to server to ("": anywhere else).
 func (c *chaos) move(to string) {
 	var open []string
-	scanRegions(c.h.reader(), func(name string, rg Region) bool {
-		if rg.State == RegionOpen && rg.ProcID == 0 && rg.Server != to {
+	domain.ScanRegions(c.h.reader(), func(name string, rg domain.Region) bool {
+		if rg.State == domain.RegionOpen && rg.ProcID == 0 && rg.Server != to {
 			open = append(open, name)
 		}
 		return true
@@ -320,7 +319,7 @@ func (h *harness) placementProblems() []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	r := h.reader()
-	tables, err := scanTables(r, "")
+	tables, err := domain.ScanTables(r, "")
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -329,21 +328,21 @@ func (h *harness) placementProblems() []string {
 	wanted := map[string]bool{}
 	for _, full := range sortedKeys(tables) {
 		tb := tables[full]
-		if tb.State == TableDisabled {
+		if tb.State == domain.TableDisabled {
 			continue
 		}
-		if tb.State != TableEnabled {
+		if tb.State != domain.TableEnabled {
 			bad("table %s is %s", full, tb.State)
 			continue
 		}
 		for _, rn := range tb.Regions {
 			wanted[rn] = true
-			rg, ok, err := getRegion(r, rn)
+			rg, ok, err := domain.GetRegion(r, rn)
 			switch {
 			case err != nil || !ok:
 				bad("region %s of %s: recorded %v, %v", rn, full, ok, err)
 				continue
-			case rg.State != RegionOpen || rg.ProcID != 0:
+			case rg.State != domain.RegionOpen || rg.ProcID != 0:
 				bad("region %s is %s (procedure %d)", rn, rg.State, rg.ProcID)
 			}
 			if s := live[rg.Server]; s == nil || s.StartCode() != rg.StartCode {
@@ -377,7 +376,7 @@ func TestRegionsOpenOnceUnderMessageLoss(t *testing.T) {
 	t.Logf("chaos seed %d, %v of faults, %d masters (replay: BATON_CHAOS_SEED=%d; longer: BATON_CHAOS_SECONDS)", seed, d, masters, seed)
 	const servers = 4
 	h := newHarness(t, harnessOpts{masters: masters, servers: servers, opLatency: 5 * time.Millisecond, faultSeed: seed,
-		domain: func(c *Config) {
+		domain: func(c *domain.Config) {
 			// Three lost answers in a row and the dispatcher gives a
 			// server up: its lease is revoked, and it is told so at its
 			// next heartbeat.
@@ -416,10 +415,15 @@ func TestRegionsOpenOnceUnderMessageLoss(t *testing.T) {
 		c.servers = append(c.servers, fmt.Sprintf("rs%d", i+1))
 	}
 	end := time.Now().Add(d)
+	// The timer paces the load (an operation every 10 to 70 ms); it
+	// waits for no state.
+	pace := time.NewTimer(0)
+	defer pace.Stop()
 	for time.Now().Before(end) {
 		c.step()
 		c.throttle(8)
-		time.Sleep(time.Duration(10+c.rng.IntN(60)) * time.Millisecond) // pacing the load, not waiting for a state
+		pace.Reset(time.Duration(10+c.rng.IntN(60)) * time.Millisecond)
+		<-pace.C
 	}
 	f.Pause()
 	t.Logf("operations: %v; faults injected: %v", c.ops, f.Counts())
@@ -431,41 +435,37 @@ func TestRegionsOpenOnceUnderMessageLoss(t *testing.T) {
 			h.startRS(id, h.opts.opLatency, 0)
 		}
 	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, x := h.leader()
-		var running []procedure.Info
+	var x *procedure.Executor
+	var running []procedure.Info
+	if !testwait.Until(90*time.Second, func() bool {
+		_, x = h.leader()
+		running = nil
 		for _, info := range x.List(procedure.Filter{RootsOnly: true}) {
 			if !info.State.Terminal() {
 				running = append(running, info)
 			}
 		}
-		if len(running) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			w, _ := x.Why(running[0].ID)
-			t.Fatalf("%d procedures still running 90 s after the faults stopped, e.g. %d (%s): %+v", len(running), running[0].ID, running[0].Type, w)
-		}
+		return len(running) == 0
+	}) {
+		w, _ := x.Why(running[0].ID)
+		t.Fatalf("%d procedures still running 90 s after the faults stopped, e.g. %d (%s): %+v", len(running), running[0].ID, running[0].Type, w)
 	}
 	var problems []string
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if problems = h.placementProblems(); len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(60*time.Second, func() bool {
+		problems = h.placementProblems()
+		return len(problems) == 0
+	})
 	stopSampler()
 	<-sampled
 
-	_, x := h.leader()
+	_, x = h.leader()
 	outcomes := map[string]int{}
 	for _, info := range x.List(procedure.Filter{RootsOnly: true}) {
 		outcomes[info.Type+" "+info.State.String()]++
 	}
 	var disp string
-	if lm, _ := h.leader(); lm.dom.services() != nil {
-		disp = fmt.Sprintf("%+v", lm.dom.services().disp.Stats())
+	if lm, _ := h.leader(); lm.dom.Services() != nil {
+		disp = fmt.Sprintf("%+v", lm.dom.Services().DispatchStats())
 	}
 	t.Logf("procedures: %v; placement samples: %d; leader's dispatcher: %s", outcomes, sampler.samples, disp)
 	for _, p := range problems {

@@ -1,4 +1,4 @@
-package domain
+package domain_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -20,15 +22,15 @@ func TestCrashNeedAfterAnEndedCrashProcedureRunsANewOne(t *testing.T) {
 	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
 	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 20*time.Second)
 	var region string
-	scanRegions(h.reader(), func(name string, _ Region) bool { region = name; return false })
+	domain.ScanRegions(h.reader(), func(name string, _ domain.Region) bool { region = name; return false })
 
 	lm, x := h.leader()
-	svc := lm.dom.services()
-	ghost := ServerRef{ID: "rs9", StartCode: 12345} // never registered: proven gone once the fence bound passes
-	crashes := func() []procedure.Info { return x.List(procedure.Filter{Type: TypeServerCrash}) }
+	svc := lm.dom.Services()
+	ghost := domain.ServerRef{ID: "rs9", StartCode: 12345} // never registered: proven gone once the fence bound passes
+	crashes := func() []procedure.Info { return x.List(procedure.Filter{Type: domain.TypeServerCrash}) }
 
-	svc.submitCrash(ghost, "test: first need")
-	waitUntil(t, 10*time.Second, "the first crash procedure to end", func() bool {
+	svc.SubmitCrash(ghost, "test: first need")
+	testwait.For(t, 10*time.Second, "the first crash procedure to end", func() bool {
 		c := crashes()
 		return len(c) == 1 && c[0].State == procedure.Success
 	})
@@ -37,13 +39,13 @@ func TestCrashNeedAfterAnEndedCrashProcedureRunsANewOne(t *testing.T) {
 	// The region turns up recorded on the incarnation again.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := svc.commit(ctx, raftfsm.Put(RegionKey(region), mustJSON(Region{Table: "default:t", State: RegionOpen, Server: ghost.ID, StartCode: ghost.StartCode}))); err != nil {
+	if err := svc.Commit(ctx, raftfsm.Put(domain.RegionKey(region), domain.MustJSON(domain.Region{Table: "default:t", State: domain.RegionOpen, Server: ghost.ID, StartCode: ghost.StartCode}))); err != nil {
 		t.Fatal(err)
 	}
-	svc.submitCrash(ghost, "test: second need")
-	waitUntil(t, 10*time.Second, "a second crash procedure to recover the region", func() bool {
-		rg, ok, _ := getRegion(h.reader(), region)
-		return ok && !rg.onServer(ghost)
+	svc.SubmitCrash(ghost, "test: second need")
+	testwait.For(t, 10*time.Second, "a second crash procedure to recover the region", func() bool {
+		rg, ok, _ := domain.GetRegion(h.reader(), region)
+		return ok && !rg.OnServer(ghost)
 	})
 	var second []uint64
 	for _, c := range crashes() {
@@ -61,7 +63,7 @@ func TestCrashNeedAfterAnEndedCrashProcedureRunsANewOne(t *testing.T) {
 
 func mustDisable(t *testing.T, ns, name string) procedure.Procedure {
 	t.Helper()
-	p, err := NewDisableTable(ns, name)
+	p, err := domain.NewDisableTable(ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
 	var mu sync.Mutex
 	fails := map[string]int{"crash.assign": 3, "region.open": 0}
 	armed := false
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.FailPoint = func(point string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -97,10 +99,10 @@ func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
 	fails["region.open"] = before["rs2"] + 2 // every region child fails at least once
 	mu.Unlock()
 	h.stopRS("rs2")
-	waitUntil(t, 30*time.Second, "every region open on rs1 again", func() bool {
+	testwait.For(t, 30*time.Second, "every region open on rs1 again", func() bool {
 		n := 0
-		scanRegions(h.reader(), func(_ string, rg Region) bool {
-			if rg.State == RegionOpen && rg.Server == "rs1" && rg.ProcID == 0 {
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.State == domain.RegionOpen && rg.Server == "rs1" && rg.ProcID == 0 {
 				n++
 			}
 			return true
@@ -115,7 +117,7 @@ func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
 	}
 	h.checkTableOpen("default:t", 6)
 	_, x := h.leader()
-	for _, info := range x.List(procedure.Filter{Type: TypeServerCrash}) {
+	for _, info := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
 		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
 			t.Errorf("server crash %d ended %v", info.ID, info.State)
 		}
@@ -128,13 +130,11 @@ func TestCrashRecoveryRetriesFailuresUntilDone(t *testing.T) {
 func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
 	lm, _ := h.leader()
-	svc := lm.dom.services()
-	rs1 := h.rss["rs1"]
+	svc := lm.dom.Services()
+	rs1 := h.rs("rs1")
 	before := rs1.StartCode()
-	svc.mu.Lock()
-	svc.startSeq = 0 // as in services rebuilt for the same term
-	svc.mu.Unlock()
-	resp, err := (&masterService{d: lm.dom}).RegisterServer(context.Background(),
+	svc.ResetStartSeq() // as in services rebuilt for the same term
+	resp, err := domain.RegisterServer(context.Background(), lm.dom,
 		&rspb.RegisterServerRequest{ServerId: "rs1", Address: rs1.Addr(), DroppedStartCode: before})
 	if err != nil {
 		t.Fatal(err)

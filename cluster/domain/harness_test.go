@@ -1,92 +1,63 @@
-package domain
+package domain_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/cluster/admin"
-	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/regionserver"
-	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
-	"github.com/baton-dev/baton/store"
 )
 
-// Test timings: leases short enough that a crash is detected in about two
-// seconds, long enough that -race and a busy machine never expire a live
-// server (heartbeats every 200 ms against a 1.5 s hard limit). A server
-// fences itself 3 heartbeats (600 ms) after the last renewal it sent:
-// shorter, and a loaded failover makes servers drop their regions.
+// The domain's tests run on cluster/clustertest: masters (raft's in-memory
+// transport, admin servers on 127.0.0.1) and real region servers. Every
+// RPC between masters and region servers passes clustertest's fault
+// injector, with no rules until a test adds some: the masters' gRPC
+// servers (admin API, and the Master service the region servers call:
+// RegisterServer, Heartbeat, ReportTransition) intercept what they
+// receive, and the dispatchers' transport what they send
+// (RegionServer.ExecuteBatch), so a test can lose, delay or repeat single
+// messages in either direction.
+//
+// harness adds what the domain's assertions need: the replicated layout as
+// the leader's FSM holds it, and the regions as the servers host them.
+
+// The lease timings the cluster runs with.
 const (
-	testSoftLimit = 800 * time.Millisecond
-	testHardLimit = 1500 * time.Millisecond
-	testHeartbeat = 200 * time.Millisecond
+	testSoftLimit = clustertest.SoftLimit
+	testHardLimit = clustertest.HardLimit
+	testHeartbeat = clustertest.Heartbeat
 )
 
-// testLogger logs nothing unless BATON_TEST_LOG is set: to a level name
-// ("info", "warn"), or to anything else for debug.
-func testLogger(name string) hclog.Logger {
-	lvl := hclog.Off
-	if v := os.Getenv("BATON_TEST_LOG"); v != "" {
-		if lvl = hclog.LevelFromString(v); lvl == hclog.NoLevel {
-			lvl = hclog.Debug
-		}
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: os.Stderr})
-}
-
-// masterNode is one in-process master: Raft node, domain, and the admin
-// gRPC server carrying the Master service.
+// masterNode is one master as the tests see it: as it was started (the
+// tests kill masters but never restart them).
 type masterNode struct {
 	id     string
+	index  int
 	node   *cluster.Node
-	dom    *Domain
-	srv    *admin.Server
-	gs     *grpc.Server
+	dom    *domain.Domain
 	addr   string
 	cc     *grpc.ClientConn
 	client adminpb.AdminClient
-	// trans is the dispatcher's transport to the region servers, through
-	// the harness's fault injector; nil if the test gave its own.
-	trans *dispatch.GRPCTransport
-	// raftTrans is its raft transport (in memory), for isolateRaft.
-	raftTrans *raft.InmemTransport
-	dead      bool
 }
 
-// harness is a cluster of in-process masters (raft's in-memory transport,
-// admin servers on 127.0.0.1) and real region servers (cluster/regionserver).
-//
-// Every RPC between masters and region servers passes faults, an injector
-// with no rules until a test adds some: the masters' gRPC servers (admin
-// API, and the Master service the region servers call: RegisterServer,
-// Heartbeat, ReportTransition) intercept what they receive, and the
-// dispatchers' transport what they send (RegionServer.ExecuteBatch), so a
-// test can lose, delay or repeat single messages in either direction.
 type harness struct {
 	t       testing.TB
+	c       *clustertest.Cluster
 	opts    harnessOpts
 	faults  *rpcfault.Injector
 	masters []*masterNode
-	mu      sync.Mutex
-	rss     map[string]*regionserver.Server
-	stopped map[string]bool
 }
 
 type harnessOpts struct {
@@ -95,324 +66,104 @@ type harnessOpts struct {
 	opLatency time.Duration
 	failRate  float64
 	// domain adjusts each master's domain configuration.
-	domain func(*Config)
+	domain func(*domain.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
-	if o.masters == 0 {
-		o.masters = 3
+	cfg := clustertest.Config{
+		Masters:       o.masters,
+		RegionServers: o.servers,
+		FaultSeed:     o.faultSeed,
+		RegionServer: func(rc *regionserver.Config) {
+			rc.OpLatency, rc.FailureRate = o.opLatency, o.failRate
+		},
 	}
-	h := &harness{t: t, opts: o, rss: map[string]*regionserver.Server{}, stopped: map[string]bool{},
-		faults: rpcfault.New(rpcfault.Config{Seed: o.faultSeed, Logger: testLogger("faults")})}
-	var peers []cluster.Peer
-	var cfgs []cluster.Config
-	var trans []*raft.InmemTransport
-	for i := range o.masters {
-		id := fmt.Sprintf("m%d", i)
-		reg := procedure.NewRegistry()
-		if err := Register(reg); err != nil {
-			t.Fatal(err)
-		}
-		dcfg := Config{
-			Logger:            testLogger(id),
-			ServerLease:       lease.Config{SoftLimit: testSoftLimit, HardLimit: testHardLimit, MonitorInterval: 50 * time.Millisecond},
-			HeartbeatInterval: testHeartbeat,
-			Dispatch:          dispatch.Config{Delay: 10 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxFailures: 10, CallTimeout: 2 * time.Second},
-			DispatchTimeout:   2 * time.Second,
-			RetryBackoff:      procedure.Backoff{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.1},
-		}
-		m := &masterNode{id: id}
-		m.trans = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{
-			DialOptions: []grpc.DialOption{h.faults.DialOption()}, Logger: testLogger(id)})
-		dcfg.Transport = m.trans
-		if o.domain != nil {
-			o.domain(&dcfg)
-		}
-		if dcfg.Transport != m.trans {
-			m.trans.Close()
-			m.trans = nil
-		}
-		dom, err := New(dcfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.dom = dom
-		c := cluster.DefaultConfig()
-		c.ID = id
-		c.DataDir = t.TempDir()
-		c.HeartbeatTimeout = 50 * time.Millisecond
-		c.ElectionTimeout = 50 * time.Millisecond
-		c.LeaderLeaseTimeout = 50 * time.Millisecond
-		c.CommitTimeout = 5 * time.Millisecond
-		c.SnapshotInterval = time.Hour
-		c.HealthInterval = 50 * time.Millisecond
-		c.BarrierTimeout = 5 * time.Second
-		c.Registry = reg
-		c.Env = dom
-		c.LeaderServices = dom.LeaderServices
-		c.Workers = 8
-		c.Executor = func(pc *procedure.Config) {
-			pc.RollbackBackoff = 50 * time.Millisecond
-			pc.RollbackBackoffMax = 500 * time.Millisecond
-		}
-		c.WAL = store.WALConfig{NoSync: true}
-		c.RaftNoSync = true
-		c.Logger = testLogger(id)
-		addr, tr := raft.NewInmemTransport("")
-		c.Transport = tr
-		ls := raft.NewInmemStore()
-		c.LogStore, c.StableStore = ls, ls
-		c.SnapshotStore = raft.NewInmemSnapshotStore()
-		peers = append(peers, cluster.Peer{ID: id, Address: string(addr)})
-		cfgs = append(cfgs, c)
-		trans = append(trans, tr)
-		m.raftTrans = tr
-		h.masters = append(h.masters, m)
+	if o.domain != nil {
+		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
 	}
-	for i, a := range trans {
-		for j, b := range trans {
-			if i != j {
-				a.Connect(b.LocalAddr(), b)
-			}
-		}
-	}
-	t.Cleanup(h.close)
-	for i := range cfgs {
-		cfgs[i].Peers = peers
-		m := h.masters[i]
-		n, err := cluster.NewNode(cfgs[i])
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-		m.node = n
-		m.dom.Attach(n)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.addr = lis.Addr().String()
-		m.srv, err = admin.New(admin.WithDomain(admin.NodeBackend(n), m.dom), admin.Config{AdvertiseAddr: m.addr, Logger: testLogger(m.id), RegisterInterval: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.gs = grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, h.faults.ServerOptions()...)...)
-		m.srv.RegisterServices(m.gs)
-		RegisterMasterService(m.gs, m.dom, admin.Unavailable)
-		if err := m.srv.Start(m.addr); err != nil {
-			t.Fatal(err)
-		}
-		go m.gs.Serve(lis)
-		m.cc, err = grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.client = adminpb.NewAdminClient(m.cc)
-	}
-	h.leader()
-	for i := range o.servers {
-		h.startRS(fmt.Sprintf("rs%d", i+1), o.opLatency, o.failRate)
+	c := clustertest.New(t, cfg)
+	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}
+	for i, m := range c.Masters() {
+		h.masters = append(h.masters, &masterNode{id: m.ID, index: i, node: m.Node(), dom: m.Domain(),
+			addr: m.AdminAddr(), cc: m.Conn(), client: m.Admin()})
 	}
 	return h
 }
 
-func (h *harness) adminAddrs() []string {
-	var out []string
-	for _, m := range h.masters {
-		out = append(out, m.addr)
-	}
-	return out
-}
+// close stops the cluster before the test ends (benchmarks start several).
+func (h *harness) close() { h.c.Close() }
+
+// rs is region server id's current incarnation.
+func (h *harness) rs(id string) *regionserver.Server { return h.c.RegionServer(id) }
 
 // startRS starts region server id and waits for its registration.
 func (h *harness) startRS(id string, latency time.Duration, failRate float64) *regionserver.Server {
 	h.t.Helper()
-	s, err := regionserver.New(regionserver.Config{
-		ID: id, GRPCAddr: "127.0.0.1:0", Masters: h.adminAddrs(),
-		OpLatency: latency, FailureRate: failRate,
-		RPCTimeout: time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Logger: testLogger(id),
-	})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		h.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if _, err := s.WaitRegistered(ctx); err != nil {
-		h.t.Fatal(err)
-	}
-	h.mu.Lock()
-	h.rss[id] = s
-	delete(h.stopped, id) // a restart under the same id
-	h.mu.Unlock()
-	return s
+	return h.c.StartRegionServer(id, func(rc *regionserver.Config) { rc.OpLatency, rc.FailureRate = latency, failRate })
 }
 
 // stopRS stops region server id as a crash would look from outside.
-func (h *harness) stopRS(id string) {
-	h.t.Helper()
-	h.mu.Lock()
-	s := h.rss[id]
-	h.stopped[id] = true
-	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Stop(ctx); err != nil {
-		h.t.Logf("stop %s: %v", id, err)
-	}
-}
+func (h *harness) stopRS(id string) { h.c.StopRegionServer(id) }
 
-func (h *harness) liveRS() map[string]*regionserver.Server {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := map[string]*regionserver.Server{}
-	for id, s := range h.rss {
-		if !h.stopped[id] {
-			out[id] = s
-		}
-	}
-	return out
-}
+func (h *harness) liveRS() map[string]*regionserver.Server { return h.c.RegionServers() }
 
 // killMaster crashes master i: Raft stops without handing over, its API
 // goes away.
-func (h *harness) killMaster(i int) {
-	m := h.masters[i]
-	if m.dead {
-		return
-	}
-	m.dead = true
-	m.node.Kill()
-	m.gs.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	m.srv.Stop(ctx)
-	cancel()
-	m.cc.Close()
-	m.dom.Close()
-	if m.trans != nil {
-		m.trans.Close()
-	}
-}
-
-func (h *harness) close() {
-	for id, s := range h.liveRS() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := s.Stop(ctx); err != nil {
-			h.t.Logf("stop %s: %v", id, err)
-		}
-		cancel()
-	}
-	for i := range h.masters {
-		if h.masters[i].node != nil {
-			h.killMaster(i)
-		}
-	}
-}
+func (h *harness) killMaster(i int) { h.c.Kill(i) }
 
 // leader waits for exactly one master with a running executor and leader
 // services.
 func (h *harness) leader() (*masterNode, *procedure.Executor) {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var lm *masterNode
-		var lx *procedure.Executor
-		n := 0
-		for _, m := range h.masters {
-			if m.dead {
-				continue
-			}
-			if x, err := m.node.Executor(); err == nil && m.dom.services() != nil {
-				lm, lx = m, x
-				n++
-			}
-		}
-		if n == 1 {
-			return lm, lx
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("no single leader with services after 15s (%d)", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	li, x := h.c.WaitLeader()
+	return h.masters[li], x
 }
 
 func (h *harness) leaderIndex() int {
-	lm, _ := h.leader()
-	for i, m := range h.masters {
-		if m == lm {
-			return i
-		}
-	}
-	return -1
+	h.t.Helper()
+	li, _ := h.c.WaitLeader()
+	return li
 }
 
 // submit submits p on the leader, retrying across leadership changes.
 func (h *harness) submit(p procedure.Procedure, nonce string) uint64 {
 	h.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		_, x := h.leader()
-		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: "test"})
-		if err == nil {
-			return id
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("submit %T: %v", p, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return h.c.Submit(p, nonce)
 }
 
 // wait waits for root procedure id to finish, following leadership
 // changes, and returns its final state.
 func (h *harness) wait(id uint64, d time.Duration) procedure.Info {
 	h.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if time.Now().After(deadline) {
-			_, x := h.leader()
-			w, _ := x.Why(id)
-			h.t.Fatalf("procedure %d did not finish within %v: %+v", id, d, w)
-		}
-		_, x := h.leader()
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		info, err := x.Wait(ctx, id)
-		cancel()
-		if err == nil && info.State.Terminal() {
-			return info
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, procedure.ErrStopped) &&
-			!errors.Is(err, procedure.ErrNotStarted) && !errors.Is(err, procedure.ErrNotFound) {
-			h.t.Fatalf("wait %d: %v", id, err)
-		}
-	}
+	return h.c.Wait(id, d)
 }
 
 func (h *harness) mustSucceed(id uint64, d time.Duration) procedure.Info {
 	h.t.Helper()
-	info := h.wait(id, d)
-	if info.State != procedure.Success {
-		h.t.Fatalf("procedure %d (%s) ended %v: %s", id, info.Type, info.State, info.Error)
-	}
-	return info
+	return h.c.MustSucceed(id, d)
 }
 
+// isolateRaft cuts master i's raft traffic from the other masters, both
+// ways; its admin API and its region-server traffic stay reachable.
+func (h *harness) isolateRaft(i int) { h.c.Partition(i) }
+
+// healRaft undoes isolateRaft.
+func (h *harness) healRaft(i int) { h.c.Heal(i) }
+
 // reader reads the leader's FSM.
-func (h *harness) reader() reader {
+func (h *harness) reader() domain.Reader {
+	h.t.Helper()
 	lm, _ := h.leader()
 	f := lm.node.FSM()
-	return kvReader{Get: f.Get, Scan: f.Scan}
+	return domain.NewReader(f.Get, f.Scan)
 }
 
 func (h *harness) createTable(ns, name string, regions int) uint64 {
 	h.t.Helper()
-	p, err := NewCreateTable(ns, name, regions)
+	p, err := domain.NewCreateTable(ns, name, regions)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -423,23 +174,15 @@ func (h *harness) createTable(ns, name string, regions int) uint64 {
 // answer, over gRPC like any client): region → servers.
 func (h *harness) hosted() map[string][]string {
 	h.t.Helper()
-	out := map[string][]string{}
-	for id, s := range h.liveRS() {
-		resp, err := s.ListRegions(context.Background(), nil)
-		if err != nil {
-			h.t.Fatalf("ListRegions %s: %v", id, err)
-		}
-		for _, r := range resp.GetRegions() {
-			out[r.GetRegion()] = append(out[r.GetRegion()], id)
-		}
-	}
-	for _, v := range out {
-		sort.Strings(v)
+	out, err := h.hostedErr()
+	if err != nil {
+		h.t.Fatal(err)
 	}
 	return out
 }
 
-// hostedQuiet is hosted without failing the test (for goroutines).
+// hostedQuiet is hosted without failing the test (for goroutines), leaving
+// out the servers that did not answer.
 func (h *harness) hostedQuiet() map[string][]string {
 	out := map[string][]string{}
 	for id, s := range h.liveRS() {
@@ -452,6 +195,23 @@ func (h *harness) hostedQuiet() map[string][]string {
 		}
 	}
 	return out
+}
+
+func (h *harness) hostedErr() (map[string][]string, error) {
+	out := map[string][]string{}
+	for id, s := range h.liveRS() {
+		resp, err := s.ListRegions(context.Background(), nil)
+		if err != nil {
+			return nil, fmt.Errorf("ListRegions %s: %w", id, err)
+		}
+		for _, r := range resp.GetRegions() {
+			out[r.GetRegion()] = append(out[r.GetRegion()], id)
+		}
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out, nil
 }
 
 // checkNoDoubles fails if any region is open on two live servers.
@@ -474,14 +234,10 @@ func (h *harness) checkTableOpen(full string, want int) map[string]int {
 	// ran; its crash procedure reopens them. Wait for that, then judge.
 	var problems []string
 	var counts map[string]int
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(20*time.Second, func() bool {
 		problems, counts = h.tableOpenProblems(full, want)
-		if len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(problems) == 0
+	})
 	for _, p := range problems {
 		h.t.Error(p)
 	}
@@ -495,11 +251,11 @@ func (h *harness) tableOpenProblems(full string, want int) ([]string, map[string
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	r := h.reader()
-	t, ok, err := getTable(r, full)
+	t, ok, err := domain.GetTable(r, full)
 	if err != nil || !ok {
 		return []string{fmt.Sprintf("table %s: found=%v err=%v", full, ok, err)}, nil
 	}
-	if t.State != TableEnabled {
+	if t.State != domain.TableEnabled {
 		bad("table %s is %s, want ENABLED", full, t.State)
 	}
 	if len(t.Regions) != want {
@@ -509,12 +265,12 @@ func (h *harness) tableOpenProblems(full string, want int) ([]string, map[string
 	live := h.liveRS()
 	counts := map[string]int{}
 	for _, rn := range t.Regions {
-		rg, ok, err := getRegion(r, rn)
+		rg, ok, err := domain.GetRegion(r, rn)
 		if err != nil || !ok {
 			bad("region %s: found=%v err=%v", rn, ok, err)
 			continue
 		}
-		if rg.State != RegionOpen || rg.ProcID != 0 {
+		if rg.State != domain.RegionOpen || rg.ProcID != 0 {
 			bad("region %s is %s (proc %d), want OPEN", rn, rg.State, rg.ProcID)
 		}
 		if s := live[rg.Server]; s == nil || s.StartCode() != rg.StartCode {
@@ -533,10 +289,10 @@ func (h *harness) tableOpenProblems(full string, want int) ([]string, map[string
 func (h *harness) checkTableGone(full string) {
 	h.t.Helper()
 	r := h.reader()
-	if _, ok, _ := getTable(r, full); ok {
+	if _, ok, _ := domain.GetTable(r, full); ok {
 		h.t.Errorf("table %s still recorded", full)
 	}
-	scanRegions(r, func(name string, rg Region) bool {
+	domain.ScanRegions(r, func(name string, rg domain.Region) bool {
 		if rg.Table == full {
 			h.t.Errorf("region %s of %s still recorded (%s)", name, full, rg.State)
 		}
@@ -560,37 +316,11 @@ func spread(counts map[string]int) (lo, hi int) {
 	return lo, hi
 }
 
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-}
-
-// isolateRaft cuts master i's raft traffic from the other masters, both
-// ways; its admin API and its region-server traffic stay reachable, as
-// when a leader's peer links fail but clients still reach it.
-func (h *harness) isolateRaft(i int) {
-	me := h.masters[i].raftTrans
-	me.DisconnectAll()
-	for j, m := range h.masters {
-		if j != i {
-			m.raftTrans.Disconnect(me.LocalAddr())
-		}
-	}
-}
-
-// healRaft undoes isolateRaft.
-func (h *harness) healRaft(i int) {
-	me := h.masters[i].raftTrans
-	for j, m := range h.masters {
-		if j != i {
-			m.raftTrans.Connect(me.LocalAddr(), me)
-			me.Connect(m.raftTrans.LocalAddr(), m.raftTrans)
-		}
-	}
+	sort.Strings(out)
+	return out
 }

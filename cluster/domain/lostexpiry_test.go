@@ -1,12 +1,14 @@
-package domain
+package domain_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -16,7 +18,7 @@ import (
 // its regions must not be reopened elsewhere before that (or before it
 // registers again), or they are open on two servers meanwhile.
 func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.Dispatch.MaxFailures = 3
 		c.FenceMargin = 200 * time.Millisecond
 	}})
@@ -25,12 +27,12 @@ func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
 	if before["rs2"] == 0 {
 		t.Fatalf("rs2 holds no region: %v", before)
 	}
-	rs2 := h.rss["rs2"]
+	rs2 := h.rs("rs2")
 	sc := rs2.StartCode()
 
 	// Every "expired" answer to rs2's old incarnation is lost, and the
 	// masters cannot reach it any more.
-	lost := h.dropExpiredAnswers(ServerRef{"rs2", sc})
+	lost := h.dropExpiredAnswers(domain.ServerRef{"rs2", sc})
 	unreachable := h.unreachable(rs2.Addr())
 
 	stop := make(chan struct{})
@@ -38,7 +40,7 @@ func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
 	// A move off rs2 needs a close there: the dispatcher fails, gives up
 	// and revokes rs2's lease.
 	var region string
-	scanRegions(h.reader(), func(name string, rg Region) bool {
+	domain.ScanRegions(h.reader(), func(name string, rg domain.Region) bool {
 		if rg.Server == "rs2" {
 			region = name
 		}
@@ -50,12 +52,12 @@ func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	move := h.submit(p, "")
-	waitUntil(t, 20*time.Second, "an expired answer to rs2 to be lost (the dispatcher gives it up)", func() bool {
+	testwait.For(t, 20*time.Second, "an expired answer to rs2 to be lost (the dispatcher gives it up)", func() bool {
 		return lost.Fired() > 0
 	})
 	unreachable.Remove() // reachable again: the system may converge
 	h.mustSucceed(move, 30*time.Second)
-	waitUntil(t, 30*time.Second, "every region open on exactly one server", func() bool {
+	testwait.For(t, 30*time.Second, "every region open on exactly one server", func() bool {
 		return len(h.placementProblems()) == 0
 	})
 	close(stop)
@@ -66,7 +68,7 @@ func TestLostExpiryAnswerNeverOpensARegionTwice(t *testing.T) {
 
 // dropExpiredAnswers loses every "expired" heartbeat answer to incarnation
 // ref, and returns the rule's handle.
-func (h *harness) dropExpiredAnswers(ref ServerRef) *rpcfault.Handle {
+func (h *harness) dropExpiredAnswers(ref domain.ServerRef) *rpcfault.Handle {
 	h.t.Helper()
 	lost, err := h.faults.Add(rpcfault.Rule{
 		Name:    "expired answer lost",
@@ -108,14 +110,14 @@ func (h *harness) unreachable(addr string) *rpcfault.Handle {
 // copy of an earlier RegisterServer request (or another process under the
 // same id) commits a newer start code while the incarnation still serves.
 func TestRegistrationThatDroppedNothingIsNoProof(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.FenceMargin = 200 * time.Millisecond
 	}})
 	h.mustSucceed(h.createTable("", "t", 6), 20*time.Second)
 	h.checkTableOpen("default:t", 6)
-	rs2 := h.rss["rs2"]
+	rs2 := h.rs("rs2")
 	sc := rs2.StartCode()
-	lost := h.dropExpiredAnswers(ServerRef{"rs2", sc})
+	lost := h.dropExpiredAnswers(domain.ServerRef{"rs2", sc})
 
 	stop := make(chan struct{})
 	doubles := h.watchDoubles(stop)
@@ -123,13 +125,13 @@ func TestRegistrationThatDroppedNothingIsNoProof(t *testing.T) {
 	// The first RegisterServer rs2 ever sent, arriving late: it names no
 	// dropped incarnation.
 	late := &rspb.RegisterServerRequest{ServerId: "rs2", Address: rs2.Addr()}
-	resp, err := (&masterService{d: lm.dom}).RegisterServer(context.Background(), late)
+	resp, err := domain.RegisterServer(context.Background(), lm.dom, late)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("late registration committed start code %d over the serving %d", resp.GetStartCode(), sc)
-	waitUntil(t, 10*time.Second, "rs2 to fence itself", func() bool { return rs2.StartCode() != sc })
-	waitUntil(t, 30*time.Second, "every region open on exactly one server", func() bool {
+	testwait.For(t, 10*time.Second, "rs2 to fence itself", func() bool { return rs2.StartCode() != sc })
+	testwait.For(t, 30*time.Second, "every region open on exactly one server", func() bool {
 		return len(h.placementProblems()) == 0
 	})
 	close(stop)
@@ -147,7 +149,7 @@ func TestRegistrationThatDroppedNothingIsNoProof(t *testing.T) {
 // proven gone before its registration plus the self-fence bound.
 func TestRegistrationCountsAsARenewal(t *testing.T) {
 	const hb = 300 * time.Millisecond // self-fence 900 ms
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.ServerLease = lease.Config{SoftLimit: 3 * hb, HardLimit: 10 * hb, MonitorInterval: 50 * time.Millisecond}
 		c.HeartbeatInterval = hb
 		c.Dispatch.MaxFailures = 3
@@ -155,11 +157,11 @@ func TestRegistrationCountsAsARenewal(t *testing.T) {
 	}})
 	h.mustSucceed(h.createTable("", "t", 4), 20*time.Second)
 	lm, _ := h.leader()
-	svc := lm.dom.services()
+	svc := lm.dom.Services()
 	// Registered well after the leader's services started (the case the
 	// leader's start time alone would get wrong).
-	waitUntil(t, 10*time.Second, "two self-fence periods since the leader took over", func() bool {
-		return time.Since(svc.startedAt) > 2*(3*hb+100*time.Millisecond)
+	testwait.For(t, 10*time.Second, "two self-fence periods since the leader took over", func() bool {
+		return time.Since(svc.StartedAt()) > 2*(3*hb+100*time.Millisecond)
 	})
 	if _, err := h.faults.Add(rpcfault.Rule{
 		Name:    "rs3's heartbeats lost",
@@ -167,18 +169,18 @@ func TestRegistrationCountsAsARenewal(t *testing.T) {
 		Fault:   rpcfault.DropRequest,
 		When: func(c rpcfault.Call) bool {
 			req, ok := c.Request.(*rspb.HeartbeatRequest)
-			return ok && req.GetServerId() == "rs3" && !svc.revoked(ServerRef{"rs3", req.GetStartCode()})
+			return ok && req.GetServerId() == "rs3" && !svc.Revoked(domain.ServerRef{ID: "rs3", StartCode: req.GetStartCode()})
 		},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	rs3 := h.startRS("rs3", 0, 0)
-	lost := h.dropExpiredAnswers(ServerRef{"rs3", rs3.StartCode()})
+	lost := h.dropExpiredAnswers(domain.ServerRef{"rs3", rs3.StartCode()})
 
 	stop := make(chan struct{})
 	doubles := h.watchDoubles(stop)
 	var region string
-	scanRegions(h.reader(), func(name string, _ Region) bool { region = name; return false })
+	domain.ScanRegions(h.reader(), func(name string, _ domain.Region) bool { region = name; return false })
 	p, err := lm.dom.MoveRegionProcedure(region, "rs3")
 	if err != nil {
 		t.Fatal(err)
@@ -189,10 +191,10 @@ func TestRegistrationCountsAsARenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	move := h.submit(p, "")
-	waitUntil(t, 10*time.Second, "an expired answer to rs3 to be lost", func() bool { return lost.Fired() > 0 })
+	testwait.For(t, 10*time.Second, "an expired answer to rs3 to be lost", func() bool { return lost.Fired() > 0 })
 	unreachable.Remove()
 	h.mustSucceed(move, 20*time.Second)
-	waitUntil(t, 30*time.Second, "every region open on exactly one server", func() bool {
+	testwait.For(t, 30*time.Second, "every region open on exactly one server", func() bool {
 		return len(h.placementProblems()) == 0
 	})
 	close(stop)

@@ -1,4 +1,4 @@
-package domain
+package domain_test
 
 import (
 	"context"
@@ -12,8 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -41,7 +43,7 @@ func TestCreateTableOpensEveryRegionOnce(t *testing.T) {
 func TestCreateTableFailureRollsBack(t *testing.T) {
 	var fail atomic.Bool
 	fail.Store(true)
-	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
 		c.FailPoint = func(p string) error {
 			if p == "create.enable" && fail.Load() {
 				return errors.New("injected")
@@ -67,7 +69,7 @@ func TestCreateTableFailureRollsBack(t *testing.T) {
 // Region servers that refuse every open: the create gives up after
 // MaxOpenAttempts and rolls back; no table is left.
 func TestCreateTableUnopenableRollsBack(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, failRate: 1, domain: func(c *Config) { c.MaxOpenAttempts = 3 }})
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, failRate: 1, domain: func(c *domain.Config) { c.MaxOpenAttempts = 3 }})
 	info := h.wait(h.createTable("", "never", 4), 20*time.Second)
 	if info.State != procedure.RolledBack {
 		t.Fatalf("create ended %v, want ROLLEDBACK", info.State)
@@ -87,8 +89,8 @@ func TestTableLifecycleAndNamespaces(t *testing.T) {
 		}
 		return p
 	}
-	h.mustSucceed(h.submit(mustProc(NewCreateNamespace("app")), ""), 5*time.Second)
-	if info := h.wait(h.submit(mustProc(NewCreateNamespace("app")), ""), 5*time.Second); info.State != procedure.RolledBack {
+	h.mustSucceed(h.submit(mustProc(domain.NewCreateNamespace("app")), ""), 5*time.Second)
+	if info := h.wait(h.submit(mustProc(domain.NewCreateNamespace("app")), ""), 5*time.Second); info.State != procedure.RolledBack {
 		t.Errorf("second create namespace ended %v, want ROLLEDBACK", info.State)
 	}
 	if info := h.wait(h.createTable("nope", "t", 1), 5*time.Second); info.State != procedure.RolledBack {
@@ -97,21 +99,21 @@ func TestTableLifecycleAndNamespaces(t *testing.T) {
 	h.mustSucceed(h.createTable("app", "t", 4), 10*time.Second)
 	h.checkTableOpen("app:t", 4)
 
-	if info := h.wait(h.submit(mustProc(NewDeleteTable("app", "t")), ""), 5*time.Second); info.State != procedure.RolledBack {
+	if info := h.wait(h.submit(mustProc(domain.NewDeleteTable("app", "t")), ""), 5*time.Second); info.State != procedure.RolledBack {
 		t.Errorf("delete of an enabled table ended %v, want ROLLEDBACK", info.State)
 	}
-	if info := h.wait(h.submit(mustProc(NewDeleteNamespace("app")), ""), 5*time.Second); info.State != procedure.RolledBack {
+	if info := h.wait(h.submit(mustProc(domain.NewDeleteNamespace("app")), ""), 5*time.Second); info.State != procedure.RolledBack {
 		t.Errorf("delete of a non-empty namespace ended %v, want ROLLEDBACK", info.State)
 	}
 
-	h.mustSucceed(h.submit(mustProc(NewDisableTable("app", "t")), ""), 10*time.Second)
+	h.mustSucceed(h.submit(mustProc(domain.NewDisableTable("app", "t")), ""), 10*time.Second)
 	r := h.reader()
-	tb, _, _ := getTable(r, "app:t")
-	if tb.State != TableDisabled {
+	tb, _, _ := domain.GetTable(r, "app:t")
+	if tb.State != domain.TableDisabled {
 		t.Errorf("table is %s after disable", tb.State)
 	}
 	for _, rn := range tb.Regions {
-		if rg, _, _ := getRegion(r, rn); rg.State != RegionClosed || rg.Server != "" {
+		if rg, _, _ := domain.GetRegion(r, rn); rg.State != domain.RegionClosed || rg.Server != "" {
 			t.Errorf("region %s is %s on %q after disable", rn, rg.State, rg.Server)
 		}
 	}
@@ -119,17 +121,17 @@ func TestTableLifecycleAndNamespaces(t *testing.T) {
 		t.Errorf("%d regions still open after disable", n)
 	}
 
-	h.mustSucceed(h.submit(mustProc(NewEnableTable("app", "t")), ""), 10*time.Second)
+	h.mustSucceed(h.submit(mustProc(domain.NewEnableTable("app", "t")), ""), 10*time.Second)
 	h.checkTableOpen("app:t", 4)
 
-	h.mustSucceed(h.submit(mustProc(NewDisableTable("app", "t")), ""), 10*time.Second)
-	h.mustSucceed(h.submit(mustProc(NewDeleteTable("app", "t")), ""), 10*time.Second)
+	h.mustSucceed(h.submit(mustProc(domain.NewDisableTable("app", "t")), ""), 10*time.Second)
+	h.mustSucceed(h.submit(mustProc(domain.NewDeleteTable("app", "t")), ""), 10*time.Second)
 	h.checkTableGone("app:t")
-	h.mustSucceed(h.submit(mustProc(NewDeleteNamespace("app")), ""), 5*time.Second)
-	if ok, _ := namespaceExists(h.reader(), "app"); ok {
+	h.mustSucceed(h.submit(mustProc(domain.NewDeleteNamespace("app")), ""), 5*time.Second)
+	if ok, _ := domain.NamespaceExists(h.reader(), "app"); ok {
 		t.Error("namespace app still exists")
 	}
-	if _, err := NewDeleteNamespace(DefaultNamespace); !errors.Is(err, procedure.ErrInvalid) {
+	if _, err := domain.NewDeleteNamespace(domain.DefaultNamespace); !errors.Is(err, procedure.ErrInvalid) {
 		t.Errorf("deleting the default namespace: %v, want ErrInvalid", err)
 	}
 }
@@ -145,10 +147,10 @@ func TestServerCrashReassigns(t *testing.T) {
 	}
 	h.stopRS("rs2")
 	start := time.Now()
-	waitUntil(t, 20*time.Second, "the regions of rs2 to be reassigned", func() bool {
+	testwait.For(t, 20*time.Second, "the regions of rs2 to be reassigned", func() bool {
 		n := 0
-		scanRegions(h.reader(), func(_ string, rg Region) bool {
-			if rg.State == RegionOpen && rg.Server != "rs2" && rg.ProcID == 0 {
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.State == domain.RegionOpen && rg.Server != "rs2" && rg.ProcID == 0 {
 				n++
 			}
 			return true
@@ -160,14 +162,14 @@ func TestServerCrashReassigns(t *testing.T) {
 	if counts["rs2"] != 0 || counts["rs1"]+counts["rs3"] != 9 {
 		t.Errorf("placement after the crash: %v", counts)
 	}
-	srv, _, _ := getServer(h.reader(), "rs2")
-	if srv.State != ServerExpired {
+	srv, _, _ := domain.GetServer(h.reader(), "rs2")
+	if srv.State != domain.ServerExpired {
 		t.Errorf("rs2 is %s, want expired", srv.State)
 	}
 	// The crash procedure finishes (it looks once more after its
 	// children are done: the regions may be placed a moment before).
 	_, x := h.leader()
-	for _, info := range x.List(procedure.Filter{Type: TypeServerCrash}) {
+	for _, info := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
 		if info := h.wait(info.ID, 10*time.Second); info.State != procedure.Success {
 			t.Errorf("server crash %d ended %v", info.ID, info.State)
 		}
@@ -205,10 +207,10 @@ func TestLeaderFailoverDuringCreate(t *testing.T) {
 	stop := make(chan struct{})
 	doubles := h.watchDoubles(stop)
 	id := h.createTable("", "big", 24)
-	waitUntil(t, 10*time.Second, "the create to open its first regions", func() bool {
+	testwait.For(t, 10*time.Second, "the create to open its first regions", func() bool {
 		n := 0
-		scanRegions(h.reader(), func(_ string, rg Region) bool {
-			if rg.State == RegionOpen {
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.State == domain.RegionOpen {
 				n++
 			}
 			return true
@@ -238,10 +240,10 @@ func TestServerCrashDuringMasterFailover(t *testing.T) {
 	h.checkTableOpen("default:t", 6)
 	h.stopRS("rs1")
 	h.killMaster(h.leaderIndex())
-	waitUntil(t, 20*time.Second, "the regions of rs1 to be reassigned", func() bool {
+	testwait.For(t, 20*time.Second, "the regions of rs1 to be reassigned", func() bool {
 		n := 0
-		scanRegions(h.reader(), func(_ string, rg Region) bool {
-			if rg.State == RegionOpen && rg.Server != "rs1" && rg.ProcID == 0 {
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.State == domain.RegionOpen && rg.Server != "rs1" && rg.ProcID == 0 {
 				n++
 			}
 			return true
@@ -265,7 +267,7 @@ func TestMoveAndBalance(t *testing.T) {
 	}
 	// Move one region from rs1 to rs2.
 	var name string
-	scanRegions(h.reader(), func(n string, rg Region) bool {
+	domain.ScanRegions(h.reader(), func(n string, rg domain.Region) bool {
 		if rg.Server == "rs1" {
 			name = n
 			return false
@@ -278,7 +280,7 @@ func TestMoveAndBalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustSucceed(h.submit(p, ""), 10*time.Second)
-	if rg, _, _ := getRegion(h.reader(), name); rg.Server != "rs2" || rg.State != RegionOpen {
+	if rg, _, _ := domain.GetRegion(h.reader(), name); rg.Server != "rs2" || rg.State != domain.RegionOpen {
 		t.Errorf("after the move region %s is %s on %s, want OPEN on rs2", name, rg.State, rg.Server)
 	}
 	counts = h.checkTableOpen("default:t", 8)
@@ -288,18 +290,18 @@ func TestMoveAndBalance(t *testing.T) {
 
 	// A third server: balance moves regions to it until within one.
 	h.startRS("rs3", 0, 0)
-	waitUntil(t, 5*time.Second, "rs3's lease", func() bool {
-		svc := lm.dom.services()
-		live, _ := svc.liveTargets(h.reader())
+	testwait.For(t, 5*time.Second, "rs3's lease", func() bool {
+		svc := lm.dom.Services()
+		live, _ := svc.LiveTargets(h.reader())
 		return len(live) == 3
 	})
-	info := h.mustSucceed(h.submit(&Balance{}, ""), 20*time.Second)
+	info := h.mustSucceed(h.submit(&domain.Balance{}, ""), 20*time.Second)
 	counts = h.checkTableOpen("default:t", 8)
 	if lo, hi := spread(counts); len(counts) != 3 || hi-lo > 1 {
 		t.Errorf("placement after balance %v (%s)", counts, info.Result)
 	}
 	// Balanced already: nothing moves.
-	info = h.mustSucceed(h.submit(&Balance{}, ""), 10*time.Second)
+	info = h.mustSucceed(h.submit(&domain.Balance{}, ""), 10*time.Second)
 	if string(info.Result) != "0 regions moved over 3 servers" {
 		t.Errorf("second balance: %s", info.Result)
 	}
@@ -329,25 +331,25 @@ func (b *blockingTransport) ExecuteBatch(ctx context.Context, t dispatch.Target,
 // the regions meant for it opened elsewhere.
 func TestUnreachableServerIsFenced(t *testing.T) {
 	bt := &blockingTransport{inner: dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{}), block: map[string]bool{"rs2": true}}
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.Transport = bt
 		c.Dispatch.MaxFailures = 3
 	}})
-	sc := h.rss["rs2"].StartCode()
+	sc := h.rs("rs2").StartCode()
 	id := h.createTable("", "t", 6)
 	h.mustSucceed(id, 20*time.Second)
 	counts := h.checkTableOpen("default:t", 6)
 	if counts["rs1"] != 6 {
 		t.Errorf("placement %v, want every region on rs1", counts)
 	}
-	waitUntil(t, 5*time.Second, "rs2 to register again", func() bool {
-		return h.rss["rs2"].StartCode() != 0 && h.rss["rs2"].StartCode() != sc
+	testwait.For(t, 5*time.Second, "rs2 to register again", func() bool {
+		return h.rs("rs2").StartCode() != 0 && h.rs("rs2").StartCode() != sc
 	})
 	// Reachable again: balance can use it.
 	bt.mu.Lock()
 	bt.block = nil
 	bt.mu.Unlock()
-	h.mustSucceed(h.submit(&Balance{}, ""), 20*time.Second)
+	h.mustSucceed(h.submit(&domain.Balance{}, ""), 20*time.Second)
 	counts = h.checkTableOpen("default:t", 6)
 	if counts["rs1"] != 3 || counts["rs2"] != 3 {
 		t.Errorf("placement after balance %v, want 3 and 3", counts)
@@ -359,7 +361,7 @@ func TestUnreachableServerIsFenced(t *testing.T) {
 func TestAbortCreateRollsBack(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2, opLatency: 300 * time.Millisecond})
 	id := h.createTable("", "t", 40)
-	waitUntil(t, 10*time.Second, "some regions to open", func() bool {
+	testwait.For(t, 10*time.Second, "some regions to open", func() bool {
 		return len(h.hosted()) > 0
 	})
 	_, x := h.leader()
@@ -381,25 +383,22 @@ func TestAbortCreateRollsBack(t *testing.T) {
 // as crashed at once (it closed everything before registering) and its
 // regions are reassigned.
 func TestServerRestartReassignsAtOnce(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *Config) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
 		c.ServerLease = lease.Config{SoftLimit: 20 * time.Second, HardLimit: time.Minute, MonitorInterval: 50 * time.Millisecond}
 	}})
 	h.mustSucceed(h.createTable("", "t", 6), 10*time.Second)
 	h.checkTableOpen("default:t", 6)
-	old := h.rss["rs1"].StartCode()
+	old := h.rs("rs1").StartCode()
 	h.stopRS("rs1")
-	h.mu.Lock()
-	delete(h.stopped, "rs1")
-	h.mu.Unlock()
 	start := time.Now()
 	s := h.startRS("rs1", 0, 0)
 	if s.StartCode() == old {
 		t.Fatal("same start code after a restart")
 	}
-	waitUntil(t, 10*time.Second, "the old incarnation's regions to be reassigned", func() bool {
+	testwait.For(t, 10*time.Second, "the old incarnation's regions to be reassigned", func() bool {
 		n := 0
-		scanRegions(h.reader(), func(_ string, rg Region) bool {
-			if rg.State == RegionOpen && rg.ProcID == 0 && rg.StartCode != old {
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.State == domain.RegionOpen && rg.ProcID == 0 && rg.StartCode != old {
 				n++
 			}
 			return true

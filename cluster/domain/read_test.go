@@ -1,4 +1,4 @@
-package domain
+package domain_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -28,7 +30,7 @@ func TestReadsThroughACutOffLeader(t *testing.T) {
 	h.isolateRaft(li)
 	// The new leader writes; the cut-off one cannot know.
 	var nl *masterNode
-	waitUntil(t, 15*time.Second, "a leader among the others", func() bool {
+	testwait.For(t, 15*time.Second, "a leader among the others", func() bool {
 		for i, m := range h.masters {
 			if _, err := m.node.Executor(); i != li && err == nil {
 				nl = m
@@ -69,7 +71,7 @@ func TestReadsThroughACutOffLeader(t *testing.T) {
 	}
 
 	h.healRaft(li)
-	waitUntil(t, 15*time.Second, "the healed node to forward a linearizable read to the leader", func() bool {
+	testwait.For(t, 15*time.Second, "the healed node to forward a linearizable read to the leader", func() bool {
 		r, err := old.client.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{})
 		return err == nil && r.GetRead().GetServedBy() != old.id
 	})
@@ -89,7 +91,7 @@ func TestFailedPreconditionsCarryTheirCode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := h.masters[(h.leaderIndex()+1)%len(h.masters)].client
-	waitUntil(t, 5*time.Second, "the standby to know the leader's admin address", func() bool {
+	testwait.For(t, 5*time.Second, "the standby to know the leader's admin address", func() bool {
 		_, err := c.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{})
 		return err == nil
 	})
@@ -147,7 +149,7 @@ func TestFailedPreconditionsCarryTheirCode(t *testing.T) {
 		t.Errorf("unknown consistency: %v, want INVALID_ARGUMENT", err)
 	}
 	// A stale read of procedures on a standby comes from its own FSM.
-	waitUntil(t, 10*time.Second, "the standby's stale list to hold the rolled back procedures", func() bool {
+	testwait.For(t, 10*time.Second, "the standby's stale list to hold the rolled back procedures", func() bool {
 		r, err := c.ListProcedures(ctx, &adminpb.ListProceduresRequest{Consistency: adminpb.Consistency_STALE, State: "ROLLEDBACK"})
 		if err != nil || r.GetRead().GetServedBy() == "" || r.GetRead().GetRaftState() != "Follower" {
 			return false
@@ -164,7 +166,7 @@ func TestFailedPreconditionsCarryTheirCode(t *testing.T) {
 
 func mustNS(t *testing.T, name string) procedure.Procedure {
 	t.Helper()
-	p, err := NewCreateNamespace(name)
+	p, err := domain.NewCreateNamespace(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,350 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/cluster/regionserver"
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// Test timings of the domain: leases short enough that a crashed region
+// server is detected in about two seconds, long enough that -race and a
+// loaded machine never expire a live one (heartbeats every 200 ms against
+// a 1.5 s hard limit). A region server fences itself 3 heartbeats (600 ms)
+// after the last renewal it sent: shorter, and a loaded failover makes
+// servers drop their regions.
+const (
+	SoftLimit = 800 * time.Millisecond
+	HardLimit = 1500 * time.Millisecond
+	Heartbeat = 200 * time.Millisecond
+)
+
+// Config describes a test cluster. Zero fields take the defaults given.
+type Config struct {
+	// Masters is the number of masters. Default 3.
+	Masters int
+	// RegionServers is the number of region servers started (rs1, rs2, …)
+	// once a leader is elected. Default 0.
+	RegionServers int
+	// TCP runs Raft over loopback TCP with the bolt log and file snapshot
+	// stores in each master's DataDir, as the baton binary does. Default:
+	// raft's in-memory transport and stores, which Partition and Pause
+	// need.
+	TCP bool
+	// NoDomain starts masters without the domain (no tables, regions or
+	// region servers): a bare cluster.Node under the admin API, whose
+	// procedures see Env as their Context.Env. For tests of the node and
+	// of the procedure engine through Raft. RegionServers must be 0.
+	NoDomain bool
+	// Register adds procedure types to each master's registry, after the
+	// diagnostic types (cluster/diag) and, unless NoDomain, the domain's.
+	Register func(*procedure.Registry) error
+	// Env, with NoDomain, gives master id's procedures their Context.Env.
+	// Default nil.
+	Env func(id string) any
+	// Node adjusts master i's node configuration before it first starts
+	// (a restart reuses it). Default: the fast timings raft's own tests
+	// use (50 ms heartbeat, election and lease timeouts), no fsync, 8
+	// workers.
+	Node func(i int, c *cluster.Config)
+	// Domain adjusts master i's domain configuration (leases, dispatcher,
+	// fail points). Default: the test timings above, a dispatcher with
+	// short delays and retries. The dispatcher's transport is a
+	// dispatch.GRPCTransport through Faults(); a test that sets its own
+	// Transport owns it.
+	Domain func(i int, c *domain.Config)
+	// RegionServer adjusts each region server's configuration (latency,
+	// failure rate) when StartRegionServer starts it, before the tweaks
+	// StartRegionServer was given.
+	RegionServer func(c *regionserver.Config)
+	// FaultSeed seeds the fault injector's draws, to replay a failure.
+	// Default 0: the injector picks one, which is logged.
+	FaultSeed uint64
+	// WaitTimeout bounds WaitLeader, region server registration and the
+	// retries of Submit. Default 30 s: a bound on failures, not a
+	// measure of speed.
+	WaitTimeout time.Duration
+	// LogLevel of the per-node log buffers. Default hclog.Info.
+	LogLevel hclog.Level
+	// LogTail is how many bytes of each buffer a failed test prints.
+	// Default 8000.
+	LogTail int
+}
+
+func (c *Config) setDefaults() {
+	if c.Masters == 0 {
+		c.Masters = 3
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = 30 * time.Second
+	}
+	if c.LogLevel == hclog.NoLevel {
+		c.LogLevel = hclog.Info
+	}
+	if c.LogTail == 0 {
+		c.LogTail = 8000
+	}
+}
+
+// Cluster is a running test cluster. Its methods may be called from any
+// goroutine, except those that fail the test (documented as such), which
+// belong to the test's goroutine as t.Fatal does.
+type Cluster struct {
+	t       testing.TB
+	cfg     Config
+	faults  *rpcfault.Injector
+	logs    *logSet
+	masters []*Master
+
+	mu      sync.Mutex
+	rss     map[string]*regionserver.Server
+	stopped map[string]bool
+	// links[i][j]: master i's raft transport reaches master j.
+	links  [][]bool
+	pauses map[int]*time.Timer
+	closed bool
+}
+
+// New starts a cluster, waits for its leader and its region servers'
+// registrations, and stops it all when the test ends.
+func New(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	cfg.setDefaults()
+	if cfg.NoDomain && cfg.RegionServers > 0 {
+		t.Fatal("clustertest: region servers need the domain (NoDomain with RegionServers)")
+	}
+	c := &Cluster{t: t, cfg: cfg, logs: newLogSet(cfg.LogLevel),
+		rss: map[string]*regionserver.Server{}, stopped: map[string]bool{}, pauses: map[int]*time.Timer{}}
+	c.faults = rpcfault.New(rpcfault.Config{Seed: cfg.FaultSeed, Logger: c.logs.logger("faults")})
+	t.Logf("clustertest: fault seed %d", c.faults.Seed())
+	t.Cleanup(func() {
+		c.close()
+		c.printLogs()
+	})
+
+	var peers []cluster.Peer
+	for i := range cfg.Masters {
+		m := &Master{c: c, index: i, ID: fmt.Sprintf("m%d", i+1)}
+		m.cfg = c.nodeConfig(i, m.ID)
+		if cfg.TCP {
+			m.cfg.RaftAddr = freeAddr(t)
+			m.cfg.TransportTimeout = 2 * time.Second
+			peers = append(peers, cluster.Peer{ID: m.ID, Address: m.cfg.RaftAddr})
+		} else {
+			addr, tr := raft.NewInmemTransport("")
+			m.raftTrans = tr
+			m.cfg.Transport = tr
+			ls := raft.NewInmemStore()
+			m.cfg.LogStore, m.cfg.StableStore = ls, ls
+			m.cfg.SnapshotStore = raft.NewInmemSnapshotStore()
+			peers = append(peers, cluster.Peer{ID: m.ID, Address: string(addr)})
+		}
+		c.masters = append(c.masters, m)
+	}
+	c.links = make([][]bool, len(c.masters))
+	for i, m := range c.masters {
+		m.cfg.Peers = peers
+		if cfg.Node != nil {
+			cfg.Node(i, &m.cfg)
+		}
+		c.links[i] = make([]bool, len(c.masters))
+	}
+	if !cfg.TCP {
+		for i := range c.masters {
+			for j := range c.masters {
+				if i != j {
+					c.connect(i, j)
+				}
+			}
+		}
+	}
+	// Every admin address is known before any master starts, so that
+	// region servers (and clients) can be given all of them.
+	for _, m := range c.masters {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("clustertest: admin listener: %v", err)
+		}
+		m.addr = lis.Addr().String()
+		m.lis = lis
+	}
+	for _, m := range c.masters {
+		if err := m.start(); err != nil {
+			t.Fatalf("clustertest: %v", err)
+		}
+	}
+	c.WaitLeader()
+	for i := range cfg.RegionServers {
+		c.StartRegionServer(fmt.Sprintf("rs%d", i+1))
+	}
+	return c
+}
+
+// nodeConfig is master id's configuration before the test's tweaks.
+func (c *Cluster) nodeConfig(i int, id string) cluster.Config {
+	n := cluster.DefaultConfig()
+	n.ID = id
+	n.DataDir = c.t.TempDir()
+	n.HeartbeatTimeout = 50 * time.Millisecond
+	n.ElectionTimeout = 50 * time.Millisecond
+	n.LeaderLeaseTimeout = 50 * time.Millisecond
+	n.CommitTimeout = 5 * time.Millisecond
+	n.SnapshotInterval = time.Hour
+	n.HealthInterval = 50 * time.Millisecond
+	n.BarrierTimeout = 5 * time.Second
+	n.RevokeTimeout = time.Second
+	n.Workers = 8
+	n.Executor = func(pc *procedure.Config) {
+		pc.RollbackBackoff = 50 * time.Millisecond
+		pc.RollbackBackoffMax = 500 * time.Millisecond
+	}
+	n.WAL = store.WALConfig{NoSync: true}
+	n.RaftNoSync = true
+	n.Logger = c.logs.logger(id)
+	return n
+}
+
+// domainConfig is master i's domain configuration, the test's tweaks
+// applied.
+func (c *Cluster) domainConfig(m *Master) domain.Config {
+	d := domain.Config{
+		Logger:            m.cfg.Logger,
+		ServerLease:       lease.Config{SoftLimit: SoftLimit, HardLimit: HardLimit, MonitorInterval: 50 * time.Millisecond},
+		HeartbeatInterval: Heartbeat,
+		Dispatch:          dispatch.Config{Delay: 10 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxFailures: 10, CallTimeout: 2 * time.Second},
+		DispatchTimeout:   2 * time.Second,
+		RetryBackoff:      procedure.Backoff{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: 0.1},
+	}
+	if c.cfg.Domain != nil {
+		c.cfg.Domain(m.index, &d)
+	}
+	return d
+}
+
+func (c *Cluster) registry() (*procedure.Registry, error) {
+	reg := procedure.NewRegistry()
+	if err := diag.Register(reg); err != nil {
+		return nil, err
+	}
+	if !c.cfg.NoDomain {
+		if err := domain.Register(reg); err != nil {
+			return nil, err
+		}
+	}
+	if c.cfg.Register != nil {
+		if err := c.cfg.Register(reg); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("clustertest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Masters returns the masters, running or not, by index.
+func (c *Cluster) Masters() []*Master { return c.masters }
+
+// Master returns master i.
+func (c *Cluster) Master(i int) *Master { return c.masters[i] }
+
+// Faults is the injector on every master's gRPC server and on the
+// dispatchers' calls to region servers. It has no rules until the test
+// adds some.
+func (c *Cluster) Faults() *rpcfault.Injector { return c.faults }
+
+// AdminAddrs are the masters' admin API addresses, by index; they stay
+// the same across restarts.
+func (c *Cluster) AdminAddrs() []string {
+	out := make([]string, len(c.masters))
+	for i, m := range c.masters {
+		out[i] = m.addr
+	}
+	return out
+}
+
+// Client returns a client of every master's admin API, with short
+// backoffs, closed when the test ends. opts come after the defaults.
+// Fails the test on error (test goroutine only).
+func (c *Cluster) Client(opts ...client.Option) *client.Client {
+	c.t.Helper()
+	cl, err := client.New(c.AdminAddrs(), append([]client.Option{client.WithBackoff(5*time.Millisecond, 100*time.Millisecond)}, opts...)...)
+	if err != nil {
+		c.t.Fatalf("clustertest: client: %v", err)
+	}
+	c.t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// Logs returns what component name ("m1", "rs2", "faults") has logged so
+// far, at Config.LogLevel (or BATON_TEST_LOG's level).
+func (c *Cluster) Logs(name string) string { return c.logs.text(name) }
+
+// Close stops the cluster now, for a test (or benchmark) that starts
+// several in turn; the cleanup New registered calls it otherwise. Later
+// calls do nothing.
+func (c *Cluster) Close() { c.close() }
+
+// close stops everything, region servers first.
+func (c *Cluster) close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	for _, tm := range c.pauses {
+		tm.Stop()
+	}
+	c.mu.Unlock()
+	live := c.RegionServers()
+	ids := make([]string, 0, len(live))
+	for id := range live {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := live[id].Stop(ctx); err != nil {
+			c.t.Logf("clustertest: stop %s: %v", id, err)
+		}
+		cancel()
+	}
+	for _, m := range c.masters {
+		m.kill()
+		if m.lis != nil {
+			_ = m.lis.Close()
+		}
+	}
+}
+
+// printLogs prints the logs' tails, once, if the test failed.
+func (c *Cluster) printLogs() {
+	if c.t.Failed() && !c.logs.stderr {
+		c.logs.print(c.t, c.cfg.LogTail)
+	}
+}

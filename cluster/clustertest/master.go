@@ -1,0 +1,256 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// Master is one master of a test cluster: its Raft node, its domain and
+// its admin gRPC server (which also carries the Master service region
+// servers call). A killed master's node, domain and admin client are nil
+// until it is restarted.
+type Master struct {
+	// ID is the master's Raft id: m1, m2, … by index.
+	ID string
+
+	c     *Cluster
+	index int
+	cfg   cluster.Config
+	addr  string
+	// raftTrans is the in-memory Raft transport (nil on TCP); it outlives
+	// restarts, so the other masters' links to it stay as the test set
+	// them.
+	raftTrans *raft.InmemTransport
+
+	mu     sync.Mutex
+	lis    net.Listener // bound, not yet served
+	node   *cluster.Node
+	dom    *domain.Domain
+	srv    *admin.Server
+	gs     *grpc.Server
+	trans  *dispatch.GRPCTransport // nil if the test gave its own
+	cc     *grpc.ClientConn
+	client adminpb.AdminClient
+	// leading is the term whose leader services run here, 0 if none.
+	leading uint64
+}
+
+// Index is the master's position in Cluster.Masters.
+func (m *Master) Index() int { return m.index }
+
+// AdminAddr is the master's admin API address (the same across restarts).
+func (m *Master) AdminAddr() string { return m.addr }
+
+// Config is the master's node configuration (restarts reuse it).
+func (m *Master) Config() cluster.Config { return m.cfg }
+
+// Node is the master's Raft node, nil while it is down.
+func (m *Master) Node() *cluster.Node {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.node
+}
+
+// Domain is the master's domain, nil while it is down or with NoDomain.
+func (m *Master) Domain() *domain.Domain {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dom
+}
+
+// Admin is a client of this master's admin API alone (no leader
+// following: calls to a standby are forwarded by it, or refused), nil
+// while it is down.
+func (m *Master) Admin() adminpb.AdminClient {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.client
+}
+
+// Conn is the connection behind Admin, for the other services on the
+// master's gRPC server (rspb.Master), nil while it is down.
+func (m *Master) Conn() *grpc.ClientConn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cc
+}
+
+// Running reports whether the master is up (not killed).
+func (m *Master) Running() bool { return m.Node() != nil }
+
+// Executor is the master's executor if it leads, else the node's error
+// (cluster.ErrNotLeader, or cluster.ErrNotReady while it is down).
+func (m *Master) Executor() (*procedure.Executor, error) {
+	n := m.Node()
+	if n == nil {
+		return nil, fmt.Errorf("clustertest: %s is down: %w", m.ID, cluster.ErrNotReady)
+	}
+	return n.Executor()
+}
+
+// Log is what the master has logged so far, across restarts.
+func (m *Master) Log() string { return m.c.logs.text(m.ID) }
+
+// leader reports whether the master leads with a running executor and,
+// with the domain, its leader services started for that executor's term.
+func (m *Master) leader() (*procedure.Executor, bool) {
+	m.mu.Lock()
+	n, leading, noDomain := m.node, m.leading, m.c.cfg.NoDomain
+	m.mu.Unlock()
+	if n == nil {
+		return nil, false
+	}
+	x, err := n.Executor()
+	if err != nil {
+		return nil, false
+	}
+	return x, noDomain || leading != 0
+}
+
+// start brings the master up on its configuration: node, domain, admin
+// API on its address.
+func (m *Master) start() error {
+	c := m.c
+	cfg := m.cfg
+	reg, err := c.registry()
+	if err != nil {
+		return fmt.Errorf("%s: registry: %w", m.ID, err)
+	}
+	cfg.Registry = reg
+	var dom *domain.Domain
+	var trans *dispatch.GRPCTransport
+	if c.cfg.NoDomain {
+		if c.cfg.Env != nil {
+			cfg.Env = c.cfg.Env(m.ID)
+		}
+	} else {
+		dcfg := c.domainConfig(m)
+		if dcfg.Transport == nil {
+			trans = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{
+				DialOptions: []grpc.DialOption{c.faults.DialOption()}, Logger: cfg.Logger})
+			dcfg.Transport = trans
+		}
+		if dom, err = domain.New(dcfg); err != nil {
+			return fmt.Errorf("%s: domain: %w", m.ID, err)
+		}
+		cfg.Env = dom
+		// The wrapper tells WaitLeader that the domain's leader services
+		// run, which the node does not show.
+		cfg.LeaderServices = func(term uint64, x *procedure.Executor) (func(), error) {
+			stop, err := dom.LeaderServices(term, x)
+			if err != nil {
+				return nil, err
+			}
+			m.mu.Lock()
+			m.leading = term
+			m.mu.Unlock()
+			return func() {
+				m.mu.Lock()
+				if m.leading == term {
+					m.leading = 0
+				}
+				m.mu.Unlock()
+				stop()
+			}, nil
+		}
+	}
+	closeDomain := func() {
+		if dom != nil {
+			_ = dom.Close()
+		}
+		if trans != nil {
+			trans.Close()
+		}
+	}
+	n, err := cluster.NewNode(cfg)
+	if err != nil {
+		closeDomain()
+		return fmt.Errorf("%s: node: %w", m.ID, err)
+	}
+	var srv *admin.Server
+	acfg := admin.Config{AdvertiseAddr: m.addr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond}
+	if dom != nil {
+		dom.Attach(n)
+		srv, err = admin.New(admin.WithDomain(admin.NodeBackend(n), dom), acfg)
+	} else {
+		srv, err = admin.NewForNode(n, acfg)
+	}
+	if err != nil {
+		_ = n.Kill()
+		closeDomain()
+		return fmt.Errorf("%s: admin: %w", m.ID, err)
+	}
+	m.mu.Lock()
+	lis := m.lis
+	m.lis = nil
+	m.mu.Unlock()
+	if lis == nil {
+		if lis, err = net.Listen("tcp", m.addr); err != nil {
+			_ = n.Kill()
+			closeDomain()
+			return fmt.Errorf("%s: admin listener: %w", m.ID, err)
+		}
+	}
+	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, c.faults.ServerOptions()...)...)
+	srv.RegisterServices(gs)
+	if dom != nil {
+		domain.RegisterMasterService(gs, dom, admin.Unavailable)
+	}
+	if err := srv.Start(m.addr); err != nil {
+		_ = lis.Close()
+		_ = n.Kill()
+		closeDomain()
+		return fmt.Errorf("%s: admin start: %w", m.ID, err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	cc, err := grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		gs.Stop()
+		_ = n.Kill()
+		closeDomain()
+		return fmt.Errorf("%s: admin client: %w", m.ID, err)
+	}
+	m.mu.Lock()
+	m.node, m.dom, m.srv, m.gs, m.trans, m.cc = n, dom, srv, gs, trans, cc
+	m.client = adminpb.NewAdminClient(cc)
+	m.mu.Unlock()
+	return nil
+}
+
+// kill crashes the master: Raft stops without handing over, its API goes
+// away, its domain and dispatcher transport close. A no-op if it is down.
+func (m *Master) kill() {
+	m.mu.Lock()
+	n, dom, srv, gs, trans, cc := m.node, m.dom, m.srv, m.gs, m.trans, m.cc
+	m.node, m.dom, m.srv, m.gs, m.trans, m.cc, m.client, m.leading = nil, nil, nil, nil, nil, nil, nil, 0
+	m.mu.Unlock()
+	if n == nil {
+		return
+	}
+	_ = n.Kill()
+	gs.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	srv.Stop(ctx)
+	cancel()
+	_ = cc.Close()
+	if dom != nil {
+		_ = dom.Close()
+	}
+	if trans != nil {
+		trans.Close()
+	}
+}

@@ -1,0 +1,73 @@
+package domain
+
+import (
+	"context"
+	"time"
+
+	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// This file lends the external tests (package domain_test, which run on
+// cluster/clustertest, a package that imports this one) the internals
+// they assert on. It is compiled into the tests only: nothing here is
+// API.
+
+// Reader reads the replicated layout (an FSM's Get and Scan).
+type Reader = reader
+
+// Services are a term's leader services.
+type Services = services
+
+// NewReader reads through get and scan, as the domain reads an FSM.
+func NewReader(get func(string) ([]byte, bool), scan func(prefix string, fn func(key string, val []byte) bool)) Reader {
+	return kvReader{Get: get, Scan: scan}
+}
+
+var (
+	GetTable        = getTable
+	GetRegion       = getRegion
+	GetServer       = getServer
+	ScanRegions     = scanRegions
+	ScanTables      = scanTables
+	NamespaceExists = namespaceExists
+	MustJSON        = mustJSON
+)
+
+// ReaderGet is r's raw read of key.
+func ReaderGet(r Reader, key string) ([]byte, bool, error) { return r.get(key) }
+
+// Services returns the current term's leader services, or nil.
+func (d *Domain) Services() *Services { return d.services() }
+
+// RegisterServer calls d's Master service directly, past the gRPC server
+// and its fault injector.
+func RegisterServer(ctx context.Context, d *Domain, req *rspb.RegisterServerRequest) (*rspb.RegisterServerResponse, error) {
+	return (&masterService{d: d}).RegisterServer(ctx, req)
+}
+
+func (s *services) DispatchStats() dispatch.Stats { return s.disp.Stats() }
+
+func (s *services) SubmitCrash(ref ServerRef, why string) { s.submitCrash(ref, why) }
+
+func (s *services) Commit(ctx context.Context, muts ...raftfsm.Mutation) error {
+	return s.commit(ctx, muts...)
+}
+
+// ResetStartSeq starts the start-code counter over, as services rebuilt
+// for the same term would.
+func (s *services) ResetStartSeq() {
+	s.mu.Lock()
+	s.startSeq = 0
+	s.mu.Unlock()
+}
+
+func (s *services) StartedAt() time.Time { return s.startedAt }
+
+func (s *services) Revoked(ref ServerRef) bool { return s.revoked(ref) }
+
+func (s *services) LiveTargets(r Reader) (map[string]Server, error) { return s.liveTargets(r) }
+
+// OnServer reports whether r is recorded on the incarnation ref.
+func (r Region) OnServer(ref ServerRef) bool { return r.onServer(ref) }
