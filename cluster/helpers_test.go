@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
@@ -99,6 +100,7 @@ type testCluster struct {
 	nodes []*Node
 	cfgs  []Config
 	trans []*raft.InmemTransport // nil entries on TCP
+	mesh  *testnet.Mesh          // nil on TCP
 }
 
 type clusterOpts struct {
@@ -186,13 +188,7 @@ func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
 		}
 	}
 	if !o.tcp {
-		for i, a := range c.trans {
-			for j, b := range c.trans {
-				if i != j {
-					a.Connect(b.LocalAddr(), b)
-				}
-			}
-		}
+		c.mesh = testnet.NewMesh(c.trans...)
 	}
 	for i := range c.cfgs {
 		n, err := NewNode(c.cfgs[i])
@@ -228,24 +224,10 @@ func (c *testCluster) restart(i int) *Node {
 
 // isolate cuts node i off from every other node, both ways (in-memory
 // transport only).
-func (c *testCluster) isolate(i int) {
-	c.trans[i].DisconnectAll()
-	for j, tr := range c.trans {
-		if j != i {
-			tr.Disconnect(c.trans[i].LocalAddr())
-		}
-	}
-}
+func (c *testCluster) isolate(i int) { c.mesh.Partition(i) }
 
 // reconnect undoes isolate.
-func (c *testCluster) reconnect(i int) {
-	for j, tr := range c.trans {
-		if j != i {
-			tr.Connect(c.trans[i].LocalAddr(), c.trans[i])
-			c.trans[i].Connect(tr.LocalAddr(), tr)
-		}
-	}
-}
+func (c *testCluster) reconnect(i int) { c.mesh.Heal(i) }
 
 // leader waits until exactly one live node (among those not excluded) is
 // leader with a running executor, and returns its index and executor.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 )
@@ -74,13 +75,7 @@ func newGatedCluster(t *testing.T, n int, tweak ...func(int, *Config)) (*testClu
 	for i := range c.cfgs {
 		c.cfgs[i].Peers = peers
 	}
-	for i, a := range c.trans {
-		for j, b := range c.trans {
-			if i != j {
-				a.Connect(b.LocalAddr(), b)
-			}
-		}
-	}
+	c.mesh = testnet.NewMesh(c.trans...)
 	for i := range c.cfgs {
 		nd, err := NewNode(c.cfgs[i])
 		if err != nil {

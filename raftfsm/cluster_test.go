@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
@@ -38,6 +40,7 @@ type clusterOpts struct {
 type testCluster struct {
 	tb    testing.TB
 	nodes []*testNode
+	mesh  *testnet.Mesh
 }
 
 func fastConfig(id raft.ServerID, o clusterOpts) *raft.Config {
@@ -87,13 +90,11 @@ func newCluster(tb testing.TB, o clusterOpts) *testCluster {
 		servers = append(servers, raft.Server{ID: n.id, Address: n.addr, Suffrage: raft.Voter})
 		c.nodes = append(c.nodes, n)
 	}
-	for _, a := range c.nodes {
-		for _, b := range c.nodes {
-			if a != b {
-				a.trans.Connect(b.addr, b.trans)
-			}
-		}
+	var trans []*raft.InmemTransport
+	for _, n := range c.nodes {
+		trans = append(trans, n.trans)
 	}
+	c.mesh = testnet.NewMesh(trans...)
 	for _, n := range c.nodes {
 		conf := fastConfig(n.id, o)
 		if err := raft.BootstrapCluster(conf, n.logs, n.logs, n.snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
@@ -144,23 +145,17 @@ func (c *testCluster) followers(l *testNode) []*testNode {
 }
 
 // isolate cuts n off from every other node, both ways.
-func (c *testCluster) isolate(n *testNode) {
-	n.trans.DisconnectAll()
-	for _, o := range c.nodes {
-		if o != n {
-			o.trans.Disconnect(n.addr)
-		}
-	}
-}
+func (c *testCluster) isolate(n *testNode) { c.mesh.Partition(c.index(n)) }
 
 // reconnect undoes isolate.
-func (c *testCluster) reconnect(n *testNode) {
-	for _, o := range c.nodes {
-		if o != n {
-			o.trans.Connect(n.addr, n.trans)
-			n.trans.Connect(o.addr, o.trans)
-		}
+func (c *testCluster) reconnect(n *testNode) { c.mesh.Heal(c.index(n)) }
+
+func (c *testCluster) index(n *testNode) int {
+	i := slices.Index(c.nodes, n)
+	if i < 0 {
+		c.tb.Fatalf("node %s is not in the cluster", n.id)
 	}
+	return i
 }
 
 // dump is a comparable copy of an FSM's replicated state.

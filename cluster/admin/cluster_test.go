@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -75,13 +76,7 @@ func startCluster(t *testing.T, n int) []*testNode {
 		cfgs = append(cfgs, c)
 		trans = append(trans, tr)
 	}
-	for i, a := range trans {
-		for j, b := range trans {
-			if i != j {
-				a.Connect(b.LocalAddr(), b)
-			}
-		}
-	}
+	testnet.NewMesh(trans...)
 	var nodes []*testNode
 	for i := range cfgs {
 		cfgs[i].Peers = peers

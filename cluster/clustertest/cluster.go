@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -116,8 +117,8 @@ type Cluster struct {
 	mu      sync.Mutex
 	rss     map[string]*regionserver.Server
 	stopped map[string]bool
-	// links[i][j]: master i's raft transport reaches master j.
-	links  [][]bool
+	// mesh links the masters' in-memory raft transports (nil on TCP).
+	mesh   *testnet.Mesh
 	pauses map[int]*time.Timer
 	closed bool
 }
@@ -158,22 +159,18 @@ func New(t testing.TB, cfg Config) *Cluster {
 		}
 		c.masters = append(c.masters, m)
 	}
-	c.links = make([][]bool, len(c.masters))
 	for i, m := range c.masters {
 		m.cfg.Peers = peers
 		if cfg.Node != nil {
 			cfg.Node(i, &m.cfg)
 		}
-		c.links[i] = make([]bool, len(c.masters))
 	}
 	if !cfg.TCP {
-		for i := range c.masters {
-			for j := range c.masters {
-				if i != j {
-					c.connect(i, j)
-				}
-			}
+		var trans []*raft.InmemTransport
+		for _, m := range c.masters {
+			trans = append(trans, m.raftTrans)
 		}
+		c.mesh = testnet.NewMesh(trans...)
 	}
 	// Every admin address is known before any master starts, so that
 	// region servers (and clients) can be given all of them.

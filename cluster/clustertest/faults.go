@@ -5,19 +5,6 @@ import (
 	"time"
 )
 
-// connect lets master i's raft transport reach master j's (one way).
-// Callers hold c.mu or run before any other goroutine sees c.
-func (c *Cluster) connect(i, j int) {
-	a, b := c.masters[i].raftTrans, c.masters[j].raftTrans
-	a.Connect(b.LocalAddr(), b)
-	c.links[i][j] = true
-}
-
-func (c *Cluster) disconnect(i, j int) {
-	c.masters[i].raftTrans.Disconnect(c.masters[j].raftTrans.LocalAddr())
-	c.links[i][j] = false
-}
-
 func (c *Cluster) needInmem(op string) {
 	if c.cfg.TCP {
 		c.t.Fatalf("clustertest: %s needs the in-memory transport (Config.TCP is set)", op)
@@ -31,19 +18,7 @@ func (c *Cluster) needInmem(op string) {
 // the in-memory transport; fails the test otherwise (test goroutine only).
 func (c *Cluster) Partition(group ...int) {
 	c.needInmem("Partition")
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range c.masters {
-		if !slices.Contains(group, i) {
-			continue
-		}
-		for j := range c.masters {
-			if !slices.Contains(group, j) {
-				c.disconnect(i, j)
-				c.disconnect(j, i)
-			}
-		}
-	}
+	c.mesh.Partition(group...)
 }
 
 // Heal restores the Raft links of the masters listed with every other
@@ -56,16 +31,7 @@ func (c *Cluster) Heal(masters ...int) {
 }
 
 func (c *Cluster) heal(masters ...int) {
-	for i := range c.masters {
-		for j := range c.masters {
-			if i == j || c.links[i][j] {
-				continue
-			}
-			if len(masters) == 0 || slices.Contains(masters, i) || slices.Contains(masters, j) {
-				c.connect(i, j)
-			}
-		}
-	}
+	c.mesh.Heal(masters...)
 	for i, tm := range c.pauses {
 		if len(masters) == 0 || slices.Contains(masters, i) {
 			tm.Stop()
@@ -98,9 +64,7 @@ func (c *Cluster) Pause(i int, d time.Duration) {
 
 // Connected reports whether master i's Raft traffic reaches master j.
 func (c *Cluster) Connected(i, j int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cfg.TCP || c.links[i][j]
+	return c.cfg.TCP || c.mesh.Connected(i, j)
 }
 
 // Kill crashes master i: Raft stops without handing leadership over, its
