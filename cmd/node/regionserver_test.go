@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster/regionserver"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -177,15 +179,16 @@ func TestRunRegionServer(t *testing.T) {
 	}
 	defer cc.Close()
 	// The master has answered; the server takes the start code just after.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testwait.ForNil(t, 10*time.Second, "rs9 serving with start code 7", func() error {
 		lr, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
-		if err == nil && lr.GetServerId() == "rs9" && lr.GetStartCode() == 7 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ListRegions: %v, %v; want rs9 with start code 7", lr, err)
+		if lr.GetServerId() != "rs9" || lr.GetStartCode() != 7 {
+			return fmt.Errorf("ListRegions answered %v", lr)
 		}
-	}
+		return nil
+	})
 	cancel()
 	select {
 	case code := <-done:
