@@ -55,7 +55,8 @@ func jsonHas(got, want any) bool {
 // cliCase is one command run and what it must do.
 type cliCase struct {
 	name   string
-	before func() // run first, to change the fake cluster
+	env    map[string]string // instead of the table's, if not nil
+	before func()            // run first, to change the cluster
 	args   []string
 	code   int
 	json   map[string]any // expected top-level values (maps: only the keys they list; anID: any id)
@@ -63,6 +64,8 @@ type cliCase struct {
 	count  map[string]int // top-level arrays and their lengths
 	stdout string         // substring of the human output
 	stderr string         // substring of stderr
+	// then checks what depends on the cluster's answers to earlier rows.
+	then func(t *testing.T, doc map[string]any, stdout string)
 }
 
 // check runs tc in-process and checks the exit code, that failures
@@ -72,6 +75,9 @@ func (tc cliCase) check(t *testing.T, env map[string]string) map[string]any {
 	t.Helper()
 	if tc.before != nil {
 		tc.before()
+	}
+	if tc.env != nil {
+		env = tc.env
 	}
 	code, stdout, stderr := runCLI(t, env, tc.args...)
 	if code != tc.code {
@@ -114,6 +120,9 @@ func (tc cliCase) check(t *testing.T, env map[string]string) map[string]any {
 	}
 	if !strings.Contains(stderr, tc.stderr) {
 		t.Errorf("stderr lacks %q:\n%s", tc.stderr, stderr)
+	}
+	if tc.then != nil {
+		tc.then(t, doc, stdout)
 	}
 	return doc
 }
