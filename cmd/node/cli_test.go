@@ -207,5 +207,3 @@ func TestListJSONShape(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stdout)
 	}
 }
-
-
