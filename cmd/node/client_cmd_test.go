@@ -4,19 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster/client/clienttest"
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -365,15 +368,61 @@ func TestDomainCommands(t *testing.T) {
 	}
 }
 
+// jumpClock is real time plus an offset the test moves forward at once:
+// a lease runs out when the test says so, while the domain's timers (the
+// lease monitor's passes, the dispatcher's delays) keep running in real
+// time, which the region server that region locks need depends on.
+type jumpClock struct{ off atomic.Int64 }
+
+func (c *jumpClock) Now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+func (c *jumpClock) AfterFunc(d time.Duration, f func()) clock.Timer { return time.AfterFunc(d, f) }
+
+func (c *jumpClock) Jump(d time.Duration) { c.off.Add(int64(d)) }
+
+// lockState is where lock id stands, read without renewing it as a
+// heartbeat would: a lock is a procedure, which ends RELEASED or EXPIRED,
+// and is "held" (acquired or waiting) until then.
+func lockState(t *testing.T, cl *client.Client, id uint64) string {
+	t.Helper()
+	p, err := cl.Get(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("lock %d: %v", id, err)
+	}
+	switch p.GetState() {
+	case "SUCCESS", "FAILED", "ROLLEDBACK":
+		return string(p.GetResult())
+	}
+	return "held"
+}
+
 func TestLockCommands(t *testing.T) {
-	fc := clienttest.Start(t, 1)
-	// Leases run out only when the test says so, not when a loaded
-	// machine stalls between two steps.
-	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	fc.SetLockClock(clk)
-	env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+	// A lease long enough that no lock runs out between two rows of a
+	// loaded machine; the clock jumps past it when a row wants one gone.
+	const lease = 30 * time.Second
+	clk := &jumpClock{}
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1, Domain: func(_ int, d *domain.Config) {
+		d.Clock = clk
+		d.LockLease = lease
+	}})
+	cl := fc.Client()
+	// Region locks name regions of an existing table.
+	id, err := cl.CreateTable(ctxT(t), "", "regions", 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := cl.Wait(ctxT(t), id); err != nil || p.GetState() != "SUCCESS" {
+		t.Fatalf("create: %v %v", p, err)
+	}
+	tb, err := cl.DescribeTable(ctxT(t), "", "regions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, r1 := tb.GetRegions()[0].GetName(), tb.GetRegions()[1].GetName()
+	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
 	var a, b string // lock ids, as the acquisitions print them
-	id := func(doc map[string]any) string { return strconv.FormatFloat(doc["lock_id"].(float64), 'f', -1, 64) }
+	lockID := func(doc map[string]any) string { return strconv.FormatFloat(doc["lock_id"].(float64), 'f', -1, 64) }
+	idOf := func(s string) uint64 { n, _ := strconv.ParseUint(s, 10, 64); return n }
 	for _, tc := range []struct {
 		cliCase
 		args func() []string // instead of cliCase.args, for ids known only then
@@ -385,22 +434,35 @@ func TestLockCommands(t *testing.T) {
 		{cliCase: cliCase{name: "two tables", args: []string{"lock", "acquire", "--kind", "table", "--name", "a", "--name", "b"}, code: 2, stderr: "takes one --name"}},
 		{cliCase: cliCase{name: "positional", args: []string{"lock", "acquire", "--kind", "table", "t"}, code: 2, stderr: "takes no arguments"}},
 		{cliCase: cliCase{name: "exclusive", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--exclusive", "--json"},
-			json: map[string]any{"id": anID{}, "lock_id": anID{}, "state": "ACQUIRED", "lease_timeout_ms": 2000.0}}, save: &a},
+			json: map[string]any{"id": anID{}, "lock_id": anID{}, "state": "ACQUIRED", "lease_timeout_ms": float64(lease.Milliseconds())}}, save: &a},
 		{cliCase: cliCase{name: "shared waits", args: []string{"lock", "acquire", "--kind", "TABLE", "--name", "default:t", "--holder", "me", "--json"},
 			json: map[string]any{"state": "WAITING"}}, save: &b},
-		{cliCase: cliCase{name: "waiting heartbeat", code: 0, stdout: "WAITING; lease renewed for 2s"}, args: func() []string { return []string{"lock", "heartbeat", b} }},
-		{cliCase: cliCase{name: "region locks", args: []string{"lock", "acquire", "--kind", "region", "--name", "r1", "--name", "r2"},
-			stdout: "ACQUIRED: shared region lock on r1, r2"}},
+		{cliCase: cliCase{name: "waiting heartbeat", code: 0, stdout: "WAITING; lease renewed for 30s"}, args: func() []string { return []string{"lock", "heartbeat", b} }},
+		{cliCase: cliCase{name: "region locks", args: []string{"lock", "acquire", "--kind", "region", "--name", r0, "--name", r1},
+			stdout: "ACQUIRED: shared region lock on " + r0 + ", " + r1}},
 		{cliCase: cliCase{name: "release", stdout: "RELEASED"}, args: func() []string { return []string{"lock", "release", a} }},
 		{cliCase: cliCase{name: "release again", json: map[string]any{"state": "RELEASED"}}, args: func() []string { return []string{"lock", "release", a, "--json"} }},
-		{cliCase: cliCase{name: "granted", json: map[string]any{"state": "ACQUIRED"}}, args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
+		// The master grants the waiting lock once the first is gone.
+		{cliCase: cliCase{name: "granted", json: map[string]any{"state": "ACQUIRED"}, before: func() {
+			fc.WaitForNil("the shared lock granted", func() error {
+				if r, err := cl.LockHeartbeat(ctxT(t), idOf(b)); err != nil || r.GetState() != client.LockAcquired {
+					return fmt.Errorf("%v %v", r, err)
+				}
+				return nil
+			})
+		}}, args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
+		// Its lease runs out (the master ends the lock's procedure on its
+		// own time).
 		{cliCase: cliCase{name: "expired heartbeat", code: 1, json: map[string]any{"state": "EXPIRED"}, stderr: "its lease ran out",
-			before: func() { fc.SetLockTimeout(20 * time.Millisecond); clk.Advance(50 * time.Millisecond) }},
+			before: func() {
+				clk.Jump(2 * lease)
+				fc.WaitFor("the shared lock expired", func() bool { return lockState(t, cl, idOf(b)) == client.LockExpired })
+			}},
 			args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
 		{cliCase: cliCase{name: "expired release", code: 1, stdout: "EXPIRED", stderr: "EXPIRED"}, args: func() []string { return []string{"lock", "release", b} }},
-		{cliCase: cliCase{name: "unknown lock", args: []string{"lock", "heartbeat", "999", "--json"}, code: 1,
-			json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "lock 999 not found"}}}},
-		{cliCase: cliCase{name: "unknown lock human", args: []string{"lock", "release", "999"}, code: 1, stderr: "acquire a new one"}},
+		{cliCase: cliCase{name: "unknown lock", args: []string{"lock", "heartbeat", "999999", "--json"}, code: 1,
+			json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure: not found: 999999"}}}},
+		{cliCase: cliCase{name: "unknown lock human", args: []string{"lock", "release", "999999"}, code: 1, stderr: "acquire a new one"}},
 		{cliCase: cliCase{name: "bad id", args: []string{"lock", "release", "x"}, code: 2, stderr: "want a positive integer"}},
 		{cliCase: cliCase{name: "no id", args: []string{"lock", "heartbeat"}, code: 2, stderr: "want exactly one lock ID"}},
 		{cliCase: cliCase{name: "lock unknown", args: []string{"lock", "steal"}, code: 2, stderr: "unknown command"}},
@@ -412,7 +474,7 @@ func TestLockCommands(t *testing.T) {
 			}
 			doc := c.check(t, env)
 			if tc.save != nil {
-				*tc.save = id(doc)
+				*tc.save = lockID(doc)
 			}
 		})
 	}
@@ -448,16 +510,6 @@ func runInBackground(env map[string]string, args ...string) (stdout, stderr *loc
 	return stdout, stderr, cancel, done
 }
 
-// waitUntil polls cond for up to 5 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func exitOf(t *testing.T, done chan int) int {
 	t.Helper()
 	select {
@@ -474,35 +526,38 @@ func exitOf(t *testing.T, done chan int) int {
 // interrupted; it exits 1 when the lock is lost, and 3 when no heartbeat
 // gets through for a whole lease.
 //
-// The fake cluster measures leases on a Manual clock, moved only after
-// the command has renewed its lock, so that a loaded machine delaying a
-// heartbeat cannot expire it there. The command's own patience (a whole
-// lease without a heartbeat getting through) is real time: the lease is
-// long enough for a loaded machine, and the command heartbeats three
-// times per lease.
+// The masters measure leases on a Manual clock, moved only after the
+// command has renewed its lock, so that a loaded machine delaying a
+// heartbeat cannot expire it there. (Table and namespace locks only: a
+// region lock needs a table, whose creation needs the domain's timers.)
+// The command's own patience (a whole lease without a heartbeat getting
+// through) is real time: the lease is long enough for a loaded machine,
+// and the command heartbeats three times per lease.
 func TestLockKeepalive(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	lockID := regexp.MustCompile(`lock (\d+) ACQUIRED`)
-	start := func(t *testing.T, nodes int, lease time.Duration) (*clienttest.Cluster, *clock.Manual) {
-		fc := clienttest.Start(t, nodes)
+	start := func(t *testing.T, masters int, lease time.Duration) (*clustertest.Cluster, *clock.Manual) {
 		clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-		fc.SetLockClock(clk)
-		fc.SetLockTimeout(lease)
+		fc := clustertest.New(t, clustertest.Config{Masters: masters, Domain: func(_ int, d *domain.Config) {
+			d.Clock = clk
+			d.LockLease = lease
+		}})
 		return fc, clk
 	}
-	heartbeats := func(fc *clienttest.Cluster) int { return len(fc.Nonces("LockHeartbeat")) }
 	// renewedAfter moves the lease clock on by step, then waits until a
 	// heartbeat has renewed the command's lock at the new time.
-	renewedAfter := func(t *testing.T, fc *clienttest.Cluster, clk *clock.Manual, step time.Duration) {
+	renewedAfter := func(t *testing.T, heartbeats func() int, clk *clock.Manual, step time.Duration) {
 		t.Helper()
 		clk.Advance(step)
-		n := heartbeats(fc) // read after Advance: a later heartbeat renews at the new time
-		waitUntil(t, "a heartbeat", func() bool { return heartbeats(fc) > n })
+		n := heartbeats() // read after Advance: a later heartbeat renews at the new time
+		testwait.For(t, 30*time.Second, "a heartbeat", func() bool { return heartbeats() > n })
 	}
 
 	t.Run("waits, holds, releases", func(t *testing.T) {
 		fc, clk := start(t, 1, lease)
-		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+		cl := fc.Client()
+		heartbeats := fc.CountCalls(lockHeartbeat)
+		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
 		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--json")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
@@ -514,7 +569,7 @@ func TestLockKeepalive(t *testing.T) {
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--json")
 		defer interrupt()
 		// Ours waits, renewing its request: nothing printed yet.
-		renewedAfter(t, fc, clk, 0)
+		renewedAfter(t, heartbeats, clk, 0)
 		if s := stdout.String(); s != "" {
 			t.Fatalf("printed while waiting: %s", s)
 		}
@@ -523,30 +578,29 @@ func TestLockKeepalive(t *testing.T) {
 		step := lease * 3 / 4
 		for i := 0; !strings.Contains(stdout.String(), "ACQUIRED"); i++ {
 			if i == 4 {
-				t.Fatalf("not granted 3 leases after the first holder's last heartbeat; stdout %q, first %s", stdout.String(), fc.LockState(first.LockID))
+				t.Fatalf("not granted 3 leases after the first holder's last heartbeat; stdout %q, first %s", stdout.String(), lockState(t, cl, first.LockID))
 			}
-			renewedAfter(t, fc, clk, step)
+			renewedAfter(t, heartbeats, clk, step)
 		}
 		var doc lockJSON
 		if err := json.Unmarshal([]byte(stdout.String()), &doc); err != nil {
 			t.Fatal(err)
 		}
-		if fc.LockState(first.LockID) != "EXPIRED" || doc.LockID == first.LockID {
-			t.Fatalf("first %d %s, ours %+v", first.LockID, fc.LockState(first.LockID), doc)
+		if st := lockState(t, cl, first.LockID); st != client.LockExpired || doc.LockID == first.LockID {
+			t.Fatalf("first %d %s, ours %+v", first.LockID, st, doc)
 		}
 		for range 6 { // held across several leases by the heartbeats
-			renewedAfter(t, fc, clk, step)
+			renewedAfter(t, heartbeats, clk, step)
 		}
-		if st := fc.LockState(doc.LockID); st != "ACQUIRED" {
+		if st := lockState(t, cl, doc.LockID); st != "held" {
 			t.Fatalf("after 4 leases: %s\nstderr: %s", st, stderr.String())
 		}
 		interrupt()
 		if code := exitOf(t, done); code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
-		if st := fc.LockState(doc.LockID); st != "RELEASED" {
-			t.Fatalf("after the interrupt: %s", st)
-		}
+		// The release ends the lock's procedure on the master's own time.
+		fc.WaitFor("our lock released", func() bool { return lockState(t, cl, doc.LockID) == client.LockReleased })
 		dec := json.NewDecoder(strings.NewReader(stdout.String()))
 		var v any
 		_ = dec.Decode(&v)
@@ -557,10 +611,10 @@ func TestLockKeepalive(t *testing.T) {
 
 	t.Run("lost", func(t *testing.T) {
 		fc, _ := start(t, 1, lease)
-		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
+		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--keepalive")
 		defer interrupt()
-		waitUntil(t, "the lock", func() bool { return lockID.MatchString(stdout.String()) })
+		fc.WaitFor("the lock", func() bool { return lockID.MatchString(stdout.String()) })
 		id := lockID.FindStringSubmatch(stdout.String())[1]
 		// Someone else releases it.
 		if code, _, errs := runCLI(t, env, "lock", "release", id); code != 0 {
@@ -576,11 +630,12 @@ func TestLockKeepalive(t *testing.T) {
 
 	t.Run("cluster unavailable for a lease", func(t *testing.T) {
 		fc, _ := start(t, 1, lease)
-		env := map[string]string{"BATON_ADDR": fc.Addrs()[0]}
-		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive")
+		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "r", "--keepalive")
 		defer interrupt()
-		waitUntil(t, "the lock", func() bool { return lockID.MatchString(stdout.String()) })
-		fc.SetLeader(-1)
+		fc.WaitFor("the lock", func() bool { return lockID.MatchString(stdout.String()) })
+		// Every call refused from now on, as by a cluster without a leader.
+		fc.Faults().MustAdd(rpcfault.Rule{Name: "outage", Methods: []string{"/baton.admin.v1.Admin/"}, Fault: rpcfault.DropRequest})
 		if code := exitOf(t, done); code != 3 {
 			t.Fatalf("exit %d, want 3\nstderr: %s", code, stderr.String())
 		}
@@ -591,22 +646,24 @@ func TestLockKeepalive(t *testing.T) {
 
 	t.Run("a failover shorter than the lease", func(t *testing.T) {
 		// The outage below lasts about one heartbeat of the three per
-		// lease; a loaded machine must not stretch it to a whole lease.
+		// lease and a leadership transfer; a loaded machine must not
+		// stretch it to a whole lease.
 		fc, _ := start(t, 2, 2*lease)
-		env := map[string]string{"BATON_ADDR": strings.Join(fc.Addrs(), ",")}
-		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "region", "--name", "r", "--keepalive", "--json")
+		li := fc.WaitLeaderKnown()
+		env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ",")}
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "r", "--keepalive", "--json")
 		defer interrupt()
-		waitUntil(t, "the lock", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
-		calls := func() int { return fc.Requests("n1") + fc.Requests("n2") }
-		n := calls()
-		fc.SetLeader(-1)
-		waitUntil(t, "a heartbeat refused for want of a leader", func() bool { return calls() > n })
-		fc.SetLeader(1)
-		served := heartbeats(fc) // from now on only n2 serves them
-		waitUntil(t, "a heartbeat renewed by the new leader", func() bool { return heartbeats(fc) > served })
+		fc.WaitFor("the lock", func() bool { return strings.Contains(stdout.String(), "ACQUIRED") })
+		refused := fc.Faults().MustAdd(rpcfault.Rule{Name: "refused", Methods: []string{lockHeartbeat}, Fault: rpcfault.DropRequest, Times: 1})
+		fc.WaitFor("a heartbeat refused", func() bool { return refused.Fired() > 0 })
+		fc.TransferLeadership(1 - li)
+		served := fc.CountCalls(lockHeartbeat) // from now on the new leader serves them
+		fc.WaitFor("a heartbeat after the failover", func() bool { return served() > 0 })
 		interrupt()
 		if code := exitOf(t, done); code != 0 {
 			t.Fatalf("exit %d, want 0\nstderr: %s", code, stderr.String())
 		}
 	})
 }
+
+const lockHeartbeat = "/baton.admin.v1.Admin/LockHeartbeat"
