@@ -171,7 +171,6 @@ func TestDomainCommands(t *testing.T) {
 	created := func(ns string) {
 		fc.WaitForNil("namespace "+ns, func() error { _, err := cl.GetNamespace(ctxT(t), ns); return err })
 	}
-	var moved string // the region the move row moves to rs2
 	names := func(l []string) []any {
 		out := []any{}
 		for _, n := range l {
@@ -298,7 +297,7 @@ func TestDomainCommands(t *testing.T) {
 		{name: "region move", argf: func() []string {
 			// One not on rs2 yet, if the placement left one elsewhere.
 			at := where()
-			moved = t2[0]
+			moved := t2[0]
 			for _, n := range t2 {
 				if at[n] != "rs2" {
 					moved = n
