@@ -178,7 +178,7 @@ func TestDomainCommands(t *testing.T) {
 		}
 		return out
 	}
-	// Region server rs3 stops reaching the masters (its heartbeats and a
+	// Region server id stops reaching the masters (its heartbeats and a
 	// registration again are lost) until the test ends.
 	cutOff := func(id string) {
 		h := fc.Faults().MustAdd(rpcfault.Rule{Name: "cut " + id, Methods: []string{"/baton.rs.v1.Master/"}, Fault: rpcfault.DropRequest,
