@@ -14,7 +14,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/baton-dev/baton/cluster/client"
-	"github.com/baton-dev/baton/cluster/client/clienttest"
 )
 
 // silentAddr is the address of a listener that accepts connections and
@@ -52,8 +51,8 @@ func silentAddr(t *testing.T) string {
 // TestSilentFirstAddress: a node that accepts connections but never
 // speaks costs about a connection timeout, not the call's deadline.
 func TestSilentFirstAddress(t *testing.T) {
-	fc := clienttest.Start(t, 1)
-	c := newClient(t, []string{silentAddr(t), fc.Addrs()[0]}, client.WithAttemptTimeout(5*time.Second), client.WithCallTimeout(8*time.Second))
+	fc := start(t, 1)
+	c := newClient(t, []string{silentAddr(t), fc.AdminAddrs()[0]}, client.WithAttemptTimeout(5*time.Second), client.WithCallTimeout(8*time.Second))
 	start := time.Now()
 	if _, err := c.Status(ctx(t)); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -8,7 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
-	"github.com/baton-dev/baton/cluster/client/clienttest"
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/rpcfault"
 )
 
 // mustSucceed waits for procedure id and fails the test unless it
@@ -29,44 +31,58 @@ func mustSucceed(t *testing.T, c *client.Client, id uint64, err error) {
 // one generated nonce throughout and starts one procedure; the same nonce
 // later returns the same id.
 func TestDomainSubmissionsReuseTheirNonce(t *testing.T) {
-	for _, tc := range []struct {
+	// One cluster for every case, each on names of its own.
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 2})
+	c := newClient(t, fc.AdminAddrs())
+	for i, tc := range []struct {
 		method string
 		call   func(c *client.Client, nonce string) (uint64, error)
 	}{
 		{"CreateNamespace", func(c *client.Client, n string) (uint64, error) { return c.CreateNamespace(ctx(t), "ns1", n) }},
 		{"DeleteNamespace", func(c *client.Client, n string) (uint64, error) { return c.DeleteNamespace(ctx(t), "ns1", n) }},
 		{"CreateTable", func(c *client.Client, n string) (uint64, error) { return c.CreateTable(ctx(t), "", "t2", 3, n) }},
-		{"DeleteTable", func(c *client.Client, n string) (uint64, error) { return c.DeleteTable(ctx(t), "", "t1", n) }},
-		{"EnableTable", func(c *client.Client, n string) (uint64, error) { return c.EnableTable(ctx(t), "", "t1", n) }},
-		{"DisableTable", func(c *client.Client, n string) (uint64, error) { return c.DisableTable(ctx(t), "", "t1", n) }},
-		{"MoveRegion", func(c *client.Client, n string) (uint64, error) { return c.MoveRegion(ctx(t), "default:t1,r0", "", n) }},
+		{"DeleteTable", func(c *client.Client, n string) (uint64, error) { return c.DeleteTable(ctx(t), "", "t1_2", n) }},
+		{"EnableTable", func(c *client.Client, n string) (uint64, error) { return c.EnableTable(ctx(t), "", "t1_3", n) }},
+		{"DisableTable", func(c *client.Client, n string) (uint64, error) { return c.DisableTable(ctx(t), "", "t1_4", n) }},
+		{"MoveRegion", func(c *client.Client, n string) (uint64, error) {
+			tb, err := c.DescribeTable(ctx(t), "", "t1_5")
+			if err != nil {
+				return 0, err
+			}
+			return c.MoveRegion(ctx(t), tb.Regions[0].Name, "", n)
+		}},
 		{"Balance", func(c *client.Client, n string) (uint64, error) { return c.Balance(ctx(t), n) }},
 	} {
 		t.Run(tc.method, func(t *testing.T) {
-			fc := clienttest.Start(t, 2)
-			fc.AddServer("rs1", "127.0.0.1:1")
-			fc.AddServer("rs2", "127.0.0.1:2")
-			c := newClient(t, fc.Addrs())
-			id0, err := c.CreateTable(ctx(t), "", "t1", 2, "")
+			id0, err := c.CreateTable(ctx(t), "", fmt.Sprintf("t1_%d", i), 2, "")
 			mustSucceed(t, c, id0, err)
-			before := len(fc.Procedures())
+			procs := func() int {
+				all, err := c.ListAll(ctx(t), client.ListOptions{RootsOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(all)
+			}
+			before := procs()
 
-			fc.Inject(tc.method, status.Error(codes.Unavailable, "blip"))
-			fc.LoseSubmitReplies(1)
+			blip := fc.Faults().MustAdd(rpcfault.Rule{Name: "blip", Methods: []string{method(tc.method)}, Fault: rpcfault.DropRequest, Times: 1})
+			calls := record(fc, tc.method)
+			lost := fc.Faults().MustAdd(rpcfault.Rule{Name: "lost", Methods: []string{method(tc.method)}, Fault: rpcfault.DropAnswer, Times: 1})
+			t.Cleanup(func() { blip.Remove(); lost.Remove() })
 			id, err := tc.call(c, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The injected error comes before the fake records a call; the
-			// lost reply and the retry are both recorded.
-			nonces := fc.Nonces(tc.method)
-			if tc.method == "CreateTable" {
-				nonces = nonces[1:] // the setup's
+			// The request lost is not recorded; the lost reply and the
+			// retry are.
+			var nonces []string
+			for _, m := range calls() {
+				nonces = append(nonces, m.(interface{ GetNonce() string }).GetNonce())
 			}
 			if len(nonces) != 2 || nonces[0] == "" || nonces[0] != nonces[1] {
 				t.Fatalf("nonces %q, want one generated nonce sent twice", nonces)
 			}
-			if n := len(fc.Procedures()) - before; n != 1 {
+			if n := procs() - before; n != 1 {
 				t.Fatalf("%d procedures started, want 1", n)
 			}
 			again, err := tc.call(c, nonces[0])
@@ -78,11 +94,9 @@ func TestDomainSubmissionsReuseTheirNonce(t *testing.T) {
 }
 
 func TestDomainLifecycle(t *testing.T) {
-	fc := clienttest.Start(t, 3)
-	fc.SetLeader(2)
-	fc.AddServer("rs1", "127.0.0.1:1")
-	fc.AddServer("rs2", "127.0.0.1:2")
-	c := newClient(t, fc.Addrs()[:1]) // a standby: its hint leads to the leader
+	fc := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 2})
+	fc.TransferLeadership(2)
+	c := newClient(t, fc.AdminAddrs()[:1]) // a standby: it forwards to the leader
 
 	id, err := c.CreateNamespace(ctx(t), "ns1", "")
 	mustSucceed(t, c, id, err)
@@ -156,20 +170,32 @@ func TestDomainLifecycle(t *testing.T) {
 	}
 }
 
+// empty is the error of a listing, or one if it lists something.
+func empty[T any](l []T, err error) error {
+	if err == nil && len(l) != 0 {
+		return fmt.Errorf("listed %v", l)
+	}
+	return err
+}
+
 func TestDomainErrorsKeepTheirCode(t *testing.T) {
-	fc := clienttest.Start(t, 1)
-	c := newClient(t, fc.Addrs())
+	fc := start(t, 1)
+	c := newClient(t, fc.AdminAddrs())
 	for _, tc := range []struct {
 		name string
 		call func() error
 		code codes.Code
 	}{
 		{"describe unknown table", func() error { _, err := c.DescribeTable(ctx(t), "", "nope"); return err }, codes.NotFound},
-		{"regions of unknown table", func() error { _, err := c.ListRegions(ctx(t), "nope"); return err }, codes.NotFound},
-		{"tables of unknown namespace", func() error { _, err := c.ListTables(ctx(t), "nope"); return err }, codes.NotFound},
+		// The real master lists nothing, without an error, for an unknown
+		// table or namespace.
+		{"regions of unknown table", func() error { return empty(c.ListRegions(ctx(t), "nope")) }, codes.OK},
+		{"tables of unknown namespace", func() error { return empty(c.ListTables(ctx(t), "nope")) }, codes.OK},
 		{"too many regions (checked here)", func() error { _, err := c.CreateTable(ctx(t), "", "t", client.MaxRegions+1, ""); return err }, codes.InvalidArgument},
 		{"negative regions (checked here)", func() error { _, err := c.CreateTable(ctx(t), "", "t", -1, ""); return err }, codes.InvalidArgument},
-		{"bad table name", func() error { _, err := c.CreateTable(ctx(t), "", "-t", 1, ""); return err }, codes.InvalidArgument},
+		// The real master takes "-t" as a table name (the fake refused
+		// it): the submission is accepted.
+		{"bad table name", func() error { _, err := c.CreateTable(ctx(t), "", "-t", 1, ""); return err }, codes.OK},
 		{"move unknown region", func() error { _, err := c.MoveRegion(ctx(t), "x", "", ""); return err }, codes.NotFound},
 		{"regions of unknown server", func() error { _, err := c.ServerRegions(ctx(t), "rs9"); return err }, codes.NotFound},
 		{"bad lock kind", func() error {

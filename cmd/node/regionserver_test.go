@@ -169,7 +169,7 @@ func TestRunRegionServer(t *testing.T) {
 	}
 	// The banner is printed once Start returns, and the registration runs
 	// in the background from Start on: either may come first.
-	waitUntil(t, "the banner with the id and the address on stdout", func() bool {
+	testwait.For(t, 30*time.Second, "the banner with the id and the address on stdout", func() bool {
 		s := out.String()
 		return strings.Contains(s, `baton region server "rs9" running`) && strings.Contains(s, rsAddr)
 	})
