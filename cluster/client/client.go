@@ -495,7 +495,9 @@ func (c *Client) Wait(ctx context.Context, id uint64) (*adminpb.Procedure, error
 	return c.Watch(ctx, id, nil)
 }
 
-// Status returns the cluster's state as the leader sees it.
+// Status returns the cluster's state as the master that answers sees it
+// (its own role and indexes, the leader it knows, the peers): a standby
+// answers for itself, it does not forward.
 func (c *Client) Status(ctx context.Context) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return a.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})

@@ -10,7 +10,7 @@ import (
 const clusterUsage = `usage: node cluster <command> [flags]
 
 commands:
-  status                                          the leader's view of the cluster
+  status                                          the cluster as the master that answers sees it
   join --id ID --raft-addr H:P [--admin-addr H:P]  add a node as a voter
   remove ID                                       remove a node
 
