@@ -6,8 +6,14 @@ GO ?= go
 
 all: vet build test
 
+# The version is the nearest tag (or "dev"), the commit the checkout's HEAD:
+# `bin/baton version` prints both.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/node ./cmd/node
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/baton ./cmd/node
 
 vet:
 	$(GO) vet ./...
@@ -59,15 +65,15 @@ demo:
 	$(GO) run ./cmd/node demo
 
 # Docker Compose: 3 masters and 3 region servers (docker-compose.yml) from a
-# FROM-scratch image around the static bin/node; no image is pulled. Client:
-#   bin/node cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270
+# FROM-scratch image around the static bin/baton; no image is pulled. Client:
+#   bin/baton cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_PROJECT ?= baton
 
 compose-up: build
 	$(COMPOSE) -p $(COMPOSE_PROJECT) build
 	$(COMPOSE) -p $(COMPOSE_PROJECT) up -d
-	@echo "masters: bin/node cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270"
+	@echo "masters: bin/baton cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270"
 
 compose-down:
 	$(COMPOSE) -p $(COMPOSE_PROJECT) down -v --remove-orphans

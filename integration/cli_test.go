@@ -13,7 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/testnet"
 )
 
-// runCLI runs the node binary with args and returns its exit code, stdout
+// runCLI runs the baton binary with args and returns its exit code, stdout
 // and stderr.
 func runCLI(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
 	t.Helper()

@@ -1,4 +1,4 @@
-// Package integration holds Baton's end-to-end tests: real `node agent`
+// Package integration holds Baton's end-to-end tests: real `baton agent`
 // processes on loopback ports (started by integration/harness), killed with
 // SIGKILL, stopped with SIGTERM and restarted, plus in-process clusters
 // (cluster/clustertest) for the cases that need control over the network
@@ -12,7 +12,7 @@
 // (BATON_KEEP_LOGS=1 keeps them always).
 //
 // The region-server scenarios (regions_test.go) run 3 masters
-// and 3 `node regionserver` processes and end with the placement check of
+// and 3 `baton regionserver` processes and end with the placement check of
 // placement_test.go, made from the region servers' own answers: no region
 // open twice, none lost, every table wholly there or wholly absent.
 // TestLeaderKillsDuringTableCreates creates 50 tables × 16 regions while

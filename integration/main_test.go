@@ -17,7 +17,7 @@ import (
 	"github.com/baton-dev/baton/integration/harness"
 )
 
-// nodeBin is the node binary every process test runs, built once by
+// nodeBin is the baton binary every process test runs, built once by
 // TestMain (or given as BATON_NODE_BIN).
 var nodeBin string
 

@@ -22,7 +22,7 @@ import (
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
-// Region-server scenarios: real `node agent` masters and `node
+// Region-server scenarios: real `baton agent` masters and `node
 // regionserver` processes on loopback. Each ends with checkPlacement (see
 // placement_test.go): from the region servers' own answers, no region is
 // open twice or lost, and every table is wholly there or wholly absent.

@@ -8,7 +8,7 @@
 #
 # Needs Go (to build the static binary) and a Docker engine with Compose
 # (`docker compose` or docker-compose). No image is pulled: the image is
-# FROM scratch around bin/node.
+# FROM scratch around bin/baton.
 #
 # Environment: DEMO_PROJECT (compose project, default baton-demo),
 # BATON_HOST_PORT_PREFIX (host ports, default 18: 18070, 18170, 18270; see
@@ -17,7 +17,7 @@
 # DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS, DEMO_TIMEOUT, DEMO_SETTLE
 # (scripts/demo-lib.sh).
 # For testing the script itself: BATON_NODE_BIN (the client binary on the
-# host; the image always holds bin/node) and DEMO_COMPOSE_FILE.
+# host; the image always holds bin/baton) and DEMO_COMPOSE_FILE.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ PROJECT=${DEMO_PROJECT:-baton-demo}
 P=$BATON_HOST_PORT_PREFIX
 ADDR=127.0.0.1:${P}070,127.0.0.1:${P}170,127.0.0.1:${P}270
 RS_IDS="rs1 rs2 rs3"
-NODE=$REPO/bin/node # also the image's binary
+NODE=$REPO/bin/baton # also the image's binary
 CLIENT=${BATON_NODE_BIN:-$NODE}
 
 if ! docker info >/dev/null 2>&1; then
@@ -116,13 +116,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-step "Build the static node binary and the image (FROM scratch)"
-say "\$ CGO_ENABLED=0 go build -o bin/node ./cmd/node"
+step "Build the static baton binary and the image (FROM scratch)"
+say "\$ CGO_ENABLED=0 go build -o bin/baton ./cmd/node"
 CGO_ENABLED=0 go build -o "$NODE" ./cmd/node
 go build -o "$CHECK" ./scripts/democheck
 NODE=$CLIENT
 if "$NODE" regionserver -h 2>&1 | grep -q 'unknown command'; then
-	die "this node binary has no 'regionserver' command yet"
+	die "this baton binary has no 'regionserver' command yet"
 fi
 say "\$ $COMPOSE_CMD build"
 compose build >"$WORK/build.log" 2>&1 || { sed 's/^/      /' "$WORK/build.log"; die "the image did not build"; }

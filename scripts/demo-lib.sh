@@ -3,7 +3,7 @@
 # Compose) and scripts/demo-local.sh (local processes). Sourced, not run.
 #
 # The sourcing script sets:
-#   NODE   the node binary on this host (the client)
+#   NODE   the baton binary on this host (the client)
 #   CHECK  the democheck binary (scripts/democheck: reads the --json output)
 #   WORK   a scratch directory
 #   ADDR   the masters' admin addresses as this host reaches them, comma-separated
@@ -55,7 +55,7 @@ step() {
 say() { printf '    %s\n' "$*"; }
 show() {
 	# show CMD...: print a client command, then run it, indented.
-	printf '    $ node %s\n' "$*"
+	printf '    $ baton %s\n' "$*"
 	"$NODE" "$@" --addr "$ADDR" 2>&1 | sed 's/^/      /' || true
 }
 # fail and die write to stderr: they may run inside $(...).
@@ -125,7 +125,7 @@ start_creates() {
 		) >"$WORK/create-$t.log" 2>&1 &
 		CREATE_PIDS+=($!)
 	done
-	say "started ${#TABLES[@]} clients, ${DEMO_STAGGER_MS} ms apart: node table create demoN --regions $DEMO_REGIONS --wait ($((DEMO_TABLES * DEMO_REGIONS)) regions in all)"
+	say "started ${#TABLES[@]} clients, ${DEMO_STAGGER_MS} ms apart: baton table create demoN --regions $DEMO_REGIONS --wait ($((DEMO_TABLES * DEMO_REGIONS)) regions in all)"
 }
 
 # wait_midway: return once some regions are open but not all.
@@ -245,13 +245,13 @@ run_demo() {
 		if [ "$rc" = 0 ]; then
 			say "${TABLES[$i]}: created ($(tail -1 "$WORK/create-${TABLES[$i]}.log" | tr -s ' '))"
 		else
-			fail "node table create ${TABLES[$i]} exited $rc: $(tail -3 "$WORK/create-${TABLES[$i]}.log" | tr '\n' ' ')"
+			fail "baton table create ${TABLES[$i]} exited $rc: $(tail -3 "$WORK/create-${TABLES[$i]}.log" | tr '\n' ' ')"
 		fi
 	done
 	CREATE_PIDS=()
 	for id in $ids; do
 		"$NODE" proc wait "$id" --addr "$ADDR" --timeout 120s >"$WORK/wait-$id.log" 2>&1 ||
-			fail "node proc wait $id: $(tail -2 "$WORK/wait-$id.log" | tr '\n' ' ')"
+			fail "baton proc wait $id: $(tail -2 "$WORK/wait-$id.log" | tr '\n' ' ')"
 	done
 	say "every client returned $(($(now_ms) - t0)) ms after the kill"
 	show proc list --roots

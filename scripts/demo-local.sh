@@ -12,7 +12,7 @@
 # Environment: DEMO_PORT_BASE (default 19000: master N listens on
 # BASE+10N (admin API), +1 (Raft), +2 (HTTP); region server N on
 # BASE+100+10N), BATON_RS_OP_LATENCY (region servers' time per open/close,
-# default 500ms), BATON_NODE_BIN (use this node binary instead of building
+# default 500ms), BATON_NODE_BIN (use this baton binary instead of building
 # one), DEMO_KEEP=1, and DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS,
 # DEMO_TIMEOUT, DEMO_SETTLE (scripts/demo-lib.sh). Needs bash 4 or later.
 set -euo pipefail
@@ -28,7 +28,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/baton-demo-local.XXXXXX")
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 CHECK=$WORK/democheck
-NODE=${BATON_NODE_BIN:-$WORK/node}
+NODE=${BATON_NODE_BIN:-$WORK/baton}
 RS_IDS="rs1 rs2 rs3"
 
 grpc_port() { echo $((BASE + 10 * $1)); }
@@ -135,7 +135,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-step "Build the node binary"
+step "Build the baton binary"
 if [ -n "${BATON_NODE_BIN:-}" ]; then
 	say "using BATON_NODE_BIN=$NODE"
 else
@@ -144,7 +144,7 @@ else
 fi
 go build -o "$CHECK" ./scripts/democheck
 if "$NODE" regionserver -h 2>&1 | grep -q 'unknown command'; then
-	die "this node binary has no 'regionserver' command yet"
+	die "this baton binary has no 'regionserver' command yet"
 fi
 
 step "Start 3 masters and 3 region servers on 127.0.0.1"

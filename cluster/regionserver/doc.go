@@ -1,5 +1,5 @@
 // Package regionserver is Baton's simulated region server: the process behind
-// `node regionserver`. It hosts regions in memory, serves the RegionServer
+// `baton regionserver`. It hosts regions in memory, serves the RegionServer
 // service of proto/rspb/regionserver.proto (ExecuteBatch, ListRegions) to the
 // leader's dispatcher, and keeps a lease with the masters through their
 // Master service (RegisterServer, Heartbeat, ReportTransition).

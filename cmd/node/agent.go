@@ -25,14 +25,14 @@ import (
 	"github.com/baton-dev/baton/procedure"
 )
 
-// agent runs `node agent`: parses its flags, then runs the node until
+// agent runs `baton agent`: parses its flags, then runs the node until
 // SIGINT or SIGTERM.
 func (c *cli) agent(args []string) int {
 	cfg, err := parseAgentFlags(args, c.getenv, c.stderr)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(c.stderr, "node agent: %s\nrun 'node agent -h' for usage\n", ue.msg)
+			fmt.Fprintf(c.stderr, "baton agent: %s\nrun 'baton agent -h' for usage\n", ue.msg)
 			return exitUsage
 		}
 		return parseFailed(err)
@@ -40,7 +40,7 @@ func (c *cli) agent(args []string) int {
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runAgent(ctx, cfg, c.stdout, c.stderr); err != nil {
-		fmt.Fprintf(c.stderr, "node agent: %v\n", err)
+		fmt.Fprintf(c.stderr, "baton agent: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
@@ -136,7 +136,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if cfg.HTTPAddr != "" {
 		fmt.Fprintf(stdout, "  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr)
 	}
-	fmt.Fprintf(stdout, "  data:             %s\ntry: node proc submit sleep --addr %s --wait\n", cfg.DataDir, cfg.GRPCAddr)
+	fmt.Fprintf(stdout, "  data:             %s\ntry: baton proc submit sleep --addr %s --wait\n", cfg.DataDir, cfg.GRPCAddr)
 
 	var runErr error
 	select {

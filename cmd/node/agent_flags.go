@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 )
 
-// Defaults of `node agent --dev`: a single node on loopback.
+// Defaults of `baton agent --dev`: a single node on loopback.
 const (
 	devID       = "dev"
 	devDataDir  = "./baton-data"
@@ -20,7 +20,7 @@ const (
 	devHTTPAddr = "127.0.0.1:7072"
 )
 
-// agentConfig is the validated command line of `node agent`.
+// agentConfig is the validated command line of `baton agent`.
 type agentConfig struct {
 	ID       string         // Raft server id, stable across restarts
 	DataDir  string         // the node's durable state
@@ -44,12 +44,12 @@ var agentEnv = map[string]string{
 	"dev":       "BATON_DEV",
 }
 
-// parseAgentFlags reads `node agent` flags, each defaulting to its
+// parseAgentFlags reads `baton agent` flags, each defaulting to its
 // environment variable (flags win), and validates the result. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
 func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer) (agentConfig, error) {
-	fs := flag.NewFlagSet("node agent", flag.ContinueOnError)
+	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	str := func(name, usage string) *string {
 		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
@@ -72,7 +72,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer
 	}
 	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: node agent [--dev] [flags]\n\nflags:\n")
+		fmt.Fprintf(stderr, "usage: baton agent [--dev] [flags]\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)

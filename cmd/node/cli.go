@@ -29,7 +29,7 @@ const (
 )
 
 // defaultAddr is the admin address used without --addr and BATON_ADDR: the
-// one `node agent --dev` listens on.
+// one `baton agent --dev` listens on.
 const defaultAddr = "127.0.0.1:7070"
 
 // cli carries a command's environment, so tests can run commands in-process.
@@ -54,9 +54,9 @@ type clientFlags struct {
 	timeout time.Duration
 }
 
-// newFlagSet returns a flag set for "node <name>" with the client flags.
+// newFlagSet returns a flag set for "baton <name>" with the client flags.
 func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
-	fs := flag.NewFlagSet("node "+name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	cf := &clientFlags{}
 	def := c.getenv("BATON_ADDR")
@@ -67,14 +67,14 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: node %s %s\n\nflags:\n", name, synopsis)
+		fmt.Fprintf(c.stderr, "usage: baton %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs, cf
 }
 
 // parse parses args with fs, allowing flags after positional arguments
-// ("node proc get 7 --json"), and returns the positional ones. After "--"
+// ("baton proc get 7 --json"), and returns the positional ones. After "--"
 // everything is positional.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
@@ -123,7 +123,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 func parseID(s string) (uint64, error) {
 	id, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || id == 0 {
-		return 0, usagef("procedure id %q: want a positive integer, as printed by 'node proc submit' or 'node proc list'", s)
+		return 0, usagef("procedure id %q: want a positive integer, as printed by 'baton proc submit' or 'baton proc list'", s)
 	}
 	return id, nil
 }
@@ -142,9 +142,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(c.stderr, "node %s: %s\n", cmd, ue.msg)
+		fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, ue.msg)
 		if fs != nil {
-			fmt.Fprintf(c.stderr, "run 'node %s -h' for usage\n", cmd)
+			fmt.Fprintf(c.stderr, "run 'baton %s -h' for usage\n", cmd)
 		}
 		return exitUsage
 	}
@@ -154,21 +154,21 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		code = exitUnavailable
-		advice = fmt.Sprintf("the cluster at %s is unavailable: check that its agents run ('node agent') and that --addr or BATON_ADDR names their admin addresses", cf.addr)
+		advice = fmt.Sprintf("the cluster at %s is unavailable: check that its agents run ('baton agent') and that --addr or BATON_ADDR names their admin addresses", cf.addr)
 	case codes.InvalidArgument:
 		code = exitUsage
 		advice = "the cluster refused the request as invalid: check the procedure type and --arg values"
 	case codes.NotFound:
-		advice = "check the id with 'node proc list'; finished procedures are forgotten once acknowledged or expired"
+		advice = "check the id with 'baton proc list'; finished procedures are forgotten once acknowledged or expired"
 	case codes.FailedPrecondition:
-		advice = "the procedure's state does not allow this: see it with 'node proc get ID'"
+		advice = "the procedure's state does not allow this: see it with 'baton proc get ID'"
 	case codes.Canceled:
 		advice = "interrupted"
 	}
 	if a, ok := advise[st.Code()]; ok {
 		advice = a
 	}
-	fmt.Fprintf(c.stderr, "node %s: %s\n", cmd, st.Message())
+	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, st.Message())
 	if advice != "" {
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}

@@ -98,7 +98,7 @@ func TestClientCommands(t *testing.T) {
 		{name: "get", args: []string{"proc", "get", P, "--json"}, json: map[string]any{"id": float64(parent), "state": "WAITING", "waiting_for": "waiting for children", "children": []any{float64(child)}, "parent_id": 0.0, "paused": false}},
 		{name: "get human", args: []string{"proc", "get", C}, stdout: "parent       " + P},
 		{name: "get not found", args: []string{"proc", "get", "999999", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure: not found: 999999", "exit_code": 1.0}}},
-		{name: "get not found human", args: []string{"proc", "get", "999999"}, code: 1, stderr: "node proc list"},
+		{name: "get not found human", args: []string{"proc", "get", "999999"}, code: 1, stderr: "baton proc list"},
 		{name: "get bad id", args: []string{"proc", "get", "x7"}, code: 2, stderr: "positive integer"},
 		{name: "get no id", args: []string{"proc", "get"}, code: 2, stderr: "exactly one procedure ID"},
 		{name: "pause", args: []string{"proc", "pause", P, "--json"}, json: map[string]any{"paused": true}},
@@ -115,9 +115,9 @@ func TestClientCommands(t *testing.T) {
 		{name: "list none", args: []string{"proc", "list", "--type", "none"}, stdout: "no procedures"},
 		{name: "list bad state", args: []string{"proc", "list", "--state", "DONE"}, code: 2, stderr: "want one of"},
 		{name: "list extra arg", args: []string{"proc", "list", "x"}, code: 2, stderr: "takes no arguments"},
-		{name: "proc no command", args: []string{"proc"}, code: 2, stderr: "usage: node proc"},
+		{name: "proc no command", args: []string{"proc"}, code: 2, stderr: "usage: baton proc"},
 		{name: "proc unknown", args: []string{"proc", "frob"}, code: 2, stderr: "unknown command"},
-		{name: "proc help", args: []string{"proc", "-h"}, stdout: "usage: node proc"},
+		{name: "proc help", args: []string{"proc", "-h"}, stdout: "usage: baton proc"},
 		{name: "submit help", args: []string{"proc", "submit", "-h"}, stderr: "--nonce"},
 		// The first address is a standby, which answers with its own view
 		// (node_id, state), naming the leader.

@@ -118,26 +118,26 @@ var (
 	invalidAdvice = "the cluster refused the request as invalid: check the names and flags"
 	nsAdvice      = map[codes.Code]string{
 		codes.InvalidArgument:    invalidAdvice,
-		codes.NotFound:           "list the namespaces with 'node ns list'",
-		codes.FailedPrecondition: "the namespace's state does not allow this: only an empty namespace can be deleted ('node table list --namespace NS')",
+		codes.NotFound:           "list the namespaces with 'baton ns list'",
+		codes.FailedPrecondition: "the namespace's state does not allow this: only an empty namespace can be deleted ('baton table list --namespace NS')",
 	}
 	tableAdvice = map[codes.Code]string{
 		codes.InvalidArgument:    invalidAdvice,
-		codes.NotFound:           "list the tables with 'node table list' (a table is NAME or NS:NAME, or NAME with --namespace NS)",
-		codes.FailedPrecondition: "the table's state does not allow this: see it with 'node table describe NAME'",
+		codes.NotFound:           "list the tables with 'baton table list' (a table is NAME or NS:NAME, or NAME with --namespace NS)",
+		codes.FailedPrecondition: "the table's state does not allow this: see it with 'baton table describe NAME'",
 	}
 	regionAdvice = map[codes.Code]string{
 		codes.InvalidArgument:    invalidAdvice,
-		codes.NotFound:           "list the regions with 'node region list' and the region servers with 'node rs list'",
-		codes.FailedPrecondition: "the region's or the server's state does not allow this: see 'node region list' and 'node rs list'",
+		codes.NotFound:           "list the regions with 'baton region list' and the region servers with 'baton rs list'",
+		codes.FailedPrecondition: "the region's or the server's state does not allow this: see 'baton region list' and 'baton rs list'",
 	}
 	balanceAdvice = map[codes.Code]string{
-		codes.FailedPrecondition: "the cluster cannot balance now: see 'node rs list' and 'node region list'",
+		codes.FailedPrecondition: "the cluster cannot balance now: see 'baton rs list' and 'baton region list'",
 	}
 )
 
 // startedJSON is the --json document of a command that started a
-// procedure: id and proc_id are both its id (id as 'node proc submit'
+// procedure: id and proc_id are both its id (id as 'baton proc submit'
 // prints it, proc_id unambiguous beside other ids). With --wait it also
 // holds the final state, its error, and the whole procedure.
 type startedJSON struct {
@@ -169,7 +169,7 @@ func (e *command) started(cl *client.Client, what string, id uint64, wait bool) 
 		if e.cf.json {
 			c.printJSON(startedJSON{ID: id, ProcID: id})
 		} else {
-			fmt.Fprintf(c.stdout, "%s: procedure %d started ('node proc wait %d' to follow)\n", what, id, id)
+			fmt.Fprintf(c.stdout, "%s: procedure %d started ('baton proc wait %d' to follow)\n", what, id, id)
 		}
 		return exitOK
 	}
@@ -206,7 +206,7 @@ func (e *command) started(cl *client.Client, what string, id uint64, wait bool) 
 	return exitOK
 }
 
-// subcommands dispatches args[0] of group ("node table ...") to its
+// subcommands dispatches args[0] of group ("baton table ...") to its
 // command, or prints the group's usage.
 func (c *cli) subcommands(group, usage string, args []string, cmds map[string]func([]string) int) int {
 	if len(args) == 0 {
@@ -221,11 +221,11 @@ func (c *cli) subcommands(group, usage string, args []string, cmds map[string]fu
 		fmt.Fprint(c.stdout, usage)
 		return exitOK
 	}
-	fmt.Fprintf(c.stderr, "node %s: unknown command %q\n\n%s", group, args[0], usage)
+	fmt.Fprintf(c.stderr, "baton %s: unknown command %q\n\n%s", group, args[0], usage)
 	return exitUsage
 }
 
 const clientFlagsNote = `
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
-and --timeout. Run 'node %s <command> -h' for its flags.
+and --timeout. Run 'baton %s <command> -h' for its flags.
 `

@@ -219,8 +219,8 @@ func TestDomainCommands(t *testing.T) {
 		{name: "ns list human", before: func() { created("ns2") }, args: []string{"ns", "list"}, stdout: "default\nns1\nns2\n"},
 		{name: "ns list extra", args: []string{"ns", "list", "x"}, code: 2, stderr: "takes no arguments"},
 		{name: "ns unknown", args: []string{"ns", "frob"}, code: 2, stderr: "unknown command"},
-		{name: "ns no command", args: []string{"ns"}, code: 2, stderr: "usage: node ns"},
-		{name: "ns help", args: []string{"ns", "-h"}, stdout: "usage: node ns"},
+		{name: "ns no command", args: []string{"ns"}, code: 2, stderr: "usage: baton ns"},
+		{name: "ns help", args: []string{"ns", "-h"}, stdout: "usage: baton ns"},
 
 		// Tables.
 		{name: "table create", args: []string{"table", "create", "t1", "--regions", "4", "--wait", "--json"}, json: succeeded},
@@ -257,7 +257,7 @@ func TestDomainCommands(t *testing.T) {
 			}},
 		{name: "table describe human", args: []string{"table", "describe", "t2", "--namespace", "ns1"}, stdout: "regions  2 (2 OPEN)"},
 		{name: "table describe unknown", args: []string{"table", "describe", "nope", "--json"}, code: 1, json: notFound("procedure: not found: table default:nope")},
-		{name: "table describe unknown human", args: []string{"table", "describe", "nope"}, code: 1, stderr: "node table list"},
+		{name: "table describe unknown human", args: []string{"table", "describe", "nope"}, code: 1, stderr: "baton table list"},
 		{name: "table list", args: []string{"table", "list", "--json"}, count: map[string]int{"tables": 2}},
 		{name: "table list namespace", args: []string{"table", "list", "--namespace", "ns1"}, stdout: "ns1        t2    ENABLED"},
 		{name: "table list empty", args: []string{"table", "list", "--namespace", "ns2", "--json"}, count: map[string]int{"tables": 0}},
@@ -279,7 +279,7 @@ func TestDomainCommands(t *testing.T) {
 		{name: "region list human", args: []string{"region", "list", "--table", "ns1:t2"}, stdout: "TABLE   REGION"},
 		// As for tables: no regions for a table that does not exist.
 		{name: "region list unknown table", args: []string{"region", "list", "--table", "nope", "--json"}, count: map[string]int{"regions": 0}},
-		{name: "region move unknown server", argf: func() []string { return []string{"region", "move", t2[0], "--to", "rs9"} }, code: 1, stderr: "node rs list"},
+		{name: "region move unknown server", argf: func() []string { return []string{"region", "move", t2[0], "--to", "rs9"} }, code: 1, stderr: "baton rs list"},
 		{name: "region move unknown region", args: []string{"region", "move", "x", "--to", "rs2", "--json"}, code: 1, json: notFound(`procedure: not found: region "x"`)},
 		{name: "region move to a suspect", before: func() {
 			fc.StartRegionServer("rs3")
@@ -347,7 +347,7 @@ func TestDomainCommands(t *testing.T) {
 		// rs3, down, cannot answer the master.
 		{name: "rs regions unreachable", before: func() { fc.StopRegionServer("rs3") },
 			args: []string{"rs", "regions", "rs3"}, code: 1, stderr: "could not ask the region server"},
-		{name: "rs regions unknown", args: []string{"rs", "regions", "rs9"}, code: 1, stderr: "node rs list"},
+		{name: "rs regions unknown", args: []string{"rs", "regions", "rs9"}, code: 1, stderr: "baton rs list"},
 		{name: "rs regions no server", args: []string{"rs", "regions"}, code: 2, stderr: "want exactly one region SERVER"},
 
 		// Balance.
@@ -356,7 +356,7 @@ func TestDomainCommands(t *testing.T) {
 			json: map[string]any{"servers": []any{map[string]any{"region_count": 1.0}, map[string]any{"region_count": 1.0}, map[string]any{"region_count": 0.0}}}},
 		{name: "balance no wait", args: []string{"balance"}, stdout: "balance: procedure"},
 		{name: "balance extra", args: []string{"balance", "now"}, code: 2, stderr: "takes no arguments"},
-		{name: "balance help", args: []string{"balance", "-h"}, stderr: "usage: node balance"},
+		{name: "balance help", args: []string{"balance", "-h"}, stderr: "usage: baton balance"},
 
 		// The cluster unavailable.
 		{name: "unavailable", args: []string{"table", "list", "--addr", clustertest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3,

@@ -7,7 +7,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-const clusterUsage = `usage: node cluster <command> [flags]
+const clusterUsage = `usage: baton cluster <command> [flags]
 
 commands:
   status                                          the cluster as the master that answers sees it
@@ -15,7 +15,7 @@ commands:
   remove ID                                       remove a node
 
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
-and --timeout. Run 'node cluster <command> -h' for its flags.
+and --timeout. Run 'baton cluster <command> -h' for its flags.
 `
 
 func (c *cli) cluster(args []string) int {
@@ -34,7 +34,7 @@ func (c *cli) cluster(args []string) int {
 		fmt.Fprint(c.stdout, clusterUsage)
 		return exitOK
 	default:
-		fmt.Fprintf(c.stderr, "node cluster: unknown command %q\n\n%s", args[0], clusterUsage)
+		fmt.Fprintf(c.stderr, "baton cluster: unknown command %q\n\n%s", args[0], clusterUsage)
 		return exitUsage
 	}
 }

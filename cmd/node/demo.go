@@ -146,7 +146,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 || *crashAfter < 0 || *delay < 0 {
-		fmt.Fprintln(stderr, "node demo: takes no arguments; --crash-after and --step-delay must not be negative")
+		fmt.Fprintln(stderr, "baton demo: takes no arguments; --crash-after and --step-delay must not be negative")
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "baton", Level: hclog.Warn, Output: stderr})
@@ -155,7 +155,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	cfg.Logger = logger
 	wal, err := store.OpenWAL(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "node demo: opening the WAL in %s: %v\n", walDir, err)
+		fmt.Fprintf(stderr, "baton demo: opening the WAL in %s: %v\n", walDir, err)
 		return 1
 	}
 	defer wal.Close()
@@ -166,7 +166,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	env := &demoEnv{delay: *delay, out: stdout, json: *asJSON}
 	exec, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: env, Logger: logger})
 	if err != nil {
-		fmt.Fprintf(stderr, "node demo: %v\n", err)
+		fmt.Fprintf(stderr, "baton demo: %v\n", err)
 		return 1
 	}
 	var transitions atomic.Int64
@@ -179,7 +179,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		})
 	}
 	if err := exec.Start(); err != nil {
-		fmt.Fprintf(stderr, "node demo: loading %s: %v\n", walDir, err)
+		fmt.Fprintf(stderr, "baton demo: loading %s: %v\n", walDir, err)
 		return 1
 	}
 	defer exec.Stop(context.Background())
@@ -207,7 +207,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	for _, w := range wanted {
 		id, err := exec.Submit(w.p, procedure.SubmitOptions{Nonce: w.nonce, Owner: "demo"})
 		if err != nil {
-			fmt.Fprintf(stderr, "node demo: submit %s: %v\n", w.p.Name, err)
+			fmt.Fprintf(stderr, "baton demo: submit %s: %v\n", w.p.Name, err)
 			return 1
 		}
 		results = append(results, demoResult{ID: id, Name: w.p.Name, Resumed: resumed[id]})
@@ -215,7 +215,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	for i := range results {
 		info, err := exec.Wait(context.Background(), results[i].ID)
 		if err != nil {
-			fmt.Fprintf(stderr, "node demo: waiting for %d: %v\n", results[i].ID, err)
+			fmt.Fprintf(stderr, "baton demo: waiting for %d: %v\n", results[i].ID, err)
 			return 1
 		}
 		results[i].State, results[i].Error = info.State.String(), info.Error

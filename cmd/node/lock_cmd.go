@@ -18,7 +18,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-var lockUsage = `usage: node lock <command> [flags]
+var lockUsage = `usage: baton lock <command> [flags]
 
 commands:
   acquire --kind K --name N [--name N2 ...] [--exclusive] [--holder H] [--keepalive]
@@ -144,7 +144,7 @@ func (c *cli) lockAcquire(args []string) int {
 			fmt.Fprintf(c.stdout, "  waiting for a conflicting lock to be released\n")
 		}
 		if client.LockHeld(r.GetState()) {
-			fmt.Fprintf(c.stdout, "  renew its lease within %s with 'node lock heartbeat %d'; release it with 'node lock release %d'\n",
+			fmt.Fprintf(c.stdout, "  renew its lease within %s with 'baton lock heartbeat %d'; release it with 'baton lock release %d'\n",
 				leaseString(r), id, id)
 		}
 	}
@@ -234,7 +234,7 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		case ctx.Err() != nil:
 			continue // interrupted: release
 		case err != nil && lease > 0 && !time.Now().Before(deadline):
-			fmt.Fprintf(c.stderr, "node lock acquire: no heartbeat of lock %d got through for %s, its whole lease: it has expired (last error: %s)\n",
+			fmt.Fprintf(c.stderr, "baton lock acquire: no heartbeat of lock %d got through for %s, its whole lease: it has expired (last error: %s)\n",
 				id, lease, status.Convert(err).Message())
 			return exitUnavailable
 		case err != nil && (status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded) && lease > 0:
@@ -268,7 +268,7 @@ func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool) int {
 	defer cancel()
 	r, err := cl.ReleaseLock(ctx, id)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "node lock acquire: could not release lock %d; it expires when its lease runs out\n", id)
+		fmt.Fprintf(c.stderr, "baton lock acquire: could not release lock %d; it expires when its lease runs out\n", id)
 		return e.failAfter(err, printed)
 	}
 	if e.cf.json {
@@ -289,7 +289,7 @@ func (c *cli) lockByID(verb string, args []string) int {
 	}
 	id, err := strconv.ParseUint(pos[0], 10, 64)
 	if err != nil || id == 0 {
-		return e.fail(usagef("lock id %q: want a positive integer, as printed by 'node lock acquire'", pos[0]))
+		return e.fail(usagef("lock id %q: want a positive integer, as printed by 'baton lock acquire'", pos[0]))
 	}
 	cl, err := e.client()
 	if err != nil {

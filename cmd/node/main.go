@@ -1,6 +1,7 @@
-// Command node is Baton's single binary: the cluster agent (`node agent`),
-// the admin API's command-line client (`node proc ...`, `node cluster ...`,
-// and for the domain `node ns|table|region|rs|balance|lock ...`) and the
+// Command baton (built from cmd/node: `go build -o baton ./cmd/node`) is
+// Baton's single binary: the cluster agent (`baton agent`),
+// the admin API's command-line client (`baton proc ...`, `baton cluster ...`,
+// and for the domain `baton ns|table|region|rs|balance|lock ...`) and the
 // embedded single-node demo of the procedure framework.
 //
 // Exit codes: 0 ok; 1 the operation failed (a procedure ended ROLLEDBACK,
@@ -17,10 +18,12 @@ import (
 	"os/signal"
 )
 
-const usage = `usage: node <command> [flags]
+const usage = `usage: baton <command> [flags]
 
 commands:
   agent   run a cluster node (--dev: a single-node cluster on loopback)
+  regionserver
+          run a simulated region server that registers with the masters
   proc    submit, list, watch and control procedures:
           submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID, list,
           wait ID, abort ID, pause ID, resume ID, ack ID
@@ -37,11 +40,12 @@ commands:
   demo    run crash-proof procedures in this process, on a WAL under --data-dir;
           --crash-after N stops the process mid-way, and the next run resumes
           exactly where it stopped
+  version print the version, the commit it was built from and the Go version
 
 Client commands take --addr (any nodes' admin addresses, comma-separated;
 env BATON_ADDR, default 127.0.0.1:7070) and --json.
 Exit codes: 0 ok, 1 failed, 2 bad usage, 3 cluster unavailable.
-Run 'node <command> -h' for the command's flags.
+Run 'baton <command> -h' for the command's flags.
 `
 
 func main() {
@@ -83,11 +87,13 @@ func (c *cli) run(args []string) int {
 		return c.lock(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "version", "--version":
+		return c.version(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "node: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "baton: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
 }

@@ -57,7 +57,7 @@ func TestDemoResumesAfterCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "node")
+	bin := filepath.Join(t.TempDir(), "baton")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}

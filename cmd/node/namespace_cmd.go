@@ -7,7 +7,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 )
 
-var nsUsage = `usage: node ns <command> [flags]
+var nsUsage = `usage: baton ns <command> [flags]
 
 commands:
   create NAME [--wait]   create a namespace

@@ -13,7 +13,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-const procUsage = `usage: node proc <command> [flags]
+const procUsage = `usage: baton proc <command> [flags]
 
 commands:
   submit TYPE [--arg k=v ...] [--nonce N] [--wait]   start a procedure
@@ -23,7 +23,7 @@ commands:
   abort ID | pause ID | resume ID | ack ID          act on a procedure
 
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
-and --timeout. Run 'node proc <command> -h' for its flags.
+and --timeout. Run 'baton proc <command> -h' for its flags.
 `
 
 func (c *cli) proc(args []string) int {
@@ -42,7 +42,7 @@ func (c *cli) proc(args []string) int {
 		fmt.Fprint(c.stdout, procUsage)
 		return exitOK
 	default:
-		fmt.Fprintf(c.stderr, "node proc: unknown command %q\n\n%s", args[0], procUsage)
+		fmt.Fprintf(c.stderr, "baton proc: unknown command %q\n\n%s", args[0], procUsage)
 		return exitUsage
 	}
 }
@@ -150,7 +150,7 @@ func (c *cli) procByID(verb string, args []string) int {
 	if verb == "get" {
 		rf = addReadFlags(fs)
 		fs.Usage = func() {
-			fmt.Fprintf(c.stderr, "usage: node %s ID [--stale]\n\nflags:\n", cmd)
+			fmt.Fprintf(c.stderr, "usage: baton %s ID [--stale]\n\nflags:\n", cmd)
 			fs.PrintDefaults()
 		}
 	}
@@ -194,7 +194,7 @@ func (c *cli) procByID(verb string, args []string) int {
 	}
 	switch verb {
 	case "abort":
-		fmt.Fprintf(c.stdout, "procedure %d: abort requested; it rolls back ('node proc wait %d' to follow)\n", id, id)
+		fmt.Fprintf(c.stdout, "procedure %d: abort requested; it rolls back ('baton proc wait %d' to follow)\n", id, id)
 	case "pause":
 		fmt.Fprintf(c.stdout, "procedure %d: paused after its current step\n", id)
 	case "resume":

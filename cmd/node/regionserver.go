@@ -18,7 +18,7 @@ import (
 	"github.com/baton-dev/baton/cluster/regionserver"
 )
 
-// regionServerEnv maps each `node regionserver` flag to its environment
+// regionServerEnv maps each `baton regionserver` flag to its environment
 // variable. --masters shares BATON_MASTERS with anything else that needs
 // the masters' admin addresses (docker-compose sets it once).
 var regionServerEnv = map[string]string{
@@ -34,14 +34,14 @@ var regionServerEnv = map[string]string{
 // interrupted at once, so this only waits for connections to drain.
 const regionServerStopTimeout = 10 * time.Second
 
-// regionserver runs `node regionserver`: parses its flags, then runs a
+// regionserver runs `baton regionserver`: parses its flags, then runs a
 // simulated region server until SIGINT or SIGTERM.
 func (c *cli) regionserver(args []string) int {
 	cfg, err := parseRegionServerFlags(args, c.getenv, c.stderr)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(c.stderr, "node regionserver: %s\nrun 'node regionserver -h' for usage\n", ue.msg)
+			fmt.Fprintf(c.stderr, "baton regionserver: %s\nrun 'baton regionserver -h' for usage\n", ue.msg)
 			return exitUsage
 		}
 		return parseFailed(err)
@@ -49,18 +49,18 @@ func (c *cli) regionserver(args []string) int {
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runRegionServer(ctx, cfg, c.stdout, c.stderr); err != nil {
-		fmt.Fprintf(c.stderr, "node regionserver: %v\n", err)
+		fmt.Fprintf(c.stderr, "baton regionserver: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
 }
 
-// parseRegionServerFlags reads `node regionserver` flags, each defaulting
+// parseRegionServerFlags reads `baton regionserver` flags, each defaulting
 // to its environment variable (flags win), and validates them. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
 func parseRegionServerFlags(args []string, getenv func(string) string, stderr io.Writer) (regionserver.Config, error) {
-	fs := flag.NewFlagSet("node regionserver", flag.ContinueOnError)
+	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	// Every flag is read as a string so that a bad value, from a flag or
 	// from the environment, is reported with all the other problems.
@@ -74,7 +74,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stderr io
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: node regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
+		fmt.Fprintf(stderr, "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
 			"leading master and heartbeats until SIGINT or SIGTERM.\n\nflags:\n")
 		fs.PrintDefaults()

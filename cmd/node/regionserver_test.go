@@ -81,8 +81,8 @@ func TestRegionServerExitCodes(t *testing.T) {
 	}{
 		{[]string{"regionserver", "--nope"}, 2, "flag provided but not defined"},
 		{[]string{"regionserver"}, 2, "--id is required"},
-		{[]string{"regionserver", "-h"}, 0, "usage: node regionserver"},
-		{[]string{"regionserver", "--id", "a", "--grpc-addr", "h:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'node regionserver -h'"},
+		{[]string{"regionserver", "-h"}, 0, "usage: baton regionserver"},
+		{[]string{"regionserver", "--id", "a", "--grpc-addr", "h:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'baton regionserver -h'"},
 	} {
 		code, _, stderr := runCLI(t, nil, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.stderr) {

@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 )
 
-var rsUsage = `usage: node rs <command> [flags]
+var rsUsage = `usage: baton rs <command> [flags]
 
 commands:
   list              the region servers: address, lease state (live, suspect,
@@ -22,9 +22,9 @@ commands:
 
 var rsAdvice = map[codes.Code]string{
 	codes.InvalidArgument: invalidAdvice,
-	codes.NotFound:        "list the region servers with 'node rs list'",
+	codes.NotFound:        "list the region servers with 'baton rs list'",
 	// The master answers so when it cannot reach the region server.
-	codes.FailedPrecondition: "the master could not ask the region server: check that it runs ('node rs list' shows its lease)",
+	codes.FailedPrecondition: "the master could not ask the region server: check that it runs ('baton rs list' shows its lease)",
 }
 
 func (c *cli) rs(args []string) int {
@@ -65,7 +65,7 @@ func (c *cli) rsList(args []string) int {
 		}
 		return doc, func() {
 			if len(servers) == 0 {
-				fmt.Fprintln(c.stdout, "no region servers (start one with 'node regionserver')")
+				fmt.Fprintln(c.stdout, "no region servers (start one with 'baton regionserver')")
 				return
 			}
 			now := time.Now()
@@ -104,7 +104,7 @@ type serverRegionsJSON struct {
 func (c *cli) rsRegions(args []string) int {
 	e := c.command("rs regions", "SERVER [--stale]", rsAdvice)
 	rf := addReadFlags(e.fs)
-	pos, code, ok := e.parse(args, 1, "region SERVER (as 'node rs list' names it)")
+	pos, code, ok := e.parse(args, 1, "region SERVER (as 'baton rs list' names it)")
 	if !ok {
 		return code
 	}

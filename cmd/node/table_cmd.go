@@ -12,7 +12,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-var tableUsage = `usage: node table <command> [flags]
+var tableUsage = `usage: baton table <command> [flags]
 
 commands:
   create NAME [--regions N] [--namespace NS] [--wait]   create a table of N regions
@@ -212,7 +212,7 @@ func (c *cli) tableList(args []string) int {
 
 // ---- regions
 
-var regionUsage = `usage: node region <command> [flags]
+var regionUsage = `usage: baton region <command> [flags]
 
 commands:
   list [--table T]                   list the regions (of one table: NAME or NS:NAME)
@@ -287,9 +287,9 @@ func (c *cli) regionList(args []string) int {
 
 func (c *cli) regionMove(args []string) int {
 	e := c.command("region move", "REGION [--to SERVER] [--wait] [--nonce N]", regionAdvice)
-	to := e.fs.String("to", "", "the region server to move it to, as 'node rs list' names it (default: any other live one)")
+	to := e.fs.String("to", "", "the region server to move it to, as 'baton rs list' names it (default: any other live one)")
 	wait, nonce := e.waitFlag(), e.nonceFlag()
-	pos, code, ok := e.parse(args, 1, "REGION (as 'node region list' names it)")
+	pos, code, ok := e.parse(args, 1, "REGION (as 'baton region list' names it)")
 	if !ok {
 		return code
 	}
@@ -307,7 +307,7 @@ func (c *cli) regionMove(args []string) int {
 func (c *cli) balance(args []string) int {
 	e := c.command("balance", "[--wait] [--nonce N]", balanceAdvice)
 	e.fs.Usage = func() {
-		fmt.Fprint(c.stderr, "usage: node balance [--wait] [--nonce N]\n\nmove regions until every live region server holds about as many\n\nflags:\n")
+		fmt.Fprint(c.stderr, "usage: baton balance [--wait] [--nonce N]\n\nmove regions until every live region server holds about as many\n\nflags:\n")
 		e.fs.PrintDefaults()
 	}
 	wait, nonce := e.waitFlag(), e.nonceFlag()

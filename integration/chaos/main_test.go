@@ -13,7 +13,7 @@ import (
 	"github.com/baton-dev/baton/integration/harness"
 )
 
-// nodeBin is the node binary every test runs, built once by TestMain (or
+// nodeBin is the baton binary every test runs, built once by TestMain (or
 // given as BATON_NODE_BIN).
 var nodeBin string
 

@@ -1,5 +1,5 @@
 // Package harness runs real Baton clusters for the integration tests: it
-// builds the node binary once, starts `node agent` processes on loopback
+// builds the baton binary once, starts `baton agent` processes on loopback
 // ports, each with its own data directory and log file, and kills,
 // terminates, pauses (SIGSTOP) and restarts them the way an operator, a
 // crash or a frozen machine would. StartRegionServers adds `node
@@ -56,11 +56,11 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 )
 
-// Build compiles the node binary (github.com/baton-dev/baton/cmd/node) into
+// Build compiles the baton binary (github.com/baton-dev/baton/cmd/node) into
 // dir and returns its path. Extra go build flags (e.g. "-race") may be
 // given. Call it once per test binary, from TestMain.
 func Build(dir string, flags ...string) (string, error) {
-	bin := filepath.Join(dir, "node")
+	bin := filepath.Join(dir, "baton")
 	args := append([]string{"build", "-o", bin}, flags...)
 	args = append(args, "github.com/baton-dev/baton/cmd/node")
 	cmd := exec.Command("go", args...)
@@ -74,7 +74,7 @@ func Build(dir string, flags ...string) (string, error) {
 
 // Options configures New.
 type Options struct {
-	// Binary is the node binary built by Build. Required.
+	// Binary is the baton binary built by Build. Required.
 	Binary string
 	// Nodes is the number of bootstrap members (default 3), named n1..nN.
 	Nodes int

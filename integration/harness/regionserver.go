@@ -32,7 +32,7 @@ type RSOptions struct {
 	Env []string
 }
 
-// RegionServer is one `node regionserver` process of a Cluster. Its id and
+// RegionServer is one `baton regionserver` process of a Cluster. Its id and
 // address stay the same across restarts (a restart is a new incarnation:
 // it registers for a new start code).
 type RegionServer struct {

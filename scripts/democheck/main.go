@@ -11,10 +11,10 @@
 //	democheck ready --timeout D URL...                     wait until every URL answers 200
 //	democheck verify --dir DIR --tables T1,T2 --regions-per-table N [--servers rs1,rs2]
 //
-// verify is the demo's verdict. DIR holds regions.json (`node region list
-// --json`: the masters' view), servers.json (`node rs list --json`),
-// tables.json (`node table list --json`) and hosted-SERVER.json for every
-// server (`node rs regions SERVER --json`: the region server's own answer
+// verify is the demo's verdict. DIR holds regions.json (`baton region list
+// --json`: the masters' view), servers.json (`baton rs list --json`),
+// tables.json (`baton table list --json`) and hosted-SERVER.json for every
+// server (`baton rs regions SERVER --json`: the region server's own answer
 // under "hosted"; the masters' view under "assigned"). It checks that every
 // expected table is listed with exactly N regions, that the masters record
 // every region OPEN on a server, and, from the servers' own answers, that
@@ -173,7 +173,7 @@ func decodeFile(path string, v any) error {
 	return nil
 }
 
-// leader prints the leader_id of a `node cluster status --json` document.
+// leader prints the leader_id of a `baton cluster status --json` document.
 func leader(r io.Reader, w io.Writer, not string) (int, error) {
 	var s struct {
 		LeaderID string `json:"leader_id"`

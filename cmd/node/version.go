@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+// version and commit are set at link time (make build:
+// -ldflags "-X main.version=... -X main.commit=..."). A plain go build says
+// "dev", and takes the commit from what the go command stamped into the
+// binary, if it did (-buildvcs).
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// buildInfo is what `baton version` reports.
+type buildInfo struct {
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	Modified  bool   `json:"modified"`
+	GoVersion string `json:"go_version"`
+}
+
+// readBuildInfo takes the commit from the link-time flag, else from what
+// the go command stamped into the binary (vcs.revision, vcs.modified);
+// "unknown" when neither says.
+func readBuildInfo() buildInfo {
+	b := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Commit = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		}
+	}
+	if commit != "" {
+		b.Commit, b.Modified = commit, false
+	}
+	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = info.Main.Version
+	}
+	return b
+}
+
+func (c *cli) version(args []string) int {
+	asJSON := false
+	for _, a := range args {
+		switch a {
+		case "--json", "-json":
+			asJSON = true
+		case "-h", "--help":
+			fmt.Fprint(c.stdout, "usage: baton version [--json]\n\nprints the version, the commit it was built from and the Go version\n")
+			return 0
+		default:
+			fmt.Fprintf(c.stderr, "baton version: unexpected argument %q\nusage: baton version [--json]\n", a)
+			return 2
+		}
+	}
+	b := readBuildInfo()
+	if asJSON {
+		out, _ := json.MarshalIndent(b, "", "  ")
+		fmt.Fprintf(c.stdout, "%s\n", out)
+		return 0
+	}
+	commit := b.Commit
+	if b.Modified {
+		commit += " (modified)"
+	}
+	fmt.Fprintf(c.stdout, "baton %s\ncommit %s\n%s\n", b.Version, commit, b.GoVersion)
+	return 0
+}

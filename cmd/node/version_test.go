@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// The binary says what it is: its version and the commit it was built
+// from, as make build links them in, and its Go version.
+func TestVersionOfTheBuiltBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "baton")
+	const want = "0123456789abcdef"
+	ldflags := "-X main.version=v9.9.9 -X main.commit=" + want // as make build sets them
+	if out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatalf("baton %v: %v", args, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 3 || lines[0] != "baton v9.9.9" ||
+			lines[1] != "commit "+want || lines[2] != runtime.Version() {
+			t.Fatalf("baton %v printed\n%s\nwant 'baton v9.9.9', 'commit %s', %q", args, out, want, runtime.Version())
+		}
+	}
+	out, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b buildInfo
+	if err := json.Unmarshal(out, &b); err != nil || b.Version != "v9.9.9" || b.Commit != want || b.GoVersion != runtime.Version() {
+		t.Fatalf("version --json = %s (%v)", out, err)
+	}
+}
+
+// Help asked for goes to stdout with exit 0; a usage error to stderr with
+// exit 2; both name every command, the region server's too.
+func TestTopLevelHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		toStdout   bool
+		mentioning string
+	}{
+		{args: []string{"-h"}, code: 0, toStdout: true},
+		{args: []string{"--help"}, code: 0, toStdout: true},
+		{args: []string{"help"}, code: 0, toStdout: true},
+		{args: nil, code: 2},
+		{args: []string{"nosuch"}, code: 2, mentioning: `unknown command "nosuch"`},
+	} {
+		code, stdout, stderr := runCLI(t, nil, tc.args...)
+		help, other := stderr, stdout
+		if tc.toStdout {
+			help, other = stdout, stderr
+		}
+		if code != tc.code || other != "" {
+			t.Errorf("baton %v: exit %d, stdout %q, stderr %q", tc.args, code, stdout, stderr)
+			continue
+		}
+		for _, cmd := range []string{"agent", "regionserver", "proc", "cluster", "ns", "table", "region", "rs", "balance", "lock", "demo", "version", tc.mentioning} {
+			if !strings.Contains(help, cmd) {
+				t.Errorf("baton %v: help does not mention %q:\n%s", tc.args, cmd, help)
+			}
+		}
+		if strings.Contains(help, "node ") && !strings.Contains(help, "cluster node") {
+			t.Errorf("baton %v: help still calls the binary node:\n%s", tc.args, help)
+		}
+	}
+}
