@@ -414,6 +414,7 @@ func (s *readmeShell) run(c shCmd) bool {
 		}
 	}
 	if strings.HasSuffix(cmd, "&") || strings.HasSuffix(cmd, "done") {
+		t.Logf("README.md:%d started in the background (jobs: %s)", c.line, strings.Join(f[3:], " "))
 		return true
 	}
 	stdout, _ := os.ReadFile(out)
