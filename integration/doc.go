@@ -37,6 +37,13 @@
 // histories and the region invariant sampled during the run are in
 // integration/chaos (`make chaos` for the long run).
 //
+// TestReadme runs README.md's ```sh blocks line by line (the Quickstart's
+// dev agent, then the three-node cluster with its region servers) and
+// checks each line's exit code and output against the README's comment on
+// it; a README block under a heading it does not know fails it, and lines
+// documenting unfinished work are listed, with the reason, in
+// readmePending.
+//
 // The failover benchmark is TestFailoverTiming, off unless
 // BATON_FAILOVER_BENCH is set:
 //

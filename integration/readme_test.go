@@ -88,7 +88,7 @@ var readmeSteps = map[string]readmeStep{
 	"Reads and what they guarantee":        {env: "dev"},
 	"A three-node cluster on one machine":  {env: "cluster"},
 	"Tables and regions on region servers": {env: "cluster"},
-	"The failover demos":                   {skip: "make targets; their scripts run the same scenario in TestLeaderKillsDuringTableCreates and TestCompose"},
+	"The failover demos":                   {skip: "make targets; TestDemoLocal and TestComposeFailoverDemo run their scripts"},
 }
 
 // readmePending lists README command lines that do not work yet because
