@@ -512,7 +512,9 @@ func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*
 	})
 }
 
-// RemovePeer removes the node with this id from the cluster.
+// RemovePeer removes the node with this id from the cluster. An id that is
+// not a member is NOT_FOUND, also when a retry follows a removal whose
+// answer was lost.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return a.RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: id})

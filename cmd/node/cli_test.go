@@ -131,14 +131,10 @@ func TestClientCommands(t *testing.T) {
 		{name: "join missing id", args: []string{"cluster", "join", "--raft-addr", "127.0.0.1:1"}, code: 2, stderr: "--id and --raft-addr are required"},
 		{name: "join bad addr", args: []string{"cluster", "join", "--id", "x", "--raft-addr", "nope"}, code: 2, stderr: "want host:port"},
 		{name: "remove", args: []string{"cluster", "remove", "n4"}, stdout: "n4 removed"},
-		// Removing a node that is not a member succeeds: Raft's removal is
-		// idempotent.
-		{name: "remove unknown", args: []string{"cluster", "remove", "n4", "--json"}, json: map[string]any{"leader_id": leader}, count: map[string]int{"peers": 3},
-			then: func(t *testing.T, doc map[string]any, _ string) {
-				if b, _ := json.Marshal(doc["peers"]); strings.Contains(string(b), `"n4"`) {
-					t.Errorf("n4 still a peer: %s", b)
-				}
-			}},
+		// A node that is not a member is NOT_FOUND (exit 1), not a
+		// silent success: a typo must not look like a removal.
+		{name: "remove unknown", args: []string{"cluster", "remove", "n4", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}},
+		{name: "remove unknown human", args: []string{"cluster", "remove", "nosuch"}, code: 1, stderr: `remove "nosuch": cluster: no such member`},
 		{name: "remove no id", args: []string{"cluster", "remove"}, code: 2, stderr: "exactly one node ID"},
 		{name: "cluster unknown", args: []string{"cluster", "frob"}, code: 2, stderr: "unknown command"},
 		{name: "unavailable", env: map[string]string{}, args: []string{"cluster", "status", "--addr", clustertest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3, json: map[string]any{"error": map[string]any{"code": "UNAVAILABLE"}}},

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -183,7 +185,9 @@ func (c *cli) clusterRemove(args []string) int {
 	defer cl.Close()
 	s, err := cl.RemovePeer(c.ctx, pos[0])
 	if err != nil {
-		return c.finish(cmd, fs, cf, err)
+		return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
+			codes.NotFound: "the members are the IDs 'baton cluster status' lists",
+		})
 	}
 	if !cf.json {
 		fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", pos[0])
