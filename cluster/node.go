@@ -132,6 +132,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
+	if err := checkNodeID(cfg.DataDir, cfg.ID); err != nil {
+		return nil, err
+	}
 
 	// The FSM first: its WAL gives W, which decides how raft starts.
 	walCfg := cfg.WAL
