@@ -151,7 +151,7 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 			continue
 		}
 		if p.GetAdminAddress() == "" {
-			p.Error = "admin address not registered (the member has not reached a leader since it started)"
+			p.Error = "admin address not registered yet (the member has not reached a leader since it started): not asked"
 			continue
 		}
 		wg.Add(1)
@@ -173,11 +173,17 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 			continue
 		}
 		out.Voters++
-		if p.GetReachable() {
+		switch {
+		case p.GetReachable():
 			out.VotersReachable++
+		case p.GetAdminAddress() == "":
+			out.VotersUnknown++
 		}
 	}
-	out.Quorum = out.Voters > 0 && out.VotersReachable > out.Voters/2
+	// A member that has not registered its admin address yet cannot be
+	// asked, but is likely up (it registers within moments of reaching a
+	// leader): only members that failed to answer count against a quorum.
+	out.Quorum = out.Voters > 0 && out.VotersReachable+out.VotersUnknown > out.Voters/2
 }
 
 // probeMember asks the admin API at addr for its own status.

@@ -63,6 +63,7 @@ type statusJSON struct {
 	LastContactMs      int64      `json:"last_contact_ms"`
 	Voters             *uint32    `json:"voters,omitempty"`
 	VotersReachable    *uint32    `json:"voters_reachable,omitempty"`
+	VotersUnknown      *uint32    `json:"voters_unknown,omitempty"`
 	Quorum             *bool      `json:"quorum,omitempty"`
 	Error              *errorJSON `json:"error,omitempty"`
 }
@@ -110,8 +111,8 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		LastContactMs: s.GetLastContactMs(),
 	}
 	if s.GetMembersProbed() {
-		v, r, q := s.GetVoters(), s.GetVotersReachable(), s.GetQuorum()
-		j.Voters, j.VotersReachable, j.Quorum = &v, &r, &q
+		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
+		j.Voters, j.VotersReachable, j.VotersUnknown, j.Quorum = &v, &r, &u, &q
 	}
 	for _, p := range s.GetPeers() {
 		pj := peerJSON{ID: p.GetId(), RaftAddress: p.GetRaftAddress(), AdminAddress: p.GetAdminAddress(),
@@ -198,7 +199,11 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 		if !s.GetQuorum() {
 			q = "NO QUORUM"
 		}
-		fmt.Fprintf(c.stdout, "voters       %d of %d reachable: %s\n", s.GetVotersReachable(), s.GetVoters(), q)
+		unknown := ""
+		if n := s.GetVotersUnknown(); n > 0 {
+			unknown = fmt.Sprintf(", %d not asked (no admin address registered yet)", n)
+		}
+		fmt.Fprintf(c.stdout, "voters       %d of %d reachable%s: %s\n", s.GetVotersReachable(), s.GetVoters(), unknown, q)
 	}
 	fmt.Fprintln(c.stdout)
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
@@ -216,11 +221,13 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 		m := p.GetStatus()
 		if !p.GetReachable() || m == nil {
 			unreachable = append(unreachable, p)
-			r := "unreachable"
-			if p.GetLeader() {
+			r, h := "unreachable", "unreachable"
+			if p.GetAdminAddress() == "" {
+				r, h = role(p), "not asked"
+			} else if p.GetLeader() {
 				r = "leader, unreachable"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\tunreachable\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), r)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), r, h)
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p),
@@ -228,7 +235,7 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	}
 	tw.Flush()
 	for _, p := range unreachable {
-		fmt.Fprintf(c.stdout, "%s unreachable: %s\n", p.GetId(), p.GetError())
+		fmt.Fprintf(c.stdout, "%s: %s\n", p.GetId(), p.GetError())
 	}
 }
 

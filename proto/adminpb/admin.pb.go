@@ -2327,12 +2327,16 @@ type ClusterStatusResponse struct {
 	StorageError  string `protobuf:"bytes,53,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
 	LastContactMs int64  `protobuf:"varint,54,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	// Set when ClusterStatusRequest.members asked for them: how many voters
-	// the configuration has and how many of them answered (the answering
-	// node counts itself); quorum is voters_reachable > voters / 2.
+	// the configuration has, how many of them answered (the answering node
+	// counts itself) and how many could not be asked because they have not
+	// registered their admin address yet (just started). quorum is false
+	// when no majority can be reachable: voters_reachable + voters_unknown
+	// <= voters / 2.
 	MembersProbed   bool   `protobuf:"varint,55,opt,name=members_probed,json=membersProbed,proto3" json:"members_probed,omitempty"`
 	Voters          uint32 `protobuf:"varint,56,opt,name=voters,proto3" json:"voters,omitempty"`
 	VotersReachable uint32 `protobuf:"varint,57,opt,name=voters_reachable,json=votersReachable,proto3" json:"voters_reachable,omitempty"`
 	Quorum          bool   `protobuf:"varint,58,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	VotersUnknown   uint32 `protobuf:"varint,59,opt,name=voters_unknown,json=votersUnknown,proto3" json:"voters_unknown,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2498,6 +2502,13 @@ func (x *ClusterStatusResponse) GetQuorum() bool {
 		return x.Quorum
 	}
 	return false
+}
+
+func (x *ClusterStatusResponse) GetVotersUnknown() uint32 {
+	if x != nil {
+		return x.VotersUnknown
+	}
+	return 0
 }
 
 type AddPeerRequest struct {
@@ -2916,7 +2927,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1c\n" +
 	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
-	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\x84\x05\n" +
+	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\xab\x05\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2937,7 +2948,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x0emembers_probed\x187 \x01(\bR\rmembersProbed\x12\x16\n" +
 	"\x06voters\x188 \x01(\rR\x06voters\x12)\n" +
 	"\x10voters_reachable\x189 \x01(\rR\x0fvotersReachable\x12\x16\n" +
-	"\x06quorum\x18: \x01(\bR\x06quorum\"h\n" +
+	"\x06quorum\x18: \x01(\bR\x06quorum\x12%\n" +
+	"\x0evoters_unknown\x18; \x01(\rR\rvotersUnknown\"h\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
