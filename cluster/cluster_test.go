@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
@@ -286,8 +287,8 @@ func TestJoinAndRemove(t *testing.T) {
 	if err := l.RemovePeer(ctx, "m3"); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
-	if err := l.RemovePeer(ctx, "m3"); err != nil {
-		t.Fatalf("remove again: %v", err)
+	if err := l.RemovePeer(ctx, "m3"); !errors.Is(err, ErrUnknownPeer) || Code(err) != codes.NotFound {
+		t.Fatalf("remove again: %v, want ErrUnknownPeer (NOT_FOUND)", err)
 	}
 	if n := len(l.Status().Peers); n != 3 {
 		t.Errorf("%d peers after remove, want 3", n)

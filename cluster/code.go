@@ -53,7 +53,7 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	case errors.Is(err, procedure.ErrInvalid), errors.Is(err, procedure.ErrUnknownType):
 		return codes.InvalidArgument
-	case errors.Is(err, procedure.ErrNotFound):
+	case errors.Is(err, procedure.ErrNotFound), errors.Is(err, ErrUnknownPeer):
 		return codes.NotFound
 	case errors.Is(err, procedure.ErrNotAllowed), errors.Is(err, procedure.ErrNotTerminal):
 		return codes.FailedPrecondition

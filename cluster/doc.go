@@ -9,6 +9,10 @@
 //
 // NewNode opens, under Config.DataDir:
 //
+//   - node-id: the id of the node the directory belongs to, written at
+//     its first start; a start with another Config.ID is refused
+//     (ErrWrongNode) rather than left waiting for a cluster that does not
+//     know it;
 //   - raft/raft.db: the Raft log and stable store (hashicorp/raft-boltdb/v2,
 //     one bbolt file, behind a 512-entry log cache);
 //   - snapshots/: Raft snapshots (raft's file snapshot store);

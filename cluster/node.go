@@ -32,6 +32,10 @@ var ErrNotReady = errors.New("cluster: leader not ready")
 // ErrShutdown is returned by calls on a node that is shutting down.
 var ErrShutdown = errors.New("cluster: node shut down")
 
+// ErrUnknownPeer is returned by RemovePeer for an id that is not in the
+// Raft configuration: a typo must not read as a successful removal.
+var ErrUnknownPeer = errors.New("cluster: no such member")
+
 // NotLeaderError says who the leader is, as far as this node knows. Both
 // fields are empty while no leader is known (an election is under way).
 type NotLeaderError struct {
@@ -127,6 +131,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
+	}
+	if err := checkNodeID(cfg.DataDir, cfg.ID); err != nil {
+		return nil, err
 	}
 
 	// The FSM first: its WAL gives W, which decides how raft starts.
@@ -466,7 +473,7 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 }
 
 // RemovePeer removes server id from the cluster. Only the leader may.
-// Removing an id that is not a member is not an error.
+// An id that is not a member is ErrUnknownPeer (NOT_FOUND).
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("cluster: remove %q: %w", id, n.notLeader())
@@ -484,7 +491,7 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 			return nil
 		}
 	}
-	return nil
+	return fmt.Errorf("cluster: remove %q: %w", id, ErrUnknownPeer)
 }
 
 // Shutdown stops the node gracefully. A leader first stops its executor

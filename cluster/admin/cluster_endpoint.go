@@ -2,22 +2,39 @@ package admin
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
 
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
-// ClusterStatus implements adminpb.AdminServer: this node's view.
-func (s *Server) ClusterStatus(ctx context.Context, _ *adminpb.ClusterStatusRequest) (*adminpb.ClusterStatusResponse, error) {
-	return s.clusterStatus(), nil
+// memberProbeTimeout bounds each member's answer to a ClusterStatus with
+// members: a dead member must cost the caller a moment, not its deadline.
+const memberProbeTimeout = time.Second
+
+// ClusterStatus implements adminpb.AdminServer: this node's view, and with
+// members each member's own answer.
+func (s *Server) ClusterStatus(ctx context.Context, req *adminpb.ClusterStatusRequest) (*adminpb.ClusterStatusResponse, error) {
+	out := s.clusterStatus()
+	if req.GetMembers() {
+		s.probeMembers(ctx, out)
+	}
+	return out, nil
 }
 
 func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 	st := s.b.Status()
+	ready, why := Ready(s.b)
 	out := &adminpb.ClusterStatusResponse{
 		NodeId:            st.ID,
 		State:             st.State,
@@ -27,6 +44,17 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		CommitIndex:       st.CommitIndex,
 		AppliedIndex:      st.AppliedIndex,
 		FsmIndex:          st.FSMIndex,
+		Pid:               int64(os.Getpid()),
+		Ready:             ready,
+		ReadyReason:       why,
+		StorageError:      st.StorageErr,
+		LastContactMs:     -1,
+	}
+	switch {
+	case st.State == raft.Leader.String():
+		out.LastContactMs = 0
+	case !st.LastContact.IsZero():
+		out.LastContactMs = time.Since(st.LastContact).Milliseconds()
 	}
 	if st.LeaderID != "" {
 		out.LeaderAdminAddress = s.adminAddr(st.LeaderID)
@@ -106,4 +134,91 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RegisterNodeResponse, error) {
 		return c.RegisterNode(ctx, req)
 	})
+}
+
+// probeMembers asks every other member's admin API for its own status, in
+// parallel, each within memberProbeTimeout, and counts the voters that
+// answered. This node answers for itself. A member is judged by whether
+// this node reaches it, which is what a client that reaches this node can
+// learn; the member's own answer says whether it hears from the leader.
+func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusResponse) {
+	self := proto.Clone(out).(*adminpb.ClusterStatusResponse)
+	self.Peers = nil
+	var wg sync.WaitGroup
+	for _, p := range out.Peers {
+		if p.GetId() == out.GetNodeId() {
+			p.Reachable, p.Status = true, self
+			continue
+		}
+		if p.GetAdminAddress() == "" {
+			p.Error = "admin address not registered yet (the member has not reached a leader since it started): not asked"
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := s.probeMember(ctx, p.GetAdminAddress())
+			if err != nil {
+				p.Error = err.Error()
+				return
+			}
+			st.Peers = nil
+			p.Reachable, p.Status = true, st
+		}()
+	}
+	wg.Wait()
+	out.MembersProbed = true
+	for _, p := range out.Peers {
+		if p.GetSuffrage() != raft.Voter.String() {
+			continue
+		}
+		out.Voters++
+		switch {
+		case p.GetReachable():
+			out.VotersReachable++
+		case p.GetAdminAddress() == "":
+			out.VotersUnknown++
+		}
+	}
+	// A member that has not registered its admin address yet cannot be
+	// asked, but is likely up (it registers within moments of reaching a
+	// leader): only members that failed to answer count against a quorum.
+	out.Quorum = out.Voters > 0 && out.VotersReachable+out.VotersUnknown > out.Voters/2
+}
+
+// probeMember asks the admin API at addr for its own status.
+func (s *Server) probeMember(ctx context.Context, addr string) (*adminpb.ClusterStatusResponse, error) {
+	cc, err := s.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, memberProbeTimeout)
+	defer cancel()
+	st, err := adminpb.NewAdminClient(cc).ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
+	if err != nil {
+		if status.Code(err) == codes.DeadlineExceeded {
+			return nil, fmt.Errorf("no answer from %s within %v", addr, memberProbeTimeout)
+		}
+		return nil, fmt.Errorf("%s: %s", addr, status.Convert(err).Message())
+	}
+	return st, nil
+}
+
+// conn returns this server's connection to the admin API at addr, shared
+// with forwarding.
+func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errStopping
+	}
+	if cc := s.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, s.cfg.DialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	s.conns[addr] = cc
+	return cc, nil
 }

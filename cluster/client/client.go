@@ -504,6 +504,15 @@ func (c *Client) Status(ctx context.Context) (*adminpb.ClusterStatusResponse, er
 	})
 }
 
+// MembersStatus is Status with every member's own answer: the master that
+// answers asks each member's admin API for its status (within a second
+// each) and says which voters it reached, and whether they make a quorum.
+func (c *Client) MembersStatus(ctx context.Context) (*adminpb.ClusterStatusResponse, error) {
+	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
+		return a.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{Members: true})
+	})
+}
+
 // AddPeer adds a node to the cluster as a voter: id is its Raft server id,
 // raftAddr its Raft transport address, adminAddr its admin (gRPC) address.
 func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*adminpb.ClusterStatusResponse, error) {
@@ -512,7 +521,9 @@ func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*
 	})
 }
 
-// RemovePeer removes the node with this id from the cluster.
+// RemovePeer removes the node with this id from the cluster. An id that is
+// not a member is NOT_FOUND, also when a retry follows a removal whose
+// answer was lost.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return a.RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: id})

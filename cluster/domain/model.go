@@ -149,21 +149,34 @@ func RegionName(table string, i int, procID uint64) string {
 	return fmt.Sprintf("%s,%05d,%d", table, i, procID)
 }
 
-// validName checks a namespace or table name: letters, digits, '_', '-',
-// '.', at most 128 characters (HBase's rule, roughly). No ':' or ',' or
-// '/', which the keys and region names use as separators.
-func validName(what, s string) error {
+// MaxNameLen is the longest namespace or table name.
+const MaxNameLen = 128
+
+// CheckName checks a namespace or table name (what says which): letters,
+// digits, '_', '-', '.', at most MaxNameLen characters (HBase's rule,
+// roughly). No ':' or ',' or '/', which the keys and region names use as
+// separators. Exported so that clients refuse a bad name before sending
+// it, with the same words as the masters.
+func CheckName(what, s string) error {
 	if s == "" {
-		return fmt.Errorf("%w: empty %s name", errInvalid, what)
+		return fmt.Errorf("empty %s name", what)
 	}
-	if len(s) > 128 {
-		return fmt.Errorf("%w: %s name %q is longer than 128 characters", errInvalid, what, s)
+	if len(s) > MaxNameLen {
+		return fmt.Errorf("%s name %.20q... is %d characters long, longer than %d", what, s, len(s), MaxNameLen)
 	}
 	for _, c := range s {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
 		if !ok {
-			return fmt.Errorf("%w: %s name %q: character %q not allowed (letters, digits, _ - . only)", errInvalid, what, s, c)
+			return fmt.Errorf("%s name %q: character %q not allowed (letters, digits, _ - . only)", what, s, c)
 		}
+	}
+	return nil
+}
+
+// validName is CheckName as an invalid-argument error of the domain.
+func validName(what, s string) error {
+	if err := CheckName(what, s); err != nil {
+		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 // clientFlags are the flags every client subcommand takes.
 type clientFlags struct {
 	addr    string
+	envAddr string // BATON_ADDR, to name it when its value is wrong
 	json    bool
 	timeout time.Duration
 }
@@ -64,6 +65,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 		def = defaultAddr
 	}
 	fs.StringVar(&cf.addr, "addr", def, "admin (gRPC) addresses of any cluster nodes, comma-separated (env BATON_ADDR)")
+	cf.envAddr = c.getenv("BATON_ADDR")
 	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long")
 	fs.Usage = func() {
@@ -112,6 +114,17 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	}
 	if len(addrs) == 0 {
 		return nil, usagef("--addr is empty: give the admin address of any node, e.g. --addr %s", defaultAddr)
+	}
+	// A malformed address would otherwise only fail as "unavailable" once
+	// --timeout ran out.
+	src := "--addr"
+	if cf.envAddr != "" && cf.addr == cf.envAddr {
+		src = "BATON_ADDR"
+	}
+	for _, a := range addrs {
+		if err := checkAddr(src, a, true); err != nil {
+			return nil, err
+		}
 	}
 	if cf.timeout <= 0 {
 		return nil, usagef("--timeout %v must be positive", cf.timeout)

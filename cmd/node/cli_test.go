@@ -131,14 +131,10 @@ func TestClientCommands(t *testing.T) {
 		{name: "join missing id", args: []string{"cluster", "join", "--raft-addr", "127.0.0.1:1"}, code: 2, stderr: "--id and --raft-addr are required"},
 		{name: "join bad addr", args: []string{"cluster", "join", "--id", "x", "--raft-addr", "nope"}, code: 2, stderr: "want host:port"},
 		{name: "remove", args: []string{"cluster", "remove", "n4"}, stdout: "n4 removed"},
-		// Removing a node that is not a member succeeds: Raft's removal is
-		// idempotent.
-		{name: "remove unknown", args: []string{"cluster", "remove", "n4", "--json"}, json: map[string]any{"leader_id": leader}, count: map[string]int{"peers": 3},
-			then: func(t *testing.T, doc map[string]any, _ string) {
-				if b, _ := json.Marshal(doc["peers"]); strings.Contains(string(b), `"n4"`) {
-					t.Errorf("n4 still a peer: %s", b)
-				}
-			}},
+		// A node that is not a member is NOT_FOUND (exit 1), not a
+		// silent success: a typo must not look like a removal.
+		{name: "remove unknown", args: []string{"cluster", "remove", "n4", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}},
+		{name: "remove unknown human", args: []string{"cluster", "remove", "nosuch"}, code: 1, stderr: `remove "nosuch": cluster: no such member`},
 		{name: "remove no id", args: []string{"cluster", "remove"}, code: 2, stderr: "exactly one node ID"},
 		{name: "cluster unknown", args: []string{"cluster", "frob"}, code: 2, stderr: "unknown command"},
 		{name: "unavailable", env: map[string]string{}, args: []string{"cluster", "status", "--addr", clustertest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3, json: map[string]any{"error": map[string]any{"code": "UNAVAILABLE"}}},
@@ -205,5 +201,40 @@ func TestListJSONShape(t *testing.T) {
 	code, stdout, _ = runCLI(t, nil, "proc", "list", "--addr", addr, "--type", "none", "--json")
 	if code != 0 || !strings.Contains(stdout, `"procedures": []`) {
 		t.Fatalf("exit %d: %s", code, stdout)
+	}
+}
+
+// TestRefusedBeforeSending: a malformed --addr and a name the masters would
+// refuse fail at once as usage errors (exit 2, naming what is wrong), before
+// anything is sent: the cluster named by BATON_ADDR is dead, so a command
+// that tried it would exit 3 instead.
+func TestRefusedBeforeSending(t *testing.T) {
+	dead := map[string]string{"BATON_ADDR": clustertest.DeadAddr(t)}
+	long := strings.Repeat("t", 129)
+	for _, tc := range []cliCase{
+		{name: "addr not an address", args: []string{"cluster", "status", "--addr", "notanaddress"}, code: 2, stderr: `--addr "notanaddress": want host:port`},
+		{name: "addr bad port", args: []string{"proc", "list", "--addr", "127.0.0.1:7070,127.0.0.1:99999"}, code: 2, stderr: `--addr "127.0.0.1:99999": the port must be`},
+		{name: "env addr", env: map[string]string{"BATON_ADDR": "nohost"}, args: []string{"proc", "get", "1"}, code: 2, stderr: `BATON_ADDR "nohost": want host:port`},
+		{name: "namespace charset", args: []string{"ns", "create", "a b", "--timeout", "300ms"}, code: 2, stderr: `namespace name "a b": character ' ' not allowed`},
+		{name: "namespace get charset", args: []string{"ns", "get", "a/b", "--timeout", "300ms"}, code: 2, stderr: `namespace name "a/b"`},
+		{name: "table too long", args: []string{"table", "create", long, "--timeout", "300ms"}, code: 2, stderr: "longer than 128"},
+		{name: "table charset", args: []string{"table", "delete", "ns1:a,b", "--timeout", "300ms"}, code: 2, stderr: `table name "a,b": character ',' not allowed`},
+		{name: "table namespace flag", args: []string{"table", "create", "t1", "--namespace", "x:y", "--timeout", "300ms"}, code: 2, stderr: `namespace`},
+		{name: "table list namespace", args: []string{"table", "list", "--namespace", "x y", "--timeout", "300ms"}, code: 2, stderr: `namespace name "x y"`},
+		{name: "lock namespace", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "a b", "--timeout", "300ms"}, code: 2, stderr: `namespace name "a b"`},
+		{name: "lock table", args: []string{"lock", "acquire", "--kind", "table", "--name", long, "--timeout", "300ms"}, code: 2, stderr: "longer than 128"},
+		// 128 characters is a valid name: it reaches the (dead) cluster.
+		{name: "table 128 is fine", args: []string{"table", "create", long[1:], "--timeout", "300ms"}, code: 3, stderr: "unavailable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.check(t, dead)
+			env := dead
+			if tc.env != nil {
+				env = tc.env
+			}
+			if _, stdout, _ := runCLI(t, env, tc.args...); tc.code == exitUsage && stdout != "" {
+				t.Errorf("echoed before refusing: %q", stdout)
+			}
+		})
 	}
 }

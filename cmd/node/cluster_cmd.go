@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -10,7 +13,7 @@ import (
 const clusterUsage = `usage: baton cluster <command> [flags]
 
 commands:
-  status                                          the cluster as the master that answers sees it
+  status                                          every member's own state and health, as the master that answers reaches them (exit 3 without a quorum)
   join --id ID --raft-addr H:P [--admin-addr H:P]  add a node as a voter
   remove ID                                       remove a node
 
@@ -39,7 +42,9 @@ func (c *cli) cluster(args []string) int {
 	}
 }
 
-// statusJSON is the --json document of every cluster command.
+// statusJSON is the --json document of every cluster command. The keys
+// after peers come with every answer; voters, voters_reachable and quorum
+// with cluster status, which asks every member.
 type statusJSON struct {
 	NodeID             string     `json:"node_id"`
 	State              string     `json:"state"`
@@ -51,6 +56,16 @@ type statusJSON struct {
 	AppliedIndex       uint64     `json:"applied_index"`
 	FSMIndex           uint64     `json:"fsm_index"`
 	Peers              []peerJSON `json:"peers"`
+	PID                int64      `json:"pid"`
+	Ready              bool       `json:"ready"`
+	ReadyReason        string     `json:"ready_reason"`
+	StorageError       string     `json:"storage_error"`
+	LastContactMs      int64      `json:"last_contact_ms"`
+	Voters             *uint32    `json:"voters,omitempty"`
+	VotersReachable    *uint32    `json:"voters_reachable,omitempty"`
+	VotersUnknown      *uint32    `json:"voters_unknown,omitempty"`
+	Quorum             *bool      `json:"quorum,omitempty"`
+	Error              *errorJSON `json:"error,omitempty"`
 }
 
 type peerJSON struct {
@@ -59,6 +74,32 @@ type peerJSON struct {
 	AdminAddress string `json:"admin_address"`
 	Suffrage     string `json:"suffrage"`
 	Leader       bool   `json:"leader"`
+	// Reachable and Error come when the members were asked; the member's
+	// own answer (MemberJSON's keys) when it answered.
+	Reachable *bool  `json:"reachable,omitempty"`
+	Error     string `json:"error,omitempty"`
+	*MemberJSON
+}
+
+// MemberJSON is a member's own answer about itself.
+type MemberJSON struct {
+	State         string `json:"state"`
+	Term          uint64 `json:"term"`
+	CommitIndex   uint64 `json:"commit_index"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	FSMIndex      uint64 `json:"fsm_index"`
+	LastContactMs int64  `json:"last_contact_ms"`
+	PID           int64  `json:"pid"`
+	Ready         bool   `json:"ready"`
+	ReadyReason   string `json:"ready_reason"`
+	StorageError  string `json:"storage_error"`
+	LeaderID      string `json:"leader_id"`
+}
+
+type errorJSON struct {
+	Code     string `json:"code"`
+	Message  string `json:"message"`
+	ExitCode int    `json:"exit_code"`
 }
 
 func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
@@ -66,42 +107,151 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		NodeID: s.GetNodeId(), State: s.GetState(), LeaderID: s.GetLeaderId(), LeaderRaftAddress: s.GetLeaderRaftAddress(),
 		LeaderAdminAddress: s.GetLeaderAdminAddress(), Term: s.GetTerm(), CommitIndex: s.GetCommitIndex(),
 		AppliedIndex: s.GetAppliedIndex(), FSMIndex: s.GetFsmIndex(), Peers: []peerJSON{},
+		PID: s.GetPid(), Ready: s.GetReady(), ReadyReason: s.GetReadyReason(), StorageError: s.GetStorageError(),
+		LastContactMs: s.GetLastContactMs(),
+	}
+	if s.GetMembersProbed() {
+		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
+		j.Voters, j.VotersReachable, j.VotersUnknown, j.Quorum = &v, &r, &u, &q
 	}
 	for _, p := range s.GetPeers() {
-		j.Peers = append(j.Peers, peerJSON{ID: p.GetId(), RaftAddress: p.GetRaftAddress(), AdminAddress: p.GetAdminAddress(),
-			Suffrage: p.GetSuffrage(), Leader: p.GetLeader()})
+		pj := peerJSON{ID: p.GetId(), RaftAddress: p.GetRaftAddress(), AdminAddress: p.GetAdminAddress(),
+			Suffrage: p.GetSuffrage(), Leader: p.GetLeader()}
+		if s.GetMembersProbed() {
+			r := p.GetReachable()
+			pj.Reachable, pj.Error = &r, p.GetError()
+		}
+		if m := p.GetStatus(); m != nil {
+			pj.MemberJSON = &MemberJSON{State: m.GetState(), Term: m.GetTerm(), CommitIndex: m.GetCommitIndex(),
+				AppliedIndex: m.GetAppliedIndex(), FSMIndex: m.GetFsmIndex(), LastContactMs: m.GetLastContactMs(),
+				PID: m.GetPid(), Ready: m.GetReady(), ReadyReason: m.GetReadyReason(), StorageError: m.GetStorageError(),
+				LeaderID: m.GetLeaderId()}
+		}
+		j.Peers = append(j.Peers, pj)
 	}
 	return j
 }
 
-func (c *cli) printStatus(cf *clientFlags, s *adminpb.ClusterStatusResponse) int {
-	if cf.json {
-		c.printJSON(toStatusJSON(s))
-		return exitOK
+// noQuorum is the error of a cluster status whose members were asked and
+// too few voters answered, nil otherwise.
+func noQuorum(s *adminpb.ClusterStatusResponse) error {
+	if !s.GetMembersProbed() || s.GetQuorum() {
+		return nil
 	}
+	return fmt.Errorf("no quorum: %d of %d voters reachable", s.GetVotersReachable(), s.GetVoters())
+}
+
+// contactAge spells a last_contact_ms.
+func contactAge(ms int64, state string) string {
+	switch {
+	case state == "Leader":
+		return "-"
+	case ms < 0:
+		return "never"
+	}
+	return (time.Duration(ms) * time.Millisecond).String() + " ago"
+}
+
+// health spells a node's own health: ok, or what is wrong.
+func health(s *adminpb.ClusterStatusResponse) string {
+	switch {
+	case s.GetStorageError() != "":
+		return "storage failed: " + s.GetStorageError()
+	case !s.GetReady():
+		return "not ready: " + s.GetReadyReason()
+	}
+	return "ok"
+}
+
+func (c *cli) printStatus(cf *clientFlags, s *adminpb.ClusterStatusResponse) int {
+	qerr := noQuorum(s)
+	if cf.json {
+		j := toStatusJSON(s)
+		if qerr != nil {
+			j.Error = &errorJSON{Code: codeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
+		}
+		c.printJSON(j)
+	} else {
+		c.printStatusHuman(s)
+	}
+	if qerr != nil {
+		fmt.Fprintf(c.stderr, "baton cluster status: %v\n", qerr)
+		return exitUnavailable
+	}
+	return exitOK
+}
+
+func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	leader := s.GetLeaderId()
 	if leader == "" {
 		leader = "(none known)"
 	}
-	fmt.Fprintf(c.stdout, "answered by  %s (%s)\n", s.GetNodeId(), s.GetState())
-	fmt.Fprintf(c.stdout, "leader       %s\n", leader)
+	fmt.Fprintf(c.stdout, "answered by  %s (%s), pid %d, %s\n", s.GetNodeId(), s.GetState(), s.GetPid(), health(s))
+	if s.GetState() == "Leader" {
+		fmt.Fprintf(c.stdout, "leader       %s (this node)\n", leader)
+	} else {
+		fmt.Fprintf(c.stdout, "leader       %s (last contact %s)\n", leader, contactAge(s.GetLastContactMs(), s.GetState()))
+	}
 	fmt.Fprintf(c.stdout, "term         %d\n", s.GetTerm())
-	fmt.Fprintf(c.stdout, "indexes      commit %d, applied %d, fsm %d\n\n", s.GetCommitIndex(), s.GetAppliedIndex(), s.GetFsmIndex())
+	fmt.Fprintf(c.stdout, "indexes      commit %d, applied %d, fsm %d\n", s.GetCommitIndex(), s.GetAppliedIndex(), s.GetFsmIndex())
+	if s.GetMembersProbed() {
+		q := "quorum"
+		if !s.GetQuorum() {
+			q = "NO QUORUM"
+		}
+		unknown := ""
+		if n := s.GetVotersUnknown(); n > 0 {
+			unknown = fmt.Sprintf(", %d not asked (no admin address registered yet)", n)
+		}
+		fmt.Fprintf(c.stdout, "voters       %d of %d reachable%s: %s\n", s.GetVotersReachable(), s.GetVoters(), unknown, q)
+	}
+	fmt.Fprintln(c.stdout)
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE")
+	if !s.GetMembersProbed() {
+		fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE")
+		for _, p := range s.GetPeers() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p))
+		}
+		tw.Flush()
+		return
+	}
+	fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tPID\tHEALTH")
+	var unreachable []*adminpb.Peer
 	for _, p := range s.GetPeers() {
-		role := "standby"
-		if p.GetLeader() {
-			role = "leader"
+		m := p.GetStatus()
+		if !p.GetReachable() || m == nil {
+			unreachable = append(unreachable, p)
+			r, h := "unreachable", "unreachable"
+			if p.GetAdminAddress() == "" {
+				r, h = role(p), "not asked"
+			} else if p.GetLeader() {
+				r = "leader, unreachable"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), r, h)
+			continue
 		}
-		admin := p.GetAdminAddress()
-		if admin == "" {
-			admin = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), admin, role)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p),
+			m.GetState(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex(), contactAge(m.GetLastContactMs(), m.GetState()), m.GetPid(), health(m))
 	}
 	tw.Flush()
-	return exitOK
+	for _, p := range unreachable {
+		fmt.Fprintf(c.stdout, "%s: %s\n", p.GetId(), p.GetError())
+	}
+}
+
+// role is a member's role in the answering node's view.
+func role(p *adminpb.Peer) string {
+	if p.GetLeader() {
+		return "leader"
+	}
+	return "standby"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *cli) clusterStatus(args []string) int {
@@ -119,7 +269,7 @@ func (c *cli) clusterStatus(args []string) int {
 		return c.finish(cmd, fs, cf, err)
 	}
 	defer cl.Close()
-	s, err := cl.Status(c.ctx)
+	s, err := cl.MembersStatus(c.ctx)
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)
 	}
@@ -183,7 +333,9 @@ func (c *cli) clusterRemove(args []string) int {
 	defer cl.Close()
 	s, err := cl.RemovePeer(c.ctx, pos[0])
 	if err != nil {
-		return c.finish(cmd, fs, cf, err)
+		return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
+			codes.NotFound: "the members are the IDs 'baton cluster status' lists",
+		})
 	}
 	if !cf.json {
 		fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", pos[0])

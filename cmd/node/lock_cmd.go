@@ -107,6 +107,11 @@ func (c *cli) lockAcquire(args []string) int {
 	case *kind != client.LockRegion && len(names) > 1:
 		return e.fail(usagef("a %s lock takes one --name, got %d (only region locks take several)", *kind, len(names)))
 	}
+	if *kind == client.LockNamespace {
+		if err := checkName("namespace", names[0]); err != nil {
+			return e.fail(err)
+		}
+	}
 	if *kind == client.LockTable {
 		// The API names tables "ns:name"; accept NAME as the table commands do.
 		ns, name, err := splitTable(names[0], "")

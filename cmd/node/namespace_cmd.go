@@ -37,6 +37,9 @@ func (c *cli) nsChange(verb string, start func(cl *client.Client, ctx context.Co
 	if !ok {
 		return code
 	}
+	if err := checkName("namespace", pos[0]); err != nil {
+		return e.fail(err)
+	}
 	return e.start(verb+" namespace "+pos[0], *wait, func(cl *client.Client) (uint64, error) {
 		return start(cl, c.ctx, pos[0], *nonce)
 	})
@@ -77,6 +80,9 @@ func (c *cli) nsGet(args []string) int {
 	pos, code, ok := e.parse(args, 1, "namespace NAME")
 	if !ok {
 		return code
+	}
+	if err := checkName("namespace", pos[0]); err != nil {
+		return e.fail(err)
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		ns, err := cl.GetNamespace(c.ctx, pos[0], rf.opts()...)

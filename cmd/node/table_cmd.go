@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -55,7 +56,22 @@ func splitTable(arg, nsFlag string) (ns, name string, err error) {
 	if ns == "" {
 		ns = client.DefaultNamespace
 	}
+	if err := checkName("namespace", ns); err != nil {
+		return "", "", err
+	}
+	if err := checkName("table", name); err != nil {
+		return "", "", err
+	}
 	return ns, name, nil
+}
+
+// checkName refuses a namespace or table name the masters would refuse, as
+// a usage error before anything is sent or echoed.
+func checkName(what, s string) error {
+	if err := domain.CheckName(what, s); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
 }
 
 func (e *command) namespaceFlag() *string {
@@ -187,6 +203,11 @@ func (c *cli) tableList(args []string) int {
 	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
+	}
+	if *ns != "" {
+		if err := checkName("namespace", *ns); err != nil {
+			return e.fail(err)
+		}
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		tables, err := cl.ListTables(c.ctx, *ns, rf.opts()...)

@@ -2153,7 +2153,11 @@ func (x *WatchProcedureRequest) GetId() uint64 {
 }
 
 type ClusterStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ask every member's admin API for its own status too (a short deadline
+	// each) and fill in Peer's member fields and the quorum count. Without
+	// it, only the answering node's view.
+	Members       bool `protobuf:"varint,50,opt,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2188,14 +2192,28 @@ func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
+func (x *ClusterStatusRequest) GetMembers() bool {
+	if x != nil {
+		return x.Members
+	}
+	return false
+}
+
 type Peer struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	RaftAddress  string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	AdminAddress string                 `protobuf:"bytes,3,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
 	// suffrage: Voter, Nonvoter, Staging.
-	Suffrage      string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
-	Leader        bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Suffrage string `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
+	Leader   bool   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Set when ClusterStatusRequest.members asked for them.
+	// reachable: the answering node reached this member's admin API (its
+	// own answer is in status); else error says why not.
+	Reachable bool   `protobuf:"varint,50,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	Error     string `protobuf:"bytes,51,opt,name=error,proto3" json:"error,omitempty"`
+	// The member's own status (its peers left out).
+	Status        *ClusterStatusResponse `protobuf:"bytes,52,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2265,6 +2283,27 @@ func (x *Peer) GetLeader() bool {
 	return false
 }
 
+func (x *Peer) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *Peer) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Peer) GetStatus() *ClusterStatusResponse {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 type ClusterStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answering node's view.
@@ -2278,8 +2317,28 @@ type ClusterStatusResponse struct {
 	AppliedIndex       uint64  `protobuf:"varint,8,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	FsmIndex           uint64  `protobuf:"varint,9,opt,name=fsm_index,json=fsmIndex,proto3" json:"fsm_index,omitempty"`
 	Peers              []*Peer `protobuf:"bytes,10,rep,name=peers,proto3" json:"peers,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The answering node's own health: its process id, whether it is ready
+	// to serve (the /readyz answer) and why, its local storage failure if
+	// any, and how long since it last heard from the leader (milliseconds;
+	// 0 on the leader; -1 if never).
+	Pid           int64  `protobuf:"varint,50,opt,name=pid,proto3" json:"pid,omitempty"`
+	Ready         bool   `protobuf:"varint,51,opt,name=ready,proto3" json:"ready,omitempty"`
+	ReadyReason   string `protobuf:"bytes,52,opt,name=ready_reason,json=readyReason,proto3" json:"ready_reason,omitempty"`
+	StorageError  string `protobuf:"bytes,53,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
+	LastContactMs int64  `protobuf:"varint,54,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
+	// Set when ClusterStatusRequest.members asked for them: how many voters
+	// the configuration has, how many of them answered (the answering node
+	// counts itself) and how many could not be asked because they have not
+	// registered their admin address yet (just started). quorum is false
+	// when no majority can be reachable: voters_reachable + voters_unknown
+	// <= voters / 2.
+	MembersProbed   bool   `protobuf:"varint,55,opt,name=members_probed,json=membersProbed,proto3" json:"members_probed,omitempty"`
+	Voters          uint32 `protobuf:"varint,56,opt,name=voters,proto3" json:"voters,omitempty"`
+	VotersReachable uint32 `protobuf:"varint,57,opt,name=voters_reachable,json=votersReachable,proto3" json:"voters_reachable,omitempty"`
+	Quorum          bool   `protobuf:"varint,58,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	VotersUnknown   uint32 `protobuf:"varint,59,opt,name=voters_unknown,json=votersUnknown,proto3" json:"voters_unknown,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -2380,6 +2439,76 @@ func (x *ClusterStatusResponse) GetPeers() []*Peer {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *ClusterStatusResponse) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *ClusterStatusResponse) GetReadyReason() string {
+	if x != nil {
+		return x.ReadyReason
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetStorageError() string {
+	if x != nil {
+		return x.StorageError
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetMembersProbed() bool {
+	if x != nil {
+		return x.MembersProbed
+	}
+	return false
+}
+
+func (x *ClusterStatusResponse) GetVoters() uint32 {
+	if x != nil {
+		return x.Voters
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetVotersReachable() uint32 {
+	if x != nil {
+		return x.VotersReachable
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetQuorum() bool {
+	if x != nil {
+		return x.Quorum
+	}
+	return false
+}
+
+func (x *ClusterStatusResponse) GetVotersUnknown() uint32 {
+	if x != nil {
+		return x.VotersUnknown
+	}
+	return 0
 }
 
 type AddPeerRequest struct {
@@ -2787,14 +2916,18 @@ const file_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
 	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"'\n" +
 	"\x15WatchProcedureRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\x16\n" +
-	"\x14ClusterStatusRequest\"\x92\x01\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"0\n" +
+	"\x14ClusterStatusRequest\x12\x18\n" +
+	"\amembers\x182 \x01(\bR\amembers\"\x85\x02\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
 	"\radmin_address\x18\x03 \x01(\tR\fadminAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\xea\x02\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1c\n" +
+	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
+	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
+	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\xab\x05\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2806,7 +2939,17 @@ const file_admin_proto_rawDesc = "" +
 	"\rapplied_index\x18\b \x01(\x04R\fappliedIndex\x12\x1b\n" +
 	"\tfsm_index\x18\t \x01(\x04R\bfsmIndex\x12*\n" +
 	"\x05peers\x18\n" +
-	" \x03(\v2\x14.baton.admin.v1.PeerR\x05peers\"h\n" +
+	" \x03(\v2\x14.baton.admin.v1.PeerR\x05peers\x12\x10\n" +
+	"\x03pid\x182 \x01(\x03R\x03pid\x12\x14\n" +
+	"\x05ready\x183 \x01(\bR\x05ready\x12!\n" +
+	"\fready_reason\x184 \x01(\tR\vreadyReason\x12#\n" +
+	"\rstorage_error\x185 \x01(\tR\fstorageError\x12&\n" +
+	"\x0flast_contact_ms\x186 \x01(\x03R\rlastContactMs\x12%\n" +
+	"\x0emembers_probed\x187 \x01(\bR\rmembersProbed\x12\x16\n" +
+	"\x06voters\x188 \x01(\rR\x06voters\x12)\n" +
+	"\x10voters_reachable\x189 \x01(\rR\x0fvotersReachable\x12\x16\n" +
+	"\x06quorum\x18: \x01(\bR\x06quorum\x12%\n" +
+	"\x0evoters_unknown\x18; \x01(\rR\rvotersUnknown\"h\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
@@ -2943,72 +3086,73 @@ var file_admin_proto_depIdxs = []int32{
 	0,  // 22: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
 	29, // 23: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
 	2,  // 24: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	34, // 25: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	25, // 26: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	27, // 27: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	30, // 28: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	32, // 29: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	28, // 30: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 31: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 32: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 33: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	33, // 34: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	36, // 35: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	37, // 36: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	38, // 37: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 38: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 39: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 40: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 41: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 42: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 43: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 44: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 45: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 46: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	11, // 47: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	13, // 48: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	15, // 49: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	16, // 50: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	19, // 51: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	21, // 52: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	22, // 53: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	23, // 54: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	23, // 55: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	26, // 56: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	29, // 57: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	31, // 58: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	29, // 59: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 60: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 61: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 62: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 63: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	35, // 64: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	35, // 65: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	35, // 66: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	39, // 67: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	26, // 68: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 69: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 70: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 71: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	26, // 72: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 73: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 74: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 75: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 76: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	12, // 77: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	14, // 78: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	26, // 79: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	18, // 80: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	20, // 81: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	26, // 82: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	24, // 83: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	24, // 84: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	24, // 85: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	56, // [56:86] is the sub-list for method output_type
-	26, // [26:56] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	35, // 25: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	34, // 26: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	25, // 27: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	27, // 28: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	30, // 29: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	32, // 30: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	28, // 31: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 32: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 33: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 34: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	33, // 35: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	36, // 36: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	37, // 37: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	38, // 38: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,  // 39: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 40: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,  // 41: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,  // 42: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,  // 43: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,  // 44: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 45: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 46: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 47: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	11, // 48: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	13, // 49: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	15, // 50: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	16, // 51: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	19, // 52: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	21, // 53: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	22, // 54: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	23, // 55: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	23, // 56: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	26, // 57: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	29, // 58: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	31, // 59: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	29, // 60: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 61: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 62: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 63: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 64: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	35, // 65: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	35, // 66: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	35, // 67: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	39, // 68: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	26, // 69: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 70: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,  // 71: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,  // 72: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	26, // 73: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 74: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 75: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 76: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10, // 77: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	12, // 78: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	14, // 79: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	26, // 80: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	18, // 81: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	20, // 82: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	26, // 83: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	24, // 84: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	24, // 85: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	24, // 86: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	57, // [57:87] is the sub-list for method output_type
+	27, // [27:57] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }

@@ -1,0 +1,68 @@
+package admin
+
+import (
+	"context"
+	"testing"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/testnet"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// TestClusterStatusQuorumCount: with members asked, a voter whose admin
+// address is registered but does not answer counts against the quorum; one
+// that has not registered an address yet (just started) cannot be asked
+// and does not.
+func TestClusterStatusQuorumCount(t *testing.T) {
+	dead := testnet.DeadAddr(t)
+	peers := func(ids ...string) []cluster.PeerStatus {
+		var ps []cluster.PeerStatus
+		for _, id := range ids {
+			ps = append(ps, cluster.PeerStatus{ID: id, Address: "raft-" + id, Suffrage: "Voter"})
+		}
+		return ps
+	}
+	for _, tc := range []struct {
+		name                      string
+		peers                     []cluster.PeerStatus
+		registered                []string // members whose admin address is the dead one
+		reachable, unknown, voter uint32
+		quorum                    bool
+	}{
+		{name: "others not registered yet", peers: peers("m0", "m1", "m2"), reachable: 1, unknown: 2, voter: 3, quorum: true},
+		{name: "one dead, one not registered", peers: peers("m0", "m1", "m2"), registered: []string{"m1"}, reachable: 1, unknown: 1, voter: 3, quorum: true},
+		{name: "both dead", peers: peers("m0", "m1", "m2"), registered: []string{"m1", "m2"}, reachable: 1, voter: 3, quorum: false},
+		{name: "alone", peers: peers("m0"), reachable: 1, voter: 1, quorum: true},
+		{name: "a nonvoter does not count", peers: append(peers("m0", "m1"), cluster.PeerStatus{ID: "m2", Suffrage: "Nonvoter"}), registered: []string{"m1", "m2"}, reachable: 1, voter: 2, quorum: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := map[string][]byte{}
+			for _, id := range tc.registered {
+				kv[cluster.AdminAddrKey(id)] = []byte(dead)
+			}
+			b := &fakeBackend{id: "m0", procsErr: cluster.ErrNotLeader, kv: kv, peers: tc.peers}
+			s, err := New(b, Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop(context.Background())
+			st, err := s.ClusterStatus(context.Background(), &adminpb.ClusterStatusRequest{Members: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.GetMembersProbed() || st.GetVoters() != tc.voter || st.GetVotersReachable() != tc.reachable || st.GetVotersUnknown() != tc.unknown || st.GetQuorum() != tc.quorum {
+				t.Errorf("voters %d, reachable %d, unknown %d, quorum %v; want %d, %d, %d, %v",
+					st.GetVoters(), st.GetVotersReachable(), st.GetVotersUnknown(), st.GetQuorum(), tc.voter, tc.reachable, tc.unknown, tc.quorum)
+			}
+			for _, p := range st.GetPeers() {
+				if p.GetId() == "m0" {
+					if !p.GetReachable() || p.GetStatus().GetNodeId() != "m0" || p.GetStatus().GetPid() == 0 {
+						t.Errorf("self: %v", p)
+					}
+				} else if p.GetReachable() || p.GetError() == "" {
+					t.Errorf("%s: reachable %v, error %q", p.GetId(), p.GetReachable(), p.GetError())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+)
+
+// loopbackAddr returns a loopback address free at the time of the call.
+func loopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestAgentRefusesAnotherNodesDataDir: a data directory that node n1
+// created, started with --id n2, is refused at once (exit 1) with both ids
+// named, instead of idling as a stranger to its own cluster.
+func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
+	dir := t.TempDir()
+	raft, grpc := loopbackAddr(t), loopbackAddr(t)
+	agentArgs := func(id string) []string {
+		return []string{"agent", "--id", id, "--data-dir", dir, "--raft-addr", raft, "--grpc-addr", grpc, "--http-addr", "",
+			"--peers", id + "=" + raft}
+	}
+
+	// n1's first start creates the directory; it runs until cancelled.
+	args := agentArgs("n1")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		done <- c.run(args)
+	}()
+	testwait.ForNil(t, 60*time.Second, "n1 to lead", func() error {
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
+		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
+			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("n1 stopped with exit %d: %s", code, errb.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("n1 did not stop")
+	}
+
+	code, stdout, stderr := runCLI(t, nil, agentArgs("n2")...)
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, exitFailed, stdout, stderr)
+	}
+	for _, want := range []string{`created by node "n1"`, `this node's id is "n2"`, dir, "--id n1"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+
+	// The right id still starts.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	args = agentArgs("n1")
+	go func() {
+		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		done <- c.run(args)
+	}()
+	testwait.ForNil(t, 60*time.Second, "n1 to lead again", func() error {
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
+		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
+			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
+		}
+		return nil
+	})
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("n1 restarted stopped with exit %d", code)
+	}
+}
