@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -72,10 +73,13 @@ func TestDevAgentRunsRegionServers(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.State != "SUCCESS" {
 		t.Fatalf("table create --json: %v\n%s", err, stdout)
 	}
-	code, stdout, stderr = runCLI(t, nil, "rs", "list", "--addr", admin, "--json")
-	if code != 0 || strings.Count(stdout, `"live"`) != 3 {
-		t.Fatalf("rs list: exit %d, want 3 live servers\n%s\n%s", code, stdout, stderr)
-	}
+	testwait.ForNil(t, 30*time.Second, "3 live region servers", func() error {
+		code, stdout, stderr := runCLI(t, nil, "rs", "list", "--addr", admin, "--json")
+		if code != 0 || strings.Count(stdout, `"live"`) != 3 {
+			return fmt.Errorf("rs list: exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		return nil
+	})
 	if code := stop(); code != 0 {
 		t.Fatalf("agent exit %d", code)
 	}
@@ -95,9 +99,9 @@ func TestDevRegionServersFlag(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d and %q in\n%s", tc.args, code, exitUsage, tc.want, stderr)
 		}
 	}
-	code, _, stderr := runCLI(t, nil, "agent", "-h")
-	if code != 0 || !strings.Contains(stderr, "-dev-regionservers") || !strings.Contains(stderr, "simulated region servers") {
-		t.Errorf("agent -h: exit %d\n%s", code, stderr)
+	code, stdout, stderr := runCLI(t, nil, "agent", "-h")
+	if help := stdout + stderr; code != 0 || !strings.Contains(help, "-dev-regionservers") || !strings.Contains(help, "simulated region servers") {
+		t.Errorf("agent -h: exit %d\n%s", code, help)
 	}
 }
 
@@ -147,20 +151,20 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 	}
 	id := m[1]
 
-	wait := exec.Command(bin, "proc", "wait", id, "--timeout", "1s", "--addr", admin)
+	wait := exec.Command(bin, "proc", "wait", id, "--timeout", "4s", "--addr", admin)
 	var werr bytes.Buffer
 	wait.Stderr = &werr
 	err = wait.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUnavailable {
-		t.Fatalf("proc wait --timeout 1s: %v, want exit 3\n%s", err, werr.String())
+		t.Fatalf("proc wait --timeout 4s: %v, want exit 3\n%s", err, werr.String())
 	}
-	want := "timed out after 1s waiting for procedure " + id + " (waiting for children: procedure "
+	want := "timed out after 4s waiting for procedure " + id + " (waiting for children: procedure "
 	if !strings.Contains(werr.String(), want) || !strings.Contains(werr.String(), ": no live region server; waiting)") {
 		t.Fatalf("proc wait --timeout: stderr lacks %q...no live region server:\n%s", want, werr.String())
 	}
 
 	// --json: one document naming the same, and nothing of the progress.
-	wait = exec.Command(bin, "proc", "wait", id, "--timeout", "1s", "--addr", admin, "--json")
+	wait = exec.Command(bin, "proc", "wait", id, "--timeout", "4s", "--addr", admin, "--json")
 	out, err := wait.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUnavailable {
 		t.Fatalf("proc wait --json: %v, want exit 3", err)
