@@ -558,7 +558,10 @@ type Why struct {
 	// "waiting for event", "waiting for children", "waiting for timer",
 	// "retrying after an error" (see RetriesUntilDone; Error says which),
 	// "paused", "rolling back", "finished".
-	Reason   string
+	Reason string
+	// Note is what the procedure said when it suspended (see Because),
+	// while it waits for its timer or event; empty otherwise.
+	Note     string
 	Sched    scheduler.WaitInfo
 	Children []uint64 // unfinished children
 	Until    time.Time
@@ -595,9 +598,9 @@ func (x *Executor) Why(id uint64) (Why, error) {
 	case e.retryWait:
 		w.Reason = "retrying after an error"
 	case e.event != nil:
-		w.Reason = "waiting for event"
+		w.Reason, w.Note = "waiting for event", e.waitNote
 	case e.state == WaitingTimeout:
-		w.Reason = "waiting for timer"
+		w.Reason, w.Note = "waiting for timer", e.waitNote
 	default:
 		w.Reason = "queued"
 	}

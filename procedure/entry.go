@@ -37,6 +37,7 @@ type entry struct {
 	spins                 int32 // of those, consecutive ones that returned More: no progress
 
 	// runtime only
+	waitNote      string // the Because of the current suspension
 	childLatch    int
 	children      []uint64
 	running       bool             // claimed by a worker or an API call

@@ -997,6 +997,7 @@ func (x *Executor) deriveLocked(e *entry) error {
 // sleeping on an event that may never come.
 func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 	x.mu.Lock()
+	e.waitNote = st.because
 	if st.timeout > 0 {
 		e.state = WaitingTimeout
 		e.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))

@@ -185,6 +185,7 @@ type Step struct {
 	event       *scheduler.Event
 	timeout     time.Duration
 	skipPersist bool
+	because     string
 }
 
 type stepKind uint8
@@ -233,6 +234,12 @@ func Timeout(d time.Duration) SuspendOption { return func(s *Step) { s.timeout =
 // SkipPersistence suspends without writing the procedure: for retry loops
 // whose state did not change, where a write per attempt would be waste.
 func SkipPersistence() SuspendOption { return func(s *Step) { s.skipPersist = true } }
+
+// Because says, in a few words, why the procedure suspends ("no live region
+// server; waiting"): Why reports it as Note until the procedure runs again,
+// so that whoever waits for it can be told what it waits on rather than
+// only "waiting for timer".
+func Because(why string) SuspendOption { return func(s *Step) { s.because = why } }
 
 // Suspend parks the procedure: its worker leaves, and it runs its next step
 // once woken by an event or a timeout. With neither, only an explicit wake

@@ -96,7 +96,41 @@ func whyReason(x Procedures, info procedure.Info) string {
 	if err != nil {
 		return ""
 	}
+	if w.Note != "" {
+		return w.Note
+	}
+	if w.Reason == "waiting for children" {
+		// A parent's own reason says nothing of what holds it up: name the
+		// first descendant that says why it waits.
+		if id, note := childNote(x, w.Children, 4); note != "" {
+			return fmt.Sprintf("waiting for children: procedure %d: %s", id, note)
+		}
+	}
 	return w.Reason
+}
+
+// childNote finds, depth levels deep at most, the first of the unfinished
+// procedures ids whose suspension says why it waits (procedure.Because).
+// It looks at a bounded number of them: this runs on every watch poll.
+func childNote(x Procedures, ids []uint64, depth int) (uint64, string) {
+	if depth == 0 {
+		return 0, ""
+	}
+	for _, id := range ids[:min(len(ids), 64)] {
+		w, err := x.Why(id)
+		if err != nil {
+			continue
+		}
+		if w.Note != "" {
+			return id, w.Note
+		}
+		if len(w.Children) > 0 {
+			if cid, note := childNote(x, w.Children, depth-1); note != "" {
+				return cid, note
+			}
+		}
+	}
+	return 0, ""
 }
 
 // ListProcedures implements adminpb.AdminServer. Pages are in ascending id

@@ -335,8 +335,12 @@ func (p *TransitRegionState) awaitGone(ctx *procedure.Context, ref ServerRef, le
 	return procedure.HasMoreState, nil
 }
 
-func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt int) (procedure.Flow, error) {
-	ctx.Suspend(procedure.Timeout(d.cfg.RetryBackoff.Delay(attempt)), procedure.SkipPersistence())
+func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt int, because ...string) (procedure.Flow, error) {
+	opts := []procedure.SuspendOption{procedure.Timeout(d.cfg.RetryBackoff.Delay(attempt)), procedure.SkipPersistence()}
+	if len(because) > 0 {
+		opts = append(opts, procedure.Because(because[0]))
+	}
+	ctx.Suspend(opts...)
 	return procedure.HasMoreState, nil
 }
 
@@ -403,7 +407,7 @@ func (p *TransitRegionState) openPrepare(ctx *procedure.Context, d *Domain, svc 
 	}
 	if id == "" {
 		ctx.Logger.Debug("no live region server to open on; waiting", "region", p.Region)
-		return p.backoff(ctx, d, ctx.Attempt())
+		return p.backoff(ctx, d, ctx.Attempt(), "no live region server; waiting")
 	}
 	srv := cands[id]
 	p.Server, p.Address = ServerRef{id, srv.StartCode}, srv.Address

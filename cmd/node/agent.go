@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -131,12 +132,36 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if len(cfg.Join) > 0 {
 		go joinCluster(ctx, cfg, logger)
 	}
+	rss, err := startDevRegionServers(ctx, cfg, logger)
+	if err != nil {
+		srv.Stop(context.Background())
+		gs.Stop()
+		if httpSrv != nil {
+			_ = httpSrv.Close()
+		}
+		_ = node.Shutdown(context.Background())
+		return err
+	}
 
 	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
 	if cfg.HTTPAddr != "" {
 		fmt.Fprintf(stdout, "  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr)
 	}
-	fmt.Fprintf(stdout, "  data:             %s\ntry: baton proc submit sleep --addr %s --wait\n", cfg.DataDir, cfg.GRPCAddr)
+	fmt.Fprintf(stdout, "  data:             %s\n", cfg.DataDir)
+	if cfg.Dev {
+		if len(rss) == 0 {
+			fmt.Fprintf(stdout, "  region servers:   none (--dev-regionservers 0): tables cannot be created until one runs ('baton regionserver --masters %s ...')\n", cfg.GRPCAddr)
+		} else {
+			fmt.Fprintf(stdout, "  region servers:   %d in this process, registering with this master:\n", len(rss))
+			for _, rs := range rss {
+				fmt.Fprintf(stdout, "                    %s at %s\n", rs.ID(), rs.Addr())
+			}
+		}
+	}
+	fmt.Fprintf(stdout, "try: baton proc submit sleep --addr %s --wait\n", cfg.GRPCAddr)
+	if len(rss) > 0 {
+		fmt.Fprintf(stdout, "     baton table create t1 --regions 4 --wait --addr %s\n", cfg.GRPCAddr)
+	}
 
 	var runErr error
 	select {
@@ -146,6 +171,13 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	logger.Info("shutting down: leadership transfer, then stop")
+	// The dev region servers go first: they are this process's, and would
+	// otherwise spend the shutdown looking for a master.
+	for _, rs := range rss {
+		if err := rs.Stop(sctx); err != nil {
+			logger.Warn("dev region server stop", "id", rs.ID(), "error", err)
+		}
+	}
 	// Raft first: a leader hands over while its admin API still answers
 	// forwarded calls; then the API and HTTP go.
 	if err := node.Shutdown(sctx); err != nil {
@@ -157,6 +189,39 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = httpSrv.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// startDevRegionServers starts the simulated region servers of a --dev
+// agent in this process. They register with this master through its admin
+// address, as real ones do, each on a free loopback port.
+func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Logger) ([]*regionserver.Server, error) {
+	if !cfg.Dev {
+		return nil, nil
+	}
+	var rss []*regionserver.Server
+	stopAll := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), regionServerStopTimeout)
+		defer cancel()
+		for _, rs := range rss {
+			_ = rs.Stop(sctx)
+		}
+	}
+	for i := 1; i <= cfg.DevRegionServers; i++ {
+		id := fmt.Sprintf("rs%d", i)
+		rs, err := regionserver.New(regionserver.Config{
+			ID: id, GRPCAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr},
+			Logger: logger.ResetNamed("baton.rs." + id),
+		})
+		if err == nil {
+			err = rs.Start(ctx)
+		}
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("dev region server %s: %w", id, err)
+		}
+		rss = append(rss, rs)
+	}
+	return rss, nil
 }
 
 // stopGRPC stops gs gracefully until ctx ends, then at once.

@@ -18,6 +18,9 @@ const (
 	devGRPCAddr = "127.0.0.1:7070"
 	devRaftAddr = "127.0.0.1:7071"
 	devHTTPAddr = "127.0.0.1:7072"
+	// devRegionServers is how many simulated region servers --dev runs
+	// in-process, so that tables can be created against it at once.
+	devRegionServers = 3
 )
 
 // agentConfig is the validated command line of `baton agent`.
@@ -30,6 +33,9 @@ type agentConfig struct {
 	Peers    []cluster.Peer // static bootstrap configuration (first start only)
 	Join     []string       // admin addresses of members to join through
 	Dev      bool           // single-node cluster with loopback defaults
+	// DevRegionServers is how many simulated region servers a --dev agent
+	// runs in its own process (0: none).
+	DevRegionServers int
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -42,6 +48,8 @@ var agentEnv = map[string]string{
 	"peers":     "BATON_PEERS",
 	"join":      "BATON_JOIN",
 	"dev":       "BATON_DEV",
+
+	"dev-regionservers": "BATON_DEV_REGIONSERVERS",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -71,8 +79,11 @@ func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer
 		devDefault = b
 	}
 	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
+	devRS := str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: baton agent [--dev] [flags]\n\nflags:\n")
+		fmt.Fprintf(stderr, "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
+			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
+			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
@@ -103,7 +114,18 @@ func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer
 			bad("--dev runs a single-node cluster: drop --peers and --join, or drop --dev")
 		}
 		cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
+		cfg.DevRegionServers = devRegionServers
+		if v := strings.TrimSpace(*devRS); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 100 {
+				bad("--dev-regionservers %q: want a number of region servers in 0..100", v)
+			}
+			cfg.DevRegionServers = n
+		}
 	} else {
+		if flagSet(fs, "dev-regionservers") {
+			bad("--dev-regionservers is for --dev only: run region servers with 'baton regionserver'")
+		}
 		if cfg.ID == "" {
 			bad("--id is required (or --dev for a single-node cluster)")
 		}

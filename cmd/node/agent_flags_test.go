@@ -20,9 +20,9 @@ func TestParseAgentFlags(t *testing.T) {
 		err  string // substring of the usage error; "" = valid
 	}{
 		{name: "dev defaults", args: []string{"--dev"}, want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071",
-			GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
+			GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3, Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
 		{name: "dev from env with overrides", env: map[string]string{"BATON_DEV": "true", "BATON_DATA_DIR": "/tmp/d"}, args: []string{"--grpc-addr", "127.0.0.1:9000"},
-			want: agentConfig{ID: "dev", DataDir: "/tmp/d", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:9000", HTTPAddr: "127.0.0.1:7072", Dev: true,
+			want: agentConfig{ID: "dev", DataDir: "/tmp/d", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:9000", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
 				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
 		{name: "dev with peers", args: []string{"--dev", "--peers", "a=127.0.0.1:1"}, err: "single-node"},
 		{name: "bad BATON_DEV", env: map[string]string{"BATON_DEV": "maybe"}, err: "BATON_DEV"},

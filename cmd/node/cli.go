@@ -67,7 +67,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.StringVar(&cf.addr, "addr", def, "admin (gRPC) addresses of any cluster nodes, comma-separated (env BATON_ADDR)")
 	cf.envAddr = c.getenv("BATON_ADDR")
 	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
-	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long")
+	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
 		fmt.Fprintf(c.stderr, "usage: baton %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()

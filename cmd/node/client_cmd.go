@@ -11,12 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/cluster/client"
-	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // command is one client command being run: its flags and the advice its
@@ -176,17 +174,9 @@ func (e *command) started(cl *client.Client, what string, id uint64, wait bool) 
 	if !e.cf.json {
 		fmt.Fprintf(c.stdout, "%s: procedure %d started; waiting\n", what, id)
 	}
-	var last string
-	p, err := cl.Watch(c.ctx, id, func(p *adminpb.Procedure) error {
-		if !e.cf.json && p.GetState() != last && !client.Terminal(p.GetState()) {
-			fmt.Fprintf(c.stdout, "  %s %s\n", time.Now().Format("15:04:05.000"), p.GetState())
-		}
-		last = p.GetState()
-		return nil
-	})
-	if err != nil {
-		// About the procedure, not the table or region: the default advice.
-		return c.finish(e.name, e.fs, e.cf, err)
+	p, code, ok := c.watch(e.name, e.fs, e.cf, cl, id)
+	if !ok {
+		return code
 	}
 	if e.cf.json {
 		pj := toProcJSON(p)

@@ -138,7 +138,7 @@ type demoResult struct {
 func demo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataDir := fs.String("data-dir", "./baton-data", "directory for the procedure WAL")
+	dataDir := fs.String("data-dir", "", "directory for the procedure WAL, kept across runs: a run resumes what a crashed one left (default: a fresh temporary directory, removed after a run that was not crashed on purpose)")
 	crashAfter := fs.Int("crash-after", 0, "exit abruptly after this many persisted transitions (0: never), to show recovery")
 	delay := fs.Duration("step-delay", 150*time.Millisecond, "time each step takes, so the run can be watched")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of the narrative")
@@ -150,6 +150,26 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "baton", Level: hclog.Warn, Output: stderr})
+	// A fresh directory unless one is named: a run must not silently pick
+	// up an earlier run's results, nor an agent's data.
+	fresh := *dataDir == ""
+	if fresh {
+		d, err := os.MkdirTemp("", "baton-demo-")
+		if err != nil {
+			fmt.Fprintf(stderr, "baton demo: a temporary directory: %v\n", err)
+			return 1
+		}
+		*dataDir = d
+	}
+	// Deferred first, so it runs after the WAL is closed. A simulated
+	// crash (os.Exit) skips it: the directory is what the next run resumes.
+	defer func() {
+		if fresh {
+			if err := os.RemoveAll(*dataDir); err != nil {
+				logger.Warn("removing the demo's temporary directory", "dir", *dataDir, "error", err)
+			}
+		}
+	}()
 	walDir := filepath.Join(*dataDir, "wal")
 	cfg := store.DefaultWALConfig(walDir)
 	cfg.Logger = logger
@@ -173,7 +193,8 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	if *crashAfter > 0 {
 		exec.AddListener(func(procedure.Info) {
 			if transitions.Add(1) == int64(*crashAfter) {
-				fmt.Fprintf(stderr, "\nsimulated crash after %d persisted transitions; run the same command without --crash-after to resume\n", *crashAfter)
+				// The directory stays: it is what the next run resumes.
+				fmt.Fprintf(stderr, "\nsimulated crash after %d persisted transitions; to resume: baton demo --data-dir %s\n", *crashAfter, *dataDir)
 				os.Exit(1)
 			}
 		})
@@ -191,6 +212,11 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !*asJSON {
+		if fresh {
+			fmt.Fprintf(stdout, "data directory %s (fresh; --data-dir DIR keeps one across runs)\n", *dataDir)
+		} else {
+			fmt.Fprintf(stdout, "data directory %s (given: a run resumes what the last one left)\n", *dataDir)
+		}
 		fmt.Fprintf(stdout, "WAL in %s: %d procedures loaded, %d unfinished will resume, %d problems\n",
 			walDir, len(live), len(resumed), len(exec.Problems()))
 	}
@@ -231,7 +257,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		st := wal.Stats()
-		_ = enc.Encode(map[string]any{"procedures": results, "wal": map[string]any{
+		_ = enc.Encode(map[string]any{"procedures": results, "data_dir": *dataDir, "fresh_data_dir": fresh, "wal": map[string]any{
 			"records": st.Records, "syncs": st.Syncs, "bytes": st.Bytes, "segments": st.Segments,
 			"segments_deleted": st.SegmentsDeleted, "stragglers_rewritten": st.StragglersRewritten,
 		}})
@@ -241,6 +267,10 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	for _, r := range results {
 		fmt.Fprintf(stdout, "%-4d %-5s %-11s %-8v %s\n", r.ID, r.Name, r.State, r.Resumed, r.Error)
 	}
-	fmt.Fprintf(stdout, "\nResults are kept 15 min: running the demo again within that time returns the same ids (nonces).\n")
+	if fresh {
+		fmt.Fprintf(stdout, "\n%s removed. With --data-dir DIR the WAL stays, and a run with --crash-after N can be resumed by running again with the same --data-dir.\n", *dataDir)
+	} else {
+		fmt.Fprintf(stdout, "\nResults are kept 15 min: running the demo again with --data-dir %s within that time returns the same ids (nonces).\n", *dataDir)
+	}
 	return status
 }

@@ -21,7 +21,8 @@ import (
 const usage = `usage: baton <command> [flags]
 
 commands:
-  agent   run a cluster node (--dev: a single-node cluster on loopback)
+  agent   run a cluster node (--dev: a single-node cluster on loopback, with
+          simulated region servers in the same process)
   regionserver
           run a simulated region server that registers with the masters
   proc    submit, list, watch and control procedures:
@@ -37,9 +38,10 @@ commands:
   lock    acquire --kind K --name N [--exclusive] [--keepalive], heartbeat ID,
           release ID
           (commands that start a procedure take --wait)
-  demo    run crash-proof procedures in this process, on a WAL under --data-dir;
-          --crash-after N stops the process mid-way, and the next run resumes
-          exactly where it stopped
+  demo    run crash-proof procedures in this process, on a WAL in a fresh
+          temporary directory (or --data-dir DIR); --crash-after N stops the
+          process mid-way, and a run with the same --data-dir resumes exactly
+          where it stopped
   version print the version, the commit it was built from and the Go version
 
 Client commands take --addr (any nodes' admin addresses, comma-separated;

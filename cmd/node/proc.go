@@ -115,16 +115,9 @@ func (c *cli) procSubmit(args []string) int {
 // waitFor waits until procedure id is terminal and prints it; exit 1 if it
 // did not succeed.
 func (c *cli) waitFor(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Client, id uint64) int {
-	var last string
-	p, err := cl.Watch(c.ctx, id, func(p *adminpb.Procedure) error {
-		if !cf.json && p.GetState() != last && !client.Terminal(p.GetState()) {
-			fmt.Fprintf(c.stdout, "  %s %s\n", time.Now().Format("15:04:05.000"), p.GetState())
-		}
-		last = p.GetState()
-		return nil
-	})
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
+	p, code, ok := c.watch(cmd, fs, cf, cl, id)
+	if !ok {
+		return code
 	}
 	return c.showFinal(cf, p)
 }
