@@ -310,3 +310,11 @@ func scanNamespaces(r reader) ([]string, error) {
 	sort.Strings(out)
 	return out, err
 }
+
+// countOf is "1 region" or "n regions": what operators read.
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -65,6 +66,20 @@ func (a argsFlag) Set(s string) error {
 	return nil
 }
 
+// submitTypesHelp lists the procedure types a submission may name, with
+// their arguments, as the diag package describes them.
+func submitTypesHelp() string {
+	var b strings.Builder
+	b.WriteString("\nprocedure types (arguments as --arg name=value):\n")
+	for _, d := range diag.Docs() {
+		fmt.Fprintf(&b, "  %-8s %s\n", d.Name, d.Summary)
+		for _, a := range d.Args {
+			fmt.Fprintf(&b, "    %-10s %s (default %s)\n", a.Name, a.Help, a.Default)
+		}
+	}
+	return b.String()
+}
+
 // submitJSON is the --json document of a submission without --wait.
 type submitJSON struct {
 	ID uint64 `json:"id"`
@@ -79,6 +94,11 @@ func (c *cli) procSubmit(args []string) int {
 	owner := fs.String("owner", "", "who submits (informational)")
 	procTimeout := fs.Duration("proc-timeout", 0, "abort the procedure if it has not finished after this long (0: never)")
 	wait := fs.Bool("wait", false, "wait until the procedure is terminal; exit 1 if it rolled back")
+	flagsUsage := fs.Usage
+	fs.Usage = func() {
+		flagsUsage()
+		fmt.Fprint(fs.Output(), submitTypesHelp())
+	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
