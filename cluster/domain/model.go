@@ -60,6 +60,9 @@ const (
 const (
 	ServerLive    = "live"
 	ServerExpired = "expired"
+	// ServerUnconfirmed is shown, never replicated nor decided on: the
+	// lease holds on a new leader's grace alone, no heartbeat came yet.
+	ServerUnconfirmed = "unconfirmed"
 )
 
 // Namespace is the value at ns/<name>.

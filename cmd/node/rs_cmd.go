@@ -9,13 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 var rsUsage = `usage: baton rs <command> [flags]
 
 commands:
   list              the region servers: address, lease state (live, suspect,
-                    expired), region count, last lease renewal
+                    expired, or unconfirmed: not heard from by this leader
+                    yet), region count, last lease renewal, last heartbeat
   regions SERVER    the regions a server hosts by its own answer, beside those
                     the master assigns to it
 ` + fmt.Sprintf(clientFlagsNote, "rs")
@@ -42,6 +44,9 @@ type serverJSON struct {
 	LeaseState    string `json:"lease_state"`
 	LastRenewalAt string `json:"last_renewal_at"`
 	RegionCount   int32  `json:"region_count"`
+	// LastHeartbeatAgeMs is null while the leader has not heard from the
+	// server.
+	LastHeartbeatAgeMs *int64 `json:"last_heartbeat_age_ms"`
 }
 
 // serversJSON is the --json document of rs list.
@@ -60,8 +65,13 @@ func (c *cli) rsList(args []string) int {
 		servers, err := cl.ListServers(c.ctx, rf.opts()...)
 		doc := serversJSON{Servers: []serverJSON{}, Read: toReadJSON(rf.served)}
 		for _, s := range servers {
-			doc.Servers = append(doc.Servers, serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
-				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()})
+			j := serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
+				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()}
+			if s.GetHeartbeatSeen() {
+				age := s.GetLastHeartbeatAgeMs()
+				j.LastHeartbeatAgeMs = &age
+			}
+			doc.Servers = append(doc.Servers, j)
 		}
 		return doc, func() {
 			if len(servers) == 0 {
@@ -70,10 +80,10 @@ func (c *cli) rsList(args []string) int {
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL\tLAST HEARTBEAT")
 			for _, s := range servers {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
-					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
+					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s))
 			}
 			tw.Flush()
 			c.printServed(rf.served)
@@ -88,6 +98,16 @@ func renewalAge(now time.Time, ms int64) string {
 	}
 	age := max(now.Sub(time.UnixMilli(ms)), 0)
 	return age.Round(100*time.Millisecond).String() + " ago"
+}
+
+// heartbeatAge says how long ago the leader heard from a server: "1.2s
+// ago", or "never (this leader)" since a new leader knows nothing of the
+// heartbeats its predecessor received.
+func heartbeatAge(s *adminpb.Server) string {
+	if !s.GetHeartbeatSeen() {
+		return "never (this leader)"
+	}
+	return (time.Duration(s.GetLastHeartbeatAgeMs()) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
 }
 
 // serverRegionsJSON is the --json document of rs regions.

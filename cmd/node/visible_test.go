@@ -2,12 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // TestSmallerVisible: a lock on a missing region is NOT_FOUND (exit 1)
@@ -56,5 +62,101 @@ func TestSmallerVisible(t *testing.T) {
 				t.Errorf("proc submit -h does not describe %s's %s:\n%s", d.Name, a.Name, help)
 			}
 		}
+	}
+}
+
+// TestDeadServerAfterFailover: after a leader change a region server that
+// no longer reaches the masters is not shown live: rs list says
+// unconfirmed and never heard from (this leader), and table list counts
+// its regions as offline on a dead server, while the leases, long here,
+// keep it from being expired.
+func TestDeadServerAfterFailover(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 2, Domain: func(_ int, c *domain.Config) {
+		c.ServerLease.SoftLimit, c.ServerLease.HardLimit = 30*time.Minute, time.Hour
+	}})
+	env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ",")}
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+		return stdout, stderr
+	}
+	run("table", "create", "t", "--regions", "2", "--wait")
+	var regions struct {
+		Regions []struct{ Name, Server string } `json:"regions"`
+	}
+	stdout, _ := run("region", "list", "--json")
+	if err := json.Unmarshal([]byte(stdout), &regions); err != nil {
+		t.Fatal(err)
+	}
+	// One region on each server, wherever placement put them.
+	if regions.Regions[0].Server == regions.Regions[1].Server {
+		other := map[string]string{"rs1": "rs2", "rs2": "rs1"}[regions.Regions[0].Server]
+		run("region", "move", regions.Regions[0].Name, "--to", other, "--wait")
+	}
+
+	// rs2 stops reaching the masters; the leader dies.
+	h := fc.Faults().MustAdd(rpcfault.Rule{Name: "cut rs2", Methods: []string{"/baton.rs.v1.Master/"}, Fault: rpcfault.DropRequest,
+		When: func(c rpcfault.Call) bool {
+			r, ok := c.Request.(interface{ GetServerId() string })
+			return ok && r.GetServerId() == "rs2"
+		}})
+	t.Cleanup(h.Remove)
+	old, _ := fc.WaitLeader()
+	fc.Kill(old)
+	fc.WaitLeader(old)
+
+	type server struct {
+		ID         string `json:"id"`
+		LeaseState string `json:"lease_state"`
+		AgeMs      *int64 `json:"last_heartbeat_age_ms"`
+		Renewal    string `json:"last_renewal_at"`
+	}
+	var servers struct {
+		Servers []server `json:"servers"`
+	}
+	testwait.ForNil(t, 30*time.Second, "rs1 heard from by the new leader", func() error {
+		stdout, _ := run("rs", "list", "--json")
+		servers.Servers = nil
+		if err := json.Unmarshal([]byte(stdout), &servers); err != nil {
+			return err
+		}
+		if len(servers.Servers) != 2 || servers.Servers[0].LeaseState != "live" {
+			return fmt.Errorf("servers %s", stdout)
+		}
+		return nil
+	})
+	rs1, rs2 := servers.Servers[0], servers.Servers[1]
+	if rs1.AgeMs == nil || *rs1.AgeMs < 0 || rs1.Renewal == "" {
+		t.Errorf("rs1 %+v: want a heartbeat age", rs1)
+	}
+	if rs2.ID != "rs2" || rs2.LeaseState != "unconfirmed" || rs2.AgeMs != nil {
+		t.Errorf("rs2 %+v: want unconfirmed, never heard from", rs2)
+	}
+	stdout, _ = run("rs", "list")
+	if !regexp.MustCompile(`(?m)^rs2 .* unconfirmed .* never \(this leader\)$`).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^rs1 .* live .* [0-9.]+m?s ago$`).MatchString(stdout) || !strings.Contains(stdout, "LAST HEARTBEAT") {
+		t.Errorf("rs list:\n%s", stdout)
+	}
+
+	stdout, _ = run("table", "list", "--json")
+	var tables struct {
+		Tables []struct {
+			Regions []any          `json:"regions"`
+			Counts  map[string]int `json:"region_counts"`
+		} `json:"tables"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &tables); err != nil {
+		t.Fatal(err)
+	}
+	if len(tables.Tables) != 1 || len(tables.Tables[0].Regions) != 2 ||
+		!maps.Equal(tables.Tables[0].Counts, map[string]int{"open": 1, "opening": 0, "closing": 0, "offline_on_dead_server": 1}) {
+		t.Errorf("table list --json:\n%s", stdout)
+	}
+	stdout, _ = run("table", "list")
+	if !strings.Contains(stdout, "2 (1 OPEN, 1 offline on a dead server)") {
+		t.Errorf("table list:\n%s", stdout)
 	}
 }
