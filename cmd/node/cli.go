@@ -154,7 +154,8 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		code = exitUnavailable
-		advice = fmt.Sprintf("the cluster at %s is unavailable: check that its agents run ('baton agent') and that --addr or BATON_ADDR names their admin addresses", cf.addr)
+		// The message names each address tried and how it failed.
+		advice = "the cluster is unavailable: check that its agents run ('baton agent') and that --addr or BATON_ADDR names their admin addresses"
 	case codes.InvalidArgument:
 		code = exitUsage
 		advice = "the cluster refused the request as invalid: check the procedure type and --arg values"

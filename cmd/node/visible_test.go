@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -158,5 +159,45 @@ func TestDeadServerAfterFailover(t *testing.T) {
 	stdout, _ = run("table", "list")
 	if !strings.Contains(stdout, "2 (1 OPEN, 1 offline on a dead server)") {
 		t.Errorf("table list:\n%s", stdout)
+	}
+}
+
+// TestUnavailableNamesEachAddress: when no master answers, the error says
+// for each address how its last try failed, not the whole list at once.
+func TestUnavailableNamesEachAddress(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 3})
+	leader, _ := fc.WaitLeader()
+	other := (leader + 1) % 3
+	survivor := 3 - leader - other
+	fc.Kill(leader)
+	fc.Kill(other)
+	// Accepts connections and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	dead, alone := clustertest.DeadAddr(t), fc.AdminAddrs()[survivor]
+	addr := strings.Join([]string{dead, silent.Addr().String(), alone}, ",")
+
+	code, stdout, stderr := runCLI(t, nil, "proc", "get", "1", "--addr", addr, "--timeout", "3s", "--json")
+	var doc struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("stdout %q: %v", stdout, err)
+	}
+	msg := doc.Error.Message
+	if code != exitUnavailable || doc.Error.Code != "UNAVAILABLE" || !strings.HasPrefix(msg, "no leader answered: ") ||
+		!strings.Contains(msg, dead+": connection refused") ||
+		!strings.Contains(msg, silent.Addr().String()+": timed out") ||
+		!regexp.MustCompile(regexp.QuoteMeta(alone)+`: not the leader`).MatchString(msg) {
+		t.Errorf("exit %d, message %q\nstderr %s", code, msg, stderr)
+	}
+	if strings.Contains(stderr, addr) {
+		t.Errorf("stderr repeats the whole --addr list:\n%s", stderr)
 	}
 }
