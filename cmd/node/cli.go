@@ -217,6 +217,8 @@ type procJSON struct {
 	AbortRequested bool     `json:"abort_requested"`
 	Children       []uint64 `json:"children"`
 	WaitingFor     string   `json:"waiting_for,omitempty"`
+	// ChildProcedures is set on proc get's answer: the children's states.
+	ChildProcedures *[]childJSON `json:"child_procedures,omitempty"`
 	// Read is set on proc get's answer: how the read was served.
 	Read *readJSON `json:"read,omitempty"`
 }

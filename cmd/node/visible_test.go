@@ -201,3 +201,77 @@ func TestUnavailableNamesEachAddress(t *testing.T) {
 		t.Errorf("stderr repeats the whole --addr list:\n%s", stderr)
 	}
 }
+
+// TestChildrenShown: proc list shows roots, proc list --all their children
+// too with the parent's id, and proc get a procedure's children with their
+// states.
+func TestChildrenShown(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
+	cl := fc.Client()
+	parent, err := cl.Submit(ctxT(t), "fanout", map[string]string{"children": "2", "steps": "1", "delay": "1h"}, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []uint64
+	testwait.ForNil(t, 30*time.Second, "the fanout's children", func() error {
+		p, err := cl.Get(ctxT(t), parent)
+		if err != nil || len(p.GetChildren()) != 2 || p.GetState() != "WAITING" {
+			return fmt.Errorf("parent %v, %v", p, err)
+		}
+		kids = p.GetChildren()
+		return nil
+	})
+	P := idStr(parent)
+	type proc struct {
+		ID       uint64 `json:"id"`
+		ParentID uint64 `json:"parent_id"`
+		Type     string `json:"type"`
+		State    string `json:"state"`
+	}
+	list := func(args ...string) []proc {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, env, append([]string{"proc", "list", "--json"}, args...)...)
+		var doc struct {
+			Procedures []proc `json:"procedures"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &doc); code != 0 || err != nil {
+			t.Fatalf("proc list %v: exit %d, %v\n%s%s", args, code, err, stdout, stderr)
+		}
+		return doc.Procedures
+	}
+	if got := list(); len(got) != 1 || got[0].ID != parent {
+		t.Errorf("proc list: %+v, want the root alone", got)
+	}
+	got := list("--all")
+	if len(got) != 3 || got[0].ID != parent || got[1].ID != kids[0] || got[1].ParentID != parent || got[2].ParentID != parent || got[1].Type != "sleep" {
+		t.Errorf("proc list --all: %+v, want the root and its 2 children", got)
+	}
+	code, stdout, stderr := runCLI(t, env, "proc", "list", "--all")
+	if code != 0 || !regexp.MustCompile(`(?m)^`+idStr(kids[1])+` +`+P+` +sleep +WAITING`).MatchString(stdout) {
+		t.Errorf("proc list --all: exit %d\n%s%s", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = runCLI(t, env, "proc", "get", P, "--json")
+	var doc struct {
+		Children []uint64 `json:"children"`
+		Kids     []proc   `json:"child_procedures"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); code != 0 || err != nil {
+		t.Fatalf("proc get: exit %d, %v\n%s%s", code, err, stdout, stderr)
+	}
+	if len(doc.Children) != 2 || len(doc.Kids) != 2 || doc.Kids[0].ID != kids[0] || doc.Kids[1].ID != kids[1] ||
+		doc.Kids[0].Type != "sleep" || !strings.HasPrefix(doc.Kids[0].State, "WAITING") {
+		t.Errorf("proc get --json: %s", stdout)
+	}
+	code, stdout, stderr = runCLI(t, env, "proc", "get", P)
+	if code != 0 || !strings.Contains(stdout, "CHILD") ||
+		!regexp.MustCompile(`(?m)^`+idStr(kids[0])+` +sleep +WAITING`).MatchString(stdout) {
+		t.Errorf("proc get: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// A procedure without children says none in --json, not null.
+	code, stdout, _ = runCLI(t, env, "proc", "get", idStr(kids[0]), "--json")
+	if code != 0 || !strings.Contains(stdout, `"child_procedures": []`) {
+		t.Errorf("proc get child: exit %d\n%s", code, stdout)
+	}
+}
