@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,72 @@ func TestChildrenShown(t *testing.T) {
 	code, stdout, _ = runCLI(t, env, "proc", "get", idStr(kids[0]), "--json")
 	if code != 0 || !strings.Contains(stdout, `"child_procedures": []`) {
 		t.Errorf("proc get child: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestRSRegionsDirect: rs regions --direct asks the region server itself,
+// and still answers when no master does.
+func TestRSRegionsDirect(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1})
+	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
+	rsAddr := fc.RegionServers()["rs1"].Addr()
+	if code, stdout, stderr := runCLI(t, env, "table", "create", "t", "--regions", "2", "--wait"); code != 0 {
+		t.Fatalf("table create: exit %d\n%s%s", code, stdout, stderr)
+	}
+	type doc struct {
+		Server       string   `json:"server"`
+		Hosted       []string `json:"hosted"`
+		Assigned     []string `json:"assigned"`
+		Direct       string   `json:"direct"`
+		StartCode    uint64   `json:"start_code"`
+		MastersError string   `json:"masters_error"`
+	}
+	get := func(args ...string) (doc, string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, env, append([]string{"rs", "regions", "rs1", "--direct", rsAddr}, args...)...)
+		var d doc
+		if code != 0 {
+			t.Fatalf("rs regions --direct %v: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+		if slices.Contains(args, "--json") {
+			if err := json.Unmarshal([]byte(stdout), &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d, stdout
+	}
+	d, _ := get("--json")
+	if d.Server != "rs1" || len(d.Hosted) != 2 || !slices.Equal(d.Hosted, d.Assigned) || d.Direct != rsAddr || d.StartCode == 0 || d.MastersError != "" {
+		t.Errorf("--direct with the masters up: %+v", d)
+	}
+	_, stdout := get()
+	if !strings.Contains(stdout, "asked region server rs1 at "+rsAddr+" directly") || !strings.Contains(stdout, "hosts 2 regions by its own answer; the master assigns it 2 regions") {
+		t.Errorf("human:\n%s", stdout)
+	}
+
+	// No master at all: the region server's answer still comes.
+	fc.Kill(0)
+	d, _ = get("--json", "--timeout", "500ms")
+	if len(d.Hosted) != 2 || d.Assigned != nil || !strings.Contains(d.MastersError, "no leader answered") {
+		t.Errorf("--direct with no master: %+v", d)
+	}
+	_, stdout = get("--timeout", "500ms")
+	if !strings.Contains(stdout, "hosts 2 regions by its own answer; no master answered") || !strings.Contains(stdout, "  "+d.Hosted[0]+"\n") {
+		t.Errorf("human, no master:\n%s", stdout)
+	}
+
+	// The wrong server, or none, at the address.
+	code, stdout, stderr := runCLI(t, env, "rs", "regions", "rs9", "--direct", rsAddr, "--json")
+	if code != exitFailed || !strings.Contains(stdout, `"code": "NOT_FOUND"`) || !strings.Contains(stderr, `is region server "rs1", not "rs9"`) {
+		t.Errorf("wrong server: exit %d\n%s%s", code, stdout, stderr)
+	}
+	dead := clustertest.DeadAddr(t)
+	code, _, stderr = runCLI(t, env, "rs", "regions", "rs1", "--direct", dead, "--timeout", "2s")
+	if code != exitUnavailable || !strings.Contains(stderr, "region server at "+dead) || !strings.Contains(stderr, "--direct names its --grpc-addr") {
+		t.Errorf("dead address: exit %d\n%s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, env, "rs", "regions", "rs1", "--direct", "nope")
+	if code != exitUsage || !strings.Contains(stderr, "want host:port") {
+		t.Errorf("bad address: exit %d\n%s", code, stderr)
 	}
 }
