@@ -280,7 +280,12 @@ func TestChildrenShown(t *testing.T) {
 // TestRSRegionsDirect: rs regions --direct asks the region server itself,
 // and still answers when no master does.
 func TestRSRegionsDirect(t *testing.T) {
-	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1})
+	// Heartbeats rare and leases long: the region server, cut off from
+	// the masters below, must not self-fence (drop its regions) while the
+	// test asks it.
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1, Domain: func(_ int, c *domain.Config) {
+		c.ServerLease.SoftLimit, c.ServerLease.HardLimit, c.HeartbeatInterval = 30*time.Minute, time.Hour, time.Minute
+	}})
 	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
 	rsAddr := fc.RegionServers()["rs1"].Addr()
 	if code, stdout, stderr := runCLI(t, env, "table", "create", "t", "--regions", "2", "--wait"); code != 0 {
