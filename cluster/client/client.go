@@ -236,7 +236,20 @@ func (c *Client) giveUp(ctx context.Context, f *FollowFailure) error {
 func whyFailed(err error) string {
 	st := status.Convert(err)
 	msg := st.Message()
+	answered := false // a master's own answer carries a LeaderHint, maybe empty
+	for _, d := range st.Details() {
+		if _, ok := d.(*adminpb.LeaderHint); ok {
+			answered = true
+		}
+	}
 	switch {
+	case answered:
+		// Checked first: a standby that failed to forward says why
+		// (maybe "connection refused"), which is not about itself.
+		if h := LeaderHint(err); h != "" {
+			return "not the leader (it names " + h + "): " + msg
+		}
+		return "not the leader: " + msg
 	case strings.Contains(msg, "connection refused"):
 		return "connection refused"
 	case st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
@@ -245,10 +258,6 @@ func whyFailed(err error) string {
 		// gRPC gave up the connection after MinConnectTimeout without
 		// the server's first frame.
 		return "timed out: connected, but no gRPC handshake (hung, or not an admin port)"
-	case LeaderHint(err) != "":
-		return "not the leader (it names " + LeaderHint(err) + ")"
-	case strings.Contains(strings.ToLower(msg), "not the leader") || strings.Contains(strings.ToLower(msg), "no leader"):
-		return "not the leader: " + msg
 	}
 	return msg
 }
