@@ -41,6 +41,7 @@ func serverMsgs(ss []catalog.Server) []*adminpb.Server {
 		out[i] = &adminpb.Server{
 			Id: s.ID, Address: s.Address, StartCode: s.StartCode, RegionCount: int32(s.RegionCount),
 			LeaseState: s.LeaseState, LastRenewalUnixMs: s.LastRenewalUnixMs,
+			HeartbeatSeen: s.HeartbeatSeen, LastHeartbeatAgeMs: s.LastHeartbeatAgeMs,
 		}
 	}
 	return out

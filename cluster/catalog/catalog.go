@@ -41,10 +41,15 @@ type Server struct {
 	Address     string
 	StartCode   uint64
 	RegionCount int
-	// LeaseState is live or suspect while the lease holds, else expired.
+	// LeaseState is live or suspect while the lease holds, unconfirmed
+	// while it holds on a new leader's grace alone, else expired.
 	LeaseState string
 	// LastRenewal is the lease's last renewal, zero when none is known.
 	LastRenewalUnixMs int64
+	// HeartbeatSeen: the leader has heard from the server this term,
+	// LastHeartbeatAgeMs ago.
+	HeartbeatSeen      bool
+	LastHeartbeatAgeMs int64
 }
 
 // ServerRegions is what a region server says it hosts beside what the

@@ -208,20 +208,58 @@ func (c *Client) backoff(ctx context.Context, d *time.Duration) error {
 	}
 }
 
-// giveUp builds the error returned when ctx ended while retrying.
-func (c *Client) giveUp(ctx context.Context, tried []string, last error) error {
-	if last == nil {
+// giveUp builds the error returned when ctx ended while retrying: it names
+// each address tried and how its last try failed, since "unavailable" for
+// the whole list does not tell a refused port from a standby without a
+// leader.
+func (c *Client) giveUp(ctx context.Context, f *FollowFailure) error {
+	if f.Last == nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	code := codes.Unavailable
 	if errors.Is(ctx.Err(), context.Canceled) {
 		code = codes.Canceled
 	}
-	msg := last.Error()
-	if st, ok := status.FromError(last); ok {
-		msg = st.Message()
+	parts := make([]string, 0, len(f.Tried))
+	for _, addr := range f.Tried {
+		err := f.Errs[addr]
+		if err == nil {
+			err = f.Last
+		}
+		parts = append(parts, addr+": "+whyFailed(err))
 	}
-	return status.Errorf(code, "no leader answered (tried %s): %s", strings.Join(tried, ", "), msg)
+	return status.Errorf(code, "no leader answered: %s", strings.Join(parts, "; "))
+}
+
+// whyFailed says in a few words how one try failed: refused, timed out,
+// not the leader, else the server's own message.
+func whyFailed(err error) string {
+	st := status.Convert(err)
+	msg := st.Message()
+	answered := false // a master's own answer carries a LeaderHint, maybe empty
+	for _, d := range st.Details() {
+		if _, ok := d.(*adminpb.LeaderHint); ok {
+			answered = true
+		}
+	}
+	switch {
+	case answered:
+		// Checked first: a standby that failed to forward says why
+		// (maybe "connection refused"), which is not about itself.
+		if h := LeaderHint(err); h != "" {
+			return "not the leader (it names " + h + "): " + msg
+		}
+		return "not the leader: " + msg
+	case strings.Contains(msg, "connection refused"):
+		return "connection refused"
+	case st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case strings.Contains(msg, "server preface"):
+		// gRPC gave up the connection after MinConnectTimeout without
+		// the server's first frame.
+		return "timed out: connected, but no gRPC handshake (hung, or not an admin port)"
+	}
+	return msg
 }
 
 // do runs call against the leader, retrying as the package comment says.
@@ -238,7 +276,14 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
 		defer cancel()
-		return call(actx, a)
+		err = call(actx, a)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			// The attempt's own deadline cut it (gRPC may say so as a
+			// closed connection): say it timed out. Retried as before:
+			// both codes are, while ctx has time.
+			return status.Errorf(codes.DeadlineExceeded, "no answer within %v: %s", c.opts.attemptTimeout, status.Convert(err).Message())
+		}
+		return err
 	})
 }
 
@@ -252,7 +297,7 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 	case f.Err != nil && (ctx.Err() == nil || f.Last == nil):
 		return f.Err
 	}
-	return c.giveUp(ctx, f.Tried, f.Last)
+	return c.giveUp(ctx, f)
 }
 
 // NewNonce returns a random nonce, as Submit uses when given none.

@@ -94,12 +94,28 @@ type FollowPolicy struct {
 
 // FollowFailure is why Follow gave up: either Addr answered Err, which is
 // not Retryable, or ctx ended (Err is nil). Tried lists the addresses that
-// failed retryably, Last the last such error (nil if none did).
+// failed retryably, Last the last such error (nil if none did), and Errs
+// each address's last error, so that a caller can say why each failed
+// rather than only why the last did.
 type FollowFailure struct {
 	Addr  string
 	Err   error
 	Tried []string
 	Last  error
+	Errs  map[string]error
+}
+
+// noteTry records how addr's try failed. A try that ctx's end cut short
+// failed by that end (gRPC may report it as a closed connection), not by
+// anything addr did.
+func (f *FollowFailure) noteTry(ctx context.Context, addr string, err error) {
+	if ctx.Err() != nil {
+		err = status.FromContextError(ctx.Err()).Err()
+	}
+	f.Errs[addr] = err
+	if !slices.Contains(f.Tried, addr) {
+		f.Tried = append(f.Tried, addr)
+	}
 }
 
 // Follow calls attempt with each try's address (Target) until it succeeds,
@@ -114,7 +130,7 @@ func (t *LeaderTracker) Follow(ctx context.Context, p FollowPolicy, attempt func
 	}
 	pause := p.MinBackoff
 	hints := 0 // followed in a row
-	f := &FollowFailure{}
+	f := &FollowFailure{Errs: map[string]error{}}
 	for {
 		if ctx.Err() != nil {
 			return f
@@ -127,12 +143,13 @@ func (t *LeaderTracker) Follow(ctx context.Context, p FollowPolicy, attempt func
 		}
 		if !Retryable(ctx, err) {
 			f.Addr, f.Err = addr, err
+			if ctx.Err() != nil && f.Last != nil {
+				f.noteTry(ctx, addr, err)
+			}
 			return f
 		}
 		f.Last = err
-		if !slices.Contains(f.Tried, addr) {
-			f.Tried = append(f.Tried, addr)
-		}
+		f.noteTry(ctx, addr, err)
 		if t.Failed(addr, err) && (p.HintLimit <= 0 || hints < p.HintLimit) {
 			hints++
 			if p.OnRetry != nil {

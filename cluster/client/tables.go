@@ -29,6 +29,9 @@ const (
 	LeaseLive    = "live"
 	LeaseSuspect = "suspect" // soft limit passed: nothing new is assigned to it
 	LeaseExpired = "expired" // hard limit passed: its regions are reassigned
+	// LeaseUnconfirmed: the lease holds on a new leader's grace period
+	// only; the server has not heartbeated to that leader yet.
+	LeaseUnconfirmed = "unconfirmed"
 )
 
 // unary runs one call with do's retries and returns its answer.

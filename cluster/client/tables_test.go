@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +12,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // mustSucceed waits for procedure id and fails the test unless it
@@ -134,9 +136,15 @@ func TestDomainLifecycle(t *testing.T) {
 	if err != nil || len(servers) != 2 || servers[0].RegionCount+servers[1].RegionCount != 4 {
 		t.Fatalf("ListServers: %v %v", servers, err)
 	}
-	if servers[0].LeaseState != client.LeaseLive || servers[0].StartCode == 0 {
-		t.Fatalf("server %v", servers[0])
-	}
+	// The leader changed: a server is unconfirmed until its first
+	// heartbeat to the new one.
+	testwait.ForNil(t, 10*time.Second, "rs1 live to the new leader", func() error {
+		servers, err := c.ListServers(ctx(t))
+		if err != nil || servers[0].LeaseState != client.LeaseLive || servers[0].StartCode == 0 {
+			return fmt.Errorf("server %v, %v", servers, err)
+		}
+		return nil
+	})
 	id, err = c.Balance(ctx(t), "")
 	mustSucceed(t, c, id, err)
 	servers, _ = c.ListServers(ctx(t))

@@ -338,3 +338,39 @@ func (a *argReader) checkUnused() {
 		a.fail("unknown argument(s) %s (known: %s)", strings.Join(unknown, ", "), strings.Join(used, ", "))
 	}
 }
+
+// Arg describes one argument of a diagnostic type.
+type Arg struct {
+	Name    string
+	Default string
+	Help    string
+}
+
+// TypeDoc describes a diagnostic type for help texts.
+type TypeDoc struct {
+	Name    string
+	Summary string
+	Args    []Arg
+}
+
+// Docs describes the types New builds, sorted by name, so that help texts
+// (baton proc submit -h) follow this package instead of copying it; a test
+// holds it to what New accepts.
+func Docs() []TypeDoc {
+	return []TypeDoc{
+		{TypeFail, "runs steps until fail_at, fails there and rolls back", []Arg{
+			{"steps", strconv.Itoa(DefaultSteps), fmt.Sprintf("steps to run, 1 to %d", MaxSteps)},
+			{"fail_at", "steps-1", "the step that fails, below steps"},
+			{"delay", "0", fmt.Sprintf("Go duration slept after each step, up to %v", MaxDelay)},
+		}},
+		{TypeFanout, "spawns sleep children, waits for all of them", []Arg{
+			{"children", strconv.Itoa(DefaultChildren), fmt.Sprintf("children to spawn, 0 to %d", MaxChildren)},
+			{"steps", strconv.Itoa(DefaultSteps), "steps of each child"},
+			{"delay", DefaultDelay.String(), "delay of each child's steps"},
+		}},
+		{TypeSleep, "runs steps, suspending for delay after each", []Arg{
+			{"steps", strconv.Itoa(DefaultSteps), fmt.Sprintf("steps to run, 0 to %d", MaxSteps)},
+			{"delay", DefaultDelay.String(), fmt.Sprintf("Go duration slept after each step, up to %v", MaxDelay)},
+		}},
+	}
+}

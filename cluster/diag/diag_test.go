@@ -3,6 +3,7 @@ package diag
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,5 +162,42 @@ func TestRun(t *testing.T) {
 			}
 			// Children of a finished root are deleted with its success.
 		})
+	}
+}
+
+// TestDocs holds the help texts' description to what New accepts: every
+// type New builds is described, and each described argument is known to
+// it (with its default, where that is a value), and no other.
+func TestDocs(t *testing.T) {
+	var names []string
+	for _, d := range Docs() {
+		names = append(names, d.Name)
+		args := map[string]string{}
+		for _, a := range d.Args {
+			if a.Name == "fail_at" {
+				args[a.Name] = "0"
+				continue
+			}
+			args[a.Name] = a.Default
+		}
+		if _, err := New(d.Name, args); err != nil {
+			t.Errorf("%s with its documented defaults: %v", d.Name, err)
+		}
+		_, err := New(d.Name, map[string]string{"zz_undocumented": "1"})
+		if err == nil || !strings.Contains(err.Error(), "(known: ") {
+			t.Fatalf("%s: %v", d.Name, err)
+		}
+		known := err.Error()[strings.Index(err.Error(), "(known: ")+len("(known: "):]
+		var want []string
+		for _, a := range d.Args {
+			want = append(want, a.Name)
+		}
+		slices.Sort(want)
+		if got := strings.TrimSuffix(known, ")"); got != strings.Join(want, ", ") {
+			t.Errorf("%s: New knows %s, the docs %v", d.Name, got, want)
+		}
+	}
+	if !slices.Equal(names, Types()) {
+		t.Errorf("documented %v, types %v", names, Types())
 	}
 }

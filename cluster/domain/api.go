@@ -192,6 +192,7 @@ func (d *Domain) ListServers() ([]catalog.Server, error) {
 		return nil, err
 	}
 	out := make([]catalog.Server, 0, len(servers))
+	now := d.cfg.Clock.Now()
 	for _, id := range sortedKeys(servers) {
 		srv := servers[id]
 		ref := ServerRef{id, srv.StartCode}
@@ -202,6 +203,14 @@ func (d *Domain) ListServers() ([]catalog.Server, error) {
 				if info.State == lease.Live || info.State == lease.Suspect {
 					ps.LeaseState = info.State.String()
 				}
+			}
+			if at, ok := svc.heartbeatAt(ref); ok {
+				ps.HeartbeatSeen = true
+				ps.LastHeartbeatAgeMs = max(now.Sub(at), 0).Milliseconds()
+			} else if ps.LeaseState != ServerExpired {
+				// Only what is shown changes: the lease (and the crash
+				// procedure that its expiry starts) runs as before.
+				ps.LeaseState = ServerUnconfirmed
 			}
 			if svc.revoked(ref) {
 				ps.LeaseState = ServerExpired

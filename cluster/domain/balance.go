@@ -53,7 +53,7 @@ func (p *Balance) ExecuteState(ctx *procedure.Context, state int32) (procedure.F
 		ctx.AddChild(&TransitRegionState{Region: m.region, Namespace: ns, Table: table, Kind: KindMove, Target: m.to})
 	}
 	p.Moves = len(moves)
-	ctx.SetResult([]byte(fmt.Sprintf("%d regions moved over %d servers", len(moves), len(live))))
+	ctx.SetResult([]byte(fmt.Sprintf("%s moved over %s", countOf(len(moves), "region"), countOf(len(live), "server"))))
 	ctx.Logger.Info("balance planned", "moves", len(moves), "servers", len(live))
 	return procedure.NoMoreState, nil
 }

@@ -68,7 +68,10 @@
 // ServerCrash procedure submitted with the nonce "scp-<id>-<start code>"
 // (once per incarnation). Renewals are not replicated: a new leader grants
 // every server the log says is live and calls GraceAll, so nothing expires
-// before a full hard limit under the new leader; then, once its executor
+// before a full hard limit under the new leader (ListServers shows such a
+// server "unconfirmed" until it heartbeats to this leader: the grace says
+// nothing of whether it lives, and a dead one would otherwise look live
+// for a whole hard limit); then, once its executor
 // runs, it submits a crash procedure for every incarnation that is not
 // the live one but still has regions recorded on it (a predecessor may
 // have died between an expiry and its submission).

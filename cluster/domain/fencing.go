@@ -98,6 +98,16 @@ func (s *services) renewedAt(ref ServerRef) time.Time {
 	return s.startedAt
 }
 
+// heartbeatAt is ref's latest renewal this term (a heartbeat or its
+// registration), for display: ok is false while ref has not been heard
+// from by this leader, whose lease then rests on the grace period alone.
+func (s *services) heartbeatAt(ref ServerRef) (t time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok = s.renewed[ref]
+	return t, ok && !t.Before(s.startedAt)
+}
+
 // noteRenewal records that ref may be granted a renewal now. Heartbeat
 // calls it before its last liveness check, so a crash procedure that reads
 // renewedAt after committing the expiry sees every renewal that check let

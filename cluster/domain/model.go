@@ -60,6 +60,9 @@ const (
 const (
 	ServerLive    = "live"
 	ServerExpired = "expired"
+	// ServerUnconfirmed is shown, never replicated nor decided on: the
+	// lease holds on a new leader's grace alone, no heartbeat came yet.
+	ServerUnconfirmed = "unconfirmed"
 )
 
 // Namespace is the value at ns/<name>.
@@ -322,4 +325,12 @@ func scanNamespaces(r reader) ([]string, error) {
 	})
 	sort.Strings(out)
 	return out, err
+}
+
+// countOf is "1 region" or "n regions": what operators read.
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -95,7 +95,7 @@ func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterSe
 		// the new one registers; a server still serving them would hold
 		// them twice. The protocol has it close them first.
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"master: register %s: still hosting %d regions (e.g. %s); close them before registering", req.GetServerId(), n, req.GetRegions()[0])
+			"master: register %s: still hosting %s (e.g. %s); close them before registering", req.GetServerId(), countOf(n, "region"), req.GetRegions()[0])
 	}
 	s, err := m.leader()
 	if err != nil {

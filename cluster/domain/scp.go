@@ -135,7 +135,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			return procedure.NoMoreState, err
 		}
 		if len(names) == 0 {
-			ctx.SetResult([]byte(fmt.Sprintf("server %s: %d regions reassigned", p.Server, p.Reassigned)))
+			ctx.SetResult([]byte(fmt.Sprintf("server %s: %s reassigned", p.Server, countOf(p.Reassigned, "region"))))
 			ctx.Logger.Info("server crash handled", "server", p.Server.String(), "reassigned", p.Reassigned)
 			return procedure.NoMoreState, nil
 		}

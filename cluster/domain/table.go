@@ -202,7 +202,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := markTable(ctx, full, TableEnabled, TableCreating); err != nil {
 			return procedure.NoMoreState, err
 		}
-		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %d regions", full, len(p.RegionNames))))
+		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(len(p.RegionNames), "region"))))
 		return procedure.NoMoreState, nil
 	}
 	return procedure.NoMoreState, fmt.Errorf("master: create table: unknown state %d", state)

@@ -167,7 +167,8 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		code = exitUnavailable
-		advice = fmt.Sprintf("the cluster at %s is unavailable: check that its agents run ('baton agent') and that --addr or BATON_ADDR names their admin addresses", cf.addr)
+		// The message names each address tried and how it failed.
+		advice = "the cluster is unavailable: check that its agents run ('baton agent') and that --addr or BATON_ADDR names their admin addresses"
 	case codes.InvalidArgument:
 		code = exitUsage
 		advice = "the cluster refused the request as invalid: check the procedure type and --arg values"
@@ -229,6 +230,8 @@ type procJSON struct {
 	AbortRequested bool     `json:"abort_requested"`
 	Children       []uint64 `json:"children"`
 	WaitingFor     string   `json:"waiting_for,omitempty"`
+	// ChildProcedures is set on proc get's answer: the children's states.
+	ChildProcedures *[]childJSON `json:"child_procedures,omitempty"`
 	// Read is set on proc get's answer: how the read was served.
 	Read *readJSON `json:"read,omitempty"`
 }

@@ -36,6 +36,14 @@ var lockAdvice = map[codes.Code]string{
 	codes.FailedPrecondition: "the lock's state does not allow this",
 }
 
+// lockAcquireAdvice: acquiring, NOT_FOUND names what was to be locked, not
+// a lock.
+var lockAcquireAdvice = map[codes.Code]string{
+	codes.InvalidArgument:    invalidAdvice,
+	codes.NotFound:           "nothing by that name to lock: list the regions with 'baton region list' and the tables with 'baton table list'",
+	codes.FailedPrecondition: lockAdvice[codes.FailedPrecondition],
+}
+
 func (c *cli) lock(args []string) int {
 	return c.subcommands("lock", lockUsage, args, map[string]func([]string) int{
 		"acquire":   c.lockAcquire,
@@ -84,7 +92,7 @@ func (c *cli) defaultHolder() string {
 }
 
 func (c *cli) lockAcquire(args []string) int {
-	e := c.command("lock acquire", "--kind namespace|table|region --name N [--name N2 ...] [--exclusive] [--holder H] [--description D] [--nonce N] [--keepalive]", lockAdvice)
+	e := c.command("lock acquire", "--kind namespace|table|region --name N [--name N2 ...] [--exclusive] [--holder H] [--description D] [--nonce N] [--keepalive]", lockAcquireAdvice)
 	kind := e.fs.String("kind", "", "what to lock: namespace, table or region")
 	var names namesFlag
 	e.fs.Var(&names, "name", "the namespace, the table (NAME or NS:NAME) or a region to lock (repeatable for regions)")

@@ -26,14 +26,15 @@ commands:
   regionserver
           run a simulated region server that registers with the masters
   proc    submit, list, watch and control procedures:
-          submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID, list,
-          wait ID, abort ID, pause ID, resume ID, ack ID
+          submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID,
+          list [--all], wait ID, abort ID, pause ID, resume ID, ack ID
   cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID
   ns      create NAME, delete NAME, list
   table   create NAME [--regions N], delete|enable|disable|describe NAME, list
           (NAME or NS:NAME; --namespace NS)
   region  list [--table T], move REGION [--to SERVER]
-  rs      list (lease state, region count), regions SERVER
+  rs      list (lease state, region count, last heartbeat),
+          regions SERVER [--direct ADDR]
   balance even out the region counts of the live region servers
   lock    acquire --kind K --name N [--exclusive] [--keepalive], heartbeat ID,
           release ID

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -18,7 +19,7 @@ const procUsage = `usage: baton proc <command> [flags]
 commands:
   submit TYPE [--arg k=v ...] [--nonce N] [--wait]   start a procedure
   get ID                                            show a procedure
-  list [--state S] [--type T] [--roots]             list procedures
+  list [--all] [--state S] [--type T]               list procedures (--all: children too)
   wait ID                                           wait until it is terminal
   abort ID | pause ID | resume ID | ack ID          act on a procedure
 
@@ -65,6 +66,20 @@ func (a argsFlag) Set(s string) error {
 	return nil
 }
 
+// submitTypesHelp lists the procedure types a submission may name, with
+// their arguments, as the diag package describes them.
+func submitTypesHelp() string {
+	var b strings.Builder
+	b.WriteString("\nprocedure types (arguments as --arg name=value):\n")
+	for _, d := range diag.Docs() {
+		fmt.Fprintf(&b, "  %-8s %s\n", d.Name, d.Summary)
+		for _, a := range d.Args {
+			fmt.Fprintf(&b, "    %-10s %s (default %s)\n", a.Name, a.Help, a.Default)
+		}
+	}
+	return b.String()
+}
+
 // submitJSON is the --json document of a submission without --wait.
 type submitJSON struct {
 	ID uint64 `json:"id"`
@@ -79,6 +94,11 @@ func (c *cli) procSubmit(args []string) int {
 	owner := fs.String("owner", "", "who submits (informational)")
 	procTimeout := fs.Duration("proc-timeout", 0, "abort the procedure if it has not finished after this long (0: never)")
 	wait := fs.Bool("wait", false, "wait until the procedure is terminal; exit 1 if it rolled back")
+	flagsUsage := fs.Usage
+	fs.Usage = func() {
+		flagsUsage()
+		fmt.Fprint(fs.Output(), submitTypesHelp())
+	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
@@ -181,8 +201,22 @@ func (c *cli) procByID(verb string, args []string) int {
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)
 	}
+	var children []*adminpb.Procedure
+	if verb == "get" && len(p.GetChildren()) > 0 {
+		if children, err = childrenOf(c, cl, p, rf); err != nil {
+			return c.finish(cmd, fs, cf, err)
+		}
+	}
 	if cf.json {
-		c.printJSON(toProcJSON(p))
+		j := toProcJSON(p)
+		if verb == "get" {
+			kids := []childJSON{}
+			for _, ch := range children {
+				kids = append(kids, childJSON{ID: ch.GetId(), Type: ch.GetType(), State: ch.GetState(), WaitingFor: ch.GetWaitingFor(), Error: ch.GetError()})
+			}
+			j.ChildProcedures = &kids
+		}
+		c.printJSON(j)
 		return exitOK
 	}
 	switch verb {
@@ -197,9 +231,56 @@ func (c *cli) procByID(verb string, args []string) int {
 	}
 	if verb == "get" {
 		c.printProc(p)
+		if len(children) > 0 {
+			fmt.Fprintln(c.stdout)
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CHILD\tTYPE\tSTATE\tNOTE")
+			for _, ch := range children {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ch.GetId(), ch.GetType(), ch.GetState(), procNote(ch))
+			}
+			tw.Flush()
+		}
 		c.printServed(p.GetRead())
 	}
 	return exitOK
+}
+
+// childJSON is a child procedure in proc get's --json document.
+type childJSON struct {
+	ID         uint64 `json:"id"`
+	Type       string `json:"type"`
+	State      string `json:"state"`
+	WaitingFor string `json:"waiting_for,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// childrenOf reads p's children with one listing rather than a call each:
+// a table create has one per region. A child already forgotten (its tree
+// finished) is left out.
+func childrenOf(c *cli, cl *client.Client, p *adminpb.Procedure, rf *readFlags) ([]*adminpb.Procedure, error) {
+	all, err := cl.ListAll(c.ctx, client.ListOptions{}, rf.optsQuiet()...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the children of procedure %d: %w", p.GetId(), err)
+	}
+	var out []*adminpb.Procedure
+	for _, q := range all {
+		if q.GetParentId() == p.GetId() {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// procNote is the NOTE column: the error, else what it waits for.
+func procNote(p *adminpb.Procedure) string {
+	note := p.GetError()
+	if note == "" {
+		note = p.GetWaitingFor()
+	}
+	if p.GetPaused() {
+		note = strings.TrimSpace("paused " + note)
+	}
+	return note
 }
 
 // listJSON is the --json document of proc list.
@@ -213,11 +294,12 @@ var knownStates = []string{client.StateInitializing, client.StateRunnable, clien
 
 func (c *cli) procList(args []string) int {
 	const cmd = "proc list"
-	fs, cf := c.newFlagSet(cmd, "[--state S] [--type T] [--roots] [--stale]")
+	fs, cf := c.newFlagSet(cmd, "[--all] [--state S] [--type T] [--stale]")
 	rf := addReadFlags(fs)
 	state := fs.String("state", "", "only procedures in this state: "+strings.Join(knownStates, ", "))
 	typ := fs.String("type", "", "only procedures of this type")
-	roots := fs.Bool("roots", false, "only root procedures (no children)")
+	all := fs.Bool("all", false, "children too (a table create's region moves, a fanout's sleeps), with their parent's id")
+	fs.Bool("roots", true, "only root procedures: the default without --all")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
@@ -234,7 +316,7 @@ func (c *cli) procList(args []string) int {
 		return c.finish(cmd, fs, cf, err)
 	}
 	defer cl.Close()
-	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: *roots}, rf.opts()...)
+	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: !*all}, rf.opts()...)
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)
 	}
@@ -257,13 +339,7 @@ func (c *cli) procList(args []string) int {
 		if p.GetParentId() != 0 {
 			parent = strconv.FormatUint(p.GetParentId(), 10)
 		}
-		note := p.GetError()
-		if note == "" {
-			note = p.GetWaitingFor()
-		}
-		if p.GetPaused() {
-			note = strings.TrimSpace("paused " + note)
-		}
+		note := procNote(p)
 		updated := "-"
 		if ms := p.GetUpdatedUnixMs(); ms != 0 {
 			updated = time.UnixMilli(ms).Format("2006-01-02 15:04:05")

@@ -81,3 +81,12 @@ func (c *cli) printServed(ri *adminpb.ReadInfo) {
 	}
 	fmt.Fprintln(c.stderr, msg+")")
 }
+
+// optsQuiet is opts for a second read of the same command, whose serving
+// is not reported.
+func (rf *readFlags) optsQuiet() []client.ReadOption {
+	if rf.stale {
+		return []client.ReadOption{client.Stale()}
+	}
+	return nil
+}

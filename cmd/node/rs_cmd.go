@@ -1,23 +1,35 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 var rsUsage = `usage: baton rs <command> [flags]
 
 commands:
   list              the region servers: address, lease state (live, suspect,
-                    expired), region count, last lease renewal
-  regions SERVER    the regions a server hosts by its own answer, beside those
-                    the master assigns to it
+                    expired, or unconfirmed: not heard from by this leader
+                    yet), region count, last lease renewal, last heartbeat
+  regions SERVER [--direct ADDR]
+                    the regions a server hosts by its own answer, beside those
+                    the master assigns to it; --direct asks the region server
+                    at ADDR itself, for when the masters cannot reach it
 ` + fmt.Sprintf(clientFlagsNote, "rs")
 
 var rsAdvice = map[codes.Code]string{
@@ -42,6 +54,9 @@ type serverJSON struct {
 	LeaseState    string `json:"lease_state"`
 	LastRenewalAt string `json:"last_renewal_at"`
 	RegionCount   int32  `json:"region_count"`
+	// LastHeartbeatAgeMs is null while the leader has not heard from the
+	// server.
+	LastHeartbeatAgeMs *int64 `json:"last_heartbeat_age_ms"`
 }
 
 // serversJSON is the --json document of rs list.
@@ -60,8 +75,13 @@ func (c *cli) rsList(args []string) int {
 		servers, err := cl.ListServers(c.ctx, rf.opts()...)
 		doc := serversJSON{Servers: []serverJSON{}, Read: toReadJSON(rf.served)}
 		for _, s := range servers {
-			doc.Servers = append(doc.Servers, serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
-				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()})
+			j := serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
+				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()}
+			if s.GetHeartbeatSeen() {
+				age := s.GetLastHeartbeatAgeMs()
+				j.LastHeartbeatAgeMs = &age
+			}
+			doc.Servers = append(doc.Servers, j)
 		}
 		return doc, func() {
 			if len(servers) == 0 {
@@ -70,10 +90,10 @@ func (c *cli) rsList(args []string) int {
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL\tLAST HEARTBEAT")
 			for _, s := range servers {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
-					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
+					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s))
 			}
 			tw.Flush()
 			c.printServed(rf.served)
@@ -90,23 +110,43 @@ func renewalAge(now time.Time, ms int64) string {
 	return age.Round(100*time.Millisecond).String() + " ago"
 }
 
+// heartbeatAge says how long ago the leader heard from a server: "1.2s
+// ago", or "never (this leader)" since a new leader knows nothing of the
+// heartbeats its predecessor received.
+func heartbeatAge(s *adminpb.Server) string {
+	if !s.GetHeartbeatSeen() {
+		return "never (this leader)"
+	}
+	return (time.Duration(s.GetLastHeartbeatAgeMs()) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
+}
+
 // serverRegionsJSON is the --json document of rs regions.
 type serverRegionsJSON struct {
-	Server   string    `json:"server"`
-	Hosted   []string  `json:"hosted"`
+	Server string   `json:"server"`
+	Hosted []string `json:"hosted"`
+	// Assigned is null with --direct when no master answered.
 	Assigned []string  `json:"assigned"`
 	Read     *readJSON `json:"read,omitempty"`
+	// With --direct: the address asked, the incarnation that answered,
+	// and why the masters' side is missing, if it is.
+	Direct       string `json:"direct,omitempty"`
+	StartCode    uint64 `json:"start_code,omitempty"`
+	MastersError string `json:"masters_error,omitempty"`
 }
 
 // rsRegions shows both answers and exits 0 even when they differ: a
 // difference is normal while regions move, and telling it apart from a
 // lasting one is for the reader (or a test) to do.
 func (c *cli) rsRegions(args []string) int {
-	e := c.command("rs regions", "SERVER [--stale]", rsAdvice)
+	e := c.command("rs regions", "SERVER [--direct ADDR] [--stale]", rsAdvice)
 	rf := addReadFlags(e.fs)
+	direct := e.fs.String("direct", "", "ask the region server at this gRPC address (host:port) itself, and the masters only for what they assign it")
 	pos, code, ok := e.parse(args, 1, "region SERVER (as 'baton rs list' names it)")
 	if !ok {
 		return code
+	}
+	if *direct != "" {
+		return c.rsRegionsDirect(e, rf, pos[0], strings.TrimSpace(*direct))
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		r, err := cl.ServerRegions(c.ctx, pos[0], rf.opts()...)
@@ -116,6 +156,78 @@ func (c *cli) rsRegions(args []string) int {
 			c.printServed(r.GetRead())
 		}, err
 	})
+}
+
+// rsRegionsDirect is rs regions --direct: the region server's answer is
+// the command's; the masters' assignment is added when one answers, so
+// that a server the masters cannot reach (or masters that are down) still
+// shows what it serves.
+func (c *cli) rsRegionsDirect(e *command, rf *readFlags, server, addr string) int {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return e.fail(usagef("--direct %q: want host:port, the region server's --grpc-addr", addr))
+	}
+	if e.cf.timeout <= 0 {
+		return e.fail(usagef("--timeout %v must be positive", e.cf.timeout))
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return e.fail(usagef("--direct %q: %v", addr, err))
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(c.ctx, e.cf.timeout)
+	defer cancel()
+	resp, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+	if err != nil {
+		st := status.Convert(err)
+		e.advise = maps.Clone(e.advise)
+		for _, code := range []codes.Code{codes.Unavailable, codes.DeadlineExceeded} {
+			e.advise[code] = "check that the region server runs and that --direct names its --grpc-addr"
+		}
+		return e.fail(status.Errorf(st.Code(), "region server at %s: %s", addr, st.Message()))
+	}
+	if resp.GetServerId() != server {
+		return e.fail(status.Errorf(codes.NotFound, "%s is region server %q, not %q", addr, resp.GetServerId(), server))
+	}
+	hosted := []string{}
+	for _, h := range resp.GetRegions() {
+		hosted = append(hosted, h.GetRegion())
+	}
+	slices.Sort(hosted)
+	doc := serverRegionsJSON{Server: server, Hosted: hosted, Direct: addr, StartCode: resp.GetStartCode()}
+	cl, err := e.client()
+	if err == nil {
+		defer cl.Close()
+		var regions []*adminpb.Region
+		if regions, err = cl.ListRegions(c.ctx, "", rf.opts()...); err == nil {
+			doc.Assigned = []string{}
+			for _, r := range regions {
+				if r.GetServer() == server {
+					doc.Assigned = append(doc.Assigned, r.GetName())
+				}
+			}
+			slices.Sort(doc.Assigned)
+			doc.Read = toReadJSON(rf.served)
+		}
+	}
+	if err != nil {
+		doc.MastersError = status.Convert(err).Message()
+	}
+	if e.cf.json {
+		c.printJSON(doc)
+		return exitOK
+	}
+	if doc.Assigned == nil {
+		fmt.Fprintf(c.stdout, "region server %s (start code %d, asked at %s) hosts %s by its own answer; no master answered: %s\n",
+			server, resp.GetStartCode(), addr, regionsN(len(hosted)), doc.MastersError)
+		for _, r := range hosted {
+			fmt.Fprintf(c.stdout, "  %s\n", r)
+		}
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "(asked region server %s at %s directly, start code %d)\n", server, addr, resp.GetStartCode())
+	c.printServerRegions(server, hosted, doc.Assigned)
+	c.printServed(rf.served)
+	return exitOK
 }
 
 func (c *cli) printServerRegions(server string, hosted, assigned []string) {

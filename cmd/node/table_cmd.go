@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -128,7 +130,74 @@ type tableJSON struct {
 	Name      string       `json:"name"`
 	State     string       `json:"state"`
 	Regions   []regionJSON `json:"regions"`
-	Read      *readJSON    `json:"read,omitempty"`
+	// RegionCounts is set by table list: regions by state (snake_case),
+	// those on a server that is not live counted as offline_on_dead_server
+	// instead of by their recorded state.
+	RegionCounts map[string]int `json:"region_counts,omitempty"`
+	Read         *readJSON      `json:"read,omitempty"`
+}
+
+// offlineOnDead is the region_counts key, and the human words, of regions
+// assigned to a server that is not live (expired, unconfirmed or unknown).
+const (
+	offlineOnDeadKey   = "offline_on_dead_server"
+	offlineOnDeadHuman = "offline on a dead server"
+)
+
+// countRegions counts regions by state; a region on a server whose lease
+// state in servers is not live or suspect counts as offline on a dead
+// server, since its recorded state (OPEN) says what the masters last
+// decided, not that anyone serves it. servers nil: the servers are
+// unknown, and every region counts by its recorded state.
+func countRegions(rs []*adminpb.Region, servers map[string]string) map[string]int {
+	counts := map[string]int{"open": 0, "opening": 0, "closing": 0}
+	if servers != nil {
+		counts[offlineOnDeadKey] = 0
+	}
+	for _, r := range rs {
+		if srv := r.GetServer(); servers != nil && srv != "" {
+			if st := servers[srv]; st != client.LeaseLive && st != client.LeaseSuspect {
+				counts[offlineOnDeadKey]++
+				continue
+			}
+		}
+		counts[strings.ToLower(r.GetState())]++
+	}
+	return counts
+}
+
+// countsSummary is the human form of countRegions: "3 (1 OPEN, 2 offline
+// on a dead server)".
+func countsSummary(total int, counts map[string]int) string {
+	if total == 0 {
+		return "0"
+	}
+	var keys []string
+	for k, n := range counts {
+		if n > 0 && k != offlineOnDeadKey {
+			keys = append(keys, k)
+		}
+	}
+	order := map[string]int{"open": 0, "opening": 1, "closing": 2}
+	sort.Slice(keys, func(i, j int) bool {
+		oi, iok := order[keys[i]]
+		oj, jok := order[keys[j]]
+		if iok != jok {
+			return iok
+		}
+		if iok {
+			return oi < oj
+		}
+		return keys[i] < keys[j]
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[k], strings.ToUpper(k)))
+	}
+	if n := counts[offlineOnDeadKey]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s", n, offlineOnDeadHuman))
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
 
 func toRegionsJSON(rs []*adminpb.Region) []regionJSON {
@@ -211,9 +280,30 @@ func (c *cli) tableList(args []string) int {
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		tables, err := cl.ListTables(c.ctx, *ns, rf.opts()...)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The servers' lease states come from the leader only; without
+		// them (no leader, with --stale) regions count by recorded state,
+		// and the output says so.
+		var servers map[string]string
+		var serversErr error
+		if len(tables) > 0 {
+			var ss []*adminpb.Server
+			if ss, serversErr = cl.ListServers(c.ctx); serversErr == nil {
+				servers = map[string]string{}
+				for _, s := range ss {
+					servers[s.GetId()] = s.GetLeaseState()
+				}
+			}
+		}
 		doc := tablesJSON{Tables: []tableJSON{}, Read: toReadJSON(rf.served)}
-		for _, t := range tables {
-			doc.Tables = append(doc.Tables, toTableJSON(t))
+		counts := make([]map[string]int, len(tables))
+		for i, t := range tables {
+			j := toTableJSON(t)
+			counts[i] = countRegions(t.GetRegions(), servers)
+			j.RegionCounts = counts[i]
+			doc.Tables = append(doc.Tables, j)
 		}
 		return doc, func() {
 			if len(tables) == 0 {
@@ -222,10 +312,13 @@ func (c *cli) tableList(args []string) int {
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tREGIONS")
-			for _, t := range tables {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.GetNamespace(), t.GetName(), t.GetState(), regionSummary(t.GetRegions()))
+			for i, t := range tables {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.GetNamespace(), t.GetName(), t.GetState(), countsSummary(len(t.GetRegions()), counts[i]))
 			}
 			tw.Flush()
+			if serversErr != nil {
+				fmt.Fprintf(c.stderr, "(region servers unknown, regions counted by recorded state: %s)\n", status.Convert(serversErr).Message())
+			}
 			c.printServed(rf.served)
 		}, err
 	})

@@ -1063,12 +1063,19 @@ type Server struct {
 	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Address   string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	StartCode uint64                 `protobuf:"varint,3,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
-	// lease_state: live, suspect (soft limit passed), expired.
+	// lease_state: live, suspect (soft limit passed), expired, or
+	// unconfirmed: its lease holds but it has not heartbeated to this leader
+	// yet (a new leader grants every known server a grace period, so a dead
+	// one looks unconfirmed, not live, until its lease expires).
 	LeaseState        string `protobuf:"bytes,4,opt,name=lease_state,json=leaseState,proto3" json:"lease_state,omitempty"`
 	LastRenewalUnixMs int64  `protobuf:"varint,5,opt,name=last_renewal_unix_ms,json=lastRenewalUnixMs,proto3" json:"last_renewal_unix_ms,omitempty"`
 	RegionCount       int32  `protobuf:"varint,6,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// heartbeat_seen: the server has heartbeated (or registered) to this
+	// leader; last_heartbeat_age_ms is how long ago, by the leader's clock.
+	HeartbeatSeen      bool  `protobuf:"varint,70,opt,name=heartbeat_seen,json=heartbeatSeen,proto3" json:"heartbeat_seen,omitempty"`
+	LastHeartbeatAgeMs int64 `protobuf:"varint,71,opt,name=last_heartbeat_age_ms,json=lastHeartbeatAgeMs,proto3" json:"last_heartbeat_age_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Server) Reset() {
@@ -1139,6 +1146,20 @@ func (x *Server) GetLastRenewalUnixMs() int64 {
 func (x *Server) GetRegionCount() int32 {
 	if x != nil {
 		return x.RegionCount
+	}
+	return 0
+}
+
+func (x *Server) GetHeartbeatSeen() bool {
+	if x != nil {
+		return x.HeartbeatSeen
+	}
+	return false
+}
+
+func (x *Server) GetLastHeartbeatAgeMs() int64 {
+	if x != nil {
+		return x.LastHeartbeatAgeMs
 	}
 	return 0
 }
@@ -2825,7 +2846,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tto_server\x18\x02 \x01(\tR\btoServer\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"S\n" +
 	"\x12ListServersRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xc6\x01\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xa0\x02\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -2834,7 +2855,9 @@ const file_admin_proto_rawDesc = "" +
 	"\vlease_state\x18\x04 \x01(\tR\n" +
 	"leaseState\x12/\n" +
 	"\x14last_renewal_unix_ms\x18\x05 \x01(\x03R\x11lastRenewalUnixMs\x12!\n" +
-	"\fregion_count\x18\x06 \x01(\x05R\vregionCount\"u\n" +
+	"\fregion_count\x18\x06 \x01(\x05R\vregionCount\x12%\n" +
+	"\x0eheartbeat_seen\x18F \x01(\bR\rheartbeatSeen\x121\n" +
+	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\"u\n" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"m\n" +

@@ -466,7 +466,7 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 		byTable[normTable(g.Table)] = append(byTable[normTable(g.Table)], g)
 	}
 	if len(dupMeta) > 0 {
-		r.fail("region list names %d regions twice: %s", len(dupMeta), listSome(dupMeta))
+		r.fail("region list names %s twice: %s", regionsN(len(dupMeta)), listSome(dupMeta))
 	}
 	var missingTables, wrongCount []string
 	for _, t := range tables {
@@ -485,9 +485,9 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 		r.pass("all %d tables listed (%s)", len(tables), strings.Join(tables, ", "))
 	}
 	if len(wrongCount) > 0 {
-		r.fail("tables without exactly %d regions: %s", perTable, strings.Join(wrongCount, "; "))
+		r.fail("tables without exactly %s: %s", regionsN(perTable), strings.Join(wrongCount, "; "))
 	} else {
-		r.pass("every table has its %d regions (%d regions)", perTable, perTable*len(tables))
+		r.pass("every table has its %s (%s)", regionsN(perTable), regionsN(perTable*len(tables)))
 	}
 
 	// 2. The masters' view: every region OPEN on a server.
@@ -498,7 +498,7 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 		}
 	}
 	if len(notOpen) > 0 {
-		r.fail("masters record %d regions not OPEN on a server: %s", len(notOpen), listSome(notOpen))
+		r.fail("masters record %s not OPEN on a server: %s", regionsN(len(notOpen)), listSome(notOpen))
 	} else {
 		r.pass("masters record all %d regions OPEN", len(regionsDoc.Regions))
 	}
@@ -508,7 +508,7 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 	var desc []string
 	for _, s := range serversDoc.Servers {
 		known[s.ID] = s
-		desc = append(desc, fmt.Sprintf("%s %s (%d regions)", s.ID, s.LeaseState, s.RegionCount))
+		desc = append(desc, fmt.Sprintf("%s %s (%s)", s.ID, s.LeaseState, regionsN(int(s.RegionCount))))
 	}
 	var absent []string
 	for _, s := range wantServers {
@@ -549,7 +549,7 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 			r.counts[id]++
 		}
 		if len(transit) > 0 {
-			r.fail("%s reports %d regions in transition: %s", id, len(transit), listSome(transit))
+			r.fail("%s reports %s in transition: %s", id, regionsN(len(transit)), listSome(transit))
 		}
 		// The masters' per-server view must agree with their region list.
 		var assignedNotInMeta []string
@@ -609,6 +609,14 @@ func verify(dir string, tables []string, perTable int, wantServers []string) (re
 // normTable drops the default namespace: "default:t1" and "t1" are one
 // table.
 func normTable(s string) string { return strings.TrimPrefix(s, "default:") }
+
+// regionsN is "1 region" or "n regions".
+func regionsN(n int) string {
+	if n == 1 {
+		return "1 region"
+	}
+	return fmt.Sprintf("%d regions", n)
+}
 
 func orDash(s string) string {
 	if s == "" {

@@ -116,10 +116,10 @@ func TestVerify(t *testing.T) {
 		}, exitNotYet, "regions open that the masters do not know"},
 		{"in transition", func(f *fixture) {
 			f.hosted["rs1"] = []any{map[string]string{"name": "demo1,r0", "state": "OPENING"}, "demo2,r0"}
-		}, exitNotYet, "rs1 reports 1 regions in transition: demo1,r0(OPENING)"},
+		}, exitNotYet, "rs1 reports 1 region in transition: demo1,r0(OPENING)"},
 		{"masters say not open", func(f *fixture) {
 			f.regions[0].State = "OPENING"
-		}, exitNotYet, "masters record 1 regions not OPEN on a server"},
+		}, exitNotYet, "masters record 1 region not OPEN on a server"},
 		{"table short of regions", func(f *fixture) {
 			f.regions = f.regions[1:]
 			f.hosted["rs1"] = f.hosted["rs1"][1:]
