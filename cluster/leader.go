@@ -226,6 +226,7 @@ func (n *Node) establish(ctx context.Context) (err error) {
 	}
 	rs := raftfsm.NewRaftStore(n.raft, n.fsm, scfg)
 	pcfg := procedure.Config{
+		Node:     n.cfg.ID, // each procedure's Runs name the master that wrote it
 		Registry: n.cfg.Registry,
 		Env:      n.cfg.Env,
 		Workers:  n.cfg.Workers,

@@ -48,6 +48,10 @@ type Info struct {
 	Locked         bool
 	Children       []uint64
 	StackDepth     int
+	// Runs says which node (Config.Node) made which of the procedure's
+	// persisted writes: one Run per stretch written by one node, so a
+	// failover mid-way shows as a second Run.
+	Runs []Run
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -204,7 +208,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
-		StackDepth: len(e.stack),
+		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
 	}
 }
 

@@ -49,6 +49,11 @@ type Config struct {
 	// doubles up to RollbackBackoffMax. Defaults 1 s and 10 min.
 	RollbackBackoff    time.Duration
 	RollbackBackoffMax time.Duration
+	// Node names the process this executor runs in (a master's id). Each
+	// procedure's persisted Runs record which node wrote which of its
+	// writes, so that after a failover one can see which master ran which
+	// step. Default: "" (runs are then recorded without a name).
+	Node string
 	// Logger. Default: a null logger.
 	Logger hclog.Logger
 	// Clock drives timeouts, TTLs and the stuck monitor. Default: real time.

@@ -40,6 +40,10 @@ type record struct {
 	smEOF     bool
 	smNext    int32
 	smHistory []int32
+	// writes counts the record's persisted writes; runs says which node
+	// made which of them (see Run).
+	writes uint32
+	runs   []Run
 }
 
 const (
@@ -74,6 +78,8 @@ const (
 	fSMHistory
 	fSpins
 	fErrorCode
+	fWrites
+	fRuns
 )
 
 func (r *record) marshal() []byte {
@@ -137,6 +143,11 @@ func (r *record) marshal() []byte {
 	i(fSMNext, int64(r.smNext))
 	ints(fSMHistory, r.smHistory)
 	i(fSpins, int64(r.spins))
+	u(fWrites, uint64(r.writes))
+	for _, run := range r.runs {
+		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
+		b = protowire.AppendBytes(b, marshalRun(run))
+	}
 	return b
 }
 
@@ -229,6 +240,8 @@ func (r *record) setVarint(num protowire.Number, v uint64) {
 		r.smEOF = v != 0
 	case fSMNext:
 		r.smNext = int32(z)
+	case fWrites:
+		r.writes = uint32(v)
 	}
 }
 
@@ -248,6 +261,12 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.result = append([]byte(nil), v...)
 	case fData:
 		r.data = append([]byte(nil), v...)
+	case fRuns:
+		run, err := unmarshalRun(v)
+		if err != nil {
+			return err
+		}
+		r.runs = append(r.runs, run)
 	case fStack, fSMHistory:
 		var out []int32
 		for len(v) > 0 {

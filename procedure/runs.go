@@ -1,0 +1,105 @@
+package procedure
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Run is a stretch of a procedure's persisted writes made by one node: its
+// writes First..Last (numbered from 1, the submission), from At to Until.
+// A new Run starts when another node (another master, after a failover)
+// writes the procedure, so a procedure that never moved has one Run.
+type Run struct {
+	Node        string
+	First, Last uint32
+	At, Until   time.Time
+}
+
+// maxRuns bounds a procedure's Runs: a procedure that moved between
+// masters more often keeps the first and the latest ones, which is what
+// one looks for (where it started, where it went last) at a bounded cost.
+const maxRuns = 16
+
+// noteWrite records write number n of a procedure by node at t.
+func noteWrite(runs []Run, node string, n uint32, t time.Time) []Run {
+	t = t.Round(0) // as it reads back from the record: wall time only
+	if k := len(runs); k > 0 && runs[k-1].Node == node {
+		runs[k-1].Last, runs[k-1].Until = n, t
+		return runs
+	}
+	runs = append(runs, Run{Node: node, First: n, Last: n, At: t, Until: t})
+	if len(runs) > maxRuns {
+		runs = append(runs[:1], runs[len(runs)-maxRuns+1:]...)
+	}
+	return runs
+}
+
+const (
+	fRunNode protowire.Number = iota + 1
+	fRunFirst
+	fRunLast
+	fRunAt
+	fRunUntil
+)
+
+func marshalRun(r Run) []byte {
+	var b []byte
+	if r.Node != "" {
+		b = protowire.AppendTag(b, fRunNode, protowire.BytesType)
+		b = protowire.AppendString(b, r.Node)
+	}
+	for _, f := range []struct {
+		n protowire.Number
+		v uint64
+	}{{fRunFirst, uint64(r.First)}, {fRunLast, uint64(r.Last)}, {fRunAt, uint64(unixNano(r.At))}, {fRunUntil, uint64(unixNano(r.Until))}} {
+		if f.v != 0 {
+			b = protowire.AppendTag(b, f.n, protowire.VarintType)
+			b = protowire.AppendVarint(b, f.v)
+		}
+	}
+	return b
+}
+
+func unmarshalRun(b []byte) (Run, error) {
+	var r Run
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return Run{}, fmt.Errorf("%w: run: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == fRunNode && typ == protowire.BytesType:
+			v, n := protowire.ConsumeString(b)
+			if n < 0 {
+				return Run{}, fmt.Errorf("%w: run node: %v", ErrCorrupt, protowire.ParseError(n))
+			}
+			r.Node, b = v, b[n:]
+		case typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return Run{}, fmt.Errorf("%w: run field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case fRunFirst:
+				r.First = uint32(v)
+			case fRunLast:
+				r.Last = uint32(v)
+			case fRunAt:
+				r.At = fromUnixNano(int64(v))
+			case fRunUntil:
+				r.Until = fromUnixNano(int64(v))
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return Run{}, fmt.Errorf("%w: run field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	return r, nil
+}
