@@ -308,5 +308,15 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		AbortRequested:  info.AbortRequested,
 		Children:        info.Children,
 		WaitingFor:      waitingFor,
+		Runs:            runsToProto(info.Runs),
 	}
+}
+
+func runsToProto(runs []procedure.Run) []*adminpb.ProcedureRun {
+	out := make([]*adminpb.ProcedureRun, 0, len(runs))
+	for _, r := range runs {
+		out = append(out, &adminpb.ProcedureRun{Node: r.Node, FirstWrite: r.First, LastWrite: r.Last,
+			StartedUnixMs: r.At.UnixMilli(), LastUnixMs: r.Until.UnixMilli()})
+	}
+	return out
 }

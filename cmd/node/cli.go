@@ -230,10 +230,22 @@ type procJSON struct {
 	AbortRequested bool     `json:"abort_requested"`
 	Children       []uint64 `json:"children"`
 	WaitingFor     string   `json:"waiting_for,omitempty"`
+	// Runs says which master made which of its writes (a failover shows
+	// as a second run).
+	Runs []runJSON `json:"runs,omitempty"`
 	// ChildProcedures is set on proc get's answer: the children's states.
 	ChildProcedures *[]childJSON `json:"child_procedures,omitempty"`
 	// Read is set on proc get's answer: how the read was served.
 	Read *readJSON `json:"read,omitempty"`
+}
+
+// runJSON is a stretch of a procedure's writes made by one master.
+type runJSON struct {
+	Node       string `json:"node"`
+	FirstWrite uint32 `json:"first_write"`
+	LastWrite  uint32 `json:"last_write"`
+	StartedAt  string `json:"started_at"`
+	LastAt     string `json:"last_at"`
 }
 
 func msTime(ms int64) string {
@@ -253,6 +265,10 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 	}
 	if j.Children == nil {
 		j.Children = []uint64{}
+	}
+	for _, r := range p.GetRuns() {
+		j.Runs = append(j.Runs, runJSON{Node: r.GetNode(), FirstWrite: r.GetFirstWrite(), LastWrite: r.GetLastWrite(),
+			StartedAt: msTime(r.GetStartedUnixMs()), LastAt: msTime(r.GetLastUnixMs())})
 	}
 	if r := p.GetResult(); len(r) > 0 {
 		if utf8.Valid(r) {
@@ -305,6 +321,17 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 	line("submitted", j.SubmittedAt)
 	line("updated", j.UpdatedAt)
 	line("finished", j.FinishedAt)
+	for i, r := range j.Runs {
+		key := ""
+		if i == 0 {
+			key = "ran on"
+		}
+		writes := fmt.Sprintf("write %d", r.FirstWrite)
+		if r.LastWrite != r.FirstWrite {
+			writes = fmt.Sprintf("writes %d-%d", r.FirstWrite, r.LastWrite)
+		}
+		fmt.Fprintf(c.stdout, "%-12s %s: %s, %s to %s\n", key, r.Node, writes, r.StartedAt, r.LastAt)
+	}
 	line("error", j.Error)
 	line("error code", j.ErrorCode)
 	line("result", j.Result)

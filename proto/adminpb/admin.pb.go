@@ -1821,7 +1821,11 @@ type Procedure struct {
 	// FAILED_PRECONDITION; empty otherwise.
 	ErrorCode string `protobuf:"bytes,17,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// read is set on GetProcedure's answer only.
-	Read          *ReadInfo `protobuf:"bytes,18,opt,name=read,proto3" json:"read,omitempty"`
+	Read *ReadInfo `protobuf:"bytes,18,opt,name=read,proto3" json:"read,omitempty"`
+	// runs says which master made which of the procedure's persisted
+	// writes (write 1 is its submission): one entry per stretch written by
+	// one master, so a failover mid-way shows as a second run.
+	Runs          []*ProcedureRun `protobuf:"bytes,90,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1982,6 +1986,90 @@ func (x *Procedure) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *Procedure) GetRuns() []*ProcedureRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+// ProcedureRun is a stretch of a procedure's writes made by one master.
+type ProcedureRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	FirstWrite    uint32                 `protobuf:"varint,2,opt,name=first_write,json=firstWrite,proto3" json:"first_write,omitempty"`
+	LastWrite     uint32                 `protobuf:"varint,3,opt,name=last_write,json=lastWrite,proto3" json:"last_write,omitempty"`
+	StartedUnixMs int64                  `protobuf:"varint,4,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	LastUnixMs    int64                  `protobuf:"varint,5,opt,name=last_unix_ms,json=lastUnixMs,proto3" json:"last_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureRun) Reset() {
+	*x = ProcedureRun{}
+	mi := &file_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureRun) ProtoMessage() {}
+
+func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureRun.ProtoReflect.Descriptor instead.
+func (*ProcedureRun) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ProcedureRun) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ProcedureRun) GetFirstWrite() uint32 {
+	if x != nil {
+		return x.FirstWrite
+	}
+	return 0
+}
+
+func (x *ProcedureRun) GetLastWrite() uint32 {
+	if x != nil {
+		return x.LastWrite
+	}
+	return 0
+}
+
+func (x *ProcedureRun) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *ProcedureRun) GetLastUnixMs() int64 {
+	if x != nil {
+		return x.LastUnixMs
+	}
+	return 0
+}
+
 type ListProceduresRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// state and type filter; empty matches all.
@@ -1999,7 +2087,7 @@ type ListProceduresRequest struct {
 
 func (x *ListProceduresRequest) Reset() {
 	*x = ListProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2099,7 @@ func (x *ListProceduresRequest) String() string {
 func (*ListProceduresRequest) ProtoMessage() {}
 
 func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2112,7 @@ func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresRequest.ProtoReflect.Descriptor instead.
 func (*ListProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListProceduresRequest) GetState() string {
@@ -2080,7 +2168,7 @@ type ListProceduresResponse struct {
 
 func (x *ListProceduresResponse) Reset() {
 	*x = ListProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2180,7 @@ func (x *ListProceduresResponse) String() string {
 func (*ListProceduresResponse) ProtoMessage() {}
 
 func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2193,7 @@ func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresResponse.ProtoReflect.Descriptor instead.
 func (*ListProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListProceduresResponse) GetProcedures() []*Procedure {
@@ -2138,7 +2226,7 @@ type WatchProcedureRequest struct {
 
 func (x *WatchProcedureRequest) Reset() {
 	*x = WatchProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2238,7 @@ func (x *WatchProcedureRequest) String() string {
 func (*WatchProcedureRequest) ProtoMessage() {}
 
 func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2251,7 @@ func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProcedureRequest.ProtoReflect.Descriptor instead.
 func (*WatchProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchProcedureRequest) GetId() uint64 {
@@ -2185,7 +2273,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2285,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2298,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClusterStatusRequest) GetMembers() bool {
@@ -2241,7 +2329,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2341,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2354,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Peer) GetId() string {
@@ -2364,7 +2452,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2464,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2477,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -2543,7 +2631,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2643,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2656,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -2601,7 +2689,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2701,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2714,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -2646,7 +2734,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2746,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2759,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -2696,7 +2784,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2796,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2809,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -2736,7 +2824,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2836,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2849,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -2900,7 +2988,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\x9e\x04\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xd0\x04\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -2922,7 +3010,17 @@ const file_admin_proto_rawDesc = "" +
 	"waitingFor\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x11 \x01(\tR\terrorCode\x12,\n" +
-	"\x04read\x18\x12 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xdb\x01\n" +
+	"\x04read\x18\x12 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x120\n" +
+	"\x04runs\x18Z \x03(\v2\x1c.baton.admin.v1.ProcedureRunR\x04runs\"\xac\x01\n" +
+	"\fProcedureRun\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
+	"\vfirst_write\x18\x02 \x01(\rR\n" +
+	"firstWrite\x12\x1d\n" +
+	"\n" +
+	"last_write\x18\x03 \x01(\rR\tlastWrite\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x04 \x01(\x03R\rstartedUnixMs\x12 \n" +
+	"\flast_unix_ms\x18\x05 \x01(\x03R\n" +
+	"lastUnixMs\"\xdb\x01\n" +
 	"\x15ListProceduresRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
@@ -3038,7 +3136,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),        // 1: baton.admin.v1.NamespaceRequest
@@ -3070,18 +3168,19 @@ var file_admin_proto_goTypes = []any{
 	(*GetProcedureRequest)(nil),     // 27: baton.admin.v1.GetProcedureRequest
 	(*ProcedureRef)(nil),            // 28: baton.admin.v1.ProcedureRef
 	(*Procedure)(nil),               // 29: baton.admin.v1.Procedure
-	(*ListProceduresRequest)(nil),   // 30: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),  // 31: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),   // 32: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),    // 33: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                    // 34: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),   // 35: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),          // 36: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),       // 37: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),     // 38: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),    // 39: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),              // 40: baton.admin.v1.LeaderHint
-	nil,                             // 41: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	(*ProcedureRun)(nil),            // 30: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),   // 31: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),  // 32: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),   // 33: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),    // 34: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                    // 35: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),   // 36: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),          // 37: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),       // 38: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),     // 39: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),    // 40: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),              // 41: baton.admin.v1.LeaderHint
+	nil,                             // 42: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,  // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -3103,79 +3202,80 @@ var file_admin_proto_depIdxs = []int32{
 	2,  // 16: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,  // 17: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 18: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	41, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	42, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,  // 20: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 21: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 22: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
-	29, // 23: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	2,  // 24: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	35, // 25: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
-	34, // 26: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	25, // 27: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	27, // 28: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	30, // 29: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	32, // 30: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	28, // 31: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 32: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 33: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 34: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	33, // 35: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	36, // 36: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	37, // 37: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	38, // 38: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 39: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 40: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 41: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 42: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 43: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 44: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 45: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 46: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 47: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	11, // 48: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	13, // 49: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	15, // 50: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	16, // 51: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	19, // 52: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	21, // 53: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	22, // 54: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	23, // 55: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	23, // 56: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	26, // 57: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	29, // 58: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	31, // 59: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	29, // 60: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 61: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 62: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 63: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 64: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	35, // 65: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	35, // 66: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	35, // 67: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	39, // 68: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	26, // 69: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 70: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 71: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 72: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	26, // 73: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 74: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 75: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 76: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 77: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	12, // 78: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	14, // 79: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	26, // 80: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	18, // 81: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	20, // 82: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	26, // 83: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	24, // 84: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	24, // 85: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	24, // 86: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	57, // [57:87] is the sub-list for method output_type
-	27, // [27:57] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	30, // 22: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
+	0,  // 23: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
+	29, // 24: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	2,  // 25: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
+	36, // 26: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	35, // 27: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	25, // 28: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	27, // 29: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	31, // 30: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	33, // 31: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	28, // 32: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 33: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 34: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 35: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	34, // 36: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	37, // 37: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	38, // 38: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	39, // 39: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,  // 40: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 41: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,  // 42: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,  // 43: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,  // 44: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,  // 45: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 46: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 47: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 48: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	11, // 49: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	13, // 50: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	15, // 51: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	16, // 52: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	19, // 53: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	21, // 54: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	22, // 55: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	23, // 56: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	23, // 57: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	26, // 58: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	29, // 59: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	32, // 60: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	29, // 61: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 62: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 63: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 64: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 65: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	36, // 66: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	36, // 67: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	36, // 68: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	40, // 69: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	26, // 70: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 71: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,  // 72: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,  // 73: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	26, // 74: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 75: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 76: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 77: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10, // 78: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	12, // 79: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	14, // 80: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	26, // 81: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	18, // 82: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	20, // 83: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	26, // 84: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	24, // 85: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	24, // 86: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	24, // 87: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	58, // [58:88] is the sub-list for method output_type
+	28, // [28:58] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -3189,7 +3289,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
