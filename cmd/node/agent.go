@@ -29,7 +29,7 @@ import (
 // agent runs `baton agent`: parses its flags, then runs the node until
 // SIGINT or SIGTERM.
 func (c *cli) agent(args []string) int {
-	cfg, err := parseAgentFlags(args, c.getenv, c.stderr)
+	cfg, err := parseAgentFlags(args, c.getenv, c.stdout, c.stderr)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {

@@ -56,9 +56,9 @@ var agentEnv = map[string]string{
 // environment variable (flags win), and validates the result. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
-func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer) (agentConfig, error) {
+func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (agentConfig, error) {
 	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	newUsageOut(fs, stdout, stderr)
 	str := func(name, usage string) *string {
 		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
 	}
@@ -81,7 +81,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stderr io.Writer
 	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
 	devRS := str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
 		fs.PrintDefaults()

@@ -51,7 +51,7 @@ func TestParseAgentFlags(t *testing.T) {
 		{name: "every problem named", args: []string{"--raft-addr", "0.0.0.0:1"}, err: "single-node cluster)\n  --data-dir is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
 			if tc.err != "" {
 				var ue *usageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {

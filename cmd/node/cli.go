@@ -58,7 +58,7 @@ type clientFlags struct {
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
 func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	newUsageOut(fs, c.stdout, c.stderr)
 	cf := &clientFlags{}
 	def := c.getenv("BATON_ADDR")
 	if def == "" {
@@ -69,7 +69,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "usage: baton %s %s\n\nflags:\n", name, synopsis)
+		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\nflags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
 	return fs, cf
@@ -79,6 +79,9 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 // ("baton proc get 7 --json"), and returns the positional ones. After "--"
 // everything is positional.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if u, ok := fs.Output().(*usageOut); ok {
+		u.help = helpAsked(args)
+	}
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {

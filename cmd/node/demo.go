@@ -136,14 +136,20 @@ type demoResult struct {
 }
 
 func demo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("baton demo", flag.ContinueOnError)
+	newUsageOut(fs, stdout, stderr)
+	fs.Output().(*usageOut).help = helpAsked(args)
 	dataDir := fs.String("data-dir", "", "directory for the procedure WAL, kept across runs: a run resumes what a crashed one left (default: a fresh temporary directory, removed after a run that was not crashed on purpose)")
 	crashAfter := fs.Int("crash-after", 0, "exit abruptly after this many persisted transitions (0: never), to show recovery")
 	delay := fs.Duration("step-delay", 150*time.Millisecond, "time each step takes, so the run can be watched")
 	asJSON := fs.Bool("json", false, "print one JSON document instead of the narrative")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: baton demo [--data-dir DIR] [--crash-after N] [--step-delay D] [--json]\n\n"+
+			"runs crash-proof procedures in this process, on a WAL of its own\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailed(err)
 	}
 	if fs.NArg() > 0 || *crashAfter < 0 || *delay < 0 {
 		fmt.Fprintln(stderr, "baton demo: takes no arguments; --crash-after and --step-delay must not be negative")

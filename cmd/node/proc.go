@@ -163,7 +163,7 @@ func (c *cli) procByID(verb string, args []string) int {
 	if verb == "get" {
 		rf = addReadFlags(fs)
 		fs.Usage = func() {
-			fmt.Fprintf(c.stderr, "usage: baton %s ID [--stale]\n\nflags:\n", cmd)
+			fmt.Fprintf(fs.Output(), "usage: baton %s ID [--stale]\n\nflags:\n", cmd)
 			fs.PrintDefaults()
 		}
 	}

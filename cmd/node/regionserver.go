@@ -37,7 +37,7 @@ const regionServerStopTimeout = 10 * time.Second
 // regionserver runs `baton regionserver`: parses its flags, then runs a
 // simulated region server until SIGINT or SIGTERM.
 func (c *cli) regionserver(args []string) int {
-	cfg, err := parseRegionServerFlags(args, c.getenv, c.stderr)
+	cfg, err := parseRegionServerFlags(args, c.getenv, c.stdout, c.stderr)
 	if err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -59,9 +59,9 @@ func (c *cli) regionserver(args []string) int {
 // to its environment variable (flags win), and validates them. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
-func parseRegionServerFlags(args []string, getenv func(string) string, stderr io.Writer) (regionserver.Config, error) {
+func parseRegionServerFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (regionserver.Config, error) {
 	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	newUsageOut(fs, stdout, stderr)
 	// Every flag is read as a string so that a bad value, from a flag or
 	// from the environment, is reported with all the other problems.
 	str := func(name, usage string) *string {
@@ -74,7 +74,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stderr io
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
 			"leading master and heartbeats until SIGINT or SIGTERM.\n\nflags:\n")
 		fs.PrintDefaults()

@@ -55,7 +55,7 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "positional", args: append(base, "extra"), err: "takes no arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			got, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
 			if tc.err != "" {
 				var ue *usageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {

@@ -421,7 +421,7 @@ func (c *cli) regionMove(args []string) int {
 func (c *cli) balance(args []string) int {
 	e := c.command("balance", "[--wait] [--nonce N]", balanceAdvice)
 	e.fs.Usage = func() {
-		fmt.Fprint(c.stderr, "usage: baton balance [--wait] [--nonce N]\n\nmove regions until every live region server holds about as many\n\nflags:\n")
+		fmt.Fprint(e.fs.Output(), "usage: baton balance [--wait] [--nonce N]\n\nmove regions until every live region server holds about as many\n\nflags:\n")
 		e.fs.PrintDefaults()
 	}
 	wait, nonce := e.waitFlag(), e.nonceFlag()
