@@ -79,12 +79,13 @@ func TestAgentExitCodes(t *testing.T) {
 		{[]string{"agent", "-h"}, 0},
 		{[]string{"agent", "--id", "a", "--data-dir", "d", "--raft-addr", "0.0.0.0:1", "--grpc-addr", "h:2"}, 2},
 	} {
-		code, _, stderr := runCLI(t, nil, tc.args...)
+		code, stdout, stderr := runCLI(t, nil, tc.args...)
 		if code != tc.code {
 			t.Errorf("%v: exit %d, want %d; stderr: %s", tc.args, code, tc.code, stderr)
 		}
-		if stderr == "" {
-			t.Errorf("%v: nothing on stderr", tc.args)
+		// Help asked for is on stdout; any mistake is said on stderr.
+		if said := map[bool]string{true: stdout, false: stderr}[tc.code == 0]; said == "" {
+			t.Errorf("%v: exit %d and nothing said on %s", tc.args, code, map[bool]string{true: "stdout", false: "stderr"}[tc.code == 0])
 		}
 	}
 }

@@ -118,7 +118,7 @@ func TestClientCommands(t *testing.T) {
 		{name: "proc no command", args: []string{"proc"}, code: 2, stderr: "usage: baton proc"},
 		{name: "proc unknown", args: []string{"proc", "frob"}, code: 2, stderr: "unknown command"},
 		{name: "proc help", args: []string{"proc", "-h"}, stdout: "usage: baton proc"},
-		{name: "submit help", args: []string{"proc", "submit", "-h"}, stderr: "--nonce"},
+		{name: "submit help", args: []string{"proc", "submit", "-h"}, stdout: "--nonce"},
 		// The first address is a standby, which answers with its own view
 		// (node_id, state), naming the leader.
 		{name: "status", args: []string{"cluster", "status", "--json"}, json: map[string]any{"leader_id": leader, "node_id": fc.Master(0).ID, "state": "Follower", "term": anID{}, "commit_index": anID{}}},

@@ -356,7 +356,7 @@ func TestDomainCommands(t *testing.T) {
 			json: map[string]any{"servers": []any{map[string]any{"region_count": 1.0}, map[string]any{"region_count": 1.0}, map[string]any{"region_count": 0.0}}}},
 		{name: "balance no wait", args: []string{"balance"}, stdout: "balance: procedure"},
 		{name: "balance extra", args: []string{"balance", "now"}, code: 2, stderr: "takes no arguments"},
-		{name: "balance help", args: []string{"balance", "-h"}, stderr: "usage: baton balance"},
+		{name: "balance help", args: []string{"balance", "-h"}, stdout: "usage: baton balance"},
 
 		// The cluster unavailable.
 		{name: "unavailable", args: []string{"table", "list", "--addr", clustertest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3,
