@@ -73,6 +73,7 @@ type fakeBackend struct {
 	kv       map[string][]byte
 	peers    []cluster.PeerStatus
 	mem      *store.MemStore // the executor's store: what is committed
+	state    string          // raft state Status reports; default Follower
 }
 
 func (f *fakeBackend) ID() string { return f.id }
@@ -95,7 +96,11 @@ func (f *fakeBackend) Procedures() (Procedures, error) {
 }
 func (f *fakeBackend) Status() cluster.Status {
 	id, addr := f.Leader()
-	return cluster.Status{ID: f.id, Address: "raft-" + f.id, State: "Follower", LeaderID: id, LeaderAddr: addr, Term: 3, CommitIndex: 10, AppliedIndex: 9, FSMIndex: 9, Peers: f.peers, LastContact: time.Unix(100, 0)}
+	state := f.state
+	if state == "" {
+		state = "Follower"
+	}
+	return cluster.Status{ID: f.id, Address: "raft-" + f.id, State: state, LeaderID: id, LeaderAddr: addr, Term: 3, CommitIndex: 10, AppliedIndex: 9, FSMIndex: 9, Peers: f.peers, LastContact: time.Unix(100, 0)}
 }
 func (f *fakeBackend) Join(context.Context, string, string) error { return f.notLeader() }
 func (f *fakeBackend) RemovePeer(context.Context, string) error   { return f.notLeader() }

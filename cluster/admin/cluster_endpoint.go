@@ -168,7 +168,11 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 	}
 	wg.Wait()
 	out.MembersProbed = true
+	leaderAnswered := false
 	for _, p := range out.Peers {
+		if p.GetReachable() && p.GetStatus().GetState() == raft.Leader.String() {
+			leaderAnswered = true
+		}
 		if p.GetSuffrage() != raft.Voter.String() {
 			continue
 		}
@@ -181,9 +185,15 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 		}
 	}
 	// A member that has not registered its admin address yet cannot be
-	// asked, but is likely up (it registers within moments of reaching a
-	// leader): only members that failed to answer count against a quorum.
-	out.Quorum = out.Voters > 0 && out.VotersReachable+out.VotersUnknown > out.Voters/2
+	// asked. When a leader answered, it is likely up (it registers within
+	// moments of reaching that leader), so only members that failed to
+	// answer count against a quorum; with no leader answering, nothing
+	// says it ever started, and only the members that answered count.
+	counted := out.VotersReachable
+	if leaderAnswered {
+		counted += out.VotersUnknown
+	}
+	out.Quorum = out.Voters > 0 && counted > out.Voters/2
 }
 
 // probeMember asks the admin API at addr for its own status.

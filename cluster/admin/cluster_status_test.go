@@ -28,9 +28,13 @@ func TestClusterStatusQuorumCount(t *testing.T) {
 		registered                []string // members whose admin address is the dead one
 		reachable, unknown, voter uint32
 		quorum                    bool
+		state                     string // of the answering master, m0
 	}{
-		{name: "others not registered yet", peers: peers("m0", "m1", "m2"), reachable: 1, unknown: 2, voter: 3, quorum: true},
-		{name: "one dead, one not registered", peers: peers("m0", "m1", "m2"), registered: []string{"m1"}, reachable: 1, unknown: 1, voter: 3, quorum: true},
+		{name: "others not registered yet", peers: peers("m0", "m1", "m2"), state: "Leader", reachable: 1, unknown: 2, voter: 3, quorum: true},
+		// Members not asked are only taken for up when a leader answered:
+		// a lone candidate whose peers never started has no quorum.
+		{name: "others never seen, no leader", peers: peers("m0", "m1", "m2"), state: "Candidate", reachable: 1, unknown: 2, voter: 3, quorum: false},
+		{name: "one dead, one not registered", peers: peers("m0", "m1", "m2"), state: "Leader", registered: []string{"m1"}, reachable: 1, unknown: 1, voter: 3, quorum: true},
 		{name: "both dead", peers: peers("m0", "m1", "m2"), registered: []string{"m1", "m2"}, reachable: 1, voter: 3, quorum: false},
 		{name: "alone", peers: peers("m0"), reachable: 1, voter: 1, quorum: true},
 		{name: "a nonvoter does not count", peers: append(peers("m0", "m1"), cluster.PeerStatus{ID: "m2", Suffrage: "Nonvoter"}), registered: []string{"m1", "m2"}, reachable: 1, voter: 2, quorum: false},
@@ -40,7 +44,7 @@ func TestClusterStatusQuorumCount(t *testing.T) {
 			for _, id := range tc.registered {
 				kv[cluster.AdminAddrKey(id)] = []byte(dead)
 			}
-			b := &fakeBackend{id: "m0", procsErr: cluster.ErrNotLeader, kv: kv, peers: tc.peers}
+			b := &fakeBackend{id: "m0", procsErr: cluster.ErrNotLeader, kv: kv, peers: tc.peers, state: tc.state}
 			s, err := New(b, Config{})
 			if err != nil {
 				t.Fatal(err)
