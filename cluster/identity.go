@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hashicorp/raft"
 )
 
 // nodeIDFile records, in a data directory, the id of the node it belongs
@@ -21,10 +23,12 @@ const nodeIDFile = "node-id"
 // to another node.
 var ErrWrongNode = errors.New("cluster: the data directory belongs to another node")
 
-// checkNodeID refuses dir if it records another node's id, and records id
-// in it if it records none (a fresh directory, or one from before the file
-// existed).
-func checkNodeID(dir, id string) error {
+// checkNodeID refuses dir if it records another node's id. A directory
+// that records none is either fresh or from before the file existed: the
+// latter is judged by its raft configuration (latest, as its log and
+// snapshots hold it), which must name id as a member, and not give id's
+// raft address to another. Then id is recorded.
+func checkNodeID(dir, id, raftAddr string, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) error {
 	path := filepath.Join(dir, nodeIDFile)
 	b, err := os.ReadFile(path)
 	switch {
@@ -36,6 +40,25 @@ func checkNodeID(dir, id string) error {
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("cluster: read node id: %w", err)
+	}
+	if conf, ok, err := latestConfiguration(logs, stable, snaps); err != nil {
+		return fmt.Errorf("cluster: read the raft configuration of %s: %w", dir, err)
+	} else if ok {
+		var ids []string
+		member := false
+		for _, s := range conf.Servers {
+			ids = append(ids, string(s.ID))
+			if string(s.ID) == id {
+				member = true
+			} else if raftAddr != "" && string(s.Address) == raftAddr {
+				return fmt.Errorf("%w: %s holds the raft state of a cluster in which %s is node %q, but this node's id is %q: start it with --id %s",
+					ErrWrongNode, dir, raftAddr, s.ID, id, s.ID)
+			}
+		}
+		if !member && len(ids) > 0 {
+			return fmt.Errorf("%w: %s holds the raft state of a cluster whose members are %s, not %q: start it with one of those ids, or give this node a data directory of its own",
+				ErrWrongNode, dir, strings.Join(ids, ", "), id)
+		}
 	}
 	// Written whole or not at all: a torn file would refuse every later
 	// start under the right id.
@@ -61,6 +84,44 @@ func checkNodeID(dir, id string) error {
 		return fmt.Errorf("cluster: record node id: %w", err)
 	}
 	return nil
+}
+
+// latestConfiguration is the newest raft configuration the stores hold:
+// the last configuration entry of the log, else the newest snapshot's. ok
+// is false for stores with no raft state.
+func latestConfiguration(logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (raft.Configuration, bool, error) {
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil || !has {
+		return raft.Configuration{}, false, err
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return raft.Configuration{}, false, err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return raft.Configuration{}, false, err
+	}
+	for i := last; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				continue
+			}
+			return raft.Configuration{}, false, err
+		}
+		if l.Type == raft.LogConfiguration {
+			return raft.DecodeConfiguration(l.Data), true, nil
+		}
+	}
+	metas, err := snaps.List()
+	if err != nil {
+		return raft.Configuration{}, false, err
+	}
+	if len(metas) > 0 {
+		return metas[0].Configuration, true, nil
+	}
+	return raft.Configuration{}, false, nil
 }
 
 func syncDir(dir string) error {

@@ -132,10 +132,6 @@ func NewNode(cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
-	if err := checkNodeID(cfg.DataDir, cfg.ID); err != nil {
-		return nil, err
-	}
-
 	// The FSM first: its WAL gives W, which decides how raft starts.
 	walCfg := cfg.WAL
 	walCfg.Logger = nil
@@ -189,6 +185,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 		}
+	}
+
+	// After the stores open, which a directory from before node-id files
+	// needs to be judged by its raft configuration.
+	if err := checkNodeID(cfg.DataDir, cfg.ID, cfg.RaftAddr, logs, stable, n.snaps); err != nil {
+		return nil, err
 	}
 
 	// Damaged snapshots are set aside (or the start refused) before raft
