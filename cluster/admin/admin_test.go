@@ -74,6 +74,7 @@ type fakeBackend struct {
 	peers    []cluster.PeerStatus
 	mem      *store.MemStore // the executor's store: what is committed
 	state    string          // raft state Status reports; default Follower
+	contact  time.Time       // last contact with the leader; default long ago
 }
 
 func (f *fakeBackend) ID() string { return f.id }
@@ -100,7 +101,11 @@ func (f *fakeBackend) Status() cluster.Status {
 	if state == "" {
 		state = "Follower"
 	}
-	return cluster.Status{ID: f.id, Address: "raft-" + f.id, State: state, LeaderID: id, LeaderAddr: addr, Term: 3, CommitIndex: 10, AppliedIndex: 9, FSMIndex: 9, Peers: f.peers, LastContact: time.Unix(100, 0)}
+	contact := f.contact
+	if contact.IsZero() {
+		contact = time.Unix(100, 0)
+	}
+	return cluster.Status{ID: f.id, Address: "raft-" + f.id, State: state, LeaderID: id, LeaderAddr: addr, Term: 3, CommitIndex: 10, AppliedIndex: 9, FSMIndex: 9, Peers: f.peers, LastContact: contact}
 }
 func (f *fakeBackend) Join(context.Context, string, string) error { return f.notLeader() }
 func (f *fakeBackend) RemovePeer(context.Context, string) error   { return f.notLeader() }

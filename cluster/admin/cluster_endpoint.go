@@ -136,6 +136,11 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 	})
 }
 
+// leaderHeardWithin is how recent a member's contact with its leader must
+// be for cluster status to trust that a leader stands (on a quorum): a
+// few heartbeat timeouts of the defaults, generous for a loaded machine.
+const leaderHeardWithin = 2 * time.Second
+
 // probeMembers asks every other member's admin API for its own status, in
 // parallel, each within memberProbeTimeout, and counts the voters that
 // answered. This node answers for itself. A member is judged by whether
@@ -168,10 +173,11 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 	}
 	wg.Wait()
 	out.MembersProbed = true
-	leaderAnswered := false
+	leaderHeard := false
 	for _, p := range out.Peers {
-		if p.GetReachable() && p.GetStatus().GetState() == raft.Leader.String() {
-			leaderAnswered = true
+		if st := p.GetStatus(); p.GetReachable() && st.GetLeaderId() != "" &&
+			st.GetLastContactMs() >= 0 && st.GetLastContactMs() <= leaderHeardWithin.Milliseconds() {
+			leaderHeard = true
 		}
 		if p.GetSuffrage() != raft.Voter.String() {
 			continue
@@ -185,12 +191,13 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 		}
 	}
 	// A member that has not registered its admin address yet cannot be
-	// asked. When a leader answered, it is likely up (it registers within
-	// moments of reaching that leader), so only members that failed to
-	// answer count against a quorum; with no leader answering, nothing
-	// says it ever started, and only the members that answered count.
+	// asked. While a member that answered hears from a leader, it is
+	// likely up (a leader stands on a quorum, and the member registers
+	// within moments of reaching it), so only members that failed to
+	// answer count against a quorum; with no leader heard of, nothing says
+	// it ever started, and only the members that answered count.
 	counted := out.VotersReachable
-	if leaderAnswered {
+	if leaderHeard {
 		counted += out.VotersUnknown
 	}
 	out.Quorum = out.Voters > 0 && counted > out.Voters/2

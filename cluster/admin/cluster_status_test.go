@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/testnet"
@@ -29,7 +30,9 @@ func TestClusterStatusQuorumCount(t *testing.T) {
 		reachable, unknown, voter uint32
 		quorum                    bool
 		state                     string // of the answering master, m0
+		leader                    string // the leader m0 hears from, just now
 	}{
+		{name: "a follower hearing from its leader", peers: peers("m0", "m1", "m2"), state: "Follower", leader: "m1", reachable: 1, unknown: 2, voter: 3, quorum: true},
 		{name: "others not registered yet", peers: peers("m0", "m1", "m2"), state: "Leader", reachable: 1, unknown: 2, voter: 3, quorum: true},
 		// Members not asked are only taken for up when a leader answered:
 		// a lone candidate whose peers never started has no quorum.
@@ -45,6 +48,12 @@ func TestClusterStatusQuorumCount(t *testing.T) {
 				kv[cluster.AdminAddrKey(id)] = []byte(dead)
 			}
 			b := &fakeBackend{id: "m0", procsErr: cluster.ErrNotLeader, kv: kv, peers: tc.peers, state: tc.state}
+			if tc.state == "Leader" {
+				b.leaderID = "m0"
+			}
+			if tc.leader != "" {
+				b.leaderID, b.contact = tc.leader, time.Now()
+			}
 			s, err := New(b, Config{})
 			if err != nil {
 				t.Fatal(err)
