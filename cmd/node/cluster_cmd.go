@@ -334,7 +334,7 @@ func (c *cli) clusterRemove(args []string) int {
 	s, err := cl.RemovePeer(c.ctx, pos[0])
 	if err != nil {
 		return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
-			codes.NotFound: "the members are the IDs 'baton cluster status' lists",
+			codes.NotFound: "the members are the IDs 'baton cluster status' lists (a removal retried after its answer was lost finds the member already gone)",
 		})
 	}
 	if !cf.json {
