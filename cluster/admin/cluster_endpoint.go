@@ -203,18 +203,33 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 	out.Quorum = out.Voters > 0 && counted > out.Voters/2
 }
 
+// probeBudget is how long a member probe may take: memberProbeTimeout, or
+// half of what the caller's deadline leaves if that is less, so that a
+// dead member's silence leaves time to answer about the others (a client
+// with --timeout 500ms gets its answer, not UNAVAILABLE).
+func probeBudget(ctx context.Context, now time.Time) time.Duration {
+	budget := memberProbeTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if half := dl.Sub(now) / 2; half < budget {
+			budget = max(half, time.Millisecond)
+		}
+	}
+	return budget
+}
+
 // probeMember asks the admin API at addr for its own status.
 func (s *Server) probeMember(ctx context.Context, addr string) (*adminpb.ClusterStatusResponse, error) {
 	cc, err := s.conn(addr)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, memberProbeTimeout)
+	budget := probeBudget(ctx, time.Now())
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	st, err := adminpb.NewAdminClient(cc).ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
 	if err != nil {
 		if status.Code(err) == codes.DeadlineExceeded {
-			return nil, fmt.Errorf("no answer from %s within %v", addr, memberProbeTimeout)
+			return nil, fmt.Errorf("no answer from %s within %v", addr, budget.Round(time.Millisecond))
 		}
 		return nil, fmt.Errorf("%s: %s", addr, status.Convert(err).Message())
 	}

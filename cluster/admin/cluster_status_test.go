@@ -79,3 +79,27 @@ func TestClusterStatusQuorumCount(t *testing.T) {
 		})
 	}
 }
+
+// A member probe leaves the caller time to be answered: it takes half of
+// what the caller's deadline leaves when that is less than its own bound.
+func TestProbeBudgetFitsTheCallersDeadline(t *testing.T) {
+	now := time.Unix(1000, 0)
+	if got := probeBudget(context.Background(), now); got != memberProbeTimeout {
+		t.Fatalf("no deadline: %v, want %v", got, memberProbeTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(400*time.Millisecond))
+	defer cancel()
+	if got := probeBudget(ctx, now); got != 200*time.Millisecond {
+		t.Fatalf("400ms left: %v, want 200ms", got)
+	}
+	ctx2, cancel2 := context.WithDeadline(context.Background(), now.Add(time.Minute))
+	defer cancel2()
+	if got := probeBudget(ctx2, now); got != memberProbeTimeout {
+		t.Fatalf("a minute left: %v, want %v", got, memberProbeTimeout)
+	}
+	ctx3, cancel3 := context.WithDeadline(context.Background(), now.Add(-time.Second))
+	defer cancel3()
+	if got := probeBudget(ctx3, now); got <= 0 {
+		t.Fatalf("deadline passed: %v, want a positive bound", got)
+	}
+}
