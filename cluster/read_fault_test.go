@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -272,16 +273,29 @@ func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 		err error
 	}
 	done := make(chan res, 1)
+	verifying := make(chan struct{})
+	verify := old.reads.verify
+	var once sync.Once
+	old.reads.verify = func() error {
+		once.Do(func() { close(verifying) })
+		return verify()
+	}
 	go func() {
 		ri, err := old.LinearizableRead(ctx)
 		done <- res{ri, err}
 	}()
-	// The one pause left in these tests: nothing shows when raft's leader
-	// loop has registered the read's VerifyLeader with the replication
-	// (the heartbeats that would show it are the ones held). Registered
-	// late, the read misses the old replies and fails: the test then
+	select {
+	case <-verifying: // the read's round called raft.VerifyLeader
+	case <-ctx.Done():
+		t.Fatal("the read never started a leadership round")
+	}
+	// The replies stay held a moment longer: that delay is the fault under
+	// test (replies to old heartbeats arriving after the read's round was
+	// registered). Nothing shows when raft's leader loop has handed the
+	// round to the replication, one goroutine hop after VerifyLeader; if it
+	// has not yet, the read misses the old replies and fails, and the test
 	// passes without proving anything, but never fails wrongly.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
 	close(g.release) // the old replies arrive
 	r := <-done
 	if r.err != nil {

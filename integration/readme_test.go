@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // TestReadme runs README.md's ```sh blocks, so that the README cannot
@@ -510,20 +512,25 @@ func jsonSubset(path string, want, got any) string {
 // argsOf waits until pid has exec'd baton and returns its arguments (the
 // lines' variables expanded by bash).
 func (s *readmeShell) argsOf(where string, pid int) []string {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var args []string
+	exited := false
+	testwait.Until(10*time.Second, func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
-			break // exited
+			exited = true
+			return true
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 1 && filepath.Base(args[0]) == "baton" {
-			return args[1:]
+		a := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(a) > 1 && filepath.Base(a[0]) == "baton" {
+			args = a[1:]
+			return true
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	})
+	if args == nil {
+		s.t.Errorf("%s: background process %d did not become baton (exited: %v)", where, pid, exited)
 	}
-	s.t.Errorf("%s: background process %d did not become baton", where, pid)
-	return nil
+	return args
 }
 
 func flagOf(args []string, name string) string {
