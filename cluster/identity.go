@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/internal/fsutil"
 )
 
 // nodeIDFile records, in a data directory, the id of the node it belongs
@@ -62,25 +64,7 @@ func checkNodeID(dir, id, raftAddr string, logs raft.LogStore, stable raft.Stabl
 	}
 	// Written whole or not at all: a torn file would refuse every later
 	// start under the right id.
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("cluster: record node id: %w", err)
-	}
-	_, err = f.WriteString(id + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n"), 0o644); err != nil {
 		return fmt.Errorf("cluster: record node id: %w", err)
 	}
 	return nil
@@ -122,16 +106,4 @@ func latestConfiguration(logs raft.LogStore, stable raft.StableStore, snaps raft
 		return metas[0].Configuration, true, nil
 	}
 	return raft.Configuration{}, false, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

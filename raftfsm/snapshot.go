@@ -39,6 +39,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
@@ -388,39 +389,9 @@ func openDataDir(dir string, log hclog.Logger) (uint64, error) {
 
 // writeCurrent atomically points CURRENT at generation gen.
 func writeCurrent(dir string, gen uint64) error {
-	tmp := filepath.Join(dir, currentFile+".tmp")
-	name := filepath.Base(walDir(dir, gen)) + "\n"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("raftfsm: write %s: %w", tmp, err)
-	}
-	_, err = f.WriteString(name)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, currentFile))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("raftfsm: switch %s to %s: %w", currentFile, name[:len(name)-1], err)
+	name := filepath.Base(walDir(dir, gen))
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, currentFile), []byte(name+"\n"), 0o644); err != nil {
+		return fmt.Errorf("raftfsm: switch %s to %s: %w", currentFile, name, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/baton-dev/baton/internal/fsutil"
 )
 
 // The writer goroutine: the only one that touches segment files once the WAL
@@ -331,15 +333,7 @@ func (w *WAL) syncDir() error {
 	if w.cfg.NoSync {
 		return nil
 	}
-	d, err := os.Open(w.cfg.Dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsutil.SyncDir(w.cfg.Dir)
 }
 
 // createSegment creates the next segment: header to a .tmp file, sync,

@@ -507,18 +507,7 @@ func (in *Injector) dropped(ctx context.Context, c Call, h *Handle, d time.Durat
 
 // sleep waits d on the injector's clock, or until ctx ends.
 func (in *Injector) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	ch := make(chan struct{})
-	t := in.clk.AfterFunc(d, func() { close(ch) })
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return clock.Sleep(ctx, in.clk, d)
 }
 
 // UnaryServerInterceptor applies the rules to the unary calls a server
