@@ -35,7 +35,6 @@ type entry struct {
 	rollingBack           bool
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress
-	writes                uint32
 	runs                  []Run
 
 	// runtime only

@@ -1173,8 +1173,7 @@ func (x *Executor) encode(e *entry) (store.Proc, error) {
 func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 	x.mu.Lock()
 	e.updated = x.clock.Now()
-	e.writes++
-	e.runs = noteWrite(e.runs, x.cfg.Node, e.writes, e.updated)
+	e.runs = noteWrite(e.runs, x.cfg.Node, e.updated)
 	r := record{
 		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
 		state: e.state, owner: e.owner, nonce: e.nonce,
@@ -1185,7 +1184,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
-		writes: e.writes, runs: append([]Run(nil), e.runs...),
+		runs: append([]Run(nil), e.runs...),
 	}
 	x.unlock()
 	if sm, ok := e.proc.(stateMachineProcedure); ok {

@@ -40,10 +40,9 @@ type record struct {
 	smEOF     bool
 	smNext    int32
 	smHistory []int32
-	// writes counts the record's persisted writes; runs says which node
-	// made which of them (see Run).
-	writes uint32
-	runs   []Run
+	// runs says which node made which of the record's persisted writes
+	// (see Run); the last run's Last counts them.
+	runs []Run
 }
 
 const (
@@ -78,7 +77,6 @@ const (
 	fSMHistory
 	fSpins
 	fErrorCode
-	fWrites
 	fRuns
 )
 
@@ -143,7 +141,6 @@ func (r *record) marshal() []byte {
 	i(fSMNext, int64(r.smNext))
 	ints(fSMHistory, r.smHistory)
 	i(fSpins, int64(r.spins))
-	u(fWrites, uint64(r.writes))
 	for _, run := range r.runs {
 		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
 		b = protowire.AppendBytes(b, marshalRun(run))
@@ -240,8 +237,6 @@ func (r *record) setVarint(num protowire.Number, v uint64) {
 		r.smEOF = v != 0
 	case fSMNext:
 		r.smNext = int32(z)
-	case fWrites:
-		r.writes = uint32(v)
 	}
 }
 

@@ -22,9 +22,15 @@ type Run struct {
 // one looks for (where it started, where it went last) at a bounded cost.
 const maxRuns = 16
 
-// noteWrite records write number n of a procedure by node at t.
-func noteWrite(runs []Run, node string, n uint32, t time.Time) []Run {
+// noteWrite records the next write of a procedure, by node at t. Writes
+// are numbered on from the last run's Last (the first run, kept when runs
+// are trimmed, and the last one always stay).
+func noteWrite(runs []Run, node string, t time.Time) []Run {
 	t = t.Round(0) // as it reads back from the record: wall time only
+	n := uint32(1)
+	if k := len(runs); k > 0 {
+		n = runs[k-1].Last + 1
+	}
 	if k := len(runs); k > 0 && runs[k-1].Node == node {
 		runs[k-1].Last, runs[k-1].Until = n, t
 		return runs

@@ -104,10 +104,10 @@ func TestRunsStayBounded(t *testing.T) {
 	var runs []Run
 	at := time.Unix(1, 0)
 	for i := range 3 * maxRuns {
-		runs = noteWrite(runs, []string{"m1", "m2"}[i%2], uint32(i+1), at)
-		runs = noteWrite(runs, []string{"m1", "m2"}[i%2], uint32(i+1), at) // a second write, same node: same run
+		runs = noteWrite(runs, []string{"m1", "m2"}[i%2], at)
+		runs = noteWrite(runs, []string{"m1", "m2"}[i%2], at) // a second write, same node: same run
 	}
-	if len(runs) != maxRuns || runs[0].First != 1 || runs[len(runs)-1].Last != 3*maxRuns {
+	if len(runs) != maxRuns || runs[0].First != 1 || runs[0].Last != 2 || runs[len(runs)-1].Last != 6*maxRuns {
 		t.Fatalf("%d runs, first %+v, last %+v: want %d, the first and the latest kept", len(runs), runs[0], runs[len(runs)-1], maxRuns)
 	}
 	for _, r := range runs {
