@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/baton-dev/baton/procedure"
 )
@@ -36,8 +35,7 @@ func (p *Balance) ExecuteState(ctx *procedure.Context, state int32) (procedure.F
 	}
 	svc := d.servicesFor(ctx)
 	if svc == nil {
-		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
-		return procedure.HasMoreState, nil
+		return awaitServices(ctx)
 	}
 	r := ctxReader{ctx}
 	live, err := svc.liveTargets(r)

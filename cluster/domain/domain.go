@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -161,6 +162,14 @@ func (d *Domain) servicesFor(ctx *procedure.Context) *services {
 		return nil
 	}
 	return s
+}
+
+// awaitServices is a step's answer when servicesFor found none: leadership
+// is changing under this executor, which is about to stop. The step looks
+// again in a second, without a write (a new leader's executor runs it).
+func awaitServices(ctx *procedure.Context) (procedure.Flow, error) {
+	ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
+	return procedure.HasMoreState, nil
 }
 
 // rsClient returns a RegionServer client for addr (ServerRegions).

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
@@ -143,8 +142,7 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 	}
 	svc := d.servicesFor(ctx)
 	if svc == nil {
-		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
-		return procedure.HasMoreState, nil
+		return awaitServices(ctx)
 	}
 	released, expired, ev := svc.lockFlags(ctx.ID())
 	if released || expired {

@@ -96,8 +96,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 	case scpAssign:
 		svc := d.servicesFor(ctx)
 		if svc == nil {
-			ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
-			return procedure.HasMoreState, nil
+			return awaitServices(ctx)
 		}
 		// The regions move only once the incarnation has certainly
 		// stopped serving them: the expiry committed above may not have

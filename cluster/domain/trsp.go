@@ -149,9 +149,7 @@ func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (
 	}
 	svc := d.servicesFor(ctx)
 	if svc == nil {
-		// Leadership is changing under this executor; it is about to stop.
-		ctx.Suspend(procedure.Timeout(time.Second), procedure.SkipPersistence())
-		return procedure.HasMoreState, nil
+		return awaitServices(ctx)
 	}
 	r := ctxReader{ctx}
 	switch state {
