@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,7 +49,7 @@ type Domain interface {
 
 	// The lock calls run on the leader, with its executor.
 	AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error)
-	LockHeartbeat(x catalog.Executor, id uint64) (catalog.Lock, error)
+	LockHeartbeat(x catalog.Executor, id uint64, lease time.Duration) (catalog.Lock, error)
 	ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error)
 }
 

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -17,6 +18,7 @@ func (s *Server) AcquireLock(ctx context.Context, req *adminpb.AcquireLockReques
 		lk, err := d.AcquireLock(x, catalog.LockRequest{
 			Kind: req.GetKind(), Names: req.GetNames(), Exclusive: req.GetExclusive(),
 			Holder: req.GetHolder(), Description: req.GetDescription(), Nonce: req.GetNonce(),
+			Lease: time.Duration(req.GetLeaseMs()) * time.Millisecond,
 		})
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
@@ -31,7 +33,7 @@ func (s *Server) LockHeartbeat(ctx context.Context, req *adminpb.LockRef) (*admi
 		return nil, err
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
-		lk, err := d.LockHeartbeat(x, req.GetLockId())
+		lk, err := d.LockHeartbeat(x, req.GetLockId(), time.Duration(req.GetLeaseMs())*time.Millisecond)
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
 		return c.LockHeartbeat(ctx, req)

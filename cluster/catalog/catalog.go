@@ -13,6 +13,7 @@ package catalog
 
 import (
 	"context"
+	"time"
 
 	"github.com/baton-dev/baton/procedure"
 )
@@ -69,6 +70,10 @@ type LockRequest struct {
 	Description string
 	// Nonce makes a retried request return the lock of the first.
 	Nonce string
+	// Lease is how long the lock outlives its holder's last heartbeat:
+	// 0 for the cluster's default, else within the domain's bounds
+	// (rounded up to one of its steps).
+	Lease time.Duration
 }
 
 // Lock is where an external lock stands.

@@ -35,7 +35,14 @@ func LockHeld(state string) bool { return state == LockWaiting || state == LockA
 // renew with LockHeartbeat within LeaseTimeoutMs, or it expires. holder and
 // description are informational.
 func (c *Client) AcquireLock(ctx context.Context, kind string, names []string, exclusive bool, holder, description, nonce string) (*adminpb.LockResponse, error) {
-	req := &adminpb.AcquireLockRequest{Kind: kind, Names: names, Exclusive: exclusive, Holder: holder, Description: description, Nonce: orNonce(nonce)}
+	return c.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: kind, Names: names, Exclusive: exclusive, Holder: holder, Description: description, Nonce: nonce})
+}
+
+// AcquireLockWith is AcquireLock with the whole request, for what
+// AcquireLock's arguments do not say (the lease's length). An empty nonce
+// is filled in, so retries through failovers return the same lock.
+func (c *Client) AcquireLockWith(ctx context.Context, req *adminpb.AcquireLockRequest) (*adminpb.LockResponse, error) {
+	req.Nonce = orNonce(req.GetNonce())
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
 		return a.AcquireLock(ctx, req)
 	})
@@ -44,8 +51,15 @@ func (c *Client) AcquireLock(ctx context.Context, kind string, names []string, e
 // LockHeartbeat renews the lease of lock id and returns its state. A lock
 // that is RELEASED or EXPIRED is not revived: the holder has lost it.
 func (c *Client) LockHeartbeat(ctx context.Context, id uint64) (*adminpb.LockResponse, error) {
+	return c.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: id})
+}
+
+// LockHeartbeatWith is LockHeartbeat with the whole request: a holder
+// that asked for its own lease length restates it (LeaseMs), so that a new
+// leader, which knows only the default until then, learns it.
+func (c *Client) LockHeartbeatWith(ctx context.Context, ref *adminpb.LockRef) (*adminpb.LockResponse, error) {
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
-		return a.LockHeartbeat(ctx, &adminpb.LockRef{LockId: id})
+		return a.LockHeartbeat(ctx, ref)
 	})
 }
 

@@ -3,6 +3,7 @@ package domain_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,4 +265,64 @@ func TestLockSurvivesFailover(t *testing.T) {
 		t.Fatalf("release: %v, %v", rel, err)
 	}
 	h.mustSucceed(dis, 10*time.Second)
+}
+
+// A lock asks for its own lease: a holder that goes away without releasing
+// blocks the work behind it for that lease, not the cluster's long
+// default. A heartbeat may restate it, and a new leader learns it from the
+// lock's procedure even if the holder never comes back.
+func TestLockOwnLease(t *testing.T) {
+	h := newHarness(t, harnessOpts{servers: 1, domain: func(c *domain.Config) { c.LockLease = time.Hour }})
+	lm, x := h.leader()
+	c := lm.client
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, ms := range []int64{500, 2 * 3600 * 1000, -1} {
+		_, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, LeaseMs: ms})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "want between 1s and 1h0m0s") {
+			t.Errorf("lease %d ms: %v, want INVALID_ARGUMENT", ms, err)
+		}
+	}
+	a, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, Holder: "goes away", LeaseMs: 1000})
+	if err != nil || a.GetState() != domain.LockAcquired || a.GetLeaseTimeoutMs() != 1000 {
+		t.Fatalf("acquire a: %v, %v", a, err)
+	}
+	b, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, Holder: "stays"})
+	if err != nil || b.GetState() != domain.LockWaiting || b.GetLeaseTimeoutMs() != time.Hour.Milliseconds() {
+		t.Fatalf("acquire b: %v, %v", b, err)
+	}
+	// a's holder never heartbeats: a expires after its own second, and b
+	// is granted, long before the cluster's hour.
+	testwait.For(t, 20*time.Second, "b granted once a's own lease ran out", func() bool {
+		hb, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: b.GetLockId()})
+		return err == nil && hb.GetState() == domain.LockAcquired
+	})
+	if info, _ := x.Get(a.GetLockId()); string(info.Result) != domain.LockExpired {
+		t.Errorf("a: %v %q, want EXPIRED", info.State, info.Result)
+	}
+	// b restates its lease: 1.5 s is rounded up to the next step.
+	hb, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: b.GetLockId(), LeaseMs: 1500})
+	if err != nil || hb.GetLeaseTimeoutMs() != 2000 {
+		t.Fatalf("restated heartbeat: %v, %v", hb, err)
+	}
+	if _, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: b.GetLockId(), LeaseMs: 10}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("heartbeat restating 10 ms: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := c.ReleaseLock(ctx, &adminpb.LockRef{LockId: b.GetLockId()}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lock of 2 s whose holder dies with the leader: the new leader
+	// grants it the default (an hour) as a grace to find it, then its
+	// procedure's next step restates 2 s, and it expires.
+	l, err := c.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, LeaseMs: 2000})
+	if err != nil || l.GetState() != domain.LockAcquired {
+		t.Fatalf("acquire: %v, %v", l, err)
+	}
+	h.killMaster(h.leaderIndex())
+	_, x2 := h.leader()
+	testwait.For(t, 30*time.Second, "the lock expired on the new leader", func() bool {
+		info, err := x2.Get(l.GetLockId())
+		return err == nil && string(info.Result) == domain.LockExpired
+	})
 }

@@ -297,7 +297,13 @@ func (d *Domain) lockInfo(x catalog.Executor, id uint64) (catalog.Lock, error) {
 	if err != nil {
 		return catalog.Lock{}, err
 	}
-	return catalog.Lock{ID: id, State: st, LeaseTimeoutMs: d.cfg.LockLease.Milliseconds()}, nil
+	length := d.cfg.LockLease
+	if svc := d.services(); svc != nil {
+		if l, ok := svc.lockLeases.Length(lockHolder(id)); ok {
+			length = l
+		}
+	}
+	return catalog.Lock{ID: id, State: st, LeaseTimeoutMs: length.Milliseconds()}, nil
 }
 
 // acquireGrace is how long AcquireLock gives an uncontended lock to be
@@ -318,16 +324,24 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 	if err != nil {
 		return catalog.Lock{}, err
 	}
+	length, err := lockLeaseLength(req.Lease, d.cfg.LockLease)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
 	p, err := newLockProcedure(r, req.Kind, req.Names, req.Exclusive, req.Holder, req.Description)
 	if err != nil {
 		return catalog.Lock{}, err
 	}
+	p.LeaseMs = length.Milliseconds()
 	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: "admin/lock"})
 	if err != nil {
 		return catalog.Lock{}, err
 	}
-	if _, ok := svc.lockLeases.Get(lockHolder(id)); !ok {
-		svc.lockLeases.Grant(lockHolder(id))
+	if _, ok := svc.lockLeases.Length(lockHolder(id)); !ok {
+		// A retry (same nonce) keeps the lease the first request got.
+		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
+			return catalog.Lock{}, err
+		}
 	}
 	expired, stop := d.after(acquireGrace)
 	defer stop()
@@ -362,10 +376,16 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 }
 
 // LockHeartbeat renews the lock's lease. A finished lock is not revived.
-func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64) (catalog.Lock, error) {
+// A lease of 0 keeps the lock's length; another restates it (a holder
+// reaching a new leader, which knows only the default until then).
+func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64, asked time.Duration) (catalog.Lock, error) {
 	svc := d.services()
 	if svc == nil {
 		return catalog.Lock{}, ErrNoServices
+	}
+	length, err := lockLeaseLength(asked, d.cfg.LockLease)
+	if err != nil {
+		return catalog.Lock{}, err
 	}
 	lk, err := d.lockInfo(x, id)
 	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
@@ -378,9 +398,18 @@ func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64) (catalog.Lock, err
 		}
 		// A new leader that has not granted it yet: the heartbeat is a
 		// sign of life as good as a grant.
-		svc.lockLeases.Grant(lockHolder(id))
+		if asked == 0 {
+			length = d.cfg.LockLease
+		}
+		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
+			return catalog.Lock{}, err
+		}
+	} else if cur, _ := svc.lockLeases.Length(lockHolder(id)); asked != 0 && cur != length {
+		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
+			return catalog.Lock{}, err
+		}
 	}
-	return lk, nil
+	return d.lockInfo(x, id)
 }
 
 // releaseTimeout bounds how long ReleaseLock waits for the lock procedure

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
@@ -29,7 +30,8 @@ const (
 // asked namespace, table or region locks through the scheduler like any
 // procedure, holds them (HoldLock) while suspended, and lets go once its
 // holder releases it or stops renewing its lease ("lock/<id>", a hard limit
-// of Config.LockLease, renewed by LockHeartbeat). While it waits for its
+// of the length the lock asked for, by default Config.LockLease, renewed
+// by LockHeartbeat). While it waits for its
 // locks it is WAITING; once its first step ran it is ACQUIRED, recorded at
 // lock/<id>; it finishes with the result RELEASED or EXPIRED.
 //
@@ -47,6 +49,17 @@ type LockProcedure struct {
 	Namespace string `json:"namespace,omitempty"`
 	Table     string `json:"table,omitempty"`
 	Outcome   string `json:"outcome,omitempty"`
+	// LeaseMs is the length of the holder's lease (0 in locks taken before
+	// locks had their own: the cluster's default).
+	LeaseMs int64 `json:"lease_ms,omitempty"`
+}
+
+// leaseLength is the length of p's lease.
+func (p *LockProcedure) leaseLength(def time.Duration) time.Duration {
+	if p.LeaseMs > 0 {
+		return time.Duration(p.LeaseMs) * time.Millisecond
+	}
+	return def
 }
 
 // NewLockProcedure validates a lock request. Region locks need the
@@ -157,6 +170,13 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 			return procedure.NoMoreState, ctx.Delete(LockKey(ctx.ID()))
 		}
 		return procedure.NoMoreState, nil
+	}
+	// On a new leader the lease was granted with the default length until
+	// this step ran again: from now on it has the lock's own.
+	if length := p.leaseLength(d.cfg.LockLease); !svc.hasLockLease(ctx.ID(), length) {
+		if err := svc.lockLeases.Grant(lockHolder(ctx.ID()), length); err != nil {
+			return procedure.NoMoreState, err
+		}
 	}
 	switch state {
 	case lockAcquired:

@@ -59,17 +59,12 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	if svc.leases, err = lease.New(lc); err != nil {
 		return nil, fmt.Errorf("master: server leases: %w", err)
 	}
-	kc := lease.Config{
-		SoftLimit:       d.cfg.LockLease / 2,
-		HardLimit:       d.cfg.LockLease,
-		MonitorInterval: min(lc.MonitorInterval, d.cfg.LockLease),
+	svc.lockLeases = newLockLeases(lease.Config{
+		MonitorInterval: lc.MonitorInterval,
 		MaxPassTime:     lc.MaxPassTime,
 		Clock:           d.cfg.Clock,
 		OnExpire:        svc.onLockLeaseExpired,
-	}
-	if svc.lockLeases, err = lease.New(kc); err != nil {
-		return nil, fmt.Errorf("master: lock leases: %w", err)
-	}
+	})
 	dc := d.cfg.Dispatch
 	dc.Term, dc.MasterID, dc.Transport = term, n.ID(), d.transport
 	dc.OnResult, dc.OnServerFailed = svc.onResult, svc.onServerFailed
@@ -147,7 +142,7 @@ type services struct {
 	log        hclog.Logger
 	disp       *dispatch.Dispatcher
 	leases     *lease.Manager // region servers
-	lockLeases *lease.Manager // external lock holders
+	lockLeases *lockLeases    // external lock holders
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -306,7 +301,12 @@ func (s *services) reconcileWhenReady() {
 	}
 	for _, info := range s.x.List(procedure.Filter{Type: TypeLock}) {
 		if !info.State.Terminal() {
-			s.lockLeases.Grant(lockHolder(info.ID))
+			// The lock's own length is restated by its holder's next
+			// heartbeat and by the procedure's next step: until then
+			// the default is the grace a holder gets to find this leader.
+			if _, ok := s.lockLeases.Length(lockHolder(info.ID)); !ok {
+				s.logLeaseErr(info.ID, s.lockLeases.Grant(lockHolder(info.ID), s.d.cfg.LockLease))
+			}
 		}
 	}
 }

@@ -433,10 +433,18 @@ func TestLockCommands(t *testing.T) {
 		{cliCase: cliCase{name: "two tables", args: []string{"lock", "acquire", "--kind", "table", "--name", "a", "--name", "b"}, code: 2, stderr: "takes one --name"}},
 		{cliCase: cliCase{name: "positional", args: []string{"lock", "acquire", "--kind", "table", "t"}, code: 2, stderr: "takes no arguments"}},
 		{cliCase: cliCase{name: "exclusive", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--exclusive", "--json"},
-			json: map[string]any{"id": anID{}, "lock_id": anID{}, "state": "ACQUIRED", "lease_timeout_ms": float64(lease.Milliseconds())}}, save: &a},
+			json: map[string]any{"id": anID{}, "lock_id": anID{}, "state": "ACQUIRED", "lease_timeout_ms": float64(defaultCLILockLease.Milliseconds())}}, save: &a},
 		{cliCase: cliCase{name: "shared waits", args: []string{"lock", "acquire", "--kind", "TABLE", "--name", "default:t", "--holder", "me", "--json"},
 			json: map[string]any{"state": "WAITING"}}, save: &b},
-		{cliCase: cliCase{name: "waiting heartbeat", code: 0, stdout: "WAITING; lease renewed for 30s"}, args: func() []string { return []string{"lock", "heartbeat", b} }},
+		{cliCase: cliCase{name: "waiting heartbeat", code: 0, stdout: "WAITING; lease renewed for 5s"}, args: func() []string { return []string{"lock", "heartbeat", b} }},
+		// A lease of its own, rounded up to the master's next step.
+		{cliCase: cliCase{name: "own lease", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "7s", "--json"},
+			json: map[string]any{"state": "ACQUIRED", "lease_timeout_ms": float64(10_000)}}},
+		{cliCase: cliCase{name: "lease too short", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "500ms"}, code: 2, stderr: "--lease 500ms: want between 1s and 1h"}},
+		{cliCase: cliCase{name: "lease not a duration", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "soon"}, code: 2, stderr: "invalid value"}},
+		{cliCase: cliCase{name: "keepalive and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--keepalive", "--", "true"}, code: 2, stderr: "give one"}},
+		{cliCase: cliCase{name: "json and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--json", "--", "true"}, code: 2, stderr: "the command's output is the output"}},
+		{cliCase: cliCase{name: "nothing after --", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--"}, code: 2, stderr: "nothing after --"}},
 		{cliCase: cliCase{name: "region locks", args: []string{"lock", "acquire", "--kind", "region", "--name", r0, "--name", r1},
 			stdout: "ACQUIRED: shared region lock on " + r0 + ", " + r1}},
 		{cliCase: cliCase{name: "release", stdout: "RELEASED"}, args: func() []string { return []string{"lock", "release", a} }},
@@ -533,7 +541,9 @@ func exitOf(t *testing.T, done chan int) int {
 // through) is real time: the lease is long enough for a loaded machine,
 // and the command heartbeats three times per lease.
 func TestLockKeepalive(t *testing.T) {
-	const lease = 600 * time.Millisecond
+	// The shortest lease a lock may ask for; the commands ask for it with
+	// --lease (their own default is longer).
+	const lease = time.Second
 	lockID := regexp.MustCompile(`lock (\d+) ACQUIRED`)
 	start := func(t *testing.T, masters int, lease time.Duration) (*clustertest.Cluster, *clock.Manual) {
 		clk := clock.NewManual(time.Unix(1_700_000_000, 0))
@@ -557,7 +567,7 @@ func TestLockKeepalive(t *testing.T) {
 		cl := fc.Client()
 		heartbeats := fc.CountCalls(lockHeartbeat)
 		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--json")
+		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--lease", "1s", "--json")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
@@ -565,7 +575,7 @@ func TestLockKeepalive(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &first); err != nil {
 			t.Fatal(err)
 		}
-		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--json")
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--lease", "1s", "--json")
 		defer interrupt()
 		// Ours waits, renewing its request: nothing printed yet. The
 		// master answers a parked acquisition as soon as the executor
@@ -634,7 +644,7 @@ func TestLockKeepalive(t *testing.T) {
 	t.Run("cluster unavailable for a lease", func(t *testing.T) {
 		fc, _ := start(t, 1, lease)
 		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "r", "--keepalive")
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "r", "--keepalive", "--lease", "1s")
 		defer interrupt()
 		fc.WaitFor("the lock", func() bool { return lockID.MatchString(stdout.String()) })
 		// Every call refused from now on, as by a cluster without a leader.

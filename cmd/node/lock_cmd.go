@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -21,14 +22,24 @@ import (
 var lockUsage = `usage: baton lock <command> [flags]
 
 commands:
-  acquire --kind K --name N [--name N2 ...] [--exclusive] [--holder H] [--keepalive]
+  acquire --kind K --name N [--name N2 ...] [--exclusive] [--holder H] [--lease D]
+          [--keepalive | -- COMMAND [ARGS...]]
                     take a shared (or exclusive) lock on a namespace, a table
                     (NAME or NS:NAME) or regions; it is held by a lease that
-                    must be renewed: --keepalive renews it until interrupted,
-                    then releases it
+                    must be renewed (default 5s): --keepalive renews it until
+                    interrupted, then releases it; '-- COMMAND' runs COMMAND
+                    once the lock is held, holds it while COMMAND runs and
+                    releases it when COMMAND exits, exiting as COMMAND did.
+                    A lock whose holder goes away without releasing it is
+                    free when its lease runs out
   heartbeat ID      renew a lock's lease
   release ID        release a lock (or stop waiting for it)
 ` + fmt.Sprintf(clientFlagsNote, "lock")
+
+// defaultCLILockLease is the lease the CLI asks for: short, because a
+// command that holds a lock heartbeats for as long as it lives, and a lock
+// whose holder went away must not block other work for long.
+const defaultCLILockLease = 5 * time.Second
 
 var lockAdvice = map[codes.Code]string{
 	codes.InvalidArgument:    invalidAdvice,
@@ -92,7 +103,7 @@ func (c *cli) defaultHolder() string {
 }
 
 func (c *cli) lockAcquire(args []string) int {
-	e := c.command("lock acquire", "--kind namespace|table|region --name N [--name N2 ...] [--exclusive] [--holder H] [--description D] [--nonce N] [--keepalive]", lockAcquireAdvice)
+	e := c.command("lock acquire", "--kind namespace|table|region --name N [--name N2 ...] [--exclusive] [--holder H] [--description D] [--nonce N] [--lease D] [--keepalive | -- COMMAND [ARGS...]]", lockAcquireAdvice)
 	kind := e.fs.String("kind", "", "what to lock: namespace, table or region")
 	var names namesFlag
 	e.fs.Var(&names, "name", "the namespace, the table (NAME or NS:NAME) or a region to lock (repeatable for regions)")
@@ -100,12 +111,27 @@ func (c *cli) lockAcquire(args []string) int {
 	holder := e.fs.String("holder", "", "who holds the lock (informational; default user@host:pid)")
 	desc := e.fs.String("description", "", "why the lock is held (informational)")
 	keepalive := e.fs.Bool("keepalive", false, "renew the lease until interrupted (SIGINT, SIGTERM), then release the lock; with --json the one document is printed once the lock is ACQUIRED")
+	lease := e.fs.Duration("lease", defaultCLILockLease, "how long the lock outlives this command's last heartbeat: a lock whose holder goes away is free this long after (1s to 1h, rounded up to the master's steps; longer to renew it by hand with 'baton lock heartbeat')")
 	nonce := e.nonceFlag()
+	// What follows "--" is the command to run under the lock.
+	var argv []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		args, argv = args[:i], args[i+1:]
+		if len(argv) == 0 {
+			return e.fail(usagef("nothing after --: give the command to run while the lock is held"))
+		}
+	}
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
 	*kind = strings.ToLower(strings.TrimSpace(*kind))
 	switch {
+	case argv != nil && *keepalive:
+		return e.fail(usagef("--keepalive and a command are two ways to hold the lock: give one"))
+	case argv != nil && e.cf.json:
+		return e.fail(usagef("--json is not taken with a command: the command's output is the output"))
+	case *lease < time.Second || *lease > time.Hour:
+		return e.fail(usagef("--lease %v: want between 1s and 1h", *lease))
 	case *kind == "":
 		return e.fail(usagef("--kind is required: one of %s", strings.Join(lockKinds, ", ")))
 	case !slices.Contains(lockKinds, *kind):
@@ -136,7 +162,10 @@ func (c *cli) lockAcquire(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
-	r, err := cl.AcquireLock(c.ctx, *kind, names, *exclusive, *holder, *desc, *nonce)
+	r, err := cl.AcquireLockWith(c.ctx, &adminpb.AcquireLockRequest{
+		Kind: *kind, Names: names, Exclusive: *exclusive, Holder: *holder, Description: *desc, Nonce: *nonce,
+		LeaseMs: lease.Milliseconds(),
+	})
 	if err != nil {
 		return e.fail(err)
 	}
@@ -145,8 +174,8 @@ func (c *cli) lockAcquire(args []string) int {
 		mode = "exclusive"
 	}
 	what := fmt.Sprintf("%s %s lock on %s", mode, *kind, strings.Join(names, ", "))
-	if *keepalive {
-		return e.keepalive(cl, r, what)
+	if *keepalive || argv != nil {
+		return e.keepalive(cl, r, what, *lease, argv)
 	}
 	if e.cf.json {
 		c.printJSON(toLockJSON(r))
@@ -202,16 +231,28 @@ func heartbeatEvery(lease time.Duration) time.Duration {
 // releases it. Exit 0 once released; 1 if the lock was lost (expired or
 // released by someone else); 3 if no heartbeat got through for a whole
 // lease, after which the lock is expired as far as anyone can tell.
-func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string) int {
+//
+// With argv, it runs that command once the lock is ACQUIRED and holds the
+// lock while it runs: it releases the lock when the command exits and
+// exits as the command did. If the lock is lost while the command runs,
+// the command is sent SIGTERM (it runs on the promise of the lock, which
+// no longer holds), and the exit is 1 (3 if no heartbeat got through).
+func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string, asked time.Duration, argv []string) int {
 	c := e.c
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM) // SIGINT is handled by run
 	defer stop()
 	id := r.GetLockId()
 	lease := time.Duration(r.GetLeaseTimeoutMs()) * time.Millisecond
+	// With a command, stdout is the command's: the lock's lines go to
+	// stderr.
+	out := c.stdout
+	if argv != nil {
+		out = c.stderr
+	}
 	printed := false // the one --json document
 	show := func(r *adminpb.LockResponse) {
 		if !e.cf.json {
-			fmt.Fprintf(c.stdout, "%s lock %d %s: %s\n", time.Now().Format("15:04:05.000"), id, r.GetState(), what)
+			fmt.Fprintf(out, "%s lock %d %s: %s\n", time.Now().Format("15:04:05.000"), id, r.GetState(), what)
 		} else if !printed && (r.GetState() == client.LockAcquired || !client.LockHeld(r.GetState())) {
 			c.printJSON(toLockJSON(r))
 			printed = true
@@ -222,7 +263,19 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		return c.lockOutcome(r, "")
 	}
 	if !e.cf.json {
-		fmt.Fprintf(c.stdout, "  renewing its lease (%s) every %s; interrupt to release it\n", leaseString(r), heartbeatEvery(lease))
+		until := "interrupt to release it"
+		if argv != nil {
+			until = "released when the command exits"
+		}
+		fmt.Fprintf(out, "  renewing its lease (%s) every %s; %s\n", leaseString(r), heartbeatEvery(lease), until)
+	}
+	var child *runningCommand
+	lost := func(code int) int {
+		if child != nil {
+			fmt.Fprintf(c.stderr, "baton lock acquire: lock %d is lost: stopping %s with SIGTERM\n", id, argv[0])
+			child.stop()
+		}
+		return code
 	}
 	// deadline is when the lease runs out if no heartbeat gets through: a
 	// heartbeat is retried (through failovers) until then, and no longer.
@@ -231,9 +284,32 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 	defer tick.Stop()
 	state := r.GetState()
 	for {
+		if argv != nil && child == nil && state == client.LockAcquired {
+			var err error
+			if child, err = startCommand(argv, id, c.stdout, c.stderr); err != nil {
+				fmt.Fprintf(c.stderr, "baton lock acquire: %v\n", err)
+				e.releaseAtEnd(cl, id, printed, out)
+				return exitFailed
+			}
+		}
+		var exited <-chan struct{}
+		if child != nil {
+			exited = child.done
+		}
 		select {
 		case <-ctx.Done():
-			return e.releaseAtEnd(cl, id, printed)
+			if child != nil {
+				// Ctrl-C reached the command too (one process group); a
+				// SIGTERM sent to baton alone is passed on.
+				child.signal(syscall.SIGTERM)
+				<-child.done
+				e.releaseAtEnd(cl, id, printed, out)
+				return child.exitCode()
+			}
+			return e.releaseAtEnd(cl, id, printed, out)
+		case <-exited:
+			e.releaseAtEnd(cl, id, printed, out)
+			return child.exitCode()
 		case <-tick.C:
 		}
 		hctx, cancel := ctx, context.CancelFunc(func() {})
@@ -241,7 +317,7 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 			hctx, cancel = context.WithDeadline(ctx, deadline)
 		}
 		sent := time.Now()
-		hr, err := cl.LockHeartbeat(hctx, id)
+		hr, err := cl.LockHeartbeatWith(hctx, &adminpb.LockRef{LockId: id, LeaseMs: asked.Milliseconds()})
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -249,11 +325,11 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		case err != nil && lease > 0 && !time.Now().Before(deadline):
 			fmt.Fprintf(c.stderr, "baton lock acquire: no heartbeat of lock %d got through for %s, its whole lease: it has expired (last error: %s)\n",
 				id, lease, status.Convert(err).Message())
-			return exitUnavailable
+			return lost(exitUnavailable)
 		case err != nil && (status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded) && lease > 0:
 			continue // the lease has time left: try again at the next tick
 		case err != nil:
-			return e.failAfter(err, printed)
+			return lost(e.failAfter(err, printed))
 		}
 		if l := time.Duration(hr.GetLeaseTimeoutMs()) * time.Millisecond; l > 0 && l != lease {
 			// The leader's lease differs (a new leader, configured
@@ -268,14 +344,14 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 			show(hr)
 		}
 		if !client.LockHeld(state) {
-			return c.lockOutcome(hr, "")
+			return lost(c.lockOutcome(hr, ""))
 		}
 	}
 }
 
 // releaseAtEnd releases lock id once keepalive was interrupted, within the
 // command's --timeout (the command's context is done by then).
-func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool) int {
+func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool, out io.Writer) int {
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cf.timeout)
 	defer cancel()
@@ -289,7 +365,7 @@ func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool) int {
 			c.printJSON(toLockJSON(r))
 		}
 	} else {
-		fmt.Fprintf(c.stdout, "%s lock %d %s\n", time.Now().Format("15:04:05.000"), id, r.GetState())
+		fmt.Fprintf(out, "%s lock %d %s\n", time.Now().Format("15:04:05.000"), id, r.GetState())
 	}
 	return c.lockOutcome(r, client.LockReleased)
 }

@@ -1388,11 +1388,17 @@ type AcquireLockRequest struct {
 	// kind: namespace, table, region.
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// names: the namespace, the table ("ns:name"), or the regions.
-	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
-	Exclusive     bool     `protobuf:"varint,3,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	Holder        string   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
-	Description   string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	Nonce         string   `protobuf:"bytes,6,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Names       []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Exclusive   bool     `protobuf:"varint,3,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Holder      string   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	Description string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Nonce       string   `protobuf:"bytes,6,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// lease_ms: how long the lock outlives its holder's last heartbeat; 0 for
+	// the cluster's default (30 s). Between 1 s and 1 h, rounded up to one of
+	// the master's steps; the answer's lease_timeout_ms says what was granted.
+	// A holder that heartbeats for as long as it lives asks for a short one,
+	// so that the lock goes soon after the holder does.
+	LeaseMs       int64 `protobuf:"varint,7,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1469,9 +1475,20 @@ func (x *AcquireLockRequest) GetNonce() string {
 	return ""
 }
 
+func (x *AcquireLockRequest) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type LockRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LockId        uint64                 `protobuf:"varint,1,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	LockId uint64                 `protobuf:"varint,1,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
+	// lease_ms (heartbeats only): restates the lock's lease length, as in
+	// AcquireLockRequest; 0 keeps it. A new leader knows a lock's length only
+	// from its holder or its procedure's next step.
+	LeaseMs       int64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1509,6 +1526,13 @@ func (*LockRef) Descriptor() ([]byte, []int) {
 func (x *LockRef) GetLockId() uint64 {
 	if x != nil {
 		return x.LockId
+	}
+	return 0
+}
+
+func (x *LockRef) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
 	}
 	return 0
 }
@@ -2958,16 +2982,18 @@ const file_admin_proto_rawDesc = "" +
 	"\bassigned\x18\x03 \x03(\tR\bassigned\x12,\n" +
 	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"&\n" +
 	"\x0eBalanceRequest\x12\x14\n" +
-	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xac\x01\n" +
+	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xc7\x01\n" +
 	"\x12AcquireLockRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12\x1c\n" +
 	"\texclusive\x18\x03 \x01(\bR\texclusive\x12\x16\n" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x14\n" +
-	"\x05nonce\x18\x06 \x01(\tR\x05nonce\"\"\n" +
+	"\x05nonce\x18\x06 \x01(\tR\x05nonce\x12\x19\n" +
+	"\blease_ms\x18\a \x01(\x03R\aleaseMs\"=\n" +
 	"\aLockRef\x12\x17\n" +
-	"\alock_id\x18\x01 \x01(\x04R\x06lockId\"g\n" +
+	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"g\n" +
 	"\fLockResponse\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12(\n" +

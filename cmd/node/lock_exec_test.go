@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/clustertest"
+)
+
+// TestLockRunsCommand: 'lock acquire ... -- COMMAND' holds the lock while
+// COMMAND runs, and only then: the lock is released when the command
+// exits (whatever its exit), the command is stopped when the lock is lost,
+// and the exit status is the command's.
+func TestLockRunsCommand(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	cl := fc.Client()
+	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
+	under := regexp.MustCompile(`under lock (\d+)`)
+	// gate is a FIFO the command blocks on until the test opens it for
+	// writing: the command runs exactly as long as the test wants.
+	gate := func(t *testing.T) (path string, open func()) {
+		path = filepath.Join(t.TempDir(), "gate")
+		if err := syscall.Mkfifo(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path, func() {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	lockOf := func(t *testing.T, stdout *lockedBuffer) uint64 {
+		t.Helper()
+		fc.WaitFor("the command to start under the lock", func() bool { return under.MatchString(stdout.String()) })
+		id, _ := strconv.ParseUint(under.FindStringSubmatch(stdout.String())[1], 10, 64)
+		return id
+	}
+
+	t.Run("held while it runs, released when it exits", func(t *testing.T) {
+		path, open := gate(t)
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--exclusive", "--",
+			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; cat "$1" >/dev/null; exit 7`, "sh", path)
+		defer interrupt()
+		id := lockOf(t, stdout)
+		if st := lockState(t, cl, id); st != "held" {
+			t.Fatalf("lock %d %s while the command runs", id, st)
+		}
+		other, err := cl.AcquireLock(ctxT(t), client.LockTable, []string{"default:t"}, true, "test", "", "")
+		if err != nil || other.GetState() != client.LockWaiting {
+			t.Fatalf("a second exclusive lock: %v %v, want WAITING", other, err)
+		}
+		open()
+		if code := exitOf(t, done); code != 7 {
+			t.Fatalf("exit %d, want the command's 7\nstderr: %s", code, stderr.String())
+		}
+		fc.WaitFor("the lock released", func() bool { return lockState(t, cl, id) == client.LockReleased })
+		fc.WaitFor("the waiting lock granted", func() bool {
+			r, err := cl.LockHeartbeat(ctxT(t), other.GetLockId())
+			return err == nil && r.GetState() == client.LockAcquired
+		})
+		// stdout is the command's alone; the lock's lines are on stderr.
+		if got := stdout.String(); got != "under lock "+strconv.FormatUint(id, 10)+"\n" {
+			t.Errorf("stdout %q", got)
+		}
+		for _, want := range []string{"ACQUIRED", "released when the command exits", "RELEASED"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+			}
+		}
+		if _, err := cl.ReleaseLock(ctxT(t), other.GetLockId()); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("lost while it runs", func(t *testing.T) {
+		path, _ := gate(t)
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--lease", "1s", "--",
+			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
+		defer interrupt()
+		id := lockOf(t, stdout)
+		if code, _, errs := runCLI(t, env, "lock", "release", strconv.FormatUint(id, 10)); code != 0 {
+			t.Fatalf("release: %d %s", code, errs)
+		}
+		if code := exitOf(t, done); code != 1 {
+			t.Fatalf("exit %d, want 1\nstderr: %s", code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "is lost: stopping sh with SIGTERM") {
+			t.Errorf("stderr: %s", stderr.String())
+		}
+	})
+
+	t.Run("interrupted", func(t *testing.T) {
+		path, _ := gate(t)
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--",
+			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
+		id := lockOf(t, stdout)
+		interrupt()
+		if code := exitOf(t, done); code != 128+int(syscall.SIGTERM) {
+			t.Fatalf("exit %d, want %d (the command stopped by SIGTERM)\nstderr: %s", code, 128+int(syscall.SIGTERM), stderr.String())
+		}
+		fc.WaitFor("the lock released", func() bool { return lockState(t, cl, id) == client.LockReleased })
+	})
+
+	t.Run("the command cannot start", func(t *testing.T) {
+		code, stdout, stderr := runCLI(t, env, "lock", "acquire", "--kind", "table", "--name", "t", "--", filepath.Join(t.TempDir(), "missing"))
+		if code != 1 || !strings.Contains(stderr, "could not start") || !strings.Contains(stderr, "RELEASED") || stdout != "" {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+	})
+}
