@@ -52,6 +52,10 @@ type Info struct {
 	// persisted writes: one Run per stretch written by one node, so a
 	// failover mid-way shows as a second Run.
 	Runs []Run
+	// Data is the procedure's own persisted state (JSON unless its type
+	// marshals itself): its arguments and progress. Set by DecodeInfo
+	// only; the executor's snapshots leave it out.
+	Data []byte
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once

@@ -62,6 +62,7 @@ func DecodeInfo(data []byte) (Info, error) {
 		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
 		Paused: r.paused, AbortRequested: r.abort, Bypassed: r.bypass, Locked: r.locked,
 		StackDepth: len(r.stack), Runs: r.runs,
+		Data: r.data,
 	}, nil
 }
 

@@ -399,7 +399,7 @@ func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64, asked time.Duratio
 		// A new leader that has not granted it yet: the heartbeat is a
 		// sign of life as good as a grant.
 		if asked == 0 {
-			length = d.cfg.LockLease
+			length = d.lockLeaseOf(id)
 		}
 		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
 			return catalog.Lock{}, err

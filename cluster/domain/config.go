@@ -39,8 +39,10 @@ type Config struct {
 	// hard limit, monitor); its Clock and OnExpire are set by the domain.
 	// Zero: lease.DefaultConfig() (soft 6 s, hard 15 s).
 	ServerLease lease.Config
-	// LockLease is the hard limit of external locks' leases (HBase's
-	// LockProcedure heartbeat timeout for remote holders). Default 30 s.
+	// LockLease is the lease of an external lock that asks for none of
+	// its own (catalog.LockRequest.Lease; HBase's LockProcedure heartbeat
+	// timeout for remote holders). Default 30 s. Not bounded by
+	// MinLockLease and MaxLockLease, which bound what a lock may ask for.
 	LockLease time.Duration
 	// HeartbeatInterval is what RegisterServer tells region servers.
 	// Default a third of the soft limit, so two heartbeats may be lost

@@ -16,8 +16,8 @@
 //   - Domain.LeaderServices (cluster.Config.LeaderServices) builds, for
 //     each term this node leads, the leader-only services: a dispatcher
 //     (package dispatch) stamped with the term, a lease manager for region
-//     servers and one for external lock holders (package lease), and the
-//     table of procedures waiting for a remote operation. They are dropped
+//     servers and, for external lock holders, one per lease length a lock
+//     asked for (package lease; see lockLeaseSteps), and the table of procedures waiting for a remote operation. They are dropped
 //     when the term ends.
 //   - The procedures (Register adds their types): TransitRegionState,
 //     CreateTable, DeleteTable, EnableTable, DisableTable,

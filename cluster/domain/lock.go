@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -52,6 +53,29 @@ type LockProcedure struct {
 	// LeaseMs is the length of the holder's lease (0 in locks taken before
 	// locks had their own: the cluster's default).
 	LeaseMs int64 `json:"lease_ms,omitempty"`
+}
+
+// lockLeaseOf is the lease length lock id asked for, read from its
+// persisted procedure (a new leader knows it from nowhere else), or the
+// default if that cannot be read.
+func (d *Domain) lockLeaseOf(id uint64) time.Duration {
+	n := d.nodeOrNil()
+	if n == nil {
+		return d.cfg.LockLease
+	}
+	raw, ok := n.FSM().Proc(id)
+	if !ok {
+		return d.cfg.LockLease
+	}
+	info, err := procedure.DecodeInfo(raw)
+	if err != nil {
+		return d.cfg.LockLease
+	}
+	var p LockProcedure
+	if err := json.Unmarshal(info.Data, &p); err != nil {
+		return d.cfg.LockLease
+	}
+	return p.leaseLength(d.cfg.LockLease)
 }
 
 // leaseLength is the length of p's lease.
@@ -171,10 +195,11 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 		}
 		return procedure.NoMoreState, nil
 	}
-	// On a new leader the lease was granted with the default length until
-	// this step ran again: from now on it has the lock's own.
-	if length := p.leaseLength(d.cfg.LockLease); !svc.hasLockLease(ctx.ID(), length) {
-		if err := svc.lockLeases.Grant(lockHolder(ctx.ID()), length); err != nil {
+	// A lease is granted by AcquireLock and by a new leader's reconcile;
+	// one that raced ahead of both gets it here. A length restated by the
+	// holder since is kept.
+	if _, ok := svc.lockLeases.Length(lockHolder(ctx.ID())); !ok {
+		if err := svc.lockLeases.Grant(lockHolder(ctx.ID()), p.leaseLength(d.cfg.LockLease)); err != nil {
 			return procedure.NoMoreState, err
 		}
 	}

@@ -119,15 +119,19 @@ func (s *lockLeases) Length(holder string) (time.Duration, bool) {
 }
 
 // Renew renews holder's lease, failing as lease.Manager.Renew does.
+//
+// It renews under the set's lock, so that a concurrent Grant moving the
+// lease to another length cannot make it fail as unknown (Grant takes the
+// same locks in the same order; the monitors take the set's lock only
+// after their sweep, outside their own).
 func (s *lockLeases) Renew(holder string) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	d, ok := s.lenOf[holder]
-	m := s.byLen[d]
-	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %q", lease.ErrUnknownHolder, holder)
 	}
-	return m.Renew(holder)
+	return s.byLen[d].Renew(holder)
 }
 
 // Release ends holder's lease without reporting an expiry.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/scheduler"
@@ -82,12 +81,6 @@ func (s *services) onLockLeaseExpired(info lease.Info) {
 	}
 	s.log.Warn("external lock expired: its holder stopped heartbeating", "lock_id", id)
 	s.setLock(id, false, true)
-}
-
-// hasLockLease reports whether lock id holds a lease of the given length.
-func (s *services) hasLockLease(id uint64, length time.Duration) bool {
-	l, ok := s.lockLeases.Length(lockHolder(id))
-	return ok && l == length
 }
 
 // logLeaseErr logs a failure to grant lock id its lease (a lease manager

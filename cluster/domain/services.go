@@ -300,13 +300,13 @@ func (s *services) reconcileWhenReady() {
 		s.submitCrash(ref, "reconcile at leadership start")
 	}
 	for _, info := range s.x.List(procedure.Filter{Type: TypeLock}) {
-		if !info.State.Terminal() {
-			// The lock's own length is restated by its holder's next
-			// heartbeat and by the procedure's next step: until then
-			// the default is the grace a holder gets to find this leader.
-			if _, ok := s.lockLeases.Length(lockHolder(info.ID)); !ok {
-				s.logLeaseErr(info.ID, s.lockLeases.Grant(lockHolder(info.ID), s.d.cfg.LockLease))
-			}
+		if info.State.Terminal() {
+			continue
+		}
+		// Lease times are not replicated: every lock gets a full lease of
+		// its own length to find this leader.
+		if _, ok := s.lockLeases.Length(lockHolder(info.ID)); !ok {
+			s.logLeaseErr(info.ID, s.lockLeases.Grant(lockHolder(info.ID), s.d.lockLeaseOf(info.ID)))
 		}
 	}
 }

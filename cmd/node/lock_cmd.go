@@ -28,13 +28,38 @@ commands:
                     (NAME or NS:NAME) or regions; it is held by a lease that
                     must be renewed (default 5s): --keepalive renews it until
                     interrupted, then releases it; '-- COMMAND' runs COMMAND
-                    once the lock is held, holds it while COMMAND runs and
-                    releases it when COMMAND exits, exiting as COMMAND did.
-                    A lock whose holder goes away without releasing it is
-                    free when its lease runs out
+                    (with BATON_LOCK_ID set) once the lock is held, holds it
+                    until COMMAND exits (also after Ctrl-C, which reaches
+                    COMMAND too), releases it and exits as COMMAND did; if the
+                    lock is lost meanwhile COMMAND gets SIGTERM (SIGKILL after
+                    --kill-after) and the exit is 1. A lock whose holder goes
+                    away without releasing it is free when its lease runs out
   heartbeat ID      renew a lock's lease
   release ID        release a lock (or stop waiting for it)
 ` + fmt.Sprintf(clientFlagsNote, "lock")
+
+// parseWithCommand parses lock acquire's flags; what follows the "--"
+// that ends them (not a "--" given as a flag's value) is the command to
+// run under the lock. It takes no other arguments.
+func (e *command) parseWithCommand(args []string) (argv []string, code int, ok bool) {
+	if u, ok := e.fs.Output().(*usageOut); ok {
+		u.help = helpAsked(args)
+	}
+	if err := e.fs.Parse(args); err != nil {
+		return nil, parseFailed(err), false
+	}
+	rest := e.fs.Args()
+	if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+		if len(rest) == 0 {
+			return nil, e.fail(usagef("nothing after --: give the command to run while the lock is held")), false
+		}
+		return rest, exitOK, true
+	}
+	if len(rest) > 0 {
+		return nil, e.fail(usagef("takes no arguments, got %q (a command to run under the lock goes after --)", rest)), false
+	}
+	return nil, exitOK, true
+}
 
 // defaultCLILockLease is the lease the CLI asks for: short, because a
 // command that holds a lock heartbeats for as long as it lives, and a lock
@@ -113,15 +138,9 @@ func (c *cli) lockAcquire(args []string) int {
 	keepalive := e.fs.Bool("keepalive", false, "renew the lease until interrupted (SIGINT, SIGTERM), then release the lock; with --json the one document is printed once the lock is ACQUIRED")
 	lease := e.fs.Duration("lease", defaultCLILockLease, "how long the lock outlives this command's last heartbeat: a lock whose holder goes away is free this long after (1s to 1h, rounded up to the master's steps; longer to renew it by hand with 'baton lock heartbeat')")
 	nonce := e.nonceFlag()
-	// What follows "--" is the command to run under the lock.
-	var argv []string
-	if i := slices.Index(args, "--"); i >= 0 {
-		args, argv = args[:i], args[i+1:]
-		if len(argv) == 0 {
-			return e.fail(usagef("nothing after --: give the command to run while the lock is held"))
-		}
-	}
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	killAfter := e.fs.Duration("kill-after", 10*time.Second, "with a command: if the lock is lost while it runs, it is sent SIGTERM, and SIGKILL this long after if it has not exited")
+	argv, code, ok := e.parseWithCommand(args)
+	if !ok {
 		return code
 	}
 	*kind = strings.ToLower(strings.TrimSpace(*kind))
@@ -130,6 +149,8 @@ func (c *cli) lockAcquire(args []string) int {
 		return e.fail(usagef("--keepalive and a command are two ways to hold the lock: give one"))
 	case argv != nil && e.cf.json:
 		return e.fail(usagef("--json is not taken with a command: the command's output is the output"))
+	case *killAfter <= 0:
+		return e.fail(usagef("--kill-after %v: want a positive duration", *killAfter))
 	case *lease < time.Second || *lease > time.Hour:
 		return e.fail(usagef("--lease %v: want between 1s and 1h", *lease))
 	case *kind == "":
@@ -175,7 +196,7 @@ func (c *cli) lockAcquire(args []string) int {
 	}
 	what := fmt.Sprintf("%s %s lock on %s", mode, *kind, strings.Join(names, ", "))
 	if *keepalive || argv != nil {
-		return e.keepalive(cl, r, what, *lease, argv)
+		return e.keepalive(cl, r, what, *lease, argv, *killAfter)
 	}
 	if e.cf.json {
 		c.printJSON(toLockJSON(r))
@@ -233,14 +254,14 @@ func heartbeatEvery(lease time.Duration) time.Duration {
 // lease, after which the lock is expired as far as anyone can tell.
 //
 // With argv, it runs that command once the lock is ACQUIRED and holds the
-// lock while it runs: it releases the lock when the command exits and
-// exits as the command did. If the lock is lost while the command runs,
-// the command is sent SIGTERM (it runs on the promise of the lock, which
-// no longer holds), and the exit is 1 (3 if no heartbeat got through).
-func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string, asked time.Duration, argv []string) int {
+// lock exactly while it runs (see holdingCommand).
+func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string, asked time.Duration, argv []string, killAfter time.Duration) int {
 	c := e.c
-	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM) // SIGINT is handled by run
-	defer stop()
+	// SIGINT cancels c.ctx (see run); SIGTERM is caught here, so that the
+	// two can be told apart for the command.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	defer signal.Stop(term)
 	id := r.GetLockId()
 	lease := time.Duration(r.GetLeaseTimeoutMs()) * time.Millisecond
 	// With a command, stdout is the command's: the lock's lines go to
@@ -270,13 +291,20 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		fmt.Fprintf(out, "  renewing its lease (%s) every %s; %s\n", leaseString(r), heartbeatEvery(lease), until)
 	}
 	var child *runningCommand
+	// lost ends the command that ran on the promise of the lock: SIGTERM,
+	// then SIGKILL if it is still there killAfter later.
 	lost := func(code int) int {
 		if child != nil {
-			fmt.Fprintf(c.stderr, "baton lock acquire: lock %d is lost: stopping %s with SIGTERM\n", id, argv[0])
-			child.stop()
+			fmt.Fprintf(c.stderr, "baton lock acquire: lock %d is lost: stopping %s with SIGTERM (SIGKILL after %s)\n", id, argv[0], killAfter)
+			child.stop(killAfter)
 		}
 		return code
 	}
+	// Heartbeats outlive an interrupt while the command is still running:
+	// the lock is held until the command is gone, not until baton was
+	// told to stop.
+	hbCtx := context.WithoutCancel(c.ctx)
+	interrupted := c.ctx.Done()
 	// deadline is when the lease runs out if no heartbeat gets through: a
 	// heartbeat is retried (through failovers) until then, and no longer.
 	deadline := time.Now().Add(lease)
@@ -289,7 +317,7 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 			if child, err = startCommand(argv, id, c.stdout, c.stderr); err != nil {
 				fmt.Fprintf(c.stderr, "baton lock acquire: %v\n", err)
 				e.releaseAtEnd(cl, id, printed, out)
-				return exitFailed
+				return startFailed(err)
 			}
 		}
 		var exited <-chan struct{}
@@ -297,31 +325,47 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 			exited = child.done
 		}
 		select {
-		case <-ctx.Done():
-			if child != nil {
-				// Ctrl-C reached the command too (one process group); a
-				// SIGTERM sent to baton alone is passed on.
-				child.signal(syscall.SIGTERM)
-				<-child.done
-				e.releaseAtEnd(cl, id, printed, out)
-				return child.exitCode()
+		case <-interrupted:
+			interrupted = nil
+			if child == nil {
+				code := e.releaseAtEnd(cl, id, printed, out)
+				if argv != nil && code == exitOK {
+					return exitInterrupted // the command never ran
+				}
+				return code
 			}
-			return e.releaseAtEnd(cl, id, printed, out)
+			// Ctrl-C reached the command too: it shares baton's process
+			// group. Wait for it to end, holding the lock meanwhile.
+			fmt.Fprintf(c.stderr, "baton lock acquire: interrupted: waiting for %s to exit; the lock is held until then\n", argv[0])
+			continue
+		case <-term:
+			if child == nil {
+				code := e.releaseAtEnd(cl, id, printed, out)
+				if argv != nil && code == exitOK {
+					return 128 + int(syscall.SIGTERM) // the command never ran
+				}
+				return code
+			}
+			child.signal(syscall.SIGTERM) // sent to baton alone: pass it on
+			continue
 		case <-exited:
-			e.releaseAtEnd(cl, id, printed, out)
+			if code := e.releaseAtEnd(cl, id, printed, out); code != exitOK {
+				// Released as EXPIRED: the lock ran out before the command
+				// ended, whatever the command made of it.
+				fmt.Fprintf(c.stderr, "baton lock acquire: lock %d was lost before %s ended\n", id, argv[0])
+				return code
+			}
 			return child.exitCode()
 		case <-tick.C:
 		}
-		hctx, cancel := ctx, context.CancelFunc(func() {})
+		hctx, cancel := hbCtx, context.CancelFunc(func() {})
 		if lease > 0 {
-			hctx, cancel = context.WithDeadline(ctx, deadline)
+			hctx, cancel = context.WithDeadline(hbCtx, deadline)
 		}
 		sent := time.Now()
 		hr, err := cl.LockHeartbeatWith(hctx, &adminpb.LockRef{LockId: id, LeaseMs: asked.Milliseconds()})
 		cancel()
 		switch {
-		case ctx.Err() != nil:
-			continue // interrupted: release
 		case err != nil && lease > 0 && !time.Now().Before(deadline):
 			fmt.Fprintf(c.stderr, "baton lock acquire: no heartbeat of lock %d got through for %s, its whole lease: it has expired (last error: %s)\n",
 				id, lease, status.Convert(err).Message())

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -49,10 +50,27 @@ func (r *runningCommand) signal(sig os.Signal) {
 	}
 }
 
-// stop sends SIGTERM and waits for the command to exit.
-func (r *runningCommand) stop() {
+// stop sends SIGTERM, then SIGKILL if the command has not exited
+// killAfter later, and waits for it to exit.
+func (r *runningCommand) stop(killAfter time.Duration) {
 	r.signal(syscall.SIGTERM)
-	<-r.done
+	t := time.NewTimer(killAfter)
+	defer t.Stop()
+	select {
+	case <-r.done:
+	case <-t.C:
+		r.signal(syscall.SIGKILL)
+		<-r.done
+	}
+}
+
+// startFailed is the exit code of a command that could not be started, as
+// a shell gives it: 127 if it was not found, 126 otherwise.
+func startFailed(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
 }
 
 // exitCode is the command's exit status as a shell reports it: its code,

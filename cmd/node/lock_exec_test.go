@@ -97,21 +97,31 @@ func TestLockRunsCommand(t *testing.T) {
 		}
 	})
 
+	// Ctrl-C at a terminal reaches baton and the command alike (one
+	// process group): baton holds the lock until the command has gone.
 	t.Run("interrupted", func(t *testing.T) {
 		path, _ := gate(t)
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--",
-			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
+			"sh", "-c", `echo "under lock $BATON_LOCK_ID pid $$"; exec cat "$1" >/dev/null`, "sh", path)
 		id := lockOf(t, stdout)
+		pid, _ := strconv.Atoi(regexp.MustCompile(`pid (\d+)`).FindStringSubmatch(stdout.String())[1])
 		interrupt()
-		if code := exitOf(t, done); code != 128+int(syscall.SIGTERM) {
-			t.Fatalf("exit %d, want %d (the command stopped by SIGTERM)\nstderr: %s", code, 128+int(syscall.SIGTERM), stderr.String())
+		fc.WaitFor("baton to wait for the command", func() bool { return strings.Contains(stderr.String(), "the lock is held until then") })
+		if st := lockState(t, cl, id); st != "held" {
+			t.Fatalf("lock %d %s while the command still runs", id, st)
+		}
+		if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if code := exitOf(t, done); code != 128+int(syscall.SIGINT) {
+			t.Fatalf("exit %d, want %d (the command stopped by SIGINT)\nstderr: %s", code, 128+int(syscall.SIGINT), stderr.String())
 		}
 		fc.WaitFor("the lock released", func() bool { return lockState(t, cl, id) == client.LockReleased })
 	})
 
 	t.Run("the command cannot start", func(t *testing.T) {
 		code, stdout, stderr := runCLI(t, env, "lock", "acquire", "--kind", "table", "--name", "t", "--", filepath.Join(t.TempDir(), "missing"))
-		if code != 1 || !strings.Contains(stderr, "could not start") || !strings.Contains(stderr, "RELEASED") || stdout != "" {
+		if code != 127 || !strings.Contains(stderr, "could not start") || !strings.Contains(stderr, "RELEASED") || stdout != "" {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
 	})
