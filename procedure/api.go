@@ -52,6 +52,9 @@ type Info struct {
 	// persisted writes: one Run per stretch written by one node, so a
 	// failover mid-way shows as a second Run.
 	Runs []Run
+	// UntilDone: the procedure retries a failing step until it is done
+	// (RetriesUntilDone), so it can be neither aborted nor timed out.
+	UntilDone bool
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -208,7 +211,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
-		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
+		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...), UntilDone: e.untilDone,
 	}
 }
 
