@@ -98,7 +98,7 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		}
 		s.conns[addr] = cc
 	}
-	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.b.ID())
+	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.b.ID(), peerKey, peerAddr(ctx))
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }
 
