@@ -155,7 +155,13 @@ func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProced
 		}
 		out := &adminpb.CancelProceduresResponse{DryRun: r.DryRun, Record: r.Record}
 		for _, info := range r.Cancelled {
-			out.Cancelled = append(out.Cancelled, toProto(info, whyReason(x, info)))
+			// What it waited for, on a dry run; once cancelled, it rolls
+			// back.
+			why := "rolling back"
+			if r.DryRun {
+				why = whyReason(x, info)
+			}
+			out.Cancelled = append(out.Cancelled, toProto(info, why))
 		}
 		for _, sk := range r.Skipped {
 			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, whyReason(x, sk.Info)), Reason: sk.Reason})

@@ -110,7 +110,8 @@ func (s *services) repair(ctx context.Context, action string, args map[string]st
 	if o.DryRun {
 		return 0, p.summary, err
 	}
-	rec := RepairRecord{Action: action, Args: args, Caller: o.Caller.Name, Peer: o.Caller.Peer, Via: o.Caller.Via, Node: s.n.ID()}
+	rec := RepairRecord{Action: action, Args: args, Caller: o.Caller.Name, Peer: o.Caller.Peer, Via: o.Caller.Via, Node: s.n.ID(),
+		At: s.d.cfg.Clock.Now().UTC()}
 	if err != nil {
 		rec.Outcome, rec.Code, rec.Result = RepairRefused, apiCode(cluster.Code(err)), err.Error()
 		if c := cluster.Code(err); c != codes.FailedPrecondition && c != codes.NotFound && c != codes.InvalidArgument {
@@ -158,7 +159,6 @@ func (s *services) writeRepair(seq uint64, rec RepairRecord) (uint64, error) {
 		}
 		s.repairSeq++
 		seq = s.repairSeq
-		rec.At = s.d.cfg.Clock.Now()
 	}
 	rec.Seq = seq
 	ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.ApplyTimeout)
@@ -707,9 +707,8 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 					out.Skipped = append(out.Skipped, catalog.Skipped{Info: info, Reason: err.Error()})
 					continue
 				}
-				if now, err := svc.x.Get(info.ID); err == nil {
-					info = now
-				}
+				// As it was when it matched, its abort now asked for.
+				info.AbortRequested = true
 				out.Cancelled = append(out.Cancelled, info)
 				ids = append(ids, strconv.FormatUint(info.ID, 10))
 			}

@@ -160,6 +160,9 @@ func TestRepairCommands(t *testing.T) {
 				r := r.(map[string]any)
 				got = append(got, r["action"].(string)+" "+r["outcome"].(string))
 				caller, _ := r["caller"].(string)
+				if at, err := time.Parse(time.RFC3339, r["at"].(string)); err != nil || time.Since(at).Abs() > time.Minute {
+					t.Errorf("record %v: at %v (%v), want about now", r["seq"], r["at"], err)
+				}
 				if !strings.HasPrefix(caller, "ann@") || r["peer"] == "" || r["via"] != standby || r["node"] != fc.Master(1).ID {
 					t.Errorf("record %v: want caller ann@..., the client's address, via %s, recorded by %s", r, standby, fc.Master(1).ID)
 				}
