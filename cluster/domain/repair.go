@@ -268,6 +268,15 @@ func (s *services) regionWhere(r reader, rg Region) string {
 	return fmt.Sprintf("%s on %s (%s)", rg.State, ref, word)
 }
 
+// maintenanceNote warns, in a summary, that what the repair starts will
+// wait for maintenance mode to end.
+func (s *services) maintenanceNote() string {
+	if s.dispatchPaused() == nil {
+		return ""
+	}
+	return " (maintenance mode is on: nothing is sent to the region servers until it is off)"
+}
+
 // ---- region assign and unassign
 
 // AssignRegion opens region (on server, or any live server) through a
@@ -435,6 +444,7 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 	if len(others) > 0 {
 		summary += fmt.Sprintf("; it waits for the lock %s holds", s.describeProc(others[0]))
 	}
+	summary += s.maintenanceNote()
 	out.Bypassed = owners
 	return repairPlan{summary: summary, act: func(context.Context) (string, error) {
 		var bypassed []uint64
@@ -603,6 +613,7 @@ func (s *services) planRecover(server string, o catalog.RepairOptions, out *cata
 	case live:
 		summary += fmt.Sprintf("; the live %s is left alone", cur)
 	}
+	summary += s.maintenanceNote()
 	return repairPlan{summary: summary, act: func(context.Context) (string, error) {
 		if expire {
 			if err := s.markExpired(cur); err != nil {

@@ -306,6 +306,10 @@ func TestRepairMaintenanceModePausesDispatchAcrossAFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	held, err := cl.AcquireLock(rctx(t), client.LockNamespace, []string{"default"}, false, "ann", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := cl.SetMaintenance(rctx(t), true, "replacing rs1's disk", operator)
 	if err != nil || !res.GetMaintenance().GetOn() || res.GetMaintenance().GetReason() != "replacing rs1's disk" ||
 		!strings.Contains(res.GetMaintenance().GetBy(), operator.Caller) || res.GetRecord() == 0 {
@@ -335,6 +339,13 @@ func TestRepairMaintenanceModePausesDispatchAcrossAFailover(t *testing.T) {
 		wantRefused(t, err, codes.FailedPrecondition, "cluster in maintenance mode")
 	}
 	refused()
+	// Repairs and lock releases are not submissions.
+	if _, err := cl.CancelProcedures(rctx(t), client.CancelFilter{Type: "sleep"}, dryRun(operator)); err != nil {
+		t.Errorf("a repair call in maintenance mode: %v", err)
+	}
+	if lk, err := cl.ReleaseLock(rctx(t), held.GetLockId()); err != nil || lk.GetState() != client.LockReleased {
+		t.Errorf("a lock release in maintenance mode: %v, %v", lk, err)
+	}
 	for i, m := range c.Masters() {
 		c.WaitFor("the gauge on", func() bool { return gauge(i) == 1 })
 		st := admin.StatusOf(admin.WithDomain(admin.NodeBackend(m.Node()), m.Domain()))
