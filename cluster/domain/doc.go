@@ -215,7 +215,7 @@
 //
 // # Repair kit and maintenance mode
 //
-// HBCK2's jobs, done within the guarantees above (repair.go). Each call
+// HBCK2's jobs, done within the guarantees above (repair*.go). Each call
 // runs on the leader, serialized with the others; it plans against the
 // replicated state and either refuses (FAILED_PRECONDITION, naming what
 // stands in the way and what to do) or says what it would do, which is

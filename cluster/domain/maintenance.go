@@ -140,3 +140,46 @@ func (s *services) setMaintenance(ctx context.Context, m Maintenance) error {
 	s.log.Warn("maintenance mode", "on", m.On, "by", m.By, "reason", m.Reason)
 	return nil
 }
+
+// SetMaintenance turns maintenance mode on or off (see the package doc).
+// The state is replicated, so it survives failovers and restarts.
+func (d *Domain) SetMaintenance(ctx context.Context, on bool, reason string, o catalog.RepairOptions) (catalog.RepairResult, error) {
+	svc, err := d.leaderServices()
+	if err != nil {
+		return catalog.RepairResult{}, err
+	}
+	action, args := "maintenance off", map[string]string{}
+	if on {
+		action = "maintenance on"
+	}
+	if reason != "" {
+		args["reason"] = reason
+	}
+	out := catalog.RepairResult{DryRun: o.DryRun}
+	seq, summary, err := svc.repair(ctx, action, args, o, func() (repairPlan, error) {
+		cur, err := getMaintenance(svc.reader())
+		if err != nil {
+			return repairPlan{}, err
+		}
+		c := cur.catalog()
+		out.Maintenance = &c
+		if cur.On == on {
+			return repairPlan{noop: true, summary: "maintenance mode is already " + cur.describe()}, nil
+		}
+		summary := "turn maintenance mode on: the leader sends no region open or close (procedures that would, wait), and new procedures are refused until it is turned off"
+		if !on {
+			summary = fmt.Sprintf("turn maintenance mode off (it is %s): dispatch resumes and new procedures are accepted", cur.describe())
+		}
+		return repairPlan{summary: summary, act: func(ctx context.Context) (string, error) {
+			m := Maintenance{On: on, Since: d.cfg.Clock.Now().UTC(), By: callerName(o.Caller), Reason: reason}
+			if err := svc.setMaintenance(ctx, m); err != nil {
+				return "", err
+			}
+			c := m.catalog()
+			out.Maintenance = &c
+			return "maintenance mode " + m.describe(), nil
+		}}, nil
+	})
+	out.Summary, out.Record = summary, seq
+	return out, err
+}
