@@ -113,6 +113,7 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	servers map[serverKey]*server
 	stopped bool
+	paused  bool  // Pause: nothing is sent until Resume
 	deposed error // the first stale-term error; latched for good
 	stats   Stats
 
@@ -253,7 +254,7 @@ func checkOp(t Target, op Op) error {
 // Caller holds d.mu.
 func (d *Dispatcher) kick(s *server) {
 	if s.closed || s.inflight || s.backoff || s.held || s.dead != nil ||
-		d.stopped || d.deposed != nil || len(s.buf) == 0 {
+		d.stopped || d.paused || d.deposed != nil || len(s.buf) == 0 {
 		return
 	}
 	if s.retryDue || len(s.buf) > d.cfg.MaxBatch {
@@ -632,6 +633,42 @@ func (d *Dispatcher) Stop() {
 		d.cfg.OnResult(r)
 	}
 	d.wg.Wait()
+}
+
+// Pause stops sending: ops dispatched meanwhile, and ops a failed call
+// gives back for a retry, stay buffered, unanswered, until Resume; a call
+// already on the wire finishes and its results are delivered. It is the
+// leader's maintenance mode (nothing reaches the region servers while an
+// operator works on them). Pausing a paused dispatcher does nothing.
+func (d *Dispatcher) Pause() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.paused {
+		d.paused = true
+		d.log.Info("paused: no batch is sent until resumed")
+	}
+}
+
+// Resume undoes Pause: every buffer that is due is sent now (the delay of
+// an op buffered during the pause has long passed), the others when due.
+func (d *Dispatcher) Resume() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.paused {
+		return
+	}
+	d.paused = false
+	d.log.Info("resumed")
+	for _, s := range d.servers {
+		d.kick(s)
+	}
+}
+
+// Paused reports whether the dispatcher is paused.
+func (d *Dispatcher) Paused() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.paused
 }
 
 // ServerState describes one server incarnation's buffer, for diagnostics

@@ -106,6 +106,13 @@
 // every server with ErrStopped, waits for the sender goroutines and
 // returns; no callback runs after Stop returns.
 //
+// # Pause
+//
+// Pause stops every send until Resume (the leader's maintenance mode): ops
+// keep arriving in their buffers and retries keep their place, but no
+// ExecuteBatch call starts; Resume sends what is due at once. A call on
+// the wire when Pause comes is not recalled.
+//
 // # Callbacks
 //
 // OnResult and OnServerFailed are never called under the dispatcher's

@@ -90,6 +90,7 @@ var readmeSteps = map[string]readmeStep{
 	"Reads and what they guarantee":        {env: "dev"},
 	"A three-node cluster on one machine":  {env: "cluster"},
 	"Tables and regions on region servers": {env: "cluster"},
+	"Repair kit":                           {env: "dev"},
 	"The failover demos":                   {skip: "make targets; TestDemoLocal and TestComposeFailoverDemo run their scripts"},
 }
 

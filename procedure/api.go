@@ -56,6 +56,9 @@ type Info struct {
 	// marshals itself): its arguments and progress. Set by DecodeInfo
 	// only; the executor's snapshots leave it out.
 	Data []byte
+	// UntilDone: the procedure retries a failing step until it is done
+	// (RetriesUntilDone), so it can be neither aborted nor timed out.
+	UntilDone bool
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -212,7 +215,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
-		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
+		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...), UntilDone: e.untilDone,
 	}
 }
 

@@ -49,6 +49,7 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		ReadyReason:       why,
 		StorageError:      st.StorageErr,
 		LastContactMs:     -1,
+		Maintenance:       s.maintenanceOf(),
 	}
 	switch {
 	case st.State == raft.Leader.String():

@@ -51,6 +51,22 @@ type Domain interface {
 	AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error)
 	LockHeartbeat(x catalog.Executor, id uint64, lease time.Duration) (catalog.Lock, error)
 	ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error)
+
+	// The repair kit (repair_endpoint.go) runs on the leader, with the
+	// executor of the domain's leader services; elsewhere its calls fail
+	// with an error wrapping cluster.ErrNotLeader.
+	AssignRegion(ctx context.Context, region, server string, o catalog.RepairOptions) (catalog.RepairResult, error)
+	UnassignRegion(ctx context.Context, region string, o catalog.RepairOptions) (catalog.RepairResult, error)
+	RecoverServer(ctx context.Context, server string, o catalog.RepairOptions) (catalog.RepairResult, error)
+	CancelProcedures(ctx context.Context, f catalog.CancelFilter, o catalog.RepairOptions) (catalog.CancelResult, error)
+	BypassProcedure(ctx context.Context, id uint64, recursive bool, o catalog.RepairOptions) (catalog.RepairResult, error)
+	SetMaintenance(ctx context.Context, on bool, reason string, o catalog.RepairOptions) (catalog.RepairResult, error)
+	// Maintenance and ListRepairs read this node's replicated state.
+	Maintenance() (catalog.Maintenance, error)
+	ListRepairs(after uint64, limit int) ([]catalog.Repair, error)
+	// CheckSubmissions refuses new submissions while maintenance mode is
+	// on (FAILED_PRECONDITION).
+	CheckSubmissions() error
 }
 
 // DomainBackend is a Backend that also serves the domain calls. A Backend
@@ -106,6 +122,9 @@ func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Doma
 		return nil, s.toStatus(err)
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
+		if err := d.CheckSubmissions(); err != nil {
+			return nil, err
+		}
 		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner})
 		if err != nil {
 			return nil, err

@@ -98,7 +98,11 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		}
 		s.conns[addr] = cc
 	}
-	out := metadata.AppendToOutgoingContext(ctx, forwardedKey, s.b.ID())
+	kv := []string{forwardedKey, s.b.ID()}
+	if p := peerAddr(ctx); p != "" {
+		kv = append(kv, peerKey, p) // for the repair records (repair_endpoint.go)
+	}
+	out := metadata.AppendToOutgoingContext(ctx, kv...)
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }
 

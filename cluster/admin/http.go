@@ -35,6 +35,18 @@ type StatusJSON struct {
 	Executor     bool       `json:"executor"`
 	Peers        []PeerJSON `json:"peers"`
 	PeersError   string     `json:"peers_error,omitempty"`
+	// Maintenance is maintenance mode as this node's replicated state
+	// holds it (absent on a node without the domain).
+	Maintenance *MaintenanceJSON `json:"maintenance,omitempty"`
+}
+
+// MaintenanceJSON is maintenance mode in StatusJSON: on, and when, by whom
+// and why it was last turned on or off (since: RFC 3339, absent if never).
+type MaintenanceJSON struct {
+	On     bool       `json:"on"`
+	Since  *time.Time `json:"since,omitempty"`
+	By     string     `json:"by,omitempty"`
+	Reason string     `json:"reason,omitempty"`
 }
 
 // PeerJSON is one member in StatusJSON.
@@ -71,6 +83,15 @@ func StatusOf(b Backend) StatusJSON {
 	}
 	for _, p := range st.Peers {
 		out.Peers = append(out.Peers, PeerJSON{ID: p.ID, Address: p.Address, AdminAddress: addr(p.ID), Suffrage: p.Suffrage, Leader: p.Leader})
+	}
+	if db, ok := b.(DomainBackend); ok && db.Domain() != nil {
+		if m, err := db.Domain().Maintenance(); err == nil {
+			out.Maintenance = &MaintenanceJSON{On: m.On, By: m.By, Reason: m.Reason}
+			if !m.Since.IsZero() {
+				since := m.Since.UTC()
+				out.Maintenance.Since = &since
+			}
+		}
 	}
 	return out
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/procedure"
@@ -169,13 +168,9 @@ func (d *Domain) ListRegions(table string) ([]catalog.Region, error) {
 // (renewals are not replicated); elsewhere it fails with a
 // *cluster.NotLeaderError.
 func (d *Domain) ListServers() ([]catalog.Server, error) {
-	svc := d.services()
-	if svc == nil {
-		if n := d.nodeOrNil(); n != nil && !n.IsLeader() {
-			id, addr := n.Leader()
-			return nil, &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}
-		}
-		return nil, ErrNoServices
+	svc, err := d.leaderServices()
+	if err != nil {
+		return nil, err
 	}
 	r := svc.reader()
 	servers, err := scanServers(r)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/dispatch"
@@ -79,6 +80,11 @@ type Config struct {
 	// bound holds while the server's clock runs at most 16% slower than
 	// the leader's.
 	FenceMargin time.Duration
+	// Metrics, when set, registers the domain's Prometheus collectors:
+	// baton_maintenance_mode, 1 while this node's replicated state says
+	// maintenance mode is on. Default: none (tests run several domains in
+	// one process).
+	Metrics prometheus.Registerer
 	// FailPoint, if set, is consulted at named points of the procedures
 	// ("create.layout", "create.enable", "enable.enable", "crash.assign",
 	// "region.open"); a non-nil error

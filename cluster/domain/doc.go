@@ -37,6 +37,9 @@
 //	                        FAILED_OPEN; proc_id: the procedure moving it
 //	server/<id>             {"address", "start_code", "state"}  state live, expired
 //	lock/<proc id, %020d>   {"kind", "names", "exclusive", "holder", ...}
+//	maintenance             {"on", "since", "by", "reason"}  (absent: off)
+//	repair/<seq, %020d>     {"action", "args", "caller", "peer", "via",
+//	                        "node", "at", "outcome", "code", "result"}
 //	nodes/<id>/admin_addr   (cluster.AdminAddrKey: where each master's API is)
 //
 // Region names are "<ns>:<table>,<index %05d>,<create proc id>": unique
@@ -209,6 +212,48 @@
 // Region servers fence themselves (package rs): a server whose heartbeats
 // have not got through for three intervals (the soft limit) drops every
 // region, well before the hard limit after which the masters reassign them.
+//
+// # Repair kit and maintenance mode
+//
+// HBCK2's jobs, done within the guarantees above (repair*.go). Each call
+// runs on the leader, serialized with the others; it plans against the
+// replicated state and either refuses (FAILED_PRECONDITION, naming what
+// stands in the way and what to do) or says what it would do, which is
+// all a dry run does. A call that acts is recorded at repair/<seq> before
+// it acts and completed after; a refusal is recorded too. No repair
+// touches a region record itself:
+//
+//   - AssignRegion / UnassignRegion submit a TransitRegionState. Without
+//     override they refuse a region in transition (OPENING, CLOSING,
+//     FAILED_OPEN, a proc_id) or locked by another procedure. With
+//     override the region's own procedures (the TransitRegionState on
+//     its record or holding its lock) are bypassed, unless rolling back,
+//     and the new procedure queues behind their lock: it runs after them
+//     and reads the record they left, closes the region where it may be
+//     open (on a fenced server: waits for the proof it stopped serving)
+//     and only then opens it. An override therefore never opens a region
+//     twice, whatever the bypassed procedure had sent.
+//   - RecoverServer submits a ServerCrash for each dead incarnation of
+//     the server still holding regions (the nonce shares one under way).
+//     A live server is refused unless override; then it is recorded
+//     expired first (fenced, as the lease monitor would), and its crash
+//     procedure waits for the proof that it stopped serving before moving
+//     anything.
+//   - CancelProcedures aborts the unfinished roots matching a filter;
+//     BypassProcedure is Executor.Bypass behind guards (a running step, a
+//     lock wait, held locks, a rollback need override; children need
+//     recursive).
+//
+// Maintenance mode (maintenance.go) is the replicated key maintenance.
+// While it is on, the leader's dispatcher is paused, a region procedure
+// about to send an open or close suspends on an event that the mode's end
+// wakes, saying "maintenance mode: dispatch paused", a rollback's close
+// fails and is retried, and the admin API refuses new submissions with
+// FAILED_PRECONDITION (a refusal that lasts until an operator acts;
+// UNAVAILABLE would invite retries). A new leader reads the key when its
+// services start, so the mode survives failovers and restarts. Repair
+// calls, lock heartbeats and releases, and the master's own procedures
+// (crash recovery) go on; the latter wait at dispatch like the rest.
 //
 // # Left to do
 //

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/scheduler"
 )
 
 // attachTimeout bounds how long LeaderServices waits for the node to be
@@ -89,6 +90,14 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	svc.leases.GraceAll()
 	svc.leases.Start()
 	svc.lockLeases.Start()
+	// Maintenance mode is replicated: a leader that takes over while it is
+	// on sends nothing either.
+	m, err := getMaintenance(kvReader{Get: n.FSM().Get, Scan: n.FSM().Scan})
+	if err != nil {
+		svc.log.Error("reading maintenance mode; dispatch paused until it is set again", "error", err)
+		m.On = true
+	}
+	svc.applyMaintenance(m)
 
 	x.AddListener(svc.onTransition)
 	x.AddLockWaitListener(svc.onLockWait)
@@ -177,6 +186,16 @@ type services struct {
 	// closedTables: rolled-back trees whose table's regions were all sent
 	// a close (closeTableOnce), by root id.
 	closedTables map[uint64]bool
+
+	// maintMu guards maintEv: while maintenance mode is on, the event that
+	// procedures waiting to dispatch suspend on, woken when it goes off.
+	maintMu sync.Mutex
+	maintEv *scheduler.Event
+	// repairMu serializes repair calls (repair.go): each plans against the
+	// state the previous one left. repairSeq is the last record's sequence
+	// number, 0 until read from the state.
+	repairMu  sync.Mutex
+	repairSeq uint64
 }
 
 func (s *services) stop() {
@@ -320,22 +339,9 @@ func (s *services) reconcileWhenReady() {
 // so concurrent callers still share it. Retries in the background while
 // the executor is not accepting yet.
 func (s *services) submitCrash(ref ServerRef, why string) {
-	nonce := fmt.Sprintf("scp-%s-%d", ref.ID, ref.StartCode)
 	submit := func() error {
-		for range maxCrashResubmits {
-			id, err := s.x.Submit(&ServerCrash{Server: ref}, procedure.SubmitOptions{Nonce: nonce, Owner: "master"})
-			if err != nil {
-				return err
-			}
-			info, err := s.x.Get(id)
-			if err != nil || !info.State.Terminal() {
-				s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
-				return nil
-			}
-			// Ended before this need arose: the nonce answered with it.
-			nonce = fmt.Sprintf("scp-%s-%d-after-%d", ref.ID, ref.StartCode, id)
-		}
-		return fmt.Errorf("master: server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
+		_, err := s.submitCrashOnce(ref, why)
+		return err
 	}
 	err := submit()
 	if err == nil {
@@ -365,6 +371,27 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 	})
 }
 
+// submitCrashOnce submits the ServerCrashProcedure of ref (see
+// submitCrash) and returns its id: the unfinished one under way if there
+// is one.
+func (s *services) submitCrashOnce(ref ServerRef, why string) (uint64, error) {
+	nonce := fmt.Sprintf("scp-%s-%d", ref.ID, ref.StartCode)
+	for range maxCrashResubmits {
+		id, err := s.x.Submit(&ServerCrash{Server: ref}, procedure.SubmitOptions{Nonce: nonce, Owner: "master"})
+		if err != nil {
+			return 0, err
+		}
+		info, err := s.x.Get(id)
+		if err != nil || !info.State.Terminal() {
+			s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
+			return id, nil
+		}
+		// Ended before this need arose: the nonce answered with it.
+		nonce = fmt.Sprintf("scp-%s-%d-after-%d", ref.ID, ref.StartCode, id)
+	}
+	return 0, fmt.Errorf("master: server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
+}
+
 // maxCrashResubmits bounds the chain of ended crash procedures submitCrash
 // follows for one call (each link is a real need that arose after the
 // previous one ended, so a long chain means something else is wrong).
@@ -388,21 +415,28 @@ func (s *services) background(f func()) {
 // expire makes incarnation ref expired in the replicated state, if it is
 // still the live one, and starts its crash procedure.
 func (s *services) expire(ref ServerRef, why string) {
-	s.regMu.Lock()
-	srv, ok, err := getServer(s.reader(), ref.ID)
-	if err == nil && ok && srv.StartCode == ref.StartCode && srv.State == ServerLive {
-		srv.State = ServerExpired
-		ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.ApplyTimeout)
-		err = s.commit(ctx, raftfsm.Put(ServerKey(ref.ID), mustJSON(srv)))
-		cancel()
-	}
-	s.regMu.Unlock()
-	if err != nil {
+	if err := s.markExpired(ref); err != nil {
 		// The crash procedure fences the server itself; go on.
 		s.log.Warn("recording server expiry failed", "server", ref.String(), "error", err)
 	}
 	s.log.Warn("region server expired", "server", ref.String(), "why", why)
 	s.submitCrash(ref, why)
+}
+
+// markExpired records incarnation ref expired in the replicated state, if
+// it is still the live one: from then on it is fenced (see the package
+// doc).
+func (s *services) markExpired(ref ServerRef) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	srv, ok, err := getServer(s.reader(), ref.ID)
+	if err != nil || !ok || srv.StartCode != ref.StartCode || srv.State != ServerLive {
+		return err
+	}
+	srv.State = ServerExpired
+	ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.ApplyTimeout)
+	defer cancel()
+	return s.commit(ctx, raftfsm.Put(ServerKey(ref.ID), mustJSON(srv)))
 }
 
 // onServerLeaseExpired is the server lease monitor's OnExpire.

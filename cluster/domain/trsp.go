@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -316,6 +317,14 @@ func classify(res *dispatch.Result) outcome {
 // this term, and suspends until its result (or DispatchTimeout, after
 // which the server's liveness is checked again).
 func (p *TransitRegionState) await(ctx *procedure.Context, d *Domain, svc *services, kind rspb.OpKind) (procedure.Flow, error) {
+	if ev := svc.dispatchPaused(); ev != nil {
+		// Maintenance mode: nothing is sent, and whatever was sent before
+		// is held by the paused dispatcher. The step runs again once it
+		// ends, and reads the answer if one came meanwhile.
+		ctx.Suspend(procedure.OnEvent(ev), procedure.Timeout(maintenanceRecheck), procedure.SkipPersistence(),
+			procedure.Because(catalog.MaintenanceNote))
+		return procedure.HasMoreState, nil
+	}
 	w := svc.outstanding(ctx.ID(), p.Server, p.Region, kind)
 	if w == nil {
 		w = svc.dispatch(ctx.ID(), p.Server, p.Address, p.Region, p.fullTable(), kind)
@@ -541,6 +550,9 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 // in flight per server, in order, so a close can never overtake an open
 // sent before it.
 func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint64, table string) error {
+	if s.dispatchPaused() != nil {
+		return nil // maintenance mode: each child's own close, later, does it
+	}
 	s.mu.Lock()
 	if s.closedTables == nil {
 		s.closedTables = map[uint64]bool{}
@@ -579,6 +591,11 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 
 // closeSync closes region on ref and waits for the answer (rollbacks).
 func (s *services) closeSync(ctx context.Context, procID uint64, ref ServerRef, addr, region, table string) error {
+	if s.dispatchPaused() != nil {
+		// A rollback cannot suspend: it fails, and is retried with backoff
+		// until maintenance mode ends.
+		return errors.New(catalog.MaintenanceNote)
+	}
 	w := s.dispatch(procID, ref, addr, region, table, rspb.OpKind_OP_KIND_CLOSE)
 	timeout, stopTimer := s.d.after(s.d.cfg.DispatchTimeout)
 	defer stopTimer()

@@ -67,13 +67,13 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
-	dom, err := domain.New(domain.Config{Logger: logger})
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics})
 	if err != nil {
 		return err
 	}
 	defer dom.Close()
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := admin.InstallRaftMetrics(metrics); err != nil && !errors.Is(err, admin.ErrRaftMetricsInstalled) {
 		return fmt.Errorf("raft metrics: %w", err)
 	}
@@ -122,7 +122,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			_ = node.Shutdown(context.Background())
 			return fmt.Errorf("HTTP: %w", err)
 		}
-		httpSrv = &http.Server{Handler: admin.HTTPHandler(admin.NodeBackend(node), metrics), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -184,6 +185,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	}
 	if a, ok := advise[st.Code()]; ok {
 		advice = a
+	}
+	if st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), catalog.MaintenanceRefusal) {
+		advice = "an operator turned maintenance mode on ('baton cluster maintenance status'); new procedures are accepted once it is off"
 	}
 	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, st.Message())
 	if advice != "" {

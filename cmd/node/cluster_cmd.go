@@ -16,6 +16,10 @@ commands:
   status                                          every member's own state and health, as the master that answers reaches them (exit 3 without a quorum)
   join --id ID --raft-addr H:P [--admin-addr H:P]  add a node as a voter
   remove ID                                       remove a node
+  maintenance on [--reason R] --yes | off | status
+                                                  pause dispatch and refuse new procedures
+                                                  while operators repair (repair kit)
+  repairs [--after SEQ]                           the recorded repair commands: who, what, when, outcome
 
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
 and --timeout. Run 'baton cluster <command> -h' for its flags.
@@ -33,6 +37,10 @@ func (c *cli) cluster(args []string) int {
 		return c.clusterJoin(args[1:])
 	case "remove":
 		return c.clusterRemove(args[1:])
+	case "maintenance":
+		return c.clusterMaintenance(args[1:])
+	case "repairs":
+		return c.clusterRepairs(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprint(c.stdout, clusterUsage)
 		return exitOK
@@ -65,7 +73,10 @@ type statusJSON struct {
 	VotersReachable    *uint32    `json:"voters_reachable,omitempty"`
 	VotersUnknown      *uint32    `json:"voters_unknown,omitempty"`
 	Quorum             *bool      `json:"quorum,omitempty"`
-	Error              *errorJSON `json:"error,omitempty"`
+	// Maintenance is maintenance mode as the answering node's replicated
+	// state holds it.
+	Maintenance *maintenanceJSON `json:"maintenance,omitempty"`
+	Error       *errorJSON       `json:"error,omitempty"`
 }
 
 type peerJSON struct {
@@ -108,7 +119,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		LeaderAdminAddress: s.GetLeaderAdminAddress(), Term: s.GetTerm(), CommitIndex: s.GetCommitIndex(),
 		AppliedIndex: s.GetAppliedIndex(), FSMIndex: s.GetFsmIndex(), Peers: []peerJSON{},
 		PID: s.GetPid(), Ready: s.GetReady(), ReadyReason: s.GetReadyReason(), StorageError: s.GetStorageError(),
-		LastContactMs: s.GetLastContactMs(),
+		LastContactMs: s.GetLastContactMs(), Maintenance: toMaintenanceJSON(s.GetMaintenance()),
 	}
 	if s.GetMembersProbed() {
 		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
@@ -194,6 +205,9 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	}
 	fmt.Fprintf(c.stdout, "term         %d\n", s.GetTerm())
 	fmt.Fprintf(c.stdout, "indexes      commit %d, applied %d, fsm %d\n", s.GetCommitIndex(), s.GetAppliedIndex(), s.GetFsmIndex())
+	if m := s.GetMaintenance(); m != nil {
+		fmt.Fprintf(c.stdout, "maintenance  %s\n", describeMaintenance(m))
+	}
 	if s.GetMembersProbed() {
 		q := "quorum"
 		if !s.GetQuorum() {

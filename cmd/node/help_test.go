@@ -15,6 +15,8 @@ func TestCommandHelpGoesWhereItBelongs(t *testing.T) {
 		{"cluster", "status"}, {"cluster", "remove"},
 		{"ns", "create"}, {"table", "create"}, {"table", "list"}, {"region", "move"},
 		{"rs", "list"}, {"rs", "regions"}, {"balance"}, {"lock", "acquire"},
+		{"region", "assign"}, {"region", "unassign"}, {"rs", "recover"}, {"proc", "cancel"}, {"proc", "bypass"},
+		{"cluster", "maintenance", "on"}, {"cluster", "maintenance", "off"}, {"cluster", "maintenance", "status"}, {"cluster", "repairs"},
 	} {
 		name := strings.Join(cmd, " ")
 		code, stdout, stderr := runCLI(t, nil, append(append([]string(nil), cmd...), "-h")...)

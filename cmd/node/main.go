@@ -28,17 +28,23 @@ commands:
   proc    submit, list, watch and control procedures:
           submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID,
           list [--all], wait ID, abort ID, pause ID, resume ID, ack ID
-  cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID
+  cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
+          maintenance on|off|status, repairs
   ns      create NAME, delete NAME, list
   table   create NAME [--regions N], delete|enable|disable|describe NAME, list
           (NAME or NS:NAME; --namespace NS)
-  region  list [--table T], move REGION [--to SERVER]
+  region  list [--table T], move REGION [--to SERVER],
+          assign REGION [--server S], unassign REGION
   rs      list (lease state, region count, last heartbeat),
-          regions SERVER [--direct ADDR]
+          regions SERVER [--direct ADDR], recover SERVER
   balance even out the region counts of the live region servers
   lock    acquire --kind K --name N [--exclusive] [--keepalive], heartbeat ID,
           release ID
           (commands that start a procedure take --wait)
+  repair kit: region assign|unassign [--override], rs recover, proc cancel,
+          proc bypass, cluster maintenance, cluster repairs; the commands
+          that override the cluster need --yes (without it: what they would
+          do, exit 2)
   demo    run crash-proof procedures in this process, on a WAL in a fresh
           temporary directory (or --data-dir DIR); --crash-after N stops the
           process mid-way, and a run with the same --data-dir resumes exactly

@@ -22,6 +22,11 @@ commands:
   list [--all] [--state S] [--type T]               list procedures (--all: children too)
   wait ID                                           wait until it is terminal
   abort ID | pause ID | resume ID | ack ID          act on a procedure
+  cancel [--type T] [--state S] [--owner O] [--older-than D] [--dry-run | --yes]
+                                                    abort every unfinished root procedure
+                                                    that matches (repair kit)
+  bypass ID [--override] [--recursive] --yes        finish a stuck procedure without
+                                                    running it further (repair kit)
 
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
 and --timeout. Run 'baton proc <command> -h' for its flags.
@@ -39,6 +44,10 @@ func (c *cli) proc(args []string) int {
 		return c.procByID(args[0], args[1:])
 	case "list":
 		return c.procList(args[1:])
+	case "cancel":
+		return c.procCancel(args[1:])
+	case "bypass":
+		return c.procBypass(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprint(c.stdout, procUsage)
 		return exitOK

@@ -30,6 +30,11 @@ commands:
                     the regions a server hosts by its own answer, beside those
                     the master assigns to it; --direct asks the region server
                     at ADDR itself, for when the masters cannot reach it
+  recover SERVER [--override] --yes [--wait]
+                    reassign the regions of a dead server (a crash procedure
+                    for each dead incarnation holding regions); a live server
+                    needs --override: it is expired first, and its regions
+                    move once it has provably stopped serving them
 ` + fmt.Sprintf(clientFlagsNote, "rs")
 
 var rsAdvice = map[codes.Code]string{
@@ -43,6 +48,7 @@ func (c *cli) rs(args []string) int {
 	return c.subcommands("rs", rsUsage, args, map[string]func([]string) int{
 		"list":    c.rsList,
 		"regions": c.rsRegions,
+		"recover": c.rsRecover,
 	})
 }
 

@@ -332,12 +332,19 @@ commands:
   list [--table T]                   list the regions (of one table: NAME or NS:NAME)
   move REGION [--to SERVER] [--wait] move a region to a region server
                                      (without --to: any other live one)
+  assign REGION [--server S] [--override --yes] [--wait]
+                                     open a closed region (repair kit); a region
+                                     in transition or locked needs --override
+  unassign REGION [--override --yes] [--wait]
+                                     close a region (repair kit), the same way
 ` + fmt.Sprintf(clientFlagsNote, "region")
 
 func (c *cli) region(args []string) int {
 	return c.subcommands("region", regionUsage, args, map[string]func([]string) int{
-		"list": c.regionList,
-		"move": c.regionMove,
+		"list":     c.regionList,
+		"move":     c.regionMove,
+		"assign":   c.regionAssign,
+		"unassign": c.regionUnassign,
 	})
 }
 

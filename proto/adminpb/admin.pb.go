@@ -2470,8 +2470,11 @@ type ClusterStatusResponse struct {
 	VotersReachable uint32 `protobuf:"varint,57,opt,name=voters_reachable,json=votersReachable,proto3" json:"voters_reachable,omitempty"`
 	Quorum          bool   `protobuf:"varint,58,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	VotersUnknown   uint32 `protobuf:"varint,59,opt,name=voters_unknown,json=votersUnknown,proto3" json:"voters_unknown,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// maintenance: the answering node's replicated state says so (unset on
+	// a node without the domain).
+	Maintenance   *Maintenance `protobuf:"bytes,100,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -2642,6 +2645,13 @@ func (x *ClusterStatusResponse) GetVotersUnknown() uint32 {
 		return x.VotersUnknown
 	}
 	return 0
+}
+
+func (x *ClusterStatusResponse) GetMaintenance() *Maintenance {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
 }
 
 type AddPeerRequest struct {
@@ -2890,6 +2900,1029 @@ func (x *LeaderHint) GetLeaderAdminAddress() string {
 	return ""
 }
 
+// RepairCaller identifies who asks for a repair, for its record: the
+// holder-style name the CLI sends (user@host:pid). The master adds the
+// peer address the call came from.
+type RepairCaller struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Caller        string                 `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairCaller) Reset() {
+	*x = RepairCaller{}
+	mi := &file_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairCaller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairCaller) ProtoMessage() {}
+
+func (x *RepairCaller) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
+func (*RepairCaller) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RepairCaller) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+type RepairRegionRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Region string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	// server (assign only): where to open it; any live server when empty.
+	Server        string        `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	Override      bool          `protobuf:"varint,3,opt,name=override,proto3" json:"override,omitempty"`
+	DryRun        bool          `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Nonce         string        `protobuf:"bytes,5,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Caller        *RepairCaller `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairRegionRequest) Reset() {
+	*x = RepairRegionRequest{}
+	mi := &file_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairRegionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairRegionRequest) ProtoMessage() {}
+
+func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
+func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RepairRegionRequest) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *RepairRegionRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *RepairRegionRequest) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
+}
+
+func (x *RepairRegionRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RepairRegionRequest) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
+func (x *RepairRegionRequest) GetCaller() *RepairCaller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+type RecoverServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	Override      bool                   `protobuf:"varint,2,opt,name=override,proto3" json:"override,omitempty"`
+	DryRun        bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Caller        *RepairCaller          `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverServerRequest) Reset() {
+	*x = RecoverServerRequest{}
+	mi := &file_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverServerRequest) ProtoMessage() {}
+
+func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
+func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RecoverServerRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *RecoverServerRequest) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
+}
+
+func (x *RecoverServerRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RecoverServerRequest) GetCaller() *RepairCaller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+type BypassProcedureRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Override      bool                   `protobuf:"varint,2,opt,name=override,proto3" json:"override,omitempty"`
+	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	DryRun        bool                   `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Caller        *RepairCaller          `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BypassProcedureRequest) Reset() {
+	*x = BypassProcedureRequest{}
+	mi := &file_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BypassProcedureRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BypassProcedureRequest) ProtoMessage() {}
+
+func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
+func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BypassProcedureRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *BypassProcedureRequest) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
+}
+
+func (x *BypassProcedureRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+func (x *BypassProcedureRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *BypassProcedureRequest) GetCaller() *RepairCaller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+type SetMaintenanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	On            bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	DryRun        bool                   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Caller        *RepairCaller          `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMaintenanceRequest) Reset() {
+	*x = SetMaintenanceRequest{}
+	mi := &file_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMaintenanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMaintenanceRequest) ProtoMessage() {}
+
+func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
+func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetMaintenanceRequest) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
+func (x *SetMaintenanceRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetMaintenanceRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *SetMaintenanceRequest) GetCaller() *RepairCaller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+// RepairResponse says what a repair call did, or (dry run) would do.
+type RepairResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	DryRun bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// summary: in words, what was (or would be) done.
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// proc_ids: the procedures the call started (or, for a recovery, found
+	// already under way).
+	ProcIds []uint64 `protobuf:"varint,3,rep,packed,name=proc_ids,json=procIds,proto3" json:"proc_ids,omitempty"`
+	// bypassed: the procedures bypassed.
+	Bypassed []uint64 `protobuf:"varint,4,rep,packed,name=bypassed,proto3" json:"bypassed,omitempty"`
+	// record: the sequence number of the call's repair record (0 for a dry
+	// run).
+	Record uint64 `protobuf:"varint,5,opt,name=record,proto3" json:"record,omitempty"`
+	// maintenance: the state after SetMaintenance.
+	Maintenance   *Maintenance `protobuf:"bytes,6,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairResponse) Reset() {
+	*x = RepairResponse{}
+	mi := &file_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairResponse) ProtoMessage() {}
+
+func (x *RepairResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
+func (*RepairResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RepairResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RepairResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *RepairResponse) GetProcIds() []uint64 {
+	if x != nil {
+		return x.ProcIds
+	}
+	return nil
+}
+
+func (x *RepairResponse) GetBypassed() []uint64 {
+	if x != nil {
+		return x.Bypassed
+	}
+	return nil
+}
+
+func (x *RepairResponse) GetRecord() uint64 {
+	if x != nil {
+		return x.Record
+	}
+	return 0
+}
+
+func (x *RepairResponse) GetMaintenance() *Maintenance {
+	if x != nil {
+		return x.Maintenance
+	}
+	return nil
+}
+
+type CancelProceduresRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// state: INITIALIZING, RUNNABLE, WAITING or WAITING_TIMEOUT.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// older_than_ms: submitted at least this long ago (leader's clock).
+	OlderThanMs   int64         `protobuf:"varint,4,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	DryRun        bool          `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Caller        *RepairCaller `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelProceduresRequest) Reset() {
+	*x = CancelProceduresRequest{}
+	mi := &file_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelProceduresRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelProceduresRequest) ProtoMessage() {}
+
+func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
+func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CancelProceduresRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *CancelProceduresRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CancelProceduresRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *CancelProceduresRequest) GetOlderThanMs() int64 {
+	if x != nil {
+		return x.OlderThanMs
+	}
+	return 0
+}
+
+func (x *CancelProceduresRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *CancelProceduresRequest) GetCaller() *RepairCaller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+type CancelProceduresResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	DryRun bool                   `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// cancelled: the matching procedures whose abort was requested (dry
+	// run: would be), as they stand after the request.
+	Cancelled []*Procedure `protobuf:"bytes,2,rep,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// skipped: matching procedures that cannot be cancelled, and why.
+	Skipped       []*SkippedProcedure `protobuf:"bytes,3,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	Record        uint64              `protobuf:"varint,4,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelProceduresResponse) Reset() {
+	*x = CancelProceduresResponse{}
+	mi := &file_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelProceduresResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelProceduresResponse) ProtoMessage() {}
+
+func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
+func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CancelProceduresResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *CancelProceduresResponse) GetCancelled() []*Procedure {
+	if x != nil {
+		return x.Cancelled
+	}
+	return nil
+}
+
+func (x *CancelProceduresResponse) GetSkipped() []*SkippedProcedure {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *CancelProceduresResponse) GetRecord() uint64 {
+	if x != nil {
+		return x.Record
+	}
+	return 0
+}
+
+type SkippedProcedure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Procedure     *Procedure             `protobuf:"bytes,1,opt,name=procedure,proto3" json:"procedure,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedProcedure) Reset() {
+	*x = SkippedProcedure{}
+	mi := &file_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedProcedure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedProcedure) ProtoMessage() {}
+
+func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
+func (*SkippedProcedure) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *SkippedProcedure) GetProcedure() *Procedure {
+	if x != nil {
+		return x.Procedure
+	}
+	return nil
+}
+
+func (x *SkippedProcedure) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type GetMaintenanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMaintenanceRequest) Reset() {
+	*x = GetMaintenanceRequest{}
+	mi := &file_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMaintenanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMaintenanceRequest) ProtoMessage() {}
+
+func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
+func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetMaintenanceRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+// Maintenance is maintenance mode as the replicated state holds it.
+type Maintenance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	On    bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	// since_unix_ms, by, reason: when it was last turned on, by whom (the
+	// caller's name and address) and why.
+	SinceUnixMs   int64     `protobuf:"varint,2,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	By            string    `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string    `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Read          *ReadInfo `protobuf:"bytes,5,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Maintenance) Reset() {
+	*x = Maintenance{}
+	mi := &file_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Maintenance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Maintenance) ProtoMessage() {}
+
+func (x *Maintenance) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
+func (*Maintenance) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *Maintenance) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
+func (x *Maintenance) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *Maintenance) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Maintenance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Maintenance) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+type ListRepairsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size defaults to 100; page_token is the next_page_token of the
+	// previous page.
+	PageSize      int32       `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string      `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Consistency   Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRepairsRequest) Reset() {
+	*x = ListRepairsRequest{}
+	mi := &file_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRepairsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRepairsRequest) ProtoMessage() {}
+
+func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
+func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListRepairsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRepairsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRepairsRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+type ListRepairsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*RepairRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	Read          *ReadInfo              `protobuf:"bytes,3,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRepairsResponse) Reset() {
+	*x = ListRepairsResponse{}
+	mi := &file_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRepairsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRepairsResponse) ProtoMessage() {}
+
+func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
+func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListRepairsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListRepairsResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+// RepairRecord is one repair call as the leader recorded it.
+type RepairRecord struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	AtUnixMs int64                  `protobuf:"varint,2,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	// action: "region assign", "region unassign", "rs recover",
+	// "proc cancel", "proc bypass", "maintenance on", "maintenance off".
+	Action string            `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Args   map[string]string `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Caller string            `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	// peer: the address the call came from (the client's, also when a
+	// standby forwarded it); via: the standby that forwarded it, if any.
+	Peer string `protobuf:"bytes,6,opt,name=peer,proto3" json:"peer,omitempty"`
+	Via  string `protobuf:"bytes,7,opt,name=via,proto3" json:"via,omitempty"`
+	// node: the leader that recorded it.
+	Node string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
+	// outcome: started (the leader failed before recording the result),
+	// done, refused or failed; code: the status code of a refusal or
+	// failure; result: what was done, or why not.
+	Outcome       string `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Code          string `protobuf:"bytes,10,opt,name=code,proto3" json:"code,omitempty"`
+	Result        string `protobuf:"bytes,11,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairRecord) Reset() {
+	*x = RepairRecord{}
+	mi := &file_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairRecord) ProtoMessage() {}
+
+func (x *RepairRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
+func (*RepairRecord) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RepairRecord) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RepairRecord) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *RepairRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetArgs() map[string]string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *RepairRecord) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RepairRecord) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -3074,7 +4107,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1c\n" +
 	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
-	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\xab\x05\n" +
+	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\xea\x05\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -3096,7 +4129,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x06voters\x188 \x01(\rR\x06voters\x12)\n" +
 	"\x10voters_reachable\x189 \x01(\rR\x0fvotersReachable\x12\x16\n" +
 	"\x06quorum\x18: \x01(\bR\x06quorum\x12%\n" +
-	"\x0evoters_unknown\x18; \x01(\rR\rvotersUnknown\"h\n" +
+	"\x0evoters_unknown\x18; \x01(\rR\rvotersUnknown\x12=\n" +
+	"\vmaintenance\x18d \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"h\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
@@ -3110,10 +4144,91 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x120\n" +
-	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress**\n" +
+	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress\"&\n" +
+	"\fRepairCaller\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\"\xc6\x01\n" +
+	"\x13RepairRegionRequest\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x1a\n" +
+	"\boverride\x18\x03 \x01(\bR\boverride\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x14\n" +
+	"\x05nonce\x18\x05 \x01(\tR\x05nonce\x124\n" +
+	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\x99\x01\n" +
+	"\x14RecoverServerRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x1a\n" +
+	"\boverride\x18\x02 \x01(\bR\boverride\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x124\n" +
+	"\x06caller\x18\x04 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xb1\x01\n" +
+	"\x16BypassProcedureRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1a\n" +
+	"\boverride\x18\x02 \x01(\bR\boverride\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x124\n" +
+	"\x06caller\x18\x05 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\x8e\x01\n" +
+	"\x15SetMaintenanceRequest\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x124\n" +
+	"\x06caller\x18\x04 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xd1\x01\n" +
+	"\x0eRepairResponse\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\x12\x19\n" +
+	"\bproc_ids\x18\x03 \x03(\x04R\aprocIds\x12\x1a\n" +
+	"\bbypassed\x18\x04 \x03(\x04R\bbypassed\x12\x16\n" +
+	"\x06record\x18\x05 \x01(\x04R\x06record\x12=\n" +
+	"\vmaintenance\x18\x06 \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"\xcc\x01\n" +
+	"\x17CancelProceduresRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\"\n" +
+	"\rolder_than_ms\x18\x04 \x01(\x03R\volderThanMs\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x124\n" +
+	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xc0\x01\n" +
+	"\x18CancelProceduresResponse\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x127\n" +
+	"\tcancelled\x18\x02 \x03(\v2\x19.baton.admin.v1.ProcedureR\tcancelled\x12:\n" +
+	"\askipped\x18\x03 \x03(\v2 .baton.admin.v1.SkippedProcedureR\askipped\x12\x16\n" +
+	"\x06record\x18\x04 \x01(\x04R\x06record\"c\n" +
+	"\x10SkippedProcedure\x127\n" +
+	"\tprocedure\x18\x01 \x01(\v2\x19.baton.admin.v1.ProcedureR\tprocedure\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
+	"\x15GetMaintenanceRequest\x12=\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x97\x01\n" +
+	"\vMaintenance\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\x12\"\n" +
+	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
+	"\x04read\x18\x05 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x8f\x01\n" +
+	"\x12ListRepairsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12=\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xa3\x01\n" +
+	"\x13ListRepairsResponse\x126\n" +
+	"\arecords\x18\x01 \x03(\v2\x1c.baton.admin.v1.RepairRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
+	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xe3\x02\n" +
+	"\fRepairRecord\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12:\n" +
+	"\x04args\x18\x04 \x03(\v2&.baton.admin.v1.RepairRecord.ArgsEntryR\x04args\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x12\x12\n" +
+	"\x04peer\x18\x06 \x01(\tR\x04peer\x12\x10\n" +
+	"\x03via\x18\a \x01(\tR\x03via\x12\x12\n" +
+	"\x04node\x18\b \x01(\tR\x04node\x12\x18\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\x12\x12\n" +
+	"\x04code\x18\n" +
+	" \x01(\tR\x04code\x12\x16\n" +
+	"\x06result\x18\v \x01(\tR\x06result\x1a7\n" +
+	"\tArgsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xff\x13\n" +
+	"\x05STALE\x10\x012\xcb\x19\n" +
 	"\x05Admin\x12b\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12N\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\x12_\n" +
@@ -3147,7 +4262,15 @@ const file_admin_proto_rawDesc = "" +
 	"\aBalance\x12\x1e.baton.admin.v1.BalanceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12O\n" +
 	"\vAcquireLock\x12\".baton.admin.v1.AcquireLockRequest\x1a\x1c.baton.admin.v1.LockResponse\x12F\n" +
 	"\rLockHeartbeat\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\x12D\n" +
-	"\vReleaseLock\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
+	"\vReleaseLock\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\x12S\n" +
+	"\fAssignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12U\n" +
+	"\x0eUnassignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12U\n" +
+	"\rRecoverServer\x12$.baton.admin.v1.RecoverServerRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12e\n" +
+	"\x10CancelProcedures\x12'.baton.admin.v1.CancelProceduresRequest\x1a(.baton.admin.v1.CancelProceduresResponse\x12Y\n" +
+	"\x0fBypassProcedure\x12&.baton.admin.v1.BypassProcedureRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12W\n" +
+	"\x0eSetMaintenance\x12%.baton.admin.v1.SetMaintenanceRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12T\n" +
+	"\x0eGetMaintenance\x12%.baton.admin.v1.GetMaintenanceRequest\x1a\x1b.baton.admin.v1.Maintenance\x12V\n" +
+	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -3162,51 +4285,66 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_admin_proto_goTypes = []any{
-	(Consistency)(0),                // 0: baton.admin.v1.Consistency
-	(*NamespaceRequest)(nil),        // 1: baton.admin.v1.NamespaceRequest
-	(*ReadInfo)(nil),                // 2: baton.admin.v1.ReadInfo
-	(*ListNamespacesRequest)(nil),   // 3: baton.admin.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),  // 4: baton.admin.v1.ListNamespacesResponse
-	(*GetNamespaceRequest)(nil),     // 5: baton.admin.v1.GetNamespaceRequest
-	(*Namespace)(nil),               // 6: baton.admin.v1.Namespace
-	(*CreateTableRequest)(nil),      // 7: baton.admin.v1.CreateTableRequest
-	(*TableRequest)(nil),            // 8: baton.admin.v1.TableRequest
-	(*Region)(nil),                  // 9: baton.admin.v1.Region
-	(*Table)(nil),                   // 10: baton.admin.v1.Table
-	(*ListTablesRequest)(nil),       // 11: baton.admin.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),      // 12: baton.admin.v1.ListTablesResponse
-	(*ListRegionsRequest)(nil),      // 13: baton.admin.v1.ListRegionsRequest
-	(*ListRegionsResponse)(nil),     // 14: baton.admin.v1.ListRegionsResponse
-	(*MoveRegionRequest)(nil),       // 15: baton.admin.v1.MoveRegionRequest
-	(*ListServersRequest)(nil),      // 16: baton.admin.v1.ListServersRequest
-	(*Server)(nil),                  // 17: baton.admin.v1.Server
-	(*ListServersResponse)(nil),     // 18: baton.admin.v1.ListServersResponse
-	(*ServerRegionsRequest)(nil),    // 19: baton.admin.v1.ServerRegionsRequest
-	(*ServerRegionsResponse)(nil),   // 20: baton.admin.v1.ServerRegionsResponse
-	(*BalanceRequest)(nil),          // 21: baton.admin.v1.BalanceRequest
-	(*AcquireLockRequest)(nil),      // 22: baton.admin.v1.AcquireLockRequest
-	(*LockRef)(nil),                 // 23: baton.admin.v1.LockRef
-	(*LockResponse)(nil),            // 24: baton.admin.v1.LockResponse
-	(*SubmitProcedureRequest)(nil),  // 25: baton.admin.v1.SubmitProcedureRequest
-	(*SubmitProcedureResponse)(nil), // 26: baton.admin.v1.SubmitProcedureResponse
-	(*GetProcedureRequest)(nil),     // 27: baton.admin.v1.GetProcedureRequest
-	(*ProcedureRef)(nil),            // 28: baton.admin.v1.ProcedureRef
-	(*Procedure)(nil),               // 29: baton.admin.v1.Procedure
-	(*ProcedureRun)(nil),            // 30: baton.admin.v1.ProcedureRun
-	(*ListProceduresRequest)(nil),   // 31: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),  // 32: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),   // 33: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),    // 34: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                    // 35: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),   // 36: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),          // 37: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),       // 38: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),     // 39: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),    // 40: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),              // 41: baton.admin.v1.LeaderHint
-	nil,                             // 42: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
+	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
+	(*ReadInfo)(nil),                 // 2: baton.admin.v1.ReadInfo
+	(*ListNamespacesRequest)(nil),    // 3: baton.admin.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),   // 4: baton.admin.v1.ListNamespacesResponse
+	(*GetNamespaceRequest)(nil),      // 5: baton.admin.v1.GetNamespaceRequest
+	(*Namespace)(nil),                // 6: baton.admin.v1.Namespace
+	(*CreateTableRequest)(nil),       // 7: baton.admin.v1.CreateTableRequest
+	(*TableRequest)(nil),             // 8: baton.admin.v1.TableRequest
+	(*Region)(nil),                   // 9: baton.admin.v1.Region
+	(*Table)(nil),                    // 10: baton.admin.v1.Table
+	(*ListTablesRequest)(nil),        // 11: baton.admin.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),       // 12: baton.admin.v1.ListTablesResponse
+	(*ListRegionsRequest)(nil),       // 13: baton.admin.v1.ListRegionsRequest
+	(*ListRegionsResponse)(nil),      // 14: baton.admin.v1.ListRegionsResponse
+	(*MoveRegionRequest)(nil),        // 15: baton.admin.v1.MoveRegionRequest
+	(*ListServersRequest)(nil),       // 16: baton.admin.v1.ListServersRequest
+	(*Server)(nil),                   // 17: baton.admin.v1.Server
+	(*ListServersResponse)(nil),      // 18: baton.admin.v1.ListServersResponse
+	(*ServerRegionsRequest)(nil),     // 19: baton.admin.v1.ServerRegionsRequest
+	(*ServerRegionsResponse)(nil),    // 20: baton.admin.v1.ServerRegionsResponse
+	(*BalanceRequest)(nil),           // 21: baton.admin.v1.BalanceRequest
+	(*AcquireLockRequest)(nil),       // 22: baton.admin.v1.AcquireLockRequest
+	(*LockRef)(nil),                  // 23: baton.admin.v1.LockRef
+	(*LockResponse)(nil),             // 24: baton.admin.v1.LockResponse
+	(*SubmitProcedureRequest)(nil),   // 25: baton.admin.v1.SubmitProcedureRequest
+	(*SubmitProcedureResponse)(nil),  // 26: baton.admin.v1.SubmitProcedureResponse
+	(*GetProcedureRequest)(nil),      // 27: baton.admin.v1.GetProcedureRequest
+	(*ProcedureRef)(nil),             // 28: baton.admin.v1.ProcedureRef
+	(*Procedure)(nil),                // 29: baton.admin.v1.Procedure
+	(*ProcedureRun)(nil),             // 30: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),    // 31: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),   // 32: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),    // 33: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),     // 34: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                     // 35: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),    // 36: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),           // 37: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),        // 38: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),      // 39: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 40: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),               // 41: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),             // 42: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),      // 43: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),     // 44: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),   // 45: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),    // 46: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),           // 47: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),  // 48: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil), // 49: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),         // 50: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),    // 51: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),              // 52: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),       // 53: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),      // 54: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),             // 55: baton.admin.v1.RepairRecord
+	nil,                              // 56: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 57: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,  // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -3228,7 +4366,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,  // 16: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,  // 17: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 18: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	42, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	56, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,  // 20: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 21: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	30, // 22: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -3237,71 +4375,103 @@ var file_admin_proto_depIdxs = []int32{
 	2,  // 25: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
 	36, // 26: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
 	35, // 27: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	25, // 28: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	27, // 29: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	31, // 30: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	33, // 31: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	28, // 32: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 33: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 34: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 35: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	34, // 36: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	37, // 37: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	38, // 38: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	39, // 39: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 40: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 41: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 42: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 43: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 44: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 45: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 46: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 47: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 48: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	11, // 49: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	13, // 50: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	15, // 51: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	16, // 52: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	19, // 53: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	21, // 54: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	22, // 55: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	23, // 56: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	23, // 57: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	26, // 58: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	29, // 59: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	32, // 60: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	29, // 61: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 62: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 63: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 64: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 65: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	36, // 66: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	36, // 67: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	36, // 68: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	40, // 69: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	26, // 70: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 71: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 72: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 73: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	26, // 74: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 75: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 76: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 77: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 78: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	12, // 79: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	14, // 80: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	26, // 81: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	18, // 82: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	20, // 83: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	26, // 84: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	24, // 85: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	24, // 86: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	24, // 87: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	58, // [58:88] is the sub-list for method output_type
-	28, // [28:58] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	52, // 28: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	42, // 29: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	42, // 30: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	42, // 31: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	42, // 32: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	52, // 33: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	42, // 34: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	29, // 35: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	50, // 36: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	29, // 37: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,  // 38: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,  // 39: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 40: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	55, // 41: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,  // 42: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	57, // 43: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	25, // 44: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	27, // 45: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	31, // 46: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	33, // 47: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	28, // 48: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 49: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 50: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 51: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	34, // 52: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	37, // 53: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	38, // 54: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	39, // 55: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,  // 56: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 57: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,  // 58: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,  // 59: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,  // 60: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,  // 61: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 62: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 63: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 64: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	11, // 65: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	13, // 66: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	15, // 67: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	16, // 68: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	19, // 69: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	21, // 70: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	22, // 71: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	23, // 72: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	23, // 73: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	43, // 74: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	43, // 75: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	44, // 76: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	48, // 77: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	45, // 78: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	46, // 79: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	51, // 80: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	53, // 81: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	26, // 82: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	29, // 83: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	32, // 84: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	29, // 85: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 86: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 87: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 88: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 89: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	36, // 90: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	36, // 91: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	36, // 92: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	40, // 93: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	26, // 94: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 95: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,  // 96: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,  // 97: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	26, // 98: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 99: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 100: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 101: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10, // 102: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	12, // 103: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	14, // 104: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	26, // 105: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	18, // 106: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	20, // 107: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	26, // 108: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	24, // 109: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	24, // 110: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	24, // 111: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	47, // 112: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	47, // 113: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	47, // 114: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	49, // 115: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	47, // 116: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	47, // 117: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	52, // 118: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	54, // 119: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	82, // [82:120] is the sub-list for method output_type
+	44, // [44:82] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -3315,7 +4485,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,36 +53,44 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_SubmitProcedure_FullMethodName = "/baton.admin.v1.Admin/SubmitProcedure"
-	Admin_GetProcedure_FullMethodName    = "/baton.admin.v1.Admin/GetProcedure"
-	Admin_ListProcedures_FullMethodName  = "/baton.admin.v1.Admin/ListProcedures"
-	Admin_WatchProcedure_FullMethodName  = "/baton.admin.v1.Admin/WatchProcedure"
-	Admin_AbortProcedure_FullMethodName  = "/baton.admin.v1.Admin/AbortProcedure"
-	Admin_PauseProcedure_FullMethodName  = "/baton.admin.v1.Admin/PauseProcedure"
-	Admin_ResumeProcedure_FullMethodName = "/baton.admin.v1.Admin/ResumeProcedure"
-	Admin_AckResult_FullMethodName       = "/baton.admin.v1.Admin/AckResult"
-	Admin_ClusterStatus_FullMethodName   = "/baton.admin.v1.Admin/ClusterStatus"
-	Admin_AddPeer_FullMethodName         = "/baton.admin.v1.Admin/AddPeer"
-	Admin_RemovePeer_FullMethodName      = "/baton.admin.v1.Admin/RemovePeer"
-	Admin_RegisterNode_FullMethodName    = "/baton.admin.v1.Admin/RegisterNode"
-	Admin_CreateNamespace_FullMethodName = "/baton.admin.v1.Admin/CreateNamespace"
-	Admin_DeleteNamespace_FullMethodName = "/baton.admin.v1.Admin/DeleteNamespace"
-	Admin_ListNamespaces_FullMethodName  = "/baton.admin.v1.Admin/ListNamespaces"
-	Admin_GetNamespace_FullMethodName    = "/baton.admin.v1.Admin/GetNamespace"
-	Admin_CreateTable_FullMethodName     = "/baton.admin.v1.Admin/CreateTable"
-	Admin_DeleteTable_FullMethodName     = "/baton.admin.v1.Admin/DeleteTable"
-	Admin_EnableTable_FullMethodName     = "/baton.admin.v1.Admin/EnableTable"
-	Admin_DisableTable_FullMethodName    = "/baton.admin.v1.Admin/DisableTable"
-	Admin_DescribeTable_FullMethodName   = "/baton.admin.v1.Admin/DescribeTable"
-	Admin_ListTables_FullMethodName      = "/baton.admin.v1.Admin/ListTables"
-	Admin_ListRegions_FullMethodName     = "/baton.admin.v1.Admin/ListRegions"
-	Admin_MoveRegion_FullMethodName      = "/baton.admin.v1.Admin/MoveRegion"
-	Admin_ListServers_FullMethodName     = "/baton.admin.v1.Admin/ListServers"
-	Admin_ServerRegions_FullMethodName   = "/baton.admin.v1.Admin/ServerRegions"
-	Admin_Balance_FullMethodName         = "/baton.admin.v1.Admin/Balance"
-	Admin_AcquireLock_FullMethodName     = "/baton.admin.v1.Admin/AcquireLock"
-	Admin_LockHeartbeat_FullMethodName   = "/baton.admin.v1.Admin/LockHeartbeat"
-	Admin_ReleaseLock_FullMethodName     = "/baton.admin.v1.Admin/ReleaseLock"
+	Admin_SubmitProcedure_FullMethodName  = "/baton.admin.v1.Admin/SubmitProcedure"
+	Admin_GetProcedure_FullMethodName     = "/baton.admin.v1.Admin/GetProcedure"
+	Admin_ListProcedures_FullMethodName   = "/baton.admin.v1.Admin/ListProcedures"
+	Admin_WatchProcedure_FullMethodName   = "/baton.admin.v1.Admin/WatchProcedure"
+	Admin_AbortProcedure_FullMethodName   = "/baton.admin.v1.Admin/AbortProcedure"
+	Admin_PauseProcedure_FullMethodName   = "/baton.admin.v1.Admin/PauseProcedure"
+	Admin_ResumeProcedure_FullMethodName  = "/baton.admin.v1.Admin/ResumeProcedure"
+	Admin_AckResult_FullMethodName        = "/baton.admin.v1.Admin/AckResult"
+	Admin_ClusterStatus_FullMethodName    = "/baton.admin.v1.Admin/ClusterStatus"
+	Admin_AddPeer_FullMethodName          = "/baton.admin.v1.Admin/AddPeer"
+	Admin_RemovePeer_FullMethodName       = "/baton.admin.v1.Admin/RemovePeer"
+	Admin_RegisterNode_FullMethodName     = "/baton.admin.v1.Admin/RegisterNode"
+	Admin_CreateNamespace_FullMethodName  = "/baton.admin.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName  = "/baton.admin.v1.Admin/DeleteNamespace"
+	Admin_ListNamespaces_FullMethodName   = "/baton.admin.v1.Admin/ListNamespaces"
+	Admin_GetNamespace_FullMethodName     = "/baton.admin.v1.Admin/GetNamespace"
+	Admin_CreateTable_FullMethodName      = "/baton.admin.v1.Admin/CreateTable"
+	Admin_DeleteTable_FullMethodName      = "/baton.admin.v1.Admin/DeleteTable"
+	Admin_EnableTable_FullMethodName      = "/baton.admin.v1.Admin/EnableTable"
+	Admin_DisableTable_FullMethodName     = "/baton.admin.v1.Admin/DisableTable"
+	Admin_DescribeTable_FullMethodName    = "/baton.admin.v1.Admin/DescribeTable"
+	Admin_ListTables_FullMethodName       = "/baton.admin.v1.Admin/ListTables"
+	Admin_ListRegions_FullMethodName      = "/baton.admin.v1.Admin/ListRegions"
+	Admin_MoveRegion_FullMethodName       = "/baton.admin.v1.Admin/MoveRegion"
+	Admin_ListServers_FullMethodName      = "/baton.admin.v1.Admin/ListServers"
+	Admin_ServerRegions_FullMethodName    = "/baton.admin.v1.Admin/ServerRegions"
+	Admin_Balance_FullMethodName          = "/baton.admin.v1.Admin/Balance"
+	Admin_AcquireLock_FullMethodName      = "/baton.admin.v1.Admin/AcquireLock"
+	Admin_LockHeartbeat_FullMethodName    = "/baton.admin.v1.Admin/LockHeartbeat"
+	Admin_ReleaseLock_FullMethodName      = "/baton.admin.v1.Admin/ReleaseLock"
+	Admin_AssignRegion_FullMethodName     = "/baton.admin.v1.Admin/AssignRegion"
+	Admin_UnassignRegion_FullMethodName   = "/baton.admin.v1.Admin/UnassignRegion"
+	Admin_RecoverServer_FullMethodName    = "/baton.admin.v1.Admin/RecoverServer"
+	Admin_CancelProcedures_FullMethodName = "/baton.admin.v1.Admin/CancelProcedures"
+	Admin_BypassProcedure_FullMethodName  = "/baton.admin.v1.Admin/BypassProcedure"
+	Admin_SetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/SetMaintenance"
+	Admin_GetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/GetMaintenance"
+	Admin_ListRepairs_FullMethodName      = "/baton.admin.v1.Admin/ListRepairs"
 )
 
 // AdminClient is the client API for Admin service.
@@ -132,6 +140,48 @@ type AdminClient interface {
 	AcquireLock(ctx context.Context, in *AcquireLockRequest, opts ...grpc.CallOption) (*LockResponse, error)
 	LockHeartbeat(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error)
 	ReleaseLock(ctx context.Context, in *LockRef, opts ...grpc.CallOption) (*LockResponse, error)
+	// Repair kit: HBCK2's jobs, done safely. Served by the leader (a
+	// standby forwards), and accepted in maintenance mode. Every call that
+	// is not a dry run is recorded (ListRepairs), refusals included; a call
+	// that acts is recorded before it acts, so no repair goes unrecorded.
+	// dry_run answers what the call would do, acting on nothing. A refusal
+	// is FAILED_PRECONDITION with what stands in the way and what to do.
+	//
+	// AssignRegion and UnassignRegion open (or close) a region through a
+	// TransitRegionState procedure. Without override they refuse a region in
+	// transition (OPENING, CLOSING, FAILED_OPEN, or moved by a procedure) or
+	// locked by another procedure. With override the region's own procedure
+	// (the TransitRegionState that holds its lock or is recorded on it) is
+	// bypassed and the new one queues behind it: it reads the region's
+	// record afresh under the region's lock and closes the region where it
+	// may be open before opening it anywhere, so the region is never open on
+	// two servers.
+	AssignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	UnassignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	// RecoverServer submits a ServerCrash procedure for every dead
+	// incarnation of the server that still has regions recorded on it
+	// (HBCK2's scheduleRecoveries). A live server is refused unless
+	// override: its lease is then expired first, as the lease monitor would
+	// (it is fenced and told to drop its regions), and its regions move
+	// only once it has provably stopped serving them.
+	RecoverServer(ctx context.Context, in *RecoverServerRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	// CancelProcedures aborts every unfinished root procedure matching the
+	// filter (at least one of type, state, owner, older_than_ms); those that
+	// cannot roll back (they retry until done) are listed as skipped.
+	CancelProcedures(ctx context.Context, in *CancelProceduresRequest, opts ...grpc.CallOption) (*CancelProceduresResponse, error)
+	// BypassProcedure is the guarded bypass: without override it refuses a
+	// procedure that is running a step, waiting for a lock, holding entity
+	// locks or rolling back; with unfinished children it needs recursive.
+	BypassProcedure(ctx context.Context, in *BypassProcedureRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	// SetMaintenance turns maintenance mode on or off (replicated: it
+	// survives failovers and restarts). While on, the leader sends no region
+	// open or close, procedures that would wait saying so, and new
+	// submissions are refused with FAILED_PRECONDITION ("cluster in
+	// maintenance mode: ..."); repair calls and lock releases are not.
+	SetMaintenance(ctx context.Context, in *SetMaintenanceRequest, opts ...grpc.CallOption) (*RepairResponse, error)
+	GetMaintenance(ctx context.Context, in *GetMaintenanceRequest, opts ...grpc.CallOption) (*Maintenance, error)
+	// ListRepairs lists the repair records, oldest first, paged.
+	ListRepairs(ctx context.Context, in *ListRepairsRequest, opts ...grpc.CallOption) (*ListRepairsResponse, error)
 }
 
 type adminClient struct {
@@ -451,6 +501,86 @@ func (c *adminClient) ReleaseLock(ctx context.Context, in *LockRef, opts ...grpc
 	return out, nil
 }
 
+func (c *adminClient) AssignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Admin_AssignRegion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) UnassignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Admin_UnassignRegion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RecoverServer(ctx context.Context, in *RecoverServerRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Admin_RecoverServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) CancelProcedures(ctx context.Context, in *CancelProceduresRequest, opts ...grpc.CallOption) (*CancelProceduresResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelProceduresResponse)
+	err := c.cc.Invoke(ctx, Admin_CancelProcedures_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) BypassProcedure(ctx context.Context, in *BypassProcedureRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Admin_BypassProcedure_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetMaintenance(ctx context.Context, in *SetMaintenanceRequest, opts ...grpc.CallOption) (*RepairResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairResponse)
+	err := c.cc.Invoke(ctx, Admin_SetMaintenance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetMaintenance(ctx context.Context, in *GetMaintenanceRequest, opts ...grpc.CallOption) (*Maintenance, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Maintenance)
+	err := c.cc.Invoke(ctx, Admin_GetMaintenance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListRepairs(ctx context.Context, in *ListRepairsRequest, opts ...grpc.CallOption) (*ListRepairsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRepairsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListRepairs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -498,6 +628,48 @@ type AdminServer interface {
 	AcquireLock(context.Context, *AcquireLockRequest) (*LockResponse, error)
 	LockHeartbeat(context.Context, *LockRef) (*LockResponse, error)
 	ReleaseLock(context.Context, *LockRef) (*LockResponse, error)
+	// Repair kit: HBCK2's jobs, done safely. Served by the leader (a
+	// standby forwards), and accepted in maintenance mode. Every call that
+	// is not a dry run is recorded (ListRepairs), refusals included; a call
+	// that acts is recorded before it acts, so no repair goes unrecorded.
+	// dry_run answers what the call would do, acting on nothing. A refusal
+	// is FAILED_PRECONDITION with what stands in the way and what to do.
+	//
+	// AssignRegion and UnassignRegion open (or close) a region through a
+	// TransitRegionState procedure. Without override they refuse a region in
+	// transition (OPENING, CLOSING, FAILED_OPEN, or moved by a procedure) or
+	// locked by another procedure. With override the region's own procedure
+	// (the TransitRegionState that holds its lock or is recorded on it) is
+	// bypassed and the new one queues behind it: it reads the region's
+	// record afresh under the region's lock and closes the region where it
+	// may be open before opening it anywhere, so the region is never open on
+	// two servers.
+	AssignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error)
+	UnassignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error)
+	// RecoverServer submits a ServerCrash procedure for every dead
+	// incarnation of the server that still has regions recorded on it
+	// (HBCK2's scheduleRecoveries). A live server is refused unless
+	// override: its lease is then expired first, as the lease monitor would
+	// (it is fenced and told to drop its regions), and its regions move
+	// only once it has provably stopped serving them.
+	RecoverServer(context.Context, *RecoverServerRequest) (*RepairResponse, error)
+	// CancelProcedures aborts every unfinished root procedure matching the
+	// filter (at least one of type, state, owner, older_than_ms); those that
+	// cannot roll back (they retry until done) are listed as skipped.
+	CancelProcedures(context.Context, *CancelProceduresRequest) (*CancelProceduresResponse, error)
+	// BypassProcedure is the guarded bypass: without override it refuses a
+	// procedure that is running a step, waiting for a lock, holding entity
+	// locks or rolling back; with unfinished children it needs recursive.
+	BypassProcedure(context.Context, *BypassProcedureRequest) (*RepairResponse, error)
+	// SetMaintenance turns maintenance mode on or off (replicated: it
+	// survives failovers and restarts). While on, the leader sends no region
+	// open or close, procedures that would wait saying so, and new
+	// submissions are refused with FAILED_PRECONDITION ("cluster in
+	// maintenance mode: ..."); repair calls and lock releases are not.
+	SetMaintenance(context.Context, *SetMaintenanceRequest) (*RepairResponse, error)
+	GetMaintenance(context.Context, *GetMaintenanceRequest) (*Maintenance, error)
+	// ListRepairs lists the repair records, oldest first, paged.
+	ListRepairs(context.Context, *ListRepairsRequest) (*ListRepairsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -597,6 +769,30 @@ func (UnimplementedAdminServer) LockHeartbeat(context.Context, *LockRef) (*LockR
 }
 func (UnimplementedAdminServer) ReleaseLock(context.Context, *LockRef) (*LockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseLock not implemented")
+}
+func (UnimplementedAdminServer) AssignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AssignRegion not implemented")
+}
+func (UnimplementedAdminServer) UnassignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnassignRegion not implemented")
+}
+func (UnimplementedAdminServer) RecoverServer(context.Context, *RecoverServerRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecoverServer not implemented")
+}
+func (UnimplementedAdminServer) CancelProcedures(context.Context, *CancelProceduresRequest) (*CancelProceduresResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelProcedures not implemented")
+}
+func (UnimplementedAdminServer) BypassProcedure(context.Context, *BypassProcedureRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BypassProcedure not implemented")
+}
+func (UnimplementedAdminServer) SetMaintenance(context.Context, *SetMaintenanceRequest) (*RepairResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetMaintenance not implemented")
+}
+func (UnimplementedAdminServer) GetMaintenance(context.Context, *GetMaintenanceRequest) (*Maintenance, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMaintenance not implemented")
+}
+func (UnimplementedAdminServer) ListRepairs(context.Context, *ListRepairsRequest) (*ListRepairsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRepairs not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1152,6 +1348,150 @@ func _Admin_ReleaseLock_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_AssignRegion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairRegionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AssignRegion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AssignRegion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AssignRegion(ctx, req.(*RepairRegionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_UnassignRegion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairRegionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UnassignRegion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UnassignRegion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UnassignRegion(ctx, req.(*RepairRegionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RecoverServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RecoverServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RecoverServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RecoverServer(ctx, req.(*RecoverServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_CancelProcedures_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelProceduresRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CancelProcedures(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CancelProcedures_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CancelProcedures(ctx, req.(*CancelProceduresRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_BypassProcedure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BypassProcedureRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).BypassProcedure(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_BypassProcedure_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).BypassProcedure(ctx, req.(*BypassProcedureRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetMaintenance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetMaintenanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetMaintenance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetMaintenance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetMaintenance(ctx, req.(*SetMaintenanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetMaintenance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMaintenanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetMaintenance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetMaintenance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetMaintenance(ctx, req.(*GetMaintenanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListRepairs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRepairsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListRepairs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListRepairs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListRepairs(ctx, req.(*ListRepairsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1274,6 +1614,38 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReleaseLock",
 			Handler:    _Admin_ReleaseLock_Handler,
+		},
+		{
+			MethodName: "AssignRegion",
+			Handler:    _Admin_AssignRegion_Handler,
+		},
+		{
+			MethodName: "UnassignRegion",
+			Handler:    _Admin_UnassignRegion_Handler,
+		},
+		{
+			MethodName: "RecoverServer",
+			Handler:    _Admin_RecoverServer_Handler,
+		},
+		{
+			MethodName: "CancelProcedures",
+			Handler:    _Admin_CancelProcedures_Handler,
+		},
+		{
+			MethodName: "BypassProcedure",
+			Handler:    _Admin_BypassProcedure_Handler,
+		},
+		{
+			MethodName: "SetMaintenance",
+			Handler:    _Admin_SetMaintenance_Handler,
+		},
+		{
+			MethodName: "GetMaintenance",
+			Handler:    _Admin_GetMaintenance_Handler,
+		},
+		{
+			MethodName: "ListRepairs",
+			Handler:    _Admin_ListRepairs_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,276 @@
+package admin
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// The repair kit's calls (admin.proto, "Repair kit"). The domain plans,
+// guards, records and does them (cluster/domain, repair.go); this file
+// checks the request, names the caller, and translates.
+
+// authorizeRepair is where the repair kit's permission check goes: every
+// repair call that acts passes here first, before anything is read or
+// forwarded. The `admin` permission does not exist yet (issue 14): until
+// it does, every caller may repair, and the records say who did.
+func (s *Server) authorizeRepair(ctx context.Context, action string) error {
+	return nil
+}
+
+// peerKey carries, on a forwarded call, the address the call came from
+// (the client's), so that the leader's repair record names the client and
+// not the standby that forwarded it.
+const peerKey = "x-baton-peer"
+
+// peerAddr is the address ctx's call came from, "" if unknown.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// callerOf names who makes a repair call: the name the caller gave, the
+// address the call came from, and the standby that forwarded it. The
+// forwarded address is what the standby says: like the name, it is the
+// caller's word until calls are authenticated (issue 14).
+func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
+	out := catalog.Caller{Name: c.GetCaller(), Peer: peerAddr(ctx)}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if via := md.Get(forwardedKey); len(via) > 0 {
+			out.Via = via[0]
+			if p := md.Get(peerKey); len(p) > 0 && p[0] != "" {
+				out.Peer = p[0]
+			}
+		}
+	}
+	return out
+}
+
+// checkSubmissions refuses a new submission while maintenance mode is on
+// (FAILED_PRECONDITION); a node without the domain has no maintenance
+// mode.
+func (s *Server) checkSubmissions() error {
+	if db, ok := s.b.(DomainBackend); ok && db.Domain() != nil {
+		return db.Domain().CheckSubmissions()
+	}
+	return nil
+}
+
+func repairMsg(r catalog.RepairResult) *adminpb.RepairResponse {
+	out := &adminpb.RepairResponse{DryRun: r.DryRun, Summary: r.Summary, ProcIds: r.ProcIDs, Bypassed: r.Bypassed, Record: r.Record}
+	if r.Maintenance != nil {
+		out.Maintenance = maintenanceMsg(*r.Maintenance)
+	}
+	return out
+}
+
+func maintenanceMsg(m catalog.Maintenance) *adminpb.Maintenance {
+	out := &adminpb.Maintenance{On: m.On, By: m.By, Reason: m.Reason}
+	if !m.Since.IsZero() {
+		out.SinceUnixMs = m.Since.UnixMilli()
+	}
+	return out
+}
+
+// repairCall runs a repair call on the leader (forwarding from a standby).
+func repairCall[T any](s *Server, ctx context.Context, action string, local func(Domain, Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	if err := s.authorizeRepair(ctx, action); err != nil {
+		return zero, s.toStatus(err)
+	}
+	d, err := s.domain()
+	if err != nil {
+		return zero, err
+	}
+	return onLeader(s, ctx, func(x Procedures) (T, error) { return local(d, x) }, remote)
+}
+
+func repairOpts(ctx context.Context, c *adminpb.RepairCaller, override, dryRun bool, nonce string) catalog.RepairOptions {
+	return catalog.RepairOptions{Caller: callerOf(ctx, c), Override: override, DryRun: dryRun, Nonce: nonce}
+}
+
+// AssignRegion implements adminpb.AdminServer.
+func (s *Server) AssignRegion(ctx context.Context, req *adminpb.RepairRegionRequest) (*adminpb.RepairResponse, error) {
+	if req.GetRegion() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: region assign: region is required")
+	}
+	return repairCall(s, ctx, "region assign", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
+		r, err := d.AssignRegion(ctx, req.GetRegion(), req.GetServer(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), req.GetNonce()))
+		return repairMsg(r), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
+		return c.AssignRegion(ctx, req)
+	})
+}
+
+// UnassignRegion implements adminpb.AdminServer.
+func (s *Server) UnassignRegion(ctx context.Context, req *adminpb.RepairRegionRequest) (*adminpb.RepairResponse, error) {
+	if req.GetRegion() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: region unassign: region is required")
+	}
+	if req.GetServer() != "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: region unassign: a server is for assign only (a region is closed where it is)")
+	}
+	return repairCall(s, ctx, "region unassign", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
+		r, err := d.UnassignRegion(ctx, req.GetRegion(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), req.GetNonce()))
+		return repairMsg(r), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
+		return c.UnassignRegion(ctx, req)
+	})
+}
+
+// RecoverServer implements adminpb.AdminServer.
+func (s *Server) RecoverServer(ctx context.Context, req *adminpb.RecoverServerRequest) (*adminpb.RepairResponse, error) {
+	if req.GetServer() == "" {
+		return nil, status.Error(codes.InvalidArgument, "admin: rs recover: server is required")
+	}
+	return repairCall(s, ctx, "rs recover", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
+		r, err := d.RecoverServer(ctx, req.GetServer(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), ""))
+		return repairMsg(r), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
+		return c.RecoverServer(ctx, req)
+	})
+}
+
+// CancelProcedures implements adminpb.AdminServer.
+func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProceduresRequest) (*adminpb.CancelProceduresResponse, error) {
+	if req.GetOlderThanMs() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "admin: proc cancel: negative older_than_ms %d", req.GetOlderThanMs())
+	}
+	f := catalog.CancelFilter{Type: req.GetType(), State: req.GetState(), Owner: req.GetOwner(),
+		OlderThan: time.Duration(req.GetOlderThanMs()) * time.Millisecond}
+	return repairCall(s, ctx, "proc cancel", func(d Domain, x Procedures) (*adminpb.CancelProceduresResponse, error) {
+		r, err := d.CancelProcedures(ctx, f, repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
+		if err != nil {
+			return nil, err
+		}
+		out := &adminpb.CancelProceduresResponse{DryRun: r.DryRun, Record: r.Record}
+		for _, info := range r.Cancelled {
+			// What it waited for, on a dry run; once cancelled, it rolls
+			// back.
+			why := "rolling back"
+			if r.DryRun {
+				why = whyReason(x, info)
+			}
+			out.Cancelled = append(out.Cancelled, toProto(info, why))
+		}
+		for _, sk := range r.Skipped {
+			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, whyReason(x, sk.Info)), Reason: sk.Reason})
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {
+		return c.CancelProcedures(ctx, req)
+	})
+}
+
+// BypassProcedure implements adminpb.AdminServer.
+func (s *Server) BypassProcedure(ctx context.Context, req *adminpb.BypassProcedureRequest) (*adminpb.RepairResponse, error) {
+	if req.GetId() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "admin: proc bypass: id is required")
+	}
+	return repairCall(s, ctx, "proc bypass", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
+		r, err := d.BypassProcedure(ctx, req.GetId(), req.GetRecursive(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), ""))
+		return repairMsg(r), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
+		return c.BypassProcedure(ctx, req)
+	})
+}
+
+// SetMaintenance implements adminpb.AdminServer.
+func (s *Server) SetMaintenance(ctx context.Context, req *adminpb.SetMaintenanceRequest) (*adminpb.RepairResponse, error) {
+	action := "maintenance off"
+	if req.GetOn() {
+		action = "maintenance on"
+	}
+	return repairCall(s, ctx, action, func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
+		r, err := d.SetMaintenance(ctx, req.GetOn(), req.GetReason(), repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
+		return repairMsg(r), err
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
+		return c.SetMaintenance(ctx, req)
+	})
+}
+
+// GetMaintenance implements adminpb.AdminServer: a read of the replicated
+// state at the asked consistency.
+func (s *Server) GetMaintenance(ctx context.Context, req *adminpb.GetMaintenanceRequest) (*adminpb.Maintenance, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Maintenance, error) {
+		m, err := d.Maintenance()
+		if err != nil {
+			return nil, err
+		}
+		out := maintenanceMsg(m)
+		out.Read = ri
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Maintenance, error) {
+		return c.GetMaintenance(ctx, req)
+	})
+}
+
+// ListRepairs implements adminpb.AdminServer: the records in sequence
+// order; the page token is the last sequence number of the previous page.
+func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsRequest) (*adminpb.ListRepairsResponse, error) {
+	limit := int(req.GetPageSize())
+	switch {
+	case limit < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: list repairs: negative page_size %d", limit)
+	case limit == 0:
+		limit = DefaultPageSize
+	case limit > MaxPageSize:
+		limit = MaxPageSize
+	}
+	var after uint64
+	if tok := req.GetPageToken(); tok != "" {
+		var err error
+		if after, err = strconv.ParseUint(tok, 10, 64); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "admin: list repairs: bad page_token %q (pass next_page_token of the previous page)", tok)
+		}
+	}
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListRepairsResponse, error) {
+		recs, err := d.ListRepairs(after, limit)
+		if err != nil {
+			return nil, err
+		}
+		out := &adminpb.ListRepairsResponse{Read: ri}
+		for _, r := range recs {
+			out.Records = append(out.Records, &adminpb.RepairRecord{Seq: r.Seq, AtUnixMs: r.At.UnixMilli(), Action: r.Action, Args: r.Args,
+				Caller: r.Caller.Name, Peer: r.Caller.Peer, Via: r.Caller.Via, Node: r.Node, Outcome: r.Outcome, Code: r.Code, Result: r.Result})
+		}
+		if len(recs) == limit {
+			out.NextPageToken = strconv.FormatUint(recs[len(recs)-1].Seq, 10)
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRepairsResponse, error) {
+		return c.ListRepairs(ctx, req)
+	})
+}
+
+// maintenanceOf is the answering node's maintenance mode for its status,
+// nil without the domain or when it cannot be read.
+func (s *Server) maintenanceOf() *adminpb.Maintenance {
+	db, ok := s.b.(DomainBackend)
+	if !ok || db.Domain() == nil {
+		return nil
+	}
+	m, err := db.Domain().Maintenance()
+	if err != nil {
+		return nil
+	}
+	return maintenanceMsg(m)
+}

@@ -1,0 +1,615 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// The repair kit is tested through the admin API, as an operator's tools
+// reach it (the CLI's own tests are in cmd/node).
+
+func rctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var operator = client.RepairOptions{Caller: "ann@console:1"}
+
+func withOverride(o client.RepairOptions) client.RepairOptions { o.Override = true; return o }
+func dryRun(o client.RepairOptions) client.RepairOptions       { o.DryRun = true; return o }
+
+// wantRefused checks that err is a status with code, whose message says
+// each of says.
+func wantRefused(t *testing.T, err error, code codes.Code, says ...string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("error %v, want %v", err, code)
+	}
+	for _, s := range says {
+		if !strings.Contains(status.Convert(err).Message(), s) {
+			t.Errorf("message %q does not say %q", status.Convert(err).Message(), s)
+		}
+	}
+}
+
+// onlyRegion returns the one region of table.
+func onlyRegion(t *testing.T, h *harness, table string) (string, domain.Region) {
+	t.Helper()
+	var name string
+	var region domain.Region
+	domain.ScanRegions(h.reader(), func(n string, rg domain.Region) bool {
+		if rg.Table == table {
+			name, region = n, rg
+		}
+		return true
+	})
+	if name == "" {
+		t.Fatalf("no region of %s", table)
+	}
+	return name, region
+}
+
+// sampleDoubles asks every region server what it hosts, every few
+// milliseconds until the test ends, and returns a check that fails the
+// test if a region was ever open on two servers at once.
+func sampleDoubles(t *testing.T, h *harness) func() {
+	var mu sync.Mutex
+	var doubles []string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for r, srvs := range h.hostedQuiet() {
+				if len(srvs) > 1 {
+					mu.Lock()
+					doubles = append(doubles, r+" on "+strings.Join(srvs, ", "))
+					mu.Unlock()
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return func() {
+		t.Helper()
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range doubles {
+			t.Errorf("region open on two servers at once: %s", d)
+		}
+	}
+}
+
+// repairs lists the repair records by action, in order.
+func repairs(t *testing.T, cl *client.Client) []*adminpb.RepairRecord {
+	t.Helper()
+	recs, err := cl.ListRepairs(rctx(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// wantRecords checks that recs, in order, are the actions with the
+// outcomes given ("region assign refused", ...), each naming the caller.
+func wantRecords(t *testing.T, recs []*adminpb.RepairRecord, want ...string) {
+	t.Helper()
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.GetAction()+" "+r.GetOutcome())
+		if r.GetCaller() != operator.Caller || r.GetPeer() == "" || r.GetNode() == "" || r.GetSeq() == 0 ||
+			time.Since(time.UnixMilli(r.GetAtUnixMs())).Abs() > time.Minute {
+			t.Errorf("record %v: caller, peer, node, seq missing, or its time not now", r)
+		}
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("repair records:\n got %s\nwant %s", strings.Join(got, "; "), strings.Join(want, "; "))
+	}
+}
+
+// A region whose move is stuck (its open fails, and a move retries until
+// done) stays in transition for as long as the failure lasts. Assign
+// refuses it without override, the guarded bypass refuses its procedure
+// (it holds the region's lock), cancel cannot take it (it cannot roll
+// back); assign with override bypasses it and opens the region where asked,
+// closing it first where it may have been opened: it ends OPEN on exactly
+// one server, and was never open on two.
+func TestRepairAssignOverrideTakesOverAStuckRegionProcedure(t *testing.T) {
+	var stuck atomic.Bool
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) {
+		c.FailPoint = func(point string) error {
+			if point == "region.open" && stuck.Load() {
+				return errors.New("injected: the open fails")
+			}
+			return nil
+		}
+	}})
+	cl := h.c.Client()
+	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
+	region, rg := onlyRegion(t, h, "default:t")
+	from, to := rg.Server, "rs1"
+	if from == "rs1" {
+		to = "rs2"
+	}
+	checkDoubles := sampleDoubles(t, h)
+
+	stuck.Store(true)
+	move, err := cl.MoveRegion(rctx(t), region, to, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 20*time.Second, "the move stuck OPENING on "+to, func() bool {
+		_, rg := onlyRegion(t, h, "default:t")
+		_, x := h.leader()
+		w, err := x.Why(move)
+		return rg.State == domain.RegionOpening && rg.Server == to && rg.ProcID == move && err == nil && w.Reason == "retrying after an error"
+	})
+
+	_, err = cl.AssignRegion(rctx(t), region, from, "", operator)
+	wantRefused(t, err, codes.FailedPrecondition, "in transition", "OPENING on "+to, "procedure", "--override")
+	_, err = cl.BypassProcedure(rctx(t), move, false, operator)
+	wantRefused(t, err, codes.FailedPrecondition, "holds its locks", "region "+region, "--override")
+	c, err := cl.CancelProcedures(rctx(t), client.CancelFilter{Type: domain.TypeTransitRegionState}, operator)
+	if err != nil || len(c.GetCancelled()) != 0 || len(c.GetSkipped()) != 1 || c.GetSkipped()[0].GetProcedure().GetId() != move ||
+		!strings.Contains(c.GetSkipped()[0].GetReason(), "cannot roll back") {
+		t.Fatalf("cancel of the stuck move: %v, %v; want it skipped, saying it cannot roll back", c, err)
+	}
+
+	plan, err := cl.AssignRegion(rctx(t), region, from, "", dryRun(withOverride(operator)))
+	if err != nil || !plan.GetDryRun() || plan.GetRecord() != 0 || len(plan.GetProcIds()) != 0 ||
+		!strings.Contains(plan.GetSummary(), "bypass procedure") || !strings.Contains(plan.GetSummary(), "open region "+region+" on "+from) {
+		t.Fatalf("dry run: %v, %v", plan, err)
+	}
+	if _, x := h.leader(); func() bool { i, _ := x.Get(move); return i.Bypassed }() {
+		t.Fatal("the dry run bypassed the move")
+	}
+
+	res, err := cl.AssignRegion(rctx(t), region, from, "", withOverride(operator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GetBypassed()) != 1 || res.GetBypassed()[0] != move || len(res.GetProcIds()) != 1 || res.GetRecord() == 0 {
+		t.Fatalf("assign --override: %v", res)
+	}
+	stuck.Store(false)
+	if info := h.mustSucceed(res.GetProcIds()[0], 20*time.Second); info.State != procedure.Success {
+		t.Fatalf("assign ended %v", info.State)
+	}
+	if info := h.wait(move, 10*time.Second); info.State != procedure.Success || !info.Bypassed {
+		t.Fatalf("the stuck move ended %v (bypassed %v), want SUCCESS bypassed", info.State, info.Bypassed)
+	}
+	h.checkTableOpen("default:t", 1)
+	if _, rg := onlyRegion(t, h, "default:t"); rg.Server != from {
+		t.Errorf("region open on %s, want %s, where it was assigned", rg.Server, from)
+	}
+	checkDoubles()
+	wantRecords(t, repairs(t, cl), "region assign refused", "proc bypass refused", "proc cancel done", "region assign done")
+}
+
+// A region recorded OPENING on a server that died, whose procedure is
+// long gone, is stuck: nothing will finish it. Assign refuses it without
+// override; with override the region opens on a live server once the dead
+// one has certainly stopped serving, and exactly there.
+func TestRepairAssignOverrideRepairsARegionStuckOpeningOnADeadServer(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 3})
+	cl := h.c.Client()
+	create := h.createTable("", "t", 1)
+	h.mustSucceed(create, 20*time.Second)
+	region, _ := onlyRegion(t, h, "default:t")
+	closed, err := cl.UnassignRegion(rctx(t), region, "", operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mustSucceed(closed.GetProcIds()[0], 20*time.Second)
+	if hosts := h.hosted()[region]; len(hosts) != 0 {
+		t.Fatalf("region still hosted by %v after unassign", hosts)
+	}
+
+	dead := h.rs("rs3")
+	ref := domain.ServerRef{ID: "rs3", StartCode: dead.StartCode()}
+	h.stopRS("rs3")
+	_, x := h.leader()
+	testwait.For(t, 20*time.Second, "rs3's crash procedure to end", func() bool {
+		scps := x.List(procedure.Filter{Type: domain.TypeServerCrash})
+		for _, p := range scps {
+			if !p.State.Terminal() {
+				return false
+			}
+		}
+		return len(scps) > 0
+	})
+	// What a procedure that died half way leaves: OPENING on the dead
+	// incarnation, moved by a procedure that is over.
+	lm, _ := h.leader()
+	stuck := domain.Region{Table: "default:t", State: domain.RegionOpening, Server: ref.ID, StartCode: ref.StartCode, ProcID: create}
+	if err := lm.dom.Services().Commit(rctx(t), raftfsm.Put(domain.RegionKey(region), domain.MustJSON(stuck))); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = cl.AssignRegion(rctx(t), region, "", "", operator)
+	wantRefused(t, err, codes.FailedPrecondition, "in transition", "OPENING on "+ref.String()+" (a dead server)", "nothing will finish it", "--override")
+	res, err := cl.AssignRegion(rctx(t), region, "", "", withOverride(operator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.GetBypassed()) != 0 || len(res.GetProcIds()) != 1 {
+		t.Fatalf("assign --override: %v (nothing to bypass: its procedure is over)", res)
+	}
+	h.mustSucceed(res.GetProcIds()[0], 20*time.Second)
+	h.checkTableOpen("default:t", 1)
+	wantRecords(t, repairs(t, cl), "region unassign done", "region assign refused", "region assign done")
+}
+
+// Maintenance mode pauses dispatch and refuses new submissions, says so
+// where the operator looks (the waiting procedure, the refusal, the
+// gauge), survives the loss of the leader, and once off lets the waiting
+// work finish.
+func TestRepairMaintenanceModePausesDispatchAcrossAFailover(t *testing.T) {
+	regs := make([]*prometheus.Registry, 3)
+	c := clustertest.New(t, clustertest.Config{Masters: 3, Domain: func(i int, d *domain.Config) {
+		regs[i] = prometheus.NewRegistry()
+		d.Metrics = regs[i]
+	}})
+	cl := c.Client()
+	var batches atomic.Int64
+	rule := c.Faults().MustAdd(rpcfault.Rule{Name: "count batches", Methods: []string{"/baton.rs.v1.RegionServer/ExecuteBatch"}, Fault: rpcfault.DropRequest,
+		When: func(call rpcfault.Call) bool {
+			if call.Side == rpcfault.Client {
+				batches.Add(1)
+			}
+			return false
+		}})
+	t.Cleanup(rule.Remove)
+	gauge := func(i int) float64 {
+		mfs, err := regs[i].Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "baton_maintenance_mode" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("master %d: no baton_maintenance_mode", i)
+		return 0
+	}
+
+	// A create with no region server to open on waits; maintenance mode
+	// comes on meanwhile; then a server registers.
+	create, err := cl.CreateTable(rctx(t), "", "t", 2, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := cl.AcquireLock(rctx(t), client.LockNamespace, []string{"default"}, false, "ann", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cl.SetMaintenance(rctx(t), true, "replacing rs1's disk", operator)
+	if err != nil || !res.GetMaintenance().GetOn() || res.GetMaintenance().GetReason() != "replacing rs1's disk" ||
+		!strings.Contains(res.GetMaintenance().GetBy(), operator.Caller) || res.GetRecord() == 0 {
+		t.Fatalf("maintenance on: %v, %v", res, err)
+	}
+	c.StartRegionServer("rs1")
+	waitsForMaintenance := func(what string) {
+		c.WaitForNil(what, func() error {
+			p, err := cl.Get(rctx(t), create)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(p.GetWaitingFor(), "maintenance mode: dispatch paused") {
+				return errors.New("create waiting for: " + p.GetWaitingFor())
+			}
+			return nil
+		})
+	}
+	waitsForMaintenance("the create to wait for maintenance mode")
+	refused := func() {
+		t.Helper()
+		_, err := cl.Submit(rctx(t), "sleep", nil, "", "", 0)
+		wantRefused(t, err, codes.FailedPrecondition, "cluster in maintenance mode", "replacing rs1's disk", "maintenance off")
+		_, err = cl.CreateNamespace(rctx(t), "ns1", "")
+		wantRefused(t, err, codes.FailedPrecondition, "cluster in maintenance mode")
+		_, err = cl.AcquireLock(rctx(t), client.LockTable, []string{"default:t"}, true, "ann", "", "")
+		wantRefused(t, err, codes.FailedPrecondition, "cluster in maintenance mode")
+	}
+	refused()
+	// Repairs and lock releases are not submissions.
+	if _, err := cl.CancelProcedures(rctx(t), client.CancelFilter{Type: "sleep"}, dryRun(operator)); err != nil {
+		t.Errorf("a repair call in maintenance mode: %v", err)
+	}
+	if lk, err := cl.ReleaseLock(rctx(t), held.GetLockId()); err != nil || lk.GetState() != client.LockReleased {
+		t.Errorf("a lock release in maintenance mode: %v, %v", lk, err)
+	}
+	for i, m := range c.Masters() {
+		c.WaitFor("the gauge on", func() bool { return gauge(i) == 1 })
+		st := admin.StatusOf(admin.WithDomain(admin.NodeBackend(m.Node()), m.Domain()))
+		if st.Maintenance == nil || !st.Maintenance.On || st.Maintenance.Reason != "replacing rs1's disk" || st.Maintenance.Since == nil {
+			t.Errorf("%s's /status maintenance: %+v", m.ID, st.Maintenance)
+		}
+	}
+
+	li, _ := c.WaitLeader()
+	c.Kill(li)
+	c.WaitLeader(li)
+	refused()
+	waitsForMaintenance("the create to wait for maintenance mode under the new leader")
+	if m, err := cl.GetMaintenance(rctx(t)); err != nil || !m.GetOn() {
+		t.Fatalf("maintenance after the failover: %v, %v", m, err)
+	}
+	if n := batches.Load(); n != 0 {
+		t.Fatalf("%d region server batches sent in maintenance mode", n)
+	}
+
+	if _, err := cl.SetMaintenance(rctx(t), false, "", operator); err != nil {
+		t.Fatal(err)
+	}
+	if p := c.MustSucceed(create, 20*time.Second); p.State != procedure.Success {
+		t.Fatalf("create ended %v", p.State)
+	}
+	if _, err := cl.Submit(rctx(t), "sleep", nil, "", "", 0); err != nil {
+		t.Fatalf("a submission after maintenance mode: %v", err)
+	}
+	for i := range regs {
+		if i != li {
+			c.WaitFor("the gauge off", func() bool { return gauge(i) == 0 })
+		}
+	}
+	wantRecords(t, repairs(t, cl), "maintenance on done", "maintenance off done")
+}
+
+// Cancel aborts exactly the unfinished roots that match its filter, and
+// nothing on a dry run; a bad filter is refused as invalid.
+func TestRepairCancelByFilter(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{Masters: 1})
+	cl := c.Client()
+	submit := func(typ, owner string, args map[string]string) uint64 {
+		id, err := cl.Submit(rctx(t), typ, args, "", owner, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	long := map[string]string{"steps": "2", "delay": "1h"}
+	a1, a2 := submit("sleep", "a", long), submit("sleep", "a", long)
+	b := submit("sleep", "b", long)
+	fan := submit("fanout", "a", map[string]string{"children": "2", "steps": "1", "delay": "1h"})
+	done := submit("sleep", "a", map[string]string{"steps": "0"})
+	c.MustSucceed(done, 10*time.Second)
+
+	for _, tc := range []struct {
+		f    client.CancelFilter
+		says string
+	}{
+		{client.CancelFilter{}, "no filter"},
+		{client.CancelFilter{State: "DONE"}, "unknown state"},
+		{client.CancelFilter{State: "success"}, "only unfinished procedures"},
+		{client.CancelFilter{Owner: "a", OlderThan: -time.Second}, "negative"},
+	} {
+		_, err := cl.CancelProcedures(rctx(t), tc.f, operator)
+		wantRefused(t, err, codes.InvalidArgument, tc.says)
+	}
+
+	ids := func(ps []*adminpb.Procedure) []uint64 {
+		var out []uint64
+		for _, p := range ps {
+			out = append(out, p.GetId())
+		}
+		return out
+	}
+	f := client.CancelFilter{Type: "sleep", Owner: "a"}
+	plan, err := cl.CancelProcedures(rctx(t), f, dryRun(operator))
+	if err != nil || !plan.GetDryRun() || !equalIDs(ids(plan.GetCancelled()), a1, a2) || plan.GetRecord() != 0 {
+		t.Fatalf("dry run: %v, %v; want %d and %d listed", plan, err, a1, a2)
+	}
+	for _, id := range []uint64{a1, a2} {
+		if p, _ := cl.Get(rctx(t), id); p.GetAbortRequested() {
+			t.Fatalf("the dry run aborted %d", id)
+		}
+	}
+	res, err := cl.CancelProcedures(rctx(t), f, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), a1, a2) || len(res.GetSkipped()) != 0 || res.GetRecord() == 0 {
+		t.Fatalf("cancel: %v, %v", res, err)
+	}
+	for _, id := range []uint64{a1, a2} {
+		if p := c.Wait(id, 10*time.Second); p.State != procedure.RolledBack {
+			t.Fatalf("cancelled %d ended %v", id, p.State)
+		}
+	}
+	for _, id := range []uint64{b, fan} {
+		if p, err := cl.Get(rctx(t), id); err != nil || p.GetAbortRequested() || p.GetState() == "ROLLEDBACK" {
+			t.Fatalf("%d, not matching, was touched: %v, %v", id, p, err)
+		}
+	}
+
+	// An age that nothing reaches matches nothing; the owner's own does.
+	none, err := cl.CancelProcedures(rctx(t), client.CancelFilter{Owner: "b", OlderThan: time.Hour}, operator)
+	if err != nil || len(none.GetCancelled()) != 0 {
+		t.Fatalf("cancel older than an hour: %v, %v", none, err)
+	}
+	res, err = cl.CancelProcedures(rctx(t), client.CancelFilter{Owner: "b", State: "waiting_timeout", OlderThan: time.Millisecond}, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), b) {
+		t.Fatalf("cancel b: %v, %v", res, err)
+	}
+	// A cancelled root rolls back its children.
+	res, err = cl.CancelProcedures(rctx(t), client.CancelFilter{Type: "fanout"}, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), fan) {
+		t.Fatalf("cancel fanout: %v, %v", res, err)
+	}
+	if p := c.Wait(fan, 10*time.Second); p.State != procedure.RolledBack {
+		t.Fatalf("fanout ended %v", p.State)
+	}
+	wantRecords(t, repairs(t, cl), "proc cancel done", "proc cancel done", "proc cancel done", "proc cancel done")
+}
+
+func equalIDs(got []uint64, want ...uint64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// blocking runs a step that does not return until released: a procedure
+// that is running.
+type blocking struct {
+	procedure.Base
+	Done bool
+}
+
+// release lets the blocking procedures' steps return (one test at a
+// time uses it).
+var release chan struct{}
+
+func (p *blocking) Execute(ctx *procedure.Context) (procedure.Step, error) {
+	if p.Done {
+		return procedure.Done(), nil
+	}
+	select {
+	case <-release:
+	case <-ctx.Done():
+		return procedure.Step{}, ctx.Err()
+	}
+	p.Done = true
+	return procedure.More(), nil
+}
+
+func (p *blocking) Rollback(*procedure.Context) error { return nil }
+
+// The guarded bypass refuses what would break the procedure's own
+// guarantees unless told to (a running step), asks for --recursive where
+// children would be left behind, and bypasses what merely waits.
+func TestRepairBypassGuards(t *testing.T) {
+	release = make(chan struct{})
+	c := clustertest.New(t, clustertest.Config{Masters: 1, Register: func(r *procedure.Registry) error {
+		return r.Register("blocking", 1, func() procedure.Procedure { return &blocking{} })
+	}})
+	cl := c.Client()
+	_, x := c.WaitLeader()
+	running := c.Submit(&blocking{}, "")
+	testwait.For(t, 10*time.Second, "the blocking procedure running", func() bool {
+		w, err := x.Why(running)
+		return err == nil && w.Reason == "running"
+	})
+	_, err := cl.BypassProcedure(rctx(t), running, false, operator)
+	wantRefused(t, err, codes.FailedPrecondition, "is running a step", "--override")
+	res, err := cl.BypassProcedure(rctx(t), running, false, withOverride(operator))
+	if err != nil || len(res.GetBypassed()) != 1 {
+		t.Fatalf("bypass --override of a running procedure: %v, %v", res, err)
+	}
+	close(release)
+	if p := c.Wait(running, 10*time.Second); p.State != procedure.Success || !p.Bypassed {
+		t.Fatalf("bypassed running procedure ended %v (bypassed %v)", p.State, p.Bypassed)
+	}
+
+	sleeping, err := cl.Submit(rctx(t), "sleep", map[string]string{"steps": "3", "delay": "1h"}, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fan, err := cl.Submit(rctx(t), "fanout", map[string]string{"children": "2", "steps": "1", "delay": "1h"}, "", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor("the fanout's children", func() bool { w, err := x.Why(fan); return err == nil && len(w.Children) == 2 })
+	_, err = cl.BypassProcedure(rctx(t), fan, false, operator)
+	wantRefused(t, err, codes.FailedPrecondition, "unfinished children", "--recursive")
+	if res, err := cl.BypassProcedure(rctx(t), fan, true, operator); err != nil || len(res.GetBypassed()) != 3 {
+		t.Fatalf("bypass --recursive: %v, %v", res, err)
+	}
+	if _, err := cl.BypassProcedure(rctx(t), sleeping, false, operator); err != nil {
+		t.Fatalf("bypass of a sleeping procedure: %v", err)
+	}
+	for _, id := range []uint64{sleeping, fan} {
+		if p := c.Wait(id, 10*time.Second); p.State != procedure.Success || !p.Bypassed {
+			t.Fatalf("%d ended %v (bypassed %v)", id, p.State, p.Bypassed)
+		}
+	}
+	_, err = cl.BypassProcedure(rctx(t), 999999, false, operator)
+	wantRefused(t, err, codes.NotFound)
+	// A retry of a bypass that went through is no error.
+	if res, err := cl.BypassProcedure(rctx(t), sleeping, false, operator); err != nil || !strings.Contains(res.GetSummary(), "was bypassed") {
+		t.Fatalf("bypass again: %v, %v", res, err)
+	}
+	done, _ := cl.Submit(rctx(t), "sleep", map[string]string{"steps": "0"}, "", "", 0)
+	c.MustSucceed(done, 10*time.Second)
+	_, err = cl.BypassProcedure(rctx(t), done, false, operator)
+	wantRefused(t, err, codes.FailedPrecondition, "already SUCCESS")
+	wantRecords(t, repairs(t, cl), "proc bypass refused", "proc bypass done", "proc bypass refused", "proc bypass done",
+		"proc bypass done", "proc bypass refused", "proc bypass done", "proc bypass refused")
+}
+
+// Recovering a live server is refused unless overridden; overridden, the
+// server is fenced first and its regions move only once it has stopped
+// serving them: never open on two servers, all open at the end.
+func TestRepairRecoverServer(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
+	cl := h.c.Client()
+	h.mustSucceed(h.createTable("", "t", 4), 20*time.Second)
+	before := h.checkTableOpen("default:t", 4)
+	checkDoubles := sampleDoubles(t, h)
+
+	_, err := cl.RecoverServer(rctx(t), "rs9", operator)
+	wantRefused(t, err, codes.NotFound, "rs9")
+	_, err = cl.RecoverServer(rctx(t), "rs1", operator)
+	wantRefused(t, err, codes.FailedPrecondition, "is live", "would open them twice", "--override")
+	plan, err := cl.RecoverServer(rctx(t), "rs1", dryRun(withOverride(operator)))
+	if err != nil || !strings.Contains(plan.GetSummary(), "expire the live rs1/") {
+		t.Fatalf("dry run: %v, %v", plan, err)
+	}
+	old := h.rs("rs1").StartCode()
+	res, err := cl.RecoverServer(rctx(t), "rs1", withOverride(operator))
+	if err != nil || len(res.GetProcIds()) != 1 {
+		t.Fatalf("recover --override: %v, %v", res, err)
+	}
+	h.mustSucceed(res.GetProcIds()[0], 30*time.Second)
+	after := h.checkTableOpen("default:t", 4)
+	if rg, _ := onlyRegionOn(h, "rs1", old); rg != "" {
+		t.Errorf("region %s still recorded on the recovered incarnation", rg)
+	}
+	checkDoubles()
+	t.Logf("regions per server before %v, after %v", before, after)
+	wantRecords(t, repairs(t, cl), "rs recover refused", "rs recover refused", "rs recover done")
+}
+
+// onlyRegionOn names a region recorded on incarnation id/sc, "" if none.
+func onlyRegionOn(h *harness, id string, sc uint64) (string, domain.Region) {
+	var name string
+	var region domain.Region
+	domain.ScanRegions(h.reader(), func(n string, rg domain.Region) bool {
+		if rg.OnServer(domain.ServerRef{ID: id, StartCode: sc}) {
+			name, region = n, rg
+			return false
+		}
+		return true
+	})
+	return name, region
+}

@@ -1,0 +1,69 @@
+package dispatch
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A paused dispatcher sends nothing: not what is dispatched while paused
+// (however many, however long it waits), nor the retry of a call that
+// failed, nor what a call in flight when it paused would let go next; the
+// call in flight itself is answered. Resume sends what is due at once, in
+// dispatch order.
+func TestPauseHoldsEverySend(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RetryBase, c.MaxFailures = 100*time.Millisecond, 100 })
+	a, b := target("a", 1), target("b", 1)
+	inflight := h.dispatch(a, 33) // over MaxBatch: sent at once
+	c := h.nextCall()
+
+	h.d.Pause()
+	h.d.Pause() // pausing twice is harmless
+	if !h.d.Paused() {
+		t.Fatal("Paused() = false after Pause")
+	}
+	queued := h.dispatch(a, 40)
+	other := h.dispatch(b, 2)
+	h.answer(c, nil) // the call on the wire finishes
+	if rs := h.collect(len(inflight)); !rs[0].OK {
+		t.Fatalf("in-flight result %+v", rs[0])
+	}
+	h.clk.Advance(time.Hour) // far past every delay
+	h.wantBatches(1)
+	h.noResults()
+
+	h.d.Resume()
+	if h.d.Paused() {
+		t.Fatal("Paused() = true after Resume")
+	}
+	h.wantBatches(3)
+	got := map[string][]string{}
+	for range 2 {
+		c := h.nextCall()
+		got[c.req.GetServerId()] = regions(c.req)
+		h.answer(c, nil)
+	}
+	if !slices.Equal(got["a"], opRegions(queued)) || !slices.Equal(got["b"], opRegions(other)) {
+		t.Fatalf("after Resume a got %v, b got %v; want what was dispatched while paused", got["a"], got["b"])
+	}
+	h.collect(len(queued) + len(other))
+
+	// A retry that falls due while paused waits for Resume too.
+	h.dispatch(a, 33)
+	c = h.nextCall()
+	h.d.Pause()
+	h.answer(c, status.Error(codes.Unavailable, "connection reset"))
+	h.clk.Advance(time.Hour)
+	before := h.batches()
+	h.noResults()
+	h.d.Resume()
+	if h.batches() != before+1 {
+		t.Fatalf("batches %d after Resume, want the retry (%d)", h.batches(), before+1)
+	}
+	h.answer(h.nextCall(), nil)
+	h.collect(33)
+	h.d.Resume() // resuming a running dispatcher is harmless
+}
