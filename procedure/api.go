@@ -52,6 +52,15 @@ type Info struct {
 	// persisted writes: one Run per stretch written by one node, so a
 	// failover mid-way shows as a second Run.
 	Runs []Run
+	// History is the procedure's timeline: one Transition per step that
+	// persisted its outcome, the latest ones kept (see Transition).
+	History []Transition
+	// RollingBack reports whether the procedure's steps are being undone.
+	RollingBack bool
+	// Data is the procedure's own persisted state (JSON unless its type
+	// marshals itself): its arguments and progress. Set by DecodeInfo
+	// only; the executor's snapshots leave it out.
+	Data []byte
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -209,6 +218,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
 		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
+		History: e.history.snapshot(), RollingBack: e.rollingBack,
 	}
 }
 

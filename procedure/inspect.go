@@ -61,7 +61,8 @@ func DecodeInfo(data []byte) (Info, error) {
 		Finished: fromUnixNano(r.finishedAt), Acked: fromUnixNano(r.ackedAt),
 		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
 		Paused: r.paused, AbortRequested: r.abort, Bypassed: r.bypass, Locked: r.locked,
-		StackDepth: len(r.stack), Runs: r.runs,
+		StackDepth: len(r.stack), Runs: r.runs, History: r.history, RollingBack: r.rollingBack,
+		Data: r.data,
 	}, nil
 }
 
