@@ -227,6 +227,11 @@ type Filter struct {
 	States    []State
 	Type      string
 	RootsOnly bool
+	// Owner matches the submitter's owner.
+	Owner string
+	// SubmittedAfter (inclusive) and SubmittedBefore (exclusive) bound the
+	// submission time.
+	SubmittedAfter, SubmittedBefore time.Time
 	// AfterID and Limit page through results in id order.
 	AfterID uint64
 	Limit   int
@@ -246,7 +251,8 @@ func (x *Executor) List(f Filter) []Info {
 	var out []Info
 	for _, id := range ids {
 		e := x.procs[id]
-		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() {
+		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() || f.Owner != "" && e.owner != f.Owner ||
+			!f.submittedIn(e.submitted) {
 			continue
 		}
 		if len(f.States) > 0 {

@@ -143,3 +143,50 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Fatalf("incremental encoding differs from a fresh one (%d+%d bytes, want %d+%d)", len(gotDone), len(gotLast), len(wantDone), len(wantLast))
 	}
 }
+
+// A record's Summary says what its Info says of the fields listings filter
+// on, and a Filter matches both alike.
+func TestDecodeSummaryAgreesWithInfo(t *testing.T) {
+	st := store.NewMemStore()
+	h := startExecutor(t, st, newDomain(), nil)
+	a := h.submit(newSteps("a", 2), SubmitOptions{Owner: "alice"})
+	b := h.submit(newSM("b", 2), SubmitOptions{Owner: "bob"})
+	h.wait(a)
+	h.wait(b)
+	for _, id := range []uint64{a, b} {
+		var data []byte
+		if _, err := st.Load(func(p store.Proc) error {
+			if p.ID == id {
+				data = p.Data
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		info, err := DecodeInfo(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := DecodeSummary(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.ID != info.ID || s.RootID != info.RootID || s.ParentID != info.ParentID || string(s.Type) != info.Type ||
+			string(s.Owner) != info.Owner || s.State != info.State || !s.Submitted.Equal(info.Submitted) ||
+			!s.Updated.Equal(info.Updated) || s.Paused != info.Paused {
+			t.Fatalf("summary %+v disagrees with info %+v", s, info)
+		}
+		for _, f := range []Filter{
+			{Owner: "alice"}, {Owner: "bob", Type: "sm"}, {States: []State{Success}},
+			{SubmittedAfter: info.Submitted}, {SubmittedBefore: info.Submitted},
+			{SubmittedAfter: info.Submitted.Add(-time.Hour), SubmittedBefore: info.Submitted.Add(time.Hour)},
+		} {
+			if f.Match(info) != f.MatchSummary(s) {
+				t.Errorf("filter %+v: Match %v, MatchSummary %v", f, f.Match(info), f.MatchSummary(s))
+			}
+		}
+	}
+	if got := h.x.List(Filter{Owner: "bob"}); len(got) != 1 || got[0].ID != b {
+		t.Fatalf("List(owner bob) = %+v, want procedure %d alone", got, b)
+	}
+}
