@@ -1187,7 +1187,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		State: e.state, Step: step, Depth: int32(len(e.stack)), Node: x.cfg.Node, At: e.updated,
 		Attempt: e.repeats, RollingBack: e.rollingBack,
 	}, e.submitted)
-	histEnc, histLast := e.history.encoded(e.submitted)
+	histEnc, histLast := e.history.encoded()
 	r := record{
 		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
 		state: e.state, owner: e.owner, nonce: e.nonce,

@@ -53,7 +53,9 @@ const maxHistory = 64
 // a record may keep a view of it without copying.
 type history struct {
 	list []Transition
-	enc  []byte
+	// enc encodes list but its last transition, last encodes that one:
+	// each write encodes one transition, the one it changed or started.
+	enc, last []byte
 }
 
 // note records a write of the procedure (see Transition): it extends the
@@ -62,7 +64,8 @@ type history struct {
 func (h *history) note(tr Transition, submitted time.Time) {
 	tr.At = tr.At.Round(0) // wall time only, as it reads back from the record
 	tr.Until, tr.Writes = tr.At, 1
-	if k := len(h.list); k > 0 {
+	k := len(h.list)
+	if k > 0 {
 		last := h.list[k-1]
 		if last.State == tr.State && last.Step == tr.Step && last.Depth == tr.Depth &&
 			last.Node == tr.Node && last.RollingBack == tr.RollingBack {
@@ -70,9 +73,10 @@ func (h *history) note(tr Transition, submitted time.Time) {
 			last.Writes++
 			last.Attempt = max(last.Attempt, tr.Attempt)
 			h.list = append(h.list[:k-1:k-1], last)
+			h.last = appendTransition(nil, last, prevNode(h.list, k-1), submitted)
 			return
 		}
-		h.enc = appendTransition(h.enc, last, prevNode(h.list, k-1), submitted)
+		h.enc = append(h.enc, h.last...)
 	} else {
 		// Most procedures take a handful of steps: one allocation each.
 		h.list = make([]Transition, 0, 4)
@@ -87,6 +91,8 @@ func (h *history) note(tr Transition, submitted time.Time) {
 		h.list = list
 		h.enc = encodeAll(list, submitted)
 	}
+	k = len(h.list) - 1
+	h.last = appendTransition(nil, h.list[k], prevNode(h.list, k), submitted)
 }
 
 // snapshot returns the transitions, for an Info: a view the history never
@@ -99,18 +105,18 @@ func (h *history) snapshot() []Transition {
 }
 
 // encoded returns the history's encoding as the record's fields: a view of
-// every transition but the last, and the last one encoded.
-func (h *history) encoded(submitted time.Time) (done, last []byte) {
-	if len(h.list) == 0 {
-		return nil, nil
-	}
-	k := len(h.list) - 1
-	return h.enc[:len(h.enc):len(h.enc)], appendTransition(nil, h.list[k], prevNode(h.list, k), submitted)
+// every transition but the last, and the last one.
+func (h *history) encoded() (done, last []byte) {
+	return h.enc[:len(h.enc):len(h.enc)], h.last
 }
 
 // loadedHistory rebuilds the history of a record read back.
 func loadedHistory(list []Transition, submitted time.Time) history {
-	return history{list: list, enc: encodeAll(list, submitted)}
+	h := history{list: list, enc: encodeAll(list, submitted)}
+	if k := len(list) - 1; k >= 0 {
+		h.last = appendTransition(nil, list[k], prevNode(list, k), submitted)
+	}
+	return h
 }
 
 // noteTransition is history.note on a bare list, for tests.
@@ -166,33 +172,35 @@ const (
 // marshalTransition appends tr's encoding to b; prevNode is the node of the
 // transition before it ("" for the first).
 func marshalTransition(b []byte, tr Transition, prevNode string, submitted time.Time) []byte {
-	u := func(n protowire.Number, v uint64) {
-		if v != 0 {
-			b = protowire.AppendTag(b, n, protowire.VarintType)
-			b = protowire.AppendVarint(b, v)
-		}
-	}
-	z := func(n protowire.Number, v int64) { u(n, protowire.EncodeZigZag(v)) }
-	u(fTrState, uint64(tr.State))
+	b = appendVarint(b, fTrState, uint64(tr.State))
 	// Step is stored plus one, so a Stepper's -1 costs nothing.
-	z(fTrStep, int64(tr.Step)+1)
-	z(fTrDepth, int64(tr.Depth))
+	b = appendVarint(b, fTrStep, protowire.EncodeZigZag(int64(tr.Step)+1))
+	b = appendVarint(b, fTrDepth, protowire.EncodeZigZag(int64(tr.Depth)))
 	if tr.Node != prevNode {
 		b = protowire.AppendTag(b, fTrNode, protowire.BytesType)
 		b = protowire.AppendString(b, tr.Node)
 	}
 	if !submitted.IsZero() && !tr.At.IsZero() {
-		z(fTrAtMs, tr.At.Sub(submitted).Milliseconds())
+		b = appendVarint(b, fTrAtMs, protowire.EncodeZigZag(tr.At.Sub(submitted).Milliseconds()))
 	}
-	z(fTrSpanMs, tr.Until.Sub(tr.At).Milliseconds())
+	b = appendVarint(b, fTrSpanMs, protowire.EncodeZigZag(tr.Until.Sub(tr.At).Milliseconds()))
 	if tr.Writes > 1 {
-		u(fTrMoreWrites, uint64(tr.Writes-1))
+		b = appendVarint(b, fTrMoreWrites, uint64(tr.Writes-1))
 	}
-	z(fTrAttempt, int64(tr.Attempt))
+	b = appendVarint(b, fTrAttempt, protowire.EncodeZigZag(int64(tr.Attempt)))
 	if tr.RollingBack {
-		u(fTrRollingBack, 1)
+		b = appendVarint(b, fTrRollingBack, 1)
 	}
 	return b
+}
+
+// appendVarint appends field n = v, unless v is 0.
+func appendVarint(b []byte, n protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, n, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
 }
 
 func unmarshalTransition(b []byte, prevNode string, submitted time.Time) (Transition, error) {

@@ -121,7 +121,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Fatalf("last transition %+v: want the repeated write merged into it", last)
 	}
 	hist := loadedHistory(h, t0)
-	enc, last := hist.encoded(t0)
+	enc, last := hist.encoded()
 	rec := record{id: 1, root: 1, submitted: t0.UnixNano(), historyEnc: enc, historyLast: last}
 	var back record
 	if err := back.unmarshal(rec.marshal()); err != nil {
@@ -136,9 +136,9 @@ func TestHistoryIsBounded(t *testing.T) {
 	for i := range 300 {
 		inc.note(Transition{State: Runnable, Step: int32(i % 3), Depth: int32(i / 2), Node: "m1", At: t0.Add(time.Duration(i) * time.Second)}, t0)
 	}
-	gotDone, gotLast := inc.encoded(t0)
+	gotDone, gotLast := inc.encoded()
 	fresh := loadedHistory(inc.list, t0)
-	wantDone, wantLast := fresh.encoded(t0)
+	wantDone, wantLast := fresh.encoded()
 	if string(gotDone) != string(wantDone) || string(gotLast) != string(wantLast) {
 		t.Fatalf("incremental encoding differs from a fresh one (%d+%d bytes, want %d+%d)", len(gotDone), len(gotLast), len(wantDone), len(wantLast))
 	}
