@@ -62,11 +62,14 @@ func chains(locks []*adminpb.LockEntry) []chain {
 		}
 	}
 	if len(heads) == 0 && len(waitsOn) > 0 {
-		// Only cycles: start anywhere, once.
+		// Only cycles: start at the lowest id, once.
+		first := uint64(0)
 		for id := range waitsOn {
-			heads = append(heads, id)
-			break
+			if first == 0 || id < first {
+				first = id
+			}
 		}
+		heads = append(heads, first)
 	}
 	sort.Slice(heads, func(i, j int) bool { return heads[i] < heads[j] })
 	var out []chain

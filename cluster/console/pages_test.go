@@ -87,8 +87,8 @@ func TestPagesShowTheCluster(t *testing.T) {
 			}
 			page("/ui/procedures?type=CreateTable&state=SUCCESS&roots=1&order=oldest&after=1h", `data-id="`+create+`"`)
 			page("/ui/procedures?state=SUCCESS&before=2000-01-01", "No procedure matches")
-			if code, _ := get(t, m, "/ui/procedures?after=yesterday"); code != http.StatusBadRequest {
-				t.Fatalf("a bad time bound: %d, want 400", code)
+			if code, body := get(t, m, "/ui/procedures?after=yesterday"); code != http.StatusBadRequest || !strings.Contains(body, "is not a time") {
+				t.Fatalf("a bad time bound: %d, want 400 saying why", code)
 			}
 			// A search by id goes to the procedure.
 			resp, err := http.Get("http://" + m.HTTPAddr() + "/ui/procedures?id=" + sleep)

@@ -100,10 +100,6 @@ func (c *Console) procedure(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.CanAbort = !p.Terminal && !proc.GetAbortRequested() && !proc.GetRollingBack()
-	switch r.URL.Query().Get("done") {
-	case "abort":
-		p.Flash = "Abort requested: the procedure rolls back its executed steps (below, as they go)."
-	}
 	p.Timeline = timeline(proc.GetHistory(), p.Terminal, time.Now())
 	p.Ancestors, p.Tree = c.tree(rd, proc)
 
@@ -127,6 +123,10 @@ func (c *Console) procedure(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.base = c.base(rd, "Procedure "+strconv.FormatUint(id, 10), "procedures", !p.Terminal)
+	switch r.URL.Query().Get("done") {
+	case "abort":
+		p.Flash = "Abort requested: the procedure rolls back its executed steps (below, as they go)."
+	}
 	c.render(w, http.StatusOK, "procedure", p)
 }
 

@@ -70,24 +70,25 @@ func (c *Console) procedures(w http.ResponseWriter, r *http.Request) {
 	if p.Order != "oldest" {
 		p.Order = "newest"
 	}
+	var errs []string
 	if id := strings.TrimSpace(q.Get("id")); id != "" {
-		p.Errors = append(p.Errors, fmt.Sprintf("%q is not a procedure id", id))
+		errs = append(errs, fmt.Sprintf("%q is not a procedure id", id))
 	}
 	req := &adminpb.ListProceduresRequest{State: p.State, Type: p.Type, Owner: p.Owner, RootsOnly: p.RootsOnly,
 		PageSize: int32(c.cfg.PageSize), PageToken: q.Get("page"), NewestFirst: p.Order == "newest"}
 	now := time.Now()
 	if t, err := parseWhen(p.After, now); err != nil {
-		p.Errors = append(p.Errors, "submitted after: "+err.Error())
+		errs = append(errs, "submitted after: "+err.Error())
 	} else if !t.IsZero() {
 		req.SubmittedAfterUnixMs = t.UnixMilli()
 	}
 	if t, err := parseWhen(p.Before, now); err != nil {
-		p.Errors = append(p.Errors, "submitted before: "+err.Error())
+		errs = append(errs, "submitted before: "+err.Error())
 	} else if !t.IsZero() {
 		req.SubmittedBeforeUnixMs = t.UnixMilli()
 	}
 	code := http.StatusOK
-	if len(p.Errors) > 0 {
+	if len(errs) > 0 {
 		code = http.StatusBadRequest
 	} else {
 		resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListProceduresResponse, error) {
@@ -110,6 +111,7 @@ func (c *Console) procedures(w http.ResponseWriter, r *http.Request) {
 		p.FirstURL = listURL(q, "")
 	}
 	p.base = c.base(rd, "Procedures", "procedures", false)
+	p.Errors = errs
 	c.render(w, code, "procedures", p)
 }
 
