@@ -141,13 +141,15 @@ type Summary struct {
 	Type, Owner          []byte
 	State                State
 	Submitted, Updated   time.Time
-	Paused               bool
+	// WaitUntil ends a timed suspension (zero: none).
+	WaitUntil time.Time
+	Paused    bool
 }
 
 // DecodeSummary reads a persisted procedure's Summary.
 func DecodeSummary(data []byte) (Summary, error) {
 	var s Summary
-	var submitted, updated int64
+	var submitted, updated, waitUntil int64
 	b := data
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -175,6 +177,8 @@ func DecodeSummary(data []byte) (Summary, error) {
 				submitted = protowire.DecodeZigZag(v)
 			case fUpdated:
 				updated = protowire.DecodeZigZag(v)
+			case fWaitUntil:
+				waitUntil = protowire.DecodeZigZag(v)
 			case fPaused:
 				s.Paused = v != 0
 			}
@@ -201,6 +205,6 @@ func DecodeSummary(data []byte) (Summary, error) {
 	if s.ID == 0 {
 		return Summary{}, fmt.Errorf("%w: record without id", ErrCorrupt)
 	}
-	s.Submitted, s.Updated = fromUnixNano(submitted), fromUnixNano(updated)
+	s.Submitted, s.Updated, s.WaitUntil = fromUnixNano(submitted), fromUnixNano(updated), fromUnixNano(waitUntil)
 	return s, nil
 }

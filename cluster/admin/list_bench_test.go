@@ -35,7 +35,8 @@ func (b fsmBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) er
 }
 
 // manyProcs is a leader's admin server over n committed procedures: sleep
-// procedures of 100 owners (owner-<i%100>), every 1000th left running.
+// procedures of 100 owners (owner-<i%100>), but every 1000th a fanout
+// left waiting for its child, which sleeps for an hour.
 type manyProcs struct {
 	s *Server
 	x *procedure.Executor
@@ -55,14 +56,14 @@ const manyCount = 100_000
 // FSM the server reads, as a leader's reads do.
 func loadManyProcs(tb testing.TB) *manyProcs {
 	tb.Helper()
-	manyOnce.Do(func() { many, manyErr = buildManyProcs(manyCount) })
+	manyOnce.Do(func() { many, manyErr = buildManyProcs(tb, manyCount) })
 	if manyErr != nil {
 		tb.Fatal(manyErr)
 	}
 	return many
 }
 
-func buildManyProcs(n int) (*manyProcs, error) {
+func buildManyProcs(tb testing.TB, n int) (*manyProcs, error) {
 	reg := procedure.NewRegistry()
 	if err := diag.Register(reg); err != nil {
 		return nil, err
@@ -75,23 +76,31 @@ func buildManyProcs(n int) (*manyProcs, error) {
 	if err := x.Start(); err != nil {
 		return nil, err
 	}
-	var last uint64
+	var sleeps []uint64
 	for i := range n {
-		steps := 0
+		var p procedure.Procedure = &diag.Sleep{}
 		if i%1000 == 0 {
-			steps = 2 // still running: a suspension of an hour
+			p = &diag.Fanout{Children: 1, Steps: 2, Delay: time.Hour}
 		}
-		id, err := x.Submit(&diag.Sleep{Steps: steps, Delay: time.Hour}, procedure.SubmitOptions{Owner: fmt.Sprintf("owner-%d", i%100)})
+		id, err := x.Submit(p, procedure.SubmitOptions{Owner: fmt.Sprintf("owner-%d", i%100)})
 		if err != nil {
 			return nil, err
 		}
-		last = id
+		if i%1000 != 0 {
+			sleeps = append(sleeps, id)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := x.Wait(ctx, last-1); err != nil {
-		return nil, err
+	for _, id := range sleeps {
+		if _, err := x.Wait(ctx, id); err != nil {
+			return nil, err
+		}
 	}
+	fanouts := (n + 999) / 1000
+	testwait.For(tb, time.Minute, "every fanout's child asleep", func() bool {
+		return len(x.List(procedure.Filter{States: []procedure.State{procedure.WaitingTimeout}})) == fanouts
+	})
 	f, err := raftfsm.NewFSM(raftfsm.Config{})
 	if err != nil {
 		return nil, err
@@ -127,8 +136,8 @@ func buildManyProcs(n int) (*manyProcs, error) {
 	if err := flush(); err != nil {
 		return nil, err
 	}
-	if got := f.View().NumProcs(); got != n {
-		return nil, fmt.Errorf("%d procedures committed, want %d", got, n)
+	if got, want := f.View().NumProcs(), n+fanouts; got != want {
+		return nil, fmt.Errorf("%d procedures committed, want %d", got, want)
 	}
 	b := fsmBackend{fakeBackend: &fakeBackend{id: "m0", leaderID: "m0", procs: x, kv: map[string][]byte{}}, fsm: f}
 	s, err := New(b, Config{})
@@ -197,8 +206,8 @@ func BenchmarkListProcedures(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if r.GetTotal() != int64(m.n) {
-				b.Fatalf("total %d, want %d", r.GetTotal(), m.n)
+			if r.GetRoots() != int64(m.n) {
+				b.Fatalf("%d roots, want %d", r.GetRoots(), m.n)
 			}
 		}
 	})
@@ -221,7 +230,7 @@ func BenchmarkListProcedures(b *testing.B) {
 // ListProcedures filters by owner and submission time on the server, and
 // pages newest first; ProcedureStats counts what the listing holds.
 func TestListFiltersAndStats(t *testing.T) {
-	m, err := buildManyProcs(3000)
+	m, err := buildManyProcs(t, 3000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +287,10 @@ func TestListFiltersAndStats(t *testing.T) {
 		t.Fatalf("empty window: %v, want INVALID_ARGUMENT", err)
 	}
 
-	testwait.For(t, 10*time.Second, "the 3 running procedures to count as stuck after 1 ms", func() bool {
+	// The fanouts wait for their children without a timer: silent for a
+	// millisecond, they are stuck; their children, asleep until a timer
+	// fires, are not.
+	testwait.For(t, 10*time.Second, "the 3 fanouts to count as stuck after 1 ms", func() bool {
 		r, err := m.s.ProcedureStats(ctx, &adminpb.ProcedureStatsRequest{StuckAfterMs: 1, MaxStuck: 2})
 		return err == nil && r.GetStuckCount() == 3
 	})
@@ -290,7 +302,7 @@ func TestListFiltersAndStats(t *testing.T) {
 	for _, c := range r.GetCounts() {
 		counts[c.GetState()+"/"+c.GetType()] = c.GetCount()
 	}
-	if r.GetTotal() != 3000 || r.GetRoots() != 3000 || counts["SUCCESS/sleep"] != 2997 || counts["WAITING_TIMEOUT/sleep"] != 3 {
+	if r.GetTotal() != 3003 || r.GetRoots() != 3000 || counts["SUCCESS/sleep"] != 2997 || counts["WAITING/fanout"] != 3 || counts["WAITING_TIMEOUT/sleep"] != 3 {
 		t.Fatalf("stats: total %d roots %d counts %v", r.GetTotal(), r.GetRoots(), counts)
 	}
 	if len(r.GetStuck()) != 2 || r.GetStuck()[0].GetId() != 1 || r.GetStuck()[0].GetWaitingFor() == "" {

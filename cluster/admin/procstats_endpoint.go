@@ -27,7 +27,9 @@ const (
 // allocation per record), counting them by state and type and keeping the
 // stuck ones that were written longest ago. A stuck procedure is
 // unfinished, not paused, and was not written for stuck_after: no step of
-// it persisted an outcome since, whatever it waits for.
+// it persisted an outcome since. Two kinds of long silence are not stuck:
+// a suspension whose timer is still to fire (a sleep asked for), and an
+// external lock, which is held for as long as its holder renews it.
 func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest) (*adminpb.ProcedureStatsResponse, error) {
 	stuckAfter := time.Duration(req.GetStuckAfterMs()) * time.Millisecond
 	maxStuck := int(req.GetMaxStuck())
@@ -46,6 +48,10 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 		if err != nil {
 			return nil, err
 		}
+		var namer lockHolderNamer
+		if d, err := s.domain(); err == nil {
+			namer, _ = d.(lockHolderNamer)
+		}
 		// By state, then type; a count is found by the record's type bytes
 		// without making them a string (which only a new type pays).
 		counts := map[procedure.State]map[string]*int64{}
@@ -55,7 +61,8 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 		}
 		var stuck []stuckRef // the oldest, at most maxStuck, oldest first
 		out := &adminpb.ProcedureStatsResponse{Read: ri}
-		threshold := time.Now().Add(-stuckAfter)
+		now := time.Now()
+		threshold := now.Add(-stuckAfter)
 		err = s.b.StoredProceduresAfter(0, func(p store.Proc) error {
 			sum, err := procedure.DecodeSummary(p.Data)
 			if err != nil {
@@ -76,8 +83,16 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 				byType[string(sum.Type)] = n
 			}
 			*n++
-			if sum.State.Terminal() || sum.Paused || !sum.Updated.Before(threshold) {
+			if sum.State.Terminal() || sum.Paused || !sum.Updated.Before(threshold) || sum.WaitUntil.After(now) {
 				return nil
+			}
+			if namer != nil {
+				// Rare enough to decode whole: only the long silent.
+				if info, err := procedure.DecodeInfo(p.Data); err == nil {
+					if _, external := namer.LockHolderOf(info); external {
+						return nil
+					}
+				}
 			}
 			out.StuckCount++
 			if len(stuck) == maxStuck && !sum.Updated.Before(stuck[len(stuck)-1].updated) {
