@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -194,6 +199,36 @@ func TestPagesShowTheCluster(t *testing.T) {
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("cross-site POST: %v %v, want 403", resp.StatusCode, err)
+	}
+}
+
+// Pages that show changing state reload themselves; those with a form do
+// not (a reload would lose what is typed).
+func TestRefresh(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{Masters: 1})
+	con, err := console.New(console.Config{AdminAddr: c.Master(0).AdminAddr(), Refresh: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { con.Close() })
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	for path, refresh := range map[string]bool{"/": true, "/ui/locks": true, "/ui/servers": true, "/ui/procedures": false, "/ui/regions": true} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, resp.StatusCode, body)
+		}
+		if got := strings.Contains(string(body), `<meta http-equiv="refresh" content="2">`); got != refresh {
+			t.Errorf("GET %s: reloads itself %v, want %v", path, got, refresh)
+		}
+	}
+	if _, err := console.New(console.Config{}); err == nil {
+		t.Error("a console without an admin address")
 	}
 }
 

@@ -163,12 +163,12 @@ func (c *Console) tree(rd *reads, proc *adminpb.Procedure) ([]*adminpb.Procedure
 	}
 	top := &treeNode{P: root, Current: root.GetId() == proc.GetId()}
 	queue := []*treeNode{top}
-	read := 1
+	fetched := 1
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
 		for _, cid := range n.P.GetChildren() {
-			if read >= maxTree {
+			if fetched >= maxTree {
 				n.More++
 				continue
 			}
@@ -180,7 +180,7 @@ func (c *Console) tree(rd *reads, proc *adminpb.Procedure) ([]*adminpb.Procedure
 					continue
 				}
 			}
-			read++
+			fetched++
 			cn := &treeNode{P: child, Current: cid == proc.GetId()}
 			n.Children = append(n.Children, cn)
 			queue = append(queue, cn)
