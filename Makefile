@@ -54,6 +54,7 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkRaftStore -benchtime 2000x ./raftfsm/
 	$(GO) test -run '^$$' -bench BenchmarkStepCommit -benchtime 2000x ./cluster/
 	$(GO) test -run '^$$' -bench BenchmarkReads -benchtime 20000x ./cluster/admin/
+	$(GO) test -run '^$$' -bench BenchmarkListProcedures -benchtime 30x ./cluster/admin/
 	$(GO) test -run '^$$' -bench BenchmarkAssignRegions -benchtime 1x ./cluster/domain/
 	$(GO) test -run '^$$' -bench BenchmarkDispatch -benchtime 10x ./dispatch/
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
 )
 
 // ErrNotLeader is wrapped by the errors of calls that only the leader
@@ -367,7 +368,9 @@ type Status struct {
 	StorageErr   string // the local storage failure (StorageErr), if any
 	LastContact  time.Time
 	Executor     bool // an executor is running here
-	Peers        []PeerStatus
+	// WAL describes the FSM's local WAL; zero for a memory-only FSM.
+	WAL   store.WALStats
+	Peers []PeerStatus
 	// PeersErr is set when the configuration could not be read.
 	PeersErr string
 }
@@ -396,6 +399,7 @@ func (n *Node) Status() Status {
 	n.mu.Lock()
 	s.Executor = n.exec != nil
 	n.mu.Unlock()
+	s.WAL, _ = n.fsm.WALStats()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		s.PeersErr = err.Error()

@@ -52,6 +52,11 @@ type Info struct {
 	// persisted writes: one Run per stretch written by one node, so a
 	// failover mid-way shows as a second Run.
 	Runs []Run
+	// History is the procedure's timeline: one Transition per step that
+	// persisted its outcome, the latest ones kept (see Transition).
+	History []Transition
+	// RollingBack reports whether the procedure's steps are being undone.
+	RollingBack bool
 	// Data is the procedure's own persisted state (JSON unless its type
 	// marshals itself): its arguments and progress. Set by DecodeInfo
 	// only; the executor's snapshots leave it out.
@@ -216,6 +221,7 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
 		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...), UntilDone: e.untilDone,
+		History: e.history.snapshot(), RollingBack: e.rollingBack,
 	}
 }
 
@@ -224,6 +230,11 @@ type Filter struct {
 	States    []State
 	Type      string
 	RootsOnly bool
+	// Owner matches the submitter's owner.
+	Owner string
+	// SubmittedAfter (inclusive) and SubmittedBefore (exclusive) bound the
+	// submission time.
+	SubmittedAfter, SubmittedBefore time.Time
 	// AfterID and Limit page through results in id order.
 	AfterID uint64
 	Limit   int
@@ -243,7 +254,8 @@ func (x *Executor) List(f Filter) []Info {
 	var out []Info
 	for _, id := range ids {
 		e := x.procs[id]
-		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() {
+		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() || f.Owner != "" && e.owner != f.Owner ||
+			!f.submittedIn(e.submitted) {
 			continue
 		}
 		if len(f.States) > 0 {

@@ -36,6 +36,7 @@ type entry struct {
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress
 	runs                  []Run
+	history               history
 
 	// runtime only
 	waitNote      string // the Because of the current suspension

@@ -1171,9 +1171,23 @@ func (x *Executor) encode(e *entry) (store.Proc, error) {
 }
 
 func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
+	// The state machine is read first: it belongs to whoever claimed the
+	// procedure (the caller), not to x.mu.
+	sm, isSM := e.proc.(stateMachineProcedure)
+	var m *StateMachine
+	step := int32(-1)
+	if isSM {
+		m = sm.machine()
+		step = m.next
+	}
 	x.mu.Lock()
 	e.updated = x.clock.Now()
 	e.runs = noteWrite(e.runs, x.cfg.Node, e.updated)
+	e.history.note(Transition{
+		State: e.state, Step: step, Depth: int32(len(e.stack)), Node: x.cfg.Node, At: e.updated,
+		Attempt: e.repeats, RollingBack: e.rollingBack,
+	}, e.submitted)
+	histEnc, histLast := e.history.encoded()
 	r := record{
 		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
 		state: e.state, owner: e.owner, nonce: e.nonce,
@@ -1184,11 +1198,10 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
-		runs: append([]Run(nil), e.runs...),
+		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
 	}
 	x.unlock()
-	if sm, ok := e.proc.(stateMachineProcedure); ok {
-		m := sm.machine()
+	if isSM {
 		r.sm, r.smStarted, r.smEOF, r.smNext = true, m.started, m.eof, m.next
 		r.smHistory = append([]int32(nil), m.history...)
 	}

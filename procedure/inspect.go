@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/baton-dev/baton/store"
 )
@@ -61,7 +64,7 @@ func DecodeInfo(data []byte) (Info, error) {
 		Finished: fromUnixNano(r.finishedAt), Acked: fromUnixNano(r.ackedAt),
 		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
 		Paused: r.paused, AbortRequested: r.abort, Bypassed: r.bypass, Locked: r.locked,
-		StackDepth: len(r.stack), Runs: r.runs,
+		StackDepth: len(r.stack), Runs: r.runs, History: r.history, RollingBack: r.rollingBack,
 		Data: r.data,
 	}, nil
 }
@@ -96,16 +99,112 @@ func StoredInfos(procs func(fn func(store.Proc) error) error) ([]Info, error) {
 
 // Match reports whether info passes f's filters (not its paging).
 func (f Filter) Match(info Info) bool {
-	if f.Type != "" && info.Type != f.Type || f.RootsOnly && info.ParentID != 0 {
+	if f.Type != "" && info.Type != f.Type || f.RootsOnly && info.ParentID != 0 || f.Owner != "" && info.Owner != f.Owner ||
+		!f.submittedIn(info.Submitted) {
 		return false
 	}
+	return f.matchState(info.State)
+}
+
+// MatchSummary is Match for a record's Summary.
+func (f Filter) MatchSummary(s Summary) bool {
+	if f.Type != "" && string(s.Type) != f.Type || f.RootsOnly && s.ParentID != 0 || f.Owner != "" && string(s.Owner) != f.Owner ||
+		!f.submittedIn(s.Submitted) {
+		return false
+	}
+	return f.matchState(s.State)
+}
+
+func (f Filter) matchState(st State) bool {
 	if len(f.States) == 0 {
 		return true
 	}
 	for _, s := range f.States {
-		if s == info.State {
+		if s == st {
 			return true
 		}
 	}
 	return false
+}
+
+func (f Filter) submittedIn(t time.Time) bool {
+	return (f.SubmittedAfter.IsZero() || !t.Before(f.SubmittedAfter)) &&
+		(f.SubmittedBefore.IsZero() || t.Before(f.SubmittedBefore))
+}
+
+// Summary is what listings filter and count stored procedures by, read
+// from a record without decoding the rest: Type and Owner alias the
+// record's bytes (valid as long as they are, and not to be modified), so
+// a pass over a hundred thousand records allocates nothing per record.
+type Summary struct {
+	ID, ParentID, RootID uint64
+	Type, Owner          []byte
+	State                State
+	Submitted, Updated   time.Time
+	// WaitUntil ends a timed suspension (zero: none).
+	WaitUntil time.Time
+	Paused    bool
+}
+
+// DecodeSummary reads a persisted procedure's Summary.
+func DecodeSummary(data []byte) (Summary, error) {
+	var s Summary
+	var submitted, updated, waitUntil int64
+	b := data
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return Summary{}, fmt.Errorf("%w: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch typ {
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case fID:
+				s.ID = v
+			case fParent:
+				s.ParentID = v
+			case fRoot:
+				s.RootID = v
+			case fState:
+				s.State = State(v)
+			case fSubmitted:
+				submitted = protowire.DecodeZigZag(v)
+			case fUpdated:
+				updated = protowire.DecodeZigZag(v)
+			case fWaitUntil:
+				waitUntil = protowire.DecodeZigZag(v)
+			case fPaused:
+				s.Paused = v != 0
+			}
+		case protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case fType:
+				s.Type = v
+			case fOwner:
+				s.Owner = v
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	if s.ID == 0 {
+		return Summary{}, fmt.Errorf("%w: record without id", ErrCorrupt)
+	}
+	s.Submitted, s.Updated, s.WaitUntil = fromUnixNano(submitted), fromUnixNano(updated), fromUnixNano(waitUntil)
+	return s, nil
 }

@@ -43,6 +43,14 @@ type record struct {
 	// runs says which node made which of the record's persisted writes
 	// (see Run); the last run's Last counts them.
 	runs []Run
+	// history is the bounded timeline of the procedure's transitions (see
+	// Transition), as read. A record that is written carries it encoded
+	// instead (historyEnc, then historyLast: see history.encoded). While
+	// a record is read, historyRaw holds its encoded entries until
+	// submitted, their time base, is known.
+	history                 []Transition
+	historyEnc, historyLast []byte
+	historyRaw              [][]byte
 }
 
 const (
@@ -80,8 +88,12 @@ const (
 	fRuns
 )
 
+// fHistory is numbered apart from the sequence above, so that fields added
+// to it never collide with it.
+const fHistory protowire.Number = 100
+
 func (r *record) marshal() []byte {
-	b := make([]byte, 0, 96+len(r.data)+len(r.result)+len(r.errMsg)+len(r.typeName))
+	b := make([]byte, 0, 96+len(r.data)+len(r.result)+len(r.errMsg)+len(r.typeName)+len(r.historyEnc)+len(r.historyLast))
 	u := func(n protowire.Number, v uint64) {
 		if v != 0 {
 			b = protowire.AppendTag(b, n, protowire.VarintType)
@@ -145,6 +157,8 @@ func (r *record) marshal() []byte {
 		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
 		b = protowire.AppendBytes(b, marshalRun(run))
 	}
+	b = append(b, r.historyEnc...)
+	b = append(b, r.historyLast...)
 	return b
 }
 
@@ -187,6 +201,17 @@ func (r *record) unmarshal(b []byte) error {
 	if r.root == 0 {
 		return fmt.Errorf("%w: record %d without root", ErrCorrupt, r.id)
 	}
+	submitted := fromUnixNano(r.submitted)
+	node := ""
+	for _, raw := range r.historyRaw {
+		tr, err := unmarshalTransition(raw, node, submitted)
+		if err != nil {
+			return err
+		}
+		r.history = append(r.history, tr)
+		node = tr.Node
+	}
+	r.historyRaw = nil
 	return nil
 }
 
@@ -262,6 +287,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 			return err
 		}
 		r.runs = append(r.runs, run)
+	case fHistory:
+		r.historyRaw = append(r.historyRaw, v)
 	case fStack, fSMHistory:
 		var out []int32
 		for len(v) > 0 {

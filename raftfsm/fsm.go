@@ -317,6 +317,17 @@ func (f *FSM) setWALErr(err error) {
 		"dir", f.cfg.Dir, "error", err)
 }
 
+// WALStats returns the local WAL's counters (segments, bytes), and false
+// for a memory-only FSM. It takes no lock: status pages may call it while
+// the FSM applies.
+func (f *FSM) WALStats() (store.WALStats, bool) {
+	w := f.walPub.Load()
+	if w == nil {
+		return store.WALStats{}, false
+	}
+	return w.Stats(), true
+}
+
 // FSMStats are counters of an FSM since it was opened.
 type FSMStats struct {
 	Applied    uint64 // command entries applied
@@ -389,6 +400,23 @@ func (v View) ProcsAfter(after uint64, fn func(store.Proc) error) error {
 	it := v.st.procs.Root().Iterator()
 	it.SeekLowerBound(procKey(after + 1))
 	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
+		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProcsBefore calls fn for every live procedure whose id is below before,
+// in descending id order, until fn returns an error, which is returned.
+// Listings of the newest procedures first use it.
+func (v View) ProcsBefore(before uint64, fn func(store.Proc) error) error {
+	if before == 0 {
+		return nil
+	}
+	it := v.st.procs.Root().ReverseIterator()
+	it.SeekReverseLowerBound(procKey(before - 1))
+	for k, data, ok := it.Previous(); ok; k, data, ok = it.Previous() {
 		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
 			return err
 		}

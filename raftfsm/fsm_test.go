@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -475,5 +476,38 @@ func TestNeedsSnapshotRestore(t *testing.T) {
 		if need, err := NeedsSnapshotRestore(snaps, tc.w); err != nil || need != tc.want {
 			t.Errorf("W=%d: %v %v, want %v", tc.w, need, err, tc.want)
 		}
+	}
+}
+
+// ProcsBefore walks the procedures below an id newest first, and
+// WALStats describes the local WAL (none for a memory-only FSM).
+func TestProcsBeforeAndWALStats(t *testing.T) {
+	f := newTestFSM(t, t.TempDir())
+	for _, id := range []uint64{3, 5, 9, 12} {
+		f.Apply(cmdLog(id, procBatch(t, Write{Inserts: []store.Proc{{ID: id, Data: []byte("p")}}})))
+	}
+	walk := func(before uint64) []uint64 {
+		var ids []uint64
+		if err := f.View().ProcsBefore(before, func(p store.Proc) error {
+			ids = append(ids, p.ID)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		before uint64
+		want   string
+	}{{^uint64(0), "[12 9 5 3]"}, {12, "[9 5 3]"}, {10, "[9 5 3]"}, {5, "[3]"}, {3, "[]"}, {0, "[]"}} {
+		if got := fmt.Sprint(walk(tc.before)); got != tc.want {
+			t.Errorf("before %d: %s, want %s", tc.before, got, tc.want)
+		}
+	}
+	if st, ok := f.WALStats(); !ok || st.Segments < 1 || st.Live < 4 || st.Bytes == 0 {
+		t.Errorf("WALStats = %+v, %v: want a live segment, bytes and the 4 procedures live", st, ok)
+	}
+	if _, ok := newTestFSM(t, "").WALStats(); ok {
+		t.Error("a memory-only FSM reports a WAL")
 	}
 }

@@ -111,6 +111,12 @@ func (b nodeBackend) StoredProceduresAfter(after uint64, fn func(store.Proc) err
 	return b.n.FSM().View().ProcsAfter(after, fn)
 }
 
+// StoredProceduresBefore walks the local FSM's procedures below before,
+// newest first.
+func (b nodeBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) error) error {
+	return b.n.FSM().View().ProcsBefore(before, fn)
+}
+
 func (b nodeBackend) Join(ctx context.Context, id, addr string) error { return b.n.Join(ctx, id, addr) }
 
 func (b nodeBackend) RemovePeer(ctx context.Context, id string) error {

@@ -57,8 +57,14 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 	case !st.LastContact.IsZero():
 		out.LastContactMs = time.Since(st.LastContact).Milliseconds()
 	}
+	if !st.LastContact.IsZero() {
+		out.LastContactUnixMs = st.LastContact.UnixMilli()
+	}
+	out.HttpAddress = s.httpAddr(st.ID)
+	out.WalSegments, out.WalLiveBytes, out.WalBytesWritten = int64(st.WAL.Segments), st.WAL.LiveBytes, st.WAL.Bytes
 	if st.LeaderID != "" {
 		out.LeaderAdminAddress = s.adminAddr(st.LeaderID)
+		out.LeaderHttpAddress = s.httpAddr(st.LeaderID)
 	}
 	for _, p := range st.Peers {
 		out.Peers = append(out.Peers, &adminpb.Peer{
@@ -67,6 +73,7 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 			AdminAddress: s.adminAddr(p.ID),
 			Suffrage:     p.Suffrage,
 			Leader:       p.Leader,
+			HttpAddress:  s.httpAddr(p.ID),
 		})
 	}
 	return out
@@ -103,8 +110,14 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 		if err := s.b.RemovePeer(ctx, req.GetId()); err != nil {
 			return nil, err
 		}
-		if _, ok := s.b.DomainGet(cluster.AdminAddrKey(req.GetId())); ok {
-			if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Del(cluster.AdminAddrKey(req.GetId()))}); err != nil {
+		var muts []raftfsm.Mutation
+		for _, k := range []string{cluster.AdminAddrKey(req.GetId()), cluster.HTTPAddrKey(req.GetId())} {
+			if _, ok := s.b.DomainGet(k); ok {
+				muts = append(muts, raftfsm.Del(k))
+			}
+		}
+		if len(muts) > 0 {
+			if err := s.b.Mutate(ctx, muts); err != nil {
 				return nil, err
 			}
 		}
@@ -115,7 +128,8 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 }
 
 // RegisterNode implements adminpb.AdminServer: the leader records a
-// member's admin address in the domain state.
+// member's admin address, and its HTTP address if given, in the domain
+// state.
 func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequest) (*adminpb.RegisterNodeResponse, error) {
 	if req.GetId() == "" || req.GetAdminAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: register node: id and admin_address are required")
@@ -125,10 +139,19 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 			id, addr := s.b.Leader()
 			return nil, &cluster.NotLeaderError{LeaderID: id, LeaderAddr: addr}
 		}
-		if got, _ := s.b.DomainGet(cluster.AdminAddrKey(req.GetId())); string(got) == req.GetAdminAddress() {
+		var muts []raftfsm.Mutation
+		if got, _ := s.b.DomainGet(cluster.AdminAddrKey(req.GetId())); string(got) != req.GetAdminAddress() {
+			muts = append(muts, raftfsm.Put(cluster.AdminAddrKey(req.GetId()), []byte(req.GetAdminAddress())))
+		}
+		if h := req.GetHttpAddress(); h != "" {
+			if got, _ := s.b.DomainGet(cluster.HTTPAddrKey(req.GetId())); string(got) != h {
+				muts = append(muts, raftfsm.Put(cluster.HTTPAddrKey(req.GetId()), []byte(h)))
+			}
+		}
+		if len(muts) == 0 {
 			return &adminpb.RegisterNodeResponse{}, nil
 		}
-		if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(cluster.AdminAddrKey(req.GetId()), []byte(req.GetAdminAddress()))}); err != nil {
+		if err := s.b.Mutate(ctx, muts); err != nil {
 			return nil, err
 		}
 		return &adminpb.RegisterNodeResponse{}, nil

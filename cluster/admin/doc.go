@@ -23,6 +23,11 @@
 // converges to knowing every address, with no configuration beyond each
 // node's own advertised address.
 //
+// Beside it, under cluster.HTTPAddrKey(id), a node registers its HTTP
+// address when Config.HTTPAddr names one: ClusterStatus reports every
+// member's, so that a standby's web console (cluster/console) can link to
+// the leader's.
+//
 // Forwarding connections use client.FailoverDialOptions: keepalive notices
 // a leader that vanished without closing its connections (a SIGKILLed
 // container, a dead host) within seconds. A forwarded call is also
@@ -54,6 +59,14 @@
 // each tick and costs one map lookup per watcher per tick. If the node loses
 // leadership mid-watch the stream ends with UNAVAILABLE (and a hint); the
 // client re-watches at the new leader, which sends the current state first.
+//
+// # Introspection
+//
+// ListLocks shows the leader's lock table (a snapshot of its scheduler's,
+// which takes the scheduler's own short lock and never the executor's),
+// each party described from its committed record; ProcedureStats counts
+// the committed procedures in one pass over their Summaries. Both, and
+// ListProcedures' filters, are what the web console pages through.
 //
 // # Health
 //

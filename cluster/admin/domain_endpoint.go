@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/store"
 )
 
 // Domain serves the namespace, table, region, region-server and external
@@ -94,6 +96,16 @@ func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
 	}); ok {
 		sc.DomainScan(prefix, fn)
 	}
+}
+
+// StoredProceduresBefore passes the wrapped backend's through, for
+// listings newest first.
+func (b domainBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) error) error {
+	sb, ok := b.Backend.(storedProceduresBefore)
+	if !ok {
+		return fmt.Errorf("%w: this node cannot list procedures newest first", procedure.ErrInvalid)
+	}
+	return sb.StoredProceduresBefore(before, fn)
 }
 
 // domainOwner is the owner of the domain calls' submissions (part of the

@@ -58,10 +58,12 @@ func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequ
 		if err != nil {
 			return nil, err
 		}
-		p, err := s.storedProc(x, req.GetId())
+		p, info, err := s.storedProcInfo(x, req.GetId())
 		if err != nil {
 			return nil, err
 		}
+		p.Data = info.Data
+		p.History = historyToProto(info.History)
 		p.Read = ri
 		return p, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
@@ -139,7 +141,20 @@ func childNote(x Procedures, ids []uint64, depth int) (uint64, string) {
 // ListProcedures implements adminpb.AdminServer. Pages are in ascending id
 // order; the page token is the last id of the previous page.
 func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProceduresRequest) (*adminpb.ListProceduresResponse, error) {
-	f := procedure.Filter{Type: req.GetType(), RootsOnly: req.GetRootsOnly(), Limit: int(req.GetPageSize())}
+	f := procedure.Filter{Type: req.GetType(), RootsOnly: req.GetRootsOnly(), Owner: req.GetOwner(), Limit: int(req.GetPageSize())}
+	after, before := req.GetSubmittedAfterUnixMs(), req.GetSubmittedBeforeUnixMs()
+	switch {
+	case after < 0 || before < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: list: negative submission bound (after %d, before %d)", after, before)
+	case after > 0 && before > 0 && before <= after:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: list: submitted_before_unix_ms %d is not after submitted_after_unix_ms %d", before, after)
+	}
+	if after > 0 {
+		f.SubmittedAfter = time.UnixMilli(after)
+	}
+	if before > 0 {
+		f.SubmittedBefore = time.UnixMilli(before)
+	}
 	switch {
 	case f.Limit < 0:
 		return nil, status.Errorf(codes.InvalidArgument, "admin: list: negative page_size %d", f.Limit)
@@ -155,19 +170,24 @@ func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProcedures
 		}
 		f.States = []procedure.State{state}
 	}
+	beforeID := ^uint64(0)
 	if tok := req.GetPageToken(); tok != "" {
-		after, err := strconv.ParseUint(tok, 10, 64)
+		last, err := strconv.ParseUint(tok, 10, 64)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "admin: list: bad page_token %q (pass next_page_token of the previous page)", tok)
 		}
-		f.AfterID = after
+		if req.GetNewestFirst() {
+			beforeID = last
+		} else {
+			f.AfterID = last
+		}
 	}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListProceduresResponse, error) {
 		x, err := s.localExecutor(ri)
 		if err != nil {
 			return nil, err
 		}
-		procs, err := s.storedProcs(x, f)
+		procs, err := s.storedProcs(x, f, req.GetNewestFirst(), beforeID)
 		if err != nil {
 			return nil, err
 		}
@@ -312,7 +332,21 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		Children:        info.Children,
 		WaitingFor:      waitingFor,
 		Runs:            runsToProto(info.Runs),
+		RollingBack:     info.RollingBack,
+		StackDepth:      int32(info.StackDepth),
 	}
+}
+
+func historyToProto(h []procedure.Transition) []*adminpb.ProcedureTransition {
+	out := make([]*adminpb.ProcedureTransition, 0, len(h))
+	for _, t := range h {
+		out = append(out, &adminpb.ProcedureTransition{
+			State: t.State.String(), Step: t.Step, Depth: t.Depth, Node: t.Node,
+			AtUnixMs: t.At.UnixMilli(), UntilUnixMs: t.Until.UnixMilli(), Writes: t.Writes,
+			Attempt: t.Attempt, RollingBack: t.RollingBack,
+		})
+	}
+	return out
 }
 
 func runsToProto(runs []procedure.Run) []*adminpb.ProcedureRun {

@@ -19,23 +19,29 @@ import (
 // storedProc returns procedure id as committed. x is the executor, or nil
 // on a node without one.
 func (s *Server) storedProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
+	p, _, err := s.storedProcInfo(x, id)
+	return p, err
+}
+
+// storedProcInfo is storedProc, with the decoded record (Data included).
+func (s *Server) storedProcInfo(x Procedures, id uint64) (*adminpb.Procedure, procedure.Info, error) {
 	data, ok := s.b.StoredProcedure(id)
 	if !ok {
-		return nil, fmt.Errorf("%w: %d", procedure.ErrNotFound, id)
+		return nil, procedure.Info{}, fmt.Errorf("%w: %d", procedure.ErrNotFound, id)
 	}
 	info, err := procedure.DecodeInfo(data)
 	if err != nil {
-		return nil, fmt.Errorf("admin: procedure %d: %w", id, err)
+		return nil, procedure.Info{}, fmt.Errorf("admin: procedure %d: %w", id, err)
 	}
 	if x != nil {
 		info.Children = s.committedChildren(x, info)
-		return toProto(info, whyReason(x, info)), nil
+		return toProto(info, whyReason(x, info)), info, nil
 	}
 	info.Children, err = s.scanChildren(id)
 	if err != nil {
-		return nil, err
+		return nil, procedure.Info{}, err
 	}
-	return toProto(info, ""), nil
+	return toProto(info, ""), info, nil
 }
 
 // committedChildren lists the children the executor knows of info whose
@@ -63,11 +69,11 @@ func (s *Server) committedChildren(x Procedures, info procedure.Info) []uint64 {
 func (s *Server) scanChildren(id uint64) ([]uint64, error) {
 	var out []uint64
 	err := s.b.StoredProceduresAfter(id, func(p store.Proc) error {
-		info, err := procedure.DecodeInfo(p.Data)
+		sum, err := procedure.DecodeSummary(p.Data)
 		if err != nil {
 			return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
 		}
-		if info.ParentID == id {
+		if sum.ParentID == id {
 			out = append(out, p.ID)
 		}
 		return nil
@@ -75,38 +81,68 @@ func (s *Server) scanChildren(id uint64) ([]uint64, error) {
 	return out, err
 }
 
+// storedProceduresBefore is the optional part of a Backend that walks the
+// stored procedures newest first (NodeBackend has it).
+type storedProceduresBefore interface {
+	// StoredProceduresBefore walks those with an id below before, in
+	// descending id order.
+	StoredProceduresBefore(before uint64, fn func(store.Proc) error) error
+}
+
 // storedProcs lists the committed procedures matching f (AfterID, Limit
-// included), for ListProcedures.
-func (s *Server) storedProcs(x Procedures, f procedure.Filter) ([]*adminpb.Procedure, error) {
+// included), for ListProcedures; newestFirst lists those below beforeID
+// in descending id order instead. Records are matched on their Summary,
+// so a page that scans many to fill itself decodes only those it lists.
+func (s *Server) storedProcs(x Procedures, f procedure.Filter, newestFirst bool, beforeID uint64) ([]*adminpb.Procedure, error) {
 	var infos []procedure.Info
-	err := s.b.StoredProceduresAfter(f.AfterID, func(p store.Proc) error {
+	visit := func(p store.Proc) error {
+		sum, err := procedure.DecodeSummary(p.Data)
+		if err != nil {
+			return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
+		}
+		if !f.MatchSummary(sum) {
+			return nil
+		}
 		info, err := procedure.DecodeInfo(p.Data)
 		if err != nil {
 			return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
 		}
-		if f.Match(info) {
-			infos = append(infos, info)
-			if len(infos) == f.Limit {
-				return errPageFull
-			}
+		info.Data = nil // not part of a listing
+		infos = append(infos, info)
+		if len(infos) == f.Limit {
+			return errPageFull
 		}
 		return nil
-	})
+	}
+	var err error
+	if newestFirst {
+		sb, ok := s.b.(storedProceduresBefore)
+		if !ok {
+			return nil, fmt.Errorf("%w: this node cannot list procedures newest first", procedure.ErrInvalid)
+		}
+		err = sb.StoredProceduresBefore(beforeID, visit)
+	} else {
+		err = s.b.StoredProceduresAfter(f.AfterID, visit)
+	}
 	if err != nil && err != errPageFull {
 		return nil, err
 	}
 	var byParent map[uint64][]uint64
 	if x == nil && len(infos) > 0 {
 		// No executor here: one scan finds every listed procedure's
-		// children.
+		// children (a child's id is above its parent's).
+		lowest := infos[0].ID
+		for _, info := range infos {
+			lowest = min(lowest, info.ID)
+		}
 		byParent = map[uint64][]uint64{}
-		if err := s.b.StoredProceduresAfter(infos[0].ID, func(p store.Proc) error {
-			info, err := procedure.DecodeInfo(p.Data)
+		if err := s.b.StoredProceduresAfter(lowest, func(p store.Proc) error {
+			sum, err := procedure.DecodeSummary(p.Data)
 			if err != nil {
 				return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
 			}
-			if info.ParentID != 0 {
-				byParent[info.ParentID] = append(byParent[info.ParentID], p.ID)
+			if sum.ParentID != 0 {
+				byParent[sum.ParentID] = append(byParent[sum.ParentID], p.ID)
 			}
 			return nil
 		}); err != nil {

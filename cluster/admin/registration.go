@@ -46,7 +46,8 @@ func (s *Server) tick() {
 		return
 	}
 	me := s.b.ID()
-	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv {
+	httpAdv := s.cfg.HTTPAddr
+	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -58,15 +59,21 @@ func (s *Server) tick() {
 		case <-ctx.Done():
 		}
 	}()
-	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv}); err != nil {
+	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv, HttpAddress: httpAdv}); err != nil {
 		s.log.Debug("registering admin address failed; will retry", "error", err)
 		return
 	}
-	s.log.Info("registered admin address", "id", me, "admin_addr", adv)
+	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv)
 }
 
 // adminAddr is node id's registered admin address, or "".
 func (s *Server) adminAddr(id string) string {
 	v, _ := s.b.DomainGet(cluster.AdminAddrKey(id))
+	return string(v)
+}
+
+// httpAddr is node id's registered HTTP address, or "".
+func (s *Server) httpAddr(id string) string {
+	v, _ := s.b.DomainGet(cluster.HTTPAddrKey(id))
 	return string(v)
 }

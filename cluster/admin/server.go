@@ -43,6 +43,11 @@ type Config struct {
 	// AdvertiseAddr is the host:port other nodes and clients reach this
 	// node's admin API at. If empty, Serve uses its listener's address.
 	AdvertiseAddr string
+	// HTTPAddr is the host:port this node's HTTP endpoints (status,
+	// metrics, web console) are reached at, registered beside the admin
+	// address so that a standby's console can link to the leader's.
+	// Empty: none is registered.
+	HTTPAddr string
 	// Factory builds submitted procedures. Default diag.New (the diagnostic
 	// types); a domain layer chains its own types before it.
 	Factory Factory

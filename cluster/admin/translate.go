@@ -42,6 +42,7 @@ func serverMsgs(ss []catalog.Server) []*adminpb.Server {
 			Id: s.ID, Address: s.Address, StartCode: s.StartCode, RegionCount: int32(s.RegionCount),
 			LeaseState: s.LeaseState, LastRenewalUnixMs: s.LastRenewalUnixMs,
 			HeartbeatSeen: s.HeartbeatSeen, LastHeartbeatAgeMs: s.LastHeartbeatAgeMs,
+			SoftLimitMs: s.SoftLimitMs, HardLimitMs: s.HardLimitMs,
 		}
 	}
 	return out

@@ -51,6 +51,14 @@ type Server struct {
 	// LastHeartbeatAgeMs ago.
 	HeartbeatSeen      bool
 	LastHeartbeatAgeMs int64
+	// SoftLimitMs and HardLimitMs are the lease's limits.
+	SoftLimitMs, HardLimitMs int64
+}
+
+// LockHolder is who holds an external lock and why, as its holder said.
+type LockHolder struct {
+	Holder      string
+	Description string
 }
 
 // ServerRegions is what a region server says it hosts beside what the

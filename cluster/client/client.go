@@ -390,13 +390,27 @@ type ListOptions struct {
 	// PageToken continues a listing: the next page token of the previous
 	// page.
 	PageToken string
+	// Owner matches the submitter's owner.
+	Owner string
+	// SubmittedAfter (inclusive) and SubmittedBefore (exclusive) bound the
+	// submission time; zero is no bound.
+	SubmittedAfter, SubmittedBefore time.Time
+	// NewestFirst lists in descending id order.
+	NewestFirst bool
 }
 
 // List returns one page of procedures and the token of the next page ("" at
 // the end).
 func (c *Client) List(ctx context.Context, o ListOptions, opts ...ReadOption) ([]*adminpb.Procedure, string, error) {
 	ro := readOpts(opts)
-	req := &adminpb.ListProceduresRequest{State: o.State, Type: o.Type, RootsOnly: o.RootsOnly, PageSize: o.PageSize, PageToken: o.PageToken, Consistency: ro.consistency}
+	req := &adminpb.ListProceduresRequest{State: o.State, Type: o.Type, RootsOnly: o.RootsOnly, PageSize: o.PageSize, PageToken: o.PageToken, Consistency: ro.consistency,
+		Owner: o.Owner, NewestFirst: o.NewestFirst}
+	if !o.SubmittedAfter.IsZero() {
+		req.SubmittedAfterUnixMs = o.SubmittedAfter.UnixMilli()
+	}
+	if !o.SubmittedBefore.IsZero() {
+		req.SubmittedBeforeUnixMs = o.SubmittedBefore.UnixMilli()
+	}
 	var r *adminpb.ListProceduresResponse
 	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
 		var err error

@@ -82,6 +82,12 @@ type Config struct {
 	// retries of Submit. Default 30 s: a bound on failures, not a
 	// measure of speed.
 	WaitTimeout time.Duration
+	// HTTP gives each master its HTTP endpoints, as the baton binary
+	// serves them: /status, /readyz, /metrics and the web console
+	// (cluster/console) at "/", on a loopback address that stays the same
+	// across restarts (Master.HTTPAddr) and is registered with the admin
+	// address. Default: none.
+	HTTP bool
 	// LogLevel of the per-node log buffers. Default hclog.Info.
 	LogLevel hclog.Level
 	// LogTail is how many bytes of each buffer a failed test prints.
@@ -181,6 +187,14 @@ func New(t testing.TB, cfg Config) *Cluster {
 		}
 		m.addr = lis.Addr().String()
 		m.lis = lis
+		if cfg.HTTP {
+			hl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("clustertest: HTTP listener: %v", err)
+			}
+			m.httpAddr = hl.Addr().String()
+			m.httpLis = hl
+		}
 	}
 	for _, m := range c.masters {
 		if err := m.start(); err != nil {
@@ -335,6 +349,9 @@ func (c *Cluster) close() {
 		m.kill()
 		if m.lis != nil {
 			_ = m.lis.Close()
+		}
+		if m.httpLis != nil {
+			_ = m.httpLis.Close()
 		}
 	}
 }

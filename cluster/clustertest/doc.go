@@ -47,6 +47,10 @@
 //     dispatchers' calls to region servers; add rules to lose, delay or
 //     repeat single messages.
 //
+// With Config.HTTP each master also serves its HTTP endpoints (/status,
+// /readyz, /metrics) and the web console (cluster/console) on a loopback
+// address of its own, Master.HTTPAddr, kept across restarts.
+//
 // With Config.TCP the masters use raft's TCP transport on loopback and the
 // real bolt and file stores, as the baton binary does; Partition and Pause
 // are then unavailable.

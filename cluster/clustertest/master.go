@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/procedure"
@@ -36,15 +38,21 @@ type Master struct {
 	// them.
 	raftTrans *raft.InmemTransport
 
-	mu     sync.Mutex
-	lis    net.Listener // bound, not yet served
-	node   *cluster.Node
-	dom    *domain.Domain
-	srv    *admin.Server
-	gs     *grpc.Server
-	trans  *dispatch.GRPCTransport // nil if the test gave its own
-	cc     *grpc.ClientConn
-	client adminpb.AdminClient
+	// httpAddr is the master's HTTP address with Config.HTTP, else "".
+	httpAddr string
+
+	mu      sync.Mutex
+	lis     net.Listener // bound, not yet served
+	httpLis net.Listener // bound, not yet served
+	httpSrv *http.Server
+	console *console.Console
+	node    *cluster.Node
+	dom     *domain.Domain
+	srv     *admin.Server
+	gs      *grpc.Server
+	trans   *dispatch.GRPCTransport // nil if the test gave its own
+	cc      *grpc.ClientConn
+	client  adminpb.AdminClient
 	// leading is the term whose leader services run here, 0 if none.
 	leading uint64
 }
@@ -54,6 +62,10 @@ func (m *Master) Index() int { return m.index }
 
 // AdminAddr is the master's admin API address (the same across restarts).
 func (m *Master) AdminAddr() string { return m.addr }
+
+// HTTPAddr is the master's HTTP address (status, metrics, web console),
+// the same across restarts; "" without Config.HTTP.
+func (m *Master) HTTPAddr() string { return m.httpAddr }
 
 // Config is the master's node configuration (restarts reuse it).
 func (m *Master) Config() cluster.Config { return m.cfg }
@@ -182,13 +194,13 @@ func (m *Master) start() error {
 		return fmt.Errorf("%s: node: %w", m.ID, err)
 	}
 	var srv *admin.Server
-	acfg := admin.Config{AdvertiseAddr: m.addr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond}
+	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond}
+	backend := admin.NodeBackend(n)
 	if dom != nil {
 		dom.Attach(n)
-		srv, err = admin.New(admin.WithDomain(admin.NodeBackend(n), dom), acfg)
-	} else {
-		srv, err = admin.NewForNode(n, acfg)
+		backend = admin.WithDomain(backend, dom)
 	}
+	srv, err = admin.New(backend, acfg)
 	if err != nil {
 		_ = n.Kill()
 		closeDomain()
@@ -224,11 +236,46 @@ func (m *Master) start() error {
 		closeDomain()
 		return fmt.Errorf("%s: admin client: %w", m.ID, err)
 	}
+	hs, con, err := m.serveHTTP(backend)
+	if err != nil {
+		_ = cc.Close()
+		gs.Stop()
+		_ = n.Kill()
+		closeDomain()
+		return err
+	}
 	m.mu.Lock()
 	m.node, m.dom, m.srv, m.gs, m.trans, m.cc = n, dom, srv, gs, trans, cc
+	m.httpSrv, m.console = hs, con
 	m.client = adminpb.NewAdminClient(cc)
 	m.mu.Unlock()
 	return nil
+}
+
+// serveHTTP serves the master's HTTP endpoints with Config.HTTP: the
+// node's (admin.HTTPHandler) and the console, a client of its admin API.
+func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, error) {
+	if m.httpAddr == "" {
+		return nil, nil, nil
+	}
+	m.mu.Lock()
+	lis := m.httpLis
+	m.httpLis = nil
+	m.mu.Unlock()
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", m.httpAddr); err != nil {
+			return nil, nil, fmt.Errorf("%s: HTTP listener: %w", m.ID, err)
+		}
+	}
+	con, err := console.New(console.Config{AdminAddr: m.addr, Logger: m.cfg.Logger, Refresh: -1})
+	if err != nil {
+		_ = lis.Close()
+		return nil, nil, fmt.Errorf("%s: console: %w", m.ID, err)
+	}
+	hs := &http.Server{Handler: console.Mount(admin.HTTPHandler(b, nil), con), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(lis) }()
+	return hs, con, nil
 }
 
 // kill crashes the master: Raft stops without handing over, its API goes
@@ -236,13 +283,19 @@ func (m *Master) start() error {
 func (m *Master) kill() {
 	m.mu.Lock()
 	n, dom, srv, gs, trans, cc := m.node, m.dom, m.srv, m.gs, m.trans, m.cc
+	hs, con := m.httpSrv, m.console
 	m.node, m.dom, m.srv, m.gs, m.trans, m.cc, m.client, m.leading = nil, nil, nil, nil, nil, nil, nil, 0
+	m.httpSrv, m.console = nil, nil
 	m.mu.Unlock()
 	if n == nil {
 		return
 	}
 	_ = n.Kill()
 	gs.Stop()
+	if hs != nil {
+		_ = hs.Close()
+		_ = con.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	srv.Stop(ctx)
 	cancel()

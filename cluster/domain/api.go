@@ -191,7 +191,8 @@ func (d *Domain) ListServers() ([]catalog.Server, error) {
 	for _, id := range sortedKeys(servers) {
 		srv := servers[id]
 		ref := ServerRef{id, srv.StartCode}
-		ps := catalog.Server{ID: id, Address: srv.Address, StartCode: srv.StartCode, RegionCount: counts[ref], LeaseState: ServerExpired}
+		ps := catalog.Server{ID: id, Address: srv.Address, StartCode: srv.StartCode, RegionCount: counts[ref], LeaseState: ServerExpired,
+			SoftLimitMs: d.cfg.ServerLease.SoftLimit.Milliseconds(), HardLimitMs: d.cfg.ServerLease.HardLimit.Milliseconds()}
 		if srv.State == ServerLive {
 			if info, ok := svc.leases.Get(holderOf(ref)); ok {
 				ps.LastRenewalUnixMs = info.LastRenewal.UnixMilli()

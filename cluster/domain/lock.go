@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -267,4 +268,19 @@ func Register(reg *procedure.Registry) error {
 		}
 	}
 	return nil
+}
+
+// LockHolderOf names the holder of external lock info (a Lock procedure
+// as read from the store, Data included): false for any other procedure.
+// The admin API's lock listing uses it to say who holds a lock from
+// outside.
+func (d *Domain) LockHolderOf(info procedure.Info) (catalog.LockHolder, bool) {
+	if info.Type != TypeLock || len(info.Data) == 0 {
+		return catalog.LockHolder{}, false
+	}
+	var p LockProcedure
+	if err := json.Unmarshal(info.Data, &p); err != nil {
+		return catalog.LockHolder{}, false
+	}
+	return catalog.LockHolder{Holder: p.Holder, Description: p.Description}, true
 }

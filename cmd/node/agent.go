@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/regionserver"
@@ -96,7 +97,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, Logger: logger})
+	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
@@ -114,15 +115,25 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	go func() { serveErr <- gs.Serve(lis) }()
 
 	var httpSrv *http.Server
+	var con *console.Console
 	if cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err == nil {
+			// The console is a client of this node's admin API, as any
+			// other: a standby's shows the leader's state.
+			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger})
+			if err != nil {
+				_ = hl.Close()
+			}
+		}
 		if err != nil {
 			srv.Stop(context.Background())
 			gs.Stop()
 			_ = node.Shutdown(context.Background())
 			return fmt.Errorf("HTTP: %w", err)
 		}
-		httpSrv = &http.Server{Handler: admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), ReadHeaderTimeout: 5 * time.Second}
+		defer con.Close()
+		httpSrv = &http.Server{Handler: console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -145,7 +156,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 
 	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
 	if cfg.HTTPAddr != "" {
-		fmt.Fprintf(stdout, "  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr)
+		fmt.Fprintf(stdout, "  console:          http://%s/\n  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr, cfg.HTTPAddr)
 	}
 	fmt.Fprintf(stdout, "  data:             %s\n", cfg.DataDir)
 	if cfg.Dev {

@@ -29,7 +29,7 @@ type agentConfig struct {
 	DataDir  string         // the node's durable state
 	RaftAddr string         // Raft transport bind and advertised address
 	GRPCAddr string         // admin API bind and advertised address
-	HTTPAddr string         // /status, /readyz, /metrics, /debug/pprof; "" disables
+	HTTPAddr string         // the web console, /status, /readyz, /metrics, /debug/pprof; "" disables
 	Peers    []cluster.Peer // static bootstrap configuration (first start only)
 	Join     []string       // admin addresses of members to join through
 	Dev      bool           // single-node cluster with loopback defaults
@@ -66,7 +66,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	dataDir := str("data-dir", "directory of the node's durable state (--dev: "+devDataDir+")")
 	raftAddr := str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")")
 	grpcAddr := str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")")
-	httpAddr := str("http-addr", "host:port of /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
+	httpAddr := str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
 	var devDefault bool

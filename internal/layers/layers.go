@@ -19,7 +19,7 @@ var Floors = [][]string{
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog"},
 	{"cluster"},
 	{"cluster/domain"},
-	{"cluster/admin"},
+	{"cluster/admin", "cluster/console"},
 	{"cluster/clustertest", "integration/harness"},
 	{"cmd/...", "integration", "integration/...", "examples/...", "scripts/...", "docs/..."},
 }

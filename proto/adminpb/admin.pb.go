@@ -1074,8 +1074,13 @@ type Server struct {
 	// leader; last_heartbeat_age_ms is how long ago, by the leader's clock.
 	HeartbeatSeen      bool  `protobuf:"varint,70,opt,name=heartbeat_seen,json=heartbeatSeen,proto3" json:"heartbeat_seen,omitempty"`
 	LastHeartbeatAgeMs int64 `protobuf:"varint,71,opt,name=last_heartbeat_age_ms,json=lastHeartbeatAgeMs,proto3" json:"last_heartbeat_age_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// soft_limit_ms and hard_limit_ms are the lease's limits: past the soft
+	// one nothing new is assigned to the server (suspect), past the hard one
+	// it is expired and its regions are reassigned.
+	SoftLimitMs   int64 `protobuf:"varint,100,opt,name=soft_limit_ms,json=softLimitMs,proto3" json:"soft_limit_ms,omitempty"`
+	HardLimitMs   int64 `protobuf:"varint,101,opt,name=hard_limit_ms,json=hardLimitMs,proto3" json:"hard_limit_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Server) Reset() {
@@ -1160,6 +1165,20 @@ func (x *Server) GetHeartbeatSeen() bool {
 func (x *Server) GetLastHeartbeatAgeMs() int64 {
 	if x != nil {
 		return x.LastHeartbeatAgeMs
+	}
+	return 0
+}
+
+func (x *Server) GetSoftLimitMs() int64 {
+	if x != nil {
+		return x.SoftLimitMs
+	}
+	return 0
+}
+
+func (x *Server) GetHardLimitMs() int64 {
+	if x != nil {
+		return x.HardLimitMs
 	}
 	return 0
 }
@@ -1849,7 +1868,19 @@ type Procedure struct {
 	// runs says which master made which of the procedure's persisted
 	// writes (write 1 is its submission): one entry per stretch written by
 	// one master, so a failover mid-way shows as a second run.
-	Runs          []*ProcedureRun `protobuf:"bytes,90,rep,name=runs,proto3" json:"runs,omitempty"`
+	Runs []*ProcedureRun `protobuf:"bytes,90,rep,name=runs,proto3" json:"runs,omitempty"`
+	// data is the procedure's own persisted state: its arguments and
+	// progress, JSON for the built-in types. Set on GetProcedure's answer
+	// only.
+	Data []byte `protobuf:"bytes,100,opt,name=data,proto3" json:"data,omitempty"`
+	// history is the procedure's timeline, one entry per step that
+	// persisted its outcome (the first, the submission, and the latest 63
+	// at most are kept). Set on GetProcedure's answer only.
+	History []*ProcedureTransition `protobuf:"bytes,101,rep,name=history,proto3" json:"history,omitempty"`
+	// rolling_back: the procedure's executed steps are being undone.
+	RollingBack bool `protobuf:"varint,102,opt,name=rolling_back,json=rollingBack,proto3" json:"rolling_back,omitempty"`
+	// stack_depth is how many executed steps are on its rollback stack.
+	StackDepth    int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2017,6 +2048,149 @@ func (x *Procedure) GetRuns() []*ProcedureRun {
 	return nil
 }
 
+func (x *Procedure) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Procedure) GetHistory() []*ProcedureTransition {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *Procedure) GetRollingBack() bool {
+	if x != nil {
+		return x.RollingBack
+	}
+	return false
+}
+
+func (x *Procedure) GetStackDepth() int32 {
+	if x != nil {
+		return x.StackDepth
+	}
+	return 0
+}
+
+// ProcedureTransition is a stretch of a procedure's writes that left it at
+// one place: one state, one step, one master.
+type ProcedureTransition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// step is the state a state machine runs next; -1 for other procedures.
+	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// depth is the number of executed steps on the rollback stack.
+	Depth    int32  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	Node     string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	AtUnixMs int64  `protobuf:"varint,5,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	// until_unix_ms is the stretch's last write; writes counts them.
+	UntilUnixMs int64  `protobuf:"varint,6,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	Writes      uint32 `protobuf:"varint,7,opt,name=writes,proto3" json:"writes,omitempty"`
+	// attempt is how many times in a row the step had run: above 1 it was
+	// retried.
+	Attempt       int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	RollingBack   bool  `protobuf:"varint,9,opt,name=rolling_back,json=rollingBack,proto3" json:"rolling_back,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureTransition) Reset() {
+	*x = ProcedureTransition{}
+	mi := &file_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureTransition) ProtoMessage() {}
+
+func (x *ProcedureTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureTransition.ProtoReflect.Descriptor instead.
+func (*ProcedureTransition) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ProcedureTransition) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ProcedureTransition) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ProcedureTransition) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetWrites() uint32 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ProcedureTransition) GetRollingBack() bool {
+	if x != nil {
+		return x.RollingBack
+	}
+	return false
+}
+
 // ProcedureRun is a stretch of a procedure's writes made by one master.
 type ProcedureRun struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2031,7 +2205,7 @@ type ProcedureRun struct {
 
 func (x *ProcedureRun) Reset() {
 	*x = ProcedureRun{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2217,7 @@ func (x *ProcedureRun) String() string {
 func (*ProcedureRun) ProtoMessage() {}
 
 func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2230,7 @@ func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureRun.ProtoReflect.Descriptor instead.
 func (*ProcedureRun) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProcedureRun) GetNode() string {
@@ -2102,16 +2276,25 @@ type ListProceduresRequest struct {
 	RootsOnly bool   `protobuf:"varint,3,opt,name=roots_only,json=rootsOnly,proto3" json:"roots_only,omitempty"`
 	// page_size defaults to 100; page_token is the next_page_token of the
 	// previous page.
-	PageSize      int32       `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string      `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	Consistency   Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	PageSize    int32       `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken   string      `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Consistency Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// owner filters on the submitter's owner; empty matches all.
+	Owner string `protobuf:"bytes,20,opt,name=owner,proto3" json:"owner,omitempty"`
+	// submitted_after_unix_ms and submitted_before_unix_ms bound the
+	// submission time (after: inclusive, before: exclusive); 0 is no bound.
+	SubmittedAfterUnixMs  int64 `protobuf:"varint,21,opt,name=submitted_after_unix_ms,json=submittedAfterUnixMs,proto3" json:"submitted_after_unix_ms,omitempty"`
+	SubmittedBeforeUnixMs int64 `protobuf:"varint,22,opt,name=submitted_before_unix_ms,json=submittedBeforeUnixMs,proto3" json:"submitted_before_unix_ms,omitempty"`
+	// newest_first pages in descending id order (the page token is then the
+	// lowest id of the previous page).
+	NewestFirst   bool `protobuf:"varint,23,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListProceduresRequest) Reset() {
 	*x = ListProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2306,7 @@ func (x *ListProceduresRequest) String() string {
 func (*ListProceduresRequest) ProtoMessage() {}
 
 func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2319,7 @@ func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresRequest.ProtoReflect.Descriptor instead.
 func (*ListProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListProceduresRequest) GetState() string {
@@ -2181,6 +2364,34 @@ func (x *ListProceduresRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ListProceduresRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ListProceduresRequest) GetSubmittedAfterUnixMs() int64 {
+	if x != nil {
+		return x.SubmittedAfterUnixMs
+	}
+	return 0
+}
+
+func (x *ListProceduresRequest) GetSubmittedBeforeUnixMs() int64 {
+	if x != nil {
+		return x.SubmittedBeforeUnixMs
+	}
+	return 0
+}
+
+func (x *ListProceduresRequest) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
+	}
+	return false
+}
+
 type ListProceduresResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Procedures    []*Procedure           `protobuf:"bytes,1,rep,name=procedures,proto3" json:"procedures,omitempty"`
@@ -2192,7 +2403,7 @@ type ListProceduresResponse struct {
 
 func (x *ListProceduresResponse) Reset() {
 	*x = ListProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2415,7 @@ func (x *ListProceduresResponse) String() string {
 func (*ListProceduresResponse) ProtoMessage() {}
 
 func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2428,7 @@ func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresResponse.ProtoReflect.Descriptor instead.
 func (*ListProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListProceduresResponse) GetProcedures() []*Procedure {
@@ -2250,7 +2461,7 @@ type WatchProcedureRequest struct {
 
 func (x *WatchProcedureRequest) Reset() {
 	*x = WatchProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2473,7 @@ func (x *WatchProcedureRequest) String() string {
 func (*WatchProcedureRequest) ProtoMessage() {}
 
 func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2486,7 @@ func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProcedureRequest.ProtoReflect.Descriptor instead.
 func (*WatchProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchProcedureRequest) GetId() uint64 {
@@ -2297,7 +2508,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2520,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2533,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClusterStatusRequest) GetMembers() bool {
@@ -2346,14 +2557,17 @@ type Peer struct {
 	Reachable bool   `protobuf:"varint,50,opt,name=reachable,proto3" json:"reachable,omitempty"`
 	Error     string `protobuf:"bytes,51,opt,name=error,proto3" json:"error,omitempty"`
 	// The member's own status (its peers left out).
-	Status        *ClusterStatusResponse `protobuf:"bytes,52,opt,name=status,proto3" json:"status,omitempty"`
+	Status *ClusterStatusResponse `protobuf:"bytes,52,opt,name=status,proto3" json:"status,omitempty"`
+	// http_address is the member's registered HTTP address (web console),
+	// empty if it serves none or has not registered it.
+	HttpAddress   string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2579,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2592,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Peer) GetId() string {
@@ -2437,6 +2651,13 @@ func (x *Peer) GetStatus() *ClusterStatusResponse {
 	return nil
 }
 
+func (x *Peer) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
+
 type ClusterStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answering node's view.
@@ -2472,14 +2693,27 @@ type ClusterStatusResponse struct {
 	VotersUnknown   uint32 `protobuf:"varint,59,opt,name=voters_unknown,json=votersUnknown,proto3" json:"voters_unknown,omitempty"`
 	// maintenance: the answering node's replicated state says so (unset on
 	// a node without the domain).
-	Maintenance   *Maintenance `protobuf:"bytes,100,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Maintenance *Maintenance `protobuf:"bytes,100,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	// The answering node's HTTP address (web console) and the leader's, as
+	// registered; empty where none is known.
+	HttpAddress       string `protobuf:"bytes,120,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	LeaderHttpAddress string `protobuf:"bytes,121,opt,name=leader_http_address,json=leaderHttpAddress,proto3" json:"leader_http_address,omitempty"`
+	// The answering node's local WAL (the FSM's copy of the replicated
+	// state): live segments, bytes of the live procedures' latest images,
+	// bytes written since it opened. All 0 for a node without one.
+	WalSegments     int64  `protobuf:"varint,122,opt,name=wal_segments,json=walSegments,proto3" json:"wal_segments,omitempty"`
+	WalLiveBytes    int64  `protobuf:"varint,123,opt,name=wal_live_bytes,json=walLiveBytes,proto3" json:"wal_live_bytes,omitempty"`
+	WalBytesWritten uint64 `protobuf:"varint,124,opt,name=wal_bytes_written,json=walBytesWritten,proto3" json:"wal_bytes_written,omitempty"`
+	// last_contact_unix_ms is when the answering node last heard from the
+	// leader (0 if never; its own clock), for "stale as of" answers.
+	LastContactUnixMs int64 `protobuf:"varint,125,opt,name=last_contact_unix_ms,json=lastContactUnixMs,proto3" json:"last_contact_unix_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2725,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2738,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -2654,6 +2888,48 @@ func (x *ClusterStatusResponse) GetMaintenance() *Maintenance {
 	return nil
 }
 
+func (x *ClusterStatusResponse) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetLeaderHttpAddress() string {
+	if x != nil {
+		return x.LeaderHttpAddress
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetWalSegments() int64 {
+	if x != nil {
+		return x.WalSegments
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetWalLiveBytes() int64 {
+	if x != nil {
+		return x.WalLiveBytes
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetWalBytesWritten() uint64 {
+	if x != nil {
+		return x.WalBytesWritten
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetLastContactUnixMs() int64 {
+	if x != nil {
+		return x.LastContactUnixMs
+	}
+	return 0
+}
+
 type AddPeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2665,7 +2941,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2953,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2966,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -2723,7 +2999,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +3011,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +3024,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -2759,16 +3035,19 @@ func (x *RemovePeerRequest) GetId() string {
 }
 
 type RegisterNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	AdminAddress  string                 `protobuf:"bytes,2,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AdminAddress string                 `protobuf:"bytes,2,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
+	// http_address is the member's HTTP address (status, metrics, web
+	// console), if it serves one.
+	HttpAddress   string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +3059,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3072,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -2810,6 +3089,13 @@ func (x *RegisterNodeRequest) GetAdminAddress() string {
 	return ""
 }
 
+func (x *RegisterNodeRequest) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
+
 type RegisterNodeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2818,7 +3104,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3116,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3129,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -2858,7 +3144,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3156,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3169,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -2912,7 +3198,7 @@ type RepairCaller struct {
 
 func (x *RepairCaller) Reset() {
 	*x = RepairCaller{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3210,7 @@ func (x *RepairCaller) String() string {
 func (*RepairCaller) ProtoMessage() {}
 
 func (x *RepairCaller) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3223,7 @@ func (x *RepairCaller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
 func (*RepairCaller) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RepairCaller) GetCaller() string {
@@ -2962,7 +3248,7 @@ type RepairRegionRequest struct {
 
 func (x *RepairRegionRequest) Reset() {
 	*x = RepairRegionRequest{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3260,7 @@ func (x *RepairRegionRequest) String() string {
 func (*RepairRegionRequest) ProtoMessage() {}
 
 func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3273,7 @@ func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RepairRegionRequest) GetRegion() string {
@@ -3044,7 +3330,7 @@ type RecoverServerRequest struct {
 
 func (x *RecoverServerRequest) Reset() {
 	*x = RecoverServerRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3342,7 @@ func (x *RecoverServerRequest) String() string {
 func (*RecoverServerRequest) ProtoMessage() {}
 
 func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3355,7 @@ func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
 func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RecoverServerRequest) GetServer() string {
@@ -3113,7 +3399,7 @@ type BypassProcedureRequest struct {
 
 func (x *BypassProcedureRequest) Reset() {
 	*x = BypassProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3411,7 @@ func (x *BypassProcedureRequest) String() string {
 func (*BypassProcedureRequest) ProtoMessage() {}
 
 func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3424,7 @@ func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
 func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BypassProcedureRequest) GetId() uint64 {
@@ -3188,7 +3474,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3486,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3499,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetMaintenanceRequest) GetOn() bool {
@@ -3266,7 +3552,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3564,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3577,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RepairResponse) GetDryRun() bool {
@@ -3352,7 +3638,7 @@ type CancelProceduresRequest struct {
 
 func (x *CancelProceduresRequest) Reset() {
 	*x = CancelProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3650,7 @@ func (x *CancelProceduresRequest) String() string {
 func (*CancelProceduresRequest) ProtoMessage() {}
 
 func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3663,7 @@ func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
 func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelProceduresRequest) GetType() string {
@@ -3437,7 +3723,7 @@ type CancelProceduresResponse struct {
 
 func (x *CancelProceduresResponse) Reset() {
 	*x = CancelProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3735,7 @@ func (x *CancelProceduresResponse) String() string {
 func (*CancelProceduresResponse) ProtoMessage() {}
 
 func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3748,7 @@ func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
 func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelProceduresResponse) GetDryRun() bool {
@@ -3503,7 +3789,7 @@ type SkippedProcedure struct {
 
 func (x *SkippedProcedure) Reset() {
 	*x = SkippedProcedure{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3801,7 @@ func (x *SkippedProcedure) String() string {
 func (*SkippedProcedure) ProtoMessage() {}
 
 func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3814,7 @@ func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
 func (*SkippedProcedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SkippedProcedure) GetProcedure() *Procedure {
@@ -3554,7 +3840,7 @@ type GetMaintenanceRequest struct {
 
 func (x *GetMaintenanceRequest) Reset() {
 	*x = GetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3852,7 @@ func (x *GetMaintenanceRequest) String() string {
 func (*GetMaintenanceRequest) ProtoMessage() {}
 
 func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3865,7 @@ func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetMaintenanceRequest) GetConsistency() Consistency {
@@ -3605,7 +3891,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3903,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3916,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Maintenance) GetOn() bool {
@@ -3681,7 +3967,7 @@ type ListRepairsRequest struct {
 
 func (x *ListRepairsRequest) Reset() {
 	*x = ListRepairsRequest{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +3979,7 @@ func (x *ListRepairsRequest) String() string {
 func (*ListRepairsRequest) ProtoMessage() {}
 
 func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +3992,7 @@ func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
 func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListRepairsRequest) GetPageSize() int32 {
@@ -3741,7 +4027,7 @@ type ListRepairsResponse struct {
 
 func (x *ListRepairsResponse) Reset() {
 	*x = ListRepairsResponse{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +4039,7 @@ func (x *ListRepairsResponse) String() string {
 func (*ListRepairsResponse) ProtoMessage() {}
 
 func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +4052,7 @@ func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
 func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
@@ -3818,7 +4104,7 @@ type RepairRecord struct {
 
 func (x *RepairRecord) Reset() {
 	*x = RepairRecord{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +4116,7 @@ func (x *RepairRecord) String() string {
 func (*RepairRecord) ProtoMessage() {}
 
 func (x *RepairRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +4129,7 @@ func (x *RepairRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
 func (*RepairRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RepairRecord) GetSeq() uint64 {
@@ -3923,6 +4209,514 @@ func (x *RepairRecord) GetResult() string {
 	return ""
 }
 
+type ListLocksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proc_id, when set, lists only the locks that procedure holds or waits
+	// for.
+	ProcId        uint64      `protobuf:"varint,1,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksRequest) Reset() {
+	*x = ListLocksRequest{}
+	mi := &file_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksRequest) ProtoMessage() {}
+
+func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
+func (*ListLocksRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListLocksRequest) GetProcId() uint64 {
+	if x != nil {
+		return x.ProcId
+	}
+	return 0
+}
+
+func (x *ListLocksRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+// LockParty is a procedure holding or waiting for a lock.
+type LockParty struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ProcId   uint64                 `protobuf:"varint,1,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	RootId   uint64                 `protobuf:"varint,2,opt,name=root_id,json=rootId,proto3" json:"root_id,omitempty"`
+	ParentId uint64                 `protobuf:"varint,3,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Type     string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	State    string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// mode: shared or exclusive.
+	Mode string `protobuf:"bytes,6,opt,name=mode,proto3" json:"mode,omitempty"`
+	// external: an external lock (AcquireLock); holder and description are
+	// its holder's.
+	External    bool   `protobuf:"varint,7,opt,name=external,proto3" json:"external,omitempty"`
+	Holder      string `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
+	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	// waiting_for says why the procedure is not running, as in Procedure.
+	WaitingFor    string `protobuf:"bytes,10,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockParty) Reset() {
+	*x = LockParty{}
+	mi := &file_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockParty) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockParty) ProtoMessage() {}
+
+func (x *LockParty) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockParty.ProtoReflect.Descriptor instead.
+func (*LockParty) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *LockParty) GetProcId() uint64 {
+	if x != nil {
+		return x.ProcId
+	}
+	return 0
+}
+
+func (x *LockParty) GetRootId() uint64 {
+	if x != nil {
+		return x.RootId
+	}
+	return 0
+}
+
+func (x *LockParty) GetParentId() uint64 {
+	if x != nil {
+		return x.ParentId
+	}
+	return 0
+}
+
+func (x *LockParty) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *LockParty) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *LockParty) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *LockParty) GetExternal() bool {
+	if x != nil {
+		return x.External
+	}
+	return false
+}
+
+func (x *LockParty) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *LockParty) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *LockParty) GetWaitingFor() string {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return ""
+}
+
+type LockEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind: namespace, table, region, server, peer.
+	Kind    string       `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name    string       `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Holders []*LockParty `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
+	// waiters in arrival order.
+	Waiters       []*LockParty `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockEntry) Reset() {
+	*x = LockEntry{}
+	mi := &file_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockEntry) ProtoMessage() {}
+
+func (x *LockEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
+func (*LockEntry) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *LockEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LockEntry) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockEntry) GetHolders() []*LockParty {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LockEntry) GetWaiters() []*LockParty {
+	if x != nil {
+		return x.Waiters
+	}
+	return nil
+}
+
+type ListLocksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// locks sorted by kind, then name.
+	Locks         []*LockEntry `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
+	Read          *ReadInfo    `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLocksResponse) Reset() {
+	*x = ListLocksResponse{}
+	mi := &file_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLocksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLocksResponse) ProtoMessage() {}
+
+func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
+func (*ListLocksResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListLocksResponse) GetLocks() []*LockEntry {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *ListLocksResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+type ProcedureStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stuck_after_ms: an unfinished, unpaused procedure not written for this
+	// long counts as stuck. 0: 10 minutes.
+	StuckAfterMs int64 `protobuf:"varint,1,opt,name=stuck_after_ms,json=stuckAfterMs,proto3" json:"stuck_after_ms,omitempty"`
+	// max_stuck bounds the stuck procedures named (they are all counted).
+	// 0: 20.
+	MaxStuck      int32       `protobuf:"varint,2,opt,name=max_stuck,json=maxStuck,proto3" json:"max_stuck,omitempty"`
+	Consistency   Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureStatsRequest) Reset() {
+	*x = ProcedureStatsRequest{}
+	mi := &file_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureStatsRequest) ProtoMessage() {}
+
+func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureStatsRequest.ProtoReflect.Descriptor instead.
+func (*ProcedureStatsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ProcedureStatsRequest) GetStuckAfterMs() int64 {
+	if x != nil {
+		return x.StuckAfterMs
+	}
+	return 0
+}
+
+func (x *ProcedureStatsRequest) GetMaxStuck() int32 {
+	if x != nil {
+		return x.MaxStuck
+	}
+	return 0
+}
+
+func (x *ProcedureStatsRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+type ProcedureCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Count         int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureCount) Reset() {
+	*x = ProcedureCount{}
+	mi := &file_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureCount) ProtoMessage() {}
+
+func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureCount.ProtoReflect.Descriptor instead.
+func (*ProcedureCount) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ProcedureCount) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ProcedureCount) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ProcedureCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ProcedureStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// counts by state and type, sorted by state then type.
+	Counts     []*ProcedureCount `protobuf:"bytes,1,rep,name=counts,proto3" json:"counts,omitempty"`
+	Total      int64             `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Roots      int64             `protobuf:"varint,3,opt,name=roots,proto3" json:"roots,omitempty"`
+	StuckCount int64             `protobuf:"varint,4,opt,name=stuck_count,json=stuckCount,proto3" json:"stuck_count,omitempty"`
+	// stuck: the oldest stuck procedures (by last write), max_stuck at most.
+	Stuck         []*Procedure `protobuf:"bytes,5,rep,name=stuck,proto3" json:"stuck,omitempty"`
+	Read          *ReadInfo    `protobuf:"bytes,6,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureStatsResponse) Reset() {
+	*x = ProcedureStatsResponse{}
+	mi := &file_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureStatsResponse) ProtoMessage() {}
+
+func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureStatsResponse.ProtoReflect.Descriptor instead.
+func (*ProcedureStatsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ProcedureStatsResponse) GetCounts() []*ProcedureCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ProcedureStatsResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ProcedureStatsResponse) GetRoots() int64 {
+	if x != nil {
+		return x.Roots
+	}
+	return 0
+}
+
+func (x *ProcedureStatsResponse) GetStuckCount() int64 {
+	if x != nil {
+		return x.StuckCount
+	}
+	return 0
+}
+
+func (x *ProcedureStatsResponse) GetStuck() []*Procedure {
+	if x != nil {
+		return x.Stuck
+	}
+	return nil
+}
+
+func (x *ProcedureStatsResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -3991,7 +4785,7 @@ const file_admin_proto_rawDesc = "" +
 	"\tto_server\x18\x02 \x01(\tR\btoServer\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"S\n" +
 	"\x12ListServersRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xa0\x02\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xe8\x02\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -4002,7 +4796,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x14last_renewal_unix_ms\x18\x05 \x01(\x03R\x11lastRenewalUnixMs\x12!\n" +
 	"\fregion_count\x18\x06 \x01(\x05R\vregionCount\x12%\n" +
 	"\x0eheartbeat_seen\x18F \x01(\bR\rheartbeatSeen\x121\n" +
-	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\"u\n" +
+	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\x12\"\n" +
+	"\rsoft_limit_ms\x18d \x01(\x03R\vsoftLimitMs\x12\"\n" +
+	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\"u\n" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"m\n" +
@@ -4047,7 +4843,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xd0\x04\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe7\x05\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -4070,7 +4866,23 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x11 \x01(\tR\terrorCode\x12,\n" +
 	"\x04read\x18\x12 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x120\n" +
-	"\x04runs\x18Z \x03(\v2\x1c.baton.admin.v1.ProcedureRunR\x04runs\"\xac\x01\n" +
+	"\x04runs\x18Z \x03(\v2\x1c.baton.admin.v1.ProcedureRunR\x04runs\x12\x12\n" +
+	"\x04data\x18d \x01(\fR\x04data\x12=\n" +
+	"\ahistory\x18e \x03(\v2#.baton.admin.v1.ProcedureTransitionR\ahistory\x12!\n" +
+	"\frolling_back\x18f \x01(\bR\vrollingBack\x12\x1f\n" +
+	"\vstack_depth\x18g \x01(\x05R\n" +
+	"stackDepth\"\x80\x02\n" +
+	"\x13ProcedureTransition\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x05R\x05depth\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x05 \x01(\x03R\batUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x06 \x01(\x03R\vuntilUnixMs\x12\x16\n" +
+	"\x06writes\x18\a \x01(\rR\x06writes\x12\x18\n" +
+	"\aattempt\x18\b \x01(\x05R\aattempt\x12!\n" +
+	"\frolling_back\x18\t \x01(\bR\vrollingBack\"\xac\x01\n" +
 	"\fProcedureRun\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x1f\n" +
 	"\vfirst_write\x18\x02 \x01(\rR\n" +
@@ -4079,7 +4891,7 @@ const file_admin_proto_rawDesc = "" +
 	"last_write\x18\x03 \x01(\rR\tlastWrite\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x04 \x01(\x03R\rstartedUnixMs\x12 \n" +
 	"\flast_unix_ms\x18\x05 \x01(\x03R\n" +
-	"lastUnixMs\"\xdb\x01\n" +
+	"lastUnixMs\"\x84\x03\n" +
 	"\x15ListProceduresRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
@@ -4088,7 +4900,11 @@ const file_admin_proto_rawDesc = "" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12=\n" +
-	"\vconsistency\x18\x06 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xa9\x01\n" +
+	"\vconsistency\x18\x06 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x14\n" +
+	"\x05owner\x18\x14 \x01(\tR\x05owner\x125\n" +
+	"\x17submitted_after_unix_ms\x18\x15 \x01(\x03R\x14submittedAfterUnixMs\x127\n" +
+	"\x18submitted_before_unix_ms\x18\x16 \x01(\x03R\x15submittedBeforeUnixMs\x12!\n" +
+	"\fnewest_first\x18\x17 \x01(\bR\vnewestFirst\"\xa9\x01\n" +
 	"\x16ListProceduresResponse\x129\n" +
 	"\n" +
 	"procedures\x18\x01 \x03(\v2\x19.baton.admin.v1.ProcedureR\n" +
@@ -4098,7 +4914,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x15WatchProcedureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"0\n" +
 	"\x14ClusterStatusRequest\x12\x18\n" +
-	"\amembers\x182 \x01(\bR\amembers\"\x85\x02\n" +
+	"\amembers\x182 \x01(\bR\amembers\"\xa8\x02\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
@@ -4107,7 +4923,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x1c\n" +
 	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
-	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\"\xea\x05\n" +
+	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\x12!\n" +
+	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\xe3\a\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -4130,16 +4947,23 @@ const file_admin_proto_rawDesc = "" +
 	"\x10voters_reachable\x189 \x01(\rR\x0fvotersReachable\x12\x16\n" +
 	"\x06quorum\x18: \x01(\bR\x06quorum\x12%\n" +
 	"\x0evoters_unknown\x18; \x01(\rR\rvotersUnknown\x12=\n" +
-	"\vmaintenance\x18d \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"h\n" +
+	"\vmaintenance\x18d \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\x12!\n" +
+	"\fhttp_address\x18x \x01(\tR\vhttpAddress\x12.\n" +
+	"\x13leader_http_address\x18y \x01(\tR\x11leaderHttpAddress\x12!\n" +
+	"\fwal_segments\x18z \x01(\x03R\vwalSegments\x12$\n" +
+	"\x0ewal_live_bytes\x18{ \x01(\x03R\fwalLiveBytes\x12*\n" +
+	"\x11wal_bytes_written\x18| \x01(\x04R\x0fwalBytesWritten\x12/\n" +
+	"\x14last_contact_unix_ms\x18} \x01(\x03R\x11lastContactUnixMs\"h\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
 	"\radmin_address\x18\x03 \x01(\tR\fadminAddress\"#\n" +
 	"\x11RemovePeerRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"J\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"m\n" +
 	"\x13RegisterNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
-	"\radmin_address\x18\x02 \x01(\tR\fadminAddress\"\x16\n" +
+	"\radmin_address\x18\x02 \x01(\tR\fadminAddress\x12!\n" +
+	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\x16\n" +
 	"\x14RegisterNodeResponse\"[\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
@@ -4225,10 +5049,50 @@ const file_admin_proto_rawDesc = "" +
 	"\x06result\x18\v \x01(\tR\x06result\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01**\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
+	"\x10ListLocksRequest\x12\x17\n" +
+	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12=\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x8f\x02\n" +
+	"\tLockParty\x12\x17\n" +
+	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12\x17\n" +
+	"\aroot_id\x18\x02 \x01(\x04R\x06rootId\x12\x1b\n" +
+	"\tparent_id\x18\x03 \x01(\x04R\bparentId\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\tR\x04mode\x12\x1a\n" +
+	"\bexternal\x18\a \x01(\bR\bexternal\x12\x16\n" +
+	"\x06holder\x18\b \x01(\tR\x06holder\x12 \n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\x12\x1f\n" +
+	"\vwaiting_for\x18\n" +
+	" \x01(\tR\n" +
+	"waitingFor\"\x9d\x01\n" +
+	"\tLockEntry\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x123\n" +
+	"\aholders\x18\x03 \x03(\v2\x19.baton.admin.v1.LockPartyR\aholders\x123\n" +
+	"\awaiters\x18\x04 \x03(\v2\x19.baton.admin.v1.LockPartyR\awaiters\"r\n" +
+	"\x11ListLocksResponse\x12/\n" +
+	"\x05locks\x18\x01 \x03(\v2\x19.baton.admin.v1.LockEntryR\x05locks\x12,\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x99\x01\n" +
+	"\x15ProcedureStatsRequest\x12$\n" +
+	"\x0estuck_after_ms\x18\x01 \x01(\x03R\fstuckAfterMs\x12\x1b\n" +
+	"\tmax_stuck\x18\x02 \x01(\x05R\bmaxStuck\x12=\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"P\n" +
+	"\x0eProcedureCount\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xfc\x01\n" +
+	"\x16ProcedureStatsResponse\x126\n" +
+	"\x06counts\x18\x01 \x03(\v2\x1e.baton.admin.v1.ProcedureCountR\x06counts\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05roots\x18\x03 \x01(\x03R\x05roots\x12\x1f\n" +
+	"\vstuck_count\x18\x04 \x01(\x03R\n" +
+	"stuckCount\x12/\n" +
+	"\x05stuck\x18\x05 \x03(\v2\x19.baton.admin.v1.ProcedureR\x05stuck\x12,\n" +
+	"\x04read\x18\x06 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xcb\x19\n" +
+	"\x05STALE\x10\x012\xfe\x1a\n" +
 	"\x05Admin\x12b\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12N\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\x12_\n" +
@@ -4270,7 +5134,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x0fBypassProcedure\x12&.baton.admin.v1.BypassProcedureRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12W\n" +
 	"\x0eSetMaintenance\x12%.baton.admin.v1.SetMaintenanceRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12T\n" +
 	"\x0eGetMaintenance\x12%.baton.admin.v1.GetMaintenanceRequest\x1a\x1b.baton.admin.v1.Maintenance\x12V\n" +
-	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
+	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponse\x12P\n" +
+	"\tListLocks\x12 .baton.admin.v1.ListLocksRequest\x1a!.baton.admin.v1.ListLocksResponse\x12_\n" +
+	"\x0eProcedureStats\x12%.baton.admin.v1.ProcedureStatsRequest\x1a&.baton.admin.v1.ProcedureStatsResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -4285,7 +5151,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -4317,34 +5183,42 @@ var file_admin_proto_goTypes = []any{
 	(*GetProcedureRequest)(nil),      // 27: baton.admin.v1.GetProcedureRequest
 	(*ProcedureRef)(nil),             // 28: baton.admin.v1.ProcedureRef
 	(*Procedure)(nil),                // 29: baton.admin.v1.Procedure
-	(*ProcedureRun)(nil),             // 30: baton.admin.v1.ProcedureRun
-	(*ListProceduresRequest)(nil),    // 31: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),   // 32: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),    // 33: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),     // 34: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                     // 35: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),    // 36: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),           // 37: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),        // 38: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),      // 39: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 40: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),               // 41: baton.admin.v1.LeaderHint
-	(*RepairCaller)(nil),             // 42: baton.admin.v1.RepairCaller
-	(*RepairRegionRequest)(nil),      // 43: baton.admin.v1.RepairRegionRequest
-	(*RecoverServerRequest)(nil),     // 44: baton.admin.v1.RecoverServerRequest
-	(*BypassProcedureRequest)(nil),   // 45: baton.admin.v1.BypassProcedureRequest
-	(*SetMaintenanceRequest)(nil),    // 46: baton.admin.v1.SetMaintenanceRequest
-	(*RepairResponse)(nil),           // 47: baton.admin.v1.RepairResponse
-	(*CancelProceduresRequest)(nil),  // 48: baton.admin.v1.CancelProceduresRequest
-	(*CancelProceduresResponse)(nil), // 49: baton.admin.v1.CancelProceduresResponse
-	(*SkippedProcedure)(nil),         // 50: baton.admin.v1.SkippedProcedure
-	(*GetMaintenanceRequest)(nil),    // 51: baton.admin.v1.GetMaintenanceRequest
-	(*Maintenance)(nil),              // 52: baton.admin.v1.Maintenance
-	(*ListRepairsRequest)(nil),       // 53: baton.admin.v1.ListRepairsRequest
-	(*ListRepairsResponse)(nil),      // 54: baton.admin.v1.ListRepairsResponse
-	(*RepairRecord)(nil),             // 55: baton.admin.v1.RepairRecord
-	nil,                              // 56: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 57: baton.admin.v1.RepairRecord.ArgsEntry
+	(*ProcedureTransition)(nil),      // 30: baton.admin.v1.ProcedureTransition
+	(*ProcedureRun)(nil),             // 31: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),    // 32: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),   // 33: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),    // 34: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),     // 35: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                     // 36: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),    // 37: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),           // 38: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),        // 39: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),      // 40: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 41: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),               // 42: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),             // 43: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),      // 44: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),     // 45: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),   // 46: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),    // 47: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),           // 48: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),  // 49: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil), // 50: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),         // 51: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),    // 52: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),              // 53: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),       // 54: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),      // 55: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),             // 56: baton.admin.v1.RepairRecord
+	(*ListLocksRequest)(nil),         // 57: baton.admin.v1.ListLocksRequest
+	(*LockParty)(nil),                // 58: baton.admin.v1.LockParty
+	(*LockEntry)(nil),                // 59: baton.admin.v1.LockEntry
+	(*ListLocksResponse)(nil),        // 60: baton.admin.v1.ListLocksResponse
+	(*ProcedureStatsRequest)(nil),    // 61: baton.admin.v1.ProcedureStatsRequest
+	(*ProcedureCount)(nil),           // 62: baton.admin.v1.ProcedureCount
+	(*ProcedureStatsResponse)(nil),   // 63: baton.admin.v1.ProcedureStatsResponse
+	nil,                              // 64: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 65: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,  // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -4366,112 +5240,126 @@ var file_admin_proto_depIdxs = []int32{
 	2,  // 16: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,  // 17: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 18: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	56, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	64, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,  // 20: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,  // 21: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
-	30, // 22: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
-	0,  // 23: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
-	29, // 24: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	2,  // 25: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	36, // 26: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
-	35, // 27: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	52, // 28: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	42, // 29: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	42, // 30: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	42, // 31: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	42, // 32: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	52, // 33: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	42, // 34: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	29, // 35: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	50, // 36: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
-	29, // 37: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
-	0,  // 38: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 39: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 40: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	55, // 41: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
-	2,  // 42: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	57, // 43: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
-	25, // 44: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	27, // 45: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	31, // 46: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	33, // 47: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	28, // 48: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 49: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 50: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 51: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	34, // 52: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	37, // 53: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	38, // 54: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	39, // 55: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 56: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 57: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 58: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 59: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 60: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 61: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 62: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 63: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 64: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	11, // 65: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	13, // 66: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	15, // 67: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	16, // 68: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	19, // 69: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	21, // 70: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	22, // 71: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	23, // 72: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	23, // 73: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	43, // 74: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	43, // 75: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	44, // 76: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	48, // 77: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	45, // 78: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	46, // 79: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	51, // 80: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	53, // 81: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	26, // 82: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	29, // 83: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	32, // 84: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	29, // 85: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 86: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 87: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 88: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 89: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	36, // 90: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	36, // 91: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	36, // 92: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	40, // 93: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	26, // 94: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 95: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 96: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 97: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	26, // 98: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 99: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 100: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 101: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 102: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	12, // 103: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	14, // 104: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	26, // 105: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	18, // 106: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	20, // 107: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	26, // 108: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	24, // 109: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	24, // 110: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	24, // 111: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	47, // 112: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	47, // 113: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	47, // 114: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	49, // 115: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	47, // 116: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	47, // 117: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	52, // 118: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	54, // 119: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	82, // [82:120] is the sub-list for method output_type
-	44, // [44:82] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	31, // 22: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
+	30, // 23: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
+	0,  // 24: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
+	29, // 25: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	2,  // 26: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
+	37, // 27: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	36, // 28: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	53, // 29: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	43, // 30: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	43, // 31: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	43, // 32: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	43, // 33: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	53, // 34: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	43, // 35: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	29, // 36: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	51, // 37: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	29, // 38: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,  // 39: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,  // 40: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 41: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	56, // 42: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,  // 43: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	65, // 44: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	0,  // 45: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
+	58, // 46: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	58, // 47: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	59, // 48: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	2,  // 49: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 50: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	62, // 51: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	29, // 52: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
+	2,  // 53: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	25, // 54: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	27, // 55: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	32, // 56: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	34, // 57: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	28, // 58: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 59: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 60: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	28, // 61: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	35, // 62: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	38, // 63: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	39, // 64: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	40, // 65: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,  // 66: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 67: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,  // 68: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,  // 69: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,  // 70: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,  // 71: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 72: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 73: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 74: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	11, // 75: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	13, // 76: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	15, // 77: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	16, // 78: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	19, // 79: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	21, // 80: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	22, // 81: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	23, // 82: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	23, // 83: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	44, // 84: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	44, // 85: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	45, // 86: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	49, // 87: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	46, // 88: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	47, // 89: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	52, // 90: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	54, // 91: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	57, // 92: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	61, // 93: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	26, // 94: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	29, // 95: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	33, // 96: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	29, // 97: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 98: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 99: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 100: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	29, // 101: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	37, // 102: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	37, // 103: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	37, // 104: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	41, // 105: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	26, // 106: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 107: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,  // 108: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,  // 109: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	26, // 110: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 111: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 112: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	26, // 113: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10, // 114: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	12, // 115: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	14, // 116: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	26, // 117: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	18, // 118: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	20, // 119: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	26, // 120: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	24, // 121: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	24, // 122: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	24, // 123: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	48, // 124: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	48, // 125: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	48, // 126: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	50, // 127: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	48, // 128: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	48, // 129: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	53, // 130: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	55, // 131: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	60, // 132: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	63, // 133: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	94, // [94:134] is the sub-list for method output_type
+	54, // [54:94] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -4485,7 +5373,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

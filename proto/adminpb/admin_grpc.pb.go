@@ -91,6 +91,8 @@ const (
 	Admin_SetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/SetMaintenance"
 	Admin_GetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/GetMaintenance"
 	Admin_ListRepairs_FullMethodName      = "/baton.admin.v1.Admin/ListRepairs"
+	Admin_ListLocks_FullMethodName        = "/baton.admin.v1.Admin/ListLocks"
+	Admin_ProcedureStats_FullMethodName   = "/baton.admin.v1.Admin/ProcedureStats"
 )
 
 // AdminClient is the client API for Admin service.
@@ -182,6 +184,15 @@ type AdminClient interface {
 	GetMaintenance(ctx context.Context, in *GetMaintenanceRequest, opts ...grpc.CallOption) (*Maintenance, error)
 	// ListRepairs lists the repair records, oldest first, paged.
 	ListRepairs(ctx context.Context, in *ListRepairsRequest, opts ...grpc.CallOption) (*ListRepairsResponse, error)
+	// Web console: what its pages read beside the calls above.
+	// ListLocks lists the leader's lock table: every lock held or waited
+	// for, its holders and its queue, each party with its procedure (and,
+	// for an external lock, its holder). The table lives in the leader's
+	// memory only: a standby forwards the call, STALE included.
+	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
+	// ProcedureStats counts the committed procedures by state and type and
+	// names the stuck ones, in one pass over them.
+	ProcedureStats(ctx context.Context, in *ProcedureStatsRequest, opts ...grpc.CallOption) (*ProcedureStatsResponse, error)
 }
 
 type adminClient struct {
@@ -581,6 +592,26 @@ func (c *adminClient) ListRepairs(ctx context.Context, in *ListRepairsRequest, o
 	return out, nil
 }
 
+func (c *adminClient) ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLocksResponse)
+	err := c.cc.Invoke(ctx, Admin_ListLocks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ProcedureStats(ctx context.Context, in *ProcedureStatsRequest, opts ...grpc.CallOption) (*ProcedureStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcedureStatsResponse)
+	err := c.cc.Invoke(ctx, Admin_ProcedureStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -670,6 +701,15 @@ type AdminServer interface {
 	GetMaintenance(context.Context, *GetMaintenanceRequest) (*Maintenance, error)
 	// ListRepairs lists the repair records, oldest first, paged.
 	ListRepairs(context.Context, *ListRepairsRequest) (*ListRepairsResponse, error)
+	// Web console: what its pages read beside the calls above.
+	// ListLocks lists the leader's lock table: every lock held or waited
+	// for, its holders and its queue, each party with its procedure (and,
+	// for an external lock, its holder). The table lives in the leader's
+	// memory only: a standby forwards the call, STALE included.
+	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
+	// ProcedureStats counts the committed procedures by state and type and
+	// names the stuck ones, in one pass over them.
+	ProcedureStats(context.Context, *ProcedureStatsRequest) (*ProcedureStatsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -793,6 +833,12 @@ func (UnimplementedAdminServer) GetMaintenance(context.Context, *GetMaintenanceR
 }
 func (UnimplementedAdminServer) ListRepairs(context.Context, *ListRepairsRequest) (*ListRepairsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRepairs not implemented")
+}
+func (UnimplementedAdminServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
+}
+func (UnimplementedAdminServer) ProcedureStats(context.Context, *ProcedureStatsRequest) (*ProcedureStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ProcedureStats not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1492,6 +1538,42 @@ func _Admin_ListRepairs_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLocksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListLocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListLocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListLocks(ctx, req.(*ListLocksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ProcedureStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProcedureStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ProcedureStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ProcedureStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ProcedureStats(ctx, req.(*ProcedureStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1646,6 +1728,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRepairs",
 			Handler:    _Admin_ListRepairs_Handler,
+		},
+		{
+			MethodName: "ListLocks",
+			Handler:    _Admin_ListLocks_Handler,
+		},
+		{
+			MethodName: "ProcedureStats",
+			Handler:    _Admin_ProcedureStats_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,123 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/scheduler"
+)
+
+// lockTable is the optional part of Procedures that shows its scheduler's
+// lock table; *procedure.Executor has it.
+type lockTable interface {
+	Scheduler() *scheduler.Scheduler
+}
+
+// lockHolderNamer is the optional part of a Domain that says who holds an
+// external lock (cluster/domain's Domain has it).
+type lockHolderNamer interface {
+	LockHolderOf(info procedure.Info) (catalog.LockHolder, bool)
+}
+
+// ListLocks implements adminpb.AdminServer: the leader's lock table, taken
+// as one snapshot of the scheduler (its own short lock, never the
+// executor's), each party described from its committed record and the
+// executor's answer to why it waits. A standby forwards it, STALE
+// included: the table lives in the leader's memory only.
+func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (*adminpb.ListLocksResponse, error) {
+	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListLocksResponse, error) {
+		x, err := s.b.Procedures()
+		if err != nil {
+			return nil, err
+		}
+		lt, ok := x.(lockTable)
+		if !ok {
+			return nil, fmt.Errorf("%w: this node's executor shows no lock table", procedure.ErrInvalid)
+		}
+		var namer lockHolderNamer
+		if d, err := s.domain(); err == nil {
+			namer, _ = d.(lockHolderNamer)
+		}
+		parties := map[uint64]*adminpb.LockParty{}
+		party := func(id uint64, mode scheduler.Mode) *adminpb.LockParty {
+			p, ok := parties[id]
+			if !ok {
+				p = s.lockParty(x, namer, id)
+				parties[id] = p
+			}
+			out := proto.Clone(p).(*adminpb.LockParty) // its mode differs per lock
+			out.Mode = mode.String()
+			return out
+		}
+		out := &adminpb.ListLocksResponse{Read: ri}
+		want := req.GetProcId()
+		for _, l := range lt.Scheduler().Locks() {
+			if want != 0 && !lockInvolves(l, want) {
+				continue
+			}
+			e := &adminpb.LockEntry{Kind: l.Type.String(), Name: l.Name}
+			if l.Exclusive {
+				e.Holders = append(e.Holders, party(l.Holder, scheduler.Exclusive))
+			}
+			for _, id := range l.Shared {
+				e.Holders = append(e.Holders, party(id, scheduler.Shared))
+			}
+			for i, id := range l.Waiters {
+				e.Waiters = append(e.Waiters, party(id, l.Modes[i]))
+			}
+			out.Locks = append(out.Locks, e)
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
+		return c.ListLocks(ctx, req)
+	})
+}
+
+func lockInvolves(l scheduler.LockInfo, id uint64) bool {
+	if l.Exclusive && l.Holder == id {
+		return true
+	}
+	for _, h := range l.Shared {
+		if h == id {
+			return true
+		}
+	}
+	for _, w := range l.Waiters {
+		if w == id {
+			return true
+		}
+	}
+	return false
+}
+
+// lockParty describes procedure id for the lock table: from its committed
+// record where there is one (a procedure is inserted before it can ask for
+// a lock, so there almost always is), else from the executor.
+func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *adminpb.LockParty {
+	var info procedure.Info
+	data, ok := s.b.StoredProcedure(id)
+	var err error
+	if ok {
+		info, err = procedure.DecodeInfo(data)
+	}
+	if !ok || err != nil {
+		if info, err = x.Get(id); err != nil {
+			return &adminpb.LockParty{ProcId: id, WaitingFor: "unknown to the executor"}
+		}
+	}
+	p := &adminpb.LockParty{
+		ProcId: id, RootId: info.RootID, ParentId: info.ParentID, Type: info.Type, State: info.State.String(),
+		WaitingFor: whyReason(x, info),
+	}
+	if namer != nil {
+		if h, ok := namer.LockHolderOf(info); ok {
+			p.External, p.Holder, p.Description = true, h.Holder, h.Description
+		}
+	}
+	return p
+}

@@ -1,0 +1,130 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/store"
+)
+
+// Defaults of ProcedureStatsRequest.
+const (
+	DefaultStuckAfter = 10 * time.Minute
+	DefaultMaxStuck   = 20
+	maxMaxStuck       = 1000
+)
+
+// ProcedureStats implements adminpb.AdminServer: one pass over the
+// committed procedures, each read as a Summary (no payload decoded, no
+// allocation per record), counting them by state and type and keeping the
+// stuck ones that were written longest ago. A stuck procedure is
+// unfinished, not paused, and was not written for stuck_after: no step of
+// it persisted an outcome since. Two kinds of long silence are not stuck:
+// a suspension whose timer is still to fire (a sleep asked for), and an
+// external lock, which is held for as long as its holder renews it.
+func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest) (*adminpb.ProcedureStatsResponse, error) {
+	stuckAfter := time.Duration(req.GetStuckAfterMs()) * time.Millisecond
+	maxStuck := int(req.GetMaxStuck())
+	switch {
+	case stuckAfter < 0 || maxStuck < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative stuck_after_ms %d or max_stuck %d", req.GetStuckAfterMs(), maxStuck)
+	case stuckAfter == 0:
+		stuckAfter = DefaultStuckAfter
+	}
+	if maxStuck == 0 {
+		maxStuck = DefaultMaxStuck
+	}
+	maxStuck = min(maxStuck, maxMaxStuck)
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ProcedureStatsResponse, error) {
+		x, err := s.localExecutor(ri)
+		if err != nil {
+			return nil, err
+		}
+		var namer lockHolderNamer
+		if d, err := s.domain(); err == nil {
+			namer, _ = d.(lockHolderNamer)
+		}
+		// By state, then type; a count is found by the record's type bytes
+		// without making them a string (which only a new type pays).
+		counts := map[procedure.State]map[string]*int64{}
+		type stuckRef struct {
+			id      uint64
+			updated time.Time
+		}
+		var stuck []stuckRef // the oldest, at most maxStuck, oldest first
+		out := &adminpb.ProcedureStatsResponse{Read: ri}
+		now := time.Now()
+		threshold := now.Add(-stuckAfter)
+		err = s.b.StoredProceduresAfter(0, func(p store.Proc) error {
+			sum, err := procedure.DecodeSummary(p.Data)
+			if err != nil {
+				return fmt.Errorf("admin: procedure %d: %w", p.ID, err)
+			}
+			out.Total++
+			if sum.ParentID == 0 {
+				out.Roots++
+			}
+			byType := counts[sum.State]
+			if byType == nil {
+				byType = map[string]*int64{}
+				counts[sum.State] = byType
+			}
+			n := byType[string(sum.Type)]
+			if n == nil {
+				n = new(int64)
+				byType[string(sum.Type)] = n
+			}
+			*n++
+			if sum.State.Terminal() || sum.Paused || !sum.Updated.Before(threshold) || sum.WaitUntil.After(now) {
+				return nil
+			}
+			if namer != nil {
+				// Rare enough to decode whole: only the long silent.
+				if info, err := procedure.DecodeInfo(p.Data); err == nil {
+					if _, external := namer.LockHolderOf(info); external {
+						return nil
+					}
+				}
+			}
+			out.StuckCount++
+			if len(stuck) == maxStuck && !sum.Updated.Before(stuck[len(stuck)-1].updated) {
+				return nil
+			}
+			i, _ := slices.BinarySearchFunc(stuck, sum.Updated, func(r stuckRef, t time.Time) int { return r.updated.Compare(t) })
+			stuck = slices.Insert(stuck, i, stuckRef{p.ID, sum.Updated})
+			if len(stuck) > maxStuck {
+				stuck = stuck[:maxStuck]
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for st, byType := range counts {
+			for typ, n := range byType {
+				out.Counts = append(out.Counts, &adminpb.ProcedureCount{State: st.String(), Type: typ, Count: *n})
+			}
+		}
+		slices.SortFunc(out.Counts, func(a, b *adminpb.ProcedureCount) int {
+			return cmp.Or(cmp.Compare(a.GetState(), b.GetState()), cmp.Compare(a.GetType(), b.GetType()))
+		})
+		for _, r := range stuck {
+			p, err := s.storedProc(x, r.id)
+			if err != nil {
+				continue // finished and deleted since the pass
+			}
+			out.Stuck = append(out.Stuck, p)
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ProcedureStatsResponse, error) {
+		return c.ProcedureStats(ctx, req)
+	})
+}

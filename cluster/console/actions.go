@@ -1,0 +1,88 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// actionTimeout bounds an action's call: long enough to follow a leader
+// change (the client retries at the new leader), short enough to answer.
+const actionTimeout = 15 * time.Second
+
+// confirmPage asks to confirm an action on a procedure, and says why an
+// attempt failed.
+type confirmPage struct {
+	base
+	P *adminpb.Procedure
+	// Action is the action's name in the URL (abort); Verb and Effect say
+	// what it does.
+	Action, Verb, Effect string
+	Message              string
+}
+
+// abortEffect says what an abort does, on its confirmation page.
+const abortEffect = "The procedure stops before its next step and every step it executed is rolled back, " +
+	"newest first, across its whole tree (its root and every child). It ends ROLLEDBACK. " +
+	"A procedure that cannot be aborted (one that retries until done) refuses."
+
+func (c *Console) abortConfirm(w http.ResponseWriter, r *http.Request) {
+	c.confirm(w, r, http.StatusOK, "")
+}
+
+// confirm shows the abort's confirmation page for the procedure in the
+// path, with message (an earlier attempt's failure) if any.
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request, code int, message string) {
+	rd, err := c.newReads(r)
+	if err != nil {
+		c.fail(w, nil, "Abort", err)
+		return
+	}
+	id, err := pathID(r)
+	if err != nil {
+		c.fail(w, rd, "Abort", err)
+		return
+	}
+	proc, err := rd.getProc(id)
+	if err != nil {
+		c.fail(w, rd, "Abort procedure "+strconv.FormatUint(id, 10), err)
+		return
+	}
+	p := confirmPage{P: proc, Action: "abort", Verb: "Abort", Effect: abortEffect, Message: message}
+	if client.Terminal(proc.GetState()) && message == "" {
+		p.Message = fmt.Sprintf("Procedure %d is already %s: there is nothing to abort.", id, proc.GetState())
+	}
+	p.base = c.base(rd, "Abort procedure "+strconv.FormatUint(id, 10), "procedures", false)
+	c.render(w, code, "confirm", p)
+}
+
+// abort is the POST of the abort's confirmation form: it aborts only with
+// confirm=yes, else it asks again.
+func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := r.ParseForm(); err != nil || r.PostForm.Get("confirm") != "yes" {
+		c.confirm(w, r, http.StatusBadRequest, "Not aborted: tick the box to confirm the abort.")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	defer cancel()
+	if _, err := c.actions.Abort(ctx, id); err != nil {
+		code := statusOf(err)
+		c.log.Warn("abort from the console failed", "id", id, "error", err)
+		c.confirm(w, r, code, "Not aborted: "+status.Convert(err).Message())
+		return
+	}
+	c.log.Info("procedure aborted from the console", "id", id, "remote", r.RemoteAddr)
+	http.Redirect(w, r, fmt.Sprintf("/ui/procedures/%d?done=abort", id), http.StatusSeeOther)
+}

@@ -1,0 +1,131 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// Defaults of Config.
+const (
+	DefaultRefresh     = 5 * time.Second
+	DefaultReadTimeout = 3 * time.Second
+	DefaultStuckAfter  = 10 * time.Minute
+	DefaultPageSize    = 50
+)
+
+// Config configures a Console.
+type Config struct {
+	// AdminAddr is the node's own admin (gRPC) address: every page is read
+	// through it. Required.
+	AdminAddr string
+	// Refresh is how often the pages that show changing state reload
+	// themselves. Default 5 s; negative: never.
+	Refresh time.Duration
+	// ReadTimeout bounds a page's linearizable reads; when they fail or
+	// time out, the page is read at STALE from this node. Default 3 s: a
+	// leader answers in milliseconds, so a page waits this long only while
+	// no leader does.
+	ReadTimeout time.Duration
+	// StuckAfter: an unfinished procedure not written for this long is
+	// shown as stuck. Default 10 minutes.
+	StuckAfter time.Duration
+	// PageSize is the procedures list's page size. Default 50.
+	PageSize int
+	// DialOptions are added to the admin connections' (after
+	// client.FailoverDialOptions and plaintext credentials).
+	DialOptions []grpc.DialOption
+	// Logger. Default: a null logger.
+	Logger hclog.Logger
+}
+
+// Console serves the web console of one node. Create it with New; it is
+// an http.Handler for "/" and "/ui/" (see Mount).
+type Console struct {
+	cfg  Config
+	log  hclog.Logger
+	mux  *http.ServeMux
+	tmpl *templates
+
+	// self reaches this node alone (reads, its own status): a standby
+	// forwards linearizable reads, and a stale read must be its own.
+	self adminpb.AdminClient
+	cc   *grpc.ClientConn
+	// actions follow the leader: an abort retried after a leader change
+	// lands on the new one.
+	actions *client.Client
+
+	closeOnce sync.Once
+}
+
+// New returns a console for the node whose admin API is at cfg.AdminAddr.
+// Connections are made lazily: the node need not be up yet.
+func New(cfg Config) (*Console, error) {
+	if strings.TrimSpace(cfg.AdminAddr) == "" {
+		return nil, errors.New("console: Config.AdminAddr is required")
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = DefaultStuckAfter
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	tmpl, err := parseTemplates()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, client.FailoverDialOptions()...)
+	opts = append(opts, cfg.DialOptions...)
+	cc, err := grpc.NewClient(cfg.AdminAddr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("console: admin address %s: %w", cfg.AdminAddr, err)
+	}
+	actions, err := client.New([]string{cfg.AdminAddr}, client.WithDialOptions(cfg.DialOptions...))
+	if err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger.Named("console"), tmpl: tmpl, self: adminpb.NewAdminClient(cc), cc: cc, actions: actions}
+	c.routes()
+	return c, nil
+}
+
+// Close releases the console's connections.
+func (c *Console) Close() error {
+	var err error
+	c.closeOnce.Do(func() { err = errors.Join(c.cc.Close(), c.actions.Close()) })
+	return err
+}
+
+// ServeHTTP serves the console's pages.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Mount returns a handler that serves the console at "/" and under "/ui/",
+// and everything else (/status, /readyz, /metrics, /debug/...) with api,
+// a node's HTTP handler (admin.HTTPHandler).
+func Mount(api http.Handler, c *Console) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", api)
+	mux.Handle("/{$}", c)
+	mux.Handle("/ui/", c)
+	return mux
+}

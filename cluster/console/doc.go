@@ -1,0 +1,45 @@
+// Package console is Baton's web console: server-rendered pages served at
+// "/" (and "/ui/...") on every master's HTTP port, for operators who want
+// to see inside a running cluster without a terminal.
+//
+// # Pages
+//
+//	/                          overview: members, leader, region servers by
+//	                           lease state, procedures by state, WAL, alerts
+//	/ui/procedures             procedures by state, type, owner and
+//	                           submission time, paged; search by id
+//	/ui/procedures/{id}        one procedure: arguments, tree, timeline,
+//	                           locks held and awaited, error; abort
+//	/ui/procedures/{id}/abort  the abort's confirmation (GET) and the abort
+//	                           itself (POST, with confirm=yes)
+//	/ui/locks                  the lock table and who blocks whom
+//	/ui/servers[/{id}]         region servers and their leases
+//	/ui/tables, /ui/regions    tables, and regions by table, state, server
+//
+// Pages are html/template documents embedded in the binary, with a small
+// style sheet and no script: they read without JavaScript, and those that
+// show changing state refresh themselves (a meta refresh) every
+// Config.Refresh.
+//
+// # A client of the admin API
+//
+// The console reads nothing from the node directly: it is a client of the
+// admin gRPC API at the node's own address, and pages, filters and
+// consistency are the API's. Reads are linearizable, so on a standby they
+// are forwarded to the leader and the console shows what the leader holds.
+// When no leader answers within Config.ReadTimeout (this node is cut off,
+// an election is under way), a page is read again at STALE from this
+// node's own state and says so in a banner: whose state it is, as of when
+// this node last heard from the leader, and a link to the console of the
+// leader that answers, if any member reports one. The lock table and the
+// region servers' leases live only in the leader's memory: without a
+// leader those sections say they cannot be shown.
+//
+// # Actions
+//
+// A page never changes anything on GET. An action (abort) is a POST from a
+// confirmation page whose form carries confirm=yes; a POST without it
+// shows the confirmation again. Actions go through the leader-following
+// client (cluster/client), so an abort lands on the leader even while
+// leadership moves.
+package console

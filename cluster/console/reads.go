@@ -1,0 +1,136 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// reads is one page's reads. They are linearizable (through this node:
+// a standby forwards them to the leader) until one fails for want of a
+// leader; from then on the page is read at STALE from this node alone,
+// and says so.
+type reads struct {
+	c   *Console
+	ctx context.Context
+	// node is this node's own status, read first: the header's subject.
+	node *adminpb.ClusterStatusResponse
+	// served is the ReadInfo of the first read that carried one.
+	served *adminpb.ReadInfo
+	stale  bool
+	why    string
+}
+
+// newReads reads this node's status; without it there is no page.
+func (c *Console) newReads(r *http.Request) (*reads, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)
+	defer cancel()
+	st, err := c.self.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
+	if err != nil {
+		return nil, err
+	}
+	rd := &reads{c: c, ctx: r.Context(), node: st}
+	if st.GetLeaderId() == "" {
+		// Asking would only wait for the answer no one gives.
+		rd.goStale("no leader is known to " + st.GetNodeId())
+	}
+	return rd, nil
+}
+
+func (rd *reads) goStale(why string) {
+	if !rd.stale {
+		rd.stale, rd.why = true, why
+	}
+}
+
+// noLeader reports whether err means that no leader answered (as opposed to
+// an answer, such as NOT_FOUND): the read is worth making stale.
+func noLeader(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded:
+		return ctx.Err() == nil
+	}
+	return false
+}
+
+// read runs call at the page's consistency, each attempt bounded by
+// Config.ReadTimeout. info extracts the answer's ReadInfo.
+func read[T any](rd *reads, call func(ctx context.Context, c adminpb.Consistency) (T, error), info func(T) *adminpb.ReadInfo) (T, error) {
+	attempt := func(c adminpb.Consistency) (T, error) {
+		ctx, cancel := context.WithTimeout(rd.ctx, rd.c.cfg.ReadTimeout)
+		defer cancel()
+		v, err := call(ctx, c)
+		if err == nil && rd.served == nil && info != nil {
+			rd.served = info(v)
+		}
+		return v, err
+	}
+	if !rd.stale {
+		v, err := attempt(adminpb.Consistency_LINEARIZABLE)
+		if err == nil || !noLeader(rd.ctx, err) {
+			return v, err
+		}
+		rd.goStale("no leader answered: " + status.Convert(err).Message())
+	}
+	return attempt(adminpb.Consistency_STALE)
+}
+
+// staleBanner is what a stale page says of itself.
+type staleBanner struct {
+	Why string
+	// Node and AppliedIndex: whose state the page shows, at which index.
+	Node         string
+	AppliedIndex uint64
+	// AsOf is when Node last heard from the leader (zero: never).
+	AsOf time.Time
+	// LeaderID and LeaderURL: a leader some member reports, and its
+	// console, if known.
+	LeaderID, LeaderURL string
+}
+
+// banner describes a stale page, asking the members for a leader to link
+// to: this node may not know one, while another member it reaches does.
+func (rd *reads) banner() *staleBanner {
+	if !rd.stale {
+		return nil
+	}
+	b := &staleBanner{Why: rd.why, Node: rd.node.GetNodeId(), AppliedIndex: rd.node.GetAppliedIndex()}
+	if rd.served != nil {
+		b.Node, b.AppliedIndex = rd.served.GetServedBy(), rd.served.GetAppliedIndex()
+	}
+	if ms := rd.node.GetLastContactUnixMs(); ms > 0 {
+		b.AsOf = time.UnixMilli(ms)
+	}
+	b.LeaderID, b.LeaderURL = rd.node.GetLeaderId(), consoleURL(rd.node.GetLeaderHttpAddress())
+	if b.LeaderURL != "" {
+		return b
+	}
+	ctx, cancel := context.WithTimeout(rd.ctx, rd.c.cfg.ReadTimeout)
+	defer cancel()
+	ms, err := rd.c.self.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{Members: true})
+	if err != nil {
+		return b
+	}
+	for _, p := range ms.GetPeers() {
+		if st := p.GetStatus(); p.GetReachable() && st.GetState() == "Leader" {
+			b.LeaderID, b.LeaderURL = p.GetId(), consoleURL(p.GetHttpAddress())
+			break
+		}
+	}
+	return b
+}
+
+// consoleURL is the console's address on a member's HTTP address.
+func consoleURL(httpAddr string) string {
+	if httpAddr == "" {
+		return ""
+	}
+	return "http://" + httpAddr + "/"
+}

@@ -1,0 +1,78 @@
+package console
+
+import (
+	"io/fs"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func (c *Console) routes() {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusFound) })
+	mux.HandleFunc("GET /ui/procedures", c.procedures)
+	mux.HandleFunc("GET /ui/procedures/{id}", c.procedure)
+	mux.HandleFunc("GET /ui/procedures/{id}/abort", c.abortConfirm)
+	// Actions are POSTs from the console's own pages: a form posted from
+	// another site is refused, whatever cookies or networks it rides on.
+	mux.Handle("POST /ui/procedures/{id}/abort", http.NewCrossOriginProtection().Handler(http.HandlerFunc(c.abort)))
+	// BYPASS: the repair kit's guarded bypass belongs here, as
+	// "GET /ui/procedures/{id}/bypass" (its confirmation page) and
+	// "POST /ui/procedures/{id}/bypass" (confirm=yes, through
+	// http.NewCrossOriginProtection), built as abort is (actions.go).
+	mux.HandleFunc("GET /ui/locks", c.locks)
+	mux.HandleFunc("GET /ui/servers", c.servers)
+	mux.HandleFunc("GET /ui/servers/{id}", c.server)
+	mux.HandleFunc("GET /ui/tables", c.tables)
+	mux.HandleFunc("GET /ui/regions", c.regions)
+	mux.HandleFunc("/", c.notFound)
+	c.mux = mux
+}
+
+// errorPage is a page that could not be read at all.
+type errorPage struct {
+	base
+	Message string
+}
+
+// fail answers a request whose page cannot be shown: this node's API does
+// not answer, or the main read failed.
+func (c *Console) fail(w http.ResponseWriter, rd *reads, title string, err error) {
+	code := statusOf(err)
+	msg := status.Convert(err).Message()
+	if rd == nil {
+		// Not even this node's status: a frame without a header.
+		c.render(w, code, "error", errorPage{base: base{Title: title, Header: header{NodeID: "?", Role: "unreachable"}},
+			Message: "this node's admin API at " + c.cfg.AdminAddr + " does not answer: " + msg})
+		return
+	}
+	c.render(w, code, "error", errorPage{base: c.base(rd, title, "", false), Message: msg})
+}
+
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
+	rd, err := c.newReads(r)
+	if err != nil {
+		c.fail(w, nil, "Not found", err)
+		return
+	}
+	c.render(w, http.StatusNotFound, "error", errorPage{base: c.base(rd, "Not found", "", false), Message: "no page at " + r.URL.Path})
+}
+
+// statusOf is the HTTP status of a page whose read failed with err.
+func statusOf(err error) int {
+	switch status.Code(err) {
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.FailedPrecondition:
+		return http.StatusConflict
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadGateway
+}
