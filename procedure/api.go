@@ -167,6 +167,30 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 
 func nonceKey(owner, nonce string) string { return owner + "\x00" + nonce }
 
+// LookupNonce returns the root procedure that a submission with owner and
+// nonce created, if the executor knows of one: Submit with them would
+// answer with it instead of creating another. A submission with them that
+// is under way is waited for; one that failed created nothing. A caller
+// that refuses new work (maintenance mode) asks it first, so that the
+// retry of a submission that got through still gets its id. A finished
+// procedure is known until it is evicted, as for Submit.
+func (x *Executor) LookupNonce(owner, nonce string) (uint64, bool) {
+	if nonce == "" {
+		return 0, false
+	}
+	x.mu.Lock()
+	ne := x.nonces[nonceKey(owner, nonce)]
+	x.unlock()
+	if ne == nil {
+		return 0, false
+	}
+	<-ne.done
+	if ne.err != nil {
+		return 0, false
+	}
+	return ne.id, true
+}
+
 func (x *Executor) acceptingLocked() error {
 	switch {
 	case x.fatal != nil:
@@ -492,6 +516,11 @@ type BypassOptions struct {
 	// Force allows bypassing a procedure waiting for a lock; the lock holder
 	// is not touched, so the repairer must know the entity is consistent.
 	Force bool
+	// KeepRollbacks refuses a procedure whose tree is rolling back (its
+	// root failed): a bypass would cut the rollback short, while the
+	// rollback puts back what the tree did. Checked when the bypass takes
+	// effect, so a failure after the caller looked is not missed.
+	KeepRollbacks bool
 }
 
 // Bypass is the repair tool of last resort: the procedure (and with
@@ -505,6 +534,10 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	if err != nil {
 		x.unlock()
 		return err
+	}
+	if root := x.roots[e.root]; opts.KeepRollbacks && root != nil && root.failed && !e.state.Terminal() {
+		x.unlock()
+		return fmt.Errorf("%w: %d is rolling back (root %d failed)", ErrNotAllowed, id, e.root)
 	}
 	var targets []*entry
 	var check func(e *entry) error

@@ -442,6 +442,48 @@ func TestBypassGuards(t *testing.T) {
 	}
 }
 
+// A bypass with KeepRollbacks is refused while the tree rolls back, and
+// the rollback goes on to its end.
+func TestBypassKeepRollbacks(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	var hold atomic.Bool
+	hold.Store(true)
+	funcs.Store("fails", func(*Context) (Step, error) { return Step{}, errBoom })
+	rollbacks.Store("fails", func(*Context) error {
+		if hold.Load() {
+			return errors.New("rollback held by the test")
+		}
+		return nil
+	})
+	id := h.submit(&funcProc{ID: "fails"}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "rolling back", func() bool { w, _ := h.x.Why(id); return w.Reason == "rolling back" })
+	if err := h.x.Bypass(id, BypassOptions{Force: true, KeepRollbacks: true}); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("bypass of a procedure rolling back, keeping rollbacks: %v", err)
+	}
+	hold.Store(false)
+	if info := h.wait(id); info.State != RolledBack || info.Bypassed {
+		t.Fatalf("state %s bypassed %v, want ROLLEDBACK by its own rollback", info.State, info.Bypassed)
+	}
+}
+
+// LookupNonce finds what a submission with the owner and nonce created,
+// and nothing for another owner or a new nonce.
+func TestLookupNonce(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	if id, ok := h.x.LookupNonce("nightly", "n1"); ok {
+		t.Fatalf("before any submission: %d", id)
+	}
+	id := h.submit(newSteps("ln", 1), SubmitOptions{Owner: "nightly", Nonce: "n1"})
+	if got, ok := h.x.LookupNonce("nightly", "n1"); !ok || got != id {
+		t.Fatalf("lookup after submission %d: %d, %v", id, got, ok)
+	}
+	for _, k := range [][2]string{{"other", "n1"}, {"nightly", "n2"}, {"nightly", ""}} {
+		if got, ok := h.x.LookupNonce(k[0], k[1]); ok {
+			t.Errorf("lookup of owner %q nonce %q: %d", k[0], k[1], got)
+		}
+	}
+}
+
 func TestLocksSerialiseAndWhy(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 	gate := make(chan struct{})

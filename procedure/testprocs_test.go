@@ -210,7 +210,15 @@ func (p *funcProc) Execute(ctx *Context) (Step, error) {
 	return f.(func(*Context) (Step, error))(ctx)
 }
 
-func (p *funcProc) Rollback(*Context) error { return nil }
+// rollbacks holds, by funcProc ID, a rollback to run instead of none.
+var rollbacks sync.Map // ID -> func(*Context) error
+
+func (p *funcProc) Rollback(ctx *Context) error {
+	if f, ok := rollbacks.Load(p.ID); ok {
+		return f.(func(*Context) error)(ctx)
+	}
+	return nil
+}
 
 func testRegistry(t testing.TB) *Registry {
 	r := NewRegistry()

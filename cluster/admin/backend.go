@@ -27,6 +27,9 @@ type Procedures interface {
 	Why(id uint64) (procedure.Why, error)
 	// Wait returns once root procedure id is terminal (or ctx ends).
 	Wait(ctx context.Context, id uint64) (procedure.Info, error)
+	// LookupNonce finds the procedure a submission with owner and nonce
+	// created (maintenance mode lets its retry through).
+	LookupNonce(owner, nonce string) (uint64, bool)
 }
 
 // Backend is what the admin server uses of a master node. NodeBackend

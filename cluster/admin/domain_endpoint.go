@@ -66,9 +66,10 @@ type Domain interface {
 	// Maintenance and ListRepairs read this node's replicated state.
 	Maintenance() (catalog.Maintenance, error)
 	ListRepairs(after uint64, limit int) ([]catalog.Repair, error)
-	// CheckSubmissions refuses new submissions while maintenance mode is
-	// on (FAILED_PRECONDITION).
-	CheckSubmissions() error
+	// CheckSubmissions refuses a new submission while maintenance mode is
+	// on (FAILED_PRECONDITION); the retry of one that got through (owner
+	// and nonce known to x) passes.
+	CheckSubmissions(x catalog.Executor, owner, nonce string) error
 }
 
 // DomainBackend is a Backend that also serves the domain calls. A Backend
@@ -134,7 +135,7 @@ func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Doma
 		return nil, s.toStatus(err)
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
-		if err := d.CheckSubmissions(); err != nil {
+		if err := d.CheckSubmissions(x, domainOwner, nonce); err != nil {
 			return nil, err
 		}
 		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner})

@@ -15,11 +15,7 @@ func (s *Server) AcquireLock(ctx context.Context, req *adminpb.AcquireLockReques
 		return nil, err
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
-		// A new lock is a new procedure: refused in maintenance mode (its
-		// heartbeats and its release are not).
-		if err := d.CheckSubmissions(); err != nil {
-			return nil, err
-		}
+		// Refused in maintenance mode unless a retry (Domain.AcquireLock).
 		lk, err := d.AcquireLock(x, catalog.LockRequest{
 			Kind: req.GetKind(), Names: req.GetNames(), Exclusive: req.GetExclusive(),
 			Holder: req.GetHolder(), Description: req.GetDescription(), Nonce: req.GetNonce(),

@@ -33,7 +33,7 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 		return nil, s.toStatus(err)
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
-		if err := s.checkSubmissions(); err != nil {
+		if err := s.checkSubmissions(x, req.GetOwner(), req.GetNonce()); err != nil {
 			return nil, err
 		}
 		id, err := x.Submit(p, procedure.SubmitOptions{

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -57,11 +58,11 @@ func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
 }
 
 // checkSubmissions refuses a new submission while maintenance mode is on
-// (FAILED_PRECONDITION); a node without the domain has no maintenance
-// mode.
-func (s *Server) checkSubmissions() error {
+// (FAILED_PRECONDITION), not the retry of one that got through; a node
+// without the domain has no maintenance mode.
+func (s *Server) checkSubmissions(x Procedures, owner, nonce string) error {
 	if db, ok := s.b.(DomainBackend); ok && db.Domain() != nil {
-		return db.Domain().CheckSubmissions()
+		return db.Domain().CheckSubmissions(x, owner, nonce)
 	}
 	return nil
 }
@@ -219,6 +220,12 @@ func (s *Server) GetMaintenance(ctx context.Context, req *adminpb.GetMaintenance
 	})
 }
 
+// maxRepairPageBytes bounds a page of repair records, far below gRPC's
+// default 4 MiB message limit: a page ends at page_size records or at
+// this size, whichever comes first (the domain bounds a record too, to
+// some 20 KiB).
+const maxRepairPageBytes = 1 << 20
+
 // ListRepairs implements adminpb.AdminServer: the records in sequence
 // order; the page token is the last sequence number of the previous page.
 func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsRequest) (*adminpb.ListRepairsResponse, error) {
@@ -248,17 +255,33 @@ func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsReques
 			return nil, err
 		}
 		out := &adminpb.ListRepairsResponse{Read: ri}
-		for _, r := range recs {
-			out.Records = append(out.Records, &adminpb.RepairRecord{Seq: r.Seq, AtUnixMs: r.At.UnixMilli(), Action: r.Action, Args: r.Args,
-				Caller: r.Caller.Name, Peer: r.Caller.Peer, Via: r.Caller.Via, Node: r.Node, Outcome: r.Outcome, Code: r.Code, Result: r.Result})
-		}
-		if len(recs) == limit {
-			out.NextPageToken = strconv.FormatUint(recs[len(recs)-1].Seq, 10)
-		}
+		out.Records, out.NextPageToken = repairPage(recs, limit, maxRepairPageBytes)
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRepairsResponse, error) {
 		return c.ListRepairs(ctx, req)
 	})
+}
+
+// repairPage is a page of recs, which ListRepairs read with limit: as
+// many as fit in maxBytes (at least one), and the token of the next page
+// if there may be one.
+func repairPage(recs []catalog.Repair, limit, maxBytes int) ([]*adminpb.RepairRecord, string) {
+	var out []*adminpb.RepairRecord
+	size := 0
+	for _, r := range recs {
+		m := &adminpb.RepairRecord{Seq: r.Seq, AtUnixMs: r.At.UnixMilli(), Action: r.Action, Args: r.Args,
+			Caller: r.Caller.Name, Peer: r.Caller.Peer, Via: r.Caller.Via, Node: r.Node, Outcome: r.Outcome, Code: r.Code, Result: r.Result}
+		n := proto.Size(m)
+		if len(out) > 0 && size+n > maxBytes {
+			break
+		}
+		size += n
+		out = append(out, m)
+	}
+	if len(out) > 0 && (len(out) < len(recs) || len(recs) == limit) {
+		return out, strconv.FormatUint(out[len(out)-1].GetSeq(), 10)
+	}
+	return out, ""
 }
 
 // maintenanceOf is the answering node's maintenance mode for its status,

@@ -101,6 +101,9 @@ type Executor interface {
 	// Wait returns once procedure id is terminal, so a caller waiting for
 	// an outcome needs no polling.
 	Wait(ctx context.Context, id uint64) (procedure.Info, error)
+	// LookupNonce finds the procedure a submission with owner and nonce
+	// created, so that a retry is told apart from new work.
+	LookupNonce(owner, nonce string) (uint64, bool)
 }
 
 var _ Executor = (*procedure.Executor)(nil)

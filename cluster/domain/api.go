@@ -302,6 +302,9 @@ func (d *Domain) lockInfo(x catalog.Executor, id uint64) (catalog.Lock, error) {
 	return catalog.Lock{ID: id, State: st, LeaseTimeoutMs: length.Milliseconds()}, nil
 }
 
+// lockOwner owns the lock procedures (part of their nonce key).
+const lockOwner = "admin/lock"
+
 // acquireGrace is how long AcquireLock gives an uncontended lock to be
 // taken, so the common answer is ACQUIRED rather than a WAITING the holder
 // must poll past.
@@ -316,6 +319,12 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 	if svc == nil {
 		return catalog.Lock{}, ErrNoServices
 	}
+	// A new lock is a new procedure: refused in maintenance mode (its
+	// heartbeats and its release are not; nor is a retry of an acquire
+	// that got through).
+	if err := d.CheckSubmissions(x, lockOwner, req.Nonce); err != nil {
+		return catalog.Lock{}, err
+	}
 	r, err := d.fsmReader()
 	if err != nil {
 		return catalog.Lock{}, err
@@ -329,7 +338,7 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 		return catalog.Lock{}, err
 	}
 	p.LeaseMs = length.Milliseconds()
-	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: "admin/lock"})
+	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: lockOwner})
 	if err != nil {
 		return catalog.Lock{}, err
 	}

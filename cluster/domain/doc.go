@@ -220,25 +220,30 @@
 // replicated state and either refuses (FAILED_PRECONDITION, naming what
 // stands in the way and what to do) or says what it would do, which is
 // all a dry run does. A call that acts is recorded at repair/<seq> before
-// it acts and completed after; a refusal is recorded too. No repair
-// touches a region record itself:
+// it acts and completed after; a refusal is recorded too, but not bad
+// input (an over-long name or reason is INVALID_ARGUMENT before anything
+// is written). A record's fields are cut to a bound, and the last 10,000
+// records are kept: each new one deletes the oldest beyond that in its
+// own write. No repair touches a region record itself:
 //
 //   - AssignRegion / UnassignRegion submit a TransitRegionState. Without
 //     override they refuse a region in transition (OPENING, CLOSING,
 //     FAILED_OPEN, a proc_id) or locked by another procedure. With
 //     override the region's own procedures (the TransitRegionState on
-//     its record or holding its lock) are bypassed, unless rolling back,
+//     its record or holding its lock) are bypassed, unless rolling back
+//     (checked at the plan and again, atomically, by the bypass itself),
 //     and the new procedure queues behind their lock: it runs after them
 //     and reads the record they left, closes the region where it may be
 //     open (on a fenced server: waits for the proof it stopped serving)
 //     and only then opens it. An override therefore never opens a region
 //     twice, whatever the bypassed procedure had sent.
-//   - RecoverServer submits a ServerCrash for each dead incarnation of
-//     the server still holding regions (the nonce shares one under way).
-//     A live server is refused unless override; then it is recorded
-//     expired first (fenced, as the lease monitor would), and its crash
-//     procedure waits for the proof that it stopped serving before moving
-//     anything.
+//   - RecoverServer submits a ServerCrash for the server's recorded
+//     incarnation if it expired (regions or not) and for each older
+//     incarnation still holding regions (the nonce shares one under way).
+//     A live incarnation is left alone unless override, the call refused
+//     if nothing else is owed; with override it is recorded expired first
+//     (fenced, as the lease monitor would), and its crash procedure waits
+//     for the proof that it stopped serving before moving anything.
 //   - CancelProcedures aborts the unfinished roots matching a filter;
 //     BypassProcedure is Executor.Bypass behind guards (a running step, a
 //     lock wait, held locks, a rollback need override; children need
@@ -250,8 +255,14 @@
 // wakes, saying "maintenance mode: dispatch paused", a rollback's close
 // fails and is retried, and the admin API refuses new submissions with
 // FAILED_PRECONDITION (a refusal that lasts until an operator acts;
-// UNAVAILABLE would invite retries). A new leader reads the key when its
-// services start, so the mode survives failovers and restarts. Repair
+// UNAVAILABLE would invite retries), except the retry of a submission
+// that got through (its nonce is known: it gets its procedure back). The
+// leader's dispatch follows the key, not the call that writes it: the
+// write does not depend on the caller staying, "on" pauses before it is
+// written, and every write, once resolved, sets dispatch from what the
+// key then says (as does a call that finds the mode already as asked).
+// A new leader reads the key when its services start, so the mode
+// survives failovers and restarts. Repair
 // calls, lock heartbeats and releases, and the master's own procedures
 // (crash recovery) go on; the latter wait at dispatch like the rest.
 //

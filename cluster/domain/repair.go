@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,6 +73,66 @@ func (r RepairRecord) catalog() catalog.Repair {
 	return catalog.Repair{Seq: r.Seq, At: r.At, Action: r.Action, Args: r.Args,
 		Caller: catalog.Caller{Name: r.Caller, Peer: r.Peer, Via: r.Via},
 		Node:   r.Node, Outcome: r.Outcome, Code: r.Code, Result: r.Result}
+}
+
+// Bounds of the repair kit's inputs and records. An over-long argument is
+// refused (INVALID_ARGUMENT) before anything is recorded; what is recorded
+// (arguments, the caller's names, the result) is cut to a bound, so a
+// record stays small whatever a client sends. The records themselves are
+// kept for the last maxRepairRecords calls.
+const (
+	// MaxRegionNameLen is the longest region name a repair call takes:
+	// a full table name (two names and ':'), a region index and a
+	// procedure id, with room to spare (see RegionName).
+	MaxRegionNameLen = 2*MaxNameLen + 64
+	// MaxReasonLen is the longest maintenance reason.
+	MaxReasonLen = 1024
+	// maxRecordValue bounds each argument and each of the caller's names
+	// in a record; maxRecordResult its result (a cancel's list of ids is
+	// cut there; the call's answer has it whole).
+	maxRecordValue  = 1024
+	maxRecordResult = 8 << 10
+	// maxRepairRecords is how many records are kept: each new record
+	// deletes, in its own write, up to repairPruneBatch of those that
+	// fall out of the window (a backlog drains over a few calls).
+	maxRepairRecords = 10000
+	repairPruneBatch = 64
+)
+
+// checkLen refuses s, argument what of call, if it is longer than max.
+func checkLen(call, what, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%w: %s: %s %.20q... is %d bytes long, longer than %d", errInvalid, call, what, s, len(s), max)
+	}
+	return nil
+}
+
+// cut bounds s to about max bytes (on a rune boundary), saying how long
+// it was.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(s))
+}
+
+// bounded is rec with every field cut to its bound: how records are
+// written, and how records written before the bounds existed are read.
+func (r RepairRecord) bounded() RepairRecord {
+	if len(r.Args) > 0 {
+		args := make(map[string]string, len(r.Args))
+		for k, v := range r.Args {
+			args[cut(k, maxRecordValue)] = cut(v, maxRecordValue)
+		}
+		r.Args = args
+	}
+	r.Action, r.Caller, r.Peer, r.Via, r.Node = cut(r.Action, maxRecordValue), cut(r.Caller, maxRecordValue), cut(r.Peer, maxRecordValue), cut(r.Via, maxRecordValue), cut(r.Node, maxRecordValue)
+	r.Code, r.Result = cut(r.Code, maxRecordValue), cut(r.Result, maxRecordResult)
+	return r
 }
 
 // refuse is a repair's refusal: FAILED_PRECONDITION, saying why.
@@ -147,8 +208,10 @@ func (s *services) repair(ctx context.Context, action string, args map[string]st
 
 // writeRepair commits rec as record seq, or as the next record if seq is
 // 0, and returns its sequence number. It outlives the caller's context:
-// an outcome must be written even when the client went away.
+// an outcome must be written even when the client went away. A new record
+// takes the oldest ones out of the window of maxRepairRecords with it.
 func (s *services) writeRepair(seq uint64, rec RepairRecord) (uint64, error) {
+	var prune []raftfsm.Mutation
 	if seq == 0 {
 		if s.repairSeq == 0 {
 			last, err := lastRepairSeq(s.reader())
@@ -159,11 +222,38 @@ func (s *services) writeRepair(seq uint64, rec RepairRecord) (uint64, error) {
 		}
 		s.repairSeq++
 		seq = s.repairSeq
+		var err error
+		if prune, err = repairsToPrune(s.reader(), seq); err != nil {
+			return 0, err
+		}
 	}
+	rec = rec.bounded()
 	rec.Seq = seq
 	ctx, cancel := context.WithTimeout(context.Background(), s.d.cfg.ApplyTimeout)
 	defer cancel()
-	return seq, s.commit(ctx, raftfsm.Put(RepairKey(seq), mustJSON(rec)))
+	return seq, s.commit(ctx, append(prune, raftfsm.Put(RepairKey(seq), mustJSON(rec)))...)
+}
+
+// repairsToPrune deletes the oldest records that record seq pushes out of
+// the window of maxRepairRecords, at most repairPruneBatch of them.
+func repairsToPrune(r reader, seq uint64) ([]raftfsm.Mutation, error) {
+	if seq <= maxRepairRecords {
+		return nil, nil
+	}
+	oldestKept := seq - maxRepairRecords + 1
+	var out []raftfsm.Mutation
+	err := r.scan(repairPrefix, func(k string, _ []byte) bool {
+		n, err := strconv.ParseUint(strings.TrimPrefix(k, repairPrefix), 10, 64)
+		switch {
+		case err != nil:
+			return true // not a record: not this code's to delete
+		case n >= oldestKept:
+			return false // keys are in sequence order
+		}
+		out = append(out, raftfsm.Del(k))
+		return len(out) < repairPruneBatch
+	})
+	return out, err
 }
 
 func lastRepairSeq(r reader) (uint64, error) {
@@ -196,7 +286,7 @@ func (d *Domain) ListRepairs(after uint64, limit int) ([]catalog.Repair, error) 
 			derr = fmt.Errorf("master: decoding %s: %w", k, derr)
 			return false
 		}
-		out = append(out, rec.catalog())
+		out = append(out, rec.bounded().catalog())
 		return limit <= 0 || len(out) < limit
 	})
 	if err == nil {
@@ -217,15 +307,17 @@ func apiCode(c codes.Code) string {
 	return b.String()
 }
 
-// callerName is how maintenance mode names who turned it on or off.
+// callerName is how maintenance mode names who turned it on or off (cut
+// as a record's names are).
 func callerName(c catalog.Caller) string {
+	name, peer := cut(c.Name, maxRecordValue), cut(c.Peer, maxRecordValue)
 	switch {
-	case c.Name != "" && c.Peer != "":
-		return c.Name + " (" + c.Peer + ")"
-	case c.Name != "":
-		return c.Name
+	case name != "" && peer != "":
+		return name + " (" + peer + ")"
+	case name != "":
+		return name
 	}
-	return c.Peer
+	return peer
 }
 
 // describeProc says what procedure id is and does: "procedure 7

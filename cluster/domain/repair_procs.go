@@ -20,6 +20,15 @@ var cancellable = []procedure.State{procedure.Initializing, procedure.Runnable, 
 // takes effect at its next step boundary) or waiting. Procedures that
 // retry until done cannot roll back and are skipped, saying so.
 func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o catalog.RepairOptions) (catalog.CancelResult, error) {
+	if err := checkLen("proc cancel", "type", f.Type, MaxNameLen); err != nil {
+		return catalog.CancelResult{}, err
+	}
+	if err := checkLen("proc cancel", "owner", f.Owner, MaxNameLen); err != nil {
+		return catalog.CancelResult{}, err
+	}
+	if err := checkLen("proc cancel", "state", f.State, MaxNameLen); err != nil {
+		return catalog.CancelResult{}, err
+	}
 	var state procedure.State
 	var states []procedure.State
 	if f.State != "" {

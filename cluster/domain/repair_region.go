@@ -28,6 +28,12 @@ func (d *Domain) regionRepair(ctx context.Context, kind, region, server string, 
 	if region == "" {
 		return catalog.RepairResult{}, fmt.Errorf("%w: region %s: no region named", errInvalid, kind)
 	}
+	if err := checkLen("region "+kind, "region name", region, MaxRegionNameLen); err != nil {
+		return catalog.RepairResult{}, err
+	}
+	if err := checkLen("region "+kind, "server", server, MaxNameLen); err != nil {
+		return catalog.RepairResult{}, err
+	}
 	svc, err := d.leaderServices()
 	if err != nil {
 		return catalog.RepairResult{}, err
@@ -63,11 +69,14 @@ func (d *Domain) regionRepair(ctx context.Context, kind, region, server string, 
 //     the new procedure waits for that lock.
 //
 // A procedure that is rolling back is never bypassed: its rollback puts
-// the region back itself. Whatever the plan, the new TransitRegionState
-// decides under the region's lock from the record it reads then: a region
-// recorded on a live server is closed there first; one recorded on a
-// fenced server waits for the proof that the server stopped serving; only
-// then is it opened. So an override can never open a region twice.
+// the region back itself. That is checked at the plan, again before the
+// act bypasses anything, and by the bypass itself (KeepRollbacks), so a
+// procedure that fails in between is not missed. Whatever the plan, the
+// new TransitRegionState decides under the region's lock from the record
+// it reads then: a region recorded on a live server is closed there
+// first; one recorded on a fenced server waits for the proof that the
+// server stopped serving; only then is it opened. So an override can
+// never open a region twice.
 func (s *services) planRegion(kind, region, server string, o catalog.RepairOptions, out *catalog.RepairResult) (repairPlan, error) {
 	r := s.reader()
 	rg, ok, err := getRegion(r, region)
@@ -179,15 +188,28 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 	summary += s.maintenanceNote()
 	out.Bypassed = owners
 	return repairPlan{summary: summary, act: func(context.Context) (string, error) {
+		// Looked at again before any is bypassed, so that one that failed
+		// since the plan stops the act before it changes anything.
+		for _, id := range owners {
+			if w, err := s.x.Why(id); err == nil && w.Reason == "rolling back" {
+				out.Bypassed = nil
+				return "", refuse("%s started rolling back: its rollback puts region %s back itself; let it finish ('baton proc wait %d')", s.describeProc(id), region, w.RootID)
+			}
+		}
 		var bypassed []uint64
 		for _, id := range owners {
 			// Force: a region procedure still waiting for its lock has
-			// done nothing yet.
-			if err := s.x.Bypass(id, procedure.BypassOptions{Force: true}); err != nil {
+			// done nothing yet. KeepRollbacks: one that failed since the
+			// plan looked is refused now, its rollback left to finish.
+			if err := s.x.Bypass(id, procedure.BypassOptions{Force: true, KeepRollbacks: true}); err != nil {
 				if info, gerr := s.x.Get(id); gerr == nil && info.State.Terminal() {
 					continue // it finished meanwhile
 				}
 				out.Bypassed = bypassed
+				if w, werr := s.x.Why(id); werr == nil && w.Reason == "rolling back" {
+					return "", refuse("%s started rolling back: its rollback puts region %s back itself; let it finish ('baton proc wait %d')%s",
+						s.describeProc(id), region, w.RootID, bypassedNote(bypassed))
+				}
 				return "", fmt.Errorf("repair: bypassing procedure %d: %w", id, err)
 			}
 			s.forget(id)
@@ -202,6 +224,19 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 		out.ProcIDs = []uint64{id}
 		return fmt.Sprintf("%s: procedure %d", summary, id), nil
 	}}, nil
+}
+
+// bypassedNote says which procedures an act that stopped midway had
+// bypassed already.
+func bypassedNote(ids []uint64) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return fmt.Sprintf(" (procedure %s bypassed already; nothing new was submitted)", strings.Join(s, ", "))
 }
 
 // regionObstacles finds what stands between a new TransitRegionState and

@@ -27,6 +27,9 @@ func (d *Domain) RecoverServer(ctx context.Context, server string, o catalog.Rep
 	if server == "" {
 		return catalog.RepairResult{}, fmt.Errorf("%w: rs recover: no server named", errInvalid)
 	}
+	if err := checkLen("rs recover", "server", server, MaxNameLen); err != nil {
+		return catalog.RepairResult{}, err
+	}
 	svc, err := d.leaderServices()
 	if err != nil {
 		return catalog.RepairResult{}, err

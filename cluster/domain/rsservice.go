@@ -90,6 +90,11 @@ func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterSe
 	if req.GetServerId() == "" || req.GetAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "master: register: server_id and address are required")
 	}
+	if n := len(req.GetServerId()); n > MaxNameLen {
+		// The repair kit takes server ids up to this long: a longer one
+		// could never be named to it.
+		return nil, status.Errorf(codes.InvalidArgument, "master: register: server_id %.20q... is %d bytes long, longer than %d", req.GetServerId(), n, MaxNameLen)
+	}
 	if n := len(req.GetRegions()); n > 0 {
 		// The regions of an earlier incarnation are reassigned as soon as
 		// the new one registers; a server still serving them would hold

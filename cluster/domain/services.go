@@ -188,9 +188,12 @@ type services struct {
 	closedTables map[uint64]bool
 
 	// maintMu guards maintEv: while maintenance mode is on, the event that
-	// procedures waiting to dispatch suspend on, woken when it goes off.
-	maintMu sync.Mutex
-	maintEv *scheduler.Event
+	// procedures waiting to dispatch suspend on, woken when it goes off;
+	// and maintWrites, the maintenance writes not resolved yet (while one
+	// is, dispatch is not synced from the state: setMaintenance).
+	maintMu     sync.Mutex
+	maintEv     *scheduler.Event
+	maintWrites int
 	// repairMu serializes repair calls (repair.go): each plans against the
 	// state the previous one left. repairSeq is the last record's sequence
 	// number, 0 until read from the state.

@@ -43,8 +43,8 @@ commands:
           (commands that start a procedure take --wait)
   repair kit: region assign|unassign [--override], rs recover, proc cancel,
           proc bypass, cluster maintenance, cluster repairs; the commands
-          that override the cluster need --yes (without it: what they would
-          do, exit 2)
+          that override the cluster or take a region offline need --yes
+          (without it: what they would do, exit 2)
   demo    run crash-proof procedures in this process, on a WAL in a fresh
           temporary directory (or --data-dir DIR); --crash-after N stops the
           process mid-way, and a run with the same --data-dir resumes exactly

@@ -6,16 +6,20 @@ package main
 // the confirmation.
 //
 // Confirmation: a command that can take work away from the cluster or
-// override its judgement needs --yes: region assign|unassign with
-// --override, rs recover, proc cancel, proc bypass and cluster
+// override its judgement needs --yes: region assign with --override,
+// region unassign, rs recover, proc cancel, proc bypass and cluster
 // maintenance on. Without it the command asks the leader for a dry run,
 // prints what it would do ("dry run: ..."; --json: the dry run's
 // document with "confirm"), says "add --yes to do it" on stderr and exits
 // 2, having done nothing; a refusal is reported as the real call's would
-// be. The commands that only do what the cluster would do by itself
-// (assign or unassign without --override, maintenance off) need no --yes.
-// Nothing is ever asked interactively, so scripts and terminals behave
-// alike.
+// be. Unassign needs it even without --override: the only region it then
+// acts on is one recorded OPEN (in transition or locked is refused,
+// closed is left alone), and closing that takes it offline for good,
+// which the cluster never does by itself; an unassign with nothing to do
+// says so in its dry run. The commands that only do what the cluster
+// would do by itself (assign without --override, maintenance off) need no
+// --yes. Nothing is ever asked interactively, so scripts and terminals
+// behave alike.
 
 import (
 	"fmt"
@@ -213,14 +217,15 @@ func (c *cli) regionAssign(args []string) int {
 }
 
 func (c *cli) regionUnassign(args []string) int {
-	e := c.command("region unassign", "REGION [--override --yes] [--wait] [--nonce N]", repairAdvice)
-	override := e.fs.Bool("override", false, "take over a region in transition or locked: its own procedure is bypassed, and a new one closes the region (needs --yes)")
+	e := c.command("region unassign", "REGION [--override] --yes [--wait] [--nonce N]", repairAdvice)
+	override := e.fs.Bool("override", false, "take over a region in transition or locked: its own procedure is bypassed, and a new one closes the region")
 	yes, wait, nonce := e.yesFlag(), e.waitFlag(), e.nonceFlag()
 	pos, code, ok := e.parse(args, 1, "REGION (as 'baton region list' names it)")
 	if !ok {
 		return code
 	}
-	return e.repair(!*override || *yes, *wait, func(cl *client.Client, dry bool) (*adminpb.RepairResponse, error) {
+	// Always confirmed: what it closes is serving (see the file comment).
+	return e.repair(*yes, *wait, func(cl *client.Client, dry bool) (*adminpb.RepairResponse, error) {
 		return cl.UnassignRegion(c.ctx, pos[0], *nonce, c.repairOptions(*override, dry))
 	})
 }

@@ -111,7 +111,7 @@ func TestRepairCommands(t *testing.T) {
 		{name: "assign open region", args: []string{"region", "assign", R}, stdout: "already OPEN on"},
 		{name: "assign override unconfirmed", args: []string{"region", "assign", R, "--override"}, code: 2, stdout: "dry run: region", stderr: "add --yes"},
 		{name: "assign unknown server", args: []string{"region", "assign", R, "--server", "rs9"}, code: 1, stderr: `region server "rs9"`},
-		{name: "unassign", args: []string{"region", "unassign", R, "--wait"}, stdout: "done: close region " + R},
+		{name: "unassign", args: []string{"region", "unassign", R, "--yes", "--wait"}, stdout: "done: close region " + R},
 		{name: "unassigned", args: []string{"region", "list", "--json"}, json: map[string]any{"regions": []any{map[string]any{"state": "CLOSED", "server": ""}}}},
 		{name: "assign", args: []string{"region", "assign", R, "--server", "rs1", "--wait", "--json"},
 			json: map[string]any{"dry_run": false, "proc_id": anID{}, "state": "SUCCESS", "record": anID{}}},
@@ -182,5 +182,31 @@ func TestRepairCommands(t *testing.T) {
 	}
 	if p, err := cl.Wait(ctxT(t), running); err != nil || p.GetState() != "SUCCESS" {
 		t.Fatalf("bypassed procedure: %v, %v", p, err)
+	}
+}
+
+// The --yes rule is that a command which can take work away from the
+// cluster acts only when confirmed. 'region unassign REGION' on a healthy
+// OPEN region takes it offline, and it stays so (the cluster never does
+// that by itself): without --yes it is a dry run, and the region stays
+// open.
+func TestRepairUnassignOfAServingRegionNeedsYes(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1})
+	cl := fc.Client()
+	create, err := cl.CreateTable(ctxT(t), "", "t1", 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.MustSucceed(create, 30*time.Second)
+	regions, err := cl.ListRegions(ctxT(t), "t1")
+	if err != nil || len(regions) != 1 {
+		t.Fatalf("regions %v, %v", regions, err)
+	}
+	env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ","), "USER": "ann"}
+	tc := cliCase{name: "unassign unconfirmed", args: []string{"region", "unassign", regions[0].GetName()}, code: 2,
+		stdout: "dry run: close region", stderr: "add --yes"}
+	tc.check(t, env)
+	if regions, err = cl.ListRegions(ctxT(t), "t1"); err != nil || len(regions) != 1 || regions[0].GetState() != "OPEN" {
+		t.Fatalf("after an unconfirmed unassign: %v, %v; want the region still OPEN", regions, err)
 	}
 }

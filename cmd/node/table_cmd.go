@@ -335,8 +335,9 @@ commands:
   assign REGION [--server S] [--override --yes] [--wait]
                                      open a closed region (repair kit); a region
                                      in transition or locked needs --override
-  unassign REGION [--override --yes] [--wait]
-                                     close a region (repair kit), the same way
+  unassign REGION [--override] --yes [--wait]
+                                     close a region (repair kit), the same way;
+                                     it takes the region offline, so it needs --yes
 ` + fmt.Sprintf(clientFlagsNote, "region")
 
 func (c *cli) region(args []string) int {

@@ -160,12 +160,14 @@ type AdminClient interface {
 	// two servers.
 	AssignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error)
 	UnassignRegion(ctx context.Context, in *RepairRegionRequest, opts ...grpc.CallOption) (*RepairResponse, error)
-	// RecoverServer submits a ServerCrash procedure for every dead
-	// incarnation of the server that still has regions recorded on it
-	// (HBCK2's scheduleRecoveries). A live server is refused unless
-	// override: its lease is then expired first, as the lease monitor would
-	// (it is fenced and told to drop its regions), and its regions move
-	// only once it has provably stopped serving them.
+	// RecoverServer submits the ServerCrash procedures the server is owed
+	// (HBCK2's scheduleRecoveries): one for its recorded incarnation if
+	// that one expired (regions or not), and one for every older
+	// incarnation that still has regions recorded on it. A live incarnation
+	// is left alone unless override, and the call refused if nothing else
+	// is owed; with override its lease is expired first, as the lease
+	// monitor would (it is fenced and told to drop its regions), and its
+	// regions move only once it has provably stopped serving them.
 	RecoverServer(ctx context.Context, in *RecoverServerRequest, opts ...grpc.CallOption) (*RepairResponse, error)
 	// CancelProcedures aborts every unfinished root procedure matching the
 	// filter (at least one of type, state, owner, older_than_ms); those that
@@ -179,10 +181,14 @@ type AdminClient interface {
 	// survives failovers and restarts). While on, the leader sends no region
 	// open or close, procedures that would wait saying so, and new
 	// submissions are refused with FAILED_PRECONDITION ("cluster in
-	// maintenance mode: ..."); repair calls and lock releases are not.
+	// maintenance mode: ..."), except the retry (same owner and nonce) of
+	// one that got through, answered with its procedure; repair calls and
+	// lock releases are not. The leader's dispatch follows the replicated
+	// state whether or not the caller waits for the answer.
 	SetMaintenance(ctx context.Context, in *SetMaintenanceRequest, opts ...grpc.CallOption) (*RepairResponse, error)
 	GetMaintenance(ctx context.Context, in *GetMaintenanceRequest, opts ...grpc.CallOption) (*Maintenance, error)
-	// ListRepairs lists the repair records, oldest first, paged.
+	// ListRepairs lists the repair records, oldest first, paged (a page
+	// also ends at 1 MiB). The last 10,000 records are kept.
 	ListRepairs(ctx context.Context, in *ListRepairsRequest, opts ...grpc.CallOption) (*ListRepairsResponse, error)
 	// Web console: what its pages read beside the calls above.
 	// ListLocks lists the leader's lock table: every lock held or waited
@@ -677,12 +683,14 @@ type AdminServer interface {
 	// two servers.
 	AssignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error)
 	UnassignRegion(context.Context, *RepairRegionRequest) (*RepairResponse, error)
-	// RecoverServer submits a ServerCrash procedure for every dead
-	// incarnation of the server that still has regions recorded on it
-	// (HBCK2's scheduleRecoveries). A live server is refused unless
-	// override: its lease is then expired first, as the lease monitor would
-	// (it is fenced and told to drop its regions), and its regions move
-	// only once it has provably stopped serving them.
+	// RecoverServer submits the ServerCrash procedures the server is owed
+	// (HBCK2's scheduleRecoveries): one for its recorded incarnation if
+	// that one expired (regions or not), and one for every older
+	// incarnation that still has regions recorded on it. A live incarnation
+	// is left alone unless override, and the call refused if nothing else
+	// is owed; with override its lease is expired first, as the lease
+	// monitor would (it is fenced and told to drop its regions), and its
+	// regions move only once it has provably stopped serving them.
 	RecoverServer(context.Context, *RecoverServerRequest) (*RepairResponse, error)
 	// CancelProcedures aborts every unfinished root procedure matching the
 	// filter (at least one of type, state, owner, older_than_ms); those that
@@ -696,10 +704,14 @@ type AdminServer interface {
 	// survives failovers and restarts). While on, the leader sends no region
 	// open or close, procedures that would wait saying so, and new
 	// submissions are refused with FAILED_PRECONDITION ("cluster in
-	// maintenance mode: ..."); repair calls and lock releases are not.
+	// maintenance mode: ..."), except the retry (same owner and nonce) of
+	// one that got through, answered with its procedure; repair calls and
+	// lock releases are not. The leader's dispatch follows the replicated
+	// state whether or not the caller waits for the answer.
 	SetMaintenance(context.Context, *SetMaintenanceRequest) (*RepairResponse, error)
 	GetMaintenance(context.Context, *GetMaintenanceRequest) (*Maintenance, error)
-	// ListRepairs lists the repair records, oldest first, paged.
+	// ListRepairs lists the repair records, oldest first, paged (a page
+	// also ends at 1 MiB). The last 10,000 records are kept.
 	ListRepairs(context.Context, *ListRepairsRequest) (*ListRepairsResponse, error)
 	// Web console: what its pages read beside the calls above.
 	// ListLocks lists the leader's lock table: every lock held or waited
