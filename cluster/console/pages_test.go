@@ -263,8 +263,15 @@ func hrefOf(body, id string) string {
 // leader holds (locks, leases) it says it cannot show.
 func TestCutOffStandbyShowsStaleState(t *testing.T) {
 	f := newFixture(t)
-	f.c.Partition(f.standby.Index())
 	ctx := context.Background()
+	// What the page should show must have reached the standby before it
+	// is cut off: the fixture waits for the leader's state, not for the
+	// standby to apply it.
+	f.c.WaitFor("the standby to apply the sleep's wait", func() bool {
+		p, err := f.standby.Admin().GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: f.sleepID, Consistency: adminpb.Consistency_STALE})
+		return err == nil && p.GetState() == client.StateWaitingTimeout
+	})
+	f.c.Partition(f.standby.Index())
 	f.c.WaitFor("the cut-off standby to know no leader", func() bool {
 		st, err := f.standby.Admin().ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
 		return err == nil && st.GetLeaderId() == ""
