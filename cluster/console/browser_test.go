@@ -251,6 +251,10 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.done("regions")
 
+	// The repair kit, in the browser: each action shows the leader's dry
+	// run before asking to confirm.
+	b.repairs(f, leader)
+
 	// A standby shows what the leader holds, and says whose it is.
 	standby := "http://" + f.standby.HTTPAddr()
 	b.visit(standby+"/", "standby-overview")
@@ -278,4 +282,107 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.done("leader-from-stale")
 	t.Logf("cluster and browser checks took %v", time.Since(started).Round(time.Millisecond))
+}
+
+// repairs drives the repair kit's pages: the guarded bypass (refused, then
+// asked again with recursive, then confirmed), a refused region assign and
+// server recovery, a cancel by filter, maintenance mode on (its banner on
+// another page) and off, and the repairs page listing what was done.
+func (b *browser) repairs(f *fixture, leader string) {
+	t := b.t
+	t.Helper()
+	ctx := context.Background()
+	fan := fmt.Sprint(f.fanoutID)
+
+	b.visit(leader+"/ui/procedures/"+fan, "bypass-start")
+	b.run("ask for the bypass", chromedp.Click(chromedp.CSS("#bypass-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run-refusal")))
+	if r := b.text("#dry-run-reason"); !strings.Contains(r, "unfinished children") {
+		t.Fatalf("bypass without recursive: refusal %q", r)
+	}
+	if n := b.count("#confirm-form"); n != 0 {
+		t.Fatal("a refused bypass offers to confirm")
+	}
+	b.done("bypass-refused")
+	b.run("ask again with recursive", chromedp.Click(chromedp.CSS("#opt-recursive")), chromedp.Click(chromedp.CSS("#dry-run-button")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	if s := b.text("#dry-run-summary"); !strings.Contains(s, "bypass procedure "+fan) || !strings.Contains(s, "3 unfinished descendants") {
+		t.Fatalf("bypass dry run: %q", s)
+	}
+	b.done("bypass-confirm")
+	if p, err := f.cl.Get(ctx, f.fanoutID); err != nil || client.Terminal(p.GetState()) {
+		t.Fatalf("the dry run bypassed already: %v %v", p.GetState(), err)
+	}
+	b.run("confirm the bypass", chromedp.Click(chromedp.CSS("#confirm-box")), chromedp.Click(chromedp.CSS("#confirm-button")),
+		chromedp.WaitVisible(chromedp.CSS("#repair-flash")))
+	if s := b.text("#repair-flash"); !strings.Contains(s, "proc bypass: done") {
+		t.Fatalf("after the bypass: %q", s)
+	}
+	b.done("bypassed")
+	if p, err := f.cl.Wait(ctx, f.fanoutID); err != nil || p.GetState() != client.StateSuccess {
+		t.Fatalf("after the console's bypass: %v %v, want SUCCESS", p.GetState(), err)
+	}
+
+	// A region of t1, locked by alice: the leader refuses, saying so.
+	b.visit(leader+"/ui/regions?table=default:t1", "regions-with-actions")
+	b.run("ask to assign a region", chromedp.Click(chromedp.CSS("a.assign-link")), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
+	if r := b.text("#dry-run-reason"); !strings.Contains(r, "is locked by procedure "+fmt.Sprint(f.lockID)) {
+		t.Fatalf("assign of a locked region: refusal %q", r)
+	}
+	b.done("region-assign-confirm")
+	b.visit(leader+"/ui/servers/rs1", "server-with-actions")
+	b.run("ask to recover rs1", chromedp.Click(chromedp.CSS("#recover-button")), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
+	if r := b.text("#dry-run-reason"); !strings.Contains(r, "is live") {
+		t.Fatalf("recovery of a live server: refusal %q", r)
+	}
+	b.done("server-recover-confirm")
+
+	// Cancel what a filter lists.
+	id, err := f.cl.Submit(ctx, "sleep", map[string]string{"steps": "3", "delay": "1h"}, "", "to-cancel", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.visit(leader+"/ui/procedures?owner=to-cancel", "procedures-filtered")
+	b.run("ask to cancel the matching", chromedp.Click(chromedp.CSS("#cancel-matching")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	if n := b.count(fmt.Sprintf(`tr.would-cancel[data-id="%d"]`, id)); n != 1 {
+		t.Fatalf("cancel dry run: the sleep listed %d times", n)
+	}
+	b.done("cancel-confirm")
+	b.run("confirm the cancel", chromedp.Click(chromedp.CSS("#confirm-box")), chromedp.Click(chromedp.CSS("#confirm-button")),
+		chromedp.WaitVisible(chromedp.CSS("#repair-flash")))
+	b.done("cancelled")
+	if p, err := f.cl.Wait(ctx, id); err != nil || p.GetState() != client.StateRolledBack {
+		t.Fatalf("after the console's cancel: %v %v, want ROLLEDBACK", p.GetState(), err)
+	}
+
+	// Maintenance mode on, with a reason typed in the confirmation; its
+	// banner on another page; off.
+	const reason = "replacing rs2's disk"
+	b.visit(leader+"/", "overview-maintenance-off")
+	b.run("ask to turn maintenance mode on", chromedp.Click(chromedp.CSS("#maintenance-on")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	b.run("give a reason", chromedp.SendKeys(chromedp.CSS("#opt-reason"), reason))
+	b.done("maintenance-confirm")
+	b.run("confirm maintenance on", chromedp.Click(chromedp.CSS("#confirm-box")), chromedp.Click(chromedp.CSS("#confirm-button")),
+		chromedp.WaitVisible(chromedp.CSS("#maintenance-banner")))
+	b.done("maintenance-on")
+	if m, err := f.cl.GetMaintenance(ctx); err != nil || !m.GetOn() || m.GetReason() != reason {
+		t.Fatalf("maintenance after the console turned it on: %v %v", m, err)
+	}
+	b.visit(leader+"/ui/locks", "maintenance-banner")
+	if s := b.text("#maintenance-banner"); !strings.Contains(s, reason) || !strings.Contains(s, "console@"+f.leader.ID) {
+		t.Fatalf("the banner on the locks page: %q", s)
+	}
+	b.visit(leader+"/", "overview-maintenance-on")
+	b.run("ask to turn maintenance mode off", chromedp.Click(chromedp.CSS("#maintenance-off")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	b.run("confirm maintenance off", chromedp.Click(chromedp.CSS("#confirm-box")), chromedp.Click(chromedp.CSS("#confirm-button")),
+		chromedp.WaitVisible(chromedp.CSS("#maintenance-on")))
+	if n := b.count("#maintenance-banner"); n != 0 {
+		t.Fatal("the maintenance banner outlives maintenance mode")
+	}
+	b.done("maintenance-off")
+
+	b.run("open the repairs", chromedp.Click(chromedp.CSS("#nav-repairs")), chromedp.WaitVisible(chromedp.CSS("#repairs-table")))
+	if n := b.count("tr.repair"); n != 4 {
+		t.Fatalf("repairs page: %d records, want the bypass, the cancel, maintenance on and off", n)
+	}
+	b.done("repairs")
 }

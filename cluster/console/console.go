@@ -64,6 +64,8 @@ type Console struct {
 	// actions follow the leader: an abort retried after a leader change
 	// lands on the new one.
 	actions *client.Client
+	// sameOrigin guards every action's POST.
+	sameOrigin *http.CrossOriginProtection
 
 	closeOnce sync.Once
 }
@@ -104,7 +106,8 @@ func New(cfg Config) (*Console, error) {
 		cc.Close()
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger.Named("console"), tmpl: tmpl, self: adminpb.NewAdminClient(cc), cc: cc, actions: actions}
+	c := &Console{cfg: cfg, log: cfg.Logger.Named("console"), tmpl: tmpl, self: adminpb.NewAdminClient(cc), cc: cc, actions: actions,
+		sameOrigin: http.NewCrossOriginProtection()}
 	c.routes()
 	return c, nil
 }

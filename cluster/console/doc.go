@@ -15,6 +15,18 @@
 //	/ui/locks                  the lock table and who blocks whom
 //	/ui/servers[/{id}]         region servers and their leases
 //	/ui/tables, /ui/regions    tables, and regions by table, state, server
+//	/ui/repairs                the repair records, newest or paged from the
+//	                           first
+//
+// and the repair kit's actions, each a confirmation page (GET, with the
+// leader's dry run) and the call (POST, with confirm=yes):
+//
+//	/ui/procedures/{id}/bypass      the guarded bypass (override, recursive)
+//	/ui/procedures/cancel           cancel by the procedures page's filters
+//	/ui/regions/{region}/assign     assign (server, override)
+//	/ui/regions/{region}/unassign   unassign (override)
+//	/ui/servers/{id}/recover        schedule a server's recovery (override)
+//	/ui/maintenance                 maintenance mode on (reason) or off
 //
 // Pages are html/template documents embedded in the binary, with a small
 // style sheet and no script: they read without JavaScript, and those that
@@ -37,9 +49,21 @@
 //
 // # Actions
 //
-// A page never changes anything on GET. An action (abort) is a POST from a
-// confirmation page whose form carries confirm=yes; a POST without it
-// shows the confirmation again. Actions go through the leader-following
-// client (cluster/client), so an abort lands on the leader even while
-// leadership moves.
+// A page never changes anything on GET. An action (abort, a repair) is a
+// POST from a confirmation page whose form carries confirm=yes; a POST
+// without it shows the confirmation again, and a POST from another site is
+// refused (http.CrossOriginProtection). Actions go through the
+// leader-following client (cluster/client), so an abort lands on the
+// leader even while leadership moves.
+//
+// A repair's confirmation page first asks the leader for a dry run with
+// the options in its query and shows the answer: what would be done, or
+// the refusal and its reason (and then nothing to confirm). Its form posts
+// the options of that dry run, so what is confirmed is what was shown;
+// changing an option is a new dry run. A repair is recorded by the leader
+// in the name "console@<node> (browser <address>)": the node records the
+// address its call came from, which is the console's, so the browser's is
+// in the name. The page the repair leads to reads its record back and says
+// what was done. While maintenance mode is on, every page says so in a
+// banner (since when, by whom, why), from the node's replicated state.
 package console

@@ -30,6 +30,8 @@ type overviewPage struct {
 	ByState    []count
 	StatsError string
 	StuckAfter string
+	// MaintenanceOn: the overview offers to turn it off, else on.
+	MaintenanceOn bool
 }
 
 type alert struct {
@@ -59,7 +61,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, nil, "Overview", err)
 		return
 	}
-	p := overviewPage{Self: rd.node, StuckAfter: fmtDur(c.cfg.StuckAfter)}
+	p := overviewPage{Self: rd.node, StuckAfter: fmtDur(c.cfg.StuckAfter), MaintenanceOn: rd.node.GetMaintenance().GetOn()}
 
 	// The members as this node sees them: its own view, never forwarded.
 	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)

@@ -213,7 +213,8 @@ func TestRefresh(t *testing.T) {
 	t.Cleanup(func() { con.Close() })
 	srv := httptest.NewServer(con)
 	t.Cleanup(srv.Close)
-	for path, refresh := range map[string]bool{"/": true, "/ui/locks": true, "/ui/servers": true, "/ui/procedures": false, "/ui/regions": true} {
+	for path, refresh := range map[string]bool{"/": true, "/ui/locks": true, "/ui/servers": true, "/ui/procedures": false, "/ui/regions": true,
+		"/ui/repairs": true, "/ui/maintenance?on=1": false} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -263,8 +264,15 @@ func hrefOf(body, id string) string {
 // leader holds (locks, leases) it says it cannot show.
 func TestCutOffStandbyShowsStaleState(t *testing.T) {
 	f := newFixture(t)
-	f.c.Partition(f.standby.Index())
 	ctx := context.Background()
+	// What the page should show must have reached the standby before it
+	// is cut off: the fixture waits for the leader's state, not for the
+	// standby to apply it.
+	f.c.WaitFor("the standby to apply the sleep's wait", func() bool {
+		p, err := f.standby.Admin().GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: f.sleepID, Consistency: adminpb.Consistency_STALE})
+		return err == nil && p.GetState() == client.StateWaitingTimeout
+	})
+	f.c.Partition(f.standby.Index())
 	f.c.WaitFor("the cut-off standby to know no leader", func() bool {
 		st, err := f.standby.Admin().ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
 		return err == nil && st.GetLeaderId() == ""
@@ -287,6 +295,22 @@ func TestCutOffStandbyShowsStaleState(t *testing.T) {
 		if path != "/ui/locks" {
 			mustContain(t, path, body, "read from "+f.standby.ID+" at applied index")
 		}
+	}
+	// It offers no repair: only the leader repairs. Nothing is asked of
+	// the leader, nor waited for.
+	bypass := fmt.Sprintf("/ui/procedures/%d/bypass", f.sleepID)
+	code, body := get(t, f.standby, bypass)
+	mustContain(t, bypass, body, `id="stale-banner"`, `id="dry-run-code">UNAVAILABLE<`, "only the leader repairs, and no leader answers "+f.standby.ID)
+	if code != http.StatusOK || strings.Contains(body, `id="confirm-form"`) {
+		t.Fatalf("a repair on the cut-off standby: %d, or a confirmation offered", code)
+	}
+	resp, err := http.PostForm("http://"+f.standby.HTTPAddr()+bypass, url.Values{"confirm": {"yes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a confirmed repair on the cut-off standby: %d, want 503", resp.StatusCode)
 	}
 	// Healed, it shows the leader's state again.
 	f.c.Heal(f.standby.Index())

@@ -29,6 +29,9 @@ type proceduresPage struct {
 	NextURL, FirstURL string
 	ListError         string
 	PageSize          int
+	// CancelURL asks to cancel what the filters select (when they
+	// select anything less than everything).
+	CancelURL string
 }
 
 // parseWhen reads a time bound: RFC 3339, a datetime-local value
@@ -110,6 +113,7 @@ func (c *Console) procedures(w http.ResponseWriter, r *http.Request) {
 	if q.Get("page") != "" {
 		p.FirstURL = listURL(q, "")
 	}
+	p.CancelURL = cancelURL(p)
 	p.base = c.base(rd, "Procedures", "procedures", false)
 	p.Errors = errs
 	c.render(w, code, "procedures", p)
@@ -130,4 +134,19 @@ func listURL(q url.Values, page string) string {
 		return "/ui/procedures"
 	}
 	return "/ui/procedures?" + v.Encode()
+}
+
+// cancelURL is the confirmation page of cancelling what the page's
+// filters select, "" without a filter (cancelling everything is not one).
+func cancelURL(p proceduresPage) string {
+	v := url.Values{}
+	for k, s := range map[string]string{"type": p.Type, "state": p.State, "owner": p.Owner, "before": p.Before, "after": p.After} {
+		if s = strings.TrimSpace(s); s != "" {
+			v.Set(k, s)
+		}
+	}
+	if len(v) == 0 {
+		return ""
+	}
+	return "/ui/procedures/cancel?" + v.Encode()
 }

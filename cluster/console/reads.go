@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -24,6 +25,9 @@ type reads struct {
 	served *adminpb.ReadInfo
 	stale  bool
 	why    string
+	// record is the repair record the page is asked to report (a repair
+	// from the console led to it), 0 if none.
+	record uint64
 }
 
 // newReads reads this node's status; without it there is no page.
@@ -35,6 +39,9 @@ func (c *Console) newReads(r *http.Request) (*reads, error) {
 		return nil, err
 	}
 	rd := &reads{c: c, ctx: r.Context(), node: st}
+	if seq, err := strconv.ParseUint(r.URL.Query().Get("record"), 10, 64); err == nil {
+		rd.record = seq
+	}
 	if st.GetLeaderId() == "" {
 		// Asking would only wait for the answer no one gives.
 		rd.goStale("no leader is known to " + st.GetNodeId())

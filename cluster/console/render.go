@@ -81,6 +81,11 @@ type base struct {
 	Refresh int // seconds; 0: the page does not reload itself
 	Flash   string
 	Errors  []string
+	// Maintenance is maintenance mode while it is on (a banner on every
+	// page), as this node's replicated state holds it.
+	Maintenance *adminpb.Maintenance
+	// Repair is the record of the repair that led to this page.
+	Repair *repairRow
 }
 
 // header names the node serving the page and its role.
@@ -107,6 +112,12 @@ func (c *Console) base(rd *reads, title, nav string, refresh bool) base {
 		h.ServedBy, h.AppliedIndex, h.Consistency = s.GetServedBy(), s.GetAppliedIndex(), strings.ToLower(s.GetConsistency().String())
 	}
 	b := base{Title: title, Nav: nav, Header: h, Stale: rd.banner()}
+	if m := n.GetMaintenance(); m.GetOn() {
+		b.Maintenance = m
+	}
+	if rd.record > 0 {
+		b.Repair = rd.recordFlash(rd.record)
+	}
 	if refresh && c.cfg.Refresh > 0 {
 		b.Refresh = max(int(c.cfg.Refresh.Round(time.Second)/time.Second), 1)
 	}
@@ -114,19 +125,22 @@ func (c *Console) base(rd *reads, title, nav string, refresh bool) base {
 }
 
 var funcs = template.FuncMap{
-	"ms":         fmtUnixMs,
-	"time":       fmtTime,
-	"age":        ageOfUnixMs,
-	"dur":        func(ms int64) string { return fmtDur(time.Duration(ms) * time.Millisecond) },
-	"bytes":      fmtBytes,
-	"bytesU":     func(n uint64) string { return fmtBytes(int64(min(n, 1<<62))) },
-	"inc":        func(i int) int { return i + 1 },
-	"badge":      badge,
-	"procURL":    func(id uint64) string { return fmt.Sprintf("/ui/procedures/%d", id) },
-	"serverURL":  serverURL,
-	"regionsURL": func(key, value string) string { return "/ui/regions?" + url.Values{key: {value}}.Encode() },
-	"data":       fmtData,
-	"lower":      strings.ToLower,
+	"ms":              fmtUnixMs,
+	"time":            fmtTime,
+	"age":             ageOfUnixMs,
+	"dur":             func(ms int64) string { return fmtDur(time.Duration(ms) * time.Millisecond) },
+	"bytes":           fmtBytes,
+	"bytesU":          func(n uint64) string { return fmtBytes(int64(min(n, 1<<62))) },
+	"inc":             func(i int) int { return i + 1 },
+	"badge":           badge,
+	"procURL":         func(id uint64) string { return fmt.Sprintf("/ui/procedures/%d", id) },
+	"repairURL":       repairURL,
+	"regionActionURL": regionActionURL,
+	"serverURL":       serverURL,
+	"regionsURL":      func(key, value string) string { return "/ui/regions?" + url.Values{key: {value}}.Encode() },
+	"data":            fmtData,
+	"lower":           strings.ToLower,
+	"capital":         capital,
 }
 
 const timeLayout = "2006-01-02 15:04:05.000 UTC"

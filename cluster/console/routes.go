@@ -19,11 +19,16 @@ func (c *Console) routes() {
 	mux.HandleFunc("GET /ui/procedures/{id}/abort", c.abortConfirm)
 	// Actions are POSTs from the console's own pages: a form posted from
 	// another site is refused, whatever cookies or networks it rides on.
-	mux.Handle("POST /ui/procedures/{id}/abort", http.NewCrossOriginProtection().Handler(http.HandlerFunc(c.abort)))
-	// BYPASS: the repair kit's guarded bypass belongs here, as
-	// "GET /ui/procedures/{id}/bypass" (its confirmation page) and
-	// "POST /ui/procedures/{id}/bypass" (confirm=yes, through
-	// http.NewCrossOriginProtection), built as abort is (actions.go).
+	mux.Handle("POST /ui/procedures/{id}/abort", c.sameOrigin.Handler(http.HandlerFunc(c.abort)))
+	// The repair kit: GET is the confirmation with the leader's dry run,
+	// POST (same-origin, confirm=yes) the call (repair.go).
+	c.handleRepair(mux, "/ui/procedures/{id}/bypass", "procedures", c.bypassAction)
+	c.handleRepair(mux, "/ui/procedures/cancel", "procedures", c.cancelAction)
+	c.handleRepair(mux, "/ui/regions/{region}/assign", "regions", c.regionAction(true))
+	c.handleRepair(mux, "/ui/regions/{region}/unassign", "regions", c.regionAction(false))
+	c.handleRepair(mux, "/ui/servers/{id}/recover", "servers", c.recoverAction)
+	c.handleRepair(mux, "/ui/maintenance", "overview", c.maintenanceAction)
+	mux.HandleFunc("GET /ui/repairs", c.repairs)
 	mux.HandleFunc("GET /ui/locks", c.locks)
 	mux.HandleFunc("GET /ui/servers", c.servers)
 	mux.HandleFunc("GET /ui/servers/{id}", c.server)
