@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -33,9 +36,14 @@ const benchSteps = 10
 // runProcs submits n 10-step procedures from `clients` goroutines and waits
 // for all of them; it returns the elapsed time.
 func runProcs(b *testing.B, st store.Store, workers, clients, n int) time.Duration {
+	return runProcsTraced(b, st, workers, clients, n, nil)
+}
+
+// runProcsTraced is runProcs with the executor's Config.Tracer set.
+func runProcsTraced(b *testing.B, st store.Store, workers, clients, n int, tracer trace.Tracer) time.Duration {
 	reg := procedure.NewRegistry()
 	reg.MustRegister("noop", 1, func() procedure.Procedure { return &noop{} })
-	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers})
+	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers, Tracer: tracer})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,5 +143,57 @@ func BenchmarkExecutor(b *testing.B) {
 			st := w.Stats()
 			b.ReportMetric(st.RecordsPerSync(), "records/fsync")
 		})
+	}
+}
+
+// discardExporter receives finished spans and drops them: the cost of
+// exporting is the exporter's (and another process's), not the step's.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkStepTracing runs the same 10-step no-op procedures (the step
+// path with nothing else to do, where tracing weighs most) with tracing
+// off (no Config.Tracer) and on (the SDK sampling every span, through the
+// batch span processor that production uses, to an exporter that drops
+// them), and reports the throughput of both and on/off as a ratio. The b.N
+// procedures of each mode run in four rounds, off and on alternating, so
+// that a machine whose speed drifts (other load, the disk) weighs on both
+// alike. It runs on the WAL (every step an append, group committed, as on
+// a master's FSM) and on the in-memory store (no I/O: the worst case for
+// the ratio, where a span costs as much as a step).
+func BenchmarkStepTracing(b *testing.B) {
+	const rounds = 4
+	for _, st := range []string{"wal", "mem"} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("store=%s/clients=%d", st, clients), func(b *testing.B) {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+				defer tp.Shutdown(context.Background())
+				run := func(n int, tracer trace.Tracer) time.Duration {
+					if st == "mem" {
+						return runProcsTraced(b, store.NewMemStore(), 16, clients, n, tracer)
+					}
+					w := openWAL(b, false)
+					defer w.Close()
+					return runProcsTraced(b, w, 16, clients, n, tracer)
+				}
+				var off, on time.Duration
+				for r := 0; r < rounds; r++ {
+					n := b.N / rounds
+					if r == 0 {
+						n += b.N % rounds
+					}
+					if n == 0 {
+						continue
+					}
+					off += run(n, nil)
+					on += run(n, tp.Tracer("bench"))
+				}
+				b.ReportMetric(float64(b.N*benchSteps)/off.Seconds(), "steps/s_off")
+				b.ReportMetric(float64(b.N*benchSteps)/on.Seconds(), "steps/s_on")
+				b.ReportMetric(off.Seconds()/on.Seconds(), "x_on/off")
+			})
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
@@ -36,6 +38,12 @@ type entry struct {
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress
 	runs                  []Run
+	// traceCtx is the span context of the procedure's first span,
+	// persisted with it (record.trace): the spans any later
+	// executor makes for it hang under it, so one procedure tree stays one
+	// trace across failovers. Invalid if tracing was off when it was
+	// created.
+	traceCtx trace.SpanContext
 
 	// runtime only
 	waitNote      string // the Because of the current suspension
@@ -56,6 +64,14 @@ type entry struct {
 	timer         clock.Timer
 	deadlineTimer clock.Timer
 	waitGen       uint64
+	// span is the procedure's span on this executor, nil until its first
+	// step here (or with tracing off); ended when it finishes or the
+	// executor stops.
+	span trace.Span
+	// lockWaitSince is when the procedure was first parked behind a lock
+	// in its current wait (zero when it is not waiting for one): the wait
+	// it ends is observed in the lock wait histogram.
+	lockWaitSince time.Time
 }
 
 func (e *entry) isRoot() bool { return e.parent == 0 }

@@ -3,7 +3,10 @@ package procedure
 import (
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/internal/tracectx"
 )
 
 // record is the persisted form of a procedure: the framework's fields plus
@@ -43,6 +46,10 @@ type record struct {
 	// runs says which node made which of the record's persisted writes
 	// (see Run); the last run's Last counts them.
 	runs []Run
+	// trace is the span context of the procedure's first span (see
+	// entry.traceCtx), persisted as a W3C traceparent's fields in binary
+	// (tracectx.AppendBinary); invalid with tracing off.
+	trace trace.SpanContext
 }
 
 const (
@@ -78,6 +85,12 @@ const (
 	fSpins
 	fErrorCode
 	fRuns
+)
+
+// Fields added later take numbers from 110 on, so that branches adding
+// fields at the same time cannot collide.
+const (
+	fTrace protowire.Number = 110
 )
 
 func (r *record) marshal() []byte {
@@ -141,6 +154,10 @@ func (r *record) marshal() []byte {
 	i(fSMNext, int64(r.smNext))
 	ints(fSMHistory, r.smHistory)
 	i(fSpins, int64(r.spins))
+	if r.trace.IsValid() {
+		var tb [tracectx.BinaryLen]byte
+		str(fTrace, tracectx.AppendBinary(tb[:0], r.trace))
+	}
 	for _, run := range r.runs {
 		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
 		b = protowire.AppendBytes(b, marshalRun(run))
@@ -252,6 +269,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.errMsg = string(v)
 	case fErrorCode:
 		r.errCode = string(v)
+	case fTrace:
+		r.trace = tracectx.ParseBinary(v)
 	case fResult:
 		r.result = append([]byte(nil), v...)
 	case fData:
