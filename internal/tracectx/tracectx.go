@@ -44,6 +44,36 @@ func Format(sc trace.SpanContext) string {
 	return string(b[:])
 }
 
+// Ref names a span by its ids, without its trace state: unlike
+// trace.SpanContext it is comparable, so it can sit in a value that is
+// compared (dispatch.Op). The zero Ref names no span.
+type Ref struct {
+	TraceID trace.TraceID
+	SpanID  trace.SpanID
+	Flags   trace.TraceFlags
+}
+
+// RefOf returns the Ref of ctx's span (zero if it has none).
+func RefOf(ctx context.Context) Ref {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return Ref{}
+	}
+	return Ref{TraceID: sc.TraceID(), SpanID: sc.SpanID(), Flags: sc.TraceFlags()}
+}
+
+// IsValid reports whether r names a span.
+func (r Ref) IsValid() bool { return r.TraceID.IsValid() && r.SpanID.IsValid() }
+
+// SpanContext returns the span context r names, marked remote (its span
+// may have ended).
+func (r Ref) SpanContext() trace.SpanContext {
+	if !r.IsValid() {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.TraceID, SpanID: r.SpanID, TraceFlags: r.Flags, Remote: true})
+}
+
 // BinaryLen is the length of AppendBinary's encoding.
 const BinaryLen = 16 + 8 + 1
 
