@@ -317,6 +317,17 @@ func (f *FSM) setWALErr(err error) {
 		"dir", f.cfg.Dir, "error", err)
 }
 
+// WALStats returns the local WAL's counters, and false in memory-only
+// mode. A snapshot restore opens a new WAL generation, whose counters start
+// again from zero.
+func (f *FSM) WALStats() (store.WALStats, bool) {
+	w := f.walPub.Load()
+	if w == nil {
+		return store.WALStats{}, false
+	}
+	return w.Stats(), true
+}
+
 // FSMStats are counters of an FSM since it was opened.
 type FSMStats struct {
 	Applied    uint64 // command entries applied
