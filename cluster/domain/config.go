@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/dispatch"
@@ -77,6 +79,15 @@ type Config struct {
 	// bound holds while the server's clock runs at most 16% slower than
 	// the leader's.
 	FenceMargin time.Duration
+	// Metrics, when set, registers the domain's collectors for as long as
+	// the domain lives (baton_leases, baton_regions, baton_tables,
+	// baton_region_servers: reported by the leader only) and is each term's
+	// dispatcher's dispatch.Config.Metrics.
+	Metrics prometheus.Registerer
+	// TracerProvider, when set, traces each term's dispatcher calls
+	// (dispatch.Config.Tracer) and the region servers' transition reports
+	// the Master service receives. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 	// FailPoint, if set, is consulted at named points of the procedures
 	// ("create.layout", "create.enable", "enable.enable", "crash.assign",
 	// "region.open"); a non-nil error
