@@ -179,14 +179,16 @@ func (x *Executor) collectLive(c *liveCollector, ch chan<- prometheus.Metric) {
 		}
 	}
 	x.unlock()
+	types := map[string]bool{}
 	for k, n := range byState {
 		ch <- prometheus.MustNewConstMetric(c.procs, prometheus.GaugeValue, float64(n), k.typ, k.state.String())
+		types[k.typ] = true
 	}
-	for typ, n := range stuck {
-		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(n), typ)
-	}
-	for typ, n := range waiting {
-		ch <- prometheus.MustNewConstMetric(c.lockWaiting, prometheus.GaugeValue, float64(n), typ)
+	// Zeros too, for every type held: an alert on "> 0" and a graph both
+	// see the series before anything is stuck.
+	for typ := range types {
+		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck[typ]), typ)
+		ch <- prometheus.MustNewConstMetric(c.lockWaiting, prometheus.GaugeValue, float64(waiting[typ]), typ)
 	}
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
 }

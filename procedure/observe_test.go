@@ -103,8 +103,8 @@ func TestLiveMetrics(t *testing.T) {
 	if v := value("baton_procedures", map[string]string{"type": "locked", "state": "RUNNABLE"}); v != 1 {
 		t.Errorf("procedures RUNNABLE %v, want 1 (the parked one)", v)
 	}
-	if _, ok := metricValue(t, reg, "baton_procedures_stuck", map[string]string{"type": "locked"}); ok {
-		t.Error("procedures counted stuck before the threshold passed")
+	if v, ok := metricValue(t, reg, "baton_procedures_stuck", map[string]string{"type": "locked"}); !ok || v != 0 {
+		t.Errorf("stuck %v (reported %v) before the threshold passed, want a 0", v, ok)
 	}
 
 	// Past the threshold, both count as stuck: neither moved.
@@ -119,8 +119,8 @@ func TestLiveMetrics(t *testing.T) {
 		t.Fatalf("waiter %s", info.State)
 	}
 	waitValue("baton_procedure_lock_wait_duration_seconds", map[string]string{"type": "locked"}, 1)
-	if _, ok := metricValue(t, reg, "baton_procedures_lock_waiting", map[string]string{"type": "locked"}); ok {
-		t.Error("a lock waiter is still reported after the wait ended")
+	if v := value("baton_procedures_lock_waiting", map[string]string{"type": "locked"}); v != 0 {
+		t.Errorf("%v lock waiters reported after the wait ended", v)
 	}
 	if v := value("baton_procedure_step_duration_seconds", map[string]string{"type": "locked"}); v < 3 {
 		t.Errorf("step duration observations %v, want >= 3 (holder twice, waiter once)", v)
