@@ -3,11 +3,15 @@ package admin_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // Metric families the issue asks for, by who serves them. Those of the
@@ -54,7 +59,7 @@ var (
 		"baton_regionserver_regions", "baton_regionserver_region_operations_total", "baton_regionserver_heartbeats_total",
 		"baton_regionserver_registrations_total", "baton_regionserver_heartbeat_age_seconds", "baton_regionserver_registered",
 		"baton_regionserver_highest_term", "baton_regionserver_self_fences_total", "baton_regionserver_self_closed_regions_total",
-		"baton_regionserver_transition_reports_total",
+		"baton_regionserver_transition_reports_total", "baton_regionserver_refused_batches_total",
 	}
 )
 
@@ -165,6 +170,10 @@ func observedCluster(t *testing.T) *clustertest.Cluster {
 	c.WaitFor("a heartbeat of rs1 renewed its lease", func() bool {
 		return value(t, rs.Metrics(), "baton_regionserver_heartbeats_total", map[string]string{"result": "ok"}) > 0
 	})
+	// A batch of a deposed master (term 0): refused by fencing, counted.
+	if _, err := rs.ExecuteBatch(ctxT(t), &rspb.BatchRequest{Term: 0, MasterId: "deposed", StartCode: rs.StartCode()}); err == nil {
+		t.Fatal("rs1 admitted a batch of term 0")
+	}
 	return c
 }
 
@@ -227,11 +236,62 @@ func TestMetricFamilies(t *testing.T) {
 		}
 	}
 	rs1 := c.RegionServer("rs1")
+	checkDashboard(t, leader.Metrics(), rs1.Metrics())
 	if v := value(t, rs1.Metrics(), "baton_regionserver_self_closed_regions_total", map[string]string{"reason": "closed_by_server"}); v != 1 {
 		t.Errorf("rs1 self-closed regions %v, want 1", v)
 	}
 	if v := value(t, rs1.Metrics(), "baton_regionserver_registered", nil); v != 1 {
 		t.Errorf("rs1 registered = %v, want 1", v)
+	}
+}
+
+// checkDashboard: every metric the Grafana dashboard (docker/grafana)
+// queries is one the cluster serves, so that a renamed metric cannot leave
+// an empty panel behind. baton_procedure_failed_total shows only after a
+// failure, which this cluster did not have.
+func checkDashboard(t *testing.T, gs ...prometheus.Gatherer) {
+	t.Helper()
+	have := map[string]bool{"baton_procedure_failed_total": true}
+	for _, g := range gs {
+		for name := range families(t, g) {
+			have[name] = true
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docker", "grafana", "baton-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	name := regexp.MustCompile(`baton_[a-z0-9_]+`)
+	queried := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				queried++
+				base := m
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(m, suffix); ok && have[b] {
+						base = b
+					}
+				}
+				if !have[base] {
+					t.Errorf("dashboard panel %q queries %s, which the cluster does not serve", p.Title, m)
+				}
+			}
+		}
+	}
+	if queried < 50 {
+		t.Errorf("the dashboard queries %d metrics: is it the right file?", queried)
 	}
 }
 
