@@ -68,6 +68,9 @@ type entry struct {
 	// step here (or with tracing off); ended when it finishes or the
 	// executor stops.
 	span trace.Span
+	// stepObs are its type's step series, looked up at its first step
+	// rather than at every one (stepMetrics).
+	stepObs *stepSeries
 	// lockWaitSince is when the procedure was first parked behind a lock
 	// in its current wait (zero when it is not waiting for one): the wait
 	// it ends is observed in the lock wait histogram.

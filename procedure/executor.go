@@ -560,7 +560,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		ctx.Context, span = x.stepSpan(e, procSpan, e.ti.stepSpan, repeats)
 	}
 	defer func() {
-		x.metrics.stepDuration.WithLabelValues(e.ti.name).Observe(time.Since(began).Seconds())
+		e.stepMetrics(x.metrics).duration.Observe(time.Since(began).Seconds())
 		if span != nil {
 			endStepSpan(span, outcomeOf(st, err), err)
 		}
@@ -591,7 +591,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 	}()
 	w.stepStart.Store(0)
-	x.metrics.steps.WithLabelValues(e.ti.name).Inc()
+	e.stepMetrics(x.metrics).steps.Inc()
 
 	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The step gave up because we are stopping: that is not a failure.

@@ -107,6 +107,25 @@ func adopt[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) 
 	return c
 }
 
+// stepSeries are the series a step of one type updates.
+type stepSeries struct {
+	steps    prometheus.Counter
+	duration prometheus.Observer
+}
+
+// stepMetrics returns e's step series, found in m's vectors once: a label
+// lookup hashes the type's name, which every step would pay. Called by
+// the goroutine that holds e's claim.
+func (e *entry) stepMetrics(m *metrics) *stepSeries {
+	if e.stepObs == nil {
+		e.stepObs = &stepSeries{
+			steps:    m.steps.WithLabelValues(e.ti.name),
+			duration: m.stepDuration.WithLabelValues(e.ti.name),
+		}
+	}
+	return e.stepObs
+}
+
 // liveCollector reports what the running executor holds, read at scrape
 // time. It is adopted by every executor built on the same registry, and
 // reads the one that runs now: none on a master that does not lead, so
