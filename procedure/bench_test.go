@@ -155,21 +155,26 @@ func (discardExporter) Shutdown(context.Context) error                          
 
 // BenchmarkStepTracing runs the same 10-step no-op procedures (the step
 // path with nothing else to do, where tracing weighs most) with tracing
-// off (no Config.Tracer) and on (the SDK sampling every span, through the
+// off (no Config.Tracer), on (the SDK sampling every span, through the
 // batch span processor that production uses, to an exporter that drops
-// them), and reports the throughput of both and on/off as a ratio. The b.N
-// procedures of each mode run in four rounds, off and on alternating, so
-// that a machine whose speed drifts (other load, the disk) weighs on both
-// alike. It runs on the WAL (every step an append, group committed, as on
-// a master's FSM) and on the in-memory store (no I/O: the worst case for
-// the ratio, where a span costs as much as a step).
+// them), and on with 10% of the traces sampled (OTEL_TRACES_SAMPLER=
+// parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1), and reports the
+// throughput of each and the ratios to off. The b.N procedures of each mode
+// run in four rounds, the modes alternating, so that a machine whose speed
+// drifts (other load, the disk) weighs on all alike. It runs on the WAL
+// (every step an append, group committed, as on a master's FSM) and on the
+// in-memory store (no I/O: the worst case for the ratio, where a span
+// costs about as much as a step).
 func BenchmarkStepTracing(b *testing.B) {
 	const rounds = 4
 	for _, st := range []string{"wal", "mem"} {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("store=%s/clients=%d", st, clients), func(b *testing.B) {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
-				defer tp.Shutdown(context.Background())
+				all := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+				defer all.Shutdown(context.Background())
+				tenth := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}),
+					sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
+				defer tenth.Shutdown(context.Background())
 				run := func(n int, tracer trace.Tracer) time.Duration {
 					if st == "mem" {
 						return runProcsTraced(b, store.NewMemStore(), 16, clients, n, tracer)
@@ -178,7 +183,7 @@ func BenchmarkStepTracing(b *testing.B) {
 					defer w.Close()
 					return runProcsTraced(b, w, 16, clients, n, tracer)
 				}
-				var off, on time.Duration
+				var off, on, on10 time.Duration
 				for r := 0; r < rounds; r++ {
 					n := b.N / rounds
 					if r == 0 {
@@ -188,11 +193,14 @@ func BenchmarkStepTracing(b *testing.B) {
 						continue
 					}
 					off += run(n, nil)
-					on += run(n, tp.Tracer("bench"))
+					on += run(n, all.Tracer("bench"))
+					on10 += run(n, tenth.Tracer("bench"))
 				}
-				b.ReportMetric(float64(b.N*benchSteps)/off.Seconds(), "steps/s_off")
-				b.ReportMetric(float64(b.N*benchSteps)/on.Seconds(), "steps/s_on")
+				steps := float64(b.N * benchSteps)
+				b.ReportMetric(steps/off.Seconds(), "steps/s_off")
+				b.ReportMetric(steps/on.Seconds(), "steps/s_on")
 				b.ReportMetric(off.Seconds()/on.Seconds(), "x_on/off")
+				b.ReportMetric(off.Seconds()/on10.Seconds(), "x_on10%/off")
 			})
 		}
 	}

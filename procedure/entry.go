@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -68,6 +69,9 @@ type entry struct {
 	// step here (or with tracing off); ended when it finishes or the
 	// executor stops.
 	span trace.Span
+	// spanCtx is the executor's context carrying span, made once for the
+	// steps it parents.
+	spanCtx context.Context
 	// stepObs are its type's step series, looked up at its first step
 	// rather than at every one (stepMetrics).
 	stepObs *stepSeries

@@ -540,7 +540,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	x.mu.Lock()
 	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
-	var procSpan trace.Span
+	var procSpan context.Context
 	if x.tracer != nil {
 		procSpan = x.procSpanLocked(e)
 	}
@@ -815,7 +815,7 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 				// Finished and persisted before the root: ended already,
 				// unless its last write failed.
 				m.span.End()
-				m.span = nil
+				m.span, m.spanCtx = nil, nil
 			}
 		}
 	}

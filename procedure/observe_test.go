@@ -317,3 +317,26 @@ func TestNoTracerNoTraceParent(t *testing.T) {
 		t.Errorf("span context %v persisted with tracing off", r.trace)
 	}
 }
+
+// TestTracingUnsampled: a procedure whose trace the sampler drops records
+// nothing, and its steps still carry its span context, so that what they
+// start is dropped too.
+func TestTracingUnsampled(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.NeverSample()))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Tracer = tp.Tracer("test") })
+	var carried atomic.Bool
+	funcs.Store("unsampled", func(ctx *Context) (Step, error) {
+		sc := trace.SpanContextFromContext(ctx)
+		carried.Store(sc.IsValid() && !sc.IsSampled())
+		return Done(), nil
+	})
+	h.wait(h.submit(&funcProc{ID: "unsampled"}, SubmitOptions{}))
+	if !carried.Load() {
+		t.Error("the step's context carries no (unsampled) span context")
+	}
+	if n := len(rec.Ended()); n != 0 {
+		t.Errorf("%d spans recorded of an unsampled trace", n)
+	}
+}

@@ -176,6 +176,9 @@ func (x *Executor) rollbackStep(e *entry) (err error) {
 		var span trace.Span
 		ctx.Context, span = x.stepSpan(e, procSpan, e.ti.rollbackSpan, 0)
 		defer func() {
+			if span == nil {
+				return
+			}
 			outcome := "rolled_back"
 			if err != nil {
 				outcome = "failed"

@@ -42,27 +42,33 @@ func (x *Executor) startSpan(e *entry, parent trace.SpanContext, resumed bool) {
 		attrs = append(attrs, AttrResumed.Bool(true))
 	}
 	_, e.span = x.tracer.Start(ctx, e.ti.name, trace.WithAttributes(attrs...))
+	e.spanCtx = nil
 	if !e.traceCtx.IsValid() {
 		e.traceCtx = e.span.SpanContext()
 	}
 }
 
-// procSpanLocked returns e's span on this executor, starting it if e runs
-// here for the first time: under its persisted span, which an earlier
-// executor started (after a failover, a restart, or with tracing turned
-// on since: a new trace). Called with x.mu held and x.tracer set.
-func (x *Executor) procSpanLocked(e *entry) trace.Span {
+// procSpanLocked returns the executor's context carrying e's span on this
+// executor, starting the span if e runs here for the first time: under
+// its persisted span, which an earlier executor started (after a
+// failover, a restart, or with tracing turned on since: a new trace).
+// Called with x.mu held and x.tracer set.
+func (x *Executor) procSpanLocked(e *entry) context.Context {
 	if e.span == nil {
 		x.startSpan(e, e.traceCtx, e.traceCtx.IsValid())
 	}
-	return e.span
+	if e.spanCtx == nil {
+		e.spanCtx = trace.ContextWithSpan(x.ctx, e.span)
+	}
+	return e.spanCtx
 }
 
 // childSpans starts the spans of e's new children under e's span. e is
 // claimed by the caller; the children are not visible yet.
 func (x *Executor) childSpans(e *entry, kids []*entry) {
 	x.mu.Lock()
-	parent := x.procSpanLocked(e).SpanContext()
+	x.procSpanLocked(e)
+	parent := e.span.SpanContext()
 	x.unlock()
 	for _, k := range kids {
 		x.startSpan(k, parent, false)
@@ -76,7 +82,7 @@ func (x *Executor) endSpanIfDoneLocked(e *entry) func() {
 		return nil
 	}
 	span, state, msg := e.span, e.state, e.errMsg
-	e.span = nil
+	e.span, e.spanCtx = nil, nil
 	return func() { endProcSpan(span, state, msg, false) }
 }
 
@@ -106,7 +112,7 @@ func (x *Executor) endAllSpansLocked() func() {
 	for _, e := range x.procs {
 		if e.span != nil {
 			all = append(all, ending{e.span, e.state, e.errMsg})
-			e.span = nil
+			e.span, e.spanCtx = nil, nil
 		}
 	}
 	return func() {
@@ -117,9 +123,17 @@ func (x *Executor) endAllSpansLocked() func() {
 }
 
 // stepSpan starts the span of one step (or rollback step: name says) of e
-// under parent, e's span, and returns the context for the step and the
-// span. The type and master are on the procedure's span.
-func (x *Executor) stepSpan(e *entry, parent trace.Span, name string, attempt int32) (context.Context, trace.Span) {
+// under parent (procSpanLocked's context), and returns the context for
+// the step and the span. The type and master are on the procedure's span.
+// A procedure whose trace is not sampled gets no step spans (nil): the
+// standard samplers decide by the parent's decision or by the trace id,
+// so they would not be sampled either, and skipping them makes an
+// unsampled trace nearly free. The step still carries the procedure's
+// span context, so what it starts is not sampled either.
+func (x *Executor) stepSpan(e *entry, parent context.Context, name string, attempt int32) (context.Context, trace.Span) {
+	if !trace.SpanFromContext(parent).IsRecording() {
+		return parent, nil
+	}
 	attrs := make([]attribute.KeyValue, 0, 3)
 	attrs = append(attrs, AttrProcID.Int64(int64(e.id)), AttrAttempt.Int(int(attempt)+1))
 	if sm, ok := e.proc.(stateMachineProcedure); ok {
@@ -129,7 +143,7 @@ func (x *Executor) stepSpan(e *entry, parent trace.Span, name string, attempt in
 			attrs = append(attrs, AttrSMState.Int(int(sm.InitialState())))
 		}
 	}
-	return x.tracer.Start(trace.ContextWithSpan(x.ctx, parent), name, trace.WithAttributes(attrs...))
+	return x.tracer.Start(parent, name, trace.WithAttributes(attrs...))
 }
 
 // endStepSpan ends a step's span with its outcome.
