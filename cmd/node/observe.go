@@ -44,7 +44,7 @@ var errorHandlerOnce sync.Once
 func startTracing(ctx context.Context, service, instance string, logger hclog.Logger) (*tracing, error) {
 	protocol, err := otelenv.Enabled(os.Getenv)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	tp, stop, err := otelenv.TracerProvider(ctx, os.Getenv, otelenv.Resource{ServiceName: service, InstanceID: instance})
 	if err != nil {
