@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -56,5 +58,45 @@ func TestAgentMetricsPassPromtool(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("%s: %s, want 200 from a registered region server", rsReady, resp.Status)
+	}
+}
+
+// TestAgentExportsTraces: with OTEL_EXPORTER_OTLP_ENDPOINT set, the agent
+// says tracing is on and a table create's spans reach the collector (an
+// OTLP/HTTP endpoint that counts what it is sent), at the latest when the
+// agent stops and flushes them.
+func TestAgentExportsTraces(t *testing.T) {
+	var posts atomic.Int32
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/traces" {
+			posts.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	admin, banner, stop := startDevAgent(t)
+	if !strings.Contains(banner, "traces:           OTLP (http/protobuf)") {
+		t.Errorf("banner does not say tracing is on:\n%s", banner)
+	}
+	if code, stdout, stderr := runCLI(t, nil, "table", "create", "t1", "--regions", "2", "--wait", "--timeout", "60s", "--addr", admin); code != 0 {
+		t.Fatalf("table create: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("agent exit %d", code)
+	}
+	if posts.Load() == 0 {
+		t.Error("no spans reached the collector")
+	}
+}
+
+// TestAgentRefusesBadTracingConfig: an OTEL_* value Baton cannot honour
+// stops the agent at start, naming it.
+func TestAgentRefusesBadTracingConfig(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
+	args, _ := devArgs(t)
+	code, _, stderr := runCLI(t, nil, args...)
+	if code != exitFailed || !strings.Contains(stderr, "OTEL_TRACES_EXPORTER") {
+		t.Fatalf("exit %d, stderr %q: want %d naming OTEL_TRACES_EXPORTER", code, stderr, exitFailed)
 	}
 }
