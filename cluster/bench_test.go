@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
@@ -146,7 +147,9 @@ func benchNodeConfig(b *testing.B, id string, noSync bool) Config {
 // BATON_BENCH_MAX_APPEND (MaxAppendEntries), BATON_BENCH_BATCH_APPLY=0
 // (BatchApplyCh off), BATON_BENCH_MAX_BATCH (RaftStore MaxBatchWrites),
 // BATON_BENCH_IN_FLIGHT (RaftStore MaxInFlight), BATON_BENCH_WAL_NOSYNC=1
-// (the FSM's local WAL without fsync; framework only).
+// (the FSM's local WAL without fsync; framework only), BATON_BENCH_TRACING=1
+// (every procedure and step traced, to an exporter that drops the spans:
+// compare steps/s with a run without it).
 func benchTuning(b *testing.B, c *Config) {
 	atoi := func(name string) int {
 		v := os.Getenv(name)
@@ -170,7 +173,18 @@ func benchTuning(b *testing.B, c *Config) {
 	if os.Getenv("BATON_BENCH_WAL_NOSYNC") != "" {
 		c.WAL.NoSync = true
 	}
+	if os.Getenv("BATON_BENCH_TRACING") != "" {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardSpans{}))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		c.TracerProvider = tp
+	}
 }
+
+// discardSpans is a span exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
 
 func benchFreeAddr(b *testing.B) string {
 	b.Helper()

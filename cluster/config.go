@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/procedure"
@@ -216,10 +218,10 @@ type Config struct {
 	// Workers is the executor's core worker pool (0: procedure's default).
 	Workers int
 	// Executor, if set, adjusts each executor's configuration before it is
-	// built (TTLs, backoffs, clock). Its Store, Registry, Env, Workers and
-	// Logger are already filled in; Metrics must stay nil unless the
-	// registerer tolerates re-registration, since a new executor is built
-	// every time this node becomes leader.
+	// built (TTLs, backoffs, clock). Its Store, Registry, Env, Workers,
+	// Logger, Metrics and Tracer are already filled in. A new executor is
+	// built every time this node becomes leader: the procedure package
+	// adopts the collectors an earlier one registered on the same Metrics.
 	Executor func(*procedure.Config)
 	// PrepareExecutor, if set, is called with each new executor before it
 	// starts (to add listeners). An error aborts establishing leadership.
@@ -248,6 +250,17 @@ type Config struct {
 	// Logger receives the node's log lines (raft's included). Default: a
 	// null logger.
 	Logger hclog.Logger
+
+	// Metrics, when set, registers the node's collectors (baton_raft_*:
+	// state, term, leader, indexes, last contact; baton_wal_*: the local
+	// WAL) for as long as the node runs, and is each executor's
+	// procedure.Config.Metrics (Executor may still change it). Raft's own
+	// timings come through go-metrics instead: see admin.InstallRaftMetrics.
+	Metrics prometheus.Registerer
+	// TracerProvider, when set, gives each executor its tracer
+	// (procedure.Config.Tracer): a span per procedure and step. Default
+	// nil: no tracing.
+	TracerProvider trace.TracerProvider
 
 	// Overrides for tests: when set, used instead of the TCP transport and
 	// the bolt / file stores (e.g. raft.NewInmemTransport, raft.InmemStore,

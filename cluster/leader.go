@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -203,6 +204,9 @@ func (n *Node) isClosed() bool {
 
 // establish makes this leader ready: Barrier, then a started executor on a
 // RaftStore, published for Executor().
+// procedureScope is the instrumentation scope of the executors' spans.
+const procedureScope = "github.com/baton-dev/baton/procedure"
+
 func (n *Node) establish(ctx context.Context) (err error) {
 	start := time.Now()
 	term := n.raft.CurrentTerm()
@@ -231,6 +235,8 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		Env:      n.cfg.Env,
 		Workers:  n.cfg.Workers,
 		Logger:   n.log.Named("executor"),
+		Metrics:  n.cfg.Metrics,
+		Tracer:   tracectx.Tracer(n.cfg.TracerProvider, procedureScope),
 	}
 	if n.cfg.Executor != nil {
 		n.cfg.Executor(&pcfg)

@@ -94,6 +94,8 @@ type Node struct {
 	// revoked (see ExecutorChanged).
 	execChanged chan struct{}
 
+	collector *nodeCollector // registered on cfg.Metrics, nil if not
+
 	shutdownCh   chan struct{}
 	loopDone     chan struct{}
 	shutdownOnce sync.Once
@@ -268,6 +270,13 @@ func NewNode(cfg Config) (n *Node, err error) {
 	// From here on raft panics on a failed term write: wait for the disk
 	// instead (before, a failure is returned, and NewNode fails with it).
 	n.stable.arm()
+	if cfg.Metrics != nil {
+		n.collector = newNodeCollector(n)
+		if err := cfg.Metrics.Register(n.collector); err != nil {
+			n.collector = nil
+			n.log.Warn("node metrics not registered (another node's on this registry?)", "error", err)
+		}
+	}
 	go n.monitorLeadership()
 	if replaceSnap {
 		go n.replaceSnapshot()
@@ -551,6 +560,10 @@ func (n *Node) close() error {
 	n.mu.Unlock()
 	close(n.shutdownCh)
 	<-n.loopDone
+	if n.collector != nil {
+		// A node restarted on the same registry registers its own.
+		n.cfg.Metrics.Unregister(n.collector)
+	}
 	var errs []error
 	if err := n.shutdownRaft(); err != nil {
 		errs = append(errs, err)

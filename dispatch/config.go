@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
@@ -98,6 +100,16 @@ type Config struct {
 
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger hclog.Logger
+
+	// Metrics, when set, registers the dispatcher's Prometheus collectors
+	// (baton_dispatch_*). Dispatchers built one after another on the same
+	// registerer (one per term) share the counters; the queue gauges read
+	// the newest one until it stops.
+	Metrics prometheus.Registerer
+	// Tracer, when set, makes a client span of every call, in the trace of
+	// the operations it carries (Op.Span), and sends the span's context to
+	// the region server. Default nil: no spans.
+	Tracer trace.Tracer
 }
 
 // DefaultConfig returns a Config holding every default; the identity, the

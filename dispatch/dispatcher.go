@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -26,6 +28,9 @@ type Op struct {
 	Region string
 	Table  string
 	ProcID uint64 // the procedure waiting for this op's Result
+	// Span is the span the op belongs to (the procedure step that asked
+	// for it): the call that carries it is traced under it (Config.Tracer).
+	Span tracectx.Ref
 }
 
 // Target is a region server incarnation: the id it registered with, where
@@ -103,8 +108,9 @@ var (
 // Dispatcher batches region ops per server and sends them. See the package
 // doc for the rules; all methods are safe for concurrent use.
 type Dispatcher struct {
-	cfg Config
-	log hclog.Logger
+	cfg     Config
+	log     hclog.Logger
+	metrics *metrics
 
 	ctx    context.Context // parent of every call; cancelled by Stop
 	cancel context.CancelFunc
@@ -168,19 +174,42 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if cfg.NextSeq == nil {
 		var seq atomic.Uint64
 		cfg.NextSeq = func() uint64 { return seq.Add(1) }
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("dispatch"),
+		metrics: m,
 		ctx:     ctx,
 		cancel:  cancel,
 		servers: make(map[serverKey]*server),
 		jitter:  defaultJitter,
-	}, nil
+	}
+	m.live.d.Store(d)
+	return d, nil
+}
+
+// result hands r to OnResult, counting it.
+func (d *Dispatcher) result(r Result) {
+	d.metrics.results.WithLabelValues(opKind(r.Op.Kind), resultLabel(r)).Inc()
+	d.cfg.OnResult(r)
+}
+
+func opKind(k rspb.OpKind) string {
+	switch k {
+	case rspb.OpKind_OP_KIND_OPEN:
+		return "open"
+	case rspb.OpKind_OP_KIND_CLOSE:
+		return "close"
+	}
+	return "unknown"
 }
 
 // defaultJitter is up to 10% of w, so servers that failed together do not
@@ -198,7 +227,7 @@ func defaultJitter(w time.Duration) time.Duration {
 // is answered at once, from this goroutine, before Dispatch returns.
 func (d *Dispatcher) Dispatch(t Target, op Op) {
 	if err := checkOp(t, op); err != nil {
-		d.cfg.OnResult(Result{Op: op, Target: t, Err: err})
+		d.result(Result{Op: op, Target: t, Err: err})
 		return
 	}
 	d.mu.Lock()
@@ -211,7 +240,7 @@ func (d *Dispatcher) Dispatch(t Target, op Op) {
 	}
 	if err != nil {
 		d.mu.Unlock()
-		d.cfg.OnResult(Result{Op: op, Target: t, Err: err})
+		d.result(Result{Op: op, Target: t, Err: err})
 		return
 	}
 	k := serverKey{id: t.ServerID, startCode: t.StartCode}
@@ -224,7 +253,7 @@ func (d *Dispatcher) Dispatch(t Target, op Op) {
 	if s.dead != nil {
 		err := s.dead
 		d.mu.Unlock()
-		d.cfg.OnResult(Result{Op: op, Target: t, Err: err})
+		d.result(Result{Op: op, Target: t, Err: err})
 		return
 	}
 	if t.Address != "" {
@@ -285,6 +314,7 @@ func (d *Dispatcher) send(s *server) {
 	d.stats.Batches++
 	if retry {
 		d.stats.Retries++
+		d.metrics.retries.Inc()
 	}
 	d.wg.Add(1) // under d.mu with !d.stopped: ordered before Stop's Wait
 	go d.call(s, s.target, batch, s.failures+1)
@@ -308,11 +338,18 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		req.Ops[i] = &rspb.RegionOp{Kind: p.op.Kind, Region: p.op.Region, Table: p.op.Table, ProcId: p.op.ProcID}
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, d.cfg.CallTimeout)
+	var spans []trace.Span
+	if d.cfg.Tracer != nil {
+		ctx, spans = d.callSpans(ctx, s, batch, req, attempt)
+	}
 	// The wall clock, not cfg.Clock: "took" is the real latency of the
 	// call, which a test's manual clock would report as zero.
 	start := time.Now()
 	resp, err := d.cfg.Transport.ExecuteBatch(ctx, target, req)
+	took := time.Since(start)
 	cancel()
+	d.metrics.batchOps.Observe(float64(len(batch)))
+	d.metrics.rpcDuration.WithLabelValues(rpcMethod).Observe(took.Seconds())
 	if d.log.IsTrace() {
 		d.log.Trace("batch sent", "server", s.key.String(), "ops", len(batch), "attempt", attempt,
 			"took", time.Since(start), "error", err)
@@ -322,8 +359,13 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 	if s.closed {
 		// RemoveServer or Stop answered these ops already.
 		d.mu.Unlock()
+		d.metrics.rpcs.WithLabelValues(rpcMethod, "abandoned").Inc()
+		endCallSpans(spans, "abandoned", err)
 		return
 	}
+	outcome := outcomeLabel(err)
+	d.metrics.rpcs.WithLabelValues(rpcMethod, outcome).Inc()
+	endCallSpans(spans, outcome, err)
 	s.inflightOps = nil
 	var results []Result
 	var serverErr error
@@ -343,7 +385,7 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		d.cfg.OnServerFailed(s.key.id, serverErr)
 	}
 	for _, r := range results {
-		d.cfg.OnResult(r)
+		d.result(r)
 	}
 
 	d.mu.Lock()
@@ -459,6 +501,7 @@ func (d *Dispatcher) serverFailed(s *server, err error) error {
 	}
 	s.notified = true
 	d.stats.ServerFailures++
+	d.metrics.serverFailures.Inc()
 	return err
 }
 
@@ -607,7 +650,7 @@ func (d *Dispatcher) RemoveServer(serverID string) {
 		r.RemoveServer(serverID)
 	}
 	for _, r := range out {
-		d.cfg.OnResult(r)
+		d.result(r)
 	}
 }
 
@@ -625,12 +668,13 @@ func (d *Dispatcher) Stop() {
 			out = append(out, d.close(s, fmt.Errorf("%w: %s", ErrStopped, k))...)
 		}
 		d.servers = make(map[serverKey]*server)
+		d.metrics.live.d.CompareAndSwap(d, nil)
 		d.cancel()
 		d.log.Debug("stopped", "ops_failed", len(out))
 	}
 	d.mu.Unlock()
 	for _, r := range out {
-		d.cfg.OnResult(r)
+		d.result(r)
 	}
 	d.wg.Wait()
 }

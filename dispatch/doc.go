@@ -129,4 +129,15 @@
 // grpc.NewClient per server address, cached); LocalTransport calls
 // in-process rspb.RegionServerServer implementations, for tests of the
 // layers above; TransportFunc adapts a function.
+//
+// # Metrics and traces
+//
+// Config.Metrics registers the baton_dispatch_* collectors: calls by
+// outcome and their latency, operations per call, operations answered by
+// result, retries, servers given up, and, read at scrape time, the
+// operations buffered and in flight. Config.Tracer makes a client span of
+// every call in the trace of each operation it carries (Op.Span: a batch
+// can mix procedures of several trees), and tells the region server each
+// operation's span (RegionOp.trace_parent) and the first one in the call's
+// metadata (GRPCTransport), so that its spans join the same traces.
 package dispatch

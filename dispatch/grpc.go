@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -82,7 +83,7 @@ func (t *GRPCTransport) ExecuteBatch(ctx context.Context, target Target, req *rs
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	return rspb.NewRegionServerClient(cc).ExecuteBatch(ctx, req)
+	return rspb.NewRegionServerClient(cc).ExecuteBatch(tracectx.Inject(ctx), req)
 }
 
 func (t *GRPCTransport) conn(target Target) (*grpc.ClientConn, error) {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -124,7 +126,13 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	}
 	x.unlock()
 
+	if x.tracer != nil {
+		x.startSpan(e, trace.SpanContext{}, false)
+	}
 	finishNonce := func(err error) {
+		if err != nil && e.span != nil {
+			endProcSpan(e.span, Failed, err.Error(), false)
+		}
 		if ne == nil {
 			return
 		}

@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -33,9 +38,14 @@ const benchSteps = 10
 // runProcs submits n 10-step procedures from `clients` goroutines and waits
 // for all of them; it returns the elapsed time.
 func runProcs(b *testing.B, st store.Store, workers, clients, n int) time.Duration {
+	return runProcsTraced(b, st, workers, clients, n, nil)
+}
+
+// runProcsTraced is runProcs with the executor's Config.Tracer set.
+func runProcsTraced(b *testing.B, st store.Store, workers, clients, n int, tracer trace.Tracer) time.Duration {
 	reg := procedure.NewRegistry()
 	reg.MustRegister("noop", 1, func() procedure.Procedure { return &noop{} })
-	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers})
+	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers, Tracer: tracer})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,5 +145,107 @@ func BenchmarkExecutor(b *testing.B) {
 			st := w.Stats()
 			b.ReportMetric(st.RecordsPerSync(), "records/fsync")
 		})
+	}
+}
+
+// discardExporter receives finished spans and drops them: the cost of
+// exporting is the exporter's (and another process's), not the step's.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkStepTracing runs the same 10-step no-op procedures (the step
+// path with nothing else to do, where tracing weighs most) with tracing
+// off (no Config.Tracer), on (the SDK sampling every span, through the
+// batch span processor that production uses, to an exporter that drops
+// them), and on with 10% of the traces sampled (OTEL_TRACES_SAMPLER=
+// parentbased_traceidratio, OTEL_TRACES_SAMPLER_ARG=0.1), and reports the
+// throughput of each and the ratios to off. The b.N procedures of each mode
+// run in four rounds, the modes alternating, so that a machine whose speed
+// drifts (other load, the disk) weighs on all alike. It runs on the WAL
+// (every step an append, group committed, as on a master's FSM) and on the
+// in-memory store (no I/O: the worst case for the ratio, where a span
+// costs about as much as a step).
+func BenchmarkStepTracing(b *testing.B) {
+	const rounds = 4
+	for _, st := range []string{"wal", "mem"} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("store=%s/clients=%d", st, clients), func(b *testing.B) {
+				all := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+				defer all.Shutdown(context.Background())
+				tenth := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}),
+					sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1))))
+				defer tenth.Shutdown(context.Background())
+				run := func(n int, tracer trace.Tracer) time.Duration {
+					if st == "mem" {
+						return runProcsTraced(b, store.NewMemStore(), 16, clients, n, tracer)
+					}
+					w := openWAL(b, false)
+					defer w.Close()
+					return runProcsTraced(b, w, 16, clients, n, tracer)
+				}
+				var off, on, on10 time.Duration
+				for r := 0; r < rounds; r++ {
+					n := b.N / rounds
+					if r == 0 {
+						n += b.N % rounds
+					}
+					if n == 0 {
+						continue
+					}
+					off += run(n, nil)
+					on += run(n, all.Tracer("bench"))
+					on10 += run(n, tenth.Tracer("bench"))
+				}
+				steps := float64(b.N * benchSteps)
+				b.ReportMetric(steps/off.Seconds(), "steps/s_off")
+				b.ReportMetric(steps/on.Seconds(), "steps/s_on")
+				b.ReportMetric(off.Seconds()/on.Seconds(), "x_on/off")
+				b.ReportMetric(off.Seconds()/on10.Seconds(), "x_on10%/off")
+			})
+		}
+	}
+}
+
+// parked is a procedure that waits for an event that never comes.
+type parked struct{ procedure.Base }
+
+var never = scheduler.NewEvent("never")
+
+func (p *parked) Execute(*procedure.Context) (procedure.Step, error) {
+	return procedure.Suspend(procedure.OnEvent(never)), nil
+}
+
+func (p *parked) Rollback(*procedure.Context) error { return nil }
+
+// BenchmarkScrapeLive measures one scrape of the gauges read from the
+// executor's table (baton_procedures, _stuck, _lock_waiting, steps in
+// flight) with 100,000 procedures waiting: what a Prometheus scrape costs
+// the leader, holding the executor's lock meanwhile.
+func BenchmarkScrapeLive(b *testing.B) {
+	const n = 100_000
+	reg := procedure.NewRegistry()
+	reg.MustRegister("parked", 1, func() procedure.Procedure { return &parked{} })
+	metrics := prometheus.NewRegistry()
+	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Metrics: metrics})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer x.Stop(context.Background())
+	for range n {
+		if _, err := x.Submit(&parked{}, procedure.SubmitOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		mfs, err := metrics.Gather()
+		if err != nil || len(mfs) == 0 {
+			b.Fatalf("gather: %d families, %v", len(mfs), err)
+		}
 	}
 }

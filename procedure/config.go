@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
@@ -59,7 +61,27 @@ type Config struct {
 	// Clock drives timeouts, TTLs and the stuck monitor. Default: real time.
 	Clock clock.Clock
 	// Metrics, when set, registers the executor's Prometheus collectors.
+	// Executors built one after another on the same registerer (a master's,
+	// one per term it leads) share the counters, and the gauges read at
+	// scrape time follow the one that runs.
 	Metrics prometheus.Registerer
+	// StuckProcedureThreshold: a live procedure counts as stuck in the
+	// metrics (baton_procedures_stuck) when it has not been persisted for
+	// this long and is neither paused nor waiting for its children: it
+	// waits for a lock, an event or a remote answer, retries a failing
+	// step, or runs one step, for that long. An external lock held that
+	// long counts too. Shorter flags trouble sooner, and flags slow but
+	// healthy work. Default 5 min.
+	StuckProcedureThreshold time.Duration
+	// Tracer, when set, makes an OpenTelemetry span per procedure (a root's
+	// span starts its trace; a child's span is a child of its parent's) and
+	// a span per step and rollback step under it. A step's span is in its
+	// Context, so what the step hands on (a remote call) can carry it. Each
+	// procedure persists its first span's context, so an executor that
+	// resumes it (after a failover or a restart) starts a span in the same
+	// trace. Default nil: no spans, and no cost (a no-op tracer is treated
+	// as nil).
+	Tracer trace.Tracer
 }
 
 // DefaultWorkers is the default core pool size on this machine.
@@ -71,6 +93,7 @@ func (c *Config) setDefaults() {
 	defaults.Set(&c.Workers, DefaultWorkers())
 	defaults.Set(&c.MaxExtraWorkers, c.Workers)
 	defaults.Set(&c.StuckThreshold, 10*time.Second)
+	defaults.Set(&c.StuckProcedureThreshold, 5*time.Minute)
 	defaults.Set(&c.StuckCheckInterval, 5*time.Second)
 	defaults.Set(&c.KeepAliveTime, time.Minute)
 	defaults.Set(&c.ResultTTL, 15*time.Minute)
@@ -80,6 +103,9 @@ func (c *Config) setDefaults() {
 	defaults.Set(&c.RollbackBackoffMax, 10*time.Minute)
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
+	if _, ok := c.Tracer.(noop.Tracer); ok {
+		c.Tracer = nil
+	}
 }
 
 // Validate says what is wrong with c, after defaults are applied.
@@ -96,7 +122,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Config.MaxExtraWorkers = %d, want >= 0", ErrInvalid, c.MaxExtraWorkers)
 	}
 	for name, d := range map[string]time.Duration{
-		"StuckThreshold": c.StuckThreshold, "StuckCheckInterval": c.StuckCheckInterval,
+		"StuckThreshold": c.StuckThreshold, "StuckCheckInterval": c.StuckCheckInterval, "StuckProcedureThreshold": c.StuckProcedureThreshold,
 		"KeepAliveTime": c.KeepAliveTime, "ResultTTL": c.ResultTTL, "AckedResultTTL": c.AckedResultTTL,
 		"EvictInterval": c.EvictInterval, "RollbackBackoff": c.RollbackBackoff, "RollbackBackoffMax": c.RollbackBackoffMax,
 	} {

@@ -79,6 +79,23 @@
 // stuck. Stop is graceful: in-flight procedures are left resumable, never
 // failed by the shutdown.
 //
+// # Metrics and traces
+//
+// With Config.Metrics the executor counts events where they happen
+// (submissions, steps and their latency, failures, lock waits and their
+// length) and reads the rest from its table when Prometheus scrapes
+// (procedures by type and state, stuck ones, lock waiters, steps in
+// flight): no gauge has to be kept in step with the table, and a stopped
+// executor reports nothing, so a master that does not lead shows none.
+//
+// With Config.Tracer every procedure gets an OpenTelemetry span (a root's
+// starts a trace, a child's hangs under its parent's) and every step and
+// rollback step a span under it, carried in the step's Context so that
+// remote work it starts can join the trace. A procedure's first span
+// context is persisted with it (25 bytes per record), so the executor that
+// resumes it after a failover starts its span in the same trace. Without a
+// tracer no span is made and nothing is persisted.
+//
 // # Loading
 //
 // Start loads the store: it rebuilds each tree's rollback stack (gaps left

@@ -1,8 +1,11 @@
 package procedure
 
 import (
+	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/scheduler"
@@ -37,6 +40,12 @@ type entry struct {
 	spins                 int32 // of those, consecutive ones that returned More: no progress
 	runs                  []Run
 	history               history
+	// traceCtx is the span context of the procedure's first span,
+	// persisted with it (record.trace): the spans any later
+	// executor makes for it hang under it, so one procedure tree stays one
+	// trace across failovers. Invalid if tracing was off when it was
+	// created.
+	traceCtx trace.SpanContext
 
 	// runtime only
 	waitNote      string // the Because of the current suspension
@@ -57,6 +66,20 @@ type entry struct {
 	timer         clock.Timer
 	deadlineTimer clock.Timer
 	waitGen       uint64
+	// span is the procedure's span on this executor, nil until its first
+	// step here (or with tracing off); ended when it finishes or the
+	// executor stops.
+	span trace.Span
+	// spanCtx is the executor's context carrying span, made once for the
+	// steps it parents.
+	spanCtx context.Context
+	// stepObs are its type's step series, looked up at its first step
+	// rather than at every one (stepMetrics).
+	stepObs *stepSeries
+	// lockWaitSince is when the procedure was first parked behind a lock
+	// in its current wait (zero when it is not waiting for one): the wait
+	// it ends is observed in the lock wait histogram.
+	lockWaitSince time.Time
 }
 
 func (e *entry) isRoot() bool { return e.parent == 0 }

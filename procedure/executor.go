@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/scheduler"
@@ -28,6 +29,7 @@ type Executor struct {
 	reg     *Registry
 	sched   *scheduler.Scheduler
 	metrics *metrics
+	tracer  trace.Tracer // nil: tracing off
 
 	ctx    context.Context // cancelled by Stop: steps should return soon
 	cancel context.CancelFunc
@@ -92,6 +94,7 @@ func New(cfg Config) (*Executor, error) {
 		store:    cfg.Store,
 		reg:      cfg.Registry,
 		metrics:  m,
+		tracer:   cfg.Tracer,
 		procs:    make(map[uint64]*entry),
 		roots:    make(map[uint64]*rootState),
 		nonces:   make(map[string]*nonceEntry),
@@ -101,6 +104,7 @@ func New(cfg Config) (*Executor, error) {
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake, Clock: x.clock})
+	m.live.x.Store(x) // the newest executor on a registry is the one scraped
 	return x, nil
 }
 
@@ -178,10 +182,21 @@ func (x *Executor) Stop(ctx context.Context) error {
 			r.rbTimer.Stop()
 		}
 	}
+	endSpans := x.endAllSpansLocked()
 	x.unlock()
+	x.stopMetrics()
+	endSpans()
 	x.cancel()
 	x.sched.Close()
 	return x.waitWorkers(ctx)
+}
+
+// stopMetrics takes a stopping executor out of the scrape: the next
+// leader's executor reports the procedures from then on, and until it
+// does, none reports them twice.
+func (x *Executor) stopMetrics() {
+	x.metrics.live.x.CompareAndSwap(x, nil)
+	x.metrics.stuck.Set(0)
 }
 
 func (x *Executor) waitWorkers(ctx context.Context) error {
@@ -236,7 +251,10 @@ func (x *Executor) setFatal(err error) {
 	for _, r := range x.roots {
 		roots = append(roots, r)
 	}
+	endSpans := x.endAllSpansLocked()
 	x.unlock()
+	x.stopMetrics()
+	endSpans()
 	x.log.Error("store failed; executor stopped, procedures resume from the store on restart", "error", err)
 	x.cancel()
 	x.sched.Close()
@@ -376,6 +394,8 @@ func (x *Executor) runProc(w *worker, id uint64) {
 				// Acquire was parking it: it must not stay parked.
 				x.sched.CancelLockWait(e.id)
 				e.rerun = true
+			} else {
+				x.noteLockParkedLocked(e)
 			}
 			x.endRunLocked(e, root)
 			x.unlock()
@@ -384,6 +404,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 			}
 			return
 		}
+		x.noteLocksGrantedLocked(e)
 		e.lockWait = false
 		e.locked = true
 	}
@@ -519,6 +540,10 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	x.mu.Lock()
 	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
+	var procSpan context.Context
+	if x.tracer != nil {
+		procSpan = x.procSpanLocked(e)
+	}
 	x.unlock()
 
 	w.stepStart.Store(x.clock.Now().UnixNano())
@@ -527,6 +552,19 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		pushed bool
 		err    error
 	)
+	// The wall clock, not x.clock: the histogram measures real latency,
+	// which a test's manual clock would report as zero.
+	began := time.Now()
+	var span trace.Span
+	if x.tracer != nil {
+		ctx.Context, span = x.stepSpan(e, procSpan, e.ti.stepSpan, repeats)
+	}
+	defer func() {
+		e.stepMetrics(x.metrics).duration.Observe(time.Since(began).Seconds())
+		if span != nil {
+			endStepSpan(span, outcomeOf(st, err), err)
+		}
+	}()
 	histLen := -1
 	if sm, ok := e.proc.(stateMachineProcedure); ok {
 		histLen = len(sm.machine().history)
@@ -553,7 +591,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 	}()
 	w.stepStart.Store(0)
-	x.metrics.steps.WithLabelValues(e.ti.name).Inc()
+	e.stepMetrics(x.metrics).steps.Inc()
 
 	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The step gave up because we are stopping: that is not a failure.
@@ -773,6 +811,12 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 		if id != root.id {
 			descendants = append(descendants, id)
 			delete(x.procs, id)
+			if m.span != nil {
+				// Finished and persisted before the root: ended already,
+				// unless its last write failed.
+				m.span.End()
+				m.span, m.spanCtx = nil, nil
+			}
 		}
 	}
 	if e.deadlineTimer != nil {
@@ -898,8 +942,21 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	e.state = Waiting
 	e.childLatch += len(kids)
 	x.unlock()
+	if x.tracer != nil {
+		// Before the records are written: each child persists its span.
+		x.childSpans(e, kids)
+	}
+	endKidSpans := func(cause error) {
+		for _, k := range kids {
+			if k.span != nil {
+				endProcSpan(k.span, Failed, cause.Error(), false)
+				k.span = nil
+			}
+		}
+	}
 
 	unspawn := func(cause error) {
+		endKidSpans(cause)
 		x.mu.Lock()
 		e.state = Runnable
 		e.childLatch -= len(kids)
@@ -929,6 +986,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 		err = x.store.Insert(parentRec, recs)
 	}
 	if err != nil {
+		endKidSpans(err)
 		x.setFatal(err)
 		return
 	}
@@ -1143,7 +1201,14 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.mu.Lock()
 	e.dirty = false
+	var endSpan func()
+	if e.span != nil {
+		endSpan = x.endSpanIfDoneLocked(e)
+	}
 	x.unlock()
+	if endSpan != nil {
+		endSpan()
+	}
 	x.notify(e)
 	return true
 }
@@ -1199,6 +1264,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
+		trace: e.traceCtx,
 	}
 	x.unlock()
 	if isSM {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -18,7 +19,8 @@ func validRecords() []record {
 	data := []byte(`{"A":"x","B":7}`)
 	return []record{
 		{id: 1, root: 1, typeName: "noop", typeVersion: 1, state: Waiting, stack: []int32{0}, data: data, locked: true},
-		{id: 2, parent: 1, root: 1, typeName: "noop", typeVersion: 1, state: Runnable, stack: []int32{2}, data: data},
+		{id: 2, parent: 1, root: 1, typeName: "noop", typeVersion: 1, state: Runnable, stack: []int32{2}, data: data,
+			trace: tracectx.Parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")},
 		{id: 3, parent: 1, root: 1, typeName: "noop", typeVersion: 1, state: Success, stack: []int32{1}, data: data},
 		{id: 4, root: 4, typeName: "noop", typeVersion: 1, state: WaitingTimeout, waitUntil: 1, data: data, owner: "o", nonce: "n"},
 		{id: 5, root: 5, typeName: "noop", typeVersion: 1, state: Failed, stack: []int32{0}, errMsg: "x", data: data},

@@ -263,6 +263,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		stack: r.stack, locked: r.locked, errMsg: r.errMsg, errCode: r.errCode, result: r.result,
 		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats, spins: r.spins,
 		runs: r.runs, history: loadedHistory(r.history, fromUnixNano(r.submitted)),
+		traceCtx: r.trace,
 	}
 	if err := x.deriveLocked(e); err != nil {
 		return nil, err

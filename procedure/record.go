@@ -3,7 +3,10 @@ package procedure
 import (
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/internal/tracectx"
 )
 
 // record is the persisted form of a procedure: the framework's fields plus
@@ -51,6 +54,10 @@ type record struct {
 	history                 []Transition
 	historyEnc, historyLast []byte
 	historyRaw              [][]byte
+	// trace is the span context of the procedure's first span (see
+	// entry.traceCtx), persisted as a W3C traceparent's fields in binary
+	// (tracectx.AppendBinary); invalid with tracing off.
+	trace trace.SpanContext
 }
 
 const (
@@ -91,6 +98,12 @@ const (
 // fHistory is numbered apart from the sequence above, so that fields added
 // to it never collide with it.
 const fHistory protowire.Number = 100
+
+// Fields added later take numbers from 110 on, so that branches adding
+// fields at the same time cannot collide.
+const (
+	fTrace protowire.Number = 110
+)
 
 func (r *record) marshal() []byte {
 	b := make([]byte, 0, 96+len(r.data)+len(r.result)+len(r.errMsg)+len(r.typeName)+len(r.historyEnc)+len(r.historyLast))
@@ -153,6 +166,10 @@ func (r *record) marshal() []byte {
 	i(fSMNext, int64(r.smNext))
 	ints(fSMHistory, r.smHistory)
 	i(fSpins, int64(r.spins))
+	if r.trace.IsValid() {
+		var tb [tracectx.BinaryLen]byte
+		str(fTrace, tracectx.AppendBinary(tb[:0], r.trace))
+	}
 	for _, run := range r.runs {
 		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
 		b = protowire.AppendBytes(b, marshalRun(run))
@@ -277,6 +294,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.errMsg = string(v)
 	case fErrorCode:
 		r.errCode = string(v)
+	case fTrace:
+		r.trace = tracectx.ParseBinary(v)
 	case fResult:
 		r.result = append([]byte(nil), v...)
 	case fData:

@@ -20,6 +20,9 @@ type typeInfo struct {
 	name    string
 	version int
 	factory func() Procedure
+	// Span names of its steps and rollback steps, made once rather than
+	// at every traced step.
+	stepSpan, rollbackSpan string
 }
 
 // NewRegistry returns an empty registry.
@@ -60,7 +63,7 @@ func (r *Registry) Register(name string, version int, factory func() Procedure) 
 	if other, dup := r.byType[t]; dup {
 		return fmt.Errorf("%w: Go type %v already registered as %q", ErrInvalid, t, other.name)
 	}
-	ti := &typeInfo{name: name, version: version, factory: factory}
+	ti := &typeInfo{name: name, version: version, factory: factory, stepSpan: name + " step", rollbackSpan: name + " rollback"}
 	r.byName[name] = ti
 	r.byType[t] = ti
 	return nil

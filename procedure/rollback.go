@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // rollback undoes a failed tree, newest step first. The caller has set
@@ -98,12 +100,14 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 				// Parked on the lock; its wake re-queues top, whose turn
 				// finds the tree failed and resumes this rollback.
 				x.mu.Lock()
+				x.noteLockParkedLocked(top)
 				x.unclaimLocked(top)
 				x.unlock()
 				x.notifyLockWait(top.id)
 				return
 			}
 			x.mu.Lock()
+			x.noteLocksGrantedLocked(top)
 			top.lockWait = false
 			top.locked = true
 			x.unlock()
@@ -162,10 +166,27 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 	}
 }
 
-func (x *Executor) rollbackStep(e *entry) error {
+func (x *Executor) rollbackStep(e *entry) (err error) {
 	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name, "rollback", true)}
-	err := safeCall(func() error {
+	if x.tracer != nil {
+		x.mu.Lock()
+		procSpan := x.procSpanLocked(e)
+		x.unlock()
+		var span trace.Span
+		ctx.Context, span = x.stepSpan(e, procSpan, e.ti.rollbackSpan, 0)
+		defer func() {
+			if span == nil {
+				return
+			}
+			outcome := "rolled_back"
+			if err != nil {
+				outcome = "failed"
+			}
+			endStepSpan(span, outcome, err)
+		}()
+	}
+	err = safeCall(func() error {
 		switch p := e.proc.(type) {
 		case stateMachineProcedure:
 			return rollbackState(ctx, p)

@@ -319,7 +319,8 @@ func (f *FSM) setWALErr(err error) {
 
 // WALStats returns the local WAL's counters (segments, bytes), and false
 // for a memory-only FSM. It takes no lock: status pages may call it while
-// the FSM applies.
+// the FSM applies. A snapshot restore opens a new WAL generation, whose
+// counters start again from zero.
 func (f *FSM) WALStats() (store.WALStats, bool) {
 	w := f.walPub.Load()
 	if w == nil {

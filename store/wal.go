@@ -329,6 +329,7 @@ type WALStats struct {
 	Bytes               uint64 // bytes written, trailers and headers included
 	Rolls               uint64 // segments rolled
 	Segments            int    // live segments, the current one included
+	SegmentBytes        int64  // size of the live segments on disk
 	SegmentsDeleted     uint64 // segments removed by cleanup (damaged ones renamed aside count too)
 	StragglersRewritten uint64 // images copied forward from the oldest segment
 	RewriteBytes        uint64 // bytes of the records that copied them (part of Bytes)
@@ -434,6 +435,7 @@ type WAL struct {
 	nBytes       atomic.Uint64
 	nRolls       atomic.Uint64
 	nSegments    atomic.Int64
+	nSegBytes    atomic.Int64
 	nSegmentsDel atomic.Uint64
 	nStragglers  atomic.Uint64
 	nRewriteB    atomic.Uint64
@@ -555,6 +557,7 @@ func (w *WAL) Stats() WALStats {
 		Bytes:               w.nBytes.Load(),
 		Rolls:               w.nRolls.Load(),
 		Segments:            int(w.nSegments.Load()),
+		SegmentBytes:        w.nSegBytes.Load(),
 		SegmentsDeleted:     w.nSegmentsDel.Load(),
 		StragglersRewritten: w.nStragglers.Load(),
 		RewriteBytes:        w.nRewriteB.Load(),

@@ -64,6 +64,11 @@ func (w *WAL) cleanup() {
 		w.recomputeHolding()
 	}
 	w.nSegments.Store(int64(len(w.segs)))
+	var size int64
+	for _, s := range w.segs {
+		size += s.size
+	}
+	w.nSegBytes.Store(size)
 	w.noteLiveOverLimit()
 	if len(w.segs) > w.cfg.MaxSegments && w.rewriteCredit > 0 && !w.rewriting && w.failed == nil && !w.segs[0].rewriteFailed {
 		w.startRewrite()

@@ -181,6 +181,9 @@ func TestWALLastWriteWinsAcrossSegments(t *testing.T) {
 	if w.Stats().Rolls < 3 {
 		t.Fatalf("expected several rolls, stats %+v", w.Stats())
 	}
+	if got, want := w.Stats().SegmentBytes, segmentFileBytes(t, dir); got != want {
+		t.Errorf("SegmentBytes %d, the segment files hold %d", got, want)
+	}
 	w.Close()
 	got, info := loadDir(t, cfg)
 	equalMaps(t, got, want)
@@ -899,4 +902,22 @@ func TestWALDataNotAliasedAcrossReloads(t *testing.T) {
 		got[p.ID] = string(p.Data)
 	}
 	equalMaps(t, got, want)
+}
+
+// segmentFileBytes is the size of dir's segment files.
+func segmentFileBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "pv2-*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, name := range names {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
 }

@@ -192,6 +192,7 @@ func (w *WAL) write(buf []byte, index uint64) error {
 	}
 	n, err := c.f.Write(buf)
 	c.size += int64(n)
+	w.nSegBytes.Add(int64(n))
 	c.dirty = c.dirty || n > 0
 	w.nBytes.Add(uint64(n))
 	if err != nil {

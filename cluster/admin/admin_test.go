@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -367,29 +366,5 @@ func TestHTTP(t *testing.T) {
 		if !strings.Contains(body, key) {
 			t.Errorf("status lacks %s: %s", key, body)
 		}
-	}
-}
-
-func TestInstallRaftMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	if err := InstallRaftMetrics(reg); errors.Is(err, ErrRaftMetricsInstalled) {
-		t.Skip("installed by an earlier run in this process (-count > 1)")
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	if err := InstallRaftMetrics(reg); !errors.Is(err, ErrRaftMetricsInstalled) {
-		t.Fatalf("second install: %v", err)
-	}
-	gometrics.IncrCounter([]string{"raft", "test_counter"}, 2)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, mf := range mfs {
-		found = found || mf.GetName() == "baton_raft_test_counter"
-	}
-	if !found {
-		t.Fatalf("raft metric not gathered: %v", mfs)
 	}
 }

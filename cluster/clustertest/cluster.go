@@ -11,8 +11,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/cluster/domain"
@@ -93,6 +96,11 @@ type Config struct {
 	// LogTail is how many bytes of each buffer a failed test prints.
 	// Default 8000.
 	LogTail int
+	// TracerProvider, when set, traces every master (executors,
+	// dispatchers, the Master service) and region server, as the
+	// OTEL_* environment does for the binary: give it an SDK provider
+	// with an in-memory exporter to assert on spans. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -148,8 +156,13 @@ func New(t testing.TB, cfg Config) *Cluster {
 
 	var peers []cluster.Peer
 	for i := range cfg.Masters {
-		m := &Master{c: c, index: i, ID: fmt.Sprintf("m%d", i+1)}
+		m := &Master{c: c, index: i, ID: fmt.Sprintf("m%d", i+1), metrics: prometheus.NewRegistry()}
+		if err := admin.InstallRaftMetrics(m.metrics); err != nil {
+			t.Fatalf("clustertest: raft metrics: %v", err)
+		}
 		m.cfg = c.nodeConfig(i, m.ID)
+		m.cfg.Metrics = m.metrics
+		m.cfg.TracerProvider = cfg.TracerProvider
 		if cfg.TCP {
 			m.cfg.RaftAddr = freeAddr(t)
 			m.cfg.TransportTimeout = 2 * time.Second
@@ -237,6 +250,8 @@ func (c *Cluster) nodeConfig(i int, id string) cluster.Config {
 func (c *Cluster) domainConfig(m *Master) domain.Config {
 	d := domain.Config{
 		Logger:            m.cfg.Logger,
+		Metrics:           m.metrics,
+		TracerProvider:    c.cfg.TracerProvider,
 		ServerLease:       lease.Config{SoftLimit: SoftLimit, HardLimit: HardLimit, MonitorInterval: 50 * time.Millisecond},
 		HeartbeatInterval: Heartbeat,
 		Dispatch:          dispatch.Config{Delay: 10 * time.Millisecond, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, MaxFailures: 10, CallTimeout: 2 * time.Second},

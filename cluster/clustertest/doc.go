@@ -62,6 +62,15 @@
 // generous (Config.WaitTimeout) because a passing run returns as soon as
 // the condition holds; only a failure takes that long.
 //
+// # Metrics and traces
+//
+// Each master has a Prometheus registry of its own, kept across restarts
+// (Master.Metrics; Master.HTTPHandler serves it at /metrics as the binary
+// does), with raft's metrics installed; each region server has its own
+// (regionserver.Server.Metrics, HTTPHandler). Config.TracerProvider traces
+// every master and region server: give it an SDK provider with an
+// in-memory exporter (tracetest.SpanRecorder) to assert on the spans.
+//
 // # Logs
 //
 // Each master, region server and the fault injector log to a buffer of

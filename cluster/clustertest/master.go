@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -55,6 +56,23 @@ type Master struct {
 	client  adminpb.AdminClient
 	// leading is the term whose leader services run here, 0 if none.
 	leading uint64
+	// metrics is the master's registry, kept across restarts (the node and
+	// the domain unregister their collectors when they stop, and the next
+	// ones register theirs).
+	metrics *prometheus.Registry
+}
+
+// Metrics is the master's Prometheus registry: what its /metrics serves.
+func (m *Master) Metrics() *prometheus.Registry { return m.metrics }
+
+// HTTPHandler is the master's HTTP endpoints (/status, /readyz, /metrics,
+// ...; admin.HTTPHandler), nil while it is down.
+func (m *Master) HTTPHandler() http.Handler {
+	n := m.Node()
+	if n == nil {
+		return nil
+	}
+	return admin.HTTPHandler(admin.NodeBackend(n), m.metrics)
 }
 
 // Index is the master's position in Cluster.Masters.

@@ -19,7 +19,7 @@ func (c *Cluster) StartRegionServer(id string, tweaks ...func(*regionserver.Conf
 	cfg := regionserver.Config{
 		ID: id, GRPCAddr: "127.0.0.1:0", Masters: c.AdminAddrs(),
 		RPCTimeout: time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Logger: c.logs.logger(id),
+		Logger: c.logs.logger(id), TracerProvider: c.cfg.TracerProvider,
 	}
 	if c.cfg.RegionServer != nil {
 		c.cfg.RegionServer(&cfg)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/dispatch"
@@ -80,11 +81,18 @@ type Config struct {
 	// bound holds while the server's clock runs at most 16% slower than
 	// the leader's.
 	FenceMargin time.Duration
-	// Metrics, when set, registers the domain's Prometheus collectors:
+	// Metrics, when set, registers the domain's collectors for as long as
+	// the domain lives (baton_leases, baton_regions, baton_tables,
+	// baton_region_servers: reported by the leader only;
 	// baton_maintenance_mode, 1 while this node's replicated state says
-	// maintenance mode is on. Default: none (tests run several domains in
+	// maintenance mode is on) and is each term's dispatcher's
+	// dispatch.Config.Metrics. Default: none (tests run several domains in
 	// one process).
 	Metrics prometheus.Registerer
+	// TracerProvider, when set, traces each term's dispatcher calls
+	// (dispatch.Config.Tracer) and the region servers' transition reports
+	// the Master service receives. Default nil: no spans.
+	TracerProvider trace.TracerProvider
 	// FailPoint, if set, is consulted at named points of the procedures
 	// ("create.layout", "create.enable", "enable.enable", "crash.assign",
 	// "region.open"); a non-nil error

@@ -10,11 +10,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -65,6 +67,10 @@ type Domain struct {
 	nodeOnce sync.Once
 	node     Node
 
+	collector *collector   // registered on cfg.Metrics, nil if not
+	tracer    trace.Tracer // the Master service's spans; nil: off
+	dtracer   trace.Tracer // the dispatchers'; nil: off
+
 	mu     sync.Mutex
 	svc    *services
 	conns  map[string]*grpc.ClientConn // region servers, for ServerRegions
@@ -107,6 +113,14 @@ func New(cfg Config) (*Domain, error) {
 		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger})
 		d.ownsTrans = true
 	}
+	d.tracer = tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/domain")
+	d.dtracer = tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/dispatch")
+	if cfg.Metrics != nil {
+		d.collector = newCollector(d)
+		if err := cfg.Metrics.Register(d.collector); err != nil {
+			return nil, fmt.Errorf("master: registering metrics: %w", err)
+		}
+	}
 	return d, nil
 }
 
@@ -121,6 +135,9 @@ func (d *Domain) Attach(n Node) {
 // Close releases the domain's connections. The node must be shut down
 // first (its leader services are stopped with the executor).
 func (d *Domain) Close() error {
+	if d.collector != nil {
+		d.cfg.Metrics.Unregister(d.collector)
+	}
 	d.mu.Lock()
 	d.closed = true
 	conns := d.conns

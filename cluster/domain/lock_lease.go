@@ -146,6 +146,19 @@ func (s *lockLeases) Release(holder string) {
 	}
 }
 
+// Counts sums the leases of every length by state.
+func (s *lockLeases) Counts() map[lease.State]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[lease.State]int{lease.Live: 0, lease.Suspect: 0, lease.Expired: 0}
+	for _, m := range s.byLen {
+		for st, n := range m.Counts() {
+			out[st] += n
+		}
+	}
+	return out
+}
+
 // Start starts every manager's monitor, and those made later.
 func (s *lockLeases) Start() {
 	s.mu.Lock()

@@ -1,9 +1,11 @@
 package domain
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -89,10 +91,11 @@ func (s *services) deliver(procID uint64, r dispatch.Result) bool {
 // dispatch sends op for procID to ref and returns its wait. The wait is
 // armed before the send: a result can arrive (even inside Dispatch) before
 // the procedure suspends; the event then stays ready, so the suspension
-// returns at once.
-func (s *services) dispatch(procID uint64, ref ServerRef, address, region, table string, kind rspb.OpKind) *opWait {
+// returns at once. ctx's span (the step's) is the one the call is traced
+// under.
+func (s *services) dispatch(ctx context.Context, procID uint64, ref ServerRef, address, region, table string, kind rspb.OpKind) *opWait {
 	w := s.arm(procID, ref, region, kind)
 	s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},
-		dispatch.Op{Kind: kind, Region: region, Table: table, ProcID: procID})
+		dispatch.Op{Kind: kind, Region: region, Table: table, ProcID: procID, Span: tracectx.RefOf(ctx)})
 	return w
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"sort"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -252,7 +256,29 @@ func (s *services) verifyLeader(ctx context.Context) error {
 // while recorded OPEN there, with no procedure on it, is reopened: closed
 // first (idempotent), then opened, so even a stale report cannot make it
 // open twice.
-func (m *masterService) ReportTransition(ctx context.Context, req *rspb.ReportTransitionRequest) (*rspb.ReportTransitionResponse, error) {
+func (m *masterService) ReportTransition(ctx context.Context, req *rspb.ReportTransitionRequest) (_ *rspb.ReportTransitionResponse, err error) {
+	if t := m.d.tracer; t != nil {
+		// The region server sends the span of the operation the report is
+		// about, when it has one: the report joins that trace.
+		var span trace.Span
+		_, span = t.Start(tracectx.Extract(ctx), "Master/ReportTransition",
+			trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(
+				attribute.String("rpc.system", "grpc"),
+				attribute.String("rpc.service", rspb.Master_ServiceDesc.ServiceName),
+				attribute.String("rpc.method", "ReportTransition"),
+				attribute.String("baton.server", ServerRef{req.GetServerId(), req.GetStartCode()}.String()),
+				attribute.String("baton.region", req.GetRegion()),
+				attribute.String("baton.region.state", req.GetState()),
+			))
+		defer func() {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
+		}()
+	}
 	s, err := m.leader()
 	if err != nil {
 		return nil, err

@@ -70,6 +70,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	dc.Term, dc.MasterID, dc.Transport = term, n.ID(), d.transport
 	dc.OnResult, dc.OnServerFailed = svc.onResult, svc.onServerFailed
 	dc.Clock, dc.Logger = d.cfg.Clock, d.cfg.Logger.With("term", term)
+	dc.Metrics, dc.Tracer = d.cfg.Metrics, d.dtracer
 	dc.NextSeq = func() uint64 { return d.attempts.Add(1) }
 	if svc.disp, err = dispatch.New(dc); err != nil {
 		return nil, fmt.Errorf("master: dispatcher: %w", err)

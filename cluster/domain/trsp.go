@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/scheduler"
@@ -327,7 +328,7 @@ func (p *TransitRegionState) await(ctx *procedure.Context, d *Domain, svc *servi
 	}
 	w := svc.outstanding(ctx.ID(), p.Server, p.Region, kind)
 	if w == nil {
-		w = svc.dispatch(ctx.ID(), p.Server, p.Address, p.Region, p.fullTable(), kind)
+		w = svc.dispatch(ctx, ctx.ID(), p.Server, p.Address, p.Region, p.fullTable(), kind)
 	}
 	ctx.Suspend(procedure.OnEvent(w.ev), procedure.Timeout(d.cfg.DispatchTimeout), procedure.SkipPersistence())
 	return procedure.HasMoreState, nil
@@ -582,7 +583,7 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 		if alive {
 			// Proc id 0: nobody waits for these answers.
 			s.disp.Dispatch(dispatch.Target{ServerID: rg.Server, Address: srv.Address, StartCode: rg.StartCode},
-				dispatch.Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: rn, Table: table})
+				dispatch.Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: rn, Table: table, Span: tracectx.RefOf(ctx)})
 		}
 	}
 	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", len(t.Regions))
@@ -596,7 +597,7 @@ func (s *services) closeSync(ctx context.Context, procID uint64, ref ServerRef, 
 		// until maintenance mode ends.
 		return errors.New(catalog.MaintenanceNote)
 	}
-	w := s.dispatch(procID, ref, addr, region, table, rspb.OpKind_OP_KIND_CLOSE)
+	w := s.dispatch(ctx, procID, ref, addr, region, table, rspb.OpKind_OP_KIND_CLOSE)
 	timeout, stopTimer := s.d.after(s.d.cfg.DispatchTimeout)
 	defer stopTimer()
 	select {

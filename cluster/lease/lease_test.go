@@ -106,6 +106,39 @@ func TestStateFollowsLimits(t *testing.T) {
 	}
 }
 
+// TestCounts: the counts by state agree with List, also once a lease
+// expired and its holder was granted a new one (the old one, detached, is
+// the monitor's to report and counted nowhere).
+func TestCounts(t *testing.T) {
+	cfg := DefaultConfig()
+	m, c, _ := newManual(t, nil)
+	m.Grant("old")
+	c.Advance(cfg.HardLimit + time.Nanosecond)
+	m.Grant("suspect")
+	c.Advance(cfg.SoftLimit + time.Nanosecond)
+	m.Grant("live1")
+	m.Grant("live2")
+	m.Grant("live3")
+	c.Advance(time.Nanosecond)
+	check := func(want map[State]int) {
+		t.Helper()
+		got := m.Counts()
+		fromList := map[State]int{Live: 0, Suspect: 0, Expired: 0}
+		for _, in := range m.List() {
+			fromList[in.State]++
+		}
+		for _, st := range []State{Live, Suspect, Expired} {
+			if got[st] != want[st] || fromList[st] != want[st] {
+				t.Errorf("%v: Counts %d, List %d, want %d", st, got[st], fromList[st], want[st])
+			}
+		}
+	}
+	check(map[State]int{Live: 3, Suspect: 1, Expired: 1})
+	// "old" expired; granting it again detaches the expired lease.
+	m.Grant("old")
+	check(map[State]int{Live: 4, Suspect: 1, Expired: 0})
+}
+
 func TestRenewResorts(t *testing.T) {
 	tests := []struct {
 		name  string

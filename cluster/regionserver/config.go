@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
@@ -92,6 +94,20 @@ type Config struct {
 	// clock.Real). Per-attempt RPC deadlines are real time: they bound
 	// real network calls.
 	Clock clock.Clock
+	// HTTPAddr, if set, is where the server serves /metrics and /readyz
+	// (see HTTPHandler): a listening address, so a wildcard host is fine;
+	// port 0 picks a free port (tests). Default: no HTTP.
+	HTTPAddr string
+	// Metrics is the registry the server's collectors (baton_regionserver_*)
+	// are registered in and /metrics serves; the caller may add its own
+	// (the Go runtime's). Default: a registry of the server's own, so that
+	// several servers in one process never collide.
+	Metrics *prometheus.Registry
+	// TracerProvider, when set, traces the batches a master sends (a span
+	// per batch under the master's call, and one per operation in its own
+	// procedure's trace) and the transition reports sent back about them.
+	// Default nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports every problem of c at once, wrapping ErrInvalidConfig.
@@ -133,6 +149,13 @@ func (c *Config) Validate() error {
 	}
 	if c.RPCTimeout < 0 {
 		bad("RPCTimeout %v: must not be negative", c.RPCTimeout)
+	}
+	if c.HTTPAddr != "" {
+		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("HTTPAddr %q: want host:port", c.HTTPAddr)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad("HTTPAddr %q: the port must be a number in 0..65535", c.HTTPAddr)
+		}
 	}
 	if c.MinBackoff < 0 || c.MaxBackoff < 0 || (c.MaxBackoff > 0 && c.MinBackoff > c.MaxBackoff) {
 		bad("backoff %v..%v: want 0 ≤ min ≤ max (0: defaults)", c.MinBackoff, c.MaxBackoff)

@@ -59,4 +59,17 @@
 // sent by one goroutine; a report that cannot be delivered within
 // Config.RPCTimeout, or that belongs to an earlier start code, is dropped
 // (the masters learn the same from the batch results and from ListRegions).
+//
+// # Metrics, readiness and traces
+//
+// With Config.HTTPAddr the server serves /metrics (baton_regionserver_*:
+// regions by state, operations by kind and result, heartbeats and
+// registrations by result, the age of the last renewal, self-fences and
+// the regions it closed by itself, batches refused by fencing, reports)
+// and /readyz (ready while registered). Its metrics live in a registry of
+// its own unless Config.Metrics gives one, so several servers run in one
+// process. With Config.TracerProvider a batch gets a server span under
+// the master's call, each operation a span in its procedure's trace, and
+// a FAILED_OPEN report a client span under its operation, whose context
+// goes to the master in the call's metadata.
 package regionserver

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/testnet"
@@ -33,6 +34,9 @@ type fakeCluster struct {
 	regs       []call[*rspb.RegisterServerRequest]
 	hbs        []call[*rspb.HeartbeatRequest]
 	reports    []call[*rspb.ReportTransitionRequest]
+	// reportParents are the traceparents the reports' metadata carried
+	// ("" for none), in report order.
+	reportParents []string
 }
 
 // call is a request a fake master served, and which master served it.
@@ -136,13 +140,18 @@ func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) 
 	return &rspb.HeartbeatResponse{Term: m.c.term}, nil
 }
 
-func (m *fakeMaster) ReportTransition(_ context.Context, req *rspb.ReportTransitionRequest) (*rspb.ReportTransitionResponse, error) {
+func (m *fakeMaster) ReportTransition(ctx context.Context, req *rspb.ReportTransitionRequest) (*rspb.ReportTransitionResponse, error) {
 	m.c.mu.Lock()
 	defer m.c.mu.Unlock()
 	if err := m.standbyLocked(); err != nil {
 		return nil, err
 	}
 	m.c.reports = append(m.c.reports, call[*rspb.ReportTransitionRequest]{m.addr, req})
+	parent := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("traceparent")) > 0 {
+		parent = md.Get("traceparent")[0]
+	}
+	m.c.reportParents = append(m.c.reportParents, parent)
 	return &rspb.ReportTransitionResponse{}, nil
 }
 

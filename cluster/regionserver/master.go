@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -165,8 +167,10 @@ func (s *Server) register(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		s.metrics.registers.WithLabelValues("failed").Inc()
 		return err
 	}
+	s.metrics.registers.WithLabelValues("ok").Inc()
 	if resp.GetStartCode() == 0 {
 		return errors.New("RegisterServer: the master answered start code 0")
 	}
@@ -207,10 +211,12 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	if status.Code(err) == codes.NotFound {
 		// The protocol answers expired = true to an unknown server; a
 		// master that says NOT_FOUND instead means the same.
+		s.metrics.heartbeats.WithLabelValues("expired").Inc()
 		s.expire(req.StartCode)
 		return nil
 	}
 	if err != nil {
+		s.metrics.heartbeats.WithLabelValues("failed").Inc()
 		return err
 	}
 	s.mu.Lock()
@@ -219,6 +225,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		// nothing (neither a renewal nor an expiry).
 		highest := s.highestTerm
 		s.mu.Unlock()
+		s.metrics.heartbeats.WithLabelValues("failed").Inc()
 		return fmt.Errorf("heartbeat answered by a master of stale term %d (highest seen %d)", t, highest)
 	}
 	s.raiseTermLocked(resp.GetTerm(), "Heartbeat")
@@ -227,8 +234,11 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if resp.GetExpired() {
+		s.metrics.heartbeats.WithLabelValues("expired").Inc()
 		s.expire(req.StartCode)
+		return nil
 	}
+	s.metrics.heartbeats.WithLabelValues("ok").Inc()
 	return nil
 }
 
@@ -251,6 +261,7 @@ func (s *Server) selfFenceAfterLocked() time.Duration {
 // renewedLocked starts a new self-fence period, counted from sent, the
 // moment the renewing request was sent.
 func (s *Server) renewedLocked(sent time.Time) {
+	s.renewedAt = sent
 	s.fenceAt = sent.Add(s.selfFenceAfterLocked())
 }
 
@@ -266,6 +277,8 @@ func (s *Server) selfFenceLocked() {
 	sc := s.startCode
 	s.regions = map[string]hosted{}
 	s.startCode, s.dropped = 0, sc
+	s.metrics.selfFences.Inc()
+	s.metrics.selfClosed.WithLabelValues("self_fence").Add(float64(n))
 	s.log.Warn("no heartbeat got through for too long: closed every region before the masters reassign them",
 		"start_code", sc, "regions_closed", n, "fence_at", s.fenceAt)
 }
@@ -284,19 +297,23 @@ func (s *Server) expire(sc uint64) {
 	s.regions = map[string]hosted{}
 	s.startCode, s.dropped = 0, sc
 	s.mu.Unlock()
+	s.metrics.selfClosed.WithLabelValues("lease_expired").Add(float64(n))
 	s.log.Warn("lease expired: closed every region, registering again", "start_code", sc, "regions_closed", n)
 }
 
 // report queues a transition report of the registration sc; it drops the
-// report if the queue is full (reports are best effort).
-func (s *Server) report(sc uint64, region, state, msg string) {
+// report if the queue is full (reports are best effort). span is the
+// operation's the report is about (invalid: none): the report joins its
+// trace.
+func (s *Server) report(span trace.SpanContext, sc uint64, region, state, msg string) {
 	if sc == 0 {
 		return
 	}
 	r := &rspb.ReportTransitionRequest{ServerId: s.cfg.ID, StartCode: sc, Region: region, State: state, Error: msg}
 	select {
-	case s.reports <- r:
+	case s.reports <- report{req: r, span: span}:
 	default:
+		s.metrics.reports.WithLabelValues("dropped").Inc()
 		s.log.Warn("transition report dropped: queue full", "region", region, "state", state)
 	}
 }
@@ -304,28 +321,39 @@ func (s *Server) report(sc uint64, region, state, msg string) {
 // reporter sends the queued transition reports, one at a time.
 func (s *Server) reporter(ctx context.Context) {
 	for {
-		var r *rspb.ReportTransitionRequest
+		var q report
 		select {
 		case <-ctx.Done():
 			return
-		case r = <-s.reports:
+		case q = <-s.reports:
 		}
+		r := q.req
 		if sc := s.StartCode(); sc != r.GetStartCode() {
 			// The masters have given that registration up: the report
 			// would be refused, and they no longer care.
+			s.metrics.reports.WithLabelValues("dropped").Inc()
 			s.log.Debug("transition report dropped: start code changed", "region", r.GetRegion(), "state", r.GetState(), "start_code", sc)
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+		var span trace.Span
+		if s.tracer != nil && q.span.IsValid() {
+			cctx, span = s.reportSpan(cctx, q)
+		}
 		err := s.callMaster(cctx, "ReportTransition", func(ctx context.Context, m rspb.MasterClient) error {
-			_, err := m.ReportTransition(ctx, r)
+			_, err := m.ReportTransition(tracectx.Inject(ctx), r)
 			return err
 		})
 		cancel()
+		if span != nil {
+			endSpan(span, err)
+		}
 		if err != nil {
+			s.metrics.reports.WithLabelValues("dropped").Inc()
 			s.log.Warn("transition report dropped", "region", r.GetRegion(), "state", r.GetState(), "error", err)
 			continue
 		}
+		s.metrics.reports.WithLabelValues("sent").Inc()
 		s.log.Debug("transition reported", "region", r.GetRegion(), "state", r.GetState())
 	}
 }

@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -57,7 +62,9 @@ type Server struct {
 	clk     clock.Clock
 	locks   regionLocks
 	masters *masterConns
-	reports chan *rspb.ReportTransitionRequest
+	reports chan report
+	metrics *metrics
+	tracer  trace.Tracer // nil: tracing off
 
 	// ctx ends at Stop: it ends the lease loop and the reporter, and
 	// interrupts operations in progress.
@@ -79,10 +86,20 @@ type Server struct {
 	// send). Every read, operation and heartbeat checks it first
 	// (selfFenceLocked), so nothing is served past it, to anyone.
 	fenceAt    time.Time
+	renewedAt  time.Time     // when the request behind the last renewal was sent
 	registered chan struct{} // closed (and replaced) at each registration
 	addr       string        // advertised address, once started
 	phase      phase
 	grpc       *grpc.Server
+	http       *http.Server // nil without Config.HTTPAddr
+	httpAddr   string       // bound address of http
+}
+
+// report is a transition report waiting to be sent, with the span of the
+// operation it is about (invalid if none), which it joins.
+type report struct {
+	req  *rspb.ReportTransitionRequest
+	span trace.SpanContext
 }
 
 type phase int
@@ -103,19 +120,28 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	log := cfg.Logger.With("server_id", cfg.ID)
-	return &Server{
+	m := newMetrics()
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	s := &Server{
 		cfg:        cfg,
-		log:        log,
+		log:        cfg.Logger.With("server_id", cfg.ID),
 		clk:        cfg.Clock,
 		masters:    newMasterConns(cfg.Masters),
-		reports:    make(chan *rspb.ReportTransitionRequest, reportQueue),
-		ctx:        ctx,
-		cancel:     cancel,
+		reports:    make(chan report, reportQueue),
+		metrics:    m,
+		tracer:     tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/regionserver"),
 		regions:    map[string]hosted{},
 		registered: make(chan struct{}),
-	}, nil
+	}
+	for _, c := range append(m.collectors(), stateCollector{s}) {
+		if err := cfg.Metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
+		}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
 }
 
 // Start listens on Config.GRPCAddr, serves the RegionServer service there,
@@ -148,17 +174,44 @@ func (s *Server) Start(ctx context.Context) error {
 		// Port 0 is for tests: advertise the port actually bound.
 		addr = lis.Addr().String()
 	}
+	var hlis net.Listener
+	if s.cfg.HTTPAddr != "" {
+		if hlis, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.HTTPAddr); err != nil {
+			_ = lis.Close()
+			s.mu.Lock()
+			s.phase = phaseNew
+			s.mu.Unlock()
+			return fmt.Errorf("rs: HTTP listen on %s: %w", s.cfg.HTTPAddr, err)
+		}
+	}
 	g := grpc.NewServer()
 	rspb.RegisterRegionServerServer(g, s)
 	s.mu.Lock()
 	if s.phase == phaseStopped { // Stop ran while we were listening
 		s.mu.Unlock()
 		_ = lis.Close()
+		if hlis != nil {
+			_ = hlis.Close()
+		}
 		return ErrStopped
 	}
 	s.addr, s.grpc = addr, g
+	if hlis != nil {
+		s.http = &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.httpAddr = hlis.Addr().String()
+	}
+	hs := s.http
 	s.mu.Unlock()
 
+	if hs != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := hs.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("HTTP endpoints stopped", "addr", hlis.Addr().String(), "error", err)
+			}
+		}()
+	}
 	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
@@ -168,7 +221,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	go func() { defer s.wg.Done(); s.leaseLoop(s.ctx) }()
 	go func() { defer s.wg.Done(); s.reporter(s.ctx) }()
-	s.log.Info("region server started", "addr", addr, "masters", s.cfg.Masters,
+	s.log.Info("region server started", "addr", addr, "http_addr", s.httpAddr, "masters", s.cfg.Masters,
 		"op_latency", s.cfg.OpLatency, "failure_rate", s.cfg.FailureRate)
 	return nil
 }
@@ -181,12 +234,17 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	prev := s.phase
 	s.phase = phaseStopped
-	g := s.grpc
+	g, hs := s.grpc, s.http
 	s.mu.Unlock()
 	s.cancel()
 	defer s.masters.close()
 	if prev != phaseStarted || g == nil {
 		return nil
+	}
+	if hs != nil {
+		// Not gracefully: a scrape in progress may as well fail, the
+		// server is going away.
+		_ = hs.Close()
 	}
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
@@ -214,6 +272,18 @@ func (s *Server) Addr() string {
 	defer s.mu.Unlock()
 	return s.addr
 }
+
+// HTTPAddr is the address /metrics and /readyz are served at ("" without
+// Config.HTTPAddr, or before Start): with port 0, the port bound.
+func (s *Server) HTTPAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.httpAddr
+}
+
+// Metrics is the registry the server's metrics are in (Config.Metrics or
+// its own).
+func (s *Server) Metrics() *prometheus.Registry { return s.cfg.Metrics }
 
 // ID is Config.ID.
 func (s *Server) ID() string { return s.cfg.ID }
@@ -303,13 +373,19 @@ func (s *Server) ListRegions(context.Context, *rspb.ListRegionsRequest) (*rspb.L
 // order within one. Per-operation failures are results with ok = false;
 // an error means the batch was refused or interrupted (the server stopping,
 // the caller gone), in which case some operations may have been applied.
-func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (*rspb.BatchResponse, error) {
+func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (_ *rspb.BatchResponse, err error) {
 	term, sc, seq := req.GetTerm(), req.GetStartCode(), req.GetSeq()
+	var batchSpan trace.Span
+	if s.tracer != nil {
+		ctx, batchSpan = s.batchSpan(ctx, req)
+		defer func() { endSpan(batchSpan, err) }()
+	}
 	s.mu.Lock()
-	err := s.admitLocked(req)
+	err = s.admitLocked(req)
 	hi := s.highestTerm
 	s.mu.Unlock()
 	if err != nil {
+		s.metrics.refused.WithLabelValues(refusalReason(err)).Inc()
 		s.log.Warn("batch refused", "master_id", req.GetMasterId(), "term", term, "highest_term", hi,
 			"start_code", sc, "ops", len(req.GetOps()), "reason", status.Convert(err).Message())
 		return nil, err
@@ -344,7 +420,18 @@ func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (*rsp
 			defer wg.Done()
 			defer func() { <-sem }()
 			for _, i := range idxs {
-				res, err := s.execOp(opCtx, term, sc, seq, ops[i])
+				octx := opCtx
+				var span trace.Span
+				if batchSpan != nil {
+					octx, span = s.opSpan(opCtx, batchSpan, ops[i])
+				}
+				res, err := s.execOp(octx, term, sc, seq, ops[i])
+				result := opResult(res, err)
+				s.metrics.ops.WithLabelValues(kindLabel(ops[i].GetKind()), result).Inc()
+				if span != nil {
+					span.SetAttributes(attribute.String("baton.result", result))
+					endSpan(span, err)
+				}
 				results[i] = res
 				if err != nil {
 					imu.Lock()
@@ -456,6 +543,12 @@ func (s *Server) execOp(ctx context.Context, term, sc, seq uint64, op *rspb.Regi
 		res.Ok, res.Already = true, true
 		return res, nil
 	}
+	inProgress := &s.metrics.closing
+	if open {
+		inProgress = &s.metrics.opening
+	}
+	inProgress.Add(1)
+	defer inProgress.Add(-1)
 	if err := clock.Sleep(ctx, s.clk, s.cfg.OpLatency); err != nil {
 		res.Error = "interrupted: " + err.Error()
 		return res, err
@@ -463,7 +556,7 @@ func (s *Server) execOp(ctx context.Context, term, sc, seq uint64, op *rspb.Regi
 	if open && s.cfg.FailureRate > 0 && rand.Float64() < s.cfg.FailureRate {
 		res.Error = InjectedFailure
 		s.log.Info("region failed to open", "region", region, "table", op.GetTable(), "error", InjectedFailure, "proc_id", op.GetProcId())
-		s.report(sc, region, StateFailedOpen, InjectedFailure)
+		s.report(trace.SpanContextFromContext(ctx), sc, region, StateFailedOpen, InjectedFailure)
 		return res, nil
 	}
 	s.mu.Lock()
@@ -507,7 +600,8 @@ func (s *Server) CloseRegion(ctx context.Context, region string) error {
 		return fmt.Errorf("%w: %s", ErrNotHosted, region)
 	}
 	s.log.Info("region closed by the region server", "region", region)
-	s.report(sc, region, StateClosed, "closed by the region server")
+	s.metrics.selfClosed.WithLabelValues("closed_by_server").Inc()
+	s.report(trace.SpanContext{}, sc, region, StateClosed, "closed by the region server")
 	return nil
 }
 

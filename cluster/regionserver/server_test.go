@@ -115,6 +115,10 @@ func TestConfigValidate(t *testing.T) {
 		{"negative interval", func(c *Config) { c.HeartbeatInterval = -time.Second }, "HeartbeatInterval"},
 		{"negative parallelism", func(c *Config) { c.OpParallelism = -1 }, "OpParallelism"},
 		{"backoff inverted", func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, "backoff"},
+		{"http on a wildcard", func(c *Config) { c.HTTPAddr = "0.0.0.0:9080" }, ""},
+		{"http port 0", func(c *Config) { c.HTTPAddr = "127.0.0.1:0" }, ""},
+		{"http without port", func(c *Config) { c.HTTPAddr = "h" }, "HTTPAddr"},
+		{"http bad port", func(c *Config) { c.HTTPAddr = "h:x" }, "HTTPAddr"},
 		{"every problem named", func(c *Config) { c.ID = ""; c.FailureRate = 2 }, "ID is required; FailureRate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/cluster"
@@ -65,25 +63,29 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err := domain.Register(reg); err != nil {
 		return err
 	}
+	metrics := processMetrics()
+	if err := admin.InstallRaftMetrics(metrics); err != nil {
+		return fmt.Errorf("raft metrics: %w", err)
+	}
+	tracing, err := startTracing(ctx, "baton-master", cfg.ID, logger)
+	if err != nil {
+		return err
+	}
+	defer tracing.shutdown()
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics})
+	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics, TracerProvider: tracing.provider()})
 	if err != nil {
 		return err
 	}
 	defer dom.Close()
-	if err := admin.InstallRaftMetrics(metrics); err != nil && !errors.Is(err, admin.ErrRaftMetricsInstalled) {
-		return fmt.Errorf("raft metrics: %w", err)
-	}
 
 	ccfg := cluster.DefaultConfig()
 	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
 	ccfg.Registry = reg
 	ccfg.Logger = logger
-	ccfg.Executor = func(pc *procedure.Config) { pc.Metrics = metrics }
+	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
 	ccfg.Env = dom
 	ccfg.LeaderServices = dom.LeaderServices
 	node, err := cluster.NewNode(ccfg)
@@ -143,7 +145,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if len(cfg.Join) > 0 {
 		go joinCluster(ctx, cfg, logger)
 	}
-	rss, err := startDevRegionServers(ctx, cfg, logger)
+	rss, err := startDevRegionServers(ctx, cfg, logger, tracing)
 	if err != nil {
 		srv.Stop(context.Background())
 		gs.Stop()
@@ -158,6 +160,9 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if cfg.HTTPAddr != "" {
 		fmt.Fprintf(stdout, "  console:          http://%s/\n  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr, cfg.HTTPAddr)
 	}
+	if tracing.tp != nil {
+		fmt.Fprintf(stdout, "  traces:           OTLP (%s), from the OTEL_* environment\n", tracing.protocol)
+	}
 	fmt.Fprintf(stdout, "  data:             %s\n", cfg.DataDir)
 	if cfg.Dev {
 		if len(rss) == 0 {
@@ -165,7 +170,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		} else {
 			fmt.Fprintf(stdout, "  region servers:   %d in this process, registering with this master:\n", len(rss))
 			for _, rs := range rss {
-				fmt.Fprintf(stdout, "                    %s at %s\n", rs.ID(), rs.Addr())
+				fmt.Fprintf(stdout, "                    %s at %s (metrics http://%s/metrics)\n", rs.ID(), rs.Addr(), rs.HTTPAddr())
 			}
 		}
 	}
@@ -199,13 +204,15 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if httpSrv != nil {
 		_ = httpSrv.Shutdown(sctx)
 	}
+	tracing.flush(sctx)
 	return runErr
 }
 
 // startDevRegionServers starts the simulated region servers of a --dev
 // agent in this process. They register with this master through its admin
-// address, as real ones do, each on a free loopback port.
-func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Logger) ([]*regionserver.Server, error) {
+// address, as real ones do, each on a free loopback port, and serve their
+// /metrics and /readyz on another.
+func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Logger, tracing *tracing) ([]*regionserver.Server, error) {
 	if !cfg.Dev {
 		return nil, nil
 	}
@@ -220,8 +227,8 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 	for i := 1; i <= cfg.DevRegionServers; i++ {
 		id := fmt.Sprintf("rs%d", i)
 		rs, err := regionserver.New(regionserver.Config{
-			ID: id, GRPCAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr},
-			Logger: logger.ResetNamed("baton.rs." + id),
+			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr},
+			Logger: logger.ResetNamed("baton.rs." + id), TracerProvider: tracing.provider(),
 		})
 		if err == nil {
 			err = rs.Start(ctx)

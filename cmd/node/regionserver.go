@@ -28,6 +28,7 @@ var regionServerEnv = map[string]string{
 	"op-latency":         "BATON_RS_OP_LATENCY",
 	"failure-rate":       "BATON_RS_FAILURE_RATE",
 	"heartbeat-interval": "BATON_RS_HEARTBEAT_INTERVAL",
+	"http-addr":          "BATON_RS_HTTP_ADDR",
 }
 
 // regionServerStopTimeout bounds a graceful stop: in-flight batches are
@@ -73,17 +74,20 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	opLatency := str("op-latency", "time each region open or close takes, e.g. 50ms (default 0)")
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
+	httpAddr := str("http-addr", "host:port of /metrics and /readyz (a listening address: 0.0.0.0 is fine); empty: none")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--op-latency D] [--failure-rate F]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
-			"leading master and heartbeats until SIGINT or SIGTERM.\n\nflags:\n")
+			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
+			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
+			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return regionserver.Config{}, err
 	}
-	cfg := regionserver.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr)}
+	cfg := regionserver.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr), HTTPAddr: strings.TrimSpace(*httpAddr)}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
@@ -96,6 +100,11 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 		bad("--grpc-addr is required")
 	} else if err := checkAddr("--grpc-addr", cfg.GRPCAddr, false); err != nil {
 		bad("%v", err)
+	}
+	if cfg.HTTPAddr != "" {
+		if err := checkAddr("--http-addr", cfg.HTTPAddr, true); err != nil {
+			bad("%v", err)
+		}
 	}
 	named := 0
 	for _, m := range strings.Split(*masters, ",") {
@@ -148,6 +157,13 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 // printing where it listens.
 func runRegionServer(ctx context.Context, cfg regionserver.Config, stdout, stderr io.Writer) error {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "baton.rs." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+	cfg.Metrics = processMetrics()
+	tracing, err := startTracing(ctx, "baton-regionserver", cfg.ID, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer tracing.shutdown()
+	cfg.TracerProvider = tracing.provider()
 	s, err := regionserver.New(cfg)
 	if err != nil {
 		return err
@@ -157,6 +173,12 @@ func runRegionServer(ctx context.Context, cfg regionserver.Config, stdout, stder
 	}
 	fmt.Fprintf(stdout, "baton region server %q running\n  RegionServer (gRPC): %s\n  masters:             %s\n",
 		cfg.ID, s.Addr(), strings.Join(cfg.Masters, ","))
+	if a := s.HTTPAddr(); a != "" {
+		fmt.Fprintf(stdout, "  metrics:             http://%s/metrics\n  readiness:           http://%s/readyz\n", a, a)
+	}
+	if tracing.tp != nil {
+		fmt.Fprintf(stdout, "  traces:              OTLP (%s), from the OTEL_* environment\n", tracing.protocol)
+	}
 	if cfg.OpLatency > 0 || cfg.FailureRate > 0 {
 		fmt.Fprintf(stdout, "  op latency:          %v\n  failure rate:        %g\n", cfg.OpLatency, cfg.FailureRate)
 	}

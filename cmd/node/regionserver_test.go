@@ -53,6 +53,11 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "rate NaN", args: append(base, "--failure-rate", "NaN"), err: "--failure-rate"},
 		{name: "bad heartbeat", args: append(base, "--heartbeat-interval", "-5s"), err: "--heartbeat-interval"},
 		{name: "positional", args: append(base, "extra"), err: "takes no arguments"},
+		{name: "http addr", args: append(base, "--http-addr", "0.0.0.0:16030"),
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, HTTPAddr: "0.0.0.0:16030"}},
+		{name: "http addr from env", env: map[string]string{"BATON_RS_HTTP_ADDR": "rs1:16030"}, args: base,
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, HTTPAddr: "rs1:16030"}},
+		{name: "bad http addr", args: append(base, "--http-addr", "nope"), err: "--http-addr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)

@@ -89,7 +89,13 @@ type RegionOp struct {
 	Region string `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
 	Table  string `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
 	// proc_id is the procedure waiting for this operation.
-	ProcId        uint64 `protobuf:"varint,4,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	ProcId uint64 `protobuf:"varint,4,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	// Tracing (fields 110-119).
+	// trace_parent is the W3C traceparent of the master's span of the call
+	// that carries this operation, in the operation's own trace: a batch may
+	// carry operations of several traces, and the region server's span of
+	// each operation joins its trace. Empty with tracing off.
+	TraceParent   string `protobuf:"bytes,110,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,6 +156,13 @@ func (x *RegionOp) GetProcId() uint64 {
 		return x.ProcId
 	}
 	return 0
+}
+
+func (x *RegionOp) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 type BatchRequest struct {
@@ -902,12 +915,13 @@ var File_regionserver_proto protoreflect.FileDescriptor
 
 const file_regionserver_proto_rawDesc = "" +
 	"\n" +
-	"\x12regionserver.proto\x12\vbaton.rs.v1\"z\n" +
+	"\x12regionserver.proto\x12\vbaton.rs.v1\"\x9d\x01\n" +
 	"\bRegionOp\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x17\n" +
-	"\aproc_id\x18\x04 \x01(\x04R\x06procId\"\xb6\x01\n" +
+	"\aproc_id\x18\x04 \x01(\x04R\x06procId\x12!\n" +
+	"\ftrace_parent\x18n \x01(\tR\vtraceParent\"\xb6\x01\n" +
 	"\fBatchRequest\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tmaster_id\x18\x02 \x01(\tR\bmasterId\x12\x1b\n" +

@@ -1,0 +1,183 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// rpcMethod names the one RPC the dispatcher makes, in its metrics' method
+// label and its spans.
+const rpcMethod = "ExecuteBatch"
+
+// metrics are a dispatcher's Prometheus collectors. A leader builds one
+// dispatcher per term on the same registerer: the counters are adopted, so
+// their series go on, and the queue gauges read whichever dispatcher runs.
+type metrics struct {
+	batchOps       prometheus.Histogram
+	rpcs           *prometheus.CounterVec
+	rpcDuration    *prometheus.HistogramVec
+	results        *prometheus.CounterVec
+	retries        prometheus.Counter
+	serverFailures prometheus.Counter
+	live           *liveCollector
+}
+
+func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
+	m = &metrics{
+		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "batch_operations",
+			Help:    "Operations per ExecuteBatch call (first sends and retries).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13), // 1 .. 4096, maxOpsPerRPC
+		}),
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "rpcs_total",
+			Help: "Calls to region servers, by method and outcome: ok; retry (no answer, or one that may hide an executed batch: sent again); stale_term (this master is deposed); wrong_start_code (the server restarted); refused (the server refused the batch); abandoned (the server was removed while the call ran).",
+		}, []string{"method", "outcome"}),
+		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "rpc_duration_seconds",
+			Help:    "Time of one call to a region server, whatever its outcome, by method.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"method"}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "operations_total",
+			Help: "Region operations answered, by kind (open, close) and result: done, already (it was so), failed (the server tried and failed), refused, stale_term, server_removed, stopped, invalid.",
+		}, []string{"kind", "result"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "retries_total",
+			Help: "Calls that re-sent the operations of a failed call.",
+		}),
+		serverFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "baton", Subsystem: "dispatch", Name: "server_failures_total",
+			Help: "Region server incarnations given up: too many consecutive failed calls, or a restart found (the server is then expired).",
+		}),
+		live: newLiveCollector(),
+	}
+	if reg != nil {
+		m.batchOps = adopt(reg, m.batchOps, &err)
+		m.rpcs = adopt(reg, m.rpcs, &err)
+		m.rpcDuration = adopt(reg, m.rpcDuration, &err)
+		m.results = adopt(reg, m.results, &err)
+		m.retries = adopt(reg, m.retries, &err)
+		m.serverFailures = adopt(reg, m.serverFailures, &err)
+		m.live = adopt(reg, m.live, &err)
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func adopt[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	if *errp == nil {
+		*errp = err
+	}
+	return c
+}
+
+// resultLabel sorts a Result for the operations counter.
+func resultLabel(r Result) string {
+	switch {
+	case r.OK && r.Already:
+		return "already"
+	case r.OK:
+		return "done"
+	case errors.Is(r.Err, ErrOpFailed):
+		return "failed"
+	case errors.Is(r.Err, ErrRefused):
+		return "refused"
+	case errors.Is(r.Err, ErrStaleTerm):
+		return "stale_term"
+	case errors.Is(r.Err, ErrServerRemoved):
+		return "server_removed"
+	case errors.Is(r.Err, ErrStopped):
+		return "stopped"
+	case errors.Is(r.Err, ErrInvalidOp):
+		return "invalid"
+	}
+	return "other"
+}
+
+// outcomeLabel names a call's outcome for the RPC counter and span.
+func outcomeLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	switch classify(err) {
+	case classStaleTerm:
+		return "stale_term"
+	case classWrongStartCode:
+		return "wrong_start_code"
+	case classRefused:
+		return "refused"
+	}
+	return "retry"
+}
+
+// liveCollector reports the buffers of the dispatcher that runs now (none
+// on a master that does not lead), read at scrape time.
+type liveCollector struct {
+	d       atomic.Pointer[Dispatcher]
+	queued  *prometheus.Desc
+	servers *prometheus.Desc
+}
+
+func newLiveCollector() *liveCollector {
+	return &liveCollector{
+		queued: prometheus.NewDesc("baton_dispatch_queued_operations",
+			"Operations not answered yet, by state: buffered (waiting for a call, retries and held ones included) or in_flight (in a call).",
+			[]string{"state"}, nil),
+		servers: prometheus.NewDesc("baton_dispatch_servers",
+			"Region server incarnations the dispatcher holds a buffer for, by state: ok, backoff (waiting to retry), held (given up, waiting for removal), dead (restarted).",
+			[]string{"state"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.queued
+	ch <- c.servers
+}
+
+// Collect implements prometheus.Collector.
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d.Load()
+	if d == nil {
+		return
+	}
+	var buffered, inFlight int
+	states := map[string]int{"ok": 0, "backoff": 0, "held": 0, "dead": 0}
+	d.mu.Lock()
+	for _, s := range d.servers {
+		buffered += len(s.buf)
+		inFlight += len(s.inflightOps)
+		switch {
+		case s.dead != nil:
+			states["dead"]++
+		case s.held:
+			states["held"]++
+		case s.backoff:
+			states["backoff"]++
+		default:
+			states["ok"]++
+		}
+	}
+	d.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(buffered), "buffered")
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(inFlight), "in_flight")
+	for st, n := range states {
+		ch <- prometheus.MustNewConstMetric(c.servers, prometheus.GaugeValue, float64(n), st)
+	}
+}
