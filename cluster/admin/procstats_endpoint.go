@@ -98,7 +98,13 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 			if len(stuck) == maxStuck && !sum.Updated.Before(stuck[len(stuck)-1].updated) {
 				return nil
 			}
-			i, _ := slices.BinarySearchFunc(stuck, sum.Updated, func(r stuckRef, t time.Time) int { return r.updated.Compare(t) })
+			// After those as old: the pass goes by id, so ties stay in id order.
+			i, _ := slices.BinarySearchFunc(stuck, sum.Updated, func(r stuckRef, t time.Time) int {
+				if r.updated.After(t) {
+					return 1
+				}
+				return -1
+			})
 			stuck = slices.Insert(stuck, i, stuckRef{p.ID, sum.Updated})
 			if len(stuck) > maxStuck {
 				stuck = stuck[:maxStuck]

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -99,15 +98,6 @@ func New(cfg Config) (*Domain, error) {
 		transport: cfg.Transport,
 		attached:  make(chan struct{}),
 		conns:     map[string]*grpc.ClientConn{},
-	}
-	if cfg.Metrics != nil {
-		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "baton_maintenance_mode",
-			Help: "1 while maintenance mode is on (the leader sends no region open or close and refuses new procedures), else 0, as this master's replicated state says.",
-		}, d.maintenanceOn)
-		if err := cfg.Metrics.Register(g); err != nil {
-			return nil, fmt.Errorf("master: registering metrics: %w", err)
-		}
 	}
 	if d.transport == nil {
 		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger})

@@ -10,12 +10,13 @@ import (
 )
 
 // collector reports the cluster's domain when Prometheus scrapes: leases by
-// state, regions, tables and region servers by state. Only the leader
-// reports (the others have no leases, and their copy of the rest may lag):
+// state, regions, tables and region servers by state, and maintenance
+// mode. Apart from maintenance mode, only the leader reports (the others have no leases, and their copy of the rest may lag):
 // summed over the masters, each region counts once.
 type collector struct {
 	d                              *Domain
 	leases, regions, tables, rsDsc *prometheus.Desc
+	maintenance                    *prometheus.Desc
 }
 
 func newCollector(d *Domain) *collector {
@@ -33,6 +34,9 @@ func newCollector(d *Domain) *collector {
 		rsDsc: prometheus.NewDesc("baton_region_servers",
 			"Region servers by replicated state (live, expired).",
 			[]string{"state"}, nil),
+		maintenance: prometheus.NewDesc("baton_maintenance_mode",
+			"1 while maintenance mode is on (the leader sends no region open or close and refuses new procedures), else 0, as this master's replicated state says.",
+			nil, nil),
 	}
 }
 
@@ -42,6 +46,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.regions
 	ch <- c.tables
 	ch <- c.rsDsc
+	ch <- c.maintenance
 }
 
 // Collect implements prometheus.Collector. It decodes every region, table
@@ -49,6 +54,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // the domain's size, done at the scrape interval rather than at every
 // change.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	// Every master reports the mode: it is replicated state, and a
+	// standby's answer tells whether it has caught up with it.
+	ch <- prometheus.MustNewConstMetric(c.maintenance, prometheus.GaugeValue, c.d.maintenanceOn())
 	s := c.d.services()
 	if s == nil {
 		return
