@@ -281,7 +281,9 @@ func TestLaggingNodeCatchesUpFromSnapshot(t *testing.T) {
 		t.Errorf("restarted follower loaded WAL index %d, want %d", got, w)
 	}
 	testwait.For(t, 15*time.Second, "the lagging follower to catch up", func() bool { return caughtUp(f, lead) })
-	if log := fm.Log(); !strings.Contains(log, "Installed remote snapshot") {
+	// raft logs the install once the FSM's Restore has returned, so the
+	// line can come a moment after the follower's index says caught up.
+	if !testwait.Until(10*time.Second, func() bool { return strings.Contains(fm.Log(), "Installed remote snapshot") }) {
 		t.Errorf("%s caught up without installing a snapshot; the test did not leave it behind far enough", fm.ID)
 	}
 	for _, id := range append(append([]uint64{}, first...), more...) {
