@@ -541,9 +541,13 @@ func exitOf(t *testing.T, done chan int) int {
 // through) is real time: the lease is long enough for a loaded machine,
 // and the command heartbeats three times per lease.
 func TestLockKeepalive(t *testing.T) {
-	// The shortest lease a lock may ask for; the commands ask for it with
-	// --lease (their own default is longer).
-	const lease = time.Second
+	// The master's lease runs on the test's clock, but the command
+	// counts its own in real time: it gives up on a lease no heartbeat
+	// renewed within it. Three seconds keep a loaded machine's slow
+	// heartbeat from ending the command, at three heartbeats a second
+	// of the test. The commands ask for it with --lease (their own
+	// default is longer).
+	const lease = 3 * time.Second
 	lockID := regexp.MustCompile(`lock (\d+) ACQUIRED`)
 	start := func(t *testing.T, masters int, lease time.Duration) (*clustertest.Cluster, *clock.Manual) {
 		clk := clock.NewManual(time.Unix(1_700_000_000, 0))
@@ -567,7 +571,7 @@ func TestLockKeepalive(t *testing.T) {
 		cl := fc.Client()
 		heartbeats := fc.CountCalls(lockHeartbeat)
 		env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--lease", "1s", "--json")
+		code, out, errs := runCLI(t, env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--exclusive", "--lease", lease.String(), "--json")
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
@@ -575,7 +579,7 @@ func TestLockKeepalive(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &first); err != nil {
 			t.Fatal(err)
 		}
-		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--lease", "1s", "--json")
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "namespace", "--name", "ns", "--keepalive", "--lease", lease.String(), "--json")
 		defer interrupt()
 		// Ours waits, renewing its request: nothing printed yet. The
 		// master answers a parked acquisition as soon as the executor
