@@ -41,8 +41,8 @@ func walkBoltPages(path string) error {
 		defaultMetaReadLen = hdr + metaSize
 	)
 	type meta struct {
-		pageSize        uint32
-		root, hwm, txid uint64
+		pageSize                  uint32
+		root, freelist, hwm, txid uint64
 	}
 	readMeta := func(off int64) (meta, error) {
 		b := make([]byte, defaultMetaReadLen)
@@ -61,6 +61,7 @@ func walkBoltPages(path string) error {
 		return meta{
 			pageSize: binary.LittleEndian.Uint32(m[8:]),
 			root:     binary.LittleEndian.Uint64(m[16:]),
+			freelist: binary.LittleEndian.Uint64(m[32:]),
 			hwm:      binary.LittleEndian.Uint64(m[40:]),
 			txid:     binary.LittleEndian.Uint64(m[48:]),
 		}, nil
@@ -158,8 +159,38 @@ func walkBoltPages(path string) error {
 		}
 		return checkPage(id, p, false)
 	}
+	if err := checkFreelist(f, size, ps, m.freelist, m.hwm); err != nil {
+		return err
+	}
 	if m.root == 0 {
 		return nil
 	}
 	return walk(m.root, "the meta page's root")
+}
+
+// checkFreelist checks the header of the freelist page the meta page names
+// (none when the freelist is not synced): bbolt reads it at open and trusts
+// its id, flags and overflow.
+func checkFreelist(f *os.File, size, ps int64, id, hwm uint64) error {
+	const noFreelist, freelistFlag, hdr = ^uint64(0), 0x10, 16
+	if id == noFreelist {
+		return nil
+	}
+	if id < 2 || id >= hwm || int64(id)*ps+hdr > size {
+		return fmt.Errorf("meta page: freelist page %d lies outside the file's pages", id)
+	}
+	h := make([]byte, hdr)
+	if _, err := f.ReadAt(h, int64(id)*ps); err != nil {
+		return fmt.Errorf("freelist page %d (offset %d): %w", id, int64(id)*ps, err)
+	}
+	if got := binary.LittleEndian.Uint64(h[0:]); got != id {
+		return fmt.Errorf("freelist page %d (offset %d): header says page %d", id, int64(id)*ps, got)
+	}
+	if binary.LittleEndian.Uint16(h[8:])&freelistFlag == 0 {
+		return fmt.Errorf("freelist page %d (offset %d): not flagged as a freelist", id, int64(id)*ps)
+	}
+	if n := (int64(binary.LittleEndian.Uint32(h[12:])) + 1) * ps; int64(id)*ps+n > size {
+		return fmt.Errorf("freelist page %d (offset %d): its %d overflow pages run past the end", id, int64(id)*ps, n/ps-1)
+	}
+	return nil
 }
