@@ -60,10 +60,14 @@
 // the options in its query and shows the answer: what would be done, or
 // the refusal and its reason (and then nothing to confirm). Its form posts
 // the options of that dry run, so what is confirmed is what was shown;
-// changing an option is a new dry run. A repair is recorded by the leader
-// in the name "console@<node> (browser <address>)": the node records the
-// address its call came from, which is the console's, so the browser's is
-// in the name. The page the repair leads to reads its record back and says
-// what was done. While maintenance mode is on, every page says so in a
-// banner (since when, by whom, why), from the node's replicated state.
+// changing an option is a new dry run. A cancel's filter is evaluated
+// again by the leader when it is confirmed, and may match more by then:
+// its form posts the ids the dry run listed too, and the confirmation
+// cancels those of them that still match, never one submitted since. A
+// repair is recorded by the leader in the name "console@<node> (browser
+// <address>)": the node records the address its call came from, which is
+// the console's, so the browser's is in the name. The page the repair
+// leads to reads its record back and says what was done. While
+// maintenance mode is on, every page says so in a banner (since when, by
+// whom, why), from the node's replicated state.
 package console

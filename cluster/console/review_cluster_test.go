@@ -44,7 +44,8 @@ func TestReviewCancelConfirmsWhatWasShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	form := url.Values{"owner": {"batch"}, "type": {""}, "state": {""}, "older_than": {""}, "confirm": {"yes"}}
+	// The page's confirmation form, as a browser posts it.
+	form := confirmForm(t, body, url.Values{"confirm": {"yes"}})
 	req, _ = http.NewRequest("POST", srv.URL+"/ui/procedures/cancel", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if resp, body := fetch(t, req); resp.StatusCode != http.StatusSeeOther {
@@ -56,5 +57,21 @@ func TestReviewCancelConfirmsWhatWasShown(t *testing.T) {
 	}
 	if p.GetAbortRequested() || p.GetState() == client.StateRolledBack {
 		t.Fatalf("procedure %d, submitted after the dry run was shown, was cancelled too", unseen)
+	}
+	if p, err := cl.Wait(ctx, shown); err != nil || p.GetState() != client.StateRolledBack {
+		t.Fatalf("procedure %d, shown and confirmed: %v %v, want ROLLEDBACK", shown, p.GetState(), err)
+	}
+
+	// A confirmation that does not say what it was shown (a hand-made
+	// form) cancels nothing: it shows the dry run again, to confirm there.
+	hand := url.Values{"owner": {"batch"}, "type": {""}, "state": {""}, "older_than": {""}, "confirm": {"yes"}}
+	req, _ = http.NewRequest("POST", srv.URL+"/ui/procedures/cancel", strings.NewReader(hand.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, body = fetch(t, req)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, `data-id="`+strconv.FormatUint(unseen, 10)+`"`) || !strings.Contains(body, `id="confirm-form"`) {
+		t.Fatalf("a confirmation without the ids shown: %d\n%s", resp.StatusCode, body)
+	}
+	if p, err := cl.Get(ctx, unseen); err != nil || p.GetAbortRequested() {
+		t.Fatalf("procedure %d was cancelled by a confirmation that did not list it: %v %v", unseen, p, err)
 	}
 }
