@@ -43,9 +43,12 @@
 // an election is under way), a page is read again at STALE from this
 // node's own state and says so in a banner: whose state it is, as of when
 // this node last heard from the leader, and a link to the console of the
-// leader that answers, if any member reports one. The lock table and the
-// region servers' leases live only in the leader's memory: without a
-// leader those sections say they cannot be shown.
+// leader that answers, if any member reports one. A page that went stale
+// part way (a leader answered its first reads, not the later ones) is
+// described by its stale part: the banner and the footer name this node
+// and the index it read at. The lock table and the region servers' leases
+// live only in the leader's memory: without a leader those sections say
+// they cannot be shown.
 //
 // # Actions
 //
