@@ -59,6 +59,19 @@
 // leader-following client (cluster/client), so an abort lands on the
 // leader even while leadership moves.
 //
+// Two ways around the same-origin check are closed too. No page may be
+// framed (X-Frame-Options, and CSP frame-ancestors, on every response): a
+// confirmation framed by another site under a decoy could be clicked
+// unawares, and would post from the console's own origin. And the console
+// answers only to its own names in the Host header (IP addresses,
+// localhost, the host of Config.AdminAddr and Config.AllowedHosts, to
+// which a node adds its HTTP address): a site whose name an attacker
+// points at the node's address (DNS rebinding) is the console's origin as
+// far as the browser knows, and only its name gives it away. Responses
+// also carry nosniff and a content security policy that admits the
+// console's own style sheet (and an empty data: icon) and nothing else:
+// the pages have no script.
+//
 // A repair's confirmation page first asks the leader for a dry run with
 // the options in its query and shows the answer: what would be done, or
 // the refusal and its reason (and then nothing to confirm). Its form posts

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -245,5 +246,98 @@ func TestReviewStaleBannerNamesTheNodeWhoseStateIsShown(t *testing.T) {
 	}
 	if strings.Contains(body, "(linearizable)") {
 		t.Errorf("footer claims a linearizable read on a page with stale parts")
+	}
+}
+
+// The console answers to IP addresses, localhost, its admin address's
+// host and the names it is given, in any case and with a trailing dot,
+// and refuses every other name, on pages and static files alike.
+func TestConsoleAnswersOnlyToItsOwnNames(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	adminpb.RegisterAdminServer(gs, &fakeAdmin{})
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	con, err := console.New(console.Config{AdminAddr: lis.Addr().String(), AllowedHosts: []string{"console.lan", "Master1:7072", ":7072"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { con.Close() })
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	for host, want := range map[string]int{
+		"127.0.0.1:8080":               http.StatusOK,
+		"[::1]:8080":                   http.StatusOK,
+		"10.1.2.3":                     http.StatusOK,
+		"localhost:8080":               http.StatusOK,
+		"LocalHost.":                   http.StatusOK,
+		"console.lan":                  http.StatusOK,
+		"CONSOLE.LAN.:80":              http.StatusOK,
+		"master1:7072":                 http.StatusOK,
+		"attacker.example:8080":        http.StatusForbidden,
+		"127.0.0.1.attacker.example":   http.StatusForbidden,
+		"localhost.attacker.example":   http.StatusForbidden,
+		"console.lan.attacker.example": http.StatusForbidden,
+	} {
+		for _, path := range []string{"/ui/static/console.css", "/ui/procedures/7"} {
+			req, _ := http.NewRequest("GET", srv.URL+path, nil)
+			req.Host = host
+			resp, body := fetch(t, req)
+			if resp.StatusCode != want {
+				t.Errorf("GET %s with Host %s: %d, want %d\n%.300s", path, host, resp.StatusCode, want, body)
+			}
+			if want == http.StatusForbidden && !strings.Contains(body, "is not a name of this node") {
+				t.Errorf("GET %s with Host %s: the refusal does not say why:\n%s", path, host, body)
+			}
+		}
+	}
+
+	// The admin address's host is one of the node's names: a container's,
+	// in the compose cluster.
+	named, err := console.New(console.Config{AdminAddr: "master2:7070"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { named.Close() })
+	req := httptest.NewRequest("GET", "http://master2:7072/ui/static/console.css", nil)
+	rec := httptest.NewRecorder()
+	named.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Errorf("GET with the admin address's host: %d", rec.Code)
+	}
+	if _, err := console.New(console.Config{AdminAddr: "master2:7070", AllowedHosts: []string{"http://x/"}}); err == nil || !strings.Contains(err.Error(), "not a host name") {
+		t.Errorf("an allowed host that is a URL: %v, want an error saying it is not a host name", err)
+	}
+}
+
+// Every console response, pages, static files, errors and refusals,
+// forbids framing by any site and content sniffing.
+func TestEveryResponseForbidsFramingAndSniffing(t *testing.T) {
+	_, srv := newFakeConsole(t)
+	crossSite, _ := http.NewRequest("POST", srv.URL+"/ui/procedures/7/abort", strings.NewReader("confirm=yes"))
+	crossSite.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	crossSite.Header.Set("Sec-Fetch-Site", "cross-site")
+	foreign, _ := http.NewRequest("GET", srv.URL+"/", nil)
+	foreign.Host = "attacker.example"
+	reqs := []*http.Request{crossSite, foreign}
+	for _, path := range []string{"/", "/ui/procedures/7", "/ui/static/console.css", "/ui/nope", "/ui/procedures/abc"} {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		reqs = append(reqs, req)
+	}
+	for _, req := range reqs {
+		resp, _ := fetch(t, req)
+		what := fmt.Sprintf("%s %s (Host %s, %d)", req.Method, req.URL.Path, req.Host, resp.StatusCode)
+		if got := resp.Header.Get("X-Frame-Options"); got != "DENY" {
+			t.Errorf("%s: X-Frame-Options %q, want DENY", what, got)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("%s: Content-Security-Policy %q", what, csp)
+		}
+		if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q, want nosniff", what, got)
+		}
 	}
 }
