@@ -115,7 +115,7 @@ func fetch(t *testing.T, req *http.Request) (*http.Response, string) {
 
 // Hostile strings in a procedure, a lock and a listing are shown as text:
 // no script element, no javascript: link, on any page.
-func TestReviewHostileDataIsEscaped(t *testing.T) {
+func TestHostileDataIsEscaped(t *testing.T) {
 	_, srv := newFakeConsole(t)
 	for _, path := range []string{"/ui/procedures/7", "/ui/procedures/7/abort", "/ui/procedures", "/ui/locks", "/ui/procedures/7/bypass"} {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
@@ -134,7 +134,7 @@ func TestReviewHostileDataIsEscaped(t *testing.T) {
 // another site: a framed confirmation is one an operator can be tricked
 // into clicking (clickjacking), and CrossOriginProtection lets its POST
 // through, since the framed form posts from the console's own origin.
-func TestReviewConfirmationPagesForbidFraming(t *testing.T) {
+func TestConfirmationPagesForbidFraming(t *testing.T) {
 	_, srv := newFakeConsole(t)
 	for _, path := range []string{"/ui/procedures/7/abort", "/ui/procedures/7/bypass?override=1&recursive=1", "/ui/maintenance?on=1"} {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
@@ -151,7 +151,7 @@ func TestReviewConfirmationPagesForbidFraming(t *testing.T) {
 // address (DNS rebinding) posts "same-origin" as far as the browser knows:
 // only the Host header tells. An action must be refused when Host is not
 // one of the console's own names.
-func TestReviewActionRefusesForeignHost(t *testing.T) {
+func TestActionRefusesForeignHost(t *testing.T) {
 	f, srv := newFakeConsole(t)
 	form := url.Values{"confirm": {"yes"}}.Encode()
 	req, _ := http.NewRequest("POST", srv.URL+"/ui/procedures/7/abort", strings.NewReader(form))
@@ -167,7 +167,7 @@ func TestReviewActionRefusesForeignHost(t *testing.T) {
 
 // Bad input in the URL is a 4xx page, never a 5xx or a panic; an unknown
 // subject is 404 on every page about one subject.
-func TestReviewBadParams(t *testing.T) {
+func TestBadParamsAre4xxAndUnknownSubjects404(t *testing.T) {
 	_, srv := newFakeConsole(t)
 	for path, want := range map[string]int{
 		"/ui/procedures/abc":                   http.StatusBadRequest,
@@ -216,7 +216,7 @@ func (f *standbyAdmin) GetProcedure(_ context.Context, req *adminpb.GetProcedure
 // A page part of which was read at STALE from this node says so, naming
 // this node and its applied index, not the leader that answered the reads
 // before it went away.
-func TestReviewStaleBannerNamesTheNodeWhoseStateIsShown(t *testing.T) {
+func TestStaleBannerNamesTheNodeWhoseStateIsShown(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

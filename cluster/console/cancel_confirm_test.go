@@ -17,7 +17,7 @@ import (
 // "What is confirmed is what was shown" (doc.go): a cancel confirmed on
 // the page of its dry run cancels the procedures that dry run listed, not
 // one submitted after it that the operator never saw.
-func TestReviewCancelConfirmsWhatWasShown(t *testing.T) {
+func TestCancelConfirmsWhatWasShown(t *testing.T) {
 	c := clustertest.New(t, clustertest.Config{Masters: 1})
 	c.WaitLeader()
 	cl := c.Client()
