@@ -148,7 +148,7 @@ func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProced
 		return nil, status.Errorf(codes.InvalidArgument, "admin: proc cancel: negative older_than_ms %d", req.GetOlderThanMs())
 	}
 	f := catalog.CancelFilter{Type: req.GetType(), State: req.GetState(), Owner: req.GetOwner(),
-		OlderThan: time.Duration(req.GetOlderThanMs()) * time.Millisecond}
+		OlderThan: time.Duration(req.GetOlderThanMs()) * time.Millisecond, IDs: req.GetIds(), MaxID: req.GetMaxId()}
 	return repairCall(s, ctx, "proc cancel", func(d Domain, x Procedures) (*adminpb.CancelProceduresResponse, error) {
 		r, err := d.CancelProcedures(ctx, f, repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
 		if err != nil {

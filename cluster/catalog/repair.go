@@ -58,13 +58,22 @@ type RepairResult struct {
 }
 
 // CancelFilter selects the procedures CancelProcedures cancels; zero
-// fields match everything, but at least one must be set.
+// fields match everything, but at least one of Type, State, Owner,
+// OlderThan and IDs must be set.
 type CancelFilter struct {
 	Type  string
 	State string // INITIALIZING, RUNNABLE, WAITING or WAITING_TIMEOUT
 	Owner string
 	// OlderThan: submitted at least this long ago, on the leader's clock.
 	OlderThan time.Duration
+	// IDs: only these procedures (those of them the rest matches). A
+	// confirmation sends the ids its dry run listed, so that it cancels
+	// none submitted since.
+	IDs []uint64
+	// MaxID: only procedures whose id is at most MaxID (0: no bound). Ids
+	// grow with submission: the highest id a dry run listed bounds its
+	// confirmation as IDs do, in one number.
+	MaxID uint64
 }
 
 // CancelResult is what CancelProcedures did, or would do.

@@ -53,15 +53,21 @@ func (c *Client) RecoverServer(ctx context.Context, server string, o RepairOptio
 }
 
 // CancelFilter selects the procedures CancelProcedures cancels (at least
-// one field must be set).
+// one of Type, State, Owner, OlderThan and IDs must be set).
 type CancelFilter struct {
 	Type, State, Owner string
 	OlderThan          time.Duration
+	// IDs and MaxID bind a confirmation to what its dry run listed: only
+	// these procedures, or only those whose id is at most MaxID (ids grow
+	// with submission), so that none submitted since is cancelled.
+	IDs   []uint64
+	MaxID uint64
 }
 
 // CancelProcedures aborts every unfinished root procedure matching f.
 func (c *Client) CancelProcedures(ctx context.Context, f CancelFilter, o RepairOptions) (*adminpb.CancelProceduresResponse, error) {
-	req := &adminpb.CancelProceduresRequest{Type: f.Type, State: f.State, Owner: f.Owner, OlderThanMs: f.OlderThan.Milliseconds(), DryRun: o.DryRun, Caller: o.caller()}
+	req := &adminpb.CancelProceduresRequest{Type: f.Type, State: f.State, Owner: f.Owner, OlderThanMs: f.OlderThan.Milliseconds(),
+		Ids: f.IDs, MaxId: f.MaxID, DryRun: o.DryRun, Caller: o.caller()}
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {
 		return a.CancelProcedures(ctx, req)
 	})

@@ -178,6 +178,11 @@ func TestConsoleInChromium(t *testing.T) {
 	sleep := fmt.Sprint(f.sleepID)
 
 	b.visit(leader+"/", "overview")
+	// The console's security policy lets its own style sheet in (a
+	// blocked one would be a console error too, but say so plainly).
+	if n := value(b, "the style sheet's rules", chromedp.Evaluate[int]("document.styleSheets.length ? document.styleSheets[0].cssRules.length : 0")); n == 0 {
+		t.Fatal("overview: the style sheet did not load")
+	}
 	if role := b.text("#node-role"); role != "leader" {
 		t.Fatalf("overview: role %q, want leader", role)
 	}

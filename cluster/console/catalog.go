@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -82,10 +83,10 @@ func (c *Console) server(w http.ResponseWriter, r *http.Request) {
 			p.ServerError = "no region server " + id + " is registered"
 		}
 	}
-	sr, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ServerRegionsResponse, error) {
+	sr, srErr := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ServerRegionsResponse, error) {
 		return c.self.ServerRegions(ctx, &adminpb.ServerRegionsRequest{Server: id, Consistency: cons})
 	}, readOf)
-	if err != nil {
+	if err := srErr; err != nil {
 		p.HostedError = status.Convert(err).Message()
 	} else {
 		p.Hosted, p.Assigned = sr.GetHosted(), sr.GetAssigned()
@@ -102,6 +103,13 @@ func (c *Console) server(w http.ResponseWriter, r *http.Request) {
 				p.Regions = append(p.Regions, rg)
 			}
 		}
+	}
+	// Unknown to the replicated state (which ServerRegions reads), not in
+	// the leader's leases, and placed nowhere: no such region server, as
+	// an unknown procedure is none.
+	if status.Code(srErr) == codes.NotFound && p.Server == nil && len(p.Regions) == 0 {
+		c.fail(w, rd, "Region server "+id, status.Errorf(codes.NotFound, "no region server %q is registered (the region servers page lists them)", id))
+		return
 	}
 	p.base = c.base(rd, "Region server "+id, "servers", true)
 	c.render(w, http.StatusOK, "server", p)

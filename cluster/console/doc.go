@@ -43,9 +43,12 @@
 // an election is under way), a page is read again at STALE from this
 // node's own state and says so in a banner: whose state it is, as of when
 // this node last heard from the leader, and a link to the console of the
-// leader that answers, if any member reports one. The lock table and the
-// region servers' leases live only in the leader's memory: without a
-// leader those sections say they cannot be shown.
+// leader that answers, if any member reports one. A page that went stale
+// part way (a leader answered its first reads, not the later ones) is
+// described by its stale part: the banner and the footer name this node
+// and the index it read at. The lock table and the region servers' leases
+// live only in the leader's memory: without a leader those sections say
+// they cannot be shown.
 //
 // # Actions
 //
@@ -56,14 +59,31 @@
 // leader-following client (cluster/client), so an abort lands on the
 // leader even while leadership moves.
 //
+// Two ways around the same-origin check are closed too. No page may be
+// framed (X-Frame-Options, and CSP frame-ancestors, on every response): a
+// confirmation framed by another site under a decoy could be clicked
+// unawares, and would post from the console's own origin. And the console
+// answers only to its own names in the Host header (IP addresses,
+// localhost, the host of Config.AdminAddr and Config.AllowedHosts, to
+// which a node adds its HTTP address): a site whose name an attacker
+// points at the node's address (DNS rebinding) is the console's origin as
+// far as the browser knows, and only its name gives it away. Responses
+// also carry nosniff and a content security policy that admits the
+// console's own style sheet (and an empty data: icon) and nothing else:
+// the pages have no script.
+//
 // A repair's confirmation page first asks the leader for a dry run with
 // the options in its query and shows the answer: what would be done, or
 // the refusal and its reason (and then nothing to confirm). Its form posts
 // the options of that dry run, so what is confirmed is what was shown;
-// changing an option is a new dry run. A repair is recorded by the leader
-// in the name "console@<node> (browser <address>)": the node records the
-// address its call came from, which is the console's, so the browser's is
-// in the name. The page the repair leads to reads its record back and says
-// what was done. While maintenance mode is on, every page says so in a
-// banner (since when, by whom, why), from the node's replicated state.
+// changing an option is a new dry run. A cancel's filter is evaluated
+// again by the leader when it is confirmed, and may match more by then:
+// its form posts the ids the dry run listed too, and the confirmation
+// cancels those of them that still match, never one submitted since. A
+// repair is recorded by the leader in the name "console@<node> (browser
+// <address>)": the node records the address its call came from, which is
+// the console's, so the browser's is in the name. The page the repair
+// leads to reads its record back and says what was done. While
+// maintenance mode is on, every page says so in a banner (since when, by
+// whom, why), from the node's replicated state.
 package console

@@ -21,10 +21,13 @@ type reads struct {
 	ctx context.Context
 	// node is this node's own status, read first: the header's subject.
 	node *adminpb.ClusterStatusResponse
-	// served is the ReadInfo of the first read that carried one.
-	served *adminpb.ReadInfo
-	stale  bool
-	why    string
+	// served is the ReadInfo of the first linearizable read that carried
+	// one, staleServed of the first stale one: a page that went stale
+	// after some reads shows parts of both, and is described by the
+	// second (source).
+	served, staleServed *adminpb.ReadInfo
+	stale               bool
+	why                 string
 	// record is the repair record the page is asked to report (a repair
 	// from the console led to it), 0 if none.
 	record uint64
@@ -74,8 +77,13 @@ func read[T any](rd *reads, call func(ctx context.Context, c adminpb.Consistency
 		ctx, cancel := context.WithTimeout(rd.ctx, rd.c.cfg.ReadTimeout)
 		defer cancel()
 		v, err := call(ctx, c)
-		if err == nil && rd.served == nil && info != nil {
-			rd.served = info(v)
+		if err == nil && info != nil {
+			switch {
+			case c == adminpb.Consistency_STALE && rd.staleServed == nil:
+				rd.staleServed = info(v)
+			case c != adminpb.Consistency_STALE && rd.served == nil:
+				rd.served = info(v)
+			}
 		}
 		return v, err
 	}
@@ -87,6 +95,21 @@ func read[T any](rd *reads, call func(ctx context.Context, c adminpb.Consistency
 		rd.goStale("no leader answered: " + status.Convert(err).Message())
 	}
 	return attempt(adminpb.Consistency_STALE)
+}
+
+// source describes the page's reads (nil: none said): its first read's
+// node and index, or once it went stale, its first stale read's. A page
+// that is partly stale is only as fresh as that part, which this node
+// read from its own state: without a stale read that said so, this node's
+// status says it.
+func (rd *reads) source() *adminpb.ReadInfo {
+	switch {
+	case !rd.stale:
+		return rd.served
+	case rd.staleServed != nil:
+		return rd.staleServed
+	}
+	return &adminpb.ReadInfo{ServedBy: rd.node.GetNodeId(), AppliedIndex: rd.node.GetAppliedIndex(), Consistency: adminpb.Consistency_STALE}
 }
 
 // staleBanner is what a stale page says of itself.
@@ -108,10 +131,8 @@ func (rd *reads) banner() *staleBanner {
 	if !rd.stale {
 		return nil
 	}
-	b := &staleBanner{Why: rd.why, Node: rd.node.GetNodeId(), AppliedIndex: rd.node.GetAppliedIndex()}
-	if rd.served != nil {
-		b.Node, b.AppliedIndex = rd.served.GetServedBy(), rd.served.GetAppliedIndex()
-	}
+	src := rd.source()
+	b := &staleBanner{Why: rd.why, Node: src.GetServedBy(), AppliedIndex: src.GetAppliedIndex()}
 	if ms := rd.node.GetLastContactUnixMs(); ms > 0 {
 		b.AsOf = time.UnixMilli(ms)
 	}

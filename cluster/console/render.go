@@ -108,7 +108,7 @@ func (c *Console) base(rd *reads, title, nav string, refresh bool) base {
 	if n.GetState() == "Leader" {
 		h.Role = "leader"
 	}
-	if s := rd.served; s != nil {
+	if s := rd.source(); s != nil {
 		h.ServedBy, h.AppliedIndex, h.Consistency = s.GetServedBy(), s.GetAppliedIndex(), strings.ToLower(s.GetConsistency().String())
 	}
 	b := base{Title: title, Nav: nav, Header: h, Stale: rd.banner()}

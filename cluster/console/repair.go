@@ -118,6 +118,10 @@ type repairOutcome struct {
 	Cancelled   []*adminpb.Procedure
 	Skipped     []*adminpb.SkippedProcedure
 	Maintenance *adminpb.Maintenance
+	// Bind, from a dry run, goes with the confirmation unchanged: what
+	// the dry run showed, where the call would otherwise decide anew (a
+	// cancel's ids).
+	Bind url.Values
 }
 
 func fromRepair(r *adminpb.RepairResponse) *repairOutcome {
@@ -142,8 +146,10 @@ type repairPage struct {
 }
 
 // CanConfirm: the dry run would act (a refusal leaves only the options to
-// change).
-func (p repairPage) CanConfirm() bool { return p.Refusal == "" && p.DryRun != nil }
+// change; a cancel of nothing has nothing to confirm).
+func (p repairPage) CanConfirm() bool {
+	return p.Refusal == "" && p.DryRun != nil && (!p.DryRun.Cancel || len(p.DryRun.Cancelled) > 0)
+}
 
 // handleRepair serves a repair action at pattern (a path): GET its
 // confirmation, POST (same-origin only) the call.

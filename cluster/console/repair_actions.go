@@ -236,11 +236,22 @@ var cancelStates = []string{client.StateInitializing, client.StateRunnable, clie
 // (older than). Its other filters have no place in the call: "submitted
 // after" is refused rather than dropped (dropping a filter would cancel
 // more than was listed); roots only is what cancel does anyway.
+//
+// The leader evaluates the filter again when the cancel is confirmed, and
+// it may match more by then (a procedure submitted meanwhile): the
+// confirmation form carries the ids its dry run listed (ids, "3,5,8"),
+// and the call cancels those of them that still match, nothing else. A
+// confirmation without them is refused, showing the dry run again.
 func (c *Console) cancelAction(rd *reads, r *http.Request, form url.Values) (*repairAction, error) {
 	f := client.CancelFilter{Type: strings.TrimSpace(form.Get("type")), State: strings.ToUpper(strings.TrimSpace(form.Get("state"))),
 		Owner: strings.TrimSpace(form.Get("owner"))}
 	a := &repairAction{Title: "Cancel matching procedures", Verb: "cancel the procedures that match", Path: "/ui/procedures/cancel", Effect: cancelEffect}
 	var refusals []string
+	ids, err := parseIDs(form["ids"])
+	if err != nil {
+		refusals = append(refusals, err.Error())
+	}
+	f.IDs = ids
 	older := strings.TrimSpace(form.Get("older_than"))
 	if before := strings.TrimSpace(form.Get("before")); older == "" && before != "" {
 		// From the procedures page: "submitted before" as an age. An age
@@ -298,6 +309,10 @@ func (c *Console) cancelAction(rd *reads, r *http.Request, form url.Values) (*re
 		a.Back += "?" + list.Encode()
 	}
 	a.call = func(ctx context.Context, dryRun bool, caller string) (*repairOutcome, error) {
+		if !dryRun && len(f.IDs) == 0 {
+			return nil, status.Error(codes.FailedPrecondition, "the confirmation does not say which procedures its dry run listed, "+
+				"and the filter may match others by now: confirm below, on the dry run asked again")
+		}
 		r, err := c.actions.CancelProcedures(ctx, f, client.RepairOptions{Caller: caller, DryRun: dryRun})
 		if err != nil {
 			return nil, err
@@ -308,6 +323,13 @@ func (c *Console) cancelAction(rd *reads, r *http.Request, form url.Values) (*re
 		}
 		out := &repairOutcome{Cancel: true, Cancelled: r.GetCancelled(), Skipped: r.GetSkipped(), Record: r.GetRecord(),
 			Summary: verb + " " + procedures(len(r.GetCancelled()))}
+		if dryRun && len(r.GetCancelled()) > 0 {
+			shown := make([]string, len(r.GetCancelled()))
+			for i, p := range r.GetCancelled() {
+				shown[i] = strconv.FormatUint(p.GetId(), 10)
+			}
+			out.Bind = url.Values{"ids": {strings.Join(shown, ",")}}
+		}
 		if n := len(r.GetSkipped()); n > 0 {
 			out.Summary += "; " + procedures(n) + " more cannot be cancelled"
 		}
@@ -318,6 +340,25 @@ func (c *Console) cancelAction(rd *reads, r *http.Request, form url.Values) (*re
 	}
 	a.done = func(*repairOutcome) string { return a.Back }
 	return a, nil
+}
+
+// parseIDs reads the ids of a cancel's confirmation: comma-separated
+// lists of procedure ids.
+func parseIDs(lists []string) ([]uint64, error) {
+	var ids []uint64
+	for _, list := range lists {
+		for _, s := range strings.Split(list, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			id, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || id == 0 {
+				return nil, fmt.Errorf("ids: %q is not a procedure id", s)
+			}
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // procedures counts procedures in words: "1 procedure", "3 procedures".

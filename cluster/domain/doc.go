@@ -244,7 +244,10 @@
 //     if nothing else is owed; with override it is recorded expired first
 //     (fenced, as the lease monitor would), and its crash procedure waits
 //     for the proof that it stopped serving before moving anything.
-//   - CancelProcedures aborts the unfinished roots matching a filter;
+//   - CancelProcedures aborts the unfinished roots matching a filter,
+//     evaluated when the call is made; ids or a highest id bind a
+//     confirmation to what its dry run listed, so that nothing submitted
+//     in between is cancelled with it;
 //     BypassProcedure is Executor.Bypass behind guards (a running step, a
 //     lock wait, held locks, a rollback need override; children need
 //     recursive).

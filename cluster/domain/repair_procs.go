@@ -18,7 +18,10 @@ var cancellable = []procedure.State{procedure.Initializing, procedure.Runnable, 
 // CancelProcedures aborts every unfinished root procedure that matches f
 // (a cancelled root rolls back its children): queued, running (the abort
 // takes effect at its next step boundary) or waiting. Procedures that
-// retry until done cannot roll back and are skipped, saying so.
+// retry until done cannot roll back and are skipped, saying so. f.IDs and
+// f.MaxID bind a confirmation to its dry run: the filter is evaluated
+// again when the call is made, and without a bound it would take in what
+// was submitted in between.
 func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o catalog.RepairOptions) (catalog.CancelResult, error) {
 	if err := checkLen("proc cancel", "type", f.Type, MaxNameLen); err != nil {
 		return catalog.CancelResult{}, err
@@ -44,8 +47,17 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 	switch {
 	case f.OlderThan < 0:
 		return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: negative age %v", errInvalid, f.OlderThan)
-	case f.Type == "" && f.State == "" && f.Owner == "" && f.OlderThan == 0:
-		return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: no filter: give at least one of type, state, owner, older than (cancelling everything is not a filter)", errInvalid)
+	case f.Type == "" && f.State == "" && f.Owner == "" && f.OlderThan == 0 && len(f.IDs) == 0:
+		// MaxID alone is no filter either: it takes in everything
+		// submitted so far.
+		return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: no filter: give at least one of type, state, owner, older than, ids (cancelling everything is not a filter)", errInvalid)
+	}
+	var only map[uint64]bool
+	if len(f.IDs) > 0 {
+		only = make(map[uint64]bool, len(f.IDs))
+		for _, id := range f.IDs {
+			only[id] = true
+		}
 	}
 	svc, err := d.leaderServices()
 	if err != nil {
@@ -64,6 +76,14 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 	if f.OlderThan > 0 {
 		args["older_than"] = f.OlderThan.String()
 	}
+	if len(f.IDs) > 0 {
+		ids := slices.Clone(f.IDs)
+		slices.Sort(ids)
+		args["ids"] = joinIDs(slices.Compact(ids))
+	}
+	if f.MaxID > 0 {
+		args["max_id"] = strconv.FormatUint(f.MaxID, 10)
+	}
 	out := catalog.CancelResult{DryRun: o.DryRun}
 	seq, _, err := svc.repair(ctx, "proc cancel", args, o, func() (repairPlan, error) {
 		if len(states) == 0 {
@@ -72,7 +92,8 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 		now := d.cfg.Clock.Now()
 		var match []procedure.Info
 		for _, info := range svc.x.List(procedure.Filter{Type: f.Type, States: states, RootsOnly: true}) {
-			if (f.Owner == "" || info.Owner == f.Owner) && (f.OlderThan == 0 || now.Sub(info.Submitted) >= f.OlderThan) {
+			if (f.Owner == "" || info.Owner == f.Owner) && (f.OlderThan == 0 || now.Sub(info.Submitted) >= f.OlderThan) &&
+				(only == nil || only[info.ID]) && (f.MaxID == 0 || info.ID <= f.MaxID) {
 				match = append(match, info)
 			}
 		}
@@ -224,4 +245,13 @@ func (s *services) planBypass(id uint64, recursive bool, o catalog.RepairOptions
 		}
 		return summary, nil
 	}}, nil
+}
+
+// joinIDs spells ids as a record's argument: "3,5,8".
+func joinIDs(ids []uint64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(s, ",")
 }

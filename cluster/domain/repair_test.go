@@ -3,6 +3,7 @@ package domain_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,6 +468,85 @@ func TestRepairCancelByFilter(t *testing.T) {
 		t.Fatalf("fanout ended %v", p.State)
 	}
 	wantRecords(t, repairs(t, cl), "proc cancel done", "proc cancel done", "proc cancel done", "proc cancel done")
+}
+
+// A cancel confirmed with the ids (or the highest id) its dry run listed
+// cancels those and no procedure submitted between the dry run and the
+// confirmation, although the filter matches it by then.
+func TestRepairCancelBoundToItsDryRun(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{Masters: 1})
+	cl := c.Client()
+	submit := func() uint64 {
+		id, err := cl.Submit(rctx(t), "sleep", map[string]string{"steps": "2", "delay": "1h"}, "", "batch", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	ids := func(ps []*adminpb.Procedure) []uint64 {
+		var out []uint64
+		for _, p := range ps {
+			out = append(out, p.GetId())
+		}
+		return out
+	}
+	untouched := func(id uint64) {
+		t.Helper()
+		if p, err := cl.Get(rctx(t), id); err != nil || p.GetAbortRequested() || p.GetState() == "ROLLEDBACK" {
+			t.Fatalf("%d, submitted after the dry run, was cancelled: %v, %v", id, p, err)
+		}
+	}
+
+	_, err := cl.CancelProcedures(rctx(t), client.CancelFilter{MaxID: 100}, operator)
+	wantRefused(t, err, codes.InvalidArgument, "no filter")
+
+	shown := submit()
+	f := client.CancelFilter{Owner: "batch"}
+	plan, err := cl.CancelProcedures(rctx(t), f, dryRun(operator))
+	if err != nil || !equalIDs(ids(plan.GetCancelled()), shown) {
+		t.Fatalf("dry run: %v, %v; want %d listed", plan, err, shown)
+	}
+	unseen := submit()
+	f.IDs = ids(plan.GetCancelled())
+	res, err := cl.CancelProcedures(rctx(t), f, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), shown) {
+		t.Fatalf("cancel bound to the ids shown: %v, %v; want %d alone", res, err, shown)
+	}
+	untouched(unseen)
+	recs := repairs(t, cl)
+	if args := recs[len(recs)-1].GetArgs(); args["ids"] != strconv.FormatUint(shown, 10) || args["owner"] != "batch" {
+		t.Fatalf("the record's arguments: %v", args)
+	}
+	if p := c.Wait(shown, 10*time.Second); p.State != procedure.RolledBack {
+		t.Fatalf("cancelled %d ended %v", shown, p.State)
+	}
+
+	// The same with the highest id the dry run listed.
+	plan, err = cl.CancelProcedures(rctx(t), client.CancelFilter{Owner: "batch"}, dryRun(operator))
+	if err != nil || !equalIDs(ids(plan.GetCancelled()), unseen) {
+		t.Fatalf("second dry run: %v, %v; want %d listed", plan, err, unseen)
+	}
+	later := submit()
+	res, err = cl.CancelProcedures(rctx(t), client.CancelFilter{Owner: "batch", MaxID: unseen}, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), unseen) {
+		t.Fatalf("cancel bound to max id %d: %v, %v", unseen, res, err)
+	}
+	untouched(later)
+	if p := c.Wait(unseen, 10*time.Second); p.State != procedure.RolledBack {
+		t.Fatalf("cancelled %d ended %v", unseen, p.State)
+	}
+
+	// Ids are a filter of their own; those that finished or never were
+	// are not there to cancel.
+	res, err = cl.CancelProcedures(rctx(t), client.CancelFilter{IDs: []uint64{shown, later, 999}}, operator)
+	if err != nil || !equalIDs(ids(res.GetCancelled()), later) {
+		t.Fatalf("cancel by ids alone: %v, %v; want %d", res, err, later)
+	}
+	for _, id := range []uint64{unseen, later} {
+		if p := c.Wait(id, 10*time.Second); p.State != procedure.RolledBack {
+			t.Fatalf("cancelled %d ended %v", id, p.State)
+		}
+	}
 }
 
 func equalIDs(got []uint64, want ...uint64) bool {

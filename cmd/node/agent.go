@@ -123,7 +123,11 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		if err == nil {
 			// The console is a client of this node's admin API, as any
 			// other: a standby's shows the leader's state.
-			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger})
+			// It answers to the names of the node's own addresses (and
+			// IP addresses, localhost): a compose service's name, when
+			// that is how the node is configured.
+			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
+				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...)})
 			if err != nil {
 				_ = hl.Close()
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/console"
 )
 
 // Defaults of `baton agent --dev`: a single node on loopback.
@@ -36,6 +37,10 @@ type agentConfig struct {
 	// DevRegionServers is how many simulated region servers a --dev agent
 	// runs in its own process (0: none).
 	DevRegionServers int
+	// HTTPAllowedHosts are names the web console answers to besides IP
+	// addresses, localhost and the hosts of --http-addr and --grpc-addr
+	// (console.Config.AllowedHosts), normalized by console.HostName.
+	HTTPAllowedHosts []string
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -50,6 +55,8 @@ var agentEnv = map[string]string{
 	"dev":       "BATON_DEV",
 
 	"dev-regionservers": "BATON_DEV_REGIONSERVERS",
+
+	"http-allowed-hosts": "BATON_HTTP_ALLOWED_HOSTS",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -67,6 +74,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	raftAddr := str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")")
 	grpcAddr := str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")")
 	httpAddr := str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
+	allowedHosts := str("http-allowed-hosts", "names,... the web console answers to besides IP addresses, localhost and the hosts of --http-addr and --grpc-addr "+
+		"(a name your browser uses for this node: a DNS name, a load balancer's); other names are refused, against DNS rebinding")
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
 	var devDefault bool
@@ -98,6 +107,17 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
+	}
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if strings.TrimSpace(h) == "" {
+			continue
+		}
+		name, err := console.HostName(h)
+		if err != nil || name == "" {
+			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
+			continue
+		}
+		cfg.HTTPAllowedHosts = append(cfg.HTTPAllowedHosts, name)
 	}
 	if cfg.Dev {
 		def := func(v *string, d string) {

@@ -47,6 +47,13 @@ func TestParseAgentFlags(t *testing.T) {
 		{name: "peers other address", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--peers", three}, err: "must match"},
 		{name: "malformed peers", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--peers", "n1"}, err: "--peers"},
 		{name: "bad join", args: []string{"--id", "n1", "--data-dir", "d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--join", "h:3,nope"}, err: "--join \"nope\""},
+		{name: "allowed hosts", args: []string{"--dev", "--http-allowed-hosts", "Baton.Example.com., ops-console,,"},
+			want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
+				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, HTTPAllowedHosts: []string{"baton.example.com", "ops-console"}}},
+		{name: "allowed hosts from env", env: map[string]string{"BATON_HTTP_ALLOWED_HOSTS": "console.lan"}, args: []string{"--dev"},
+			want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
+				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, HTTPAllowedHosts: []string{"console.lan"}}},
+		{name: "bad allowed host", args: []string{"--dev", "--http-allowed-hosts", "ok,http://x/"}, err: `--http-allowed-hosts: "http://x/" is not a host name`},
 		{name: "positional", args: []string{"--dev", "extra"}, err: "takes no arguments"},
 		{name: "every problem named", args: []string{"--raft-addr", "0.0.0.0:1"}, err: "single-node cluster)\n  --data-dir is required"},
 	} {

@@ -266,11 +266,12 @@ type skippedJSON struct {
 }
 
 func (c *cli) procCancel(args []string) int {
-	e := c.command("proc cancel", "[--type T] [--state S] [--owner O] [--older-than D] (at least one) [--dry-run | --yes]", repairAdvice)
+	e := c.command("proc cancel", "[--type T] [--state S] [--owner O] [--older-than D] (at least one) [--max-id N] [--dry-run | --yes]", repairAdvice)
 	typ := e.fs.String("type", "", "only procedures of this type")
 	state := e.fs.String("state", "", "only procedures in this state: "+strings.Join(cancelStates, ", "))
 	owner := e.fs.String("owner", "", "only procedures submitted by this owner")
 	olderThan := e.fs.Duration("older-than", 0, "only procedures submitted at least this long ago (the leader's clock)")
+	maxID := e.fs.Uint64("max-id", 0, "only procedures whose id is at most N: give the highest id the dry run listed, and --yes cancels none submitted since")
 	dry := e.fs.Bool("dry-run", false, "list what would be cancelled, and exit 0")
 	yes := e.yesFlag()
 	if _, code, ok := e.parse(args, 0, ""); !ok {
@@ -288,7 +289,7 @@ func (c *cli) procCancel(args []string) int {
 		return e.fail(usagef("--dry-run and --yes contradict each other: give one"))
 	}
 	return e.withClient(func(cl *client.Client) int {
-		f := client.CancelFilter{Type: *typ, State: *state, Owner: *owner, OlderThan: *olderThan}
+		f := client.CancelFilter{Type: *typ, State: *state, Owner: *owner, OlderThan: *olderThan, MaxID: *maxID}
 		r, err := cl.CancelProcedures(c.ctx, f, c.repairOptions(false, !*yes))
 		if err != nil {
 			return e.fail(err)

@@ -137,6 +137,9 @@ func TestRepairCommands(t *testing.T) {
 			json: map[string]any{"dry_run": true, "record": 0.0}, count: map[string]int{"cancelled": 2, "skipped": 0}, absent: []string{"confirm"}},
 		{name: "cancel dry run human", args: []string{"proc", "cancel", "--owner", "demo", "--type", "sleep", "--dry-run"}, stdout: "would cancel 2 procedures"},
 		{name: "cancel unconfirmed", args: []string{"proc", "cancel", "--owner", "demo"}, code: 2, stdout: "would cancel 2", stderr: "add --yes"},
+		{name: "cancel up to an id", args: []string{"proc", "cancel", "--owner", "demo", "--max-id", idStr(demo[0]), "--dry-run", "--json"},
+			json: map[string]any{"dry_run": true, "cancelled": []any{map[string]any{"id": float64(demo[0])}}}},
+		{name: "cancel bad max id", args: []string{"proc", "cancel", "--owner", "demo", "--max-id", "-1"}, code: 2, stderr: "invalid value"},
 		{name: "cancel", args: []string{"proc", "cancel", "--owner", "demo", "--yes", "--json"},
 			json: map[string]any{"dry_run": false, "record": anID{}, "cancelled": []any{
 				map[string]any{"id": float64(demo[0]), "abort_requested": true}, map[string]any{"id": float64(demo[1]), "abort_requested": true}}}},

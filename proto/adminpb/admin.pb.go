@@ -3629,9 +3629,18 @@ type CancelProceduresRequest struct {
 	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// older_than_ms: submitted at least this long ago (leader's clock).
-	OlderThanMs   int64         `protobuf:"varint,4,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
-	DryRun        bool          `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	Caller        *RepairCaller `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	OlderThanMs int64         `protobuf:"varint,4,opt,name=older_than_ms,json=olderThanMs,proto3" json:"older_than_ms,omitempty"`
+	DryRun      bool          `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Caller      *RepairCaller `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	// ids: only these procedures, those of them that still match the rest of
+	// the filter. A confirmation that sends the ids its dry run listed
+	// cancels exactly those (less any that finished meanwhile), never one
+	// submitted since. Unknown or finished ids are ignored, not refused.
+	Ids []uint64 `protobuf:"varint,7,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// max_id: only procedures whose id is at most max_id (0: no bound).
+	// Ids grow with every submission, so a confirmation sending the highest
+	// id its dry run listed cancels none submitted after it.
+	MaxId         uint64 `protobuf:"varint,8,opt,name=max_id,json=maxId,proto3" json:"max_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3706,6 +3715,20 @@ func (x *CancelProceduresRequest) GetCaller() *RepairCaller {
 		return x.Caller
 	}
 	return nil
+}
+
+func (x *CancelProceduresRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *CancelProceduresRequest) GetMaxId() uint64 {
+	if x != nil {
+		return x.MaxId
+	}
+	return 0
 }
 
 type CancelProceduresResponse struct {
@@ -5000,14 +5023,16 @@ const file_admin_proto_rawDesc = "" +
 	"\bproc_ids\x18\x03 \x03(\x04R\aprocIds\x12\x1a\n" +
 	"\bbypassed\x18\x04 \x03(\x04R\bbypassed\x12\x16\n" +
 	"\x06record\x18\x05 \x01(\x04R\x06record\x12=\n" +
-	"\vmaintenance\x18\x06 \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"\xcc\x01\n" +
+	"\vmaintenance\x18\x06 \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"\xf5\x01\n" +
 	"\x17CancelProceduresRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\"\n" +
 	"\rolder_than_ms\x18\x04 \x01(\x03R\volderThanMs\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x124\n" +
-	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xc0\x01\n" +
+	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\x12\x10\n" +
+	"\x03ids\x18\a \x03(\x04R\x03ids\x12\x15\n" +
+	"\x06max_id\x18\b \x01(\x04R\x05maxId\"\xc0\x01\n" +
 	"\x18CancelProceduresResponse\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x127\n" +
 	"\tcancelled\x18\x02 \x03(\v2\x19.baton.admin.v1.ProcedureR\tcancelled\x12:\n" +

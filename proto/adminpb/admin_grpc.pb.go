@@ -170,8 +170,9 @@ type AdminClient interface {
 	// regions move only once it has provably stopped serving them.
 	RecoverServer(ctx context.Context, in *RecoverServerRequest, opts ...grpc.CallOption) (*RepairResponse, error)
 	// CancelProcedures aborts every unfinished root procedure matching the
-	// filter (at least one of type, state, owner, older_than_ms); those that
-	// cannot roll back (they retry until done) are listed as skipped.
+	// filter (at least one of type, state, owner, older_than_ms, ids); those
+	// that cannot roll back (they retry until done) are listed as skipped.
+	// ids or max_id bind a confirmation to what its dry run listed.
 	CancelProcedures(ctx context.Context, in *CancelProceduresRequest, opts ...grpc.CallOption) (*CancelProceduresResponse, error)
 	// BypassProcedure is the guarded bypass: without override it refuses a
 	// procedure that is running a step, waiting for a lock, holding entity
@@ -693,8 +694,9 @@ type AdminServer interface {
 	// regions move only once it has provably stopped serving them.
 	RecoverServer(context.Context, *RecoverServerRequest) (*RepairResponse, error)
 	// CancelProcedures aborts every unfinished root procedure matching the
-	// filter (at least one of type, state, owner, older_than_ms); those that
-	// cannot roll back (they retry until done) are listed as skipped.
+	// filter (at least one of type, state, owner, older_than_ms, ids); those
+	// that cannot roll back (they retry until done) are listed as skipped.
+	// ids or max_id bind a confirmation to what its dry run listed.
 	CancelProcedures(context.Context, *CancelProceduresRequest) (*CancelProceduresResponse, error)
 	// BypassProcedure is the guarded bypass: without override it refuses a
 	// procedure that is running a step, waiting for a lock, holding entity
