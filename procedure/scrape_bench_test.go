@@ -12,12 +12,12 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-// BenchmarkGetDuringScrapes: what a scrape's walk of 100,000
-// procedures under the executor's lock costs everything else that takes
-// it (here Executor.Get, as a step's transition does), with Prometheus
-// scraping back to back (several scrapers, or anyone with /metrics in a
-// loop: the endpoint is unauthenticated) and without. Reports the p99 and
-// the worst wait of one Get.
+// BenchmarkGetDuringScrapes: what scraping an executor that holds 100,000
+// procedures costs everything else that takes its lock (here
+// Executor.Get, as a step's transition does), with Prometheus scraping
+// back to back (several scrapers, or anyone with /metrics in a loop: the
+// endpoint is unauthenticated) and without. Reports the p99 and the worst
+// wait of one Get.
 func BenchmarkGetDuringScrapes(b *testing.B) {
 	const n = 100_000
 	reg := procedure.NewRegistry()
