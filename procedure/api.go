@@ -155,7 +155,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 		return 0, fmt.Errorf("%w: %w", ErrStoreFailed, err)
 	}
 	x.mu.Lock()
-	x.procs[e.id] = e
+	x.holdLocked(e)
 	root := &rootState{id: e.id, entry: e, members: map[uint64]*entry{e.id: e}, doneCh: make(chan struct{})}
 	x.roots[e.id] = root
 	x.armDeadlineLocked(e)
@@ -397,7 +397,7 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 		}
 		if e.lockWait && e.state == Runnable {
 			if root := x.roots[e.root]; root != nil && !root.failed {
-				e.lockWait = false
+				x.setLockWaitLocked(e, false)
 				x.sched.CancelLockWait(e.id)
 				if e.running {
 					e.rerun = true // its worker is parking it: it queues it again
@@ -584,7 +584,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	for _, t := range targets {
 		t.bypass = true
 		if t.state == Failed {
-			t.state = Runnable
+			x.setStateLocked(t, Runnable)
 		}
 		if t.paused {
 			t.paused = false
@@ -602,7 +602,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	for i := len(targets) - 1; i >= 0; i-- {
 		t := targets[i]
 		if t.lockWait {
-			t.lockWait = false
+			x.setLockWaitLocked(t, false)
 			x.sched.CancelLockWait(t.id)
 		}
 		if t.state == Runnable && !t.running {

@@ -71,7 +71,8 @@ type Config struct {
 	// waits for a lock, an event or a remote answer, retries a failing
 	// step, or runs one step, for that long. An external lock held that
 	// long counts too. Shorter flags trouble sooner, and flags slow but
-	// healthy work. Default 5 min.
+	// healthy work. The count is up to 5 s older than the scrape that
+	// reports it (scrapes share one walk of the table). Default 5 min.
 	StuckProcedureThreshold time.Duration
 	// Tracer, when set, makes an OpenTelemetry span per procedure (a root's
 	// span starts its trace; a child's span is a child of its parent's) and

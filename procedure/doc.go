@@ -83,10 +83,15 @@
 //
 // With Config.Metrics the executor counts events where they happen
 // (submissions, steps and their latency, failures, lock waits and their
-// length) and reads the rest from its table when Prometheus scrapes
-// (procedures by type and state, stuck ones, lock waiters, steps in
-// flight): no gauge has to be kept in step with the table, and a stopped
-// executor reports nothing, so a master that does not lead shows none.
+// length) and reports what it holds when Prometheus scrapes. Procedures by
+// type and state, lock waiters and steps in flight are counted as the
+// table changes, under the lock the change holds anyway, so that a scrape
+// copies a few numbers: a walk of the table under that lock, per scrape,
+// stalled every transition for tens of milliseconds at 100,000 procedures.
+// Stuck procedures depend on the time, so a scrape walks the table for
+// them, letting go of the lock every 1,024 procedures, and the scrapes of
+// the next 5 s share that count. A stopped executor reports nothing, so a
+// master that does not lead shows none.
 //
 // With Config.Tracer every procedure gets an OpenTelemetry span (a root's
 // starts a trace, a child's hangs under its parent's) and every step and

@@ -51,6 +51,7 @@ type entry struct {
 	waitNote      string // the Because of the current suspension
 	childLatch    int
 	children      []uint64
+	inTable       bool             // in Executor.procs, and so in Executor.live's counts
 	running       bool             // claimed by a worker or an API call
 	rerun         bool             // polled while claimed: queue again on release
 	dirty         bool             // changed by an API call while claimed: persist on release

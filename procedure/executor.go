@@ -52,6 +52,15 @@ type Executor struct {
 	monitorTimer clock.Timer
 	loadInfo     store.LoadInfo
 	toRelease    []uint64 // lock holders to release once mu is unlocked
+	// live are the procedure counts a scrape reports, kept as procs
+	// changes (metrics.go).
+	live liveCounts
+
+	// inFlight counts the steps running on a worker now.
+	inFlight atomic.Int64
+	// stuck is the newest count of stuck procedures, which the scrapes
+	// that follow it closely share (metrics.go).
+	stuck stuckCount
 }
 
 type nonceEntry struct {
@@ -101,6 +110,7 @@ func New(cfg Config) (*Executor, error) {
 		problems: make(map[uint64]LoadProblem),
 		workers:  make(map[*worker]struct{}),
 		nextID:   1,
+		live:     newLiveCounts(),
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake, Clock: x.clock})
@@ -382,7 +392,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 				return
 			}
 		}
-		e.lockWait = true
+		x.setLockWaitLocked(e, true)
 		anc := x.ancestorsLocked(e)
 		x.unlock()
 		granted := x.sched.Acquire(e.id, e.key, anc, e.locks)
@@ -405,7 +415,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 			return
 		}
 		x.noteLocksGrantedLocked(e)
-		e.lockWait = false
+		x.setLockWaitLocked(e, false)
 		e.locked = true
 	}
 	x.unlock()
@@ -547,6 +557,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	x.unlock()
 
 	w.stepStart.Store(x.clock.Now().UnixNano())
+	x.inFlight.Add(1)
 	var (
 		st     Step
 		pushed bool
@@ -591,6 +602,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 	}()
 	w.stepStart.Store(0)
+	x.inFlight.Add(-1)
 	e.stepMetrics(x.metrics).steps.Inc()
 
 	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -767,7 +779,7 @@ func restoreMachine(e *entry, s *machineSnapshot) {
 // complete finishes e with success.
 func (x *Executor) complete(e *entry, root *rootState) {
 	x.mu.Lock()
-	e.state = Success
+	x.setStateLocked(e, Success)
 	if e.isRoot() {
 		e.stack = nil // nothing of a finished tree is ever rolled back
 	}
@@ -783,7 +795,7 @@ func (x *Executor) complete(e *entry, root *rootState) {
 			p.childLatch--
 			if p.childLatch <= 0 && p.state == Waiting {
 				p.childLatch = 0
-				p.state = Runnable
+				x.setStateLocked(p, Runnable)
 				x.queueLocked(p, true)
 			}
 		}
@@ -810,7 +822,7 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 		}
 		if id != root.id {
 			descendants = append(descendants, id)
-			delete(x.procs, id)
+			x.forgetLocked(id)
 			if m.span != nil {
 				// Finished and persisted before the root: ended already,
 				// unless its last write failed.
@@ -860,7 +872,7 @@ func (x *Executor) fail(e *entry, root *rootState, cause error, pushed bool) {
 	if pushed {
 		x.pushLocked(root, e)
 	}
-	e.state = Failed
+	x.setStateLocked(e, Failed)
 	e.errMsg, e.errCode = cause.Error(), ErrorCode(cause)
 	if !root.failed {
 		root.failed = true
@@ -890,7 +902,7 @@ func (x *Executor) retryLater(e *entry, cause error) {
 	e.spins = 0
 	e.errMsg, e.errCode = cause.Error(), ErrorCode(cause)
 	delay := Backoff{Base: x.cfg.RollbackBackoff, Max: x.cfg.RollbackBackoffMax, Jitter: 0.1}.Delay(attempt)
-	e.state = WaitingTimeout
+	x.setStateLocked(e, WaitingTimeout)
 	e.waitUntil = x.clock.Now().Add(delay)
 	if e.locked && !e.holdLock {
 		x.releaseLocksLocked(e)
@@ -939,7 +951,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 		// An abort requested of e while its step ran reaches what it spawned.
 		k.abort = e.abort && !k.untilDone
 	}
-	e.state = Waiting
+	x.setStateLocked(e, Waiting)
 	e.childLatch += len(kids)
 	x.unlock()
 	if x.tracer != nil {
@@ -958,7 +970,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	unspawn := func(cause error) {
 		endKidSpans(cause)
 		x.mu.Lock()
-		e.state = Runnable
+		x.setStateLocked(e, Runnable)
 		e.childLatch -= len(kids)
 		e.children = e.children[:len(e.children)-len(kids)]
 		x.unlock()
@@ -992,7 +1004,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	}
 	x.mu.Lock()
 	for _, k := range kids {
-		x.procs[k.id] = k
+		x.holdLocked(k)
 		root.members[k.id] = k
 	}
 	// An abort that came while the children were being written found
@@ -1057,10 +1069,10 @@ func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 	x.mu.Lock()
 	e.waitNote = st.because
 	if st.timeout > 0 {
-		e.state = WaitingTimeout
+		x.setStateLocked(e, WaitingTimeout)
 		e.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
 	} else {
-		e.state = Waiting
+		x.setStateLocked(e, Waiting)
 		e.waitUntil = time.Time{}
 	}
 	x.unlock()
@@ -1119,7 +1131,7 @@ func (x *Executor) wakeLocked(e *entry) {
 	}
 	e.waitGen++
 	e.retryWait = false
-	e.state = Runnable
+	x.setStateLocked(e, Runnable)
 	x.queueLocked(e, true)
 }
 
@@ -1147,7 +1159,7 @@ func (x *Executor) onSchedWake(id uint64) {
 		return
 	}
 	if e.lockWait {
-		e.lockWait = false
+		x.setLockWaitLocked(e, false)
 		x.queueLocked(e, true)
 		return
 	}
@@ -1174,7 +1186,7 @@ func (x *Executor) persist(e *entry) bool {
 		// failure, not the store's. Fail it with what we can persist.
 		x.log.Error("cannot serialise procedure state", "id", e.id, "type", e.ti.name, "error", err)
 		x.mu.Lock()
-		e.state = Failed
+		x.setStateLocked(e, Failed)
 		e.errMsg = fmt.Sprintf("serialising state: %v", err)
 		root := x.roots[e.root]
 		if root != nil && !root.failed {

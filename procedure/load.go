@@ -106,14 +106,14 @@ func (x *Executor) load() error {
 			root.members = map[uint64]*entry{rid: rootEntry}
 			root.done = true
 			root.closeDone()
-			x.procs[rid] = rootEntry
+			x.holdLocked(rootEntry)
 			x.roots[rid] = root
 			x.indexNonceLocked(rootEntry)
 			continue
 		}
 		x.rebuildStack(root)
 		for _, e := range members {
-			x.procs[e.id] = e
+			x.holdLocked(e)
 			if e.parent != 0 {
 				if p := byID[e.parent]; p != nil {
 					p.children = append(p.children, e.id)
@@ -164,7 +164,7 @@ func (x *Executor) load() error {
 					e.locked = true
 				} else {
 					x.log.Warn("lock held before restart is now contended", "id", e.id)
-					e.lockWait = true
+					x.setLockWaitLocked(e, true)
 				}
 			}
 		}
@@ -182,13 +182,13 @@ func (x *Executor) load() error {
 				}
 				// Suspended on an event that did not survive the restart:
 				// run the step again (steps are idempotent).
-				e.state = Runnable
+				x.setStateLocked(e, Runnable)
 			case WaitingTimeout:
 				if e.waitUntil.After(x.clock.Now()) {
 					x.armWaitLocked(e, nil)
 					continue
 				}
-				e.state = Runnable
+				x.setStateLocked(e, Runnable)
 				e.timedOut = true
 			case Runnable:
 			default:

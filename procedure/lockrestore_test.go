@@ -3,6 +3,7 @@ package procedure
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,12 +87,18 @@ func TestFinishedChildIsPersistedWithoutItsLock(t *testing.T) {
 	}
 	got := make(chan seen, 1)
 	var childID uint64
+	var first sync.Once
 	h.x.AddListener(func(i Info) {
 		// Listeners run right after the write, before the lock is let go.
+		// A listener reads the procedure as it is when it runs: the spawn's
+		// own notice of the child may come after the child finished, and
+		// tell SUCCESS again.
 		if i.ParentID != 0 && i.State == Success {
-			childID = i.ID
-			r, ok := storedRecord(t, mem, i.ID)
-			got <- seen{r, ok}
+			first.Do(func() {
+				childID = i.ID
+				r, ok := storedRecord(t, mem, i.ID)
+				got <- seen{r, ok}
+			})
 		}
 	})
 	name := uniq("P")

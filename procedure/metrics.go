@@ -3,6 +3,9 @@ package procedure
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,9 +14,10 @@ import (
 
 // metrics are an executor's Prometheus collectors. Events (a step, a
 // failure, a lock wait) are counted where they happen; what the executor
-// already holds (procedures by state, stuck ones, steps in flight) is read
-// when Prometheus scrapes, by live, so that no counter has to be kept in
-// step with the procedure table.
+// holds (procedures by state, stuck ones, steps in flight) is reported by
+// live when Prometheus scrapes, from counts the executor keeps as its
+// table changes (liveCounts) and, for the stuck ones, a walk of the table
+// that lets go of its lock as it goes (stuckCounts).
 type metrics struct {
 	submitted    *prometheus.CounterVec
 	failed       *prometheus.CounterVec
@@ -169,39 +173,18 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collectLive counts the procedure table for one scrape. It walks every
-// procedure under x.mu, once per scrape interval: a cost linear in the
-// table, paid by the scrape rather than by every transition
-// (BenchmarkScrapeLive: 18-29 ms for 100,000 procedures on the 2-core VM,
-// during which no transition commits).
+// collectLive reports the executor's table for one scrape. It holds x.mu
+// only to copy the counts kept as procedures change (liveCounts): a scrape
+// used to walk every procedure under x.mu, and every transition waited
+// for the walk (BenchmarkGetDuringScrapes: a Get's p99 went from 6 µs to
+// 27-42 ms with 100,000 procedures and scrapes back to back). The stuck
+// procedures, which depend on the time, are counted apart (stuckCounts).
 func (x *Executor) collectLive(c *liveCollector, ch chan<- prometheus.Metric) {
-	// Keyed by the type's registry entry, not its name: hashing a pointer
-	// per procedure is what keeps the walk short.
-	type typeState struct {
-		ti    *typeInfo
-		state State
-	}
-	now := x.clock.Now()
-	byState := map[typeState]int{}
-	stuck := map[*typeInfo]int{}
-	waiting := map[*typeInfo]int{}
-	inFlight := 0
 	x.mu.Lock()
-	for _, e := range x.procs {
-		byState[typeState{e.ti, e.state}]++
-		if x.stuckLocked(e, now) {
-			stuck[e.ti]++
-		}
-		if e.lockWait {
-			waiting[e.ti]++
-		}
-	}
-	for w := range x.workers {
-		if w.stepStart.Load() != 0 {
-			inFlight++
-		}
-	}
+	byState := maps.Clone(x.live.byState)
+	waiting := maps.Clone(x.live.lockWaiting)
 	x.unlock()
+	stuck := x.stuckCounts()
 	types := map[*typeInfo]bool{}
 	for k, n := range byState {
 		ch <- prometheus.MustNewConstMetric(c.procs, prometheus.GaugeValue, float64(n), k.ti.name, k.state.String())
@@ -213,7 +196,166 @@ func (x *Executor) collectLive(c *liveCollector, ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck[ti]), ti.name)
 		ch <- prometheus.MustNewConstMetric(c.lockWaiting, prometheus.GaugeValue, float64(waiting[ti]), ti.name)
 	}
-	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(x.inFlight.Load()))
+}
+
+// typeState keys the procedure counts by the type's registry entry, not
+// its name: a transition hashes a pointer, not a string.
+type typeState struct {
+	ti    *typeInfo
+	state State
+}
+
+// liveCounts are the gauges baton_procedures and
+// baton_procedures_lock_waiting, kept under Executor.mu by every change of
+// the table: a procedure added or removed (holdLocked, forgetLocked), its
+// state or its lock wait changed (setStateLocked, setLockWaitLocked).
+// Constant work per change, so that a scrape copies a map of types by
+// states instead of walking the table. Only procedures in the table
+// (entry.inTable) are counted: a child being spawned, a procedure being
+// loaded, changes state before it is added, and is counted as it stands
+// then.
+type liveCounts struct {
+	byState     map[typeState]int
+	lockWaiting map[*typeInfo]int
+}
+
+func newLiveCounts() liveCounts {
+	return liveCounts{byState: map[typeState]int{}, lockWaiting: map[*typeInfo]int{}}
+}
+
+// count adds d (1 or -1) to e's series as e stands now.
+func (c *liveCounts) count(e *entry, d int) {
+	addCount(c.byState, typeState{e.ti, e.state}, d)
+	if e.lockWait {
+		addCount(c.lockWaiting, e.ti, d)
+	}
+}
+
+// addCount adds d to m[k], and drops k at zero: a type held no more is no
+// more reported.
+func addCount[K comparable](m map[K]int, k K, d int) {
+	if n := m[k] + d; n != 0 {
+		m[k] = n
+	} else {
+		delete(m, k)
+	}
+}
+
+// holdLocked puts e in the table and in the counts. Ids are never reused;
+// were one, the entry it replaced would leave the counts with it.
+func (x *Executor) holdLocked(e *entry) {
+	if old := x.procs[e.id]; old != nil && old != e {
+		x.forgetLocked(e.id)
+	}
+	x.procs[e.id] = e
+	if !e.inTable {
+		e.inTable = true
+		x.live.count(e, 1)
+	}
+}
+
+// forgetLocked takes procedure id out of the table and the counts.
+func (x *Executor) forgetLocked(id uint64) {
+	e := x.procs[id]
+	if e == nil {
+		return
+	}
+	delete(x.procs, id)
+	if e.inTable {
+		e.inTable = false
+		x.live.count(e, -1)
+	}
+}
+
+// setStateLocked is the only way e's state changes once e is in the
+// table: the counts follow it.
+func (x *Executor) setStateLocked(e *entry, s State) {
+	if !e.inTable || e.state == s {
+		e.state = s
+		return
+	}
+	x.live.count(e, -1)
+	e.state = s
+	x.live.count(e, 1)
+}
+
+// setLockWaitLocked is the only way e enters or leaves a lock wait once e
+// is in the table: the counts follow it.
+func (x *Executor) setLockWaitLocked(e *entry, waiting bool) {
+	if e.inTable && e.lockWait != waiting {
+		d := 1
+		if !waiting {
+			d = -1
+		}
+		addCount(x.live.lockWaiting, e.ti, d)
+	}
+	e.lockWait = waiting
+}
+
+// stuckReuse is how long, on the executor's clock, a count of stuck
+// procedures answers the scrapes after it: scrapes back to back (several
+// Prometheus servers, or anyone polling /metrics) share one walk of the
+// table instead of each making its own. baton_procedures_stuck is thus up
+// to this much older than the scrape, next to a threshold of minutes.
+const stuckReuse = 5 * time.Second
+
+// stuckChunk is how many procedures the stuck count looks at per hold of
+// x.mu: what it makes a transition wait is one chunk's walk (about 100 µs
+// on the 2-core VM, BenchmarkCountStuck), not the table's (10 ms at
+// 100,000 procedures).
+const stuckChunk = 1024
+
+// stuckCount is the newest count of stuck procedures by type. mu is held
+// through a count, so that scrapes that come meanwhile wait for it and
+// share it.
+type stuckCount struct {
+	mu     sync.Mutex
+	at     time.Time
+	byType map[*typeInfo]int // never changed once published: readers share it
+}
+
+// stuckCounts returns the stuck procedures by type, counted at most
+// stuckReuse ago.
+func (x *Executor) stuckCounts() map[*typeInfo]int {
+	s := &x.stuck
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := x.clock.Now()
+	if s.byType != nil && !now.Before(s.at) && now.Sub(s.at) < stuckReuse {
+		return s.byType
+	}
+	s.byType, s.at = x.countStuck(now), now
+	return s.byType
+}
+
+// countStuck walks the table for the procedures stuck at now, letting go
+// of x.mu after every stuckChunk of them. A map may change between the
+// steps of a range over it: a procedure added meanwhile may be counted or
+// not, one removed before it is reached is not, and none is counted twice.
+// A procedure is judged as it stands when reached: the count is of a
+// table that moves during the walk (milliseconds), no loss next to a
+// threshold of minutes.
+func (x *Executor) countStuck(now time.Time) map[*typeInfo]int {
+	stuck := map[*typeInfo]int{}
+	n := 0
+	x.mu.Lock()
+	for _, e := range x.procs {
+		if x.stuckLocked(e, now) {
+			stuck[e.ti]++
+		}
+		if n++; n%stuckChunk == 0 {
+			x.unlock()
+			// Unlocking readied a goroutine waiting for x.mu, if any;
+			// yielding lets it take the lock before we take it back, which
+			// would otherwise make it wait a millisecond (sync.Mutex's
+			// starvation threshold) per chunk.
+			runtime.Gosched()
+			x.mu.Lock()
+		}
+	}
+	x.unlock()
+	return stuck
 }
 
 // stuckLocked reports whether e counts as stuck (see

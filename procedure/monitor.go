@@ -54,7 +54,7 @@ func (x *Executor) EvictExpired() int {
 		if e := x.procs[id]; e != nil && e.nonce != "" {
 			delete(x.nonces, nonceKey(e.owner, e.nonce))
 		}
-		delete(x.procs, id)
+		x.forgetLocked(id)
 		delete(x.roots, id)
 	}
 	x.unlock()

@@ -200,14 +200,19 @@ func TestTracingTree(t *testing.T) {
 	if info := h.wait(id); info.State != Success {
 		t.Fatalf("state %s", info.State)
 	}
-	// The root's span ends with its last write, which Wait may beat.
-	testwait.For(t, 10*time.Second, "root span ended", func() bool {
+	// The root's span ends with its last write, which Wait may beat; the
+	// span of its last step ends once that step returns, after the write.
+	testwait.For(t, 10*time.Second, "root span and six step spans ended", func() bool {
+		rootEnded, steps := false, 0
 		for _, s := range rec.Ended() {
 			if v, _ := attrOf(s, string(AttrProcID)); s.Name() == "steps" && v == itoa(id) {
-				return true
+				rootEnded = true
+			}
+			if s.Name() == "steps step" {
+				steps++
 			}
 		}
-		return false
+		return rootEnded && steps >= 2+2*2
 	})
 	spans := rec.Ended()
 	root := procSpan(t, spans, "steps", id)

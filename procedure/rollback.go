@@ -90,7 +90,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		}
 		needLocks := len(top.locks) > 0 && !top.locked && !top.bypass
 		if needLocks {
-			top.lockWait = true
+			x.setLockWaitLocked(top, true)
 		}
 		anc := x.ancestorsLocked(top)
 		x.unlock()
@@ -108,7 +108,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			}
 			x.mu.Lock()
 			x.noteLocksGrantedLocked(top)
-			top.lockWait = false
+			x.setLockWaitLocked(top, false)
 			top.locked = true
 			x.unlock()
 		}
@@ -148,7 +148,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		// A unit's own top finishes with its unit (finishRolledBack,
 		// finishSubtrees), once its whole subtree is undone.
 		if len(top.stack) == 0 && units[top.id] == nil {
-			top.state = RolledBack
+			x.setStateLocked(top, RolledBack)
 		}
 		// A held-for-life lock goes with the last step rolled back: the
 		// procedure is finished (and persisted without the lock).
@@ -208,7 +208,7 @@ func (x *Executor) finishRolledBack(root *rootState) {
 		x.unlock()
 		return
 	}
-	e.state = RolledBack
+	x.setStateLocked(e, RolledBack)
 	e.finishedAt = x.clock.Now()
 	if e.errMsg == "" {
 		e.errMsg, e.errCode = root.cause, root.causeCode
@@ -330,7 +330,7 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 			return // a claimed member is queued again by its holder
 		}
 		top := units[m.id]
-		m.state = RolledBack
+		x.setStateLocked(m, RolledBack)
 		m.finishedAt = x.clock.Now()
 		if top != nil && m.errMsg == "" {
 			m.errMsg = top.cause
@@ -341,7 +341,7 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 			m.event = nil
 		}
 		if m.lockWait {
-			m.lockWait = false
+			x.setLockWaitLocked(m, false)
 			x.sched.CancelLockWait(m.id)
 		}
 		x.sched.Remove(m.id)
@@ -355,7 +355,7 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 				p.childLatch--
 				if p.childLatch <= 0 && p.state == Waiting {
 					p.childLatch = 0
-					p.state = Runnable
+					x.setStateLocked(p, Runnable)
 				}
 			}
 		}

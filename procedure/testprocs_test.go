@@ -257,10 +257,19 @@ func startExecutor(t testing.TB, st store.Store, d *domain, mod func(*Config)) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// Every test's transitions, whatever they were, left the counts
+		// the scrape reports equal to a walk of the table.
+		if m := liveCountsMismatch(x); m != "" {
+			t.Errorf("procedure counts: %s", m)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := x.Stop(ctx); err != nil {
 			t.Errorf("stop: %v", err)
+			return
+		}
+		if n := x.inFlight.Load(); n != 0 {
+			t.Errorf("%d steps in flight after Stop", n)
 		}
 	})
 	return &harness{t: t, x: x, st: st, d: d, reg: cfg.Registry}
