@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/baton-dev/baton/internal/metricshttp"
 
 	"github.com/baton-dev/baton/cluster"
 )
@@ -96,21 +97,13 @@ func StatusOf(b Backend) StatusJSON {
 	return out
 }
 
-// maxMetricsScrapes bounds the /metrics requests a node serves at once;
-// one more is answered 503 at once. Each scrape gathers every collector
-// (on the leader, a walk of the procedure table for the stuck count, and
-// the domain's counts), and the endpoint is open to anyone: scrapes beyond
-// a Prometheus pair and an operator's curl or two are refused rather than
-// let pile up on the CPU and the locks the leader works with.
-const maxMetricsScrapes = 4
-
 // HTTPHandler serves a node's HTTP endpoints:
 //
 //	/status          StatusJSON of the node
 //	/readyz          200 "ready: <reason>" when ready (see Ready), else 503
 //	                 with the reason
 //	/metrics         Prometheus exposition of g (nil: the default gatherer),
-//	                 4 scrapes at a time (maxMetricsScrapes)
+//	                 4 scrapes at a time (metricshttp.MaxScrapes)
 //	/debug/domain    ?prefix=P: the domain keys under P in this node's FSM,
 //	                 as {"entries": {key: value}} (for tests and operators;
 //	                 at most 10,000 keys)
@@ -136,7 +129,7 @@ func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready: " + why + "\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{MaxRequestsInFlight: maxMetricsScrapes}))
+	mux.Handle("GET /metrics", metricshttp.Handler(g))
 	mux.HandleFunc("GET /debug/domain", func(w http.ResponseWriter, r *http.Request) {
 		sc, ok := b.(domainScanner)
 		if !ok {

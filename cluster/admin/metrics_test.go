@@ -1,21 +1,14 @@
 package admin
 
 import (
-	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/metricshttp/scrapetest"
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // TestRaftSinkNames: every key of RaftMetricNames lands in its family, in
@@ -127,74 +120,12 @@ func TestInstallRaftMetricsPerRegistry(t *testing.T) {
 	}
 }
 
-// blockingCollector's Collect waits for release: a scrape held in
-// progress.
-type blockingCollector struct {
-	desc    *prometheus.Desc
-	in      atomic.Int32
-	release chan struct{}
-}
-
-func newBlockingCollector() *blockingCollector {
-	return &blockingCollector{desc: prometheus.NewDesc("baton_test_blocking", "A gauge whose collection waits.", nil, nil),
-		release: make(chan struct{})}
-}
-
-func (c *blockingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *blockingCollector) Collect(ch chan<- prometheus.Metric) {
-	c.in.Add(1)
-	<-c.release
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1)
-}
-
-// TestMetricsScrapesBounded: with maxMetricsScrapes scrapes in progress,
-// one more is refused at once (503) instead of adding to the load; those
-// in progress complete.
+// TestMetricsScrapesBounded: a master's /metrics is the bounded one:
+// with metricshttp.MaxScrapes scrapes in progress, one more is refused at
+// once (503); those in progress complete.
 func TestMetricsScrapesBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	bc := newBlockingCollector()
+	bc := scrapetest.NewBlockingCollector()
 	reg.MustRegister(bc)
-	srv := httptest.NewServer(HTTPHandler(&fakeBackend{id: "m1"}, reg))
-	defer srv.Close()
-	release := sync.OnceFunc(func() { close(bc.release) })
-	defer release() // before the server's Close, which waits for its requests
-	// A scrape the handler let through would wait for release: the
-	// timeout makes that a failure, not a hang.
-	client := &http.Client{Timeout: 10 * time.Second}
-	scrape := func() (int, error) {
-		r, err := client.Get(srv.URL + "/metrics")
-		if err != nil {
-			return 0, err
-		}
-		defer r.Body.Close()
-		_, _ = io.Copy(io.Discard, r.Body)
-		return r.StatusCode, nil
-	}
-	codes := make(chan int, maxMetricsScrapes)
-	for range maxMetricsScrapes {
-		go func() {
-			code, err := scrape()
-			if err != nil {
-				t.Errorf("scrape: %v", err)
-			}
-			codes <- code
-		}()
-	}
-	testwait.For(t, 10*time.Second, fmt.Sprintf("%d scrapes in progress", maxMetricsScrapes), func() bool {
-		return bc.in.Load() == maxMetricsScrapes
-	})
-	code, err := scrape()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code != http.StatusServiceUnavailable {
-		t.Errorf("scrape beyond the bound: %d, want 503", code)
-	}
-	release()
-	for range maxMetricsScrapes {
-		if code := <-codes; code != http.StatusOK {
-			t.Errorf("scrape in progress: %d, want 200", code)
-		}
-	}
+	scrapetest.CheckBounded(t, HTTPHandler(&fakeBackend{id: "m1"}, reg), bc)
 }

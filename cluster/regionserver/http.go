@@ -4,26 +4,20 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/baton-dev/baton/internal/metricshttp"
 )
-
-// maxMetricsScrapes bounds the /metrics requests a region server serves
-// at once; one more is answered 503 at once. The endpoint is open to
-// anyone: scrapes beyond a Prometheus pair and an operator's curl or two
-// are refused rather than let pile up on the server's CPU and locks.
-const maxMetricsScrapes = 4
 
 // HTTPHandler serves the region server's HTTP endpoints (Config.HTTPAddr):
 //
 //	/metrics  Prometheus exposition of Config.Metrics (baton_regionserver_*
 //	          and whatever the caller registered there), 4 scrapes at a
-//	          time (maxMetricsScrapes)
+//	          time (metricshttp.MaxScrapes)
 //	/readyz   200 "ready: ..." while the server is registered with the
 //	          masters (it holds a start code and serves its regions), else
 //	          503 with the reason
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{MaxRequestsInFlight: maxMetricsScrapes}))
+	mux.Handle("GET /metrics", metricshttp.Handler(s.cfg.Metrics))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := s.ready()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

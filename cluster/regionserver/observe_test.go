@@ -2,13 +2,9 @@ package regionserver
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/baton-dev/baton/internal/metricshttp/scrapetest"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -184,73 +181,16 @@ func TestTracing(t *testing.T) {
 
 // blockingCollector's Collect waits for release: a scrape held in
 // progress.
-type blockingCollector struct {
-	desc    *prometheus.Desc
-	in      atomic.Int32
-	release chan struct{}
-}
-
-func (c *blockingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *blockingCollector) Collect(ch chan<- prometheus.Metric) {
-	c.in.Add(1)
-	<-c.release
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1)
-}
-
-// TestMetricsScrapesBounded: with maxMetricsScrapes scrapes in progress,
-// one more is refused at once (503) instead of adding to the load; those
-// in progress complete.
+// TestMetricsScrapesBounded: a region server's /metrics is the bounded
+// one (see scrapetest.CheckBounded).
 func TestMetricsScrapesBounded(t *testing.T) {
 	cfg := testConfig("127.0.0.1:1")
 	cfg.Metrics = prometheus.NewRegistry()
-	bc := &blockingCollector{desc: prometheus.NewDesc("baton_test_blocking", "A gauge whose collection waits.", nil, nil),
-		release: make(chan struct{})}
+	bc := scrapetest.NewBlockingCollector()
 	cfg.Metrics.MustRegister(bc)
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.HTTPHandler())
-	defer srv.Close()
-	release := sync.OnceFunc(func() { close(bc.release) })
-	defer release() // before the server's Close, which waits for its requests
-	// A scrape the handler let through would wait for release: the
-	// timeout makes that a failure, not a hang.
-	client := &http.Client{Timeout: 10 * time.Second}
-	scrape := func() (int, error) {
-		r, err := client.Get(srv.URL + "/metrics")
-		if err != nil {
-			return 0, err
-		}
-		defer r.Body.Close()
-		_, _ = io.Copy(io.Discard, r.Body)
-		return r.StatusCode, nil
-	}
-	codes := make(chan int, maxMetricsScrapes)
-	for range maxMetricsScrapes {
-		go func() {
-			code, err := scrape()
-			if err != nil {
-				t.Errorf("scrape: %v", err)
-			}
-			codes <- code
-		}()
-	}
-	testwait.For(t, 10*time.Second, fmt.Sprintf("%d scrapes in progress", maxMetricsScrapes), func() bool {
-		return bc.in.Load() == maxMetricsScrapes
-	})
-	code, err := scrape()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code != http.StatusServiceUnavailable {
-		t.Errorf("scrape beyond the bound: %d, want 503", code)
-	}
-	release()
-	for range maxMetricsScrapes {
-		if code := <-codes; code != http.StatusOK {
-			t.Errorf("scrape in progress: %d, want 200", code)
-		}
-	}
+	scrapetest.CheckBounded(t, s.HTTPHandler(), bc)
 }
