@@ -1,12 +1,8 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,26 +16,6 @@ func TestLockCommandEdges(t *testing.T) {
 	fc := clustertest.New(t, clustertest.Config{Masters: 1})
 	cl := fc.Client()
 	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-	under := regexp.MustCompile(`under lock (\d+)`)
-	// gate: a FIFO the command blocks on; release lets it go (and does
-	// nothing if nobody reads it any more).
-	gate := func(t *testing.T) (path string, release func()) {
-		path = filepath.Join(t.TempDir(), "gate")
-		if err := syscall.Mkfifo(path, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path, func() {
-			if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-				f.Close()
-			}
-		}
-	}
-	lockOf := func(t *testing.T, stdout *lockedBuffer) uint64 {
-		t.Helper()
-		fc.WaitFor("the command to start under the lock", func() bool { return under.MatchString(stdout.String()) })
-		id, _ := strconv.ParseUint(under.FindStringSubmatch(stdout.String())[1], 10, 64)
-		return id
-	}
 
 	// Interrupted before the lock was granted: COMMAND never ran, so the
 	// exit must not be 0 (a '&& next' must not go on), as 'proc wait'
@@ -69,12 +45,12 @@ func TestLockCommandEdges(t *testing.T) {
 	// stay held, renewed, until COMMAND has exited. Otherwise the lease
 	// runs out and another holder gets the lock while COMMAND still runs.
 	t.Run("interrupted, command slow to stop", func(t *testing.T) {
-		path, release := gate(t)
+		path, _, release := commandGate(t)
 		defer release()
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "s", "--exclusive", "--lease", "1s", "--",
 			"sh", "-c", `trap "" TERM; echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
 		defer interrupt()
-		id := lockOf(t, stdout)
+		id := commandLockID(t, fc, stdout)
 		heartbeats := fc.CountCalls(lockHeartbeat)
 		interrupt()
 		// Three heartbeats after the interrupt (one lease), or the lock is
@@ -93,12 +69,12 @@ func TestLockCommandEdges(t *testing.T) {
 	// The lock is lost and COMMAND ignores SIGTERM: baton must not wait
 	// for it forever (kill it after a grace, as timeout(1) -k does).
 	t.Run("lost, command ignores SIGTERM", func(t *testing.T) {
-		path, release := gate(t)
+		path, _, release := commandGate(t)
 		defer release()
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "l", "--lease", "1s", "--kill-after", "500ms", "--",
 			"sh", "-c", `trap "" TERM; echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
 		defer interrupt()
-		id := lockOf(t, stdout)
+		id := commandLockID(t, fc, stdout)
 		if code, _, errs := runCLI(t, env, "lock", "release", strconv.FormatUint(id, 10)); code != 0 {
 			t.Fatalf("release: %d %s", code, errs)
 		}

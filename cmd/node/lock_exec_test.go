@@ -21,35 +21,13 @@ func TestLockRunsCommand(t *testing.T) {
 	fc := clustertest.New(t, clustertest.Config{Masters: 1})
 	cl := fc.Client()
 	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-	under := regexp.MustCompile(`under lock (\d+)`)
-	// gate is a FIFO the command blocks on until the test opens it for
-	// writing: the command runs exactly as long as the test wants.
-	gate := func(t *testing.T) (path string, open func()) {
-		path = filepath.Join(t.TempDir(), "gate")
-		if err := syscall.Mkfifo(path, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path, func() {
-			f, err := os.OpenFile(path, os.O_WRONLY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
-		}
-	}
-	lockOf := func(t *testing.T, stdout *lockedBuffer) uint64 {
-		t.Helper()
-		fc.WaitFor("the command to start under the lock", func() bool { return under.MatchString(stdout.String()) })
-		id, _ := strconv.ParseUint(under.FindStringSubmatch(stdout.String())[1], 10, 64)
-		return id
-	}
 
 	t.Run("held while it runs, released when it exits", func(t *testing.T) {
-		path, open := gate(t)
+		path, open, _ := commandGate(t)
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--exclusive", "--",
 			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; cat "$1" >/dev/null; exit 7`, "sh", path)
 		defer interrupt()
-		id := lockOf(t, stdout)
+		id := commandLockID(t, fc, stdout)
 		if st := lockState(t, cl, id); st != "held" {
 			t.Fatalf("lock %d %s while the command runs", id, st)
 		}
@@ -81,11 +59,11 @@ func TestLockRunsCommand(t *testing.T) {
 	})
 
 	t.Run("lost while it runs", func(t *testing.T) {
-		path, _ := gate(t)
+		path, _, _ := commandGate(t)
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--lease", "1s", "--",
 			"sh", "-c", `echo "under lock $BATON_LOCK_ID"; exec cat "$1" >/dev/null`, "sh", path)
 		defer interrupt()
-		id := lockOf(t, stdout)
+		id := commandLockID(t, fc, stdout)
 		if code, _, errs := runCLI(t, env, "lock", "release", strconv.FormatUint(id, 10)); code != 0 {
 			t.Fatalf("release: %d %s", code, errs)
 		}
@@ -100,10 +78,10 @@ func TestLockRunsCommand(t *testing.T) {
 	// Ctrl-C at a terminal reaches baton and the command alike (one
 	// process group): baton holds the lock until the command has gone.
 	t.Run("interrupted", func(t *testing.T) {
-		path, _ := gate(t)
+		path, _, _ := commandGate(t)
 		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "t", "--",
 			"sh", "-c", `echo "under lock $BATON_LOCK_ID pid $$"; exec cat "$1" >/dev/null`, "sh", path)
-		id := lockOf(t, stdout)
+		id := commandLockID(t, fc, stdout)
 		pid, _ := strconv.Atoi(regexp.MustCompile(`pid (\d+)`).FindStringSubmatch(stdout.String())[1])
 		interrupt()
 		fc.WaitFor("baton to wait for the command", func() bool { return strings.Contains(stderr.String(), "the lock is held until then") })
@@ -125,4 +103,41 @@ func TestLockRunsCommand(t *testing.T) {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
 	})
+}
+
+// commandGate makes a FIFO that a command run under a lock blocks on
+// (`cat GATE`), so that it runs exactly as long as the test wants. open
+// lets it go, waiting for it to be read; release lets it go if it is still
+// read, and does nothing otherwise (for defers).
+func commandGate(t *testing.T) (path string, open, release func()) {
+	path = filepath.Join(t.TempDir(), "gate")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open = func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	release = func() {
+		if f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}
+	return path, open, release
+}
+
+// underLock is what the tests' commands print first: the lock they run
+// under.
+var underLock = regexp.MustCompile(`under lock (\d+)`)
+
+// commandLockID waits for a command under a lock to start, and returns the
+// lock's id it printed.
+func commandLockID(t *testing.T, fc *clustertest.Cluster, stdout *lockedBuffer) uint64 {
+	t.Helper()
+	fc.WaitFor("the command to start under the lock", func() bool { return underLock.MatchString(stdout.String()) })
+	id, _ := strconv.ParseUint(underLock.FindStringSubmatch(stdout.String())[1], 10, 64)
+	return id
 }
