@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/baton-dev/baton/internal/promkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -56,35 +57,18 @@ func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
 		live: newLiveCollector(),
 	}
 	if reg != nil {
-		m.batchOps = adopt(reg, m.batchOps, &err)
-		m.rpcs = adopt(reg, m.rpcs, &err)
-		m.rpcDuration = adopt(reg, m.rpcDuration, &err)
-		m.results = adopt(reg, m.results, &err)
-		m.retries = adopt(reg, m.retries, &err)
-		m.serverFailures = adopt(reg, m.serverFailures, &err)
-		m.live = adopt(reg, m.live, &err)
+		m.batchOps = promkit.Adopt(reg, m.batchOps, &err)
+		m.rpcs = promkit.Adopt(reg, m.rpcs, &err)
+		m.rpcDuration = promkit.Adopt(reg, m.rpcDuration, &err)
+		m.results = promkit.Adopt(reg, m.results, &err)
+		m.retries = promkit.Adopt(reg, m.retries, &err)
+		m.serverFailures = promkit.Adopt(reg, m.serverFailures, &err)
+		m.live = promkit.Adopt(reg, m.live, &err)
 		if err != nil {
 			return nil, fmt.Errorf("dispatch: registering metrics: %w", err)
 		}
 	}
 	return m, nil
-}
-
-func adopt[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	if *errp == nil {
-		*errp = err
-	}
-	return c
 }
 
 // resultLabel sorts a Result for the operations counter.

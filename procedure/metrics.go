@@ -1,7 +1,6 @@
 package procedure
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -9,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-dev/baton/internal/promkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -77,38 +77,21 @@ func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
 	if reg != nil {
 		// A master builds a new executor each time it becomes leader: the
 		// collectors of the previous one are adopted, so the series go on.
-		m.submitted = adopt(reg, m.submitted, &err)
-		m.failed = adopt(reg, m.failed, &err)
-		m.duration = adopt(reg, m.duration, &err)
-		m.steps = adopt(reg, m.steps, &err)
-		m.stepDuration = adopt(reg, m.stepDuration, &err)
-		m.lockWaits = adopt(reg, m.lockWaits, &err)
-		m.lockWaitTime = adopt(reg, m.lockWaitTime, &err)
-		m.workers = adopt(reg, m.workers, &err)
-		m.stuck = adopt(reg, m.stuck, &err)
-		m.live = adopt(reg, m.live, &err)
+		m.submitted = promkit.Adopt(reg, m.submitted, &err)
+		m.failed = promkit.Adopt(reg, m.failed, &err)
+		m.duration = promkit.Adopt(reg, m.duration, &err)
+		m.steps = promkit.Adopt(reg, m.steps, &err)
+		m.stepDuration = promkit.Adopt(reg, m.stepDuration, &err)
+		m.lockWaits = promkit.Adopt(reg, m.lockWaits, &err)
+		m.lockWaitTime = promkit.Adopt(reg, m.lockWaitTime, &err)
+		m.workers = promkit.Adopt(reg, m.workers, &err)
+		m.stuck = promkit.Adopt(reg, m.stuck, &err)
+		m.live = promkit.Adopt(reg, m.live, &err)
 		if err != nil {
 			return nil, fmt.Errorf("procedure: registering metrics: %w", err)
 		}
 	}
 	return m, nil
-}
-
-func adopt[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	if *errp == nil {
-		*errp = err
-	}
-	return c
 }
 
 // stepSeries are the series a step of one type updates.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/baton-dev/baton/internal/metricshttp"
+	"github.com/baton-dev/baton/internal/promkit"
 
 	"github.com/baton-dev/baton/cluster"
 )
@@ -103,7 +103,7 @@ func StatusOf(b Backend) StatusJSON {
 //	/readyz          200 "ready: <reason>" when ready (see Ready), else 503
 //	                 with the reason
 //	/metrics         Prometheus exposition of g (nil: the default gatherer),
-//	                 4 scrapes at a time (metricshttp.MaxScrapes)
+//	                 4 scrapes at a time (promkit.MaxScrapes)
 //	/debug/domain    ?prefix=P: the domain keys under P in this node's FSM,
 //	                 as {"entries": {key: value}} (for tests and operators;
 //	                 at most 10,000 keys)
@@ -129,7 +129,7 @@ func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 		}
 		_, _ = w.Write([]byte("ready: " + why + "\n"))
 	})
-	mux.Handle("GET /metrics", metricshttp.Handler(g))
+	mux.Handle("GET /metrics", promkit.Handler(g))
 	mux.HandleFunc("GET /debug/domain", func(w http.ResponseWriter, r *http.Request) {
 		sc, ok := b.(domainScanner)
 		if !ok {

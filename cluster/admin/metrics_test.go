@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/metricshttp/scrapetest"
+	"github.com/baton-dev/baton/internal/promkit/scrapetest"
 	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -121,7 +121,7 @@ func TestInstallRaftMetricsPerRegistry(t *testing.T) {
 }
 
 // TestMetricsScrapesBounded: a master's /metrics is the bounded one:
-// with metricshttp.MaxScrapes scrapes in progress, one more is refused at
+// with promkit.MaxScrapes scrapes in progress, one more is refused at
 // once (503); those in progress complete.
 func TestMetricsScrapesBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()

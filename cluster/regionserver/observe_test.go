@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/baton-dev/baton/internal/metricshttp/scrapetest"
+	"github.com/baton-dev/baton/internal/promkit/scrapetest"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"

@@ -1,5 +1,5 @@
 // Package scrapetest checks, for any process's HTTP handler, that its
-// /metrics endpoint is metricshttp's bounded one.
+// /metrics endpoint is promkit's bounded one.
 package scrapetest
 
 import (
@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/baton-dev/baton/internal/metricshttp"
+	"github.com/baton-dev/baton/internal/promkit"
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
@@ -43,7 +43,7 @@ func (c *BlockingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1)
 }
 
-// CheckBounded serves h, holds metricshttp.MaxScrapes scrapes of its
+// CheckBounded serves h, holds promkit.MaxScrapes scrapes of its
 // /metrics in bc, and checks that one more is refused at once (503) while
 // those in progress complete (200).
 func CheckBounded(t *testing.T, h http.Handler, bc *BlockingCollector) {
@@ -64,8 +64,8 @@ func CheckBounded(t *testing.T, h http.Handler, bc *BlockingCollector) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		return r.StatusCode, nil
 	}
-	codes := make(chan int, metricshttp.MaxScrapes)
-	for range metricshttp.MaxScrapes {
+	codes := make(chan int, promkit.MaxScrapes)
+	for range promkit.MaxScrapes {
 		go func() {
 			code, err := scrape()
 			if err != nil {
@@ -74,8 +74,8 @@ func CheckBounded(t *testing.T, h http.Handler, bc *BlockingCollector) {
 			codes <- code
 		}()
 	}
-	testwait.For(t, 10*time.Second, fmt.Sprintf("%d scrapes in progress", metricshttp.MaxScrapes), func() bool {
-		return bc.in.Load() == metricshttp.MaxScrapes
+	testwait.For(t, 10*time.Second, fmt.Sprintf("%d scrapes in progress", promkit.MaxScrapes), func() bool {
+		return bc.in.Load() == promkit.MaxScrapes
 	})
 	code, err := scrape()
 	if err != nil {
@@ -85,7 +85,7 @@ func CheckBounded(t *testing.T, h http.Handler, bc *BlockingCollector) {
 		t.Errorf("scrape beyond the bound: %d, want 503", code)
 	}
 	release()
-	for range metricshttp.MaxScrapes {
+	for range promkit.MaxScrapes {
 		if code := <-codes; code != http.StatusOK {
 			t.Errorf("scrape in progress: %d, want 200", code)
 		}
