@@ -414,7 +414,11 @@ func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64, asked time.Duratio
 			return catalog.Lock{}, err
 		}
 	}
-	return d.lockInfo(x, id)
+	// The state read above stands; the length may have just changed.
+	if l, ok := svc.lockLeases.Length(lockHolder(id)); ok {
+		lk.LeaseTimeoutMs = l.Milliseconds()
+	}
+	return lk, nil
 }
 
 // releaseTimeout bounds how long ReleaseLock waits for the lock procedure
