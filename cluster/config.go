@@ -178,6 +178,13 @@ type Config struct {
 	// SnapshotRetain is how many Raft snapshots stay on disk. Default 2.
 	SnapshotRetain int
 
+	// RaftLogCompactBytes: at start-up, raft.db is rewritten to hold only
+	// its live pages when it is at least this big and more than twice
+	// those pages (bbolt never shrinks a file, so a log that once held a
+	// big backlog keeps its size; see boltcompact.go). Default 64 MiB;
+	// negative never rewrites it.
+	RaftLogCompactBytes int64
+
 	// MaxAppendEntries caps the entries per AppendEntries RPC and, with
 	// BatchApplyCh, the Applies raft groups into one log write. Default 64
 	// (raft's): a RaftStore entry already carries a whole group commit (up
@@ -277,22 +284,23 @@ type Config struct {
 // sets ID, DataDir, RaftAddr, Peers and Registry.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:   DefaultHeartbeatTimeout,
-		ElectionTimeout:    DefaultElectionTimeout,
-		LeaderLeaseTimeout: DefaultLeaderLeaseTimeout,
-		CommitTimeout:      DefaultCommitTimeout,
-		SnapshotThreshold:  DefaultSnapshotThreshold,
-		SnapshotInterval:   DefaultSnapshotInterval,
-		TrailingLogs:       DefaultTrailingLogs,
-		SnapshotRetain:     DefaultSnapshotRetain,
-		MaxAppendEntries:   DefaultMaxAppendEntries,
-		BatchApplyCh:       true,
-		TransportTimeout:   DefaultTransportTimeout,
-		TransportMaxPool:   DefaultTransportMaxPool,
-		BarrierTimeout:     DefaultBarrierTimeout,
-		RevokeTimeout:      DefaultRevokeTimeout,
-		HealthInterval:     DefaultHealthInterval,
-		WAL:                store.WALConfig{Sync: store.SyncOnRoll},
+		HeartbeatTimeout:    DefaultHeartbeatTimeout,
+		ElectionTimeout:     DefaultElectionTimeout,
+		LeaderLeaseTimeout:  DefaultLeaderLeaseTimeout,
+		CommitTimeout:       DefaultCommitTimeout,
+		SnapshotThreshold:   DefaultSnapshotThreshold,
+		SnapshotInterval:    DefaultSnapshotInterval,
+		TrailingLogs:        DefaultTrailingLogs,
+		SnapshotRetain:      DefaultSnapshotRetain,
+		RaftLogCompactBytes: DefaultRaftLogCompactBytes,
+		MaxAppendEntries:    DefaultMaxAppendEntries,
+		BatchApplyCh:        true,
+		TransportTimeout:    DefaultTransportTimeout,
+		TransportMaxPool:    DefaultTransportMaxPool,
+		BarrierTimeout:      DefaultBarrierTimeout,
+		RevokeTimeout:       DefaultRevokeTimeout,
+		HealthInterval:      DefaultHealthInterval,
+		WAL:                 store.WALConfig{Sync: store.SyncOnRoll},
 	}
 }
 
@@ -312,6 +320,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.SnapshotThreshold, d.SnapshotThreshold)
 	defaults.Set(&c.TrailingLogs, d.TrailingLogs)
 	defaults.Set(&c.SnapshotRetain, d.SnapshotRetain)
+	defaults.Set(&c.RaftLogCompactBytes, d.RaftLogCompactBytes)
 	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
 	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
 	defaults.Set(&c.Logger, hclog.NewNullLogger())

@@ -14,7 +14,11 @@
 //     (ErrWrongNode) rather than left waiting for a cluster that does not
 //     know it;
 //   - raft/raft.db: the Raft log and stable store (hashicorp/raft-boltdb/v2,
-//     one bbolt file, behind a 512-entry log cache);
+//     one bbolt file, behind a 512-entry log cache). bbolt reuses freed
+//     pages but never shrinks its file, so the file keeps the size of the
+//     largest backlog raft ever held between snapshots; at start-up it is
+//     rewritten with its live pages alone when it is at least
+//     Config.RaftLogCompactBytes and more than twice those (boltcompact.go);
 //   - snapshots/: Raft snapshots (raft's file snapshot store);
 //   - fsm/: the raftfsm.FSM and its local WAL, the node's durable copy of
 //     the applied state with its applied index W.

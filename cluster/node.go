@@ -158,6 +158,11 @@ func NewNode(cfg Config) (n *Node, err error) {
 		if err := checkBolt(logPath); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
+		if _, err := compactBoltIfBloated(logPath, cfg.RaftLogCompactBytes, log.Named("raftlog")); err != nil {
+			// The original is untouched: a node that cannot shrink its
+			// log still runs with it.
+			log.Warn("cannot compact the raft log file; running with it as it is", "path", logPath, "error", err)
+		}
 		n.bolt, err = raftboltdb.New(raftboltdb.Options{
 			Path:        logPath,
 			BoltOptions: &bbolt.Options{Timeout: time.Second},
