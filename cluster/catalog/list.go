@@ -52,8 +52,8 @@ type RegionPage struct {
 
 // TableQuery asks for one page of tables, in name order.
 type TableQuery struct {
-	// Namespace restricts the page to one namespace (which must exist);
-	// every namespace when empty.
+	// Namespace restricts the page to one namespace (an unknown one has
+	// no tables); every namespace when empty.
 	Namespace string
 	States    []string
 	PageSize  int

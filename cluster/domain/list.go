@@ -204,15 +204,10 @@ func (d *Domain) ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 	if err != nil {
 		return catalog.TablePage{}, err
 	}
+	// A namespace that does not exist has no tables: an empty list, as
+	// before lists were paged.
 	prefix := tablePrefix
 	if q.Namespace != "" {
-		ok, err := namespaceExists(viewReader(v), q.Namespace)
-		if err != nil {
-			return catalog.TablePage{}, err
-		}
-		if !ok {
-			return catalog.TablePage{}, fmt.Errorf("%w: namespace %q", ErrNotFound, q.Namespace)
-		}
 		prefix += q.Namespace + ":"
 	}
 	after := ""

@@ -875,7 +875,7 @@ func (x *RegionGroup) GetCount() int32 {
 // rather than one long one. Keep paging until next_page_token is empty.
 type ListTablesRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // all when empty; NOT_FOUND for an unknown one
+	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // all when empty; none for an unknown one
 	Consistency Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
 	// page_size: default 100, at most 1000.
 	PageSize  int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
