@@ -24,6 +24,11 @@ const (
 	// short (even empty) page with a resume point instead, and the caller
 	// pages on. So every call's cost is bounded, not only its answer.
 	ScanBudget = 50000
+	// CountBudget bounds the regions one table list counts: the page
+	// ends after the table whose count passes it (a table's counts are
+	// always whole). Counting reads three fields of a record, a few
+	// times cheaper than listing it, hence a larger budget.
+	CountBudget = 500000
 )
 
 // RegionQuery asks for one page of regions, in name order.
