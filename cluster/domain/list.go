@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
-	"math"
 	"strings"
 
 	"github.com/baton-dev/baton/cluster"
