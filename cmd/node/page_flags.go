@@ -60,7 +60,7 @@ func (c *cli) morePages(cmd, noun, next string) {
 	if next == "" {
 		return
 	}
-	fmt.Fprintf(c.stderr, "(more %s: run 'baton %s' again with --page-token %s, or with --all for every page)\n", noun, cmd, next)
+	fmt.Fprintf(c.stderr, "(more %s: run 'baton %s' again with --page-token %s for the next page, or with --all for every page)\n", noun, cmd, next)
 }
 
 // jsonArrayStream writes one JSON document {"<key>": [items...], ...}
