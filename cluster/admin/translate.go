@@ -1,9 +1,6 @@
 package admin
 
 import (
-	"encoding/base64"
-	"strings"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -77,21 +74,14 @@ func lockMsg(l catalog.Lock) *adminpb.LockResponse {
 	return &adminpb.LockResponse{LockId: l.ID, State: l.State, LeaseTimeoutMs: l.LeaseTimeoutMs}
 }
 
-// Page tokens are opaque to clients: the kind of list and the last key of
-// the previous page, base64url-encoded. The kind makes a token of one list
-// passed to another a bad token rather than a silent jump.
+// Page tokens (adminpb.EncodePageToken) name the list and the last key.
 const (
-	regionToken = "region"
-	tableToken  = "table"
-	serverToken = "server"
+	regionToken = adminpb.RegionPageToken
+	tableToken  = adminpb.TablePageToken
+	serverToken = adminpb.ServerPageToken
 )
 
-func encodePageToken(kind, last string) string {
-	if last == "" {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(kind + "/" + last))
-}
+func encodePageToken(kind, last string) string { return adminpb.EncodePageToken(kind, last) }
 
 // decodePageToken returns the key a page resumes after ("" for the first
 // page); a token that is not the next_page_token of this kind of list is
@@ -100,9 +90,8 @@ func decodePageToken(call, kind, tok string) (string, error) {
 	if tok == "" {
 		return "", nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	last, ok := strings.CutPrefix(string(b), kind+"/")
-	if err != nil || !ok || last == "" {
+	last, ok := adminpb.DecodePageToken(kind, tok)
+	if !ok {
 		return "", status.Errorf(codes.InvalidArgument, "admin: %s: bad page_token %q (pass next_page_token of the previous page of this list)", call, tok)
 	}
 	return last, nil
