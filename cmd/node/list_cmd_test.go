@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/domain"
@@ -234,5 +237,52 @@ func TestColumnsKeepTheFirstPageWidths(t *testing.T) {
 	want := "NAME  STATE\na     OPEN\nbb    CLOSED\na-much-longer-name  OPEN\n"
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestWalkPagesFailingMidway: a walk whose second page fails has printed
+// one valid JSON document, ended by the error, and exits as the failed
+// read would; one whose first page fails prints the usual error document.
+func TestWalkPagesFailingMidway(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failAt    int
+		wantItems int
+	}{
+		{name: "second page", failAt: 1, wantItems: 2},
+		{name: "first page", failAt: 0, wantItems: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			c := &cli{ctx: t.Context(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			e := c.command("region list", "", regionAdvice)
+			e.cf.json = true
+			calls := 0
+			fetch := func(string) ([]string, string, error) {
+				calls++
+				if calls > tc.failAt {
+					return nil, "", status.Error(codes.Unavailable, "no leader")
+				}
+				return []string{"a", "b"}, "next", nil
+			}
+			code := walkPages(e, "regions", "", fetch, func(s string) any { return s }, nil,
+				func(int) []member { t.Fatal("a failed walk was ended as a whole one"); return nil })
+			if code != exitUnavailable || !strings.Contains(errb.String(), "no leader") {
+				t.Fatalf("exit %d, stderr %q", code, errb.String())
+			}
+			var doc struct {
+				Regions []string `json:"regions"`
+				Error   struct {
+					Code     string `json:"code"`
+					ExitCode int    `json:"exit_code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+				t.Fatalf("not one document: %v\n%s", err, out.String())
+			}
+			if len(doc.Regions) != tc.wantItems || doc.Error.Code != "UNAVAILABLE" || doc.Error.ExitCode != exitUnavailable {
+				t.Fatalf("document %+v", doc)
+			}
+		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"google.golang.org/grpc/status"
 )
 
 // pageFlags are the paging flags of a list command.
@@ -132,25 +134,32 @@ type member struct {
 
 // walkPages is the --all walk of a list command: fetch(token) gets one
 // page; every item goes to the JSON stream (key names its array) or, page
-// by page, to show. It returns the exit code. A failure after the first
-// page ends the JSON document with an "error" member, so what was printed
-// stays one valid document.
+// by page, to show; tail(total) ends the output (it prints the human
+// ending itself, and returns the JSON members written after the array).
+// It returns the exit code. The stream starts with the first page, so a
+// first call that fails fails as any read does; a failure after it ends
+// the document with an "error" member shaped as a failed read's, so what
+// was printed stays one valid document.
 func walkPages[T any](e *command, key, token string, fetch func(token string) ([]T, string, error), toJSON func(T) any,
 	show func(page []T, first bool), tail func(total int) []member) int {
 	var stream *jsonArrayStream
-	if e.cf.json {
-		stream = newJSONArrayStream(e.c.stdout, key)
-	}
 	total := 0
 	for first := true; ; first = false {
 		items, next, err := fetch(token)
 		if err != nil {
-			if stream != nil {
-				_ = stream.end(member{"error", map[string]any{"message": err.Error(), "after_items": total}})
-				// The document is printed: the error goes to stderr only.
-				e.cf.json = false
+			if stream == nil {
+				return e.fail(err)
 			}
-			return e.fail(err)
+			// The document is under way: the error goes to stderr, and
+			// into the document as its last member.
+			e.cf.json = false
+			code := e.fail(err)
+			st := status.Convert(err)
+			_ = stream.end(member{"error", map[string]any{"code": codeName(st.Code()), "message": st.Message(), "exit_code": code, "after_items": total}})
+			return code
+		}
+		if e.cf.json && stream == nil {
+			stream = newJSONArrayStream(e.c.stdout, key)
 		}
 		total += len(items)
 		if stream != nil {
