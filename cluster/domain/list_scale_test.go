@@ -153,6 +153,12 @@ func TestList100kRegions(t *testing.T) {
 //
 // BATON_LIST_BENCH_TABLES=100 runs it at a million regions (100 tables of
 // 10,000; the table list then counts the budget's worth, 500,000).
+//
+// On a loaded 2-core machine (x-get; the get itself about 40 µs): at
+// 100,000 regions first-page 42, middle-page 45, server-1pct 376, tables
+// 1008, servers 666. At a million, a page costs the same, server-1pct
+// (budget-bound) about the same, and tables and servers about 0.7 s: the
+// servers' counts are one pass over the regions per call.
 func BenchmarkListRegions100k(b *testing.B) {
 	tables := scaleTables
 	if v := os.Getenv("BATON_LIST_BENCH_TABLES"); v != "" {
