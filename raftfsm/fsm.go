@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -438,6 +439,25 @@ func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
 	it.SeekPrefix([]byte(prefix))
 	for k, e, ok := it.Next(); ok; k, e, ok = it.Next() {
 		if !fn(string(k), e.val) {
+			return
+		}
+	}
+}
+
+// ScanFrom is Scan resuming strictly after key after: it calls fn for every
+// domain key starting with prefix and greater than after, in ascending
+// order, until fn returns false. Paged listings pass the last key of the
+// previous page, so a page costs what it returns, not what precedes it.
+func (v View) ScanFrom(prefix, after string, fn func(key string, value []byte) bool) {
+	start := prefix
+	if after >= prefix {
+		start = after + "\x00" // the least key above after
+	}
+	p := []byte(prefix)
+	it := v.st.kv.Root().Iterator()
+	it.SeekLowerBound([]byte(start))
+	for k, e, ok := it.Next(); ok; k, e, ok = it.Next() {
+		if !bytes.HasPrefix(k, p) || !fn(string(k), e.val) {
 			return
 		}
 	}

@@ -511,3 +511,42 @@ func TestProcsBeforeAndWALStats(t *testing.T) {
 		t.Error("a memory-only FSM reports a WAL")
 	}
 }
+
+// TestViewScanFrom: a scan resumes strictly after the key it is given and
+// stays within its prefix, whatever that key is.
+func TestViewScanFrom(t *testing.T) {
+	f := newTestFSM(t, t.TempDir())
+	var muts []Mutation
+	for _, k := range []string{"a/x", "r/a", "r/a0", "r/b", "r/c", "s/a"} {
+		muts = append(muts, Put(k, []byte(k)))
+	}
+	f.Apply(cmdLog(1, procBatch(t, Write{Mutations: muts})))
+	for _, tc := range []struct {
+		prefix, after string
+		limit         int
+		want          string
+	}{
+		{"r/", "", 0, "r/a r/a0 r/b r/c"},
+		{"r/", "a", 0, "r/a r/a0 r/b r/c"},   // below the prefix: from its start
+		{"r/", "r/a", 0, "r/a0 r/b r/c"},     // strictly after
+		{"r/", "r/a\x00", 0, "r/a0 r/b r/c"}, // between two keys
+		{"r/", "r/a0", 0, "r/b r/c"},
+		{"r/", "r/bb", 0, "r/c"}, // a key that was deleted (or never was)
+		{"r/", "r/c", 0, ""},
+		{"r/", "s/", 0, ""}, // past the prefix
+		{"r/", "", 2, "r/a r/a0"},
+		{"", "r/c", 0, "s/a"},
+	} {
+		var got []string
+		f.View().ScanFrom(tc.prefix, tc.after, func(k string, v []byte) bool {
+			if string(v) != k {
+				t.Errorf("value of %s = %q", k, v)
+			}
+			got = append(got, k)
+			return tc.limit == 0 || len(got) < tc.limit
+		})
+		if s := strings.Join(got, " "); s != tc.want {
+			t.Errorf("ScanFrom(%q, %q) = %q, want %q", tc.prefix, tc.after, s, tc.want)
+		}
+	}
+}

@@ -101,7 +101,7 @@ wait_regionservers() {
 	local deadline=$((SECONDS + DEMO_TIMEOUT)) got want
 	want=$(printf '%s\n' $RS_IDS | sort | tr '\n' ' ')
 	while ((SECONDS < deadline)); do
-		if node_json "$WORK/rs.json" rs list; then
+		if node_json "$WORK/rs.json" rs list --all; then
 			got=$("$CHECK" servers <"$WORK/rs.json" | sort | tr '\n' ' ')
 			[ "$got" = "$want" ] && return 0
 		fi
@@ -132,7 +132,7 @@ start_creates() {
 wait_midway() {
 	local deadline=$((SECONDS + DEMO_TIMEOUT)) want=$((DEMO_TABLES * DEMO_REGIONS)) rc line=""
 	while ((SECONDS < deadline)); do
-		if node_json "$WORK/midway.json" region list; then
+		if node_json "$WORK/midway.json" region list --all; then
 			rc=0
 			line=$("$CHECK" midway --want "$want" <"$WORK/midway.json") || rc=$?
 			case $rc in
@@ -153,9 +153,9 @@ collect() {
 	local dir=$1 s
 	rm -rf "$dir"
 	mkdir -p "$dir"
-	node_json "$dir/regions.json" region list || true
-	node_json "$dir/servers.json" rs list || true
-	node_json "$dir/tables.json" table list || true
+	node_json "$dir/regions.json" region list --all || true
+	node_json "$dir/servers.json" rs list --all || true
+	node_json "$dir/tables.json" table list --all || true
 	for s in $("$CHECK" servers <"$dir/servers.json" 2>/dev/null); do
 		node_json "$dir/hosted-$s.json" rs regions "$s" || rm -f "$dir/hosted-$s.json"
 	done
@@ -233,7 +233,7 @@ run_demo() {
 	fi
 	say "$new's log:"
 	leader_log "$new" | grep -E 'procedures loaded|leadership established|leader services' | tail -3 | cut -c1-200 | sed 's/^/      /' || true
-	if node_json "$WORK/regions-now.json" region list; then
+	if node_json "$WORK/regions-now.json" region list --all; then
 		say "regions: $("$CHECK" midway --want $((DEMO_TABLES * DEMO_REGIONS)) <"$WORK/regions-now.json" || true)"
 	fi
 	show proc list --roots

@@ -42,11 +42,13 @@ type Domain interface {
 	ListNamespaces() ([]string, error)
 	NamespaceExists(name string) (bool, error)
 	// DescribeTable fails with an error wrapping procedure.ErrNotFound
-	// for an unknown table.
+	// for an unknown table. It returns a first page of the regions only.
 	DescribeTable(ns, name string) (catalog.Table, error)
-	ListTables(ns string) ([]catalog.Table, error)
-	ListRegions(table string) ([]catalog.Region, error)
-	ListServers() ([]catalog.Server, error)
+	// The lists answer one page each (see catalog's list.go); bad
+	// filters fail with errors wrapping procedure.ErrInvalid.
+	ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
+	ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, error)
+	ListServersPage(q catalog.ServerQuery) (catalog.ServerPage, error)
 	ServerRegions(ctx context.Context, server string) (catalog.ServerRegions, error)
 
 	// The lock calls run on the leader, with its executor.

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -17,12 +18,20 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPageSize("list servers", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken("list servers", serverToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	q := catalog.ServerQuery{PageSize: int(req.GetPageSize()), After: after}
 	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
-		srvs, err := d.ListServers()
+		page, err := d.ListServersPage(q)
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListServersResponse{Servers: serverMsgs(srvs), Read: ri}, nil
+		return &adminpb.ListServersResponse{Servers: serverMsgs(page.Servers), Read: ri, NextPageToken: encodePageToken(serverToken, page.Next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
 		return c.ListServers(ctx, req)
 	})

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -80,35 +81,53 @@ func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (
 	})
 }
 
-// ListTables implements adminpb.AdminServer.
+// ListTables implements adminpb.AdminServer: one page of tables, with
+// their region counts but not their regions.
 func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest) (*adminpb.ListTablesResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPageSize("list tables", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken("list tables", tableToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	q := catalog.TableQuery{Namespace: req.GetNamespace(), States: req.GetStates(), PageSize: int(req.GetPageSize()), After: after}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListTablesResponse, error) {
-		ts, err := d.ListTables(req.GetNamespace())
+		page, err := d.ListTablesPage(q)
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListTablesResponse{Tables: tableMsgs(ts), Read: ri}, nil
+		return &adminpb.ListTablesResponse{Tables: tableMsgs(page.Tables), Read: ri, NextPageToken: encodePageToken(tableToken, page.Next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
 		return c.ListTables(ctx, req)
 	})
 }
 
-// ListRegions implements adminpb.AdminServer.
+// ListRegions implements adminpb.AdminServer: one page of regions,
+// filtered by the server.
 func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsRequest) (*adminpb.ListRegionsResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPageSize("list regions", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken("list regions", regionToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	q := catalog.RegionQuery{Table: req.GetTable(), States: req.GetStates(), Server: req.GetServer(), PageSize: int(req.GetPageSize()), After: after}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListRegionsResponse, error) {
-		rs, err := d.ListRegions(req.GetTable())
+		page, err := d.ListRegionsPage(q)
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListRegionsResponse{Regions: regionMsgs(rs), Read: ri}, nil
+		return &adminpb.ListRegionsResponse{Regions: regionMsgs(page.Regions), Read: ri, NextPageToken: encodePageToken(regionToken, page.Next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
 		return c.ListRegions(ctx, req)
 	})

@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -24,7 +27,21 @@ func regionMsgs(rs []catalog.Region) []*adminpb.Region {
 }
 
 func tableMsg(t catalog.Table) *adminpb.Table {
-	return &adminpb.Table{Namespace: t.Namespace, Name: t.Name, State: t.State, Regions: regionMsgs(t.Regions)}
+	out := &adminpb.Table{Namespace: t.Namespace, Name: t.Name, State: t.State, Regions: regionMsgs(t.Regions),
+		RegionCount: int32(t.RegionCount), RegionsTruncated: t.RegionsTruncated}
+	if len(t.RegionsByState) > 0 {
+		out.RegionsByState = make(map[string]int32, len(t.RegionsByState))
+		for st, n := range t.RegionsByState {
+			out.RegionsByState[st] = int32(n)
+		}
+	}
+	for _, g := range t.Groups {
+		out.RegionGroups = append(out.RegionGroups, &adminpb.RegionGroup{State: g.State, Server: g.Server, Count: int32(g.Count)})
+	}
+	if t.RegionsTruncated {
+		out.NextPageToken = encodePageToken(regionToken, t.NextRegion)
+	}
+	return out
 }
 
 func tableMsgs(ts []catalog.Table) []*adminpb.Table {
@@ -55,4 +72,36 @@ func lockMsg(l catalog.Lock) *adminpb.LockResponse {
 		return nil
 	}
 	return &adminpb.LockResponse{LockId: l.ID, State: l.State, LeaseTimeoutMs: l.LeaseTimeoutMs}
+}
+
+// Page tokens (adminpb.EncodePageToken) name the list and the last key.
+const (
+	regionToken = adminpb.RegionPageToken
+	tableToken  = adminpb.TablePageToken
+	serverToken = adminpb.ServerPageToken
+)
+
+func encodePageToken(kind, last string) string { return adminpb.EncodePageToken(kind, last) }
+
+// decodePageToken returns the key a page resumes after ("" for the first
+// page); a token that is not the next_page_token of this kind of list is
+// INVALID_ARGUMENT.
+func decodePageToken(call, kind, tok string) (string, error) {
+	if tok == "" {
+		return "", nil
+	}
+	last, ok := adminpb.DecodePageToken(kind, tok)
+	if !ok {
+		return "", status.Errorf(codes.InvalidArgument, "admin: %s: bad page_token %q (pass next_page_token of the previous page of this list)", call, tok)
+	}
+	return last, nil
+}
+
+// checkPageSize refuses a negative page size; 0 takes the list's default
+// and one above its maximum is clamped (by the domain).
+func checkPageSize(call string, n int32) error {
+	if n < 0 {
+		return status.Errorf(codes.InvalidArgument, "admin: %s: negative page_size %d", call, n)
+	}
+	return nil
 }

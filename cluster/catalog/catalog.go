@@ -18,12 +18,31 @@ import (
 	"github.com/baton-dev/baton/procedure"
 )
 
-// Table is one table and the regions it holds, in layout order.
+// Table is one table and how its regions stand. Regions holds at most a
+// first page of them (DescribeTable's), none in a list of tables: the
+// counts cover them all.
 type Table struct {
 	Namespace string
 	Name      string
 	State     string
 	Regions   []Region
+	// RegionCount counts every region of the table; RegionsByState and
+	// Groups (by state and server) split that count.
+	RegionCount    int
+	RegionsByState map[string]int
+	Groups         []RegionGroup
+	// RegionsTruncated: Regions holds only the first regions; NextRegion
+	// is the last of them, where a RegionQuery for the table resumes.
+	RegionsTruncated bool
+	NextRegion       string
+}
+
+// RegionGroup counts a table's regions in one state on one server (""
+// for none).
+type RegionGroup struct {
+	State  string
+	Server string
+	Count  int
 }
 
 // Region is one region and where it stands.

@@ -141,8 +141,9 @@ func (c *Client) DisableTable(ctx context.Context, ns, name, nonce string) (uint
 	})
 }
 
-// DescribeTable returns table ns:name with its regions (NOT_FOUND if there
-// is none).
+// DescribeTable returns table ns:name with its region counts and its first
+// regions (NOT_FOUND if there is none); RegionsTruncated says there are
+// more, which Regions pages through from NextPageToken.
 func (c *Client) DescribeTable(ctx context.Context, ns, name string, opts ...ReadOption) (*adminpb.Table, error) {
 	o := readOpts(opts)
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Table, error) {
@@ -152,30 +153,6 @@ func (c *Client) DescribeTable(ctx context.Context, ns, name string, opts ...Rea
 	})
 }
 
-// ListTables returns the tables of namespace ns, or of every namespace if
-// ns is empty.
-func (c *Client) ListTables(ctx context.Context, ns string, opts ...ReadOption) ([]*adminpb.Table, error) {
-	o := readOpts(opts)
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
-		r, err := a.ListTables(ctx, &adminpb.ListTablesRequest{Namespace: ns, Consistency: o.consistency})
-		o.served(r.GetRead())
-		return r, err
-	})
-	return r.GetTables(), err
-}
-
-// ListRegions returns the regions of table ("ns:name", or "name" in the
-// default namespace), or every region if table is empty.
-func (c *Client) ListRegions(ctx context.Context, table string, opts ...ReadOption) ([]*adminpb.Region, error) {
-	o := readOpts(opts)
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
-		r, err := a.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table, Consistency: o.consistency})
-		o.served(r.GetRead())
-		return r, err
-	})
-	return r.GetRegions(), err
-}
-
 // MoveRegion starts moving region to server to (any live server the
 // master picks, if empty) and returns the procedure's id.
 func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint64, error) {
@@ -183,18 +160,6 @@ func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint
 	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
 		return a.MoveRegion(ctx, req)
 	})
-}
-
-// ListServers returns the region servers the leader knows, with their
-// lease state.
-func (c *Client) ListServers(ctx context.Context, opts ...ReadOption) ([]*adminpb.Server, error) {
-	o := readOpts(opts)
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
-		r, err := a.ListServers(ctx, &adminpb.ListServersRequest{Consistency: o.consistency})
-		o.served(r.GetRead())
-		return r, err
-	})
-	return r.GetServers(), err
 }
 
 // ServerRegions returns the regions server hosts by its own answer, beside

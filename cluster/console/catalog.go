@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"net/http"
-	"sort"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -16,7 +15,9 @@ import (
 
 type serversPage struct {
 	base
+	pager
 	Servers []*adminpb.Server
+	// ByLease counts the page's servers by lease state.
 	ByLease []count
 	Error   string
 }
@@ -28,12 +29,18 @@ func (c *Console) servers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p serversPage
+	q := r.URL.Query()
+	code := http.StatusOK
 	resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListServersResponse, error) {
-		return c.self.ListServers(ctx, &adminpb.ListServersRequest{Consistency: cons})
+		return c.self.ListServers(ctx, &adminpb.ListServersRequest{PageToken: q.Get("page"), Consistency: cons})
 	}, readOf)
 	if err != nil {
 		p.Error = leaderOnly(rd, err)
+		if status.Code(err) == codes.InvalidArgument {
+			code = http.StatusBadRequest
+		}
 	} else {
+		p.pager = pagerOf("/ui/servers", q, resp.GetNextPageToken())
 		p.Servers = resp.GetServers()
 		by := map[string]int64{}
 		for _, s := range p.Servers {
@@ -42,7 +49,7 @@ func (c *Console) servers(w http.ResponseWriter, r *http.Request) {
 		p.ByLease = sortedCounts(by)
 	}
 	p.base = c.base(rd, "Region servers", "servers", true)
-	c.render(w, http.StatusOK, "servers", p)
+	c.render(w, code, "servers", p)
 }
 
 type serverPage struct {
@@ -56,9 +63,15 @@ type serverPage struct {
 	OnlyAssigned     []string
 	HostedError      string
 	Regions          []*adminpb.Region
-	ServerError      string
-	RegionsError     string
+	// MoreRegions: more are placed on it than the page shows; the
+	// regions page filtered by the server lists them all.
+	MoreRegions  bool
+	ServerError  string
+	RegionsError string
 }
+
+// serverPageRegions is how many of a server's regions its page shows.
+const serverPageRegions = 1000
 
 func (c *Console) server(w http.ResponseWriter, r *http.Request) {
 	rd, err := c.newReads(r)
@@ -68,17 +81,11 @@ func (c *Console) server(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	p := serverPage{ID: id}
-	srvs, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListServersResponse, error) {
-		return c.self.ListServers(ctx, &adminpb.ListServersRequest{Consistency: cons})
-	}, readOf)
+	srv, err := rd.getServer(id)
 	if err != nil {
 		p.ServerError = leaderOnly(rd, err)
 	} else {
-		for _, s := range srvs.GetServers() {
-			if s.GetId() == id {
-				p.Server = s
-			}
-		}
+		p.Server = srv
 		if p.Server == nil {
 			p.ServerError = "no region server " + id + " is registered"
 		}
@@ -92,16 +99,26 @@ func (c *Console) server(w http.ResponseWriter, r *http.Request) {
 		p.Hosted, p.Assigned = sr.GetHosted(), sr.GetAssigned()
 		p.OnlyHosted, p.OnlyAssigned = minus(p.Hosted, p.Assigned), minus(p.Assigned, p.Hosted)
 	}
-	regions, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListRegionsResponse, error) {
-		return c.self.ListRegions(ctx, &adminpb.ListRegionsRequest{Consistency: cons})
-	}, readOf)
-	if err != nil {
-		p.RegionsError = status.Convert(err).Message()
-	} else {
-		for _, rg := range regions.GetRegions() {
-			if rg.GetServer() == id {
-				p.Regions = append(p.Regions, rg)
-			}
+	// The masters filter by server, a scan budget per call: a page may
+	// come short with more to follow, so the first serverPageRegions are
+	// gathered over as many calls as that takes.
+	tok := ""
+	for {
+		regions, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListRegionsResponse, error) {
+			return c.self.ListRegions(ctx, &adminpb.ListRegionsRequest{Server: id, PageToken: tok,
+				PageSize: int32(serverPageRegions - len(p.Regions)), Consistency: cons})
+		}, readOf)
+		if err != nil {
+			p.RegionsError = status.Convert(err).Message()
+			break
+		}
+		p.Regions = append(p.Regions, regions.GetRegions()...)
+		if tok = regions.GetNextPageToken(); tok == "" {
+			break
+		}
+		if len(p.Regions) == serverPageRegions {
+			p.MoreRegions = true
+			break
 		}
 	}
 	// Unknown to the replicated state (which ServerRegions reads), not in
@@ -132,6 +149,7 @@ func minus(a, b []string) []string {
 
 type tablesPage struct {
 	base
+	pager
 	Tables []tableRow
 	Error  string
 }
@@ -150,22 +168,26 @@ func (c *Console) tables(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p tablesPage
+	q := r.URL.Query()
+	code := http.StatusOK
 	resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListTablesResponse, error) {
-		return c.self.ListTables(ctx, &adminpb.ListTablesRequest{Consistency: cons})
+		return c.self.ListTables(ctx, &adminpb.ListTablesRequest{PageToken: q.Get("page"), Consistency: cons})
 	}, readOf)
 	if err != nil {
 		p.Error = status.Convert(err).Message()
+		code = statusOf(err)
 	} else {
+		p.pager = pagerOf("/ui/tables", q, resp.GetNextPageToken())
 		for _, t := range resp.GetTables() {
 			by := map[string]int64{}
-			for _, rg := range t.GetRegions() {
-				by[rg.GetState()]++
+			for st, n := range t.GetRegionsByState() {
+				by[st] = int64(n)
 			}
-			p.Tables = append(p.Tables, tableRow{Table: t, Regions: len(t.GetRegions()), ByState: sortedCounts(by)})
+			p.Tables = append(p.Tables, tableRow{Table: t, Regions: int(t.GetRegionCount()), ByState: sortedCounts(by)})
 		}
 	}
 	p.base = c.base(rd, "Tables", "tables", true)
-	c.render(w, http.StatusOK, "tables", p)
+	c.render(w, code, "tables", p)
 }
 
 // regionStates are the states a region can be listed by.
@@ -173,11 +195,13 @@ var regionStates = []string{"OFFLINE", "OPENING", "OPEN", "CLOSING", "CLOSED", "
 
 type regionsPage struct {
 	base
+	pager
 	Table, State, Server string
 	States               []string
-	Regions              []*adminpb.Region
-	Total                int
-	Error                string
+	// Regions is one page of the regions the filters select, filtered
+	// by the masters.
+	Regions []*adminpb.Region
+	Error   string
 }
 
 func (c *Console) regions(w http.ResponseWriter, r *http.Request) {
@@ -190,23 +214,51 @@ func (c *Console) regions(w http.ResponseWriter, r *http.Request) {
 	p := regionsPage{Table: strings.TrimSpace(q.Get("table")), State: strings.ToUpper(strings.TrimSpace(q.Get("state"))),
 		Server: strings.TrimSpace(q.Get("server")), States: regionStates}
 	code := http.StatusOK
-	// The table is filtered by the API; state and server here, on its
-	// answer (a table's regions, or all of them).
+	req := &adminpb.ListRegionsRequest{Table: p.Table, Server: p.Server, PageToken: q.Get("page")}
+	if p.State != "" {
+		req.States = []string{p.State}
+	}
 	resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListRegionsResponse, error) {
-		return c.self.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: p.Table, Consistency: cons})
+		req.Consistency = cons
+		return c.self.ListRegions(ctx, req)
 	}, readOf)
 	if err != nil {
 		p.Error = status.Convert(err).Message()
 		code = statusOf(err)
 	} else {
-		p.Total = len(resp.GetRegions())
-		for _, rg := range resp.GetRegions() {
-			if (p.State == "" || rg.GetState() == p.State) && (p.Server == "" || rg.GetServer() == p.Server) {
-				p.Regions = append(p.Regions, rg)
-			}
-		}
-		sort.SliceStable(p.Regions, func(i, j int) bool { return p.Regions[i].GetTable() < p.Regions[j].GetTable() })
+		p.Regions = resp.GetRegions()
+		p.pager = pagerOf("/ui/regions", q, resp.GetNextPageToken())
 	}
 	p.base = c.base(rd, "Regions", "regions", true)
 	c.render(w, code, "regions", p)
+}
+
+// getServer finds region server id in the leader's list (nil when it is
+// not there), a page of the largest size at a time: servers are few.
+func (rd *reads) getServer(id string) (*adminpb.Server, error) {
+	// A token resuming just before id: its list starts at id if id is
+	// registered (any id between would sort before it).
+	tok := ""
+	if id != "" {
+		tok = adminpb.EncodePageToken(adminpb.ServerPageToken, id[:len(id)-1])
+	}
+	for {
+		resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListServersResponse, error) {
+			return rd.c.self.ListServers(ctx, &adminpb.ListServersRequest{PageToken: tok, PageSize: 100, Consistency: cons})
+		}, readOf)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range resp.GetServers() {
+			switch {
+			case s.GetId() == id:
+				return s, nil
+			case s.GetId() > id:
+				return nil, nil
+			}
+		}
+		if tok = resp.GetNextPageToken(); tok == "" {
+			return nil, nil
+		}
+	}
 }

@@ -134,7 +134,7 @@ func TestPagesShowTheCluster(t *testing.T) {
 			page("/ui/servers", `data-id="rs1"`, `data-id="rs2"`, `data-id="rs3"`, "live", "soft limit")
 			page("/ui/servers/rs1", "Hosted regions", `id="lease-state">live<`)
 			page("/ui/tables", `data-name="default:t1"`, "ENABLED")
-			page("/ui/regions?table=default:t1", "4 of 4 regions", "default:t1")
+			page("/ui/regions?table=default:t1", "4 regions on this page", "default:t1")
 			page("/ui/regions?table=default:t1&state=CLOSED", "No region matches")
 
 			// The node's own endpoints are still there.
@@ -284,7 +284,7 @@ func TestCutOffStandbyShowsStaleState(t *testing.T) {
 		"/ui/procedures/" + fmt.Sprint(f.sleepID): {"WAITING_TIMEOUT", "only the leader holds this"},
 		"/ui/locks":   {"only the leader holds this"},
 		"/ui/tables":  {`data-name="default:t1"`},
-		"/ui/regions": {"4 of 4 regions"},
+		"/ui/regions": {"4 regions on this page"},
 	} {
 		code, body := get(t, f.standby, path)
 		if code != http.StatusOK {

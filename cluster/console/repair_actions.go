@@ -113,7 +113,7 @@ func (c *Console) regionAction(assign bool) repairBuilder {
 			// The registered servers, with their lease state: the leader
 			// refuses one that is not live, and says so.
 			if srvs, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListServersResponse, error) {
-				return c.self.ListServers(ctx, &adminpb.ListServersRequest{Consistency: cons})
+				return c.self.ListServers(ctx, &adminpb.ListServersRequest{PageSize: catalogMaxServers, Consistency: cons})
 			}, nil); err == nil {
 				for _, s := range srvs.GetServers() {
 					server.Choices = append(server.Choices, choice{s.GetId(), fmt.Sprintf("%s (%s, %d regions)", s.GetId(), s.GetLeaseState(), s.GetRegionCount())})
@@ -151,6 +151,10 @@ func (c *Console) regionAction(assign bool) repairBuilder {
 	}
 }
 
+// catalogMaxServers is the largest page of servers: the choices of a
+// server to open a region on are the first that many.
+const catalogMaxServers = 10000
+
 func regionActionURL(region, kind string) string {
 	return "/ui/regions/" + url.PathEscape(region) + "/" + kind
 }
@@ -168,23 +172,39 @@ func newNonce() string {
 	return "console-" + hex.EncodeToString(b)
 }
 
-// getRegion reads one region (from the list of its table: the API lists,
-// it does not get).
+// getRegion reads one region: the API lists, it does not get, so it lists
+// its table from just before the name (a token resuming after the name
+// less its last byte, which sorts before it) until the name or one after
+// it comes.
 func (rd *reads) getRegion(name string) (*adminpb.Region, error) {
 	table := name
 	if i := strings.IndexByte(name, ','); i > 0 {
 		table = name[:i]
 	}
-	resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListRegionsResponse, error) {
-		return rd.c.self.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table, Consistency: cons})
-	}, readOf)
-	if err != nil && status.Code(err) != codes.NotFound {
-		return nil, err
+	tok := ""
+	if len(name) > 1 {
+		tok = adminpb.RegionsAfter(name[:len(name)-1])
 	}
-	for _, rg := range resp.GetRegions() {
-		if rg.GetName() == name {
-			return rg, nil
+	for tok != "" {
+		resp, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListRegionsResponse, error) {
+			return rd.c.self.ListRegions(ctx, &adminpb.ListRegionsRequest{Table: table, PageToken: tok, PageSize: 10, Consistency: cons})
+		}, readOf)
+		if err != nil {
+			// A name that is no region of its table makes a bad token.
+			if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument {
+				break
+			}
+			return nil, err
 		}
+		for _, rg := range resp.GetRegions() {
+			if rg.GetName() == name {
+				return rg, nil
+			}
+			if rg.GetName() > name {
+				return nil, status.Errorf(codes.NotFound, "no region %q (the regions page lists them)", name)
+			}
+		}
+		tok = resp.GetNextPageToken()
 	}
 	return nil, status.Errorf(codes.NotFound, "no region %q (the regions page lists them)", name)
 }
@@ -198,15 +218,9 @@ func (c *Console) recoverAction(rd *reads, r *http.Request, form url.Values) (*r
 	a := &repairAction{Title: "Schedule recovery of region server " + id, Verb: "schedule the recovery of region server " + id,
 		Path: serverURL(id) + "/recover", Back: serverURL(id), Effect: recoverEffect}
 	a.Facts = []fact{{Label: "region server", Text: id, Link: a.Back}}
-	if srvs, err := read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListServersResponse, error) {
-		return c.self.ListServers(ctx, &adminpb.ListServersRequest{Consistency: cons})
-	}, nil); err == nil {
-		for _, s := range srvs.GetServers() {
-			if s.GetId() == id {
-				a.Facts = append(a.Facts, fact{Label: "lease", Text: "last renewal " + ageOfUnixMs(s.GetLastRenewalUnixMs()), Badge: s.GetLeaseState()},
-					fact{Label: "regions", Text: strconv.Itoa(int(s.GetRegionCount())), Link: regionsURLOf("server", id)})
-			}
-		}
+	if s, err := rd.getServer(id); err == nil && s != nil {
+		a.Facts = append(a.Facts, fact{Label: "lease", Text: "last renewal " + ageOfUnixMs(s.GetLastRenewalUnixMs()), Badge: s.GetLeaseState()},
+			fact{Label: "regions", Text: strconv.Itoa(int(s.GetRegionCount())), Link: regionsURLOf("server", id)})
 	}
 	override := checkbox(form, "override", "override", "recover a live server too: it is expired first")
 	a.Options = []option{override}

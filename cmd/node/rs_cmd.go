@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -23,9 +25,11 @@ import (
 var rsUsage = `usage: baton rs <command> [flags]
 
 commands:
-  list              the region servers: address, lease state (live, suspect,
+  list [--page-size N] [--page-token T | --all]
+                    the region servers: address, lease state (live, suspect,
                     expired, or unconfirmed: not heard from by this leader
-                    yet), region count, last lease renewal, last heartbeat
+                    yet), region count, last lease renewal, last heartbeat;
+                    the first page (1000), or --all
   regions SERVER [--direct ADDR]
                     the regions a server hosts by its own answer, beside those
                     the master assigns to it; --direct asks the region server
@@ -67,43 +71,88 @@ type serverJSON struct {
 
 // serversJSON is the --json document of rs list.
 type serversJSON struct {
-	Servers []serverJSON `json:"servers"`
-	Read    *readJSON    `json:"read,omitempty"`
+	Servers       []serverJSON `json:"servers"`
+	NextPageToken string       `json:"next_page_token,omitempty"`
+	Read          *readJSON    `json:"read,omitempty"`
+}
+
+func toServerJSON(s *adminpb.Server) serverJSON {
+	j := serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
+		LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()}
+	if s.GetHeartbeatSeen() {
+		age := s.GetLastHeartbeatAgeMs()
+		j.LastHeartbeatAgeMs = &age
+	}
+	return j
 }
 
 func (c *cli) rsList(args []string) int {
-	e := c.command("rs list", "[--stale]", rsAdvice)
+	e := c.command("rs list", "[--page-size N] [--page-token T | --all] [--stale]", rsAdvice)
+	pf := addPageFlags(e.fs, "region servers", catalog.DefaultServerPageSize, catalog.MaxServerPageSize)
 	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
 	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
-		servers, err := cl.ListServers(c.ctx, rf.opts()...)
-		doc := serversJSON{Servers: []serverJSON{}, Read: toReadJSON(rf.served)}
-		for _, s := range servers {
-			j := serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
-				LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()}
-			if s.GetHeartbeatSeen() {
-				age := s.GetLastHeartbeatAgeMs()
-				j.LastHeartbeatAgeMs = &age
-			}
-			doc.Servers = append(doc.Servers, j)
+	if err := pf.check(); err != nil {
+		return e.fail(err)
+	}
+	return e.withClient(func(cl *client.Client) int {
+		req := &adminpb.ListServersRequest{PageSize: int32(pf.size)}
+		fetch := func(token string) ([]*adminpb.Server, string, error) {
+			req.PageToken = token
+			r, err := cl.ListServersPage(c.ctx, req, rf.opts()...)
+			return r.GetServers(), r.GetNextPageToken(), err
 		}
-		return doc, func() {
+		now := time.Now()
+		var cols *columns
+		show := func(servers []*adminpb.Server, _ bool) {
 			if len(servers) == 0 {
+				return
+			}
+			var rows [][]string
+			if cols == nil {
+				cols = &columns{w: c.stdout}
+				rows = append(rows, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"})
+			}
+			for _, s := range servers {
+				rows = append(rows, []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
+					strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)})
+			}
+			cols.print(rows)
+		}
+		tail := func(total int) {
+			if total == 0 {
 				fmt.Fprintln(c.stdout, "no region servers (start one with 'baton regionserver')")
 				return
 			}
-			now := time.Now()
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTART CODE\tLEASE\tREGIONS\tLAST RENEWAL\tLAST HEARTBEAT")
-			for _, s := range servers {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", s.GetId(), s.GetAddress(), s.GetStartCode(), s.GetLeaseState(),
-					s.GetRegionCount(), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s))
-			}
-			tw.Flush()
 			c.printServed(rf.served)
-		}, err
+		}
+		if pf.all {
+			return walkPages(e, "servers", pf.token, fetch, func(s *adminpb.Server) any { return toServerJSON(s) }, show, func(total int) []member {
+				if !e.cf.json {
+					tail(total)
+				}
+				return []member{{"read", toReadJSON(rf.served)}}
+			})
+		}
+		servers, next, err := fetch(pf.token)
+		if err != nil {
+			return e.fail(err)
+		}
+		if e.cf.json {
+			doc := serversJSON{Servers: []serverJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}
+			for _, s := range servers {
+				doc.Servers = append(doc.Servers, toServerJSON(s))
+			}
+			c.printJSON(doc)
+		} else {
+			show(servers, true)
+			if len(servers) > 0 || next == "" {
+				tail(len(servers))
+			}
+		}
+		c.morePages("rs list", "region servers", next)
+		return exitOK
 	})
 }
 
@@ -203,14 +252,17 @@ func (c *cli) rsRegionsDirect(e *command, rf *readFlags, server, addr string) in
 	cl, err := e.client()
 	if err == nil {
 		defer cl.Close()
-		var regions []*adminpb.Region
-		if regions, err = cl.ListRegions(c.ctx, "", rf.opts()...); err == nil {
-			doc.Assigned = []string{}
-			for _, r := range regions {
-				if r.GetServer() == server {
-					doc.Assigned = append(doc.Assigned, r.GetName())
-				}
+		// The masters filter by server: only this server's regions come.
+		assigned := []string{}
+		for r, rerr := range cl.Regions(c.ctx, &adminpb.ListRegionsRequest{Server: server}, rf.opts()...) {
+			if rerr != nil {
+				err = rerr
+				break
 			}
+			assigned = append(assigned, r.GetName())
+		}
+		if err == nil {
+			doc.Assigned = assigned
 			slices.Sort(doc.Assigned)
 			doc.Read = toReadJSON(rf.served)
 		}

@@ -6,10 +6,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -22,8 +22,11 @@ commands:
   delete NAME [--namespace NS] [--wait]                 delete a table (it must be disabled)
   disable NAME [--namespace NS] [--wait]                close every region of a table
   enable NAME [--namespace NS] [--wait]                 open every region of a table
-  describe NAME [--namespace NS] [--stale]              show a table and its regions
-  list [--namespace NS] [--stale]                       list the tables
+  describe NAME [--namespace NS] [--stale]              show a table, its region counts and
+                                                        its first 1000 regions
+  list [--namespace NS] [--state S] [--page-size N] [--page-token T | --all] [--stale]
+                                                        list the tables with their region
+                                                        counts: the first page (100), or --all
 
 NAME may also be NS:NAME. Without a namespace, a table is in "default".
 ` + fmt.Sprintf(clientFlagsNote, "table")
@@ -126,10 +129,18 @@ type regionJSON struct {
 }
 
 type tableJSON struct {
-	Namespace string       `json:"namespace"`
-	Name      string       `json:"name"`
-	State     string       `json:"state"`
-	Regions   []regionJSON `json:"regions"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	State     string `json:"state"`
+	// Regions is set by table describe only: the first regions, all of
+	// them unless RegionsTruncated (NextPageToken then resumes with
+	// region list --table).
+	Regions          *[]regionJSON `json:"regions,omitempty"`
+	RegionsTruncated bool          `json:"regions_truncated,omitempty"`
+	NextPageToken    string        `json:"next_page_token,omitempty"`
+	// RegionCount counts every region, RegionsByState by recorded state.
+	RegionCount    int32            `json:"region_count"`
+	RegionsByState map[string]int32 `json:"regions_by_state"`
 	// RegionCounts is set by table list: regions by state (snake_case),
 	// those on a server that is not live counted as offline_on_dead_server
 	// instead of by their recorded state.
@@ -144,24 +155,25 @@ const (
 	offlineOnDeadHuman = "offline on a dead server"
 )
 
-// countRegions counts regions by state; a region on a server whose lease
-// state in servers is not live or suspect counts as offline on a dead
-// server, since its recorded state (OPEN) says what the masters last
-// decided, not that anyone serves it. servers nil: the servers are
-// unknown, and every region counts by its recorded state.
-func countRegions(rs []*adminpb.Region, servers map[string]string) map[string]int {
+// countRegions counts a table's regions by state from its (state,
+// server) groups; those on a server whose lease state in servers is not
+// live or suspect count as offline on a dead server, since their recorded
+// state (OPEN) says what the masters last decided, not that anyone serves
+// them. servers nil: the servers are unknown, and every region counts by
+// its recorded state.
+func countRegions(gs []*adminpb.RegionGroup, servers map[string]string) map[string]int {
 	counts := map[string]int{"open": 0, "opening": 0, "closing": 0}
 	if servers != nil {
 		counts[offlineOnDeadKey] = 0
 	}
-	for _, r := range rs {
-		if srv := r.GetServer(); servers != nil && srv != "" {
+	for _, g := range gs {
+		if srv := g.GetServer(); servers != nil && srv != "" {
 			if st := servers[srv]; st != client.LeaseLive && st != client.LeaseSuspect {
-				counts[offlineOnDeadKey]++
+				counts[offlineOnDeadKey] += int(g.GetCount())
 				continue
 			}
 		}
-		counts[strings.ToLower(r.GetState())]++
+		counts[strings.ToLower(g.GetState())] += int(g.GetCount())
 	}
 	return counts
 }
@@ -203,13 +215,18 @@ func countsSummary(total int, counts map[string]int) string {
 func toRegionsJSON(rs []*adminpb.Region) []regionJSON {
 	out := []regionJSON{}
 	for _, r := range rs {
-		out = append(out, regionJSON{Name: r.GetName(), Table: r.GetTable(), State: r.GetState(), Server: r.GetServer(), ProcID: r.GetProcId()})
+		out = append(out, toRegionJSON(r))
 	}
 	return out
 }
 
 func toTableJSON(t *adminpb.Table) tableJSON {
-	return tableJSON{Namespace: t.GetNamespace(), Name: t.GetName(), State: t.GetState(), Regions: toRegionsJSON(t.GetRegions()), Read: toReadJSON(t.GetRead())}
+	byState := t.GetRegionsByState()
+	if byState == nil {
+		byState = map[string]int32{}
+	}
+	return tableJSON{Namespace: t.GetNamespace(), Name: t.GetName(), State: t.GetState(), RegionCount: t.GetRegionCount(),
+		RegionsByState: byState, Read: toReadJSON(t.GetRead())}
 }
 
 func (c *cli) tableDescribe(args []string) int {
@@ -226,27 +243,31 @@ func (c *cli) tableDescribe(args []string) int {
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		t, err := cl.DescribeTable(c.ctx, ns, name, rf.opts()...)
-		return toTableJSON(t), func() {
+		doc := toTableJSON(t)
+		regions := toRegionsJSON(t.GetRegions())
+		doc.Regions, doc.RegionsTruncated, doc.NextPageToken = &regions, t.GetRegionsTruncated(), t.GetNextPageToken()
+		return doc, func() {
 			fmt.Fprintf(c.stdout, "table    %s:%s\n", t.GetNamespace(), t.GetName())
 			fmt.Fprintf(c.stdout, "state    %s\n", t.GetState())
-			fmt.Fprintf(c.stdout, "regions  %s\n", regionSummary(t.GetRegions()))
+			fmt.Fprintf(c.stdout, "regions  %s\n", regionSummary(t.GetRegionCount(), t.GetRegionsByState()))
 			if len(t.GetRegions()) > 0 {
 				fmt.Fprintln(c.stdout)
 				c.printRegions(t.GetRegions(), false)
+			}
+			if t.GetRegionsTruncated() {
+				fmt.Fprintf(c.stderr, "(the first %s of %d; the rest: 'baton region list --table %s:%s --page-token %s', or --all)\n",
+					regionsN(len(t.GetRegions())), t.GetRegionCount(), t.GetNamespace(), t.GetName(), t.GetNextPageToken())
 			}
 			c.printServed(t.GetRead())
 		}, err
 	})
 }
 
-// regionSummary counts regions by state: "4 (3 OPEN, 1 OPENING)".
-func regionSummary(rs []*adminpb.Region) string {
-	if len(rs) == 0 {
+// regionSummary says a table's region count by state: "4 (3 OPEN, 1
+// OPENING)".
+func regionSummary(total int32, by map[string]int32) string {
+	if total == 0 {
 		return "0"
-	}
-	by := map[string]int{}
-	for _, r := range rs {
-		by[r.GetState()]++
 	}
 	states := make([]string, 0, len(by))
 	for s := range by {
@@ -257,38 +278,45 @@ func regionSummary(rs []*adminpb.Region) string {
 	for i, s := range states {
 		parts[i] = fmt.Sprintf("%d %s", by[s], s)
 	}
-	return fmt.Sprintf("%d (%s)", len(rs), strings.Join(parts, ", "))
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
 
 // tablesJSON is the --json document of table list.
 type tablesJSON struct {
-	Tables []tableJSON `json:"tables"`
-	Read   *readJSON   `json:"read,omitempty"`
+	Tables        []tableJSON `json:"tables"`
+	NextPageToken string      `json:"next_page_token,omitempty"`
+	Read          *readJSON   `json:"read,omitempty"`
 }
 
 func (c *cli) tableList(args []string) int {
-	e := c.command("table list", "[--namespace NS] [--stale]", tableAdvice)
+	e := c.command("table list", "[--namespace NS] [--state S] [--page-size N] [--page-token T | --all] [--stale]", tableAdvice)
 	ns := e.fs.String("namespace", "", "only the tables of this namespace (default: every namespace)")
+	var states statesFlag
+	e.fs.Var(&states, "state", "only the tables in this state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING); repeat it or separate with commas for several")
+	pf := addPageFlags(e.fs, "tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
 	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
+	}
+	if err := pf.check(); err != nil {
+		return e.fail(err)
 	}
 	if *ns != "" {
 		if err := checkName("namespace", *ns); err != nil {
 			return e.fail(err)
 		}
 	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
-		tables, err := cl.ListTables(c.ctx, *ns, rf.opts()...)
-		if err != nil {
-			return nil, nil, err
-		}
+	return e.withClient(func(cl *client.Client) int {
 		// The servers' lease states come from the leader only; without
 		// them (no leader, with --stale) regions count by recorded state,
-		// and the output says so.
+		// and the output says so. There are few servers beside regions:
+		// they are read once, all pages of them.
 		var servers map[string]string
 		var serversErr error
-		if len(tables) > 0 {
+		serversOnce := func() {
+			if servers != nil || serversErr != nil {
+				return
+			}
 			var ss []*adminpb.Server
 			if ss, serversErr = cl.ListServers(c.ctx); serversErr == nil {
 				servers = map[string]string{}
@@ -297,30 +325,71 @@ func (c *cli) tableList(args []string) int {
 				}
 			}
 		}
-		doc := tablesJSON{Tables: []tableJSON{}, Read: toReadJSON(rf.served)}
-		counts := make([]map[string]int, len(tables))
-		for i, t := range tables {
+		toJSON := func(t *adminpb.Table) tableJSON {
+			serversOnce()
 			j := toTableJSON(t)
-			counts[i] = countRegions(t.GetRegions(), servers)
-			j.RegionCounts = counts[i]
-			doc.Tables = append(doc.Tables, j)
+			j.RegionCounts = countRegions(t.GetRegionGroups(), servers)
+			return j
 		}
-		return doc, func() {
+		var cols *columns
+		show := func(tables []*adminpb.Table, first bool) {
 			if len(tables) == 0 {
+				return
+			}
+			var rows [][]string
+			if cols == nil {
+				cols = &columns{w: c.stdout}
+				rows = append(rows, []string{"NAMESPACE", "NAME", "STATE", "REGIONS"})
+			}
+			for _, t := range tables {
+				rows = append(rows, []string{t.GetNamespace(), t.GetName(), t.GetState(),
+					countsSummary(int(t.GetRegionCount()), toJSON(t).RegionCounts)})
+			}
+			cols.print(rows)
+		}
+		tail := func(total int) {
+			if total == 0 {
 				fmt.Fprintln(c.stdout, "no tables")
 				return
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tREGIONS")
-			for i, t := range tables {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.GetNamespace(), t.GetName(), t.GetState(), countsSummary(len(t.GetRegions()), counts[i]))
-			}
-			tw.Flush()
 			if serversErr != nil {
 				fmt.Fprintf(c.stderr, "(region servers unknown, regions counted by recorded state: %s)\n", status.Convert(serversErr).Message())
 			}
 			c.printServed(rf.served)
-		}, err
+		}
+		req := &adminpb.ListTablesRequest{Namespace: *ns, States: states, PageSize: int32(pf.size), PageToken: pf.token}
+		fetch := func(token string) ([]*adminpb.Table, string, error) {
+			req.PageToken = token
+			r, err := cl.ListTablesPage(c.ctx, req, rf.opts()...)
+			return r.GetTables(), r.GetNextPageToken(), err
+		}
+		if pf.all {
+			return walkPages(e, "tables", pf.token, fetch, func(t *adminpb.Table) any { return toJSON(t) }, show, func(total int) []member {
+				if !e.cf.json {
+					tail(total)
+				}
+				return []member{{"read", toReadJSON(rf.served)}}
+			})
+		}
+		tables, next, err := fetch(pf.token)
+		if err != nil {
+			return e.fail(err)
+		}
+		if e.cf.json {
+			doc := tablesJSON{Tables: []tableJSON{}, NextPageToken: next}
+			for _, t := range tables {
+				doc.Tables = append(doc.Tables, toJSON(t))
+			}
+			doc.Read = toReadJSON(rf.served)
+			c.printJSON(doc)
+		} else {
+			show(tables, true)
+			if len(tables) > 0 || next == "" {
+				tail(len(tables))
+			}
+		}
+		c.morePages("table list", "tables", next)
+		return exitOK
 	})
 }
 
@@ -329,7 +398,10 @@ func (c *cli) tableList(args []string) int {
 var regionUsage = `usage: baton region <command> [flags]
 
 commands:
-  list [--table T]                   list the regions (of one table: NAME or NS:NAME)
+  list [--table T] [--state S] [--server ID] [--page-size N] [--page-token T | --all]
+                                     list the regions (of one table: NAME or NS:NAME),
+                                     filtered by the masters: the first page (1000),
+                                     or with --all every page, printed as each arrives
   move REGION [--to SERVER] [--wait] move a region to a region server
                                      (without --to: any other live one)
   assign REGION [--server S] [--override --yes] [--wait]
@@ -351,22 +423,30 @@ func (c *cli) region(args []string) int {
 
 // regionsJSON is the --json document of region list.
 type regionsJSON struct {
-	Regions []regionJSON `json:"regions"`
-	Read    *readJSON    `json:"read,omitempty"`
+	Regions       []regionJSON `json:"regions"`
+	NextPageToken string       `json:"next_page_token,omitempty"`
+	Read          *readJSON    `json:"read,omitempty"`
 }
 
 // printRegions prints regions as a table; withTable adds their table's
 // column.
 func (c *cli) printRegions(rs []*adminpb.Region, withTable bool) {
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	if withTable {
-		fmt.Fprint(tw, "TABLE\t")
-	}
-	fmt.Fprintln(tw, "REGION\tSTATE\tSERVER\tPROC")
-	for _, r := range rs {
-		if withTable {
-			fmt.Fprintf(tw, "%s\t", r.GetTable())
+	(&columns{w: c.stdout}).print(regionRows(rs, withTable, true))
+}
+
+// regionRows are the rows printRegions prints, with the header or not.
+func regionRows(rs []*adminpb.Region, withTable, header bool) [][]string {
+	var rows [][]string
+	row := func(cells ...string) {
+		if !withTable {
+			cells = cells[1:]
 		}
+		rows = append(rows, cells)
+	}
+	if header {
+		row("TABLE", "REGION", "STATE", "SERVER", "PROC")
+	}
+	for _, r := range rs {
 		server, proc := r.GetServer(), "-"
 		if server == "" {
 			server = "-"
@@ -374,17 +454,28 @@ func (c *cli) printRegions(rs []*adminpb.Region, withTable bool) {
 		if r.GetProcId() != 0 {
 			proc = strconv.FormatUint(r.GetProcId(), 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetState(), server, proc)
+		row(r.GetTable(), r.GetName(), r.GetState(), server, proc)
 	}
-	tw.Flush()
+	return rows
+}
+
+func toRegionJSON(r *adminpb.Region) regionJSON {
+	return regionJSON{Name: r.GetName(), Table: r.GetTable(), State: r.GetState(), Server: r.GetServer(), ProcID: r.GetProcId()}
 }
 
 func (c *cli) regionList(args []string) int {
-	e := c.command("region list", "[--table T] [--stale]", regionAdvice)
+	e := c.command("region list", "[--table T] [--state S] [--server ID] [--page-size N] [--page-token T | --all] [--stale]", regionAdvice)
 	table := e.fs.String("table", "", "only the regions of this table, NAME or NS:NAME (default: every table)")
+	server := e.fs.String("server", "", "only the regions recorded on this region server, as 'baton rs list' names it")
+	var states statesFlag
+	e.fs.Var(&states, "state", "only the regions in this state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN); repeat it or separate with commas for several")
+	pf := addPageFlags(e.fs, "regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
 	rf := addReadFlags(e.fs)
 	if _, code, ok := e.parse(args, 0, ""); !ok {
 		return code
+	}
+	if err := pf.check(); err != nil {
+		return e.fail(err)
 	}
 	if *table != "" {
 		// Checked as the table commands check it; sent qualified.
@@ -394,16 +485,53 @@ func (c *cli) regionList(args []string) int {
 		}
 		*table = ns + ":" + name
 	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
-		regions, err := cl.ListRegions(c.ctx, *table, rf.opts()...)
-		return regionsJSON{Regions: toRegionsJSON(regions), Read: toReadJSON(rf.served)}, func() {
-			if len(regions) == 0 {
+	return e.withClient(func(cl *client.Client) int {
+		req := &adminpb.ListRegionsRequest{Table: *table, States: states, Server: *server, PageSize: int32(pf.size)}
+		fetch := func(token string) ([]*adminpb.Region, string, error) {
+			req.PageToken = token
+			r, err := cl.ListRegionsPage(c.ctx, req, rf.opts()...)
+			return r.GetRegions(), r.GetNextPageToken(), err
+		}
+		var cols *columns
+		show := func(rs []*adminpb.Region, _ bool) {
+			if len(rs) == 0 {
+				return
+			}
+			header := cols == nil
+			if header {
+				cols = &columns{w: c.stdout}
+			}
+			cols.print(regionRows(rs, true, header))
+		}
+		tail := func(total int) {
+			if total == 0 {
 				fmt.Fprintln(c.stdout, "no regions")
 				return
 			}
-			c.printRegions(regions, true)
 			c.printServed(rf.served)
-		}, err
+		}
+		if pf.all {
+			return walkPages(e, "regions", pf.token, fetch, func(r *adminpb.Region) any { return toRegionJSON(r) }, show, func(total int) []member {
+				if !e.cf.json {
+					tail(total)
+				}
+				return []member{{"read", toReadJSON(rf.served)}}
+			})
+		}
+		regions, next, err := fetch(pf.token)
+		if err != nil {
+			return e.fail(err)
+		}
+		if e.cf.json {
+			c.printJSON(regionsJSON{Regions: toRegionsJSON(regions), NextPageToken: next, Read: toReadJSON(rf.served)})
+		} else {
+			show(regions, true)
+			if len(regions) > 0 || next == "" {
+				tail(len(regions))
+			}
+		}
+		c.morePages("region list", "regions", next)
+		return exitOK
 	})
 }
 

@@ -146,14 +146,14 @@ func TestDeadServerAfterFailover(t *testing.T) {
 	stdout, _ = run("table", "list", "--json")
 	var tables struct {
 		Tables []struct {
-			Regions []any          `json:"regions"`
-			Counts  map[string]int `json:"region_counts"`
+			RegionCount int            `json:"region_count"`
+			Counts      map[string]int `json:"region_counts"`
 		} `json:"tables"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &tables); err != nil {
 		t.Fatal(err)
 	}
-	if len(tables.Tables) != 1 || len(tables.Tables[0].Regions) != 2 ||
+	if len(tables.Tables) != 1 || tables.Tables[0].RegionCount != 2 ||
 		!maps.Equal(tables.Tables[0].Counts, map[string]int{"open": 1, "opening": 0, "closing": 0, "offline_on_dead_server": 1}) {
 		t.Errorf("table list --json:\n%s", stdout)
 	}

@@ -191,7 +191,14 @@ func EndState(ctx context.Context, c *harness.Cluster, cl *client.Client, delete
 		if deleted[name] {
 			problems = append(problems, fmt.Sprintf("table %s was deleted but is listed (%s)", name, t.GetState()))
 		}
-		for _, r := range t.GetRegions() {
+		// A listed table carries counts only: its regions are listed apart.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		regions, err := cl.ListRegions(rctx, name)
+		cancel()
+		if err != nil {
+			return nil, nil, fmt.Errorf("list regions of %s: %w", name, err)
+		}
+		for _, r := range regions {
 			known[r.GetName()] = true
 			on := hosted[r.GetName()]
 			switch t.GetState() {

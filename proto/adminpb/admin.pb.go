@@ -665,17 +665,36 @@ func (x *Region) GetProcId() uint64 {
 	return 0
 }
 
+// Table is a table and how its regions stand. No answer carries all of a
+// big table's regions: ListTables leaves regions empty, and DescribeTable
+// sends at most the first 1000 (regions_truncated and next_page_token say
+// there are more; ListRegions with table and that token pages on).
 type Table struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// state: CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING.
-	State   string    `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// regions: DescribeTable only, the first 1000 in name (layout) order.
 	Regions []*Region `protobuf:"bytes,4,rep,name=regions,proto3" json:"regions,omitempty"`
 	// read is set on DescribeTable's answer only.
-	Read          *ReadInfo `protobuf:"bytes,5,opt,name=read,proto3" json:"read,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Read *ReadInfo `protobuf:"bytes,5,opt,name=read,proto3" json:"read,omitempty"`
+	// region_count is how many regions the table has, all of them counted
+	// whatever regions holds; regions_by_state counts them by state.
+	RegionCount    int32            `protobuf:"varint,30,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	RegionsByState map[string]int32 `protobuf:"bytes,31,rep,name=regions_by_state,json=regionsByState,proto3" json:"regions_by_state,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// region_groups counts the regions by (state, server): one entry per
+	// pair that occurs, so it grows with the servers the table is spread
+	// over, not with its regions. Clients that know which servers are dead
+	// count the regions recorded on them apart.
+	RegionGroups []*RegionGroup `protobuf:"bytes,32,rep,name=region_groups,json=regionGroups,proto3" json:"region_groups,omitempty"`
+	// regions_truncated: DescribeTable sent only the first regions; pass
+	// next_page_token as ListRegionsRequest.page_token, with table set, for
+	// the rest.
+	RegionsTruncated bool   `protobuf:"varint,33,opt,name=regions_truncated,json=regionsTruncated,proto3" json:"regions_truncated,omitempty"`
+	NextPageToken    string `protobuf:"bytes,34,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Table) Reset() {
@@ -743,17 +762,134 @@ func (x *Table) GetRead() *ReadInfo {
 	return nil
 }
 
-type ListTablesRequest struct {
+func (x *Table) GetRegionCount() int32 {
+	if x != nil {
+		return x.RegionCount
+	}
+	return 0
+}
+
+func (x *Table) GetRegionsByState() map[string]int32 {
+	if x != nil {
+		return x.RegionsByState
+	}
+	return nil
+}
+
+func (x *Table) GetRegionGroups() []*RegionGroup {
+	if x != nil {
+		return x.RegionGroups
+	}
+	return nil
+}
+
+func (x *Table) GetRegionsTruncated() bool {
+	if x != nil {
+		return x.RegionsTruncated
+	}
+	return false
+}
+
+func (x *Table) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RegionGroup is how many regions of a table are in state on server
+// (server empty: on none). Numbered from 30 like every field added in
+// this change, so parallel changes to the file cannot collide.
+type RegionGroup struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // all when empty
-	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	State         string                 `protobuf:"bytes,30,opt,name=state,proto3" json:"state,omitempty"`
+	Server        string                 `protobuf:"bytes,31,opt,name=server,proto3" json:"server,omitempty"`
+	Count         int32                  `protobuf:"varint,32,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionGroup) Reset() {
+	*x = RegionGroup{}
+	mi := &file_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionGroup) ProtoMessage() {}
+
+func (x *RegionGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionGroup.ProtoReflect.Descriptor instead.
+func (*RegionGroup) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RegionGroup) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RegionGroup) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *RegionGroup) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// Lists are paged and filtered by the server, so no answer grows with the
+// cluster. page_token is the previous page's next_page_token (opaque: it
+// names the last item returned, and the next page starts strictly after
+// it, so pages stay stable under concurrent writes: an item created behind
+// the token is not seen, one deleted between pages is simply not
+// returned). A bad token is INVALID_ARGUMENT. A page_size of 0 takes the
+// default; one above the maximum is clamped to it; a negative one is
+// INVALID_ARGUMENT. next_page_token is empty once the list is done.
+//
+// A page may hold fewer items than page_size, even none, with a
+// next_page_token: a filtered list examines at most 50,000 records per
+// call, so a filter matching few of many regions costs many short calls
+// rather than one long one. Keep paging until next_page_token is empty.
+type ListTablesRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"` // all when empty; none for an unknown one
+	Consistency Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// page_size: default 100, at most 1000.
+	PageSize  int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// states: only tables in one of these states (any when empty); an
+	// unknown state is INVALID_ARGUMENT.
+	States        []string `protobuf:"bytes,32,rep,name=states,proto3" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +901,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +914,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListTablesRequest) GetNamespace() string {
@@ -795,17 +931,41 @@ func (x *ListTablesRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ListTablesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTablesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListTablesRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
 type ListTablesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tables        []*Table               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
-	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tables carry counts (region_count, regions_by_state, region_groups),
+	// never their regions.
+	Tables        []*Table  `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	Read          *ReadInfo `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextPageToken string    `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +977,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +990,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -847,17 +1007,34 @@ func (x *ListTablesResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *ListTablesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListRegionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // "ns:name" or "name"; all when empty
-	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Table       string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // "ns:name" or "name"; all when empty
+	Consistency Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// page_size: default 1000, at most 10000.
+	PageSize  int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// states: only regions in one of these states (any when empty): OFFLINE,
+	// OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN; another is
+	// INVALID_ARGUMENT.
+	States []string `protobuf:"bytes,32,rep,name=states,proto3" json:"states,omitempty"`
+	// server: only regions recorded on this region server id (any when
+	// empty; an id no region is on gives an empty list).
+	Server        string `protobuf:"bytes,33,opt,name=server,proto3" json:"server,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRegionsRequest) Reset() {
 	*x = ListRegionsRequest{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1046,7 @@ func (x *ListRegionsRequest) String() string {
 func (*ListRegionsRequest) ProtoMessage() {}
 
 func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1059,7 @@ func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRegionsRequest) GetTable() string {
@@ -899,17 +1076,46 @@ func (x *ListRegionsRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ListRegionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRegionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRegionsRequest) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListRegionsRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
 type ListRegionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Regions       []*Region              `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
 	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRegionsResponse) Reset() {
 	*x = ListRegionsResponse{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1127,7 @@ func (x *ListRegionsResponse) String() string {
 func (*ListRegionsResponse) ProtoMessage() {}
 
 func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1140,7 @@ func (x *ListRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRegionsResponse.ProtoReflect.Descriptor instead.
 func (*ListRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRegionsResponse) GetRegions() []*Region {
@@ -951,6 +1157,13 @@ func (x *ListRegionsResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *ListRegionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type MoveRegionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Region        string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
@@ -962,7 +1175,7 @@ type MoveRegionRequest struct {
 
 func (x *MoveRegionRequest) Reset() {
 	*x = MoveRegionRequest{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1187,7 @@ func (x *MoveRegionRequest) String() string {
 func (*MoveRegionRequest) ProtoMessage() {}
 
 func (x *MoveRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1200,7 @@ func (x *MoveRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRegionRequest.ProtoReflect.Descriptor instead.
 func (*MoveRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MoveRegionRequest) GetRegion() string {
@@ -1014,16 +1227,20 @@ func (x *MoveRegionRequest) GetNonce() string {
 // Lease states live only in the leader's memory (renewals are not
 // replicated): ListServers is always served by the leader; STALE skips its
 // quorum round.
+//
+// Paged like the other lists: page_size default 1000, at most 10000.
 type ListServersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	PageSize      int32                  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1252,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1265,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListServersRequest) GetConsistency() Consistency {
@@ -1056,6 +1273,20 @@ func (x *ListServersRequest) GetConsistency() Consistency {
 		return x.Consistency
 	}
 	return Consistency_LINEARIZABLE
+}
+
+func (x *ListServersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListServersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type Server struct {
@@ -1085,7 +1316,7 @@ type Server struct {
 
 func (x *Server) Reset() {
 	*x = Server{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1328,7 @@ func (x *Server) String() string {
 func (*Server) ProtoMessage() {}
 
 func (x *Server) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1341,7 @@ func (x *Server) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Server.ProtoReflect.Descriptor instead.
 func (*Server) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Server) GetId() string {
@@ -1187,13 +1418,14 @@ type ListServersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Servers       []*Server              `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
 	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1437,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1450,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListServersResponse) GetServers() []*Server {
@@ -1235,6 +1467,13 @@ func (x *ListServersResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *ListServersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ServerRegionsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
@@ -1246,7 +1485,7 @@ type ServerRegionsRequest struct {
 
 func (x *ServerRegionsRequest) Reset() {
 	*x = ServerRegionsRequest{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1497,7 @@ func (x *ServerRegionsRequest) String() string {
 func (*ServerRegionsRequest) ProtoMessage() {}
 
 func (x *ServerRegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1510,7 @@ func (x *ServerRegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerRegionsRequest.ProtoReflect.Descriptor instead.
 func (*ServerRegionsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ServerRegionsRequest) GetServer() string {
@@ -1302,7 +1541,7 @@ type ServerRegionsResponse struct {
 
 func (x *ServerRegionsResponse) Reset() {
 	*x = ServerRegionsResponse{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1553,7 @@ func (x *ServerRegionsResponse) String() string {
 func (*ServerRegionsResponse) ProtoMessage() {}
 
 func (x *ServerRegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1566,7 @@ func (x *ServerRegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerRegionsResponse.ProtoReflect.Descriptor instead.
 func (*ServerRegionsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ServerRegionsResponse) GetServer() string {
@@ -1367,7 +1606,7 @@ type BalanceRequest struct {
 
 func (x *BalanceRequest) Reset() {
 	*x = BalanceRequest{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1618,7 @@ func (x *BalanceRequest) String() string {
 func (*BalanceRequest) ProtoMessage() {}
 
 func (x *BalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1631,7 @@ func (x *BalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceRequest.ProtoReflect.Descriptor instead.
 func (*BalanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BalanceRequest) GetNonce() string {
@@ -1424,7 +1663,7 @@ type AcquireLockRequest struct {
 
 func (x *AcquireLockRequest) Reset() {
 	*x = AcquireLockRequest{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1675,7 @@ func (x *AcquireLockRequest) String() string {
 func (*AcquireLockRequest) ProtoMessage() {}
 
 func (x *AcquireLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1688,7 @@ func (x *AcquireLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLockRequest.ProtoReflect.Descriptor instead.
 func (*AcquireLockRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireLockRequest) GetKind() string {
@@ -1514,7 +1753,7 @@ type LockRef struct {
 
 func (x *LockRef) Reset() {
 	*x = LockRef{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1765,7 @@ func (x *LockRef) String() string {
 func (*LockRef) ProtoMessage() {}
 
 func (x *LockRef) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1778,7 @@ func (x *LockRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRef.ProtoReflect.Descriptor instead.
 func (*LockRef) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LockRef) GetLockId() uint64 {
@@ -1568,7 +1807,7 @@ type LockResponse struct {
 
 func (x *LockResponse) Reset() {
 	*x = LockResponse{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1819,7 @@ func (x *LockResponse) String() string {
 func (*LockResponse) ProtoMessage() {}
 
 func (x *LockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1832,7 @@ func (x *LockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
 func (*LockResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LockResponse) GetLockId() uint64 {
@@ -1634,7 +1873,7 @@ type SubmitProcedureRequest struct {
 
 func (x *SubmitProcedureRequest) Reset() {
 	*x = SubmitProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1885,7 @@ func (x *SubmitProcedureRequest) String() string {
 func (*SubmitProcedureRequest) ProtoMessage() {}
 
 func (x *SubmitProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1898,7 @@ func (x *SubmitProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitProcedureRequest.ProtoReflect.Descriptor instead.
 func (*SubmitProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubmitProcedureRequest) GetType() string {
@@ -1706,7 +1945,7 @@ type SubmitProcedureResponse struct {
 
 func (x *SubmitProcedureResponse) Reset() {
 	*x = SubmitProcedureResponse{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1957,7 @@ func (x *SubmitProcedureResponse) String() string {
 func (*SubmitProcedureResponse) ProtoMessage() {}
 
 func (x *SubmitProcedureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1970,7 @@ func (x *SubmitProcedureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitProcedureResponse.ProtoReflect.Descriptor instead.
 func (*SubmitProcedureResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubmitProcedureResponse) GetId() uint64 {
@@ -1751,7 +1990,7 @@ type GetProcedureRequest struct {
 
 func (x *GetProcedureRequest) Reset() {
 	*x = GetProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2002,7 @@ func (x *GetProcedureRequest) String() string {
 func (*GetProcedureRequest) ProtoMessage() {}
 
 func (x *GetProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[26]
+	mi := &file_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2015,7 @@ func (x *GetProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcedureRequest.ProtoReflect.Descriptor instead.
 func (*GetProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{26}
+	return file_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetProcedureRequest) GetId() uint64 {
@@ -1802,7 +2041,7 @@ type ProcedureRef struct {
 
 func (x *ProcedureRef) Reset() {
 	*x = ProcedureRef{}
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +2053,7 @@ func (x *ProcedureRef) String() string {
 func (*ProcedureRef) ProtoMessage() {}
 
 func (x *ProcedureRef) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[27]
+	mi := &file_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +2066,7 @@ func (x *ProcedureRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureRef.ProtoReflect.Descriptor instead.
 func (*ProcedureRef) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProcedureRef) GetId() uint64 {
@@ -1887,7 +2126,7 @@ type Procedure struct {
 
 func (x *Procedure) Reset() {
 	*x = Procedure{}
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2138,7 @@ func (x *Procedure) String() string {
 func (*Procedure) ProtoMessage() {}
 
 func (x *Procedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[28]
+	mi := &file_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2151,7 @@ func (x *Procedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Procedure.ProtoReflect.Descriptor instead.
 func (*Procedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Procedure) GetId() uint64 {
@@ -2100,7 +2339,7 @@ type ProcedureTransition struct {
 
 func (x *ProcedureTransition) Reset() {
 	*x = ProcedureTransition{}
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2351,7 @@ func (x *ProcedureTransition) String() string {
 func (*ProcedureTransition) ProtoMessage() {}
 
 func (x *ProcedureTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[29]
+	mi := &file_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2364,7 @@ func (x *ProcedureTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureTransition.ProtoReflect.Descriptor instead.
 func (*ProcedureTransition) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ProcedureTransition) GetState() string {
@@ -2205,7 +2444,7 @@ type ProcedureRun struct {
 
 func (x *ProcedureRun) Reset() {
 	*x = ProcedureRun{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2456,7 @@ func (x *ProcedureRun) String() string {
 func (*ProcedureRun) ProtoMessage() {}
 
 func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2469,7 @@ func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureRun.ProtoReflect.Descriptor instead.
 func (*ProcedureRun) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProcedureRun) GetNode() string {
@@ -2294,7 +2533,7 @@ type ListProceduresRequest struct {
 
 func (x *ListProceduresRequest) Reset() {
 	*x = ListProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2545,7 @@ func (x *ListProceduresRequest) String() string {
 func (*ListProceduresRequest) ProtoMessage() {}
 
 func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2558,7 @@ func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresRequest.ProtoReflect.Descriptor instead.
 func (*ListProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListProceduresRequest) GetState() string {
@@ -2403,7 +2642,7 @@ type ListProceduresResponse struct {
 
 func (x *ListProceduresResponse) Reset() {
 	*x = ListProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2654,7 @@ func (x *ListProceduresResponse) String() string {
 func (*ListProceduresResponse) ProtoMessage() {}
 
 func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2667,7 @@ func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresResponse.ProtoReflect.Descriptor instead.
 func (*ListProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListProceduresResponse) GetProcedures() []*Procedure {
@@ -2461,7 +2700,7 @@ type WatchProcedureRequest struct {
 
 func (x *WatchProcedureRequest) Reset() {
 	*x = WatchProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2712,7 @@ func (x *WatchProcedureRequest) String() string {
 func (*WatchProcedureRequest) ProtoMessage() {}
 
 func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2725,7 @@ func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProcedureRequest.ProtoReflect.Descriptor instead.
 func (*WatchProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchProcedureRequest) GetId() uint64 {
@@ -2508,7 +2747,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2759,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2772,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ClusterStatusRequest) GetMembers() bool {
@@ -2567,7 +2806,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2818,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2831,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Peer) GetId() string {
@@ -2713,7 +2952,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2964,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2977,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -2941,7 +3180,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3192,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3205,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -2999,7 +3238,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3011,7 +3250,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3024,7 +3263,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -3047,7 +3286,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3298,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3311,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -3104,7 +3343,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3355,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3368,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -3144,7 +3383,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3395,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3408,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -3198,7 +3437,7 @@ type RepairCaller struct {
 
 func (x *RepairCaller) Reset() {
 	*x = RepairCaller{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3210,7 +3449,7 @@ func (x *RepairCaller) String() string {
 func (*RepairCaller) ProtoMessage() {}
 
 func (x *RepairCaller) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3223,7 +3462,7 @@ func (x *RepairCaller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
 func (*RepairCaller) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RepairCaller) GetCaller() string {
@@ -3248,7 +3487,7 @@ type RepairRegionRequest struct {
 
 func (x *RepairRegionRequest) Reset() {
 	*x = RepairRegionRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3499,7 @@ func (x *RepairRegionRequest) String() string {
 func (*RepairRegionRequest) ProtoMessage() {}
 
 func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3512,7 @@ func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RepairRegionRequest) GetRegion() string {
@@ -3330,7 +3569,7 @@ type RecoverServerRequest struct {
 
 func (x *RecoverServerRequest) Reset() {
 	*x = RecoverServerRequest{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3581,7 @@ func (x *RecoverServerRequest) String() string {
 func (*RecoverServerRequest) ProtoMessage() {}
 
 func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3594,7 @@ func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
 func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RecoverServerRequest) GetServer() string {
@@ -3399,7 +3638,7 @@ type BypassProcedureRequest struct {
 
 func (x *BypassProcedureRequest) Reset() {
 	*x = BypassProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3650,7 @@ func (x *BypassProcedureRequest) String() string {
 func (*BypassProcedureRequest) ProtoMessage() {}
 
 func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3663,7 @@ func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
 func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BypassProcedureRequest) GetId() uint64 {
@@ -3474,7 +3713,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3725,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3738,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetMaintenanceRequest) GetOn() bool {
@@ -3552,7 +3791,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3803,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3816,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RepairResponse) GetDryRun() bool {
@@ -3647,7 +3886,7 @@ type CancelProceduresRequest struct {
 
 func (x *CancelProceduresRequest) Reset() {
 	*x = CancelProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3898,7 @@ func (x *CancelProceduresRequest) String() string {
 func (*CancelProceduresRequest) ProtoMessage() {}
 
 func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3911,7 @@ func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
 func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CancelProceduresRequest) GetType() string {
@@ -3746,7 +3985,7 @@ type CancelProceduresResponse struct {
 
 func (x *CancelProceduresResponse) Reset() {
 	*x = CancelProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +3997,7 @@ func (x *CancelProceduresResponse) String() string {
 func (*CancelProceduresResponse) ProtoMessage() {}
 
 func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +4010,7 @@ func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
 func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CancelProceduresResponse) GetDryRun() bool {
@@ -3812,7 +4051,7 @@ type SkippedProcedure struct {
 
 func (x *SkippedProcedure) Reset() {
 	*x = SkippedProcedure{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4063,7 @@ func (x *SkippedProcedure) String() string {
 func (*SkippedProcedure) ProtoMessage() {}
 
 func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4076,7 @@ func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
 func (*SkippedProcedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SkippedProcedure) GetProcedure() *Procedure {
@@ -3863,7 +4102,7 @@ type GetMaintenanceRequest struct {
 
 func (x *GetMaintenanceRequest) Reset() {
 	*x = GetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +4114,7 @@ func (x *GetMaintenanceRequest) String() string {
 func (*GetMaintenanceRequest) ProtoMessage() {}
 
 func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +4127,7 @@ func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetMaintenanceRequest) GetConsistency() Consistency {
@@ -3914,7 +4153,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3926,7 +4165,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3939,7 +4178,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Maintenance) GetOn() bool {
@@ -3990,7 +4229,7 @@ type ListRepairsRequest struct {
 
 func (x *ListRepairsRequest) Reset() {
 	*x = ListRepairsRequest{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4241,7 @@ func (x *ListRepairsRequest) String() string {
 func (*ListRepairsRequest) ProtoMessage() {}
 
 func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4254,7 @@ func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
 func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListRepairsRequest) GetPageSize() int32 {
@@ -4050,7 +4289,7 @@ type ListRepairsResponse struct {
 
 func (x *ListRepairsResponse) Reset() {
 	*x = ListRepairsResponse{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4301,7 @@ func (x *ListRepairsResponse) String() string {
 func (*ListRepairsResponse) ProtoMessage() {}
 
 func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4314,7 @@ func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
 func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
@@ -4127,7 +4366,7 @@ type RepairRecord struct {
 
 func (x *RepairRecord) Reset() {
 	*x = RepairRecord{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4378,7 @@ func (x *RepairRecord) String() string {
 func (*RepairRecord) ProtoMessage() {}
 
 func (x *RepairRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4391,7 @@ func (x *RepairRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
 func (*RepairRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RepairRecord) GetSeq() uint64 {
@@ -4244,7 +4483,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4495,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4508,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListLocksRequest) GetProcId() uint64 {
@@ -4309,7 +4548,7 @@ type LockParty struct {
 
 func (x *LockParty) Reset() {
 	*x = LockParty{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4560,7 @@ func (x *LockParty) String() string {
 func (*LockParty) ProtoMessage() {}
 
 func (x *LockParty) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4573,7 @@ func (x *LockParty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockParty.ProtoReflect.Descriptor instead.
 func (*LockParty) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LockParty) GetProcId() uint64 {
@@ -4421,7 +4660,7 @@ type LockEntry struct {
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4672,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4685,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LockEntry) GetKind() string {
@@ -4488,7 +4727,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4500,7 +4739,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4513,7 +4752,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockEntry {
@@ -4545,7 +4784,7 @@ type ProcedureStatsRequest struct {
 
 func (x *ProcedureStatsRequest) Reset() {
 	*x = ProcedureStatsRequest{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4796,7 @@ func (x *ProcedureStatsRequest) String() string {
 func (*ProcedureStatsRequest) ProtoMessage() {}
 
 func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4809,7 @@ func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ProcedureStatsRequest) GetStuckAfterMs() int64 {
@@ -4605,7 +4844,7 @@ type ProcedureCount struct {
 
 func (x *ProcedureCount) Reset() {
 	*x = ProcedureCount{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4617,7 +4856,7 @@ func (x *ProcedureCount) String() string {
 func (*ProcedureCount) ProtoMessage() {}
 
 func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4630,7 +4869,7 @@ func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureCount.ProtoReflect.Descriptor instead.
 func (*ProcedureCount) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ProcedureCount) GetState() string {
@@ -4670,7 +4909,7 @@ type ProcedureStatsResponse struct {
 
 func (x *ProcedureStatsResponse) Reset() {
 	*x = ProcedureStatsResponse{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4921,7 @@ func (x *ProcedureStatsResponse) String() string {
 func (*ProcedureStatsResponse) ProtoMessage() {}
 
 func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4934,7 @@ func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ProcedureStatsResponse) GetCounts() []*ProcedureCount {
@@ -4784,31 +5023,57 @@ const file_admin_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06server\x18\x04 \x01(\tR\x06server\x12\x17\n" +
-	"\aproc_id\x18\x05 \x01(\x04R\x06procId\"\xaf\x01\n" +
+	"\aproc_id\x18\x05 \x01(\x04R\x06procId\"\x81\x04\n" +
 	"\x05Table\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
 	"\aregions\x18\x04 \x03(\v2\x16.baton.admin.v1.RegionR\aregions\x12,\n" +
-	"\x04read\x18\x05 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"p\n" +
+	"\x04read\x18\x05 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12!\n" +
+	"\fregion_count\x18\x1e \x01(\x05R\vregionCount\x12S\n" +
+	"\x10regions_by_state\x18\x1f \x03(\v2).baton.admin.v1.Table.RegionsByStateEntryR\x0eregionsByState\x12@\n" +
+	"\rregion_groups\x18  \x03(\v2\x1b.baton.admin.v1.RegionGroupR\fregionGroups\x12+\n" +
+	"\x11regions_truncated\x18! \x01(\bR\x10regionsTruncated\x12&\n" +
+	"\x0fnext_page_token\x18\" \x01(\tR\rnextPageToken\x1aA\n" +
+	"\x13RegionsByStateEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"Q\n" +
+	"\vRegionGroup\x12\x14\n" +
+	"\x05state\x18\x1e \x01(\tR\x05state\x12\x16\n" +
+	"\x06server\x18\x1f \x01(\tR\x06server\x12\x14\n" +
+	"\x05count\x18  \x01(\x05R\x05count\"\xc4\x01\n" +
 	"\x11ListTablesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"q\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06states\x18  \x03(\tR\x06states\"\x99\x01\n" +
 	"\x12ListTablesResponse\x12-\n" +
 	"\x06tables\x18\x01 \x03(\v2\x15.baton.admin.v1.TableR\x06tables\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"i\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xd5\x01\n" +
 	"\x12ListRegionsRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"u\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06states\x18  \x03(\tR\x06states\x12\x16\n" +
+	"\x06server\x18! \x01(\tR\x06server\"\x9d\x01\n" +
 	"\x13ListRegionsResponse\x120\n" +
 	"\aregions\x18\x01 \x03(\v2\x16.baton.admin.v1.RegionR\aregions\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"^\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"^\n" +
 	"\x11MoveRegionRequest\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
 	"\tto_server\x18\x02 \x01(\tR\btoServer\x12\x14\n" +
-	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"S\n" +
+	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"\x8f\x01\n" +
 	"\x12ListServersRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xe8\x02\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\xe8\x02\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -4821,10 +5086,11 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eheartbeat_seen\x18F \x01(\bR\rheartbeatSeen\x121\n" +
 	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\x12\"\n" +
 	"\rsoft_limit_ms\x18d \x01(\x03R\vsoftLimitMs\x12\"\n" +
-	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\"u\n" +
+	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\"\x9d\x01\n" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"m\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"m\n" +
 	"\x14ServerRegionsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x91\x01\n" +
@@ -5176,7 +5442,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -5189,61 +5455,63 @@ var file_admin_proto_goTypes = []any{
 	(*TableRequest)(nil),             // 8: baton.admin.v1.TableRequest
 	(*Region)(nil),                   // 9: baton.admin.v1.Region
 	(*Table)(nil),                    // 10: baton.admin.v1.Table
-	(*ListTablesRequest)(nil),        // 11: baton.admin.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),       // 12: baton.admin.v1.ListTablesResponse
-	(*ListRegionsRequest)(nil),       // 13: baton.admin.v1.ListRegionsRequest
-	(*ListRegionsResponse)(nil),      // 14: baton.admin.v1.ListRegionsResponse
-	(*MoveRegionRequest)(nil),        // 15: baton.admin.v1.MoveRegionRequest
-	(*ListServersRequest)(nil),       // 16: baton.admin.v1.ListServersRequest
-	(*Server)(nil),                   // 17: baton.admin.v1.Server
-	(*ListServersResponse)(nil),      // 18: baton.admin.v1.ListServersResponse
-	(*ServerRegionsRequest)(nil),     // 19: baton.admin.v1.ServerRegionsRequest
-	(*ServerRegionsResponse)(nil),    // 20: baton.admin.v1.ServerRegionsResponse
-	(*BalanceRequest)(nil),           // 21: baton.admin.v1.BalanceRequest
-	(*AcquireLockRequest)(nil),       // 22: baton.admin.v1.AcquireLockRequest
-	(*LockRef)(nil),                  // 23: baton.admin.v1.LockRef
-	(*LockResponse)(nil),             // 24: baton.admin.v1.LockResponse
-	(*SubmitProcedureRequest)(nil),   // 25: baton.admin.v1.SubmitProcedureRequest
-	(*SubmitProcedureResponse)(nil),  // 26: baton.admin.v1.SubmitProcedureResponse
-	(*GetProcedureRequest)(nil),      // 27: baton.admin.v1.GetProcedureRequest
-	(*ProcedureRef)(nil),             // 28: baton.admin.v1.ProcedureRef
-	(*Procedure)(nil),                // 29: baton.admin.v1.Procedure
-	(*ProcedureTransition)(nil),      // 30: baton.admin.v1.ProcedureTransition
-	(*ProcedureRun)(nil),             // 31: baton.admin.v1.ProcedureRun
-	(*ListProceduresRequest)(nil),    // 32: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),   // 33: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),    // 34: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),     // 35: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                     // 36: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),    // 37: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),           // 38: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),        // 39: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),      // 40: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 41: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),               // 42: baton.admin.v1.LeaderHint
-	(*RepairCaller)(nil),             // 43: baton.admin.v1.RepairCaller
-	(*RepairRegionRequest)(nil),      // 44: baton.admin.v1.RepairRegionRequest
-	(*RecoverServerRequest)(nil),     // 45: baton.admin.v1.RecoverServerRequest
-	(*BypassProcedureRequest)(nil),   // 46: baton.admin.v1.BypassProcedureRequest
-	(*SetMaintenanceRequest)(nil),    // 47: baton.admin.v1.SetMaintenanceRequest
-	(*RepairResponse)(nil),           // 48: baton.admin.v1.RepairResponse
-	(*CancelProceduresRequest)(nil),  // 49: baton.admin.v1.CancelProceduresRequest
-	(*CancelProceduresResponse)(nil), // 50: baton.admin.v1.CancelProceduresResponse
-	(*SkippedProcedure)(nil),         // 51: baton.admin.v1.SkippedProcedure
-	(*GetMaintenanceRequest)(nil),    // 52: baton.admin.v1.GetMaintenanceRequest
-	(*Maintenance)(nil),              // 53: baton.admin.v1.Maintenance
-	(*ListRepairsRequest)(nil),       // 54: baton.admin.v1.ListRepairsRequest
-	(*ListRepairsResponse)(nil),      // 55: baton.admin.v1.ListRepairsResponse
-	(*RepairRecord)(nil),             // 56: baton.admin.v1.RepairRecord
-	(*ListLocksRequest)(nil),         // 57: baton.admin.v1.ListLocksRequest
-	(*LockParty)(nil),                // 58: baton.admin.v1.LockParty
-	(*LockEntry)(nil),                // 59: baton.admin.v1.LockEntry
-	(*ListLocksResponse)(nil),        // 60: baton.admin.v1.ListLocksResponse
-	(*ProcedureStatsRequest)(nil),    // 61: baton.admin.v1.ProcedureStatsRequest
-	(*ProcedureCount)(nil),           // 62: baton.admin.v1.ProcedureCount
-	(*ProcedureStatsResponse)(nil),   // 63: baton.admin.v1.ProcedureStatsResponse
-	nil,                              // 64: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 65: baton.admin.v1.RepairRecord.ArgsEntry
+	(*RegionGroup)(nil),              // 11: baton.admin.v1.RegionGroup
+	(*ListTablesRequest)(nil),        // 12: baton.admin.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),       // 13: baton.admin.v1.ListTablesResponse
+	(*ListRegionsRequest)(nil),       // 14: baton.admin.v1.ListRegionsRequest
+	(*ListRegionsResponse)(nil),      // 15: baton.admin.v1.ListRegionsResponse
+	(*MoveRegionRequest)(nil),        // 16: baton.admin.v1.MoveRegionRequest
+	(*ListServersRequest)(nil),       // 17: baton.admin.v1.ListServersRequest
+	(*Server)(nil),                   // 18: baton.admin.v1.Server
+	(*ListServersResponse)(nil),      // 19: baton.admin.v1.ListServersResponse
+	(*ServerRegionsRequest)(nil),     // 20: baton.admin.v1.ServerRegionsRequest
+	(*ServerRegionsResponse)(nil),    // 21: baton.admin.v1.ServerRegionsResponse
+	(*BalanceRequest)(nil),           // 22: baton.admin.v1.BalanceRequest
+	(*AcquireLockRequest)(nil),       // 23: baton.admin.v1.AcquireLockRequest
+	(*LockRef)(nil),                  // 24: baton.admin.v1.LockRef
+	(*LockResponse)(nil),             // 25: baton.admin.v1.LockResponse
+	(*SubmitProcedureRequest)(nil),   // 26: baton.admin.v1.SubmitProcedureRequest
+	(*SubmitProcedureResponse)(nil),  // 27: baton.admin.v1.SubmitProcedureResponse
+	(*GetProcedureRequest)(nil),      // 28: baton.admin.v1.GetProcedureRequest
+	(*ProcedureRef)(nil),             // 29: baton.admin.v1.ProcedureRef
+	(*Procedure)(nil),                // 30: baton.admin.v1.Procedure
+	(*ProcedureTransition)(nil),      // 31: baton.admin.v1.ProcedureTransition
+	(*ProcedureRun)(nil),             // 32: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),    // 33: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),   // 34: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),    // 35: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),     // 36: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                     // 37: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),    // 38: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),           // 39: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),        // 40: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),      // 41: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 42: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),               // 43: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),             // 44: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),      // 45: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),     // 46: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),   // 47: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),    // 48: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),           // 49: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),  // 50: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil), // 51: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),         // 52: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),    // 53: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),              // 54: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),       // 55: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),      // 56: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),             // 57: baton.admin.v1.RepairRecord
+	(*ListLocksRequest)(nil),         // 58: baton.admin.v1.ListLocksRequest
+	(*LockParty)(nil),                // 59: baton.admin.v1.LockParty
+	(*LockEntry)(nil),                // 60: baton.admin.v1.LockEntry
+	(*ListLocksResponse)(nil),        // 61: baton.admin.v1.ListLocksResponse
+	(*ProcedureStatsRequest)(nil),    // 62: baton.admin.v1.ProcedureStatsRequest
+	(*ProcedureCount)(nil),           // 63: baton.admin.v1.ProcedureCount
+	(*ProcedureStatsResponse)(nil),   // 64: baton.admin.v1.ProcedureStatsResponse
+	nil,                              // 65: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                              // 66: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 67: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,  // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -5254,137 +5522,139 @@ var file_admin_proto_depIdxs = []int32{
 	0,  // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,  // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,  // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 8: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
-	10, // 9: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
-	2,  // 10: baton.admin.v1.ListTablesResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 11: baton.admin.v1.ListRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	9,  // 12: baton.admin.v1.ListRegionsResponse.regions:type_name -> baton.admin.v1.Region
-	2,  // 13: baton.admin.v1.ListRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 14: baton.admin.v1.ListServersRequest.consistency:type_name -> baton.admin.v1.Consistency
-	17, // 15: baton.admin.v1.ListServersResponse.servers:type_name -> baton.admin.v1.Server
-	2,  // 16: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 17: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 18: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	64, // 19: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	0,  // 20: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 21: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
-	31, // 22: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
-	30, // 23: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
-	0,  // 24: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
-	29, // 25: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	2,  // 26: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	37, // 27: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
-	36, // 28: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	53, // 29: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	43, // 30: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	43, // 31: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	43, // 32: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	43, // 33: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	53, // 34: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	43, // 35: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	29, // 36: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	51, // 37: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
-	29, // 38: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
-	0,  // 39: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 40: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 41: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	56, // 42: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
-	2,  // 43: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	65, // 44: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
-	0,  // 45: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
-	58, // 46: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
-	58, // 47: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
-	59, // 48: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
-	2,  // 49: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 50: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	62, // 51: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
-	29, // 52: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
-	2,  // 53: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	25, // 54: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	27, // 55: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	32, // 56: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	34, // 57: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	28, // 58: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 59: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 60: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	28, // 61: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	35, // 62: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	38, // 63: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	39, // 64: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	40, // 65: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 66: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 67: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 68: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 69: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 70: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 71: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 72: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 73: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 74: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	11, // 75: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	13, // 76: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	15, // 77: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	16, // 78: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	19, // 79: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	21, // 80: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	22, // 81: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	23, // 82: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	23, // 83: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	44, // 84: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	44, // 85: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	45, // 86: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	49, // 87: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	46, // 88: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	47, // 89: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	52, // 90: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	54, // 91: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	57, // 92: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	61, // 93: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	26, // 94: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	29, // 95: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	33, // 96: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	29, // 97: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 98: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 99: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 100: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	29, // 101: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	37, // 102: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	37, // 103: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	37, // 104: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	41, // 105: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	26, // 106: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 107: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 108: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 109: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	26, // 110: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 111: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 112: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	26, // 113: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 114: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	12, // 115: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	14, // 116: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	26, // 117: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	18, // 118: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	20, // 119: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	26, // 120: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	24, // 121: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	24, // 122: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	24, // 123: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	48, // 124: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	48, // 125: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	48, // 126: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	50, // 127: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	48, // 128: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	48, // 129: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	53, // 130: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	55, // 131: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	60, // 132: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	63, // 133: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	94, // [94:134] is the sub-list for method output_type
-	54, // [54:94] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	65, // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	11, // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
+	0,  // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
+	10, // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
+	2,  // 12: baton.admin.v1.ListTablesResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 13: baton.admin.v1.ListRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	9,  // 14: baton.admin.v1.ListRegionsResponse.regions:type_name -> baton.admin.v1.Region
+	2,  // 15: baton.admin.v1.ListRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 16: baton.admin.v1.ListServersRequest.consistency:type_name -> baton.admin.v1.Consistency
+	18, // 17: baton.admin.v1.ListServersResponse.servers:type_name -> baton.admin.v1.Server
+	2,  // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,  // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	66, // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	0,  // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,  // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
+	32, // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
+	31, // 25: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
+	0,  // 26: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
+	30, // 27: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	2,  // 28: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
+	38, // 29: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	37, // 30: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	54, // 31: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	44, // 32: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44, // 33: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44, // 34: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44, // 35: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	54, // 36: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	44, // 37: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	30, // 38: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	52, // 39: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	30, // 40: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,  // 41: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,  // 42: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 43: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	57, // 44: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,  // 45: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	67, // 46: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	0,  // 47: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
+	59, // 48: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	59, // 49: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	60, // 50: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	2,  // 51: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,  // 52: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	63, // 53: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	30, // 54: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
+	2,  // 55: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	26, // 56: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28, // 57: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	33, // 58: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	35, // 59: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29, // 60: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29, // 61: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29, // 62: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29, // 63: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	36, // 64: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	39, // 65: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	40, // 66: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	41, // 67: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,  // 68: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,  // 69: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,  // 70: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,  // 71: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,  // 72: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,  // 73: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 74: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 75: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,  // 76: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12, // 77: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14, // 78: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16, // 79: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17, // 80: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20, // 81: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22, // 82: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23, // 83: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24, // 84: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24, // 85: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	45, // 86: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	45, // 87: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	46, // 88: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	50, // 89: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	47, // 90: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	48, // 91: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	53, // 92: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	55, // 93: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	58, // 94: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	62, // 95: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	27, // 96: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30, // 97: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	34, // 98: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30, // 99: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30, // 100: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30, // 101: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30, // 102: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30, // 103: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38, // 104: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	38, // 105: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	38, // 106: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	42, // 107: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27, // 108: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27, // 109: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,  // 110: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,  // 111: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27, // 112: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27, // 113: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27, // 114: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27, // 115: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10, // 116: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13, // 117: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15, // 118: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27, // 119: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19, // 120: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21, // 121: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27, // 122: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25, // 123: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25, // 124: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25, // 125: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	49, // 126: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	49, // 127: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	49, // 128: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	51, // 129: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	49, // 130: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	49, // 131: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	54, // 132: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	56, // 133: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	61, // 134: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	64, // 135: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	96, // [96:136] is the sub-list for method output_type
+	56, // [56:96] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -5398,7 +5668,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

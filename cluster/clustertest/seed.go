@@ -1,0 +1,72 @@
+package clustertest
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// seedBatch is how many records one seeding Raft entry carries: a few
+// hundred kilobytes, well under what the transport takes in one message.
+const seedBatch = 4000
+
+// SeedTable writes table full ("ns:name", in state) and n region records
+// straight into the replicated state, through the leader's Raft in
+// batches: a layout of a size no test could create table by table (a
+// hundred thousand regions), for the listings to list. Nothing is
+// dispatched: region i is recorded as place(i) says (its Table is set
+// here), named domain.RegionName(full, i, procID). It returns the region
+// names in order. The records are committed and applied on the leader
+// when it returns. Test goroutine only.
+func (c *Cluster) SeedTable(full, state string, n int, procID uint64, place func(i int) domain.Region) []string {
+	c.t.Helper()
+	tb, err := json.Marshal(domain.Table{State: state, ProcID: procID})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	names := make([]string, n)
+	muts := []raftfsm.Mutation{raftfsm.Put(domain.TableKey(full), tb)}
+	for i := range n {
+		rg := place(i)
+		rg.Table = full
+		b, err := json.Marshal(rg)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		names[i] = domain.RegionName(full, i, procID)
+		muts = append(muts, raftfsm.Put(domain.RegionKey(names[i]), b))
+		if len(muts) == seedBatch || i == n-1 {
+			c.applyMutations(muts)
+			muts = muts[:0]
+		}
+	}
+	if n == 0 {
+		c.applyMutations(muts)
+	}
+	return names
+}
+
+// DeleteRegion removes region name's record, as a table's deletion would.
+func (c *Cluster) DeleteRegion(name string) {
+	c.t.Helper()
+	c.applyMutations([]raftfsm.Mutation{raftfsm.Del(domain.RegionKey(name))})
+}
+
+// applyMutations commits domain mutations as one PROC_BATCH entry on the
+// leader's Raft, as the admin API's domain writes are.
+func (c *Cluster) applyMutations(muts []raftfsm.Mutation) {
+	c.t.Helper()
+	data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: muts})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	f := c.Leader().Node().Raft().Apply(data, 30*time.Second)
+	if err := f.Error(); err != nil {
+		c.t.Fatalf("clustertest: seeding %d records: %v", len(muts), err)
+	}
+	if rerr, ok := f.Response().(error); ok && rerr != nil {
+		c.t.Fatalf("clustertest: seeding %d records refused: %v", len(muts), rerr)
+	}
+}
