@@ -1182,18 +1182,7 @@ func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
 func (x *Executor) persist(e *entry) bool {
 	rec, err := x.encode(e)
 	if err != nil {
-		// The type could not serialise itself: that is the procedure's
-		// failure, not the store's. Fail it with what we can persist.
-		x.log.Error("cannot serialise procedure state", "id", e.id, "type", e.ti.name, "error", err)
-		x.mu.Lock()
-		x.setStateLocked(e, Failed)
-		e.errMsg = fmt.Sprintf("serialising state: %v", err)
-		root := x.roots[e.root]
-		if root != nil && !root.failed {
-			root.failed = true
-			root.cause = e.errMsg
-		}
-		x.unlock()
+		x.unserialisable(e, err)
 		rec, err = x.encodeWith(e, nil)
 		if err != nil {
 			x.setFatal(err)
@@ -1223,6 +1212,43 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.notify(e)
 	return true
+}
+
+// unserialisable decides what e becomes when its type could not serialise
+// its state for a write (the procedure's failure, not the store's); the
+// write then goes on without the type's state:
+//
+//   - A root's terminal write (SUCCESS, or ROLLEDBACK at the end of its
+//     rollback) keeps its state: every step it ran has succeeded, or has
+//     been undone, and a finished root never needs its state again (it is
+//     never run, rolled back or decoded once finished). Failing it there
+//     left a FAILED root that nothing would ever roll back.
+//   - A write while its tree rolls back (or of a member already FAILED)
+//     keeps its state too: the rollback goes on, and there is nothing left
+//     to fail.
+//   - Any other write (a step's outcome, a child's SUCCESS) fails the
+//     procedure, and its tree rolls back like after any failed step.
+func (x *Executor) unserialisable(e *entry, err error) {
+	x.mu.Lock()
+	defer x.unlock()
+	root := x.roots[e.root]
+	switch {
+	case e.isRoot() && e.state.Terminal():
+		x.log.Error("cannot serialise a finished procedure's state; written without it", "id", e.id, "type", e.ti.name,
+			"state", e.state, "error", err)
+	case e.state == Failed || root != nil && root.failed:
+		x.log.Error("cannot serialise the state of a procedure rolling back; written without it", "id", e.id,
+			"type", e.ti.name, "error", err)
+	default:
+		x.log.Error("cannot serialise procedure state; failing it", "id", e.id, "type", e.ti.name, "error", err)
+		x.setStateLocked(e, Failed)
+		e.errMsg, e.errCode = fmt.Sprintf("serialising state: %v", err), ""
+		if root != nil && !root.failed {
+			root.failed = true
+			root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+			root.causeCode = ""
+		}
+	}
 }
 
 func (x *Executor) notify(e *entry) {
