@@ -34,10 +34,14 @@ type Executor struct {
 	ctx    context.Context // cancelled by Stop: steps should return soon
 	cancel context.CancelFunc
 
-	mu           sync.Mutex
-	procs        map[uint64]*entry
-	roots        map[uint64]*rootState
-	nonces       map[string]*nonceEntry
+	mu     sync.Mutex
+	procs  map[uint64]*entry
+	roots  map[uint64]*rootState
+	nonces map[string]*nonceEntry
+	// finished are the finished roots kept for their results, by id; fin
+	// indexes them (finished.go).
+	finished     map[uint64]finishedRoot
+	fin          *finishedIndex
 	problems     map[uint64]LoadProblem
 	nextID       uint64
 	started      bool
@@ -107,6 +111,8 @@ func New(cfg Config) (*Executor, error) {
 		procs:    make(map[uint64]*entry),
 		roots:    make(map[uint64]*rootState),
 		nonces:   make(map[string]*nonceEntry),
+		finished: make(map[uint64]finishedRoot),
+		fin:      newFinishedIndex(cfg.Store),
 		problems: make(map[uint64]LoadProblem),
 		workers:  make(map[*worker]struct{}),
 		nextID:   1,
@@ -453,6 +459,8 @@ func (x *Executor) endRunLocked(e *entry, root *rootState) {
 	root.running--
 	x.unclaimLocked(e)
 	if root.done && e == root.entry {
+		// Its waiters, told next, find what is kept of it.
+		x.retireLocked(e, e.lastRec)
 		root.closeDone()
 	}
 	if root.failed && root.running == 0 && !root.done {
@@ -1202,6 +1210,9 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.mu.Lock()
 	e.dirty = false
+	if x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
+		e.lastRec = rec.Data
+	}
 	var endSpan func()
 	if e.span != nil {
 		endSpan = x.endSpanIfDoneLocked(e)
@@ -1303,6 +1314,12 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
+	}
+	if r.finishedRoot() {
+		// Written compactly (record.marshal): its history as a list, and
+		// the children it had, whose records go with its finish.
+		r.history = e.history.snapshot()
+		r.children = append([]uint64(nil), e.children...)
 	}
 	x.unlock()
 	if isSM {

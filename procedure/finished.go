@@ -1,0 +1,375 @@
+package procedure
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// A finished root is kept ResultTTL (15 min) for its result, and a master
+// that runs a million regions finishes hundreds of thousands of roots in
+// that time. Its live entry (the procedure object, its history, runs,
+// timers, the rootState and a nonce entry with its channel) cost about
+// 2.9 kB of heap (BenchmarkFinishedFootprint); what a finished root is
+// asked for, beyond what lists are filtered by, is in its stored record,
+// which the store holds anyway. So once a root is finished and its last
+// write done, its entry is retired: the executor keeps a finishedRoot, 16
+// bytes without a pointer (the GC never scans the table), plus its nonce's
+// hash, and reads the record back (store.Reader) for whatever else is
+// asked: Get, Wait and List decode it, an Ack rewrites it.
+
+// finishedRoot is what the executor keeps of a finished root, by id in
+// Executor.finished: what List filters by, and what its eviction needs.
+type finishedRoot struct {
+	// expires is when its result expires (unix nanos): ResultTTL after it
+	// finished, or AckedResultTTL after its Ack if that comes first.
+	expires int64
+	owner   uint32 // finishedIndex.owners
+	typ     uint16 // finishedIndex.types
+	state   State
+	flags   finishedFlags
+}
+
+type finishedFlags uint8
+
+const (
+	finAcked     finishedFlags = 1 << iota // acknowledged: an Ack writes nothing more
+	finUntilDone                           // RetriesUntilDone (Info.UntilDone)
+)
+
+// maxTypes bounds a Registry, so that a finished root names its type in
+// two bytes.
+const maxTypes = math.MaxUint16
+
+// finishedIndex holds what the finished roots share, and what finds them
+// by something other than their id.
+type finishedIndex struct {
+	// owners and types intern the owners and types of finished roots;
+	// neither shrinks (a handful of each, in practice).
+	owners  []string
+	ownerAt map[string]uint32
+	types   []*typeInfo
+	typeAt  map[*typeInfo]uint16
+	// nonces finds a finished root by the hash of its nonce key; the
+	// record confirms the key (nonceDups holds the rare second key of one
+	// hash).
+	seed      maphash.Seed
+	nonces    map[uint64]uint64
+	nonceDups map[string]uint64
+	// recs holds the last record of each finished root when the store
+	// cannot read one back (no store.Reader: the WAL).
+	recs map[uint64][]byte
+	// rewrite serialises the writes of finished records (an Ack) with
+	// their eviction, so that an Ack never writes back an evicted record.
+	rewrite sync.Mutex
+}
+
+func newFinishedIndex(st store.Store) *finishedIndex {
+	fi := &finishedIndex{
+		owners: []string{""}, ownerAt: map[string]uint32{"": 0},
+		typeAt: map[*typeInfo]uint16{}, seed: maphash.MakeSeed(),
+		nonces: map[uint64]uint64{}, nonceDups: map[string]uint64{},
+	}
+	if _, ok := st.(store.Reader); !ok {
+		fi.recs = map[uint64][]byte{}
+	}
+	return fi
+}
+
+func (fi *finishedIndex) owner(o string) uint32 {
+	if i, ok := fi.ownerAt[o]; ok {
+		return i
+	}
+	i := uint32(len(fi.owners))
+	fi.owners = append(fi.owners, o)
+	fi.ownerAt[o] = i
+	return i
+}
+
+func (fi *finishedIndex) typeOf(ti *typeInfo) uint16 {
+	if i, ok := fi.typeAt[ti]; ok {
+		return i
+	}
+	i := uint16(len(fi.types)) // a Registry holds fewer than maxTypes
+	fi.types = append(fi.types, ti)
+	fi.typeAt[ti] = i
+	return i
+}
+
+func (fi *finishedIndex) nonceHash(key string) uint64 { return maphash.String(fi.seed, key) }
+
+// expiry is when a result finished at finished (and acknowledged at
+// acked, if not zero) expires.
+func (x *Executor) expiry(finished, acked time.Time) int64 {
+	exp := finished.Add(x.cfg.ResultTTL).UnixNano()
+	if !acked.IsZero() {
+		exp = min(exp, acked.Add(x.cfg.AckedResultTTL).UnixNano())
+	}
+	return exp
+}
+
+// retireLocked replaces finished root e by its finishedRoot: e leaves the
+// table, its rootState and its nonce entry go. rec is its last record
+// (only kept when the store cannot read it back). e stays valid for
+// whoever still holds it (a Wait), but is never written again.
+func (x *Executor) retireLocked(e *entry, rec []byte) {
+	if e.retired {
+		return
+	}
+	e.retired = true
+	x.forgetLocked(e.id)
+	delete(x.roots, e.id)
+	f := finishedRoot{
+		expires: x.expiry(e.finishedAt, e.ackedAt),
+		owner:   x.fin.owner(e.owner), typ: x.fin.typeOf(e.ti), state: e.state,
+	}
+	if !e.ackedAt.IsZero() {
+		f.flags |= finAcked
+	}
+	if e.untilDone {
+		f.flags |= finUntilDone
+	}
+	x.finished[e.id] = f
+	addCount(x.live.byState, typeState{e.ti, e.state}, 1)
+	if x.fin.recs != nil {
+		x.fin.recs[e.id] = rec
+	}
+	if e.nonce != "" {
+		nk := nonceKey(e.owner, e.nonce)
+		if ne := x.nonces[nk]; ne != nil && ne.id == e.id {
+			delete(x.nonces, nk)
+		}
+		x.indexFinishedNonceLocked(nk, e.id)
+	}
+}
+
+func (x *Executor) indexFinishedNonceLocked(nk string, id uint64) {
+	h := x.fin.nonceHash(nk)
+	if other, taken := x.fin.nonces[h]; taken && other != id {
+		if ok, _ := x.finishedNonceIsLocked(other, nk); ok {
+			// The same key again cannot be (Submit found the first); this
+			// is another key of the same hash.
+			x.fin.nonceDups[nk] = id
+			return
+		}
+	}
+	x.fin.nonces[h] = id
+}
+
+// finishedNonceIsLocked reports whether finished root id was submitted
+// with nonce key nk; ok is false when its record cannot be read.
+func (x *Executor) finishedNonceIsLocked(id uint64, nk string) (is, ok bool) {
+	data, found := x.finishedRecordLocked(id)
+	if !found {
+		return false, false
+	}
+	owner, nonce := recordNonce(data)
+	return len(owner)+1+len(nonce) == len(nk) && nk[len(owner)] == 0 &&
+		nk[:len(owner)] == string(owner) && nk[len(owner)+1:] == string(nonce), true
+}
+
+// finishedByNonceLocked finds the finished root submitted with nonce key nk.
+func (x *Executor) finishedByNonceLocked(nk string) (uint64, bool) {
+	if id, ok := x.fin.nonceDups[nk]; ok {
+		return id, true
+	}
+	id, ok := x.fin.nonces[x.fin.nonceHash(nk)]
+	if !ok {
+		return 0, false
+	}
+	if is, _ := x.finishedNonceIsLocked(id, nk); !is {
+		return 0, false
+	}
+	return id, true
+}
+
+// unindexFinishedNonceLocked forgets finished root id's nonce key nk.
+func (x *Executor) unindexFinishedNonceLocked(nk string, id uint64) {
+	if x.fin.nonceDups[nk] == id {
+		delete(x.fin.nonceDups, nk)
+		return
+	}
+	h := x.fin.nonceHash(nk)
+	if x.fin.nonces[h] == id {
+		delete(x.fin.nonces, h)
+	}
+}
+
+// finishedRecordLocked reads finished root id's last record back.
+func (x *Executor) finishedRecordLocked(id uint64) ([]byte, bool) {
+	if x.fin.recs != nil {
+		b, ok := x.fin.recs[id]
+		return b, ok
+	}
+	return x.store.(store.Reader).Proc(id)
+}
+
+// finishedInfoLocked is the Info of finished root id, from its record;
+// from what the executor keeps of it if the record cannot be read (a
+// leader that lost its term may find it evicted by the next one).
+func (x *Executor) finishedInfoLocked(id uint64, f finishedRoot) Info {
+	ti := x.fin.types[f.typ]
+	untilDone := f.flags&finUntilDone != 0
+	if data, ok := x.finishedRecordLocked(id); ok {
+		if info, err := DecodeInfo(data); err == nil {
+			info.Data = nil // as the executor's snapshots of live procedures
+			info.UntilDone = untilDone
+			return info
+		}
+	}
+	return Info{ID: id, RootID: id, Type: ti.name, Version: ti.version, State: f.state,
+		Owner: x.fin.owners[f.owner], UntilDone: untilDone}
+}
+
+// matchFinishedLocked reports whether finished root id passes f's filters.
+func (x *Executor) matchFinishedLocked(id uint64, fr finishedRoot, f Filter) bool {
+	if f.Type != "" && x.fin.types[fr.typ].name != f.Type || f.Owner != "" && x.fin.owners[fr.owner] != f.Owner ||
+		!f.matchState(fr.state) {
+		return false
+	}
+	if f.SubmittedAfter.IsZero() && f.SubmittedBefore.IsZero() {
+		return true
+	}
+	data, ok := x.finishedRecordLocked(id)
+	if !ok {
+		return false
+	}
+	s, err := DecodeSummary(data)
+	return err == nil && f.submittedIn(s.Submitted)
+}
+
+// forgetFinishedLocked drops finished root id (evicted); data is its
+// record, read before it was deleted, for its nonce.
+func (x *Executor) forgetFinishedLocked(id uint64, data []byte) {
+	f, ok := x.finished[id]
+	if !ok {
+		return
+	}
+	delete(x.finished, id)
+	addCount(x.live.byState, typeState{x.fin.types[f.typ], f.state}, -1)
+	if x.fin.recs != nil {
+		delete(x.fin.recs, id)
+	}
+	if owner, nonce := recordNonce(data); len(nonce) > 0 {
+		x.unindexFinishedNonceLocked(nonceKey(string(owner), string(nonce)), id)
+	}
+}
+
+// ackFinished acknowledges finished root id's result: its record is
+// written again with the Ack (a write counted in its Runs and History,
+// as any), and it expires AckedResultTTL after at.
+func (x *Executor) ackFinished(id uint64, at time.Time) error {
+	x.fin.rewrite.Lock()
+	defer x.fin.rewrite.Unlock()
+	x.mu.Lock()
+	f, ok := x.finished[id]
+	if !ok {
+		x.unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	if f.flags&finAcked != 0 || x.stopping {
+		x.unlock()
+		return nil
+	}
+	data, ok := x.finishedRecordLocked(id)
+	x.unlock()
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	var r record
+	if err := r.unmarshal(data); err != nil {
+		return fmt.Errorf("procedure %d: %w", id, err)
+	}
+	now := x.clock.Now()
+	if at.IsZero() {
+		at = now
+	}
+	r.ackedAt = unixNano(at)
+	r.noteWrite(x.cfg.Node, now)
+	rec := r.marshal()
+	if err := x.store.Update(store.Proc{ID: id, Data: rec}); err != nil {
+		x.setFatal(err)
+		return fmt.Errorf("%w: %w", ErrStoreFailed, err)
+	}
+	x.mu.Lock()
+	if f, ok := x.finished[id]; ok {
+		f.flags |= finAcked
+		f.expires = min(f.expires, at.Add(x.cfg.AckedResultTTL).UnixNano())
+		x.finished[id] = f
+		if x.fin.recs != nil {
+			x.fin.recs[id] = rec
+		}
+	}
+	ls := x.listeners
+	var info Info
+	if len(ls) > 0 {
+		info = x.finishedInfoLocked(id, f)
+	}
+	x.unlock()
+	for _, l := range ls {
+		l(info)
+	}
+	return nil
+}
+
+// recordNonce reads the owner and nonce of a record, without decoding the
+// rest; they alias data.
+func recordNonce(data []byte) (owner, nonce []byte) {
+	b := data
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, nil
+		}
+		b = b[n:]
+		if typ == protowire.BytesType && (num == fOwner || num == fNonce) {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, nil
+			}
+			if num == fOwner {
+				owner = v
+			} else {
+				nonce = v
+			}
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil, nil
+		}
+		b = b[n:]
+	}
+	return owner, nonce
+}
+
+// changeFinished runs change (of Pause, Resume or Ack) on finished root
+// id, as an entry that stands for it: refused, or no change, or an Ack.
+func (x *Executor) changeFinished(id uint64, change func(e *entry) (bool, error)) error {
+	x.mu.Lock()
+	f, ok := x.finished[id]
+	if !ok {
+		x.unlock()
+		return fmt.Errorf("%w: %d", ErrNotFound, id)
+	}
+	stand := &entry{id: id, root: id, ti: x.fin.types[f.typ], state: f.state, untilDone: f.flags&finUntilDone != 0, retired: true}
+	if f.flags&finAcked != 0 {
+		stand.ackedAt = time.Unix(0, 1) // acknowledged: when does not matter here
+	}
+	changed, err := change(stand)
+	x.unlock()
+	if err != nil || !changed {
+		return err
+	}
+	if f.flags&finAcked == 0 && !stand.ackedAt.IsZero() {
+		return x.ackFinished(id, stand.ackedAt)
+	}
+	return nil
+}
