@@ -273,10 +273,12 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
 	}
-	if f.flags&finAcked != 0 || x.stopping {
+	if x.stopping {
 		x.unlock()
 		return nil
 	}
+	// The record, not the flag, says whether the Ack is written: an Ack
+	// of a root that was retired as it came is flagged, not yet written.
 	data, ok := x.finishedRecordLocked(id)
 	x.unlock()
 	if !ok {
@@ -285,6 +287,9 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 	var r record
 	if err := r.unmarshal(data); err != nil {
 		return fmt.Errorf("procedure %d: %w", id, err)
+	}
+	if r.ackedAt != 0 {
+		return nil
 	}
 	now := x.clock.Now()
 	if at.IsZero() {

@@ -192,11 +192,15 @@ func (r *record) marshal() []byte {
 	i(fAckedAt, r.ackedAt)
 	i(fFinishedAt, r.finishedAt)
 	flag(fSM, r.sm)
-	flag(fSMStarted, r.smStarted)
-	flag(fSMEOF, r.smEOF)
 	i(fSMNext, int64(r.smNext))
-	ints(fSMHistory, r.smHistory)
-	i(fSpins, int64(r.spins))
+	if !compact {
+		// What only runs or rolls back a state machine: a finished root
+		// does neither again.
+		flag(fSMStarted, r.smStarted)
+		flag(fSMEOF, r.smEOF)
+		ints(fSMHistory, r.smHistory)
+		i(fSpins, int64(r.spins))
+	}
 	if r.trace.IsValid() {
 		var tb [tracectx.BinaryLen]byte
 		str(fTrace, tracectx.AppendBinary(tb[:0], r.trace))

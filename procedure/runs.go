@@ -64,7 +64,9 @@ func marshalRunRelative(r Run, submitted time.Time) []byte {
 		b = protowire.AppendString(b, r.Node)
 	}
 	at := r.At.Sub(submitted).Milliseconds()
-	b = appendVarint(b, fRunFirst, uint64(r.First))
+	if r.First != 1 { // the first run's, read back as 1 when left out
+		b = appendVarint(b, fRunFirst, uint64(r.First))
+	}
 	b = appendVarint(b, fRunLast, uint64(r.Last))
 	b = appendVarint(b, fRunAtMs, protowire.EncodeZigZag(at))
 	b = appendVarint(b, fRunSpanMs, protowire.EncodeZigZag(r.Until.Sub(r.At).Milliseconds()))
@@ -80,6 +82,9 @@ type runRaw struct {
 }
 
 func (r runRaw) resolve(submitted time.Time) Run {
+	if r.relative && r.run.First == 0 {
+		r.run.First = 1
+	}
 	if r.relative && !submitted.IsZero() {
 		r.run.At = submitted.Add(time.Duration(r.atMs) * time.Millisecond)
 		r.run.Until = r.run.At.Add(time.Duration(r.spanMs) * time.Millisecond)
