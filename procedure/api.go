@@ -241,7 +241,7 @@ func (x *Executor) armDeadlineLocked(e *entry) {
 func (x *Executor) Get(id uint64) (Info, error) {
 	x.mu.Lock()
 	defer x.unlock()
-	if f, ok := x.finished[id]; ok {
+	if f, ok := x.finished.get(id); ok {
 		return x.finishedInfoLocked(id, f), nil
 	}
 	e, err := x.lookupLocked(id)
@@ -263,7 +263,7 @@ func (x *Executor) lookupLocked(id uint64) (*entry, error) {
 // finishedErrLocked is the refusal of a change to finished root id, or
 // ErrNotFound.
 func (x *Executor) finishedErrLocked(id uint64) error {
-	if f, ok := x.finished[id]; ok {
+	if f, ok := x.finished.get(id); ok {
 		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, f.state)
 	}
 	return fmt.Errorf("%w: %d", ErrNotFound, id)
@@ -300,31 +300,30 @@ type Filter struct {
 func (x *Executor) List(f Filter) []Info {
 	x.mu.Lock()
 	defer x.unlock()
-	ids := make([]uint64, 0, len(x.procs)+len(x.finished))
+	// The live ones, and the finished ones (kept in id order), merged.
+	ids := make([]uint64, 0, len(x.procs))
 	for id := range x.procs {
-		if id > f.AfterID {
-			ids = append(ids, id)
-		}
-	}
-	for id := range x.finished {
 		if id > f.AfterID {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	var out []Info
-	for _, id := range ids {
-		e := x.procs[id]
-		if e == nil {
-			fr := x.finished[id]
-			if x.matchFinishedLocked(id, fr, f) {
-				out = append(out, x.finishedInfoLocked(id, fr))
+	fin := x.finished.after(f.AfterID)
+	for len(ids) > 0 || fin < x.finished.len() {
+		if fin < x.finished.len() && (len(ids) == 0 || x.finished.rows[fin].id < ids[0]) {
+			row := x.finished.rows[fin]
+			fin++
+			if x.matchFinishedLocked(row.id, row.finishedRoot, f) {
+				out = append(out, x.finishedInfoLocked(row.id, row.finishedRoot))
 				if f.Limit > 0 && len(out) == f.Limit {
 					break
 				}
 			}
 			continue
 		}
+		e := x.procs[ids[0]]
+		ids = ids[1:]
 		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() || f.Owner != "" && e.owner != f.Owner ||
 			!f.submittedIn(e.submitted) {
 			continue
@@ -350,7 +349,7 @@ func (x *Executor) List(f Filter) []Info {
 // ends) and returns its final snapshot.
 func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	x.mu.Lock()
-	if f, ok := x.finished[id]; ok {
+	if f, ok := x.finished.get(id); ok {
 		defer x.unlock()
 		return x.finishedInfoLocked(id, f), nil
 	}
@@ -374,7 +373,7 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	if !e.state.Terminal() && x.fatal != nil {
 		return x.infoLocked(e), x.fatal
 	}
-	if f, ok := x.finished[id]; ok && e.retired {
+	if f, ok := x.finished.get(id); ok && e.retired {
 		return x.finishedInfoLocked(id, f), nil
 	}
 	return x.infoLocked(e), nil
@@ -541,7 +540,7 @@ func (x *Executor) Resume(id uint64) error {
 // Config.AckedResultTTL longer.
 func (x *Executor) Ack(id uint64) error {
 	x.mu.Lock()
-	_, finished := x.finished[id]
+	_, finished := x.finished.get(id)
 	x.unlock()
 	if finished {
 		return x.ackFinished(id, time.Time{})
@@ -569,7 +568,7 @@ func (x *Executor) changeAndPersist(id uint64, change func(e *entry) (bool, erro
 	changed := false
 	if err == nil {
 		changed, err = change(e)
-	} else if _, ok := x.finished[id]; ok {
+	} else if _, ok := x.finished.get(id); ok {
 		// Retired meanwhile (Ack), or finished long ago (Pause, Resume):
 		// changed as a finished root.
 		x.unlock()
@@ -702,7 +701,7 @@ type Why struct {
 // Why says what procedure id waits for and who holds what it waits on.
 func (x *Executor) Why(id uint64) (Why, error) {
 	x.mu.Lock()
-	if f, ok := x.finished[id]; ok {
+	if f, ok := x.finished.get(id); ok {
 		w := Why{Info: x.finishedInfoLocked(id, f), Reason: "finished"}
 		x.unlock()
 		w.Sched = x.sched.Why(id)

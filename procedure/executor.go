@@ -40,7 +40,7 @@ type Executor struct {
 	nonces map[string]*nonceEntry
 	// finished are the finished roots kept for their results, by id; fin
 	// indexes them (finished.go).
-	finished     map[uint64]finishedRoot
+	finished     finishedTable
 	fin          *finishedIndex
 	problems     map[uint64]LoadProblem
 	nextID       uint64
@@ -111,7 +111,6 @@ func New(cfg Config) (*Executor, error) {
 		procs:    make(map[uint64]*entry),
 		roots:    make(map[uint64]*rootState),
 		nonces:   make(map[string]*nonceEntry),
-		finished: make(map[uint64]finishedRoot),
 		fin:      newFinishedIndex(cfg.Store),
 		problems: make(map[uint64]LoadProblem),
 		workers:  make(map[*worker]struct{}),

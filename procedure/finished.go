@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,7 +136,7 @@ func (x *Executor) retireLocked(e *entry, rec []byte) {
 	if e.untilDone {
 		f.flags |= finUntilDone
 	}
-	x.finished[e.id] = f
+	x.finished.put(e.id, f)
 	addCount(x.live.byState, typeState{e.ti, e.state}, 1)
 	if x.fin.recs != nil {
 		x.fin.recs[e.id] = rec
@@ -244,14 +245,14 @@ func (x *Executor) matchFinishedLocked(id uint64, fr finishedRoot, f Filter) boo
 	return err == nil && f.submittedIn(s.Submitted)
 }
 
-// forgetFinishedLocked drops finished root id (evicted); data is its
-// record, read before it was deleted, for its nonce.
+// forgetFinishedLocked drops the counts and the nonce of finished root id
+// (evicted; the caller takes it out of x.finished); data is its record,
+// read before it was deleted, for its nonce.
 func (x *Executor) forgetFinishedLocked(id uint64, data []byte) {
-	f, ok := x.finished[id]
+	f, ok := x.finished.get(id)
 	if !ok {
 		return
 	}
-	delete(x.finished, id)
 	addCount(x.live.byState, typeState{x.fin.types[f.typ], f.state}, -1)
 	if x.fin.recs != nil {
 		delete(x.fin.recs, id)
@@ -268,7 +269,7 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 	x.fin.rewrite.Lock()
 	defer x.fin.rewrite.Unlock()
 	x.mu.Lock()
-	f, ok := x.finished[id]
+	f, ok := x.finished.get(id)
 	if !ok {
 		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
@@ -303,10 +304,10 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 		return fmt.Errorf("%w: %w", ErrStoreFailed, err)
 	}
 	x.mu.Lock()
-	if f, ok := x.finished[id]; ok {
+	if f, ok := x.finished.get(id); ok {
 		f.flags |= finAcked
 		f.expires = min(f.expires, at.Add(x.cfg.AckedResultTTL).UnixNano())
-		x.finished[id] = f
+		x.finished.put(id, f)
 		if x.fin.recs != nil {
 			x.fin.recs[id] = rec
 		}
@@ -359,7 +360,7 @@ func recordNonce(data []byte) (owner, nonce []byte) {
 // id, as an entry that stands for it: refused, or no change, or an Ack.
 func (x *Executor) changeFinished(id uint64, change func(e *entry) (bool, error)) error {
 	x.mu.Lock()
-	f, ok := x.finished[id]
+	f, ok := x.finished.get(id)
 	if !ok {
 		x.unlock()
 		return fmt.Errorf("%w: %d", ErrNotFound, id)
@@ -377,4 +378,88 @@ func (x *Executor) changeFinished(id uint64, change func(e *entry) (bool, error)
 		return x.ackFinished(id, stand.ackedAt)
 	}
 	return nil
+}
+
+// finishedTable holds the finished roots in id order, in one slice of
+// 24-byte rows without a pointer: a map of them costs half as much again
+// in the free slots it keeps, and lists want them in id order anyway.
+// Roots mostly finish in the order of their ids, so a root is inserted
+// near the end; one that ran long is inserted further in, moving the rows
+// after it (a few milliseconds at a million).
+type finishedTable struct {
+	rows []finishedRow
+}
+
+type finishedRow struct {
+	id uint64
+	finishedRoot
+}
+
+// search returns where id is, or would be inserted.
+func (t *finishedTable) search(id uint64) (int, bool) {
+	// Most lookups are of the newest roots: try the end first.
+	if n := len(t.rows); n == 0 || t.rows[n-1].id < id {
+		return n, false
+	}
+	lo, hi := 0, len(t.rows)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.rows[m].id < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(t.rows) && t.rows[lo].id == id
+}
+
+func (t *finishedTable) get(id uint64) (finishedRoot, bool) {
+	if i, ok := t.search(id); ok {
+		return t.rows[i].finishedRoot, true
+	}
+	return finishedRoot{}, false
+}
+
+func (t *finishedTable) put(id uint64, f finishedRoot) {
+	i, ok := t.search(id)
+	if ok {
+		t.rows[i].finishedRoot = f
+		return
+	}
+	t.rows = slices.Insert(t.rows, i, finishedRow{id: id, finishedRoot: f})
+}
+
+func (t *finishedTable) len() int { return len(t.rows) }
+
+// deleteSorted removes ids (ascending) in one pass, and gives memory back
+// once the table is down to a quarter of its capacity.
+func (t *finishedTable) deleteSorted(ids []uint64) {
+	if len(ids) == 0 {
+		return
+	}
+	out := t.rows[:0]
+	for _, r := range t.rows {
+		for len(ids) > 0 && ids[0] < r.id {
+			ids = ids[1:]
+		}
+		if len(ids) > 0 && ids[0] == r.id {
+			ids = ids[1:]
+			continue
+		}
+		out = append(out, r)
+	}
+	clear(t.rows[len(out):])
+	t.rows = out
+	if cap(t.rows) > 1024 && len(t.rows) < cap(t.rows)/4 {
+		t.rows = slices.Clone(t.rows)
+	}
+}
+
+// after returns the index of the first row above id.
+func (t *finishedTable) after(id uint64) int {
+	i, ok := t.search(id)
+	if ok {
+		i++
+	}
+	return i
 }

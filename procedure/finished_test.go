@@ -52,7 +52,7 @@ func TestFinishedRootsAreRetired(t *testing.T) {
 				if h.x.procs[id] != nil || h.x.roots[id] != nil {
 					t.Errorf("finished root %d still has its live entry", id)
 				}
-				if _, ok := h.x.finished[id]; !ok {
+				if _, ok := h.x.finished.get(id); !ok {
 					t.Errorf("finished root %d not kept", id)
 				}
 			}
@@ -164,8 +164,8 @@ func TestFinishedRootsAreRetired(t *testing.T) {
 			}
 			h2.x.mu.Lock()
 			defer h2.x.mu.Unlock()
-			if len(h2.x.finished) != 0 || len(h2.x.fin.nonces) != 0 || len(h2.x.fin.recs) != 0 {
-				t.Errorf("after eviction: %d finished, %d nonces, %d records kept", len(h2.x.finished), len(h2.x.fin.nonces), len(h2.x.fin.recs))
+			if h2.x.finished.len() != 0 || len(h2.x.fin.nonces) != 0 || len(h2.x.fin.recs) != 0 {
+				t.Errorf("after eviction: %d finished, %d nonces, %d records kept", h2.x.finished.len(), len(h2.x.fin.nonces), len(h2.x.fin.recs))
 			}
 		})
 	}

@@ -1,9 +1,5 @@
 package procedure
 
-import (
-	"slices"
-)
-
 // armEvictor schedules the periodic deletion of expired results (HBase's
 // CompletedProcedureCleaner): a finished root is kept ResultTTL after it
 // finished, or AckedResultTTL after its result was acknowledged.
@@ -33,16 +29,15 @@ func (x *Executor) EvictExpired() int {
 		return 0
 	}
 	var ids []uint64
-	for id, f := range x.finished {
-		if f.expires <= now {
-			ids = append(ids, id)
+	for _, r := range x.finished.rows {
+		if r.expires <= now {
+			ids = append(ids, r.id)
 		}
 	}
 	if len(ids) == 0 {
 		x.unlock()
 		return 0
 	}
-	slices.Sort(ids)
 	// Their records name their nonces, and are read before they go.
 	recs := make([][]byte, len(ids))
 	for i, id := range ids {
@@ -57,6 +52,7 @@ func (x *Executor) EvictExpired() int {
 	for i, id := range ids {
 		x.forgetFinishedLocked(id, recs[i])
 	}
+	x.finished.deleteSorted(ids)
 	x.unlock()
 	x.log.Debug("evicted finished procedures", "count", len(ids))
 	return len(ids)
