@@ -66,6 +66,8 @@ type Info struct {
 	Data []byte
 	// UntilDone: the procedure retries a failing step until it is done
 	// (RetriesUntilDone), so it can be neither aborted nor timed out.
+	// False once it is finished: what it means is moot then, and a
+	// finished root does not keep it.
 	UntilDone bool
 }
 
