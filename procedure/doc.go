@@ -72,7 +72,11 @@
 //
 // Submit with a nonce is idempotent, also across restarts. Ids are monotonic
 // across restarts. Results of finished roots are kept for ResultTTL, or
-// AckedResultTTL after Ack. Abort (which reaches a procedure waiting for a
+// AckedResultTTL after Ack. A finished root is kept compactly: its record
+// is written without what only a live procedure needs (its history packed,
+// times relative to its submission), and the executor keeps 24 bytes and
+// its nonce's hash, reading the rest back from the store when asked
+// (store.Reader; a store without one has the executor keep the record). Abort (which reaches a procedure waiting for a
 // lock, and children spawned after it), Pause/Resume, a guarded Bypass, Wait,
 // Why ("what is it waiting for, who holds it"), listeners, Prometheus
 // metrics, and a monitor that adds keep-alive workers when half the pool is
