@@ -12,7 +12,10 @@
 // type's own state, serialised by StateMarshaler or, by default, JSON — so
 // after a crash every procedure resumes from its last persisted step. Steps
 // must therefore be idempotent: the step whose outcome was not yet persisted
-// runs again.
+// runs again. A state the type cannot serialise fails the step whose outcome
+// it is (its tree rolls back, and the writes of the rollback go without
+// it); a root's final write (SUCCESS, or ROLLEDBACK) goes without it, the
+// procedure's outcome unchanged.
 //
 // A step's outcome, as in Pv2:
 //
