@@ -104,8 +104,9 @@
 // starts a trace, a child's hangs under its parent's) and every step and
 // rollback step a span under it, carried in the step's Context so that
 // remote work it starts can join the trace. A procedure's first span
-// context is persisted with it (25 bytes per record), so the executor that
-// resumes it after a failover starts its span in the same trace. Without a
+// context is persisted with it (28 bytes per record, but for a finished
+// root's, which is never resumed), so the executor that resumes it after a
+// failover starts its span in the same trace. Without a
 // tracer no span is made and nothing is persisted.
 //
 // # Loading

@@ -201,7 +201,9 @@ func (r *record) marshal() []byte {
 		ints(fSMHistory, r.smHistory)
 		i(fSpins, int64(r.spins))
 	}
-	if r.trace.IsValid() {
+	// A finished root starts no span again: its trace context, which only
+	// the executor that resumes it needs, is left out.
+	if r.trace.IsValid() && !compact {
 		var tb [tracectx.BinaryLen]byte
 		str(fTrace, tracectx.AppendBinary(tb[:0], r.trace))
 	}
