@@ -58,11 +58,9 @@ type finishedIndex struct {
 	types   []*typeInfo
 	typeAt  map[*typeInfo]uint16
 	// nonces finds a finished root by the hash of its nonce key; the
-	// record confirms the key (nonceDups holds the rare second key of one
-	// hash).
-	seed      maphash.Seed
-	nonces    map[uint64]uint64
-	nonceDups map[string]uint64
+	// record confirms the key.
+	seed   maphash.Seed
+	nonces nonceIndex
 	// recs holds the last record of each finished root when the store
 	// cannot read one back (no store.Reader: the WAL).
 	recs map[uint64][]byte
@@ -75,7 +73,7 @@ func newFinishedIndex(st store.Store) *finishedIndex {
 	fi := &finishedIndex{
 		owners: []string{""}, ownerAt: map[string]uint32{"": 0},
 		typeAt: map[*typeInfo]uint16{}, seed: maphash.MakeSeed(),
-		nonces: map[uint64]uint64{}, nonceDups: map[string]uint64{},
+		nonces: nonceIndex{recent: map[uint64]uint64{}, gone: map[nonceRef]bool{}},
 	}
 	if _, ok := st.(store.Reader); !ok {
 		fi.recs = map[uint64][]byte{}
@@ -151,16 +149,7 @@ func (x *Executor) retireLocked(e *entry, rec []byte) {
 }
 
 func (x *Executor) indexFinishedNonceLocked(nk string, id uint64) {
-	h := x.fin.nonceHash(nk)
-	if other, taken := x.fin.nonces[h]; taken && other != id {
-		if ok, _ := x.finishedNonceIsLocked(other, nk); ok {
-			// The same key again cannot be (Submit found the first); this
-			// is another key of the same hash.
-			x.fin.nonceDups[nk] = id
-			return
-		}
-	}
-	x.fin.nonces[h] = id
+	x.fin.nonces.add(x.fin.nonceHash(nk), id)
 }
 
 // finishedNonceIsLocked reports whether finished root id was submitted
@@ -177,29 +166,10 @@ func (x *Executor) finishedNonceIsLocked(id uint64, nk string) (is, ok bool) {
 
 // finishedByNonceLocked finds the finished root submitted with nonce key nk.
 func (x *Executor) finishedByNonceLocked(nk string) (uint64, bool) {
-	if id, ok := x.fin.nonceDups[nk]; ok {
-		return id, true
-	}
-	id, ok := x.fin.nonces[x.fin.nonceHash(nk)]
-	if !ok {
-		return 0, false
-	}
-	if is, _ := x.finishedNonceIsLocked(id, nk); !is {
-		return 0, false
-	}
-	return id, true
-}
-
-// unindexFinishedNonceLocked forgets finished root id's nonce key nk.
-func (x *Executor) unindexFinishedNonceLocked(nk string, id uint64) {
-	if x.fin.nonceDups[nk] == id {
-		delete(x.fin.nonceDups, nk)
-		return
-	}
-	h := x.fin.nonceHash(nk)
-	if x.fin.nonces[h] == id {
-		delete(x.fin.nonces, h)
-	}
+	return x.fin.nonces.find(x.fin.nonceHash(nk), func(id uint64) bool {
+		is, _ := x.finishedNonceIsLocked(id, nk)
+		return is
+	})
 }
 
 // finishedRecordLocked reads finished root id's last record back.
@@ -255,7 +225,7 @@ func (x *Executor) forgetFinishedLocked(id uint64, data []byte) {
 		delete(x.fin.recs, id)
 	}
 	if owner, nonce := recordNonce(data); len(nonce) > 0 {
-		x.unindexFinishedNonceLocked(nonceKey(string(owner), string(nonce)), id)
+		x.fin.nonces.remove(x.fin.nonceHash(nonceKey(string(owner), string(nonce))), id)
 	}
 }
 
@@ -460,3 +430,120 @@ func (t *finishedTable) after(id uint64) int {
 	}
 	return i
 }
+
+// nonceIndex maps the hashes of finished roots' nonce keys to their ids:
+// a slice of 16-byte refs sorted by hash, and a map of the refs added
+// since it was last sorted. A map of them all cost twice as much, in the
+// free slots a map keeps. Several roots may share a hash (the records
+// tell them apart); a ref whose root is evicted is dropped at the next
+// merge, and until then finds no record (the eviction of a root whose
+// record could not be read leaves its ref to the same fate, found by no
+// lookup).
+type nonceIndex struct {
+	sorted []nonceRef
+	recent map[uint64]uint64 // added since the last merge, by hash
+	extra  []nonceRef        // added since the last merge, their hash taken in recent
+	gone   map[nonceRef]bool // evicted from sorted, dropped at the next merge
+}
+
+type nonceRef struct{ hash, id uint64 }
+
+func (n *nonceIndex) add(h, id uint64) {
+	if _, taken := n.recent[h]; taken {
+		n.extra = append(n.extra, nonceRef{h, id})
+	} else {
+		n.recent[h] = id
+	}
+	if len(n.recent) > max(4096, len(n.sorted)/8) {
+		n.merge()
+	}
+}
+
+// find returns the first id of hash h that is (says is).
+func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
+	if id, ok := n.recent[h]; ok && is(id) {
+		return id, true
+	}
+	for _, r := range n.extra {
+		if r.hash == h && is(r.id) {
+			return r.id, true
+		}
+	}
+	i, _ := slices.BinarySearchFunc(n.sorted, h, func(r nonceRef, h uint64) int {
+		switch {
+		case r.hash < h:
+			return -1
+		case r.hash > h:
+			return 1
+		}
+		return 0
+	})
+	for ; i < len(n.sorted) && n.sorted[i].hash == h; i++ {
+		if r := n.sorted[i]; !n.gone[r] && is(r.id) {
+			return r.id, true
+		}
+	}
+	return 0, false
+}
+
+// remove drops the ref of an evicted root.
+func (n *nonceIndex) remove(h, id uint64) {
+	if got, ok := n.recent[h]; ok && got == id {
+		delete(n.recent, h)
+		return
+	}
+	if i := slices.Index(n.extra, nonceRef{h, id}); i >= 0 {
+		n.extra = slices.Delete(n.extra, i, i+1)
+		return
+	}
+	n.gone[nonceRef{h, id}] = true
+}
+
+// merge sorts what was added into a new slice of exactly the refs kept,
+// without the evicted ones: O(refs), after each eviction and whenever
+// the map holds an eighth as many as the slice.
+func (n *nonceIndex) merge() {
+	if len(n.recent) == 0 && len(n.extra) == 0 && len(n.gone) == 0 {
+		return
+	}
+	add := make([]nonceRef, 0, len(n.recent)+len(n.extra))
+	for h, id := range n.recent {
+		add = append(add, nonceRef{h, id})
+	}
+	add = append(add, n.extra...)
+	cmp := func(a, b nonceRef) int {
+		switch {
+		case a.hash != b.hash:
+			if a.hash < b.hash {
+				return -1
+			}
+			return 1
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(add, cmp)
+	out := make([]nonceRef, 0, max(0, len(n.sorted)-len(n.gone))+len(add))
+	old := n.sorted
+	for len(old) > 0 || len(add) > 0 {
+		if len(add) == 0 || len(old) > 0 && cmp(old[0], add[0]) <= 0 {
+			if !n.gone[old[0]] {
+				out = append(out, old[0])
+			}
+			old = old[1:]
+			continue
+		}
+		out = append(out, add[0])
+		add = add[1:]
+	}
+	n.sorted = out
+	clear(n.recent)
+	n.extra = nil
+	clear(n.gone)
+}
+
+// len counts the refs, for tests.
+func (n *nonceIndex) len() int { return len(n.sorted) - len(n.gone) + len(n.recent) + len(n.extra) }

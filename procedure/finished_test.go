@@ -164,8 +164,8 @@ func TestFinishedRootsAreRetired(t *testing.T) {
 			}
 			h2.x.mu.Lock()
 			defer h2.x.mu.Unlock()
-			if h2.x.finished.len() != 0 || len(h2.x.fin.nonces) != 0 || len(h2.x.fin.recs) != 0 {
-				t.Errorf("after eviction: %d finished, %d nonces, %d records kept", h2.x.finished.len(), len(h2.x.fin.nonces), len(h2.x.fin.recs))
+			if h2.x.finished.len() != 0 || h2.x.fin.nonces.len() != 0 || len(h2.x.fin.recs) != 0 {
+				t.Errorf("after eviction: %d finished, %d nonces, %d records kept", h2.x.finished.len(), h2.x.fin.nonces.len(), len(h2.x.fin.recs))
 			}
 		})
 	}
@@ -179,23 +179,56 @@ func ids(infos []Info) []uint64 {
 	return out
 }
 
-// Two nonce keys of one hash are told apart by the records.
+// Nonce keys of one hash are told apart by the records, whether their
+// refs were just added or merged into the sorted index, and an evicted
+// one goes from either.
 func TestFinishedNonceCollision(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
-	a := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
-	h.wait(a)
-	b := h.submit(newSteps("b", 1), SubmitOptions{Nonce: "b"})
-	h.wait(b)
+	var ids []uint64
+	for _, n := range []string{"a", "b", "c"} {
+		id := h.submit(newSteps(n, 1), SubmitOptions{Nonce: n})
+		h.wait(id)
+		ids = append(ids, id)
+	}
+	find := func(n string) uint64 {
+		h.x.mu.Lock()
+		defer h.x.mu.Unlock()
+		id, _ := h.x.finishedByNonceLocked(nonceKey("", n))
+		return id
+	}
+	check := func(when string) {
+		t.Helper()
+		for i, n := range []string{"a", "b", "c"} {
+			if got := find(n); got != ids[i] {
+				t.Errorf("%s: nonce %s finds %d, want %d", when, n, got, ids[i])
+			}
+		}
+	}
+	// As if all three keys had a's hash, one ref of them under b's too.
 	h.x.mu.Lock()
-	// Make b's key collide with a's: as if both hashed alike.
-	delete(h.x.fin.nonces, h.x.fin.nonceHash(nonceKey("", "b")))
-	h.x.fin.nonces[h.x.fin.nonceHash(nonceKey("", "b"))] = a
-	h.x.indexFinishedNonceLocked(nonceKey("", "b"), b)
-	got, ok := h.x.finishedByNonceLocked(nonceKey("", "b"))
-	gotA, okA := h.x.finishedByNonceLocked(nonceKey("", "a"))
+	ha, hb := h.x.fin.nonceHash(nonceKey("", "a")), h.x.fin.nonceHash(nonceKey("", "b"))
+	h.x.fin.nonces.add(ha, ids[1])
+	h.x.fin.nonces.add(ha, ids[2])
+	h.x.fin.nonces.add(hb, ids[2])
 	h.x.mu.Unlock()
-	if !ok || got != b || !okA || gotA != a {
-		t.Fatalf("b -> %d %v, a -> %d %v; want %d and %d", got, ok, gotA, okA, b, a)
+	check("added")
+	h.x.mu.Lock()
+	h.x.fin.nonces.merge()
+	h.x.mu.Unlock()
+	check("merged")
+	h.x.mu.Lock()
+	h.x.fin.nonces.remove(ha, ids[0])
+	h.x.fin.nonces.add(ha, 999) // no such root: its record is not found
+	h.x.mu.Unlock()
+	if got := find("a"); got != 0 {
+		t.Errorf("a removed: finds %d", got)
+	}
+	h.x.mu.Lock()
+	h.x.fin.nonces.merge()
+	n := h.x.fin.nonces.len()
+	h.x.mu.Unlock()
+	if got := find("b"); got != ids[1] || n != 6 {
+		t.Errorf("after a second merge: b finds %d, %d refs; want %d and 6", got, n, ids[1])
 	}
 }
 
