@@ -127,14 +127,16 @@ func measureFinished(tb testing.TB, n int) footprint {
 //	before  N=10k            2,864     233       308           1.5 s
 //	        N=100k           2,842     235       293            18 s
 //	        N=1M             2,891     235       324           243 s
-//	after   N=10k               60     165       243           0.8 s
-//	        N=100k              53     167       229           9.2 s
-//	        N=1M                65     167       260           135 s
+//	after   N=10k               59     165       243           0.3 s
+//	        N=100k              48     167       229           3.8 s
+//	        N=1M                46     167       260            44 s
 //
 // Before, a finished root kept its whole live entry (procedure object,
 // history, runs, rootState, a nonce entry with its channel). After, it is
-// a 24-byte row and its nonce's hash (finished.go); the executor share
-// varies with where the nonce map stands in its growth. The record went
+// a 24-byte row and a 16-byte ref of its nonce's hash (finished.go), with
+// the slack of the slices' growth and the refs not merged yet (up to 4,096,
+// or an eighth: what makes 10k dearer per root). The run time fell with
+// the heap the GC walks. The record went
 // from 233 to 165 bytes: its history packed (55 bytes to 19), its runs'
 // times relative (37 to 15), Updated left out; of the 165, the nonce (28),
 // the result (16) and the type's own state (42, which the console shows
