@@ -140,8 +140,8 @@ func measureFinished(tb testing.TB, n int) footprint {
 // history packed (55 bytes to 19), its runs' times relative (37 to 15),
 // Updated left out; of the 165, the nonce (28), the result (16) and the
 // type's own state (42, which the console shows as the procedure's
-// arguments) are the caller's. So a finished root costs 211-224 bytes, of
-// which the framework's own are about 125.
+// arguments) are the caller's. So a finished root costs 213-224 bytes, of
+// which the framework's own are about 130.
 func BenchmarkFinishedFootprint(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if os.Getenv("BATON_BENCH_1M") != "" {
