@@ -98,3 +98,10 @@ func (s *fencedStore) Commit(ctx context.Context, w raftfsm.Write) error {
 	}
 	return s.RaftStore.Commit(ctx, w)
 }
+
+var _ store.Reader = (*fencedStore)(nil)
+
+// Proc implements store.Reader from the local FSM, which has applied every
+// write of this leader's executor by the time the write returned. Reads
+// are not fenced: a leader that lost its term reads what the FSM holds.
+func (s *fencedStore) Proc(id uint64) ([]byte, bool) { return s.n.fsm.Proc(id) }

@@ -3,6 +3,7 @@ package procedure
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -65,6 +66,8 @@ type Info struct {
 	Data []byte
 	// UntilDone: the procedure retries a failing step until it is done
 	// (RetriesUntilDone), so it can be neither aborted nor timed out.
+	// False once it is finished: what it means is moot then, and a
+	// finished root does not keep it.
 	UntilDone bool
 }
 
@@ -102,6 +105,10 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 				return prev.id, fmt.Errorf("%w: procedure %d was submitted with this nonce: %s", ErrHeld, prev.id, prev.held)
 			}
 			return prev.id, nil
+		}
+		if id, ok := x.finishedByNonceLocked(nk); ok {
+			x.unlock()
+			return id, nil
 		}
 		ne = &nonceEntry{done: make(chan struct{})}
 		x.nonces[nk] = ne
@@ -155,6 +162,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 		return 0, fmt.Errorf("%w: %w", ErrStoreFailed, err)
 	}
 	x.mu.Lock()
+	if ne != nil {
+		ne.id = e.id // before it can finish: its retirement moves the nonce by its id
+	}
 	x.holdLocked(e)
 	root := &rootState{id: e.id, entry: e, members: map[uint64]*entry{e.id: e}, doneCh: make(chan struct{})}
 	x.roots[e.id] = root
@@ -186,12 +196,15 @@ func (x *Executor) LookupNonce(owner, nonce string) (uint64, bool) {
 	if nonce == "" {
 		return 0, false
 	}
+	nk := nonceKey(owner, nonce)
 	x.mu.Lock()
-	ne := x.nonces[nonceKey(owner, nonce)]
-	x.unlock()
+	ne := x.nonces[nk]
 	if ne == nil {
-		return 0, false
+		id, ok := x.finishedByNonceLocked(nk)
+		x.unlock()
+		return id, ok
 	}
+	x.unlock()
 	<-ne.done
 	if ne.err != nil {
 		return 0, false
@@ -230,6 +243,9 @@ func (x *Executor) armDeadlineLocked(e *entry) {
 func (x *Executor) Get(id uint64) (Info, error) {
 	x.mu.Lock()
 	defer x.unlock()
+	if f, ok := x.finished.get(id); ok {
+		return x.finishedInfoLocked(id, f), nil
+	}
 	e, err := x.lookupLocked(id)
 	if err != nil {
 		return Info{}, err
@@ -237,12 +253,22 @@ func (x *Executor) Get(id uint64) (Info, error) {
 	return x.infoLocked(e), nil
 }
 
-// lookupLocked finds a live (or kept) procedure by id.
+// lookupLocked finds a live procedure by id (a finished root is in
+// x.finished instead).
 func (x *Executor) lookupLocked(id uint64) (*entry, error) {
 	if e := x.procs[id]; e != nil {
 		return e, nil
 	}
 	return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+}
+
+// finishedErrLocked is the refusal of a change to finished root id, or
+// ErrNotFound.
+func (x *Executor) finishedErrLocked(id uint64) error {
+	if f, ok := x.finished.get(id); ok {
+		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, f.state)
+	}
+	return fmt.Errorf("%w: %d", ErrNotFound, id)
 }
 
 func (x *Executor) infoLocked(e *entry) Info {
@@ -276,16 +302,30 @@ type Filter struct {
 func (x *Executor) List(f Filter) []Info {
 	x.mu.Lock()
 	defer x.unlock()
+	// The live ones, and the finished ones (kept in id order), merged.
 	ids := make([]uint64, 0, len(x.procs))
 	for id := range x.procs {
 		if id > f.AfterID {
 			ids = append(ids, id)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	var out []Info
-	for _, id := range ids {
-		e := x.procs[id]
+	fin := x.finished.after(f.AfterID)
+	for len(ids) > 0 || fin < x.finished.len() {
+		if fin < x.finished.len() && (len(ids) == 0 || x.finished.rows[fin].id < ids[0]) {
+			row := x.finished.rows[fin]
+			fin++
+			if x.matchFinishedLocked(row.id, row.finishedRoot, f) {
+				out = append(out, x.finishedInfoLocked(row.id, row.finishedRoot))
+				if f.Limit > 0 && len(out) == f.Limit {
+					break
+				}
+			}
+			continue
+		}
+		e := x.procs[ids[0]]
+		ids = ids[1:]
 		if f.Type != "" && e.ti.name != f.Type || f.RootsOnly && !e.isRoot() || f.Owner != "" && e.owner != f.Owner ||
 			!f.submittedIn(e.submitted) {
 			continue
@@ -311,6 +351,10 @@ func (x *Executor) List(f Filter) []Info {
 // ends) and returns its final snapshot.
 func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	x.mu.Lock()
+	if f, ok := x.finished.get(id); ok {
+		defer x.unlock()
+		return x.finishedInfoLocked(id, f), nil
+	}
 	e, err := x.lookupLocked(id)
 	if err != nil {
 		x.unlock()
@@ -331,6 +375,9 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	if !e.state.Terminal() && x.fatal != nil {
 		return x.infoLocked(e), x.fatal
 	}
+	if f, ok := x.finished.get(id); ok && e.retired {
+		return x.finishedInfoLocked(id, f), nil
+	}
 	return x.infoLocked(e), nil
 }
 
@@ -348,6 +395,7 @@ func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
 	if err != nil {
+		err = x.finishedErrLocked(id)
 		x.unlock()
 		return err
 	}
@@ -426,6 +474,15 @@ func (x *Executor) persistIdle(e *entry) {
 		x.unlock()
 		return
 	}
+	if e.retired {
+		// Finished and retired since the caller changed it: only an Ack
+		// changes a finished root, and its record is written as one.
+		x.unlock()
+		if !e.ackedAt.IsZero() {
+			x.ackFinished(e.id, e.ackedAt)
+		}
+		return
+	}
 	e.running = true
 	x.unlock()
 	x.persist(e)
@@ -484,6 +541,12 @@ func (x *Executor) Resume(id uint64) error {
 // Ack acknowledges a finished root's result: it is then kept only
 // Config.AckedResultTTL longer.
 func (x *Executor) Ack(id uint64) error {
+	x.mu.Lock()
+	_, finished := x.finished.get(id)
+	x.unlock()
+	if finished {
+		return x.ackFinished(id, time.Time{})
+	}
 	return x.changeAndPersist(id, func(e *entry) (bool, error) {
 		if !e.isRoot() || !e.state.Terminal() {
 			return false, fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
@@ -507,6 +570,11 @@ func (x *Executor) changeAndPersist(id uint64, change func(e *entry) (bool, erro
 	changed := false
 	if err == nil {
 		changed, err = change(e)
+	} else if _, ok := x.finished.get(id); ok {
+		// Retired meanwhile (Ack), or finished long ago (Pause, Resume):
+		// changed as a finished root.
+		x.unlock()
+		return x.changeFinished(id, change)
 	}
 	x.unlock()
 	if err != nil || !changed {
@@ -540,6 +608,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	x.mu.Lock()
 	e, err := x.lookupLocked(id)
 	if err != nil {
+		err = x.finishedErrLocked(id)
 		x.unlock()
 		return err
 	}
@@ -634,6 +703,12 @@ type Why struct {
 // Why says what procedure id waits for and who holds what it waits on.
 func (x *Executor) Why(id uint64) (Why, error) {
 	x.mu.Lock()
+	if f, ok := x.finished.get(id); ok {
+		w := Why{Info: x.finishedInfoLocked(id, f), Reason: "finished"}
+		x.unlock()
+		w.Sched = x.sched.Why(id)
+		return w, nil
+	}
 	e, err := x.lookupLocked(id)
 	if err != nil {
 		x.unlock()

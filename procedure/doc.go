@@ -12,7 +12,10 @@
 // type's own state, serialised by StateMarshaler or, by default, JSON — so
 // after a crash every procedure resumes from its last persisted step. Steps
 // must therefore be idempotent: the step whose outcome was not yet persisted
-// runs again.
+// runs again. A state the type cannot serialise fails the step whose outcome
+// it is (its tree rolls back, and the writes of the rollback go without
+// it); a root's final write (SUCCESS, or ROLLEDBACK) goes without it, the
+// procedure's outcome unchanged.
 //
 // A step's outcome, as in Pv2:
 //
@@ -72,7 +75,11 @@
 //
 // Submit with a nonce is idempotent, also across restarts. Ids are monotonic
 // across restarts. Results of finished roots are kept for ResultTTL, or
-// AckedResultTTL after Ack. Abort (which reaches a procedure waiting for a
+// AckedResultTTL after Ack. A finished root is kept compactly: its record
+// is written without what only a live procedure needs (its history packed,
+// times relative to its submission), and the executor keeps 24 bytes and
+// its nonce's hash, reading the rest back from the store when asked
+// (store.Reader; a store without one has the executor keep the record). Abort (which reaches a procedure waiting for a
 // lock, and children spawned after it), Pause/Resume, a guarded Bypass, Wait,
 // Why ("what is it waiting for, who holds it"), listeners, Prometheus
 // metrics, and a monitor that adds keep-alive workers when half the pool is
@@ -97,8 +104,9 @@
 // starts a trace, a child's hangs under its parent's) and every step and
 // rollback step a span under it, carried in the step's Context so that
 // remote work it starts can join the trace. A procedure's first span
-// context is persisted with it (25 bytes per record), so the executor that
-// resumes it after a failover starts its span in the same trace. Without a
+// context is persisted with it (28 bytes per record, but for a finished
+// root's, which is never resumed), so the executor that resumes it after a
+// failover starts its span in the same trace. Without a
 // tracer no span is made and nothing is persisted.
 //
 // # Loading

@@ -48,6 +48,12 @@ type entry struct {
 	traceCtx trace.SpanContext
 
 	// runtime only
+	// retired: a finished root replaced by its finishedRoot (finished.go);
+	// whoever still holds the entry reads it, nobody writes it again.
+	retired bool
+	// lastRec is a finished root's last record, kept for retirement when
+	// the store cannot read it back.
+	lastRec       []byte
 	waitNote      string // the Because of the current suspension
 	childLatch    int
 	children      []uint64

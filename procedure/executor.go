@@ -34,10 +34,14 @@ type Executor struct {
 	ctx    context.Context // cancelled by Stop: steps should return soon
 	cancel context.CancelFunc
 
-	mu           sync.Mutex
-	procs        map[uint64]*entry
-	roots        map[uint64]*rootState
-	nonces       map[string]*nonceEntry
+	mu     sync.Mutex
+	procs  map[uint64]*entry
+	roots  map[uint64]*rootState
+	nonces map[string]*nonceEntry
+	// finished are the finished roots kept for their results, by id; fin
+	// indexes them (finished.go).
+	finished     finishedTable
+	fin          *finishedIndex
 	problems     map[uint64]LoadProblem
 	nextID       uint64
 	started      bool
@@ -107,6 +111,7 @@ func New(cfg Config) (*Executor, error) {
 		procs:    make(map[uint64]*entry),
 		roots:    make(map[uint64]*rootState),
 		nonces:   make(map[string]*nonceEntry),
+		fin:      newFinishedIndex(cfg.Store),
 		problems: make(map[uint64]LoadProblem),
 		workers:  make(map[*worker]struct{}),
 		nextID:   1,
@@ -453,6 +458,8 @@ func (x *Executor) endRunLocked(e *entry, root *rootState) {
 	root.running--
 	x.unclaimLocked(e)
 	if root.done && e == root.entry {
+		// Its waiters, told next, find what is kept of it.
+		x.retireLocked(e, e.lastRec)
 		root.closeDone()
 	}
 	if root.failed && root.running == 0 && !root.done {
@@ -1182,18 +1189,7 @@ func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
 func (x *Executor) persist(e *entry) bool {
 	rec, err := x.encode(e)
 	if err != nil {
-		// The type could not serialise itself: that is the procedure's
-		// failure, not the store's. Fail it with what we can persist.
-		x.log.Error("cannot serialise procedure state", "id", e.id, "type", e.ti.name, "error", err)
-		x.mu.Lock()
-		x.setStateLocked(e, Failed)
-		e.errMsg = fmt.Sprintf("serialising state: %v", err)
-		root := x.roots[e.root]
-		if root != nil && !root.failed {
-			root.failed = true
-			root.cause = e.errMsg
-		}
-		x.unlock()
+		x.unserialisable(e, err)
 		rec, err = x.encodeWith(e, nil)
 		if err != nil {
 			x.setFatal(err)
@@ -1213,6 +1209,9 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.mu.Lock()
 	e.dirty = false
+	if x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
+		e.lastRec = rec.Data
+	}
 	var endSpan func()
 	if e.span != nil {
 		endSpan = x.endSpanIfDoneLocked(e)
@@ -1223,6 +1222,43 @@ func (x *Executor) persist(e *entry) bool {
 	}
 	x.notify(e)
 	return true
+}
+
+// unserialisable decides what e becomes when its type could not serialise
+// its state for a write (the procedure's failure, not the store's); the
+// write then goes on without the type's state:
+//
+//   - A root's terminal write (SUCCESS, or ROLLEDBACK at the end of its
+//     rollback) keeps its state: every step it ran has succeeded, or has
+//     been undone, and a finished root never needs its state again (it is
+//     never run, rolled back or decoded once finished). Failing it there
+//     left a FAILED root that nothing would ever roll back.
+//   - A write while its tree rolls back (or of a member already FAILED)
+//     keeps its state too: the rollback goes on, and there is nothing left
+//     to fail.
+//   - Any other write (a step's outcome, a child's SUCCESS) fails the
+//     procedure, and its tree rolls back like after any failed step.
+func (x *Executor) unserialisable(e *entry, err error) {
+	x.mu.Lock()
+	defer x.unlock()
+	root := x.roots[e.root]
+	switch {
+	case e.isRoot() && e.state.Terminal():
+		x.log.Error("cannot serialise a finished procedure's state; written without it", "id", e.id, "type", e.ti.name,
+			"state", e.state, "error", err)
+	case e.state == Failed || root != nil && root.failed:
+		x.log.Error("cannot serialise the state of a procedure rolling back; written without it", "id", e.id,
+			"type", e.ti.name, "error", err)
+	default:
+		x.log.Error("cannot serialise procedure state; failing it", "id", e.id, "type", e.ti.name, "error", err)
+		x.setStateLocked(e, Failed)
+		e.errMsg, e.errCode = fmt.Sprintf("serialising state: %v", err), ""
+		if root != nil && !root.failed {
+			root.failed = true
+			root.cause = fmt.Sprintf("proc %d (%s): %s", e.id, e.ti.name, e.errMsg)
+			root.causeCode = ""
+		}
+	}
 }
 
 func (x *Executor) notify(e *entry) {
@@ -1277,6 +1313,12 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
 		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
+	}
+	if r.finishedRoot() {
+		// Written compactly (record.marshal): its history as a list, and
+		// the children it had, whose records go with its finish.
+		r.history = e.history.snapshot()
+		r.children = append([]uint64(nil), e.children...)
 	}
 	x.unlock()
 	if isSM {

@@ -258,3 +258,148 @@ func unmarshalTransition(b []byte, prevNode string, submitted time.Time) (Transi
 	}
 	return tr, nil
 }
+
+// appendPackedHistory appends list packed, as a finished root's record
+// keeps it: a transition that moved one step on is two bytes (head and
+// time), instead of a field of fields of 7 to 15.
+//
+//	head   state | rolling back<<3 | depth<<4 | more<<6, where depth is
+//	       0: as the transition before's, 1: one more, 2: one less, 3: given
+//	at     zigzag milliseconds after the transition before's At (the submission before the first)
+//	more   if head says so: flags, then what they name, in this order:
+//	       depth (head's 3)  zigzag, after the transition before's
+//	       1 node            length-prefixed (the transition before's, else node, is assumed)
+//	       2 step            zigzag, after the transition before's (-1 before the first)
+//	       4 span            zigzag milliseconds from At to Until (0 assumed)
+//	       8 writes, attempt writes less one, then attempt zigzag (1 and 0 assumed)
+//
+// Times are kept in whole milliseconds after the submission, as fHistory
+// keeps them.
+func appendPackedHistory(b []byte, list []Transition, node string, submitted time.Time) []byte {
+	depth, step, atMs := int32(0), int32(-1), int64(0)
+	for _, tr := range list {
+		at := int64(0)
+		if !submitted.IsZero() && !tr.At.IsZero() {
+			at = tr.At.Sub(submitted).Milliseconds()
+		}
+		span := tr.Until.Sub(tr.At).Milliseconds()
+		head := uint64(tr.State) & 7
+		if tr.RollingBack {
+			head |= 1 << 3
+		}
+		var code uint64
+		switch tr.Depth - depth {
+		case 0:
+		case 1:
+			code = 1
+		case -1:
+			code = 2
+		default:
+			code = 3
+		}
+		head |= code << 4
+		var more uint64
+		if tr.Node != node {
+			more |= 1
+		}
+		if tr.Step != step {
+			more |= 2
+		}
+		if span != 0 {
+			more |= 4
+		}
+		if tr.Writes > 1 || tr.Attempt != 0 {
+			more |= 8
+		}
+		if more != 0 || code == 3 {
+			head |= 1 << 6
+		}
+		b = protowire.AppendVarint(b, head)
+		b = protowire.AppendVarint(b, protowire.EncodeZigZag(at-atMs))
+		if head&(1<<6) != 0 {
+			b = protowire.AppendVarint(b, more)
+		}
+		if code == 3 {
+			b = protowire.AppendVarint(b, protowire.EncodeZigZag(int64(tr.Depth-depth)))
+		}
+		if more&1 != 0 {
+			b = protowire.AppendString(b, tr.Node)
+		}
+		if more&2 != 0 {
+			b = protowire.AppendVarint(b, protowire.EncodeZigZag(int64(tr.Step-step)))
+		}
+		if more&4 != 0 {
+			b = protowire.AppendVarint(b, protowire.EncodeZigZag(span))
+		}
+		if more&8 != 0 {
+			b = protowire.AppendVarint(b, uint64(max(tr.Writes, 1)-1))
+			b = protowire.AppendVarint(b, protowire.EncodeZigZag(int64(tr.Attempt)))
+		}
+		depth, step, atMs, node = tr.Depth, tr.Step, at, tr.Node
+	}
+	return b
+}
+
+// unpackHistory decodes appendPackedHistory's encoding.
+func unpackHistory(b []byte, node string, submitted time.Time) ([]Transition, error) {
+	var list []Transition
+	depth, step, atMs := int32(0), int32(-1), int64(0)
+	var err error
+	varint := func(what string) uint64 {
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			if err == nil {
+				err = fmt.Errorf("%w: packed history: bad %s", ErrCorrupt, what)
+			}
+			b = nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	for len(b) > 0 && err == nil {
+		head := varint("head")
+		atMs += protowire.DecodeZigZag(varint("time"))
+		tr := Transition{State: State(head & 7), RollingBack: head&(1<<3) != 0, Writes: 1}
+		var more uint64
+		if head&(1<<6) != 0 {
+			more = varint("flags")
+		}
+		switch (head >> 4) & 3 {
+		case 1:
+			depth++
+		case 2:
+			depth--
+		case 3:
+			depth += int32(protowire.DecodeZigZag(varint("depth")))
+		}
+		if more&1 != 0 {
+			s, n := protowire.ConsumeString(b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: packed history: bad node", ErrCorrupt)
+			}
+			node, b = s, b[n:]
+		}
+		if more&2 != 0 {
+			step += int32(protowire.DecodeZigZag(varint("step")))
+		}
+		var span int64
+		if more&4 != 0 {
+			span = protowire.DecodeZigZag(varint("span"))
+		}
+		if more&8 != 0 {
+			tr.Writes = uint32(varint("writes")) + 1
+			tr.Attempt = int32(protowire.DecodeZigZag(varint("attempt")))
+		}
+		tr.Depth, tr.Node, tr.Step = depth, node, step
+		if !submitted.IsZero() {
+			tr.At = submitted.Add(time.Duration(atMs) * time.Millisecond)
+			tr.Until = tr.At.Add(time.Duration(span) * time.Millisecond)
+		}
+		list = append(list, tr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}

@@ -3,6 +3,7 @@ package procedure
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -50,7 +51,8 @@ func ErrorCode(err error) string {
 
 // DecodeInfo decodes a persisted procedure (store.Proc.Data) into its Info
 // without an executor or a registry: what a standby serves stale reads from.
-// Children is empty (records name their parent, not their children; see
+// Children is empty but for a finished root, whose record lists the
+// children it had (a live record names its parent, not its children; see
 // StoredInfos).
 func DecodeInfo(data []byte) (Info, error) {
 	var r record
@@ -65,7 +67,7 @@ func DecodeInfo(data []byte) (Info, error) {
 		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
 		Paused: r.paused, AbortRequested: r.abort, Bypassed: r.bypass, Locked: r.locked,
 		StackDepth: len(r.stack), Runs: r.runs, History: r.history, RollingBack: r.rollingBack,
-		Data: r.data,
+		Data: r.data, Children: r.children,
 	}, nil
 }
 
@@ -90,7 +92,9 @@ func StoredInfos(procs func(fn func(store.Proc) error) error) ([]Info, error) {
 		at[info.ID] = i
 	}
 	for _, info := range out {
-		if i, ok := at[info.ParentID]; ok && info.ParentID != 0 {
+		// A finished root's record lists its children already (those of a
+		// crash before their delete are still stored too).
+		if i, ok := at[info.ParentID]; ok && info.ParentID != 0 && !slices.Contains(out[i].Children, info.ID) {
 			out[i].Children = append(out[i].Children, info.ID)
 		}
 	}
@@ -149,7 +153,7 @@ type Summary struct {
 // DecodeSummary reads a persisted procedure's Summary.
 func DecodeSummary(data []byte) (Summary, error) {
 	var s Summary
-	var submitted, updated, waitUntil int64
+	var submitted, updated, waitUntil, finished, acked int64
 	b := data
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -179,6 +183,10 @@ func DecodeSummary(data []byte) (Summary, error) {
 				updated = protowire.DecodeZigZag(v)
 			case fWaitUntil:
 				waitUntil = protowire.DecodeZigZag(v)
+			case fFinishedAt:
+				finished = protowire.DecodeZigZag(v)
+			case fAckedAt:
+				acked = protowire.DecodeZigZag(v)
 			case fPaused:
 				s.Paused = v != 0
 			}
@@ -204,6 +212,9 @@ func DecodeSummary(data []byte) (Summary, error) {
 	}
 	if s.ID == 0 {
 		return Summary{}, fmt.Errorf("%w: record without id", ErrCorrupt)
+	}
+	if updated == 0 && finished != 0 {
+		updated = max(finished, acked) // left out of a finished root's record (record.marshal)
 	}
 	s.Submitted, s.Updated, s.WaitUntil = fromUnixNano(submitted), fromUnixNano(updated), fromUnixNano(waitUntil)
 	return s, nil

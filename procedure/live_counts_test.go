@@ -27,6 +27,9 @@ func (x *Executor) walkCountsLocked() liveCounts {
 	for _, e := range x.procs {
 		c.count(e, 1)
 	}
+	for _, f := range x.finished.rows {
+		addCount(c.byState, typeState{x.fin.types[f.typ], f.state}, 1)
+	}
 	return c
 }
 

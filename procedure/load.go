@@ -103,12 +103,7 @@ func (x *Executor) load() error {
 					finishedChildren = append(finishedChildren, id)
 				}
 			}
-			root.members = map[uint64]*entry{rid: rootEntry}
-			root.done = true
-			root.closeDone()
-			x.holdLocked(rootEntry)
-			x.roots[rid] = root
-			x.indexNonceLocked(rootEntry)
+			x.retireLocked(rootEntry, raws[rid].Data)
 			continue
 		}
 		x.rebuildStack(root)
@@ -243,7 +238,11 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		return nil, fmt.Errorf("%w: state %d", ErrCorrupt, r.state)
 	}
 	p := ti.factory()
-	if err := unmarshalState(p, max(r.typeVersion, 1), r.data); err != nil {
+	if r.finishedRoot() {
+		// Never run or rolled back again, so never decoded: it is retired
+		// at once (finished.go), and its state may have been written
+		// without the type's state (Executor.unserialisable).
+	} else if err := unmarshalState(p, max(r.typeVersion, 1), r.data); err != nil {
 		return nil, fmt.Errorf("%w: decoding %s v%d state: %w", ErrCorrupt, r.typeName, r.typeVersion, err)
 	}
 	sm, isSM := p.(stateMachineProcedure)
@@ -264,6 +263,9 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		abort: r.abort, paused: r.paused, bypass: r.bypass, rollingBack: r.rollingBack, repeats: r.repeats, spins: r.spins,
 		runs: r.runs, history: loadedHistory(r.history, fromUnixNano(r.submitted)),
 		traceCtx: r.trace,
+	}
+	if r.finishedRoot() {
+		return e, nil // nor asked for its locks or queue: it never runs
 	}
 	if err := x.deriveLocked(e); err != nil {
 		return nil, err

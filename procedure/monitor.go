@@ -1,9 +1,5 @@
 package procedure
 
-import (
-	"sort"
-)
-
 // armEvictor schedules the periodic deletion of expired results (HBase's
 // CompletedProcedureCleaner): a finished root is kept ResultTTL after it
 // finished, or AckedResultTTL after its result was acknowledged.
@@ -22,41 +18,42 @@ func (x *Executor) armEvictor() {
 // EvictExpired deletes every finished root whose result has expired and
 // returns how many it deleted. It runs every Config.EvictInterval by itself.
 func (x *Executor) EvictExpired() int {
-	now := x.clock.Now()
+	// No Ack rewrites a record meanwhile: it would write an evicted one
+	// back.
+	x.fin.rewrite.Lock()
+	defer x.fin.rewrite.Unlock()
+	now := x.clock.Now().UnixNano()
 	x.mu.Lock()
 	if x.stopping {
 		x.unlock()
 		return 0
 	}
 	var ids []uint64
-	for id, r := range x.roots {
-		if !r.done {
-			continue
-		}
-		e := r.entry
-		expired := now.Sub(e.finishedAt) >= x.cfg.ResultTTL ||
-			!e.ackedAt.IsZero() && now.Sub(e.ackedAt) >= x.cfg.AckedResultTTL
-		if expired && !e.running {
-			ids = append(ids, id)
+	for _, r := range x.finished.rows {
+		if r.expires <= now {
+			ids = append(ids, r.id)
 		}
 	}
-	x.unlock()
 	if len(ids) == 0 {
+		x.unlock()
 		return 0
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	// Their records name their nonces, and are read before they go.
+	recs := make([][]byte, len(ids))
+	for i, id := range ids {
+		recs[i], _ = x.finishedRecordLocked(id)
+	}
+	x.unlock()
 	if err := x.store.Delete(ids); err != nil {
 		x.setFatal(err)
 		return 0
 	}
 	x.mu.Lock()
-	for _, id := range ids {
-		if e := x.procs[id]; e != nil && e.nonce != "" {
-			delete(x.nonces, nonceKey(e.owner, e.nonce))
-		}
-		x.forgetLocked(id)
-		delete(x.roots, id)
+	for i, id := range ids {
+		x.forgetFinishedLocked(id, recs[i])
 	}
+	x.finished.deleteSorted(ids)
+	x.fin.nonces.merge()
 	x.unlock()
 	x.log.Debug("evicted finished procedures", "count", len(ids))
 	return len(ids)

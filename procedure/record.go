@@ -2,6 +2,7 @@ package procedure
 
 import (
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -54,6 +55,17 @@ type record struct {
 	history                 []Transition
 	historyEnc, historyLast []byte
 	historyRaw              [][]byte
+	// historyPacked is a finished root's history as read, packed (see
+	// appendPackedHistory); decoded once its runs are known.
+	historyPacked []byte
+	// runsRaw holds the runs as read until submitted, the time base of a
+	// finished root's runs, is known.
+	runsRaw []runRaw
+	// children are a finished root's children (their records are deleted
+	// when it finishes), written with its terminal record only; packed as
+	// read until the record's id is known.
+	children       []uint64
+	childrenPacked []byte
 	// trace is the span context of the procedure's first span (see
 	// entry.traceCtx), persisted as a W3C traceparent's fields in binary
 	// (tracectx.AppendBinary); invalid with tracing off.
@@ -103,7 +115,17 @@ const fHistory protowire.Number = 100
 // fields at the same time cannot collide.
 const (
 	fTrace protowire.Number = 110
+	// fHistoryPacked is a finished root's history, packed
+	// (appendPackedHistory) instead of one fHistory field per transition.
+	fHistoryPacked protowire.Number = 111
+	// fChildren lists a finished root's children, packed as id deltas.
+	fChildren protowire.Number = 112
 )
+
+// finishedRoot reports whether r is a finished root's record: the record
+// the store keeps longest (ResultTTL) and the one that is never run again,
+// so it is written compactly (see marshal).
+func (r *record) finishedRoot() bool { return r.parent == 0 && r.state.Terminal() }
 
 func (r *record) marshal() []byte {
 	b := make([]byte, 0, 96+len(r.data)+len(r.result)+len(r.errMsg)+len(r.typeName)+len(r.historyEnc)+len(r.historyLast))
@@ -143,8 +165,17 @@ func (r *record) marshal() []byte {
 	u(fState, uint64(r.state))
 	str(fOwner, []byte(r.owner))
 	str(fNonce, []byte(r.nonce))
+	// A finished root's record is kept for its result, on every master,
+	// for ResultTTL: what it no longer needs in full is left out or
+	// packed. Its last write is its finish (or its Ack), so Updated is
+	// read back from those; its runs' times and its history are kept
+	// relative to its submission (readers before this format see neither
+	// times nor history, and everything else as before).
+	compact := r.finishedRoot()
 	i(fSubmitted, r.submitted)
-	i(fUpdated, r.updated)
+	if d := r.updated - max(r.finishedAt, r.ackedAt); !compact || r.finishedAt == 0 || d < 0 || d >= int64(time.Millisecond) {
+		i(fUpdated, r.updated)
+	}
 	i(fDeadline, r.deadline)
 	i(fWaitUntil, r.waitUntil)
 	ints(fStack, r.stack)
@@ -161,14 +192,45 @@ func (r *record) marshal() []byte {
 	i(fAckedAt, r.ackedAt)
 	i(fFinishedAt, r.finishedAt)
 	flag(fSM, r.sm)
-	flag(fSMStarted, r.smStarted)
-	flag(fSMEOF, r.smEOF)
 	i(fSMNext, int64(r.smNext))
-	ints(fSMHistory, r.smHistory)
-	i(fSpins, int64(r.spins))
-	if r.trace.IsValid() {
+	if !compact {
+		// What only runs or rolls back a state machine: a finished root
+		// does neither again.
+		flag(fSMStarted, r.smStarted)
+		flag(fSMEOF, r.smEOF)
+		ints(fSMHistory, r.smHistory)
+		i(fSpins, int64(r.spins))
+	}
+	// A finished root starts no span again: its trace context, which only
+	// the executor that resumes it needs, is left out.
+	if r.trace.IsValid() && !compact {
 		var tb [tracectx.BinaryLen]byte
 		str(fTrace, tracectx.AppendBinary(tb[:0], r.trace))
+	}
+	if compact {
+		submitted := fromUnixNano(r.submitted)
+		for _, run := range r.runs {
+			b = protowire.AppendTag(b, fRuns, protowire.BytesType)
+			b = protowire.AppendBytes(b, marshalRunRelative(run, submitted))
+		}
+		if len(r.history) > 0 {
+			node := ""
+			if len(r.runs) > 0 {
+				node = r.runs[0].Node
+			}
+			b = protowire.AppendTag(b, fHistoryPacked, protowire.BytesType)
+			b = protowire.AppendBytes(b, appendPackedHistory(nil, r.history, node, submitted))
+		}
+		if len(r.children) > 0 {
+			var packed []byte
+			prev := r.id
+			for _, c := range r.children {
+				packed = protowire.AppendVarint(packed, protowire.EncodeZigZag(int64(c-prev)))
+				prev = c
+			}
+			str(fChildren, packed)
+		}
+		return b
 	}
 	for _, run := range r.runs {
 		b = protowire.AppendTag(b, fRuns, protowire.BytesType)
@@ -177,6 +239,24 @@ func (r *record) marshal() []byte {
 	b = append(b, r.historyEnc...)
 	b = append(b, r.historyLast...)
 	return b
+}
+
+// noteWrite counts one more write of r, by node at now, in its runs and
+// history, as Executor.encodeWith does for a live procedure: for a
+// finished root's record written again (an Ack).
+func (r *record) noteWrite(node string, now time.Time) {
+	r.updated = unixNano(now)
+	r.runs = noteWrite(r.runs, node, now)
+	submitted := fromUnixNano(r.submitted)
+	h := loadedHistory(r.history, submitted)
+	step := int32(-1)
+	if r.sm {
+		step = r.smNext
+	}
+	h.note(Transition{State: r.state, Step: step, Depth: int32(len(r.stack)), Node: node, At: now,
+		Attempt: r.repeats, RollingBack: r.rollingBack}, submitted)
+	r.history = h.list
+	r.historyEnc, r.historyLast = h.encoded()
 }
 
 func (r *record) unmarshal(b []byte) error {
@@ -219,6 +299,34 @@ func (r *record) unmarshal(b []byte) error {
 		return fmt.Errorf("%w: record %d without root", ErrCorrupt, r.id)
 	}
 	submitted := fromUnixNano(r.submitted)
+	for _, raw := range r.runsRaw {
+		r.runs = append(r.runs, raw.resolve(submitted))
+	}
+	r.runsRaw = nil
+	if r.updated == 0 && r.finishedAt != 0 {
+		r.updated = max(r.finishedAt, r.ackedAt) // left out of a finished root's record
+	}
+	if r.historyPacked != nil {
+		node := ""
+		if len(r.runs) > 0 {
+			node = r.runs[0].Node
+		}
+		h, err := unpackHistory(r.historyPacked, node, submitted)
+		if err != nil {
+			return err
+		}
+		r.history, r.historyPacked = h, nil
+	}
+	for prev, v := r.id, r.childrenPacked; len(v) > 0; {
+		d, n := protowire.ConsumeVarint(v)
+		if n < 0 {
+			return fmt.Errorf("%w: children: %v", ErrCorrupt, protowire.ParseError(n))
+		}
+		v = v[n:]
+		prev += uint64(protowire.DecodeZigZag(d))
+		r.children = append(r.children, prev)
+	}
+	r.childrenPacked = nil
 	node := ""
 	for _, raw := range r.historyRaw {
 		tr, err := unmarshalTransition(raw, node, submitted)
@@ -305,9 +413,13 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		if err != nil {
 			return err
 		}
-		r.runs = append(r.runs, run)
+		r.runsRaw = append(r.runsRaw, run)
 	case fHistory:
 		r.historyRaw = append(r.historyRaw, v)
+	case fHistoryPacked:
+		r.historyPacked = v
+	case fChildren:
+		r.childrenPacked = v
 	case fStack, fSMHistory:
 		var out []int32
 		for len(v) > 0 {

@@ -63,6 +63,9 @@ func (r *Registry) Register(name string, version int, factory func() Procedure) 
 	if other, dup := r.byType[t]; dup {
 		return fmt.Errorf("%w: Go type %v already registered as %q", ErrInvalid, t, other.name)
 	}
+	if len(r.byName) >= maxTypes {
+		return fmt.Errorf("%w: type %q: a registry holds at most %d types", ErrInvalid, name, maxTypes)
+	}
 	ti := &typeInfo{name: name, version: version, factory: factory, stepSpan: name + " step", rollbackSpan: name + " rollback"}
 	r.byName[name] = ti
 	r.byType[t] = ti

@@ -217,8 +217,19 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	x.log.Info("rolled back", "root", root.id, "type", e.ti.name, "cause", e.errMsg)
 	x.finishRoot(root, e)
 	x.mu.Lock()
+	// An Ack that came while we held it left the write to us.
+	for e.dirty && root.done && !x.stopping {
+		e.dirty = false
+		x.unlock()
+		x.persist(e)
+		x.mu.Lock()
+	}
 	x.unclaimLocked(e)
 	done := root.done
+	if done {
+		// Its waiters, told next, find what is kept of it.
+		x.retireLocked(e, e.lastRec)
+	}
 	x.unlock()
 	if done {
 		root.closeDone()

@@ -112,8 +112,13 @@ func TestRunsStayBounded(t *testing.T) {
 	}
 	for _, r := range runs {
 		back, err := unmarshalRun(marshalRun(r))
-		if err != nil || back != r {
-			t.Fatalf("run %+v came back as %+v (%v)", r, back, err)
+		if err != nil || back.resolve(time.Unix(0, 0)) != r {
+			t.Fatalf("run %+v came back as %+v (%v)", r, back.run, err)
+		}
+		// A finished root's, relative to its submission.
+		rel, err := unmarshalRun(marshalRunRelative(r, time.Unix(0, 0)))
+		if err != nil || rel.resolve(time.Unix(0, 0)) != r {
+			t.Fatalf("run %+v came back relative as %+v (%v)", r, rel.resolve(time.Unix(0, 0)), err)
 		}
 	}
 }

@@ -198,6 +198,16 @@ func (m *MemStore) Close() error {
 	return nil
 }
 
+var _ Reader = (*MemStore)(nil)
+
+// Proc implements Reader.
+func (m *MemStore) Proc(id uint64) ([]byte, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.procs[id]
+	return b, ok
+}
+
 // Len returns the number of live procedures.
 func (m *MemStore) Len() int {
 	m.mu.Lock()

@@ -86,6 +86,16 @@ type Store interface {
 	Close() error
 }
 
+// Reader is a Store that reads back the image last written for one
+// procedure. The executor keeps little of a finished procedure in memory
+// and reads the rest back from a Reader; with a store that is not one, it
+// keeps each finished procedure's last image itself.
+type Reader interface {
+	// Proc returns the image last written for procedure id, if it is
+	// live. The caller must not modify it.
+	Proc(id uint64) ([]byte, bool)
+}
+
 var (
 	// ErrClosed is returned by writes to a closed store.
 	ErrClosed = errors.New("store: closed")

@@ -1,0 +1,288 @@
+package procedure
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/store"
+)
+
+// noReader hides a store's Reader, as the WAL has none: the executor then
+// keeps each finished root's last record itself.
+type noReader struct{ store.Store }
+
+// A finished root leaves the executor's table for its finishedRoot, and
+// whatever the API says of it is as before: its record has the rest.
+func TestFinishedRootsAreRetired(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func() store.Store
+	}{
+		{"reader", func() store.Store { return store.NewMemStore() }},
+		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.store()
+			mc := clock.NewManual(time.Unix(1e6, 0))
+			h := startExecutor(t, st, newDomain(), func(c *Config) {
+				c.Clock, c.Node, c.EvictInterval = mc, "m1", 24*time.Hour
+			})
+			parent := newSteps("p", 3)
+			parent.SpawnAt, parent.Children, parent.ChildSteps = 1, 2, 1
+			done := h.submit(parent, SubmitOptions{Owner: "alice", Nonce: "n1"})
+			failed := newSM("f", 3)
+			failed.FailAt = 2
+			rolled := h.submit(failed, SubmitOptions{Owner: "bob", Nonce: "n2"})
+			for _, id := range []uint64{done, rolled} {
+				if info := h.wait(id); !info.State.Terminal() {
+					t.Fatalf("%d ended %s", id, info.State)
+				}
+			}
+			live := h.submit(&funcProc{ID: "never"}, SubmitOptions{Owner: "alice"}) // fails at once: "no func"
+			h.wait(live)
+
+			h.x.mu.Lock()
+			for _, id := range []uint64{done, rolled, live} {
+				if h.x.procs[id] != nil || h.x.roots[id] != nil {
+					t.Errorf("finished root %d still has its live entry", id)
+				}
+				if _, ok := h.x.finished.get(id); !ok {
+					t.Errorf("finished root %d not kept", id)
+				}
+			}
+			if len(h.x.nonces) != 0 {
+				t.Errorf("%d live nonce entries left, want their finished roots' hashes only", len(h.x.nonces))
+			}
+			h.x.mu.Unlock()
+
+			info, err := h.x.Get(done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State != Success || info.Owner != "alice" || info.Nonce != "n1" || info.Type != "steps" ||
+				len(info.Children) != 2 || len(info.Runs) != 1 || info.Runs[0].Node != "m1" || info.Finished.IsZero() ||
+				len(info.History) < 4 || info.History[len(info.History)-1].State != Success || info.Data != nil {
+				t.Fatalf("finished root's Info %+v", info)
+			}
+			if info, _ := h.x.Get(rolled); info.State != RolledBack || info.Error == "" || len(info.History) == 0 ||
+				!slices.ContainsFunc(info.History, func(tr Transition) bool { return tr.RollingBack }) {
+				t.Fatalf("rolled back root's Info %+v", info)
+			}
+			if w, err := h.x.Why(done); err != nil || w.Reason != "finished" || w.ID != done {
+				t.Fatalf("Why = %+v, %v", w, err)
+			}
+			for name, err := range map[string]error{
+				"abort":  h.x.Abort(done),
+				"pause":  h.x.Pause(done),
+				"bypass": h.x.Bypass(done, BypassOptions{}),
+			} {
+				if !errors.Is(err, ErrNotAllowed) {
+					t.Errorf("%s of a finished root: %v, want ErrNotAllowed", name, err)
+				}
+			}
+			if err := h.x.Resume(done); err != nil {
+				t.Errorf("resume of a finished root: %v", err)
+			}
+
+			// Lists filter and page them with the live ones, by id.
+			if got := ids(h.x.List(Filter{Owner: "alice"})); !slices.Equal(got, []uint64{done, live}) {
+				t.Errorf("List(owner alice) = %v, want %v", got, []uint64{done, live})
+			}
+			if got := ids(h.x.List(Filter{States: []State{RolledBack}, Type: "sm"})); !slices.Equal(got, []uint64{rolled}) {
+				t.Errorf("List(rolled back sm) = %v, want %v", got, []uint64{rolled})
+			}
+			if got := ids(h.x.List(Filter{RootsOnly: true, AfterID: done, Limit: 1})); !slices.Equal(got, []uint64{rolled}) {
+				t.Errorf("List(after %d, limit 1) = %v, want %v", done, got, []uint64{rolled})
+			}
+			sub := info.Submitted
+			if got := ids(h.x.List(Filter{SubmittedAfter: sub.Add(time.Second)})); len(got) != 0 {
+				t.Errorf("List(submitted later) = %v, want none", got)
+			}
+
+			// Its nonce answers with it, a restart or not.
+			if id, ok := h.x.LookupNonce("alice", "n1"); !ok || id != done {
+				t.Errorf("LookupNonce = %d %v, want %d", id, ok, done)
+			}
+			if id, _ := h.x.Submit(newSteps("again", 1), SubmitOptions{Owner: "alice", Nonce: "n1"}); id != done {
+				t.Errorf("resubmission got %d, want %d", id, done)
+			}
+			if _, ok := h.x.LookupNonce("bob", "n1"); ok {
+				t.Error("a nonce of another owner answered")
+			}
+
+			// An Ack is written into its record, counted as a write.
+			if err := h.x.Ack(done); err != nil {
+				t.Fatal(err)
+			}
+			acked, _ := h.x.Get(done)
+			if acked.Acked.IsZero() || acked.Runs[0].Last != info.Runs[0].Last+1 {
+				t.Fatalf("after Ack: acked %v, runs %+v (before %+v)", acked.Acked, acked.Runs, info.Runs)
+			}
+			if err := h.x.Ack(done); err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := h.x.Get(done); again.Runs[0].Last != acked.Runs[0].Last {
+				t.Error("a second Ack wrote again")
+			}
+			if err := h.x.Ack(live + 100); !errors.Is(err, ErrNotFound) {
+				t.Errorf("ack of an unknown id: %v", err)
+			}
+
+			// A restart keeps them as they were.
+			if err := h.x.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			h2 := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock, c.Node, c.EvictInterval = mc, "m2", 24*time.Hour })
+			back, err := h2.x.Get(done)
+			if err != nil || !reflect.DeepEqual(back, acked) {
+				t.Fatalf("after restart:\n%+v\nwant\n%+v (%v)", back, acked, err)
+			}
+			if id, ok := h2.x.LookupNonce("bob", "n2"); !ok || id != rolled {
+				t.Errorf("after restart: LookupNonce = %d %v, want %d", id, ok, rolled)
+			}
+
+			// Eviction takes them and their nonces: acked first.
+			mc.Advance(6 * time.Minute)
+			if n := h2.x.EvictExpired(); n != 1 {
+				t.Fatalf("evicted %d, want the acked one", n)
+			}
+			if _, err := h2.x.Get(done); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("evicted root: %v", err)
+			}
+			if _, ok := h2.x.LookupNonce("alice", "n1"); ok {
+				t.Error("an evicted root's nonce still answers")
+			}
+			mc.Advance(10 * time.Minute)
+			if n := h2.x.EvictExpired(); n != 2 {
+				t.Fatalf("evicted %d, want the other two", n)
+			}
+			h2.x.mu.Lock()
+			defer h2.x.mu.Unlock()
+			if h2.x.finished.len() != 0 || h2.x.fin.nonces.len() != 0 || len(h2.x.fin.recs) != 0 {
+				t.Errorf("after eviction: %d finished, %d nonces, %d records kept", h2.x.finished.len(), h2.x.fin.nonces.len(), len(h2.x.fin.recs))
+			}
+		})
+	}
+}
+
+func ids(infos []Info) []uint64 {
+	var out []uint64
+	for _, i := range infos {
+		out = append(out, i.ID)
+	}
+	return out
+}
+
+// Nonce keys of one hash are told apart by the records, whether their
+// refs were just added or merged into the sorted index, and an evicted
+// one goes from either.
+func TestFinishedNonceCollision(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	var ids []uint64
+	for _, n := range []string{"a", "b", "c"} {
+		id := h.submit(newSteps(n, 1), SubmitOptions{Nonce: n})
+		h.wait(id)
+		ids = append(ids, id)
+	}
+	find := func(n string) uint64 {
+		h.x.mu.Lock()
+		defer h.x.mu.Unlock()
+		id, _ := h.x.finishedByNonceLocked(nonceKey("", n))
+		return id
+	}
+	check := func(when string) {
+		t.Helper()
+		for i, n := range []string{"a", "b", "c"} {
+			if got := find(n); got != ids[i] {
+				t.Errorf("%s: nonce %s finds %d, want %d", when, n, got, ids[i])
+			}
+		}
+	}
+	// As if all three keys had a's hash, one ref of them under b's too.
+	h.x.mu.Lock()
+	ha, hb := h.x.fin.nonceHash(nonceKey("", "a")), h.x.fin.nonceHash(nonceKey("", "b"))
+	h.x.fin.nonces.add(ha, ids[1])
+	h.x.fin.nonces.add(ha, ids[2])
+	h.x.fin.nonces.add(hb, ids[2])
+	h.x.mu.Unlock()
+	check("added")
+	h.x.mu.Lock()
+	h.x.fin.nonces.merge()
+	h.x.mu.Unlock()
+	check("merged")
+	h.x.mu.Lock()
+	h.x.fin.nonces.remove(ha, ids[0])
+	h.x.fin.nonces.add(ha, 999) // no such root: its record is not found
+	h.x.mu.Unlock()
+	if got := find("a"); got != 0 {
+		t.Errorf("a removed: finds %d", got)
+	}
+	h.x.mu.Lock()
+	h.x.fin.nonces.merge()
+	n := h.x.fin.nonces.len()
+	h.x.mu.Unlock()
+	if got := find("b"); got != ids[1] || n != 6 {
+		t.Errorf("after a second merge: b finds %d, %d refs; want %d and 6", got, n, ids[1])
+	}
+}
+
+// A finished root's compact record reads back as it was written, and the
+// record an older binary wrote for one still reads.
+func TestFinishedRecordFormats(t *testing.T) {
+	sub := time.Unix(1e9, 0)
+	at := func(ms int) time.Time { return sub.Add(time.Duration(ms) * time.Millisecond) }
+	hist := []Transition{
+		{State: Runnable, Step: 0, Node: "m1", At: at(0), Until: at(0), Writes: 1},
+		{State: Runnable, Step: 1, Depth: 1, Node: "m1", At: at(5), Until: at(9), Writes: 3, Attempt: 2},
+		{State: Waiting, Step: 2, Depth: 2, Node: "m2", At: at(70000), Until: at(70000), Writes: 1},
+		{State: Failed, Step: 2, Depth: 3, Node: "m2", At: at(70010), Until: at(70010), Writes: 1},
+		{State: Runnable, Step: 1, Depth: 1, Node: "m2", At: at(70020), Until: at(70030), Writes: 2, RollingBack: true},
+		{State: RolledBack, Step: 1, Depth: 0, Node: "m2", At: at(70040), Until: at(70040), Writes: 1, RollingBack: true},
+	}
+	runs := []Run{{Node: "m1", First: 1, Last: 4, At: at(0), Until: at(9)}, {Node: "m2", First: 5, Last: 9, At: at(70000), Until: at(70040)}}
+	r := record{id: 300, root: 300, typeName: "sm", typeVersion: 2, state: RolledBack, owner: "o", nonce: "n",
+		submitted: sub.UnixNano(), updated: at(70040).UnixNano() + 500, finishedAt: at(70040).UnixNano(),
+		errMsg: "boom", result: []byte("r"), data: []byte(`{}`), sm: true, smNext: 1,
+		runs: runs, history: hist, children: []uint64{301, 305, 302}}
+	var back record
+	if err := back.unmarshal(r.marshal()); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.history, hist) || !reflect.DeepEqual(back.runs, runs) ||
+		!slices.Equal(back.children, r.children) || back.updated != r.finishedAt || back.finishedAt != r.finishedAt {
+		t.Fatalf("read back:\nhistory %+v\nruns %+v\nchildren %v updated %d\nwant\n%+v\n%+v\n%v %d",
+			back.history, back.runs, back.children, back.updated, hist, runs, r.children, r.finishedAt)
+	}
+	// An Updated well after the finish is kept as such.
+	r.updated = at(80000).UnixNano()
+	if err := back.unmarshal(r.marshal()); err != nil || back.updated != r.updated {
+		t.Fatalf("updated %d, want %d (%v)", back.updated, r.updated, err)
+	}
+
+	// Before this format: absolute times, one fHistory field per
+	// transition, Updated always written (as a live record still is).
+	old := r
+	old.state = Runnable
+	h := loadedHistory(hist, sub)
+	old.historyEnc, old.historyLast = h.encoded()
+	b := old.marshal()
+	b = protowire.AppendTag(b, fState, protowire.VarintType) // the last value of a field wins
+	b = protowire.AppendVarint(b, uint64(RolledBack))
+	if err := back.unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if back.state != RolledBack || !reflect.DeepEqual(back.history, hist) || !reflect.DeepEqual(back.runs, runs) ||
+		back.updated != r.updated || len(back.children) != 0 {
+		t.Fatalf("old format read back: %+v", back)
+	}
+	// And the compact one is smaller.
+	if n, o := len(r.marshal()), len(b); n >= o {
+		t.Errorf("compact record %d bytes, older one %d", n, o)
+	}
+}

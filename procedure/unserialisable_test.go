@@ -1,0 +1,122 @@
+package procedure
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// poisonProc runs Steps steps through the domain (undone by Rollback); its
+// state cannot be serialised once PoisonAt steps have run, for good when
+// Sticky, else only until a rollback takes it below PoisonAt again.
+type poisonProc struct {
+	Base
+	Steps, PoisonAt, Next int
+	Sticky, Poisoned      bool
+}
+
+func (p *poisonProc) Execute(ctx *Context) (Step, error) {
+	ctx.Env.(*domain).do(stepKey(p.Next))
+	p.Next++
+	if p.Next >= p.PoisonAt {
+		p.Poisoned = true
+	}
+	if p.Next >= p.Steps {
+		return Done(), nil
+	}
+	return More(), nil
+}
+
+func (p *poisonProc) Rollback(ctx *Context) error {
+	p.Next--
+	ctx.Env.(*domain).undo(stepKey(p.Next))
+	if !p.Sticky && p.Next < p.PoisonAt {
+		p.Poisoned = false
+	}
+	return nil
+}
+
+func stepKey(n int) string { return "p/" + string(rune('0'+n)) }
+
+func (p *poisonProc) MarshalState() ([]byte, error) {
+	if p.Poisoned {
+		return nil, errors.New("poisoned")
+	}
+	type plain poisonProc
+	return json.Marshal((*plain)(p))
+}
+
+func (p *poisonProc) UnmarshalState(_ int, data []byte) error {
+	type plain poisonProc
+	if len(data) == 0 {
+		return nil
+	}
+	return json.Unmarshal(data, (*plain)(p))
+}
+
+func startPoison(t *testing.T, st store.Store, d *domain) *harness {
+	t.Helper()
+	h := startExecutor(t, st, d, func(c *Config) {
+		c.Workers = 1
+		c.Registry.MustRegister("poison", 1, func() Procedure { return &poisonProc{} })
+	})
+	return h
+}
+
+// A root whose last write (its SUCCESS) cannot be serialised has run every
+// step successfully: it ends SUCCESS, written without its state. It used to
+// end FAILED, with nothing rolled back and nothing left to roll it back.
+func TestUnserialisableFinalStateStillSucceeds(t *testing.T) {
+	st, d := store.NewMemStore(), newDomain()
+	h := startPoison(t, st, d)
+	id := h.submit(&poisonProc{Steps: 3, PoisonAt: 3}, SubmitOptions{})
+	info := h.wait(id)
+	if info.State != Success || info.Error != "" {
+		t.Fatalf("state %s error %q, want SUCCESS without an error", info.State, info.Error)
+	}
+	if got := d.effectsUnder("p/"); len(got) != 3 {
+		t.Fatalf("effects %v, want the 3 steps kept", got)
+	}
+	var stored Info
+	if _, err := st.Load(func(p store.Proc) error {
+		var err error
+		if p.ID == id {
+			stored, err = DecodeInfo(p.Data)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stored.State != Success || len(stored.Data) != 0 {
+		t.Fatalf("stored %s with %d bytes of state, want SUCCESS without state", stored.State, len(stored.Data))
+	}
+	// A restart loads it as the finished procedure it is.
+	h2 := startPoison(t, st, newDomain())
+	if got, err := h2.x.Get(id); err != nil || got.State != Success {
+		t.Fatalf("after restart: %v %v, want SUCCESS", got.State, err)
+	}
+}
+
+// A step whose outcome cannot be serialised fails its root, which rolls
+// back every step it ran and ends ROLLEDBACK, even when its state still
+// cannot be serialised at the end of the rollback.
+func TestUnserialisableStepRollsBack(t *testing.T) {
+	for _, sticky := range []bool{false, true} {
+		d := newDomain()
+		h := startPoison(t, store.NewMemStore(), d)
+		id := h.submit(&poisonProc{Steps: 4, PoisonAt: 2, Sticky: sticky}, SubmitOptions{})
+		info := h.wait(id)
+		if info.State != RolledBack {
+			t.Fatalf("sticky=%v: state %s (error %q), want ROLLEDBACK", sticky, info.State, info.Error)
+		}
+		if got := d.effectsUnder("p/"); len(got) != 0 {
+			t.Fatalf("sticky=%v: effects %v left, want every step undone", sticky, got)
+		}
+		if want := []string{"p/1", "p/0"}; !slices.Equal(d.order("undo", "p/"), want) {
+			t.Fatalf("sticky=%v: undone %v, want %v", sticky, d.order("undo", "p/"), want)
+		}
+	}
+}
