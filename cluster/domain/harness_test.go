@@ -67,6 +67,8 @@ type harnessOpts struct {
 	failRate  float64
 	// domain adjusts each master's domain configuration.
 	domain func(*domain.Config)
+	// node adjusts each master's node configuration.
+	node func(*cluster.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
 }
@@ -83,6 +85,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	if o.domain != nil {
 		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
+	}
+	if o.node != nil {
+		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
 	}
 	c := clustertest.New(t, cfg)
 	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}
