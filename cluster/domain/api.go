@@ -94,7 +94,7 @@ func regionInfo(name string, rg Region) catalog.Region {
 func (d *Domain) tableInfo(r reader, full string, t Table) (catalog.Table, error) {
 	ns, name := SplitTableName(full)
 	out := catalog.Table{Namespace: ns, Name: name, State: t.State}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(full) {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return catalog.Table{}, err

@@ -29,9 +29,11 @@
 // The domain lives in the FSM's key/value state (raftfsm), as JSON:
 //
 //	ns/<name>               {"name"}                    (default is implicit)
-//	table/<ns>:<name>       {"state", "regions", "proc_id"}
+//	table/<ns>:<name>       {"state", "region_count", "proc_id"}
 //	                        state CREATING, ENABLED, DISABLING, DISABLED,
-//	                        ENABLING, DELETING; proc_id: the creating procedure
+//	                        ENABLING, DELETING; proc_id: the creating procedure,
+//	                        whose id names the regions (older records list
+//	                        the names instead, as "regions")
 //	region/<region>         {"table", "state", "server", "start_code", "proc_id"}
 //	                        state OFFLINE, OPENING, OPEN, CLOSING, CLOSED,
 //	                        FAILED_OPEN; proc_id: the procedure moving it

@@ -263,13 +263,14 @@ func (h *harness) tableOpenProblems(full string, want int) ([]string, map[string
 	if t.State != domain.TableEnabled {
 		bad("table %s is %s, want ENABLED", full, t.State)
 	}
-	if len(t.Regions) != want {
-		bad("table %s has %d regions, want %d", full, len(t.Regions), want)
+	names := domain.TableRegionNames(t, full)
+	if len(names) != want {
+		bad("table %s has %d regions, want %d", full, len(names), want)
 	}
 	hosted := h.hostedQuiet()
 	live := h.liveRS()
 	counts := map[string]int{}
-	for _, rn := range t.Regions {
+	for _, rn := range names {
 		rg, ok, err := domain.GetRegion(r, rn)
 		if err != nil || !ok {
 			bad("region %s: found=%v err=%v", rn, ok, err)

@@ -71,12 +71,44 @@ type Namespace struct {
 }
 
 // Table is the value at table/<ns>:<name>.
+//
+// Its regions are named by the creating procedure and their index
+// (RegionName(full, i, ProcID), i < RegionCount), so the record stays a
+// few bytes whatever the table's size: every change of the table's state
+// rewrites it, and a list of a million names would be written again
+// each time.
 type Table struct {
-	State   string   `json:"state"`
-	Regions []string `json:"regions"`
+	State string `json:"state"`
+	// RegionCount is the number of regions.
+	RegionCount int `json:"region_count,omitempty"`
+	// Regions is the list of region names of records written before
+	// RegionCount (read, and kept when such a record is rewritten; never
+	// written for a new table). Read the names with regionNames.
+	Regions []string `json:"regions,omitempty"`
 	// ProcID is the procedure that created the table: a rollback of that
-	// create deletes the layout only if it is its own.
+	// create deletes the layout only if it is its own, and it names the
+	// regions.
 	ProcID uint64 `json:"proc_id,omitempty"`
+}
+
+// regionNames lists the regions of table full, in index order.
+func (t Table) regionNames(full string) []string {
+	if len(t.Regions) > 0 {
+		return t.Regions
+	}
+	out := make([]string, t.RegionCount)
+	for i := range out {
+		out[i] = RegionName(full, i, t.ProcID)
+	}
+	return out
+}
+
+// regionTotal is the number of regions of the table.
+func (t Table) regionTotal() int {
+	if len(t.Regions) > 0 {
+		return len(t.Regions)
+	}
+	return t.RegionCount
 }
 
 // Region is the value at region/<name>.

@@ -126,8 +126,11 @@ const (
 type CreateTable struct {
 	procedure.StateMachine
 	tableProc
-	Regions     int      `json:"regions"`
-	RegionNames []string `json:"region_names,omitempty"`
+	Regions int `json:"regions"`
+	// Region names are not kept here (records of an older version carry
+	// them as region_names, ignored): they are RegionName(table, i, id),
+	// and a list of them would make every write of this procedure's state
+	// as long as the table.
 }
 
 // NewCreateTable validates the arguments and returns the procedure.
@@ -177,20 +180,20 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := failPoint(d, "create.layout"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		p.RegionNames = make([]string, p.Regions)
-		for i := range p.RegionNames {
-			p.RegionNames[i] = RegionName(full, i, ctx.ID())
-			if err := ctx.Put(RegionKey(p.RegionNames[i]), mustJSON(Region{Table: full, State: RegionOffline})); err != nil {
+		t := Table{State: TableCreating, RegionCount: p.Regions, ProcID: ctx.ID()}
+		for _, rn := range t.regionNames(full) {
+			if err := putRegion(ctx, rn, Region{Table: full, State: RegionOffline}); err != nil {
 				return procedure.NoMoreState, err
 			}
 		}
-		if err := ctx.Put(TableKey(full), mustJSON(Table{State: TableCreating, Regions: p.RegionNames, ProcID: ctx.ID()})); err != nil {
+		if err := ctx.Put(TableKey(full), mustJSON(t)); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(ctAssignRegions)
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
-		for _, rn := range p.RegionNames {
+		for i := range p.Regions {
+			rn := RegionName(full, i, ctx.ID())
 			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
 		}
 		p.SetNextState(ctMarkEnabled)
@@ -202,7 +205,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := markTable(ctx, full, TableEnabled, TableCreating); err != nil {
 			return procedure.NoMoreState, err
 		}
-		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(len(p.RegionNames), "region"))))
+		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(p.Regions, "region"))))
 		return procedure.NoMoreState, nil
 	}
 	return procedure.NoMoreState, fmt.Errorf("master: create table: unknown state %d", state)
@@ -226,7 +229,7 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 	if err != nil || !ok || t.ProcID != ctx.ID() {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(full) {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return err
@@ -335,7 +338,7 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
-		for _, rn := range t.Regions {
+		for _, rn := range t.regionNames(full) {
 			child, err := tt.child(r, tp, rn)
 			if err != nil {
 				return procedure.NoMoreState, err
@@ -369,7 +372,7 @@ func (tt *tableTransition) finish(ctx *procedure.Context, r reader, full string)
 	if err != nil || !ok {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(full) {
 		if err := ctx.Delete(RegionKey(rn)); err != nil {
 			return err
 		}

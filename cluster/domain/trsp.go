@@ -568,7 +568,7 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 	if err != nil || !ok || (t.State != TableCreating && t.State != TableEnabling) {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(table) {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return err
@@ -586,7 +586,7 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 				dispatch.Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: rn, Table: table, Span: tracectx.RefOf(ctx)})
 		}
 	}
-	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", len(t.Regions))
+	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", t.regionTotal())
 	return nil
 }
 
