@@ -37,6 +37,8 @@
 //	region/<region>         {"table", "state", "server", "start_code", "proc_id"}
 //	                        state OFFLINE, OPENING, OPEN, CLOSING, CLOSED,
 //	                        FAILED_OPEN; proc_id: the procedure moving it
+//	                        (stored in binary, see region_codec.go; older
+//	                        records are JSON)
 //	server/<id>             {"address", "start_code", "state"}  state live, expired
 //	lock/<proc id, %020d>   {"kind", "names", "exclusive", "holder", ...}
 //	maintenance             {"on", "since", "by", "reason"}  (absent: off)

@@ -267,9 +267,12 @@ func getTable(r reader, full string) (Table, bool, error) {
 }
 
 func getRegion(r reader, name string) (Region, bool, error) {
-	var rg Region
-	ok, err := getJSON(r, RegionKey(name), &rg)
-	return rg, ok, err
+	b, ok, err := r.get(RegionKey(name))
+	if err != nil || !ok {
+		return Region{}, false, err
+	}
+	rg, err := decodeRegion(name, b)
+	return rg, err == nil, err
 }
 
 func getServer(r reader, id string) (Server, bool, error) {
@@ -290,12 +293,13 @@ func namespaceExists(r reader, ns string) (bool, error) {
 func scanRegions(r reader, fn func(name string, rg Region) bool) error {
 	var derr error
 	err := r.scan(regionPrefix, func(k string, v []byte) bool {
-		var rg Region
-		if err := json.Unmarshal(v, &rg); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+		name := strings.TrimPrefix(k, regionPrefix)
+		rg, err := decodeRegion(name, v)
+		if err != nil {
+			derr = err
 			return false
 		}
-		return fn(strings.TrimPrefix(k, regionPrefix), rg)
+		return fn(name, rg)
 	})
 	if err != nil {
 		return err

@@ -140,7 +140,7 @@ func envOf(ctx *procedure.Context) (*Domain, error) {
 
 // putRegion records the region's state.
 func putRegion(ctx *procedure.Context, name string, rg Region) error {
-	return ctx.Put(RegionKey(name), mustJSON(rg))
+	return ctx.Put(RegionKey(name), encodeRegion(name, rg))
 }
 
 // ExecuteState implements procedure.StateSteps.
