@@ -186,7 +186,8 @@
 //
 // # Procedures and their states
 //
-//	TransitRegionState  PREPARE → [CLOSE_DISPATCH] → [OPEN_PREPARE → OPEN_DISPATCH]
+//	TransitRegionState  PREPARE → [CLOSE_DISPATCH → OPEN_PREPARE] → [OPEN_DISPATCH]
+//	                    (PREPARE does OPEN_PREPARE's work when nothing is to close)
 //	                    kinds assign, unassign, move, reopen; region locks for life;
 //	                    opens retried on other servers (a create's or enable's
 //	                    bounded by Config.MaxOpenAttempts, then it fails)
