@@ -2,6 +2,8 @@ package domain_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +31,7 @@ func BenchmarkAssignRegions(b *testing.B) {
 		h := newHarness(b, harnessOpts{servers: servers,
 			node: func(c *cluster.Config) {
 				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+				c.Workers = benchWorkers(b)
 			},
 			domain: func(c *domain.Config) {
 				// dispatch's defaults (32 ops, 150 ms), not the tests' 10 ms delay.
@@ -60,6 +63,22 @@ func BenchmarkAssignRegions(b *testing.B) {
 		h.close()
 		b.StartTimer()
 	}
+}
+
+// benchWorkers is the executor's worker pool: BATON_BENCH_WORKERS, or the
+// production default (procedure.Config.Workers), not the tests' 8. Every
+// step waits for its commit on its worker, so the pool bounds the writes
+// one Raft entry can group.
+func benchWorkers(b *testing.B) int {
+	v := os.Getenv("BATON_BENCH_WORKERS")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		b.Fatalf("BATON_BENCH_WORKERS=%q: want a worker count", v)
+	}
+	return n
 }
 
 // cpuTime is the CPU time this process used so far, user and system.

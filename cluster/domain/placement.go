@@ -9,7 +9,7 @@ import (
 // liveTargets lists the servers new regions may go to: live in the
 // replicated state and live (not suspect, not revoked) by their lease.
 func (s *services) liveTargets(r reader) (map[string]Server, error) {
-	servers, err := scanServers(r)
+	servers, err := s.servers.scan(r)
 	if err != nil {
 		return nil, err
 	}

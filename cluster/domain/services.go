@@ -153,6 +153,7 @@ type services struct {
 	disp       *dispatch.Dispatcher
 	leases     *lease.Manager // region servers
 	lockLeases *lockLeases    // external lock holders
+	servers    serverRecords  // decoded server records
 
 	stopCh   chan struct{}
 	stopOnce sync.Once

@@ -11,6 +11,20 @@ import (
 // per region).
 const MaxRegions = 10000
 
+// regionWave bounds the region procedures a table procedure spawns at
+// once: the spawn is one write holding every child's record (a few
+// hundred bytes each), which must stay well inside one Raft entry
+// (raftfsm.DefaultMaxBatchBytes). The next wave is spawned when this one
+// is done.
+const regionWave = 5000
+
+// nextWave is the range [from, to) of the next wave of n regions, of which
+// done were spawned already, and whether it is the last one.
+func nextWave(done, n int) (from, to int, last bool) {
+	to = min(done+regionWave, n)
+	return done, to, to >= n
+}
+
 // tableProc is what the table procedures share: the table's exclusive lock
 // (its namespace shared), held for life, and the table's queue.
 type tableProc struct {
@@ -127,6 +141,9 @@ type CreateTable struct {
 	procedure.StateMachine
 	tableProc
 	Regions int `json:"regions"`
+	// Spawned counts the regions whose procedures ASSIGN_REGIONS spawned,
+	// one wave (regionWave) at a time.
+	Spawned int `json:"spawned,omitempty"`
 	// Region names are not kept here (records of an older version carry
 	// them as region_names, ignored): they are RegionName(table, i, id),
 	// and a list of them would make every write of this procedure's state
@@ -192,11 +209,15 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(ctAssignRegions)
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
-		for i := range p.Regions {
+		from, to, last := nextWave(p.Spawned, p.Regions)
+		for i := from; i < to; i++ {
 			rn := RegionName(full, i, ctx.ID())
 			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
 		}
-		p.SetNextState(ctMarkEnabled)
+		p.Spawned = to
+		if last {
+			p.SetNextState(ctMarkEnabled)
+		}
 		return procedure.HasMoreState, nil
 	case ctMarkEnabled:
 		if err := failPoint(d, "create.enable"); err != nil {
@@ -309,8 +330,9 @@ var (
 		}}
 )
 
-// execute runs state of the machine m of the table tp.
-func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMachine, tp tableProc, state int32) (procedure.Flow, error) {
+// execute runs state of the machine m of the table tp; spawned counts the
+// regions whose children were spawned (one wave at a time).
+func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMachine, tp tableProc, spawned *int, state int32) (procedure.Flow, error) {
 	var d *Domain
 	if tt.failPoint != "" {
 		var err error
@@ -338,17 +360,30 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
-		for _, rn := range t.regionNames(full) {
-			child, err := tt.child(r, tp, rn)
-			if err != nil {
-				return procedure.NoMoreState, err
+		// A wave whose regions need no child (a delete's, all closed)
+		// is passed over in the same step.
+		names := t.regionNames(full)
+		for added := 0; ; {
+			from, to, last := nextWave(*spawned, len(names))
+			for _, rn := range names[from:to] {
+				child, err := tt.child(r, tp, rn)
+				if err != nil {
+					return procedure.NoMoreState, err
+				}
+				if child != nil {
+					ctx.AddChild(child)
+					added++
+				}
 			}
-			if child != nil {
-				ctx.AddChild(child)
+			*spawned = to
+			if last {
+				m.SetNextState(ttFinish)
+				return procedure.HasMoreState, nil
+			}
+			if added > 0 {
+				return procedure.HasMoreState, nil
 			}
 		}
-		m.SetNextState(ttFinish)
-		return procedure.HasMoreState, nil
 	case ttFinish:
 		if tt.failPoint != "" {
 			if err := failPoint(d, tt.failPoint); err != nil {
@@ -401,6 +436,8 @@ func (tt *tableTransition) rollback(ctx *procedure.Context, tp tableProc, state 
 type DeleteTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewDeleteTable validates the arguments and returns the procedure.
@@ -420,7 +457,7 @@ func (p *DeleteTable) IsRollbackSupported(s int32) bool { return s <= ttMark }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *DeleteTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return deleting.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return deleting.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to DISABLED.
@@ -434,6 +471,8 @@ func (p *DeleteTable) RollbackState(ctx *procedure.Context, state int32) error {
 type EnableTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewEnableTable validates the arguments and returns the procedure.
@@ -450,7 +489,7 @@ func (p *EnableTable) InitialState() int32 { return ttPreOperation }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *EnableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return enabling.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return enabling.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to DISABLED (the
@@ -466,6 +505,8 @@ func (p *EnableTable) RollbackState(ctx *procedure.Context, state int32) error {
 type DisableTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewDisableTable validates the arguments and returns the procedure.
@@ -485,7 +526,7 @@ func (p *DisableTable) IsRollbackSupported(s int32) bool { return s <= ttMark }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return disabling.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return disabling.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to ENABLED, if
