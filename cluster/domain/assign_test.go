@@ -117,3 +117,61 @@ func TestAssignSurvivesLeaderCrashAtEachWrite(t *testing.T) {
 		})
 	}
 }
+
+// Table procedures spawn their region children a wave (Config.RegionWave)
+// at a time: never more of them live at once, and every region moves.
+func TestTableProceduresSpawnInWaves(t *testing.T) {
+	const regions, wave = 10, 3
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) { c.RegionWave = wave }})
+	_, x := h.leader()
+	var mu sync.Mutex
+	live := map[uint64]bool{}
+	most := 0
+	x.AddListener(func(info procedure.Info) {
+		if info.Type != domain.TypeTransitRegionState {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if info.State.Terminal() {
+			delete(live, info.ID)
+		} else {
+			live[info.ID] = true
+		}
+		most = max(most, len(live))
+	})
+	check := func(what string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if most == 0 || most > wave {
+			t.Errorf("%s: %d region procedures live at once, want 1..%d", what, most, wave)
+		}
+		most = 0
+	}
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	check("create")
+	h.checkTableOpen("default:t", regions)
+	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 30*time.Second)
+	check("disable")
+	domain.ScanRegions(h.reader(), func(name string, rg domain.Region) bool {
+		if rg.State != domain.RegionClosed {
+			t.Errorf("region %s is %s after the disable", name, rg.State)
+		}
+		return true
+	})
+	enable, err := domain.NewEnableTable("", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mustSucceed(h.submit(enable, ""), 30*time.Second)
+	check("enable")
+	h.checkTableOpen("default:t", regions)
+	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 30*time.Second)
+	del, err := domain.NewDeleteTable("", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.mustSucceed(h.submit(del, ""), 30*time.Second)
+	h.checkTableGone("default:t")
+}

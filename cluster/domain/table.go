@@ -11,17 +11,11 @@ import (
 // per region).
 const MaxRegions = 10000
 
-// regionWave bounds the region procedures a table procedure spawns at
-// once: the spawn is one write holding every child's record (a few
-// hundred bytes each), which must stay well inside one Raft entry
-// (raftfsm.DefaultMaxBatchBytes). The next wave is spawned when this one
-// is done.
-const regionWave = 5000
-
-// nextWave is the range [from, to) of the next wave of n regions, of which
-// done were spawned already, and whether it is the last one.
-func nextWave(done, n int) (from, to int, last bool) {
-	to = min(done+regionWave, n)
+// nextWave is the range [from, to) of the next wave (Config.RegionWave)
+// of n regions, of which done were spawned already, and whether it is the
+// last one.
+func nextWave(d *Domain, done, n int) (from, to int, last bool) {
+	to = min(done+d.cfg.RegionWave, n)
 	return done, to, to >= n
 }
 
@@ -142,7 +136,7 @@ type CreateTable struct {
 	tableProc
 	Regions int `json:"regions"`
 	// Spawned counts the regions whose procedures ASSIGN_REGIONS spawned,
-	// one wave (regionWave) at a time.
+	// one wave (Config.RegionWave) at a time.
 	Spawned int `json:"spawned,omitempty"`
 	// Region names are not kept here (records of an older version carry
 	// them as region_names, ignored): they are RegionName(table, i, id),
@@ -209,7 +203,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(ctAssignRegions)
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
-		from, to, last := nextWave(p.Spawned, p.Regions)
+		from, to, last := nextWave(d, p.Spawned, p.Regions)
 		for i := from; i < to; i++ {
 			rn := RegionName(full, i, ctx.ID())
 			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
@@ -333,12 +327,9 @@ var (
 // execute runs state of the machine m of the table tp; spawned counts the
 // regions whose children were spawned (one wave at a time).
 func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMachine, tp tableProc, spawned *int, state int32) (procedure.Flow, error) {
-	var d *Domain
-	if tt.failPoint != "" {
-		var err error
-		if d, err = envOf(ctx); err != nil {
-			return procedure.NoMoreState, err
-		}
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
 	}
 	r := ctxReader{ctx}
 	full := tp.full()
@@ -364,7 +355,7 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		// is passed over in the same step.
 		names := t.regionNames(full)
 		for added := 0; ; {
-			from, to, last := nextWave(*spawned, len(names))
+			from, to, last := nextWave(d, *spawned, len(names))
 			for _, rn := range names[from:to] {
 				child, err := tt.child(r, tp, rn)
 				if err != nil {
