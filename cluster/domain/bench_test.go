@@ -14,18 +14,21 @@ import (
 	"github.com/baton-dev/baton/dispatch"
 )
 
-// BenchmarkAssignRegions creates tables of 20,000 regions in all over 20
-// region servers on a 3-master in-process cluster (the issue's benchmark,
-// with the dispatcher's default batching), and reports the wall time, the
-// regions opened per second, and the operations each ExecuteBatch call
-// carried, against one call per region.
+// BenchmarkAssignRegions creates tables of 20,000 regions in all
+// (BATON_BENCH_TABLES tables of BATON_BENCH_REGIONS regions, default 2 of
+// 10,000) over 20 region servers on a 3-master in-process cluster (the
+// issue's benchmark, with the dispatcher's default batching), and
+// reports the wall time, the regions opened per second, the process's CPU
+// time and the Raft entries per thousand regions, and the operations
+// each ExecuteBatch call carried, against one call per region.
 //
 // The masters run with raft's and the leases' production timings, not
 // the tests' fast ones: on a loaded 2-core machine the tests' 50 ms
 // election timeout makes leadership flap, and the benchmark would measure
 // elections instead of assignment.
 func BenchmarkAssignRegions(b *testing.B) {
-	const tables, perTable, servers = 2, 10000, 20
+	const servers = 20
+	tables, perTable := benchEnv(b, "BATON_BENCH_TABLES", 2), benchEnv(b, "BATON_BENCH_REGIONS", 10000)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		h := newHarness(b, harnessOpts{servers: servers,
@@ -39,6 +42,8 @@ func BenchmarkAssignRegions(b *testing.B) {
 				c.ServerLease = lease.Config{SoftLimit: 4 * time.Second, HardLimit: 10 * time.Second, MonitorInterval: 100 * time.Millisecond}
 				c.HeartbeatInterval = 500 * time.Millisecond
 			}})
+		lm0, _ := h.leader()
+		index0 := lm0.node.Status().LastIndex
 		b.StartTimer()
 		start, cpu0 := time.Now(), cpuTime()
 		var ids []uint64
@@ -58,6 +63,11 @@ func BenchmarkAssignRegions(b *testing.B) {
 		// thousand regions: on a machine shared with other work the wall
 		// time varies with the neighbours, this much less.
 		b.ReportMetric(cpu.Seconds()*1000/float64(tables*perTable)*1000, "cpu-ms/kregion")
+		// Raft entries per thousand regions: how well the writes of the
+		// regions' procedures were grouped into commits.
+		if lm == lm0 {
+			b.ReportMetric(float64(lm.node.Status().LastIndex-index0)*1000/float64(tables*perTable), "entries/kregion")
+		}
 		b.ReportMetric(float64(st.Ops)/float64(max(st.Batches, 1)), "ops/rpc")
 		b.ReportMetric(float64(tables*perTable)/float64(max(st.Batches, 1)), "regions/rpc")
 		h.close()
@@ -69,14 +79,17 @@ func BenchmarkAssignRegions(b *testing.B) {
 // production default (procedure.Config.Workers), not the tests' 8. Every
 // step waits for its commit on its worker, so the pool bounds the writes
 // one Raft entry can group.
-func benchWorkers(b *testing.B) int {
-	v := os.Getenv("BATON_BENCH_WORKERS")
+func benchWorkers(b *testing.B) int { return benchEnv(b, "BATON_BENCH_WORKERS", 0) }
+
+// benchEnv is the count in environment variable name, def if unset.
+func benchEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
 	if v == "" {
-		return 0
+		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		b.Fatalf("BATON_BENCH_WORKERS=%q: want a worker count", v)
+		b.Fatalf("%s=%q: want a count", name, v)
 	}
 	return n
 }
