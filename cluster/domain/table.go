@@ -8,8 +8,10 @@ import (
 )
 
 // MaxRegions bounds the regions of one table (a create is one procedure
-// per region).
-const MaxRegions = 10000
+// per region, spawned Config.RegionWave at a time; its layout, a record
+// per region, is one write of a few MB at this bound). Keep it equal to
+// client.MaxRegions.
+const MaxRegions = 100000
 
 // nextWave is the range [from, to) of the next wave (Config.RegionWave)
 // of n regions, of which done were spawned already, and whether it is the
