@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -92,12 +93,13 @@ type domainBackend struct {
 
 func (b domainBackend) Domain() Domain { return b.d }
 
-// DomainScan passes the wrapped backend's through, for /debug/domain.
+// DomainScan passes the wrapped backend's through, for /debug/domain,
+// with the values the domain stores in binary (region records) as JSON.
 func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
 	if sc, ok := b.Backend.(interface {
 		DomainScan(string, func(string, []byte) bool)
 	}); ok {
-		sc.DomainScan(prefix, fn)
+		sc.DomainScan(prefix, func(k string, v []byte) bool { return fn(k, domain.ReadableValue(k, v)) })
 	}
 }
 

@@ -21,8 +21,9 @@ const DefaultNamespace = "default"
 
 // MaxRegions is the most regions CreateTable accepts from a caller (the
 // request carries an int32): a table of more regions is almost certainly a
-// typo, and would take one procedure per region to assign.
-const MaxRegions = 10000
+// typo, and would take one procedure per region to assign. The masters
+// refuse more (domain.MaxRegions) as well.
+const MaxRegions = 100000
 
 // Lease states of region servers (Server.LeaseState).
 const (

@@ -335,7 +335,7 @@ func (h *harness) placementProblems() []string {
 			bad("table %s is %s", full, tb.State)
 			continue
 		}
-		for _, rn := range tb.Regions {
+		for _, rn := range domain.TableRegionNames(tb, full) {
 			wanted[rn] = true
 			rg, ok, err := domain.GetRegion(r, rn)
 			switch {

@@ -19,6 +19,7 @@ const (
 	DefaultLockLease       = 30 * time.Second
 	DefaultDispatchTimeout = 10 * time.Second
 	DefaultMaxOpenAttempts = 10
+	DefaultRegionWave      = 5000
 	DefaultApplyTimeout    = 10 * time.Second
 	DefaultFenceMargin     = time.Second
 )
@@ -66,6 +67,13 @@ type Config struct {
 	// region before it fails (and rolls back). Crash recovery, moves and
 	// balancing never give up. Default 10.
 	MaxOpenAttempts int
+	// RegionWave bounds the region procedures a table procedure (create,
+	// enable, disable, delete) spawns at once; the next wave is spawned
+	// when these are done. The spawn is one write holding every child's
+	// record (a few hundred bytes each), which must stay well inside one
+	// Raft entry (raftfsm.DefaultMaxBatchBytes, 4 MiB); smaller waves
+	// wait more often for their slowest region. Default 5,000.
+	RegionWave int
 	// RetryBackoff paces waits with nothing to do. Default
 	// DefaultRetryBackoff.
 	RetryBackoff procedure.Backoff
@@ -115,6 +123,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.HeartbeatInterval, max(c.ServerLease.SoftLimit/3, time.Millisecond))
 	defaults.Set(&c.DispatchTimeout, DefaultDispatchTimeout)
 	defaults.Set(&c.MaxOpenAttempts, DefaultMaxOpenAttempts)
+	defaults.Set(&c.RegionWave, DefaultRegionWave)
 	if c.RetryBackoff.Base == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
 	}

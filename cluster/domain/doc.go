@@ -29,12 +29,16 @@
 // The domain lives in the FSM's key/value state (raftfsm), as JSON:
 //
 //	ns/<name>               {"name"}                    (default is implicit)
-//	table/<ns>:<name>       {"state", "regions", "proc_id"}
+//	table/<ns>:<name>       {"state", "region_count", "proc_id"}
 //	                        state CREATING, ENABLED, DISABLING, DISABLED,
-//	                        ENABLING, DELETING; proc_id: the creating procedure
+//	                        ENABLING, DELETING; proc_id: the creating procedure,
+//	                        whose id names the regions (older records list
+//	                        the names instead, as "regions")
 //	region/<region>         {"table", "state", "server", "start_code", "proc_id"}
 //	                        state OFFLINE, OPENING, OPEN, CLOSING, CLOSED,
 //	                        FAILED_OPEN; proc_id: the procedure moving it
+//	                        (stored in binary, see region_codec.go; older
+//	                        records are JSON)
 //	server/<id>             {"address", "start_code", "state"}  state live, expired
 //	lock/<proc id, %020d>   {"kind", "names", "exclusive", "holder", ...}
 //	maintenance             {"on", "since", "by", "reason"}  (absent: off)
@@ -182,7 +186,8 @@
 //
 // # Procedures and their states
 //
-//	TransitRegionState  PREPARE → [CLOSE_DISPATCH] → [OPEN_PREPARE → OPEN_DISPATCH]
+//	TransitRegionState  PREPARE → [CLOSE_DISPATCH → OPEN_PREPARE] → [OPEN_DISPATCH]
+//	                    (PREPARE does OPEN_PREPARE's work when nothing is to close)
 //	                    kinds assign, unassign, move, reopen; region locks for life;
 //	                    opens retried on other servers (a create's or enable's
 //	                    bounded by Config.MaxOpenAttempts, then it fails)

@@ -35,6 +35,9 @@ var (
 	MustJSON        = mustJSON
 )
 
+// TableRegionNames lists the regions of table full, whose record is t.
+func TableRegionNames(t Table, full string) []string { return t.regionNames(full) }
+
 // ReaderGet is r's raw read of key.
 func ReaderGet(r Reader, key string) ([]byte, bool, error) { return r.get(key) }
 

@@ -49,7 +49,7 @@ const (
 // granting leader verified its leadership with a quorum (see Heartbeat),
 // which no predecessor can do once this leader was elected.
 func (s *services) presenceOf(r reader, ref ServerRef) (Server, presence, time.Duration, error) {
-	srv, ok, err := getServer(r, ref.ID)
+	srv, ok, err := s.servers.get(r, ref.ID)
 	if err != nil {
 		return Server{}, fencing, 0, err
 	}

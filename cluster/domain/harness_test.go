@@ -67,6 +67,8 @@ type harnessOpts struct {
 	failRate  float64
 	// domain adjusts each master's domain configuration.
 	domain func(*domain.Config)
+	// node adjusts each master's node configuration.
+	node func(*cluster.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
 }
@@ -83,6 +85,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	if o.domain != nil {
 		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
+	}
+	if o.node != nil {
+		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
 	}
 	c := clustertest.New(t, cfg)
 	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}
@@ -258,13 +263,14 @@ func (h *harness) tableOpenProblems(full string, want int) ([]string, map[string
 	if t.State != domain.TableEnabled {
 		bad("table %s is %s, want ENABLED", full, t.State)
 	}
-	if len(t.Regions) != want {
-		bad("table %s has %d regions, want %d", full, len(t.Regions), want)
+	names := domain.TableRegionNames(t, full)
+	if len(names) != want {
+		bad("table %s has %d regions, want %d", full, len(names), want)
 	}
 	hosted := h.hostedQuiet()
 	live := h.liveRS()
 	counts := map[string]int{}
-	for _, rn := range t.Regions {
+	for _, rn := range names {
 		rg, ok, err := domain.GetRegion(r, rn)
 		if err != nil || !ok {
 			bad("region %s: found=%v err=%v", rn, ok, err)

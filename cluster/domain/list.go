@@ -122,9 +122,9 @@ func (d *Domain) ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, err
 				return true
 			}
 		}
-		var rg Region
-		if err := json.Unmarshal(val, &rg); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+		rg, err := decodeRegion(last, val)
+		if err != nil {
+			derr = err
 			return false
 		}
 		out.Regions = append(out.Regions, regionInfo(last, rg))
@@ -145,12 +145,13 @@ func regionCounts(v raftfsm.View, full string, limit int) (catalog.Table, error)
 	var derr error
 	v.ScanFrom(tableRegionPrefix(full), "", func(k string, val []byte) bool {
 		if len(out.Regions) < limit {
-			var rg Region
-			if err := json.Unmarshal(val, &rg); err != nil {
-				derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			name := strings.TrimPrefix(k, regionPrefix)
+			rg, err := decodeRegion(name, val)
+			if err != nil {
+				derr = err
 				return false
 			}
-			out.Regions = append(out.Regions, regionInfo(strings.TrimPrefix(k, regionPrefix), rg))
+			out.Regions = append(out.Regions, regionInfo(name, rg))
 		} else if limit > 0 {
 			out.RegionsTruncated = true
 		}
@@ -383,8 +384,9 @@ type regionPeek struct {
 	StartCode uint64
 }
 
-// peekRegion reads a region record's state, server and start code without
-// decoding it: a filter or a count over a million records pays for the
+// peekRegion reads a region record's state, server and start code. The
+// binary form (region_codec.go) is cheap to decode whole; a JSON record
+// written by an older version is read without decoding it: a filter or a count over a million records pays for the
 // three fields it reads, not for the whole record (a fifth of the time,
 // see BenchmarkPeekRegion). It relies on what a region record is, a flat
 // JSON object of strings and numbers: a key pattern such as "server":"
@@ -392,6 +394,13 @@ type regionPeek struct {
 // record it cannot read plainly (an escape inside a value, a field of
 // another type) is decoded in full.
 func peekRegion(val []byte) (regionPeek, error) {
+	if len(val) > 0 && val[0] != '{' {
+		rg, err := decodeRegionValue("", val)
+		if err != nil {
+			return regionPeek{}, err
+		}
+		return regionPeek{State: rg.State, Server: rg.Server, StartCode: rg.StartCode}, nil
+	}
 	var p regionPeek
 	var ok bool
 	// A record always has its state; an object without one is not a

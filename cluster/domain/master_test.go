@@ -112,7 +112,11 @@ func TestTableLifecycleAndNamespaces(t *testing.T) {
 	if tb.State != domain.TableDisabled {
 		t.Errorf("table is %s after disable", tb.State)
 	}
-	for _, rn := range tb.Regions {
+	names := domain.TableRegionNames(tb, "app:t")
+	if len(names) == 0 {
+		t.Error("the disabled table has no regions")
+	}
+	for _, rn := range names {
 		if rg, _, _ := domain.GetRegion(r, rn); rg.State != domain.RegionClosed || rg.Server != "" {
 			t.Errorf("region %s is %s on %q after disable", rn, rg.State, rg.Server)
 		}

@@ -78,6 +78,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			State string `json:"state"`
 		}
 		_ = r.scan(prefix, func(k string, b []byte) bool {
+			if prefix == regionPrefix {
+				if st := regionStateOf(b); st != "" {
+					into[st]++
+				}
+				return true
+			}
 			v.State = ""
 			if json.Unmarshal(b, &v) == nil && v.State != "" {
 				into[v.State]++

@@ -71,12 +71,44 @@ type Namespace struct {
 }
 
 // Table is the value at table/<ns>:<name>.
+//
+// Its regions are named by the creating procedure and their index
+// (RegionName(full, i, ProcID), i < RegionCount), so the record stays a
+// few bytes whatever the table's size: every change of the table's state
+// rewrites it, and a list of a million names would be written again
+// each time.
 type Table struct {
-	State   string   `json:"state"`
-	Regions []string `json:"regions"`
+	State string `json:"state"`
+	// RegionCount is the number of regions.
+	RegionCount int `json:"region_count,omitempty"`
+	// Regions is the list of region names of records written before
+	// RegionCount (read, and kept when such a record is rewritten; never
+	// written for a new table). Read the names with regionNames.
+	Regions []string `json:"regions,omitempty"`
 	// ProcID is the procedure that created the table: a rollback of that
-	// create deletes the layout only if it is its own.
+	// create deletes the layout only if it is its own, and it names the
+	// regions.
 	ProcID uint64 `json:"proc_id,omitempty"`
+}
+
+// regionNames lists the regions of table full, in index order.
+func (t Table) regionNames(full string) []string {
+	if len(t.Regions) > 0 {
+		return t.Regions
+	}
+	out := make([]string, t.RegionCount)
+	for i := range out {
+		out[i] = RegionName(full, i, t.ProcID)
+	}
+	return out
+}
+
+// regionTotal is the number of regions of the table.
+func (t Table) regionTotal() int {
+	if len(t.Regions) > 0 {
+		return len(t.Regions)
+	}
+	return t.RegionCount
 }
 
 // Region is the value at region/<name>.
@@ -235,9 +267,12 @@ func getTable(r reader, full string) (Table, bool, error) {
 }
 
 func getRegion(r reader, name string) (Region, bool, error) {
-	var rg Region
-	ok, err := getJSON(r, RegionKey(name), &rg)
-	return rg, ok, err
+	b, ok, err := r.get(RegionKey(name))
+	if err != nil || !ok {
+		return Region{}, false, err
+	}
+	rg, err := decodeRegion(name, b)
+	return rg, err == nil, err
 }
 
 func getServer(r reader, id string) (Server, bool, error) {
@@ -258,12 +293,13 @@ func namespaceExists(r reader, ns string) (bool, error) {
 func scanRegions(r reader, fn func(name string, rg Region) bool) error {
 	var derr error
 	err := r.scan(regionPrefix, func(k string, v []byte) bool {
-		var rg Region
-		if err := json.Unmarshal(v, &rg); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+		name := strings.TrimPrefix(k, regionPrefix)
+		rg, err := decodeRegion(name, v)
+		if err != nil {
+			derr = err
 			return false
 		}
-		return fn(strings.TrimPrefix(k, regionPrefix), rg)
+		return fn(name, rg)
 	})
 	if err != nil {
 		return err

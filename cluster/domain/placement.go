@@ -9,7 +9,7 @@ import (
 // liveTargets lists the servers new regions may go to: live in the
 // replicated state and live (not suspect, not revoked) by their lease.
 func (s *services) liveTargets(r reader) (map[string]Server, error) {
-	servers, err := scanServers(r)
+	servers, err := s.servers.scan(r)
 	if err != nil {
 		return nil, err
 	}
@@ -24,8 +24,14 @@ func (s *services) liveTargets(r reader) (map[string]Server, error) {
 
 // loadCacheTTL bounds how stale the region counts used to pick targets
 // may be; picks made meanwhile are counted in, so the many assignments of
-// one create spread evenly without a full scan each.
-const loadCacheTTL = 250 * time.Millisecond
+// one create spread evenly without a full scan each. A scan that takes
+// long (a million regions) is repeated less often: at most every
+// loadScanShare × its duration.
+const (
+	loadCacheTTL    = 250 * time.Millisecond
+	loadScanShare   = 10
+	maxLoadCacheTTL = 10 * time.Second
+)
 
 // pick chooses the live server with the fewest regions among candidates
 // (ties by id), preferring want if it is a candidate, and counts the pick.
@@ -33,28 +39,11 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 	if len(candidates) == 0 {
 		return "", nil
 	}
+	if err := s.refreshLoad(r); err != nil {
+		return "", err
+	}
 	// Picks are serialized, so concurrent assignments (a create's
 	// children run side by side) each see the others' picks.
-	s.pickMu.Lock()
-	defer s.pickMu.Unlock()
-	s.mu.Lock()
-	stale := s.load == nil || s.d.cfg.Clock.Now().Sub(s.loadAt) > loadCacheTTL
-	s.mu.Unlock()
-	if stale {
-		load := map[string]int{}
-		err := scanRegions(r, func(_ string, rg Region) bool {
-			if rg.Server != "" && (rg.State == RegionOpen || rg.State == RegionOpening) {
-				load[rg.Server]++
-			}
-			return true
-		})
-		if err != nil {
-			return "", err
-		}
-		s.mu.Lock()
-		s.load, s.loadAt = load, s.d.cfg.Clock.Now()
-		s.mu.Unlock()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	best := ""
@@ -69,4 +58,37 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 	}
 	s.load[best]++
 	return best, nil
+}
+
+// refreshLoad counts the regions per server again if the counts are
+// stale. One caller scans, outside any lock; the others pick meanwhile
+// from the counts they have (a scan of every region record holds no pick
+// up).
+func (s *services) refreshLoad(r reader) error {
+	clk := s.d.cfg.Clock
+	s.mu.Lock()
+	ttl := min(max(loadCacheTTL, loadScanShare*s.loadScan), maxLoadCacheTTL)
+	if s.load != nil && (s.loadScanning || clk.Now().Sub(s.loadAt) <= ttl) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.loadScanning = true
+	s.mu.Unlock()
+	began := clk.Now()
+	load := map[string]int{}
+	err := scanRegions(r, func(_ string, rg Region) bool {
+		if rg.Server != "" && (rg.State == RegionOpen || rg.State == RegionOpening) {
+			load[rg.Server]++
+		}
+		return true
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loadScanning = false
+	if err != nil {
+		return err
+	}
+	now := clk.Now()
+	s.load, s.loadAt, s.loadScan = load, now, now.Sub(began)
+	return nil
 }

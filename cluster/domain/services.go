@@ -153,6 +153,7 @@ type services struct {
 	disp       *dispatch.Dispatcher
 	leases     *lease.Manager // region servers
 	lockLeases *lockLeases    // external lock holders
+	servers    serverRecords  // decoded server records
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -161,8 +162,6 @@ type services struct {
 	// regMu serializes the read-modify-write of server records
 	// (registrations, expiries).
 	regMu sync.Mutex
-	// pickMu serializes target picks (see pick).
-	pickMu sync.Mutex
 
 	// watchMu guards watchers, woken at their procedure's next persisted
 	// transition (watchProc), by proc id. Apart from mu: the executor's
@@ -184,6 +183,10 @@ type services struct {
 	startSeq uint64
 	load     map[string]int // regions per server, cached for target picks
 	loadAt   time.Time
+	// loadScan is how long the last scan counting load took, and
+	// loadScanning is set while one runs (see refreshLoad).
+	loadScan     time.Duration
+	loadScanning bool
 	// closedTables: rolled-back trees whose table's regions were all sent
 	// a close (closeTableOnce), by root id.
 	closedTables map[uint64]bool

@@ -8,8 +8,18 @@ import (
 )
 
 // MaxRegions bounds the regions of one table (a create is one procedure
-// per region).
-const MaxRegions = 10000
+// per region, spawned Config.RegionWave at a time; its layout, a record
+// per region, is one write of a few MB at this bound). Keep it equal to
+// client.MaxRegions.
+const MaxRegions = 100000
+
+// nextWave is the range [from, to) of the next wave (Config.RegionWave)
+// of n regions, of which done were spawned already, and whether it is the
+// last one.
+func nextWave(d *Domain, done, n int) (from, to int, last bool) {
+	to = min(done+d.cfg.RegionWave, n)
+	return done, to, to >= n
+}
 
 // tableProc is what the table procedures share: the table's exclusive lock
 // (its namespace shared), held for life, and the table's queue.
@@ -126,8 +136,14 @@ const (
 type CreateTable struct {
 	procedure.StateMachine
 	tableProc
-	Regions     int      `json:"regions"`
-	RegionNames []string `json:"region_names,omitempty"`
+	Regions int `json:"regions"`
+	// Spawned counts the regions whose procedures ASSIGN_REGIONS spawned,
+	// one wave (Config.RegionWave) at a time.
+	Spawned int `json:"spawned,omitempty"`
+	// Region names are not kept here (records of an older version carry
+	// them as region_names, ignored): they are RegionName(table, i, id),
+	// and a list of them would make every write of this procedure's state
+	// as long as the table.
 }
 
 // NewCreateTable validates the arguments and returns the procedure.
@@ -177,23 +193,27 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := failPoint(d, "create.layout"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		p.RegionNames = make([]string, p.Regions)
-		for i := range p.RegionNames {
-			p.RegionNames[i] = RegionName(full, i, ctx.ID())
-			if err := ctx.Put(RegionKey(p.RegionNames[i]), mustJSON(Region{Table: full, State: RegionOffline})); err != nil {
+		t := Table{State: TableCreating, RegionCount: p.Regions, ProcID: ctx.ID()}
+		for _, rn := range t.regionNames(full) {
+			if err := putRegion(ctx, rn, Region{Table: full, State: RegionOffline}); err != nil {
 				return procedure.NoMoreState, err
 			}
 		}
-		if err := ctx.Put(TableKey(full), mustJSON(Table{State: TableCreating, Regions: p.RegionNames, ProcID: ctx.ID()})); err != nil {
+		if err := ctx.Put(TableKey(full), mustJSON(t)); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(ctAssignRegions)
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
-		for _, rn := range p.RegionNames {
+		from, to, last := nextWave(d, p.Spawned, p.Regions)
+		for i := from; i < to; i++ {
+			rn := RegionName(full, i, ctx.ID())
 			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
 		}
-		p.SetNextState(ctMarkEnabled)
+		p.Spawned = to
+		if last {
+			p.SetNextState(ctMarkEnabled)
+		}
 		return procedure.HasMoreState, nil
 	case ctMarkEnabled:
 		if err := failPoint(d, "create.enable"); err != nil {
@@ -202,7 +222,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := markTable(ctx, full, TableEnabled, TableCreating); err != nil {
 			return procedure.NoMoreState, err
 		}
-		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(len(p.RegionNames), "region"))))
+		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(p.Regions, "region"))))
 		return procedure.NoMoreState, nil
 	}
 	return procedure.NoMoreState, fmt.Errorf("master: create table: unknown state %d", state)
@@ -226,7 +246,7 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 	if err != nil || !ok || t.ProcID != ctx.ID() {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(full) {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return err
@@ -306,14 +326,12 @@ var (
 		}}
 )
 
-// execute runs state of the machine m of the table tp.
-func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMachine, tp tableProc, state int32) (procedure.Flow, error) {
-	var d *Domain
-	if tt.failPoint != "" {
-		var err error
-		if d, err = envOf(ctx); err != nil {
-			return procedure.NoMoreState, err
-		}
+// execute runs state of the machine m of the table tp; spawned counts the
+// regions whose children were spawned (one wave at a time).
+func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMachine, tp tableProc, spawned *int, state int32) (procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
 	}
 	r := ctxReader{ctx}
 	full := tp.full()
@@ -335,17 +353,30 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
-		for _, rn := range t.Regions {
-			child, err := tt.child(r, tp, rn)
-			if err != nil {
-				return procedure.NoMoreState, err
+		// A wave whose regions need no child (a delete's, all closed)
+		// is passed over in the same step.
+		names := t.regionNames(full)
+		for added := 0; ; {
+			from, to, last := nextWave(d, *spawned, len(names))
+			for _, rn := range names[from:to] {
+				child, err := tt.child(r, tp, rn)
+				if err != nil {
+					return procedure.NoMoreState, err
+				}
+				if child != nil {
+					ctx.AddChild(child)
+					added++
+				}
 			}
-			if child != nil {
-				ctx.AddChild(child)
+			*spawned = to
+			if last {
+				m.SetNextState(ttFinish)
+				return procedure.HasMoreState, nil
+			}
+			if added > 0 {
+				return procedure.HasMoreState, nil
 			}
 		}
-		m.SetNextState(ttFinish)
-		return procedure.HasMoreState, nil
 	case ttFinish:
 		if tt.failPoint != "" {
 			if err := failPoint(d, tt.failPoint); err != nil {
@@ -369,7 +400,7 @@ func (tt *tableTransition) finish(ctx *procedure.Context, r reader, full string)
 	if err != nil || !ok {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(full) {
 		if err := ctx.Delete(RegionKey(rn)); err != nil {
 			return err
 		}
@@ -398,6 +429,8 @@ func (tt *tableTransition) rollback(ctx *procedure.Context, tp tableProc, state 
 type DeleteTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewDeleteTable validates the arguments and returns the procedure.
@@ -417,7 +450,7 @@ func (p *DeleteTable) IsRollbackSupported(s int32) bool { return s <= ttMark }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *DeleteTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return deleting.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return deleting.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to DISABLED.
@@ -431,6 +464,8 @@ func (p *DeleteTable) RollbackState(ctx *procedure.Context, state int32) error {
 type EnableTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewEnableTable validates the arguments and returns the procedure.
@@ -447,7 +482,7 @@ func (p *EnableTable) InitialState() int32 { return ttPreOperation }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *EnableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return enabling.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return enabling.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to DISABLED (the
@@ -463,6 +498,8 @@ func (p *EnableTable) RollbackState(ctx *procedure.Context, state int32) error {
 type DisableTable struct {
 	procedure.StateMachine
 	tableProc
+	// Spawned counts the regions whose children were spawned.
+	Spawned int `json:"spawned,omitempty"`
 }
 
 // NewDisableTable validates the arguments and returns the procedure.
@@ -482,7 +519,7 @@ func (p *DisableTable) IsRollbackSupported(s int32) bool { return s <= ttMark }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return disabling.execute(ctx, &p.StateMachine, p.tableProc, state)
+	return disabling.execute(ctx, &p.StateMachine, p.tableProc, &p.Spawned, state)
 }
 
 // RollbackState implements procedure.StateSteps: back to ENABLED, if

@@ -40,12 +40,18 @@ const (
 // TransitRegionState moves one region through its states (HBase's
 // TransitRegionStateProcedure): assign, unassign, move or reopen.
 //
-//	PREPARE ──(open somewhere live)──────────────────────▶ done
-//	   │ close first: record CLOSING@S                     ▲
-//	   ▼                                                   │ OPEN@S' confirmed
-//	CLOSE_DISPATCH ── close confirmed, or S fenced ─▶ OPEN_PREPARE ─▶ OPEN_DISPATCH
-//	   (re-sent while S lives)    record CLOSED         pick S', record      (retry S'
-//	                                                    OPENING@S'           or another)
+//	PREPARE ──(open somewhere live)──────────────────────────────▶ done
+//	   │  └─ nothing to close: pick S', record OPENING@S' ──┐        ▲
+//	   │ close first: record CLOSING@S                      │        │ OPEN@S' confirmed
+//	   ▼                                                    ▼        │
+//	CLOSE_DISPATCH ── close confirmed ──▶ OPEN_PREPARE ──▶ OPEN_DISPATCH
+//	   (re-sent while S lives)  or S fenced:  pick S', record    (retry: back to
+//	                            record CLOSED OPENING@S'          OPEN_PREPARE)
+//
+// An assignment with nothing to close (a create's, an enable's, a crashed
+// server's regions) does OPEN_PREPARE's work in PREPARE's write, and the
+// final OPEN is recorded in the write that ends the procedure: two commits
+// per region, the child's insert riding in its parent's spawn write.
 //
 // Every remote operation is sent only after the step that records its
 // target (CLOSING@S, OPENING@S') committed, and from a step that a failover
@@ -140,7 +146,7 @@ func envOf(ctx *procedure.Context) (*Domain, error) {
 
 // putRegion records the region's state.
 func putRegion(ctx *procedure.Context, name string, rg Region) error {
-	return ctx.Put(RegionKey(name), mustJSON(rg))
+	return ctx.Put(RegionKey(name), encodeRegion(name, rg))
 }
 
 // ExecuteState implements procedure.StateSteps.
@@ -210,8 +216,12 @@ func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *ser
 		if !curAlive && regionBusy(rg) {
 			p.Source = rg.Server
 		}
-		p.SetNextState(trspOpenPrepare)
-		return procedure.HasMoreState, nil
+		// Nothing to close: pick the target and record OPENING@S' in this
+		// step's own write, one commit fewer per region than running
+		// OPEN_PREPARE as a step of its own (a create's regions all come
+		// this way). If no server can take it, this step runs again, and
+		// reads the region again.
+		return p.openPrepare(ctx, d, svc, r)
 	}
 	done := func(state string) (procedure.Flow, error) {
 		if rg.State != state || rg.ProcID != 0 || (state != RegionOpen && rg.Server != "") {
@@ -568,7 +578,7 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 	if err != nil || !ok || (t.State != TableCreating && t.State != TableEnabling) {
 		return err
 	}
-	for _, rn := range t.Regions {
+	for _, rn := range t.regionNames(table) {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return err
@@ -586,7 +596,7 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 				dispatch.Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: rn, Table: table, Span: tracectx.RefOf(ctx)})
 		}
 	}
-	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", len(t.Regions))
+	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", t.regionTotal())
 	return nil
 }
 
