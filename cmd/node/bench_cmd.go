@@ -586,6 +586,11 @@ func (c *benchCluster) waitCaughtUp(ctx context.Context, m *benchMaster) error {
 // returns the time until every region is open elsewhere, and how many
 // regions it held.
 func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable) (float64, int, error) {
+	// After a failover the new leader shows every server unconfirmed
+	// until it heartbeats.
+	if err := c.waitServers(ctx, len(c.servers)); err != nil {
+		return 0, 0, err
+	}
 	ss, err := c.cl.ListServers(ctx)
 	if err != nil {
 		return 0, 0, err
