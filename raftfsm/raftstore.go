@@ -20,7 +20,7 @@ const (
 	DefaultApplyTimeout   = 10 * time.Second
 	DefaultMaxBatchWrites = 1024
 	DefaultMaxBatchBytes  = 4 << 20
-	DefaultMaxInFlight    = 2
+	DefaultMaxInFlight    = 1
 	DefaultMaxLinger      = 2 * time.Millisecond
 )
 
@@ -40,11 +40,15 @@ type RaftStoreConfig struct {
 	MaxBatchBytes int
 
 	// MaxInFlight is how many entries the committer keeps in Raft at once.
-	// 1 gives the biggest batches (everything arriving while one entry
-	// commits goes into the next); more overlaps the commit of one entry with
-	// the replication of the next, which helps when commits are slow
-	// relative to the arrival rate. raft itself groups concurrent Applies
-	// into one log write. Default 2.
+	// 1 gives the biggest batches: everything arriving while one entry
+	// commits goes into the next. More overlaps the commit of one entry
+	// with the replication of the next, but splits the writers into
+	// cohorts, one per entry in flight, that keep alternating: with 2, an
+	// entry carried about 0.4-0.47 of the procedures in flight
+	// (BenchmarkStepCommit at 16, 64 and 256), with 1 and MaxLinger
+	// 0.65-0.75, at no cost in steps/s on a 3-node loopback cluster with
+	// fsync. raft itself groups concurrent Applies into one log write.
+	// Default 1.
 	MaxInFlight int
 
 	// MaxLinger bounds how long the committer holds a batch open for the
