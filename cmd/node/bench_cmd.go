@@ -114,9 +114,11 @@ type scaleRow struct {
 	// CatchUpFromSnapshot: the wiped master installed the leader's
 	// snapshot (else the leader's log still held everything).
 	CatchUpFromSnapshot *bool `json:"catch_up_from_snapshot,omitempty"`
-	// RaftDBFreeMB is the free space inside the wiped master's raft.db
-	// just before the wipe: pages bolt reuses but never gives back.
-	RaftDBFreeMB *float64 `json:"raft_db_free_mb,omitempty"`
+	// RaftDBStoppedMB is the wiped master's raft.db just before the wipe,
+	// RaftDBFreeMB the part of it no bucket uses: pages bolt reuses but
+	// never gives back.
+	RaftDBStoppedMB *float64 `json:"raft_db_stopped_mb,omitempty"`
+	RaftDBFreeMB    *float64 `json:"raft_db_free_mb,omitempty"`
 
 	Commit []scaleCommit `json:"commit,omitempty"`
 }
@@ -678,8 +680,10 @@ func catchUp(ctx context.Context, c *benchCluster, row *scaleRow) error {
 	if err := f.kill(); err != nil {
 		return err
 	}
-	if free, err := boltFreeMB(filepath.Join(f.dataDir, "raft", "raft.db")); err == nil {
-		row.RaftDBFreeMB = &free
+	db := filepath.Join(f.dataDir, "raft", "raft.db")
+	if free, err := boltFreeMB(db); err == nil {
+		size := dirMB(db)
+		row.RaftDBStoppedMB, row.RaftDBFreeMB = &size, &free
 	}
 	if err := os.RemoveAll(f.dataDir); err != nil {
 		return err
@@ -698,16 +702,32 @@ func catchUp(ctx context.Context, c *benchCluster, row *scaleRow) error {
 }
 
 // boltFreeMB opens a stopped master's raft.db read-only and returns the
-// bytes on its free pages: space freed by log compaction, which bolt
-// reuses for new entries but never returns to the file system.
+// bytes of the file no bucket uses: pages freed by log compaction, which
+// bolt reuses for new entries but never returns to the file system. (The
+// freelist itself is not read: raft-boltdb may not persist it.)
 func boltFreeMB(path string) (float64, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		return 0, err
 	}
 	defer db.Close()
-	st := db.Stats()
-	return float64(st.FreeAlloc) / (1 << 20), nil
+	var used int64
+	err = db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
+			st := b.Stats()
+			pages := st.BranchPageN + st.BranchOverflowN + st.LeafPageN + st.LeafOverflowN
+			used += int64(pages) * int64(db.Info().PageSize)
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(max(fi.Size()-used, 0)) / (1 << 20), nil
 }
 
 // commitSweep runs no-op diagnostic procedures at each concurrency of
@@ -715,49 +735,79 @@ func boltFreeMB(path string) (float64, error) {
 // each write of its Raft log carried (raft's dispatch of new entries: one
 // log store write, one fsync) and the step latency's 99th percentile.
 func commitSweep(ctx context.Context, c *benchCluster) ([]scaleCommit, error) {
+	var out []scaleCommit
+	for _, procs := range benchCommitLevels {
+		r, err := commitLevel(ctx, c, procs, 0)
+		// A level across a leader change counts two masters' metrics (and
+		// an election): run it again, once.
+		if errors.Is(err, errLeaderChanged) {
+			r, err = commitLevel(ctx, c, procs, 1)
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// errLeaderChanged: the leader changed while a sweep level ran.
+var errLeaderChanged = errors.New("the leader changed during the measurement")
+
+// commitLevel runs one level of the group-commit sweep: procs procedures
+// in flight (attempt tells the nonces of a rerun apart).
+func commitLevel(ctx context.Context, c *benchCluster, procs, attempt int) (scaleCommit, error) {
 	const (
 		stepsMetric  = "baton_procedure_step_duration_seconds_count"
 		fsyncsMetric = "baton_raft_leader_dispatch_duration_seconds_count"
 		bucketMetric = "baton_procedure_step_duration_seconds_bucket"
 	)
-	var out []scaleCommit
-	for _, procs := range benchCommitLevels {
-		l, err := c.waitLeader(ctx)
-		if err != nil {
-			return out, err
-		}
-		before, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
-		if err != nil {
-			return out, err
-		}
-		bBefore, err := c.scrapeBuckets(ctx, l, bucketMetric)
-		if err != nil {
-			return out, err
-		}
-		total := max(4*procs, 32)
-		start := time.Now()
-		if err := runSleeps(ctx, c.cl, procs, total, fmt.Sprintf("bench-commit-%d-", procs)); err != nil {
-			return out, err
-		}
-		d := time.Since(start)
-		after, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
-		if err != nil {
-			return out, err
-		}
-		bAfter, err := c.scrapeBuckets(ctx, l, bucketMetric)
-		if err != nil {
-			return out, err
-		}
-		r := scaleCommit{Procedures: procs, Steps: after[stepsMetric] - before[stepsMetric], Fsyncs: after[fsyncsMetric] - before[fsyncsMetric]}
-		if r.Fsyncs > 0 {
-			r.StepsPerFsync = r.Steps / r.Fsyncs
-			r.OfConcurrency = r.StepsPerFsync / float64(procs)
-		}
-		r.StepsPerSec = r.Steps / d.Seconds()
-		r.StepP99Ms = 1000 * bucketQuantile(0.99, bBefore, bAfter)
-		out = append(out, r)
+	var out scaleCommit
+	l, err := c.waitLeader(ctx)
+	if err != nil {
+		return out, err
 	}
-	return out, nil
+	st0, err := c.status(ctx, l)
+	if err != nil {
+		return out, err
+	}
+	before, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
+	if err != nil {
+		return out, err
+	}
+	bBefore, err := c.scrapeBuckets(ctx, l, bucketMetric)
+	if err != nil {
+		return out, err
+	}
+	total := max(8*procs, 64)
+	start := time.Now()
+	if err := runSleeps(ctx, c.cl, procs, total, fmt.Sprintf("bench-commit-%d-%d-", procs, attempt)); err != nil {
+		return out, err
+	}
+	d := time.Since(start)
+	after, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
+	if err != nil {
+		return out, err
+	}
+	bAfter, err := c.scrapeBuckets(ctx, l, bucketMetric)
+	if err != nil {
+		return out, err
+	}
+	st1, err := c.status(ctx, l)
+	if err != nil {
+		return out, err
+	}
+	if st1.Term != st0.Term || st1.LeaderID != l.id {
+		return out, fmt.Errorf("%d in flight: %w (%s term %d, then %s term %d)", procs, errLeaderChanged, l.id, st0.Term, st1.LeaderID, st1.Term)
+	}
+	r := scaleCommit{Procedures: procs, Steps: after[stepsMetric] - before[stepsMetric], Fsyncs: after[fsyncsMetric] - before[fsyncsMetric]}
+	if r.Fsyncs > 0 {
+		r.StepsPerFsync = r.Steps / r.Fsyncs
+		r.OfConcurrency = r.StepsPerFsync / float64(procs)
+	}
+	r.StepsPerSec = r.Steps / d.Seconds()
+	r.StepP99Ms = 1000 * bucketQuantile(0.99, bBefore, bAfter)
+	return r, nil
 }
 
 // runSleeps runs total one-after-another no-op procedures of
@@ -912,12 +962,8 @@ func scaleNotes(rows []scaleRow) []string {
 		if r.RaftDBFreeMB == nil {
 			continue
 		}
-		var db float64
-		for _, m := range r.Masters {
-			db = max(db, m.RaftDBMB)
-		}
-		notes = append(notes, fmt.Sprintf("%d regions: raft.db %.1f MB against %.1f MB of live state (the local WAL's live records); %.1f MB of it free pages: bolt reuses the pages log compaction frees but never shrinks the file",
-			r.Regions, db, r.StateMB, *r.RaftDBFreeMB))
+		notes = append(notes, fmt.Sprintf("%d regions: raft.db %.1f MB (the wiped master's, at the end) against %.1f MB of live state (the leader's local WAL's live records after the open); %.1f MB of it free pages: bolt reuses the pages log compaction frees but never shrinks the file",
+			r.Regions, *r.RaftDBStoppedMB, r.StateMB, *r.RaftDBFreeMB))
 	}
 	return notes
 }
@@ -945,7 +991,7 @@ func printScale(c *cli, doc scaleDoc) {
 		if r.CrashRecoverySeconds != nil {
 			crash += fmt.Sprintf(" (%d regions)", r.CrashedServerRegions)
 		}
-		fmt.Fprintf(w, "%d\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.1f\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(w, "%d\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
 			r.Regions, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
 			secs(r.FailoverSeconds), crash, catch)
 	}
