@@ -90,6 +90,9 @@ type scaleCommit struct {
 	OfConcurrency float64 `json:"of_concurrency"`
 	StepP99Ms     float64 `json:"step_p99_ms"`
 	StepsPerSec   float64 `json:"steps_per_second"`
+	// LeaderChanges counts the runs of this level discarded because the
+	// leader changed during them; the figures are zero if every run was.
+	LeaderChanges int `json:"leader_changes"`
 }
 
 // scaleRow is one region count's results. A phase left out (--skip) has
@@ -737,19 +740,30 @@ func boltFreeMB(path string) (float64, error) {
 func commitSweep(ctx context.Context, c *benchCluster) ([]scaleCommit, error) {
 	var out []scaleCommit
 	for _, procs := range benchCommitLevels {
-		r, err := commitLevel(ctx, c, procs, 0)
 		// A level across a leader change counts two masters' metrics (and
-		// an election): run it again, once.
-		if errors.Is(err, errLeaderChanged) {
-			r, err = commitLevel(ctx, c, procs, 1)
-		}
-		if err != nil {
-			return out, err
+		// an election): it runs again, up to benchCommitAttempts times,
+		// and is reported without figures if the leader never held.
+		var r scaleCommit
+		for attempt := range benchCommitAttempts {
+			var err error
+			r, err = commitLevel(ctx, c, procs, attempt)
+			if errors.Is(err, errLeaderChanged) {
+				r = scaleCommit{Procedures: procs, LeaderChanges: attempt + 1}
+				continue
+			}
+			if err != nil {
+				return out, err
+			}
+			r.LeaderChanges = attempt
+			break
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
+
+// benchCommitAttempts bounds the runs of one sweep level.
+const benchCommitAttempts = 3
 
 // errLeaderChanged: the leader changed while a sweep level ran.
 var errLeaderChanged = errors.New("the leader changed during the measurement")
@@ -1015,7 +1029,15 @@ func printScale(c *cli, doc scaleDoc) {
 		w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "in flight\tsteps\tfsyncs\tsteps/fsync\tof in flight\tp99 step (ms)\tsteps/s\t")
 		for _, cm := range r.Commit {
-			fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.1f\t%.0f\t\n", cm.Procedures, cm.Steps, cm.Fsyncs, cm.StepsPerFsync, cm.OfConcurrency, cm.StepP99Ms, cm.StepsPerSec)
+			if cm.Fsyncs == 0 && cm.LeaderChanges > 0 {
+				fmt.Fprintf(w, "%d\tleader changed during each of %d runs\t\t\t\t\t\t\n", cm.Procedures, cm.LeaderChanges)
+				continue
+			}
+			note := ""
+			if cm.LeaderChanges > 0 {
+				note = fmt.Sprintf(" (%d runs discarded: leader changed)", cm.LeaderChanges)
+			}
+			fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.1f\t%.0f%s\t\n", cm.Procedures, cm.Steps, cm.Fsyncs, cm.StepsPerFsync, cm.OfConcurrency, cm.StepP99Ms, cm.StepsPerSec, note)
 		}
 		w.Flush()
 	}
