@@ -152,6 +152,9 @@ type scaleDoc struct {
 	Rows          []scaleRow    `json:"rows"`
 	Growth        []scaleGrowth `json:"growth"`
 	Notes         []string      `json:"notes"`
+	// Error says why the bench stopped before its last row; the rows
+	// measured until then are still there.
+	Error string `json:"error,omitempty"`
 }
 
 func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
@@ -291,7 +294,7 @@ func (c *cli) benchScale(args []string) int {
 		_ = os.RemoveAll(base)
 	}()
 
-	doc := scaleDoc{RegionServers: o.regionServers, TableRegions: o.tableRegions, Concurrency: o.concurrency, Skipped: []string{}}
+	doc := scaleDoc{RegionServers: o.regionServers, TableRegions: o.tableRegions, Concurrency: o.concurrency, Skipped: []string{}, Rows: []scaleRow{}}
 	for _, p := range benchPhases {
 		if o.skip[p] {
 			doc.Skipped = append(doc.Skipped, p)
@@ -303,19 +306,25 @@ func (c *cli) benchScale(args []string) int {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(c.stderr, "bench: "+format+"\n", args...)
 	}
+	code := exitOK
 	for _, n := range o.regions {
 		row, err := runScaleRow(ctx, bin, filepath.Join(base, fmt.Sprintf("regions-%d", n)), n, o, progress)
 		if err != nil {
-			fmt.Fprintf(c.stderr, "baton bench scale: %d regions: %v\n", n, err)
+			doc.Error = fmt.Sprintf("%d regions: %v", n, err)
+			fmt.Fprintf(c.stderr, "baton bench scale: %s\n", doc.Error)
 			if !keep {
 				fmt.Fprintf(c.stderr, "  (rerun with --keep to keep the processes' logs)\n")
 			}
 			if ctx.Err() != nil {
 				fmt.Fprintf(c.stderr, "  interrupted: every process the bench started is killed\n")
 			}
-			return exitFailed
+			code = exitFailed
+			break
 		}
 		doc.Rows = append(doc.Rows, row)
+	}
+	if code != exitOK && len(doc.Rows) == 0 && !o.json {
+		return code
 	}
 	doc.Growth = scaleGrowthOf(doc.Rows)
 	doc.Notes = scaleNotes(doc.Rows)
@@ -324,7 +333,7 @@ func (c *cli) benchScale(args []string) int {
 	} else {
 		printScale(c, doc)
 	}
-	return exitOK
+	return code
 }
 
 // runScaleRow starts a cluster in dir, opens n regions on it and runs the
