@@ -1044,7 +1044,7 @@ func printScale(c *cli, doc scaleDoc) {
 			}
 			note := ""
 			if cm.LeaderChanges > 0 {
-				note = fmt.Sprintf(" (%d runs discarded: leader changed)", cm.LeaderChanges)
+				note = fmt.Sprintf(" (leader changed: reruns %d)", cm.LeaderChanges)
 			}
 			fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.1f\t%.0f%s\t\n", cm.Procedures, cm.Steps, cm.Fsyncs, cm.StepsPerFsync, cm.OfConcurrency, cm.StepP99Ms, cm.StepsPerSec, note)
 		}
