@@ -63,8 +63,8 @@ bench-failover:
 	BATON_FAILOVER_BENCH=20 $(GO) test -run '^TestFailoverTiming$$' -count=1 -v -timeout 10m ./integration/
 
 # Scale: real 3-master clusters with 10 k and 100 k regions (BENCH_REGIONS
-# for others: at 100 k each master holds 0.3-0.4 GB, so 1000000 wants some
-# 12 GB for the three and an hour or more); the table and the cost growth
+# for others: at 100 k each master holds 0.3-0.4 GB, so 1000000 wants up
+# to 10 GB for the three and an hour or more); the table and the cost growth
 # per 10x of BENCHMARKS.md. BENCH_SCALE_FLAGS adds flags
 # (e.g. --json, --keep, --skip crash).
 BENCH_REGIONS ?= 10000,100000
