@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short test-integration chaos fuzz bench bench-failover demo vet proto clean compose-up compose-down demo-failover demo-local
+.PHONY: all build test test-short test-integration chaos fuzz bench bench-failover bench-scale demo vet proto clean compose-up compose-down demo-failover demo-local
 
 all: vet build test
 
@@ -52,7 +52,7 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkWALLoad -benchtime 1x -timeout 30m ./store/
 	$(GO) test -run '^$$' -bench BenchmarkExecutor -benchtime 5000x ./procedure/
 	$(GO) test -run '^$$' -bench BenchmarkRaftStore -benchtime 2000x ./raftfsm/
-	$(GO) test -run '^$$' -bench BenchmarkStepCommit -benchtime 2000x ./cluster/
+	$(GO) test -run '^$$' -bench BenchmarkStepCommit -benchtime 8000x ./cluster/
 	$(GO) test -run '^$$' -bench BenchmarkReads -benchtime 20000x ./cluster/admin/
 	$(GO) test -run '^$$' -bench BenchmarkListProcedures -benchtime 30x ./cluster/admin/
 	$(GO) test -run '^$$' -bench BenchmarkAssignRegions -benchtime 1x ./cluster/domain/
@@ -61,6 +61,15 @@ bench:
 # Failover timing: SIGKILL the leader of a loaded 3-node cluster 20 times.
 bench-failover:
 	BATON_FAILOVER_BENCH=20 $(GO) test -run '^TestFailoverTiming$$' -count=1 -v -timeout 10m ./integration/
+
+# Scale: real 3-master clusters with 10 k and 100 k regions (BENCH_REGIONS
+# for others: at 100 k each master holds 0.3-0.4 GB, so 1000000 wants up
+# to 10 GB for the three and an hour or more); the table and the cost growth
+# per 10x of BENCHMARKS.md. BENCH_SCALE_FLAGS adds flags
+# (e.g. --json, --keep, --skip crash).
+BENCH_REGIONS ?= 10000,100000
+bench-scale: build
+	bin/baton bench scale --regions $(BENCH_REGIONS) --commit $(BENCH_SCALE_FLAGS)
 
 demo:
 	$(GO) run ./cmd/node demo

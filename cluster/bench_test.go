@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -27,7 +29,8 @@ import (
 
 // BenchmarkStepCommit measures step-commit throughput of the replicated
 // framework on a 3-node loopback cluster against bare hashicorp/raft, at
-// 1, 16 and 64 concurrent procedures (BATON_BENCH_PROCS=a,b,... for others).
+// 1, 16, 64 and 256 concurrent procedures (BATON_BENCH_PROCS=a,b,... for
+// others).
 //
 // framework: on the leader's executor, b.N steps run as 10-step no-op
 // procedures, procs of them in flight at a time; every step is one
@@ -42,6 +45,15 @@ import (
 // goroutines share b.N raft.Apply calls, each of one transition's command
 // (a PROC_BATCH entry carrying one 10-step procedure's image). Reported:
 // applies/s.
+//
+// Group commit near its limit: on the leader, steps/fsync is the steps
+// committed per write of raft's log (each leader dispatch of new entries is
+// one log store transaction, one fsync; counted through raft's own
+// go-metrics key raft.leader.dispatchLog), of-procs is steps/fsync over
+// the procedures in flight (goal ≥ 0.75 up to 64: every log write carries
+// a step of most of them), and p99-step-ms is the 99th percentile of the
+// time from one step of a procedure starting to its next step starting
+// (the step's commit through raft in between).
 //
 // framework/bare is transitions/s over applies/s (goal ≥ 0.8). The two are
 // measured in alternating rounds (up to 4, each a share of b.N), so that
@@ -63,7 +75,8 @@ func BenchmarkStepCommit(b *testing.B) {
 			// Rounds of at least two waves of procedures each.
 			rounds := max(1, min(4, b.N/(2*benchProcSteps*procs)))
 			var fwTime, bareTime time.Duration
-			var steps, writes, entries, applies uint64
+			var steps, writes, entries, applies, fsyncs, steadySteps, steadyFsyncs uint64
+			var lat []time.Duration
 			b.ResetTimer()
 			b.StopTimer()
 			for r := range rounds {
@@ -78,6 +91,10 @@ func BenchmarkStepCommit(b *testing.B) {
 				steps += res.steps
 				writes += res.writes
 				entries += res.entries
+				fsyncs += res.fsyncs
+				steadySteps += res.steadySteps
+				steadyFsyncs += res.steadyFsyncs
+				lat = append(lat, res.latencies...)
 				bareTime += bare.run(b, procs, n, payload)
 				applies += uint64(n)
 			}
@@ -88,17 +105,32 @@ func BenchmarkStepCommit(b *testing.B) {
 			if entries > 0 {
 				b.ReportMetric(float64(writes)/float64(entries), "writes/entry")
 			}
+			switch {
+			case steadyFsyncs > 0:
+				perFsync := float64(steadySteps) / float64(steadyFsyncs)
+				b.ReportMetric(perFsync, "steps/fsync")
+				b.ReportMetric(perFsync/float64(procs), "of-procs")
+			case fsyncs > 0:
+				if b.N > 1 {
+					b.Logf("procs=%d: no steady state (every goroutine needs 2 procedures: -benchtime %dx or more); steps/fsync over the whole run, ramp and tail included", procs, 2*benchProcSteps*procs*rounds)
+				}
+				b.ReportMetric(float64(steps)/float64(fsyncs), "steps/fsync")
+			}
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-step-ms")
+			}
 			b.ReportMetric(bareRate, "applies/s")
 			b.ReportMetric(fwRate/bareRate, "framework/bare")
 		})
 	}
 }
 
-// benchProcCounts is 1, 16, 64, or the comma list in BATON_BENCH_PROCS.
+// benchProcCounts is 1, 16, 64, 256, or the comma list in BATON_BENCH_PROCS.
 func benchProcCounts() []int {
 	s := os.Getenv("BATON_BENCH_PROCS")
 	if s == "" {
-		return []int{1, 16, 64}
+		return []int{1, 16, 64, 256}
 	}
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -113,9 +145,35 @@ func benchProcCounts() []int {
 type benchStepProc struct {
 	procedure.Base
 	Steps, Done int
+
+	// last is when its previous step started; each step records the time
+	// since, into lat (not persisted: the executor keeps the procedure).
+	last time.Time
+	lat  *benchLatencies
+}
+
+// benchLatencies collects step-to-step times.
+type benchLatencies struct {
+	steps atomic.Uint64 // steps started
+	mu    sync.Mutex
+	d     []time.Duration
+}
+
+func (l *benchLatencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
 }
 
 func (p *benchStepProc) Execute(*procedure.Context) (procedure.Step, error) {
+	now := time.Now()
+	if p.lat != nil {
+		p.lat.steps.Add(1)
+		if !p.last.IsZero() {
+			p.lat.add(now.Sub(p.last))
+		}
+	}
+	p.last = now
 	p.Done++
 	if p.Done >= p.Steps {
 		return procedure.Done(), nil
@@ -134,7 +192,7 @@ func benchNodeConfig(b *testing.B, id string, noSync bool) Config {
 	c.RaftAddr = benchFreeAddr(b)
 	c.RaftNoSync = noSync
 	c.WAL = store.WALConfig{NoSync: noSync}
-	c.Workers = 64 // a worker for every procedure at the highest concurrency
+	c.Workers = slices.Max(benchProcCounts()) // a worker for every procedure at the highest concurrency
 	reg := procedure.NewRegistry()
 	reg.MustRegister("bench.steps", 1, func() procedure.Procedure { return &benchStepProc{} })
 	c.Registry = reg
@@ -146,7 +204,8 @@ func benchNodeConfig(b *testing.B, id string, noSync bool) Config {
 // settings can be compared without editing defaults:
 // BATON_BENCH_MAX_APPEND (MaxAppendEntries), BATON_BENCH_BATCH_APPLY=0
 // (BatchApplyCh off), BATON_BENCH_MAX_BATCH (RaftStore MaxBatchWrites),
-// BATON_BENCH_IN_FLIGHT (RaftStore MaxInFlight), BATON_BENCH_WAL_NOSYNC=1
+// BATON_BENCH_IN_FLIGHT (RaftStore MaxInFlight), BATON_BENCH_LINGER
+// (RaftStore MaxLinger, a Go duration; -1ns: none), BATON_BENCH_WAL_NOSYNC=1
 // (the FSM's local WAL without fsync; framework only), BATON_BENCH_TRACING=1
 // (every procedure and step traced, to an exporter that drops the spans:
 // compare steps/s with a run without it).
@@ -170,6 +229,13 @@ func benchTuning(b *testing.B, c *Config) {
 	}
 	c.Store.MaxBatchWrites = atoi("BATON_BENCH_MAX_BATCH")
 	c.Store.MaxInFlight = atoi("BATON_BENCH_IN_FLIGHT")
+	if v := os.Getenv("BATON_BENCH_LINGER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("BATON_BENCH_LINGER=%q: %v", v, err)
+		}
+		c.Store.MaxLinger = d
+	}
 	if os.Getenv("BATON_BENCH_WAL_NOSYNC") != "" {
 		c.WAL.NoSync = true
 	}
@@ -211,6 +277,7 @@ type benchFramework struct {
 
 func newBenchFramework(b *testing.B, noSync bool) *benchFramework {
 	b.Helper()
+	benchInstallDispatchCounter(b)
 	var cfgs []Config
 	for i := range 3 {
 		cfgs = append(cfgs, benchNodeConfig(b, fmt.Sprintf("f%d", i), noSync))
@@ -277,8 +344,50 @@ func (f *benchFramework) transitionPayload(b *testing.B) []byte {
 const benchProcSteps = 10
 
 type benchResult struct {
-	d                      time.Duration
-	steps, writes, entries uint64
+	d                              time.Duration
+	steps, writes, entries, fsyncs uint64
+	latencies                      []time.Duration
+	// Of the steady state only (benchWindow): steps started and log
+	// fsyncs; zero if there was none.
+	steadySteps, steadyFsyncs uint64
+}
+
+// benchDispatches counts raft's leader log writes (raft.leader.dispatchLog
+// samples) in this process: only a leader writes new entries, and only the
+// cluster under measurement has one writing.
+var benchDispatches = &benchDispatchSink{}
+
+var benchSinkOnce sync.Once
+
+// benchInstallDispatchCounter makes benchDispatches go-metrics' global
+// sink, which is where raft reports.
+func benchInstallDispatchCounter(b *testing.B) {
+	benchSinkOnce.Do(func() {
+		conf := gometrics.DefaultConfig("")
+		conf.EnableHostname, conf.EnableRuntimeMetrics, conf.EnableServiceLabel = false, false, false
+		if _, err := gometrics.NewGlobal(conf, benchDispatches); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// benchDispatchSink is a go-metrics sink counting raft.leader.dispatchLog.
+type benchDispatchSink struct{ n atomic.Uint64 }
+
+func (s *benchDispatchSink) sample(key []string) {
+	if len(key) == 3 && key[0] == "raft" && key[1] == "leader" && key[2] == "dispatchLog" {
+		s.n.Add(1)
+	}
+}
+
+func (s *benchDispatchSink) SetGauge([]string, float32)                                 {}
+func (s *benchDispatchSink) SetGaugeWithLabels([]string, float32, []gometrics.Label)    {}
+func (s *benchDispatchSink) EmitKey([]string, float32)                                  {}
+func (s *benchDispatchSink) IncrCounter([]string, float32)                              {}
+func (s *benchDispatchSink) IncrCounterWithLabels([]string, float32, []gometrics.Label) {}
+func (s *benchDispatchSink) AddSample(key []string, _ float32)                          { s.sample(key) }
+func (s *benchDispatchSink) AddSampleWithLabels(key []string, _ float32, _ []gometrics.Label) {
+	s.sample(key)
 }
 
 // run executes at least n steps as 10-step procedures, procs of them in
@@ -292,12 +401,21 @@ func (f *benchFramework) run(b *testing.B, procs, n int) benchResult {
 	total := int64((n + benchProcSteps - 1) / benchProcSteps)
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	lat := &benchLatencies{}
+	// The steady state, where group commit is judged: from every
+	// goroutine having finished its first procedure (all procs in flight,
+	// past the start's ramp) to the first one finding no more work (the
+	// tail, where fewer remain, begins).
+	var warmed atomic.Int64
+	var steady benchWindow
 	st0 := rs.Stats()
+	d0 := benchDispatches.n.Load()
 	start := time.Now()
 	for range procs {
 		wg.Go(func() {
+			first := true
 			for next.Add(1) <= total {
-				id, err := x.Submit(&benchStepProc{Steps: benchProcSteps}, procedure.SubmitOptions{})
+				id, err := x.Submit(&benchStepProc{Steps: benchProcSteps, lat: lat}, procedure.SubmitOptions{})
 				if err != nil {
 					b.Error(err)
 					return
@@ -307,13 +425,59 @@ func (f *benchFramework) run(b *testing.B, procs, n int) benchResult {
 					b.Errorf("procedure %d: %v %v", id, info.State, err)
 					return
 				}
+				if first && warmed.Add(1) == int64(procs) {
+					steady.open(lat.steps.Load(), benchDispatches.n.Load())
+				}
+				first = false
 			}
+			steady.close(lat.steps.Load(), benchDispatches.n.Load())
 		})
 	}
 	wg.Wait()
 	d := time.Since(start)
 	st := rs.Stats()
-	return benchResult{d: d, steps: uint64(total * benchProcSteps), writes: st.Writes - st0.Writes, entries: st.Entries - st0.Entries}
+	lat.mu.Lock()
+	defer lat.mu.Unlock()
+	res := benchResult{d: d, steps: uint64(total * benchProcSteps), writes: st.Writes - st0.Writes, entries: st.Entries - st0.Entries,
+		fsyncs: benchDispatches.n.Load() - d0, latencies: lat.d}
+	res.steadySteps, res.steadyFsyncs = steady.counts()
+	return res
+}
+
+// benchWindow records step and fsync counts at the start and the end of
+// a benchmark's steady state (each end set once).
+type benchWindow struct {
+	mu                  sync.Mutex
+	opened, closed      bool
+	steps0, fsyncs0     uint64
+	stepsEnd, fsyncsEnd uint64
+}
+
+func (w *benchWindow) open(steps, fsyncs uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.opened && !w.closed {
+		w.opened, w.steps0, w.fsyncs0 = true, steps, fsyncs
+	}
+}
+
+func (w *benchWindow) close(steps, fsyncs uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed, w.stepsEnd, w.fsyncsEnd = true, steps, fsyncs
+	}
+}
+
+// counts are the steps and fsyncs of the window, zero if it never opened
+// (fewer procedures than 2 per goroutine: raise -benchtime).
+func (w *benchWindow) counts() (steps, fsyncs uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.opened || !w.closed || w.fsyncsEnd <= w.fsyncs0 {
+		return 0, 0
+	}
+	return w.stepsEnd - w.steps0, w.fsyncsEnd - w.fsyncs0
 }
 
 // benchNopFSM accepts every entry and keeps nothing.

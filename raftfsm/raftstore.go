@@ -20,7 +20,8 @@ const (
 	DefaultApplyTimeout   = 10 * time.Second
 	DefaultMaxBatchWrites = 1024
 	DefaultMaxBatchBytes  = 4 << 20
-	DefaultMaxInFlight    = 2
+	DefaultMaxInFlight    = 1
+	DefaultMaxLinger      = 2 * time.Millisecond
 )
 
 // RaftStoreConfig configures a RaftStore. Zero fields take their defaults.
@@ -39,12 +40,27 @@ type RaftStoreConfig struct {
 	MaxBatchBytes int
 
 	// MaxInFlight is how many entries the committer keeps in Raft at once.
-	// 1 gives the biggest batches (everything arriving while one entry
-	// commits goes into the next); more overlaps the commit of one entry with
-	// the replication of the next, which helps when commits are slow
-	// relative to the arrival rate. raft itself groups concurrent Applies
-	// into one log write. Default 2.
+	// 1 gives the biggest batches: everything arriving while one entry
+	// commits goes into the next. More overlaps the commit of one entry
+	// with the replication of the next, but splits the writers into
+	// cohorts, one per entry in flight, that keep alternating: with 2, an
+	// entry carried about 0.4-0.47 of the procedures in flight
+	// (BenchmarkStepCommit at 16, 64 and 256), with 1 and MaxLinger
+	// 0.65-0.75, at no cost in steps/s on a 3-node loopback cluster with
+	// fsync. raft itself groups concurrent Applies into one log write.
+	// Default 1.
 	MaxInFlight int
+
+	// MaxLinger bounds how long the committer holds a batch open for the
+	// writers the previous entry answered, most of which come straight back
+	// with their next step: without it the first of them to return is
+	// proposed alone and the rest wait a whole commit behind it, so that at
+	// any concurrency an entry carried only about half the writers. The
+	// wait ends as soon as that many writes are queued, and lasts at most a
+	// quarter of the previous entry's commit time, so it costs a write
+	// little next to the commit it joins; a lone writer (the previous entry
+	// carried one write) never waits. Default 2 ms; negative: no linger.
+	MaxLinger time.Duration
 
 	// FenceTerm, when non-zero, is written into every entry: the FSM then
 	// refuses the entry unless raft appended it in that term (the term of
@@ -60,6 +76,9 @@ func (c RaftStoreConfig) withDefaults() RaftStoreConfig {
 	defaults.Positive(&c.MaxBatchWrites, DefaultMaxBatchWrites)
 	defaults.Positive(&c.MaxBatchBytes, DefaultMaxBatchBytes)
 	defaults.Positive(&c.MaxInFlight, DefaultMaxInFlight)
+	if c.MaxLinger == 0 {
+		c.MaxLinger = DefaultMaxLinger
+	}
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	return c
 }
@@ -72,9 +91,11 @@ func (c RaftStoreConfig) withDefaults() RaftStoreConfig {
 // which takes whatever is queued (up to MaxBatchWrites / MaxBatchBytes) and
 // proposes it as one entry; all callers of that entry get its outcome. The
 // entry's writes are applied in order, so the result equals running the
-// calls one after another in the order the committer took them. There is no
-// linger timer: while entries are in flight (MaxInFlight) new writes queue
-// up, so batches grow with load and a lone writer never waits.
+// calls one after another in the order the committer took them. While
+// entries are in flight (MaxInFlight) new writes queue up, so batches grow
+// with load; and a batch is held open (MaxLinger) until as many writes are
+// queued as the previous entry answered, since those writers mostly come
+// back at once with their next step. A lone writer never waits.
 type RaftStore struct {
 	r   *raft.Raft
 	fsm *FSM
@@ -90,6 +111,11 @@ type RaftStore struct {
 
 	nEntries atomic.Uint64
 	nWrites  atomic.Uint64
+
+	// Of the entry answered last: how many writes it carried and how long
+	// (ns) it took from proposal to outcome. They size the next linger.
+	lastAnswered atomic.Int64
+	lastCommitNs atomic.Int64
 }
 
 var _ store.Store = (*RaftStore)(nil)
@@ -283,7 +309,9 @@ func (s *RaftStore) run() {
 				break gather
 			}
 		}
+		batch, bytes, carry = s.linger(batch, bytes, carry)
 		reqs := append([]*request(nil), batch...)
+		proposed := time.Now()
 		fut, err := s.propose(reqs)
 		if err != nil {
 			<-slots
@@ -303,12 +331,48 @@ func (s *RaftStore) run() {
 			} else {
 				err = s.wrapErr("apply", err)
 			}
+			// Before the slot is given back: the committer that takes it
+			// sizes its linger by this entry.
+			s.lastAnswered.Store(int64(len(reqs)))
+			s.lastCommitNs.Store(int64(time.Since(proposed)))
 			<-slots
 			for _, r := range reqs {
 				r.done <- err
 			}
 		}()
 	}
+}
+
+// linger holds the batch open while fewer writes are queued than the last
+// entry answered, for at most a quarter of that entry's commit time (and
+// MaxLinger), and returns it with what arrived. The timer runs on the
+// wall clock, as raft's commit times do.
+func (s *RaftStore) linger(batch []*request, bytes int, carry *request) ([]*request, int, *request) {
+	want := int(s.lastAnswered.Load())
+	if s.cfg.MaxLinger < 0 || carry != nil || want <= 1 || len(batch) >= want {
+		return batch, bytes, carry
+	}
+	d := min(time.Duration(s.lastCommitNs.Load())/4, s.cfg.MaxLinger)
+	if d <= 0 {
+		return batch, bytes, carry
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for len(batch) < want && len(batch) < s.cfg.MaxBatchWrites && bytes < s.cfg.MaxBatchBytes {
+		select {
+		case r := <-s.reqCh:
+			if bytes+r.size > s.cfg.MaxBatchBytes {
+				return batch, bytes, r
+			}
+			batch, bytes = append(batch, r), bytes+r.size
+		case <-timer.C:
+			return batch, bytes, nil
+		case <-s.stopCh:
+			// Proposed as it is; the next turn of run sees the stop.
+			return batch, bytes, nil
+		}
+	}
+	return batch, bytes, nil
 }
 
 // await waits for fut. raft may never answer an Apply still in its batch

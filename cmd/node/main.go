@@ -49,6 +49,9 @@ commands:
           temporary directory (or --data-dir DIR); --crash-after N stops the
           process mid-way, and a run with the same --data-dir resumes exactly
           where it stopped
+  bench   scale [--regions N,N,...]: start real clusters on this machine and
+          print how opening regions, memory, disk, failover, a region
+          server crash and a wiped master's catch-up grow with the regions
   version print the version, the commit it was built from and the Go version
 
 Client commands take --addr (any nodes' admin addresses, comma-separated;
@@ -94,6 +97,8 @@ func (c *cli) run(args []string) int {
 		return c.balance(args[1:])
 	case "lock":
 		return c.lock(args[1:])
+	case "bench":
+		return c.bench(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "version", "--version":

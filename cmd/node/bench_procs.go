@@ -1,0 +1,464 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/admin"
+	"github.com/baton-dev/baton/cluster/client"
+)
+
+// benchProc is one process `baton bench` started: a master or a region
+// server, restartable with the same command line.
+type benchProc struct {
+	name    string
+	bin     string
+	args    []string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the current process has exited
+	killed bool          // by the bench, on purpose
+}
+
+// benchEnv is the environment of every process the bench starts: the
+// bench's own without BATON_* variables (a BATON_DEV or BATON_PEERS set for
+// the user's own cluster must not reach these), plus the log level.
+func benchEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "BATON_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "BATON_LOG_LEVEL=info")
+}
+
+// start runs the process, appending its output to its log.
+func (p *benchProc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is already running", p.name)
+		}
+	}
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = benchEnv()
+	cmd.SysProcAttr = benchProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.killed = cmd, done, false
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	return nil
+}
+
+// running reports whether the process is alive.
+func (p *benchProc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// pid is the current process's id (0 if it never started).
+func (p *benchProc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// kill sends SIGKILL to the process's group and waits until it has exited.
+func (p *benchProc) kill() error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.killed = true
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if err := benchKillGroup(cmd.Process.Pid); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		_ = cmd.Process.Kill()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit 10 s after SIGKILL", p.name, cmd.Process.Pid)
+	}
+}
+
+// benchMaster is one `baton agent` of the bench's cluster.
+type benchMaster struct {
+	id, raftAddr, grpcAddr, httpAddr, dataDir string
+	benchProc
+}
+
+// benchCluster is the cluster one row of `baton bench scale` runs on: 3
+// masters and K region servers on loopback, in dir.
+type benchCluster struct {
+	dir     string
+	masters []*benchMaster
+	servers []*benchProc
+	cl      *client.Client
+	http    *http.Client
+}
+
+// freeAddrs returns k distinct free loopback addresses. A port is free when
+// returned; another process could take it before the agent binds it,
+// which is rare enough on one machine (the agent then fails to start, and
+// the bench says so).
+func freeAddrs(k int) ([]string, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free loopback port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// startBenchCluster starts 3 masters bootstrapping one cluster and
+// regionServers region servers, with the command lines the integration
+// harness and docker-compose use.
+func startBenchCluster(bin, dir string, regionServers int) (*benchCluster, error) {
+	const masters = 3
+	addrs, err := freeAddrs(3*masters + regionServers)
+	if err != nil {
+		return nil, err
+	}
+	c := &benchCluster{dir: dir, http: &http.Client{Timeout: 5 * time.Second}}
+	var peers, admins []string
+	for i := range masters {
+		id := fmt.Sprintf("m%d", i+1)
+		m := &benchMaster{id: id, raftAddr: addrs[3*i], grpcAddr: addrs[3*i+1], httpAddr: addrs[3*i+2],
+			dataDir: filepath.Join(dir, id, "data")}
+		m.name, m.bin, m.logPath = "master "+id, bin, filepath.Join(dir, id, "agent.log")
+		c.masters = append(c.masters, m)
+		peers = append(peers, id+"="+m.raftAddr)
+		admins = append(admins, m.grpcAddr)
+	}
+	for _, m := range c.masters {
+		m.args = []string{"agent", "--id", m.id, "--data-dir", m.dataDir, "--raft-addr", m.raftAddr,
+			"--grpc-addr", m.grpcAddr, "--http-addr", m.httpAddr, "--peers", strings.Join(peers, ",")}
+	}
+	for i := range regionServers {
+		id := fmt.Sprintf("rs%d", i+1)
+		s := &benchProc{name: "region server " + id, bin: bin, logPath: filepath.Join(dir, id, "regionserver.log"),
+			args: []string{"regionserver", "--id", id, "--grpc-addr", addrs[3*masters+i], "--masters", strings.Join(admins, ",")}}
+		c.servers = append(c.servers, s)
+	}
+	c.cl, err = client.New(admins, client.WithCallTimeout(30*time.Second), client.WithAttemptTimeout(10*time.Second),
+		client.WithBackoff(20*time.Millisecond, 500*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range c.masters {
+		if err := os.MkdirAll(filepath.Dir(m.dataDir), 0o755); err != nil {
+			return c, err
+		}
+		if err := m.start(); err != nil {
+			return c, err
+		}
+	}
+	for _, s := range c.servers {
+		if err := os.MkdirAll(filepath.Dir(s.logPath), 0o755); err != nil {
+			return c, err
+		}
+		if err := s.start(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// stop kills every process of the cluster and closes its client.
+func (c *benchCluster) stop() error {
+	var errs []error
+	if c.cl != nil {
+		c.cl.Close()
+	}
+	for _, m := range c.masters {
+		errs = append(errs, m.kill())
+	}
+	for _, s := range c.servers {
+		errs = append(errs, s.kill())
+	}
+	return errors.Join(errs...)
+}
+
+// status fetches master m's /status document.
+func (c *benchCluster) status(ctx context.Context, m *benchMaster) (admin.StatusJSON, error) {
+	var st admin.StatusJSON
+	body, err := c.get(ctx, m, "/status")
+	if err != nil {
+		return st, err
+	}
+	defer body.Close()
+	if err := json.NewDecoder(body).Decode(&st); err != nil {
+		return st, fmt.Errorf("%s /status: %w", m.id, err)
+	}
+	return st, nil
+}
+
+func (c *benchCluster) get(ctx context.Context, m *benchMaster, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s GET %s: %s", m.id, path, resp.Status)
+	}
+	return resp.Body, nil
+}
+
+// leader returns the master that says it leads with a running executor,
+// or nil.
+func (c *benchCluster) leader(ctx context.Context) *benchMaster {
+	for _, m := range c.masters {
+		if !m.running() {
+			continue
+		}
+		if st, err := c.status(ctx, m); err == nil && st.State == "Leader" && st.Executor {
+			return m
+		}
+	}
+	return nil
+}
+
+// poll calls cond every interval until it is done, fails, or ctx ends (the
+// error then names what was awaited and cond's last word on it).
+func poll(ctx context.Context, interval time.Duration, what string, cond func() (done bool, note string, err error)) error {
+	var note string
+	for {
+		done, n, err := cond()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		note = n
+		select {
+		case <-ctx.Done():
+			if note != "" {
+				return fmt.Errorf("%s: %w (last: %s)", what, ctx.Err(), note)
+			}
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// waitLeader waits for a leader with a running executor.
+func (c *benchCluster) waitLeader(ctx context.Context) (*benchMaster, error) {
+	var l *benchMaster
+	err := poll(ctx, 50*time.Millisecond, "waiting for a leader", func() (bool, string, error) {
+		if err := c.exited(); err != nil {
+			return false, "", err
+		}
+		l = c.leader(ctx)
+		return l != nil, "no master leads yet", nil
+	})
+	return l, err
+}
+
+// exited is an error naming a master that should run but exited (it
+// refused to start: its log says why).
+func (c *benchCluster) exited() error {
+	for _, m := range c.masters {
+		if m.crashed() {
+			return fmt.Errorf("%s exited; see its log %s", m.name, m.logPath)
+		}
+	}
+	return nil
+}
+
+// crashed reports whether the process exited without the bench killing
+// it.
+func (p *benchProc) crashed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.killed {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitServers waits until n region servers are live on the leader.
+func (c *benchCluster) waitServers(ctx context.Context, n int) error {
+	return poll(ctx, 100*time.Millisecond, "waiting for the region servers to register", func() (bool, string, error) {
+		if err := c.exited(); err != nil {
+			return false, "", err
+		}
+		ss, err := c.cl.ListServers(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		live := 0
+		for _, s := range ss {
+			if s.GetLeaseState() == "live" {
+				live++
+			}
+		}
+		return live >= n, fmt.Sprintf("%d of %d live", live, n), nil
+	})
+}
+
+// rssMB is process pid's resident set size (VmRSS of /proc/<pid>/status)
+// in MB, or -1 where there is no /proc.
+func rssMB(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+		if err != nil {
+			return -1
+		}
+		return kb / 1024
+	}
+	return -1
+}
+
+// dirMB is the size in MB of the regular files under path (0 if absent).
+func dirMB(path string) float64 {
+	var n int64
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return float64(n) / (1 << 20)
+}
+
+// newestSnapshotMB is the size of the newest raft snapshot in the data
+// directory (the state as raft ships it to a follower that lags behind
+// the log), 0 if there is none. raft names snapshot directories
+// term-index-ms, so the newest sorts last.
+func newestSnapshotMB(dataDir string) float64 {
+	snaps := filepath.Join(dataDir, "snapshots")
+	ents, err := os.ReadDir(snaps)
+	if err != nil {
+		return 0
+	}
+	var newest string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") && e.Name() > newest {
+			newest = e.Name()
+		}
+	}
+	if newest == "" {
+		return 0
+	}
+	return dirMB(filepath.Join(snaps, newest))
+}
+
+// scrapeMetric sums the samples of metric name (all label sets) in master
+// m's /metrics.
+func (c *benchCluster) scrapeMetric(ctx context.Context, m *benchMaster, names ...string) (map[string]float64, error) {
+	body, err := c.get(ctx, m, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		for _, name := range names {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+				continue
+			}
+			if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+				if v, err := strconv.ParseFloat(rest[i+1:], 64); err == nil {
+					out[name] += v
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,195 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+)
+
+// benchScaleDoc is the part of `baton bench scale --json` the test reads.
+type benchScaleDoc struct {
+	Rows []struct {
+		Regions              int      `json:"regions"`
+		Tables               int      `json:"tables"`
+		OpenSeconds          float64  `json:"open_seconds"`
+		RegionsPerSecond     float64  `json:"regions_per_second"`
+		MasterRSSMBMin       float64  `json:"master_rss_mb_min"`
+		MasterRSSMBMax       float64  `json:"master_rss_mb_max"`
+		DataMBMax            float64  `json:"data_mb_max"`
+		StateMB              float64  `json:"state_mb"`
+		FailoverSeconds      *float64 `json:"failover_seconds"`
+		CrashRecoverySeconds *float64 `json:"crash_recovery_seconds"`
+		CrashedServerRegions int      `json:"crashed_server_regions"`
+		CatchUpSeconds       *float64 `json:"catch_up_seconds"`
+		Masters              []struct {
+			ID       string  `json:"id"`
+			RSSMB    float64 `json:"rss_mb"`
+			RaftDBMB float64 `json:"raft_db_mb"`
+			WALMB    float64 `json:"wal_mb"`
+		} `json:"masters"`
+	} `json:"rows"`
+	Growth []struct {
+		From, To    int
+		OpenSeconds float64 `json:"open_seconds"`
+	} `json:"growth"`
+}
+
+// processesUnder lists the running processes whose command line names
+// dir: the agents and region servers a bench started there.
+func processesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc to look for leftover processes in: %v", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmd := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cmd, dir) {
+			out = append(out, e.Name()+": "+cmd)
+		}
+	}
+	return out
+}
+
+// TestBenchScale runs `baton bench scale` end to end at two small region
+// counts, every phase but the commit sweep on real processes, and checks
+// that the JSON has a row per count with the measured figures positive,
+// and that every process the bench started is gone when it exits.
+func TestBenchScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two clusters and waits out a region server's lease (about 45 s)")
+	}
+	dir := filepath.Join(t.TempDir(), "bench")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "bench", "scale", "--regions", "100,200", "--table-regions", "100",
+		"--concurrency", "2", "--dir", dir, "--phase-timeout", "90s", "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench scale: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if left := processesUnder(t, dir); len(left) > 0 {
+		t.Errorf("processes left behind: %q", left)
+	}
+	var doc benchScaleDoc
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatalf("--json output is not one JSON document: %v\n%s", err, stdout.String())
+	}
+	if len(doc.Rows) != 2 || doc.Rows[0].Regions != 100 || doc.Rows[1].Regions != 200 {
+		t.Fatalf("rows %+v: want one for 100 and one for 200 regions", doc.Rows)
+	}
+	for _, r := range doc.Rows {
+		positive := map[string]float64{
+			"open_seconds": r.OpenSeconds, "regions_per_second": r.RegionsPerSecond,
+			"master_rss_mb_min": r.MasterRSSMBMin, "master_rss_mb_max": r.MasterRSSMBMax,
+			"data_mb_max": r.DataMBMax, "state_mb": r.StateMB, "crashed_server_regions": float64(r.CrashedServerRegions),
+		}
+		for name, v := range map[string]*float64{"failover_seconds": r.FailoverSeconds, "crash_recovery_seconds": r.CrashRecoverySeconds, "catch_up_seconds": r.CatchUpSeconds} {
+			if v == nil {
+				t.Errorf("%d regions: %s absent", r.Regions, name)
+				continue
+			}
+			positive[name] = *v
+		}
+		for name, v := range positive {
+			if !(v > 0) {
+				t.Errorf("%d regions: %s = %v, want > 0", r.Regions, name, v)
+			}
+		}
+		if r.Tables != r.Regions/100 {
+			t.Errorf("%d regions in %d tables, want %d of 100", r.Regions, r.Tables, r.Regions/100)
+		}
+		if len(r.Masters) != 3 {
+			t.Errorf("%d regions: %d masters measured, want 3", r.Regions, len(r.Masters))
+		}
+		for _, m := range r.Masters {
+			if !(m.RSSMB > 0 && m.RaftDBMB > 0 && m.WALMB > 0) {
+				t.Errorf("%d regions: master %s: rss %v MB, raft.db %v MB, WAL %v MB: want all > 0", r.Regions, m.ID, m.RSSMB, m.RaftDBMB, m.WALMB)
+			}
+		}
+	}
+	if len(doc.Growth) != 1 || !(doc.Growth[0].OpenSeconds > 0) {
+		t.Errorf("growth %+v: want one entry, 100 → 200, with an open time ratio", doc.Growth)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "regions-200", "m1", "agent.log")); err != nil {
+		t.Errorf("--dir: the masters' logs are not kept: %v", err)
+	}
+}
+
+// TestBenchScaleInterrupted sends SIGINT to a bench while it creates
+// tables and checks that it exits non-zero with every process it started
+// gone, and its temporary directory removed.
+func TestBenchScaleInterrupted(t *testing.T) {
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "bench", "scale", "--regions", "1000000", "--skip", "failover,crash,catchup")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	testwait.For(t, 45*time.Second, "the bench creating tables", func() bool {
+		return strings.Contains(stderr.String(), "creating")
+	})
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("interrupted bench exited 0; stderr:\n%s", stderr.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("bench still running after SIGINT; stderr:\n%s", stderr.String())
+	}
+	if left := processesUnder(t, tmp); len(left) > 0 {
+		t.Errorf("processes left behind: %q", left)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) > 0 {
+		t.Errorf("temporary directory not removed: %s holds %v", tmp, ents)
+	}
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say the bench was interrupted:\n%s", stderr.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
