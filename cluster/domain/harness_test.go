@@ -69,6 +69,9 @@ type harnessOpts struct {
 	domain func(*domain.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
+	// node adjusts each master's node configuration (after clustertest's
+	// fast test timings).
+	node func(*cluster.Config)
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -83,6 +86,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	if o.domain != nil {
 		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
+	}
+	if o.node != nil {
+		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
 	}
 	c := clustertest.New(t, cfg)
 	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}
