@@ -55,9 +55,9 @@ type Config struct {
 	// dispatch.GRPCTransport, shared by the dispatchers of every term.
 	Transport dispatch.Transport
 	// Dispatch is the template of each term's dispatcher configuration
-	// (MaxBatch, Delay, retries); Term, MasterID, Transport, callbacks,
-	// Clock and Logger are set by the domain. Zero fields take dispatch's
-	// defaults (32 ops, 150 ms).
+	// (MinBatch, MaxBatch, Delay, retries); Term, MasterID, Transport,
+	// callbacks, Clock and Logger are set by the domain. Zero fields take
+	// dispatch's defaults (32 and 1,000 ops, 150 ms).
 	Dispatch dispatch.Config
 	// DispatchTimeout is how long a region procedure waits for the result
 	// of one open or close before it checks the server again and re-sends
