@@ -139,8 +139,8 @@ func envInt(tb testing.TB, name string, def int) int {
 }
 
 // benchRaftTimings are the production Raft timings, not the tests' 50 ms:
-// a benchmark this size on a loaded machine would otherwise spend its time
-// electing leaders.
+// a benchmark this size, or a test of many failovers, on a loaded machine
+// would otherwise spend its time electing leaders.
 func benchRaftTimings(c *cluster.Config) {
 	c.HeartbeatTimeout = cluster.DefaultHeartbeatTimeout
 	c.ElectionTimeout = cluster.DefaultElectionTimeout

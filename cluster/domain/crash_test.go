@@ -3,6 +3,8 @@ package domain_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,4 +144,107 @@ func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
 	if resp.GetStartCode() <= before {
 		t.Fatalf("registration after the counter restarted got start code %d, not above the previous %d", resp.GetStartCode(), before)
 	}
+}
+
+// A crash's regions are reassigned in waves of CrashWave, and a leader
+// lost at any wave boundary (cut off before the wave is written) hands
+// over to one that resumes after the last wave written: every region of the dead
+// server is reassigned exactly once, none missed, none spawned twice.
+func TestCrashWavesSurviveAFailoverAtEveryBoundary(t *testing.T) {
+	const wave, regions = 3, 24
+	var (
+		mu       sync.Mutex
+		armed    bool
+		down     = map[int]bool{} // cut off at a boundary, not healed yet
+		killNext = true           // the next boundary's first try cuts its leader off
+	)
+	kills := make(chan int, 1) // the leader to cut off
+	// Four elections and more: the production Raft timings, which a
+	// loaded machine does not turn into a storm of elections.
+	// Leases six times the tests': a failover a second must not make the
+	// live region servers fence themselves and crash too.
+	h := newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
+		c.ServerLease.SoftLimit *= 6
+		c.ServerLease.HardLimit *= 6
+		c.HeartbeatInterval *= 6
+		c.CrashWave = wave
+		c.FailPoint = func(point string) error {
+			if point != "crash.assign" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case !armed:
+				return nil
+			case down[i]:
+				return errors.New("injected: this master is being cut off")
+			case killNext:
+				killNext, down[i] = false, true
+				kills <- i
+				return errors.New("injected: the leader is lost at a wave boundary")
+			}
+			killNext = true // the new leader's try at this boundary goes through
+			return nil
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	if per[victim] <= wave {
+		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+
+	boundaries := 0
+	// The victim's crash procedure, once it ended: its result names it.
+	victimCrash := func() (procedure.Info, bool) {
+		_, x := h.leader()
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
+				return c, true
+			}
+		}
+		return procedure.Info{}, false
+	}
+	testwait.For(t, 2*time.Minute, "the crash procedure to end through a failover at every wave boundary", func() bool {
+		select {
+		case i := <-kills:
+			// Cut the leader off: it steps down, another takes over
+			// from the replicated state; then it rejoins as a follower.
+			h.isolateRaft(i)
+			testwait.For(t, time.Minute, "another leader", func() bool {
+				li, _ := h.c.WaitLeader()
+				return li != i
+			})
+			h.healRaft(i)
+			mu.Lock()
+			down[i] = false
+			mu.Unlock()
+			boundaries++
+			return false
+		default:
+			_, done := victimCrash()
+			return done
+		}
+	})
+	// Waves of 3 over the victim's regions, then the scan that finds none
+	// left: a failover before each.
+	if want := (per[victim]+wave-1)/wave + 1; boundaries < want {
+		t.Errorf("%d failovers, want one at each of the %d boundaries", boundaries, want)
+	}
+	crash, _ := victimCrash()
+	if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
+		t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, victim)
+	}
+	h.checkTableOpen("default:t", regions)
+	h.checkNoDoubles()
 }

@@ -65,8 +65,10 @@ type harnessOpts struct {
 	servers   int
 	opLatency time.Duration
 	failRate  float64
-	// domain adjusts each master's domain configuration.
-	domain func(*domain.Config)
+	// domain adjusts each master's domain configuration; domainAt, if
+	// set, too, knowing which master it is for.
+	domain   func(*domain.Config)
+	domainAt func(i int, c *domain.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
 	// node adjusts each master's node configuration (after clustertest's
@@ -84,8 +86,15 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 			rc.OpLatency, rc.FailureRate = o.opLatency, o.failRate
 		},
 	}
-	if o.domain != nil {
-		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
+	if o.domain != nil || o.domainAt != nil {
+		cfg.Domain = func(i int, dc *domain.Config) {
+			if o.domain != nil {
+				o.domain(dc)
+			}
+			if o.domainAt != nil {
+				o.domainAt(i, dc)
+			}
+		}
 	}
 	if o.node != nil {
 		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
