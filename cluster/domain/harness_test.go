@@ -65,15 +65,14 @@ type harnessOpts struct {
 	servers   int
 	opLatency time.Duration
 	failRate  float64
-	// domain adjusts each master's domain configuration; domainAt, if
-	// set, too, knowing which master it is for.
-	domain   func(*domain.Config)
-	domainAt func(i int, c *domain.Config)
+	// domain adjusts each master's domain configuration.
+	domain func(*domain.Config)
+	// node adjusts each master's node configuration.
+	node func(*cluster.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
-	// node adjusts each master's node configuration (after clustertest's
-	// fast test timings).
-	node func(*cluster.Config)
+	// domainAt adjusts master i's domain configuration, after domain.
+	domainAt func(i int, c *domain.Config)
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -86,18 +85,20 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 			rc.OpLatency, rc.FailureRate = o.opLatency, o.failRate
 		},
 	}
-	if o.domain != nil || o.domainAt != nil {
-		cfg.Domain = func(i int, dc *domain.Config) {
-			if o.domain != nil {
-				o.domain(dc)
-			}
-			if o.domainAt != nil {
-				o.domainAt(i, dc)
-			}
-		}
+	if o.domain != nil {
+		cfg.Domain = func(_ int, dc *domain.Config) { o.domain(dc) }
 	}
 	if o.node != nil {
 		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
+	}
+	if o.domainAt != nil {
+		outer := cfg.Domain
+		cfg.Domain = func(i int, dc *domain.Config) {
+			if outer != nil {
+				outer(i, dc)
+			}
+			o.domainAt(i, dc)
+		}
 	}
 	c := clustertest.New(t, cfg)
 	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}

@@ -27,12 +27,6 @@ func (s *services) liveTargets(r reader) (map[string]Server, error) {
 // one create spread evenly without a full scan each.
 const loadCacheTTL = 250 * time.Millisecond
 
-// loadScanShare: the counts are also kept for loadScanShare times as long
-// as the last scan took, so that with a million regions (a scan of
-// seconds) the picks of a crash's reassignments spend at most a tenth of
-// their time recounting, instead of recounting all the time.
-const loadScanShare = 10
-
 // pick chooses the live server with the fewest regions among candidates
 // (ties by id), preferring want if it is a candidate, and counts the pick.
 func (s *services) pick(r reader, candidates map[string]Server, want string) (string, error) {
@@ -44,8 +38,7 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 	s.pickMu.Lock()
 	defer s.pickMu.Unlock()
 	s.mu.Lock()
-	now := s.d.cfg.Clock.Now()
-	stale := s.load == nil || now.Sub(s.loadAt) > max(loadCacheTTL, loadScanShare*s.loadScanTook)
+	stale := s.load == nil || s.d.cfg.Clock.Now().Sub(s.loadAt) > loadCacheTTL
 	s.mu.Unlock()
 	if stale {
 		load := map[string]int{}
@@ -60,7 +53,6 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 		}
 		s.mu.Lock()
 		s.load, s.loadAt = load, s.d.cfg.Clock.Now()
-		s.loadScanTook = s.loadAt.Sub(now)
 		s.mu.Unlock()
 	}
 	s.mu.Lock()

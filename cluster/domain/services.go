@@ -184,8 +184,6 @@ type services struct {
 	startSeq uint64
 	load     map[string]int // regions per server, cached for target picks
 	loadAt   time.Time
-	// loadScanTook is how long the scan that counted load took.
-	loadScanTook time.Duration
 	// closedTables: rolled-back trees whose table's regions were all sent
 	// a close (closeTableOnce), by root id.
 	closedTables map[uint64]bool
