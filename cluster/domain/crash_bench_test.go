@@ -52,7 +52,8 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 			}
 		}
 		lm, x := h.leader()
-		before := lm.dom.Services().DispatchStats()
+		svc := lm.dom.Services()
+		before := svc.DispatchStats()
 		b.StartTimer()
 		h.stopRS(victim)
 		var crash procedure.Info
@@ -72,9 +73,10 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		b.ReportMetric(float64(el.Milliseconds()), "ms/recovery")
 		b.ReportMetric(float64(perServer[victim]), "regions_moved")
 		calls := "leadership changed during the recovery: calls not counted"
-		if now, _ := h.leader(); now == lm {
-			// One dispatcher throughout: its counts are the recovery's.
-			after := lm.dom.Services().DispatchStats()
+		if now, _ := h.leader(); now.dom.Services() == svc {
+			// One term's dispatcher throughout: its counts are the
+			// recovery's.
+			after := svc.DispatchStats()
 			b.ReportMetric(float64(after.Ops-before.Ops)/float64(max(after.Batches-before.Batches, 1)), "ops/rpc")
 			calls = fmt.Sprintf("%d ops in %d calls", after.Ops-before.Ops, after.Batches-before.Batches)
 		}
