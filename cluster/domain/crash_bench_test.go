@@ -3,6 +3,7 @@ package domain_test
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -54,6 +55,7 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		lm, x := h.leader()
 		svc := lm.dom.Services()
 		before := svc.DispatchStats()
+		stopProfile := profileCPU(b, os.Getenv("BATON_CRASH_CPUPROFILE"))
 		b.StartTimer()
 		h.stopRS(victim)
 		var crash procedure.Info
@@ -66,6 +68,7 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		})
 		crash = h.mustSucceed(crash.ID, 30*time.Minute)
 		b.StopTimer()
+		stopProfile()
 		if left := regionsOn(h, victim); left != 0 {
 			b.Fatalf("%d regions still recorded on %s after its crash procedure ended", left, victim)
 		}
@@ -129,4 +132,26 @@ func benchLeases(c *domain.Config) {
 	c.ServerLease.SoftLimit *= 4
 	c.ServerLease.HardLimit *= 4
 	c.HeartbeatInterval *= 4
+}
+
+// profileCPU profiles the process's CPU into path until the returned
+// function is called; nothing if path is empty.
+func profileCPU(tb testing.TB, path string) (stop func()) {
+	tb.Helper()
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		tb.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			tb.Error(err)
+		}
+	}
 }
