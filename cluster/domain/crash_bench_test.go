@@ -26,10 +26,12 @@ import (
 func BenchmarkServerCrashRecovery(b *testing.B) {
 	regions := envInt(b, "BATON_CRASH_REGIONS", 30000)
 	servers := envInt(b, "BATON_CRASH_SERVERS", 3)
+	wave := envInt(b, "BATON_CRASH_WAVE", domain.DefaultCrashWave)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		h := newHarness(b, harnessOpts{servers: servers, node: benchRaftTimings, domain: func(c *domain.Config) {
 			c.Dispatch = dispatch.Config{}
+			c.CrashWave = wave
 			benchLeases(c)
 		}})
 		var ids []uint64
