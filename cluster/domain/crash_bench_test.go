@@ -29,7 +29,11 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 	wave := envInt(b, "BATON_CRASH_WAVE", domain.DefaultCrashWave)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		h := newHarness(b, harnessOpts{servers: servers, node: benchRaftTimings, domain: func(c *domain.Config) {
+		node := func(c *cluster.Config) {
+			benchRaftTimings(c)
+			c.Workers = 0 // the executor's production pool, not the tests' 8
+		}
+		h := newHarness(b, harnessOpts{servers: servers, node: node, domain: func(c *domain.Config) {
 			c.Dispatch = dispatch.Config{}
 			c.CrashWave = wave
 			benchLeases(c)
