@@ -75,9 +75,17 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		crash = h.mustSucceed(crash.ID, 30*time.Minute)
 		b.StopTimer()
 		stopProfile()
-		if left := regionsOn(h, victim); left != 0 {
-			b.Fatalf("%d regions still recorded on %s after its crash procedure ended", left, victim)
+		hosting := map[string]int{}
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			hosting[rg.Server]++
+			return true
+		})
+		if hosting[victim] != 0 {
+			b.Fatalf("%d regions still recorded on %s after its crash procedure ended", hosting[victim], victim)
 		}
+		delete(hosting, victim)
+		lo, hi := spread(hosting)
+		b.ReportMetric(float64(hi-lo), "spread")
 		el := crash.Finished.Sub(crash.Submitted)
 		b.ReportMetric(float64(el.Milliseconds()), "ms/recovery")
 		b.ReportMetric(float64(perServer[victim]), "regions_moved")
@@ -89,23 +97,11 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 			b.ReportMetric(float64(after.Ops-before.Ops)/float64(max(after.Batches-before.Batches, 1)), "ops/rpc")
 			calls = fmt.Sprintf("%d ops in %d calls", after.Ops-before.Ops, after.Batches-before.Batches)
 		}
-		b.Logf("%d regions on %d servers: %d on %s reopened %v after the crash was detected (%s)",
-			regions, servers, perServer[victim], victim, el, calls)
+		b.Logf("%d regions on %d servers: %d on %s reopened %v after the crash was detected (%s); the survivors hold %d to %d",
+			regions, servers, perServer[victim], victim, el, calls, lo, hi)
 		h.close()
 		b.StartTimer()
 	}
-}
-
-// regionsOn counts the regions the replicated state records on server id.
-func regionsOn(h *harness, id string) int {
-	n := 0
-	domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
-		if rg.Server == id {
-			n++
-		}
-		return true
-	})
-	return n
 }
 
 // envInt reads a positive size from the environment, or def.
