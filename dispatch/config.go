@@ -13,11 +13,13 @@ import (
 	"github.com/baton-dev/baton/internal/defaults"
 )
 
-// Defaults of Config, HBase's RSProcedureDispatcher values
-// (hbase.procedure.remote.dispatcher.delay.msec, .threshold, and the
-// backoff of RSProcedureDispatcher.ExecuteProceduresRemoteCall).
+// Defaults of Config: HBase's RSProcedureDispatcher values
+// (hbase.procedure.remote.dispatcher.delay.msec, .threshold as MinBatch,
+// and the backoff of RSProcedureDispatcher.ExecuteProceduresRemoteCall),
+// and a cap on one call's ops.
 const (
-	DefaultMaxBatch    = 32
+	DefaultMinBatch    = 32
+	DefaultMaxBatch    = 1000
 	DefaultDelay       = 150 * time.Millisecond
 	DefaultRetryBase   = 100 * time.Millisecond
 	DefaultRetryMax    = 10 * time.Second
@@ -25,11 +27,8 @@ const (
 	DefaultCallTimeout = 10 * time.Second
 )
 
-// maxOpsPerRPC caps one batch. Buffers grow past MaxBatch while a call is
-// in flight; sending them whole is the point, but a response of 4096
-// results (about 60 bytes each) stays far below gRPC's default 4 MiB
-// receive limit, and one call cannot hold a server busy past CallTimeout
-// for an unbounded backlog.
+// maxOpsPerRPC bounds MaxBatch: a response of 4096 results (about 60
+// bytes each) stays far below gRPC's default 4 MiB receive limit.
 const maxOpsPerRPC = 4096
 
 // Config configures a Dispatcher. Start from DefaultConfig and set the
@@ -48,10 +47,20 @@ type Config struct {
 	// Transport sends batches. Required.
 	Transport Transport
 
-	// MaxBatch: a server's buffer is flushed as soon as it holds more than
-	// MaxBatch ops. Larger batches mean fewer calls but a longer wait for
-	// the first op of a batch when ops trickle in (bounded by Delay).
-	// Default 32.
+	// MinBatch and MaxBatch size the batches by the work. A server's
+	// buffer is sent as soon as the server has no call in flight and the
+	// buffer holds more than MinBatch ops, or its oldest op has waited
+	// Delay; a call that carried more than MinBatch ops marks a stream,
+	// and what piled up during it is sent as soon as it returns, however
+	// little. So a trickle of ops is gathered for up to Delay, and under
+	// load each call carries what arrived during the previous one: the
+	// slower the server, the bigger its batches. MaxBatch caps one call
+	// (the rest follows in the next): at most 4096, and it bounds how
+	// long one call keeps a server busy (MaxBatch / the server's
+	// parallelism × its open time must stay well under CallTimeout).
+	// Defaults 32 (HBase's threshold) and 1,000; MinBatch must be below
+	// MaxBatch.
+	MinBatch int
 	MaxBatch int
 
 	// Delay: a buffer is flushed once its oldest op has waited this long,
@@ -116,6 +125,7 @@ type Config struct {
 // transport and the callbacks are left for the caller.
 func DefaultConfig() Config {
 	return Config{
+		MinBatch:    DefaultMinBatch,
 		MaxBatch:    DefaultMaxBatch,
 		Delay:       DefaultDelay,
 		RetryBase:   DefaultRetryBase,
@@ -129,6 +139,7 @@ func DefaultConfig() Config {
 // withDefaults replaces zero values by the defaults.
 func (c Config) withDefaults() Config {
 	def := DefaultConfig()
+	defaults.Set(&c.MinBatch, def.MinBatch)
 	defaults.Set(&c.MaxBatch, def.MaxBatch)
 	defaults.Set(&c.Delay, def.Delay)
 	defaults.Set(&c.RetryBase, def.RetryBase)
@@ -163,8 +174,15 @@ func (c Config) Validate() error {
 	if c.OnServerFailed == nil {
 		bad("OnServerFailed is nil: a failed server's ops would be held forever")
 	}
+	if c.MinBatch < 0 {
+		bad("MinBatch %d is negative", c.MinBatch)
+	}
 	if c.MaxBatch < 0 {
 		bad("MaxBatch %d is negative", c.MaxBatch)
+	} else if c.MaxBatch > maxOpsPerRPC {
+		bad("MaxBatch %d is above %d, which keeps a response under gRPC's 4 MiB limit", c.MaxBatch, maxOpsPerRPC)
+	} else if c.MinBatch >= c.MaxBatch {
+		bad("MinBatch %d is not below MaxBatch %d", c.MinBatch, c.MaxBatch)
 	}
 	if c.Delay < 0 {
 		bad("Delay %v is negative", c.Delay)

@@ -152,13 +152,14 @@ type server struct {
 	inflight    bool      // a sender goroutine owns the server (call or delivery)
 	inflightOps []pending // ops of the call in flight, until its outcome is taken
 
-	backoff  bool  // a retry timer is armed; nothing is sent before it fires
-	retryDue bool  // the retry timer fired: send whatever the count and age
-	failures int   // consecutive failed calls
-	held     bool  // MaxFailures reached: ops wait for RemoveServer
-	dead     error // "wrong start code": the incarnation is gone, new ops fail at once
-	notified bool  // OnServerFailed was called for this incarnation
-	closed   bool  // removed or stopped; a returning call is ignored
+	streaming bool  // the call that just returned carried more than MinBatch ops: send what piled up now
+	backoff   bool  // a retry timer is armed; nothing is sent before it fires
+	retryDue  bool  // the retry timer fired: send whatever the count and age
+	failures  int   // consecutive failed calls
+	held      bool  // MaxFailures reached: ops wait for RemoveServer
+	dead      error // "wrong start code": the incarnation is gone, new ops fail at once
+	notified  bool  // OnServerFailed was called for this incarnation
+	closed    bool  // removed or stopped; a returning call is ignored
 
 	timer clock.Timer // the delay or retry timer, if armed
 	gen   uint64      // bumped on disarm, so a timer that fires late is ignored
@@ -286,7 +287,7 @@ func (d *Dispatcher) kick(s *server) {
 		d.stopped || d.paused || d.deposed != nil || len(s.buf) == 0 {
 		return
 	}
-	if s.retryDue || len(s.buf) > d.cfg.MaxBatch {
+	if s.retryDue || s.streaming || len(s.buf) > d.cfg.MinBatch {
 		d.send(s)
 		return
 	}
@@ -300,11 +301,12 @@ func (d *Dispatcher) kick(s *server) {
 	}
 }
 
-// send takes up to maxOpsPerRPC ops off the buffer and starts their call.
+// send takes up to MaxBatch ops off the buffer and starts their call.
 // Caller holds d.mu.
 func (d *Dispatcher) send(s *server) {
 	d.disarm(s)
-	n := min(len(s.buf), maxOpsPerRPC)
+	s.streaming = false
+	n := min(len(s.buf), d.cfg.MaxBatch)
 	batch := s.buf[:n:n]
 	s.buf = slices.Clone(s.buf[n:])
 	retry := s.retryDue
@@ -390,7 +392,9 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 
 	d.mu.Lock()
 	s.inflight = false
+	s.streaming = err == nil && len(batch) > d.cfg.MinBatch
 	d.kick(s)
+	s.streaming = false
 	d.mu.Unlock()
 }
 

@@ -22,9 +22,9 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
-	want := Config{MaxBatch: 32, Delay: 150 * time.Millisecond, RetryBase: 100 * time.Millisecond,
+	want := Config{MinBatch: 32, MaxBatch: 1000, Delay: 150 * time.Millisecond, RetryBase: 100 * time.Millisecond,
 		RetryMax: 10 * time.Second, MaxFailures: 10, CallTimeout: 10 * time.Second}
-	if c.MaxBatch != want.MaxBatch || c.Delay != want.Delay || c.RetryBase != want.RetryBase ||
+	if c.MinBatch != want.MinBatch || c.MaxBatch != want.MaxBatch || c.Delay != want.Delay || c.RetryBase != want.RetryBase ||
 		c.RetryMax != want.RetryMax || c.MaxFailures != want.MaxFailures || c.CallTimeout != want.CallTimeout {
 		t.Fatalf("DefaultConfig = %+v", c)
 	}
@@ -38,7 +38,7 @@ func TestDefaultConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Stop()
-	if d.cfg.MaxBatch != 32 || d.cfg.Delay != DefaultDelay || d.cfg.MaxFailures != 10 || d.cfg.Logger == nil {
+	if d.cfg.MinBatch != 32 || d.cfg.MaxBatch != 1000 || d.cfg.Delay != DefaultDelay || d.cfg.MaxFailures != 10 || d.cfg.Logger == nil {
 		t.Fatalf("defaults not applied: %+v", d.cfg)
 	}
 }
@@ -56,13 +56,17 @@ func TestConfigValidate(t *testing.T) {
 		want []string // substrings of the error; none means valid
 	}{
 		{"valid", func(*Config) {}, nil},
-		{"zeros take defaults", func(c *Config) { c.MaxBatch, c.Delay, c.RetryBase, c.RetryMax = 0, 0, 0, 0 }, nil},
+		{"zeros take defaults", func(c *Config) { c.MinBatch, c.MaxBatch, c.Delay, c.RetryBase, c.RetryMax = 0, 0, 0, 0, 0 }, nil},
 		{"no term", func(c *Config) { c.Term = 0 }, []string{"Term is 0"}},
 		{"no master id", func(c *Config) { c.MasterID = "" }, []string{"MasterID is empty"}},
 		{"no transport", func(c *Config) { c.Transport = nil }, []string{"Transport is nil"}},
 		{"no OnResult", func(c *Config) { c.OnResult = nil }, []string{"OnResult is nil"}},
 		{"no OnServerFailed", func(c *Config) { c.OnServerFailed = nil }, []string{"OnServerFailed is nil"}},
 		{"negative batch", func(c *Config) { c.MaxBatch = -1 }, []string{"MaxBatch -1 is negative"}},
+		{"negative min batch", func(c *Config) { c.MinBatch = -1 }, []string{"MinBatch -1 is negative"}},
+		{"batch too big", func(c *Config) { c.MaxBatch = 5000 }, []string{"MaxBatch 5000 is above 4096"}},
+		{"min not below max", func(c *Config) { c.MinBatch, c.MaxBatch = 64, 64 }, []string{"MinBatch 64 is not below MaxBatch 64"}},
+		{"min above default max", func(c *Config) { c.MinBatch, c.MaxBatch = 2000, 0 }, []string{"MinBatch 2000 is not below MaxBatch 1000"}},
 		{"negative delay", func(c *Config) { c.Delay = -time.Second }, []string{"Delay -1s is negative"}},
 		{"max below base", func(c *Config) { c.RetryBase, c.RetryMax = time.Second, time.Millisecond },
 			[]string{"RetryMax 1ms is below RetryBase 1s"}},
@@ -127,11 +131,11 @@ func TestInvalidOp(t *testing.T) {
 	}
 }
 
-// A buffer is flushed as soon as it holds more than MaxBatch ops.
+// A buffer is flushed as soon as it holds more than MinBatch ops.
 func TestCountFlush(t *testing.T) {
 	tests := []struct {
 		name     string
-		maxBatch int
+		minBatch int
 		ops      int
 		sendNow  bool // the Dispatch calls alone send a batch
 	}{
@@ -143,7 +147,7 @@ func TestCountFlush(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, func(c *Config) { c.MaxBatch = tc.maxBatch })
+			h := newHarness(t, func(c *Config) { c.MinBatch = tc.minBatch })
 			ops := h.dispatch(target("a", 1), tc.ops)
 			if !tc.sendNow {
 				h.wantBatches(0)
@@ -207,7 +211,7 @@ func TestPerServerSeparation(t *testing.T) {
 	h := newHarness(t, nil)
 	a, b, b2 := target("a", 1), target("b", 1), target("b", 2) // b2: b restarted
 	opsA := h.dispatch(a, 33)
-	h.wantBatches(1) // a alone crossed MaxBatch
+	h.wantBatches(1) // a alone crossed MinBatch
 	opsB := h.dispatch(b, 2)
 	opsB2 := h.dispatch(b2, 3)
 	h.wantBatches(1)
@@ -243,7 +247,7 @@ func TestOneCallInFlight(t *testing.T) {
 	h.dispatch(a, 33)
 	c1 := h.nextCall()
 
-	more := h.dispatch(a, 40) // over MaxBatch, but a call is out
+	more := h.dispatch(a, 40) // over MinBatch, but a call is out
 	h.wantBatches(1)
 	if h.clk.Pending() != 0 {
 		t.Fatal("a timer was armed while a call is in flight")
@@ -255,32 +259,69 @@ func TestOneCallInFlight(t *testing.T) {
 		t.Fatalf("second batch %v", got)
 	}
 
-	// Few ops during c2, c2 returns quickly: they wait for their delay.
+	// Few ops during c2, which carried more than MinBatch (a stream):
+	// sent as soon as it returns, without waiting for their delay.
 	few := h.dispatch(a, 3)
 	h.clk.Advance(50 * time.Millisecond)
 	h.answer(c2, nil)
-	h.wantBatches(2)
-	h.clk.Advance(99 * time.Millisecond)
-	h.wantBatches(2)
-	h.clk.Advance(time.Millisecond)
 	h.wantBatches(3)
 	c3 := h.nextCall()
 	if got := regions(c3.req); !slices.Equal(got, opRegions(few)) {
 		t.Fatalf("third batch %v", got)
 	}
 
-	// Few ops during c3, c3 outlives their delay: sent as it returns.
-	late := h.dispatch(a, 2)
-	h.clk.Advance(time.Second)
-	h.wantBatches(3)
+	// Few ops during c3, a small call that returns quickly: they wait
+	// for their delay.
+	wait := h.dispatch(a, 2)
+	h.clk.Advance(50 * time.Millisecond)
 	h.answer(c3, nil)
+	h.wantBatches(3)
+	h.clk.Advance(99 * time.Millisecond)
+	h.wantBatches(3)
+	h.clk.Advance(time.Millisecond)
 	h.wantBatches(4)
 	c4 := h.nextCall()
-	if got := regions(c4.req); !slices.Equal(got, opRegions(late)) {
+	if got := regions(c4.req); !slices.Equal(got, opRegions(wait)) {
 		t.Fatalf("fourth batch %v", got)
 	}
+
+	// Few ops during c4, c4 outlives their delay: sent as it returns.
+	late := h.dispatch(a, 2)
+	h.clk.Advance(time.Second)
+	h.wantBatches(4)
 	h.answer(c4, nil)
-	h.collect(33 + 40 + 3 + 2)
+	h.wantBatches(5)
+	c5 := h.nextCall()
+	if got := regions(c5.req); !slices.Equal(got, opRegions(late)) {
+		t.Fatalf("fifth batch %v", got)
+	}
+	h.answer(c5, nil)
+	h.collect(33 + 40 + 3 + 2 + 2)
+}
+
+// A backlog bigger than MaxBatch goes in calls of MaxBatch ops, one after
+// the other, each as soon as the previous returns.
+func TestMaxBatchCapsACall(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MinBatch, c.MaxBatch = 32, 1000 })
+	a := target("a", 1)
+	ops := h.dispatch(a, 2500)
+	var sizes []int
+	var sent []string
+	for range 4 {
+		c := h.nextCall()
+		sizes = append(sizes, len(c.req.GetOps()))
+		sent = append(sent, regions(c.req)...)
+		h.answer(c, nil)
+	}
+	// The 33rd op started the first call; the rest piled up behind it.
+	if want := []int{33, 1000, 1000, 467}; !slices.Equal(sizes, want) {
+		t.Fatalf("batches of %v ops, want %v", sizes, want)
+	}
+	if !slices.Equal(sent, opRegions(ops)) {
+		t.Fatal("ops sent out of dispatch order")
+	}
+	h.collect(2500)
+	h.wantBatches(4)
 }
 
 func TestBackoffFormula(t *testing.T) {
@@ -805,7 +846,7 @@ func TestResultsOncePerOp(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Term, cfg.MasterID, cfg.Transport, cfg.Clock = 1, "m", tr, clk
 	cfg.MaxFailures = 1 << 20
-	cfg.MaxBatch = 4 // many small calls, many failures
+	cfg.MinBatch, cfg.MaxBatch = 2, 4 // many small calls, many failures
 	cfg.Logger = testLogger(t)
 	cfg.OnServerFailed = func(string, error) { t.Error("OnServerFailed") }
 	cfg.OnResult = func(r Result) {

@@ -6,11 +6,12 @@
 // # Batching
 //
 // Dispatch puts an Op in the buffer of its target server and returns at
-// once. A buffer is flushed when it holds more than Config.MaxBatch ops
+// once. A buffer is flushed when it holds more than Config.MinBatch ops
 // (default 32, so the 33rd op sends a batch of 33 at once) or when its
 // oldest op has waited Config.Delay (default 150 ms, measured on
 // Config.Clock, so tests drive it with a clock.Manual). One
-// RegionServer.ExecuteBatch call carries the whole buffer
+// RegionServer.ExecuteBatch call carries the buffer, up to
+// Config.MaxBatch ops (default 1,000)
 // (BatchRequest{term, master_id, server_id, start_code, ops}), and the
 // response's per-op results are handed to Config.OnResult, one Result per
 // dispatched op, exactly once.
@@ -26,8 +27,12 @@
 //
 // At most one ExecuteBatch call is in flight per server; ops arriving
 // meanwhile wait for the next batch, which is sent as soon as the call
-// returns if it is due (over MaxBatch, or its oldest op waited Delay).
-// Why:
+// returns if it is due: over MinBatch, or its oldest op waited Delay, or
+// the returning call carried more than MinBatch ops. That last rule sizes
+// batches by the work: under a stream (a crash reassigning a third of a
+// million regions) each call carries everything that arrived during the
+// previous one, up to MaxBatch, and the last few ops of a burst go with
+// the next call instead of waiting out the Delay. Why one call:
 //
 //   - Order. A procedure may close a region right after opening it (a
 //     move, a disable racing an assign). Two concurrent calls can be
@@ -42,8 +47,9 @@
 //     growing number of concurrent calls; the wait of one call is exactly
 //     what lets the next batch fill up: BenchmarkDispatch sends 20,000 ops
 //     to 20 servers in 45 to 190 calls (100 to 450 ops per call, the more
-//     the slower the round trip). One batch carries at most 4096 ops,
-//     which keeps a response far below gRPC's 4 MiB default message limit.
+//     the slower the round trip). One batch carries at most MaxBatch ops
+//     (at most 4096, which keeps a response far below gRPC's 4 MiB
+//     default message limit).
 //   - Retries cannot pile up: a server that is failing has at most one
 //     call out, then waits its backoff (HBASE-22287 was a retry storm).
 //

@@ -33,7 +33,7 @@ func Example() {
 	var lines []string
 	cfg := dispatch.DefaultConfig()
 	cfg.Term, cfg.MasterID, cfg.Transport = 3, "master-1", local
-	cfg.MaxBatch = 2 // the third op sends the batch at once
+	cfg.MinBatch = 2 // the third op sends the batch at once
 	cfg.OnResult = func(r dispatch.Result) {
 		mu.Lock()
 		lines = append(lines, fmt.Sprintf("proc %d: %v %s on %s ok=%v", r.Op.ProcID, r.Op.Kind, r.Op.Region, r.Target.ServerID, r.OK))

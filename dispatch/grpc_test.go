@@ -29,7 +29,7 @@ func TestGRPCTransportEndToEnd(t *testing.T) {
 	gt := newGRPCTransport(t, waitFor)
 	h := newHarness(t, func(c *Config) { c.Transport = gt })
 
-	ops := h.dispatch(t1, 33) // over MaxBatch: sent at once
+	ops := h.dispatch(t1, 33) // over MinBatch: sent at once
 	h.waitSender()
 	for _, r := range h.collect(33) {
 		if !r.OK || r.Already || r.Err != nil || r.Target != t1 {

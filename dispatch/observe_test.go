@@ -23,7 +23,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	h := newHarness(t, func(c *Config) { c.Metrics, c.Tracer, c.MaxBatch = reg, tp.Tracer("dispatch"), 2 })
+	h := newHarness(t, func(c *Config) { c.Metrics, c.Tracer, c.MinBatch = reg, tp.Tracer("dispatch"), 2 })
 
 	steps := tp.Tracer("steps")
 	rootA, a := steps.Start(context.Background(), "procedure A")
@@ -40,7 +40,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "rb1", ProcID: 3, Span: tracectx.RefOf(b1ctx)},
 	}
 	for _, op := range ops {
-		h.d.Dispatch(tg, op) // the third passes MaxBatch: one call for all
+		h.d.Dispatch(tg, op) // the third passes MinBatch: one call for all
 	}
 	c := h.nextCall()
 	if n := len(c.req.GetOps()); n != 3 {

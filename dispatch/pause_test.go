@@ -17,7 +17,7 @@ import (
 func TestPauseHoldsEverySend(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.RetryBase, c.MaxFailures = 100*time.Millisecond, 100 })
 	a, b := target("a", 1), target("b", 1)
-	inflight := h.dispatch(a, 33) // over MaxBatch: sent at once
+	inflight := h.dispatch(a, 33) // over MinBatch: sent at once
 	c := h.nextCall()
 
 	h.d.Pause()

@@ -22,6 +22,7 @@ const (
 	DefaultRegionWave      = 5000
 	DefaultApplyTimeout    = 10 * time.Second
 	DefaultFenceMargin     = time.Second
+	DefaultCrashWave       = 5000
 )
 
 // DefaultRetryBackoff paces a region procedure that has nothing to do but
@@ -55,9 +56,9 @@ type Config struct {
 	// dispatch.GRPCTransport, shared by the dispatchers of every term.
 	Transport dispatch.Transport
 	// Dispatch is the template of each term's dispatcher configuration
-	// (MaxBatch, Delay, retries); Term, MasterID, Transport, callbacks,
-	// Clock and Logger are set by the domain. Zero fields take dispatch's
-	// defaults (32 ops, 150 ms).
+	// (MinBatch, MaxBatch, Delay, retries); Term, MasterID, Transport,
+	// callbacks, Clock and Logger are set by the domain. Zero fields take
+	// dispatch's defaults (32 and 1,000 ops, 150 ms).
 	Dispatch dispatch.Config
 	// DispatchTimeout is how long a region procedure waits for the result
 	// of one open or close before it checks the server again and re-sends
@@ -89,6 +90,14 @@ type Config struct {
 	// bound holds while the server's clock runs at most 16% slower than
 	// the leader's.
 	FenceMargin time.Duration
+	// CrashWave is how many region reassignments a server crash
+	// procedure spawns in one step. Each wave is one Raft entry holding
+	// that many child procedures (about 300 bytes each) and ends when its
+	// last region is open, so the next wave waits for the slowest region
+	// of this one: smaller waves write less at once but leave the
+	// workers idle more often between waves. Default 5,000 (an entry of
+	// about 1.5 MB).
+	CrashWave int
 	// Metrics, when set, registers the domain's collectors for as long as
 	// the domain lives (baton_leases, baton_regions, baton_tables,
 	// baton_region_servers: reported by the leader only;
@@ -129,5 +138,6 @@ func (c Config) withDefaults() Config {
 	}
 	defaults.Set(&c.ApplyTimeout, DefaultApplyTimeout)
 	defaults.Set(&c.FenceMargin, DefaultFenceMargin)
+	defaults.Set(&c.CrashWave, DefaultCrashWave)
 	return c
 }

@@ -3,6 +3,8 @@ package domain_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/scheduler"
 )
 
 // A crash procedure that has ended is no answer to a later need to
@@ -141,5 +144,221 @@ func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
 	}
 	if resp.GetStartCode() <= before {
 		t.Fatalf("registration after the counter restarted got start code %d, not above the previous %d", resp.GetStartCode(), before)
+	}
+}
+
+// A crash's regions are reassigned in waves of CrashWave, and a leader
+// lost at any wave boundary (cut off before the wave is written) hands
+// over to one that resumes after the last wave written: every region of the dead
+// server is reassigned exactly once, none missed, none spawned twice.
+func TestCrashWavesSurviveAFailoverAtEveryBoundary(t *testing.T) {
+	const wave, regions = 3, 24
+	var (
+		mu       sync.Mutex
+		armed    bool
+		down     = map[int]bool{} // cut off at a boundary, not healed yet
+		killNext = true           // the next boundary's first try cuts its leader off
+	)
+	kills := make(chan int, 1) // the leader to cut off
+	// Four elections and more: the production Raft timings, which a
+	// loaded machine does not turn into a storm of elections.
+	// Leases six times the tests': a failover a second must not make the
+	// live region servers fence themselves and crash too.
+	h := newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
+		c.ServerLease.SoftLimit *= 6
+		c.ServerLease.HardLimit *= 6
+		c.HeartbeatInterval *= 6
+		c.CrashWave = wave
+		c.FailPoint = func(point string) error {
+			if point != "crash.assign" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case !armed:
+				return nil
+			case down[i]:
+				return errors.New("injected: this master is being cut off")
+			case killNext:
+				killNext, down[i] = false, true
+				kills <- i
+				return errors.New("injected: the leader is lost at a wave boundary")
+			}
+			killNext = true // the new leader's try at this boundary goes through
+			return nil
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	if per[victim] <= wave {
+		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+
+	boundaries := 0
+	// The victim's crash procedure, once it ended: its result names it.
+	victimCrash := func() (procedure.Info, bool) {
+		_, x := h.leader()
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
+				return c, true
+			}
+		}
+		return procedure.Info{}, false
+	}
+	testwait.For(t, 2*time.Minute, "the crash procedure to end through a failover at every wave boundary", func() bool {
+		select {
+		case i := <-kills:
+			// Cut the leader off: it steps down, another takes over
+			// from the replicated state; then it rejoins as a follower.
+			h.isolateRaft(i)
+			testwait.For(t, time.Minute, "another leader", func() bool {
+				li, _ := h.c.WaitLeader()
+				return li != i
+			})
+			h.healRaft(i)
+			mu.Lock()
+			down[i] = false
+			mu.Unlock()
+			boundaries++
+			return false
+		default:
+			_, done := victimCrash()
+			return done
+		}
+	})
+	// Waves of 3 over the victim's regions, then the scan that finds none
+	// left: a failover before each.
+	if want := (per[victim]+wave-1)/wave + 1; boundaries < want {
+		t.Errorf("%d failovers, want one at each of the %d boundaries", boundaries, want)
+	}
+	crash, _ := victimCrash()
+	if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
+		t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, victim)
+	}
+	// The survivors held as many regions each, and took the victim's in
+	// turn.
+	if lo, hi := spread(h.checkTableOpen("default:t", regions)); hi-lo > 2 {
+		t.Errorf("regions spread %d..%d over the survivors, want within 2 of each other", lo, hi)
+	}
+	h.checkNoDoubles()
+}
+
+// The sweep of a crash's waves goes through the tables once; a region
+// recorded on the dead incarnation behind its cursor (an open that picked
+// the server just before the fence committed) is found by the scans that
+// follow the sweep, and reassigned too.
+func TestCrashWavesFindARegionRecordedBehindTheCursor(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		calls int
+	)
+	behind := make(chan chan struct{})
+	h := newHarness(t, harnessOpts{masters: 1, servers: 1, domain: func(c *domain.Config) {
+		c.CrashWave = 2
+		c.FailPoint = func(point string) error {
+			if point != "crash.assign" {
+				return nil
+			}
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			if n == 2 { // the first wave is done, the second not written yet
+				done := make(chan struct{})
+				behind <- done
+				<-done
+			}
+			return nil
+		}
+	}})
+	for _, name := range []string{"a", "b"} {
+		h.mustSucceed(h.createTable("", name, 3), 20*time.Second)
+		h.mustSucceed(h.submit(mustDisable(t, "", name), ""), 20*time.Second)
+	}
+	var regions []string
+	domain.ScanRegions(h.reader(), func(name string, _ domain.Region) bool {
+		regions = append(regions, name)
+		return true
+	})
+	lm, _ := h.leader()
+	svc := lm.dom.Services()
+	ghost := domain.ServerRef{ID: "rs9", StartCode: 4242} // never registered
+	place := func(names ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, rn := range names {
+			rg, _, _ := domain.GetRegion(h.reader(), rn)
+			rg.State, rg.Server, rg.StartCode = domain.RegionOpen, ghost.ID, ghost.StartCode
+			if err := svc.Commit(ctx, raftfsm.Put(domain.RegionKey(rn), domain.MustJSON(rg))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	place(regions...)
+	svc.SubmitCrash(ghost, "test: a crash of six regions in waves of two")
+	select {
+	case done := <-behind:
+		// The first wave (a's first two regions) is back to CLOSED; put
+		// its first region on the dead incarnation again, behind the
+		// cursor.
+		testwait.For(t, 10*time.Second, "the first wave's regions off the dead server", func() bool {
+			rg, _, _ := domain.GetRegion(h.reader(), regions[0])
+			return !rg.OnServer(ghost)
+		})
+		place(regions[0])
+		close(done)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the crash procedure never reached its second wave")
+	}
+	testwait.For(t, 30*time.Second, "every region off the dead server", func() bool {
+		n := 0
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.OnServer(ghost) {
+				n++
+			}
+			return true
+		})
+		return n == 0
+	})
+	_, x := h.leader()
+	crashes := x.List(procedure.Filter{Type: domain.TypeServerCrash})
+	if len(crashes) != 1 {
+		t.Fatalf("%d crash procedures, want the ghost's alone", len(crashes))
+	}
+	info := h.mustSucceed(crashes[0].ID, 20*time.Second)
+	want := fmt.Sprintf("server %s: %d regions reassigned", ghost, len(regions)+1)
+	if string(info.Result) != want {
+		t.Errorf("result %q, want %q (the region placed behind the cursor once more)", info.Result, want)
+	}
+}
+
+// A crashed server's region reassignments wait in that server's queue,
+// which the scheduler serves before any table's: they do not queue behind
+// a big create's assignments of the same or another table.
+func TestCrashReassignmentsQueueAheadOfTableWork(t *testing.T) {
+	crash := &domain.TransitRegionState{Region: "default:t,00000,1", Namespace: "default", Table: "t", Kind: domain.KindAssign,
+		From: domain.ServerRef{ID: "rs1", StartCode: 7}}
+	create := &domain.TransitRegionState{Region: "default:t,00001,1", Namespace: "default", Table: "t", Kind: domain.KindAssign, Bounded: true}
+	if k := crash.QueueKey(); k.Kind != scheduler.KindServer || k.Name != "rs1" {
+		t.Errorf("a crash's reassignment queues in %v, want the crashed server's queue", k)
+	}
+	if k := create.QueueKey(); k.Kind != scheduler.KindTable || k.Name != "default:t" {
+		t.Errorf("a create's assignment queues in %v, want its table's queue", k)
+	}
+	scp := &domain.ServerCrash{Server: domain.ServerRef{ID: "rs1", StartCode: 7}}
+	if scp.QueueKey() != crash.QueueKey() {
+		t.Errorf("crash procedure in %v, its reassignments in %v: want the same queue", scp.QueueKey(), crash.QueueKey())
 	}
 }

@@ -196,7 +196,8 @@
 //	EnableTable         PRE_OPERATION → MARK_ENABLING → ASSIGN_REGIONS → MARK_ENABLED
 //	DisableTable        PRE_OPERATION → MARK_DISABLING → UNASSIGN_REGIONS → MARK_DISABLED
 //	CreateNamespace     PRE_OPERATION → WRITE;  DeleteNamespace (empty only) the same
-//	ServerCrash         FENCE → ASSIGN (repeated until no region is left)
+//	ServerCrash         FENCE → ASSIGN (a wave of at most Config.CrashWave
+//	                    children each time, until no region is left)
 //	Balance             PLAN (MOVE children, counts within one)
 //	LockProcedure       ACQUIRED → HELD, until released or its lease expires
 //

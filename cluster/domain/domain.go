@@ -89,8 +89,8 @@ func New(cfg Config) (*Domain, error) {
 	if err := lc.Validate(); err != nil {
 		return nil, fmt.Errorf("master: server lease: %w", err)
 	}
-	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 {
-		return nil, fmt.Errorf("%w: master: negative LockLease, DispatchTimeout, MaxOpenAttempts or ApplyTimeout", errInvalid)
+	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 {
+		return nil, fmt.Errorf("%w: master: negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout or CrashWave", errInvalid)
 	}
 	d := &Domain{
 		cfg:       cfg,

@@ -71,6 +71,8 @@ type harnessOpts struct {
 	node func(*cluster.Config)
 	// faultSeed seeds the fault injector's draws; 0 picks one (logged).
 	faultSeed uint64
+	// domainAt adjusts master i's domain configuration, after domain.
+	domainAt func(i int, c *domain.Config)
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -88,6 +90,15 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	if o.node != nil {
 		cfg.Node = func(_ int, nc *cluster.Config) { o.node(nc) }
+	}
+	if o.domainAt != nil {
+		outer := cfg.Domain
+		cfg.Domain = func(i int, dc *domain.Config) {
+			if outer != nil {
+				outer(i, dc)
+			}
+			o.domainAt(i, dc)
+		}
 	}
 	c := clustertest.New(t, cfg)
 	h := &harness{t: t, c: c, opts: o, faults: c.Faults()}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/procedure"
@@ -21,10 +22,24 @@ const (
 //	ASSIGN: wait until the incarnation has certainly stopped serving
 //	        (services.presenceOf: it registered again, or its self-fence
 //	        deadline passed); drop the dispatcher's ops for the server;
-//	        reassign every region whose record places it on the
+//	        reassign the regions whose record places them on the
 //	        incarnation (OPEN, OPENING or CLOSING there), one
-//	        TransitRegionState child each (From = the incarnation); run
-//	        again until none is left.
+//	        TransitRegionState child each (From = the incarnation), a
+//	        wave of at most Config.CrashWave at a time; run again until
+//	        none is left.
+//
+// The waves keep every write bounded: a server of a third of a million
+// regions would otherwise spawn them all in one Raft entry. The first
+// waves sweep the tables in key order, table by table (a table's region
+// names start with its name), after Cursor, the last region of the
+// previous wave, so each wave reads only its own stretch of the region
+// records; the cursor is saved with the wave's children, so a new leader
+// resumes after the last wave written, neither repeating nor skipping
+// one. Once the sweep has passed the last table, each wave scans every
+// region record, until a scan finds none left on the incarnation: that
+// catches what the sweep cannot see, a region recorded on the incarnation
+// behind the cursor (an open that picked it just before the fence
+// committed) or one whose table record is gone.
 //
 // It is idempotent and holds nothing but the server's lock, so a new
 // leader simply resumes it; its children re-check each region under the
@@ -36,6 +51,10 @@ type ServerCrash struct {
 	Server ServerRef `json:"server"`
 	// Reassigned counts the children spawned, for the result.
 	Reassigned int `json:"reassigned"`
+	// Cursor is the last region of the sweep's latest wave ("" before the
+	// first), and Swept says the sweep has passed the last table.
+	Cursor string `json:"cursor,omitempty"`
+	Swept  bool   `json:"swept,omitempty"`
 	// removedIn is the term whose dispatcher dropped the server's ops
 	// (once per term: a later incarnation's ops must not be dropped over
 	// and over).
@@ -119,34 +138,103 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			svc.disp.RemoveServer(p.Server.ID)
 			p.removedIn = svc.term
 		}
-		var names []string
-		var tables []string
-		if err := scanRegions(r, func(name string, rg Region) bool {
-			if rg.onServer(p.Server) {
-				names = append(names, name)
-				tables = append(tables, rg.Table)
-			}
-			return true
-		}); err != nil {
+		wave, cursor, swept, err := p.nextWave(r, d.cfg.CrashWave)
+		if err != nil {
 			return procedure.NoMoreState, err
 		}
 		if err := failPoint(d, "crash.assign"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		if len(names) == 0 {
+		p.Cursor, p.Swept = cursor, swept
+		if len(wave) == 0 {
 			ctx.SetResult([]byte(fmt.Sprintf("server %s: %s reassigned", p.Server, countOf(p.Reassigned, "region"))))
 			ctx.Logger.Info("server crash handled", "server", p.Server.String(), "reassigned", p.Reassigned)
 			return procedure.NoMoreState, nil
 		}
-		for i, name := range names {
-			ns, table := SplitTableName(tables[i])
-			ctx.AddChild(&TransitRegionState{Region: name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server})
+		for _, w := range wave {
+			ns, table := SplitTableName(w.table)
+			ctx.AddChild(&TransitRegionState{Region: w.name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server})
 		}
-		p.Reassigned += len(names)
-		ctx.Logger.Info("reassigning the regions of a crashed server", "server", p.Server.String(), "regions", len(names))
+		p.Reassigned += len(wave)
+		ctx.Logger.Info("reassigning the regions of a crashed server", "server", p.Server.String(), "regions", len(wave),
+			"reassigned", p.Reassigned, "swept", p.Swept)
 		return procedure.HasMoreState, nil // this state again, once the children are done
 	}
 	return procedure.NoMoreState, fmt.Errorf("master: server crash: unknown state %d", state)
+}
+
+// crashedRegion is a region to reassign and its table.
+type crashedRegion struct{ name, table string }
+
+// nextWave returns the next at most n regions recorded on the incarnation,
+// and the cursor and sweep state once they are spawned: from the sweep
+// while it lasts, then from a scan of every region record. It leaves p
+// alone, so a step that fails after it repeats the same wave.
+func (p *ServerCrash) nextWave(r reader, n int) (wave []crashedRegion, cursor string, swept bool, err error) {
+	cursor, swept = p.Cursor, p.Swept
+	if !swept {
+		if wave, cursor, swept, err = p.sweep(r, n); err != nil || len(wave) > 0 {
+			return wave, cursor, swept, err
+		}
+	}
+	err = scanRegions(r, func(name string, rg Region) bool {
+		if rg.onServer(p.Server) {
+			wave = append(wave, crashedRegion{name, rg.Table})
+		}
+		return len(wave) < n
+	})
+	return wave, cursor, swept, err
+}
+
+// sweep collects up to n regions recorded on the incarnation from the
+// tables after the cursor, in key order; cursor is the last one, and
+// swept says the sweep reached the end of the last table.
+func (p *ServerCrash) sweep(r reader, n int) (wave []crashedRegion, cursor string, swept bool, err error) {
+	var tables []string
+	if err := r.scan(tablePrefix, func(k string, _ []byte) bool {
+		tables = append(tables, strings.TrimPrefix(k, tablePrefix))
+		return true
+	}); err != nil {
+		return nil, "", false, err
+	}
+	cursor = p.Cursor
+	var derr error
+	for _, full := range tables {
+		// Region names are "<table>,…", and ',' sorts before every
+		// character a name may hold, so the tables' regions follow each
+		// other in the tables' order.
+		first := full + ","
+		if p.Cursor != "" && first < p.Cursor && !strings.HasPrefix(p.Cursor, first) {
+			continue // swept already
+		}
+		err := r.scan(regionPrefix+first, func(k string, _ []byte) bool {
+			name := strings.TrimPrefix(k, regionPrefix)
+			if name <= p.Cursor {
+				return true
+			}
+			// Decoded by getRegion, whatever the record's encoding.
+			rg, ok, err := getRegion(r, name)
+			if err != nil {
+				derr = err
+				return false
+			}
+			if ok && rg.onServer(p.Server) {
+				wave = append(wave, crashedRegion{name, rg.Table})
+				cursor = name
+			}
+			return len(wave) < n
+		})
+		if err == nil {
+			err = derr
+		}
+		if err != nil {
+			return nil, "", false, err
+		}
+		if len(wave) == n {
+			return wave, cursor, false, nil
+		}
+	}
+	return wave, cursor, true, nil
 }
 
 // RollbackState implements procedure.StateSteps: nothing to undo (an

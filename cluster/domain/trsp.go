@@ -107,8 +107,15 @@ func (p *TransitRegionState) Locks() []scheduler.Lock {
 // until this procedure is done.
 func (p *TransitRegionState) HoldLock() bool { return true }
 
-// QueueKey implements procedure.Queued: the table's queue.
+// QueueKey implements procedure.Queued: the table's queue, but a crashed
+// server's region (From set) waits in that server's queue, beside its
+// ServerCrash, which the scheduler serves before every table's: regions
+// that are down come back before table work (a big create's assignments)
+// runs, as HBase gives crash recovery meta-like priority.
 func (p *TransitRegionState) QueueKey() scheduler.QueueKey {
+	if !p.From.IsZero() {
+		return scheduler.QueueKey{Kind: scheduler.KindServer, Name: p.From.ID}
+	}
 	return scheduler.QueueKey{Kind: scheduler.KindTable, Name: FullTableName(p.Namespace, p.Table)}
 }
 

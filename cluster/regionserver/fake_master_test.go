@@ -53,7 +53,7 @@ type fakeMaster struct {
 
 // newFakeCluster starts n fake masters on loopback; the first leads, in
 // term 1, with heartbeat interval intervalMs.
-func newFakeCluster(t *testing.T, n int, intervalMs int64) (*fakeCluster, []string) {
+func newFakeCluster(t testing.TB, n int, intervalMs int64) (*fakeCluster, []string) {
 	t.Helper()
 	c := &fakeCluster{term: 1, intervalMs: intervalMs, nextCode: 1000, servers: map[string]uint64{}, expire: map[string]bool{}}
 	var addrs []string
@@ -74,7 +74,7 @@ func newFakeCluster(t *testing.T, n int, intervalMs int64) (*fakeCluster, []stri
 }
 
 // deadAddr is a loopback address nobody listens on, nor can while t runs.
-func deadAddr(t *testing.T) string {
+func deadAddr(t testing.TB) string {
 	t.Helper()
 	return testnet.DeadAddr(t)
 }
@@ -192,7 +192,7 @@ func (c *fakeCluster) expireNext(id string) {
 }
 
 // rsClient dials a region server's RegionServer service.
-func rsClient(t *testing.T, addr string) rspb.RegionServerClient {
+func rsClient(t testing.TB, addr string) rspb.RegionServerClient {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -411,35 +412,42 @@ func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (_ *r
 		wg          sync.WaitGroup
 		imu         sync.Mutex
 		interrupted error
-		sem         = make(chan struct{}, s.cfg.OpParallelism)
+		next        atomic.Int64 // index into order of the next region to take
 	)
-	for _, r := range order {
-		sem <- struct{}{}
+	// A fixed pool of OpParallelism workers takes the regions in batch
+	// order: a batch of a thousand opens (a crash's reassignments) costs
+	// a handful of goroutines, not one per region.
+	for range min(s.cfg.OpParallelism, len(order)) {
 		wg.Add(1)
-		go func(idxs []int) {
+		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			for _, i := range idxs {
-				octx := opCtx
-				var span trace.Span
-				if batchSpan != nil {
-					octx, span = s.opSpan(opCtx, batchSpan, ops[i])
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(order) {
+					return
 				}
-				res, err := s.execOp(octx, term, sc, seq, ops[i])
-				result := opResult(res, err)
-				s.metrics.ops.WithLabelValues(kindLabel(ops[i].GetKind()), result).Inc()
-				if span != nil {
-					span.SetAttributes(attribute.String("baton.result", result))
-					endSpan(span, err)
-				}
-				results[i] = res
-				if err != nil {
-					imu.Lock()
-					interrupted = err
-					imu.Unlock()
+				for _, i := range byRegion[order[k]] {
+					octx := opCtx
+					var span trace.Span
+					if batchSpan != nil {
+						octx, span = s.opSpan(opCtx, batchSpan, ops[i])
+					}
+					res, err := s.execOp(octx, term, sc, seq, ops[i])
+					result := opResult(res, err)
+					s.metrics.ops.WithLabelValues(kindLabel(ops[i].GetKind()), result).Inc()
+					if span != nil {
+						span.SetAttributes(attribute.String("baton.result", result))
+						endSpan(span, err)
+					}
+					results[i] = res
+					if err != nil {
+						imu.Lock()
+						interrupted = err
+						imu.Unlock()
+					}
 				}
 			}
-		}(byRegion[r])
+		}()
 	}
 	wg.Wait()
 	if interrupted != nil {

@@ -51,7 +51,7 @@ const fastHeartbeats = 10 * time.Millisecond
 
 // startServer starts a Server with cfg, stops it at cleanup, and waits for
 // its registration.
-func startServer(t *testing.T, cfg Config) (*Server, uint64) {
+func startServer(t testing.TB, cfg Config) (*Server, uint64) {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
