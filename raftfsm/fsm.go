@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -193,7 +194,11 @@ func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
 	info, err := w.Load(func(p store.Proc) error {
 		switch {
 		case p.ID < walReservedBase:
-			procs.ReplaceOrInsert(&procItem{id: p.ID, data: p.Data})
+			// A copy, not p.Data: the WAL may hand out slices of a whole
+			// segment it read, which would then stay in memory with every
+			// superseded record and key image in it (as much again as the
+			// live images, or more).
+			procs.ReplaceOrInsert(&procItem{id: p.ID, data: bytes.Clone(p.Data)})
 			maxLive = p.ID
 		case p.ID == walMetaID:
 			if err := proto.Unmarshal(p.Data, &meta); err != nil {
