@@ -22,11 +22,11 @@
 //
 // The FSM holds the live procedures (id → image), the highest procedure id
 // ever seen, the domain key/value state and the applied index, as immutable
-// versions built on persistent radix trees (hashicorp/go-immutable-radix).
-// ApplyBatch builds the next version in a transaction and publishes it with
-// one atomic pointer swap, so readers (View, Get, Scan, Procs) never lock,
-// never block the apply path and never see half an entry; Snapshot is a
-// pointer copy.
+// versions built on copy-on-write B-trees (google/btree; see tree.go).
+// ApplyBatch builds the next version on O(1) clones of the trees and
+// publishes it with one atomic pointer swap, so readers (View, Get, Scan,
+// Procs) never lock, never block the apply path and never see half an
+// entry; Snapshot is a pointer copy.
 //
 // # The local WAL
 //

@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -91,29 +89,21 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// kvEntry is the value of a domain key in the state tree; walID is the local
-// WAL id of its image and is not part of the replicated state.
-type kvEntry struct {
-	val   []byte
-	walID uint64
-}
-
 // state is one immutable version of the FSM's state. Apply builds the next
-// version with transactions on the persistent (copy-on-write) radix trees and
+// version on clones of the persistent (copy-on-write) trees (tree.go) and
 // publishes it with one atomic pointer swap: readers never lock and never see
-// half an entry, and a snapshot is just a pointer to a version.
+// half an entry, and a snapshot is just a pointer to a version. A published
+// version's trees are never modified again; they are only cloned.
 type state struct {
-	procs     *iradix.Tree[[]byte]  // key: 8-byte big-endian id, so walks are in id order
-	kv        *iradix.Tree[kvEntry] // key: domain key bytes, sorted
+	procs     *procTree // by id
+	kv        *kvTree   // by key
 	maxProcID uint64
 	index     uint64 // Raft index of the last applied entry
 }
 
 func emptyState() *state {
-	return &state{procs: iradix.New[[]byte](), kv: iradix.New[kvEntry]()}
+	return &state{procs: newProcTree(), kv: newKVTree()}
 }
-
-func procKey(id uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), id) }
 
 // FSM is Baton's replicated state machine; it implements raft.FSM and
 // raft.BatchingFSM. See the package documentation for its design.
@@ -196,15 +186,19 @@ func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("raftfsm: open local WAL: %w", err)
 	}
-	procs := iradix.New[[]byte]().Txn()
-	kv := iradix.New[kvEntry]().Txn()
+	procs := newProcTree()
+	kv := newKVTree()
 	nextKey := firstKeyID
 	var meta raftpb.WalMeta
 	var maxLive uint64
 	info, err := w.Load(func(p store.Proc) error {
 		switch {
 		case p.ID < walReservedBase:
-			procs.Insert(procKey(p.ID), p.Data)
+			// A copy, not p.Data: the WAL may hand out slices of a whole
+			// segment it read, which would then stay in memory with every
+			// superseded record and key image in it (as much again as the
+			// live images, or more).
+			procs.ReplaceOrInsert(&procItem{id: p.ID, data: bytes.Clone(p.Data)})
 			maxLive = p.ID
 		case p.ID == walMetaID:
 			if err := proto.Unmarshal(p.Data, &meta); err != nil {
@@ -215,7 +209,7 @@ func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
 			if err := proto.Unmarshal(p.Data, &rec); err != nil || len(rec.Key) == 0 {
 				return fmt.Errorf("%w: key image %d undecodable (err %v)", ErrWALDamaged, p.ID, err)
 			}
-			kv.Insert(rec.Key, kvEntry{val: rec.Value, walID: p.ID})
+			kv.ReplaceOrInsert(&kvItem{key: string(rec.Key), val: rec.Value, walID: p.ID})
 			nextKey = max(nextKey, p.ID+1)
 		}
 		return nil
@@ -236,8 +230,8 @@ func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
 		return nil, nil, 0, fmt.Errorf("raftfsm: load local WAL %s: %w", wc.Dir, err)
 	}
 	st := &state{
-		procs:     procs.Commit(),
-		kv:        kv.Commit(),
+		procs:     procs,
+		kv:        kv,
 		maxProcID: max(meta.MaxProcId, maxLive),
 		index:     info.Index,
 	}
@@ -380,18 +374,23 @@ func (v View) NumProcs() int { return v.st.procs.Len() }
 func (v View) NumKeys() int { return v.st.kv.Len() }
 
 // Proc returns the image of procedure id. The slice must not be modified.
-func (v View) Proc(id uint64) ([]byte, bool) { return v.st.procs.Get(procKey(id)) }
+func (v View) Proc(id uint64) ([]byte, bool) {
+	p, ok := getProc(v.st.procs, id)
+	if !ok {
+		return nil, false
+	}
+	return p.data, true
+}
 
 // Procs calls fn for every live procedure in ascending id order until fn
 // returns an error, which is returned.
 func (v View) Procs(fn func(store.Proc) error) error {
-	it := v.st.procs.Root().Iterator()
-	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
-		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
-			return err
-		}
-	}
-	return nil
+	var err error
+	v.st.procs.Ascend(func(p *procItem) bool {
+		err = fn(store.Proc{ID: p.id, Data: p.data})
+		return err == nil
+	})
+	return err
 }
 
 // ProcsAfter is Procs for the procedures whose id is above after.
@@ -399,14 +398,12 @@ func (v View) ProcsAfter(after uint64, fn func(store.Proc) error) error {
 	if after == ^uint64(0) {
 		return nil
 	}
-	it := v.st.procs.Root().Iterator()
-	it.SeekLowerBound(procKey(after + 1))
-	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
-		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
-			return err
-		}
-	}
-	return nil
+	var err error
+	v.st.procs.AscendGreaterOrEqual(&procItem{id: after + 1}, func(p *procItem) bool {
+		err = fn(store.Proc{ID: p.id, Data: p.data})
+		return err == nil
+	})
+	return err
 }
 
 // ProcsBefore calls fn for every live procedure whose id is below before,
@@ -416,55 +413,45 @@ func (v View) ProcsBefore(before uint64, fn func(store.Proc) error) error {
 	if before == 0 {
 		return nil
 	}
-	it := v.st.procs.Root().ReverseIterator()
-	it.SeekReverseLowerBound(procKey(before - 1))
-	for k, data, ok := it.Previous(); ok; k, data, ok = it.Previous() {
-		if err := fn(store.Proc{ID: binary.BigEndian.Uint64(k), Data: data}); err != nil {
-			return err
-		}
-	}
-	return nil
+	var err error
+	v.st.procs.DescendLessOrEqual(&procItem{id: before - 1}, func(p *procItem) bool {
+		err = fn(store.Proc{ID: p.id, Data: p.data})
+		return err == nil
+	})
+	return err
 }
 
 // Get returns the value of a domain key. The slice must not be modified.
 func (v View) Get(key string) ([]byte, bool) {
-	e, ok := v.st.kv.Get([]byte(key))
-	return e.val, ok
+	e, ok := getKV(v.st.kv, key)
+	if !ok {
+		return nil, false
+	}
+	return e.val, true
 }
 
 // Scan calls fn for every domain key starting with prefix, in ascending key
 // order, until fn returns false.
 func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
-	it := v.st.kv.Root().Iterator()
-	it.SeekPrefix([]byte(prefix))
-	for k, e, ok := it.Next(); ok; k, e, ok = it.Next() {
-		if !fn(string(k), e.val) {
-			return
-		}
-	}
+	scanKV(v.st.kv, prefix, prefix, func(e *kvItem) bool { return fn(e.key, e.val) })
 }
 
-// ScanFrom is Scan resuming strictly after key after: it calls fn for every
-// domain key starting with prefix and greater than after, in ascending
-// order, until fn returns false. Paged listings pass the last key of the
-// previous page, so a page costs what it returns, not what precedes it.
+// ScanFrom is Scan for the keys strictly greater than after: a paged
+// listing passes the last key of the previous page. It seeks to its start
+// in O(log n), however many keys come before it.
 func (v View) ScanFrom(prefix, after string, fn func(key string, value []byte) bool) {
-	start := prefix
-	if after >= prefix {
-		start = after + "\x00" // the least key above after
-	}
-	p := []byte(prefix)
-	it := v.st.kv.Root().Iterator()
-	it.SeekLowerBound([]byte(start))
-	for k, e, ok := it.Next(); ok; k, e, ok = it.Next() {
-		if !bytes.HasPrefix(k, p) || !fn(string(k), e.val) {
-			return
-		}
-	}
+	// after+"\x00" is the smallest key greater than after.
+	scanKV(v.st.kv, prefix, max(prefix, after+"\x00"), func(e *kvItem) bool { return fn(e.key, e.val) })
 }
 
 // Get returns the current value of a domain key.
 func (f *FSM) Get(key string) ([]byte, bool) { return f.View().Get(key) }
+
+// ScanFrom walks the current domain keys starting with prefix that are
+// greater than after (see View.ScanFrom).
+func (f *FSM) ScanFrom(prefix, after string, fn func(key string, value []byte) bool) {
+	f.View().ScanFrom(prefix, after, fn)
+}
 
 // Scan walks the current domain keys starting with prefix (see View.Scan).
 func (f *FSM) Scan(prefix string, fn func(key string, value []byte) bool) {
@@ -493,8 +480,8 @@ type walOp struct {
 // WAL changes since the last flush.
 type applier struct {
 	f        *FSM
-	procs    *iradix.Txn[[]byte]
-	kv       *iradix.Txn[kvEntry]
+	procs    *procTree // clones of the current version's trees, modified in place
+	kv       *kvTree
 	maxID    uint64
 	metaMax  uint64 // maxID as of the last WAL flush
 	ops      map[uint64]walOp
@@ -519,8 +506,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	cur := f.st.Load()
 	a := &applier{
 		f:       f,
-		procs:   cur.procs.Txn(),
-		kv:      cur.kv.Txn(),
+		procs:   cur.procs.Clone(),
+		kv:      cur.kv.Clone(),
 		maxID:   cur.maxProcID,
 		metaMax: cur.maxProcID,
 	}
@@ -555,7 +542,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if changed {
 		a.flush(index)
 	}
-	f.publish(&state{procs: a.procs.Commit(), kv: a.kv.Commit(), maxProcID: a.maxID, index: index})
+	f.publish(&state{procs: a.procs, kv: a.kv, maxProcID: a.maxID, index: index})
 	return resps
 }
 
@@ -591,30 +578,32 @@ func (a *applier) applyCommand(l *raft.Log) (any, bool) {
 func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 	for _, ps := range [2][]*raftpb.Proc{w.Inserts, w.Updates} {
 		for _, p := range ps {
-			a.procs.Insert(procKey(p.Id), p.Data)
+			a.procs.ReplaceOrInsert(&procItem{id: p.Id, data: p.Data})
 			a.maxID = max(a.maxID, p.Id)
 			a.note(p.Id, walOp{data: p.Data})
 		}
 	}
 	for _, id := range w.Deletes {
-		a.procs.Delete(procKey(id))
+		a.procs.Delete(&procItem{id: id})
 		a.maxID = max(a.maxID, id)
 		a.note(id, walOp{del: true})
 	}
 	for _, m := range w.Mutations {
-		old, exists := a.kv.Get(m.Key)
+		key := string(m.Key)
 		switch m.Op {
 		case raftpb.Mutation_OP_PUT:
-			id := old.walID
-			if !exists {
-				id = a.f.nextKeyID
+			// One descent: the item is this batch's own until published,
+			// so it may still take the WAL id of the item it replaced.
+			e := &kvItem{key: key, val: m.Value}
+			if old, exists := a.kv.ReplaceOrInsert(e); exists {
+				e.walID = old.walID
+			} else {
+				e.walID = a.f.nextKeyID
 				a.f.nextKeyID++
 			}
-			a.kv.Insert(m.Key, kvEntry{val: m.Value, walID: id})
-			a.note(id, walOp{key: m.Key, data: m.Value})
+			a.note(e.walID, walOp{key: m.Key, data: m.Value})
 		case raftpb.Mutation_OP_DELETE:
-			if exists {
-				a.kv.Delete(m.Key)
+			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {
 				a.note(old.walID, walOp{del: true})
 			}
 		}

@@ -35,7 +35,6 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
-	iradix "github.com/hashicorp/go-immutable-radix/v2"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -106,21 +105,26 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	}
 	proc := &raftpb.Proc{}
 	rec := &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Proc{Proc: proc}}
-	it := s.st.procs.Root().Iterator()
-	for k, data, ok := it.Next(); ok; k, data, ok = it.Next() {
-		proc.Id, proc.Data = binary.BigEndian.Uint64(k), data
-		if err := put(rec); err != nil {
-			return err
-		}
+	var err error
+	s.st.procs.Ascend(func(p *procItem) bool {
+		proc.Id, proc.Data = p.id, p.data
+		err = put(rec)
+		return err == nil
+	})
+	if err != nil {
+		return err
 	}
 	kv := &raftpb.KV{}
 	rec = &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Kv{Kv: kv}}
-	kit := s.st.kv.Root().Iterator()
-	for k, e, ok := kit.Next(); ok; k, e, ok = kit.Next() {
-		kv.Key, kv.Value = k, e.val
-		if err := put(rec); err != nil {
-			return err
-		}
+	var keyBuf []byte
+	s.st.kv.Ascend(func(e *kvItem) bool {
+		keyBuf = append(keyBuf[:0], e.key...)
+		kv.Key, kv.Value = keyBuf, e.val
+		err = put(rec)
+		return err == nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := put(&raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_End{End: hdr}}); err != nil {
 		return err
@@ -258,8 +262,8 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 		}()
 	}
 
-	procs := iradix.New[[]byte]().Txn()
-	kv := iradix.New[kvEntry]().Txn()
+	procs := newProcTree()
+	kv := newKVTree()
 	var batch store.Batch
 	batchBytes := 0
 	flush := func() error {
@@ -286,7 +290,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 			if err = checkProcID(r.Proc.Id); err != nil {
 				return nil, nil, 0, 0, nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 			}
-			procs.Insert(procKey(r.Proc.Id), r.Proc.Data)
+			procs.ReplaceOrInsert(&procItem{id: r.Proc.Id, data: r.Proc.Data})
 			nProcs++
 			add = store.Proc{ID: r.Proc.Id, Data: r.Proc.Data}
 		case *raftpb.SnapshotRecord_Kv:
@@ -295,7 +299,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 			}
 			id := nextKey
 			nextKey++
-			kv.Insert(r.Kv.Key, kvEntry{val: r.Kv.Value, walID: id})
+			kv.ReplaceOrInsert(&kvItem{key: string(r.Kv.Key), val: r.Kv.Value, walID: id})
 			nKVs++
 			img, _ := proto.Marshal(r.Kv)
 			add = store.Proc{ID: id, Data: img}
@@ -321,7 +325,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 					dropWAL(cerr)
 				}
 			}
-			st = &state{procs: procs.Commit(), kv: kv.Commit(), maxProcID: hdr.MaxProcId, index: hdr.Index}
+			st = &state{procs: procs, kv: kv, maxProcID: hdr.MaxProcId, index: hdr.Index}
 			return st, w, gen, nextKey, walFail, nil
 		default:
 			return nil, nil, 0, 0, nil, fmt.Errorf("%w: unknown record kind", ErrBadSnapshot)

@@ -400,10 +400,10 @@ type WAL struct {
 	closeErr  error
 
 	// Owned by the writer goroutine once Load has returned.
-	segs      []*segment        // live segments, oldest first; the last is current
-	holding   *idSet            // ids whose latest image the oldest segment holds (len(segs) > 1)
-	liveSizes map[uint64]uint32 // encoded size of the latest image of each live id
-	liveBytes int64             // sum of liveSizes
+	segs      []*segment // live segments, oldest first; the last is current
+	holding   *idSet     // ids whose latest image the oldest segment holds (len(segs) > 1)
+	liveSizes *sizeMap   // encoded size of the latest image of each live id
+	liveBytes int64      // sum of liveSizes
 	maxID     uint64
 	failed    error
 	failedPub atomic.Pointer[error] // failed, for Err (written once, by the writer)
@@ -498,7 +498,7 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),
 		holding:   &idSet{},
-		liveSizes: make(map[uint64]uint32),
+		liveSizes: newSizeMap(),
 	}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil {

@@ -86,12 +86,12 @@ func (w *WAL) noteLiveOverLimit() {
 	case !w.overLimitWarned && w.liveBytes > limit:
 		w.overLimitWarned = true
 		w.log.Warn("live procedure data exceeds MaxSegments segments; keeping the segments it needs",
-			"live_bytes", w.liveBytes, "live_procs", len(w.liveSizes), "segments", len(w.segs),
+			"live_bytes", w.liveBytes, "live_procs", w.liveSizes.len(), "segments", len(w.segs),
 			"max_segments", w.cfg.MaxSegments, "segment_size", w.cfg.SegmentSize, "limit_bytes", limit)
 	case w.overLimitWarned && w.liveBytes <= limit/2:
 		w.overLimitWarned = false
 		w.log.Info("live procedure data back under MaxSegments segments",
-			"live_bytes", w.liveBytes, "live_procs", len(w.liveSizes), "segments", len(w.segs),
+			"live_bytes", w.liveBytes, "live_procs", w.liveSizes.len(), "segments", len(w.segs),
 			"max_segments", w.cfg.MaxSegments, "limit_bytes", limit)
 	}
 }

@@ -126,11 +126,11 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		}
 	}
 
-	liveSizes := make(map[uint64]uint32, len(alive))
+	liveSizes := newSizeMap()
 	var liveBytes int64
 	for _, e := range alive {
 		size := imageSize(Proc{ID: e.id, Data: e.data})
-		liveSizes[e.id] = size
+		liveSizes.set(e.id, size)
 		liveBytes += int64(size)
 	}
 	w.segs = w.segs[:0]
@@ -140,7 +140,7 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		}
 	}
 	w.liveSizes, w.liveBytes = liveSizes, liveBytes
-	w.nLive.Store(int64(len(liveSizes)))
+	w.nLive.Store(int64(liveSizes.len()))
 	w.nLiveBytes.Store(liveBytes)
 	w.maxID = l.maxID
 	w.index.Store(l.index)

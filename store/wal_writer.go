@@ -276,8 +276,7 @@ func (w *WAL) apply(c *segment, b *Batch) {
 		if len(w.segs) > 1 {
 			w.holding.remove(id)
 		}
-		if size, ok := w.liveSizes[id]; ok {
-			delete(w.liveSizes, id)
+		if size, ok := w.liveSizes.remove(id); ok {
 			w.liveBytes -= int64(size)
 		}
 		w.maxID = max(w.maxID, id)
@@ -287,7 +286,7 @@ func (w *WAL) apply(c *segment, b *Batch) {
 	}
 	c.records++
 	w.nRecords.Add(1)
-	w.nLive.Store(int64(len(w.liveSizes)))
+	w.nLive.Store(int64(w.liveSizes.len()))
 	w.nLiveBytes.Store(w.liveBytes)
 }
 
@@ -297,8 +296,7 @@ func (w *WAL) notePut(c *segment, p Proc) {
 		w.holding.remove(p.ID)
 	}
 	size := imageSize(p)
-	w.liveBytes += int64(size) - int64(w.liveSizes[p.ID])
-	w.liveSizes[p.ID] = size
+	w.liveBytes += int64(size) - int64(w.liveSizes.set(p.ID, size))
 	w.maxID = max(w.maxID, p.ID)
 }
 

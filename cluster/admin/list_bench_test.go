@@ -20,7 +20,7 @@ import (
 )
 
 // fsmBackend serves stored procedures from an in-memory FSM, as a master
-// does (an immutable radix tree walked in id order), over a fakeBackend.
+// does (an immutable B-tree walked in id order), over a fakeBackend.
 type fsmBackend struct {
 	*fakeBackend
 	fsm *raftfsm.FSM

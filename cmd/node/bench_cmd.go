@@ -270,6 +270,14 @@ func (c *cli) benchScale(args []string) int {
 		fmt.Fprintf(c.stderr, "baton bench scale: the path of this binary, to start the cluster with: %v\n", err)
 		return exitFailed
 	}
+	// The masters and region servers are this binary run again. A Go test
+	// binary run with "agent ..." runs its tests instead, the one that got
+	// here among them, which starts more: refuse rather than fork without
+	// end.
+	if strings.HasSuffix(filepath.Base(bin), ".test") {
+		fmt.Fprintf(c.stderr, "baton bench scale: %s is a test binary, not baton: the cluster is started from the running binary, so run bench scale from a built baton\n", bin)
+		return exitFailed
+	}
 	// Ctrl-C is c.ctx's end already; SIGTERM too, so that the deferred
 	// kills run either way.
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM)

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"strconv"
+
+	"github.com/baton-dev/baton/cluster/client"
 	"strings"
 	"testing"
 )
@@ -13,7 +17,7 @@ func TestBenchScaleBadFlags(t *testing.T) {
 	}{
 		{[]string{"--regions", "ten"}, `--regions: "ten" is not a positive number`},
 		{[]string{"--regions", ""}, "--regions is empty"},
-		{[]string{"--table-regions", "10001"}, "--table-regions 10001: want 1 to 10000"},
+		{[]string{"--table-regions", strconv.Itoa(client.MaxRegions + 1)}, fmt.Sprintf("--table-regions %d: want 1 to %d", client.MaxRegions+1, client.MaxRegions)},
 		{[]string{"--regionservers", "1"}, "--regionservers 1: want at least 2"},
 		{[]string{"--skip", "open"}, `--skip: unknown phase "open"`},
 		{[]string{"--phase-timeout", "0s"}, "--phase-timeout 0s"},
@@ -23,6 +27,10 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
 			t.Errorf("bench scale %q: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, exitUsage, tc.want)
 		}
+	}
+	// Valid flags, from a test binary: refused before anything starts.
+	if code, _, stderr := runCLI(t, nil, "bench", "scale", "--regions", "10"); code != exitFailed || !strings.Contains(stderr, "is a test binary") {
+		t.Errorf("bench scale from a test binary: exit %d, stderr %q", code, stderr)
 	}
 	if code, stdout, _ := runCLI(t, nil, "bench", "scale", "-h"); code != exitOK || !strings.Contains(stdout, "--table-regions") {
 		t.Errorf("bench scale -h: exit %d, stdout %q", code, stdout)
