@@ -189,7 +189,7 @@ type Config struct {
 	// bound off (the entry counts as configured).
 	LogBytesBudget int64
 	// LogMinEntries is the fewest entries the byte budget may set either
-	// count to. Default 256.
+	// count to. Default 64.
 	LogMinEntries uint64
 
 	// RaftLogCompactBytes: at start-up, raft.db is rewritten to hold only

@@ -22,9 +22,11 @@ import (
 const DefaultLogBytesFloor = 16 << 20
 
 // DefaultLogMinEntries is the fewest entries SnapshotThreshold and
-// TrailingLogs are ever set to, however big the entries: below that, a
-// follower that blinks is sent a snapshot.
-const DefaultLogMinEntries = 256
+// TrailingLogs are ever set to, however big the entries, so that a tiny
+// budget still leaves a follower that blinks some log to catch up from.
+// The byte floor does that job for ordinary budgets; at 256, 100 KB group
+// commits kept 2.5 times a 20 MB live state instead of twice it.
+const DefaultLogMinEntries = 64
 
 // logEntryOverhead approximates what bolt stores per entry besides Data
 // and Extensions (index key, term, type, append time, msgpack framing).
