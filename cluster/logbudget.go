@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -99,11 +101,20 @@ func (t *logTuner) observe(entries, bytes uint64, live int64) logLimits {
 	return lim
 }
 
-// tuneLogLoop applies the log's byte budget to raft every
-// SnapshotInterval until the node shuts down.
+// logCheckInterval is how often, at most, the node checks its log against
+// the budget. Raft looks at SnapshotThreshold only every SnapshotInterval
+// to 2×SnapshotInterval (120–240 s by default), and a cluster writing tens
+// of MB a second outgrows any byte budget in that time; so the node also
+// asks for a snapshot itself once the entries since the last one pass the
+// threshold.
+const logCheckInterval = time.Second
+
+// tuneLogLoop applies the log's byte budget to raft until the node shuts
+// down: it retunes the entry counts, and snapshots when raft's own check
+// would come too late.
 func (n *Node) tuneLogLoop(meter *logMeter, t *logTuner) {
 	defer close(n.tuneDone)
-	tick := time.NewTicker(n.cfg.SnapshotInterval)
+	tick := time.NewTicker(min(n.cfg.SnapshotInterval, logCheckInterval))
 	defer tick.Stop()
 	cur := logLimits{SnapshotThreshold: t.maxThresh, TrailingLogs: t.maxTrail}
 	for {
@@ -117,18 +128,34 @@ func (n *Node) tuneLogLoop(meter *logMeter, t *logTuner) {
 			live = s.LiveBytes
 		}
 		lim := t.observe(meter.entries.Load(), meter.bytes.Load(), live)
-		if lim.SnapshotThreshold == cur.SnapshotThreshold && lim.TrailingLogs == cur.TrailingLogs {
-			continue
+		if lim.SnapshotThreshold != cur.SnapshotThreshold || lim.TrailingLogs != cur.TrailingLogs {
+			rc := n.raft.ReloadableConfig()
+			rc.SnapshotThreshold, rc.TrailingLogs = lim.SnapshotThreshold, lim.TrailingLogs
+			if err := n.raft.ReloadConfig(rc); err != nil {
+				n.log.Warn("cannot bound the raft log in bytes; keeping its entry counts", "error", err)
+				continue
+			}
+			n.log.Info("raft log bounded in bytes",
+				"budget_bytes", lim.Budget, "live_bytes", live, "avg_entry_bytes", int64(lim.AvgEntryBytes),
+				"snapshot_threshold", lim.SnapshotThreshold, "trailing_logs", lim.TrailingLogs)
+			cur = lim
 		}
-		rc := n.raft.ReloadableConfig()
-		rc.SnapshotThreshold, rc.TrailingLogs = lim.SnapshotThreshold, lim.TrailingLogs
-		if err := n.raft.ReloadConfig(rc); err != nil {
-			n.log.Warn("cannot bound the raft log in bytes; keeping its entry counts", "error", err)
-			continue
+		if cur.AvgEntryBytes > 0 && n.entriesSinceSnapshot() > cur.SnapshotThreshold {
+			if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+				n.log.Debug("snapshot for the log's byte budget failed; raft's own check will try again", "error", err)
+			}
 		}
-		n.log.Info("raft log bounded in bytes",
-			"budget_bytes", lim.Budget, "live_bytes", live, "avg_entry_bytes", int64(lim.AvgEntryBytes),
-			"snapshot_threshold", lim.SnapshotThreshold, "trailing_logs", lim.TrailingLogs)
-		cur = lim
 	}
+}
+
+// entriesSinceSnapshot is how many entries the log holds past the last
+// snapshot, from raft's stats (0 if they cannot be read).
+func (n *Node) entriesSinceSnapshot() uint64 {
+	st := n.raft.Stats()
+	last, err1 := strconv.ParseUint(st["last_log_index"], 10, 64)
+	snap, err2 := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+	if err1 != nil || err2 != nil || last < snap {
+		return 0
+	}
+	return last - snap
 }
