@@ -179,6 +179,19 @@ type Config struct {
 	// SnapshotRetain is how many Raft snapshots stay on disk. Default 2.
 	SnapshotRetain int
 
+	// LogBytesBudget bounds the Raft log in bytes rather than entries: each
+	// SnapshotInterval the node sets raft's SnapshotThreshold and
+	// TrailingLogs to LogBytesBudget ÷ the mean entry size it measured,
+	// within [LogMinEntries, the configured counts] (logbudget.go), so the
+	// entries since the last snapshot and the trailing entries each hold
+	// about this many bytes. Default 0: max(the live state, 16 MiB), the
+	// live state being the local WAL's live bytes. Negative turns the
+	// bound off (the entry counts as configured).
+	LogBytesBudget int64
+	// LogMinEntries is the fewest entries the byte budget may set either
+	// count to. Default 64.
+	LogMinEntries uint64
+
 	// RaftLogCompactBytes: at start-up, raft.db is rewritten to hold only
 	// its live pages when it is at least this big and more than twice
 	// those pages (bbolt never shrinks a file, so a log that once held a
@@ -298,6 +311,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:    DefaultSnapshotInterval,
 		TrailingLogs:        DefaultTrailingLogs,
 		SnapshotRetain:      DefaultSnapshotRetain,
+		LogMinEntries:       DefaultLogMinEntries,
 		RaftLogCompactBytes: DefaultRaftLogCompactBytes,
 		MaxAppendEntries:    DefaultMaxAppendEntries,
 		BatchApplyCh:        true,
@@ -327,6 +341,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.SnapshotThreshold, d.SnapshotThreshold)
 	defaults.Set(&c.TrailingLogs, d.TrailingLogs)
 	defaults.Set(&c.SnapshotRetain, d.SnapshotRetain)
+	defaults.Set(&c.LogMinEntries, d.LogMinEntries)
 	defaults.Set(&c.RaftLogCompactBytes, d.RaftLogCompactBytes)
 	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
 	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
@@ -394,6 +409,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAppendEntries < 0 || c.MaxAppendEntries > 1024 {
 		bad("MaxAppendEntries %d is out of range 1..1024", c.MaxAppendEntries)
+	}
+	if c.LogBytesBudget >= 0 && c.LogMinEntries > max(c.SnapshotThreshold, c.TrailingLogs) {
+		bad("LogMinEntries %d exceeds both SnapshotThreshold %d and TrailingLogs %d", c.LogMinEntries, c.SnapshotThreshold, c.TrailingLogs)
 	}
 	if c.SnapshotRetain < 0 {
 		bad("SnapshotRetain %d is negative", c.SnapshotRetain)

@@ -18,7 +18,11 @@
 //     pages but never shrinks its file, so the file keeps the size of the
 //     largest backlog raft ever held between snapshots; at start-up it is
 //     rewritten with its live pages alone when it is at least
-//     Config.RaftLogCompactBytes and more than twice those (boltcompact.go);
+//     Config.RaftLogCompactBytes and more than twice those (boltcompact.go).
+//     That backlog is bounded in bytes, not only entries: the node sets
+//     raft's SnapshotThreshold and TrailingLogs from Config.LogBytesBudget
+//     (default max(live state, 16 MiB)) over the measured entry size, and
+//     snapshots as soon as the threshold is passed (logbudget.go);
 //   - snapshots/: Raft snapshots (raft's file snapshot store);
 //   - fsm/: the raftfsm.FSM and its local WAL, the node's durable copy of
 //     the applied state with its applied index W.

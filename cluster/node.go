@@ -98,6 +98,7 @@ type Node struct {
 
 	shutdownCh   chan struct{}
 	loopDone     chan struct{}
+	tuneDone     chan struct{} // closed when tuneLogLoop ends; nil if it never ran
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -178,7 +179,8 @@ func NewNode(cfg Config) (n *Node, err error) {
 	n.stableFault = &storageFault{what: "raft stable store", path: logPath, log: log}
 	n.stable = &guardedStable{StableStore: stable, fault: n.stableFault, stop: n.stopStorage}
 	stable = n.stable
-	logs = &guardedLogs{LogStore: logs, fault: n.logFault}
+	meter := &logMeter{}
+	logs = &guardedLogs{LogStore: logs, fault: n.logFault, meter: meter}
 	if n.bolt != nil {
 		logs, err = raft.NewLogCache(512, logs)
 		if err != nil {
@@ -283,6 +285,16 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 	}
 	go n.monitorLeadership()
+	if cfg.LogBytesBudget >= 0 {
+		n.tuneDone = make(chan struct{})
+		go n.tuneLogLoop(meter, &logTuner{
+			budget:     cfg.LogBytesBudget,
+			floor:      DefaultLogBytesFloor,
+			minEntries: cfg.LogMinEntries,
+			maxThresh:  cfg.SnapshotThreshold,
+			maxTrail:   cfg.TrailingLogs,
+		})
+	}
 	if replaceSnap {
 		go n.replaceSnapshot()
 	}
@@ -565,6 +577,9 @@ func (n *Node) close() error {
 	n.mu.Unlock()
 	close(n.shutdownCh)
 	<-n.loopDone
+	if n.tuneDone != nil {
+		<-n.tuneDone
+	}
 	if n.collector != nil {
 		// A node restarted on the same registry registers its own.
 		n.cfg.Metrics.Unregister(n.collector)

@@ -86,20 +86,28 @@ func (s *storageFault) observe(err error) {
 // handles them: a leader whose log write fails answers the writes with the
 // error and steps down; a follower refuses the AppendEntries, so nothing it
 // could not store counts towards a commit.
+// It also measures what it stores, for the log's byte budget (logbudget.go).
 type guardedLogs struct {
 	raft.LogStore
 	fault *storageFault
+	meter *logMeter
 }
 
 func (g *guardedLogs) StoreLog(l *raft.Log) error {
 	err := g.LogStore.StoreLog(l)
 	g.fault.observe(err)
+	if err == nil {
+		g.meter.add(l)
+	}
 	return err
 }
 
 func (g *guardedLogs) StoreLogs(ls []*raft.Log) error {
 	err := g.LogStore.StoreLogs(ls)
 	g.fault.observe(err)
+	if err == nil {
+		g.meter.add(ls...)
+	}
 	return err
 }
 

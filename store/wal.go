@@ -65,7 +65,9 @@ package store
 // only ever removed oldest first, so a delete record can never disappear
 // while an older segment still holds an image it deletes: a deleted
 // procedure cannot come back. When more than MaxSegments segments are live,
-// the stragglers of the oldest segment (ids only it holds, e.g. procedures
+// or more than two and their bytes exceed twice the live images' (so a
+// WAL's size follows its live data, not MaxSegments×SegmentSize), the
+// stragglers of the oldest segment (ids only it holds, e.g. procedures
 // suspended for a long time) are read back from disk by a background
 // goroutine and re-appended to the current segment by the writer goroutine,
 // which first re-checks that each id is still held by the oldest segment, so
