@@ -230,6 +230,11 @@ func (d *Domain) ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 	after := ""
 	if q.After != "" {
 		after = TableKey(q.After)
+		// Resuming after a table of another namespace would start the
+		// list over or skip all of it, without a word.
+		if !strings.HasPrefix(after, prefix) {
+			return catalog.TablePage{}, fmt.Errorf("%w: page token is for table %q, not a table of namespace %s", errInvalid, q.After, q.Namespace)
+		}
 	}
 	size := pageSize(q.PageSize, catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
 	out := catalog.TablePage{Tables: []catalog.Table{}}
