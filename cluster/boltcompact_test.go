@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"time"
 
 	"bytes"
@@ -168,19 +167,8 @@ func TestRestartCompactsRaftLog(t *testing.T) {
 	}
 	fi := (li + 1) % 3
 	f := c.nodes[fi]
-	testwait.For(t, 10*time.Second, "follower to apply everything", func() bool {
-		return f.FSM().AppliedIndex() >= c.nodes[li].FSM().AppliedIndex()
-	})
 	// The snapshot lets raft drop all but 16 entries of the backlog.
-	if err := f.Raft().Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown follower: %v", err)
-	}
-	c.nodes[fi] = nil
+	c.snapshotAndStop(t, li, fi)
 	path := filepath.Join(c.cfgs[fi].DataDir, "raft", "raft.db")
 	before := fileSize(t, path)
 

@@ -308,18 +308,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 
 	fi := (li + 1) % 3
 	f := c.nodes[fi]
-	testwait.For(t, 10*time.Second, "follower to apply everything", func() bool {
-		return f.FSM().AppliedIndex() >= c.nodes[li].FSM().AppliedIndex()
-	})
-	if err := f.Raft().Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := f.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown follower: %v", err)
-	}
-	c.nodes[fi] = nil
+	c.snapshotAndStop(t, li, fi)
 
 	li, x = c.leader(fi)
 	more := submit(t, x, 10, 3, 10*time.Millisecond)
@@ -367,14 +356,8 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	li, _ = c.leader()
 	fi = (li + 1) % 3
 	f = c.nodes[fi]
-	testwait.For(t, 10*time.Second, "follower to apply everything", caughtUp(f, c.nodes[li]))
-	if err := f.Raft().Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
-	if err := f.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
-	c.nodes[fi] = nil
+	testwait.For(t, 10*time.Second, "follower to follow the new leader", caughtUp(f, c.nodes[li]))
+	c.snapshotAndStop(t, li, fi)
 	if err := os.RemoveAll(filepath.Join(c.cfgs[fi].DataDir, "fsm")); err != nil {
 		t.Fatal(err)
 	}

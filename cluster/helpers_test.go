@@ -316,3 +316,23 @@ func (c *testCluster) waitAllSuccess(ids []uint64, steps int) {
 		}
 	}
 }
+
+// snapshotAndStop waits until node fi has applied all that node li has,
+// has it take a raft snapshot, and shuts it down cleanly (c.nodes[fi]
+// becomes nil): what a node restarting from its snapshot starts from.
+func (c *testCluster) snapshotAndStop(t *testing.T, li, fi int) {
+	t.Helper()
+	f := c.nodes[fi]
+	testwait.For(t, 10*time.Second, "follower to apply everything", func() bool {
+		return f.FSM().AppliedIndex() >= c.nodes[li].FSM().AppliedIndex()
+	})
+	if err := f.Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown follower: %v", err)
+	}
+	c.nodes[fi] = nil
+}

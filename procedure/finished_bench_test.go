@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/internal/memstat"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -44,22 +44,13 @@ type footprint struct {
 	execBytes, recordBytes, storeHeap float64 // per finished root
 }
 
-func heapAfterGC() uint64 {
-	var ms runtime.MemStats
-	for i := 0; i < 2; i++ {
-		runtime.GC()
-	}
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // measureFinished runs n sleepLike roots to completion (from 8 clients,
 // each with a nonce, as clients submit them) on an executor over a
 // MemStore and measures what they cost once finished.
 func measureFinished(tb testing.TB, n int) footprint {
 	reg := NewRegistry()
 	reg.MustRegister("sleep", 1, func() Procedure { return &sleepLike{} })
-	base := heapAfterGC()
+	base := memstat.HeapAfterGC()
 	st := store.NewMemStore()
 	x, err := New(Config{Store: st, Registry: reg, Node: "master-1", Workers: 8, Metrics: prometheus.NewRegistry()})
 	if err != nil {
@@ -91,12 +82,12 @@ func measureFinished(tb testing.TB, n int) footprint {
 		}()
 	}
 	wg.Wait()
-	withExec := heapAfterGC()
+	withExec := memstat.HeapAfterGC()
 	if err := x.Stop(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	x = nil
-	storeOnly := heapAfterGC()
+	storeOnly := memstat.HeapAfterGC()
 	var recBytes int
 	if _, err := st.Load(func(p store.Proc) error { recBytes += len(p.Data); return nil }); err != nil {
 		tb.Fatal(err)

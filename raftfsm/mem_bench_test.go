@@ -1,18 +1,16 @@
 package raftfsm
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/memstat"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -118,38 +116,14 @@ func liveBytes(f *FSM) int {
 	return total
 }
 
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-// rssMB reads VmRSS from /proc/self/status (0 where there is none).
-func rssMB() float64 {
-	fh, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 func reportHeap(b *testing.B, f *FSM, n int, heap0 uint64) {
-	heap := float64(heapAlloc()) - float64(heap0)
+	heap := float64(memstat.HeapAfterGC()) - float64(heap0)
 	live := float64(liveBytes(f))
 	b.ReportMetric(heap/float64(n), "heapB/region")
 	b.ReportMetric(live/float64(n), "liveB/region")
 	b.ReportMetric(heap/live, "heap/live")
-	b.ReportMetric(rssMB(), "rssMB")
+	rss, _ := memstat.RSSMB(os.Getpid())
+	b.ReportMetric(rss, "rssMB")
 	runtime.KeepAlive(f)
 }
 
@@ -163,7 +137,7 @@ func BenchmarkFSMHeap(b *testing.B) {
 			name := func(path string) string { return fmt.Sprintf("n=%d/procs=%t/%s", n, withProcs, path) }
 			b.Run(name("mem"), func(b *testing.B) {
 				for range b.N {
-					heap0 := heapAlloc()
+					heap0 := memstat.HeapAfterGC()
 					f := newTestFSM(b, "")
 					regionWorkload(b, f, n, withProcs)
 					reportHeap(b, f, n, heap0)
@@ -172,17 +146,17 @@ func BenchmarkFSMHeap(b *testing.B) {
 			b.Run(name("wal"), func(b *testing.B) {
 				for range b.N {
 					dir := b.TempDir()
-					heap0 := heapAlloc()
+					heap0 := memstat.HeapAfterGC()
 					f := newTestFSM(b, dir)
 					regionWorkload(b, f, n, withProcs)
 					reportHeap(b, f, n, heap0)
 					f.Close()
 					b.StopTimer()
-					heap0 = heapAlloc()
+					heap0 = memstat.HeapAfterGC()
 					b.StartTimer()
 					g := newTestFSM(b, dir) // the "load" figure, taken in the same run
 					b.StopTimer()
-					heap := float64(heapAlloc()) - float64(heap0)
+					heap := float64(memstat.HeapAfterGC()) - float64(heap0)
 					b.ReportMetric(heap/float64(n), "loadHeapB/region")
 					runtime.KeepAlive(g)
 					g.Close()
@@ -200,7 +174,7 @@ func BenchmarkFSMHeap(b *testing.B) {
 						b.Fatal(err)
 					}
 					src = nil
-					heap0 := heapAlloc()
+					heap0 := memstat.HeapAfterGC()
 					b.StartTimer()
 					f := newTestFSM(b, "")
 					if err := f.Restore(io.NopCloser(&snap)); err != nil {

@@ -1,37 +1,23 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/hashicorp/go-hclog"
 )
 
-// syncBuffer is a log sink the writer goroutine and the test can share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(substr string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// linesWith returns the lines of text that contain substr.
+func linesWith(text, substr string) []string {
 	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		if strings.Contains(l, substr) {
 			out = append(out, l)
 		}
@@ -109,7 +95,7 @@ func testIdleWritesNothing(t *testing.T, mode SyncMode) {
 	cfg.RollInterval = time.Hour // its ticker fires once a second; the test runs maintenance itself
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
 	cfg.Now = clk.Now
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info, JSONFormat: true})
 	w, _, _ := openLoaded(t, cfg)
 	defer w.Close()
@@ -157,7 +143,7 @@ func testIdleWritesNothing(t *testing.T, mode SyncMode) {
 	if idle.LiveBytes <= int64(cfg.MaxSegments)*cfg.SegmentSize {
 		t.Errorf("LiveBytes %d: want more than %d", idle.LiveBytes, int64(cfg.MaxSegments)*cfg.SegmentSize)
 	}
-	warns := logs.lines("live procedure data exceeds MaxSegments")
+	warns := linesWith(logs.String(), "live procedure data exceeds MaxSegments")
 	if len(warns) != 1 {
 		t.Fatalf("%d warnings about live data over the limit, want 1: %q", len(warns), warns)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -23,37 +24,51 @@ import (
 // ListRegionsPage returns one page of regions: req names the filters and
 // the page (its consistency is the read options').
 func (c *Client) ListRegionsPage(ctx context.Context, req *adminpb.ListRegionsRequest, opts ...ReadOption) (*adminpb.ListRegionsResponse, error) {
-	o := readOpts(opts)
-	q := cloneReq(req)
-	q.Consistency = o.consistency
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
-		r, err := a.ListRegions(ctx, q)
-		o.served(r.GetRead())
-		return r, err
-	})
+	return listPage(ctx, c, req, opts, regionsPaging, adminpb.AdminClient.ListRegions)
 }
 
 // ListTablesPage returns one page of tables, with their region counts but
 // not their regions.
 func (c *Client) ListTablesPage(ctx context.Context, req *adminpb.ListTablesRequest, opts ...ReadOption) (*adminpb.ListTablesResponse, error) {
-	o := readOpts(opts)
-	q := cloneReq(req)
-	q.Consistency = o.consistency
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
-		r, err := a.ListTables(ctx, q)
-		o.served(r.GetRead())
-		return r, err
-	})
+	return listPage(ctx, c, req, opts, tablesPaging, adminpb.AdminClient.ListTables)
 }
 
 // ListServersPage returns one page of the region servers the leader knows,
 // with their lease state.
 func (c *Client) ListServersPage(ctx context.Context, req *adminpb.ListServersRequest, opts ...ReadOption) (*adminpb.ListServersResponse, error) {
+	return listPage(ctx, c, req, opts, serversPaging, adminpb.AdminClient.ListServers)
+}
+
+// paging points at the two fields of a list request that the client, not
+// the caller, sets: the page to read and the consistency to read it at.
+type paging struct {
+	token       *string
+	consistency *adminpb.Consistency
+}
+
+func regionsPaging(q *adminpb.ListRegionsRequest) paging { return paging{&q.PageToken, &q.Consistency} }
+func tablesPaging(q *adminpb.ListTablesRequest) paging   { return paging{&q.PageToken, &q.Consistency} }
+func serversPaging(q *adminpb.ListServersRequest) paging { return paging{&q.PageToken, &q.Consistency} }
+
+// listReq is a pointer to a list request message T.
+type listReq[T any] interface {
+	*T
+	proto.Message
+	GetPageToken() string
+}
+
+// listPage reads one page with call, on a copy of req (the caller's is
+// never written) at the read options' consistency, and reports which node
+// served it to Served.
+func listPage[Q listReq[T], T any, R interface{ GetRead() *adminpb.ReadInfo }](
+	ctx context.Context, c *Client, req Q, opts []ReadOption, fields func(Q) paging,
+	call func(adminpb.AdminClient, context.Context, Q, ...grpc.CallOption) (R, error),
+) (R, error) {
 	o := readOpts(opts)
 	q := cloneReq(req)
-	q.Consistency = o.consistency
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
-		r, err := a.ListServers(ctx, q)
+	*fields(q).consistency = o.consistency
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (R, error) {
+		r, err := call(a, ctx, q)
 		o.served(r.GetRead())
 		return r, err
 	})
@@ -74,31 +89,30 @@ func cloneReq[P interface {
 // Regions walks every page of regions matching req (whose page_token says
 // where to start), yielding each region, or the error that ended the walk.
 func (c *Client) Regions(ctx context.Context, req *adminpb.ListRegionsRequest, opts ...ReadOption) iter.Seq2[*adminpb.Region, error] {
-	return walk(ctx, req.GetPageToken(), func(tok string) ([]*adminpb.Region, string, error) {
-		q := cloneReq(req)
-		q.PageToken = tok
-		r, err := c.ListRegionsPage(ctx, q, opts...)
-		return r.GetRegions(), r.GetNextPageToken(), err
-	})
+	return walkList(ctx, req, opts, regionsPaging, c.ListRegionsPage, (*adminpb.ListRegionsResponse).GetRegions)
 }
 
 // Tables walks every page of tables matching req.
 func (c *Client) Tables(ctx context.Context, req *adminpb.ListTablesRequest, opts ...ReadOption) iter.Seq2[*adminpb.Table, error] {
-	return walk(ctx, req.GetPageToken(), func(tok string) ([]*adminpb.Table, string, error) {
-		q := cloneReq(req)
-		q.PageToken = tok
-		r, err := c.ListTablesPage(ctx, q, opts...)
-		return r.GetTables(), r.GetNextPageToken(), err
-	})
+	return walkList(ctx, req, opts, tablesPaging, c.ListTablesPage, (*adminpb.ListTablesResponse).GetTables)
 }
 
 // Servers walks every page of region servers.
 func (c *Client) Servers(ctx context.Context, req *adminpb.ListServersRequest, opts ...ReadOption) iter.Seq2[*adminpb.Server, error] {
-	return walk(ctx, req.GetPageToken(), func(tok string) ([]*adminpb.Server, string, error) {
+	return walkList(ctx, req, opts, serversPaging, c.ListServersPage, (*adminpb.ListServersResponse).GetServers)
+}
+
+// walkList walks the pages of a list from req's page token on, reading
+// each with page on a copy of req and yielding the items of each answer.
+func walkList[Q listReq[T], T any, R interface{ GetNextPageToken() string }, I any](
+	ctx context.Context, req Q, opts []ReadOption, fields func(Q) paging,
+	page func(context.Context, Q, ...ReadOption) (R, error), items func(R) []I,
+) iter.Seq2[I, error] {
+	return walk(ctx, req.GetPageToken(), func(tok string) ([]I, string, error) {
 		q := cloneReq(req)
-		q.PageToken = tok
-		r, err := c.ListServersPage(ctx, q, opts...)
-		return r.GetServers(), r.GetNextPageToken(), err
+		*fields(q).token = tok
+		r, err := page(ctx, q, opts...)
+		return items(r), r.GetNextPageToken(), err
 	})
 }
 

@@ -1,7 +1,6 @@
 package clustertest
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"sort"
@@ -9,25 +8,9 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/internal/syncbuf"
 )
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // logSet holds a buffer per component. With BATON_TEST_LOG set, the
 // components also log to stderr, at that level (any value that is not a
@@ -36,11 +19,11 @@ type logSet struct {
 	level  hclog.Level
 	stderr bool
 	mu     sync.Mutex
-	bufs   map[string]*syncBuffer
+	bufs   map[string]*syncbuf.Buffer
 }
 
 func newLogSet(level hclog.Level) *logSet {
-	s := &logSet{level: level, bufs: map[string]*syncBuffer{}}
+	s := &logSet{level: level, bufs: map[string]*syncbuf.Buffer{}}
 	if v := os.Getenv("BATON_TEST_LOG"); v != "" {
 		s.stderr = true
 		if s.level = hclog.LevelFromString(v); s.level == hclog.NoLevel {
@@ -56,7 +39,7 @@ func (s *logSet) logger(name string) hclog.Logger {
 	s.mu.Lock()
 	b := s.bufs[name]
 	if b == nil {
-		b = &syncBuffer{}
+		b = &syncbuf.Buffer{}
 		s.bufs[name] = b
 	}
 	s.mu.Unlock()

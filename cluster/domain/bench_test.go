@@ -28,7 +28,7 @@ import (
 // elections instead of assignment.
 func BenchmarkAssignRegions(b *testing.B) {
 	const servers = 20
-	tables, perTable := benchEnv(b, "BATON_BENCH_TABLES", 2), benchEnv(b, "BATON_BENCH_REGIONS", 10000)
+	tables, perTable := benchEnv(b, "BATON_BENCH_TABLES", 2, 0), benchEnv(b, "BATON_BENCH_REGIONS", 10000, 0)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		h := newHarness(b, harnessOpts{servers: servers,
@@ -79,17 +79,19 @@ func BenchmarkAssignRegions(b *testing.B) {
 // production default (procedure.Config.Workers), not the tests' 8. Every
 // step waits for its commit on its worker, so the pool bounds the writes
 // one Raft entry can group.
-func benchWorkers(b *testing.B) int { return benchEnv(b, "BATON_BENCH_WORKERS", 0) }
+func benchWorkers(b *testing.B) int { return benchEnv(b, "BATON_BENCH_WORKERS", 0, 0) }
 
-// benchEnv is the count in environment variable name, def if unset.
-func benchEnv(b *testing.B, name string, def int) int {
+// benchEnv is the integer in environment variable name, def if unset; a
+// value below least fails the benchmark (a count may be 0, a size not).
+func benchEnv(tb testing.TB, name string, def, least int) int {
+	tb.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		b.Fatalf("%s=%q: want a count", name, v)
+	if err != nil || n < least {
+		tb.Fatalf("%s=%q: want an integer of at least %d", name, v, least)
 	}
 	return n
 }

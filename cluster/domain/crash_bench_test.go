@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"strconv"
 	"testing"
 	"time"
 
@@ -24,9 +23,9 @@ import (
 // batching. BATON_CRASH_REGIONS (default 30,000) and BATON_CRASH_SERVERS
 // (default 3) size it: 100,000 and more are for a quiet machine.
 func BenchmarkServerCrashRecovery(b *testing.B) {
-	regions := envInt(b, "BATON_CRASH_REGIONS", 30000)
-	servers := envInt(b, "BATON_CRASH_SERVERS", 3)
-	wave := envInt(b, "BATON_CRASH_WAVE", domain.DefaultCrashWave)
+	regions := benchEnv(b, "BATON_CRASH_REGIONS", 30000, 1)
+	servers := benchEnv(b, "BATON_CRASH_SERVERS", 3, 1)
+	wave := benchEnv(b, "BATON_CRASH_WAVE", domain.DefaultCrashWave, 1)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		node := func(c *cluster.Config) {
@@ -102,20 +101,6 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		h.close()
 		b.StartTimer()
 	}
-}
-
-// envInt reads a positive size from the environment, or def.
-func envInt(tb testing.TB, name string, def int) int {
-	tb.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }
 
 // benchRaftTimings are the production Raft timings, not the tests' 50 ms:

@@ -1,18 +1,15 @@
 package domain_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"runtime"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/memstat"
 )
 
 // BenchmarkMasterHeap is issue 13's master-side figure: the Go heap per
@@ -35,7 +32,7 @@ func BenchmarkMasterHeap(b *testing.B) {
 	for _, n := range ns {
 		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
 			for range b.N {
-				heap0 := heapAlloc()
+				heap0 := memstat.HeapAfterGC()
 				c := clustertest.New(b, clustertest.Config{Masters: 1, RegionServers: 4, TCP: true})
 				for t := 0; t*domain.MaxRegions < n; t++ {
 					p, err := domain.NewCreateTable("", fmt.Sprintf("t%d", t), min(domain.MaxRegions, n-t*domain.MaxRegions))
@@ -45,9 +42,10 @@ func BenchmarkMasterHeap(b *testing.B) {
 					c.MustSucceed(c.Submit(p, ""), 30*time.Minute)
 				}
 				b.StopTimer()
-				heap := float64(heapAlloc()) - float64(heap0)
+				heap := float64(memstat.HeapAfterGC()) - float64(heap0)
 				b.ReportMetric(heap/float64(n), "heapB/region")
-				b.ReportMetric(rssMB(), "rssMB")
+				rss, _ := memstat.RSSMB(os.Getpid())
+				b.ReportMetric(rss, "rssMB")
 				if path := os.Getenv("BATON_HEAP_PROFILE"); path != "" && n == ns[len(ns)-1] {
 					writeHeapProfile(b, path)
 				}
@@ -56,31 +54,6 @@ func BenchmarkMasterHeap(b *testing.B) {
 			}
 		})
 	}
-}
-
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-// rssMB reads VmRSS from /proc/self/status (0 where there is none).
-func rssMB() float64 {
-	fh, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
 
 func writeHeapProfile(b *testing.B, path string) {

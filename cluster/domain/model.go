@@ -309,12 +309,18 @@ func scanRegions(r reader, fn func(name string, rg Region) bool) error {
 
 // scanServers returns every server record by id.
 func scanServers(r reader) (map[string]Server, error) {
+	return scanServersWith(r, decodeServer)
+}
+
+// scanServersWith returns every server record by id, each decoded by
+// decode (decodeServer, or a serverRecords cache's).
+func scanServersWith(r reader, decode func(key string, v []byte) (Server, error)) (map[string]Server, error) {
 	out := map[string]Server{}
 	var derr error
 	err := r.scan(serverPrefix, func(k string, v []byte) bool {
-		var s Server
-		if err := json.Unmarshal(v, &s); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+		s, err := decode(k, v)
+		if err != nil {
+			derr = err
 			return false
 		}
 		out[strings.TrimPrefix(k, serverPrefix)] = s
@@ -324,6 +330,15 @@ func scanServers(r reader) (map[string]Server, error) {
 		return nil, err
 	}
 	return out, derr
+}
+
+// decodeServer decodes the server record v stored at key.
+func decodeServer(key string, v []byte) (Server, error) {
+	var s Server
+	if err := json.Unmarshal(v, &s); err != nil {
+		return Server{}, fmt.Errorf("master: decoding %s: %w", key, err)
+	}
+	return s, nil
 }
 
 // scanTables returns every table record by full name, optionally only of

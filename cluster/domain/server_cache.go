@@ -2,9 +2,6 @@ package domain
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
-	"strings"
 	"sync"
 )
 
@@ -33,9 +30,9 @@ func (c *serverRecords) decode(key string, v []byte) (Server, error) {
 	if ok && bytes.Equal(d.raw, v) {
 		return d.srv, nil
 	}
-	var s Server
-	if err := json.Unmarshal(v, &s); err != nil {
-		return Server{}, fmt.Errorf("master: decoding %s: %w", key, err)
+	s, err := decodeServer(key, v)
+	if err != nil {
+		return Server{}, err
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxServerRecords {
@@ -58,19 +55,5 @@ func (c *serverRecords) get(r reader, id string) (Server, bool, error) {
 
 // scan is scanServers through the cache.
 func (c *serverRecords) scan(r reader) (map[string]Server, error) {
-	out := map[string]Server{}
-	var derr error
-	err := r.scan(serverPrefix, func(k string, v []byte) bool {
-		s, err := c.decode(k, v)
-		if err != nil {
-			derr = err
-			return false
-		}
-		out[strings.TrimPrefix(k, serverPrefix)] = s
-		return true
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, derr
+	return scanServersWith(r, c.decode)
 }

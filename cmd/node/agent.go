@@ -30,12 +30,7 @@ import (
 func (c *cli) agent(args []string) int {
 	cfg, err := parseAgentFlags(args, c.getenv, c.stdout, c.stderr)
 	if err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(c.stderr, "baton agent: %s\nrun 'baton agent -h' for usage\n", ue.msg)
-			return exitUsage
-		}
-		return parseFailed(err)
+		return c.flagsFailed("agent", err)
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

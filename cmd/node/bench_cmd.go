@@ -258,12 +258,7 @@ flags:
 func (c *cli) benchScale(args []string) int {
 	o, err := parseScaleFlags(c, args)
 	if err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(c.stderr, "baton bench scale: %s\nrun 'baton bench scale -h' for usage\n", ue.msg)
-			return exitUsage
-		}
-		return parseFailed(err)
+		return c.flagsFailed("bench scale", err)
 	}
 	bin, err := os.Executable()
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/memstat"
 )
 
 // benchProc is one process `baton bench` started: a master or a region
@@ -370,25 +371,11 @@ func (c *benchCluster) waitServers(ctx context.Context, n int) error {
 	})
 }
 
-// rssMB is process pid's resident set size (VmRSS of /proc/<pid>/status)
-// in MB, or -1 where there is no /proc.
+// rssMB is process pid's resident set size in MB, or -1 where there is
+// no /proc.
 func rssMB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-		if err != nil {
-			return -1
-		}
-		return kb / 1024
+	if mb, ok := memstat.RSSMB(pid); ok {
+		return mb
 	}
 	return -1
 }

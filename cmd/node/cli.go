@@ -108,6 +108,18 @@ func parseFailed(err error) int {
 	return exitUsage
 }
 
+// flagsFailed reports a command's failed flag parse and returns its exit
+// code: a usage error is said with the way to the command's help; the
+// flag package has already said what it refused, or printed the help.
+func (c *cli) flagsFailed(cmd string, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(c.stderr, "baton %s: %s\nrun 'baton %s -h' for usage\n", cmd, ue.msg, cmd)
+		return exitUsage
+	}
+	return parseFailed(err)
+}
+
 // client builds the API client of cf.
 func (cf *clientFlags) client() (*client.Client, error) {
 	var addrs []string

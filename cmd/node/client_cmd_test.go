@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -487,29 +486,10 @@ func TestLockCommands(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that a running command writes while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runInBackground runs a command in-process until it ends or the returned
 // cancel (an interrupt) is called; the exit code arrives on the channel.
-func runInBackground(env map[string]string, args ...string) (stdout, stderr *lockedBuffer, cancel context.CancelFunc, done chan int) {
-	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+func runInBackground(env map[string]string, args ...string) (stdout, stderr *syncbuf.Buffer, cancel context.CancelFunc, done chan int) {
+	stdout, stderr = &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: func(k string) string { return env[k] }}
 	done = make(chan int, 1)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
@@ -119,7 +120,7 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 	}
 	args, admin := devArgs(t, "--dev-regionservers", "0")
 	agent := exec.Command(bin, args...)
-	var aout, aerr lockedBuffer
+	var aout, aerr syncbuf.Buffer
 	agent.Stdout, agent.Stderr = &aout, &aerr
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 	}
 
 	create := exec.Command(bin, "table", "create", "t1", "--wait", "--addr", admin)
-	var cout, cerr lockedBuffer
+	var cout, cerr syncbuf.Buffer
 	create.Stdout, create.Stderr = &cout, &cerr
 	if err := create.Start(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/syncbuf"
 )
 
 // TestLockRunsCommand: 'lock acquire ... -- COMMAND' holds the lock while
@@ -135,7 +136,7 @@ var underLock = regexp.MustCompile(`under lock (\d+)`)
 
 // commandLockID waits for a command under a lock to start, and returns the
 // lock's id it printed.
-func commandLockID(t *testing.T, fc *clustertest.Cluster, stdout *lockedBuffer) uint64 {
+func commandLockID(t *testing.T, fc *clustertest.Cluster, stdout *syncbuf.Buffer) uint64 {
 	t.Helper()
 	fc.WaitFor("the command to start under the lock", func() bool { return underLock.MatchString(stdout.String()) })
 	id, _ := strconv.ParseUint(underLock.FindStringSubmatch(stdout.String())[1], 10, 64)

@@ -220,3 +220,45 @@ func (c *columns) print(rows [][]string) {
 		io.WriteString(c.w, b.String())
 	}
 }
+
+// pagedList is what a list command tells listPages: how to read a page,
+// and how to print its items as JSON or as text.
+type pagedList[T any] struct {
+	cmd, noun string // for the stderr line naming the next page: "rs list", "region servers"
+	key       string // the JSON array's name
+	fetch     func(token string) ([]T, string, error)
+	toJSON    func(T) any
+	// pageJSON is the one-page document, with its next_page_token and read.
+	pageJSON func(items []T, next string) any
+	show     func(page []T, first bool)
+	// tail ends the text output: "no <noun>" if total is 0, else the read.
+	tail func(total int)
+}
+
+// listPages runs a list command's paging: with --all, walkPages over every
+// page; otherwise the page at --page-token, then the stderr line for the
+// next. It returns the exit code.
+func listPages[T any](e *command, pf *pageFlags, rf *readFlags, l pagedList[T]) int {
+	if pf.all {
+		return walkPages(e, l.key, pf.token, l.fetch, l.toJSON, l.show, func(total int) []member {
+			if !e.cf.json {
+				l.tail(total)
+			}
+			return []member{{"read", toReadJSON(rf.served)}}
+		})
+	}
+	items, next, err := l.fetch(pf.token)
+	if err != nil {
+		return e.fail(err)
+	}
+	if e.cf.json {
+		e.c.printJSON(l.pageJSON(items, next))
+	} else {
+		l.show(items, true)
+		if len(items) > 0 || next == "" {
+			l.tail(len(items))
+		}
+	}
+	e.c.morePages(l.cmd, l.noun, next)
+	return exitOK
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,12 +39,7 @@ const regionServerStopTimeout = 10 * time.Second
 func (c *cli) regionserver(args []string) int {
 	cfg, err := parseRegionServerFlags(args, c.getenv, c.stdout, c.stderr)
 	if err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(c.stderr, "baton regionserver: %s\nrun 'baton regionserver -h' for usage\n", ue.msg)
-			return exitUsage
-		}
-		return parseFailed(err)
+		return c.flagsFailed("regionserver", err)
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

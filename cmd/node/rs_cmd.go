@@ -127,32 +127,18 @@ func (c *cli) rsList(args []string) int {
 			}
 			c.printServed(rf.served)
 		}
-		if pf.all {
-			return walkPages(e, "servers", pf.token, fetch, func(s *adminpb.Server) any { return toServerJSON(s) }, show, func(total int) []member {
-				if !e.cf.json {
-					tail(total)
+		return listPages(e, pf, rf, pagedList[*adminpb.Server]{
+			cmd: "rs list", noun: "region servers", key: "servers",
+			fetch: fetch, show: show, tail: tail,
+			toJSON: func(s *adminpb.Server) any { return toServerJSON(s) },
+			pageJSON: func(servers []*adminpb.Server, next string) any {
+				doc := serversJSON{Servers: []serverJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}
+				for _, s := range servers {
+					doc.Servers = append(doc.Servers, toServerJSON(s))
 				}
-				return []member{{"read", toReadJSON(rf.served)}}
-			})
-		}
-		servers, next, err := fetch(pf.token)
-		if err != nil {
-			return e.fail(err)
-		}
-		if e.cf.json {
-			doc := serversJSON{Servers: []serverJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}
-			for _, s := range servers {
-				doc.Servers = append(doc.Servers, toServerJSON(s))
-			}
-			c.printJSON(doc)
-		} else {
-			show(servers, true)
-			if len(servers) > 0 || next == "" {
-				tail(len(servers))
-			}
-		}
-		c.morePages("rs list", "region servers", next)
-		return exitOK
+				return doc
+			},
+		})
 	})
 }
 

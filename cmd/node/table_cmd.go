@@ -363,33 +363,18 @@ func (c *cli) tableList(args []string) int {
 			r, err := cl.ListTablesPage(c.ctx, req, rf.opts()...)
 			return r.GetTables(), r.GetNextPageToken(), err
 		}
-		if pf.all {
-			return walkPages(e, "tables", pf.token, fetch, func(t *adminpb.Table) any { return toJSON(t) }, show, func(total int) []member {
-				if !e.cf.json {
-					tail(total)
+		return listPages(e, pf, rf, pagedList[*adminpb.Table]{
+			cmd: "table list", noun: "tables", key: "tables",
+			fetch: fetch, show: show, tail: tail,
+			toJSON: func(t *adminpb.Table) any { return toJSON(t) },
+			pageJSON: func(tables []*adminpb.Table, next string) any {
+				doc := tablesJSON{Tables: []tableJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}
+				for _, t := range tables {
+					doc.Tables = append(doc.Tables, toJSON(t))
 				}
-				return []member{{"read", toReadJSON(rf.served)}}
-			})
-		}
-		tables, next, err := fetch(pf.token)
-		if err != nil {
-			return e.fail(err)
-		}
-		if e.cf.json {
-			doc := tablesJSON{Tables: []tableJSON{}, NextPageToken: next}
-			for _, t := range tables {
-				doc.Tables = append(doc.Tables, toJSON(t))
-			}
-			doc.Read = toReadJSON(rf.served)
-			c.printJSON(doc)
-		} else {
-			show(tables, true)
-			if len(tables) > 0 || next == "" {
-				tail(len(tables))
-			}
-		}
-		c.morePages("table list", "tables", next)
-		return exitOK
+				return doc
+			},
+		})
 	})
 }
 
@@ -510,28 +495,14 @@ func (c *cli) regionList(args []string) int {
 			}
 			c.printServed(rf.served)
 		}
-		if pf.all {
-			return walkPages(e, "regions", pf.token, fetch, func(r *adminpb.Region) any { return toRegionJSON(r) }, show, func(total int) []member {
-				if !e.cf.json {
-					tail(total)
-				}
-				return []member{{"read", toReadJSON(rf.served)}}
-			})
-		}
-		regions, next, err := fetch(pf.token)
-		if err != nil {
-			return e.fail(err)
-		}
-		if e.cf.json {
-			c.printJSON(regionsJSON{Regions: toRegionsJSON(regions), NextPageToken: next, Read: toReadJSON(rf.served)})
-		} else {
-			show(regions, true)
-			if len(regions) > 0 || next == "" {
-				tail(len(regions))
-			}
-		}
-		c.morePages("region list", "regions", next)
-		return exitOK
+		return listPages(e, pf, rf, pagedList[*adminpb.Region]{
+			cmd: "region list", noun: "regions", key: "regions",
+			fetch: fetch, show: show, tail: tail,
+			toJSON: func(r *adminpb.Region) any { return toRegionJSON(r) },
+			pageJSON: func(regions []*adminpb.Region, next string) any {
+				return regionsJSON{Regions: toRegionsJSON(regions), NextPageToken: next, Read: toReadJSON(rf.served)}
+			},
+		})
 	})
 }
 

@@ -13,7 +13,7 @@ import "strings"
 // rooms stay independent of each other). A path ending in "/..." covers
 // the packages below it.
 var Floors = [][]string{
-	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit"},
+	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat"},
 	{"store", "scheduler", "cluster/client", "internal/rpcfault", "internal/promkit/scrapetest"},
 	{"procedure"},
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog"},
