@@ -432,14 +432,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	if e.locked && !e.holdLock && !e.state.Terminal() {
 		x.releaseLocksLocked(e)
 	}
-	// An API call that changed e while we held it left the write to us;
-	// check again after each write, until we let go of e under mu.
-	for e.dirty && !x.stopping {
-		e.dirty = false
-		x.unlock()
-		x.persist(e)
-		x.mu.Lock()
-	}
+	x.writeDirtyLocked(e)
 	x.endRunLocked(e, root)
 	if e.yielded {
 		e.yielded = false
@@ -452,6 +445,19 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		}
 	}
 	x.unlock()
+}
+
+// writeDirtyLocked writes e, claimed by the caller, again while an API
+// call changed it during the caller's writes (persistIdle leaves the write
+// to whoever holds e); x.mu is held on entry and on return, so the caller
+// lets go of e with nothing left unwritten. A failed write stops the
+// executor, which ends the loop.
+func (x *Executor) writeDirtyLocked(e *entry) {
+	for e.dirty && !x.stopping {
+		x.unlock()
+		x.persist(e)
+		x.mu.Lock()
+	}
 }
 
 func (x *Executor) endRunLocked(e *entry, root *rootState) {
@@ -1208,7 +1214,6 @@ func (x *Executor) persist(e *entry) bool {
 		return false
 	}
 	x.mu.Lock()
-	e.dirty = false
 	if x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
 		e.lastRec = rec.Data
 	}
@@ -1294,6 +1299,11 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		step = m.next
 	}
 	x.mu.Lock()
+	// The record carries every API change made so far; one made after
+	// this point (during the write) sets dirty again, and the holder's
+	// writeDirtyLocked writes it. Clearing it after the write instead lost
+	// such a change.
+	e.dirty = false
 	e.updated = x.clock.Now()
 	e.runs = noteWrite(e.runs, x.cfg.Node, e.updated)
 	e.history.note(Transition{
