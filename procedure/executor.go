@@ -1195,8 +1195,7 @@ func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
 func (x *Executor) persist(e *entry) bool {
 	rec, err := x.encode(e)
 	if err != nil {
-		x.unserialisable(e, err)
-		rec, err = x.encodeWith(e, nil)
+		rec, err = x.encodeWith(e, x.unserialisable(e, err))
 		if err != nil {
 			x.setFatal(err)
 			return false
@@ -1230,20 +1229,28 @@ func (x *Executor) persist(e *entry) bool {
 }
 
 // unserialisable decides what e becomes when its type could not serialise
-// its state for a write (the procedure's failure, not the store's); the
-// write then goes on without the type's state:
+// its state for a write (the procedure's failure, not the store's), and
+// returns the state the write carries instead:
 //
 //   - A root's terminal write (SUCCESS, or ROLLEDBACK at the end of its
-//     rollback) keeps its state: every step it ran has succeeded, or has
-//     been undone, and a finished root never needs its state again (it is
-//     never run, rolled back or decoded once finished). Failing it there
-//     left a FAILED root that nothing would ever roll back.
+//     rollback) keeps its outcome and goes without a state: every step it
+//     ran has succeeded, or has been undone, and a finished root never
+//     needs its state again (it is never run, rolled back or decoded once
+//     finished). Failing it there left a FAILED root that nothing would
+//     ever roll back.
 //   - A write while its tree rolls back (or of a member already FAILED)
-//     keeps its state too: the rollback goes on, and there is nothing left
-//     to fail.
+//     keeps its outcome too: the rollback goes on, and there is nothing
+//     left to fail.
 //   - Any other write (a step's outcome, a child's SUCCESS) fails the
 //     procedure, and its tree rolls back like after any failed step.
-func (x *Executor) unserialisable(e *entry, err error) {
+//
+// Every write but a finished root's carries the last state that did
+// serialise (entry.goodState): a restart before the rollback is done rolls
+// back from it. Written without any, the record decoded into a zero-valued
+// procedure, and the rollback ran on that. Every entry has one: Submit
+// refuses a procedure whose first state does not serialise, and Spawn
+// fails its parent's step for such a child.
+func (x *Executor) unserialisable(e *entry, err error) []byte {
 	x.mu.Lock()
 	defer x.unlock()
 	root := x.roots[e.root]
@@ -1251,11 +1258,13 @@ func (x *Executor) unserialisable(e *entry, err error) {
 	case e.isRoot() && e.state.Terminal():
 		x.log.Error("cannot serialise a finished procedure's state; written without it", "id", e.id, "type", e.ti.name,
 			"state", e.state, "error", err)
+		return nil
 	case e.state == Failed || root != nil && root.failed:
-		x.log.Error("cannot serialise the state of a procedure rolling back; written without it", "id", e.id,
+		x.log.Error("cannot serialise the state of a procedure rolling back; written with its last serialised state", "id", e.id,
 			"type", e.ti.name, "error", err)
 	default:
-		x.log.Error("cannot serialise procedure state; failing it", "id", e.id, "type", e.ti.name, "error", err)
+		x.log.Error("cannot serialise procedure state; failing it, written with its last serialised state", "id", e.id,
+			"type", e.ti.name, "error", err)
 		x.setStateLocked(e, Failed)
 		e.errMsg, e.errCode = fmt.Sprintf("serialising state: %v", err), ""
 		if root != nil && !root.failed {
@@ -1264,6 +1273,7 @@ func (x *Executor) unserialisable(e *entry, err error) {
 			root.causeCode = ""
 		}
 	}
+	return e.goodState
 }
 
 func (x *Executor) notify(e *entry) {
@@ -1285,6 +1295,7 @@ func (x *Executor) encode(e *entry) (store.Proc, error) {
 	if err != nil {
 		return store.Proc{}, err
 	}
+	e.goodState = data // only its holder encodes e: no lock needed
 	return x.encodeWith(e, data)
 }
 
