@@ -16,11 +16,12 @@
 // it is (its tree rolls back); that write and those of the rollback carry
 // the last state that did serialise (a procedure's first state always does:
 // Submit refuses one that does not, and Spawn fails its parent's step), so
-// a restart before the rollback is done rolls back from it. That state is
-// older than the steps run after it: a type whose state can fail to
-// serialise must undo those steps from it, e.g. by keeping in it what they
-// will do before doing it. A root's final write (SUCCESS, or ROLLEDBACK)
-// goes without a state, the procedure's outcome unchanged.
+// a restart before the rollback is done rolls back from it, never from a
+// zero-valued procedure. It is older than the steps run since it was
+// written, the failed one among them: after such a restart their Rollback
+// runs with that older state, and undoes only what it can tell from it. A
+// root's final write (SUCCESS, or ROLLEDBACK) goes without a state, the
+// procedure's outcome unchanged.
 //
 // A step's outcome, as in Pv2:
 //
