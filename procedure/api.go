@@ -487,6 +487,8 @@ func (x *Executor) persistIdle(e *entry) {
 	x.unlock()
 	x.persist(e)
 	x.mu.Lock()
+	// Another call's change during this write was left to us.
+	x.writeDirtyLocked(e)
 	x.unclaimLocked(e)
 	x.unlock()
 }

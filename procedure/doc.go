@@ -13,8 +13,14 @@
 // after a crash every procedure resumes from its last persisted step. Steps
 // must therefore be idempotent: the step whose outcome was not yet persisted
 // runs again. A state the type cannot serialise fails the step whose outcome
-// it is (its tree rolls back, and the writes of the rollback go without
-// it); a root's final write (SUCCESS, or ROLLEDBACK) goes without it, the
+// it is (its tree rolls back); that write and those of the rollback carry
+// the last state that did serialise (a procedure's first state always does:
+// Submit refuses one that does not, and Spawn fails its parent's step), so
+// a restart before the rollback is done rolls back from it, never from a
+// zero-valued procedure. It is older than the steps run since it was
+// written, the failed one among them: after such a restart their Rollback
+// runs with that older state, and undoes only what it can tell from it. A
+// root's final write (SUCCESS, or ROLLEDBACK) goes without a state, the
 // procedure's outcome unchanged.
 //
 // A step's outcome, as in Pv2:

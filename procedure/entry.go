@@ -53,7 +53,10 @@ type entry struct {
 	retired bool
 	// lastRec is a finished root's last record, kept for retirement when
 	// the store cannot read it back.
-	lastRec       []byte
+	lastRec []byte
+	// goodState is the type's state as last serialised: written in its
+	// place when a later state cannot be (Executor.persist).
+	goodState     []byte
 	waitNote      string // the Because of the current suspension
 	childLatch    int
 	children      []uint64

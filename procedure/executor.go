@@ -432,14 +432,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	if e.locked && !e.holdLock && !e.state.Terminal() {
 		x.releaseLocksLocked(e)
 	}
-	// An API call that changed e while we held it left the write to us;
-	// check again after each write, until we let go of e under mu.
-	for e.dirty && !x.stopping {
-		e.dirty = false
-		x.unlock()
-		x.persist(e)
-		x.mu.Lock()
-	}
+	x.writeDirtyLocked(e)
 	x.endRunLocked(e, root)
 	if e.yielded {
 		e.yielded = false
@@ -452,6 +445,19 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		}
 	}
 	x.unlock()
+}
+
+// writeDirtyLocked writes e, claimed by the caller, again while an API
+// call changed it during the caller's writes (persistIdle leaves the write
+// to whoever holds e); x.mu is held on entry and on return, so the caller
+// lets go of e with nothing left unwritten. A failed write stops the
+// executor, which ends the loop.
+func (x *Executor) writeDirtyLocked(e *entry) {
+	for e.dirty && !x.stopping {
+		x.unlock()
+		x.persist(e)
+		x.mu.Lock()
+	}
 }
 
 func (x *Executor) endRunLocked(e *entry, root *rootState) {
@@ -1189,8 +1195,7 @@ func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
 func (x *Executor) persist(e *entry) bool {
 	rec, err := x.encode(e)
 	if err != nil {
-		x.unserialisable(e, err)
-		rec, err = x.encodeWith(e, nil)
+		rec, err = x.encodeWith(e, x.unserialisable(e, err))
 		if err != nil {
 			x.setFatal(err)
 			return false
@@ -1208,7 +1213,6 @@ func (x *Executor) persist(e *entry) bool {
 		return false
 	}
 	x.mu.Lock()
-	e.dirty = false
 	if x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
 		e.lastRec = rec.Data
 	}
@@ -1225,20 +1229,28 @@ func (x *Executor) persist(e *entry) bool {
 }
 
 // unserialisable decides what e becomes when its type could not serialise
-// its state for a write (the procedure's failure, not the store's); the
-// write then goes on without the type's state:
+// its state for a write (the procedure's failure, not the store's), and
+// returns the state the write carries instead:
 //
 //   - A root's terminal write (SUCCESS, or ROLLEDBACK at the end of its
-//     rollback) keeps its state: every step it ran has succeeded, or has
-//     been undone, and a finished root never needs its state again (it is
-//     never run, rolled back or decoded once finished). Failing it there
-//     left a FAILED root that nothing would ever roll back.
+//     rollback) keeps its outcome and goes without a state: every step it
+//     ran has succeeded, or has been undone, and a finished root never
+//     needs its state again (it is never run, rolled back or decoded once
+//     finished). Failing it there left a FAILED root that nothing would
+//     ever roll back.
 //   - A write while its tree rolls back (or of a member already FAILED)
-//     keeps its state too: the rollback goes on, and there is nothing left
-//     to fail.
+//     keeps its outcome too: the rollback goes on, and there is nothing
+//     left to fail.
 //   - Any other write (a step's outcome, a child's SUCCESS) fails the
 //     procedure, and its tree rolls back like after any failed step.
-func (x *Executor) unserialisable(e *entry, err error) {
+//
+// Every write but a finished root's carries the last state that did
+// serialise (entry.goodState): a restart before the rollback is done rolls
+// back from it. Written without any, the record decoded into a zero-valued
+// procedure, and the rollback ran on that. Every entry has one: Submit
+// refuses a procedure whose first state does not serialise, and Spawn
+// fails its parent's step for such a child.
+func (x *Executor) unserialisable(e *entry, err error) []byte {
 	x.mu.Lock()
 	defer x.unlock()
 	root := x.roots[e.root]
@@ -1246,11 +1258,13 @@ func (x *Executor) unserialisable(e *entry, err error) {
 	case e.isRoot() && e.state.Terminal():
 		x.log.Error("cannot serialise a finished procedure's state; written without it", "id", e.id, "type", e.ti.name,
 			"state", e.state, "error", err)
+		return nil
 	case e.state == Failed || root != nil && root.failed:
-		x.log.Error("cannot serialise the state of a procedure rolling back; written without it", "id", e.id,
+		x.log.Error("cannot serialise the state of a procedure rolling back; written with its last serialised state", "id", e.id,
 			"type", e.ti.name, "error", err)
 	default:
-		x.log.Error("cannot serialise procedure state; failing it", "id", e.id, "type", e.ti.name, "error", err)
+		x.log.Error("cannot serialise procedure state; failing it, written with its last serialised state", "id", e.id,
+			"type", e.ti.name, "error", err)
 		x.setStateLocked(e, Failed)
 		e.errMsg, e.errCode = fmt.Sprintf("serialising state: %v", err), ""
 		if root != nil && !root.failed {
@@ -1259,6 +1273,7 @@ func (x *Executor) unserialisable(e *entry, err error) {
 			root.causeCode = ""
 		}
 	}
+	return e.goodState
 }
 
 func (x *Executor) notify(e *entry) {
@@ -1280,6 +1295,7 @@ func (x *Executor) encode(e *entry) (store.Proc, error) {
 	if err != nil {
 		return store.Proc{}, err
 	}
+	e.goodState = data // only its holder encodes e: no lock needed
 	return x.encodeWith(e, data)
 }
 
@@ -1294,6 +1310,11 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		step = m.next
 	}
 	x.mu.Lock()
+	// The record carries every API change made so far; one made after
+	// this point (during the write) sets dirty again, and the holder's
+	// writeDirtyLocked writes it. Clearing it after the write instead lost
+	// such a change.
+	e.dirty = false
 	e.updated = x.clock.Now()
 	e.runs = noteWrite(e.runs, x.cfg.Node, e.updated)
 	e.history.note(Transition{

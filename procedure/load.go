@@ -264,6 +264,9 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		runs: r.runs, history: loadedHistory(r.history, fromUnixNano(r.submitted)),
 		traceCtx: r.trace,
 	}
+	if !r.finishedRoot() {
+		e.goodState = r.data
+	}
 	if r.finishedRoot() {
 		return e, nil // nor asked for its locks or queue: it never runs
 	}

@@ -55,6 +55,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		// FAILED member may be gone, and a restart must still know.
 		ok := x.persist(u.e)
 		x.mu.Lock()
+		x.writeDirtyLocked(u.e)
 		x.unclaimLocked(u.e)
 		x.unlock()
 		if !ok {
@@ -158,6 +159,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		x.unlock()
 		ok := x.persist(top)
 		x.mu.Lock()
+		x.writeDirtyLocked(top)
 		x.unclaimLocked(top)
 		x.unlock()
 		if !ok {
@@ -218,11 +220,8 @@ func (x *Executor) finishRolledBack(root *rootState) {
 	x.finishRoot(root, e)
 	x.mu.Lock()
 	// An Ack that came while we held it left the write to us.
-	for e.dirty && root.done && !x.stopping {
-		e.dirty = false
-		x.unlock()
-		x.persist(e)
-		x.mu.Lock()
+	if root.done {
+		x.writeDirtyLocked(e)
 	}
 	x.unclaimLocked(e)
 	done := root.done
@@ -360,6 +359,7 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 		x.unlock()
 		ok := x.persist(m)
 		x.mu.Lock()
+		x.writeDirtyLocked(m)
 		x.unclaimLocked(m)
 		if ok && top != nil {
 			if p := x.procs[m.parent]; p != nil && !p.state.Terminal() {

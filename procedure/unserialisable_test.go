@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/baton-dev/baton/store"
@@ -117,6 +118,51 @@ func TestUnserialisableStepRollsBack(t *testing.T) {
 		}
 		if want := []string{"p/1", "p/0"}; !slices.Equal(d.order("undo", "p/"), want) {
 			t.Fatalf("sticky=%v: undone %v, want %v", sticky, d.order("undo", "p/"), want)
+		}
+	}
+}
+
+// failedWritesStore keeps the records written FAILED, in order.
+type failedWritesStore struct {
+	*store.MemStore
+	mu     sync.Mutex
+	failed []record
+}
+
+func (s *failedWritesStore) Update(p store.Proc) error {
+	var r record
+	if err := r.unmarshal(p.Data); err == nil && r.state == Failed {
+		s.mu.Lock()
+		s.failed = append(s.failed, r)
+		s.mu.Unlock()
+	}
+	return s.MemStore.Update(p)
+}
+
+// The writes of a procedure whose state stopped serialising carry the last
+// state that did, not none: a restart decoded none into a zero-valued
+// procedure and rolled back from that.
+func TestUnserialisableWritesCarryTheLastGoodState(t *testing.T) {
+	st := &failedWritesStore{MemStore: store.NewMemStore()}
+	h := startPoison(t, st, newDomain())
+	id := h.submit(&poisonProc{Steps: 4, PoisonAt: 2, Sticky: true}, SubmitOptions{})
+	if info := h.wait(id); info.State != RolledBack {
+		t.Fatalf("ended %s, want ROLLEDBACK", info.State)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.failed) == 0 {
+		t.Fatal("no FAILED write seen")
+	}
+	for i, r := range st.failed {
+		var p poisonProc
+		if err := p.UnmarshalState(1, r.data); err != nil {
+			t.Fatalf("FAILED write %d: %v", i, err)
+		}
+		// The last state that serialised: after the first step, before
+		// the one that poisoned it.
+		if want := (poisonProc{Steps: 4, PoisonAt: 2, Next: 1, Sticky: true}); p != want {
+			t.Fatalf("FAILED write %d carries state %+v, want %+v", i, p, want)
 		}
 	}
 }

@@ -1,0 +1,57 @@
+package procedure
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// An Ack that races a root's retirement is written into its record: a
+// restart still finds it acknowledged.
+func TestAckRacingRetirementIsPersisted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func() store.Store
+	}{
+		{"reader", func() store.Store { return store.NewMemStore() }},
+		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.store()
+			h := startExecutor(t, st, newDomain(), nil)
+			var acked []uint64
+			for range 200 {
+				id := h.submit(newSteps("a", 2), SubmitOptions{})
+				for {
+					err := h.x.Ack(id)
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, ErrNotTerminal) {
+						t.Fatal(err)
+					}
+				}
+				acked = append(acked, id)
+			}
+			for _, id := range acked {
+				if info, err := h.x.Get(id); err != nil || info.Acked.IsZero() {
+					// What a second Ack does, for the report (it writes
+					// the record, as the first should have).
+					again := h.x.Ack(id)
+					after, _ := h.x.Get(id)
+					t.Fatalf("%d: acked %v (%v) before restart; a second Ack: %v, acked %v", id, info.Acked, err, again, after.Acked)
+				}
+			}
+			if err := h.x.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			h2 := startExecutor(t, st, newDomain(), nil)
+			for _, id := range acked {
+				if info, err := h2.x.Get(id); err != nil || info.Acked.IsZero() {
+					t.Fatalf("%d: acked %v (%v) after restart", id, info.Acked, err)
+				}
+			}
+		})
+	}
+}
