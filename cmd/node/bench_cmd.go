@@ -124,6 +124,11 @@ type scaleRow struct {
 	RaftDBFreeMB    *float64 `json:"raft_db_free_mb,omitempty"`
 
 	Commit []scaleCommit `json:"commit,omitempty"`
+
+	// Failed says which phase failed and why; the figures of the phases
+	// before it stand, the failed one's are left out, and the row is not
+	// counted in the growth.
+	Failed string `json:"failed,omitempty"`
 }
 
 // scaleGrowth is the cost growth between two consecutive rows, each
@@ -322,6 +327,12 @@ func (c *cli) benchScale(args []string) int {
 				fmt.Fprintf(c.stderr, "  interrupted: every process the bench started is killed\n")
 			}
 			code = exitFailed
+			if row.OpenSeconds > 0 {
+				// What was measured before the failure is still worth
+				// reading, marked as a failed row.
+				row.Failed = err.Error()
+				doc.Rows = append(doc.Rows, row)
+			}
 			break
 		}
 		doc.Rows = append(doc.Rows, row)
@@ -329,7 +340,13 @@ func (c *cli) benchScale(args []string) int {
 	if code != exitOK && len(doc.Rows) == 0 && !o.json {
 		return code
 	}
-	doc.Growth = scaleGrowthOf(doc.Rows)
+	var complete []scaleRow
+	for _, r := range doc.Rows {
+		if r.Failed == "" {
+			complete = append(complete, r)
+		}
+	}
+	doc.Growth = scaleGrowthOf(complete)
 	doc.Notes = scaleNotes(doc.Rows)
 	if o.json {
 		c.printJSON(doc)
@@ -407,21 +424,27 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 		progress("%d regions: failover (SIGKILL the leader)", n)
 		if err := phase("failover", func(ctx context.Context) error {
 			d, err := failover(ctx, c)
-			row.FailoverSeconds = &d
+			if err == nil {
+				row.FailoverSeconds = &d
+			}
 			return err
 		}); err != nil {
 			return row, err
 		}
+		progress("%d regions: failover in %.2f s", n, *row.FailoverSeconds)
 	}
 	if !o.skip["crash"] {
 		progress("%d regions: region server crash (SIGKILL the one holding the most regions; its lease expires first)", n)
 		if err := phase("crash", func(ctx context.Context) error {
 			d, held, err := crashRecovery(ctx, c, tables)
-			row.CrashRecoverySeconds, row.CrashedServerRegions = &d, held
+			if err == nil {
+				row.CrashRecoverySeconds, row.CrashedServerRegions = &d, held
+			}
 			return err
 		}); err != nil {
 			return row, err
 		}
+		progress("%d regions: %d regions reopened %.1f s after the crash", n, row.CrashedServerRegions, *row.CrashRecoverySeconds)
 	}
 	if !o.skip["catchup"] {
 		progress("%d regions: catch-up of a wiped follower", n)
@@ -1054,6 +1077,11 @@ func printScale(c *cli, doc scaleDoc) {
 		w.Flush()
 	}
 	fmt.Fprintln(c.stdout)
+	for _, r := range doc.Rows {
+		if r.Failed != "" {
+			fmt.Fprintf(c.stdout, "failed: %d regions: %s (the figures before it stand)\n", r.Regions, r.Failed)
+		}
+	}
 	for _, n := range doc.Notes {
 		fmt.Fprintf(c.stdout, "note: %s\n", n)
 	}
