@@ -64,6 +64,13 @@ func TestConfigValidate(t *testing.T) {
 	if err := good().Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
+	// Counts set below the byte budget's floor stay as set: the default
+	// floor must not make such a config invalid.
+	few := good()
+	few.SnapshotThreshold, few.TrailingLogs = 32, 16
+	if err := few.Validate(); err != nil {
+		t.Fatalf("config with small log counts: %v", err)
+	}
 	for _, tc := range []struct {
 		name    string
 		mod     func(*Config)

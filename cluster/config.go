@@ -189,7 +189,8 @@ type Config struct {
 	// bound off (the entry counts as configured).
 	LogBytesBudget int64
 	// LogMinEntries is the fewest entries the byte budget may set either
-	// count to. Default 64.
+	// count to; a count configured below it stays as configured (tests
+	// that snapshot every few entries). Default 64.
 	LogMinEntries uint64
 
 	// RaftLogCompactBytes: at start-up, raft.db is rewritten to hold only
@@ -409,9 +410,6 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAppendEntries < 0 || c.MaxAppendEntries > 1024 {
 		bad("MaxAppendEntries %d is out of range 1..1024", c.MaxAppendEntries)
-	}
-	if c.LogBytesBudget >= 0 && c.LogMinEntries > max(c.SnapshotThreshold, c.TrailingLogs) {
-		bad("LogMinEntries %d exceeds both SnapshotThreshold %d and TrailingLogs %d", c.LogMinEntries, c.SnapshotThreshold, c.TrailingLogs)
 	}
 	if c.SnapshotRetain < 0 {
 		bad("SnapshotRetain %d is negative", c.SnapshotRetain)
