@@ -294,31 +294,17 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 // recordNonce reads the owner and nonce of a record, without decoding the
 // rest; they alias data.
 func recordNonce(data []byte) (owner, nonce []byte) {
-	b := data
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, nil
+	err := walkFields(data, "", nil, func(num protowire.Number, v []byte) error {
+		switch num {
+		case fOwner:
+			owner = v
+		case fNonce:
+			nonce = v
 		}
-		b = b[n:]
-		if typ == protowire.BytesType && (num == fOwner || num == fNonce) {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, nil
-			}
-			if num == fOwner {
-				owner = v
-			} else {
-				nonce = v
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, nil
-		}
-		b = b[n:]
+		return nil
+	})
+	if err != nil {
+		return nil, nil
 	}
 	return owner, nonce
 }

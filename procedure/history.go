@@ -206,51 +206,34 @@ func appendVarint(b []byte, n protowire.Number, v uint64) []byte {
 func unmarshalTransition(b []byte, prevNode string, submitted time.Time) (Transition, error) {
 	tr := Transition{Step: -1, Node: prevNode, Writes: 1}
 	var atMs, spanMs int64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return Transition{}, fmt.Errorf("%w: transition: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+	err := walkFields(b, "transition ", func(num protowire.Number, v uint64) {
+		z := protowire.DecodeZigZag(v)
+		switch num {
+		case fTrState:
+			tr.State = State(v)
+		case fTrStep:
+			tr.Step = int32(z) - 1
+		case fTrDepth:
+			tr.Depth = int32(z)
+		case fTrAtMs:
+			atMs = z
+		case fTrSpanMs:
+			spanMs = z
+		case fTrMoreWrites:
+			tr.Writes = uint32(v) + 1
+		case fTrAttempt:
+			tr.Attempt = int32(z)
+		case fTrRollingBack:
+			tr.RollingBack = v != 0
 		}
-		b = b[n:]
-		switch {
-		case num == fTrNode && typ == protowire.BytesType:
-			v, n := protowire.ConsumeString(b)
-			if n < 0 {
-				return Transition{}, fmt.Errorf("%w: transition node: %v", ErrCorrupt, protowire.ParseError(n))
-			}
-			tr.Node, b = v, b[n:]
-		case typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return Transition{}, fmt.Errorf("%w: transition field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
-			z := protowire.DecodeZigZag(v)
-			switch num {
-			case fTrState:
-				tr.State = State(v)
-			case fTrStep:
-				tr.Step = int32(z) - 1
-			case fTrDepth:
-				tr.Depth = int32(z)
-			case fTrAtMs:
-				atMs = z
-			case fTrSpanMs:
-				spanMs = z
-			case fTrMoreWrites:
-				tr.Writes = uint32(v) + 1
-			case fTrAttempt:
-				tr.Attempt = int32(z)
-			case fTrRollingBack:
-				tr.RollingBack = v != 0
-			}
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return Transition{}, fmt.Errorf("%w: transition field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
+	}, func(num protowire.Number, v []byte) error {
+		if num == fTrNode {
+			tr.Node = string(v)
 		}
+		return nil
+	})
+	if err != nil {
+		return Transition{}, err
 	}
 	if !submitted.IsZero() {
 		tr.At = submitted.Add(time.Duration(atMs) * time.Millisecond)

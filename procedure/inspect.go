@@ -154,61 +154,40 @@ type Summary struct {
 func DecodeSummary(data []byte) (Summary, error) {
 	var s Summary
 	var submitted, updated, waitUntil, finished, acked int64
-	b := data
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return Summary{}, fmt.Errorf("%w: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+	err := walkFields(data, "", func(num protowire.Number, v uint64) {
+		switch num {
+		case fID:
+			s.ID = v
+		case fParent:
+			s.ParentID = v
+		case fRoot:
+			s.RootID = v
+		case fState:
+			s.State = State(v)
+		case fSubmitted:
+			submitted = protowire.DecodeZigZag(v)
+		case fUpdated:
+			updated = protowire.DecodeZigZag(v)
+		case fWaitUntil:
+			waitUntil = protowire.DecodeZigZag(v)
+		case fFinishedAt:
+			finished = protowire.DecodeZigZag(v)
+		case fAckedAt:
+			acked = protowire.DecodeZigZag(v)
+		case fPaused:
+			s.Paused = v != 0
 		}
-		b = b[n:]
-		switch typ {
-		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
-			switch num {
-			case fID:
-				s.ID = v
-			case fParent:
-				s.ParentID = v
-			case fRoot:
-				s.RootID = v
-			case fState:
-				s.State = State(v)
-			case fSubmitted:
-				submitted = protowire.DecodeZigZag(v)
-			case fUpdated:
-				updated = protowire.DecodeZigZag(v)
-			case fWaitUntil:
-				waitUntil = protowire.DecodeZigZag(v)
-			case fFinishedAt:
-				finished = protowire.DecodeZigZag(v)
-			case fAckedAt:
-				acked = protowire.DecodeZigZag(v)
-			case fPaused:
-				s.Paused = v != 0
-			}
-		case protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
-			switch num {
-			case fType:
-				s.Type = v
-			case fOwner:
-				s.Owner = v
-			}
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return Summary{}, fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
+	}, func(num protowire.Number, v []byte) error {
+		switch num {
+		case fType:
+			s.Type = v
+		case fOwner:
+			s.Owner = v
 		}
+		return nil
+	})
+	if err != nil {
+		return Summary{}, err
 	}
 	if s.ID == 0 {
 		return Summary{}, fmt.Errorf("%w: record without id", ErrCorrupt)

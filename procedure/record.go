@@ -259,38 +259,50 @@ func (r *record) noteWrite(node string, now time.Time) {
 	r.historyEnc, r.historyLast = h.encoded()
 }
 
-func (r *record) unmarshal(b []byte) error {
-	*r = record{}
+// walkFields calls varint and bytes for the varint and length-delimited
+// fields of the protobuf message b, in order, and skips fields of other
+// wire types (and of a kind whose function is nil): the one field loop of
+// records, runs, transitions and summaries. what names the message in
+// errors ("" for a record). bytes' values alias b.
+func walkFields(b []byte, what string, varint func(num protowire.Number, v uint64), bytes func(num protowire.Number, v []byte) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return fmt.Errorf("%w: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+			return fmt.Errorf("%w: %sbad tag: %v", ErrCorrupt, what, protowire.ParseError(n))
 		}
 		b = b[n:]
-		switch typ {
-		case protowire.VarintType:
+		switch {
+		case typ == protowire.VarintType && varint != nil:
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+				return fmt.Errorf("%w: %sfield %d: %v", ErrCorrupt, what, num, protowire.ParseError(n))
 			}
 			b = b[n:]
-			r.setVarint(num, v)
-		case protowire.BytesType:
+			varint(num, v)
+		case typ == protowire.BytesType && bytes != nil:
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+				return fmt.Errorf("%w: %sfield %d: %v", ErrCorrupt, what, num, protowire.ParseError(n))
 			}
 			b = b[n:]
-			if err := r.setBytes(num, v); err != nil {
+			if err := bytes(num, v); err != nil {
 				return err
 			}
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, b)
 			if n < 0 {
-				return fmt.Errorf("%w: field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
+				return fmt.Errorf("%w: %sfield %d: %v", ErrCorrupt, what, num, protowire.ParseError(n))
 			}
 			b = b[n:]
 		}
+	}
+	return nil
+}
+
+func (r *record) unmarshal(b []byte) error {
+	*r = record{}
+	if err := walkFields(b, "", r.setVarint, r.setBytes); err != nil {
+		return err
 	}
 	if r.id == 0 {
 		return fmt.Errorf("%w: record without id", ErrCorrupt)

@@ -1,7 +1,6 @@
 package procedure
 
 import (
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -114,46 +113,29 @@ func unmarshalRun(b []byte) (runRaw, error) {
 	var raw runRaw
 	r := &raw.run
 	raw.relative = true // unless it has an absolute time
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return runRaw{}, fmt.Errorf("%w: run: bad tag: %v", ErrCorrupt, protowire.ParseError(n))
+	err := walkFields(b, "run ", func(num protowire.Number, v uint64) {
+		switch num {
+		case fRunFirst:
+			r.First = uint32(v)
+		case fRunLast:
+			r.Last = uint32(v)
+		case fRunAt:
+			r.At, raw.relative = fromUnixNano(int64(v)), false
+		case fRunUntil:
+			r.Until, raw.relative = fromUnixNano(int64(v)), false
+		case fRunAtMs:
+			raw.atMs = protowire.DecodeZigZag(v)
+		case fRunSpanMs:
+			raw.spanMs = protowire.DecodeZigZag(v)
 		}
-		b = b[n:]
-		switch {
-		case num == fRunNode && typ == protowire.BytesType:
-			v, n := protowire.ConsumeString(b)
-			if n < 0 {
-				return runRaw{}, fmt.Errorf("%w: run node: %v", ErrCorrupt, protowire.ParseError(n))
-			}
-			r.Node, b = v, b[n:]
-		case typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return runRaw{}, fmt.Errorf("%w: run field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
-			switch num {
-			case fRunFirst:
-				r.First = uint32(v)
-			case fRunLast:
-				r.Last = uint32(v)
-			case fRunAt:
-				r.At, raw.relative = fromUnixNano(int64(v)), false
-			case fRunUntil:
-				r.Until, raw.relative = fromUnixNano(int64(v)), false
-			case fRunAtMs:
-				raw.atMs = protowire.DecodeZigZag(v)
-			case fRunSpanMs:
-				raw.spanMs = protowire.DecodeZigZag(v)
-			}
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return runRaw{}, fmt.Errorf("%w: run field %d: %v", ErrCorrupt, num, protowire.ParseError(n))
-			}
-			b = b[n:]
+	}, func(num protowire.Number, v []byte) error {
+		if num == fRunNode {
+			r.Node = string(v)
 		}
+		return nil
+	})
+	if err != nil {
+		return runRaw{}, err
 	}
 	return raw, nil
 }
