@@ -1,10 +1,8 @@
 package domain
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -389,92 +387,14 @@ type regionPeek struct {
 	StartCode uint64
 }
 
-// peekRegion reads a region record's state, server and start code. The
-// binary form (region_codec.go) is cheap to decode whole; a JSON record
-// written by an older version is read without decoding it: a filter or a count over a million records pays for the
-// three fields it reads, not for the whole record (a fifth of the time,
-// see BenchmarkPeekRegion). It relies on what a region record is, a flat
-// JSON object of strings and numbers: a key pattern such as "server":"
-// cannot occur inside a string value, where every quote is escaped. A
-// record it cannot read plainly (an escape inside a value, a field of
-// another type) is decoded in full.
+// peekRegion reads a region record's state, server and start code, for
+// the filters and counts: the binary form (region_codec.go) is cheap to
+// decode whole, and a JSON record an older version wrote is decoded as
+// getRegion would.
 func peekRegion(val []byte) (regionPeek, error) {
-	if len(val) > 0 && val[0] != '{' {
-		rg, err := decodeRegionValue("", val)
-		if err != nil {
-			return regionPeek{}, err
-		}
-		return regionPeek{State: rg.State, Server: rg.Server, StartCode: rg.StartCode}, nil
-	}
-	var p regionPeek
-	var ok bool
-	// A record always has its state; an object without one is not a
-	// plain record.
-	if len(val) < 2 || val[0] != '{' || val[len(val)-1] != '}' || !bytes.Contains(val, stateKey) {
-		return fullPeek(val)
-	}
-	if p.State, ok = peekString(val, stateKey); !ok {
-		return fullPeek(val)
-	}
-	if p.Server, ok = peekString(val, serverKey); !ok {
-		return fullPeek(val)
-	}
-	if p.StartCode, ok = peekUint(val, startCodeKey); !ok {
-		return fullPeek(val)
-	}
-	return p, nil
-}
-
-// The keys peekRegion looks for, with what opens their value.
-var (
-	stateKey     = []byte(`"state":"`)
-	serverKey    = []byte(`"server":"`)
-	startCodeKey = []byte(`"start_code":`)
-)
-
-func fullPeek(val []byte) (regionPeek, error) {
-	var rg Region
-	if err := json.Unmarshal(val, &rg); err != nil {
+	rg, err := decodeRegionValue("", val)
+	if err != nil {
 		return regionPeek{}, err
 	}
 	return regionPeek{State: rg.State, Server: rg.Server, StartCode: rg.StartCode}, nil
-}
-
-// peekString returns the string value key (ending in its opening quote)
-// opens, "" when key is absent (an omitted field); ok is false when the
-// value is not a plain string.
-func peekString(val, key []byte) (string, bool) {
-	i := bytes.Index(val, key)
-	if i < 0 {
-		// Absent, or present with a value that is not a string.
-		return "", !bytes.Contains(val, key[:len(key)-1])
-	}
-	rest := val[i+len(key):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
-		return "", false
-	}
-	return string(rest[:end]), true
-}
-
-// peekUint returns the unsigned number after key, 0 when key is absent.
-func peekUint(val, key []byte) (uint64, bool) {
-	i := bytes.Index(val, key)
-	if i < 0 {
-		return 0, true
-	}
-	rest := val[i+len(key):]
-	var n uint64
-	end := 0
-	for ; end < len(rest) && rest[end] >= '0' && rest[end] <= '9'; end++ {
-		d := uint64(rest[end] - '0')
-		if n > (math.MaxUint64-d)/10 {
-			return 0, false // overflows: the full decode says so
-		}
-		n = n*10 + d
-	}
-	if end == 0 || (end < len(rest) && rest[end] != ',' && rest[end] != '}') {
-		return 0, false
-	}
-	return n, true
 }
