@@ -24,7 +24,7 @@ import (
 const (
 	DefaultHeartbeatTimeout   = 300 * time.Millisecond
 	DefaultElectionTimeout    = 300 * time.Millisecond
-	DefaultLeaderLeaseTimeout = 150 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 300 * time.Millisecond
 	DefaultCommitTimeout      = 50 * time.Millisecond
 	DefaultSnapshotThreshold  = 8192
 	DefaultSnapshotInterval   = 120 * time.Second
@@ -155,8 +155,14 @@ type Config struct {
 
 	// LeaderLeaseTimeout: a leader that has not heard from a quorum for this
 	// long steps down, which bounds how long a partitioned leader keeps
-	// running its executor. Must be ≤ HeartbeatTimeout. Default 150 ms
-	// (raft's is 500 ms).
+	// running its executor. Must be ≤ HeartbeatTimeout. Default 300 ms, the
+	// heartbeat timeout (raft's is 500 ms). It does not enter the failover
+	// time (followers notice a dead leader by HeartbeatTimeout) nor read
+	// safety (reads confirm leadership with a round, read.go); it only
+	// decides how long a busy leader may go unanswered. At 150 ms a
+	// saturated 2-core VM (3 masters encoding snapshots at once, load 10)
+	// made leaders step down every few seconds, each step-down costing an
+	// election and a reload of every live procedure (BENCHMARKS.md).
 	LeaderLeaseTimeout time.Duration
 
 	// CommitTimeout is how long an idle leader waits before sending a

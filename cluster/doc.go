@@ -183,7 +183,7 @@
 //
 // # Timings
 //
-// The defaults (heartbeat and election 300 ms, lease 150 ms) aim at a
+// The defaults (heartbeat, election and lease 300 ms) aim at a
 // failover p50 under one second on a LAN; raft's 1 s defaults give 2–3 s.
 // See Config.HeartbeatTimeout. TestFailoverTimeDefaultTimings measures it.
 package cluster

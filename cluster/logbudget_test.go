@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/raftfsm"
 )
 
 func TestLogTunerTurnsBytesIntoEntries(t *testing.T) {
@@ -91,10 +92,20 @@ func TestRaftLogBoundedInBytes(t *testing.T) {
 	}})
 	value := func(i int) string { return string(bytes.Repeat([]byte{byte('a' + i%26)}, entrySize)) }
 	written := 0
+	// A put is an idempotent overwrite, so one cut off by a leader change
+	// (50 ms timings on a loaded machine) is simply retried on the new
+	// leader: the test is about the log's size, not about elections.
 	write := func(k int) {
-		li, _ := c.leader()
 		for range k {
-			putKey(t, c.nodes[li], fmt.Sprintf("k/%d", written%keys), value(written))
+			key, val := fmt.Sprintf("k/%d", written%keys), value(written)
+			testwait.ForNil(t, 20*time.Second, "put "+key, func() error {
+				li, _ := c.leader()
+				data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: []raftfsm.Mutation{raftfsm.Put(key, []byte(val))}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c.nodes[li].Raft().Apply(data, 5*time.Second).Error()
+			})
 			written++
 		}
 	}
@@ -162,4 +173,61 @@ func (c *testCluster) waitCaughtUp(f *Node, written int) {
 		}
 		return true
 	})
+}
+
+// TestSnapshotTurnsDoNotOverlap replays one shared log on three nodes that
+// check their budget at every index and then, as a 100 ms check sees a
+// fast log, only every 7th or 40th index: each node snapshots within a
+// quarter of the threshold of its threshold, nodes take turns (no two
+// start within a few entries of each other, however often they check),
+// and a lone node keeps the plain rule.
+func TestSnapshotTurnsDoNotOverlap(t *testing.T) {
+	const threshold, members = 1200, 3
+	for _, every := range []uint64{1, 7, 40} {
+		lastSnap := make([]uint64, members)
+		checked := make([]uint64, members)
+		type start struct {
+			index uint64
+			slot  int
+		}
+		var starts []start
+		for idx := uint64(1); idx <= 50*threshold; idx++ {
+			for slot := 0; slot < members; slot++ {
+				if (idx+uint64(slot))%every != 0 {
+					continue
+				}
+				since := idx - lastSnap[slot]
+				due := snapshotTurn(checked[slot], idx, since, threshold, slot, members)
+				checked[slot] = idx
+				if !due {
+					if since > threshold+threshold/4+every {
+						t.Fatalf("every %d: slot %d at %d entries past its snapshot and still waiting", every, slot, since)
+					}
+					continue
+				}
+				if since <= threshold-threshold/4 {
+					t.Fatalf("every %d: slot %d snapshotted %d entries after its last, before 0.75×threshold", every, slot, since)
+				}
+				lastSnap[slot] = idx
+				starts = append(starts, start{idx, slot})
+			}
+		}
+		if len(starts) < 3*40 {
+			t.Fatalf("every %d: only %d snapshots over 50 thresholds of log", every, len(starts))
+		}
+		close := 0
+		for i := 1; i < len(starts); i++ {
+			if starts[i].index-starts[i-1].index < 60 {
+				close++
+			}
+		}
+		if close > 0 {
+			t.Fatalf("every %d: %d of %d snapshots started within 60 entries (a quarter of a window) of another node's", every, close, len(starts))
+		}
+	}
+	for _, since := range []uint64{threshold - 1, threshold, threshold + 1} {
+		if got, want := snapshotTurn(since-1, since, since, threshold, 0, 1), since > threshold; got != want {
+			t.Fatalf("single node at %d entries: snapshot %v, want %v", since, got, want)
+		}
+	}
 }
