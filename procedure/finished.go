@@ -20,11 +20,12 @@ import (
 // 2.9 kB of heap (BenchmarkFinishedFootprint); what a finished root is
 // asked for, beyond what lists are filtered by, is in its stored record,
 // which the store holds anyway. So once a root is finished and its last
-// write done, its entry is retired: the executor keeps a row of 24 bytes
-// without a pointer (finishedTable: the GC never scans it), and a 16-byte
+// write done, its entry is retired: the executor keeps a row of 16 bytes
+// without a pointer (finishedTable: the GC never scans it), and an 8-byte
 // ref of its nonce's hash (nonceIndex), and reads the record back
 // (store.Reader) for whatever else is asked: Get, Wait and List decode
-// it, an Ack rewrites it. About 50 bytes per finished root in all.
+// it, an Ack rewrites it. 26-29 bytes per finished root in all, with the
+// slack of the slices' growth and the refs not merged yet.
 
 // finishedRoot is what the executor keeps of a finished root, by id in
 // Executor.finished: what List filters by, and what its eviction needs;
