@@ -479,22 +479,27 @@ func (t *finishedTable) after(id uint64) int {
 
 // nonceIndex maps the hashes of finished roots' nonce keys to their ids:
 // a slice of 8-byte refs sorted by hash, and a map of the refs added
-// since it was last sorted. A ref keeps 32 bits of the hash and the id
-// (ids are below 2^32 for the first four billion procedures; one above
-// is kept whole in wide): a lookup confirms its root's nonce from the
+// since it was last sorted (a map of them all cost twice as much, in the
+// free slots a map keeps). A ref keeps 32 bits of the hash, and its id
+// as an offset from base: a lookup confirms its root's nonce from the
 // record anyway, so a shorter hash only costs a record read on the rare
-// collision, and a million refs cost 8 MB instead of 16. A map of them
-// all cost twice as much, in the free slots a map keeps. Several roots
+// collision, and a million refs cost 8 MB instead of 16. The roots kept
+// (ResultTTL) span far fewer than 2^32 ids; one outside base's window is
+// kept whole in wide until a merge moves base to take it in. Several roots
 // may share a hash (the records tell them apart); a ref whose root is
 // evicted is dropped at the next merge, and until then finds no record
 // (the eviction of a root whose record could not be read leaves its ref
 // to the same fate, found by no lookup).
 type nonceIndex struct {
 	sorted []nonceRef
-	recent map[uint32]uint32 // added since the last merge, by hash
-	extra  []nonceRef        // added since the last merge, their hash taken in recent
-	gone   map[nonceRef]bool // evicted from sorted, dropped at the next merge
-	wide   map[uint64][]uint64
+	recent map[uint32]uint32   // added since the last merge: hash to id offset
+	extra  []nonceRef          // added since the last merge, their hash taken in recent
+	gone   map[nonceRef]bool   // evicted from sorted, dropped at the next merge
+	wide   map[uint64][]uint64 // ids outside base's window, by whole hash
+	base   uint64
+	// wideAt is how many hashes wide held when a rebase last could not
+	// take them in: the next try waits until it holds twice as many.
+	wideAt int
 }
 
 type nonceRef struct{ hash, id uint32 }
@@ -504,18 +509,26 @@ func newNonceIndex() nonceIndex {
 }
 
 // narrow returns the ref of (h, id), or false for an id kept in wide.
-func narrow(h, id uint64) (nonceRef, bool) {
-	return nonceRef{uint32(h), uint32(id)}, id <= math.MaxUint32
+func (n *nonceIndex) narrow(h, id uint64) (nonceRef, bool) {
+	if id < n.base || id-n.base > math.MaxUint32 {
+		return nonceRef{}, false
+	}
+	return nonceRef{uint32(h), uint32(id - n.base)}, true
 }
+
+func (n *nonceIndex) idOf(r nonceRef) uint64 { return n.base + uint64(r.id) }
 
 // mergeFloor is the fewest recent refs that are merged: below it, the
 // map is cheaper to keep than the slice is to copy.
 const mergeFloor = 1024
 
 func (n *nonceIndex) add(h, id uint64) {
-	r, ok := narrow(h, id)
+	r, ok := n.narrow(h, id)
 	if !ok {
 		n.wide[h] = append(n.wide[h], id)
+		if len(n.wide) > max(mergeFloor, 2*n.wideAt) {
+			n.merge()
+		}
 		return
 	}
 	if _, taken := n.recent[r.hash]; taken {
@@ -539,12 +552,12 @@ func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
 		}
 	}
 	h32 := uint32(h)
-	if id, ok := n.recent[h32]; ok && is(uint64(id)) {
-		return uint64(id), true
+	if off, ok := n.recent[h32]; ok && is(n.idOf(nonceRef{h32, off})) {
+		return n.idOf(nonceRef{h32, off}), true
 	}
 	for _, r := range n.extra {
-		if r.hash == h32 && is(uint64(r.id)) {
-			return uint64(r.id), true
+		if r.hash == h32 && is(n.idOf(r)) {
+			return n.idOf(r), true
 		}
 	}
 	i, _ := slices.BinarySearchFunc(n.sorted, h32, func(r nonceRef, h uint32) int {
@@ -557,8 +570,8 @@ func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
 		return 0
 	})
 	for ; i < len(n.sorted) && n.sorted[i].hash == h32; i++ {
-		if r := n.sorted[i]; !n.gone[r] && is(uint64(r.id)) {
-			return uint64(r.id), true
+		if r := n.sorted[i]; !n.gone[r] && is(n.idOf(r)) {
+			return n.idOf(r), true
 		}
 	}
 	return 0, false
@@ -566,7 +579,7 @@ func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
 
 // remove drops the ref of an evicted root.
 func (n *nonceIndex) remove(h, id uint64) {
-	r, ok := narrow(h, id)
+	r, ok := n.narrow(h, id)
 	if !ok {
 		if ids := n.wide[h]; slices.Contains(ids, id) {
 			if ids = slices.DeleteFunc(ids, func(x uint64) bool { return x == id }); len(ids) == 0 {
@@ -592,7 +605,7 @@ func (n *nonceIndex) remove(h, id uint64) {
 // without the evicted ones: O(refs), after each eviction and whenever
 // the map holds a sixteenth as many as the slice.
 func (n *nonceIndex) merge() {
-	if len(n.recent) == 0 && len(n.extra) == 0 && len(n.gone) == 0 {
+	if len(n.recent) == 0 && len(n.extra) == 0 && len(n.gone) == 0 && len(n.wide) == 0 {
 		return
 	}
 	add := make([]nonceRef, 0, len(n.recent)+len(n.extra))
@@ -634,6 +647,46 @@ func (n *nonceIndex) merge() {
 	n.recent = map[uint32]uint32{}
 	n.extra = nil
 	clear(n.gone)
+	n.rebase()
+}
+
+// rebase moves base to the lowest id kept, if the ids in wide then fit
+// its window, and adds them as refs: a base move keeps the refs' order,
+// as it shifts every offset alike.
+func (n *nonceIndex) rebase() {
+	if len(n.wide) == 0 {
+		return
+	}
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	for _, ids := range n.wide {
+		for _, id := range ids {
+			lo, hi = min(lo, id), max(hi, id)
+		}
+	}
+	if len(n.sorted) > 0 {
+		// Sorted by hash, not id: the window is found by a pass.
+		for _, r := range n.sorted {
+			id := n.idOf(r)
+			lo, hi = min(lo, id), max(hi, id)
+		}
+	}
+	if hi-lo > math.MaxUint32 {
+		n.wideAt = len(n.wide)
+		return
+	}
+	n.wideAt = 0
+	for i := range n.sorted {
+		n.sorted[i].id = uint32(n.idOf(n.sorted[i]) - lo)
+	}
+	n.base = lo
+	wide := n.wide
+	n.wide = map[uint64][]uint64{}
+	for h, ids := range wide {
+		for _, id := range ids {
+			n.add(h, id)
+		}
+	}
+	n.merge()
 }
 
 // len counts the refs, for tests.

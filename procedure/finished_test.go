@@ -442,6 +442,9 @@ func TestNonceIndexShortRefs(t *testing.T) {
 	}
 	n.merge()
 	check("merged")
+	if len(n.wide) == 0 {
+		t.Fatal("ids 1 and 2^32+7 kept in one window")
+	}
 	for _, id := range []uint64{2, big, 10} {
 		n.remove(refs[id], id)
 		if got, ok := n.find(refs[id], func(x uint64) bool { return x == id }); ok {
@@ -452,4 +455,29 @@ func TestNonceIndexShortRefs(t *testing.T) {
 	check("removed")
 	n.merge()
 	check("removed and merged")
+
+	// Once the low ids are evicted, a merge moves the window up to the
+	// high ones, and an id below it is kept whole.
+	for id, h := range refs {
+		if id < big {
+			n.remove(h, id)
+			delete(refs, id)
+		}
+	}
+	for id := big + 2; id < big+2+mergeFloor; id++ {
+		refs[id] = id * 0x9e3779b97f4a7c15
+		n.add(refs[id], id)
+	}
+	n.merge()
+	check("window moved")
+	if len(n.wide) != 0 || n.base != big+1 {
+		t.Fatalf("window at %d, %d hashes kept whole; want at %d, none", n.base, len(n.wide), big+1)
+	}
+	refs[5] = 1<<40 | lo
+	n.add(refs[5], 5)
+	n.merge()
+	check("below the window")
+	if len(n.wide) != 1 {
+		t.Errorf("%d hashes kept whole, want id 5's", len(n.wide))
+	}
 }
