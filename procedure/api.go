@@ -314,10 +314,10 @@ func (x *Executor) List(f Filter) []Info {
 	fin := x.finished.after(f.AfterID)
 	for len(ids) > 0 || fin < x.finished.len() {
 		if fin < x.finished.len() && (len(ids) == 0 || x.finished.rows[fin].id < ids[0]) {
-			row := x.finished.rows[fin]
+			id, row := x.finished.at(fin)
 			fin++
-			if x.matchFinishedLocked(row.id, row.finishedRoot, f) {
-				out = append(out, x.finishedInfoLocked(row.id, row.finishedRoot))
+			if x.matchFinishedLocked(id, row, f) {
+				out = append(out, x.finishedInfoLocked(id, row))
 				if f.Limit > 0 && len(out) == f.Limit {
 					break
 				}

@@ -42,9 +42,9 @@ type Config struct {
 	// after it finished, unless acknowledged. Default 15 min. What a
 	// finished root costs meanwhile is its record in the store (on every
 	// master, with a RaftStore: 165 bytes for a five-step root with a
-	// 42-byte state, a nonce and a result) and about 50 bytes of the
-	// leader executor's heap (BenchmarkFinishedFootprint), so a longer TTL
-	// costs about 215 bytes per root finished in the extra time.
+	// 42-byte state, a nonce and a result) and 26-29 bytes of the leader
+	// executor's heap (BenchmarkFinishedFootprint), so a longer TTL costs
+	// about 195 bytes per root finished in the extra time.
 	ResultTTL time.Duration
 	// AckedResultTTL keeps an acknowledged result this long after the
 	// acknowledgement. Default 5 min.

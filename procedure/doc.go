@@ -83,8 +83,8 @@
 // across restarts. Results of finished roots are kept for ResultTTL, or
 // AckedResultTTL after Ack. A finished root is kept compactly: its record
 // is written without what only a live procedure needs (its history packed,
-// times relative to its submission), and the executor keeps 24 bytes and
-// its nonce's hash, reading the rest back from the store when asked
+// times relative to its submission), and the executor keeps 16 bytes and
+// 8 of its nonce's hash, reading the rest back from the store when asked
 // (store.Reader; a store without one has the executor keep the record). Abort (which reaches a procedure waiting for a
 // lock, and children spawned after it), Pause/Resume, a guarded Bypass, Wait,
 // Why ("what is it waiting for, who holds it"), listeners, Prometheus

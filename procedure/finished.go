@@ -20,14 +20,16 @@ import (
 // 2.9 kB of heap (BenchmarkFinishedFootprint); what a finished root is
 // asked for, beyond what lists are filtered by, is in its stored record,
 // which the store holds anyway. So once a root is finished and its last
-// write done, its entry is retired: the executor keeps a row of 24 bytes
-// without a pointer (finishedTable: the GC never scans it), and a 16-byte
+// write done, its entry is retired: the executor keeps a row of 16 bytes
+// without a pointer (finishedTable: the GC never scans it), and an 8-byte
 // ref of its nonce's hash (nonceIndex), and reads the record back
 // (store.Reader) for whatever else is asked: Get, Wait and List decode
-// it, an Ack rewrites it. About 50 bytes per finished root in all.
+// it, an Ack rewrites it. 26-29 bytes per finished root in all, with the
+// slack of the slices' growth and the refs not merged yet.
 
 // finishedRoot is what the executor keeps of a finished root, by id in
-// Executor.finished: what List filters by, and what its eviction needs.
+// Executor.finished: what List filters by, and what its eviction needs;
+// finishedTable keeps it packed (finishedRow).
 type finishedRoot struct {
 	// expires is when its result expires (unix nanos): ResultTTL after it
 	// finished, or AckedResultTTL after its Ack if that comes first.
@@ -73,7 +75,7 @@ func newFinishedIndex(st store.Store) *finishedIndex {
 	fi := &finishedIndex{
 		owners: []string{""}, ownerAt: map[string]uint32{"": 0},
 		typeAt: map[*typeInfo]uint16{}, seed: maphash.MakeSeed(),
-		nonces: nonceIndex{recent: map[uint64]uint64{}, gone: map[nonceRef]bool{}},
+		nonces: newNonceIndex(),
 	}
 	if _, ok := st.(store.Reader); !ok {
 		fi.recs = map[uint64][]byte{}
@@ -334,18 +336,75 @@ func (x *Executor) changeFinished(id uint64, change func(e *entry) (bool, error)
 }
 
 // finishedTable holds the finished roots in id order, in one slice of
-// 24-byte rows without a pointer: a map of them costs half as much again
+// 16-byte rows without a pointer: a map of them costs half as much again
 // in the free slots it keeps, and lists want them in id order anyway.
 // Roots mostly finish in the order of their ids, so a root is inserted
 // near the end; one that ran long is inserted further in, moving the rows
 // after it (a few milliseconds at a million).
+//
+// A row names its owner, type, state and flags together by a class: the
+// finished roots of a master fall in a handful of them (owners times
+// types times the three ends), which classes intern; it never shrinks, as
+// the owners and types it names.
 type finishedTable struct {
-	rows []finishedRow
+	rows    []finishedRow
+	classes []finishedClass
+	classAt map[finishedClass]uint32
 }
 
 type finishedRow struct {
 	id uint64
-	finishedRoot
+	// expires is finishedRoot.expires in whole seconds (unix), rounded
+	// up: a result is kept at least as long as its rule says, and at most
+	// a second longer (the evictor runs every EvictInterval anyway).
+	expires uint32
+	class   uint32
+}
+
+// finishedClass is what a finishedRoot holds but its expiry.
+type finishedClass struct {
+	owner uint32
+	typ   uint16
+	state State
+	flags finishedFlags
+}
+
+func expirySeconds(ns int64) uint32 {
+	switch {
+	case ns <= 0:
+		return 0 // already expired (math.MinInt64: a record without its finish)
+	case ns > int64(math.MaxUint32)*int64(time.Second):
+		return math.MaxUint32
+	}
+	return uint32((ns + int64(time.Second) - 1) / int64(time.Second))
+}
+
+// expiresAt is when row r expires, in unix nanos.
+func (r finishedRow) expiresAt() int64 { return int64(r.expires) * int64(time.Second) }
+
+func (t *finishedTable) class(c finishedClass) uint32 {
+	if i, ok := t.classAt[c]; ok {
+		return i
+	}
+	if t.classAt == nil {
+		t.classAt = map[finishedClass]uint32{}
+	}
+	i := uint32(len(t.classes))
+	t.classes = append(t.classes, c)
+	t.classAt[c] = i
+	return i
+}
+
+func (t *finishedTable) row(id uint64, f finishedRoot) finishedRow {
+	return finishedRow{id: id, expires: expirySeconds(f.expires),
+		class: t.class(finishedClass{owner: f.owner, typ: f.typ, state: f.state, flags: f.flags})}
+}
+
+// at returns the i-th row, unpacked.
+func (t *finishedTable) at(i int) (uint64, finishedRoot) {
+	r := t.rows[i]
+	c := t.classes[r.class]
+	return r.id, finishedRoot{expires: r.expiresAt(), owner: c.owner, typ: c.typ, state: c.state, flags: c.flags}
 }
 
 // search returns where id is, or would be inserted.
@@ -368,7 +427,8 @@ func (t *finishedTable) search(id uint64) (int, bool) {
 
 func (t *finishedTable) get(id uint64) (finishedRoot, bool) {
 	if i, ok := t.search(id); ok {
-		return t.rows[i].finishedRoot, true
+		_, f := t.at(i)
+		return f, true
 	}
 	return finishedRoot{}, false
 }
@@ -376,10 +436,10 @@ func (t *finishedTable) get(id uint64) (finishedRoot, bool) {
 func (t *finishedTable) put(id uint64, f finishedRoot) {
 	i, ok := t.search(id)
 	if ok {
-		t.rows[i].finishedRoot = f
+		t.rows[i] = t.row(id, f)
 		return
 	}
-	t.rows = slices.Insert(t.rows, i, finishedRow{id: id, finishedRoot: f})
+	t.rows = slices.Insert(t.rows, i, t.row(id, f))
 }
 
 func (t *finishedTable) len() int { return len(t.rows) }
@@ -418,44 +478,89 @@ func (t *finishedTable) after(id uint64) int {
 }
 
 // nonceIndex maps the hashes of finished roots' nonce keys to their ids:
-// a slice of 16-byte refs sorted by hash, and a map of the refs added
-// since it was last sorted. A map of them all cost twice as much, in the
-// free slots a map keeps. Several roots may share a hash (the records
-// tell them apart); a ref whose root is evicted is dropped at the next
-// merge, and until then finds no record (the eviction of a root whose
-// record could not be read leaves its ref to the same fate, found by no
-// lookup).
+// a slice of 8-byte refs sorted by hash, and a map of the refs added
+// since it was last sorted (a map of them all cost twice as much, in the
+// free slots a map keeps). A ref keeps 32 bits of the hash, and its id
+// as an offset from base: a lookup confirms its root's nonce from the
+// record anyway, so a shorter hash only costs a record read on the rare
+// collision, and a million refs cost 8 MB instead of 16. The roots kept
+// (ResultTTL) span far fewer than 2^32 ids; one outside base's window is
+// kept whole in wide until a merge moves base to take it in. Several roots
+// may share a hash (the records tell them apart); a ref whose root is
+// evicted is dropped at the next merge, and until then finds no record
+// (the eviction of a root whose record could not be read leaves its ref
+// to the same fate, found by no lookup).
 type nonceIndex struct {
 	sorted []nonceRef
-	recent map[uint64]uint64 // added since the last merge, by hash
-	extra  []nonceRef        // added since the last merge, their hash taken in recent
-	gone   map[nonceRef]bool // evicted from sorted, dropped at the next merge
+	recent map[uint32]uint32   // added since the last merge: hash to id offset
+	extra  []nonceRef          // added since the last merge, their hash taken in recent
+	gone   map[nonceRef]bool   // evicted from sorted, dropped at the next merge
+	wide   map[uint64][]uint64 // ids outside base's window, by whole hash
+	base   uint64
+	// wideAt is how many hashes wide held when a rebase last could not
+	// take them in: the next try waits until it holds twice as many.
+	wideAt int
 }
 
-type nonceRef struct{ hash, id uint64 }
+type nonceRef struct{ hash, id uint32 }
+
+func newNonceIndex() nonceIndex {
+	return nonceIndex{recent: map[uint32]uint32{}, gone: map[nonceRef]bool{}, wide: map[uint64][]uint64{}}
+}
+
+// narrow returns the ref of (h, id), or false for an id kept in wide.
+func (n *nonceIndex) narrow(h, id uint64) (nonceRef, bool) {
+	if id < n.base || id-n.base > math.MaxUint32 {
+		return nonceRef{}, false
+	}
+	return nonceRef{uint32(h), uint32(id - n.base)}, true
+}
+
+func (n *nonceIndex) idOf(r nonceRef) uint64 { return n.base + uint64(r.id) }
+
+// mergeFloor is the fewest recent refs that are merged: below it, the
+// map is cheaper to keep than the slice is to copy.
+const mergeFloor = 1024
 
 func (n *nonceIndex) add(h, id uint64) {
-	if _, taken := n.recent[h]; taken {
-		n.extra = append(n.extra, nonceRef{h, id})
-	} else {
-		n.recent[h] = id
+	r, ok := n.narrow(h, id)
+	if !ok {
+		n.wide[h] = append(n.wide[h], id)
+		if len(n.wide) > max(mergeFloor, 2*n.wideAt) {
+			n.merge()
+		}
+		return
 	}
-	if len(n.recent) > max(4096, len(n.sorted)/8) {
+	if _, taken := n.recent[r.hash]; taken {
+		n.extra = append(n.extra, r)
+	} else {
+		n.recent[r.hash] = r.id
+	}
+	// An eighth as many as the slice would keep a map of 125 k refs at a
+	// million, 2 bytes a root in its slots; a sixteenth halves that, for
+	// 16 refs copied per ref added.
+	if len(n.recent) > max(mergeFloor, len(n.sorted)/16) {
 		n.merge()
 	}
 }
 
 // find returns the first id of hash h that is (says is).
 func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
-	if id, ok := n.recent[h]; ok && is(id) {
-		return id, true
-	}
-	for _, r := range n.extra {
-		if r.hash == h && is(r.id) {
-			return r.id, true
+	for _, id := range n.wide[h] {
+		if is(id) {
+			return id, true
 		}
 	}
-	i, _ := slices.BinarySearchFunc(n.sorted, h, func(r nonceRef, h uint64) int {
+	h32 := uint32(h)
+	if off, ok := n.recent[h32]; ok && is(n.idOf(nonceRef{h32, off})) {
+		return n.idOf(nonceRef{h32, off}), true
+	}
+	for _, r := range n.extra {
+		if r.hash == h32 && is(n.idOf(r)) {
+			return n.idOf(r), true
+		}
+	}
+	i, _ := slices.BinarySearchFunc(n.sorted, h32, func(r nonceRef, h uint32) int {
 		switch {
 		case r.hash < h:
 			return -1
@@ -464,9 +569,9 @@ func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
 		}
 		return 0
 	})
-	for ; i < len(n.sorted) && n.sorted[i].hash == h; i++ {
-		if r := n.sorted[i]; !n.gone[r] && is(r.id) {
-			return r.id, true
+	for ; i < len(n.sorted) && n.sorted[i].hash == h32; i++ {
+		if r := n.sorted[i]; !n.gone[r] && is(n.idOf(r)) {
+			return n.idOf(r), true
 		}
 	}
 	return 0, false
@@ -474,22 +579,33 @@ func (n *nonceIndex) find(h uint64, is func(id uint64) bool) (uint64, bool) {
 
 // remove drops the ref of an evicted root.
 func (n *nonceIndex) remove(h, id uint64) {
-	if got, ok := n.recent[h]; ok && got == id {
-		delete(n.recent, h)
+	r, ok := n.narrow(h, id)
+	if !ok {
+		if ids := n.wide[h]; slices.Contains(ids, id) {
+			if ids = slices.DeleteFunc(ids, func(x uint64) bool { return x == id }); len(ids) == 0 {
+				delete(n.wide, h)
+			} else {
+				n.wide[h] = ids
+			}
+		}
 		return
 	}
-	if i := slices.Index(n.extra, nonceRef{h, id}); i >= 0 {
+	if got, ok := n.recent[r.hash]; ok && got == r.id {
+		delete(n.recent, r.hash)
+		return
+	}
+	if i := slices.Index(n.extra, r); i >= 0 {
 		n.extra = slices.Delete(n.extra, i, i+1)
 		return
 	}
-	n.gone[nonceRef{h, id}] = true
+	n.gone[r] = true
 }
 
 // merge sorts what was added into a new slice of exactly the refs kept,
 // without the evicted ones: O(refs), after each eviction and whenever
-// the map holds an eighth as many as the slice.
+// the map holds a sixteenth as many as the slice.
 func (n *nonceIndex) merge() {
-	if len(n.recent) == 0 && len(n.extra) == 0 && len(n.gone) == 0 {
+	if len(n.recent) == 0 && len(n.extra) == 0 && len(n.gone) == 0 && len(n.wide) == 0 {
 		return
 	}
 	add := make([]nonceRef, 0, len(n.recent)+len(n.extra))
@@ -526,10 +642,58 @@ func (n *nonceIndex) merge() {
 		add = add[1:]
 	}
 	n.sorted = out
-	clear(n.recent)
+	// A new map, not the old one cleared: a cleared map keeps the slots
+	// of the most it ever held.
+	n.recent = map[uint32]uint32{}
 	n.extra = nil
 	clear(n.gone)
+	n.rebase()
+}
+
+// rebase moves base to the lowest id kept, if the ids in wide then fit
+// its window, and adds them as refs: a base move keeps the refs' order,
+// as it shifts every offset alike.
+func (n *nonceIndex) rebase() {
+	if len(n.wide) == 0 {
+		return
+	}
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	for _, ids := range n.wide {
+		for _, id := range ids {
+			lo, hi = min(lo, id), max(hi, id)
+		}
+	}
+	if len(n.sorted) > 0 {
+		// Sorted by hash, not id: the window is found by a pass.
+		for _, r := range n.sorted {
+			id := n.idOf(r)
+			lo, hi = min(lo, id), max(hi, id)
+		}
+	}
+	if hi-lo > math.MaxUint32 {
+		n.wideAt = len(n.wide)
+		return
+	}
+	n.wideAt = 0
+	for i := range n.sorted {
+		n.sorted[i].id = uint32(n.idOf(n.sorted[i]) - lo)
+	}
+	n.base = lo
+	wide := n.wide
+	n.wide = map[uint64][]uint64{}
+	for h, ids := range wide {
+		for _, id := range ids {
+			n.add(h, id)
+		}
+	}
+	n.merge()
 }
 
 // len counts the refs, for tests.
-func (n *nonceIndex) len() int { return len(n.sorted) - len(n.gone) + len(n.recent) + len(n.extra) }
+func (n *nonceIndex) len() int {
+	k := len(n.sorted) - len(n.gone) + len(n.recent) + len(n.extra)
+	for _, ids := range n.wide {
+		k += len(ids)
+	}
+	return k
+}

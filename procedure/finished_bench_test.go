@@ -107,32 +107,44 @@ func measureFinished(tb testing.TB, n int) footprint {
 // master while its result is kept (Config.ResultTTL): exec-B/proc is the
 // leader's executor heap per finished root, record-B/proc the bytes of
 // its stored record (held by the replicated state on every master, plus
-// that tree's own per-record overhead), store-heap-B/proc the MemStore's
-// heap for it (record plus a Go map's overhead). 1M runs with
-// BATON_BENCH_1M=1. One iteration measures; run with -benchtime=1x.
+// that tree's own per-record overhead), total-B/proc their sum (issue 13's
+// goal: at most 200), store-heap-B/proc the MemStore's heap for it (record
+// plus a Go map's overhead). 1M runs with BATON_BENCH_1M=1. One iteration
+// measures; run with -benchtime=1x.
 //
 // Figures (bytes per finished root; 2-core VM shared with other work, so
 // the times are noisy, the bytes much less so):
 //
-//	                        exec-B   record-B  store-heap-B  run time
-//	before  N=10k            2,864     233       308           1.5 s
-//	        N=100k           2,842     235       293            18 s
-//	        N=1M             2,891     235       324           243 s
-//	after   N=10k               59     165       243           0.3 s
-//	        N=100k              48     167       229           3.8 s
-//	        N=1M                46     167       260            44 s
+//	                        exec-B   record-B  total-B  store-heap-B  run time
+//	live entry  N=10k        2,864     233      3,097     308           1.5 s
+//	            N=100k       2,842     235      3,077     293            18 s
+//	            N=1M         2,891     235      3,126     324           243 s
+//	retired     N=10k           59     165        224     243           0.3 s
+//	            N=100k          48     167        215     229           3.8 s
+//	            N=1M            46     167        213     260            44 s
+//	packed rows N=10k           29     165        194     244           0.5 s
+//	            N=100k          27     167        194     229           5.1 s
+//	            N=1M            26     167        193     260            56 s
 //
-// Before, a finished root kept its whole live entry (procedure object,
-// history, runs, rootState, a nonce entry with its channel). After, it is
-// a 24-byte row and a 16-byte ref of its nonce's hash (finished.go), with
-// the slack of the slices' growth and the refs not merged yet (up to 4,096,
-// or an eighth: what makes 10k dearer per root). The run time fell with
-// the heap the GC walks. The record went from 233 to 165 bytes: its
-// history packed (55 bytes to 19), its runs' times relative (37 to 15),
-// Updated left out; of the 165, the nonce (28), the result (16) and the
+// A live entry is the whole of it (procedure object, history, runs,
+// rootState, a nonce entry with its channel). Retired, it is a row and a
+// ref of its nonce's hash (finished.go); the run time fell with the heap
+// the GC walks. The record went from 233 to 165 bytes: its history
+// packed (55 bytes to 19), its runs' times relative (37 to 15), Updated
+// left out. Packed rows: the row names owner, type, state and flags by an
+// interned class and keeps its expiry in seconds (24 bytes to 16), the
+// nonce ref keeps 32 bits of hash and id (16 to 8), and the refs not
+// merged yet are at most a sixteenth, in a map made anew at each merge
+// (a cleared one kept its slots: what made 10k dearer per root).
+//
+// Of the 165-167 record bytes, the nonce (28), the result (16) and the
 // type's own state (42, which the console shows as the procedure's
-// arguments) are the caller's. So a finished root costs 213-224 bytes, of
-// which the framework's own are about 130.
+// arguments) are the caller's, and so are its type and owner names (7
+// each); the framework's own are about 65: ids, version and state (8-12),
+// submission and finish times (21, absolute: a reader before the compact
+// format takes its retention and times from them), the run (15) and the
+// packed history (19). The nonce stays whole (GetProcedure, the console
+// and the repair commands' retries read it back), not its hash.
 func BenchmarkFinishedFootprint(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if os.Getenv("BATON_BENCH_1M") != "" {
@@ -146,8 +158,10 @@ func BenchmarkFinishedFootprint(b *testing.B) {
 			}
 			b.ReportMetric(f.execBytes, "exec-B/proc")
 			b.ReportMetric(f.recordBytes, "record-B/proc")
+			b.ReportMetric(f.execBytes+f.recordBytes, "total-B/proc")
 			b.ReportMetric(f.storeHeap, "store-heap-B/proc")
-			b.Logf("N=%d: executor %.0f B, record %.0f B, MemStore heap %.0f B per finished root", n, f.execBytes, f.recordBytes, f.storeHeap)
+			b.Logf("N=%d: executor %.0f B + record %.0f B = %.0f B, MemStore heap %.0f B per finished root",
+				n, f.execBytes, f.recordBytes, f.execBytes+f.recordBytes, f.storeHeap)
 		})
 	}
 }

@@ -2,8 +2,11 @@ package procedure
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -284,5 +287,197 @@ func TestFinishedRecordFormats(t *testing.T) {
 	// And the compact one is smaller.
 	if n, o := len(r.marshal()), len(b); n >= o {
 		t.Errorf("compact record %d bytes, older one %d", n, o)
+	}
+}
+
+// A retired root, read back from its compact record, answers Get with
+// the fields its live entry had when it finished (but Data, which no
+// snapshot carries), and after a restart a resubmission of its nonce gets
+// its id: also once its nonce's ref has been merged into the sorted index.
+func TestFinishedRetiredAnswersAsLive(t *testing.T) {
+	st := store.NewMemStore()
+	mc := clock.NewManual(time.Unix(1e6, 123_456_789))
+	h := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock, c.Node, c.EvictInterval = mc, "m1", 24*time.Hour })
+	var mu sync.Mutex
+	last := map[uint64]Info{}
+	h.x.AddListener(func(info Info) {
+		mu.Lock()
+		defer mu.Unlock()
+		if info.State.Terminal() && info.ParentID == 0 {
+			if _, seen := last[info.ID]; !seen {
+				last[info.ID] = info // the first terminal one: the live entry's
+			}
+		}
+	})
+	p := newSteps("p", 3)
+	p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 1
+	done := h.submit(p, SubmitOptions{Owner: "alice", Nonce: "n-done"})
+	f := newSM("f", 3)
+	f.FailAt = 2
+	rolled := h.submit(f, SubmitOptions{Owner: "bob", Nonce: "n-rolled"})
+	h.wait(done)
+	h.wait(rolled)
+	// Enough more roots that the refs are merged (mergeFloor) before the
+	// restart, and the restart's index holds them all.
+	var more []uint64
+	for i := 0; i < mergeFloor+10; i++ {
+		id := h.submit(newSteps("s", 1), SubmitOptions{Owner: "carol", Nonce: fmt.Sprintf("n-%d", i)})
+		more = append(more, id)
+	}
+	for _, id := range more {
+		h.wait(id)
+	}
+	h.x.mu.Lock()
+	sorted := len(h.x.fin.nonces.sorted)
+	h.x.mu.Unlock()
+	if sorted == 0 {
+		t.Fatal("no nonce ref was merged into the sorted index")
+	}
+	for _, id := range []uint64{done, rolled} {
+		got, err := h.x.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		want := last[id]
+		mu.Unlock()
+		want.Data = nil
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("retired root %d:\n%+v\nwant as it finished\n%+v", id, got, want)
+		}
+	}
+
+	if err := h.x.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock, c.Node, c.EvictInterval = mc, "m2", 24*time.Hour })
+	for nonce, want := range map[string]uint64{"n-done": done, "n-rolled": rolled} {
+		owner := map[string]string{"n-done": "alice", "n-rolled": "bob"}[nonce]
+		if id, err := h2.x.Submit(newSteps("again", 1), SubmitOptions{Owner: owner, Nonce: nonce}); err != nil || id != want {
+			t.Errorf("after restart: resubmission of %s got %d (%v), want %d", nonce, id, err, want)
+		}
+	}
+	for i, want := range more {
+		if id, ok := h2.x.LookupNonce("carol", fmt.Sprintf("n-%d", i)); !ok || id != want {
+			t.Fatalf("after restart: nonce n-%d finds %d %v, want %d", i, id, ok, want)
+		}
+	}
+	if id, ok := h2.x.LookupNonce("alice", "n-rolled"); ok {
+		t.Errorf("another owner's nonce answered with %d", id)
+	}
+	back, err := h2.x.Get(done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	want := last[done]
+	mu.Unlock()
+	want.Data = nil
+	if !reflect.DeepEqual(back, want) {
+		t.Errorf("after restart:\n%+v\nwant\n%+v", back, want)
+	}
+}
+
+// A finished root's row keeps its expiry in whole seconds, rounded up: it
+// is never evicted before its rule says, and at most a second after.
+func TestFinishedExpiryNeverEarly(t *testing.T) {
+	mc := clock.NewManual(time.Unix(1e6, 300_000_001))
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Clock, c.EvictInterval, c.ResultTTL, c.AckedResultTTL = mc, 24*time.Hour, 20*time.Second, 5*time.Second
+	})
+	id := h.submit(newSteps("s", 1), SubmitOptions{})
+	info := h.wait(id)
+	mc.Advance(info.Finished.Add(20*time.Second - time.Nanosecond).Sub(mc.Now()))
+	if n := h.x.EvictExpired(); n != 0 {
+		t.Fatalf("evicted %d a nanosecond before its ResultTTL", n)
+	}
+	mc.Advance(time.Second)
+	if n := h.x.EvictExpired(); n != 1 {
+		t.Fatalf("evicted %d a second after its ResultTTL, want 1", n)
+	}
+
+	for ns, want := range map[int64]uint32{
+		math.MinInt64: 0, -1: 0, 0: 0, 1: 1, int64(time.Second): 1, int64(time.Second) + 1: 2,
+		math.MaxInt64: math.MaxUint32,
+	} {
+		if got := expirySeconds(ns); got != want {
+			t.Errorf("expirySeconds(%d) = %d, want %d", ns, got, want)
+		}
+	}
+}
+
+// Refs keep 32 bits of the hash: hashes alike in those are told apart by
+// the records (here, is); ids past 2^32 are kept whole, and found,
+// removed and counted as the others.
+func TestNonceIndexShortRefs(t *testing.T) {
+	n := newNonceIndex()
+	const lo = 0xabcdef
+	big := uint64(math.MaxUint32) + 7
+	refs := map[uint64]uint64{ // id -> hash
+		1:       1<<40 | lo,
+		2:       2<<40 | lo, // the same low 32 bits as 1's
+		big:     3<<40 | lo,
+		big + 1: 3<<40 | lo,
+	}
+	for i := uint64(10); i < 10+3*mergeFloor; i++ { // enough to be merged
+		refs[i] = i * 0x9e3779b97f4a7c15
+	}
+	for id, h := range refs {
+		n.add(h, id)
+	}
+	check := func(when string) {
+		t.Helper()
+		for id, h := range refs {
+			if got, ok := n.find(h, func(x uint64) bool { return x == id }); !ok || got != id {
+				t.Fatalf("%s: find(%x) for %d = %d %v", when, h, id, got, ok)
+			}
+		}
+		if n.len() != len(refs) {
+			t.Fatalf("%s: %d refs, want %d", when, n.len(), len(refs))
+		}
+	}
+	check("added")
+	if len(n.sorted) == 0 {
+		t.Fatal("nothing merged")
+	}
+	n.merge()
+	check("merged")
+	if len(n.wide) == 0 {
+		t.Fatal("ids 1 and 2^32+7 kept in one window")
+	}
+	for _, id := range []uint64{2, big, 10} {
+		n.remove(refs[id], id)
+		if got, ok := n.find(refs[id], func(x uint64) bool { return x == id }); ok {
+			t.Errorf("removed %d still found (%d)", id, got)
+		}
+		delete(refs, id)
+	}
+	check("removed")
+	n.merge()
+	check("removed and merged")
+
+	// Once the low ids are evicted, a merge moves the window up to the
+	// high ones, and an id below it is kept whole.
+	for id, h := range refs {
+		if id < big {
+			n.remove(h, id)
+			delete(refs, id)
+		}
+	}
+	for id := big + 2; id < big+2+mergeFloor; id++ {
+		refs[id] = id * 0x9e3779b97f4a7c15
+		n.add(refs[id], id)
+	}
+	n.merge()
+	check("window moved")
+	if len(n.wide) != 0 || n.base != big+1 {
+		t.Fatalf("window at %d, %d hashes kept whole; want at %d, none", n.base, len(n.wide), big+1)
+	}
+	refs[5] = 1<<40 | lo
+	n.add(refs[5], 5)
+	n.merge()
+	check("below the window")
+	if len(n.wide) != 1 {
+		t.Errorf("%d hashes kept whole, want id 5's", len(n.wide))
 	}
 }

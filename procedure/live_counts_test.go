@@ -27,7 +27,8 @@ func (x *Executor) walkCountsLocked() liveCounts {
 	for _, e := range x.procs {
 		c.count(e, 1)
 	}
-	for _, f := range x.finished.rows {
+	for i := range x.finished.rows {
+		_, f := x.finished.at(i)
 		addCount(c.byState, typeState{x.fin.types[f.typ], f.state}, 1)
 	}
 	return c

@@ -30,7 +30,7 @@ func (x *Executor) EvictExpired() int {
 	}
 	var ids []uint64
 	for _, r := range x.finished.rows {
-		if r.expires <= now {
+		if r.expiresAt() <= now {
 			ids = append(ids, r.id)
 		}
 	}
