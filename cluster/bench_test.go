@@ -51,9 +51,11 @@ import (
 // one log store transaction, one fsync; counted through raft's own
 // go-metrics key raft.leader.dispatchLog), of-procs is steps/fsync over
 // the procedures in flight (goal ≥ 0.75 up to 64: every log write carries
-// a step of most of them), and p99-step-ms is the 99th percentile of the
-// time from one step of a procedure starting to its next step starting
-// (the step's commit through raft in between).
+// a step of most of them; the ceiling is 10/11, since a procedure's insert
+// is one of its 11 writes and a client has one write pending at a time),
+// and p99-step-ms is the 99th percentile of the time from one step of a
+// procedure starting to its next step starting (the step's commit through
+// raft in between).
 //
 // framework/bare is transitions/s over applies/s (goal ≥ 0.8). The two are
 // measured in alternating rounds (up to 4, each a share of b.N), so that

@@ -142,6 +142,76 @@ func TestRaftStoreGroupCommit(t *testing.T) {
 	}
 }
 
+// lingerStore is a RaftStore with only what linger uses: the last entry
+// answered `answered` writes with `queued` queued behind it, and its commit
+// took long enough that the linger's bound is MaxLinger, a minute, which no
+// test here reaches.
+func lingerStore(answered, queued int) *RaftStore {
+	s := &RaftStore{
+		cfg:    RaftStoreConfig{MaxLinger: time.Minute}.withDefaults(),
+		reqCh:  make(chan *request, 16),
+		stopCh: make(chan struct{}),
+	}
+	s.lastAnswered.Store(int64(answered))
+	s.lastQueued.Store(int64(queued))
+	s.lastCommitNs.Store(int64(time.Hour))
+	return s
+}
+
+func lingerRequests(n int) []*request {
+	rs := make([]*request, n)
+	for i := range rs {
+		rs[i] = &request{size: 64, done: make(chan error, 1)}
+	}
+	return rs
+}
+
+// The writes queued behind the last entry are the writers it missed: the
+// batch, which took them at once, waits on for as many more as that entry
+// answered (its writers coming back), and no more. Counting only the
+// entry's own writes, the batch would already be complete with the queued
+// ones, and a split of the writers would never close.
+func TestRaftStoreLingerWaitsForQueuedAndAnswered(t *testing.T) {
+	s := lingerStore(2, 3)
+	batch := lingerRequests(3)
+	back := lingerRequests(3)
+	for _, r := range back {
+		s.reqCh <- r
+	}
+	got, bytes, carry := s.linger(batch, 3*64, nil)
+	if len(got) != 5 || bytes != 5*64 || carry != nil {
+		t.Fatalf("linger: %d writes, %d bytes, carry %v; want the 3 queued and 2 answered", len(got), bytes, carry)
+	}
+	if got[3] != back[0] || got[4] != back[1] {
+		t.Fatal("linger took the returning writes out of order")
+	}
+	if len(s.reqCh) != 1 {
+		t.Fatalf("%d writes left queued, want 1: the linger took more than it waits for", len(s.reqCh))
+	}
+}
+
+// A lone writer, answered alone with nothing queued, is proposed at once.
+func TestRaftStoreLingerLoneWriterNeverWaits(t *testing.T) {
+	s := lingerStore(1, 0)
+	done := make(chan int, 1)
+	go func() {
+		got, _, _ := s.linger(lingerRequests(1), 64, nil)
+		done <- len(got)
+	}()
+	var n int
+	testwait.For(t, 10*time.Second, "linger to return the lone write", func() bool {
+		select {
+		case n = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if n != 1 {
+		t.Fatalf("linger returned %d writes, want 1", n)
+	}
+}
+
 func TestRaftStoreFollowerWrites(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	l := c.leader()
