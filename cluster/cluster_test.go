@@ -408,3 +408,36 @@ func TestFailoverTimeDefaultTimings(t *testing.T) {
 	t.Logf("failover with default timings (heartbeat %v, election %v): %v", d.HeartbeatTimeout, d.ElectionTimeout, time.Since(start))
 	c.waitAllSuccess(ids, 3)
 }
+
+// A lease left unset defaults to the heartbeat timeout when that is set
+// below the default lease: the default must not make a config that sets
+// only HeartbeatTimeout (say 200 ms) invalid, as it did once the default
+// lease was raised to 300 ms.
+func TestConfigLeaseDefaultsWithinHeartbeat(t *testing.T) {
+	base := func() Config {
+		return Config{ID: "a", DataDir: "/tmp/x", RaftAddr: "127.0.0.1:7000", Registry: procedure.NewRegistry()}
+	}
+	for _, tc := range []struct {
+		heartbeat, wantLease time.Duration
+	}{
+		{0, DefaultLeaderLeaseTimeout},
+		{200 * time.Millisecond, 200 * time.Millisecond},
+		{50 * time.Millisecond, 50 * time.Millisecond},
+		{time.Second, DefaultLeaderLeaseTimeout},
+	} {
+		c := base()
+		c.HeartbeatTimeout = tc.heartbeat
+		if err := c.Validate(); err != nil {
+			t.Errorf("HeartbeatTimeout %v, lease unset: %v", tc.heartbeat, err)
+		}
+		if got := c.withDefaults().LeaderLeaseTimeout; got != tc.wantLease {
+			t.Errorf("HeartbeatTimeout %v: lease defaults to %v, want %v", tc.heartbeat, got, tc.wantLease)
+		}
+	}
+	// A lease set explicitly is kept, and refused above the heartbeat.
+	c := base()
+	c.HeartbeatTimeout, c.LeaderLeaseTimeout = 200*time.Millisecond, 250*time.Millisecond
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "exceeds HeartbeatTimeout") {
+		t.Errorf("lease 250ms over heartbeat 200ms: Validate() = %v", err)
+	}
+}

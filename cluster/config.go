@@ -156,7 +156,8 @@ type Config struct {
 	// LeaderLeaseTimeout: a leader that has not heard from a quorum for this
 	// long steps down, which bounds how long a partitioned leader keeps
 	// running its executor. Must be ≤ HeartbeatTimeout. Default 300 ms, the
-	// heartbeat timeout (raft's is 500 ms). It does not enter the failover
+	// heartbeat timeout (raft's is 500 ms), or HeartbeatTimeout if that is
+	// set lower. It does not enter the failover
 	// time (followers notice a dead leader by HeartbeatTimeout) nor read
 	// safety (reads confirm leadership with a round, read.go); it only
 	// decides how long a busy leader may go unanswered. At 150 ms a
@@ -338,7 +339,9 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	defaults.Set(&c.HeartbeatTimeout, d.HeartbeatTimeout)
 	defaults.Set(&c.ElectionTimeout, d.ElectionTimeout)
-	defaults.Set(&c.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	// The lease must not exceed the heartbeat timeout: one set below the
+	// default lease takes the lease down with it.
+	defaults.Set(&c.LeaderLeaseTimeout, min(d.LeaderLeaseTimeout, c.HeartbeatTimeout))
 	defaults.Set(&c.CommitTimeout, d.CommitTimeout)
 	defaults.Set(&c.SnapshotInterval, d.SnapshotInterval)
 	defaults.Set(&c.TransportTimeout, d.TransportTimeout)

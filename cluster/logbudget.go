@@ -237,7 +237,9 @@ func (n *Node) snapshotSlot() (slot, members int) {
 // threshold/(2×members), so nodes whose thresholds (each derived from its
 // own meter) differ a little still cut the log the same way.
 func snapshotTurn(checked, last, since, threshold uint64, slot, members int) bool {
-	if members <= 1 || threshold < 4*uint64(members) {
+	// threshold/4 < members, not threshold < 4×members: the product wraps
+	// for a huge members, and the window's shift below went negative.
+	if members <= 1 || threshold/4 < uint64(members) {
 		return since > threshold
 	}
 	early, late := threshold-threshold/4, threshold+threshold/4

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -228,6 +229,86 @@ func TestSnapshotTurnsDoNotOverlap(t *testing.T) {
 	for _, since := range []uint64{threshold - 1, threshold, threshold + 1} {
 		if got, want := snapshotTurn(since-1, since, since, threshold, 0, 1), since > threshold; got != want {
 			t.Fatalf("single node at %d entries: snapshot %v, want %v", since, got, want)
+		}
+	}
+}
+
+// snapshotTurn is total: whatever the inputs (a threshold of 0 or 1, a
+// checked index past last after a snapshot restore, a slot outside the
+// members, members of any size) it neither panics nor leaves the log past
+// 1.25×threshold, and it never snapshots at or below 0.75×threshold when
+// turns are taken (nor at or below the threshold for a lone node).
+func TestSnapshotTurnEdgeInputs(t *testing.T) {
+	vals := []uint64{0, 1, 2, 3, 4, 5, 8, 100, 1200, 1<<32 - 1, 1 << 32, math.MaxUint64 / 2, math.MaxUint64 - 1, math.MaxUint64}
+	ints := []int{math.MinInt, -1, 0, 1, 2, 3, 7, 1<<62 + 1, math.MaxInt}
+	for _, th := range vals {
+		for _, m := range ints {
+			for _, slot := range ints {
+				for _, checked := range vals {
+					for _, last := range vals {
+						for _, since := range vals {
+							var due bool
+							func() {
+								defer func() {
+									if r := recover(); r != nil {
+										t.Fatalf("snapshotTurn(%d, %d, %d, %d, %d, %d) panicked: %v", checked, last, since, th, slot, m, r)
+									}
+								}()
+								due = snapshotTurn(checked, last, since, th, slot, m)
+							}()
+							switch {
+							case since > th+th/4 && th+th/4 >= th && !due:
+								t.Fatalf("snapshotTurn(%d, %d, %d, %d, %d, %d): %d entries past the snapshot and no turn", checked, last, since, th, slot, m, since)
+							case m <= 1 && due != (since > th):
+								t.Fatalf("lone node: snapshotTurn(%d, %d, %d, %d, %d, %d) = %v", checked, last, since, th, slot, m, due)
+							case due && since <= th-th/4:
+								t.Fatalf("snapshotTurn(%d, %d, %d, %d, %d, %d) snapshots at %d entries", checked, last, since, th, slot, m, since)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Each node derives its threshold from its own meter, so thresholds
+// differ a little between masters; the turn's window is a power of two
+// near threshold/(2×members) so that they "still cut the log the same
+// way". Near a power of two they do not: at 1530 and 1540 entries with
+// three members (1530/6 = 255 and 1540/6 = 256) the windows are 128 and
+// 256 entries, and the nodes' turns collide.
+func TestSnapshotTurnsThresholdsAcrossWindowBoundary(t *testing.T) {
+	thresholds := []uint64{1530, 1540, 1530}
+	members := len(thresholds)
+	for _, every := range []uint64{1, 7, 40} {
+		lastSnap := make([]uint64, members)
+		checked := make([]uint64, members)
+		var starts []uint64
+		var slots []int
+		for idx := uint64(1); idx <= 100*1536; idx++ {
+			for slot := 0; slot < members; slot++ {
+				if (idx+uint64(slot))%every != 0 {
+					continue
+				}
+				since := idx - lastSnap[slot]
+				due := snapshotTurn(checked[slot], idx, since, thresholds[slot], slot, members)
+				checked[slot] = idx
+				if due {
+					lastSnap[slot] = idx
+					starts = append(starts, idx)
+					slots = append(slots, slot)
+				}
+			}
+		}
+		close := 0
+		for i := 1; i < len(starts); i++ {
+			if starts[i]-starts[i-1] < 60 && slots[i] != slots[i-1] {
+				close++
+			}
+		}
+		if close > 0 {
+			t.Errorf("every %d, thresholds %v: %d of %d snapshots started within 60 entries of another node's", every, thresholds, close, len(starts))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -22,7 +23,8 @@ type SubmitOptions struct {
 	// Submit returns its id with an error wrapping ErrHeld: it never starts
 	// a second one.
 	Nonce string
-	// Owner is who submitted it (a user or client name); part of the nonce key.
+	// Owner is who submitted it (a user or client name); part of the nonce key,
+	// so it holds no NUL byte (Submit refuses one: ErrInvalid).
 	Owner string
 	// Timeout, if > 0, aborts the procedure (rolling it back) if it has not
 	// finished this long after submission. Like an abort, it takes effect at
@@ -83,6 +85,11 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	}
 	if opts.Timeout < 0 {
 		return 0, fmt.Errorf("%w: negative timeout %v", ErrInvalid, opts.Timeout)
+	}
+	if strings.IndexByte(opts.Owner, 0) >= 0 {
+		// The nonce key joins owner and nonce with a NUL: an owner holding
+		// one would share keys with another owner's nonces.
+		return 0, fmt.Errorf("%w: owner %q holds a NUL byte", ErrInvalid, opts.Owner)
 	}
 	if r, ok := p.(RetriesUntilDone); ok && opts.Timeout > 0 && r.RetryUntilDone() {
 		return 0, fmt.Errorf("%w: %s retries until done: it cannot be given a timeout", ErrInvalid, ti.name)
@@ -278,8 +285,10 @@ func (x *Executor) infoLocked(e *entry) Info {
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
-		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...), UntilDone: e.untilDone,
-		History: e.history.snapshot(), RollingBack: e.rollingBack,
+		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
+		// False once finished, as the retired root's record answers.
+		UntilDone: e.untilDone && !e.state.Terminal(),
+		History:   e.history.snapshot(), RollingBack: e.rollingBack,
 	}
 }
 

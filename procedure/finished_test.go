@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sync"
@@ -479,5 +480,411 @@ func TestNonceIndexShortRefs(t *testing.T) {
 	check("below the window")
 	if len(n.wide) != 1 {
 		t.Errorf("%d hashes kept whole, want id 5's", len(n.wide))
+	}
+}
+
+// Nonces of finished roots whose ids cross 2^32 dedupe to their ids
+// while kept, stop deduping once evicted (a resubmission then gets a new
+// id, which dedupes in turn), as the eviction moves the refs' base, and
+// after a restart.
+func TestFinishedNoncesAcross4GIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func() store.Store
+	}{
+		{"reader", func() store.Store { return store.NewMemStore() }},
+		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.store()
+			mc := clock.NewManual(time.Unix(1e6, 0))
+			cfg := func(c *Config) {
+				c.Clock, c.EvictInterval, c.ResultTTL, c.AckedResultTTL = mc, 24*time.Hour, time.Minute, time.Minute
+			}
+			h := startExecutor(t, st, newDomain(), cfg)
+			h.x.mu.Lock()
+			h.x.nextID = 1<<32 - 3
+			h.x.mu.Unlock()
+			want := map[string]uint64{}
+			submit := func(h *harness, prefix string, k int) {
+				t.Helper()
+				var ids []uint64
+				for i := range k {
+					n := fmt.Sprintf("%s-%d", prefix, i)
+					id := h.submit(newSteps(n, 1), SubmitOptions{Owner: "o", Nonce: n})
+					want[n] = id
+					ids = append(ids, id)
+				}
+				for _, id := range ids {
+					h.wait(id)
+				}
+			}
+			check := func(h *harness, when string) {
+				t.Helper()
+				for n, id := range want {
+					if got, ok := h.x.LookupNonce("o", n); !ok || got != id {
+						t.Fatalf("%s: nonce %s finds %d %v, want %d", when, n, got, ok, id)
+					}
+				}
+			}
+			submit(h, "a", 8) // ids 2^32-3 .. 2^32+4: both sides of the window
+			check(h, "first")
+			mc.Advance(30 * time.Second)
+			submit(h, "b", mergeFloor+50)
+			check(h, "second")
+			mc.Advance(31 * time.Second) // the a's expire
+			if n := h.x.EvictExpired(); n != 8 {
+				t.Fatalf("evicted %d, want the 8 a's", n)
+			}
+			var maxID uint64
+			for n, id := range want {
+				maxID = max(maxID, id)
+				if n[0] == 'a' {
+					delete(want, n)
+					if got, ok := h.x.LookupNonce("o", n); ok {
+						t.Fatalf("evicted nonce %s finds %d", n, got)
+					}
+				}
+			}
+			check(h, "after the eviction")
+			submit(h, "a", 8) // the a's again: new ids
+			for i := range 8 {
+				if id := want[fmt.Sprintf("a-%d", i)]; id <= maxID {
+					t.Fatalf("resubmitted a-%d got %d, not a new id (max %d)", i, id, maxID)
+				}
+			}
+			check(h, "resubmitted")
+			if err := h.x.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			h2 := startExecutor(t, st, newDomain(), cfg)
+			check(h2, "after restart")
+			for n, id := range want {
+				if got, err := h2.x.Submit(newSteps("again", 1), SubmitOptions{Owner: "o", Nonce: n}); err != nil || got != id {
+					t.Fatalf("after restart: resubmission of %s got %d (%v), want %d", n, got, err, id)
+				}
+			}
+		})
+	}
+}
+
+// Resubmissions racing the eviction of their nonces' roots get either
+// the evicted root's id (it was still kept when they asked) or one new
+// id per nonce: never two new procedures for one nonce, nor an error.
+func TestFinishedNonceResubmitRacesEviction(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func() store.Store
+	}{
+		{"reader", func() store.Store { return store.NewMemStore() }},
+		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := clock.NewManual(time.Unix(1e6, 0))
+			h := startExecutor(t, tc.store(), newDomain(), func(c *Config) {
+				c.Clock, c.EvictInterval, c.ResultTTL = mc, 24*time.Hour, time.Minute
+			})
+			const k = 200
+			old := map[string]uint64{}
+			for i := range k {
+				n := fmt.Sprintf("n-%d", i)
+				old[n] = h.submit(newSteps(n, 1), SubmitOptions{Nonce: n})
+			}
+			for _, id := range old {
+				h.wait(id)
+			}
+			mc.Advance(2 * time.Minute)
+			var mu sync.Mutex
+			got := map[string][]uint64{}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.x.EvictExpired()
+			}()
+			for g := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range k {
+						n := fmt.Sprintf("n-%d", (i+g*k/4)%k)
+						id, err := h.x.Submit(newSteps(n, 1), SubmitOptions{Nonce: n})
+						if err != nil {
+							t.Errorf("resubmit %s: %v", n, err)
+							return
+						}
+						mu.Lock()
+						got[n] = append(got[n], id)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			for n, ids := range got {
+				var fresh uint64
+				for _, id := range ids {
+					if id == old[n] {
+						continue
+					}
+					if fresh != 0 && id != fresh {
+						t.Errorf("nonce %s: two new procedures %d and %d", n, fresh, id)
+					}
+					fresh = id
+				}
+				if fresh != 0 {
+					h.wait(fresh)
+				}
+			}
+		})
+	}
+}
+
+// The owner is part of a nonce's key: one owner's nonce never answers
+// another's submission, also when an owner holds the byte that joins
+// owner and nonce in the key.
+func TestNonceKeyOwnerWithSeparator(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	first, err := h.x.Submit(newSteps("first", 1), SubmitOptions{Owner: "a\x00b", Nonce: "c"})
+	if err != nil {
+		if !errors.Is(err, ErrInvalid) {
+			t.Fatalf("owner with a NUL: %v, want ErrInvalid or a submission", err)
+		}
+		return
+	}
+	h.wait(first) // retired: the finished index answers
+	second, err := h.x.Submit(newSteps("second", 1), SubmitOptions{Owner: "a", Nonce: "b\x00c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Errorf("owner %q, nonce %q answered with owner %q's procedure %d", "a", "b\x00c", "a\x00b", first)
+	}
+}
+
+// A root that retries until done answers Get, once retired, as its live
+// entry did when it finished.
+func TestFinishedUntilDoneRetiredAnswersAsLive(t *testing.T) {
+	mc := clock.NewManual(time.Unix(1e6, 0))
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Registry, c.Clock, c.EvictInterval = untilDoneRegistry(t), mc, 24*time.Hour
+	})
+	var mu sync.Mutex
+	var first *Info
+	h.x.AddListener(func(info Info) {
+		mu.Lock()
+		defer mu.Unlock()
+		if info.State.Terminal() && info.ParentID == 0 && first == nil {
+			first = &info
+		}
+	})
+	id := h.submit(&udSM{Name: "U"}, SubmitOptions{Nonce: "u"})
+	waited := h.wait(id)
+	got, err := h.x.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	live := *first
+	mu.Unlock()
+	live.Data = nil
+	if !reflect.DeepEqual(got, live) {
+		t.Errorf("retired root:\n%+v\nlive entry as it finished:\n%+v", got, live)
+	}
+	if got.UntilDone != waited.UntilDone {
+		t.Errorf("Get says UntilDone %v, Wait said %v", got.UntilDone, waited.UntilDone)
+	}
+}
+
+// Roots that finish in other ways (a result, a coded failure, an abort,
+// a timeout) answer Get, once retired, as their live entries did when
+// they finished.
+func TestFinishedRetiredAnswersAsLiveEndings(t *testing.T) {
+	mc := clock.NewManual(time.Unix(1e6, 0))
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Clock, c.EvictInterval = mc, 24*time.Hour
+	})
+	var mu sync.Mutex
+	first := map[uint64]Info{}
+	h.x.AddListener(func(info Info) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, seen := first[info.ID]; !seen && info.State.Terminal() && info.ParentID == 0 {
+			first[info.ID] = info
+		}
+	})
+	funcs.Store("probe-result", func(ctx *Context) (Step, error) {
+		ctx.SetResult([]byte("the result"))
+		return Step{}, nil
+	})
+	funcs.Store("probe-coded", func(ctx *Context) (Step, error) {
+		return Step{}, fmt.Errorf("table t: %w", ErrFailedPrecondition)
+	})
+	var ids []uint64
+	ids = append(ids, h.submit(&funcProc{ID: "probe-result"}, SubmitOptions{Owner: "o", Nonce: "r"}))
+	ids = append(ids, h.submit(&funcProc{ID: "probe-coded"}, SubmitOptions{Owner: "o", Nonce: "c"}))
+	for _, g := range []string{"probe-abort", "probe-timeout"} {
+		gate, entered := make(chan struct{}), make(chan struct{})
+		gates.Store(g, gate)
+		gates.Store(g+"/entered", entered)
+		opts := SubmitOptions{Nonce: g}
+		if g == "probe-timeout" {
+			opts.Timeout = time.Minute
+		}
+		id := h.submit(&gatedSM{Gate: g}, opts)
+		<-entered
+		if g == "probe-abort" {
+			if err := h.x.Abort(id); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			mc.Advance(2 * time.Minute)
+		}
+		close(gate)
+		ids = append(ids, id)
+	}
+	infos := make([]Info, len(ids))
+	for i, id := range ids {
+		infos[i] = h.wait(id)
+	}
+	if string(infos[0].Result) != "the result" || infos[1].ErrorCode != CodeFailedPrecondition ||
+		infos[2].State != RolledBack || !infos[2].AbortRequested || infos[3].State != RolledBack {
+		t.Fatalf("the roots did not end as meant: %+v", infos)
+	}
+	for _, id := range ids {
+		got, err := h.x.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		live := first[id]
+		mu.Unlock()
+		live.Data = nil
+		if !reflect.DeepEqual(got, live) {
+			t.Errorf("retired root %d:\n%+v\nlive entry as it finished:\n%+v", id, got, live)
+		}
+	}
+}
+
+// An acknowledged result is kept AckedResultTTL after its Ack, never
+// less, also once the restart rebuilt its row from the record, and its
+// nonce dedupes until then.
+func TestFinishedAckedExpiryNeverEarly(t *testing.T) {
+	st := store.NewMemStore()
+	mc := clock.NewManual(time.Unix(1e6, 700_000_001))
+	cfg := func(c *Config) {
+		c.Clock, c.EvictInterval, c.ResultTTL, c.AckedResultTTL = mc, 24*time.Hour, 20*time.Second, 5*time.Second
+	}
+	h := startExecutor(t, st, newDomain(), cfg)
+	id := h.submit(newSteps("s", 1), SubmitOptions{Nonce: "n"})
+	h.wait(id)
+	mc.Advance(1300 * time.Millisecond)
+	if err := h.x.Ack(id); err != nil {
+		t.Fatal(err)
+	}
+	info, err := h.x.Get(id)
+	if err != nil || info.Acked.IsZero() {
+		t.Fatalf("after Ack: %+v %v", info, err)
+	}
+	expires := info.Acked.Add(5 * time.Second)
+	mc.Advance(expires.Add(-time.Nanosecond).Sub(mc.Now()))
+	if n := h.x.EvictExpired(); n != 0 {
+		t.Fatalf("evicted %d a nanosecond before AckedResultTTL", n)
+	}
+	if err := h.x.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h2 := startExecutor(t, st, newDomain(), cfg)
+	if n := h2.x.EvictExpired(); n != 0 {
+		t.Fatalf("after restart: evicted %d a nanosecond before AckedResultTTL", n)
+	}
+	if got, ok := h2.x.LookupNonce("", "n"); !ok || got != id {
+		t.Fatalf("after restart: nonce finds %d %v, want %d", got, ok, id)
+	}
+	mc.Advance(time.Second)
+	if n := h2.x.EvictExpired(); n != 1 {
+		t.Fatalf("evicted %d a second after AckedResultTTL, want 1", n)
+	}
+	if got, ok := h2.x.LookupNonce("", "n"); ok {
+		t.Fatalf("evicted: nonce finds %d", got)
+	}
+}
+
+// nonceIndex against a map of what was added and not removed: random
+// adds (hashes alike in full or in their low 32 bits, ids jumping past
+// 2^32, late ids below the window), evictions of the oldest or any, and
+// merges; every ref kept is found, none removed is.
+func TestNonceIndexMatchesModel(t *testing.T) {
+	for seed := uint64(0); seed < 16; seed++ {
+		r := rand.New(rand.NewPCG(seed, 1))
+		n := newNonceIndex()
+		model := map[uint64]uint64{} // id -> hash
+		nextID := uint64(1)
+		if seed%2 == 1 {
+			nextID = math.MaxUint32 - 500
+		}
+		if seed%4 == 3 {
+			nextID = 1 << 40
+		}
+		hashes := []uint64{}
+		var order []uint64
+		for step := 0; step < 20000; step++ {
+			switch op := r.IntN(100); {
+			case op < 60:
+				var h uint64
+				switch {
+				case len(hashes) > 0 && r.IntN(10) == 0:
+					h = hashes[r.IntN(len(hashes))] // same hash
+				case len(hashes) > 0 && r.IntN(10) == 0:
+					h = hashes[r.IntN(len(hashes))]&math.MaxUint32 | r.Uint64()<<32 // same low 32 bits
+				default:
+					h = r.Uint64()
+				}
+				hashes = append(hashes, h)
+				id := nextID
+				if r.IntN(20) == 0 && len(order) > 0 {
+					// a long-running root finishes late: an id below the others
+					id = order[0] - 1 - uint64(r.IntN(3))
+					if _, ok := model[id]; ok || id == 0 {
+						continue
+					}
+				} else {
+					nextID += 1 + uint64(r.IntN(3))
+					if r.IntN(500) == 0 {
+						nextID += 1 << 32 // a jump
+					}
+				}
+				model[id] = h
+				order = append(order, id)
+				n.add(h, id)
+			case op < 90:
+				if len(order) == 0 {
+					continue
+				}
+				i := 0
+				if r.IntN(3) == 0 {
+					i = r.IntN(len(order))
+				}
+				id := order[i]
+				order = append(order[:i], order[i+1:]...)
+				h := model[id]
+				n.remove(h, id)
+				delete(model, id)
+				if got, ok := n.find(h, func(x uint64) bool { return x == id }); ok {
+					t.Fatalf("seed %d step %d: removed %d found as %d", seed, step, id, got)
+				}
+			default:
+				n.merge()
+			}
+			if step%97 == 0 || step == 19999 {
+				for id, h := range model {
+					if got, ok := n.find(h, func(x uint64) bool { return x == id }); !ok || got != id {
+						t.Fatalf("seed %d step %d: find %d (hash %x) = %d %v; base %d", seed, step, id, h, got, ok, n.base)
+					}
+				}
+				if n.len() != len(model) {
+					t.Fatalf("seed %d step %d: len %d want %d", seed, step, n.len(), len(model))
+				}
+			}
+		}
 	}
 }
