@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"math"
 	"path/filepath"
 	"testing"
@@ -198,7 +199,7 @@ func TestSnapshotTurnsDoNotOverlap(t *testing.T) {
 					continue
 				}
 				since := idx - lastSnap[slot]
-				due := snapshotTurn(checked[slot], idx, since, threshold, slot, members)
+				due := snapshotTurn(checked[slot], idx, since, threshold, 0, slot, members)
 				checked[slot] = idx
 				if !due {
 					if since > threshold+threshold/4+every {
@@ -227,7 +228,7 @@ func TestSnapshotTurnsDoNotOverlap(t *testing.T) {
 		}
 	}
 	for _, since := range []uint64{threshold - 1, threshold, threshold + 1} {
-		if got, want := snapshotTurn(since-1, since, since, threshold, 0, 1), since > threshold; got != want {
+		if got, want := snapshotTurn(since-1, since, since, threshold, 0, 0, 1), since > threshold; got != want {
 			t.Fatalf("single node at %d entries: snapshot %v, want %v", since, got, want)
 		}
 	}
@@ -254,7 +255,7 @@ func TestSnapshotTurnEdgeInputs(t *testing.T) {
 										t.Fatalf("snapshotTurn(%d, %d, %d, %d, %d, %d) panicked: %v", checked, last, since, th, slot, m, r)
 									}
 								}()
-								due = snapshotTurn(checked, last, since, th, slot, m)
+								due = snapshotTurn(checked, last, since, th, th/2, slot, m)
 							}()
 							switch {
 							case since > th+th/4 && th+th/4 >= th && !due:
@@ -295,7 +296,7 @@ func TestSnapshotTurnsAcrossWindowBoundaryMostlyApart(t *testing.T) {
 					continue
 				}
 				since := idx - lastSnap[slot]
-				due := snapshotTurn(checked[slot], idx, since, thresholds[slot], slot, members)
+				due := snapshotTurn(checked[slot], idx, since, thresholds[slot], 0, slot, members)
 				checked[slot] = idx
 				if due {
 					lastSnap[slot] = idx
@@ -314,5 +315,66 @@ func TestSnapshotTurnsAcrossWindowBoundaryMostlyApart(t *testing.T) {
 		if close*100 > 15*len(starts) {
 			t.Errorf("every %d, thresholds %v: %d of %d snapshots started within 60 entries of another node's (more than 15%%)", every, thresholds, close, len(starts))
 		}
+	}
+}
+
+// TestSnapshotTurnsWithFluctuatingThresholds: under load each node's
+// threshold moves every second (the mean entry size does), each node's a
+// little differently. Cutting the windows from the threshold itself then
+// makes the nodes' windows disagree often; cutting them from the
+// threshold's slow average (as tuneLogLoop does) keeps them apart.
+func TestSnapshotTurnsWithFluctuatingThresholds(t *testing.T) {
+	const members, base = 3, 1000
+	collisions := func(smoothed bool) (close, total int) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		lastSnap := make([]uint64, members)
+		checked := make([]uint64, members)
+		thresh := make([]uint64, members)
+		span := make([]float64, members)
+		var starts []uint64
+		var slots []int
+		for idx := uint64(1); idx <= 200*base; idx++ {
+			if idx%50 == 1 { // a second's worth of entries: retune
+				common := 0.6 + 0.8*rng.Float64() // the log's entries, seen by all
+				for s := range members {
+					thresh[s] = uint64(base * common * (0.95 + 0.1*rng.Float64()))
+					if span[s] == 0 {
+						span[s] = float64(thresh[s])
+					} else {
+						span[s] += (float64(thresh[s]) - span[s]) / 16
+					}
+				}
+			}
+			for s := range members {
+				if (idx+uint64(s))%5 != 0 {
+					continue
+				}
+				sp := uint64(0)
+				if smoothed {
+					sp = uint64(span[s])
+				}
+				due := snapshotTurn(checked[s], idx, idx-lastSnap[s], thresh[s], sp, s, members)
+				checked[s] = idx
+				if due {
+					lastSnap[s] = idx
+					starts = append(starts, idx)
+					slots = append(slots, s)
+				}
+			}
+		}
+		for i := 1; i < len(starts); i++ {
+			if starts[i]-starts[i-1] < 20 && slots[i] != slots[i-1] {
+				close++
+			}
+		}
+		return close, len(starts)
+	}
+	rawClose, rawTotal := collisions(false)
+	avgClose, avgTotal := collisions(true)
+	t.Logf("windows from the threshold: %d of %d snapshots within 20 entries of another node's; from its average: %d of %d",
+		rawClose, rawTotal, avgClose, avgTotal)
+	if avgClose*100 > 10*avgTotal || avgClose*2 > rawClose {
+		t.Errorf("windows from the average: %d of %d collisions (from the threshold: %d of %d): want under 10%% and under half",
+			avgClose, avgTotal, rawClose, rawTotal)
 	}
 }
