@@ -3,8 +3,8 @@ package cluster
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
