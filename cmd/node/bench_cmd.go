@@ -662,7 +662,7 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable) (t
 	if err := proc.kill(); err != nil {
 		return 0, 0, 0, err
 	}
-	err = poll(ctx, 100*time.Millisecond, "the leader noticing "+victim.GetId()+"'s crash", func() (bool, string, error) {
+	err = pollPaced(ctx, 100*time.Millisecond, "the leader noticing "+victim.GetId()+"'s crash", func() (bool, string, error) {
 		ss, err := c.cl.ListServers(ctx)
 		if err != nil {
 			return false, err.Error(), nil
@@ -682,7 +682,7 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable) (t
 	for _, t := range tables {
 		pending[t.name] = true
 	}
-	err = poll(ctx, 250*time.Millisecond, "reopening the regions of "+victim.GetId(), func() (bool, string, error) {
+	err = pollPaced(ctx, 250*time.Millisecond, "reopening the regions of "+victim.GetId(), func() (bool, string, error) {
 		left, err := regionsNotReopened(ctx, c.cl, pending, victim.GetId())
 		if err != nil {
 			return false, err.Error(), nil
