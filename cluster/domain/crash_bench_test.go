@@ -30,7 +30,7 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		b.StopTimer()
 		node := func(c *cluster.Config) {
 			benchRaftTimings(c)
-			c.Workers = 0 // the executor's production pool, not the tests' 8
+			c.Workers = benchEnv(b, "BATON_CRASH_WORKERS", cluster.DefaultWorkers, 1) // the production pool, not the tests' 8
 		}
 		h := newHarness(b, harnessOpts{servers: servers, node: node, domain: func(c *domain.Config) {
 			c.Dispatch = dispatch.Config{}
