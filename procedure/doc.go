@@ -74,8 +74,11 @@
 // at its SUCCESS, or at its ROLLEDBACK while the rest of its tree still
 // rolls back. Held-for-life locks of unfinished procedures are persisted
 // and re-acquired on load, root first; a finished procedure never gets one
-// back (HBASE-20846), whatever its record says. A Queued procedure picks
-// its run queue (meta > server > peer > table).
+// back (HBASE-20846), whatever its record says. A step may take a child's
+// locks for it before spawning it (Context.AddLockedChild, never waiting):
+// it can then write domain state in the child's name, committed with the
+// spawn, which persists the child holding its locks. A Queued procedure
+// picks its run queue (meta > server > peer > table).
 //
 // # Executor services
 //

@@ -534,6 +534,9 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
 		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+	// Children reserved by AddLockedChild that the step's spawn did not
+	// write let go of their locks; their ids stay unused.
+	defer func() { x.releaseReserved(ctx.reserved) }()
 	if e.untilDone {
 		// A failing step runs the same state again.
 		e.beforeStep = snapshotMachine(e)
@@ -672,7 +675,9 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 		return true
 	case stepChildren:
-		x.spawn(e, root, st.children, pushed)
+		if x.spawn(e, root, st.children, st.reserved, pushed) {
+			ctx.reserved = nil // theirs now
+		}
 		return false
 	case stepSuspend:
 		x.suspend(e, st, abort)
@@ -929,9 +934,45 @@ func (x *Executor) retryLater(e *entry, cause error) {
 		"root", e.root, "attempt", attempt, "retry_in", delay, "error", cause)
 }
 
-// spawn persists e (now waiting) together with its new children. pushed
-// reports that the step that spawned them took a rollback-stack position.
-func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed bool) {
+// reserveChild makes the entry of a child that parent's running step adds
+// with AddLockedChild: its id now, and its locks if they are free.
+func (x *Executor) reserveChild(parent *entry, p Procedure) (*entry, error) {
+	ti, err := x.reg.lookup(p)
+	if err != nil {
+		return nil, err
+	}
+	k, err := x.newEntry(p, ti, parent.root, parent.id, x.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	k.id = x.nextID
+	x.nextID++
+	anc := append([]uint64{parent.id}, x.ancestorsLocked(parent)...)
+	x.unlock()
+	if len(k.locks) > 0 && k.holdLock {
+		k.locked = x.sched.TryAcquire(k.id, anc, k.locks)
+	}
+	return k, nil
+}
+
+// releaseReserved lets go of the locks of reserved children that were not
+// spawned.
+func (x *Executor) releaseReserved(reserved []*entry) {
+	for _, k := range reserved {
+		if k != nil && k.locked {
+			k.locked = false
+			x.sched.Release(k.id)
+		}
+	}
+}
+
+// spawn persists e (now waiting) together with its new children, and
+// reports whether they were written. pushed reports that the step that
+// spawned them took a rollback-stack position. reserved holds, by
+// position, the entries AddLockedChild made already (their ids, and their
+// locks if taken).
+func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserved []*entry, pushed bool) bool {
 	fail := func(cause error) {
 		if e.untilDone && pushed {
 			// The step is run again: its position goes with it.
@@ -943,23 +984,29 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	}
 	now := x.clock.Now()
 	kids := make([]*entry, 0, len(children))
-	for _, c := range children {
+	for i, c := range children {
+		if i < len(reserved) && reserved[i] != nil {
+			kids = append(kids, reserved[i])
+			continue
+		}
 		ti, err := x.reg.lookup(c)
 		if err != nil {
 			fail(err)
-			return
+			return false
 		}
 		k, err := x.newEntry(c, ti, e.root, e.id, now)
 		if err != nil {
 			fail(err)
-			return
+			return false
 		}
 		kids = append(kids, k)
 	}
 	x.mu.Lock()
 	for _, k := range kids {
-		k.id = x.nextID
-		x.nextID++
+		if k.id == 0 {
+			k.id = x.nextID
+			x.nextID++
+		}
 		e.children = append(e.children, k.id)
 		// An abort requested of e while its step ran reaches what it spawned.
 		k.abort = e.abort && !k.untilDone
@@ -992,14 +1039,14 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	parentRec, err := x.encode(e)
 	if err != nil {
 		unspawn(err)
-		return
+		return false
 	}
 	recs := make([]store.Proc, len(kids))
 	for i, k := range kids {
 		r, err := x.encode(k)
 		if err != nil {
 			unspawn(fmt.Errorf("encoding child %T: %w", k.proc, err))
-			return
+			return false
 		}
 		recs[i] = r
 	}
@@ -1013,7 +1060,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	if err != nil {
 		endKidSpans(err)
 		x.setFatal(err)
-		return
+		return false
 	}
 	x.mu.Lock()
 	for _, k := range kids {
@@ -1041,6 +1088,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, pushed
 	for _, k := range late {
 		x.persistIdle(k)
 	}
+	return true
 }
 
 func (x *Executor) newEntry(p Procedure, ti *typeInfo, root, parent uint64, now time.Time) (*entry, error) {

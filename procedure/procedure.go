@@ -182,6 +182,7 @@ type RetriesUntilDone interface {
 type Step struct {
 	kind        stepKind
 	children    []Procedure
+	reserved    []*entry // AddLockedChild's entries, by position in children
 	event       *scheduler.Event
 	timeout     time.Duration
 	skipPersist bool
@@ -263,12 +264,31 @@ type Context struct {
 	x        *Executor
 	e        *entry
 	children []Procedure
+	// reserved are the entries AddLockedChild made, by position in
+	// children (nil for AddChild's).
+	reserved []*entry
 	suspend  *Step
 	yield    bool
 	abort    bool  // snapshot of the abort flag at the step boundary
 	repeats  int32 // snapshot of entry.repeats
 	spins    int32 // snapshot of entry.spins
 	muts     []store.Mutation
+	// mutAt indexes muts by key (the newest of each), once a step has
+	// made enough of them that Get's look-back would cost: a step that
+	// writes a region record per child for thousands of children reads
+	// each of them first.
+	mutAt map[string]int
+}
+
+// mutIndexFrom is the number of pending mutations from which Get looks
+// them up in an index instead of walking them.
+const mutIndexFrom = 16
+
+func (c *Context) addMut(m store.Mutation) {
+	c.muts = append(c.muts, m)
+	if c.mutAt != nil {
+		c.mutAt[m.Key] = len(c.muts) - 1
+	}
 }
 
 // Executor is the executor running this step. An environment that keeps
@@ -288,7 +308,7 @@ func (c *Context) Put(key string, value []byte) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty domain key", ErrInvalid)
 	}
-	c.muts = append(c.muts, store.Mutation{Key: key, Value: append([]byte(nil), value...)})
+	c.addMut(store.Mutation{Key: key, Value: append([]byte(nil), value...)})
 	return nil
 }
 
@@ -297,7 +317,7 @@ func (c *Context) Delete(key string) error {
 	if _, ok := c.x.store.(store.MutationStore); !ok {
 		return ErrNoDomain
 	}
-	c.muts = append(c.muts, store.Mutation{Key: key, Delete: true})
+	c.addMut(store.Mutation{Key: key, Delete: true})
 	return nil
 }
 
@@ -308,12 +328,27 @@ func (c *Context) Get(key string) ([]byte, bool, error) {
 	if !ok {
 		return nil, false, ErrNoDomain
 	}
-	for i := len(c.muts) - 1; i >= 0; i-- {
-		if m := c.muts[i]; m.Key == key {
-			if m.Delete {
-				return nil, false, nil
+	if c.mutAt == nil && len(c.muts) >= mutIndexFrom {
+		c.mutAt = make(map[string]int, 2*len(c.muts))
+		for i, m := range c.muts {
+			c.mutAt[m.Key] = i
+		}
+	}
+	if c.mutAt != nil {
+		if i, ok := c.mutAt[key]; ok {
+			if m := c.muts[i]; !m.Delete {
+				return m.Value, true, nil
 			}
-			return m.Value, true, nil
+			return nil, false, nil
+		}
+	} else {
+		for i := len(c.muts) - 1; i >= 0; i-- {
+			if m := c.muts[i]; m.Key == key {
+				if m.Delete {
+					return nil, false, nil
+				}
+				return m.Value, true, nil
+			}
 		}
 	}
 	v, found := ds.Value(key)
@@ -375,7 +410,38 @@ func (c *Context) Children() []uint64 {
 
 // AddChild queues a child to be spawned when the step returns; used by
 // state machines (a Stepper may return Spawn instead).
-func (c *Context) AddChild(p Procedure) { c.children = append(c.children, p) }
+func (c *Context) AddChild(p Procedure) {
+	c.children = append(c.children, p)
+	if c.reserved != nil {
+		c.reserved = append(c.reserved, nil)
+	}
+}
+
+// AddLockedChild is AddChild for a child whose locks (procedure.Locker)
+// the step takes for it now, if they are free (it never waits for them),
+// and returns the id the child will have. With locked true, the child
+// holds its locks from now on, as a running procedure holds them: the
+// step may act on what they protect on the child's behalf (write the
+// domain state in the child's name, using id), and the spawn persists the
+// child holding them in the same write as the step's domain changes, so a
+// new leader finds both or neither. The child must hold its locks for its
+// life (HoldLock). With locked false (a lock is taken, or queued for), the
+// child is added like AddChild's and takes its locks when it runs; the step
+// must not act for it. If the step does not end in the spawn (an error, a
+// suspension, a failed write), the locks are let go and the id is never
+// used. A state machine's step only: a Stepper's Spawn ignores it.
+func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error) {
+	k, err := c.x.reserveChild(c.e, p)
+	if err != nil {
+		return 0, false, err
+	}
+	if c.reserved == nil {
+		c.reserved = make([]*entry, len(c.children), len(c.children)+1)
+	}
+	c.children = append(c.children, p)
+	c.reserved = append(c.reserved, k)
+	return k.id, k.locked, nil
+}
 
 // Attempt is the number of consecutive times the current state (for a state
 // machine) or step has run; useful with Backoff.

@@ -122,17 +122,25 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 	if flow == NoMoreState {
 		m.eof = true
 		if len(ctx.children) > 0 {
-			return Spawn(ctx.children...), !repeat, nil
+			return ctx.spawnStep(), !repeat, nil
 		}
 		return Done(), !repeat, nil
 	}
 	if len(ctx.children) > 0 {
-		return Spawn(ctx.children...), !repeat, nil
+		return ctx.spawnStep(), !repeat, nil
 	}
 	if ctx.yield {
 		return Yield(), !repeat, nil // the transition stands, as with More
 	}
 	return More(), !repeat, nil
+}
+
+// spawnStep is the Spawn of the children the step added, with the entries
+// AddLockedChild reserved for them.
+func (c *Context) spawnStep() Step {
+	st := Spawn(c.children...)
+	st.reserved = c.reserved
+	return st
 }
 
 // rollbackState undoes the newest history entry.

@@ -232,6 +232,31 @@ func (s *Scheduler) Acquire(id uint64, key QueueKey, ancestors []uint64, locks [
 			return false
 		}
 	}
+	s.grantLocked(id, ancestors, req)
+	return true
+}
+
+// TryAcquire is Acquire without the wait: it takes every lock in locks for
+// id if all are free to it now (by Acquire's rules, queued waiters
+// included), and otherwise takes none and parks nothing. It leaves a lock
+// wait id is parked in alone. A procedure about to be spawned uses it to
+// hold its locks before it exists (procedure.Context.AddLockedChild).
+func (s *Scheduler) TryAcquire(id uint64, ancestors []uint64, locks []Lock) bool {
+	req := normalize(locks)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range req {
+		if s.locks[lockKey{r.Type, r.Name}].blocks(id, ancestors, r.Mode) {
+			return false
+		}
+	}
+	s.grantLocked(id, ancestors, req)
+	return true
+}
+
+// grantLocked takes the normalized request req for id, none of whose locks
+// blocks it.
+func (s *Scheduler) grantLocked(id uint64, ancestors []uint64, req []Lock) {
 	for _, r := range req {
 		k := lockKey{r.Type, r.Name}
 		e := s.locks[k]
@@ -253,7 +278,6 @@ func (s *Scheduler) Acquire(id uint64, key QueueKey, ancestors []uint64, locks [
 		}
 		s.recordHold(id, r)
 	}
-	return true
 }
 
 func (s *Scheduler) recordHold(id uint64, l Lock) {

@@ -487,3 +487,49 @@ func TestLockStress(t *testing.T) {
 		t.Fatalf("locks left: %v", l)
 	}
 }
+
+// TryAcquire takes what Acquire would grant, and where Acquire would park
+// it takes nothing and parks nothing: the request leaves no trace, and a
+// later Release does not wake it.
+func TestTryAcquireNeverParks(t *testing.T) {
+	var woken []uint64
+	s := New(Config{Wake: func(id uint64) { woken = append(woken, id) }})
+	key := QueueKey{Kind: KindTable, Name: "ns:t"}
+	r1 := RegionLocks("ns", "t", "r1")
+	r2 := RegionLocks("ns", "t", "r2")
+	if !s.Acquire(1, key, nil, r1) {
+		t.Fatal("1 could not take r1")
+	}
+	// r1 is 1's: 2's request for r1 (and r2 with it) takes nothing.
+	if s.TryAcquire(2, nil, append(slices.Clone(r1), r2...)) {
+		t.Fatal("2 took r1 while 1 held it")
+	}
+	if held := s.Held(2); len(held) != 0 {
+		t.Fatalf("2 holds %v after a refused TryAcquire, want nothing", held)
+	}
+	if _, parked := s.lockWait[2]; parked {
+		t.Fatal("a refused TryAcquire parked 2")
+	}
+	// A child of 1 inherits r1, and takes r2 beside it.
+	if !s.TryAcquire(3, []uint64{1}, append(slices.Clone(r1), r2...)) {
+		t.Fatal("1's child could not take what 1 holds and a free region")
+	}
+	// Queued waiters count, as for Acquire: a shared request does not
+	// overtake an exclusive one parked on the table.
+	if s.Acquire(4, key, nil, TableLocks("ns", "t", Exclusive)) {
+		t.Fatal("4 took table t exclusively while regions of it are held")
+	}
+	if s.TryAcquire(5, nil, RegionLocks("ns", "t", "r3")) {
+		t.Fatal("5 overtook the exclusive request queued on table t")
+	}
+	checkLockInvariants(t, s)
+	s.Release(3)
+	s.Release(1)
+	if slices.Contains(woken, 2) || slices.Contains(woken, 5) {
+		t.Fatalf("woken %v: a refused TryAcquire was parked after all", woken)
+	}
+	if !slices.Contains(woken, 4) {
+		t.Fatalf("woken %v, want 4, the parked exclusive request", woken)
+	}
+	checkLockInvariants(t, s)
+}

@@ -92,11 +92,12 @@ type Config struct {
 	FenceMargin time.Duration
 	// CrashWave is how many region reassignments a server crash
 	// procedure spawns in one step. Each wave is one Raft entry holding
-	// that many child procedures (about 300 bytes each) and ends when its
-	// last region is open, so the next wave waits for the slowest region
-	// of this one: smaller waves write less at once but leave the
+	// that many child procedures and, for those it could prepare, their
+	// regions' OPENING records (about 500 bytes a region), and ends when
+	// its last region is open, so the next wave waits for the slowest
+	// region of this one: smaller waves write less at once but leave the
 	// workers idle more often between waves. Default 5,000 (an entry of
-	// about 1.5 MB).
+	// about 2.5 MB).
 	CrashWave int
 	// Metrics, when set, registers the domain's collectors for as long as
 	// the domain lives (baton_leases, baton_regions, baton_tables,

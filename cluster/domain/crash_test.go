@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
 )
 
 // A crash procedure that has ended is no answer to a later need to
@@ -361,4 +363,149 @@ func TestCrashReassignmentsQueueAheadOfTableWork(t *testing.T) {
 	if scp.QueueKey() != crash.QueueKey() {
 		t.Errorf("crash procedure in %v, its reassignments in %v: want the same queue", scp.QueueKey(), crash.QueueKey())
 	}
+}
+
+// A crash's wave is written with its regions already prepared: each child
+// holds its region's lock from the crash procedure's step on, and its
+// region is recorded OPENING on the server picked for it in the wave's
+// write, so the child starts by sending the open. A leader lost while
+// such a wave's opens are under way (some sent, some answered, none or
+// some recorded OPEN) hands over to one that resumes the children where
+// the write left them: every region of the dead server is reassigned
+// exactly once (the wave is not spawned again) and opens on exactly one
+// server, none left behind.
+func TestCrashWaveSurvivesALeaderLostWhileItsOpensAreUnderWay(t *testing.T) {
+	const wave, regions = 4, 24
+	var (
+		mu     sync.Mutex
+		h      *harness
+		armed  bool
+		calls  int
+		down   = map[int]bool{}
+		killAt = map[int]bool{1: true, 7: true, 14: true} // the opens after which a leader is lost
+		seen   []string                                   // what the first open found written
+	)
+	kills := make(chan int, 1)
+	h = newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
+		c.ServerLease.SoftLimit *= 6
+		c.ServerLease.HardLimit *= 6
+		c.HeartbeatInterval *= 6
+		c.CrashWave = wave
+		c.FailPoint = func(point string) error {
+			if point != "region.open" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed {
+				return nil
+			}
+			if down[i] {
+				return errors.New("injected: this master is being cut off")
+			}
+			calls++
+			if calls == 1 {
+				seen = preparedWave(h.masters[i].node.FSM())
+			}
+			if killAt[calls] {
+				down[i] = true
+				kills <- i
+				return errors.New("injected: the leader is lost while a wave's opens are under way")
+			}
+			return nil
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	if per[victim] <= wave {
+		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+
+	failovers := 0
+	victimCrash := func() (procedure.Info, bool) {
+		_, x := h.leader()
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
+				return c, true
+			}
+		}
+		return procedure.Info{}, false
+	}
+	testwait.For(t, 2*time.Minute, "the crash procedure to end through failovers mid-wave", func() bool {
+		select {
+		case i := <-kills:
+			h.isolateRaft(i)
+			testwait.For(t, time.Minute, "another leader", func() bool {
+				li, _ := h.c.WaitLeader()
+				return li != i
+			})
+			h.healRaft(i)
+			mu.Lock()
+			down[i] = false
+			mu.Unlock()
+			failovers++
+			return false
+		default:
+			_, done := victimCrash()
+			return done
+		}
+	})
+	mu.Lock()
+	for _, problem := range seen {
+		t.Error(problem)
+	}
+	mu.Unlock()
+	if failovers != len(killAt) {
+		t.Errorf("%d failovers, want %d", failovers, len(killAt))
+	}
+	crash, _ := victimCrash()
+	if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
+		t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, victim)
+	}
+	h.checkTableOpen("default:t", regions)
+	h.checkNoDoubles()
+}
+
+// preparedWave checks, at the first open of a crash's first wave, what
+// the wave's write left in f: every region child there was written
+// prepared (it starts by sending the open) and holding its locks, and its
+// region is recorded OPENING in its name. It returns what is not so.
+func preparedWave(f *raftfsm.FSM) []string {
+	var problems []string
+	r := domain.NewReader(f.Get, f.Scan)
+	children := 0
+	_ = f.View().Procs(func(p store.Proc) error {
+		info, err := procedure.DecodeInfo(p.Data)
+		if err != nil || info.Type != domain.TypeTransitRegionState {
+			return nil
+		}
+		children++
+		var c domain.TransitRegionState
+		if err := json.Unmarshal(info.Data, &c); err != nil {
+			problems = append(problems, fmt.Sprintf("child %d: %v", info.ID, err))
+			return nil
+		}
+		if !c.Prepared || !info.Locked {
+			problems = append(problems, fmt.Sprintf("child %d of %s written prepared=%v locked=%v, want both", info.ID, c.Region, c.Prepared, info.Locked))
+		}
+		rg, ok, err := domain.GetRegion(r, c.Region)
+		if err != nil || !ok || rg.State != domain.RegionOpening || rg.ProcID != info.ID || rg.Server != c.Server.ID {
+			problems = append(problems, fmt.Sprintf("region %s recorded %+v, want OPENING on %s by child %d", c.Region, rg, c.Server.ID, info.ID))
+		}
+		return nil
+	})
+	if children == 0 {
+		problems = append(problems, "no region child written when the first open ran")
+	}
+	return problems
 }

@@ -145,22 +145,60 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		if err := failPoint(d, "crash.assign"); err != nil {
 			return procedure.NoMoreState, err
 		}
-		p.Cursor, p.Swept = cursor, swept
 		if len(wave) == 0 {
+			p.Cursor, p.Swept = cursor, swept
 			ctx.SetResult([]byte(fmt.Sprintf("server %s: %s reassigned", p.Server, countOf(p.Reassigned, "region"))))
 			ctx.Logger.Info("server crash handled", "server", p.Server.String(), "reassigned", p.Reassigned)
 			return procedure.NoMoreState, nil
 		}
-		for _, w := range wave {
-			ns, table := SplitTableName(w.table)
-			ctx.AddChild(&TransitRegionState{Region: w.name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server})
+		prepared, err := p.spawnWave(ctx, svc, r, wave)
+		if err != nil {
+			return procedure.NoMoreState, err
 		}
+		// Only once nothing can fail: a failed step runs again with the
+		// fields it left.
+		p.Cursor, p.Swept = cursor, swept
 		p.Reassigned += len(wave)
 		ctx.Logger.Info("reassigning the regions of a crashed server", "server", p.Server.String(), "regions", len(wave),
-			"reassigned", p.Reassigned, "swept", p.Swept)
+			"prepared", prepared, "reassigned", p.Reassigned, "swept", p.Swept)
 		return procedure.HasMoreState, nil // this state again, once the children are done
 	}
 	return procedure.NoMoreState, fmt.Errorf("master: server crash: unknown state %d", state)
+}
+
+// spawnWave adds a TransitRegionState child per region of the wave. Each
+// child whose region's locks are free is prepared here, in its name
+// (TransitRegionState.prepareCrashed): its target picked and its region
+// recorded OPENING there in this step's write, the one that persists the
+// child; it starts by sending the open. The others (a region another
+// procedure holds, a table not enabled, no live server) run their own
+// PREPARE. It returns how many were prepared.
+func (p *ServerCrash) spawnWave(ctx *procedure.Context, svc *services, r reader, wave []crashedRegion) (int, error) {
+	cands, err := svc.liveTargets(r)
+	if err != nil {
+		return 0, err
+	}
+	tables := map[string]Table{}
+	prepared := 0
+	for _, w := range wave {
+		ns, table := SplitTableName(w.table)
+		child := &TransitRegionState{Region: w.name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server}
+		id, locked, err := ctx.AddLockedChild(child)
+		if err != nil {
+			return 0, err
+		}
+		if !locked {
+			continue
+		}
+		ok, err := child.prepareCrashed(ctx, svc, r, id, cands, tables)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			prepared++
+		}
+	}
+	return prepared, nil
 }
 
 // crashedRegion is a region to reassign and its table.

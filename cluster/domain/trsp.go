@@ -96,6 +96,9 @@ type TransitRegionState struct {
 	// the enclosing create can close it again.
 	Opened ServerRef `json:"opened"`
 	Undone bool      `json:"undone,omitempty"`
+	// Prepared: the parent that spawned it did PREPARE's work in its name,
+	// in the spawn's write (prepareCrashed), so it starts at OPEN_DISPATCH.
+	Prepared bool `json:"prepared,omitempty"`
 }
 
 // Locks implements procedure.Locker.
@@ -120,7 +123,12 @@ func (p *TransitRegionState) QueueKey() scheduler.QueueKey {
 }
 
 // InitialState implements procedure.StateSteps.
-func (p *TransitRegionState) InitialState() int32 { return trspPrepare }
+func (p *TransitRegionState) InitialState() int32 {
+	if p.Prepared {
+		return trspOpenDispatch
+	}
+	return trspPrepare
+}
 
 // IsRollbackSupported implements procedure.RollbackSupport: only a
 // bounded assignment (part of a create or an enable) may be aborted; crash
@@ -304,6 +312,54 @@ func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *ser
 		return procedure.NoMoreState, nil // closed: a move does not open it
 	}
 	return procedure.NoMoreState, fmt.Errorf("%w: region %s: unknown kind %q", errInvalid, p.Region, p.Kind)
+}
+
+// prepareCrashed does, in the name of child id, what PREPARE does for a
+// crashed server's region (Kind assign, From set) in the common case: the
+// region is still recorded on From, which has certainly stopped serving,
+// and its table is enabled, so the region opens on a server picked now,
+// recorded OPENING there by ctx's step (the spawning parent's) with id as
+// its procedure. The parent holds the child's locks for it
+// (procedure.Context.AddLockedChild), and the record commits in the write
+// that persists the child, which starts at OPEN_DISPATCH (Prepared). One
+// write per region fewer than the child's own PREPARE. It reports false,
+// having changed nothing, for anything else (the region moved on, the
+// table is not enabled, no live server): the child's PREPARE then deals
+// with it as usual. tables caches the table records the step read (their
+// shared locks, held for the children, keep them as read).
+func (p *TransitRegionState) prepareCrashed(ctx *procedure.Context, svc *services, r reader, id uint64,
+	cands map[string]Server, tables map[string]Table) (bool, error) {
+	if p.Kind != KindAssign || p.From.IsZero() || len(cands) == 0 {
+		return false, nil
+	}
+	rg, ok, err := getRegion(r, p.Region)
+	if err != nil || !ok || !rg.onServer(p.From) {
+		return false, err
+	}
+	t, tok := tables[rg.Table]
+	if !tok {
+		if t, tok, err = getTable(r, rg.Table); err != nil {
+			return false, err
+		}
+		if tok {
+			tables[rg.Table] = t
+		}
+	}
+	if !tok || t.State != TableEnabled {
+		return false, nil
+	}
+	target, err := svc.pick(r, cands, p.Target)
+	if err != nil || target == "" {
+		return false, err
+	}
+	srv := cands[target]
+	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionOpening, Server: target, StartCode: srv.StartCode, ProcID: id}); err != nil {
+		return false, err
+	}
+	p.UndoState, p.Source = RegionClosed, p.From.ID
+	p.Server, p.Address = ServerRef{target, srv.StartCode}, srv.Address
+	p.Prepared = true
+	return true, nil
 }
 
 // outcome sorts a dispatch result.
