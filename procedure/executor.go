@@ -948,7 +948,14 @@ func (x *Executor) reserveChild(parent *entry, p Procedure) (*entry, error) {
 	x.mu.Lock()
 	k.id = x.nextID
 	x.nextID++
-	anc := append([]uint64{parent.id}, x.ancestorsLocked(parent)...)
+	// The parent's locks are the child's only if the parent keeps them
+	// for its life: one holding them for its step lets go of them when
+	// the step ends, and the child, told locked, would hold nothing. Its
+	// lock then counts as taken, and the child takes it when it runs.
+	anc := x.ancestorsLocked(parent)
+	if parent.holdLock {
+		anc = append([]uint64{parent.id}, anc...)
+	}
 	x.unlock()
 	if len(k.locks) > 0 && k.holdLock {
 		k.locked = x.sched.TryAcquire(k.id, anc, k.locks)

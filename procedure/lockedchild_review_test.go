@@ -1,0 +1,158 @@
+package procedure
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/scheduler"
+	"github.com/baton-dev/baton/store"
+)
+
+// rvParent is a state machine that locks Key exclusively for one step at a
+// time (HoldLock Hold), and in its first state adds one rvChild for Key
+// with AddLockedChild, records owner/<Key> in the child's name when its
+// locks were taken, and then spawns it, or (Suspend) suspends instead.
+type rvParent struct {
+	StateMachine
+	Key     string
+	Hold    bool
+	Suspend bool
+	Gate    string
+}
+
+func (p *rvParent) Locks() []scheduler.Lock {
+	return []scheduler.Lock{{Type: scheduler.LockRegion, Name: p.Key, Mode: scheduler.Exclusive}}
+}
+func (p *rvParent) HoldLock() bool                      { return p.Hold }
+func (p *rvParent) InitialState() int32                 { return 1 }
+func (p *rvParent) RollbackState(*Context, int32) error { return nil }
+
+func (p *rvParent) ExecuteState(ctx *Context, state int32) (Flow, error) {
+	if state != 1 {
+		return NoMoreState, nil
+	}
+	c := &rvChild{Key: p.Key, Gate: p.Gate}
+	id, locked, err := ctx.AddLockedChild(c)
+	if err != nil {
+		return NoMoreState, err
+	}
+	if locked {
+		if err := ctx.Put("owner/"+p.Key, []byte(strconv.FormatUint(id, 10))); err != nil {
+			return NoMoreState, err
+		}
+	}
+	if p.Suspend {
+		// Suspends instead of spawning, and moves on: the child is not
+		// added again.
+		p.SetNextState(2)
+		ctx.Suspend(Timeout(time.Millisecond))
+		return HasMoreState, nil
+	}
+	p.SetNextState(2)
+	return HasMoreState, nil
+}
+
+// rvChild holds Key exclusively for its life, and waits at Gate in its
+// only state.
+type rvChild struct {
+	StateMachine
+	Key  string
+	Gate string
+}
+
+func (c *rvChild) Locks() []scheduler.Lock {
+	return []scheduler.Lock{{Type: scheduler.LockRegion, Name: c.Key, Mode: scheduler.Exclusive}}
+}
+func (c *rvChild) HoldLock() bool                      { return true }
+func (c *rvChild) InitialState() int32                 { return 1 }
+func (c *rvChild) RollbackState(*Context, int32) error { return nil }
+func (c *rvChild) ExecuteState(ctx *Context, _ int32) (Flow, error) {
+	ctx.Env.(*domain).do("child-in:" + c.Key)
+	if c.Gate != "" {
+		if err := waitGate(ctx, c.Gate); err != nil {
+			return NoMoreState, err
+		}
+	}
+	return NoMoreState, nil
+}
+
+func reviewRegistry(c *Config) {
+	c.Registry = NewRegistry()
+	c.Registry.MustRegister("rvParent", 1, func() Procedure { return &rvParent{} })
+	c.Registry.MustRegister("rvChild", 1, func() Procedure { return &rvChild{} })
+	c.Registry.MustRegister("lk", 1, func() Procedure { return &lkProc{} })
+}
+
+// A parent that holds a lock only while its step runs (HoldLock false)
+// reserves a child needing the same lock: the child is told locked, as it
+// inherits the lock from its parent during the step, but the parent lets
+// go of the lock when its step ends, so the child, running, holds nothing.
+// Added with AddChild, the child would take the lock itself when it runs.
+// Expected: while the child runs (it holds its locks for life) nobody else
+// takes the lock.
+func TestAddLockedChildOfAStepLockingParentKeepsTheLock(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), reviewRegistry)
+	gate := fmt.Sprintf("review-child-%p", t)
+	t.Cleanup(func() { openGate(gate) })
+	parent := h.submit(&rvParent{Key: "a", Hold: false, Gate: gate}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the child running", func() bool {
+		h.d.mu.Lock()
+		defer h.d.mu.Unlock()
+		return h.d.effects["child-in:a"]
+	})
+	info, err := h.x.Get(parent)
+	if err != nil || len(info.Children) != 1 {
+		t.Fatalf("parent %+v, %v: want one child", info, err)
+	}
+	child := info.Children[0]
+	if ci, _ := h.x.Get(child); !ci.Locked {
+		t.Errorf("child %d not marked locked", child)
+	}
+	if !lockHeld(h.x, "a") {
+		t.Errorf("nobody holds a while child %d, which holds its locks for life, runs (child holds %v, parent %v)",
+			child, h.x.Scheduler().Held(child), h.x.Scheduler().Held(parent))
+	}
+	// Another procedure asking for a must wait for the child.
+	intruder := h.submit(&lkProc{Name: "intruder", Hold: true,
+		LockSpec: []scheduler.Lock{{Type: scheduler.LockRegion, Name: "a", Mode: scheduler.Exclusive}}}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the intruder to run or park", func() bool {
+		h.d.mu.Lock()
+		in := h.d.effects["enter:intruder"]
+		h.d.mu.Unlock()
+		w, err := h.x.Why(intruder)
+		return in || err == nil && w.Reason == "waiting for lock"
+	})
+	h.d.mu.Lock()
+	in := h.d.effects["enter:intruder"]
+	h.d.mu.Unlock()
+	if in {
+		t.Errorf("intruder %d took a while child %d, locked for life, was still running", intruder, child)
+	}
+	openGate(gate)
+	h.wait(parent)
+	h.wait(intruder)
+}
+
+// A step that reserves a child, writes in its name, and then suspends
+// instead of spawning: the reservation is dropped (its id is never used),
+// but the write made in its name commits with the suspension, naming a
+// procedure that never exists. Expected: either the write does not commit,
+// or AddLockedChild's contract rules the suspension out (it is refused).
+func TestAddLockedChildThenSuspendCommitsNoWriteForTheDroppedChild(t *testing.T) {
+	mem := store.NewMemStore()
+	h := startExecutor(t, mem, newDomain(), reviewRegistry)
+	parent := h.submit(&rvParent{Key: "s", Hold: true, Suspend: true}, SubmitOptions{})
+	if got := h.wait(parent); got.State != Success {
+		t.Fatalf("parent ended %v (%s)", got.State, got.Error)
+	}
+	info, _ := h.x.Get(parent)
+	if owner, ok := mem.Domain()["owner/s"]; ok && len(info.Children) == 0 {
+		t.Errorf("owner/s = %q committed, naming a reserved child that the suspension dropped (parent's children: %v)", owner, info.Children)
+	}
+	if lockHeld(h.x, "s") {
+		t.Errorf("s still held after the tree ended")
+	}
+}
