@@ -156,3 +156,73 @@ func TestAddLockedChildThenSuspendCommitsNoWriteForTheDroppedChild(t *testing.T)
 		t.Errorf("s still held after the tree ended")
 	}
 }
+
+// rvAbortParent reserves a child for Key, then waits at Gate inside the
+// step (so an abort arrives while the reservation is held), and spawns it.
+type rvAbortParent struct {
+	StateMachine
+	Key  string
+	Gate string
+}
+
+func (p *rvAbortParent) HoldLock() bool                      { return true }
+func (p *rvAbortParent) InitialState() int32                 { return 1 }
+func (p *rvAbortParent) RollbackState(*Context, int32) error { return nil }
+func (p *rvAbortParent) ExecuteState(ctx *Context, state int32) (Flow, error) {
+	if state != 1 {
+		return NoMoreState, nil
+	}
+	_, locked, err := ctx.AddLockedChild(&rvChild{Key: p.Key})
+	if err != nil {
+		return NoMoreState, err
+	}
+	if !locked {
+		return NoMoreState, fmt.Errorf("%s not free", p.Key)
+	}
+	ctx.Env.(*domain).do("reserved:" + p.Key)
+	if err := waitGate(ctx, p.Gate); err != nil {
+		return NoMoreState, err
+	}
+	p.SetNextState(2)
+	return HasMoreState, nil
+}
+
+// An abort that arrives while the step holds a reserved child's locks
+// reaches the child (spawned aborted, failing before its first state):
+// the tree rolls back and nothing keeps the child's lock; a procedure
+// queued for it gets it.
+func TestAddLockedChildOfAnAbortedParentLetsGoOfItsLocks(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		reviewRegistry(c)
+		c.Registry.MustRegister("rvAbortParent", 1, func() Procedure { return &rvAbortParent{} })
+	})
+	gate := fmt.Sprintf("review-abort-%p", t)
+	t.Cleanup(func() { openGate(gate) })
+	parent := h.submit(&rvAbortParent{Key: "r", Gate: gate}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the reservation", func() bool {
+		h.d.mu.Lock()
+		defer h.d.mu.Unlock()
+		return h.d.effects["reserved:r"]
+	})
+	if err := h.x.Abort(parent); err != nil {
+		t.Fatal(err)
+	}
+	waiter := h.submit(&lkProc{Name: "waiter", Hold: true,
+		LockSpec: []scheduler.Lock{{Type: scheduler.LockRegion, Name: "r", Mode: scheduler.Exclusive}}}, SubmitOptions{})
+	openGate(gate)
+	got := h.wait(parent)
+	if got.State != RolledBack {
+		t.Errorf("parent ended %v (%s), want ROLLEDBACK", got.State, got.Error)
+	}
+	if w := h.wait(waiter); w.State != Success {
+		t.Errorf("waiter ended %v (%s)", w.State, w.Error)
+	}
+	if lockHeld(h.x, "r") {
+		t.Errorf("r still held after both trees ended: %v", h.x.Scheduler().Locks())
+	}
+	h.d.mu.Lock()
+	defer h.d.mu.Unlock()
+	if h.d.effects["child-in:r"] {
+		t.Errorf("the aborted child ran its state")
+	}
+}
