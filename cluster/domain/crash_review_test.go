@@ -1,0 +1,101 @@
+package domain_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/store"
+)
+
+// A crash wave meets a region of the dead server whose lock another
+// procedure (an external region lock) holds: the wave cannot take it, so
+// that region's child is written unprepared and not holding its locks,
+// its record left on the dead server; it waits for the lock and then does
+// its own PREPARE. The other regions of the wave are prepared as usual.
+// Every region of the dead server ends open exactly once.
+func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
+	const regions = 12
+	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) { c.CrashWave = 4 }})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	var onVictim []string
+	for rg, srvs := range h.hosted() {
+		for _, s := range srvs {
+			if s == victim {
+				onVictim = append(onVictim, rg)
+			}
+		}
+	}
+	sort.Strings(onVictim)
+	if len(onVictim) < 2 {
+		t.Fatalf("%s hosts %v: want two regions at least", victim, onVictim)
+	}
+	held := onVictim[0]
+	m, x := h.leader()
+	lk, err := m.dom.AcquireLock(x, catalog.LockRequest{Kind: domain.LockKindRegion, Names: []string{held},
+		Exclusive: true, Holder: "review", Nonce: "review-held"})
+	if err != nil || lk.State != domain.LockAcquired {
+		t.Fatalf("lock of %s: %+v, %v", held, lk, err)
+	}
+	h.stopRS(victim)
+
+	// The held region's child: written, unprepared, waiting for the lock.
+	var child procedure.Info
+	var childProc domain.TransitRegionState
+	testwait.For(t, time.Minute, "the held region's child waiting for its lock", func() bool {
+		found := false
+		_ = m.node.FSM().View().Procs(func(p store.Proc) error {
+			info, err := procedure.DecodeInfo(p.Data)
+			if err != nil || info.Type != domain.TypeTransitRegionState {
+				return nil
+			}
+			var c domain.TransitRegionState
+			if json.Unmarshal(info.Data, &c) == nil && c.Region == held && !c.From.IsZero() {
+				child, childProc, found = info, c, true
+			}
+			return nil
+		})
+		if !found {
+			return false
+		}
+		w, err := x.Why(child.ID)
+		return err == nil && w.Reason == "waiting for lock"
+	})
+	if childProc.Prepared || child.Locked {
+		t.Errorf("held region's child %d written prepared=%v locked=%v while another procedure held the region", child.ID, childProc.Prepared, child.Locked)
+	}
+	if rg, ok, err := domain.GetRegion(h.reader(), held); err != nil || !ok || rg.Server != victim {
+		t.Errorf("region %s recorded %+v (%v) while its lock was held elsewhere: want it left on %s", held, rg, err, victim)
+	}
+	if _, err := m.dom.ReleaseLock(context.Background(), x, lk.ID); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, time.Minute, "the crash procedure to end", func() bool {
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
+				if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(c.Result), want) {
+					t.Errorf("crash result %q, want %q", c.Result, want)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	h.checkTableOpen("default:t", regions)
+	h.checkNoDoubles()
+}
