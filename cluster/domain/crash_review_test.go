@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,5 +98,105 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 		return false
 	})
 	h.checkTableOpen("default:t", regions)
+	h.checkNoDoubles()
+}
+
+// A table is disabled after a crash wave picked its regions and before it
+// spawns them (at the wave's fail point, where nextWave has read them):
+// the wave re-reads each region under its lock, finds it closed by the
+// disable, and neither records it OPENING nor opens it. When the crash
+// procedure ends, the table's regions are all CLOSED and none is hosted.
+func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
+	const regions = 12
+	var (
+		mu      sync.Mutex
+		h       *harness
+		armed   bool
+		calls   int
+		disable error
+	)
+	h = newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
+		c.CrashWave = 2
+		c.FailPoint = func(point string) error {
+			if point != "crash.assign" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed {
+				return nil
+			}
+			calls++
+			if calls != 2 {
+				return nil
+			}
+			// The second wave's regions are read: disable the table
+			// before they are spawned.
+			_, x := h.leader()
+			p, err := domain.NewDisableTable("", "t")
+			if err == nil {
+				var id uint64
+				if id, err = x.Submit(p, procedure.SubmitOptions{}); err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					var info procedure.Info
+					info, err = x.Wait(ctx, id)
+					cancel()
+					if err == nil && info.State != procedure.Success {
+						err = fmt.Errorf("disable ended %v: %s", info.State, info.Error)
+					}
+				}
+			}
+			disable = err
+			return nil
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	if per[victim] <= 2 {
+		t.Skipf("%s holds %d regions: one wave only", victim, per[victim])
+	}
+	var names []string
+	for rg := range h.hosted() {
+		names = append(names, rg)
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+	_, x := h.leader()
+	testwait.For(t, time.Minute, "the crash procedure to end", func() bool {
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
+				return true
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	if calls < 2 || disable != nil {
+		t.Fatalf("wave fail point reached %d times, disable: %v", calls, disable)
+	}
+	mu.Unlock()
+	r := h.reader()
+	if len(names) != regions {
+		t.Fatalf("%d regions hosted before the crash, want %d", len(names), regions)
+	}
+	for _, name := range names {
+		rg, ok, err := domain.GetRegion(r, name)
+		if err != nil || !ok || rg.State != domain.RegionClosed || rg.Server != "" {
+			t.Errorf("region %s recorded %+v (%v), want CLOSED nowhere", name, rg, err)
+		}
+	}
+	for rg, srvs := range h.hosted() {
+		if len(srvs) > 0 {
+			t.Errorf("region %s of the disabled table hosted on %v", rg, srvs)
+		}
+	}
 	h.checkNoDoubles()
 }
