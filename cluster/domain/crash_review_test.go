@@ -3,6 +3,7 @@ package domain_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -197,6 +198,102 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 		if len(srvs) > 0 {
 			t.Errorf("region %s of the disabled table hosted on %v", rg, srvs)
 		}
+	}
+	h.checkNoDoubles()
+}
+
+// The server a crash wave picked for its prepared regions dies before any
+// open is sent to it (the opens are held at their fail point until it is
+// down): the prepared children find their target gone, and open their
+// regions elsewhere; the second crash's own wave finds them held by those
+// children. Every region ends open exactly once, on the one server left.
+func TestCrashWavePreparedTargetDiesBeforeTheOpen(t *testing.T) {
+	const regions = 12
+	var (
+		mu      sync.Mutex
+		armed   bool
+		holding = true
+	)
+	reached := make(chan struct{})
+	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
+		c.CrashWave = 4
+		c.FailPoint = func(point string) error {
+			if point != "region.open" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed || !holding {
+				return nil
+			}
+			select {
+			case <-reached:
+			default:
+				close(reached)
+			}
+			return errors.New("injected: opens held until their target is down")
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
+	per := h.checkTableOpen("default:t", regions)
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+	select {
+	case <-reached:
+	case <-time.After(time.Minute):
+		t.Fatal("no open reached its fail point")
+	}
+	m, x := h.leader()
+	targets := map[string]int{}
+	_ = m.node.FSM().View().Procs(func(p store.Proc) error {
+		info, err := procedure.DecodeInfo(p.Data)
+		if err != nil || info.Type != domain.TypeTransitRegionState {
+			return nil
+		}
+		var c domain.TransitRegionState
+		if json.Unmarshal(info.Data, &c) == nil && c.Prepared {
+			targets[c.Server.ID]++
+		}
+		return nil
+	})
+	target := ""
+	for id, n := range targets {
+		if target == "" || n > targets[target] {
+			target = id
+		}
+	}
+	if target == "" {
+		t.Fatal("no prepared child written by the first wave")
+	}
+	h.stopRS(target)
+	// It is expired (its crash noticed and fenced) before the opens go.
+	testwait.For(t, time.Minute, "the target expired", func() bool {
+		srv, ok, err := domain.GetServer(h.reader(), target)
+		return err == nil && ok && srv.State != domain.ServerLive
+	})
+	mu.Lock()
+	holding = false
+	mu.Unlock()
+	testwait.For(t, 2*time.Minute, "both crash procedures to end", func() bool {
+		done := map[string]bool{}
+		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if c.State == procedure.Success {
+				done[strings.SplitN(strings.TrimPrefix(string(c.Result), "server "), "/", 2)[0]] = true
+			}
+		}
+		return done[victim] && done[target]
+	})
+	got := h.checkTableOpen("default:t", regions)
+	if got[victim] > 0 || got[target] > 0 {
+		t.Errorf("regions per server %v: some left on a dead one (%s, %s)", got, victim, target)
 	}
 	h.checkNoDoubles()
 }
