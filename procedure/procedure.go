@@ -425,9 +425,10 @@ func (c *Context) AddChild(p Procedure) {
 // domain state in the child's name, using id), and the spawn persists the
 // child holding them in the same write as the step's domain changes, so a
 // new leader finds both or neither. The child must hold its locks for its
-// life (HoldLock). With locked false (a lock is taken, or queued for), the
-// child is added like AddChild's and takes its locks when it runs; the step
-// must not act for it. If the step does not end in the spawn (an error, a
+// life (HoldLock). With locked false (a lock is taken, or queued for, or
+// held by the parent for its step only), the child is added like
+// AddChild's and takes its locks when it runs; the step must not act for
+// it. If the step does not end in the spawn (an error, a
 // suspension, a failed write), the locks are let go and the id is never
 // used. A state machine's step only: a Stepper's Spawn ignores it.
 func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error) {
