@@ -630,6 +630,13 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 		return false
 	}
+	if err == nil && len(ctx.reserved) > 0 && st.kind != stepChildren {
+		// The step wrote in the name of children it then did not spawn
+		// (it suspended, yielded, or returned More or Done): committing
+		// those writes would name ids no record holds, which a restart
+		// can hand out again. The step fails instead, its writes unsent.
+		err = fmt.Errorf("procedure: a step that reserved children with AddLockedChild must end by spawning them")
+	}
 	if err != nil {
 		x.fail(e, root, err, pushed)
 		return false

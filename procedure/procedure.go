@@ -428,9 +428,10 @@ func (c *Context) AddChild(p Procedure) {
 // life (HoldLock). With locked false (a lock is taken, or queued for, or
 // held by the parent for its step only), the child is added like
 // AddChild's and takes its locks when it runs; the step must not act for
-// it. If the step does not end in the spawn (an error, a
-// suspension, a failed write), the locks are let go and the id is never
-// used. A state machine's step only: a Stepper's Spawn ignores it.
+// it. If the step fails (an error, a failed write), the locks are let go
+// and the id is never used; a step that returns without the spawn (a
+// suspension, a yield, More, Done) after reserving fails the same way, its
+// writes unsent, since they name a child that would never exist. A state machine's step only: a Stepper's Spawn ignores it.
 func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error) {
 	k, err := c.x.reserveChild(c.e, p)
 	if err != nil {
