@@ -150,8 +150,13 @@ func (n *Node) tuneLogLoop(meter *logMeter, t *logTuner) {
 		if !ok {
 			continue
 		}
-		slot, members := n.snapshotSlot()
-		due := snapshotTurn(checked, last, since, cur.SnapshotThreshold, uint64(span), slot, members)
+		// Below 0.75×threshold no rule snapshots (snapshotTurn), so the
+		// configuration is read and sorted only once a turn may be due.
+		due := false
+		if since > cur.SnapshotThreshold-cur.SnapshotThreshold/4 {
+			slot, members := n.snapshotSlot()
+			due = snapshotTurn(checked, last, since, cur.SnapshotThreshold, uint64(span), slot, members)
+		}
 		checked = last
 		if due {
 			if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {

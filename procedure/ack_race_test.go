@@ -3,20 +3,12 @@ package procedure
 import (
 	"errors"
 	"testing"
-
-	"github.com/baton-dev/baton/store"
 )
 
 // An Ack that races a root's retirement is written into its record: a
 // restart still finds it acknowledged.
 func TestAckRacingRetirementIsPersisted(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func() store.Store
-	}{
-		{"reader", func() store.Store { return store.NewMemStore() }},
-		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
-	} {
+	for _, tc := range finishedStoreKinds {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store()
 			h := startExecutor(t, st, newDomain(), nil)

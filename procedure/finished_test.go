@@ -21,16 +21,20 @@ import (
 // keeps each finished root's last record itself.
 type noReader struct{ store.Store }
 
+// finishedStoreKinds are the two ways the executor gets a finished root's
+// record back: from the store's Reader, or from the copy it keeps itself.
+var finishedStoreKinds = []struct {
+	name  string
+	store func() store.Store
+}{
+	{"reader", func() store.Store { return store.NewMemStore() }},
+	{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
+}
+
 // A finished root leaves the executor's table for its finishedRoot, and
 // whatever the API says of it is as before: its record has the rest.
 func TestFinishedRootsAreRetired(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func() store.Store
-	}{
-		{"reader", func() store.Store { return store.NewMemStore() }},
-		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
-	} {
+	for _, tc := range finishedStoreKinds {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store()
 			mc := clock.NewManual(time.Unix(1e6, 0))
@@ -488,13 +492,7 @@ func TestNonceIndexShortRefs(t *testing.T) {
 // id, which dedupes in turn), as the eviction moves the refs' base, and
 // after a restart.
 func TestFinishedNoncesAcross4GIDs(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func() store.Store
-	}{
-		{"reader", func() store.Store { return store.NewMemStore() }},
-		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
-	} {
+	for _, tc := range finishedStoreKinds {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.store()
 			mc := clock.NewManual(time.Unix(1e6, 0))
@@ -572,13 +570,7 @@ func TestFinishedNoncesAcross4GIDs(t *testing.T) {
 // the evicted root's id (it was still kept when they asked) or one new
 // id per nonce: never two new procedures for one nonce, nor an error.
 func TestFinishedNonceResubmitRacesEviction(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func() store.Store
-	}{
-		{"reader", func() store.Store { return store.NewMemStore() }},
-		{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
-	} {
+	for _, tc := range finishedStoreKinds {
 		t.Run(tc.name, func(t *testing.T) {
 			mc := clock.NewManual(time.Unix(1e6, 0))
 			h := startExecutor(t, tc.store(), newDomain(), func(c *Config) {

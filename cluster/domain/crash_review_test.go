@@ -29,12 +29,7 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) { c.CrashWave = 4 }})
 	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
 	per := h.checkTableOpen("default:t", regions)
-	victim := ""
-	for id, n := range per {
-		if victim == "" || n > per[victim] {
-			victim = id
-		}
-	}
+	victim := busiestServer(per)
 	var onVictim []string
 	for rg, srvs := range h.hosted() {
 		for _, s := range srvs {
@@ -153,12 +148,7 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 	}})
 	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
 	per := h.checkTableOpen("default:t", regions)
-	victim := ""
-	for id, n := range per {
-		if victim == "" || n > per[victim] {
-			victim = id
-		}
-	}
+	victim := busiestServer(per)
 	if per[victim] <= 2 {
 		t.Skipf("%s holds %d regions: one wave only", victim, per[victim])
 	}
@@ -236,12 +226,7 @@ func TestCrashWavePreparedTargetDiesBeforeTheOpen(t *testing.T) {
 	}})
 	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
 	per := h.checkTableOpen("default:t", regions)
-	victim := ""
-	for id, n := range per {
-		if victim == "" || n > per[victim] {
-			victim = id
-		}
-	}
+	victim := busiestServer(per)
 	mu.Lock()
 	armed = true
 	mu.Unlock()

@@ -193,12 +193,7 @@ func TestCrashWavesSurviveAFailoverAtEveryBoundary(t *testing.T) {
 	}})
 	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
 	per := h.checkTableOpen("default:t", regions)
-	victim := ""
-	for id, n := range per {
-		if victim == "" || n > per[victim] {
-			victim = id
-		}
-	}
+	victim := busiestServer(per)
 	if per[victim] <= wave {
 		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
 	}
@@ -417,12 +412,7 @@ func TestCrashWaveSurvivesALeaderLostWhileItsOpensAreUnderWay(t *testing.T) {
 	}})
 	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
 	per := h.checkTableOpen("default:t", regions)
-	victim := ""
-	for id, n := range per {
-		if victim == "" || n > per[victim] {
-			victim = id
-		}
-	}
+	victim := busiestServer(per)
 	if per[victim] <= wave {
 		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
 	}

@@ -341,3 +341,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// busiestServer is the server holding the most regions in per (server id
+// → regions): the one a crash test kills, to move the most.
+func busiestServer(per map[string]int) string {
+	victim := ""
+	for id, n := range per {
+		if victim == "" || n > per[victim] {
+			victim = id
+		}
+	}
+	return victim
+}
