@@ -39,6 +39,11 @@ type cli struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// watching, if set, is told the id of a procedure the command has
+	// submitted and now waits for: a test interrupting "a wait" needs to
+	// know the submission's answer arrived, not only that the cluster has
+	// the procedure.
+	watching func(id uint64)
 }
 
 // usageError is a bad command line: exit 2.

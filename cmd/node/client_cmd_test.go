@@ -489,9 +489,14 @@ func TestLockCommands(t *testing.T) {
 // runInBackground runs a command in-process until it ends or the returned
 // cancel (an interrupt) is called; the exit code arrives on the channel.
 func runInBackground(env map[string]string, args ...string) (stdout, stderr *syncbuf.Buffer, cancel context.CancelFunc, done chan int) {
+	return runInBackgroundWatching(env, nil, args...)
+}
+
+// runInBackgroundWatching is runInBackground with the cli's watching hook.
+func runInBackgroundWatching(env map[string]string, watching func(uint64), args ...string) (stdout, stderr *syncbuf.Buffer, cancel context.CancelFunc, done chan int) {
 	stdout, stderr = &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: func(k string) string { return env[k] }}
+	c := &cli{ctx: ctx, stdout: stdout, stderr: stderr, getenv: func(k string) string { return env[k] }, watching: watching}
 	done = make(chan int, 1)
 	go func() { done <- c.run(args) }()
 	return stdout, stderr, cancel, done

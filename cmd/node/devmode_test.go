@@ -203,7 +203,19 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 // --json prints one error document.
 func TestWaitInterrupted(t *testing.T) {
 	admin, _, _ := startDevAgent(t, "--dev-regionservers", "0")
-	out, errb, interrupt, done := runInBackground(nil, "proc", "submit", "sleep", "--arg", "steps=1", "--arg", "delay=1h", "--wait", "--json", "--addr", admin)
+	watching := make(chan uint64, 1)
+	out, errb, interrupt, done := runInBackgroundWatching(nil, func(id uint64) { watching <- id },
+		"proc", "submit", "sleep", "--arg", "steps=1", "--arg", "delay=1h", "--wait", "--json", "--addr", admin)
+	// The command must be waiting (its submission answered) before the
+	// interrupt: the cluster listing the procedure is not enough on a
+	// loaded machine, where the answer may still be on its way.
+	select {
+	case <-watching:
+	case code := <-done:
+		t.Fatalf("the command ended (exit %d) before waiting\n%s\n%s", code, out.String(), errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not start waiting")
+	}
 	testwait.For(t, 30*time.Second, "the submission", func() bool {
 		code, stdout, _ := runCLI(t, nil, "proc", "list", "--addr", admin, "--json")
 		return code == 0 && strings.Contains(stdout, `"WAITING_TIMEOUT"`)

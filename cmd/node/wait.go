@@ -39,6 +39,9 @@ func (c *cli) watch(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Cl
 		defer cancel()
 	}
 	var lastState, lastWhy, printed string
+	if c.watching != nil {
+		c.watching(id)
+	}
 	p, err := cl.Watch(ctx, id, func(p *adminpb.Procedure) error {
 		if !cf.json && !client.Terminal(p.GetState()) {
 			if p.GetState() != lastState {
