@@ -781,3 +781,42 @@ func TestMetricsSurviveANewExecutor(t *testing.T) {
 		t.Fatalf("submitted %v across two executors, want 2", v)
 	}
 }
+
+// TestWhyUpToListsTheOldestUnfinishedChildren checks that WhyUpTo names at
+// most n unfinished children, the oldest first, and Why all of them.
+func TestWhyUpToListsTheOldestUnfinishedChildren(t *testing.T) {
+	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+	ev := scheduler.NewEvent("never")
+	funcs.Store("whyupto-stuck", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
+	funcs.Store("whyupto-quick", func(ctx *Context) (Step, error) { return Done(), nil })
+	funcs.Store("whyupto-parent", func(ctx *Context) (Step, error) {
+		if len(ctx.Children()) == 0 {
+			// The quick ones finish; the parent still waits for the rest.
+			return Spawn(&funcProc{ID: "whyupto-quick"}, &funcProc{ID: "whyupto-stuck"}, &funcProc{ID: "whyupto-quick"},
+				&funcProc{ID: "whyupto-stuck"}, &funcProc{ID: "whyupto-stuck"}), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "whyupto-parent"}, SubmitOptions{})
+	var all Why
+	testwait.For(t, 10*time.Second, "the quick children finished", func() bool {
+		all, _ = h.x.Why(id)
+		return all.Reason == "waiting for children" && len(all.Children) == 3
+	})
+	for _, n := range []int{0, 1, 2, 3, 10, -1} {
+		w, err := h.x.WhyUpTo(id, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := all.Children
+		if n >= 0 && n < len(want) {
+			want = want[:n]
+		}
+		if !slices.Equal(w.Children, want) || w.Reason != all.Reason || len(w.Info.Children) != 5 {
+			t.Errorf("WhyUpTo(%d): children %v reason %q (%d in Info), want %v %q (5)", n, w.Children, w.Reason, len(w.Info.Children), want, all.Reason)
+		}
+	}
+	if !slices.IsSorted(all.Children) {
+		t.Errorf("Why's unfinished children %v are not oldest first", all.Children)
+	}
+}

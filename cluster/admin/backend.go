@@ -25,6 +25,8 @@ type Procedures interface {
 	Resume(id uint64) error
 	Ack(id uint64) error
 	Why(id uint64) (procedure.Why, error)
+	// WhyUpTo is Why listing at most n unfinished children.
+	WhyUpTo(id uint64, n int) (procedure.Why, error)
 	// Wait returns once root procedure id is terminal (or ctx ends).
 	Wait(ctx context.Context, id uint64) (procedure.Info, error)
 	// LookupNonce finds the procedure a submission with owner and nonce

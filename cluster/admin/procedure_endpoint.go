@@ -97,7 +97,7 @@ func whyReason(x Procedures, info procedure.Info) string {
 	if info.State.Terminal() {
 		return "finished"
 	}
-	w, err := x.Why(info.ID)
+	w, err := x.WhyUpTo(info.ID, childNoteBreadth)
 	if err != nil {
 		return ""
 	}
@@ -114,6 +114,10 @@ func whyReason(x Procedures, info procedure.Info) string {
 	return w.Reason
 }
 
+// childNoteBreadth is how many unfinished children of each procedure
+// childNote looks at.
+const childNoteBreadth = 64
+
 // childNote finds, depth levels deep at most, the first of the unfinished
 // procedures ids whose suspension says why it waits (procedure.Because).
 // It looks at a bounded number of them: this runs on every watch poll.
@@ -121,8 +125,8 @@ func childNote(x Procedures, ids []uint64, depth int) (uint64, string) {
 	if depth == 0 {
 		return 0, ""
 	}
-	for _, id := range ids[:min(len(ids), 64)] {
-		w, err := x.Why(id)
+	for _, id := range ids[:min(len(ids), childNoteBreadth)] {
+		w, err := x.WhyUpTo(id, childNoteBreadth)
 		if err != nil {
 			continue
 		}
