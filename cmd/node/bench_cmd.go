@@ -66,6 +66,9 @@ type scaleOptions struct {
 	json          bool
 	skip          map[string]bool
 	phaseTimeout  time.Duration
+	// profile, if set (--profile), takes the masters' CPU profiles during
+	// the open and the crash recovery.
+	profile *benchProfiler
 }
 
 // scaleMaster is one master's resources after the regions opened.
@@ -180,6 +183,8 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	skip := fs.String("skip", "", "phases to leave out, comma-separated: "+strings.Join(benchPhases, ", ")+" (commit, the group-commit sweep, is left out unless --commit)")
 	commit := fs.Bool("commit", false, fmt.Sprintf("also run the group-commit sweep: %v no-op procedures in flight, steps per leader log fsync and p99 step latency", benchCommitLevels))
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit) takes longer")
+	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof (read with 'go tool pprof')")
+	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,...] [flags]
 
@@ -256,6 +261,15 @@ flags:
 			bad("--skip: unknown phase %q (phases: %s)", p, strings.Join(benchPhases, ", "))
 		}
 		o.skip[p] = true
+	}
+	if *profileDir != "" {
+		if *profileSeconds < 1 {
+			bad("--profile-seconds %d: want at least 1", *profileSeconds)
+		} else if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			bad("--profile: %v", err)
+		} else {
+			o.profile = &benchProfiler{dir: *profileDir, seconds: *profileSeconds}
+		}
 	}
 	if len(problems) > 0 {
 		return o, usagef("%s", strings.Join(problems, "; "))
@@ -381,6 +395,9 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 	c, err := startBenchCluster(bin, dir, o.regionServers)
 	defer func() {
 		if c != nil {
+			for _, perr := range o.profile.wait() {
+				progress("%d regions: %v", n, perr)
+			}
 			if serr := c.stop(); serr != nil && err == nil {
 				err = serr
 			}
@@ -403,6 +420,7 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 	progress("%d regions: creating %d tables, %d at a time", n, len(tables), o.concurrency)
 	var open time.Duration
 	if err := phase("open", func(ctx context.Context) (err error) {
+		o.profile.start(ctx, c, n, "open")
 		open, err = openTables(ctx, c.cl, tables, o.concurrency)
 		return err
 	}); err != nil {
@@ -440,7 +458,7 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 	if !o.skip["crash"] {
 		progress("%d regions: region server crash (SIGKILL the one holding the most regions; its lease expires first)", n)
 		if err := phase("crash", func(ctx context.Context) error {
-			d, detected, held, err := crashRecovery(ctx, c, tables)
+			d, detected, held, err := crashRecovery(ctx, c, tables, func() { o.profile.start(ctx, c, n, "crash") })
 			if err == nil {
 				row.CrashRecoverySeconds, row.CrashDetectedSeconds, row.CrashedServerRegions = &d, &detected, held
 			}
@@ -630,7 +648,7 @@ func (c *benchCluster) waitCaughtUp(ctx context.Context, m *benchMaster) error {
 // crashRecovery SIGKILLs the region server holding the most regions and
 // returns the time until every region is open elsewhere, the time until
 // the leader saw its lease expire, and how many regions it held.
-func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable) (total, detected float64, held int, err error) {
+func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable, onDetected func()) (total, detected float64, held int, err error) {
 	// After a failover the new leader shows every server unconfirmed
 	// until it heartbeats.
 	if err := c.waitServers(ctx, len(c.servers)); err != nil {
@@ -678,6 +696,7 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable) (t
 		return 0, 0, 0, err
 	}
 	detected = time.Since(start).Seconds()
+	onDetected()
 	pending := map[string]bool{}
 	for _, t := range tables {
 		pending[t.name] = true

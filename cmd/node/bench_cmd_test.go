@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/baton-dev/baton/cluster/client"
@@ -11,6 +13,10 @@ import (
 )
 
 func TestBenchScaleBadFlags(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -22,6 +28,8 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--skip", "open"}, `--skip: unknown phase "open"`},
 		{[]string{"--phase-timeout", "0s"}, "--phase-timeout 0s"},
 		{[]string{"extra"}, "takes no arguments"},
+		{[]string{"--profile", t.TempDir(), "--profile-seconds", "0"}, "--profile-seconds 0: want at least 1"},
+		{[]string{"--profile", filepath.Join(notDir, "profiles")}, "--profile: mkdir"},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"bench", "scale"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
