@@ -227,6 +227,8 @@ func (x *Executor) acceptingLocked() error {
 		return ErrStopped
 	case !x.started:
 		return ErrNotStarted
+	case !x.loaded:
+		return fmt.Errorf("%w: still loading the store", ErrNotStarted)
 	}
 	return nil
 }

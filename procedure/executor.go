@@ -40,11 +40,15 @@ type Executor struct {
 	nonces map[string]*nonceEntry
 	// finished are the finished roots kept for their results, by id; fin
 	// indexes them (finished.go).
-	finished     finishedTable
-	fin          *finishedIndex
-	problems     map[uint64]LoadProblem
-	nextID       uint64
-	started      bool
+	finished finishedTable
+	fin      *finishedIndex
+	problems map[uint64]LoadProblem
+	nextID   uint64
+	started  bool
+	// loaded is set, and loadedCh closed, once Start has loaded the
+	// store: ids and nonces are known only from then on.
+	loaded       bool
+	loadedCh     chan struct{}
 	stopping     bool
 	fatal        error
 	listeners    []Listener
@@ -116,12 +120,19 @@ func New(cfg Config) (*Executor, error) {
 		workers:  make(map[*worker]struct{}),
 		nextID:   1,
 		live:     newLiveCounts(),
+		loadedCh: make(chan struct{}),
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake, Clock: x.clock})
 	m.live.x.Store(x) // the newest executor on a registry is the one scraped
 	return x, nil
 }
+
+// Loaded is closed once Start has loaded the store and the executor
+// accepts submissions. Before, Submit fails with ErrNotStarted; a caller
+// that holds the executor from before Start (a leader's services) waits
+// on Loaded rather than polling. It is never closed if the load fails.
+func (x *Executor) Loaded() <-chan struct{} { return x.loadedCh }
 
 // Scheduler exposes the executor's scheduler, for events and introspection.
 func (x *Executor) Scheduler() *scheduler.Scheduler { return x.sched }
@@ -165,6 +176,13 @@ func (x *Executor) Start() error {
 		return err
 	}
 	x.mu.Lock()
+	// Only now may Submit hand out ids: before load set nextID past every
+	// stored procedure, a submission would take id 1 and its insert would
+	// overwrite whatever procedure holds it (a load at a million regions
+	// takes seconds, and a new leader's services submit crash procedures
+	// meanwhile).
+	x.loaded = true
+	close(x.loadedCh)
 	for i := 0; i < x.cfg.Workers; i++ {
 		x.startWorkerLocked(false)
 	}

@@ -356,6 +356,10 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 	}
 	s.log.Warn("submitting server crash procedure failed; retrying", "server", ref.String(), "error", err)
 	s.background(func() {
+		// A new leader's executor refuses submissions until it has loaded
+		// the store (seconds at a million regions): the first retry goes
+		// as soon as it has, not at the next backoff.
+		loaded := s.x.Loaded()
 		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 			wait, stopWait := s.d.after(delay)
 			select {
@@ -363,6 +367,9 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 				stopWait()
 				return
 			case <-wait:
+			case <-loaded:
+				stopWait()
+				loaded = nil
 			}
 			err := submit()
 			if err == nil || errors.Is(err, procedure.ErrStopped) {
