@@ -738,7 +738,15 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 	}
 	w := Why{Info: x.infoLocked(e), Until: e.waitUntil}
 	root := x.roots[e.root]
-	for _, c := range e.children {
+	held := len(e.children) - e.unheldChildren
+	e.childrenDoneTo = min(e.childrenDoneTo, held) // a failed spawn takes its children back
+	for e.childrenDoneTo < held {
+		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.state.Terminal() {
+			break
+		}
+		e.childrenDoneTo++
+	}
+	for _, c := range e.children[e.childrenDoneTo:] {
 		if n >= 0 && len(w.Children) >= n {
 			break
 		}

@@ -56,26 +56,35 @@ type entry struct {
 	lastRec []byte
 	// goodState is the type's state as last serialised: written in its
 	// place when a later state cannot be (Executor.persist).
-	goodState     []byte
-	waitNote      string // the Because of the current suspension
-	childLatch    int
-	children      []uint64
-	inTable       bool             // in Executor.procs, and so in Executor.live's counts
-	running       bool             // claimed by a worker or an API call
-	rerun         bool             // polled while claimed: queue again on release
-	dirty         bool             // changed by an API call while claimed: persist on release
-	muts          []store.Mutation // domain changes of the last step, committed by its persist
-	lockWait      bool             // parked in a lock wait queue
-	pausedParked  bool             // polled while paused
-	timedOut      bool             // woken by its suspension's timer
-	yielded       bool             // its step yielded: queue it at the back once released
-	retryWait     bool             // RetriesUntilDone: waiting to run a failed step again
-	failures      int              // RetriesUntilDone: consecutive failed runs of its step
-	beforeStep    *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
-	event         *scheduler.Event
-	timer         clock.Timer
-	deadlineTimer clock.Timer
-	waitGen       uint64
+	goodState  []byte
+	waitNote   string // the Because of the current suspension
+	childLatch int
+	children   []uint64
+	// childrenDoneTo: every child before this index in children has
+	// finished (a child never runs again once it has), so a Why that looks
+	// for the unfinished ones starts there rather than walking the
+	// thousands of a big parent that are done already.
+	childrenDoneTo int
+	// unheldChildren are the last ones of children, added by a spawn whose
+	// write has not committed: not in Executor.procs yet, and so not to be
+	// taken for finished ones.
+	unheldChildren int
+	inTable        bool             // in Executor.procs, and so in Executor.live's counts
+	running        bool             // claimed by a worker or an API call
+	rerun          bool             // polled while claimed: queue again on release
+	dirty          bool             // changed by an API call while claimed: persist on release
+	muts           []store.Mutation // domain changes of the last step, committed by its persist
+	lockWait       bool             // parked in a lock wait queue
+	pausedParked   bool             // polled while paused
+	timedOut       bool             // woken by its suspension's timer
+	yielded        bool             // its step yielded: queue it at the back once released
+	retryWait      bool             // RetriesUntilDone: waiting to run a failed step again
+	failures       int              // RetriesUntilDone: consecutive failed runs of its step
+	beforeStep     *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
+	event          *scheduler.Event
+	timer          clock.Timer
+	deadlineTimer  clock.Timer
+	waitGen        uint64
 	// span is the procedure's span on this executor, nil until its first
 	// step here (or with tracing off); ended when it finishes or the
 	// executor stops.

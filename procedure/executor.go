@@ -1045,6 +1045,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 	}
 	x.setStateLocked(e, Waiting)
 	e.childLatch += len(kids)
+	e.unheldChildren += len(kids)
 	x.unlock()
 	if x.tracer != nil {
 		// Before the records are written: each child persists its span.
@@ -1065,6 +1066,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 		x.setStateLocked(e, Runnable)
 		e.childLatch -= len(kids)
 		e.children = e.children[:len(e.children)-len(kids)]
+		e.unheldChildren -= len(kids)
 		x.unlock()
 		fail(cause)
 	}
@@ -1099,6 +1101,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 		x.holdLocked(k)
 		root.members[k.id] = k
 	}
+	e.unheldChildren -= len(kids)
 	// An abort that came while the children were being written found
 	// none of them yet: they take it now.
 	var late []*entry

@@ -820,3 +820,78 @@ func TestWhyUpToListsTheOldestUnfinishedChildren(t *testing.T) {
 		t.Errorf("Why's unfinished children %v are not oldest first", all.Children)
 	}
 }
+
+// gatedInsertStore holds Insert while armed: the window in which a spawn's
+// children are in their parent's list but not yet in the executor's table.
+type gatedInsertStore struct {
+	*store.MemStore
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedInsertStore) Insert(p store.Proc, children []store.Proc) error {
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.entered)
+		<-s.release
+	}
+	return s.MemStore.Insert(p, children)
+}
+
+// TestWhyUpToAcrossSpawnWaves: WhyUpTo skips a parent's finished children
+// from where the last call stopped (a watch polls a parent of thousands),
+// yet never skips children of a spawn whose write is still in flight,
+// which are not in the executor's table yet and so look like finished
+// ones: once written and running, they are listed.
+func TestWhyUpToAcrossSpawnWaves(t *testing.T) {
+	gs := &gatedInsertStore{MemStore: store.NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
+	h := startExecutor(t, gs, newDomain(), nil)
+	ev := scheduler.NewEvent("stuck children")
+	var done atomic.Bool
+	funcs.Store("waves-stuck", func(ctx *Context) (Step, error) {
+		if done.Load() {
+			return Done(), nil
+		}
+		return Suspend(OnEvent(ev)), nil
+	})
+	funcs.Store("waves-quick", func(ctx *Context) (Step, error) { return Done(), nil })
+	var waves atomic.Int32
+	funcs.Store("waves-parent", func(ctx *Context) (Step, error) {
+		switch waves.Add(1) {
+		case 1:
+			return Spawn(&funcProc{ID: "waves-quick"}, &funcProc{ID: "waves-quick"}, &funcProc{ID: "waves-quick"}), nil
+		case 2:
+			gs.armed.Store(true) // this wave's write waits
+			return Spawn(&funcProc{ID: "waves-stuck"}, &funcProc{ID: "waves-stuck"}), nil
+		}
+		return Done(), nil
+	})
+	id := h.submit(&funcProc{ID: "waves-parent"}, SubmitOptions{})
+	select {
+	case <-gs.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the second wave was never written")
+	}
+	// Wave 1 is done, wave 2 is being written: nothing to list yet, and
+	// the calls walk over wave 1 for good.
+	for range 3 {
+		if w, err := h.x.WhyUpTo(id, 64); err != nil || len(w.Children) != 0 || len(w.Info.Children) != 5 {
+			t.Fatalf("during the second wave's write: %+v, %v; want no unfinished child of 5", w.Children, err)
+		}
+	}
+	close(gs.release)
+	var w Why
+	testwait.For(t, 10*time.Second, "the second wave listed", func() bool {
+		w, _ = h.x.WhyUpTo(id, 64)
+		return len(w.Children) == 2
+	})
+	all, err := h.x.Why(id)
+	if err != nil || !slices.Equal(w.Children, all.Children) || !slices.Equal(w.Children, w.Info.Children[3:]) {
+		t.Fatalf("WhyUpTo %v, Why %v (%v), Info %v: want the second wave's two", w.Children, all.Children, err, w.Info.Children)
+	}
+	done.Store(true)
+	h.x.Scheduler().WakeEvent(ev)
+	if info := h.wait(id); info.State != Success {
+		t.Fatalf("parent ended %v", info.State)
+	}
+}
