@@ -69,6 +69,14 @@ type logTuner struct {
 	// few intervals without jumping on one quiet interval's few no-ops.
 	lastEntries, lastBytes uint64
 	winEntries, winBytes   float64
+	// lastAvg is the mean entry size of the last window that held any,
+	// kept through quiet spells: a few seconds without commits (an
+	// election, an idle cluster) emptied the window, and the counts went
+	// back to the configured 8192 + 10240 entries, which at the 50 KB
+	// entries of a million-region cluster is 900 MB of log, until the
+	// next write brought them down again with a snapshot and a compaction
+	// of all that, just as the new leader needed the CPU and the disk.
+	lastAvg float64
 }
 
 // logLimits is what one observation decided.
@@ -92,10 +100,13 @@ func (t *logTuner) observe(entries, bytes uint64, live int64) logLimits {
 		budget = max(live, t.floor)
 	}
 	lim := logLimits{Budget: budget, SnapshotThreshold: t.maxThresh, TrailingLogs: t.maxTrail}
-	if t.winEntries < 1 {
+	switch {
+	case t.winEntries >= 1:
+		t.lastAvg = t.winBytes / t.winEntries
+	case t.lastAvg == 0:
 		return lim // nothing written yet: the configured counts stand
 	}
-	lim.AvgEntryBytes = t.winBytes / t.winEntries
+	lim.AvgEntryBytes = t.lastAvg
 	n := uint64(float64(budget) / lim.AvgEntryBytes)
 	clamp := func(ceiling uint64) uint64 {
 		return max(min(n, ceiling), min(t.minEntries, ceiling))

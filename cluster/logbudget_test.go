@@ -51,6 +51,17 @@ func TestLogTunerTurnsBytesIntoEntries(t *testing.T) {
 	if again := tu.observe(200, 100*1000+100*4000, 64<<20); again.AvgEntryBytes != lim.AvgEntryBytes {
 		t.Fatalf("quiet interval moved the mean: %+v → %+v", lim, again)
 	}
+	// So do many: the window empties, the counts stay those of the last
+	// entries seen, not the configured ones.
+	for range 64 {
+		if again := tu.observe(200, 100*1000+100*4000, 64<<20); again != lim {
+			t.Fatalf("a long quiet spell changed the limits: %+v → %+v", lim, again)
+		}
+	}
+	// and the next entries move the mean from there.
+	if next := tu.observe(300, 100*1000+100*4000+100*3000, 64<<20); next.AvgEntryBytes != 3000 {
+		t.Fatalf("after a quiet spell: %+v", next)
+	}
 }
 
 // logBytes sums the data of the entries n's bolt log holds.
