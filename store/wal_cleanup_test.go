@@ -313,7 +313,8 @@ func TestWALBytesBoundedByLiveData(t *testing.T) {
 		crashes int
 	)
 	coldWant := maps.Clone(want)
-	w.testHook = func(op, _ string) {
+	// Set in the writer goroutine, which reads it: the WAL is running.
+	hook := func(op, _ string) {
 		if op != "remove" {
 			return
 		}
@@ -336,6 +337,9 @@ func TestWALBytesBoundedByLiveData(t *testing.T) {
 				t.Errorf("crash image after a removal: hot id %d lost", id)
 			}
 		}
+	}
+	if !w.inWriter(func() { w.testHook = hook }) {
+		t.Fatal("the WAL is not running")
 	}
 	maxBytes := int64(0)
 	for range 3000 {
