@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -255,7 +256,7 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 			}
 			return s.toStatus(err)
 		}
-		if last == nil || !proto.Equal(last, p) {
+		if last == nil || !sameProcedure(last, p) {
 			if err := stream.Send(p); err != nil {
 				return err
 			}
@@ -360,4 +361,21 @@ func runsToProto(runs []procedure.Run) []*adminpb.ProcedureRun {
 			StartedUnixMs: r.At.UnixMilli(), LastUnixMs: r.Until.UnixMilli()})
 	}
 	return out
+}
+
+// sameProcedure is proto.Equal for two states of one procedure, with the
+// children compared as the slice of ids they are: reflection over the
+// 10,000 children of a big create, every poll of every watch, was 3% of a
+// 1 M-region leader's CPU. Both messages are the caller's own (a message
+// is encoded by the time stream.Send returns), so their children are set
+// aside for the comparison of the rest.
+func sameProcedure(a, b *adminpb.Procedure) bool {
+	if !slices.Equal(a.GetChildren(), b.GetChildren()) {
+		return false
+	}
+	ac, bc := a.Children, b.Children
+	a.Children, b.Children = nil, nil
+	eq := proto.Equal(a, b)
+	a.Children, b.Children = ac, bc
+	return eq
 }
