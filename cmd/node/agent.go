@@ -83,6 +83,9 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
 	ccfg.Env = dom
 	ccfg.LeaderServices = dom.LeaderServices
+	if cfg.Workers > 0 {
+		ccfg.Workers = cfg.Workers
+	}
 	node, err := cluster.NewNode(ccfg)
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)

@@ -24,6 +24,10 @@ const (
 	devRegionServers = 3
 )
 
+// maxAgentWorkers bounds --workers: each is a goroutine, and past a few
+// thousand the pool only adds scheduling cost.
+const maxAgentWorkers = 4096
+
 // agentConfig is the validated command line of `baton agent`.
 type agentConfig struct {
 	ID       string         // Raft server id, stable across restarts
@@ -41,6 +45,9 @@ type agentConfig struct {
 	// addresses, localhost and the hosts of --http-addr and --grpc-addr
 	// (console.Config.AllowedHosts), normalized by console.HostName.
 	HTTPAllowedHosts []string
+	// Workers is the size of the leader's executor pool (0: the default,
+	// cluster.DefaultWorkers).
+	Workers int
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -57,6 +64,8 @@ var agentEnv = map[string]string{
 	"dev-regionservers": "BATON_DEV_REGIONSERVERS",
 
 	"http-allowed-hosts": "BATON_HTTP_ALLOWED_HOSTS",
+
+	"workers": "BATON_WORKERS",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -78,6 +87,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		"(a name your browser uses for this node: a DNS name, a load balancer's); other names are refused, against DNS rebinding")
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
+	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
 	var devDefault bool
 	var envErr error
 	if v := getenv(agentEnv["dev"]); v != "" {
@@ -107,6 +117,13 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
+	}
+	if v := strings.TrimSpace(*workers); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxAgentWorkers {
+			bad("--workers %q: want a number of executor workers in 1..%d", v, maxAgentWorkers)
+		}
+		cfg.Workers = n
 	}
 	for _, h := range strings.Split(*allowedHosts, ",") {
 		if strings.TrimSpace(h) == "" {

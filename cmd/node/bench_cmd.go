@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -67,6 +68,8 @@ type scaleOptions struct {
 	json          bool
 	skip          map[string]bool
 	phaseTimeout  time.Duration
+	// workers is each master's --workers (0: the agent's default).
+	workers int
 	// profile, if set (--profile), takes the masters' CPU profiles during
 	// the open and the crash recovery.
 	profile *benchProfiler
@@ -177,6 +180,7 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	o := scaleOptions{}
 	fs.IntVar(&o.tableRegions, "table-regions", 2000, fmt.Sprintf("regions per table, 1 to %d (the most one table may have)", client.MaxRegions))
 	fs.IntVar(&o.concurrency, "concurrency", 4, "tables created at once")
+	fs.IntVar(&o.workers, "workers", 0, fmt.Sprintf("each master's executor workers (agent --workers), 1 to %d; 0: the agent's default (%d)", maxAgentWorkers, cluster.DefaultWorkers))
 	fs.IntVar(&o.regionServers, "regionservers", 3, "region servers (baton regionserver processes), at least 2: the crash phase kills one")
 	fs.StringVar(&o.dir, "dir", "", "put the clusters' data and logs here, and keep them (default: a temporary directory, removed at the end)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (its path is printed)")
@@ -241,6 +245,9 @@ flags:
 	}
 	if o.concurrency < 1 {
 		bad("--concurrency %d: want at least 1", o.concurrency)
+	}
+	if o.workers < 0 || o.workers > maxAgentWorkers {
+		bad("--workers %d: want 1 to %d, or 0 for the agent's default", o.workers, maxAgentWorkers)
 	}
 	if o.regionServers < 2 {
 		bad("--regionservers %d: want at least 2 (the crash phase kills one, the others reopen its regions)", o.regionServers)
@@ -393,7 +400,7 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 	}
 
 	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.regionServers, dir)
-	c, err := startBenchCluster(bin, dir, o.regionServers)
+	c, err := startBenchCluster(bin, dir, o.regionServers, o.workers)
 	defer func() {
 		if c != nil {
 			for _, perr := range o.profile.wait() {

@@ -28,6 +28,7 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--skip", "open"}, `--skip: unknown phase "open"`},
 		{[]string{"--phase-timeout", "0s"}, "--phase-timeout 0s"},
 		{[]string{"extra"}, "takes no arguments"},
+		{[]string{"--workers", "-1"}, "--workers -1: want 1 to 4096"},
 		{[]string{"--profile", t.TempDir(), "--profile-seconds", "0"}, "--profile-seconds 0: want at least 1"},
 		{[]string{"--profile", filepath.Join(notDir, "profiles")}, "--profile: mkdir"},
 	} {

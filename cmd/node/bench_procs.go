@@ -177,7 +177,7 @@ func freeAddrs(k int) ([]string, error) {
 // startBenchCluster starts 3 masters bootstrapping one cluster and
 // regionServers region servers, with the command lines the integration
 // harness and docker-compose use.
-func startBenchCluster(bin, dir string, regionServers int) (*benchCluster, error) {
+func startBenchCluster(bin, dir string, regionServers, workers int) (*benchCluster, error) {
 	const masters = 3
 	addrs, err := freeAddrs(3*masters + regionServers)
 	if err != nil {
@@ -197,6 +197,9 @@ func startBenchCluster(bin, dir string, regionServers int) (*benchCluster, error
 	for _, m := range c.masters {
 		m.args = []string{"agent", "--id", m.id, "--data-dir", m.dataDir, "--raft-addr", m.raftAddr,
 			"--grpc-addr", m.grpcAddr, "--http-addr", m.httpAddr, "--peers", strings.Join(peers, ",")}
+		if workers > 0 {
+			m.args = append(m.args, "--workers", strconv.Itoa(workers))
+		}
 	}
 	for i := range regionServers {
 		id := fmt.Sprintf("rs%d", i+1)
