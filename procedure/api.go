@@ -741,7 +741,7 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 	held := len(e.children) - e.unheldChildren
 	e.childrenDoneTo = min(e.childrenDoneTo, held) // a failed spawn takes its children back
 	for e.childrenDoneTo < held {
-		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.state.Terminal() {
+		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.endCommitted {
 			break
 		}
 		e.childrenDoneTo++

@@ -61,10 +61,15 @@ type entry struct {
 	childLatch int
 	children   []uint64
 	// childrenDoneTo: every child before this index in children has
-	// finished (a child never runs again once it has), so a Why that looks
-	// for the unfinished ones starts there rather than walking the
-	// thousands of a big parent that are done already.
+	// ended for good (endCommitted), so a Why that looks for the
+	// unfinished ones starts there rather than walking the thousands of a
+	// big parent that are done already.
 	childrenDoneTo int
+	// endCommitted: e is SUCCESS or ROLLEDBACK and that state's write has
+	// committed. Until then a SUCCESS may still turn FAILED (its state
+	// cannot be serialised for the write), so it is not yet "done" for
+	// good.
+	endCommitted bool
 	// unheldChildren are the last ones of children, added by a spawn whose
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.
