@@ -280,13 +280,20 @@ func (x *Executor) finishedErrLocked(id uint64) error {
 	return fmt.Errorf("%w: %d", ErrNotFound, id)
 }
 
-func (x *Executor) infoLocked(e *entry) Info {
+func (x *Executor) infoLocked(e *entry) Info { return x.infoOfLocked(e, true) }
+
+// infoOfLocked is infoLocked, with the children listed only if children.
+func (x *Executor) infoOfLocked(e *entry, children bool) Info {
+	var kids []uint64
+	if children {
+		kids = append([]uint64(nil), e.children...)
+	}
 	return Info{
 		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
 		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitted: e.submitted, Updated: e.updated,
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
-		Bypassed: e.bypass, Locked: e.locked, Children: append([]uint64(nil), e.children...),
+		Bypassed: e.bypass, Locked: e.locked, Children: kids,
 		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
 		// False once finished, as the retired root's record answers.
 		UntilDone: e.untilDone && !e.state.Terminal(),
@@ -719,7 +726,8 @@ func (x *Executor) Why(id uint64) (Why, error) {
 }
 
 // WhyUpTo is Why with at most n of the unfinished children listed (the
-// oldest first), or all of them if n < 0. A poll that names only the first
+// oldest first), or all of them if n < 0. With n ≥ 0, Info.Children is
+// left empty (Get lists them). A poll that names only the first
 // few (a watch, every 50 ms) then costs the same for a parent of ten
 // thousand regions as for one of ten: Why walks every child under the
 // executor's lock, which every step also takes.
@@ -736,7 +744,10 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 		x.unlock()
 		return Why{}, err
 	}
-	w := Why{Info: x.infoLocked(e), Until: e.waitUntil}
+	// A poll that names a few children needs none of the others: a crash
+	// procedure has hundreds of thousands, which would be copied at every
+	// poll of every watch (megabytes a poll, for the GC to scan and free).
+	w := Why{Info: x.infoOfLocked(e, n < 0), Until: e.waitUntil}
 	root := x.roots[e.root]
 	held := len(e.children) - e.unheldChildren
 	e.childrenDoneTo = min(e.childrenDoneTo, held) // a failed spawn takes its children back
