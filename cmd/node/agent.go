@@ -50,6 +50,7 @@ const shutdownTimeout = 15 * time.Second
 // shuts down gracefully (leadership transfer first).
 func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) error {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "baton." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+	raiseProcs(os.Getenv, logger)
 
 	reg := procedure.NewRegistry()
 	if err := diag.Register(reg); err != nil {
