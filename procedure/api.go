@@ -749,8 +749,9 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 	// poll of every watch (megabytes a poll, for the GC to scan and free).
 	w := Why{Info: x.infoOfLocked(e, n < 0), Until: e.waitUntil}
 	root := x.roots[e.root]
+	// held never shrinks (a failed spawn takes back only unheld children),
+	// so the cursor never passes it.
 	held := len(e.children) - e.unheldChildren
-	e.childrenDoneTo = min(e.childrenDoneTo, held) // a failed spawn takes its children back
 	for e.childrenDoneTo < held {
 		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.endCommitted {
 			break

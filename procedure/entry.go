@@ -65,10 +65,10 @@ type entry struct {
 	// unfinished ones starts there rather than walking the thousands of a
 	// big parent that are done already.
 	childrenDoneTo int
-	// endCommitted: e is SUCCESS or ROLLEDBACK and that state's write has
-	// committed. Until then a SUCCESS may still turn FAILED (its state
-	// cannot be serialised for the write), so it is not yet "done" for
-	// good.
+	// endCommitted: e is a child whose SUCCESS write has committed. Until
+	// then that SUCCESS may still turn FAILED (its state cannot be
+	// serialised for the write), so it is not yet done for good. A child
+	// rolled back never sets it: the cursor stops there, as it may.
 	endCommitted bool
 	// unheldChildren are the last ones of children, added by a spawn whose
 	// write has not committed: not in Executor.procs yet, and so not to be

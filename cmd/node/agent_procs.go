@@ -16,8 +16,8 @@ import (
 // down 3 to 4 minutes into the open, in both clean runs of `baton bench
 // scale --regions 1000000`; each new leader's load started the next stall,
 // and no leader lasted more than a few seconds for minutes on end (an
-// election storm of hundreds of terms). With 4 Ps, and with 8, none
-// stepped down through the open and the crash recovery. More Ps than
+// election storm of hundreds of terms). With 4 Ps (two runs) and with 8
+// (one), none stepped down through the open and the crash recovery. More Ps than
 // cores leave the time-slicing to the kernel, which runs a ready thread
 // within milliseconds, rather than to one process's run queue. It costs
 // throughput on such a machine (the open ran at 2,181 regions/s, against

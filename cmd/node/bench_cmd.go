@@ -25,6 +25,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -685,7 +686,7 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable, on
 		return 0, 0, 0, fmt.Errorf("region server %s is not one the bench started", victim.GetId())
 	}
 	start := time.Now()
-	kill := time.Now().Add(-time.Second) // the masters' clocks are this machine's
+	kill := start.Add(-time.Second) // the masters' clocks are this machine's
 	if err := proc.kill(); err != nil {
 		return 0, 0, 0, err
 	}
@@ -733,26 +734,30 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable, on
 // incarnation, submitted after since, to succeed.
 func waitServerCrash(ctx context.Context, cl *client.Client, victim *adminpb.Server, since time.Time) error {
 	var id uint64
+	want := domain.ServerRef{ID: victim.GetId(), StartCode: victim.GetStartCode()}
+	other := map[uint64]bool{} // crash procedures of other incarnations, read once
 	err := pollEvery(ctx, 100*time.Millisecond, false, "the crash procedure of "+victim.GetId(), func() (bool, string, error) {
-		procs, _, err := cl.List(ctx, client.ListOptions{Type: "ServerCrash", RootsOnly: true, NewestFirst: true, SubmittedAfter: since, PageSize: 100})
+		procs, _, err := cl.List(ctx, client.ListOptions{Type: domain.TypeServerCrash, RootsOnly: true, NewestFirst: true, SubmittedAfter: since, PageSize: 100})
 		if err != nil {
 			return false, err.Error(), nil
 		}
 		for _, p := range procs {
+			if other[p.GetId()] {
+				continue
+			}
 			full, err := cl.Get(ctx, p.GetId())
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			var args struct {
-				Server struct {
-					ID        string `json:"id"`
-					StartCode uint64 `json:"start_code"`
-				} `json:"server"`
+			var scp domain.ServerCrash
+			if err := json.Unmarshal(full.GetData(), &scp); err != nil {
+				return false, "", fmt.Errorf("crash procedure %d: arguments: %w", p.GetId(), err)
 			}
-			if json.Unmarshal(full.GetData(), &args) == nil && args.Server.ID == victim.GetId() && args.Server.StartCode == victim.GetStartCode() {
+			if scp.Server == want {
 				id = p.GetId()
 				return true, "", nil
 			}
+			other[p.GetId()] = true
 		}
 		return false, "not submitted yet", nil
 	})

@@ -85,9 +85,12 @@ func fetchProfile(ctx context.Context, client *http.Client, url, path string, li
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	if err != nil {
+		os.Remove(path) // a cut-off profile does not parse
+	}
+	return err
 }
