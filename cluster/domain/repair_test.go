@@ -621,7 +621,24 @@ func TestRepairBypassGuards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("the fanout's children", func() bool { w, err := x.Why(fan); return err == nil && len(w.Children) == 2 })
+	// The children must be asleep, not still in their first step: a running
+	// step is refused for its own reason (checked above), whatever --recursive says.
+	c.WaitFor("the fanout's children asleep", func() bool {
+		w, err := x.Why(fan)
+		if err != nil || len(w.Children) != 2 {
+			return false
+		}
+		for _, id := range w.Children {
+			if cw, err := x.Why(id); err != nil || cw.Reason != "waiting for timer" {
+				return false
+			}
+		}
+		return true
+	})
+	c.WaitFor("the sleeping procedure asleep", func() bool {
+		w, err := x.Why(sleeping)
+		return err == nil && w.Reason == "waiting for timer"
+	})
 	_, err = cl.BypassProcedure(rctx(t), fan, false, operator)
 	wantRefused(t, err, codes.FailedPrecondition, "unfinished children", "--recursive")
 	if res, err := cl.BypassProcedure(rctx(t), fan, true, operator); err != nil || len(res.GetBypassed()) != 3 {
