@@ -211,7 +211,7 @@ func TestUnavailable(t *testing.T) {
 				kv = map[string][]byte{}
 			}
 			b := &fakeBackend{id: "m0", leaderID: tc.leader, procsErr: tc.procsErr, kv: kv}
-			s, err := New(b, Config{AdvertiseAddr: "self:1"})
+			s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: 20 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

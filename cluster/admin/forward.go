@@ -63,8 +63,21 @@ func (e *leaderChangedError) Error() string {
 	return "this node's view of the leader changed: now " + e.to.String()
 }
 
+// noLeaderYet marks a failure to find a leader to forward to that the
+// next moments may mend: an election under way, this node elected but not
+// ready, the leader's admin address not registered yet. A held call
+// (holdForLeader) waits these out instead of answering them.
+type noLeaderYet struct{ err error }
+
+func (e *noLeaderYet) Error() string { return e.err.Error() }
+func (e *noLeaderYet) Unwrap() error { return e.err }
+
+// GRPCStatus keeps the UNAVAILABLE status (and its LeaderHint) it wraps.
+func (e *noLeaderYet) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
 // leaderClient returns a client of the leader's admin API and the leader
-// it reaches, or an UNAVAILABLE status saying why it cannot.
+// it reaches, or an UNAVAILABLE status saying why it cannot (a *noLeaderYet
+// where waiting may mend it).
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
 	if isForwarded(ctx) {
@@ -72,17 +85,17 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	}
 	id, _ := s.b.Leader()
 	if id == "" {
-		return nil, nil, none, s.unavailable("admin: no leader known (election under way?); retry shortly")
+		return nil, nil, none, &noLeaderYet{s.unavailable("admin: no leader known (election under way?); retry shortly")}
 	}
 	if id == s.b.ID() {
-		return nil, nil, none, s.unavailable("admin: this node is the leader but not ready yet; retry shortly")
+		return nil, nil, none, &noLeaderYet{s.unavailable("admin: this node is the leader but not ready yet; retry shortly")}
 	}
 	addr := s.adminAddr(id)
 	if addr == "" {
-		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))
+		return nil, nil, none, &noLeaderYet{s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))}
 	}
 	if addr == s.Advertise() {
-		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))
+		return nil, nil, none, &noLeaderYet{s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,42 +194,170 @@ func (s *Server) cancelStaleForwards() {
 func isNotLeader(err error) bool { return errors.Is(err, cluster.ErrNotLeader) }
 
 // onLeader runs local with the leader's executor when this node has one,
-// else forwards with remote.
+// else forwards with remote. A call that finds no leader ready to serve it
+// is held for it (holdForLeader).
 func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	var zero T
-	x, err := s.b.Procedures()
-	if err == nil {
-		v, err := local(x)
-		if err != nil {
-			return zero, s.toStatus(err)
+	h := s.holdForLeader(ctx)
+	for {
+		x, err := s.b.Procedures()
+		switch {
+		case err == nil:
+			v, err := local(x)
+			if err != nil {
+				return zero, s.toStatus(err)
+			}
+			return v, nil
+		case isNotLeader(err):
+			v, err := forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+			if h.retry(ctx, err) {
+				continue
+			}
+			return v, err
+		case errors.Is(err, cluster.ErrNotReady) && h.wait(ctx):
+			continue
 		}
-		return v, nil
-	}
-	if !isNotLeader(err) {
 		return zero, s.toStatus(err)
 	}
-	return forward(s, ctx, remote)
 }
 
 // orForward runs local (a leader-only operation not needing the executor)
 // and forwards with remote if it says this node is not the leader.
 func orForward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	var zero T
-	v, err := local()
-	if err == nil {
-		return v, nil
+	h := s.holdForLeader(ctx)
+	for {
+		v, err := local()
+		if err == nil {
+			return v, nil
+		}
+		if !isNotLeader(err) {
+			return zero, s.toStatus(err)
+		}
+		v, err = forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+		if h.retry(ctx, err) {
+			continue // this node may have become the leader meanwhile
+		}
+		return v, err
 	}
-	if !isNotLeader(err) {
-		return zero, s.toStatus(err)
-	}
-	return forward(s, ctx, remote)
 }
 
 // forward runs a unary call at the leader: bounded by ForwardTimeout if ctx
-// has no deadline (see forwardCall).
+// has no deadline (see forwardCall), held while no leader can take it
+// (holdForLeader).
 func forward[T any](s *Server, ctx context.Context, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
-	return forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+	h := s.holdForLeader(ctx)
+	for {
+		v, err := forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+		if h.retry(ctx, err) {
+			continue
+		}
+		return v, err
+	}
 }
+
+// leaderHold is a call's wait for a leader: until its deadline, a call that
+// found no leader ready to take it waits and tries again, so that a
+// client's call during an election is answered once the new leader is
+// ready instead of failing and backing off (Consul's RPCHoldTimeout).
+type leaderHold struct {
+	s     *Server
+	until time.Time
+	// unreachable is the leader a forward just failed to reach: the hold
+	// waits for another one.
+	unreachable leaderView
+}
+
+// holdPoll is how often a held call looks at this node's view of the
+// leader again: a fraction of an election.
+const holdPoll = 10 * time.Millisecond
+
+// holdForLeader starts a call's hold: LeaderHold from now, ending early
+// enough in ctx's deadline to answer before it (a quarter of what is left,
+// at most a second, is kept for that).
+func (s *Server) holdForLeader(ctx context.Context) *leaderHold {
+	now := time.Now()
+	until := now.Add(s.cfg.LeaderHold)
+	if d, ok := ctx.Deadline(); ok {
+		until = minTime(until, d.Add(-min(d.Sub(now)/4, time.Second)))
+	}
+	return &leaderHold{s: s, until: until}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// retry reports whether a forward that failed with err should be tried
+// again after a wait, and waits: when no leader could be found yet, or the
+// leader could not be reached (an answer from it, a cancellation by the
+// caller or a cut forward is final). It is false, at once, once the hold
+// or ctx has ended.
+func (h *leaderHold) retry(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var nl *noLeaderYet
+	if errors.As(err, &nl) {
+		h.unreachable = leaderView{}
+		return h.wait(ctx)
+	}
+	var ur *unreachableLeader
+	if errors.As(err, &ur) {
+		h.unreachable = ur.to
+		return h.wait(ctx)
+	}
+	return false
+}
+
+// wait sleeps until this node's view of the leader may let the call
+// through (a new view if the last leader was unreachable), polling every
+// holdPoll; false when the hold or ctx ends first.
+func (h *leaderHold) wait(ctx context.Context) bool {
+	t := time.NewTimer(holdPoll)
+	defer t.Stop()
+	for {
+		if !time.Now().Add(holdPoll).Before(h.until) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-h.s.stopCh:
+			return false
+		case <-t.C:
+		}
+		if h.unreachable.id == "" || h.s.leaderView() != h.unreachable {
+			return true
+		}
+		t.Reset(holdPoll)
+	}
+}
+
+// leaderView is this node's current view of the leader.
+func (s *Server) leaderView() leaderView {
+	id, _ := s.b.Leader()
+	v := leaderView{id: id}
+	if id != "" {
+		v.addr = s.adminAddr(id)
+	}
+	return v
+}
+
+// unreachableLeader marks the failure to reach the leader a call was
+// forwarded to (it gave no answer of its own): a held call tries again
+// once this node sees another leader.
+type unreachableLeader struct {
+	to  leaderView
+	err error
+}
+
+func (e *unreachableLeader) Error() string              { return e.err.Error() }
+func (e *unreachableLeader) Unwrap() error              { return e.err }
+func (e *unreachableLeader) GRPCStatus() *status.Status { return status.Convert(e.err) }
 
 // forwardCall runs remote with a client of the leader. If ctx has no
 // deadline and timeout is positive, the call is bounded by timeout. The
@@ -281,7 +422,7 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		if _, ok := LeaderHintOf(err); !ok {
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
-			return s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))
+			return &unreachableLeader{to, s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}
 		}
 	}
 	return err

@@ -27,6 +27,7 @@ const (
 	DefaultWatchInterval    = 50 * time.Millisecond
 	DefaultRegisterInterval = 250 * time.Millisecond
 	DefaultForwardTimeout   = 10 * time.Second
+	DefaultLeaderHold       = 2 * time.Second
 	DefaultPageSize         = 100
 	MaxPageSize             = 1000
 )
@@ -61,6 +62,14 @@ type Config struct {
 	// ForwardTimeout bounds a forwarded unary call whose caller set no
 	// deadline. Default 10 s.
 	ForwardTimeout time.Duration
+	// LeaderHold is how long a call that finds no leader ready to take it
+	// (an election under way, the new leader still loading, the old one
+	// unreachable) waits for one before answering UNAVAILABLE; a call with
+	// a deadline keeps part of it to answer in. Negative: none (answer at
+	// once). Default 2 s, a few elections: a client's call during a
+	// failover is answered as soon as the new leader is ready, instead of
+	// failing and backing off past that moment.
+	LeaderHold time.Duration
 	// DialOptions are used to reach the leader when forwarding, after
 	// client.FailoverDialOptions (so they may override them). Default:
 	// insecure transport credentials.
@@ -122,6 +131,12 @@ func New(b Backend, cfg Config) (*Server, error) {
 	}
 	if cfg.ForwardTimeout <= 0 {
 		cfg.ForwardTimeout = DefaultForwardTimeout
+	}
+	switch {
+	case cfg.LeaderHold == 0:
+		cfg.LeaderHold = DefaultLeaderHold
+	case cfg.LeaderHold < 0:
+		cfg.LeaderHold = 0
 	}
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
