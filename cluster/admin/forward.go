@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
@@ -243,17 +244,11 @@ func orForward[T any](s *Server, ctx context.Context, local func() (T, error), r
 }
 
 // forward runs a unary call at the leader: bounded by ForwardTimeout if ctx
-// has no deadline (see forwardCall), held while no leader can take it
-// (holdForLeader).
+// has no deadline (see forwardCall). It does not hold: a caller that holds
+// must look again at whether this node has become the leader between tries
+// (onLeader, orForward, serveRead).
 func forward[T any](s *Server, ctx context.Context, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
-	h := s.holdForLeader(ctx)
-	for {
-		v, err := forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
-		if h.retry(ctx, err) {
-			continue
-		}
-		return v, err
-	}
+	return forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
 }
 
 // leaderHold is a call's wait for a leader: until its deadline, a call that
@@ -268,16 +263,26 @@ type leaderHold struct {
 	unreachable leaderView
 }
 
+// noHoldKey marks a context whose calls are not held: the registration
+// loop's, which tries again at its next tick anyway and must not hold up
+// the health updates of the ticks in between.
+type noHoldKey struct{}
+
 // holdPoll is how often a held call looks at this node's view of the
 // leader again: a fraction of an election.
 const holdPoll = 10 * time.Millisecond
 
 // holdForLeader starts a call's hold: LeaderHold from now, ending early
 // enough in ctx's deadline to answer before it (a quarter of what is left,
-// at most a second, is kept for that).
+// at most a second, is kept for that). A call forwarded from a standby is
+// held again by the leader (elected, still establishing) within the
+// deadline the standby passed on, or LeaderHold if there is none.
 func (s *Server) holdForLeader(ctx context.Context) *leaderHold {
 	now := time.Now()
 	until := now.Add(s.cfg.LeaderHold)
+	if ctx.Value(noHoldKey{}) != nil {
+		until = now
+	}
 	if d, ok := ctx.Deadline(); ok {
 		until = minTime(until, d.Add(-min(d.Sub(now)/4, time.Second)))
 	}
@@ -293,9 +298,11 @@ func minTime(a, b time.Time) time.Time {
 
 // retry reports whether a forward that failed with err should be tried
 // again after a wait, and waits: when no leader could be found yet, or the
-// leader could not be reached (an answer from it, a cancellation by the
-// caller or a cut forward is final). It is false, at once, once the hold
-// or ctx has ended.
+// leader could not be reached before the request was sent (unsent). A
+// failure once it may have been sent is final, as are an answer of the
+// leader, a cancellation by the caller and a cut forward: the leader may
+// have acted on it, and a second try could act twice (a submission without
+// a nonce, an abort). It is false, at once, once the hold or ctx has ended.
 func (h *leaderHold) retry(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil {
 		return false
@@ -306,19 +313,26 @@ func (h *leaderHold) retry(ctx context.Context, err error) bool {
 		return h.wait(ctx)
 	}
 	var ur *unreachableLeader
-	if errors.As(err, &ur) {
+	if errors.As(err, &ur) && ur.unsent {
 		h.unreachable = ur.to
 		return h.wait(ctx)
 	}
 	return false
 }
 
+// unreachableRetry is how often a held call tries a leader it could not
+// reach again while this node sees no other: it may be back (a restart at
+// the same address, a moment's refusal).
+const unreachableRetry = 100 * time.Millisecond
+
 // wait sleeps until this node's view of the leader may let the call
-// through (a new view if the last leader was unreachable), polling every
-// holdPoll; false when the hold or ctx ends first.
+// through, polling every holdPoll: at the next poll, or, if the last
+// leader was unreachable, once the view names another leader or
+// unreachableRetry has passed. False when the hold or ctx ends first.
 func (h *leaderHold) wait(ctx context.Context) bool {
 	t := time.NewTimer(holdPoll)
 	defer t.Stop()
+	again := time.Now().Add(unreachableRetry)
 	for {
 		if !time.Now().Add(holdPoll).Before(h.until) {
 			return false
@@ -330,7 +344,7 @@ func (h *leaderHold) wait(ctx context.Context) bool {
 			return false
 		case <-t.C:
 		}
-		if h.unreachable.id == "" || h.s.leaderView() != h.unreachable {
+		if h.unreachable.id == "" || h.s.leaderView() != h.unreachable || !time.Now().Before(again) {
 			return true
 		}
 		t.Reset(holdPoll)
@@ -348,11 +362,35 @@ func (s *Server) leaderView() leaderView {
 }
 
 // unreachableLeader marks the failure to reach the leader a call was
-// forwarded to (it gave no answer of its own): a held call tries again
-// once this node sees another leader.
+// forwarded to (it gave no answer of its own). unsent says the request
+// never left this node (see markUnsent): only then may a held call try
+// again.
 type unreachableLeader struct {
-	to  leaderView
-	err error
+	to     leaderView
+	err    error
+	unsent bool
+}
+
+// errUnsent marks a forwarded call that failed before gRPC had a stream
+// to send it on (markUnsent).
+type errUnsent struct{ err error }
+
+func (e *errUnsent) Error() string              { return e.err.Error() }
+func (e *errUnsent) Unwrap() error              { return e.err }
+func (e *errUnsent) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// markUnsent is the forwarding connections' interceptor that tells a call
+// that was never sent from one that may have been: gRPC records the peer
+// of a call only once it has a transport stream for it, before which
+// nothing of the request has left this node (a connection refused, reset
+// during its handshake, or in backoff fails the call at that point).
+func markUnsent(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	var p peer.Peer
+	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+	if err != nil && p.Addr == nil {
+		return &errUnsent{err}
+	}
+	return err
 }
 
 func (e *unreachableLeader) Error() string              { return e.err.Error() }
@@ -422,7 +460,8 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		if _, ok := LeaderHintOf(err); !ok {
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
-			return &unreachableLeader{to, s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}
+			var un *errUnsent
+			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message())), unsent: errors.As(err, &un)}
 		}
 	}
 	return err

@@ -2,16 +2,19 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -25,6 +28,11 @@ type countingBackend struct {
 func (c *countingBackend) Procedures() (Procedures, error) {
 	c.asks.Add(1)
 	return c.fakeBackend.Procedures()
+}
+
+func (c *countingBackend) LinearizableRead(ctx context.Context) (cluster.ReadInfo, error) {
+	c.asks.Add(1)
+	return c.fakeBackend.LinearizableRead(ctx)
 }
 
 // A call that finds no leader ready to take it waits for one: answered by
@@ -142,5 +150,162 @@ func TestLeaderHoldEndsBeforeTheDeadline(t *testing.T) {
 			t.Errorf("hold %v: no LeaderHint in %v", hold, err)
 		}
 		cancel()
+	}
+}
+
+// A read held while no leader is known is served by this node once it is
+// the leader, not forwarded (to itself) until the hold ends.
+func TestLeaderHoldServesAReadOnceThisNodeLeads(t *testing.T) {
+	for _, c := range []adminpb.Consistency{adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE} {
+		t.Run(c.String(), func(t *testing.T) {
+			x, _ := newExecutor(t)
+			b := &countingBackend{fakeBackend: &fakeBackend{id: "m0", procsErr: &cluster.NotLeaderError{}, kv: map[string][]byte{}}}
+			s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got := make(chan error, 1)
+			go func() {
+				_, err := s.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: 42, Consistency: c})
+				got <- err
+			}()
+			if c == adminpb.Consistency_LINEARIZABLE {
+				testwait.For(t, 20*time.Second, "the read held", func() bool { return b.asks.Load() >= 3 })
+			}
+			b.mu.Lock()
+			b.leaderID, b.procsErr, b.procs = "m0", nil, x
+			b.mu.Unlock()
+			if err := <-got; status.Code(err) != codes.NotFound {
+				t.Fatalf("held read: %v, want NOT_FOUND from this node's executor", err)
+			}
+		})
+	}
+}
+
+// A leader that refused a forward, and is back at the same address while
+// this node still sees it leading, is tried again within the hold.
+func TestLeaderHoldTriesTheSameLeaderAgain(t *testing.T) {
+	x, _ := newExecutor(t)
+	dropping, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dropping.Addr().String()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := dropping.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	leader, err := New(&fakeBackend{id: "m1", leaderID: "m1", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: addr, LeaderHold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Stop(context.Background())
+	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"},
+		kv: map[string][]byte{cluster.AdminAddrKey("m1"): []byte(addr)}}
+	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+		got <- err
+	}()
+	testwait.For(t, 20*time.Second, "a forward refused", func() bool { return accepted.Load() >= 1 })
+	dropping.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the leader's port was taken meanwhile: %v", err)
+	}
+	go leader.Serve(ln)
+	if err := <-got; err != nil {
+		t.Fatalf("held submit: %v", err)
+	}
+	if n := len(x.List(procedure.Filter{})); n != 1 {
+		t.Fatalf("the leader has %d procedures, want 1", n)
+	}
+}
+
+// runThenDie is a leader that takes a submission and dies before
+// answering it.
+type runThenDie struct {
+	adminpb.UnimplementedAdminServer
+	ran  atomic.Int64
+	died chan struct{}
+}
+
+func (l *runThenDie) SubmitProcedure(ctx context.Context, _ *adminpb.SubmitProcedureRequest) (*adminpb.SubmitProcedureResponse, error) {
+	l.ran.Add(1)
+	close(l.died)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A forward the old leader received is never sent again, even once this
+// node sees a new leader within the hold: the old one may have acted on it
+// (here a submission without a nonce would have run twice). The caller
+// gets UNAVAILABLE and decides.
+func TestLeaderHoldNeverSendsTwice(t *testing.T) {
+	old := &runThenDie{died: make(chan struct{})}
+	oldLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	adminpb.RegisterAdminServer(gs, old)
+	go gs.Serve(oldLn)
+	defer gs.Stop()
+
+	x, _ := newExecutor(t)
+	next, err := New(&fakeBackend{id: "m2", leaderID: "m2", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: "next:1", LeaderHold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go next.Serve(nextLn)
+	defer next.Stop(context.Background())
+
+	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"}, kv: map[string][]byte{
+		cluster.AdminAddrKey("m1"): []byte(oldLn.Addr().String()),
+		cluster.AdminAddrKey("m2"): []byte(nextLn.Addr().String()),
+	}}
+	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+		got <- err
+	}()
+	<-old.died
+	b.mu.Lock()
+	b.leaderID = "m2"
+	b.mu.Unlock()
+	gs.Stop()
+	err = <-got
+	if status.Code(err) != codes.Unavailable || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("submit whose leader died with it: %v, want UNAVAILABLE", err)
+	}
+	if n := len(x.List(procedure.Filter{})); n != 0 || old.ran.Load() != 1 {
+		t.Fatalf("ran %d times on the old leader and %d on the new one, want 1 and 0", old.ran.Load(), n)
 	}
 }

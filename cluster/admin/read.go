@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/baton-dev/baton/cluster"
@@ -64,18 +65,27 @@ func serveRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
 		}
 		return v, nil
 	}
-	ri, err := s.b.LinearizableRead(ctx)
-	if err != nil {
-		if isNotLeader(err) {
-			return forward(s, ctx, remote)
+	h := s.holdForLeader(ctx)
+	for {
+		ri, err := s.b.LinearizableRead(ctx)
+		switch {
+		case err == nil:
+			v, err := local(readInfo(ri))
+			if err != nil {
+				return zero, s.toStatus(err)
+			}
+			return v, nil
+		case isNotLeader(err):
+			v, err := forward(s, ctx, remote)
+			if h.retry(ctx, err) {
+				continue // this node may have become the leader meanwhile
+			}
+			return v, err
+		case errors.Is(err, cluster.ErrNotReady) && h.wait(ctx):
+			continue
 		}
 		return zero, s.toStatus(err)
 	}
-	v, err := local(readInfo(ri))
-	if err != nil {
-		return zero, s.toStatus(err)
-	}
-	return v, nil
 }
 
 // serveLeaderRead is serveRead for state only the leader holds (its
@@ -85,11 +95,19 @@ func serveLeaderRead[T any](s *Server, ctx context.Context, c adminpb.Consistenc
 	local func(*adminpb.ReadInfo) (T, error),
 	remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	var zero T
-	if c == adminpb.Consistency_STALE && !s.b.IsLeader() {
-		if err := checkConsistency(c); err != nil {
-			return zero, s.toStatus(err)
+	if c != adminpb.Consistency_STALE {
+		return serveRead(s, ctx, c, local, remote)
+	}
+	if err := checkConsistency(c); err != nil {
+		return zero, s.toStatus(err)
+	}
+	h := s.holdForLeader(ctx)
+	for !s.b.IsLeader() {
+		v, err := forward(s, ctx, remote)
+		if h.retry(ctx, err) {
+			continue
 		}
-		return forward(s, ctx, remote)
+		return v, err
 	}
 	return serveRead(s, ctx, c, local, remote)
 }

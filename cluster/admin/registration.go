@@ -50,7 +50,7 @@ func (s *Server) tick() {
 	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
 	defer cancel()
 	go func() { // end the call early on Stop
 		select {

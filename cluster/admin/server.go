@@ -141,7 +141,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 	if cfg.DialOptions == nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	cfg.DialOptions = append(client.FailoverDialOptions(), cfg.DialOptions...)
+	cfg.DialOptions = append(append(client.FailoverDialOptions(), cfg.DialOptions...), grpc.WithChainUnaryInterceptor(markUnsent))
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
