@@ -440,14 +440,19 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	var un *errUnsent
+	unsent := errors.As(err, &un)
 	if fctx.Err() != nil {
 		cause := context.Cause(fctx)
 		var lc *leaderChangedError
 		switch {
 		case errors.As(cause, &lc):
-			return s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))
+			// Cut while still waiting for a connection (a leader gone
+			// without a reset), it was never sent: a held call goes on
+			// to the leader this node sees now.
+			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc)), unsent: unsent}
 		case errors.Is(cause, errForwardTimeout):
-			return s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))
+			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout)), unsent: unsent}
 		case errors.Is(cause, errStopping):
 			return s.unavailable("admin: server stopping; call forwarded to " + to.String() + " cancelled")
 		}
@@ -460,8 +465,7 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		if _, ok := LeaderHintOf(err); !ok {
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
-			var un *errUnsent
-			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message())), unsent: errors.As(err, &un)}
+			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message())), unsent: unsent}
 		}
 	}
 	return err

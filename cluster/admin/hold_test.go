@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
@@ -307,5 +308,72 @@ func TestLeaderHoldNeverSendsTwice(t *testing.T) {
 	}
 	if n := len(x.List(procedure.Filter{})); n != 0 || old.ran.Load() != 1 {
 		t.Fatalf("ran %d times on the old leader and %d on the new one, want 1 and 0", old.ran.Load(), n)
+	}
+}
+
+// blackholeDialer dials "192.0.2.1:9" as a host that vanished without a
+// reset would be: the SYN is never answered, the dial lasts until gRPC's
+// connect deadline (MinConnectTimeout) or the call's end. Other addresses
+// are dialed normally.
+func blackholeDialer(dials *atomic.Int64) grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr == "192.0.2.1:9" {
+			dials.Add(1)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	})
+}
+
+// A forward still waiting for a connection to the old leader (nothing sent:
+// gRPC has no transport for it), cut when this node sees a new leader, goes
+// on to the new one within the hold (found by review: it was answered
+// UNAVAILABLE).
+func TestLeaderHoldSendsACutUnsentForwardOn(t *testing.T) {
+	x, _ := newExecutor(t)
+	next, err := New(&fakeBackend{id: "m2", leaderID: "m2", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: "next:1", LeaderHold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go next.Serve(nextLn)
+	defer next.Stop(context.Background())
+
+	var dials atomic.Int64
+	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"}, kv: map[string][]byte{
+		cluster.AdminAddrKey("m1"): []byte("192.0.2.1:9"),
+		cluster.AdminAddrKey("m2"): []byte(nextLn.Addr().String()),
+	}}
+	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), blackholeDialer(&dials)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+		got <- err
+	}()
+	testwait.For(t, 10*time.Second, "a forward connecting to the vanished leader", func() bool { return dials.Load() >= 1 })
+	// The dial is the call's own (the connection is made on its first
+	// call), so the call is tracked and waiting in gRPC's pick.
+	b.mu.Lock()
+	b.leaderID = "m2"
+	b.mu.Unlock()
+	s.cancelStaleForwards() // what watchLeader does every RegisterInterval
+	err = <-got
+	if err != nil {
+		t.Errorf("held submit, never sent to the vanished leader, after this node saw a new one: %v (want it sent to m2)", err)
+	}
+	if n := len(x.List(procedure.Filter{})); n != 1 {
+		t.Errorf("the new leader has %d procedures, want 1", n)
 	}
 }

@@ -68,7 +68,9 @@ type Config struct {
 	// a deadline keeps part of it to answer in. Negative: none (answer at
 	// once). Default 2 s, a few elections: a client's call during a
 	// failover is answered as soon as the new leader is ready, instead of
-	// failing and backing off past that moment.
+	// failing and backing off past that moment. A call held by a standby
+	// and then by the leader it reaches (elected, still loading) waits up
+	// to twice this, within the caller's deadline if it set one.
 	LeaderHold time.Duration
 	// DialOptions are used to reach the leader when forwarding, after
 	// client.FailoverDialOptions (so they may override them). Default:
