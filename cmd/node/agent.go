@@ -51,6 +51,7 @@ const shutdownTimeout = 15 * time.Second
 func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) error {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "baton." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
 	raiseProcs(os.Getenv, logger)
+	tuneGC(os.Getenv, logger)
 
 	reg := procedure.NewRegistry()
 	if err := diag.Register(reg); err != nil {
