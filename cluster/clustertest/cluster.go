@@ -149,6 +149,13 @@ func New(t testing.TB, cfg Config) *Cluster {
 		rss: map[string]*regionserver.Server{}, stopped: map[string]bool{}, pauses: map[int]*time.Timer{}}
 	c.faults = rpcfault.New(rpcfault.Config{Seed: cfg.FaultSeed, Logger: c.logs.logger("faults")})
 	t.Logf("clustertest: fault seed %d", c.faults.Seed())
+	// The masters' directories come from t.TempDir, whose removal is a
+	// cleanup registered at its first call, and cleanups run last first:
+	// called after the one below, the directories went while the nodes
+	// still ran, and a snapshot written meanwhile failed the removal
+	// ("snapshots: directory not empty"). Called here, they go after the
+	// nodes have stopped.
+	_ = t.TempDir()
 	t.Cleanup(func() {
 		c.close()
 		c.printLogs()
