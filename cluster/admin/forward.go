@@ -259,7 +259,7 @@ type leaderHold struct {
 	s     *Server
 	until time.Time
 	// unreachable is the leader a forward just failed to reach: the hold
-	// waits for another one.
+	// waits for another one, or tries it again after unreachableRetry.
 	unreachable leaderView
 }
 
@@ -298,9 +298,10 @@ func minTime(a, b time.Time) time.Time {
 
 // retry reports whether a forward that failed with err should be tried
 // again after a wait, and waits: when no leader could be found yet, or the
-// leader could not be reached before the request was sent (unsent). A
-// failure once it may have been sent is final, as are an answer of the
-// leader, a cancellation by the caller and a cut forward: the leader may
+// leader could not be reached before the request was sent (unsent, also
+// when the forward was cut by a change of leader while it waited for a
+// connection). A failure once it may have been sent is final, as are an
+// answer of the leader and a cancellation by the caller: the leader may
 // have acted on it, and a second try could act twice (a submission without
 // a nonce, an abort). It is false, at once, once the hold or ctx has ended.
 func (h *leaderHold) retry(ctx context.Context, err error) bool {
