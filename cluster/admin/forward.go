@@ -64,21 +64,19 @@ func (e *leaderChangedError) Error() string {
 	return "this node's view of the leader changed: now " + e.to.String()
 }
 
-// noLeaderYet marks a failure to find a leader to forward to that the
-// next moments may mend: an election under way, this node elected but not
-// ready, the leader's admin address not registered yet. A held call
-// (holdForLeader) waits these out instead of answering them.
-type noLeaderYet struct{ err error }
+// statusCause is an error that marks the status error it wraps for the
+// hold, while gRPC and LeaderHintOf still see that status.
+type statusCause struct{ err error }
 
-func (e *noLeaderYet) Error() string { return e.err.Error() }
-func (e *noLeaderYet) Unwrap() error { return e.err }
-
-// GRPCStatus keeps the UNAVAILABLE status (and its LeaderHint) it wraps.
-func (e *noLeaderYet) GRPCStatus() *status.Status { return status.Convert(e.err) }
+func (e statusCause) Error() string              { return e.err.Error() }
+func (e statusCause) Unwrap() error              { return e.err }
+func (e statusCause) GRPCStatus() *status.Status { return status.Convert(e.err) }
 
 // leaderClient returns a client of the leader's admin API and the leader
-// it reaches, or an UNAVAILABLE status saying why it cannot (a *noLeaderYet
-// where waiting may mend it).
+// it reaches, or an UNAVAILABLE status saying why it cannot: a noLeaderYet
+// where the next moments may mend it (an election under way, this node
+// elected but not ready, the leader's admin address not registered yet),
+// which a held call waits out.
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
 	if isForwarded(ctx) {
@@ -86,17 +84,17 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	}
 	id, _ := s.b.Leader()
 	if id == "" {
-		return nil, nil, none, &noLeaderYet{s.unavailable("admin: no leader known (election under way?); retry shortly")}
+		return nil, nil, none, noLeaderYet(s.unavailable("admin: no leader known (election under way?); retry shortly"))
 	}
 	if id == s.b.ID() {
-		return nil, nil, none, &noLeaderYet{s.unavailable("admin: this node is the leader but not ready yet; retry shortly")}
+		return nil, nil, none, noLeaderYet(s.unavailable("admin: this node is the leader but not ready yet; retry shortly"))
 	}
 	addr := s.adminAddr(id)
 	if addr == "" {
-		return nil, nil, none, &noLeaderYet{s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id))}
+		return nil, nil, none, noLeaderYet(s.unavailable(fmt.Sprintf("admin: leader %q has not registered its admin address yet; retry shortly", id)))
 	}
 	if addr == s.Advertise() {
-		return nil, nil, none, &noLeaderYet{s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr))}
+		return nil, nil, none, noLeaderYet(s.unavailable(fmt.Sprintf("admin: leader %q is registered at this node's own address %s (stale); retry shortly", id, addr)))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,12 +172,8 @@ func (s *Server) cancelStaleForwards() {
 	if len(calls) == 0 {
 		return
 	}
-	id, _ := s.b.Leader()
-	self := id == s.b.ID() || s.b.IsLeader()
-	now := leaderView{id: id}
-	if id != "" {
-		now.addr = s.adminAddr(id)
-	}
+	now := s.leaderView()
+	self := now.id == s.b.ID() || s.b.IsLeader()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range calls {
@@ -195,22 +189,50 @@ func (s *Server) cancelStaleForwards() {
 func isNotLeader(err error) bool { return errors.Is(err, cluster.ErrNotLeader) }
 
 // onLeader runs local with the leader's executor when this node has one,
-// else forwards with remote. A call that finds no leader ready to serve it
-// is held for it (holdForLeader).
+// else forwards with remote; a call that finds no leader ready to serve it
+// is held for one (heldCall).
 func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
-	var zero T
-	h := s.holdForLeader(ctx)
-	for {
+	return heldCall(s, ctx, func() (v T, served bool, err error) {
 		x, err := s.b.Procedures()
+		if err != nil {
+			return v, false, err
+		}
+		v, err = local(x)
+		return v, true, err
+	}, remote)
+}
+
+// orForward runs local (a leader-only operation not needing the executor)
+// and forwards with remote if it says this node is not the leader.
+func orForward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	return heldCall(s, ctx, func() (T, bool, error) {
+		v, err := local()
+		return v, !isNotLeader(err), err
+	}, remote)
+}
+
+// heldCall serves a call on this node, or at the leader. here tries this
+// node. Served, its answer is final: an error is the call's own, turned
+// into a status, even one saying leadership was lost mid-way (what it did
+// may have committed, so it is not sent elsewhere). Not served, err says
+// why: not the leader (the call is forwarded with remote) or a leader not
+// ready yet. While no leader can take the call it is held, tried again
+// after a wait (leaderHold), so that a client's call during an election is
+// answered once the new leader is ready instead of failing and backing off
+// past that moment (Consul's RPCHoldTimeout). Each try asks here again:
+// this node may have become the leader meanwhile.
+func heldCall[T any](s *Server, ctx context.Context, here func() (T, bool, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	h := leaderHold{s: s}
+	for {
+		v, served, err := here()
 		switch {
-		case err == nil:
-			v, err := local(x)
-			if err != nil {
-				return zero, s.toStatus(err)
-			}
+		case served && err == nil:
 			return v, nil
+		case served:
+			return zero, s.toStatus(err)
 		case isNotLeader(err):
-			v, err := forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
+			v, err := forward(s, ctx, remote)
 			if h.retry(ctx, err) {
 				continue
 			}
@@ -222,42 +244,17 @@ func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, 
 	}
 }
 
-// orForward runs local (a leader-only operation not needing the executor)
-// and forwards with remote if it says this node is not the leader.
-func orForward[T any](s *Server, ctx context.Context, local func() (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
-	var zero T
-	h := s.holdForLeader(ctx)
-	for {
-		v, err := local()
-		if err == nil {
-			return v, nil
-		}
-		if !isNotLeader(err) {
-			return zero, s.toStatus(err)
-		}
-		v, err = forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
-		if h.retry(ctx, err) {
-			continue // this node may have become the leader meanwhile
-		}
-		return v, err
-	}
-}
-
 // forward runs a unary call at the leader: bounded by ForwardTimeout if ctx
-// has no deadline (see forwardCall). It does not hold: a caller that holds
-// must look again at whether this node has become the leader between tries
-// (onLeader, orForward, serveRead).
+// has no deadline (see forwardCall). It does not hold (heldCall does).
 func forward[T any](s *Server, ctx context.Context, remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	return forwardCall(s, ctx, s.cfg.ForwardTimeout, remote)
 }
 
-// leaderHold is a call's wait for a leader: until its deadline, a call that
-// found no leader ready to take it waits and tries again, so that a
-// client's call during an election is answered once the new leader is
-// ready instead of failing and backing off (Consul's RPCHoldTimeout).
+// leaderHold is a call's wait for a leader to take it (heldCall). It
+// starts at the call's first wait, so a call served at once pays nothing.
 type leaderHold struct {
 	s     *Server
-	until time.Time
+	until time.Time // zero until the first wait
 	// unreachable is the leader a forward just failed to reach: the hold
 	// waits for another one, or tries it again after unreachableRetry.
 	unreachable leaderView
@@ -272,28 +269,22 @@ type noHoldKey struct{}
 // leader again: a fraction of an election.
 const holdPoll = 10 * time.Millisecond
 
-// holdForLeader starts a call's hold: LeaderHold from now, ending early
+// holdEnd is when a hold starting now ends: LeaderHold from now, early
 // enough in ctx's deadline to answer before it (a quarter of what is left,
 // at most a second, is kept for that). A call forwarded from a standby is
 // held again by the leader (elected, still establishing) within the
 // deadline the standby passed on, or LeaderHold if there is none.
-func (s *Server) holdForLeader(ctx context.Context) *leaderHold {
-	now := time.Now()
-	until := now.Add(s.cfg.LeaderHold)
+func (s *Server) holdEnd(ctx context.Context, now time.Time) time.Time {
 	if ctx.Value(noHoldKey{}) != nil {
-		until = now
+		return now
 	}
+	until := now.Add(s.cfg.LeaderHold)
 	if d, ok := ctx.Deadline(); ok {
-		until = minTime(until, d.Add(-min(d.Sub(now)/4, time.Second)))
+		if cut := d.Add(-min(d.Sub(now)/4, time.Second)); cut.Before(until) {
+			until = cut
+		}
 	}
-	return &leaderHold{s: s, until: until}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
+	return until
 }
 
 // retry reports whether a forward that failed with err should be tried
@@ -305,20 +296,12 @@ func minTime(a, b time.Time) time.Time {
 // have acted on it, and a second try could act twice (a submission without
 // a nonce, an abort). It is false, at once, once the hold or ctx has ended.
 func (h *leaderHold) retry(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
+	var ur *unreachableLeader
+	if err == nil || ctx.Err() != nil || !errors.As(err, &ur) || !ur.unsent {
 		return false
 	}
-	var nl *noLeaderYet
-	if errors.As(err, &nl) {
-		h.unreachable = leaderView{}
-		return h.wait(ctx)
-	}
-	var ur *unreachableLeader
-	if errors.As(err, &ur) && ur.unsent {
-		h.unreachable = ur.to
-		return h.wait(ctx)
-	}
-	return false
+	h.unreachable = ur.to
+	return h.wait(ctx)
 }
 
 // unreachableRetry is how often a held call tries a leader it could not
@@ -331,9 +314,13 @@ const unreachableRetry = 100 * time.Millisecond
 // leader was unreachable, once the view names another leader or
 // unreachableRetry has passed. False when the hold or ctx ends first.
 func (h *leaderHold) wait(ctx context.Context) bool {
+	now := time.Now()
+	if h.until.IsZero() {
+		h.until = h.s.holdEnd(ctx, now)
+	}
+	again := now.Add(unreachableRetry)
 	t := time.NewTimer(holdPoll)
 	defer t.Stop()
-	again := time.Now().Add(unreachableRetry)
 	for {
 		if !time.Now().Add(holdPoll).Before(h.until) {
 			return false
@@ -362,23 +349,25 @@ func (s *Server) leaderView() leaderView {
 	return v
 }
 
-// unreachableLeader marks the failure to reach the leader a call was
-// forwarded to (it gave no answer of its own). unsent says the request
-// never left this node (see markUnsent): only then may a held call try
-// again.
+// unreachableLeader marks a call that reached no leader: to is the leader
+// it was forwarded to, none if no leader could be found yet. unsent says
+// the request never left this node (see markUnsent): only then may a held
+// call try again.
 type unreachableLeader struct {
+	statusCause
 	to     leaderView
-	err    error
 	unsent bool
+}
+
+// noLeaderYet marks status err (an UNAVAILABLE with its hint) as the
+// answer of a call that found no leader to forward to: never sent.
+func noLeaderYet(err error) error {
+	return &unreachableLeader{statusCause: statusCause{err}, unsent: true}
 }
 
 // errUnsent marks a forwarded call that failed before gRPC had a stream
 // to send it on (markUnsent).
-type errUnsent struct{ err error }
-
-func (e *errUnsent) Error() string              { return e.err.Error() }
-func (e *errUnsent) Unwrap() error              { return e.err }
-func (e *errUnsent) GRPCStatus() *status.Status { return status.Convert(e.err) }
+type errUnsent struct{ statusCause }
 
 // markUnsent is the forwarding connections' interceptor that tells a call
 // that was never sent from one that may have been: gRPC records the peer
@@ -389,14 +378,10 @@ func markUnsent(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	var p peer.Peer
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
 	if err != nil && p.Addr == nil {
-		return &errUnsent{err}
+		return &errUnsent{statusCause{err}}
 	}
 	return err
 }
-
-func (e *unreachableLeader) Error() string              { return e.err.Error() }
-func (e *unreachableLeader) Unwrap() error              { return e.err }
-func (e *unreachableLeader) GRPCStatus() *status.Status { return status.Convert(e.err) }
 
 // forwardCall runs remote with a client of the leader. If ctx has no
 // deadline and timeout is positive, the call is bounded by timeout. The
@@ -451,9 +436,9 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 			// Cut while still waiting for a connection (a leader gone
 			// without a reset), it was never sent: a held call goes on
 			// to the leader this node sees now.
-			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc)), unsent: unsent}
+			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))}, to, unsent}
 		case errors.Is(cause, errForwardTimeout):
-			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout)), unsent: unsent}
+			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))}, to, unsent}
 		case errors.Is(cause, errStopping):
 			return s.unavailable("admin: server stopping; call forwarded to " + to.String() + " cancelled")
 		}
@@ -466,7 +451,7 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		if _, ok := LeaderHintOf(err); !ok {
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
-			return &unreachableLeader{to: to, err: s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message())), unsent: unsent}
+			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}, to, unsent}
 		}
 	}
 	return err

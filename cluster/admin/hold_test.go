@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -19,8 +18,8 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// countingBackend counts the calls that ask for the leader's executor: a
-// held call asks again at each turn of its hold.
+// countingBackend counts the calls that ask whether this node can serve:
+// a held call asks again at each turn of its hold.
 type countingBackend struct {
 	*fakeBackend
 	asks atomic.Int64
@@ -35,6 +34,118 @@ func (c *countingBackend) LinearizableRead(ctx context.Context) (cluster.ReadInf
 	c.asks.Add(1)
 	return c.fakeBackend.LinearizableRead(ctx)
 }
+
+func (c *countingBackend) IsLeader() bool {
+	c.asks.Add(1)
+	return c.fakeBackend.IsLeader()
+}
+
+// followerOf is the backend of a master that sees leaderID leading (none
+// if empty), with the leaders' admin addresses in addrs. (forward_test.go's
+// standby builds its server too; these tests wrap the backend first.)
+func followerOf(leaderID string, addrs map[string]string) *fakeBackend {
+	kv := map[string][]byte{}
+	for id, a := range addrs {
+		kv[cluster.AdminAddrKey(id)] = []byte(a)
+	}
+	return &fakeBackend{id: "m0", leaderID: leaderID, procsErr: &cluster.NotLeaderError{LeaderID: leaderID}, kv: kv}
+}
+
+// becomeLeader makes b's node the ready leader, with executor x.
+func becomeLeader(b *fakeBackend, x Procedures) {
+	b.mu.Lock()
+	b.leaderID, b.procsErr, b.procs = b.id, nil, x
+	b.mu.Unlock()
+}
+
+// seeLeader makes b's node see id leading.
+func seeLeader(b *fakeBackend, id string) {
+	b.mu.Lock()
+	b.leaderID = id
+	b.mu.Unlock()
+}
+
+// newHoldServer is an admin server on b that holds calls for a minute,
+// stopped at the test's end. extra adjusts its Config.
+func newHoldServer(t *testing.T, b Backend, extra ...func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute}
+	for _, f := range extra {
+		f(&cfg)
+	}
+	s, err := New(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	return s
+}
+
+// serveLeader serves an admin server for leader id with executor x on a
+// loopback listener (ln, if given), not holding calls; it returns the
+// address.
+func serveLeader(t *testing.T, id string, x Procedures, ln net.Listener) string {
+	t.Helper()
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(&fakeBackend{id: id, leaderID: id, procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: ln.Addr().String(), LeaderHold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Stop(context.Background()) })
+	return ln.Addr().String()
+}
+
+// droppingListener accepts connections and drops them at once, as a dying
+// process's port would; accepted counts them.
+func droppingListener(t *testing.T) (ln net.Listener, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = new(atomic.Int64)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	return ln, accepted
+}
+
+// submitted is the answer of a submission made by submitAsync.
+type submitted struct {
+	r   *adminpb.SubmitProcedureResponse
+	err error
+}
+
+// submitAsync submits a one-step procedure to s in the background, with
+// a 30 s deadline; answered is set once the answer is in the channel.
+func submitAsync(t *testing.T, s *Server) (got <-chan submitted, answered *atomic.Bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	ch, done := make(chan submitted, 1), new(atomic.Bool)
+	go func() {
+		r, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+		ch <- submitted{r, err}
+		done.Store(true)
+	}()
+	return ch, done
+}
+
+// procsOn counts the procedures on executor x.
+func procsOn(x *procedure.Executor) int { return len(x.List(procedure.Filter{})) }
 
 // A call that finds no leader ready to take it waits for one: answered by
 // the leader this node becomes, instead of UNAVAILABLE and a client
@@ -51,32 +162,15 @@ func TestLeaderHoldAnswersOnceALeaderIsReady(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x, _ := newExecutor(t)
-			b := &countingBackend{fakeBackend: &fakeBackend{id: "m0", leaderID: tc.leader, procsErr: tc.procsErr, kv: map[string][]byte{}}}
-			s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			type answer struct {
-				r   *adminpb.SubmitProcedureResponse
-				err error
-			}
-			got := make(chan answer, 1)
-			var answered atomic.Bool
-			go func() {
-				r, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
-				answered.Store(true)
-				got <- answer{r, err}
-			}()
+			b := &countingBackend{fakeBackend: followerOf(tc.leader, nil)}
+			b.procsErr = tc.procsErr
+			got, answered := submitAsync(t, newHoldServer(t, b))
 			testwait.For(t, 30*time.Second, "the call held (asking again) or answered", func() bool { return b.asks.Load() >= 3 || answered.Load() })
 			if answered.Load() {
 				a := <-got
 				t.Fatalf("answered before a leader was ready: %v, %v", a.r, a.err)
 			}
-			b.mu.Lock()
-			b.leaderID, b.procsErr, b.procs = "m0", nil, x
-			b.mu.Unlock()
+			becomeLeader(b.fakeBackend, x)
 			a := <-got
 			if a.err != nil || a.r.GetId() == 0 {
 				t.Fatalf("held submit: %v, %v", a.r, a.err)
@@ -89,47 +183,16 @@ func TestLeaderHoldAnswersOnceALeaderIsReady(t *testing.T) {
 }
 
 // A call forwarded to a leader it cannot reach waits for this node to see
-// another leader, then goes there.
+// another leader (here itself), then goes there.
 func TestLeaderHoldWaitsOutAnUnreachableLeader(t *testing.T) {
 	x, _ := newExecutor(t)
-	// The old leader's address accepts connections and drops them, as a
-	// dying process's would.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	b := &countingBackend{fakeBackend: &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"},
-		kv: map[string][]byte{cluster.AdminAddrKey("m1"): []byte(ln.Addr().String())}}}
-	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
-		got <- err
-	}()
+	ln, accepted := droppingListener(t)
+	b := followerOf("m1", map[string]string{"m1": ln.Addr().String()})
+	got, _ := submitAsync(t, newHoldServer(t, b))
 	testwait.For(t, 30*time.Second, "a forward to the unreachable leader", func() bool { return accepted.Load() >= 1 })
-	b.mu.Lock()
-	b.leaderID, b.procsErr, b.procs = "m0", nil, x
-	b.mu.Unlock()
-	if err := <-got; err != nil {
-		t.Fatalf("held submit: %v", err)
+	becomeLeader(b, x)
+	if a := <-got; a.err != nil {
+		t.Fatalf("held submit: %v", a.err)
 	}
 }
 
@@ -137,13 +200,9 @@ func TestLeaderHoldWaitsOutAnUnreachableLeader(t *testing.T) {
 // before its own deadline, and not at all with LeaderHold negative.
 func TestLeaderHoldEndsBeforeTheDeadline(t *testing.T) {
 	for _, hold := range []time.Duration{time.Hour, -1} {
-		b := &fakeBackend{id: "m0", procsErr: &cluster.NotLeaderError{}, kv: map[string][]byte{}}
-		s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: hold})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newHoldServer(t, followerOf("", nil), func(c *Config) { c.LeaderHold = hold })
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep"})
+		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep"})
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			t.Errorf("hold %v: %v (caller's context: %v), want UNAVAILABLE within the deadline", hold, err, ctx.Err())
 		}
@@ -154,17 +213,30 @@ func TestLeaderHoldEndsBeforeTheDeadline(t *testing.T) {
 	}
 }
 
+// The registration loop's calls are not held: its next tick tries again,
+// and a held call would hold up the health updates of the ticks between.
+func TestLeaderHoldSparesTheRegistrationLoop(t *testing.T) {
+	b := &countingBackend{fakeBackend: followerOf("", nil)}
+	s := newHoldServer(t, b, func(c *Config) { c.LeaderHold = time.Hour })
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), time.Minute)
+	defer cancel()
+	_, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: "m0", AdminAddress: "self:1"})
+	if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+		t.Fatalf("registration without a leader: %v (context: %v), want UNAVAILABLE", err, ctx.Err())
+	}
+	if n := b.asks.Load(); n != 1 {
+		t.Fatalf("registration asked whether this node leads %d times, want once (not held)", n)
+	}
+}
+
 // A read held while no leader is known is served by this node once it is
 // the leader, not forwarded (to itself) until the hold ends.
 func TestLeaderHoldServesAReadOnceThisNodeLeads(t *testing.T) {
 	for _, c := range []adminpb.Consistency{adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE} {
 		t.Run(c.String(), func(t *testing.T) {
 			x, _ := newExecutor(t)
-			b := &countingBackend{fakeBackend: &fakeBackend{id: "m0", procsErr: &cluster.NotLeaderError{}, kv: map[string][]byte{}}}
-			s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := &countingBackend{fakeBackend: followerOf("", nil)}
+			s := newHoldServer(t, b)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			got := make(chan error, 1)
@@ -175,9 +247,7 @@ func TestLeaderHoldServesAReadOnceThisNodeLeads(t *testing.T) {
 			if c == adminpb.Consistency_LINEARIZABLE {
 				testwait.For(t, 20*time.Second, "the read held", func() bool { return b.asks.Load() >= 3 })
 			}
-			b.mu.Lock()
-			b.leaderID, b.procsErr, b.procs = "m0", nil, x
-			b.mu.Unlock()
+			becomeLeader(b.fakeBackend, x)
 			if err := <-got; status.Code(err) != codes.NotFound {
 				t.Fatalf("held read: %v, want NOT_FOUND from this node's executor", err)
 			}
@@ -189,52 +259,20 @@ func TestLeaderHoldServesAReadOnceThisNodeLeads(t *testing.T) {
 // this node still sees it leading, is tried again within the hold.
 func TestLeaderHoldTriesTheSameLeaderAgain(t *testing.T) {
 	x, _ := newExecutor(t)
-	dropping, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dropping, accepted := droppingListener(t)
 	addr := dropping.Addr().String()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := dropping.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	leader, err := New(&fakeBackend{id: "m1", leaderID: "m1", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: addr, LeaderHold: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leader.Stop(context.Background())
-	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"},
-		kv: map[string][]byte{cluster.AdminAddrKey("m1"): []byte(addr)}}
-	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
-		got <- err
-	}()
+	got, _ := submitAsync(t, newHoldServer(t, followerOf("m1", map[string]string{"m1": addr})))
 	testwait.For(t, 20*time.Second, "a forward refused", func() bool { return accepted.Load() >= 1 })
 	dropping.Close()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("the leader's port was taken meanwhile: %v", err)
 	}
-	go leader.Serve(ln)
-	if err := <-got; err != nil {
-		t.Fatalf("held submit: %v", err)
+	serveLeader(t, "m1", x, ln)
+	if a := <-got; a.err != nil {
+		t.Fatalf("held submit: %v", a.err)
 	}
-	if n := len(x.List(procedure.Filter{})); n != 1 {
+	if n := procsOn(x); n != 1 {
 		t.Fatalf("the leader has %d procedures, want 1", n)
 	}
 }
@@ -268,45 +306,16 @@ func TestLeaderHoldNeverSendsTwice(t *testing.T) {
 	adminpb.RegisterAdminServer(gs, old)
 	go gs.Serve(oldLn)
 	defer gs.Stop()
-
 	x, _ := newExecutor(t)
-	next, err := New(&fakeBackend{id: "m2", leaderID: "m2", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: "next:1", LeaderHold: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nextLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go next.Serve(nextLn)
-	defer next.Stop(context.Background())
-
-	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"}, kv: map[string][]byte{
-		cluster.AdminAddrKey("m1"): []byte(oldLn.Addr().String()),
-		cluster.AdminAddrKey("m2"): []byte(nextLn.Addr().String()),
-	}}
-	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
-		got <- err
-	}()
+	b := followerOf("m1", map[string]string{"m1": oldLn.Addr().String(), "m2": serveLeader(t, "m2", x, nil)})
+	got, _ := submitAsync(t, newHoldServer(t, b))
 	<-old.died
-	b.mu.Lock()
-	b.leaderID = "m2"
-	b.mu.Unlock()
+	seeLeader(b, "m2")
 	gs.Stop()
-	err = <-got
-	if status.Code(err) != codes.Unavailable || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("submit whose leader died with it: %v, want UNAVAILABLE", err)
+	if a := <-got; status.Code(a.err) != codes.Unavailable {
+		t.Fatalf("submit whose leader died with it: %v, want UNAVAILABLE", a.err)
 	}
-	if n := len(x.List(procedure.Filter{})); n != 0 || old.ran.Load() != 1 {
+	if n := procsOn(x); n != 0 || old.ran.Load() != 1 {
 		t.Fatalf("ran %d times on the old leader and %d on the new one, want 1 and 0", old.ran.Load(), n)
 	}
 }
@@ -333,47 +342,21 @@ func blackholeDialer(dials *atomic.Int64) grpc.DialOption {
 // UNAVAILABLE).
 func TestLeaderHoldSendsACutUnsentForwardOn(t *testing.T) {
 	x, _ := newExecutor(t)
-	next, err := New(&fakeBackend{id: "m2", leaderID: "m2", procs: x, kv: map[string][]byte{}}, Config{AdvertiseAddr: "next:1", LeaderHold: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nextLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go next.Serve(nextLn)
-	defer next.Stop(context.Background())
-
 	var dials atomic.Int64
-	b := &fakeBackend{id: "m0", leaderID: "m1", procsErr: &cluster.NotLeaderError{LeaderID: "m1"}, kv: map[string][]byte{
-		cluster.AdminAddrKey("m1"): []byte("192.0.2.1:9"),
-		cluster.AdminAddrKey("m2"): []byte(nextLn.Addr().String()),
-	}}
-	s, err := New(b, Config{AdvertiseAddr: "self:1", LeaderHold: time.Minute,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), blackholeDialer(&dials)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, err := s.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
-		got <- err
-	}()
+	b := followerOf("m1", map[string]string{"m1": "192.0.2.1:9", "m2": serveLeader(t, "m2", x, nil)})
+	s := newHoldServer(t, b, func(c *Config) {
+		c.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), blackholeDialer(&dials)}
+	})
+	got, _ := submitAsync(t, s)
 	testwait.For(t, 10*time.Second, "a forward connecting to the vanished leader", func() bool { return dials.Load() >= 1 })
 	// The dial is the call's own (the connection is made on its first
 	// call), so the call is tracked and waiting in gRPC's pick.
-	b.mu.Lock()
-	b.leaderID = "m2"
-	b.mu.Unlock()
+	seeLeader(b, "m2")
 	s.cancelStaleForwards() // what watchLeader does every RegisterInterval
-	err = <-got
-	if err != nil {
-		t.Errorf("held submit, never sent to the vanished leader, after this node saw a new one: %v (want it sent to m2)", err)
+	if a := <-got; a.err != nil {
+		t.Errorf("held submit, never sent to the vanished leader, after this node saw a new one: %v (want it sent to m2)", a.err)
 	}
-	if n := len(x.List(procedure.Filter{})); n != 1 {
+	if n := procsOn(x); n != 1 {
 		t.Errorf("the new leader has %d procedures, want 1", n)
 	}
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/baton-dev/baton/cluster"
@@ -65,27 +64,14 @@ func serveRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
 		}
 		return v, nil
 	}
-	h := s.holdForLeader(ctx)
-	for {
+	return heldCall(s, ctx, func() (v T, served bool, err error) {
 		ri, err := s.b.LinearizableRead(ctx)
-		switch {
-		case err == nil:
-			v, err := local(readInfo(ri))
-			if err != nil {
-				return zero, s.toStatus(err)
-			}
-			return v, nil
-		case isNotLeader(err):
-			v, err := forward(s, ctx, remote)
-			if h.retry(ctx, err) {
-				continue // this node may have become the leader meanwhile
-			}
-			return v, err
-		case errors.Is(err, cluster.ErrNotReady) && h.wait(ctx):
-			continue
+		if err != nil {
+			return v, false, err
 		}
-		return zero, s.toStatus(err)
-	}
+		v, err = local(readInfo(ri))
+		return v, true, err
+	}, remote)
 }
 
 // serveLeaderRead is serveRead for state only the leader holds (its
@@ -101,13 +87,11 @@ func serveLeaderRead[T any](s *Server, ctx context.Context, c adminpb.Consistenc
 	if err := checkConsistency(c); err != nil {
 		return zero, s.toStatus(err)
 	}
-	h := s.holdForLeader(ctx)
-	for !s.b.IsLeader() {
-		v, err := forward(s, ctx, remote)
-		if h.retry(ctx, err) {
-			continue
+	return heldCall(s, ctx, func() (v T, served bool, err error) {
+		if !s.b.IsLeader() {
+			return v, false, cluster.ErrNotLeader
 		}
-		return v, err
-	}
-	return serveRead(s, ctx, c, local, remote)
+		v, err = serveRead(s, ctx, c, local, remote)
+		return v, true, err
+	}, remote)
 }
