@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 )
@@ -205,11 +204,10 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 		return
 	}
 	procs := make([]Proc, 0, len(res.found))
-	missing, size := 0, 0
+	missing := 0
 	w.holding.forEach(func(id uint64) {
 		if d, ok := res.found[id]; ok {
 			procs = append(procs, Proc{ID: id, Data: d})
-			size += len(d) + 2*binary.MaxVarintLen64
 		} else {
 			missing++
 		}
@@ -218,22 +216,26 @@ func (w *WAL) applyRewrite(res rewriteResult) {
 		w.log.Error("stragglers missing from their segment; segment kept", "file", old.name, "missing", missing)
 		old.rewriteFailed = true
 	}
-	// Sized once: grown by appends, the copies of a rewrite of tens of MB
-	// were a tenth of a 1 M-region leader's CPU during a crash recovery.
-	buf := w.buf[:0]
-	if need := size + (2*size/rewriteChunk+1)*(frameHeaderSize+1+3*binary.MaxVarintLen64); cap(buf) < need {
-		buf = make([]byte, 0, need)
-	}
 	var chunks [][]Proc
+	need := 0
 	for start := 0; start < len(procs); {
 		end, size := start, 0
 		for end < len(procs) && (end == start || size+len(procs[end].Data) <= rewriteChunk) {
 			size += len(procs[end].Data) + 20
 			end++
 		}
-		buf = appendRecord(buf, recRewrite, 0, [2][]Proc{procs[start:end]}, nil)
 		chunks = append(chunks, procs[start:end])
+		need += frameHeaderSize + recordSize(0, [2][]Proc{procs[start:end]}, nil)
 		start = end
+	}
+	// Sized once: grown by appends, the copies of a rewrite of tens of MB
+	// were a tenth of a 1 M-region leader's CPU during a crash recovery.
+	buf := w.buf[:0]
+	if cap(buf) < need {
+		buf = make([]byte, 0, need)
+	}
+	for _, ch := range chunks {
+		buf = appendRecord(buf, recRewrite, 0, [2][]Proc{ch}, nil)
 	}
 	if len(chunks) > 0 {
 		if err := w.write(buf, 0); err != nil {

@@ -13,7 +13,7 @@ import (
 // RPCs anew: at Go's default of 100 the collector ran every time the heap
 // grew by the size of that state, and took 19–25% of a saturated leader's
 // CPU. At 300 k regions on 2 cores, the open ran at 6,305 regions/s with
-// 200 (4,391 with 100, 6,442 with 400) for 1.4–1.5× the RSS (411–737 MB
+// 200 (4,391 with 100, 6,442 with 400) for 1.3× the RSS (411–737 MB
 // against 314–560; 608–1143 with 400): BENCHMARKS.md. The live heap, which
 // bounds what the state costs, is the same.
 const masterGCPercent = 200

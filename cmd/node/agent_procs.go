@@ -19,10 +19,9 @@ import (
 // election storm of hundreds of terms). With 4 Ps (two runs) and with 8
 // (one), none stepped down through the open and the crash recovery. More Ps than
 // cores leave the time-slicing to the kernel, which runs a ready thread
-// within milliseconds, rather than to one process's run queue. It costs
-// throughput on such a machine (the open ran at 2,181 regions/s, against
-// 3,383 in an earlier run with 2 Ps that happened not to storm), which is
-// the price of a leader that stays: BENCHMARKS.md, "Leader stability".
+// within milliseconds, rather than to one process's run queue. Its cost in
+// throughput is within the noise: at 300 k regions, runs one after another
+// opened 2,376 regions/s with 4 Ps and 2,724 with 2 (BENCHMARKS.md).
 const minMasterProcs = 4
 
 // raiseProcs sets GOMAXPROCS to at least minMasterProcs unless the

@@ -764,21 +764,10 @@ func waitServerCrash(ctx context.Context, cl *client.Client, victim *adminpb.Ser
 	if err != nil {
 		return err
 	}
-	for {
-		p, err := cl.Wait(ctx, id)
-		if err != nil {
-			select { // a failover, most likely: wait again
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for crash procedure %d: %w (last: %v)", id, ctx.Err(), err)
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
-		}
-		if p.GetState() != "SUCCESS" {
-			return fmt.Errorf("crash procedure %d of %s ended %s: %s", id, victim.GetId(), p.GetState(), p.GetError())
-		}
-		return nil
+	if err := waitSuccess(ctx, cl, id); err != nil {
+		return fmt.Errorf("the crash procedure of %s: %w", victim.GetId(), err)
 	}
+	return nil
 }
 
 // regionsNotReopened counts the regions of the pending tables that are not
