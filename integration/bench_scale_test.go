@@ -31,7 +31,12 @@ type benchScaleDoc struct {
 		CrashRecoverySeconds *float64 `json:"crash_recovery_seconds"`
 		CrashedServerRegions int      `json:"crashed_server_regions"`
 		CatchUpSeconds       *float64 `json:"catch_up_seconds"`
-		Masters              []struct {
+		Machine              struct {
+			CPUOpsPerSecond float64 `json:"cpu_ops_per_second"`
+			CPUs            int     `json:"cpus"`
+			FsyncMs         float64 `json:"fsync_ms"`
+		} `json:"machine"`
+		Masters []struct {
 			ID       string  `json:"id"`
 			RSSMB    float64 `json:"rss_mb"`
 			RaftDBMB float64 `json:"raft_db_mb"`
@@ -102,6 +107,7 @@ func TestBenchScale(t *testing.T) {
 			"open_seconds": r.OpenSeconds, "regions_per_second": r.RegionsPerSecond,
 			"master_rss_mb_min": r.MasterRSSMBMin, "master_rss_mb_max": r.MasterRSSMBMax,
 			"data_mb_max": r.DataMBMax, "state_mb": r.StateMB, "crashed_server_regions": float64(r.CrashedServerRegions),
+			"machine.cpu_ops_per_second": r.Machine.CPUOpsPerSecond, "machine.cpus": float64(r.Machine.CPUs), "machine.fsync_ms": r.Machine.FsyncMs,
 		}
 		for name, v := range map[string]*float64{"failover_seconds": r.FailoverSeconds, "crash_recovery_seconds": r.CrashRecoverySeconds, "catch_up_seconds": r.CatchUpSeconds} {
 			if v == nil {

@@ -114,6 +114,9 @@ type scaleRow struct {
 	MasterRSSMBMax   float64       `json:"master_rss_mb_max"`
 	DataMBMax        float64       `json:"data_mb_max"`
 	Masters          []scaleMaster `json:"masters"`
+	// Machine is what the machine could do just before the row's cluster
+	// started: read the row's figures against it.
+	Machine machineBaseline `json:"machine"`
 	// StateMB is the live state: the leader's local WAL's live bytes,
 	// what a compaction would keep, against which raft.db's size reads.
 	StateMB float64 `json:"state_mb"`
@@ -400,6 +403,10 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 		return nil
 	}
 
+	if row.Machine, err = measureMachine(ctx, dir); err != nil {
+		return row, err
+	}
+	progress("%d regions: machine baseline: %.0f k ops/s on %d cores, fsync %.2f ms (median)", n, row.Machine.CPUOpsPerSecond/1e3, row.Machine.CPUs, row.Machine.FsyncMs)
 	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.regionServers, dir)
 	c, err := startBenchCluster(bin, dir, o.regionServers, o.workers)
 	defer func() {
@@ -479,6 +486,12 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 			*row.CrashRecoverySeconds, *row.CrashRecoverySeconds-*row.CrashDetectedSeconds)
 	}
 	if !o.skip["catchup"] {
+		// The catch-up stops a master: a profile still being taken of it
+		// (the crash's, when the recovery was shorter than the profile)
+		// would be cut off, and it loads the master being measured.
+		for _, perr := range o.profile.wait() {
+			progress("%d regions: %v", n, perr)
+		}
 		progress("%d regions: catch-up of a wiped follower", n)
 		if err := phase("catchup", func(ctx context.Context) error { return catchUp(ctx, c, &row) }); err != nil {
 			return row, err
@@ -1118,6 +1131,7 @@ func scaleGrowthOf(rows []scaleRow) []scaleGrowth {
 func scaleNotes(rows []scaleRow) []string {
 	notes := []string{
 		"cost growth per 10x: each cost's ratio between consecutive rows, scaled to a tenfold region count; linear is 10x for times and sizes, 1x for regions/s and failover",
+		"machine: a fixed unit of master-like work (encode a region record as JSON, hash it) per second on every core, and the median 4 KiB append+fsync, measured before each row's cluster starts; the same machine kind differs by up to 2x from day to day, so compare runs by their figures over this baseline",
 		"crash recovery includes the region server's lease expiring (15 s by default) before its regions are reassigned; after detection counts from the moment the leader listed that lease expired",
 	}
 	for _, r := range rows {
@@ -1194,6 +1208,11 @@ func printScale(c *cli, doc scaleDoc) {
 		w.Flush()
 	}
 	fmt.Fprintln(c.stdout)
+	for _, r := range doc.Rows {
+		m := r.Machine
+		fmt.Fprintf(c.stdout, "machine before %d regions: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
+			r.Regions, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, r.RegionsPerSecond/(m.CPUOpsPerSecond/1e3))
+	}
 	for _, r := range doc.Rows {
 		if r.Failed != "" {
 			fmt.Fprintf(c.stdout, "failed: %d regions: %s (the figures before it stand)\n", r.Regions, r.Failed)

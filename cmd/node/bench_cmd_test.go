@@ -1,15 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
-
-	"github.com/baton-dev/baton/cluster/client"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/client"
 )
 
 func TestBenchScaleBadFlags(t *testing.T) {
@@ -91,5 +93,37 @@ func TestScaleGrowthPerTenfold(t *testing.T) {
 	}
 	if math.Abs(g[0].RegionsPerSecond-1) > 1e-9 || math.Abs(*g[0].FailoverSeconds-2) > 1e-9 || g[0].CrashRecovery != nil {
 		t.Errorf("growth %+v: want regions/s 1x, failover 2x, crash absent", g[0])
+	}
+}
+
+func TestMachineBaseline(t *testing.T) {
+	ctx := context.Background()
+	if ops := cpuOpsPerSecond(ctx, 2, 20*time.Millisecond); !(ops > 0) {
+		t.Errorf("cpu baseline %v ops/s, want > 0", ops)
+	}
+	dir := t.TempDir()
+	ms, err := fsyncMedianMs(ctx, dir, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(ms > 0) {
+		t.Errorf("fsync median %v ms, want > 0", ms)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("the probe left %v behind", left)
+	}
+	if _, err := fsyncMedianMs(ctx, filepath.Join(dir, "f", "x"), 1); err != nil {
+		t.Errorf("a missing directory is created: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsyncMedianMs(ctx, filepath.Join(dir, "file"), 1); err == nil {
+		t.Error("a file in place of the directory: no error")
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := measureMachine(cancelled, dir); err == nil {
+		t.Error("cancelled: no error")
 	}
 }
