@@ -52,6 +52,8 @@ commands:
   bench   scale [--regions N,N,...]: start real clusters on this machine and
           print how opening regions, memory, disk, failover, a region
           server crash and a wiped master's catch-up grow with the regions
+  tls     ca create, cert create --role master|regionserver|client --id ID:
+          a development CA and certificates for --tls-ca/--tls-cert/--tls-key
   version print the version, the commit it was built from and the Go version
 
 Client commands take --addr (any nodes' admin addresses, comma-separated;
@@ -99,6 +101,8 @@ func (c *cli) run(args []string) int {
 		return c.lock(args[1:])
 	case "bench":
 		return c.bench(args[1:])
+	case "tls":
+		return c.tls(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,141 @@
+package security
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Policy says which roles may call which gRPC methods. A method no rule
+// names is refused: a service added later is closed until someone decides
+// who may call it.
+type Policy struct {
+	rules []rule
+}
+
+type rule struct {
+	prefix string
+	roles  []Role
+	// self: the request's server id must be the caller's own id.
+	self bool
+}
+
+// Admit lets roles call the methods whose full name starts with prefix
+// ("/pkg.Service/" for a whole service, or one method's full name). The
+// longest matching prefix decides.
+func (p *Policy) Admit(prefix string, roles ...Role) *Policy {
+	p.rules = append(p.rules, rule{prefix: prefix, roles: roles})
+	return p
+}
+
+// AdmitSelf lets role call the methods under prefix only about itself:
+// each request must carry a server id (a GetServerId method) equal to
+// the caller's id. A region server may heartbeat and report only as
+// itself.
+func (p *Policy) AdmitSelf(prefix string, role Role) *Policy {
+	p.rules = append(p.rules, rule{prefix: prefix, roles: []Role{role}, self: true})
+	return p
+}
+
+func (p *Policy) match(method string) (rule, bool) {
+	var best rule
+	found := false
+	for _, r := range p.rules {
+		if strings.HasPrefix(method, r.prefix) && (!found || len(r.prefix) > len(best.prefix)) {
+			best, found = r, true
+		}
+	}
+	return best, found
+}
+
+// serverIDer is a request about one region server.
+type serverIDer interface{ GetServerId() string }
+
+// check decides one call: nil, or a PermissionDenied/Unauthenticated
+// status saying why.
+func (p *Policy) check(ctx context.Context, method string, req any) error {
+	id, ok := CallerOf(ctx)
+	if !ok {
+		return status.Errorf(codes.Unauthenticated, "%s: the caller presented no baton certificate", method)
+	}
+	r, found := p.match(method)
+	if !found {
+		return status.Errorf(codes.PermissionDenied, "%s: no role may call this method (caller %s)", method, id)
+	}
+	if !slices.Contains(r.roles, id.Role) {
+		return status.Errorf(codes.PermissionDenied, "%s: role %s may not call this method (caller %s; admitted: %v)", method, id.Role, id, r.roles)
+	}
+	if r.self && req != nil {
+		s, ok := req.(serverIDer)
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "%s: the request names no server, and %s may act only as itself", method, id)
+		}
+		if s.GetServerId() != id.ID {
+			return status.Errorf(codes.PermissionDenied, "%s: %s may act only as itself, not as server %q", method, id, s.GetServerId())
+		}
+	}
+	return nil
+}
+
+// UnaryInterceptor enforces p on unary calls.
+func (p *Policy) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := p.check(ctx, info.FullMethod, req); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor enforces p on streams. A stream's messages are not
+// seen here, so a self rule refuses streams outright.
+func (p *Policy) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if r, ok := p.match(info.FullMethod); ok && r.self {
+			return status.Errorf(codes.PermissionDenied, "%s: a stream cannot be checked to act only as its caller", info.FullMethod)
+		}
+		if err := p.check(ss.Context(), info.FullMethod, nil); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions are the options of a gRPC server that speaks mutual TLS
+// with c and enforces p.
+func (p *Policy) ServerOptions(c *Credentials) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(c.ServerConfig())),
+		grpc.ChainUnaryInterceptor(p.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(p.StreamInterceptor()),
+	}
+}
+
+// DialOption is the transport credentials of a gRPC client that speaks
+// mutual TLS with c to a server of one of the roles accept.
+func (c *Credentials) DialOption(accept ...Role) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(c.ClientConfig(accept...)))
+}
+
+// CallerOf is the identity of a gRPC call's TLS peer, if it has one.
+func CallerOf(ctx context.Context) (Identity, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return Identity{}, false
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return Identity{}, false
+	}
+	id, err := PeerIdentity(info.State)
+	if err != nil {
+		return Identity{}, false
+	}
+	return id, true
+}
