@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"net"
 	"strconv"
 	"strings"
@@ -299,6 +300,12 @@ type Config struct {
 	// (procedure.Config.Tracer): a span per procedure and step. Default
 	// nil: no tracing.
 	TracerProvider trace.TracerProvider
+
+	// RaftTLS, if set, carries Raft over mutual TLS that admits only
+	// masters' certificates (security.StreamLayer): a region server's or
+	// a client's certificate from the same CA cannot speak Raft. Default
+	// plaintext TCP. Ignored when Transport is set.
+	RaftTLS *security.Credentials
 
 	// Overrides for tests: when set, used instead of the TCP transport and
 	// the bolt / file stores (e.g. raft.NewInmemTransport, raft.InmemStore,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"io"
 	"net"
 	"os"
@@ -231,12 +232,22 @@ func NewNode(cfg Config) (n *Node, err error) {
 		// follower never gets another entry although heartbeats go on.
 		// Raft's own measurements found pipelining of little benefit with
 		// batching (hashicorp/raft#541). TestFullDiskFollower caught it.
-		tt, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+		tc := &raft.NetworkTransportConfig{
 			MaxPool:         cfg.TransportMaxPool,
 			Timeout:         cfg.TransportTimeout,
 			Logger:          log.Named("transport"),
 			MaxRPCsInFlight: 1,
-		})
+		}
+		var tt *raft.NetworkTransport
+		if cfg.RaftTLS != nil {
+			var layer *security.StreamLayer
+			if layer, err = security.NewStreamLayer(cfg.RaftAddr, adv, cfg.RaftTLS); err == nil {
+				tc.Stream = layer
+				tt = raft.NewNetworkTransportWithConfig(tc)
+			}
+		} else {
+			tt, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, tc)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
 		}

@@ -100,7 +100,7 @@ func New(cfg Config) (*Domain, error) {
 		conns:     map[string]*grpc.ClientConn{},
 	}
 	if d.transport == nil {
-		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger})
+		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger, DialOptions: cfg.RegionServerDialOptions})
 		d.ownsTrans = true
 	}
 	d.tracer = tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/domain")
@@ -199,7 +199,7 @@ func (d *Domain) rsClient(addr string) (rspb.RegionServerClient, error) {
 	cc := d.conns[addr]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, d.cfg.RegionServerDialOptions...)...)
 		if err != nil {
 			return nil, fmt.Errorf("master: region server at %s: %w", addr, err)
 		}

@@ -3,6 +3,7 @@ package regionserver
 import (
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"math"
 	"net"
 	"slices"
@@ -108,6 +109,12 @@ type Config struct {
 	// procedure's trace) and the transition reports sent back about them.
 	// Default nil: no spans.
 	TracerProvider trace.TracerProvider
+	// TLS, if set, is this server's TLS material (its certificate naming
+	// baton://regionserver/<ID>): its gRPC and HTTP endpoints then speak
+	// mutual TLS and admit masters only (security.RegionServerPolicy;
+	// HTTP also clients, for /metrics and /readyz), and it speaks mutual
+	// TLS to the masters. Default plaintext.
+	TLS *security.Credentials
 }
 
 // Validate reports every problem of c at once, wrapping ErrInvalidConfig.
@@ -116,6 +123,11 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if strings.TrimSpace(c.ID) == "" {
 		bad("ID is required")
+	}
+	if c.TLS != nil {
+		if want := (security.Identity{Role: security.RoleRegionServer, ID: c.ID}); c.TLS.Identity() != want {
+			bad("TLS: the certificate names %s, but this server is %s", c.TLS.Identity(), want)
+		}
 	}
 	if c.GRPCAddr == "" {
 		bad("GRPCAddr is required")

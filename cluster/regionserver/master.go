@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"slices"
 	"strings"
 	"sync"
@@ -29,10 +30,16 @@ type masterConns struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
+	// dialOpts are added to every connection (TLS credentials).
+	dialOpts []grpc.DialOption
 }
 
-func newMasterConns(addrs []string) *masterConns {
-	return &masterConns{LeaderTracker: client.NewLeaderTracker(addrs), conns: map[string]*grpc.ClientConn{}}
+func newMasterConns(addrs []string, creds *security.Credentials) *masterConns {
+	m := &masterConns{LeaderTracker: client.NewLeaderTracker(addrs), conns: map[string]*grpc.ClientConn{}}
+	if creds != nil {
+		m.dialOpts = []grpc.DialOption{creds.DialOption(security.RoleMaster)}
+	}
+	return m
 }
 
 func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
@@ -47,9 +54,8 @@ func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
 		// Fail fast on a dead master (also one that vanished without
 		// closing its connections: keepalive) and reconnect quickly to
 		// one that comes back, so heartbeats resume soon after a failover.
-		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-		}, client.FailoverDialOptions()...)...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, client.FailoverDialOptions()...)
+		cc, err = grpc.NewClient(addr, append(opts, m.dialOpts...)...)
 		if err != nil {
 			// A malformed hinted address: as unreachable as a dead master.
 			return nil, status.Errorf(codes.Unavailable, "rs: master %s: %v", addr, err)

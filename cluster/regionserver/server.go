@@ -2,8 +2,10 @@ package regionserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -129,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("server_id", cfg.ID),
 		clk:        cfg.Clock,
-		masters:    newMasterConns(cfg.Masters),
+		masters:    newMasterConns(cfg.Masters, cfg.TLS),
 		reports:    make(chan report, reportQueue),
 		metrics:    m,
 		tracer:     tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/regionserver"),
@@ -185,7 +187,14 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("rs: HTTP listen on %s: %w", s.cfg.HTTPAddr, err)
 		}
 	}
-	g := grpc.NewServer()
+	var gopts []grpc.ServerOption
+	if s.cfg.TLS != nil {
+		gopts = security.RegionServerPolicy().ServerOptions(s.cfg.TLS)
+		if hlis != nil {
+			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
+		}
+	}
+	g := grpc.NewServer(gopts...)
 	rspb.RegisterRegionServerServer(g, s)
 	s.mu.Lock()
 	if s.phase == phaseStopped { // Stop ran while we were listening

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/security"
 )
 
 // agent runs `baton agent`: parses its flags, then runs the node until
@@ -69,10 +70,15 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	defer tracing.shutdown()
+	tlsc, err := loadAgentTLS(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
-	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics, TracerProvider: tracing.provider()})
+	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics, TracerProvider: tracing.provider(),
+		RegionServerDialOptions: tlsc.dialTo(security.RoleRegionServer)})
 	if err != nil {
 		return err
 	}
@@ -84,6 +90,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	ccfg.Logger = logger
 	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
 	ccfg.Env = dom
+	ccfg.RaftTLS = tlsc.creds
 	ccfg.LeaderServices = dom.LeaderServices
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
@@ -99,14 +106,15 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger})
+	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger,
+		DialOptions: tlsc.dialTo(security.RoleMaster)})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	gs := grpc.NewServer(admin.KeepaliveEnforcement())
+	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy())...)...)
 	srv.RegisterServices(gs)
 	domain.RegisterMasterService(gs, dom, admin.Unavailable)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
@@ -127,7 +135,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...)})
+				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster)})
 			if err != nil {
 				_ = hl.Close()
 			}
@@ -140,6 +148,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		}
 		defer con.Close()
 		httpSrv = &http.Server{Handler: console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con), ReadHeaderTimeout: 5 * time.Second}
+		hl = tlsc.listener(hl, security.RoleClient, security.RoleMaster)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -147,7 +156,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		}()
 	}
 	if len(cfg.Join) > 0 {
-		go joinCluster(ctx, cfg, logger)
+		go joinCluster(ctx, cfg, tlsc, logger)
 	}
 	rss, err := startDevRegionServers(ctx, cfg, logger, tracing)
 	if err != nil {
@@ -162,7 +171,11 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 
 	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
 	if cfg.HTTPAddr != "" {
-		fmt.Fprintf(stdout, "  console:          http://%s/\n  status:           http://%s/status\n  metrics:          http://%s/metrics\n", cfg.HTTPAddr, cfg.HTTPAddr, cfg.HTTPAddr)
+		scheme := tlsc.scheme()
+		fmt.Fprintf(stdout, "  console:          %s://%s/\n  status:           %s://%s/status\n  metrics:          %s://%s/metrics\n", scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr)
+	}
+	if tlsc.creds != nil {
+		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
 	}
 	if tracing.tp != nil {
 		fmt.Fprintf(stdout, "  traces:           OTLP (%s), from the OTEL_* environment\n", tracing.protocol)
@@ -261,8 +274,8 @@ func stopGRPC(ctx context.Context, gs *grpc.Server) {
 // joinCluster asks the cluster reachable at cfg.Join to add this node,
 // retrying until it is added or ctx ends. A node that is already a member
 // is accepted again (the leader removes a stale entry first).
-func joinCluster(ctx context.Context, cfg agentConfig, logger hclog.Logger) {
-	c, err := client.New(cfg.Join)
+func joinCluster(ctx context.Context, cfg agentConfig, tlsc *agentTLS, logger hclog.Logger) {
+	c, err := client.New(cfg.Join, client.WithDialOptions(tlsc.dialTo(security.RoleMaster)...))
 	if err != nil {
 		logger.Error("join: bad --join addresses", "error", err)
 		return

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/console"
+	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of `baton agent --dev`: a single node on loopback.
@@ -48,6 +49,11 @@ type agentConfig struct {
 	// Workers is the size of the leader's executor pool (0: the default,
 	// cluster.DefaultWorkers).
 	Workers int
+	// TLS is the node's TLS material: mutual TLS on Raft, gRPC and HTTP
+	// when set (security.Files.Enabled).
+	TLS security.Files
+	// Insecure allows plaintext on addresses other than loopback.
+	Insecure bool
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -66,6 +72,11 @@ var agentEnv = map[string]string{
 	"http-allowed-hosts": "BATON_HTTP_ALLOWED_HOSTS",
 
 	"workers": "BATON_WORKERS",
+
+	"tls-ca":   "BATON_TLS_CA",
+	"tls-cert": "BATON_TLS_CERT",
+	"tls-key":  "BATON_TLS_KEY",
+	"insecure": "BATON_INSECURE",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -88,16 +99,24 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
 	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
-	var devDefault bool
+	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 on Raft, gRPC and HTTP ('baton tls ca create')")
+	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
+	tlsKey := str("tls-key", "PEM file of this master's private key")
 	var envErr error
-	if v := getenv(agentEnv["dev"]); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			envErr = usagef("%s=%q: want true or false", agentEnv["dev"], v)
+	boolEnv := func(name string) bool {
+		v := getenv(agentEnv[name])
+		if v == "" {
+			return false
 		}
-		devDefault = b
+		b, err := strconv.ParseBool(v)
+		if err != nil && envErr == nil {
+			envErr = usagef("%s=%q: want true or false", agentEnv[name], v)
+		}
+		return b
 	}
+	devDefault := boolEnv("dev")
 	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
+	insecure := fs.Bool("insecure", boolEnv("insecure"), "allow plaintext on addresses other than loopback: anyone who reaches them can join, call the admin API or speak Raft (env "+agentEnv["insecure"]+")")
 	devRS := str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
@@ -112,7 +131,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	if envErr != nil {
 		return agentConfig{}, envErr
 	}
-	cfg := agentConfig{ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Dev: *dev}
+	cfg := agentConfig{ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Dev: *dev,
+		TLS: security.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, Insecure: *insecure}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
@@ -194,6 +214,24 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			bad("%v", err)
 		}
 	}
+	if err := cfg.TLS.Validate(); err != nil {
+		bad("%v", strings.TrimPrefix(err.Error(), "security: "))
+	}
+	if cfg.Dev && cfg.TLS.Enabled() {
+		bad("--dev runs plaintext on loopback: drop --tls-ca, --tls-cert and --tls-key, or drop --dev")
+	}
+	if !cfg.TLS.Enabled() && !cfg.Insecure {
+		var open []string
+		for _, a := range [][2]string{{"--raft-addr", cfg.RaftAddr}, {"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
+			if a[1] != "" && !isLoopbackAddr(a[1]) {
+				open = append(open, a[0]+" "+a[1])
+			}
+		}
+		if len(open) > 0 {
+			bad("%s: not loopback, and without TLS anyone who reaches it can join the cluster, call the admin API or speak Raft; give --tls-ca, --tls-cert and --tls-key, or --insecure to run plaintext anyway",
+				strings.Join(open, ", "))
+		}
+	}
 	seen := map[string]string{}
 	for _, a := range [][2]string{{"--raft-addr", cfg.RaftAddr}, {"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
 		if a[1] == "" {
@@ -242,6 +280,19 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 
 // checkAddr checks a host:port flag value. Advertised addresses
 // (wildcardOK false) must name a host others can reach.
+// isLoopbackAddr says host:port v can only be reached from this machine.
+func isLoopbackAddr(v string) bool {
+	host, _, err := net.SplitHostPort(v)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 func checkAddr(flagName, v string, wildcardOK bool) error {
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/security"
 )
 
 func TestParseAgentFlags(t *testing.T) {
@@ -26,14 +27,14 @@ func TestParseAgentFlags(t *testing.T) {
 				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}},
 		{name: "dev with peers", args: []string{"--dev", "--peers", "a=127.0.0.1:1"}, err: "single-node"},
 		{name: "bad BATON_DEV", env: map[string]string{"BATON_DEV": "maybe"}, err: "BATON_DEV"},
-		{name: "bootstrap member", args: []string{"--id", "n2", "--data-dir", "/d", "--raft-addr", "10.0.0.2:7071", "--grpc-addr", "10.0.0.2:7070", "--http-addr", ":7072", "--peers", three},
-			want: agentConfig{ID: "n2", DataDir: "/d", RaftAddr: "10.0.0.2:7071", GRPCAddr: "10.0.0.2:7070", HTTPAddr: ":7072",
+		{name: "bootstrap member", args: []string{"--id", "n2", "--data-dir", "/d", "--raft-addr", "10.0.0.2:7071", "--grpc-addr", "10.0.0.2:7070", "--http-addr", ":7072", "--peers", three, "--insecure"},
+			want: agentConfig{ID: "n2", DataDir: "/d", RaftAddr: "10.0.0.2:7071", GRPCAddr: "10.0.0.2:7070", HTTPAddr: ":7072", Insecure: true,
 				Peers: []cluster.Peer{{ID: "n1", Address: "10.0.0.1:7071"}, {ID: "n2", Address: "10.0.0.2:7071"}, {ID: "n3", Address: "10.0.0.3:7071"}}}},
 		{name: "all from env", env: map[string]string{"BATON_ID": "n4", "BATON_DATA_DIR": "/d", "BATON_RAFT_ADDR": "10.0.0.4:7071", "BATON_GRPC_ADDR": "10.0.0.4:7070",
-			"BATON_JOIN": "10.0.0.1:7070, 10.0.0.2:7070"},
-			want: agentConfig{ID: "n4", DataDir: "/d", RaftAddr: "10.0.0.4:7071", GRPCAddr: "10.0.0.4:7070", Join: []string{"10.0.0.1:7070", "10.0.0.2:7070"}}},
-		{name: "flag beats env", env: map[string]string{"BATON_ID": "envid"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "h:1", "--grpc-addr", "h:2"},
-			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2"}},
+			"BATON_JOIN": "10.0.0.1:7070, 10.0.0.2:7070", "BATON_INSECURE": "true"},
+			want: agentConfig{ID: "n4", DataDir: "/d", RaftAddr: "10.0.0.4:7071", GRPCAddr: "10.0.0.4:7070", Join: []string{"10.0.0.1:7070", "10.0.0.2:7070"}, Insecure: true}},
+		{name: "flag beats env", env: map[string]string{"BATON_ID": "envid"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}}},
 		{name: "missing everything", err: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "a", "--raft-addr", "h:1", "--grpc-addr", "h:2"}, err: "--data-dir is required"},
 		{name: "missing grpc", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:1"}, err: "--grpc-addr is required"},
@@ -57,8 +58,17 @@ func TestParseAgentFlags(t *testing.T) {
 		{name: "workers", args: []string{"--dev", "--workers", "256"},
 			want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
 				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, Workers: 256}},
-		{name: "workers from env", env: map[string]string{"BATON_WORKERS": "32"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "h:1", "--grpc-addr", "h:2"},
-			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2", Workers: 32}},
+		{name: "workers from env", env: map[string]string{"BATON_WORKERS": "32"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "localhost:2"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "127.0.0.1:1", GRPCAddr: "localhost:2", Workers: 32}},
+		{name: "plaintext beyond loopback", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "10.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--http-addr", "0.0.0.0:3"},
+			err: "--raft-addr 10.0.0.1:1, --http-addr 0.0.0.0:3: not loopback"},
+		{name: "TLS from env", env: map[string]string{"BATON_TLS_CA": "ca.pem", "BATON_TLS_CERT": "c.pem", "BATON_TLS_KEY": "k.pem"},
+			args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}}},
+		{name: "partial TLS", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--tls-cert", "c.pem"},
+			err: "missing [--tls-ca --tls-key]"},
+		{name: "dev with TLS", args: []string{"--dev", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, err: "--dev runs plaintext"},
+		{name: "bad BATON_INSECURE", env: map[string]string{"BATON_INSECURE": "perhaps"}, args: []string{"--dev"}, err: "BATON_INSECURE"},
 		{name: "no workers", args: []string{"--dev", "--workers", "0"}, err: `--workers "0": want a number of executor workers in 1..4096`},
 		{name: "too many workers", args: []string{"--dev", "--workers", "100000"}, err: "1..4096"},
 		{name: "workers not a number", args: []string{"--dev", "--workers", "many"}, err: `--workers "many"`},

@@ -13,12 +13,14 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Exit codes of every command.
@@ -59,6 +61,9 @@ type clientFlags struct {
 	envAddr string // BATON_ADDR, to name it when its value is wrong
 	json    bool
 	timeout time.Duration
+	// tls is the client's TLS material (--tls-ca, --tls-cert, --tls-key),
+	// for a cluster that runs with TLS.
+	tls security.Files
 }
 
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
@@ -73,6 +78,9 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.StringVar(&cf.addr, "addr", def, "admin (gRPC) addresses of any cluster nodes, comma-separated (env BATON_ADDR)")
 	cf.envAddr = c.getenv("BATON_ADDR")
 	fs.BoolVar(&cf.json, "json", false, "print exactly one JSON document on stdout")
+	fs.StringVar(&cf.tls.CA, "tls-ca", c.getenv("BATON_TLS_CA"), "PEM file of the cluster's CA certificate, for a cluster that runs with TLS (env BATON_TLS_CA)")
+	fs.StringVar(&cf.tls.Cert, "tls-cert", c.getenv("BATON_TLS_CERT"), "PEM file of this client's certificate, naming baton://client/<name> (env BATON_TLS_CERT)")
+	fs.StringVar(&cf.tls.Key, "tls-key", c.getenv("BATON_TLS_KEY"), "PEM file of this client's private key (env BATON_TLS_KEY)")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\nflags:\n", name, synopsis)
@@ -150,7 +158,24 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if cf.timeout <= 0 {
 		return nil, usagef("--timeout %v must be positive", cf.timeout)
 	}
-	return client.New(addrs, client.WithCallTimeout(cf.timeout))
+	opts, err := cf.dialOptions(security.RoleMaster)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...))
+}
+
+// dialOptions are the TLS dial options of a connection to a server of
+// role, none without --tls-*. Unusable material is bad usage.
+func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error) {
+	if !cf.tls.Enabled() {
+		return nil, nil
+	}
+	creds, err := security.Load(cf.tls, nil, nil)
+	if err != nil {
+		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
+	}
+	return []grpc.DialOption{creds.DialOption(role)}, nil
 }
 
 // parseID reads a procedure id argument.

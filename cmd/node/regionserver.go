@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/cluster/regionserver"
+	"github.com/baton-dev/baton/security"
 )
 
 // regionServerEnv maps each `baton regionserver` flag to its environment
@@ -28,6 +29,17 @@ var regionServerEnv = map[string]string{
 	"failure-rate":       "BATON_RS_FAILURE_RATE",
 	"heartbeat-interval": "BATON_RS_HEARTBEAT_INTERVAL",
 	"http-addr":          "BATON_RS_HTTP_ADDR",
+	"tls-ca":             "BATON_TLS_CA",
+	"tls-cert":           "BATON_TLS_CERT",
+	"tls-key":            "BATON_TLS_KEY",
+	"insecure":           "BATON_INSECURE",
+}
+
+// rsTransport is how a region server process talks: its TLS files, or
+// plaintext (allowed beyond loopback only with Insecure).
+type rsTransport struct {
+	TLS      security.Files
+	Insecure bool
 }
 
 // regionServerStopTimeout bounds a graceful stop: in-flight batches are
@@ -37,13 +49,13 @@ const regionServerStopTimeout = 10 * time.Second
 // regionserver runs `baton regionserver`: parses its flags, then runs a
 // simulated region server until SIGINT or SIGTERM.
 func (c *cli) regionserver(args []string) int {
-	cfg, err := parseRegionServerFlags(args, c.getenv, c.stdout, c.stderr)
+	cfg, tr, err := parseRegionServerFlags(args, c.getenv, c.stdout, c.stderr)
 	if err != nil {
 		return c.flagsFailed("regionserver", err)
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runRegionServer(ctx, cfg, c.stdout, c.stderr); err != nil {
+	if err := runRegionServer(ctx, cfg, tr, c.stdout, c.stderr); err != nil {
 		fmt.Fprintf(c.stderr, "baton regionserver: %v\n", err)
 		return exitFailed
 	}
@@ -54,7 +66,7 @@ func (c *cli) regionserver(args []string) int {
 // to its environment variable (flags win), and validates them. Flag syntax
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
-func parseRegionServerFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (regionserver.Config, error) {
+func parseRegionServerFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (regionserver.Config, rsTransport, error) {
 	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)
 	// Every flag is read as a string so that a bad value, from a flag or
@@ -69,6 +81,15 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
 	httpAddr := str("http-addr", "host:port of /metrics and /readyz (a listening address: 0.0.0.0 is fine); empty: none")
+	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 to and from the masters")
+	tlsCert := str("tls-cert", "PEM file of this server's certificate, naming baton://regionserver/<--id> ('baton tls cert create --role regionserver --id ID'); reread on SIGHUP and when it changes")
+	tlsKey := str("tls-key", "PEM file of this server's private key")
+	insecureEnv := strings.TrimSpace(getenv(regionServerEnv["insecure"]))
+	insecureDefault, insecureEnvErr := false, error(nil)
+	if insecureEnv != "" {
+		insecureDefault, insecureEnvErr = strconv.ParseBool(insecureEnv)
+	}
+	insecure := fs.Bool("insecure", insecureDefault, "allow plaintext on addresses other than loopback: anyone who reaches them can open and close its regions (env "+regionServerEnv["insecure"]+")")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
@@ -79,11 +100,19 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
-		return regionserver.Config{}, err
+		return regionserver.Config{}, rsTransport{}, err
 	}
 	cfg := regionserver.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr), HTTPAddr: strings.TrimSpace(*httpAddr)}
+	tr := rsTransport{TLS: security.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	tr.Insecure = *insecure
+	if insecureEnvErr != nil && !flagSet(fs, "insecure") {
+		bad("%s=%q: want true or false", regionServerEnv["insecure"], insecureEnv)
+	}
+	if err := tr.TLS.Validate(); err != nil {
+		bad("%v", strings.TrimPrefix(err.Error(), "security: "))
+	}
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
 	}
@@ -136,21 +165,41 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			cfg.FailureRate = f
 		}
 	}
+	if !tr.TLS.Enabled() && !tr.Insecure {
+		var open []string
+		for _, a := range [][2]string{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
+			if a[1] != "" && !isLoopbackAddr(a[1]) {
+				open = append(open, a[0]+" "+a[1])
+			}
+		}
+		if len(open) > 0 {
+			bad("%s: not loopback, and without TLS anyone who reaches it can open and close its regions; give --tls-ca, --tls-cert and --tls-key, or --insecure to run plaintext anyway",
+				strings.Join(open, ", "))
+		}
+	}
 	if len(problems) > 0 {
-		return cfg, &usageError{strings.Join(problems, "\n  ")}
+		return cfg, tr, &usageError{strings.Join(problems, "\n  ")}
 	}
 	// The flags' checks above name the flags; this one catches whatever
 	// rs adds later.
 	if err := cfg.Validate(); err != nil {
-		return cfg, usagef("%v", err)
+		return cfg, tr, usagef("%v", err)
 	}
-	return cfg, nil
+	return cfg, tr, nil
 }
 
 // runRegionServer runs a region server until ctx ends (SIGINT, SIGTERM),
 // printing where it listens.
-func runRegionServer(ctx context.Context, cfg regionserver.Config, stdout, stderr io.Writer) error {
+func runRegionServer(ctx context.Context, cfg regionserver.Config, tr rsTransport, stdout, stderr io.Writer) error {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "baton.rs." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+	if !tr.TLS.Enabled() && tr.Insecure {
+		cfg.Logger.Warn("--insecure: plaintext; anyone who reaches this server's addresses can open and close its regions", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
+	}
+	tlsc, err := loadProcessTLS(ctx, tr.TLS, security.Identity{Role: security.RoleRegionServer, ID: cfg.ID}, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	cfg.TLS = tlsc.creds
 	cfg.Metrics = processMetrics()
 	tracing, err := startTracing(ctx, "baton-regionserver", cfg.ID, cfg.Logger)
 	if err != nil {
@@ -168,7 +217,11 @@ func runRegionServer(ctx context.Context, cfg regionserver.Config, stdout, stder
 	fmt.Fprintf(stdout, "baton region server %q running\n  RegionServer (gRPC): %s\n  masters:             %s\n",
 		cfg.ID, s.Addr(), strings.Join(cfg.Masters, ","))
 	if a := s.HTTPAddr(); a != "" {
-		fmt.Fprintf(stdout, "  metrics:             http://%s/metrics\n  readiness:           http://%s/readyz\n", a, a)
+		scheme := tlsc.scheme()
+		fmt.Fprintf(stdout, "  metrics:             %s://%s/metrics\n  readiness:           %s://%s/readyz\n", scheme, a, scheme, a)
+	}
+	if tlsc.creds != nil {
+		fmt.Fprintf(stdout, "  TLS:                 mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
 	}
 	if tracing.tp != nil {
 		fmt.Fprintf(stdout, "  traces:              OTLP (%s), from the OTEL_* environment\n", tracing.protocol)

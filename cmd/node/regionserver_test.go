@@ -21,7 +21,7 @@ import (
 )
 
 func TestParseRegionServerFlags(t *testing.T) {
-	base := []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:16020", "--masters", "10.0.0.1:7070,10.0.0.2:7070"}
+	base := []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:16020", "--masters", "10.0.0.1:7070,10.0.0.2:7070", "--insecure"}
 	masters := []string{"10.0.0.1:7070", "10.0.0.2:7070"}
 	for _, tc := range []struct {
 		name string
@@ -33,10 +33,10 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "required only", args: base, want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters}},
 		{name: "all flags", args: append(base, "--op-latency", "50ms", "--failure-rate", "0.25", "--heartbeat-interval", "2s"),
 			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 50 * time.Millisecond, FailureRate: 0.25, HeartbeatInterval: 2 * time.Second}},
-		{name: "flags after equals", args: []string{"--id=rs1", "--grpc-addr=h:1", "--masters=m:1", "--failure-rate=1"},
-			want: regionserver.Config{ID: "rs1", GRPCAddr: "h:1", Masters: []string{"m:1"}, FailureRate: 1}},
+		{name: "flags after equals", args: []string{"--id=rs1", "--grpc-addr=localhost:1", "--masters=m:1", "--failure-rate=1"},
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "localhost:1", Masters: []string{"m:1"}, FailureRate: 1}},
 		{name: "all from env", env: map[string]string{"BATON_RS_ID": "rs2", "BATON_RS_GRPC_ADDR": "rs2:16020", "BATON_MASTERS": " m1:7070, m2:7070 ,",
-			"BATON_RS_OP_LATENCY": "1s", "BATON_RS_FAILURE_RATE": "0", "BATON_RS_HEARTBEAT_INTERVAL": "500ms"},
+			"BATON_RS_OP_LATENCY": "1s", "BATON_RS_FAILURE_RATE": "0", "BATON_RS_HEARTBEAT_INTERVAL": "500ms", "BATON_INSECURE": "1"},
 			want: regionserver.Config{ID: "rs2", GRPCAddr: "rs2:16020", Masters: []string{"m1:7070", "m2:7070"}, OpLatency: time.Second, HeartbeatInterval: 500 * time.Millisecond}},
 		{name: "flag beats env", env: map[string]string{"BATON_RS_ID": "envid", "BATON_RS_OP_LATENCY": "nonsense"}, args: append(base, "--op-latency", "5ms"),
 			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, OpLatency: 5 * time.Millisecond}},
@@ -57,9 +57,15 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "http addr from env", env: map[string]string{"BATON_RS_HTTP_ADDR": "rs1:16030"}, args: base,
 			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, HTTPAddr: "rs1:16030"}},
 		{name: "bad http addr", args: append(base, "--http-addr", "nope"), err: "--http-addr"},
+		{name: "plaintext beyond loopback", args: []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:1", "--masters", "m:1", "--http-addr", "127.0.0.1:2"},
+			err: "--grpc-addr 10.0.0.5:1: not loopback"},
+		{name: "partial TLS", args: []string{"--id", "rs1", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--tls-ca", "ca.pem"}, err: "missing [--tls-cert --tls-key]"},
+		{name: "bad BATON_INSECURE", env: map[string]string{"BATON_INSECURE": "sure"}, args: []string{"--id", "rs1", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1"}, err: "BATON_INSECURE"},
+		{name: "TLS beyond loopback", args: []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:1", "--masters", "m:1", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:1", Masters: []string{"m:1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			got, _, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
 			if tc.err != "" {
 				var ue *usageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
@@ -86,7 +92,7 @@ func TestRegionServerExitCodes(t *testing.T) {
 		{[]string{"regionserver", "--nope"}, 2, "flag provided but not defined"},
 		{[]string{"regionserver"}, 2, "--id is required"},
 		{[]string{"regionserver", "-h"}, 0, "usage: baton regionserver"},
-		{[]string{"regionserver", "--id", "a", "--grpc-addr", "h:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'baton regionserver -h'"},
+		{[]string{"regionserver", "--id", "a", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'baton regionserver -h'"},
 	} {
 		code, stdout, stderr := runCLI(t, nil, tc.args...)
 		if tc.code == 0 {

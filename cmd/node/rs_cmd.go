@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"maps"
 	"net"
 	"slices"
@@ -210,7 +211,11 @@ func (c *cli) rsRegionsDirect(e *command, rf *readFlags, server, addr string) in
 	if e.cf.timeout <= 0 {
 		return e.fail(usagef("--timeout %v must be positive", e.cf.timeout))
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, err := e.cf.dialOptions(security.RoleRegionServer)
+	if err != nil {
+		return e.fail(err)
+	}
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		return e.fail(usagef("--direct %q: %v", addr, err))
 	}

@@ -37,6 +37,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"io"
 	"net"
 	"net/http"
@@ -95,6 +96,11 @@ type Options struct {
 	// (e.g. on a small file system a test mounts) instead of under the
 	// cluster's directory. The harness does not remove these.
 	DataDirs map[string]string
+	// TLS runs every channel with mutual TLS: the harness makes a CA in
+	// the cluster's directory (Cluster.PKI), a certificate for each agent
+	// and region server, and one for its own client (baton://client/harness),
+	// which Client, NewClient, RSClient and the HTTP reads use.
+	TLS bool
 }
 
 // Node is one member of a Cluster. Its addresses and directories stay the
@@ -300,6 +306,9 @@ type Cluster struct {
 	rsConns map[string]*grpc.ClientConn // by region server id
 	leader  string                      // last leader seen by WaitLeader
 	http    *http.Client
+
+	pki         *security.TestPKI     // Options.TLS
+	clientCreds *security.Credentials // the harness's client certificate
 }
 
 // New starts opts.Nodes agents bootstrapping one cluster and registers
@@ -322,6 +331,11 @@ func New(t testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{t: t, opts: opts, dir: dir, http: &http.Client{Timeout: 2 * time.Second}}
 	t.Cleanup(c.cleanup)
+	if opts.TLS {
+		if err := c.setUpTLS(); err != nil {
+			t.Fatalf("harness: TLS: %v", err)
+		}
+	}
 	if opts.UIDBase > 0 {
 		// MkdirTemp makes the directory 0700: the agents' own uids must
 		// reach their directories inside it.
@@ -381,9 +395,10 @@ func (c *Cluster) peers() string {
 // identical for first start and restart.
 func (c *Cluster) Args(id string) []string {
 	n := c.Node(id)
-	return []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
+	args := []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
 		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
 		"--peers", c.peers()}
+	return append(args, c.tlsArgs(security.Identity{Role: security.RoleMaster, ID: n.ID})...)
 }
 
 func (c *Cluster) start(n *Node) error {
@@ -417,7 +432,8 @@ func (c *Cluster) Client() *client.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client == nil {
-		cl, err := client.New(c.AdminAddrs(), client.WithCallTimeout(10*time.Second), client.WithAttemptTimeout(2*time.Second), client.WithBackoff(20*time.Millisecond, 500*time.Millisecond))
+		cl, err := client.New(c.AdminAddrs(), client.WithCallTimeout(10*time.Second), client.WithAttemptTimeout(2*time.Second), client.WithBackoff(20*time.Millisecond, 500*time.Millisecond),
+			client.WithDialOptions(c.DialOptions(security.RoleMaster)...))
 		if err != nil {
 			c.t.Fatalf("harness: client: %v", err)
 		}
@@ -430,7 +446,7 @@ func (c *Cluster) Client() *client.Client {
 // cleanup: for concurrent load whose connection churn should not disturb
 // the shared one.
 func (c *Cluster) NewClient(opts ...client.Option) *client.Client {
-	cl, err := client.New(c.AdminAddrs(), opts...)
+	cl, err := client.New(c.AdminAddrs(), append([]client.Option{client.WithDialOptions(c.DialOptions(security.RoleMaster)...)}, opts...)...)
 	if err != nil {
 		c.t.Fatalf("harness: client: %v", err)
 	}
@@ -470,7 +486,7 @@ func (c *Cluster) Domain(ctx context.Context, id, prefix string) (map[string]str
 
 func (c *Cluster) getJSON(ctx context.Context, id, path string, v any) error {
 	n := c.Node(id)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.HTTPScheme()+"://"+n.HTTPAddr+path, nil)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,6 +77,7 @@ func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
 			env:      append([]string{"BATON_LOG_LEVEL=" + level}, opts.Env...),
 		}
 		s.args = []string{"regionserver", "--id", id, "--grpc-addr", s.GRPCAddr, "--masters", masters}
+		s.args = append(s.args, c.tlsArgs(security.Identity{Role: security.RoleRegionServer, ID: id})...)
 		if opts.OpLatency > 0 {
 			s.args = append(s.args, "--op-latency", opts.OpLatency.String())
 		}
@@ -207,7 +209,7 @@ func (c *Cluster) RSClient(id string) rspb.RegionServerClient {
 	cc := c.rsConns[id]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err = grpc.NewClient(s.GRPCAddr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.DialOptions(security.RoleRegionServer)...)...)
 		if err != nil {
 			c.t.Fatalf("harness: client of %s: %v", id, err)
 		}

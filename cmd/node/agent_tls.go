@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/baton-dev/baton/security"
+)
+
+// agentTLS is a process's TLS material, or nothing (plaintext): every
+// method of a nil or empty one returns the plaintext choice, so the wiring
+// reads the same either way.
+type agentTLS struct {
+	creds *security.Credentials
+}
+
+// loadProcessTLS loads files as want's material (none: plaintext) and
+// keeps it fresh for the process's life: reread on SIGHUP and when the
+// files change. The certificate must name want.
+func loadProcessTLS(ctx context.Context, files security.Files, want security.Identity, logger hclog.Logger) (*agentTLS, error) {
+	if !files.Enabled() {
+		return &agentTLS{}, nil
+	}
+	creds, err := security.Load(files, nil, logger)
+	if err != nil {
+		return nil, err
+	}
+	if got := creds.Identity(); got != want {
+		return nil, fmt.Errorf("security: %s names %s, but this process runs as %s", files.Cert, got, want)
+	}
+	creds.Watch(ctx, security.DefaultWatchInterval, nil)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				changed, err := creds.Reload()
+				switch {
+				case err != nil:
+					logger.Error("SIGHUP: TLS material not reloaded; keeping the current one", "error", err)
+				case !changed:
+					logger.Info("SIGHUP: TLS files unchanged")
+				}
+			}
+		}
+	}()
+	return &agentTLS{creds: creds}, nil
+}
+
+// loadAgentTLS loads a master's material: its certificate must name
+// baton://master/<--id>. Plaintext beyond loopback is logged loudly.
+func loadAgentTLS(ctx context.Context, cfg agentConfig, logger hclog.Logger) (*agentTLS, error) {
+	if !cfg.TLS.Enabled() && cfg.Insecure {
+		logger.Warn("--insecure: plaintext on every channel; anyone who reaches this node's addresses can join the cluster, call the admin API or speak Raft",
+			"raft_addr", cfg.RaftAddr, "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
+	}
+	return loadProcessTLS(ctx, cfg.TLS, security.Identity{Role: security.RoleMaster, ID: cfg.ID}, logger)
+}
+
+// dialTo is the dial options of a connection to a server of role.
+func (t *agentTLS) dialTo(role security.Role) []grpc.DialOption {
+	if t == nil || t.creds == nil {
+		return nil
+	}
+	return []grpc.DialOption{t.creds.DialOption(role)}
+}
+
+// serverOptions is a gRPC server's TLS credentials and policy.
+func (t *agentTLS) serverOptions(p *security.Policy) []grpc.ServerOption {
+	if t == nil || t.creds == nil {
+		return nil
+	}
+	return p.ServerOptions(t.creds)
+}
+
+// listener wraps an HTTP listener in TLS admitting roles.
+func (t *agentTLS) listener(l net.Listener, roles ...security.Role) net.Listener {
+	if t == nil || t.creds == nil {
+		return l
+	}
+	return tls.NewListener(l, t.creds.ServerConfig(roles...))
+}
+
+func (t *agentTLS) scheme() string {
+	if t == nil || t.creds == nil {
+		return "http"
+	}
+	return "https"
+}

@@ -1,0 +1,251 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/security"
+)
+
+// rawTLS is a client configuration that presents the given files'
+// certificate as is, without checking it first (security.Load refuses an
+// expired one, which is what a test of the servers needs to present), and
+// accepts any server: these tests are about what the servers let in.
+func rawTLS(t *testing.T, f security.Files) *tls.Config {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true, Certificates: []tls.Certificate{pair}}
+}
+
+// callHealth makes one gRPC health check to addr with opt and returns its
+// error.
+func callHealth(t *testing.T, ctx context.Context, addr string, opt grpc.DialOption) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// TestTLSClusterRefusesWhoDoesNotBelong runs three masters and two region
+// servers with mutual TLS on every channel, checks that the cluster works
+// (a table opens, the CLI with a client certificate lists it, a failover
+// elects a new leader over TLS Raft), and that each channel refuses a
+// plaintext peer, a certificate of another CA, an expired certificate and
+// a valid certificate of the wrong role.
+func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
+	leader := c.WaitLeader(ctx)
+	c.StartRegionServers(2, harness.RSOptions{})
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := c.WaitRegionServers(wctx); err != nil {
+		t.Fatal(err)
+	}
+	createTables(t, ctx, c.Client(), []string{"secure"}, 4)
+
+	pki := c.PKI()
+	issue := func(id security.Identity, validity time.Duration) security.Files {
+		f, err := pki.Issue(id, validity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	cliFiles := issue(security.Identity{Role: security.RoleClient, ID: "ops"}, time.Hour)
+	rsFiles := issue(security.Identity{Role: security.RoleRegionServer, ID: "rs1"}, time.Hour)
+	expired := issue(security.Identity{Role: security.RoleClient, ID: "old"}, -time.Hour)
+	strangerPKI, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := strangerPKI.Issue(security.Identity{Role: security.RoleMaster, ID: "n1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(f security.Files) *security.Credentials {
+		cr, err := security.Load(f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr
+	}
+
+	t.Run("cli", func(t *testing.T) {
+		addrs := strings.Join(c.AdminAddrs(), ",")
+		out, err := exec.CommandContext(ctx, nodeBin, "table", "list", "--addr", addrs, "--json",
+			"--tls-ca", cliFiles.CA, "--tls-cert", cliFiles.Cert, "--tls-key", cliFiles.Key).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `"secure"`) {
+			t.Errorf("table list with a client certificate: %v\n%s", err, out)
+		}
+		cmd := exec.CommandContext(ctx, nodeBin, "table", "list", "--addr", addrs, "--timeout", "2s")
+		if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 3 {
+			t.Errorf("table list in plaintext: %v (exit %d), want exit 3\n%s", err, cmd.ProcessState.ExitCode(), out)
+		}
+		cmd = exec.CommandContext(ctx, nodeBin, "table", "list", "--addr", addrs, "--tls-ca", expired.CA, "--tls-cert", expired.Cert, "--tls-key", expired.Key)
+		if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "expired") {
+			t.Errorf("table list with an expired certificate: %v (exit %d), want exit 2 naming the expiry\n%s", err, cmd.ProcessState.ExitCode(), out)
+		}
+	})
+
+	admin := c.Node(leader).GRPCAddr
+	t.Run("admin gRPC", func(t *testing.T) {
+		if err := callHealth(t, ctx, admin, load(cliFiles).DialOption(security.RoleMaster)); err != nil {
+			t.Fatalf("a client certificate: %v", err)
+		}
+		for name, opt := range map[string]grpc.DialOption{
+			"plaintext":              grpc.WithTransportCredentials(insecure.NewCredentials()),
+			"another CA":             grpc.WithTransportCredentials(credentials.NewTLS(rawTLS(t, stranger))),
+			"an expired certificate": grpc.WithTransportCredentials(credentials.NewTLS(rawTLS(t, expired))),
+		} {
+			if err := callHealth(t, ctx, admin, opt); err == nil {
+				t.Errorf("%s: served", name)
+			}
+		}
+		cc, err := grpc.NewClient(admin, load(rsFiles).DialOption(security.RoleMaster))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		_, err = adminpb.NewAdminClient(cc).DeleteTable(ctx, &adminpb.TableRequest{Name: "secure"})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("a region server's certificate deleting a table: %v, want PermissionDenied", err)
+		}
+	})
+
+	t.Run("master service", func(t *testing.T) {
+		call := func(f security.Files, serverID string) error {
+			cc, err := grpc.NewClient(admin, load(f).DialOption(security.RoleMaster))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			_, err = rspb.NewMasterClient(cc).Heartbeat(ctx, &rspb.HeartbeatRequest{ServerId: serverID, StartCode: 1})
+			return err
+		}
+		if err := call(cliFiles, "ops"); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("a client heartbeating as a region server: %v, want PermissionDenied", err)
+		}
+		if err := call(rsFiles, "rs2"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "only as itself") {
+			t.Errorf("rs1 heartbeating as rs2: %v, want PermissionDenied", err)
+		}
+	})
+
+	t.Run("region server", func(t *testing.T) {
+		rs := c.RegionServer("rs1").GRPCAddr
+		cc, err := grpc.NewClient(rs, load(cliFiles).DialOption(security.RoleRegionServer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		_, err = rspb.NewRegionServerClient(cc).ExecuteBatch(ctx, &rspb.BatchRequest{ServerId: "rs1", Ops: []*rspb.RegionOp{{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "x"}}})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("a client sending a close to a region server: %v, want PermissionDenied", err)
+		}
+		if _, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{}); err != nil {
+			t.Errorf("a client listing a region server's regions: %v", err)
+		}
+		if err := callHealth(t, ctx, rs, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+			t.Error("plaintext to a region server: served")
+		}
+	})
+
+	t.Run("raft", func(t *testing.T) {
+		for name, cfg := range map[string]*tls.Config{
+			"a region server's certificate": rawTLS(t, rsFiles),
+			"a client's certificate":        rawTLS(t, cliFiles),
+			"another CA's master":           rawTLS(t, stranger),
+		} {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", c.Node(leader).RaftAddr, cfg)
+			if err == nil {
+				_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+				// A raft RPC's type byte; the server's verdict on the
+				// certificate arrives on the first read.
+				_, _ = conn.Write([]byte{0})
+				_, err = conn.Read(make([]byte, 1))
+				conn.Close()
+			}
+			// Admitted, the raft handler would close the connection on the
+			// bad RPC (EOF); refused, the handshake's alert is what arrives.
+			if err == nil || !strings.Contains(err.Error(), "remote error: tls") {
+				t.Errorf("%s: %v, want the Raft port's TLS alert", name, err)
+			}
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		url := "https://" + c.Node(leader).HTTPAddr + "/status"
+		get := func(cfg *tls.Config, u string) (int, error) {
+			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+			resp, err := hc.Get(u)
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return resp.StatusCode, nil
+		}
+		if code, err := get(load(cliFiles).ClientConfig(security.RoleMaster), url); err != nil || code != http.StatusOK {
+			t.Errorf("a client certificate: %d, %v", code, err)
+		}
+		if code, err := get(nil, "http://"+c.Node(leader).HTTPAddr+"/status"); err == nil && code == http.StatusOK {
+			t.Error("plaintext HTTP: 200")
+		}
+		for name, cfg := range map[string]*tls.Config{
+			"no certificate":         {MinVersion: tls.VersionTLS13, InsecureSkipVerify: true},
+			"another CA":             rawTLS(t, stranger),
+			"an expired certificate": rawTLS(t, expired),
+			"a region server's":      rawTLS(t, rsFiles),
+		} {
+			if code, err := get(cfg, url); err == nil {
+				t.Errorf("%s: answered %d", name, code)
+			}
+		}
+	})
+
+	t.Run("failover", func(t *testing.T) {
+		c.Kill(leader)
+		next := c.WaitLeader(ctx)
+		if next == leader {
+			t.Fatalf("leader %s again after it was killed", leader)
+		}
+		id, _, err := startRetrying(ctx, "submit after failover", func(ctx context.Context) (uint64, error) {
+			return c.Client().Submit(ctx, "sleep", map[string]string{"steps": "1", "delay": "0s"}, "tls-failover", "it", 0)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, ctx, c.Client(), id, "submit after failover", client.StateSuccess)
+	})
+}
