@@ -75,15 +75,20 @@ demo:
 	$(GO) run ./cmd/node demo
 
 # Docker Compose: 3 masters and 3 region servers (docker-compose.yml) from a
-# FROM-scratch image around the static bin/baton; no image is pulled. Client:
+# FROM-scratch image around the static bin/baton; no image is pulled. Every
+# channel runs mutual TLS with the certificates scripts/compose-tls.sh makes
+# in docker/tls. Client:
+#   export BATON_TLS_CA=docker/tls/baton-ca.pem BATON_TLS_CERT=docker/tls/client-operator.pem BATON_TLS_KEY=docker/tls/client-operator-key.pem
 #   bin/baton cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_PROJECT ?= baton
 
 compose-up: build
+	scripts/compose-tls.sh
 	$(COMPOSE) -p $(COMPOSE_PROJECT) build
 	$(COMPOSE) -p $(COMPOSE_PROJECT) up -d
-	@echo "masters: bin/baton cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270"
+	@echo "masters (mutual TLS): export BATON_TLS_CA=docker/tls/baton-ca.pem BATON_TLS_CERT=docker/tls/client-operator.pem BATON_TLS_KEY=docker/tls/client-operator-key.pem"
+	@echo "  bin/baton cluster status --addr 127.0.0.1:17070,127.0.0.1:17170,127.0.0.1:17270"
 
 compose-down:
 	$(COMPOSE) -p $(COMPOSE_PROJECT) down -v --remove-orphans

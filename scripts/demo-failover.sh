@@ -54,7 +54,7 @@ compose() { "${COMPOSE[@]}" "$@"; }
 
 # masterN serves node nN.
 service_of() { echo "master${1#n}"; }
-master_ready_url() { echo "http://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
+master_ready_url() { echo "https://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
 master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
 kill_master() {
 	local svc cid
@@ -124,6 +124,11 @@ NODE=$CLIENT
 if "$NODE" regionserver -h 2>&1 | grep -q 'unknown command'; then
 	die "this baton binary has no 'regionserver' command yet"
 fi
+say "\$ scripts/compose-tls.sh   # a development CA and a certificate per process: mutual TLS on every channel"
+export BATON_TLS_DIR=$WORK/tls
+BATON_NODE_BIN="$REPO/bin/baton" "$REPO/scripts/compose-tls.sh" "$BATON_TLS_DIR" >/dev/null
+# Every client command below presents the operator's certificate.
+export BATON_TLS_CA=$BATON_TLS_DIR/baton-ca.pem BATON_TLS_CERT=$BATON_TLS_DIR/client-operator.pem BATON_TLS_KEY=$BATON_TLS_DIR/client-operator-key.pem
 say "\$ $COMPOSE_CMD build"
 compose build >"$WORK/build.log" 2>&1 || { sed 's/^/      /' "$WORK/build.log"; die "the image did not build"; }
 tail -2 "$WORK/build.log" | sed 's/^/      /'

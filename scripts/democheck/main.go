@@ -39,6 +39,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/security"
 )
 
 // Exit codes.
@@ -275,6 +277,15 @@ func ready(urls []string, timeout time.Duration, w io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	hc := &http.Client{Timeout: 2 * time.Second}
+	// A cluster with TLS: the URLs are https, and the client presents the
+	// certificate the baton commands of the demo use (BATON_TLS_*).
+	if files := (security.Files{CA: os.Getenv("BATON_TLS_CA"), Cert: os.Getenv("BATON_TLS_CERT"), Key: os.Getenv("BATON_TLS_KEY")}); files.Enabled() {
+		creds, err := security.Load(files, nil, nil)
+		if err != nil {
+			return err
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}
+	}
 	for _, u := range urls {
 		var last string
 		for {
