@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/security"
 )
 
 // TestReadme runs README.md's ```sh blocks, so that the README cannot
@@ -266,6 +267,18 @@ type readmeShell struct {
 	agents  map[string]int // node id -> pid of the agents the lines started
 	masters []string       // admin addresses of those agents
 	waits   []readyWait    // what the next foreground line waits for
+	// tls is the first TLS agent's material (absolute paths): the test's
+	// own checks (readiness, rs list, cluster status) present it, a
+	// master's certificate being admitted wherever a client's is.
+	tls security.Files
+}
+
+// tlsArgs are the client flags of the test's own commands.
+func (s *readmeShell) tlsArgs() []string {
+	if !s.tls.Enabled() {
+		return nil
+	}
+	return []string{"--tls-ca", s.tls.CA, "--tls-cert", s.tls.Cert, "--tls-key", s.tls.Key}
 }
 
 func newReadmeShell(t *testing.T, env string, offset int) *readmeShell {
@@ -575,6 +588,15 @@ func (s *readmeShell) background(where string, pid int) {
 		}
 		s.agents[id] = pid
 		s.masters = append(s.masters, admin)
+		if cert := flagOf(args, "tls-cert"); cert != "" && !s.tls.Enabled() {
+			abs := func(p string) string {
+				if p == "" || filepath.IsAbs(p) {
+					return p
+				}
+				return filepath.Join(s.dir, p)
+			}
+			s.tls = security.Files{CA: abs(flagOf(args, "tls-ca")), Cert: abs(cert), Key: abs(flagOf(args, "tls-key"))}
+		}
 		if httpAddr == "" {
 			s.t.Errorf("%s: an agent without --http-addr: TestReadme cannot wait for it to be ready", where)
 			return
@@ -607,7 +629,7 @@ func (s *readmeShell) ready(where string) bool {
 		for {
 			ok := false
 			if w.httpAddr != "" {
-				ok, last = readmeReadyz(ctx, w.httpAddr)
+				ok, last = s.readyz(ctx, w.httpAddr)
 			} else {
 				ok, last = s.rsLive(ctx, w.rsID)
 			}
@@ -625,9 +647,17 @@ func (s *readmeShell) ready(where string) bool {
 	return true
 }
 
-func readmeReadyz(ctx context.Context, addr string) (bool, string) {
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
+func (s *readmeShell) readyz(ctx context.Context, addr string) (bool, string) {
+	scheme, hc := "http", http.DefaultClient
+	if s.tls.Enabled() {
+		creds, err := security.Load(s.tls, nil, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		scheme, hc = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}}
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", scheme+"://"+addr+"/readyz", nil)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -637,7 +667,7 @@ func readmeReadyz(ctx context.Context, addr string) (bool, string) {
 }
 
 func (s *readmeShell) rsLive(ctx context.Context, id string) (bool, string) {
-	out, err := exec.CommandContext(ctx, nodeBin, "rs", "list", "--json", "--timeout", "5s", "--addr", strings.Join(s.masters, ",")).Output()
+	out, err := exec.CommandContext(ctx, nodeBin, append([]string{"rs", "list", "--json", "--timeout", "5s", "--addr", strings.Join(s.masters, ",")}, s.tlsArgs()...)...).Output()
 	if err != nil {
 		return false, fmt.Sprintf("rs list: %v", err)
 	}
@@ -665,7 +695,7 @@ func (s *readmeShell) killLeader(where string) {
 	if !s.ready(where) {
 		return
 	}
-	out, err := exec.Command(nodeBin, "cluster", "status", "--json", "--addr", strings.Join(s.masters, ",")).Output()
+	out, err := exec.Command(nodeBin, append([]string{"cluster", "status", "--json", "--addr", strings.Join(s.masters, ",")}, s.tlsArgs()...)...).Output()
 	if err != nil {
 		t.Fatalf("%s: cluster status: %v", where, err)
 	}

@@ -90,8 +90,8 @@ func (c *cli) tlsCertCreate(args []string) int {
 	newUsageOut(fs, c.stdout, c.stderr)
 	role := fs.String("role", "", "master, regionserver or client (required)")
 	id := fs.String("id", "", "the holder's id: a master's or region server's node id, a client's name (required)")
-	caFile := fs.String("ca", "baton-ca.pem", "the CA certificate")
-	caKey := fs.String("ca-key", "baton-ca-key.pem", "the CA key")
+	caFile := fs.String("ca", "", "the CA certificate (default: baton-ca.pem in --dir, where 'baton tls ca create --dir' put it)")
+	caKey := fs.String("ca-key", "", "the CA key (default: baton-ca-key.pem in --dir)")
 	hosts := fs.String("host", "", "DNS names and IP addresses the holder serves on, comma-separated (masters and region servers also get localhost and 127.0.0.1)")
 	dir := fs.String("dir", ".", "directory to write the certificate and key into")
 	days := fs.Int("days", 365, "days the certificate is valid (at most the CA's remaining life)")
@@ -109,6 +109,12 @@ func (c *cli) tlsCertCreate(args []string) int {
 	}
 	if *days <= 0 || *days > 100*365 {
 		return c.flagsFailed("tls cert create", usagef("--days %d: want 1 to %d", *days, 100*365))
+	}
+	if *caFile == "" {
+		*caFile = filepath.Join(*dir, "baton-ca.pem")
+	}
+	if *caKey == "" {
+		*caKey = filepath.Join(*dir, "baton-ca-key.pem")
 	}
 	ca, err := security.LoadCA(*caFile, *caKey)
 	if err != nil {

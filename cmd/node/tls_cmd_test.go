@@ -17,6 +17,9 @@ func TestTLSCreateCommands(t *testing.T) {
 		t.Fatalf("ca create: exit %d: %s", code, stderr)
 	}
 	ca, caKey := filepath.Join(dir, "baton-ca.pem"), filepath.Join(dir, "baton-ca-key.pem")
+	if code, _, stderr := runCLI(t, nil, "tls", "cert", "create", "--role", "client", "--id", "x", "--dir", dir); code != exitOK {
+		t.Errorf("cert create with the CA in --dir: exit %d: %s", code, stderr)
+	}
 	if code, _, stderr := runCLI(t, nil, "tls", "ca", "create", "--dir", dir); code != exitFailed || !strings.Contains(stderr, "--force") {
 		t.Errorf("ca create over an existing CA: exit %d, %q; want exit 1 naming --force", code, stderr)
 	}
@@ -67,6 +70,7 @@ func TestTLSCreateCommands(t *testing.T) {
 		{[]string{"--role", "master", "--id", "n2", "--ca", filepath.Join(dir, "nope.pem")}, exitFailed, "baton tls ca create"},
 		{[]string{"--role", "master", "--id", "n2", "--ca", ca, "--ca-key", filepath.Join(dir, "master-n1-key.pem")}, exitFailed, "not the key"},
 		{[]string{"--role", "master", "--id", "n1", "--ca", ca, "--ca-key", caKey, "--dir", dir}, exitFailed, "--force"},
+		{[]string{"--role", "master", "--id", "n1", "--dir", dir}, exitFailed, "--force"}, // the CA found in --dir
 	} {
 		args := append([]string{"tls", "cert", "create"}, tc.args...)
 		if !strings.Contains(strings.Join(tc.args, " "), "--dir") {
