@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"context"
+
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
@@ -18,6 +20,13 @@ func (s *fencedStore) InsertAndMutate(proc store.Proc, children []store.Proc, mu
 // UpdateAndMutate implements store.MutationStore, fenced like Update.
 func (s *fencedStore) UpdateAndMutate(proc store.Proc, muts []store.Mutation) error {
 	return s.UpdateWith(proc, toRaftMutations(muts))
+}
+
+var _ store.DeleteMutator = (*fencedStore)(nil)
+
+// DeleteAndMutate implements store.DeleteMutator, fenced like Delete.
+func (s *fencedStore) DeleteAndMutate(ids []uint64, muts []store.Mutation) error {
+	return s.Commit(context.Background(), raftfsm.Write{Deletes: ids, Mutations: toRaftMutations(muts)})
 }
 
 // Value implements store.MutationStore from the local FSM, which on the

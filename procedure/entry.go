@@ -35,6 +35,7 @@ type entry struct {
 	result                []byte
 	abort, paused, bypass bool
 	untilDone             bool // RetriesUntilDone: never fails, never aborted
+	forgetsChildren       bool // ForgetsChildren: its children are forgotten as they succeed
 	rollingBack           bool
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress
@@ -74,22 +75,26 @@ type entry struct {
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.
 	unheldChildren int
-	inTable        bool             // in Executor.procs, and so in Executor.live's counts
-	running        bool             // claimed by a worker or an API call
-	rerun          bool             // polled while claimed: queue again on release
-	dirty          bool             // changed by an API call while claimed: persist on release
-	muts           []store.Mutation // domain changes of the last step, committed by its persist
-	lockWait       bool             // parked in a lock wait queue
-	pausedParked   bool             // polled while paused
-	timedOut       bool             // woken by its suspension's timer
-	yielded        bool             // its step yielded: queue it at the back once released
-	retryWait      bool             // RetriesUntilDone: waiting to run a failed step again
-	failures       int              // RetriesUntilDone: consecutive failed runs of its step
-	beforeStep     *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
-	event          *scheduler.Event
-	timer          clock.Timer
-	deadlineTimer  clock.Timer
-	waitGen        uint64
+	// forgotten: a child that succeeded under a parent that forgets its
+	// children (ForgetsChildren): no longer in Executor.procs nor its
+	// tree's members, its record deleted by its last write.
+	forgotten     bool
+	inTable       bool             // in Executor.procs, and so in Executor.live's counts
+	running       bool             // claimed by a worker or an API call
+	rerun         bool             // polled while claimed: queue again on release
+	dirty         bool             // changed by an API call while claimed: persist on release
+	muts          []store.Mutation // domain changes of the last step, committed by its persist
+	lockWait      bool             // parked in a lock wait queue
+	pausedParked  bool             // polled while paused
+	timedOut      bool             // woken by its suspension's timer
+	yielded       bool             // its step yielded: queue it at the back once released
+	retryWait     bool             // RetriesUntilDone: waiting to run a failed step again
+	failures      int              // RetriesUntilDone: consecutive failed runs of its step
+	beforeStep    *machineSnapshot // RetriesUntilDone: where its state machine stood before the running step
+	event         *scheduler.Event
+	timer         clock.Timer
+	deadlineTimer clock.Timer
+	waitGen       uint64
 	// span is the procedure's span on this executor, nil until its first
 	// step here (or with tracing off); ended when it finishes or the
 	// executor stops.
@@ -114,18 +119,22 @@ type rootState struct {
 	entry   *entry
 	members map[uint64]*entry
 	// stack is the rollback stack: one element per executed step, in the
-	// order the steps ran, across the whole tree.
-	stack     []*entry
-	nextPos   int32 // position of the next step pushed: above every persisted one
-	running   int   // members executing a step (or the rollback)
-	failed    bool  // a member failed: rollback once nothing runs
-	cause     string
-	causeCode string // ErrorCode of the failure cause tells
-	rolling   bool   // a worker is rolling the tree back
-	rbRerun   bool   // a turn came while rolling: the roller re-queues the root
-	rbTries   int
-	done      bool
-	rbTimer   clock.Timer
-	doneCh    chan struct{}
-	doneOnce  sync.Once
+	// order the steps ran, across the whole tree. It may hold forgotten
+	// members (entry.forgotten), skipped by the rollback and swept out
+	// once they are half of it (forgetChildLocked).
+	stack []*entry
+	// forgottenInStack counts the stack's elements that are forgotten.
+	forgottenInStack int
+	nextPos          int32 // position of the next step pushed: above every persisted one
+	running          int   // members executing a step (or the rollback)
+	failed           bool  // a member failed: rollback once nothing runs
+	cause            string
+	causeCode        string // ErrorCode of the failure cause tells
+	rolling          bool   // a worker is rolling the tree back
+	rbRerun          bool   // a turn came while rolling: the roller re-queues the root
+	rbTries          int
+	done             bool
+	rbTimer          clock.Timer
+	doneCh           chan struct{}
+	doneOnce         sync.Once
 }

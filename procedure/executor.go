@@ -471,7 +471,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 // lets go of e with nothing left unwritten. A failed write stops the
 // executor, which ends the loop.
 func (x *Executor) writeDirtyLocked(e *entry) {
-	for e.dirty && !x.stopping {
+	for e.dirty && !x.stopping && !e.forgotten {
 		x.unlock()
 		x.persist(e)
 		x.mu.Lock()
@@ -829,7 +829,14 @@ func (x *Executor) complete(e *entry, root *rootState) {
 	e.finishedAt = x.clock.Now()
 	x.unlock()
 	if !e.isRoot() {
-		if !x.persist(e) {
+		x.mu.Lock()
+		forget := x.forgettableLocked(e)
+		x.unlock()
+		if forget {
+			if !x.persistForgotten(e) {
+				return
+			}
+		} else if !x.persist(e) {
 			return
 		}
 		x.mu.Lock()
@@ -843,11 +850,94 @@ func (x *Executor) complete(e *entry, root *rootState) {
 				x.queueLocked(p, true)
 			}
 		}
+		if forget {
+			x.forgetChildLocked(root, e)
+		}
 		x.unlock()
 		return
 	}
 	x.finishRoot(root, e)
 }
+
+// forgettableLocked says e, a child that succeeded, is forgotten rather
+// than kept until its root ends (ForgetsChildren): its parent forgets its
+// children, every ancestor retries until done (so nothing will ever roll
+// e back: a failure below such an ancestor rolls back only the subtree of
+// its child, and e's subtree is done), and the store can delete e's record
+// in the write that commits its last step's effect.
+func (x *Executor) forgettableLocked(e *entry) bool {
+	if _, ok := x.store.(store.DeleteMutator); !ok || e.state != Success {
+		return false
+	}
+	p := x.procs[e.parent]
+	if p == nil || !p.forgetsChildren {
+		return false
+	}
+	for a := p; ; {
+		if !a.untilDone {
+			return false
+		}
+		if a.parent == 0 {
+			return true
+		}
+		if a = x.procs[a.parent]; a == nil {
+			return false
+		}
+	}
+}
+
+// persistForgotten is persist for a child being forgotten: its last
+// step's effect and the deletion of its record, in one write. There is no
+// record to write, so nothing of it can fail to serialise.
+func (x *Executor) persistForgotten(e *entry) bool {
+	x.mu.Lock()
+	muts := e.muts
+	e.muts = nil
+	x.unlock()
+	if err := x.store.(store.DeleteMutator).DeleteAndMutate([]uint64{e.id}, muts); err != nil {
+		x.setFatal(err)
+		return false
+	}
+	x.mu.Lock()
+	var endSpan func()
+	if e.span != nil {
+		endSpan = x.endSpanIfDoneLocked(e)
+	}
+	x.unlock()
+	if endSpan != nil {
+		endSpan()
+	}
+	x.notify(e)
+	return true
+}
+
+// forgetChildLocked lets go of e, a child whose record its last write
+// deleted: as finishRoot does for every member, but now. Its elements of
+// the rollback stack are left for the rollback to skip, and swept out
+// once they are half the stack, so that forgetting costs no walk of a
+// stack that holds a step of each of hundreds of thousands of children.
+func (x *Executor) forgetChildLocked(root *rootState, e *entry) {
+	stopTimers(e)
+	if e.event != nil {
+		x.sched.RemoveWaiter(e.event, e.id)
+		e.event = nil
+	}
+	// Nothing is written of it again: an API call that changed it while
+	// it ran would otherwise write its record back.
+	e.dirty = false
+	e.forgotten = true
+	delete(root.members, e.id)
+	x.forgetLocked(e.id)
+	root.forgottenInStack += len(e.stack)
+	if root.forgottenInStack >= forgottenSweepMin && 2*root.forgottenInStack >= len(root.stack) {
+		root.stack = slices.DeleteFunc(root.stack, func(m *entry) bool { return m.forgotten })
+		root.forgottenInStack = 0
+	}
+}
+
+// forgottenSweepMin is the fewest forgotten stack elements swept out at
+// once: below it a sweep costs more than the pointers it frees.
+const forgottenSweepMin = 1024
 
 // finishRoot persists the root's terminal state, forgets its descendants
 // (deleting them from the store) and keeps the root for its result.
@@ -1145,6 +1235,9 @@ func (x *Executor) deriveLocked(e *entry) error {
 	}
 	if r, ok := e.proc.(RetriesUntilDone); ok {
 		e.untilDone = r.RetryUntilDone()
+	}
+	if f, ok := e.proc.(ForgetsChildren); ok {
+		e.forgetsChildren = f.ForgetChildrenOnSuccess()
 	}
 	if l, ok := e.proc.(Locker); ok {
 		e.locks = l.Locks()

@@ -178,6 +178,28 @@ type RetriesUntilDone interface {
 	RetryUntilDone() bool
 }
 
+// ForgetsChildren is implemented by a RetriesUntilDone procedure whose
+// children need not be kept once they succeed, like HBase's
+// ServerCrashProcedure, whose assignments number as many as the crashed
+// server's regions. When ForgetChildrenOnSuccess reports true and every
+// ancestor of the procedure is RetriesUntilDone too (so nothing can ever
+// roll a finished child back), a child that succeeds is forgotten: its
+// last write (its state's effect, Context.Put and Delete) also deletes its
+// record, in one atomic write, and the executor lets go of it.
+//
+// Such a child is then unknown to Executor.Get and the API (NotFound), as
+// a finished tree's children are once the tree ends; Context.Children
+// still lists its id. The tree's stored state and every snapshot of it no
+// longer grow with the children it has finished. A parent that wants its
+// children's outcomes from Executor.Get must not forget them; it sees a
+// child that failed and was rolled back either way (only successes are
+// forgotten). Stores that cannot delete with mutations in one write
+// (store.DeleteMutator) keep the records until the root ends, as without
+// this interface.
+type ForgetsChildren interface {
+	ForgetChildrenOnSuccess() bool
+}
+
 // Step is the outcome of one successful Execute.
 type Step struct {
 	kind        stepKind

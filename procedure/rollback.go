@@ -70,10 +70,10 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			x.unlock()
 			return
 		}
+		// A forgotten child (ForgetsChildren) succeeded below ancestors
+		// that never roll back: nothing of it is undone.
 		idx := len(root.stack) - 1
-		if !whole {
-			for ; idx >= 0 && x.unitInLocked(root.stack[idx], units) == nil; idx-- {
-			}
+		for ; idx >= 0 && (root.stack[idx].forgotten || (!whole && x.unitInLocked(root.stack[idx], units) == nil)); idx-- {
 		}
 		if idx < 0 {
 			x.unlock()

@@ -47,6 +47,23 @@ func (m *MemStore) UpdateAndMutate(proc Proc, muts []Mutation) error {
 	return nil
 }
 
+var _ DeleteMutator = (*MemStore)(nil)
+
+// DeleteAndMutate implements DeleteMutator.
+func (m *MemStore) DeleteAndMutate(ids []uint64, muts []Mutation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for _, id := range ids {
+		delete(m.procs, id)
+	}
+	m.applyLocked(muts)
+	m.writes++
+	return nil
+}
+
 func (m *MemStore) applyLocked(muts []Mutation) {
 	for _, mu := range muts {
 		if mu.Delete {

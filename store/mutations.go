@@ -24,3 +24,14 @@ type MutationStore interface {
 	// order, until fn returns false.
 	ScanValues(prefix string, fn func(key string, value []byte) bool)
 }
+
+// DeleteMutator is a MutationStore that can also delete procedures with
+// Mutations in one atomic write: the last write of a procedure that is
+// forgotten as it finishes (its effect, and its record gone) commits
+// whole or not at all. Stores without it keep such a procedure's record
+// until its root ends.
+type DeleteMutator interface {
+	MutationStore
+	// DeleteAndMutate is Delete plus muts, in one atomic write.
+	DeleteAndMutate(ids []uint64, muts []Mutation) error
+}

@@ -275,6 +275,15 @@ func (p *ServerCrash) sweep(r reader, n int) (wave []crashedRegion, cursor strin
 	return wave, cursor, true, nil
 }
 
+// ForgetChildrenOnSuccess implements procedure.ForgetsChildren: a
+// reassignment that succeeded is never rolled back (this procedure retries
+// until done), and its region's record says where it went, so its
+// TransitRegionState record goes with its last write. A crash of a server
+// holding a third of a million regions would otherwise keep as many
+// finished children stored, and in every snapshot, until the last one is
+// done.
+func (p *ServerCrash) ForgetChildrenOnSuccess() bool { return true }
+
 // RollbackState implements procedure.StateSteps: nothing to undo (an
 // expiry stands; the children leave every region consistent).
 func (p *ServerCrash) RollbackState(*procedure.Context, int32) error { return nil }
