@@ -51,8 +51,11 @@ type Info struct {
 	AbortRequested bool
 	Bypassed       bool
 	Locked         bool
-	Children       []uint64
-	StackDepth     int
+	// Children are the children whose spawn committed, in the order they
+	// were spawned. A forgotten child (ForgetsChildren) is still listed,
+	// though Get no longer knows it.
+	Children   []uint64
+	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's
 	// persisted writes: one Run per stretch written by one node, so a
 	// failover mid-way shows as a second Run.
@@ -286,7 +289,9 @@ func (x *Executor) infoLocked(e *entry) Info { return x.infoOfLocked(e, true) }
 func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 	var kids []uint64
 	if children {
-		kids = append([]uint64(nil), e.children...)
+		// The unheld ones' spawn has not committed: they may yet be
+		// taken back, and nobody else can see them.
+		kids = append([]uint64(nil), e.children[:len(e.children)-e.unheldChildren]...)
 	}
 	return Info{
 		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,

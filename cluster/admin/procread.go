@@ -2,7 +2,6 @@ package admin
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -46,28 +45,16 @@ func (s *Server) storedProcInfo(x Procedures, id uint64) (*adminpb.Procedure, pr
 }
 
 // committedChildren lists the children the executor knows of info whose
-// insert committed. A finished procedure's children all did (its end
-// committed after theirs), and are deleted from the store with their root.
-//
-// Those that committed are a prefix of the executor's list: a step's
-// children are added together and written in the step's one write (and
-// taken back if it fails), and the next step, which may add more, runs
-// only once that write committed. So a search finds where the prefix ends
-// in a few store reads; a watch of a table create does this every poll,
-// with ten thousand children.
+// insert committed: the executor lists only those (procedure.Info's
+// Children). Asking the store which of them it holds would miss those a
+// procedure forgets as they succeed (procedure.ForgetsChildren), whose
+// records are gone while their parent runs.
 func (s *Server) committedChildren(x Procedures, info procedure.Info) []uint64 {
 	live, err := x.Get(info.ID)
 	if err != nil {
 		return nil
 	}
-	if info.State.Terminal() {
-		return live.Children
-	}
-	n := sort.Search(len(live.Children), func(i int) bool {
-		_, ok := s.b.StoredProcedure(live.Children[i])
-		return !ok
-	})
-	return live.Children[:n]
+	return live.Children
 }
 
 // scanChildren finds id's children among the stored procedures (a child's
