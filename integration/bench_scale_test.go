@@ -141,6 +141,53 @@ func TestBenchScale(t *testing.T) {
 	}
 }
 
+// TestBenchScaleTLS runs one small region count plaintext and with mutual
+// TLS on every channel (--tls both): both rows measured, and their ratio.
+func TestBenchScaleTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two clusters")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "bench", "scale", "--regions", "100", "--table-regions", "100",
+		"--skip", "crash,catchup", "--tls", "both", "--phase-timeout", "90s", "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench scale --tls both: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var doc struct {
+		Rows []struct {
+			Regions          int      `json:"regions"`
+			TLS              bool     `json:"tls"`
+			RegionsPerSecond float64  `json:"regions_per_second"`
+			FailoverSeconds  *float64 `json:"failover_seconds"`
+		} `json:"rows"`
+		TLSRatios []struct {
+			Regions          int      `json:"regions"`
+			RegionsPerSecond float64  `json:"regions_per_second"`
+			FailoverSeconds  *float64 `json:"failover_seconds"`
+		} `json:"tls_ratios"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatalf("--json: %v\n%s", err, stdout.String())
+	}
+	if len(doc.Rows) != 2 || doc.Rows[0].TLS || !doc.Rows[1].TLS {
+		t.Fatalf("rows %+v: want a plaintext row, then a TLS one", doc.Rows)
+	}
+	for _, r := range doc.Rows {
+		if !(r.RegionsPerSecond > 0) || r.FailoverSeconds == nil || !(*r.FailoverSeconds > 0) {
+			t.Errorf("row %+v: want positive regions/s and a failover time", r)
+		}
+	}
+	if len(doc.TLSRatios) != 1 || doc.TLSRatios[0].Regions != 100 || !(doc.TLSRatios[0].RegionsPerSecond > 0) || doc.TLSRatios[0].FailoverSeconds == nil {
+		t.Errorf("tls_ratios %+v: want one for 100 regions with both ratios", doc.TLSRatios)
+	}
+	if !strings.Contains(stderr.String(), "100 regions (TLS):") {
+		t.Errorf("the TLS row's progress does not say TLS:\n%s", stderr.String())
+	}
+}
+
 // TestBenchScaleInterrupted sends SIGINT to a bench while it creates
 // tables and checks that it exits non-zero with every process it started
 // gone, and its temporary directory removed.

@@ -71,6 +71,9 @@ type scaleOptions struct {
 	phaseTimeout  time.Duration
 	// workers is each master's --workers (0: the agent's default).
 	workers int
+	// tls lists the transports each region count runs with, in order:
+	// false plaintext, true mutual TLS on every channel (--tls).
+	tls []bool
 	// profile, if set (--profile), takes the masters' CPU profiles during
 	// the open and the crash recovery.
 	profile *benchProfiler
@@ -106,7 +109,9 @@ type scaleCommit struct {
 // scaleRow is one region count's results. A phase left out (--skip) has
 // its fields absent.
 type scaleRow struct {
-	Regions          int           `json:"regions"`
+	Regions int `json:"regions"`
+	// TLS: every channel ran mutual TLS (--tls on or both).
+	TLS              bool          `json:"tls"`
 	Tables           int           `json:"tables"`
 	OpenSeconds      float64       `json:"open_seconds"`
 	RegionsPerSecond float64       `json:"regions_per_second"`
@@ -162,6 +167,18 @@ type scaleGrowth struct {
 	CatchUpSeconds   *float64 `json:"catch_up_seconds,omitempty"`
 }
 
+// scaleTLSRatio compares the TLS row of a region count with its plaintext
+// row (--tls both): each figure with TLS over the same without, so above
+// 1 is faster for a rate, slower for a time.
+type scaleTLSRatio struct {
+	Regions          int       `json:"regions"`
+	RegionsPerSecond float64   `json:"regions_per_second"`
+	FailoverSeconds  *float64  `json:"failover_seconds,omitempty"`
+	CrashRecovery    *float64  `json:"crash_recovery_seconds,omitempty"`
+	CommitLevels     []int     `json:"commit_levels,omitempty"`
+	CommitStepsPerS  []float64 `json:"commit_steps_per_second,omitempty"`
+}
+
 // scaleDoc is the --json document.
 type scaleDoc struct {
 	RegionServers int           `json:"region_servers"`
@@ -171,7 +188,10 @@ type scaleDoc struct {
 	Dir           string        `json:"dir,omitempty"` // kept (--dir, --keep)
 	Rows          []scaleRow    `json:"rows"`
 	Growth        []scaleGrowth `json:"growth"`
-	Notes         []string      `json:"notes"`
+	// TLSRatios: with --tls both, each region count's TLS figures over
+	// its plaintext ones.
+	TLSRatios []scaleTLSRatio `json:"tls_ratios,omitempty"`
+	Notes     []string        `json:"notes"`
 	// Error says why the bench stopped before its last row; the rows
 	// measured until then are still there.
 	Error string `json:"error,omitempty"`
@@ -194,6 +214,7 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit) takes longer")
 	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof (read with 'go tool pprof')")
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
+	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,...] [flags]
 
@@ -258,6 +279,16 @@ flags:
 	}
 	if o.phaseTimeout <= 0 {
 		bad("--phase-timeout %v: want a positive duration", o.phaseTimeout)
+	}
+	switch *tlsMode {
+	case "off":
+		o.tls = []bool{false}
+	case "on":
+		o.tls = []bool{true}
+	case "both":
+		o.tls = []bool{false, true}
+	default:
+		bad("--tls %q: want off, on or both", *tlsMode)
 	}
 	o.skip = map[string]bool{"commit": !*commit}
 	for _, p := range strings.Split(*skip, ",") {
@@ -345,27 +376,34 @@ func (c *cli) benchScale(args []string) int {
 		fmt.Fprintf(c.stderr, "bench: "+format+"\n", args...)
 	}
 	code := exitOK
+rows:
 	for _, n := range o.regions {
-		row, err := runScaleRow(ctx, bin, filepath.Join(base, fmt.Sprintf("regions-%d", n)), n, o, progress)
-		if err != nil {
-			doc.Error = fmt.Sprintf("%d regions: %v", n, err)
-			fmt.Fprintf(c.stderr, "baton bench scale: %s\n", doc.Error)
-			if !keep {
-				fmt.Fprintf(c.stderr, "  (rerun with --keep to keep the processes' logs)\n")
+		for _, withTLS := range o.tls {
+			sub := fmt.Sprintf("regions-%d", n)
+			if withTLS {
+				sub += "-tls"
 			}
-			if ctx.Err() != nil {
-				fmt.Fprintf(c.stderr, "  interrupted: every process the bench started is killed\n")
+			row, err := runScaleRow(ctx, bin, filepath.Join(base, sub), n, withTLS, o, progress)
+			if err != nil {
+				doc.Error = fmt.Sprintf("%d regions: %v", n, err)
+				fmt.Fprintf(c.stderr, "baton bench scale: %s\n", doc.Error)
+				if !keep {
+					fmt.Fprintf(c.stderr, "  (rerun with --keep to keep the processes' logs)\n")
+				}
+				if ctx.Err() != nil {
+					fmt.Fprintf(c.stderr, "  interrupted: every process the bench started is killed\n")
+				}
+				code = exitFailed
+				if row.OpenSeconds > 0 {
+					// What was measured before the failure is still worth
+					// reading, marked as a failed row.
+					row.Failed = err.Error()
+					doc.Rows = append(doc.Rows, row)
+				}
+				break rows
 			}
-			code = exitFailed
-			if row.OpenSeconds > 0 {
-				// What was measured before the failure is still worth
-				// reading, marked as a failed row.
-				row.Failed = err.Error()
-				doc.Rows = append(doc.Rows, row)
-			}
-			break
+			doc.Rows = append(doc.Rows, row)
 		}
-		doc.Rows = append(doc.Rows, row)
 	}
 	if code != exitOK && len(doc.Rows) == 0 && !o.json {
 		return code
@@ -376,7 +414,17 @@ func (c *cli) benchScale(args []string) int {
 			complete = append(complete, r)
 		}
 	}
-	doc.Growth = scaleGrowthOf(complete)
+	doc.Growth = []scaleGrowth{}
+	for _, withTLS := range o.tls {
+		var same []scaleRow
+		for _, r := range complete {
+			if r.TLS == withTLS {
+				same = append(same, r)
+			}
+		}
+		doc.Growth = append(doc.Growth, scaleGrowthOf(same)...)
+	}
+	doc.TLSRatios = scaleTLSRatiosOf(complete)
 	doc.Notes = scaleNotes(doc.Rows)
 	if o.json {
 		c.printJSON(doc)
@@ -389,8 +437,15 @@ func (c *cli) benchScale(args []string) int {
 // runScaleRow starts a cluster in dir, opens n regions on it and runs the
 // phases, then kills the cluster (and removes dir unless kept by the
 // caller).
-func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, progress func(string, ...any)) (row scaleRow, err error) {
-	row.Regions = n
+func runScaleRow(ctx context.Context, bin, dir string, n int, withTLS bool, o scaleOptions, progress func(string, ...any)) (row scaleRow, err error) {
+	row.Regions, row.TLS = n, withTLS
+	if withTLS {
+		// Every progress line says which of the two rows it is about.
+		inner := progress
+		progress = func(format string, args ...any) {
+			inner(strings.Replace(format, "%d regions:", "%d regions (TLS):", 1), args...)
+		}
+	}
 	phase := func(name string, fn func(ctx context.Context) error) error {
 		pctx, cancel := context.WithTimeout(ctx, o.phaseTimeout)
 		defer cancel()
@@ -408,7 +463,7 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, o scaleOptions, pr
 	}
 	progress("%d regions: machine baseline: %.0f k ops/s on %d cores, fsync %.2f ms (median)", n, row.Machine.CPUOpsPerSecond/1e3, row.Machine.CPUs, row.Machine.FsyncMs)
 	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.regionServers, dir)
-	c, err := startBenchCluster(bin, dir, o.regionServers, o.workers)
+	c, err := startBenchCluster(bin, dir, o.regionServers, o.workers, withTLS)
 	defer func() {
 		if c != nil {
 			for _, perr := range o.profile.wait() {
@@ -1091,6 +1146,47 @@ func bucketQuantile(q float64, before, after map[float64]float64) float64 {
 	return prevBound
 }
 
+// scaleTLSRatiosOf pairs each region count's TLS row with its plaintext
+// row.
+func scaleTLSRatiosOf(rows []scaleRow) []scaleTLSRatio {
+	var out []scaleTLSRatio
+	for _, t := range rows {
+		if !t.TLS {
+			continue
+		}
+		for _, p := range rows {
+			if p.TLS || p.Regions != t.Regions {
+				continue
+			}
+			r := scaleTLSRatio{Regions: t.Regions, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
+			opt := func(a, b *float64) *float64 {
+				if a == nil || b == nil {
+					return nil
+				}
+				v := ratioOf(*a, *b)
+				return &v
+			}
+			r.FailoverSeconds = opt(p.FailoverSeconds, t.FailoverSeconds)
+			r.CrashRecovery = opt(p.CrashRecoverySeconds, t.CrashRecoverySeconds)
+			for i := range min(len(p.Commit), len(t.Commit)) {
+				r.CommitLevels = append(r.CommitLevels, t.Commit[i].Procedures)
+				r.CommitStepsPerS = append(r.CommitStepsPerS, ratioOf(p.Commit[i].StepsPerSec, t.Commit[i].StepsPerSec))
+			}
+			out = append(out, r)
+			break
+		}
+	}
+	return out
+}
+
+// ratioOf is b/a, 0 when either is not positive.
+func ratioOf(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return b / a
+}
+
 // scaleGrowthOf is the growth of each cost between consecutive rows.
 func scaleGrowthOf(rows []scaleRow) []scaleGrowth {
 	out := []scaleGrowth{}
@@ -1153,7 +1249,7 @@ func printScale(c *cli, doc scaleDoc) {
 		}
 		return fmt.Sprintf("%.1f", *v)
 	}
-	fmt.Fprintln(w, "regions\topen (s)\tregions/s\tmaster RSS (MB)\tdata/master (MB)\traft.db / snapshots / WAL (MB)\tstate (MB)\tfailover (s)\tRS crash (s)\tcatch-up (s)\t")
+	fmt.Fprintln(w, "regions\ttls\topen (s)\tregions/s\tmaster RSS (MB)\tdata/master (MB)\traft.db / snapshots / WAL (MB)\tstate (MB)\tfailover (s)\tRS crash (s)\tcatch-up (s)\t")
 	for _, r := range doc.Rows {
 		var db, sn, wal float64
 		for _, m := range r.Masters {
@@ -1171,8 +1267,12 @@ func printScale(c *cli, doc scaleDoc) {
 			}
 			crash += ")"
 		}
-		fmt.Fprintf(w, "%d\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
-			r.Regions, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
+		tlsCol := "off"
+		if r.TLS {
+			tlsCol = "on"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
+			r.Regions, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
 			secs(r.FailoverSeconds), crash, catch)
 	}
 	w.Flush()
@@ -1191,7 +1291,11 @@ func printScale(c *cli, doc scaleDoc) {
 		if len(r.Commit) == 0 {
 			continue
 		}
-		fmt.Fprintf(c.stdout, "\ngroup commit at %d regions (no-op procedures of %d steps; leader's log writes, each one fsync):\n", r.Regions, benchCommitSteps)
+		mode := ""
+		if r.TLS {
+			mode = ", TLS"
+		}
+		fmt.Fprintf(c.stdout, "\ngroup commit at %d regions%s (no-op procedures of %d steps; leader's log writes, each one fsync):\n", r.Regions, mode, benchCommitSteps)
 		w := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "in flight\tsteps\tfsyncs\tsteps/fsync\tof in flight\tp99 step (ms)\tsteps/s\t")
 		for _, cm := range r.Commit {
@@ -1207,11 +1311,28 @@ func printScale(c *cli, doc scaleDoc) {
 		}
 		w.Flush()
 	}
+	for _, tr := range doc.TLSRatios {
+		fmt.Fprintf(c.stdout, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)
+		if tr.FailoverSeconds != nil {
+			fmt.Fprintf(c.stdout, ", failover time %.2fx", *tr.FailoverSeconds)
+		}
+		if tr.CrashRecovery != nil {
+			fmt.Fprintf(c.stdout, ", crash recovery time %.2fx", *tr.CrashRecovery)
+		}
+		for i, lvl := range tr.CommitLevels {
+			fmt.Fprintf(c.stdout, ", steps/s at %d in flight %.2fx", lvl, tr.CommitStepsPerS[i])
+		}
+		fmt.Fprintln(c.stdout)
+	}
 	fmt.Fprintln(c.stdout)
 	for _, r := range doc.Rows {
 		m := r.Machine
-		fmt.Fprintf(c.stdout, "machine before %d regions: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
-			r.Regions, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, r.RegionsPerSecond/(m.CPUOpsPerSecond/1e3))
+		mode := ""
+		if r.TLS {
+			mode = " (TLS)"
+		}
+		fmt.Fprintf(c.stdout, "machine before %d regions%s: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
+			r.Regions, mode, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, r.RegionsPerSecond/(m.CPUOpsPerSecond/1e3))
 	}
 	for _, r := range doc.Rows {
 		if r.Failed != "" {

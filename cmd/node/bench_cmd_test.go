@@ -33,6 +33,7 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--workers", "-1"}, "--workers -1: want 1 to 4096"},
 		{[]string{"--profile", t.TempDir(), "--profile-seconds", "0"}, "--profile-seconds 0: want at least 1"},
 		{[]string{"--profile", filepath.Join(notDir, "profiles")}, "--profile: mkdir"},
+		{[]string{"--tls", "yes"}, `--tls "yes": want off, on or both`},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"bench", "scale"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"io"
 	"io/fs"
 	"net"
@@ -149,6 +150,8 @@ type benchCluster struct {
 	servers []*benchProc
 	cl      *client.Client
 	http    *http.Client
+	// scheme is the masters' HTTP scheme: https with TLS.
+	scheme string
 }
 
 // freeAddrs returns k distinct free loopback addresses. A port is free when
@@ -177,13 +180,41 @@ func freeAddrs(k int) ([]string, error) {
 // startBenchCluster starts 3 masters bootstrapping one cluster and
 // regionServers region servers, with the command lines the integration
 // harness and docker-compose use.
-func startBenchCluster(bin, dir string, regionServers, workers int) (*benchCluster, error) {
+func startBenchCluster(bin, dir string, regionServers, workers int, withTLS bool) (*benchCluster, error) {
 	const masters = 3
 	addrs, err := freeAddrs(3*masters + regionServers)
 	if err != nil {
 		return nil, err
 	}
-	c := &benchCluster{dir: dir, http: &http.Client{Timeout: 5 * time.Second}}
+	c := &benchCluster{dir: dir, http: &http.Client{Timeout: 5 * time.Second}, scheme: "http"}
+	// With TLS, a CA in the row's directory signs a certificate for each
+	// process and one for the bench's own client, as 'baton tls' would.
+	var pki *security.TestPKI
+	var clientOpts []client.Option
+	tlsArgs := func(security.Identity) ([]string, error) { return nil, nil }
+	if withTLS {
+		if pki, err = security.NewTestPKI(filepath.Join(dir, "tls")); err != nil {
+			return nil, err
+		}
+		tlsArgs = func(id security.Identity) ([]string, error) {
+			f, err := pki.Issue(id, 24*time.Hour)
+			if err != nil {
+				return nil, err
+			}
+			return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}, nil
+		}
+		f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: "bench"}, 24*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		creds, err := security.Load(f, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		clientOpts = append(clientOpts, client.WithDialOptions(creds.DialOption(security.RoleMaster)))
+		c.http.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}
+		c.scheme = "https"
+	}
 	var peers, admins []string
 	for i := range masters {
 		id := fmt.Sprintf("m%d", i+1)
@@ -200,15 +231,24 @@ func startBenchCluster(bin, dir string, regionServers, workers int) (*benchClust
 		if workers > 0 {
 			m.args = append(m.args, "--workers", strconv.Itoa(workers))
 		}
+		ta, err := tlsArgs(security.Identity{Role: security.RoleMaster, ID: m.id})
+		if err != nil {
+			return nil, err
+		}
+		m.args = append(m.args, ta...)
 	}
 	for i := range regionServers {
 		id := fmt.Sprintf("rs%d", i+1)
+		ta, err := tlsArgs(security.Identity{Role: security.RoleRegionServer, ID: id})
+		if err != nil {
+			return nil, err
+		}
 		s := &benchProc{name: "region server " + id, bin: bin, logPath: filepath.Join(dir, id, "regionserver.log"),
-			args: []string{"regionserver", "--id", id, "--grpc-addr", addrs[3*masters+i], "--masters", strings.Join(admins, ",")}}
+			args: append([]string{"regionserver", "--id", id, "--grpc-addr", addrs[3*masters+i], "--masters", strings.Join(admins, ",")}, ta...)}
 		c.servers = append(c.servers, s)
 	}
-	c.cl, err = client.New(admins, client.WithCallTimeout(30*time.Second), client.WithAttemptTimeout(10*time.Second),
-		client.WithBackoff(20*time.Millisecond, 500*time.Millisecond))
+	c.cl, err = client.New(admins, append([]client.Option{client.WithCallTimeout(30 * time.Second), client.WithAttemptTimeout(10 * time.Second),
+		client.WithBackoff(20*time.Millisecond, 500*time.Millisecond)}, clientOpts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +301,7 @@ func (c *benchCluster) status(ctx context.Context, m *benchMaster) (admin.Status
 }
 
 func (c *benchCluster) get(ctx context.Context, m *benchMaster, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.httpAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.scheme+"://"+m.httpAddr+path, nil)
 	if err != nil {
 		return nil, err
 	}

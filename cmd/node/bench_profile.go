@@ -34,13 +34,13 @@ func (p *benchProfiler) start(ctx context.Context, c *benchCluster, regions int,
 	if p == nil {
 		return
 	}
-	client := &http.Client{} // no timeout: the request lasts the profile's length
+	client := &http.Client{Transport: c.http.Transport} // no timeout: the request lasts the profile's length
 	for _, m := range c.masters {
 		if !m.running() {
 			continue
 		}
 		path := filepath.Join(p.dir, fmt.Sprintf("%d-%s-%s.pprof", regions, phase, m.id))
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", m.httpAddr, p.seconds)
+		url := fmt.Sprintf("%s://%s/debug/pprof/profile?seconds=%d", c.scheme, m.httpAddr, p.seconds)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
