@@ -52,8 +52,9 @@ type Info struct {
 	Bypassed       bool
 	Locked         bool
 	// Children are the children whose spawn committed, in the order they
-	// were spawned. A forgotten child (ForgetsChildren) is still listed,
-	// though Get no longer knows it.
+	// were spawned. A forgotten child (ForgetsChildren) is listed, though
+	// Get no longer knows it, until the executor restarts (the list is
+	// then rebuilt from the stored records).
 	Children   []uint64
 	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's

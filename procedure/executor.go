@@ -860,13 +860,20 @@ func (x *Executor) complete(e *entry, root *rootState) {
 }
 
 // forgettableLocked says e, a child that succeeded, is forgotten rather
-// than kept until its root ends (ForgetsChildren): its parent forgets its
-// children, every ancestor retries until done (so nothing will ever roll
+// than kept until its root ends (ForgetsChildren): it spawned no children,
+// its parent forgets its children, every ancestor retries until done (so nothing will ever roll
 // e back: a failure below such an ancestor rolls back only the subtree of
 // its child, and e's subtree is done), and the store can delete e's record
 // in the write that commits its last step's effect.
 func (x *Executor) forgettableLocked(e *entry) bool {
 	if _, ok := x.store.(store.DeleteMutator); !ok || e.state != Success {
+		return false
+	}
+	// A child with children of its own is kept: their records (a rolled
+	// back one's, or one a parent that does not forget keeps) would
+	// outlive it and name a parent gone, which a restart's load takes for
+	// a broken tree and holds.
+	if len(e.children) > 0 {
 		return false
 	}
 	p := x.procs[e.parent]

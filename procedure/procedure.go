@@ -183,13 +183,15 @@ type RetriesUntilDone interface {
 // ServerCrashProcedure, whose assignments number as many as the crashed
 // server's regions. When ForgetChildrenOnSuccess reports true and every
 // ancestor of the procedure is RetriesUntilDone too (so nothing can ever
-// roll a finished child back), a child that succeeds is forgotten: its
-// last write (its state's effect, Context.Put and Delete) also deletes its
-// record, in one atomic write, and the executor lets go of it.
+// roll a finished child back), a child that succeeds, and spawned no
+// children of its own, is forgotten: its last write (its state's effect,
+// Context.Put and Delete) also deletes its record, in one atomic write,
+// and the executor lets go of it.
 //
 // Such a child is then unknown to Executor.Get and the API (NotFound), as
-// a finished tree's children are once the tree ends; Context.Children
-// still lists its id. The tree's stored state and every snapshot of it no
+// a finished tree's children are once the tree ends. Context.Children and
+// Info.Children list its id until the executor restarts or another takes
+// over: they are rebuilt from the stored records, which no longer hold it. The tree's stored state and every snapshot of it no
 // longer grow with the children it has finished. A parent that wants its
 // children's outcomes from Executor.Get must not forget them; it sees a
 // child that failed and was rolled back either way (only successes are

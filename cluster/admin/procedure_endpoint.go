@@ -252,7 +252,7 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 			if last != nil && errors.Is(err, procedure.ErrNotFound) {
 				// A child is deleted with its root; it may go between
 				// two polls.
-				return status.Errorf(codes.NotFound, "admin: watch %d: procedure deleted before a terminal state was seen (children are removed when their root finishes; watch the root)", req.GetId())
+				return status.Errorf(codes.NotFound, "admin: watch %d: procedure deleted before a terminal state was seen (children are removed when their root finishes, a crash recovery's as soon as each succeeds; watch the root)", req.GetId())
 			}
 			return s.toStatus(err)
 		}

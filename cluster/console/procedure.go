@@ -172,6 +172,10 @@ func (c *Console) tree(rd *reads, proc *adminpb.Procedure) ([]*adminpb.Procedure
 				n.More++
 				continue
 			}
+			// A read that finds nothing counts too: a crash recovery's
+			// finished children are forgotten (procedure.ForgetsChildren)
+			// while it lists hundreds of thousands of them.
+			fetched++
 			child := proc
 			if cid != proc.GetId() {
 				var err error
@@ -180,7 +184,6 @@ func (c *Console) tree(rd *reads, proc *adminpb.Procedure) ([]*adminpb.Procedure
 					continue
 				}
 			}
-			fetched++
 			cn := &treeNode{P: child, Current: cid == proc.GetId()}
 			n.Children = append(n.Children, cn)
 			queue = append(queue, cn)

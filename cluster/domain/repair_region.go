@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -202,8 +203,10 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 			// done nothing yet. KeepRollbacks: one that failed since the
 			// plan looked is refused now, its rollback left to finish.
 			if err := s.x.Bypass(id, procedure.BypassOptions{Force: true, KeepRollbacks: true}); err != nil {
-				if info, gerr := s.x.Get(id); gerr == nil && info.State.Terminal() {
-					continue // it finished meanwhile
+				// It finished meanwhile: ended, or (a crash recovery's
+				// child) forgotten as it succeeded.
+				if info, gerr := s.x.Get(id); (gerr == nil && info.State.Terminal()) || errors.Is(gerr, procedure.ErrNotFound) {
+					continue
 				}
 				out.Bypassed = bypassed
 				if w, werr := s.x.Why(id); werr == nil && w.Reason == "rolling back" {
