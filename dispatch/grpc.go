@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,10 +24,14 @@ type GRPCTransportConfig struct {
 	// CallTimeout bounds each ExecuteBatch call, on top of any deadline the
 	// caller's context has (the earlier wins). Default DefaultCallTimeout.
 	CallTimeout time.Duration
-	// DialOptions are appended to the defaults (insecure transport
-	// credentials: the cluster runs on a trusted network, as the rest of
-	// Baton's gRPC does).
+	// DialOptions are appended to the defaults (plaintext transport
+	// credentials, which TLS credentials here replace).
 	DialOptions []grpc.DialOption
+	// DialOptionsFor, if set, adds options for the connection to one
+	// server, after DialOptions: TLS credentials that accept only that
+	// server's certificate (security.Credentials.DialOptionFor), so that
+	// another server at its address cannot answer for it.
+	DialOptionsFor func(serverID string) []grpc.DialOption
 	// Logger; default: discard.
 	Logger hclog.Logger
 }
@@ -42,6 +47,7 @@ type GRPCTransportConfig struct {
 type GRPCTransport struct {
 	timeout time.Duration
 	opts    []grpc.DialOption
+	optsFor func(serverID string) []grpc.DialOption
 	log     hclog.Logger
 
 	mu     sync.Mutex
@@ -69,6 +75,7 @@ func NewGRPCTransport(cfg GRPCTransportConfig) *GRPCTransport {
 	return &GRPCTransport{
 		timeout: cfg.CallTimeout,
 		opts:    opts,
+		optsFor: cfg.DialOptionsFor,
 		log:     cfg.Logger.Named("dispatch-grpc"),
 		conns:   make(map[connKey]*grpc.ClientConn),
 	}
@@ -100,7 +107,11 @@ func (t *GRPCTransport) conn(target Target) (*grpc.ClientConn, error) {
 		// Permanent: no retry can fix it, so refuse like a server would.
 		return nil, status.Errorf(codes.InvalidArgument, "dispatch: server %q has no address", target.ServerID)
 	}
-	cc, err := grpc.NewClient(target.Address, t.opts...)
+	opts := t.opts
+	if t.optsFor != nil {
+		opts = append(slices.Clip(opts), t.optsFor(target.ServerID)...)
+	}
+	cc, err := grpc.NewClient(target.Address, opts...)
 	if err != nil {
 		// NewClient fails only on a malformed target or options: permanent.
 		return nil, status.Errorf(codes.InvalidArgument, "dispatch: client for server %q at %q: %v",

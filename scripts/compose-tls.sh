@@ -31,5 +31,7 @@ done
 cert client operator
 cert client prometheus
 # The containers' processes run as root, which reads the 0600 keys
-# whoever made them; the CA key never leaves this directory.
+# whoever made them. docker-compose.yml mounts into each container the CA
+# certificate and that container's own certificate and key only: the CA
+# key, and every other key, stay in this directory on the host.
 echo "$DIR"

@@ -192,15 +192,20 @@ func WriteFiles(force bool, files map[string][]byte) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		// A fresh file of a name nobody could plant (CreateTemp: 0600,
+		// O_EXCL), renamed over p: a symlink at a predictable name would
+		// otherwise be written through.
+		f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*.tmp")
+		if err != nil {
 			return err
 		}
-		// WriteFile keeps an existing file's mode: set it.
-		if err := os.Chmod(tmp, 0o600); err != nil {
+		_, werr := f.Write(b)
+		if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+			_ = os.Remove(f.Name())
 			return err
 		}
-		if err := os.Rename(tmp, p); err != nil {
+		if err := os.Rename(f.Name(), p); err != nil {
+			_ = os.Remove(f.Name())
 			return err
 		}
 	}

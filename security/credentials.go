@@ -149,8 +149,16 @@ func (c *Credentials) Reload() (bool, error) {
 		}
 		inter = append(inter, ic)
 	}
-	if _, err := verifyChain(leaf, inter, roots, c.clock.Now(), x509.ExtKeyUsageAny); err != nil {
-		return false, fmt.Errorf("security: %s: %w", c.files.Cert, err)
+	// Checked for what peers will check it for: a renewal issued with
+	// the wrong profile would otherwise be installed and refused by all.
+	usages := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if self.Role != RoleClient {
+		usages = append(usages, x509.ExtKeyUsageServerAuth)
+	}
+	for _, u := range usages {
+		if _, err := verifyChain(leaf, inter, roots, c.clock.Now(), u); err != nil {
+			return false, fmt.Errorf("security: %s: %w", c.files.Cert, err)
+		}
 	}
 	c.mu.Lock()
 	c.cert, c.self, c.notAfter, c.roots, c.raw = &pair, self, leaf.NotAfter, roots, raw
@@ -221,6 +229,24 @@ func (c *Credentials) ClientConfig(accept ...Role) *tls.Config {
 	}
 }
 
+// ClientConfigFor is ClientConfig for a server that must be exactly want
+// (a master dialling region server rs1 accepts rs1's certificate, not
+// another region server's at rs1's address).
+func (c *Credentials) ClientConfigFor(want Identity) *tls.Config {
+	cfg := c.ClientConfig(want.Role)
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		id, err := c.verifyPeer(cs, x509.ExtKeyUsageServerAuth, []Role{want.Role})
+		if err != nil {
+			return err
+		}
+		if id != want {
+			return fmt.Errorf("security: dialled %s, but %s answered", want, id)
+		}
+		return nil
+	}
+	return cfg
+}
+
 // verifyPeer checks the peer's chain against the current roots, for
 // usage, and its identity against roles (empty: any role).
 func (c *Credentials) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage, roles []Role) (Identity, error) {
@@ -229,6 +255,9 @@ func (c *Credentials) verifyPeer(cs tls.ConnectionState, usage x509.ExtKeyUsage,
 	}
 	_, roots := c.current()
 	leaf := cs.PeerCertificates[0]
+	if leaf.IsCA {
+		return Identity{}, fmt.Errorf("security: %s presented a CA certificate as its own", describe(leaf))
+	}
 	if _, err := verifyChain(leaf, cs.PeerCertificates[1:], roots, c.clock.Now(), usage); err != nil {
 		return Identity{}, err
 	}

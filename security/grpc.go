@@ -123,6 +123,12 @@ func (c *Credentials) DialOption(accept ...Role) grpc.DialOption {
 	return grpc.WithTransportCredentials(credentials.NewTLS(c.ClientConfig(accept...)))
 }
 
+// DialOptionFor is the transport credentials of a gRPC client that speaks
+// mutual TLS with c to exactly the server want.
+func (c *Credentials) DialOptionFor(want Identity) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(c.ClientConfigFor(want)))
+}
+
 // CallerOf is the identity of a gRPC call's TLS peer, if it has one.
 func CallerOf(ctx context.Context) (Identity, bool) {
 	p, ok := peer.FromContext(ctx)

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,6 +18,8 @@ type StreamLayer struct {
 	advertise net.Addr
 	server    *tls.Config
 	client    *tls.Config
+	// handshakeTimeout is HandshakeTimeout (tests shorten it).
+	handshakeTimeout time.Duration
 }
 
 // NewStreamLayer listens on bind; advertise (nil: the listener's address)
@@ -33,18 +36,63 @@ func NewStreamLayer(bind string, advertise net.Addr, c *Credentials) (*StreamLay
 		ln.Close()
 		return nil, errors.New("security: the Raft advertise address must not be unspecified (0.0.0.0)")
 	}
-	return &StreamLayer{ln: ln, advertise: advertise, server: c.ServerConfig(RoleMaster), client: c.ClientConfig(RoleMaster)}, nil
+	return &StreamLayer{ln: ln, advertise: advertise, server: c.ServerConfig(RoleMaster), client: c.ClientConfig(RoleMaster),
+		handshakeTimeout: HandshakeTimeout}, nil
 }
 
+// HandshakeTimeout bounds a Raft connection's TLS handshake: raft reads
+// a connection without a deadline, so one that never completes its
+// handshake (anyone can open one, no certificate needed) would otherwise
+// hold its goroutine and buffers for good.
+const HandshakeTimeout = 10 * time.Second
+
 // Accept implements net.Listener. The handshake runs on the connection's
-// first read, in raft's handler for it, so a slow or hostile dialer
-// cannot hold up the accept loop.
+// first read or write, in raft's handler for it, so a slow or hostile
+// dialer cannot hold up the accept loop; it must end within
+// HandshakeTimeout.
 func (s *StreamLayer) Accept() (net.Conn, error) {
 	conn, err := s.ln.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return tls.Server(conn, s.server), nil
+	return &handshakeConn{Conn: tls.Server(conn, s.server), timeout: s.handshakeTimeout}, nil
+}
+
+// handshakeConn runs the server handshake, under HandshakeTimeout, before
+// its first read or write.
+type handshakeConn struct {
+	*tls.Conn
+	timeout time.Duration
+	once    sync.Once
+	err     error
+}
+
+func (c *handshakeConn) handshake() error {
+	c.once.Do(func() {
+		if c.err = c.Conn.SetDeadline(time.Now().Add(c.timeout)); c.err != nil {
+			return
+		}
+		if c.err = c.Conn.Handshake(); c.err != nil {
+			_ = c.Conn.Close()
+			return
+		}
+		c.err = c.Conn.SetDeadline(time.Time{})
+	})
+	return c.err
+}
+
+func (c *handshakeConn) Read(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *handshakeConn) Write(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 // Close implements net.Listener.

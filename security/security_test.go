@@ -2,9 +2,14 @@ package security
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -467,9 +472,81 @@ func TestWatchReloadsChangedFiles(t *testing.T) {
 	if len(seen) != 2 || seen[1].err == nil {
 		t.Fatalf("a broken file: %v", seen)
 	}
+	clk.Advance(time.Second)
+	if len(seen) != 2 {
+		t.Fatalf("the same broken file tried again: %v", seen)
+	}
 	cancel()
 	clk.Advance(time.Second)
 	if clk.Pending() != 0 {
 		t.Errorf("%d timers left after the watch ended", clk.Pending())
+	}
+}
+
+// TestRaftHandshakeHasADeadline: a connection to the Raft port that never
+// completes its handshake (no certificate needed to open one) is closed
+// once the handshake times out, and the raft reader sees an error.
+func TestRaftHandshakeHasADeadline(t *testing.T) {
+	p := newPKI(t)
+	l, err := NewStreamLayer("127.0.0.1:0", nil, p.MustCredentials(master1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.handshakeTimeout = 200 * time.Millisecond
+	readErr := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			readErr <- err
+			return
+		}
+		defer c.Close()
+		_, err = c.Read(make([]byte, 1))
+		readErr <- err
+	}()
+	silent, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Fatal("a silent connection's read succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a silent connection is still held after 10 s")
+	}
+}
+
+// TestOwnCertificateNeedsPeersUsages: a certificate without the key usage
+// peers will check it for (client auth; server auth too for masters and
+// region servers) is refused at load, and a CA certificate offered as a
+// peer's own is refused.
+func TestOwnCertificateNeedsPeersUsages(t *testing.T) {
+	p := newPKI(t)
+	now := time.Now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		URIs: []*url.URL{master1.URI()}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.CA.Cert, &key.PublicKey, p.CA.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := encodeKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := Files{CA: p.CAFile, Cert: p.Dir + "/serveronly.pem", Key: p.Dir + "/serveronly-key.pem"}
+	if err := WriteFiles(true, map[string][]byte{f.Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), f.Key: kb}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(f, nil, nil); err == nil {
+		t.Error("a master certificate without client auth loaded")
 	}
 }

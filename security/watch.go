@@ -2,6 +2,9 @@ package security
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"time"
 )
 
@@ -16,14 +19,19 @@ func (c *Credentials) Watch(ctx context.Context, interval time.Duration, onReloa
 	if interval <= 0 {
 		interval = DefaultWatchInterval
 	}
+	var badSum string
 	var tick func()
 	tick = func() {
 		if ctx.Err() != nil {
 			return
 		}
-		if c.Changed() {
+		// Files that failed to load are tried again only once they change
+		// again, not at every look.
+		if sum := c.filesSum(); c.Changed() && sum != badSum {
 			changed, err := c.Reload()
+			badSum = ""
 			if err != nil {
+				badSum = sum
 				c.logger.Error("TLS material not reloaded; keeping the current one", "error", err)
 			}
 			if onReload != nil {
@@ -33,4 +41,19 @@ func (c *Credentials) Watch(ctx context.Context, interval time.Duration, onReloa
 		c.clock.AfterFunc(interval, tick)
 	}
 	c.clock.AfterFunc(interval, tick)
+}
+
+// filesSum fingerprints the files' contents as they are now ("" when one
+// cannot be read).
+func (c *Credentials) filesSum() string {
+	h := sha256.New()
+	for _, p := range []string{c.files.CA, c.files.Cert, c.files.Key} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return ""
+		}
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -47,6 +47,9 @@ type Config struct {
 	// DialOptions are added to the admin connections' (after
 	// client.FailoverDialOptions and plaintext credentials).
 	DialOptions []grpc.DialOption
+	// TLS says the cluster's HTTP endpoints speak TLS: the links to other
+	// members' consoles are https.
+	TLS bool
 	// AllowedHosts are the names, besides IP addresses, "localhost" and
 	// AdminAddr's host, that the console answers to in a request's Host
 	// header: host names, or host:port addresses whose host is taken (a

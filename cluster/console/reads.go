@@ -136,7 +136,7 @@ func (rd *reads) banner() *staleBanner {
 	if ms := rd.node.GetLastContactUnixMs(); ms > 0 {
 		b.AsOf = time.UnixMilli(ms)
 	}
-	b.LeaderID, b.LeaderURL = rd.node.GetLeaderId(), consoleURL(rd.node.GetLeaderHttpAddress())
+	b.LeaderID, b.LeaderURL = rd.node.GetLeaderId(), rd.c.consoleURL(rd.node.GetLeaderHttpAddress())
 	if b.LeaderURL != "" {
 		return b
 	}
@@ -148,17 +148,23 @@ func (rd *reads) banner() *staleBanner {
 	}
 	for _, p := range ms.GetPeers() {
 		if st := p.GetStatus(); p.GetReachable() && st.GetState() == "Leader" {
-			b.LeaderID, b.LeaderURL = p.GetId(), consoleURL(p.GetHttpAddress())
+			b.LeaderID, b.LeaderURL = p.GetId(), rd.c.consoleURL(p.GetHttpAddress())
 			break
 		}
 	}
 	return b
 }
 
-// consoleURL is the console's address on a member's HTTP address.
-func consoleURL(httpAddr string) string {
+// consoleURL is the console's address on a member's HTTP address: https
+// when the cluster runs with TLS (Config.TLS), whose HTTP ports refuse
+// plaintext.
+func (c *Console) consoleURL(httpAddr string) string {
 	if httpAddr == "" {
 		return ""
 	}
-	return "http://" + httpAddr + "/"
+	scheme := "http"
+	if c.cfg.TLS {
+		scheme = "https"
+	}
+	return scheme + "://" + httpAddr + "/"
 }

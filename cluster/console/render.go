@@ -104,7 +104,7 @@ type header struct {
 func (c *Console) base(rd *reads, title, nav string, refresh bool) base {
 	n := rd.node
 	h := header{NodeID: n.GetNodeId(), State: n.GetState(), Role: "standby", Term: n.GetTerm(),
-		LeaderID: n.GetLeaderId(), LeaderURL: consoleURL(n.GetLeaderHttpAddress())}
+		LeaderID: n.GetLeaderId(), LeaderURL: c.consoleURL(n.GetLeaderHttpAddress())}
 	if n.GetState() == "Leader" {
 		h.Role = "leader"
 	}

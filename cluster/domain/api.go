@@ -114,7 +114,7 @@ func (d *Domain) ServerRegions(ctx context.Context, server string) (catalog.Serv
 	}); err != nil {
 		return catalog.ServerRegions{}, err
 	}
-	c, err := d.rsClient(srv.Address)
+	c, err := d.rsClient(server, srv.Address)
 	if err != nil {
 		return catalog.ServerRegions{}, err
 	}

@@ -56,11 +56,11 @@ type Config struct {
 	// Transport carries the dispatcher's batches. Default a
 	// dispatch.GRPCTransport, shared by the dispatchers of every term.
 	Transport dispatch.Transport
-	// RegionServerDialOptions are added to every connection the domain
-	// makes to a region server (the default Transport's and ServerRegions'):
-	// its TLS credentials, when the cluster runs with TLS. Default
-	// plaintext.
-	RegionServerDialOptions []grpc.DialOption
+	// RegionServerDialOptions, if set, gives the options added to the
+	// connections the domain makes to region server serverID (the default
+	// Transport's and ServerRegions'): with TLS, credentials that accept
+	// that server's certificate alone. Default plaintext.
+	RegionServerDialOptions func(serverID string) []grpc.DialOption
 	// Dispatch is the template of each term's dispatcher configuration
 	// (MinBatch, MaxBatch, Delay, retries); Term, MasterID, Transport,
 	// callbacks, Clock and Logger are set by the domain. Zero fields take

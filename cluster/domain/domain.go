@@ -100,7 +100,7 @@ func New(cfg Config) (*Domain, error) {
 		conns:     map[string]*grpc.ClientConn{},
 	}
 	if d.transport == nil {
-		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger, DialOptions: cfg.RegionServerDialOptions})
+		d.transport = dispatch.NewGRPCTransport(dispatch.GRPCTransportConfig{Logger: cfg.Logger, DialOptionsFor: cfg.RegionServerDialOptions})
 		d.ownsTrans = true
 	}
 	d.tracer = tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/domain")
@@ -189,21 +189,29 @@ func awaitServices(ctx *procedure.Context) (procedure.Flow, error) {
 	return procedure.HasMoreState, nil
 }
 
-// rsClient returns a RegionServer client for addr (ServerRegions).
-func (d *Domain) rsClient(addr string) (rspb.RegionServerClient, error) {
+// rsClient returns a RegionServer client for server id at addr
+// (ServerRegions).
+func (d *Domain) rsClient(id, addr string) (rspb.RegionServerClient, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, errors.New("master: domain closed")
 	}
-	cc := d.conns[addr]
+	// By id and address: with TLS a connection accepts one server's
+	// certificate only.
+	key := id + "@" + addr
+	cc := d.conns[key]
 	if cc == nil {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if d.cfg.RegionServerDialOptions != nil {
+			opts = append(opts, d.cfg.RegionServerDialOptions(id)...)
+		}
 		var err error
-		cc, err = grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, d.cfg.RegionServerDialOptions...)...)
+		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("master: region server at %s: %w", addr, err)
 		}
-		d.conns[addr] = cc
+		d.conns[key] = cc
 	}
 	return rspb.NewRegionServerClient(cc), nil
 }

@@ -78,7 +78,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
 	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics, TracerProvider: tracing.provider(),
-		RegionServerDialOptions: tlsc.dialTo(security.RoleRegionServer)})
+		RegionServerDialOptions: tlsc.dialToRegionServer})
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster)})
+				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}

@@ -218,7 +218,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		bad("%v", strings.TrimPrefix(err.Error(), "security: "))
 	}
 	if cfg.Dev && cfg.TLS.Enabled() {
-		bad("--dev runs plaintext on loopback: drop --tls-ca, --tls-cert and --tls-key, or drop --dev")
+		bad("--dev runs plaintext on loopback: drop --tls-ca, --tls-cert and --tls-key (or unset BATON_TLS_CA, BATON_TLS_CERT and BATON_TLS_KEY, which client commands share), or drop --dev")
 	}
 	if !cfg.TLS.Enabled() && !cfg.Insecure {
 		var open []string

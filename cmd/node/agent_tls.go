@@ -77,6 +77,15 @@ func (t *agentTLS) dialTo(role security.Role) []grpc.DialOption {
 	return []grpc.DialOption{t.creds.DialOption(role)}
 }
 
+// dialToRegionServer is the dial options of a connection to region
+// server id: its certificate alone is accepted.
+func (t *agentTLS) dialToRegionServer(id string) []grpc.DialOption {
+	if t == nil || t.creds == nil {
+		return nil
+	}
+	return []grpc.DialOption{t.creds.DialOptionFor(security.Identity{Role: security.RoleRegionServer, ID: id})}
+}
+
 // serverOptions is a gRPC server's TLS credentials and policy.
 func (t *agentTLS) serverOptions(p *security.Policy) []grpc.ServerOption {
 	if t == nil || t.creds == nil {

@@ -168,6 +168,24 @@ func (cf *clientFlags) client() (*client.Client, error) {
 // dialOptions are the TLS dial options of a connection to a server of
 // role, none without --tls-*. Unusable material is bad usage.
 func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error) {
+	creds, err := cf.credentials()
+	if creds == nil || err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{creds.DialOption(role)}, nil
+}
+
+// dialOptionsFor is dialOptions for a connection to exactly server want.
+func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption, error) {
+	creds, err := cf.credentials()
+	if creds == nil || err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{creds.DialOptionFor(want)}, nil
+}
+
+// credentials loads --tls-* (nil without them).
+func (cf *clientFlags) credentials() (*security.Credentials, error) {
 	if !cf.tls.Enabled() {
 		return nil, nil
 	}
@@ -175,7 +193,7 @@ func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error
 	if err != nil {
 		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
 	}
-	return []grpc.DialOption{creds.DialOption(role)}, nil
+	return creds, nil
 }
 
 // parseID reads a procedure id argument.

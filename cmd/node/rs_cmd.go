@@ -211,7 +211,7 @@ func (c *cli) rsRegionsDirect(e *command, rf *readFlags, server, addr string) in
 	if e.cf.timeout <= 0 {
 		return e.fail(usagef("--timeout %v must be positive", e.cf.timeout))
 	}
-	opts, err := e.cf.dialOptions(security.RoleRegionServer)
+	opts, err := e.cf.dialOptionsFor(security.Identity{Role: security.RoleRegionServer, ID: server})
 	if err != nil {
 		return e.fail(err)
 	}

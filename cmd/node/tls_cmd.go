@@ -131,6 +131,10 @@ func (c *cli) tlsCertCreate(args []string) int {
 		hostList = append(hostList, "localhost", "127.0.0.1")
 	}
 	now := time.Now()
+	if !ca.Cert.NotAfter.After(now) {
+		fmt.Fprintf(c.stderr, "baton tls cert create: the CA %s expired on %s: make a new one ('baton tls ca create')\n", *caFile, ca.Cert.NotAfter.UTC().Format(time.RFC3339))
+		return exitFailed
+	}
 	notAfter := now.Add(time.Duration(*days) * 24 * time.Hour)
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
