@@ -13,7 +13,9 @@ import (
 )
 
 // impostor is a region server that answers every operation as done.
-type impostor struct{ rspb.UnimplementedRegionServerServer }
+type impostor struct {
+	rspb.UnimplementedRegionServerServer
+}
 
 func (impostor) ExecuteBatch(_ context.Context, req *rspb.BatchRequest) (*rspb.BatchResponse, error) {
 	var res []*rspb.RegionOpResult
