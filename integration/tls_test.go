@@ -181,6 +181,27 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 		}
 	})
 
+	t.Run("denials counted", func(t *testing.T) {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: load(cliFiles).ClientConfig(security.RoleMaster)}}
+		resp, err := hc.Get("https://" + c.Node(leader).HTTPAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			`baton_rpc_denied_total{code="PermissionDenied",method="/baton.admin.v1.Admin/DeleteTable",role="regionserver"} 1`,
+			`baton_rpc_denied_total{code="PermissionDenied",method="/baton.rs.v1.Master/Heartbeat",role="client"} 1`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+
 	t.Run("raft", func(t *testing.T) {
 		for name, cfg := range map[string]*tls.Config{
 			"a region server's certificate": rawTLS(t, rsFiles),

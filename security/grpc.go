@@ -17,6 +17,10 @@ import (
 // who may call it.
 type Policy struct {
 	rules []rule
+	// OnDeny, if set, is told of every call the policy refuses (for a
+	// metric): the method, the caller's role ("" when it presented no
+	// identity) and the status code answered. It must not block.
+	OnDeny func(method string, role Role, code codes.Code)
 }
 
 type rule struct {
@@ -83,10 +87,20 @@ func (p *Policy) check(ctx context.Context, method string, req any) error {
 	return nil
 }
 
+// decide is check, telling OnDeny of a refusal.
+func (p *Policy) decide(ctx context.Context, method string, req any) error {
+	err := p.check(ctx, method, req)
+	if err != nil && p.OnDeny != nil {
+		id, _ := CallerOf(ctx)
+		p.OnDeny(method, id.Role, status.Code(err))
+	}
+	return err
+}
+
 // UnaryInterceptor enforces p on unary calls.
 func (p *Policy) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := p.check(ctx, info.FullMethod, req); err != nil {
+		if err := p.decide(ctx, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -98,9 +112,14 @@ func (p *Policy) UnaryInterceptor() grpc.UnaryServerInterceptor {
 func (p *Policy) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if r, ok := p.match(info.FullMethod); ok && r.self {
-			return status.Errorf(codes.PermissionDenied, "%s: a stream cannot be checked to act only as its caller", info.FullMethod)
+			err := status.Errorf(codes.PermissionDenied, "%s: a stream cannot be checked to act only as its caller", info.FullMethod)
+			if p.OnDeny != nil {
+				id, _ := CallerOf(ss.Context())
+				p.OnDeny(info.FullMethod, id.Role, codes.PermissionDenied)
+			}
+			return err
 		}
-		if err := p.check(ss.Context(), info.FullMethod, nil); err != nil {
+		if err := p.decide(ss.Context(), info.FullMethod, nil); err != nil {
 			return err
 		}
 		return handler(srv, ss)

@@ -114,7 +114,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy())...)...)
+	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy(), metrics)...)...)
 	srv.RegisterServices(gs)
 	domain.RegisterMasterService(gs, dom, admin.Unavailable)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {

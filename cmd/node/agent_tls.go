@@ -10,7 +10,9 @@ import (
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/security"
 )
@@ -86,10 +88,27 @@ func (t *agentTLS) dialToRegionServer(id string) []grpc.DialOption {
 	return []grpc.DialOption{t.creds.DialOptionFor(security.Identity{Role: security.RoleRegionServer, ID: id})}
 }
 
-// serverOptions is a gRPC server's TLS credentials and policy.
-func (t *agentTLS) serverOptions(p *security.Policy) []grpc.ServerOption {
+// serverOptions is a gRPC server's TLS credentials and policy; the calls
+// the policy refuses are counted in reg (if not nil) as
+// baton_rpc_denied_total{method, role, code}.
+func (t *agentTLS) serverOptions(p *security.Policy, reg prometheus.Registerer) []grpc.ServerOption {
 	if t == nil || t.creds == nil {
 		return nil
+	}
+	if reg != nil {
+		denied := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_rpc_denied_total",
+			Help: "gRPC calls refused by the TLS identity policy, by method, the caller's role (none: no identity) and the status code answered.",
+		}, []string{"method", "role", "code"})
+		if err := reg.Register(denied); err == nil {
+			p.OnDeny = func(method string, role security.Role, code codes.Code) {
+				r := string(role)
+				if r == "" {
+					r = "none"
+				}
+				denied.WithLabelValues(method, r, code.String()).Inc()
+			}
+		}
 	}
 	return p.ServerOptions(t.creds)
 }
