@@ -114,7 +114,17 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy(), metrics)...)...)
+	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy(), metrics)...)
+	// After the identity policy: a caller it refuses spends no tokens.
+	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, metrics)
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return err
+	}
+	if limit != nil {
+		gopts = append(gopts, grpc.ChainUnaryInterceptor(limit))
+	}
+	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
 	domain.RegisterMasterService(gs, dom, admin.Unavailable)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {

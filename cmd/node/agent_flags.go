@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ type agentConfig struct {
 	TLS security.Files
 	// Insecure allows plaintext on addresses other than loopback.
 	Insecure bool
+	// SubmitRate and SubmitBurst limit how fast each caller may start
+	// procedures through this node (admin.RateLimit; 0: no limit).
+	SubmitRate  float64
+	SubmitBurst int
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -77,6 +82,9 @@ var agentEnv = map[string]string{
 	"tls-cert": "BATON_TLS_CERT",
 	"tls-key":  "BATON_TLS_KEY",
 	"insecure": "BATON_INSECURE",
+
+	"submit-rate":  "BATON_SUBMIT_RATE",
+	"submit-burst": "BATON_SUBMIT_BURST",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -99,6 +107,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
 	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
+	submitRate := str("submit-rate", "calls per second each caller (its certificate's identity, else its IP address) may make that start procedures through this node; over it they are refused RESOURCE_EXHAUSTED; 0: no limit (default 0)")
+	submitBurst := str("submit-burst", "such calls an idle caller may make at once (default: the rate, at least 1)")
 	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 on Raft, gRPC and HTTP ('baton tls ca create')")
 	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
 	tlsKey := str("tls-key", "PEM file of this master's private key")
@@ -137,6 +147,20 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
+	}
+	if v := strings.TrimSpace(*submitRate); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+			bad("--submit-rate %q: want calls per second ≥ 0, e.g. 50 or 0.5", v)
+		}
+		cfg.SubmitRate = r
+	}
+	if v := strings.TrimSpace(*submitBurst); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			bad("--submit-burst %q: want a number of calls ≥ 1", v)
+		}
+		cfg.SubmitBurst = n
 	}
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)

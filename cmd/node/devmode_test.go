@@ -232,3 +232,31 @@ func TestWaitInterrupted(t *testing.T) {
 		t.Fatalf("stderr:\n%s\nstdout:\n%s", errb.String(), out.String())
 	}
 }
+
+// TestAgentSubmitRateLimit: an agent with --submit-rate refuses the calls
+// that start procedures beyond a caller's burst (RESOURCE_EXHAUSTED: exit
+// 1, saying when the next is allowed), while reads go on; the one a caller
+// may make again later succeeds.
+func TestAgentSubmitRateLimit(t *testing.T) {
+	admin, _, _ := startDevAgent(t, "--submit-rate", "0.5", "--submit-burst", "2")
+	submit := func() (int, string) {
+		code, stdout, stderr := runCLI(t, nil, "proc", "submit", "sleep", "--arg", "steps=1", "--arg", "delay=0s", "--addr", admin)
+		return code, stdout + stderr
+	}
+	for i := range 2 {
+		if code, out := submit(); code != exitOK {
+			t.Fatalf("submission %d within the burst: exit %d\n%s", i, code, out)
+		}
+	}
+	code, out := submit()
+	if code != exitFailed || !strings.Contains(out, "submit rate limit") || !strings.Contains(out, "next is allowed in") {
+		t.Fatalf("third submission: exit %d, want 1 naming the limit\n%s", code, out)
+	}
+	if code, _, stderr := runCLI(t, nil, "proc", "list", "--addr", admin); code != exitOK {
+		t.Fatalf("a read while limited: exit %d\n%s", code, stderr)
+	}
+	testwait.For(t, 30*time.Second, "a token earned back (0.5/s)", func() bool {
+		code, _ := submit()
+		return code == exitOK
+	})
+}

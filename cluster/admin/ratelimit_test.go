@@ -1,0 +1,151 @@
+package admin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/security"
+)
+
+// tlsCaller is a call context from a TLS peer whose certificate names id
+// (the chain is the TLS layer's business).
+func tlsCaller(id security.Identity) context.Context {
+	cert := &x509.Certificate{URIs: []*url.URL{id.URI()}}
+	return peer.NewContext(context.Background(), &peer.Peer{
+		Addr:     &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 5555},
+		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}},
+	})
+}
+
+func plainCaller(addr string) context.Context {
+	a, _ := net.ResolveTCPAddr("tcp", addr)
+	return peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+}
+
+func TestSubmitRateLimit(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1e6, 0))
+	reg := prometheus.NewRegistry()
+	ic, err := RateLimitInterceptor(RateLimit{Rate: 2, Burst: 2, Clock: clk}, reg)
+	if err != nil || ic == nil {
+		t.Fatalf("interceptor: %v, %v", ic, err)
+	}
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	call := func(ctx context.Context, method string) error {
+		_, err := ic(ctx, nil, &grpc.UnaryServerInfo{FullMethod: security.AdminService + method}, ok)
+		return err
+	}
+	alice := tlsCaller(security.Identity{Role: security.RoleClient, ID: "alice"})
+	bob := tlsCaller(security.Identity{Role: security.RoleClient, ID: "bob"})
+	master := tlsCaller(security.Identity{Role: security.RoleMaster, ID: "n2"})
+
+	for i := range 2 {
+		if err := call(alice, "SubmitProcedure"); err != nil {
+			t.Fatalf("alice's call %d within the burst: %v", i, err)
+		}
+	}
+	err = call(alice, "CreateTable")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "baton://client/alice") || !strings.Contains(err.Error(), "500ms") {
+		t.Fatalf("alice's third call: %v; want RESOURCE_EXHAUSTED naming her and the wait", err)
+	}
+	if err := call(alice, "ListTables"); err != nil {
+		t.Errorf("a read is not limited: %v", err)
+	}
+	if err := call(bob, "SubmitProcedure"); err != nil {
+		t.Errorf("bob has his own bucket: %v", err)
+	}
+	for range 10 {
+		if err := call(master, "SubmitProcedure"); err != nil {
+			t.Fatalf("a master forwarding is not limited: %v", err)
+		}
+	}
+	clk.Advance(500 * time.Millisecond)
+	if err := call(alice, "SubmitProcedure"); err != nil {
+		t.Errorf("after 500 ms at 2/s: %v", err)
+	}
+	if err := call(alice, "SubmitProcedure"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("the token earned is spent: %v", err)
+	}
+	// Without TLS, callers are told apart by IP address only.
+	p1, p2 := plainCaller("10.1.1.1:1000"), plainCaller("10.1.1.1:2000")
+	if call(p1, "DeleteTable") != nil || call(p2, "DeleteTable") != nil {
+		t.Fatal("plaintext burst refused")
+	}
+	if err := call(plainCaller("10.1.1.1:3000"), "DeleteTable"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a third port of the same address: %v, want limited", err)
+	}
+	if got := testutil.ToFloat64(limitedCounter(t, reg, security.AdminService+"CreateTable")); got != 1 {
+		t.Errorf("rate-limited CreateTable counted %v, want 1", got)
+	}
+}
+
+func limitedCounter(t *testing.T, reg *prometheus.Registry, method string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "baton_rpc_rate_limited_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() == method {
+					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+					c.Add(m.GetCounter().GetValue())
+					return c
+				}
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+func TestSubmitRateLimitConfig(t *testing.T) {
+	if ic, err := RateLimitInterceptor(RateLimit{}, nil); ic != nil || err != nil {
+		t.Errorf("rate 0: %v, %v; want no interceptor", ic, err)
+	}
+	for _, bad := range []RateLimit{{Rate: -1}, {Rate: 1, Burst: -1}} {
+		if _, err := RateLimitInterceptor(bad, nil); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// TestSubmitRateLimitBoundsItsCallers: the buckets kept stay within
+// MaxCallers however many callers come.
+func TestSubmitRateLimitBoundsItsCallers(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1e6, 0))
+	l, err := newRateLimiter(RateLimit{Rate: 1, Burst: 1, MaxCallers: 10, Clock: clk}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := l.intercept
+	for i := range 100 {
+		clk.Advance(time.Millisecond)
+		ctx := tlsCaller(security.Identity{Role: security.RoleClient, ID: "c" + string(rune('a'+i%26)) + string(rune('a'+i/26))})
+		_, _ = ic(ctx, nil, &grpc.UnaryServerInfo{FullMethod: security.AdminService + "SubmitProcedure"},
+			func(context.Context, any) (any, error) { return nil, nil })
+		l.mu.Lock()
+		n := len(l.buckets)
+		l.mu.Unlock()
+		if n > 10 {
+			t.Fatalf("%d buckets after %d callers, want at most 10", n, i+1)
+		}
+	}
+}
