@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/security"
 )
 
 // TestPrometheusConfig: docker/prometheus.yml is a valid Prometheus
@@ -16,14 +19,22 @@ import (
 // services' HTTP ports: the masters' --http-addr and the region servers'.
 func TestPrometheusConfig(t *testing.T) {
 	path := filepath.Join("..", "docker", "prometheus.yml")
-	if promtool, err := exec.LookPath("promtool"); err != nil {
-		t.Log("promtool is not installed: only the targets are checked (apt-get install prometheus)")
-	} else if out, err := exec.Command(promtool, "check", "config", path).CombinedOutput(); err != nil {
-		t.Errorf("promtool check config %s: %v\n%s", path, err, out)
-	}
 	conf, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if promtool, err := exec.LookPath("promtool"); err != nil {
+		t.Log("promtool is not installed: only the targets are checked (apt-get install prometheus)")
+	} else {
+		// promtool opens the TLS files the configuration names, mounted
+		// at /tls in the container: check a copy naming real ones.
+		checked := filepath.Join(t.TempDir(), "prometheus.yml")
+		if err := os.WriteFile(checked, []byte(strings.ReplaceAll(string(conf), "/tls/", tlsFilesFor(t)+"/")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(promtool, "check", "config", checked).CombinedOutput(); err != nil {
+			t.Errorf("promtool check config %s (its TLS files made here): %v\n%s", path, err, out)
+		}
 	}
 	compose, err := os.ReadFile(filepath.Join("..", "docker-compose.yml"))
 	if err != nil {
@@ -155,4 +166,33 @@ func TestComposeConfig(t *testing.T) {
 			t.Errorf("service %s has profile %q, want %q", s, p, want)
 		}
 	}
+}
+
+// tlsFilesFor makes the files the Prometheus container finds at /tls (the
+// CA's certificate, and its own client certificate and key, under the
+// names docker-compose.yml mounts them at) in a directory, and returns it.
+func tlsFilesFor(t *testing.T) string {
+	t.Helper()
+	pki, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: "prometheus"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "tls")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{f.CA: "ca.pem", f.Cert: "cert.pem", f.Key: "key.pem"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

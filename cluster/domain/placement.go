@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"maps"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/lease"
@@ -61,6 +62,10 @@ func (s *services) pick(r reader, candidates map[string]Server, want string) (st
 		}
 	}
 	s.load[best]++
+	if s.picked == nil {
+		s.picked = map[string]int{}
+	}
+	s.picked[best]++
 	return best, nil
 }
 
@@ -77,6 +82,10 @@ func (s *services) refreshLoad(r reader) error {
 		return nil
 	}
 	s.loadScanning = true
+	// The picks made from here on may be missing from the records the
+	// scan reads: they are added to its counts. Several callers scan at
+	// once while there are no counts yet, each then installing its own.
+	pickedBefore := maps.Clone(s.picked)
 	s.mu.Unlock()
 	began := clk.Now()
 	load := map[string]int{}
@@ -91,6 +100,9 @@ func (s *services) refreshLoad(r reader) error {
 	s.loadScanning = false
 	if err != nil {
 		return err
+	}
+	for id, n := range s.picked {
+		load[id] += n - pickedBefore[id]
 	}
 	now := clk.Now()
 	s.load, s.loadAt, s.loadScan = load, now, now.Sub(began)

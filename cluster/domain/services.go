@@ -187,6 +187,10 @@ type services struct {
 	// loadScanning is set while one runs (see refreshLoad).
 	loadScan     time.Duration
 	loadScanning bool
+	// picked counts every pick ever made, per server: a scan adds to its
+	// counts the picks made while it ran, which the records it read may
+	// not show yet (see refreshLoad).
+	picked map[string]int
 	// closedTables: rolled-back trees whose table's regions were all sent
 	// a close (closeTableOnce), by root id.
 	closedTables map[uint64]bool
