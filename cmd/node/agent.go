@@ -33,6 +33,9 @@ func (c *cli) agent(args []string) int {
 	if err != nil {
 		return c.flagsFailed("agent", err)
 	}
+	if err := checkTLSFiles(cfg.TLS, security.Identity{Role: security.RoleMaster, ID: cfg.ID}); err != nil {
+		return c.flagsFailed("agent", err)
+	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runAgent(ctx, cfg, c.stdout, c.stderr); err != nil {

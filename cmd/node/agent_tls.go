@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,6 +60,23 @@ func loadProcessTLS(ctx context.Context, files security.Files, want security.Ide
 		}
 	}()
 	return &agentTLS{creds: creds}, nil
+}
+
+// checkTLSFiles loads files, if given, and checks that they name want: a
+// bad file or another identity is a bad command line (exit 2), said
+// before anything starts.
+func checkTLSFiles(files security.Files, want security.Identity) error {
+	if !files.Enabled() {
+		return nil
+	}
+	creds, err := security.Load(files, nil, nil)
+	if err != nil {
+		return usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
+	}
+	if got := creds.Identity(); got != want {
+		return usagef("--tls-cert %s names %s, but this process runs as %s", files.Cert, got, want)
+	}
+	return nil
 }
 
 // loadAgentTLS loads a master's material: its certificate must name

@@ -53,6 +53,9 @@ func (c *cli) regionserver(args []string) int {
 	if err != nil {
 		return c.flagsFailed("regionserver", err)
 	}
+	if err := checkTLSFiles(tr.TLS, security.Identity{Role: security.RoleRegionServer, ID: cfg.ID}); err != nil {
+		return c.flagsFailed("regionserver", err)
+	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runRegionServer(ctx, cfg, tr, c.stdout, c.stderr); err != nil {

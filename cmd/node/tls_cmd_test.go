@@ -81,3 +81,32 @@ func TestTLSCreateCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestBadTLSFilesAreBadUsage: an agent or region server given TLS files it
+// cannot use (missing, or a certificate naming another process) exits 2
+// naming the problem, before starting anything.
+func TestBadTLSFilesAreBadUsage(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, nil, "tls", "ca", "create", "--dir", dir); code != exitOK {
+		t.Fatal(stderr)
+	}
+	if code, _, stderr := runCLI(t, nil, "tls", "cert", "create", "--role", "master", "--id", "n1", "--dir", dir); code != exitOK {
+		t.Fatal(stderr)
+	}
+	ca, cert, key := filepath.Join(dir, "baton-ca.pem"), filepath.Join(dir, "master-n1.pem"), filepath.Join(dir, "master-n1-key.pem")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "--id", "n2", "--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--http-addr", "",
+			"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}, "names baton://master/n1, but this process runs as baton://master/n2"},
+		{[]string{"agent", "--id", "n1", "--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--http-addr", "",
+			"--tls-ca", ca, "--tls-cert", cert + ".missing", "--tls-key", key}, "no such file"},
+		{[]string{"regionserver", "--id", "n1", "--grpc-addr", "127.0.0.1:3", "--masters", "127.0.0.1:2",
+			"--tls-ca", ca, "--tls-cert", cert, "--tls-key", key}, "but this process runs as baton://regionserver/n1"},
+	} {
+		if code, _, stderr := runCLI(t, nil, tc.args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want exit 2 naming %q", tc.args[0], code, stderr, tc.want)
+		}
+	}
+}
