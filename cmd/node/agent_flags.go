@@ -94,6 +94,14 @@ var agentEnv = map[string]string{
 func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (agentConfig, error) {
 	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)
+	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
+	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", agentEnv)
+	if cerr != nil && !helpAsked(args) {
+		return agentConfig{}, cerr
+	}
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
 	str := func(name, usage string) *string {
 		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
 	}

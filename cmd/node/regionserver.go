@@ -72,6 +72,14 @@ func (c *cli) regionserver(args []string) int {
 func parseRegionServerFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (regionserver.Config, rsTransport, error) {
 	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)
+	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
+	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", regionServerEnv)
+	if cerr != nil && !helpAsked(args) {
+		return regionserver.Config{}, rsTransport{}, cerr
+	}
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
 	// Every flag is read as a string so that a bad value, from a flag or
 	// from the environment, is reported with all the other problems.
 	str := func(name, usage string) *string {
