@@ -30,10 +30,14 @@ var SubmitMethods = []string{
 // RateLimit bounds how fast each caller may start procedures through one
 // master: a token bucket per caller, refilled at Rate per second up to
 // Burst. The caller is the identity its TLS certificate names, or its IP
-// address without TLS. Masters are not limited: a standby forwarding
-// calls to the leader forwards those it already admitted, of many callers
-// at once. A call over the limit is refused with RESOURCE_EXHAUSTED,
-// saying when a token is next due, before it reaches the leader.
+// address without TLS. A call a standby forwards to the leader is not
+// counted again there: the standby counted it for its caller (with TLS,
+// only a master's certificate is believed to forward; without TLS nothing
+// is authenticated, so the forwarding mark is taken as given). A master
+// calling on its own behalf (its web console acting for a user) has a
+// bucket like any caller. A dry run starts nothing and is not counted.
+// A call over the limit is refused with RESOURCE_EXHAUSTED, saying when a
+// token is next due, before it reaches the leader.
 type RateLimit struct {
 	// Rate is the calls per second each caller may make; 0 is no limit.
 	Rate float64
@@ -47,10 +51,21 @@ type RateLimit struct {
 	Clock clock.Clock
 }
 
-// Validate reports a negative or non-finite rate or burst.
+// Bounds of a submit rate: below MinSubmitRate a token would be due in
+// more than a day (and its wait overflow a time.Duration far below); above
+// MaxSubmitRate the limit limits nothing a master can serve.
+const (
+	MinSubmitRate = 1e-4
+	MaxSubmitRate = 1e6
+)
+
+// Validate reports a rate out of bounds or a negative burst.
 func (r RateLimit) Validate() error {
-	if r.Rate < 0 || math.IsNaN(r.Rate) || math.IsInf(r.Rate, 0) {
-		return fmt.Errorf("admin: submit rate %v: want a number of calls per second ≥ 0", r.Rate)
+	if r.Rate != 0 && !(r.Rate >= MinSubmitRate && r.Rate <= MaxSubmitRate) {
+		return fmt.Errorf("admin: submit rate %v: want 0 (no limit) or calls per second in [%g, %g]", r.Rate, MinSubmitRate, MaxSubmitRate)
+	}
+	if r.Burst > int(MaxSubmitRate) {
+		return fmt.Errorf("admin: submit burst %d: want at most %d", r.Burst, int(MaxSubmitRate))
 	}
 	if r.Burst < 0 || r.MaxCallers < 0 {
 		return errors.New("admin: negative submit burst or caller bound")
@@ -94,7 +109,7 @@ func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, err
 		return nil, nil
 	}
 	if cfg.Burst == 0 {
-		cfg.Burst = max(1, int(math.Ceil(cfg.Rate)))
+		cfg.Burst = max(1, int(math.Ceil(cfg.Rate))) // Rate ≤ MaxSubmitRate: no overflow
 	}
 	if cfg.MaxCallers == 0 {
 		cfg.MaxCallers = 10000
@@ -118,8 +133,14 @@ func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, err
 	return l, nil
 }
 
+// dryRunner is a request that may ask for a dry run.
+type dryRunner interface{ GetDryRun() bool }
+
 func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !l.methods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	if d, ok := req.(dryRunner); ok && d.GetDryRun() {
 		return handler(ctx, req)
 	}
 	who, limited := callerKey(ctx)
@@ -135,10 +156,15 @@ func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnarySe
 }
 
 // callerKey names the caller a bucket is kept for, and says whether it is
-// limited at all (masters are not).
+// limited at all (not a call forwarded by a master, counted where it came
+// in).
 func callerKey(ctx context.Context) (string, bool) {
+	forwarded := isForwarded(ctx)
 	if id, ok := security.CallerOf(ctx); ok {
-		return id.String(), id.Role != security.RoleMaster
+		return id.String(), !(forwarded && id.Role == security.RoleMaster)
+	}
+	if forwarded {
+		return "", false
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
@@ -170,7 +196,8 @@ func (l *rateLimiter) take(who string) (time.Duration, bool) {
 		b.tokens--
 		return 0, true
 	}
-	return time.Duration((1 - b.tokens) / l.cfg.Rate * float64(time.Second)), false
+	wait := (1 - b.tokens) / l.cfg.Rate * float64(time.Second)
+	return time.Duration(min(wait, float64(24*time.Hour))), false
 }
 
 // evictLocked drops the buckets that are full again (their callers idle

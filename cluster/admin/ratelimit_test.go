@@ -15,10 +15,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -51,7 +53,8 @@ func TestSubmitRateLimit(t *testing.T) {
 	}
 	alice := tlsCaller(security.Identity{Role: security.RoleClient, ID: "alice"})
 	bob := tlsCaller(security.Identity{Role: security.RoleClient, ID: "bob"})
-	master := tlsCaller(security.Identity{Role: security.RoleMaster, ID: "n2"})
+	master := forwardedFrom(tlsCaller(security.Identity{Role: security.RoleMaster, ID: "n2"}))
+	console := tlsCaller(security.Identity{Role: security.RoleMaster, ID: "n1"})
 
 	for i := range 2 {
 		if err := call(alice, "SubmitProcedure"); err != nil {
@@ -71,6 +74,29 @@ func TestSubmitRateLimit(t *testing.T) {
 	for range 10 {
 		if err := call(master, "SubmitProcedure"); err != nil {
 			t.Fatalf("a master forwarding is not limited: %v", err)
+		}
+	}
+	// A master calling for itself (its console, for a user) is limited.
+	for range 2 {
+		if err := call(console, "CancelProcedures"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := call(console, "CancelProcedures"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a master's own calls past the burst: %v, want limited", err)
+	}
+	// A dry run starts nothing: never counted.
+	for range 5 {
+		if _, err := ic(alice, &adminpb.CancelProceduresRequest{DryRun: true}, &grpc.UnaryServerInfo{FullMethod: security.AdminService + "CancelProcedures"}, ok); err != nil {
+			t.Fatalf("a dry run while limited: %v", err)
+		}
+	}
+	// Without TLS, a call forwarded by a standby is counted there, not
+	// again on the leader as the standby's address.
+	fwd := forwardedFrom(plainCaller("127.0.0.1:9000"))
+	for range 5 {
+		if err := call(fwd, "SubmitProcedure"); err != nil {
+			t.Fatalf("a forwarded plaintext call: %v", err)
 		}
 	}
 	clk.Advance(500 * time.Millisecond)
@@ -116,11 +142,16 @@ func limitedCounter(t *testing.T, reg *prometheus.Registry, method string) prome
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 }
 
+// forwardedFrom marks ctx as a call a standby forwarded.
+func forwardedFrom(ctx context.Context) context.Context {
+	return metadata.NewIncomingContext(ctx, metadata.Pairs(forwardedKey, "n2"))
+}
+
 func TestSubmitRateLimitConfig(t *testing.T) {
 	if ic, err := RateLimitInterceptor(RateLimit{}, nil); ic != nil || err != nil {
 		t.Errorf("rate 0: %v, %v; want no interceptor", ic, err)
 	}
-	for _, bad := range []RateLimit{{Rate: -1}, {Rate: 1, Burst: -1}} {
+	for _, bad := range []RateLimit{{Rate: -1}, {Rate: 1, Burst: -1}, {Rate: 1e-10}, {Rate: 1e19}, {Rate: 1, Burst: 1e7}} {
 		if _, err := RateLimitInterceptor(bad, nil); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/security"
 )
@@ -128,7 +129,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil && envErr == nil {
-			envErr = usagef("%s=%q: want true or false", agentEnv[name], v)
+			envErr = usagef("%s (or --config's %q) = %q: want true or false", agentEnv[name], name, v)
 		}
 		return b
 	}
@@ -158,17 +159,20 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	}
 	if v := strings.TrimSpace(*submitRate); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
-			bad("--submit-rate %q: want calls per second ≥ 0, e.g. 50 or 0.5", v)
+		if err != nil || math.IsNaN(r) || (admin.RateLimit{Rate: r}).Validate() != nil {
+			bad("--submit-rate %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", v, admin.MinSubmitRate, admin.MaxSubmitRate)
 		}
 		cfg.SubmitRate = r
 	}
 	if v := strings.TrimSpace(*submitBurst); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			bad("--submit-burst %q: want a number of calls ≥ 1", v)
+		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
+			bad("--submit-burst %q: want a number of calls in 1..%d", v, int(admin.MaxSubmitRate))
 		}
 		cfg.SubmitBurst = n
+		if cfg.SubmitRate == 0 {
+			bad("--submit-burst is the burst of --submit-rate: give the rate too")
+		}
 	}
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -23,27 +25,31 @@ const maxConfigFile = 1 << 20
 // variable. An unknown key, or a value that is an object or a list, is a
 // usage error naming it.
 func withConfigFile(args []string, getenv func(string) string, configEnv string, envOf map[string]string) (func(string) string, error) {
-	path := configArg(args)
-	if path == "" {
+	path, given := configArg(args)
+	if !given {
 		path = getenv(configEnv)
 	}
-	if path == "" {
+	if path == "" { // none, or --config= turning BATON_CONFIG off
 		return getenv, nil
 	}
-	info, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, usagef("--config: %v", err)
 	}
-	if info.Size() > maxConfigFile {
-		return nil, usagef("--config %s: %d bytes, more than a configuration holds (%d at most)", path, info.Size(), maxConfigFile)
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.IsDir() {
+		return nil, usagef("--config %s is a directory", path)
 	}
-	raw, err := os.ReadFile(path)
+	// Read through a bound: a FIFO or a device says nothing of its size.
+	raw, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
 	if err != nil {
 		return nil, usagef("--config: %v", err)
 	}
-	var doc map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&doc); err != nil {
+	if len(raw) > maxConfigFile {
+		return nil, usagef("--config %s: more than a configuration holds (%d bytes at most)", path, maxConfigFile)
+	}
+	doc, err := decodeConfigObject(raw)
+	if err != nil {
 		return nil, usagef("--config %s: not a JSON object of flag names and values: %v", path, err)
 	}
 	vals := map[string]string{} // by environment variable
@@ -53,6 +59,7 @@ func withConfigFile(args []string, getenv func(string) string, configEnv string,
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	seen := map[string]string{}
 	for _, k := range keys {
 		flagName := strings.ReplaceAll(k, "_", "-")
 		env, ok := envOf[flagName]
@@ -60,6 +67,11 @@ func withConfigFile(args []string, getenv func(string) string, configEnv string,
 			problems = append(problems, fmt.Sprintf("unknown key %q (keys are the flags' names)", k))
 			continue
 		}
+		if other, dup := seen[flagName]; dup {
+			problems = append(problems, fmt.Sprintf("keys %q and %q both set --%s", other, k, flagName))
+			continue
+		}
+		seen[flagName] = k
 		v, err := configValue(doc[k])
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%q: %v", k, err))
@@ -76,6 +88,42 @@ func withConfigFile(args []string, getenv func(string) string, configEnv string,
 		}
 		return vals[k]
 	}, nil
+}
+
+// decodeConfigObject decodes one JSON object, refusing a key given twice
+// and anything after the object.
+func decodeConfigObject(raw []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("want an object, found %v", tok)
+	}
+	doc := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := doc[k]; dup {
+			return nil, fmt.Errorf("key %q given twice", k)
+		}
+		doc[k] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("something follows the object")
+	}
+	return doc, nil
 }
 
 // configValue is a JSON scalar as a flag's value.
@@ -98,21 +146,24 @@ func configValue(raw json.RawMessage) (string, error) {
 }
 
 // configArg finds --config's value in args ("--config F", "--config=F",
-// one dash too), before the flags are parsed: the file supplies the other
-// flags' defaults.
-func configArg(args []string) string {
-	for i, a := range args {
+// one dash too; the last one, as the flag package keeps), before the
+// flags are parsed: the file supplies the other flags' defaults. given
+// says --config was on the command line at all (an empty value turns
+// BATON_CONFIG off).
+func configArg(args []string) (path string, given bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
 			break
 		}
 		for _, name := range []string{"--config", "-config"} {
 			if a == name && i+1 < len(args) {
-				return args[i+1]
-			}
-			if v, ok := strings.CutPrefix(a, name+"="); ok {
-				return v
+				path, given = args[i+1], true
+				i++
+			} else if v, ok := strings.CutPrefix(a, name+"="); ok {
+				path, given = v, true
 			}
 		}
 	}
-	return ""
+	return path, given
 }

@@ -46,6 +46,9 @@ func TestAgentConfigFile(t *testing.T) {
 		{`{"id": {"a": 1}}`, `"id": want a string, a number or a boolean`},
 		{`[1, 2]`, "not a JSON object"},
 		{`{"id": `, "not a JSON object"},
+		{`{"id": "x", "id": "y"}`, `key "id" given twice`},
+		{`{"tls-cert": "a.pem", "tls_cert": "b.pem"}`, "both set --tls-cert"},
+		{`{"id": "x"} trailing`, "something follows the object"},
 	} {
 		p := writeConfig(t, tc.body)
 		if _, err := parseAgentFlags([]string{"--config=" + p}, func(string) string { return "" }, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -54,6 +57,18 @@ func TestAgentConfigFile(t *testing.T) {
 	}
 	if _, err := parseAgentFlags([]string{"--config", filepath.Join(t.TempDir(), "missing.json")}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
 		t.Error("a missing --config file: no error")
+	}
+	if _, err := parseAgentFlags([]string{"--config", t.TempDir()}, func(string) string { return "" }, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "directory") {
+		t.Errorf("a directory as --config: %v", err)
+	}
+	// The last --config wins, as for any flag; an empty one turns
+	// BATON_CONFIG off.
+	other := writeConfig(t, `{"id": "n9", "data-dir": "/d", "raft-addr": "127.0.0.1:1", "grpc-addr": "127.0.0.1:2"}`)
+	if got, err := parseAgentFlags([]string{"--config", conf, "--config", other}, func(string) string { return "" }, io.Discard, io.Discard); err != nil || got.ID != "n9" {
+		t.Errorf("two --config: id %q, %v; want the last file's n9", got.ID, err)
+	}
+	if got, err := parseAgentFlags([]string{"--config=", "--dev"}, func(k string) string { return env2[k] }, io.Discard, io.Discard); err != nil || got.Workers != 0 {
+		t.Errorf("--config= with BATON_CONFIG set: workers %d, %v; want the file ignored", got.Workers, err)
 	}
 	// The region server reads one too.
 	rsConf := writeConfig(t, `{"id": "rs1", "grpc_addr": "127.0.0.1:5", "masters": "127.0.0.1:6", "op-latency": "5ms"}`)
