@@ -17,6 +17,9 @@
 // calls it on SIGHUP and when the files change), so a rotation needs no
 // restart; connections already open keep the certificate they were opened
 // with, as in every TLS server.
+//
+// docs/security.md says, for operators, who may call what and how to
+// rotate certificates.
 package security
 
 import (
