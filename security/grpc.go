@@ -2,12 +2,14 @@ package security
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -159,6 +161,43 @@ func CallerOf(ctx context.Context) (Identity, bool) {
 		return Identity{}, false
 	}
 	id, err := PeerIdentity(info.State)
+	if err != nil {
+		return Identity{}, false
+	}
+	return id, true
+}
+
+// OnBehalfKey is the gRPC metadata key by which a master calling for
+// someone else (its web console, for the user whose browser asked) names
+// that user's identity. Only a master's word is taken for it
+// (ActingFor).
+const OnBehalfKey = "x-baton-on-behalf-of"
+
+// OnBehalfOf returns ctx carrying id as the identity a call is made for.
+func OnBehalfOf(ctx context.Context, id Identity) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, OnBehalfKey, id.String())
+}
+
+// ActingFor is the identity a master's call says it makes for someone
+// else (OnBehalfOf), if the caller is a master and names a valid one.
+func ActingFor(ctx context.Context) (Identity, bool) {
+	caller, ok := CallerOf(ctx)
+	if !ok || caller.Role != RoleMaster {
+		return Identity{}, false
+	}
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return Identity{}, false
+	}
+	vals := md.Get(OnBehalfKey)
+	if len(vals) != 1 {
+		return Identity{}, false
+	}
+	u, err := url.Parse(vals[0])
+	if err != nil || u.Scheme != uriScheme {
+		return Identity{}, false
+	}
+	id, err := parseIdentityURI(u)
 	if err != nil {
 		return Identity{}, false
 	}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -548,5 +549,38 @@ func TestOwnCertificateNeedsPeersUsages(t *testing.T) {
 	}
 	if _, err := Load(f, nil, nil); err == nil {
 		t.Error("a master certificate without client auth loaded")
+	}
+}
+
+// TestActingFor: a master's call may name the identity it is made for;
+// nobody else's word is taken, and a malformed name is ignored.
+func TestActingFor(t *testing.T) {
+	with := func(caller Identity, vals ...string) context.Context {
+		ctx := withTestCaller(caller)
+		var kv []string
+		for _, v := range vals {
+			kv = append(kv, OnBehalfKey, v)
+		}
+		return metadata.NewIncomingContext(ctx, metadata.Pairs(kv...))
+	}
+	if id, ok := ActingFor(with(master1, "baton://client/alice")); !ok || id != alice {
+		t.Errorf("a master for alice: %v %v", id, ok)
+	}
+	for name, ctx := range map[string]context.Context{
+		"a client's word":    with(alice, "baton://client/bob"),
+		"a region server's":  with(rs1, "baton://client/bob"),
+		"malformed":          with(master1, "client/bob"),
+		"an unknown role":    with(master1, "baton://admin/bob"),
+		"two names":          with(master1, "baton://client/a", "baton://client/b"),
+		"no name":            with(master1),
+		"no caller identity": metadata.NewIncomingContext(context.Background(), metadata.Pairs(OnBehalfKey, "baton://client/bob")),
+	} {
+		if id, ok := ActingFor(ctx); ok {
+			t.Errorf("%s: acting for %v", name, id)
+		}
+	}
+	out := OnBehalfOf(context.Background(), alice)
+	if md, _ := metadata.FromOutgoingContext(out); len(md.Get(OnBehalfKey)) != 1 {
+		t.Errorf("OnBehalfOf: %v", md)
 	}
 }

@@ -35,7 +35,9 @@ var SubmitMethods = []string{
 // only a master's certificate is believed to forward; without TLS nothing
 // is authenticated, so the forwarding mark is taken as given). A master
 // calling on its own behalf (its web console acting for a user) has a
-// bucket like any caller. A dry run starts nothing and is not counted.
+// bucket like any caller, or counts against the user it names as acting
+// for (security.OnBehalfOf: its console, for the browser's certificate).
+// A dry run starts nothing and is not counted.
 // A call over the limit is refused with RESOURCE_EXHAUSTED, saying when a
 // token is next due, before it reaches the leader.
 type RateLimit struct {
@@ -161,7 +163,16 @@ func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnarySe
 func callerKey(ctx context.Context) (string, bool) {
 	forwarded := isForwarded(ctx)
 	if id, ok := security.CallerOf(ctx); ok {
-		return id.String(), !(forwarded && id.Role == security.RoleMaster)
+		if id.Role == security.RoleMaster {
+			if forwarded {
+				return "", false
+			}
+			// Its console, calling for the user whose browser asked.
+			if user, ok := security.ActingFor(ctx); ok {
+				return user.String(), true
+			}
+		}
+		return id.String(), true
 	}
 	if forwarded {
 		return "", false

@@ -85,6 +85,22 @@ func TestSubmitRateLimit(t *testing.T) {
 	if err := call(console, "CancelProcedures"); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a master's own calls past the burst: %v, want limited", err)
 	}
+	// The console of a master, acting for alice: her bucket, empty now.
+	forAlice := metadata.NewIncomingContext(tlsCaller(security.Identity{Role: security.RoleMaster, ID: "n3"}),
+		metadata.Pairs(security.OnBehalfKey, "baton://client/alice"))
+	if err := call(forAlice, "CancelProcedures"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "baton://client/alice") {
+		t.Errorf("a console call for alice, whose bucket is empty: %v, want limited as alice", err)
+	}
+	// Only a master's word is taken: a client naming someone else is
+	// still itself.
+	bobForAlice := metadata.NewIncomingContext(tlsCaller(security.Identity{Role: security.RoleClient, ID: "bob"}),
+		metadata.Pairs(security.OnBehalfKey, "baton://client/alice"))
+	if err := call(bobForAlice, "CancelProcedures"); err != nil {
+		t.Errorf("bob's second call, within his burst, though he names alice: %v", err)
+	}
+	if err := call(bobForAlice, "CancelProcedures"); err == nil || !strings.Contains(err.Error(), "baton://client/bob") {
+		t.Errorf("bob's third call: %v, want limited as bob", err)
+	}
 	// A dry run starts nothing: never counted.
 	for range 5 {
 		if _, err := ic(alice, &adminpb.CancelProceduresRequest{DryRun: true}, &grpc.UnaryServerInfo{FullMethod: security.AdminService + "CancelProcedures"}, ok); err != nil {

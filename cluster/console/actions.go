@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/baton-dev/baton/security"
 	"net/http"
 	"strconv"
 	"time"
@@ -75,7 +76,7 @@ func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
 		c.confirm(w, r, http.StatusBadRequest, "Not aborted: tick the box to confirm the abort.")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	ctx, cancel := context.WithTimeout(forUser(r), actionTimeout)
 	defer cancel()
 	if _, err := c.actions.Abort(ctx, id); err != nil {
 		code := statusOf(err)
@@ -85,4 +86,20 @@ func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("procedure aborted from the console", "id", id, "remote", r.RemoteAddr)
 	http.Redirect(w, r, fmt.Sprintf("/ui/procedures/%d?done=abort", id), http.StatusSeeOther)
+}
+
+// forUser is r's context, carrying the identity of the certificate the
+// browser presented (with TLS) as the one the console's call is made for
+// (security.OnBehalfOf): what a master limits or allows is then that
+// user's, not the master's own.
+func forUser(r *http.Request) context.Context {
+	ctx := r.Context()
+	if r.TLS == nil {
+		return ctx
+	}
+	id, err := security.PeerIdentity(*r.TLS)
+	if err != nil {
+		return ctx
+	}
+	return security.OnBehalfOf(ctx, id)
 }

@@ -235,7 +235,7 @@ func (c *Console) repairPost(w http.ResponseWriter, r *http.Request, nav string,
 		return
 	}
 	caller := c.callerName(rd, r)
-	ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
+	ctx, cancel := context.WithTimeout(forUser(r), actionTimeout)
 	out, err := a.call(ctx, false, caller)
 	cancel()
 	if err != nil {
