@@ -90,8 +90,10 @@ func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
 
 // forUser is r's context, carrying the identity of the certificate the
 // browser presented (with TLS) as the one the console's call is made for
-// (security.OnBehalfOf): what a master limits or allows is then that
-// user's, not the master's own.
+// (security.OnBehalfOf): the submit rate limit then counts the call
+// against that user, not the master. Who may call what is still judged
+// on the master's own certificate (every admin method is open to masters
+// and clients alike).
 func forUser(r *http.Request) context.Context {
 	ctx := r.Context()
 	if r.TLS == nil {
