@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -269,4 +272,75 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 		}
 		waitState(t, ctx, c.Client(), id, "submit after failover", client.StateSuccess)
 	})
+}
+
+// servedNotAfter dials addr with cfg and returns the expiry of the
+// certificate the server presents.
+func servedNotAfter(addr string, cfg *tls.Config) (time.Time, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0].NotAfter, nil
+}
+
+// TestTLSReloadOnSIGHUP: a master's certificate renewed in place is
+// served to new connections after SIGHUP, with no restart; files of
+// another master put in its place are refused, and the master goes on
+// serving its own identity.
+func TestTLSReloadOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
+	c.WaitLeader(ctx)
+	n1 := c.Node("n1")
+	cfg := c.ClientCredentials().ClientConfig(security.RoleMaster)
+	first, err := servedNotAfter(n1.GRPCAddr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewed in place: the same paths, a later expiry.
+	f, err := c.PKI().Issue(security.Identity{Role: security.RoleMaster, ID: "n1"}, 48*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Signal("n1", syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var renewed time.Time
+	testwait.For(t, 30*time.Second, "n1 serving its renewed certificate", func() bool {
+		renewed, err = servedNotAfter(n1.GRPCAddr, cfg)
+		return err == nil && renewed.After(first.Add(time.Hour))
+	})
+	// Another master's files at n1's paths: refused, n1 stays n1.
+	other, err := c.PKI().Issue(security.Identity{Role: security.RoleMaster, ID: "n2"}, 72*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{other.Cert: f.Cert, other.Key: f.Key} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Signal("n1", syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "n1 to log the refused reload", func() bool {
+		return strings.Contains(c.CurrentLog("n1"), "not reloaded")
+	})
+	got, err := servedNotAfter(n1.GRPCAddr, cfg)
+	if err != nil || !got.Equal(renewed) {
+		t.Errorf("after a reload with another master's files: serving a certificate until %v (%v), want the renewed one until %v", got, err, renewed)
+	}
+	if err := callHealth(t, ctx, n1.GRPCAddr, c.ClientCredentials().DialOptionFor(security.Identity{Role: security.RoleMaster, ID: "n1"})); err != nil {
+		t.Errorf("n1 as itself after the refused reload: %v", err)
+	}
 }
