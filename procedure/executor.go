@@ -897,15 +897,24 @@ func (x *Executor) forgettableLocked(e *entry) bool {
 // step's effect and the deletion of its record, in one write. There is no
 // record to write, so nothing of it can fail to serialise.
 func (x *Executor) persistForgotten(e *entry) bool {
-	x.mu.Lock()
 	muts := e.muts
 	e.muts = nil
-	x.unlock()
 	if err := x.store.(store.DeleteMutator).DeleteAndMutate([]uint64{e.id}, muts); err != nil {
 		x.setFatal(err)
 		return false
 	}
+	x.written(e, nil)
+	return true
+}
+
+// written is what follows a write of e that committed: a finished root
+// keeps its last record (rec, nil if none was written), e's span ends if
+// it is done, and the listeners hear of it.
+func (x *Executor) written(e *entry, rec *store.Proc) {
 	x.mu.Lock()
+	if rec != nil && x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
+		e.lastRec = rec.Data
+	}
 	var endSpan func()
 	if e.span != nil {
 		endSpan = x.endSpanIfDoneLocked(e)
@@ -915,7 +924,6 @@ func (x *Executor) persistForgotten(e *entry) bool {
 		endSpan()
 	}
 	x.notify(e)
-	return true
 }
 
 // forgetChildLocked lets go of e, a child whose record its last write
@@ -1396,19 +1404,7 @@ func (x *Executor) persist(e *entry) bool {
 		x.setFatal(err)
 		return false
 	}
-	x.mu.Lock()
-	if x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
-		e.lastRec = rec.Data
-	}
-	var endSpan func()
-	if e.span != nil {
-		endSpan = x.endSpanIfDoneLocked(e)
-	}
-	x.unlock()
-	if endSpan != nil {
-		endSpan()
-	}
-	x.notify(e)
+	x.written(e, &rec)
 	return true
 }
 

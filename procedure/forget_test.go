@@ -132,30 +132,18 @@ func TestForgetsChildrenAsTheySucceed(t *testing.T) {
 	const kids = 3000
 	p := &fgParent{Name: uniq("P"), Kids: kids, Steps: 2, FailKid: 7, Forget: true}
 	id := h.submit(p, SubmitOptions{})
-	var ids []uint64
-	testwait.For(t, 30*time.Second, "every child finished", func() bool {
-		info, err := h.x.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = info.Children
-		return info.State.Terminal() || (len(ids) == kids && info.State == Runnable)
-	})
-	info := h.wait(id)
-	if info.State != Success {
+	if info := h.wait(id); info.State != Success {
 		t.Fatalf("parent ended %s (%s)", info.State, info.Error)
 	}
-	ids = childIDs(t, h.x, id)
+	ids := childIDs(t, h.x, id)
 	if len(ids) != kids {
 		t.Fatalf("%d children listed, want %d", len(ids), kids)
 	}
 	for i, c := range ids {
-		ci, err := h.x.Get(c)
 		if i == p.FailKid {
-			// Kept until the root ended, then deleted with the tree.
-			continue
+			continue // kept until the root ended, then deleted with the tree
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if ci, err := h.x.Get(c); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("child %d (%d): Get %+v, %v; want NotFound", i, c, ci, err)
 		}
 	}
@@ -175,7 +163,7 @@ func TestForgetsChildrenAsTheySucceed(t *testing.T) {
 // treeWhileLastChildWaits submits root, whose tree holds kids children
 // (the last one gated: it suspends until the gate opens), and calls check
 // while every other child has finished and the last one waits.
-func treeWhileLastChildWaits(t *testing.T, h *harness, root Procedure, parentName string, kids int, check func()) Info {
+func treeWhileLastChildWaits(t *testing.T, h *harness, root Procedure, parentName string, kids int, check func(root uint64)) Info {
 	t.Helper()
 	gate := parentName + "/c" + fmt.Sprint(kids-1)
 	id := h.submit(root, SubmitOptions{})
@@ -197,7 +185,7 @@ func treeWhileLastChildWaits(t *testing.T, h *harness, root Procedure, parentNam
 		}
 		return running == 1 && len(r.members) > 0
 	})
-	check()
+	check(id)
 	openGate(gate)
 	h.x.Wake(eventFor(gate))
 	return h.wait(id)
@@ -212,15 +200,10 @@ func TestForgottenChildrenLeaveTheStackAndTheTree(t *testing.T) {
 	h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = forgetRegistry(t) })
 	const kids = 2500
 	p := &fgParent{Name: uniq("P"), Kids: kids, Steps: 3, FailKid: -1, Forget: true, GateLast: true}
-	info := treeWhileLastChildWaits(t, h, p, p.Name, kids, func() {
+	info := treeWhileLastChildWaits(t, h, p, p.Name, kids, func(root uint64) {
 		h.x.mu.Lock()
-		var members, stack int
-		for _, r := range h.x.roots {
-			if r.entry.proc == Procedure(p) || len(r.members) > 1 {
-				members, stack = len(r.members), len(r.stack)
-			}
-		}
-		procs := len(h.x.procs)
+		r := h.x.roots[root]
+		members, stack, procs := len(r.members), len(r.stack), len(h.x.procs)
 		h.x.mu.Unlock()
 		if members != 2 || procs != 2 {
 			t.Errorf("tree members %d, executor table %d; want 2 (the parent and the waiting child)", members, procs)
@@ -255,7 +238,7 @@ func TestForgetNeedsEveryAncestorToRetry(t *testing.T) {
 			mem := store.NewMemStore()
 			h := startExecutor(t, mem, newDomain(), func(c *Config) { c.Registry = forgetRegistry(t) })
 			p := fgParent{Name: uniq("P"), Kids: kids, Steps: 1, FailKid: -1, Forget: tc.forget, GateLast: true}
-			info := treeWhileLastChildWaits(t, h, tc.root(p), p.Name, kids, func() {
+			info := treeWhileLastChildWaits(t, h, tc.root(p), p.Name, kids, func(uint64) {
 				if kept := keptChildren(t, mem); kept < kids {
 					t.Errorf("%d children stored, want all %d kept", kept, kids)
 				}

@@ -35,11 +35,7 @@ func NewCA(name string, now time.Time, validity time.Duration) (*CA, []byte, err
 	if validity <= 0 {
 		return nil, nil, errors.New("security: a CA's validity must be positive")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := newSerial()
+	key, serial, err := newKeyAndSerial()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -126,11 +122,7 @@ func (ca *CA) Sign(req CertRequest) (certPEM, keyPEM []byte, err error) {
 	if req.NotAfter.After(ca.Cert.NotAfter) {
 		return nil, nil, fmt.Errorf("security: the certificate would outlive its CA (which ends %s)", ca.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := newSerial()
+	key, serial, err := newKeyAndSerial()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,8 +165,18 @@ func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
 
-func newSerial() (*big.Int, error) {
-	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+// newKeyAndSerial is a fresh P-256 key and a random 127-bit serial for
+// the certificate it goes with.
+func newKeyAndSerial() (*ecdsa.PrivateKey, *big.Int, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, serial, nil
 }
 
 // WriteFiles writes each path's content with 0600 permissions, refusing

@@ -105,19 +105,39 @@ func (c *Credentials) NotAfter() time.Time {
 // match, a certificate the CA did not sign, no identity, another identity
 // than before) it keeps the material it had and returns why.
 func (c *Credentials) Reload() (bool, error) {
+	raw, err := c.readFiles()
+	if err != nil {
+		return false, err
+	}
+	return c.reloadFrom(raw)
+}
+
+// readFiles reads the CA, certificate and key files.
+func (c *Credentials) readFiles() ([3][]byte, error) {
 	var raw [3][]byte
 	for i, p := range []string{c.files.CA, c.files.Cert, c.files.Key} {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return false, fmt.Errorf("security: %w", err)
+			return raw, fmt.Errorf("security: %w", err)
 		}
 		raw[i] = b
 	}
+	return raw, nil
+}
+
+// isLoaded says raw is what was last loaded.
+func (c *Credentials) isLoaded(raw [3][]byte) bool {
 	c.mu.RLock()
-	same := c.cert != nil && bytes.Equal(raw[0], c.raw[0]) && bytes.Equal(raw[1], c.raw[1]) && bytes.Equal(raw[2], c.raw[2])
+	defer c.mu.RUnlock()
+	return c.cert != nil && bytes.Equal(raw[0], c.raw[0]) && bytes.Equal(raw[1], c.raw[1]) && bytes.Equal(raw[2], c.raw[2])
+}
+
+// reloadFrom is Reload of files already read.
+func (c *Credentials) reloadFrom(raw [3][]byte) (bool, error) {
+	c.mu.RLock()
 	prev := c.self
 	c.mu.RUnlock()
-	if same {
+	if c.isLoaded(raw) {
 		return false, nil
 	}
 	roots := x509.NewCertPool()
@@ -170,15 +190,8 @@ func (c *Credentials) Reload() (bool, error) {
 // Changed says whether the files differ from what was last loaded (a
 // read error counts as a change, so that Reload reports it).
 func (c *Credentials) Changed() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for i, p := range []string{c.files.CA, c.files.Cert, c.files.Key} {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Equal(b, c.raw[i]) {
-			return true
-		}
-	}
-	return false
+	raw, err := c.readFiles()
+	return err != nil || !c.isLoaded(raw)
 }
 
 func (c *Credentials) current() (*tls.Certificate, *x509.CertPool) {

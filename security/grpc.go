@@ -2,10 +2,12 @@ package security
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -77,7 +79,10 @@ func (p *Policy) check(ctx context.Context, method string, req any) error {
 	if !slices.Contains(r.roles, id.Role) {
 		return status.Errorf(codes.PermissionDenied, "%s: role %s may not call this method (caller %s; admitted: %v)", method, id.Role, id, r.roles)
 	}
-	if r.self && req != nil {
+	if r.self {
+		if req == nil {
+			return status.Errorf(codes.PermissionDenied, "%s: a stream cannot be checked to act only as its caller", method)
+		}
 		s, ok := req.(serverIDer)
 		if !ok {
 			return status.Errorf(codes.PermissionDenied, "%s: the request names no server, and %s may act only as itself", method, id)
@@ -85,6 +90,28 @@ func (p *Policy) check(ctx context.Context, method string, req any) error {
 		if s.GetServerId() != id.ID {
 			return status.Errorf(codes.PermissionDenied, "%s: %s may act only as itself, not as server %q", method, id, s.GetServerId())
 		}
+	}
+	return nil
+}
+
+// CountDenials counts the calls p refuses in reg, as
+// baton_rpc_denied_total{method, role, code} (role "none" for a caller
+// without an identity): every process serving gRPC with a policy exports
+// the same series. It sets p.OnDeny.
+func (p *Policy) CountDenials(reg prometheus.Registerer) error {
+	denied := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_rpc_denied_total",
+		Help: "gRPC calls refused by the TLS identity policy, by method, the caller's role (none: no identity) and the status code answered.",
+	}, []string{"method", "role", "code"})
+	if err := reg.Register(denied); err != nil {
+		return fmt.Errorf("security: denial metric: %w", err)
+	}
+	p.OnDeny = func(method string, role Role, code codes.Code) {
+		r := string(role)
+		if r == "" {
+			r = "none"
+		}
+		denied.WithLabelValues(method, r, code.String()).Inc()
 	}
 	return nil
 }
@@ -110,17 +137,10 @@ func (p *Policy) UnaryInterceptor() grpc.UnaryServerInterceptor {
 }
 
 // StreamInterceptor enforces p on streams. A stream's messages are not
-// seen here, so a self rule refuses streams outright.
+// seen here, so a self rule refuses streams outright (check, with no
+// request).
 func (p *Policy) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if r, ok := p.match(info.FullMethod); ok && r.self {
-			err := status.Errorf(codes.PermissionDenied, "%s: a stream cannot be checked to act only as its caller", info.FullMethod)
-			if p.OnDeny != nil {
-				id, _ := CallerOf(ss.Context())
-				p.OnDeny(info.FullMethod, id.Role, codes.PermissionDenied)
-			}
-			return err
-		}
 		if err := p.decide(ss.Context(), info.FullMethod, nil); err != nil {
 			return err
 		}

@@ -22,12 +22,10 @@ import (
 	"github.com/baton-dev/baton/internal/clock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -429,11 +427,9 @@ func TestPolicySelf(t *testing.T) {
 }
 
 // withTestCaller is a context whose gRPC peer presented a certificate
-// naming id (the chain is the TLS layer's business, not the policy's).
+// naming id.
 func withTestCaller(id Identity) context.Context {
-	cert := &x509.Certificate{URIs: []*url.URL{id.URI()}}
-	info := credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}}
-	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
+	return WithTestPeer(context.Background(), nil, id)
 }
 
 func TestWatchReloadsChangedFiles(t *testing.T) {

@@ -3,8 +3,6 @@ package security
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
-	"os"
 	"time"
 )
 
@@ -19,23 +17,32 @@ func (c *Credentials) Watch(ctx context.Context, interval time.Duration, onReloa
 	if interval <= 0 {
 		interval = DefaultWatchInterval
 	}
-	var badSum string
+	// badSum fingerprints the files that last failed to load (or the
+	// error reading them): they are tried again only once they change
+	// again, not at every look.
+	var badSum [sha256.Size]byte
 	var tick func()
 	tick = func() {
 		if ctx.Err() != nil {
 			return
 		}
-		// Files that failed to load are tried again only once they change
-		// again, not at every look.
-		if sum := c.filesSum(); c.Changed() && sum != badSum {
-			changed, err := c.Reload()
-			badSum = ""
-			if err != nil {
-				badSum = sum
-				c.logger.Error("TLS material not reloaded; keeping the current one", "error", err)
-			}
-			if onReload != nil {
-				onReload(changed, err)
+		// One read of the files a look, whatever it finds.
+		raw, err := c.readFiles()
+		if err != nil || !c.isLoaded(raw) {
+			sum := fingerprint(raw, err)
+			if sum != badSum {
+				changed := false
+				if err == nil {
+					changed, err = c.reloadFrom(raw)
+				}
+				badSum = [sha256.Size]byte{}
+				if err != nil {
+					badSum = sum
+					c.logger.Error("TLS material not reloaded; keeping the current one", "error", err)
+				}
+				if onReload != nil {
+					onReload(changed, err)
+				}
 			}
 		}
 		c.clock.AfterFunc(interval, tick)
@@ -43,17 +50,17 @@ func (c *Credentials) Watch(ctx context.Context, interval time.Duration, onReloa
 	c.clock.AfterFunc(interval, tick)
 }
 
-// filesSum fingerprints the files' contents as they are now ("" when one
-// cannot be read).
-func (c *Credentials) filesSum() string {
+// fingerprint identifies files' contents, or the error reading them.
+func fingerprint(raw [3][]byte, err error) [sha256.Size]byte {
 	h := sha256.New()
-	for _, p := range []string{c.files.CA, c.files.Cert, c.files.Key} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return ""
-		}
+	if err != nil {
+		h.Write([]byte(err.Error()))
+	}
+	for _, b := range raw {
 		h.Write(b)
 		h.Write([]byte{0})
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	var out [sha256.Size]byte
+	copy(out[:], h.Sum(nil))
+	return out
 }

@@ -53,14 +53,10 @@ var _ DeleteMutator = (*MemStore)(nil)
 func (m *MemStore) DeleteAndMutate(ids []uint64, muts []Mutation) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return ErrClosed
-	}
-	for _, id := range ids {
-		delete(m.procs, id)
+	if err := m.deleteLocked(ids); err != nil {
+		return err
 	}
 	m.applyLocked(muts)
-	m.writes++
 	return nil
 }
 
@@ -196,6 +192,10 @@ func (m *MemStore) put(p Proc) {
 func (m *MemStore) Delete(ids []uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.deleteLocked(ids)
+}
+
+func (m *MemStore) deleteLocked(ids []uint64) error {
 	if m.closed {
 		return ErrClosed
 	}

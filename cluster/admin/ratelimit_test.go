@@ -2,10 +2,7 @@ package admin
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"net"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -24,14 +20,9 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// tlsCaller is a call context from a TLS peer whose certificate names id
-// (the chain is the TLS layer's business).
+// tlsCaller is a call context from a TLS peer whose certificate names id.
 func tlsCaller(id security.Identity) context.Context {
-	cert := &x509.Certificate{URIs: []*url.URL{id.URI()}}
-	return peer.NewContext(context.Background(), &peer.Peer{
-		Addr:     &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 5555},
-		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}},
-	})
+	return security.WithTestPeer(context.Background(), &net.TCPAddr{IP: net.IPv4(10, 0, 0, 9), Port: 5555}, id)
 }
 
 func plainCaller(addr string) context.Context {
@@ -42,10 +33,11 @@ func plainCaller(addr string) context.Context {
 func TestSubmitRateLimit(t *testing.T) {
 	clk := clock.NewManual(time.Unix(1e6, 0))
 	reg := prometheus.NewRegistry()
-	ic, err := RateLimitInterceptor(RateLimit{Rate: 2, Burst: 2, Clock: clk}, reg)
-	if err != nil || ic == nil {
-		t.Fatalf("interceptor: %v, %v", ic, err)
+	l, err := newRateLimiter(RateLimit{Rate: 2, Burst: 2, Clock: clk}, reg)
+	if err != nil || l == nil {
+		t.Fatalf("limiter: %v, %v", l, err)
 	}
+	ic := l.intercept
 	ok := func(context.Context, any) (any, error) { return "ok", nil }
 	call := func(ctx context.Context, method string) error {
 		_, err := ic(ctx, nil, &grpc.UnaryServerInfo{FullMethod: security.AdminService + method}, ok)
@@ -130,32 +122,9 @@ func TestSubmitRateLimit(t *testing.T) {
 	if err := call(plainCaller("10.1.1.1:3000"), "DeleteTable"); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a third port of the same address: %v, want limited", err)
 	}
-	if got := testutil.ToFloat64(limitedCounter(t, reg, security.AdminService+"CreateTable")); got != 1 {
+	if got := testutil.ToFloat64(l.limited.WithLabelValues(security.AdminService + "CreateTable")); got != 1 {
 		t.Errorf("rate-limited CreateTable counted %v, want 1", got)
 	}
-}
-
-func limitedCounter(t *testing.T, reg *prometheus.Registry, method string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "baton_rpc_rate_limited_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" && l.GetValue() == method {
-					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
-					c.Add(m.GetCounter().GetValue())
-					return c
-				}
-			}
-		}
-	}
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 }
 
 // forwardedFrom marks ctx as a call a standby forwarded.

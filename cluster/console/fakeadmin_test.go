@@ -82,13 +82,19 @@ func (f *fakeAdmin) AbortProcedure(_ context.Context, ref *adminpb.ProcedureRef)
 // newFakeConsole serves a console reading fakeAdmin.
 func newFakeConsole(t *testing.T) (*fakeAdmin, *httptest.Server) {
 	t.Helper()
+	f := &fakeAdmin{}
+	return f, consoleOver(t, f)
+}
+
+// consoleOver serves a console reading admin, until the test ends.
+func consoleOver(t *testing.T, admin adminpb.AdminServer) *httptest.Server {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeAdmin{}
 	gs := grpc.NewServer()
-	adminpb.RegisterAdminServer(gs, f)
+	adminpb.RegisterAdminServer(gs, admin)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	con, err := console.New(console.Config{AdminAddr: lis.Addr().String()})
@@ -98,7 +104,7 @@ func newFakeConsole(t *testing.T) (*fakeAdmin, *httptest.Server) {
 	t.Cleanup(func() { con.Close() })
 	srv := httptest.NewServer(con)
 	t.Cleanup(srv.Close)
-	return f, srv
+	return srv
 }
 
 func fetch(t *testing.T, req *http.Request) (*http.Response, string) {
@@ -217,21 +223,7 @@ func (f *standbyAdmin) GetProcedure(_ context.Context, req *adminpb.GetProcedure
 // this node and its applied index, not the leader that answered the reads
 // before it went away.
 func TestStaleBannerNamesTheNodeWhoseStateIsShown(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	adminpb.RegisterAdminServer(gs, &standbyAdmin{})
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	con, err := console.New(console.Config{AdminAddr: lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { con.Close() })
-	srv := httptest.NewServer(con)
-	t.Cleanup(srv.Close)
+	srv := consoleOver(t, &standbyAdmin{})
 	req, _ := http.NewRequest("GET", srv.URL+"/ui/procedures/7", nil)
 	resp, body := fetch(t, req)
 	if resp.StatusCode != http.StatusOK {

@@ -2,17 +2,13 @@ package console_test
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -48,22 +44,8 @@ func (f *forgetAdmin) GetProcedure(_ context.Context, req *adminpb.GetProcedureR
 // children are forgotten as they succeed while it lists them all, and
 // reading every one would be one linearizable read each.
 func TestConsoleTreeBoundsReadsOfForgottenChildren(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &forgetAdmin{n: 5000}
-	gs := grpc.NewServer()
-	adminpb.RegisterAdminServer(gs, f)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	con, err := console.New(console.Config{AdminAddr: lis.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { con.Close() })
-	srv := httptest.NewServer(con)
-	t.Cleanup(srv.Close)
+	srv := consoleOver(t, f)
 	req, _ := http.NewRequest("GET", srv.URL+"/ui/procedures/7", nil)
 	resp, _ := fetch(t, req)
 	if resp.StatusCode != http.StatusOK {

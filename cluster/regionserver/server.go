@@ -60,8 +60,9 @@ type hosted struct {
 type Server struct {
 	rspb.UnimplementedRegionServerServer
 
-	// denied counts the calls the TLS policy refused.
-	denied *prometheus.CounterVec
+	// policy is who may call the server with TLS (its refusals counted in
+	// Config.Metrics); nil without TLS.
+	policy *security.Policy
 
 	cfg     Config
 	log     hclog.Logger
@@ -141,12 +142,14 @@ func New(cfg Config) (*Server, error) {
 		regions:    map[string]hosted{},
 		registered: make(chan struct{}),
 	}
-	s.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "baton_rpc_denied_total",
-		Help: "gRPC calls refused by the TLS identity policy, by method, the caller's role (none: no identity) and the status code answered.",
-	}, []string{"method", "role", "code"})
-	for _, c := range append(m.collectors(), stateCollector{s}, s.denied) {
+	for _, c := range append(m.collectors(), stateCollector{s}) {
 		if err := cfg.Metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
+		}
+	}
+	if cfg.TLS != nil {
+		s.policy = security.RegionServerPolicy()
+		if err := s.policy.CountDenials(cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
 		}
 	}
@@ -196,15 +199,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	var gopts []grpc.ServerOption
 	if s.cfg.TLS != nil {
-		policy := security.RegionServerPolicy()
-		policy.OnDeny = func(method string, role security.Role, code codes.Code) {
-			r := string(role)
-			if r == "" {
-				r = "none"
-			}
-			s.denied.WithLabelValues(method, r, code.String()).Inc()
-		}
-		gopts = policy.ServerOptions(s.cfg.TLS)
+		gopts = s.policy.ServerOptions(s.cfg.TLS)
 		if hlis != nil {
 			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
 		}

@@ -33,14 +33,10 @@ func (c *cli) agent(args []string) int {
 	if err != nil {
 		return c.flagsFailed("agent", err)
 	}
-	if err := checkTLSFiles(cfg.TLS, security.Identity{Role: security.RoleMaster, ID: cfg.ID}); err != nil {
-		return c.flagsFailed("agent", err)
-	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runAgent(ctx, cfg, c.stdout, c.stderr); err != nil {
-		fmt.Fprintf(c.stderr, "baton agent: %v\n", err)
-		return exitFailed
+		return c.runFailed("agent", err)
 	}
 	return exitOK
 }
@@ -54,6 +50,12 @@ const shutdownTimeout = 15 * time.Second
 // shuts down gracefully (leadership transfer first).
 func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) error {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "baton." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
+	// First: TLS files it cannot use are a bad command line, said before
+	// anything starts.
+	tlsc, err := loadAgentTLS(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
 	raiseProcs(os.Getenv, logger)
 	tuneGC(os.Getenv, logger)
 
@@ -73,10 +75,6 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	defer tracing.shutdown()
-	tlsc, err := loadAgentTLS(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
@@ -117,7 +115,12 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsc.serverOptions(security.MasterPolicy(), metrics)...)
+	tlsOpts, err := tlsc.serverOptions(security.MasterPolicy(), metrics)
+	if err != nil {
+		_ = node.Shutdown(context.Background())
+		return err
+	}
+	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsOpts...)
 	// After the identity policy: a caller it refuses spends no tokens.
 	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, metrics)
 	if err != nil {

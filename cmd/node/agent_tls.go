@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -13,7 +12,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/security"
 )
@@ -32,12 +30,14 @@ func loadProcessTLS(ctx context.Context, files security.Files, want security.Ide
 	if !files.Enabled() {
 		return &agentTLS{}, nil
 	}
+	// Files it cannot use are a bad command line (exit 2), not a failure
+	// of the running process.
 	creds, err := security.Load(files, nil, logger)
 	if err != nil {
-		return nil, err
+		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
 	}
 	if got := creds.Identity(); got != want {
-		return nil, fmt.Errorf("security: %s names %s, but this process runs as %s", files.Cert, got, want)
+		return nil, usagef("--tls-cert %s names %s, but this process runs as %s", files.Cert, got, want)
 	}
 	creds.Watch(ctx, security.DefaultWatchInterval, nil)
 	hup := make(chan os.Signal, 1)
@@ -60,23 +60,6 @@ func loadProcessTLS(ctx context.Context, files security.Files, want security.Ide
 		}
 	}()
 	return &agentTLS{creds: creds}, nil
-}
-
-// checkTLSFiles loads files, if given, and checks that they name want: a
-// bad file or another identity is a bad command line (exit 2), said
-// before anything starts.
-func checkTLSFiles(files security.Files, want security.Identity) error {
-	if !files.Enabled() {
-		return nil
-	}
-	creds, err := security.Load(files, nil, nil)
-	if err != nil {
-		return usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
-	}
-	if got := creds.Identity(); got != want {
-		return usagef("--tls-cert %s names %s, but this process runs as %s", files.Cert, got, want)
-	}
-	return nil
 }
 
 // loadAgentTLS loads a master's material: its certificate must name
@@ -107,28 +90,15 @@ func (t *agentTLS) dialToRegionServer(id string) []grpc.DialOption {
 }
 
 // serverOptions is a gRPC server's TLS credentials and policy; the calls
-// the policy refuses are counted in reg (if not nil) as
-// baton_rpc_denied_total{method, role, code}.
-func (t *agentTLS) serverOptions(p *security.Policy, reg prometheus.Registerer) []grpc.ServerOption {
+// the policy refuses are counted in reg (security.Policy.CountDenials).
+func (t *agentTLS) serverOptions(p *security.Policy, reg prometheus.Registerer) ([]grpc.ServerOption, error) {
 	if t == nil || t.creds == nil {
-		return nil
+		return nil, nil
 	}
-	if reg != nil {
-		denied := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "baton_rpc_denied_total",
-			Help: "gRPC calls refused by the TLS identity policy, by method, the caller's role (none: no identity) and the status code answered.",
-		}, []string{"method", "role", "code"})
-		if err := reg.Register(denied); err == nil {
-			p.OnDeny = func(method string, role security.Role, code codes.Code) {
-				r := string(role)
-				if r == "" {
-					r = "none"
-				}
-				denied.WithLabelValues(method, r, code.String()).Inc()
-			}
-		}
+	if err := p.CountDenials(reg); err != nil {
+		return nil, err
 	}
-	return p.ServerOptions(t.creds)
+	return p.ServerOptions(t.creds), nil
 }
 
 // listener wraps an HTTP listener in TLS admitting roles.

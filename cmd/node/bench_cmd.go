@@ -1159,15 +1159,8 @@ func scaleTLSRatiosOf(rows []scaleRow) []scaleTLSRatio {
 				continue
 			}
 			r := scaleTLSRatio{Regions: t.Regions, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
-			opt := func(a, b *float64) *float64 {
-				if a == nil || b == nil {
-					return nil
-				}
-				v := ratioOf(*a, *b)
-				return &v
-			}
-			r.FailoverSeconds = opt(p.FailoverSeconds, t.FailoverSeconds)
-			r.CrashRecovery = opt(p.CrashRecoverySeconds, t.CrashRecoverySeconds)
+			r.FailoverSeconds = optRatio(ratioOf, p.FailoverSeconds, t.FailoverSeconds)
+			r.CrashRecovery = optRatio(ratioOf, p.CrashRecoverySeconds, t.CrashRecoverySeconds)
 			for i := range min(len(p.Commit), len(t.Commit)) {
 				r.CommitLevels = append(r.CommitLevels, t.Commit[i].Procedures)
 				r.CommitStepsPerS = append(r.CommitStepsPerS, ratioOf(p.Commit[i].StepsPerSec, t.Commit[i].StepsPerSec))
@@ -1177,6 +1170,15 @@ func scaleTLSRatiosOf(rows []scaleRow) []scaleTLSRatio {
 		}
 	}
 	return out
+}
+
+// optRatio is ratio of two figures a phase may have left out (nil).
+func optRatio(ratio func(a, b float64) float64, a, b *float64) *float64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	v := ratio(*a, *b)
+	return &v
 }
 
 // ratioOf is b/a, 0 when either is not positive.
@@ -1202,13 +1204,7 @@ func scaleGrowthOf(rows []scaleRow) []scaleGrowth {
 			}
 			return math.Pow(y/x, per10)
 		}
-		opt := func(x, y *float64) *float64 {
-			if x == nil || y == nil {
-				return nil
-			}
-			r := ratio(*x, *y)
-			return &r
-		}
+		opt := func(x, y *float64) *float64 { return optRatio(ratio, x, y) }
 		out = append(out, scaleGrowth{
 			From: a.Regions, To: b.Regions,
 			OpenSeconds:      ratio(a.OpenSeconds, b.OpenSeconds),

@@ -133,6 +133,18 @@ func (c *cli) flagsFailed(cmd string, err error) int {
 	return parseFailed(err)
 }
 
+// runFailed reports how a long-running command (agent, regionserver)
+// ended: a usage error it found on starting (TLS files it cannot use) is
+// said as flagsFailed says one, exit 2; any other, exit 1.
+func (c *cli) runFailed(cmd string, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return c.flagsFailed(cmd, err)
+	}
+	fmt.Fprintf(c.stderr, "baton %s: %v\n", cmd, err)
+	return exitFailed
+}
+
 // client builds the API client of cf.
 func (cf *clientFlags) client() (*client.Client, error) {
 	var addrs []string

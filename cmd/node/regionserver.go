@@ -53,14 +53,10 @@ func (c *cli) regionserver(args []string) int {
 	if err != nil {
 		return c.flagsFailed("regionserver", err)
 	}
-	if err := checkTLSFiles(tr.TLS, security.Identity{Role: security.RoleRegionServer, ID: cfg.ID}); err != nil {
-		return c.flagsFailed("regionserver", err)
-	}
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runRegionServer(ctx, cfg, tr, c.stdout, c.stderr); err != nil {
-		fmt.Fprintf(c.stderr, "baton regionserver: %v\n", err)
-		return exitFailed
+		return c.runFailed("regionserver", err)
 	}
 	return exitOK
 }

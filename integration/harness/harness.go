@@ -309,6 +309,7 @@ type Cluster struct {
 
 	pki         *security.TestPKI     // Options.TLS
 	clientCreds *security.Credentials // the harness's client certificate
+	issued      map[security.Identity]security.Files
 }
 
 // New starts opts.Nodes agents bootstrapping one cluster and registers

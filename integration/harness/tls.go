@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"crypto/tls"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -27,7 +26,7 @@ func (c *Cluster) setUpTLS() error {
 	if err != nil {
 		return err
 	}
-	c.pki, c.clientCreds = pki, creds
+	c.pki, c.clientCreds, c.issued = pki, creds, map[security.Identity]security.Files{}
 	c.http.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster, security.RoleRegionServer)}
 	return nil
 }
@@ -57,24 +56,24 @@ func (c *Cluster) HTTPScheme() string {
 	return "http"
 }
 
-// HTTPTLSConfig is the harness client's TLS configuration for HTTP, nil
-// without TLS.
-func (c *Cluster) HTTPTLSConfig() *tls.Config {
-	if c.clientCreds == nil {
-		return nil
-	}
-	return c.clientCreds.ClientConfig(security.RoleMaster, security.RoleRegionServer)
-}
-
-// tlsArgs are the --tls-* flags of a process of identity id (a
-// certificate is issued on first use), none without TLS.
+// tlsArgs are the --tls-* flags of a process of identity id (its
+// certificate issued on first use), none without TLS.
 func (c *Cluster) tlsArgs(id security.Identity) []string {
 	if c.pki == nil {
 		return nil
 	}
-	f, err := c.pki.Issue(id, 24*time.Hour)
-	if err != nil {
-		c.t.Fatalf("harness: certificate for %s: %v", id, err)
+	// Issued once: a restart presents the same certificate.
+	c.mu.Lock()
+	f, ok := c.issued[id]
+	c.mu.Unlock()
+	if !ok {
+		var err error
+		if f, err = c.pki.Issue(id, 24*time.Hour); err != nil {
+			c.t.Fatalf("harness: certificate for %s: %v", id, err)
+		}
+		c.mu.Lock()
+		c.issued[id] = f
+		c.mu.Unlock()
 	}
 	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 }
