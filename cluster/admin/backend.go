@@ -96,6 +96,14 @@ func (b nodeBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
 	b.n.FSM().Scan(prefix, fn)
 }
 
+// DomainScanFrom lists domain keys under prefix above after, in order.
+func (b nodeBackend) DomainScanFrom(prefix, after string, fn func(string, []byte) bool) {
+	b.n.FSM().ScanFrom(prefix, after, fn)
+}
+
+// Term is the node's current Raft term.
+func (b nodeBackend) Term() uint64 { return b.n.Raft().CurrentTerm() }
+
 func (b nodeBackend) Procedures() (Procedures, error) {
 	x, err := b.n.Executor()
 	if err != nil {

@@ -103,6 +103,22 @@ func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
 	}
 }
 
+// DomainScanFrom passes the wrapped backend's through (the audit trail,
+// stored as it is read).
+func (b domainBackend) DomainScanFrom(prefix, after string, fn func(string, []byte) bool) {
+	if sc, ok := b.Backend.(domainScannerFrom); ok {
+		sc.DomainScanFrom(prefix, after, fn)
+	}
+}
+
+// Term passes the wrapped backend's through.
+func (b domainBackend) Term() uint64 {
+	if t, ok := b.Backend.(termer); ok {
+		return t.Term()
+	}
+	return 0
+}
+
 // StoredProceduresBefore passes the wrapped backend's through, for
 // listings newest first.
 func (b domainBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) error) error {

@@ -112,8 +112,9 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	}
 	kv := []string{forwardedKey, s.b.ID()}
 	if p := peerAddr(ctx); p != "" {
-		kv = append(kv, peerKey, p) // for the repair records (repair_endpoint.go)
+		kv = append(kv, peerKey, p) // for the repair and audit records
 	}
+	kv = append(kv, forwardPrincipal(ctx)...)
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }
@@ -403,8 +404,14 @@ func forwardCall[T any](s *Server, ctx context.Context, timeout time.Duration, r
 	defer done()
 	v, err := remote(fctx, cl)
 	if err != nil {
-		return zero, s.forwardError(ctx, fctx, to, timeout, err)
+		err = s.forwardError(ctx, fctx, to, timeout, err)
+		var ur *unreachableLeader
+		if !errors.As(err, &ur) || !ur.unsent {
+			markForwarded(ctx) // the leader may have served it, and then recorded it
+		}
+		return zero, err
 	}
+	markForwarded(ctx)
 	return v, nil
 }
 

@@ -45,6 +45,11 @@ func (s *Server) tick() {
 	if !ok {
 		return
 	}
+	if s.cfg.Access != nil && s.acc.Enforce && s.b.IsLeader() {
+		bctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.bootstrapACL(bctx)
+		cancel()
+	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
 	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) {

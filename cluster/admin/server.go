@@ -81,6 +81,11 @@ type Config struct {
 	ServerOptions []grpc.ServerOption
 	// Logger. Default: a null logger.
 	Logger hclog.Logger
+	// Access, if set, turns on access control (when Access.Enforce) and
+	// the audit trail: Serve's server enforces it; a gRPC server of the
+	// caller's needs UnaryInterceptor and StreamInterceptor. Nil: neither
+	// (an embedded or test master).
+	Access *Access
 }
 
 // Server implements adminpb.AdminServer over a Backend.
@@ -102,6 +107,10 @@ type Server struct {
 	stopCh    chan struct{}
 	loops     sync.WaitGroup
 	lastReady string // last readiness reason logged
+
+	acc     Access // Config.Access with defaults; zero without one
+	accessM *accessMetrics
+	audit   *auditLog // nil without Config.Access
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -157,6 +166,19 @@ func New(b Backend, cfg Config) (*Server, error) {
 		fwd:       map[*fwdCall]struct{}{},
 		stopCh:    make(chan struct{}),
 	}
+	if cfg.Access != nil {
+		if err := cfg.Access.Validate(); err != nil {
+			return nil, err
+		}
+		s.acc = cfg.Access.withDefaults()
+		var err error
+		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {
+			return nil, err
+		}
+		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
@@ -196,13 +218,21 @@ func (s *Server) Start(advertise string) error {
 	s.loops.Add(2)
 	go s.loop()
 	go s.watchLeader()
+	if s.audit != nil {
+		s.loops.Add(1)
+		go s.audit.run()
+	}
 	return nil
 }
 
 // Serve serves the API on lis until Stop. The advertised address defaults
 // to lis's address.
 func (s *Server) Serve(lis net.Listener) error {
-	gs := grpc.NewServer(append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)...)
+	opts := append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)
+	if s.cfg.Access != nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
+	}
+	gs := grpc.NewServer(opts...)
 	s.RegisterServices(gs)
 	s.mu.Lock()
 	if s.closed {

@@ -107,8 +107,13 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
+	access := &admin.Access{Enforce: cfg.ACL, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
+		AuditMaxRecords: cfg.AuditMaxRecords, Metrics: metrics,
+		OnBootstrap: func(token string) {
+			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
+		}}
 	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger,
-		DialOptions: tlsc.dialTo(security.RoleMaster)})
+		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
@@ -121,7 +126,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsOpts...)
-	// After the identity policy: a caller it refuses spends no tokens.
+	// Access control after the identity policy, and before the rate
+	// limit: a caller either refuses spends no tokens (and the audit
+	// trail records a call the limit refused).
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
 	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, metrics)
 	if err != nil {
 		_ = node.Shutdown(context.Background())
@@ -163,7 +171,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			return fmt.Errorf("HTTP: %w", err)
 		}
 		defer con.Close()
-		httpSrv = &http.Server{Handler: console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: srv.Authorizer(console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con)), ReadHeaderTimeout: 5 * time.Second}
 		hl = tlsc.listener(hl, security.RoleClient, security.RoleMaster)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -192,6 +200,11 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	if tlsc.creds != nil {
 		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
+	}
+	if cfg.ACL {
+		fmt.Fprintf(stdout, "  access control:   on (baton acl list; the cluster's first leader prints a bootstrap token once)\n")
+	} else {
+		fmt.Fprintf(stdout, "  access control:   off: every caller may call everything (--acl on to enforce)\n")
 	}
 	if tracing.tp != nil {
 		fmt.Fprintf(stdout, "  traces:           OTLP (%s), from the OTEL_* environment\n", tracing.protocol)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
@@ -60,6 +61,16 @@ type agentConfig struct {
 	// procedures through this node (admin.RateLimit; 0: no limit).
 	SubmitRate  float64
 	SubmitBurst int
+	// ACL: enforce access control (admin.Access.Enforce); on by default
+	// with TLS, off without.
+	ACL bool
+	// ACLInitialGrants are bound at each leadership when unbound
+	// (admin.Access.InitialGrants).
+	ACLInitialGrants map[string]security.Permission
+	// AuditRetention and AuditMaxRecords bound the audit trail (0: the
+	// defaults of admin.Access).
+	AuditRetention  time.Duration
+	AuditMaxRecords int
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -86,6 +97,11 @@ var agentEnv = map[string]string{
 
 	"submit-rate":  "BATON_SUBMIT_RATE",
 	"submit-burst": "BATON_SUBMIT_BURST",
+
+	"acl":                "BATON_ACL",
+	"acl-initial-grants": "BATON_ACL_INITIAL_GRANTS",
+	"audit-retention":    "BATON_AUDIT_RETENTION",
+	"audit-max-records":  "BATON_AUDIT_MAX_RECORDS",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -121,6 +137,10 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 on Raft, gRPC and HTTP ('baton tls ca create')")
 	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
 	tlsKey := str("tls-key", "PEM file of this master's private key")
+	acl := str("acl", "on: every client call needs its permission (read, operate, admin), held by its certificate's name or a token ('baton acl'); off: everyone may call everything (default: on with TLS, off without)")
+	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
+	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
+	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -173,6 +193,42 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		if cfg.SubmitRate == 0 {
 			bad("--submit-burst is the burst of --submit-rate: give the rate too")
 		}
+	}
+	cfg.ACL = cfg.TLS.Enabled()
+	switch v := strings.TrimSpace(*acl); v {
+	case "":
+	case "on":
+		cfg.ACL = true
+	case "off":
+		cfg.ACL = false
+	default:
+		bad("--acl %q: want on or off", v)
+	}
+	if v := strings.TrimSpace(*aclGrants); v != "" {
+		cfg.ACLInitialGrants = map[string]security.Permission{}
+		for _, g := range strings.Split(v, ",") {
+			name, perm, ok := strings.Cut(strings.TrimSpace(g), "=")
+			p, perr := security.ParsePermission(perm)
+			if !ok || perr != nil || (security.Identity{Role: security.RoleClient, ID: name}).Validate() != nil {
+				bad("--acl-initial-grants: %q: want client=permission, the client's certificate name and read, operate or admin", strings.TrimSpace(g))
+				continue
+			}
+			cfg.ACLInitialGrants[name] = p
+		}
+	}
+	if v := strings.TrimSpace(*auditRetention); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			bad("--audit-retention %q: want a duration of at least 1m, e.g. 720h", v)
+		}
+		cfg.AuditRetention = d
+	}
+	if v := strings.TrimSpace(*auditMax); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || (admin.Access{AuditMaxRecords: n}).Validate() != nil {
+			bad("--audit-max-records %q: want a number of records in 1..10000000", v)
+		}
+		cfg.AuditMaxRecords = n
 	}
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)

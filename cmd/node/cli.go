@@ -64,6 +64,9 @@ type clientFlags struct {
 	// tls is the client's TLS material (--tls-ca, --tls-cert, --tls-key),
 	// for a cluster that runs with TLS.
 	tls security.Files
+	// token is a bearer token (--token, BATON_TOKEN), for a cluster that
+	// enforces access control.
+	token string
 }
 
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
@@ -81,6 +84,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.StringVar(&cf.tls.CA, "tls-ca", c.getenv("BATON_TLS_CA"), "PEM file of the cluster's CA certificate, for a cluster that runs with TLS (env BATON_TLS_CA)")
 	fs.StringVar(&cf.tls.Cert, "tls-cert", c.getenv("BATON_TLS_CERT"), "PEM file of this client's certificate, naming baton://client/<name> (env BATON_TLS_CERT)")
 	fs.StringVar(&cf.tls.Key, "tls-key", c.getenv("BATON_TLS_KEY"), "PEM file of this client's private key (env BATON_TLS_KEY)")
+	fs.StringVar(&cf.token, "token", c.getenv("BATON_TOKEN"), "bearer token ('baton acl token create', or the bootstrap token) for a cluster enforcing access control; prefer the environment to the command line, which others may see (env BATON_TOKEN)")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\nflags:\n", name, synopsis)
@@ -174,6 +178,12 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cf.token != "" {
+		if _, _, err := security.ParseToken(cf.token); err != nil {
+			return nil, usagef("--token (or BATON_TOKEN): not a baton token: want bt_<accessor>_<secret> as 'baton acl token create' printed it")
+		}
+		opts = append(opts, security.TokenDialOption(cf.token))
+	}
 	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...))
 }
 
@@ -254,6 +264,10 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 		advice = "the procedure's state does not allow this: see it with 'baton proc get ID'"
 	case codes.Canceled:
 		advice = "interrupted"
+	case codes.PermissionDenied:
+		advice = "your certificate or token lacks the permission named: 'baton acl whoami' says what you hold; an admin grants more ('baton acl grant', 'baton acl token create')"
+	case codes.Unauthenticated:
+		advice = "the cluster enforces access control: present a client certificate (--tls-*) bound to a permission, or a token (--token, env BATON_TOKEN)"
 	}
 	if a, ok := advise[st.Code()]; ok {
 		advice = a

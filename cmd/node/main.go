@@ -54,10 +54,14 @@ commands:
           server crash and a wiped master's catch-up grow with the regions
   tls     ca create, cert create --role master|regionserver|client --id ID:
           a development CA and certificates for --tls-ca/--tls-cert/--tls-key
+  acl     whoami, grant CLIENT --permission read|operate|admin, revoke CLIENT,
+          token create NAME --permission P, token delete ACCESSOR, list
+  audit   list [--principal P] [--method M]: who changed what, and when
   version print the version, the commit it was built from and the Go version
 
 Client commands take --addr (any nodes' admin addresses, comma-separated;
-env BATON_ADDR, default 127.0.0.1:7070) and --json.
+env BATON_ADDR, default 127.0.0.1:7070), --json, and with access control
+--tls-* (a client certificate) or --token (env BATON_TOKEN).
 Exit codes: 0 ok, 1 failed, 2 bad usage, 3 cluster unavailable.
 Run 'baton <command> -h' for the command's flags.
 `
@@ -103,6 +107,10 @@ func (c *cli) run(args []string) int {
 		return c.bench(args[1:])
 	case "tls":
 		return c.tls(args[1:])
+	case "acl":
+		return c.acl(args[1:])
+	case "audit":
+		return c.audit(args[1:])
 	case "demo":
 		return demo(args[1:], stdout, stderr)
 	case "version", "--version":

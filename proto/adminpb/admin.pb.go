@@ -4979,6 +4979,1037 @@ func (x *ProcedureStatsResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{64}
+}
+
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal: client/<name> for a certificate, token/<accessor> for a
+	// token, master/<id> for a master, anonymous for neither.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// permission: read, operate, admin, or "" for none.
+	Permission string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	// enforced: this master enforces access control; when false every
+	// caller may call everything, and permission says admin.
+	Enforced bool `protobuf:"varint,3,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	// name: a token's name.
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *WhoAmIResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *WhoAmIResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type AclGrantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// client is the name in the client certificate's URI SAN
+	// (baton://client/<client>).
+	Client        string `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	Permission    string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclGrantRequest) Reset() {
+	*x = AclGrantRequest{}
+	mi := &file_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclGrantRequest) ProtoMessage() {}
+
+func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclGrantRequest.ProtoReflect.Descriptor instead.
+func (*AclGrantRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *AclGrantRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *AclGrantRequest) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+type AclBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	Permission    string                 `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclBinding) Reset() {
+	*x = AclBinding{}
+	mi := &file_admin_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclBinding) ProtoMessage() {}
+
+func (x *AclBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
+func (*AclBinding) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *AclBinding) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *AclBinding) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+func (x *AclBinding) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *AclBinding) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+type AclRevokeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclRevokeRequest) Reset() {
+	*x = AclRevokeRequest{}
+	mi := &file_admin_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclRevokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclRevokeRequest) ProtoMessage() {}
+
+func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclRevokeRequest.ProtoReflect.Descriptor instead.
+func (*AclRevokeRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *AclRevokeRequest) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+type AclRemoveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// existed: there was something to remove.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclRemoveResponse) Reset() {
+	*x = AclRemoveResponse{}
+	mi := &file_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclRemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclRemoveResponse) ProtoMessage() {}
+
+func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclRemoveResponse.ProtoReflect.Descriptor instead.
+func (*AclRemoveResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *AclRemoveResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+type AclCreateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name says what the token is for (1-128 letters, digits, '.', '_', '-').
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Permission    string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclCreateTokenRequest) Reset() {
+	*x = AclCreateTokenRequest{}
+	mi := &file_admin_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclCreateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclCreateTokenRequest) ProtoMessage() {}
+
+func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclCreateTokenRequest.ProtoReflect.Descriptor instead.
+func (*AclCreateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *AclCreateTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclCreateTokenRequest) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+type AclToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accessor      string                 `protobuf:"bytes,1,opt,name=accessor,proto3" json:"accessor,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Permission    string                 `protobuf:"bytes,3,opt,name=permission,proto3" json:"permission,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,5,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclToken) Reset() {
+	*x = AclToken{}
+	mi := &file_admin_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclToken) ProtoMessage() {}
+
+func (x *AclToken) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
+func (*AclToken) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *AclToken) GetAccessor() string {
+	if x != nil {
+		return x.Accessor
+	}
+	return ""
+}
+
+func (x *AclToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AclToken) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
+func (x *AclToken) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *AclToken) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+type AclCreateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// secret is the whole token to present, shown this once.
+	Secret        string    `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	Token         *AclToken `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclCreateTokenResponse) Reset() {
+	*x = AclCreateTokenResponse{}
+	mi := &file_admin_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclCreateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclCreateTokenResponse) ProtoMessage() {}
+
+func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclCreateTokenResponse.ProtoReflect.Descriptor instead.
+func (*AclCreateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *AclCreateTokenResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *AclCreateTokenResponse) GetToken() *AclToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+type AclDeleteTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accessor      string                 `protobuf:"bytes,1,opt,name=accessor,proto3" json:"accessor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclDeleteTokenRequest) Reset() {
+	*x = AclDeleteTokenRequest{}
+	mi := &file_admin_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclDeleteTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclDeleteTokenRequest) ProtoMessage() {}
+
+func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclDeleteTokenRequest.ProtoReflect.Descriptor instead.
+func (*AclDeleteTokenRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *AclDeleteTokenRequest) GetAccessor() string {
+	if x != nil {
+		return x.Accessor
+	}
+	return ""
+}
+
+type AclListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclListRequest) Reset() {
+	*x = AclListRequest{}
+	mi := &file_admin_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclListRequest) ProtoMessage() {}
+
+func (x *AclListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclListRequest.ProtoReflect.Descriptor instead.
+func (*AclListRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *AclListRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+type AclListResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Bindings []*AclBinding          `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	Tokens   []*AclToken            `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	// enforced: the master answering enforces access control.
+	Enforced      bool      `protobuf:"varint,3,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	Read          *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclListResponse) Reset() {
+	*x = AclListResponse{}
+	mi := &file_admin_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclListResponse) ProtoMessage() {}
+
+func (x *AclListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclListResponse.ProtoReflect.Descriptor instead.
+func (*AclListResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *AclListResponse) GetBindings() []*AclBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *AclListResponse) GetTokens() []*AclToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *AclListResponse) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *AclListResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size defaults to 100, at most 1,000; page_token is the
+	// next_page_token of the previous page.
+	PageSize    int32       `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken   string      `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Consistency Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// principal and method, if set, keep only the records of that caller
+	// or method (its short name, e.g. CreateTable).
+	Principal     string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	Method        string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_admin_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ListAuditRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_LINEARIZABLE
+}
+
+func (x *ListAuditRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	Read          *ReadInfo              `protobuf:"bytes,3,opt,name=read,proto3" json:"read,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_admin_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ListAuditResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListAuditResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListAuditResponse) GetRead() *ReadInfo {
+	if x != nil {
+		return x.Read
+	}
+	return nil
+}
+
+// AuditRecord is one call to a method that changes state.
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id orders the records: the leader's term and a count within it.
+	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AtUnixMs int64  `protobuf:"varint,2,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	// principal as WhoAmI names it; name: a token's name.
+	Principal string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	Name      string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// method: the short name (CreateTable).
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// args: the request as JSON, cut at 512 bytes; args_digest: the
+	// SHA-256 of the whole request's wire bytes, hex.
+	Args       string `protobuf:"bytes,6,opt,name=args,proto3" json:"args,omitempty"`
+	ArgsDigest string `protobuf:"bytes,7,opt,name=args_digest,json=argsDigest,proto3" json:"args_digest,omitempty"`
+	// code: the status code answered (OK, PERMISSION_DENIED, ...);
+	// message: its message, cut at 512 bytes.
+	Code    string `protobuf:"bytes,8,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// proc_ids: the procedures the call started or acted on.
+	ProcIds []uint64 `protobuf:"varint,10,rep,packed,name=proc_ids,json=procIds,proto3" json:"proc_ids,omitempty"`
+	// node: the master that served or refused the call; peer: the address
+	// it came from; via: the master that forwarded it, if one did.
+	Node          string `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
+	Peer          string `protobuf:"bytes,12,opt,name=peer,proto3" json:"peer,omitempty"`
+	Via           string `protobuf:"bytes,13,opt,name=via,proto3" json:"via,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_admin_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *AuditRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetArgs() string {
+	if x != nil {
+		return x.Args
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetArgsDigest() string {
+	if x != nil {
+		return x.ArgsDigest
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetProcIds() []uint64 {
+	if x != nil {
+		return x.ProcIds
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+type AppendAuditRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendAuditRequest) Reset() {
+	*x = AppendAuditRequest{}
+	mi := &file_admin_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendAuditRequest) ProtoMessage() {}
+
+func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
+func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type AppendAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendAuditResponse) Reset() {
+	*x = AppendAuditResponse{}
+	mi := &file_admin_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendAuditResponse) ProtoMessage() {}
+
+func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
+func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{80}
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -5380,10 +6411,93 @@ const file_admin_proto_rawDesc = "" +
 	"\vstuck_count\x18\x04 \x01(\x03R\n" +
 	"stuckCount\x12/\n" +
 	"\x05stuck\x18\x05 \x03(\v2\x19.baton.admin.v1.ProcedureR\x05stuck\x12,\n" +
-	"\x04read\x18\x06 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read**\n" +
+	"\x04read\x18\x06 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x0f\n" +
+	"\rWhoAmIRequest\"~\n" +
+	"\x0eWhoAmIResponse\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\tR\n" +
+	"permission\x12\x1a\n" +
+	"\benforced\x18\x03 \x01(\bR\benforced\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"I\n" +
+	"\x0fAclGrantRequest\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\tR\n" +
+	"permission\"\x8b\x01\n" +
+	"\n" +
+	"AclBinding\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\tR\n" +
+	"permission\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\"*\n" +
+	"\x10AclRevokeRequest\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\"-\n" +
+	"\x11AclRemoveResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"K\n" +
+	"\x15AclCreateTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\tR\n" +
+	"permission\"\xa1\x01\n" +
+	"\bAclToken\x12\x1a\n" +
+	"\baccessor\x18\x01 \x01(\tR\baccessor\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x03 \x01(\tR\n" +
+	"permission\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x05 \x01(\tR\tcreatedBy\"`\n" +
+	"\x16AclCreateTokenResponse\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\x12.\n" +
+	"\x05token\x18\x02 \x01(\v2\x18.baton.admin.v1.AclTokenR\x05token\"3\n" +
+	"\x15AclDeleteTokenRequest\x12\x1a\n" +
+	"\baccessor\x18\x01 \x01(\tR\baccessor\"O\n" +
+	"\x0eAclListRequest\x12=\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xc5\x01\n" +
+	"\x0fAclListResponse\x126\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1a.baton.admin.v1.AclBindingR\bbindings\x120\n" +
+	"\x06tokens\x18\x02 \x03(\v2\x18.baton.admin.v1.AclTokenR\x06tokens\x12\x1a\n" +
+	"\benforced\x18\x03 \x01(\bR\benforced\x12,\n" +
+	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xc3\x01\n" +
+	"\x10ListAuditRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12=\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1c\n" +
+	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\"\xa0\x01\n" +
+	"\x11ListAuditResponse\x125\n" +
+	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
+	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xbd\x02\n" +
+	"\vAuditRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12\x12\n" +
+	"\x04args\x18\x06 \x01(\tR\x04args\x12\x1f\n" +
+	"\vargs_digest\x18\a \x01(\tR\n" +
+	"argsDigest\x12\x12\n" +
+	"\x04code\x18\b \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12\x19\n" +
+	"\bproc_ids\x18\n" +
+	" \x03(\x04R\aprocIds\x12\x12\n" +
+	"\x04node\x18\v \x01(\tR\x04node\x12\x12\n" +
+	"\x04peer\x18\f \x01(\tR\x04peer\x12\x10\n" +
+	"\x03via\x18\r \x01(\tR\x03via\"K\n" +
+	"\x12AppendAuditRequest\x125\n" +
+	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\"\x15\n" +
+	"\x13AppendAuditResponse**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xfe\x1a\n" +
+	"\x05STALE\x10\x012\x95 \n" +
 	"\x05Admin\x12b\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12N\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\x12_\n" +
@@ -5427,7 +6541,15 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eGetMaintenance\x12%.baton.admin.v1.GetMaintenanceRequest\x1a\x1b.baton.admin.v1.Maintenance\x12V\n" +
 	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponse\x12P\n" +
 	"\tListLocks\x12 .baton.admin.v1.ListLocksRequest\x1a!.baton.admin.v1.ListLocksResponse\x12_\n" +
-	"\x0eProcedureStats\x12%.baton.admin.v1.ProcedureStatsRequest\x1a&.baton.admin.v1.ProcedureStatsResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
+	"\x0eProcedureStats\x12%.baton.admin.v1.ProcedureStatsRequest\x1a&.baton.admin.v1.ProcedureStatsResponse\x12G\n" +
+	"\x06WhoAmI\x12\x1d.baton.admin.v1.WhoAmIRequest\x1a\x1e.baton.admin.v1.WhoAmIResponse\x12G\n" +
+	"\bAclGrant\x12\x1f.baton.admin.v1.AclGrantRequest\x1a\x1a.baton.admin.v1.AclBinding\x12P\n" +
+	"\tAclRevoke\x12 .baton.admin.v1.AclRevokeRequest\x1a!.baton.admin.v1.AclRemoveResponse\x12_\n" +
+	"\x0eAclCreateToken\x12%.baton.admin.v1.AclCreateTokenRequest\x1a&.baton.admin.v1.AclCreateTokenResponse\x12Z\n" +
+	"\x0eAclDeleteToken\x12%.baton.admin.v1.AclDeleteTokenRequest\x1a!.baton.admin.v1.AclRemoveResponse\x12J\n" +
+	"\aAclList\x12\x1e.baton.admin.v1.AclListRequest\x1a\x1f.baton.admin.v1.AclListResponse\x12P\n" +
+	"\tListAudit\x12 .baton.admin.v1.ListAuditRequest\x1a!.baton.admin.v1.ListAuditResponse\x12V\n" +
+	"\vAppendAudit\x12\".baton.admin.v1.AppendAuditRequest\x1a#.baton.admin.v1.AppendAuditResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -5442,7 +6564,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -5509,152 +6631,194 @@ var file_admin_proto_goTypes = []any{
 	(*ProcedureStatsRequest)(nil),    // 62: baton.admin.v1.ProcedureStatsRequest
 	(*ProcedureCount)(nil),           // 63: baton.admin.v1.ProcedureCount
 	(*ProcedureStatsResponse)(nil),   // 64: baton.admin.v1.ProcedureStatsResponse
-	nil,                              // 65: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                              // 66: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 67: baton.admin.v1.RepairRecord.ArgsEntry
+	(*WhoAmIRequest)(nil),            // 65: baton.admin.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),           // 66: baton.admin.v1.WhoAmIResponse
+	(*AclGrantRequest)(nil),          // 67: baton.admin.v1.AclGrantRequest
+	(*AclBinding)(nil),               // 68: baton.admin.v1.AclBinding
+	(*AclRevokeRequest)(nil),         // 69: baton.admin.v1.AclRevokeRequest
+	(*AclRemoveResponse)(nil),        // 70: baton.admin.v1.AclRemoveResponse
+	(*AclCreateTokenRequest)(nil),    // 71: baton.admin.v1.AclCreateTokenRequest
+	(*AclToken)(nil),                 // 72: baton.admin.v1.AclToken
+	(*AclCreateTokenResponse)(nil),   // 73: baton.admin.v1.AclCreateTokenResponse
+	(*AclDeleteTokenRequest)(nil),    // 74: baton.admin.v1.AclDeleteTokenRequest
+	(*AclListRequest)(nil),           // 75: baton.admin.v1.AclListRequest
+	(*AclListResponse)(nil),          // 76: baton.admin.v1.AclListResponse
+	(*ListAuditRequest)(nil),         // 77: baton.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 78: baton.admin.v1.ListAuditResponse
+	(*AuditRecord)(nil),              // 79: baton.admin.v1.AuditRecord
+	(*AppendAuditRequest)(nil),       // 80: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),      // 81: baton.admin.v1.AppendAuditResponse
+	nil,                              // 82: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                              // 83: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 84: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
-	0,  // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
-	0,  // 1: baton.admin.v1.ListNamespacesRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 2: baton.admin.v1.ListNamespacesResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 3: baton.admin.v1.GetNamespaceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 4: baton.admin.v1.Namespace.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
-	9,  // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
-	2,  // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	65, // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
-	11, // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
-	0,  // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
-	10, // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
-	2,  // 12: baton.admin.v1.ListTablesResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 13: baton.admin.v1.ListRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	9,  // 14: baton.admin.v1.ListRegionsResponse.regions:type_name -> baton.admin.v1.Region
-	2,  // 15: baton.admin.v1.ListRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 16: baton.admin.v1.ListServersRequest.consistency:type_name -> baton.admin.v1.Consistency
-	18, // 17: baton.admin.v1.ListServersResponse.servers:type_name -> baton.admin.v1.Server
-	2,  // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	66, // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	0,  // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
-	32, // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
-	31, // 25: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
-	0,  // 26: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
-	30, // 27: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	2,  // 28: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	38, // 29: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
-	37, // 30: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	54, // 31: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	44, // 32: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44, // 33: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44, // 34: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44, // 35: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	54, // 36: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	44, // 37: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	30, // 38: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	52, // 39: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
-	30, // 40: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
-	0,  // 41: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,  // 42: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 43: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	57, // 44: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
-	2,  // 45: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	67, // 46: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
-	0,  // 47: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
-	59, // 48: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
-	59, // 49: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
-	60, // 50: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
-	2,  // 51: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,  // 52: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	63, // 53: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
-	30, // 54: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
-	2,  // 55: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	26, // 56: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28, // 57: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	33, // 58: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	35, // 59: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29, // 60: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29, // 61: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29, // 62: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29, // 63: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	36, // 64: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	39, // 65: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	40, // 66: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	41, // 67: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,  // 68: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,  // 69: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,  // 70: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,  // 71: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,  // 72: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,  // 73: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 74: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 75: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,  // 76: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12, // 77: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14, // 78: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16, // 79: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17, // 80: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20, // 81: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22, // 82: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23, // 83: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24, // 84: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24, // 85: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	45, // 86: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	45, // 87: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	46, // 88: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	50, // 89: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	47, // 90: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	48, // 91: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	53, // 92: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	55, // 93: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	58, // 94: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	62, // 95: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	27, // 96: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30, // 97: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	34, // 98: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30, // 99: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30, // 100: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30, // 101: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30, // 102: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30, // 103: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38, // 104: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	38, // 105: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	38, // 106: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	42, // 107: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27, // 108: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27, // 109: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,  // 110: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,  // 111: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27, // 112: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27, // 113: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27, // 114: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27, // 115: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10, // 116: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13, // 117: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15, // 118: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27, // 119: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19, // 120: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21, // 121: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27, // 122: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25, // 123: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25, // 124: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25, // 125: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	49, // 126: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	49, // 127: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	49, // 128: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	51, // 129: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	49, // 130: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	49, // 131: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	54, // 132: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	56, // 133: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	61, // 134: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	64, // 135: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	96, // [96:136] is the sub-list for method output_type
-	56, // [56:96] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
+	0,   // 1: baton.admin.v1.ListNamespacesRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 2: baton.admin.v1.ListNamespacesResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 3: baton.admin.v1.GetNamespaceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 4: baton.admin.v1.Namespace.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
+	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
+	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
+	82,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
+	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
+	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
+	2,   // 12: baton.admin.v1.ListTablesResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 13: baton.admin.v1.ListRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	9,   // 14: baton.admin.v1.ListRegionsResponse.regions:type_name -> baton.admin.v1.Region
+	2,   // 15: baton.admin.v1.ListRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 16: baton.admin.v1.ListServersRequest.consistency:type_name -> baton.admin.v1.Consistency
+	18,  // 17: baton.admin.v1.ListServersResponse.servers:type_name -> baton.admin.v1.Server
+	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	83,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
+	32,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
+	31,  // 25: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
+	0,   // 26: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
+	30,  // 27: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	2,   // 28: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
+	38,  // 29: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	37,  // 30: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	54,  // 31: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	44,  // 32: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44,  // 33: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44,  // 34: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	44,  // 35: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	54,  // 36: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	44,  // 37: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	30,  // 38: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	52,  // 39: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	30,  // 40: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,   // 41: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 42: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 43: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	57,  // 44: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,   // 45: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	84,  // 46: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	0,   // 47: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
+	59,  // 48: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	59,  // 49: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	60,  // 50: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	2,   // 51: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 52: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	63,  // 53: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	30,  // 54: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
+	2,   // 55: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	72,  // 56: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
+	0,   // 57: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
+	68,  // 58: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
+	72,  // 59: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
+	2,   // 60: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 61: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
+	79,  // 62: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
+	2,   // 63: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
+	79,  // 64: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	26,  // 65: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 66: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	33,  // 67: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	35,  // 68: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 69: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 70: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 71: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 72: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	36,  // 73: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	39,  // 74: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	40,  // 75: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	41,  // 76: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 77: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 78: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 79: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 80: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 81: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 82: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 83: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 84: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 85: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 86: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 87: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 88: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 89: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 90: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 91: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 92: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 93: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 94: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	45,  // 95: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	45,  // 96: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	46,  // 97: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	50,  // 98: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	47,  // 99: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	48,  // 100: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	53,  // 101: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	55,  // 102: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	58,  // 103: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	62,  // 104: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	65,  // 105: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	67,  // 106: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	69,  // 107: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	71,  // 108: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	74,  // 109: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	75,  // 110: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	77,  // 111: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	80,  // 112: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	27,  // 113: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 114: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	34,  // 115: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 116: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 117: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 118: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 119: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 120: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38,  // 121: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	38,  // 122: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	38,  // 123: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	42,  // 124: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 125: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 126: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 127: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 128: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 129: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 130: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 131: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 132: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 133: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 134: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 135: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 136: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 137: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 138: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 139: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 140: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 141: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 142: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	49,  // 143: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	49,  // 144: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	49,  // 145: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	51,  // 146: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	49,  // 147: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	49,  // 148: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	54,  // 149: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	56,  // 150: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	61,  // 151: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	64,  // 152: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	66,  // 153: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	68,  // 154: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	70,  // 155: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	73,  // 156: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	70,  // 157: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	76,  // 158: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	78,  // 159: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	81,  // 160: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	113, // [113:161] is the sub-list for method output_type
+	65,  // [65:113] is the sub-list for method input_type
+	65,  // [65:65] is the sub-list for extension type_name
+	65,  // [65:65] is the sub-list for extension extendee
+	0,   // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -5668,7 +6832,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -93,6 +93,14 @@ const (
 	Admin_ListRepairs_FullMethodName      = "/baton.admin.v1.Admin/ListRepairs"
 	Admin_ListLocks_FullMethodName        = "/baton.admin.v1.Admin/ListLocks"
 	Admin_ProcedureStats_FullMethodName   = "/baton.admin.v1.Admin/ProcedureStats"
+	Admin_WhoAmI_FullMethodName           = "/baton.admin.v1.Admin/WhoAmI"
+	Admin_AclGrant_FullMethodName         = "/baton.admin.v1.Admin/AclGrant"
+	Admin_AclRevoke_FullMethodName        = "/baton.admin.v1.Admin/AclRevoke"
+	Admin_AclCreateToken_FullMethodName   = "/baton.admin.v1.Admin/AclCreateToken"
+	Admin_AclDeleteToken_FullMethodName   = "/baton.admin.v1.Admin/AclDeleteToken"
+	Admin_AclList_FullMethodName          = "/baton.admin.v1.Admin/AclList"
+	Admin_ListAudit_FullMethodName        = "/baton.admin.v1.Admin/ListAudit"
+	Admin_AppendAudit_FullMethodName      = "/baton.admin.v1.Admin/AppendAudit"
 )
 
 // AdminClient is the client API for Admin service.
@@ -200,6 +208,41 @@ type AdminClient interface {
 	// ProcedureStats counts the committed procedures by state and type and
 	// names the stuck ones, in one pass over them.
 	ProcedureStats(ctx context.Context, in *ProcedureStatsRequest, opts ...grpc.CallOption) (*ProcedureStatsResponse, error)
+	// Access control (docs/security.md). A client holds one permission:
+	// read (lists, gets, status, the console's pages), operate (submit
+	// procedures, create, enable and disable tables, move and balance,
+	// locks) or admin (delete, abort, the repair kit, cluster membership,
+	// maintenance, access control and the audit trail); each covers the
+	// ones before it. It is bound to the client's certificate identity
+	// (baton://client/<name>) or held by a bearer token (metadata
+	// "authorization: Bearer bt_<accessor>_<secret>"). Masters may call
+	// everything. While a master enforces access control (agent --acl on,
+	// the default with TLS) a call without a certificate or token is
+	// UNAUTHENTICATED, and one whose caller lacks the method's permission is
+	// PERMISSION_DENIED, naming the permission it needs.
+	//
+	// WhoAmI says who the caller is to this master and what it may do.
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
+	// AclGrant binds a client certificate's name to a permission (replacing
+	// any it held); AclRevoke removes the binding.
+	AclGrant(ctx context.Context, in *AclGrantRequest, opts ...grpc.CallOption) (*AclBinding, error)
+	AclRevoke(ctx context.Context, in *AclRevokeRequest, opts ...grpc.CallOption) (*AclRemoveResponse, error)
+	// AclCreateToken makes a bearer token: its secret is in this answer
+	// only; the masters keep its SHA-256.
+	AclCreateToken(ctx context.Context, in *AclCreateTokenRequest, opts ...grpc.CallOption) (*AclCreateTokenResponse, error)
+	AclDeleteToken(ctx context.Context, in *AclDeleteTokenRequest, opts ...grpc.CallOption) (*AclRemoveResponse, error)
+	// AclList lists the bindings and tokens (never a secret or its hash).
+	AclList(ctx context.Context, in *AclListRequest, opts ...grpc.CallOption) (*AclListResponse, error)
+	// ListAudit lists the audit trail, oldest first, paged: a record of every
+	// call of a client to a method that changes state (every method needing
+	// operate or admin but LockHeartbeat), refusals included. A call is
+	// answered only once its record is committed (replicated), so a
+	// failover loses none; the oldest are dropped past the retention
+	// (agent --audit-retention, --audit-max-records).
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// AppendAudit is how a master that served or refused a call while not
+	// the leader has its records committed (masters only).
+	AppendAudit(ctx context.Context, in *AppendAuditRequest, opts ...grpc.CallOption) (*AppendAuditResponse, error)
 }
 
 type adminClient struct {
@@ -619,6 +662,86 @@ func (c *adminClient) ProcedureStats(ctx context.Context, in *ProcedureStatsRequ
 	return out, nil
 }
 
+func (c *adminClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, Admin_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AclGrant(ctx context.Context, in *AclGrantRequest, opts ...grpc.CallOption) (*AclBinding, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclBinding)
+	err := c.cc.Invoke(ctx, Admin_AclGrant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AclRevoke(ctx context.Context, in *AclRevokeRequest, opts ...grpc.CallOption) (*AclRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclRemoveResponse)
+	err := c.cc.Invoke(ctx, Admin_AclRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AclCreateToken(ctx context.Context, in *AclCreateTokenRequest, opts ...grpc.CallOption) (*AclCreateTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclCreateTokenResponse)
+	err := c.cc.Invoke(ctx, Admin_AclCreateToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AclDeleteToken(ctx context.Context, in *AclDeleteTokenRequest, opts ...grpc.CallOption) (*AclRemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclRemoveResponse)
+	err := c.cc.Invoke(ctx, Admin_AclDeleteToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AclList(ctx context.Context, in *AclListRequest, opts ...grpc.CallOption) (*AclListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AclListResponse)
+	err := c.cc.Invoke(ctx, Admin_AclList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, Admin_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) AppendAudit(ctx context.Context, in *AppendAuditRequest, opts ...grpc.CallOption) (*AppendAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendAuditResponse)
+	err := c.cc.Invoke(ctx, Admin_AppendAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -724,6 +847,41 @@ type AdminServer interface {
 	// ProcedureStats counts the committed procedures by state and type and
 	// names the stuck ones, in one pass over them.
 	ProcedureStats(context.Context, *ProcedureStatsRequest) (*ProcedureStatsResponse, error)
+	// Access control (docs/security.md). A client holds one permission:
+	// read (lists, gets, status, the console's pages), operate (submit
+	// procedures, create, enable and disable tables, move and balance,
+	// locks) or admin (delete, abort, the repair kit, cluster membership,
+	// maintenance, access control and the audit trail); each covers the
+	// ones before it. It is bound to the client's certificate identity
+	// (baton://client/<name>) or held by a bearer token (metadata
+	// "authorization: Bearer bt_<accessor>_<secret>"). Masters may call
+	// everything. While a master enforces access control (agent --acl on,
+	// the default with TLS) a call without a certificate or token is
+	// UNAUTHENTICATED, and one whose caller lacks the method's permission is
+	// PERMISSION_DENIED, naming the permission it needs.
+	//
+	// WhoAmI says who the caller is to this master and what it may do.
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
+	// AclGrant binds a client certificate's name to a permission (replacing
+	// any it held); AclRevoke removes the binding.
+	AclGrant(context.Context, *AclGrantRequest) (*AclBinding, error)
+	AclRevoke(context.Context, *AclRevokeRequest) (*AclRemoveResponse, error)
+	// AclCreateToken makes a bearer token: its secret is in this answer
+	// only; the masters keep its SHA-256.
+	AclCreateToken(context.Context, *AclCreateTokenRequest) (*AclCreateTokenResponse, error)
+	AclDeleteToken(context.Context, *AclDeleteTokenRequest) (*AclRemoveResponse, error)
+	// AclList lists the bindings and tokens (never a secret or its hash).
+	AclList(context.Context, *AclListRequest) (*AclListResponse, error)
+	// ListAudit lists the audit trail, oldest first, paged: a record of every
+	// call of a client to a method that changes state (every method needing
+	// operate or admin but LockHeartbeat), refusals included. A call is
+	// answered only once its record is committed (replicated), so a
+	// failover loses none; the oldest are dropped past the retention
+	// (agent --audit-retention, --audit-max-records).
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// AppendAudit is how a master that served or refused a call while not
+	// the leader has its records committed (masters only).
+	AppendAudit(context.Context, *AppendAuditRequest) (*AppendAuditResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -853,6 +1011,30 @@ func (UnimplementedAdminServer) ListLocks(context.Context, *ListLocksRequest) (*
 }
 func (UnimplementedAdminServer) ProcedureStats(context.Context, *ProcedureStatsRequest) (*ProcedureStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ProcedureStats not implemented")
+}
+func (UnimplementedAdminServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedAdminServer) AclGrant(context.Context, *AclGrantRequest) (*AclBinding, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclGrant not implemented")
+}
+func (UnimplementedAdminServer) AclRevoke(context.Context, *AclRevokeRequest) (*AclRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclRevoke not implemented")
+}
+func (UnimplementedAdminServer) AclCreateToken(context.Context, *AclCreateTokenRequest) (*AclCreateTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclCreateToken not implemented")
+}
+func (UnimplementedAdminServer) AclDeleteToken(context.Context, *AclDeleteTokenRequest) (*AclRemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclDeleteToken not implemented")
+}
+func (UnimplementedAdminServer) AclList(context.Context, *AclListRequest) (*AclListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AclList not implemented")
+}
+func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServer) AppendAudit(context.Context, *AppendAuditRequest) (*AppendAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendAudit not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1588,6 +1770,150 @@ func _Admin_ProcedureStats_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AclGrant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclGrantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AclGrant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AclGrant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AclGrant(ctx, req.(*AclGrantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AclRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclRevokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AclRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AclRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AclRevoke(ctx, req.(*AclRevokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AclCreateToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclCreateTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AclCreateToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AclCreateToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AclCreateToken(ctx, req.(*AclCreateTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AclDeleteToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclDeleteTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AclDeleteToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AclDeleteToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AclDeleteToken(ctx, req.(*AclDeleteTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AclList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AclListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AclList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AclList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AclList(ctx, req.(*AclListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_AppendAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AppendAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AppendAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AppendAudit(ctx, req.(*AppendAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1750,6 +2076,38 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ProcedureStats",
 			Handler:    _Admin_ProcedureStats_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _Admin_WhoAmI_Handler,
+		},
+		{
+			MethodName: "AclGrant",
+			Handler:    _Admin_AclGrant_Handler,
+		},
+		{
+			MethodName: "AclRevoke",
+			Handler:    _Admin_AclRevoke_Handler,
+		},
+		{
+			MethodName: "AclCreateToken",
+			Handler:    _Admin_AclCreateToken_Handler,
+		},
+		{
+			MethodName: "AclDeleteToken",
+			Handler:    _Admin_AclDeleteToken_Handler,
+		},
+		{
+			MethodName: "AclList",
+			Handler:    _Admin_AclList_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _Admin_ListAudit_Handler,
+		},
+		{
+			MethodName: "AppendAudit",
+			Handler:    _Admin_AppendAudit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

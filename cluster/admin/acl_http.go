@@ -1,0 +1,80 @@
+package admin
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/baton-dev/baton/security"
+)
+
+// authorizeHTTP is Server.Authorizer.
+func authorizeHTTP(s *Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Access == nil || !s.acc.Enforce || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, err := s.httpPrincipal(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		need := security.PermRead
+		if strings.HasPrefix(r.URL.Path, "/debug/") {
+			need = security.PermAdmin
+		}
+		have := s.effective(p)
+		if !have.Covers(need) {
+			held := "no permission"
+			if have != security.PermNone {
+				held = "permission " + have.String()
+			}
+			code := http.StatusForbidden
+			if p.kind == kindAnonymous {
+				code = http.StatusUnauthorized
+			}
+			http.Error(w, "baton: "+r.URL.Path+" needs permission "+need.String()+"; "+p.String()+" holds "+held+" (an admin grants one with 'baton acl grant')", code)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(security.WithPermission(r.Context(), have)))
+	})
+}
+
+// httpPrincipal names the caller of an HTTP request: its certificate, or
+// a bearer token in its Authorization header (curl, a scraper).
+func (s *Server) httpPrincipal(r *http.Request) (principal, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			return principal{}, errBadAuthHeader
+		}
+		p, err := s.tokenPrincipal(strings.TrimSpace(tok))
+		if err != nil {
+			return principal{}, errTokenUnknown
+		}
+		return p, nil
+	}
+	if r.TLS == nil {
+		return principal{kind: kindAnonymous}, nil
+	}
+	id, err := security.PeerIdentity(*r.TLS)
+	if err != nil {
+		return principal{kind: kindAnonymous}, nil
+	}
+	switch id.Role {
+	case security.RoleMaster:
+		return principal{kind: kindMaster, id: id.ID, perm: security.PermAdmin}, nil
+	case security.RoleClient:
+		return s.clientPrincipal(id.ID), nil
+	}
+	return principal{kind: string(id.Role), id: id.ID}, nil
+}
+
+type httpAuthError string
+
+func (e httpAuthError) Error() string { return string(e) }
+
+const (
+	errBadAuthHeader = httpAuthError("baton: the Authorization header is not 'Bearer <token>'")
+	errTokenUnknown  = httpAuthError("baton: the bearer token is not recognized (deleted, mistyped, or of another cluster)")
+)

@@ -1,0 +1,448 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// The audit trail: a record of every client call to a method that
+// changes state (Audited), refusals included, in the replicated domain
+// keys audit/<term>-<n>. A call is recorded where it was served or
+// refused: the leader, or a standby that refused it or could not forward
+// it (its record goes to the leader by AppendAudit); a standby that
+// forwarded a call leaves its record to the leader. The call is answered
+// only once its record is committed.
+//
+// Only the leader numbers and writes records, one batch at a time: the
+// key's term is the leader's, and no other master writes in its term, so
+// two leaders never write the same key; within the term a counter that
+// only grows numbers them, so a batch that timed out and committed later
+// collides with none either.
+
+const (
+	auditPrefix = "audit/"
+	// auditBatch bounds the records in one Raft entry.
+	auditBatch = 256
+	// auditPruneBatch bounds the deletions one entry carries.
+	auditPruneBatch = 1000
+	// auditPruneEvery is how often an idle leader drops expired records.
+	auditPruneEvery = time.Minute
+	// auditWriteTimeout bounds a batch's commit, however soon its callers'
+	// deadlines end: a record of a call that was served is worth the wait.
+	auditWriteTimeout = 10 * time.Second
+	// auditFieldMax cuts a record's args and message.
+	auditFieldMax = 512
+	// maxAuditPageBytes ends a page of ListAudit early.
+	maxAuditPageBytes = 1 << 20
+	// auditScanMax bounds the records one page of a filtered list reads.
+	auditScanMax = 100_000
+	// AuditPageToken is the kind of ListAudit's page tokens.
+	auditPageToken = "audit"
+)
+
+func auditKey(term, n uint64) string { return fmt.Sprintf("%s%020d-%010d", auditPrefix, term, n) }
+
+// auditNoteKey carries a call's auditNote through its handler.
+type auditNoteKey struct{}
+
+// auditNote tells the access interceptor that a call was answered by the
+// leader it was forwarded to, which recorded it.
+type auditNote struct{ remote atomic.Bool }
+
+func (n *auditNote) isRemote() bool { return n != nil && n.remote.Load() }
+
+// markForwarded notes that ctx's call reached the leader it was forwarded
+// to (an answer came back, or it was sent and may have been served).
+func markForwarded(ctx context.Context) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok {
+		n.remote.Store(true)
+	}
+}
+
+// cut shortens s to at most max bytes, on a rune boundary.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	i := max - len("…")
+	for i > 0 && !utf8RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// procIDer and friends are the shapes of requests and answers that name
+// procedures.
+type (
+	procIDer  interface{ GetProcId() uint64 }
+	procIDser interface{ GetProcIds() []uint64 }
+)
+
+// auditRecord is the record of a call of method by p.
+func (s *Server) auditRecord(ctx context.Context, p principal, method string, req, resp any, err error) *adminpb.AuditRecord {
+	rec := &adminpb.AuditRecord{
+		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: method,
+		Code: status.Code(err).String(), Node: s.b.ID(), Peer: peerAddr(ctx),
+	}
+	if err != nil {
+		rec.Message = cut(status.Convert(err).Message(), auditFieldMax)
+	}
+	if m, ok := req.(proto.Message); ok {
+		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(m); err == nil {
+			h := sha256.Sum256(b)
+			rec.ArgsDigest = hex.EncodeToString(h[:])
+		}
+		if b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m); err == nil {
+			rec.Args = cut(string(b), auditFieldMax)
+		}
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if via := md.Get(forwardedKey); len(via) > 0 {
+			rec.Via = via[0]
+			if pa := md.Get(peerKey); len(pa) > 0 && pa[0] != "" {
+				rec.Peer = pa[0]
+			}
+		}
+	}
+	add := func(id uint64) {
+		if id != 0 && !containsID(rec.ProcIds, id) {
+			rec.ProcIds = append(rec.ProcIds, id)
+		}
+	}
+	for _, v := range []any{req, resp} {
+		switch x := v.(type) {
+		case *adminpb.ProcedureRef:
+			add(x.GetId())
+		case *adminpb.Procedure:
+			add(x.GetId())
+		case procIDer:
+			add(x.GetProcId())
+		}
+		if x, ok := v.(procIDser); ok {
+			for _, id := range x.GetProcIds() {
+				if len(rec.ProcIds) >= 100 {
+					break
+				}
+				add(id)
+			}
+		}
+	}
+	return rec
+}
+
+func containsID(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// auditLog batches records into Raft entries (auditLog.run), at the
+// leader, or sends them to it.
+type auditLog struct {
+	s    *Server
+	kick chan struct{}
+
+	mu      sync.Mutex
+	pending []pendingAudit
+
+	// The leader's numbering and its knowledge of the trail; only run's
+	// goroutine touches them.
+	term  uint64
+	n     uint64
+	count int // records in the trail, -1 when unknown
+
+	written, failed prometheus.Counter
+}
+
+type pendingAudit struct {
+	rec  *adminpb.AuditRecord
+	done chan error
+}
+
+func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
+	l := &auditLog{s: s, kick: make(chan struct{}, 1), count: -1,
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
+		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{l.written, l.failed} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("admin: audit metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// append has rec committed, by this node as the leader or by the leader,
+// and waits for it (up to auditWriteTimeout, whatever ctx's deadline).
+func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) error {
+	if l == nil {
+		return nil
+	}
+	dones := make([]chan error, len(recs))
+	l.mu.Lock()
+	for i, r := range recs {
+		dones[i] = make(chan error, 1)
+		l.pending = append(l.pending, pendingAudit{rec: r, done: dones[i]})
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(auditWriteTimeout + time.Second)
+	defer t.Stop()
+	for _, d := range dones {
+		select {
+		case err := <-d:
+			if err != nil {
+				l.failed.Add(float64(len(recs)))
+				return err
+			}
+		case <-t.C:
+			l.failed.Add(float64(len(recs)))
+			return fmt.Errorf("audit: no commit within %v", auditWriteTimeout)
+		case <-l.s.stopCh:
+			return fmt.Errorf("audit: %w", errStopping)
+		}
+	}
+	return nil
+}
+
+// run writes the pending records until the server stops; on the leader it
+// also drops expired records every auditPruneEvery.
+func (l *auditLog) run() {
+	defer l.s.loops.Done()
+	t := time.NewTicker(auditPruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.s.stopCh:
+			l.failPending(fmt.Errorf("audit: %w", errStopping))
+			return
+		case <-l.kick:
+		case <-t.C:
+			if l.s.b.IsLeader() {
+				if _, err := l.s.b.Procedures(); err == nil {
+					if err := l.commit(nil); err != nil {
+						l.s.log.Debug("audit prune", "error", err)
+					}
+				}
+			}
+		}
+		for {
+			l.mu.Lock()
+			n := min(len(l.pending), auditBatch)
+			batch := l.pending[:n:n]
+			l.pending = l.pending[n:]
+			l.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			recs := make([]*adminpb.AuditRecord, n)
+			for i, p := range batch {
+				recs[i] = p.rec
+			}
+			err := l.commit(recs)
+			for _, p := range batch {
+				p.done <- err
+			}
+		}
+	}
+}
+
+func (l *auditLog) failPending(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.pending {
+		p.done <- err
+	}
+	l.pending = nil
+}
+
+// termer is a backend that knows the Raft term.
+type termer interface{ Term() uint64 }
+
+// commit writes recs (and the prunes due) as the leader, or sends recs to
+// the leader.
+func (l *auditLog) commit(recs []*adminpb.AuditRecord) error {
+	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
+	defer cancel()
+	if !l.s.b.IsLeader() {
+		if len(recs) == 0 {
+			return nil
+		}
+		_, err := forward(l.s, context.WithValue(ctx, noHoldKey{}, true), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
+			return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
+		})
+		return err
+	}
+	var term uint64
+	if t, ok := l.s.b.(termer); ok {
+		term = t.Term()
+	}
+	if term != l.term {
+		l.term, l.n, l.count = term, 0, -1
+	}
+	muts := make([]raftfsm.Mutation, 0, len(recs))
+	for _, r := range recs {
+		l.n++
+		r.Id = fmt.Sprintf("%d-%d", term, l.n)
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		muts = append(muts, raftfsm.Put(auditKey(term, l.n), b))
+	}
+	prune := l.prunes(len(recs))
+	if len(muts)+len(prune) == 0 {
+		return nil
+	}
+	if err := l.s.b.Mutate(ctx, append(muts, prune...)); err != nil {
+		l.count = -1
+		return err
+	}
+	l.written.Add(float64(len(recs)))
+	if l.count >= 0 {
+		l.count += len(recs) - len(prune)
+	}
+	return nil
+}
+
+// prunes are the deletions due when adding adding records: the oldest past
+// AuditMaxRecords, and those older than AuditRetention, at most
+// auditPruneBatch.
+func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
+	sc, ok := l.s.b.(domainScanner)
+	if !ok {
+		return nil
+	}
+	if l.count < 0 {
+		l.count = 0
+		sc.DomainScan(auditPrefix, func(string, []byte) bool { l.count++; return true })
+	}
+	over := l.count + adding - l.s.acc.AuditMaxRecords
+	cutoff := l.s.acc.Clock.Now().Add(-l.s.acc.AuditRetention).UnixMilli()
+	var out []raftfsm.Mutation
+	sc.DomainScan(auditPrefix, func(k string, v []byte) bool {
+		if len(out) >= auditPruneBatch {
+			return false
+		}
+		if len(out) < over {
+			out = append(out, raftfsm.Del(k))
+			return true
+		}
+		var r adminpb.AuditRecord
+		if proto.Unmarshal(v, &r) == nil && r.GetAtUnixMs() >= cutoff {
+			return false
+		}
+		out = append(out, raftfsm.Del(k))
+		return true
+	})
+	return out
+}
+
+// AppendAudit implements adminpb.AdminServer: records of a standby,
+// committed by the leader.
+func (s *Server) AppendAudit(ctx context.Context, req *adminpb.AppendAuditRequest) (*adminpb.AppendAuditResponse, error) {
+	if s.audit == nil {
+		return nil, status.Error(codes.FailedPrecondition, "admin: this master keeps no audit trail")
+	}
+	recs := req.GetRecords()
+	if len(recs) > auditBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "admin: append audit: %d records, at most %d", len(recs), auditBatch)
+	}
+	for _, r := range recs {
+		if r == nil || r.GetMethod() == "" {
+			return nil, status.Error(codes.InvalidArgument, "admin: append audit: a record without a method")
+		}
+		r.Args, r.Message = cut(r.GetArgs(), auditFieldMax), cut(r.GetMessage(), auditFieldMax)
+		r.Principal, r.Name, r.Method = cut(r.GetPrincipal(), 200), cut(r.GetName(), 200), cut(r.GetMethod(), 100)
+		r.Node, r.Peer, r.Via, r.ArgsDigest = cut(r.GetNode(), 200), cut(r.GetPeer(), 200), cut(r.GetVia(), 200), cut(r.GetArgsDigest(), 64)
+		if len(r.ProcIds) > 100 {
+			r.ProcIds = r.ProcIds[:100]
+		}
+	}
+	return onLeader(s, ctx, func(Procedures) (*adminpb.AppendAuditResponse, error) {
+		if err := s.audit.append(ctx, recs...); err != nil {
+			return nil, err
+		}
+		return &adminpb.AppendAuditResponse{}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
+		return c.AppendAudit(ctx, req)
+	})
+}
+
+// ListAudit implements adminpb.AdminServer.
+func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (*adminpb.ListAuditResponse, error) {
+	limit := int(req.GetPageSize())
+	switch {
+	case limit < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: negative page_size %d", limit)
+	case limit == 0:
+		limit = DefaultPageSize
+	case limit > MaxPageSize:
+		limit = MaxPageSize
+	}
+	var after string
+	if tok := req.GetPageToken(); tok != "" {
+		last, ok := adminpb.DecodePageToken(auditPageToken, tok)
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: bad page_token %q (pass next_page_token of the previous page)", tok)
+		}
+		after = auditPrefix + last
+	}
+	sc, ok := s.b.(domainScannerFrom)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "admin: list audit: this node cannot list its state")
+	}
+	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListAuditResponse, error) {
+		out := &adminpb.ListAuditResponse{Read: ri}
+		size, scanned, last := 0, 0, ""
+		more := false
+		sc.DomainScanFrom(auditPrefix, after, func(k string, v []byte) bool {
+			if len(out.Records) >= limit || size >= maxAuditPageBytes || scanned >= auditScanMax {
+				more = true
+				return false
+			}
+			scanned++
+			last = k
+			var r adminpb.AuditRecord
+			if proto.Unmarshal(v, &r) != nil {
+				return true
+			}
+			if (req.GetPrincipal() != "" && r.GetPrincipal() != req.GetPrincipal()) || (req.GetMethod() != "" && r.GetMethod() != req.GetMethod()) {
+				return true
+			}
+			out.Records = append(out.Records, &r)
+			size += len(v)
+			return true
+		})
+		if more {
+			out.NextPageToken = adminpb.EncodePageToken(auditPageToken, strings.TrimPrefix(last, auditPrefix))
+		}
+		return out, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) { return c.ListAudit(ctx, req) })
+}

@@ -1,0 +1,99 @@
+package client
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// Access control and the audit trail (admin.proto, "Access control").
+
+// WhoAmI says who the cluster takes the caller for, and what it may do.
+func (c *Client) WhoAmI(ctx context.Context) (*adminpb.WhoAmIResponse, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.WhoAmIResponse, error) {
+		return a.WhoAmI(ctx, &adminpb.WhoAmIRequest{})
+	})
+}
+
+// AclGrant binds client certificate name to permission (read, operate or
+// admin), replacing what it held.
+func (c *Client) AclGrant(ctx context.Context, name, permission string) (*adminpb.AclBinding, error) {
+	req := &adminpb.AclGrantRequest{Client: name, Permission: permission}
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclBinding, error) {
+		return a.AclGrant(ctx, req)
+	})
+}
+
+// AclRevoke removes the binding of client certificate name; existed says
+// there was one.
+func (c *Client) AclRevoke(ctx context.Context, name string) (existed bool, err error) {
+	req := &adminpb.AclRevokeRequest{Client: name}
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
+		return a.AclRevoke(ctx, req)
+	})
+	return r.GetExisted(), err
+}
+
+// AclCreateToken makes a bearer token; its secret is in this answer only.
+func (c *Client) AclCreateToken(ctx context.Context, name, permission string) (*adminpb.AclCreateTokenResponse, error) {
+	req := &adminpb.AclCreateTokenRequest{Name: name, Permission: permission}
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclCreateTokenResponse, error) {
+		return a.AclCreateToken(ctx, req)
+	})
+}
+
+// AclDeleteToken deletes the token with accessor.
+func (c *Client) AclDeleteToken(ctx context.Context, accessor string) (existed bool, err error) {
+	req := &adminpb.AclDeleteTokenRequest{Accessor: accessor}
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
+		return a.AclDeleteToken(ctx, req)
+	})
+	return r.GetExisted(), err
+}
+
+// AclList lists the bindings and tokens.
+func (c *Client) AclList(ctx context.Context, opts ...ReadOption) (*adminpb.AclListResponse, error) {
+	ro := readOpts(opts)
+	req := &adminpb.AclListRequest{Consistency: ro.consistency}
+	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclListResponse, error) {
+		return a.AclList(ctx, req)
+	})
+	if err == nil {
+		ro.served(r.GetRead())
+	}
+	return r, err
+}
+
+// AuditFilter selects audit records: by principal (client/NAME,
+// token/ACCESSOR, anonymous) and method (CreateTable), either empty for
+// all.
+type AuditFilter struct {
+	Principal, Method string
+}
+
+// ListAudit lists up to limit audit records (0: all), oldest first, from
+// page token after on (""; the start); next is where the following page
+// starts, "" at the end.
+func (c *Client) ListAudit(ctx context.Context, f AuditFilter, after string, limit int, opts ...ReadOption) (recs []*adminpb.AuditRecord, next string, err error) {
+	ro := readOpts(opts)
+	token := after
+	for {
+		size := int32(1000)
+		if limit > 0 {
+			size = int32(min(limit-len(recs), 1000))
+		}
+		req := &adminpb.ListAuditRequest{PageSize: size, PageToken: token, Consistency: ro.consistency, Principal: f.Principal, Method: f.Method}
+		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
+			return a.ListAudit(ctx, req)
+		})
+		if err != nil {
+			return recs, token, err
+		}
+		ro.served(r.GetRead())
+		recs = append(recs, r.GetRecords()...)
+		token = r.GetNextPageToken()
+		if token == "" || (limit > 0 && len(recs) >= limit) {
+			return recs, token, nil
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package security
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+)
+
+// Permission is what a client may do through the admin API and the
+// console. Each covers the ones before it: read < operate < admin. The
+// zero value is no permission at all.
+type Permission int
+
+// The permissions, weakest first.
+const (
+	PermNone Permission = iota
+	// PermRead: lists, gets, status, the console's pages.
+	PermRead
+	// PermOperate: submit procedures, create, enable and disable tables,
+	// namespaces, move and balance, locks.
+	PermOperate
+	// PermAdmin: delete, abort, the repair kit, cluster membership,
+	// maintenance, access control and the audit trail.
+	PermAdmin
+)
+
+func (p Permission) String() string {
+	switch p {
+	case PermRead:
+		return "read"
+	case PermOperate:
+		return "operate"
+	case PermAdmin:
+		return "admin"
+	}
+	return ""
+}
+
+// Covers says a holder of p may do what needs want.
+func (p Permission) Covers(want Permission) bool { return p >= want }
+
+// ParsePermission reads "read", "operate" or "admin".
+func ParsePermission(s string) (Permission, error) {
+	switch s {
+	case "read":
+		return PermRead, nil
+	case "operate":
+		return PermOperate, nil
+	case "admin":
+		return PermAdmin, nil
+	}
+	return PermNone, fmt.Errorf("security: permission %q: want read, operate or admin", s)
+}
+
+// A bearer token is "bt_<accessor>_<secret>": the accessor (16 hex
+// digits) names it in listings, audit records and deletes, and is no
+// secret; the secret is 32 random bytes. The masters keep only the
+// secret's SHA-256: with 256 random bits a plain hash is as strong as a
+// slow one, and checking it costs a call nothing.
+const tokenPrefix = "bt_"
+
+var tokenPattern = regexp.MustCompile(`^bt_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$`)
+
+// NewToken makes a bearer token: the whole token to hand out once, its
+// accessor, and the hash to keep.
+func NewToken() (token, accessor, hash string, err error) {
+	var a [8]byte
+	var s [32]byte
+	if _, err := rand.Read(a[:]); err != nil {
+		return "", "", "", fmt.Errorf("security: token: %w", err)
+	}
+	if _, err := rand.Read(s[:]); err != nil {
+		return "", "", "", fmt.Errorf("security: token: %w", err)
+	}
+	accessor = hex.EncodeToString(a[:])
+	secret := base64.RawURLEncoding.EncodeToString(s[:])
+	return tokenPrefix + accessor + "_" + secret, accessor, HashTokenSecret(secret), nil
+}
+
+// ParseToken splits a token into its accessor and secret.
+func ParseToken(token string) (accessor, secret string, err error) {
+	m := tokenPattern.FindStringSubmatch(token)
+	if m == nil {
+		return "", "", fmt.Errorf("security: not a baton token (want bt_<16 hex digits>_<43 base64url characters>)")
+	}
+	return m[1], m[2], nil
+}
+
+// HashTokenSecret is what the masters keep of a token's secret.
+func HashTokenSecret(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// TokenMatches says secret is the one hash was made of, in constant time.
+func TokenMatches(secret, hash string) bool {
+	got := HashTokenSecret(secret)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(hash)) == 1
+}
+
+// ValidAccessor says s is a token accessor's form.
+func ValidAccessor(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+// authorizationKey is the gRPC metadata key of a bearer token.
+const authorizationKey = "authorization"
+
+// tokenCreds sends a bearer token on every call.
+type tokenCreds struct{ token string }
+
+func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{authorizationKey: "Bearer " + t.token}, nil
+}
+
+// RequireTransportSecurity is false so that a token also works over a
+// plaintext loopback connection (agent --dev); over a network, run TLS.
+func (t tokenCreds) RequireTransportSecurity() bool { return false }
+
+var _ credentials.PerRPCCredentials = tokenCreds{}
+
+// TokenDialOption sends token as a bearer token on every call of a client.
+func TokenDialOption(token string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(tokenCreds{token: token})
+}
+
+// TokenOf is the bearer token an incoming call carries, if any: ok with
+// an empty token means the header is there but malformed.
+func TokenOf(ctx context.Context) (token string, ok bool) {
+	md, found := metadata.FromIncomingContext(ctx)
+	if !found {
+		return "", false
+	}
+	vals := md.Get(authorizationKey)
+	if len(vals) == 0 {
+		return "", false
+	}
+	if len(vals) > 1 {
+		return "", true
+	}
+	t, cut := strings.CutPrefix(vals[0], "Bearer ")
+	if !cut {
+		return "", true
+	}
+	return strings.TrimSpace(t), true
+}
+
+// WithToken returns ctx carrying token as the outgoing call's bearer
+// token (a master passing a client's token on with a forwarded call).
+func WithToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, authorizationKey, "Bearer "+token)
+}
+
+type permissionKey struct{}
+
+// WithPermission returns ctx saying what the caller of an HTTP request may
+// do (the console hides what it may not).
+func WithPermission(ctx context.Context, p Permission) context.Context {
+	return context.WithValue(ctx, permissionKey{}, p)
+}
+
+// PermissionOf is what WithPermission put in ctx; without it (access
+// control is not enforced) everything is permitted.
+func PermissionOf(ctx context.Context) Permission {
+	if p, ok := ctx.Value(permissionKey{}).(Permission); ok {
+		return p
+	}
+	return PermAdmin
+}
