@@ -125,9 +125,10 @@ var methodPermissions = map[string]security.Permission{
 var masterOnly = map[string]bool{"RegisterNode": true, "AppendAudit": true}
 
 // unaudited are methods needing operate or more that are not audited:
-// a lock's heartbeat renews what AcquireLock (audited) took, every few
-// seconds, and would crowd every other record out of the retention.
-var unaudited = map[string]bool{"LockHeartbeat": true}
+// the reads that need admin, and a lock's heartbeat, which renews what
+// AcquireLock (audited) took every few seconds and would crowd every
+// other record out of the retention.
+var unaudited = map[string]bool{"LockHeartbeat": true, "AclList": true, "ListAudit": true}
 
 // MethodPermission is the permission a client needs to call an admin
 // method (its short name, e.g. "CreateTable"); false for a method only

@@ -133,6 +133,20 @@ func (s *Server) auditRecord(ctx context.Context, p principal, method string, re
 			add(x.GetId())
 		case *adminpb.Procedure:
 			add(x.GetId())
+		case *adminpb.SubmitProcedureResponse:
+			add(x.GetId())
+		case *adminpb.LockRef: // an external lock is held by a procedure of that id
+			add(x.GetLockId())
+		case *adminpb.LockResponse:
+			add(x.GetLockId())
+		case *adminpb.BypassProcedureRequest:
+			add(x.GetId())
+		case *adminpb.CancelProceduresResponse:
+			for _, p := range x.GetCancelled() {
+				if len(rec.ProcIds) < 100 {
+					add(p.GetId())
+				}
+			}
 		case procIDer:
 			add(x.GetProcId())
 		}

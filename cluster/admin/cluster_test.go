@@ -37,7 +37,15 @@ type testNode struct {
 
 // startCluster starts n nodes on raft's in-memory transport, each with an
 // admin server on 127.0.0.1:0.
-func startCluster(t *testing.T, n int) []*testNode {
+func startCluster(t *testing.T, n int) []*testNode { return startClusterWith(t, n, nil) }
+
+// nodeSetup adjusts node i's admin config and returns the dial option of
+// the test's own connection to it (nil: plaintext).
+type nodeSetup func(i int, id string, cfg *Config) grpc.DialOption
+
+// startClusterWith is startCluster with each admin server's config
+// adjusted by setup (if not nil).
+func startClusterWith(t *testing.T, n int, setup nodeSetup) []*testNode {
 	t.Helper()
 	lvl := hclog.Off
 	if os.Getenv("BATON_TEST_LOG") != "" {
@@ -84,7 +92,14 @@ func startCluster(t *testing.T, n int) []*testNode {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := NewForNode(node, Config{RegisterInterval: 20 * time.Millisecond, Logger: cfgs[i].Logger})
+		acfg := Config{RegisterInterval: 20 * time.Millisecond, Logger: cfgs[i].Logger}
+		dial := grpc.WithTransportCredentials(insecure.NewCredentials())
+		if setup != nil {
+			if d := setup(i, cfgs[i].ID, &acfg); d != nil {
+				dial = d
+			}
+		}
+		srv, err := NewForNode(node, acfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +108,7 @@ func startCluster(t *testing.T, n int) []*testNode {
 			t.Fatal(err)
 		}
 		go srv.Serve(lis)
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(lis.Addr().String(), dial)
 		if err != nil {
 			t.Fatal(err)
 		}
