@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/tls"
 	"io"
 	"net"
@@ -104,6 +105,78 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 		}
 		return cr
 	}
+
+	t.Run("access control", func(t *testing.T) {
+		addrs := strings.Join(c.AdminAddrs(), ",")
+		// baton runs the CLI as ops, with token (if not empty) in the
+		// environment.
+		baton := func(token string, args ...string) (string, int) {
+			cmd := exec.CommandContext(ctx, nodeBin, append(args, "--addr", addrs, "--tls-ca", cliFiles.CA, "--tls-cert", cliFiles.Cert, "--tls-key", cliFiles.Key)...)
+			cmd.Env = append(os.Environ(), "BATON_TOKEN="+token)
+			out, _ := cmd.CombinedOutput()
+			return string(out), cmd.ProcessState.ExitCode()
+		}
+		if out, code := baton("", "acl", "whoami", "--json"); code != 0 || !strings.Contains(out, `"principal": "client/ops"`) || !strings.Contains(out, `"permission": ""`) || !strings.Contains(out, `"enforced": true`) {
+			t.Fatalf("whoami of an unbound client: exit %d\n%s", code, out)
+		}
+		if out, code := baton("", "table", "list"); code != 1 || !strings.Contains(out, "needs permission read; client/ops holds no permission") {
+			t.Fatalf("table list by an unbound client: exit %d, want 1 naming the permission\n%s", code, out)
+		}
+		// The cluster's first leader printed the bootstrap token, once.
+		var boot []string
+		for _, n := range c.Nodes {
+			log := c.CurrentLog(n.ID)
+			if i := strings.Index(log, "bootstrap token (permission admin; shown this once"); i >= 0 {
+				rest := strings.SplitN(log[i:], "\n", 3)
+				boot = append(boot, strings.TrimSpace(rest[1]))
+			}
+		}
+		if len(boot) != 1 {
+			t.Fatalf("%d masters printed a bootstrap token, want 1", len(boot))
+		}
+		if out, code := baton(boot[0], "acl", "grant", "ops", "--permission", "read"); code != 0 || !strings.Contains(out, "client ops: permission read") {
+			t.Fatalf("grant with the bootstrap token: exit %d\n%s", code, out)
+		}
+		if out, code := baton("", "table", "list"); code != 0 || !strings.Contains(out, "secure") {
+			t.Fatalf("table list with read: exit %d\n%s", code, out)
+		}
+		if out, code := baton("", "table", "delete", "secure"); code != 1 || !strings.Contains(out, "needs permission admin; client/ops holds permission read") {
+			t.Fatalf("table delete with read: exit %d, want 1\n%s", code, out)
+		}
+		out, code := baton(boot[0], "acl", "token", "create", "ci", "--permission", "operate", "--json")
+		var tok struct{ Secret, Accessor string }
+		if err := json.Unmarshal([]byte(out), &tok); code != 0 || err != nil || tok.Secret == "" {
+			t.Fatalf("token create: exit %d, %v\n%s", code, err, out)
+		}
+		if out, code := baton(tok.Secret, "acl", "whoami"); code != 0 || !strings.Contains(out, "token/"+tok.Accessor+" (ci): permission operate") {
+			t.Fatalf("whoami with the new token: exit %d\n%s", code, out)
+		}
+		if out, code := baton(tok.Secret, "acl", "list"); code != 1 || !strings.Contains(out, "needs permission admin") {
+			t.Fatalf("acl list with operate: exit %d\n%s", code, out)
+		}
+		out, code = baton(boot[0], "audit", "list", "--principal", "client/ops", "--json")
+		if code != 0 || !strings.Contains(out, `"method": "DeleteTable"`) || !strings.Contains(out, `"code": "PermissionDenied"`) {
+			t.Fatalf("audit list: exit %d, want ops's refused delete\n%s", code, out)
+		}
+		// The console: read-only for read; nothing for a certificate
+		// bound to nothing.
+		nobody := issue(security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour)
+		for _, w := range []struct {
+			f    security.Files
+			want int
+		}{{cliFiles, http.StatusOK}, {nobody, http.StatusForbidden}} {
+			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: load(w.f).ClientConfig(security.RoleMaster)}}
+			resp, err := hc.Get("https://" + c.Node(leader).HTTPAddr + "/ui/procedures")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != w.want {
+				t.Errorf("console as %s: %d, want %d\n%s", w.f.Cert, resp.StatusCode, w.want, body)
+			}
+		}
+	})
 
 	t.Run("cli", func(t *testing.T) {
 		addrs := strings.Join(c.AdminAddrs(), ",")

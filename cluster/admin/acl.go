@@ -32,8 +32,9 @@ type Access struct {
 	// permission whenever this master leads and finds them unbound: the
 	// way in for automation (a Prometheus that scrapes, an operator's
 	// certificate), and back in for an operator who lost the bootstrap
-	// token. A revoked one comes back while it is listed here; a binding
-	// changed by AclGrant is left as it is.
+	// token. This master honours them from its start; a revoked one comes
+	// back while it is listed here; a binding changed by AclGrant is left
+	// as it is.
 	InitialGrants map[string]security.Permission
 	// OnBootstrap is told the bootstrap token, an admin token made by the
 	// first leader of a cluster that enforces access control, once it is
@@ -278,7 +279,12 @@ func (s *Server) clientPrincipal(name string) principal {
 		if json.Unmarshal(v, &e) == nil {
 			p.perm, _ = security.ParsePermission(e.Permission)
 		}
+		return p
 	}
+	// Not bound yet (the leader binds it at its next tick): this master's
+	// own configuration already says what it holds, so a client calling
+	// the moment a leader is elected is not refused.
+	p.perm = s.acc.InitialGrants[name]
 	return p
 }
 

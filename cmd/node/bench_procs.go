@@ -235,6 +235,11 @@ func startBenchCluster(bin, dir string, regionServers, workers int, withTLS bool
 		if err != nil {
 			return nil, err
 		}
+		if withTLS {
+			// With TLS the masters enforce access control: the bench's
+			// client is their admin.
+			ta = append(ta, "--acl-initial-grants", "bench=admin")
+		}
 		m.args = append(m.args, ta...)
 	}
 	for i := range regionServers {

@@ -399,6 +399,11 @@ func (c *Cluster) Args(id string) []string {
 	args := []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
 		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
 		"--peers", c.peers()}
+	if c.pki != nil {
+		// With TLS the agents enforce access control: the harness's own
+		// certificate is the cluster's admin.
+		args = append(args, "--acl-initial-grants", clientIdentity.ID+"=admin")
+	}
 	return append(args, c.tlsArgs(security.Identity{Role: security.RoleMaster, ID: n.ID})...)
 }
 
