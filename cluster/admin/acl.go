@@ -519,7 +519,9 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
 		e := aclEntry{Permission: perm.String(), CreatedMs: s.acc.Clock.Now().UnixMilli(), CreatedBy: s.createdBy(ctx)}
 		return []raftfsm.Mutation{raftfsm.Put(aclCertPrefix+req.GetClient(), mustJSON(e))}, bindingMsg(req.GetClient(), e), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) { return c.AclGrant(ctx, req) })
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
+		return c.AclGrant(ctx, req)
+	})
 }
 
 // AclRevoke implements adminpb.AdminServer.
@@ -606,7 +608,9 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 			return true
 		})
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclListResponse, error) { return c.AclList(ctx, req) })
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclListResponse, error) {
+		return c.AclList(ctx, req)
+	})
 }
 
 // domainScannerFrom is a backend that can walk its domain keys in order

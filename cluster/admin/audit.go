@@ -458,5 +458,7 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 			out.NextPageToken = adminpb.EncodePageToken(auditPageToken, strings.TrimPrefix(last, auditPrefix))
 		}
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) { return c.ListAudit(ctx, req) })
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
+		return c.ListAudit(ctx, req)
+	})
 }

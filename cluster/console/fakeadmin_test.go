@@ -88,6 +88,12 @@ func newFakeConsole(t *testing.T) (*fakeAdmin, *httptest.Server) {
 
 // consoleOver serves a console reading admin, until the test ends.
 func consoleOver(t *testing.T, admin adminpb.AdminServer) *httptest.Server {
+	return consoleOverWith(t, admin, nil)
+}
+
+// consoleOverWith is consoleOver with the console's handler wrapped by
+// wrap (if not nil): what a master puts in front of it.
+func consoleOverWith(t *testing.T, admin adminpb.AdminServer, wrap func(http.Handler) http.Handler) *httptest.Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +108,11 @@ func consoleOver(t *testing.T, admin adminpb.AdminServer) *httptest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { con.Close() })
-	srv := httptest.NewServer(con)
+	var h http.Handler = con
+	if wrap != nil {
+		h = wrap(con)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }

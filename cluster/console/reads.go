@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // reads is one page's reads. They are linearizable (through this node:
@@ -31,6 +32,8 @@ type reads struct {
 	// record is the repair record the page is asked to report (a repair
 	// from the console led to it), 0 if none.
 	record uint64
+	// perm is what the user may do (security.PermissionOf the request).
+	perm security.Permission
 }
 
 // newReads reads this node's status; without it there is no page.
@@ -41,7 +44,7 @@ func (c *Console) newReads(r *http.Request) (*reads, error) {
 	if err != nil {
 		return nil, err
 	}
-	rd := &reads{c: c, ctx: r.Context(), node: st}
+	rd := &reads{c: c, ctx: r.Context(), node: st, perm: security.PermissionOf(r.Context())}
 	if seq, err := strconv.ParseUint(r.URL.Query().Get("record"), 10, 64); err == nil {
 		rd.record = seq
 	}

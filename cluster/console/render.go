@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 //go:embed templates/*.html
@@ -86,6 +87,9 @@ type base struct {
 	Maintenance *adminpb.Maintenance
 	// Repair is the record of the repair that led to this page.
 	Repair *repairRow
+	// CanAdmin: the user may take the console's actions (every one needs
+	// admin) and read the audit trail; without it they are not shown.
+	CanAdmin bool
 }
 
 // header names the node serving the page and its role.
@@ -111,7 +115,7 @@ func (c *Console) base(rd *reads, title, nav string, refresh bool) base {
 	if s := rd.source(); s != nil {
 		h.ServedBy, h.AppliedIndex, h.Consistency = s.GetServedBy(), s.GetAppliedIndex(), strings.ToLower(s.GetConsistency().String())
 	}
-	b := base{Title: title, Nav: nav, Header: h, Stale: rd.banner()}
+	b := base{Title: title, Nav: nav, Header: h, Stale: rd.banner(), CanAdmin: rd.perm.Covers(security.PermAdmin)}
 	if m := n.GetMaintenance(); m.GetOn() {
 		b.Maintenance = m
 	}

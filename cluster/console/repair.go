@@ -154,12 +154,12 @@ func (p repairPage) CanConfirm() bool {
 // handleRepair serves a repair action at pattern (a path): GET its
 // confirmation, POST (same-origin only) the call.
 func (c *Console) handleRepair(mux *http.ServeMux, pattern, nav string, build repairBuilder) {
-	mux.HandleFunc("GET "+pattern, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET "+pattern, c.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.repairConfirm(w, r, nav, build, r.URL.Query(), http.StatusOK, "")
-	})
-	mux.Handle("POST "+pattern, c.sameOrigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.repairPost(w, r, nav, build)
 	})))
+	mux.Handle("POST "+pattern, c.sameOrigin.Handler(c.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.repairPost(w, r, nav, build)
+	}))))
 }
 
 // repairConfirm shows the confirmation page of the action build describes

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/security"
 )
 
 func (c *Console) routes() {
@@ -16,10 +18,10 @@ func (c *Console) routes() {
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/", http.StatusFound) })
 	mux.HandleFunc("GET /ui/procedures", c.procedures)
 	mux.HandleFunc("GET /ui/procedures/{id}", c.procedure)
-	mux.HandleFunc("GET /ui/procedures/{id}/abort", c.abortConfirm)
+	mux.Handle("GET /ui/procedures/{id}/abort", c.adminOnly(http.HandlerFunc(c.abortConfirm)))
 	// Actions are POSTs from the console's own pages: a form posted from
 	// another site is refused, whatever cookies or networks it rides on.
-	mux.Handle("POST /ui/procedures/{id}/abort", c.sameOrigin.Handler(http.HandlerFunc(c.abort)))
+	mux.Handle("POST /ui/procedures/{id}/abort", c.sameOrigin.Handler(c.adminOnly(http.HandlerFunc(c.abort))))
 	// The repair kit: GET is the confirmation with the leader's dry run,
 	// POST (same-origin, confirm=yes) the call (repair.go).
 	c.handleRepair(mux, "/ui/procedures/{id}/bypass", "procedures", c.bypassAction)
@@ -29,6 +31,7 @@ func (c *Console) routes() {
 	c.handleRepair(mux, "/ui/servers/{id}/recover", "servers", c.recoverAction)
 	c.handleRepair(mux, "/ui/maintenance", "overview", c.maintenanceAction)
 	mux.HandleFunc("GET /ui/repairs", c.repairs)
+	mux.Handle("GET /ui/audit", c.adminOnly(http.HandlerFunc(c.audit)))
 	mux.HandleFunc("GET /ui/locks", c.locks)
 	mux.HandleFunc("GET /ui/servers", c.servers)
 	mux.HandleFunc("GET /ui/servers/{id}", c.server)
@@ -56,6 +59,31 @@ func (c *Console) fail(w http.ResponseWriter, rd *reads, title string, err error
 		return
 	}
 	c.render(w, code, "error", errorPage{base: c.base(rd, title, "", false), Message: msg})
+}
+
+// adminOnly serves h to a user holding admin (security.PermissionOf, which
+// the master's HTTP authorizer sets), and a 403 page to others: every
+// action needs admin, which the admin API checks again for the user the
+// console names on its call.
+func (c *Console) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		perm := security.PermissionOf(r.Context())
+		if perm.Covers(security.PermAdmin) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		held := "no permission"
+		if perm != security.PermNone {
+			held = "permission " + perm.String()
+		}
+		rd, err := c.newReads(r)
+		if err != nil {
+			c.fail(w, nil, "Not permitted", err)
+			return
+		}
+		c.render(w, http.StatusForbidden, "error", errorPage{base: c.base(rd, "Not permitted", "", false),
+			Message: r.URL.Path + " needs permission admin; you hold " + held + " (an admin grants more with 'baton acl grant')"})
+	})
 }
 
 func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
