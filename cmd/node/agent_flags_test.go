@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/security"
@@ -34,7 +35,7 @@ func TestParseAgentFlags(t *testing.T) {
 			"BATON_JOIN": "10.0.0.1:7070, 10.0.0.2:7070", "BATON_INSECURE": "true"},
 			want: agentConfig{ID: "n4", DataDir: "/d", RaftAddr: "10.0.0.4:7071", GRPCAddr: "10.0.0.4:7070", Join: []string{"10.0.0.1:7070", "10.0.0.2:7070"}, Insecure: true}},
 		{name: "flag beats env", env: map[string]string{"BATON_ID": "envid"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "h:1", "--grpc-addr", "h:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
-			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}}},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "h:1", GRPCAddr: "h:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}, ACL: true}},
 		{name: "missing everything", err: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "a", "--raft-addr", "h:1", "--grpc-addr", "h:2"}, err: "--data-dir is required"},
 		{name: "missing grpc", args: []string{"--id", "a", "--data-dir", "d", "--raft-addr", "h:1"}, err: "--grpc-addr is required"},
@@ -64,7 +65,18 @@ func TestParseAgentFlags(t *testing.T) {
 			err: "--raft-addr 10.0.0.1:1, --http-addr 0.0.0.0:3: not loopback"},
 		{name: "TLS from env", env: map[string]string{"BATON_TLS_CA": "ca.pem", "BATON_TLS_CERT": "c.pem", "BATON_TLS_KEY": "k.pem"},
 			args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}, ACL: true}},
+		{name: "access control and audit", env: map[string]string{"BATON_ACL_INITIAL_GRANTS": "ops=admin, prom=read", "BATON_AUDIT_MAX_RECORDS": "500"},
+			args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--acl", "on", "--audit-retention", "24h"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "127.0.0.1:1", GRPCAddr: "127.0.0.1:2", ACL: true,
+				ACLInitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "prom": security.PermRead}, AuditRetention: 24 * time.Hour, AuditMaxRecords: 500}},
+		{name: "TLS with access control off", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--acl", "off"},
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}}},
+		{name: "bad acl", args: []string{"--dev", "--acl", "yes"}, err: "--acl \"yes\": want on or off"},
+		{name: "bad grant", args: []string{"--dev", "--acl-initial-grants", "ops=root"}, err: "want client=permission"},
+		{name: "bad grant name", args: []string{"--dev", "--acl-initial-grants", "=admin"}, err: "want client=permission"},
+		{name: "bad retention", args: []string{"--dev", "--audit-retention", "1s"}, err: "at least 1m"},
+		{name: "bad max records", args: []string{"--dev", "--audit-max-records", "0"}, err: "--audit-max-records"},
 		{name: "partial TLS", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--tls-cert", "c.pem"},
 			err: "missing [--tls-ca --tls-key]"},
 		{name: "dev with TLS", args: []string{"--dev", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, err: "--dev runs plaintext"},
