@@ -138,7 +138,11 @@ type benchNode struct {
 
 // startTCPCluster starts n nodes with production stores and raft's TCP
 // transport on loopback, each with an admin server.
-func startTCPCluster(b *testing.B, n int) []*benchNode {
+func startTCPCluster(b *testing.B, n int) []*benchNode { return startTCPClusterWith(b, n, nil) }
+
+// startTCPClusterWith is startTCPCluster with each admin server's
+// Config.Access a copy of access (nil: none).
+func startTCPClusterWith(b *testing.B, n int, access *Access) []*benchNode {
 	b.Helper()
 	var peers []cluster.Peer
 	var cfgs []cluster.Config
@@ -172,7 +176,12 @@ func startTCPCluster(b *testing.B, n int) []*benchNode {
 		if err != nil {
 			b.Fatal(err)
 		}
-		srv, err := NewForNode(node, Config{RegisterInterval: 20 * time.Millisecond})
+		acfg := Config{RegisterInterval: 20 * time.Millisecond}
+		if access != nil {
+			a := *access
+			acfg.Access = &a
+		}
+		srv, err := NewForNode(node, acfg)
 		if err != nil {
 			b.Fatal(err)
 		}
