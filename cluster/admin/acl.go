@@ -398,15 +398,48 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			note = &auditNote{}
 			ctx = context.WithValue(ctx, auditNoteKey{}, note)
 		}
+		if !audited {
+			if err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}
+		// A call this node serves as the leader is recorded as it
+		// starts, while it runs: the answer then waits for the later of
+		// the two commits, not for both in turn. Its outcome is written
+		// over the record after (not waited for: if the leader dies
+		// first, the record says PENDING). Any other is recorded once
+		// its outcome is known.
+		var begun <-chan error
+		var first *adminpb.AuditRecord
+		if err == nil && s.b.IsLeader() && !note.isRemote() {
+			first = s.auditRecord(ctx, p, method, req, nil, nil)
+			first.Code = AuditPending
+			begun = s.audit.start(first)
+		}
 		var resp any
 		if err == nil {
 			resp, err = handler(ctx, req)
 		}
-		if !audited || note.isRemote() {
-			return resp, err
-		}
 		rec := s.auditRecord(ctx, p, method, req, resp, err)
-		if aerr := s.audit.append(ctx, rec); aerr != nil {
+		if note.isRemote() {
+			if first == nil {
+				return resp, err // the leader it was forwarded to recorded it
+			}
+			// Lost the leadership while holding the call, then forwarded
+			// it: the new leader records it too.
+			rec.Message = cut("forwarded to the new leader, whose record is the call's: "+rec.GetMessage(), auditFieldMax)
+		}
+		var aerr error
+		if begun != nil {
+			if aerr = waitAudit(begun, s.stopCh); aerr == nil {
+				rec.Id = first.GetId()
+				s.audit.update(rec)
+			}
+		} else {
+			aerr = s.audit.append(ctx, rec)
+		}
+		if aerr != nil {
 			s.log.Error("audit record not committed", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
 			if err == nil {
 				return nil, s.unavailable(fmt.Sprintf("admin: %s was served, but its audit record could not be committed (%v): its outcome is not acknowledged; retry (with the same nonce a submission answers the same procedure)", method, aerr))

@@ -99,20 +99,32 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, says ...str
 	}
 }
 
+// auditOf lists the whole audit trail through c, once no record is
+// PENDING (an outcome is written over its record just after the answer).
 func auditOf(t *testing.T, ctx context.Context, c adminpb.AdminClient) []*adminpb.AuditRecord {
 	t.Helper()
 	var out []*adminpb.AuditRecord
-	tok := ""
-	for {
-		r, err := c.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 2, PageToken: tok})
-		if err != nil {
-			t.Fatalf("list audit: %v", err)
+	testwait.For(t, 10*time.Second, "every audit record's outcome written", func() bool {
+		out = out[:0]
+		tok := ""
+		for {
+			r, err := c.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 2, PageToken: tok})
+			if err != nil {
+				t.Fatalf("list audit: %v", err)
+			}
+			out = append(out, r.GetRecords()...)
+			if tok = r.GetNextPageToken(); tok == "" {
+				break
+			}
 		}
-		out = append(out, r.GetRecords()...)
-		if tok = r.GetNextPageToken(); tok == "" {
-			return out
+		for _, r := range out {
+			if r.GetCode() == AuditPending {
+				return false
+			}
 		}
-	}
+		return true
+	})
+	return out
 }
 
 // TestAccessControlAcrossStandbysAndFailover runs every kind of caller

@@ -39,6 +39,8 @@ const (
 	auditPrefix = "audit/"
 	// auditBatch bounds the records in one Raft entry.
 	auditBatch = 256
+	// auditInFlight bounds the audit entries being committed at once.
+	auditInFlight = 4
 	// auditPruneBatch bounds the deletions one entry carries.
 	auditPruneBatch = 1000
 	// auditPruneEvery is how often an idle leader drops expired records.
@@ -57,6 +59,20 @@ const (
 )
 
 func auditKey(term, n uint64) string { return fmt.Sprintf("%s%020d-%010d", auditPrefix, term, n) }
+
+// auditKeyOf is the key of a record already numbered (Id "term-n").
+func auditKeyOf(id string) (string, bool) {
+	var term, n uint64
+	if _, err := fmt.Sscanf(id, "%d-%d", &term, &n); err != nil || fmt.Sprintf("%d-%d", term, n) != id {
+		return "", false
+	}
+	return auditKey(term, n), true
+}
+
+// AuditPending is the code of a record whose call was still being served
+// when it was written: its outcome is written over it once known, unless
+// the master failed first.
+const AuditPending = "PENDING"
 
 // auditNoteKey carries a call's auditNote through its handler.
 type auditNoteKey struct{}
@@ -180,22 +196,25 @@ type auditLog struct {
 	mu      sync.Mutex
 	pending []pendingAudit
 
-	// The leader's numbering and its knowledge of the trail; only run's
-	// goroutine touches them.
+	// The leader's numbering, written on run's goroutine only; term and
+	// count (records in the trail, -1 when unknown) under mu, which the
+	// writes in flight also take.
 	term  uint64
 	n     uint64
-	count int // records in the trail, -1 when unknown
+	count int
+	// pruning are the keys the writes in flight delete.
+	pruning map[string]bool
 
 	written, failed prometheus.Counter
 }
 
 type pendingAudit struct {
 	rec  *adminpb.AuditRecord
-	done chan error
+	done chan error // nil: nobody waits (an outcome written over its record)
 }
 
 func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
-	l := &auditLog{s: s, kick: make(chan struct{}, 1), count: -1,
+	l := &auditLog{s: s, kick: make(chan struct{}, 1), count: -1, pruning: map[string]bool{},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
@@ -232,11 +251,9 @@ func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) err
 		select {
 		case err := <-d:
 			if err != nil {
-				l.failed.Add(float64(len(recs)))
 				return err
 			}
 		case <-t.C:
-			l.failed.Add(float64(len(recs)))
 			return fmt.Errorf("audit: no commit within %v", auditWriteTimeout)
 		case <-l.s.stopCh:
 			return fmt.Errorf("audit: %w", errStopping)
@@ -245,12 +262,49 @@ func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) err
 	return nil
 }
 
+// start has rec committed as append does, without waiting: the channel
+// says when it is (rec.Id is set by then).
+func (l *auditLog) start(rec *adminpb.AuditRecord) <-chan error {
+	done := make(chan error, 1)
+	l.enqueue(pendingAudit{rec: rec, done: done})
+	return done
+}
+
+// update writes rec, already numbered (rec.Id), over its record, without
+// waiting: an outcome, best effort.
+func (l *auditLog) update(rec *adminpb.AuditRecord) { l.enqueue(pendingAudit{rec: rec}) }
+
+func (l *auditLog) enqueue(p pendingAudit) {
+	l.mu.Lock()
+	l.pending = append(l.pending, p)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// waitAudit waits for a record start committed, up to auditWriteTimeout.
+func waitAudit(done <-chan error, stop <-chan struct{}) error {
+	t := time.NewTimer(auditWriteTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("audit: no commit within %v", auditWriteTimeout)
+	case <-stop:
+		return fmt.Errorf("audit: %w", errStopping)
+	}
+}
+
 // run writes the pending records until the server stops; on the leader it
 // also drops expired records every auditPruneEvery.
 func (l *auditLog) run() {
 	defer l.s.loops.Done()
 	t := time.NewTicker(auditPruneEvery)
 	defer t.Stop()
+	sem := make(chan struct{}, auditInFlight)
 	for {
 		select {
 		case <-l.s.stopCh:
@@ -279,10 +333,33 @@ func (l *auditLog) run() {
 			for i, p := range batch {
 				recs[i] = p.rec
 			}
-			err := l.commit(recs)
-			for _, p := range batch {
-				p.done <- err
+			// Numbered here, in order; written with up to
+			// auditInFlight entries in flight, so that a caller waits
+			// for its own batch's commit, not for the one before it too.
+			write, err := l.prepare(recs)
+			if err != nil {
+				for _, p := range batch {
+					if p.done != nil {
+						p.done <- err
+					}
+				}
+				continue
 			}
+			sem <- struct{}{}
+			l.s.loops.Add(1)
+			go func() {
+				defer l.s.loops.Done()
+				err := write()
+				<-sem
+				if err != nil {
+					l.failed.Add(float64(len(batch)))
+				}
+				for _, p := range batch {
+					if p.done != nil {
+						p.done <- err
+					}
+				}
+			}()
 		}
 	}
 }
@@ -291,7 +368,9 @@ func (l *auditLog) failPending(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range l.pending {
-		p.done <- err
+		if p.done != nil {
+			p.done <- err
+		}
 	}
 	l.pending = nil
 }
@@ -300,49 +379,77 @@ func (l *auditLog) failPending(err error) {
 type termer interface{ Term() uint64 }
 
 // commit writes recs (and the prunes due) as the leader, or sends recs to
-// the leader.
+// the leader, and waits.
 func (l *auditLog) commit(recs []*adminpb.AuditRecord) error {
-	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
-	defer cancel()
-	if !l.s.b.IsLeader() {
-		if len(recs) == 0 {
-			return nil
-		}
-		_, err := forward(l.s, context.WithValue(ctx, noHoldKey{}, true), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
-			return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
-		})
+	write, err := l.prepare(recs)
+	if err != nil {
 		return err
+	}
+	return write()
+}
+
+// prepare numbers recs and works out the prunes due, on run's goroutine
+// (the numbering's only writer), and returns the write to make.
+func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
+	if !l.s.b.IsLeader() {
+		return func() error {
+			if len(recs) == 0 {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), auditWriteTimeout)
+			defer cancel()
+			_, err := forward(l.s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
+				return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
+			})
+			return err
+		}, nil
 	}
 	var term uint64
 	if t, ok := l.s.b.(termer); ok {
 		term = t.Term()
 	}
+	l.mu.Lock()
 	if term != l.term {
 		l.term, l.n, l.count = term, 0, -1
 	}
+	l.mu.Unlock()
 	muts := make([]raftfsm.Mutation, 0, len(recs))
+	added := 0
 	for _, r := range recs {
-		l.n++
-		r.Id = fmt.Sprintf("%d-%d", term, l.n)
+		key, numbered := auditKeyOf(r.GetId())
+		if !numbered {
+			l.n++
+			r.Id, key = fmt.Sprintf("%d-%d", term, l.n), auditKey(term, l.n)
+			added++
+		}
 		b, err := proto.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("audit: %w", err)
+			return nil, fmt.Errorf("audit: %w", err)
 		}
-		muts = append(muts, raftfsm.Put(auditKey(term, l.n), b))
+		muts = append(muts, raftfsm.Put(key, b))
 	}
-	prune := l.prunes(len(recs))
-	if len(muts)+len(prune) == 0 {
+	prune := l.prunes(added)
+	return func() error {
+		if len(muts)+len(prune) == 0 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
+		defer cancel()
+		err := l.s.b.Mutate(ctx, append(muts, prune...))
+		l.mu.Lock()
+		for _, m := range prune {
+			delete(l.pruning, m.Key)
+		}
+		if err != nil {
+			l.count = -1
+		}
+		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		l.written.Add(float64(len(recs)))
 		return nil
-	}
-	if err := l.s.b.Mutate(ctx, append(muts, prune...)); err != nil {
-		l.count = -1
-		return err
-	}
-	l.written.Add(float64(len(recs)))
-	if l.count >= 0 {
-		l.count += len(recs) - len(prune)
-	}
-	return nil
+	}, nil
 }
 
 // prunes are the deletions due when adding adding records: the oldest past
@@ -353,6 +460,8 @@ func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
 	if !ok {
 		return nil
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.count < 0 {
 		l.count = 0
 		sc.DomainScan(auditPrefix, func(string, []byte) bool { l.count++; return true })
@@ -360,9 +469,13 @@ func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
 	over := l.count + adding - l.s.acc.AuditMaxRecords
 	cutoff := l.s.acc.Clock.Now().Add(-l.s.acc.AuditRetention).UnixMilli()
 	var out []raftfsm.Mutation
+	// From the oldest, past those a write in flight deletes already.
 	sc.DomainScan(auditPrefix, func(k string, v []byte) bool {
 		if len(out) >= auditPruneBatch {
 			return false
+		}
+		if l.pruning[k] {
+			return true
 		}
 		if len(out) < over {
 			out = append(out, raftfsm.Del(k))
@@ -375,6 +488,12 @@ func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
 		out = append(out, raftfsm.Del(k))
 		return true
 	})
+	// Counted as done now; a write that fails makes the next one count
+	// afresh.
+	l.count += adding - len(out)
+	for _, m := range out {
+		l.pruning[m.Key] = true
+	}
 	return out
 }
 
