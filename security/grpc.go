@@ -193,6 +193,17 @@ func CallerOf(ctx context.Context) (Identity, bool) {
 // (ActingFor).
 const OnBehalfKey = "x-baton-on-behalf-of"
 
+// PeerKey is the gRPC metadata key by which a master passing a call on
+// (a standby forwarding it, the console acting for a browser) names the
+// address the call came from. Only a master's word is taken for it.
+const PeerKey = "x-baton-peer"
+
+// FromPeer returns ctx carrying addr as the address the call a master
+// passes on came from.
+func FromPeer(ctx context.Context, addr string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, PeerKey, addr)
+}
+
 // OnBehalfOf returns ctx carrying id as the identity a call is made for.
 func OnBehalfOf(ctx context.Context, id Identity) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, OnBehalfKey, id.String())

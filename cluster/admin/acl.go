@@ -215,12 +215,14 @@ func forwardPrincipal(ctx context.Context) []string {
 		return nil
 	}
 	switch {
-	case p.kind == kindClient:
-		return []string{principalKey, p.String()}
 	case p.token != "":
 		return []string{"authorization", "Bearer " + p.token}
+	case p.kind == kindMaster:
+		return nil // the forwarding master is the caller
 	}
-	return nil
+	// A client, or anonymous: the leader judges the call as that, never
+	// as the master forwarding it.
+	return []string{principalKey, p.String()}
 }
 
 func incomingOne(ctx context.Context, key string) (string, bool) {
@@ -245,9 +247,12 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 	switch {
 	case tls && caller.Role == security.RoleMaster:
 		if v, ok := incomingOne(ctx, principalKey); ok {
+			if v == kindAnonymous {
+				return principal{kind: kindAnonymous}, nil
+			}
 			name, isClient := strings.CutPrefix(v, kindClient+"/")
 			if !isClient || (security.Identity{Role: security.RoleClient, ID: name}).Validate() != nil {
-				return p, status.Errorf(codes.Unauthenticated, "admin: master %s forwarded a call for %q, which names no client", caller.ID, v)
+				return principal{kind: kindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: master %s forwarded a call for %q, which names no client", caller.ID, v)
 			}
 			p = principal{kind: kindClient, id: name}
 		} else if user, ok := security.ActingFor(ctx); ok && user.Role == security.RoleClient {
@@ -258,7 +263,12 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 			return principal{kind: kindMaster, id: caller.ID, perm: security.PermAdmin}, nil
 		}
 	case hasTok:
-		return s.tokenPrincipal(tok)
+		p, err := s.tokenPrincipal(tok)
+		if err != nil && p.kind == kindAnonymous && tls {
+			// A malformed token: the record names the certificate.
+			p = principal{kind: string(caller.Role), id: caller.ID}
+		}
+		return p, err
 	case tls && caller.Role == security.RoleClient:
 		p = principal{kind: kindClient, id: caller.ID}
 	case tls:
@@ -292,12 +302,13 @@ func (s *Server) clientPrincipal(name string) principal {
 func (s *Server) tokenPrincipal(tok string) (principal, error) {
 	acc, secret, err := security.ParseToken(tok)
 	if err != nil {
-		return principal{}, status.Error(codes.Unauthenticated, "admin: the call's bearer token is malformed: want 'authorization: Bearer bt_<accessor>_<secret>' as 'baton acl token create' printed it")
+		return principal{kind: kindAnonymous}, status.Error(codes.Unauthenticated, "admin: the call's bearer token is malformed: want 'authorization: Bearer bt_<accessor>_<secret>' as 'baton acl token create' printed it")
 	}
 	v, ok := s.b.DomainGet(aclTokenPrefix + acc)
 	var e aclEntry
 	if !ok || json.Unmarshal(v, &e) != nil || !security.TokenMatches(secret, e.Hash) {
-		return principal{}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
+		// Named by its accessor in the audit record, holding nothing.
+		return principal{kind: kindToken, id: acc}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
 	}
 	perm, _ := security.ParsePermission(e.Permission)
 	return principal{kind: kindToken, id: acc, name: e.Name, perm: perm, token: tok}, nil
@@ -386,13 +397,14 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil {
 			ctx = context.WithValue(ctx, principalCtxKey{}, p)
 			err = s.authorize(p, method)
-		} else {
-			p = principal{kind: kindAnonymous}
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
 		}
-		audited := Audited(method) && p.kind != kindMaster
+		// A master's own calls too (a person holding a master's
+		// certificate is still someone): masters' machinery calls only
+		// masterOnly methods, which are not audited.
+		audited := Audited(method)
 		var note *auditNote
 		if audited {
 			note = &auditNote{}
@@ -672,36 +684,102 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 		granted = append(granted, name+"="+perm.String())
 		muts = append(muts, raftfsm.Put(aclCertPrefix+name, mustJSON(aclEntry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + s.b.ID() + " (initial grant)"})))
 	}
-	var boot *adminpb.AclCreateTokenResponse
-	if _, done := s.b.DomainGet(aclBootKey); !done {
-		tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)")
-		if err != nil {
-			s.log.Error("bootstrap token", "error", err)
+	boot, bootMuts, err := s.bootstrapWrites(now)
+	if err != nil {
+		s.log.Error("bootstrap token", "error", err)
+		return
+	}
+	muts = append(muts, bootMuts...)
+	if len(muts) > 0 {
+		if err := s.b.Mutate(ctx, muts); err != nil {
+			// It may commit all the same: the next tick finds out.
+			s.log.Warn("access control bootstrap not committed; will look again", "error", err)
 			return
 		}
-		boot = resp
-		muts = append(muts, tm...)
-		muts = append(muts, raftfsm.Put(aclBootKey, mustJSON(map[string]any{"at_ms": now, "by": s.b.ID(), "accessor": resp.GetToken().GetAccessor()})))
-	}
-	if len(muts) == 0 {
-		return
-	}
-	if err := s.b.Mutate(ctx, muts); err != nil {
-		s.log.Warn("access control bootstrap not committed; will retry", "error", err)
-		return
 	}
 	if len(granted) > 0 {
 		slices.Sort(granted)
 		s.log.Info("initial grants bound", "clients", granted)
 	}
-	if boot != nil {
-		s.log.Info("bootstrap token made", "accessor", boot.GetToken().GetAccessor())
+	if boot == nil {
+		return
+	}
+	s.mu.Lock()
+	told := s.bootTold
+	s.bootTold = true
+	s.mu.Unlock()
+	if !told {
+		s.log.Info("bootstrap token made", "accessor", boot.accessor)
 		if s.acc.OnBootstrap != nil {
-			s.acc.OnBootstrap(boot.GetSecret())
+			s.acc.OnBootstrap(boot.secret)
 		} else {
-			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.GetSecret())
+			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.secret)
 		}
 	}
+	// Told: say so in the replicated state, so that no later leader
+	// replaces it. If this write fails, the next tick makes it again.
+	rec := bootRecord{AtMs: now, By: s.b.ID(), Accessor: boot.accessor, Announced: true}
+	if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(aclBootKey, mustJSON(rec))}); err != nil {
+		s.log.Warn("bootstrap token told, but not yet recorded as told; will retry", "error", err)
+		return
+	}
+	s.mu.Lock()
+	s.bootPending = nil
+	s.mu.Unlock()
+}
+
+// bootRecord is the value of aclBootKey.
+type bootRecord struct {
+	AtMs     int64  `json:"at_ms"`
+	By       string `json:"by"`
+	Accessor string `json:"accessor"`
+	// Announced: the secret was told. Until it is, only the master that
+	// made the token knows it; another leader finding it unannounced
+	// replaces it (the secret would otherwise be lost with a write that
+	// committed after its writer gave up on it).
+	Announced bool `json:"announced"`
+}
+
+// pendingBoot is a bootstrap token this master made and has yet to see
+// recorded as told.
+type pendingBoot struct{ accessor, secret string }
+
+// bootstrapWrites works out, on the leader, what the bootstrap needs: nil
+// when the bootstrap token was made and told; the pending token, with the
+// writes that make it (none if its writes committed already), when this
+// master made it and has yet to tell it.
+func (s *Server) bootstrapWrites(now int64) (*pendingBoot, []raftfsm.Mutation, error) {
+	var rec bootRecord
+	if v, ok := s.b.DomainGet(aclBootKey); ok {
+		if json.Unmarshal(v, &rec) == nil && rec.Announced {
+			return nil, nil, nil
+		}
+	}
+	s.mu.Lock()
+	pending := s.bootPending
+	s.mu.Unlock()
+	if pending != nil && rec.Accessor == pending.accessor {
+		if _, ok := s.b.DomainGet(aclTokenPrefix + pending.accessor); ok {
+			return pending, nil, nil // committed: tell it
+		}
+	}
+	// None yet, or one whose secret only another master knew: make one
+	// (the other's token goes).
+	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)")
+	if err != nil {
+		return nil, nil, err
+	}
+	var muts []raftfsm.Mutation
+	if rec.Accessor != "" {
+		muts = append(muts, raftfsm.Del(aclTokenPrefix+rec.Accessor))
+	}
+	pending = &pendingBoot{accessor: resp.GetToken().GetAccessor(), secret: resp.GetSecret()}
+	muts = append(muts, tm...)
+	muts = append(muts, raftfsm.Put(aclBootKey, mustJSON(bootRecord{AtMs: now, By: s.b.ID(), Accessor: pending.accessor})))
+	s.mu.Lock()
+	s.bootPending, s.bootTold = pending, false
+	s.mu.Unlock()
+	return pending, muts, nil
 }
 
 func mustJSON(v any) []byte {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
 )
 
 // The audit trail: a record of every client call to a method that
@@ -37,6 +39,8 @@ import (
 
 const (
 	auditPrefix = "audit/"
+	// refusedPrefix keeps refusals apart (AuditRecord.refused).
+	refusedPrefix = "audit-refused/"
 	// auditBatch bounds the records in one Raft entry.
 	auditBatch = 256
 	// auditInFlight bounds the audit entries being committed at once.
@@ -58,7 +62,13 @@ const (
 	auditPageToken = "audit"
 )
 
-func auditKey(term, n uint64) string { return fmt.Sprintf("%s%020d-%010d", auditPrefix, term, n) }
+func auditKey(term, n uint64) string { return auditPrefix + auditSuffix(term, n) }
+
+// auditSuffix orders records by the term and count in both spaces.
+func auditSuffix(term, n uint64) string { return fmt.Sprintf("%020d-%010d", term, n) }
+
+// refusalCodes are the answers that make a record a refusal.
+var refusalCodes = map[codes.Code]bool{codes.PermissionDenied: true, codes.Unauthenticated: true, codes.ResourceExhausted: true}
 
 // auditKeyOf is the key of a record already numbered (Id "term-n").
 func auditKeyOf(id string) (string, bool) {
@@ -130,12 +140,17 @@ func (s *Server) auditRecord(ctx context.Context, p principal, method string, re
 			rec.Args = cut(string(b), auditFieldMax)
 		}
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
+	rec.Refused = refusalCodes[status.Code(err)]
+	// Where the call came from is a master's word (a standby forwarding,
+	// the console acting for a browser), or anyone's where nothing is
+	// authenticated anyway.
+	caller, tls := security.CallerOf(ctx)
+	if md, ok := metadata.FromIncomingContext(ctx); ok && ((tls && caller.Role == security.RoleMaster) || (!tls && !s.acc.Enforce)) {
 		if via := md.Get(forwardedKey); len(via) > 0 {
 			rec.Via = via[0]
-			if pa := md.Get(peerKey); len(pa) > 0 && pa[0] != "" {
-				rec.Peer = pa[0]
-			}
+		}
+		if pa := md.Get(peerKey); len(pa) > 0 && pa[0] != "" {
+			rec.Peer = pa[0]
 		}
 	}
 	add := func(id uint64) {
@@ -197,15 +212,21 @@ type auditLog struct {
 	pending []pendingAudit
 
 	// The leader's numbering, written on run's goroutine only; term and
-	// count (records in the trail, -1 when unknown) under mu, which the
-	// writes in flight also take.
-	term  uint64
-	n     uint64
-	count int
+	// the spaces under mu, which the writes in flight also take.
+	term   uint64
+	n      uint64
+	spaces [2]*auditSpace // served calls, refusals
 	// pruning are the keys the writes in flight delete.
 	pruning map[string]bool
 
 	written, failed prometheus.Counter
+}
+
+// auditSpace is one key space of the trail, within its own bound.
+type auditSpace struct {
+	prefix string
+	max    int
+	count  int // records in it, -1 when unknown
 }
 
 type pendingAudit struct {
@@ -214,7 +235,9 @@ type pendingAudit struct {
 }
 
 func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
-	l := &auditLog{s: s, kick: make(chan struct{}, 1), count: -1, pruning: map[string]bool{},
+	l := &auditLog{s: s, kick: make(chan struct{}, 1), pruning: map[string]bool{},
+		spaces: [2]*auditSpace{{prefix: auditPrefix, max: s.acc.AuditMaxRecords, count: -1},
+			{prefix: refusedPrefix, max: max(1, s.acc.AuditMaxRecords/10), count: -1}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
@@ -410,17 +433,29 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}
 	l.mu.Lock()
 	if term != l.term {
-		l.term, l.n, l.count = term, 0, -1
+		l.term, l.n = term, 0
+		for _, sp := range l.spaces {
+			sp.count = -1
+		}
 	}
 	l.mu.Unlock()
+	now := l.s.acc.Clock.Now().UnixMilli()
 	muts := make([]raftfsm.Mutation, 0, len(recs))
-	added := 0
+	var added [2]int
 	for _, r := range recs {
 		key, numbered := auditKeyOf(r.GetId())
 		if !numbered {
 			l.n++
-			r.Id, key = fmt.Sprintf("%d-%d", term, l.n), auditKey(term, l.n)
-			added++
+			r.Id = fmt.Sprintf("%d-%d", term, l.n)
+			sp := 0
+			if r.GetRefused() {
+				sp = 1
+			}
+			key = l.spaces[sp].prefix + auditSuffix(term, l.n)
+			added[sp]++
+		}
+		if r.GetCommittedUnixMs() == 0 {
+			r.CommittedUnixMs = now
 		}
 		b, err := proto.Marshal(r)
 		if err != nil {
@@ -428,20 +463,32 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 		}
 		muts = append(muts, raftfsm.Put(key, b))
 	}
-	prune := l.prunes(added)
+	var prune []raftfsm.Mutation
+	for i, sp := range l.spaces {
+		prune = append(prune, l.prunes(sp, added[i])...)
+	}
 	return func() error {
 		if len(muts)+len(prune) == 0 {
 			return nil
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
 		defer cancel()
+		go func() { // Stop does not wait out a stuck write
+			select {
+			case <-l.s.stopCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		err := l.s.b.Mutate(ctx, append(muts, prune...))
 		l.mu.Lock()
 		for _, m := range prune {
 			delete(l.pruning, m.Key)
 		}
 		if err != nil {
-			l.count = -1
+			for _, sp := range l.spaces {
+				sp.count = -1
+			}
 		}
 		l.mu.Unlock()
 		if err != nil {
@@ -452,25 +499,25 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}, nil
 }
 
-// prunes are the deletions due when adding adding records: the oldest past
-// AuditMaxRecords, and those older than AuditRetention, at most
-// auditPruneBatch.
-func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
+// prunes are the deletions due in space sp when adding records to it: the
+// oldest past its bound, and those committed longer than AuditRetention
+// ago, at most auditPruneBatch.
+func (l *auditLog) prunes(sp *auditSpace, adding int) []raftfsm.Mutation {
 	sc, ok := l.s.b.(domainScanner)
 	if !ok {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.count < 0 {
-		l.count = 0
-		sc.DomainScan(auditPrefix, func(string, []byte) bool { l.count++; return true })
+	if sp.count < 0 {
+		sp.count = 0
+		sc.DomainScan(sp.prefix, func(string, []byte) bool { sp.count++; return true })
 	}
-	over := l.count + adding - l.s.acc.AuditMaxRecords
+	over := sp.count + adding - sp.max
 	cutoff := l.s.acc.Clock.Now().Add(-l.s.acc.AuditRetention).UnixMilli()
 	var out []raftfsm.Mutation
 	// From the oldest, past those a write in flight deletes already.
-	sc.DomainScan(auditPrefix, func(k string, v []byte) bool {
+	sc.DomainScan(sp.prefix, func(k string, v []byte) bool {
 		if len(out) >= auditPruneBatch {
 			return false
 		}
@@ -482,7 +529,7 @@ func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
 			return true
 		}
 		var r adminpb.AuditRecord
-		if proto.Unmarshal(v, &r) == nil && r.GetAtUnixMs() >= cutoff {
+		if proto.Unmarshal(v, &r) == nil && r.GetCommittedUnixMs() >= cutoff {
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
@@ -490,7 +537,7 @@ func (l *auditLog) prunes(adding int) []raftfsm.Mutation {
 	})
 	// Counted as done now; a write that fails makes the next one count
 	// afresh.
-	l.count += adding - len(out)
+	sp.count += adding - len(out)
 	for _, m := range out {
 		l.pruning[m.Key] = true
 	}
@@ -539,25 +586,45 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 	case limit > MaxPageSize:
 		limit = MaxPageSize
 	}
-	var after string
+	var after string // the suffix (term-n) the page resumes after
 	if tok := req.GetPageToken(); tok != "" {
 		last, ok := adminpb.DecodePageToken(auditPageToken, tok)
 		if !ok {
 			return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: bad page_token %q (pass next_page_token of the previous page)", tok)
 		}
-		after = auditPrefix + last
+		after = last
 	}
 	sc, ok := s.b.(domainScannerFrom)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "admin: list audit: this node cannot list its state")
 	}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListAuditResponse, error) {
-		out := &adminpb.ListAuditResponse{Read: ri}
-		size, scanned, last := 0, 0, ""
-		more := false
-		sc.DomainScanFrom(auditPrefix, after, func(k string, v []byte) bool {
-			if len(out.Records) >= limit || size >= maxAuditPageBytes || scanned >= auditScanMax {
-				more = true
+		return listAuditPage(sc, req, after, limit, ri), nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
+		return c.ListAudit(ctx, req)
+	})
+}
+
+// listAuditPage reads a page of both spaces from suffix after on, merged
+// in order: the first limit records of either that match req's filters.
+func listAuditPage(sc domainScannerFrom, req *adminpb.ListAuditRequest, after string, limit int, ri *adminpb.ReadInfo) *adminpb.ListAuditResponse {
+	type found struct {
+		suffix string
+		rec    *adminpb.AuditRecord
+		size   int
+	}
+	var all []found
+	// cutAt: a space's read stopped here, so nothing past it is known.
+	cutAt := ""
+	for _, prefix := range []string{auditPrefix, refusedPrefix} {
+		n, scanned, last, stopped := 0, 0, "", false
+		from := ""
+		if after != "" {
+			from = prefix + after
+		}
+		sc.DomainScanFrom(prefix, from, func(k string, v []byte) bool {
+			if n > limit || scanned >= auditScanMax {
+				stopped = true
 				return false
 			}
 			scanned++
@@ -569,15 +636,31 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 			if (req.GetPrincipal() != "" && r.GetPrincipal() != req.GetPrincipal()) || (req.GetMethod() != "" && r.GetMethod() != req.GetMethod()) {
 				return true
 			}
-			out.Records = append(out.Records, &r)
-			size += len(v)
+			all = append(all, found{strings.TrimPrefix(k, prefix), &r, len(v)})
+			n++
 			return true
 		})
-		if more {
-			out.NextPageToken = adminpb.EncodePageToken(auditPageToken, strings.TrimPrefix(last, auditPrefix))
+		if suffix := strings.TrimPrefix(last, prefix); stopped && (cutAt == "" || suffix < cutAt) {
+			cutAt = suffix
 		}
-		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
-		return c.ListAudit(ctx, req)
-	})
+	}
+	slices.SortFunc(all, func(a, b found) int { return strings.Compare(a.suffix, b.suffix) })
+	out := &adminpb.ListAuditResponse{Read: ri}
+	size, last := 0, ""
+	for _, f := range all {
+		if cutAt != "" && f.suffix > cutAt {
+			break // everything up to cutAt is on the page
+		}
+		if len(out.Records) >= limit || size >= maxAuditPageBytes {
+			out.NextPageToken = adminpb.EncodePageToken(auditPageToken, last)
+			return out
+		}
+		out.Records = append(out.Records, f.rec)
+		size += f.size
+		last = f.suffix
+	}
+	if cutAt != "" {
+		out.NextPageToken = adminpb.EncodePageToken(auditPageToken, cutAt)
+	}
+	return out
 }

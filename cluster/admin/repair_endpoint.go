@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // The repair kit's calls (admin.proto, "Repair kit"). The domain plans,
@@ -30,7 +31,7 @@ func (s *Server) authorizeRepair(ctx context.Context, action string) error {
 // peerKey carries, on a forwarded call, the address the call came from
 // (the client's), so that the leader's repair record names the client and
 // not the standby that forwarded it.
-const peerKey = "x-baton-peer"
+const peerKey = security.PeerKey
 
 // peerAddr is the address ctx's call came from, "" if unknown.
 func peerAddr(ctx context.Context) string {
@@ -46,6 +47,14 @@ func peerAddr(ctx context.Context) string {
 // caller's word until calls are authenticated (issue 14).
 func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
 	out := catalog.Caller{Name: c.GetCaller(), Peer: peerAddr(ctx)}
+	// Who the access interceptor found is no one's word: it leads, and
+	// the name the caller gave follows.
+	if p, ok := principalOf(ctx); ok && p.kind != kindAnonymous {
+		out.Name = p.String()
+		if given := c.GetCaller(); given != "" {
+			out.Name += " (" + given + ")"
+		}
+	}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if via := md.Get(forwardedKey); len(via) > 0 {
 			out.Via = via[0]

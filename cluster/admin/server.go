@@ -111,6 +111,10 @@ type Server struct {
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
 	audit   *auditLog // nil without Config.Access
+	// bootPending is the bootstrap token this master made and has not
+	// yet recorded as told; bootTold, that it told it (under mu).
+	bootPending *pendingBoot
+	bootTold    bool
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often

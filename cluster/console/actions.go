@@ -6,6 +6,7 @@ import (
 	"github.com/baton-dev/baton/security"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -88,14 +89,18 @@ func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, fmt.Sprintf("/ui/procedures/%d?done=abort", id), http.StatusSeeOther)
 }
 
-// forUser is r's context, carrying the identity of the certificate the
-// browser presented (with TLS) as the one the console's call is made for
-// (security.OnBehalfOf): the submit rate limit then counts the call
-// against that user, not the master. Who may call what is still judged
-// on the master's own certificate (every admin method is open to masters
-// and clients alike).
+// forUser is r's context, naming on the console's call who asked: the
+// bearer token the request carried, or else the identity of the
+// certificate the browser presented (security.OnBehalfOf), and the
+// browser's address (security.FromPeer). The admin API judges the call on
+// that user's permission, records it in the audit trail as theirs, and
+// counts it against their submit rate limit; it takes a master's word for
+// all of it only.
 func forUser(r *http.Request) context.Context {
-	ctx := r.Context()
+	ctx := security.FromPeer(r.Context(), r.RemoteAddr)
+	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return security.WithToken(ctx, strings.TrimSpace(tok))
+	}
 	if r.TLS == nil {
 		return ctx
 	}

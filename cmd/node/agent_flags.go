@@ -204,6 +204,9 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	default:
 		bad("--acl %q: want on or off", v)
 	}
+	if cfg.ACL && !cfg.TLS.Enabled() {
+		bad("--acl on needs TLS (--tls-ca, --tls-cert, --tls-key): without certificates the masters cannot tell one another from clients, and would refuse each other's registrations and forwarded calls")
+	}
 	if v := strings.TrimSpace(*aclGrants); v != "" {
 		cfg.ACLInitialGrants = map[string]security.Permission{}
 		for _, g := range strings.Split(v, ",") {

@@ -5802,9 +5802,17 @@ type AuditRecord struct {
 	ProcIds []uint64 `protobuf:"varint,10,rep,packed,name=proc_ids,json=procIds,proto3" json:"proc_ids,omitempty"`
 	// node: the master that served or refused the call; peer: the address
 	// it came from; via: the master that forwarded it, if one did.
-	Node          string `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
-	Peer          string `protobuf:"bytes,12,opt,name=peer,proto3" json:"peer,omitempty"`
-	Via           string `protobuf:"bytes,13,opt,name=via,proto3" json:"via,omitempty"`
+	Node string `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
+	Peer string `protobuf:"bytes,12,opt,name=peer,proto3" json:"peer,omitempty"`
+	Via  string `protobuf:"bytes,13,opt,name=via,proto3" json:"via,omitempty"`
+	// committed_unix_ms: when the leader first wrote it, by the leader's
+	// clock: what the retention counts from.
+	CommittedUnixMs int64 `protobuf:"varint,14,opt,name=committed_unix_ms,json=committedUnixMs,proto3" json:"committed_unix_ms,omitempty"`
+	// refused: the call was refused before it was served (PERMISSION_DENIED,
+	// UNAUTHENTICATED, RESOURCE_EXHAUSTED); refusals are kept apart, within
+	// their own bound, so that a flood of them cannot push out the records
+	// of calls that were served.
+	Refused       bool `protobuf:"varint,15,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5928,6 +5936,20 @@ func (x *AuditRecord) GetVia() string {
 		return x.Via
 	}
 	return ""
+}
+
+func (x *AuditRecord) GetCommittedUnixMs() int64 {
+	if x != nil {
+		return x.CommittedUnixMs
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
 }
 
 type AppendAuditRequest struct {
@@ -6474,7 +6496,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x11ListAuditResponse\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
-	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xbd\x02\n" +
+	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x83\x03\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\n" +
@@ -6491,7 +6513,9 @@ const file_admin_proto_rawDesc = "" +
 	" \x03(\x04R\aprocIds\x12\x12\n" +
 	"\x04node\x18\v \x01(\tR\x04node\x12\x12\n" +
 	"\x04peer\x18\f \x01(\tR\x04peer\x12\x10\n" +
-	"\x03via\x18\r \x01(\tR\x03via\"K\n" +
+	"\x03via\x18\r \x01(\tR\x03via\x12*\n" +
+	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\x12\x18\n" +
+	"\arefused\x18\x0f \x01(\bR\arefused\"K\n" +
 	"\x12AppendAuditRequest\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\"\x15\n" +
 	"\x13AppendAuditResponse**\n" +

@@ -235,10 +235,11 @@ type AdminClient interface {
 	AclList(ctx context.Context, in *AclListRequest, opts ...grpc.CallOption) (*AclListResponse, error)
 	// ListAudit lists the audit trail, oldest first, paged: a record of every
 	// call of a client to a method that changes state (every method needing
-	// operate or admin but LockHeartbeat), refusals included. A call is
-	// answered only once its record is committed (replicated), so a
-	// failover loses none; the oldest are dropped past the retention
-	// (agent --audit-retention, --audit-max-records).
+	// operate or admin but LockHeartbeat), refusals included (kept apart,
+	// within a tenth of the bound). A call is answered only once its record
+	// is committed (replicated), so a failover loses none; the oldest are
+	// dropped past the retention (agent --audit-retention,
+	// --audit-max-records).
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 	// AppendAudit is how a master that served or refused a call while not
 	// the leader has its records committed (masters only).
@@ -874,10 +875,11 @@ type AdminServer interface {
 	AclList(context.Context, *AclListRequest) (*AclListResponse, error)
 	// ListAudit lists the audit trail, oldest first, paged: a record of every
 	// call of a client to a method that changes state (every method needing
-	// operate or admin but LockHeartbeat), refusals included. A call is
-	// answered only once its record is committed (replicated), so a
-	// failover loses none; the oldest are dropped past the retention
-	// (agent --audit-retention, --audit-max-records).
+	// operate or admin but LockHeartbeat), refusals included (kept apart,
+	// within a tenth of the bound). A call is answered only once its record
+	// is committed (replicated), so a failover loses none; the oldest are
+	// dropped past the retention (agent --audit-retention,
+	// --audit-max-records).
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	// AppendAudit is how a master that served or refused a call while not
 	// the leader has its records committed (masters only).

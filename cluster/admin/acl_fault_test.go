@@ -1,0 +1,271 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
+)
+
+// The faults of access control and the audit trail: a client forging what
+// only masters say, refusals flooding the trail, a clock far ahead, a
+// write that commits after its writer gave up, a leader dying under
+// calls.
+
+func waitBound(t *testing.T, ctx context.Context, c adminpb.AdminClient, perm string) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, "bound "+perm, func() bool {
+		r, err := c.WhoAmI(ctx, &adminpb.WhoAmIRequest{})
+		return err == nil && r.GetPermission() == perm
+	})
+}
+
+// TestNoPrincipalSpoofing: a client sending what only masters may say
+// (a forwarded principal, the console's user, a forwarding mark, a
+// browser's address) is judged, and recorded, as itself.
+func TestNoPrincipalSpoofing(t *testing.T) {
+	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "reader": security.PermRead}})
+	li := converged(t, sc.nodes)
+	standby := (li + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, i := range []int{li, standby} {
+		reader := sc.as(i, "reader", "")
+		waitBound(t, ctx, reader, "read")
+		for _, kv := range [][]string{
+			{principalKey, "client/ops"},
+			{principalKey, "anonymous"},
+			{security.OnBehalfKey, "baton://client/ops"},
+			{security.OnBehalfKey, "baton://master/m0"},
+			{forwardedKey, "m0", principalKey, "client/ops"},
+			{"authorization", "Bearer garbage", "authorization", "Bearer garbage2"},
+		} {
+			c := metadata.AppendToOutgoingContext(ctx, kv...)
+			who, err := reader.WhoAmI(c, &adminpb.WhoAmIRequest{})
+			if err == nil && (who.GetPrincipal() != "client/reader" || who.GetPermission() != "read") {
+				t.Errorf("node %d %v: whoami %v", i, kv, who)
+			}
+			_, err = reader.SubmitProcedure(c, &adminpb.SubmitProcedureRequest{Type: "sleep"})
+			// A client's forwarding mark makes a standby refuse to
+			// forward: it hurts only that client.
+			if c := status.Code(err); c != codes.PermissionDenied && c != codes.Unauthenticated && !(c == codes.Unavailable && strings.Contains(err.Error(), "not forwarding")) {
+				t.Errorf("node %d %v: a reader's submit: %v", i, kv, err)
+			}
+		}
+	}
+	ops := sc.as(li, "ops", "")
+	fctx := metadata.AppendToOutgoingContext(ctx, forwardedKey, "m-ghost", peerKey, "203.0.113.66:4444")
+	if _, err := ops.SubmitProcedure(fctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	for _, r := range auditOf(t, ctx, ops) {
+		if r.GetVia() == "m-ghost" || r.GetPeer() == "203.0.113.66:4444" {
+			t.Errorf("record %s of %s %s: via %q, peer %q taken from a client's metadata", r.GetId(), r.GetPrincipal(), r.GetMethod(), r.GetVia(), r.GetPeer())
+		}
+		if r.GetPrincipal() != "client/reader" && r.GetPrincipal() != "client/ops" {
+			t.Errorf("record %s names %s", r.GetId(), r.GetPrincipal())
+		}
+	}
+}
+
+// TestRefusalsCannotFloodTheTrail: refusals are kept apart within their
+// own bound, so a certificate holding nothing cannot push the records of
+// served calls out by being refused.
+func TestRefusalsCannotFloodTheTrail(t *testing.T) {
+	sc := startSecureCluster(t, 1, Access{AuditMaxRecords: 20, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
+	converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ops := sc.as(0, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "mallory", Permission: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	stranger := sc.as(0, "nobody", "")
+	for range 50 {
+		_, err := stranger.DeleteTable(ctx, &adminpb.TableRequest{Name: "x"})
+		wantCode(t, "an unbound certificate deletes", err, codes.PermissionDenied)
+	}
+	recs := auditOf(t, ctx, ops)
+	grants, refusals := 0, 0
+	for _, r := range recs {
+		switch {
+		case r.GetMethod() == "AclGrant":
+			grants++
+		case r.GetRefused():
+			refusals++
+		}
+	}
+	if grants != 1 || refusals == 0 || refusals > 2 {
+		t.Fatalf("after 50 refusals with a bound of 20: %d grant records (want 1), %d refusals kept (want 1-2, a tenth of the bound)\n%s", grants, refusals, auditText(recs))
+	}
+	// The two spaces page as one, in order.
+	var paged []string
+	tok := ""
+	for {
+		r, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 1, PageToken: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range r.GetRecords() {
+			paged = append(paged, rec.GetId())
+		}
+		if tok = r.GetNextPageToken(); tok == "" {
+			break
+		}
+	}
+	if len(paged) != len(recs) {
+		t.Fatalf("paged one at a time: %v; at once %d records", paged, len(recs))
+	}
+	for i := range recs {
+		if paged[i] != recs[i].GetId() {
+			t.Fatalf("page order %v differs from %s", paged, auditText(recs))
+		}
+	}
+}
+
+// TestRetentionByTheLeadersClock: age is counted from when the leader
+// wrote a record, by its clock, not from the time a standby stamped on
+// it: a standby whose clock runs a day ahead holds nothing up.
+func TestRetentionByTheLeadersClock(t *testing.T) {
+	clk := clock.NewManual(time.Now())
+	sc := startSecureCluster(t, 1, Access{AuditRetention: time.Hour, Clock: clk, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
+	converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := sc.nodes[0].srv
+	ops := sc.as(0, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	if _, err := s.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: []*adminpb.AuditRecord{{Method: "DeleteTable", Principal: "client/x", AtUnixMs: clk.Now().Add(24 * time.Hour).UnixMilli(), Node: "m-skewed"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(auditOf(t, ctx, ops)); n != 4 {
+		t.Fatalf("%d records before the retention passed, want 4", n)
+	}
+	clk.Advance(3 * time.Hour)
+	if err := s.audit.commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	if recs := auditOf(t, ctx, ops); len(recs) != 0 {
+		t.Fatalf("after 3h with a 1h retention:\n%s", auditText(recs))
+	}
+}
+
+// TestOneRecordPerCallAcrossFailover: calls through a standby while the
+// leader dies are each answered and recorded exactly once.
+func TestOneRecordPerCallAcrossFailover(t *testing.T) {
+	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
+	li := converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	standby := (li + 1) % 3
+	ops := sc.as(standby, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	sc.nodes[li].node.Kill()
+	sc.nodes[li].srv.Stop(ctx)
+	answered := map[int]bool{}
+	for i := range 10 {
+		_, err := ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}, Nonce: fmt.Sprintf("n%d", i), Owner: "t"})
+		answered[i] = err == nil
+	}
+	recs := auditOf(t, ctx, ops)
+	for i := range 10 {
+		n := 0
+		for _, r := range recs {
+			if r.GetMethod() == "SubmitProcedure" && strings.Contains(r.GetArgs(), fmt.Sprintf(`"n%d"`, i)) {
+				n++
+			}
+		}
+		if n != 1 || !answered[i] {
+			t.Errorf("submit n%d: answered %v, %d records; trail:\n%s", i, answered[i], n, auditText(recs))
+		}
+	}
+}
+
+// lyingBackend commits a mutation and then says it failed, once: a write
+// whose commit came after its writer's deadline.
+type lyingBackend struct {
+	nodeBackend
+	lie bool
+}
+
+func (b *lyingBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
+	err := b.nodeBackend.Mutate(ctx, muts)
+	if err == nil && b.lie {
+		b.lie = false
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// TestBootstrapTokenToldDespiteALateCommit: the bootstrap token's write
+// commits but its writer hears a failure; the token is still told, once,
+// and recorded as told. A leader finding a token another master made and
+// never recorded as told replaces it (its secret is lost) and tells its
+// own.
+func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
+	nodes := startCluster(t, 1)
+	converged(t, nodes)
+	b := &lyingBackend{nodeBackend: NodeBackend(nodes[0].node).(nodeBackend), lie: true}
+	var told []string
+	s, err := New(b, Config{Access: &Access{Enforce: true, OnBootstrap: func(tok string) { told = append(told, tok) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.bootstrapACL(context.Background())
+	}
+	var rec bootRecord
+	if v, ok := b.DomainGet(aclBootKey); !ok || mustUnmarshal(t, v, &rec) != nil || !rec.Announced {
+		t.Fatalf("bootstrap record %+v after three ticks: want announced", rec)
+	}
+	if len(told) != 1 {
+		t.Fatalf("%d tokens told, want 1", len(told))
+	}
+	acc, _, _ := security.ParseToken(told[0])
+	if acc != rec.Accessor {
+		t.Fatalf("told %s, recorded %s", acc, rec.Accessor)
+	}
+	if _, err := s.tokenPrincipal(told[0]); err != nil {
+		t.Fatalf("the told token: %v", err)
+	}
+
+	// Another master's unannounced token: replaced by this leader's.
+	if err := b.Mutate(context.Background(), []raftfsm.Mutation{raftfsm.Put(aclBootKey, mustJSON(bootRecord{Accessor: acc, By: "m9"}))}); err != nil {
+		t.Fatal(err)
+	}
+	var told2 []string
+	s2, err := New(b, Config{Access: &Access{Enforce: true, OnBootstrap: func(tok string) { told2 = append(told2, tok) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.bootstrapACL(context.Background())
+	if len(told2) != 1 || told2[0] == told[0] {
+		t.Fatalf("a new leader finding an untold token told %d", len(told2))
+	}
+	if _, err := s2.tokenPrincipal(told[0]); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the replaced token still works: %v", err)
+	}
+}
+
+func mustUnmarshal(t *testing.T, b []byte, v any) error {
+	t.Helper()
+	return json.Unmarshal(b, v)
+}
