@@ -170,6 +170,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 		fwd:       map[*fwdCall]struct{}{},
 		stopCh:    make(chan struct{}),
 	}
+	s.acc = Access{}.withDefaults() // for the Acl* calls of a master without access control
 	if cfg.Access != nil {
 		if err := cfg.Access.Validate(); err != nil {
 			return nil, err

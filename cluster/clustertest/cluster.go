@@ -91,6 +91,10 @@ type Config struct {
 	// across restarts (Master.HTTPAddr) and is registered with the admin
 	// address. Default: none.
 	HTTP bool
+	// Audit gives each master an audit trail (admin.Config.Access without
+	// enforcement: every call that changes state recorded before it is
+	// answered), as the baton binary runs. Default: none.
+	Audit bool
 	// LogLevel of the per-node log buffers. Default hclog.Info.
 	LogLevel hclog.Level
 	// LogTail is how many bytes of each buffer a failed test prints.

@@ -213,6 +213,9 @@ func (m *Master) start() error {
 	}
 	var srv *admin.Server
 	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond}
+	if c.cfg.Audit {
+		acfg.Access = &admin.Access{}
+	}
 	backend := admin.NodeBackend(n)
 	if dom != nil {
 		dom.Attach(n)
@@ -235,7 +238,11 @@ func (m *Master) start() error {
 			return fmt.Errorf("%s: admin listener: %w", m.ID, err)
 		}
 	}
-	gs := grpc.NewServer(append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, c.faults.ServerOptions()...)...)
+	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, c.faults.ServerOptions()...)
+	if acfg.Access != nil {
+		gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
+	}
+	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
 	if dom != nil {
 		domain.RegisterMasterService(gs, dom, admin.Unavailable)

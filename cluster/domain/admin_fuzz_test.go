@@ -67,6 +67,14 @@ func adminMethods() []struct {
 		{"ListRepairs", &adminpb.ListRepairsRequest{}},
 		{"ListLocks", &adminpb.ListLocksRequest{}},
 		{"ProcedureStats", &adminpb.ProcedureStatsRequest{}},
+		{"WhoAmI", &adminpb.WhoAmIRequest{}},
+		{"AclGrant", &adminpb.AclGrantRequest{}},
+		{"AclRevoke", &adminpb.AclRevokeRequest{}},
+		{"AclCreateToken", &adminpb.AclCreateTokenRequest{}},
+		{"AclDeleteToken", &adminpb.AclDeleteTokenRequest{}},
+		{"AclList", &adminpb.AclListRequest{}},
+		{"ListAudit", &adminpb.ListAuditRequest{}},
+		{"AppendAudit", &adminpb.AppendAuditRequest{}},
 	}
 }
 
@@ -119,6 +127,12 @@ func FuzzAdminRequests(f *testing.F) {
 		&adminpb.AcquireLockRequest{},
 		&adminpb.CancelProceduresRequest{},
 		&adminpb.ProcedureRef{Id: 1 << 62},
+		&adminpb.AclGrantRequest{Client: "ops", Permission: "admin"},
+		&adminpb.AclGrantRequest{Client: "../x", Permission: "root"},
+		&adminpb.AclCreateTokenRequest{Name: "ci", Permission: "operate"},
+		&adminpb.AclDeleteTokenRequest{Accessor: "zz"},
+		&adminpb.ListAuditRequest{PageToken: "garbage", PageSize: -3},
+		&adminpb.AppendAuditRequest{Records: []*adminpb.AuditRecord{{Method: "DeleteTable", Id: "1-1"}, {}}},
 	}
 	for _, s := range seeds {
 		for i, m := range methods {
@@ -128,7 +142,9 @@ func FuzzAdminRequests(f *testing.F) {
 			}
 		}
 	}
-	h := newHarness(f, harnessOpts{servers: 3})
+	// With an audit trail, as the binary runs: every call that changes
+	// state goes through it too.
+	h := newHarness(f, harnessOpts{servers: 3, audit: true})
 	f.Cleanup(h.close)
 	h.leader()
 	// Calls that succeeded: the seeds must reach a working cluster, not

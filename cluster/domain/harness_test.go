@@ -73,6 +73,8 @@ type harnessOpts struct {
 	faultSeed uint64
 	// domainAt adjusts master i's domain configuration, after domain.
 	domainAt func(i int, c *domain.Config)
+	// audit gives the masters an audit trail (clustertest.Config.Audit).
+	audit bool
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -81,6 +83,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		Masters:       o.masters,
 		RegionServers: o.servers,
 		FaultSeed:     o.faultSeed,
+		Audit:         o.audit,
 		RegionServer: func(rc *regionserver.Config) {
 			rc.OpLatency, rc.FailureRate = o.opLatency, o.failRate
 		},
