@@ -162,6 +162,11 @@ func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // in).
 func callerKey(ctx context.Context) (string, bool) {
 	forwarded := isForwarded(ctx)
+	// Who access control found (after it in the chain): a token, the
+	// console's user, a client's certificate.
+	if p, ok := principalOf(ctx); ok && !forwarded && p.kind != kindAnonymous && p.kind != kindMaster {
+		return p.String(), true
+	}
 	if id, ok := security.CallerOf(ctx); ok {
 		if id.Role == security.RoleMaster {
 			if forwarded {
