@@ -2,8 +2,8 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"

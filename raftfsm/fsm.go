@@ -436,6 +436,14 @@ func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
 	scanKV(v.st.kv, prefix, prefix, func(e *kvItem) bool { return fn(e.key, e.val) })
 }
 
+// ScanBefore calls fn for every domain key starting with prefix and less
+// than before (all of them if before is ""), in descending key order,
+// until fn returns false: a listing newest first. It seeks to its start
+// in O(log n).
+func (v View) ScanBefore(prefix, before string, fn func(key string, value []byte) bool) {
+	scanKVBefore(v.st.kv, prefix, before, func(e *kvItem) bool { return fn(e.key, e.val) })
+}
+
 // ScanFrom is Scan for the keys strictly greater than after: a paged
 // listing passes the last key of the previous page. It seeks to its start
 // in O(log n), however many keys come before it.
@@ -451,6 +459,12 @@ func (f *FSM) Get(key string) ([]byte, bool) { return f.View().Get(key) }
 // greater than after (see View.ScanFrom).
 func (f *FSM) ScanFrom(prefix, after string, fn func(key string, value []byte) bool) {
 	f.View().ScanFrom(prefix, after, fn)
+}
+
+// ScanBefore walks the current domain keys starting with prefix that are
+// less than before, in descending order (see View.ScanBefore).
+func (f *FSM) ScanBefore(prefix, before string, fn func(key string, value []byte) bool) {
+	f.View().ScanBefore(prefix, before, fn)
 }
 
 // Scan walks the current domain keys starting with prefix (see View.Scan).

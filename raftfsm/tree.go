@@ -68,6 +68,21 @@ func getKV(t *kvTree, key string) (*kvItem, bool) { return t.Get(&kvItem{key: ke
 // getProc returns the item of procedure id.
 func getProc(t *procTree, id uint64) (*procItem, bool) { return t.Get(&procItem{id: id}) }
 
+// scanKVBefore calls fn for the keys starting with prefix and less than
+// before ("": all of them), newest first, until fn returns false.
+func scanKVBefore(t *kvTree, prefix, before string, fn func(*kvItem) bool) {
+	pivot := before
+	if pivot == "" {
+		pivot = prefix + "\xff" // above every key with prefix: no UTF-8 byte is 0xff
+	}
+	t.DescendLessOrEqual(&kvItem{key: pivot}, func(it *kvItem) bool {
+		if it.key == before {
+			return true
+		}
+		return strings.HasPrefix(it.key, prefix) && fn(it)
+	})
+}
+
 // scanKV calls fn for the keys starting with prefix and greater than or
 // equal to from (from >= prefix), in order, until fn returns false.
 func scanKV(t *kvTree, prefix, from string, fn func(*kvItem) bool) {

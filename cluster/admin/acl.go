@@ -445,7 +445,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		var aerr error
 		if begun != nil {
 			if aerr = waitAudit(begun, s.stopCh); aerr == nil {
-				rec.Id = first.GetId()
+				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
 				s.audit.update(rec)
 			}
 		} else {
@@ -763,13 +763,18 @@ func (s *Server) bootstrapWrites(now int64) (*pendingBoot, []raftfsm.Mutation, e
 			return pending, nil, nil // committed: tell it
 		}
 	}
+	var muts []raftfsm.Mutation
+	if pending != nil && pending.accessor != rec.Accessor {
+		// An earlier try of this master's, which may yet commit: it goes
+		// with the next.
+		muts = append(muts, raftfsm.Del(aclTokenPrefix+pending.accessor))
+	}
 	// None yet, or one whose secret only another master knew: make one
 	// (the other's token goes).
 	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)")
 	if err != nil {
 		return nil, nil, err
 	}
-	var muts []raftfsm.Mutation
 	if rec.Accessor != "" {
 		muts = append(muts, raftfsm.Del(aclTokenPrefix+rec.Accessor))
 	}

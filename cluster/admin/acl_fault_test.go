@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,28 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 		if paged[i] != recs[i].GetId() {
 			t.Fatalf("page order %v differs from %s", paged, auditText(recs))
 		}
+	}
+	// And newest first, two at a time: the same, backwards.
+	var back []string
+	tok = ""
+	for {
+		r, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 2, PageToken: tok, NewestFirst: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range r.GetRecords() {
+			back = append(back, rec.GetId())
+		}
+		if tok = r.GetNextPageToken(); tok == "" {
+			break
+		}
+	}
+	slices.Reverse(back)
+	if !slices.Equal(back, paged) {
+		t.Fatalf("newest first, reversed: %v; oldest first: %v", back, paged)
+	}
+	if _, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: adminpb.EncodePageToken(auditPageToken, "x"), NewestFirst: true}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an oldest-first token in a newest-first listing: %v", err)
 	}
 }
 
@@ -268,4 +291,70 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 func mustUnmarshal(t *testing.T, b []byte, v any) error {
 	t.Helper()
 	return json.Unmarshal(b, v)
+}
+
+// TestAuditOutcomes: a started record is not pruned before its outcome
+// is written over it; an outcome that is a refusal (the rate limit,
+// after the record was started) moves the record to the refusals; the
+// records metric counts calls, not writes.
+func TestAuditOutcomes(t *testing.T) {
+	sc := startSecureCluster(t, 1, Access{AuditMaxRecords: 3, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
+	converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := sc.nodes[0].srv
+	ops := sc.as(0, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: AuditPending}
+	if err := waitAudit(s.audit.start(started), s.stopCh); err != nil {
+		t.Fatal(err)
+	}
+	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: AuditPending}
+	if err := waitAudit(s.audit.start(limited), s.stopCh); err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		if err := s.audit.append(ctx, &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/other", Code: "OK"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(id string) (served, refused bool) {
+		_, served = s.b.DomainGet(auditPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
+		_, refused = s.b.DomainGet(refusedPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
+		return
+	}
+	if served, _ := has(started.GetId()); !served {
+		t.Fatal("a started record was pruned before its outcome")
+	}
+	outcome := &adminpb.AuditRecord{Id: limited.GetId(), Method: "SubmitProcedure", Principal: "client/eager", Code: "ResourceExhausted", Refused: true}
+	if err := s.audit.append(ctx, outcome); err != nil {
+		t.Fatal(err)
+	}
+	if served, refused := has(limited.GetId()); served || !refused {
+		t.Fatalf("a rate-limited call's record: in the served calls %v, in the refusals %v; want moved to the refusals", served, refused)
+	}
+	done := &adminpb.AuditRecord{Id: started.GetId(), Method: "CreateTable", Principal: "client/slow", Code: "OK"}
+	if err := s.audit.append(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.audit.commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	s.b.(domainScanner).DomainScan(auditPrefix, func(string, []byte) bool { n++; return true })
+	if n > 3 {
+		t.Fatalf("%d served records once the outcome is in, bound 3", n)
+	}
+	if v := counterValue(t, sc.regs[0], "baton_audit_records_total", nil); v != 8 {
+		t.Fatalf("baton_audit_records_total = %v after 8 records (and 2 outcomes), want 8", v)
+	}
+}
+
+func mustKey(t *testing.T, id string) string {
+	t.Helper()
+	k, ok := auditKeyOf(id)
+	if !ok {
+		t.Fatalf("record id %q", id)
+	}
+	return k
 }

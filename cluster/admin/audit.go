@@ -43,8 +43,10 @@ const (
 	refusedPrefix = "audit-refused/"
 	// auditBatch bounds the records in one Raft entry.
 	auditBatch = 256
-	// auditInFlight bounds the audit entries being committed at once.
-	auditInFlight = 4
+	// auditInFlight bounds the audit entries being committed at once: one,
+	// so that they commit in the order they are numbered, and a reader
+	// paging through the trail never passes a record yet to commit.
+	auditInFlight = 1
 	// auditPruneBatch bounds the deletions one entry carries.
 	auditPruneBatch = 1000
 	// auditPruneEvery is how often an idle leader drops expired records.
@@ -58,8 +60,10 @@ const (
 	maxAuditPageBytes = 1 << 20
 	// auditScanMax bounds the records one page of a filtered list reads.
 	auditScanMax = 100_000
-	// AuditPageToken is the kind of ListAudit's page tokens.
-	auditPageToken = "audit"
+	// auditPageToken and auditDescPageToken are the kinds of ListAudit's
+	// page tokens, oldest and newest first.
+	auditPageToken     = "audit"
+	auditDescPageToken = "audit-desc"
 )
 
 func auditKey(term, n uint64) string { return auditPrefix + auditSuffix(term, n) }
@@ -216,8 +220,10 @@ type auditLog struct {
 	term   uint64
 	n      uint64
 	spaces [2]*auditSpace // served calls, refusals
-	// pruning are the keys the writes in flight delete.
-	pruning map[string]bool
+	// pruning are the keys the writes in flight delete; started, the
+	// records of calls still being served, whose outcome is yet to be
+	// written over them (neither is pruned).
+	pruning, started map[string]bool
 
 	written, failed prometheus.Counter
 }
@@ -235,7 +241,7 @@ type pendingAudit struct {
 }
 
 func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
-	l := &auditLog{s: s, kick: make(chan struct{}, 1), pruning: map[string]bool{},
+	l := &auditLog{s: s, kick: make(chan struct{}, 1), pruning: map[string]bool{}, started: map[string]bool{},
 		spaces: [2]*auditSpace{{prefix: auditPrefix, max: s.acc.AuditMaxRecords, count: -1},
 			{prefix: refusedPrefix, max: max(1, s.acc.AuditMaxRecords/10), count: -1}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
@@ -374,11 +380,11 @@ func (l *auditLog) run() {
 				defer l.s.loops.Done()
 				err := write()
 				<-sem
-				if err != nil {
-					l.failed.Add(float64(len(batch)))
-				}
 				for _, p := range batch {
 					if p.done != nil {
+						if err != nil {
+							l.failed.Inc()
+						}
 						p.done <- err
 					}
 				}
@@ -437,14 +443,17 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 		for _, sp := range l.spaces {
 			sp.count = -1
 		}
+		clear(l.started)
 	}
 	l.mu.Unlock()
 	now := l.s.acc.Clock.Now().UnixMilli()
 	muts := make([]raftfsm.Mutation, 0, len(recs))
 	var added [2]int
+	fresh := 0
 	for _, r := range recs {
 		key, numbered := auditKeyOf(r.GetId())
-		if !numbered {
+		switch {
+		case !numbered:
 			l.n++
 			r.Id = fmt.Sprintf("%d-%d", term, l.n)
 			sp := 0
@@ -453,6 +462,26 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			}
 			key = l.spaces[sp].prefix + auditSuffix(term, l.n)
 			added[sp]++
+			fresh++
+			if r.GetCode() == AuditPending {
+				l.mu.Lock()
+				l.started[key] = true // not pruned before its outcome is written
+				l.mu.Unlock()
+			}
+		case r.GetRefused():
+			// An outcome that is a refusal (the rate limit, after the
+			// record was started): the record moves to the refusals.
+			l.mu.Lock()
+			delete(l.started, key)
+			l.mu.Unlock()
+			muts = append(muts, raftfsm.Del(key))
+			key = refusedPrefix + strings.TrimPrefix(key, auditPrefix)
+			added[0]--
+			added[1]++
+		default:
+			l.mu.Lock()
+			delete(l.started, key)
+			l.mu.Unlock()
 		}
 		if r.GetCommittedUnixMs() == 0 {
 			r.CommittedUnixMs = now
@@ -494,7 +523,7 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 		if err != nil {
 			return err
 		}
-		l.written.Add(float64(len(recs)))
+		l.written.Add(float64(fresh))
 		return nil
 	}, nil
 }
@@ -521,7 +550,7 @@ func (l *auditLog) prunes(sp *auditSpace, adding int) []raftfsm.Mutation {
 		if len(out) >= auditPruneBatch {
 			return false
 		}
-		if l.pruning[k] {
+		if l.pruning[k] || l.started[k] {
 			return true
 		}
 		if len(out) < over {
@@ -586,15 +615,19 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 	case limit > MaxPageSize:
 		limit = MaxPageSize
 	}
-	var after string // the suffix (term-n) the page resumes after
+	kind := auditPageToken
+	if req.GetNewestFirst() {
+		kind = auditDescPageToken
+	}
+	var after string // the suffix (term-n) the page resumes after (before, newest first)
 	if tok := req.GetPageToken(); tok != "" {
-		last, ok := adminpb.DecodePageToken(auditPageToken, tok)
+		last, ok := adminpb.DecodePageToken(kind, tok)
 		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: bad page_token %q (pass next_page_token of the previous page)", tok)
+			return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: bad page_token %q (pass next_page_token of the previous page, listed in the same order)", tok)
 		}
 		after = last
 	}
-	sc, ok := s.b.(domainScannerFrom)
+	sc, ok := s.b.(auditScanner)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "admin: list audit: this node cannot list its state")
 	}
@@ -605,16 +638,36 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 	})
 }
 
-// listAuditPage reads a page of both spaces from suffix after on, merged
-// in order: the first limit records of either that match req's filters.
-func listAuditPage(sc domainScannerFrom, req *adminpb.ListAuditRequest, after string, limit int, ri *adminpb.ReadInfo) *adminpb.ListAuditResponse {
+// auditScanner is a backend that can walk its domain keys both ways.
+type auditScanner interface {
+	domainScannerFrom
+	domainScannerBefore
+}
+
+// domainScannerBefore is a backend that can walk its domain keys
+// newest first.
+type domainScannerBefore interface {
+	DomainScanBefore(prefix, before string, fn func(string, []byte) bool)
+}
+
+// listAuditPage reads a page of both spaces from suffix after on (before
+// it, newest first), merged in order: the first limit records of either
+// that match req's filters.
+func listAuditPage(sc auditScanner, req *adminpb.ListAuditRequest, after string, limit int, ri *adminpb.ReadInfo) *adminpb.ListAuditResponse {
+	desc := req.GetNewestFirst()
+	kind := auditPageToken
+	if desc {
+		kind = auditDescPageToken
+	}
+	// beyond says suffix a comes later than b in the listing's order.
+	beyond := func(a, b string) bool { return (!desc && a > b) || (desc && a < b) }
 	type found struct {
 		suffix string
 		rec    *adminpb.AuditRecord
 		size   int
 	}
 	var all []found
-	// cutAt: a space's read stopped here, so nothing past it is known.
+	// cutAt: a space's read stopped here, so nothing beyond it is known.
 	cutAt := ""
 	for _, prefix := range []string{auditPrefix, refusedPrefix} {
 		n, scanned, last, stopped := 0, 0, "", false
@@ -622,7 +675,7 @@ func listAuditPage(sc domainScannerFrom, req *adminpb.ListAuditRequest, after st
 		if after != "" {
 			from = prefix + after
 		}
-		sc.DomainScanFrom(prefix, from, func(k string, v []byte) bool {
+		visit := func(k string, v []byte) bool {
 			if n > limit || scanned >= auditScanMax {
 				stopped = true
 				return false
@@ -639,20 +692,30 @@ func listAuditPage(sc domainScannerFrom, req *adminpb.ListAuditRequest, after st
 			all = append(all, found{strings.TrimPrefix(k, prefix), &r, len(v)})
 			n++
 			return true
-		})
-		if suffix := strings.TrimPrefix(last, prefix); stopped && (cutAt == "" || suffix < cutAt) {
+		}
+		if desc {
+			sc.DomainScanBefore(prefix, from, visit)
+		} else {
+			sc.DomainScanFrom(prefix, from, visit)
+		}
+		if suffix := strings.TrimPrefix(last, prefix); stopped && (cutAt == "" || beyond(cutAt, suffix)) {
 			cutAt = suffix
 		}
 	}
-	slices.SortFunc(all, func(a, b found) int { return strings.Compare(a.suffix, b.suffix) })
+	slices.SortFunc(all, func(a, b found) int {
+		if desc {
+			return strings.Compare(b.suffix, a.suffix)
+		}
+		return strings.Compare(a.suffix, b.suffix)
+	})
 	out := &adminpb.ListAuditResponse{Read: ri}
 	size, last := 0, ""
 	for _, f := range all {
-		if cutAt != "" && f.suffix > cutAt {
+		if cutAt != "" && beyond(f.suffix, cutAt) {
 			break // everything up to cutAt is on the page
 		}
 		if len(out.Records) >= limit || size >= maxAuditPageBytes {
-			out.NextPageToken = adminpb.EncodePageToken(auditPageToken, last)
+			out.NextPageToken = adminpb.EncodePageToken(kind, last)
 			return out
 		}
 		out.Records = append(out.Records, f.rec)
@@ -660,7 +723,7 @@ func listAuditPage(sc domainScannerFrom, req *adminpb.ListAuditRequest, after st
 		last = f.suffix
 	}
 	if cutAt != "" {
-		out.NextPageToken = adminpb.EncodePageToken(auditPageToken, cutAt)
+		out.NextPageToken = adminpb.EncodePageToken(kind, cutAt)
 	}
 	return out
 }

@@ -101,6 +101,12 @@ func (b nodeBackend) DomainScanFrom(prefix, after string, fn func(string, []byte
 	b.n.FSM().ScanFrom(prefix, after, fn)
 }
 
+// DomainScanBefore lists domain keys under prefix below before, newest
+// first.
+func (b nodeBackend) DomainScanBefore(prefix, before string, fn func(string, []byte) bool) {
+	b.n.FSM().ScanBefore(prefix, before, fn)
+}
+
 // Term is the node's current Raft term.
 func (b nodeBackend) Term() uint64 { return b.n.Raft().CurrentTerm() }
 

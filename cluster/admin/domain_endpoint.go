@@ -111,6 +111,13 @@ func (b domainBackend) DomainScanFrom(prefix, after string, fn func(string, []by
 	}
 }
 
+// DomainScanBefore passes the wrapped backend's through.
+func (b domainBackend) DomainScanBefore(prefix, before string, fn func(string, []byte) bool) {
+	if sc, ok := b.Backend.(domainScannerBefore); ok {
+		sc.DomainScanBefore(prefix, before, fn)
+	}
+}
+
 // Term passes the wrapped backend's through.
 func (b domainBackend) Term() uint64 {
 	if t, ok := b.Backend.(termer); ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // forwardedKey marks a call forwarded by a standby.
@@ -111,12 +112,24 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		s.conns[addr] = cc
 	}
 	kv := []string{forwardedKey, s.b.ID()}
-	if p := peerAddr(ctx); p != "" {
+	if p := forwardedPeer(ctx); p != "" {
 		kv = append(kv, peerKey, p) // for the repair and audit records
 	}
 	kv = append(kv, forwardPrincipal(ctx)...)
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
+}
+
+// forwardedPeer is the address a call came from as the leader should
+// record it: the one a master passing it on named (its console, for the
+// browser), else the caller's own.
+func forwardedPeer(ctx context.Context) string {
+	if caller, ok := security.CallerOf(ctx); ok && caller.Role == security.RoleMaster {
+		if v, ok := incomingOne(ctx, peerKey); ok && v != "" {
+			return v
+		}
+	}
+	return peerAddr(ctx)
 }
 
 // track registers a forwarded call to the leader of view to: the returned

@@ -46,7 +46,7 @@ func peerAddr(ctx context.Context) string {
 // forwarded address is what the standby says: like the name, it is the
 // caller's word until calls are authenticated (issue 14).
 func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
-	out := catalog.Caller{Name: c.GetCaller(), Peer: peerAddr(ctx)}
+	out := catalog.Caller{Name: c.GetCaller(), Peer: forwardedPeer(ctx)}
 	// Who the access interceptor found is no one's word: it leads, and
 	// the name the caller gave follows.
 	if p, ok := principalOf(ctx); ok && p.kind != kindAnonymous {

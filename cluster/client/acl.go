@@ -69,6 +69,8 @@ func (c *Client) AclList(ctx context.Context, opts ...ReadOption) (*adminpb.AclL
 // all.
 type AuditFilter struct {
 	Principal, Method string
+	// NewestFirst lists from the newest record back.
+	NewestFirst bool
 }
 
 // ListAudit lists up to limit audit records (0: all), oldest first, from
@@ -82,7 +84,7 @@ func (c *Client) ListAudit(ctx context.Context, f AuditFilter, after string, lim
 		if limit > 0 {
 			size = int32(min(limit-len(recs), 1000))
 		}
-		req := &adminpb.ListAuditRequest{PageSize: size, PageToken: token, Consistency: ro.consistency, Principal: f.Principal, Method: f.Method}
+		req := &adminpb.ListAuditRequest{PageSize: size, PageToken: token, Consistency: ro.consistency, Principal: f.Principal, Method: f.Method, NewestFirst: f.NewestFirst}
 		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
 			return a.ListAudit(ctx, req)
 		})

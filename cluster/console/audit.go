@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc/status"
@@ -20,23 +19,28 @@ import (
 type auditPage struct {
 	base
 	Records []*adminpb.AuditRecord
-	// Newest: the page shows the newest records (no page token).
+	// Newest: the page lists newest first (the default); else oldest
+	// first, from the first record.
 	Newest bool
 	// Principal and Method filter the records.
 	Principal, Method string
-	// NextURL continues after the last record shown; FirstURL and
-	// NewestURL go to the ends (with the filters).
+	// NextURL continues the listing in its order; FirstURL and NewestURL
+	// start it at either end (with the filters).
 	NextURL, FirstURL, NewestURL string
 	Error                        string
 }
 
-func (rd *reads) listAudit(token, principal, method string, size int) (*adminpb.ListAuditResponse, error) {
+func (rd *reads) listAudit(token, principal, method string, size int, newest bool) (*adminpb.ListAuditResponse, error) {
 	return read(rd, func(ctx context.Context, cons adminpb.Consistency) (*adminpb.ListAuditResponse, error) {
-		return rd.c.self.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: token, PageSize: int32(size), Consistency: cons, Principal: principal, Method: method})
+		return rd.c.self.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: token, PageSize: int32(size), Consistency: cons,
+			Principal: principal, Method: method, NewestFirst: newest})
 	}, readOf)
 }
 
-func auditURL(principal, method, after string) string {
+// auditURL is the audit page with the filters, listing oldest first from
+// after ("-": the first record) or, without after, newest first from
+// before ("": the newest).
+func auditURL(principal, method, after, before string) string {
 	q := url.Values{}
 	if principal != "" {
 		q.Set("principal", principal)
@@ -46,6 +50,8 @@ func auditURL(principal, method, after string) string {
 	}
 	if after != "" {
 		q.Set("after", after)
+	} else if before != "" {
+		q.Set("before", before)
 	}
 	if len(q) == 0 {
 		return "/ui/audit"
@@ -61,41 +67,26 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	p := auditPage{Principal: strings.TrimSpace(q.Get("principal")), Method: strings.TrimSpace(q.Get("method"))}
-	p.FirstURL, p.NewestURL = auditURL(p.Principal, p.Method, "-"), auditURL(p.Principal, p.Method, "")
-	code := http.StatusOK
+	p.FirstURL, p.NewestURL = auditURL(p.Principal, p.Method, "-", ""), auditURL(p.Principal, p.Method, "", "")
 	after := strings.TrimSpace(q.Get("after"))
-	var next string
-	if after == "" {
-		p.Newest = true
-		token := ""
-		for range maxRepairPages {
-			resp, err := rd.listAudit(token, p.Principal, p.Method, repairWalkPage)
-			if err != nil {
-				p.Error, code = status.Convert(err).Message(), statusOf(err)
-				break
-			}
-			p.Records = append(p.Records, resp.GetRecords()...)
-			if n := len(p.Records) - c.cfg.PageSize; n > 0 {
-				p.Records = slices.Delete(p.Records, 0, n)
-			}
-			if token = resp.GetNextPageToken(); token == "" {
-				break
-			}
-		}
-		next = token
-	} else {
-		if after == "-" {
-			after = ""
-		}
-		resp, err := rd.listAudit(after, p.Principal, p.Method, c.cfg.PageSize)
-		if err != nil {
-			p.Error, code = status.Convert(err).Message(), statusOf(err)
-		} else {
-			p.Records, next = resp.GetRecords(), resp.GetNextPageToken()
-		}
+	p.Newest = after == ""
+	token := strings.TrimSpace(q.Get("before"))
+	if !p.Newest {
+		token = strings.TrimPrefix(after, "-")
 	}
-	if next != "" {
-		p.NextURL = auditURL(p.Principal, p.Method, next)
+	code := http.StatusOK
+	resp, err := rd.listAudit(token, p.Principal, p.Method, c.cfg.PageSize, p.Newest)
+	if err != nil {
+		p.Error, code = status.Convert(err).Message(), statusOf(err)
+	} else {
+		p.Records = resp.GetRecords()
+		if next := resp.GetNextPageToken(); next != "" {
+			if p.Newest {
+				p.NextURL = auditURL(p.Principal, p.Method, "", next)
+			} else {
+				p.NextURL = auditURL(p.Principal, p.Method, next, "")
+			}
+		}
 	}
 	p.base = c.base(rd, "Audit", "audit", true)
 	c.render(w, code, "audit", p)

@@ -285,10 +285,10 @@ func (c *cli) aclList(args []string) int {
 	})
 }
 
-var auditUsage = `usage: baton audit list [--principal P] [--method M] [--limit N] [--stale]
+var auditUsage = `usage: baton audit list [--principal P] [--method M] [--limit N] [--newest] [--stale]
 
 The audit trail: every client call to a method that changes state, refusals
-included, oldest first: when, who (client/NAME, token/ACCESSOR, anonymous),
+included, oldest first (--newest: newest first): when, who (client/NAME, token/ACCESSOR, anonymous),
 what (the method and its arguments), the answer's code and the procedures
 it named. Masters keep the last --audit-max-records, at most
 --audit-retention old. Needs admin.
@@ -325,7 +325,8 @@ type auditListJSON struct {
 }
 
 func (c *cli) auditList(args []string) int {
-	e := c.command("audit list", "[--principal P] [--method M] [--limit N] [--after TOKEN] [--stale]", aclAdvice)
+	e := c.command("audit list", "[--principal P] [--method M] [--limit N] [--newest] [--after TOKEN] [--stale]", aclAdvice)
+	newest := e.fs.Bool("newest", false, "list from the newest record back (--after then takes a token of such a listing)")
 	rf := addReadFlags(e.fs)
 	principal := e.fs.String("principal", "", "only the calls of this caller: client/NAME, token/ACCESSOR or anonymous")
 	method := e.fs.String("method", "", "only the calls of this method, e.g. CreateTable")
@@ -338,7 +339,7 @@ func (c *cli) auditList(args []string) int {
 		return e.fail(usagef("--limit %d: want 0 (all) or a positive number", *limit))
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
-		recs, next, err := cl.ListAudit(c.ctx, client.AuditFilter{Principal: *principal, Method: *method}, *after, *limit, rf.opts()...)
+		recs, next, err := cl.ListAudit(c.ctx, client.AuditFilter{Principal: *principal, Method: *method, NewestFirst: *newest}, *after, *limit, rf.opts()...)
 		doc := auditListJSON{Records: []auditJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}
 		for _, r := range recs {
 			doc.Records = append(doc.Records, auditJSON{ID: r.GetId(), At: fmtMs(r.GetAtUnixMs()), Principal: r.GetPrincipal(), Name: r.GetName(),

@@ -5648,8 +5648,11 @@ type ListAuditRequest struct {
 	Consistency Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
 	// principal and method, if set, keep only the records of that caller
 	// or method (its short name, e.g. CreateTable).
-	Principal     string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
-	Method        string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3" json:"principal,omitempty"`
+	Method    string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// newest_first lists from the newest record back (its page tokens are
+	// for such listings only).
+	NewestFirst   bool `protobuf:"varint,6,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5717,6 +5720,13 @@ func (x *ListAuditRequest) GetMethod() string {
 		return x.Method
 	}
 	return ""
+}
+
+func (x *ListAuditRequest) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
+	}
+	return false
 }
 
 type ListAuditResponse struct {
@@ -6485,14 +6495,15 @@ const file_admin_proto_rawDesc = "" +
 	"\bbindings\x18\x01 \x03(\v2\x1a.baton.admin.v1.AclBindingR\bbindings\x120\n" +
 	"\x06tokens\x18\x02 \x03(\v2\x18.baton.admin.v1.AclTokenR\x06tokens\x12\x1a\n" +
 	"\benforced\x18\x03 \x01(\bR\benforced\x12,\n" +
-	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xc3\x01\n" +
+	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xe6\x01\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x12=\n" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1c\n" +
 	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06method\x18\x05 \x01(\tR\x06method\"\xa0\x01\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12!\n" +
+	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\"\xa0\x01\n" +
 	"\x11ListAuditResponse\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
