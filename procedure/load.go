@@ -242,7 +242,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		// Never run or rolled back again, so never decoded: it is retired
 		// at once (finished.go), and its state may have been written
 		// without the type's state (Executor.unserialisable).
-	} else if err := unmarshalState(p, max(r.typeVersion, 1), r.data); err != nil {
+	} else if err := unmarshalState(p, max(r.typeVersion, 1), ti.version, r.data); err != nil {
 		return nil, fmt.Errorf("%w: decoding %s v%d state: %w", ErrCorrupt, r.typeName, r.typeVersion, err)
 	}
 	sm, isSM := p.(stateMachineProcedure)

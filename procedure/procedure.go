@@ -114,6 +114,29 @@ type StateUnmarshaler interface {
 	UnmarshalState(version int, data []byte) error
 }
 
+// StateUpgrader is implemented by a procedure whose state is a plain
+// struct (persisted with encoding/json) that changed shape between
+// versions of its type (Registry.Register's version, which the type's
+// author bumps). When a procedure stored by an older version loads,
+// UpgradeState is called instead of decoding the state as the current
+// version: decode fills old, a value of the shape that version wrote (a
+// struct of the author's keeping), and UpgradeState sets the receiver's
+// fields from it. State written by the current version is decoded as
+// usual; a type implementing StateUnmarshaler is never asked. Example:
+//
+//	// v1 stored Host string; v2 stores Hosts []string.
+//	func (p *Provision) UpgradeState(from int, decode func(old any) error) error {
+//		var v1 struct{ Host string }
+//		if err := decode(&v1); err != nil {
+//			return err
+//		}
+//		p.Hosts = []string{v1.Host}
+//		return nil
+//	}
+type StateUpgrader interface {
+	UpgradeState(fromVersion int, decode func(old any) error) error
+}
+
 // Locker is a procedure that needs entity locks to run.
 type Locker interface {
 	// Locks lists the locks every step needs. They are taken, all or

@@ -137,12 +137,17 @@ func marshalState(p Procedure) ([]byte, error) {
 	return json.Marshal(p)
 }
 
-func unmarshalState(p Procedure, version int, data []byte) error {
+// unmarshalState decodes state written by version of p's type, whose
+// current version is current.
+func unmarshalState(p Procedure, version, current int, data []byte) error {
 	if u, ok := p.(StateUnmarshaler); ok {
 		return u.UnmarshalState(version, data)
 	}
 	if len(data) == 0 {
 		return nil
+	}
+	if up, ok := p.(StateUpgrader); ok && version < current {
+		return up.UpgradeState(version, func(old any) error { return json.Unmarshal(data, old) })
 	}
 	return json.Unmarshal(data, p)
 }
