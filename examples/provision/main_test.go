@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/baton-dev/baton/examples/provisioning"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/procedure/proceduretest"
 )
@@ -41,10 +42,10 @@ func TestRerunResumes(t *testing.T) {
 func TestProvisionSurvivesEveryCrash(t *testing.T) {
 	for _, host := range []string{"web-1", "db-2"} {
 		c := proceduretest.Case{
-			Register: Register,
-			New:      func() procedure.Procedure { return &Provision{Host: host} },
-			Env:      func() any { return NewDatacenter("db-2") },
-			Effects:  func(env any) any { return env.(*Datacenter).Snapshot() },
+			Register: provisioning.Register,
+			New:      func() procedure.Procedure { return &provisioning.Provision{Host: host} },
+			Env:      func() any { return provisioning.NewDatacenter("db-2") },
+			Effects:  func(env any) any { return env.(*provisioning.Datacenter).Snapshot() },
 		}
 		proceduretest.RecoveryAndDoubleExecution(t, c)
 		proceduretest.RollbackAndDoubleExecution(t, c)

@@ -16,7 +16,7 @@ var Floors = [][]string{
 	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat"},
 	{"store", "scheduler", "cluster/client", "security", "internal/rpcfault", "internal/promkit/scrapetest"},
 	{"procedure"},
-	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog"},
+	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisioning"},
 	{"cluster"},
 	{"cluster/domain"},
 	{"cluster/admin", "cluster/console"},
