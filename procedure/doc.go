@@ -1,6 +1,12 @@
 // Package procedure runs multi-step, crash-proof, rollback-able operations:
 // a Go re-creation of HBase's Procedure Framework v2 (Pv2).
 //
+// docs/procedures.md is the guide: a procedure's path through a cluster,
+// what a procedure's author must get right, and the semantics compared with
+// Pv2 and Temporal. The examples/ directory holds runnable programs, and
+// package procedure/proceduretest proves a procedure survives a crash at
+// every store write.
+//
 // # The contract
 //
 // A procedure is a Go type registered in a Registry under a name and a
