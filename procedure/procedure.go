@@ -36,6 +36,7 @@ const (
 
 var stateNames = [...]string{"INITIALIZING", "RUNNABLE", "WAITING", "WAITING_TIMEOUT", "ROLLEDBACK", "SUCCESS", "FAILED"}
 
+// String is the state's name, as the API and the CLI print it (RUNNABLE).
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]

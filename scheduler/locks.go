@@ -30,6 +30,9 @@ func (m Mode) String() string {
 // acquisition of many regions deadlock-free.
 type LockType uint8
 
+// The kinds of entity, in acquisition order: a namespace's lock before its
+// tables', a table's before its regions'; servers and peers (cluster
+// members) apart.
 const (
 	LockNamespace LockType = iota
 	LockTable

@@ -12,6 +12,9 @@ import (
 // meta procedure before any server procedure, and so on.
 type Kind uint8
 
+// The run queues, in the order they are served: meta procedures (the
+// catalog's) first, then server procedures (crash recovery), then peer
+// (membership) ones, then table procedures, fair among tables.
 const (
 	KindMeta Kind = iota
 	KindServer

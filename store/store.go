@@ -60,6 +60,7 @@ type Corruption struct {
 	Reason string
 }
 
+// String says where the damage is and what it is: file@offset: reason.
 func (c Corruption) String() string {
 	return fmt.Sprintf("%s@%d: %s", c.File, c.Offset, c.Reason)
 }

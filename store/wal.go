@@ -164,6 +164,7 @@ const (
 	SyncOnRoll
 )
 
+// String is the mode's name, as logs and errors print it.
 func (m SyncMode) String() string {
 	switch m {
 	case SyncDefault:
