@@ -55,6 +55,10 @@ type entry struct {
 	// lastRec is a finished root's last record, kept for retirement when
 	// the store cannot read it back.
 	lastRec []byte
+	// resumed: loaded from the store and not stepped since (the worker
+	// running it reads and clears it): its next state may have run on the
+	// executor that died, so an abort now rolls that state back too.
+	resumed bool
 	// goodState is the type's state as last serialised: written in its
 	// place when a later state cannot be (Executor.persist).
 	goodState  []byte

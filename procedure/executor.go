@@ -638,6 +638,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	w.stepStart.Store(0)
 	x.inFlight.Add(-1)
 	e.stepMetrics(x.metrics).steps.Inc()
+	e.resumed = false // its first step since the load has run
 
 	if err != nil && x.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The step gave up because we are stopping: that is not a failure.

@@ -266,6 +266,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 	}
 	if !r.finishedRoot() {
 		e.goodState = r.data
+		e.resumed = !r.state.Terminal()
 	}
 	if r.finishedRoot() {
 		return e, nil // nor asked for its locks or queue: it never runs

@@ -24,7 +24,12 @@ type StateSteps interface {
 	ExecuteState(ctx *Context, state int32) (Flow, error)
 	// RollbackState undoes an executed state. It is called once for every
 	// state in the persisted history, newest first; a state that was retried
-	// several times in a row is rolled back once.
+	// several times in a row is rolled back once. It is also called for a
+	// state that may not have run, or run only in part: the state a
+	// procedure resumed after a crash was next to run, when it is aborted
+	// before running it again (its effects outside the store may be there
+	// from the executor that died). So it must undo whatever of the state
+	// is there, and nothing if nothing is.
 	RollbackState(ctx *Context, state int32) error
 }
 
@@ -93,10 +98,19 @@ func (x *Executor) runState(ctx *Context, p stateMachineProcedure, topIsSelf boo
 		m.next = p.InitialState()
 	}
 	state := m.next
+	repeat := topIsSelf && len(m.history) > 0 && m.history[len(m.history)-1] == state
 	if ctx.abort && rollbackSupported(p, state) {
+		if ctx.e.resumed && !repeat {
+			// This executor resumed the procedure from the store: the
+			// state next to run may have run, in whole or in part, on the
+			// executor that died before storing its outcome. As in HBase,
+			// where the next state is on the stack before it runs, it is
+			// rolled back too.
+			m.history = append(m.history, state)
+			return Step{}, true, ErrAborted
+		}
 		return Step{}, false, ErrAborted
 	}
-	repeat := topIsSelf && len(m.history) > 0 && m.history[len(m.history)-1] == state
 	if repeat {
 		limit := m.MaxRepeats
 		if limit <= 0 {

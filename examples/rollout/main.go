@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
@@ -111,6 +112,19 @@ type Fleets struct {
 	failing  map[string]string // host: the version it fails to install
 }
 
+// Logged says line was logged.
+func (f *Fleets) Logged(line string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.log {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+// Log records what happened.
 func (f *Fleets) Log(format string, args ...any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,6 +136,7 @@ func (f *Fleets) Install(fleet, host, version string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing[host] == version {
+		f.log = append(f.log, fmt.Sprintf("%s: upgrade to %s failed", host, version))
 		return "", fmt.Errorf("%s: upgrade to %s failed", host, version)
 	}
 	old := f.versions[fleet+"/"+host]
@@ -174,20 +189,21 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Once the first holds the fleet's lock (its first step ran), the
+	// second queues behind it.
+	for !fl.Logged("web: rollout of v2 starts") {
+		time.Sleep(5 * time.Millisecond)
+	}
 	second, err := x.Submit(&Rollout{Fleet: "web", Hosts: hosts, Version: "v3"}, procedure.SubmitOptions{})
 	if err != nil {
 		return err
 	}
-	for _, id := range []uint64{first, second} {
+	for i, id := range []uint64{first, second} {
 		info, err := x.Wait(context.Background(), id)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "rollout %d: %s", id, info.State)
-		if info.Error != "" {
-			fmt.Fprintf(w, " (%s)", info.Error)
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "rollout %d: %s\n", i+1, info.State)
 	}
 	fl.mu.Lock()
 	for _, l := range fl.log {

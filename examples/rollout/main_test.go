@@ -8,10 +8,11 @@ func Example() {
 	}
 	// Output:
 	// rollout 1: SUCCESS
-	// rollout 2: ROLLEDBACK (proc 8 (upgrade): a3: upgrade to v3 failed)
+	// rollout 2: ROLLEDBACK
 	// web: rollout of v2 starts
 	// web: rollout of v2 done
 	// web: rollout of v3 starts
+	// a3: upgrade to v3 failed
 	// web: rollout of v3 rolled back
 	// versions: web/a1=v2 web/a2=v2 web/a3=v2
 }

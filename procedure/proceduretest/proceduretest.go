@@ -66,6 +66,11 @@ type Case struct {
 	// keys the procedure wrote with Context.Put, which are always
 	// compared.
 	Effects func(env any) any
+	// Keys reads what of the domain keys written with Context.Put is
+	// compared. Default: all of them, as written (a key set back to its
+	// first value by a rollback differs from one never written: give Keys
+	// to say they are the same).
+	Keys func(keys map[string]string) any
 	// Configure adjusts each executor's configuration (Store, Registry
 	// and Env are set by the harness). Default: one worker, so that at
 	// most one step is in flight at a crash.
@@ -91,8 +96,9 @@ type Run struct {
 type Effects struct {
 	// Env is Case.Effects of the environment (nil without it).
 	Env any
-	// Keys are the domain keys written with Context.Put, and their values.
-	Keys map[string]string
+	// Keys are the domain keys written with Context.Put, and their values
+	// (as Case.Keys reads them, if set).
+	Keys any
 }
 
 // nonce is the submission's nonce: a resubmission after a crash finds the
@@ -181,14 +187,19 @@ func newRunner(t testing.TB, c Case) *runner {
 }
 
 func (r *runner) effects() Effects {
-	e := Effects{Keys: map[string]string{}}
+	var e Effects
 	if r.c.Effects != nil {
 		e.Env = r.c.Effects(r.env)
 	}
+	keys := map[string]string{}
 	r.mem.ScanValues("", func(k string, v []byte) bool {
-		e.Keys[k] = string(v)
+		keys[k] = string(v)
 		return true
 	})
+	e.Keys = keys
+	if r.c.Keys != nil {
+		e.Keys = r.c.Keys(keys)
+	}
 	return e
 }
 

@@ -111,7 +111,7 @@ func TestProvisionSurvivesEveryCrash(t *testing.T) {
 	if clean.Info.State != procedure.Success || clean.Writes < 4 {
 		t.Fatalf("clean run: %s after %d writes", clean.Info.State, clean.Writes)
 	}
-	if clean.Effects.Keys["installed/h1"] != "v1" || clean.Effects.Env != "map[h1:up] boots=1" {
+	if clean.Effects.Keys.(map[string]string)["installed/h1"] != "v1" || clean.Effects.Env != "map[h1:up] boots=1" {
 		t.Fatalf("clean run's effects: %#v", clean.Effects)
 	}
 	RecoveryAndDoubleExecution(t, c)
