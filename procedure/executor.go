@@ -726,7 +726,7 @@ func (x *Executor) abortRequestedLocked(e *entry) bool {
 // supports rollback, a Stepper whose CanAbort agrees. It reports whether it
 // did.
 func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
-	abortable := true
+	abortable, pushed := true, false
 	switch p := e.proc.(type) {
 	case stateMachineProcedure:
 		m := p.machine()
@@ -735,6 +735,18 @@ func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
 			state = p.InitialState()
 		}
 		abortable = !m.eof && rollbackSupported(p, state)
+		if abortable && e.resumed {
+			// As in runState: the state next to run may have run on the
+			// executor that died; it is rolled back too.
+			x.mu.Lock()
+			topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
+			x.unlock()
+			if !(topIsSelf && len(m.history) > 0 && m.history[len(m.history)-1] == state) {
+				m.started, m.next = true, state
+				m.history = append(m.history, state)
+				pushed = true
+			}
+		}
 	default:
 		if ab, ok := e.proc.(Aborter); ok {
 			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true,
@@ -748,7 +760,8 @@ func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
 	x.mu.Lock()
 	e.abort = true // a passed deadline, made durable with the failure
 	x.unlock()
-	x.fail(e, root, x.abortCause(e), false)
+	e.resumed = false
+	x.fail(e, root, x.abortCause(e), pushed)
 	return true
 }
 

@@ -266,6 +266,13 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 	}
 	if !r.finishedRoot() {
 		e.goodState = r.data
+		if r.typeVersion < ti.version {
+			// Upgraded on load: what a later write falls back to must be
+			// in the current version's shape, which it is labelled with.
+			if data, err := marshalState(p); err == nil {
+				e.goodState = data
+			}
+		}
 		e.resumed = !r.state.Terminal()
 	}
 	if r.finishedRoot() {

@@ -101,7 +101,10 @@ type Stepper interface {
 	// Rollback undoes one executed step; it is called once for each step
 	// that was executed, most recent first, including a step that failed.
 	// It must be idempotent too. An error is retried with backoff: rollback
-	// has to succeed eventually.
+	// has to succeed eventually. A step that ran on an executor that died
+	// before storing its outcome, and was not run again before an abort,
+	// is not rolled back: keep its effects in Context.Put, or write a state
+	// machine (StateSteps.RollbackState is called for such a state).
 	Rollback(ctx *Context) error
 }
 

@@ -3,10 +3,12 @@ package procedure
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -59,5 +61,67 @@ func TestStateUpgrade(t *testing.T) {
 		if err != nil || info.State != Success || string(info.Result) != want {
 			t.Fatalf("procedure %d: %s, result %q, %v; want SUCCESS with %q", id, info.State, info.Result, err, want)
 		}
+	}
+}
+
+// hostsBroken is hostsV2 whose step leaves a state that cannot be
+// serialised (NaN), so the failure is written with the last good state.
+type hostsBroken struct {
+	Base
+	Hosts   []string
+	F       float64
+	release chan struct{}
+}
+
+func (h *hostsBroken) UpgradeState(from int, decode func(old any) error) error {
+	var v1 struct{ Host string }
+	if err := decode(&v1); err != nil {
+		return err
+	}
+	h.Hosts = []string{v1.Host}
+	return nil
+}
+
+func (h *hostsBroken) Execute(*Context) (Step, error) {
+	h.F = math.NaN()
+	return More(), nil
+}
+
+func (h *hostsBroken) Rollback(*Context) error {
+	<-h.release
+	return nil
+}
+
+// TestUpgradedStateIsWhatAFailureStores: a procedure upgraded on load
+// whose state then cannot be serialised is stored with its last good
+// state in the current version's shape, which it is labelled with, not
+// the old version's bytes.
+func TestUpgradedStateIsWhatAFailureStores(t *testing.T) {
+	mem := store.NewMemStore()
+	v1 := record{id: 1, root: 1, typeName: "hosts", typeVersion: 1, state: Runnable, data: []byte(`{"Host":"h1"}`)}
+	_ = mem.Update(store.Proc{ID: 1, Data: v1.marshal()})
+	release := make(chan struct{})
+	cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
+	cfg.Registry.MustRegister("hosts", 2, func() Procedure { return &hostsBroken{release: release} })
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer x.Stop(context.Background())
+	var stored Info
+	testwait.For(t, 10*time.Second, "the failure stored", func() bool {
+		data, ok := mem.Proc(1)
+		if !ok {
+			return false
+		}
+		stored, _ = DecodeInfo(data)
+		return stored.State == Failed || stored.RollingBack
+	})
+	close(release)
+	if stored.Version != 2 || !strings.Contains(string(stored.Data), `"Hosts":["h1"]`) {
+		t.Fatalf("stored as version %d with state %s; want version 2's shape", stored.Version, stored.Data)
 	}
 }

@@ -87,11 +87,14 @@ func run(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "submitted to the leader, %s\n", leader)
-	host := <-configuring
+	host, err := next(ctx, configuring)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "%s: configuring %s; killing %s\n", leader, host, leader)
 	_ = nodes[leader].Kill()
 	delete(nodes, leader)
-	next, x, err := leaderOf(ctx, nodes, leader)
+	newLeader, x, err := leaderOf(ctx, nodes, leader)
 	if err != nil {
 		return err
 	}
@@ -99,7 +102,9 @@ func run(w io.Writer) error {
 	// The killed leader's configuration never finished: the new leader
 	// runs that state again (which is why states are idempotent).
 	close(proceed)
-	<-configuring
+	if _, err := next(ctx, configuring); err != nil {
+		return err
+	}
 	info, err := x.Wait(ctx, id)
 	if err != nil {
 		return err
@@ -108,13 +113,23 @@ func run(w io.Writer) error {
 	var ran []string
 	for _, r := range info.Runs {
 		who := "the killed leader"
-		if r.Node == next {
+		if r.Node == newLeader {
 			who = "the new leader"
 		}
 		ran = append(ran, fmt.Sprintf("%s wrote %d-%d", who, r.First, r.Last))
 	}
 	fmt.Fprintln(w, "runs:", strings.Join(ran, ", "))
 	return nil
+}
+
+// next is the next host the datacenter starts configuring.
+func next(ctx context.Context, configuring <-chan string) (string, error) {
+	select {
+	case h := <-configuring:
+		return h, nil
+	case <-ctx.Done():
+		return "", errors.New("no configuration started within the deadline")
+	}
 }
 
 // leaderOf waits for a master other than not to lead with a running

@@ -104,6 +104,15 @@ func (u *Upgrade) Locks() []scheduler.Lock {
 	return scheduler.TableLocks("fleets", u.Fleet, scheduler.Exclusive)
 }
 
+// HoldLock: taken for its one step; inherited from the rollout, which
+// holds it throughout.
+func (u *Upgrade) HoldLock() bool { return false }
+
+var (
+	_ procedure.Locker = (*Rollout)(nil)
+	_ procedure.Locker = (*Upgrade)(nil)
+)
+
 // Fleets are the hosts' installed versions, and a log of what happened.
 type Fleets struct {
 	mu       sync.Mutex
