@@ -258,7 +258,9 @@ type Config struct {
 	Workers int
 	// Executor, if set, adjusts each executor's configuration before it is
 	// built (TTLs, backoffs, clock). Its Store, Registry, Env, Workers,
-	// Logger, Metrics and Tracer are already filled in. A new executor is
+	// Logger, Metrics and Tracer are already filled in; a wrapper of the
+	// Store must keep the interfaces it implements (store.DeleteMutator,
+	// store.Reader) and write through it, which fences the writes by term. A new executor is
 	// built every time this node becomes leader: the procedure package
 	// adopts the collectors an earlier one registered on the same Metrics.
 	Executor func(*procedure.Config)

@@ -238,10 +238,10 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		Metrics:  n.cfg.Metrics,
 		Tracer:   tracectx.Tracer(n.cfg.TracerProvider, procedureScope),
 	}
-	if n.cfg.Executor != nil {
-		n.cfg.Executor(&pcfg)
-	}
 	pcfg.Store = &fencedStore{RaftStore: rs, n: n, term: term}
+	if n.cfg.Executor != nil {
+		n.cfg.Executor(&pcfg) // it may wrap the store (a test's fault injection)
+	}
 	x, err := procedure.New(pcfg)
 	if err != nil {
 		rs.Close()
