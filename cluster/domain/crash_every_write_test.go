@@ -81,9 +81,9 @@ type faultStore struct {
 }
 
 func (s *faultStore) Load(fn func(store.Proc) error) (store.LoadInfo, error) { return s.inner.Load(fn) }
-func (s *faultStore) Close() error                                         { return s.inner.Close() }
-func (s *faultStore) Proc(id uint64) ([]byte, bool)                        { return s.inner.Proc(id) }
-func (s *faultStore) Value(key string) ([]byte, bool)                      { return s.inner.Value(key) }
+func (s *faultStore) Close() error                                           { return s.inner.Close() }
+func (s *faultStore) Proc(id uint64) ([]byte, bool)                          { return s.inner.Proc(id) }
+func (s *faultStore) Value(key string) ([]byte, bool)                        { return s.inner.Value(key) }
 func (s *faultStore) ScanValues(prefix string, fn func(string, []byte) bool) {
 	s.inner.ScanValues(prefix, fn)
 }
