@@ -32,16 +32,29 @@ var errLeaderCut = errors.New("injected: the leader is cut off at this write")
 // writeFault counts the executors' store writes across the cluster and
 // fails the one it is armed for, telling which master made it.
 type writeFault struct {
-	mu     sync.Mutex
-	writes int
-	armAt  int // the write that fails, counted from 1; 0: none
-	cut    chan string
+	mu      sync.Mutex
+	writes  int
+	armAt   int // the write that fails, counted from 1; 0: none
+	abortAt int // the write after which the procedure is aborted; 0: none
+	cut     chan string
+	abort   chan struct{}
+}
+
+// abortAfter asks for an abort once after more writes are made.
+func (f *writeFault) abortAfter(more int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.abortAt = f.writes + more
 }
 
 func (f *writeFault) take(node string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.writes++
+	if f.abortAt != 0 && f.writes >= f.abortAt {
+		f.abortAt = 0
+		f.abort <- struct{}{}
+	}
 	if f.armAt != 0 && f.writes == f.armAt {
 		f.armAt = 0
 		f.cut <- node
@@ -60,7 +73,7 @@ func (f *writeFault) arm(after int) int {
 func (f *writeFault) disarm() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.armAt = 0
+	f.armAt, f.abortAt = 0, 0
 }
 
 func (f *writeFault) count() int {
@@ -122,7 +135,7 @@ func (s *faultStore) DeleteAndMutate(ids []uint64, muts []store.Mutation) error 
 // write the clean run made (every other one in -short), with the leader
 // lost at that write.
 func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
-	fault := &writeFault{cut: make(chan string, 1)}
+	fault := &writeFault{cut: make(chan string, 1), abort: make(chan struct{}, 1)}
 	ids := map[string]int{}
 	h := newHarness(t, harnessOpts{servers: 3, node: func(nc *cluster.Config) {
 		node := nc.ID
@@ -145,9 +158,11 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 	type op struct {
 		name string
 		// prepare brings a fresh table to where the procedure starts, and
-		// returns the procedure; check asserts the outcome.
+		// returns the procedure; check asserts the outcome; undone, if
+		// set, what a rollback leaves (the procedure can be aborted).
 		prepare func(name string) procedure.Procedure
 		check   func(name string)
+		undone  func(name string)
 	}
 	must := func(p procedure.Procedure, err error) procedure.Procedure {
 		t.Helper()
@@ -172,12 +187,12 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 			return true
 		})
 	}
+	isOpen := func(name string) { h.checkTableOpen("default:"+name, regions) }
+	gone := func(name string) { h.checkTableGone("default:" + name) }
 	ops := []op{
-		{"create", func(name string) procedure.Procedure { return must(domain.NewCreateTable("", name, regions)) },
-			func(name string) { h.checkTableOpen("default:"+name, regions) }},
-		{"disable", func(name string) procedure.Procedure { created(name); return mustDisable(t, "", name) }, closed},
-		{"enable", func(name string) procedure.Procedure { disabled(name); return must(domain.NewEnableTable("", name)) },
-			func(name string) { h.checkTableOpen("default:"+name, regions) }},
+		{"create", func(name string) procedure.Procedure { return must(domain.NewCreateTable("", name, regions)) }, isOpen, gone},
+		{"disable", func(name string) procedure.Procedure { created(name); return mustDisable(t, "", name) }, closed, isOpen},
+		{"enable", func(name string) procedure.Procedure { disabled(name); return must(domain.NewEnableTable("", name)) }, isOpen, closed},
 		{"move", func(name string) procedure.Procedure {
 			created(name)
 			var region string
@@ -190,16 +205,15 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 			})
 			lm, _ := h.leader()
 			return must(lm.dom.MoveRegionProcedure(region, ""))
-		}, func(name string) { h.checkTableOpen("default:"+name, regions) }},
-		{"delete", func(name string) procedure.Procedure { disabled(name); return must(domain.NewDeleteTable("", name)) },
-			func(name string) { h.checkTableGone("default:" + name) }},
+		}, isOpen, nil},
+		{"delete", func(name string) procedure.Procedure { disabled(name); return must(domain.NewDeleteTable("", name)) }, gone, nil},
 		{"balance", func(name string) procedure.Procedure {
 			created(name)
 			lm, _ := h.leader()
 			return must(lm.dom.BalanceProcedure())
-		}, func(name string) { h.checkTableOpen("default:"+name, regions) }},
+		}, isOpen, nil},
 	}
-	cuts := 0
+	cuts, rolledBack := 0, 0
 	step := 1
 	if testing.Short() {
 		step = 2
@@ -221,32 +235,50 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 		}
 	}
 	// run runs o on a fresh table with the leader lost at write `at` of the
-	// procedure (0: none), and returns the writes it made.
-	run := func(o op, at int) int {
+	// procedure (0: none), and returns the writes it made. With abortAt,
+	// the procedure is aborted after that write instead, and the leader is
+	// lost two writes later, in its rollback.
+	run := func(o op, at int, abortAt ...int) int {
 		table++
 		name := fmt.Sprintf("%s%d", o.name, table)
 		p := o.prepare(name)
 		before := fault.count()
-		if at > 0 {
+		aborting := len(abortAt) > 0
+		if aborting {
+			fault.abortAfter(abortAt[0])
+			fault.arm(abortAt[0] + 1)
+		} else if at > 0 {
 			fault.arm(at - 1)
 		}
 		id := h.submit(p, name)
 		var info procedure.Info
-		testwait.For(t, 2*time.Minute, fmt.Sprintf("%s with the leader lost at write %d", name, at), func() bool {
+		testwait.For(t, 2*time.Minute, fmt.Sprintf("%s with the leader lost at write %d (aborted: %v)", name, at, abortAt), func() bool {
 			cutOff()
 			_, x := h.c.LeaderNow()
 			if x == nil {
 				return false
+			}
+			select {
+			case <-fault.abort:
+				if err := x.Abort(id); err != nil && !errors.Is(err, procedure.ErrNotAllowed) {
+					fault.abortAfter(0) // a leader changing: asked again at the next write
+				}
+			default:
 			}
 			var err error
 			info, err = x.Get(id)
 			return err == nil && info.State.Terminal()
 		})
 		fault.disarm() // if the procedure ended before that write
-		if info.State != procedure.Success {
-			t.Fatalf("%s with the leader lost at write %d: %s (%s)", name, at, info.State, info.Error)
+		switch {
+		case info.State == procedure.Success:
+			o.check(name)
+		case aborting && info.State == procedure.RolledBack:
+			rolledBack++
+			o.undone(name)
+		default:
+			t.Fatalf("%s with the leader lost at write %d (aborted: %v): %s (%s)", name, at, abortAt, info.State, info.Error)
 		}
-		o.check(name)
 		h.checkNoDoubles()
 		return fault.count() - before
 	}
@@ -267,7 +299,23 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 			if writes < 2 || cuts == before {
 				t.Fatalf("%s: %d writes, %d leaders lost: the faults did not take effect", o.name, writes, cuts-before)
 			}
+			if o.undone == nil {
+				return
+			}
+			// Aborted after each write, the leader lost in the rollback.
+			rb := rolledBack
+			for k := 1; k < min(writes, maxCrashPoints); k += step {
+				run(o, 0, k)
+			}
+			t.Logf("%s: aborted after each of its writes: %d rolled back, the rest too late to", o.name, rolledBack-rb)
 		})
+	}
+
+	// An abort lands after the write it follows, as soon as the test sees
+	// it: on a loaded machine later than asked, which may be past the
+	// states that can roll back. Some must have.
+	if rolledBack == 0 {
+		t.Fatal("no abort rolled a procedure back")
 	}
 
 	// A region server's crash: its ServerCrash procedure (and the region
