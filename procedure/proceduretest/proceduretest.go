@@ -27,6 +27,9 @@
 // Context.Put (they commit with the step), or write a state machine, whose
 // RollbackState is called for that state too.
 //
+// For procedures whose environment is a cluster leader's services, the
+// same method at the cluster's scale is cluster/clustertest.WriteFaults.
+//
 // Effects are what Case.Effects reads from the environment (the user's own
 // system, which survives the crash) together with the domain keys the
 // procedure wrote with Context.Put, compared with reflect.DeepEqual: a step
