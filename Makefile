@@ -42,7 +42,7 @@ chaos:
 
 # A short run of the WAL reader fuzz target (seed corpus in store/testdata).
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzReadSegment -fuzztime 20s ./store/
+	$(GO) test -run '^$$' -fuzz FuzzReadSegment -fuzztime 1000000x ./store/
 
 # Benchmarks. BATON_WAL_LOAD_PROCS=1000000 runs the full 1 M-procedure
 # WAL load case (about 5.5 GB of segments on disk).
