@@ -117,13 +117,22 @@ func TestDomainProceduresSurviveALeaderLostAtEveryWrite(t *testing.T) {
 		var info procedure.Info
 		testwait.For(t, 2*time.Minute, fmt.Sprintf("%s with the leader lost at write %d (aborted: %v)", name, at, abortAt), func() bool {
 			fault.Settle(t, h.c, id)
-			_, x := h.c.LeaderNow()
+			li, x := h.c.LeaderNow()
 			if x == nil {
 				return false
 			}
 			var err error
-			info, err = x.Get(id)
-			return err == nil && info.State.Terminal()
+			if info, err = x.Get(id); err != nil || !info.State.Terminal() {
+				return false
+			}
+			// Ended in the replicated log, not only in the memory of an
+			// executor whose last write was the one that failed.
+			data, ok := h.masters[li].node.FSM().Proc(id)
+			if !ok {
+				return false
+			}
+			stored, err := procedure.DecodeInfo(data)
+			return err == nil && stored.State.Terminal()
 		})
 		fault.Disarm() // if the procedure ended before that write
 		switch {
