@@ -10,17 +10,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
-	"github.com/baton-dev/baton/security"
 )
 
 // The audit trail: a record of every client call to a method that
@@ -111,13 +110,11 @@ func cut(s string, max int) string {
 		return s
 	}
 	i := max - len("…")
-	for i > 0 && !utf8RuneStart(s[i]) {
+	for i > 0 && !utf8.RuneStart(s[i]) {
 		i--
 	}
 	return s[:i] + "…"
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // procIDer and friends are the shapes of requests and answers that name
 // procedures.
@@ -130,8 +127,9 @@ type (
 func (s *Server) auditRecord(ctx context.Context, p principal, method string, req, resp any, err error) *adminpb.AuditRecord {
 	rec := &adminpb.AuditRecord{
 		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: method,
-		Code: status.Code(err).String(), Node: s.b.ID(), Peer: peerAddr(ctx),
+		Code: status.Code(err).String(), Node: s.b.ID(),
 	}
+	rec.Peer, rec.Via = callOrigin(ctx)
 	if err != nil {
 		rec.Message = cut(status.Convert(err).Message(), auditFieldMax)
 	}
@@ -145,20 +143,8 @@ func (s *Server) auditRecord(ctx context.Context, p principal, method string, re
 		}
 	}
 	rec.Refused = refusalCodes[status.Code(err)]
-	// Where the call came from is a master's word (a standby forwarding,
-	// the console acting for a browser), or anyone's where nothing is
-	// authenticated anyway.
-	caller, tls := security.CallerOf(ctx)
-	if md, ok := metadata.FromIncomingContext(ctx); ok && ((tls && caller.Role == security.RoleMaster) || (!tls && !s.acc.Enforce)) {
-		if via := md.Get(forwardedKey); len(via) > 0 {
-			rec.Via = via[0]
-		}
-		if pa := md.Get(peerKey); len(pa) > 0 && pa[0] != "" {
-			rec.Peer = pa[0]
-		}
-	}
 	add := func(id uint64) {
-		if id != 0 && !containsID(rec.ProcIds, id) {
+		if id != 0 && !slices.Contains(rec.ProcIds, id) {
 			rec.ProcIds = append(rec.ProcIds, id)
 		}
 	}
@@ -195,15 +181,6 @@ func (s *Server) auditRecord(ctx context.Context, p principal, method string, re
 		}
 	}
 	return rec
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // auditLog batches records into Raft entries (auditLog.run), at the
@@ -274,18 +251,9 @@ func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) err
 	case l.kick <- struct{}{}:
 	default:
 	}
-	t := time.NewTimer(auditWriteTimeout + time.Second)
-	defer t.Stop()
 	for _, d := range dones {
-		select {
-		case err := <-d:
-			if err != nil {
-				return err
-			}
-		case <-t.C:
-			return fmt.Errorf("audit: no commit within %v", auditWriteTimeout)
-		case <-l.s.stopCh:
-			return fmt.Errorf("audit: %w", errStopping)
+		if err := waitAudit(d, l.s.stopCh); err != nil {
+			return err
 		}
 	}
 	return nil

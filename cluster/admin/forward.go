@@ -112,7 +112,7 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		s.conns[addr] = cc
 	}
 	kv := []string{forwardedKey, s.b.ID()}
-	if p := forwardedPeer(ctx); p != "" {
+	if p, _ := callOrigin(ctx); p != "" {
 		kv = append(kv, peerKey, p) // for the repair and audit records
 	}
 	kv = append(kv, forwardPrincipal(ctx)...)
@@ -120,16 +120,24 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }
 
-// forwardedPeer is the address a call came from as the leader should
-// record it: the one a master passing it on named (its console, for the
-// browser), else the caller's own.
-func forwardedPeer(ctx context.Context) string {
-	if caller, ok := security.CallerOf(ctx); ok && caller.Role == security.RoleMaster {
-		if v, ok := incomingOne(ctx, peerKey); ok && v != "" {
-			return v
-		}
+// callOrigin is where a call came from, as the repair and audit records
+// and a forward name it: the address (the one a master passing the call
+// on named: a standby for its client, the console for the browser; else
+// the caller's own) and the standby that forwarded it. What a caller says
+// of this is taken from a master only, or from anyone where nothing is
+// authenticated (plaintext).
+func callOrigin(ctx context.Context) (peer, via string) {
+	peer = peerAddr(ctx)
+	if caller, tls := security.CallerOf(ctx); tls && caller.Role != security.RoleMaster {
+		return peer, ""
 	}
-	return peerAddr(ctx)
+	if v, ok := incomingOne(ctx, forwardedKey); ok {
+		via = v
+	}
+	if v, ok := incomingOne(ctx, peerKey); ok && v != "" {
+		peer = v
+	}
+	return peer, via
 }
 
 // track registers a forwarded call to the leader of view to: the returned

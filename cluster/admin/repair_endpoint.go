@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -46,21 +45,14 @@ func peerAddr(ctx context.Context) string {
 // forwarded address is what the standby says: like the name, it is the
 // caller's word until calls are authenticated (issue 14).
 func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
-	out := catalog.Caller{Name: c.GetCaller(), Peer: forwardedPeer(ctx)}
+	out := catalog.Caller{Name: c.GetCaller()}
+	out.Peer, out.Via = callOrigin(ctx)
 	// Who the access interceptor found is no one's word: it leads, and
 	// the name the caller gave follows.
 	if p, ok := principalOf(ctx); ok && p.kind != kindAnonymous {
 		out.Name = p.String()
 		if given := c.GetCaller(); given != "" {
 			out.Name += " (" + given + ")"
-		}
-	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if via := md.Get(forwardedKey); len(via) > 0 {
-			out.Via = via[0]
-			if p := md.Get(peerKey); len(p) > 0 && p[0] != "" {
-				out.Peer = p[0]
-			}
 		}
 	}
 	return out
