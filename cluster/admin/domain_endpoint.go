@@ -54,7 +54,7 @@ type Domain interface {
 
 	// The lock calls run on the leader, with its executor.
 	AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error)
-	LockHeartbeat(x catalog.Executor, id uint64, lease time.Duration) (catalog.Lock, error)
+	LockHeartbeat(ctx context.Context, x catalog.Executor, id uint64, lease time.Duration) (catalog.Lock, error)
 	ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error)
 
 	// The repair kit (repair_endpoint.go) runs on the leader, with the

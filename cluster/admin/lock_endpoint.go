@@ -34,7 +34,7 @@ func (s *Server) LockHeartbeat(ctx context.Context, req *adminpb.LockRef) (*admi
 		return nil, err
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
-		lk, err := d.LockHeartbeat(x, req.GetLockId(), time.Duration(req.GetLeaseMs())*time.Millisecond)
+		lk, err := d.LockHeartbeat(ctx, x, req.GetLockId(), time.Duration(req.GetLeaseMs())*time.Millisecond)
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
 		return c.LockHeartbeat(ctx, req)

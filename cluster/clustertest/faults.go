@@ -80,6 +80,9 @@ func (c *Cluster) Restart(i int) *Master {
 	c.t.Helper()
 	m := c.masters[i]
 	m.kill()
+	if c.mesh != nil {
+		c.mesh.Restore(i)
+	}
 	if err := m.start(); err != nil {
 		c.t.Fatalf("clustertest: restart: %v", err)
 	}

@@ -254,20 +254,34 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 }
 
 // LockHeartbeat renews the lock's lease. A finished lock is not revived.
-// A lease of 0 keeps the lock's length; another restates it (a holder
-// reaching a new leader, which knows only the default until then).
-func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64, asked time.Duration) (catalog.Lock, error) {
+// A lease of 0 keeps the lock's length; another restates it. The length
+// told to the holder is always one the replicated log holds: a new leader
+// grants every lock the length it reads there, so a length known only to
+// this leader's memory would let a new leader expire a lock whose holder
+// was promised longer, and hand it to another. A restated length is
+// therefore persisted by the lock's procedure before it is told (an
+// ACQUIRED lock), or persisted with the acquisition and told the length it
+// has until then (a WAITING lock: expiring a wait early loses a place in a
+// queue, never a lock).
+func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint64, asked time.Duration) (catalog.Lock, error) {
 	svc := d.services()
 	if svc == nil {
 		return catalog.Lock{}, ErrNoServices
 	}
-	length, err := lockLeaseLength(asked, d.cfg.LockLease)
+	wanted, err := lockLeaseLength(asked, d.cfg.LockLease)
 	if err != nil {
 		return catalog.Lock{}, err
 	}
 	lk, err := d.lockInfo(x, id)
 	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
 		return lk, err
+	}
+	length := d.lockLeaseOf(id)
+	if asked != 0 && wanted != length {
+		svc.restateLock(id, wanted)
+		if lk.State == LockAcquired {
+			length = d.awaitLockLease(ctx, svc, id, wanted)
+		}
 	}
 	if err := svc.lockLeases.Renew(lockHolder(id)); err != nil {
 		if !errors.Is(err, lease.ErrUnknownHolder) || svc.lockExpired(id) {
@@ -276,22 +290,50 @@ func (d *Domain) LockHeartbeat(x catalog.Executor, id uint64, asked time.Duratio
 		}
 		// A new leader that has not granted it yet: the heartbeat is a
 		// sign of life as good as a grant.
-		if asked == 0 {
-			length = d.lockLeaseOf(id)
-		}
 		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
 			return catalog.Lock{}, err
 		}
-	} else if cur, _ := svc.lockLeases.Length(lockHolder(id)); asked != 0 && cur != length {
+	} else if cur, _ := svc.lockLeases.Length(lockHolder(id)); cur != length {
 		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
 			return catalog.Lock{}, err
 		}
 	}
-	// The state read above stands; the length may have just changed.
-	if l, ok := svc.lockLeases.Length(lockHolder(id)); ok {
-		lk.LeaseTimeoutMs = l.Milliseconds()
-	}
+	lk.LeaseTimeoutMs = length.Milliseconds()
 	return lk, nil
+}
+
+// restateTimeout bounds how long a heartbeat waits for a restated lease
+// length to commit before it answers with the length that has.
+const restateTimeout = 5 * time.Second
+
+// awaitLockLease waits until lock id's persisted lease length is wanted
+// (its procedure writes it once woken by restateLock), for at most
+// restateTimeout, and returns the persisted length then: the only length
+// the holder may be told.
+func (d *Domain) awaitLockLease(ctx context.Context, svc *services, id uint64, wanted time.Duration) time.Duration {
+	ctx, cancel := d.withTimeout(ctx, restateTimeout)
+	defer cancel()
+	for {
+		// Watched before the record is read, so a commit in between is
+		// not missed.
+		changed, unwatch := svc.watchProc(id)
+		length := d.lockLeaseOf(id)
+		if length == wanted {
+			unwatch()
+			return length
+		}
+		select {
+		case <-changed:
+			unwatch()
+		case <-ctx.Done():
+			unwatch()
+			d.log.Warn("external lock: restated lease not persisted in time; the holder is told the persisted one", "lock_id", id, "wanted", wanted, "persisted", length)
+			return d.lockLeaseOf(id)
+		case <-svc.stopCh:
+			unwatch()
+			return d.lockLeaseOf(id)
+		}
+	}
 }
 
 // releaseTimeout bounds how long ReleaseLock waits for the lock procedure

@@ -37,9 +37,10 @@ const (
 // locks it is WAITING; once its first step ran it is ACQUIRED, recorded at
 // lock/<id>; it finishes with the result RELEASED or EXPIRED.
 //
-// Leases are not replicated: a new leader grants every unfinished lock
-// procedure a fresh lease, so a holder has a full lease period to reach
-// it.
+// Lease times are not replicated, their lengths are: a new leader grants
+// every unfinished lock procedure a fresh lease of its persisted length
+// (LeaseMs), so a holder has a full lease period to reach it. A holder
+// restating its length is told the new one only once LeaseMs holds it.
 type LockProcedure struct {
 	procedure.StateMachine
 	Kind        string   `json:"kind"`
@@ -197,12 +198,20 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 		return procedure.NoMoreState, nil
 	}
 	// A lease is granted by AcquireLock and by a new leader's reconcile;
-	// one that raced ahead of both gets it here. A length restated by the
-	// holder since is kept.
+	// one that raced ahead of both gets it here.
 	if _, ok := svc.lockLeases.Length(lockHolder(ctx.ID())); !ok {
 		if err := svc.lockLeases.Grant(lockHolder(ctx.ID()), p.leaseLength(d.cfg.LockLease)); err != nil {
 			return procedure.NoMoreState, err
 		}
+	}
+	// A length the holder restated is persisted by this step before any
+	// heartbeat tells it (see LockHeartbeat); the lease itself moves to
+	// it at the heartbeat that sees it committed.
+	restated := svc.takeRestated(ctx.ID())
+	if restated > 0 && restated.Milliseconds() != p.LeaseMs {
+		p.LeaseMs = restated.Milliseconds()
+	} else {
+		restated = 0
 	}
 	switch state {
 	case lockAcquired:
@@ -215,6 +224,10 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 		ctx.Suspend(procedure.OnEvent(ev)) // persisted: ACQUIRED commits here
 		return procedure.HasMoreState, nil
 	case lockHeld:
+		if restated > 0 {
+			ctx.Suspend(procedure.OnEvent(ev)) // persisted: the restated length commits here
+			return procedure.HasMoreState, nil
+		}
 		ctx.Suspend(procedure.OnEvent(ev), procedure.SkipPersistence())
 		return procedure.HasMoreState, nil
 	}

@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,9 +30,11 @@ func TestLockRestatedLeaseSurvivesAcquisition(t *testing.T) {
 	if err != nil || b.GetState() != domain.LockWaiting {
 		t.Fatalf("acquire b: %v, %v", b, err)
 	}
+	// A waiting lock's restatement is persisted with its acquisition:
+	// until then it is told the length it has.
 	hb, err := c.LockHeartbeat(ctx, &adminpb.LockRef{LockId: b.GetLockId(), LeaseMs: 3600_000})
-	if err != nil || hb.GetLeaseTimeoutMs() != 3600_000 {
-		t.Fatalf("restating 1h: %v, %v", hb, err)
+	if err != nil || hb.GetState() != domain.LockWaiting || hb.GetLeaseTimeoutMs() != 1000 {
+		t.Fatalf("restating 1h while waiting: %v, %v; want WAITING told its persisted 1000 ms", hb, err)
 	}
 	if _, err := c.ReleaseLock(ctx, &adminpb.LockRef{LockId: a.GetLockId()}); err != nil {
 		t.Fatal(err)
@@ -82,4 +85,61 @@ func TestWaitingLockOwnLeaseAfterFailover(t *testing.T) {
 	if hb.GetState() != domain.LockWaiting || hb.GetLeaseTimeoutMs() != 3600_000 {
 		t.Errorf("waiting b on the new leader: %s, lease %d ms, want WAITING with 3600000 (it expires after the cluster's 2 s)", hb.GetState(), hb.GetLeaseTimeoutMs())
 	}
+}
+
+// A holder restating its lease is told the new length only once the
+// replicated log holds it: a leader killed right after any restatement
+// leaves a successor that grants the lock the length its holder was told,
+// so no one else gets an exclusive lock its holder believes it still has.
+// (With the length kept in the leader's memory only, the successor
+// expired a 1 s lock restated to 1 h about a second after the failover
+// and gave it to the waiter.)
+func TestRestatedLockLeaseSurvivesTheLeadersDeath(t *testing.T) {
+	h := newHarness(t, harnessOpts{servers: 1})
+	cl := h.c.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := []string{"default"}
+	a, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 1000, Nonce: "a"})
+	if err != nil || a.GetState() != domain.LockAcquired {
+		t.Fatalf("acquire a: %v, %v", a, err)
+	}
+	b, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "b"})
+	if err != nil || b.GetState() != domain.LockWaiting {
+		t.Fatalf("acquire b: %v, %v", b, err)
+	}
+	for round, restated := range []int64{3600_000, 1800_000, 3600_000} {
+		hb, err := cl.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: a.GetLockId(), LeaseMs: restated})
+		if err != nil || hb.GetState() != domain.LockAcquired || hb.GetLeaseTimeoutMs() != restated {
+			t.Fatalf("round %d: restating %d ms: %v, %v", round, restated, hb, err)
+		}
+		h.c.Restart(h.leaderIndex()) // killed the moment the holder was told
+		h.leaderIndex()
+		// The waiter polls; a is silent for well over its first length
+		// (1 s) and a lease monitor's round, as a holder told an hour
+		// would be.
+		for quiet := time.Now().Add(3 * time.Second); time.Now().Before(quiet); {
+			r, err := cl.LockHeartbeat(ctx, b.GetLockId())
+			if err != nil {
+				t.Fatalf("round %d: b's heartbeat: %v", round, err)
+			}
+			if r.GetState() != domain.LockWaiting {
+				t.Fatalf("round %d: b is %s while a's holder was told its lock lasts %d ms", round, r.GetState(), restated)
+			}
+		}
+		ha, err := cl.LockHeartbeat(ctx, a.GetLockId())
+		if err != nil || ha.GetState() != domain.LockAcquired || ha.GetLeaseTimeoutMs() != restated {
+			t.Fatalf("round %d: a at the new leader: %v, %v; want ACQUIRED with the %d ms its holder was told", round, ha, err, restated)
+		}
+	}
+	if _, err := cl.ReleaseLock(ctx, a.GetLockId()); err != nil {
+		t.Fatal(err)
+	}
+	testwait.ForNil(t, 30*time.Second, "b acquired once a let go", func() error {
+		r, err := cl.LockHeartbeat(ctx, b.GetLockId())
+		if err == nil && r.GetState() != domain.LockAcquired {
+			err = fmt.Errorf("b is %s", r.GetState())
+		}
+		return err
+	})
 }

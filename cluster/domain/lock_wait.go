@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/scheduler"
@@ -15,6 +16,9 @@ type lockWait struct {
 	ev       *scheduler.Event
 	released bool
 	expired  bool
+	// restated is a lease length the holder asked for that the procedure
+	// has yet to persist (0: none).
+	restated time.Duration
 }
 
 func (s *services) lockWaitOf(id uint64) *lockWait {
@@ -60,6 +64,31 @@ func (s *services) setLock(id uint64, released, expired bool) {
 	ev := w.ev
 	s.mu.Unlock()
 	s.x.Wake(ev)
+}
+
+// restateLock asks lock id's procedure to persist lease length d (a
+// holder's restatement), waking it if it holds its locks.
+func (s *services) restateLock(id uint64, d time.Duration) {
+	w := s.lockWaitOf(id)
+	s.mu.Lock()
+	w.restated = d
+	ev := w.ev
+	s.mu.Unlock()
+	s.x.Wake(ev)
+}
+
+// takeRestated returns the lease length lock id's holder restated since
+// the last call, or 0.
+func (s *services) takeRestated(id uint64) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.locks[id]
+	if w == nil {
+		return 0
+	}
+	d := w.restated
+	w.restated = 0
+	return d
 }
 
 func (s *services) dropLock(id uint64) {

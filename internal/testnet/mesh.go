@@ -79,6 +79,21 @@ func (m *Mesh) Heal(members ...int) {
 	}
 }
 
+// Restore re-makes member i's outbound links that the mesh holds up: a
+// raft shut down closes its in-memory transport, which drops every peer it
+// reached, so a member started again on the same transport would reach no
+// one (and a cluster whose members have all restarted, no leader).
+// Links the test cut stay cut.
+func (m *Mesh) Restore(i int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for j := range m.trans {
+		if i != j && m.links[i][j] {
+			m.connect(i, j)
+		}
+	}
+}
+
 // Connected reports whether member i reaches member j.
 func (m *Mesh) Connected(i, j int) bool {
 	m.mu.Lock()

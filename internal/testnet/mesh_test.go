@@ -48,3 +48,28 @@ func TestMeshPartitionsAndHeals(t *testing.T) {
 		t.Fatal("Heal(2) left one of 2's links cut")
 	}
 }
+
+// A transport closed by its raft's shutdown reaches no one; Restore gives
+// it back the links the mesh holds up, and only those.
+func TestMeshRestoresAClosedTransport(t *testing.T) {
+	var trans []*raft.InmemTransport
+	for range 3 {
+		_, tr := raft.NewInmemTransport("")
+		trans = append(trans, tr)
+	}
+	m := NewMesh(trans...)
+	m.Partition(2)
+	if err := trans[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if reaches(t, trans[0], trans[1]) {
+		t.Fatal("a closed transport still reaches its peers")
+	}
+	m.Restore(0)
+	if !reaches(t, trans[0], trans[1]) {
+		t.Fatal("Restore left a link the mesh holds up cut")
+	}
+	if reaches(t, trans[0], trans[2]) {
+		t.Fatal("Restore healed a link the test cut")
+	}
+}
