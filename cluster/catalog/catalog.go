@@ -123,6 +123,9 @@ type Executor interface {
 	// LookupNonce finds the procedure a submission with owner and nonce
 	// created, so that a retry is told apart from new work.
 	LookupNonce(owner, nonce string) (uint64, bool)
+	// Abort rolls procedure id back; one waiting for its locks leaves
+	// their queue at once.
+	Abort(id uint64) error
 }
 
 var _ Executor = (*procedure.Executor)(nil)

@@ -352,10 +352,14 @@ func (d *Domain) ReleaseLock(ctx context.Context, x catalog.Executor, id uint64)
 	}
 	svc.setLock(id, true, false)
 	if lk.State == LockWaiting {
-		// Nothing is held yet, and the procedure cannot be taken out of
-		// the lock's wait queue: it lets go the moment it gets the lock.
-		lk.State = LockReleased
-		return lk, nil
+		// Nothing is held yet: the request is withdrawn from the lock's
+		// wait queue (an aborted waiter leaves it at once), rather than
+		// left to take the lock and let it go, which would hold up
+		// whoever queued behind it. One that took the lock in between
+		// lets it go as released.
+		if err := x.Abort(id); err != nil && !errors.Is(err, procedure.ErrNotAllowed) && !errors.Is(err, procedure.ErrNotFound) {
+			return catalog.Lock{}, fmt.Errorf("withdraw waiting lock %d: %w", id, err)
+		}
 	}
 	ctx, cancel := d.withTimeout(ctx, releaseTimeout)
 	defer cancel()

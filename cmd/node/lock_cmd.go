@@ -183,6 +183,7 @@ func (c *cli) lockAcquire(args []string) int {
 		return e.fail(err)
 	}
 	defer cl.Close()
+	started := time.Now()
 	r, err := cl.AcquireLockWith(c.ctx, &adminpb.AcquireLockRequest{
 		Kind: *kind, Names: names, Exclusive: *exclusive, Holder: *holder, Description: *desc, Nonce: *nonce,
 		LeaseMs: lease.Milliseconds(),
@@ -196,7 +197,14 @@ func (c *cli) lockAcquire(args []string) int {
 	}
 	what := fmt.Sprintf("%s %s lock on %s", mode, *kind, strings.Join(names, ", "))
 	if *keepalive || argv != nil {
-		return e.keepalive(cl, r, what, *lease, argv, *killAfter)
+		// An explicit --timeout bounds the wait for the lock (not how
+		// long it is then held): a script that said 3s does not want its
+		// command run 25 s later.
+		var waitLimit time.Duration
+		if flagSet(e.fs, "timeout") {
+			waitLimit = e.cf.timeout
+		}
+		return e.keepalive(cl, r, what, *lease, argv, *killAfter, started.Add(waitLimit), waitLimit)
 	}
 	if e.cf.json {
 		c.printJSON(toLockJSON(r))
@@ -255,7 +263,10 @@ func heartbeatEvery(lease time.Duration) time.Duration {
 //
 // With argv, it runs that command once the lock is ACQUIRED and holds the
 // lock exactly while it runs (see holdingCommand).
-func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string, asked time.Duration, argv []string, killAfter time.Duration) int {
+//
+// With waitLimit > 0, a lock still WAITING at waitUntil is withdrawn from
+// its queue and the command exits 3 without running argv.
+func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what string, asked time.Duration, argv []string, killAfter time.Duration, waitUntil time.Time, waitLimit time.Duration) int {
 	c := e.c
 	// SIGINT cancels c.ctx (see run); SIGTERM is caught here, so that the
 	// two can be told apart for the command.
@@ -311,6 +322,12 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 	tick := time.NewTicker(heartbeatEvery(lease))
 	defer tick.Stop()
 	state := r.GetState()
+	var gaveUp <-chan time.Time
+	if waitLimit > 0 && state == client.LockWaiting {
+		t := time.NewTimer(time.Until(waitUntil))
+		defer t.Stop()
+		gaveUp = t.C
+	}
 	for {
 		if argv != nil && child == nil && state == client.LockAcquired {
 			var err error
@@ -356,6 +373,12 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 				return code
 			}
 			return child.exitCode()
+		case <-gaveUp:
+			gaveUp = nil
+			if state != client.LockWaiting {
+				continue
+			}
+			return e.withdrawWaiting(cl, id, waitLimit, printed)
 		case <-tick.C:
 		}
 		hctx, cancel := hbCtx, context.CancelFunc(func() {})
@@ -386,11 +409,43 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		if hr.GetState() != state {
 			state = hr.GetState()
 			show(hr)
+			if state == client.LockAcquired {
+				gaveUp = nil
+			}
 		}
 		if !client.LockHeld(state) {
 			return lost(c.lockOutcome(hr, ""))
 		}
 	}
+}
+
+// withdrawWaiting takes lock id, still WAITING when the explicit --timeout
+// ran out, out of its queue: exit 3, as any other timeout. A lock that was
+// granted in the same moment is let go all the same: the command was not
+// run, and will not be.
+func (e *command) withdrawWaiting(cl *client.Client, id uint64, waitLimit time.Duration, printed bool) int {
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), e.cf.timeout)
+	defer cancel()
+	r, err := cl.ReleaseLock(ctx, id)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "baton lock acquire: timed out after %s waiting for lock %d, and could not withdraw it (it expires when its lease runs out): %s\n",
+			waitLimit, id, status.Convert(err).Message())
+		return exitUnavailable
+	}
+	if e.cf.json && !printed {
+		c.printJSON(timedOutLockJSON{lockJSON: toLockJSON(r), Error: fmt.Sprintf("timed out after %s waiting for the lock", waitLimit), Code: "DEADLINE_EXCEEDED"})
+	}
+	fmt.Fprintf(c.stderr, "baton lock acquire: timed out after %s waiting for lock %d: withdrawn from the queue (%s)\n", waitLimit, id, r.GetState())
+	return exitUnavailable
+}
+
+// timedOutLockJSON is the --json document of a lock acquire that gave up
+// waiting.
+type timedOutLockJSON struct {
+	lockJSON
+	Error string `json:"error"`
+	Code  string `json:"code"`
 }
 
 // releaseAtEnd releases lock id once keepalive was interrupted, within the

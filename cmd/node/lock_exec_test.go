@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
@@ -96,6 +97,57 @@ func TestLockRunsCommand(t *testing.T) {
 			t.Fatalf("exit %d, want %d (the command stopped by SIGINT)\nstderr: %s", code, 128+int(syscall.SIGINT), stderr.String())
 		}
 		fc.WaitFor("the lock released", func() bool { return lockState(t, cl, id) == client.LockReleased })
+	})
+
+	// An explicit --timeout bounds the wait for the lock: exit 3, the
+	// request withdrawn from the queue (it never takes the lock, and holds
+	// no one up), the command never run. It used to wait until the lock
+	// came free and run the command then.
+	t.Run("an explicit --timeout bounds the wait", func(t *testing.T) {
+		held, err := cl.AcquireLock(ctxT(t), client.LockTable, []string{"default:tw"}, true, "test", "", "")
+		if err != nil || held.GetState() != client.LockAcquired {
+			t.Fatalf("the holder's lock: %v %v", held, err)
+		}
+		marker := filepath.Join(t.TempDir(), "ran")
+		start := time.Now()
+		stdout, stderr, interrupt, done := runInBackground(env, "lock", "acquire", "--kind", "table", "--name", "tw", "--exclusive", "--timeout", "2s", "--",
+			"sh", "-c", `touch "$1"`, "sh", marker)
+		defer interrupt()
+		code := exitOf(t, done)
+		took := time.Since(start)
+		if code != exitUnavailable {
+			t.Fatalf("exit %d, want 3\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+		}
+		m := regexp.MustCompile(`timed out after 2s waiting for lock (\d+): withdrawn from the queue`).FindStringSubmatch(stderr.String())
+		if m == nil {
+			t.Fatalf("stderr: %s", stderr.String())
+		}
+		if took < 2*time.Second {
+			t.Errorf("gave up after %v, before its --timeout of 2s", took)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("the command ran (%v)", err)
+		}
+		id, _ := strconv.ParseUint(m[1], 10, 64)
+		if p, err := cl.Get(ctxT(t), id); err != nil || !client.Terminal(p.GetState()) {
+			t.Fatalf("the withdrawn lock's procedure %d: %v %v, want it ended (gone from the queue)", id, p, err)
+		}
+		if r, err := cl.LockHeartbeat(ctxT(t), id); err != nil || r.GetState() != client.LockReleased {
+			t.Fatalf("the withdrawn lock %d: %v %v, want RELEASED", id, r, err)
+		}
+		if _, err := cl.ReleaseLock(ctxT(t), held.GetLockId()); err != nil {
+			t.Fatal(err)
+		}
+		next, err := cl.AcquireLock(ctxT(t), client.LockTable, []string{"default:tw"}, true, "test", "", "")
+		if err != nil || next.GetState() != client.LockAcquired {
+			t.Fatalf("a lock after the holder let go: %v %v, want ACQUIRED at once", next, err)
+		}
+		if _, err := os.Stat(marker); !os.IsNotExist(err) {
+			t.Fatalf("the command ran once the lock came free (%v)", err)
+		}
+		if _, err := cl.ReleaseLock(ctxT(t), next.GetLockId()); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("the command cannot start", func(t *testing.T) {
