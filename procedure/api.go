@@ -70,6 +70,9 @@ type Info struct {
 	// marshals itself): its arguments and progress. Set by DecodeInfo
 	// only; the executor's snapshots leave it out.
 	Data []byte
+	// Progress is how far the procedure is, if its type says
+	// (Progressor); zero otherwise, and for a finished root.
+	Progress Progress
 	// UntilDone: the procedure retries a failing step until it is done
 	// (RetriesUntilDone), so it can be neither aborted nor timed out.
 	// False once it is finished: what it means is moot then, and a
@@ -304,6 +307,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		// False once finished, as the retired root's record answers.
 		UntilDone: e.untilDone && !e.state.Terminal(),
 		History:   e.history.snapshot(), RollingBack: e.rollingBack,
+		Progress:  e.progressLocked(),
 	}
 }
 

@@ -63,6 +63,7 @@ type entry struct {
 	// place when a later state cannot be (Executor.persist).
 	goodState  []byte
 	waitNote   string // the Because of the current suspension
+	progress   Progress // as its Progressor last said (see Progressor)
 	childLatch int
 	children   []uint64
 	// childrenDoneTo: every child before this index in children has

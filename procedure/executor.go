@@ -661,7 +661,11 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		return false
 	}
 
+	prog, hasProg := progressOf(e.proc)
 	x.mu.Lock()
+	if hasProg {
+		e.progress = prog
+	}
 	if e.failures > 0 {
 		e.failures, e.errMsg, e.errCode = 0, "", ""
 	}
@@ -1254,6 +1258,7 @@ func (x *Executor) newEntry(p Procedure, ti *typeInfo, root, parent uint64, now 
 // deriveLocked fills the fields an entry takes from its procedure's
 // optional interfaces, and refuses values the scheduler cannot take.
 func (x *Executor) deriveLocked(e *entry) error {
+	e.progress, _ = progressOf(e.proc)
 	if q, ok := e.proc.(Queued); ok {
 		e.key = q.QueueKey()
 		if e.key.Kind > scheduler.KindTable {
@@ -1555,4 +1560,25 @@ func fromUnixNano(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n)
+}
+
+// progressOf asks p how far it is, if it can say; call it only where p is
+// not running (its worker, or before it is queued).
+func progressOf(p Procedure) (Progress, bool) {
+	pr, ok := p.(Progressor)
+	if !ok {
+		return Progress{}, false
+	}
+	return pr.Progress(), true
+}
+
+// progressLocked is e's progress, its ended children counted for a parent
+// whose progress is theirs.
+func (e *entry) progressLocked() Progress {
+	p := e.progress
+	if p.FromChildren {
+		held := len(e.children) - e.unheldChildren
+		p.Done = int64(max(0, held-e.childLatch))
+	}
+	return p
 }

@@ -522,3 +522,26 @@ var (
 // ErrHeld: the procedure's tree could not be loaded and is held in the
 // store until repaired (see Executor.Problems). It is an ErrNotAllowed.
 var ErrHeld = fmt.Errorf("%w: procedure held at load, not run", ErrNotAllowed)
+
+// Progressor is implemented by procedures that can say how far along they
+// are, for a person watching one (`baton proc wait`, the console). The
+// executor asks after each step, on the worker that ran it (and when the
+// procedure is submitted or loaded), so Progress reads the procedure's
+// fields without locks. It is not persisted: a new leader knows it again
+// from the loaded state.
+type Progressor interface {
+	Progress() Progress
+}
+
+// Progress is how far a procedure is: Done of Total Units. Total 0 means
+// the procedure does not know its total.
+type Progress struct {
+	Done, Total int64
+	// Unit names what is counted, plural: "steps", "regions open".
+	Unit string
+	// FromChildren: Done is the number of the procedure's children that
+	// have ended (the executor counts them; the procedure leaves Done 0),
+	// for a parent whose work is its children's: a table create's region
+	// assignments.
+	FromChildren bool
+}

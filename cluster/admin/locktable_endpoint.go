@@ -112,7 +112,7 @@ func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *admi
 	}
 	p := &adminpb.LockParty{
 		ProcId: id, RootId: info.RootID, ParentId: info.ParentID, Type: info.Type, State: info.State.String(),
-		WaitingFor: whyReason(x, info),
+		WaitingFor: s.whyReason(x, info),
 	}
 	if namer != nil {
 		if h, ok := namer.LockHolderOf(info); ok {

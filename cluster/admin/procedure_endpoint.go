@@ -86,15 +86,15 @@ func (s *Server) localExecutor(ri *adminpb.ReadInfo) (Procedures, error) {
 	return nil, err
 }
 
-func getProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
+func (s *Server) getProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
 	info, err := x.Get(id)
 	if err != nil {
 		return nil, err
 	}
-	return toProto(info, whyReason(x, info)), nil
+	return toProto(info, s.whyReason(x, info)), nil
 }
 
-func whyReason(x Procedures, info procedure.Info) string {
+func (s *Server) whyReason(x Procedures, info procedure.Info) string {
 	if info.State.Terminal() {
 		return "finished"
 	}
@@ -105,6 +105,9 @@ func whyReason(x Procedures, info procedure.Info) string {
 	if w.Note != "" {
 		return w.Note
 	}
+	if w.Reason == "waiting for lock" && w.Sched.Lock != nil {
+		return "waiting for lock " + w.Sched.Lock.String() + s.heldBy(x, w.Sched.Holders)
+	}
 	if w.Reason == "waiting for children" {
 		// A parent's own reason says nothing of what holds it up: name the
 		// first descendant that says why it waits.
@@ -113,6 +116,35 @@ func whyReason(x Procedures, info procedure.Info) string {
 		}
 	}
 	return w.Reason
+}
+
+// heldBy names who holds a lock a procedure waits for: " held by
+// procedure 12 (CreateTable)", or an external lock's holder as its
+// acquirer named it; the first holder, and how many others share it.
+func (s *Server) heldBy(x Procedures, holders []uint64) string {
+	if len(holders) == 0 {
+		return ""
+	}
+	id := holders[0]
+	who := fmt.Sprintf(" held by procedure %d", id)
+	if data, ok := s.b.StoredProcedure(id); ok {
+		if info, err := procedure.DecodeInfo(data); err == nil {
+			who += " (" + info.Type + ")"
+			if d, err := s.domain(); err == nil {
+				if namer, ok := d.(lockHolderNamer); ok {
+					if h, ok := namer.LockHolderOf(info); ok {
+						who = fmt.Sprintf(" held by external lock %d (holder %s)", id, h.Holder)
+					}
+				}
+			}
+		}
+	} else if info, err := x.Get(id); err == nil {
+		who += " (" + info.Type + ")"
+	}
+	if len(holders) > 1 {
+		who += fmt.Sprintf(" and %d more", len(holders)-1)
+	}
+	return who
 }
 
 // childNoteBreadth is how many unfinished children of each procedure
@@ -278,7 +310,7 @@ func procOp(s *Server, ctx context.Context, req *adminpb.ProcedureRef, op func(P
 		if err := op(x, req.GetId()); err != nil {
 			return nil, err
 		}
-		return getProc(x, req.GetId())
+		return s.getProc(x, req.GetId())
 	}, remote)
 }
 
@@ -318,7 +350,12 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		}
 		return t.UnixMilli()
 	}
+	var progress *adminpb.ProcedureProgress
+	if pr := info.Progress; pr.Unit != "" && !info.State.Terminal() {
+		progress = &adminpb.ProcedureProgress{Done: pr.Done, Total: pr.Total, Unit: pr.Unit}
+	}
 	return &adminpb.Procedure{
+		Progress:        progress,
 		Id:              info.ID,
 		ParentId:        info.ParentID,
 		RootId:          info.RootID,

@@ -35,7 +35,11 @@ func (s *Server) storedProcInfo(x Procedures, id uint64) (*adminpb.Procedure, pr
 	}
 	if x != nil {
 		info.Children = s.committedChildren(x, info)
-		return toProto(info, whyReason(x, info)), info, nil
+		// How far it is lives in the executor, not in the record.
+		if live, err := x.Get(id); err == nil {
+			info.Progress = live.Progress
+		}
+		return toProto(info, s.whyReason(x, info)), info, nil
 	}
 	info.Children, err = s.scanChildren(id)
 	if err != nil {
@@ -146,7 +150,7 @@ func (s *Server) storedProcs(x Procedures, f procedure.Filter, newestFirst bool,
 	for i, info := range infos {
 		if x != nil {
 			info.Children = s.committedChildren(x, info)
-			out[i] = toProto(info, whyReason(x, info))
+			out[i] = toProto(info, s.whyReason(x, info))
 		} else {
 			info.Children = byParent[info.ID]
 			out[i] = toProto(info, "")

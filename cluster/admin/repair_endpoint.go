@@ -161,12 +161,12 @@ func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProced
 			// back.
 			why := "rolling back"
 			if r.DryRun {
-				why = whyReason(x, info)
+				why = s.whyReason(x, info)
 			}
 			out.Cancelled = append(out.Cancelled, toProto(info, why))
 		}
 		for _, sk := range r.Skipped {
-			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, whyReason(x, sk.Info)), Reason: sk.Reason})
+			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, s.whyReason(x, sk.Info)), Reason: sk.Reason})
 		}
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {

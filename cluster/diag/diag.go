@@ -374,3 +374,18 @@ func Docs() []TypeDoc {
 		}},
 	}
 }
+
+// Progress implements procedure.Progressor: steps slept of Steps.
+func (p *Sleep) Progress() procedure.Progress {
+	return procedure.Progress{Done: int64(p.Done), Total: int64(p.Steps), Unit: "steps"}
+}
+
+// Progress implements procedure.Progressor: steps run of Steps.
+func (p *Fail) Progress() procedure.Progress {
+	return procedure.Progress{Done: int64(p.Done), Total: int64(p.Steps), Unit: "steps"}
+}
+
+// Progress implements procedure.Progressor: children ended of Children.
+func (p *Fanout) Progress() procedure.Progress {
+	return procedure.Progress{Total: int64(p.Children), Unit: "children done", FromChildren: true}
+}

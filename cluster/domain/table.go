@@ -527,3 +527,25 @@ func (p *DisableTable) ExecuteState(ctx *procedure.Context, state int32) (proced
 func (p *DisableTable) RollbackState(ctx *procedure.Context, state int32) error {
 	return disabling.rollback(ctx, p.tableProc, state)
 }
+
+// Progress implements procedure.Progressor: its region assignments (one
+// child each) ended, of Regions.
+func (p *CreateTable) Progress() procedure.Progress {
+	return procedure.Progress{Total: int64(p.Regions), Unit: "regions open", FromChildren: true}
+}
+
+// Progress implements procedure.Progressor: regions opened so far (the
+// table's count is not part of its state).
+func (p *EnableTable) Progress() procedure.Progress {
+	return procedure.Progress{Unit: "regions opened", FromChildren: true}
+}
+
+// Progress implements procedure.Progressor: regions closed so far.
+func (p *DisableTable) Progress() procedure.Progress {
+	return procedure.Progress{Unit: "regions closed", FromChildren: true}
+}
+
+// Progress implements procedure.Progressor: regions closed so far.
+func (p *DeleteTable) Progress() procedure.Progress {
+	return procedure.Progress{Unit: "regions closed", FromChildren: true}
+}

@@ -224,8 +224,11 @@ func TestWaitInterrupted(t *testing.T) {
 	if code := exitOf(t, done); code != exitInterrupted {
 		t.Fatalf("exit %d, want 130\n%s\n%s", code, out.String(), errb.String())
 	}
-	var doc map[string]map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &doc); err != nil || doc["error"]["exit_code"] != 130.0 || doc["error"]["code"] != "CANCELLED" {
+	var doc struct {
+		ID    uint64         `json:"id"`
+		Error map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &doc); err != nil || doc.ID == 0 || doc.Error["exit_code"] != 130.0 || doc.Error["code"] != "CANCELLED" {
 		t.Fatalf("--json: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(errb.String(), "'baton proc wait ") || strings.Contains(out.String(), "waiting for timer") {

@@ -42,28 +42,33 @@ func (c *cli) watch(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Cl
 	if c.watching != nil {
 		c.watching(id)
 	}
+	prog := newProgressLine(c.stdout, id)
 	p, err := cl.Watch(ctx, id, func(p *adminpb.Procedure) error {
 		if !cf.json && !client.Terminal(p.GetState()) {
 			if p.GetState() != lastState {
-				fmt.Fprintf(c.stdout, "  %s %s\n", time.Now().Format("15:04:05.000"), p.GetState())
+				prog.clear()
+				fmt.Fprintf(c.stdout, "  %s %s%s\n", time.Now().Format("15:04:05.000"), p.GetState(), prog.plainSuffix(p))
 			}
 			// Running and queued are progress; printing each return to a
 			// reason already shown would repeat it at every step.
 			if w := p.GetWaitingFor(); w != "" && w != "running" && w != "queued" && w != printed {
+				prog.clear()
 				fmt.Fprintf(c.stderr, "procedure %d: %s\n", id, w)
 				printed = w
 			}
+			prog.show(p)
 		}
 		lastState, lastWhy = p.GetState(), p.GetWaitingFor()
 		return nil
 	})
+	prog.clear()
 	if err == nil {
 		return p, exitOK, true
 	}
 	again := fmt.Sprintf("procedure %d goes on in the cluster; 'baton proc wait %d' waits for it again", id, id)
 	switch {
 	case c.ctx.Err() != nil:
-		return nil, c.stopWaiting(cf, "CANCELLED", exitInterrupted,
+		return nil, c.stopWaiting(cf, id, "CANCELLED", exitInterrupted,
 			fmt.Sprintf("interrupted while waiting for procedure %d", id), again), false
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		why := lastWhy
@@ -73,7 +78,7 @@ func (c *cli) watch(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Cl
 		case !strings.HasPrefix(why, "waiting for"):
 			why = "waiting for: " + why
 		}
-		return nil, c.stopWaiting(cf, "DEADLINE_EXCEEDED", exitUnavailable,
+		return nil, c.stopWaiting(cf, id, "DEADLINE_EXCEEDED", exitUnavailable,
 			fmt.Sprintf("timed out after %v waiting for procedure %d (%s)", cf.timeout, id, why), again), false
 	}
 	return nil, c.finish(cmd, fs, cf, err), false
@@ -81,10 +86,11 @@ func (c *cli) watch(cmd string, fs *flag.FlagSet, cf *clientFlags, cl *client.Cl
 
 // stopWaiting reports a wait given up on the client's side (the procedure
 // itself is not affected) and returns code.
-func (c *cli) stopWaiting(cf *clientFlags, codeName string, code int, msg, advice string) int {
+func (c *cli) stopWaiting(cf *clientFlags, id uint64, codeName string, code int, msg, advice string) int {
 	fmt.Fprintf(c.stderr, "%s\n  %s\n", msg, advice)
 	if cf.json {
-		c.printJSON(map[string]any{"error": map[string]any{"code": codeName, "message": msg, "exit_code": code}})
+		// id: the procedure goes on; a script waits for it again by id.
+		c.printJSON(map[string]any{"id": id, "error": map[string]any{"code": codeName, "message": msg, "exit_code": code}})
 	}
 	return code
 }

@@ -2119,7 +2119,10 @@ type Procedure struct {
 	// rolling_back: the procedure's executed steps are being undone.
 	RollingBack bool `protobuf:"varint,102,opt,name=rolling_back,json=rollingBack,proto3" json:"rolling_back,omitempty"`
 	// stack_depth is how many executed steps are on its rollback stack.
-	StackDepth    int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
+	StackDepth int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
+	// progress is how far an unfinished procedure is, when its type says
+	// (steps of a sleep, regions open of a table create); unset otherwise.
+	Progress      *ProcedureProgress `protobuf:"bytes,104,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2315,6 +2318,75 @@ func (x *Procedure) GetStackDepth() int32 {
 	return 0
 }
 
+func (x *Procedure) GetProgress() *ProcedureProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+// ProcedureProgress: done of total units (total 0: not known).
+type ProcedureProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Done  int64                  `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	Total int64                  `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// unit names what is counted, plural: "steps", "regions open".
+	Unit          string `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcedureProgress) Reset() {
+	*x = ProcedureProgress{}
+	mi := &file_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcedureProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcedureProgress) ProtoMessage() {}
+
+func (x *ProcedureProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcedureProgress.ProtoReflect.Descriptor instead.
+func (*ProcedureProgress) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ProcedureProgress) GetDone() int64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *ProcedureProgress) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ProcedureProgress) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
 // ProcedureTransition is a stretch of a procedure's writes that left it at
 // one place: one state, one step, one master.
 type ProcedureTransition struct {
@@ -2339,7 +2411,7 @@ type ProcedureTransition struct {
 
 func (x *ProcedureTransition) Reset() {
 	*x = ProcedureTransition{}
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2423,7 @@ func (x *ProcedureTransition) String() string {
 func (*ProcedureTransition) ProtoMessage() {}
 
 func (x *ProcedureTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[30]
+	mi := &file_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2436,7 @@ func (x *ProcedureTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureTransition.ProtoReflect.Descriptor instead.
 func (*ProcedureTransition) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProcedureTransition) GetState() string {
@@ -2444,7 +2516,7 @@ type ProcedureRun struct {
 
 func (x *ProcedureRun) Reset() {
 	*x = ProcedureRun{}
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2528,7 @@ func (x *ProcedureRun) String() string {
 func (*ProcedureRun) ProtoMessage() {}
 
 func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[31]
+	mi := &file_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2541,7 @@ func (x *ProcedureRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureRun.ProtoReflect.Descriptor instead.
 func (*ProcedureRun) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProcedureRun) GetNode() string {
@@ -2533,7 +2605,7 @@ type ListProceduresRequest struct {
 
 func (x *ListProceduresRequest) Reset() {
 	*x = ListProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2617,7 @@ func (x *ListProceduresRequest) String() string {
 func (*ListProceduresRequest) ProtoMessage() {}
 
 func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[32]
+	mi := &file_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2630,7 @@ func (x *ListProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresRequest.ProtoReflect.Descriptor instead.
 func (*ListProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListProceduresRequest) GetState() string {
@@ -2642,7 +2714,7 @@ type ListProceduresResponse struct {
 
 func (x *ListProceduresResponse) Reset() {
 	*x = ListProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2726,7 @@ func (x *ListProceduresResponse) String() string {
 func (*ListProceduresResponse) ProtoMessage() {}
 
 func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[33]
+	mi := &file_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2739,7 @@ func (x *ListProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProceduresResponse.ProtoReflect.Descriptor instead.
 func (*ListProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{33}
+	return file_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListProceduresResponse) GetProcedures() []*Procedure {
@@ -2700,7 +2772,7 @@ type WatchProcedureRequest struct {
 
 func (x *WatchProcedureRequest) Reset() {
 	*x = WatchProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2784,7 @@ func (x *WatchProcedureRequest) String() string {
 func (*WatchProcedureRequest) ProtoMessage() {}
 
 func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[34]
+	mi := &file_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2797,7 @@ func (x *WatchProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProcedureRequest.ProtoReflect.Descriptor instead.
 func (*WatchProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{34}
+	return file_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchProcedureRequest) GetId() uint64 {
@@ -2747,7 +2819,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2831,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[35]
+	mi := &file_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2844,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{35}
+	return file_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ClusterStatusRequest) GetMembers() bool {
@@ -2806,7 +2878,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2890,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[36]
+	mi := &file_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +2903,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{36}
+	return file_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Peer) GetId() string {
@@ -2952,7 +3024,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +3036,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[37]
+	mi := &file_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +3049,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{37}
+	return file_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClusterStatusResponse) GetNodeId() string {
@@ -3180,7 +3252,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3264,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[38]
+	mi := &file_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3277,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{38}
+	return file_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -3238,7 +3310,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3322,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[39]
+	mi := &file_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3335,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{39}
+	return file_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -3286,7 +3358,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3370,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[40]
+	mi := &file_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3383,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{40}
+	return file_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -3343,7 +3415,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3427,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3440,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -3383,7 +3455,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3467,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3480,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -3437,7 +3509,7 @@ type RepairCaller struct {
 
 func (x *RepairCaller) Reset() {
 	*x = RepairCaller{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3521,7 @@ func (x *RepairCaller) String() string {
 func (*RepairCaller) ProtoMessage() {}
 
 func (x *RepairCaller) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3534,7 @@ func (x *RepairCaller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
 func (*RepairCaller) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RepairCaller) GetCaller() string {
@@ -3487,7 +3559,7 @@ type RepairRegionRequest struct {
 
 func (x *RepairRegionRequest) Reset() {
 	*x = RepairRegionRequest{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3571,7 @@ func (x *RepairRegionRequest) String() string {
 func (*RepairRegionRequest) ProtoMessage() {}
 
 func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3584,7 @@ func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RepairRegionRequest) GetRegion() string {
@@ -3569,7 +3641,7 @@ type RecoverServerRequest struct {
 
 func (x *RecoverServerRequest) Reset() {
 	*x = RecoverServerRequest{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3581,7 +3653,7 @@ func (x *RecoverServerRequest) String() string {
 func (*RecoverServerRequest) ProtoMessage() {}
 
 func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +3666,7 @@ func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
 func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RecoverServerRequest) GetServer() string {
@@ -3638,7 +3710,7 @@ type BypassProcedureRequest struct {
 
 func (x *BypassProcedureRequest) Reset() {
 	*x = BypassProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3722,7 @@ func (x *BypassProcedureRequest) String() string {
 func (*BypassProcedureRequest) ProtoMessage() {}
 
 func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3735,7 @@ func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
 func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BypassProcedureRequest) GetId() uint64 {
@@ -3713,7 +3785,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3797,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3810,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetMaintenanceRequest) GetOn() bool {
@@ -3791,7 +3863,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +3875,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +3888,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RepairResponse) GetDryRun() bool {
@@ -3886,7 +3958,7 @@ type CancelProceduresRequest struct {
 
 func (x *CancelProceduresRequest) Reset() {
 	*x = CancelProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +3970,7 @@ func (x *CancelProceduresRequest) String() string {
 func (*CancelProceduresRequest) ProtoMessage() {}
 
 func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +3983,7 @@ func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
 func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CancelProceduresRequest) GetType() string {
@@ -3985,7 +4057,7 @@ type CancelProceduresResponse struct {
 
 func (x *CancelProceduresResponse) Reset() {
 	*x = CancelProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4069,7 @@ func (x *CancelProceduresResponse) String() string {
 func (*CancelProceduresResponse) ProtoMessage() {}
 
 func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4082,7 @@ func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
 func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CancelProceduresResponse) GetDryRun() bool {
@@ -4051,7 +4123,7 @@ type SkippedProcedure struct {
 
 func (x *SkippedProcedure) Reset() {
 	*x = SkippedProcedure{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4135,7 @@ func (x *SkippedProcedure) String() string {
 func (*SkippedProcedure) ProtoMessage() {}
 
 func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4148,7 @@ func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
 func (*SkippedProcedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SkippedProcedure) GetProcedure() *Procedure {
@@ -4102,7 +4174,7 @@ type GetMaintenanceRequest struct {
 
 func (x *GetMaintenanceRequest) Reset() {
 	*x = GetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4186,7 @@ func (x *GetMaintenanceRequest) String() string {
 func (*GetMaintenanceRequest) ProtoMessage() {}
 
 func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4199,7 @@ func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetMaintenanceRequest) GetConsistency() Consistency {
@@ -4153,7 +4225,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4237,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4250,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Maintenance) GetOn() bool {
@@ -4229,7 +4301,7 @@ type ListRepairsRequest struct {
 
 func (x *ListRepairsRequest) Reset() {
 	*x = ListRepairsRequest{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4313,7 @@ func (x *ListRepairsRequest) String() string {
 func (*ListRepairsRequest) ProtoMessage() {}
 
 func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4326,7 @@ func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
 func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListRepairsRequest) GetPageSize() int32 {
@@ -4289,7 +4361,7 @@ type ListRepairsResponse struct {
 
 func (x *ListRepairsResponse) Reset() {
 	*x = ListRepairsResponse{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4301,7 +4373,7 @@ func (x *ListRepairsResponse) String() string {
 func (*ListRepairsResponse) ProtoMessage() {}
 
 func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4314,7 +4386,7 @@ func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
 func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
@@ -4366,7 +4438,7 @@ type RepairRecord struct {
 
 func (x *RepairRecord) Reset() {
 	*x = RepairRecord{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4378,7 +4450,7 @@ func (x *RepairRecord) String() string {
 func (*RepairRecord) ProtoMessage() {}
 
 func (x *RepairRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4391,7 +4463,7 @@ func (x *RepairRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
 func (*RepairRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RepairRecord) GetSeq() uint64 {
@@ -4483,7 +4555,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4567,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4580,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListLocksRequest) GetProcId() uint64 {
@@ -4548,7 +4620,7 @@ type LockParty struct {
 
 func (x *LockParty) Reset() {
 	*x = LockParty{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4632,7 @@ func (x *LockParty) String() string {
 func (*LockParty) ProtoMessage() {}
 
 func (x *LockParty) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4645,7 @@ func (x *LockParty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockParty.ProtoReflect.Descriptor instead.
 func (*LockParty) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *LockParty) GetProcId() uint64 {
@@ -4660,7 +4732,7 @@ type LockEntry struct {
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +4744,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +4757,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LockEntry) GetKind() string {
@@ -4727,7 +4799,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +4811,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +4824,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockEntry {
@@ -4784,7 +4856,7 @@ type ProcedureStatsRequest struct {
 
 func (x *ProcedureStatsRequest) Reset() {
 	*x = ProcedureStatsRequest{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4796,7 +4868,7 @@ func (x *ProcedureStatsRequest) String() string {
 func (*ProcedureStatsRequest) ProtoMessage() {}
 
 func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4809,7 +4881,7 @@ func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ProcedureStatsRequest) GetStuckAfterMs() int64 {
@@ -4844,7 +4916,7 @@ type ProcedureCount struct {
 
 func (x *ProcedureCount) Reset() {
 	*x = ProcedureCount{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4856,7 +4928,7 @@ func (x *ProcedureCount) String() string {
 func (*ProcedureCount) ProtoMessage() {}
 
 func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4869,7 +4941,7 @@ func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureCount.ProtoReflect.Descriptor instead.
 func (*ProcedureCount) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ProcedureCount) GetState() string {
@@ -4909,7 +4981,7 @@ type ProcedureStatsResponse struct {
 
 func (x *ProcedureStatsResponse) Reset() {
 	*x = ProcedureStatsResponse{}
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4921,7 +4993,7 @@ func (x *ProcedureStatsResponse) String() string {
 func (*ProcedureStatsResponse) ProtoMessage() {}
 
 func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4934,7 +5006,7 @@ func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{63}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ProcedureStatsResponse) GetCounts() []*ProcedureCount {
@@ -4987,7 +5059,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4999,7 +5071,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5012,7 +5084,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{64}
+	return file_admin_proto_rawDescGZIP(), []int{65}
 }
 
 type WhoAmIResponse struct {
@@ -5033,7 +5105,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5045,7 +5117,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5058,7 +5130,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{65}
+	return file_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WhoAmIResponse) GetPrincipal() string {
@@ -5101,7 +5173,7 @@ type AclGrantRequest struct {
 
 func (x *AclGrantRequest) Reset() {
 	*x = AclGrantRequest{}
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5185,7 @@ func (x *AclGrantRequest) String() string {
 func (*AclGrantRequest) ProtoMessage() {}
 
 func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5198,7 @@ func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclGrantRequest.ProtoReflect.Descriptor instead.
 func (*AclGrantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{66}
+	return file_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AclGrantRequest) GetClient() string {
@@ -5155,7 +5227,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5239,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5252,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{67}
+	return file_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AclBinding) GetClient() string {
@@ -5220,7 +5292,7 @@ type AclRevokeRequest struct {
 
 func (x *AclRevokeRequest) Reset() {
 	*x = AclRevokeRequest{}
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5232,7 +5304,7 @@ func (x *AclRevokeRequest) String() string {
 func (*AclRevokeRequest) ProtoMessage() {}
 
 func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5245,7 +5317,7 @@ func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{68}
+	return file_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AclRevokeRequest) GetClient() string {
@@ -5265,7 +5337,7 @@ type AclRemoveResponse struct {
 
 func (x *AclRemoveResponse) Reset() {
 	*x = AclRemoveResponse{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5277,7 +5349,7 @@ func (x *AclRemoveResponse) String() string {
 func (*AclRemoveResponse) ProtoMessage() {}
 
 func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5290,7 +5362,7 @@ func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRemoveResponse.ProtoReflect.Descriptor instead.
 func (*AclRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AclRemoveResponse) GetExisted() bool {
@@ -5311,7 +5383,7 @@ type AclCreateTokenRequest struct {
 
 func (x *AclCreateTokenRequest) Reset() {
 	*x = AclCreateTokenRequest{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5395,7 @@ func (x *AclCreateTokenRequest) String() string {
 func (*AclCreateTokenRequest) ProtoMessage() {}
 
 func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5408,7 @@ func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AclCreateTokenRequest) GetName() string {
@@ -5366,7 +5438,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5378,7 +5450,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5391,7 +5463,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -5440,7 +5512,7 @@ type AclCreateTokenResponse struct {
 
 func (x *AclCreateTokenResponse) Reset() {
 	*x = AclCreateTokenResponse{}
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5452,7 +5524,7 @@ func (x *AclCreateTokenResponse) String() string {
 func (*AclCreateTokenResponse) ProtoMessage() {}
 
 func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5465,7 +5537,7 @@ func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{72}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AclCreateTokenResponse) GetSecret() string {
@@ -5491,7 +5563,7 @@ type AclDeleteTokenRequest struct {
 
 func (x *AclDeleteTokenRequest) Reset() {
 	*x = AclDeleteTokenRequest{}
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5503,7 +5575,7 @@ func (x *AclDeleteTokenRequest) String() string {
 func (*AclDeleteTokenRequest) ProtoMessage() {}
 
 func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5516,7 +5588,7 @@ func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclDeleteTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{73}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AclDeleteTokenRequest) GetAccessor() string {
@@ -5535,7 +5607,7 @@ type AclListRequest struct {
 
 func (x *AclListRequest) Reset() {
 	*x = AclListRequest{}
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5547,7 +5619,7 @@ func (x *AclListRequest) String() string {
 func (*AclListRequest) ProtoMessage() {}
 
 func (x *AclListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5560,7 +5632,7 @@ func (x *AclListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListRequest.ProtoReflect.Descriptor instead.
 func (*AclListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{74}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AclListRequest) GetConsistency() Consistency {
@@ -5583,7 +5655,7 @@ type AclListResponse struct {
 
 func (x *AclListResponse) Reset() {
 	*x = AclListResponse{}
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5595,7 +5667,7 @@ func (x *AclListResponse) String() string {
 func (*AclListResponse) ProtoMessage() {}
 
 func (x *AclListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5608,7 +5680,7 @@ func (x *AclListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListResponse.ProtoReflect.Descriptor instead.
 func (*AclListResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{75}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AclListResponse) GetBindings() []*AclBinding {
@@ -5659,7 +5731,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5671,7 +5743,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5684,7 +5756,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{76}
+	return file_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -5740,7 +5812,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5752,7 +5824,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5765,7 +5837,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{77}
+	return file_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -5829,7 +5901,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5841,7 +5913,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5854,7 +5926,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{78}
+	return file_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -5971,7 +6043,7 @@ type AppendAuditRequest struct {
 
 func (x *AppendAuditRequest) Reset() {
 	*x = AppendAuditRequest{}
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5983,7 +6055,7 @@ func (x *AppendAuditRequest) String() string {
 func (*AppendAuditRequest) ProtoMessage() {}
 
 func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5996,7 +6068,7 @@ func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
 func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{79}
+	return file_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
@@ -6014,7 +6086,7 @@ type AppendAuditResponse struct {
 
 func (x *AppendAuditResponse) Reset() {
 	*x = AppendAuditResponse{}
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6026,7 +6098,7 @@ func (x *AppendAuditResponse) String() string {
 func (*AppendAuditResponse) ProtoMessage() {}
 
 func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6039,7 +6111,7 @@ func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
 func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{80}
+	return file_admin_proto_rawDescGZIP(), []int{81}
 }
 
 var File_admin_proto protoreflect.FileDescriptor
@@ -6195,7 +6267,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe7\x05\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xa6\x06\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6223,7 +6295,12 @@ const file_admin_proto_rawDesc = "" +
 	"\ahistory\x18e \x03(\v2#.baton.admin.v1.ProcedureTransitionR\ahistory\x12!\n" +
 	"\frolling_back\x18f \x01(\bR\vrollingBack\x12\x1f\n" +
 	"\vstack_depth\x18g \x01(\x05R\n" +
-	"stackDepth\"\x80\x02\n" +
+	"stackDepth\x12=\n" +
+	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\"Q\n" +
+	"\x11ProcedureProgress\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\"\x80\x02\n" +
 	"\x13ProcedureTransition\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
@@ -6599,7 +6676,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -6632,60 +6709,61 @@ var file_admin_proto_goTypes = []any{
 	(*GetProcedureRequest)(nil),      // 28: baton.admin.v1.GetProcedureRequest
 	(*ProcedureRef)(nil),             // 29: baton.admin.v1.ProcedureRef
 	(*Procedure)(nil),                // 30: baton.admin.v1.Procedure
-	(*ProcedureTransition)(nil),      // 31: baton.admin.v1.ProcedureTransition
-	(*ProcedureRun)(nil),             // 32: baton.admin.v1.ProcedureRun
-	(*ListProceduresRequest)(nil),    // 33: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),   // 34: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),    // 35: baton.admin.v1.WatchProcedureRequest
-	(*ClusterStatusRequest)(nil),     // 36: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                     // 37: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),    // 38: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),           // 39: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),        // 40: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),      // 41: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 42: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),               // 43: baton.admin.v1.LeaderHint
-	(*RepairCaller)(nil),             // 44: baton.admin.v1.RepairCaller
-	(*RepairRegionRequest)(nil),      // 45: baton.admin.v1.RepairRegionRequest
-	(*RecoverServerRequest)(nil),     // 46: baton.admin.v1.RecoverServerRequest
-	(*BypassProcedureRequest)(nil),   // 47: baton.admin.v1.BypassProcedureRequest
-	(*SetMaintenanceRequest)(nil),    // 48: baton.admin.v1.SetMaintenanceRequest
-	(*RepairResponse)(nil),           // 49: baton.admin.v1.RepairResponse
-	(*CancelProceduresRequest)(nil),  // 50: baton.admin.v1.CancelProceduresRequest
-	(*CancelProceduresResponse)(nil), // 51: baton.admin.v1.CancelProceduresResponse
-	(*SkippedProcedure)(nil),         // 52: baton.admin.v1.SkippedProcedure
-	(*GetMaintenanceRequest)(nil),    // 53: baton.admin.v1.GetMaintenanceRequest
-	(*Maintenance)(nil),              // 54: baton.admin.v1.Maintenance
-	(*ListRepairsRequest)(nil),       // 55: baton.admin.v1.ListRepairsRequest
-	(*ListRepairsResponse)(nil),      // 56: baton.admin.v1.ListRepairsResponse
-	(*RepairRecord)(nil),             // 57: baton.admin.v1.RepairRecord
-	(*ListLocksRequest)(nil),         // 58: baton.admin.v1.ListLocksRequest
-	(*LockParty)(nil),                // 59: baton.admin.v1.LockParty
-	(*LockEntry)(nil),                // 60: baton.admin.v1.LockEntry
-	(*ListLocksResponse)(nil),        // 61: baton.admin.v1.ListLocksResponse
-	(*ProcedureStatsRequest)(nil),    // 62: baton.admin.v1.ProcedureStatsRequest
-	(*ProcedureCount)(nil),           // 63: baton.admin.v1.ProcedureCount
-	(*ProcedureStatsResponse)(nil),   // 64: baton.admin.v1.ProcedureStatsResponse
-	(*WhoAmIRequest)(nil),            // 65: baton.admin.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),           // 66: baton.admin.v1.WhoAmIResponse
-	(*AclGrantRequest)(nil),          // 67: baton.admin.v1.AclGrantRequest
-	(*AclBinding)(nil),               // 68: baton.admin.v1.AclBinding
-	(*AclRevokeRequest)(nil),         // 69: baton.admin.v1.AclRevokeRequest
-	(*AclRemoveResponse)(nil),        // 70: baton.admin.v1.AclRemoveResponse
-	(*AclCreateTokenRequest)(nil),    // 71: baton.admin.v1.AclCreateTokenRequest
-	(*AclToken)(nil),                 // 72: baton.admin.v1.AclToken
-	(*AclCreateTokenResponse)(nil),   // 73: baton.admin.v1.AclCreateTokenResponse
-	(*AclDeleteTokenRequest)(nil),    // 74: baton.admin.v1.AclDeleteTokenRequest
-	(*AclListRequest)(nil),           // 75: baton.admin.v1.AclListRequest
-	(*AclListResponse)(nil),          // 76: baton.admin.v1.AclListResponse
-	(*ListAuditRequest)(nil),         // 77: baton.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 78: baton.admin.v1.ListAuditResponse
-	(*AuditRecord)(nil),              // 79: baton.admin.v1.AuditRecord
-	(*AppendAuditRequest)(nil),       // 80: baton.admin.v1.AppendAuditRequest
-	(*AppendAuditResponse)(nil),      // 81: baton.admin.v1.AppendAuditResponse
-	nil,                              // 82: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                              // 83: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 84: baton.admin.v1.RepairRecord.ArgsEntry
+	(*ProcedureProgress)(nil),        // 31: baton.admin.v1.ProcedureProgress
+	(*ProcedureTransition)(nil),      // 32: baton.admin.v1.ProcedureTransition
+	(*ProcedureRun)(nil),             // 33: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),    // 34: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),   // 35: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),    // 36: baton.admin.v1.WatchProcedureRequest
+	(*ClusterStatusRequest)(nil),     // 37: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                     // 38: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),    // 39: baton.admin.v1.ClusterStatusResponse
+	(*AddPeerRequest)(nil),           // 40: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),        // 41: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),      // 42: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 43: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),               // 44: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),             // 45: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),      // 46: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),     // 47: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),   // 48: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),    // 49: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),           // 50: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),  // 51: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil), // 52: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),         // 53: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),    // 54: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),              // 55: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),       // 56: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),      // 57: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),             // 58: baton.admin.v1.RepairRecord
+	(*ListLocksRequest)(nil),         // 59: baton.admin.v1.ListLocksRequest
+	(*LockParty)(nil),                // 60: baton.admin.v1.LockParty
+	(*LockEntry)(nil),                // 61: baton.admin.v1.LockEntry
+	(*ListLocksResponse)(nil),        // 62: baton.admin.v1.ListLocksResponse
+	(*ProcedureStatsRequest)(nil),    // 63: baton.admin.v1.ProcedureStatsRequest
+	(*ProcedureCount)(nil),           // 64: baton.admin.v1.ProcedureCount
+	(*ProcedureStatsResponse)(nil),   // 65: baton.admin.v1.ProcedureStatsResponse
+	(*WhoAmIRequest)(nil),            // 66: baton.admin.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),           // 67: baton.admin.v1.WhoAmIResponse
+	(*AclGrantRequest)(nil),          // 68: baton.admin.v1.AclGrantRequest
+	(*AclBinding)(nil),               // 69: baton.admin.v1.AclBinding
+	(*AclRevokeRequest)(nil),         // 70: baton.admin.v1.AclRevokeRequest
+	(*AclRemoveResponse)(nil),        // 71: baton.admin.v1.AclRemoveResponse
+	(*AclCreateTokenRequest)(nil),    // 72: baton.admin.v1.AclCreateTokenRequest
+	(*AclToken)(nil),                 // 73: baton.admin.v1.AclToken
+	(*AclCreateTokenResponse)(nil),   // 74: baton.admin.v1.AclCreateTokenResponse
+	(*AclDeleteTokenRequest)(nil),    // 75: baton.admin.v1.AclDeleteTokenRequest
+	(*AclListRequest)(nil),           // 76: baton.admin.v1.AclListRequest
+	(*AclListResponse)(nil),          // 77: baton.admin.v1.AclListResponse
+	(*ListAuditRequest)(nil),         // 78: baton.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 79: baton.admin.v1.ListAuditResponse
+	(*AuditRecord)(nil),              // 80: baton.admin.v1.AuditRecord
+	(*AppendAuditRequest)(nil),       // 81: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),      // 82: baton.admin.v1.AppendAuditResponse
+	nil,                              // 83: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                              // 84: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 85: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -6696,7 +6774,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	82,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	83,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -6709,151 +6787,152 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	83,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	84,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
-	32,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
-	31,  // 25: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
-	0,   // 26: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
-	30,  // 27: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
-	2,   // 28: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
-	38,  // 29: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
-	37,  // 30: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	54,  // 31: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	44,  // 32: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44,  // 33: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44,  // 34: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	44,  // 35: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	54,  // 36: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	44,  // 37: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	30,  // 38: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	52,  // 39: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
-	30,  // 40: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
-	0,   // 41: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,   // 42: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 43: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	57,  // 44: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
-	2,   // 45: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	84,  // 46: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
-	0,   // 47: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
-	59,  // 48: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
-	59,  // 49: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
-	60,  // 50: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
-	2,   // 51: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 52: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	63,  // 53: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
-	30,  // 54: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
-	2,   // 55: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	72,  // 56: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
-	0,   // 57: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
-	68,  // 58: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
-	72,  // 59: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
-	2,   // 60: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 61: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
-	79,  // 62: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
-	2,   // 63: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
-	79,  // 64: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
-	26,  // 65: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28,  // 66: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	33,  // 67: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	35,  // 68: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29,  // 69: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 70: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 71: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 72: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	36,  // 73: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	39,  // 74: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	40,  // 75: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	41,  // 76: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 77: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 78: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 79: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 80: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 81: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 82: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 83: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 84: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 85: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 86: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 87: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 88: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 89: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 90: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 91: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 92: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 93: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 94: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	45,  // 95: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	45,  // 96: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	46,  // 97: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	50,  // 98: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	47,  // 99: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	48,  // 100: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	53,  // 101: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	55,  // 102: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	58,  // 103: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	62,  // 104: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	65,  // 105: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	67,  // 106: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	69,  // 107: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	71,  // 108: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	74,  // 109: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	75,  // 110: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	77,  // 111: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	80,  // 112: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	27,  // 113: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 114: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	34,  // 115: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 116: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 117: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 118: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 119: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 120: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38,  // 121: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	38,  // 122: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	38,  // 123: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	42,  // 124: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 125: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 126: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 127: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 128: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 129: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 130: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 131: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 132: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 133: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 134: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 135: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 136: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 137: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 138: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 139: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 140: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 141: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 142: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	49,  // 143: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	49,  // 144: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	49,  // 145: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	51,  // 146: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	49,  // 147: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	49,  // 148: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	54,  // 149: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	56,  // 150: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	61,  // 151: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	64,  // 152: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	66,  // 153: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	68,  // 154: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	70,  // 155: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	73,  // 156: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	70,  // 157: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	76,  // 158: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	78,  // 159: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	81,  // 160: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	113, // [113:161] is the sub-list for method output_type
-	65,  // [65:113] is the sub-list for method input_type
-	65,  // [65:65] is the sub-list for extension type_name
-	65,  // [65:65] is the sub-list for extension extendee
-	0,   // [0:65] is the sub-list for field type_name
+	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
+	32,  // 25: baton.admin.v1.Procedure.history:type_name -> baton.admin.v1.ProcedureTransition
+	31,  // 26: baton.admin.v1.Procedure.progress:type_name -> baton.admin.v1.ProcedureProgress
+	0,   // 27: baton.admin.v1.ListProceduresRequest.consistency:type_name -> baton.admin.v1.Consistency
+	30,  // 28: baton.admin.v1.ListProceduresResponse.procedures:type_name -> baton.admin.v1.Procedure
+	2,   // 29: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
+	39,  // 30: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
+	38,  // 31: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
+	55,  // 32: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	45,  // 33: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	45,  // 34: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	45,  // 35: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	45,  // 36: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	55,  // 37: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	45,  // 38: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	30,  // 39: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	53,  // 40: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	30,  // 41: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,   // 42: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 43: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 44: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	58,  // 45: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,   // 46: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	85,  // 47: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	0,   // 48: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
+	60,  // 49: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	60,  // 50: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	61,  // 51: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	2,   // 52: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 53: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	64,  // 54: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	30,  // 55: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
+	2,   // 56: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	73,  // 57: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
+	0,   // 58: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
+	69,  // 59: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
+	73,  // 60: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
+	2,   // 61: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 62: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
+	80,  // 63: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
+	2,   // 64: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
+	80,  // 65: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	26,  // 66: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 67: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	34,  // 68: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	36,  // 69: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 70: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 71: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 72: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 73: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	37,  // 74: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	40,  // 75: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	41,  // 76: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	42,  // 77: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 78: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 79: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 80: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 81: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 82: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 83: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 84: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 85: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 86: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 87: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 88: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 89: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 90: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 91: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 92: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 93: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 94: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 95: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	46,  // 96: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	46,  // 97: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	47,  // 98: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	51,  // 99: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	48,  // 100: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	49,  // 101: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	54,  // 102: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	56,  // 103: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	59,  // 104: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	63,  // 105: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	66,  // 106: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	68,  // 107: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	70,  // 108: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	72,  // 109: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	75,  // 110: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	76,  // 111: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	78,  // 112: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	81,  // 113: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	27,  // 114: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 115: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 116: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 117: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 118: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 119: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 120: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 121: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	39,  // 122: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	39,  // 123: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	39,  // 124: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	43,  // 125: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 126: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 127: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 128: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 129: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 130: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 131: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 132: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 133: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 134: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 135: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 136: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 137: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 138: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 139: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 140: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 141: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 142: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 143: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	50,  // 144: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	50,  // 145: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	50,  // 146: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	52,  // 147: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	50,  // 148: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	50,  // 149: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	55,  // 150: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	57,  // 151: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	62,  // 152: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	65,  // 153: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	67,  // 154: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	69,  // 155: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	71,  // 156: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	74,  // 157: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	71,  // 158: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	77,  // 159: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	79,  // 160: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	82,  // 161: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	114, // [114:162] is the sub-list for method output_type
+	66,  // [66:114] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -6867,7 +6946,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   84,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
