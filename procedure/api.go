@@ -307,7 +307,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		// False once finished, as the retired root's record answers.
 		UntilDone: e.untilDone && !e.state.Terminal(),
 		History:   e.history.snapshot(), RollingBack: e.rollingBack,
-		Progress:  e.progressLocked(),
+		Progress: e.progressLocked(),
 	}
 }
 

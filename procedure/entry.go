@@ -62,7 +62,7 @@ type entry struct {
 	// goodState is the type's state as last serialised: written in its
 	// place when a later state cannot be (Executor.persist).
 	goodState  []byte
-	waitNote   string // the Because of the current suspension
+	waitNote   string   // the Because of the current suspension
 	progress   Progress // as its Progressor last said (see Progressor)
 	childLatch int
 	children   []uint64
