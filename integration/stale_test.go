@@ -40,7 +40,9 @@ func staleReads(procID string) [][]string {
 // TestStaleReadsWithoutQuorum runs every read command that takes --stale
 // against the one master left of three, the other two paused (SIGSTOP) and
 // then killed: each answers from that master's own state, exit 0, within
-// staleBound, and says it was served stale by that master.
+// staleBound. Then the dead agents' addresses: alone, refused at once;
+// beside the survivor, which answers that it has no leader, waited on
+// until --timeout, saying so.
 func TestStaleReadsWithoutQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
@@ -143,6 +145,23 @@ func TestStaleReadsWithoutQuorum(t *testing.T) {
 		c.Kill(id)
 	}
 	check("peers killed")
+
+	// A stopped agent alone: refused, said at once (not after --timeout's
+	// 10 s), naming the address.
+	gone := c.Node(others[0]).GRPCAddr
+	start := time.Now()
+	code, _, serr = runCLI(t, ctx, "cluster", "status", "--addr", gone)
+	if took := time.Since(start); code != 3 || took > staleBound || !strings.Contains(serr, gone+": connection refused") {
+		t.Errorf("cluster status of a stopped agent: exit %d after %v, want 3 within %v naming %s refused; stderr:\n%s", code, took, staleBound, gone, serr)
+	}
+	// A stopped agent beside one that answers without a leader (an
+	// election, as in a failover): that is worth waiting for, and the
+	// command says what it waits for.
+	code, _, serr = runCLI(t, ctx, "ns", "list", "--addr", gone+","+saddr, "--timeout", "2s")
+	if code != 3 || !strings.Contains(serr, "waiting for a leader: "+saddr) || !strings.Contains(serr, gone+": connection refused") ||
+		!strings.Contains(serr, saddr+": not the leader") || strings.Contains(serr, "waiting will not change that") {
+		t.Errorf("ns list through a stopped agent and a master without a leader: exit %d, want 3 after --timeout, saying it waits for a leader; stderr:\n%s", code, serr)
+	}
 }
 
 // cliErr is a command's failure, for a wait's last reason.
