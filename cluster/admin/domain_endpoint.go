@@ -50,6 +50,9 @@ type Domain interface {
 	ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 	ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, error)
 	ListServersPage(q catalog.ServerQuery) (catalog.ServerPage, error)
+	// ListRecordedServersPage is ListServersPage on any master, without
+	// the leader's lease view (lease state "unknown" for live servers).
+	ListRecordedServersPage(q catalog.ServerQuery) (catalog.ServerPage, error)
 	ServerRegions(ctx context.Context, server string) (catalog.ServerRegions, error)
 
 	// The lock calls run on the leader, with its executor.

@@ -3,6 +3,10 @@ package admin
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/procedure"
@@ -94,4 +98,47 @@ func serveLeaderRead[T any](s *Server, ctx context.Context, c adminpb.Consistenc
 		v, err = serveRead(s, ctx, c, local, remote)
 		return v, true, err
 	}, remote)
+}
+
+// staleLeaderAsk bounds a stale read's question to the leader in
+// serveLeaderReadOr: the leader a standby still names may be gone (paused,
+// cut off) until the standby's election timeout says so, and a stale read
+// must not wait for that. A live leader answers in milliseconds.
+const staleLeaderAsk = 500 * time.Millisecond
+
+// serveLeaderReadOr is serveLeaderRead whose stale reads do not depend on
+// a leader: a standby asks the leader it knows (at most staleLeaderAsk),
+// and answers with recorded, what its own replicated state holds without
+// the leader's view, when it knows none or the leader does not answer.
+// The README promises that a stale read works without a quorum.
+func serveLeaderReadOr[T any](s *Server, ctx context.Context, c adminpb.Consistency,
+	local func(*adminpb.ReadInfo) (T, error),
+	recorded func(*adminpb.ReadInfo) (T, error),
+	remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	var zero T
+	if c != adminpb.Consistency_STALE || s.b.IsLeader() {
+		return serveLeaderRead(s, ctx, c, local, remote)
+	}
+	if _, _, _, err := s.leaderClient(ctx); err == nil {
+		actx, cancel := context.WithTimeout(ctx, staleLeaderAsk)
+		v, err := forwardCall(s, actx, 0, remote)
+		cancel()
+		switch code := status.Code(err); {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			return zero, status.FromContextError(ctx.Err()).Err()
+		case code != codes.Unavailable && code != codes.DeadlineExceeded && code != codes.Canceled:
+			return zero, err // the leader's own answer (a bad page token, ...)
+		}
+		s.log.Debug("stale read: the leader did not answer; answering from the recorded state", "error", err)
+	}
+	if s.b.IsLeader() { // it became the leader meanwhile
+		return serveLeaderRead(s, ctx, c, local, remote)
+	}
+	v, err := recorded(readInfo(s.b.ReadState()))
+	if err != nil {
+		return zero, s.toStatus(err)
+	}
+	return v, nil
 }

@@ -12,7 +12,8 @@ import (
 
 // ListServers implements adminpb.AdminServer: served by the leader, whose
 // leases say live, suspect or expired (a stale read skips its quorum
-// round).
+// round). A stale read that finds no leader answering is served from this
+// master's replicated state, the leases unknown.
 func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersRequest) (*adminpb.ListServersResponse, error) {
 	d, err := s.domain()
 	if err != nil {
@@ -26,13 +27,16 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 		return nil, err
 	}
 	q := catalog.ServerQuery{PageSize: int(req.GetPageSize()), After: after}
-	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
-		page, err := d.ListServersPage(q)
-		if err != nil {
-			return nil, err
+	answer := func(list func(catalog.ServerQuery) (catalog.ServerPage, error)) func(*adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
+		return func(ri *adminpb.ReadInfo) (*adminpb.ListServersResponse, error) {
+			page, err := list(q)
+			if err != nil {
+				return nil, err
+			}
+			return &adminpb.ListServersResponse{Servers: serverMsgs(page.Servers), Read: ri, NextPageToken: encodePageToken(serverToken, page.Next)}, nil
 		}
-		return &adminpb.ListServersResponse{Servers: serverMsgs(page.Servers), Read: ri, NextPageToken: encodePageToken(serverToken, page.Next)}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
+	}
+	return serveLeaderReadOr(s, ctx, req.GetConsistency(), answer(d.ListServersPage), answer(d.ListRecordedServersPage), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
 		return c.ListServers(ctx, req)
 	})
 }

@@ -80,6 +80,7 @@ type options struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	dialOpts       []grpc.DialOption
+	onRetry        func(addr string, err error)
 }
 
 // WithCallTimeout sets the timeout given to calls whose context has no
@@ -102,6 +103,14 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
+// WithRetryNotice sets a function told of each failed attempt that is
+// retried, with the address and its error: a caller can say what it waits
+// for (an election, say) while the Client waits. It may be called from
+// several goroutines at once.
+func WithRetryNotice(f func(addr string, err error)) Option {
+	return func(o *options) { o.onRetry = f }
+}
+
 // Client talks to a Baton cluster. It is safe for concurrent use. Close
 // releases its connections.
 type Client struct {
@@ -112,6 +121,8 @@ type Client struct {
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
+	// tlsPorts caches speaksTLS's probes, by address.
+	tlsPorts map[string]bool
 }
 
 // New returns a Client for the cluster whose members' admin (gRPC)
@@ -138,7 +149,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(list) == 0 {
 		return nil, ErrNoAddresses
 	}
-	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}, tlsPorts: map[string]bool{}}, nil
 }
 
 // Close closes the Client's connections. Calls made afterwards fail.
@@ -228,6 +239,9 @@ func (c *Client) giveUp(ctx context.Context, f *FollowFailure) error {
 		}
 		parts = append(parts, addr+": "+whyFailed(err))
 	}
+	if f.Permanent {
+		return status.Errorf(code, "no leader answered, and waiting will not change that: %s", strings.Join(parts, "; "))
+	}
 	return status.Errorf(code, "no leader answered: %s", strings.Join(parts, "; "))
 }
 
@@ -289,8 +303,22 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 
 // retry calls attempt with the address of each try until it succeeds,
 // fails for good, or ctx ends.
+//
+// When every address has failed for a reason waiting will not mend
+// (classify), it gives up at once rather than when ctx ends: a mistyped
+// or dead address is said within a second, not after the call's timeout.
 func (c *Client) retry(ctx context.Context, attempt func(addr string) error) error {
-	f := c.leaders.Follow(ctx, FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff}, attempt)
+	p := FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff, Permanent: isPermanent}
+	if c.opts.onRetry != nil {
+		p.OnRetry = func(addr string, err error, _ bool, _ time.Duration) { c.opts.onRetry(addr, err) }
+	}
+	f := c.leaders.Follow(ctx, p, func(addr string) error {
+		err := attempt(addr)
+		if err != nil {
+			err = c.classify(ctx, addr, err)
+		}
+		return err
+	})
 	switch {
 	case f == nil:
 		return nil

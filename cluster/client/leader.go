@@ -90,6 +90,14 @@ type FollowPolicy struct {
 	// OnRetry, if set, is told of each failed attempt that is retried:
 	// whether a hint is followed at once, else the pause before the next.
 	OnRetry func(addr string, err error, hinted bool, pause time.Duration)
+	// Permanent, if set, says whether an attempt's error will not change
+	// by waiting (a refused connection, a name that does not resolve, a
+	// TLS mismatch). Once every address known has last failed that way,
+	// Follow gives up (FollowFailure.Permanent) instead of retrying until
+	// ctx ends. One address that answers, even "no leader yet", keeps it
+	// waiting: a dead leader's refused port during an election is not a
+	// reason to give up.
+	Permanent func(err error) bool
 }
 
 // FollowFailure is why Follow gave up: either Addr answered Err, which is
@@ -103,6 +111,27 @@ type FollowFailure struct {
 	Tried []string
 	Last  error
 	Errs  map[string]error
+	// Permanent is set when Follow gave up because every address known
+	// last failed with an error FollowPolicy.Permanent calls permanent.
+	Permanent bool
+}
+
+// allPermanent reports whether every address t knows has failed in f,
+// its last error permanent by p.
+func (t *LeaderTracker) allPermanent(f *FollowFailure, p FollowPolicy) bool {
+	if p.Permanent == nil {
+		return false
+	}
+	t.mu.Lock()
+	addrs := slices.Clone(t.addrs)
+	t.mu.Unlock()
+	for _, a := range addrs {
+		err, ok := f.Errs[a]
+		if !ok || !p.Permanent(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // noteTry records how addr's try failed. A try that ctx's end cut short
@@ -150,6 +179,10 @@ func (t *LeaderTracker) Follow(ctx context.Context, p FollowPolicy, attempt func
 		}
 		f.Last = err
 		f.noteTry(ctx, addr, err)
+		if t.allPermanent(f, p) {
+			f.Permanent = true
+			return f
+		}
 		if t.Failed(addr, err) && (p.HintLimit <= 0 || hints < p.HintLimit) {
 			hints++
 			if p.OnRetry != nil {

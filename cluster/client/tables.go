@@ -33,6 +33,10 @@ const (
 	// LeaseUnconfirmed: the lease holds on a new leader's grace period
 	// only; the server has not heartbeated to that leader yet.
 	LeaseUnconfirmed = "unconfirmed"
+	// LeaseUnknown: a stale read that no leader answered; the master that
+	// served it records the server live, and only a leader knows its
+	// lease.
+	LeaseUnknown = "unknown"
 )
 
 // unary runs one call with do's retries and returns its answer.

@@ -282,6 +282,20 @@ func (d *Domain) ListServersPage(q catalog.ServerQuery) (catalog.ServerPage, err
 	if err != nil {
 		return catalog.ServerPage{}, err
 	}
+	return d.listServersPage(q, svc)
+}
+
+// ListRecordedServersPage is ListServersPage from the replicated state
+// alone, on any master: what a stale read answers when no leader can be
+// asked. The leases are the leader's, so a server recorded live is shown
+// with lease state ServerLeaseUnknown (one recorded expired is expired).
+func (d *Domain) ListRecordedServersPage(q catalog.ServerQuery) (catalog.ServerPage, error) {
+	return d.listServersPage(q, nil)
+}
+
+// listServersPage lists a page of servers with svc's lease view, or with
+// none (nil: ListRecordedServersPage).
+func (d *Domain) listServersPage(q catalog.ServerQuery, svc *services) (catalog.ServerPage, error) {
 	v, err := d.view()
 	if err != nil {
 		return catalog.ServerPage{}, err
@@ -331,7 +345,9 @@ func (d *Domain) ListServersPage(q catalog.ServerQuery) (catalog.ServerPage, err
 		ref := ServerRef{id, srv.StartCode}
 		ps := catalog.Server{ID: id, Address: srv.Address, StartCode: srv.StartCode, RegionCount: counts[ref], LeaseState: ServerExpired,
 			SoftLimitMs: d.cfg.ServerLease.SoftLimit.Milliseconds(), HardLimitMs: d.cfg.ServerLease.HardLimit.Milliseconds()}
-		if srv.State == ServerLive {
+		if srv.State == ServerLive && svc == nil {
+			ps.LeaseState = ServerLeaseUnknown
+		} else if srv.State == ServerLive {
 			if info, ok := svc.leases.Get(holderOf(ref)); ok {
 				ps.LastRenewalUnixMs = info.LastRenewal.UnixMilli()
 				if info.State == lease.Live || info.State == lease.Suspect {

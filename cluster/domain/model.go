@@ -63,6 +63,10 @@ const (
 	// ServerUnconfirmed is shown, never replicated nor decided on: the
 	// lease holds on a new leader's grace alone, no heartbeat came yet.
 	ServerUnconfirmed = "unconfirmed"
+	// ServerLeaseUnknown is shown by a master that answers a stale read
+	// without a leader to ask: the server is recorded live, but only the
+	// leader knows whether its lease holds.
+	ServerLeaseUnknown = "unknown"
 )
 
 // Namespace is the value at ns/<name>.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -67,13 +68,15 @@ type clientFlags struct {
 	// token is a bearer token (--token, BATON_TOKEN), for a cluster that
 	// enforces access control.
 	token string
+	// stderr is where the client says what it waits for.
+	stderr io.Writer
 }
 
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
 func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	newUsageOut(fs, c.stdout, c.stderr)
-	cf := &clientFlags{}
+	cf := &clientFlags{stderr: c.stderr}
 	def := c.getenv("BATON_ADDR")
 	if def == "" {
 		def = defaultAddr
@@ -184,7 +187,29 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
-	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...))
+	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))
+}
+
+// electionNotice returns the client's retry notice: while a master
+// answers that it knows no leader, the command says on stderr that it
+// waits for an election (once per address and answer), rather than being
+// silent until --timeout. stdout stays the answer alone.
+func (cf *clientFlags) electionNotice() func(addr string, err error) {
+	var mu sync.Mutex
+	said := map[string]bool{}
+	return func(addr string, err error) {
+		if cf.stderr == nil || !client.AwaitsLeader(err) {
+			return
+		}
+		msg := status.Convert(err).Message()
+		mu.Lock()
+		defer mu.Unlock()
+		if said[addr+"\x00"+msg] {
+			return
+		}
+		said[addr+"\x00"+msg] = true
+		fmt.Fprintf(cf.stderr, "(waiting for a leader: %s answers %q; giving up after --timeout %v)\n", addr, msg, cf.timeout)
+	}
 }
 
 // dialOptions are the TLS dial options of a connection to a server of
@@ -275,12 +300,17 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	if st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), catalog.MaintenanceRefusal) {
 		advice = "an operator turned maintenance mode on ('baton cluster maintenance status'); new procedures are accepted once it is off"
 	}
-	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, st.Message())
+	msg := st.Message()
+	if strings.Contains(msg, client.SpeaksTLS) {
+		msg = strings.ReplaceAll(msg, client.SpeaksTLS, "this port speaks TLS: give --tls-ca, --tls-cert, --tls-key (env BATON_TLS_CA, BATON_TLS_CERT, BATON_TLS_KEY)")
+		advice = "the cluster runs with TLS: this command needs the cluster's CA and a client certificate ('baton tls cert create --role client')"
+	}
+	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, msg)
 	if advice != "" {
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}
 	if cf != nil && cf.json {
-		c.printJSON(map[string]any{"error": map[string]any{"code": codeName(st.Code()), "message": st.Message(), "exit_code": code}})
+		c.printJSON(map[string]any{"error": map[string]any{"code": codeName(st.Code()), "message": msg, "exit_code": code}})
 	}
 	return code
 }

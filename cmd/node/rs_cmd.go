@@ -154,8 +154,12 @@ func renewalAge(now time.Time, ms int64) string {
 
 // heartbeatAge says how long ago the leader heard from a server: "1.2s
 // ago", or "never (this leader)" since a new leader knows nothing of the
-// heartbeats its predecessor received.
+// heartbeats its predecessor received; a stale answer without a leader
+// knows of none.
 func heartbeatAge(s *adminpb.Server) string {
+	if s.GetLeaseState() == client.LeaseUnknown {
+		return "unknown (no leader)"
+	}
 	if !s.GetHeartbeatSeen() {
 		return "never (this leader)"
 	}

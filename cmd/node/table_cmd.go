@@ -168,7 +168,9 @@ func countRegions(gs []*adminpb.RegionGroup, servers map[string]string) map[stri
 	}
 	for _, g := range gs {
 		if srv := g.GetServer(); servers != nil && srv != "" {
-			if st := servers[srv]; st != client.LeaseLive && st != client.LeaseSuspect {
+			// A lease no leader vouched for (a stale read without one)
+			// counts by the recorded state, as with no servers at all.
+			if st := servers[srv]; st != client.LeaseLive && st != client.LeaseSuspect && st != client.LeaseUnknown {
 				counts[offlineOnDeadKey] += int(g.GetCount())
 				continue
 			}
@@ -176,6 +178,16 @@ func countRegions(gs []*adminpb.RegionGroup, servers map[string]string) map[stri
 		counts[strings.ToLower(g.GetState())] += int(g.GetCount())
 	}
 	return counts
+}
+
+// leasesUnknown reports whether any of servers' lease states is unknown.
+func leasesUnknown(servers map[string]string) bool {
+	for _, st := range servers {
+		if st == client.LeaseUnknown {
+			return true
+		}
+	}
+	return false
 }
 
 // countsSummary is the human form of countRegions: "3 (1 OPEN, 2 offline
@@ -318,7 +330,10 @@ func (c *cli) tableList(args []string) int {
 				return
 			}
 			var ss []*adminpb.Server
-			if ss, serversErr = cl.ListServers(c.ctx); serversErr == nil {
+			// With --stale the servers are read stale too: a
+			// linearizable read would wait for a leader the command was
+			// told not to need.
+			if ss, serversErr = cl.ListServers(c.ctx, rf.optsQuiet()...); serversErr == nil {
 				servers = map[string]string{}
 				for _, s := range ss {
 					servers[s.GetId()] = s.GetLeaseState()
@@ -354,6 +369,8 @@ func (c *cli) tableList(args []string) int {
 			}
 			if serversErr != nil {
 				fmt.Fprintf(c.stderr, "(region servers unknown, regions counted by recorded state: %s)\n", status.Convert(serversErr).Message())
+			} else if leasesUnknown(servers) {
+				fmt.Fprintln(c.stderr, "(region servers' leases unknown: no leader answered; regions on servers recorded live counted by recorded state)")
 			}
 			c.printServed(rf.served)
 		}

@@ -1297,7 +1297,10 @@ type Server struct {
 	// lease_state: live, suspect (soft limit passed), expired, or
 	// unconfirmed: its lease holds but it has not heartbeated to this leader
 	// yet (a new leader grants every known server a grace period, so a dead
-	// one looks unconfirmed, not live, until its lease expires).
+	// one looks unconfirmed, not live, until its lease expires); or unknown:
+	// a stale read that no leader answered, served by a standby from its
+	// replicated state, which records the server live (leases are the
+	// leader's).
 	LeaseState        string `protobuf:"bytes,4,opt,name=lease_state,json=leaseState,proto3" json:"lease_state,omitempty"`
 	LastRenewalUnixMs int64  `protobuf:"varint,5,opt,name=last_renewal_unix_ms,json=lastRenewalUnixMs,proto3" json:"last_renewal_unix_ms,omitempty"`
 	RegionCount       int32  `protobuf:"varint,6,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
