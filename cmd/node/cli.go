@@ -275,7 +275,13 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	if st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), catalog.MaintenanceRefusal) {
 		advice = "an operator turned maintenance mode on ('baton cluster maintenance status'); new procedures are accepted once it is off"
 	}
-	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, st.Message())
+	// The code, as the README promises, so that a script (or a person
+	// searching the docs) need not parse the sentence.
+	if st.Code() != codes.Unknown {
+		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, st.Message(), codeName(st.Code()))
+	} else {
+		fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, st.Message())
+	}
 	if advice != "" {
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}

@@ -153,7 +153,7 @@ func TestRepairCommands(t *testing.T) {
 			json: map[string]any{"dry_run": true, "bypassed": []any{float64(running)}, "confirm": "add --yes to do it"}},
 		{name: "bypass running override", args: []string{"proc", "bypass", RUN, "--override", "--yes"}, stdout: "done: bypass procedure " + RUN,
 			then: func(*testing.T, map[string]any, string) { close(letGo) }}, // its step ends; it runs no other
-		{name: "bypass unknown", args: []string{"proc", "bypass", "999999", "--yes"}, code: 1, stderr: "not found"},
+		{name: "bypass unknown", args: []string{"proc", "bypass", "999999", "--yes"}, code: 1, stderr: "procedure 999999 does not exist (NOT_FOUND)"},
 		{name: "bypass bad id", args: []string{"proc", "bypass", "x"}, code: 2, stderr: "positive integer"},
 
 		// The records.
