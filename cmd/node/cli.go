@@ -67,13 +67,16 @@ type clientFlags struct {
 	// token is a bearer token (--token, BATON_TOKEN), for a cluster that
 	// enforces access control.
 	token string
+	// fs is the command's flag set: whether a TLS file came from its flag
+	// or its variable, for messages.
+	fs *flag.FlagSet
 }
 
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
 func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	newUsageOut(fs, c.stdout, c.stderr)
-	cf := &clientFlags{}
+	cf := &clientFlags{fs: fs}
 	def := c.getenv("BATON_ADDR")
 	if def == "" {
 		def = defaultAddr
@@ -211,9 +214,23 @@ func (cf *clientFlags) credentials() (*security.Credentials, error) {
 	if !cf.tls.Enabled() {
 		return nil, nil
 	}
+	src := tlsSources{CA: "env " + clientTLSEnv.CA, Cert: "env " + clientTLSEnv.Cert, Key: "env " + clientTLSEnv.Key}
+	if cf.fs != nil {
+		for _, f := range []struct {
+			name string
+			dst  *string
+		}{{"tls-ca", &src.CA}, {"tls-cert", &src.Cert}, {"tls-key", &src.Key}} {
+			if flagSet(cf.fs, f.name) {
+				*f.dst = "--" + f.name
+			}
+		}
+	}
+	if err := validateTLS(cf.tls, src, clientTLSEnv); err != nil {
+		return nil, usagef("%v", err)
+	}
 	creds, err := security.Load(cf.tls, nil, nil)
 	if err != nil {
-		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
+		return nil, explainTLS(err, cf.tls, src)
 	}
 	return creds, nil
 }
