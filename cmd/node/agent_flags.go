@@ -167,7 +167,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		fs.PrintDefaults()
+		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
+			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {

@@ -440,7 +440,7 @@ func TestLockCommands(t *testing.T) {
 		{cliCase: cliCase{name: "own lease", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "7s", "--json"},
 			json: map[string]any{"state": "ACQUIRED", "lease_timeout_ms": float64(10_000)}}},
 		{cliCase: cliCase{name: "lease too short", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "500ms"}, code: 2, stderr: "--lease 500ms: want between 1s and 1h"}},
-		{cliCase: cliCase{name: "lease not a duration", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "soon"}, code: 2, stderr: "invalid value"}},
+		{cliCase: cliCase{name: "lease not a duration", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "soon"}, code: 2, stderr: `--lease "soon": want a duration`}},
 		{cliCase: cliCase{name: "keepalive and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--keepalive", "--", "true"}, code: 2, stderr: "give one"}},
 		{cliCase: cliCase{name: "json and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--json", "--", "true"}, code: 2, stderr: "the command's output is the output"}},
 		{cliCase: cliCase{name: "nothing after --", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--"}, code: 2, stderr: "nothing after --"}},

@@ -90,7 +90,7 @@ func TestErrorMessagesSayOneThing(t *testing.T) {
 		{[]string{"region", "assign", "nosuch,1,2"}, 1, "NOT_FOUND", `region "nosuch,1,2" does not exist`},
 		{[]string{"region", "unassign", "nosuch", "--yes"}, 1, "NOT_FOUND", `region "nosuch" does not exist`},
 		{[]string{"region", "move", "nosuch", "--to", "rs1"}, 1, "NOT_FOUND", `region "nosuch" does not exist`},
-		{[]string{"table", "create", "t2", "--regions", "1e9"}, 2, "", "--regions"},
+		{[]string{"table", "create", "t2", "--regions", "1e9"}, 2, "", `--regions "1e9": want a whole number`},
 	} {
 		code, _, stderr := runCLI(t, env, tc.args...)
 		if code != tc.exit {

@@ -109,7 +109,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
 			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
-		fs.PrintDefaults()
+		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {

@@ -89,7 +89,7 @@ func TestRegionServerExitCodes(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{[]string{"regionserver", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"regionserver", "--nope"}, 2, "unknown flag --nope"},
 		{[]string{"regionserver"}, 2, "--id is required"},
 		{[]string{"regionserver", "-h"}, 0, "usage: baton regionserver"},
 		{[]string{"regionserver", "--id", "a", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'baton regionserver -h'"},
