@@ -12,7 +12,8 @@ package main
 // prints what it would do ("dry run: ..."; --json: the dry run's
 // document with "confirm"), says "add --yes to do it" on stderr and exits
 // 2, having done nothing; a refusal is reported as the real call's would
-// be. Unassign needs it even without --override: the only region it then
+// be. A proc cancel that matches nothing has nothing to confirm: it says
+// so and exits 0. Unassign needs it even without --override: the only region it then
 // acts on is one recorded OPEN (in transition or locked is refused,
 // closed is left alone), and closing that takes it offline for good,
 // which the cluster never does by itself; an unassign with nothing to do
