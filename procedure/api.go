@@ -275,16 +275,16 @@ func (x *Executor) lookupLocked(id uint64) (*entry, error) {
 	if e := x.procs[id]; e != nil {
 		return e, nil
 	}
-	return nil, fmt.Errorf("%w: %d", ErrNotFound, id)
+	return nil, Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
 // finishedErrLocked is the refusal of a change to finished root id, or
 // ErrNotFound.
 func (x *Executor) finishedErrLocked(id uint64) error {
 	if f, ok := x.finished.get(id); ok {
-		return fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, f.state)
+		return Errorf(ErrNotAllowed, "procedure %d is already %s", id, f.state)
 	}
-	return fmt.Errorf("%w: %d", ErrNotFound, id)
+	return Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
 func (x *Executor) infoLocked(e *entry) Info { return x.infoOfLocked(e, true) }
@@ -428,12 +428,12 @@ func (x *Executor) Abort(id uint64) error {
 		return err
 	}
 	if e.state.Terminal() {
-		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		err := Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
 		x.unlock()
 		return err
 	}
 	if e.untilDone {
-		err := fmt.Errorf("%w: %d (%s) cannot roll back: it retries until done", ErrNotAllowed, id, e.ti.name)
+		err := Errorf(ErrNotAllowed, "procedure %d (%s) cannot roll back: it retries until done", id, e.ti.name)
 		x.unlock()
 		return err
 	}
@@ -526,7 +526,7 @@ func (x *Executor) persistIdle(e *entry) {
 func (x *Executor) Pause(id uint64) error {
 	return x.changeAndPersist(id, func(e *entry) (bool, error) {
 		if e.state.Terminal() {
-			return false, fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+			return false, Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
 		}
 		if e.paused {
 			return false, nil
@@ -579,7 +579,7 @@ func (x *Executor) Ack(id uint64) error {
 	}
 	return x.changeAndPersist(id, func(e *entry) (bool, error) {
 		if !e.isRoot() || !e.state.Terminal() {
-			return false, fmt.Errorf("%w: %d is %s", ErrNotTerminal, id, e.state)
+			return false, Errorf(ErrNotTerminal, "procedure %d is %s, not finished", id, e.state)
 		}
 		if !e.ackedAt.IsZero() {
 			return false, nil
@@ -644,7 +644,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	}
 	if root := x.roots[e.root]; opts.KeepRollbacks && root != nil && root.failed && !e.state.Terminal() {
 		x.unlock()
-		return fmt.Errorf("%w: %d is rolling back (root %d failed)", ErrNotAllowed, id, e.root)
+		return Errorf(ErrNotAllowed, "procedure %d is rolling back (root %d failed)", id, e.root)
 	}
 	var targets []*entry
 	var check func(e *entry) error
@@ -654,10 +654,10 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		}
 		if e.lockWait && !opts.Force {
 			w := x.sched.Why(e.id)
-			return fmt.Errorf("%w: %d waits for lock %v held by %v; release it first or use Force", ErrNotAllowed, e.id, w.Lock, w.Holders)
+			return Errorf(ErrNotAllowed, "procedure %d waits for lock %v held by %v; release it first or use Force", e.id, w.Lock, w.Holders)
 		}
 		if e.childLatch > 0 && !opts.Recursive {
-			return fmt.Errorf("%w: %d has %d unfinished children; use Recursive", ErrNotAllowed, e.id, e.childLatch)
+			return Errorf(ErrNotAllowed, "procedure %d has %d unfinished children; use Recursive", e.id, e.childLatch)
 		}
 		targets = append(targets, e)
 		if opts.Recursive {
@@ -676,7 +676,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		return err
 	}
 	if len(targets) == 0 {
-		err := fmt.Errorf("%w: %d is already %s", ErrNotAllowed, id, e.state)
+		err := Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
 		x.unlock()
 		return err
 	}

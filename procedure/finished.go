@@ -241,7 +241,7 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 	f, ok := x.finished.get(id)
 	if !ok {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Errorf(ErrNotFound, "procedure %d does not exist", id)
 	}
 	if x.stopping {
 		x.unlock()
@@ -252,7 +252,7 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 	data, ok := x.finishedRecordLocked(id)
 	x.unlock()
 	if !ok {
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Errorf(ErrNotFound, "procedure %d does not exist", id)
 	}
 	var r record
 	if err := r.unmarshal(data); err != nil {
@@ -318,7 +318,7 @@ func (x *Executor) changeFinished(id uint64, change func(e *entry) (bool, error)
 	f, ok := x.finished.get(id)
 	if !ok {
 		x.unlock()
-		return fmt.Errorf("%w: %d", ErrNotFound, id)
+		return Errorf(ErrNotFound, "procedure %d does not exist", id)
 	}
 	stand := &entry{id: id, root: id, ti: x.fin.types[f.typ], state: f.state, retired: true}
 	if f.flags&finAcked != 0 {

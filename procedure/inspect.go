@@ -49,6 +49,28 @@ func ErrorCode(err error) string {
 	return ""
 }
 
+// Errorf is an error of kind (ErrNotFound, ErrInvalid, ErrAlreadyExists,
+// ...: errors.Is matches it, so ErrorCode and the API's codes classify it)
+// whose message is the formatted text alone. A wrapped sentinel's text
+// ("procedure: not found: ...") reads as this package's prefix in the
+// message of whoever shows the error to a person, often beside a prefix
+// of its own; a message said here is the one sentence they see. A %w in
+// format is wrapped too.
+func Errorf(kind error, format string, args ...any) error {
+	return &kindError{err: fmt.Errorf(format, args...), kind: kind}
+}
+
+// WithKind is err, matching kind as well for errors.Is, message unchanged.
+func WithKind(kind, err error) error { return &kindError{err: err, kind: kind} }
+
+type kindError struct {
+	err  error
+	kind error
+}
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }
+
 // DecodeInfo decodes a persisted procedure (store.Proc.Data) into its Info
 // without an executor or a registry: what a standby serves stale reads from.
 // Children is empty but for a finished root, whose record lists the

@@ -150,7 +150,7 @@ func (b nodeBackend) notLeader() error {
 func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
 	for _, m := range muts {
 		if m.Key == "" {
-			return fmt.Errorf("%w: empty domain key", procedure.ErrInvalid)
+			return procedure.Errorf(procedure.ErrInvalid, "empty domain key")
 		}
 	}
 	if !b.n.IsLeader() {

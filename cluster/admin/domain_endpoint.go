@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -134,7 +133,7 @@ func (b domainBackend) Term() uint64 {
 func (b domainBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) error) error {
 	sb, ok := b.Backend.(storedProceduresBefore)
 	if !ok {
-		return fmt.Errorf("%w: this node cannot list procedures newest first", procedure.ErrInvalid)
+		return procedure.Errorf(procedure.ErrInvalid, "this node cannot list procedures newest first")
 	}
 	return sb.StoredProceduresBefore(before, fn)
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -37,7 +36,7 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 		}
 		lt, ok := x.(lockTable)
 		if !ok {
-			return nil, fmt.Errorf("%w: this node's executor shows no lock table", procedure.ErrInvalid)
+			return nil, procedure.Errorf(procedure.ErrInvalid, "this node's executor shows no lock table")
 		}
 		var namer lockHolderNamer
 		if d, err := s.domain(); err == nil {

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,7 +60,7 @@ func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequ
 			return nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: namespace %q", procedure.ErrNotFound, req.GetName())
+			return nil, procedure.Errorf(procedure.ErrNotFound, "namespace %q does not exist", req.GetName())
 		}
 		return &adminpb.Namespace{Name: req.GetName(), Read: ri}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Namespace, error) {

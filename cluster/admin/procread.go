@@ -27,7 +27,7 @@ func (s *Server) storedProc(x Procedures, id uint64) (*adminpb.Procedure, error)
 func (s *Server) storedProcInfo(x Procedures, id uint64) (*adminpb.Procedure, procedure.Info, error) {
 	data, ok := s.b.StoredProcedure(id)
 	if !ok {
-		return nil, procedure.Info{}, fmt.Errorf("%w: %d", procedure.ErrNotFound, id)
+		return nil, procedure.Info{}, procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist", id)
 	}
 	info, err := procedure.DecodeInfo(data)
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *Server) storedProcs(x Procedures, f procedure.Filter, newestFirst bool,
 	if newestFirst {
 		sb, ok := s.b.(storedProceduresBefore)
 		if !ok {
-			return nil, fmt.Errorf("%w: this node cannot list procedures newest first", procedure.ErrInvalid)
+			return nil, procedure.Errorf(procedure.ErrInvalid, "this node cannot list procedures newest first")
 		}
 		err = sb.StoredProceduresBefore(beforeID, visit)
 	} else {

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -48,7 +47,7 @@ func checkConsistency(c adminpb.Consistency) error {
 	case adminpb.Consistency_LINEARIZABLE, adminpb.Consistency_STALE:
 		return nil
 	}
-	return fmt.Errorf("%w: unknown read consistency %d", procedure.ErrInvalid, int32(c))
+	return procedure.Errorf(procedure.ErrInvalid, "unknown read consistency %d", int32(c))
 }
 
 // serveRead answers a read at consistency c: local reads this node's state

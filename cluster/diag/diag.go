@@ -240,7 +240,7 @@ func New(typ string, args map[string]string) (procedure.Procedure, error) {
 		f.FailAt = a.int("fail_at", f.Steps-1, 0, MaxSteps)
 		f.Delay = a.duration("delay", 0)
 		if a.err == nil && f.FailAt >= f.Steps {
-			a.err = fmt.Errorf("%w: %s: fail_at %d must be below steps %d", procedure.ErrInvalid, typ, f.FailAt, f.Steps)
+			a.err = procedure.Errorf(procedure.ErrInvalid, "%s: fail_at %d must be below steps %d", typ, f.FailAt, f.Steps)
 		}
 		p = f
 	case TypeFanout:
@@ -250,7 +250,7 @@ func New(typ string, args map[string]string) (procedure.Procedure, error) {
 			Delay:    a.duration("delay", DefaultDelay),
 		}
 	default:
-		return nil, fmt.Errorf("%w: %w: %q (diagnostic types: %s)", procedure.ErrInvalid, procedure.ErrUnknownType, typ, strings.Join(Types(), ", "))
+		return nil, procedure.WithKind(procedure.ErrInvalid, procedure.Errorf(procedure.ErrUnknownType, "unknown procedure type %q (diagnostic types: %s)", typ, strings.Join(Types(), ", ")))
 	}
 	if a.err == nil {
 		a.checkUnused()
@@ -278,7 +278,7 @@ func (a *argReader) get(name string) (string, bool) {
 
 func (a *argReader) fail(format string, args ...any) {
 	if a.err == nil {
-		a.err = fmt.Errorf("%w: %s: %s", procedure.ErrInvalid, a.typ, fmt.Sprintf(format, args...))
+		a.err = procedure.Errorf(procedure.ErrInvalid, "%s: %s", a.typ, fmt.Sprintf(format, args...))
 	}
 }
 

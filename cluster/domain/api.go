@@ -60,12 +60,12 @@ func (d *Domain) MoveRegionProcedure(region, toServer string) (procedure.Procedu
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: region %q", ErrNotFound, region)
+		return nil, procedure.Errorf(ErrNotFound, "region %q does not exist", region)
 	}
 	if toServer != "" {
 		if _, ok, err := getServer(r, toServer); err != nil || !ok {
 			if err == nil {
-				err = fmt.Errorf("%w: region server %q", ErrNotFound, toServer)
+				err = procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", toServer)
 			}
 			return nil, err
 		}
@@ -102,7 +102,7 @@ func (d *Domain) ServerRegions(ctx context.Context, server string) (catalog.Serv
 		return catalog.ServerRegions{}, err
 	}
 	if !ok {
-		return catalog.ServerRegions{}, fmt.Errorf("%w: region server %q", ErrNotFound, server)
+		return catalog.ServerRegions{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", server)
 	}
 	out := catalog.ServerRegions{Server: server}
 	ref := ServerRef{server, srv.StartCode}
@@ -126,7 +126,7 @@ func (d *Domain) ServerRegions(ctx context.Context, server string) (catalog.Serv
 	if err != nil {
 		// Not UNAVAILABLE: that would send the client to another master,
 		// which cannot reach the region server any better.
-		return catalog.ServerRegions{}, status.Errorf(codes.FailedPrecondition, "master: region server %s at %s: %v", server, srv.Address, err)
+		return catalog.ServerRegions{}, status.Errorf(codes.FailedPrecondition, "region server %s at %s does not answer: %s", server, srv.Address, status.Convert(err).Message())
 	}
 	for _, h := range resp.GetRegions() {
 		out.Hosted = append(out.Hosted, h.GetRegion())
@@ -142,7 +142,7 @@ func (d *Domain) lockState(x catalog.Executor, id uint64) (string, error) {
 		return "", err
 	}
 	if info.Type != TypeLock {
-		return "", fmt.Errorf("%w: lock %d (procedure %d is a %s)", ErrNotFound, id, id, info.Type)
+		return "", procedure.Errorf(ErrNotFound, "lock %d does not exist (procedure %d is a %s)", id, id, info.Type)
 	}
 	if info.State.Terminal() {
 		switch s := string(info.Result); s {
@@ -367,7 +367,7 @@ func (d *Domain) ReleaseLock(ctx context.Context, x catalog.Executor, id uint64)
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return catalog.Lock{}, fmt.Errorf("master: release lock %d: %w", id, err)
+		return catalog.Lock{}, fmt.Errorf("release lock %d: %w", id, err)
 	}
 	return d.lockInfo(x, id)
 }

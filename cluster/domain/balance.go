@@ -27,7 +27,7 @@ func (p *Balance) InitialState() int32 { return balancePlan }
 // ExecuteState implements procedure.StateSteps.
 func (p *Balance) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
 	if state != balancePlan {
-		return procedure.NoMoreState, fmt.Errorf("master: balance: unknown state %d", state)
+		return procedure.NoMoreState, fmt.Errorf("balance: unknown state %d", state)
 	}
 	d, err := envOf(ctx)
 	if err != nil {

@@ -29,7 +29,7 @@ var errInvalid = procedure.ErrInvalid
 var (
 	// ErrNoServices: this node runs no leader services (it is not the
 	// leader, or its leadership is being established or revoked).
-	ErrNoServices = fmt.Errorf("master: no leader services on this node: %w", cluster.ErrNotReady)
+	ErrNoServices = fmt.Errorf("no leader services on this node: %w", cluster.ErrNotReady)
 	// ErrNotFound is wrapped when a table, region, server or lock does not
 	// exist (it matches procedure.ErrNotFound, so the API answers
 	// NOT_FOUND).
@@ -87,10 +87,10 @@ func New(cfg Config) (*Domain, error) {
 	lc := cfg.ServerLease
 	lc.Clock = cfg.Clock
 	if err := lc.Validate(); err != nil {
-		return nil, fmt.Errorf("master: server lease: %w", err)
+		return nil, fmt.Errorf("server lease: %w", err)
 	}
 	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 {
-		return nil, fmt.Errorf("%w: master: negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout or CrashWave", errInvalid)
+		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout or CrashWave")
 	}
 	d := &Domain{
 		cfg:       cfg,
@@ -108,7 +108,7 @@ func New(cfg Config) (*Domain, error) {
 	if cfg.Metrics != nil {
 		d.collector = newCollector(d)
 		if err := cfg.Metrics.Register(d.collector); err != nil {
-			return nil, fmt.Errorf("master: registering metrics: %w", err)
+			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
 	return d, nil
@@ -156,7 +156,7 @@ func (d *Domain) nodeOrNil() Node {
 func (d *Domain) fsmReader() (reader, error) {
 	n := d.nodeOrNil()
 	if n == nil {
-		return nil, fmt.Errorf("master: node not attached yet: %w", cluster.ErrNotReady)
+		return nil, fmt.Errorf("node not attached yet: %w", cluster.ErrNotReady)
 	}
 	f := n.FSM()
 	return kvReader{Get: f.Get, Scan: f.Scan}, nil
@@ -195,7 +195,7 @@ func (d *Domain) rsClient(id, addr string) (rspb.RegionServerClient, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, errors.New("master: domain closed")
+		return nil, errors.New("domain closed")
 	}
 	// By id and address: with TLS a connection accepts one server's
 	// certificate only.
@@ -209,7 +209,7 @@ func (d *Domain) rsClient(id, addr string) (rspb.RegionServerClient, error) {
 		var err error
 		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("master: region server at %s: %w", addr, err)
+			return nil, fmt.Errorf("region server at %s: %w", addr, err)
 		}
 		d.conns[key] = cc
 	}

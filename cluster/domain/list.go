@@ -10,6 +10,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -34,7 +35,7 @@ func stateFilter(what string, asked, known []string) (map[string]bool, error) {
 	set := make(map[string]bool, len(asked))
 	for _, s := range asked {
 		if !slices.Contains(known, s) {
-			return nil, fmt.Errorf("%w: unknown %s state %q (one of %s)", errInvalid, what, s, strings.Join(known, ", "))
+			return nil, procedure.Errorf(errInvalid, "unknown %s state %q (one of %s)", what, s, strings.Join(known, ", "))
 		}
 		set[s] = true
 	}
@@ -56,7 +57,7 @@ func pageSize(asked, def, most int) int {
 func (d *Domain) view() (raftfsm.View, error) {
 	n := d.nodeOrNil()
 	if n == nil {
-		return raftfsm.View{}, fmt.Errorf("master: node not attached yet: %w", cluster.ErrNotReady)
+		return raftfsm.View{}, fmt.Errorf("node not attached yet: %w", cluster.ErrNotReady)
 	}
 	return n.FSM().View(), nil
 }
@@ -84,7 +85,7 @@ func (d *Domain) ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, err
 	if table := qualifyTable(q.Table); table != "" {
 		prefix = tableRegionPrefix(table)
 		if q.After != "" && !strings.HasPrefix(RegionKey(q.After), prefix) {
-			return catalog.RegionPage{}, fmt.Errorf("%w: page token is for region %q, not a region of table %s", errInvalid, q.After, table)
+			return catalog.RegionPage{}, procedure.Errorf(errInvalid, "page token is for region %q, not a region of table %s", q.After, table)
 		}
 	}
 	v, err := d.view()
@@ -113,7 +114,7 @@ func (d *Domain) ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, err
 			// Most records fail a filter: peeked at, not decoded.
 			p, err := peekRegion(val)
 			if err != nil {
-				derr = fmt.Errorf("master: decoding %s: %w", k, err)
+				derr = fmt.Errorf("decoding %s: %w", k, err)
 				return false
 			}
 			if (states != nil && !states[p.State]) || (q.Server != "" && p.Server != q.Server) {
@@ -155,7 +156,7 @@ func regionCounts(v raftfsm.View, full string, limit int) (catalog.Table, error)
 		}
 		p, err := peekRegion(val)
 		if err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			derr = fmt.Errorf("decoding %s: %w", k, err)
 			return false
 		}
 		out.RegionCount++
@@ -197,7 +198,7 @@ func (d *Domain) DescribeTable(ns, name string) (catalog.Table, error) {
 		return catalog.Table{}, err
 	}
 	if !ok {
-		return catalog.Table{}, fmt.Errorf("%w: table %s", ErrNotFound, full)
+		return catalog.Table{}, procedure.Errorf(ErrNotFound, "table %s does not exist", full)
 	}
 	out, err := regionCounts(v, full, catalog.DescribeRegions)
 	out.State = t.State
@@ -231,7 +232,7 @@ func (d *Domain) ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 		// Resuming after a table of another namespace would start the
 		// list over or skip all of it, without a word.
 		if !strings.HasPrefix(after, prefix) {
-			return catalog.TablePage{}, fmt.Errorf("%w: page token is for table %q, not a table of namespace %s", errInvalid, q.After, q.Namespace)
+			return catalog.TablePage{}, procedure.Errorf(errInvalid, "page token is for table %q, not a table of namespace %s", q.After, q.Namespace)
 		}
 	}
 	size := pageSize(q.PageSize, catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
@@ -248,7 +249,7 @@ func (d *Domain) ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 		last = strings.TrimPrefix(k, tablePrefix)
 		var t Table
 		if err := json.Unmarshal(val, &t); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			derr = fmt.Errorf("decoding %s: %w", k, err)
 			return false
 		}
 		if states != nil && !states[t.State] {
@@ -320,7 +321,7 @@ func (d *Domain) listServersPage(q catalog.ServerQuery, svc *services) (catalog.
 		}
 		var s Server
 		if err := json.Unmarshal(val, &s); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			derr = fmt.Errorf("decoding %s: %w", k, err)
 			return false
 		}
 		page = append(page, entry{id, s})
@@ -378,7 +379,7 @@ func countByServer(v raftfsm.View, counts map[ServerRef]int) error {
 	v.Scan(regionPrefix, func(k string, val []byte) bool {
 		rg, err := peekRegion(val)
 		if err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			derr = fmt.Errorf("decoding %s: %w", k, err)
 			return false
 		}
 		if rg.State != RegionOpen && rg.State != RegionOpening {

@@ -93,19 +93,19 @@ func (p *LockProcedure) leaseLength(def time.Duration) time.Duration {
 func newLockProcedure(r reader, kind string, names []string, exclusive bool, holder, desc string) (*LockProcedure, error) {
 	p := &LockProcedure{Kind: kind, Names: names, Exclusive: exclusive, Holder: holder, Description: desc}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("%w: lock: no names", errInvalid)
+		return nil, procedure.Errorf(errInvalid, "a lock names at least one namespace, table or region")
 	}
 	switch kind {
 	case LockKindNamespace:
 		if len(names) != 1 {
-			return nil, fmt.Errorf("%w: lock: a namespace lock names one namespace", errInvalid)
+			return nil, procedure.Errorf(errInvalid, "a namespace lock names one namespace")
 		}
 		if err := validName("namespace", names[0]); err != nil {
 			return nil, err
 		}
 	case LockKindTable:
 		if len(names) != 1 {
-			return nil, fmt.Errorf("%w: lock: a table lock names one table", errInvalid)
+			return nil, procedure.Errorf(errInvalid, "a table lock names one table")
 		}
 		ns, t := SplitTableName(names[0])
 		if err := validName("namespace", ns); err != nil {
@@ -122,16 +122,16 @@ func newLockProcedure(r reader, kind string, names []string, exclusive bool, hol
 				return nil, err
 			}
 			if !ok {
-				return nil, fmt.Errorf("%w: lock: region %q", ErrNotFound, n)
+				return nil, procedure.Errorf(ErrNotFound, "region %q does not exist", n)
 			}
 			if p.Table == "" {
 				p.Namespace, p.Table = SplitTableName(rg.Table)
 			} else if FullTableName(p.Namespace, p.Table) != rg.Table {
-				return nil, fmt.Errorf("%w: lock: regions of more than one table (%s, %s)", errInvalid, FullTableName(p.Namespace, p.Table), rg.Table)
+				return nil, procedure.Errorf(errInvalid, "a region lock names regions of one table, not of %s and %s", FullTableName(p.Namespace, p.Table), rg.Table)
 			}
 		}
 	default:
-		return nil, fmt.Errorf("%w: lock: kind %q (want namespace, table or region)", errInvalid, kind)
+		return nil, procedure.Errorf(errInvalid, "lock kind %q: want namespace, table or region", kind)
 	}
 	return p, nil
 }
@@ -231,7 +231,7 @@ func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (proce
 		ctx.Suspend(procedure.OnEvent(ev), procedure.SkipPersistence())
 		return procedure.HasMoreState, nil
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: lock: unknown state %d", state)
+	return procedure.NoMoreState, fmt.Errorf("lock: unknown state %d", state)
 }
 
 // RollbackState implements procedure.StateSteps: forget the record.
@@ -277,7 +277,7 @@ func Register(reg *procedure.Registry) error {
 		{TypeLock, func() procedure.Procedure { return &LockProcedure{} }},
 	} {
 		if err := reg.Register(t.name, 1, t.f); err != nil {
-			return fmt.Errorf("master: %w", err)
+			return err
 		}
 	}
 	return nil

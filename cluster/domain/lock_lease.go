@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/procedure"
 )
 
 // Bounds of an external lock's own lease (catalog.LockRequest.Lease).
@@ -40,7 +41,7 @@ func lockLeaseLength(asked, def time.Duration) (time.Duration, error) {
 		return def, nil
 	}
 	if asked < MinLockLease || asked > MaxLockLease {
-		return 0, fmt.Errorf("%w: lock lease %v: want between %v and %v (or 0 for the cluster's default, %v)", errInvalid, asked, MinLockLease, MaxLockLease, def)
+		return 0, procedure.Errorf(errInvalid, "lock lease %v: want between %v and %v (or 0 for the cluster's default, %v)", asked, MinLockLease, MaxLockLease, def)
 	}
 	i, _ := slices.BinarySearch(lockLeaseSteps, asked)
 	return lockLeaseSteps[i], nil

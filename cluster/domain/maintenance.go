@@ -207,7 +207,7 @@ func (s *services) setMaintenance(m Maintenance) error {
 		// sync must follow the entry even once the caller stopped waiting.
 		err := s.awaitRaft(context.Background(), "maintenance write", f)
 		if rerr, ok := f.Response().(error); err == nil && ok && rerr != nil {
-			err = fmt.Errorf("master: maintenance write refused: %w", rerr)
+			err = fmt.Errorf("maintenance write refused: %w", rerr)
 		}
 		resolved()
 		done <- err
@@ -217,10 +217,10 @@ func (s *services) setMaintenance(m Maintenance) error {
 	select {
 	case err = <-done:
 	case <-timeout:
-		err = fmt.Errorf("master: maintenance write not confirmed within %v; this leader's dispatch follows it once it resolves: %w",
+		err = fmt.Errorf("maintenance write not confirmed within %v; this leader's dispatch follows it once it resolves: %w",
 			s.d.cfg.ApplyTimeout, context.DeadlineExceeded)
 	case <-s.stopCh:
-		err = fmt.Errorf("master: maintenance write: %w", cluster.ErrNotLeader)
+		err = fmt.Errorf("maintenance write: %w", cluster.ErrNotLeader)
 	}
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/baton-dev/baton/procedure"
 )
 
 // Key prefixes of the replicated domain state (see the package doc).
@@ -206,7 +208,7 @@ func CheckName(what, s string) error {
 	for _, c := range s {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
 		if !ok {
-			return fmt.Errorf("%s name %q: character %q not allowed (letters, digits, _ - . only)", what, s, c)
+			return fmt.Errorf("%s name %q: character %q not allowed (ASCII letters, digits, _ - . only)", what, s, c)
 		}
 	}
 	return nil
@@ -215,7 +217,7 @@ func CheckName(what, s string) error {
 // validName is CheckName as an invalid-argument error of the domain.
 func validName(what, s string) error {
 	if err := CheckName(what, s); err != nil {
-		return fmt.Errorf("%w: %w", errInvalid, err)
+		return procedure.WithKind(errInvalid, err)
 	}
 	return nil
 }
@@ -251,7 +253,7 @@ func getJSON(r reader, key string, v any) (found bool, err error) {
 		return false, err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("master: decoding %s: %w", key, err)
+		return false, fmt.Errorf("decoding %s: %w", key, err)
 	}
 	return true, nil
 }
@@ -259,7 +261,7 @@ func getJSON(r reader, key string, v any) (found bool, err error) {
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
-		panic(fmt.Sprintf("master: encoding %T: %v", v, err)) // plain structs: cannot fail
+		panic(fmt.Sprintf("encoding %T: %v", v, err)) // plain structs: cannot fail
 	}
 	return b
 }
@@ -340,7 +342,7 @@ func scanServersWith(r reader, decode func(key string, v []byte) (Server, error)
 func decodeServer(key string, v []byte) (Server, error) {
 	var s Server
 	if err := json.Unmarshal(v, &s); err != nil {
-		return Server{}, fmt.Errorf("master: decoding %s: %w", key, err)
+		return Server{}, fmt.Errorf("decoding %s: %w", key, err)
 	}
 	return s, nil
 }
@@ -357,7 +359,7 @@ func scanTables(r reader, ns string) (map[string]Table, error) {
 	err := r.scan(prefix, func(k string, v []byte) bool {
 		var t Table
 		if err := json.Unmarshal(v, &t); err != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, err)
+			derr = fmt.Errorf("decoding %s: %w", k, err)
 			return false
 		}
 		out[strings.TrimPrefix(k, tablePrefix)] = t

@@ -31,7 +31,7 @@ func newNSProc(name string) (nsProc, error) {
 		return nsProc{}, err
 	}
 	if name == DefaultNamespace {
-		return nsProc{}, fmt.Errorf("%w: the %q namespace is built in", errInvalid, DefaultNamespace)
+		return nsProc{}, procedure.Errorf(errInvalid, "the %q namespace is built in", DefaultNamespace)
 	}
 	return nsProc{Namespace: name}, nil
 }
@@ -63,7 +63,7 @@ var (
 				return err
 			}
 			if ok {
-				return refused(procedure.ErrAlreadyExists, "master: create namespace: %s exists", ns)
+				return refused(procedure.ErrAlreadyExists, "namespace %s exists", ns)
 			}
 			return nil
 		},
@@ -77,14 +77,14 @@ var (
 				return err
 			}
 			if !ok {
-				return refused(procedure.ErrNotFound, "master: delete namespace: %s does not exist", ns)
+				return refused(procedure.ErrNotFound, "namespace %s does not exist", ns)
 			}
 			tables, err := scanTables(r, ns)
 			if err != nil {
 				return err
 			}
 			if len(tables) > 0 {
-				return refused(procedure.ErrFailedPrecondition, "master: delete namespace: %s is not empty (%d tables, e.g. %s)",
+				return refused(procedure.ErrFailedPrecondition, "namespace %s is not empty (%d tables, e.g. %s)",
 					ns, len(tables), sortedKeys(tables)[0])
 			}
 			return nil
@@ -106,7 +106,7 @@ func (c *nsChange) execute(ctx *procedure.Context, m *procedure.StateMachine, ns
 		ctx.SetResult([]byte("namespace " + ns + " " + c.verb + "d"))
 		return procedure.NoMoreState, c.write(ctx, ns)
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: %s namespace: unknown state %d", c.verb, state)
+	return procedure.NoMoreState, fmt.Errorf("%s namespace: unknown state %d", c.verb, state)
 }
 
 // CreateNamespace creates a namespace: PRE_OPERATION (absent) → WRITE.

@@ -85,7 +85,7 @@ var errRegionTruncated = errors.New("truncated record")
 func decodeRegion(name string, v []byte) (Region, error) {
 	rg, err := decodeRegionValue(name, v)
 	if err != nil {
-		return Region{}, fmt.Errorf("master: decoding %s: %w", RegionKey(name), err)
+		return Region{}, fmt.Errorf("decoding %s: %w", RegionKey(name), err)
 	}
 	return rg, nil
 }

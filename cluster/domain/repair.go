@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -102,7 +103,7 @@ const (
 // checkLen refuses s, argument what of call, if it is longer than max.
 func checkLen(call, what, s string, max int) error {
 	if len(s) > max {
-		return fmt.Errorf("%w: %s: %s %.20q... is %d bytes long, longer than %d", errInvalid, call, what, s, len(s), max)
+		return procedure.Errorf(errInvalid, "%s %.20q... is %d bytes long, longer than %d (%s)", what, s, len(s), max, call)
 	}
 	return nil
 }
@@ -283,7 +284,7 @@ func (d *Domain) ListRepairs(after uint64, limit int) ([]catalog.Repair, error) 
 		}
 		var rec RepairRecord
 		if derr = json.Unmarshal(v, &rec); derr != nil {
-			derr = fmt.Errorf("master: decoding %s: %w", k, derr)
+			derr = fmt.Errorf("decoding %s: %w", k, derr)
 			return false
 		}
 		out = append(out, rec.bounded().catalog())

@@ -37,20 +37,20 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 	if f.State != "" {
 		st, err := procedure.ParseState(strings.ToUpper(f.State))
 		if err != nil {
-			return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: %w", errInvalid, err)
+			return catalog.CancelResult{}, procedure.WithKind(errInvalid, err)
 		}
 		if !slices.Contains(cancellable, st) {
-			return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: state %s: only unfinished procedures can be cancelled (INITIALIZING, RUNNABLE, WAITING, WAITING_TIMEOUT); a FAILED one is rolling back already", errInvalid, st)
+			return catalog.CancelResult{}, procedure.Errorf(errInvalid, "state %s: only unfinished procedures can be cancelled (INITIALIZING, RUNNABLE, WAITING, WAITING_TIMEOUT); a FAILED one is rolling back already", st)
 		}
 		state, states = st, []procedure.State{st}
 	}
 	switch {
 	case f.OlderThan < 0:
-		return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: negative age %v", errInvalid, f.OlderThan)
+		return catalog.CancelResult{}, procedure.Errorf(errInvalid, "negative age %v", f.OlderThan)
 	case f.Type == "" && f.State == "" && f.Owner == "" && f.OlderThan == 0 && len(f.IDs) == 0:
 		// MaxID alone is no filter either: it takes in everything
 		// submitted so far.
-		return catalog.CancelResult{}, fmt.Errorf("%w: proc cancel: no filter: give at least one of type, state, owner, older than, ids (cancelling everything is not a filter)", errInvalid)
+		return catalog.CancelResult{}, procedure.Errorf(errInvalid, "no filter: give at least one of type, state, owner, older than, ids (cancelling everything is not a filter)")
 	}
 	var only map[uint64]bool
 	if len(f.IDs) > 0 {
@@ -149,7 +149,7 @@ func (d *Domain) CancelProcedures(ctx context.Context, f catalog.CancelFilter, o
 // unfinished children needs recursive.
 func (d *Domain) BypassProcedure(ctx context.Context, id uint64, recursive bool, o catalog.RepairOptions) (catalog.RepairResult, error) {
 	if id == 0 {
-		return catalog.RepairResult{}, fmt.Errorf("%w: proc bypass: no procedure id", errInvalid)
+		return catalog.RepairResult{}, procedure.Errorf(errInvalid, "no procedure id given")
 	}
 	svc, err := d.leaderServices()
 	if err != nil {

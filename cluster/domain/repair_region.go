@@ -27,7 +27,7 @@ func (d *Domain) UnassignRegion(ctx context.Context, region string, o catalog.Re
 
 func (d *Domain) regionRepair(ctx context.Context, kind, region, server string, o catalog.RepairOptions) (catalog.RepairResult, error) {
 	if region == "" {
-		return catalog.RepairResult{}, fmt.Errorf("%w: region %s: no region named", errInvalid, kind)
+		return catalog.RepairResult{}, procedure.Errorf(errInvalid, "no region named to %s", kind)
 	}
 	if err := checkLen("region "+kind, "region name", region, MaxRegionNameLen); err != nil {
 		return catalog.RepairResult{}, err
@@ -85,7 +85,7 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 		return repairPlan{}, err
 	}
 	if !ok {
-		return repairPlan{}, fmt.Errorf("%w: region %q", ErrNotFound, region)
+		return repairPlan{}, procedure.Errorf(ErrNotFound, "region %q does not exist", region)
 	}
 	if o.Nonce != "" && !o.DryRun {
 		// A retry of a call that got through: its procedure answers.
@@ -101,7 +101,7 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 		if _, ok, err := getServer(r, server); err != nil {
 			return repairPlan{}, err
 		} else if !ok {
-			return repairPlan{}, fmt.Errorf("%w: region server %q", ErrNotFound, server)
+			return repairPlan{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", server)
 		}
 		live, err := s.liveTargets(r)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/procedure"
 )
 
 // RecoverServer submits the ServerCrash procedures server is owed (HBCK2's
@@ -25,7 +26,7 @@ import (
 // passed).
 func (d *Domain) RecoverServer(ctx context.Context, server string, o catalog.RepairOptions) (catalog.RepairResult, error) {
 	if server == "" {
-		return catalog.RepairResult{}, fmt.Errorf("%w: rs recover: no server named", errInvalid)
+		return catalog.RepairResult{}, procedure.Errorf(errInvalid, "no region server named to recover")
 	}
 	if err := checkLen("rs recover", "server", server, MaxNameLen); err != nil {
 		return catalog.RepairResult{}, err
@@ -53,7 +54,7 @@ func (s *services) planRecover(server string, o catalog.RepairOptions, out *cata
 		return repairPlan{}, err
 	}
 	if !ok {
-		return repairPlan{}, fmt.Errorf("%w: region server %q", ErrNotFound, server)
+		return repairPlan{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", server)
 	}
 	cur := ServerRef{server, srv.StartCode}
 	live := srv.State == ServerLive

@@ -52,7 +52,7 @@ func (m *masterService) leader() (*services, error) {
 	if s := m.d.services(); s != nil {
 		return s, nil
 	}
-	return nil, m.unavailable("master: this node is not the leader (or not ready yet)")
+	return nil, m.unavailable("this node is not the leader (or not ready yet)")
 }
 
 // unavailable builds an UNAVAILABLE status with what this node knows of the
@@ -92,19 +92,19 @@ func (m *masterService) rpcError(err error) error {
 // self-fence deadline has passed (services.presenceOf).
 func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterServerRequest) (*rspb.RegisterServerResponse, error) {
 	if req.GetServerId() == "" || req.GetAddress() == "" {
-		return nil, status.Error(codes.InvalidArgument, "master: register: server_id and address are required")
+		return nil, status.Error(codes.InvalidArgument, "register: server_id and address are required")
 	}
 	if n := len(req.GetServerId()); n > MaxNameLen {
 		// The repair kit takes server ids up to this long: a longer one
 		// could never be named to it.
-		return nil, status.Errorf(codes.InvalidArgument, "master: register: server_id %.20q... is %d bytes long, longer than %d", req.GetServerId(), n, MaxNameLen)
+		return nil, status.Errorf(codes.InvalidArgument, "register: server_id %.20q... is %d bytes long, longer than %d", req.GetServerId(), n, MaxNameLen)
 	}
 	if n := len(req.GetRegions()); n > 0 {
 		// The regions of an earlier incarnation are reassigned as soon as
 		// the new one registers; a server still serving them would hold
 		// them twice. The protocol has it close them first.
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"master: register %s: still hosting %s (e.g. %s); close them before registering", req.GetServerId(), countOf(n, "region"), req.GetRegions()[0])
+			"register %s: still hosting %s (e.g. %s); close them before registering", req.GetServerId(), countOf(n, "region"), req.GetRegions()[0])
 	}
 	s, err := m.leader()
 	if err != nil {
@@ -286,7 +286,7 @@ func (m *masterService) ReportTransition(ctx context.Context, req *rspb.ReportTr
 	switch req.GetState() {
 	case "OPEN", "FAILED_OPEN", "CLOSED":
 	default:
-		return nil, status.Errorf(codes.InvalidArgument, "master: report: unknown state %q", req.GetState())
+		return nil, status.Errorf(codes.InvalidArgument, "report: unknown state %q", req.GetState())
 	}
 	ref := ServerRef{req.GetServerId(), req.GetStartCode()}
 	rg, ok, err := getRegion(s.reader(), req.GetRegion())

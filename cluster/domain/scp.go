@@ -163,7 +163,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			"prepared", prepared, "reassigned", p.Reassigned, "swept", p.Swept)
 		return procedure.HasMoreState, nil // this state again, once the children are done
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: server crash: unknown state %d", state)
+	return procedure.NoMoreState, fmt.Errorf("server crash: unknown state %d", state)
 }
 
 // spawnWave adds a TransitRegionState child per region of the wave. Each

@@ -37,7 +37,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	case <-d.attached:
 		n = d.node
 	case <-timeout:
-		return nil, errors.New("master: node not attached to the domain")
+		return nil, errors.New("node not attached to the domain")
 	}
 	svc := &services{
 		d:      d,
@@ -58,7 +58,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	lc.OnExpire = svc.onServerLeaseExpired
 	var err error
 	if svc.leases, err = lease.New(lc); err != nil {
-		return nil, fmt.Errorf("master: server leases: %w", err)
+		return nil, fmt.Errorf("server leases: %w", err)
 	}
 	svc.lockLeases = newLockLeases(lease.Config{
 		MonitorInterval: lc.MonitorInterval,
@@ -73,7 +73,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	dc.Metrics, dc.Tracer = d.cfg.Metrics, d.dtracer
 	dc.NextSeq = func() uint64 { return d.attempts.Add(1) }
 	if svc.disp, err = dispatch.New(dc); err != nil {
-		return nil, fmt.Errorf("master: dispatcher: %w", err)
+		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	// Only grants and expiries are replicated: every server the log says
 	// is live gets a lease, and all of them a fresh grace period, since
@@ -252,7 +252,7 @@ func (s *services) commit(ctx context.Context, muts ...raftfsm.Mutation) error {
 		return err
 	}
 	if rerr, ok := f.Response().(error); ok && rerr != nil {
-		return fmt.Errorf("master: domain write refused: %w", rerr)
+		return fmt.Errorf("domain write refused: %w", rerr)
 	}
 	return nil
 }
@@ -270,15 +270,15 @@ func (s *services) awaitRaft(ctx context.Context, what string, f raft.Future) er
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stopCh:
-		return fmt.Errorf("master: %s: %w", what, cluster.ErrNotLeader)
+		return fmt.Errorf("%s: %w", what, cluster.ErrNotLeader)
 	}
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
-		return fmt.Errorf("master: %s: %w (%v)", what, cluster.ErrNotLeader, err)
+		return fmt.Errorf("%s: %w (%v)", what, cluster.ErrNotLeader, err)
 	}
-	return fmt.Errorf("master: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // nextStartCode is term<<32 | n: unique across terms (a term has one
@@ -407,7 +407,7 @@ func (s *services) submitCrashOnce(ref ServerRef, why string) (uint64, error) {
 		// Ended before this need arose: the nonce answered with it.
 		nonce = fmt.Sprintf("scp-%s-%d-after-%d", ref.ID, ref.StartCode, id)
 	}
-	return 0, fmt.Errorf("master: server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
+	return 0, fmt.Errorf("server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
 }
 
 // maxCrashResubmits bounds the chain of ended crash procedures submitCrash

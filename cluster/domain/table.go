@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/baton-dev/baton/procedure"
@@ -80,14 +81,14 @@ func requireTable(r reader, full string, want ...string) (Table, error) {
 		return Table{}, err
 	}
 	if !ok {
-		return Table{}, refused(procedure.ErrNotFound, "master: table %s does not exist", full)
+		return Table{}, refused(procedure.ErrNotFound, "table %s does not exist", full)
 	}
 	for _, w := range want {
 		if t.State == w {
 			return t, nil
 		}
 	}
-	return Table{}, refused(procedure.ErrFailedPrecondition, "master: table %s is %s (want %v)", full, t.State, want)
+	return Table{}, refused(procedure.ErrFailedPrecondition, "table %s is %s (want %v)", full, t.State, want)
 }
 
 // refusal is a failed precondition: its message as written, classified by
@@ -108,7 +109,7 @@ func refused(kind error, format string, args ...any) error {
 func failPoint(d *Domain, name string) error {
 	if d.cfg.FailPoint != nil {
 		if err := d.cfg.FailPoint(name); err != nil {
-			return fmt.Errorf("master: fail point %s: %w", name, err)
+			return fmt.Errorf("fail point %s: %w", name, err)
 		}
 	}
 	return nil
@@ -156,7 +157,7 @@ func NewCreateTable(ns, name string, regions int) (*CreateTable, error) {
 		regions = 1
 	}
 	if regions < 1 || regions > MaxRegions {
-		return nil, fmt.Errorf("%w: %d regions (want 1..%d)", errInvalid, regions, MaxRegions)
+		return nil, procedure.Errorf(errInvalid, "%d regions (want 1..%d)", regions, MaxRegions)
 	}
 	return &CreateTable{tableProc: tp, Regions: regions}, nil
 }
@@ -179,11 +180,11 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			return procedure.NoMoreState, err
 		}
 		if !ok {
-			return procedure.NoMoreState, refused(procedure.ErrNotFound, "master: create table %s: namespace %s does not exist", full, p.Namespace)
+			return procedure.NoMoreState, refused(procedure.ErrNotFound, "namespace %s does not exist (creating table %s)", p.Namespace, full)
 		}
 		if _, exists, err := getTable(r, full); err != nil || exists {
 			if err == nil {
-				err = refused(procedure.ErrAlreadyExists, "master: create table %s: the table exists", full)
+				err = refused(procedure.ErrAlreadyExists, "table %s exists", full)
 			}
 			return procedure.NoMoreState, err
 		}
@@ -225,7 +226,7 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(p.Regions, "region"))))
 		return procedure.NoMoreState, nil
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: create table: unknown state %d", state)
+	return procedure.NoMoreState, fmt.Errorf("create table: unknown state %d", state)
 }
 
 // RollbackState implements procedure.StateSteps. The children, whose
@@ -264,11 +265,11 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 				return err
 			}
 			if pres == fencing {
-				return fmt.Errorf("master: rollback of create %s: region %s: its fenced server %s may serve it for %v more", full, rn, ref, left)
+				return fmt.Errorf("rollback of create %s: region %s: its fenced server %s may serve it for %v more", full, rn, ref, left)
 			}
 			if pres == present {
 				if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, full); err != nil {
-					return fmt.Errorf("master: rollback of create %s: closing %s: %w", full, rn, err)
+					return fmt.Errorf("rollback of create %s: closing %s: %w", full, rn, err)
 				}
 			}
 		}
@@ -338,7 +339,11 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 	switch state {
 	case ttPreOperation:
 		if _, err := requireTable(r, full, tt.from); err != nil {
-			return procedure.NoMoreState, fmt.Errorf("master: %s table: %w", tt.verb, err)
+			var r *refusal
+			if errors.As(err, &r) {
+				return procedure.NoMoreState, err // it names the table and what stands in the way
+			}
+			return procedure.NoMoreState, fmt.Errorf("%s table %s: %w", tt.verb, full, err)
 		}
 		m.SetNextState(ttMark)
 		return procedure.HasMoreState, nil
@@ -389,7 +394,7 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		ctx.SetResult([]byte(fmt.Sprintf("table %s %sd", full, tt.verb)))
 		return procedure.NoMoreState, nil
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: %s table: unknown state %d", tt.verb, state)
+	return procedure.NoMoreState, fmt.Errorf("%s table: unknown state %d", tt.verb, state)
 }
 
 func (tt *tableTransition) finish(ctx *procedure.Context, r reader, full string) error {

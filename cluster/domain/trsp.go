@@ -154,7 +154,7 @@ func (r ctxReader) scan(prefix string, fn func(string, []byte) bool) error {
 func envOf(ctx *procedure.Context) (*Domain, error) {
 	d, ok := ctx.Env.(*Domain)
 	if !ok || d == nil {
-		return nil, fmt.Errorf("master: procedure Env is %T, want *domain.Domain", ctx.Env)
+		return nil, fmt.Errorf("procedure Env is %T, want *domain.Domain", ctx.Env)
 	}
 	return d, nil
 }
@@ -185,7 +185,7 @@ func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (
 	case trspOpenDispatch:
 		return p.openDispatch(ctx, d, svc, r)
 	}
-	return procedure.NoMoreState, fmt.Errorf("master: region %s: unknown state %d", p.Region, state)
+	return procedure.NoMoreState, fmt.Errorf("region %s: unknown state %d", p.Region, state)
 }
 
 func regionBusy(rg Region) bool {
@@ -311,7 +311,7 @@ func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *ser
 		}
 		return procedure.NoMoreState, nil // closed: a move does not open it
 	}
-	return procedure.NoMoreState, fmt.Errorf("%w: region %s: unknown kind %q", errInvalid, p.Region, p.Kind)
+	return procedure.NoMoreState, procedure.Errorf(errInvalid, "region %s: unknown kind %q", p.Region, p.Kind)
 }
 
 // prepareCrashed does, in the name of child id, what PREPARE does for a
@@ -527,7 +527,7 @@ func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc
 		p.Excluded = append(p.Excluded, p.Server.ID)
 		ctx.Logger.Warn("region failed to open", "region", p.Region, "server", p.Server.String(), "attempt", p.Attempts, "error", res.Err)
 		if p.Bounded && p.Attempts >= d.cfg.MaxOpenAttempts {
-			return procedure.NoMoreState, fmt.Errorf("master: region %s failed to open %d times (last on %s): %w", p.Region, p.Attempts, p.Server, res.Err)
+			return procedure.NoMoreState, fmt.Errorf("region %s failed to open %d times (last on %s): %w", p.Region, p.Attempts, p.Server, res.Err)
 		}
 		if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionFailedOpen, Server: p.Server.ID, StartCode: p.Server.StartCode, ProcID: ctx.ID()}); err != nil {
 			return procedure.NoMoreState, err
@@ -589,7 +589,7 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 			return err
 		}
 		if pres == fencing {
-			return fmt.Errorf("master: rollback: region %s: its fenced server %s may serve it for %v more", p.Region, ref, left)
+			return fmt.Errorf("rollback: region %s: its fenced server %s may serve it for %v more", p.Region, ref, left)
 		}
 		if pres == present {
 			if p.Bounded {
@@ -598,7 +598,7 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 				}
 			}
 			if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, p.Region, p.fullTable()); err != nil {
-				return fmt.Errorf("master: rollback: closing region %s on %s: %w", p.Region, ref, err)
+				return fmt.Errorf("rollback: closing region %s on %s: %w", p.Region, ref, err)
 			}
 		}
 	}

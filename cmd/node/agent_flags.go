@@ -55,6 +55,8 @@ type agentConfig struct {
 	// TLS is the node's TLS material: mutual TLS on Raft, gRPC and HTTP
 	// when set (security.Files.Enabled).
 	TLS security.Files
+	// TLSFrom says where each of TLS's files was named, for messages.
+	TLSFrom tlsSources
 	// Insecure allows plaintext on addresses other than loopback.
 	Insecure bool
 	// SubmitRate and SubmitBurst limit how fast each caller may start
@@ -90,9 +92,9 @@ var agentEnv = map[string]string{
 
 	"workers": "BATON_WORKERS",
 
-	"tls-ca":   "BATON_TLS_CA",
-	"tls-cert": "BATON_TLS_CERT",
-	"tls-key":  "BATON_TLS_KEY",
+	"tls-ca":   agentTLSEnv.CA,
+	"tls-cert": agentTLSEnv.Cert,
+	"tls-key":  agentTLSEnv.Key,
 	"insecure": "BATON_INSECURE",
 
 	"submit-rate":  "BATON_SUBMIT_RATE",
@@ -112,6 +114,10 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)
 	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
+	rawEnv := getenv
+	if rawEnv == nil {
+		rawEnv = func(string) string { return "" }
+	}
 	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", agentEnv)
 	if cerr != nil && !helpAsked(args) {
 		return agentConfig{}, cerr
@@ -161,7 +167,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		fs.PrintDefaults()
+		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
+			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -172,6 +179,13 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	}
 	cfg := agentConfig{ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Dev: *dev,
 		TLS: security.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, Insecure: *insecure}
+	cfg.TLSFrom = serverTLSSources(fs, agentTLSEnv, rawEnv, args, "BATON_CONFIG")
+	if !cfg.Dev && !cfg.TLS.Enabled() {
+		warn := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+		if f, src, ok := legacyServerTLS("agent", security.RoleMaster, agentTLSEnv, rawEnv, warn); ok {
+			cfg.TLS, cfg.TLSFrom = f, src
+		}
+	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if len(pos) > 0 {
@@ -309,11 +323,17 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			bad("%v", err)
 		}
 	}
-	if err := cfg.TLS.Validate(); err != nil {
-		bad("%v", strings.TrimPrefix(err.Error(), "security: "))
+	if err := validateTLS(cfg.TLS, cfg.TLSFrom, agentTLSEnv); err != nil {
+		bad("%v", err)
 	}
 	if cfg.Dev && cfg.TLS.Enabled() {
-		bad("--dev runs plaintext on loopback: drop --tls-ca, --tls-cert and --tls-key (or unset BATON_TLS_CA, BATON_TLS_CERT and BATON_TLS_KEY, which client commands share), or drop --dev")
+		var from []string
+		for i, v := range filesList(cfg.TLS) {
+			if v != "" {
+				from = append(from, cfg.TLSFrom.list()[i])
+			}
+		}
+		bad("--dev runs plaintext on loopback: drop the TLS files (given by %s), or drop --dev", strings.Join(from, ", "))
 	}
 	if !cfg.TLS.Enabled() && !cfg.Insecure {
 		var open []string

@@ -63,7 +63,7 @@ func TestParseAgentFlags(t *testing.T) {
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "127.0.0.1:1", GRPCAddr: "localhost:2", Workers: 32}},
 		{name: "plaintext beyond loopback", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "10.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--http-addr", "0.0.0.0:3"},
 			err: "--raft-addr 10.0.0.1:1, --http-addr 0.0.0.0:3: not loopback"},
-		{name: "TLS from env", env: map[string]string{"BATON_TLS_CA": "ca.pem", "BATON_TLS_CERT": "c.pem", "BATON_TLS_KEY": "k.pem"},
+		{name: "TLS from env", env: map[string]string{"BATON_AGENT_TLS_CA": "ca.pem", "BATON_AGENT_TLS_CERT": "c.pem", "BATON_AGENT_TLS_KEY": "k.pem"},
 			args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2"},
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}, ACL: true}},
 		{name: "access control and audit", env: map[string]string{"BATON_ACL_INITIAL_GRANTS": "ops=admin, prom=read", "BATON_AUDIT_MAX_RECORDS": "500"},
@@ -79,7 +79,7 @@ func TestParseAgentFlags(t *testing.T) {
 		{name: "bad retention", args: []string{"--dev", "--audit-retention", "1s"}, err: "at least 1m"},
 		{name: "bad max records", args: []string{"--dev", "--audit-max-records", "0"}, err: "--audit-max-records"},
 		{name: "partial TLS", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--tls-cert", "c.pem"},
-			err: "missing [--tls-ca --tls-key]"},
+			err: "given c.pem (from --tls-cert); missing --tls-ca (or env BATON_AGENT_TLS_CA), --tls-key (or env BATON_AGENT_TLS_KEY)"},
 		{name: "dev with TLS", args: []string{"--dev", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, err: "--dev runs plaintext"},
 		{name: "bad BATON_INSECURE", env: map[string]string{"BATON_INSECURE": "perhaps"}, args: []string{"--dev"}, err: "BATON_INSECURE"},
 		{name: "submit rate", args: []string{"--dev", "--submit-rate", "2.5", "--submit-burst", "10"},
@@ -108,6 +108,7 @@ func TestParseAgentFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			got.TLSFrom = tlsSources{} // TestServerTLSVariables checks it
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}

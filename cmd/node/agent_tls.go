@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,7 +25,7 @@ type agentTLS struct {
 // loadProcessTLS loads files as want's material (none: plaintext) and
 // keeps it fresh for the process's life: reread on SIGHUP and when the
 // files change. The certificate must name want.
-func loadProcessTLS(ctx context.Context, files security.Files, want security.Identity, logger hclog.Logger) (*agentTLS, error) {
+func loadProcessTLS(ctx context.Context, files security.Files, from tlsSources, want security.Identity, logger hclog.Logger) (*agentTLS, error) {
 	if !files.Enabled() {
 		return &agentTLS{}, nil
 	}
@@ -34,10 +33,10 @@ func loadProcessTLS(ctx context.Context, files security.Files, want security.Ide
 	// of the running process.
 	creds, err := security.Load(files, nil, logger)
 	if err != nil {
-		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
+		return nil, explainTLS(err, files, from)
 	}
 	if got := creds.Identity(); got != want {
-		return nil, usagef("--tls-cert %s names %s, but this process runs as %s", files.Cert, got, want)
+		return nil, usagef("%s names %s, but this process runs as %s (--tls-cert %s, from %s)", files.Cert, got, want, files.Cert, from.Cert)
 	}
 	creds.Watch(ctx, security.DefaultWatchInterval, nil)
 	hup := make(chan os.Signal, 1)
@@ -69,7 +68,7 @@ func loadAgentTLS(ctx context.Context, cfg agentConfig, logger hclog.Logger) (*a
 		logger.Warn("--insecure: plaintext on every channel; anyone who reaches this node's addresses can join the cluster, call the admin API or speak Raft",
 			"raft_addr", cfg.RaftAddr, "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
 	}
-	return loadProcessTLS(ctx, cfg.TLS, security.Identity{Role: security.RoleMaster, ID: cfg.ID}, logger)
+	return loadProcessTLS(ctx, cfg.TLS, cfg.TLSFrom, security.Identity{Role: security.RoleMaster, ID: cfg.ID}, logger)
 }
 
 // dialTo is the dial options of a connection to a server of role.

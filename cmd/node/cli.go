@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,13 +71,16 @@ type clientFlags struct {
 	token string
 	// stderr is where the client says what it waits for.
 	stderr io.Writer
+	// fs is the command's flag set: whether a TLS file came from its flag
+	// or its variable, for messages.
+	fs *flag.FlagSet
 }
 
 // newFlagSet returns a flag set for "baton <name>" with the client flags.
 func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	newUsageOut(fs, c.stdout, c.stderr)
-	cf := &clientFlags{stderr: c.stderr}
+	cf := &clientFlags{stderr: c.stderr, fs: fs}
 	def := c.getenv("BATON_ADDR")
 	if def == "" {
 		def = defaultAddr
@@ -105,7 +109,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		rest := fs.Args()
@@ -117,6 +121,31 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
+}
+
+// parseFlags is fs.Parse(args), but for how a mistake is said. The flag
+// package says a bad value in its own words ("invalid value "1e9" for flag
+// -regions: parse error") and then prints the whole usage, which buries
+// them: what it says is caught here and said again as one line naming the
+// flag, the value and what is wanted, with the way to the help. Help
+// asked for (-h) is printed as before.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	var said strings.Builder
+	fs.SetOutput(&said)
+	fs.Usage = func() {
+		if said.Len() == 0 { // help asked for: nothing was refused
+			fs.SetOutput(out)
+			usage()
+		}
+	}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(out, "%s: %s\nrun '%s -h' for usage\n", fs.Name(), flagError(fs, err), fs.Name())
+	}
+	return err
 }
 
 // parseFailed is the exit code of a flag parsing error, which the flag
@@ -236,9 +265,23 @@ func (cf *clientFlags) credentials() (*security.Credentials, error) {
 	if !cf.tls.Enabled() {
 		return nil, nil
 	}
+	src := tlsSources{CA: "env " + clientTLSEnv.CA, Cert: "env " + clientTLSEnv.Cert, Key: "env " + clientTLSEnv.Key}
+	if cf.fs != nil {
+		for _, f := range []struct {
+			name string
+			dst  *string
+		}{{"tls-ca", &src.CA}, {"tls-cert", &src.Cert}, {"tls-key", &src.Key}} {
+			if flagSet(cf.fs, f.name) {
+				*f.dst = "--" + f.name
+			}
+		}
+	}
+	if err := validateTLS(cf.tls, src, clientTLSEnv); err != nil {
+		return nil, usagef("%v", err)
+	}
 	creds, err := security.Load(cf.tls, nil, nil)
 	if err != nil {
-		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
+		return nil, explainTLS(err, cf.tls, src)
 	}
 	return creds, nil
 }
@@ -305,7 +348,13 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 		msg = strings.ReplaceAll(msg, client.SpeaksTLS, "this port speaks TLS: give --tls-ca, --tls-cert, --tls-key (env BATON_TLS_CA, BATON_TLS_CERT, BATON_TLS_KEY)")
 		advice = "the cluster runs with TLS: this command needs the cluster's CA and a client certificate ('baton tls cert create --role client')"
 	}
-	fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, msg)
+	// The code, as the README promises, so that a script (or a person
+	// searching the docs) need not parse the sentence.
+	if st.Code() != codes.Unknown {
+		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, msg, codeName(st.Code()))
+	} else {
+		fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, msg)
+	}
 	if advice != "" {
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}
@@ -461,4 +510,49 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 	if len(j.ResultBase64) > 0 {
 		line("result", fmt.Sprintf("%d bytes (binary; see --json)", len(j.ResultBase64)))
 	}
+}
+
+var (
+	badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (.*)$`)
+	unknownFlag  = regexp.MustCompile(`^flag provided but not defined: -+(\S+)$`)
+	flagNoValue  = regexp.MustCompile(`^flag needs an argument: -+(\S+)$`)
+)
+
+// flagError says a flag package error as the CLI says others: the flag
+// with two dashes, the value, and what the flag wants.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := unknownFlag.FindStringSubmatch(msg); m != nil {
+		return "unknown flag --" + m[1]
+	}
+	if m := flagNoValue.FindStringSubmatch(msg); m != nil {
+		return "--" + m[1] + " needs a value"
+	}
+	m := badFlagValue.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	value, name, why := m[1], m[2], m[3]
+	want := why
+	if f := fs.Lookup(name); f != nil {
+		switch t := fmt.Sprintf("%T", f.Value); {
+		case strings.HasSuffix(t, ".boolValue"):
+			want = "want true or false"
+		case strings.HasSuffix(t, ".durationValue"):
+			want = "want a duration such as 500ms, 30s or 5m"
+		case strings.HasSuffix(t, ".intValue"), strings.HasSuffix(t, ".int64Value"):
+			want = "want a whole number"
+		case strings.HasSuffix(t, ".uintValue"), strings.HasSuffix(t, ".uint64Value"):
+			want = "want a whole number, 0 or more"
+		case strings.HasSuffix(t, ".float64Value"):
+			want = "want a number"
+		}
+		if why == "value out of range" {
+			want = "out of range"
+		}
+		if want != why && why != "parse error" && why != "value out of range" {
+			want += " (" + why + ")"
+		}
+	}
+	return fmt.Sprintf("--%s %s: %s", name, value, want)
 }

@@ -88,7 +88,7 @@ func TestClientCommands(t *testing.T) {
 		{name: "submit wait success", args: []string{"proc", "submit", "sleep", "--wait", "--json"}, json: map[string]any{"state": "SUCCESS", "type": "sleep", "result": "slept 3 steps"}},
 		{name: "submit wait rolledback", args: []string{"proc", "submit", "fail", "--wait", "--json"}, code: 1, json: map[string]any{"state": "ROLLEDBACK", "error": "diag: failing as asked at step 2 of 3"}},
 		{name: "submit wait rolledback human", args: []string{"proc", "submit", "fail", "--wait"}, code: 1, stdout: "ROLLEDBACK", stderr: "ended ROLLEDBACK"},
-		{name: "submit unknown type", args: []string{"proc", "submit", "nope", "--json"}, code: 2, json: map[string]any{"error": map[string]any{"code": "INVALID_ARGUMENT", "message": `procedure: invalid argument: procedure: unknown procedure type: "nope" (diagnostic types: fail, fanout, sleep)`, "exit_code": 2.0}}},
+		{name: "submit unknown type", args: []string{"proc", "submit", "nope", "--json"}, code: 2, json: map[string]any{"error": map[string]any{"code": "INVALID_ARGUMENT", "message": `unknown procedure type "nope" (diagnostic types: fail, fanout, sleep)`, "exit_code": 2.0}}},
 		{name: "submit bad arg value", args: []string{"proc", "submit", "sleep", "--arg", "steps=x"}, code: 2, stderr: `steps="x" is not a whole number`},
 		{name: "submit malformed arg", args: []string{"proc", "submit", "sleep", "--arg", "steps"}, code: 2, stderr: "want key=value"},
 		{name: "submit duplicate arg", args: []string{"proc", "submit", "sleep", "--arg", "a=1", "--arg", "a=2"}, code: 2, stderr: "given twice"},
@@ -97,7 +97,7 @@ func TestClientCommands(t *testing.T) {
 		{name: "submit unknown flag", args: []string{"proc", "submit", "sleep", "--bogus"}, code: 2, stderr: "bogus"},
 		{name: "get", args: []string{"proc", "get", P, "--json"}, json: map[string]any{"id": float64(parent), "state": "WAITING", "waiting_for": "waiting for children", "children": []any{float64(child)}, "parent_id": 0.0, "paused": false}},
 		{name: "get human", args: []string{"proc", "get", C}, stdout: "parent       " + P},
-		{name: "get not found", args: []string{"proc", "get", "999999", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure: not found: 999999", "exit_code": 1.0}}},
+		{name: "get not found", args: []string{"proc", "get", "999999", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure 999999 does not exist", "exit_code": 1.0}}},
 		{name: "get not found human", args: []string{"proc", "get", "999999"}, code: 1, stderr: "baton proc list"},
 		{name: "get bad id", args: []string{"proc", "get", "x7"}, code: 2, stderr: "positive integer"},
 		{name: "get no id", args: []string{"proc", "get"}, code: 2, stderr: "exactly one procedure ID"},
@@ -106,7 +106,7 @@ func TestClientCommands(t *testing.T) {
 		// Resuming is idempotent on the master: no error for a procedure
 		// that is not paused.
 		{name: "resume not paused", args: []string{"proc", "resume", P, "--json"}, json: map[string]any{"id": float64(parent), "paused": false}},
-		{name: "abort finished", args: []string{"proc", "abort", F, "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "FAILED_PRECONDITION", "message": "procedure: operation not allowed in this state: " + F + " is already SUCCESS", "exit_code": 1.0}}},
+		{name: "abort finished", args: []string{"proc", "abort", F, "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "FAILED_PRECONDITION", "message": "procedure " + F + " is already SUCCESS", "exit_code": 1.0}}},
 		{name: "abort", args: []string{"proc", "abort", P, "--json"}, json: map[string]any{"abort_requested": true}},
 		{name: "wait aborted", args: []string{"proc", "wait", P, "--json"}, code: 1, json: map[string]any{"state": "ROLLEDBACK", "error": "proc " + C + " (sleep): procedure: aborted"}},
 		{name: "wait success", args: []string{"proc", "wait", F}, stdout: "SUCCESS"},

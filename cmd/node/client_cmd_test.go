@@ -204,7 +204,7 @@ func TestDomainCommands(t *testing.T) {
 		// Namespaces.
 		{name: "ns list", args: []string{"ns", "list", "--json"}, json: map[string]any{"namespaces": []any{"default"}}},
 		{name: "ns create wait", args: []string{"ns", "create", "ns1", "--wait", "--json"}, json: succeeded},
-		{name: "ns create again", args: []string{"ns", "create", "ns1", "--wait"}, code: 1, stdout: "procedure", stderr: `ended ROLLEDBACK (ALREADY_EXISTS): master: create namespace: ns1 exists`},
+		{name: "ns create again", args: []string{"ns", "create", "ns1", "--wait"}, code: 1, stdout: "procedure", stderr: `ended ROLLEDBACK (ALREADY_EXISTS): namespace ns1 exists`},
 		{name: "ns create no wait", args: []string{"ns", "create", "ns2", "--json"}, json: started, absent: []string{"state", "procedure"}},
 		{name: "ns create human", args: []string{"ns", "create", "ns3"}, stdout: "create namespace ns3: procedure"},
 		// A name the masters would refuse is refused before it is sent
@@ -213,7 +213,7 @@ func TestDomainCommands(t *testing.T) {
 		{name: "ns create no name", args: []string{"ns", "create"}, code: 2, stderr: "want exactly one namespace NAME"},
 		{name: "ns create two names", args: []string{"ns", "create", "a", "b"}, code: 2, stderr: "got 2 arguments"},
 		{name: "ns delete unknown", args: []string{"ns", "delete", "ns9", "--wait", "--json"}, code: 1,
-			json: map[string]any{"state": "ROLLEDBACK", "error": "master: delete namespace: ns9 does not exist"}},
+			json: map[string]any{"state": "ROLLEDBACK", "error": "namespace ns9 does not exist"}},
 		{name: "ns delete", before: func() { created("ns3") }, args: []string{"ns", "delete", "ns3", "--wait"}, stdout: "delete namespace ns3: done"},
 		{name: "ns list human", before: func() { created("ns2") }, args: []string{"ns", "list"}, stdout: "default\nns1\nns2\n"},
 		{name: "ns list extra", args: []string{"ns", "list", "x"}, code: 2, stderr: "takes no arguments"},
@@ -224,7 +224,7 @@ func TestDomainCommands(t *testing.T) {
 		// Tables.
 		{name: "table create", args: []string{"table", "create", "t1", "--regions", "4", "--wait", "--json"}, json: succeeded},
 		{name: "table create exists", args: []string{"table", "create", "t1", "--wait", "--json"}, code: 1,
-			json: map[string]any{"state": "ROLLEDBACK", "error": "master: create table default:t1: the table exists", "proc_id": anID{}}},
+			json: map[string]any{"state": "ROLLEDBACK", "error": "table default:t1 exists", "proc_id": anID{}}},
 		{name: "table create regions 0", args: []string{"table", "create", "t0", "--regions", "0"}, code: 2, stderr: fmt.Sprintf("--regions 0: want 1 to %d", client.MaxRegions)},
 		{name: "table create regions too many", args: []string{"table", "create", "t0", "--regions", strconv.Itoa(client.MaxRegions + 1), "--json"}, code: 2, stderr: fmt.Sprintf("want 1 to %d", client.MaxRegions)},
 		{name: "table create no name", args: []string{"table", "create", "--regions", "2"}, code: 2, stderr: "want exactly one table NAME"},
@@ -232,7 +232,7 @@ func TestDomainCommands(t *testing.T) {
 		{name: "table create namespace clash", args: []string{"table", "create", "ns1:t2", "--namespace", "ns2"}, code: 2, stderr: `--namespace says "ns2"`},
 		{name: "table create qualified", args: []string{"table", "create", "ns1:t2", "--regions", "2", "--wait"}, stdout: "create table ns1:t2 (2 regions): done"},
 		{name: "table create no namespace", args: []string{"table", "create", "t3", "--namespace", "nope", "--wait", "--json"}, code: 1,
-			json: map[string]any{"state": "ROLLEDBACK", "error": "master: create table nope:t3: namespace nope does not exist"}},
+			json: map[string]any{"state": "ROLLEDBACK", "error": "namespace nope does not exist (creating table nope:t3)"}},
 		{name: "table create bad name", args: []string{"table", "create", "t/1"}, code: 2, stderr: "table name"},
 		{name: "table describe", args: []string{"table", "describe", "t1", "--json"},
 			json:  map[string]any{"namespace": "default", "name": "t1", "state": "ENABLED"},
@@ -255,7 +255,7 @@ func TestDomainCommands(t *testing.T) {
 				slices.Sort(t2)
 			}},
 		{name: "table describe human", args: []string{"table", "describe", "t2", "--namespace", "ns1"}, stdout: "regions  2 (2 OPEN)"},
-		{name: "table describe unknown", args: []string{"table", "describe", "nope", "--json"}, code: 1, json: notFound("procedure: not found: table default:nope")},
+		{name: "table describe unknown", args: []string{"table", "describe", "nope", "--json"}, code: 1, json: notFound("table default:nope does not exist")},
 		{name: "table describe unknown human", args: []string{"table", "describe", "nope"}, code: 1, stderr: "baton table list"},
 		{name: "table list", args: []string{"table", "list", "--json"}, count: map[string]int{"tables": 2}},
 		{name: "table list namespace", args: []string{"table", "list", "--namespace", "ns1"}, stdout: "ns1        t2    ENABLED"},
@@ -263,7 +263,7 @@ func TestDomainCommands(t *testing.T) {
 		// The master lists no tables for a namespace that does not exist,
 		// without an error.
 		{name: "table list unknown namespace", args: []string{"table", "list", "--namespace", "nope"}, stdout: "no tables"},
-		{name: "table delete enabled", args: []string{"table", "delete", "t1", "--wait"}, code: 1, stderr: "master: table default:t1 is ENABLED (want [DISABLED])"},
+		{name: "table delete enabled", args: []string{"table", "delete", "t1", "--wait"}, code: 1, stderr: "table default:t1 is ENABLED (want [DISABLED])"},
 		{name: "table disable", args: []string{"table", "disable", "default:t1", "--wait", "--json"}, json: succeeded},
 		{name: "table disabled regions", args: []string{"region", "list", "--table", "t1", "--json"},
 			json: map[string]any{"regions": []any{map[string]any{"state": "CLOSED", "server": ""}, map[string]any{}, map[string]any{}, map[string]any{}}}},
@@ -279,7 +279,7 @@ func TestDomainCommands(t *testing.T) {
 		// As for tables: no regions for a table that does not exist.
 		{name: "region list unknown table", args: []string{"region", "list", "--table", "nope", "--json"}, count: map[string]int{"regions": 0}},
 		{name: "region move unknown server", argf: func() []string { return []string{"region", "move", t2[0], "--to", "rs9"} }, code: 1, stderr: "baton rs list"},
-		{name: "region move unknown region", args: []string{"region", "move", "x", "--to", "rs2", "--json"}, code: 1, json: notFound(`procedure: not found: region "x"`)},
+		{name: "region move unknown region", args: []string{"region", "move", "x", "--to", "rs2", "--json"}, code: 1, json: notFound(`region "x" does not exist`)},
 		{name: "region move to a suspect", before: func() {
 			fc.StartRegionServer("rs3")
 			cutOff("rs3")
@@ -440,7 +440,7 @@ func TestLockCommands(t *testing.T) {
 		{cliCase: cliCase{name: "own lease", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "7s", "--json"},
 			json: map[string]any{"state": "ACQUIRED", "lease_timeout_ms": float64(10_000)}}},
 		{cliCase: cliCase{name: "lease too short", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "500ms"}, code: 2, stderr: "--lease 500ms: want between 1s and 1h"}},
-		{cliCase: cliCase{name: "lease not a duration", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "soon"}, code: 2, stderr: "invalid value"}},
+		{cliCase: cliCase{name: "lease not a duration", args: []string{"lock", "acquire", "--kind", "namespace", "--name", "leased", "--lease", "soon"}, code: 2, stderr: `--lease "soon": want a duration`}},
 		{cliCase: cliCase{name: "keepalive and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--keepalive", "--", "true"}, code: 2, stderr: "give one"}},
 		{cliCase: cliCase{name: "json and command", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--json", "--", "true"}, code: 2, stderr: "the command's output is the output"}},
 		{cliCase: cliCase{name: "nothing after --", args: []string{"lock", "acquire", "--kind", "table", "--name", "t", "--"}, code: 2, stderr: "nothing after --"}},
@@ -467,7 +467,7 @@ func TestLockCommands(t *testing.T) {
 			args: func() []string { return []string{"lock", "heartbeat", b, "--json"} }},
 		{cliCase: cliCase{name: "expired release", code: 1, stdout: "EXPIRED", stderr: "EXPIRED"}, args: func() []string { return []string{"lock", "release", b} }},
 		{cliCase: cliCase{name: "unknown lock", args: []string{"lock", "heartbeat", "999999", "--json"}, code: 1,
-			json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure: not found: 999999"}}}},
+			json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "message": "procedure 999999 does not exist"}}}},
 		{cliCase: cliCase{name: "unknown lock human", args: []string{"lock", "release", "999999"}, code: 1, stderr: "acquire a new one"}},
 		{cliCase: cliCase{name: "bad id", args: []string{"lock", "release", "x"}, code: 2, stderr: "want a positive integer"}},
 		{cliCase: cliCase{name: "no id", args: []string{"lock", "heartbeat"}, code: 2, stderr: "want exactly one lock ID"}},

@@ -25,7 +25,7 @@ func writeConfig(t *testing.T, body string) string {
 func TestAgentConfigFile(t *testing.T) {
 	conf := writeConfig(t, `{"id": "n1", "data_dir": "/d", "raft-addr": "10.0.0.1:1", "grpc-addr": "10.0.0.1:2",
 		"tls-ca": "ca.pem", "tls-cert": "c.pem", "tls-key": "k.pem", "workers": 128, "submit-rate": 2.5}`)
-	env := map[string]string{"BATON_TLS_KEY": "env-key.pem"}
+	env := map[string]string{"BATON_AGENT_TLS_KEY": "env-key.pem"}
 	got, err := parseAgentFlags([]string{"--config", conf, "--workers", "64"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -148,7 +148,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 			"runs crash-proof procedures in this process, on a WAL of its own\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return parseFailed(err)
 	}
 	if fs.NArg() > 0 || *crashAfter < 0 || *delay < 0 {

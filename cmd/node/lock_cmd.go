@@ -45,7 +45,7 @@ func (e *command) parseWithCommand(args []string) (argv []string, code int, ok b
 	if u, ok := e.fs.Output().(*usageOut); ok {
 		u.help = helpAsked(args)
 	}
-	if err := e.fs.Parse(args); err != nil {
+	if err := parseFlags(e.fs, args); err != nil {
 		return nil, parseFailed(err), false
 	}
 	rest := e.fs.Args()
@@ -120,11 +120,7 @@ var lockKinds = []string{client.LockNamespace, client.LockTable, client.LockRegi
 // and where, enough to find the process holding a lock.
 func (c *cli) defaultHolder() string {
 	host, _ := os.Hostname()
-	user := c.getenv("USER")
-	if user == "" {
-		user = "unknown"
-	}
-	return fmt.Sprintf("%s@%s:%d", user, host, os.Getpid())
+	return fmt.Sprintf("%s@%s:%d", c.userName(), host, os.Getpid())
 }
 
 func (c *cli) lockAcquire(args []string) int {
@@ -299,7 +295,7 @@ func (e *command) keepalive(cl *client.Client, r *adminpb.LockResponse, what str
 		if argv != nil {
 			until = "released when the command exits"
 		}
-		fmt.Fprintf(out, "  renewing its lease (%s) every %s; %s\n", leaseString(r), heartbeatEvery(lease), until)
+		fmt.Fprintf(out, "  renewing its lease (%s) every %s; %s\n", leaseString(r), heartbeatEvery(lease).Round(time.Millisecond), until)
 	}
 	var child *runningCommand
 	// lost ends the command that ran on the promise of the lock: SIGTERM,

@@ -29,16 +29,18 @@ var regionServerEnv = map[string]string{
 	"failure-rate":       "BATON_RS_FAILURE_RATE",
 	"heartbeat-interval": "BATON_RS_HEARTBEAT_INTERVAL",
 	"http-addr":          "BATON_RS_HTTP_ADDR",
-	"tls-ca":             "BATON_TLS_CA",
-	"tls-cert":           "BATON_TLS_CERT",
-	"tls-key":            "BATON_TLS_KEY",
+	"tls-ca":             rsTLSEnv.CA,
+	"tls-cert":           rsTLSEnv.Cert,
+	"tls-key":            rsTLSEnv.Key,
 	"insecure":           "BATON_INSECURE",
 }
 
 // rsTransport is how a region server process talks: its TLS files, or
 // plaintext (allowed beyond loopback only with Insecure).
 type rsTransport struct {
-	TLS      security.Files
+	TLS security.Files
+	// TLSFrom says where each of TLS's files was named, for messages.
+	TLSFrom  tlsSources
 	Insecure bool
 }
 
@@ -69,6 +71,10 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)
 	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
+	rawEnv := getenv
+	if rawEnv == nil {
+		rawEnv = func(string) string { return "" }
+	}
 	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", regionServerEnv)
 	if cerr != nil && !helpAsked(args) {
 		return regionserver.Config{}, rsTransport{}, cerr
@@ -103,7 +109,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
 			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
-		fs.PrintDefaults()
+		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -111,14 +117,21 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	}
 	cfg := regionserver.Config{ID: strings.TrimSpace(*id), GRPCAddr: strings.TrimSpace(*grpcAddr), HTTPAddr: strings.TrimSpace(*httpAddr)}
 	tr := rsTransport{TLS: security.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}}
+	tr.TLSFrom = serverTLSSources(fs, rsTLSEnv, rawEnv, args, "BATON_CONFIG")
+	if !tr.TLS.Enabled() {
+		warn := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
+		if f, src, ok := legacyServerTLS("regionserver", security.RoleRegionServer, rsTLSEnv, rawEnv, warn); ok {
+			tr.TLS, tr.TLSFrom = f, src
+		}
+	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	tr.Insecure = *insecure
 	if insecureEnvErr != nil && !flagSet(fs, "insecure") {
 		bad("%s=%q: want true or false", regionServerEnv["insecure"], insecureEnv)
 	}
-	if err := tr.TLS.Validate(); err != nil {
-		bad("%v", strings.TrimPrefix(err.Error(), "security: "))
+	if err := validateTLS(tr.TLS, tr.TLSFrom, rsTLSEnv); err != nil {
+		bad("%v", err)
 	}
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
@@ -202,7 +215,7 @@ func runRegionServer(ctx context.Context, cfg regionserver.Config, tr rsTranspor
 	if !tr.TLS.Enabled() && tr.Insecure {
 		cfg.Logger.Warn("--insecure: plaintext; anyone who reaches this server's addresses can open and close its regions", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)
 	}
-	tlsc, err := loadProcessTLS(ctx, tr.TLS, security.Identity{Role: security.RoleRegionServer, ID: cfg.ID}, cfg.Logger)
+	tlsc, err := loadProcessTLS(ctx, tr.TLS, tr.TLSFrom, security.Identity{Role: security.RoleRegionServer, ID: cfg.ID}, cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "bad http addr", args: append(base, "--http-addr", "nope"), err: "--http-addr"},
 		{name: "plaintext beyond loopback", args: []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:1", "--masters", "m:1", "--http-addr", "127.0.0.1:2"},
 			err: "--grpc-addr 10.0.0.5:1: not loopback"},
-		{name: "partial TLS", args: []string{"--id", "rs1", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--tls-ca", "ca.pem"}, err: "missing [--tls-cert --tls-key]"},
+		{name: "partial TLS", args: []string{"--id", "rs1", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--tls-ca", "ca.pem"}, err: "given ca.pem (from --tls-ca); missing --tls-cert (or env BATON_RS_TLS_CERT), --tls-key (or env BATON_RS_TLS_KEY)"},
 		{name: "bad BATON_INSECURE", env: map[string]string{"BATON_INSECURE": "sure"}, args: []string{"--id", "rs1", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1"}, err: "BATON_INSECURE"},
 		{name: "TLS beyond loopback", args: []string{"--id", "rs1", "--grpc-addr", "10.0.0.5:1", "--masters", "m:1", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
 			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:1", Masters: []string{"m:1"}}},
@@ -89,7 +89,7 @@ func TestRegionServerExitCodes(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{[]string{"regionserver", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"regionserver", "--nope"}, 2, "unknown flag --nope"},
 		{[]string{"regionserver"}, 2, "--id is required"},
 		{[]string{"regionserver", "-h"}, 0, "usage: baton regionserver"},
 		{[]string{"regionserver", "--id", "a", "--grpc-addr", "127.0.0.1:1", "--masters", "m:1", "--failure-rate", "2"}, 2, "run 'baton regionserver -h'"},

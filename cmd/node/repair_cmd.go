@@ -12,7 +12,8 @@ package main
 // prints what it would do ("dry run: ..."; --json: the dry run's
 // document with "confirm"), says "add --yes to do it" on stderr and exits
 // 2, having done nothing; a refusal is reported as the real call's would
-// be. Unassign needs it even without --override: the only region it then
+// be. A proc cancel that matches nothing has nothing to confirm: it says
+// so and exits 0. Unassign needs it even without --override: the only region it then
 // acts on is one recorded OPEN (in transition or locked is refused,
 // closed is left alone), and closing that takes it offline for good,
 // which the cluster never does by itself; an unassign with nothing to do
@@ -302,8 +303,9 @@ func (c *cli) procCancel(args []string) int {
 			doc.Skipped = append(doc.Skipped, skippedJSON{procJSON: toProcJSON(s.GetProcedure()), Reason: s.GetReason()})
 		}
 		code := exitOK
+		nothing := len(doc.Cancelled) == 0 && len(doc.Skipped) == 0
 		switch {
-		case !*yes && !*dry:
+		case !*yes && !*dry && !nothing: // with nothing matching, there is nothing to confirm
 			doc.Confirm, code = confirmHint, exitUsage
 		case *yes && len(doc.Skipped) > 0:
 			code = exitFailed // not everything that matched is cancelled
@@ -334,7 +336,7 @@ func (c *cli) printCancel(r *adminpb.CancelProceduresResponse, done bool) {
 		fmt.Fprintln(c.stdout, "no unfinished procedure matches")
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s %d procedures\n", verb, len(cancelled))
+	fmt.Fprintf(c.stdout, "%s %s\n", verb, plural(len(cancelled), "procedure"))
 	if len(cancelled) > 0 {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tOWNER\tSUBMITTED\tNOTE")
@@ -505,4 +507,12 @@ func (c *cli) clusterRepairs(args []string) int {
 			c.printServed(rf.served)
 		}, err
 	})
+}
+
+// plural is "1 procedure", "2 procedures".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

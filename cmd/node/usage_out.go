@@ -2,7 +2,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"strings"
 )
 
 // usageOut is a flag set's output: help that was asked for (-h, --help)
@@ -38,4 +40,40 @@ func helpAsked(args []string) bool {
 		}
 	}
 	return false
+}
+
+// printDefaults is fs.PrintDefaults naming the type of each flag typeOf
+// lists. The agent and the region server read every flag as a string, so
+// that a bad value, from a flag, the environment or a --config file, is
+// reported with all the other problems; PrintDefaults would show each as
+// "string", a number's and a duration's too.
+func printDefaults(fs *flag.FlagSet, typeOf map[string]string) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "  -%s", f.Name)
+		name, usage := flag.UnquoteUsage(f)
+		typ, typed := typeOf[f.Name]
+		if typed {
+			name = typ
+		}
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		// As PrintDefaults: a one-letter flag without a type fits on
+		// its line.
+		if b.Len() <= 4 {
+			b.WriteString("\t")
+		} else {
+			b.WriteString("\n    \t")
+		}
+		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		switch d := f.DefValue; {
+		case d == "" || d == "false":
+		case typed || name == "":
+			fmt.Fprintf(&b, " (default %s)", d)
+		default:
+			fmt.Fprintf(&b, " (default %q)", d)
+		}
+		fmt.Fprintln(fs.Output(), b.String())
+	})
 }
