@@ -91,8 +91,35 @@ const AuditPending = "PENDING"
 type auditNoteKey struct{}
 
 // auditNote tells the access interceptor that a call was answered by the
-// leader it was forwarded to, which recorded it.
-type auditNote struct{ remote atomic.Bool }
+// leader it was forwarded to, which recorded it; and tells the handler of
+// the record begun as the call started, if any (start).
+type auditNote struct {
+	remote atomic.Bool
+	start  *auditStart
+}
+
+// auditStart is the commit of a call's first record (PENDING), which both
+// the interceptor and a handler may wait for.
+type auditStart struct {
+	ch   <-chan error
+	once sync.Once
+	err  error
+}
+
+func (a *auditStart) wait(stop <-chan struct{}) error {
+	a.once.Do(func() { a.err = waitAudit(a.ch, stop) })
+	return a.err
+}
+
+// auditStarted waits until ctx's call's first record committed, if this
+// leader began one: for a handler about to give leadership away, after
+// which this node can commit nothing (the record's outcome is then sent
+// to the new leader).
+func auditStarted(ctx context.Context, stop <-chan struct{}) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok && n.start != nil {
+		_ = n.start.wait(stop)
+	}
+}
 
 func (n *auditNote) isRemote() bool { return n != nil && n.remote.Load() }
 

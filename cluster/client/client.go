@@ -580,9 +580,10 @@ func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*
 	})
 }
 
-// RemovePeer removes the node with this id from the cluster. An id that is
-// not a member is NOT_FOUND, also when a retry follows a removal whose
-// answer was lost.
+// RemovePeer removes the node with this id from the cluster; the leader
+// too (it hands leadership to another voter, which removes it). An id an
+// earlier removal took out answers OK with already_removed set (a retry
+// after a lost answer); one that never was a member is NOT_FOUND.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return a.RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: id})
