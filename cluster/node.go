@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -82,6 +83,10 @@ type Node struct {
 	notify chan bool
 
 	noSnapshotRestore bool
+
+	// removedSeen is when the leader was last seen not to list this node
+	// (MarkRemoved); nil if never.
+	removedSeen atomic.Pointer[time.Time]
 
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
@@ -454,7 +459,7 @@ func (n *Node) Status() Status {
 		s.PeersErr = err.Error()
 		return s
 	}
-	s.Removed = removedFrom(f.Configuration(), n.cfg.ID)
+	s.Removed = removedFrom(f.Configuration(), n.cfg.ID) || n.removedByLeader()
 	for _, srv := range f.Configuration().Servers {
 		s.Peers = append(s.Peers, PeerStatus{
 			ID:       string(srv.ID),
@@ -603,14 +608,44 @@ func (n *Node) shutdown(ctx context.Context) error {
 	return n.close()
 }
 
-// Removed reports whether this node is not a member of the cluster: its
-// latest Raft configuration lists members but not it, as after a removal
-// ('baton cluster remove'). A node that has not joined yet (an empty
-// configuration) is not removed. Cheap: raft keeps the latest
+// Removed reports whether this node is not a member of the cluster, as
+// after 'baton cluster remove': its latest Raft configuration lists
+// members but not it, or the leader was seen not to list it (MarkRemoved)
+// and has not replicated to it since. A node that has not joined yet (an
+// empty configuration) is not removed. Cheap: raft keeps the latest
 // configuration at hand.
 func (n *Node) Removed() bool {
 	f := n.raft.GetConfiguration()
-	return f.Error() == nil && removedFrom(f.Configuration(), n.cfg.ID)
+	return f.Error() == nil && removedFrom(f.Configuration(), n.cfg.ID) || n.removedByLeader()
+}
+
+// MarkRemoved records that the leader's configuration, as the leader
+// answered it, does not list this node. A removed member does not always
+// learn of its removal from raft: the leader stops replicating to it as it
+// appends the change, so the entry reaches it only if that last attempt
+// succeeds (and a member removed while down never sees it). The mark holds
+// until a leader replicates to this node again (it re-joined).
+func (n *Node) MarkRemoved() {
+	now := time.Now()
+	if n.removedSeen.Load() == nil {
+		n.log.Warn("this node is not a member of the cluster: the leader's configuration does not list it (removed); it serves nothing until it re-joins")
+	}
+	n.removedSeen.Store(&now)
+}
+
+func (n *Node) removedByLeader() bool {
+	t := n.removedSeen.Load()
+	if t == nil {
+		return false
+	}
+	if n.raft.State() == raft.Leader || n.raft.LastContact().After(*t) {
+		// A leader replicated to this node since: a member again.
+		if n.removedSeen.CompareAndSwap(t, nil) {
+			n.log.Info("this node is a member of the cluster again: a leader replicates to it")
+		}
+		return false
+	}
+	return true
 }
 
 func removedFrom(c raft.Configuration, id string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -381,6 +382,12 @@ func (l *auditLog) run() {
 							l.failed.Inc()
 						}
 						p.done <- err
+					} else if err != nil {
+						// An outcome written over a record begun earlier:
+						// no caller waits for it, so say here that the
+						// record keeps saying PENDING.
+						l.failed.Inc()
+						l.s.log.Warn("audit record's outcome not committed; the record stays PENDING", "id", p.rec.GetId(), "method", p.rec.GetMethod(), "code", p.rec.GetCode(), "error", err)
 					}
 				}
 			}()
@@ -422,10 +429,25 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			}
 			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), auditWriteTimeout)
 			defer cancel()
-			_, err := forward(l.s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
-				return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
-			})
-			return err
+			for {
+				_, err := forward(l.s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
+					return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
+				})
+				// Records not sent for want of a leader wait for one: an
+				// outcome this node writes just after giving leadership
+				// away (a leader removing itself) finds none for a moment.
+				var ur *unreachableLeader
+				if err == nil || !errors.As(err, &ur) || !ur.unsent {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return err
+				case <-l.s.stopCh:
+					return err
+				case <-time.After(5 * holdPoll):
+				}
+			}
 		}, nil
 	}
 	var term uint64

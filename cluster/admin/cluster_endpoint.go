@@ -118,6 +118,11 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 		return nil, status.Error(codes.InvalidArgument, "admin: remove peer: id is required")
 	}
 	id := req.GetId()
+	if id == s.b.ID() {
+		// A leader removing itself hands leadership over and the call
+		// on: also a call a standby forwarded to it.
+		ctx = context.WithValue(ctx, reforwardKey{}, true)
+	}
 	return orForward(s, ctx, func() (*adminpb.ClusterStatusResponse, error) {
 		if s.b.IsLeader() {
 			switch member := isMember(s.b.Status(), id); {

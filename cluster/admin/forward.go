@@ -25,6 +25,11 @@ func isForwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
+// reforwardKey marks the context of a forwarded call that this node may
+// forward once more: the removal of this node, which as the leader it
+// handed to the leader it gave way to (Server.RemovePeer).
+type reforwardKey struct{}
+
 // leaderView is a node's view of the leader: its id and registered admin
 // address.
 type leaderView struct{ id, addr string }
@@ -80,7 +85,7 @@ func (e statusCause) GRPCStatus() *status.Status { return status.Convert(e.err) 
 // which a held call waits out.
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
-	if isForwarded(ctx) {
+	if isForwarded(ctx) && ctx.Value(reforwardKey{}) == nil {
 		return nil, nil, none, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
 	}
 	id, _ := s.b.Leader()

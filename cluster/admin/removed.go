@@ -1,12 +1,16 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -37,10 +41,75 @@ type removedMark struct {
 }
 
 // remover is a backend that knows whether its node was removed from the
-// cluster (NodeBackend).
-type remover interface{ Removed() bool }
+// cluster (NodeBackend), and can be told that the leader does not list it.
+type remover interface {
+	Removed() bool
+	MarkRemoved()
+}
 
 func (b nodeBackend) Removed() bool { return b.n.Removed() }
+func (b nodeBackend) MarkRemoved()  { b.n.MarkRemoved() }
+
+// checkMembership asks the other members whether this node is still one,
+// when it has not heard from a leader for a while (leaderHeardWithin) and
+// its own configuration still lists it: a removed member may never have
+// received its removal (see cluster.Node.MarkRemoved), and would go on
+// campaigning unheard (the members refuse its votes) without knowing why.
+// The leader's answer decides: if its configuration does not list this
+// node, the node is marked removed. Like etcd, where the members tell a
+// removed one.
+func (s *Server) checkMembership() {
+	r, ok := s.b.(remover)
+	if !ok || s.b.IsLeader() || r.Removed() {
+		return
+	}
+	st := s.b.Status()
+	if len(st.Peers) == 0 || (!st.LastContact.IsZero() && time.Since(st.LastContact) < leaderHeardWithin) {
+		return // not joined yet, or a leader replicates to it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), memberProbeTimeout)
+	defer cancel()
+	go func() { // end the probes early on Stop
+		select {
+		case <-s.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var mu sync.Mutex
+	var leaderSays *adminpb.ClusterStatusResponse
+	var wg sync.WaitGroup
+	for _, p := range st.Peers {
+		addr := s.adminAddr(p.ID)
+		if p.ID == st.ID || addr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := s.probeMember(ctx, addr)
+			if err != nil || got.GetState() != "Leader" || got.GetRemoved() || len(got.GetPeers()) == 0 {
+				return
+			}
+			mu.Lock()
+			if leaderSays == nil || got.GetTerm() > leaderSays.GetTerm() {
+				leaderSays = got
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if leaderSays == nil || leaderSays.GetTerm() < st.Term {
+		return
+	}
+	for _, p := range leaderSays.GetPeers() {
+		if p.GetId() == st.ID {
+			return
+		}
+	}
+	s.log.Info("the leader's configuration does not list this node", "leader", leaderSays.GetNodeId(), "term", leaderSays.GetTerm())
+	r.MarkRemoved()
+}
 
 // isRemoved reports whether b's node is not a member any more.
 func isRemoved(b Backend) bool {

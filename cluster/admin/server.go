@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -107,6 +108,8 @@ type Server struct {
 	stopCh    chan struct{}
 	loops     sync.WaitGroup
 	lastReady string // last readiness reason logged
+	// membershipCheck: a checkMembership is under way.
+	membershipCheck atomic.Bool
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
