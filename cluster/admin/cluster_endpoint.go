@@ -118,6 +118,7 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 		return nil, status.Error(codes.InvalidArgument, "admin: remove peer: id is required")
 	}
 	id := req.GetId()
+	ctx = context.WithValue(ctx, removingKey{}, id)
 	if id == s.b.ID() {
 		// A leader removing itself hands leadership over and the call
 		// on: also a call a standby forwarded to it.

@@ -30,6 +30,9 @@ func isForwarded(ctx context.Context) bool {
 // handed to the leader it gave way to (Server.RemovePeer).
 type reforwardKey struct{}
 
+// removingKey carries the id a RemovePeer call removes, for track.
+type removingKey struct{}
+
 // leaderView is a node's view of the leader: its id and registered admin
 // address.
 type leaderView struct{ id, addr string }
@@ -156,6 +159,12 @@ func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, d
 	if s.closed {
 		cancel(errStopping)
 		return ctx, func() {}
+	}
+	if id, _ := ctx.Value(removingKey{}).(string); id != "" && id == to.id {
+		// The removal of the leader it goes to: that leader hands
+		// leadership over and passes the call on itself, so the change
+		// of leader it brings about must not cut it.
+		return ctx, func() { cancel(nil) }
 	}
 	s.fwd[c] = struct{}{}
 	return ctx, func() {
