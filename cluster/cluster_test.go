@@ -302,6 +302,59 @@ func TestJoinAndRemove(t *testing.T) {
 	}
 }
 
+// TestRemoveLeaderHandsOver: the leader asked to remove itself hands
+// leadership to another voter and answers not-leader, naming none of its
+// own; the new leader removes it. The removed node's raft keeps running
+// (ShutdownOnRemove off), it reports itself removed once it knows, and a
+// Join takes it back as a voter that follows the leader, without restart.
+func TestRemoveLeaderHandsOver(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3})
+	li, x := c.leader()
+	ids := submit(t, x, 3, 1, 0)
+	c.waitAllSuccess(ids, 1)
+	old := c.nodes[li]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := old.RemovePeer(ctx, old.ID())
+	var nle *NotLeaderError
+	if !errors.As(err, &nle) || old.IsLeader() {
+		t.Fatalf("leader removing itself: %v (leader still: %v), want a NotLeaderError after handing over", err, old.IsLeader())
+	}
+	nl, _ := c.leader(li)
+	l := c.nodes[nl]
+	if err := l.RemovePeer(ctx, old.ID()); err != nil {
+		t.Fatalf("new leader removing %s: %v", old.ID(), err)
+	}
+	if len(l.Status().Peers) != 2 {
+		t.Fatalf("peers after removal: %+v", l.Status().Peers)
+	}
+	// The leader's word, as the admin API passes it on when the change
+	// did not reach the node itself.
+	old.MarkRemoved()
+	if !old.Removed() || !old.Status().Removed || old.Status().State == raft.Shutdown.String() {
+		t.Fatalf("removed node: removed %v, state %s", old.Removed(), old.Status().State)
+	}
+	if err := l.Join(ctx, old.ID(), old.Addr()); err != nil {
+		t.Fatalf("re-join: %v", err)
+	}
+	testwait.For(t, 10*time.Second, "the re-joined node to follow the leader as a voter", func() bool {
+		id, _ := old.Leader()
+		return id == l.ID() && !old.Removed() && len(old.Status().Peers) == 3 && old.FSM().AppliedIndex() >= l.FSM().AppliedIndex()
+	})
+}
+
+// TestRemoveOnlyVoter: a single voter cannot remove itself.
+func TestRemoveOnlyVoter(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 1})
+	li, _ := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.nodes[li].RemovePeer(ctx, c.nodes[li].ID())
+	if !errors.Is(err, ErrLastVoter) || Code(err) != codes.FailedPrecondition {
+		t.Fatalf("removing the only voter: %v, want ErrLastVoter (FAILED_PRECONDITION)", err)
+	}
+}
+
 // TestTCPRestartCatchesUp runs three nodes on real TCP ports with bolt
 // stores: a follower that was shut down (after a snapshot) restarts from
 // the same DataDir and the same command line and catches up; then the

@@ -28,12 +28,13 @@ func HTTPAddrKey(id string) string { return "nodes/" + id + "/http_addr" }
 //
 //	procedure.ErrInvalid, ErrUnknownType          INVALID_ARGUMENT
 //	procedure.ErrNotFound                         NOT_FOUND
-//	procedure.ErrNotAllowed, ErrNotTerminal       FAILED_PRECONDITION
+//	procedure.ErrNotAllowed, ErrNotTerminal,
+//	cluster.ErrLastVoter                          FAILED_PRECONDITION
 //	cluster.ErrNotLeader, ErrNotReady, ErrShutdown,
 //	raft.ErrNotLeader, ErrLeadershipLost, ErrRaftShutdown,
 //	procedure.ErrStopped, ErrNotStarted, ErrStoreFailed,
 //	ErrNonceFailed, raftfsm.ErrClosed,
-//	cluster.ErrStorageFailed                       UNAVAILABLE (retry)
+//	cluster.ErrStorageFailed, ErrTransferFailed    UNAVAILABLE (retry)
 //	context.Canceled / DeadlineExceeded           CANCELED / DEADLINE_EXCEEDED
 //	an error that already is a gRPC status        its own code
 //	anything else                                 INTERNAL
@@ -54,13 +55,15 @@ func Code(err error) codes.Code {
 		errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown),
 		errors.Is(err, procedure.ErrStopped), errors.Is(err, procedure.ErrNotStarted),
 		errors.Is(err, procedure.ErrStoreFailed), errors.Is(err, procedure.ErrNonceFailed),
-		errors.Is(err, raftfsm.ErrClosed), errors.Is(err, ErrStorageFailed):
+		errors.Is(err, raftfsm.ErrClosed), errors.Is(err, ErrStorageFailed),
+		errors.Is(err, ErrTransferFailed):
 		return codes.Unavailable
 	case errors.Is(err, procedure.ErrInvalid), errors.Is(err, procedure.ErrUnknownType):
 		return codes.InvalidArgument
 	case errors.Is(err, procedure.ErrNotFound), errors.Is(err, ErrUnknownPeer):
 		return codes.NotFound
-	case errors.Is(err, procedure.ErrNotAllowed), errors.Is(err, procedure.ErrNotTerminal):
+	case errors.Is(err, procedure.ErrNotAllowed), errors.Is(err, procedure.ErrNotTerminal),
+		errors.Is(err, ErrLastVoter):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled

@@ -493,5 +493,13 @@ func (c Config) raftConfig(notify chan<- bool) *raft.Config {
 	rc.BatchApplyCh = c.BatchApplyCh
 	rc.NotifyCh = notify
 	rc.Logger = c.Logger.Named("raft")
+	// A removed member keeps its raft running as a follower outside the
+	// configuration, so that 'baton cluster join' brings it back without
+	// a restart. It cannot disturb the cluster: raft does not start
+	// elections on a node without a vote in its configuration, and the
+	// members refuse (pre-)votes from a node not in theirs. Node.RemovePeer
+	// hands leadership away before a leader's own removal; this covers a
+	// leader removed some other way (raft steps it down to follower).
+	rc.ShutdownOnRemove = false
 	return rc
 }

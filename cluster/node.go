@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,6 +39,15 @@ var ErrShutdown = errors.New("cluster: node shut down")
 // ErrUnknownPeer is returned by RemovePeer for an id that is not in the
 // Raft configuration: a typo must not read as a successful removal.
 var ErrUnknownPeer = errors.New("cluster: no such member")
+
+// ErrLastVoter is returned by RemovePeer for the only voter: a cluster
+// without one can decide nothing, not even to take a member back.
+var ErrLastVoter = errors.New("cluster: the only voter cannot be removed")
+
+// ErrTransferFailed is returned by RemovePeer when the leader, asked to
+// remove itself, could not hand leadership to another voter first: nothing
+// was removed. Retry once another voter is up and caught up.
+var ErrTransferFailed = errors.New("cluster: leadership transfer failed")
 
 // NotLeaderError says who the leader is, as far as this node knows. Both
 // fields are empty while no leader is known (an election is under way).
@@ -72,6 +83,10 @@ type Node struct {
 	notify chan bool
 
 	noSnapshotRestore bool
+
+	// removedSeen is when the leader was last seen not to list this node
+	// (MarkRemoved); nil if never.
+	removedSeen atomic.Pointer[time.Time]
 
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
@@ -410,6 +425,8 @@ type Status struct {
 	Peers []PeerStatus
 	// PeersErr is set when the configuration could not be read.
 	PeersErr string
+	// Removed: this node is not a member (Node.Removed).
+	Removed bool
 }
 
 // Status returns the node's current status. It does not block on the
@@ -442,6 +459,7 @@ func (n *Node) Status() Status {
 		s.PeersErr = err.Error()
 		return s
 	}
+	s.Removed = removedFrom(f.Configuration(), n.cfg.ID) || n.removedByLeader()
 	for _, srv := range f.Configuration().Servers {
 		s.Peers = append(s.Peers, PeerStatus{
 			ID:       string(srv.ID),
@@ -517,6 +535,15 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 
 // RemovePeer removes server id from the cluster. Only the leader may.
 // An id that is not a member is ErrUnknownPeer (NOT_FOUND).
+//
+// The leader does not remove itself: a leader that commits its own
+// removal steps down at once, and whoever asked never hears that it
+// committed (nor does anything written after it, like an audit record).
+// Asked for its own id, it hands leadership to another voter (raft's
+// LeadershipTransfer, as etcd and Consul do) and answers a *NotLeaderError,
+// so that the caller asks the new leader, which removes it as any other
+// member; ErrTransferFailed if no voter took over, ErrLastVoter if there
+// is no other voter.
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("cluster: remove %q: %w", id, n.notLeader())
@@ -524,6 +551,20 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	cf := n.raft.GetConfiguration()
 	if err := await(ctx, cf); err != nil {
 		return n.raftErr("remove: read configuration", err)
+	}
+	if id == n.cfg.ID && slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
+		if !n.hasOtherVoter() {
+			return fmt.Errorf("cluster: remove %q: %w", id, ErrLastVoter)
+		}
+		n.log.Info("remove: this leader is the member to remove; transferring leadership first", "id", id)
+		if err := await(ctx, n.raft.LeadershipTransfer()); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("cluster: remove %q: transfer leadership first: %w", id, ctx.Err())
+			}
+			return fmt.Errorf("cluster: remove %q: could not hand leadership to another voter first (%v), so nothing was removed: %w", id, err, ErrTransferFailed)
+		}
+		n.log.Info("remove: leadership transferred; the new leader removes this node", "id", id)
+		return fmt.Errorf("cluster: remove %q: leadership handed over: %w", id, n.notLeader())
 	}
 	for _, srv := range cf.Configuration().Servers {
 		if srv.ID == raft.ServerID(id) {
@@ -565,6 +606,50 @@ func (n *Node) shutdown(ctx context.Context) error {
 		}
 	}
 	return n.close()
+}
+
+// Removed reports whether this node is not a member of the cluster, as
+// after 'baton cluster remove': its latest Raft configuration lists
+// members but not it, or the leader was seen not to list it (MarkRemoved)
+// and has not replicated to it since. A node that has not joined yet (an
+// empty configuration) is not removed. Cheap: raft keeps the latest
+// configuration at hand.
+func (n *Node) Removed() bool {
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && removedFrom(f.Configuration(), n.cfg.ID) || n.removedByLeader()
+}
+
+// MarkRemoved records that the leader's configuration, as the leader
+// answered it, does not list this node. A removed member does not always
+// learn of its removal from raft: the leader stops replicating to it as it
+// appends the change, so the entry reaches it only if that last attempt
+// succeeds (and a member removed while down never sees it). The mark holds
+// until a leader replicates to this node again (it re-joined).
+func (n *Node) MarkRemoved() {
+	now := time.Now()
+	if n.removedSeen.Load() == nil {
+		n.log.Warn("this node is not a member of the cluster: the leader's configuration does not list it (removed); it serves nothing until it re-joins")
+	}
+	n.removedSeen.Store(&now)
+}
+
+func (n *Node) removedByLeader() bool {
+	t := n.removedSeen.Load()
+	if t == nil {
+		return false
+	}
+	if n.raft.State() == raft.Leader || n.raft.LastContact().After(*t) {
+		// A leader replicated to this node since: a member again.
+		if n.removedSeen.CompareAndSwap(t, nil) {
+			n.log.Info("this node is a member of the cluster again: a leader replicates to it")
+		}
+		return false
+	}
+	return true
+}
+
+func removedFrom(c raft.Configuration, id string) bool {
+	return len(c.Servers) > 0 && !slices.ContainsFunc(c.Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
 }
 
 func (n *Node) hasOtherVoter() bool {

@@ -390,6 +390,11 @@ func (m *accessMetrics) deny(method string, err error) {
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
+		if ok {
+			if err := s.refuseRemoved(method); err != nil {
+				return nil, err
+			}
+		}
 		if !ok || s.cfg.Access == nil {
 			return handler(ctx, req)
 		}
@@ -427,7 +432,8 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil && s.b.IsLeader() && !note.isRemote() {
 			first = s.auditRecord(ctx, p, method, req, nil, nil)
 			first.Code = AuditPending
-			begun = s.audit.start(first)
+			note.start = &auditStart{ch: s.audit.start(first)}
+			begun = note.start.ch
 		}
 		var resp any
 		if err == nil {
@@ -444,7 +450,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		var aerr error
 		if begun != nil {
-			if aerr = waitAudit(begun, s.stopCh); aerr == nil {
+			if aerr = note.start.wait(s.stopCh); aerr == nil {
 				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
 				s.audit.update(rec)
 			}
@@ -474,6 +480,11 @@ func (s principalStream) Context() context.Context { return s.ctx }
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
+		if ok {
+			if err := s.refuseRemoved(method); err != nil {
+				return err
+			}
+		}
 		if !ok || s.cfg.Access == nil {
 			return handler(srv, ss)
 		}

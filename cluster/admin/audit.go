@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -91,8 +92,35 @@ const AuditPending = "PENDING"
 type auditNoteKey struct{}
 
 // auditNote tells the access interceptor that a call was answered by the
-// leader it was forwarded to, which recorded it.
-type auditNote struct{ remote atomic.Bool }
+// leader it was forwarded to, which recorded it; and tells the handler of
+// the record begun as the call started, if any (start).
+type auditNote struct {
+	remote atomic.Bool
+	start  *auditStart
+}
+
+// auditStart is the commit of a call's first record (PENDING), which both
+// the interceptor and a handler may wait for.
+type auditStart struct {
+	ch   <-chan error
+	once sync.Once
+	err  error
+}
+
+func (a *auditStart) wait(stop <-chan struct{}) error {
+	a.once.Do(func() { a.err = waitAudit(a.ch, stop) })
+	return a.err
+}
+
+// auditStarted waits until ctx's call's first record committed, if this
+// leader began one: for a handler about to give leadership away, after
+// which this node can commit nothing (the record's outcome is then sent
+// to the new leader).
+func auditStarted(ctx context.Context, stop <-chan struct{}) {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok && n.start != nil {
+		_ = n.start.wait(stop)
+	}
+}
 
 func (n *auditNote) isRemote() bool { return n != nil && n.remote.Load() }
 
@@ -354,6 +382,12 @@ func (l *auditLog) run() {
 							l.failed.Inc()
 						}
 						p.done <- err
+					} else if err != nil {
+						// An outcome written over a record begun earlier:
+						// no caller waits for it, so say here that the
+						// record keeps saying PENDING.
+						l.failed.Inc()
+						l.s.log.Warn("audit record's outcome not committed; the record stays PENDING", "id", p.rec.GetId(), "method", p.rec.GetMethod(), "code", p.rec.GetCode(), "error", err)
 					}
 				}
 			}()
@@ -395,10 +429,25 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			}
 			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), auditWriteTimeout)
 			defer cancel()
-			_, err := forward(l.s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
-				return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
-			})
-			return err
+			for {
+				_, err := forward(l.s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
+					return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
+				})
+				// Records not sent for want of a leader wait for one: an
+				// outcome this node writes just after giving leadership
+				// away (a leader removing itself) finds none for a moment.
+				var ur *unreachableLeader
+				if err == nil || !errors.As(err, &ur) || !ur.unsent {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return err
+				case <-l.s.stopCh:
+					return err
+				case <-time.After(5 * holdPoll):
+				}
+			}
 		}, nil
 	}
 	var term uint64

@@ -34,7 +34,7 @@ func (s *Server) ClusterStatus(ctx context.Context, req *adminpb.ClusterStatusRe
 
 func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 	st := s.b.Status()
-	ready, why := Ready(s.b)
+	ready, why := s.Ready()
 	out := &adminpb.ClusterStatusResponse{
 		NodeId:            st.ID,
 		State:             st.State,
@@ -50,6 +50,7 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		StorageError:      st.StorageErr,
 		LastContactMs:     -1,
 		Maintenance:       s.maintenanceOf(),
+		Removed:           st.Removed,
 	}
 	switch {
 	case st.State == raft.Leader.String():
@@ -80,7 +81,8 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 }
 
 // AddPeer implements adminpb.AdminServer: the leader adds the node as a
-// voter and records its admin address, if given.
+// voter and records its admin address, if given. A member removed before
+// comes back this way, without a restart (see removed.go).
 func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: add peer: id and raft_address are required")
@@ -89,8 +91,12 @@ func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adm
 		if err := s.b.Join(ctx, req.GetId(), req.GetRaftAddress()); err != nil {
 			return nil, err
 		}
+		muts := s.clearRemovedMark(req.GetId())
 		if a := req.GetAdminAddress(); a != "" {
-			if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(cluster.AdminAddrKey(req.GetId()), []byte(a))}); err != nil {
+			muts = append(muts, raftfsm.Put(cluster.AdminAddrKey(req.GetId()), []byte(a)))
+		}
+		if len(muts) > 0 {
+			if err := s.b.Mutate(ctx, muts); err != nil {
 				return nil, err
 			}
 		}
@@ -101,17 +107,54 @@ func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adm
 }
 
 // RemovePeer implements adminpb.AdminServer: the leader removes the node
-// and its registered admin address.
+// and its registered addresses. Asked to remove itself, it first hands
+// leadership to another voter and the call goes on there (Node.RemovePeer),
+// so that the answer and the call's audit record come from a leader that
+// stays one. An id no longer a member that a removal took out (RemovedKey)
+// answers OK with already_removed: the retry of a removal whose answer was
+// lost. One that never was a member is NOT_FOUND.
 func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: remove peer: id is required")
 	}
+	id := req.GetId()
+	ctx = context.WithValue(ctx, removingKey{}, id)
+	if id == s.b.ID() {
+		// A leader removing itself hands leadership over and the call
+		// on: also a call a standby forwarded to it.
+		ctx = context.WithValue(ctx, reforwardKey{}, true)
+	}
 	return orForward(s, ctx, func() (*adminpb.ClusterStatusResponse, error) {
-		if err := s.b.RemovePeer(ctx, req.GetId()); err != nil {
+		if s.b.IsLeader() {
+			switch member := isMember(s.b.Status(), id); {
+			case !member:
+				if _, ok := s.b.DomainGet(RemovedKey(id)); ok {
+					out := s.clusterStatus()
+					out.AlreadyRemoved = true
+					return out, nil
+				}
+			case id == s.b.ID():
+				// The leadership transfer stops this leader's writes:
+				// let the call's audit record (begun before the
+				// handler) commit first, or it would fail.
+				auditStarted(ctx, s.stopCh)
+			default:
+				// The mark goes first: a removal that commits with
+				// its answer lost is then always taken for one.
+				mark, err := s.removedMarkMutation()
+				if err != nil {
+					return nil, err
+				}
+				if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(RemovedKey(id), mark)}); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := s.b.RemovePeer(ctx, id); err != nil {
 			return nil, err
 		}
 		var muts []raftfsm.Mutation
-		for _, k := range []string{cluster.AdminAddrKey(req.GetId()), cluster.HTTPAddrKey(req.GetId())} {
+		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id)} {
 			if _, ok := s.b.DomainGet(k); ok {
 				muts = append(muts, raftfsm.Del(k))
 			}

@@ -95,6 +95,18 @@ type domainBackend struct {
 
 func (b domainBackend) Domain() Domain { return b.d }
 
+// Removed and MarkRemoved pass the wrapped backend's through (remover).
+func (b domainBackend) Removed() bool {
+	r, ok := b.Backend.(remover)
+	return ok && r.Removed()
+}
+
+func (b domainBackend) MarkRemoved() {
+	if r, ok := b.Backend.(remover); ok {
+		r.MarkRemoved()
+	}
+}
+
 // DomainScan passes the wrapped backend's through, for /debug/domain,
 // with the values the domain stores in binary (region records) as JSON.
 func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {

@@ -25,6 +25,14 @@ func isForwarded(ctx context.Context) bool {
 	return ok && len(md.Get(forwardedKey)) > 0
 }
 
+// reforwardKey marks the context of a forwarded call that this node may
+// forward once more: the removal of this node, which as the leader it
+// handed to the leader it gave way to (Server.RemovePeer).
+type reforwardKey struct{}
+
+// removingKey carries the id a RemovePeer call removes, for track.
+type removingKey struct{}
+
 // leaderView is a node's view of the leader: its id and registered admin
 // address.
 type leaderView struct{ id, addr string }
@@ -80,7 +88,7 @@ func (e statusCause) GRPCStatus() *status.Status { return status.Convert(e.err) 
 // which a held call waits out.
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
-	if isForwarded(ctx) {
+	if isForwarded(ctx) && ctx.Value(reforwardKey{}) == nil {
 		return nil, nil, none, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
 	}
 	id, _ := s.b.Leader()
@@ -151,6 +159,12 @@ func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, d
 	if s.closed {
 		cancel(errStopping)
 		return ctx, func() {}
+	}
+	if id, _ := ctx.Value(removingKey{}).(string); id != "" && id == to.id {
+		// The removal of the leader it goes to: that leader hands
+		// leadership over and passes the call on itself, so the change
+		// of leader it brings about must not cut it.
+		return ctx, func() { cancel(nil) }
 	}
 	s.fwd[c] = struct{}{}
 	return ctx, func() {

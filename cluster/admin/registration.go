@@ -27,6 +27,16 @@ func (s *Server) loop() {
 }
 
 func (s *Server) tick() {
+	if s.membershipCheck.CompareAndSwap(false, true) {
+		// Off the tick: its probes may take a second, and the health
+		// status must not wait for them.
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			defer s.membershipCheck.Store(false)
+			s.checkMembership()
+		}()
+	}
 	ok, why := s.Ready()
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {

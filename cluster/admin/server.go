@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -107,6 +108,8 @@ type Server struct {
 	stopCh    chan struct{}
 	loops     sync.WaitGroup
 	lastReady string // last readiness reason logged
+	// membershipCheck: a checkMembership is under way.
+	membershipCheck atomic.Bool
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
@@ -233,10 +236,10 @@ func (s *Server) Start(advertise string) error {
 // Serve serves the API on lis until Stop. The advertised address defaults
 // to lis's address.
 func (s *Server) Serve(lis net.Listener) error {
+	// The interceptors also turn away the calls a removed member does
+	// not serve, with access control or without.
 	opts := append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)
-	if s.cfg.Access != nil {
-		opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
-	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
 	gs := grpc.NewServer(opts...)
 	s.RegisterServices(gs)
 	s.mu.Lock()
@@ -303,10 +306,18 @@ func (s *Server) Stop(ctx context.Context) {
 
 // Ready says whether the node can serve the API (leader with a running
 // executor, or follower that knows a leader), and if not, why.
-func (s *Server) Ready() (bool, string) { return Ready(s.b) }
+func (s *Server) Ready() (bool, string) {
+	if isRemoved(s.b) && !s.b.IsLeader() {
+		return false, removedReason(s.b, s.Advertise())
+	}
+	return Ready(s.b)
+}
 
 // Ready is Server.Ready for any Backend.
 func Ready(b Backend) (bool, string) {
+	if isRemoved(b) && !b.IsLeader() {
+		return false, removedReason(b, "")
+	}
 	_, err := b.Procedures()
 	switch {
 	case err == nil:

@@ -278,6 +278,11 @@ func whyFailed(err error) string {
 
 // do runs call against the leader, retrying as the package comment says.
 func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminpb.AdminClient) error) error {
+	return c.doAt(ctx, func(ctx context.Context, a adminpb.AdminClient, _ string) error { return call(ctx, a) })
+}
+
+// doAt is do for a call that wants to know which address it asks.
+func (c *Client) doAt(ctx context.Context, call func(ctx context.Context, a adminpb.AdminClient, addr string) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.callTimeout)
@@ -290,7 +295,7 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
 		defer cancel()
-		err = call(actx, a)
+		err = call(actx, a, addr)
 		if err != nil && actx.Err() != nil && ctx.Err() == nil {
 			// The attempt's own deadline cut it (gRPC may say so as a
 			// closed connection): say it timed out. Retried as before:
@@ -586,18 +591,40 @@ func (c *Client) Wait(ctx context.Context, id uint64) (*adminpb.Procedure, error
 // (its own role and indexes, the leader it knows, the peers): a standby
 // answers for itself, it does not forward.
 func (c *Client) Status(ctx context.Context) (*adminpb.ClusterStatusResponse, error) {
-	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
-		return a.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
+	return c.memberStatus(ctx, &adminpb.ClusterStatusRequest{})
+}
+
+// memberStatus asks for a status, preferring a member's answer: a master
+// removed from the cluster answers with removed set, and its view is only
+// its own, so another address is asked instead, while there is one that
+// has not answered so; failing that, the removed master's answer is the
+// answer (it says it is not a member).
+func (c *Client) memberStatus(ctx context.Context, req *adminpb.ClusterStatusRequest) (*adminpb.ClusterStatusResponse, error) {
+	var r, removed *adminpb.ClusterStatusResponse
+	passed := map[string]bool{}
+	err := c.doAt(ctx, func(ctx context.Context, a adminpb.AdminClient, addr string) error {
+		got, err := a.ClusterStatus(ctx, req)
+		if err != nil {
+			return err
+		}
+		if got.GetRemoved() && !passed[addr] && c.leaders.size() > 1 {
+			passed[addr], removed = true, got
+			return status.Errorf(codes.Unavailable, "%s (%s) is not a member of the cluster (removed); asking another master", got.GetNodeId(), addr)
+		}
+		r = got
+		return nil
 	})
+	if err != nil && removed != nil {
+		return removed, nil
+	}
+	return r, err
 }
 
 // MembersStatus is Status with every member's own answer: the master that
 // answers asks each member's admin API for its status (within a second
 // each) and says which voters it reached, and whether they make a quorum.
 func (c *Client) MembersStatus(ctx context.Context) (*adminpb.ClusterStatusResponse, error) {
-	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
-		return a.ClusterStatus(ctx, &adminpb.ClusterStatusRequest{Members: true})
-	})
+	return c.memberStatus(ctx, &adminpb.ClusterStatusRequest{Members: true})
 }
 
 // AddPeer adds a node to the cluster as a voter: id is its Raft server id,
@@ -608,9 +635,10 @@ func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*
 	})
 }
 
-// RemovePeer removes the node with this id from the cluster. An id that is
-// not a member is NOT_FOUND, also when a retry follows a removal whose
-// answer was lost.
+// RemovePeer removes the node with this id from the cluster; the leader
+// too (it hands leadership to another voter, which removes it). An id an
+// earlier removal took out answers OK with already_removed set (a retry
+// after a lost answer); one that never was a member is NOT_FOUND.
 func (c *Client) RemovePeer(ctx context.Context, id string) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return a.RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: id})

@@ -39,6 +39,13 @@ func (t *LeaderTracker) Target() string {
 	return t.addrs[t.next%len(t.addrs)]
 }
 
+// size is how many addresses the tracker knows (given and hinted).
+func (t *LeaderTracker) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.addrs)
+}
+
 // Leader is the believed leader's address, "" if unknown.
 func (t *LeaderTracker) Leader() string {
 	t.mu.Lock()

@@ -130,11 +130,18 @@ func TestClientCommands(t *testing.T) {
 		{name: "join again", args: []string{"cluster", "join", "--id", "n4", "--raft-addr", "127.0.0.1:17009"}, stdout: "n4 joined the cluster"},
 		{name: "join missing id", args: []string{"cluster", "join", "--raft-addr", "127.0.0.1:1"}, code: 2, stderr: "--id and --raft-addr are required"},
 		{name: "join bad addr", args: []string{"cluster", "join", "--id", "x", "--raft-addr", "nope"}, code: 2, stderr: "want host:port"},
-		{name: "remove", args: []string{"cluster", "remove", "n4"}, stdout: "n4 removed"},
-		// A node that is not a member is NOT_FOUND (exit 1), not a
+		// Destructive: without --yes it says what it would do, exit 2.
+		{name: "remove unconfirmed", args: []string{"cluster", "remove", "n4"}, code: 2, stdout: "dry run: would remove n4 from the cluster", stderr: "add --yes"},
+		{name: "remove unconfirmed json", args: []string{"cluster", "remove", "n4", "--json"}, code: 2, json: map[string]any{"dry_run": true, "confirm": "add --yes to do it", "exit_code": 2.0}},
+		{name: "remove", args: []string{"cluster", "remove", "n4", "--yes"}, stdout: "n4 removed"},
+		// The retry of a removal (its answer lost) succeeds: the member is
+		// gone, as asked.
+		{name: "remove again", args: []string{"cluster", "remove", "n4", "--yes", "--json"}, json: map[string]any{"already_removed": true, "removed": false}},
+		{name: "remove again human", args: []string{"cluster", "remove", "n4", "--yes"}, stdout: "n4 is not a member of the cluster: an earlier removal took it out"},
+		// A node that never was a member is NOT_FOUND (exit 1), not a
 		// silent success: a typo must not look like a removal.
-		{name: "remove unknown", args: []string{"cluster", "remove", "n4", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}},
-		{name: "remove unknown human", args: []string{"cluster", "remove", "nosuch"}, code: 1, stderr: `remove "nosuch": cluster: no such member`},
+		{name: "remove unknown", args: []string{"cluster", "remove", "nosuch", "--yes", "--json"}, code: 1, json: map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}},
+		{name: "remove unknown human", args: []string{"cluster", "remove", "nosuch", "--yes"}, code: 1, stderr: `remove "nosuch": cluster: no such member`},
 		{name: "remove no id", args: []string{"cluster", "remove"}, code: 2, stderr: "exactly one node ID"},
 		{name: "cluster unknown", args: []string{"cluster", "frob"}, code: 2, stderr: "unknown command"},
 		{name: "unavailable", env: map[string]string{}, args: []string{"cluster", "status", "--addr", clustertest.DeadAddr(t), "--timeout", "300ms", "--json"}, code: 3, json: map[string]any{"error": map[string]any{"code": "UNAVAILABLE"}}},

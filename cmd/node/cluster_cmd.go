@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,7 +16,7 @@ const clusterUsage = `usage: baton cluster <command> [flags]
 commands:
   status                                          every member's own state and health, as the master that answers reaches them (exit 3 without a quorum)
   join --id ID --raft-addr H:P [--admin-addr H:P]  add a node as a voter
-  remove ID                                       remove a node
+  remove ID --yes                                 remove a node (the leader too: it hands leadership over first)
   maintenance on [--reason R] --yes | off | status
                                                   pause dispatch and refuse new procedures
                                                   while operators repair (repair kit)
@@ -76,7 +77,13 @@ type statusJSON struct {
 	// Maintenance is maintenance mode as the answering node's replicated
 	// state holds it.
 	Maintenance *maintenanceJSON `json:"maintenance,omitempty"`
-	Error       *errorJSON       `json:"error,omitempty"`
+	// Removed: the answering master is not a member of the cluster (it
+	// was removed and has not re-joined); its view is not the cluster's.
+	Removed bool `json:"removed"`
+	// AlreadyRemoved (cluster remove): the node was not a member any
+	// more, an earlier removal took it out; nothing was changed.
+	AlreadyRemoved bool       `json:"already_removed,omitempty"`
+	Error          *errorJSON `json:"error,omitempty"`
 }
 
 type peerJSON struct {
@@ -120,6 +127,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		AppliedIndex: s.GetAppliedIndex(), FSMIndex: s.GetFsmIndex(), Peers: []peerJSON{},
 		PID: s.GetPid(), Ready: s.GetReady(), ReadyReason: s.GetReadyReason(), StorageError: s.GetStorageError(),
 		LastContactMs: s.GetLastContactMs(), Maintenance: toMaintenanceJSON(s.GetMaintenance()),
+		Removed: s.GetRemoved(), AlreadyRemoved: s.GetAlreadyRemoved(),
 	}
 	if s.GetMembersProbed() {
 		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
@@ -174,18 +182,36 @@ func health(s *adminpb.ClusterStatusResponse) string {
 	return "ok"
 }
 
+// notMember is the error of an answer by a master that is not a member of
+// the cluster (removed, not re-joined), nil otherwise: what it says of the
+// cluster is only its own stale view.
+func notMember(s *adminpb.ClusterStatusResponse) error {
+	if !s.GetRemoved() {
+		return nil
+	}
+	return fmt.Errorf("%s answered, but it is not a member of the cluster (removed): ask a member with --addr, or re-join it ('baton cluster join')", s.GetNodeId())
+}
+
 func (c *cli) printStatus(cf *clientFlags, s *adminpb.ClusterStatusResponse) int {
 	qerr := noQuorum(s)
+	merr := notMember(s)
 	if cf.json {
 		j := toStatusJSON(s)
-		if qerr != nil {
+		switch {
+		case merr != nil:
+			j.Error = &errorJSON{Code: codeName(codes.FailedPrecondition), Message: merr.Error(), ExitCode: exitFailed}
+		case qerr != nil:
 			j.Error = &errorJSON{Code: codeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
 		}
 		c.printJSON(j)
 	} else {
 		c.printStatusHuman(s)
 	}
-	if qerr != nil {
+	switch {
+	case merr != nil:
+		fmt.Fprintf(c.stderr, "baton cluster status: %v\n", merr)
+		return exitFailed
+	case qerr != nil:
 		fmt.Fprintf(c.stderr, "baton cluster status: %v\n", qerr)
 		return exitUnavailable
 	}
@@ -198,6 +224,9 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 		leader = "(none known)"
 	}
 	fmt.Fprintf(c.stdout, "answered by  %s (%s), pid %d, %s\n", s.GetNodeId(), s.GetState(), s.GetPid(), health(s))
+	if s.GetRemoved() {
+		fmt.Fprintf(c.stdout, "member       NO: %s was removed from the cluster; what follows is its own stale view\n", s.GetNodeId())
+	}
 	if s.GetState() == "Leader" {
 		fmt.Fprintf(c.stdout, "leader       %s (this node)\n", leader)
 	} else {
@@ -330,9 +359,14 @@ func (c *cli) clusterJoin(args []string) int {
 	return c.printStatus(cf, s)
 }
 
+// clusterRemove takes a member out of the cluster. Destructive, so it
+// needs --yes: without it, it says what it would do and exits 2. A retry
+// of a removal whose answer was lost succeeds (already_removed); an id
+// that never was a member is NOT_FOUND.
 func (c *cli) clusterRemove(args []string) int {
 	const cmd = "cluster remove"
-	fs, cf := c.newFlagSet(cmd, "ID")
+	fs, cf := c.newFlagSet(cmd, "ID --yes")
+	yes := fs.Bool("yes", false, "do it; without --yes the command says what it would do and exits 2 ("+confirmHint+")")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
@@ -340,19 +374,68 @@ func (c *cli) clusterRemove(args []string) int {
 	if len(pos) != 1 || pos[0] == "" {
 		return c.finish(cmd, fs, cf, usagef("want exactly one node ID, got %q", pos))
 	}
+	id := pos[0]
 	cl, err := cf.client()
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)
 	}
 	defer cl.Close()
-	s, err := cl.RemovePeer(c.ctx, pos[0])
+	if !*yes {
+		s, err := cl.Status(c.ctx)
+		if err != nil {
+			return c.finish(cmd, fs, cf, err)
+		}
+		summary := removeDryRun(s, id)
+		if cf.json {
+			c.printJSON(removeDryRunJSON{DryRun: true, Summary: summary, Confirm: confirmHint, ExitCode: exitUsage})
+		} else {
+			fmt.Fprintf(c.stdout, "dry run: %s\n", summary)
+		}
+		fmt.Fprintf(c.stderr, "baton %s: nothing done: %s\n", cmd, confirmHint)
+		return exitUsage
+	}
+	s, err := cl.RemovePeer(c.ctx, id)
 	if err != nil {
 		return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
-			codes.NotFound: "the members are the IDs 'baton cluster status' lists (a removal retried after its answer was lost finds the member already gone)",
+			codes.NotFound:           "the members are the IDs 'baton cluster status' lists",
+			codes.FailedPrecondition: "nothing was removed; the message says what stands in the way",
 		})
 	}
 	if !cf.json {
-		fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", pos[0])
+		if s.GetAlreadyRemoved() {
+			fmt.Fprintf(c.stdout, "%s is not a member of the cluster: an earlier removal took it out (nothing changed)\n\n", id)
+		} else {
+			fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", id)
+		}
 	}
 	return c.printStatus(cf, s)
+}
+
+// removeDryRunJSON is cluster remove's --json document without --yes.
+type removeDryRunJSON struct {
+	DryRun   bool   `json:"dry_run"`
+	Summary  string `json:"summary"`
+	Confirm  string `json:"confirm"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// removeDryRun says what removing id would do, as s (any master's view)
+// sees the cluster.
+func removeDryRun(s *adminpb.ClusterStatusResponse, id string) string {
+	var ids []string
+	member, leader := false, false
+	for _, p := range s.GetPeers() {
+		ids = append(ids, p.GetId())
+		if p.GetId() == id {
+			member, leader = true, p.GetLeader()
+		}
+	}
+	members := strings.Join(ids, ", ")
+	switch {
+	case !member:
+		return fmt.Sprintf("%s is not a member of the cluster (members: %s): nothing to remove", id, members)
+	case leader:
+		return fmt.Sprintf("would remove %s, the leader, from the cluster (members: %s): it hands leadership to another voter first; then %s serves nothing until it re-joins ('baton cluster join')", id, members, id)
+	}
+	return fmt.Sprintf("would remove %s from the cluster (members: %s): %s then serves nothing until it re-joins ('baton cluster join')", id, members, id)
 }

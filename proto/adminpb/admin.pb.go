@@ -3021,8 +3021,17 @@ type ClusterStatusResponse struct {
 	// last_contact_unix_ms is when the answering node last heard from the
 	// leader (0 if never; its own clock), for "stale as of" answers.
 	LastContactUnixMs int64 `protobuf:"varint,125,opt,name=last_contact_unix_ms,json=lastContactUnixMs,proto3" json:"last_contact_unix_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// removed: the answering master is not a member of the cluster: its
+	// Raft configuration (peers) lists other members but not it, as after
+	// 'baton cluster remove'. It serves no other call until it re-joins
+	// ('baton cluster join' at a member); it is not ready.
+	Removed bool `protobuf:"varint,126,opt,name=removed,proto3" json:"removed,omitempty"`
+	// already_removed is set on an answer to RemovePeer whose id was not a
+	// member any more because an earlier removal took it out (the one a
+	// retry repeats): the removal holds, nothing was changed by this call.
+	AlreadyRemoved bool `protobuf:"varint,127,opt,name=already_removed,json=alreadyRemoved,proto3" json:"already_removed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -3242,6 +3251,20 @@ func (x *ClusterStatusResponse) GetLastContactUnixMs() int64 {
 		return x.LastContactUnixMs
 	}
 	return 0
+}
+
+func (x *ClusterStatusResponse) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+func (x *ClusterStatusResponse) GetAlreadyRemoved() bool {
+	if x != nil {
+		return x.AlreadyRemoved
+	}
+	return false
 }
 
 type AddPeerRequest struct {
@@ -6356,7 +6379,7 @@ const file_admin_proto_rawDesc = "" +
 	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
 	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\x12!\n" +
-	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\xe3\a\n" +
+	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\xa6\b\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -6385,7 +6408,9 @@ const file_admin_proto_rawDesc = "" +
 	"\fwal_segments\x18z \x01(\x03R\vwalSegments\x12$\n" +
 	"\x0ewal_live_bytes\x18{ \x01(\x03R\fwalLiveBytes\x12*\n" +
 	"\x11wal_bytes_written\x18| \x01(\x04R\x0fwalBytesWritten\x12/\n" +
-	"\x14last_contact_unix_ms\x18} \x01(\x03R\x11lastContactUnixMs\"h\n" +
+	"\x14last_contact_unix_ms\x18} \x01(\x03R\x11lastContactUnixMs\x12\x18\n" +
+	"\aremoved\x18~ \x01(\bR\aremoved\x12'\n" +
+	"\x0falready_removed\x18\x7f \x01(\bR\x0ealreadyRemoved\"h\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
