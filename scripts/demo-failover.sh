@@ -80,10 +80,14 @@ compose() { "${COMPOSE[@]}" "$@"; }
 service_of() { echo "master${1#n}"; }
 master_ready_url() { echo "https://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
 master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
+# Container ids, looked up once the cluster is up: at the kill, a lookup
+# (`compose ps`, seconds with docker-compose 1.x) would let the procedures
+# caught half done finish before the kill lands.
+declare -A CID=()
 kill_master() {
 	local svc cid
 	svc=$(service_of "$1")
-	cid=$(compose ps -q "$svc")
+	cid=${CID[$1]:-$(compose ps -q "$svc")}
 	[ -n "$cid" ] || die "no container for $svc"
 	say "\$ docker kill $svc  (container ${cid:0:12})"
 	KILL_MS=$(now_ms)
@@ -168,6 +172,9 @@ done
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 say "\$ $COMPOSE_CMD up -d"
 compose up -d 2>&1 | sed 's/^/      /'
+for i in 1 2 3; do
+	CID[n$i]=$(compose ps -q "master$i")
+done
 say "masters (admin API) on $ADDR; region server op latency $BATON_RS_OP_LATENCY"
 
 run_demo
