@@ -5,9 +5,12 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,10 +20,14 @@ import (
 
 // The failover demos as tests: scripts/demo-failover.sh (Docker Compose)
 // and scripts/demo-local.sh (local processes). Each starts 3 masters and 3
-// region servers, creates 5 tables x 8 regions, SIGKILLs the leader
-// mid-way, and checks from the region servers' own answers that every
-// region is open exactly once (the scripts exit non-zero otherwise). Both
-// are off by default, since they take a minute or more and use fixed ports:
+// region servers, creates 5 tables x 8 regions beside a 40-step witness
+// procedure, SIGKILLs the leader while procedures it wrote are half done,
+// and checks from the region servers' own answers that every region is
+// open exactly once (the scripts exit non-zero otherwise). The tests also
+// hold the demo to what it must show: the proof (a procedure with writes
+// by the killed leader and by the new one), the failover's timing, and
+// nothing left behind. Both are off by default, since they take a minute
+// or more and use fixed ports:
 //
 //	BATON_DEMO_LOCAL_TEST=1 go test -run TestDemoLocal -v ./integration/
 //	BATON_COMPOSE_TEST=1 go test -run TestComposeFailoverDemo -v -timeout 15m ./integration/
@@ -45,19 +52,115 @@ func TestComposeFailoverDemo(t *testing.T) {
 		t.Skip("skipped: BATON_COMPOSE_TEST=1 and the engine answers, but neither `docker compose` nor docker-compose is installed")
 	}
 	t.Logf("Docker engine %s", strings.TrimSpace(string(out)))
-	if !runDemo(t, "demo-failover.sh", 12*time.Minute, nil) {
+	project := demoProject()
+	if os.Getenv("DEMO_KEEP") == "1" {
+		t.Fatal("DEMO_KEEP=1 is set: the test checks that the demo removes what it made")
+	}
+	if leftovers := composeLeftovers(t, project); leftovers != "" {
+		t.Fatalf("compose project %s exists before the demo (another run? 'scripts/demo-failover.sh' cleans it up, or docker compose -p %s down -v):\n%s", project, project, leftovers)
+	}
+	demoOut, ok := runDemo(t, "demo-failover.sh", 12*time.Minute, nil)
+	if !ok {
 		// The script tears its cluster down on exit; in case it was
 		// killed before it could, do it here.
+		composeDown(t)
+		return
+	}
+	// The issue's bound: a new leader within 1.5 s of the kill.
+	checkDemoProof(t, demoOut, 1500*time.Millisecond)
+	if leftovers := composeLeftovers(t, project); leftovers != "" {
+		t.Errorf("the demo left behind:\n%s", leftovers)
 		composeDown(t)
 	}
 }
 
-// composeDown removes the demo's compose project, containers and volumes.
-func composeDown(t *testing.T) {
-	project := os.Getenv("DEMO_PROJECT")
-	if project == "" {
-		project = "baton-demo"
+func demoProject() string {
+	if p := os.Getenv("DEMO_PROJECT"); p != "" {
+		return p
 	}
+	return "baton-demo"
+}
+
+// composeLeftovers lists what is left of the compose project: containers,
+// networks and volumes by the project's label, and its image
+// (DEMO_IMAGE, else PROJECT:dev).
+func composeLeftovers(t *testing.T, project string) string {
+	t.Helper()
+	image := os.Getenv("DEMO_IMAGE")
+	if image == "" {
+		image = project + ":dev"
+	}
+	label := "label=com.docker.compose.project=" + project
+	var b strings.Builder
+	for _, q := range []struct {
+		what string
+		args []string
+	}{
+		{"containers", []string{"ps", "-a", "--filter", label, "--format", "{{.Names}} {{.Status}}"}},
+		{"networks", []string{"network", "ls", "--filter", label, "--format", "{{.Name}}"}},
+		{"volumes", []string{"volume", "ls", "--filter", label, "--format", "{{.Name}}"}},
+		{"images", []string{"images", image, "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, "docker", q.args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("docker %s: %v: %s", strings.Join(q.args, " "), err, out)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			fmt.Fprintf(&b, "%s: %s\n", q.what, strings.ReplaceAll(s, "\n", ", "))
+		}
+	}
+	return b.String()
+}
+
+var (
+	demoProofRe  = regexp.MustCompile(`PROOF: procedure (\d+) \((\S+), SUCCESS\) has writes by (n\d+), the killed leader, and by (n\d+), the new leader: (.+)`)
+	demoTimingRe = regexp.MustCompile(`TIMING: new leader (n\d+) elected (\d+) ms after the kill; first new procedure done (\d+) ms after the kill`)
+)
+
+// checkDemoProof holds a passing demo's output to what it must show: the
+// proof, a procedure whose runs name the killed leader and then the new
+// one, its timeline, and the failover's timing, the new leader within
+// maxElection of the kill.
+func checkDemoProof(t *testing.T, out string, maxElection time.Duration) {
+	t.Helper()
+	m := demoProofRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the demo passed without printing its proof (a line matching %s)", demoProofRe)
+	}
+	id, killed, newLeader, runs := m[1], m[3], m[4], m[5]
+	if killed == newLeader {
+		t.Fatalf("proof %q: the killed leader and the new one are both %s", m[0], killed)
+	}
+	if ik, in := strings.Index(runs, killed+" write"), strings.Index(runs, newLeader+" write"); ik < 0 || in < ik {
+		t.Fatalf("proof %q: the runs do not show writes by %s and then by %s", m[0], killed, newLeader)
+	}
+	if !strings.Contains(out, "$ baton proc get "+id+" --history") || !strings.Contains(out, "now on "+newLeader) {
+		t.Fatalf("the demo did not print procedure %s's timeline showing the move to %s", id, newLeader)
+	}
+	tm := demoTimingRe.FindStringSubmatch(out)
+	if tm == nil {
+		t.Fatalf("the demo passed without printing the failover's timing (a line matching %s)", demoTimingRe)
+	}
+	if tm[1] != newLeader {
+		t.Fatalf("timing names %s as the new leader, the proof %s", tm[1], newLeader)
+	}
+	elected, _ := strconv.Atoi(tm[2])
+	first, _ := strconv.Atoi(tm[3])
+	if d := time.Duration(elected) * time.Millisecond; d > maxElection {
+		t.Errorf("the new leader was elected %v after the kill, want at most %v", d, maxElection)
+	}
+	if first < elected {
+		t.Errorf("the first new procedure was done %d ms after the kill, before the new leader was elected (%d ms)", first, elected)
+	}
+	t.Logf("proof: procedure %s (%s) ran on %s; new leader %s elected %d ms after the kill, first new procedure done %d ms after", id, m[2], runs, newLeader, elected, first)
+}
+
+// composeDown removes the demo's compose project, containers, volumes and
+// image.
+func composeDown(t *testing.T) {
+	project := demoProject()
 	args := []string{"-p", project, "--project-directory", "..", "-f", filepath.Join("..", "docker-compose.yml"), "down", "-v", "--remove-orphans"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -68,14 +171,47 @@ func composeDown(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Logf("compose down: %v: %s", err, out)
 	}
+	image := os.Getenv("DEMO_IMAGE")
+	if image == "" {
+		image = project + ":dev"
+	}
+	if out, err := exec.CommandContext(ctx, "docker", "rmi", image).CombinedOutput(); err != nil {
+		t.Logf("docker rmi %s: %v: %s", image, err, out)
+	}
 }
 
 func TestDemoLocal(t *testing.T) {
 	if os.Getenv("BATON_DEMO_LOCAL_TEST") != "1" {
 		t.Skip("skipped: the local-process failover demo runs only with BATON_DEMO_LOCAL_TEST=1 (it uses ports 19010-19132, DEMO_PORT_BASE moves them)")
 	}
-	// The binary TestMain built (or BATON_NODE_BIN): no second build.
-	runDemo(t, "demo-local.sh", 5*time.Minute, []string{"BATON_NODE_BIN=" + nodeBin})
+	if os.Getenv("DEMO_KEEP") == "1" {
+		t.Fatal("DEMO_KEEP=1 is set: the test checks that the demo stops what it started")
+	}
+	// The binary TestMain built (or BATON_NODE_BIN): no second build. It
+	// may be race-built, on a loaded machine: a looser bound on the
+	// election than the demo's 1.5 s, but one.
+	const maxElection = 3 * time.Second
+	out, ok := runDemo(t, "demo-local.sh", 5*time.Minute, []string{"BATON_NODE_BIN=" + nodeBin,
+		fmt.Sprintf("DEMO_MAX_FAILOVER_MS=%d", maxElection.Milliseconds())})
+	if !ok {
+		return
+	}
+	checkDemoProof(t, out, maxElection)
+	// Nothing left: every process it started has exited, its directory
+	// is gone.
+	started := regexp.MustCompile(`(?m)^    (n\d|rs\d)\s+pid (\d+) .* log (\S+)/logs/`).FindAllStringSubmatch(out, -1)
+	if len(started) < 6 {
+		t.Fatalf("the demo's output names %d started processes, want the 3 masters and 3 region servers", len(started))
+	}
+	for _, m := range started {
+		pid, _ := strconv.Atoi(m[2])
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("%s (pid %d) is still running after the demo", m[1], pid)
+		}
+		if _, err := os.Stat(m[3]); !os.IsNotExist(err) {
+			t.Errorf("the demo's directory %s is still there (%v)", m[3], err)
+		}
+	}
 }
 
 func composeAvailable() bool {
@@ -89,13 +225,13 @@ func composeAvailable() bool {
 }
 
 // runDemo runs scripts/<script> from the repository's root with env added,
-// streaming its output to the test log, and reports whether it exited 0
-// having printed demoResult (else the test has failed). At the deadline
+// streaming its output to the test log, and returns the output and whether
+// it exited 0 having printed demoResult (else the test has failed). At the deadline
 // (limit, or the test's own deadline if sooner) the script gets SIGTERM, on
 // which it tears its cluster down; it is killed if it has not exited a
 // minute later. The script runs in its own process group, and whatever is
 // left of the group when it has exited is killed.
-func runDemo(t *testing.T, script string, limit time.Duration, env []string) bool {
+func runDemo(t *testing.T, script string, limit time.Duration, env []string) (string, bool) {
 	t.Helper()
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("skipped: no bash on PATH")
@@ -145,9 +281,9 @@ func runDemo(t *testing.T, script string, limit time.Duration, env []string) boo
 		t.Errorf("%s exited 0 after %v without printing %q", script, elapsed, demoResult)
 	default:
 		t.Logf("%s passed in %v", script, elapsed)
-		return true
+		return all.String(), true
 	}
-	return false
+	return all.String(), false
 }
 
 // lineLogger writes each complete line to the test log and keeps it all.

@@ -3,8 +3,13 @@
 # and three region servers in containers (docker-compose.yml), tables
 # created while the leader's container is killed, then a check from the
 # region servers' own answers that every region is open exactly once.
-# Exits non-zero when a check fails. Tears everything down on exit
-# (volumes included) unless DEMO_KEEP=1.
+# Exits non-zero when a check fails (scripts/demo-lib.sh says what it
+# proves). On exit, pass or fail, it removes everything it made: the
+# containers, the network, the volumes, the image (DEMO_PROJECT:dev,
+# baton-demo:dev by default) and its scratch directory, unless asked to
+# keep them (--keep, or DEMO_KEEP=1; `make demo-failover KEEP=1`).
+#
+# Usage: scripts/demo-failover.sh [--keep]
 #
 # Needs Go (to build the static binary) and a Docker engine with Compose
 # (`docker compose` or docker-compose). No image is pulled: the image is
@@ -13,12 +18,28 @@
 # Environment: DEMO_PROJECT (compose project, default baton-demo),
 # BATON_HOST_PORT_PREFIX (host ports, default 18: 18070, 18170, 18270; see
 # docker-compose.yml), BATON_RS_OP_LATENCY (region servers' time per
-# open/close, default 500ms), DEMO_KEEP=1 (leave the cluster running), and
-# DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS, DEMO_TIMEOUT, DEMO_SETTLE
+# open/close, default 500ms), DEMO_IMAGE (the image to build and remove,
+# default DEMO_PROJECT:dev), DEMO_KEEP=1 (leave the cluster and the image),
+# and DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS, DEMO_WITNESS_STEPS,
+# DEMO_WITNESS_DELAY, DEMO_MAX_FAILOVER_MS, DEMO_TIMEOUT, DEMO_SETTLE
 # (scripts/demo-lib.sh).
 # For testing the script itself: BATON_NODE_BIN (the client binary on the
 # host; the image always holds bin/baton) and DEMO_COMPOSE_FILE.
 set -euo pipefail
+
+for arg in "$@"; do
+	case $arg in
+	--keep) DEMO_KEEP=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "usage: $0 [--keep]" >&2
+		exit 2
+		;;
+	esac
+done
 
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -28,6 +49,9 @@ REPO=$PWD
 export BATON_HOST_PORT_PREFIX=${BATON_HOST_PORT_PREFIX:-18}
 export BATON_RS_OP_LATENCY=${BATON_RS_OP_LATENCY:-500ms}
 PROJECT=${DEMO_PROJECT:-baton-demo}
+# The demo's own image, not baton:dev: removing it must not pull the image
+# from under a `make compose-up` cluster.
+export BATON_IMAGE=${DEMO_IMAGE:-$PROJECT:dev}
 P=$BATON_HOST_PORT_PREFIX
 ADDR=127.0.0.1:${P}070,127.0.0.1:${P}170,127.0.0.1:${P}270
 RS_IDS="rs1 rs2 rs3"
@@ -56,12 +80,17 @@ compose() { "${COMPOSE[@]}" "$@"; }
 service_of() { echo "master${1#n}"; }
 master_ready_url() { echo "https://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
 master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
+# Container ids, looked up once the cluster is up: at the kill, a lookup
+# (`compose ps`, seconds with docker-compose 1.x) would let the procedures
+# caught half done finish before the kill lands.
+declare -A CID=()
 kill_master() {
 	local svc cid
 	svc=$(service_of "$1")
-	cid=$(compose ps -q "$svc")
+	cid=${CID[$1]:-$(compose ps -q "$svc")}
 	[ -n "$cid" ] || die "no container for $svc"
 	say "\$ docker kill $svc  (container ${cid:0:12})"
+	KILL_MS=$(now_ms)
 	docker kill "$cid" >/dev/null
 }
 restart_master() {
@@ -101,13 +130,16 @@ cleanup() {
 	fi
 	if [ "${DEMO_KEEP:-}" = 1 ]; then
 		echo
-		echo "==> DEMO_KEEP=1: the cluster is still running; client: $NODE <command> --addr $ADDR"
-		echo "    stop it with: ${COMPOSE[*]} down -v"
-		echo "    demo files: $WORK"
+		echo "==> Kept (--keep / DEMO_KEEP=1): the cluster is still running; client: $NODE <command> --addr $ADDR"
+		echo "    with BATON_TLS_CA=$WORK/tls/baton-ca.pem BATON_TLS_CERT=$WORK/tls/client-operator.pem BATON_TLS_KEY=$WORK/tls/client-operator-key.pem"
+		echo "    remove it with: BATON_IMAGE=$BATON_IMAGE ${COMPOSE[*]} down -v --remove-orphans && docker rmi $BATON_IMAGE && rm -rf $WORK"
 	else
 		echo
-		echo "==> Tear down: $COMPOSE_CMD down -v"
+		echo "==> Tear down: $COMPOSE_CMD down -v --remove-orphans; docker rmi $BATON_IMAGE"
 		compose down -v --remove-orphans 2>&1 | sed 's/^/    /' || true
+		if [ -n "$(docker images -q "$BATON_IMAGE" 2>/dev/null)" ]; then
+			docker rmi "$BATON_IMAGE" 2>&1 | tail -1 | sed 's/^/    /' || true
+		fi
 		rm -rf "$WORK"
 	fi
 	exit "$rc"
@@ -140,6 +172,9 @@ done
 compose down -v --remove-orphans >/dev/null 2>&1 || true
 say "\$ $COMPOSE_CMD up -d"
 compose up -d 2>&1 | sed 's/^/      /'
+for i in 1 2 3; do
+	CID[n$i]=$(compose ps -q "master$i")
+done
 say "masters (admin API) on $ADDR; region server op latency $BATON_RS_OP_LATENCY"
 
 run_demo

@@ -18,22 +18,40 @@
 #   regionservers_running      succeed iff every region server process is alive,
 #                              else print which are not
 #   dump_logs                  print the tail of every node's log
-# and may define extra_checks (run before the result; calls fail).
+# kill_master sets KILL_MS (now_ms) just before it kills: the failover is
+# timed from there. The sourcing script may define extra_checks (run
+# before the result; calls fail).
+#
+# What the demo proves, and fails without: the leader is killed while
+# procedures it has been writing are half done (a witness procedure of
+# DEMO_WITNESS_STEPS sleeps of DEMO_WITNESS_DELAY, and table creates), a
+# new leader is elected within DEMO_MAX_FAILOVER_MS, and at least one
+# procedure's runs hold writes by both the killed leader and the new one
+# (printed with its timeline as the proof); then every region is open
+# exactly once.
 #
 # Knobs (environment): DEMO_TABLES (5), DEMO_REGIONS (8 per table),
 # DEMO_STAGGER_MS (400: table N's create starts (N-1) x this after the
 # first, so that the kill finds some tables created, some half created and
-# some not yet submitted), DEMO_TIMEOUT (seconds for each wait, 90),
-# DEMO_SETTLE (seconds the final check may wait for regions still
-# opening, 30).
+# some not yet submitted), DEMO_WITNESS_STEPS (40) and DEMO_WITNESS_DELAY
+# (250ms: ten seconds of steps, which the kill cannot miss),
+# DEMO_MAX_FAILOVER_MS (1500: the demo fails if the new leader takes
+# longer), DEMO_TIMEOUT (seconds for each wait, 90), DEMO_SETTLE (seconds
+# the final check may wait for regions still opening, 30).
 
 DEMO_TABLES=${DEMO_TABLES:-5}
 DEMO_REGIONS=${DEMO_REGIONS:-8}
 DEMO_STAGGER_MS=${DEMO_STAGGER_MS:-400}
+DEMO_WITNESS_STEPS=${DEMO_WITNESS_STEPS:-40}
+DEMO_WITNESS_DELAY=${DEMO_WITNESS_DELAY:-250ms}
+DEMO_MAX_FAILOVER_MS=${DEMO_MAX_FAILOVER_MS:-1500}
 DEMO_TIMEOUT=${DEMO_TIMEOUT:-90}
 DEMO_SETTLE=${DEMO_SETTLE:-30}
+KILL_MS=
 
 STEP=0
+WITNESS=
+HALFDONE=
 FAILURES=()
 CREATE_PIDS=()
 TABLES=()
@@ -128,16 +146,36 @@ start_creates() {
 	say "started ${#TABLES[@]} clients, ${DEMO_STAGGER_MS} ms apart: baton table create demoN --regions $DEMO_REGIONS --wait ($((DEMO_TABLES * DEMO_REGIONS)) regions in all)"
 }
 
-# wait_midway: return once some regions are open but not all.
-wait_midway() {
-	local deadline=$((SECONDS + DEMO_TIMEOUT)) want=$((DEMO_TABLES * DEMO_REGIONS)) rc line=""
+# submit_witness: a procedure of DEMO_WITNESS_STEPS steps, which the kill
+# is certain to find half done whatever the table creates are doing.
+submit_witness() {
+	local id
+	say "\$ baton proc submit sleep --arg steps=$DEMO_WITNESS_STEPS --arg delay=$DEMO_WITNESS_DELAY --nonce demo-witness --owner demo"
+	node_json "$WORK/witness.json" proc submit sleep --arg "steps=$DEMO_WITNESS_STEPS" --arg "delay=$DEMO_WITNESS_DELAY" \
+		--nonce demo-witness --owner demo ||
+		die "submitting the witness procedure: $(tail -1 "$WORK/witness.json.err")"
+	id=$(sed -n 's/^ *"id": *\([0-9][0-9]*\).*/\1/p' "$WORK/witness.json" | head -1)
+	[ -n "$id" ] || die "the witness procedure's submission printed no id: $(cat "$WORK/witness.json")"
+	WITNESS=$id
+	say "procedure $WITNESS: $DEMO_WITNESS_STEPS steps of $DEMO_WITNESS_DELAY"
+}
+
+# wait_halfdone LEADER: return once LEADER has persisted some steps (two
+# writes past the submission) of a procedure not finished yet, and some
+# regions of the tables are open but not all; HALFDONE holds those
+# procedures, as democheck halfdone prints them.
+wait_halfdone() {
+	local ldr=$1 deadline=$((SECONDS + DEMO_TIMEOUT)) want=$((DEMO_TABLES * DEMO_REGIONS)) rc line="" half=""
 	while ((SECONDS < deadline)); do
-		if node_json "$WORK/midway.json" region list --all; then
+		if node_json "$WORK/half.json" proc list &&
+			half=$("$CHECK" halfdone --leader "$ldr" --min-writes 3 <"$WORK/half.json") &&
+			node_json "$WORK/midway.json" region list --all; then
 			rc=0
 			line=$("$CHECK" midway --want "$want" <"$WORK/midway.json") || rc=$?
 			case $rc in
 			0)
 				say "progress: $line"
+				HALFDONE=$half
 				return 0
 				;;
 			2) die "every region was open before the leader could be killed ($line): raise the region servers' --op-latency (BATON_RS_OP_LATENCY) or DEMO_TABLES/DEMO_REGIONS" ;;
@@ -145,7 +183,13 @@ wait_midway() {
 		fi
 		sleep 0.1
 	done
-	die "no region opened in ${DEMO_TIMEOUT}s (${line:-no answer}; $(tail -1 "$WORK/midway.json.err" 2>/dev/null))"
+	die "no procedure half done on $ldr with some regions open in ${DEMO_TIMEOUT}s (regions: ${line:-no answer}; half done: ${half:-none}; $(tail -1 "$WORK/half.json.err" 2>/dev/null))"
+}
+
+# status_urls: the masters' /status URLs (next to /readyz).
+status_urls() {
+	local u
+	for u in $(master_ready_urls); do echo "${u%/readyz}/status"; done
 }
 
 # collect DIR: every answer the final check reads.
@@ -190,7 +234,7 @@ verify_regions() {
 
 # run_demo: steps 3 onwards (the caller built and started the cluster).
 run_demo() {
-	local leader new t0 elapsed ids id i rc
+	local leader new line t0 elapsed first_ms ids id i rc proof ptype pstate pruns
 
 	step "Wait for the masters and a leader"
 	wait_masters
@@ -202,21 +246,42 @@ run_demo() {
 	wait_regionservers
 	show rs list
 
-	step "Create $DEMO_TABLES tables x $DEMO_REGIONS regions in the background"
+	step "Start procedures for the kill to catch half done"
+	submit_witness
 	start_creates
-	wait_midway
+	leader=$(wait_leader)
+	wait_halfdone "$leader"
+	say "half done on $leader, its writes only (ID TYPE STATE RUNS):"
+	printf '%s\n' "$HALFDONE" | sed 's/^/      /'
 	show proc list --roots
 
 	step "Kill the leader mid-way"
-	leader=$(wait_leader)
 	say "killing $leader (SIGKILL) while its procedures are half done"
-	t0=$(now_ms)
 	kill_master "$leader"
+	t0=$KILL_MS
 
 	step "A new leader takes over"
-	new=$(wait_leader "$leader")
-	elapsed=$(($(now_ms) - t0))
-	say "new leader: $new, known $elapsed ms after the kill"
+	# Each master's own /status, every 20 ms: 'cluster status' would wait
+	# up to a second for the dead member at every try.
+	# shellcheck disable=SC2046
+	line=$("$CHECK" newleader --not "$leader" --since-ms "$t0" --timeout "${DEMO_TIMEOUT}s" $(status_urls)) ||
+		die "no new leader after ${DEMO_TIMEOUT}s"
+	new=${line%% *}
+	elapsed=${line##* }
+	say "new leader: $new, elected $elapsed ms after the kill"
+	if ((elapsed > DEMO_MAX_FAILOVER_MS)); then
+		fail "the new leader was elected $elapsed ms after the kill, more than DEMO_MAX_FAILOVER_MS=$DEMO_MAX_FAILOVER_MS"
+	fi
+	say "\$ baton proc submit sleep --arg steps=1 --arg delay=0s --wait   # the first procedure submitted after the kill"
+	if "$NODE" proc submit sleep --arg steps=1 --arg delay=0s --nonce demo-after-kill --owner demo --wait \
+		--addr "$ADDR" --timeout 60s >"$WORK/after-kill.log" 2>&1; then
+		first_ms=$(($(now_ms) - t0))
+		say "done $first_ms ms after the kill"
+	else
+		first_ms=
+		fail "the first procedure after the kill: $(tail -2 "$WORK/after-kill.log" | tr '\n' ' ')"
+	fi
+	say "TIMING: new leader $new elected $elapsed ms after the kill; first new procedure done ${first_ms:-never} ms after the kill"
 	show cluster status
 
 	step "The new leader resumes the half-finished procedures"
@@ -229,7 +294,7 @@ run_demo() {
 	if [ -n "$ids" ]; then
 		say "root procedures not finished yet, run by $new from here on: $(echo $ids)"
 	else
-		say "(every root procedure had already finished: nothing left to resume)"
+		say "(every root procedure has finished already)"
 	fi
 	say "$new's log:"
 	leader_log "$new" | grep -E 'procedures loaded|leadership established|leader services' | tail -3 | cut -c1-200 | sed 's/^/      /' || true
@@ -249,12 +314,30 @@ run_demo() {
 		fi
 	done
 	CREATE_PIDS=()
-	for id in $ids; do
+	for id in $ids $WITNESS; do
 		"$NODE" proc wait "$id" --addr "$ADDR" --timeout 120s >"$WORK/wait-$id.log" 2>&1 ||
 			fail "baton proc wait $id: $(tail -2 "$WORK/wait-$id.log" | tr '\n' ' ')"
 	done
 	say "every client returned $(($(now_ms) - t0)) ms after the kill"
 	show proc list --roots
+
+	step "Proof: procedures written by both $leader (killed) and $new (new leader)"
+	proof=""
+	if node_json "$WORK/final.json" proc list; then
+		rc=0
+		proof=$("$CHECK" resumed --killed "$leader" --new "$new" <"$WORK/final.json") || rc=$?
+		if [ "$rc" = 0 ]; then
+			say "ID TYPE STATE RUNS:"
+			printf '%s\n' "$proof" | sed 's/^/      /'
+			read -r id ptype pstate pruns <<<"$(printf '%s\n' "$proof" | head -1)"
+			say "PROOF: procedure $id ($ptype, $pstate) has writes by $leader, the killed leader, and by $new, the new leader: $pruns"
+			show proc get "$id" --history
+		else
+			fail "no procedure was resumed by the new leader"
+		fi
+	else
+		fail "proc list: $(tail -1 "$WORK/final.json.err")"
+	fi
 
 	step "Check that every region is OPEN exactly once (the region servers' own answers)"
 	verify_regions
@@ -271,6 +354,8 @@ run_demo() {
 	step "Result"
 	if ((${#FAILURES[@]} == 0)); then
 		say "PASS: $DEMO_TABLES tables x $DEMO_REGIONS regions created across a leader failover ($leader -> $new);"
+		say "      $(printf '%s\n' "$proof" | grep -c .) procedures half done on $leader were finished by $new;"
+		say "      new leader elected $elapsed ms after the kill, first new procedure done $first_ms ms after;"
 		say "      every region is open on exactly one region server."
 		return 0
 	fi

@@ -6,16 +6,34 @@
 # non-zero when a check fails; kills every process it started on exit.
 #
 # Needs Go only. Data and logs go to a temporary directory, deleted after a
-# passing run and kept (its path printed) after a failing one or with
-# DEMO_KEEP=1.
+# passing run and kept (its path printed) after a failing one. With --keep
+# (or DEMO_KEEP=1; `make demo-local KEEP=1`) the cluster is left running
+# and the directory kept. scripts/demo-lib.sh says what the demo proves.
+#
+# Usage: scripts/demo-local.sh [--keep]
 #
 # Environment: DEMO_PORT_BASE (default 19000: master N listens on
 # BASE+10N (admin API), +1 (Raft), +2 (HTTP); region server N on
 # BASE+100+10N), BATON_RS_OP_LATENCY (region servers' time per open/close,
 # default 500ms), BATON_NODE_BIN (use this baton binary instead of building
 # one), DEMO_KEEP=1, and DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS,
+# DEMO_WITNESS_STEPS, DEMO_WITNESS_DELAY, DEMO_MAX_FAILOVER_MS,
 # DEMO_TIMEOUT, DEMO_SETTLE (scripts/demo-lib.sh). Needs bash 4 or later.
 set -euo pipefail
+
+for arg in "$@"; do
+	case $arg in
+	--keep) DEMO_KEEP=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "usage: $0 [--keep]" >&2
+		exit 2
+		;;
+	esac
+done
 
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -61,6 +79,7 @@ master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
 kill_master() {
 	local pid=${PID[$1]}
 	say "\$ kill -9 $pid   ($1)"
+	KILL_MS=$(now_ms)
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null || true
 	unset "PID[$1]"
@@ -107,7 +126,7 @@ cleanup() {
 	stop_creates
 	if [ "${DEMO_KEEP:-}" = 1 ]; then
 		echo
-		echo "==> DEMO_KEEP=1: the cluster is still running; client: $NODE <command> --addr $ADDR"
+		echo "==> Kept (--keep / DEMO_KEEP=1): the cluster is still running; client: $NODE <command> --addr $ADDR"
 		echo "    pids: ${PID[*]}; data and logs: $WORK"
 		exit "$rc"
 	fi

@@ -407,6 +407,8 @@ type procJSON struct {
 	Runs []runJSON `json:"runs,omitempty"`
 	// ChildProcedures is set on proc get's answer: the children's states.
 	ChildProcedures *[]childJSON `json:"child_procedures,omitempty"`
+	// History is set on proc get's answer: the procedure's timeline.
+	History *[]transitionJSON `json:"history,omitempty"`
 	// Read is set on proc get's answer: how the read was served.
 	Read *readJSON `json:"read,omitempty"`
 }

@@ -18,7 +18,7 @@ const procUsage = `usage: baton proc <command> [flags]
 
 commands:
   submit TYPE [--arg k=v ...] [--nonce N] [--wait]   start a procedure
-  get ID                                            show a procedure
+  get ID [--history]                                show a procedure (--history: its timeline)
   list [--all] [--state S] [--type T]               list procedures (--all: children too)
   wait ID                                           wait until it is terminal
   abort ID | pause ID | resume ID | ack ID          act on a procedure
@@ -169,10 +169,12 @@ func (c *cli) procByID(verb string, args []string) int {
 	synopsis := "ID"
 	fs, cf := c.newFlagSet(cmd, synopsis)
 	var rf *readFlags
+	var history *bool
 	if verb == "get" {
 		rf = addReadFlags(fs)
+		history = fs.Bool("history", false, "also print the procedure's timeline: one row per step that persisted its outcome, with the master that wrote it (--json always has it, as history)")
 		fs.Usage = func() {
-			fmt.Fprintf(fs.Output(), "usage: baton %s ID [--stale]\n\nflags:\n", cmd)
+			fmt.Fprintf(fs.Output(), "usage: baton %s ID [--history] [--stale]\n\nflags:\n", cmd)
 			fs.PrintDefaults()
 		}
 	}
@@ -224,6 +226,8 @@ func (c *cli) procByID(verb string, args []string) int {
 				kids = append(kids, childJSON{ID: ch.GetId(), Type: ch.GetType(), State: ch.GetState(), WaitingFor: ch.GetWaitingFor(), Error: ch.GetError()})
 			}
 			j.ChildProcedures = &kids
+			hist := toHistoryJSON(p.GetHistory())
+			j.History = &hist
 		}
 		c.printJSON(j)
 		return exitOK
@@ -240,6 +244,9 @@ func (c *cli) procByID(verb string, args []string) int {
 	}
 	if verb == "get" {
 		c.printProc(p)
+		if *history {
+			c.printHistory(p)
+		}
 		if len(children) > 0 {
 			fmt.Fprintln(c.stdout)
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
@@ -368,4 +375,88 @@ func (c *cli) printEnded(p *adminpb.Procedure) {
 		return
 	}
 	fmt.Fprintf(c.stderr, "procedure %d ended %s: %s\n", p.GetId(), p.GetState(), p.GetError())
+}
+
+// transitionJSON is one entry of proc get's history: a stretch of the
+// procedure's writes that left it at one place (procedure.Transition).
+type transitionJSON struct {
+	State string `json:"state"`
+	// Step is the state a state machine runs next, -1 for other types.
+	Step        int32  `json:"step"`
+	Depth       int32  `json:"depth"`
+	Node        string `json:"node"`
+	At          string `json:"at"`
+	Until       string `json:"until"`
+	Writes      uint32 `json:"writes"`
+	Attempt     int32  `json:"attempt"`
+	RollingBack bool   `json:"rolling_back"`
+}
+
+func toHistoryJSON(h []*adminpb.ProcedureTransition) []transitionJSON {
+	out := make([]transitionJSON, 0, len(h))
+	for _, t := range h {
+		out = append(out, transitionJSON{State: t.GetState(), Step: t.GetStep(), Depth: t.GetDepth(), Node: t.GetNode(),
+			At: msTime(t.GetAtUnixMs()), Until: msTime(t.GetUntilUnixMs()), Writes: t.GetWrites(), Attempt: t.GetAttempt(),
+			RollingBack: t.GetRollingBack()})
+	}
+	return out
+}
+
+// printHistory prints proc get --history's timeline. Writes are numbered
+// as the runs number them, counted back from the last one: a long
+// history keeps only its first transition and the latest ones, and the
+// gap is said rather than misnumbered.
+func (c *cli) printHistory(p *adminpb.Procedure) {
+	h := p.GetHistory()
+	fmt.Fprintln(c.stdout)
+	if len(h) == 0 {
+		fmt.Fprintln(c.stdout, "history      none recorded")
+		return
+	}
+	var sum uint32
+	for _, t := range h {
+		sum += t.GetWrites()
+	}
+	total := sum
+	if runs := p.GetRuns(); len(runs) > 0 && runs[len(runs)-1].GetLastWrite() > total {
+		total = runs[len(runs)-1].GetLastWrite()
+	}
+	first := make([]uint32, len(h)) // each transition's first write
+	next := total + 1
+	for i := len(h) - 1; i >= 1; i-- {
+		next -= h[i].GetWrites()
+		first[i] = next
+	}
+	first[0] = 1
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WRITES\tNODE\tAT\tTOOK\tSTATE\tSTEP\tDEPTH\tNOTE")
+	for i, t := range h {
+		if i == 1 && first[1] > 1+h[0].GetWrites() {
+			fmt.Fprintf(tw, "...\t\t\t\t(writes %d-%d: transitions not kept)\t\t\t\n", 1+h[0].GetWrites(), first[1]-1)
+		}
+		writes := strconv.FormatUint(uint64(first[i]), 10)
+		if n := t.GetWrites(); n > 1 {
+			writes += "-" + strconv.FormatUint(uint64(first[i]+n-1), 10)
+		}
+		took := ""
+		if i+1 < len(h) {
+			took = (time.Duration(h[i+1].GetAtUnixMs()-t.GetAtUnixMs()) * time.Millisecond).String()
+		}
+		step := "-"
+		if t.GetStep() >= 0 {
+			step = strconv.Itoa(int(t.GetStep()))
+		}
+		var notes []string
+		if t.GetRollingBack() {
+			notes = append(notes, "rolling back")
+		}
+		if a := t.GetAttempt(); a > 1 {
+			notes = append(notes, fmt.Sprintf("attempt %d", a))
+		}
+		if i > 0 && t.GetNode() != h[i-1].GetNode() {
+			notes = append(notes, "now on "+t.GetNode())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", writes, t.GetNode(), msTime(t.GetAtUnixMs()), took, t.GetState(), step, t.GetDepth(), strings.Join(notes, ", "))
+	}
+	tw.Flush()
 }

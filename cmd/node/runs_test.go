@@ -73,4 +73,18 @@ func TestProcGetShowsWhichMasterRanIt(t *testing.T) {
 	if last := j.Runs[len(j.Runs)-1]; !strings.Contains(stdout, last.Node+": writes") {
 		t.Fatalf("proc get does not name the new leader %s:\n%s", last.Node, stdout)
 	}
+	// The timeline shows the same move: --json's history and --history's
+	// rows, the new leader's first one marked.
+	if j.History == nil || len(*j.History) < 2 {
+		t.Fatalf("proc get --json: history %v, want the timeline", j.History)
+	}
+	h := *j.History
+	newLeader := j.Runs[len(j.Runs)-1].Node
+	if h[0].Node != first || h[len(h)-1].Node != newLeader || h[len(h)-1].State != "SUCCESS" {
+		t.Fatalf("history %+v: want %s first and %s last, ending SUCCESS", h, first, newLeader)
+	}
+	code, stdout, _ = runCLI(t, env, "proc", "get", id, "--history")
+	if code != 0 || !strings.Contains(stdout, "WRITES") || !strings.Contains(stdout, "now on "+newLeader) {
+		t.Fatalf("proc get --history (exit %d) does not show the move to %s:\n%s", code, newLeader, stdout)
+	}
 }

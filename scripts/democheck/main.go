@@ -6,6 +6,15 @@
 //	democheck leader [--not ID]      < cluster-status.json  the leader's id (exit 1: none, or still ID)
 //	democheck servers                < rs-list.json         the region servers' ids, one per line
 //	democheck unfinished             < proc-list.json       ids of root procedures not yet terminal
+//	democheck halfdone --leader ID [--min-writes N] < proc-list.json
+//	                                 root procedures not terminal whose N or more writes were all made by
+//	                                 ID, one per line (exit 1: none)
+//	democheck resumed --killed ID --new ID < proc-list.json
+//	                                 root procedures with writes by both (their runs), table creates
+//	                                 first, one per line: "ID TYPE STATE RUNS" (exit 1: none)
+//	democheck newleader --not ID --since-ms T [--timeout D] URL...
+//	                                 poll the masters' /status URLs until one reports itself leader and
+//	                                 is not ID; print "ID MS", MS the milliseconds since the Unix time T
 //	democheck midway --want N        < region-list.json     "k/N regions OPEN ..."; exit 0 if 0 < k < N,
 //	                                                        1 if k == 0, 2 if k >= N
 //	democheck ready --timeout D URL...                     wait until every URL answers 200
@@ -38,6 +47,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/security"
@@ -75,7 +85,7 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: democheck leader|servers|unfinished|midway|ready|verify ... (see go doc ./scripts/democheck)")
+		fmt.Fprintln(stderr, "usage: democheck leader|servers|unfinished|halfdone|resumed|newleader|midway|ready|verify ... (see go doc ./scripts/democheck)")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("democheck "+args[0], flag.ContinueOnError)
@@ -95,6 +105,37 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "unfinished":
 		if err = fs.Parse(args[1:]); err == nil {
 			err = unfinished(stdin, stdout)
+		}
+	case "halfdone":
+		ldr := fs.String("leader", "", "the leader about to be killed")
+		minWrites := fs.Uint("min-writes", 2, "writes a procedure must have persisted (1 is its submission)")
+		if err = fs.Parse(args[1:]); err == nil {
+			if *ldr == "" {
+				fmt.Fprintln(stderr, "democheck halfdone: --leader is required")
+				return exitUsage
+			}
+			code, err = halfdone(stdin, stdout, *ldr, uint32(*minWrites))
+		}
+	case "resumed":
+		killed := fs.String("killed", "", "the leader that was killed")
+		newLeader := fs.String("new", "", "the leader that took over")
+		if err = fs.Parse(args[1:]); err == nil {
+			if *killed == "" || *newLeader == "" {
+				fmt.Fprintln(stderr, "democheck resumed: --killed and --new are required")
+				return exitUsage
+			}
+			code, err = resumed(stdin, stdout, *killed, *newLeader)
+		}
+	case "newleader":
+		not := fs.String("not", "", "the leader that was killed")
+		since := fs.Int64("since-ms", 0, "Unix time in milliseconds of the kill")
+		timeout := fs.Duration("timeout", time.Minute, "give up after this long")
+		if err = fs.Parse(args[1:]); err == nil {
+			if *since <= 0 || fs.NArg() == 0 {
+				fmt.Fprintln(stderr, "democheck newleader: --since-ms and the masters' /status URLs are required")
+				return exitUsage
+			}
+			code, err = newLeader(fs.Args(), *not, time.UnixMilli(*since), *timeout, stdout)
 		}
 	case "midway":
 		want := fs.Int("want", 0, "how many regions the demo's tables have in all")
@@ -228,6 +269,120 @@ func unfinished(r io.Reader, w io.Writer) error {
 	return nil
 }
 
+// procRuns is a procedure of `baton proc list --json` with its runs.
+type procRuns struct {
+	ID       uint64    `json:"id"`
+	ParentID uint64    `json:"parent_id"`
+	Type     string    `json:"type"`
+	State    string    `json:"state"`
+	Runs     []runJSON `json:"runs"`
+}
+
+type runJSON struct {
+	Node       string `json:"node"`
+	FirstWrite uint32 `json:"first_write"`
+	LastWrite  uint32 `json:"last_write"`
+}
+
+func (p procRuns) terminal() bool { return p.State == stateSuccess || p.State == stateRolled }
+
+// writes is the number of the procedure's last persisted write.
+func (p procRuns) writes() uint32 {
+	if len(p.Runs) == 0 {
+		return 0
+	}
+	return p.Runs[len(p.Runs)-1].LastWrite
+}
+
+func (p procRuns) ranOn(node string) bool {
+	return slices.ContainsFunc(p.Runs, func(r runJSON) bool { return r.Node == node })
+}
+
+// runsText is "n1 writes 1-7, n2 writes 8-41".
+func (p procRuns) runsText() string {
+	var parts []string
+	for _, r := range p.Runs {
+		first := max(r.FirstWrite, 1) // a stored record leaves out a first write of 1
+		if r.LastWrite > first {
+			parts = append(parts, fmt.Sprintf("%s writes %d-%d", r.Node, first, r.LastWrite))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s write %d", r.Node, r.LastWrite))
+		}
+	}
+	return orDash(strings.Join(parts, ", "))
+}
+
+func rootProcs(r io.Reader) ([]procRuns, error) {
+	var doc struct {
+		Procedures []procRuns `json:"procedures"`
+	}
+	if err := decode(r, &doc); err != nil {
+		return nil, err
+	}
+	var out []procRuns
+	for _, p := range doc.Procedures {
+		if p.ParentID == 0 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// halfdone lists the root procedures a kill of leader would catch half
+// done: not finished, with minWrites or more writes, all of them leader's
+// (so that what follows the kill is certainly another master's work).
+func halfdone(r io.Reader, w io.Writer, leader string, minWrites uint32) (int, error) {
+	procs, err := rootProcs(r)
+	if err != nil {
+		return exitUsage, err
+	}
+	n := 0
+	for _, p := range procs {
+		if p.terminal() || p.writes() < minWrites || len(p.Runs) != 1 || p.Runs[0].Node != leader {
+			continue
+		}
+		fmt.Fprintf(w, "%d %s %s %s\n", p.ID, p.Type, p.State, p.runsText())
+		n++
+	}
+	if n == 0 {
+		return exitNotYet, nil
+	}
+	return exitOK, nil
+}
+
+// resumed lists the root procedures both leaders wrote: the killed one
+// before its death, the new one after. Table creates come first (the
+// demo's subject), then by id.
+func resumed(r io.Reader, w io.Writer, killed, newLeader string) (int, error) {
+	procs, err := rootProcs(r)
+	if err != nil {
+		return exitUsage, err
+	}
+	var both []procRuns
+	for _, p := range procs {
+		if p.ranOn(killed) && p.ranOn(newLeader) {
+			both = append(both, p)
+		}
+	}
+	sort.SliceStable(both, func(i, j int) bool {
+		ti, tj := isTableProc(both[i].Type), isTableProc(both[j].Type)
+		if ti != tj {
+			return ti
+		}
+		return both[i].ID < both[j].ID
+	})
+	for _, p := range both {
+		fmt.Fprintf(w, "%d %s %s %s\n", p.ID, p.Type, p.State, p.runsText())
+	}
+	if len(both) == 0 {
+		return exitNotYet, nil
+	}
+	return exitOK, nil
+}
+
+// isTableProc: CreateTable and the like, the demo's subject.
+func isTableProc(typ string) bool { return strings.Contains(strings.ToLower(typ), "table") }
+
 type regionJSON struct {
 	Name   string `json:"name"`
 	Table  string `json:"table"`
@@ -276,15 +431,9 @@ func ready(urls []string, timeout time.Duration, w io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	// A cluster with TLS: the URLs are https, and the client presents the
-	// certificate the baton commands of the demo use (BATON_TLS_*).
-	if files := (security.Files{CA: os.Getenv("BATON_TLS_CA"), Cert: os.Getenv("BATON_TLS_CERT"), Key: os.Getenv("BATON_TLS_KEY")}); files.Enabled() {
-		creds, err := security.Load(files, nil, nil)
-		if err != nil {
-			return err
-		}
-		hc.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}
+	hc, err := demoHTTPClient(2 * time.Second)
+	if err != nil {
+		return err
 	}
 	for _, u := range urls {
 		var last string
@@ -313,6 +462,104 @@ func ready(urls []string, timeout time.Duration, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// newLeader polls the masters' /status pages, all at once every 20 ms,
+// until one reports itself the leader and is not the killed one, and
+// prints its id and the milliseconds since the kill. It asks each node for
+// its own state: `baton cluster status` waits up to a second for every
+// member, the dead one included, which made the demo see a new leader
+// seconds after the election.
+func newLeader(urls []string, not string, since time.Time, timeout time.Duration, w io.Writer) (int, error) {
+	hc, err := demoHTTPClient(250 * time.Millisecond)
+	if err != nil {
+		return exitUsage, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Each node is asked on its own: the dead one's timeouts must not
+	// slow down hearing the others.
+	found := make(chan string, len(urls))
+	var mu sync.Mutex
+	last := map[string]string{}
+	for _, u := range urls {
+		go func() {
+			for {
+				id, err := statusLeader(ctx, hc, u)
+				if err == nil && id != "" && id != not {
+					found <- id
+					return
+				}
+				if err != nil {
+					mu.Lock()
+					last[u] = err.Error()
+					mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	select {
+	case id := <-found:
+		fmt.Fprintf(w, "%s %d\n", id, time.Since(since).Milliseconds())
+		return exitOK, nil
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		var seen []string
+		for _, v := range last {
+			seen = append(seen, v)
+		}
+		sort.Strings(seen)
+		return exitNotYet, fmt.Errorf("no master but %s reported itself leader within %v (last errors: %s)", orDash(not), timeout, orDash(strings.Join(seen, "; ")))
+	}
+}
+
+// statusLeader returns the node's id if its /status says it is the leader,
+// else "".
+func statusLeader(ctx context.Context, hc *http.Client, u string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var st struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
+		return "", fmt.Errorf("%s: %w", u, err)
+	}
+	if strings.EqualFold(st.State, "leader") {
+		return st.ID, nil
+	}
+	return "", nil
+}
+
+// demoHTTPClient asks the masters' HTTP endpoints, presenting, on a
+// cluster with TLS, the certificate the demo's baton commands use
+// (BATON_TLS_*).
+func demoHTTPClient(timeout time.Duration) (*http.Client, error) {
+	hc := &http.Client{Timeout: timeout}
+	if files := (security.Files{CA: os.Getenv("BATON_TLS_CA"), Cert: os.Getenv("BATON_TLS_CERT"), Key: os.Getenv("BATON_TLS_KEY")}); files.Enabled() {
+		creds, err := security.Load(files, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}
+	}
+	return hc, nil
 }
 
 // hostedEntry is one region a server reports: its name, and its state when

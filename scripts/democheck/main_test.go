@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fixture is a cluster's answers, as the demo scripts collect them.
@@ -186,6 +187,24 @@ func TestStdinCommands(t *testing.T) {
 		{[]string{"leader"}, ``, exitUsage, ""},
 		{[]string{"servers"}, `{"servers":[{"id":"rs1","lease_state":"live","region_count":3},{"id":"rs2"}]}`, exitOK, "rs1\nrs2\n"},
 		{[]string{"unfinished"}, `{"procedures":[{"id":1,"state":"SUCCESS"},{"id":2,"state":"RUNNABLE"},{"id":3,"parent_id":2,"state":"WAITING"},{"id":4,"state":"WAITING"},{"id":5,"state":"ROLLEDBACK"}]}`, exitOK, "2\n4\n"},
+		// halfdone: unfinished roots with enough writes, all by the leader.
+		{[]string{"halfdone", "--leader", "n1", "--min-writes", "3"}, `{"procedures":[
+			{"id":1,"type":"sleep","state":"RUNNABLE","runs":[{"node":"n1","last_write":5}]},
+			{"id":2,"type":"sleep","state":"RUNNABLE","runs":[{"node":"n1","last_write":2}]},
+			{"id":3,"type":"sleep","state":"SUCCESS","runs":[{"node":"n1","last_write":9}]},
+			{"id":4,"type":"sleep","state":"RUNNABLE","runs":[{"node":"n2","last_write":9}]},
+			{"id":5,"parent_id":1,"type":"sleep","state":"RUNNABLE","runs":[{"node":"n1","last_write":9}]}]}`, exitOK, "1 sleep RUNNABLE n1 writes 1-5\n"},
+		{[]string{"halfdone", "--leader", "n1"}, `{"procedures":[{"id":3,"state":"SUCCESS","runs":[{"node":"n1","last_write":9}]}]}`, exitNotYet, ""},
+		{[]string{"halfdone"}, `{"procedures":[]}`, exitUsage, ""},
+		// resumed: roots both leaders wrote, table creates first.
+		{[]string{"resumed", "--killed", "n1", "--new", "n2"}, `{"procedures":[
+			{"id":1,"type":"sleep","state":"SUCCESS","runs":[{"node":"n1","last_write":4},{"node":"n2","first_write":5,"last_write":41}]},
+			{"id":2,"type":"CreateTable","state":"SUCCESS","runs":[{"node":"n1","last_write":3},{"node":"n2","first_write":4,"last_write":6}]},
+			{"id":3,"type":"CreateTable","state":"SUCCESS","runs":[{"node":"n2","last_write":6}]},
+			{"id":4,"type":"CreateTable","state":"SUCCESS","runs":[{"node":"n1","last_write":6}]},
+			{"id":5,"type":"CreateTable","state":"SUCCESS","runs":[{"node":"n1","last_write":2},{"node":"n3","first_write":3,"last_write":6}]}]}`, exitOK,
+			"2 CreateTable SUCCESS n1 writes 1-3, n2 writes 4-6\n1 sleep SUCCESS n1 writes 1-4, n2 writes 5-41\n"},
+		{[]string{"resumed", "--killed", "n1", "--new", "n2"}, `{"procedures":[{"id":4,"type":"CreateTable","state":"SUCCESS","runs":[{"node":"n1","last_write":6}]}]}`, exitNotYet, ""},
 		{[]string{"midway", "--want", "4"}, `{"regions":[{"name":"a","state":"OPEN"},{"name":"b","state":"OPENING"}]}`, exitOK, "1/4 regions OPEN (2 known: 1 OPEN, 1 OPENING)\n"},
 		{[]string{"midway", "--want", "2"}, `{"regions":[{"name":"a","state":"OPENING"}]}`, exitNotYet, "0/2 regions OPEN (1 known: 1 OPENING)\n"},
 		{[]string{"midway", "--want", "2"}, `{"regions":[]}`, exitNotYet, "0/2 regions OPEN (0 known: -)\n"},
@@ -224,5 +243,46 @@ func TestReady(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "not ready after") {
 		t.Fatalf("stderr %q", errOut.String())
+	}
+}
+
+// newleader hears the first master that calls itself leader (not the
+// killed one), while another node does not answer at all.
+func TestNewLeader(t *testing.T) {
+	var calls atomic.Int32
+	status := func(id, state string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"id":%q,"state":%q}`, id, state)
+		}
+	}
+	old := httptest.NewServer(status("n1", "Leader")) // the killed one, as a stale answer
+	defer old.Close()
+	dead := httptest.NewServer(nil)
+	dead.Close()
+	next := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 3 {
+			status("n2", "Candidate")(w, r)
+			return
+		}
+		status("n2", "Leader")(w, r)
+	}))
+	defer next.Close()
+	since := time.Now().Add(-time.Second)
+	var out, errOut bytes.Buffer
+	code := run([]string{"newleader", "--not", "n1", "--since-ms", fmt.Sprint(since.UnixMilli()), "--timeout", "20s",
+		old.URL + "/status", dead.URL + "/status", next.URL + "/status"}, nil, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var id string
+	var ms int64
+	if _, err := fmt.Sscanf(out.String(), "%s %d", &id, &ms); err != nil || id != "n2" || ms < 1000 {
+		t.Fatalf("output %q: want n2 and at least 1000 ms since the kill", out.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	code = run([]string{"newleader", "--not", "n1", "--since-ms", fmt.Sprint(since.UnixMilli()), "--timeout", "300ms", old.URL + "/status", dead.URL + "/status"}, nil, &out, &errOut)
+	if code != exitNotYet || !strings.Contains(errOut.String(), "no master but n1 reported itself leader") {
+		t.Fatalf("exit %d, stderr %q: want exit %d and the reason", code, errOut.String(), exitNotYet)
 	}
 }
