@@ -151,6 +151,20 @@ type Config struct {
 	// milliseconds more, so a failover's p50 lands near 0.5 s, under the
 	// 1 s goal. Lower values fail over faster but risk needless elections
 	// on GC pauses or a busy network; raise them on a WAN.
+	//
+	// The trade-off, measured (TestElectionSoak, BENCHMARKS.md): with
+	// raft's pre-vote (on) a follower that alone loses touch for a
+	// HeartbeatTimeout asks the others first and is refused while they
+	// still hear the leader, so it costs no term; the needless elections
+	// on a loaded host come from the leader lease (LeaderLeaseTimeout,
+	// which raft bounds by HeartbeatTimeout): a leader that has not heard
+	// a quorum's heartbeat answers for that long, because its own process
+	// or both followers' stalled (CPU busy loops plus disk freezes), steps
+	// down, and a new term follows. Failover time is HeartbeatTimeout to
+	// twice it plus a vote, so every stall these timings ride out adds to
+	// it: `baton agent --raft-multiplier N` (or --raft-heartbeat-timeout,
+	// --raft-leader-lease) is the operator's choice on a shared host or a
+	// WAN, at the cost of a slower failover.
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
 

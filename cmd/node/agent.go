@@ -96,6 +96,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
 	}
+	cfg.Raft.apply(&ccfg)
 	node, err := cluster.NewNode(ccfg)
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)

@@ -73,6 +73,8 @@ type agentConfig struct {
 	// defaults of admin.Access).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// Raft holds the Raft timeouts given (zero: cluster's defaults).
+	Raft raftTimings
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -147,6 +149,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
+	raftFlags := addRaftTimingFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -247,6 +250,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		}
 		cfg.AuditMaxRecords = n
 	}
+	cfg.Raft = raftFlags.parse(bad)
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAgentWorkers {

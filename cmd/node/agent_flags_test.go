@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -133,6 +135,89 @@ func TestAgentExitCodes(t *testing.T) {
 		// Help asked for is on stdout; any mistake is said on stderr.
 		if said := map[bool]string{true: stdout, false: stderr}[tc.code == 0]; said == "" {
 			t.Errorf("%v: exit %d and nothing said on %s", tc.args, code, map[bool]string{true: "stdout", false: "stderr"}[tc.code == 0])
+		}
+	}
+}
+
+// The Raft timing flags: explicit timings win over --raft-multiplier,
+// which scales the defaults; the lease never exceeds the heartbeat
+// timeout; and the values reach the cluster configuration the agent
+// builds (cluster's own test checks they reach raft's).
+func TestAgentRaftTimingFlags(t *testing.T) {
+	dev := []string{"--dev"}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string // --config contents
+		want raftTimings
+		err  string
+	}{
+		{name: "none: cluster's defaults", args: dev},
+		{name: "multiplier scales the defaults", args: append([]string{"--raft-multiplier", "3"}, dev...),
+			want: raftTimings{HeartbeatTimeout: 900 * ms, ElectionTimeout: 900 * ms, LeaderLease: 900 * ms}},
+		{name: "explicit timings win over the multiplier", args: append([]string{"--raft-multiplier", "2", "--raft-heartbeat-timeout", "500ms", "--raft-leader-lease", "450ms"}, dev...),
+			want: raftTimings{HeartbeatTimeout: 500 * ms, ElectionTimeout: 600 * ms, LeaderLease: 450 * ms}},
+		{name: "a lower heartbeat takes the lease down", args: append([]string{"--raft-heartbeat-timeout", "200ms"}, dev...),
+			want: raftTimings{HeartbeatTimeout: 200 * ms, ElectionTimeout: 300 * ms, LeaderLease: 200 * ms}},
+		{name: "from the environment", env: map[string]string{"BATON_RAFT_ELECTION_TIMEOUT": "1s", "BATON_RAFT_MULTIPLIER": "2"}, args: dev,
+			want: raftTimings{HeartbeatTimeout: 600 * ms, ElectionTimeout: time.Second, LeaderLease: 600 * ms}},
+		{name: "from the config file", file: `{"raft_heartbeat_timeout": "400ms", "raft-leader-lease": "400ms", "dev": true}`,
+			want: raftTimings{HeartbeatTimeout: 400 * ms, ElectionTimeout: 300 * ms, LeaderLease: 400 * ms}},
+		{name: "lease over heartbeat", args: append([]string{"--raft-leader-lease", "1s"}, dev...), err: "--raft-leader-lease 1s exceeds the heartbeat timeout 300ms"},
+		{name: "lease over scaled heartbeat", args: append([]string{"--raft-multiplier", "2", "--raft-leader-lease", "700ms"}, dev...), err: "exceeds the heartbeat timeout 600ms"},
+		{name: "not a duration", args: append([]string{"--raft-election-timeout", "300"}, dev...), err: `--raft-election-timeout "300": want a duration in 5ms..1m0s`},
+		{name: "below raft's minimum", args: append([]string{"--raft-heartbeat-timeout", "1ms"}, dev...), err: "--raft-heartbeat-timeout"},
+		{name: "multiplier out of range", args: append([]string{"--raft-multiplier", "0"}, dev...), err: `--raft-multiplier "0": want a whole number in 1..10`},
+		{name: "multiplier not whole", env: map[string]string{"BATON_RAFT_MULTIPLIER": "1.5"}, args: dev, err: "--raft-multiplier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				p := filepath.Join(t.TempDir(), "agent.json")
+				if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append([]string{"--config", p}, args...)
+			}
+			got, err := parseAgentFlags(args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			if tc.err != "" {
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Raft != tc.want {
+				t.Fatalf("timings %+v, want %+v", got.Raft, tc.want)
+			}
+			c := cluster.DefaultConfig()
+			got.Raft.apply(&c)
+			want := tc.want
+			if want == (raftTimings{}) {
+				want = raftTimings{cluster.DefaultHeartbeatTimeout, cluster.DefaultElectionTimeout, cluster.DefaultLeaderLeaseTimeout}
+			}
+			if have := (raftTimings{c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout}); have != want {
+				t.Fatalf("cluster config timings %+v, want %+v", have, want)
+			}
+		})
+	}
+}
+
+// A bad Raft timing is a usage error: exit 2, the problem on stderr.
+func TestAgentRaftTimingUsageExit(t *testing.T) {
+	code, stdout, stderr := runCLI(t, nil, "agent", "--dev", "--raft-heartbeat-timeout", "200ms", "--raft-leader-lease", "250ms")
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "--raft-leader-lease 250ms exceeds the heartbeat timeout 200ms") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 2 and the lease named", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, nil, "agent", "-h")
+	for _, f := range []string{"-raft-heartbeat-timeout", "-raft-election-timeout", "-raft-leader-lease", "-raft-multiplier", "BATON_RAFT_MULTIPLIER"} {
+		if code != 0 || !strings.Contains(stdout, f) {
+			t.Errorf("agent -h: exit %d, %s not in the help", code, f)
 		}
 	}
 }
