@@ -55,8 +55,20 @@ func TestWALFsyncFailureStopsLeading(t *testing.T) {
 	c.waitAllSuccess(ids, 3)
 
 	fail[li].Store(true)
-	// Work keeps the WAL dirty, so its next background sync fails.
-	more := submit(t, x, 5, 3, 5*time.Millisecond)
+	// Work keeps the WAL dirty, so its next background sync fails. That
+	// sync may fail (and stop the executor) before the last of these is
+	// submitted: the ones acknowledged must finish all the same.
+	var more []uint64
+	for range 5 {
+		id, err := x.Submit(&stepProc{Steps: 3, Pause: 5 * time.Millisecond}, procedure.SubmitOptions{})
+		if errors.Is(err, procedure.ErrStopped) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		more = append(more, id)
+	}
 	var serr error
 	testwait.For(t, 10*time.Second, "the leader to notice its WAL's fsync failure", func() bool {
 		serr = c.nodes[li].StorageErr()
