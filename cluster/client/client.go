@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of the options.
@@ -290,7 +291,9 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 // retry calls attempt with the address of each try until it succeeds,
 // fails for good, or ctx ends.
 func (c *Client) retry(ctx context.Context, attempt func(addr string) error) error {
-	f := c.leaders.Follow(ctx, FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff}, attempt)
+	f := c.leaders.Follow(ctx, FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff}, func(addr string) error {
+		return certificateRefusal(addr, attempt(addr))
+	})
 	switch {
 	case f == nil:
 		return nil
@@ -298,6 +301,22 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		return f.Err
 	}
 	return c.giveUp(ctx, f)
+}
+
+// ErrCertificateRequired begins the message of an UNAUTHENTICATED error
+// saying a server refused this client's connection for presenting no
+// certificate.
+const ErrCertificateRequired = "the server requires a client certificate, and this client presented none"
+
+// certificateRefusal turns a server's TLS refusal of a connection without
+// a client certificate (a master running --client-auth cert, a client
+// with a CA alone) into UNAUTHENTICATED: no retry, on this address or
+// another, mends it, and gRPC says it only as an unavailable connection.
+func certificateRefusal(addr string, err error) error {
+	if status.Code(err) != codes.Unavailable || !security.IsCertificateRequired(err) {
+		return err
+	}
+	return status.Errorf(codes.Unauthenticated, "%s (%s refused the connection: %s)", ErrCertificateRequired, addr, status.Convert(err).Message())
 }
 
 // NewNonce returns a random nonce, as Submit uses when given none.

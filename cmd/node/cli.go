@@ -206,12 +206,13 @@ func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption
 	return []grpc.DialOption{creds.DialOptionFor(want)}, nil
 }
 
-// credentials loads --tls-* (nil without them).
+// credentials loads --tls-* (nil without them): --tls-ca alone is a
+// client known by its token (security.LoadClient).
 func (cf *clientFlags) credentials() (*security.Credentials, error) {
 	if !cf.tls.Enabled() {
 		return nil, nil
 	}
-	creds, err := security.Load(cf.tls, nil, nil)
+	creds, err := security.LoadClient(cf.tls, nil, nil)
 	if err != nil {
 		return nil, usagef("%v", strings.TrimPrefix(err.Error(), "security: "))
 	}
@@ -267,7 +268,7 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	case codes.PermissionDenied:
 		advice = "your certificate or token lacks the permission named: 'baton acl whoami' says what you hold; an admin grants more ('baton acl grant', 'baton acl token create')"
 	case codes.Unauthenticated:
-		advice = "the cluster enforces access control: present a client certificate (--tls-*) bound to a permission, or a token (--token, env BATON_TOKEN)"
+		advice = unauthenticatedAdvice(st.Message())
 	}
 	if a, ok := advise[st.Code()]; ok {
 		advice = a
