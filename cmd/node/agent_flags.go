@@ -215,9 +215,11 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	// certificate through the TLS handshake (refused above it unless they
 	// carry a token), which a deployment that relies on the handshake to
 	// keep strangers out, or runs --acl off, did not ask for.
-	if ca, err := security.ParseClientAuth(strings.TrimSpace(*clientAuth)); err != nil {
-		bad("--client-auth %q: want cert, token or either", strings.TrimSpace(*clientAuth))
-	} else {
+	if v := strings.TrimSpace(*clientAuth); v != "" {
+		ca, err := security.ParseClientAuth(v)
+		if err != nil {
+			bad("--client-auth %q: want cert, token or either", v)
+		}
 		cfg.ClientAuth = ca
 	}
 	if cfg.ClientAuth.CertOptional() {
