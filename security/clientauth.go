@@ -2,8 +2,10 @@ package security
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -96,4 +98,27 @@ func MasterPolicyFor(auth ClientAuth, certOnly ...string) *Policy {
 // alert on in a status's message only.
 func IsCertificateRequired(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "tls: certificate required")
+}
+
+// CertificateRequired says the server at addr refuses c's connections for
+// presenting no client certificate. It completes a handshake and waits
+// (at most wait) for the server's verdict, sending nothing after it: a
+// gRPC client writes its preface at once, and the server, closing on
+// unread bytes, resets the connection, which may lose the alert that said
+// why (the client then sees "broken pipe"). A server that admits the
+// connection says nothing, and the wait runs out: false.
+func (c *Credentials) CertificateRequired(ctx context.Context, addr string, wait time.Duration, accept ...Role) bool {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	d := tls.Dialer{Config: c.ClientConfig(accept...)}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return IsCertificateRequired(err)
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetReadDeadline(deadline)
+	var b [1]byte
+	_, err = conn.Read(b[:])
+	return IsCertificateRequired(err)
 }

@@ -81,6 +81,17 @@ type options struct {
 	minBackoff     time.Duration
 	maxBackoff     time.Duration
 	dialOpts       []grpc.DialOption
+	certRequired   func(ctx context.Context, addr string) bool
+}
+
+// WithCertificateCheck gives a client that presents no certificate of its
+// own (a token over server-authenticated TLS) a way to tell, when a
+// connection breaks as it opens, whether the server refused it for want
+// of a certificate (security.Credentials.CertificateRequired): such a
+// refusal is then UNAUTHENTICATED at once, not retried until the call
+// times out.
+func WithCertificateCheck(check func(ctx context.Context, addr string) bool) Option {
+	return func(o *options) { o.certRequired = check }
 }
 
 // WithCallTimeout sets the timeout given to calls whose context has no
@@ -292,7 +303,7 @@ func (c *Client) do(ctx context.Context, call func(ctx context.Context, a adminp
 // fails for good, or ctx ends.
 func (c *Client) retry(ctx context.Context, attempt func(addr string) error) error {
 	f := c.leaders.Follow(ctx, FollowPolicy{MinBackoff: c.opts.minBackoff, MaxBackoff: c.opts.maxBackoff}, func(addr string) error {
-		return certificateRefusal(addr, attempt(addr))
+		return c.certificateRefusal(ctx, addr, attempt(addr))
 	})
 	switch {
 	case f == nil:
@@ -312,9 +323,18 @@ const ErrCertificateRequired = "the server requires a client certificate, and th
 // a client certificate (a master running --client-auth cert, a client
 // with a CA alone) into UNAUTHENTICATED: no retry, on this address or
 // another, mends it, and gRPC says it only as an unavailable connection.
-func certificateRefusal(addr string, err error) error {
-	if status.Code(err) != codes.Unavailable || !security.IsCertificateRequired(err) {
+// When the refusal's alert was lost to the reset that followed it (the
+// connection just broke), WithCertificateCheck's check asks the server.
+func (c *Client) certificateRefusal(ctx context.Context, addr string, err error) error {
+	if status.Code(err) != codes.Unavailable {
 		return err
+	}
+	if !security.IsCertificateRequired(err) {
+		msg := status.Convert(err).Message()
+		broke := strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
+		if c.opts.certRequired == nil || !broke || !c.opts.certRequired(ctx, addr) {
+			return err
+		}
 	}
 	return status.Errorf(codes.Unauthenticated, "%s (%s refused the connection: %s)", ErrCertificateRequired, addr, status.Convert(err).Message())
 }

@@ -174,9 +174,19 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if cf.timeout <= 0 {
 		return nil, usagef("--timeout %v must be positive", cf.timeout)
 	}
-	opts, err := cf.dialOptions(security.RoleMaster)
+	creds, err := cf.credentials()
 	if err != nil {
 		return nil, err
+	}
+	var opts []grpc.DialOption
+	var copts []client.Option
+	if creds != nil {
+		opts = append(opts, creds.DialOption(security.RoleMaster))
+		if !creds.HasCertificate() {
+			copts = append(copts, client.WithCertificateCheck(func(ctx context.Context, addr string) bool {
+				return creds.CertificateRequired(ctx, addr, 2*time.Second, security.RoleMaster)
+			}))
+		}
 	}
 	if cf.token != "" {
 		if _, _, err := security.ParseToken(cf.token); err != nil {
@@ -184,7 +194,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
-	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...))
+	return client.New(addrs, append(copts, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...))...)
 }
 
 // dialOptions are the TLS dial options of a connection to a server of
