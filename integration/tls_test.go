@@ -199,6 +199,15 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 				t.Errorf("table list in plaintext: output lacks %q:\n%s", want, out)
 			}
 		}
+		// A token with the CA alone, against masters that take clients by
+		// certificate (--client-auth cert, the default): refused at once,
+		// saying which flags would do.
+		cmd = exec.CommandContext(ctx, nodeBin, "acl", "whoami", "--addr", addrs, "--tls-ca", cliFiles.CA, "--token", "bt_0123456789abcdef_"+strings.Repeat("A", 43))
+		cmd.Env = append(os.Environ(), "BATON_TLS_CERT=", "BATON_TLS_KEY=")
+		if out, _ := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), "requires a client certificate") ||
+			!strings.Contains(string(out), "give --tls-cert and --tls-key") || !strings.Contains(string(out), "--client-auth either") {
+			t.Errorf("whoami with a token and --tls-ca alone against --client-auth cert: exit %d, want 1 naming the flags\n%s", cmd.ProcessState.ExitCode(), out)
+		}
 		cmd = exec.CommandContext(ctx, nodeBin, "table", "list", "--addr", addrs, "--tls-ca", expired.CA, "--tls-cert", expired.Cert, "--tls-key", expired.Key)
 		if out, err := cmd.CombinedOutput(); err == nil || cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "expired") {
 			t.Errorf("table list with an expired certificate: %v (exit %d), want exit 2 naming the expiry\n%s", err, cmd.ProcessState.ExitCode(), out)

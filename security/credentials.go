@@ -45,6 +45,29 @@ func (f Files) Validate() error {
 	return nil
 }
 
+// ValidateClient reports a client's partial configuration: a client
+// needs the CA (to know the servers), and may go without a certificate of
+// its own (a token then authenticates it, where the masters allow it:
+// --client-auth token or either), but a certificate needs its key.
+func (f Files) ValidateClient() error {
+	if !f.Enabled() {
+		return nil
+	}
+	switch {
+	case f.CA == "":
+		return errors.New("security: --tls-ca is needed with --tls-cert and --tls-key: the CA certificate that signed the masters', to know them by")
+	case f.Cert == "" && f.Key != "":
+		return errors.New("security: --tls-key without --tls-cert: give both (a client certificate), or neither (--tls-ca alone, with a token)")
+	case f.Cert != "" && f.Key == "":
+		return errors.New("security: --tls-cert without --tls-key: give both (a client certificate), or neither (--tls-ca alone, with a token)")
+	}
+	return nil
+}
+
+// CAOnly says f names a CA and no certificate of its own: a client that
+// knows the servers by the CA and is known itself by a token.
+func (f Files) CAOnly() bool { return f.CA != "" && f.Cert == "" && f.Key == "" }
+
 // Credentials is a party's TLS material, reloadable: the tls.Configs it
 // makes read the certificate and the CA at every handshake, so Reload
 // takes effect for every new connection. Safe for concurrent use.
@@ -62,6 +85,33 @@ type Credentials struct {
 	// changed is a no-op, and the watcher compares against it.
 	raw [3][]byte
 }
+
+// LoadClient is Load for a client, which may give the CA alone
+// (Files.ValidateClient): its credentials then verify the servers and
+// present no certificate.
+func LoadClient(f Files, clk clock.Clock, logger hclog.Logger) (*Credentials, error) {
+	if err := f.ValidateClient(); err != nil {
+		return nil, err
+	}
+	if !f.CAOnly() {
+		return Load(f, clk, logger)
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	c := &Credentials{files: f, clock: clk, logger: logger.Named("tls")}
+	if _, err := c.Reload(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// HasCertificate says c presents a certificate of its own (not so for a
+// client's LoadClient of the CA alone).
+func (c *Credentials) HasCertificate() bool { return !c.files.CAOnly() }
 
 // Load reads f and checks that the certificate is signed by the CA,
 // names an identity and is valid now. clk may be nil (the wall clock),
@@ -116,6 +166,9 @@ func (c *Credentials) Reload() (bool, error) {
 func (c *Credentials) readFiles() ([3][]byte, error) {
 	var raw [3][]byte
 	for i, p := range []string{c.files.CA, c.files.Cert, c.files.Key} {
+		if p == "" && i > 0 && c.files.CAOnly() {
+			continue
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return raw, fmt.Errorf("security: %w", err)
@@ -129,7 +182,7 @@ func (c *Credentials) readFiles() ([3][]byte, error) {
 func (c *Credentials) isLoaded(raw [3][]byte) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.cert != nil && bytes.Equal(raw[0], c.raw[0]) && bytes.Equal(raw[1], c.raw[1]) && bytes.Equal(raw[2], c.raw[2])
+	return (c.cert != nil || c.files.CAOnly() && c.roots != nil) && bytes.Equal(raw[0], c.raw[0]) && bytes.Equal(raw[1], c.raw[1]) && bytes.Equal(raw[2], c.raw[2])
 }
 
 // reloadFrom is Reload of files already read.
@@ -143,6 +196,13 @@ func (c *Credentials) reloadFrom(raw [3][]byte) (bool, error) {
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(raw[0]) {
 		return false, fmt.Errorf("security: %s holds no PEM certificate", c.files.CA)
+	}
+	if c.files.CAOnly() {
+		c.mu.Lock()
+		c.roots, c.raw = roots, raw
+		c.mu.Unlock()
+		c.logger.Info("TLS CA loaded (no certificate of this party's own)", "ca", c.files.CA)
+		return true, nil
 	}
 	pair, err := tls.X509KeyPair(raw[1], raw[2])
 	if err != nil {
@@ -220,6 +280,27 @@ func (c *Credentials) ServerConfig(admit ...Role) *tls.Config {
 	}
 }
 
+// ServerConfigCertOptional is ServerConfig for a server some of whose
+// callers present no certificate (a client known by a bearer token): a
+// certificate presented is checked as ServerConfig checks it; a
+// connection without one is let through, and the layers above admit it
+// only where a certificate is not needed (Policy.CertOptional).
+func (c *Credentials) ServerConfigCertOptional(admit ...Role) *tls.Config {
+	cfg := c.ServerConfig(admit...)
+	// RequestClientCert, not VerifyClientCertIfGiven: as in ServerConfig,
+	// the chain is checked in VerifyConnection against the roots of the
+	// moment.
+	cfg.ClientAuth = tls.RequestClientCert
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return nil
+		}
+		_, err := c.verifyPeer(cs, x509.ExtKeyUsageClientAuth, admit)
+		return err
+	}
+	return cfg
+}
+
 // ClientConfig is the tls.Config of a client that accepts only a server
 // of the given roles (none: every role) with a certificate the CA signed:
 // the server is known by the identity its certificate names, not by the
@@ -233,6 +314,11 @@ func (c *Credentials) ClientConfig(accept ...Role) *tls.Config {
 		InsecureSkipVerify: true,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			cert, _ := c.current()
+			if cert == nil {
+				// No certificate of its own (LoadClient of the CA alone):
+				// an empty one sends none.
+				return &tls.Certificate{}, nil
+			}
 			return cert, nil
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {

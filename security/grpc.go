@@ -25,6 +25,49 @@ type Policy struct {
 	// metric): the method, the caller's role ("" when it presented no
 	// identity) and the status code answered. It must not block.
 	OnDeny func(method string, role Role, code codes.Code)
+	// certless says which methods a caller without a client certificate
+	// may call (MasterPolicyFor); none without it, and then the TLS
+	// handshake itself asks every peer for a certificate.
+	certless []certlessRule
+	// noCredentials is what a call with neither a certificate nor a
+	// token is told where a token would have let it in.
+	noCredentials string
+}
+
+// certlessMode is what a caller without a client certificate may do.
+type certlessMode int
+
+const (
+	certlessRefused   certlessMode = iota // nothing: a certificate is needed
+	certlessWithToken                     // call, carrying a bearer token
+	certlessAnyone                        // call
+)
+
+type certlessRule struct {
+	prefix string
+	mode   certlessMode
+}
+
+// certlessFor is the mode of the longest certless prefix method matches.
+func (p *Policy) certlessFor(method string) certlessMode {
+	best, n := certlessRefused, -1
+	for _, r := range p.certless {
+		if strings.HasPrefix(method, r.prefix) && len(r.prefix) > n {
+			best, n = r.mode, len(r.prefix)
+		}
+	}
+	return best
+}
+
+// CertOptional says some calls are admitted without a client
+// certificate: the TLS handshake must let such a connection through.
+func (p *Policy) CertOptional() bool {
+	for _, r := range p.certless {
+		if r.mode != certlessRefused {
+			return true
+		}
+	}
+	return false
 }
 
 type rule struct {
@@ -70,6 +113,19 @@ type serverIDer interface{ GetServerId() string }
 func (p *Policy) check(ctx context.Context, method string, req any) error {
 	id, ok := CallerOf(ctx)
 	if !ok {
+		switch p.certlessFor(method) {
+		case certlessAnyone:
+			return nil
+		case certlessWithToken:
+			// The token itself is checked by access control, above.
+			if _, has := TokenOf(ctx); has {
+				return nil
+			}
+			return status.Errorf(codes.Unauthenticated, "%s: %s", method, p.noCredentials)
+		}
+		if p.CertOptional() {
+			return status.Errorf(codes.Unauthenticated, "%s: the caller presented no baton certificate, and this method needs one whatever token a call carries", method)
+		}
 		return status.Errorf(codes.Unauthenticated, "%s: the caller presented no baton certificate", method)
 	}
 	r, found := p.match(method)
@@ -149,10 +205,15 @@ func (p *Policy) StreamInterceptor() grpc.StreamServerInterceptor {
 }
 
 // ServerOptions are the options of a gRPC server that speaks mutual TLS
-// with c and enforces p.
+// with c and enforces p: TLS with a client certificate optional when p
+// admits some calls without one (CertOptional).
 func (p *Policy) ServerOptions(c *Credentials) []grpc.ServerOption {
+	cfg := c.ServerConfig()
+	if p.CertOptional() {
+		cfg = c.ServerConfigCertOptional()
+	}
 	return []grpc.ServerOption{
-		grpc.Creds(credentials.NewTLS(c.ServerConfig())),
+		grpc.Creds(credentials.NewTLS(cfg)),
 		grpc.ChainUnaryInterceptor(p.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(p.StreamInterceptor()),
 	}

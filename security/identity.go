@@ -9,9 +9,11 @@
 // it serves: Raft only masters; a region server's RPCs (the rspb.Master
 // service) only region servers, each for its own id; the RegionServer
 // service only masters; the admin API and the console clients and masters
-// (a standby forwards calls to the leader under its own identity). Who
-// may do what among clients (read, operate, admin) is decided above this
-// package; this one only says who is calling.
+// (a standby forwards calls to the leader under its own identity). Under
+// ClientAuth either or token, a master's admin API and console also let a
+// client without a certificate in, carrying a bearer token
+// (MasterPolicyFor). Who may do what among clients (read, operate, admin)
+// is decided above this package; this one only says who is calling.
 //
 // Certificates and the CA are reread on Credentials.Reload (the agent
 // calls it on SIGHUP and when the files change), so a rotation needs no

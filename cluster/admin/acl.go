@@ -52,6 +52,12 @@ type Access struct {
 	Metrics prometheus.Registerer
 	// Clock stamps records and grants. Default real.
 	Clock clock.Clock
+	// ClientAuth is how clients are authenticated (the agent's
+	// --client-auth): by certificate (the default), by token, or by
+	// either. The masters always know each other, and region servers, by
+	// certificate. Token or either needs Enforce: without it a caller
+	// with no certificate would be no one at all, and may call anything.
+	ClientAuth security.ClientAuth
 }
 
 // Defaults of Access.
@@ -79,6 +85,12 @@ func (a Access) Validate() error {
 			return fmt.Errorf("admin: initial grant of %s: no permission", n)
 		}
 	}
+	if _, err := security.ParseClientAuth(string(a.ClientAuth)); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	if a.ClientAuth.CertOptional() && !a.Enforce {
+		return fmt.Errorf("admin: client auth %s needs access control enforced: a caller without a certificate would otherwise be anyone, and may call everything", a.ClientAuth)
+	}
 	return nil
 }
 
@@ -91,6 +103,9 @@ func (a Access) withDefaults() Access {
 	}
 	if a.Clock == nil {
 		a.Clock = clock.Real{}
+	}
+	if a.ClientAuth == "" {
+		a.ClientAuth = security.ClientAuthCert
 	}
 	return a
 }
@@ -124,6 +139,18 @@ var methodPermissions = map[string]security.Permission{
 // masterOnly are the admin methods only masters call: the cluster's own
 // machinery, which no client permission reaches.
 var masterOnly = map[string]bool{"RegisterNode": true, "AppendAudit": true}
+
+// MasterOnlyMethods are the admin methods (short names) only masters
+// call: a gRPC server admitting callers without a certificate keeps them
+// certificate-only (security.MasterPolicyFor).
+func MasterOnlyMethods() []string {
+	out := make([]string, 0, len(masterOnly))
+	for m := range masterOnly {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // unaudited are methods needing operate or more that are not audited:
 // the reads that need admin, and a lock's heartbeat, which renews what
@@ -243,6 +270,11 @@ func incomingOne(ctx context.Context, key string) (string, bool) {
 func (s *Server) resolve(ctx context.Context) (principal, error) {
 	caller, tls := security.CallerOf(ctx)
 	tok, hasTok := security.TokenOf(ctx)
+	if !tls && !hasTok && security.OverTLS(ctx) {
+		// No certificate (the handshake let it through: --client-auth
+		// token or either) and no token: no one.
+		return principal{kind: kindAnonymous}, status.Error(codes.Unauthenticated, "admin: "+s.acc.ClientAuth.NoCredentialsAdvice())
+	}
 	var p principal
 	switch {
 	case tls && caller.Role == security.RoleMaster:
@@ -277,6 +309,11 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 		return principal{kind: string(caller.Role), id: caller.ID}, nil
 	default:
 		return principal{kind: kindAnonymous}, nil
+	}
+	if !s.acc.ClientAuth.CertsGrant() && s.acc.Enforce {
+		// --client-auth token: a client's certificate (its own, or the one
+		// a master passes on for it) says who it is but holds nothing.
+		return p, status.Errorf(codes.Unauthenticated, "admin: %s presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): give --token or BATON_TOKEN", p)
 	}
 	return s.clientPrincipal(p.id), nil
 }

@@ -57,6 +57,10 @@ func (s *Server) httpPrincipal(r *http.Request) (principal, error) {
 	if r.TLS == nil {
 		return principal{kind: kindAnonymous}, nil
 	}
+	if len(r.TLS.PeerCertificates) == 0 {
+		// Let through the handshake by --client-auth token or either.
+		return principal{kind: kindAnonymous}, httpAuthError("baton: " + s.acc.ClientAuth.NoCredentialsAdvice() + " (over HTTP: send 'Authorization: Bearer <token>')")
+	}
 	id, err := security.PeerIdentity(*r.TLS)
 	if err != nil {
 		return principal{kind: kindAnonymous}, nil
@@ -65,6 +69,9 @@ func (s *Server) httpPrincipal(r *http.Request) (principal, error) {
 	case security.RoleMaster:
 		return principal{kind: kindMaster, id: id.ID, perm: security.PermAdmin}, nil
 	case security.RoleClient:
+		if !s.acc.ClientAuth.CertsGrant() {
+			return principal{kind: kindClient, id: id.ID}, httpAuthError("baton: client/" + id.ID + " presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): send 'Authorization: Bearer <token>'")
+		}
 		return s.clientPrincipal(id.ID), nil
 	}
 	return principal{kind: string(id.Role), id: id.ID}, nil

@@ -51,7 +51,7 @@ func startSecureCluster(t *testing.T, n int, access Access) *secureCluster {
 			sc.boots = append(sc.boots, tok)
 		}
 		cfg.Access = &a
-		cfg.ServerOptions = MasterPolicy(creds)
+		cfg.ServerOptions = security.MasterPolicyFor(a.ClientAuth, MasterOnlyMethods()...).ServerOptions(creds)
 		cfg.DialOptions = []grpc.DialOption{creds.DialOption(security.RoleMaster)}
 		return ops.DialOption(security.RoleMaster)
 	})

@@ -128,6 +128,18 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }
 
+// relayTrusted says what ctx's caller says of a call it passes on (the
+// standby that forwarded it, the address it came from) is believed: it
+// is a master, or nothing is authenticated (plaintext). A call over TLS
+// without a certificate (a token's, --client-auth token or either) is
+// not a master's, whatever it says.
+func relayTrusted(ctx context.Context) bool {
+	if caller, ok := security.CallerOf(ctx); ok {
+		return caller.Role == security.RoleMaster
+	}
+	return !security.OverTLS(ctx)
+}
+
 // callOrigin is where a call came from, as the repair and audit records
 // and a forward name it: the address (the one a master passing the call
 // on named: a standby for its client, the console for the browser; else
@@ -136,7 +148,7 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 // authenticated (plaintext).
 func callOrigin(ctx context.Context) (peer, via string) {
 	peer = peerAddr(ctx)
-	if caller, tls := security.CallerOf(ctx); tls && caller.Role != security.RoleMaster {
+	if !relayTrusted(ctx) {
 		return peer, ""
 	}
 	if v, ok := incomingOne(ctx, forwardedKey); ok {

@@ -161,7 +161,9 @@ func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnarySe
 // limited at all (not a call forwarded by a master, counted where it came
 // in).
 func callerKey(ctx context.Context) (string, bool) {
-	forwarded := isForwarded(ctx)
+	// Only a master's mark is believed: a caller that could forge it would
+	// never be limited.
+	forwarded := isForwarded(ctx) && relayTrusted(ctx)
 	// Who access control found (after it in the chain): a token, the
 	// console's user, a client's certificate.
 	if p, ok := principalOf(ctx); ok && !forwarded && p.kind != kindAnonymous && p.kind != kindMaster {

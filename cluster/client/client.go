@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of the options.
@@ -81,6 +82,17 @@ type options struct {
 	maxBackoff     time.Duration
 	dialOpts       []grpc.DialOption
 	onRetry        func(addr string, err error)
+	certRequired   func(ctx context.Context, addr string) bool
+}
+
+// WithCertificateCheck gives a client that presents no certificate of its
+// own (a token over server-authenticated TLS) a way to tell, when a
+// connection breaks as it opens, whether the server refused it for want
+// of a certificate (security.Credentials.CertificateRequired): such a
+// refusal is then UNAUTHENTICATED at once, not retried until the call
+// times out.
+func WithCertificateCheck(check func(ctx context.Context, addr string) bool) Option {
+	return func(o *options) { o.certRequired = check }
 }
 
 // WithCallTimeout sets the timeout given to calls whose context has no
@@ -318,7 +330,9 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		p.OnRetry = func(addr string, err error, _ bool, _ time.Duration) { c.opts.onRetry(addr, err) }
 	}
 	f := c.leaders.Follow(ctx, p, func(addr string) error {
-		err := attempt(addr)
+		// A certificate refusal is told first: it is UNAUTHENTICATED, not
+		// a port that waiting will not mend.
+		err := c.certificateRefusal(ctx, addr, attempt(addr))
 		if err != nil {
 			err = c.classify(ctx, addr, err)
 		}
@@ -331,6 +345,31 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		return f.Err
 	}
 	return c.giveUp(ctx, f)
+}
+
+// ErrCertificateRequired begins the message of an UNAUTHENTICATED error
+// saying a server refused this client's connection for presenting no
+// certificate.
+const ErrCertificateRequired = "the server requires a client certificate, and this client presented none"
+
+// certificateRefusal turns a server's TLS refusal of a connection without
+// a client certificate (a master running --client-auth cert, a client
+// with a CA alone) into UNAUTHENTICATED: no retry, on this address or
+// another, mends it, and gRPC says it only as an unavailable connection.
+// When the refusal's alert was lost to the reset that followed it (the
+// connection just broke), WithCertificateCheck's check asks the server.
+func (c *Client) certificateRefusal(ctx context.Context, addr string, err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	if !security.IsCertificateRequired(err) {
+		msg := status.Convert(err).Message()
+		broke := strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
+		if c.opts.certRequired == nil || !broke || !c.opts.certRequired(ctx, addr) {
+			return err
+		}
+	}
+	return status.Errorf(codes.Unauthenticated, "%s (%s refused the connection: %s)", ErrCertificateRequired, addr, status.Convert(err).Message())
 }
 
 // NewNonce returns a random nonce, as Submit uses when given none.

@@ -28,9 +28,12 @@ Permissions: read (lists, gets, status, the console's pages), operate (also
 submit procedures, create/enable/disable tables and namespaces, move,
 balance, locks), admin (also delete, abort, the repair kit, cluster
 membership, maintenance, access control, the audit trail). Clients present
-a certificate (--tls-cert) or a token (--token, env BATON_TOKEN). Access
-control is on in a cluster running with TLS (agent --acl); its first leader
-prints a bootstrap token with admin once. Every call but whoami needs admin.
+a certificate (--tls-cert) or a token (--token, env BATON_TOKEN). A token
+goes with a client certificate where the agents run --client-auth cert (the
+default), and with --tls-ca alone where they run --client-auth either or
+token. Access control is on in a cluster running with TLS (agent --acl); its
+first leader prints a bootstrap token with admin once. Every call but whoami
+needs admin.
 ` + fmt.Sprintf(clientFlagsNote, "acl")
 
 var aclAdvice = map[codes.Code]string{

@@ -108,7 +108,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	access := &admin.Access{Enforce: cfg.ACL, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
+	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, Metrics: metrics,
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
@@ -121,7 +121,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// One gRPC server carries the admin API and the Master service the
 	// region servers call (registration, heartbeats, reports).
-	tlsOpts, err := tlsc.serverOptions(security.MasterPolicy(), metrics)
+	tlsOpts, err := tlsc.serverOptions(security.MasterPolicyFor(cfg.ClientAuth, admin.MasterOnlyMethods()...), metrics)
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
@@ -173,7 +173,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		}
 		defer con.Close()
 		httpSrv = &http.Server{Handler: srv.Authorizer(console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con)), ReadHeaderTimeout: 5 * time.Second}
-		hl = tlsc.listener(hl, security.RoleClient, security.RoleMaster)
+		hl = tlsc.listener(hl, cfg.ClientAuth, security.RoleClient, security.RoleMaster)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -201,6 +201,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	if tlsc.creds != nil {
 		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
+		fmt.Fprintf(stdout, "  clients:          %s\n", clientAuthBanner(cfg.ClientAuth))
 	}
 	if cfg.ACL {
 		fmt.Fprintf(stdout, "  access control:   on (baton acl list; the cluster's first leader prints a bootstrap token once)\n")

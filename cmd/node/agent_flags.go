@@ -66,6 +66,9 @@ type agentConfig struct {
 	// ACL: enforce access control (admin.Access.Enforce); on by default
 	// with TLS, off without.
 	ACL bool
+	// ClientAuth is how clients are authenticated (--client-auth:
+	// admin.Access.ClientAuth); cert by default.
+	ClientAuth security.ClientAuth
 	// ACLInitialGrants are bound at each leadership when unbound
 	// (admin.Access.InitialGrants).
 	ACLInitialGrants map[string]security.Permission
@@ -103,6 +106,7 @@ var agentEnv = map[string]string{
 	"submit-burst": "BATON_SUBMIT_BURST",
 
 	"acl":                "BATON_ACL",
+	"client-auth":        "BATON_CLIENT_AUTH",
 	"acl-initial-grants": "BATON_ACL_INITIAL_GRANTS",
 	"audit-retention":    "BATON_AUDIT_RETENTION",
 	"audit-max-records":  "BATON_AUDIT_MAX_RECORDS",
@@ -146,6 +150,9 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
 	tlsKey := str("tls-key", "PEM file of this master's private key")
 	acl := str("acl", "on: every client call needs its permission (read, operate, admin), held by its certificate's name or a token ('baton acl'); off: everyone may call everything (default: on with TLS, off without)")
+	clientAuth := str("client-auth", "how clients are known: cert, a client certificate of the CA on every connection (a token on top decides); "+
+		"either, a certificate or a bearer token over TLS without one (--token with --tls-ca alone); token, a token only, a client's certificate granting nothing. "+
+		"Masters and region servers always present certificates. token and either need --acl on (default cert)")
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
@@ -220,6 +227,25 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		cfg.ACL = false
 	default:
 		bad("--acl %q: want on or off", v)
+	}
+	// The default stays cert: either lets connections without a
+	// certificate through the TLS handshake (refused above it unless they
+	// carry a token), which a deployment that relies on the handshake to
+	// keep strangers out, or runs --acl off, did not ask for.
+	if v := strings.TrimSpace(*clientAuth); v != "" {
+		ca, err := security.ParseClientAuth(v)
+		if err != nil {
+			bad("--client-auth %q: want cert, token or either", v)
+		}
+		cfg.ClientAuth = ca
+	}
+	if cfg.ClientAuth.CertOptional() {
+		switch {
+		case !cfg.TLS.Enabled():
+			bad("--client-auth %s needs TLS (--tls-ca, --tls-cert, --tls-key): a token is a secret, sent only over TLS, and the masters still know each other by certificate", cfg.ClientAuth)
+		case !cfg.ACL:
+			bad("--client-auth %s needs --acl on: without access control a caller with no certificate would be anyone, and could call everything", cfg.ClientAuth)
+		}
 	}
 	if cfg.ACL && !cfg.TLS.Enabled() {
 		bad("--acl on needs TLS (--tls-ca, --tls-cert, --tls-key): without certificates the masters cannot tell one another from clients, and would refuse each other's registrations and forwarded calls")
@@ -426,4 +452,15 @@ func checkAddr(flagName, v string, wildcardOK bool) error {
 		}
 	}
 	return nil
+}
+
+// clientAuthBanner says, on the agent's start, how clients are known.
+func clientAuthBanner(a security.ClientAuth) string {
+	switch a {
+	case security.ClientAuthEither:
+		return "a client certificate or a token (--client-auth either)"
+	case security.ClientAuthToken:
+		return "a token only; a client certificate grants nothing (--client-auth token)"
+	}
+	return "a client certificate of the CA, on every connection (--client-auth cert)"
 }

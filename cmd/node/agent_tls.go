@@ -100,10 +100,15 @@ func (t *agentTLS) serverOptions(p *security.Policy, reg prometheus.Registerer) 
 	return p.ServerOptions(t.creds), nil
 }
 
-// listener wraps an HTTP listener in TLS admitting roles.
-func (t *agentTLS) listener(l net.Listener, roles ...security.Role) net.Listener {
+// listener wraps an HTTP listener in TLS admitting roles, and under auth
+// (--client-auth token or either) connections without a certificate too,
+// whose requests carry a token or are refused (admin.Server.Authorizer).
+func (t *agentTLS) listener(l net.Listener, auth security.ClientAuth, roles ...security.Role) net.Listener {
 	if t == nil || t.creds == nil {
 		return l
+	}
+	if auth.CertOptional() {
+		return tls.NewListener(l, t.creds.ServerConfigCertOptional(roles...))
 	}
 	return tls.NewListener(l, t.creds.ServerConfig(roles...))
 }

@@ -206,9 +206,19 @@ func (cf *clientFlags) client() (*client.Client, error) {
 	if cf.timeout <= 0 {
 		return nil, usagef("--timeout %v must be positive", cf.timeout)
 	}
-	opts, err := cf.dialOptions(security.RoleMaster)
+	creds, err := cf.credentials()
 	if err != nil {
 		return nil, err
+	}
+	var opts []grpc.DialOption
+	var copts []client.Option
+	if creds != nil {
+		opts = append(opts, creds.DialOption(security.RoleMaster))
+		if !creds.HasCertificate() {
+			copts = append(copts, client.WithCertificateCheck(func(ctx context.Context, addr string) bool {
+				return creds.CertificateRequired(ctx, addr, 2*time.Second, security.RoleMaster)
+			}))
+		}
 	}
 	if cf.token != "" {
 		if _, _, err := security.ParseToken(cf.token); err != nil {
@@ -216,7 +226,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
-	return client.New(addrs, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))
+	return client.New(addrs, append(copts, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))...)
 }
 
 // electionNotice returns the client's retry notice: while a master
@@ -260,7 +270,8 @@ func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption
 	return []grpc.DialOption{creds.DialOptionFor(want)}, nil
 }
 
-// credentials loads --tls-* (nil without them).
+// credentials loads --tls-* (nil without them): --tls-ca alone is a
+// client known by its token (security.LoadClient).
 func (cf *clientFlags) credentials() (*security.Credentials, error) {
 	if !cf.tls.Enabled() {
 		return nil, nil
@@ -276,10 +287,10 @@ func (cf *clientFlags) credentials() (*security.Credentials, error) {
 			}
 		}
 	}
-	if err := validateTLS(cf.tls, src, clientTLSEnv); err != nil {
+	if err := validateClientTLS(cf.tls, src, clientTLSEnv); err != nil {
 		return nil, usagef("%v", err)
 	}
-	creds, err := security.Load(cf.tls, nil, nil)
+	creds, err := security.LoadClient(cf.tls, nil, nil)
 	if err != nil {
 		return nil, explainTLS(err, cf.tls, src)
 	}
@@ -335,7 +346,7 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	case codes.PermissionDenied:
 		advice = "your certificate or token lacks the permission named: 'baton acl whoami' says what you hold; an admin grants more ('baton acl grant', 'baton acl token create')"
 	case codes.Unauthenticated:
-		advice = "the cluster enforces access control: present a client certificate (--tls-*) bound to a permission, or a token (--token, env BATON_TOKEN)"
+		advice = unauthenticatedAdvice(st.Message())
 	}
 	if a, ok := advise[st.Code()]; ok {
 		advice = a

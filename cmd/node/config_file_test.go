@@ -24,14 +24,14 @@ func writeConfig(t *testing.T, body string) string {
 // files are usage errors naming the problem.
 func TestAgentConfigFile(t *testing.T) {
 	conf := writeConfig(t, `{"id": "n1", "data_dir": "/d", "raft-addr": "10.0.0.1:1", "grpc-addr": "10.0.0.1:2",
-		"tls-ca": "ca.pem", "tls-cert": "c.pem", "tls-key": "k.pem", "workers": 128, "submit-rate": 2.5}`)
+		"tls-ca": "ca.pem", "tls-cert": "c.pem", "tls-key": "k.pem", "workers": 128, "submit-rate": 2.5, "client-auth": "either"}`)
 	env := map[string]string{"BATON_AGENT_TLS_KEY": "env-key.pem"}
 	got, err := parseAgentFlags([]string{"--config", conf, "--workers", "64"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := security.Files{CA: "ca.pem", Cert: "c.pem", Key: "env-key.pem"}
-	if got.ID != "n1" || got.DataDir != "/d" || got.RaftAddr != "10.0.0.1:1" || got.TLS != want || got.Workers != 64 || got.SubmitRate != 2.5 {
+	if got.ID != "n1" || got.DataDir != "/d" || got.RaftAddr != "10.0.0.1:1" || got.TLS != want || got.Workers != 64 || got.SubmitRate != 2.5 || got.ClientAuth != security.ClientAuthEither {
 		t.Fatalf("got %+v", got)
 	}
 	// BATON_CONFIG names the file when --config does not.

@@ -91,6 +91,25 @@ func validateTLS(f security.Files, src tlsSources, env tlsEnv) error {
 		strings.Join(given, ", "), strings.Join(missing, ", "))
 }
 
+// validateClientTLS is validateTLS for a client, which may present no
+// certificate of its own (a token over server-authenticated TLS): the CA
+// is needed, and a certificate and its key go together.
+func validateClientTLS(f security.Files, src tlsSources, env tlsEnv) error {
+	if !f.Enabled() {
+		return nil
+	}
+	if f.CA != "" && (f.Cert == "") == (f.Key == "") {
+		return nil
+	}
+	if f.CA == "" {
+		return validateTLS(f, src, env)
+	}
+	if f.Cert != "" {
+		return fmt.Errorf("--tls-cert %s (from %s) needs its key: give --tls-key (or env %s)", f.Cert, src.Cert, env.Key)
+	}
+	return fmt.Errorf("--tls-key %s (from %s) needs its certificate: give --tls-cert (or env %s)", f.Key, src.Key, env.Cert)
+}
+
 // explainTLS names, in err (a security error about f's files), where the
 // file it names came from.
 func explainTLS(err error, f security.Files, src tlsSources) error {
