@@ -76,7 +76,7 @@ func TestParseAgentFlags(t *testing.T) {
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}}},
 		{name: "client auth either", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--client-auth", "either"},
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}, ACL: true, ClientAuth: security.ClientAuthEither}},
-		{name: "client auth from env", env: map[string]string{"BATON_CLIENT_AUTH": "token", "BATON_TLS_CA": "ca.pem", "BATON_TLS_CERT": "c.pem", "BATON_TLS_KEY": "k.pem"},
+		{name: "client auth from env", env: map[string]string{"BATON_CLIENT_AUTH": "token", "BATON_AGENT_TLS_CA": "ca.pem", "BATON_AGENT_TLS_CERT": "c.pem", "BATON_AGENT_TLS_KEY": "k.pem"},
 			args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2"},
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "m1:1", GRPCAddr: "m1:2", TLS: security.Files{CA: "ca.pem", Cert: "c.pem", Key: "k.pem"}, ACL: true, ClientAuth: security.ClientAuthToken}},
 		{name: "bad client auth", args: []string{"--dev", "--client-auth", "password"}, err: `--client-auth "password": want cert, token or either`},
