@@ -74,3 +74,17 @@ func (s *services) LiveTargets(r Reader) (map[string]Server, error) { return s.l
 
 // OnServer reports whether r is recorded on the incarnation ref.
 func (r Region) OnServer(ref ServerRef) bool { return r.onServer(ref) }
+
+// LockLeaseLength is the length of lock id's lease on this leader, or 0
+// if it has none.
+func (s *services) LockLeaseLength(id uint64) time.Duration {
+	l, _ := s.lockLeases.Length(lockHolder(id))
+	return l
+}
+
+// LockWaitEntries counts the lock wait states this leader keeps.
+func (s *services) LockWaitEntries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.locks)
+}
