@@ -135,6 +135,9 @@ type Client struct {
 	closed bool
 	// tlsPorts caches speaksTLS's probes, by address.
 	tlsPorts map[string]bool
+	// answered holds the addresses a master has answered at: one that
+	// refuses connections afterwards is restarting, not mistyped.
+	answered map[string]bool
 }
 
 // New returns a Client for the cluster whose members' admin (gRPC)
@@ -161,7 +164,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(list) == 0 {
 		return nil, ErrNoAddresses
 	}
-	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}, tlsPorts: map[string]bool{}}, nil
+	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}, tlsPorts: map[string]bool{}, answered: map[string]bool{}}, nil
 }
 
 // Close closes the Client's connections. Calls made afterwards fail.
@@ -333,6 +336,9 @@ func (c *Client) retry(ctx context.Context, attempt func(addr string) error) err
 		// A certificate refusal is told first: it is UNAUTHENTICATED, not
 		// a port that waiting will not mend.
 		err := c.certificateRefusal(ctx, addr, attempt(addr))
+		if err == nil || answeredBy(err) {
+			c.markAnswered(addr)
+		}
 		if err != nil {
 			err = c.classify(ctx, addr, err)
 		}

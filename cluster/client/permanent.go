@@ -58,6 +58,10 @@ func (c *Client) classify(ctx context.Context, addr string, err error) error {
 	}
 	msg := st.Message()
 	switch {
+	case strings.Contains(msg, "connection refused") && c.hasAnswered(addr):
+		// It answered this client before: a master restarting (or a
+		// leader that just died, the others electing), worth waiting for.
+		return err
 	case strings.Contains(msg, "connection refused"):
 		return &permanentError{"connection refused", err}
 	case strings.Contains(msg, "produced zero addresses") || strings.Contains(msg, "no such host"):
@@ -157,4 +161,34 @@ func AwaitsLeader(err error) bool {
 		}
 	}
 	return false
+}
+
+// answeredBy reports whether err is a master's own answer (a status it
+// sent), rather than the client's failure to reach it.
+func answeredBy(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	if st.Code() != codes.Unavailable && st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled {
+		return true
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*adminpb.LeaderHint); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Client) markAnswered(addr string) {
+	c.mu.Lock()
+	c.answered[addr] = true
+	c.mu.Unlock()
+}
+
+func (c *Client) hasAnswered(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.answered[addr]
 }

@@ -216,7 +216,11 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 		return catalog.Lock{}, err
 	}
 	if _, ok := svc.lockLeases.Length(lockHolder(id)); !ok {
-		// A retry (same nonce) keeps the lease the first request got.
+		// A retry (same nonce) keeps the lease the first request got, and
+		// one of a lock that has ended since gets none.
+		if st, err := d.lockState(x, id); err != nil || (st != LockWaiting && st != LockAcquired) || svc.lockEnded(id) {
+			return d.lockInfo(x, id)
+		}
 		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
 			return catalog.Lock{}, err
 		}
@@ -277,29 +281,79 @@ func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint6
 		return lk, err
 	}
 	length := d.lockLeaseOf(id)
-	if asked != 0 && wanted != length {
-		svc.restateLock(id, wanted)
-		if lk.State == LockAcquired {
-			length = d.awaitLockLease(ctx, svc, id, wanted)
-		}
+	// Renewed first, at the length it has: a heartbeat that came in time
+	// keeps the lock while a restated length commits.
+	if ended, err := d.renewLockLease(x, svc, id, length); ended || err != nil {
+		return ended2lock(d, x, id, lk), err
 	}
-	if err := svc.lockLeases.Renew(lockHolder(id)); err != nil {
-		if !errors.Is(err, lease.ErrUnknownHolder) || svc.lockExpired(id) {
-			lk.State = LockExpired // the monitor lets it go shortly
-			return lk, nil
+	if asked != 0 && wanted != length {
+		switch {
+		case lk.State == LockAcquired:
+			svc.restateLock(id, wanted)
+			length = d.awaitLockLease(ctx, svc, id, wanted)
+		case wanted > length:
+			// Persisted with the acquisition. A shorter one waits for a
+			// heartbeat once the lock is held: a holder told the longer
+			// length would otherwise find a new leader granting less.
+			svc.restateLock(id, wanted)
 		}
-		// A new leader that has not granted it yet: the heartbeat is a
-		// sign of life as good as a grant.
-		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
-			return catalog.Lock{}, err
+		// What may have happened meanwhile: the lock let go, or its
+		// length committed.
+		if lk, err = d.lockInfo(x, id); err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+			return lk, err
 		}
-	} else if cur, _ := svc.lockLeases.Length(lockHolder(id)); cur != length {
-		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
-			return catalog.Lock{}, err
+		if ended, err := d.renewLockLease(x, svc, id, length); ended || err != nil {
+			return ended2lock(d, x, id, lk), err
 		}
 	}
 	lk.LeaseTimeoutMs = length.Milliseconds()
 	return lk, nil
+}
+
+// renewLockLease renews lock id's lease at length (granting it one of that
+// length if this leader has none yet, or one of another length), unless
+// the lock has been let go: then ended is true and nothing is granted.
+func (d *Domain) renewLockLease(x catalog.Executor, svc *services, id uint64, length time.Duration) (ended bool, err error) {
+	holder := lockHolder(id)
+	if err := svc.lockLeases.Renew(holder); err != nil {
+		if !errors.Is(err, lease.ErrUnknownHolder) {
+			return false, err
+		}
+		// Expired, or let go since the state was read: no lease again.
+		if svc.lockExpired(id) || svc.lockEnded(id) {
+			return true, nil
+		}
+		if lk, err := d.lockInfo(x, id); err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+			return true, err
+		}
+		// A new leader that has not granted it yet: the heartbeat is a
+		// sign of life as good as a grant.
+		return false, svc.lockLeases.Grant(holder, length)
+	}
+	if cur, _ := svc.lockLeases.Length(holder); cur != length {
+		return false, svc.lockLeases.Grant(holder, length)
+	}
+	return false, nil
+}
+
+// ended2lock is the answer to a heartbeat of lock id, found let go after
+// lk was read: its end as the executor shows it, or EXPIRED/RELEASED as
+// this leader's record says while that end is being written.
+func ended2lock(d *Domain, x catalog.Executor, id uint64, lk catalog.Lock) catalog.Lock {
+	if now, err := d.lockInfo(x, id); err == nil && now.State != LockAcquired && now.State != LockWaiting {
+		return now
+	}
+	if svc := d.services(); svc != nil {
+		if released, expired := svc.lockOutcome(id); released {
+			lk.State = LockReleased
+			return lk
+		} else if expired {
+			lk.State = LockExpired
+			return lk
+		}
+	}
+	lk.State = LockExpired // the monitor lets it go shortly
+	return lk
 }
 
 // restateTimeout bounds how long a heartbeat waits for a restated lease

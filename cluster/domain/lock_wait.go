@@ -19,6 +19,10 @@ type lockWait struct {
 	// restated is a lease length the holder asked for that the procedure
 	// has yet to persist (0: none).
 	restated time.Duration
+	// ended: the procedure let the lock go (its lease is gone); kept
+	// until its end is visible, so that a heartbeat racing the end does
+	// not grant the finished lock a lease again (see lockEnded).
+	ended bool
 }
 
 func (s *services) lockWaitOf(id uint64) *lockWait {
@@ -46,6 +50,17 @@ func (s *services) lockFlags(id uint64) (released, expired bool, ev *scheduler.E
 		w.ev = scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))
 	}
 	return w.released, w.expired, w.ev
+}
+
+// lockOutcome reports what this leader's record says of lock id: released
+// by its holder, expired.
+func (s *services) lockOutcome(id uint64) (released, expired bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.locks[id]; w != nil {
+		return w.released, w.expired
+	}
+	return false, false
 }
 
 // lockExpired reports whether lock id's lease expired in this term.
@@ -91,7 +106,30 @@ func (s *services) takeRestated(id uint64) time.Duration {
 	return d
 }
 
+// dropLock lets go of lock id's lease as its procedure ends. Its record
+// stays, marked ended, until the end is visible (forgetLock).
 func (s *services) dropLock(id uint64) {
+	s.mu.Lock()
+	if w := s.locks[id]; w != nil {
+		w.ended = true
+	}
+	s.mu.Unlock()
+	s.lockLeases.Release(lockHolder(id))
+}
+
+// lockEnded reports whether lock id's procedure has let the lock go in
+// this term: a heartbeat must not grant it a lease then.
+func (s *services) lockEnded(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.locks[id]
+	return w != nil && w.ended
+}
+
+// forgetLock drops what the leader keeps of lock id once its procedure's
+// end is visible (a release, an expiry, a withdrawal's rollback alike):
+// its lease and its record.
+func (s *services) forgetLock(id uint64) {
 	s.mu.Lock()
 	delete(s.locks, id)
 	s.mu.Unlock()

@@ -55,7 +55,13 @@ func (s *services) watchProc(id uint64) (<-chan struct{}, func()) {
 // onTransition is the executor's listener: it wakes the watchers of the
 // procedure that moved. It runs on a worker, and inside Submit, whose
 // callers may hold s.mu: it takes only watchMu and only closes channels.
-func (s *services) onTransition(info procedure.Info) { s.wakeWatchers(info.ID) }
+func (s *services) onTransition(info procedure.Info) {
+	s.wakeWatchers(info.ID)
+	if info.Type == TypeLock && info.State.Terminal() {
+		// s.mu may be held by this call's caller: forgotten apart.
+		go s.forgetLock(info.ID)
+	}
+}
 
 // onLockWait is the executor's lock-wait listener: a procedure parked
 // behind a conflicting lock has not moved, but AcquireLock's caller is

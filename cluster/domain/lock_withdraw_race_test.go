@@ -11,9 +11,9 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// Review (holds): withdrawing a WAITING lock as it is granted leaves
+// withdrawing a WAITING lock as it is granted leaves
 // nothing held: the next lock is acquired.
-func TestReviewWithdrawRacingGrant(t *testing.T) {
+func TestWithdrawRacingGrant(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -11,13 +11,13 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// Review: a WAITING lock whose holder restates a SHORTER lease is told its
+// Found by review (each failed before its fix): a WAITING lock whose holder restates a SHORTER lease is told its
 // persisted (longer) length until the acquisition persists the shorter one.
 // A leader that dies after the acquisition but before the holder's next
 // heartbeat leaves a successor that grants the shorter length: the holder,
 // told 1 h and heartbeating at that pace, loses the lock to a waiter.
 // The successor's grant must be at least what the holder was last told.
-func TestReviewShortenedWaitingLeaseThenFailover(t *testing.T) {
+func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
 	h := newHarness(t, harnessOpts{servers: 1})
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -63,7 +63,7 @@ func TestReviewShortenedWaitingLeaseThenFailover(t *testing.T) {
 	}
 }
 
-// Review: a heartbeat restating an ACQUIRED lock's length waits (up to 5 s)
+// Found by review (each failed before its fix): a heartbeat restating an ACQUIRED lock's length waits (up to 5 s)
 // for the procedure to persist it, and only then renews the lease. A release
 // (or an expiry) that the procedure sees before the restatement finishes the
 // lock without persisting it: the heartbeat then waits out its 5 s, finds no
@@ -71,7 +71,7 @@ func TestReviewShortenedWaitingLeaseThenFailover(t *testing.T) {
 // finished lock and answers with the ACQUIRED read before the wait. The
 // holder is told it holds a lock that is gone (an expired one may already
 // be another's).
-func TestReviewRestateRacingRelease(t *testing.T) {
+func TestRestateRacingRelease(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -108,13 +108,13 @@ func TestReviewRestateRacingRelease(t *testing.T) {
 	}
 }
 
-// Review: ReleaseLock of a WAITING lock aborts its procedure, which rolls
+// Found by review (each failed before its fix): ReleaseLock of a WAITING lock aborts its procedure, which rolls
 // back without running a step: nothing calls dropLock, so the lock's lease
 // (and its wait state) outlive it. The lease runs on, and when it runs out
 // the monitor warns "external lock expired: its holder stopped
 // heartbeating" about a lock withdrawn long before, and re-creates its wait
 // state, which nothing removes.
-func TestReviewWithdrawnWaitingLockLeavesNoLease(t *testing.T) {
+func TestWithdrawnWaitingLockLeavesNoLease(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

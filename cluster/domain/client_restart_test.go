@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
-// Review: a client given one address that it has already talked to gives
+// Found by review (each failed before its fix): a client given one address that it has already talked to gives
 // up on the first refused connection. Client.Wait (what 'baton proc wait'
 // and --wait use) on a single-master cluster, or with BATON_MASTERS naming
 // one master, no longer rides out that master's restart: the watch stream
@@ -19,7 +19,7 @@ import (
 // not change that", where 0.1.0 retried within the call timeout. A refused
 // connection at an address that answered moments ago is a restart, not a
 // mistyped address.
-func TestReviewSingleAddressWaitRidesOutARestart(t *testing.T) {
+func TestSingleAddressWaitRidesOutARestart(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
 	id := h.submit(&diag.Sleep{Steps: 1, Delay: 3 * time.Second}, "")
 	var retries atomic.Int32
