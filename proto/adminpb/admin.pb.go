@@ -2119,7 +2119,13 @@ type Procedure struct {
 	// rolling_back: the procedure's executed steps are being undone.
 	RollingBack bool `protobuf:"varint,102,opt,name=rolling_back,json=rollingBack,proto3" json:"rolling_back,omitempty"`
 	// stack_depth is how many executed steps are on its rollback stack.
-	StackDepth    int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
+	StackDepth int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
+	// summary_only: a descendant of a finished root whose record went with
+	// the root's finish, answered from the summary the root's record keeps
+	// of it for as long as the root's result is kept (id, parent, type,
+	// final state, submission and finish to the millisecond, error): no
+	// data, history, runs or result.
+	SummaryOnly   bool `protobuf:"varint,104,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2313,6 +2319,13 @@ func (x *Procedure) GetStackDepth() int32 {
 		return x.StackDepth
 	}
 	return 0
+}
+
+func (x *Procedure) GetSummaryOnly() bool {
+	if x != nil {
+		return x.SummaryOnly
+	}
+	return false
 }
 
 // ProcedureTransition is a stretch of a procedure's writes that left it at
@@ -6195,7 +6208,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe7\x05\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\x8a\x06\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6223,7 +6236,8 @@ const file_admin_proto_rawDesc = "" +
 	"\ahistory\x18e \x03(\v2#.baton.admin.v1.ProcedureTransitionR\ahistory\x12!\n" +
 	"\frolling_back\x18f \x01(\bR\vrollingBack\x12\x1f\n" +
 	"\vstack_depth\x18g \x01(\x05R\n" +
-	"stackDepth\"\x80\x02\n" +
+	"stackDepth\x12!\n" +
+	"\fsummary_only\x18h \x01(\bR\vsummaryOnly\"\x80\x02\n" +
 	"\x13ProcedureTransition\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
