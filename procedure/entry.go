@@ -136,16 +136,16 @@ type rootState struct {
 	// forgottenSums summarise the members forgotten so far, for the
 	// root's terminal record.
 	forgottenSums forgottenSummaries
-	nextPos          int32 // position of the next step pushed: above every persisted one
-	running          int   // members executing a step (or the rollback)
-	failed           bool  // a member failed: rollback once nothing runs
-	cause            string
-	causeCode        string // ErrorCode of the failure cause tells
-	rolling          bool   // a worker is rolling the tree back
-	rbRerun          bool   // a turn came while rolling: the roller re-queues the root
-	rbTries          int
-	done             bool
-	rbTimer          clock.Timer
-	doneCh           chan struct{}
-	doneOnce         sync.Once
+	nextPos       int32 // position of the next step pushed: above every persisted one
+	running       int   // members executing a step (or the rollback)
+	failed        bool  // a member failed: rollback once nothing runs
+	cause         string
+	causeCode     string // ErrorCode of the failure cause tells
+	rolling       bool   // a worker is rolling the tree back
+	rbRerun       bool   // a turn came while rolling: the roller re-queues the root
+	rbTries       int
+	done          bool
+	rbTimer       clock.Timer
+	doneCh        chan struct{}
+	doneOnce      sync.Once
 }
