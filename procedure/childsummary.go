@@ -242,20 +242,30 @@ func unpackChildSummaries(msg []byte, root uint64, base time.Time) (list []Child
 		return nil, 0, err
 	}
 	list = make([]ChildSummary, 0, min(h.count, len(h.entries)))
+	err = h.each(root, base, func(s ChildSummary) { list = append(list, s) })
+	if err != nil {
+		return nil, 0, err
+	}
+	return list, h.omitted, nil
+}
+
+// each calls fn with every entry, in id order, without keeping them: a
+// lookup of one in a tree of 100,000 allocates nothing per entry.
+func (h *summaryHeader) each(root uint64, base time.Time, fn func(ChildSummary)) error {
 	prev, b := root, h.entries
 	for len(b) > 0 {
 		s, typ, rest, err := consumeSummaryEntry(b, prev, root, base)
 		if err != nil {
-			return nil, 0, err
+			return err
 		}
 		if typ >= uint64(len(h.types)) {
-			return nil, 0, fmt.Errorf("%w: child summary %d: type %d of %d", ErrCorrupt, s.ID, typ, len(h.types))
+			return fmt.Errorf("%w: child summary %d: type %d of %d", ErrCorrupt, s.ID, typ, len(h.types))
 		}
 		s.Type = h.types[typ]
-		list = append(list, s)
+		fn(s)
 		prev, b = s.ID, rest
 	}
-	return list, h.omitted, nil
+	return nil
 }
 
 // forgottenSummaries are the summaries of the children a tree forgot as
@@ -341,18 +351,13 @@ func (x *Executor) childSummariesLocked(e *entry) (pack func() []byte) {
 }
 
 // summaryInfo is the Info of descendant s of the finished root whose
-// record is r, with its children among list.
-func summaryInfo(s ChildSummary, r *record, list []ChildSummary) Info {
+// record is r (its children are added by the caller).
+func summaryInfo(s ChildSummary, r *record) Info {
 	info := Info{ID: s.ID, ParentID: s.ParentID, RootID: r.id, Type: s.Type, State: s.State,
 		Owner: r.owner, Submitted: s.Submitted, Updated: s.Finished, Finished: s.Finished,
 		Error: s.Error, SummaryOnly: true}
 	if info.Updated.IsZero() {
 		info.Updated = s.Submitted
-	}
-	for _, c := range list {
-		if c.ParentID == s.ID {
-			info.Children = append(info.Children, c.ID)
-		}
 	}
 	return info
 }
@@ -364,6 +369,12 @@ func summaryInfo(s ChildSummary, r *record, list []ChildSummary) Info {
 // finished root, or one finished by a version that kept no summaries
 // (its direct children are still listed in its Info.Children).
 func ChildSummaryInfos(data []byte) (infos []Info, omitted int, kept bool, err error) {
+	return ChildSummaryInfosIn(data, 0, math.MaxUint64)
+}
+
+// ChildSummaryInfosIn is ChildSummaryInfos for the descendants with ids
+// in (after, upTo] alone: what a page of a listing holds.
+func ChildSummaryInfosIn(data []byte, after, upTo uint64) (infos []Info, omitted int, kept bool, err error) {
 	var r record
 	if err := r.unmarshal(data); err != nil {
 		return nil, 0, false, err
@@ -371,15 +382,25 @@ func ChildSummaryInfos(data []byte) (infos []Info, omitted int, kept bool, err e
 	if r.summaries == nil {
 		return nil, 0, false, nil
 	}
-	list, omitted, err := unpackChildSummaries(r.summaries, r.id, fromUnixNano(r.submitted))
+	h, err := readSummaryHeader(r.summaries)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("procedure %d: %w", r.id, err)
 	}
-	infos = make([]Info, len(list))
-	for i, s := range list {
-		infos[i] = summaryInfo(s, &r, list)
+	// A parent's id is below its children's: it is met first.
+	at := map[uint64]int{}
+	err = h.each(r.id, fromUnixNano(r.submitted), func(s ChildSummary) {
+		if i, ok := at[s.ParentID]; ok {
+			infos[i].Children = append(infos[i].Children, s.ID)
+		}
+		if s.ID > after && s.ID <= upTo {
+			at[s.ID] = len(infos)
+			infos = append(infos, summaryInfo(s, &r))
+		}
+	})
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("procedure %d: %w", r.id, err)
 	}
-	return infos, omitted, true, nil
+	return infos, h.omitted, true, nil
 }
 
 // ChildSummaryInfo finds descendant id in a finished root's record: its
@@ -396,20 +417,22 @@ func ChildSummaryInfo(data []byte, id uint64) (info Info, found, listed bool, er
 
 func childSummaryInfoOf(r *record, id uint64) (info Info, found, listed bool, err error) {
 	if r.summaries != nil {
-		list, _, err := unpackChildSummaries(r.summaries, r.id, fromUnixNano(r.submitted))
+		h, err := readSummaryHeader(r.summaries)
+		if err == nil {
+			err = h.each(r.id, fromUnixNano(r.submitted), func(s ChildSummary) {
+				switch {
+				case s.ID == id:
+					info, found = summaryInfo(s, r), true
+				case found && s.ParentID == id:
+					info.Children = append(info.Children, s.ID)
+				}
+			})
+		}
 		if err != nil {
 			return Info{}, false, false, fmt.Errorf("procedure %d: %w", r.id, err)
 		}
-		if i, ok := slices.BinarySearchFunc(list, id, func(s ChildSummary, id uint64) int {
-			switch {
-			case s.ID < id:
-				return -1
-			case s.ID > id:
-				return 1
-			}
-			return 0
-		}); ok {
-			return summaryInfo(list[i], r, list), true, true, nil
+		if found {
+			return info, true, true, nil
 		}
 	}
 	return Info{}, false, slices.Contains(r.children, id), nil

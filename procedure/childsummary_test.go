@@ -264,3 +264,31 @@ func BenchmarkChildSummaryBytes(b *testing.B) {
 	b.ReportMetric(float64(len(rec))/n, "summary-B/child")
 	b.ReportMetric(float64(len(rec)), "summary-B/root")
 }
+
+// TestChildSummaryLookupAllocatesLittle: finding one child among a big
+// tree's summaries (the console reads 60 of a crash recovery's 100,000,
+// one call each) keeps none of the others, and listing a page of them
+// builds the Infos of that page alone.
+func TestChildSummaryLookupAllocatesLittle(t *testing.T) {
+	base := time.Unix(1e6, 0)
+	const n = 100_000
+	list := make([]ChildSummary, n)
+	for i := range list {
+		list[i] = ChildSummary{ID: uint64(2 + i), ParentID: 1, Type: "TransitRegionState", State: Success,
+			Submitted: base, Finished: base.Add(time.Second)}
+	}
+	r := record{id: 1, root: 1, typeName: "ServerCrash", state: Success, submitted: unixNano(base),
+		finishedAt: unixNano(base.Add(time.Minute)), summaries: packChildSummaries(1, base, list, 0)}
+	data := r.marshal()
+	if allocs := testing.AllocsPerRun(3, func() {
+		if _, found, _, err := ChildSummaryInfo(data, n/2); !found || err != nil {
+			t.Fatalf("child %d: %v %v", n/2, found, err)
+		}
+	}); allocs > 50 {
+		t.Errorf("a lookup among %d summaries made %.0f allocations", n, allocs)
+	}
+	infos, _, _, err := ChildSummaryInfosIn(data, 500, 600)
+	if err != nil || len(infos) != 100 || infos[0].ID != 501 || infos[99].ID != 600 {
+		t.Fatalf("a page of summaries: %d (%v)", len(infos), err)
+	}
+}

@@ -329,12 +329,12 @@ func summaryWaiting(info procedure.Info) string {
 func (s *Server) summarisedInfos(x Procedures, after, upTo uint64, f procedure.Filter) ([]procedure.Info, error) {
 	var out []procedure.Info
 	err := s.eachSummaryRoot(x, after, upTo, func(data []byte) (bool, error) {
-		infos, _, _, err := procedure.ChildSummaryInfos(data)
+		infos, _, _, err := procedure.ChildSummaryInfosIn(data, after, upTo)
 		if err != nil {
 			return false, nil // the root's own listing reports it
 		}
 		for _, info := range infos {
-			if info.ID > after && info.ID <= upTo && f.Match(info) {
+			if f.Match(info) {
 				out = append(out, info)
 			}
 		}
