@@ -137,8 +137,8 @@ func TestChildSummariesBounded(t *testing.T) {
 // TestForgottenChildrenSummarised: the children a parent forgets as they
 // succeed (ForgetsChildren) are summarised when forgotten; the one that
 // failed and was kept until the root ended is summarised with the root's
-// finish. Get of each answers from its summary, and keeps answering
-// after a restart (the index is rebuilt by the load) until the root is
+// finish. Get of each answers from its summary, also once an Ack wrote
+// the root's record again, and keeps answering after a restart (the index is rebuilt by the load) until the root is
 // evicted.
 func TestForgottenChildrenSummarised(t *testing.T) {
 	mem := store.NewMemStore()
@@ -178,6 +178,11 @@ func TestForgottenChildrenSummarised(t *testing.T) {
 	if mem.Len() != 1 {
 		t.Fatalf("%d records stored, want the root's alone", mem.Len())
 	}
+	// An Ack writes the root's record again: with its summaries.
+	if err := h.x.Ack(id); err != nil {
+		t.Fatal(err)
+	}
+	check(h.x)
 
 	_ = h.x.Stop(t.Context())
 	h2 := startExecutor(t, mem, newDomain(), mod)
