@@ -212,17 +212,21 @@ func BenchmarkFinishedFootprint(b *testing.B) {
 // the root's finish, which keeps a summary of each in its record and a
 // span of their ids in the executor's index (childsummary.go).
 //
-// Figures (bytes per finished root, 10 children each; 2-core VM):
+// Figures (bytes per finished root, 10 children each; 2-core VM shared
+// with other work):
 //
-//	               exec-B   record-B  total-B  store-heap-B
-//	N=10k            44       251       295       323
-//	N=100k           42       253       295       308
+//	               exec-B   record-B  of it summaries  store-heap-B
+//	N=10k           47.5      218          76              293
+//	N=100k          46.3      218          76              277
 //
-// Against the roots without children above (26-29 B of heap, 165-167
-// of record): 16 B of heap for the index span, and 8.3 B of record a
-// child (83 B for ten: the summaries' table of one type name, 10 entries
-// of 6-8 bytes, and the field's tag and length), besides the 10 ids the
-// record listed already.
+// Against roots without children (BenchmarkFinishedFootprint, same run:
+// 28.9 B of heap), a finished tree costs 16-18 B more heap: its span in
+// the child index (16 B) and the slack of that slice's growth. Its
+// summaries cost the record 76 B for ten children, 7.6 B a child (the
+// table of one type name, the entries, the field's tag and length;
+// BenchmarkChildSummaryBytes: 7.9 B a child of a 10,000-region create),
+// besides the ten ids the record listed already. The rest of the record
+// differs from a sleep root's by the type's own state and result.
 func BenchmarkFinishedTreeFootprint(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
