@@ -53,8 +53,9 @@ type Info struct {
 	Locked         bool
 	// Children are the children whose spawn committed, in the order they
 	// were spawned. A forgotten child (ForgetsChildren) is listed, though
-	// Get no longer knows it, until the executor restarts (the list is
-	// then rebuilt from the stored records).
+	// Get knows it only once its root has finished (from the summary the
+	// root keeps: SummaryOnly), until the executor restarts while the
+	// tree runs (the list is then rebuilt from the stored records).
 	Children   []uint64
 	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's
@@ -78,6 +79,13 @@ type Info struct {
 	// False once it is finished: what it means is moot then, and a
 	// finished root does not keep it.
 	UntilDone bool
+	// SummaryOnly: a descendant of a finished root, whose record went
+	// with the root's finish, answered from the summary the root's record
+	// keeps of it (ChildSummary) for as long as the root is kept: ID,
+	// ParentID, RootID, Type, State, Submitted, Finished (and Updated) to
+	// the millisecond, Error, Owner (its root's) and Children. No Data,
+	// History, Runs or Result.
+	SummaryOnly bool
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -264,7 +272,7 @@ func (x *Executor) Get(id uint64) (Info, error) {
 	}
 	e, err := x.lookupLocked(id)
 	if err != nil {
-		return Info{}, err
+		return x.summaryInfoLocked(id)
 	}
 	return x.infoLocked(e), nil
 }

@@ -55,6 +55,10 @@ type entry struct {
 	// lastRec is a finished root's last record, kept for retirement when
 	// the store cannot read it back.
 	lastRec []byte
+	// summaries is a finished root's record's fChildSummaries, packed by
+	// its first terminal write (its tree is let go of right after) and
+	// written as is by any later one (an Ack).
+	summaries []byte
 	// resumed: loaded from the store and not stepped since (the worker
 	// running it reads and clears it): its next state may have run on the
 	// executor that died, so an abort now rolls that state back too.
@@ -130,16 +134,19 @@ type rootState struct {
 	stack []*entry
 	// forgottenInStack counts the stack's elements that are forgotten.
 	forgottenInStack int
-	nextPos          int32 // position of the next step pushed: above every persisted one
-	running          int   // members executing a step (or the rollback)
-	failed           bool  // a member failed: rollback once nothing runs
-	cause            string
-	causeCode        string // ErrorCode of the failure cause tells
-	rolling          bool   // a worker is rolling the tree back
-	rbRerun          bool   // a turn came while rolling: the roller re-queues the root
-	rbTries          int
-	done             bool
-	rbTimer          clock.Timer
-	doneCh           chan struct{}
-	doneOnce         sync.Once
+	// forgottenSums summarise the members forgotten so far, for the
+	// root's terminal record.
+	forgottenSums forgottenSummaries
+	nextPos       int32 // position of the next step pushed: above every persisted one
+	running       int   // members executing a step (or the rollback)
+	failed        bool  // a member failed: rollback once nothing runs
+	cause         string
+	causeCode     string // ErrorCode of the failure cause tells
+	rolling       bool   // a worker is rolling the tree back
+	rbRerun       bool   // a turn came while rolling: the roller re-queues the root
+	rbTries       int
+	done          bool
+	rbTimer       clock.Timer
+	doneCh        chan struct{}
+	doneOnce      sync.Once
 }

@@ -42,6 +42,9 @@ type Executor struct {
 	// indexes them (finished.go).
 	finished finishedTable
 	fin      *finishedIndex
+	// children finds the finished root of a descendant it keeps a
+	// summary of (childsummary.go).
+	children childIndex
 	problems map[uint64]LoadProblem
 	nextID   uint64
 	started  bool
@@ -959,6 +962,7 @@ func (x *Executor) forgetChildLocked(root *rootState, e *entry) {
 	// it ran would otherwise write its record back.
 	e.dirty = false
 	e.forgotten = true
+	root.forgottenSums.add(root.id, root.entry.submitted, summaryOf(e), e.ti)
 	delete(root.members, e.id)
 	x.forgetLocked(e.id)
 	root.forgottenInStack += len(e.stack)
@@ -1534,13 +1538,23 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
 	}
+	var packSummaries func() []byte
 	if r.finishedRoot() {
 		// Written compactly (record.marshal): its history as a list, and
-		// the children it had, whose records go with its finish.
+		// the children it had, whose records go with its finish, and
+		// what it keeps of them (its first terminal write packs it).
 		r.history = e.history.snapshot()
 		r.children = append([]uint64(nil), e.children...)
+		if r.summaries = e.summaries; r.summaries == nil {
+			packSummaries = x.childSummariesLocked(e)
+		}
 	}
 	x.unlock()
+	if packSummaries != nil {
+		// Only e's holder encodes it: e.summaries needs no lock.
+		e.summaries = packSummaries()
+		r.summaries = e.summaries
+	}
 	if isSM {
 		r.sm, r.smStarted, r.smEOF, r.smNext = true, m.started, m.eof, m.next
 		r.smHistory = append([]int32(nil), m.history...)

@@ -25,7 +25,9 @@ import (
 // ref of its nonce's hash (nonceIndex), and reads the record back
 // (store.Reader) for whatever else is asked: Get, Wait and List decode
 // it, an Ack rewrites it. 26-29 bytes per finished root in all, with the
-// slack of the slices' growth and the refs not merged yet.
+// slack of the slices' growth and the refs not merged yet; a root that
+// had descendants adds a 16-byte span of their ids to the child index
+// (childsummary.go), which finds the summaries its record keeps of them.
 
 // finishedRoot is what the executor keeps of a finished root, by id in
 // Executor.finished: what List filters by, and what its eviction needs;
@@ -137,6 +139,7 @@ func (x *Executor) retireLocked(e *entry, rec []byte) {
 		f.flags |= finAcked
 	}
 	x.finished.put(e.id, f)
+	x.indexChildrenLocked(e)
 	addCount(x.live.byState, typeState{e.ti, e.state}, 1)
 	if x.fin.recs != nil {
 		x.fin.recs[e.id] = rec

@@ -276,6 +276,8 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		e.resumed = !r.state.Terminal()
 	}
 	if r.finishedRoot() {
+		// Its descendants are indexed (retireLocked) from what it names.
+		e.children, e.summaries = r.children, r.summaries
 		return e, nil // nor asked for its locks or queue: it never runs
 	}
 	if err := x.deriveLocked(e); err != nil {

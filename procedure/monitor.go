@@ -53,6 +53,7 @@ func (x *Executor) EvictExpired() int {
 		x.forgetFinishedLocked(id, recs[i])
 	}
 	x.finished.deleteSorted(ids)
+	x.children.deleteSorted(ids)
 	x.fin.nonces.merge()
 	x.unlock()
 	x.log.Debug("evicted finished procedures", "count", len(ids))

@@ -66,6 +66,11 @@ type record struct {
 	// read until the record's id is known.
 	children       []uint64
 	childrenPacked []byte
+	// summaries is a finished root's fChildSummaries message (see
+	// childsummary.go), written with its terminal record only and kept
+	// as read: an Ack writes it back unchanged. nil in a record written
+	// before summaries were kept.
+	summaries []byte
 	// trace is the span context of the procedure's first span (see
 	// entry.traceCtx), persisted as a W3C traceparent's fields in binary
 	// (tracectx.AppendBinary); invalid with tracing off.
@@ -120,6 +125,10 @@ const (
 	fHistoryPacked protowire.Number = 111
 	// fChildren lists a finished root's children, packed as id deltas.
 	fChildren protowire.Number = 112
+	// fChildSummaries is what a finished root keeps of its descendants,
+	// whose records went with its finish (childsummary.go); older
+	// binaries skip it.
+	fChildSummaries protowire.Number = 113
 )
 
 // finishedRoot reports whether r is a finished root's record: the record
@@ -230,6 +239,7 @@ func (r *record) marshal() []byte {
 			}
 			str(fChildren, packed)
 		}
+		str(fChildSummaries, r.summaries)
 		return b
 	}
 	for _, run := range r.runs {
@@ -432,6 +442,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.historyPacked = v
 	case fChildren:
 		r.childrenPacked = v
+	case fChildSummaries:
+		r.summaries = append([]byte{}, v...)
 	case fStack, fSMHistory:
 		var out []int32
 		for len(v) > 0 {

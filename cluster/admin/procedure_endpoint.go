@@ -376,6 +376,7 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		Runs:            runsToProto(info.Runs),
 		RollingBack:     info.RollingBack,
 		StackDepth:      int32(info.StackDepth),
+		SummaryOnly:     info.SummaryOnly,
 	}
 }
 

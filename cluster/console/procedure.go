@@ -41,6 +41,12 @@ type treeNode struct {
 	Children []*treeNode
 	// More counts the children not read (maxTree reached).
 	More int
+	// Unknown counts the children read but not found: forgotten as they
+	// succeeded under a tree still running (procedure.ForgetsChildren),
+	// or of a finished root that kept no summary of them (it finished on
+	// a version that kept none, or its tree was too big for them all).
+	// A finished root's other children are shown from their summaries.
+	Unknown int
 }
 
 type timelineRow struct {
@@ -180,7 +186,7 @@ func (c *Console) tree(rd *reads, proc *adminpb.Procedure) ([]*adminpb.Procedure
 			if cid != proc.GetId() {
 				var err error
 				if child, err = rd.getProc(cid); err != nil {
-					n.More++
+					n.Unknown++
 					continue
 				}
 			}

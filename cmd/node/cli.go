@@ -413,6 +413,10 @@ type procJSON struct {
 	AbortRequested bool     `json:"abort_requested"`
 	Children       []uint64 `json:"children"`
 	WaitingFor     string   `json:"waiting_for,omitempty"`
+	// SummaryOnly: a descendant of a finished root, whose record went
+	// with the root's finish, shown from the summary the root keeps of it
+	// (no data, history, runs or result).
+	SummaryOnly bool `json:"summary_only,omitempty"`
 	// Runs says which master made which of its writes (a failover shows
 	// as a second run).
 	Runs []runJSON `json:"runs,omitempty"`
@@ -447,6 +451,7 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(), ErrorCode: p.GetErrorCode(),
 		Read:   toReadJSON(p.GetRead()),
 		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
+		SummaryOnly: p.GetSummaryOnly(),
 	}
 	if j.Children == nil {
 		j.Children = []uint64{}
@@ -506,6 +511,9 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 	line("submitted", j.SubmittedAt)
 	line("updated", j.UpdatedAt)
 	line("finished", j.FinishedAt)
+	if j.SummaryOnly {
+		line("kept", "a summary: its record went with its root's finish (no data, history or runs)")
+	}
 	for i, r := range j.Runs {
 		key := ""
 		if i == 0 {

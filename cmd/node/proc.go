@@ -256,6 +256,10 @@ func (c *cli) procByID(verb string, args []string) int {
 			}
 			tw.Flush()
 		}
+		if n := len(p.GetChildren()) - len(children); n > 0 && p.GetParentId() == 0 && client.Terminal(p.GetState()) {
+			fmt.Fprintf(c.stdout, "%d of its children not shown: no summary of them was kept "+
+				"(it finished on a version that kept none, or its tree was too big to summarise every member)\n", n)
+		}
 		c.printServed(p.GetRead())
 	}
 	return exitOK
@@ -271,18 +275,28 @@ type childJSON struct {
 }
 
 // childrenOf reads p's children with one listing rather than a call each:
-// a table create has one per region. A child already forgotten (its tree
-// finished) is left out.
+// a table create has one per region. A child of a finished tree is listed
+// from the summary its root keeps (summary_only); one it keeps none of
+// is left out.
 func childrenOf(c *cli, cl *client.Client, p *adminpb.Procedure, rf *readFlags) ([]*adminpb.Procedure, error) {
-	all, err := cl.ListAll(c.ctx, client.ListOptions{}, rf.optsQuiet()...)
-	if err != nil {
-		return nil, fmt.Errorf("listing the children of procedure %d: %w", p.GetId(), err)
-	}
+	// A child's id is above its parent's: the listing starts there, and
+	// stops once every child is found.
+	o := client.ListOptions{PageToken: strconv.FormatUint(p.GetId(), 10)}
 	var out []*adminpb.Procedure
-	for _, q := range all {
-		if q.GetParentId() == p.GetId() {
-			out = append(out, q)
+	for len(out) < len(p.GetChildren()) {
+		page, next, err := cl.List(c.ctx, o, rf.optsQuiet()...)
+		if err != nil {
+			return nil, fmt.Errorf("listing the children of procedure %d: %w", p.GetId(), err)
 		}
+		for _, q := range page {
+			if q.GetParentId() == p.GetId() {
+				out = append(out, q)
+			}
+		}
+		if next == "" || next == o.PageToken {
+			break
+		}
+		o.PageToken = next
 	}
 	return out, nil
 }

@@ -2125,7 +2125,13 @@ type Procedure struct {
 	StackDepth int32 `protobuf:"varint,103,opt,name=stack_depth,json=stackDepth,proto3" json:"stack_depth,omitempty"`
 	// progress is how far an unfinished procedure is, when its type says
 	// (steps of a sleep, regions open of a table create); unset otherwise.
-	Progress      *ProcedureProgress `protobuf:"bytes,104,opt,name=progress,proto3" json:"progress,omitempty"`
+	Progress *ProcedureProgress `protobuf:"bytes,104,opt,name=progress,proto3" json:"progress,omitempty"`
+	// summary_only: a descendant of a finished root whose record went with
+	// the root's finish, answered from the summary the root's record keeps
+	// of it for as long as the root's result is kept (id, parent, type,
+	// final state, submission and finish to the millisecond, error): no
+	// data, history, runs or result.
+	SummaryOnly   bool `protobuf:"varint,105,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2326,6 +2332,13 @@ func (x *Procedure) GetProgress() *ProcedureProgress {
 		return x.Progress
 	}
 	return nil
+}
+
+func (x *Procedure) GetSummaryOnly() bool {
+	if x != nil {
+		return x.SummaryOnly
+	}
+	return false
 }
 
 // ProcedureProgress: done of total units (total 0: not known).
@@ -6293,7 +6306,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xa6\x06\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xc9\x06\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6322,7 +6335,8 @@ const file_admin_proto_rawDesc = "" +
 	"\frolling_back\x18f \x01(\bR\vrollingBack\x12\x1f\n" +
 	"\vstack_depth\x18g \x01(\x05R\n" +
 	"stackDepth\x12=\n" +
-	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\"Q\n" +
+	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\x12!\n" +
+	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\"Q\n" +
 	"\x11ProcedureProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
