@@ -612,10 +612,10 @@ func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 		case found:
 			return info, nil
 		case listed:
-			return Info{}, fmt.Errorf("%w: %d: %s", ErrNotFound, id, NoSummaryNote(rid))
+			return Info{}, Errorf(ErrNotFound, "procedure %d does not exist: %s", id, NoSummaryNote(rid))
 		}
 	}
-	return Info{}, fmt.Errorf("%w: %d", ErrNotFound, id)
+	return Info{}, Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
 // NoSummaryNote says why a child its finished root lists has no summary.

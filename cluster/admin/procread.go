@@ -302,7 +302,7 @@ func (s *Server) summarisedProc(x Procedures, id uint64) (*adminpb.Procedure, pr
 				return true, nil
 			case listed:
 				sum, _ := procedure.DecodeSummary(data)
-				why = fmt.Errorf("%w: %d: %s", procedure.ErrNotFound, id, procedure.NoSummaryNote(sum.ID))
+				why = procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist: %s", id, procedure.NoSummaryNote(sum.ID))
 			}
 			return false, nil
 		})
@@ -312,7 +312,7 @@ func (s *Server) summarisedProc(x Procedures, id uint64) (*adminpb.Procedure, pr
 	}
 	if !found.SummaryOnly {
 		if why == nil {
-			why = fmt.Errorf("%w: %d", procedure.ErrNotFound, id)
+			why = procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist", id)
 		}
 		return nil, procedure.Info{}, why
 	}

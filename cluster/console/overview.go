@@ -117,7 +117,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		byLease := map[string]int64{}
 		for _, s := range p.Servers {
 			byLease[s.GetLeaseState()]++
-			if s.GetLeaseState() != "live" {
+			// "unknown": a standby that no leader answers shows the
+			// servers it recorded, whose leases only a leader knows; the
+			// stale banner says so, an alert per server would not help.
+			if st := s.GetLeaseState(); st != "live" && st != "unknown" {
 				p.Alerts = append(p.Alerts, alert{"warn", fmt.Sprintf("Region server %s is %s (last renewal %s)", s.GetId(), s.GetLeaseState(), ageOfUnixMs(s.GetLastRenewalUnixMs())), serverURL(s.GetId())})
 			}
 		}

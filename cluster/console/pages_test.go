@@ -279,7 +279,9 @@ func TestCutOffStandbyShowsStaleState(t *testing.T) {
 	})
 	leaderURL := "http://" + f.leader.HTTPAddr() + "/"
 	for path, wants := range map[string][]string{
-		"/":              {"No leader is known to " + f.standby.ID, "only the leader holds this"},
+		// The region servers it recorded, their leases unknown (only a
+		// leader keeps them).
+		"/":              {"No leader is known to " + f.standby.ID, "unknown"},
 		"/ui/procedures": {`data-id="` + fmt.Sprint(f.sleepID) + `"`},
 		"/ui/procedures/" + fmt.Sprint(f.sleepID): {"WAITING_TIMEOUT", "only the leader holds this"},
 		"/ui/locks":   {"only the leader holds this"},
