@@ -34,7 +34,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
-	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of the options.
@@ -88,7 +87,9 @@ type options struct {
 // WithCertificateCheck gives a client that presents no certificate of its
 // own (a token over server-authenticated TLS) a way to tell, when a
 // connection breaks as it opens, whether the server refused it for want
-// of a certificate (security.Credentials.CertificateRequired): such a
+// of a certificate (as security.Credentials.CertificateRequired does; the
+// TLS alert "certificate required" otherwise, which is all security.
+// IsCertificateRequired matches: the client stays below security): such a
 // refusal is then UNAUTHENTICATED at once, not retried until the call
 // times out.
 func WithCertificateCheck(check func(ctx context.Context, addr string) bool) Option {
@@ -368,7 +369,7 @@ func (c *Client) certificateRefusal(ctx context.Context, addr string, err error)
 	if status.Code(err) != codes.Unavailable {
 		return err
 	}
-	if !security.IsCertificateRequired(err) {
+	if !strings.Contains(status.Convert(err).Message(), "tls: certificate required") {
 		msg := status.Convert(err).Message()
 		broke := strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF")
 		if c.opts.certRequired == nil || !broke || !c.opts.certRequired(ctx, addr) {
