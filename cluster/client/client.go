@@ -87,11 +87,10 @@ type options struct {
 // WithCertificateCheck gives a client that presents no certificate of its
 // own (a token over server-authenticated TLS) a way to tell, when a
 // connection breaks as it opens, whether the server refused it for want
-// of a certificate (as security.Credentials.CertificateRequired does; the
-// TLS alert "certificate required" otherwise, which is all security.
-// IsCertificateRequired matches: the client stays below security): such a
+// of a certificate (security.Credentials.CertificateRequired): such a
 // refusal is then UNAUTHENTICATED at once, not retried until the call
-// times out.
+// times out. A refusal whose TLS alert came through is recognised without
+// it, by the alert's text (the client package sits below security).
 func WithCertificateCheck(check func(ctx context.Context, addr string) bool) Option {
 	return func(o *options) { o.certRequired = check }
 }
