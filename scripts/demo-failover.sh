@@ -27,24 +27,11 @@
 # host; the image always holds bin/baton) and DEMO_COMPOSE_FILE.
 set -euo pipefail
 
-for arg in "$@"; do
-	case $arg in
-	--keep) DEMO_KEEP=1 ;;
-	-h | --help)
-		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-		exit 0
-		;;
-	*)
-		echo "usage: $0 [--keep]" >&2
-		exit 2
-		;;
-	esac
-done
-
 cd "$(dirname "$0")/.."
 REPO=$PWD
 # shellcheck source=scripts/demo-lib.sh
 . "$REPO/scripts/demo-lib.sh"
+demo_args "$REPO/scripts/$(basename "$0")" "$@"
 
 export BATON_HOST_PORT_PREFIX=${BATON_HOST_PORT_PREFIX:-18}
 export BATON_RS_OP_LATENCY=${BATON_RS_OP_LATENCY:-500ms}

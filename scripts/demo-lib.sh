@@ -57,6 +57,26 @@ CREATE_PIDS=()
 TABLES=()
 
 # now_ms: wall-clock milliseconds (bash 5's EPOCHREALTIME; seconds on bash 4).
+# demo_args reads a demo script's own arguments (script "$@"): --keep,
+# or -h for the script's header comment.
+demo_args() {
+	local script=$1 arg
+	shift
+	for arg in "$@"; do
+		case $arg in
+		--keep) DEMO_KEEP=1 ;;
+		-h | --help)
+			sed -n '2,/^set -euo/p' "$script" | sed '$d; s/^# \{0,1\}//'
+			exit 0
+			;;
+		*)
+			echo "usage: $script [--keep]" >&2
+			exit 2
+			;;
+		esac
+	done
+}
+
 now_ms() {
 	if [ -n "${EPOCHREALTIME:-}" ]; then
 		local t=${EPOCHREALTIME/[.,]/}

@@ -21,24 +21,11 @@
 # DEMO_TIMEOUT, DEMO_SETTLE (scripts/demo-lib.sh). Needs bash 4 or later.
 set -euo pipefail
 
-for arg in "$@"; do
-	case $arg in
-	--keep) DEMO_KEEP=1 ;;
-	-h | --help)
-		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
-		exit 0
-		;;
-	*)
-		echo "usage: $0 [--keep]" >&2
-		exit 2
-		;;
-	esac
-done
-
 cd "$(dirname "$0")/.."
 REPO=$PWD
 # shellcheck source=scripts/demo-lib.sh
 . "$REPO/scripts/demo-lib.sh"
+demo_args "$REPO/scripts/$(basename "$0")" "$@"
 
 BASE=${DEMO_PORT_BASE:-19000}
 OP_LATENCY=${BATON_RS_OP_LATENCY:-500ms}

@@ -95,27 +95,34 @@ func (s *Server) getProc(x Procedures, id uint64) (*adminpb.Procedure, error) {
 }
 
 func (s *Server) whyReason(x Procedures, info procedure.Info) string {
+	why, _ := s.liveWhy(x, info)
+	return why
+}
+
+// liveWhy is whyReason with how far the procedure is, which the executor
+// holds and its record does not: both from one look at the executor.
+func (s *Server) liveWhy(x Procedures, info procedure.Info) (string, procedure.Progress) {
 	if info.State.Terminal() {
-		return "finished"
+		return "finished", procedure.Progress{}
 	}
 	w, err := x.WhyUpTo(info.ID, childNoteBreadth)
 	if err != nil {
-		return ""
+		return "", procedure.Progress{}
 	}
 	if w.Note != "" {
-		return w.Note
+		return w.Note, w.Progress
 	}
 	if w.Reason == "waiting for lock" && w.Sched.Lock != nil {
-		return "waiting for lock " + w.Sched.Lock.String() + s.heldBy(x, w.Sched.Holders)
+		return "waiting for lock " + w.Sched.Lock.String() + s.heldBy(x, w.Sched.Holders), w.Progress
 	}
 	if w.Reason == "waiting for children" {
 		// A parent's own reason says nothing of what holds it up: name the
 		// first descendant that says why it waits.
 		if id, note := childNote(x, w.Children, 4); note != "" {
-			return fmt.Sprintf("waiting for children: procedure %d: %s", id, note)
+			return fmt.Sprintf("waiting for children: procedure %d: %s", id, note), w.Progress
 		}
 	}
-	return w.Reason
+	return w.Reason, w.Progress
 }
 
 // heldBy names who holds a lock a procedure waits for: " held by

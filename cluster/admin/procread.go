@@ -37,11 +37,9 @@ func (s *Server) storedProcInfo(x Procedures, id uint64) (*adminpb.Procedure, pr
 	}
 	if x != nil {
 		info.Children = s.committedChildren(x, info)
-		// How far it is lives in the executor, not in the record.
-		if live, err := x.Get(id); err == nil {
-			info.Progress = live.Progress
-		}
-		return toProto(info, s.whyReason(x, info)), info, nil
+		why, progress := s.liveWhy(x, info)
+		info.Progress = progress
+		return toProto(info, why), info, nil
 	}
 	info.Children, err = s.scanChildren(id)
 	if err != nil {

@@ -218,7 +218,7 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 	if _, ok := svc.lockLeases.Length(lockHolder(id)); !ok {
 		// A retry (same nonce) keeps the lease the first request got, and
 		// one of a lock that has ended since gets none.
-		if st, err := d.lockState(x, id); err != nil || (st != LockWaiting && st != LockAcquired) || svc.lockEnded(id) {
+		if st, err := d.lockState(x, id); err != nil || !lockLive(st) || lockEnded(svc, id) {
 			return d.lockInfo(x, id)
 		}
 		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
@@ -264,9 +264,10 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 // this leader's memory would let a new leader expire a lock whose holder
 // was promised longer, and hand it to another. A restated length is
 // therefore persisted by the lock's procedure before it is told (an
-// ACQUIRED lock), or persisted with the acquisition and told the length it
-// has until then (a WAITING lock: expiring a wait early loses a place in a
-// queue, never a lock).
+// ACQUIRED lock), or, for a WAITING lock, a longer one is persisted with
+// the acquisition and the holder told the length it has until then
+// (expiring a wait early loses a place in a queue, never a lock); a
+// shorter one waits until the lock is held.
 func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint64, asked time.Duration) (catalog.Lock, error) {
 	svc := d.services()
 	if svc == nil {
@@ -277,14 +278,14 @@ func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint6
 		return catalog.Lock{}, err
 	}
 	lk, err := d.lockInfo(x, id)
-	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+	if err != nil || !lockLive(lk.State) {
 		return lk, err
 	}
 	length := d.lockLeaseOf(id)
 	// Renewed first, at the length it has: a heartbeat that came in time
 	// keeps the lock while a restated length commits.
-	if ended, err := d.renewLockLease(x, svc, id, length); ended || err != nil {
-		return ended2lock(d, x, id, lk), err
+	if ended, err := d.renewLockLease(x, svc, id, length); err != nil || ended {
+		return d.endedLock(x, svc, id, lk), err
 	}
 	if asked != 0 && wanted != length {
 		switch {
@@ -299,11 +300,11 @@ func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint6
 		}
 		// What may have happened meanwhile: the lock let go, or its
 		// length committed.
-		if lk, err = d.lockInfo(x, id); err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+		if lk, err = d.lockInfo(x, id); err != nil || !lockLive(lk.State) {
 			return lk, err
 		}
-		if ended, err := d.renewLockLease(x, svc, id, length); ended || err != nil {
-			return ended2lock(d, x, id, lk), err
+		if ended, err := d.renewLockLease(x, svc, id, length); err != nil || ended {
+			return d.endedLock(x, svc, id, lk), err
 		}
 	}
 	lk.LeaseTimeoutMs = length.Milliseconds()
@@ -320,10 +321,10 @@ func (d *Domain) renewLockLease(x catalog.Executor, svc *services, id uint64, le
 			return false, err
 		}
 		// Expired, or let go since the state was read: no lease again.
-		if svc.lockExpired(id) || svc.lockEnded(id) {
+		if _, expired, ended := svc.lockRecord(id); expired || ended {
 			return true, nil
 		}
-		if lk, err := d.lockInfo(x, id); err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+		if st, err := d.lockState(x, id); err != nil || !lockLive(st) {
 			return true, err
 		}
 		// A new leader that has not granted it yet: the heartbeat is a
@@ -336,24 +337,28 @@ func (d *Domain) renewLockLease(x catalog.Executor, svc *services, id uint64, le
 	return false, nil
 }
 
-// ended2lock is the answer to a heartbeat of lock id, found let go after
-// lk was read: its end as the executor shows it, or EXPIRED/RELEASED as
+// endedLock is the answer to a heartbeat of lock id, found let go after
+// lk was read: its end as the executor shows it, or RELEASED/EXPIRED as
 // this leader's record says while that end is being written.
-func ended2lock(d *Domain, x catalog.Executor, id uint64, lk catalog.Lock) catalog.Lock {
-	if now, err := d.lockInfo(x, id); err == nil && now.State != LockAcquired && now.State != LockWaiting {
+func (d *Domain) endedLock(x catalog.Executor, svc *services, id uint64, lk catalog.Lock) catalog.Lock {
+	if now, err := d.lockInfo(x, id); err == nil && !lockLive(now.State) {
 		return now
 	}
-	if svc := d.services(); svc != nil {
-		if released, expired := svc.lockOutcome(id); released {
-			lk.State = LockReleased
-			return lk
-		} else if expired {
-			lk.State = LockExpired
-			return lk
-		}
-	}
 	lk.State = LockExpired // the monitor lets it go shortly
+	if released, _, _ := svc.lockRecord(id); released {
+		lk.State = LockReleased
+	}
 	return lk
+}
+
+// lockLive reports whether a lock in state st is still held or waited
+// for: a heartbeat renews it, a release lets it go.
+func lockLive(st string) bool { return st == LockAcquired || st == LockWaiting }
+
+// lockEnded reports whether lock id's procedure let it go in this term.
+func lockEnded(svc *services, id uint64) bool {
+	_, _, ended := svc.lockRecord(id)
+	return ended
 }
 
 // restateTimeout bounds how long a heartbeat waits for a restated lease
@@ -401,7 +406,7 @@ func (d *Domain) ReleaseLock(ctx context.Context, x catalog.Executor, id uint64)
 		return catalog.Lock{}, ErrNoServices
 	}
 	lk, err := d.lockInfo(x, id)
-	if err != nil || (lk.State != LockAcquired && lk.State != LockWaiting) {
+	if err != nil || !lockLive(lk.State) {
 		return lk, err
 	}
 	svc.setLock(id, true, false)

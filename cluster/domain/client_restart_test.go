@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
-// Found by review (each failed before its fix): a client given one address that it has already talked to gives
+// Found by review; before the fix, a client given one address that it has already talked to gives
 // up on the first refused connection. Client.Wait (what 'baton proc wait'
 // and --wait use) on a single-master cluster, or with BATON_MASTERS naming
 // one master, no longer rides out that master's restart: the watch stream

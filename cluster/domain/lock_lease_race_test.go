@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// Found by review (each failed before its fix): a WAITING lock whose holder restates a SHORTER lease is told its
+// Found by review; before the fix, a WAITING lock whose holder restates a SHORTER lease is told its
 // persisted (longer) length until the acquisition persists the shorter one.
 // A leader that dies after the acquisition but before the holder's next
 // heartbeat leaves a successor that grants the shorter length: the holder,
@@ -22,15 +22,8 @@ func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := []string{"default"}
-	a, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "a"})
-	if err != nil || a.GetState() != domain.LockAcquired {
-		t.Fatalf("acquire a: %v, %v", a, err)
-	}
-	b, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "b"})
-	if err != nil || b.GetState() != domain.LockWaiting {
-		t.Fatalf("acquire b: %v, %v", b, err)
-	}
+	a := lockNamespace(t, ctx, cl, "a", 3600_000, domain.LockAcquired)
+	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	hb, err := cl.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: b.GetLockId(), LeaseMs: 1000})
 	if err != nil || hb.GetState() != domain.LockWaiting || hb.GetLeaseTimeoutMs() != 3600_000 {
 		t.Fatalf("b restating 1 s while waiting: %v, %v; want WAITING told 3600000", hb, err)
@@ -45,10 +38,7 @@ func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
 		_, ok, _ := domain.ReaderGet(h.reader(), domain.LockKey(b.GetLockId()))
 		return ok
 	})
-	c, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "c"})
-	if err != nil || c.GetState() != domain.LockWaiting {
-		t.Fatalf("acquire c: %v, %v", c, err)
-	}
+	c := lockNamespace(t, ctx, cl, "c", 3600_000, domain.LockWaiting)
 	h.c.Restart(h.leaderIndex())
 	h.leaderIndex()
 	// b's holder, told 1 h, is silent; c polls for well over 1 s.
@@ -63,7 +53,7 @@ func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
 	}
 }
 
-// Found by review (each failed before its fix): a heartbeat restating an ACQUIRED lock's length waits (up to 5 s)
+// Found by review; before the fix, a heartbeat restating an ACQUIRED lock's length waits (up to 5 s)
 // for the procedure to persist it, and only then renews the lease. A release
 // (or an expiry) that the procedure sees before the restatement finishes the
 // lock without persisting it: the heartbeat then waits out its 5 s, finds no
@@ -76,12 +66,8 @@ func TestRestateRacingRelease(t *testing.T) {
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := []string{"default"}
 	for i := 0; i < 20; i++ {
-		a, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: fmt.Sprint("a", i)})
-		if err != nil || a.GetState() != domain.LockAcquired {
-			t.Fatalf("acquire a: %v, %v", a, err)
-		}
+		a := lockNamespace(t, ctx, cl, fmt.Sprint("a", i), 3600_000, domain.LockAcquired)
 		hbc := make(chan *adminpb.LockResponse, 1)
 		go func() {
 			hb, err := cl.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: a.GetLockId(), LeaseMs: 30_000})
@@ -108,7 +94,7 @@ func TestRestateRacingRelease(t *testing.T) {
 	}
 }
 
-// Found by review (each failed before its fix): ReleaseLock of a WAITING lock aborts its procedure, which rolls
+// Found by review; before the fix, ReleaseLock of a WAITING lock aborts its procedure, which rolls
 // back without running a step: nothing calls dropLock, so the lock's lease
 // (and its wait state) outlive it. The lease runs on, and when it runs out
 // the monitor warns "external lock expired: its holder stopped
@@ -119,15 +105,8 @@ func TestWithdrawnWaitingLockLeavesNoLease(t *testing.T) {
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := []string{"default"}
-	a, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "a"})
-	if err != nil || a.GetState() != domain.LockAcquired {
-		t.Fatalf("acquire a: %v, %v", a, err)
-	}
-	b, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "b"})
-	if err != nil || b.GetState() != domain.LockWaiting {
-		t.Fatalf("acquire b: %v, %v", b, err)
-	}
+	lockNamespace(t, ctx, cl, "a", 3600_000, domain.LockAcquired)
+	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	r, err := cl.ReleaseLock(ctx, b.GetLockId())
 	if err != nil || r.GetState() != domain.LockReleased {
 		t.Fatalf("withdraw b: %v, %v", r, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -99,15 +100,8 @@ func TestRestatedLockLeaseSurvivesTheLeadersDeath(t *testing.T) {
 	cl := h.c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := []string{"default"}
-	a, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 1000, Nonce: "a"})
-	if err != nil || a.GetState() != domain.LockAcquired {
-		t.Fatalf("acquire a: %v, %v", a, err)
-	}
-	b, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: "b"})
-	if err != nil || b.GetState() != domain.LockWaiting {
-		t.Fatalf("acquire b: %v, %v", b, err)
-	}
+	a := lockNamespace(t, ctx, cl, "a", 1000, domain.LockAcquired)
+	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	for round, restated := range []int64{3600_000, 1800_000, 3600_000} {
 		hb, err := cl.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: a.GetLockId(), LeaseMs: restated})
 		if err != nil || hb.GetState() != domain.LockAcquired || hb.GetLeaseTimeoutMs() != restated {
@@ -142,4 +136,16 @@ func TestRestatedLockLeaseSurvivesTheLeadersDeath(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// lockNamespace takes an exclusive lock on namespace "default" with a
+// lease of leaseMs under nonce, and fails the test unless it is answered
+// want (ACQUIRED or WAITING).
+func lockNamespace(t *testing.T, ctx context.Context, cl *client.Client, nonce string, leaseMs int64, want string) *adminpb.LockResponse {
+	t.Helper()
+	r, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, LeaseMs: leaseMs, Nonce: nonce})
+	if err != nil || r.GetState() != want {
+		t.Fatalf("acquire %s: %v, %v; want %s", nonce, r, err, want)
+	}
+	return r
 }

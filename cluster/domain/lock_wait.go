@@ -21,7 +21,7 @@ type lockWait struct {
 	restated time.Duration
 	// ended: the procedure let the lock go (its lease is gone); kept
 	// until its end is visible, so that a heartbeat racing the end does
-	// not grant the finished lock a lease again (see lockEnded).
+	// not grant the finished lock a lease again (see lockRecord).
 	ended bool
 }
 
@@ -52,23 +52,15 @@ func (s *services) lockFlags(id uint64) (released, expired bool, ev *scheduler.E
 	return w.released, w.expired, w.ev
 }
 
-// lockOutcome reports what this leader's record says of lock id: released
-// by its holder, expired.
-func (s *services) lockOutcome(id uint64) (released, expired bool) {
+// lockRecord reports what this leader's record says of lock id: released
+// by its holder, expired, and let go by its procedure (ended) in this term.
+func (s *services) lockRecord(id uint64) (released, expired, ended bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w := s.locks[id]; w != nil {
-		return w.released, w.expired
+		return w.released, w.expired, w.ended
 	}
-	return false, false
-}
-
-// lockExpired reports whether lock id's lease expired in this term.
-func (s *services) lockExpired(id uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.locks[id]
-	return w != nil && w.expired
+	return false, false, false
 }
 
 func (s *services) setLock(id uint64, released, expired bool) {
@@ -115,15 +107,6 @@ func (s *services) dropLock(id uint64) {
 	}
 	s.mu.Unlock()
 	s.lockLeases.Release(lockHolder(id))
-}
-
-// lockEnded reports whether lock id's procedure has let the lock go in
-// this term: a heartbeat must not grant it a lease then.
-func (s *services) lockEnded(id uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.locks[id]
-	return w != nil && w.ended
 }
 
 // forgetLock drops what the leader keeps of lock id once its procedure's

@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// withdrawing a WAITING lock as it is granted leaves
+// Withdrawing a WAITING lock as it is granted leaves
 // nothing held: the next lock is acquired.
 func TestWithdrawRacingGrant(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
@@ -20,11 +20,8 @@ func TestWithdrawRacingGrant(t *testing.T) {
 	defer cancel()
 	ns := []string{"default"}
 	for i := 0; i < 30; i++ {
-		a, _ := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: fmt.Sprint("a", i)})
-		b, _ := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: fmt.Sprint("b", i)})
-		if b.GetState() != domain.LockWaiting {
-			t.Fatalf("b %s", b.GetState())
-		}
+		a := lockNamespace(t, ctx, cl, fmt.Sprint("a", i), 3600_000, domain.LockAcquired)
+		b := lockNamespace(t, ctx, cl, fmt.Sprint("b", i), 3600_000, domain.LockWaiting)
 		errc := make(chan error, 1)
 		go func() { _, err := cl.ReleaseLock(ctx, a.GetLockId()); errc <- err }()
 		rb, err := cl.ReleaseLock(ctx, b.GetLockId())
@@ -34,7 +31,10 @@ func TestWithdrawRacingGrant(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Fatal(err)
 		}
-		c, _ := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: fmt.Sprint("c", i)})
+		c, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: ns, Exclusive: true, LeaseMs: 3600_000, Nonce: fmt.Sprint("c", i)})
+		if err != nil {
+			t.Fatalf("acquire c: %v", err)
+		}
 		testwait.For(t, 10*time.Second, "c acquired", func() bool {
 			r, err := cl.LockHeartbeat(ctx, c.GetLockId())
 			return err == nil && r.GetState() == domain.LockAcquired

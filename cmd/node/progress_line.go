@@ -22,7 +22,6 @@ type progressLine struct {
 	shown    bool // a terminal line is on screen
 	last     string
 	lastAt   time.Time
-	state    string
 }
 
 // plainEvery is how often a plain progress line may be printed.
@@ -67,7 +66,7 @@ func (l *progressLine) plainSuffix(p *adminpb.Procedure) string {
 		return ""
 	}
 	text := progressText(p, false)
-	l.last, l.lastAt, l.state = text, time.Now(), p.GetState()
+	l.last, l.lastAt = text, time.Now()
 	if text == "" {
 		return ""
 	}
@@ -93,7 +92,7 @@ func (l *progressLine) show(p *adminpb.Procedure) {
 		}
 		fmt.Fprintf(l.out, "  %s %s %s\n", now.Format("15:04:05.000"), p.GetState(), text)
 	}
-	l.last, l.lastAt, l.state = text, now, p.GetState()
+	l.last, l.lastAt = text, now
 }
 
 // clear wipes the terminal line before another line is printed.
