@@ -72,7 +72,12 @@ func MasterPolicy(creds *security.Credentials) []grpc.ServerOption {
 // not empty.
 func (sc *secureCluster) as(i int, name, token string) adminpb.AdminClient {
 	sc.t.Helper()
-	creds := sc.pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: name})
+	return sc.dial(i, sc.pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: name}), token)
+}
+
+// dial is an admin client of node i with creds, and token if not empty.
+func (sc *secureCluster) dial(i int, creds *security.Credentials, token string) adminpb.AdminClient {
+	sc.t.Helper()
 	opts := []grpc.DialOption{creds.DialOption(security.RoleMaster)}
 	if token != "" {
 		opts = append(opts, security.TokenDialOption(token))

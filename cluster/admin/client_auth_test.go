@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -28,18 +27,7 @@ func (sc *secureCluster) certless(i int, token string) adminpb.AdminClient {
 	if err != nil {
 		sc.t.Fatal(err)
 	}
-	opts := []grpc.DialOption{creds.DialOption(security.RoleMaster)}
-	if token != "" {
-		opts = append(opts, security.TokenDialOption(token))
-	}
-	cc, err := grpc.NewClient(sc.nodes[i].addr, opts...)
-	if err != nil {
-		sc.t.Fatal(err)
-	}
-	sc.mu.Lock()
-	sc.conns = append(sc.conns, cc)
-	sc.mu.Unlock()
-	return adminpb.NewAdminClient(cc)
+	return sc.dial(i, creds, token)
 }
 
 // opsToken waits for ops's initial grant and makes a token of perm.

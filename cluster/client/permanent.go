@@ -131,20 +131,13 @@ func (c *Client) speaksTLS(ctx context.Context, addr string) bool {
 	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // a probe, see above
 	err = conn.HandshakeContext(ctx)
 	var alert tls.AlertError
-	yes := err == nil || errors.As(err, &alert) || strings.Contains(fmtErr(err), "remote error: tls:")
+	yes := err == nil || errors.As(err, &alert) || strings.Contains(err.Error(), "remote error: tls:")
 	if ctx.Err() == nil { // a probe cut short says nothing
 		c.mu.Lock()
 		c.tlsPorts[addr] = yes
 		c.mu.Unlock()
 	}
 	return yes
-}
-
-func fmtErr(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }
 
 // AwaitsLeader reports whether err is a master's own answer that it knows
