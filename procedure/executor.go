@@ -514,13 +514,22 @@ func (x *Executor) unlock() {
 	}
 }
 
+// ancestorsLocked lists the ancestors of e whose locks e may share: those
+// holding theirs for life. One that locks for its step lets go of its
+// locks when that step ends, and the step that spawns e can still be
+// ending when e runs: sharing the lock then, e would hold nothing once
+// the step ends, and another procedure could take what e acts on. e waits
+// for such a lock instead, as for any other holder's.
 func (x *Executor) ancestorsLocked(e *entry) []uint64 {
 	var anc []uint64
 	for p := e.parent; p != 0; {
-		anc = append(anc, p)
 		pe := x.procs[p]
 		if pe == nil {
+			anc = append(anc, p)
 			break
+		}
+		if pe.holdLock {
+			anc = append(anc, p)
 		}
 		p = pe.parent
 	}
@@ -1102,13 +1111,9 @@ func (x *Executor) reserveChild(parent *entry, p Procedure) (*entry, error) {
 	k.id = x.nextID
 	x.nextID++
 	// The parent's locks are the child's only if the parent keeps them
-	// for its life: one holding them for its step lets go of them when
-	// the step ends, and the child, told locked, would hold nothing. Its
-	// lock then counts as taken, and the child takes it when it runs.
-	anc := x.ancestorsLocked(parent)
-	if parent.holdLock {
-		anc = append([]uint64{parent.id}, anc...)
-	}
+	// for its life (ancestorsLocked): otherwise its lock counts as taken,
+	// and the child takes it when it runs.
+	anc := x.ancestorsLocked(k)
 	x.unlock()
 	if len(k.locks) > 0 && k.holdLock {
 		k.locked = x.sched.TryAcquire(k.id, anc, k.locks)

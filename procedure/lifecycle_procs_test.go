@@ -46,6 +46,16 @@ func gateFor(name string) *hGate {
 	return g.(*hGate)
 }
 
+// gateSeq makes each newGate name unused before: gates are package-wide
+// and stay open, so a name reused by a later run (-count) would be open
+// from the start.
+var gateSeq atomic.Uint64
+
+// newGate returns a gate name no test has used yet.
+func newGate(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, gateSeq.Add(1))
+}
+
 func openGate(name string) {
 	g := gateFor(name)
 	g.once.Do(func() { close(g.ch) })

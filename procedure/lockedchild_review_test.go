@@ -2,8 +2,10 @@ package procedure
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,7 +98,7 @@ func reviewRegistry(c *Config) {
 // takes the lock.
 func TestAddLockedChildOfAStepLockingParentKeepsTheLock(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), reviewRegistry)
-	gate := fmt.Sprintf("review-child-%p", t)
+	gate := newGate("review-child")
 	t.Cleanup(func() { openGate(gate) })
 	parent := h.submit(&rvParent{Key: "a", Hold: false, Gate: gate}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "the child running", func() bool {
@@ -197,7 +199,7 @@ func TestAddLockedChildOfAnAbortedParentLetsGoOfItsLocks(t *testing.T) {
 		reviewRegistry(c)
 		c.Registry.MustRegister("rvAbortParent", 1, func() Procedure { return &rvAbortParent{} })
 	})
-	gate := fmt.Sprintf("review-abort-%p", t)
+	gate := newGate("review-abort")
 	t.Cleanup(func() { openGate(gate) })
 	parent := h.submit(&rvAbortParent{Key: "r", Gate: gate}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "the reservation", func() bool {
@@ -226,4 +228,35 @@ func TestAddLockedChildOfAnAbortedParentLetsGoOfItsLocks(t *testing.T) {
 	if h.d.effects["child-in:r"] {
 		t.Errorf("the aborted child ran its state")
 	}
+}
+
+// The same race made certain: the worker that spawned the child is held
+// in a Listener (after the spawn, before the step's lock is let go) until
+// the child has either run or parked behind the lock. A child that shared
+// its step-locking parent's lock would run now and hold nothing once the
+// parent's step ended; it must wait for the lock instead, and hold it.
+// Reintroducing the defect (ancestorsLocked counting every ancestor) makes
+// this fail on every run.
+func TestChildOfAStepLockingParentWaitsForTheStepsLock(t *testing.T) {
+	gate := newGate("review-step-lock")
+	t.Cleanup(func() { openGate(gate) })
+	var parked atomic.Bool
+	h := startExecutor(t, store.NewMemStore(), newDomain(), reviewRegistry)
+	h.x.AddLockWaitListener(func(uint64) { parked.Store(true) })
+	h.x.AddListener(func(in Info) {
+		if in.Type != "rvParent" || in.State != Waiting {
+			return
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && !parked.Load() && !h.d.has("child-in:w") {
+			runtime.Gosched()
+		}
+	})
+	parent := h.submit(&rvParent{Key: "w", Hold: false, Gate: gate}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the child running", func() bool { return h.d.has("child-in:w") })
+	if !lockHeld(h.x, "w") {
+		t.Errorf("nobody holds w while the child, which holds its locks for life, runs")
+	}
+	openGate(gate)
+	h.wait(parent)
 }

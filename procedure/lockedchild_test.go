@@ -175,7 +175,7 @@ func TestAddLockedChildHoldsItsLocksFromTheParentsStep(t *testing.T) {
 	spy := &spawnSpy{MemStore: mem, children: map[uint64]record{}, muts: map[string][]byte{}}
 	h := startExecutor(t, spy, newDomain(), lockedChildRegistry)
 	// b is held by another procedure until its gate opens.
-	gate := fmt.Sprintf("lockedchild-%p", t)
+	gate := newGate("lockedchild")
 	blocker := h.submit(&lkProc{Name: "blocker", Gate: gate,
 		LockSpec: []scheduler.Lock{{Type: scheduler.LockRegion, Name: "b", Mode: scheduler.Exclusive}}, Hold: true}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "the blocker holding b", func() bool {
