@@ -26,16 +26,30 @@ import (
 // message, so whoever wires the node passes the builder in.
 type UnavailableFunc func(msg, leaderID, leaderAdminAddr string) error
 
+// GrantsFunc says what the cluster's access control grants clients, for
+// region servers to apply to the clients that call them. Access control
+// lives above the domain (package admin), so whoever wires the node passes
+// it in.
+type GrantsFunc func() *rspb.AccessGrants
+
+// noAccessControl is the grants of a master without access control: every
+// client the identity policy admits may call.
+var noAccessControl = &rspb.AccessGrants{Version: 1}
+
 // RegisterMasterService registers the rspb.Master service (region server
 // registration, heartbeats, transition reports) of d on gs, normally the
 // admin API's gRPC server. unavailable builds its "ask the leader" answers;
 // nil answers a bare UNAVAILABLE, which region servers meet by trying the
-// next master.
-func RegisterMasterService(gs grpc.ServiceRegistrar, d *Domain, unavailable UnavailableFunc) {
+// next master. grants is told to the region servers at registration and,
+// when it changed, at their heartbeats; nil: no access control.
+func RegisterMasterService(gs grpc.ServiceRegistrar, d *Domain, unavailable UnavailableFunc, grants GrantsFunc) {
 	if unavailable == nil {
 		unavailable = func(msg, _, _ string) error { return status.Error(codes.Unavailable, msg) }
 	}
-	rspb.RegisterMasterServer(gs, &masterService{d: d, unavailableFn: unavailable})
+	if grants == nil {
+		grants = func() *rspb.AccessGrants { return noAccessControl }
+	}
+	rspb.RegisterMasterServer(gs, &masterService{d: d, unavailableFn: unavailable, grants: grants})
 }
 
 // masterService implements rspb.MasterServer. Only the leader serves it; a
@@ -45,6 +59,7 @@ type masterService struct {
 	rspb.UnimplementedMasterServer
 	d             *Domain
 	unavailableFn UnavailableFunc
+	grants        GrantsFunc
 }
 
 // leader returns the leader services, or the UNAVAILABLE status to answer.
@@ -114,6 +129,7 @@ func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterSe
 	if err != nil {
 		return nil, m.rpcError(err)
 	}
+	resp.Access = m.grants()
 	return resp, nil
 }
 
@@ -217,7 +233,15 @@ func (m *masterService) Heartbeat(ctx context.Context, req *rspb.HeartbeatReques
 	if err := s.verifyLeader(ctx); err != nil {
 		return nil, m.rpcError(err)
 	}
-	return &rspb.HeartbeatResponse{Term: s.term}, nil
+	resp := &rspb.HeartbeatResponse{Term: s.term}
+	// Read after the leadership check: a revocation committed before the
+	// heartbeat arrived is in what the server is told.
+	g := m.grants()
+	resp.AccessVersion = g.GetVersion()
+	if g.GetVersion() != req.GetAccessVersion() {
+		resp.Access = g
+	}
+	return resp, nil
 }
 
 // renewable decides whether incarnation ref may be renewed. alive: it is

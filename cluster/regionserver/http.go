@@ -11,13 +11,14 @@ import (
 //
 //	/metrics  Prometheus exposition of Config.Metrics (baton_regionserver_*
 //	          and whatever the caller registered there), 4 scrapes at a
-//	          time (promkit.MaxScrapes)
+//	          time (promkit.MaxScrapes); with TLS, to masters and to
+//	          clients holding read (requireRead)
 //	/readyz   200 "ready: ..." while the server is registered with the
 //	          masters (it holds a start code and serves its regions), else
 //	          503 with the reason
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promkit.Handler(s.cfg.Metrics))
+	mux.Handle("GET /metrics", s.requireRead("/metrics", promkit.Handler(s.cfg.Metrics)))
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := s.ready()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

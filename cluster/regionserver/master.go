@@ -186,9 +186,11 @@ func (s *Server) register(ctx context.Context) error {
 	s.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
 	s.renewedLocked(sent)
 	interval := s.intervalLocked()
+	grantsFresh := s.fenceAt
 	close(s.registered)
 	s.registered = make(chan struct{})
 	s.mu.Unlock()
+	s.heardAtRegistration(resp.GetAccess(), grantsFresh)
 	s.log.Info("registered", "start_code", resp.GetStartCode(), "term", resp.GetTerm(),
 		"heartbeat_interval", interval, "leader", s.masters.Leader(), "address", req.Address, "regions", len(req.Regions))
 	return nil
@@ -199,7 +201,7 @@ func (s *Server) register(ctx context.Context) error {
 func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	s.selfFenceLocked()
-	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions))}
+	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions)), AccessVersion: s.access.heldVersion()}
 	sent := s.clk.Now()
 	left := s.fenceAt.Sub(sent)
 	s.mu.Unlock()
@@ -238,7 +240,13 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	if !resp.GetExpired() && s.startCode == req.StartCode {
 		s.renewedLocked(sent)
 	}
+	// The grants are as fresh as a renewal would be: a master that stops
+	// answering leaves them in force for a self-fence period at most.
+	grantsFresh := sent.Add(s.selfFenceAfterLocked())
 	s.mu.Unlock()
+	if !resp.GetExpired() {
+		s.heardAtHeartbeat(resp, grantsFresh)
+	}
 	if resp.GetExpired() {
 		s.metrics.heartbeats.WithLabelValues("expired").Inc()
 		s.expire(req.StartCode)

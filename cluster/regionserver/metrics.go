@@ -21,6 +21,7 @@ type metrics struct {
 	selfFences  prometheus.Counter
 	refused     *prometheus.CounterVec
 	reports     *prometheus.CounterVec
+	aclDenied   *prometheus.CounterVec
 	opening     atomic.Int64 // opens past their checks, not yet applied
 	closing     atomic.Int64
 	regionsDesc *prometheus.Desc
@@ -59,6 +60,10 @@ func newMetrics() *metrics {
 			Namespace: "baton", Subsystem: "regionserver", Name: "transition_reports_total",
 			Help: "Transition reports (FAILED_OPEN, CLOSED) to the masters, by result: sent, dropped (queue full, registration changed, or no master took it).",
 		}, []string{"result"}),
+		aclDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "baton", Subsystem: "regionserver", Name: "acl_denied_total",
+			Help: "Client calls refused by the cluster's access control, by method (ListRegions, /metrics) and the status code answered: PERMISSION_DENIED (no read), UNAUTHENTICATED (a bearer token), UNAVAILABLE (no grants heard from the masters, or none lately).",
+		}, []string{"method", "code"}),
 		regionsDesc: prometheus.NewDesc("baton_regionserver_regions",
 			"Regions on this server by state: open (served), opening and closing (an operation under way).",
 			[]string{"state"}, nil),
@@ -73,7 +78,7 @@ func newMetrics() *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ops, m.heartbeats, m.registers, m.selfClosed, m.selfFences, m.refused, m.reports}
+	return []prometheus.Collector{m.ops, m.heartbeats, m.registers, m.selfClosed, m.selfFences, m.refused, m.reports, m.aclDenied}
 }
 
 // stateCollector reads the server's state when Prometheus scrapes.

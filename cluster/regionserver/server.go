@@ -63,6 +63,9 @@ type Server struct {
 	// policy is who may call the server with TLS (its refusals counted in
 	// Config.Metrics); nil without TLS.
 	policy *security.Policy
+	// access is what the masters' access control grants clients here
+	// (with TLS).
+	access access
 
 	cfg     Config
 	log     hclog.Logger
@@ -153,6 +156,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
 		}
 	}
+	s.access.why = "not registered with a master yet"
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -199,7 +203,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	var gopts []grpc.ServerOption
 	if s.cfg.TLS != nil {
-		gopts = s.policy.ServerOptions(s.cfg.TLS)
+		gopts = append(s.policy.ServerOptions(s.cfg.TLS), grpc.ChainUnaryInterceptor(s.accessInterceptor()))
 		if hlis != nil {
 			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
 		}

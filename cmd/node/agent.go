@@ -141,7 +141,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
-	domain.RegisterMasterService(gs, dom, admin.Unavailable)
+	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
 		_ = node.Shutdown(context.Background())
 		return err

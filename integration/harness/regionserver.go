@@ -31,6 +31,9 @@ type RSOptions struct {
 	LogLevel string
 	// Env is added to every region server's environment (KEY=VALUE).
 	Env []string
+	// HTTP gives each region server --http-addr (/metrics, /readyz) on a
+	// loopback port of its own (RegionServer.HTTPAddr).
+	HTTP bool
 }
 
 // RegionServer is one `baton regionserver` process of a Cluster. Its id and
@@ -39,6 +42,8 @@ type RSOptions struct {
 type RegionServer struct {
 	ID       string
 	GRPCAddr string
+	// HTTPAddr is its --http-addr, empty without RSOptions.HTTP.
+	HTTPAddr string
 	LogPath  string
 	// UID is the uid the region server runs as (Options.UIDBase), 0 when
 	// it runs as the test does.
@@ -67,6 +72,10 @@ func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
 		masters += a
 	}
 	ports := FreePorts(c.t, n)
+	var httpPorts []string
+	if opts.HTTP {
+		httpPorts = FreePorts(c.t, n)
+	}
 	var out []*RegionServer
 	for i := range n {
 		id := fmt.Sprintf("rs%d", len(c.RegionServers)+1)
@@ -78,6 +87,10 @@ func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
 		}
 		s.args = []string{"regionserver", "--id", id, "--grpc-addr", s.GRPCAddr, "--masters", masters}
 		s.args = append(s.args, c.tlsArgs(security.Identity{Role: security.RoleRegionServer, ID: id})...)
+		if opts.HTTP {
+			s.HTTPAddr = httpPorts[i]
+			s.args = append(s.args, "--http-addr", s.HTTPAddr)
+		}
 		if opts.OpLatency > 0 {
 			s.args = append(s.args, "--op-latency", opts.OpLatency.String())
 		}

@@ -631,8 +631,12 @@ type RegisterServerResponse struct {
 	StartCode           uint64                 `protobuf:"varint,1,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
 	HeartbeatIntervalMs int64                  `protobuf:"varint,2,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	Term                uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// access is the cluster's access control as it applies to the clients
+	// calling this server (ListRegions, /metrics). Unset from masters older
+	// than it: such a region server refuses clients (docs/security.md).
+	Access        *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterServerResponse) Reset() {
@@ -686,11 +690,21 @@ func (x *RegisterServerResponse) GetTerm() uint64 {
 	return 0
 }
 
+func (x *RegisterServerResponse) GetAccess() *AccessGrants {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	StartCode     uint64                 `protobuf:"varint,2,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
-	RegionCount   int32                  `protobuf:"varint,3,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ServerId    string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	StartCode   uint64                 `protobuf:"varint,2,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
+	RegionCount int32                  `protobuf:"varint,3,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	// access_version is the AccessGrants.version this server holds (0:
+	// none), so that the leader sends the grants only when they changed.
+	AccessVersion uint64 `protobuf:"varint,4,opt,name=access_version,json=accessVersion,proto3" json:"access_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,10 +760,23 @@ func (x *HeartbeatRequest) GetRegionCount() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetAccessVersion() uint64 {
+	if x != nil {
+		return x.AccessVersion
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Expired       bool                   `protobuf:"varint,1,opt,name=expired,proto3" json:"expired,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Expired bool                   `protobuf:"varint,1,opt,name=expired,proto3" json:"expired,omitempty"`
+	Term    uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// access_version is the version of the leader's grants now; 0 from a
+	// master older than it (which sends no grants). Not set on an expired
+	// answer: the registration that follows carries the grants.
+	AccessVersion uint64 `protobuf:"varint,3,opt,name=access_version,json=accessVersion,proto3" json:"access_version,omitempty"`
+	// access is set when access_version differs from the request's.
+	Access        *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -798,6 +825,154 @@ func (x *HeartbeatResponse) GetTerm() uint64 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetAccessVersion() uint64 {
+	if x != nil {
+		return x.AccessVersion
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetAccess() *AccessGrants {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
+// AccessGrants is what the masters' access control grants clients by
+// certificate, for a region server to judge the clients that call it with
+// the same permissions. Token secrets, or their hashes, are never sent:
+// region servers take no bearer tokens.
+type AccessGrants struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version names this content (a digest of it, never 0): equal versions,
+	// equal grants.
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// enforced: the masters enforce access control (--acl on). Off, every
+	// client the identity policy admits may call.
+	Enforced bool `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	// clients are the certificate bindings (baton://client/<client>), sorted
+	// by client: the replicated ones and the leader's --acl-initial-grants
+	// not yet bound.
+	Clients []*ClientGrant `protobuf:"bytes,3,rep,name=clients,proto3" json:"clients,omitempty"`
+	// tokens_only: the masters run --client-auth token, under which a
+	// client's certificate grants nothing (clients is then empty).
+	TokensOnly    bool `protobuf:"varint,4,opt,name=tokens_only,json=tokensOnly,proto3" json:"tokens_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessGrants) Reset() {
+	*x = AccessGrants{}
+	mi := &file_regionserver_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessGrants) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessGrants) ProtoMessage() {}
+
+func (x *AccessGrants) ProtoReflect() protoreflect.Message {
+	mi := &file_regionserver_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessGrants.ProtoReflect.Descriptor instead.
+func (*AccessGrants) Descriptor() ([]byte, []int) {
+	return file_regionserver_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AccessGrants) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AccessGrants) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *AccessGrants) GetClients() []*ClientGrant {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *AccessGrants) GetTokensOnly() bool {
+	if x != nil {
+		return x.TokensOnly
+	}
+	return false
+}
+
+type ClientGrant struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Client string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	// permission: "read", "operate" or "admin".
+	Permission    string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientGrant) Reset() {
+	*x = ClientGrant{}
+	mi := &file_regionserver_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientGrant) ProtoMessage() {}
+
+func (x *ClientGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_regionserver_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientGrant.ProtoReflect.Descriptor instead.
+func (*ClientGrant) Descriptor() ([]byte, []int) {
+	return file_regionserver_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ClientGrant) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *ClientGrant) GetPermission() string {
+	if x != nil {
+		return x.Permission
+	}
+	return ""
+}
+
 type ReportTransitionRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ServerId  string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -812,7 +987,7 @@ type ReportTransitionRequest struct {
 
 func (x *ReportTransitionRequest) Reset() {
 	*x = ReportTransitionRequest{}
-	mi := &file_regionserver_proto_msgTypes[11]
+	mi := &file_regionserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +999,7 @@ func (x *ReportTransitionRequest) String() string {
 func (*ReportTransitionRequest) ProtoMessage() {}
 
 func (x *ReportTransitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[11]
+	mi := &file_regionserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1012,7 @@ func (x *ReportTransitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTransitionRequest.ProtoReflect.Descriptor instead.
 func (*ReportTransitionRequest) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{11}
+	return file_regionserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportTransitionRequest) GetServerId() string {
@@ -883,7 +1058,7 @@ type ReportTransitionResponse struct {
 
 func (x *ReportTransitionResponse) Reset() {
 	*x = ReportTransitionResponse{}
-	mi := &file_regionserver_proto_msgTypes[12]
+	mi := &file_regionserver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1070,7 @@ func (x *ReportTransitionResponse) String() string {
 func (*ReportTransitionResponse) ProtoMessage() {}
 
 func (x *ReportTransitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[12]
+	mi := &file_regionserver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1083,7 @@ func (x *ReportTransitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTransitionResponse.ProtoReflect.Descriptor instead.
 func (*ReportTransitionResponse) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{12}
+	return file_regionserver_proto_rawDescGZIP(), []int{14}
 }
 
 var File_regionserver_proto protoreflect.FileDescriptor
@@ -954,20 +1129,35 @@ const file_regionserver_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
 	"\aregions\x18\x03 \x03(\tR\aregions\x12,\n" +
-	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\"\x7f\n" +
+	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\"\xb2\x01\n" +
 	"\x16RegisterServerResponse\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"q\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x121\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x98\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x12!\n" +
-	"\fregion_count\x18\x03 \x01(\x05R\vregionCount\"A\n" +
+	"\fregion_count\x18\x03 \x01(\x05R\vregionCount\x12%\n" +
+	"\x0eaccess_version\x18\x04 \x01(\x04R\raccessVersion\"\x9b\x01\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
 	"\aexpired\x18\x01 \x01(\bR\aexpired\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\"\x99\x01\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12%\n" +
+	"\x0eaccess_version\x18\x03 \x01(\x04R\raccessVersion\x121\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x99\x01\n" +
+	"\fAccessGrants\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
+	"\benforced\x18\x02 \x01(\bR\benforced\x122\n" +
+	"\aclients\x18\x03 \x03(\v2\x18.baton.rs.v1.ClientGrantR\aclients\x12\x1f\n" +
+	"\vtokens_only\x18\x04 \x01(\bR\n" +
+	"tokensOnly\"E\n" +
+	"\vClientGrant\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
+	"\n" +
+	"permission\x18\x02 \x01(\tR\n" +
+	"permission\"\x99\x01\n" +
 	"\x17ReportTransitionRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
@@ -1001,7 +1191,7 @@ func file_regionserver_proto_rawDescGZIP() []byte {
 }
 
 var file_regionserver_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_regionserver_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_regionserver_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_regionserver_proto_goTypes = []any{
 	(OpKind)(0),                      // 0: baton.rs.v1.OpKind
 	(*RegionOp)(nil),                 // 1: baton.rs.v1.RegionOp
@@ -1015,8 +1205,10 @@ var file_regionserver_proto_goTypes = []any{
 	(*RegisterServerResponse)(nil),   // 9: baton.rs.v1.RegisterServerResponse
 	(*HeartbeatRequest)(nil),         // 10: baton.rs.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),        // 11: baton.rs.v1.HeartbeatResponse
-	(*ReportTransitionRequest)(nil),  // 12: baton.rs.v1.ReportTransitionRequest
-	(*ReportTransitionResponse)(nil), // 13: baton.rs.v1.ReportTransitionResponse
+	(*AccessGrants)(nil),             // 12: baton.rs.v1.AccessGrants
+	(*ClientGrant)(nil),              // 13: baton.rs.v1.ClientGrant
+	(*ReportTransitionRequest)(nil),  // 14: baton.rs.v1.ReportTransitionRequest
+	(*ReportTransitionResponse)(nil), // 15: baton.rs.v1.ReportTransitionResponse
 }
 var file_regionserver_proto_depIdxs = []int32{
 	0,  // 0: baton.rs.v1.RegionOp.kind:type_name -> baton.rs.v1.OpKind
@@ -1024,21 +1216,24 @@ var file_regionserver_proto_depIdxs = []int32{
 	0,  // 2: baton.rs.v1.RegionOpResult.kind:type_name -> baton.rs.v1.OpKind
 	3,  // 3: baton.rs.v1.BatchResponse.results:type_name -> baton.rs.v1.RegionOpResult
 	6,  // 4: baton.rs.v1.ListRegionsResponse.regions:type_name -> baton.rs.v1.HostedRegion
-	2,  // 5: baton.rs.v1.RegionServer.ExecuteBatch:input_type -> baton.rs.v1.BatchRequest
-	5,  // 6: baton.rs.v1.RegionServer.ListRegions:input_type -> baton.rs.v1.ListRegionsRequest
-	8,  // 7: baton.rs.v1.Master.RegisterServer:input_type -> baton.rs.v1.RegisterServerRequest
-	10, // 8: baton.rs.v1.Master.Heartbeat:input_type -> baton.rs.v1.HeartbeatRequest
-	12, // 9: baton.rs.v1.Master.ReportTransition:input_type -> baton.rs.v1.ReportTransitionRequest
-	4,  // 10: baton.rs.v1.RegionServer.ExecuteBatch:output_type -> baton.rs.v1.BatchResponse
-	7,  // 11: baton.rs.v1.RegionServer.ListRegions:output_type -> baton.rs.v1.ListRegionsResponse
-	9,  // 12: baton.rs.v1.Master.RegisterServer:output_type -> baton.rs.v1.RegisterServerResponse
-	11, // 13: baton.rs.v1.Master.Heartbeat:output_type -> baton.rs.v1.HeartbeatResponse
-	13, // 14: baton.rs.v1.Master.ReportTransition:output_type -> baton.rs.v1.ReportTransitionResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	12, // 5: baton.rs.v1.RegisterServerResponse.access:type_name -> baton.rs.v1.AccessGrants
+	12, // 6: baton.rs.v1.HeartbeatResponse.access:type_name -> baton.rs.v1.AccessGrants
+	13, // 7: baton.rs.v1.AccessGrants.clients:type_name -> baton.rs.v1.ClientGrant
+	2,  // 8: baton.rs.v1.RegionServer.ExecuteBatch:input_type -> baton.rs.v1.BatchRequest
+	5,  // 9: baton.rs.v1.RegionServer.ListRegions:input_type -> baton.rs.v1.ListRegionsRequest
+	8,  // 10: baton.rs.v1.Master.RegisterServer:input_type -> baton.rs.v1.RegisterServerRequest
+	10, // 11: baton.rs.v1.Master.Heartbeat:input_type -> baton.rs.v1.HeartbeatRequest
+	14, // 12: baton.rs.v1.Master.ReportTransition:input_type -> baton.rs.v1.ReportTransitionRequest
+	4,  // 13: baton.rs.v1.RegionServer.ExecuteBatch:output_type -> baton.rs.v1.BatchResponse
+	7,  // 14: baton.rs.v1.RegionServer.ListRegions:output_type -> baton.rs.v1.ListRegionsResponse
+	9,  // 15: baton.rs.v1.Master.RegisterServer:output_type -> baton.rs.v1.RegisterServerResponse
+	11, // 16: baton.rs.v1.Master.Heartbeat:output_type -> baton.rs.v1.HeartbeatResponse
+	15, // 17: baton.rs.v1.Master.ReportTransition:output_type -> baton.rs.v1.ReportTransitionResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_regionserver_proto_init() }
@@ -1052,7 +1247,7 @@ func file_regionserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_regionserver_proto_rawDesc), len(file_regionserver_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

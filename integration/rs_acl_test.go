@@ -1,0 +1,123 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/security"
+)
+
+// TestRegionServerAccessControl runs three masters enforcing access
+// control and a region server, all over mutual TLS, and checks that the
+// region server judges clients as the masters do: a client certificate
+// bound to nothing, and one whose read was revoked, are refused
+// ListRegions and /metrics; one holding read is served; a revocation
+// reaches the region server within a few heartbeats; the masters' own
+// calls (opening regions) go on all along.
+func TestRegionServerAccessControl(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
+	c.WaitLeader(ctx)
+	rs := c.StartRegionServers(1, harness.RSOptions{HTTP: true})[0]
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := c.WaitRegionServers(wctx); err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Client()
+	createTables(t, ctx, cl, []string{"before"}, 2)
+
+	pki := c.PKI()
+	creds := func(name string) *security.Credentials {
+		f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: name}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, err := security.Load(f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr
+	}
+	// asks calls ListRegions and GETs /metrics on the region server as
+	// the holder of cr: both errors (nil when served).
+	asks := func(cr *security.Credentials) (grpcErr, httpErr error) {
+		cc, err := grpc.NewClient(rs.GRPCAddr, cr.DialOption(security.RoleRegionServer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		_, grpcErr = rspb.NewRegionServerClient(cc).ListRegions(cctx, &rspb.ListRegionsRequest{})
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cr.ClientConfig(security.RoleRegionServer)}}
+		resp, err := hc.Get("https://" + rs.HTTPAddr + "/metrics")
+		if err != nil {
+			return grpcErr, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			httpErr = fmt.Errorf("/metrics: %d %s", resp.StatusCode, body)
+		}
+		return grpcErr, httpErr
+	}
+	refused := func(who string, cr *security.Credentials) error {
+		gerr, herr := asks(cr)
+		if status.Code(gerr) != codes.PermissionDenied {
+			return fmt.Errorf("%s: ListRegions answered %v, want PermissionDenied", who, gerr)
+		}
+		if herr == nil || !strings.Contains(herr.Error(), "403") || !strings.Contains(herr.Error(), "needs permission read") {
+			return fmt.Errorf("%s: /metrics answered %v, want 403 naming the permission", who, herr)
+		}
+		return nil
+	}
+	served := func(who string, cr *security.Credentials) error {
+		gerr, herr := asks(cr)
+		return errors.Join(gerr, herr)
+	}
+
+	nobody := creds("nobody")
+	if err := refused("an unbound certificate", nobody); err != nil {
+		t.Error(err)
+	}
+	reader := creds("reader")
+	if _, err := cl.AclGrant(ctx, "reader", "read"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.ForNil(t, 30*time.Second, "a read holder served by the region server", func() error {
+		return served("reader", reader)
+	})
+
+	if _, err := cl.AclRevoke(ctx, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	testwait.ForNil(t, 30*time.Second, "the revoked certificate refused by the region server", func() error {
+		return refused("a revoked certificate", reader)
+	})
+	t.Logf("revocation reached the region server within %v", time.Since(revoked).Round(10*time.Millisecond))
+
+	// The masters' calls are not the clients': regions still open there.
+	createTables(t, ctx, cl, []string{"after"}, 2)
+	if err := refused("an unbound certificate, at the end", nobody); err != nil {
+		t.Error(err)
+	}
+}
