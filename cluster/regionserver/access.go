@@ -26,6 +26,7 @@ type access struct {
 	grants  *rspb.AccessGrants // nil: none held, see why
 	perms   map[string]security.Permission
 	fresh   time.Time // the grants are not used from then on
+	heard   time.Time // when the request behind the latest confirmation was sent
 	why     string    // why none is held
 	version uint64    // of grants; 0 when none
 }
@@ -42,8 +43,9 @@ func (a *access) heldVersion() uint64 {
 	return a.version
 }
 
-// adopt takes g as the grants in force until fresh.
-func (a *access) adopt(g *rspb.AccessGrants, fresh time.Time) (changed bool) {
+// adopt takes g, told in answer to a request sent at heard, as the grants
+// in force until fresh.
+func (a *access) adopt(g *rspb.AccessGrants, heard, fresh time.Time) (changed bool) {
 	perms := make(map[string]security.Permission, len(g.GetClients()))
 	for _, c := range g.GetClients() {
 		if p, err := security.ParsePermission(c.GetPermission()); err == nil {
@@ -53,16 +55,16 @@ func (a *access) adopt(g *rspb.AccessGrants, fresh time.Time) (changed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	changed = a.grants == nil || a.version != g.GetVersion()
-	a.grants, a.perms, a.fresh, a.version, a.why = g, perms, fresh, g.GetVersion(), ""
+	a.grants, a.perms, a.heard, a.fresh, a.version, a.why = g, perms, heard, fresh, g.GetVersion(), ""
 	return changed
 }
 
 // extend keeps the grants held, told they are still the leader's.
-func (a *access) extend(fresh time.Time) {
+func (a *access) extend(heard, fresh time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.grants != nil {
-		a.fresh = fresh
+		a.heard, a.fresh = heard, fresh
 	}
 }
 
@@ -92,7 +94,7 @@ func (a *access) judge(server string, caller security.Identity, hasToken bool, m
 	case a.grants == nil:
 		return status.Errorf(codes.Unavailable, "%s: clients are refused until this server hears the cluster's access grants from the leading master (%s); masters are served", who, a.why)
 	case !now.Before(a.fresh):
-		return status.Errorf(codes.Unavailable, "%s: clients are refused: no master has confirmed the cluster's access grants since %s (masters unreachable?); masters are served", who, a.fresh.UTC().Format(time.RFC3339))
+		return status.Errorf(codes.Unavailable, "%s: clients are refused: the cluster's access grants lapsed, no master has confirmed them since %s (masters unreachable?); masters are served", who, a.heard.UTC().Format(time.RFC3339Nano))
 	case !a.grants.GetEnforced():
 		return nil
 	case a.grants.GetTokensOnly():
@@ -186,31 +188,31 @@ func httpStatusOf(c codes.Code) int {
 
 // heardAtRegistration takes the grants a registration's answer carried:
 // none from a master older than this server.
-func (s *Server) heardAtRegistration(g *rspb.AccessGrants, fresh time.Time) {
+func (s *Server) heardAtRegistration(g *rspb.AccessGrants, heard, fresh time.Time) {
 	if g == nil {
 		s.forgetGrants("the leading master sends no access grants: it is older than this region server")
 		return
 	}
-	s.adoptGrants(g, fresh)
+	s.adoptGrants(g, heard, fresh)
 }
 
 // heardAtHeartbeat takes what a renewing heartbeat's answer said of the
 // grants: unchanged (version only), new ones, or none (an older master).
-func (s *Server) heardAtHeartbeat(resp *rspb.HeartbeatResponse, fresh time.Time) {
+func (s *Server) heardAtHeartbeat(resp *rspb.HeartbeatResponse, heard, fresh time.Time) {
 	switch v := resp.GetAccessVersion(); {
 	case v == 0:
 		s.forgetGrants("the leading master sends no access grants: it is older than this region server")
 	case resp.GetAccess() != nil:
-		s.adoptGrants(resp.GetAccess(), fresh)
+		s.adoptGrants(resp.GetAccess(), heard, fresh)
 	case v == s.access.heldVersion():
-		s.access.extend(fresh)
+		s.access.extend(heard, fresh)
 	default:
 		s.forgetGrants(fmt.Sprintf("the leader's grants are version %d, and it did not send them", v))
 	}
 }
 
-func (s *Server) adoptGrants(g *rspb.AccessGrants, fresh time.Time) {
-	if s.access.adopt(g, fresh) {
+func (s *Server) adoptGrants(g *rspb.AccessGrants, heard, fresh time.Time) {
+	if s.access.adopt(g, heard, fresh) {
 		s.log.Info("access grants from the masters", "version", g.GetVersion(), "enforced", g.GetEnforced(),
 			"clients", len(g.GetClients()), "tokens_only", g.GetTokensOnly())
 	}

@@ -37,6 +37,9 @@ type fakeCluster struct {
 	// reportParents are the traceparents the reports' metadata carried
 	// ("" for none), in report order.
 	reportParents []string
+	// access is what the masters tell of their access control, as a real
+	// leader does; nil: nothing, as a master older than access grants.
+	access *rspb.AccessGrants
 }
 
 // call is a request a fake master served, and which master served it.
@@ -53,7 +56,7 @@ type fakeMaster struct {
 
 // newFakeCluster starts n fake masters on loopback; the first leads, in
 // term 1, with heartbeat interval intervalMs.
-func newFakeCluster(t testing.TB, n int, intervalMs int64) (*fakeCluster, []string) {
+func newFakeCluster(t testing.TB, n int, intervalMs int64, opts ...grpc.ServerOption) (*fakeCluster, []string) {
 	t.Helper()
 	c := &fakeCluster{term: 1, intervalMs: intervalMs, nextCode: 1000, servers: map[string]uint64{}, expire: map[string]bool{}}
 	var addrs []string
@@ -63,7 +66,7 @@ func newFakeCluster(t testing.TB, n int, intervalMs int64) (*fakeCluster, []stri
 			t.Fatal(err)
 		}
 		m := &fakeMaster{c: c, addr: lis.Addr().String()}
-		g := grpc.NewServer()
+		g := grpc.NewServer(opts...)
 		rspb.RegisterMasterServer(g, m)
 		go func() { _ = g.Serve(lis) }()
 		t.Cleanup(g.Stop)
@@ -109,7 +112,7 @@ func (m *fakeMaster) RegisterServer(_ context.Context, req *rspb.RegisterServerR
 	m.c.nextCode++
 	m.c.servers[req.GetServerId()] = m.c.nextCode
 	m.c.regs = append(m.c.regs, call[*rspb.RegisterServerRequest]{m.addr, req})
-	return &rspb.RegisterServerResponse{StartCode: m.c.nextCode, HeartbeatIntervalMs: m.c.intervalMs, Term: m.c.term}, nil
+	return &rspb.RegisterServerResponse{StartCode: m.c.nextCode, HeartbeatIntervalMs: m.c.intervalMs, Term: m.c.term, Access: m.c.access}, nil
 }
 
 func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
@@ -137,7 +140,11 @@ func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) 
 		}
 		return &rspb.HeartbeatResponse{Expired: true, Term: m.c.term}, nil
 	}
-	return &rspb.HeartbeatResponse{Term: m.c.term}, nil
+	resp := &rspb.HeartbeatResponse{Term: m.c.term, AccessVersion: m.c.access.GetVersion()}
+	if m.c.access != nil && m.c.access.GetVersion() != req.GetAccessVersion() {
+		resp.Access = m.c.access
+	}
+	return resp, nil
 }
 
 func (m *fakeMaster) ReportTransition(ctx context.Context, req *rspb.ReportTransitionRequest) (*rspb.ReportTransitionResponse, error) {
@@ -183,6 +190,13 @@ func (c *fakeCluster) holdHeartbeats() (release func()) {
 		c.mu.Unlock()
 		close(ch)
 	}
+}
+
+// setAccess makes the masters tell g from now on (nil: nothing).
+func (c *fakeCluster) setAccess(g *rspb.AccessGrants) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.access = g
 }
 
 func (c *fakeCluster) expireNext(id string) {

@@ -190,7 +190,7 @@ func (s *Server) register(ctx context.Context) error {
 	close(s.registered)
 	s.registered = make(chan struct{})
 	s.mu.Unlock()
-	s.heardAtRegistration(resp.GetAccess(), grantsFresh)
+	s.heardAtRegistration(resp.GetAccess(), sent, grantsFresh)
 	s.log.Info("registered", "start_code", resp.GetStartCode(), "term", resp.GetTerm(),
 		"heartbeat_interval", interval, "leader", s.masters.Leader(), "address", req.Address, "regions", len(req.Regions))
 	return nil
@@ -245,7 +245,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	grantsFresh := sent.Add(s.selfFenceAfterLocked())
 	s.mu.Unlock()
 	if !resp.GetExpired() {
-		s.heardAtHeartbeat(resp, grantsFresh)
+		s.heardAtHeartbeat(resp, sent, grantsFresh)
 	}
 	if resp.GetExpired() {
 		s.metrics.heartbeats.WithLabelValues("expired").Inc()

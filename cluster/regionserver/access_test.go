@@ -1,0 +1,144 @@
+package regionserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/security"
+)
+
+// secureRS is a region server over mutual TLS against fake masters, and
+// callers of it by identity.
+type secureRS struct {
+	t   *testing.T
+	pki *security.TestPKI
+	fc  *fakeCluster
+	s   *Server
+	sc  uint64
+}
+
+func startSecureRS(t *testing.T, grants *rspb.AccessGrants, tweak func(*Config)) *secureRS {
+	t.Helper()
+	pki, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := pki.MustCredentials(security.Identity{Role: security.RoleMaster, ID: "m1"})
+	fc, addrs := newFakeCluster(t, 1, 60_000, security.MasterPolicy().ServerOptions(master)...)
+	fc.setAccess(grants)
+	cfg := testConfig(addrs...)
+	cfg.TLS = pki.MustCredentials(security.Identity{Role: security.RoleRegionServer, ID: "rs1"})
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.HeartbeatInterval = fastHeartbeats
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	s, sc := startServer(t, cfg)
+	return &secureRS{t: t, pki: pki, fc: fc, s: s, sc: sc}
+}
+
+// call makes a ListRegions and a GET /metrics as id, with token if not
+// empty, and returns the gRPC status code and the HTTP status.
+func (r *secureRS) call(id security.Identity, token string) (codes.Code, int, string) {
+	r.t.Helper()
+	cr := r.pki.MustCredentials(id)
+	opts := []grpc.DialOption{cr.DialOption(security.RoleRegionServer)}
+	if token != "" {
+		opts = append(opts, security.TokenDialOption(token))
+	}
+	cc, err := grpc.NewClient(r.s.Addr(), opts...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cr.ClientConfig(security.RoleRegionServer)}}
+	req, _ := http.NewRequest(http.MethodGet, "https://"+r.s.HTTPAddr()+"/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, herr := hc.Do(req)
+	if herr != nil {
+		r.t.Fatal(herr)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return status.Code(err), resp.StatusCode, status.Convert(err).Message() + " | " + string(body)
+}
+
+var (
+	opsClient = security.Identity{Role: security.RoleClient, ID: "ops"}
+	aMaster   = security.Identity{Role: security.RoleMaster, ID: "m1"}
+)
+
+// want checks what id is answered, waiting for it (grants arrive with
+// heartbeats).
+func (r *secureRS) want(id security.Identity, token string, code codes.Code, httpStatus int, says string) {
+	r.t.Helper()
+	testwait.ForNil(r.t, 10*time.Second, fmt.Sprintf("%s answered %v and HTTP %d", id, code, httpStatus), func() error {
+		c, h, msg := r.call(id, token)
+		if c != code || h != httpStatus || !strings.Contains(msg, says) {
+			return fmt.Errorf("answered %v and HTTP %d: %s", c, h, msg)
+		}
+		return nil
+	})
+}
+
+// TestRegionServerFailsClosedWithoutGrants: a region server told no
+// grants (a master older than them) refuses clients UNAVAILABLE, saying
+// why, and serves masters all the same: their batches and reads.
+func TestRegionServerFailsClosedWithoutGrants(t *testing.T) {
+	r := startSecureRS(t, nil, nil)
+	r.want(opsClient, "", codes.Unavailable, http.StatusServiceUnavailable, "older than this region server")
+	r.want(aMaster, "", codes.OK, http.StatusOK, "")
+	cc, err := grpc.NewClient(r.s.Addr(), r.pki.MustCredentials(aMaster).DialOption(security.RoleRegionServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := rspb.NewRegionServerClient(cc).ExecuteBatch(context.Background(), &rspb.BatchRequest{
+		Term: r.fc.currentTerm(), ServerId: "rs1", StartCode: r.sc, Ops: ops(opOpen, "r1")})
+	if err != nil || !resp.GetResults()[0].GetOk() {
+		t.Fatalf("a master's open without grants: %v %v", resp, err)
+	}
+}
+
+// TestRegionServerAppliesGrants: the grants the masters tell decide, and
+// a change reaches the server at a heartbeat (sent only when its version
+// differs from the one the server holds); tokens are refused; grants no
+// master confirmed for a self-fence period are not used.
+func TestRegionServerAppliesGrants(t *testing.T) {
+	read := &rspb.AccessGrants{Version: 5, Enforced: true, Clients: []*rspb.ClientGrant{{Client: "ops", Permission: "read"}}}
+	r := startSecureRS(t, read, func(c *Config) { c.SelfFenceAfter = 2 * time.Second })
+	r.want(opsClient, "", codes.OK, http.StatusOK, "")
+	r.want(security.Identity{Role: security.RoleClient, ID: "nobody"}, "", codes.PermissionDenied, http.StatusForbidden, "needs permission read; client/nobody holds no permission")
+	r.want(opsClient, "bt_0123456789abcdef_"+strings.Repeat("A", 43), codes.Unauthenticated, http.StatusUnauthorized, "region servers take no bearer tokens")
+
+	r.fc.setAccess(&rspb.AccessGrants{Version: 6, Enforced: true})
+	r.want(opsClient, "", codes.PermissionDenied, http.StatusForbidden, "client/ops holds no permission")
+	_, hbs, _ := r.fc.snapshot()
+	if v := hbs[len(hbs)-1].req.GetAccessVersion(); v != 6 {
+		t.Errorf("the latest heartbeat quotes access version %d, want 6", v)
+	}
+
+	r.fc.setAccess(&rspb.AccessGrants{Version: 7, Enforced: false})
+	r.want(security.Identity{Role: security.RoleClient, ID: "nobody"}, "", codes.OK, http.StatusOK, "")
+
+	// No leader: every call to the masters fails, registrations too.
+	r.fc.setLeader("")
+	r.want(opsClient, "", codes.Unavailable, http.StatusServiceUnavailable, "no master has confirmed them since")
+	r.want(aMaster, "", codes.OK, http.StatusOK, "")
+}
