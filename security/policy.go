@@ -30,7 +30,8 @@ func MasterPolicy() *Policy {
 
 // RegionServerPolicy is who may call a region server's gRPC server:
 // masters; clients only to list its regions (`baton rs regions --direct`,
-// to compare a server's view with the masters').
+// to compare a server's view with the masters'), which the region server
+// then lets only clients holding read do.
 func RegionServerPolicy() *Policy {
 	return (&Policy{}).
 		Admit(RegionServerService, RoleMaster).

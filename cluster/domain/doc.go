@@ -12,7 +12,8 @@
 //     package catalog and knows nothing of the API: package admin depends
 //     on it through its Domain interface and translates the answers into
 //     adminpb messages; the API's leader hint reaches the Master service
-//     through the UnavailableFunc it is registered with.
+//     through the UnavailableFunc it is registered with, and the access
+//     grants it tells region servers through the GrantsFunc.
 //   - Domain.LeaderServices (cluster.Config.LeaderServices) builds, for
 //     each term this node leads, the leader-only services: a dispatcher
 //     (package dispatch) stamped with the term, a lease manager for region

@@ -113,7 +113,8 @@ type Config struct {
 	// baton://regionserver/<ID>): its gRPC and HTTP endpoints then speak
 	// mutual TLS and admit masters only (security.RegionServerPolicy;
 	// HTTP also clients, for /metrics and /readyz), and it speaks mutual
-	// TLS to the masters. Default plaintext.
+	// TLS to the masters. Clients need read, by the grants the leader
+	// tells (access.go). Default plaintext.
 	TLS *security.Credentials
 }
 
