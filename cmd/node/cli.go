@@ -351,6 +351,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	if a, ok := advise[st.Code()]; ok {
 		advice = a
 	}
+	if st.Code() == codes.PermissionDenied && strings.Contains(st.Message(), " belongs to ") && strings.Contains(st.Message(), "--force") {
+		advice = "it is another identity's (the one named): they may act on it; an admin may with --force, which the audit trail records ('baton acl whoami' says who you are)"
+	}
 	if st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), catalog.MaintenanceRefusal) {
 		advice = "an operator turned maintenance mode on ('baton cluster maintenance status'); new procedures are accepted once it is off"
 	}
