@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -157,5 +158,24 @@ func TestLocksAndProceduresBelongToTheirCaller(t *testing.T) {
 	})
 	if !strings.Contains(forced.GetArgs(), `"force":true`) {
 		t.Fatalf("the forced release's record: %v; want force in its arguments", forced)
+	}
+}
+
+// TestNoOnesProcedureIsAnyonesToPause: a procedure with no recorded
+// submitter (one the cluster submitted itself, or one written by 0.1.0,
+// which had no such field) is no one's: an operator pauses and resumes it
+// as before owners were recorded.
+func TestNoOnesProcedureIsAnyonesToPause(t *testing.T) {
+	c, pki := ownershipCluster(t)
+	li, _ := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bob := callAs(t, c, pki, (li+1)%3, "bob")
+	id := c.Submit(&diag.Sleep{Steps: 1000, Delay: 20 * time.Millisecond}, "")
+	if p, err := bob.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: id}); err != nil || !p.GetPaused() || p.GetSubmittedBy() != "" {
+		t.Fatalf("bob pauses no one's procedure: %v, %v", p, err)
+	}
+	if _, err := bob.ResumeProcedure(ctx, &adminpb.ProcedureRef{Id: id}); err != nil {
+		t.Fatalf("bob resumes it: %v", err)
 	}
 }
