@@ -45,6 +45,9 @@ func TestForceOnAnothersLockAndProcedure(t *testing.T) {
 	}
 	id := idStr(proc)
 
+	if code, out, errOut := runCLI(t, bob, "proc", "get", id, "--json"); code != exitOK || !strings.Contains(out, `"submitted_by": "client/alice"`) {
+		t.Fatalf("bob: proc get --json: exit %d\n%s%s", code, out, errOut)
+	}
 	for _, args := range [][]string{
 		{"lock", "release", lock}, {"lock", "heartbeat", lock},
 		{"proc", "pause", id}, {"proc", "resume", id}, {"proc", "ack", id},
