@@ -26,6 +26,14 @@ type SubmitOptions struct {
 	// Owner is who submitted it (a user or client name); part of the nonce key,
 	// so it holds no NUL byte (Submit refuses one: ErrInvalid).
 	Owner string
+	// Submitter is the authenticated identity that submitted it, as the
+	// embedder's access control knows it (the admin API's "client/ops"):
+	// persisted with the procedure, so that who may later pause or abort
+	// it is decided by who submitted it rather than by Owner, which the
+	// caller chooses. Empty for a procedure the embedder submits itself;
+	// records written before it was kept read as empty too. Not part of
+	// the nonce key.
+	Submitter string
 	// Timeout, if > 0, aborts the procedure (rolling it back) if it has not
 	// finished this long after submission. Like an abort, it takes effect at
 	// a step boundary where rollback is supported. A procedure that
@@ -86,6 +94,11 @@ type Info struct {
 	// the millisecond, Error, Owner (its root's) and Children. No Data,
 	// History, Runs or Result.
 	SummaryOnly bool
+	// Submitter is SubmitOptions.Submitter; a child's is empty (ask its
+	// root). A finished root answered from the executor's index of
+	// finished roots leaves it empty too: DecodeInfo of its stored
+	// record has it.
+	Submitter string
 }
 
 // Submit persists p as a new root procedure and queues it. It returns once
@@ -149,7 +162,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	e.id = x.nextID
 	x.nextID++
 	e.root = e.id
-	e.owner, e.nonce = opts.Owner, opts.Nonce
+	e.owner, e.nonce, e.submitter = opts.Owner, opts.Nonce, opts.Submitter
 	if opts.Timeout > 0 {
 		e.deadline = now.Add(opts.Timeout)
 	}
@@ -307,7 +320,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 	}
 	return Info{
 		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
-		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitted: e.submitted, Updated: e.updated,
+		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitter: e.submitter, Submitted: e.submitted, Updated: e.updated,
 		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: kids,

@@ -25,6 +25,7 @@ type entry struct {
 
 	state                 State
 	owner, nonce          string
+	submitter             string // SubmitOptions.Submitter (roots only)
 	submitted, updated    time.Time
 	deadline, waitUntil   time.Time
 	finishedAt, ackedAt   time.Time

@@ -1532,7 +1532,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 	histEnc, histLast := e.history.encoded()
 	r := record{
 		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
-		state: e.state, owner: e.owner, nonce: e.nonce,
+		state: e.state, owner: e.owner, nonce: e.nonce, submitter: e.submitter,
 		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
 		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),
 		// Only a live procedure persists a held lock: a finished one lets go

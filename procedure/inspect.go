@@ -83,7 +83,7 @@ func DecodeInfo(data []byte) (Info, error) {
 	}
 	return Info{
 		ID: r.id, ParentID: r.parent, RootID: r.root, Type: r.typeName, Version: r.typeVersion,
-		State: r.state, Owner: r.owner, Nonce: r.nonce,
+		State: r.state, Owner: r.owner, Nonce: r.nonce, Submitter: r.submitter,
 		Submitted: fromUnixNano(r.submitted), Updated: fromUnixNano(r.updated),
 		Finished: fromUnixNano(r.finishedAt), Acked: fromUnixNano(r.ackedAt),
 		Error: r.errMsg, ErrorCode: r.errCode, Result: r.result,
@@ -170,6 +170,8 @@ type Summary struct {
 	// WaitUntil ends a timed suspension (zero: none).
 	WaitUntil time.Time
 	Paused    bool
+	// Submitter aliases the record's bytes as Type and Owner do.
+	Submitter []byte
 }
 
 // DecodeSummary reads a persisted procedure's Summary.
@@ -205,6 +207,8 @@ func DecodeSummary(data []byte) (Summary, error) {
 			s.Type = v
 		case fOwner:
 			s.Owner = v
+		case fSubmitter:
+			s.Submitter = v
 		}
 		return nil
 	})

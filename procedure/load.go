@@ -255,7 +255,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 	}
 	e := &entry{
 		id: r.id, parent: r.parent, root: r.root, ti: ti, proc: p, state: r.state,
-		owner: r.owner, nonce: r.nonce,
+		owner: r.owner, nonce: r.nonce, submitter: r.submitter,
 		submitted: fromUnixNano(r.submitted), updated: fromUnixNano(r.updated),
 		deadline: fromUnixNano(r.deadline), waitUntil: fromUnixNano(r.waitUntil),
 		finishedAt: fromUnixNano(r.finishedAt), ackedAt: fromUnixNano(r.ackedAt),

@@ -20,6 +20,7 @@ type record struct {
 	typeVersion      int
 	state            State
 	owner, nonce     string
+	submitter        string
 	submitted        int64 // unix nanos
 	updated          int64
 	deadline         int64 // whole-procedure deadline, 0 = none
@@ -129,6 +130,9 @@ const (
 	// whose records went with its finish (childsummary.go); older
 	// binaries skip it.
 	fChildSummaries protowire.Number = 113
+	// fSubmitter is SubmitOptions.Submitter; older binaries skip it (and
+	// drop it from a record they write again).
+	fSubmitter protowire.Number = 114
 )
 
 // finishedRoot reports whether r is a finished root's record: the record
@@ -174,6 +178,7 @@ func (r *record) marshal() []byte {
 	u(fState, uint64(r.state))
 	str(fOwner, []byte(r.owner))
 	str(fNonce, []byte(r.nonce))
+	str(fSubmitter, []byte(r.submitter))
 	// A finished root's record is kept for its result, on every master,
 	// for ResultTTL: what it no longer needs in full is left out or
 	// packed. Its last write is its finish (or its Ack), so Updated is
@@ -420,6 +425,8 @@ func (r *record) setBytes(num protowire.Number, v []byte) error {
 		r.owner = string(v)
 	case fNonce:
 		r.nonce = string(v)
+	case fSubmitter:
+		r.submitter = string(v)
 	case fError:
 		r.errMsg = string(v)
 	case fErrorCode:

@@ -196,10 +196,17 @@ func TestAccessControlAcrossStandbysAndFailover(t *testing.T) {
 	if err != nil || who.GetPrincipal() != "token/"+tr.GetToken().GetAccessor() || who.GetPermission() != "operate" || who.GetName() != "ci" {
 		t.Fatalf("whoami with the token: %v, %v", who, err)
 	}
-	_, pauseErr := ci.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: sub.GetId()})
-	if c := status.Code(pauseErr); c == codes.PermissionDenied || c == codes.Unauthenticated {
-		t.Fatalf("token with operate pauses a procedure: %v", pauseErr)
+	ciSub, err := ci.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "2", "delay": "10ms"}})
+	if err != nil {
+		t.Fatalf("token with operate submits: %v", err)
 	}
+	_, pauseErr := ci.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: ciSub.GetId()})
+	if c := status.Code(pauseErr); c == codes.PermissionDenied || c == codes.Unauthenticated {
+		t.Fatalf("token with operate pauses its procedure: %v", pauseErr)
+	}
+	// Not the certificate's: the token submitted it.
+	_, err = ci.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: sub.GetId()})
+	wantCode(t, "token pauses the operator's procedure", err, codes.PermissionDenied, "belongs to client/operator")
 	forged := sc.as(li, "stranger", "bt_"+tr.GetToken().GetAccessor()+"_"+strings.Repeat("A", 43))
 	_, err = forged.ListProcedures(ctx, &adminpb.ListProceduresRequest{})
 	wantCode(t, "a token with the right accessor and a wrong secret", err, codes.Unauthenticated, "not recognized")

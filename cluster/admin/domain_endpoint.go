@@ -179,7 +179,7 @@ func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Doma
 		if err := d.CheckSubmissions(x, domainOwner, nonce); err != nil {
 			return nil, err
 		}
-		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner})
+		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner, Submitter: submitterOf(ctx)})
 		if err != nil {
 			return nil, err
 		}

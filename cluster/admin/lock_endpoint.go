@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
@@ -19,7 +20,8 @@ func (s *Server) AcquireLock(ctx context.Context, req *adminpb.AcquireLockReques
 		lk, err := d.AcquireLock(x, catalog.LockRequest{
 			Kind: req.GetKind(), Names: req.GetNames(), Exclusive: req.GetExclusive(),
 			Holder: req.GetHolder(), Description: req.GetDescription(), Nonce: req.GetNonce(),
-			Lease: time.Duration(req.GetLeaseMs()) * time.Millisecond,
+			Lease:     time.Duration(req.GetLeaseMs()) * time.Millisecond,
+			Submitter: submitterOf(ctx),
 		})
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
@@ -34,6 +36,9 @@ func (s *Server) LockHeartbeat(ctx context.Context, req *adminpb.LockRef) (*admi
 		return nil, err
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
+		if err := s.actOnLock(ctx, x, req); err != nil {
+			return nil, err
+		}
 		lk, err := d.LockHeartbeat(ctx, x, req.GetLockId(), time.Duration(req.GetLeaseMs())*time.Millisecond)
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
@@ -48,9 +53,18 @@ func (s *Server) ReleaseLock(ctx context.Context, req *adminpb.LockRef) (*adminp
 		return nil, err
 	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
+		if err := s.actOnLock(ctx, x, req); err != nil {
+			return nil, err
+		}
 		lk, err := d.ReleaseLock(ctx, x, req.GetLockId())
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
 		return c.ReleaseLock(ctx, req)
 	})
+}
+
+// actOnLock decides whether the caller may heartbeat or release lock
+// req names: the identity that acquired it may (see actOn).
+func (s *Server) actOnLock(ctx context.Context, x Procedures, req *adminpb.LockRef) error {
+	return s.actOn(ctx, x, fmt.Sprintf("lock %d", req.GetLockId()), req.GetLockId(), req.GetForce())
 }

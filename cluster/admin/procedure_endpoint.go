@@ -38,9 +38,10 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 			return nil, err
 		}
 		id, err := x.Submit(p, procedure.SubmitOptions{
-			Nonce:   req.GetNonce(),
-			Owner:   req.GetOwner(),
-			Timeout: time.Duration(req.GetTimeoutMs()) * time.Millisecond,
+			Nonce:     req.GetNonce(),
+			Owner:     req.GetOwner(),
+			Submitter: submitterOf(ctx),
+			Timeout:   time.Duration(req.GetTimeoutMs()) * time.Millisecond,
 		})
 		if err != nil {
 			return nil, err
@@ -314,6 +315,9 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 
 func procOp(s *Server, ctx context.Context, req *adminpb.ProcedureRef, op func(Procedures, uint64) error, remote func(context.Context, adminpb.AdminClient) (*adminpb.Procedure, error)) (*adminpb.Procedure, error) {
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.Procedure, error) {
+		if err := s.actOn(ctx, x, fmt.Sprintf("procedure %d", req.GetId()), req.GetId(), req.GetForce()); err != nil {
+			return nil, err
+		}
 		if err := op(x, req.GetId()); err != nil {
 			return nil, err
 		}
@@ -384,6 +388,7 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		RollingBack:     info.RollingBack,
 		StackDepth:      int32(info.StackDepth),
 		SummaryOnly:     info.SummaryOnly,
+		SubmittedBy:     info.Submitter,
 	}
 }
 

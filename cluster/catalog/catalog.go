@@ -101,6 +101,11 @@ type LockRequest struct {
 	// 0 for the cluster's default, else within the domain's bounds
 	// (rounded up to one of its steps).
 	Lease time.Duration
+	// Submitter is the authenticated identity acquiring it, recorded with
+	// its procedure (procedure.SubmitOptions.Submitter): its heartbeats
+	// and its release are that identity's. Holder is a label the caller
+	// chooses.
+	Submitter string
 }
 
 // Lock is where an external lock stands.

@@ -416,33 +416,56 @@ func (c *Client) Get(ctx context.Context, id uint64, opts ...ReadOption) (*admin
 	})
 }
 
+// ActOption adjusts an action on a procedure or a lock.
+type ActOption func(*actOptions)
+
+type actOptions struct{ force bool }
+
+func actOpts(opts []ActOption) actOptions {
+	var o actOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Force acts on a procedure another identity submitted, or a lock another
+// acquired: with access control on, those are their submitter's or
+// holder's, and others need permission admin and Force (the audit trail
+// records it). Moot for one's own.
+func Force() ActOption { return func(o *actOptions) { o.force = true } }
+
 // Abort asks the procedure to roll back. It returns the procedure's state
 // after the request.
-func (c *Client) Abort(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+func (c *Client) Abort(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
+	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
 	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+		return a.AbortProcedure(ctx, ref)
 	})
 }
 
 // Pause stops the procedure between steps until Resume.
-func (c *Client) Pause(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+func (c *Client) Pause(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
+	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
 	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+		return a.PauseProcedure(ctx, ref)
 	})
 }
 
 // Resume lets a paused procedure run again.
-func (c *Client) Resume(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+func (c *Client) Resume(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
+	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
 	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.ResumeProcedure(ctx, &adminpb.ProcedureRef{Id: id})
+		return a.ResumeProcedure(ctx, ref)
 	})
 }
 
 // Ack acknowledges a finished procedure's result, so the cluster may
 // forget it.
-func (c *Client) Ack(ctx context.Context, id uint64) (*adminpb.Procedure, error) {
+func (c *Client) Ack(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
+	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
 	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AckResult(ctx, &adminpb.ProcedureRef{Id: id})
+		return a.AckResult(ctx, ref)
 	})
 }
 

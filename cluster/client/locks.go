@@ -50,8 +50,8 @@ func (c *Client) AcquireLockWith(ctx context.Context, req *adminpb.AcquireLockRe
 
 // LockHeartbeat renews the lease of lock id and returns its state. A lock
 // that is RELEASED or EXPIRED is not revived: the holder has lost it.
-func (c *Client) LockHeartbeat(ctx context.Context, id uint64) (*adminpb.LockResponse, error) {
-	return c.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: id})
+func (c *Client) LockHeartbeat(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.LockResponse, error) {
+	return c.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: id, Force: actOpts(opts).force})
 }
 
 // LockHeartbeatWith is LockHeartbeat with the whole request: a holder
@@ -65,8 +65,9 @@ func (c *Client) LockHeartbeatWith(ctx context.Context, ref *adminpb.LockRef) (*
 
 // ReleaseLock releases lock id (or gives up waiting for it) and returns its
 // state: RELEASED, or EXPIRED if its lease had expired before.
-func (c *Client) ReleaseLock(ctx context.Context, id uint64) (*adminpb.LockResponse, error) {
+func (c *Client) ReleaseLock(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.LockResponse, error) {
+	ref := &adminpb.LockRef{LockId: id, Force: actOpts(opts).force}
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
-		return a.ReleaseLock(ctx, &adminpb.LockRef{LockId: id})
+		return a.ReleaseLock(ctx, ref)
 	})
 }

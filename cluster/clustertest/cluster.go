@@ -25,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/security"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -95,6 +96,17 @@ type Config struct {
 	// enforcement: every call that changes state recorded before it is
 	// answered), as the baton binary runs. Default: none.
 	Audit bool
+	// PKI serves each master's admin API over mutual TLS with
+	// certificates of this test CA, enforcing access control as an agent
+	// with --tls-* does (--acl on): Grants are its --acl-initial-grants.
+	// The masters forward to one another, and the cluster's own
+	// connections (Master.Admin, WaitLeader) call, as masters. Raft stays
+	// in memory, and region servers and HTTP are not supported with it
+	// (New fails the test). Default nil: plaintext.
+	PKI *security.TestPKI
+	// Grants binds clients (baton://client/<name>) to permissions, with
+	// PKI.
+	Grants map[string]security.Permission
 	// LogLevel of the per-node log buffers. Default hclog.Info.
 	LogLevel hclog.Level
 	// LogTail is how many bytes of each buffer a failed test prints.
@@ -148,6 +160,9 @@ func New(t testing.TB, cfg Config) *Cluster {
 	cfg.setDefaults()
 	if cfg.NoDomain && cfg.RegionServers > 0 {
 		t.Fatal("clustertest: region servers need the domain (NoDomain with RegionServers)")
+	}
+	if cfg.PKI != nil && (cfg.RegionServers > 0 || cfg.HTTP) {
+		t.Fatal("clustertest: PKI runs no region servers and no HTTP")
 	}
 	c := &Cluster{t: t, cfg: cfg, logs: newLogSet(cfg.LogLevel),
 		rss: map[string]*regionserver.Server{}, stopped: map[string]bool{}, pauses: map[int]*time.Timer{}}
@@ -335,6 +350,17 @@ func (c *Cluster) Client(opts ...client.Option) *client.Client {
 	}
 	c.t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// ClientAs is Client calling as client name, with a certificate of
+// Config.PKI naming baton://client/<name>.
+func (c *Cluster) ClientAs(name string, opts ...client.Option) *client.Client {
+	c.t.Helper()
+	if c.cfg.PKI == nil {
+		c.t.Fatal("clustertest: ClientAs needs Config.PKI")
+	}
+	creds := c.cfg.PKI.MustCredentials(security.Identity{Role: security.RoleClient, ID: name})
+	return c.Client(append([]client.Option{client.WithDialOptions(creds.DialOption(security.RoleMaster))}, opts...)...)
 }
 
 // Logs returns what component name ("m1", "rs2", "faults") has logged so

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Master is one master of a test cluster: its Raft node, its domain and
@@ -216,6 +217,15 @@ func (m *Master) start() error {
 	if c.cfg.Audit {
 		acfg.Access = &admin.Access{}
 	}
+	selfDial := grpc.WithTransportCredentials(insecure.NewCredentials())
+	var secure []grpc.ServerOption
+	if c.cfg.PKI != nil {
+		creds := c.cfg.PKI.MustCredentials(security.Identity{Role: security.RoleMaster, ID: m.ID})
+		acfg.Access = &admin.Access{Enforce: true, InitialGrants: c.cfg.Grants, OnBootstrap: func(string) {}}
+		selfDial = creds.DialOption(security.RoleMaster)
+		acfg.DialOptions = []grpc.DialOption{selfDial}
+		secure = security.MasterPolicyFor(security.ClientAuthCert, admin.MasterOnlyMethods()...).ServerOptions(creds)
+	}
 	backend := admin.NodeBackend(n)
 	if dom != nil {
 		dom.Attach(n)
@@ -239,6 +249,7 @@ func (m *Master) start() error {
 		}
 	}
 	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, c.faults.ServerOptions()...)
+	gopts = append(gopts, secure...)
 	if acfg.Access != nil {
 		gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
 	}
@@ -254,7 +265,7 @@ func (m *Master) start() error {
 		return fmt.Errorf("%s: admin start: %w", m.ID, err)
 	}
 	go func() { _ = gs.Serve(lis) }()
-	cc, err := grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(m.addr, selfDial)
 	if err != nil {
 		gs.Stop()
 		_ = n.Kill()

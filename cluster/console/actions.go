@@ -79,7 +79,12 @@ func (c *Console) abort(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(forUser(r), actionTimeout)
 	defer cancel()
-	if _, err := c.actions.Abort(ctx, id); err != nil {
+	var act []client.ActOption
+	if r.PostForm.Get("force") == "yes" {
+		// Another's procedure: the admin API decides whether this user may.
+		act = append(act, client.Force())
+	}
+	if _, err := c.actions.Abort(ctx, id, act...); err != nil {
 		code := statusOf(err)
 		c.log.Warn("abort from the console failed", "id", id, "error", err)
 		c.confirm(w, r, code, "Not aborted: "+status.Convert(err).Message())

@@ -211,7 +211,7 @@ func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catal
 		return catalog.Lock{}, err
 	}
 	p.LeaseMs = length.Milliseconds()
-	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: lockOwner})
+	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: lockOwner, Submitter: req.Submitter})
 	if err != nil {
 		return catalog.Lock{}, err
 	}

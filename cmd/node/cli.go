@@ -351,6 +351,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	if a, ok := advise[st.Code()]; ok {
 		advice = a
 	}
+	if st.Code() == codes.PermissionDenied && strings.Contains(st.Message(), " belongs to ") && strings.Contains(st.Message(), "--force") {
+		advice = "it is another identity's (the one named): they may act on it; an admin may with --force, which the audit trail records ('baton acl whoami' says who you are)"
+	}
 	if st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), catalog.MaintenanceRefusal) {
 		advice = "an operator turned maintenance mode on ('baton cluster maintenance status'); new procedures are accepted once it is off"
 	}
@@ -417,6 +420,9 @@ type procJSON struct {
 	// with the root's finish, shown from the summary the root keeps of it
 	// (no data, history, runs or result).
 	SummaryOnly bool `json:"summary_only,omitempty"`
+	// SubmittedBy is the identity that submitted it, with access control
+	// on: its pause, resume, ack and abort are that identity's.
+	SubmittedBy string `json:"submitted_by,omitempty"`
 	// Runs says which master made which of its writes (a failover shows
 	// as a second run).
 	Runs []runJSON `json:"runs,omitempty"`
@@ -451,7 +457,7 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(), ErrorCode: p.GetErrorCode(),
 		Read:   toReadJSON(p.GetRead()),
 		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
-		SummaryOnly: p.GetSummaryOnly(),
+		SummaryOnly: p.GetSummaryOnly(), SubmittedBy: p.GetSubmittedBy(),
 	}
 	if j.Children == nil {
 		j.Children = []uint64{}
@@ -507,6 +513,7 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 		line("children", strings.Join(ids, " "))
 	}
 	line("owner", j.Owner)
+	line("submitted by", j.SubmittedBy)
 	line("nonce", j.Nonce)
 	line("submitted", j.SubmittedAt)
 	line("updated", j.UpdatedAt)

@@ -467,6 +467,7 @@ func (e *command) releaseAtEnd(cl *client.Client, id uint64, printed bool, out i
 
 func (c *cli) lockByID(verb string, args []string) int {
 	e := c.command("lock "+verb, "ID", lockAdvice)
+	force := e.fs.Bool("force", false, forceUsage("lock", "acquired"))
 	pos, code, ok := e.parse(args, 1, "lock ID")
 	if !ok {
 		return code
@@ -482,10 +483,14 @@ func (c *cli) lockByID(verb string, args []string) int {
 	defer cl.Close()
 	var r *adminpb.LockResponse
 	released := ""
+	var act []client.ActOption
+	if *force {
+		act = append(act, client.Force())
+	}
 	if verb == "heartbeat" {
-		r, err = cl.LockHeartbeat(c.ctx, id)
+		r, err = cl.LockHeartbeat(c.ctx, id, act...)
 	} else {
-		r, err = cl.ReleaseLock(c.ctx, id)
+		r, err = cl.ReleaseLock(c.ctx, id, act...)
 		released = client.LockReleased
 	}
 	if err != nil {
@@ -510,4 +515,10 @@ func (e *command) failAfter(err error, printed bool) int {
 		e.cf.json = false
 	}
 	return e.fail(err)
+}
+
+// forceUsage is the help of --force on a command acting on a procedure or
+// a lock (what) that another identity submitted or acquired (how).
+func forceUsage(what, how string) string {
+	return fmt.Sprintf("act on a %s another identity %s (with access control on it is theirs): needs permission admin, and the audit trail records it", what, how)
 }

@@ -170,6 +170,10 @@ func (c *cli) procByID(verb string, args []string) int {
 	fs, cf := c.newFlagSet(cmd, synopsis)
 	var rf *readFlags
 	var history *bool
+	var force *bool
+	if verb != "get" && verb != "wait" {
+		force = fs.Bool("force", false, forceUsage("procedure", "submitted"))
+	}
 	if verb == "get" {
 		rf = addReadFlags(fs)
 		history = fs.Bool("history", false, "also print the procedure's timeline: one row per step that persisted its outcome, with the master that wrote it (--json always has it, as history)")
@@ -195,19 +199,23 @@ func (c *cli) procByID(verb string, args []string) int {
 	}
 	defer cl.Close()
 	var p *adminpb.Procedure
+	var act []client.ActOption
+	if force != nil && *force {
+		act = append(act, client.Force())
+	}
 	switch verb {
 	case "wait":
 		return c.waitFor(cmd, fs, cf, cl, id)
 	case "get":
 		p, err = cl.Get(c.ctx, id, rf.opts()...)
 	case "abort":
-		p, err = cl.Abort(c.ctx, id)
+		p, err = cl.Abort(c.ctx, id, act...)
 	case "pause":
-		p, err = cl.Pause(c.ctx, id)
+		p, err = cl.Pause(c.ctx, id, act...)
 	case "resume":
-		p, err = cl.Resume(c.ctx, id)
+		p, err = cl.Resume(c.ctx, id, act...)
 	case "ack":
-		p, err = cl.Ack(c.ctx, id)
+		p, err = cl.Ack(c.ctx, id, act...)
 	}
 	if err != nil {
 		return c.finish(cmd, fs, cf, err)

@@ -1749,7 +1749,11 @@ type LockRef struct {
 	// lease_ms (heartbeats only): restates the lock's lease length, as in
 	// AcquireLockRequest; 0 keeps it. A new leader knows a lock's length only
 	// from its holder or its procedure's next step.
-	LeaseMs       int64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs int64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// force acts on a lock another identity acquired: it needs permission
+	// admin, and the audit record shows it. Without it, a lock's heartbeat
+	// and release belong to the identity that acquired it.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1796,6 +1800,13 @@ func (x *LockRef) GetLeaseMs() int64 {
 		return x.LeaseMs
 	}
 	return 0
+}
+
+func (x *LockRef) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type LockResponse struct {
@@ -2036,8 +2047,13 @@ func (x *GetProcedureRequest) GetConsistency() Consistency {
 }
 
 type ProcedureRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// force (abort, pause, resume, ack) acts on a procedure another
+	// identity submitted: it needs permission admin, and the audit record
+	// shows it. Without it, these belong to the identity that submitted
+	// the procedure (its root's, for a child).
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2077,6 +2093,13 @@ func (x *ProcedureRef) GetId() uint64 {
 		return x.Id
 	}
 	return 0
+}
+
+func (x *ProcedureRef) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type Procedure struct {
@@ -2131,7 +2154,12 @@ type Procedure struct {
 	// of it for as long as the root's result is kept (id, parent, type,
 	// final state, submission and finish to the millisecond, error): no
 	// data, history, runs or result.
-	SummaryOnly   bool `protobuf:"varint,105,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
+	SummaryOnly bool `protobuf:"varint,105,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
+	// submitted_by is the authenticated identity that submitted the
+	// procedure through the admin API ("client/ops", "token/<accessor>"),
+	// not the owner label it chose; empty for one the cluster submitted
+	// itself, a child (see its root), or one written by 0.1.0.
+	SubmittedBy   string `protobuf:"bytes,106,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2339,6 +2367,13 @@ func (x *Procedure) GetSummaryOnly() bool {
 		return x.SummaryOnly
 	}
 	return false
+}
+
+func (x *Procedure) GetSubmittedBy() string {
+	if x != nil {
+		return x.SubmittedBy
+	}
+	return ""
 }
 
 // ProcedureProgress: done of total units (total 0: not known).
@@ -6282,10 +6317,11 @@ const file_admin_proto_rawDesc = "" +
 	"\x06holder\x18\x04 \x01(\tR\x06holder\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x14\n" +
 	"\x05nonce\x18\x06 \x01(\tR\x05nonce\x12\x19\n" +
-	"\blease_ms\x18\a \x01(\x03R\aleaseMs\"=\n" +
+	"\blease_ms\x18\a \x01(\x03R\aleaseMs\"S\n" +
 	"\aLockRef\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x19\n" +
-	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"g\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"g\n" +
 	"\fLockResponse\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12(\n" +
@@ -6304,9 +6340,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"d\n" +
 	"\x13GetProcedureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"4\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xc9\x06\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xec\x06\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6336,7 +6373,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vstack_depth\x18g \x01(\x05R\n" +
 	"stackDepth\x12=\n" +
 	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\x12!\n" +
-	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\"Q\n" +
+	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\x12!\n" +
+	"\fsubmitted_by\x18j \x01(\tR\vsubmittedBy\"Q\n" +
 	"\x11ProcedureProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
