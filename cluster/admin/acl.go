@@ -44,9 +44,21 @@ type Access struct {
 	// AuditRetention drops audit records older than this. Default 30
 	// days.
 	AuditRetention time.Duration
-	// AuditMaxRecords drops the oldest audit records beyond this many.
-	// Default 100,000.
+	// AuditMaxRecords is the ceiling of the served calls' records (a
+	// tenth of it, of the refusals'): past it, the oldest record of the
+	// principal holding the most goes. Default 100,000.
 	AuditMaxRecords int
+	// AuditMaxPerPrincipal bounds the served calls' records each
+	// principal keeps: past it, that principal's oldest goes, never
+	// another's. Default 10,000.
+	AuditMaxPerPrincipal int
+	// AuditMaxRefusedPerCaller bounds the refusals kept for each
+	// principal, and for each source address: past it, the oldest
+	// refusal of that principal (or address) goes. Default 1,000.
+	AuditMaxRefusedPerCaller int
+	// AuditFile, if set, is where this master exports every audit record
+	// it commits, one JSON line each (AuditExport).
+	AuditFile *AuditExport
 	// Metrics, if set, receives baton_acl_denied_total and the audit
 	// trail's metrics.
 	Metrics prometheus.Registerer
@@ -64,6 +76,10 @@ type Access struct {
 const (
 	DefaultAuditRetention  = 30 * 24 * time.Hour
 	DefaultAuditMaxRecords = 100_000
+	// DefaultAuditMaxPerPrincipal and DefaultAuditMaxRefusedPerCaller
+	// are the per-principal quotas of the trail.
+	DefaultAuditMaxPerPrincipal     = 10_000
+	DefaultAuditMaxRefusedPerCaller = 1_000
 	// maxAuditRecords bounds AuditMaxRecords: a record is up to ~2 KiB,
 	// and every one is in every snapshot.
 	maxAuditRecords = 10_000_000
@@ -76,6 +92,12 @@ func (a Access) Validate() error {
 	}
 	if a.AuditMaxRecords < 0 || a.AuditMaxRecords > maxAuditRecords {
 		return fmt.Errorf("admin: audit max records %d: want 1 to %d (0: the default %d)", a.AuditMaxRecords, maxAuditRecords, DefaultAuditMaxRecords)
+	}
+	if a.AuditMaxPerPrincipal < 0 || a.AuditMaxPerPrincipal > maxAuditRecords {
+		return fmt.Errorf("admin: audit max records per principal %d: want 1 to %d (0: the default %d)", a.AuditMaxPerPrincipal, maxAuditRecords, DefaultAuditMaxPerPrincipal)
+	}
+	if a.AuditMaxRefusedPerCaller < 0 || a.AuditMaxRefusedPerCaller > maxAuditRecords {
+		return fmt.Errorf("admin: audit max refusals per caller %d: want 1 to %d (0: the default %d)", a.AuditMaxRefusedPerCaller, maxAuditRecords, DefaultAuditMaxRefusedPerCaller)
 	}
 	for n, p := range a.InitialGrants {
 		if err := (security.Identity{Role: security.RoleClient, ID: n}).Validate(); err != nil {
@@ -100,6 +122,12 @@ func (a Access) withDefaults() Access {
 	}
 	if a.AuditMaxRecords == 0 {
 		a.AuditMaxRecords = DefaultAuditMaxRecords
+	}
+	if a.AuditMaxPerPrincipal == 0 {
+		a.AuditMaxPerPrincipal = DefaultAuditMaxPerPrincipal
+	}
+	if a.AuditMaxRefusedPerCaller == 0 {
+		a.AuditMaxRefusedPerCaller = DefaultAuditMaxRefusedPerCaller
 	}
 	if a.Clock == nil {
 		a.Clock = clock.Real{}

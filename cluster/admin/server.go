@@ -114,6 +114,8 @@ type Server struct {
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
 	audit   *auditLog // nil without Config.Access
+	// exporter writes the trail to Access.AuditFile, if set.
+	exporter *auditExporter
 	// bootPending is the bootstrap token this master made and has not
 	// yet recorded as told; bootTold, that it told it (under mu).
 	bootPending *pendingBoot
@@ -186,6 +188,11 @@ func New(b Backend, cfg Config) (*Server, error) {
 		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
 			return nil, err
 		}
+		if f := s.acc.AuditFile; f != nil {
+			if s.exporter, err = newAuditExporter(s, *f); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -229,6 +236,10 @@ func (s *Server) Start(advertise string) error {
 	if s.audit != nil {
 		s.loops.Add(1)
 		go s.audit.run()
+	}
+	if s.exporter != nil {
+		s.loops.Add(1)
+		go s.exporter.run()
 	}
 	return nil
 }
