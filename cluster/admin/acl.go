@@ -273,11 +273,24 @@ func forwardPrincipal(ctx context.Context) []string {
 	case p.token != "":
 		return []string{"authorization", "Bearer " + p.token}
 	case p.kind == kindMaster:
-		return nil // the forwarding master is the caller
+		if id, self := security.CallerOf(ctx); self && id.Role == security.RoleMaster && id.ID == p.id && !actingForMaster(ctx) {
+			return nil // the forwarding master's own call (or its caller's, who used its certificate)
+		}
+		// Another master's certificate, at this master's console: the
+		// leader names that one (an older leader ignores the key and
+		// names this master, as before).
+		return []string{security.OnBehalfKey, (security.Identity{Role: security.RoleMaster, ID: p.id}).String()}
 	}
 	// A client, or anonymous: the leader judges the call as that, never
 	// as the master forwarding it.
 	return []string{principalKey, p.String()}
+}
+
+// actingForMaster says ctx's call is a master's on behalf of a master
+// identity (a console's user holding a master's certificate).
+func actingForMaster(ctx context.Context) bool {
+	u, ok := security.ActingFor(ctx)
+	return ok && u.Role == security.RoleMaster
 }
 
 func incomingOne(ctx context.Context, key string) (string, bool) {
@@ -317,6 +330,11 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 			p = principal{kind: kindClient, id: name}
 		} else if user, ok := security.ActingFor(ctx); ok && user.Role == security.RoleClient {
 			p = principal{kind: kindClient, id: user.ID}
+		} else if ok && user.Role == security.RoleMaster {
+			// A person holding a master's certificate, at a master's
+			// console (or passed on by a standby): named as that master,
+			// not as the one whose console or forward carried the call.
+			return principal{kind: kindMaster, id: user.ID, perm: security.PermAdmin}, nil
 		} else if hasTok {
 			return s.tokenPrincipal(tok)
 		} else {
