@@ -495,11 +495,15 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		audited := Audited(method)
 		var note *auditNote
 		if audited {
+			markRefusalRecorded(ctx) // the record below is the call's
 			note = &auditNote{}
 			ctx = context.WithValue(ctx, auditNoteKey{}, note)
 		}
 		if !audited {
 			if err != nil {
+				// Not audited when served (a read, masters' own calls),
+				// but a refusal is someone trying what they may not.
+				s.recordRefusal(ctx, p, method, req, err)
 				return nil, err
 			}
 			return handler(ctx, req)
@@ -578,6 +582,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
+			s.recordRefusal(ctx, p, method, nil, err)
 			return err
 		}
 		return handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, principalCtxKey{}, p)})

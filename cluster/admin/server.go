@@ -249,7 +249,9 @@ func (s *Server) Start(advertise string) error {
 func (s *Server) Serve(lis net.Listener) error {
 	// The interceptors also turn away the calls a removed member does
 	// not serve, with access control or without.
-	opts := append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)
+	// Refusals are recorded by the first interceptor, which sees the
+	// identity policy's too.
+	opts := append([]grpc.ServerOption{KeepaliveEnforcement(), grpc.ChainUnaryInterceptor(s.RefusalInterceptor()), grpc.ChainStreamInterceptor(s.RefusalStreamInterceptor())}, s.cfg.ServerOptions...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
 	gs := grpc.NewServer(opts...)
 	s.RegisterServices(gs)

@@ -126,7 +126,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsOpts...)
+	// Refusals first: it records those of every interceptor after it, the
+	// identity policy's included, on every service of the port.
+	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement(),
+		grpc.ChainUnaryInterceptor(srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(srv.RefusalStreamInterceptor())}, tlsOpts...)
 	// Access control after the identity policy, and before the rate
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).
