@@ -109,7 +109,8 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return fmt.Errorf("admin API: %w", err)
 	}
 	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
-		AuditMaxRecords: cfg.AuditMaxRecords, Metrics: metrics,
+		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
+		AuditFile: cfg.AuditFile, Metrics: metrics,
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
