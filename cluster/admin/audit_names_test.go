@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestConsoleUserWithAMastersCertificateIsNamed(t *testing.T) {
 		}
 		found++
 		wantVia := ""
-		if r.GetArgs() == fmt.Sprintf(`{"client":"via-%d","permission":"read"}`, si) {
+		if strings.Contains(r.GetArgs(), fmt.Sprintf(`"via-%d"`, si)) { // protojson's spacing varies
 			wantVia = sc.nodes[si].srv.b.ID()
 		}
 		if r.GetPrincipal() != "master/"+user || r.GetVia() != wantVia || r.GetPeer() != "192.0.2.7:4242" {
