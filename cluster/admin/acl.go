@@ -44,9 +44,21 @@ type Access struct {
 	// AuditRetention drops audit records older than this. Default 30
 	// days.
 	AuditRetention time.Duration
-	// AuditMaxRecords drops the oldest audit records beyond this many.
-	// Default 100,000.
+	// AuditMaxRecords is the ceiling of the served calls' records (a
+	// tenth of it, of the refusals'): past it, the oldest record of the
+	// principal holding the most goes. Default 100,000.
 	AuditMaxRecords int
+	// AuditMaxPerPrincipal bounds the served calls' records each
+	// principal keeps: past it, that principal's oldest goes, never
+	// another's. Default 10,000.
+	AuditMaxPerPrincipal int
+	// AuditMaxRefusedPerCaller bounds the refusals kept for each
+	// principal, and for each source address: past it, the oldest
+	// refusal of that principal (or address) goes. Default 1,000.
+	AuditMaxRefusedPerCaller int
+	// AuditFile, if set, is where this master exports every audit record
+	// it commits, one JSON line each (AuditExport).
+	AuditFile *AuditExport
 	// Metrics, if set, receives baton_acl_denied_total and the audit
 	// trail's metrics.
 	Metrics prometheus.Registerer
@@ -64,6 +76,10 @@ type Access struct {
 const (
 	DefaultAuditRetention  = 30 * 24 * time.Hour
 	DefaultAuditMaxRecords = 100_000
+	// DefaultAuditMaxPerPrincipal and DefaultAuditMaxRefusedPerCaller
+	// are the per-principal quotas of the trail.
+	DefaultAuditMaxPerPrincipal     = 10_000
+	DefaultAuditMaxRefusedPerCaller = 1_000
 	// maxAuditRecords bounds AuditMaxRecords: a record is up to ~2 KiB,
 	// and every one is in every snapshot.
 	maxAuditRecords = 10_000_000
@@ -76,6 +92,12 @@ func (a Access) Validate() error {
 	}
 	if a.AuditMaxRecords < 0 || a.AuditMaxRecords > maxAuditRecords {
 		return fmt.Errorf("admin: audit max records %d: want 1 to %d (0: the default %d)", a.AuditMaxRecords, maxAuditRecords, DefaultAuditMaxRecords)
+	}
+	if a.AuditMaxPerPrincipal < 0 || a.AuditMaxPerPrincipal > maxAuditRecords {
+		return fmt.Errorf("admin: audit max records per principal %d: want 1 to %d (0: the default %d)", a.AuditMaxPerPrincipal, maxAuditRecords, DefaultAuditMaxPerPrincipal)
+	}
+	if a.AuditMaxRefusedPerCaller < 0 || a.AuditMaxRefusedPerCaller > maxAuditRecords {
+		return fmt.Errorf("admin: audit max refusals per caller %d: want 1 to %d (0: the default %d)", a.AuditMaxRefusedPerCaller, maxAuditRecords, DefaultAuditMaxRefusedPerCaller)
 	}
 	for n, p := range a.InitialGrants {
 		if err := (security.Identity{Role: security.RoleClient, ID: n}).Validate(); err != nil {
@@ -100,6 +122,12 @@ func (a Access) withDefaults() Access {
 	}
 	if a.AuditMaxRecords == 0 {
 		a.AuditMaxRecords = DefaultAuditMaxRecords
+	}
+	if a.AuditMaxPerPrincipal == 0 {
+		a.AuditMaxPerPrincipal = DefaultAuditMaxPerPrincipal
+	}
+	if a.AuditMaxRefusedPerCaller == 0 {
+		a.AuditMaxRefusedPerCaller = DefaultAuditMaxRefusedPerCaller
 	}
 	if a.Clock == nil {
 		a.Clock = clock.Real{}
@@ -245,11 +273,24 @@ func forwardPrincipal(ctx context.Context) []string {
 	case p.token != "":
 		return []string{"authorization", "Bearer " + p.token}
 	case p.kind == kindMaster:
-		return nil // the forwarding master is the caller
+		if id, self := security.CallerOf(ctx); self && id.Role == security.RoleMaster && id.ID == p.id && !actingForMaster(ctx) {
+			return nil // the forwarding master's own call (or its caller's, who used its certificate)
+		}
+		// Another master's certificate, at this master's console: the
+		// leader names that one (an older leader ignores the key and
+		// names this master, as before).
+		return []string{security.OnBehalfKey, (security.Identity{Role: security.RoleMaster, ID: p.id}).String()}
 	}
 	// A client, or anonymous: the leader judges the call as that, never
 	// as the master forwarding it.
 	return []string{principalKey, p.String()}
+}
+
+// actingForMaster says ctx's call is a master's on behalf of a master
+// identity (a console's user holding a master's certificate).
+func actingForMaster(ctx context.Context) bool {
+	u, ok := security.ActingFor(ctx)
+	return ok && u.Role == security.RoleMaster
 }
 
 func incomingOne(ctx context.Context, key string) (string, bool) {
@@ -289,6 +330,11 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 			p = principal{kind: kindClient, id: name}
 		} else if user, ok := security.ActingFor(ctx); ok && user.Role == security.RoleClient {
 			p = principal{kind: kindClient, id: user.ID}
+		} else if ok && user.Role == security.RoleMaster {
+			// A person holding a master's certificate, at a master's
+			// console (or passed on by a standby): named as that master,
+			// not as the one whose console or forward carried the call.
+			return principal{kind: kindMaster, id: user.ID, perm: security.PermAdmin}, nil
 		} else if hasTok {
 			return s.tokenPrincipal(tok)
 		} else {
@@ -449,11 +495,15 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		audited := Audited(method)
 		var note *auditNote
 		if audited {
+			markRefusalRecorded(ctx) // the record below is the call's
 			note = &auditNote{}
 			ctx = context.WithValue(ctx, auditNoteKey{}, note)
 		}
 		if !audited {
 			if err != nil {
+				// Not audited when served (a read, masters' own calls),
+				// but a refusal is someone trying what they may not.
+				s.recordRefusal(ctx, p, method, req, err)
 				return nil, err
 			}
 			return handler(ctx, req)
@@ -532,6 +582,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
+			s.recordRefusal(ctx, p, method, nil, err)
 			return err
 		}
 		return handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, principalCtxKey{}, p)})

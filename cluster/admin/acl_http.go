@@ -16,6 +16,7 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 		}
 		p, err := s.httpPrincipal(r)
 		if err != nil {
+			s.recordHTTPRefusal(r, p, http.StatusUnauthorized, err.Error())
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
@@ -33,7 +34,9 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 			if p.kind == kindAnonymous {
 				code = http.StatusUnauthorized
 			}
-			http.Error(w, "baton: "+r.URL.Path+" needs permission "+need.String()+"; "+p.String()+" holds "+held+" (an admin grants one with 'baton acl grant')", code)
+			why := "baton: " + r.URL.Path + " needs permission " + need.String() + "; " + p.String() + " holds " + held + " (an admin grants one with 'baton acl grant')"
+			s.recordHTTPRefusal(r, p, code, why)
+			http.Error(w, why, code)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(security.WithPermission(r.Context(), have)))

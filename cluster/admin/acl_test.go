@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,11 @@ func startSecureCluster(t *testing.T, n int, access Access) *secureCluster {
 		a := access
 		a.Enforce = true
 		a.Metrics = reg
+		if a.AuditFile != nil { // a directory: each master its own file
+			f := *a.AuditFile
+			f.Path = filepath.Join(f.Path, id+".jsonl")
+			a.AuditFile = &f
+		}
 		a.OnBootstrap = func(tok string) {
 			sc.mu.Lock()
 			defer sc.mu.Unlock()

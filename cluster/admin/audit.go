@@ -233,11 +233,14 @@ type auditLog struct {
 	written, failed prometheus.Counter
 }
 
-// auditSpace is one key space of the trail, within its own bound.
+// auditSpace is one key space of the trail, within its own bounds
+// (audit_quota.go).
 type auditSpace struct {
-	prefix string
-	max    int
-	count  int // records in it, -1 when unknown
+	prefix    string
+	max       int         // the ceiling
+	perHolder int         // each principal's quota
+	perAddr   int         // each source address's quota; 0: none
+	idx       *auditIndex // nil when unknown
 }
 
 type pendingAudit struct {
@@ -247,8 +250,8 @@ type pendingAudit struct {
 
 func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
 	l := &auditLog{s: s, kick: make(chan struct{}, 1), pruning: map[string]bool{}, started: map[string]bool{},
-		spaces: [2]*auditSpace{{prefix: auditPrefix, max: s.acc.AuditMaxRecords, count: -1},
-			{prefix: refusedPrefix, max: max(1, s.acc.AuditMaxRecords/10), count: -1}},
+		spaces: [2]*auditSpace{{prefix: auditPrefix, max: s.acc.AuditMaxRecords, perHolder: s.acc.AuditMaxPerPrincipal},
+			{prefix: refusedPrefix, max: max(1, s.acc.AuditMaxRecords/10), perHolder: s.acc.AuditMaxRefusedPerCaller, perAddr: s.acc.AuditMaxRefusedPerCaller}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
@@ -458,14 +461,16 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	if term != l.term {
 		l.term, l.n = term, 0
 		for _, sp := range l.spaces {
-			sp.count = -1
+			sp.idx = nil
 		}
 		clear(l.started)
 	}
 	l.mu.Unlock()
 	now := l.s.acc.Clock.Now().UnixMilli()
 	muts := make([]raftfsm.Mutation, 0, len(recs))
-	var added [2]int
+	// What the writes change in each space's index.
+	var added [2][]keyedRecord
+	var moved []string
 	fresh := 0
 	for _, r := range recs {
 		key, numbered := auditKeyOf(r.GetId())
@@ -478,7 +483,7 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 				sp = 1
 			}
 			key = l.spaces[sp].prefix + auditSuffix(term, l.n)
-			added[sp]++
+			added[sp] = append(added[sp], keyedRecord{key, r})
 			fresh++
 			if r.GetCode() == AuditPending {
 				l.mu.Lock()
@@ -492,9 +497,9 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			delete(l.started, key)
 			l.mu.Unlock()
 			muts = append(muts, raftfsm.Del(key))
+			moved = append(moved, key)
 			key = refusedPrefix + strings.TrimPrefix(key, auditPrefix)
-			added[0]--
-			added[1]++
+			added[1] = append(added[1], keyedRecord{key, r})
 		default:
 			l.mu.Lock()
 			delete(l.started, key)
@@ -511,7 +516,11 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}
 	var prune []raftfsm.Mutation
 	for i, sp := range l.spaces {
-		prune = append(prune, l.prunes(sp, added[i])...)
+		var gone []string
+		if i == 0 {
+			gone = moved
+		}
+		prune = append(prune, l.prunes(sp, added[i], gone)...)
 	}
 	return func() error {
 		if len(muts)+len(prune) == 0 {
@@ -533,7 +542,7 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 		}
 		if err != nil {
 			for _, sp := range l.spaces {
-				sp.count = -1
+				sp.idx = nil // what committed is unknown: count afresh
 			}
 		}
 		l.mu.Unlock()
@@ -545,23 +554,32 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}, nil
 }
 
-// prunes are the deletions due in space sp when adding records to it: the
-// oldest past its bound, and those committed longer than AuditRetention
-// ago, at most auditPruneBatch.
-func (l *auditLog) prunes(sp *auditSpace, adding int) []raftfsm.Mutation {
+// keyedRecord is a record with the key it is written under.
+type keyedRecord struct {
+	key string
+	rec *adminpb.AuditRecord
+}
+
+// prunes are the deletions due in space sp when adding records to it and
+// deleting gone from it: those past a quota or the ceiling
+// (audit_quota.go), and those committed longer than AuditRetention ago,
+// at most auditPruneBatch.
+func (l *auditLog) prunes(sp *auditSpace, adding []keyedRecord, gone []string) []raftfsm.Mutation {
 	sc, ok := l.s.b.(domainScanner)
 	if !ok {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if sp.count < 0 {
-		sp.count = 0
-		sc.DomainScan(sp.prefix, func(string, []byte) bool { sp.count++; return true })
+	x := l.indexLocked(sp, sc)
+	for _, k := range gone {
+		x.remove(k)
 	}
-	over := sp.count + adding - sp.max
+	for _, a := range adding {
+		x.add(a.key, sp.groupsFor(a.rec))
+	}
+	out := l.quotaPrunes(sp, x, auditPruneBatch)
 	cutoff := l.s.acc.Clock.Now().Add(-l.s.acc.AuditRetention).UnixMilli()
-	var out []raftfsm.Mutation
 	// From the oldest, past those a write in flight deletes already.
 	sc.DomainScan(sp.prefix, func(k string, v []byte) bool {
 		if len(out) >= auditPruneBatch {
@@ -570,23 +588,15 @@ func (l *auditLog) prunes(sp *auditSpace, adding int) []raftfsm.Mutation {
 		if l.pruning[k] || l.started[k] {
 			return true
 		}
-		if len(out) < over {
-			out = append(out, raftfsm.Del(k))
-			return true
-		}
 		var r adminpb.AuditRecord
 		if proto.Unmarshal(v, &r) == nil && r.GetCommittedUnixMs() >= cutoff {
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
+		x.remove(k)
+		l.pruning[k] = true
 		return true
 	})
-	// Counted as done now; a write that fails makes the next one count
-	// afresh.
-	sp.count += adding - len(out)
-	for _, m := range out {
-		l.pruning[m.Key] = true
-	}
 	return out
 }
 

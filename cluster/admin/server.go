@@ -114,6 +114,8 @@ type Server struct {
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
 	audit   *auditLog // nil without Config.Access
+	// exporter writes the trail to Access.AuditFile, if set.
+	exporter *auditExporter
 	// bootPending is the bootstrap token this master made and has not
 	// yet recorded as told; bootTold, that it told it (under mu).
 	bootPending *pendingBoot
@@ -186,6 +188,11 @@ func New(b Backend, cfg Config) (*Server, error) {
 		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
 			return nil, err
 		}
+		if f := s.acc.AuditFile; f != nil {
+			if s.exporter, err = newAuditExporter(s, *f); err != nil {
+				return nil, err
+			}
+		}
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -230,6 +237,10 @@ func (s *Server) Start(advertise string) error {
 		s.loops.Add(1)
 		go s.audit.run()
 	}
+	if s.exporter != nil {
+		s.loops.Add(1)
+		go s.exporter.run()
+	}
 	return nil
 }
 
@@ -238,7 +249,9 @@ func (s *Server) Start(advertise string) error {
 func (s *Server) Serve(lis net.Listener) error {
 	// The interceptors also turn away the calls a removed member does
 	// not serve, with access control or without.
-	opts := append([]grpc.ServerOption{KeepaliveEnforcement()}, s.cfg.ServerOptions...)
+	// Refusals are recorded by the first interceptor, which sees the
+	// identity policy's too.
+	opts := append([]grpc.ServerOption{KeepaliveEnforcement(), grpc.ChainUnaryInterceptor(s.RefusalInterceptor()), grpc.ChainStreamInterceptor(s.RefusalStreamInterceptor())}, s.cfg.ServerOptions...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
 	gs := grpc.NewServer(opts...)
 	s.RegisterServices(gs)

@@ -109,7 +109,8 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return fmt.Errorf("admin API: %w", err)
 	}
 	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
-		AuditMaxRecords: cfg.AuditMaxRecords, Metrics: metrics,
+		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
+		AuditFile: cfg.AuditFile, Metrics: metrics,
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
@@ -126,7 +127,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsOpts...)
+	// Refusals first: it records those of every interceptor after it, the
+	// identity policy's included, on every service of the port.
+	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement(),
+		grpc.ChainUnaryInterceptor(srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(srv.RefusalStreamInterceptor())}, tlsOpts...)
 	// Access control after the identity policy, and before the rate
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).

@@ -76,6 +76,12 @@ type agentConfig struct {
 	// defaults of admin.Access).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// AuditMaxPerPrincipal and AuditMaxRefusedPerCaller are the trail's
+	// quotas (admin.Access).
+	AuditMaxPerPrincipal     int
+	AuditMaxRefusedPerCaller int
+	// AuditFile, if set, is where this master exports the trail.
+	AuditFile *admin.AuditExport
 	// Raft holds the Raft timeouts given (zero: cluster's defaults).
 	Raft raftTimings
 }
@@ -110,6 +116,12 @@ var agentEnv = map[string]string{
 	"acl-initial-grants": "BATON_ACL_INITIAL_GRANTS",
 	"audit-retention":    "BATON_AUDIT_RETENTION",
 	"audit-max-records":  "BATON_AUDIT_MAX_RECORDS",
+
+	"audit-max-per-principal":      "BATON_AUDIT_MAX_PER_PRINCIPAL",
+	"audit-max-refused-per-caller": "BATON_AUDIT_MAX_REFUSED_PER_CALLER",
+	"audit-file":                   "BATON_AUDIT_FILE",
+	"audit-file-max-size":          "BATON_AUDIT_FILE_MAX_SIZE",
+	"audit-file-keep":              "BATON_AUDIT_FILE_KEEP",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -156,6 +168,11 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
+	auditPerPrincipal := str("audit-max-per-principal", fmt.Sprintf("keep at most this many records of served calls per principal, dropping that principal's oldest (default %d)", admin.DefaultAuditMaxPerPrincipal))
+	auditRefusedPerCaller := str("audit-max-refused-per-caller", fmt.Sprintf("keep at most this many refusals per principal and per source address, dropping that caller's oldest (default %d)", admin.DefaultAuditMaxRefusedPerCaller))
+	auditFile := str("audit-file", "append every audit record this master commits to this file, one JSON line each (its own evidence copy, outliving the trail's pruning); empty: none")
+	auditFileMax := str("audit-file-max-size", fmt.Sprintf("rotate --audit-file past this many MiB (default %d)", admin.DefaultAuditFileMaxBytes>>20))
+	auditFileKeep := str("audit-file-keep", fmt.Sprintf("rotated audit files kept (FILE.1 the newest) (default %d)", admin.DefaultAuditFileKeep))
 	raftFlags := addRaftTimingFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
@@ -178,7 +195,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
 		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
-			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off"})
+			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
+			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -275,6 +293,24 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			bad("--audit-max-records %q: want a number of records in 1..10000000", v)
 		}
 		cfg.AuditMaxRecords = n
+	}
+	count := func(name, v string, max int) int {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > max {
+			bad("--%s %q: want a number in 1..%d", name, v, max)
+		}
+		return n
+	}
+	cfg.AuditMaxPerPrincipal = count("audit-max-per-principal", *auditPerPrincipal, 10_000_000)
+	cfg.AuditMaxRefusedPerCaller = count("audit-max-refused-per-caller", *auditRefusedPerCaller, 10_000_000)
+	if p := strings.TrimSpace(*auditFile); p != "" {
+		cfg.AuditFile = &admin.AuditExport{Path: p, MaxBytes: int64(count("audit-file-max-size", *auditFileMax, 1<<20)) << 20, Keep: count("audit-file-keep", *auditFileKeep, 1000)}
+	} else if strings.TrimSpace(*auditFileMax) != "" || strings.TrimSpace(*auditFileKeep) != "" {
+		bad("--audit-file-max-size and --audit-file-keep rotate --audit-file: give it too")
 	}
 	cfg.Raft = raftFlags.parse(bad)
 	if v := strings.TrimSpace(*workers); v != "" {

@@ -1,0 +1,84 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
+)
+
+// TestAuditFileExport: every master appends each committed record once,
+// as a JSON line with snake_case keys, in order, rotating the file past
+// its size and keeping the files it is told to.
+func TestAuditFileExport(t *testing.T) {
+	dir := t.TempDir()
+	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2},
+		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
+	li := converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := sc.as(li, "root", "")
+	waitBound(t, ctx, root, "admin")
+	const grants = 12
+	for i := range grants {
+		if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := fmt.Sprintf(`\"u%d\"`, grants-1) // in the args, JSON in JSON
+	for _, n := range sc.nodes {
+		id := n.srv.b.ID()
+		path := filepath.Join(dir, id+".jsonl")
+		testwait.For(t, 20*time.Second, id+" exports the last grant", func() bool {
+			b, _ := os.ReadFile(path)
+			return bytes.Contains(b, []byte(last))
+		})
+		var ids []string
+		for _, f := range []string{path + ".2", path + ".1", path} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatalf("%s: %v (the rotated files are kept)", f, err)
+			}
+			if len(b) > 1500 {
+				t.Fatalf("%s: %d bytes, past the 1500 it rotates at", f, len(b))
+			}
+			for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+				var m map[string]any
+				if err := json.Unmarshal(line, &m); err != nil {
+					t.Fatalf("%s: line %q: %v", f, line, err)
+				}
+				for _, k := range []string{"id", "at_unix_ms", "committed_unix_ms", "principal", "method", "code", "node", "exported_by"} {
+					if _, ok := m[k]; !ok {
+						t.Fatalf("%s: line %s lacks %q", f, line, k)
+					}
+				}
+				if m["exported_by"] != id || m["code"] == AuditPending {
+					t.Fatalf("%s: line %s: want exported_by %s, an outcome", f, line, id)
+				}
+				ids = append(ids, m["id"].(string))
+			}
+		}
+		for i := 1; i < len(ids); i++ {
+			a, _ := auditKeyOf(ids[i-1])
+			b, _ := auditKeyOf(ids[i])
+			if a >= b {
+				t.Fatalf("%s: ids out of order or repeated: %v", id, ids)
+			}
+		}
+		b, _ := os.ReadFile(path)
+		if !bytes.Contains(b, []byte(last)) {
+			t.Fatalf("%s: the newest file lacks the last grant:\n%s", id, b)
+		}
+		if _, err := os.Stat(path + ".3"); err == nil {
+			t.Fatalf("%s: a third rotated file, keeping 2", id)
+		}
+	}
+}

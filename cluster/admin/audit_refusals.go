@@ -1,0 +1,133 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
+)
+
+// Every refusal on a master's ports is recorded in the audit trail (in
+// the refusals' space, within its quotas): those of access control on the
+// admin API (UnaryInterceptor), those of the identity policy on every
+// gRPC service of the port (RefusalInterceptor: a region server's
+// certificate calling the admin API, a client's calling the Master
+// service) and those of the HTTP authorizer.
+
+// refusalNoteKey carries a call's refusalNote.
+type refusalNoteKey struct{}
+
+// refusalNote says the call's refusal, if any, was recorded already (by
+// access control, which knows more of the caller).
+type refusalNote struct{ recorded atomic.Bool }
+
+func markRefusalRecorded(ctx context.Context) {
+	if n, ok := ctx.Value(refusalNoteKey{}).(*refusalNote); ok {
+		n.recorded.Store(true)
+	}
+}
+
+// RefusalInterceptor records the refusals of the interceptors after it
+// in a gRPC server's chain: it goes first, before the identity policy.
+// Nil without access control (no audit trail).
+func (s *Server) RefusalInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if s.audit == nil {
+			return handler(ctx, req)
+		}
+		note := &refusalNote{}
+		resp, err := handler(context.WithValue(ctx, refusalNoteKey{}, note), req)
+		if err != nil && !note.recorded.Load() && policyRefusal(err) {
+			s.recordRefusal(ctx, callerPrincipal(ctx), refusedMethod(info.FullMethod), req, err)
+		}
+		return resp, err
+	}
+}
+
+// RefusalStreamInterceptor is RefusalInterceptor for streams.
+func (s *Server) RefusalStreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if s.audit == nil {
+			return handler(srv, ss)
+		}
+		note := &refusalNote{}
+		ctx := ss.Context()
+		err := handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, refusalNoteKey{}, note)})
+		if err != nil && !note.recorded.Load() && policyRefusal(err) {
+			s.recordRefusal(ctx, callerPrincipal(ctx), refusedMethod(info.FullMethod), nil, err)
+		}
+		return err
+	}
+}
+
+// policyRefusal: err refuses the caller (not a rate limit, which counts
+// what callers may do, not who they are; the admin API's are recorded by
+// access control).
+func policyRefusal(err error) bool {
+	c := status.Code(err)
+	return c == codes.PermissionDenied || c == codes.Unauthenticated
+}
+
+// refusedMethod is a record's method: the short name on the admin API,
+// the full one on any other service.
+func refusedMethod(full string) string {
+	if m, ok := strings.CutPrefix(full, security.AdminService); ok {
+		return m
+	}
+	return full
+}
+
+// callerPrincipal is the caller as its certificate names it.
+func callerPrincipal(ctx context.Context) principal {
+	if id, ok := security.CallerOf(ctx); ok {
+		return principal{kind: string(id.Role), id: id.ID}
+	}
+	return principal{kind: kindAnonymous}
+}
+
+// recordRefusal records a call refused to p, and waits for the record
+// (a flood of refusals goes no faster than they are recorded).
+func (s *Server) recordRefusal(ctx context.Context, p principal, method string, req any, err error) {
+	if s.audit == nil {
+		return
+	}
+	markRefusalRecorded(ctx)
+	rec := s.auditRecord(ctx, p, method, req, nil, err)
+	rec.Refused = true
+	if aerr := s.audit.append(ctx, rec); aerr != nil {
+		s.log.Warn("refusal not recorded in the audit trail", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
+	}
+}
+
+// recordHTTPRefusal records an HTTP request refused to p, without
+// waiting: the answer is not held for it.
+func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why string) {
+	if s.audit == nil {
+		return
+	}
+	if p.kind == "" {
+		p = principal{kind: kindAnonymous}
+	}
+	rec := &adminpb.AuditRecord{
+		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: "HTTP " + r.Method + " " + cut(r.URL.Path, 80),
+		Code: http.StatusText(code), Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
+	}
+	if code == http.StatusUnauthorized {
+		rec.Code = codes.Unauthenticated.String()
+	} else {
+		rec.Code = codes.PermissionDenied.String()
+	}
+	done := s.audit.start(rec)
+	go func() {
+		if err := waitAudit(done, s.stopCh); err != nil {
+			s.log.Warn("HTTP refusal not recorded in the audit trail", "path", r.URL.Path, "principal", p.String(), "error", err)
+		}
+	}()
+}

@@ -1,0 +1,66 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
+)
+
+// TestEveryRefusalIsRecorded: refusals the audit trail used to miss are
+// recorded with the caller and its address: a region server's
+// certificate calling the admin API (refused by the identity policy,
+// before access control), a client calling the masters' own methods,
+// a refused read, and a refused HTTP request.
+func TestEveryRefusalIsRecorded(t *testing.T) {
+	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
+	li := converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := sc.as(li, "root", "")
+	waitBound(t, ctx, root, "admin")
+	si := (li + 1) % 3
+	rs := sc.dial(si, sc.pki.MustCredentials(security.Identity{Role: security.RoleRegionServer, ID: "rs9"}), "")
+	_, err := rs.DeleteTable(ctx, &adminpb.TableRequest{Name: "t"})
+	wantCode(t, "a region server deletes a table", err, codes.PermissionDenied)
+	mallory := sc.as(si, "mallory", "")
+	_, err = mallory.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: []*adminpb.AuditRecord{{Method: "Forged"}}})
+	wantCode(t, "a client appends to the trail", err, codes.PermissionDenied)
+	_, err = mallory.RegisterNode(ctx, &adminpb.RegisterNodeRequest{})
+	wantCode(t, "a client registers a node", err, codes.PermissionDenied)
+	_, err = mallory.ListAudit(ctx, &adminpb.ListAuditRequest{})
+	wantCode(t, "a client without permission reads the trail", err, codes.PermissionDenied)
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/debug/domain", nil)
+	req.RemoteAddr = "198.51.100.3:999"
+	sc.nodes[li].srv.Authorizer(http.NotFoundHandler()).ServeHTTP(w, req)
+	if w.Code != http.StatusUnauthorized {
+		t.Fatalf("an anonymous HTTP request: %d", w.Code)
+	}
+
+	want := map[string]bool{"regionserver/rs9 DeleteTable": false, "client/mallory AppendAudit": false,
+		"client/mallory RegisterNode": false, "client/mallory ListAudit": false, "anonymous HTTP GET /debug/domain": false}
+	var recs []*adminpb.AuditRecord
+	testwait.For(t, 20*time.Second, "every refusal recorded with the caller's address", func() bool {
+		recs = auditOf(t, ctx, root)
+		for _, r := range recs {
+			k := r.GetPrincipal() + " " + r.GetMethod()
+			if _, ok := want[k]; ok && r.GetRefused() && r.GetPeer() != "" {
+				want[k] = true
+			}
+		}
+		for _, ok := range want {
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
