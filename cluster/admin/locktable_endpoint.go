@@ -118,5 +118,5 @@ func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *admi
 			p.External, p.Holder, p.Description = true, h.Holder, h.Description
 		}
 	}
-	return p
+	return clipLockParty(p)
 }

@@ -2131,7 +2131,13 @@ type Procedure struct {
 	// of it for as long as the root's result is kept (id, parent, type,
 	// final state, submission and finish to the millisecond, error): no
 	// data, history, runs or result.
-	SummaryOnly   bool `protobuf:"varint,105,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
+	SummaryOnly bool `protobuf:"varint,105,opt,name=summary_only,json=summaryOnly,proto3" json:"summary_only,omitempty"`
+	// truncated: a field of the record was longer than an answer carries
+	// (owner, nonce, waiting_for or error over 1 KiB, or in a list answer
+	// a result over 64 KiB or over 10,000 children) and was cut: a text
+	// ends in "…[cut from N bytes]". Only records stored before requests
+	// were bounded (docs/security.md, "Request limits") can hold such.
+	Truncated     bool `protobuf:"varint,106,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2337,6 +2343,13 @@ func (x *Procedure) GetProgress() *ProcedureProgress {
 func (x *Procedure) GetSummaryOnly() bool {
 	if x != nil {
 		return x.SummaryOnly
+	}
+	return false
+}
+
+func (x *Procedure) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
 	}
 	return false
 }
@@ -4652,7 +4665,10 @@ type LockParty struct {
 	Holder      string `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
 	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	// waiting_for says why the procedure is not running, as in Procedure.
-	WaitingFor    string `protobuf:"bytes,10,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	WaitingFor string `protobuf:"bytes,10,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// truncated: holder or description was longer than an answer carries
+	// and was cut, as in Procedure.truncated.
+	Truncated     bool `protobuf:"varint,11,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4755,6 +4771,13 @@ func (x *LockParty) GetWaitingFor() string {
 		return x.WaitingFor
 	}
 	return ""
+}
+
+func (x *LockParty) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 type LockEntry struct {
@@ -6306,7 +6329,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x1e\n" +
 	"\fProcedureRef\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"\xc9\x06\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\xe7\x06\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6336,7 +6359,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vstack_depth\x18g \x01(\x05R\n" +
 	"stackDepth\x12=\n" +
 	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\x12!\n" +
-	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\"Q\n" +
+	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\x12\x1c\n" +
+	"\ttruncated\x18j \x01(\bR\ttruncated\"Q\n" +
 	"\x11ProcedureProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -6525,7 +6549,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
 	"\x10ListLocksRequest\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x8f\x02\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xad\x02\n" +
 	"\tLockParty\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12\x17\n" +
 	"\aroot_id\x18\x02 \x01(\x04R\x06rootId\x12\x1b\n" +
@@ -6538,7 +6562,8 @@ const file_admin_proto_rawDesc = "" +
 	"\vdescription\x18\t \x01(\tR\vdescription\x12\x1f\n" +
 	"\vwaiting_for\x18\n" +
 	" \x01(\tR\n" +
-	"waitingFor\"\x9d\x01\n" +
+	"waitingFor\x12\x1c\n" +
+	"\ttruncated\x18\v \x01(\bR\ttruncated\"\x9d\x01\n" +
 	"\tLockEntry\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x123\n" +
