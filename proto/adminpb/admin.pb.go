@@ -2615,7 +2615,7 @@ type ListProceduresRequest struct {
 	Type      string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	RootsOnly bool   `protobuf:"varint,3,opt,name=roots_only,json=rootsOnly,proto3" json:"roots_only,omitempty"`
 	// page_size defaults to 100; page_token is the next_page_token of the
-	// previous page.
+	// previous page. A page also ends at 1 MiB.
 	PageSize    int32       `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken   string      `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	Consistency Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
