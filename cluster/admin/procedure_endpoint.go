@@ -66,7 +66,7 @@ func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequ
 		p.Data = info.Data
 		p.History = historyToProto(info.History)
 		p.Read = ri
-		return p, nil
+		return clipData(p), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
 		return c.GetProcedure(ctx, req)
 	})

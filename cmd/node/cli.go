@@ -436,6 +436,9 @@ type procJSON struct {
 	// with the root's finish, shown from the summary the root keeps of it
 	// (no data, history, runs or result).
 	SummaryOnly bool `json:"summary_only,omitempty"`
+	// Truncated: the master cut a field too long for an answer (a record
+	// stored before requests were bounded): see docs/security.md.
+	Truncated bool `json:"truncated,omitempty"`
 	// Runs says which master made which of its writes (a failover shows
 	// as a second run).
 	Runs []runJSON `json:"runs,omitempty"`
@@ -470,7 +473,7 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(), ErrorCode: p.GetErrorCode(),
 		Read:   toReadJSON(p.GetRead()),
 		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
-		SummaryOnly: p.GetSummaryOnly(),
+		SummaryOnly: p.GetSummaryOnly(), Truncated: p.GetTruncated(),
 	}
 	if j.Children == nil {
 		j.Children = []uint64{}

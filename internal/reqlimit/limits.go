@@ -100,6 +100,8 @@ var Fields = map[protoreflect.FullName]Field{
 	"baton.admin.v1.MoveRegionRequest.to_server":       ident,
 	"baton.admin.v1.MoveRegionRequest.nonce":           ident,
 	"baton.admin.v1.ListServersRequest.page_token":     token,
+	"baton.admin.v1.ListNamespacesRequest.page_token":  token,
+	"baton.admin.v1.ListLocksRequest.page_token":       token,
 	"baton.admin.v1.ServerRegionsRequest.server":       ident,
 	"baton.admin.v1.BalanceRequest.nonce":              ident,
 	"baton.admin.v1.AcquireLockRequest.kind":           enum,
