@@ -2,6 +2,12 @@ package admin
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
 
@@ -29,6 +35,18 @@ type lockHolderNamer interface {
 // executor's answer to why it waits. A standby forwards it, STALE
 // included: the table lives in the leader's memory only.
 func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (*adminpb.ListLocksResponse, error) {
+	if err := checkPageSize("list locks", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	tok, err := decodePageToken("list locks", lockToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	after, err := decodeLockKey(tok)
+	if err != nil {
+		return nil, err
+	}
+	size := pageSizeOr(req.GetPageSize(), defaultLocksPage, maxLocksPage)
 	return serveLeaderRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListLocksResponse, error) {
 		x, err := s.b.Procedures()
 		if err != nil {
@@ -55,8 +73,10 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 		}
 		out := &adminpb.ListLocksResponse{Read: ri}
 		want := req.GetProcId()
+		bytes := 0
+		var last lockKey
 		for _, l := range lt.Scheduler().Locks() {
-			if want != 0 && !lockInvolves(l, want) {
+			if (want != 0 && !lockInvolves(l, want)) || !after.precedes(l) {
 				continue
 			}
 			e := &adminpb.LockEntry{Kind: l.Type.String(), Name: l.Name}
@@ -69,7 +89,14 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 			for i, id := range l.Waiters {
 				e.Waiters = append(e.Waiters, party(id, l.Modes[i]))
 			}
+			n := proto.Size(clipLockEntry(e)) + 4
+			if len(out.Locks) == size || (len(out.Locks) > 0 && bytes+n > maxListPageBytes) {
+				out.NextPageToken = encodePageToken(lockToken, last.String())
+				break
+			}
 			out.Locks = append(out.Locks, e)
+			bytes += n
+			last = lockKey{l.Type, l.Name}
 		}
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
@@ -118,5 +145,36 @@ func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *admi
 			p.External, p.Holder, p.Description = true, h.Holder, h.Description
 		}
 	}
-	return p
+	return clipLockParty(p)
+}
+
+// lockKey is where a page of the lock table ends: the table is sorted by
+// lock type, then name.
+type lockKey struct {
+	typ  scheduler.LockType
+	name string
+}
+
+func (k lockKey) String() string { return fmt.Sprintf("%d/%s", k.typ, k.name) }
+
+// precedes says whether lock l comes after k (every lock does after the
+// zero key, which is where a list starts).
+func (k lockKey) precedes(l scheduler.LockInfo) bool {
+	if k == (lockKey{}) {
+		return true
+	}
+	return l.Type > k.typ || (l.Type == k.typ && l.Name > k.name)
+}
+
+// decodeLockKey reads the key of a lock page token ("" for none).
+func decodeLockKey(tok string) (lockKey, error) {
+	if tok == "" {
+		return lockKey{}, nil
+	}
+	typ, name, ok := strings.Cut(tok, "/")
+	n, err := strconv.Atoi(typ)
+	if !ok || err != nil || name == "" {
+		return lockKey{}, status.Errorf(codes.InvalidArgument, "admin: list locks: bad page_token (pass next_page_token of the previous page of this list)")
+	}
+	return lockKey{scheduler.LockType(n), name}, nil
 }

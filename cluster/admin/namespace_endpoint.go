@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,18 +29,28 @@ func (s *Server) DeleteNamespace(ctx context.Context, req *adminpb.NamespaceRequ
 	})
 }
 
-// ListNamespaces implements adminpb.AdminServer.
+// ListNamespaces implements adminpb.AdminServer: one page of the
+// namespaces, in name order, ending at page_size names or 1 MiB.
 func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPageSize("list namespaces", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken("list namespaces", nsToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	size := pageSizeOr(req.GetPageSize(), defaultNamesPage, maxNamesPage)
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListNamespacesResponse, error) {
 		ns, err := d.ListNamespaces()
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListNamespacesResponse{Namespaces: ns, Read: ri}, nil
+		page, next := namePage(ns, after, size)
+		return &adminpb.ListNamespacesResponse{Namespaces: page, Read: ri, NextPageToken: encodePageToken(nsToken, next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
 		return c.ListNamespaces(ctx, req)
 	})
@@ -66,4 +77,23 @@ func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequ
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Namespace, error) {
 		return c.GetNamespace(ctx, req)
 	})
+}
+
+// namePage is the page of names (sorted here) after after: at most size
+// of them and maxListPageBytes, with the last one kept if more follow.
+func namePage(names []string, after string, size int) ([]string, string) {
+	slices.Sort(names)
+	start, _ := slices.BinarySearch(names, after)
+	if start < len(names) && names[start] == after {
+		start++
+	}
+	names = names[start:]
+	bytes := 0
+	for i, n := range names {
+		bytes += len(n) + 4
+		if i == size || (i > 0 && bytes > maxListPageBytes) {
+			return names[:i], names[i-1]
+		}
+	}
+	return names, ""
 }

@@ -67,7 +67,7 @@ func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequ
 		p.Data = info.Data
 		p.History = historyToProto(info.History)
 		p.Read = ri
-		return p, nil
+		return clipData(p), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
 		return c.GetProcedure(ctx, req)
 	})
@@ -236,10 +236,8 @@ func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProcedures
 		if err != nil {
 			return nil, err
 		}
-		out := &adminpb.ListProceduresResponse{Procedures: procs, Read: ri}
-		if len(procs) == f.Limit {
-			out.NextPageToken = strconv.FormatUint(procs[len(procs)-1].GetId(), 10)
-		}
+		out := &adminpb.ListProceduresResponse{Read: ri}
+		out.Procedures, out.NextPageToken = procPage(procs, f.Limit)
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListProceduresResponse, error) {
 		return c.ListProcedures(ctx, req)
@@ -365,7 +363,7 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 	if pr := info.Progress; pr.Unit != "" && !info.State.Terminal() {
 		progress = &adminpb.ProcedureProgress{Done: pr.Done, Total: pr.Total, Unit: pr.Unit}
 	}
-	return &adminpb.Procedure{
+	return clipProcedure(&adminpb.Procedure{
 		Progress:        progress,
 		Id:              info.ID,
 		ParentId:        info.ParentID,
@@ -389,7 +387,7 @@ func toProto(info procedure.Info, waitingFor string) *adminpb.Procedure {
 		StackDepth:      int32(info.StackDepth),
 		SummaryOnly:     info.SummaryOnly,
 		SubmittedBy:     info.Submitter,
-	}
+	}, false)
 }
 
 func historyToProto(h []procedure.Transition) []*adminpb.ProcedureTransition {

@@ -168,7 +168,7 @@ func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProced
 		for _, sk := range r.Skipped {
 			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, s.whyReason(x, sk.Info)), Reason: sk.Reason})
 		}
-		return out, nil
+		return clipCancelled(out), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {
 		return c.CancelProcedures(ctx, req)
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -204,6 +205,15 @@ func NewForNode(n *cluster.Node, cfg Config) (*Server, error) { return New(NodeB
 
 // RegisterServices registers the admin service, the health service and
 // reflection on gs.
+// RequestLimits are the server options that hold every request, of the
+// admin API and of the Master service beside it, to reqlimit.Fields: in a
+// server's chain after UnaryInterceptor, so that a call refused for its
+// size is refused as the caller's, and audited, and before anything that
+// stores or forwards it.
+func RequestLimits() []grpc.ServerOption {
+	return reqlimit.ServerOptions()
+}
+
 func (s *Server) RegisterServices(gs grpc.ServiceRegistrar) {
 	adminpb.RegisterAdminServer(gs, s)
 	healthpb.RegisterHealthServer(gs, s.health)
@@ -253,6 +263,7 @@ func (s *Server) Serve(lis net.Listener) error {
 	// identity policy's too.
 	opts := append([]grpc.ServerOption{KeepaliveEnforcement(), grpc.ChainUnaryInterceptor(s.RefusalInterceptor()), grpc.ChainStreamInterceptor(s.RefusalStreamInterceptor())}, s.cfg.ServerOptions...)
 	opts = append(opts, grpc.ChainUnaryInterceptor(s.UnaryInterceptor()), grpc.ChainStreamInterceptor(s.StreamInterceptor()))
+	opts = append(opts, RequestLimits()...)
 	gs := grpc.NewServer(opts...)
 	s.RegisterServices(gs)
 	s.mu.Lock()

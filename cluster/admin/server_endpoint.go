@@ -33,7 +33,8 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 			if err != nil {
 				return nil, err
 			}
-			return &adminpb.ListServersResponse{Servers: serverMsgs(page.Servers), Read: ri, NextPageToken: encodePageToken(serverToken, page.Next)}, nil
+			servers, next := boundPageAt(serverMsgs(page.Servers), page.Next, (*adminpb.Server).GetId)
+			return &adminpb.ListServersResponse{Servers: servers, Read: ri, NextPageToken: encodePageToken(serverToken, next)}, nil
 		}
 	}
 	return serveLeaderReadOr(s, ctx, req.GetConsistency(), answer(d.ListServersPage), answer(d.ListRecordedServersPage), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {

@@ -101,7 +101,8 @@ func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest)
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListTablesResponse{Tables: tableMsgs(page.Tables), Read: ri, NextPageToken: encodePageToken(tableToken, page.Next)}, nil
+		tables, next := boundPageAt(tableMsgs(page.Tables), page.Next, func(t *adminpb.Table) string { return t.GetNamespace() + ":" + t.GetName() })
+		return &adminpb.ListTablesResponse{Tables: tables, Read: ri, NextPageToken: encodePageToken(tableToken, next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
 		return c.ListTables(ctx, req)
 	})
@@ -127,7 +128,8 @@ func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsReques
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ListRegionsResponse{Regions: regionMsgs(page.Regions), Read: ri, NextPageToken: encodePageToken(regionToken, page.Next)}, nil
+		regions, next := boundPageAt(regionMsgs(page.Regions), page.Next, (*adminpb.Region).GetName)
+		return &adminpb.ListRegionsResponse{Regions: regions, Read: ri, NextPageToken: encodePageToken(regionToken, next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
 		return c.ListRegions(ctx, req)
 	})

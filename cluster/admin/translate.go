@@ -55,12 +55,12 @@ func tableMsgs(ts []catalog.Table) []*adminpb.Table {
 func serverMsgs(ss []catalog.Server) []*adminpb.Server {
 	out := make([]*adminpb.Server, len(ss))
 	for i, s := range ss {
-		out[i] = &adminpb.Server{
+		out[i] = clipServer(&adminpb.Server{
 			Id: s.ID, Address: s.Address, StartCode: s.StartCode, RegionCount: int32(s.RegionCount),
 			LeaseState: s.LeaseState, LastRenewalUnixMs: s.LastRenewalUnixMs,
 			HeartbeatSeen: s.HeartbeatSeen, LastHeartbeatAgeMs: s.LastHeartbeatAgeMs,
 			SoftLimitMs: s.SoftLimitMs, HardLimitMs: s.HardLimitMs,
-		}
+		})
 	}
 	return out
 }
@@ -79,6 +79,8 @@ const (
 	regionToken = adminpb.RegionPageToken
 	tableToken  = adminpb.TablePageToken
 	serverToken = adminpb.ServerPageToken
+	nsToken     = adminpb.NamespacePageToken
+	lockToken   = adminpb.LockPageToken
 )
 
 func encodePageToken(kind, last string) string { return adminpb.EncodePageToken(kind, last) }

@@ -9,15 +9,25 @@ import (
 // ListLocks returns the leader's lock table: every lock held or waited for,
 // with its holders and queue. procID, when not 0, keeps only the locks
 // that procedure holds or waits for. The table lives in the leader's
-// memory: even a Stale read is answered by the leader.
+// memory: even a Stale read is answered by the leader. Every page is
+// read; the answer holds them all, with the last page's Read.
 func (c *Client) ListLocks(ctx context.Context, procID uint64, opts ...ReadOption) (*adminpb.ListLocksResponse, error) {
 	ro := readOpts(opts)
 	req := &adminpb.ListLocksRequest{ProcId: procID, Consistency: ro.consistency}
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
-		return a.ListLocks(ctx, req)
-	})
-	ro.served(r.GetRead())
-	return r, err
+	all := &adminpb.ListLocksResponse{}
+	for {
+		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
+			return a.ListLocks(ctx, req)
+		})
+		ro.served(r.GetRead())
+		if err != nil {
+			return nil, err
+		}
+		all.Locks, all.Read = append(all.Locks, r.GetLocks()...), r.GetRead()
+		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
+			return all, nil
+		}
+	}
 }
 
 // ProcedureStats counts the procedures by state and type and names the

@@ -85,14 +85,24 @@ func (c *Client) DeleteNamespace(ctx context.Context, name, nonce string) (uint6
 	})
 }
 
-// ListNamespaces returns the namespaces' names.
+// ListNamespaces returns the namespaces' names, every page of them.
 func (c *Client) ListNamespaces(ctx context.Context, opts ...ReadOption) ([]string, error) {
 	o := readOpts(opts)
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
-		return a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{Consistency: o.consistency})
-	})
-	o.served(r.GetRead())
-	return r.GetNamespaces(), err
+	var names []string
+	req := &adminpb.ListNamespacesRequest{Consistency: o.consistency}
+	for {
+		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
+			return a.ListNamespaces(ctx, req)
+		})
+		o.served(r.GetRead())
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, r.GetNamespaces()...)
+		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
+			return names, nil
+		}
+	}
 }
 
 // GetNamespace returns the namespace (NOT_FOUND if there is none); its Read

@@ -253,6 +253,7 @@ func (m *Master) start() error {
 	if acfg.Access != nil {
 		gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
 	}
+	gopts = append(gopts, admin.RequestLimits()...)
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
 	if dom != nil {

@@ -70,3 +70,28 @@ func (c *Cluster) applyMutations(muts []raftfsm.Mutation) {
 		c.t.Fatalf("clustertest: seeding %d records refused: %v", len(muts), rerr)
 	}
 }
+
+// SeedRecord commits the record at key as is, past every check the API
+// makes: a record as release 0.1.0 may have stored it (a region server's
+// address of megabytes).
+func (c *Cluster) SeedRecord(key string, val []byte) {
+	c.t.Helper()
+	c.applyMutations([]raftfsm.Mutation{raftfsm.Put(key, val)})
+}
+
+// SeedNamespaces commits the records of namespaces names, in batches.
+func (c *Cluster) SeedNamespaces(names []string) {
+	c.t.Helper()
+	var muts []raftfsm.Mutation
+	for i, n := range names {
+		b, err := json.Marshal(domain.Namespace{Name: n})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		muts = append(muts, raftfsm.Put(domain.NamespaceKey(n), b))
+		if len(muts) == seedBatch || i == len(names)-1 {
+			c.applyMutations(muts)
+			muts = muts[:0]
+		}
+	}
+}

@@ -13,6 +13,9 @@ type locksPage struct {
 	Locks  []*adminpb.LockEntry
 	Chains []chain
 	Error  string
+	// More: the lock table has more locks than a page of ListLocks, the
+	// most a page shows.
+	More bool
 }
 
 // chain is who blocks whom, from a procedure nobody waits behind down to
@@ -124,7 +127,7 @@ func (c *Console) locks(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.Error = leaderOnly(rd, err)
 	} else {
-		p.Locks = resp.GetLocks()
+		p.Locks, p.More = resp.GetLocks(), resp.GetNextPageToken() != ""
 		p.Chains = chains(p.Locks)
 	}
 	p.base = c.base(rd, "Locks", "locks", true)

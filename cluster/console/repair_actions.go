@@ -335,25 +335,57 @@ func (c *Console) cancelAction(rd *reads, r *http.Request, form url.Values) (*re
 		if !dryRun {
 			verb = "cancelled"
 		}
+		cancelled, skipped := countCancel(r)
 		out := &repairOutcome{Cancel: true, Cancelled: r.GetCancelled(), Skipped: r.GetSkipped(), Record: r.GetRecord(),
-			Summary: verb + " " + procedures(len(r.GetCancelled()))}
-		if dryRun && len(r.GetCancelled()) > 0 {
-			shown := make([]string, len(r.GetCancelled()))
-			for i, p := range r.GetCancelled() {
-				shown[i] = strconv.FormatUint(p.GetId(), 10)
-			}
-			out.Bind = url.Values{"ids": {strings.Join(shown, ",")}}
+			Summary: verb + " " + procedures(cancelled)}
+		if r.GetTruncated() {
+			out.Summary += " (not all of them listed below)"
 		}
-		if n := len(r.GetSkipped()); n > 0 {
+		if dryRun && cancelled > 0 {
+			out.Bind = url.Values{"ids": {joinIDs(cancelIDs(r))}}
+		}
+		if n := skipped; n > 0 {
 			out.Summary += "; " + procedures(n) + " more cannot be cancelled"
 		}
-		if len(r.GetCancelled()) == 0 && len(r.GetSkipped()) == 0 {
+		if cancelled == 0 && skipped == 0 {
 			out.Summary = "no unfinished procedure matches"
 		}
 		return out, nil
 	}
 	a.done = func(*repairOutcome) string { return a.Back }
 	return a, nil
+}
+
+// countCancel counts what a cancel matched: all of it, from a leader
+// that counts (its lists may be cut), else the lists.
+func countCancel(r *adminpb.CancelProceduresResponse) (cancelled, skipped int) {
+	cancelled, skipped = len(r.GetCancelled()), len(r.GetSkipped())
+	if r.GetCancelledCount() > 0 || r.GetSkippedCount() > 0 {
+		cancelled, skipped = int(r.GetCancelledCount()), int(r.GetSkippedCount())
+	}
+	return cancelled, skipped
+}
+
+// cancelIDs are the ids a cancel's dry run matched, which its
+// confirmation binds itself to: every one (cancelled_ids) where the
+// listed procedures may be cut.
+func cancelIDs(r *adminpb.CancelProceduresResponse) []uint64 {
+	if ids := r.GetCancelledIds(); len(ids) > 0 {
+		return ids
+	}
+	ids := make([]uint64, len(r.GetCancelled()))
+	for i, p := range r.GetCancelled() {
+		ids[i] = p.GetId()
+	}
+	return ids
+}
+
+func joinIDs(ids []uint64) string {
+	shown := make([]string, len(ids))
+	for i, id := range ids {
+		shown[i] = strconv.FormatUint(id, 10)
+	}
+	return strings.Join(shown, ",")
 }
 
 // parseIDs reads the ids of a cancel's confirmation: comma-separated

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -208,6 +209,8 @@ func (s *Server) Start(ctx context.Context) error {
 			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
 		}
 	}
+	// Limits after the policy: a caller refused is refused unread.
+	gopts = append(gopts, reqlimit.ServerOptions()...)
 	g := grpc.NewServer(gopts...)
 	rspb.RegisterRegionServerServer(g, s)
 	s.mu.Lock()

@@ -135,6 +135,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
+	gopts = append(gopts, admin.RequestLimits()...)
 	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, metrics)
 	if err != nil {
 		_ = node.Shutdown(context.Background())

@@ -21,6 +21,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
@@ -226,6 +227,7 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
+	opts = append(opts, cf.escapeAnswers()...)
 	return client.New(addrs, append(copts, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))...)
 }
 
@@ -251,23 +253,40 @@ func (cf *clientFlags) electionNotice() func(addr string, err error) {
 	}
 }
 
+// escapeAnswers escapes the answers printed as text: an owner or holder
+// holding a newline or an escape sequence is shown escaped, not acted on
+// by the terminal. JSON escapes by itself.
+func (cf *clientFlags) escapeAnswers() []grpc.DialOption {
+	if cf.json {
+		return nil
+	}
+	return reqlimit.EscapeAnswers()
+}
+
 // dialOptions are the TLS dial options of a connection to a server of
-// role, none without --tls-*. Unusable material is bad usage.
+// role, none without --tls-*, and escapeAnswers. Unusable material is bad
+// usage.
 func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error) {
 	creds, err := cf.credentials()
-	if creds == nil || err != nil {
+	if err != nil {
 		return nil, err
 	}
-	return []grpc.DialOption{creds.DialOption(role)}, nil
+	if creds == nil {
+		return cf.escapeAnswers(), nil
+	}
+	return append([]grpc.DialOption{creds.DialOption(role)}, cf.escapeAnswers()...), nil
 }
 
 // dialOptionsFor is dialOptions for a connection to exactly server want.
 func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption, error) {
 	creds, err := cf.credentials()
-	if creds == nil || err != nil {
+	if err != nil {
 		return nil, err
 	}
-	return []grpc.DialOption{creds.DialOptionFor(want)}, nil
+	if creds == nil {
+		return cf.escapeAnswers(), nil
+	}
+	return append([]grpc.DialOption{creds.DialOptionFor(want)}, cf.escapeAnswers()...), nil
 }
 
 // credentials loads --tls-* (nil without them): --tls-ca alone is a
@@ -423,6 +442,9 @@ type procJSON struct {
 	// SubmittedBy is the identity that submitted it, with access control
 	// on: its pause, resume, ack and abort are that identity's.
 	SubmittedBy string `json:"submitted_by,omitempty"`
+	// Truncated: the master cut a field too long for an answer (a record
+	// stored before requests were bounded): see docs/security.md.
+	Truncated bool `json:"truncated,omitempty"`
 	// Runs says which master made which of its writes (a failover shows
 	// as a second run).
 	Runs []runJSON `json:"runs,omitempty"`
@@ -457,7 +479,7 @@ func toProcJSON(p *adminpb.Procedure) procJSON {
 		UpdatedAt: msTime(p.GetUpdatedUnixMs()), FinishedAt: msTime(p.GetFinishedUnixMs()), Error: p.GetError(), ErrorCode: p.GetErrorCode(),
 		Read:   toReadJSON(p.GetRead()),
 		Paused: p.GetPaused(), AbortRequested: p.GetAbortRequested(), Children: p.GetChildren(), WaitingFor: p.GetWaitingFor(),
-		SummaryOnly: p.GetSummaryOnly(), SubmittedBy: p.GetSubmittedBy(),
+		SummaryOnly: p.GetSummaryOnly(), SubmittedBy: p.GetSubmittedBy(), Truncated: p.GetTruncated(),
 	}
 	if j.Children == nil {
 		j.Children = []uint64{}

@@ -257,8 +257,13 @@ type cancelJSON struct {
 	Cancelled []procJSON    `json:"cancelled"`
 	Skipped   []skippedJSON `json:"skipped"`
 	Record    uint64        `json:"record"`
-	Confirm   string        `json:"confirm,omitempty"`
-	ExitCode  int           `json:"exit_code,omitempty"`
+	// Truncated: more matched than the answer lists; the counts count
+	// them all.
+	Truncated      bool   `json:"truncated,omitempty"`
+	CancelledCount int64  `json:"cancelled_count"`
+	SkippedCount   int64  `json:"skipped_count"`
+	Confirm        string `json:"confirm,omitempty"`
+	ExitCode       int    `json:"exit_code,omitempty"`
 }
 
 type skippedJSON struct {
@@ -295,7 +300,8 @@ func (c *cli) procCancel(args []string) int {
 		if err != nil {
 			return e.fail(err)
 		}
-		doc := cancelJSON{DryRun: r.GetDryRun(), Cancelled: []procJSON{}, Skipped: []skippedJSON{}, Record: r.GetRecord()}
+		doc := cancelJSON{DryRun: r.GetDryRun(), Cancelled: []procJSON{}, Skipped: []skippedJSON{}, Record: r.GetRecord(), Truncated: r.GetTruncated()}
+		doc.CancelledCount, doc.SkippedCount = cancelCounts(r)
 		for _, p := range r.GetCancelled() {
 			doc.Cancelled = append(doc.Cancelled, toProcJSON(p))
 		}
@@ -303,11 +309,11 @@ func (c *cli) procCancel(args []string) int {
 			doc.Skipped = append(doc.Skipped, skippedJSON{procJSON: toProcJSON(s.GetProcedure()), Reason: s.GetReason()})
 		}
 		code := exitOK
-		nothing := len(doc.Cancelled) == 0 && len(doc.Skipped) == 0
+		nothing := doc.CancelledCount == 0 && doc.SkippedCount == 0
 		switch {
 		case !*yes && !*dry && !nothing: // with nothing matching, there is nothing to confirm
 			doc.Confirm, code = confirmHint, exitUsage
-		case *yes && len(doc.Skipped) > 0:
+		case *yes && doc.SkippedCount > 0:
 			code = exitFailed // not everything that matched is cancelled
 		}
 		doc.ExitCode = code
@@ -320,7 +326,7 @@ func (c *cli) procCancel(args []string) int {
 		case code == exitUsage:
 			fmt.Fprintf(c.stderr, "baton %s: nothing done: %s\n", e.name, confirmHint)
 		case code == exitFailed:
-			fmt.Fprintf(c.stderr, "baton %s: %d matching procedures could not be cancelled (see above)\n", e.name, len(doc.Skipped))
+			fmt.Fprintf(c.stderr, "baton %s: %d matching procedures could not be cancelled (see above)\n", e.name, doc.SkippedCount)
 		}
 		return code
 	})
@@ -332,11 +338,15 @@ func (c *cli) printCancel(r *adminpb.CancelProceduresResponse, done bool) {
 		verb = "cancelled"
 	}
 	cancelled, skipped := r.GetCancelled(), r.GetSkipped()
-	if len(cancelled) == 0 && len(skipped) == 0 {
+	nc, ns := cancelCounts(r)
+	if nc == 0 && ns == 0 {
 		fmt.Fprintln(c.stdout, "no unfinished procedure matches")
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s %s\n", verb, plural(len(cancelled), "procedure"))
+	fmt.Fprintf(c.stdout, "%s %s\n", verb, plural(int(nc), "procedure"))
+	if r.GetTruncated() {
+		fmt.Fprintf(c.stdout, "(too many to list: the first %d cancelled and %d not cancelled are)\n", len(cancelled), len(skipped))
+	}
 	if len(cancelled) > 0 {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tOWNER\tSUBMITTED\tNOTE")
@@ -347,7 +357,7 @@ func (c *cli) printCancel(r *adminpb.CancelProceduresResponse, done bool) {
 		tw.Flush()
 	}
 	if len(skipped) > 0 {
-		fmt.Fprintf(c.stdout, "\nnot cancelled (%d):\n", len(skipped))
+		fmt.Fprintf(c.stdout, "\nnot cancelled (%d):\n", ns)
 		for _, s := range skipped {
 			fmt.Fprintf(c.stdout, "  %d %s: %s\n", s.GetProcedure().GetId(), s.GetProcedure().GetType(), s.GetReason())
 		}
@@ -515,4 +525,13 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// cancelCounts counts what a cancel matched: all of it, from a leader
+// that counts (its lists may be cut), else the lists.
+func cancelCounts(r *adminpb.CancelProceduresResponse) (cancelled, skipped int64) {
+	if r.GetCancelledCount() > 0 || r.GetSkippedCount() > 0 {
+		return r.GetCancelledCount(), r.GetSkippedCount()
+	}
+	return int64(len(r.GetCancelled())), int64(len(r.GetSkipped()))
 }

@@ -250,9 +250,14 @@ func (x *ReadInfo) GetLeaderContactAgeMs() int64 {
 	return 0
 }
 
+// ListNamespaces is paged like the other lists (page_size default 1000,
+// at most 10000; a page also ends at 1 MiB). A caller that sends no
+// page_token gets the first page: next_page_token set says there are more.
 type ListNamespacesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	PageSize      int32                  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -294,10 +299,25 @@ func (x *ListNamespacesRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ListNamespacesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNamespacesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNamespacesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespaces    []string               `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	Read          *ReadInfo              `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -344,6 +364,13 @@ func (x *ListNamespacesResponse) GetRead() *ReadInfo {
 		return x.Read
 	}
 	return nil
+}
+
+func (x *ListNamespacesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetNamespaceRequest struct {
@@ -1311,8 +1338,12 @@ type Server struct {
 	// soft_limit_ms and hard_limit_ms are the lease's limits: past the soft
 	// one nothing new is assigned to the server (suspect), past the hard one
 	// it is expired and its regions are reassigned.
-	SoftLimitMs   int64 `protobuf:"varint,100,opt,name=soft_limit_ms,json=softLimitMs,proto3" json:"soft_limit_ms,omitempty"`
-	HardLimitMs   int64 `protobuf:"varint,101,opt,name=hard_limit_ms,json=hardLimitMs,proto3" json:"hard_limit_ms,omitempty"`
+	SoftLimitMs int64 `protobuf:"varint,100,opt,name=soft_limit_ms,json=softLimitMs,proto3" json:"soft_limit_ms,omitempty"`
+	HardLimitMs int64 `protobuf:"varint,101,opt,name=hard_limit_ms,json=hardLimitMs,proto3" json:"hard_limit_ms,omitempty"`
+	// truncated: the address was longer than an answer carries (1 KiB; a
+	// server registered before requests were bounded could give any) and
+	// ends in "…[cut from N bytes]".
+	Truncated     bool `protobuf:"varint,102,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1415,6 +1446,13 @@ func (x *Server) GetHardLimitMs() int64 {
 		return x.HardLimitMs
 	}
 	return 0
+}
+
+func (x *Server) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 type ListServersResponse struct {
@@ -2159,7 +2197,14 @@ type Procedure struct {
 	// procedure through the admin API ("client/ops", "token/<accessor>"),
 	// not the owner label it chose; empty for one the cluster submitted
 	// itself, a child (see its root), or one written by 0.1.0.
-	SubmittedBy   string `protobuf:"bytes,106,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	SubmittedBy string `protobuf:"bytes,106,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
+	// truncated: a field of the record was longer than an answer carries
+	// (owner, nonce, waiting_for or error over 1 KiB, data over 64 KiB, or
+	// in a list answer a result over 64 KiB or over 10,000 children) and
+	// was cut: a text ends in "…[cut from N bytes]", data is its first
+	// 64 KiB (no longer valid JSON). Only records stored before requests
+	// were bounded (docs/security.md, "Request limits") can hold such.
+	Truncated     bool `protobuf:"varint,107,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2374,6 +2419,13 @@ func (x *Procedure) GetSubmittedBy() string {
 		return x.SubmittedBy
 	}
 	return ""
+}
+
+func (x *Procedure) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // ProcedureProgress: done of total units (total 0: not known).
@@ -2637,7 +2689,7 @@ type ListProceduresRequest struct {
 	Type      string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	RootsOnly bool   `protobuf:"varint,3,opt,name=roots_only,json=rootsOnly,proto3" json:"roots_only,omitempty"`
 	// page_size defaults to 100; page_token is the next_page_token of the
-	// previous page.
+	// previous page. A page also ends at 1 MiB.
 	PageSize    int32       `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken   string      `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	Consistency Consistency `protobuf:"varint,6,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
@@ -4123,10 +4175,18 @@ type CancelProceduresResponse struct {
 	// run: would be), as they stand after the request.
 	Cancelled []*Procedure `protobuf:"bytes,2,rep,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// skipped: matching procedures that cannot be cancelled, and why.
-	Skipped       []*SkippedProcedure `protobuf:"bytes,3,rep,name=skipped,proto3" json:"skipped,omitempty"`
-	Record        uint64              `protobuf:"varint,4,opt,name=record,proto3" json:"record,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Skipped []*SkippedProcedure `protobuf:"bytes,3,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	Record  uint64              `protobuf:"varint,4,opt,name=record,proto3" json:"record,omitempty"`
+	// An answer carries at most 1 MiB of cancelled and skipped procedures:
+	// truncated says some were left out of those lists. cancelled_count and
+	// skipped_count count them all; cancelled_ids names every cancelled
+	// one (the first 100,000, what a confirmation's ids may hold).
+	Truncated      bool     `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	CancelledCount int64    `protobuf:"varint,6,opt,name=cancelled_count,json=cancelledCount,proto3" json:"cancelled_count,omitempty"`
+	SkippedCount   int64    `protobuf:"varint,7,opt,name=skipped_count,json=skippedCount,proto3" json:"skipped_count,omitempty"`
+	CancelledIds   []uint64 `protobuf:"varint,8,rep,packed,name=cancelled_ids,json=cancelledIds,proto3" json:"cancelled_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CancelProceduresResponse) Reset() {
@@ -4185,6 +4245,34 @@ func (x *CancelProceduresResponse) GetRecord() uint64 {
 		return x.Record
 	}
 	return 0
+}
+
+func (x *CancelProceduresResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *CancelProceduresResponse) GetCancelledCount() int64 {
+	if x != nil {
+		return x.CancelledCount
+	}
+	return 0
+}
+
+func (x *CancelProceduresResponse) GetSkippedCount() int64 {
+	if x != nil {
+		return x.SkippedCount
+	}
+	return 0
+}
+
+func (x *CancelProceduresResponse) GetCancelledIds() []uint64 {
+	if x != nil {
+		return x.CancelledIds
+	}
+	return nil
 }
 
 type SkippedProcedure struct {
@@ -4621,8 +4709,13 @@ type ListLocksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// proc_id, when set, lists only the locks that procedure holds or waits
 	// for.
-	ProcId        uint64      `protobuf:"varint,1,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
-	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	ProcId      uint64      `protobuf:"varint,1,opt,name=proc_id,json=procId,proto3" json:"proc_id,omitempty"`
+	Consistency Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// Paged like the other lists: page_size default 1000, at most 10000; a
+	// page also ends at 1 MiB. A caller that sends no page_token gets the
+	// first page: next_page_token set says there are more.
+	PageSize      int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4671,6 +4764,20 @@ func (x *ListLocksRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ListLocksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListLocksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // LockParty is a procedure holding or waiting for a lock.
 type LockParty struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -4687,7 +4794,10 @@ type LockParty struct {
 	Holder      string `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
 	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	// waiting_for says why the procedure is not running, as in Procedure.
-	WaitingFor    string `protobuf:"bytes,10,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	WaitingFor string `protobuf:"bytes,10,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// truncated: holder or description was longer than an answer carries
+	// and was cut, as in Procedure.truncated.
+	Truncated     bool `protobuf:"varint,11,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4792,6 +4902,13 @@ func (x *LockParty) GetWaitingFor() string {
 	return ""
 }
 
+func (x *LockParty) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 type LockEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind: namespace, table, region, server, peer.
@@ -4799,7 +4916,13 @@ type LockEntry struct {
 	Name    string       `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Holders []*LockParty `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
 	// waiters in arrival order.
-	Waiters       []*LockParty `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Waiters []*LockParty `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	// truncated: the lock has more holders and waiters than an answer
+	// carries (the first 1,000 of each, and at most 512 KiB of them);
+	// holder_count and waiter_count count them all.
+	Truncated     bool  `protobuf:"varint,30,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	HolderCount   int32 `protobuf:"varint,31,opt,name=holder_count,json=holderCount,proto3" json:"holder_count,omitempty"`
+	WaiterCount   int32 `protobuf:"varint,32,opt,name=waiter_count,json=waiterCount,proto3" json:"waiter_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4862,11 +4985,33 @@ func (x *LockEntry) GetWaiters() []*LockParty {
 	return nil
 }
 
+func (x *LockEntry) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *LockEntry) GetHolderCount() int32 {
+	if x != nil {
+		return x.HolderCount
+	}
+	return 0
+}
+
+func (x *LockEntry) GetWaiterCount() int32 {
+	if x != nil {
+		return x.WaiterCount
+	}
+	return 0
+}
+
 type ListLocksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// locks sorted by kind, then name.
 	Locks         []*LockEntry `protobuf:"bytes,1,rep,name=locks,proto3" json:"locks,omitempty"`
 	Read          *ReadInfo    `protobuf:"bytes,2,opt,name=read,proto3" json:"read,omitempty"`
+	NextPageToken string       `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4913,6 +5058,13 @@ func (x *ListLocksResponse) GetRead() *ReadInfo {
 		return x.Read
 	}
 	return nil
+}
+
+func (x *ListLocksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ProcedureStatsRequest struct {
@@ -6203,14 +6355,18 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"raft_state\x18\x04 \x01(\tR\traftState\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x121\n" +
-	"\x15leader_contact_age_ms\x18\x06 \x01(\x03R\x12leaderContactAgeMs\"V\n" +
+	"\x15leader_contact_age_ms\x18\x06 \x01(\x03R\x12leaderContactAgeMs\"\x92\x01\n" +
 	"\x15ListNamespacesRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"f\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\x8e\x01\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"h\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"h\n" +
 	"\x13GetNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"M\n" +
@@ -6282,7 +6438,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
 	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\xe8\x02\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\x86\x03\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -6295,7 +6451,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x0eheartbeat_seen\x18F \x01(\bR\rheartbeatSeen\x121\n" +
 	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\x12\"\n" +
 	"\rsoft_limit_ms\x18d \x01(\x03R\vsoftLimitMs\x12\"\n" +
-	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\"\x9d\x01\n" +
+	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\x12\x1c\n" +
+	"\ttruncated\x18f \x01(\bR\ttruncated\"\x9d\x01\n" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
@@ -6343,7 +6500,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"4\n" +
 	"\fProcedureRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\xec\x06\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x8a\a\n" +
 	"\tProcedure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tparent_id\x18\x02 \x01(\x04R\bparentId\x12\x17\n" +
@@ -6374,7 +6531,8 @@ const file_admin_proto_rawDesc = "" +
 	"stackDepth\x12=\n" +
 	"\bprogress\x18h \x01(\v2!.baton.admin.v1.ProcedureProgressR\bprogress\x12!\n" +
 	"\fsummary_only\x18i \x01(\bR\vsummaryOnly\x12!\n" +
-	"\fsubmitted_by\x18j \x01(\tR\vsubmittedBy\"Q\n" +
+	"\fsubmitted_by\x18j \x01(\tR\vsubmittedBy\x12\x1c\n" +
+	"\ttruncated\x18k \x01(\bR\ttruncated\"Q\n" +
 	"\x11ProcedureProgress\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\x03R\x04done\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -6518,12 +6676,16 @@ const file_admin_proto_rawDesc = "" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x124\n" +
 	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\x12\x10\n" +
 	"\x03ids\x18\a \x03(\x04R\x03ids\x12\x15\n" +
-	"\x06max_id\x18\b \x01(\x04R\x05maxId\"\xc0\x01\n" +
+	"\x06max_id\x18\b \x01(\x04R\x05maxId\"\xd1\x02\n" +
 	"\x18CancelProceduresResponse\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x127\n" +
 	"\tcancelled\x18\x02 \x03(\v2\x19.baton.admin.v1.ProcedureR\tcancelled\x12:\n" +
 	"\askipped\x18\x03 \x03(\v2 .baton.admin.v1.SkippedProcedureR\askipped\x12\x16\n" +
-	"\x06record\x18\x04 \x01(\x04R\x06record\"c\n" +
+	"\x06record\x18\x04 \x01(\x04R\x06record\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12'\n" +
+	"\x0fcancelled_count\x18\x06 \x01(\x03R\x0ecancelledCount\x12#\n" +
+	"\rskipped_count\x18\a \x01(\x03R\fskippedCount\x12#\n" +
+	"\rcancelled_ids\x18\b \x03(\x04R\fcancelledIds\"c\n" +
 	"\x10SkippedProcedure\x127\n" +
 	"\tprocedure\x18\x01 \x01(\v2\x19.baton.admin.v1.ProcedureR\tprocedure\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"V\n" +
@@ -6560,10 +6722,13 @@ const file_admin_proto_rawDesc = "" +
 	"\x06result\x18\v \x01(\tR\x06result\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +
 	"\x10ListLocksRequest\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x8f\x02\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\xad\x02\n" +
 	"\tLockParty\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12\x17\n" +
 	"\aroot_id\x18\x02 \x01(\x04R\x06rootId\x12\x1b\n" +
@@ -6576,15 +6741,20 @@ const file_admin_proto_rawDesc = "" +
 	"\vdescription\x18\t \x01(\tR\vdescription\x12\x1f\n" +
 	"\vwaiting_for\x18\n" +
 	" \x01(\tR\n" +
-	"waitingFor\"\x9d\x01\n" +
+	"waitingFor\x12\x1c\n" +
+	"\ttruncated\x18\v \x01(\bR\ttruncated\"\x81\x02\n" +
 	"\tLockEntry\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x123\n" +
 	"\aholders\x18\x03 \x03(\v2\x19.baton.admin.v1.LockPartyR\aholders\x123\n" +
-	"\awaiters\x18\x04 \x03(\v2\x19.baton.admin.v1.LockPartyR\awaiters\"r\n" +
+	"\awaiters\x18\x04 \x03(\v2\x19.baton.admin.v1.LockPartyR\awaiters\x12\x1c\n" +
+	"\ttruncated\x18\x1e \x01(\bR\ttruncated\x12!\n" +
+	"\fholder_count\x18\x1f \x01(\x05R\vholderCount\x12!\n" +
+	"\fwaiter_count\x18  \x01(\x05R\vwaiterCount\"\x9a\x01\n" +
 	"\x11ListLocksResponse\x12/\n" +
 	"\x05locks\x18\x01 \x03(\v2\x19.baton.admin.v1.LockEntryR\x05locks\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x99\x01\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\x99\x01\n" +
 	"\x15ProcedureStatsRequest\x12$\n" +
 	"\x0estuck_after_ms\x18\x01 \x01(\x03R\fstuckAfterMs\x12\x1b\n" +
 	"\tmax_stuck\x18\x02 \x01(\x05R\bmaxStuck\x12=\n" +

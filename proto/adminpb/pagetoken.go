@@ -15,6 +15,9 @@ const (
 	RegionPageToken = "region"
 	TablePageToken  = "table"
 	ServerPageToken = "server"
+	// NamespacePageToken and LockPageToken: ListNamespaces and ListLocks.
+	NamespacePageToken = "namespace"
+	LockPageToken      = "lock"
 )
 
 // EncodePageToken is the token of a page of kind that resumes strictly

@@ -1,0 +1,286 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// Every list answer is bounded in bytes as well as in items: these plant
+// records (as release 0.1.0 stored them, or merely very many of the
+// longest the API takes) that made each list's answer larger than gRPC's
+// 4 MiB, and page through them all.
+
+const pageBytesMost = 2 << 20 // well under gRPC's 4 MiB
+
+func boundsCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pageAll calls list with each next_page_token until there is none,
+// checking that every answer stays under pageBytesMost, and returns the
+// number of pages.
+func pageAll[R interface {
+	proto.Message
+	GetNextPageToken() string
+}](t *testing.T, what string, list func(tok string) (R, error)) int {
+	t.Helper()
+	tok, pages := "", 0
+	for {
+		r, err := list(tok)
+		if err != nil {
+			t.Fatalf("%s: page %d: %v", what, pages+1, err)
+		}
+		pages++
+		if n := proto.Size(r); n > pageBytesMost {
+			t.Errorf("%s: page %d is %d bytes", what, pages, n)
+		}
+		if tok = r.GetNextPageToken(); tok == "" {
+			return pages
+		}
+	}
+}
+
+// TestListServersOfOldHugeAddresses: region servers registered by 0.1.0
+// with addresses of 1 MiB are listed with their addresses cut and marked,
+// in pages under the limit.
+func TestListServersOfOldHugeAddresses(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const n = 5
+	for i := range n {
+		b, err := json.Marshal(domain.Server{Address: strings.Repeat("a", 1<<20), StartCode: 1, State: "live"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.SeedRecord(domain.ServerKey(fmt.Sprintf("old%d", i)), b)
+	}
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	var servers []*adminpb.Server
+	pageAll(t, "list servers", func(tok string) (*adminpb.ListServersResponse, error) {
+		r, err := a.ListServers(ctx, &adminpb.ListServersRequest{PageToken: tok})
+		servers = append(servers, r.GetServers()...)
+		return r, err
+	})
+	if len(servers) != n {
+		t.Fatalf("%d servers listed, want %d", len(servers), n)
+	}
+	for _, s := range servers {
+		if !s.GetTruncated() || len(s.GetAddress()) > 1024 || !strings.HasSuffix(s.GetAddress(), "…[cut from 1048576 bytes]") {
+			t.Errorf("server %s: truncated %v, address of %d bytes", s.GetId(), s.GetTruncated(), len(s.GetAddress()))
+		}
+	}
+}
+
+// TestListNamespacesPaged: 40,000 namespaces of 128 bytes were one answer
+// of 5 MB. Now a caller that pages (the Go client, so 'baton namespace
+// list') gets them all in pages; one that sends no token (a 0.1.0 client)
+// gets the first page and a next_page_token saying there is more.
+func TestListNamespacesPaged(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const n = 40_000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("ns%06d%s", i, strings.Repeat("x", 120))
+	}
+	fc.SeedNamespaces(names)
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	first, err := a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{})
+	if err != nil {
+		t.Fatalf("first page: %v", err)
+	}
+	if first.GetNextPageToken() == "" || len(first.GetNamespaces()) >= n {
+		t.Errorf("first page: %d names, next_page_token %q", len(first.GetNamespaces()), first.GetNextPageToken())
+	}
+	var listed []string
+	pages := pageAll(t, "list namespaces", func(tok string) (*adminpb.ListNamespacesResponse, error) {
+		r, err := a.ListNamespaces(ctx, &adminpb.ListNamespacesRequest{PageToken: tok, PageSize: 10_000})
+		listed = append(listed, r.GetNamespaces()...)
+		return r, err
+	})
+	all, err := fc.Client().ListNamespaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, got := range map[string][]string{"paging": listed, "client": all} {
+		if len(got) != n+1 { // and default
+			t.Errorf("%s: %d namespaces, want %d", what, len(got), n+1)
+			continue
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i] <= got[i-1] {
+				t.Fatalf("%s: %q after %q", what, got[i], got[i-1])
+			}
+		}
+	}
+	t.Logf("%d pages of page_size 10,000", pages)
+}
+
+// longTable is a table whose namespace and name are 128 bytes, the most.
+var longTable = strings.Repeat("n", 128) + ":" + strings.Repeat("t", 128)
+
+// TestListRegionsBoundedInBytes: 7,000 regions of a table with the
+// longest names were 5 MB at page_size 10,000.
+func TestListRegionsBoundedInBytes(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const n = 7000
+	server := strings.Repeat("s", 128)
+	fc.SeedTable(longTable, domain.TableEnabled, n, 3, func(int) domain.Region {
+		return domain.Region{State: domain.RegionOpen, Server: server}
+	})
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	seen := 0
+	pages := pageAll(t, "list regions", func(tok string) (*adminpb.ListRegionsResponse, error) {
+		r, err := a.ListRegions(ctx, &adminpb.ListRegionsRequest{PageToken: tok, PageSize: 10_000})
+		seen += len(r.GetRegions())
+		return r, err
+	})
+	if seen != n || pages < 2 {
+		t.Errorf("%d regions in %d pages, want %d in more than one", seen, pages, n)
+	}
+}
+
+// TestListTablesBoundedInBytes: tables whose regions are spread over
+// many servers carry one region group per server; 20 of them were 5 MB.
+func TestListTablesBoundedInBytes(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const tables, regions = 20, 2000
+	for i := range tables {
+		fc.SeedTable(fmt.Sprintf("default:t%02d", i), domain.TableEnabled, regions, 3, func(r int) domain.Region {
+			return domain.Region{State: domain.RegionOpen, Server: fmt.Sprintf("%05d%s", r, strings.Repeat("s", 120))}
+		})
+	}
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	seen := 0
+	pageAll(t, "list tables", func(tok string) (*adminpb.ListTablesResponse, error) {
+		r, err := a.ListTables(ctx, &adminpb.ListTablesRequest{PageToken: tok, PageSize: 1000})
+		seen += len(r.GetTables())
+		return r, err
+	})
+	if seen != tables {
+		t.Errorf("%d tables listed, want %d", seen, tables)
+	}
+}
+
+// TestListLocksPagedAndBounded: an external lock on 10,000 regions, its
+// description 4 KiB (what the API takes), was a lock table of 15 MB.
+// Pages end by count and size; a caller sending no token gets the first
+// page and a token; the Go client reads them all.
+func TestListLocksPagedAndBounded(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const n = 10_000
+	names := fc.SeedTable("default:locked", domain.TableEnabled, n, 3, func(int) domain.Region {
+		return domain.Region{State: domain.RegionClosed}
+	})
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	_, err := a.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "region", Names: names, Holder: strings.Repeat("h", 256),
+		Description: strings.Repeat("d", 4096), Nonce: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.WaitFor("the lock held", func() bool {
+		r, err := a.ListLocks(ctx, &adminpb.ListLocksRequest{PageSize: 1})
+		return err == nil && len(r.GetLocks()) == 1 && len(r.GetLocks()[0].GetHolders()) == 1
+	})
+	first, err := a.ListLocks(ctx, &adminpb.ListLocksRequest{})
+	if err != nil {
+		t.Fatalf("first page: %v", err)
+	}
+	if first.GetNextPageToken() == "" {
+		t.Errorf("first page of %d locks says nothing of more", len(first.GetLocks()))
+	}
+	seen := 0
+	pageAll(t, "list locks", func(tok string) (*adminpb.ListLocksResponse, error) {
+		r, err := a.ListLocks(ctx, &adminpb.ListLocksRequest{PageToken: tok, PageSize: 10_000})
+		seen += len(r.GetLocks())
+		return r, err
+	})
+	all, err := fc.Client().ListLocks(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < n || len(all.GetLocks()) != seen {
+		t.Errorf("paging listed %d locks, the client %d, want %d at least", seen, len(all.GetLocks()), n)
+	}
+}
+
+// TestCancelProceduresAnswerBounded: cancelling 2,500 procedures stored
+// with 4 KiB owners and nonces (as 0.1.0 took them) answered 6 MB. Now
+// the answer lists what fits in 1 MiB, counts them all, and names every
+// id for a confirmation to bind.
+func TestCancelProceduresAnswerBounded(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	_, x := fc.WaitLeader()
+	const n = 2500
+	for i := range n {
+		p, err := diag.New(diag.TypeSleep, map[string]string{"steps": "1", "delay": "1h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.Submit(p, procedure.SubmitOptions{Owner: strings.Repeat("o", 4096), Nonce: fmt.Sprintf("%05d%s", i, strings.Repeat("n", 4091))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := boundsCtx(t)
+	r, err := fc.Leader().Admin().CancelProcedures(ctx, &adminpb.CancelProceduresRequest{Type: diag.TypeSleep, DryRun: true})
+	if err != nil {
+		t.Fatalf("dry run: %v", err)
+	}
+	if s := proto.Size(r); s > pageBytesMost {
+		t.Errorf("answer of %d bytes", s)
+	}
+	if !r.GetTruncated() || r.GetCancelledCount() != n || len(r.GetCancelledIds()) != n || len(r.GetCancelled()) >= n {
+		t.Errorf("truncated %v, cancelled_count %d, %d ids, %d listed", r.GetTruncated(), r.GetCancelledCount(), len(r.GetCancelledIds()), len(r.GetCancelled()))
+	}
+}
+
+// bloated is a procedure whose persisted data is as large as its Pad: a
+// 0.1.0 procedure whose arguments were megabytes.
+type bloated struct {
+	procedure.Base
+	Pad string
+}
+
+func (p *bloated) Execute(*procedure.Context) (procedure.Step, error) { return procedure.Done(), nil }
+func (p *bloated) Rollback(*procedure.Context) error                  { return nil }
+
+// TestGetProcedureCutsOldHugeData: a procedure stored with 5 MiB of data
+// could not be read at all; GetProcedure now carries its first 64 KiB and
+// says it is cut.
+func TestGetProcedureCutsOldHugeData(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, Register: func(r *procedure.Registry) error {
+		return r.Register("bloated", 1, func() procedure.Procedure { return &bloated{} })
+	}})
+	fc.WaitLeader()
+	id := fc.Submit(&bloated{Pad: strings.Repeat("p", 5<<20)}, "")
+	fc.Wait(id, 30*time.Second)
+	p, err := fc.Leader().Admin().GetProcedure(boundsCtx(t), &adminpb.GetProcedureRequest{Id: id})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if !p.GetTruncated() || len(p.GetData()) > 64<<10 {
+		t.Errorf("truncated %v, %d bytes of data", p.GetTruncated(), len(p.GetData()))
+	}
+}
