@@ -254,14 +254,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 			MaxRPCsInFlight: 1,
 		}
 		var tt *raft.NetworkTransport
-		if cfg.RaftTLS != nil {
-			var layer *security.StreamLayer
-			if layer, err = security.NewStreamLayer(cfg.RaftAddr, adv, cfg.RaftTLS); err == nil {
-				tc.Stream = layer
-				tt = raft.NewNetworkTransportWithConfig(tc)
-			}
-		} else {
-			tt, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, tc)
+		var layer *security.StreamLayer
+		layer, err = security.NewRaftStreamLayer(security.RaftLayerConfig{Bind: cfg.RaftAddr, Advertise: adv, TLS: cfg.RaftTLS,
+			Limits: cfg.RaftConnLimits, Metrics: cfg.ListenerMetrics, Logger: log.Named("transport")})
+		if err == nil {
+			tc.Stream = layer
+			tt = raft.NewNetworkTransportWithConfig(tc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)

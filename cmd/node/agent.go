@@ -70,6 +70,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err := admin.InstallRaftMetrics(metrics); err != nil {
 		return fmt.Errorf("raft metrics: %w", err)
 	}
+	listenerMetrics, err := security.NewListenerMetrics(metrics)
+	if err != nil {
+		return err
+	}
 	tracing, err := startTracing(ctx, "baton-master", cfg.ID, logger)
 	if err != nil {
 		return err
@@ -92,6 +96,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
 	ccfg.Env = dom
 	ccfg.RaftTLS = tlsc.creds
+	ccfg.RaftConnLimits, ccfg.ListenerMetrics = cfg.ConnLimits, listenerMetrics
 	ccfg.LeaderServices = dom.LeaderServices
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
@@ -126,7 +131,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return err
 	}
-	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, tlsOpts...)
+	gopts := append(cfg.ConnLimits.GRPCServerOptions(), tlsOpts...)
 	// Access control after the identity policy, and before the rate
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).
@@ -147,7 +152,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(security.Limit(lis, cfg.ConnLimits, "grpc", listenerMetrics, logger)) }()
 
 	var httpSrv *http.Server
 	var con *console.Console
@@ -172,8 +177,16 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			return fmt.Errorf("HTTP: %w", err)
 		}
 		defer con.Close()
-		httpSrv = &http.Server{Handler: srv.Authorizer(console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con)), ReadHeaderTimeout: 5 * time.Second}
-		hl = tlsc.listener(hl, cfg.ClientAuth, security.RoleClient, security.RoleMaster)
+		handler, err := agentHTTPHandler(cfg, srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics, debugOptions(cfg)...), con), logger)
+		if err != nil {
+			_ = hl.Close()
+			srv.Stop(context.Background())
+			gs.Stop()
+			_ = node.Shutdown(context.Background())
+			return fmt.Errorf("HTTP: %w", err)
+		}
+		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: httpHeaderTimeout(cfg.ConnLimits)}
+		hl = tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", listenerMetrics, logger), cfg.ClientAuth, security.RoleClient, security.RoleMaster)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -254,6 +267,31 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	tracing.flush(sctx)
 	return runErr
+}
+
+// agentHTTPHandler puts every path of the HTTP port behind the check of
+// the Host header (DNS rebinding), then access control: a request by a
+// name the node does not answer to is refused before anything else is
+// said to it.
+func agentHTTPHandler(cfg agentConfig, srv *admin.Server, mux http.Handler, logger hclog.Logger) (http.Handler, error) {
+	hosts, err := security.NewHostCheck(logger.Named("http"), append([]string{cfg.HTTPAddr, cfg.GRPCAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return hosts.Wrap(srv.Authorizer(mux), "'baton agent --http-allowed-hosts NAME'"), nil
+}
+
+func debugOptions(cfg agentConfig) []admin.HTTPOption {
+	if !cfg.DebugEndpoints {
+		return nil
+	}
+	return []admin.HTTPOption{admin.WithDebugEndpoints()}
+}
+
+// httpHeaderTimeout is an HTTP server's ReadHeaderTimeout, which also
+// bounds its TLS handshake: 5 s, or the handshake bound if shorter.
+func httpHeaderTimeout(l security.ConnLimits) time.Duration {
+	return min(5*time.Second, l.WithDefaults().HandshakeTimeout)
 }
 
 // startDevRegionServers starts the simulated region servers of a --dev
