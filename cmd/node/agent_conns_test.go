@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+)
+
+// agentPorts are the three ports a dev agent's banner names.
+func agentPorts(t *testing.T, banner string) (grpcAddr, raftAddr, httpAddr string) {
+	t.Helper()
+	g := regexp.MustCompile(`admin API \(gRPC\): (\S+)`).FindStringSubmatch(banner)
+	r := regexp.MustCompile(`raft: +(\S+)`).FindStringSubmatch(banner)
+	h := regexp.MustCompile(`console: +http://(\S+)/`).FindStringSubmatch(banner)
+	if g == nil || r == nil || h == nil {
+		t.Fatalf("the banner lacks an address:\n%s", banner)
+	}
+	return g[1], r[1], h[1]
+}
+
+// closedWithin reports how long the server took to close c (EOF or a
+// reset), reading and discarding what it sends, or an error if c is still
+// open after limit.
+func closedWithin(c net.Conn, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := c.SetReadDeadline(start.Add(limit)); err != nil {
+		return 0, err
+	}
+	if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, fmt.Errorf("%s: still open %v after it was accepted without a handshake", c.RemoteAddr(), limit)
+	}
+	return time.Since(start), nil
+}
+
+// A connection that never handshakes (never sends a byte) is closed on
+// every port within --handshake-timeout: gRPC held one 120 s, plaintext
+// Raft for good, HTTP 5 s.
+func TestSilentConnectionsAreClosedWithinTheHandshakeTimeout(t *testing.T) {
+	_, banner, stop := startDevAgent(t, "--dev-regionservers", "0", "--handshake-timeout", "300ms")
+	grpcAddr, raftAddr, httpAddr := agentPorts(t, banner)
+	for name, addr := range map[string]string{"gRPC": grpcAddr, "Raft": raftAddr, "HTTP": httpAddr} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Well under HTTP's 5 s and gRPC's 120 s; loose above 300 ms for a
+		// loaded machine.
+		took, err := closedWithin(c, 3*time.Second)
+		c.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%s: a silent connection closed after %v", name, took)
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("agent exit %d", code)
+	}
+}
+
+// One address holds at most --max-conns-per-source connections on a port:
+// more are closed as they come, and counted; once it closes some, it is
+// served again.
+func TestConnectionsPerSourceAreCapped(t *testing.T) {
+	admin, banner, stop := startDevAgent(t, "--dev-regionservers", "0", "--max-conns-per-source", "4")
+	grpcAddr, _, httpAddr := agentPorts(t, banner)
+	var held []net.Conn
+	for range 4 {
+		c, err := net.Dial("tcp", grpcAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	extra, err := net.Dial("tcp", grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = closedWithin(extra, 3*time.Second)
+	extra.Close()
+	if err != nil {
+		t.Fatalf("a fifth connection: %v", err)
+	}
+	if code, _, stderr := runCLI(t, nil, "cluster", "status", "--addr", admin, "--timeout", "2s"); code == 0 {
+		t.Fatalf("cluster status went through while the cap was held:\n%s", stderr)
+	}
+	testwait.ForNil(t, 10*time.Second, "refusals counted on /metrics", func() error {
+		n, err := refusedOn(httpAddr, "grpc")
+		if err == nil && n < 2 {
+			err = errors.New("baton_listener_connections_refused_total{listener=\"grpc\"} = " + strconv.Itoa(n) + ", want ≥ 2")
+		}
+		return err
+	})
+	for _, c := range held {
+		c.Close()
+	}
+	testwait.ForNil(t, 10*time.Second, "cluster status served once the connections closed", func() error {
+		if code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", admin, "--timeout", "2s"); code != 0 {
+			return errors.New(stdout + stderr)
+		}
+		return nil
+	})
+	if code := stop(); code != 0 {
+		t.Fatalf("agent exit %d", code)
+	}
+}
+
+// refusedOn reads baton_listener_connections_refused_total{listener} from
+// the agent's /metrics.
+func refusedOn(httpAddr, listener string) (int, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := regexp.MustCompile(`(?m)^baton_listener_connections_refused_total\{listener="` + listener + `"\} (\d+)$`).FindSubmatch(body)
+	if m == nil {
+		return 0, errors.New("/metrics has no baton_listener_connections_refused_total{listener=\"" + listener + "\"}")
+	}
+	return strconv.Atoi(string(m[1]))
+}
