@@ -212,6 +212,9 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		scheme := tlsc.scheme()
 		fmt.Fprintf(stdout, "  console:          %s://%s/\n  status:           %s://%s/status\n  metrics:          %s://%s/metrics\n", scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr)
 	}
+	if cfg.HTTPAddr != "" && cfg.DebugEndpoints {
+		fmt.Fprintf(stdout, "  debug:            %s://%s/debug/pprof/ and /debug/domain (--debug-endpoints)\n", tlsc.scheme(), cfg.HTTPAddr)
+	}
 	if tlsc.creds != nil {
 		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
 		fmt.Fprintf(stdout, "  clients:          %s\n", clientAuthBanner(cfg.ClientAuth))
@@ -313,7 +316,7 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 	for i := 1; i <= cfg.DevRegionServers; i++ {
 		id := fmt.Sprintf("rs%d", i)
 		rs, err := regionserver.New(regionserver.Config{
-			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr},
+			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr}, ConnLimits: cfg.ConnLimits,
 			Logger: logger.ResetNamed("baton.rs." + id), TracerProvider: tracing.provider(),
 		})
 		if err == nil {

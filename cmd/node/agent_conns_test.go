@@ -42,12 +42,16 @@ func closedWithin(c net.Conn, limit time.Duration) (time.Duration, error) {
 }
 
 // A connection that never handshakes (never sends a byte) is closed on
-// every port within --handshake-timeout: gRPC held one 120 s, plaintext
-// Raft for good, HTTP 5 s.
+// every port within --handshake-timeout, the dev region server's too:
+// gRPC held one 120 s, plaintext Raft for good, HTTP 5 s.
 func TestSilentConnectionsAreClosedWithinTheHandshakeTimeout(t *testing.T) {
-	_, banner, stop := startDevAgent(t, "--dev-regionservers", "0", "--handshake-timeout", "300ms")
+	_, banner, stop := startDevAgent(t, "--dev-regionservers", "1", "--handshake-timeout", "300ms")
 	grpcAddr, raftAddr, httpAddr := agentPorts(t, banner)
-	for name, addr := range map[string]string{"gRPC": grpcAddr, "Raft": raftAddr, "HTTP": httpAddr} {
+	rs := regexp.MustCompile(`rs1 at (\S+) \(metrics http://(\S+)/metrics\)`).FindStringSubmatch(banner)
+	if rs == nil {
+		t.Fatalf("the banner names no region server:\n%s", banner)
+	}
+	for name, addr := range map[string]string{"gRPC": grpcAddr, "Raft": raftAddr, "HTTP": httpAddr, "region server gRPC": rs[1], "region server HTTP": rs[2]} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
