@@ -9,10 +9,12 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/security"
 )
 
 // agentPorts are the three ports a dev agent's banner names.
@@ -135,4 +137,54 @@ func refusedOn(httpAddr, listener string) (int, error) {
 		return 0, errors.New("/metrics has no baton_listener_connections_refused_total{listener=\"" + listener + "\"}")
 	}
 	return strconv.Atoi(string(m[1]))
+}
+
+// With TLS too, a connection that never sends its ClientHello is closed
+// on every port within --handshake-timeout, and a request naming another
+// site is refused before access control looks at it.
+func TestTLSAgentBoundsHandshakesAndChecksHosts(t *testing.T) {
+	pki, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := pki.Issue(security.Identity{Role: security.RoleMaster, ID: "n1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, raftAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	out, _, cancel, done := runInBackground(map[string]string{}, "agent", "--id", "n1", "--data-dir", t.TempDir(),
+		"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--peers", "n1="+raftAddr,
+		"--tls-ca", files.CA, "--tls-cert", files.Cert, "--tls-key", files.Key, "--handshake-timeout", "300ms")
+	t.Cleanup(func() { cancel(); exitOf(t, done) })
+	testwait.For(t, 30*time.Second, "the agent's banner", func() bool { return regexp.MustCompile(`try:`).MatchString(out.String()) })
+	for name, addr := range map[string]string{"gRPC": grpcAddr, "Raft": raftAddr, "HTTP": httpAddr} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took, err := closedWithin(c, 3*time.Second)
+		c.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%s: a silent connection closed after %v", name, took)
+	}
+	client := pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: "ops"})
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: client.ClientConfig(security.RoleMaster)}}
+	// ops holds no permission: access control refuses it, once the Host
+	// check has let the request through.
+	for host, want := range map[string]string{"evil.example": "is not a name of this node", "localhost": "needs permission read"} {
+		req, _ := http.NewRequest("GET", "https://"+httpAddr+"/status", nil)
+		req.Host = host
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), want) {
+			t.Errorf("GET /status with Host %s: %d %s, want 403 saying %q", host, resp.StatusCode, body, want)
+		}
+	}
 }
