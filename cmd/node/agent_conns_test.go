@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/security"
 )
@@ -185,6 +187,67 @@ func TestTLSAgentBoundsHandshakesAndChecksHosts(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), want) {
 			t.Errorf("GET /status with Host %s: %d %s, want 403 saying %q", host, resp.StatusCode, body, want)
+		}
+	}
+}
+
+// A gRPC peer that pings more often than the keepalive policy allows is
+// sent GOAWAY (too_many_pings) and dropped, on the master's port and the
+// region server's alike.
+func TestPingFloodIsDropped(t *testing.T) {
+	_, banner, stop := startDevAgent(t, "--dev-regionservers", "1")
+	grpcAddr, _, _ := agentPorts(t, banner)
+	rs := regexp.MustCompile(`rs1 at (\S+) `).FindStringSubmatch(banner)
+	if rs == nil {
+		t.Fatalf("the banner names no region server:\n%s", banner)
+	}
+	for name, addr := range map[string]string{"master": grpcAddr, "region server": rs[1]} {
+		if err := floodPings(addr); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("agent exit %d", code)
+	}
+}
+
+// floodPings speaks HTTP/2 to addr and pings it back to back until it
+// answers GOAWAY too_many_pings (nil) or 5 s pass (an error).
+func floodPings(addr string) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		return err
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return err
+	}
+	go func() {
+		for i := uint64(0); ; i++ {
+			var data [8]byte
+			data[0] = byte(i)
+			if fr.WritePing(false, data) != nil {
+				return
+			}
+		}
+	}()
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return fmt.Errorf("no GOAWAY for a ping flood: %w", err)
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			if ga.ErrCode != http2.ErrCodeEnhanceYourCalm || string(ga.DebugData()) != "too_many_pings" {
+				return fmt.Errorf("GOAWAY %v %q, want ENHANCE_YOUR_CALM too_many_pings", ga.ErrCode, ga.DebugData())
+			}
+			return nil
 		}
 	}
 }
