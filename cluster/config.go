@@ -322,6 +322,13 @@ type Config struct {
 	// a client's certificate from the same CA cannot speak Raft. Default
 	// plaintext TCP. Ignored when Transport is set.
 	RaftTLS *security.Credentials
+	// RaftConnLimits bound the connections the Raft port accepts: the
+	// TLS handshake (in plaintext, the first call) within its
+	// HandshakeTimeout, and at most MaxPerSource at once from one address,
+	// refusals counted in ListenerMetrics (nil: not counted). Zero: the
+	// defaults. Ignored when Transport is set.
+	RaftConnLimits  security.ConnLimits
+	ListenerMetrics *security.ListenerMetrics
 
 	// Overrides for tests: when set, used instead of the TCP transport and
 	// the bolt / file stores (e.g. raft.NewInmemTransport, raft.InmemStore,

@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/bbolt"
+
+	"github.com/baton-dev/baton/internal/fsutil"
 )
 
 // Checks of the node's files at start (see the package documentation,
@@ -230,7 +232,7 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 			continue
 		}
 		dst := filepath.Join(n.cfg.DataDir, "snapshots.damaged")
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+		if err := fsutil.MkdirPrivate(dst); err != nil {
 			return false, fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
 		}
 		to := filepath.Join(dst, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))

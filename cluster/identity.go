@@ -64,7 +64,7 @@ func checkNodeID(dir, id, raftAddr string, logs raft.LogStore, stable raft.Stabl
 	}
 	// Written whole or not at all: a torn file would refuse every later
 	// start under the right id.
-	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(id+"\n"), fsutil.PrivateFileMode); err != nil {
 		return fmt.Errorf("cluster: record node id: %w", err)
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"github.com/baton-dev/baton/security"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -147,8 +147,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 	}()
 
+	// Before anything is opened: what 0.1.0 left readable is tightened.
+	if err := tightenDataDir(cfg.DataDir, log); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "raft"), filepath.Join(cfg.DataDir, "fsm")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := fsutil.MkdirPrivate(d); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
@@ -207,7 +211,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	n.snaps = cfg.SnapshotStore
 	if n.snaps == nil {
 		// NewFileSnapshotStore keeps its files in <base>/snapshots.
-		n.snaps, err = raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, log.Named("snapshots"))
+		n.snaps, err = newPrivateSnapshots(cfg.DataDir, cfg.SnapshotRetain, log.Named("snapshots"))
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 		}
@@ -254,14 +258,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 			MaxRPCsInFlight: 1,
 		}
 		var tt *raft.NetworkTransport
-		if cfg.RaftTLS != nil {
-			var layer *security.StreamLayer
-			if layer, err = security.NewStreamLayer(cfg.RaftAddr, adv, cfg.RaftTLS); err == nil {
-				tc.Stream = layer
-				tt = raft.NewNetworkTransportWithConfig(tc)
-			}
-		} else {
-			tt, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, tc)
+		var layer *security.StreamLayer
+		layer, err = security.NewRaftStreamLayer(security.RaftLayerConfig{Bind: cfg.RaftAddr, Advertise: adv, TLS: cfg.RaftTLS,
+			Limits: cfg.RaftConnLimits, Metrics: cfg.ListenerMetrics, Logger: log.Named("transport")})
+		if err == nil {
+			tc.Stream = layer
+			tt = raft.NewNetworkTransportWithConfig(tc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)

@@ -354,7 +354,7 @@ func walDir(dir string, gen uint64) string {
 // and removes WAL directories it does not name: leftovers of restores that
 // crashed before their swap, or of replaced WALs not yet removed.
 func openDataDir(dir string, log hclog.Logger) (uint64, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := fsutil.MkdirPrivate(dir); err != nil {
 		return 0, fmt.Errorf("raftfsm: create data dir: %w", err)
 	}
 	var gen uint64
@@ -394,7 +394,7 @@ func openDataDir(dir string, log hclog.Logger) (uint64, error) {
 // writeCurrent atomically points CURRENT at generation gen.
 func writeCurrent(dir string, gen uint64) error {
 	name := filepath.Base(walDir(dir, gen))
-	if err := fsutil.WriteFileAtomic(filepath.Join(dir, currentFile), []byte(name+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, currentFile), []byte(name+"\n"), fsutil.PrivateFileMode); err != nil {
 		return fmt.Errorf("raftfsm: switch %s to %s: %w", currentFile, name, err)
 	}
 	return nil

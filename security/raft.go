@@ -7,12 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
 // StreamLayer is a raft.StreamLayer over mutual TLS that admits only
 // masters: a region server's or a client's certificate, signed by the
-// same CA, still cannot speak Raft.
+// same CA, still cannot speak Raft. Without credentials
+// (RaftLayerConfig.TLS nil) it is plain TCP, as raft's own.
 type StreamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
@@ -23,28 +25,59 @@ type StreamLayer struct {
 }
 
 // NewStreamLayer listens on bind; advertise (nil: the listener's address)
-// is the address other masters dial.
+// is the address other masters dial. Its connections have the default
+// ConnLimits.
 func NewStreamLayer(bind string, advertise net.Addr, c *Credentials) (*StreamLayer, error) {
-	ln, err := net.Listen("tcp", bind)
+	return NewRaftStreamLayer(RaftLayerConfig{Bind: bind, Advertise: advertise, TLS: c})
+}
+
+// RaftLayerConfig configures NewRaftStreamLayer.
+type RaftLayerConfig struct {
+	// Bind is the address listened on; Advertise (nil: the listener's)
+	// the one other masters dial.
+	Bind      string
+	Advertise net.Addr
+	// TLS: mutual TLS admitting masters; nil, plain TCP.
+	TLS *Credentials
+	// Limits bound the connections accepted: the handshake (in plain
+	// TCP, the first call) within HandshakeTimeout, MaxPerSource at once
+	// from one address, refusals counted in Metrics (nil: not counted).
+	Limits  ConnLimits
+	Metrics *ListenerMetrics
+	Logger  hclog.Logger
+}
+
+// NewRaftStreamLayer listens on cfg.Bind.
+func NewRaftStreamLayer(cfg RaftLayerConfig) (*StreamLayer, error) {
+	limits := cfg.Limits.WithDefaults()
+	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
 		return nil, err
 	}
+	advertise := cfg.Advertise
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	if tcp, ok := advertise.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+	if tcp, ok := advertise.(*net.TCPAddr); ok && (tcp.IP == nil || tcp.IP.IsUnspecified()) {
 		ln.Close()
 		return nil, errors.New("security: the Raft advertise address must not be unspecified (0.0.0.0)")
 	}
-	return &StreamLayer{ln: ln, advertise: advertise, server: c.ServerConfig(RoleMaster), client: c.ClientConfig(RoleMaster),
-		handshakeTimeout: HandshakeTimeout}, nil
+	ln = Limit(ln, limits, "raft", cfg.Metrics, cfg.Logger)
+	s := &StreamLayer{ln: ln, advertise: advertise, handshakeTimeout: limits.HandshakeTimeout}
+	if cfg.TLS == nil {
+		// raft reads a connection's first byte without a deadline.
+		s.ln = FirstByteListener(ln, limits.HandshakeTimeout)
+		return s, nil
+	}
+	s.server, s.client = cfg.TLS.ServerConfig(RoleMaster), cfg.TLS.ClientConfig(RoleMaster)
+	return s, nil
 }
 
-// HandshakeTimeout bounds a Raft connection's TLS handshake: raft reads
-// a connection without a deadline, so one that never completes its
-// handshake (anyone can open one, no certificate needed) would otherwise
-// hold its goroutine and buffers for good.
-const HandshakeTimeout = 10 * time.Second
+// HandshakeTimeout is the default bound of a Raft connection's TLS
+// handshake: raft reads a connection without a deadline, so one that
+// never completes its handshake (anyone can open one, no certificate
+// needed) would otherwise hold its goroutine and buffers for good.
+const HandshakeTimeout = DefaultHandshakeTimeout
 
 // Accept implements net.Listener. The handshake runs on the connection's
 // first read or write, in raft's handler for it, so a slow or hostile
@@ -52,8 +85,8 @@ const HandshakeTimeout = 10 * time.Second
 // HandshakeTimeout.
 func (s *StreamLayer) Accept() (net.Conn, error) {
 	conn, err := s.ln.Accept()
-	if err != nil {
-		return nil, err
+	if err != nil || s.server == nil {
+		return conn, err
 	}
 	return &handshakeConn{Conn: tls.Server(conn, s.server), timeout: s.handshakeTimeout}, nil
 }
@@ -105,5 +138,8 @@ func (s *StreamLayer) Addr() net.Addr { return s.advertise }
 // within timeout, so a peer that is not a master fails the dial.
 func (s *StreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
+	if s.client == nil {
+		return d.Dial("tcp", string(address))
+	}
 	return tls.DialWithDialer(d, "tcp", string(address), s.client)
 }

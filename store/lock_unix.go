@@ -17,7 +17,7 @@ var ErrLocked = errors.New("store: WAL directory is locked by another process")
 // as long as the returned file is open; the kernel drops it if the process
 // dies, so a stale LOCK file never blocks a restart.
 func lockDir(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("store: open lock file: %w", err)
 	}

@@ -130,6 +130,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/fsutil"
 )
 
 // Defaults and limits of WALConfig.
@@ -483,7 +484,8 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	// Private: the log is the state, which no other local user may read.
+	if err := fsutil.MkdirPrivate(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("store: create WAL dir: %w", err)
 	}
 	lock, err := lockDir(filepath.Join(cfg.Dir, "LOCK"))

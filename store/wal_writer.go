@@ -347,11 +347,15 @@ func (w *WAL) createSegment() (*segment, error) {
 	s := &segment{id: id, name: segName(id), hdr: hdr, tr: newTracker(), size: headerSize}
 	s.path = filepath.Join(w.cfg.Dir, s.name)
 	tmp := s.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, fsutil.PrivateFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("create segment: %w", err)
 	}
 	err = func() error {
+		// The mode whatever the umask.
+		if err := f.Chmod(fsutil.PrivateFileMode); err != nil {
+			return err
+		}
 		if _, err := f.Write(appendHeader(nil, hdr)); err != nil {
 			return err
 		}

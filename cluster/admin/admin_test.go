@@ -314,11 +314,18 @@ func TestHTTP(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_test_total", Help: "test"})
 	reg.MustRegister(c)
 	c.Add(3)
-	srv := httptest.NewServer(HTTPHandler(b, reg))
+	srv := httptest.NewServer(HTTPHandler(b, reg, WithDebugEndpoints()))
 	defer srv.Close()
+	// Without WithDebugEndpoints (no --debug-endpoints), /debug/ is not served.
+	plain := httptest.NewServer(HTTPHandler(b, reg))
+	defer plain.Close()
 	get := func(path string) (int, string) {
 		t.Helper()
-		r, err := http.Get(srv.URL + path)
+		base := srv.URL
+		if p, ok := strings.CutPrefix(path, "plain:"); ok {
+			base, path = plain.URL, p
+		}
+		r, err := http.Get(base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,6 +346,9 @@ func TestHTTP(t *testing.T) {
 		{"metrics", "m0", "/metrics", 200, "baton_test_total 3"},
 		{"pprof index", "m0", "/debug/pprof/", 200, "goroutine"},
 		{"pprof goroutine", "m0", "/debug/pprof/goroutine?debug=1", 200, "goroutine profile"},
+		{"pprof off by default", "m0", "plain:/debug/pprof/", 404, ""},
+		{"domain off by default", "m0", "plain:/debug/domain", 404, ""},
+		{"metrics without debug", "m0", "plain:/metrics", 200, "baton_test_total 3"},
 		{"unknown path", "m0", "/nope", 404, ""},
 		{"status", "m0", "/status", 200, `"leader_admin_address": "h0:7000"`},
 	} {

@@ -40,7 +40,7 @@ func TestDebugDomainShowsRegionRecordsAsJSON(t *testing.T) {
 		"region/default:t,00001,5": []byte(`{"table":"default:t","state":"OPEN","server":"rs2","start_code":13}`),
 	}}
 	rec := httptest.NewRecorder()
-	HTTPHandler(WithDomain(b, nil), nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/domain?prefix=region/", nil))
+	HTTPHandler(WithDomain(b, nil), nil, WithDebugEndpoints()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/domain?prefix=region/", nil))
 	var doc struct {
 		Entries map[string]string `json:"entries"`
 	}

@@ -1,6 +1,6 @@
 // Package admin serves Baton's admin API (proto/adminpb/admin.proto) on every
 // master, and the node's HTTP endpoints (/status, /readyz, /metrics,
-// /debug/pprof).
+// and, with WithDebugEndpoints, /debug/pprof and /debug/domain).
 //
 // # Leader-only calls and forwarding
 //

@@ -104,13 +104,20 @@ func StatusOf(b Backend) StatusJSON {
 //	                 with the reason
 //	/metrics         Prometheus exposition of g (nil: the default gatherer),
 //	                 4 scrapes at a time (promkit.MaxScrapes)
+//
+// and with WithDebugEndpoints:
+//
 //	/debug/domain    ?prefix=P: the domain keys under P in this node's FSM,
 //	                 as {"entries": {key: value}} (for tests and operators;
 //	                 at most 10,000 keys)
 //	/debug/pprof/    the runtime profiles (net/http/pprof)
-func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
+func HTTPHandler(b Backend, g prometheus.Gatherer, opts ...HTTPOption) http.Handler {
 	if g == nil {
 		g = prometheus.DefaultGatherer
+	}
+	var o httpOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -130,6 +137,25 @@ func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 		_, _ = w.Write([]byte("ready: " + why + "\n"))
 	})
 	mux.Handle("GET /metrics", promkit.Handler(g))
+	if o.debug {
+		handleDebug(mux, b)
+	}
+	return mux
+}
+
+// HTTPOption adjusts HTTPHandler.
+type HTTPOption func(*httpOptions)
+
+type httpOptions struct{ debug bool }
+
+// WithDebugEndpoints serves /debug/domain and /debug/pprof/ too (`baton
+// agent --debug-endpoints`). They are off by default: the first hands out
+// the whole replicated state, tokens' hashes included, the second the
+// process's memory and command line, and either lets a caller spend the
+// node's CPU; an operator turns them on for a node being investigated.
+func WithDebugEndpoints() HTTPOption { return func(o *httpOptions) { o.debug = true } }
+
+func handleDebug(mux *http.ServeMux, b Backend) {
 	mux.HandleFunc("GET /debug/domain", func(w http.ResponseWriter, r *http.Request) {
 		sc, ok := b.(domainScanner)
 		if !ok {
@@ -155,7 +181,6 @@ func HTTPHandler(b Backend, g prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 // domainScanner is the optional part of a Backend that can list domain keys.

@@ -73,7 +73,7 @@ func (m *Master) HTTPHandler() http.Handler {
 	if n == nil {
 		return nil
 	}
-	return admin.HTTPHandler(admin.NodeBackend(n), m.metrics)
+	return admin.HTTPHandler(admin.NodeBackend(n), m.metrics, admin.WithDebugEndpoints())
 }
 
 // Index is the master's position in Cluster.Masters.
@@ -310,7 +310,7 @@ func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, err
 		_ = lis.Close()
 		return nil, nil, fmt.Errorf("%s: console: %w", m.ID, err)
 	}
-	hs := &http.Server{Handler: console.Mount(admin.HTTPHandler(b, nil), con), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: console.Mount(admin.HTTPHandler(b, nil, admin.WithDebugEndpoints()), con), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(lis) }()
 	return hs, con, nil
 }

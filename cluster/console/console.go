@@ -3,9 +3,7 @@ package console
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of Config.
@@ -79,9 +78,9 @@ type Console struct {
 	actions *client.Client
 	// sameOrigin guards every action's POST.
 	sameOrigin *http.CrossOriginProtection
-	// hosts are the names of AllowedHosts and AdminAddr, as HostName
-	// spells them.
-	hosts map[string]bool
+	// guarded is mux behind the check of the Host header, which admits
+	// the names of AllowedHosts and AdminAddr.
+	guarded http.Handler
 
 	closeOnce sync.Once
 }
@@ -107,20 +106,15 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	hosts := map[string]bool{}
 	// AdminAddr may be a gRPC target URI ("dns:///h:7070"), which names
 	// no host this way: it only adds what it names.
+	names := cfg.AllowedHosts
 	if name, err := HostName(cfg.AdminAddr); err == nil && name != "" {
-		hosts[name] = true
+		names = append([]string{name}, names...)
 	}
-	for _, h := range cfg.AllowedHosts {
-		name, err := HostName(h)
-		if err != nil {
-			return nil, fmt.Errorf("console: Config.AllowedHosts: %w", err)
-		}
-		if name != "" {
-			hosts[name] = true
-		}
+	hosts, err := security.NewHostCheck(cfg.Logger.Named("console"), names...)
+	if err != nil {
+		return nil, fmt.Errorf("console: Config.AllowedHosts: %w", err)
 	}
 	tmpl, err := parseTemplates()
 	if err != nil {
@@ -138,8 +132,9 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger.Named("console"), tmpl: tmpl, self: adminpb.NewAdminClient(cc), cc: cc, actions: actions,
-		sameOrigin: http.NewCrossOriginProtection(), hosts: hosts}
+		sameOrigin: http.NewCrossOriginProtection()}
 	c.routes()
+	c.guarded = hosts.Wrap(c.mux, "'baton agent --http-allowed-hosts NAME' (console.Config.AllowedHosts)")
 	return c, nil
 }
 
@@ -164,48 +159,16 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
-	if !c.hostAllowed(r.Host) {
-		c.log.Warn("request refused: Host is not one of this node's names", "host", r.Host, "path", r.URL.Path, "remote", r.RemoteAddr)
-		http.Error(w, fmt.Sprintf("console: %q is not a name of this node: the console answers to IP addresses, localhost and the names "+
-			"of the node's own addresses, so that a page of another site whose name was pointed at this node (DNS rebinding) "+
-			"cannot use it. Open it by one of those, or add the name ('baton agent --http-allowed-hosts NAME', "+
-			"console.Config.AllowedHosts).", r.Host), http.StatusForbidden)
-		return
-	}
-	c.mux.ServeHTTP(w, r)
-}
-
-// hostAllowed reports whether hostport, a request's Host, names this
-// node: an IP address (a rebinding page has a name, never an address),
-// localhost, or one of c.hosts. An empty Host (HTTP/1.0) is let through:
-// every browser sends one.
-func (c *Console) hostAllowed(hostport string) bool {
-	if hostport == "" {
-		return true
-	}
-	host := bareHost(hostport)
-	if _, err := netip.ParseAddr(host); err == nil {
-		return true
-	}
-	return host == "localhost" || c.hosts[host]
+	// A console mounted alone (not behind a node's check of every path)
+	// still refuses other sites' names.
+	c.guarded.ServeHTTP(w, r)
 }
 
 // HostName is the host name of a Config.AllowedHosts entry, a name or a
-// host:port address, in the form hostAllowed compares: lower case,
+// host:port address, in the form security.HostCheck compares: lower case,
 // without a trailing dot. It is "" for an address without a host
 // (":7072"), and an error for what is not a host name.
-func HostName(s string) (string, error) {
-	host := bareHost(strings.TrimSpace(s))
-	if _, err := netip.ParseAddr(host); err == nil {
-		return host, nil
-	}
-	for _, r := range host {
-		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '.' || r == '_') {
-			return "", fmt.Errorf("%q is not a host name (letters, digits, '-', '_' and '.')", s)
-		}
-	}
-	return host, nil
-}
+func HostName(s string) (string, error) { return security.HostName(s) }
 
 // Mount returns a handler that serves the console at "/" and under "/ui/",
 // and everything else (/status, /readyz, /metrics, /debug/...) with api,
@@ -216,15 +179,4 @@ func Mount(api http.Handler, c *Console) http.Handler {
 	mux.Handle("/{$}", c)
 	mux.Handle("/ui/", c)
 	return mux
-}
-
-// bareHost is the host of a name or host:port, as compared: without
-// brackets, in lower case, without the trailing dot of a fully qualified
-// name. What has no number for a port stays whole ("http://x/").
-func bareHost(hostport string) string {
-	host := hostport
-	if h, port, err := net.SplitHostPort(hostport); err == nil && strings.Trim(port, "0123456789") == "" {
-		host = h
-	}
-	return strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
 }

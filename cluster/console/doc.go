@@ -65,7 +65,8 @@
 // unawares, and would post from the console's own origin. And the console
 // answers only to its own names in the Host header (IP addresses,
 // localhost, the host of Config.AdminAddr and Config.AllowedHosts, to
-// which a node adds its HTTP address): a site whose name an attacker
+// which a node adds its HTTP address; security.HostCheck, which a node
+// puts in front of every path of its HTTP port too): a site whose name an attacker
 // points at the node's address (DNS rebinding) is the console's origin as
 // far as the browser knows, and only its name gives it away. Responses
 // also carry nosniff and a content security policy that admits the

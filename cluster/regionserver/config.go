@@ -116,6 +116,15 @@ type Config struct {
 	// TLS to the masters. Clients need read, by the grants the leader
 	// tells (access.go). Default plaintext.
 	TLS *security.Credentials
+	// HTTPAllowedHosts are the names the HTTP endpoints answer to in a
+	// request's Host header besides IP addresses, localhost and the hosts
+	// of GRPCAddr and HTTPAddr (security.HostCheck): another name is
+	// refused (403), against DNS rebinding. Default: none.
+	HTTPAllowedHosts []string
+	// ConnLimits bound the connections of the gRPC and HTTP ports: the
+	// handshake, and how many one address may hold (refusals counted in
+	// Metrics). Zero: the defaults of security.ConnLimits.
+	ConnLimits security.ConnLimits
 }
 
 // Validate reports every problem of c at once, wrapping ErrInvalidConfig.

@@ -61,6 +61,11 @@ type hosted struct {
 type Server struct {
 	rspb.UnimplementedRegionServerServer
 
+	// hosts admits the names of the server's own addresses in a request's
+	// Host header, on every HTTP path.
+	hosts *security.HostCheck
+	// listenerMetrics counts connections the per-source cap refused.
+	listenerMetrics *security.ListenerMetrics
 	// policy is who may call the server with TLS (its refusals counted in
 	// Config.Metrics); nil without TLS.
 	policy *security.Policy
@@ -151,6 +156,13 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
 		}
 	}
+	var err error
+	if s.hosts, err = security.NewHostCheck(s.log.Named("http"), append([]string{cfg.GRPCAddr, cfg.HTTPAddr}, cfg.HTTPAllowedHosts...)...); err != nil {
+		return nil, fmt.Errorf("%w: HTTPAllowedHosts: %w", ErrInvalidConfig, err)
+	}
+	if s.listenerMetrics, err = security.NewListenerMetrics(cfg.Metrics); err != nil {
+		return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
+	}
 	if cfg.TLS != nil {
 		s.policy = security.RegionServerPolicy()
 		if err := s.policy.CountDenials(cfg.Metrics); err != nil {
@@ -202,9 +214,14 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("rs: HTTP listen on %s: %w", s.cfg.HTTPAddr, err)
 		}
 	}
-	var gopts []grpc.ServerOption
+	lis = security.Limit(lis, s.cfg.ConnLimits, "grpc", s.listenerMetrics, s.log)
+	if hlis != nil {
+		hlis = security.Limit(hlis, s.cfg.ConnLimits, "http", s.listenerMetrics, s.log)
+	}
+	gopts := s.cfg.ConnLimits.GRPCServerOptions()
 	if s.cfg.TLS != nil {
-		gopts = append(s.policy.ServerOptions(s.cfg.TLS), grpc.ChainUnaryInterceptor(s.accessInterceptor()))
+		gopts = append(gopts, s.policy.ServerOptions(s.cfg.TLS)...)
+		gopts = append(gopts, grpc.ChainUnaryInterceptor(s.accessInterceptor()))
 		if hlis != nil {
 			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
 		}
@@ -224,7 +241,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.addr, s.grpc = addr, g
 	if hlis != nil {
-		s.http = &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// Every path behind the Host check, the handshake within the bound.
+		s.http = &http.Server{Handler: s.hosts.Wrap(s.HTTPHandler(), "'baton regionserver --http-allowed-hosts NAME'"),
+			ReadHeaderTimeout: min(5*time.Second, s.cfg.ConnLimits.WithDefaults().HandshakeTimeout)}
 		s.httpAddr = hlis.Addr().String()
 	}
 	hs := s.http

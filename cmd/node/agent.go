@@ -70,6 +70,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err := admin.InstallRaftMetrics(metrics); err != nil {
 		return fmt.Errorf("raft metrics: %w", err)
 	}
+	listenerMetrics, err := security.NewListenerMetrics(metrics)
+	if err != nil {
+		return err
+	}
 	tracing, err := startTracing(ctx, "baton-master", cfg.ID, logger)
 	if err != nil {
 		return err
@@ -92,6 +96,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
 	ccfg.Env = dom
 	ccfg.RaftTLS = tlsc.creds
+	ccfg.RaftConnLimits, ccfg.ListenerMetrics = cfg.ConnLimits, listenerMetrics
 	ccfg.LeaderServices = dom.LeaderServices
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
@@ -129,8 +134,9 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	// Refusals first: it records those of every interceptor after it, the
 	// identity policy's included, on every service of the port.
-	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement(),
-		grpc.ChainUnaryInterceptor(srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(srv.RefusalStreamInterceptor())}, tlsOpts...)
+	gopts := append(cfg.ConnLimits.GRPCServerOptions(),
+		grpc.ChainUnaryInterceptor(srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(srv.RefusalStreamInterceptor()))
+	gopts = append(gopts, tlsOpts...)
 	// Access control after the identity policy, and before the rate
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).
@@ -152,7 +158,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(security.Limit(lis, cfg.ConnLimits, "grpc", listenerMetrics, logger)) }()
 
 	var httpSrv *http.Server
 	var con *console.Console
@@ -165,7 +171,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster), TLS: tlsc.creds != nil})
+				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}
@@ -177,8 +183,16 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			return fmt.Errorf("HTTP: %w", err)
 		}
 		defer con.Close()
-		httpSrv = &http.Server{Handler: srv.Authorizer(console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics), con)), ReadHeaderTimeout: 5 * time.Second}
-		hl = tlsc.listener(hl, cfg.ClientAuth, security.RoleClient, security.RoleMaster)
+		handler, err := agentHTTPHandler(cfg, srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics, debugOptions(cfg)...), con), logger)
+		if err != nil {
+			_ = hl.Close()
+			srv.Stop(context.Background())
+			gs.Stop()
+			_ = node.Shutdown(context.Background())
+			return fmt.Errorf("HTTP: %w", err)
+		}
+		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: httpHeaderTimeout(cfg.ConnLimits)}
+		hl = tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", listenerMetrics, logger), cfg.ClientAuth, security.RoleClient, security.RoleMaster)
 		go func() {
 			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -203,6 +217,9 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if cfg.HTTPAddr != "" {
 		scheme := tlsc.scheme()
 		fmt.Fprintf(stdout, "  console:          %s://%s/\n  status:           %s://%s/status\n  metrics:          %s://%s/metrics\n", scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr)
+	}
+	if cfg.HTTPAddr != "" && cfg.DebugEndpoints {
+		fmt.Fprintf(stdout, "  debug:            %s://%s/debug/pprof/ and /debug/domain (--debug-endpoints)\n", tlsc.scheme(), cfg.HTTPAddr)
 	}
 	if tlsc.creds != nil {
 		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
@@ -261,6 +278,31 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	return runErr
 }
 
+// agentHTTPHandler puts every path of the HTTP port behind the check of
+// the Host header (DNS rebinding), then access control: a request by a
+// name the node does not answer to is refused before anything else is
+// said to it.
+func agentHTTPHandler(cfg agentConfig, srv *admin.Server, mux http.Handler, logger hclog.Logger) (http.Handler, error) {
+	hosts, err := security.NewHostCheck(logger.Named("http"), append([]string{cfg.HTTPAddr, cfg.GRPCAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return hosts.Wrap(srv.Authorizer(mux), "'baton agent --http-allowed-hosts NAME'"), nil
+}
+
+func debugOptions(cfg agentConfig) []admin.HTTPOption {
+	if !cfg.DebugEndpoints {
+		return nil
+	}
+	return []admin.HTTPOption{admin.WithDebugEndpoints()}
+}
+
+// httpHeaderTimeout is an HTTP server's ReadHeaderTimeout, which also
+// bounds its TLS handshake: 5 s, or the handshake bound if shorter.
+func httpHeaderTimeout(l security.ConnLimits) time.Duration {
+	return min(5*time.Second, l.WithDefaults().HandshakeTimeout)
+}
+
 // startDevRegionServers starts the simulated region servers of a --dev
 // agent in this process. They register with this master through its admin
 // address, as real ones do, each on a free loopback port, and serve their
@@ -280,7 +322,7 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 	for i := 1; i <= cfg.DevRegionServers; i++ {
 		id := fmt.Sprintf("rs%d", i)
 		rs, err := regionserver.New(regionserver.Config{
-			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr},
+			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr}, ConnLimits: cfg.ConnLimits,
 			Logger: logger.ResetNamed("baton.rs." + id), TracerProvider: tracing.provider(),
 		})
 		if err == nil {

@@ -84,6 +84,12 @@ type agentConfig struct {
 	AuditFile *admin.AuditExport
 	// Raft holds the Raft timeouts given (zero: cluster's defaults).
 	Raft raftTimings
+	// DebugEndpoints serves /debug/domain and /debug/pprof/ on the HTTP
+	// port (admin.WithDebugEndpoints); off by default.
+	DebugEndpoints bool
+	// ConnLimits bound the connections of every port (zero: the
+	// defaults of security.ConnLimits).
+	ConnLimits security.ConnLimits
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -100,6 +106,10 @@ var agentEnv = map[string]string{
 	"dev-regionservers": "BATON_DEV_REGIONSERVERS",
 
 	"http-allowed-hosts": "BATON_HTTP_ALLOWED_HOSTS",
+	"debug-endpoints":    "BATON_DEBUG_ENDPOINTS",
+
+	"handshake-timeout":    "BATON_HANDSHAKE_TIMEOUT",
+	"max-conns-per-source": "BATON_MAX_CONNS_PER_SOURCE",
 
 	"workers": "BATON_WORKERS",
 
@@ -151,8 +161,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	raftAddr := str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")")
 	grpcAddr := str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")")
 	httpAddr := str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
-	allowedHosts := str("http-allowed-hosts", "names,... the web console answers to besides IP addresses, localhost and the hosts of --http-addr and --grpc-addr "+
-		"(a name your browser uses for this node: a DNS name, a load balancer's); other names are refused, against DNS rebinding")
+	allowedHosts := str("http-allowed-hosts", "names,... the HTTP port (console, /status, /metrics, ...) answers to besides IP addresses, localhost and the hosts of --http-addr, --grpc-addr and --raft-addr "+
+		"(a name your browser or scraper uses for this node: a DNS name, a load balancer's); other names are refused (403), against DNS rebinding")
 	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
 	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
 	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
@@ -174,6 +184,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	auditFileMax := str("audit-file-max-size", fmt.Sprintf("rotate --audit-file past this many MiB (default %d)", admin.DefaultAuditFileMaxBytes>>20))
 	auditFileKeep := str("audit-file-keep", fmt.Sprintf("rotated audit files kept (FILE.1 the newest) (default %d)", admin.DefaultAuditFileKeep))
 	raftFlags := addRaftTimingFlags(str)
+	connFlags := addConnLimitFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -189,6 +200,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	devDefault := boolEnv("dev")
 	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
 	insecure := fs.Bool("insecure", boolEnv("insecure"), "allow plaintext on addresses other than loopback: anyone who reaches them can join, call the admin API or speak Raft (env "+agentEnv["insecure"]+")")
+	debugEndpoints := fs.Bool("debug-endpoints", boolEnv("debug-endpoints"), "serve /debug/pprof/ (profiles) and /debug/domain (the whole replicated state) on --http-addr, "+
+		"to admin permission under access control; off by default (env "+agentEnv["debug-endpoints"]+")")
 	devRS := str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
@@ -196,7 +209,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
 		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
 			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
-			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int"})
+			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -313,6 +326,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		bad("--audit-file-max-size and --audit-file-keep rotate --audit-file: give it too")
 	}
 	cfg.Raft = raftFlags.parse(bad)
+	cfg.ConnLimits = connFlags.parse(bad)
+	cfg.DebugEndpoints = *debugEndpoints
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAgentWorkers {

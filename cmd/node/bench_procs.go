@@ -227,7 +227,12 @@ func startBenchCluster(bin, dir string, regionServers, workers int, withTLS bool
 	}
 	for _, m := range c.masters {
 		m.args = []string{"agent", "--id", m.id, "--data-dir", m.dataDir, "--raft-addr", m.raftAddr,
-			"--grpc-addr", m.grpcAddr, "--http-addr", m.httpAddr, "--peers", strings.Join(peers, ",")}
+			"--grpc-addr", m.grpcAddr, "--http-addr", m.httpAddr, "--peers", strings.Join(peers, ","),
+			// --profile reads the masters' /debug/pprof/profile.
+			"--debug-endpoints",
+			// Every region server and client of a bench dials from
+			// 127.0.0.1: the per-source cap must fit them all.
+			"--max-conns-per-source", strconv.Itoa(max(security.DefaultMaxConnsPerSource, 8*regionServers))}
 		if workers > 0 {
 			m.args = append(m.args, "--workers", strconv.Itoa(workers))
 		}

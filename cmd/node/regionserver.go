@@ -33,6 +33,10 @@ var regionServerEnv = map[string]string{
 	"tls-cert":           rsTLSEnv.Cert,
 	"tls-key":            rsTLSEnv.Key,
 	"insecure":           "BATON_INSECURE",
+
+	"http-allowed-hosts":   "BATON_RS_HTTP_ALLOWED_HOSTS",
+	"handshake-timeout":    "BATON_RS_HANDSHAKE_TIMEOUT",
+	"max-conns-per-source": "BATON_RS_MAX_CONNS_PER_SOURCE",
 }
 
 // rsTransport is how a region server process talks: its TLS files, or
@@ -94,6 +98,9 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
 	httpAddr := str("http-addr", "host:port of /metrics and /readyz (a listening address: 0.0.0.0 is fine); empty: none")
+	allowedHosts := str("http-allowed-hosts", "names,... the HTTP port answers to besides IP addresses, localhost and the hosts of --grpc-addr and --http-addr "+
+		"(a name a scraper uses for this server); other names are refused (403), against DNS rebinding")
+	connFlags := addConnLimitFlags(str)
 	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 to and from the masters")
 	tlsCert := str("tls-cert", "PEM file of this server's certificate, naming baton://regionserver/<--id> ('baton tls cert create --role regionserver --id ID'); reread on SIGHUP and when it changes")
 	tlsKey := str("tls-key", "PEM file of this server's private key")
@@ -109,7 +116,8 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
 			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
-		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration"})
+		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration",
+			"handshake-timeout": "duration", "max-conns-per-source": "int"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -174,6 +182,18 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			return
 		}
 		*dst = d
+	}
+	cfg.ConnLimits = connFlags.parse(bad)
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if strings.TrimSpace(h) == "" {
+			continue
+		}
+		name, err := security.HostName(h)
+		if err != nil || name == "" {
+			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
+			continue
+		}
+		cfg.HTTPAllowedHosts = append(cfg.HTTPAllowedHosts, name)
 	}
 	duration("op-latency", *opLatency, &cfg.OpLatency)
 	duration("heartbeat-interval", *heartbeat, &cfg.HeartbeatInterval)

@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
+	"github.com/baton-dev/baton/security"
 )
 
 func TestParseRegionServerFlags(t *testing.T) {
@@ -51,6 +52,12 @@ func TestParseRegionServerFlags(t *testing.T) {
 		{name: "rate not a number", args: append(base, "--failure-rate", "often"), err: "--failure-rate"},
 		{name: "rate NaN", args: append(base, "--failure-rate", "NaN"), err: "--failure-rate"},
 		{name: "bad heartbeat", args: append(base, "--heartbeat-interval", "-5s"), err: "--heartbeat-interval"},
+		{name: "HTTP names and connection limits", env: map[string]string{"BATON_RS_MAX_CONNS_PER_SOURCE": "8"},
+			args: append(base, "--http-allowed-hosts", "RS1.lan.,scraper", "--handshake-timeout", "3s"),
+			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, HTTPAllowedHosts: []string{"rs1.lan", "scraper"},
+				ConnLimits: security.ConnLimits{HandshakeTimeout: 3 * time.Second, MaxPerSource: 8}}},
+		{name: "bad HTTP name", args: append(base, "--http-allowed-hosts", "a/b"), err: `--http-allowed-hosts: "a/b" is not a host name`},
+		{name: "bad handshake timeout", args: append(base, "--handshake-timeout", "forever"), err: `--handshake-timeout "forever"`},
 		{name: "positional", args: append(base, "extra"), err: "takes no arguments"},
 		{name: "http addr", args: append(base, "--http-addr", "0.0.0.0:16030"),
 			want: regionserver.Config{ID: "rs1", GRPCAddr: "10.0.0.5:16020", Masters: masters, HTTPAddr: "0.0.0.0:16030"}},

@@ -398,7 +398,10 @@ func (c *Cluster) Args(id string) []string {
 	n := c.Node(id)
 	args := []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
 		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
-		"--peers", c.peers()}
+		"--peers", c.peers(),
+		// Tests read each node's state through /debug/domain (Domain), and
+		// a stuck node's goroutines through /debug/pprof.
+		"--debug-endpoints"}
 	if c.pki != nil {
 		// With TLS the agents enforce access control: the harness's own
 		// certificate is the cluster's admin.

@@ -33,7 +33,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	// perm whatever the umask, and whatever mode a leftover tmp had.
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = f.Write(data)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
