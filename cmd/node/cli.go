@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -224,9 +225,32 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		if _, _, err := security.ParseToken(cf.token); err != nil {
 			return nil, usagef("--token (or BATON_TOKEN): not a baton token: want bt_<accessor>_<secret> as 'baton acl token create' printed it")
 		}
+		if creds == nil {
+			if err := cf.checkPlaintextToken(addrs); err != nil {
+				return nil, err
+			}
+		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
 	return client.New(addrs, append(copts, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))...)
+}
+
+// checkPlaintextToken refuses a bearer token bound for a master over
+// plaintext anywhere but this host: anyone on the path would read it and
+// could act as its holder until it is deleted.
+func (cf *clientFlags) checkPlaintextToken(addrs []string) error {
+	src := "--token"
+	if cf.fs != nil && !flagSet(cf.fs, "token") {
+		src = "BATON_TOKEN"
+	}
+	for _, a := range addrs {
+		host, _, _ := net.SplitHostPort(a) // checked by checkAddr
+		if !security.LoopbackHost(host) {
+			return usagef("%s: refusing to send a bearer token in cleartext to %s, which is not a loopback address: anyone on the path could read it and act as its holder. "+
+				"Give the cluster's CA with --tls-ca (env BATON_TLS_CA) to use TLS, or use the token only with --addr on this host (127.0.0.1, ::1, localhost)", src, a)
+		}
+	}
+	return nil
 }
 
 // electionNotice returns the client's retry notice: while a master
