@@ -426,6 +426,7 @@ func (m *accessMetrics) deny(method string, err error) {
 // in that server's chain, after the identity policy.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx = s.proveRelay(ctx)
 		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
 		if ok {
 			if err := s.refuseRemoved(method); err != nil {

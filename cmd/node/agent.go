@@ -114,7 +114,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
 	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger,
-		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access})
+		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access, ClusterSecret: cfg.ClusterSecret})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
@@ -160,7 +160,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster), TLS: tlsc.creds != nil})
+				AllowedHosts: append([]string{cfg.HTTPAddr}, cfg.HTTPAllowedHosts...), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}

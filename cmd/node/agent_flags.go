@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,9 @@ type agentConfig struct {
 	AuditMaxRecords int
 	// Raft holds the Raft timeouts given (zero: cluster's defaults).
 	Raft raftTimings
+	// ClusterSecret is, in a plaintext cluster, what proves a master to
+	// another (admin.Config.ClusterSecret); "" none.
+	ClusterSecret string
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -110,6 +114,9 @@ var agentEnv = map[string]string{
 	"acl-initial-grants": "BATON_ACL_INITIAL_GRANTS",
 	"audit-retention":    "BATON_AUDIT_RETENTION",
 	"audit-max-records":  "BATON_AUDIT_MAX_RECORDS",
+
+	"cluster-secret":      "BATON_CLUSTER_SECRET",
+	"cluster-secret-file": "BATON_CLUSTER_SECRET_FILE",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -156,6 +163,9 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
+	clusterSecret := str("cluster-secret", fmt.Sprintf("without TLS, a secret of at least %d characters given to every master of the cluster, by which a master believes another's word on the calls it forwards (for whom, from where, already rate-limited); "+
+		"without it a plaintext master believes no such word. Prefer --cluster-secret-file or the environment to the command line, which others may see", security.MinClusterSecretLen))
+	clusterSecretFile := str("cluster-secret-file", "file holding --cluster-secret (surrounding white space ignored)")
 	raftFlags := addRaftTimingFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
@@ -276,6 +286,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		}
 		cfg.AuditMaxRecords = n
 	}
+	cfg.ClusterSecret = parseClusterSecret(*clusterSecret, *clusterSecretFile, cfg.TLS.Enabled(), bad)
 	cfg.Raft = raftFlags.parse(bad)
 	if v := strings.TrimSpace(*workers); v != "" {
 		n, err := strconv.Atoi(v)
@@ -421,6 +432,36 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		return cfg, &usageError{strings.Join(problems, "\n  ")}
 	}
 	return cfg, nil
+}
+
+// parseClusterSecret is the cluster secret given inline or in a file (one
+// of the two), checked.
+func parseClusterSecret(inline, file string, tls bool, bad func(string, ...any)) string {
+	inline, file = strings.TrimSpace(inline), strings.TrimSpace(file)
+	secret, from := inline, "--cluster-secret"
+	switch {
+	case inline != "" && file != "":
+		bad("give --cluster-secret or --cluster-secret-file, not both")
+		return ""
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			bad("--cluster-secret-file: %v", err)
+			return ""
+		}
+		secret, from = strings.TrimSpace(string(b)), "--cluster-secret-file "+file
+	case inline == "":
+		return ""
+	}
+	if tls {
+		bad("%s is for clusters without TLS: with TLS a master proves itself by its certificate; drop the secret", from)
+		return ""
+	}
+	if len(secret) < security.MinClusterSecretLen {
+		bad("%s: %d characters; want at least %d (e.g. 'openssl rand -hex 32'), the same on every master", from, len(secret), security.MinClusterSecretLen)
+		return ""
+	}
+	return secret
 }
 
 // checkAddr checks a host:port flag value. Advertised addresses
