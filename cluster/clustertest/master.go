@@ -19,8 +19,8 @@ import (
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/procedure"
-	"github.com/baton-dev/baton/security"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Master is one master of a test cluster: its Raft node, its domain and
