@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -145,11 +144,12 @@ func (s *Server) RecoverServer(ctx context.Context, req *adminpb.RecoverServerRe
 
 // CancelProcedures implements adminpb.AdminServer.
 func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProceduresRequest) (*adminpb.CancelProceduresResponse, error) {
-	if req.GetOlderThanMs() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "admin: proc cancel: negative older_than_ms %d", req.GetOlderThanMs())
+	olderThan, err := msDuration("proc cancel", "older_than_ms", req.GetOlderThanMs())
+	if err != nil {
+		return nil, err
 	}
 	f := catalog.CancelFilter{Type: req.GetType(), State: req.GetState(), Owner: req.GetOwner(),
-		OlderThan: time.Duration(req.GetOlderThanMs()) * time.Millisecond, IDs: req.GetIds(), MaxID: req.GetMaxId()}
+		OlderThan: olderThan, IDs: req.GetIds(), MaxID: req.GetMaxId()}
 	return repairCall(s, ctx, "proc cancel", func(d Domain, x Procedures) (*adminpb.CancelProceduresResponse, error) {
 		r, err := d.CancelProcedures(ctx, f, repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
 		if err != nil {

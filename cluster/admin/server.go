@@ -110,6 +110,7 @@ type Server struct {
 	advertise string
 	conns     map[string]*grpc.ClientConn
 	fwd       map[*fwdCall]struct{} // forwarded calls in flight
+	uses      tokenUses             // tokens' last uses noted here
 	gs        *grpc.Server
 	started   bool
 	closed    bool

@@ -108,7 +108,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
+	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, Metrics: metrics,
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)

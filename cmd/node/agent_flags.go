@@ -73,6 +73,9 @@ type agentConfig struct {
 	// ACLInitialGrants are bound at each leadership when unbound
 	// (admin.Access.InitialGrants).
 	ACLInitialGrants map[string]security.Permission
+	// ACLBootstrapTokenTTL is how long the bootstrap token lasts (0:
+	// until deleted; admin.Access.BootstrapTokenTTL).
+	ACLBootstrapTokenTTL time.Duration
 	// AuditRetention and AuditMaxRecords bound the audit trail (0: the
 	// defaults of admin.Access).
 	AuditRetention  time.Duration
@@ -112,8 +115,11 @@ var agentEnv = map[string]string{
 	"acl":                "BATON_ACL",
 	"client-auth":        "BATON_CLIENT_AUTH",
 	"acl-initial-grants": "BATON_ACL_INITIAL_GRANTS",
-	"audit-retention":    "BATON_AUDIT_RETENTION",
-	"audit-max-records":  "BATON_AUDIT_MAX_RECORDS",
+
+	"acl-bootstrap-token-ttl": "BATON_ACL_BOOTSTRAP_TOKEN_TTL",
+
+	"audit-retention":   "BATON_AUDIT_RETENTION",
+	"audit-max-records": "BATON_AUDIT_MAX_RECORDS",
 
 	"cluster-secret":      "BATON_CLUSTER_SECRET",
 	"cluster-secret-file": "BATON_CLUSTER_SECRET_FILE",
@@ -161,6 +167,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		"either, a certificate or a bearer token over TLS without one (--token with --tls-ca alone); token, a token only, a client's certificate granting nothing. "+
 		"Masters and region servers always present certificates. token and either need --acl on (default cert)")
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
+	bootTTL := str("acl-bootstrap-token-ttl", "the bootstrap token, which the cluster's first leader makes and prints once, expires this long after it is made, e.g. 24h; "+
+		"make your own admin token or certificate binding before then (default: never; 'acl token delete' deletes it)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
 	clusterSecret := str("cluster-secret", fmt.Sprintf("without TLS, a secret of at least %d characters given to every master of the cluster, by which a master believes another's word on the calls it forwards (for whom, from where, already rate-limited); "+
@@ -187,7 +195,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
+		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off"})
 	}
 	pos, err := parse(fs, args)
@@ -271,6 +279,13 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			}
 			cfg.ACLInitialGrants[name] = p
 		}
+	}
+	if v := strings.TrimSpace(*bootTTL); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			bad("--acl-bootstrap-token-ttl %q: want a duration of at least 1m, e.g. 24h", v)
+		}
+		cfg.ACLBootstrapTokenTTL = d
 	}
 	if v := strings.TrimSpace(*auditRetention); v != "" {
 		d, err := time.ParseDuration(v)
