@@ -92,7 +92,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.StringVar(&cf.tls.CA, "tls-ca", c.getenv("BATON_TLS_CA"), "PEM file of the cluster's CA certificate, for a cluster that runs with TLS (env BATON_TLS_CA)")
 	fs.StringVar(&cf.tls.Cert, "tls-cert", c.getenv("BATON_TLS_CERT"), "PEM file of this client's certificate, naming baton://client/<name> (env BATON_TLS_CERT)")
 	fs.StringVar(&cf.tls.Key, "tls-key", c.getenv("BATON_TLS_KEY"), "PEM file of this client's private key (env BATON_TLS_KEY)")
-	fs.StringVar(&cf.token, "token", c.getenv("BATON_TOKEN"), "bearer token ('baton acl token create', or the bootstrap token) for a cluster enforcing access control; prefer the environment to the command line, which others may see (env BATON_TOKEN)")
+	fs.StringVar(&cf.token, "token", c.getenv("BATON_TOKEN"), "bearer token ('baton acl token create', or the bootstrap token) for a cluster enforcing access control, sent over TLS (--tls-ca), or in plaintext only to a loopback --addr; prefer the environment to the command line, which others may see (env BATON_TOKEN)")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\nflags:\n", name, synopsis)
