@@ -45,11 +45,17 @@ PEERS=n1=127.0.0.1:$(raft_port 1),n2=127.0.0.1:$(raft_port 2),n3=127.0.0.1:$(raf
 
 declare -A PID=() # node id (n1.., rs1..) -> process id
 
+# Without TLS the masters know one another by a shared secret: a standby's
+# forwarded calls then keep their caller's address, in the audit trail and
+# the rate limit, which no client can claim.
+SECRET_FILE=$WORK/cluster-secret
+(umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$SECRET_FILE")
+
 start_master() {
 	local i=$1
 	"$NODE" agent --id "n$i" --data-dir "$WORK/data/n$i" \
 		--raft-addr "127.0.0.1:$(raft_port "$i")" --grpc-addr "127.0.0.1:$(grpc_port "$i")" \
-		--http-addr "127.0.0.1:$(http_port "$i")" --peers "$PEERS" >>"$LOGS/n$i.log" 2>&1 &
+		--http-addr "127.0.0.1:$(http_port "$i")" --peers "$PEERS" --cluster-secret-file "$SECRET_FILE" >>"$LOGS/n$i.log" 2>&1 &
 	PID[n$i]=$!
 	say "n$i   pid ${PID[n$i]}  admin 127.0.0.1:$(grpc_port "$i")  raft :$(raft_port "$i")  http :$(http_port "$i")  log $LOGS/n$i.log"
 }

@@ -8,12 +8,16 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/url"
 	"regexp"
 	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // Permission is what a client may do through the admin API and the
@@ -123,13 +127,54 @@ const authorizationKey = "authorization"
 // tokenCreds sends a bearer token on every call.
 type tokenCreds struct{ token string }
 
-func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+// GetRequestMetadata refuses to put the token on a plaintext connection to
+// anything but loopback: whoever is on the path would read it and could
+// act as its holder. The CLI refuses such an --addr before it dials; this
+// also covers an address it was sent to by a leader hint.
+func (t tokenCreds) GetRequestMetadata(ctx context.Context, uri ...string) (map[string]string, error) {
+	if ri, ok := credentials.RequestInfoFromContext(ctx); ok && !overTLSInfo(ri.AuthInfo) {
+		if host := uriHost(uri); !LoopbackHost(host) {
+			return nil, status.Errorf(codes.Unauthenticated, "baton: refusing to send a bearer token over plaintext to %q, which is not a loopback address: use TLS (--tls-ca)", host)
+		}
+	}
 	return map[string]string{authorizationKey: "Bearer " + t.token}, nil
 }
 
 // RequireTransportSecurity is false so that a token also works over a
-// plaintext loopback connection (agent --dev); over a network, run TLS.
+// plaintext loopback connection (agent --dev); GetRequestMetadata refuses
+// any other plaintext connection.
 func (t tokenCreds) RequireTransportSecurity() bool { return false }
+
+func overTLSInfo(ai credentials.AuthInfo) bool {
+	_, ok := ai.(credentials.TLSInfo)
+	return ok
+}
+
+// uriHost is the host of the first of a call's audience URIs
+// ("https://host:port/service"), "" if there is none.
+func uriHost(uri []string) string {
+	if len(uri) == 0 {
+		return ""
+	}
+	u, err := url.Parse(uri[0])
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
+}
+
+// LoopbackHost says host (a name or an IP address, without a port) is this
+// machine's loopback: "localhost", 127.0.0.0/8 or ::1. A name is not
+// resolved: what it resolves to when dialled may differ from what it
+// resolved to when checked.
+func LoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 var _ credentials.PerRPCCredentials = tokenCreds{}
 

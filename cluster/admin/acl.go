@@ -36,6 +36,10 @@ type Access struct {
 	// back while it is listed here; a binding changed by AclGrant is left
 	// as it is.
 	InitialGrants map[string]security.Permission
+	// BootstrapTokenTTL, if not 0, is how long the bootstrap token is
+	// accepted after it is made (agent --acl-bootstrap-token-ttl). Default
+	// 0: until deleted.
+	BootstrapTokenTTL time.Duration
 	// OnBootstrap is told the bootstrap token, an admin token made by the
 	// first leader of a cluster that enforces access control, once it is
 	// committed: the only time its secret is seen. Default: logged at
@@ -89,6 +93,9 @@ const (
 func (a Access) Validate() error {
 	if a.AuditRetention < 0 {
 		return fmt.Errorf("admin: negative audit retention %v", a.AuditRetention)
+	}
+	if a.BootstrapTokenTTL < 0 {
+		return fmt.Errorf("admin: negative bootstrap token TTL %v", a.BootstrapTokenTTL)
 	}
 	if a.AuditMaxRecords < 0 || a.AuditMaxRecords > maxAuditRecords {
 		return fmt.Errorf("admin: audit max records %d: want 1 to %d (0: the default %d)", a.AuditMaxRecords, maxAuditRecords, DefaultAuditMaxRecords)
@@ -211,7 +218,40 @@ const (
 	aclTokenPrefix = "acl/token/"
 	// aclBootKey records that the bootstrap token was made.
 	aclBootKey = "acl/bootstrap"
+	// aclRevokedPrefix marks a client revoked (aclRevocation): no
+	// leader's InitialGrants binds it again until AclGrant does. A master
+	// of 0.1.0 does not know it (see docs/security.md).
+	aclRevokedPrefix = "acl/revoked/"
+	// aclTokenUsePrefix holds when a token was last used (tokenUse), apart
+	// from the token so that recording a use never rewrites it (nor
+	// brings a deleted one back).
+	aclTokenUsePrefix = "acl/tokenuse/"
 )
+
+// Where a binding came from (AclBinding.source).
+const (
+	sourceGrant         = "grant"
+	sourceInitialGrants = "initial-grants"
+	// initialGrantMark ends the created_by of a binding a leader made from
+	// its InitialGrants, as 0.1.0 already wrote it.
+	initialGrantMark = " (initial grant)"
+)
+
+// aclRevocation is the value of a revoked client's key.
+type aclRevocation struct {
+	AtMs int64  `json:"at_ms"`
+	By   string `json:"by"`
+}
+
+// tokenUse is the value of a token's last-use key.
+type tokenUse struct {
+	AtMs int64 `json:"at_ms"`
+}
+
+// tokenUseGrain is how often at most a token's last use is written: a
+// token used on every call costs one small Raft write a minute, not one a
+// call.
+const tokenUseGrain = time.Minute
 
 // aclEntry is the value of a binding or a token.
 type aclEntry struct {
@@ -220,6 +260,9 @@ type aclEntry struct {
 	Hash       string `json:"hash,omitempty"` // a token's secret's SHA-256
 	CreatedMs  int64  `json:"created_ms"`
 	CreatedBy  string `json:"created_by"`
+	// ExpiresMs is when a token stops being accepted; 0 (and every token
+	// of 0.1.0) never.
+	ExpiresMs int64 `json:"expires_ms,omitempty"`
 }
 
 // Kinds of principal.
@@ -376,8 +419,11 @@ func (s *Server) clientPrincipal(name string) principal {
 	}
 	// Not bound yet (the leader binds it at its next tick): this master's
 	// own configuration already says what it holds, so a client calling
-	// the moment a leader is elected is not refused.
-	p.perm = s.acc.InitialGrants[name]
+	// the moment a leader is elected is not refused. Unless revoked: then
+	// it holds nothing, whatever the configuration says.
+	if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); !revoked {
+		p.perm = s.acc.InitialGrants[name]
+	}
 	return p
 }
 
@@ -393,6 +439,12 @@ func (s *Server) tokenPrincipal(tok string) (principal, error) {
 		// Named by its accessor in the audit record, holding nothing.
 		return principal{kind: kindToken, id: acc}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
 	}
+	now := s.acc.Clock.Now()
+	if e.ExpiresMs != 0 && now.UnixMilli() >= e.ExpiresMs {
+		return principal{kind: kindToken, id: acc, name: e.Name}, status.Errorf(codes.Unauthenticated, "admin: token %s (%s) expired at %s: an admin makes a new one ('baton acl token create', --ttl for how long it lasts)",
+			acc, e.Name, time.UnixMilli(e.ExpiresMs).UTC().Format(time.RFC3339))
+	}
+	s.noteTokenUse(acc, now)
 	perm, _ := security.ParsePermission(e.Permission)
 	return principal{kind: kindToken, id: acc, name: e.Name, perm: perm, token: tok}, nil
 }
@@ -472,6 +524,7 @@ func (m *accessMetrics) deny(method string, err error) {
 // in that server's chain, after the identity policy.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx = s.proveRelay(ctx)
 		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
 		if ok {
 			if err := s.refuseRemoved(method); err != nil {
@@ -662,7 +715,7 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
 		e := aclEntry{Permission: perm.String(), CreatedMs: s.acc.Clock.Now().UnixMilli(), CreatedBy: s.createdBy(ctx)}
-		return []raftfsm.Mutation{raftfsm.Put(aclCertPrefix+req.GetClient(), mustJSON(e))}, bindingMsg(req.GetClient(), e), nil
+		return []raftfsm.Mutation{raftfsm.Put(aclCertPrefix+req.GetClient(), mustJSON(e)), raftfsm.Del(aclRevokedPrefix + req.GetClient())}, bindingMsg(req.GetClient(), e), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
 		return c.AclGrant(ctx, req)
 	})
@@ -673,9 +726,14 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 	if err := checkClientName("acl revoke", req.GetClient()); err != nil {
 		return nil, err
 	}
-	return aclRemove(s, ctx, aclCertPrefix+req.GetClient(), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-		return c.AclRevoke(ctx, req)
-	})
+	// The revocation is recorded whether or not this master's
+	// InitialGrants list the client: another master's may, and would bind
+	// it again when it leads.
+	rev := aclRevocation{AtMs: s.acc.Clock.Now().UnixMilli(), By: s.createdBy(ctx)}
+	return aclRemove(s, ctx, aclCertPrefix+req.GetClient(), []raftfsm.Mutation{raftfsm.Put(aclRevokedPrefix+req.GetClient(), mustJSON(rev))},
+		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
+			return c.AclRevoke(ctx, req)
+		})
 }
 
 // AclDeleteToken implements adminpb.AdminServer.
@@ -683,15 +741,17 @@ func (s *Server) AclDeleteToken(ctx context.Context, req *adminpb.AclDeleteToken
 	if !security.ValidAccessor(req.GetAccessor()) {
 		return nil, status.Errorf(codes.InvalidArgument, "admin: acl token delete: accessor %q: want the 16 hex digits 'baton acl list' shows", req.GetAccessor())
 	}
-	return aclRemove(s, ctx, aclTokenPrefix+req.GetAccessor(), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-		return c.AclDeleteToken(ctx, req)
-	})
+	return aclRemove(s, ctx, aclTokenPrefix+req.GetAccessor(), []raftfsm.Mutation{raftfsm.Del(aclTokenUsePrefix + req.GetAccessor())},
+		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
+			return c.AclDeleteToken(ctx, req)
+		})
 }
 
-func aclRemove(s *Server, ctx context.Context, key string, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
+// aclRemove deletes key, with the writes also, in one entry.
+func aclRemove(s *Server, ctx context.Context, key string, also []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclRemoveResponse, error) {
 		_, existed := s.b.DomainGet(key)
-		return []raftfsm.Mutation{raftfsm.Del(key)}, &adminpb.AclRemoveResponse{Existed: existed}, nil
+		return append([]raftfsm.Mutation{raftfsm.Del(key)}, also...), &adminpb.AclRemoveResponse{Existed: existed}, nil
 	}, remote)
 }
 
@@ -704,29 +764,42 @@ func (s *Server) AclCreateToken(ctx context.Context, req *adminpb.AclCreateToken
 	if err != nil {
 		return nil, err
 	}
+	ttl, err := msDuration("acl token create", "ttl_ms", req.GetTtlMs())
+	if err != nil {
+		return nil, err
+	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
-		return s.newToken(req.GetName(), perm, s.createdBy(ctx))
+		return s.newToken(req.GetName(), perm, s.createdBy(ctx), ttl)
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclCreateTokenResponse, error) {
 		return c.AclCreateToken(ctx, req)
 	})
 }
 
-func (s *Server) newToken(name string, perm security.Permission, by string) ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
+// newToken makes a token that lasts ttl (0: until deleted).
+func (s *Server) newToken(name string, perm security.Permission, by string, ttl time.Duration) ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
 	tok, acc, hash, err := security.NewToken()
 	if err != nil {
 		return nil, nil, err
 	}
-	e := aclEntry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: s.acc.Clock.Now().UnixMilli(), CreatedBy: by}
+	now := s.acc.Clock.Now()
+	e := aclEntry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: now.UnixMilli(), CreatedBy: by}
+	if ttl > 0 {
+		e.ExpiresMs = now.Add(ttl).UnixMilli()
+	}
 	return []raftfsm.Mutation{raftfsm.Put(aclTokenPrefix+acc, mustJSON(e))},
 		&adminpb.AclCreateTokenResponse{Secret: tok, Token: tokenMsg(acc, e)}, nil
 }
 
 func bindingMsg(client string, e aclEntry) *adminpb.AclBinding {
-	return &adminpb.AclBinding{Client: client, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy}
+	source := sourceGrant
+	if strings.HasSuffix(e.CreatedBy, initialGrantMark) {
+		source = sourceInitialGrants
+	}
+	return &adminpb.AclBinding{Client: client, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, Source: source}
 }
 
 func tokenMsg(acc string, e aclEntry) *adminpb.AclToken {
-	return &adminpb.AclToken{Accessor: acc, Name: e.Name, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy}
+	return &adminpb.AclToken{Accessor: acc, Name: e.Name, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, ExpiresUnixMs: e.ExpiresMs}
 }
 
 // AclList implements adminpb.AdminServer.
@@ -747,7 +820,16 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 		sc.DomainScan(aclTokenPrefix, func(k string, v []byte) bool {
 			var e aclEntry
 			if json.Unmarshal(v, &e) == nil {
-				out.Tokens = append(out.Tokens, tokenMsg(strings.TrimPrefix(k, aclTokenPrefix), e))
+				t := tokenMsg(strings.TrimPrefix(k, aclTokenPrefix), e)
+				t.LastUsedUnixMs = s.tokenLastUse(t.GetAccessor())
+				out.Tokens = append(out.Tokens, t)
+			}
+			return true
+		})
+		sc.DomainScan(aclRevokedPrefix, func(k string, v []byte) bool {
+			var r aclRevocation
+			if json.Unmarshal(v, &r) == nil {
+				out.Revoked = append(out.Revoked, &adminpb.AclRevocation{Client: strings.TrimPrefix(k, aclRevokedPrefix), RevokedUnixMs: r.AtMs, RevokedBy: r.By})
 			}
 			return true
 		})
@@ -780,9 +862,13 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 		if _, ok := s.b.DomainGet(aclCertPrefix + name); ok {
 			continue
 		}
+		if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); revoked {
+			continue // 'acl revoke' stands until 'acl grant'
+		}
 		granted = append(granted, name+"="+perm.String())
-		muts = append(muts, raftfsm.Put(aclCertPrefix+name, mustJSON(aclEntry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + s.b.ID() + " (initial grant)"})))
+		muts = append(muts, raftfsm.Put(aclCertPrefix+name, mustJSON(aclEntry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + s.b.ID() + initialGrantMark})))
 	}
+	muts = append(muts, s.tokenUseWrites()...)
 	boot, bootMuts, err := s.bootstrapWrites(now)
 	if err != nil {
 		s.log.Error("bootstrap token", "error", err)
@@ -870,7 +956,7 @@ func (s *Server) bootstrapWrites(now int64) (*pendingBoot, []raftfsm.Mutation, e
 	}
 	// None yet, or one whose secret only another master knew: make one
 	// (the other's token goes).
-	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)")
+	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)", s.acc.BootstrapTokenTTL)
 	if err != nil {
 		return nil, nil, err
 	}

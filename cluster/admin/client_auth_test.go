@@ -157,13 +157,26 @@ func TestCertlessCallersMarksAreNotBelieved(t *testing.T) {
 	if p, via := callOrigin(certless); p != addr.String() || via != "" {
 		t.Errorf("origin of a certless call: %q via %q; want %s, no via", p, via, addr)
 	}
-	// A master's word is taken, and plaintext's (nothing is authenticated).
+	// A master's word is taken: by its certificate, or in plaintext by
+	// the cluster secret; a plaintext call without it is its own.
 	master := security.WithTestPeer(metadata.NewIncomingContext(context.Background(), md), addr, security.Identity{Role: security.RoleMaster, ID: "m9"})
 	if p, via := callOrigin(master); p != "203.0.113.9:1" || via != "m9" {
 		t.Errorf("origin of a master's call: %q via %q", p, via)
 	}
-	plain := peer.NewContext(metadata.NewIncomingContext(context.Background(), md), &peer.Peer{Addr: addr})
-	if p, via := callOrigin(plain); p != "203.0.113.9:1" || via != "m9" {
-		t.Errorf("origin of a plaintext call: %q via %q", p, via)
+	plain := func(s *Server, secret string) context.Context {
+		md := metadata.Join(md, metadata.Pairs(security.ClusterSecretKey, secret))
+		return s.proveRelay(peer.NewContext(metadata.NewIncomingContext(context.Background(), md), &peer.Peer{Addr: addr}))
+	}
+	withSecret := &Server{cfg: Config{ClusterSecret: "the-cluster-secret"}}
+	if p, via := callOrigin(plain(withSecret, "the-cluster-secret")); p != "203.0.113.9:1" || via != "m9" {
+		t.Errorf("origin of a plaintext call with the cluster secret: %q via %q", p, via)
+	}
+	for _, wrong := range []string{"", "the-cluster-secreT", "the-cluster-secret-and-more"} {
+		if p, via := callOrigin(plain(withSecret, wrong)); p != addr.String() || via != "" {
+			t.Errorf("origin of a plaintext call with secret %q: %q via %q; want %s, no via", wrong, p, via, addr)
+		}
+	}
+	if p, via := callOrigin(plain(&Server{}, "the-cluster-secret")); p != addr.String() || via != "" {
+		t.Errorf("origin of a plaintext call to a master without a secret: %q via %q; want its own", p, via)
 	}
 }

@@ -44,7 +44,10 @@
 // a node that receives a marked call and is not the leader (stale state)
 // does not forward again but answers UNAVAILABLE. UNAVAILABLE answers carry
 // an adminpb.LeaderHint (leader id and admin address, as far as known), so
-// the client library can retry at the leader.
+// the client library can retry at the leader. What the mark and the
+// origin it carries say (for the rate limit and the records) is believed
+// only from a master: its certificate, or without TLS a call carrying
+// Config.ClusterSecret; a caller that only says so is itself.
 //
 // # Watch
 //

@@ -129,15 +129,32 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 }
 
 // relayTrusted says what ctx's caller says of a call it passes on (the
-// standby that forwarded it, the address it came from) is believed: it
-// is a master, or nothing is authenticated (plaintext). A call over TLS
-// without a certificate (a token's, --client-auth token or either) is
-// not a master's, whatever it says.
+// standby that forwarded it, the address it came from, the client it
+// calls for) is believed: the caller proved it is a master, by its
+// certificate, or without TLS by the cluster secret (proveRelay). A call
+// over TLS without a certificate (a token's, --client-auth token or
+// either) is not a master's, whatever it says; nor is a plaintext call
+// without the secret, or in a cluster that has none.
 func relayTrusted(ctx context.Context) bool {
 	if caller, ok := security.CallerOf(ctx); ok {
 		return caller.Role == security.RoleMaster
 	}
-	return !security.OverTLS(ctx)
+	proven, _ := ctx.Value(relayProvenKey{}).(bool)
+	return proven && !security.OverTLS(ctx)
+}
+
+// relayProvenKey marks the context of a plaintext call that carried the
+// cluster secret.
+type relayProvenKey struct{}
+
+// proveRelay marks ctx's call as a master's if it is plaintext and
+// carries this server's cluster secret. The interceptors run it first, so
+// that the rate limit after them (callerKey) sees the mark.
+func (s *Server) proveRelay(ctx context.Context) context.Context {
+	if s.cfg.ClusterSecret == "" || security.OverTLS(ctx) || !security.ClusterSecretProven(ctx, s.cfg.ClusterSecret) {
+		return ctx
+	}
+	return context.WithValue(ctx, relayProvenKey{}, true)
 }
 
 // callOrigin is where a call came from, as the repair and audit records

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -15,12 +14,16 @@ func (s *Server) AcquireLock(ctx context.Context, req *adminpb.AcquireLockReques
 	if err != nil {
 		return nil, err
 	}
+	leaseLen, err := msDuration("lock acquire", "lease_ms", req.GetLeaseMs())
+	if err != nil {
+		return nil, err
+	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
 		// Refused in maintenance mode unless a retry (Domain.AcquireLock).
 		lk, err := d.AcquireLock(x, catalog.LockRequest{
 			Kind: req.GetKind(), Names: req.GetNames(), Exclusive: req.GetExclusive(),
 			Holder: req.GetHolder(), Description: req.GetDescription(), Nonce: req.GetNonce(),
-			Lease:     time.Duration(req.GetLeaseMs()) * time.Millisecond,
+			Lease:     leaseLen,
 			Submitter: submitterOf(ctx),
 		})
 		return lockMsg(lk), err
@@ -35,11 +38,15 @@ func (s *Server) LockHeartbeat(ctx context.Context, req *adminpb.LockRef) (*admi
 	if err != nil {
 		return nil, err
 	}
+	leaseLen, err := msDuration("lock heartbeat", "lease_ms", req.GetLeaseMs())
+	if err != nil {
+		return nil, err
+	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.LockResponse, error) {
 		if err := s.actOnLock(ctx, x, req); err != nil {
 			return nil, err
 		}
-		lk, err := d.LockHeartbeat(ctx, x, req.GetLockId(), time.Duration(req.GetLeaseMs())*time.Millisecond)
+		lk, err := d.LockHeartbeat(ctx, x, req.GetLockId(), leaseLen)
 		return lockMsg(lk), err
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.LockResponse, error) {
 		return c.LockHeartbeat(ctx, req)

@@ -33,6 +33,10 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 	if err != nil {
 		return nil, s.toStatus(err)
 	}
+	timeout, err := msDuration("submit", "timeout_ms", req.GetTimeoutMs())
+	if err != nil {
+		return nil, err
+	}
 	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
 		if err := s.checkSubmissions(x, req.GetOwner(), req.GetNonce()); err != nil {
 			return nil, err
@@ -41,7 +45,7 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 			Nonce:     req.GetNonce(),
 			Owner:     req.GetOwner(),
 			Submitter: submitterOf(ctx),
-			Timeout:   time.Duration(req.GetTimeoutMs()) * time.Millisecond,
+			Timeout:   timeout,
 		})
 		if err != nil {
 			return nil, err

@@ -31,11 +31,14 @@ const (
 // a suspension whose timer is still to fire (a sleep asked for), and an
 // external lock, which is held for as long as its holder renews it.
 func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest) (*adminpb.ProcedureStatsResponse, error) {
-	stuckAfter := time.Duration(req.GetStuckAfterMs()) * time.Millisecond
+	stuckAfter, err := msDuration("procedure stats", "stuck_after_ms", req.GetStuckAfterMs())
+	if err != nil {
+		return nil, err
+	}
 	maxStuck := int(req.GetMaxStuck())
 	switch {
-	case stuckAfter < 0 || maxStuck < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative stuck_after_ms %d or max_stuck %d", req.GetStuckAfterMs(), maxStuck)
+	case maxStuck < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative max_stuck %d", maxStuck)
 	case stuckAfter == 0:
 		stuckAfter = DefaultStuckAfter
 	}

@@ -31,9 +31,9 @@ var SubmitMethods = []string{
 // master: a token bucket per caller, refilled at Rate per second up to
 // Burst. The caller is the identity its TLS certificate names, or its IP
 // address without TLS. A call a standby forwards to the leader is not
-// counted again there: the standby counted it for its caller (with TLS,
-// only a master's certificate is believed to forward; without TLS nothing
-// is authenticated, so the forwarding mark is taken as given). A master
+// counted again there: the standby counted it for its caller (only a
+// master's mark is believed: its certificate's, or without TLS a call
+// carrying the cluster secret; anyone else's call is counted as its own). A master
 // calling on its own behalf (its web console acting for a user) has a
 // bucket like any caller, or counts against the user it names as acting
 // for (security.OnBehalfOf: its console, for the browser's certificate).

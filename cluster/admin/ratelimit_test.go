@@ -99,13 +99,24 @@ func TestSubmitRateLimit(t *testing.T) {
 			t.Fatalf("a dry run while limited: %v", err)
 		}
 	}
-	// Without TLS, a call forwarded by a standby is counted there, not
-	// again on the leader as the standby's address.
-	fwd := forwardedFrom(plainCaller("127.0.0.1:9000"))
+	// Without TLS, a call forwarded by a standby that proved itself a
+	// master (the cluster secret) is counted there, not again on the
+	// leader as the standby's address.
+	fwd := context.WithValue(forwardedFrom(plainCaller("127.0.0.1:9000")), relayProvenKey{}, true)
 	for range 5 {
 		if err := call(fwd, "SubmitProcedure"); err != nil {
 			t.Fatalf("a forwarded plaintext call: %v", err)
 		}
+	}
+	// Without the secret, the mark is anyone's: the caller is its address.
+	forged := forwardedFrom(plainCaller("127.0.0.2:9000"))
+	for range 2 {
+		if err := call(forged, "SubmitProcedure"); err != nil {
+			t.Fatalf("a plaintext call within its burst: %v", err)
+		}
+	}
+	if err := call(forged, "SubmitProcedure"); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "127.0.0.2 exceeded") {
+		t.Fatalf("a plaintext call marked forwarded without the cluster secret, past its burst: %v, want limited as its address", err)
 	}
 	clk.Advance(500 * time.Millisecond)
 	if err := call(alice, "SubmitProcedure"); err != nil {

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -19,14 +18,6 @@ import (
 // guards, records and does them (cluster/domain, repair.go); this file
 // checks the request, names the caller, and translates.
 
-// authorizeRepair is where the repair kit's permission check goes: every
-// repair call that acts passes here first, before anything is read or
-// forwarded. The `admin` permission does not exist yet (issue 14): until
-// it does, every caller may repair, and the records say who did.
-func (s *Server) authorizeRepair(ctx context.Context, action string) error {
-	return nil
-}
-
 // peerKey carries, on a forwarded call, the address the call came from
 // (the client's), so that the leader's repair record names the client and
 // not the standby that forwarded it.
@@ -40,10 +31,12 @@ func peerAddr(ctx context.Context) string {
 	return ""
 }
 
-// callerOf names who makes a repair call: the name the caller gave, the
-// address the call came from, and the standby that forwarded it. The
-// forwarded address is what the standby says: like the name, it is the
-// caller's word until calls are authenticated (issue 14).
+// callerOf names who makes a repair call: the principal access control
+// found, the name the caller gave, the address the call came from, and
+// the standby that forwarded it. The address and the standby are taken
+// from a master only (callOrigin: its certificate, or the cluster secret
+// without TLS); the name given is the caller's own word, kept beside the
+// principal.
 func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
 	out := catalog.Caller{Name: c.GetCaller()}
 	out.Peer, out.Via = callOrigin(ctx)
@@ -85,11 +78,10 @@ func maintenanceMsg(m catalog.Maintenance) *adminpb.Maintenance {
 }
 
 // repairCall runs a repair call on the leader (forwarding from a standby).
+// Its permission (admin, where access control is enforced) was checked
+// before it got here, by the access interceptor (MethodPermission).
 func repairCall[T any](s *Server, ctx context.Context, action string, local func(Domain, Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
 	var zero T
-	if err := s.authorizeRepair(ctx, action); err != nil {
-		return zero, s.toStatus(err)
-	}
 	d, err := s.domain()
 	if err != nil {
 		return zero, err
@@ -145,11 +137,12 @@ func (s *Server) RecoverServer(ctx context.Context, req *adminpb.RecoverServerRe
 
 // CancelProcedures implements adminpb.AdminServer.
 func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProceduresRequest) (*adminpb.CancelProceduresResponse, error) {
-	if req.GetOlderThanMs() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "admin: proc cancel: negative older_than_ms %d", req.GetOlderThanMs())
+	olderThan, err := msDuration("proc cancel", "older_than_ms", req.GetOlderThanMs())
+	if err != nil {
+		return nil, err
 	}
 	f := catalog.CancelFilter{Type: req.GetType(), State: req.GetState(), Owner: req.GetOwner(),
-		OlderThan: time.Duration(req.GetOlderThanMs()) * time.Millisecond, IDs: req.GetIds(), MaxID: req.GetMaxId()}
+		OlderThan: olderThan, IDs: req.GetIds(), MaxID: req.GetMaxId()}
 	return repairCall(s, ctx, "proc cancel", func(d Domain, x Procedures) (*adminpb.CancelProceduresResponse, error) {
 		r, err := d.CancelProcedures(ctx, f, repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Defaults of Config.
@@ -83,6 +84,13 @@ type Config struct {
 	ServerOptions []grpc.ServerOption
 	// Logger. Default: a null logger.
 	Logger hclog.Logger
+	// ClusterSecret, in a plaintext cluster, is the secret every master is
+	// given (agent --cluster-secret): this server sends it on its calls to
+	// other masters, and believes what a caller says of a call it passes
+	// on (forwarded, for whom, from where) only if the call carries it.
+	// Empty: nothing a plaintext caller says of that is believed. With TLS
+	// a master's certificate proves it instead, and this is not used.
+	ClusterSecret string
 	// Access, if set, turns on access control (when Access.Enforce) and
 	// the audit trail: Serve's server enforces it; a gRPC server of the
 	// caller's needs UnaryInterceptor and StreamInterceptor. Nil: neither
@@ -103,6 +111,7 @@ type Server struct {
 	advertise string
 	conns     map[string]*grpc.ClientConn
 	fwd       map[*fwdCall]struct{} // forwarded calls in flight
+	uses      tokenUses             // tokens' last uses noted here
 	gs        *grpc.Server
 	started   bool
 	closed    bool
@@ -163,6 +172,9 @@ func New(b Backend, cfg Config) (*Server, error) {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	cfg.DialOptions = append(append(client.FailoverDialOptions(), cfg.DialOptions...), grpc.WithChainUnaryInterceptor(markUnsent))
+	if cfg.ClusterSecret != "" {
+		cfg.DialOptions = append(cfg.DialOptions, security.ClusterSecretDialOption(cfg.ClusterSecret))
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -34,9 +35,16 @@ func (c *Client) AclRevoke(ctx context.Context, name string) (existed bool, err 
 	return r.GetExisted(), err
 }
 
-// AclCreateToken makes a bearer token; its secret is in this answer only.
+// AclCreateToken makes a bearer token that lasts until deleted; its
+// secret is in this answer only.
 func (c *Client) AclCreateToken(ctx context.Context, name, permission string) (*adminpb.AclCreateTokenResponse, error) {
-	req := &adminpb.AclCreateTokenRequest{Name: name, Permission: permission}
+	return c.AclCreateTokenTTL(ctx, name, permission, 0)
+}
+
+// AclCreateTokenTTL makes a bearer token that expires ttl after it is
+// made (0: never); its secret is in this answer only.
+func (c *Client) AclCreateTokenTTL(ctx context.Context, name, permission string, ttl time.Duration) (*adminpb.AclCreateTokenResponse, error) {
+	req := &adminpb.AclCreateTokenRequest{Name: name, Permission: permission, TtlMs: ttl.Milliseconds()}
 	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclCreateTokenResponse, error) {
 		return a.AclCreateToken(ctx, req)
 	})

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"sort"
@@ -107,6 +108,12 @@ type Config struct {
 	// Grants binds clients (baton://client/<name>) to permissions, with
 	// PKI.
 	Grants map[string]security.Permission
+	// NoClusterSecret runs the masters without a cluster secret
+	// (admin.Config.ClusterSecret), as a plaintext cluster of agents
+	// started without --cluster-secret: what a master says of a call it
+	// forwards is then not believed. Default: the masters share one,
+	// made for the cluster.
+	NoClusterSecret bool
 	// LogLevel of the per-node log buffers. Default hclog.Info.
 	LogLevel hclog.Level
 	// LogTail is how many bytes of each buffer a failed test prints.
@@ -143,6 +150,8 @@ type Cluster struct {
 	faults  *rpcfault.Injector
 	logs    *logSet
 	masters []*Master
+	// secret is the masters' cluster secret ("" with NoClusterSecret).
+	secret string
 
 	mu      sync.Mutex
 	rss     map[string]*regionserver.Server
@@ -166,6 +175,9 @@ func New(t testing.TB, cfg Config) *Cluster {
 	}
 	c := &Cluster{t: t, cfg: cfg, logs: newLogSet(cfg.LogLevel),
 		rss: map[string]*regionserver.Server{}, stopped: map[string]bool{}, pauses: map[int]*time.Timer{}}
+	if !cfg.NoClusterSecret {
+		c.secret = rand.Text()
+	}
 	c.faults = rpcfault.New(rpcfault.Config{Seed: cfg.FaultSeed, Logger: c.logs.logger("faults")})
 	t.Logf("clustertest: fault seed %d", c.faults.Seed())
 	// The masters' directories come from t.TempDir, whose removal is a

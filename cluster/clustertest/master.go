@@ -213,7 +213,7 @@ func (m *Master) start() error {
 		return fmt.Errorf("%s: node: %w", m.ID, err)
 	}
 	var srv *admin.Server
-	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond}
+	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond, ClusterSecret: c.secret}
 	if c.cfg.Audit {
 		acfg.Access = &admin.Access{}
 	}
@@ -250,9 +250,9 @@ func (m *Master) start() error {
 	}
 	gopts := append([]grpc.ServerOption{admin.KeepaliveEnforcement()}, c.faults.ServerOptions()...)
 	gopts = append(gopts, secure...)
-	if acfg.Access != nil {
-		gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
-	}
+	// Always, as the agent: besides access control and the audit trail
+	// (Access), the interceptor checks the cluster secret.
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
 	gopts = append(gopts, admin.RequestLimits()...)
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
@@ -305,7 +305,11 @@ func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, err
 			return nil, nil, fmt.Errorf("%s: HTTP listener: %w", m.ID, err)
 		}
 	}
-	con, err := console.New(console.Config{AdminAddr: m.addr, Logger: m.cfg.Logger, Refresh: -1})
+	ccfg := console.Config{AdminAddr: m.addr, Logger: m.cfg.Logger, Refresh: -1}
+	if m.c.secret != "" {
+		ccfg.DialOptions = []grpc.DialOption{security.ClusterSecretDialOption(m.c.secret)}
+	}
+	con, err := console.New(ccfg)
 	if err != nil {
 		_ = lis.Close()
 		return nil, nil, fmt.Errorf("%s: console: %w", m.ID, err)

@@ -248,10 +248,11 @@ func (c *Console) repairPost(w http.ResponseWriter, r *http.Request, nav string,
 }
 
 // callerName names a repair made from the console, for its record: the
-// console's node and the browser's address. The node records the address
-// of its own caller, which for a console call is the console's
-// connection, so the browser's is in the name. Both are the caller's word
-// until calls are authenticated (issue 14).
+// console's node and the browser's address. The record's principal is the
+// user the console acts for (the browser's token or certificate), and its
+// address the browser's, which the console names to its master
+// (security.FromPeer) and which a master believes from a master only; this
+// name is free text beside them.
 func (c *Console) callerName(rd *reads, r *http.Request) string {
 	return fmt.Sprintf("console@%s (browser %s)", rd.node.GetNodeId(), r.RemoteAddr)
 }

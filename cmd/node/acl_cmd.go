@@ -19,10 +19,15 @@ commands:
   whoami                              who the cluster takes you for, and your permission
   grant CLIENT --permission P         bind the client certificate baton://client/CLIENT
                                       to read, operate or admin (replacing what it held)
-  revoke CLIENT                       remove the client certificate's binding
-  token create NAME --permission P    make a bearer token; its secret is printed this once
+  revoke CLIENT                       remove the client certificate's binding, for good:
+                                      --acl-initial-grants no longer binds it, until 'grant'
+  token create NAME --permission P [--ttl D]
+                                      make a bearer token, expiring after D (default never);
+                                      its secret is printed this once
   token delete ACCESSOR               delete a token (ACCESSOR as 'acl list' shows it)
-  list [--stale]                      list the bindings and tokens (never a secret)
+  list [--stale]                      list the bindings (and where each came from), the
+                                      tokens (expiry, last use) and the revoked clients;
+                                      never a secret
 
 Permissions: read (lists, gets, status, the console's pages), operate (also
 submit procedures, create/enable/disable tables and namespaces, move,
@@ -107,10 +112,19 @@ type bindingJSON struct {
 	Permission string `json:"permission"`
 	CreatedAt  string `json:"created_at,omitempty"`
 	CreatedBy  string `json:"created_by,omitempty"`
+	// Source: grant or initial-grants (empty from a master of 0.1.0).
+	Source string `json:"source,omitempty"`
 }
 
 func toBindingJSON(b *adminpb.AclBinding) bindingJSON {
-	return bindingJSON{Client: b.GetClient(), Permission: b.GetPermission(), CreatedAt: fmtMs(b.GetCreatedUnixMs()), CreatedBy: b.GetCreatedBy()}
+	return bindingJSON{Client: b.GetClient(), Permission: b.GetPermission(), CreatedAt: fmtMs(b.GetCreatedUnixMs()), CreatedBy: b.GetCreatedBy(), Source: b.GetSource()}
+}
+
+// revokedJSON is the JSON shape of a revoked client.
+type revokedJSON struct {
+	Client    string `json:"client"`
+	RevokedAt string `json:"revoked_at,omitempty"`
+	RevokedBy string `json:"revoked_by,omitempty"`
 }
 
 // tokenJSON is the JSON shape of a token (its secret only when made).
@@ -120,11 +134,16 @@ type tokenJSON struct {
 	Permission string `json:"permission"`
 	CreatedAt  string `json:"created_at,omitempty"`
 	CreatedBy  string `json:"created_by,omitempty"`
+	// ExpiresAt is empty for a token that never expires; LastUsedAt for
+	// one not used since it was made (or since masters record it).
+	ExpiresAt  string `json:"expires_at,omitempty"`
+	LastUsedAt string `json:"last_used_at,omitempty"`
 	Secret     string `json:"secret,omitempty"`
 }
 
 func toTokenJSON(t *adminpb.AclToken) tokenJSON {
-	return tokenJSON{Accessor: t.GetAccessor(), Name: t.GetName(), Permission: t.GetPermission(), CreatedAt: fmtMs(t.GetCreatedUnixMs()), CreatedBy: t.GetCreatedBy()}
+	return tokenJSON{Accessor: t.GetAccessor(), Name: t.GetName(), Permission: t.GetPermission(), CreatedAt: fmtMs(t.GetCreatedUnixMs()), CreatedBy: t.GetCreatedBy(),
+		ExpiresAt: fmtMs(t.GetExpiresUnixMs()), LastUsedAt: fmtMs(t.GetLastUsedUnixMs())}
 }
 
 func fmtMs(ms int64) string {
@@ -184,7 +203,19 @@ func (c *cli) aclRevoke(args []string) int {
 	}
 	return e.withClient(func(cl *client.Client) int {
 		existed, err := cl.AclRevoke(c.ctx, pos[0])
-		return c.removed(e, err, existed, "client "+pos[0])
+		if err != nil {
+			return e.fail(err)
+		}
+		if e.cf.json {
+			c.printJSON(removedJSON{Existed: existed})
+			return exitOK
+		}
+		what := "removed its binding"
+		if !existed {
+			what = "it had no binding"
+		}
+		fmt.Fprintf(c.stdout, "client %s: revoked (%s); no master's --acl-initial-grants binds it again, until 'baton acl grant %s'\n", pos[0], what, pos[0])
+		return exitOK
 	})
 }
 
@@ -203,8 +234,9 @@ func (c *cli) removed(e *command, err error, existed bool, what string) int {
 }
 
 func (c *cli) aclTokenCreate(args []string) int {
-	e := c.command("acl token create", "NAME --permission read|operate|admin", aclAdvice)
+	e := c.command("acl token create", "NAME --permission read|operate|admin [--ttl DURATION]", aclAdvice)
 	perm := permFlag(e)
+	ttl := e.fs.Duration("ttl", 0, "the token expires this long after it is made, e.g. 720h; 0: never (until 'acl token delete')")
 	pos, code, ok := e.parse(args, 1, "token name NAME")
 	if !ok {
 		return code
@@ -215,8 +247,11 @@ func (c *cli) aclTokenCreate(args []string) int {
 	if err := checkPermission(*perm); err != nil {
 		return e.fail(err)
 	}
+	if *ttl < 0 || (*ttl > 0 && *ttl < time.Millisecond) {
+		return e.fail(usagef("--ttl %v: want a positive duration, e.g. 24h (or 0: never expires)", *ttl))
+	}
 	return e.withClient(func(cl *client.Client) int {
-		r, err := cl.AclCreateToken(c.ctx, pos[0], *perm)
+		r, err := cl.AclCreateTokenTTL(c.ctx, pos[0], *perm, *ttl)
 		if err != nil {
 			return e.fail(err)
 		}
@@ -226,8 +261,12 @@ func (c *cli) aclTokenCreate(args []string) int {
 			c.printJSON(doc)
 			return exitOK
 		}
-		fmt.Fprintf(c.stdout, "token %s (accessor %s, permission %s); its secret, shown this once:\n%s\n",
-			r.GetToken().GetName(), r.GetToken().GetAccessor(), r.GetToken().GetPermission(), r.GetSecret())
+		expires := "never expires"
+		if at := r.GetToken().GetExpiresUnixMs(); at != 0 {
+			expires = "expires " + fmtMs(at)
+		}
+		fmt.Fprintf(c.stdout, "token %s (accessor %s, permission %s, %s); its secret, shown this once:\n%s\n",
+			r.GetToken().GetName(), r.GetToken().GetAccessor(), r.GetToken().GetPermission(), expires, r.GetSecret())
 		return exitOK
 	})
 }
@@ -252,6 +291,7 @@ type aclListJSON struct {
 	Enforced bool          `json:"enforced"`
 	Bindings []bindingJSON `json:"bindings"`
 	Tokens   []tokenJSON   `json:"tokens"`
+	Revoked  []revokedJSON `json:"revoked"`
 	Read     *readJSON     `json:"read,omitempty"`
 }
 
@@ -263,7 +303,10 @@ func (c *cli) aclList(args []string) int {
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		r, err := cl.AclList(c.ctx, rf.opts()...)
-		doc := aclListJSON{Enforced: r.GetEnforced(), Bindings: []bindingJSON{}, Tokens: []tokenJSON{}, Read: toReadJSON(rf.served)}
+		doc := aclListJSON{Enforced: r.GetEnforced(), Bindings: []bindingJSON{}, Tokens: []tokenJSON{}, Revoked: []revokedJSON{}, Read: toReadJSON(rf.served)}
+		for _, v := range r.GetRevoked() {
+			doc.Revoked = append(doc.Revoked, revokedJSON{Client: v.GetClient(), RevokedAt: fmtMs(v.GetRevokedUnixMs()), RevokedBy: v.GetRevokedBy()})
+		}
 		for _, b := range r.GetBindings() {
 			doc.Bindings = append(doc.Bindings, toBindingJSON(b))
 		}
@@ -275,12 +318,16 @@ func (c *cli) aclList(args []string) int {
 				fmt.Fprintln(c.stdout, "access control is off on the master that answered (agent --acl on to enforce)")
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KIND\tCLIENT/ACCESSOR\tNAME\tPERMISSION\tCREATED\tBY")
+			fmt.Fprintln(tw, "KIND\tCLIENT/ACCESSOR\tNAME\tPERMISSION\tSOURCE\tCREATED\tBY\tEXPIRES\tLAST USED")
 			for _, b := range doc.Bindings {
-				fmt.Fprintf(tw, "certificate\t%s\t-\t%s\t%s\t%s\n", b.Client, b.Permission, b.CreatedAt, b.CreatedBy)
+				fmt.Fprintf(tw, "certificate\t%s\t-\t%s\t%s\t%s\t%s\t-\t-\n", b.Client, b.Permission, orDash(b.Source), b.CreatedAt, b.CreatedBy)
 			}
 			for _, t := range doc.Tokens {
-				fmt.Fprintf(tw, "token\t%s\t%s\t%s\t%s\t%s\n", t.Accessor, t.Name, t.Permission, t.CreatedAt, t.CreatedBy)
+				fmt.Fprintf(tw, "token\t%s\t%s\t%s\ttoken create\t%s\t%s\t%s\t%s\n", t.Accessor, t.Name, t.Permission, t.CreatedAt, t.CreatedBy,
+					orDash(t.ExpiresAt), orDash(t.LastUsedAt))
+			}
+			for _, v := range doc.Revoked {
+				fmt.Fprintf(tw, "revoked\t%s\t-\t-\trevoke\t%s\t%s\t-\t-\n", v.Client, v.RevokedAt, v.RevokedBy)
 			}
 			_ = tw.Flush()
 			c.printServed(rf.served)

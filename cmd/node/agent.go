@@ -113,14 +113,14 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, AuditRetention: cfg.AuditRetention,
+	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
 		AuditFile: cfg.AuditFile, Metrics: metrics,
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
 	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger,
-		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access})
+		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access, ClusterSecret: cfg.ClusterSecret})
 	if err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
@@ -171,7 +171,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: tlsc.dialTo(security.RoleMaster), TLS: tlsc.creds != nil})
+				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}

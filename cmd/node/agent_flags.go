@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,9 @@ type agentConfig struct {
 	// ACLInitialGrants are bound at each leadership when unbound
 	// (admin.Access.InitialGrants).
 	ACLInitialGrants map[string]security.Permission
+	// ACLBootstrapTokenTTL is how long the bootstrap token lasts (0:
+	// until deleted; admin.Access.BootstrapTokenTTL).
+	ACLBootstrapTokenTTL time.Duration
 	// AuditRetention and AuditMaxRecords bound the audit trail (0: the
 	// defaults of admin.Access).
 	AuditRetention  time.Duration
@@ -90,6 +94,9 @@ type agentConfig struct {
 	// ConnLimits bound the connections of every port (zero: the
 	// defaults of security.ConnLimits).
 	ConnLimits security.ConnLimits
+	// ClusterSecret is, in a plaintext cluster, what proves a master to
+	// another (admin.Config.ClusterSecret); "" none.
+	ClusterSecret string
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -132,6 +139,11 @@ var agentEnv = map[string]string{
 	"audit-file":                   "BATON_AUDIT_FILE",
 	"audit-file-max-size":          "BATON_AUDIT_FILE_MAX_SIZE",
 	"audit-file-keep":              "BATON_AUDIT_FILE_KEEP",
+
+	"acl-bootstrap-token-ttl": "BATON_ACL_BOOTSTRAP_TOKEN_TTL",
+
+	"cluster-secret":      "BATON_CLUSTER_SECRET",
+	"cluster-secret-file": "BATON_CLUSTER_SECRET_FILE",
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its
@@ -176,6 +188,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		"either, a certificate or a bearer token over TLS without one (--token with --tls-ca alone); token, a token only, a client's certificate granting nothing. "+
 		"Masters and region servers always present certificates. token and either need --acl on (default cert)")
 	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
+	bootTTL := str("acl-bootstrap-token-ttl", "the bootstrap token, which the cluster's first leader makes and prints once, expires this long after it is made, e.g. 24h; "+
+		"make your own admin token or certificate binding before then (default: never; 'acl token delete' deletes it)")
 	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
 	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
 	auditPerPrincipal := str("audit-max-per-principal", fmt.Sprintf("keep at most this many records of served calls per principal, dropping that principal's oldest (default %d)", admin.DefaultAuditMaxPerPrincipal))
@@ -183,6 +197,9 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	auditFile := str("audit-file", "append every audit record this master commits to this file, one JSON line each (its own evidence copy, outliving the trail's pruning); empty: none")
 	auditFileMax := str("audit-file-max-size", fmt.Sprintf("rotate --audit-file past this many MiB (default %d)", admin.DefaultAuditFileMaxBytes>>20))
 	auditFileKeep := str("audit-file-keep", fmt.Sprintf("rotated audit files kept (FILE.1 the newest) (default %d)", admin.DefaultAuditFileKeep))
+	clusterSecret := str("cluster-secret", fmt.Sprintf("without TLS, a secret of at least %d characters given to every master of the cluster, by which a master believes another's word on the calls it forwards (for whom, from where, already rate-limited); "+
+		"without it a plaintext master believes no such word. Prefer --cluster-secret-file or the environment to the command line, which others may see", security.MinClusterSecretLen))
+	clusterSecretFile := str("cluster-secret-file", "file holding --cluster-secret (surrounding white space ignored)")
 	raftFlags := addRaftTimingFlags(str)
 	connFlags := addConnLimitFlags(str)
 	var envErr error
@@ -207,7 +224,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration",
+		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
 	}
@@ -293,6 +310,13 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			cfg.ACLInitialGrants[name] = p
 		}
 	}
+	if v := strings.TrimSpace(*bootTTL); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			bad("--acl-bootstrap-token-ttl %q: want a duration of at least 1m, e.g. 24h", v)
+		}
+		cfg.ACLBootstrapTokenTTL = d
+	}
 	if v := strings.TrimSpace(*auditRetention); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Minute {
@@ -325,6 +349,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	} else if strings.TrimSpace(*auditFileMax) != "" || strings.TrimSpace(*auditFileKeep) != "" {
 		bad("--audit-file-max-size and --audit-file-keep rotate --audit-file: give it too")
 	}
+	cfg.ClusterSecret = parseClusterSecret(*clusterSecret, *clusterSecretFile, cfg.TLS.Enabled(), bad)
 	cfg.Raft = raftFlags.parse(bad)
 	cfg.ConnLimits = connFlags.parse(bad)
 	cfg.DebugEndpoints = *debugEndpoints
@@ -472,6 +497,36 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		return cfg, &usageError{strings.Join(problems, "\n  ")}
 	}
 	return cfg, nil
+}
+
+// parseClusterSecret is the cluster secret given inline or in a file (one
+// of the two), checked.
+func parseClusterSecret(inline, file string, tls bool, bad func(string, ...any)) string {
+	inline, file = strings.TrimSpace(inline), strings.TrimSpace(file)
+	secret, from := inline, "--cluster-secret"
+	switch {
+	case inline != "" && file != "":
+		bad("give --cluster-secret or --cluster-secret-file, not both")
+		return ""
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			bad("--cluster-secret-file: %v", err)
+			return ""
+		}
+		secret, from = strings.TrimSpace(string(b)), "--cluster-secret-file "+file
+	case inline == "":
+		return ""
+	}
+	if tls {
+		bad("%s is for clusters without TLS: with TLS a master proves itself by its certificate; drop the secret", from)
+		return ""
+	}
+	if len(secret) < security.MinClusterSecretLen {
+		bad("%s: %d characters; want at least %d (e.g. 'openssl rand -hex 32'), the same on every master", from, len(secret), security.MinClusterSecretLen)
+		return ""
+	}
+	return secret
 }
 
 // checkAddr checks a host:port flag value. Advertised addresses

@@ -235,3 +235,54 @@ func TestAgentRaftTimingUsageExit(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterSecretAndBootstrapTTLFlags: the cluster secret comes from
+// --cluster-secret, its variable, or a file; it is for plaintext only and
+// must be long enough. The bootstrap token's TTL is a duration of a minute
+// or more.
+func TestClusterSecretAndBootstrapTTLFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("  from-a-file-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev := agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
+		Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}
+	with := func(f func(*agentConfig)) agentConfig { c := dev; f(&c); return c }
+	tlsArgs := []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want agentConfig
+		err  string
+	}{
+		{name: "inline", args: []string{"--dev", "--cluster-secret", "0123456789abcdef"}, want: with(func(c *agentConfig) { c.ClusterSecret = "0123456789abcdef" })},
+		{name: "env", env: map[string]string{"BATON_CLUSTER_SECRET": "fedcba9876543210"}, args: []string{"--dev"}, want: with(func(c *agentConfig) { c.ClusterSecret = "fedcba9876543210" })},
+		{name: "file", args: []string{"--dev", "--cluster-secret-file", file}, want: with(func(c *agentConfig) { c.ClusterSecret = "from-a-file-0123456789" })},
+		{name: "file from env", env: map[string]string{"BATON_CLUSTER_SECRET_FILE": file}, args: []string{"--dev"}, want: with(func(c *agentConfig) { c.ClusterSecret = "from-a-file-0123456789" })},
+		{name: "both", args: []string{"--dev", "--cluster-secret", "0123456789abcdef", "--cluster-secret-file", file}, err: "not both"},
+		{name: "short", args: []string{"--dev", "--cluster-secret", "hunter2"}, err: "--cluster-secret: 7 characters; want at least 16"},
+		{name: "missing file", args: []string{"--dev", "--cluster-secret-file", file + ".nope"}, err: "--cluster-secret-file: open"},
+		{name: "with TLS", args: append([]string{"--cluster-secret", "0123456789abcdef"}, tlsArgs...), err: "--cluster-secret is for clusters without TLS"},
+		{name: "bootstrap ttl", args: []string{"--dev", "--acl-bootstrap-token-ttl", "24h"}, want: with(func(c *agentConfig) { c.ACLBootstrapTokenTTL = 24 * time.Hour })},
+		{name: "short bootstrap ttl", args: []string{"--dev", "--acl-bootstrap-token-ttl", "5s"}, err: "--acl-bootstrap-token-ttl \"5s\": want a duration of at least 1m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
+			if tc.err != "" {
+				var ue *usageError
+				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.TLSFrom = tlsSources{}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}

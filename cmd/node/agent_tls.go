@@ -79,6 +79,17 @@ func (t *agentTLS) dialTo(role security.Role) []grpc.DialOption {
 	return []grpc.DialOption{t.creds.DialOption(role)}
 }
 
+// consoleDialOptions are the options of the console's connection to its
+// own master: the console acts for the browser's user, which its master
+// believes of a master only (by certificate, or the cluster secret).
+func consoleDialOptions(t *agentTLS, clusterSecret string) []grpc.DialOption {
+	opts := t.dialTo(security.RoleMaster)
+	if clusterSecret != "" {
+		opts = append(opts, security.ClusterSecretDialOption(clusterSecret))
+	}
+	return opts
+}
+
 // dialToRegionServer is the dial options of a connection to region
 // server id: its certificate alone is accepted.
 func (t *agentTLS) dialToRegionServer(id string) []grpc.DialOption {

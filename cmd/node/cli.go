@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func (c *cli) newFlagSet(name, synopsis string) (*flag.FlagSet, *clientFlags) {
 	fs.StringVar(&cf.tls.CA, "tls-ca", c.getenv("BATON_TLS_CA"), "PEM file of the cluster's CA certificate, for a cluster that runs with TLS (env BATON_TLS_CA)")
 	fs.StringVar(&cf.tls.Cert, "tls-cert", c.getenv("BATON_TLS_CERT"), "PEM file of this client's certificate, naming baton://client/<name> (env BATON_TLS_CERT)")
 	fs.StringVar(&cf.tls.Key, "tls-key", c.getenv("BATON_TLS_KEY"), "PEM file of this client's private key (env BATON_TLS_KEY)")
-	fs.StringVar(&cf.token, "token", c.getenv("BATON_TOKEN"), "bearer token ('baton acl token create', or the bootstrap token) for a cluster enforcing access control; prefer the environment to the command line, which others may see (env BATON_TOKEN)")
+	fs.StringVar(&cf.token, "token", c.getenv("BATON_TOKEN"), "bearer token ('baton acl token create', or the bootstrap token) for a cluster enforcing access control, sent over TLS (--tls-ca), or in plaintext only to a loopback --addr; prefer the environment to the command line, which others may see (env BATON_TOKEN)")
 	fs.DurationVar(&cf.timeout, "timeout", 10*time.Second, "give up when no leader has answered for this long; given explicitly, it also bounds --wait and 'proc wait' (exit 3; without it a wait lasts as long as the procedure)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\nflags:\n", name, synopsis)
@@ -225,10 +226,33 @@ func (cf *clientFlags) client() (*client.Client, error) {
 		if _, _, err := security.ParseToken(cf.token); err != nil {
 			return nil, usagef("--token (or BATON_TOKEN): not a baton token: want bt_<accessor>_<secret> as 'baton acl token create' printed it")
 		}
+		if creds == nil {
+			if err := cf.checkPlaintextToken(addrs); err != nil {
+				return nil, err
+			}
+		}
 		opts = append(opts, security.TokenDialOption(cf.token))
 	}
 	opts = append(opts, cf.escapeAnswers()...)
 	return client.New(addrs, append(copts, client.WithCallTimeout(cf.timeout), client.WithDialOptions(opts...), client.WithRetryNotice(cf.electionNotice()))...)
+}
+
+// checkPlaintextToken refuses a bearer token bound for a master over
+// plaintext anywhere but this host: anyone on the path would read it and
+// could act as its holder until it is deleted.
+func (cf *clientFlags) checkPlaintextToken(addrs []string) error {
+	src := "--token"
+	if cf.fs != nil && !flagSet(cf.fs, "token") {
+		src = "BATON_TOKEN"
+	}
+	for _, a := range addrs {
+		host, _, _ := net.SplitHostPort(a) // checked by checkAddr
+		if !security.LoopbackHost(host) {
+			return usagef("%s: refusing to send a bearer token in cleartext to %s, which is not a loopback address: anyone on the path could read it and act as its holder. "+
+				"Give the cluster's CA with --tls-ca (env BATON_TLS_CA) to use TLS, or use the token only with --addr on this host (127.0.0.1, ::1, localhost)", src, a)
+		}
+	}
+	return nil
 }
 
 // electionNotice returns the client's retry notice: while a master

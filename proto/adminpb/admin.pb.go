@@ -5447,6 +5447,9 @@ type AclBinding struct {
 	Permission    string                 `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
 	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	CreatedBy     string                 `protobuf:"bytes,4,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// source: where the binding came from: "grant" ('baton acl grant') or
+	// "initial-grants" (a leader's --acl-initial-grants).
+	Source        string `protobuf:"bytes,5,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5509,6 +5512,75 @@ func (x *AclBinding) GetCreatedBy() string {
 	return ""
 }
 
+func (x *AclBinding) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// AclRevocation is a client revoked by 'baton acl revoke': no leader's
+// --acl-initial-grants binds it again, until 'baton acl grant' does.
+type AclRevocation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	RevokedUnixMs int64                  `protobuf:"varint,2,opt,name=revoked_unix_ms,json=revokedUnixMs,proto3" json:"revoked_unix_ms,omitempty"`
+	RevokedBy     string                 `protobuf:"bytes,3,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AclRevocation) Reset() {
+	*x = AclRevocation{}
+	mi := &file_admin_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AclRevocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AclRevocation) ProtoMessage() {}
+
+func (x *AclRevocation) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AclRevocation.ProtoReflect.Descriptor instead.
+func (*AclRevocation) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *AclRevocation) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *AclRevocation) GetRevokedUnixMs() int64 {
+	if x != nil {
+		return x.RevokedUnixMs
+	}
+	return 0
+}
+
+func (x *AclRevocation) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
 type AclRevokeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Client        string                 `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
@@ -5518,7 +5590,7 @@ type AclRevokeRequest struct {
 
 func (x *AclRevokeRequest) Reset() {
 	*x = AclRevokeRequest{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5530,7 +5602,7 @@ func (x *AclRevokeRequest) String() string {
 func (*AclRevokeRequest) ProtoMessage() {}
 
 func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5543,7 +5615,7 @@ func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AclRevokeRequest) GetClient() string {
@@ -5563,7 +5635,7 @@ type AclRemoveResponse struct {
 
 func (x *AclRemoveResponse) Reset() {
 	*x = AclRemoveResponse{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5575,7 +5647,7 @@ func (x *AclRemoveResponse) String() string {
 func (*AclRemoveResponse) ProtoMessage() {}
 
 func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5588,7 +5660,7 @@ func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRemoveResponse.ProtoReflect.Descriptor instead.
 func (*AclRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AclRemoveResponse) GetExisted() bool {
@@ -5601,15 +5673,17 @@ func (x *AclRemoveResponse) GetExisted() bool {
 type AclCreateTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name says what the token is for (1-128 letters, digits, '.', '_', '-').
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Permission    string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	Name       string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Permission string `protobuf:"bytes,2,opt,name=permission,proto3" json:"permission,omitempty"`
+	// ttl_ms: the token expires this long after it is made; 0: never.
+	TtlMs         int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AclCreateTokenRequest) Reset() {
 	*x = AclCreateTokenRequest{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +5695,7 @@ func (x *AclCreateTokenRequest) String() string {
 func (*AclCreateTokenRequest) ProtoMessage() {}
 
 func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +5708,7 @@ func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AclCreateTokenRequest) GetName() string {
@@ -5651,6 +5725,13 @@ func (x *AclCreateTokenRequest) GetPermission() string {
 	return ""
 }
 
+func (x *AclCreateTokenRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 type AclToken struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Accessor      string                 `protobuf:"bytes,1,opt,name=accessor,proto3" json:"accessor,omitempty"`
@@ -5658,13 +5739,19 @@ type AclToken struct {
 	Permission    string                 `protobuf:"bytes,3,opt,name=permission,proto3" json:"permission,omitempty"`
 	CreatedUnixMs int64                  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	CreatedBy     string                 `protobuf:"bytes,5,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// expires_unix_ms: when the token stops being accepted; 0: never.
+	ExpiresUnixMs int64 `protobuf:"varint,6,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	// last_used_unix_ms: the last call the leader saw it on, to the
+	// minute; 0: none seen since it was made (or since the leader started
+	// keeping it: masters of 0.1.0 do not).
+	LastUsedUnixMs int64 `protobuf:"varint,7,opt,name=last_used_unix_ms,json=lastUsedUnixMs,proto3" json:"last_used_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5676,7 +5763,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5689,7 +5776,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{72}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -5727,6 +5814,20 @@ func (x *AclToken) GetCreatedBy() string {
 	return ""
 }
 
+func (x *AclToken) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+func (x *AclToken) GetLastUsedUnixMs() int64 {
+	if x != nil {
+		return x.LastUsedUnixMs
+	}
+	return 0
+}
+
 type AclCreateTokenResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// secret is the whole token to present, shown this once.
@@ -5738,7 +5839,7 @@ type AclCreateTokenResponse struct {
 
 func (x *AclCreateTokenResponse) Reset() {
 	*x = AclCreateTokenResponse{}
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5750,7 +5851,7 @@ func (x *AclCreateTokenResponse) String() string {
 func (*AclCreateTokenResponse) ProtoMessage() {}
 
 func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5763,7 +5864,7 @@ func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{73}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AclCreateTokenResponse) GetSecret() string {
@@ -5789,7 +5890,7 @@ type AclDeleteTokenRequest struct {
 
 func (x *AclDeleteTokenRequest) Reset() {
 	*x = AclDeleteTokenRequest{}
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5801,7 +5902,7 @@ func (x *AclDeleteTokenRequest) String() string {
 func (*AclDeleteTokenRequest) ProtoMessage() {}
 
 func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5814,7 +5915,7 @@ func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclDeleteTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{74}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AclDeleteTokenRequest) GetAccessor() string {
@@ -5833,7 +5934,7 @@ type AclListRequest struct {
 
 func (x *AclListRequest) Reset() {
 	*x = AclListRequest{}
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +5946,7 @@ func (x *AclListRequest) String() string {
 func (*AclListRequest) ProtoMessage() {}
 
 func (x *AclListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +5959,7 @@ func (x *AclListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListRequest.ProtoReflect.Descriptor instead.
 func (*AclListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{75}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AclListRequest) GetConsistency() Consistency {
@@ -5873,15 +5974,17 @@ type AclListResponse struct {
 	Bindings []*AclBinding          `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
 	Tokens   []*AclToken            `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	// enforced: the master answering enforces access control.
-	Enforced      bool      `protobuf:"varint,3,opt,name=enforced,proto3" json:"enforced,omitempty"`
-	Read          *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
+	Enforced bool      `protobuf:"varint,3,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	Read     *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
+	// revoked: clients revoked, whom --acl-initial-grants no longer binds.
+	Revoked       []*AclRevocation `protobuf:"bytes,5,rep,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AclListResponse) Reset() {
 	*x = AclListResponse{}
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5893,7 +5996,7 @@ func (x *AclListResponse) String() string {
 func (*AclListResponse) ProtoMessage() {}
 
 func (x *AclListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5906,7 +6009,7 @@ func (x *AclListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListResponse.ProtoReflect.Descriptor instead.
 func (*AclListResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{76}
+	return file_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AclListResponse) GetBindings() []*AclBinding {
@@ -5937,6 +6040,13 @@ func (x *AclListResponse) GetRead() *ReadInfo {
 	return nil
 }
 
+func (x *AclListResponse) GetRevoked() []*AclRevocation {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// page_size defaults to 100, at most 1,000; page_token is the
@@ -5957,7 +6067,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5969,7 +6079,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5982,7 +6092,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{77}
+	return file_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -6038,7 +6148,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6050,7 +6160,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6063,7 +6173,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{78}
+	return file_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -6127,7 +6237,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6139,7 +6249,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6152,7 +6262,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{79}
+	return file_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -6269,7 +6379,7 @@ type AppendAuditRequest struct {
 
 func (x *AppendAuditRequest) Reset() {
 	*x = AppendAuditRequest{}
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6281,7 +6391,7 @@ func (x *AppendAuditRequest) String() string {
 func (*AppendAuditRequest) ProtoMessage() {}
 
 func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6294,7 +6404,7 @@ func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
 func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{80}
+	return file_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
@@ -6312,7 +6422,7 @@ type AppendAuditResponse struct {
 
 func (x *AppendAuditResponse) Reset() {
 	*x = AppendAuditResponse{}
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6324,7 +6434,7 @@ func (x *AppendAuditResponse) String() string {
 func (*AppendAuditResponse) ProtoMessage() {}
 
 func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6337,7 +6447,7 @@ func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
 func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{81}
+	return file_admin_proto_rawDescGZIP(), []int{82}
 }
 
 var File_admin_proto protoreflect.FileDescriptor
@@ -6783,7 +6893,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
 	"\n" +
 	"permission\x18\x02 \x01(\tR\n" +
-	"permission\"\x8b\x01\n" +
+	"permission\"\xa3\x01\n" +
 	"\n" +
 	"AclBinding\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
@@ -6792,16 +6902,23 @@ const file_admin_proto_rawDesc = "" +
 	"permission\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x04 \x01(\tR\tcreatedBy\"*\n" +
+	"created_by\x18\x04 \x01(\tR\tcreatedBy\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\tR\x06source\"n\n" +
+	"\rAclRevocation\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12&\n" +
+	"\x0frevoked_unix_ms\x18\x02 \x01(\x03R\rrevokedUnixMs\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\x03 \x01(\tR\trevokedBy\"*\n" +
 	"\x10AclRevokeRequest\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\tR\x06client\"-\n" +
 	"\x11AclRemoveResponse\x12\x18\n" +
-	"\aexisted\x18\x01 \x01(\bR\aexisted\"K\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"b\n" +
 	"\x15AclCreateTokenRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"permission\x18\x02 \x01(\tR\n" +
-	"permission\"\xa1\x01\n" +
+	"permission\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xf4\x01\n" +
 	"\bAclToken\x12\x1a\n" +
 	"\baccessor\x18\x01 \x01(\tR\baccessor\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
@@ -6810,19 +6927,22 @@ const file_admin_proto_rawDesc = "" +
 	"permission\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x05 \x01(\tR\tcreatedBy\"`\n" +
+	"created_by\x18\x05 \x01(\tR\tcreatedBy\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x06 \x01(\x03R\rexpiresUnixMs\x12)\n" +
+	"\x11last_used_unix_ms\x18\a \x01(\x03R\x0elastUsedUnixMs\"`\n" +
 	"\x16AclCreateTokenResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12.\n" +
 	"\x05token\x18\x02 \x01(\v2\x18.baton.admin.v1.AclTokenR\x05token\"3\n" +
 	"\x15AclDeleteTokenRequest\x12\x1a\n" +
 	"\baccessor\x18\x01 \x01(\tR\baccessor\"O\n" +
 	"\x0eAclListRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xc5\x01\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xfe\x01\n" +
 	"\x0fAclListResponse\x126\n" +
 	"\bbindings\x18\x01 \x03(\v2\x1a.baton.admin.v1.AclBindingR\bbindings\x120\n" +
 	"\x06tokens\x18\x02 \x03(\v2\x18.baton.admin.v1.AclTokenR\x06tokens\x12\x1a\n" +
 	"\benforced\x18\x03 \x01(\bR\benforced\x12,\n" +
-	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xe6\x01\n" +
+	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x127\n" +
+	"\arevoked\x18\x05 \x03(\v2\x1d.baton.admin.v1.AclRevocationR\arevoked\"\xe6\x01\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -6926,7 +7046,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -6998,22 +7118,23 @@ var file_admin_proto_goTypes = []any{
 	(*WhoAmIResponse)(nil),           // 67: baton.admin.v1.WhoAmIResponse
 	(*AclGrantRequest)(nil),          // 68: baton.admin.v1.AclGrantRequest
 	(*AclBinding)(nil),               // 69: baton.admin.v1.AclBinding
-	(*AclRevokeRequest)(nil),         // 70: baton.admin.v1.AclRevokeRequest
-	(*AclRemoveResponse)(nil),        // 71: baton.admin.v1.AclRemoveResponse
-	(*AclCreateTokenRequest)(nil),    // 72: baton.admin.v1.AclCreateTokenRequest
-	(*AclToken)(nil),                 // 73: baton.admin.v1.AclToken
-	(*AclCreateTokenResponse)(nil),   // 74: baton.admin.v1.AclCreateTokenResponse
-	(*AclDeleteTokenRequest)(nil),    // 75: baton.admin.v1.AclDeleteTokenRequest
-	(*AclListRequest)(nil),           // 76: baton.admin.v1.AclListRequest
-	(*AclListResponse)(nil),          // 77: baton.admin.v1.AclListResponse
-	(*ListAuditRequest)(nil),         // 78: baton.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 79: baton.admin.v1.ListAuditResponse
-	(*AuditRecord)(nil),              // 80: baton.admin.v1.AuditRecord
-	(*AppendAuditRequest)(nil),       // 81: baton.admin.v1.AppendAuditRequest
-	(*AppendAuditResponse)(nil),      // 82: baton.admin.v1.AppendAuditResponse
-	nil,                              // 83: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                              // 84: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 85: baton.admin.v1.RepairRecord.ArgsEntry
+	(*AclRevocation)(nil),            // 70: baton.admin.v1.AclRevocation
+	(*AclRevokeRequest)(nil),         // 71: baton.admin.v1.AclRevokeRequest
+	(*AclRemoveResponse)(nil),        // 72: baton.admin.v1.AclRemoveResponse
+	(*AclCreateTokenRequest)(nil),    // 73: baton.admin.v1.AclCreateTokenRequest
+	(*AclToken)(nil),                 // 74: baton.admin.v1.AclToken
+	(*AclCreateTokenResponse)(nil),   // 75: baton.admin.v1.AclCreateTokenResponse
+	(*AclDeleteTokenRequest)(nil),    // 76: baton.admin.v1.AclDeleteTokenRequest
+	(*AclListRequest)(nil),           // 77: baton.admin.v1.AclListRequest
+	(*AclListResponse)(nil),          // 78: baton.admin.v1.AclListResponse
+	(*ListAuditRequest)(nil),         // 79: baton.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 80: baton.admin.v1.ListAuditResponse
+	(*AuditRecord)(nil),              // 81: baton.admin.v1.AuditRecord
+	(*AppendAuditRequest)(nil),       // 82: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),      // 83: baton.admin.v1.AppendAuditResponse
+	nil,                              // 84: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                              // 85: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 86: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -7024,7 +7145,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	83,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	84,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -7037,7 +7158,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	84,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	85,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -7063,7 +7184,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 44: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	58,  // 45: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
 	2,   // 46: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	85,  // 47: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	86,  // 47: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
 	0,   // 48: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
 	60,  // 49: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
 	60,  // 50: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
@@ -7073,116 +7194,117 @@ var file_admin_proto_depIdxs = []int32{
 	64,  // 54: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
 	30,  // 55: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
 	2,   // 56: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	73,  // 57: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
+	74,  // 57: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
 	0,   // 58: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
 	69,  // 59: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
-	73,  // 60: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
+	74,  // 60: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
 	2,   // 61: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 62: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
-	80,  // 63: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
-	2,   // 64: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
-	80,  // 65: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
-	26,  // 66: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28,  // 67: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	34,  // 68: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	36,  // 69: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29,  // 70: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 71: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 72: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 73: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	37,  // 74: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	40,  // 75: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	41,  // 76: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	42,  // 77: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 78: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 79: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 80: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 81: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 82: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 83: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 84: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 85: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 86: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 87: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 88: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 89: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 90: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 91: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 92: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 93: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 94: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 95: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	46,  // 96: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	46,  // 97: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	47,  // 98: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	51,  // 99: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	48,  // 100: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	49,  // 101: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	54,  // 102: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	56,  // 103: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	59,  // 104: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	63,  // 105: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	66,  // 106: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	68,  // 107: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	70,  // 108: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	72,  // 109: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	75,  // 110: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	76,  // 111: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	78,  // 112: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	81,  // 113: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	27,  // 114: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 115: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	35,  // 116: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 117: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 118: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 119: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 120: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 121: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	39,  // 122: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	39,  // 123: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	39,  // 124: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	43,  // 125: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 126: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 127: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 128: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 129: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 130: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 131: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 132: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 133: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 134: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 135: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 136: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 137: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 138: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 139: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 140: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 141: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 142: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 143: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	50,  // 144: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	50,  // 145: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	50,  // 146: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	52,  // 147: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	50,  // 148: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	50,  // 149: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	55,  // 150: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	57,  // 151: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	62,  // 152: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	65,  // 153: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	67,  // 154: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	69,  // 155: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	71,  // 156: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	74,  // 157: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	71,  // 158: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	77,  // 159: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	79,  // 160: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	82,  // 161: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	114, // [114:162] is the sub-list for method output_type
-	66,  // [66:114] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	70,  // 62: baton.admin.v1.AclListResponse.revoked:type_name -> baton.admin.v1.AclRevocation
+	0,   // 63: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
+	81,  // 64: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
+	2,   // 65: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
+	81,  // 66: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	26,  // 67: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 68: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	34,  // 69: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	36,  // 70: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 71: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 72: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 73: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 74: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	37,  // 75: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	40,  // 76: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	41,  // 77: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	42,  // 78: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 79: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 80: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 81: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 82: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 83: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 84: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 85: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 86: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 87: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 88: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 89: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 90: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 91: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 92: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 93: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 94: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 95: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 96: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	46,  // 97: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	46,  // 98: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	47,  // 99: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	51,  // 100: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	48,  // 101: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	49,  // 102: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	54,  // 103: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	56,  // 104: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	59,  // 105: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	63,  // 106: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	66,  // 107: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	68,  // 108: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	71,  // 109: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	73,  // 110: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	76,  // 111: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	77,  // 112: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	79,  // 113: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	82,  // 114: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	27,  // 115: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 116: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 117: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 118: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 119: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 120: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 121: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 122: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	39,  // 123: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	39,  // 124: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	39,  // 125: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	43,  // 126: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 127: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 128: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 129: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 130: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 131: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 132: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 133: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 134: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 135: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 136: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 137: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 138: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 139: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 140: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 141: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 142: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 143: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 144: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	50,  // 145: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	50,  // 146: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	50,  // 147: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	52,  // 148: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	50,  // 149: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	50,  // 150: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	55,  // 151: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	57,  // 152: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	62,  // 153: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	65,  // 154: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	67,  // 155: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	69,  // 156: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	72,  // 157: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	75,  // 158: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	72,  // 159: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	78,  // 160: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	80,  // 161: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	83,  // 162: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	115, // [115:163] is the sub-list for method output_type
+	67,  // [67:115] is the sub-list for method input_type
+	67,  // [67:67] is the sub-list for extension type_name
+	67,  // [67:67] is the sub-list for extension extendee
+	0,   // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -7196,7 +7318,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   85,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

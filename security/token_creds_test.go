@@ -1,0 +1,80 @@
+package security
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "LOCALHOST.": true, "127.0.0.1": true, "127.9.8.7": true, "::1": true, "[::1]": true,
+		"10.0.0.1": false, "0.0.0.0": false, "example.com": false, "localhost.example.com": false, "": false, "::": false,
+	} {
+		if got := LoopbackHost(host); got != want {
+			t.Errorf("LoopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// TestTokenNotSentOverPlaintext: a client given a token over a plaintext
+// connection to an address that is not loopback (a leader hint may send it
+// there) fails the call without sending the token.
+func TestTokenNotSentOverPlaintext(t *testing.T) {
+	var ip net.IP
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			ip = n.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Skip("no non-loopback IPv4 address on this host")
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawToken := make(chan string, 10)
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if tok, ok := TokenOf(ctx); ok {
+			sawToken <- tok
+		}
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go func() { _ = gs.Serve(l) }()
+	defer gs.Stop()
+
+	token := "bt_0123456789abcdef_" + strings.Repeat("A", 43)
+	call := func(addr string) error {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), TokenDialOption(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	err = call(l.Addr().String())
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "refusing to send a bearer token over plaintext") {
+		t.Fatalf("call to %s: %v, want UNAUTHENTICATED refusing to send the token", l.Addr(), err)
+	}
+	select {
+	case tok := <-sawToken:
+		t.Fatalf("the server received the token %q", tok)
+	default:
+	}
+}
