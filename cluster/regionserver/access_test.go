@@ -129,10 +129,11 @@ func TestRegionServerAppliesGrants(t *testing.T) {
 
 	r.fc.setAccess(&rspb.AccessGrants{Version: 6, Enforced: true})
 	r.want(opsClient, "", codes.PermissionDenied, http.StatusForbidden, "client/ops holds no permission")
-	_, hbs, _ := r.fc.snapshot()
-	if v := hbs[len(hbs)-1].req.GetAccessVersion(); v != 6 {
-		t.Errorf("the latest heartbeat quotes access version %d, want 6", v)
-	}
+	// The heartbeat that brought version 6 quoted 5; the next quotes 6.
+	testwait.For(t, 10*time.Second, "a heartbeat quoting access version 6", func() bool {
+		_, hbs, _ := r.fc.snapshot()
+		return len(hbs) > 0 && hbs[len(hbs)-1].req.GetAccessVersion() == 6
+	})
 
 	r.fc.setAccess(&rspb.AccessGrants{Version: 7, Enforced: false})
 	r.want(security.Identity{Role: security.RoleClient, ID: "nobody"}, "", codes.OK, http.StatusOK, "")
