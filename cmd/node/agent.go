@@ -145,7 +145,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
-	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants)
+	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants, srv.RegionServerRefusals)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
 		_ = node.Shutdown(context.Background())
 		return err
