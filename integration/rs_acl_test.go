@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -120,4 +121,59 @@ func TestRegionServerAccessControl(t *testing.T) {
 	if err := refused("an unbound certificate, at the end", nobody); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestRegionServerRefusalsAudited: a call a region server refuses reaches
+// the cluster's audit trail through its heartbeats: the caller, the
+// method, the code, its address, and the region server it came through.
+func TestRegionServerRefusalsAudited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
+	c.WaitLeader(ctx)
+	rs := c.StartRegionServers(1, harness.RSOptions{})[0]
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := c.WaitRegionServers(wctx); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody, err := security.Load(f, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(rs.GRPCAddr, nobody.DialOption(security.RoleRegionServer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	// Refused PERMISSION_DENIED once the region server heard the grants
+	// (UNAVAILABLE before, which is not the caller's doing).
+	testwait.ForNil(t, 30*time.Second, "nobody refused ListRegions by the region server", func() error {
+		_, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+		if status.Code(err) != codes.PermissionDenied {
+			return fmt.Errorf("ListRegions answered %v, want PermissionDenied", err)
+		}
+		return nil
+	})
+	cl := c.Client()
+	testwait.ForNil(t, 30*time.Second, "the region server's refusal in the audit trail", func() error {
+		recs, _, err := cl.ListAudit(ctx, client.AuditFilter{Principal: "client/nobody"}, "", 100)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.GetMethod() == security.RegionServerService+"ListRegions" && r.GetCode() == codes.PermissionDenied.String() &&
+				r.GetRefused() && r.GetVia() == "regionserver/"+rs.ID && strings.HasPrefix(r.GetPeer(), "127.0.0.1:") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no record of the refusal among %v", recs)
+	})
 }

@@ -63,6 +63,11 @@ type Access struct {
 	// AuditFile, if set, is where this master exports every audit record
 	// it commits, one JSON line each (AuditExport).
 	AuditFile *AuditExport
+	// ChangeLimit bounds how fast each caller may make the calls the
+	// audit trail records (Audited) and be refused (change_limit.go);
+	// its zero value limits nothing. The agent's default is
+	// DefaultChangeRate and DefaultChangeBurst.
+	ChangeLimit RateLimit
 	// Metrics, if set, receives baton_acl_denied_total and the audit
 	// trail's metrics.
 	Metrics prometheus.Registerer
@@ -96,6 +101,9 @@ func (a Access) Validate() error {
 	}
 	if a.BootstrapTokenTTL < 0 {
 		return fmt.Errorf("admin: negative bootstrap token TTL %v", a.BootstrapTokenTTL)
+	}
+	if err := a.ChangeLimit.Validate(); err != nil {
+		return fmt.Errorf("admin: change limit: %w", err)
 	}
 	if a.AuditMaxRecords < 0 || a.AuditMaxRecords > maxAuditRecords {
 		return fmt.Errorf("admin: audit max records %d: want 1 to %d (0: the default %d)", a.AuditMaxRecords, maxAuditRecords, DefaultAuditMaxRecords)
@@ -541,6 +549,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
+			err = s.limitRefusal(ctx, p, method, err)
 		}
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only
@@ -560,6 +569,9 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 			return handler(ctx, req)
+		}
+		if err == nil {
+			err = s.limitChange(ctx, method)
 		}
 		// A call this node serves as the leader is recorded as it
 		// starts, while it runs: the answer then waits for the later of
@@ -635,6 +647,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
+			err = s.limitRefusal(ctx, p, method, err)
 			s.recordRefusal(ctx, p, method, nil, err)
 			return err
 		}

@@ -1,8 +1,10 @@
 package admin
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/security"
 )
@@ -16,8 +18,7 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 		}
 		p, err := s.httpPrincipal(r)
 		if err != nil {
-			s.recordHTTPRefusal(r, p, http.StatusUnauthorized, err.Error())
-			http.Error(w, err.Error(), http.StatusUnauthorized)
+			s.refuseHTTP(w, r, p, http.StatusUnauthorized, err.Error())
 			return
 		}
 		need := security.PermRead
@@ -35,12 +36,24 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 				code = http.StatusUnauthorized
 			}
 			why := "baton: " + r.URL.Path + " needs permission " + need.String() + "; " + p.String() + " holds " + held + " (an admin grants one with 'baton acl grant')"
-			s.recordHTTPRefusal(r, p, code, why)
-			http.Error(w, why, code)
+			s.refuseHTTP(w, r, p, code, why)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(security.WithPermission(r.Context(), have)))
 	})
+}
+
+// refuseHTTP answers r code, saying why, and records it; a caller past
+// the change limit is answered 429 Too Many Requests instead.
+func (s *Server) refuseHTTP(w http.ResponseWriter, r *http.Request, p principal, code int, why string) {
+	if wait, limited := s.limitHTTPRefusal(r, p); limited {
+		code = http.StatusTooManyRequests
+		why = fmt.Sprintf("baton: %s exceeded the rate limit of %g state-changing calls and refusals per second (burst %d); the next is allowed in %v",
+			p, s.changes.cfg.Rate, s.changes.cfg.Burst, wait.Round(time.Millisecond))
+		w.Header().Set("Retry-After", retryAfter(wait))
+	}
+	s.recordHTTPRefusal(r, p, code, why)
+	http.Error(w, why, code)
 }
 
 // httpPrincipal names the caller of an HTTP request: its certificate, or

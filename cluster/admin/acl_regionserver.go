@@ -1,12 +1,14 @@
 package admin
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"strings"
 
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
 )
@@ -84,3 +86,48 @@ func grantsVersion(g *rspb.AccessGrants) uint64 {
 	}
 	return v
 }
+
+// RegionServerRefusals records, on the leader, the refusals a region
+// server reported in a heartbeat (domain.RefusalsFunc): in the refusals'
+// space, under each caller's quota and its source address's, with via
+// naming the region server as its certificate does (its word for its
+// name is not taken). Not waited for: the heartbeat renews a lease.
+func (s *Server) RegionServerRefusals(ctx context.Context, serverID string, reps []*rspb.RefusalReport, dropped uint64) {
+	if s.audit == nil {
+		return
+	}
+	via := "regionserver/" + serverID
+	if id, ok := security.CallerOf(ctx); ok {
+		via = string(id.Role) + "/" + id.ID
+	}
+	if dropped > 0 {
+		s.log.Warn("a region server dropped refusals before reporting them to the audit trail (its buffer was full)", "via", via, "dropped", dropped)
+	}
+	if len(reps) > maxRefusalReports {
+		reps = reps[:maxRefusalReports]
+	}
+	dones := make([]<-chan error, 0, len(reps))
+	for _, r := range reps {
+		rec := &adminpb.AuditRecord{
+			AtUnixMs: r.GetAtUnixMs(), Principal: cut(r.GetCaller(), 200), Method: cut(r.GetMethod(), 200),
+			Code: cut(r.GetCode(), 40), Message: cut(r.GetMessage(), auditFieldMax), Node: s.b.ID(),
+			Peer: cut(r.GetPeer(), 100), Via: via, Refused: true,
+		}
+		if rec.Principal == "" {
+			rec.Principal = kindAnonymous
+		}
+		dones = append(dones, s.audit.start(rec))
+	}
+	go func() {
+		for _, d := range dones {
+			if err := waitAudit(d, s.stopCh); err != nil {
+				s.log.Warn("a region server's refusal not recorded in the audit trail", "via", via, "error", err)
+				return
+			}
+		}
+	}()
+}
+
+// maxRefusalReports bounds the refusals taken from one heartbeat, as a
+// region server sends them (regionserver.refusalBatch).
+const maxRefusalReports = 128

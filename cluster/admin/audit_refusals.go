@@ -45,7 +45,9 @@ func (s *Server) RefusalInterceptor() grpc.UnaryServerInterceptor {
 		note := &refusalNote{}
 		resp, err := handler(context.WithValue(ctx, refusalNoteKey{}, note), req)
 		if err != nil && !note.recorded.Load() && policyRefusal(err) {
-			s.recordRefusal(ctx, callerPrincipal(ctx), refusedMethod(info.FullMethod), req, err)
+			method := refusedMethod(info.FullMethod)
+			err = s.limitRefusal(ctx, principal{}, method, err)
+			s.recordRefusal(ctx, callerPrincipal(ctx), method, req, err)
 		}
 		return resp, err
 	}
@@ -61,7 +63,9 @@ func (s *Server) RefusalStreamInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		err := handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, refusalNoteKey{}, note)})
 		if err != nil && !note.recorded.Load() && policyRefusal(err) {
-			s.recordRefusal(ctx, callerPrincipal(ctx), refusedMethod(info.FullMethod), nil, err)
+			method := refusedMethod(info.FullMethod)
+			err = s.limitRefusal(ctx, principal{}, method, err)
+			s.recordRefusal(ctx, callerPrincipal(ctx), method, nil, err)
 		}
 		return err
 	}
@@ -69,7 +73,8 @@ func (s *Server) RefusalStreamInterceptor() grpc.StreamServerInterceptor {
 
 // policyRefusal: err refuses the caller (not a rate limit, which counts
 // what callers may do, not who they are; the admin API's are recorded by
-// access control).
+// access control, and the change limit's answers to a refusal by the
+// interceptor that limited it).
 func policyRefusal(err error) bool {
 	c := status.Code(err)
 	return c == codes.PermissionDenied || c == codes.Unauthenticated
@@ -119,9 +124,12 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why s
 		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: "HTTP " + r.Method + " " + cut(r.URL.Path, 80),
 		Code: http.StatusText(code), Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
 	}
-	if code == http.StatusUnauthorized {
+	switch code {
+	case http.StatusUnauthorized:
 		rec.Code = codes.Unauthenticated.String()
-	} else {
+	case http.StatusTooManyRequests:
+		rec.Code = codes.ResourceExhausted.String()
+	default:
 		rec.Code = codes.PermissionDenied.String()
 	}
 	done := s.audit.start(rec)

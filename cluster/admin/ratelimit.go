@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/security"
@@ -104,6 +106,15 @@ func RateLimitInterceptor(cfg RateLimit, reg prometheus.Registerer) (grpc.UnaryS
 
 // newRateLimiter builds RateLimitInterceptor's limiter (nil for no limit).
 func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, error) {
+	return newLimiter(cfg, SubmitMethods, prometheus.CounterOpts{
+		Name: "baton_rpc_rate_limited_total",
+		Help: "Admin calls that start procedures refused because their caller exceeded the submit rate limit, by method.",
+	}, reg)
+}
+
+// newLimiter is a limiter of methods (short names on the admin service),
+// counting its refusals in metric (nil for no limit).
+func newLimiter(cfg RateLimit, methods []string, metric prometheus.CounterOpts, reg prometheus.Registerer) (*rateLimiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,13 +131,10 @@ func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, err
 		cfg.Clock = clock.Real{}
 	}
 	l := &rateLimiter{cfg: cfg, methods: map[string]bool{}, buckets: map[string]*bucket{}}
-	for _, m := range SubmitMethods {
+	for _, m := range methods {
 		l.methods[security.AdminService+m] = true
 	}
-	l.limited = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "baton_rpc_rate_limited_total",
-		Help: "Admin calls that start procedures refused because their caller exceeded the submit rate limit, by method.",
-	}, []string{"method"})
+	l.limited = prometheus.NewCounterVec(metric, []string{"method"})
 	if reg != nil {
 		if err := reg.Register(l.limited); err != nil {
 			return nil, fmt.Errorf("admin: rate limit metric: %w", err)
@@ -151,10 +159,20 @@ func (l *rateLimiter) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	}
 	if wait, ok := l.take(who); !ok {
 		l.limited.WithLabelValues(info.FullMethod).Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "%s: %s exceeded the submit rate limit of %g calls/s (burst %d); the next is allowed in %v",
-			info.FullMethod, who, l.cfg.Rate, l.cfg.Burst, wait.Round(time.Millisecond))
+		return nil, retryIn(wait, fmt.Sprintf("%s: %s exceeded the submit rate limit of %g calls/s (burst %d); the next is allowed in %v",
+			info.FullMethod, who, l.cfg.Rate, l.cfg.Burst, wait.Round(time.Millisecond)))
 	}
 	return handler(ctx, req)
+}
+
+// retryIn is a RESOURCE_EXHAUSTED answer saying, in msg and as RetryInfo
+// (for a client that reads the details), when to try again.
+func retryIn(wait time.Duration, msg string) error {
+	st := status.New(codes.ResourceExhausted, msg)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // callerKey names the caller a bucket is kept for, and says whether it is

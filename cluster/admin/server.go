@@ -124,6 +124,8 @@ type Server struct {
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
 	audit   *auditLog // nil without Config.Access
+	// changes is Access.ChangeLimit's buckets; nil: no limit.
+	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
 	exporter *auditExporter
 	// bootPending is the bootstrap token this master made and has not
@@ -199,6 +201,9 @@ func New(b Backend, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
+			return nil, err
+		}
+		if s.changes, err = newChangeLimiter(s.acc.ChangeLimit, s.acc.Clock, s.acc.Metrics); err != nil {
 			return nil, err
 		}
 		if f := s.acc.AuditFile; f != nil {

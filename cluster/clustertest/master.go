@@ -257,7 +257,7 @@ func (m *Master) start() error {
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
 	if dom != nil {
-		domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants)
+		domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants, srv.RegionServerRefusals)
 	}
 	if err := srv.Start(m.addr); err != nil {
 		_ = lis.Close()

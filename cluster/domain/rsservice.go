@@ -32,6 +32,12 @@ type UnavailableFunc func(msg, leaderID, leaderAdminAddr string) error
 // it in.
 type GrantsFunc func() *rspb.AccessGrants
 
+// RefusalsFunc records the refusals a region server reports in a
+// heartbeat (with the number it dropped, its buffer full), on the
+// leader: the audit trail lives above the domain (package admin). ctx is
+// the heartbeat's, naming the region server that sent it.
+type RefusalsFunc func(ctx context.Context, serverID string, refusals []*rspb.RefusalReport, dropped uint64)
+
 // noAccessControl is the grants of a master without access control: every
 // client the identity policy admits may call.
 var noAccessControl = &rspb.AccessGrants{Version: 1}
@@ -41,15 +47,19 @@ var noAccessControl = &rspb.AccessGrants{Version: 1}
 // admin API's gRPC server. unavailable builds its "ask the leader" answers;
 // nil answers a bare UNAVAILABLE, which region servers meet by trying the
 // next master. grants is told to the region servers at registration and,
-// when it changed, at their heartbeats; nil: no access control.
-func RegisterMasterService(gs grpc.ServiceRegistrar, d *Domain, unavailable UnavailableFunc, grants GrantsFunc) {
+// when it changed, at their heartbeats; nil: no access control. refusals
+// records what the region servers refused; nil: nothing (no audit trail).
+func RegisterMasterService(gs grpc.ServiceRegistrar, d *Domain, unavailable UnavailableFunc, grants GrantsFunc, refusals RefusalsFunc) {
 	if unavailable == nil {
 		unavailable = func(msg, _, _ string) error { return status.Error(codes.Unavailable, msg) }
 	}
 	if grants == nil {
 		grants = func() *rspb.AccessGrants { return noAccessControl }
 	}
-	rspb.RegisterMasterServer(gs, &masterService{d: d, unavailableFn: unavailable, grants: grants})
+	if refusals == nil {
+		refusals = func(context.Context, string, []*rspb.RefusalReport, uint64) {}
+	}
+	rspb.RegisterMasterServer(gs, &masterService{d: d, unavailableFn: unavailable, grants: grants, refusals: refusals})
 }
 
 // masterService implements rspb.MasterServer. Only the leader serves it; a
@@ -60,6 +70,7 @@ type masterService struct {
 	d             *Domain
 	unavailableFn UnavailableFunc
 	grants        GrantsFunc
+	refusals      RefusalsFunc
 }
 
 // leader returns the leader services, or the UNAVAILABLE status to answer.
@@ -208,6 +219,10 @@ func (m *masterService) Heartbeat(ctx context.Context, req *rspb.HeartbeatReques
 	s, err := m.leader()
 	if err != nil {
 		return nil, err
+	}
+	if len(req.GetRefusals()) > 0 || req.GetRefusalsDropped() > 0 {
+		// Whatever the lease's fate: they happened.
+		m.refusals(ctx, req.GetServerId(), req.GetRefusals(), req.GetRefusalsDropped())
 	}
 	ref := ServerRef{req.GetServerId(), req.GetStartCode()}
 	expired, alive, err := s.renewable(ref)

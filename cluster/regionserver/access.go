@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/proto/rspb"
@@ -111,25 +113,66 @@ func (a *access) judge(server string, caller security.Identity, hasToken bool, m
 	return status.Errorf(codes.PermissionDenied, "%s needs permission %s; client/%s holds %s (an admin grants one with 'baton acl grant')", who, accessNeed, caller.ID, holds)
 }
 
-// admitClient decides a call of method by caller, refusing through
-// refuse. Masters may call everything.
-func (s *Server) admitClient(caller security.Identity, hasToken bool, method string) error {
+// admitClient decides a call of method by caller, from address from,
+// refusing through refuse. Masters may call everything.
+func (s *Server) admitClient(caller security.Identity, hasToken bool, method, from string) error {
 	if caller.Role == security.RoleMaster {
 		return nil
 	}
 	if err := s.access.judge(s.cfg.ID, caller, hasToken, method, s.clk.Now()); err != nil {
-		return s.refuse(caller, method, err)
+		return s.refuse(caller, method, from, err)
 	}
 	return nil
 }
 
 // refuse is the one way a region server refuses a caller by access
-// control (gRPC and HTTP alike): counted, logged, and answered err.
-func (s *Server) refuse(caller security.Identity, method string, err error) error {
+// control (gRPC and HTTP alike): counted, logged, reported to the leader
+// for the audit trail (refusalQueue), and answered err.
+func (s *Server) refuse(caller security.Identity, method, from string, err error) error {
 	code := status.Code(err)
 	s.metrics.aclDenied.WithLabelValues(method, code.String()).Inc()
 	s.log.Debug("call refused by access control", "method", method, "caller", caller.String(), "code", code.String(), "reason", status.Convert(err).Message())
+	if code == codes.PermissionDenied || code == codes.Unauthenticated {
+		// UNAVAILABLE (no grants heard lately) says nothing of the
+		// caller: not a refusal of who it is, and not reported.
+		s.refusals.add(s.refusalReport(caller, method, from, err))
+	}
 	return err
+}
+
+func (s *Server) refusalReport(caller security.Identity, method, from string, err error) *rspb.RefusalReport {
+	rep := &rspb.RefusalReport{Code: status.Code(err).String(), Peer: from, AtUnixMs: s.clk.Now().UnixMilli(),
+		Message: cutMessage(status.Convert(err).Message())}
+	if caller.Role != "" {
+		rep.Caller = string(caller.Role) + "/" + caller.ID
+	}
+	if strings.HasPrefix(method, "/") {
+		rep.Method = "HTTP " + method
+	} else {
+		rep.Method = security.RegionServerService + method
+	}
+	return rep
+}
+
+// cutMessage shortens a refusal's message to refusalMessageMax bytes, on
+// a rune boundary.
+func cutMessage(m string) string {
+	if len(m) <= refusalMessageMax {
+		return m
+	}
+	i := refusalMessageMax
+	for i > 0 && !utf8.RuneStart(m[i]) {
+		i--
+	}
+	return m[:i]
+}
+
+// peerAddr is the address ctx's call came from.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // accessInterceptor applies the cluster's access control to the
@@ -142,7 +185,7 @@ func (s *Server) accessInterceptor() grpc.UnaryServerInterceptor {
 		}
 		caller, _ := security.CallerOf(ctx)
 		_, hasToken := security.TokenOf(ctx)
-		if err := s.admitClient(caller, hasToken, method); err != nil {
+		if err := s.admitClient(caller, hasToken, method, peerAddr(ctx)); err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
@@ -164,9 +207,9 @@ func (s *Server) requireRead(path string, next http.Handler) http.Handler {
 			err = status.Errorf(codes.Unauthenticated, "the caller's certificate names no baton identity: %v", err)
 		}
 		if err != nil {
-			err = s.refuse(caller, path, err)
+			err = s.refuse(caller, path, r.RemoteAddr, err)
 		} else {
-			err = s.admitClient(caller, r.Header.Get("Authorization") != "", path)
+			err = s.admitClient(caller, r.Header.Get("Authorization") != "", path, r.RemoteAddr)
 		}
 		if err != nil {
 			http.Error(w, "baton: "+status.Convert(err).Message(), httpStatusOf(status.Code(err)))

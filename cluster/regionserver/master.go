@@ -202,6 +202,8 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	s.mu.Lock()
 	s.selfFenceLocked()
 	req := &rspb.HeartbeatRequest{ServerId: s.cfg.ID, StartCode: s.startCode, RegionCount: int32(len(s.regions)), AccessVersion: s.access.heldVersion()}
+	var refusalMark uint64
+	req.Refusals, req.RefusalsDropped, refusalMark = s.refusals.batch()
 	sent := s.clk.Now()
 	left := s.fenceAt.Sub(sent)
 	s.mu.Unlock()
@@ -227,6 +229,9 @@ func (s *Server) heartbeat(ctx context.Context) error {
 		s.metrics.heartbeats.WithLabelValues("failed").Inc()
 		return err
 	}
+	// A master answered: the leader took the refusals (one older than
+	// them ignored them, and they are gone; see docs/security.md).
+	s.refusals.sent(refusalMark, req.RefusalsDropped)
 	s.mu.Lock()
 	if t := resp.GetTerm(); t != 0 && t < s.highestTerm {
 		// A deposed leader answered: its word on the lease counts for

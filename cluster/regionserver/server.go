@@ -80,7 +80,9 @@ type Server struct {
 	masters *masterConns
 	reports chan report
 	metrics *metrics
-	tracer  trace.Tracer // nil: tracing off
+	// refusals wait here for the next heartbeat, to the audit trail.
+	refusals *refusalQueue
+	tracer   trace.Tracer // nil: tracing off
 
 	// ctx ends at Stop: it ends the lease loop and the reporter, and
 	// interrupts operations in progress.
@@ -150,8 +152,9 @@ func New(cfg Config) (*Server, error) {
 		tracer:     tracectx.Tracer(cfg.TracerProvider, "github.com/baton-dev/baton/cluster/regionserver"),
 		regions:    map[string]hosted{},
 		registered: make(chan struct{}),
+		refusals:   newRefusalQueue(),
 	}
-	for _, c := range append(m.collectors(), stateCollector{s}) {
+	for _, c := range append(m.collectors(), stateCollector{s}, s.refusals.droppedTotal) {
 		if err := cfg.Metrics.Register(c); err != nil {
 			return nil, fmt.Errorf("%w: Metrics: %w (is the registry another server's?)", ErrInvalidConfig, err)
 		}

@@ -115,7 +115,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
-		AuditFile: cfg.AuditFile, Metrics: metrics,
+		AuditFile: cfg.AuditFile, Metrics: metrics, ChangeLimit: admin.RateLimit{Rate: cfg.ChangeRate, Burst: cfg.ChangeBurst},
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
@@ -152,7 +152,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterServices(gs)
-	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants)
+	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants, srv.RegionServerRefusals)
 	if err := srv.Start(cfg.GRPCAddr); err != nil {
 		_ = node.Shutdown(context.Background())
 		return err

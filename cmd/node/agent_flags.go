@@ -64,6 +64,11 @@ type agentConfig struct {
 	// procedures through this node (admin.RateLimit; 0: no limit).
 	SubmitRate  float64
 	SubmitBurst int
+	// ChangeRate and ChangeBurst limit how fast each caller may make
+	// state-changing calls and be refused (admin.Access.ChangeLimit; 0:
+	// no limit).
+	ChangeRate  float64
+	ChangeBurst int
 	// ACL: enforce access control (admin.Access.Enforce); on by default
 	// with TLS, off without.
 	ACL bool
@@ -127,6 +132,8 @@ var agentEnv = map[string]string{
 
 	"submit-rate":  "BATON_SUBMIT_RATE",
 	"submit-burst": "BATON_SUBMIT_BURST",
+	"change-rate":  "BATON_CHANGE_RATE",
+	"change-burst": "BATON_CHANGE_BURST",
 
 	"acl":                "BATON_ACL",
 	"client-auth":        "BATON_CLIENT_AUTH",
@@ -180,6 +187,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
 	submitRate := str("submit-rate", "calls per second each caller (its certificate's identity, else its IP address) may make that start procedures through this node; over it they are refused RESOURCE_EXHAUSTED; 0: no limit (default 0)")
 	submitBurst := str("submit-burst", "such calls an idle caller may make at once (default: the rate, at least 1)")
+	changeRate := str("change-rate", fmt.Sprintf("calls per second each caller may make that change state (every call the audit trail records) or that are refused (PERMISSION_DENIED, UNAUTHENTICATED, HTTP 401/403), on any port of this node; over it they are answered RESOURCE_EXHAUSTED (HTTP 429); 0: no limit (default %d)", admin.DefaultChangeRate))
+	changeBurst := str("change-burst", fmt.Sprintf("such calls an idle caller may make at once (default %d)", admin.DefaultChangeBurst))
 	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 on Raft, gRPC and HTTP ('baton tls ca create')")
 	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
 	tlsKey := str("tls-key", "PEM file of this master's private key")
@@ -224,7 +233,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
 			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
+		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
 	}
@@ -265,6 +274,21 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		if cfg.SubmitRate == 0 {
 			bad("--submit-burst is the burst of --submit-rate: give the rate too")
 		}
+	}
+	cfg.ChangeRate, cfg.ChangeBurst = admin.DefaultChangeRate, admin.DefaultChangeBurst
+	if v := strings.TrimSpace(*changeRate); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(r) || (admin.RateLimit{Rate: r}).Validate() != nil {
+			bad("--change-rate %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", v, admin.MinSubmitRate, admin.MaxSubmitRate)
+		}
+		cfg.ChangeRate = r
+	}
+	if v := strings.TrimSpace(*changeBurst); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
+			bad("--change-burst %q: want a number of calls in 1..%d", v, int(admin.MaxSubmitRate))
+		}
+		cfg.ChangeBurst = n
 	}
 	cfg.ACL = cfg.TLS.Enabled()
 	switch v := strings.TrimSpace(*acl); v {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -106,6 +107,14 @@ func TestParseAgentFlags(t *testing.T) {
 				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, SubmitRate: 7}},
 		{name: "bad submit rate", args: []string{"--dev", "--submit-rate", "-1"}, err: "--submit-rate"},
 		{name: "bad submit burst", args: []string{"--dev", "--submit-burst", "0"}, err: "--submit-burst"},
+		{name: "change rate", args: []string{"--dev", "--change-rate", "3", "--change-burst", "9"},
+			want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
+				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, ChangeRate: 3, ChangeBurst: 9}},
+		{name: "no change limit from env", env: map[string]string{"BATON_CHANGE_RATE": "0"}, args: []string{"--dev"},
+			want: agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
+				Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, ChangeRate: 0, ChangeBurst: admin.DefaultChangeBurst}},
+		{name: "bad change rate", args: []string{"--dev", "--change-rate", "nan"}, err: "--change-rate"},
+		{name: "bad change burst", args: []string{"--dev", "--change-burst", "0"}, err: "--change-burst"},
 		{name: "no workers", args: []string{"--dev", "--workers", "0"}, err: `--workers "0": want a number of executor workers in 1..4096`},
 		{name: "too many workers", args: []string{"--dev", "--workers", "100000"}, err: "1..4096"},
 		{name: "workers not a number", args: []string{"--dev", "--workers", "many"}, err: `--workers "many"`},
@@ -125,6 +134,9 @@ func TestParseAgentFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			got.TLSFrom = tlsSources{} // TestServerTLSVariables checks it
+			if tc.want.ChangeRate == 0 && tc.want.ChangeBurst == 0 {
+				tc.want.ChangeRate, tc.want.ChangeBurst = admin.DefaultChangeRate, admin.DefaultChangeBurst
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}

@@ -705,8 +705,16 @@ type HeartbeatRequest struct {
 	// access_version is the AccessGrants.version this server holds (0:
 	// none), so that the leader sends the grants only when they changed.
 	AccessVersion uint64 `protobuf:"varint,4,opt,name=access_version,json=accessVersion,proto3" json:"access_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// refusals are the calls this server refused by access control since
+	// its last heartbeat answered (at most a bounded batch, oldest first),
+	// for the leader to record in the audit trail. A master older than
+	// them (0.1.0) ignores them.
+	Refusals []*RefusalReport `protobuf:"bytes,5,rep,name=refusals,proto3" json:"refusals,omitempty"`
+	// refusals_dropped counts the refusals this server dropped, its buffer
+	// full, since its last heartbeat answered: not in refusals.
+	RefusalsDropped uint64 `protobuf:"varint,6,opt,name=refusals_dropped,json=refusalsDropped,proto3" json:"refusals_dropped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -767,6 +775,109 @@ func (x *HeartbeatRequest) GetAccessVersion() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetRefusals() []*RefusalReport {
+	if x != nil {
+		return x.Refusals
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetRefusalsDropped() uint64 {
+	if x != nil {
+		return x.RefusalsDropped
+	}
+	return 0
+}
+
+// RefusalReport is one call a region server refused.
+type RefusalReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// caller names who was refused ("client/NAME"; empty: no identity).
+	Caller string `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// method is the full gRPC method, or "HTTP /path".
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// code is the gRPC status code answered (PERMISSION_DENIED, ...).
+	Code    string `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// peer is the address the call came from.
+	Peer          string `protobuf:"bytes,5,opt,name=peer,proto3" json:"peer,omitempty"`
+	AtUnixMs      int64  `protobuf:"varint,6,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusalReport) Reset() {
+	*x = RefusalReport{}
+	mi := &file_regionserver_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusalReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusalReport) ProtoMessage() {}
+
+func (x *RefusalReport) ProtoReflect() protoreflect.Message {
+	mi := &file_regionserver_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusalReport.ProtoReflect.Descriptor instead.
+func (*RefusalReport) Descriptor() ([]byte, []int) {
+	return file_regionserver_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RefusalReport) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *RefusalReport) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *RefusalReport) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RefusalReport) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RefusalReport) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *RefusalReport) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Expired bool                   `protobuf:"varint,1,opt,name=expired,proto3" json:"expired,omitempty"`
@@ -783,7 +894,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_regionserver_proto_msgTypes[10]
+	mi := &file_regionserver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +906,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[10]
+	mi := &file_regionserver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +919,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{10}
+	return file_regionserver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatResponse) GetExpired() bool {
@@ -864,7 +975,7 @@ type AccessGrants struct {
 
 func (x *AccessGrants) Reset() {
 	*x = AccessGrants{}
-	mi := &file_regionserver_proto_msgTypes[11]
+	mi := &file_regionserver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +987,7 @@ func (x *AccessGrants) String() string {
 func (*AccessGrants) ProtoMessage() {}
 
 func (x *AccessGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[11]
+	mi := &file_regionserver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1000,7 @@ func (x *AccessGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessGrants.ProtoReflect.Descriptor instead.
 func (*AccessGrants) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{11}
+	return file_regionserver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AccessGrants) GetVersion() uint64 {
@@ -931,7 +1042,7 @@ type ClientGrant struct {
 
 func (x *ClientGrant) Reset() {
 	*x = ClientGrant{}
-	mi := &file_regionserver_proto_msgTypes[12]
+	mi := &file_regionserver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1054,7 @@ func (x *ClientGrant) String() string {
 func (*ClientGrant) ProtoMessage() {}
 
 func (x *ClientGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[12]
+	mi := &file_regionserver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1067,7 @@ func (x *ClientGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientGrant.ProtoReflect.Descriptor instead.
 func (*ClientGrant) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{12}
+	return file_regionserver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClientGrant) GetClient() string {
@@ -987,7 +1098,7 @@ type ReportTransitionRequest struct {
 
 func (x *ReportTransitionRequest) Reset() {
 	*x = ReportTransitionRequest{}
-	mi := &file_regionserver_proto_msgTypes[13]
+	mi := &file_regionserver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1110,7 @@ func (x *ReportTransitionRequest) String() string {
 func (*ReportTransitionRequest) ProtoMessage() {}
 
 func (x *ReportTransitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[13]
+	mi := &file_regionserver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1123,7 @@ func (x *ReportTransitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTransitionRequest.ProtoReflect.Descriptor instead.
 func (*ReportTransitionRequest) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{13}
+	return file_regionserver_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportTransitionRequest) GetServerId() string {
@@ -1058,7 +1169,7 @@ type ReportTransitionResponse struct {
 
 func (x *ReportTransitionResponse) Reset() {
 	*x = ReportTransitionResponse{}
-	mi := &file_regionserver_proto_msgTypes[14]
+	mi := &file_regionserver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1181,7 @@ func (x *ReportTransitionResponse) String() string {
 func (*ReportTransitionResponse) ProtoMessage() {}
 
 func (x *ReportTransitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_regionserver_proto_msgTypes[14]
+	mi := &file_regionserver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1194,7 @@ func (x *ReportTransitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTransitionResponse.ProtoReflect.Descriptor instead.
 func (*ReportTransitionResponse) Descriptor() ([]byte, []int) {
-	return file_regionserver_proto_rawDescGZIP(), []int{14}
+	return file_regionserver_proto_rawDescGZIP(), []int{15}
 }
 
 var File_regionserver_proto protoreflect.FileDescriptor
@@ -1135,13 +1246,23 @@ const file_regionserver_proto_rawDesc = "" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x121\n" +
-	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x98\x01\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\xfb\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x12!\n" +
 	"\fregion_count\x18\x03 \x01(\x05R\vregionCount\x12%\n" +
-	"\x0eaccess_version\x18\x04 \x01(\x04R\raccessVersion\"\x9b\x01\n" +
+	"\x0eaccess_version\x18\x04 \x01(\x04R\raccessVersion\x126\n" +
+	"\brefusals\x18\x05 \x03(\v2\x1a.baton.rs.v1.RefusalReportR\brefusals\x12)\n" +
+	"\x10refusals_dropped\x18\x06 \x01(\x04R\x0frefusalsDropped\"\x9f\x01\n" +
+	"\rRefusalReport\x12\x16\n" +
+	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04peer\x18\x05 \x01(\tR\x04peer\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x06 \x01(\x03R\batUnixMs\"\x9b\x01\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
 	"\aexpired\x18\x01 \x01(\bR\aexpired\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12%\n" +
@@ -1191,7 +1312,7 @@ func file_regionserver_proto_rawDescGZIP() []byte {
 }
 
 var file_regionserver_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_regionserver_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_regionserver_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_regionserver_proto_goTypes = []any{
 	(OpKind)(0),                      // 0: baton.rs.v1.OpKind
 	(*RegionOp)(nil),                 // 1: baton.rs.v1.RegionOp
@@ -1204,11 +1325,12 @@ var file_regionserver_proto_goTypes = []any{
 	(*RegisterServerRequest)(nil),    // 8: baton.rs.v1.RegisterServerRequest
 	(*RegisterServerResponse)(nil),   // 9: baton.rs.v1.RegisterServerResponse
 	(*HeartbeatRequest)(nil),         // 10: baton.rs.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 11: baton.rs.v1.HeartbeatResponse
-	(*AccessGrants)(nil),             // 12: baton.rs.v1.AccessGrants
-	(*ClientGrant)(nil),              // 13: baton.rs.v1.ClientGrant
-	(*ReportTransitionRequest)(nil),  // 14: baton.rs.v1.ReportTransitionRequest
-	(*ReportTransitionResponse)(nil), // 15: baton.rs.v1.ReportTransitionResponse
+	(*RefusalReport)(nil),            // 11: baton.rs.v1.RefusalReport
+	(*HeartbeatResponse)(nil),        // 12: baton.rs.v1.HeartbeatResponse
+	(*AccessGrants)(nil),             // 13: baton.rs.v1.AccessGrants
+	(*ClientGrant)(nil),              // 14: baton.rs.v1.ClientGrant
+	(*ReportTransitionRequest)(nil),  // 15: baton.rs.v1.ReportTransitionRequest
+	(*ReportTransitionResponse)(nil), // 16: baton.rs.v1.ReportTransitionResponse
 }
 var file_regionserver_proto_depIdxs = []int32{
 	0,  // 0: baton.rs.v1.RegionOp.kind:type_name -> baton.rs.v1.OpKind
@@ -1216,24 +1338,25 @@ var file_regionserver_proto_depIdxs = []int32{
 	0,  // 2: baton.rs.v1.RegionOpResult.kind:type_name -> baton.rs.v1.OpKind
 	3,  // 3: baton.rs.v1.BatchResponse.results:type_name -> baton.rs.v1.RegionOpResult
 	6,  // 4: baton.rs.v1.ListRegionsResponse.regions:type_name -> baton.rs.v1.HostedRegion
-	12, // 5: baton.rs.v1.RegisterServerResponse.access:type_name -> baton.rs.v1.AccessGrants
-	12, // 6: baton.rs.v1.HeartbeatResponse.access:type_name -> baton.rs.v1.AccessGrants
-	13, // 7: baton.rs.v1.AccessGrants.clients:type_name -> baton.rs.v1.ClientGrant
-	2,  // 8: baton.rs.v1.RegionServer.ExecuteBatch:input_type -> baton.rs.v1.BatchRequest
-	5,  // 9: baton.rs.v1.RegionServer.ListRegions:input_type -> baton.rs.v1.ListRegionsRequest
-	8,  // 10: baton.rs.v1.Master.RegisterServer:input_type -> baton.rs.v1.RegisterServerRequest
-	10, // 11: baton.rs.v1.Master.Heartbeat:input_type -> baton.rs.v1.HeartbeatRequest
-	14, // 12: baton.rs.v1.Master.ReportTransition:input_type -> baton.rs.v1.ReportTransitionRequest
-	4,  // 13: baton.rs.v1.RegionServer.ExecuteBatch:output_type -> baton.rs.v1.BatchResponse
-	7,  // 14: baton.rs.v1.RegionServer.ListRegions:output_type -> baton.rs.v1.ListRegionsResponse
-	9,  // 15: baton.rs.v1.Master.RegisterServer:output_type -> baton.rs.v1.RegisterServerResponse
-	11, // 16: baton.rs.v1.Master.Heartbeat:output_type -> baton.rs.v1.HeartbeatResponse
-	15, // 17: baton.rs.v1.Master.ReportTransition:output_type -> baton.rs.v1.ReportTransitionResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 5: baton.rs.v1.RegisterServerResponse.access:type_name -> baton.rs.v1.AccessGrants
+	11, // 6: baton.rs.v1.HeartbeatRequest.refusals:type_name -> baton.rs.v1.RefusalReport
+	13, // 7: baton.rs.v1.HeartbeatResponse.access:type_name -> baton.rs.v1.AccessGrants
+	14, // 8: baton.rs.v1.AccessGrants.clients:type_name -> baton.rs.v1.ClientGrant
+	2,  // 9: baton.rs.v1.RegionServer.ExecuteBatch:input_type -> baton.rs.v1.BatchRequest
+	5,  // 10: baton.rs.v1.RegionServer.ListRegions:input_type -> baton.rs.v1.ListRegionsRequest
+	8,  // 11: baton.rs.v1.Master.RegisterServer:input_type -> baton.rs.v1.RegisterServerRequest
+	10, // 12: baton.rs.v1.Master.Heartbeat:input_type -> baton.rs.v1.HeartbeatRequest
+	15, // 13: baton.rs.v1.Master.ReportTransition:input_type -> baton.rs.v1.ReportTransitionRequest
+	4,  // 14: baton.rs.v1.RegionServer.ExecuteBatch:output_type -> baton.rs.v1.BatchResponse
+	7,  // 15: baton.rs.v1.RegionServer.ListRegions:output_type -> baton.rs.v1.ListRegionsResponse
+	9,  // 16: baton.rs.v1.Master.RegisterServer:output_type -> baton.rs.v1.RegisterServerResponse
+	12, // 17: baton.rs.v1.Master.Heartbeat:output_type -> baton.rs.v1.HeartbeatResponse
+	16, // 18: baton.rs.v1.Master.ReportTransition:output_type -> baton.rs.v1.ReportTransitionResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_regionserver_proto_init() }
@@ -1247,7 +1370,7 @@ func file_regionserver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_regionserver_proto_rawDesc), len(file_regionserver_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
