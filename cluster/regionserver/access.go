@@ -3,6 +3,7 @@ package regionserver
 import (
 	"context"
 	"fmt"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"net/http"
 	"strings"
 	"sync"
@@ -141,22 +142,27 @@ func (s *Server) refuse(caller security.Identity, method, from string, err error
 }
 
 func (s *Server) refusalReport(caller security.Identity, method, from string, err error) *rspb.RefusalReport {
-	rep := &rspb.RefusalReport{Code: status.Code(err).String(), Peer: from, AtUnixMs: s.clk.Now().UnixMilli(),
-		Message: cutMessage(status.Convert(err).Message())}
+	rep := &rspb.RefusalReport{Code: status.Code(err).String(), Peer: reportText(from), AtUnixMs: s.clk.Now().UnixMilli(),
+		Message: reportText(status.Convert(err).Message())}
 	if caller.Role != "" {
-		rep.Caller = string(caller.Role) + "/" + caller.ID
+		rep.Caller = reportText(string(caller.Role) + "/" + caller.ID)
 	}
 	if strings.HasPrefix(method, "/") {
-		rep.Method = "HTTP " + method
+		rep.Method = reportText("HTTP " + method)
 	} else {
-		rep.Method = security.RegionServerService + method
+		rep.Method = reportText(security.RegionServerService + method)
 	}
 	return rep
 }
 
-// cutMessage shortens a refusal's message to refusalMessageMax bytes, on
-// a rune boundary.
-func cutMessage(m string) string {
+// reportText makes a report's text fit what the leader accepts of a
+// heartbeat (reqlimit.Fields): the caller chooses an HTTP path, which once
+// decoded may hold control characters, bytes that are not UTF-8 and any
+// length, and one report the leader refused would refuse the heartbeat
+// carrying it, and with it the server's lease. Escaped, then cut at a
+// rune.
+func reportText(m string) string {
+	m = reqlimit.Escape(m)
 	if len(m) <= refusalMessageMax {
 		return m
 	}

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -142,4 +144,18 @@ func TestRegionServerAppliesGrants(t *testing.T) {
 	r.fc.setLeader("")
 	r.want(opsClient, "", codes.Unavailable, http.StatusServiceUnavailable, "no master has confirmed them since")
 	r.want(aMaster, "", codes.OK, http.StatusOK, "")
+}
+
+// A refused caller chooses its HTTP path, which decoded may hold control
+// characters, bytes that are not UTF-8, and any length: the report must
+// still pass the leader's limits, or the heartbeat carrying it, and the
+// server's lease with it, would be refused.
+func TestRefusalReportFitsTheHeartbeatLimits(t *testing.T) {
+	s := &Server{clk: clock.Real{}}
+	path := "/metrics/\x1b[31m\xff\n" + strings.Repeat("é", 5000)
+	rep := s.refusalReport(security.Identity{Role: security.RoleClient, ID: "x\x1by"}, path, "127.0.0.1:1",
+		status.Error(codes.PermissionDenied, "refused "+path))
+	if err := reqlimit.Check(&rspb.HeartbeatRequest{ServerId: "rs1", Refusals: []*rspb.RefusalReport{rep}}); err != nil {
+		t.Fatalf("a heartbeat carrying the report is refused: %v", err)
+	}
 }
