@@ -123,14 +123,17 @@ func clipServer(s *adminpb.Server) *adminpb.Server {
 // Lock entries: the most holders and waiters of one lock an answer
 // carries, and the most bytes of them.
 const (
-	maxLockParties     = 1000
-	maxLockPartyBytes  = 512 << 10
-	defaultLocksPage   = 1000
-	maxLocksPage       = 10000
-	defaultNamesPage   = 1000
-	maxNamesPage       = 10000
-	maxCancelIDs       = 100_000
-	maxCancelListBytes = maxListPageBytes
+	maxLockParties    = 1000
+	maxLockPartyBytes = 512 << 10
+	defaultLocksPage  = 1000
+	maxLocksPage      = 10000
+	defaultNamesPage  = 1000
+	maxNamesPage      = 10000
+	maxCancelIDs      = 100_000
+	// ServerRegions pages count names of each list.
+	defaultServerRegionsPage = 10_000
+	maxServerRegionsPage     = 100_000
+	maxCancelListBytes       = maxListPageBytes
 )
 
 // clipLockEntry keeps of e's holders and waiters the first
