@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/clustertest"
@@ -282,5 +285,47 @@ func TestGetProcedureCutsOldHugeData(t *testing.T) {
 	}
 	if !p.GetTruncated() || len(p.GetData()) > 64<<10 {
 		t.Errorf("truncated %v, %d bytes of data", p.GetTruncated(), len(p.GetData()))
+	}
+}
+
+// parked suspends until woken, which nothing does: stuck once it has not
+// been written for stuck_after.
+type parked struct{ procedure.Base }
+
+func (p *parked) Execute(*procedure.Context) (procedure.Step, error) { return procedure.Suspend(), nil }
+func (p *parked) Rollback(*procedure.Context) error                  { return nil }
+
+// TestProcedureStatsBounded: a thousand stuck procedures stored with
+// owners and nonces of 4 KiB (as 0.1.0 took them) were named in 2 MB at
+// max_stuck 1,000; the stuck list now ends at 1 MiB and still counts them
+// all. A stuck_after_ms that overflows a duration is refused.
+func TestProcedureStatsBounded(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, Register: func(r *procedure.Registry) error {
+		return r.Register("parked", 1, func() procedure.Procedure { return &parked{} })
+	}})
+	_, x := fc.WaitLeader()
+	const n = 1000
+	for i := range n {
+		if _, err := x.Submit(&parked{}, procedure.SubmitOptions{Owner: strings.Repeat("o", 4096), Nonce: fmt.Sprintf("%05d%s", i, strings.Repeat("n", 4091))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	var r *adminpb.ProcedureStatsResponse
+	fc.WaitForNil("every procedure stuck", func() error {
+		var err error
+		r, err = a.ProcedureStats(ctx, &adminpb.ProcedureStatsRequest{StuckAfterMs: 1, MaxStuck: 1000})
+		if err == nil && r.GetStuckCount() != n {
+			err = fmt.Errorf("%d stuck", r.GetStuckCount())
+		}
+		return err
+	})
+	if s := proto.Size(r); s > (1<<20)+(64<<10) || len(r.GetStuck()) == 0 {
+		t.Errorf("%d stuck named in %d bytes", len(r.GetStuck()), s)
+	}
+	_, err := a.ProcedureStats(ctx, &adminpb.ProcedureStatsRequest{StuckAfterMs: math.MaxInt64})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "stuck_after_ms") {
+		t.Errorf("stuck_after_ms of 292 million years: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -100,5 +101,49 @@ func openRegions(t *testing.T, term, startCode uint64, rsc rspb.RegionServerClie
 				t.Fatalf("open %s: %s", r.GetRegion(), r.GetError())
 			}
 		}
+	}
+}
+
+// bigResult is a procedure whose result is 5 MiB: one a release without
+// bounds on answers could not show at all.
+type bigResult struct{ procedure.Base }
+
+func (p *bigResult) Execute(ctx *procedure.Context) (procedure.Step, error) {
+	ctx.SetResult([]byte(strings.Repeat("r", 5<<20)))
+	return procedure.Done(), nil
+}
+func (p *bigResult) Rollback(*procedure.Context) error { return nil }
+
+// TestProcOfHugeResult: 'proc wait --json', 'proc get' and 'proc get
+// --json' of a procedure with a 5 MiB result failed (larger than a gRPC
+// message); they now show its first MiB and say it was cut.
+func TestProcOfHugeResult(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, Register: func(r *procedure.Registry) error {
+		return r.Register("bigresult", 1, func() procedure.Procedure { return &bigResult{} })
+	}})
+	fc.WaitLeader()
+	id := fc.Submit(&bigResult{}, "")
+	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
+	code, stdout, stderr := runCLI(t, env, "proc", "wait", idStr(id), "--json")
+	var waited struct {
+		State     string `json:"state"`
+		Result    string `json:"result"`
+		Truncated bool   `json:"truncated"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &waited) != nil || waited.State != "SUCCESS" || !waited.Truncated || len(waited.Result) != 1<<20 {
+		t.Fatalf("wait --json: exit %d, %d bytes of result\n%.2000s", code, len(waited.Result), stderr)
+	}
+	code, stdout, stderr = runCLI(t, env, "proc", "get", idStr(id), "--json")
+	var got struct {
+		State     string `json:"state"`
+		Result    string `json:"result"`
+		Truncated bool   `json:"truncated"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &got) != nil || got.State != "SUCCESS" || !got.Truncated || len(got.Result) != 1<<20 {
+		t.Errorf("get --json: exit %d, %d bytes of result\n%.2000s", code, len(got.Result), stderr)
+	}
+	code, stdout, stderr = runCLI(t, env, "proc", "get", idStr(id))
+	if code != exitOK || !strings.Contains(stdout, "truncated    fields longer than an answer carries were cut") {
+		t.Errorf("get: exit %d\n%.500s\n%.2000s", code, stdout[max(0, len(stdout)-500):], stderr)
 	}
 }

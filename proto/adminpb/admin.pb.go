@@ -2229,10 +2229,11 @@ type Procedure struct {
 	// itself, a child (see its root), or one written by 0.1.0.
 	SubmittedBy string `protobuf:"bytes,106,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	// truncated: a field of the record was longer than an answer carries
-	// (owner, nonce, waiting_for or error over 1 KiB, data over 64 KiB, or
-	// in a list answer a result over 64 KiB or over 10,000 children) and
-	// was cut: a text ends in "…[cut from N bytes]", data is its first
-	// 64 KiB (no longer valid JSON). Only records stored before requests
+	// (owner, nonce, waiting_for or error over 1 KiB, data over 64 KiB, a
+	// result over 1 MiB or over 100,000 children, or in a list answer a
+	// result over 64 KiB or over 10,000 children) and was cut: a text ends
+	// in "…[cut from N bytes]", data and result are their first bytes
+	// (no longer valid JSON), children the first ones. Only records stored before requests
 	// were bounded (docs/security.md, "Request limits") can hold such.
 	Truncated     bool `protobuf:"varint,107,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5100,10 +5101,11 @@ func (x *ListLocksResponse) GetNextPageToken() string {
 type ProcedureStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// stuck_after_ms: an unfinished, unpaused procedure not written for this
-	// long counts as stuck. 0: 10 minutes.
+	// long counts as stuck. 0: 10 minutes; at most 366 days.
 	StuckAfterMs int64 `protobuf:"varint,1,opt,name=stuck_after_ms,json=stuckAfterMs,proto3" json:"stuck_after_ms,omitempty"`
 	// max_stuck bounds the stuck procedures named (they are all counted).
-	// 0: 20.
+	// 0: 20; at most 1,000, and as many as fit in 1 MiB, each cut as in
+	// a list answer.
 	MaxStuck      int32       `protobuf:"varint,2,opt,name=max_stuck,json=maxStuck,proto3" json:"max_stuck,omitempty"`
 	Consistency   Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
 	unknownFields protoimpl.UnknownFields
