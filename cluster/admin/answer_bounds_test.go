@@ -371,3 +371,56 @@ func TestAclListPaged(t *testing.T) {
 		t.Errorf("a bad token: %v", err)
 	}
 }
+
+// TestTrailsOfOldHugeRecords: an audit record or a repair record stored
+// with fields of 5 MiB (written before the fields were cut, or forged
+// into the state) made every page holding it fail; answers now cut each
+// field.
+func TestTrailsOfOldHugeRecords(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	huge := strings.Repeat("x", 5<<20)
+	for i := range 3 {
+		b, err := proto.Marshal(&adminpb.AuditRecord{Id: fmt.Sprintf("1-%d", i), Method: "CreateTable", Principal: "client/ops",
+			Args: huge, Message: huge, Code: "OK", CommittedUnixMs: time.Now().UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.SeedRecord(fmt.Sprintf("audit/%020d-%010d", 1, i), b)
+	}
+	rb, err := json.Marshal(domain.RepairRecord{Seq: 1, At: time.Now(), Action: "maintenance on", Args: map[string]string{"reason": huge},
+		Caller: huge, Node: "m1", Outcome: "done", Result: huge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.SeedRecord(domain.RepairKey(1), rb)
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	var audits []*adminpb.AuditRecord
+	pageAll(t, "list audit", func(tok string) (*adminpb.ListAuditResponse, error) {
+		r, err := a.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: tok})
+		audits = append(audits, r.GetRecords()...)
+		return r, err
+	})
+	planted := 0
+	for _, r := range audits {
+		if strings.HasPrefix(r.GetArgs(), "xxx") {
+			planted++
+			if len(r.GetArgs()) > 1024 || len(r.GetMessage()) > 1024 {
+				t.Errorf("audit record %s: args of %d bytes, message of %d", r.GetId(), len(r.GetArgs()), len(r.GetMessage()))
+			}
+		}
+	}
+	if planted != 3 {
+		t.Errorf("%d planted audit records listed, want 3", planted)
+	}
+	var repairs []*adminpb.RepairRecord
+	pageAll(t, "list repairs", func(tok string) (*adminpb.ListRepairsResponse, error) {
+		r, err := a.ListRepairs(ctx, &adminpb.ListRepairsRequest{PageToken: tok})
+		repairs = append(repairs, r.GetRecords()...)
+		return r, err
+	})
+	if len(repairs) != 1 || proto.Size(repairs[0]) > 64<<10 {
+		t.Errorf("%d repair records, the first of %d bytes", len(repairs), proto.Size(repairs[0]))
+	}
+}

@@ -217,3 +217,22 @@ func boundPageAt[T proto.Message](items []T, next string, key func(T) string) ([
 	}
 	return kept, next
 }
+
+// maxAuditText is the most of an audit record's args or message an
+// answer carries: they are written cut at 512 bytes, but a record stored
+// otherwise (by a release before that cut, or forged into the state) must
+// not make the trail unreadable.
+const maxAuditText = 1 << 10
+
+// clipAuditRecord cuts r's text fields to what an answer carries.
+func clipAuditRecord(r *adminpb.AuditRecord) *adminpb.AuditRecord {
+	r.Args, _ = clipText(r.GetArgs(), maxAuditText)
+	r.Message, _ = clipText(r.GetMessage(), maxAuditText)
+	for _, f := range []*string{&r.Id, &r.Principal, &r.Name, &r.Method, &r.ArgsDigest, &r.Code, &r.Node, &r.Peer, &r.Via} {
+		*f, _ = clipText(*f, maxAnswerText)
+	}
+	if len(r.GetProcIds()) > maxCancelIDs {
+		r.ProcIds = r.GetProcIds()[:maxCancelIDs]
+	}
+	return r
+}
