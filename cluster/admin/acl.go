@@ -815,43 +815,6 @@ func tokenMsg(acc string, e aclEntry) *adminpb.AclToken {
 	return &adminpb.AclToken{Accessor: acc, Name: e.Name, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, ExpiresUnixMs: e.ExpiresMs}
 }
 
-// AclList implements adminpb.AdminServer.
-func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adminpb.AclListResponse, error) {
-	sc, ok := s.b.(domainScanner)
-	if !ok {
-		return nil, status.Error(codes.Unimplemented, "admin: acl list: this node cannot list its state")
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.AclListResponse, error) {
-		out := &adminpb.AclListResponse{Enforced: s.acc.Enforce, Read: ri}
-		sc.DomainScan(aclCertPrefix, func(k string, v []byte) bool {
-			var e aclEntry
-			if json.Unmarshal(v, &e) == nil {
-				out.Bindings = append(out.Bindings, bindingMsg(strings.TrimPrefix(k, aclCertPrefix), e))
-			}
-			return true
-		})
-		sc.DomainScan(aclTokenPrefix, func(k string, v []byte) bool {
-			var e aclEntry
-			if json.Unmarshal(v, &e) == nil {
-				t := tokenMsg(strings.TrimPrefix(k, aclTokenPrefix), e)
-				t.LastUsedUnixMs = s.tokenLastUse(t.GetAccessor())
-				out.Tokens = append(out.Tokens, t)
-			}
-			return true
-		})
-		sc.DomainScan(aclRevokedPrefix, func(k string, v []byte) bool {
-			var r aclRevocation
-			if json.Unmarshal(v, &r) == nil {
-				out.Revoked = append(out.Revoked, &adminpb.AclRevocation{Client: strings.TrimPrefix(k, aclRevokedPrefix), RevokedUnixMs: r.AtMs, RevokedBy: r.By})
-			}
-			return true
-		})
-		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclListResponse, error) {
-		return c.AclList(ctx, req)
-	})
-}
-
 // domainScannerFrom is a backend that can walk its domain keys in order
 // from a key on.
 type domainScannerFrom interface {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/clustertest"
@@ -282,5 +285,142 @@ func TestGetProcedureCutsOldHugeData(t *testing.T) {
 	}
 	if !p.GetTruncated() || len(p.GetData()) > 64<<10 {
 		t.Errorf("truncated %v, %d bytes of data", p.GetTruncated(), len(p.GetData()))
+	}
+}
+
+// parked suspends until woken, which nothing does: stuck once it has not
+// been written for stuck_after.
+type parked struct{ procedure.Base }
+
+func (p *parked) Execute(*procedure.Context) (procedure.Step, error) { return procedure.Suspend(), nil }
+func (p *parked) Rollback(*procedure.Context) error                  { return nil }
+
+// TestProcedureStatsBounded: a thousand stuck procedures stored with
+// owners and nonces of 4 KiB (as 0.1.0 took them) were named in 2 MB at
+// max_stuck 1,000; the stuck list now ends at 1 MiB and still counts them
+// all. A stuck_after_ms that overflows a duration is refused.
+func TestProcedureStatsBounded(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1, Register: func(r *procedure.Registry) error {
+		return r.Register("parked", 1, func() procedure.Procedure { return &parked{} })
+	}})
+	_, x := fc.WaitLeader()
+	const n = 1000
+	for i := range n {
+		if _, err := x.Submit(&parked{}, procedure.SubmitOptions{Owner: strings.Repeat("o", 4096), Nonce: fmt.Sprintf("%05d%s", i, strings.Repeat("n", 4091))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	var r *adminpb.ProcedureStatsResponse
+	fc.WaitForNil("every procedure stuck", func() error {
+		var err error
+		r, err = a.ProcedureStats(ctx, &adminpb.ProcedureStatsRequest{StuckAfterMs: 1, MaxStuck: 1000})
+		if err == nil && r.GetStuckCount() != n {
+			err = fmt.Errorf("%d stuck", r.GetStuckCount())
+		}
+		return err
+	})
+	if s := proto.Size(r); s > (1<<20)+(64<<10) || len(r.GetStuck()) == 0 {
+		t.Errorf("%d stuck named in %d bytes", len(r.GetStuck()), s)
+	}
+	_, err := a.ProcedureStats(ctx, &adminpb.ProcedureStatsRequest{StuckAfterMs: math.MaxInt64})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "stuck_after_ms") {
+		t.Errorf("stuck_after_ms of 292 million years: %v", err)
+	}
+}
+
+// TestAclListPaged: 12,000 tokens with names of 128 bytes, made by a
+// principal of 256 (what the API takes), were one answer of 5 MB. Now a
+// page ends by count and size; a caller that sends no token (0.1.0's)
+// gets the first page and a token saying there are more; the Go client,
+// so 'acl list', reads every page.
+func TestAclListPaged(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	const bindings, tokens = 3000, 12_000
+	recs := map[string][]byte{}
+	for i := range bindings {
+		recs[fmt.Sprintf("acl/cert/c%05d%s", i, strings.Repeat("c", 120))] = []byte(`{"permission":"read","created_ms":1,"created_by":"` + strings.Repeat("b", 256) + `"}`)
+	}
+	for i := range tokens {
+		recs[fmt.Sprintf("acl/token/a%023d", i)] = []byte(`{"permission":"read","name":"` + strings.Repeat("n", 128) +
+			`","hash":"` + strings.Repeat("0", 64) + `","created_ms":1,"created_by":"` + strings.Repeat("b", 256) + `"}`)
+	}
+	fc.SeedRecords(recs)
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	first, err := a.AclList(ctx, &adminpb.AclListRequest{})
+	if err != nil || first.GetNextPageToken() == "" || len(first.GetBindings()) == 0 {
+		t.Fatalf("first page: %d bindings, %d tokens, next_page_token %q, %v", len(first.GetBindings()), len(first.GetTokens()), first.GetNextPageToken(), err)
+	}
+	var nb, nt int
+	pageAll(t, "acl list", func(tok string) (*adminpb.AclListResponse, error) {
+		r, err := a.AclList(ctx, &adminpb.AclListRequest{PageToken: tok, PageSize: 10_000})
+		nb, nt = nb+len(r.GetBindings()), nt+len(r.GetTokens())
+		return r, err
+	})
+	all, err := fc.Client().AclList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb != bindings || nt != tokens || len(all.GetBindings()) != bindings || len(all.GetTokens()) != tokens {
+		t.Errorf("paging: %d bindings, %d tokens; the client %d, %d; want %d, %d", nb, nt, len(all.GetBindings()), len(all.GetTokens()), bindings, tokens)
+	}
+	if _, err := a.AclList(ctx, &adminpb.AclListRequest{PageToken: "nonsense"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a bad token: %v", err)
+	}
+}
+
+// TestTrailsOfOldHugeRecords: an audit record or a repair record stored
+// with fields of 5 MiB (written before the fields were cut, or forged
+// into the state) made every page holding it fail; answers now cut each
+// field.
+func TestTrailsOfOldHugeRecords(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	huge := strings.Repeat("x", 5<<20)
+	for i := range 3 {
+		b, err := proto.Marshal(&adminpb.AuditRecord{Id: fmt.Sprintf("1-%d", i), Method: "CreateTable", Principal: "client/ops",
+			Args: huge, Message: huge, Code: "OK", CommittedUnixMs: time.Now().UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.SeedRecord(fmt.Sprintf("audit/%020d-%010d", 1, i), b)
+	}
+	rb, err := json.Marshal(domain.RepairRecord{Seq: 1, At: time.Now(), Action: "maintenance on", Args: map[string]string{"reason": huge},
+		Caller: huge, Node: "m1", Outcome: "done", Result: huge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.SeedRecord(domain.RepairKey(1), rb)
+	ctx := boundsCtx(t)
+	a := fc.Leader().Admin()
+	var audits []*adminpb.AuditRecord
+	pageAll(t, "list audit", func(tok string) (*adminpb.ListAuditResponse, error) {
+		r, err := a.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: tok})
+		audits = append(audits, r.GetRecords()...)
+		return r, err
+	})
+	planted := 0
+	for _, r := range audits {
+		if strings.HasPrefix(r.GetArgs(), "xxx") {
+			planted++
+			if len(r.GetArgs()) > 1024 || len(r.GetMessage()) > 1024 {
+				t.Errorf("audit record %s: args of %d bytes, message of %d", r.GetId(), len(r.GetArgs()), len(r.GetMessage()))
+			}
+		}
+	}
+	if planted != 3 {
+		t.Errorf("%d planted audit records listed, want 3", planted)
+	}
+	var repairs []*adminpb.RepairRecord
+	pageAll(t, "list repairs", func(tok string) (*adminpb.ListRepairsResponse, error) {
+		r, err := a.ListRepairs(ctx, &adminpb.ListRepairsRequest{PageToken: tok})
+		repairs = append(repairs, r.GetRecords()...)
+		return r, err
+	})
+	if len(repairs) != 1 || proto.Size(repairs[0]) > 64<<10 {
+		t.Errorf("%d repair records, the first of %d bytes", len(repairs), proto.Size(repairs[0]))
 	}
 }

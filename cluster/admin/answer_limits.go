@@ -21,9 +21,14 @@ const (
 	// or error an answer carries.
 	maxAnswerText = 1 << 10
 	// maxListResult and maxListChildren are the most of a procedure's
-	// result and children a list answer carries (GetProcedure: all).
-	maxListResult   = 64 << 10
-	maxListChildren = 10_000
+	// result and children a list answer carries; maxAnswerResult and
+	// maxAnswerChildren what an answer of one procedure does (GetProcedure,
+	// WatchProcedure, pause, resume, abort, ack): with its data and history,
+	// well under gRPC's 4 MiB.
+	maxListResult     = 64 << 10
+	maxListChildren   = 10_000
+	maxAnswerResult   = 1 << 20
+	maxAnswerChildren = 100_000
 )
 
 // clipText cuts s to max bytes, saying so in what it keeps.
@@ -35,8 +40,8 @@ func clipText(s string, max int) (string, bool) {
 	return cut(s, max-len(note)+len("…")) + note[len("…"):], true
 }
 
-// clipProcedure cuts p's text fields to what an answer carries, and in a
-// list answer its result and children too.
+// clipProcedure cuts p's text fields, result and children to what an
+// answer carries: a list answer less of the result and children.
 func clipProcedure(p *adminpb.Procedure, listing bool) *adminpb.Procedure {
 	var cut [4]bool
 	p.Owner, cut[0] = clipText(p.GetOwner(), maxAnswerText)
@@ -46,13 +51,15 @@ func clipProcedure(p *adminpb.Procedure, listing bool) *adminpb.Procedure {
 	for _, c := range cut {
 		p.Truncated = p.Truncated || c
 	}
+	results, children := maxAnswerResult, maxAnswerChildren
 	if listing {
-		if len(p.GetResult()) > maxListResult {
-			p.Result, p.Truncated = p.GetResult()[:maxListResult], true
-		}
-		if len(p.GetChildren()) > maxListChildren {
-			p.Children, p.Truncated = p.GetChildren()[:maxListChildren], true
-		}
+		results, children = maxListResult, maxListChildren
+	}
+	if len(p.GetResult()) > results {
+		p.Result, p.Truncated = p.GetResult()[:results], true
+	}
+	if len(p.GetChildren()) > children {
+		p.Children, p.Truncated = p.GetChildren()[:children], true
 	}
 	return p
 }
@@ -123,14 +130,17 @@ func clipServer(s *adminpb.Server) *adminpb.Server {
 // Lock entries: the most holders and waiters of one lock an answer
 // carries, and the most bytes of them.
 const (
-	maxLockParties     = 1000
-	maxLockPartyBytes  = 512 << 10
-	defaultLocksPage   = 1000
-	maxLocksPage       = 10000
-	defaultNamesPage   = 1000
-	maxNamesPage       = 10000
-	maxCancelIDs       = 100_000
-	maxCancelListBytes = maxListPageBytes
+	maxLockParties    = 1000
+	maxLockPartyBytes = 512 << 10
+	defaultLocksPage  = 1000
+	maxLocksPage      = 10000
+	defaultNamesPage  = 1000
+	maxNamesPage      = 10000
+	maxCancelIDs      = 100_000
+	// ServerRegions pages count names of each list.
+	defaultServerRegionsPage = 10_000
+	maxServerRegionsPage     = 100_000
+	maxCancelListBytes       = maxListPageBytes
 )
 
 // clipLockEntry keeps of e's holders and waiters the first
@@ -206,4 +216,23 @@ func boundPageAt[T proto.Message](items []T, next string, key func(T) string) ([
 		next = key(kept[len(kept)-1])
 	}
 	return kept, next
+}
+
+// maxAuditText is the most of an audit record's args or message an
+// answer carries: they are written cut at 512 bytes, but a record stored
+// otherwise (by a release before that cut, or forged into the state) must
+// not make the trail unreadable.
+const maxAuditText = 1 << 10
+
+// clipAuditRecord cuts r's text fields to what an answer carries.
+func clipAuditRecord(r *adminpb.AuditRecord) *adminpb.AuditRecord {
+	r.Args, _ = clipText(r.GetArgs(), maxAuditText)
+	r.Message, _ = clipText(r.GetMessage(), maxAuditText)
+	for _, f := range []*string{&r.Id, &r.Principal, &r.Name, &r.Method, &r.ArgsDigest, &r.Code, &r.Node, &r.Peer, &r.Via} {
+		*f, _ = clipText(*f, maxAnswerText)
+	}
+	if len(r.GetProcIds()) > maxCancelIDs {
+		r.ProcIds = r.GetProcIds()[:maxCancelIDs]
+	}
+	return r
 }

@@ -745,7 +745,7 @@ func listAuditPage(sc auditScanner, req *adminpb.ListAuditRequest, after string,
 			out.NextPageToken = adminpb.EncodePageToken(kind, last)
 			return out
 		}
-		out.Records = append(out.Records, f.rec)
+		out.Records = append(out.Records, clipAuditRecord(f.rec))
 		size += f.size
 		last = f.suffix
 	}

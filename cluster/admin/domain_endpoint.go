@@ -52,7 +52,7 @@ type Domain interface {
 	// ListRecordedServersPage is ListServersPage on any master, without
 	// the leader's lease view (lease state "unknown" for live servers).
 	ListRecordedServersPage(q catalog.ServerQuery) (catalog.ServerPage, error)
-	ServerRegions(ctx context.Context, server string) (catalog.ServerRegions, error)
+	ServerRegions(ctx context.Context, q catalog.ServerRegionsQuery) (catalog.ServerRegions, error)
 
 	// The lock calls run on the leader, with its executor.
 	AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error)

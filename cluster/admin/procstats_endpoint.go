@@ -20,6 +20,9 @@ const (
 	DefaultStuckAfter = 10 * time.Minute
 	DefaultMaxStuck   = 20
 	maxMaxStuck       = 1000
+	// maxStuckAfter keeps stuck_after_ms a duration (milliseconds times a
+	// million overflow past 292 years) and a sensible one.
+	maxStuckAfter = 366 * 24 * time.Hour
 )
 
 // ProcedureStats implements adminpb.AdminServer: one pass over the
@@ -31,14 +34,20 @@ const (
 // a suspension whose timer is still to fire (a sleep asked for), and an
 // external lock, which is held for as long as its holder renews it.
 func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest) (*adminpb.ProcedureStatsResponse, error) {
-	stuckAfter, err := msDuration("procedure stats", "stuck_after_ms", req.GetStuckAfterMs())
-	if err != nil {
+	// What a duration holds first (as every *_ms field), then what makes
+	// sense here.
+	if _, err := msDuration("procedure stats", "stuck_after_ms", req.GetStuckAfterMs()); err != nil {
 		return nil, err
 	}
 	maxStuck := int(req.GetMaxStuck())
+	switch ms := req.GetStuckAfterMs(); {
+	case ms < 0 || maxStuck < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative stuck_after_ms %d or max_stuck %d", ms, maxStuck)
+	case ms > maxStuckAfter.Milliseconds():
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: stuck_after_ms %d, at most %d (366 days)", ms, maxStuckAfter.Milliseconds())
+	}
+	stuckAfter := time.Duration(req.GetStuckAfterMs()) * time.Millisecond
 	switch {
-	case maxStuck < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative max_stuck %d", maxStuck)
 	case stuckAfter == 0:
 		stuckAfter = DefaultStuckAfter
 	}
@@ -130,8 +139,10 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 			if err != nil {
 				continue // finished and deleted since the pass
 			}
-			out.Stuck = append(out.Stuck, p)
+			out.Stuck = append(out.Stuck, clipProcedure(p, true))
 		}
+		// A list like any: the oldest that fit in a page's bytes.
+		out.Stuck, _ = boundPage(out.Stuck)
 		return out, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ProcedureStatsResponse, error) {
 		return c.ProcedureStats(ctx, req)

@@ -44,21 +44,31 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 
 // ServerRegions implements adminpb.AdminServer: the region server's own
 // answer beside the assignment in the master's state (read at the
-// request's consistency).
+// request's consistency), a page of both at a time.
 func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRequest) (*adminpb.ServerRegionsResponse, error) {
 	if req.GetServer() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: server regions: server is required")
+	}
+	if err := checkPageSize("server regions", req.GetPageSize()); err != nil {
+		return nil, err
+	}
+	after, err := decodePageToken("server regions", adminpb.ServerRegionsPageToken, req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	d, err := s.domain()
 	if err != nil {
 		return nil, err
 	}
+	q := catalog.ServerRegionsQuery{Server: req.GetServer(), After: after,
+		PageSize: pageSizeOr(req.GetPageSize(), defaultServerRegionsPage, maxServerRegionsPage)}
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ServerRegionsResponse, error) {
-		sr, err := d.ServerRegions(ctx, req.GetServer())
+		sr, err := d.ServerRegions(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		return &adminpb.ServerRegionsResponse{Server: sr.Server, Assigned: sr.Assigned, Hosted: sr.Hosted, Read: ri}, nil
+		return &adminpb.ServerRegionsResponse{Server: sr.Server, Assigned: sr.Assigned, Hosted: sr.Hosted, Read: ri,
+			NextPageToken: encodePageToken(adminpb.ServerRegionsPageToken, sr.Next)}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
 		return c.ServerRegions(ctx, req)
 	})

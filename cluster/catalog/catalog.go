@@ -86,6 +86,17 @@ type ServerRegions struct {
 	Server   string
 	Assigned []string
 	Hosted   []string
+	// Next is the last name this page covers when there are more (both
+	// lists resume after it), "" when both are done.
+	Next string
+}
+
+// ServerRegionsQuery asks for a page of ServerRegions: the names of both
+// lists after After, at most PageSize of each.
+type ServerRegionsQuery struct {
+	Server   string
+	After    string
+	PageSize int
 }
 
 // LockRequest asks for an external lock.

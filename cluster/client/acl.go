@@ -59,17 +59,26 @@ func (c *Client) AclDeleteToken(ctx context.Context, accessor string) (existed b
 	return r.GetExisted(), err
 }
 
-// AclList lists the bindings and tokens.
+// AclList lists the bindings and tokens: every page, in one answer (its
+// Read and Enforced the last page's).
 func (c *Client) AclList(ctx context.Context, opts ...ReadOption) (*adminpb.AclListResponse, error) {
 	ro := readOpts(opts)
 	req := &adminpb.AclListRequest{Consistency: ro.consistency}
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclListResponse, error) {
-		return a.AclList(ctx, req)
-	})
-	if err == nil {
+	all := &adminpb.AclListResponse{}
+	for {
+		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclListResponse, error) {
+			return a.AclList(ctx, req)
+		})
+		if err != nil {
+			return nil, err
+		}
 		ro.served(r.GetRead())
+		all.Bindings, all.Tokens = append(all.Bindings, r.GetBindings()...), append(all.Tokens, r.GetTokens()...)
+		all.Enforced, all.Read = r.GetEnforced(), r.GetRead()
+		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
+			return all, nil
+		}
 	}
-	return r, err
 }
 
 // AuditFilter selects audit records: by principal (client/NAME,

@@ -178,14 +178,25 @@ func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint
 }
 
 // ServerRegions returns the regions server hosts by its own answer, beside
-// those the master's state assigns to it.
+// those the master's state assigns to it: every page of both, in one
+// answer (its Read the last page's).
 func (c *Client) ServerRegions(ctx context.Context, server string, opts ...ReadOption) (*adminpb.ServerRegionsResponse, error) {
 	o := readOpts(opts)
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
-		r, err := a.ServerRegions(ctx, &adminpb.ServerRegionsRequest{Server: server, Consistency: o.consistency})
+	req := &adminpb.ServerRegionsRequest{Server: server, Consistency: o.consistency}
+	all := &adminpb.ServerRegionsResponse{Server: server}
+	for {
+		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
+			return a.ServerRegions(ctx, req)
+		})
 		o.served(r.GetRead())
-		return r, err
-	})
+		if err != nil {
+			return nil, err
+		}
+		all.Hosted, all.Assigned, all.Read = append(all.Hosted, r.GetHosted()...), append(all.Assigned, r.GetAssigned()...), r.GetRead()
+		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
+			return all, nil
+		}
+	}
 }
 
 // Balance starts a balancing procedure (moving regions until every live

@@ -95,3 +95,20 @@ func (c *Cluster) SeedNamespaces(names []string) {
 		}
 	}
 }
+
+// SeedRecords commits records as SeedRecord does, in batches: very many
+// records, each as 0.1.0 may have stored it.
+func (c *Cluster) SeedRecords(records map[string][]byte) {
+	c.t.Helper()
+	var muts []raftfsm.Mutation
+	for k, v := range records {
+		muts = append(muts, raftfsm.Put(k, v))
+		if len(muts) == seedBatch {
+			c.applyMutations(muts)
+			muts = muts[:0]
+		}
+	}
+	if len(muts) > 0 {
+		c.applyMutations(muts)
+	}
+}

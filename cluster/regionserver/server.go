@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/reqlimit"
@@ -408,12 +409,39 @@ func (s *Server) regionsLocked() []*rspb.HostedRegion {
 }
 
 // ListRegions implements rspb.RegionServerServer: which regions this
-// server hosts now, under which start code.
-func (s *Server) ListRegions(context.Context, *rspb.ListRegionsRequest) (*rspb.ListRegionsResponse, error) {
+// server hosts now, under which start code, a page at a time: a hundred
+// thousand regions with long names are more than a gRPC message holds.
+func (s *Server) ListRegions(_ context.Context, req *rspb.ListRegionsRequest) (*rspb.ListRegionsResponse, error) {
+	if n := req.GetPageSize(); n < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "list regions: negative page_size %d", n)
+	}
+	after, err := rspb.DecodeRegionsToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.selfFenceLocked()
-	return &rspb.ListRegionsResponse{ServerId: s.cfg.ID, StartCode: s.startCode, Regions: s.regionsLocked()}, nil
+	regions, next := regionsPage(s.regionsLocked(), after, int(req.GetPageSize()))
+	return &rspb.ListRegionsResponse{ServerId: s.cfg.ID, StartCode: s.startCode, Regions: regions, NextPageToken: next}, nil
+}
+
+// regionsPage keeps of sorted the regions after region after, at most
+// size of them (0: the most) in at most rspb.MaxRegionsPageBytes, and
+// the token of the next page if there are more.
+func regionsPage(sorted []*rspb.HostedRegion, after string, size int) ([]*rspb.HostedRegion, string) {
+	if size <= 0 || size > rspb.MaxRegionsPage {
+		size = rspb.MaxRegionsPage
+	}
+	from := sort.Search(len(sorted), func(i int) bool { return sorted[i].GetRegion() > after })
+	rest, bytes := sorted[from:], 0
+	for i, h := range rest {
+		bytes += proto.Size(h) + 4 // the field's tag and length
+		if i == size || (i > 0 && bytes > rspb.MaxRegionsPageBytes) {
+			return rest[:i], rspb.EncodeRegionsToken(rest[i-1].GetRegion())
+		}
+	}
+	return rest, ""
 }
 
 // ExecuteBatch implements rspb.RegionServerServer: fencing first (the

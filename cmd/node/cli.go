@@ -581,6 +581,9 @@ func (c *cli) printProc(p *adminpb.Procedure) {
 	line("error", j.Error)
 	line("error code", j.ErrorCode)
 	line("result", j.Result)
+	if j.Truncated {
+		line("truncated", "fields longer than an answer carries were cut (a record stored before requests were bounded; docs/security.md)")
+	}
 	if len(j.ResultBase64) > 0 {
 		line("result", fmt.Sprintf("%d bytes (binary; see --json)", len(j.ResultBase64)))
 	}

@@ -226,7 +226,7 @@ func (c *cli) rsRegionsDirect(e *command, rf *readFlags, server, addr string) in
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(c.ctx, e.cf.timeout)
 	defer cancel()
-	resp, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+	resp, err := rspb.ListAllRegions(ctx, rspb.NewRegionServerClient(cc))
 	if err != nil {
 		st := status.Convert(err)
 		e.advise = maps.Clone(e.advise)

@@ -237,7 +237,7 @@ func (c *Cluster) RSClient(id string) rspb.RegionServerClient {
 func (c *Cluster) RSRegions(ctx context.Context, id string) (*rspb.ListRegionsResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return c.RSClient(id).ListRegions(cctx, &rspb.ListRegionsRequest{})
+	return rspb.ListAllRegions(cctx, c.RSClient(id))
 }
 
 // WaitRegionServers waits until every running region server holds a

@@ -103,6 +103,7 @@ var Fields = map[protoreflect.FullName]Field{
 	"baton.admin.v1.ListNamespacesRequest.page_token":  token,
 	"baton.admin.v1.ListLocksRequest.page_token":       token,
 	"baton.admin.v1.ServerRegionsRequest.server":       ident,
+	"baton.admin.v1.ServerRegionsRequest.page_token":   token,
 	"baton.admin.v1.BalanceRequest.nonce":              ident,
 	"baton.admin.v1.AcquireLockRequest.kind":           enum,
 	// A lock on regions names them all: a table's regions, with room.
@@ -128,6 +129,7 @@ var Fields = map[protoreflect.FullName]Field{
 	"baton.admin.v1.AclCreateTokenRequest.name":       name,
 	"baton.admin.v1.AclCreateTokenRequest.permission": enum,
 	"baton.admin.v1.AclDeleteTokenRequest.accessor":   ident,
+	"baton.admin.v1.AclListRequest.page_token":        token,
 	"baton.admin.v1.ListAuditRequest.page_token":      token,
 	"baton.admin.v1.ListAuditRequest.principal":       ident,
 	"baton.admin.v1.ListAuditRequest.method":          enum,
@@ -171,10 +173,11 @@ var Fields = map[protoreflect.FullName]Field{
 	"baton.rs.v1.BatchRequest.master_id": ident,
 	"baton.rs.v1.BatchRequest.server_id": ident,
 	// ops: the dispatcher's MaxBatch is at most 4096.
-	"baton.rs.v1.BatchRequest.ops":      {Items: 8192},
-	"baton.rs.v1.RegionOp.region":       region,
-	"baton.rs.v1.RegionOp.table":        name,
-	"baton.rs.v1.RegionOp.trace_parent": {Bytes: 256, Ident: true},
+	"baton.rs.v1.BatchRequest.ops":              {Items: 8192},
+	"baton.rs.v1.RegionOp.region":               region,
+	"baton.rs.v1.RegionOp.table":                name,
+	"baton.rs.v1.RegionOp.trace_parent":         {Bytes: 256, Ident: true},
+	"baton.rs.v1.ListRegionsRequest.page_token": token,
 }
 
 // fallback bounds a field Fields does not list, should one slip past the

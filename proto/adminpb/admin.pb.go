@@ -1519,7 +1519,13 @@ type ServerRegionsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
 	// consistency of the master's side (assigned).
-	Consistency   Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	Consistency Consistency `protobuf:"varint,2,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// Paged over the region names of both lists together: page_size
+	// (names of each list) default 10,000, at most 100,000; a page also ends
+	// at 1 MiB. A caller that sends no page_token gets the first page:
+	// next_page_token set says there are more.
+	PageSize      int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1568,14 +1574,31 @@ func (x *ServerRegionsRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *ServerRegionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ServerRegionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ServerRegionsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Server string                 `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
 	// hosted: the region server's own answer.
 	Hosted []string `protobuf:"bytes,2,rep,name=hosted,proto3" json:"hosted,omitempty"`
 	// assigned: the regions the master's state places there.
-	Assigned      []string  `protobuf:"bytes,3,rep,name=assigned,proto3" json:"assigned,omitempty"`
-	Read          *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
+	Assigned []string  `protobuf:"bytes,3,rep,name=assigned,proto3" json:"assigned,omitempty"`
+	Read     *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
+	// next_page_token: both lists resume after the last name this page
+	// covers; empty: they are done.
+	NextPageToken string `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1636,6 +1659,13 @@ func (x *ServerRegionsResponse) GetRead() *ReadInfo {
 		return x.Read
 	}
 	return nil
+}
+
+func (x *ServerRegionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type BalanceRequest struct {
@@ -2199,10 +2229,11 @@ type Procedure struct {
 	// itself, a child (see its root), or one written by 0.1.0.
 	SubmittedBy string `protobuf:"bytes,106,opt,name=submitted_by,json=submittedBy,proto3" json:"submitted_by,omitempty"`
 	// truncated: a field of the record was longer than an answer carries
-	// (owner, nonce, waiting_for or error over 1 KiB, data over 64 KiB, or
-	// in a list answer a result over 64 KiB or over 10,000 children) and
-	// was cut: a text ends in "…[cut from N bytes]", data is its first
-	// 64 KiB (no longer valid JSON). Only records stored before requests
+	// (owner, nonce, waiting_for or error over 1 KiB, data over 64 KiB, a
+	// result over 1 MiB or over 100,000 children, or in a list answer a
+	// result over 64 KiB or over 10,000 children) and was cut: a text ends
+	// in "…[cut from N bytes]", data and result are their first bytes
+	// (no longer valid JSON), children the first ones. Only records stored before requests
 	// were bounded (docs/security.md, "Request limits") can hold such.
 	Truncated     bool `protobuf:"varint,107,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5070,10 +5101,11 @@ func (x *ListLocksResponse) GetNextPageToken() string {
 type ProcedureStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// stuck_after_ms: an unfinished, unpaused procedure not written for this
-	// long counts as stuck. 0: 10 minutes.
+	// long counts as stuck. 0: 10 minutes; at most 366 days.
 	StuckAfterMs int64 `protobuf:"varint,1,opt,name=stuck_after_ms,json=stuckAfterMs,proto3" json:"stuck_after_ms,omitempty"`
 	// max_stuck bounds the stuck procedures named (they are all counted).
-	// 0: 20.
+	// 0: 20; at most 1,000, and as many as fit in 1 MiB, each cut as in
+	// a list answer.
 	MaxStuck      int32       `protobuf:"varint,2,opt,name=max_stuck,json=maxStuck,proto3" json:"max_stuck,omitempty"`
 	Consistency   Consistency `protobuf:"varint,3,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5926,8 +5958,14 @@ func (x *AclDeleteTokenRequest) GetAccessor() string {
 }
 
 type AclListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Consistency   Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Consistency Consistency            `protobuf:"varint,1,opt,name=consistency,proto3,enum=baton.admin.v1.Consistency" json:"consistency,omitempty"`
+	// Paged over the bindings, then the tokens: page_size (entries) default
+	// 1,000, at most 10,000; a page also ends at 1 MiB. A caller that sends
+	// no page_token gets the first page: next_page_token set says there are
+	// more.
+	PageSize      int32  `protobuf:"varint,30,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,31,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5969,6 +6007,20 @@ func (x *AclListRequest) GetConsistency() Consistency {
 	return Consistency_LINEARIZABLE
 }
 
+func (x *AclListRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *AclListRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type AclListResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Bindings []*AclBinding          `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
@@ -5978,6 +6030,7 @@ type AclListResponse struct {
 	Read     *ReadInfo `protobuf:"bytes,4,opt,name=read,proto3" json:"read,omitempty"`
 	// revoked: clients revoked, whom --acl-initial-grants no longer binds.
 	Revoked       []*AclRevocation `protobuf:"bytes,5,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	NextPageToken string           `protobuf:"bytes,30,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6045,6 +6098,13 @@ func (x *AclListResponse) GetRevoked() []*AclRevocation {
 		return x.Revoked
 	}
 	return nil
+}
+
+func (x *AclListResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ListAuditRequest struct {
@@ -6566,15 +6626,19 @@ const file_admin_proto_rawDesc = "" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"m\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xa9\x01\n" +
 	"\x14ServerRegionsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12=\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\x91\x01\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\xb9\x01\n" +
 	"\x15ServerRegionsResponse\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
 	"\x06hosted\x18\x02 \x03(\tR\x06hosted\x12\x1a\n" +
 	"\bassigned\x18\x03 \x03(\tR\bassigned\x12,\n" +
-	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"&\n" +
+	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"&\n" +
 	"\x0eBalanceRequest\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xc7\x01\n" +
 	"\x12AcquireLockRequest\x12\x12\n" +
@@ -6934,15 +6998,19 @@ const file_admin_proto_rawDesc = "" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12.\n" +
 	"\x05token\x18\x02 \x01(\v2\x18.baton.admin.v1.AclTokenR\x05token\"3\n" +
 	"\x15AclDeleteTokenRequest\x12\x1a\n" +
-	"\baccessor\x18\x01 \x01(\tR\baccessor\"O\n" +
+	"\baccessor\x18\x01 \x01(\tR\baccessor\"\x8b\x01\n" +
 	"\x0eAclListRequest\x12=\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xfe\x01\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x1f \x01(\tR\tpageToken\"\xa6\x02\n" +
 	"\x0fAclListResponse\x126\n" +
 	"\bbindings\x18\x01 \x03(\v2\x1a.baton.admin.v1.AclBindingR\bbindings\x120\n" +
 	"\x06tokens\x18\x02 \x03(\v2\x18.baton.admin.v1.AclTokenR\x06tokens\x12\x1a\n" +
 	"\benforced\x18\x03 \x01(\bR\benforced\x12,\n" +
 	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x127\n" +
-	"\arevoked\x18\x05 \x03(\v2\x1d.baton.admin.v1.AclRevocationR\arevoked\"\xe6\x01\n" +
+	"\arevoked\x18\x05 \x03(\v2\x1d.baton.admin.v1.AclRevocationR\arevoked\x12&\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xe6\x01\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +

@@ -18,6 +18,9 @@ const (
 	// NamespacePageToken and LockPageToken: ListNamespaces and ListLocks.
 	NamespacePageToken = "namespace"
 	LockPageToken      = "lock"
+	// ServerRegionsPageToken and AclPageToken: ServerRegions and AclList.
+	ServerRegionsPageToken = "server-regions"
+	AclPageToken           = "acl"
 )
 
 // EncodePageToken is the token of a page of kind that resumes strictly

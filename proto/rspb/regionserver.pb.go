@@ -394,7 +394,13 @@ func (x *BatchResponse) GetHighestTerm() uint64 {
 }
 
 type ListRegionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size defaults to 100,000, the most; page_token is the
+	// next_page_token of the previous page. A page also ends at 1 MiB. A
+	// caller that sends no page_token (one older than paging) gets the first
+	// page: next_page_token set says there are more.
+	PageSize      int32  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -427,6 +433,20 @@ func (x *ListRegionsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListRegionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRegionsRequest) Descriptor() ([]byte, []int) {
 	return file_regionserver_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListRegionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRegionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type HostedRegion struct {
@@ -490,10 +510,15 @@ func (x *HostedRegion) GetOpenedUnixMs() int64 {
 }
 
 type ListRegionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	StartCode     uint64                 `protobuf:"varint,2,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
-	Regions       []*HostedRegion        `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ServerId  string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	StartCode uint64                 `protobuf:"varint,2,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
+	// regions sorted by name.
+	Regions []*HostedRegion `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
+	// next_page_token resumes after this page's last region; empty: the
+	// list is done. A page under another start_code than the previous
+	// one's is of another incarnation: start again.
+	NextPageToken string `protobuf:"bytes,4,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +572,13 @@ func (x *ListRegionsResponse) GetRegions() []*HostedRegion {
 		return x.Regions
 	}
 	return nil
+}
+
+func (x *ListRegionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type RegisterServerRequest struct {
@@ -1225,17 +1257,21 @@ const file_regionserver_proto_rawDesc = "" +
 	"\aproc_id\x18\x06 \x01(\x04R\x06procId\"i\n" +
 	"\rBatchResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.baton.rs.v1.RegionOpResultR\aresults\x12!\n" +
-	"\fhighest_term\x18\x02 \x01(\x04R\vhighestTerm\"\x14\n" +
-	"\x12ListRegionsRequest\"b\n" +
+	"\fhighest_term\x18\x02 \x01(\x04R\vhighestTerm\"P\n" +
+	"\x12ListRegionsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"b\n" +
 	"\fHostedRegion\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12$\n" +
-	"\x0eopened_unix_ms\x18\x03 \x01(\x03R\fopenedUnixMs\"\x86\x01\n" +
+	"\x0eopened_unix_ms\x18\x03 \x01(\x03R\fopenedUnixMs\"\xae\x01\n" +
 	"\x13ListRegionsResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x123\n" +
-	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\"\x96\x01\n" +
+	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\x12&\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\x96\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
