@@ -338,8 +338,11 @@ func TestProcedureStatsBounded(t *testing.T) {
 func TestAclListPaged(t *testing.T) {
 	fc := clustertest.New(t, clustertest.Config{Masters: 1})
 	fc.WaitLeader()
-	const bindings, tokens = 3000, 12_000
+	const bindings, tokens, revoked = 3000, 12_000, 2000
 	recs := map[string][]byte{}
+	for i := range revoked {
+		recs[fmt.Sprintf("acl/revoked/r%05d%s", i, strings.Repeat("r", 120))] = []byte(`{"at_ms":1,"by":"` + strings.Repeat("b", 256) + `"}`)
+	}
 	for i := range bindings {
 		recs[fmt.Sprintf("acl/cert/c%05d%s", i, strings.Repeat("c", 120))] = []byte(`{"permission":"read","created_ms":1,"created_by":"` + strings.Repeat("b", 256) + `"}`)
 	}
@@ -354,10 +357,10 @@ func TestAclListPaged(t *testing.T) {
 	if err != nil || first.GetNextPageToken() == "" || len(first.GetBindings()) == 0 {
 		t.Fatalf("first page: %d bindings, %d tokens, next_page_token %q, %v", len(first.GetBindings()), len(first.GetTokens()), first.GetNextPageToken(), err)
 	}
-	var nb, nt int
+	var nb, nt, nr int
 	pageAll(t, "acl list", func(tok string) (*adminpb.AclListResponse, error) {
 		r, err := a.AclList(ctx, &adminpb.AclListRequest{PageToken: tok, PageSize: 10_000})
-		nb, nt = nb+len(r.GetBindings()), nt+len(r.GetTokens())
+		nb, nt, nr = nb+len(r.GetBindings()), nt+len(r.GetTokens()), nr+len(r.GetRevoked())
 		return r, err
 	})
 	all, err := fc.Client().AclList(ctx)
@@ -366,6 +369,11 @@ func TestAclListPaged(t *testing.T) {
 	}
 	if nb != bindings || nt != tokens || len(all.GetBindings()) != bindings || len(all.GetTokens()) != tokens {
 		t.Errorf("paging: %d bindings, %d tokens; the client %d, %d; want %d, %d", nb, nt, len(all.GetBindings()), len(all.GetTokens()), bindings, tokens)
+	}
+	// Revocations come last, after the tokens, whose keys sort after
+	// theirs: a page resumed after a token must still list them all.
+	if nr != revoked || len(all.GetRevoked()) != revoked {
+		t.Errorf("paging: %d revocations, the client %d; want %d", nr, len(all.GetRevoked()), revoked)
 	}
 	if _, err := a.AclList(ctx, &adminpb.AclListRequest{PageToken: "nonsense"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a bad token: %v", err)

@@ -74,6 +74,7 @@ func (c *Client) AclList(ctx context.Context, opts ...ReadOption) (*adminpb.AclL
 		}
 		ro.served(r.GetRead())
 		all.Bindings, all.Tokens = append(all.Bindings, r.GetBindings()...), append(all.Tokens, r.GetTokens()...)
+		all.Revoked = append(all.Revoked, r.GetRevoked()...)
 		all.Enforced, all.Read = r.GetEnforced(), r.GetRead()
 		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
 			return all, nil
