@@ -258,7 +258,7 @@ func TestClusterSecretAndBootstrapTTLFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := agentConfig{ID: "dev", DataDir: "./baton-data", RaftAddr: "127.0.0.1:7071", GRPCAddr: "127.0.0.1:7070", HTTPAddr: "127.0.0.1:7072", Dev: true, DevRegionServers: 3,
-		Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}}
+		Peers: []cluster.Peer{{ID: "dev", Address: "127.0.0.1:7071"}}, ChangeRate: admin.DefaultChangeRate, ChangeBurst: admin.DefaultChangeBurst}
 	with := func(f func(*agentConfig)) agentConfig { c := dev; f(&c); return c }
 	tlsArgs := []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}
 	for _, tc := range []struct {
