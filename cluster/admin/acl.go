@@ -394,7 +394,8 @@ func (s *Server) resolve(ctx context.Context) (principal, error) {
 	case hasTok:
 		p, err := s.tokenPrincipal(tok)
 		if err != nil && p.kind == kindAnonymous && tls {
-			// A malformed token: the record names the certificate.
+			// A token malformed or not verified: the record names the
+			// certificate.
 			p = principal{kind: string(caller.Role), id: caller.ID}
 		}
 		return p, err
@@ -444,8 +445,12 @@ func (s *Server) tokenPrincipal(tok string) (principal, error) {
 	v, ok := s.b.DomainGet(aclTokenPrefix + acc)
 	var e aclEntry
 	if !ok || json.Unmarshal(v, &e) != nil || !security.TokenMatches(secret, e.Hash) {
-		// Named by its accessor in the audit record, holding nothing.
-		return principal{kind: kindToken, id: acc}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
+		// Not named by its accessor, which anyone may know: its refusals
+		// would be charged to the token's holder and push out its own
+		// records, and made-up accessors would be endless principals.
+		// The caller is its certificate or its address (resolve); the
+		// accessor (hex, checked by ParseToken) is in the message only.
+		return principal{kind: kindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
 	}
 	now := s.acc.Clock.Now()
 	if e.ExpiresMs != 0 && now.UnixMilli() >= e.ExpiresMs {

@@ -33,12 +33,14 @@ func (s *Server) RegionServerGrants() *rspb.AccessGrants {
 }
 
 // certGrants are the replicated bindings, and the initial grants this
-// master honours before they are bound (clientPrincipal), sorted by
-// client.
+// master honours before they are bound (clientPrincipal: not a revoked
+// one), sorted by client.
 func (s *Server) certGrants() []*rspb.ClientGrant {
 	held := map[string]string{}
 	for name, perm := range s.acc.InitialGrants {
-		held[name] = perm.String()
+		if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); !revoked {
+			held[name] = perm.String()
+		}
 	}
 	if sc, ok := s.b.(domainScanner); ok {
 		sc.DomainScan(aclCertPrefix, func(k string, v []byte) bool {

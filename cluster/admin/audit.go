@@ -603,6 +603,9 @@ func (l *auditLog) prunes(sp *auditSpace, adding []keyedRecord, gone []string) [
 // AppendAudit implements adminpb.AdminServer: records of a standby,
 // committed by the leader.
 func (s *Server) AppendAudit(ctx context.Context, req *adminpb.AppendAuditRequest) (*adminpb.AppendAuditResponse, error) {
+	if err := s.admitMasterCall(ctx, "AppendAudit", ""); err != nil {
+		return nil, err
+	}
 	if s.audit == nil {
 		return nil, status.Error(codes.FailedPrecondition, "admin: this master keeps no audit trail")
 	}

@@ -154,7 +154,7 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			return nil, err
 		}
 		var muts []raftfsm.Mutation
-		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id)} {
+		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id)} {
 			if _, ok := s.b.DomainGet(k); ok {
 				muts = append(muts, raftfsm.Del(k))
 			}
@@ -177,6 +177,10 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 	if req.GetId() == "" || req.GetAdminAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: register node: id and admin_address are required")
 	}
+	if err := s.admitMasterCall(ctx, "RegisterNode", req.GetId()); err != nil {
+		return nil, err
+	}
+	proven := masterProven(ctx)
 	return orForward(s, ctx, func() (*adminpb.RegisterNodeResponse, error) {
 		if !s.b.IsLeader() {
 			id, addr := s.b.Leader()
@@ -185,6 +189,9 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 		var muts []raftfsm.Mutation
 		if got, _ := s.b.DomainGet(cluster.AdminAddrKey(req.GetId())); string(got) != req.GetAdminAddress() {
 			muts = append(muts, raftfsm.Put(cluster.AdminAddrKey(req.GetId()), []byte(req.GetAdminAddress())))
+		}
+		if got, _ := s.b.DomainGet(adminAddrProvenKey(req.GetId())); proven && string(got) != req.GetAdminAddress() {
+			muts = append(muts, raftfsm.Put(adminAddrProvenKey(req.GetId()), []byte(req.GetAdminAddress())))
 		}
 		if h := req.GetHttpAddress(); h != "" {
 			if got, _ := s.b.DomainGet(cluster.HTTPAddrKey(req.GetId())); string(got) != h {
@@ -229,7 +236,7 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := s.probeMember(ctx, p.GetAdminAddress())
+			st, err := s.probeMember(ctx, p.GetId(), p.GetAdminAddress())
 			if err != nil {
 				p.Error = err.Error()
 				return
@@ -285,8 +292,8 @@ func probeBudget(ctx context.Context, now time.Time) time.Duration {
 }
 
 // probeMember asks the admin API at addr for its own status.
-func (s *Server) probeMember(ctx context.Context, addr string) (*adminpb.ClusterStatusResponse, error) {
-	cc, err := s.conn(addr)
+func (s *Server) probeMember(ctx context.Context, id, addr string) (*adminpb.ClusterStatusResponse, error) {
+	cc, err := s.conn(id, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -303,21 +310,18 @@ func (s *Server) probeMember(ctx context.Context, addr string) (*adminpb.Cluster
 	return st, nil
 }
 
-// conn returns this server's connection to the admin API at addr, shared
-// with forwarding.
-func (s *Server) conn(addr string) (*grpc.ClientConn, error) {
+// conn returns this server's connection to the admin API at addr, node
+// id's registered address, shared with forwarding.
+func (s *Server) conn(id, addr string) (*grpc.ClientConn, error) {
+	proven := s.secretMayGo(id, addr)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, errStopping
 	}
-	if cc := s.conns[addr]; cc != nil {
-		return cc, nil
-	}
-	cc, err := grpc.NewClient(addr, s.cfg.DialOptions...)
+	cc, err := s.connTo(addr, proven)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", addr, err)
 	}
-	s.conns[addr] = cc
 	return cc, nil
 }

@@ -110,20 +110,21 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 	if s.closed {
 		return nil, nil, none, s.unavailable("admin: server stopping")
 	}
-	cc := s.conns[addr]
-	if cc == nil {
-		var err error
-		cc, err = grpc.NewClient(addr, s.cfg.DialOptions...)
-		if err != nil {
-			return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
-		}
-		s.conns[addr] = cc
+	proven := s.secretMayGo(id, addr)
+	cc, err := s.connTo(addr, proven)
+	if err != nil {
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
 	}
 	kv := []string{forwardedKey, s.b.ID()}
-	if p, _ := callOrigin(ctx); p != "" {
-		kv = append(kv, peerKey, p) // for the repair and audit records
+	if proven {
+		// What the call carries of its origin and principal goes only
+		// where the secret may: elsewhere it would not be believed, and
+		// may be no master's.
+		if p, _ := callOrigin(ctx); p != "" {
+			kv = append(kv, peerKey, p) // for the repair and audit records
+		}
+		kv = append(kv, forwardPrincipal(ctx)...)
 	}
-	kv = append(kv, forwardPrincipal(ctx)...)
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
 	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
 }

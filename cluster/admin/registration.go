@@ -62,7 +62,7 @@ func (s *Server) tick() {
 	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
-	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) {
+	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)

@@ -87,7 +87,7 @@ func (s *Server) checkMembership() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := s.probeMember(ctx, addr)
+			got, err := s.probeMember(ctx, p.ID, addr)
 			if err != nil || got.GetState() != "Leader" || got.GetRemoved() || len(got.GetPeers()) == 0 {
 				return
 			}

@@ -110,14 +110,17 @@ type Server struct {
 	mu        sync.Mutex
 	advertise string
 	conns     map[string]*grpc.ClientConn
-	fwd       map[*fwdCall]struct{} // forwarded calls in flight
-	uses      tokenUses             // tokens' last uses noted here
-	gs        *grpc.Server
-	started   bool
-	closed    bool
-	stopCh    chan struct{}
-	loops     sync.WaitGroup
-	lastReady string // last readiness reason logged
+	// unprovenDial are the dial options without the cluster secret: for
+	// an address no proven registration gave (secretMayGo).
+	unprovenDial []grpc.DialOption
+	fwd          map[*fwdCall]struct{} // forwarded calls in flight
+	uses         tokenUses             // tokens' last uses noted here
+	gs           *grpc.Server
+	started      bool
+	closed       bool
+	stopCh       chan struct{}
+	loops        sync.WaitGroup
+	lastReady    string // last readiness reason logged
 	// membershipCheck: a checkMembership is under way.
 	membershipCheck atomic.Bool
 
@@ -174,6 +177,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
 	cfg.DialOptions = append(append(client.FailoverDialOptions(), cfg.DialOptions...), grpc.WithChainUnaryInterceptor(markUnsent))
+	unprovenDial := cfg.DialOptions
 	if cfg.ClusterSecret != "" {
 		cfg.DialOptions = append(cfg.DialOptions, security.ClusterSecretDialOption(cfg.ClusterSecret))
 	}
@@ -181,14 +185,15 @@ func New(b Backend, cfg Config) (*Server, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{
-		b:         b,
-		cfg:       cfg,
-		log:       cfg.Logger.Named("admin"),
-		health:    health.NewServer(),
-		advertise: cfg.AdvertiseAddr,
-		conns:     map[string]*grpc.ClientConn{},
-		fwd:       map[*fwdCall]struct{}{},
-		stopCh:    make(chan struct{}),
+		b:            b,
+		cfg:          cfg,
+		unprovenDial: unprovenDial[:len(unprovenDial):len(unprovenDial)],
+		log:          cfg.Logger.Named("admin"),
+		health:       health.NewServer(),
+		advertise:    cfg.AdvertiseAddr,
+		conns:        map[string]*grpc.ClientConn{},
+		fwd:          map[*fwdCall]struct{}{},
+		stopCh:       make(chan struct{}),
 	}
 	s.acc = Access{}.withDefaults() // for the Acl* calls of a master without access control
 	if cfg.Access != nil {
