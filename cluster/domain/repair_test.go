@@ -826,16 +826,20 @@ func TestRepairBadInputs(t *testing.T) {
 	t.Logf("cancel --owner <1 MiB>: %v", status.Code(err))
 	_, err = cl.UnassignRegion(rctx(t), huge, "", operator)
 	t.Logf("unassign of a 1 MiB region name: %v", status.Code(err))
+	// Each field is refused, naming itself and its limit, before the
+	// handler runs (reqlimit).
 	_, err = cl.RecoverServer(rctx(t), huge, operator)
-	wantRefused(t, err, codes.InvalidArgument, "longer than")
+	wantRefused(t, err, codes.InvalidArgument, "server", "at most")
 	_, err = cl.SetMaintenance(rctx(t), true, huge, operator)
-	wantRefused(t, err, codes.InvalidArgument, "reason", "longer than")
+	wantRefused(t, err, codes.InvalidArgument, "reason", "at most")
 	_, err = cl.AssignRegion(rctx(t), "default:t,00000,1", huge, "", operator)
-	wantRefused(t, err, codes.InvalidArgument, "server", "longer than")
-	// A name within bounds is still looked up, and its refusal recorded:
-	// with the caller's name, which nothing bounds, cut.
+	wantRefused(t, err, codes.InvalidArgument, "server", "at most")
+	// The caller's name is bounded too now; a name within bounds is
+	// still looked up, and its refusal recorded.
+	_, err = cl.AssignRegion(rctx(t), "default:t,00000,1", "", "", client.RepairOptions{Caller: huge})
+	wantRefused(t, err, codes.InvalidArgument, "caller", "at most")
 	long := strings.Repeat("x", domain.MaxRegionNameLen)
-	_, err = cl.AssignRegion(rctx(t), long, "", "", client.RepairOptions{Caller: huge})
+	_, err = cl.AssignRegion(rctx(t), long, "", "", client.RepairOptions{Caller: strings.Repeat("c", 200)})
 	wantRefused(t, err, codes.NotFound)
 	// The audit trail must stay readable: a page of such records is over
 	// gRPC's 4 MiB message limit.
