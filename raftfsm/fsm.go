@@ -128,6 +128,7 @@ type FSM struct {
 	nextKeyID uint64                    // next local WAL id for a new domain key
 	loadedIdx uint64                    // W: the applied index the local WAL held at open
 	closed    bool
+	observers []*PutObserver // under mu
 
 	nApplied    atomic.Uint64 // command entries applied (skipped and refused ones excluded)
 	nWALAppends atomic.Uint64
@@ -616,6 +617,9 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 				a.f.nextKeyID++
 			}
 			a.note(e.walID, walOp{key: m.Key, data: m.Value})
+			if a.f.observers != nil {
+				a.f.observePut(key, m.Value)
+			}
 		case raftpb.Mutation_OP_DELETE:
 			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {
 				a.note(old.walID, walOp{del: true})
