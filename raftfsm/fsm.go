@@ -501,6 +501,7 @@ type applier struct {
 	metaMax  uint64 // maxID as of the last WAL flush
 	ops      map[uint64]walOp
 	opsBytes int
+	puts     []observedPut // for the observers, once published
 }
 
 // Apply implements raft.FSM.
@@ -558,6 +559,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		a.flush(index)
 	}
 	f.publish(&state{procs: a.procs, kv: a.kv, maxProcID: a.maxID, index: index})
+	f.observePuts(a.puts)
 	return resps
 }
 
@@ -617,8 +619,8 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 				a.f.nextKeyID++
 			}
 			a.note(e.walID, walOp{key: m.Key, data: m.Value})
-			if a.f.observers != nil {
-				a.f.observePut(key, m.Value)
+			if a.f.observed(key) {
+				a.puts = append(a.puts, observedPut{key, m.Value})
 			}
 		case raftpb.Mutation_OP_DELETE:
 			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {

@@ -10,9 +10,10 @@ type PutObserver struct {
 	// Prefixes are the keys observed.
 	Prefixes []string
 	// Put is called for each put of an observed key, in the order applied,
-	// while the FSM applies it (before the version holding it is
-	// published). It must not block nor call back into the FSM's writes;
-	// value is the FSM's own and must not be modified.
+	// once the state holding it is published (a reader of the state then
+	// sees it, unless an entry of the same batch deleted it) and before
+	// the next batch is applied. It must not block nor call back into the
+	// FSM's writes; value is the FSM's own and must not be modified.
 	Put func(key string, value []byte)
 	// Restored is called after a snapshot replaced the state: the puts
 	// between the old state and the snapshot were never seen, so the
@@ -38,13 +39,36 @@ func (f *FSM) Observe(o *PutObserver) (stop func()) {
 	}
 }
 
-// observePut tells the observers of key; under f.mu.
-func (f *FSM) observePut(key string, value []byte) {
+type observedPut struct {
+	key   string
+	value []byte
+}
+
+// observed says an observer wants key; under f.mu.
+func (f *FSM) observed(key string) bool {
 	for _, o := range f.observers {
-		for _, p := range o.Prefixes {
-			if strings.HasPrefix(key, p) {
-				o.Put(key, value)
-				break
+		if o.wants(key) {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *PutObserver) wants(key string) bool {
+	for _, p := range o.Prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// observePuts tells the observers of a batch's puts; under f.mu.
+func (f *FSM) observePuts(puts []observedPut) {
+	for _, put := range puts {
+		for _, o := range f.observers {
+			if o.wants(put.key) {
+				o.Put(put.key, put.value)
 			}
 		}
 	}

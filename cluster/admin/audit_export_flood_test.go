@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -101,6 +103,74 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 			if missing := int(nums[len(nums)-1]) - len(nums); missing != 0 {
 				t.Errorf("%s: term %d: %d of the records up to %d missing from the file", id, term, missing, nums[len(nums)-1])
 			}
+		}
+	}
+}
+
+// TestAuditFileQueueOverflowRereads: an exporter whose queue fills (its
+// disk behind) lets the records past it go and rereads them from the
+// trail: with nothing pruned, the file still holds each record (its outcome; after a PENDING line if the full queue released it
+// early).
+func TestAuditFileQueueOverflowRereads(t *testing.T) {
+	dir := t.TempDir()
+	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir},
+		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
+	for _, n := range sc.nodes {
+		e := n.srv.exporter
+		e.mu.Lock()
+		e.maxHeld = 2000 // a few records
+		e.mu.Unlock()
+	}
+	li := converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := sc.as(li, "root", "")
+	waitBound(t, ctx, root, "admin")
+	var wg sync.WaitGroup
+	const grants = 60
+	for i := range grants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range sc.nodes {
+		id := n.srv.b.ID()
+		path := filepath.Join(dir, id+".jsonl")
+		// lines: each record's lines, by id; a record written PENDING
+		// (the queue full) has its outcome on a later line.
+		lines := func() map[string][]string {
+			b, _ := os.ReadFile(path)
+			out := map[string][]string{}
+			for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+				var l auditLine
+				if json.Unmarshal(line, &l) == nil && l.ID != "" {
+					out[l.ID] = append(out[l.ID], l.Code)
+				}
+			}
+			return out
+		}
+		final := func(codes []string) bool { return codes[len(codes)-1] != AuditPending }
+		testwait.For(t, 20*time.Second, id+" exports every grant's outcome", func() bool {
+			done := 0
+			for _, codes := range lines() {
+				if final(codes) {
+					done++
+				}
+			}
+			return done >= grants
+		})
+		for rid, codes := range lines() {
+			if len(codes) > 2 || (len(codes) == 2 && codes[0] != AuditPending) || !final(codes) {
+				t.Errorf("%s: record %s written as %v: want its outcome once, after at most one PENDING", id, rid, codes)
+			}
+		}
+		if got := testutil.ToFloat64(n.srv.exporter.overflows); got == 0 {
+			t.Errorf("%s: the queue never overflowed; the test tests nothing", id)
 		}
 	}
 }
