@@ -128,6 +128,7 @@ type FSM struct {
 	nextKeyID uint64                    // next local WAL id for a new domain key
 	loadedIdx uint64                    // W: the applied index the local WAL held at open
 	closed    bool
+	observers []*PutObserver // under mu
 
 	nApplied    atomic.Uint64 // command entries applied (skipped and refused ones excluded)
 	nWALAppends atomic.Uint64
@@ -500,6 +501,7 @@ type applier struct {
 	metaMax  uint64 // maxID as of the last WAL flush
 	ops      map[uint64]walOp
 	opsBytes int
+	puts     []observedPut // for the observers, once published
 }
 
 // Apply implements raft.FSM.
@@ -557,6 +559,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		a.flush(index)
 	}
 	f.publish(&state{procs: a.procs, kv: a.kv, maxProcID: a.maxID, index: index})
+	f.observePuts(a.puts)
 	return resps
 }
 
@@ -616,6 +619,9 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 				a.f.nextKeyID++
 			}
 			a.note(e.walID, walOp{key: m.Key, data: m.Value})
+			if a.f.observed(key) {
+				a.puts = append(a.puts, observedPut{key, m.Value})
+			}
 		case raftpb.Mutation_OP_DELETE:
 			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {
 				a.note(old.walID, walOp{del: true})

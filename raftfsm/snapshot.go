@@ -204,6 +204,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.nextKeyID = nextKey
 	f.publish(st)
+	f.observeRestore()
 	f.log.Info("snapshot restored", "index", st.index, "procs", st.procs.Len(), "keys", st.kv.Len(),
 		"generation", f.walGen)
 	return nil

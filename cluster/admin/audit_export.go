@@ -9,11 +9,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
 )
 
 // AuditExport configures the export of the audit trail to a file: every
@@ -97,23 +100,70 @@ func lineOf(r *adminpb.AuditRecord, by string) auditLine {
 }
 
 // auditExporter appends the trail's records to the file, in the order of
-// their ids: the order they commit in (one audit entry in flight at a
-// time; a later term's entries follow every earlier one that commits).
+// their ids: the order they first commit in (one audit entry in flight at
+// a time; a later term's entries follow every earlier one that commits).
+//
+// It takes each record as this master applies it (raftfsm.PutObserver),
+// so a record pruned by the next entry is exported all the same, and
+// holds it in memory until it is final. The state is read only at start
+// (what was applied before the exporter was there, a restart's catch-up),
+// after a snapshot replaced it, and after the queue overflowed.
 type auditExporter struct {
 	s   *Server
 	cfg AuditExport
 	f   *os.File
-	// size is f's size; after, the suffix (term-n) of the last record
-	// written.
-	size  int64
+	// size is f's size.
+	size int64
+	// maxHeld bounds the bytes of the records held; past half of it a
+	// PENDING record no longer holds back those after it.
+	maxHeld int
+	// overflows counts the times the queue filled (records let go of,
+	// reread from the state).
+	overflows prometheus.Counter
+
+	mu sync.Mutex
+	// after is the suffix (term-n) of the newest record written.
 	after string
+	// held are the records taken and not yet written, by suffix: each
+	// one's newest version.
+	held      map[string][]byte
+	heldBytes int
+	// gap: the records from this suffix on were let go of (the queue was
+	// full) and are to be reread from the state; "" for none.
+	gap string
+	// rescan: read the state past after (at start, after a restore).
+	rescan bool
+	// observed: records arrive as applied; without, each export reads
+	// the state.
+	observed bool
+	// late are the records written as PENDING, by suffix, with when: the
+	// outcome, if it comes, is written as a line of its own.
+	late map[string]time.Time
+	// overflowing: the overflow was logged; cleared once caught up.
+	overflowing bool
+	wake        chan struct{}
 }
+
+// Bounds of the exporter's memory.
+const (
+	// auditExportMaxHeld is the default of auditExporter.maxHeld.
+	auditExportMaxHeld = 32 << 20
+	// auditExportLateFor is how long an outcome is awaited for a record
+	// written as PENDING.
+	auditExportLateFor = 10 * time.Minute
+)
 
 func newAuditExporter(s *Server, cfg AuditExport) (*auditExporter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &auditExporter{s: s, cfg: cfg.withDefaults()}
+	e := &auditExporter{s: s, cfg: cfg.withDefaults(), maxHeld: auditExportMaxHeld, held: map[string][]byte{},
+		late: map[string]time.Time{}, rescan: true, wake: make(chan struct{}, 1)}
+	var err error
+	if e.overflows, err = registerCounter(s.acc.Metrics, prometheus.CounterOpts{Name: "baton_audit_file_overflows_total",
+		Help: "Times the audit file's queue filled (the file's disk behind the trail) and its exporter reread the records past it from the trail: one pruned meanwhile is missing from the file."}); err != nil {
+		return nil, err
+	}
 	after, err := lastExported(e.cfg.Path)
 	if err != nil {
 		return nil, err
@@ -130,8 +180,29 @@ func newAuditExporter(s *Server, cfg AuditExport) (*auditExporter, error) {
 	return e, nil
 }
 
-// lastExported is the suffix of the record on path's last whole line
-// ("" for none); a torn last line (a crash mid-write) is cut off.
+// registerCounter registers c with reg (if any), or takes the one
+// registered under its name.
+func registerCounter(reg prometheus.Registerer, opts prometheus.CounterOpts) (prometheus.Counter, error) {
+	c := prometheus.NewCounter(opts)
+	if reg == nil {
+		return c, nil
+	}
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if old, ok := are.ExistingCollector.(prometheus.Counter); ok {
+			return old, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin: audit file metrics: %w", err)
+	}
+	return c, nil
+}
+
+// lastExported is the suffix of the newest record on path's whole lines
+// ("" for none): a later line may be an earlier record's outcome. A torn
+// last line (a crash mid-write) is cut off.
 func lastExported(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -148,21 +219,19 @@ func lastExported(path string) (string, error) {
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	last := ""
+	newest := ""
 	for sc.Scan() {
 		var l auditLine
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.ID != "" {
-			last = l.ID
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.ID == "" {
+			continue
 		}
+		key, ok := auditKeyOf(l.ID)
+		if !ok {
+			return "", fmt.Errorf("admin: audit file %s: id %q is not a record id", path, l.ID)
+		}
+		newest = max(newest, strings.TrimPrefix(key, auditPrefix))
 	}
-	if last == "" {
-		return "", nil
-	}
-	key, ok := auditKeyOf(last)
-	if !ok {
-		return "", fmt.Errorf("admin: audit file %s: last id %q is not a record id", path, last)
-	}
-	return strings.TrimPrefix(key, auditPrefix), nil
+	return newest, nil
 }
 
 func (e *auditExporter) open() error {
@@ -197,25 +266,126 @@ func (e *auditExporter) rotate() error {
 	return e.open()
 }
 
-// export writes the records committed past the last one written, up to
-// the first whose outcome is yet to come.
-func (e *auditExporter) export() error {
-	sc, ok := e.s.b.(auditScanner)
+// observe has the backend tell e of each record as it is applied, if it
+// can; stop ends that.
+func (e *auditExporter) observe() (stop func()) {
+	ob, ok := e.s.b.(domainObserver)
 	if !ok {
-		return nil
+		return func() {}
 	}
-	type next struct {
+	stop = ob.ObserveDomain(&raftfsm.PutObserver{
+		Prefixes: []string{auditPrefix, refusedPrefix},
+		Put:      e.onPut,
+		Restored: e.onRestored,
+	})
+	e.mu.Lock()
+	e.observed, e.rescan = true, true // what was applied before is read from the state
+	e.mu.Unlock()
+	return stop
+}
+
+// onPut takes a record as the FSM applies it: it must not block.
+func (e *auditExporter) onPut(key string, value []byte) {
+	e.mu.Lock()
+	e.offer(suffixOf(key), value)
+	e.mu.Unlock()
+	e.poke()
+}
+
+func (e *auditExporter) onRestored() {
+	e.mu.Lock()
+	e.rescan = true
+	e.mu.Unlock()
+	e.poke()
+}
+
+func (e *auditExporter) poke() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+func suffixOf(key string) string {
+	if s, ok := strings.CutPrefix(key, refusedPrefix); ok {
+		return s
+	}
+	return strings.TrimPrefix(key, auditPrefix)
+}
+
+func pendingRecord(v []byte) bool {
+	var r adminpb.AuditRecord
+	return proto.Unmarshal(v, &r) == nil && r.GetCode() == AuditPending
+}
+
+// offer holds a version of the record suffix, if it is yet to be
+// written; under mu.
+func (e *auditExporter) offer(suffix string, v []byte) {
+	if old, ok := e.held[suffix]; ok {
+		if pendingRecord(v) && !pendingRecord(old) {
+			return // a reread older than what was applied since
+		}
+		e.heldBytes += len(v) - len(old)
+		e.held[suffix] = v
+		return
+	}
+	if _, ok := e.late[suffix]; ok {
+		if !pendingRecord(v) {
+			e.held[suffix] = v
+			e.heldBytes += len(v)
+		}
+		return
+	}
+	if suffix <= e.after || (e.gap != "" && suffix >= e.gap) {
+		return // written, or to be reread
+	}
+	if e.heldBytes+len(v) > e.maxHeld {
+		e.setGap(suffix)
+		return
+	}
+	e.held[suffix] = v
+	e.heldBytes += len(v)
+}
+
+// setGap lets go of the records from suffix on, to be reread from the
+// state; under mu.
+func (e *auditExporter) setGap(suffix string) {
+	if e.gap == "" {
+		e.overflows.Inc()
+	}
+	if e.gap != "" && e.gap <= suffix {
+		return
+	}
+	e.gap = suffix
+	for s := range e.held {
+		if s >= suffix {
+			e.drop(s)
+		}
+	}
+}
+
+// read takes from the state a page of each space's records: past after,
+// or, to fill a gap, past the newest held before it; under mu. What lies
+// past the page is a gap to read next.
+func (e *auditExporter) read(sc auditScanner) {
+	base := e.after
+	if e.gap != "" {
+		for s := range e.held {
+			if s > base && s < e.gap {
+				base = s
+			}
+		}
+	}
+	type rec struct {
 		suffix string
-		rec    *adminpb.AuditRecord
+		v      []byte
 	}
-	var recs []next
-	// cut: a space's read stopped there, so what lies past it is not
-	// known yet.
+	var recs []rec
 	cut := ""
 	for _, prefix := range []string{auditPrefix, refusedPrefix} {
 		from := ""
-		if e.after != "" {
-			from = prefix + e.after
+		if base != "" {
+			from = prefix + base
 		}
 		n := 0
 		sc.DomainScanFrom(prefix, from, func(k string, v []byte) bool {
@@ -226,16 +396,108 @@ func (e *auditExporter) export() error {
 				}
 				return false
 			}
-			var r adminpb.AuditRecord
-			if proto.Unmarshal(v, &r) == nil {
-				recs = append(recs, next{suffix, &r})
-			}
+			recs = append(recs, rec{suffix, v})
 			return true
 		})
 	}
-	slices.SortFunc(recs, func(a, b next) int { return strings.Compare(a.suffix, b.suffix) })
-	now := e.s.acc.Clock.Now().UnixMilli()
+	slices.SortFunc(recs, func(a, b rec) int { return strings.Compare(a.suffix, b.suffix) })
+	e.gap, e.rescan = "", false
+	for _, r := range recs {
+		if cut != "" && r.suffix >= cut {
+			break
+		}
+		e.offer(r.suffix, r.v)
+	}
+	if cut != "" {
+		e.setGap(cut)
+	}
+}
+
+// line is a record to write: its suffix, the version written, the line.
+type exportLine struct {
+	suffix  string
+	v       []byte
+	line    []byte
+	pending bool
+}
+
+// next picks the lines to write now, in order; under mu.
+func (e *auditExporter) next(now time.Time) ([]exportLine, error) {
+	suffixes := make([]string, 0, len(e.held))
+	for s := range e.held {
+		suffixes = append(suffixes, s)
+	}
+	slices.Sort(suffixes)
+	var out []exportLine
+	holding := e.heldBytes <= e.maxHeld/2
+	for _, s := range suffixes {
+		if e.gap != "" && s >= e.gap {
+			break // the records before it are yet to be read
+		}
+		v := e.held[s]
+		var r adminpb.AuditRecord
+		if err := proto.Unmarshal(v, &r); err != nil {
+			e.s.log.Error("audit file: a record that does not decode is skipped", "id", s, "error", err)
+			e.drop(s)
+			continue
+		}
+		_, late := e.late[s]
+		pending := r.GetCode() == AuditPending
+		if !late && pending && holding && now.UnixMilli()-r.GetCommittedUnixMs() < auditExportGrace.Milliseconds() {
+			break // its outcome is on its way: the export waits for it
+		}
+		b, err := json.Marshal(lineOf(&r, e.s.b.ID()))
+		if err != nil {
+			return nil, fmt.Errorf("admin: audit file: %w", err)
+		}
+		out = append(out, exportLine{suffix: s, v: v, line: append(b, '\n'), pending: pending})
+	}
+	return out, nil
+}
+
+func (e *auditExporter) drop(suffix string) {
+	e.heldBytes -= len(e.held[suffix])
+	delete(e.held, suffix)
+}
+
+// written notes lines as written; under mu. A version applied since
+// one was picked stays held: the outcome of a record written PENDING.
+func (e *auditExporter) written(lines []exportLine, now time.Time) {
+	for _, l := range lines {
+		if bytes.Equal(e.held[l.suffix], l.v) {
+			e.drop(l.suffix)
+		}
+		if l.pending {
+			e.late[l.suffix] = now
+		} else {
+			delete(e.late, l.suffix)
+		}
+		e.after = max(e.after, l.suffix)
+	}
+}
+
+// export writes the records that are final, in order, up to the first
+// whose outcome is yet to come; it reads the state first if it must.
+func (e *auditExporter) export() error {
+	now := e.s.acc.Clock.Now()
+	e.mu.Lock()
+	if sc, ok := e.s.b.(auditScanner); ok && (e.rescan || !e.observed) {
+		e.read(sc)
+	}
+	for s, at := range e.late {
+		if now.Sub(at) > auditExportLateFor {
+			delete(e.late, s)
+		}
+	}
+	lines, err := e.next(now)
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The file is written outside mu: a slow disk must not hold up the
+	// FSM applying (onPut).
 	var buf bytes.Buffer
+	var inBuf []exportLine
 	flush := func() error {
 		if buf.Len() == 0 {
 			return nil
@@ -245,21 +507,14 @@ func (e *auditExporter) export() error {
 		}
 		e.size += int64(buf.Len())
 		buf.Reset()
+		e.mu.Lock()
+		e.written(inBuf, now)
+		e.mu.Unlock()
+		inBuf = inBuf[:0]
 		return nil
 	}
-	for _, n := range recs {
-		if cut != "" && n.suffix >= cut {
-			break
-		}
-		if n.rec.GetCode() == AuditPending && now-n.rec.GetCommittedUnixMs() < auditExportGrace.Milliseconds() {
-			break // its outcome is on its way: the export waits for it
-		}
-		b, err := json.Marshal(lineOf(n.rec, e.s.b.ID()))
-		if err != nil {
-			return fmt.Errorf("admin: audit file: %w", err)
-		}
-		b = append(b, '\n')
-		if e.size+int64(buf.Len()+len(b)) > e.cfg.MaxBytes && e.size+int64(buf.Len()) > 0 {
+	for _, l := range lines {
+		if e.size+int64(buf.Len()+len(l.line)) > e.cfg.MaxBytes && e.size+int64(buf.Len()) > 0 {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -267,16 +522,42 @@ func (e *auditExporter) export() error {
 				return err
 			}
 		}
-		buf.Write(b)
-		e.after = n.suffix
+		buf.Write(l.line)
+		inBuf = append(inBuf, l)
 	}
-	return flush()
+	if err := flush(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.noteGap()
+	return nil
 }
 
-// run exports until the server stops.
+// noteGap logs a gap opening and closing, and has one read when the
+// records before it are written; under mu.
+func (e *auditExporter) noteGap() {
+	switch {
+	case e.gap != "" && !e.overflowing:
+		e.overflowing = true
+		e.s.log.Warn("audit file: the export is behind and its queue full; the records past it are reread from the trail, where pruning may take some first",
+			"path", e.cfg.Path, "from", e.gap)
+	case e.gap == "" && !e.rescan && e.overflowing:
+		e.overflowing = false
+		e.s.log.Info("audit file: the export caught up", "path", e.cfg.Path)
+	}
+	if e.gap != "" {
+		e.rescan = true
+		e.poke()
+	}
+}
+
+// run exports until the server stops: as records are applied, and every
+// auditExportEvery for a PENDING record's grace.
 func (e *auditExporter) run() {
 	defer e.s.loops.Done()
 	defer e.f.Close()
+	defer e.observe()()
 	t := time.NewTicker(auditExportEvery)
 	defer t.Stop()
 	failing := false
@@ -288,6 +569,7 @@ func (e *auditExporter) run() {
 			}
 			return
 		case <-t.C:
+		case <-e.wake:
 		}
 		err := e.export()
 		switch {
@@ -298,4 +580,10 @@ func (e *auditExporter) run() {
 		}
 		failing = err != nil
 	}
+}
+
+// domainObserver is a backend that tells of domain writes as they are
+// applied.
+type domainObserver interface {
+	ObserveDomain(o *raftfsm.PutObserver) (stop func())
 }

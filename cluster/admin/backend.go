@@ -101,6 +101,9 @@ func (b nodeBackend) DomainScanFrom(prefix, after string, fn func(string, []byte
 	b.n.FSM().ScanFrom(prefix, after, fn)
 }
 
+// ObserveDomain has the FSM tell o of the domain writes it applies.
+func (b nodeBackend) ObserveDomain(o *raftfsm.PutObserver) (stop func()) { return b.n.FSM().Observe(o) }
+
 // DomainScanBefore lists domain keys under prefix below before, newest
 // first.
 func (b nodeBackend) DomainScanBefore(prefix, before string, fn func(string, []byte) bool) {

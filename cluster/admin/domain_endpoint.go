@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -123,6 +124,14 @@ func (b domainBackend) DomainScanFrom(prefix, after string, fn func(string, []by
 	if sc, ok := b.Backend.(domainScannerFrom); ok {
 		sc.DomainScanFrom(prefix, after, fn)
 	}
+}
+
+// ObserveDomain passes the wrapped backend's through (the audit file).
+func (b domainBackend) ObserveDomain(o *raftfsm.PutObserver) (stop func()) {
+	if ob, ok := b.Backend.(domainObserver); ok {
+		return ob.ObserveDomain(o)
+	}
+	return func() {}
 }
 
 // DomainScanBefore passes the wrapped backend's through.
