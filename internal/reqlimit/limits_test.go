@@ -107,12 +107,12 @@ func TestCheckNamesTheFieldAndItsLimit(t *testing.T) {
 
 func TestEscape(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain":             "plain",
-		"héllo ✓":           "héllo ✓",
-		"me\n\x1b[31mred":   `me\n\x1b[31mred`,
-		"bad\xffbyte\u0085": `bad\xffbyte\u0085`,
+		"plain":                        "plain",
+		"héllo ✓":                      "héllo ✓",
+		"me\n\x1b[31mred":              `me\n\x1b[31mred`,
+		"bad\xffbyte\u0085":            `bad\xffbyte\u0085`,
 		"alice\u202e\u2066nimda\u200b": `alice\u202e\u2066nimda\u200b`,
-		"zw\u200d\ufeff\u2028": `zw\u200d\ufeff\u2028`,
+		"zw\u200d\ufeff\u2028":         `zw\u200d\ufeff\u2028`,
 	} {
 		if got := Escape(in); got != want {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
