@@ -15,11 +15,11 @@ import (
 // Defaults of ConnLimits.
 const (
 	// DefaultHandshakeTimeout: a connection that has not finished its TLS
-	// handshake (or, in plaintext, begun to speak: gRPC's preface, Raft's
-	// first call, HTTP's request line) this long after it was accepted is
-	// closed. Anyone may open one, with no certificate, so without a bound
-	// a few thousand silent connections hold a node's memory for as long
-	// as the dialer likes (gRPC's own bound is 120 s).
+	// handshake (or, in plaintext, begun to speak: gRPC's preface, HTTP's
+	// request line; sent Raft's first call whole) this long after it was
+	// accepted is closed. Anyone may open one, with no certificate, so
+	// without a bound a few thousand silent connections hold a node's
+	// memory for as long as the dialer likes (gRPC's own bound is 120 s).
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxConnsPerSource bounds the connections one IP address may
 	// hold open on one port. Generous: a client process opens one or two,
@@ -186,12 +186,24 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// FirstByteListener closes a connection that has sent nothing within
-// timeout of being accepted: the handshake bound of a plaintext protocol
-// that, as Raft's, reads its first byte without a deadline.
+// FirstByteListener closes a connection that has not sent its first
+// request whole within timeout of being accepted: the handshake bound of
+// Raft's plaintext protocol, which reads without a deadline. A request is
+// whole when the node answers it (its first write: Raft answers every
+// call once it has read and served it), so a peer that sends one byte,
+// or the start of a request, and then nothing is closed at the deadline
+// like one that sends nothing. An InstallSnapshot (a first byte of
+// raftInstallSnapshot) is the exception: the snapshot follows its header
+// on the connection and takes as long as its size does, so the deadline
+// is lifted at that byte; a peer could hold such a connection open, within
+// the per-source cap.
 func FirstByteListener(l net.Listener, timeout time.Duration) net.Listener {
 	return &firstByteListener{Listener: l, timeout: timeout}
 }
+
+// raftInstallSnapshot is the first byte of hashicorp/raft's
+// InstallSnapshot call (its rpcType, the third of its iota).
+const raftInstallSnapshot = 2
 
 type firstByteListener struct {
 	net.Listener
@@ -212,24 +224,44 @@ func (l *firstByteListener) Accept() (net.Conn, error) {
 	}
 }
 
-// firstByteConn lifts its read deadline once something was read.
+// firstByteConn lifts its read deadline once it answered its first
+// request, or heard the start of an InstallSnapshot.
 type firstByteConn struct {
 	net.Conn
 	mu    sync.Mutex
-	heard bool
+	heard bool // something was read
+	done  bool // the deadline is lifted
 }
 
 func (c *firstByteConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.mu.Lock()
-		if !c.heard {
-			c.heard = true
-			if derr := c.Conn.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+		first := !c.heard
+		c.heard = true
+		c.mu.Unlock()
+		if first && b[0] == raftInstallSnapshot {
+			if derr := c.lift(); derr != nil && err == nil {
 				err = derr
 			}
 		}
-		c.mu.Unlock()
 	}
 	return n, err
+}
+
+func (c *firstByteConn) Write(b []byte) (int, error) {
+	if err := c.lift(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *firstByteConn) lift() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return nil
+	}
+	c.done = true
+	return c.Conn.SetReadDeadline(time.Time{})
 }

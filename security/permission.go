@@ -226,3 +226,23 @@ func PermissionOf(ctx context.Context) Permission {
 	}
 	return PermAdmin
 }
+
+type refusalRecorderKey struct{}
+
+// WithRefusalRecorder returns ctx carrying record, which records a refusal
+// of the HTTP request ctx is of in the audit trail (the master's HTTP
+// authorizer passes its own on): for a handler behind the authorizer that
+// refuses on its own account, as the console refuses an action to a user
+// without admin.
+func WithRefusalRecorder(ctx context.Context, record func(code int, why string)) context.Context {
+	return context.WithValue(ctx, refusalRecorderKey{}, record)
+}
+
+// RecordRefusal records, with what WithRefusalRecorder put in ctx, that
+// the request was answered code for why; without it (access control is
+// not enforced: no audit trail) it does nothing.
+func RecordRefusal(ctx context.Context, code int, why string) {
+	if record, ok := ctx.Value(refusalRecorderKey{}).(func(int, string)); ok && record != nil {
+		record(code, why)
+	}
+}

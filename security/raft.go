@@ -65,7 +65,7 @@ func NewRaftStreamLayer(cfg RaftLayerConfig) (*StreamLayer, error) {
 	ln = Limit(ln, limits, "raft", cfg.Metrics, cfg.Logger)
 	s := &StreamLayer{ln: ln, advertise: advertise, handshakeTimeout: limits.HandshakeTimeout}
 	if cfg.TLS == nil {
-		// raft reads a connection's first byte without a deadline.
+		// raft reads a connection without a deadline.
 		s.ln = FirstByteListener(ln, limits.HandshakeTimeout)
 		return s, nil
 	}

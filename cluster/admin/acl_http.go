@@ -39,7 +39,12 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 			s.refuseHTTP(w, r, p, code, why)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(security.WithPermission(r.Context(), have)))
+		ctx := security.WithPermission(r.Context(), have)
+		// What a handler refuses on its own account (the console's
+		// actions, which need admin) is recorded as the authorizer's own
+		// refusals are.
+		ctx = security.WithRefusalRecorder(ctx, func(code int, why string) { s.recordHTTPRefusal(r, p, code, why) })
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

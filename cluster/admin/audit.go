@@ -274,6 +274,7 @@ func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) err
 	dones := make([]chan error, len(recs))
 	l.mu.Lock()
 	for i, r := range recs {
+		sanitizeAuditRecord(r)
 		dones[i] = make(chan error, 1)
 		l.pending = append(l.pending, pendingAudit{rec: r, done: dones[i]})
 	}
@@ -303,6 +304,7 @@ func (l *auditLog) start(rec *adminpb.AuditRecord) <-chan error {
 func (l *auditLog) update(rec *adminpb.AuditRecord) { l.enqueue(pendingAudit{rec: rec}) }
 
 func (l *auditLog) enqueue(p pendingAudit) {
+	sanitizeAuditRecord(p.rec)
 	l.mu.Lock()
 	l.pending = append(l.pending, p)
 	l.mu.Unlock()
@@ -617,12 +619,7 @@ func (s *Server) AppendAudit(ctx context.Context, req *adminpb.AppendAuditReques
 		if r == nil || r.GetMethod() == "" {
 			return nil, status.Error(codes.InvalidArgument, "admin: append audit: a record without a method")
 		}
-		r.Args, r.Message = cut(r.GetArgs(), auditFieldMax), cut(r.GetMessage(), auditFieldMax)
-		r.Principal, r.Name, r.Method = cut(r.GetPrincipal(), 200), cut(r.GetName(), 200), cut(r.GetMethod(), 100)
-		r.Node, r.Peer, r.Via, r.ArgsDigest = cut(r.GetNode(), 200), cut(r.GetPeer(), 200), cut(r.GetVia(), 200), cut(r.GetArgsDigest(), 64)
-		if len(r.ProcIds) > 100 {
-			r.ProcIds = r.ProcIds[:100]
-		}
+		sanitizeAuditRecord(r)
 	}
 	return onLeader(s, ctx, func(Procedures) (*adminpb.AppendAuditResponse, error) {
 		if err := s.audit.append(ctx, recs...); err != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
@@ -121,7 +122,7 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why s
 		p = principal{kind: kindAnonymous}
 	}
 	rec := &adminpb.AuditRecord{
-		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: "HTTP " + r.Method + " " + cut(r.URL.Path, 80),
+		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: httpAuditMethod(r), Args: httpAuditArgs(r),
 		Code: http.StatusText(code), Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
 	}
 	switch code {
@@ -135,7 +136,7 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why s
 	done := s.audit.start(rec)
 	go func() {
 		if err := waitAudit(done, s.stopCh); err != nil {
-			s.log.Warn("HTTP refusal not recorded in the audit trail", "path", r.URL.Path, "principal", p.String(), "error", err)
+			s.log.Warn("HTTP refusal not recorded in the audit trail", "path", reqlimit.Escape(r.URL.Path), "principal", p.String(), "error", err)
 		}
 	}()
 }

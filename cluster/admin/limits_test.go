@@ -55,6 +55,10 @@ func TestRequestLimitsRefuseBeforeStoring(t *testing.T) {
 		wantInvalid(t, m.ID+" long nonce", err, "nonce", "at most 256")
 		_, err = a.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: sleep, Owner: "me\n\x1b[31mroot"})
 		wantInvalid(t, m.ID+" owner with ESC", err, "owner", "control character")
+		_, err = a.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: sleep, Owner: "alice\u202e\u2066nimda\u200b"})
+		wantInvalid(t, m.ID+" owner with a right-to-left override", err, "owner", "invisible character", `\u202e`)
+		_, err = a.AcquireLock(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Holder: "h\u200b", Nonce: "y"})
+		wantInvalid(t, m.ID+" holder with a zero-width space", err, "holder", "invisible character")
 		args := map[string]string{"steps": "1", "delay": "1ms", "pad": strings.Repeat("p", 16<<10), "pad2": strings.Repeat("p", 16<<10),
 			"pad3": strings.Repeat("p", 16<<10), "pad4": strings.Repeat("p", 16<<10)}
 		_, err = a.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: args})

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
@@ -60,5 +63,27 @@ func TestConsoleHonoursPermissions(t *testing.T) {
 	code, body = get(admin.URL, "/ui/audit")
 	if code != http.StatusOK || !strings.Contains(body, "client/ops") || !strings.Contains(body, "DeleteTable") || strings.Contains(body, "<script>alert(1)") {
 		t.Fatalf("the audit page to an admin: %d\n%s", code, body)
+	}
+}
+
+// ownedAdmin is fakeAdmin whose abort the admin API refuses: the
+// procedure is another's (ownership).
+type ownedAdmin struct{ fakeAdmin }
+
+func (f *ownedAdmin) AbortProcedure(context.Context, *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
+	return nil, status.Error(codes.PermissionDenied, "admin: procedure 7 is owned by alice; pass force to act on another's procedure")
+}
+
+// TestConsoleShowsAnOwnershipRefusalAs403: an admin's abort of another's
+// procedure, refused by the admin API, is answered 403 with the reason,
+// not 502 as if the API had failed.
+func TestConsoleShowsAnOwnershipRefusalAs403(t *testing.T) {
+	srv := consoleOverWith(t, &ownedAdmin{}, nil)
+	req, _ := http.NewRequest("POST", srv.URL+"/ui/procedures/7/abort", strings.NewReader(url.Values{"confirm": {"yes"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", srv.URL)
+	resp, body := fetch(t, req)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "owned by alice") {
+		t.Fatalf("an abort the API refused for ownership: %d, want 403 with the reason\n%s", resp.StatusCode, body)
 	}
 }

@@ -62,9 +62,10 @@ func (c *Console) fail(w http.ResponseWriter, rd *reads, title string, err error
 }
 
 // adminOnly serves h to a user holding admin (security.PermissionOf, which
-// the master's HTTP authorizer sets), and a 403 page to others: every
-// action needs admin, which the admin API checks again for the user the
-// console names on its call.
+// the master's HTTP authorizer sets), and a 403 page to others, recorded
+// in the audit trail as the authorizer's refusals are: every action needs
+// admin, which the admin API checks again for the user the console names
+// on its call.
 func (c *Console) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		perm := security.PermissionOf(r.Context())
@@ -76,13 +77,14 @@ func (c *Console) adminOnly(h http.Handler) http.Handler {
 		if perm != security.PermNone {
 			held = "permission " + perm.String()
 		}
+		why := r.URL.Path + " needs permission admin; you hold " + held + " (an admin grants more with 'baton acl grant')"
+		security.RecordRefusal(r.Context(), http.StatusForbidden, "baton: console: "+why)
 		rd, err := c.newReads(r)
 		if err != nil {
 			c.fail(w, nil, "Not permitted", err)
 			return
 		}
-		c.render(w, http.StatusForbidden, "error", errorPage{base: c.base(rd, "Not permitted", "", false),
-			Message: r.URL.Path + " needs permission admin; you hold " + held + " (an admin grants more with 'baton acl grant')"})
+		c.render(w, http.StatusForbidden, "error", errorPage{base: c.base(rd, "Not permitted", "", false), Message: why})
 	})
 }
 
@@ -104,6 +106,14 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case codes.FailedPrecondition:
 		return http.StatusConflict
+	case codes.PermissionDenied:
+		// An admin refused another's procedure (ownership): the page
+		// says why.
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return http.StatusServiceUnavailable
 	}

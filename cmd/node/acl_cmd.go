@@ -365,6 +365,9 @@ type auditJSON struct {
 	Node       string   `json:"node"`
 	Peer       string   `json:"peer,omitempty"`
 	Via        string   `json:"via,omitempty"`
+	// Refused: the call was refused before it was served (kept apart
+	// in the trail, under the refusals' quotas).
+	Refused bool `json:"refused"`
 }
 
 // auditListJSON is the --json document of audit list.
@@ -394,7 +397,7 @@ func (c *cli) auditList(args []string) int {
 		for _, r := range recs {
 			doc.Records = append(doc.Records, auditJSON{ID: r.GetId(), At: fmtMs(r.GetAtUnixMs()), Principal: r.GetPrincipal(), Name: r.GetName(),
 				Method: r.GetMethod(), Args: r.GetArgs(), ArgsDigest: r.GetArgsDigest(), Code: r.GetCode(), Message: r.GetMessage(),
-				ProcIDs: r.GetProcIds(), Node: r.GetNode(), Peer: r.GetPeer(), Via: r.GetVia()})
+				ProcIDs: r.GetProcIds(), Node: r.GetNode(), Peer: r.GetPeer(), Via: r.GetVia(), Refused: r.GetRefused()})
 		}
 		return doc, func() {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)

@@ -75,6 +75,35 @@ func TestSilentConnectionsAreClosedWithinTheHandshakeTimeout(t *testing.T) {
 	}
 }
 
+// A plaintext Raft connection that begins a call and then falls silent
+// (one byte: AppendEntries' type; or the type and the start of its
+// msgpack header) is closed within --handshake-timeout too: the bound
+// holds until the node has answered a first call whole, where it used to
+// be lifted at the first byte, leaving the connection open for good.
+func TestRaftConnectionsThatStopMidCallAreClosed(t *testing.T) {
+	_, banner, stop := startDevAgent(t, "--dev-regionservers", "0", "--handshake-timeout", "300ms")
+	_, raftAddr, _ := agentPorts(t, banner)
+	for name, start := range map[string][]byte{"one byte": {0}, "a header begun": {0, 0x85, 0xa3}, "a vote begun": {1, 0x82}} {
+		c, err := net.Dial("tcp", raftAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(start); err != nil {
+			t.Fatal(err)
+		}
+		took, err := closedWithin(c, 3*time.Second)
+		c.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		t.Logf("%s: closed after %v", name, took)
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("agent exit %d", code)
+	}
+}
+
 // One address holds at most --max-conns-per-source connections on a port:
 // more are closed as they come, and counted; once it closes some, it is
 // served again.

@@ -15,8 +15,15 @@ import (
 // An agent keeps its data directory its owner's alone: directories 0700,
 // files 0600, whatever the umask. One upgraded from 0.1.0 (directories
 // 0755, WAL segments 0644) is tightened at start, with a warning naming
-// each path and the mode it had.
+// each path and the mode it had; so is one that --data-dir names by a
+// symbolic link (a directory moved to another disk), which was left as it
+// was.
 func TestAgentDataDirIsPrivate(t *testing.T) {
+	t.Run("directory", func(t *testing.T) { agentDataDirIsPrivate(t, false) })
+	t.Run("symlink", func(t *testing.T) { agentDataDirIsPrivate(t, true) })
+}
+
+func agentDataDirIsPrivate(t *testing.T, viaLink bool) {
 	dir := filepath.Join(t.TempDir(), "data")
 	old := filepath.Join(dir, "fsm", "left-by-0.1.0")
 	if err := os.MkdirAll(filepath.Dir(old), 0o755); err != nil {
@@ -30,7 +37,14 @@ func TestAgentDataDirIsPrivate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	args, admin := devArgs(t, "--dev-regionservers", "0", "--data-dir", dir)
+	dataDir := dir
+	if viaLink {
+		dataDir = filepath.Join(t.TempDir(), "data-link")
+		if err := os.Symlink(dir, dataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args, admin := devArgs(t, "--dev-regionservers", "0", "--data-dir", dataDir)
 	out, stderr, cancel, done := runInBackground(map[string]string{}, args...)
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); exitOf(t, done) }) }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestTextOutputEscapesStoredControlCharacters: a procedure whose owner
-// holds a newline and an escape sequence (stored before the API refused
+// holds a newline, an escape sequence, a right-to-left override, an
+// isolate and a zero-width space (stored before the API refused
 // them, here straight through the executor) is printed by 'proc get' and
 // 'proc list' escaped, so that it can neither colour the terminal nor
 // forge a line; --json carries it as it is, escaped by JSON.
@@ -22,7 +23,7 @@ func TestTextOutputEscapesStoredControlCharacters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := "mallory\nstate: SUCCESS \x1b[31mred"
+	owner := "mallory\nstate: SUCCESS \x1b[31mred alice\u202e\u2066nimda\u200b"
 	id, err := x.Submit(p, procedure.SubmitOptions{Owner: owner})
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +35,10 @@ func TestTextOutputEscapesStoredControlCharacters(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut)
 		}
-		if strings.ContainsAny(out, "\x1b") || strings.Contains(out, "\nstate: SUCCESS") {
+		if strings.ContainsAny(out, "\x1b\u202e\u2066\u200b") || strings.Contains(out, "\nstate: SUCCESS") {
 			t.Errorf("%v printed the owner raw:\n%s", args, out)
 		}
-		if args[1] == "get" && !strings.Contains(out, `mallory\nstate: SUCCESS \x1b[31mred`) {
+		if args[1] == "get" && !strings.Contains(out, `mallory\nstate: SUCCESS \x1b[31mred alice\u202e\u2066nimda\u200b`) {
 			t.Errorf("%v: no escaped owner in:\n%s", args, out)
 		}
 	}

@@ -36,11 +36,17 @@ type Loose struct {
 }
 
 // Tighten removes the group and other permission bits of root and of
-// everything under it, calling found for each entry that had any. It
-// follows no symbolic link. A root that does not exist is nothing to do.
-// The error is the walk's (an unreadable directory); a failed chmod is
-// reported through found, and the walk goes on.
+// everything under it, calling found for each entry that had any. A root
+// that is a symbolic link (a data directory moved to another disk and
+// linked to) is resolved first; no link under it is followed. A root that
+// does not exist is nothing to do. The error is the walk's (an unreadable
+// directory); a failed chmod is reported through found, and the walk goes
+// on.
 func Tighten(root string, found func(Loose)) error {
+	// WalkDir neither follows nor descends a root that is a link.
+	if resolved, err := filepath.EvalSymlinks(root); err == nil {
+		root = resolved
+	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

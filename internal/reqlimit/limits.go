@@ -22,8 +22,10 @@ import (
 // bounds its length; for a repeated field Items bounds its entries and
 // Bytes each entry (a string's); for a map Items bounds its entries, Bytes
 // each key and each value, and Total all keys and values together.
-// Ident refuses control characters: the value names someone or something
-// and is printed on terminals and pages.
+// Ident refuses control characters and invisible ones (Invisible): the
+// value names someone or something and is printed on terminals and pages,
+// where a right-to-left override or a zero-width space would make it read
+// as another name.
 type Field struct {
 	Bytes int
 	Items int
@@ -290,9 +292,25 @@ func checkText(s string, lim Field, path string) error {
 		return fmt.Errorf("%s: %d bytes, at most %d", path, len(s), lim.Bytes)
 	}
 	if lim.Ident {
-		if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
-			return fmt.Errorf("%s: control character %q at byte %d: not allowed in an identifier", path, []rune(s[i:])[0], i)
+		if i := strings.IndexFunc(s, Invisible); i >= 0 {
+			return fmt.Errorf("%s: %s %+q at byte %d: not allowed in an identifier", path, invisibleKind([]rune(s[i:])[0]), []rune(s[i:])[0], i)
 		}
 	}
 	return nil
+}
+
+// Invisible says r is not shown as itself: a control character (Cc: an
+// escape sequence's ESC, a newline), a format character (Cf: the bidi
+// overrides and isolates U+202A-202E and U+2066-2069, the zero-width
+// U+200B-200F, U+2060 and U+FEFF, tag characters) or a line or paragraph
+// separator (U+2028, U+2029, which some terminals break lines at).
+func Invisible(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+func invisibleKind(r rune) string {
+	if unicode.IsControl(r) {
+		return "control character"
+	}
+	return "invisible character"
 }

@@ -78,6 +78,9 @@ func TestCheckNamesTheFieldAndItsLimit(t *testing.T) {
 	}{
 		{&adminpb.SubmitProcedureRequest{Type: "sleep", Owner: strings.Repeat("o", 1<<20)}, "owner: 1048576 bytes, at most 256"},
 		{&adminpb.SubmitProcedureRequest{Type: "sleep", Owner: "me\n\x1b[31m"}, "owner: control character"},
+		{&adminpb.SubmitProcedureRequest{Type: "sleep", Owner: "alice\u202e\u2066nimda"}, `owner: invisible character '\u202e' at byte 5`},
+		{&adminpb.SubmitProcedureRequest{Type: "sleep", Owner: "ali\u200bce"}, `owner: invisible character '\u200b'`},
+		{&adminpb.AclGrantRequest{Client: "bob\ufeff", Permission: "read"}, `client: invisible character '\ufeff'`},
 		{&adminpb.AcquireLockRequest{Holder: "h", Description: strings.Repeat("d", 5000)}, "description: 5000 bytes, at most 4096"},
 		{&adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"a": strings.Repeat("v", 40000), "b": strings.Repeat("v", 1000)}}, "arguments[\"a\"]: 40000 bytes"},
 		{&adminpb.AppendAuditRequest{Records: []*adminpb.AuditRecord{{}, {Principal: strings.Repeat("p", 300)}}}, "records[1].principal: 300 bytes, at most 256"},
@@ -104,10 +107,12 @@ func TestCheckNamesTheFieldAndItsLimit(t *testing.T) {
 
 func TestEscape(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain":             "plain",
-		"héllo ✓":           "héllo ✓",
-		"me\n\x1b[31mred":   `me\n\x1b[31mred`,
-		"bad\xffbyte\u0085": `bad\xffbyte\u0085`,
+		"plain":                        "plain",
+		"héllo ✓":                      "héllo ✓",
+		"me\n\x1b[31mred":              `me\n\x1b[31mred`,
+		"bad\xffbyte\u0085":            `bad\xffbyte\u0085`,
+		"alice\u202e\u2066nimda\u200b": `alice\u202e\u2066nimda\u200b`,
+		"zw\u200d\ufeff\u2028":         `zw\u200d\ufeff\u2028`,
 	} {
 		if got := Escape(in); got != want {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, want)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -14,9 +13,11 @@ import (
 )
 
 // Escape makes s safe to print on a terminal: a control character (an
-// escape sequence's ESC, a newline that would forge a line of output) is
-// written as Go escapes it (\x1b, \n, \u0085), and so is a byte that is
-// not UTF-8; everything else is left as it is. Records stored before
+// escape sequence's ESC, a newline that would forge a line of output) or
+// another invisible one (Invisible: a right-to-left override that would
+// make a name read backwards, a zero-width space) is written as Go escapes
+// it (\x1b, \n, \u0085, \u202e), and so is a byte that is not UTF-8;
+// everything else is left as it is. Records stored before
 // Baton refused control characters in identifiers may still hold some.
 func Escape(s string) string {
 	if !needsEscape(s) {
@@ -28,7 +29,7 @@ func Escape(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r):
+		case Invisible(r):
 			q := fmt.Sprintf("%+q", string(r))
 			b.WriteString(q[1 : len(q)-1])
 		default:
@@ -43,7 +44,7 @@ func needsEscape(s string) bool {
 	if !utf8.ValidString(s) {
 		return true
 	}
-	return strings.IndexFunc(s, unicode.IsControl) >= 0
+	return strings.IndexFunc(s, Invisible) >= 0
 }
 
 // EscapeMessage escapes, as Escape does, every string of m and of the
