@@ -159,3 +159,13 @@ func TestRefusalReportFitsTheHeartbeatLimits(t *testing.T) {
 		t.Fatalf("a heartbeat carrying the report is refused: %v", err)
 	}
 }
+
+// A server of another build may escape less than this one: its raw
+// report must not get its heartbeat refused (the leader escapes what it
+// records).
+func TestUnescapedRefusalReportStillFitsTheHeartbeat(t *testing.T) {
+	raw := &rspb.RefusalReport{Caller: "client/x\x1b", Method: "HTTP /\u202e\n", Code: "PermissionDenied", Message: "\x1b[31m", Peer: "1.2.3.4:5"}
+	if err := reqlimit.Check(&rspb.HeartbeatRequest{ServerId: "rs1", Refusals: []*rspb.RefusalReport{raw}}); err != nil {
+		t.Fatalf("a heartbeat carrying an unescaped report is refused: %v", err)
+	}
+}

@@ -158,14 +158,16 @@ var Fields = map[protoreflect.FullName]Field{
 	"baton.rs.v1.RegisterServerRequest.regions": {Items: 100000, Bytes: region.Bytes, Ident: true},
 	"baton.rs.v1.HeartbeatRequest.server_id":    ident,
 	// A region server escapes and cuts each report at 512 bytes and sends
-	// at most 128 a heartbeat; the limits leave room above that, since a
-	// heartbeat refused would cost the server its lease.
+	// at most 128 a heartbeat; the limits leave room above that and refuse
+	// no character, since a heartbeat refused would cost the server its
+	// lease (a server of another build may escape less): the leader
+	// escapes and cuts what it records (sanitizeAuditRecord).
 	"baton.rs.v1.HeartbeatRequest.refusals":         {Items: 1024},
-	"baton.rs.v1.RefusalReport.caller":              {Bytes: 1024, Ident: true},
-	"baton.rs.v1.RefusalReport.method":              {Bytes: 1024, Ident: true},
-	"baton.rs.v1.RefusalReport.code":                enum,
+	"baton.rs.v1.RefusalReport.caller":              {Bytes: 1024},
+	"baton.rs.v1.RefusalReport.method":              {Bytes: 1024},
+	"baton.rs.v1.RefusalReport.code":                {Bytes: 1024},
 	"baton.rs.v1.RefusalReport.message":             {Bytes: 2048},
-	"baton.rs.v1.RefusalReport.peer":                {Bytes: 1024, Ident: true},
+	"baton.rs.v1.RefusalReport.peer":                {Bytes: 1024},
 	"baton.rs.v1.ReportTransitionRequest.server_id": ident,
 	"baton.rs.v1.ReportTransitionRequest.region":    region,
 	"baton.rs.v1.ReportTransitionRequest.state":     enum,
