@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"net/url"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -22,11 +23,33 @@ const ClusterSecretKey = "x-baton-cluster-secret"
 // characters of a random string are beyond guessing over a network.
 const MinClusterSecretLen = 16
 
-// clusterSecretCreds sends the cluster secret on every call.
-type clusterSecretCreds struct{ secret string }
+// clusterSecretCreds sends the cluster secret on every call, or, with
+// only set, on calls to those authorities (host:port) alone.
+type clusterSecretCreds struct {
+	secret string
+	only   map[string]bool
+}
 
-func (c clusterSecretCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+func (c clusterSecretCreds) GetRequestMetadata(_ context.Context, uri ...string) (map[string]string, error) {
+	if c.only != nil && !c.allowed(uri) {
+		return nil, nil
+	}
 	return map[string]string{ClusterSecretKey: c.secret}, nil
+}
+
+// allowed says every uri of the call (scheme://authority/service) names
+// an authority of c.only.
+func (c clusterSecretCreds) allowed(uris []string) bool {
+	if len(uris) == 0 {
+		return false
+	}
+	for _, raw := range uris {
+		u, err := url.Parse(raw)
+		if err != nil || !c.only[u.Host] {
+			return false
+		}
+	}
+	return true
 }
 
 // RequireTransportSecurity is false: the secret is for clusters without
@@ -38,6 +61,19 @@ func (c clusterSecretCreds) RequireTransportSecurity() bool { return false }
 // server or anything else: the secret is what makes a master.
 func ClusterSecretDialOption(secret string) grpc.DialOption {
 	return grpc.WithPerRPCCredentials(clusterSecretCreds{secret: secret})
+}
+
+// ClusterSecretDialOptionTo sends secret only on calls to one of
+// authorities (the host:port dialled): for a client that follows leader
+// hints, which an attacker can make point anywhere (a console's actions
+// client, whose hints come from a standby that may have been told a
+// false admin address of the leader).
+func ClusterSecretDialOptionTo(secret string, authorities ...string) grpc.DialOption {
+	only := make(map[string]bool, len(authorities))
+	for _, a := range authorities {
+		only[a] = true
+	}
+	return grpc.WithPerRPCCredentials(clusterSecretCreds{secret: secret, only: only})
 }
 
 // ClusterSecretProven says ctx's call carries secret (not empty) as its

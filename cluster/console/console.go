@@ -3,6 +3,7 @@ package console
 import (
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/internal/reqlimit"
 	"net/http"
 	"strings"
 	"sync"
@@ -120,13 +121,18 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every string an answer brings is shown with its control and
+	// invisible characters escaped (reqlimit.Escape), as the CLI shows it:
+	// html/template escapes markup, not a right-to-left override in an
+	// owner or a description stored before identifiers were checked.
+	dial := append(append([]grpc.DialOption(nil), cfg.DialOptions...), reqlimit.EscapeAnswers()...)
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, client.FailoverDialOptions()...)
-	opts = append(opts, cfg.DialOptions...)
+	opts = append(opts, dial...)
 	cc, err := grpc.NewClient(cfg.AdminAddr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("console: admin address %s: %w", cfg.AdminAddr, err)
 	}
-	actions, err := client.New([]string{cfg.AdminAddr}, client.WithDialOptions(cfg.DialOptions...))
+	actions, err := client.New([]string{cfg.AdminAddr}, client.WithDialOptions(dial...))
 	if err != nil {
 		cc.Close()
 		return nil, fmt.Errorf("console: %w", err)

@@ -24,6 +24,11 @@ import (
 // the console (a type name, an owner, a lock's name, an error, a reason).
 const hostile = `"><script>alert(1)</script><a href="javascript:alert(2)">`
 
+// invisible is text a record stored before identifiers were checked can
+// hold: a right-to-left override, a zero-width space and a terminal
+// escape, which html/template passes through as they are.
+const invisible = "\u202e\u200b\x1b[31m"
+
 // fakeAdmin is an admin API that leads, holds procedure 7 (whose every
 // string is hostile) waiting behind a lock, and counts the aborts asked of
 // it: the console's pages without a cluster.
@@ -37,7 +42,7 @@ func (f *fakeAdmin) ClusterStatus(context.Context, *adminpb.ClusterStatusRequest
 }
 
 func (f *fakeAdmin) proc(id uint64) *adminpb.Procedure {
-	return &adminpb.Procedure{Id: id, RootId: id, Type: hostile, State: "WAITING", Owner: hostile, Nonce: hostile,
+	return &adminpb.Procedure{Id: id, RootId: id, Type: hostile, State: "WAITING", Owner: hostile + invisible, Nonce: hostile,
 		WaitingFor: hostile, Error: hostile, ErrorCode: hostile, Data: []byte(`{"Name":"` + strings.ReplaceAll(hostile, `"`, `\"`) + `"}`),
 		Read: &adminpb.ReadInfo{ServedBy: "m1", Consistency: adminpb.Consistency_LINEARIZABLE}}
 }
@@ -55,7 +60,7 @@ func (f *fakeAdmin) ListProcedures(_ context.Context, req *adminpb.ListProcedure
 
 func (f *fakeAdmin) ListLocks(context.Context, *adminpb.ListLocksRequest) (*adminpb.ListLocksResponse, error) {
 	party := func(id uint64) *adminpb.LockParty {
-		return &adminpb.LockParty{ProcId: id, Type: hostile, State: "WAITING", WaitingFor: hostile, Holder: hostile, Description: hostile, External: id == 8, Mode: "exclusive"}
+		return &adminpb.LockParty{ProcId: id, Type: hostile, State: "WAITING", WaitingFor: hostile, Holder: hostile + invisible, Description: hostile + invisible, External: id == 8, Mode: "exclusive"}
 	}
 	return &adminpb.ListLocksResponse{Locks: []*adminpb.LockEntry{{Kind: "TABLE", Name: hostile, Holders: []*adminpb.LockParty{party(8)}, Waiters: []*adminpb.LockParty{party(7)}}}}, nil
 }
@@ -142,6 +147,9 @@ func TestHostileDataIsEscaped(t *testing.T) {
 		low := strings.ToLower(body)
 		if strings.Contains(low, "<script") || strings.Contains(low, `href="javascript:`) {
 			t.Errorf("GET %s: hostile markup rendered as markup", path)
+		}
+		if strings.ContainsAny(body, "\u202e\u200b\x1b") {
+			t.Errorf("GET %s: a control or invisible character shown raw", path)
 		}
 	}
 }

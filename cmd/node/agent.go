@@ -171,7 +171,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret), TLS: tlsc.creds != nil})
+				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret, cfg.GRPCAddr), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}

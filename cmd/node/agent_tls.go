@@ -82,10 +82,12 @@ func (t *agentTLS) dialTo(role security.Role) []grpc.DialOption {
 // consoleDialOptions are the options of the console's connection to its
 // own master: the console acts for the browser's user, which its master
 // believes of a master only (by certificate, or the cluster secret).
-func consoleDialOptions(t *agentTLS, clusterSecret string) []grpc.DialOption {
+func consoleDialOptions(t *agentTLS, clusterSecret, self string) []grpc.DialOption {
 	opts := t.dialTo(security.RoleMaster)
 	if clusterSecret != "" {
-		opts = append(opts, security.ClusterSecretDialOption(clusterSecret))
+		// The console's own node only: its actions client follows leader
+		// hints, and a hint can name any address.
+		opts = append(opts, security.ClusterSecretDialOptionTo(clusterSecret, self))
 	}
 	return opts
 }

@@ -370,6 +370,11 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 		return exitUsage
 	}
 	st := status.Convert(err)
+	if st.Code() == codes.Internal && strings.Contains(st.Message(), "error while marshaling") {
+		// gRPC refused to encode the request here (a string that is not
+		// UTF-8): bad input, which the cluster never saw.
+		st = status.New(codes.InvalidArgument, "a value given is not valid UTF-8; nothing was sent ("+st.Message()+")")
+	}
 	code := exitFailed
 	var advice string
 	switch st.Code() {

@@ -51,3 +51,14 @@ func TestTextOutputEscapesStoredControlCharacters(t *testing.T) {
 		t.Errorf("--json owner %q (%v), want %q", doc.Owner, err, owner)
 	}
 }
+
+// A value that is not UTF-8 cannot be encoded in a request: bad input,
+// exit 2 naming it, not gRPC's INTERNAL.
+func TestArgumentNotUTF8IsBadInput(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 1})
+	fc.WaitLeader()
+	code, _, errOut := runCLI(t, nil, "proc", "submit", "sleep", "--arg", "k=\xff\xfe", "--addr="+fc.AdminAddrs()[0])
+	if code != 2 || !strings.Contains(errOut, "not valid UTF-8") || strings.Contains(errOut, "(INTERNAL)") {
+		t.Fatalf("exit %d, want 2 saying the value is not UTF-8:\n%s", code, errOut)
+	}
+}
