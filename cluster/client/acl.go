@@ -65,21 +65,17 @@ func (c *Client) AclList(ctx context.Context, opts ...ReadOption) (*adminpb.AclL
 	ro := readOpts(opts)
 	req := &adminpb.AclListRequest{Consistency: ro.consistency}
 	all := &adminpb.AclListResponse{}
-	for {
-		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclListResponse, error) {
-			return a.AclList(ctx, req)
-		})
-		if err != nil {
-			return nil, err
-		}
-		ro.served(r.GetRead())
+	err := readAllPages(ctx, c, ro, &req.PageToken, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclListResponse, error) {
+		return a.AclList(ctx, req)
+	}, func(r *adminpb.AclListResponse) {
 		all.Bindings, all.Tokens = append(all.Bindings, r.GetBindings()...), append(all.Tokens, r.GetTokens()...)
 		all.Revoked = append(all.Revoked, r.GetRevoked()...)
 		all.Enforced, all.Read = r.GetEnforced(), r.GetRead()
-		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
-			return all, nil
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return all, nil
 }
 
 // AuditFilter selects audit records: by principal (client/NAME,

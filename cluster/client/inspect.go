@@ -15,19 +15,15 @@ func (c *Client) ListLocks(ctx context.Context, procID uint64, opts ...ReadOptio
 	ro := readOpts(opts)
 	req := &adminpb.ListLocksRequest{ProcId: procID, Consistency: ro.consistency}
 	all := &adminpb.ListLocksResponse{}
-	for {
-		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
-			return a.ListLocks(ctx, req)
-		})
-		ro.served(r.GetRead())
-		if err != nil {
-			return nil, err
-		}
+	err := readAllPages(ctx, c, ro, &req.PageToken, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
+		return a.ListLocks(ctx, req)
+	}, func(r *adminpb.ListLocksResponse) {
 		all.Locks, all.Read = append(all.Locks, r.GetLocks()...), r.GetRead()
-		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
-			return all, nil
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return all, nil
 }
 
 // ProcedureStats counts the procedures by state and type and names the

@@ -176,3 +176,24 @@ func (c *Client) ListRegions(ctx context.Context, table string, opts ...ReadOpti
 func (c *Client) ListServers(ctx context.Context, opts ...ReadOption) ([]*adminpb.Server, error) {
 	return collect(c.Servers(ctx, &adminpb.ListServersRequest{}, opts...))
 }
+
+// readAllPages reads a list answered as one (AclList, ListLocks,
+// ListNamespaces, ServerRegions) page after page: call reads the page
+// *tok names, add gathers its items, and *tok takes each next_page_token
+// until a page has none.
+func readAllPages[R interface {
+	GetRead() *adminpb.ReadInfo
+	GetNextPageToken() string
+}](ctx context.Context, c *Client, ro readOptions, tok *string, call func(context.Context, adminpb.AdminClient) (R, error), add func(R)) error {
+	for {
+		r, err := unary(ctx, c, call)
+		ro.served(r.GetRead())
+		if err != nil {
+			return err
+		}
+		add(r)
+		if *tok = r.GetNextPageToken(); *tok == "" {
+			return nil
+		}
+	}
+}

@@ -90,19 +90,15 @@ func (c *Client) ListNamespaces(ctx context.Context, opts ...ReadOption) ([]stri
 	o := readOpts(opts)
 	var names []string
 	req := &adminpb.ListNamespacesRequest{Consistency: o.consistency}
-	for {
-		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
-			return a.ListNamespaces(ctx, req)
-		})
-		o.served(r.GetRead())
-		if err != nil {
-			return nil, err
-		}
+	err := readAllPages(ctx, c, o, &req.PageToken, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
+		return a.ListNamespaces(ctx, req)
+	}, func(r *adminpb.ListNamespacesResponse) {
 		names = append(names, r.GetNamespaces()...)
-		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
-			return names, nil
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return names, nil
 }
 
 // GetNamespace returns the namespace (NOT_FOUND if there is none); its Read
@@ -184,19 +180,15 @@ func (c *Client) ServerRegions(ctx context.Context, server string, opts ...ReadO
 	o := readOpts(opts)
 	req := &adminpb.ServerRegionsRequest{Server: server, Consistency: o.consistency}
 	all := &adminpb.ServerRegionsResponse{Server: server}
-	for {
-		r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
-			return a.ServerRegions(ctx, req)
-		})
-		o.served(r.GetRead())
-		if err != nil {
-			return nil, err
-		}
+	err := readAllPages(ctx, c, o, &req.PageToken, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
+		return a.ServerRegions(ctx, req)
+	}, func(r *adminpb.ServerRegionsResponse) {
 		all.Hosted, all.Assigned, all.Read = append(all.Hosted, r.GetHosted()...), append(all.Assigned, r.GetAssigned()...), r.GetRead()
-		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
-			return all, nil
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return all, nil
 }
 
 // Balance starts a balancing procedure (moving regions until every live
