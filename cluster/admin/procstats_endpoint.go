@@ -20,8 +20,8 @@ const (
 	DefaultStuckAfter = 10 * time.Minute
 	DefaultMaxStuck   = 20
 	maxMaxStuck       = 1000
-	// maxStuckAfter keeps stuck_after_ms a duration (milliseconds times a
-	// million overflow past 292 years) and a sensible one.
+	// maxStuckAfter bounds stuck_after_ms to a sensible duration, well
+	// inside what msDuration lets through.
 	maxStuckAfter = 366 * 24 * time.Hour
 )
 
@@ -34,22 +34,19 @@ const (
 // a suspension whose timer is still to fire (a sleep asked for), and an
 // external lock, which is held for as long as its holder renews it.
 func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest) (*adminpb.ProcedureStatsResponse, error) {
-	// What a duration holds first (as every *_ms field), then what makes
-	// sense here.
-	if _, err := msDuration("procedure stats", "stuck_after_ms", req.GetStuckAfterMs()); err != nil {
+	stuckAfter, err := msDuration("procedure stats", "stuck_after_ms", req.GetStuckAfterMs())
+	if err != nil {
 		return nil, err
 	}
-	maxStuck := int(req.GetMaxStuck())
-	switch ms := req.GetStuckAfterMs(); {
-	case ms < 0 || maxStuck < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative stuck_after_ms %d or max_stuck %d", ms, maxStuck)
-	case ms > maxStuckAfter.Milliseconds():
-		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: stuck_after_ms %d, at most %d (366 days)", ms, maxStuckAfter.Milliseconds())
+	if stuckAfter > maxStuckAfter {
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: stuck_after_ms %d, at most %d (366 days)", req.GetStuckAfterMs(), maxStuckAfter.Milliseconds())
 	}
-	stuckAfter := time.Duration(req.GetStuckAfterMs()) * time.Millisecond
-	switch {
-	case stuckAfter == 0:
+	if stuckAfter == 0 {
 		stuckAfter = DefaultStuckAfter
+	}
+	maxStuck := int(req.GetMaxStuck())
+	if maxStuck < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "admin: procedure stats: negative max_stuck %d", maxStuck)
 	}
 	if maxStuck == 0 {
 		maxStuck = DefaultMaxStuck
