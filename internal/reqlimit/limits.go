@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -192,16 +193,48 @@ var fallback = Field{Bytes: 256, Items: 100, Total: 4096, Ident: true}
 // returns an INVALID_ARGUMENT status naming the first field out of bounds
 // and its limit.
 func Check(req proto.Message) error {
-	if err := checkMessage(req.ProtoReflect(), ""); err != nil {
+	if err := checkMessage(req.ProtoReflect()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
 }
 
-func checkMessage(m protoreflect.Message, path string) error {
+// fieldError is a field out of bounds. Check runs on every request, so
+// the field's path is put together only when one is: each level of the
+// walk puts its part in front as the error comes back up.
+type fieldError struct {
+	path string // from the field the error came up to; "" at the field out of bounds
+	msg  string
+}
+
+func (e *fieldError) Error() string { return e.path + ": " + e.msg }
+
+func outOfBounds(format string, args ...any) error {
+	return &fieldError{msg: fmt.Sprintf(format, args...)}
+}
+
+// under puts part (a field's name, an entry's "[i]") in front of err's
+// path.
+func under(part string, err error) error {
+	e, ok := err.(*fieldError)
+	if !ok {
+		return err
+	}
+	switch {
+	case e.path == "" || e.path[0] == '[' || e.path[0] == ' ':
+		e.path = part + e.path
+	default:
+		e.path = part + "." + e.path
+	}
+	return e
+}
+
+func checkMessage(m protoreflect.Message) error {
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		err = checkField(fd, v, joinPath(path, string(fd.Name())))
+		if err = checkField(fd, v); err != nil {
+			err = under(string(fd.Name()), err)
+		}
 		return err == nil
 	})
 	return err
@@ -221,30 +254,30 @@ func limitOf(fd protoreflect.FieldDescriptor) Field {
 	return fallback
 }
 
-func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) error {
+func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
 	lim := limitOf(fd)
 	switch {
 	case fd.IsMap():
-		return checkMap(fd, v.Map(), lim, path)
+		return checkMap(fd, v.Map(), lim)
 	case fd.IsList():
 		l := v.List()
 		if lim.Items > 0 && l.Len() > lim.Items {
-			return fmt.Errorf("%s: %d entries, at most %d", path, l.Len(), lim.Items)
+			return outOfBounds("%d entries, at most %d", l.Len(), lim.Items)
 		}
 		for i := 0; i < l.Len(); i++ {
-			if err := checkValue(fd, l.Get(i), lim, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
+			if err := checkValue(fd, l.Get(i), lim); err != nil {
+				return under(fmt.Sprintf("[%d]", i), err)
 			}
 		}
 		return nil
 	default:
-		return checkValue(fd, v, lim, path)
+		return checkValue(fd, v, lim)
 	}
 }
 
-func checkMap(fd protoreflect.FieldDescriptor, m protoreflect.Map, lim Field, path string) error {
+func checkMap(fd protoreflect.FieldDescriptor, m protoreflect.Map, lim Field) error {
 	if lim.Items > 0 && m.Len() > lim.Items {
-		return fmt.Errorf("%s: %d entries, at most %d", path, m.Len(), lim.Items)
+		return outOfBounds("%d entries, at most %d", m.Len(), lim.Items)
 	}
 	total := 0
 	var err error
@@ -252,17 +285,21 @@ func checkMap(fd protoreflect.FieldDescriptor, m protoreflect.Map, lim Field, pa
 		key := k.String()
 		total += len(key)
 		if len(key) > MaxArgumentKey {
-			err = fmt.Errorf("%s: key %.40q... is %d bytes, at most %d", path, key, len(key), MaxArgumentKey)
+			err = outOfBounds("key %.40q... is %d bytes, at most %d", key, len(key), MaxArgumentKey)
 			return false
 		}
-		if err = checkText(key, Field{Bytes: MaxArgumentKey, Ident: true}, path+" key"); err != nil {
+		if err = checkText(key, Field{Bytes: MaxArgumentKey, Ident: true}); err != nil {
+			err = under(" key", err)
 			return false
 		}
 		if fd.MapValue().Kind() == protoreflect.StringKind {
 			total += len(v.String())
-			err = checkText(v.String(), Field{Bytes: lim.Bytes}, fmt.Sprintf("%s[%q]", path, key))
+			err = checkText(v.String(), Field{Bytes: lim.Bytes})
 		} else if fd.MapValue().Kind() == protoreflect.MessageKind {
-			err = checkMessage(v.Message(), fmt.Sprintf("%s[%q]", path, key))
+			err = checkMessage(v.Message())
+		}
+		if err != nil {
+			err = under(fmt.Sprintf("[%q]", key), err)
 		}
 		return err == nil
 	})
@@ -270,32 +307,33 @@ func checkMap(fd protoreflect.FieldDescriptor, m protoreflect.Map, lim Field, pa
 		return err
 	}
 	if lim.Total > 0 && total > lim.Total {
-		return fmt.Errorf("%s: %d bytes in all, at most %d", path, total, lim.Total)
+		return outOfBounds("%d bytes in all, at most %d", total, lim.Total)
 	}
 	return nil
 }
 
-func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, lim Field, path string) error {
+func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, lim Field) error {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
-		return checkText(v.String(), lim, path)
+		return checkText(v.String(), lim)
 	case protoreflect.BytesKind:
 		if n := len(v.Bytes()); n > lim.Bytes {
-			return fmt.Errorf("%s: %d bytes, at most %d", path, n, lim.Bytes)
+			return outOfBounds("%d bytes, at most %d", n, lim.Bytes)
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return checkMessage(v.Message(), path)
+		return checkMessage(v.Message())
 	}
 	return nil
 }
 
-func checkText(s string, lim Field, path string) error {
+func checkText(s string, lim Field) error {
 	if len(s) > lim.Bytes {
-		return fmt.Errorf("%s: %d bytes, at most %d", path, len(s), lim.Bytes)
+		return outOfBounds("%d bytes, at most %d", len(s), lim.Bytes)
 	}
 	if lim.Ident {
 		if i := strings.IndexFunc(s, Invisible); i >= 0 {
-			return fmt.Errorf("%s: %s %+q at byte %d: not allowed in an identifier", path, invisibleKind([]rune(s[i:])[0]), []rune(s[i:])[0], i)
+			r, _ := utf8.DecodeRuneInString(s[i:])
+			return outOfBounds("%s %+q at byte %d: not allowed in an identifier", invisibleKind(r), r, i)
 		}
 	}
 	return nil
