@@ -125,16 +125,9 @@ func lockInvolves(l scheduler.LockInfo, id uint64) bool {
 // record where there is one (a procedure is inserted before it can ask for
 // a lock, so there almost always is), else from the executor.
 func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *adminpb.LockParty {
-	var info procedure.Info
-	data, ok := s.b.StoredProcedure(id)
-	var err error
-	if ok {
-		info, err = procedure.DecodeInfo(data)
-	}
-	if !ok || err != nil {
-		if info, err = x.Get(id); err != nil {
-			return &adminpb.LockParty{ProcId: id, WaitingFor: "unknown to the executor"}
-		}
+	info, err := s.lockPartyInfo(x, id)
+	if err != nil {
+		return &adminpb.LockParty{ProcId: id, WaitingFor: "unknown to the executor"}
 	}
 	p := &adminpb.LockParty{
 		ProcId: id, RootId: info.RootID, ParentId: info.ParentID, Type: info.Type, State: info.State.String(),
@@ -146,6 +139,18 @@ func (s *Server) lockParty(x Procedures, namer lockHolderNamer, id uint64) *admi
 		}
 	}
 	return clipLockParty(p)
+}
+
+// lockPartyInfo is procedure id as a party to a lock: its committed
+// record, Data included (which names an external lock's holder), where
+// there is one, else what the executor knows of it.
+func (s *Server) lockPartyInfo(x Procedures, id uint64) (procedure.Info, error) {
+	if data, ok := s.b.StoredProcedure(id); ok {
+		if info, err := procedure.DecodeInfo(data); err == nil {
+			return info, nil
+		}
+	}
+	return x.Get(id)
 }
 
 // lockKey is where a page of the lock table ends: the table is sorted by

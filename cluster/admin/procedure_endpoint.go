@@ -139,19 +139,15 @@ func (s *Server) heldBy(x Procedures, holders []uint64) string {
 	}
 	id := holders[0]
 	who := fmt.Sprintf(" held by procedure %d", id)
-	if data, ok := s.b.StoredProcedure(id); ok {
-		if info, err := procedure.DecodeInfo(data); err == nil {
-			who += " (" + info.Type + ")"
-			if d, err := s.domain(); err == nil {
-				if namer, ok := d.(lockHolderNamer); ok {
-					if h, ok := namer.LockHolderOf(info); ok {
-						who = fmt.Sprintf(" held by external lock %d (holder %s)", id, h.Holder)
-					}
+	if info, err := s.lockPartyInfo(x, id); err == nil {
+		who += " (" + info.Type + ")"
+		if d, err := s.domain(); err == nil {
+			if namer, ok := d.(lockHolderNamer); ok {
+				if h, ok := namer.LockHolderOf(info); ok {
+					who = fmt.Sprintf(" held by external lock %d (holder %s)", id, h.Holder)
 				}
 			}
 		}
-	} else if info, err := x.Get(id); err == nil {
-		who += " (" + info.Type + ")"
 	}
 	if len(holders) > 1 {
 		who += fmt.Sprintf(" and %d more", len(holders)-1)

@@ -258,38 +258,36 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
 	}
-	if v := strings.TrimSpace(*submitRate); v != "" {
+	// rate and burst set *dst from a rate limit flag's value, if given;
+	// burst says whether it was.
+	rate := func(name, v string, dst *float64) {
+		if v = strings.TrimSpace(v); v == "" {
+			return
+		}
 		r, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(r) || (admin.RateLimit{Rate: r}).Validate() != nil {
-			bad("--submit-rate %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", v, admin.MinSubmitRate, admin.MaxSubmitRate)
+			bad("--%s %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", name, v, admin.MinSubmitRate, admin.MaxSubmitRate)
 		}
-		cfg.SubmitRate = r
+		*dst = r
 	}
-	if v := strings.TrimSpace(*submitBurst); v != "" {
+	burst := func(name, v string, dst *int) bool {
+		if v = strings.TrimSpace(v); v == "" {
+			return false
+		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
-			bad("--submit-burst %q: want a number of calls in 1..%d", v, int(admin.MaxSubmitRate))
+			bad("--%s %q: want a number of calls in 1..%d", name, v, int(admin.MaxSubmitRate))
 		}
-		cfg.SubmitBurst = n
-		if cfg.SubmitRate == 0 {
-			bad("--submit-burst is the burst of --submit-rate: give the rate too")
-		}
+		*dst = n
+		return true
+	}
+	rate("submit-rate", *submitRate, &cfg.SubmitRate)
+	if burst("submit-burst", *submitBurst, &cfg.SubmitBurst) && cfg.SubmitRate == 0 {
+		bad("--submit-burst is the burst of --submit-rate: give the rate too")
 	}
 	cfg.ChangeRate, cfg.ChangeBurst = admin.DefaultChangeRate, admin.DefaultChangeBurst
-	if v := strings.TrimSpace(*changeRate); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(r) || (admin.RateLimit{Rate: r}).Validate() != nil {
-			bad("--change-rate %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", v, admin.MinSubmitRate, admin.MaxSubmitRate)
-		}
-		cfg.ChangeRate = r
-	}
-	if v := strings.TrimSpace(*changeBurst); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
-			bad("--change-burst %q: want a number of calls in 1..%d", v, int(admin.MaxSubmitRate))
-		}
-		cfg.ChangeBurst = n
-	}
+	rate("change-rate", *changeRate, &cfg.ChangeRate)
+	burst("change-burst", *changeBurst, &cfg.ChangeBurst)
 	cfg.ACL = cfg.TLS.Enabled()
 	switch v := strings.TrimSpace(*acl); v {
 	case "":
