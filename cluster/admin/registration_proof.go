@@ -88,8 +88,9 @@ func (s *Server) fromMemberHost(ctx context.Context, id string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, hostLookupTimeout)
 	defer cancel()
+	peers := s.b.Status().Peers
 	judged := false
-	for _, m := range s.b.Status().Peers {
+	for _, m := range peers {
 		if id != "" && m.ID != id {
 			continue
 		}
@@ -107,7 +108,7 @@ func (s *Server) fromMemberHost(ctx context.Context, id string) bool {
 	// An embedder's Raft transport whose addresses name no host (one in
 	// memory) gives nothing to judge by: such a process is not reachable
 	// as a master from elsewhere anyway. An agent's always does.
-	return !judged && len(s.b.Status().Peers) > 0 && !slices.ContainsFunc(s.b.Status().Peers, func(m cluster.PeerStatus) bool {
+	return !judged && len(peers) > 0 && !slices.ContainsFunc(peers, func(m cluster.PeerStatus) bool {
 		_, _, err := net.SplitHostPort(m.Address)
 		return err == nil
 	})

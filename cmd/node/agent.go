@@ -171,7 +171,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 			// IP addresses, localhost): a compose service's name, when
 			// that is how the node is configured.
 			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: append([]string{cfg.HTTPAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret, cfg.GRPCAddr), TLS: tlsc.creds != nil})
+				AllowedHosts: agentHostNames(cfg), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret, cfg.GRPCAddr), TLS: tlsc.creds != nil})
 			if err != nil {
 				_ = hl.Close()
 			}
@@ -283,11 +283,18 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 // name the node does not answer to is refused before anything else is
 // said to it.
 func agentHTTPHandler(cfg agentConfig, srv *admin.Server, mux http.Handler, logger hclog.Logger) (http.Handler, error) {
-	hosts, err := security.NewHostCheck(logger.Named("http"), append([]string{cfg.HTTPAddr, cfg.GRPCAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...)...)
+	hosts, err := security.NewHostCheck(logger.Named("http"), agentHostNames(cfg)...)
 	if err != nil {
 		return nil, err
 	}
 	return hosts.Wrap(srv.Authorizer(mux), "'baton agent --http-allowed-hosts NAME'"), nil
+}
+
+// agentHostNames are the names the node's HTTP port answers to, the
+// console's as every other path's: its own addresses and
+// --http-allowed-hosts.
+func agentHostNames(cfg agentConfig) []string {
+	return append([]string{cfg.HTTPAddr, cfg.GRPCAddr, cfg.RaftAddr}, cfg.HTTPAllowedHosts...)
 }
 
 func debugOptions(cfg agentConfig) []admin.HTTPOption {

@@ -45,6 +45,30 @@ func closedWithin(c net.Conn, limit time.Duration) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
+// expectClosedAfter dials addr, sends start (nothing, if nil), and
+// expects the server to close the connection well under HTTP's 5 s and
+// gRPC's 120 s: loose above the tests' 300 ms --handshake-timeout for a
+// loaded machine.
+func expectClosedAfter(t *testing.T, name, addr string, start []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(start) > 0 {
+		if _, err := c.Write(start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took, err := closedWithin(c, 3*time.Second)
+	if err != nil {
+		t.Errorf("%s: %v", name, err)
+		return
+	}
+	t.Logf("%s: closed after %v", name, took)
+}
+
 // A connection that never handshakes (never sends a byte) is closed on
 // every port within --handshake-timeout, the dev region server's too:
 // gRPC held one 120 s, plaintext Raft for good, HTTP 5 s.
@@ -56,19 +80,7 @@ func TestSilentConnectionsAreClosedWithinTheHandshakeTimeout(t *testing.T) {
 		t.Fatalf("the banner names no region server:\n%s", banner)
 	}
 	for name, addr := range map[string]string{"gRPC": grpcAddr, "Raft": raftAddr, "HTTP": httpAddr, "region server gRPC": rs[1], "region server HTTP": rs[2]} {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Well under HTTP's 5 s and gRPC's 120 s; loose above 300 ms for a
-		// loaded machine.
-		took, err := closedWithin(c, 3*time.Second)
-		c.Close()
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		t.Logf("%s: a silent connection closed after %v", name, took)
+		expectClosedAfter(t, name, addr, nil)
 	}
 	if code := stop(); code != 0 {
 		t.Fatalf("agent exit %d", code)
@@ -84,20 +96,7 @@ func TestRaftConnectionsThatStopMidCallAreClosed(t *testing.T) {
 	_, banner, stop := startDevAgent(t, "--dev-regionservers", "0", "--handshake-timeout", "300ms")
 	_, raftAddr, _ := agentPorts(t, banner)
 	for name, start := range map[string][]byte{"one byte": {0}, "a header begun": {0, 0x85, 0xa3}, "a vote begun": {1, 0x82}} {
-		c, err := net.Dial("tcp", raftAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Write(start); err != nil {
-			t.Fatal(err)
-		}
-		took, err := closedWithin(c, 3*time.Second)
-		c.Close()
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		t.Logf("%s: closed after %v", name, took)
+		expectClosedAfter(t, name, raftAddr, start)
 	}
 	if code := stop(); code != 0 {
 		t.Fatalf("agent exit %d", code)
