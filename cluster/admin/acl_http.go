@@ -1,10 +1,8 @@
 package admin
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/baton-dev/baton/security"
 )
@@ -53,8 +51,7 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 func (s *Server) refuseHTTP(w http.ResponseWriter, r *http.Request, p principal, code int, why string) {
 	if wait, limited := s.limitHTTPRefusal(r, p); limited {
 		code = http.StatusTooManyRequests
-		why = fmt.Sprintf("baton: %s exceeded the rate limit of %g state-changing calls and refusals per second (burst %d); the next is allowed in %v",
-			p, s.changes.cfg.Rate, s.changes.cfg.Burst, wait.Round(time.Millisecond))
+		why = "baton: " + s.overChangeLimit(p.String(), wait)
 		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	s.recordHTTPRefusal(r, p, code, why)

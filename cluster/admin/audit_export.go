@@ -231,6 +231,10 @@ func lastExported(path string) (string, error) {
 		}
 		newest = max(newest, strings.TrimPrefix(key, auditPrefix))
 	}
+	if err := sc.Err(); err != nil {
+		// Resuming from the lines read would write the rest again.
+		return "", fmt.Errorf("admin: audit file %s: %w", path, err)
+	}
 	return newest, nil
 }
 
@@ -556,7 +560,8 @@ func (e *auditExporter) noteGap() {
 // auditExportEvery for a PENDING record's grace.
 func (e *auditExporter) run() {
 	defer e.s.loops.Done()
-	defer e.f.Close()
+	// The file open at the end: a rotation replaced the first.
+	defer func() { _ = e.f.Close() }()
 	defer e.observe()()
 	t := time.NewTicker(auditExportEvery)
 	defer t.Stop()

@@ -1,11 +1,9 @@
 package admin
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -17,12 +15,7 @@ import (
 // the record names as the one that forwarded it), not as the master
 // whose console made the call.
 func TestConsoleUserWithAMastersCertificateIsNamed(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{})
 	si := (li + 1) % 3
 	user := sc.nodes[(li+2)%3].srv.b.ID()
 	for _, i := range []int{li, si} {

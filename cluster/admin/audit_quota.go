@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -209,13 +210,7 @@ func (l *auditLog) quotaPrunes(sp *auditSpace, x *auditIndex, limit int) []raftf
 		x.remove(k)
 		l.pruning[k] = true
 	}
-	for _, g := range slices.Sorted(func(yield func(string) bool) {
-		for g := range x.dirty {
-			if !yield(g) {
-				return
-			}
-		}
-	}) {
+	for _, g := range slices.Sorted(maps.Keys(x.dirty)) {
 		for x.groups[g] != nil && x.groups[g].live > sp.quota(g) && len(out) < limit {
 			var k string
 			var ok bool

@@ -123,7 +123,7 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why s
 	}
 	rec := &adminpb.AuditRecord{
 		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: httpAuditMethod(r), Args: httpAuditArgs(r),
-		Code: http.StatusText(code), Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
+		Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
 	}
 	switch code {
 	case http.StatusUnauthorized:

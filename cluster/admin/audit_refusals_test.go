@@ -15,18 +15,28 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
+// startRootCluster is a secure cluster of three masters with access,
+// whose client root holds admin (the grant applied), root's client of the
+// leader li, and a deadline for the test.
+func startRootCluster(t *testing.T, access Access) (sc *secureCluster, li int, ctx context.Context, root adminpb.AdminClient) {
+	t.Helper()
+	access.InitialGrants = map[string]security.Permission{"root": security.PermAdmin}
+	sc = startSecureCluster(t, 3, access)
+	li = converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	root = sc.as(li, "root", "")
+	waitBound(t, ctx, root, "admin")
+	return sc, li, ctx, root
+}
+
 // TestEveryRefusalIsRecorded: refusals the audit trail used to miss are
 // recorded with the caller and its address: a region server's
 // certificate calling the admin API (refused by the identity policy,
 // before access control), a client calling the masters' own methods,
 // a refused read, and a refused HTTP request.
 func TestEveryRefusalIsRecorded(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{})
 	si := (li + 1) % 3
 	rs := sc.dial(si, sc.pki.MustCredentials(security.Identity{Role: security.RoleRegionServer, ID: "rs9"}), "")
 	_, err := rs.DeleteTable(ctx, &adminpb.TableRequest{Name: "t"})
@@ -73,12 +83,7 @@ func TestEveryRefusalIsRecorded(t *testing.T) {
 // leader's AppendAudit refused (too long, control characters) or could
 // not marshal (not UTF-8): the refusal went unrecorded.
 func TestHTTPRefusalsOfAnyPathAreRecorded(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{})
 	si := (li + 1) % 3
 	long := strings.Repeat("x", 120)
 	type request struct{ method, path, args string }

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -78,8 +77,14 @@ func (s *Server) spendChange(who, label string) error {
 		return nil
 	}
 	s.changes.limited.WithLabelValues(label).Inc()
-	return retryIn(wait, fmt.Sprintf("admin: %s exceeded the rate limit of %g state-changing calls and refusals per second (burst %d); the next is allowed in %v",
-		who, s.changes.cfg.Rate, s.changes.cfg.Burst, wait.Round(time.Millisecond)))
+	return retryIn(wait, "admin: "+s.overChangeLimit(who, wait))
+}
+
+// overChangeLimit says who is past the change limit, and when its next
+// call is allowed.
+func (s *Server) overChangeLimit(who string, wait time.Duration) string {
+	return fmt.Sprintf("%s exceeded the rate limit of %g state-changing calls and refusals per second (burst %d); the next is allowed in %v",
+		who, s.changes.cfg.Rate, s.changes.cfg.Burst, wait.Round(time.Millisecond))
 }
 
 // limitRefusal spends one of the caller's tokens for refusing it err (p,
@@ -111,10 +116,7 @@ func (s *Server) limitHTTPRefusal(r *http.Request, p principal) (time.Duration, 
 	}
 	who := p.String()
 	if p.kind == "" || p.kind == kindAnonymous {
-		who = r.RemoteAddr
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			who = host
-		}
+		who = auditHost(r.RemoteAddr)
 	}
 	wait, ok := s.changes.take(who)
 	if ok {

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
-	"github.com/baton-dev/baton/security"
 )
 
 // wantRetryInfo: err is RESOURCE_EXHAUSTED carrying when to try again.
@@ -36,18 +34,11 @@ func wantRetryInfo(t *testing.T, what string, err error, says string) {
 // burst, and those answers stay within its refusal quota in the trail.
 func TestChangeRateLimit(t *testing.T) {
 	const burst = 4
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin},
-		ChangeLimit: RateLimit{Rate: MinSubmitRate, Burst: burst}, AuditMaxRefusedPerCaller: 3})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{ChangeLimit: RateLimit{Rate: MinSubmitRate, Burst: burst}, AuditMaxRefusedPerCaller: 3})
 
-	for i := range burst {
+	for range burst {
 		_, err := root.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: 999_999})
 		wantCode(t, "a pause within the burst", err, codes.NotFound)
-		_ = i
 	}
 	_, err := root.PauseProcedure(ctx, &adminpb.ProcedureRef{Id: 999_999})
 	wantRetryInfo(t, "a pause past the burst", err, "client/root")

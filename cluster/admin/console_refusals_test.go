@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,12 +20,7 @@ import (
 // recorded in the audit trail as the HTTP authorizer's refusals are, on
 // the leader and on a standby.
 func TestConsoleRefusalsAreRecorded(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{})
 	tok, err := root.AclCreateToken(ctx, &adminpb.AclCreateTokenRequest{Name: "bob", Permission: "operate"})
 	if err != nil {
 		t.Fatal(err)
