@@ -307,7 +307,8 @@ func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, err
 	}
 	ccfg := console.Config{AdminAddr: m.addr, Logger: m.cfg.Logger, Refresh: -1}
 	if m.c.secret != "" {
-		ccfg.DialOptions = []grpc.DialOption{security.ClusterSecretDialOption(m.c.secret)}
+		// As an agent's console: the secret to its own node alone.
+		ccfg.DialOptions = []grpc.DialOption{security.ClusterSecretDialOptionTo(m.c.secret, m.addr)}
 	}
 	con, err := console.New(ccfg)
 	if err != nil {
