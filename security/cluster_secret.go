@@ -76,22 +76,10 @@ func ClusterSecretDialOptionTo(secret string, authorities ...string) grpc.DialOp
 	return grpc.WithPerRPCCredentials(clusterSecretCreds{secret: secret, only: only})
 }
 
-// ClusterSecretCheck tells the calls that carry a cluster secret: the
-// secret's hash is taken once, not at every call.
-type ClusterSecretCheck struct {
-	want [sha256.Size]byte
-	set  bool
-}
-
-// NewClusterSecretCheck checks for secret; "" proves nothing.
-func NewClusterSecretCheck(secret string) ClusterSecretCheck {
-	return ClusterSecretCheck{want: sha256.Sum256([]byte(secret)), set: secret != ""}
-}
-
-// Proven says ctx's call carries the secret as its ClusterSecretKey,
-// compared in constant time.
-func (c ClusterSecretCheck) Proven(ctx context.Context) bool {
-	if !c.set {
+// ClusterSecretProven says ctx's call carries secret (not empty) as its
+// ClusterSecretKey, compared in constant time.
+func ClusterSecretProven(ctx context.Context, secret string) bool {
+	if secret == "" {
 		return false
 	}
 	md, ok := metadata.FromIncomingContext(ctx)
@@ -104,8 +92,8 @@ func (c ClusterSecretCheck) Proven(ctx context.Context) bool {
 	}
 	// Hashed first, so that the comparison takes as long whatever the
 	// length of what the caller sent.
-	got := sha256.Sum256([]byte(vals[0]))
-	return subtle.ConstantTimeCompare(got[:], c.want[:]) == 1
+	got, want := sha256.Sum256([]byte(vals[0])), sha256.Sum256([]byte(secret))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 var _ credentials.PerRPCCredentials = clusterSecretCreds{}

@@ -152,7 +152,7 @@ type relayProvenKey struct{}
 // carries this server's cluster secret. The interceptors run it first, so
 // that the rate limit after them (callerKey) sees the mark.
 func (s *Server) proveRelay(ctx context.Context) context.Context {
-	if s.cfg.ClusterSecret == "" || security.OverTLS(ctx) || !s.secret.Proven(ctx) {
+	if s.cfg.ClusterSecret == "" || security.OverTLS(ctx) || !security.ClusterSecretProven(ctx, s.cfg.ClusterSecret) {
 		return ctx
 	}
 	return context.WithValue(ctx, relayProvenKey{}, true)

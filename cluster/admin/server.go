@@ -106,8 +106,6 @@ type Server struct {
 	cfg    Config
 	log    hclog.Logger
 	health *health.Server
-	// secret tells the plaintext calls of masters (Config.ClusterSecret).
-	secret security.ClusterSecretCheck
 
 	mu        sync.Mutex
 	advertise string
@@ -192,7 +190,6 @@ func New(b Backend, cfg Config) (*Server, error) {
 		unprovenDial: unprovenDial[:len(unprovenDial):len(unprovenDial)],
 		log:          cfg.Logger.Named("admin"),
 		health:       health.NewServer(),
-		secret:       security.NewClusterSecretCheck(cfg.ClusterSecret),
 		advertise:    cfg.AdvertiseAddr,
 		conns:        map[string]*grpc.ClientConn{},
 		fwd:          map[*fwdCall]struct{}{},
