@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -337,15 +338,7 @@ func (x *Executor) childSummariesLocked(e *entry) (pack func() []byte) {
 		return nil
 	}
 	return func() []byte {
-		slices.SortFunc(list, func(a, b ChildSummary) int {
-			switch {
-			case a.ID < b.ID:
-				return -1
-			case a.ID > b.ID:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(list, func(a, b ChildSummary) int { return cmp.Compare(a.ID, b.ID) })
 		return packChildSummaries(e.id, e.submitted, list, omitted)
 	}
 }
@@ -513,15 +506,7 @@ func (ci *childIndex) search(root uint64) (int, bool) {
 	if n := len(ci.spans); n == 0 || ci.spans[n-1].root < root {
 		return n, false // mostly appended: roots finish about in id order
 	}
-	return slices.BinarySearchFunc(ci.spans, root, func(s childSpan, id uint64) int {
-		switch {
-		case s.root < id:
-			return -1
-		case s.root > id:
-			return 1
-		}
-		return 0
-	})
+	return slices.BinarySearchFunc(ci.spans, root, func(s childSpan, id uint64) int { return cmp.Compare(s.root, id) })
 }
 
 // add indexes the descendants of root, between lo and hi.
