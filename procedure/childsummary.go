@@ -597,16 +597,18 @@ func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 		case found:
 			return info, nil
 		case listed:
-			return Info{}, Errorf(ErrNotFound, "procedure %d does not exist: %s", id, NoSummaryNote(rid))
+			return Info{}, NoSummaryError(id, rid)
 		}
 	}
 	return Info{}, Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
-// NoSummaryNote says why a child its finished root lists has no summary.
-func NoSummaryNote(root uint64) string {
-	return fmt.Sprintf("its record went with its root %d's finish, and no summary of it was kept "+
-		"(the root finished on a version that kept none, or its tree was too big to summarise every member)", root)
+// NoSummaryError is the ErrNotFound of child id, which its finished root
+// lists but keeps no summary of.
+func NoSummaryError(id, root uint64) error {
+	return Errorf(ErrNotFound, "procedure %d does not exist: its record went with its root %d's finish, "+
+		"and no summary of it was kept (the root finished on a version that kept none, "+
+		"or its tree was too big to summarise every member)", id, root)
 }
 
 // SummarisedRoots returns the finished roots that may keep summaries of
