@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -337,15 +338,7 @@ func (x *Executor) childSummariesLocked(e *entry) (pack func() []byte) {
 		return nil
 	}
 	return func() []byte {
-		slices.SortFunc(list, func(a, b ChildSummary) int {
-			switch {
-			case a.ID < b.ID:
-				return -1
-			case a.ID > b.ID:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(list, func(a, b ChildSummary) int { return cmp.Compare(a.ID, b.ID) })
 		return packChildSummaries(e.id, e.submitted, list, omitted)
 	}
 }
@@ -513,15 +506,7 @@ func (ci *childIndex) search(root uint64) (int, bool) {
 	if n := len(ci.spans); n == 0 || ci.spans[n-1].root < root {
 		return n, false // mostly appended: roots finish about in id order
 	}
-	return slices.BinarySearchFunc(ci.spans, root, func(s childSpan, id uint64) int {
-		switch {
-		case s.root < id:
-			return -1
-		case s.root > id:
-			return 1
-		}
-		return 0
-	})
+	return slices.BinarySearchFunc(ci.spans, root, func(s childSpan, id uint64) int { return cmp.Compare(s.root, id) })
 }
 
 // add indexes the descendants of root, between lo and hi.
@@ -612,16 +597,18 @@ func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 		case found:
 			return info, nil
 		case listed:
-			return Info{}, Errorf(ErrNotFound, "procedure %d does not exist: %s", id, NoSummaryNote(rid))
+			return Info{}, NoSummaryError(id, rid)
 		}
 	}
 	return Info{}, Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
-// NoSummaryNote says why a child its finished root lists has no summary.
-func NoSummaryNote(root uint64) string {
-	return fmt.Sprintf("its record went with its root %d's finish, and no summary of it was kept "+
-		"(the root finished on a version that kept none, or its tree was too big to summarise every member)", root)
+// NoSummaryError is the ErrNotFound of child id, which its finished root
+// lists but keeps no summary of.
+func NoSummaryError(id, root uint64) error {
+	return Errorf(ErrNotFound, "procedure %d does not exist: its record went with its root %d's finish, "+
+		"and no summary of it was kept (the root finished on a version that kept none, "+
+		"or its tree was too big to summarise every member)", id, root)
 }
 
 // SummarisedRoots returns the finished roots that may keep summaries of

@@ -300,7 +300,7 @@ func (s *Server) summarisedProc(x Procedures, id uint64) (*adminpb.Procedure, pr
 				return true, nil
 			case listed:
 				sum, _ := procedure.DecodeSummary(data)
-				why = procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist: %s", id, procedure.NoSummaryNote(sum.ID))
+				why = procedure.NoSummaryError(id, sum.ID)
 			}
 			return false, nil
 		})
