@@ -42,7 +42,7 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 	size := pageSizeOr(req.GetPageSize(), defaultAclPage, maxAclPage)
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.AclListResponse, error) {
 		out := &adminpb.AclListResponse{Enforced: s.acc.Enforce, Read: ri}
-		page := aclPage{size: size}
+		page := aclPage{pageBudget: newPage(size)}
 		for i, prefix := range aclListPrefixes {
 			if page.full || i < resume {
 				continue
@@ -109,20 +109,19 @@ func (s *Server) addAclListEntry(out *adminpb.AclListResponse, page *aclPage, pr
 
 // aclPage counts what a page of AclList holds.
 type aclPage struct {
-	size, n, bytes int
-	last           string // the key of the last entry kept
-	full           bool
+	pageBudget
+	last string // the key of the last entry kept
+	full bool
 }
 
 // add says whether entry m under key k fits in the page, and counts it
 // if so.
 func (p *aclPage) add(k string, m proto.Message) bool {
-	n := proto.Size(m) + 4
-	if p.n == p.size || (p.n > 0 && p.bytes+n > maxListPageBytes) {
+	if !p.fits(m) {
 		p.full = true
 		return false
 	}
-	p.n, p.bytes, p.last = p.n+1, p.bytes+n, k
+	p.last = k
 	return true
 }
 

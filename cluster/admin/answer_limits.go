@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"google.golang.org/protobuf/proto"
@@ -105,17 +106,45 @@ func clipData(p *adminpb.Procedure) *adminpb.Procedure {
 	return p
 }
 
+// pageBudget is what is left of a list answer: of its items (a page's
+// page_size) and of its bytes, each item costing its size and its field's
+// tag and length. A page takes its first item whatever its size, so that
+// no single item can stop a list from going on.
+type pageBudget struct {
+	items, bytes int
+	kept         int
+	firstFits    bool
+}
+
+// newPage is the budget of a page of at most size items.
+func newPage(size int) pageBudget {
+	return pageBudget{items: size, bytes: maxListPageBytes, firstFits: true}
+}
+
+// newByteBudget is a budget of n bytes, of any number of items.
+func newByteBudget(n int) pageBudget {
+	return pageBudget{items: math.MaxInt, bytes: n}
+}
+
+// fits says whether m fits in what is left, and takes it from b if so.
+func (b *pageBudget) fits(m proto.Message) bool {
+	n := proto.Size(m) + 4 // the field's tag and length
+	if b.items == 0 || (n > b.bytes && !(b.firstFits && b.kept == 0)) {
+		return false
+	}
+	b.items, b.bytes, b.kept = b.items-1, b.bytes-n, b.kept+1
+	return true
+}
+
 // boundPage keeps of items, in order, as many as fit in maxListPageBytes
 // (at least one, each cut already to what an answer carries); cut says
 // whether any were left for a next page.
 func boundPage[T proto.Message](items []T) (kept []T, cut bool) {
-	size := 0
+	page := newPage(len(items))
 	for i, it := range items {
-		n := proto.Size(it) + 4 // the field's tag and length
-		if i > 0 && size+n > maxListPageBytes {
+		if !page.fits(it) {
 			return items[:i], true
 		}
-		size += n
 	}
 	return items, false
 }
@@ -147,15 +176,13 @@ const (
 // maxLockParties of each, in maxLockPartyBytes in all, counting them all.
 func clipLockEntry(e *adminpb.LockEntry) *adminpb.LockEntry {
 	e.HolderCount, e.WaiterCount = int32(len(e.GetHolders())), int32(len(e.GetWaiters()))
-	budget := maxLockPartyBytes
+	budget := newByteBudget(maxLockPartyBytes)
 	keep := func(parties []*adminpb.LockParty) []*adminpb.LockParty {
 		for i, p := range parties {
-			n := proto.Size(p) + 4
-			if i == maxLockParties || n > budget {
+			if i == maxLockParties || !budget.fits(p) {
 				e.Truncated = true
 				return parties[:i]
 			}
-			budget -= n
 		}
 		return parties
 	}
@@ -185,24 +212,20 @@ func clipCancelled(out *adminpb.CancelProceduresResponse) *adminpb.CancelProcedu
 	for _, p := range out.GetCancelled()[:min(len(out.GetCancelled()), maxCancelIDs)] {
 		out.CancelledIds = append(out.CancelledIds, p.GetId())
 	}
-	budget := maxCancelListBytes
+	budget := newByteBudget(maxCancelListBytes)
 	for i, p := range out.GetCancelled() {
-		n := proto.Size(clipProcedure(p, true)) + 4
-		if n > budget {
+		if !budget.fits(clipProcedure(p, true)) {
 			out.Cancelled, out.Truncated = out.GetCancelled()[:i], true
 			break
 		}
-		budget -= n
 	}
 	for i, sk := range out.GetSkipped() {
 		clipProcedure(sk.GetProcedure(), true)
 		sk.Reason, _ = clipText(sk.GetReason(), maxAnswerText)
-		n := proto.Size(sk) + 4
-		if n > budget {
+		if !budget.fits(sk) {
 			out.Skipped, out.Truncated = out.GetSkipped()[:i], true
 			break
 		}
-		budget -= n
 	}
 	return out
 }

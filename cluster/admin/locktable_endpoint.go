@@ -73,7 +73,7 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 		}
 		out := &adminpb.ListLocksResponse{Read: ri}
 		want := req.GetProcId()
-		bytes := 0
+		page := newPage(size)
 		var last lockKey
 		for _, l := range lt.Scheduler().Locks() {
 			if (want != 0 && !lockInvolves(l, want)) || !after.precedes(l) {
@@ -89,13 +89,11 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 			for i, id := range l.Waiters {
 				e.Waiters = append(e.Waiters, party(id, l.Modes[i]))
 			}
-			n := proto.Size(clipLockEntry(e)) + 4
-			if len(out.Locks) == size || (len(out.Locks) > 0 && bytes+n > maxListPageBytes) {
+			if !page.fits(clipLockEntry(e)) {
 				out.NextPageToken = encodePageToken(lockToken, last.String())
 				break
 			}
 			out.Locks = append(out.Locks, e)
-			bytes += n
 			last = lockKey{l.Type, l.Name}
 		}
 		return out, nil
