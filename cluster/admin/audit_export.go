@@ -114,6 +114,9 @@ type auditExporter struct {
 	f   *os.File
 	// size is f's size.
 	size int64
+	// rotateFailed: the last rotation failed, and f grows past MaxBytes
+	// (said once in the log).
+	rotateFailed bool
 	// maxHeld bounds the bytes of the records held; past half of it a
 	// PENDING record no longer holds back those after it.
 	maxHeld int
@@ -255,10 +258,23 @@ func (e *auditExporter) open() error {
 // rotate moves Path to Path.1 (and each Path.k to Path.k+1, dropping
 // those past Keep) and opens a new Path.
 func (e *auditExporter) rotate() error {
-	if err := e.f.Close(); err != nil {
+	f := e.f
+	e.f = nil
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("admin: audit file: %w", err)
 	}
-	_ = os.Remove(fmt.Sprintf("%s.%d", e.cfg.Path, e.cfg.Keep))
+	if err := e.shiftRotated(); err != nil {
+		// Evidence matters more than the size bound: the file is opened
+		// again and grows on, and the next record past the bound tries
+		// again.
+		return errors.Join(err, e.open())
+	}
+	return e.open()
+}
+
+// shiftRotated renames Path.k to Path.k+1 (the one past Keep is
+// overwritten) and Path to Path.1.
+func (e *auditExporter) shiftRotated() error {
 	for k := e.cfg.Keep - 1; k >= 1; k-- {
 		if err := os.Rename(fmt.Sprintf("%s.%d", e.cfg.Path, k), fmt.Sprintf("%s.%d", e.cfg.Path, k+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("admin: audit file rotation: %w", err)
@@ -267,7 +283,7 @@ func (e *auditExporter) rotate() error {
 	if err := os.Rename(e.cfg.Path, e.cfg.Path+".1"); err != nil {
 		return fmt.Errorf("admin: audit file rotation: %w", err)
 	}
-	return e.open()
+	return nil
 }
 
 // observe has the backend tell e of each record as it is applied, if it
@@ -506,6 +522,11 @@ func (e *auditExporter) export() error {
 		if buf.Len() == 0 {
 			return nil
 		}
+		if e.f == nil { // a rotation could not open the file again
+			if err := e.open(); err != nil {
+				return err
+			}
+		}
 		if _, err := e.f.Write(buf.Bytes()); err != nil {
 			return fmt.Errorf("admin: audit file: %w", err)
 		}
@@ -523,7 +544,15 @@ func (e *auditExporter) export() error {
 				return err
 			}
 			if err := e.rotate(); err != nil {
-				return err
+				if e.f == nil {
+					return err
+				}
+				if !e.rotateFailed {
+					e.s.log.Warn("audit file not rotated: writing on past its size", "path", e.cfg.Path, "error", err)
+				}
+				e.rotateFailed = true
+			} else {
+				e.rotateFailed = false
 			}
 		}
 		buf.Write(l.line)

@@ -82,3 +82,37 @@ func TestAuditFileExport(t *testing.T) {
 		}
 	}
 }
+
+// A rotation that cannot rename (here Path.2 is a directory holding a
+// file, so the second rotation cannot move Path.1 there) must not stop
+// the evidence: the file is opened again and grows past its bound, and
+// every record still reaches it.
+func TestAuditFileOutlivesAFailedRotation(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 3 {
+		if err := os.MkdirAll(filepath.Join(dir, fmt.Sprintf("m%d.jsonl.2", i), "blocker"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2},
+		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
+	li := converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := sc.as(li, "root", "")
+	waitBound(t, ctx, root, "admin")
+	const grants = 12
+	for i := range grants {
+		if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := fmt.Sprintf(`\"u%d\"`, grants-1)
+	for _, n := range sc.nodes {
+		path := filepath.Join(dir, n.srv.b.ID()+".jsonl")
+		testwait.For(t, 20*time.Second, path+" holding the last grant past a failed rotation", func() bool {
+			b, _ := os.ReadFile(path)
+			return bytes.Contains(b, []byte(last))
+		})
+	}
+}
