@@ -30,8 +30,16 @@ type runConfig struct {
 	seed        uint64
 }
 
+// The cluster of every run; a schedule names its nodes.
+const (
+	clusterMasters       = 3
+	clusterRegionServers = 4
+)
+
 // TestChaosShort is the chaos run of every `go test ./...`: a few faults
-// of each kind (about two minutes). See TestChaosLong for the full one.
+// of each kind (about two minutes), then the liveness phase. See
+// TestChaosLong for the full one. BATON_CHAOS_NEMESIS_SEED and
+// BATON_CHAOS_SCHEDULE replay a run (a failing run prints how).
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: about two minutes of faults; not in -short")
@@ -61,8 +69,14 @@ func TestChaosShort(t *testing.T) {
 //	BATON_CHAOS_RS_KILLS       region server SIGKILL+restart (default 20)
 //	BATON_CHAOS_RS_PAUSES      region server SIGSTOP/SIGCONT (default 10)
 //	BATON_CHAOS_WORKERS        concurrent namespace clients (default 4)
-//	BATON_CHAOS_NEMESIS_SEED   seed of the nemesis's and clients' random choices (logged)
-//	BATON_CHAOS_ARTIFACTS      where porcupine's visualization goes
+//	BATON_CHAOS_NEMESIS_SEED   seed of the fault schedule and the clients' random
+//	                           choices (logged; `make chaos SEED=…`)
+//	BATON_CHAOS_SCHEDULE       a schedule file a run wrote: replays its faults at
+//	                           the times they started, with its seed, duration and
+//	                           workers (the variables above are then ignored;
+//	                           `make chaos SCHEDULE=…`)
+//	BATON_CHAOS_ARTIFACTS      where the schedule files and porcupine's
+//	                           visualization go
 func TestChaosLong(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_LONG") == "" {
 		t.Skip("chaos: the long run is `make chaos` (BATON_CHAOS_LONG=1)")
@@ -74,13 +88,13 @@ func TestChaosLong(t *testing.T) {
 	cfg := runConfig{
 		maxDuration: d,
 		faults: map[string]int{
-			FaultLeaderKill: envInt(t, "BATON_CHAOS_LEADER_KILLS", 50),
-			FaultPause:      envInt(t, "BATON_CHAOS_PAUSES", 10),
-			FaultIsolate:    envInt(t, "BATON_CHAOS_ISOLATIONS", 10),
-			FaultSplit:      envInt(t, "BATON_CHAOS_SPLITS", 10),
-			FaultRSCut:      envInt(t, "BATON_CHAOS_RS_CUTS", 10),
-			FaultRSKill:     envInt(t, "BATON_CHAOS_RS_KILLS", 20),
-			FaultRSPause:    envInt(t, "BATON_CHAOS_RS_PAUSES", 10),
+			FaultLeaderKill: envInt(t, countEnv[FaultLeaderKill], 50),
+			FaultPause:      envInt(t, countEnv[FaultPause], 10),
+			FaultIsolate:    envInt(t, countEnv[FaultIsolate], 10),
+			FaultSplit:      envInt(t, countEnv[FaultSplit], 10),
+			FaultRSCut:      envInt(t, countEnv[FaultRSCut], 10),
+			FaultRSKill:     envInt(t, countEnv[FaultRSKill], 20),
+			FaultRSPause:    envInt(t, countEnv[FaultRSPause], 10),
 		},
 		workers: envInt(t, "BATON_CHAOS_WORKERS", 4),
 		seed:    envUint(t, "BATON_CHAOS_NEMESIS_SEED", rand.Uint64()),
@@ -128,22 +142,66 @@ func runChaos(t *testing.T, cfg runConfig) {
 			cfg.faults[k] = 0
 		}
 	}
+	plan := NewPlan(cfg.seed, PlanConfig{Test: t.Name(), MaxDuration: cfg.maxDuration, Faults: cfg.faults,
+		Workers: cfg.workers, Masters: clusterMasters, RegionServers: clusterRegionServers})
+	if path := os.Getenv("BATON_CHAOS_SCHEDULE"); path != "" {
+		p, err := ReadPlan(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Masters != clusterMasters || p.RegionServers != clusterRegionServers {
+			t.Fatalf("chaos: schedule %s is for %d masters and %d region servers; this run has %d and %d",
+				path, p.Masters, p.RegionServers, clusterMasters, clusterRegionServers)
+		}
+		p.Test = t.Name()
+		plan = p
+		cfg.seed, cfg.maxDuration, cfg.workers, cfg.faults = p.Seed, p.MaxDuration(), p.Workers, p.Counts()
+		t.Logf("chaos: replaying schedule %s (BATON_CHAOS_SCHEDULE)", path)
+	}
 	t.Logf("chaos: seed %d (BATON_CHAOS_NEMESIS_SEED), faults %v, at most %v", cfg.seed, cfg.faults, cfg.maxDuration)
+	t.Logf("chaos: %s", plan.Log())
+	dir := artifactsDir(t)
+	planPath := filepath.Join(dir, "schedule-"+sanitize(t.Name())+".json")
+	recordPath := filepath.Join(dir, "schedule-"+sanitize(t.Name())+".ran.json")
+	if err := WritePlan(planPath, plan); err != nil {
+		t.Errorf("chaos: %v", err)
+	} else {
+		t.Logf("chaos: schedule written to %s", planPath)
+	}
+	var nem *Nemesis
+	t.Cleanup(func() {
+		// The record of what ran is the file that replays this run's
+		// timing: written however the run ended.
+		if nem != nil {
+			if err := WritePlan(recordPath, nem.Record()); err != nil {
+				t.Logf("chaos: %v", err)
+			}
+		}
+		if t.Failed() {
+			bySeed, bySchedule := ReplayCommands(plan, recordPath)
+			if nem == nil {
+				bySchedule = strings.Replace(bySchedule, recordPath, planPath, 1)
+			}
+			t.Logf("chaos: replay this run's schedule with\n  %s\nor its faults at the times they started with\n  %s", bySeed, bySchedule)
+		}
+	})
 
 	// Everything below is bounded: the fault phase by maxDuration, the
-	// settling after it by its own deadlines.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxDuration+8*time.Minute)
+	// workers' last operations by their own deadlines, the liveness phase
+	// by livenessBound.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxDuration+livenessBound+8*time.Minute)
 	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, UIDBase: base})
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: clusterMasters, UIDBase: base})
 	c.WaitLeader(ctx)
-	c.StartRegionServers(4, harness.RSOptions{OpLatency: 10 * time.Millisecond})
+	c.StartRegionServers(clusterRegionServers, harness.RSOptions{OpLatency: 10 * time.Millisecond})
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	if _, err := c.WaitRegionServers(wctx); err != nil {
 		t.Fatal(err)
 	}
 	wcancel()
 
-	nem, err := NewNemesis(c, fw, cfg.seed, t.Logf)
+	var err error
+	nem, err = NewNemesis(c, fw, plan, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +214,8 @@ func runChaos(t *testing.T, cfg runConfig) {
 		}
 	}()
 
-	tw := newTableWorker(t, c)
+	ak := newAcked()
+	tw := newTableWorker(t, c, ak)
 	tw.setup(ctx)
 
 	hist := NewHistory(namespaces)
@@ -174,63 +233,54 @@ func runChaos(t *testing.T, cfg runConfig) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf)
+			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf, ak)
 		}()
 	}
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); tw.run(runCtx, ctx, cfg.seed) }()
-	go func() { defer wg.Done(); sampler.Run(runCtx, 150*time.Millisecond) }()
+	samplerDone := make(chan struct{})
+	go func() { defer close(samplerDone); sampler.Run(runCtx, 150*time.Millisecond) }()
 
-	masterSched, rsSched := map[string]int{}, map[string]int{}
-	for k, v := range cfg.faults {
-		if rsFault[k] {
-			rsSched[k] = v
-		} else {
-			masterSched[k] = v
-		}
-	}
+	// The schedule's offsets count from here, the workload's start.
 	faultStart := time.Now()
 	nemErrs := make(chan error, 2)
 	var nwg sync.WaitGroup
-	for _, s := range []Schedule{nem.NewSchedule(masterSched), nem.NewSchedule(rsSched)} {
+	for _, rs := range []bool{false, true} {
 		nwg.Add(1)
 		go func() {
 			defer nwg.Done()
-			if err := nem.Run(runCtx, s); err != nil {
+			if err := nem.Run(runCtx, faultStart, rs); err != nil {
 				nemErrs <- err
 			}
 		}()
 	}
 	nwg.Wait()
-	if len(nem.NewSchedule(cfg.faults)) == 0 {
+	if len(plan.Steps) == 0 {
 		// No fault at all: a baseline run of the whole duration.
 		<-runCtx.Done()
 	}
 	faultPhase := time.Since(faultStart)
-	stopRun() // the clients finish what they started, then stop
-	wg.Wait()
 	close(nemErrs)
 	for err := range nemErrs {
 		t.Errorf("chaos: the cluster did not recover: %v", err)
 	}
 
-	// Heal, then check the end state.
+	// Liveness: heal whatever is left, stop the workload (the clients
+	// finish what they started), and from the heal on every convergence
+	// condition must hold within livenessBound.
 	if err := nem.HealAll(); err != nil {
 		t.Errorf("chaos: heal: %v", err)
 	}
-	settleStart := time.Now()
-	c.WaitLeader(ctx)
-	rctx, rcancel := context.WithTimeout(ctx, 90*time.Second)
-	if _, err := c.WaitRegionServers(rctx); err != nil {
-		t.Errorf("chaos: after healing: %v", err)
-	}
-	rcancel()
-	unfinished := waitNoUnfinished(ctx, c.Client(), 2*time.Minute)
-	endProblems, endDoubles := waitEndState(ctx, c, tw.deletedTables(), 2*time.Minute)
-	settle := time.Since(settleStart)
+	healed := time.Now()
+	stopRun()
+	<-samplerDone
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+	cv := converge(ctx, &checks{c: c, cl: c.Client(), acked: ak, deleted: tw.deletedTables, workers: workersDone}, healed, livenessBound)
+	settle := time.Since(healed)
+	<-workersDone // bounded by the workers' own deadlines
 
 	// Linearizability of the namespace history.
-	dir := artifactsDir(t)
 	// Per namespace; a long run's histories are longer.
 	checkTimeout := 2 * time.Minute
 	if cfg.maxDuration > 10*time.Minute {
@@ -256,8 +306,21 @@ func runChaos(t *testing.T, cfg runConfig) {
 	fmt.Fprintf(&b, "  %-32s %5s (%s, %d per-key ops)\n", "non-linearizable", yesNo(res.Result), res.Result, res.Ops)
 	fmt.Fprintf(&b, "  %-32s %5d\n", "stale per-key reads (certain)", res.Stale)
 	fmt.Fprintf(&b, "  %-32s %5d (in %d samples)\n", "double-open region samples", doubles, samples)
-	fmt.Fprintf(&b, "  %-32s %5d\n", "end-state problems", len(endProblems)+len(endDoubles))
-	fmt.Fprintf(&b, "  %-32s %5d\n", "procedures left unfinished", len(unfinished))
+	fmt.Fprintf(&b, "  %-32s %5d\n", "end-state doubles", len(cv.doubles))
+	fmt.Fprintf(&b, "  convergence after healing (bound %v)\n", livenessBound)
+	for _, cond := range convergenceConds {
+		d, met := cv.took[cond]
+		switch {
+		case !met:
+			fmt.Fprintf(&b, "  %-44s %9s (%d unmet)\n", cond, "NOT MET", len(cv.unmet[cond]))
+		case cond == condAcked:
+			fmt.Fprintf(&b, "  %-44s %9v (%d acknowledged)\n", cond, d.Round(100*time.Millisecond), cv.acked)
+		default:
+			fmt.Fprintf(&b, "  %-44s %9v\n", cond, d.Round(100*time.Millisecond))
+		}
+	}
+	fmt.Fprintf(&b, "  (bound = %s)\n", livenessDerivation())
+	fmt.Fprintf(&b, "  schedule: %s (as run: %s)\n", planPath, recordPath)
 	fmt.Fprintf(&b, "  elapsed: %v (faults %v, settling %v)\n", time.Since(began).Round(time.Second), faultPhase.Round(time.Second), settle.Round(time.Second))
 	t.Log(b.String())
 
@@ -268,14 +331,19 @@ func runChaos(t *testing.T, cfg runConfig) {
 	if doubles > 0 {
 		t.Errorf("SAFETY VIOLATION: %d samples found a region open on two region servers at once:\n  %s", doubles, strings.Join(reports, "\n  "))
 	}
-	if len(endDoubles) > 0 {
-		t.Errorf("SAFETY VIOLATION at the end: %s", strings.Join(endDoubles, "; "))
+	if len(cv.doubles) > 0 {
+		t.Errorf("SAFETY VIOLATION at the end: %s", strings.Join(cv.doubles, "; "))
 	}
-	if len(endProblems) > 0 {
-		t.Errorf("end state does not hold after healing:\n  %s", strings.Join(firstN(endProblems, 20), "\n  "))
+	var late []string
+	for _, cond := range convergenceConds {
+		if d, met := cv.took[cond]; !met {
+			late = append(late, fmt.Sprintf("%s: not within %v:\n    %s", cond, livenessBound, strings.Join(firstN(cv.unmet[cond], 20), "\n    ")))
+		} else if d > livenessBound {
+			late = append(late, fmt.Sprintf("%s: took %v, over the bound %v", cond, d.Round(100*time.Millisecond), livenessBound))
+		}
 	}
-	if len(unfinished) > 0 {
-		t.Errorf("procedures still not terminal after healing: %s", strings.Join(firstN(unfinished, 20), "; "))
+	if len(late) > 0 && len(cv.doubles) == 0 {
+		t.Errorf("LIVENESS: the cluster did not converge within %v of healing:\n  %s", livenessBound, strings.Join(late, "\n  "))
 	}
 	for k, want := range cfg.faults {
 		if took[k] < want && faultPhase < cfg.maxDuration {
@@ -331,7 +399,7 @@ func artifactsDir(t *testing.T) string {
 // is finished (bounded by ctx and its own deadlines).
 // nodeOf names the node of an admin address (the one a client's call
 // went to last, for the record).
-func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64, nodeOf map[string]string) {
+func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64, nodeOf map[string]string, ak *acked) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	id := hist.NewClient()
 	for run.Err() == nil && ctx.Err() == nil {
@@ -354,7 +422,7 @@ func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed u
 				kind = OpDelete
 			}
 			call := hist.Now()
-			out := nsWrite(ctx, cl, kind, key)
+			out := nsWrite(ctx, cl, kind, key, ak)
 			hist.WriteVia(id, kind, key, call, hist.Now(), out, nodeOf[cl.Leader()])
 			if out == Unknown {
 				id = hist.NewClient() // its operation stays open
@@ -364,9 +432,9 @@ func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed u
 }
 
 // nsWrite submits a create or delete with one nonce, retrying until it is
-// acknowledged (the nonce makes the retries one submission), waits for
-// the procedure to be terminal, and says how it ended.
-func nsWrite(ctx context.Context, cl *client.Client, kind OpKind, key string) Outcome {
+// acknowledged (the nonce makes the retries one submission; ak records
+// the id), waits for the procedure to be terminal, and says how it ended.
+func nsWrite(ctx context.Context, cl *client.Client, kind OpKind, key string, ak *acked) Outcome {
 	nonce := client.NewNonce()
 	id, err := submitRetrying(ctx, 30*time.Second, func(ctx context.Context) (uint64, error) {
 		if kind == OpCreate {
@@ -377,10 +445,12 @@ func nsWrite(ctx context.Context, cl *client.Client, kind OpKind, key string) Ou
 	if err != nil {
 		return Unknown
 	}
+	ak.add(id, fmt.Sprintf("namespace %v %s", kind, key))
 	p, err := waitTerminal(ctx, cl, id, 60*time.Second)
 	if err != nil {
 		return Unknown
 	}
+	ak.done(id)
 	switch p.GetState() {
 	case client.StateSuccess:
 		return Done
@@ -439,67 +509,6 @@ func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time
 		select {
 		case <-wctx.Done():
 		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitNoUnfinished waits (at most within) until the leader lists no
-// procedure that is not terminal, and returns what is still unfinished.
-func waitNoUnfinished(ctx context.Context, cl *client.Client, within time.Duration) []string {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var last []string
-	for {
-		u, err := Unfinished(wctx, cl)
-		if err == nil && len(u) == 0 {
-			return nil
-		}
-		if err == nil {
-			last = u
-		}
-		select {
-		case <-wctx.Done():
-			if last == nil && err != nil {
-				last = []string{err.Error()}
-			}
-			return last
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// waitEndState waits (at most within) until EndState finds nothing
-// wrong; it returns what is still wrong then. A region found open twice in
-// two reads in a row is reported at once (one read of the servers one
-// after the other could catch a move half seen).
-func waitEndState(ctx context.Context, c *harness.Cluster, deleted map[string]bool, within time.Duration) (problems, doubles []string) {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var prev map[string]bool
-	for {
-		p, d, err := EndState(wctx, c, c.Client(), deleted)
-		if err != nil {
-			p, d = []string{err.Error()}, nil
-		}
-		seen := map[string]bool{}
-		var twice []string
-		for _, x := range d {
-			seen[x] = true
-			if prev[x] {
-				twice = append(twice, x)
-			}
-		}
-		if len(twice) > 0 {
-			return p, twice
-		}
-		if err == nil && len(p) == 0 && len(d) == 0 {
-			return nil, nil
-		}
-		prev, problems = seen, append(p, d...)
-		select {
-		case <-wctx.Done():
-			return problems, nil
-		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +30,8 @@ var rsFault = map[string]bool{FaultRSCut: true, FaultRSKill: true, FaultRSPause:
 // FaultKinds lists the kinds in the summary's order.
 var FaultKinds = []string{FaultLeaderKill, FaultPause, FaultIsolate, FaultSplit, FaultRSCut, FaultRSKill, FaultRSPause}
 
-// Nemesis injects faults into a cluster whose processes run under uids of
-// their own (harness.Options.UIDBase), one master fault at a time (so a
+// Nemesis runs a Plan's faults on a cluster whose processes run under uids
+// of their own (harness.Options.UIDBase), one master fault at a time (so a
 // quorum of masters is always meant to be reachable once a fault is
 // healed) and, beside them, one region server fault at a time (a region
 // server cut holds the master faults off while it waits for the masters
@@ -51,21 +50,40 @@ type Nemesis struct {
 	// replicated), so under back-to-back failovers a lease never expires.
 	stable sync.Mutex
 
+	plan Plan
+
 	mu     sync.Mutex
-	rng    *rand.Rand
+	ran    []Step         // plan.Steps with what happened
 	counts map[string]int // faults that took effect
 	missed map[string]int // faults that did not take effect
 }
 
-// NewNemesis returns a nemesis of c. fw may be nil (no partitions); log
-// receives one line per fault.
-func NewNemesis(c *harness.Cluster, fw *Firewall, seed uint64, log func(format string, args ...any)) (*Nemesis, error) {
+// NewNemesis returns a nemesis that runs plan on c. fw may be nil (no
+// partitions); log receives one line per fault.
+func NewNemesis(c *harness.Cluster, fw *Firewall, plan Plan, log func(format string, args ...any)) (*Nemesis, error) {
 	cl, err := client.New(c.AdminAddrs(), client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: nemesis client: %w", err)
 	}
-	return &Nemesis{c: c, fw: fw, cl: cl, log: log, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	ran := append([]Step(nil), plan.Steps...)
+	for i := range ran {
+		ran[i].Outcome = "not run"
+	}
+	return &Nemesis{c: c, fw: fw, cl: cl, log: log, plan: plan, ran: ran,
 		counts: map[string]int{}, missed: map[string]int{}}, nil
+}
+
+// Record returns the plan as it ran: each step's AtMS is when it started
+// (PlannedAtMS when it was meant to), what its target named, how it ended
+// and how long it took. Read back by ReadPlan, it replays the faults at
+// the times they started.
+func (n *Nemesis) Record() Plan {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.plan
+	p.Steps = append([]Step(nil), n.ran...)
+	sortSteps(p.Steps)
+	return p
 }
 
 // Close releases the nemesis's client.
@@ -86,104 +104,103 @@ func (n *Nemesis) Counts() (took, missed map[string]int) {
 	return took, missed
 }
 
-func (n *Nemesis) intn(k int) int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.rng.IntN(k)
-}
-
-// between returns a random duration in [lo, hi).
-func (n *Nemesis) between(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(n.intn(int(hi-lo)))
-}
-
 // errNoEffect marks a fault that was injected and healed without taking
 // the effect it was meant to (not counted; not a failure of the system).
 var errNoEffect = errors.New("fault did not take effect")
 
-// Schedule is a list of fault kinds to run in order.
-type Schedule []string
-
-// NewSchedule returns counts[k] faults of each kind k, shuffled.
-func (n *Nemesis) NewSchedule(counts map[string]int) Schedule {
-	var s Schedule
-	for _, k := range FaultKinds {
-		for range counts[k] {
-			s = append(s, k)
+// Run runs one lane of the plan (the region server faults, or the master
+// faults), each step at its offset from start or as soon as the step
+// before it is over, until the lane is done or ctx ends. It returns an
+// error only if the cluster did not recover from a fault (no leader, a
+// process that does not come back): the run cannot go on meaningfully
+// then.
+func (n *Nemesis) Run(ctx context.Context, start time.Time, rs bool) error {
+	lane := n.plan.Lane(rs)
+	for done, i := range lane {
+		s := n.plan.Steps[i]
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(s.At()))):
 		}
-	}
-	n.mu.Lock()
-	n.rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
-	n.mu.Unlock()
-	return s
-}
-
-// Run runs the schedule, one fault after the other with a random pause in
-// between, until it is done or ctx ends. It returns an error only if the
-// cluster did not recover from a fault (no leader, a process that does
-// not come back): the run cannot go on meaningfully then.
-func (n *Nemesis) Run(ctx context.Context, s Schedule) error {
-	for i, kind := range s {
 		if ctx.Err() != nil {
-			n.log("nemesis: time is up after %d of %d faults", i, len(s))
+			n.log("nemesis: time is up after %d of %d faults of the lane", done, len(lane))
 			return nil
 		}
-		start := time.Now()
-		if !rsFault[kind] {
+		began := time.Now()
+		if late := began.Sub(start) - s.At(); late > time.Second {
+			n.log("nemesis: step %d (%s) starts %v late: the lane's step before took longer than planned", i, s.Fault, late.Round(time.Millisecond))
+		}
+		if !rsFault[s.Fault] {
 			n.stable.Lock()
 		}
-		err := n.inject(ctx, kind)
-		if !rsFault[kind] {
+		on, err := n.inject(ctx, s)
+		if !rsFault[s.Fault] {
 			n.stable.Unlock()
+		}
+		took := time.Since(began)
+		outcome := "took effect"
+		switch {
+		case err == nil:
+		case errors.Is(err, errNoEffect):
+			outcome = "no effect: " + err.Error()
+		case ctx.Err() != nil:
+			outcome = "cut short at the end of the run: " + err.Error()
+		default:
+			outcome = "did not recover: " + err.Error()
 		}
 		n.mu.Lock()
 		switch {
 		case err == nil:
-			n.counts[kind]++
+			n.counts[s.Fault]++
 		case errors.Is(err, errNoEffect):
-			n.missed[kind]++
+			n.missed[s.Fault]++
 		}
+		planned := s.AtMS
+		r := &n.ran[i]
+		r.AtMS, r.PlannedAtMS, r.On, r.Outcome, r.TookMS = began.Sub(start).Milliseconds(), &planned, on, outcome, took.Milliseconds()
 		n.mu.Unlock()
 		switch {
 		case err == nil:
-			n.log("nemesis: %s took effect, healed in %v", kind, time.Since(start).Round(time.Millisecond))
+			n.log("nemesis: step %d: %s on %s took effect, healed in %v", i, s.Fault, on, took.Round(time.Millisecond))
 		case errors.Is(err, errNoEffect):
-			n.log("nemesis: %s did not count: %v", kind, err)
+			n.log("nemesis: step %d: %s on %s did not count: %v", i, s.Fault, on, err)
 		case ctx.Err() != nil:
-			n.log("nemesis: %s cut short at the end of the run: %v", kind, err)
+			n.log("nemesis: step %d: %s on %s cut short at the end of the run: %v", i, s.Fault, on, err)
 			return nil
 		default:
-			return fmt.Errorf("%s: %w", kind, err)
-		}
-		// Pacing: let the clients see a healthy cluster for a moment
-		// between two faults.
-		select {
-		case <-ctx.Done():
-		case <-time.After(n.between(200*time.Millisecond, time.Second)):
+			return fmt.Errorf("step %d: %s on %s: %w", i, s.Fault, on, err)
 		}
 	}
 	return nil
 }
 
-func (n *Nemesis) inject(ctx context.Context, kind string) error {
-	switch kind {
+// inject runs step s and returns the node it hit.
+func (n *Nemesis) inject(ctx context.Context, s Step) (string, error) {
+	switch s.Fault {
 	case FaultLeaderKill:
 		return n.leaderKill(ctx)
 	case FaultPause:
-		return n.leaderPause(ctx)
+		return n.leaderPause(ctx, s.Hold())
 	case FaultIsolate:
-		return n.isolate(ctx, "", false)
+		return n.isolate(ctx, "", false, s.Hold())
 	case FaultSplit:
-		ids := n.masterIDs()
-		return n.isolate(ctx, ids[n.intn(len(ids))], true)
+		return n.isolate(ctx, s.Target, true, s.Hold())
 	case FaultRSCut:
-		return n.rsCut(ctx)
+		return s.Target, n.rsCut(ctx, s.Target)
 	case FaultRSKill:
-		return n.rsKill(ctx)
+		return s.Target, n.rsKill(ctx, s.Target, s.Hold())
 	case FaultRSPause:
-		return n.rsPause(ctx)
+		return s.Target, n.rsPause(ctx, s.Target, s.Hold())
 	}
-	return fmt.Errorf("unknown fault %q", kind)
+	return "", fmt.Errorf("unknown fault %q", s.Fault)
+}
+
+// hold keeps a fault in place for d, or until ctx ends.
+func hold(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 func (n *Nemesis) masterIDs() []string {
@@ -268,52 +285,53 @@ func (n *Nemesis) rejoined(ctx context.Context, id string) error {
 	}
 }
 
-func (n *Nemesis) leaderKill(ctx context.Context) error {
+func (n *Nemesis) leaderKill(ctx context.Context) (string, error) {
 	l, term, err := n.leader(ctx)
 	if err != nil {
-		return err
+		return TargetLeader, err
 	}
 	if err := n.c.KillErr(l); err != nil {
-		return fmt.Errorf("kill %s: %w", l, err)
+		return l, fmt.Errorf("kill %s: %w", l, err)
 	}
 	_, effErr := n.NewLeaderAmong(ctx, others(n.masterIDs(), l), term, 30*time.Second)
 	if err := n.c.RestartErr(l); err != nil {
-		return fmt.Errorf("restart %s: %w", l, err)
+		return l, fmt.Errorf("restart %s: %w", l, err)
 	}
 	if err := n.rejoined(ctx, l); err != nil {
-		return err
+		return l, err
 	}
 	if effErr != nil {
-		return fmt.Errorf("%w: %w", errNoEffect, effErr)
+		return l, fmt.Errorf("%w: %w", errNoEffect, effErr)
 	}
-	return nil
+	return l, nil
 }
 
-func (n *Nemesis) leaderPause(ctx context.Context) error {
+// leaderPause stops the leader, and once the others have a new leader
+// keeps it stopped for d: whatever clients sent it stays queued in its
+// sockets meanwhile.
+func (n *Nemesis) leaderPause(ctx context.Context, d time.Duration) (string, error) {
 	l, term, err := n.leader(ctx)
 	if err != nil {
-		return err
+		return TargetLeader, err
 	}
 	if err := n.c.PauseErr(l); err != nil {
 		_ = n.c.ResumeErr(l) // SIGSTOP may have reached some threads
-		return fmt.Errorf("pause %s: %w", l, err)
+		return l, fmt.Errorf("pause %s: %w", l, err)
 	}
 	_, effErr := n.NewLeaderAmong(ctx, others(n.masterIDs(), l), term, 30*time.Second)
 	if effErr == nil {
-		// Pacing: the others carry on without it for a while; whatever
-		// clients sent it stays queued in its sockets.
-		time.Sleep(n.between(300*time.Millisecond, 2*time.Second))
+		hold(ctx, d)
 	}
 	if err := n.c.ResumeErr(l); err != nil {
-		return fmt.Errorf("resume %s: %w", l, err)
+		return l, fmt.Errorf("resume %s: %w", l, err)
 	}
 	if err := n.rejoined(ctx, l); err != nil {
-		return err
+		return l, err
 	}
 	if effErr != nil {
-		return fmt.Errorf("%w: %w", errNoEffect, effErr)
+		return l, fmt.Errorf("%w: %w", errNoEffect, effErr)
 	}
-	return nil
+	return l, nil
 }
 
 // raftCut returns the rules that cut master m's Raft traffic from the
@@ -340,14 +358,19 @@ func (n *Nemesis) raftCut(m *harness.Node, admin bool) []Rule {
 // isolate cuts master id (the leader when id is empty) from the other
 // masters: its Raft traffic only, or with split also the masters' admin
 // traffic between them. It counts once the others have a new leader (id
-// was leading) or id has lost touch with the leader.
-func (n *Nemesis) isolate(ctx context.Context, id string, split bool) error {
+// was leading) or id has lost touch with the leader; the cut stays d
+// longer, during which clients may still reach id's admin port.
+func (n *Nemesis) isolate(ctx context.Context, id string, split bool, d time.Duration) (string, error) {
+	on := id
+	if on == "" {
+		on = TargetLeader
+	}
 	if n.fw == nil {
-		return fmt.Errorf("%w: no firewall (partitions need root)", errNoEffect)
+		return on, fmt.Errorf("%w: no firewall (partitions need root)", errNoEffect)
 	}
 	l, term, err := n.leader(ctx)
 	if err != nil {
-		return err
+		return on, err
 	}
 	if id == "" {
 		id = l
@@ -355,7 +378,7 @@ func (n *Nemesis) isolate(ctx context.Context, id string, split bool) error {
 	m := n.c.Node(id)
 	heal, err := n.fw.Cut(n.raftCut(m, split))
 	if err != nil {
-		return errors.Join(fmt.Errorf("cut %s: %w", id, err), heal())
+		return id, errors.Join(fmt.Errorf("cut %s: %w", id, err), heal())
 	}
 	var effErr error
 	if id == l {
@@ -364,20 +387,18 @@ func (n *Nemesis) isolate(ctx context.Context, id string, split bool) error {
 		effErr = n.lostTouch(ctx, id)
 	}
 	if effErr == nil {
-		// Pacing: the cut stays for a while, during which clients may
-		// still reach id's admin port.
-		time.Sleep(n.between(500*time.Millisecond, 3*time.Second))
+		hold(ctx, d)
 	}
 	if err := heal(); err != nil {
-		return fmt.Errorf("heal %s: %w", id, err)
+		return id, fmt.Errorf("heal %s: %w", id, err)
 	}
 	if err := n.rejoined(ctx, id); err != nil {
-		return err
+		return id, err
 	}
 	if effErr != nil {
-		return fmt.Errorf("%w: %w", errNoEffect, effErr)
+		return id, fmt.Errorf("%w: %w", errNoEffect, effErr)
 	}
-	return nil
+	return id, nil
 }
 
 // lostTouch waits (at most 20 s) until follower id has heard nothing from
@@ -398,18 +419,20 @@ func (n *Nemesis) lostTouch(ctx context.Context, id string) error {
 	}
 }
 
-// pickRS returns a running region server, at random.
-func (n *Nemesis) pickRS() (*harness.RegionServer, error) {
-	var up []*harness.RegionServer
-	for _, id := range n.c.RegionServerIDs() {
-		if s := n.c.RegionServer(id); s.Running() {
-			up = append(up, s)
+// pickRS returns region server id if it is running: one region server
+// fault at a time heals before the next, so a step's target not running
+// means the one before did not heal it.
+func (n *Nemesis) pickRS(id string) (*harness.RegionServer, error) {
+	for _, have := range n.c.RegionServerIDs() {
+		if have != id {
+			continue
 		}
+		if s := n.c.RegionServer(id); s.Running() {
+			return s, nil
+		}
+		return nil, fmt.Errorf("region server %s is not running", id)
 	}
-	if len(up) == 0 {
-		return nil, errors.New("no region server is running")
-	}
-	return up[n.intn(len(up))], nil
+	return nil, fmt.Errorf("no region server %s in the cluster", id)
 }
 
 func (n *Nemesis) startCode(ctx context.Context, id string) (uint64, error) {
@@ -440,11 +463,11 @@ func (n *Nemesis) registered(ctx context.Context, id string, not uint64, within 
 // rsCut cuts a region server from every master until it has fenced itself
 // and the masters have given up its lease (which takes longer than the
 // lease: 15 s by the agent's defaults), then heals.
-func (n *Nemesis) rsCut(ctx context.Context) error {
+func (n *Nemesis) rsCut(ctx context.Context, id string) error {
 	if n.fw == nil {
 		return fmt.Errorf("%w: no firewall (partitions need root)", errNoEffect)
 	}
-	s, err := n.pickRS()
+	s, err := n.pickRS(id)
 	if err != nil {
 		return err
 	}
@@ -513,8 +536,9 @@ func (n *Nemesis) fencedAndExpired(ctx context.Context, id string, sc uint64) er
 	}
 }
 
-func (n *Nemesis) rsKill(ctx context.Context) error {
-	s, err := n.pickRS()
+// rsKill kills region server id, which stays dead for d.
+func (n *Nemesis) rsKill(ctx context.Context, id string, d time.Duration) error {
+	s, err := n.pickRS(id)
 	if err != nil {
 		return err
 	}
@@ -522,16 +546,16 @@ func (n *Nemesis) rsKill(ctx context.Context) error {
 	if err := n.c.KillRSErr(s.ID); err != nil {
 		return fmt.Errorf("kill %s: %w", s.ID, err)
 	}
-	// Pacing: dead for a moment before it comes back.
-	time.Sleep(n.between(100*time.Millisecond, 2*time.Second))
+	hold(ctx, d)
 	if err := n.c.RestartRSErr(s.ID); err != nil {
 		return fmt.Errorf("restart %s: %w", s.ID, err)
 	}
 	return n.registered(ctx, s.ID, sc, 60*time.Second)
 }
 
-func (n *Nemesis) rsPause(ctx context.Context) error {
-	s, err := n.pickRS()
+// rsPause stops region server id for d (see holdRange).
+func (n *Nemesis) rsPause(ctx context.Context, id string, d time.Duration) error {
+	s, err := n.pickRS(id)
 	if err != nil {
 		return err
 	}
@@ -539,9 +563,7 @@ func (n *Nemesis) rsPause(ctx context.Context) error {
 		_ = n.c.ResumeRSErr(s.ID)
 		return fmt.Errorf("pause %s: %w", s.ID, err)
 	}
-	// Pacing: sometimes shorter than its self-fence period (6 s), so it
-	// comes back still holding its regions, sometimes longer.
-	time.Sleep(n.between(time.Second, 9*time.Second))
+	hold(ctx, d)
 	if err := n.c.ResumeRSErr(s.ID); err != nil {
 		return fmt.Errorf("resume %s: %w", s.ID, err)
 	}

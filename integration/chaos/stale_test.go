@@ -51,7 +51,7 @@ func staleRoundsTest(t *testing.T, isolate bool) {
 	defer cancel()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, UIDBase: base})
 	c.WaitLeader(ctx)
-	nem, err := NewNemesis(c, fw, 1, t.Logf)
+	nem, err := NewNemesis(c, fw, Plan{}, t.Logf) // its helpers only: no schedule
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ type tableWorker struct {
 	failed  int // rolled back
 	unknown int
 	regions map[string][]string // regions of the fixed tables
+	acked   *acked
 }
 
 const (
@@ -37,8 +38,8 @@ const (
 	maxChurn     = 3
 )
 
-func newTableWorker(t *testing.T, c *harness.Cluster) *tableWorker {
-	return &tableWorker{t: t, c: c, deleted: map[string]bool{}, regions: map[string][]string{},
+func newTableWorker(t *testing.T, c *harness.Cluster, ak *acked) *tableWorker {
+	return &tableWorker{t: t, c: c, deleted: map[string]bool{}, regions: map[string][]string{}, acked: ak,
 		cl: c.NewClient(client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))}
 }
 
@@ -73,8 +74,12 @@ func (w *tableWorker) proc(ctx context.Context, what string, submit func(context
 	id, err := submitRetrying(ctx, 30*time.Second, func(ctx context.Context) (uint64, error) { return submit(ctx, nonce) })
 	var state string
 	if err == nil {
+		w.acked.add(id, what)
 		p, werr := waitTerminal(ctx, w.cl, id, 90*time.Second)
 		state, err = p.GetState(), werr
+		if werr == nil {
+			w.acked.done(id)
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
