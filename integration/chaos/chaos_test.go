@@ -276,7 +276,9 @@ func runChaos(t *testing.T, cfg runConfig) {
 	<-samplerDone
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); close(workersDone) }()
-	cv := converge(ctx, &checks{c: c, cl: c.Client(), acked: ak, deleted: tw.deletedTables, workers: workersDone}, healed, livenessBound)
+	k := &checks{c: c, cl: c.Client(), acked: ak, deleted: tw.deletedTables, workers: workersDone}
+	cv := converge(ctx, k.round, healed, livenessBound)
+	cv.acked = ak.count()
 	settle := time.Since(healed)
 	<-workersDone // bounded by the workers' own deadlines
 
