@@ -36,9 +36,16 @@ test-integration:
 # invariant sampled throughout; a summary table at the end. Bounded by
 # BATON_CHAOS_DURATION (default 45m); counts by BATON_CHAOS_LEADER_KILLS,
 # BATON_CHAOS_RS_KILLS, BATON_CHAOS_ISOLATIONS, BATON_CHAOS_SPLITS,
-# BATON_CHAOS_RS_CUTS, BATON_CHAOS_PAUSES, BATON_CHAOS_RS_PAUSES.
+# BATON_CHAOS_RS_CUTS, BATON_CHAOS_PAUSES, BATON_CHAOS_RS_PAUSES. After the
+# faults, a liveness phase: everything converges within a stated bound.
+# The seed draws the whole fault schedule up front (written to the
+# artifacts directory as schedule-TestChaosLong.json, and as it ran to
+# schedule-TestChaosLong.ran.json); a failing run prints how to replay it:
+#   make chaos SEED=<seed> BATON_CHAOS_DURATION=... <counts>   same schedule
+#   make chaos SCHEDULE=<dir>/schedule-TestChaosLong.ran.json  same timing
 chaos:
-	BATON_CHAOS_LONG=1 $(GO) test -run '^TestChaosLong$$' -count=1 -v -timeout 120m ./integration/chaos/
+	BATON_CHAOS_LONG=1 $(if $(SEED),BATON_CHAOS_NEMESIS_SEED=$(SEED)) $(if $(SCHEDULE),BATON_CHAOS_SCHEDULE=$(abspath $(SCHEDULE))) \
+		$(GO) test -run '^TestChaosLong$$' -count=1 -v -timeout 120m ./integration/chaos/
 
 # A short run of the WAL reader fuzz target (seed corpus in store/testdata).
 fuzz:

@@ -126,12 +126,14 @@ func (n *Nemesis) Run(ctx context.Context, start time.Time, rs bool) error {
 			n.log("nemesis: time is up after %d of %d faults of the lane", done, len(lane))
 			return nil
 		}
-		began := time.Now()
-		if late := began.Sub(start) - s.At(); late > time.Second {
-			n.log("nemesis: step %d (%s) starts %v late: the lane's step before took longer than planned", i, s.Fault, late.Round(time.Millisecond))
-		}
 		if !rsFault[s.Fault] {
 			n.stable.Lock()
+		}
+		// The step starts once it holds what it needs: its record then
+		// says when it really hit.
+		began := time.Now()
+		if late := began.Sub(start) - s.At(); late > time.Second {
+			n.log("nemesis: step %d (%s) starts %v late: the lane's step before, or a region server cut waiting for the masters to expire the server, took longer than planned", i, s.Fault, late.Round(time.Millisecond))
 		}
 		on, err := n.inject(ctx, s)
 		if !rsFault[s.Fault] {

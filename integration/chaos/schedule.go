@@ -65,7 +65,7 @@ const TargetLeader = "leader"
 // (which the clients' random choices use too) and the run's bounds.
 type Plan struct {
 	Test          string         `json:"test"`
-	Seed          uint64         `json:"seed"`
+	Seed          uint64         `json:"seed,string"` // a string: past 2^53, JSON tools round numbers
 	MaxDurationMS int64          `json:"max_duration_ms"`
 	Workers       int            `json:"workers"`
 	Masters       int            `json:"masters"`

@@ -95,7 +95,7 @@ func TestPlanWithoutFaultsIsEmpty(t *testing.T) {
 // read back is a plan whose steps start when they started.
 func TestPlanJSONRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	p := NewPlan(99, shortPlanConfig())
+	p := NewPlan(14971426104519912050, shortPlanConfig()) // past 2^53
 	path := filepath.Join(dir, "schedule.json")
 	if err := WritePlan(path, p); err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestReadPlanRefusesABadSchedule(t *testing.T) {
 		})
 	}
 	path := filepath.Join(t.TempDir(), "typo.json")
-	if err := os.WriteFile(path, []byte(`{"seed": 1, "max_duration_ms": 1000, "stepz": []}`), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(`{"seed": "1", "max_duration_ms": 1000, "stepz": []}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadPlan(path); err == nil || !strings.Contains(err.Error(), "stepz") {
