@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,24 +167,46 @@ func TestSuspendOnEvent(t *testing.T) {
 	}
 }
 
+// A step suspended with a timeout whose OnTimeout fails is rolled back when
+// the timer fires: at exactly the time Why reports, which is the timeout
+// plus at most 10% jitter. The executor runs on clock.Real inside a
+// synctest bubble, where that clock is fake and a step takes no time.
 func TestTimeoutHandlerFails(t *testing.T) {
-	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
-	id := h.submit(&timeoutProc{}, SubmitOptions{})
-	info := h.wait(id)
-	if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
-		t.Fatalf("state %s error %q", info.State, info.Error)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		const wait = time.Minute
+		start := time.Now()
+		id := h.submit(&timeoutProc{For: wait}, SubmitOptions{})
+		synctest.Wait()
+		w, _ := h.x.Why(id)
+		if w.Reason != "waiting for timer" || w.Until.Before(start.Add(wait)) || w.Until.After(start.Add(wait+wait/10)) {
+			t.Fatalf("suspended: %q until +%v, want +%v plus at most 10%%", w.Reason, w.Until.Sub(start), wait)
+		}
+		time.Sleep(w.Until.Sub(time.Now()) - time.Nanosecond)
+		synctest.Wait()
+		if info, _ := h.x.Get(id); info.State != WaitingTimeout {
+			t.Fatalf("before the timer: state %s error %q", info.State, info.Error)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		info, _ := h.x.Get(id)
+		if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
+			t.Fatalf("when the timer fires: state %s error %q", info.State, info.Error)
+		}
+	})
 }
 
 type timeoutProc struct {
 	Base
 	Started bool
+	// For is the step's suspend timeout; 1 ms if zero.
+	For time.Duration
 }
 
 func (p *timeoutProc) Execute(*Context) (Step, error) {
 	if !p.Started {
 		p.Started = true
-		return Suspend(Timeout(time.Millisecond)), nil
+		return Suspend(Timeout(cmp.Or(p.For, time.Millisecond))), nil
 	}
 	return Done(), nil
 }
@@ -369,15 +393,27 @@ func (p *gatedSM) QueueKey() scheduler.QueueKey {
 }
 func (p *gatedSM) HoldLock() bool { return false }
 
+// A procedure's deadline (SubmitOptions.Timeout) aborts it at exactly the
+// deadline, not a nanosecond before: clock.Real in a synctest bubble.
 func TestDeadline(t *testing.T) {
-	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
-	ev := scheduler.NewEvent("never")
-	funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
-	id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: 5 * time.Millisecond})
-	info := h.wait(id)
-	if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
-		t.Fatalf("state %s error %q", info.State, info.Error)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		ev := scheduler.NewEvent("never")
+		funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
+		const deadline = time.Minute
+		id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: deadline})
+		time.Sleep(deadline - time.Nanosecond)
+		synctest.Wait()
+		if info, _ := h.x.Get(id); info.State != Waiting {
+			t.Fatalf("before the deadline: state %s error %q", info.State, info.Error)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		info, _ := h.x.Get(id)
+		if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
+			t.Fatalf("at the deadline: state %s error %q", info.State, info.Error)
+		}
+	})
 }
 
 func TestPauseResume(t *testing.T) {
