@@ -654,6 +654,87 @@ func TestStuckWorkerMonitor(t *testing.T) {
 	close(release)
 }
 
+// The stuck-worker monitor on its own timer, with the defaults (check every
+// 5 s, stuck after 10 s) on clock.Real in a synctest bubble. A step counts
+// as stuck only once it has run strictly longer than StuckThreshold, so
+// two workers blocked from the start are first seen stuck by the check at
+// 15 s, not the one at 10 s; each later check adds one more keep-alive
+// worker until MaxExtraWorkers (the core count).
+func TestStuckWorkerMonitorOnItsTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Workers = 2 })
+		release := make(chan struct{})
+		defer close(release)
+		funcs.Store("block-bubble", func(ctx *Context) (Step, error) {
+			<-release
+			return Done(), nil
+		})
+		start := time.Now()
+		h.submit(&funcProc{ID: "block-bubble"}, SubmitOptions{})
+		h.submit(&funcProc{ID: "block-bubble"}, SubmitOptions{})
+		for _, c := range []struct {
+			at      time.Duration
+			workers int
+		}{
+			{15*time.Second - time.Nanosecond, 2},
+			{15 * time.Second, 3},
+			{20*time.Second - time.Nanosecond, 3},
+			{20 * time.Second, 4},
+			{time.Minute, 4}, // capped
+		} {
+			time.Sleep(start.Add(c.at).Sub(time.Now()))
+			synctest.Wait()
+			if got := h.x.Workers(); got != c.workers {
+				t.Fatalf("at +%v: %d workers, want %d", c.at, got, c.workers)
+			}
+		}
+	})
+}
+
+// Finished results are evicted by the executor's own timer (every 30 s by
+// default) once their TTL has passed: an acknowledged one 5 min after the
+// Ack, another 15 min after it finished; both are multiples of the
+// interval, so each goes at exactly its TTL. clock.Real in a synctest
+// bubble.
+func TestResultsEvictedOnTheirTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		start := time.Now()
+		acked := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
+		kept := h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
+		h.wait(acked)
+		h.wait(kept)
+		if err := h.x.Ack(acked); err != nil {
+			t.Fatal(err)
+		}
+		if !time.Now().Equal(start) {
+			t.Fatalf("finishing took %v of the bubble's time", time.Since(start))
+		}
+		present := func(id uint64) bool {
+			_, err := h.x.Get(id)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				t.Fatal(err)
+			}
+			return err == nil
+		}
+		for _, c := range []struct {
+			at          time.Duration
+			acked, kept bool
+		}{
+			{5*time.Minute - time.Nanosecond, true, true},
+			{5 * time.Minute, false, true},
+			{15*time.Minute - time.Nanosecond, false, true},
+			{15 * time.Minute, false, false},
+		} {
+			time.Sleep(start.Add(c.at).Sub(time.Now()))
+			synctest.Wait()
+			if a, k := present(acked), present(kept); a != c.acked || k != c.kept {
+				t.Fatalf("at +%v: acked present %v, kept present %v; want %v, %v", c.at, a, k, c.acked, c.kept)
+			}
+		}
+	})
+}
+
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Metrics = reg })
