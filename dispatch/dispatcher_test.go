@@ -10,13 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
-	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -735,47 +735,115 @@ func TestCallbackMayDispatch(t *testing.T) {
 	}
 }
 
+// TestStop runs in a synctest bubble: Test fails if a sender goroutine
+// outlives the test, which replaces polling runtime.NumGoroutine (a count
+// of the whole process, which any other goroutine could disturb).
 func TestStop(t *testing.T) {
-	before := runtime.NumGoroutine()
-	h := newHarness(t, func(c *Config) { c.MaxFailures = 1 })
-	h.dispatch(target("a", 1), 33)
-	h.nextCall() // a: in flight, never answered
-	h.dispatch(target("a", 1), 4)
-	h.dispatch(target("b", 1), 33)
-	h.answer(h.nextCall(), status.Error(codes.Unavailable, "x")) // b: held
-	<-h.failed
-	h.d.Dispatch(target("c", 1), Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "rc", ProcID: 1}) // c: buffered
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.MaxFailures = 1 })
+		h.dispatch(target("a", 1), 33)
+		h.nextCall() // a: in flight, never answered
+		h.dispatch(target("a", 1), 4)
+		h.dispatch(target("b", 1), 33)
+		h.answer(h.nextCall(), status.Error(codes.Unavailable, "x")) // b: held
+		<-h.failed
+		h.d.Dispatch(target("c", 1), Op{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "rc", ProcID: 1}) // c: buffered
 
-	h.d.Stop()
-	if n := len(h.results); n != 33+4+33+1 {
-		t.Fatalf("%d results after Stop, want 71", n)
-	}
-	for range 71 {
-		if r := <-h.results; !errors.Is(r.Err, ErrStopped) {
-			t.Fatalf("result %+v", r)
+		h.d.Stop()
+		if n := len(h.results); n != 33+4+33+1 {
+			t.Fatalf("%d results after Stop, want 71", n)
 		}
-	}
-	if h.clk.Pending() != 0 {
-		t.Fatalf("%d timers left", h.clk.Pending())
-	}
-	h.clk.Advance(time.Hour)
-	h.noResults()
+		for range 71 {
+			if r := <-h.results; !errors.Is(r.Err, ErrStopped) {
+				t.Fatalf("result %+v", r)
+			}
+		}
+		if h.clk.Pending() != 0 {
+			t.Fatalf("%d timers left", h.clk.Pending())
+		}
+		h.clk.Advance(time.Hour)
+		h.noResults()
 
-	h.dispatch(target("a", 1), 1) // after Stop: answered at once
-	if r := <-h.results; !errors.Is(r.Err, ErrStopped) {
-		t.Fatalf("dispatch after Stop: %+v", r)
-	}
-	h.d.Stop() // again: no-op
-	h.noResults()
-	if s := h.d.Stats(); s.Batches != 2 {
-		t.Fatalf("stats %+v", s)
-	}
+		h.dispatch(target("a", 1), 1) // after Stop: answered at once
+		if r := <-h.results; !errors.Is(r.Err, ErrStopped) {
+			t.Fatalf("dispatch after Stop: %+v", r)
+		}
+		h.d.Stop() // again: no-op
+		h.noResults()
+		if s := h.d.Stats(); s.Batches != 2 {
+			t.Fatalf("stats %+v", s)
+		}
 
-	// Every sender ended (Stop waited); the runtime reaps them soon after.
-	if !testwait.Until(waitFor, func() bool { return runtime.NumGoroutine() <= before }) {
-		buf := make([]byte, 1<<16)
-		t.Fatalf("goroutines %d > %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-	}
+	})
+}
+
+// A call the server never answers is cancelled at exactly CallTimeout and
+// retried like any other failed call, RetryBase later. CallTimeout is a
+// context deadline on the real clock, not cfg.Clock, so only a synctest
+// bubble (whose real clock is fake) can test it without waiting 10 s; the
+// whole schedule runs on clock.Real and is checked to the nanosecond.
+func TestCallTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.Clock = clock.Real{} })
+		start := time.Now()
+		at := func(d time.Duration) {
+			time.Sleep(start.Add(d).Sub(time.Now()))
+			synctest.Wait()
+		}
+		// pending takes the call the transport is holding, if any.
+		pending := func() *call {
+			select {
+			case c := <-h.tr.calls:
+				return c
+			default:
+				return nil
+			}
+		}
+		ops := h.dispatch(target("a", 1), 1) // under MinBatch: waits Delay
+		at(DefaultDelay - time.Nanosecond)
+		if c := pending(); c != nil {
+			t.Fatalf("sent before the delay: %v", regions(c.req))
+		}
+		at(DefaultDelay)
+		c := pending()
+		if c == nil {
+			t.Fatal("not sent at the delay")
+		}
+		deadline := DefaultDelay + DefaultCallTimeout
+		at(deadline - time.Nanosecond)
+		if err := c.ctx.Err(); err != nil {
+			t.Fatalf("call cancelled before CallTimeout: %v", err)
+		}
+		h.noResults()
+		at(deadline)
+		if err := c.ctx.Err(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call at CallTimeout: %v", err)
+		}
+		h.waitSender()
+		h.noResults()
+		if s := h.d.Stats(); s.Failures != 1 || s.Batches != 1 {
+			t.Fatalf("stats after the timeout %+v", s)
+		}
+		at(deadline + DefaultRetryBase - time.Nanosecond)
+		if c := pending(); c != nil {
+			t.Fatal("retried before RetryBase")
+		}
+		at(deadline + DefaultRetryBase)
+		c = pending()
+		if c == nil {
+			t.Fatal("not retried at RetryBase")
+		}
+		if got := regions(c.req); !slices.Equal(got, opRegions(ops)) {
+			t.Fatalf("retry carries %v", got)
+		}
+		h.answer(c, nil)
+		if rs := h.collect(1); !rs[0].OK || rs[0].Op != ops[0] {
+			t.Fatalf("result %+v", rs[0])
+		}
+		if s := h.d.Stats(); s.Retries != 1 || s.Failures != 1 || s.Batches != 2 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
 }
 
 // Stop must not lose or repeat results of calls that return while it runs.

@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,24 +167,46 @@ func TestSuspendOnEvent(t *testing.T) {
 	}
 }
 
+// A step suspended with a timeout whose OnTimeout fails is rolled back when
+// the timer fires: at exactly the time Why reports, which is the timeout
+// plus at most 10% jitter. The executor runs on clock.Real inside a
+// synctest bubble, where that clock is fake and a step takes no time.
 func TestTimeoutHandlerFails(t *testing.T) {
-	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
-	id := h.submit(&timeoutProc{}, SubmitOptions{})
-	info := h.wait(id)
-	if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
-		t.Fatalf("state %s error %q", info.State, info.Error)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		const wait = time.Minute
+		start := time.Now()
+		id := h.submit(&timeoutProc{For: wait}, SubmitOptions{})
+		synctest.Wait()
+		w, _ := h.x.Why(id)
+		if w.Reason != "waiting for timer" || w.Until.Before(start.Add(wait)) || w.Until.After(start.Add(wait+wait/10)) {
+			t.Fatalf("suspended: %q until +%v, want +%v plus at most 10%%", w.Reason, w.Until.Sub(start), wait)
+		}
+		time.Sleep(w.Until.Sub(time.Now()) - time.Nanosecond)
+		synctest.Wait()
+		if info, _ := h.x.Get(id); info.State != WaitingTimeout {
+			t.Fatalf("before the timer: state %s error %q", info.State, info.Error)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		info, _ := h.x.Get(id)
+		if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
+			t.Fatalf("when the timer fires: state %s error %q", info.State, info.Error)
+		}
+	})
 }
 
 type timeoutProc struct {
 	Base
 	Started bool
+	// For is the step's suspend timeout; 1 ms if zero.
+	For time.Duration
 }
 
 func (p *timeoutProc) Execute(*Context) (Step, error) {
 	if !p.Started {
 		p.Started = true
-		return Suspend(Timeout(time.Millisecond)), nil
+		return Suspend(Timeout(cmp.Or(p.For, time.Millisecond))), nil
 	}
 	return Done(), nil
 }
@@ -369,15 +393,27 @@ func (p *gatedSM) QueueKey() scheduler.QueueKey {
 }
 func (p *gatedSM) HoldLock() bool { return false }
 
+// A procedure's deadline (SubmitOptions.Timeout) aborts it at exactly the
+// deadline, not a nanosecond before: clock.Real in a synctest bubble.
 func TestDeadline(t *testing.T) {
-	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
-	ev := scheduler.NewEvent("never")
-	funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
-	id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: 5 * time.Millisecond})
-	info := h.wait(id)
-	if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
-		t.Fatalf("state %s error %q", info.State, info.Error)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		ev := scheduler.NewEvent("never")
+		funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
+		const deadline = time.Minute
+		id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: deadline})
+		time.Sleep(deadline - time.Nanosecond)
+		synctest.Wait()
+		if info, _ := h.x.Get(id); info.State != Waiting {
+			t.Fatalf("before the deadline: state %s error %q", info.State, info.Error)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		info, _ := h.x.Get(id)
+		if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
+			t.Fatalf("at the deadline: state %s error %q", info.State, info.Error)
+		}
+	})
 }
 
 func TestPauseResume(t *testing.T) {
@@ -616,6 +652,87 @@ func TestStuckWorkerMonitor(t *testing.T) {
 		t.Fatal(info.State)
 	}
 	close(release)
+}
+
+// The stuck-worker monitor on its own timer, with the defaults (check every
+// 5 s, stuck after 10 s) on clock.Real in a synctest bubble. A step counts
+// as stuck only once it has run strictly longer than StuckThreshold, so
+// two workers blocked from the start are first seen stuck by the check at
+// 15 s, not the one at 10 s; each later check adds one more keep-alive
+// worker until MaxExtraWorkers (the core count).
+func TestStuckWorkerMonitorOnItsTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Workers = 2 })
+		release := make(chan struct{})
+		defer close(release)
+		funcs.Store("block-bubble", func(ctx *Context) (Step, error) {
+			<-release
+			return Done(), nil
+		})
+		start := time.Now()
+		h.submit(&funcProc{ID: "block-bubble"}, SubmitOptions{})
+		h.submit(&funcProc{ID: "block-bubble"}, SubmitOptions{})
+		for _, c := range []struct {
+			at      time.Duration
+			workers int
+		}{
+			{15*time.Second - time.Nanosecond, 2},
+			{15 * time.Second, 3},
+			{20*time.Second - time.Nanosecond, 3},
+			{20 * time.Second, 4},
+			{time.Minute, 4}, // capped
+		} {
+			time.Sleep(start.Add(c.at).Sub(time.Now()))
+			synctest.Wait()
+			if got := h.x.Workers(); got != c.workers {
+				t.Fatalf("at +%v: %d workers, want %d", c.at, got, c.workers)
+			}
+		}
+	})
+}
+
+// Finished results are evicted by the executor's own timer (every 30 s by
+// default) once their TTL has passed: an acknowledged one 5 min after the
+// Ack, another 15 min after it finished; both are multiples of the
+// interval, so each goes at exactly its TTL. clock.Real in a synctest
+// bubble.
+func TestResultsEvictedOnTheirTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
+		start := time.Now()
+		acked := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
+		kept := h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
+		h.wait(acked)
+		h.wait(kept)
+		if err := h.x.Ack(acked); err != nil {
+			t.Fatal(err)
+		}
+		if !time.Now().Equal(start) {
+			t.Fatalf("finishing took %v of the bubble's time", time.Since(start))
+		}
+		present := func(id uint64) bool {
+			_, err := h.x.Get(id)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				t.Fatal(err)
+			}
+			return err == nil
+		}
+		for _, c := range []struct {
+			at          time.Duration
+			acked, kept bool
+		}{
+			{5*time.Minute - time.Nanosecond, true, true},
+			{5 * time.Minute, false, true},
+			{15*time.Minute - time.Nanosecond, false, true},
+			{15 * time.Minute, false, false},
+		} {
+			time.Sleep(start.Add(c.at).Sub(time.Now()))
+			synctest.Wait()
+			if a, k := present(acked), present(kept); a != c.acked || k != c.kept {
+				t.Fatalf("at +%v: acked present %v, kept present %v; want %v, %v", c.at, a, k, c.acked, c.kept)
+			}
+		}
+	})
 }
 
 func TestMetrics(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -399,6 +400,32 @@ func rbAttempt(key string) *atomic.Int32 {
 	return c.(*atomic.Int32)
 }
 
+// rbAttemptTimes records when each rollback attempt of "name/k" ran, for
+// tests whose clock is exact (a synctest bubble).
+var rbAttemptTimes sync.Map // "name/k" -> *timeLog
+
+type timeLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func rbTimes(key string) *timeLog {
+	c, _ := rbAttemptTimes.LoadOrStore(key, new(timeLog))
+	return c.(*timeLog)
+}
+
+func (l *timeLog) add(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.at = append(l.at, at)
+}
+
+func (l *timeLog) times() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.at)
+}
+
 func (p *rbFlakyProc) Execute(ctx *Context) (Step, error) {
 	k := len(p.Done)
 	ctx.Env.(*domain).do(fmt.Sprintf("%s/%d", p.Name, k))
@@ -415,6 +442,7 @@ func (p *rbFlakyProc) Execute(ctx *Context) (Step, error) {
 func (p *rbFlakyProc) Rollback(ctx *Context) error {
 	k := p.Done[len(p.Done)-1]
 	key := fmt.Sprintf("%s/%d", p.Name, k)
+	rbTimes(key).add(time.Now())
 	if n := rbAttempt(key).Add(1); k == p.FlakyAt && int(n) <= p.FlakyTimes {
 		return fmt.Errorf("rollback of %s: attempt %d: transient", key, n)
 	}

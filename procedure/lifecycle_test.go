@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
@@ -432,53 +433,58 @@ func TestAckOfChild(t *testing.T) {
 }
 
 // TestRollbackRetriedWithBackoff: a rollback step that fails twice is
-// retried after the backoff, doubling, and the effects are undone once.
+// retried after the backoff, doubling (plus at most 10% jitter), and the
+// effects are undone once. The executor runs on clock.Real in a synctest
+// bubble, where that clock is fake and steps take no time, so the moment
+// of each attempt is exact: no retry comes a nanosecond early.
 func TestRollbackRetriedWithBackoff(t *testing.T) {
-	d := newDomain()
-	mc := clock.NewManual(time.Unix(1e6, 0))
-	h := startExecutor(t, store.NewMemStore(), d, func(c *Config) {
-		c.Registry, c.Clock, c.Workers = lifecycleRegistry(t), mc, 2
-		c.RollbackBackoff, c.RollbackBackoffMax = time.Minute, 10*time.Minute
-		c.ResultTTL, c.EvictInterval = 24*time.Hour, 24*time.Hour
-	})
-	name := uniq("flaky")
-	base := mc.Pending()
-	id := h.submit(&rbFlakyProc{Name: name, Steps: 4, FailAt: 3, FlakyAt: 1, FlakyTimes: 2}, SubmitOptions{})
-	flaky := rbAttempt(name + "/1")
-	for attempt, wait := range []time.Duration{time.Minute, 2 * time.Minute} {
-		testwait.For(t, 10*time.Second, fmt.Sprint("attempt ", attempt+1, " failed and retry armed"), func() bool {
-			return flaky.Load() == int32(attempt+1) && mc.Pending() == base+1
+	synctest.Test(t, func(t *testing.T) {
+		d := newDomain()
+		h := startExecutor(t, store.NewMemStore(), d, func(c *Config) {
+			c.Registry, c.Workers = lifecycleRegistry(t), 2
+			c.RollbackBackoff, c.RollbackBackoffMax = time.Minute, 10*time.Minute
+			c.ResultTTL, c.EvictInterval = 24*time.Hour, 24*time.Hour
 		})
-		// Not before the backoff (the timer callback runs inside Advance).
-		mc.Advance(wait - time.Second)
-		if h.x.Scheduler().Queued(id) || flaky.Load() != int32(attempt+1) {
-			t.Fatalf("attempt %d: retried before the backoff of %v", attempt+1, wait)
+		name := uniq("flaky")
+		id := h.submit(&rbFlakyProc{Name: name, Steps: 4, FailAt: 3, FlakyAt: 1, FlakyTimes: 2}, SubmitOptions{})
+		// h.wait's deadline would be reached first on this clock; a hang
+		// fails the bubble as a deadlock instead.
+		info, err := h.x.Wait(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
 		}
-		mc.Advance(wait/10 + 2*time.Second) // past the jitter
-	}
-	info := h.wait(id)
-	if info.State != RolledBack || !errorsContain(info.Error, "boom") {
-		t.Fatalf("state %s error %q", info.State, info.Error)
-	}
-	if fx := d.effectsUnder(name + "/"); len(fx) != 0 {
-		t.Fatalf("effects left: %v", fx)
-	}
-	for k := 0; k < 4; k++ {
-		key := fmt.Sprintf("%s/%d", name, k)
-		if n := d.count("undo", key); n != 1 {
-			t.Fatalf("%s undone %d times", key, n)
+		at := rbTimes(name + "/1").times()
+		if len(at) != 3 {
+			t.Fatalf("%d rollback attempts of step 1, want 3", len(at))
 		}
-		want := int32(1)
-		if k == 1 {
-			want = 3
+		for i, wait := range []time.Duration{time.Minute, 2 * time.Minute} {
+			if gap := at[i+1].Sub(at[i]); gap < wait || gap > wait+wait/10 {
+				t.Fatalf("retry %d came %v after the failure, want %v plus at most 10%%", i+1, gap, wait)
+			}
 		}
-		if n := rbAttempt(key).Load(); n != want {
-			t.Fatalf("%s rollback attempted %d times, want %d", key, n, want)
+		if info.State != RolledBack || !errorsContain(info.Error, "boom") {
+			t.Fatalf("state %s error %q", info.State, info.Error)
 		}
-	}
-	if got, want := d.order("undo", name+"/"), []string{name + "/3", name + "/2", name + "/1", name + "/0"}; !slices.Equal(got, want) {
-		t.Fatalf("undo order %v, want %v", got, want)
-	}
+		if fx := d.effectsUnder(name + "/"); len(fx) != 0 {
+			t.Fatalf("effects left: %v", fx)
+		}
+		for k := 0; k < 4; k++ {
+			key := fmt.Sprintf("%s/%d", name, k)
+			if n := d.count("undo", key); n != 1 {
+				t.Fatalf("%s undone %d times", key, n)
+			}
+			want := int32(1)
+			if k == 1 {
+				want = 3
+			}
+			if n := rbAttempt(key).Load(); n != want {
+				t.Fatalf("%s rollback attempted %d times, want %d", key, n, want)
+			}
+		}
+		if got, want := d.order("undo", name+"/"), []string{name + "/3", name + "/2", name + "/1", name + "/0"}; !slices.Equal(got, want) {
+			t.Fatalf("undo order %v, want %v", got, want)
+		}
+	})
 }
 
 // TestFlakyRollbacksConcurrent: many trees whose rollbacks fail twice, on

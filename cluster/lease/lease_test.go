@@ -3,15 +3,14 @@ package lease
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
-	"github.com/baton-dev/baton/internal/testwait"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -731,38 +730,44 @@ func TestMonitorManualClock(t *testing.T) {
 }
 
 // Stop waits for a pass in progress: no OnExpire call after it returns.
+// In a synctest bubble, Wait returns once Stop is durably blocked, so "Stop
+// has not returned" is checked after Stop has had every chance to return,
+// not at whatever moment the scheduler happened to reach.
 func TestStopWaitsForPass(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	m, c, _ := newManual(t, func(cfg *Config) {
-		cfg.OnExpire = func(Info) {
-			close(entered)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		m, c, _ := newManual(t, func(cfg *Config) {
+			cfg.OnExpire = func(Info) {
+				close(entered)
+				<-release
+			}
+		})
+		m.Grant("a")
+		m.Start()
+		advanced := make(chan struct{})
+		go func() {
+			c.Advance(time.Hour) // runs the pass, which blocks in OnExpire
+			close(advanced)
+		}()
+		<-entered
+		stopped := make(chan struct{})
+		go func() {
+			m.Stop()
+			close(stopped)
+		}()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while OnExpire was running")
+		default:
+		}
+		close(release)
+		<-stopped
+		<-advanced
+		if got := c.Pending(); got != 0 {
+			t.Fatalf("the stopped pass re-armed the monitor: Pending = %d", got)
 		}
 	})
-	m.Grant("a")
-	m.Start()
-	advanced := make(chan struct{})
-	go func() {
-		c.Advance(time.Hour) // runs the pass, which blocks in OnExpire
-		close(advanced)
-	}()
-	<-entered
-	stopped := make(chan struct{})
-	go func() {
-		m.Stop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-		t.Fatal("Stop returned while OnExpire was running")
-	default:
-	}
-	close(release)
-	<-stopped
-	<-advanced
-	if got := c.Pending(); got != 0 {
-		t.Fatalf("the stopped pass re-armed the monitor: Pending = %d", got)
-	}
 }
 
 // OnExpire may call back into the manager (it is called outside the lock).
@@ -786,35 +791,90 @@ func TestOnExpireMayUseManager(t *testing.T) {
 	}
 }
 
-// With the real clock the monitor runs by itself; Stop leaves no goroutine.
-func TestMonitorRealClockNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	expired := make(chan Info, 1)
-	cfg := DefaultConfig()
-	cfg.Clock = clock.Real{}
-	cfg.SoftLimit, cfg.HardLimit = time.Microsecond, time.Millisecond
-	cfg.MonitorInterval = time.Millisecond
-	cfg.OnExpire = func(in Info) { expired <- in }
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Grant("a")
-	m.Start()
-	select {
-	case in := <-expired:
-		if in.Holder != "a" {
-			t.Fatalf("expired %+v", in)
+// With the real clock the monitor runs by itself, on time. In a synctest
+// bubble that clock is fake, so the moment of the report is exact: passes
+// run every MonitorInterval from Start (a pass takes no time here), a lease
+// is expired only once strictly more than HardLimit has passed, so a lease
+// granted at Start is reported by the pass at HardLimit + MonitorInterval,
+// the bound Config documents, and not a moment earlier or later. After Stop
+// nothing is reported however long the clock runs, and Test fails if Stop
+// left a goroutine behind.
+func TestMonitorRealClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type report struct {
+			in Info
+			at time.Time
 		}
-	case <-time.After(10 * time.Second): // a safety net, not a timing assumption
-		t.Fatal("the monitor never expired the lease")
-	}
-	m.Stop()
-	// The timer goroutine that ran the last pass returns right after it.
-	testwait.Until(5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
-	if after := runtime.NumGoroutine(); after > before {
-		t.Fatalf("goroutines: %d before Start, %d after Stop", before, after)
-	}
+		var mu sync.Mutex
+		var reports []report
+		reported := func() []report {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(reports)
+		}
+		cfg := DefaultConfig()
+		if _, ok := cfg.Clock.(clock.Real); !ok {
+			t.Fatalf("default clock %T", cfg.Clock)
+		}
+		cfg.OnExpire = func(in Info) {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, report{in, time.Now()})
+		}
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		m.Grant("a")
+		m.Start()
+
+		// sleepTo returns once every pass due by then has finished.
+		sleepTo := func(d time.Duration) {
+			time.Sleep(start.Add(d).Sub(time.Now()))
+			synctest.Wait()
+		}
+		sleepTo(cfg.SoftLimit)
+		if st := m.State("a"); st != Live {
+			t.Fatalf("at the soft limit: %v", st)
+		}
+		sleepTo(cfg.SoftLimit + time.Nanosecond)
+		if st := m.State("a"); st != Suspect {
+			t.Fatalf("just past the soft limit: %v", st)
+		}
+		sleepTo(cfg.HardLimit) // a pass runs now too, and keeps it
+		if st, r := m.State("a"), reported(); st != Suspect || len(r) != 0 {
+			t.Fatalf("at the hard limit: %v, reports %v", st, r)
+		}
+		sleepTo(cfg.HardLimit + time.Nanosecond)
+		if st := m.State("a"); st != Expired {
+			t.Fatalf("just past the hard limit: %v", st)
+		}
+		due := cfg.HardLimit + cfg.MonitorInterval
+		sleepTo(due - time.Nanosecond)
+		if r := reported(); len(r) != 0 {
+			t.Fatalf("reported before the next pass: %v", r)
+		}
+		sleepTo(due)
+		r := reported()
+		if len(r) != 1 || r[0].in.Holder != "a" || r[0].in.State != Expired || !r[0].at.Equal(start.Add(due)) {
+			t.Fatalf("reports %+v, want a alone at +%v", r, due)
+		}
+		if _, ok := m.Get("a"); ok {
+			t.Fatal("the reported lease is still held")
+		}
+
+		m.Stop()
+		m.Grant("b")
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if r := reported(); len(r) != 1 {
+			t.Fatalf("reports after Stop: %+v", r)
+		}
+		if st := m.State("b"); st != Expired {
+			t.Fatalf("b after an hour: %v, want expired and left for a monitor", st)
+		}
+	})
 }
 
 func infoEqual(a, b Info) bool {
