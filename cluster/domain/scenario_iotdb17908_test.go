@@ -127,7 +127,7 @@ func TestScenarioIOTDB17908StaleOpenAnswerConfirmsNothing(t *testing.T) {
 		h.c.TransferLeadership((h.leaderIndex() + 1) % len(h.masters))
 	}
 
-	// termOf remembers the term of the first open of the region sent to
+	// isOld remembers the term of the first open of the region sent to
 	// the target after reset: the old term's, the leader's before the
 	// transfer. Batches are held back or lost by their term: the old
 	// term's for as long as it lasts (each lost after 1.5 s, within the
