@@ -181,9 +181,9 @@
 // not sent twice (the dispatcher answers every op exactly once); a
 // timeout only re-checks the target's liveness. A region server's
 // ReportTransition is not trusted to answer an operation (it may be late
-// and belong to an earlier send): only an OPEN report is handed to a
-// waiting procedure; a region that closed by itself while recorded OPEN
-// is reopened by a REOPEN procedure (close first, idempotently, then open).
+// and belong to an earlier send, even an OPEN: of an earlier open on the
+// same incarnation, closed since): no report is handed to a waiting
+// procedure; a region that closed by itself while recorded OPEN is reopened by a REOPEN procedure (close first, idempotently, then open).
 //
 // # Procedures and their states
 //

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -287,11 +286,15 @@ func (s *services) verifyLeader(ctx context.Context) error {
 //
 // The dispatcher's per-op result is the authority on an operation a
 // procedure asked for: it comes exactly once, for that very send. A report
-// may be late and belong to an earlier send of the same operation: a stale
-// FAILED_OPEN taken for the answer to a later, successful open would send
-// the region to a second server. So reports are handed to a waiting
-// procedure only when they cannot mislead it (OPEN for its open on that
-// incarnation); the others are logged. A region that closed by itself
+// carries neither term nor attempt and may be late, belonging to an
+// earlier send: a stale FAILED_OPEN taken for the answer to a later,
+// successful open would send the region to a second server, and a stale
+// OPEN (of an earlier open on the same incarnation, closed since: moved
+// away and back, or closed by the server) taken for the answer to a later
+// open still on its way would record the region OPEN where it is not
+// (IoTDB #17908's shape; TestScenarioIOTDB17908StaleOpenAnswerConfirmsNothing).
+// So no report answers a waiting procedure; a report about a region in
+// transition is only logged. A region that closed by itself
 // while recorded OPEN there, with no procedure on it, is reopened: closed
 // first (idempotent), then opened, so even a stale report cannot make it
 // open twice.
@@ -337,12 +340,6 @@ func (m *masterService) ReportTransition(ctx context.Context, req *rspb.ReportTr
 		return &rspb.ReportTransitionResponse{}, nil
 	}
 	switch {
-	case rg.ProcID != 0 && req.GetState() == "OPEN":
-		s.deliver(rg.ProcID, dispatch.Result{
-			Op:     dispatch.Op{Kind: rspb.OpKind_OP_KIND_OPEN, Region: req.GetRegion(), Table: rg.Table, ProcID: rg.ProcID},
-			Target: dispatch.Target{ServerID: ref.ID, StartCode: ref.StartCode},
-			OK:     true,
-		})
 	case rg.ProcID != 0:
 		s.log.Info("transition report for a region in transition; the dispatcher's result decides",
 			"region", req.GetRegion(), "server", ref.String(), "state", req.GetState(), "proc_id", rg.ProcID, "error", req.GetError())
