@@ -47,20 +47,28 @@ import (
 //
 // Reintroducing the defect — tableProc.HoldLock returning false
 // (cluster/domain/table.go), the enable letting go of its lock between
-// steps as HBase's did — makes this test fail with:
+// steps as HBase's did — makes this test fail, within its first rounds
+// (four runs of four), with:
 //
-//	round 0: disable 24 (queued behind enable 12) ended ROLLEDBACK: table
+//	round 0: disable 14 (queued behind enable 1) ended ROLLEDBACK: table
 //	default:t is ENABLING (want [ENABLED]): it ran in the middle of the enable
 //
 // Baton has no table procedure that, having got in, waits for a state
 // while holding the lock, so that defect alone shows as the interleaving,
 // not as a hang. Reintroducing the other half — Executor.ancestorsLocked
 // returning nil (procedure/executor.go), children not sharing their
-// parent's lock — turns the same run into a real deadlock, and the test
-// fails with the lock table it prints:
+// parent's lock — makes it a real deadlock, and the test fails with the
+// waits and the lock table it prints:
 //
-//	round 0: not finished within 20s: ... proc 13: waiting for lock table
-//	default:t (shared), held exclusive by 12 ...
+//	not done within 20s: round 0: 1 of the enable's opens done on rs3, unanswered
+//	  1 EnableTable (parent 0) WAITING: waiting for children; proc 1: not queued
+//	    or waiting (running, done or unknown); holds namespace default (shared),
+//	    table default:t (exclusive); children [2 3 4 5 6 7 8 9]
+//	  2 TransitRegionState (parent 1) RUNNABLE: waiting for lock; proc 2: waiting
+//	    for lock table default:t (shared), held exclusive by 1; children []
+//	  ...
+//	locks:
+//	  table default:t: exclusive=true holder=1 shared=[] waiters=[2 3 ... 13]
 func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 	const (
 		regions  = 12
@@ -69,8 +77,14 @@ func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 		deadline = 20 * time.Second
 	)
 	h := newHarness(t, harnessOpts{masters: 1, servers: 3})
-	h.mustSucceed(h.createTable("", "t", regions), 20*time.Second)
-	h.mustSucceed(h.submit(mustDisable(t, "", "t"), ""), 20*time.Second)
+	// The table is written in its DISABLED state, not created: a create
+	// runs the very parent-and-children locking this test is about, and a
+	// broken one would hang there, before the scenario and its dump.
+	recs := map[string][]byte{domain.TableKey(full): domain.MustJSON(domain.Table{State: domain.TableDisabled, RegionCount: regions, ProcID: 7})}
+	for i := range regions {
+		recs[domain.RegionKey(domain.RegionName(full, i, 7))] = domain.MustJSON(domain.Region{Table: full, State: domain.RegionClosed})
+	}
+	h.c.SeedRecords(recs)
 
 	// Each round: when the disable is submitted relative to the kill, and
 	// how many of the victim's opens are in flight when the kill comes.
@@ -80,7 +94,10 @@ func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 	}{
 		{disableFirst: true, inFlight: 1},
 		{disableFirst: false, inFlight: 1},
+		{disableFirst: true, inFlight: 2},
+		{disableFirst: false, inFlight: 2},
 		{disableFirst: true, inFlight: 3},
+		{disableFirst: false, inFlight: 3},
 	}
 	seenCrash := map[uint64]bool{}
 	for ri, rd := range rounds {
@@ -100,7 +117,8 @@ func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 		en := h.submit(enable, "")
 		// In flight: opened on the victim (its own answer), the answer
 		// held back, the region recorded OPENING there.
-		h.c.WaitFor(fmt.Sprintf("round %d: %d of the enable's opens done on %s, unanswered", ri, rd.inFlight, victim), func() bool {
+		_, x := h.leader()
+		waitOrDump(t, x, fmt.Sprintf("round %d: %d of the enable's opens done on %s, unanswered", ri, rd.inFlight, victim), deadline, func() bool {
 			if late.Fired() == 0 {
 				return false
 			}
@@ -124,7 +142,6 @@ func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 		if !rd.disableFirst {
 			submitDisable()
 		}
-		_, x := h.leader()
 		var scp uint64
 		h.c.WaitFor(fmt.Sprintf("round %d: the crash procedure of %s", ri, victim), func() bool {
 			for _, info := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
@@ -171,12 +188,11 @@ func TestScenarioHBASE29386EnableTableOpAndCrashNoDeadlock(t *testing.T) {
 	}
 }
 
-// waitAllOrDump waits for every procedure of ids to end; past d it fails
-// the test with what a deadlock needs to be read: every unfinished
-// procedure's wait (lock, holders, queue ahead) and the lock table.
+// waitAllOrDump waits for every procedure of ids to end, dumping the
+// executor's waits and locks past d (waitOrDump).
 func waitAllOrDump(t *testing.T, x *procedure.Executor, round int, ids map[string]uint64, d time.Duration) {
 	t.Helper()
-	done := func() bool {
+	waitOrDump(t, x, fmt.Sprintf("round %d: %v to finish", round, ids), d, func() bool {
 		for _, id := range ids {
 			info, err := x.Get(id)
 			if err != nil || !info.State.Terminal() {
@@ -184,12 +200,19 @@ func waitAllOrDump(t *testing.T, x *procedure.Executor, round int, ids map[strin
 			}
 		}
 		return true
-	}
-	if testwait.Until(d, done) {
+	})
+}
+
+// waitOrDump waits up to d for cond; past d it fails the test with what a
+// deadlock needs to be read: every unfinished procedure's wait (lock,
+// holders, queue ahead) and the lock table.
+func waitOrDump(t *testing.T, x *procedure.Executor, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	if testwait.Until(d, cond) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "round %d: not finished within %v: %v\n", round, d, ids)
+	fmt.Fprintf(&b, "not done within %v: %s\n", d, what)
 	for _, info := range x.List(procedure.Filter{}) {
 		if info.State.Terminal() {
 			continue
