@@ -537,9 +537,13 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	}
 	// The member added has not been replicated to yet, so it is not
 	// counted: those running now must be a quorum of the larger group
-	// (etcd's strict reconfiguration check does the same).
-	if err := n.checkQuorum(ctx, fmt.Sprintf("join %q", id), next, raft.ServerID(id)); err != nil {
-		return err
+	// (etcd's strict reconfiguration check does the same). Except the
+	// second member of a single-voter cluster, as etcd allows too: there
+	// is no other way to grow one, and nothing running is lost.
+	if len(next) != 2 || next[1].ID != raft.ServerID(n.cfg.ID) {
+		if err := n.checkQuorum(ctx, fmt.Sprintf("join %q", id), next, raft.ServerID(id)); err != nil {
+			return err
+		}
 	}
 	for _, srv := range cf.Configuration().Servers {
 		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
