@@ -40,17 +40,22 @@ import (
 // after the change was asked for), as etcd's strict reconfiguration check
 // does.
 //
-// This scenario found that defect in Baton: before the check, removing a
-// follower while the other was down committed nothing and left the group
-// leaderless; the test failed with:
+// This scenario found that defect in Baton: neither Join nor RemovePeer
+// looked at which members were running, and the two cases below left the
+// group leaderless until the test gave up. Reintroducing it —
+// Node.checkQuorum returning nil at once (cluster/node.go) — makes this
+// test fail with:
 //
 //	remove a follower while another is down: no leader among the configured
-//	members within 10s: m2: Follower, leader "", config [m2 m3]; m3: down;
-//	m1: Follower, leader "", config [m1 m2 m3]
+//	members [m1 m2 m3] within 10s; m1: Follower, leader "", config [m2 m3];
+//	m2: Candidate, leader "", config [m2 m3]; m3: down
+//	add a member that is down: no leader among the configured members
+//	[m1 m2 m3] within 10s; m1: Candidate, leader "", config [m1 m2 m3 m4];
+//	m2: Candidate, leader "", config [m1 m2 m3 m4]; m3: down; m4: down
 //
-// Reintroducing it — Node.checkQuorum returning nil (cluster/node.go) —
-// makes the test fail that way again, and the "add a member that is down"
-// case likewise.
+// (the removal's answer timed out, the join's was "no leader known").
+// Removing the leader and the transfer race already kept a leader
+// (transfer-before-remove in Node.RemovePeer); the cases guard them.
 func TestScenarioIOTDB13178MembershipChangeKeepsALeader(t *testing.T) {
 	const deadline = 10 * time.Second
 
