@@ -509,7 +509,9 @@ func (n *Node) raftErr(what string, err error) error {
 // return a *NotLeaderError. As in rqlite, a member already known under the
 // same id and address is left alone, and one that shares only the id or
 // only the address (a node rebuilt with a new address, or an address
-// reused by a new node) is removed first.
+// reused by a new node) is removed first. A change whose new
+// configuration would lack a majority of running voters is refused with
+// ErrNoQuorum (checkQuorum).
 func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if id == "" {
 		return errors.New("cluster: join: empty id")
@@ -572,7 +574,9 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 // LeadershipTransfer, as etcd and Consul do) and answers a *NotLeaderError,
 // so that the caller asks the new leader, which removes it as any other
 // member; ErrTransferFailed if no voter took over, ErrLastVoter if there
-// is no other voter.
+// is no other voter. ErrNoQuorum if the members left would not have a
+// majority running (checkQuorum): a member that is down is removed while
+// the others are up, not the other way round.
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("cluster: remove %q: %w", id, n.notLeader())
