@@ -494,3 +494,31 @@ func TestConfigLeaseDefaultsWithinHeartbeat(t *testing.T) {
 		t.Errorf("lease 250ms over heartbeat 200ms: Validate() = %v", err)
 	}
 }
+
+// TestJoinGrowsASingleVoter: the quorum check of Join (ErrNoQuorum) does
+// not count the member being added, yet a single-voter cluster still
+// takes its second one: there is no other way to grow it.
+func TestJoinGrowsASingleVoter(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 1})
+	li, _ := c.leader()
+	cfg := fastConfig(t, "m1", c.rec)
+	addr, tr := raft.NewInmemTransport("")
+	cfg.Transport, cfg.LogStore, cfg.SnapshotStore = tr, raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	cfg.StableStore = cfg.LogStore.(raft.StableStore)
+	c.trans[0].Connect(addr, tr)
+	tr.Connect(c.trans[0].LocalAddr(), c.trans[0])
+	n2, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.nodes[li].Join(ctx, "m1", string(addr)); err != nil {
+		t.Fatalf("join the second member: %v", err)
+	}
+	testwait.For(t, 10*time.Second, "the second member to follow", func() bool {
+		id, _ := n2.Leader()
+		return id == c.nodes[li].ID() && len(n2.Status().Peers) == 2
+	})
+}

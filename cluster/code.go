@@ -29,7 +29,7 @@ func HTTPAddrKey(id string) string { return "nodes/" + id + "/http_addr" }
 //	procedure.ErrInvalid, ErrUnknownType          INVALID_ARGUMENT
 //	procedure.ErrNotFound                         NOT_FOUND
 //	procedure.ErrNotAllowed, ErrNotTerminal,
-//	cluster.ErrLastVoter                          FAILED_PRECONDITION
+//	cluster.ErrLastVoter, ErrNoQuorum             FAILED_PRECONDITION
 //	cluster.ErrNotLeader, ErrNotReady, ErrShutdown,
 //	raft.ErrNotLeader, ErrLeadershipLost, ErrRaftShutdown,
 //	procedure.ErrStopped, ErrNotStarted, ErrStoreFailed,
@@ -63,7 +63,7 @@ func Code(err error) codes.Code {
 	case errors.Is(err, procedure.ErrNotFound), errors.Is(err, ErrUnknownPeer):
 		return codes.NotFound
 	case errors.Is(err, procedure.ErrNotAllowed), errors.Is(err, procedure.ErrNotTerminal),
-		errors.Is(err, ErrLastVoter):
+		errors.Is(err, ErrLastVoter), errors.Is(err, ErrNoQuorum):
 		return codes.FailedPrecondition
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled

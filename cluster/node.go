@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,14 @@ var ErrLastVoter = errors.New("cluster: the only voter cannot be removed")
 // remove itself, could not hand leadership to another voter first: nothing
 // was removed. Retry once another voter is up and caught up.
 var ErrTransferFailed = errors.New("cluster: leadership transfer failed")
+
+// ErrNoQuorum is returned by Join and RemovePeer for a change whose new
+// configuration would not have a majority of voters answering the leader
+// now: Raft counts a configuration as soon as it is appended, so the
+// leader would step down and no member could gather the new
+// configuration's votes. Nothing was changed. Bring the members that are
+// down back (or remove them first), then retry.
+var ErrNoQuorum = errors.New("cluster: the new configuration would have no quorum of running voters")
 
 // NotLeaderError says who the leader is, as far as this node knows. Both
 // fields are empty while no leader is known (an election is under way).
@@ -500,7 +509,9 @@ func (n *Node) raftErr(what string, err error) error {
 // return a *NotLeaderError. As in rqlite, a member already known under the
 // same id and address is left alone, and one that shares only the id or
 // only the address (a node rebuilt with a new address, or an address
-// reused by a new node) is removed first.
+// reused by a new node) is removed first. A change whose new
+// configuration would lack a majority of running voters is refused with
+// ErrNoQuorum (checkQuorum).
 func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if id == "" {
 		return errors.New("cluster: join: empty id")
@@ -515,12 +526,30 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if err := await(ctx, cf); err != nil {
 		return n.raftErr("join: read configuration", err)
 	}
+	next := []raft.Server{{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter}}
+	for _, srv := range cf.Configuration().Servers {
+		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
+		if sameID && sameAddr {
+			n.log.Info("join: already a member", "id", id, "addr", addr)
+			return nil
+		}
+		if !sameID && !sameAddr {
+			next = append(next, srv)
+		}
+	}
+	// The member added has not been replicated to yet, so it is not
+	// counted: those running now must be a quorum of the larger group
+	// (etcd's strict reconfiguration check does the same). Except the
+	// second member of a single-voter cluster, as etcd allows too: there
+	// is no other way to grow one, and nothing running is lost.
+	if len(next) != 2 || next[1].ID != raft.ServerID(n.cfg.ID) {
+		if err := n.checkQuorum(ctx, fmt.Sprintf("join %q", id), next, raft.ServerID(id)); err != nil {
+			return err
+		}
+	}
 	for _, srv := range cf.Configuration().Servers {
 		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
 		switch {
-		case sameID && sameAddr:
-			n.log.Info("join: already a member", "id", id, "addr", addr)
-			return nil
 		case sameID || sameAddr:
 			n.log.Info("join: removing stale member", "id", srv.ID, "addr", srv.Address)
 			if err := await(ctx, n.raft.RemoveServer(srv.ID, 0, 0)); err != nil {
@@ -545,7 +574,9 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 // LeadershipTransfer, as etcd and Consul do) and answers a *NotLeaderError,
 // so that the caller asks the new leader, which removes it as any other
 // member; ErrTransferFailed if no voter took over, ErrLastVoter if there
-// is no other voter.
+// is no other voter. ErrNoQuorum if the members left would not have a
+// majority running (checkQuorum): a member that is down is removed while
+// the others are up, not the other way round.
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("cluster: remove %q: %w", id, n.notLeader())
@@ -557,6 +588,11 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if id == n.cfg.ID && slices.ContainsFunc(cf.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
 		if !n.hasOtherVoter() {
 			return fmt.Errorf("cluster: remove %q: %w", id, ErrLastVoter)
+		}
+		// Checked here too, not only by the leader it hands over to:
+		// a removal that cannot go through must not move leadership.
+		if err := n.checkQuorum(ctx, fmt.Sprintf("remove %q", id), without(cf.Configuration().Servers, id), ""); err != nil {
+			return err
 		}
 		n.log.Info("remove: this leader is the member to remove; transferring leadership first", "id", id)
 		if err := await(ctx, n.raft.LeadershipTransfer()); err != nil {
@@ -570,6 +606,9 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	}
 	for _, srv := range cf.Configuration().Servers {
 		if srv.ID == raft.ServerID(id) {
+			if err := n.checkQuorum(ctx, fmt.Sprintf("remove %q", id), without(cf.Configuration().Servers, id), ""); err != nil {
+				return err
+			}
 			if err := await(ctx, n.raft.RemoveServer(srv.ID, 0, 0)); err != nil {
 				return n.raftErr(fmt.Sprintf("remove %q", id), err)
 			}
@@ -578,6 +617,57 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("cluster: remove %q: %w", id, ErrUnknownPeer)
+}
+
+// without is servers less id.
+func without(servers []raft.Server, id string) []raft.Server {
+	return slices.DeleteFunc(slices.Clone(servers), func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
+}
+
+// checkQuorum returns nil once the voters of next that answer this leader
+// (itself, if in next, and each that accepts a request sent after the
+// call began; never fresh, which is not replicated to yet) are a majority
+// of next's voters, and ErrNoQuorum if they are not within two heartbeat
+// timeouts (the leader heartbeats ten times a timeout). A configuration
+// entry counts from the moment it is appended: one without such a
+// majority would make this leader step down and leave no member able to
+// win an election, for good while the members it counts on stay down.
+// Only requests sent after the call count, so a member that stopped a
+// moment ago is not taken for a running one.
+func (n *Node) checkQuorum(ctx context.Context, what string, next []raft.Server, fresh raft.ServerID) error {
+	since := time.Now()
+	wait := 2 * max(n.cfg.HeartbeatTimeout, n.cfg.LeaderLeaseTimeout)
+	deadline := since.Add(wait)
+	tick := time.NewTicker(max(n.cfg.HeartbeatTimeout/10, time.Millisecond))
+	defer tick.Stop()
+	for {
+		voters, running := 0, 0
+		var down []string
+		for _, s := range next {
+			if s.Suffrage != raft.Voter {
+				continue
+			}
+			voters++
+			switch {
+			case s.ID == raft.ServerID(n.cfg.ID), s.ID != fresh && n.contact.ackedSince(s.ID, since):
+				running++
+			default:
+				down = append(down, string(s.ID))
+			}
+		}
+		if 2*running > voters {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: %s: of the %d voters of the new configuration, only %d answer this leader (not %s), fewer than a majority: nothing was changed: %w",
+				what, voters, running, strings.Join(down, ", "), ErrNoQuorum)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: %s: checking the new configuration keeps a quorum: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // Shutdown stops the node gracefully. A leader first stops its executor
