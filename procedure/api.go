@@ -421,7 +421,11 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	}
 	x.mu.Lock()
 	defer x.unlock()
-	if !e.state.Terminal() && x.fatal != nil {
+	// root.done says the root's end was written; its in-memory state can
+	// be terminal while the write of that end failed (and stopped us),
+	// and an end the store does not hold is no end to report
+	// (HBASE-29251: a restart resumes from the state before it).
+	if !root.done && x.fatal != nil {
 		return x.infoLocked(e), x.fatal
 	}
 	if f, ok := x.finished.get(id); ok && e.retired {
