@@ -536,6 +536,16 @@ func (x *Executor) persistIdle(e *entry) {
 		}
 		return
 	}
+	if !e.isRoot() && e.state.Terminal() {
+		// Ended since the caller changed it: the write of its end carried
+		// the change. Its record goes with its tree's end (finishRoot's
+		// delete, or its own as it is forgotten), and a write now could
+		// land after that delete and bring it back: a record of a tree
+		// that no longer exists, which a restart holds as an orphan once
+		// the root's result is evicted.
+		x.unlock()
+		return
+	}
 	e.running = true
 	x.unlock()
 	x.persist(e)
