@@ -421,7 +421,11 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	}
 	x.mu.Lock()
 	defer x.unlock()
-	if !e.state.Terminal() && x.fatal != nil {
+	// root.done says the root's end was written; its in-memory state can
+	// be terminal while the write of that end failed (and stopped us),
+	// and an end the store does not hold is no end to report
+	// (HBASE-29251: a restart resumes from the state before it).
+	if !root.done && x.fatal != nil {
 		return x.infoLocked(e), x.fatal
 	}
 	if f, ok := x.finished.get(id); ok && e.retired {
@@ -530,6 +534,16 @@ func (x *Executor) persistIdle(e *entry) {
 		if !e.ackedAt.IsZero() {
 			x.ackFinished(e.id, e.ackedAt)
 		}
+		return
+	}
+	if !e.isRoot() && e.state.Terminal() {
+		// Ended since the caller changed it: the write of its end carried
+		// the change. Its record goes with its tree's end (finishRoot's
+		// delete, or its own as it is forgotten), and a write now could
+		// land after that delete and bring it back: a record of a tree
+		// that no longer exists, which a restart holds as an orphan once
+		// the root's result is evicted.
+		x.unlock()
 		return
 	}
 	e.running = true

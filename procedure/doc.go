@@ -131,9 +131,10 @@
 // tree corrupt), recomputes children latches, turns procedures suspended on
 // events back to RUNNABLE (events do not survive a restart), re-arms
 // timers, re-acquires locks, and queues procedures that had already started
-// before fresh ones. A procedure that cannot be decoded, an orphan, or one
-// of an unknown type is reported by Problems and in the log and kept in the
-// store untouched; its whole tree is held, not run. Nothing is dropped. A
+// before fresh ones. A procedure that cannot be decoded, an orphan, a live
+// child under a parent stored as before its spawn, or one of an unknown
+// type is reported by Problems and in the log and kept in the store
+// untouched; its whole tree is held, not run. Nothing is dropped. A
 // held root keeps its nonce: a retry of its submission gets its id with an
 // error wrapping ErrHeld (an ErrNotAllowed), never a second procedure.
 //

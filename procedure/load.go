@@ -287,7 +287,8 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 }
 
 // checkTree finds what makes a tree unloadable: a missing root, an orphan,
-// a parent from another tree, or two steps claiming one stack position.
+// a parent from another tree, a live child of a parent stored as if it had
+// not spawned it, or two steps claiming one stack position.
 func (x *Executor) checkTree(rid uint64, byID map[uint64]*entry) (string, bool) {
 	root := byID[rid]
 	if root == nil {
@@ -296,8 +297,27 @@ func (x *Executor) checkTree(rid uint64, byID map[uint64]*entry) (string, bool) 
 	if root.parent != 0 {
 		return fmt.Sprintf("root %d has parent %d", rid, root.parent), true
 	}
+	// A tree that rolls back stores parents and children at any point of
+	// their undoing; the rule below is for trees that run forward.
+	rolling := false
+	for _, e := range byID {
+		if e.state == Failed || e.rollingBack {
+			rolling = true
+			break
+		}
+	}
 	seen := make(map[int32]uint64)
 	for id, e := range byID {
+		// A live child under a parent stored RUNNABLE: the parent's record
+		// predates the spawn that made the child (the spawn's Insert was
+		// not atomic, or the store was edited). Run, the parent would take
+		// its spawning step again and spawn its children anew beside these,
+		// each of which would then run twice (HBASE-29259's shape).
+		if p := byID[e.parent]; id != rid && !rolling && p != nil && p.state == Runnable && !p.bypass &&
+			!e.state.Terminal() && !e.bypass {
+			return fmt.Sprintf("proc %d is live but its parent %d is stored RUNNABLE, as before the spawn that made it", id, e.parent), true
+		}
+
 		if id != rid {
 			if e.parent == 0 {
 				return fmt.Sprintf("proc %d claims root %d but has no parent", id, rid), true

@@ -533,3 +533,28 @@ func TestTryAcquireNeverParks(t *testing.T) {
 	}
 	checkLockInvariants(t, s)
 }
+
+// TestSizesEmptyAfterRelease: what a holder, a waiter and a queued id put
+// in the tables is gone once they are released and polled.
+func TestSizesEmptyAfterRelease(t *testing.T) {
+	s := New(Config{Wake: func(uint64) {}})
+	key := QueueKey{Kind: KindTable, Name: "ns:t"}
+	if !s.Acquire(1, key, nil, TableLocks("ns", "t", Exclusive)) {
+		t.Fatal("first acquire refused")
+	}
+	if s.Acquire(2, key, nil, TableLocks("ns", "t", Shared)) {
+		t.Fatal("conflicting acquire granted")
+	}
+	s.AddBack(3, key)
+	if z := s.Sizes(); z != (Sizes{Queued: 1, Queues: 1, Levels: 1, Locks: 2, Holders: 1, LockWaiters: 1}) {
+		t.Fatalf("sizes %+v", z)
+	}
+	s.Release(1)
+	s.Release(2)
+	if id, ok := s.Poll(0); !ok || id != 3 {
+		t.Fatalf("poll %d %v", id, ok)
+	}
+	if z := s.Sizes(); z != (Sizes{}) {
+		t.Fatalf("sizes after release and poll %+v, want empty", z)
+	}
+}

@@ -153,3 +153,33 @@ func (s *Scheduler) unlockAndWake(woken []waiter) {
 		s.wake(w.id)
 	}
 }
+
+// Sizes counts what a Scheduler's tables hold. Every count is zero once
+// nothing is queued, holds a lock, waits for one or waits on an event:
+// an entry outliving the procedure it was made for is a leak (HBASE-28876).
+type Sizes struct {
+	// Queued is the number of ids in the run queues; Queues the entity
+	// queues holding them, across kinds; Levels the priority levels in
+	// rotation.
+	Queued, Queues, Levels int
+	// Locks is the number of lock entries (held or waited for); Holders
+	// the ids holding a lock themselves; LockWaiters the ids parked on a
+	// lock.
+	Locks, Holders, LockWaiters int
+	// EventWaiters is the number of ids parked on an event.
+	EventWaiters int
+}
+
+// Sizes reports how many entries the scheduler's tables hold. It only
+// reads them.
+func (s *Scheduler) Sizes() Sizes {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z := Sizes{Queued: len(s.queued), Locks: len(s.locks), Holders: len(s.holds),
+		LockWaiters: len(s.lockWait), EventWaiters: len(s.eventWait)}
+	for i := range s.kinds {
+		z.Queues += len(s.kinds[i].byName)
+		z.Levels += len(s.kinds[i].levels)
+	}
+	return z
+}
