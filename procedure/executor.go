@@ -451,7 +451,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 
 	x.mu.Lock()
 	if e.locked && !e.holdLock && !e.state.Terminal() {
-		x.releaseLocksLocked(e)
+		x.releaseLocksBeforeUnclaimLocked(e)
 	}
 	x.writeDirtyLocked(e)
 	x.endRunLocked(e, root)
@@ -501,6 +501,25 @@ func (x *Executor) releaseLocksLocked(e *entry) {
 		e.locked = false
 		x.toRelease = append(x.toRelease, e.id)
 	}
+}
+
+// releaseLocksBeforeUnclaimLocked drops e's locks, claimed by the caller,
+// in the scheduler before the caller lets go of e: it unlocks x.mu to do
+// so, and returns with x.mu held again. A release left to the unlock that
+// also unclaims e (and queues it, after a yield) runs once another worker
+// may have taken e again: that worker's Acquire found e's own hold and was
+// granted, and the late Release dropped the locks under its running step
+// (an exclusive lock shared), or it parked e behind another holder, and
+// the late Release, which also takes id out of any lock wait, took e out
+// of the wait queue without a wake: e stayed parked for good
+// (TestScenarioCONDUCTOR1259MissedWakeUp).
+func (x *Executor) releaseLocksBeforeUnclaimLocked(e *entry) {
+	if !e.locked {
+		return
+	}
+	x.releaseLocksLocked(e)
+	x.unlock()
+	x.mu.Lock()
 }
 
 // unlock releases x.mu, then hands the scheduler the lock releases queued

@@ -121,7 +121,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		if err != nil {
 			x.mu.Lock()
 			if !top.holdLock {
-				x.releaseLocksLocked(top)
+				x.releaseLocksBeforeUnclaimLocked(top)
 			}
 			x.unclaimLocked(top)
 			root.rbRerun = false // the retry timer gives the next turn
