@@ -8,15 +8,22 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-// gated finishes once its gate is closed.
+// gated finishes once its gate is closed. It gives up when its executor
+// stops (not a failure: the step runs again after a restart), so a Stop
+// never waits on a gate nobody will close: with one worker, whether the
+// step is running when the test stops the executor is a race.
 type gated struct {
 	Base
 	gate chan struct{}
 }
 
 func (g *gated) Execute(ctx *Context) (Step, error) {
-	<-g.gate
-	return Done(), nil
+	select {
+	case <-g.gate:
+		return Done(), nil
+	case <-ctx.Done():
+		return Step{}, ctx.Err()
+	}
 }
 
 func (g *gated) Rollback(*Context) error { return nil }
