@@ -641,6 +641,12 @@ func (n *Node) checkQuorum(ctx context.Context, what string, next []raft.Server,
 	tick := time.NewTicker(max(n.cfg.HeartbeatTimeout/10, time.Millisecond))
 	defer tick.Stop()
 	for {
+		// A leader that stepped down meanwhile (cut off, or outvoted)
+		// says so: its caller retries on the new leader, which may well
+		// have the quorum this one no longer sees.
+		if n.raft.State() != raft.Leader {
+			return fmt.Errorf("cluster: %s: %w", what, n.notLeader())
+		}
 		voters, running := 0, 0
 		var down []string
 		for _, s := range next {

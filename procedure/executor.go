@@ -475,6 +475,14 @@ func (x *Executor) runProc(w *worker, id uint64) {
 // executor, which ends the loop.
 func (x *Executor) writeDirtyLocked(e *entry) {
 	for e.dirty && !x.stopping && !e.forgotten {
+		if !e.isRoot() && e.state.Terminal() {
+			// Its end is written (by the caller, before this), and what
+			// changed since means nothing to an ended child; written
+			// again, its record could land after its tree's end deleted
+			// it, as persistIdle's would.
+			e.dirty = false
+			return
+		}
 		x.unlock()
 		x.persist(e)
 		x.mu.Lock()
