@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -151,6 +152,12 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			}
 		}
 		if err := s.b.RemovePeer(ctx, id); err != nil {
+			if errors.Is(err, cluster.ErrNoQuorum) {
+				// Refused before anything changed: id stays a member, and
+				// its mark would make a later retry of a removal that
+				// never happened read as one that did.
+				s.clearMarkOfRefusedRemoval(ctx, id)
+			}
 			return nil, err
 		}
 		var muts []raftfsm.Mutation
@@ -168,6 +175,19 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
 		return c.RemovePeer(ctx, req)
 	})
+}
+
+// clearMarkOfRefusedRemoval takes back the mark RemovePeer set for id
+// (RemovedKey) when the removal was refused. Best effort: the refusal is
+// the answer either way, and a mark left behind only matters if id is
+// later taken out by other means.
+func (s *Server) clearMarkOfRefusedRemoval(ctx context.Context, id string) {
+	if _, ok := s.b.DomainGet(RemovedKey(id)); !ok {
+		return
+	}
+	if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Del(RemovedKey(id))}); err != nil {
+		s.log.Warn("removal refused; its mark stays", "id", id, "error", err)
+	}
 }
 
 // RegisterNode implements adminpb.AdminServer: the leader records a
