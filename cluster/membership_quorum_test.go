@@ -10,11 +10,11 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TestReviewRemoveDeadMemberAllowed: the operator's way out of a
+// TestRemoveDeadMemberAllowed: the operator's way out of a
 // three-member cluster with one member down is to remove that member; the
 // quorum check must let it through (the two running members are all of
 // the new configuration).
-func TestReviewRemoveDeadMemberAllowed(t *testing.T) {
+func TestRemoveDeadMemberAllowed(t *testing.T) {
 	c := newMembershipCluster(t, 3)
 	li := c.WaitLeaderKnown()
 	f := followers(c, li)
@@ -26,7 +26,7 @@ func TestReviewRemoveDeadMemberAllowed(t *testing.T) {
 	requireLeader(t, c, "remove the dead member", []string{c.Master(li).ID, c.Master(f[0]).ID}, 10*time.Second)
 }
 
-// TestReviewDeposedLeaderSaysNotLeader: a leader cut off from the others
+// TestDeposedLeaderSaysNotLeader: a leader cut off from the others
 // while it checks a membership change's quorum steps down within its
 // lease, and a new leader is elected among the others. Its answer must
 // send the caller there (NotLeader, UNAVAILABLE: the client retries on
@@ -34,7 +34,7 @@ func TestReviewRemoveDeadMemberAllowed(t *testing.T) {
 // changed, bring the members back"), which the client does not retry
 // and which names members that are up. Before checkQuorum, raft's
 // RemoveServer answered ErrLeadershipLost here.
-func TestReviewDeposedLeaderSaysNotLeader(t *testing.T) {
+func TestDeposedLeaderSaysNotLeader(t *testing.T) {
 	c := newMembershipCluster(t, 3)
 	li := c.WaitLeaderKnown()
 	f := followers(c, li)

@@ -70,7 +70,7 @@ func (s *reviewHookStore) Delete(ids []uint64) error {
 	return err
 }
 
-// TestReviewResumeDuringChildEndLeavesNoRecord: 2450c84 keeps persistIdle
+// TestResumeDuringChildEndLeavesNoRecord: 2450c84 keeps persistIdle
 // from writing a child that has ended, since that write could land after
 // the tree's end deleted the child's record and bring it back. The same
 // write is still made through the dirty path: an API change (here Resume
@@ -78,7 +78,7 @@ func (s *reviewHookStore) Delete(ids []uint64) error {
 // writes the child's end sets dirty, and the worker's writeDirtyLocked
 // writes the ended child again, after its parent may have finished the
 // tree and deleted it.
-func TestReviewResumeDuringChildEndLeavesNoRecord(t *testing.T) {
+func TestResumeDuringChildEndLeavesNoRecord(t *testing.T) {
 	st := &reviewHookStore{MemStore: store.NewMemStore(), firstIn: make(chan struct{}),
 		firstGo: make(chan struct{}), deleted: make(chan struct{})}
 	h := startExecutor(t, st, newDomain(), nil)
