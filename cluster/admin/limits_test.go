@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,16 +101,23 @@ func TestListOfOldOversizeRecords(t *testing.T) {
 	li, x := fc.WaitLeader()
 	const n = 5
 	var ids []uint64
-	for range n {
-		p, err := diag.New(diag.TypeSleep, map[string]string{"steps": "1", "delay": "1ms"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Straight to the executor, past the API's limits, as 0.1.0 let it.
-		id, err := x.Submit(p, procedure.SubmitOptions{Owner: strings.Repeat("o", 1<<20)})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i := range n {
+		// Straight to the executor, past the API's limits, as 0.1.0 let
+		// it. A leadership change on a loaded machine stops the executor
+		// in hand: the nonce makes the retry on the next one the same
+		// submission, whatever became of the first.
+		var id uint64
+		testwait.ForNil(t, 30*time.Second, "a submission past the limits", func() error {
+			p, err := diag.New(diag.TypeSleep, map[string]string{"steps": "1", "delay": "1ms"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err = x.Submit(p, procedure.SubmitOptions{Owner: strings.Repeat("o", 1<<20), Nonce: fmt.Sprintf("old-%d", i)})
+			if err != nil {
+				li, x = fc.WaitLeader()
+			}
+			return err
+		})
 		ids = append(ids, id)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
