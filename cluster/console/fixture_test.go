@@ -95,7 +95,15 @@ func newFixture(t *testing.T) *fixture {
 		return waiting && err == nil && len(fan.GetChildren()) == 3
 	})
 	// The standby's console links to the leader's once both registered.
+	// The leader is looked up again each time: on a loaded machine
+	// leadership can move while the fixture is built, and the tests mean
+	// "the leader" and "a standby", not the first master that led.
 	c.WaitFor("the masters' HTTP addresses registered", func() bool {
+		li, x := c.LeaderNow()
+		if x == nil {
+			return false
+		}
+		f.leader, f.standby = c.Master(li), c.Master((li+1)%3)
 		st, err := f.standby.Admin().ClusterStatus(ctx, &adminpb.ClusterStatusRequest{})
 		return err == nil && st.GetLeaderHttpAddress() == f.leader.HTTPAddr() && st.GetHttpAddress() == f.standby.HTTPAddr()
 	})
