@@ -218,7 +218,7 @@ type Config struct {
 	// RaftLogCompactBytes: at start-up, raft.db is rewritten to hold only
 	// its live pages when it is at least this big and more than twice
 	// those pages (bbolt never shrinks a file, so a log that once held a
-	// big backlog keeps its size; see boltcompact.go). Default 64 MiB;
+	// big backlog keeps its size; see filecare.CompactIfBloated). Default 64 MiB;
 	// negative never rewrites it.
 	RaftLogCompactBytes int64
 

@@ -18,7 +18,7 @@
 //     pages but never shrinks its file, so the file keeps the size of the
 //     largest backlog raft ever held between snapshots; at start-up it is
 //     rewritten with its live pages alone when it is at least
-//     Config.RaftLogCompactBytes and more than twice those (boltcompact.go).
+//     Config.RaftLogCompactBytes and more than twice those (cluster/filecare).
 //     That backlog is bounded in bytes, not only entries: the node sets
 //     raft's SnapshotThreshold and TrailingLogs from Config.LogBytesBudget
 //     (default max(live state, 16 MiB)) over the measured entry size, and
@@ -147,7 +147,7 @@
 //     its pages and on damage faults, panics or loops for ever; then bbolt
 //     reads every log and term key, with faults and panics turned into the
 //     error, and the log keys must be consecutive indexes whose entries
-//     decode with their own index (filecheck.go, boltwalk.go). The error
+//     decode with their own index (cluster/filecare). The error
 //     names the page and its offset, or the log index. The node's terms,
 //     votes and acknowledged entries live there, so there is no local
 //     recovery: remove the node's data directory and add it back to the
@@ -166,7 +166,7 @@
 //     is the newest and the local WAL reaches its index, it stays (raft
 //     need not read it) and the node takes a new snapshot as soon as it
 //     can, so it is never restored or sent to a follower. Else the start
-//     is refused, naming the snapshot (filecheck.go).
+//     is refused, naming the snapshot (cluster/filecare).
 //
 // bbolt has no checksums outside its meta pages: the start-up walk of
 // raft.db catches damage to the tree's structure, keys and log indexes,

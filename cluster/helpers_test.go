@@ -336,3 +336,12 @@ func (c *testCluster) snapshotAndStop(t *testing.T, li, fi int) {
 	}
 	c.nodes[fi] = nil
 }
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}

@@ -19,6 +19,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"github.com/baton-dev/baton/cluster/filecare"
 	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -157,7 +158,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	}()
 
 	// Before anything is opened: what 0.1.0 left readable is tightened.
-	if err := tightenDataDir(cfg.DataDir, log); err != nil {
+	if err := filecare.TightenDataDir(cfg.DataDir, log); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "raft"), filepath.Join(cfg.DataDir, "fsm")} {
@@ -185,10 +186,10 @@ func NewNode(cfg Config) (n *Node, err error) {
 		logPath = filepath.Join(cfg.DataDir, "raft", "raft.db")
 		// A damaged file is refused here, with the page at fault, rather
 		// than met later by a read that bbolt answers with a panic.
-		if err := checkBolt(logPath); err != nil {
+		if err := filecare.CheckRaftLog(logPath); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
-		if _, err := compactBoltIfBloated(logPath, cfg.RaftLogCompactBytes, log.Named("raftlog")); err != nil {
+		if _, err := filecare.CompactIfBloated(logPath, cfg.RaftLogCompactBytes, log.Named("raftlog")); err != nil {
 			// The original is untouched: a node that cannot shrink its
 			// log still runs with it.
 			log.Warn("cannot compact the raft log file; running with it as it is", "path", logPath, "error", err)
@@ -220,7 +221,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	n.snaps = cfg.SnapshotStore
 	if n.snaps == nil {
 		// NewFileSnapshotStore keeps its files in <base>/snapshots.
-		n.snaps, err = newPrivateSnapshots(cfg.DataDir, cfg.SnapshotRetain, log.Named("snapshots"))
+		n.snaps, err = filecare.NewPrivateSnapshots(cfg.DataDir, cfg.SnapshotRetain, log.Named("snapshots"))
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 		}
@@ -233,7 +234,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 	}
 
 	// Damaged snapshots are set aside (or the start refused) before raft
-	// would meet them (filecheck.go).
+	// would meet them (filecare.CheckSnapshots).
 	replaceSnap, err := n.checkSnapshots(logs)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)

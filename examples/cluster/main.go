@@ -22,7 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/cluster"
-	"github.com/baton-dev/baton/examples/provisioning"
+	"github.com/baton-dev/baton/examples/provisionproc"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -42,7 +42,7 @@ func run(w io.Writer) error {
 	// The outside world is one, whichever master acts on it. Its
 	// configuration step tells us when it starts, and waits for our word.
 	configuring, proceed := make(chan string, 4), make(chan struct{})
-	dc := provisioning.NewDatacenter()
+	dc := provisionproc.NewDatacenter()
 	dc.Configuring, dc.Proceed = configuring, proceed
 
 	var peers []cluster.Peer
@@ -61,7 +61,7 @@ func run(w io.Writer) error {
 	}()
 	for _, p := range peers {
 		reg := procedure.NewRegistry()
-		if err := provisioning.Register(reg); err != nil {
+		if err := provisionproc.Register(reg); err != nil {
 			return err
 		}
 		cfg := cluster.DefaultConfig()
@@ -82,7 +82,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	id, err := x.Submit(&provisioning.Provision{Host: "web-1"}, procedure.SubmitOptions{Nonce: "provision-web-1"})
+	id, err := x.Submit(&provisionproc.Provision{Host: "web-1"}, procedure.SubmitOptions{Nonce: "provision-web-1"})
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Command provision runs a crash-proof, three-state provisioning procedure
-// (package provisioning: the 35 lines a user writes) in one process, on a
+// (package provisionproc: the 35 lines a user writes) in one process, on a
 // local write-ahead log: allocate a host, configure
 // it, start it; if a state fails, what was done is undone, newest first.
 // Kill it at any moment and run it again with the same --data-dir: it
@@ -15,7 +15,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/baton-dev/baton/examples/provisioning"
+	"github.com/baton-dev/baton/examples/provisionproc"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -44,10 +44,10 @@ func run(w io.Writer, dir string) error {
 	}
 	defer wal.Close()
 	reg := procedure.NewRegistry()
-	if err := provisioning.Register(reg); err != nil {
+	if err := provisionproc.Register(reg); err != nil {
 		return err
 	}
-	dc := provisioning.NewDatacenter("db-2") // db-2's configuration fails
+	dc := provisionproc.NewDatacenter("db-2") // db-2's configuration fails
 	x, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: dc})
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func run(w io.Writer, dir string) error {
 	for _, host := range []string{"web-1", "db-2"} {
 		// The nonce makes a rerun find the first submission instead of
 		// starting again.
-		id, err := x.Submit(&provisioning.Provision{Host: host}, procedure.SubmitOptions{Nonce: "provision-" + host})
+		id, err := x.Submit(&provisionproc.Provision{Host: host}, procedure.SubmitOptions{Nonce: "provision-" + host})
 		if err != nil {
 			return err
 		}

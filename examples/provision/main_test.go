@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-dev/baton/examples/provisioning"
+	"github.com/baton-dev/baton/examples/provisionproc"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/procedure/proceduretest"
 )
@@ -42,10 +42,10 @@ func TestRerunResumes(t *testing.T) {
 func TestProvisionSurvivesEveryCrash(t *testing.T) {
 	for _, host := range []string{"web-1", "db-2"} {
 		c := proceduretest.Case{
-			Register: provisioning.Register,
-			New:      func() procedure.Procedure { return &provisioning.Provision{Host: host} },
-			Env:      func() any { return provisioning.NewDatacenter("db-2") },
-			Effects:  func(env any) any { return env.(*provisioning.Datacenter).Snapshot() },
+			Register: provisionproc.Register,
+			New:      func() procedure.Procedure { return &provisionproc.Provision{Host: host} },
+			Env:      func() any { return provisionproc.NewDatacenter("db-2") },
+			Effects:  func(env any) any { return env.(*provisionproc.Datacenter).Snapshot() },
 		}
 		proceduretest.RecoveryAndDoubleExecution(t, c)
 		proceduretest.RollbackAndDoubleExecution(t, c)

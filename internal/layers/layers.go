@@ -14,9 +14,9 @@ import "strings"
 // the packages below it.
 var Floors = [][]string{
 	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck"},
-	{"store", "scheduler", "cluster/client", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
+	{"store", "scheduler", "cluster/client", "cluster/filecare", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
 	{"procedure"},
-	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisioning"},
+	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisionproc"},
 	{"cluster"},
 	{"cluster/domain"},
 	{"cluster/admin", "cluster/console"},

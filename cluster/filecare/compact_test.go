@@ -1,10 +1,7 @@
-package cluster
+package filecare
 
 import (
-	"time"
-
 	"bytes"
-	"github.com/baton-dev/baton/internal/testwait"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,7 +65,7 @@ func TestCompactBoltShrinksBloatedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, err := compactBoltIfBloated(path, 1<<20, hclog.NewNullLogger())
+	res, err := CompactIfBloated(path, 1<<20, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +120,7 @@ func TestCompactBoltLeavesOtherFilesAlone(t *testing.T) {
 	small := filepath.Join(dir, "small.db")
 	fillRaftLog(t, small, 300, 8<<10, 10)
 	st0, _ := os.Stat(small)
-	res, err := compactBoltIfBloated(small, 64<<20, hclog.NewNullLogger())
+	res, err := CompactIfBloated(small, 64<<20, hclog.NewNullLogger())
 	if err != nil || res.After != st0.Size() || res.InUse != 0 {
 		t.Fatalf("under the floor: %+v, %v", res, err)
 	}
@@ -132,7 +129,7 @@ func TestCompactBoltLeavesOtherFilesAlone(t *testing.T) {
 	live := filepath.Join(dir, "live.db")
 	fillRaftLog(t, live, 300, 8<<10, 290)
 	st1, _ := os.Stat(live)
-	res, err = compactBoltIfBloated(live, 1<<20, hclog.NewNullLogger())
+	res, err = CompactIfBloated(live, 1<<20, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,51 +139,10 @@ func TestCompactBoltLeavesOtherFilesAlone(t *testing.T) {
 	}
 
 	// Disabled, and missing.
-	if res, err := compactBoltIfBloated(small, -1, hclog.NewNullLogger()); err != nil || res.After != st0.Size() {
+	if res, err := CompactIfBloated(small, -1, hclog.NewNullLogger()); err != nil || res.After != st0.Size() {
 		t.Fatalf("disabled: %+v, %v", res, err)
 	}
-	if res, err := compactBoltIfBloated(filepath.Join(dir, "none.db"), 1, hclog.NewNullLogger()); err != nil || res.Before != 0 {
+	if res, err := CompactIfBloated(filepath.Join(dir, "none.db"), 1, hclog.NewNullLogger()); err != nil || res.Before != 0 {
 		t.Fatalf("missing file: %+v, %v", res, err)
-	}
-}
-
-// TestRestartCompactsRaftLog: a node whose raft.db grew with a backlog
-// that raft has since compacted away gets a small file back at its next
-// start, and rejoins with everything it held.
-func TestRestartCompactsRaftLog(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tcp: true, tweak: func(_ int, cfg *Config) {
-		cfg.TrailingLogs = 16
-		cfg.RaftLogCompactBytes = 256 << 10
-	}})
-	li, x := c.leader()
-	var ids []uint64
-	for range 8 {
-		more := submit(t, x, 50, 5, 0)
-		c.waitAllSuccess(more, 5)
-		ids = append(ids, more...)
-	}
-	fi := (li + 1) % 3
-	f := c.nodes[fi]
-	// The snapshot lets raft drop all but 16 entries of the backlog.
-	c.snapshotAndStop(t, li, fi)
-	path := filepath.Join(c.cfgs[fi].DataDir, "raft", "raft.db")
-	before := fileSize(t, path)
-
-	f = c.restart(fi)
-	after := fileSize(t, path)
-	t.Logf("raft.db %d → %d bytes at restart", before, after)
-	if after*2 > before {
-		t.Fatalf("raft.db %d → %d bytes: a log cut to 16 entries should shrink its file", before, after)
-	}
-	li, x = c.leader()
-	last := submit(t, x, 5, 2, 0)
-	c.waitAllSuccess(last, 2)
-	testwait.For(t, 15*time.Second, "restarted follower to catch up", func() bool {
-		return f.FSM().AppliedIndex() >= c.nodes[li].FSM().AppliedIndex()
-	})
-	for _, id := range append(ids, last...) {
-		if _, ok := f.FSM().Proc(id); !ok {
-			t.Fatalf("restarted follower lacks procedure %d", id)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package filecare
 
 import (
 	"errors"
@@ -22,39 +22,36 @@ import (
 // runs, so the file is rewritten at start-up, before raft opens it, when
 // it has grown past both a floor and twice the pages in use.
 
-// DefaultRaftLogCompactBytes is Config.RaftLogCompactBytes's default.
-const DefaultRaftLogCompactBytes = 64 << 20
-
 // compactSuffix names the half-written copy; one left by a crash is
 // removed at the next start, the original being untouched until the
 // rename.
 const compactSuffix = ".compact"
 
-// boltCompaction is what compactBoltIfBloated found and did.
-type boltCompaction struct {
+// Compaction is what CompactIfBloated found and did.
+type Compaction struct {
 	Before, After int64 // file sizes in bytes; After == Before when untouched
 	InUse         int64 // bytes of pages holding data before the rewrite
 	Took          time.Duration
 }
 
-// compactBoltIfBloated rewrites the bbolt file at path into a fresh file
+// CompactIfBloated rewrites the bbolt file at path into a fresh file
 // holding only its live pages when the file is at least minBytes and more
 // than twice the size of those pages. The copy is written beside it, made
 // durable, and renamed over the original, so a crash at any point leaves
 // either the old file or the complete new one. A missing file is no work.
-func compactBoltIfBloated(path string, minBytes int64, log hclog.Logger) (boltCompaction, error) {
+func CompactIfBloated(path string, minBytes int64, log hclog.Logger) (Compaction, error) {
 	tmp := path + compactSuffix
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return boltCompaction{}, fmt.Errorf("removing the copy a crashed compaction left: %w", err)
+		return Compaction{}, fmt.Errorf("removing the copy a crashed compaction left: %w", err)
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return boltCompaction{}, nil
+		return Compaction{}, nil
 	}
 	if err != nil {
-		return boltCompaction{}, err
+		return Compaction{}, err
 	}
-	res := boltCompaction{Before: st.Size(), After: st.Size()}
+	res := Compaction{Before: st.Size(), After: st.Size()}
 	if minBytes <= 0 || st.Size() < minBytes {
 		return res, nil
 	}

@@ -1,4 +1,4 @@
-package cluster
+package filecare
 
 import (
 	"encoding/binary"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"go.etcd.io/bbolt"
@@ -18,14 +19,14 @@ import (
 	"github.com/baton-dev/baton/internal/fsutil"
 )
 
-// Checks of the node's files at start (see the package documentation,
-// Damaged files).
+// Checks of the node's files at start (see cluster's package documentation,
+// Damaged files at start).
 
-// ErrDamaged is wrapped by NewNode's error when a file of the node's data
-// directory is damaged in a way it cannot recover from by itself.
+// ErrDamaged is wrapped by the checks' errors when a file of the node's
+// data directory is damaged in a way it cannot recover from by itself.
 var ErrDamaged = errors.New("damaged file")
 
-// checkBolt reads the whole raft log at path, if there is one, before
+// CheckRaftLog reads the whole raft log at path, if there is one, before
 // raft-boltdb uses it. bbolt keeps checksums on its meta pages only, and
 // answers other damage (a page of an unknown type, an element count that
 // runs off the page, a freelist that is not one) with a panic or a memory
@@ -45,7 +46,7 @@ var ErrDamaged = errors.New("damaged file")
 // resort the walk runs in a goroutine of its own and is given up after
 // checkBoltTime (plus one second per 50 MB): the start is refused, and the
 // goroutine, with the file's handle, is abandoned to the exiting process.
-func checkBolt(path string) error {
+func CheckRaftLog(path string) error {
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -143,7 +144,7 @@ func walkBolt(path string, st os.FileInfo) (err error) {
 	return nil
 }
 
-// checkSnapshots verifies raft's file snapshots before raft starts: a
+// CheckSnapshots verifies raft's file snapshots before raft starts: a
 // snapshot whose metadata cannot be read, or whose data does not match its
 // CRC, is damaged. Raft at start takes the newest listed snapshot as its
 // base (restoring it, unless NoSnapshotRestoreOnStart) and reads its log
@@ -154,16 +155,17 @@ func walkBolt(path string, st os.FileInfo) (err error) {
 //     moved aside to <data>/snapshots.damaged (otherwise raft would skip
 //     or restore it, or offer it to a lagging follower);
 //   - else, if the damaged one is the newest and the local WAL reaches its
-//     index (so raft need not read it), it is left in place and a new
-//     snapshot is taken as soon as raft runs (takeSnapshot), so it is
-//     never restored or sent;
+//     index (so raft need not read it), it is left in place, and the
+//     caller takes a new snapshot as soon as raft runs (takeSnapshot), so
+//     it is never restored or sent;
 //   - else the entries between the intact state and the log are lost and
 //     the start is refused with an error naming the damaged snapshots.
-func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error) {
-	if n.cfg.SnapshotStore != nil {
-		return false, nil
-	}
-	dir := filepath.Join(n.cfg.DataDir, "snapshots")
+//
+// dataDir holds raft's file snapshot store snaps (in dataDir/snapshots),
+// logs is raft's log store and walIndex the index the node's local WAL
+// reaches (raftfsm.FSM.LoadedIndex).
+func CheckSnapshots(dataDir string, snaps raft.SnapshotStore, logs raft.LogStore, walIndex uint64, log hclog.Logger) (takeSnapshot bool, err error) {
+	dir := filepath.Join(dataDir, "snapshots")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -171,7 +173,7 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 		}
 		return false, fmt.Errorf("list snapshots in %s: %w", dir, err)
 	}
-	list, err := n.snaps.List()
+	list, err := snaps.List()
 	if err != nil {
 		return false, fmt.Errorf("list snapshots in %s: %w", dir, err)
 	}
@@ -191,7 +193,7 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 	var newest uint64
 	newestDamaged := false
 	for i, m := range list {
-		_, rc, err := n.snaps.Open(m.ID) // reads all of state.bin against its CRC
+		_, rc, err := snaps.Open(m.ID) // reads all of state.bin against its CRC
 		if err == nil {
 			_, err = io.Copy(io.Discard, rc)
 			rc.Close()
@@ -214,7 +216,7 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 	if err := errors.Join(ferr, lerr); err != nil {
 		return false, fmt.Errorf("read raft log bounds: %w", err)
 	}
-	w := n.fsm.LoadedIndex()
+	w := walIndex
 	keepNewest := false
 	switch {
 	case last == 0 || first <= newest+1:
@@ -227,11 +229,11 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 	}
 	for id, why := range damaged {
 		if keepNewest && id == list[0].ID {
-			n.log.Warn("newest snapshot damaged; the local WAL covers it, so it is left in place and replaced by a new snapshot",
+			log.Warn("newest snapshot damaged; the local WAL covers it, so it is left in place and replaced by a new snapshot",
 				"snapshot", filepath.Join(dir, id), "reason", why, "snapshot_index", list[0].Index, "fsm_wal_index", w)
 			continue
 		}
-		dst := filepath.Join(n.cfg.DataDir, "snapshots.damaged")
+		dst := filepath.Join(dataDir, "snapshots.damaged")
 		if err := fsutil.MkdirPrivate(dst); err != nil {
 			return false, fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
 		}
@@ -239,26 +241,7 @@ func (n *Node) checkSnapshots(logs raft.LogStore) (takeSnapshot bool, err error)
 		if err := os.Rename(filepath.Join(dir, id), to); err != nil {
 			return false, fmt.Errorf("set aside damaged snapshot %s: %w", id, err)
 		}
-		n.log.Warn("damaged snapshot set aside", "snapshot", filepath.Join(dir, id), "moved_to", to, "reason", why)
+		log.Warn("damaged snapshot set aside", "snapshot", filepath.Join(dir, id), "moved_to", to, "reason", why)
 	}
 	return keepNewest, nil
-}
-
-// replaceSnapshot takes a snapshot as soon as raft has something new to
-// put in it, retrying until it succeeds or the node shuts down (see
-// checkSnapshots).
-func (n *Node) replaceSnapshot() {
-	for {
-		err := n.raft.Snapshot().Error()
-		if err == nil {
-			n.log.Info("took a snapshot to replace the damaged one")
-			return
-		}
-		n.log.Debug("snapshot to replace the damaged one not taken yet", "error", err)
-		select {
-		case <-n.shutdownCh:
-			return
-		case <-time.After(time.Second):
-		}
-	}
 }

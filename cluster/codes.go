@@ -12,17 +12,6 @@ import (
 	"github.com/baton-dev/baton/raftfsm"
 )
 
-// AdminAddrKey is the replicated key under which node id publishes its
-// admin API address ("nodes/<id>/admin_addr"). It lives with the node, not
-// the admin API, because every layer that answers "ask the leader" (the
-// admin API, the domain's region server service) reads it.
-func AdminAddrKey(id string) string { return "nodes/" + id + "/admin_addr" }
-
-// HTTPAddrKey is the replicated key under which node id publishes its HTTP
-// address ("nodes/<id>/http_addr"): where its status, metrics and web
-// console answer, so that a standby's console can link to the leader's.
-func HTTPAddrKey(id string) string { return "nodes/" + id + "/http_addr" }
-
 // Code maps an error of the procedure, cluster or raft layers to the gRPC
 // code a master answers with (see proto/adminpb/admin.proto):
 //

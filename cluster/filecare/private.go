@@ -1,4 +1,4 @@
-package cluster
+package filecare
 
 import (
 	"fmt"
@@ -21,9 +21,9 @@ import (
 // 0.1.0 has a few dozen, and a line each says where they were.
 const looseLogLines = 20
 
-// tightenDataDir removes group and other permissions under dir, logging
+// TightenDataDir removes group and other permissions under dir, logging
 // each entry that had them (path, mode before and after) at WARN.
-func tightenDataDir(dir string, log hclog.Logger) error {
+func TightenDataDir(dir string, log hclog.Logger) error {
 	n := 0
 	err := fsutil.Tighten(dir, func(l fsutil.Loose) {
 		n++
@@ -57,9 +57,9 @@ type privateSnapshots struct {
 	dir string
 }
 
-// newPrivateSnapshots opens raft's file snapshot store under base, and
+// NewPrivateSnapshots opens raft's file snapshot store under base, and
 // makes its directory private.
-func newPrivateSnapshots(base string, retain int, log hclog.Logger) (*privateSnapshots, error) {
+func NewPrivateSnapshots(base string, retain int, log hclog.Logger) (raft.SnapshotStore, error) {
 	store, err := raft.NewFileSnapshotStoreWithLogger(base, retain, log)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package cluster
+package filecare
 
 import (
 	"encoding/binary"

@@ -1,8 +1,9 @@
-// Package provisioning is the procedure of the provision and cluster
-// examples: bring a host up in three states (allocate, configure, start),
-// undoing what was done if a state fails. The procedure is all its user
-// writes; Datacenter stands for the system it changes.
-package provisioning
+// Package provisionproc is the procedure the provision and cluster
+// examples share (a library, not an example to run): bring a host up in
+// three states (allocate, configure, start), undoing what was done if a
+// state fails. The procedure is all its user writes; Datacenter stands for
+// the system it changes.
+package provisionproc
 
 import (
 	"fmt"
