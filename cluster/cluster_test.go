@@ -378,13 +378,21 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	if !f.noSnapshotRestore {
 		t.Error("restart after a snapshot the WAL covers should skip raft's snapshot restore")
 	}
-	caughtUp := func(n *Node, ref *Node) func() bool {
+	// Caught up with whichever node leads now: on a loaded machine
+	// leadership may move while the test waits, and the leader it picked
+	// earlier is then no reference.
+	caughtUp := func(n *Node) func() bool {
 		return func() bool {
 			id, _ := n.Leader()
-			return id == ref.ID() && n.FSM().AppliedIndex() >= ref.FSM().AppliedIndex()
+			for _, ref := range c.nodes {
+				if ref != nil && ref.ID() == id && ref.IsLeader() {
+					return n.FSM().AppliedIndex() >= ref.FSM().AppliedIndex()
+				}
+			}
+			return false
 		}
 	}
-	testwait.For(t, 15*time.Second, "restarted follower to catch up", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "restarted follower to catch up", caughtUp(f))
 	for _, id := range append(append([]uint64{}, ids...), more...) {
 		if _, ok := f.FSM().Proc(id); !ok {
 			t.Errorf("restarted follower lacks procedure %d", id)
@@ -407,7 +415,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 		}
 	}
 	n := c.restart(dead)
-	testwait.For(t, 15*time.Second, "restarted leader to catch up", caughtUp(n, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "restarted leader to catch up", caughtUp(n))
 	if st := n.Status(); st.State != "Follower" || len(st.Peers) != 3 {
 		t.Errorf("restarted node status %+v", st)
 	}
@@ -416,7 +424,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	li, _ = c.leader()
 	fi = (li + 1) % 3
 	f = c.nodes[fi]
-	testwait.For(t, 10*time.Second, "follower to follow the new leader", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 10*time.Second, "follower to follow the new leader", caughtUp(f))
 	c.snapshotAndStop(t, li, fi)
 	if err := os.RemoveAll(filepath.Join(c.cfgs[fi].DataDir, "fsm")); err != nil {
 		t.Fatal(err)
@@ -425,7 +433,7 @@ func TestTCPRestartCatchesUp(t *testing.T) {
 	if f.noSnapshotRestore {
 		t.Error("restart without a local WAL must restore raft's snapshot")
 	}
-	testwait.For(t, 15*time.Second, "follower without WAL to catch up", caughtUp(f, c.nodes[li]))
+	testwait.For(t, 15*time.Second, "follower without WAL to catch up", caughtUp(f))
 	for _, id := range append(append(append([]uint64{}, ids...), more...), last...) {
 		if _, ok := f.FSM().Proc(id); !ok {
 			t.Errorf("rebuilt follower lacks procedure %d", id)
