@@ -2,7 +2,12 @@ package admin
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -111,22 +116,30 @@ func TestAdminRulesAreTheGoldenTable(t *testing.T) {
 	}
 }
 
-// TestGoldenTableIsTheOldLists: the golden table is what the hand-kept
-// lists (methodPermissions, masterOnly, unaudited, SubmitMethods) said.
-func TestGoldenTableIsTheOldLists(t *testing.T) {
-	for _, g := range goldenRules {
-		perm, clientMay := MethodPermission(g.method)
-		if clientMay != g.clientMay || (clientMay && perm != g.perm) {
-			t.Errorf("%s: lists say %v %v; golden %v %v", g.method, perm, clientMay, g.perm, g.clientMay)
-		}
-		if Audited(g.method) != g.audited {
-			t.Errorf("%s: lists say audited %v; golden %v", g.method, Audited(g.method), g.audited)
-		}
-		if slices.Contains(SubmitMethods, g.method) != g.submits {
-			t.Errorf("%s: lists say submits %v; golden %v", g.method, !g.submits, g.submits)
-		}
-		if _, listed := methodPermissions[g.method]; listed == masterOnly[g.method] {
-			t.Errorf("%s: in methodPermissions %v, masterOnly %v", g.method, listed, masterOnly[g.method])
-		}
+// TestNewRefusesAMethodWithoutARule: a server whose service has a method
+// admin.proto gives no rule does not start, naming the method, rather
+// than serve it with a guessed permission.
+func TestNewRefusesAMethodWithoutARule(t *testing.T) {
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("norule_test.proto"), Package: proto.String("norule"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Req")}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("Admin"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Forgotten"), InputType: proto.String(".norule.Req"), OutputType: proto.String(".norule.Req")},
+		}}},
+	}
+	fd, err := protodesc.NewFile(fdp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = loadRules(fd.Services().Get(0))
+	if err == nil {
+		t.Fatal("loadRules: a method without a rule was accepted")
+	}
+	saved := rulesErr
+	rulesErr = err
+	defer func() { rulesErr = saved }()
+	_, err = New(struct{ Backend }{}, Config{})
+	if err == nil || !strings.Contains(err.Error(), "/norule.Admin/Forgotten has no (baton.options.v1.rule) option") {
+		t.Fatalf("New = %v; want a refusal naming /norule.Admin/Forgotten", err)
 	}
 }
