@@ -44,8 +44,17 @@ func TestEveryMethodHasARule(t *testing.T) {
 		ms := s.Methods()
 		for i := range ms.Len() {
 			n++
-			if _, err := optionspb.RuleOf(ms.Get(i)); err != nil {
+			m := ms.Get(i)
+			r, err := optionspb.RuleOf(m)
+			if err != nil {
 				t.Error(err)
+				continue
+			}
+			// A submission's nonce is its idempotency key; a method
+			// starting nothing has none to declare.
+			hasNonce := m.Input().Fields().ByName("nonce") != nil
+			if want := r.GetStartsProcedure() && hasNonce; want != (r.GetIdempotencyKey() == "nonce") || (!want && r.GetIdempotencyKey() != "") {
+				t.Errorf("%s: idempotency_key %q; starts procedures %v, request has a nonce %v", optionspb.FullMethod(m), r.GetIdempotencyKey(), r.GetStartsProcedure(), hasNonce)
 			}
 		}
 	}
