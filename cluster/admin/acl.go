@@ -153,71 +153,36 @@ func (a Access) withDefaults() Access {
 	return a
 }
 
-// methodPermissions is the permission each admin method needs. A method
-// missing here needs admin: one added later is closed until someone
-// decides (TestEveryAdminMethodHasAPermission lists them all).
-var methodPermissions = map[string]security.Permission{
-	// read
-	"GetProcedure": security.PermRead, "ListProcedures": security.PermRead, "WatchProcedure": security.PermRead,
-	"ClusterStatus": security.PermRead, "ListNamespaces": security.PermRead, "GetNamespace": security.PermRead,
-	"DescribeTable": security.PermRead, "ListTables": security.PermRead, "ListRegions": security.PermRead,
-	"ListServers": security.PermRead, "ServerRegions": security.PermRead, "GetMaintenance": security.PermRead,
-	"ListRepairs": security.PermRead, "ListLocks": security.PermRead, "ProcedureStats": security.PermRead,
-	"WhoAmI": security.PermNone,
-	// operate
-	"SubmitProcedure": security.PermOperate, "PauseProcedure": security.PermOperate, "ResumeProcedure": security.PermOperate,
-	"AckResult": security.PermOperate, "CreateNamespace": security.PermOperate, "CreateTable": security.PermOperate,
-	"EnableTable": security.PermOperate, "DisableTable": security.PermOperate, "MoveRegion": security.PermOperate,
-	"Balance": security.PermOperate, "AcquireLock": security.PermOperate, "LockHeartbeat": security.PermOperate,
-	"ReleaseLock": security.PermOperate,
-	// admin
-	"AbortProcedure": security.PermAdmin, "DeleteNamespace": security.PermAdmin, "DeleteTable": security.PermAdmin,
-	"AddPeer": security.PermAdmin, "RemovePeer": security.PermAdmin, "AssignRegion": security.PermAdmin,
-	"UnassignRegion": security.PermAdmin, "RecoverServer": security.PermAdmin, "CancelProcedures": security.PermAdmin,
-	"BypassProcedure": security.PermAdmin, "SetMaintenance": security.PermAdmin,
-	"AclGrant": security.PermAdmin, "AclRevoke": security.PermAdmin, "AclCreateToken": security.PermAdmin,
-	"AclDeleteToken": security.PermAdmin, "AclList": security.PermAdmin, "ListAudit": security.PermAdmin,
-}
-
-// masterOnly are the admin methods only masters call: the cluster's own
-// machinery, which no client permission reaches.
-var masterOnly = map[string]bool{"RegisterNode": true, "AppendAudit": true}
-
 // MasterOnlyMethods are the admin methods (short names) only masters
-// call: a gRPC server admitting callers without a certificate keeps them
-// certificate-only (security.MasterPolicyFor).
+// call (admin.proto's rules with callers MASTERS): a gRPC server
+// admitting callers without a certificate keeps them certificate-only
+// (security.MasterPolicyFor).
 func MasterOnlyMethods() []string {
-	out := make([]string, 0, len(masterOnly))
-	for m := range masterOnly {
-		out = append(out, m)
-	}
-	slices.Sort(out)
-	return out
+	return adminMethods(func(r methodRule) bool { return !r.clientMay })
 }
 
-// unaudited are methods needing operate or more that are not audited:
-// the reads that need admin, and a lock's heartbeat, which renews what
-// AcquireLock (audited) took every few seconds and would crowd every
-// other record out of the retention.
-var unaudited = map[string]bool{"LockHeartbeat": true, "AclList": true, "ListAudit": true}
+// ruleOf is the rule of an admin method (its short name). One admin.proto
+// does not declare, which the service cannot have (New refuses to start
+// with a method lacking a rule), is closed: it needs admin, and is
+// audited.
+func ruleOf(method string) methodRule {
+	if r, ok := adminRules[security.AdminService+method]; ok {
+		return r
+	}
+	return methodRule{clientMay: true, perm: security.PermAdmin, audited: true}
+}
 
 // MethodPermission is the permission a client needs to call an admin
 // method (its short name, e.g. "CreateTable"); false for a method only
 // masters may call.
 func MethodPermission(method string) (security.Permission, bool) {
-	if masterOnly[method] {
-		return security.PermNone, false
-	}
-	if p, ok := methodPermissions[method]; ok {
-		return p, true
-	}
-	return security.PermAdmin, true
+	r := ruleOf(method)
+	return r.perm, r.clientMay
 }
 
 // Audited says calls of method are recorded in the audit trail.
 func Audited(method string) bool {
-	p, ok := MethodPermission(method)
-	return ok && p >= security.PermOperate && !unaudited[method]
+	return ruleOf(method).audited
 }
 
 // The replicated state of access control, in the domain keys.
@@ -558,7 +523,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only
-		// masterOnly methods, which are not audited.
+		// master-only methods, which are not audited.
 		audited := Audited(method)
 		var note *auditNote
 		if audited {

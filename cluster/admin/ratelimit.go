@@ -21,12 +21,10 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// SubmitMethods are the admin methods that start procedures: what a
-// submit rate limit counts.
-var SubmitMethods = []string{
-	"SubmitProcedure", "CreateNamespace", "DeleteNamespace", "CreateTable", "DeleteTable",
-	"EnableTable", "DisableTable", "MoveRegion", "Balance", "AcquireLock",
-	"AssignRegion", "UnassignRegion", "RecoverServer", "CancelProcedures", "BypassProcedure",
+// SubmitMethods are the admin methods that start procedures (admin.proto's
+// rules with starts_procedure): what a submit rate limit counts.
+func SubmitMethods() []string {
+	return adminMethods(func(r methodRule) bool { return r.submits })
 }
 
 // RateLimit bounds how fast each caller may start procedures through one
@@ -106,7 +104,7 @@ func RateLimitInterceptor(cfg RateLimit, reg prometheus.Registerer) (grpc.UnaryS
 
 // newRateLimiter builds RateLimitInterceptor's limiter (nil for no limit).
 func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, error) {
-	return newLimiter(cfg, SubmitMethods, prometheus.CounterOpts{
+	return newLimiter(cfg, SubmitMethods(), prometheus.CounterOpts{
 		Name: "baton_rpc_rate_limited_total",
 		Help: "Admin calls that start procedures refused because their caller exceeded the submit rate limit, by method.",
 	}, reg)

@@ -155,6 +155,9 @@ func New(b Backend, cfg Config) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("admin: nil backend")
 	}
+	if rulesErr != nil {
+		return nil, rulesErr
+	}
 	if cfg.Factory == nil {
 		cfg.Factory = diag.New
 	}

@@ -24,6 +24,12 @@ var Floors = [][]string{
 	{"cmd/...", "integration", "integration/...", "examples/...", "scripts/...", "docs/..."},
 }
 
+// Ground are packages on floor 0 that every package may import, those of
+// floor 0 included: declarations with no behaviour of their own. The one
+// today is the method options the protos declare their RPCs' rules with,
+// which every generated package beside a .proto imports.
+var Ground = []string{"proto/optionspb"}
+
 // FloorOf returns the floor of the package at path (relative to the module
 // root, "" for the root), or -1 if no floor names it. The most specific
 // entry wins, so "integration/harness" sits below "integration/...".

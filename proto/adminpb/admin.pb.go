@@ -41,6 +41,7 @@
 package adminpb
 
 import (
+	_ "github.com/baton-dev/baton/proto/optionspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -6514,7 +6515,7 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\x0ebaton.admin.v1\"<\n" +
+	"\vadmin.proto\x12\x0ebaton.admin.v1\x1a\x17optionspb/options.proto\"<\n" +
 	"\x10NamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\tR\x05nonce\"\xf1\x01\n" +
@@ -7047,59 +7048,65 @@ const file_admin_proto_rawDesc = "" +
 	"\x13AppendAuditResponse**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\x95 \n" +
-	"\x05Admin\x12b\n" +
-	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12N\n" +
-	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\x12_\n" +
-	"\x0eListProcedures\x12%.baton.admin.v1.ListProceduresRequest\x1a&.baton.admin.v1.ListProceduresResponse\x12T\n" +
-	"\x0eWatchProcedure\x12%.baton.admin.v1.WatchProcedureRequest\x1a\x19.baton.admin.v1.Procedure0\x01\x12I\n" +
-	"\x0eAbortProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\x12I\n" +
-	"\x0ePauseProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\x12J\n" +
-	"\x0fResumeProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\x12D\n" +
-	"\tAckResult\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\x12\\\n" +
-	"\rClusterStatus\x12$.baton.admin.v1.ClusterStatusRequest\x1a%.baton.admin.v1.ClusterStatusResponse\x12P\n" +
-	"\aAddPeer\x12\x1e.baton.admin.v1.AddPeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\x12V\n" +
+	"\x05STALE\x10\x012\xe9$\n" +
+	"\x05Admin\x12u\n" +
+	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12X\n" +
+	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12i\n" +
+	"\x0eListProcedures\x12%.baton.admin.v1.ListProceduresRequest\x1a&.baton.admin.v1.ListProceduresResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12^\n" +
+	"\x0eWatchProcedure\x12%.baton.admin.v1.WatchProcedureRequest\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x020\x01\x12S\n" +
+	"\x0eAbortProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12S\n" +
+	"\x0ePauseProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x03\x12T\n" +
+	"\x0fResumeProcedure\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x03\x12N\n" +
+	"\tAckResult\x12\x1c.baton.admin.v1.ProcedureRef\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x03\x12f\n" +
+	"\rClusterStatus\x12$.baton.admin.v1.ClusterStatusRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12Z\n" +
+	"\aAddPeer\x12\x1e.baton.admin.v1.AddPeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12`\n" +
 	"\n" +
-	"RemovePeer\x12!.baton.admin.v1.RemovePeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\x12Y\n" +
-	"\fRegisterNode\x12#.baton.admin.v1.RegisterNodeRequest\x1a$.baton.admin.v1.RegisterNodeResponse\x12\\\n" +
-	"\x0fCreateNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12\\\n" +
-	"\x0fDeleteNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12_\n" +
-	"\x0eListNamespaces\x12%.baton.admin.v1.ListNamespacesRequest\x1a&.baton.admin.v1.ListNamespacesResponse\x12N\n" +
-	"\fGetNamespace\x12#.baton.admin.v1.GetNamespaceRequest\x1a\x19.baton.admin.v1.Namespace\x12Z\n" +
-	"\vCreateTable\x12\".baton.admin.v1.CreateTableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12T\n" +
-	"\vDeleteTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12T\n" +
-	"\vEnableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12U\n" +
-	"\fDisableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12D\n" +
-	"\rDescribeTable\x12\x1c.baton.admin.v1.TableRequest\x1a\x15.baton.admin.v1.Table\x12S\n" +
+	"RemovePeer\x12!.baton.admin.v1.RemovePeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12a\n" +
+	"\fRegisterNode\x12#.baton.admin.v1.RegisterNodeRequest\x1a$.baton.admin.v1.RegisterNodeResponse\"\x06\x92\xc7\x18\x02\b\x02\x12o\n" +
+	"\x0fCreateNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12o\n" +
+	"\x0fDeleteNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x04\x18\x01*\x05nonce\x12i\n" +
+	"\x0eListNamespaces\x12%.baton.admin.v1.ListNamespacesRequest\x1a&.baton.admin.v1.ListNamespacesResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12X\n" +
+	"\fGetNamespace\x12#.baton.admin.v1.GetNamespaceRequest\x1a\x19.baton.admin.v1.Namespace\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12m\n" +
+	"\vCreateTable\x12\".baton.admin.v1.CreateTableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12g\n" +
+	"\vDeleteTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x04\x18\x01*\x05nonce\x12g\n" +
+	"\vEnableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12h\n" +
+	"\fDisableTable\x12\x1c.baton.admin.v1.TableRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12N\n" +
+	"\rDescribeTable\x12\x1c.baton.admin.v1.TableRequest\x1a\x15.baton.admin.v1.Table\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12]\n" +
 	"\n" +
-	"ListTables\x12!.baton.admin.v1.ListTablesRequest\x1a\".baton.admin.v1.ListTablesResponse\x12V\n" +
-	"\vListRegions\x12\".baton.admin.v1.ListRegionsRequest\x1a#.baton.admin.v1.ListRegionsResponse\x12X\n" +
+	"ListTables\x12!.baton.admin.v1.ListTablesRequest\x1a\".baton.admin.v1.ListTablesResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12`\n" +
+	"\vListRegions\x12\".baton.admin.v1.ListRegionsRequest\x1a#.baton.admin.v1.ListRegionsResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12k\n" +
 	"\n" +
-	"MoveRegion\x12!.baton.admin.v1.MoveRegionRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12V\n" +
-	"\vListServers\x12\".baton.admin.v1.ListServersRequest\x1a#.baton.admin.v1.ListServersResponse\x12\\\n" +
-	"\rServerRegions\x12$.baton.admin.v1.ServerRegionsRequest\x1a%.baton.admin.v1.ServerRegionsResponse\x12R\n" +
-	"\aBalance\x12\x1e.baton.admin.v1.BalanceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\x12O\n" +
-	"\vAcquireLock\x12\".baton.admin.v1.AcquireLockRequest\x1a\x1c.baton.admin.v1.LockResponse\x12F\n" +
-	"\rLockHeartbeat\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\x12D\n" +
-	"\vReleaseLock\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\x12S\n" +
-	"\fAssignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12U\n" +
-	"\x0eUnassignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12U\n" +
-	"\rRecoverServer\x12$.baton.admin.v1.RecoverServerRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12e\n" +
-	"\x10CancelProcedures\x12'.baton.admin.v1.CancelProceduresRequest\x1a(.baton.admin.v1.CancelProceduresResponse\x12Y\n" +
-	"\x0fBypassProcedure\x12&.baton.admin.v1.BypassProcedureRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12W\n" +
-	"\x0eSetMaintenance\x12%.baton.admin.v1.SetMaintenanceRequest\x1a\x1e.baton.admin.v1.RepairResponse\x12T\n" +
-	"\x0eGetMaintenance\x12%.baton.admin.v1.GetMaintenanceRequest\x1a\x1b.baton.admin.v1.Maintenance\x12V\n" +
-	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponse\x12P\n" +
-	"\tListLocks\x12 .baton.admin.v1.ListLocksRequest\x1a!.baton.admin.v1.ListLocksResponse\x12_\n" +
-	"\x0eProcedureStats\x12%.baton.admin.v1.ProcedureStatsRequest\x1a&.baton.admin.v1.ProcedureStatsResponse\x12G\n" +
-	"\x06WhoAmI\x12\x1d.baton.admin.v1.WhoAmIRequest\x1a\x1e.baton.admin.v1.WhoAmIResponse\x12G\n" +
-	"\bAclGrant\x12\x1f.baton.admin.v1.AclGrantRequest\x1a\x1a.baton.admin.v1.AclBinding\x12P\n" +
-	"\tAclRevoke\x12 .baton.admin.v1.AclRevokeRequest\x1a!.baton.admin.v1.AclRemoveResponse\x12_\n" +
-	"\x0eAclCreateToken\x12%.baton.admin.v1.AclCreateTokenRequest\x1a&.baton.admin.v1.AclCreateTokenResponse\x12Z\n" +
-	"\x0eAclDeleteToken\x12%.baton.admin.v1.AclDeleteTokenRequest\x1a!.baton.admin.v1.AclRemoveResponse\x12J\n" +
-	"\aAclList\x12\x1e.baton.admin.v1.AclListRequest\x1a\x1f.baton.admin.v1.AclListResponse\x12P\n" +
-	"\tListAudit\x12 .baton.admin.v1.ListAuditRequest\x1a!.baton.admin.v1.ListAuditResponse\x12V\n" +
-	"\vAppendAudit\x12\".baton.admin.v1.AppendAuditRequest\x1a#.baton.admin.v1.AppendAuditResponseB*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
+	"MoveRegion\x12!.baton.admin.v1.MoveRegionRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12`\n" +
+	"\vListServers\x12\".baton.admin.v1.ListServersRequest\x1a#.baton.admin.v1.ListServersResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12f\n" +
+	"\rServerRegions\x12$.baton.admin.v1.ServerRegionsRequest\x1a%.baton.admin.v1.ServerRegionsResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12e\n" +
+	"\aBalance\x12\x1e.baton.admin.v1.BalanceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12b\n" +
+	"\vAcquireLock\x12\".baton.admin.v1.AcquireLockRequest\x1a\x1c.baton.admin.v1.LockResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12R\n" +
+	"\rLockHeartbeat\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x03 \x01\x12N\n" +
+	"\vReleaseLock\x12\x17.baton.admin.v1.LockRef\x1a\x1c.baton.admin.v1.LockResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x03\x12f\n" +
+	"\fAssignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x04\x18\x01*\x05nonce\x12h\n" +
+	"\x0eUnassignRegion\x12#.baton.admin.v1.RepairRegionRequest\x1a\x1e.baton.admin.v1.RepairResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x04\x18\x01*\x05nonce\x12a\n" +
+	"\rRecoverServer\x12$.baton.admin.v1.RecoverServerRequest\x1a\x1e.baton.admin.v1.RepairResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x04\x18\x01\x12q\n" +
+	"\x10CancelProcedures\x12'.baton.admin.v1.CancelProceduresRequest\x1a(.baton.admin.v1.CancelProceduresResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x04\x18\x01\x12e\n" +
+	"\x0fBypassProcedure\x12&.baton.admin.v1.BypassProcedureRequest\x1a\x1e.baton.admin.v1.RepairResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x04\x18\x01\x12a\n" +
+	"\x0eSetMaintenance\x12%.baton.admin.v1.SetMaintenanceRequest\x1a\x1e.baton.admin.v1.RepairResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12^\n" +
+	"\x0eGetMaintenance\x12%.baton.admin.v1.GetMaintenanceRequest\x1a\x1b.baton.admin.v1.Maintenance\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12`\n" +
+	"\vListRepairs\x12\".baton.admin.v1.ListRepairsRequest\x1a#.baton.admin.v1.ListRepairsResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12Z\n" +
+	"\tListLocks\x12 .baton.admin.v1.ListLocksRequest\x1a!.baton.admin.v1.ListLocksResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12i\n" +
+	"\x0eProcedureStats\x12%.baton.admin.v1.ProcedureStatsRequest\x1a&.baton.admin.v1.ProcedureStatsResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12Q\n" +
+	"\x06WhoAmI\x12\x1d.baton.admin.v1.WhoAmIRequest\x1a\x1e.baton.admin.v1.WhoAmIResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x01\x12Q\n" +
+	"\bAclGrant\x12\x1f.baton.admin.v1.AclGrantRequest\x1a\x1a.baton.admin.v1.AclBinding\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12Z\n" +
+	"\tAclRevoke\x12 .baton.admin.v1.AclRevokeRequest\x1a!.baton.admin.v1.AclRemoveResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12i\n" +
+	"\x0eAclCreateToken\x12%.baton.admin.v1.AclCreateTokenRequest\x1a&.baton.admin.v1.AclCreateTokenResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12d\n" +
+	"\x0eAclDeleteToken\x12%.baton.admin.v1.AclDeleteTokenRequest\x1a!.baton.admin.v1.AclRemoveResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12V\n" +
+	"\aAclList\x12\x1e.baton.admin.v1.AclListRequest\x1a\x1f.baton.admin.v1.AclListResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x04 \x01\x12\\\n" +
+	"\tListAudit\x12 .baton.admin.v1.ListAuditRequest\x1a!.baton.admin.v1.ListAuditResponse\"\n" +
+	"\x92\xc7\x18\x06\b\x01\x10\x04 \x01\x12^\n" +
+	"\vAppendAudit\x12\".baton.admin.v1.AppendAuditRequest\x1a#.baton.admin.v1.AppendAuditResponse\"\x06\x92\xc7\x18\x02\b\x02B*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once

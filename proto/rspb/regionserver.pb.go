@@ -19,6 +19,7 @@
 package rspb
 
 import (
+	_ "github.com/baton-dev/baton/proto/optionspb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -1233,7 +1234,7 @@ var File_regionserver_proto protoreflect.FileDescriptor
 
 const file_regionserver_proto_rawDesc = "" +
 	"\n" +
-	"\x12regionserver.proto\x12\vbaton.rs.v1\"\x9d\x01\n" +
+	"\x12regionserver.proto\x12\vbaton.rs.v1\x1a\x17optionspb/options.proto\"\x9d\x01\n" +
 	"\bRegionOp\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
@@ -1326,14 +1327,14 @@ const file_regionserver_proto_rawDesc = "" +
 	"\x06OpKind\x12\x17\n" +
 	"\x13OP_KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fOP_KIND_OPEN\x10\x01\x12\x11\n" +
-	"\rOP_KIND_CLOSE\x10\x022\xa7\x01\n" +
-	"\fRegionServer\x12E\n" +
-	"\fExecuteBatch\x12\x19.baton.rs.v1.BatchRequest\x1a\x1a.baton.rs.v1.BatchResponse\x12P\n" +
-	"\vListRegions\x12\x1f.baton.rs.v1.ListRegionsRequest\x1a .baton.rs.v1.ListRegionsResponse2\x90\x02\n" +
-	"\x06Master\x12Y\n" +
-	"\x0eRegisterServer\x12\".baton.rs.v1.RegisterServerRequest\x1a#.baton.rs.v1.RegisterServerResponse\x12J\n" +
-	"\tHeartbeat\x12\x1d.baton.rs.v1.HeartbeatRequest\x1a\x1e.baton.rs.v1.HeartbeatResponse\x12_\n" +
-	"\x10ReportTransition\x12$.baton.rs.v1.ReportTransitionRequest\x1a%.baton.rs.v1.ReportTransitionResponseB'Z%github.com/baton-dev/baton/proto/rspbb\x06proto3"
+	"\rOP_KIND_CLOSE\x10\x022\xb9\x01\n" +
+	"\fRegionServer\x12M\n" +
+	"\fExecuteBatch\x12\x19.baton.rs.v1.BatchRequest\x1a\x1a.baton.rs.v1.BatchResponse\"\x06\x92\xc7\x18\x02\b\x02\x12Z\n" +
+	"\vListRegions\x12\x1f.baton.rs.v1.ListRegionsRequest\x1a .baton.rs.v1.ListRegionsResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x022\xa8\x02\n" +
+	"\x06Master\x12a\n" +
+	"\x0eRegisterServer\x12\".baton.rs.v1.RegisterServerRequest\x1a#.baton.rs.v1.RegisterServerResponse\"\x06\x92\xc7\x18\x02\b\x03\x12R\n" +
+	"\tHeartbeat\x12\x1d.baton.rs.v1.HeartbeatRequest\x1a\x1e.baton.rs.v1.HeartbeatResponse\"\x06\x92\xc7\x18\x02\b\x03\x12g\n" +
+	"\x10ReportTransition\x12$.baton.rs.v1.ReportTransitionRequest\x1a%.baton.rs.v1.ReportTransitionResponse\"\x06\x92\xc7\x18\x02\b\x03B'Z%github.com/baton-dev/baton/proto/rspbb\x06proto3"
 
 var (
 	file_regionserver_proto_rawDescOnce sync.Once
