@@ -11,8 +11,8 @@ import (
 
 // States of ServerCrash.
 const (
-	scpFence  int32 = 1
-	scpAssign int32 = 2
+	crashFence  int32 = 1
+	crashAssign int32 = 2
 )
 
 // ServerCrash recovers the regions of a dead region server incarnation
@@ -80,7 +80,7 @@ func (p *ServerCrash) QueueKey() scheduler.QueueKey {
 }
 
 // InitialState implements procedure.StateSteps.
-func (p *ServerCrash) InitialState() int32 { return scpFence }
+func (p *ServerCrash) InitialState() int32 { return crashFence }
 
 // IsRollbackSupported implements procedure.RollbackSupport: recovery is
 // never aborted.
@@ -99,7 +99,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 	}
 	r := ctxReader{ctx}
 	switch state {
-	case scpFence:
+	case crashFence:
 		srv, ok, err := getServer(r, p.Server.ID)
 		if err != nil {
 			return procedure.NoMoreState, err
@@ -110,9 +110,9 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 				return procedure.NoMoreState, err
 			}
 		}
-		p.SetNextState(scpAssign)
+		p.SetNextState(crashAssign)
 		return procedure.HasMoreState, nil
-	case scpAssign:
+	case crashAssign:
 		svc := d.servicesFor(ctx)
 		if svc == nil {
 			return awaitServices(ctx)
