@@ -15,6 +15,16 @@ import (
 	"github.com/baton-dev/baton/scheduler"
 )
 
+// TypeTransitRegionState names TransitRegionState in the procedure
+// registry. The procedures of tables, server crashes and balancing spawn
+// it; MoveRegion (move_region.go) and the repair kit (repair_region.go)
+// submit it.
+const TypeTransitRegionState = "TransitRegionState"
+
+func init() {
+	registerType(TypeTransitRegionState, func() procedure.Procedure { return &TransitRegionState{} })
+}
+
 // Kinds of TransitRegionState.
 const (
 	// KindAssign opens a closed region (or, with From, one whose server

@@ -9,6 +9,15 @@ import (
 	"github.com/baton-dev/baton/scheduler"
 )
 
+// TypeServerCrash names ServerCrash in the procedure registry. No admin
+// call builds one: the domain submits it when a server's lease expires,
+// and the repair kit's RecoverServer when asked.
+const TypeServerCrash = "ServerCrash"
+
+func init() {
+	registerType(TypeServerCrash, func() procedure.Procedure { return &ServerCrash{} })
+}
+
 // States of ServerCrash.
 const (
 	crashFence  int32 = 1
