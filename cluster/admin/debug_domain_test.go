@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/cluster/domain"
 )
 
 // scanningBackend adds a domain scan over kv to fakeBackend.
@@ -30,6 +32,12 @@ func (b scanningBackend) DomainScan(prefix string, fn func(string, []byte) bool)
 	}
 }
 
+// readableDomain is all of a Domain a /debug/domain scan uses: the
+// domain's own rendering of its stored values.
+type readableDomain struct{ Domain }
+
+func (readableDomain) ReadableValue(k string, v []byte) []byte { return domain.ReadableValue(k, v) }
+
 // /debug/domain shows region records as JSON whichever form they are
 // stored in: the domain's binary form, or the JSON of older versions.
 func TestDebugDomainShowsRegionRecordsAsJSON(t *testing.T) {
@@ -40,7 +48,7 @@ func TestDebugDomainShowsRegionRecordsAsJSON(t *testing.T) {
 		"region/default:t,00001,5": []byte(`{"table":"default:t","state":"OPEN","server":"rs2","start_code":13}`),
 	}}
 	rec := httptest.NewRecorder()
-	HTTPHandler(WithDomain(b, nil), nil, WithDebugEndpoints()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/domain?prefix=region/", nil))
+	HTTPHandler(WithDomain(b, readableDomain{}), nil, WithDebugEndpoints()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/domain?prefix=region/", nil))
 	var doc struct {
 		Entries map[string]string `json:"entries"`
 	}

@@ -6,9 +6,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/catalog"
-	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -20,8 +20,9 @@ import (
 // answers in the plain values of package catalog, which this package
 // translates into its messages (translate.go); the admin layer does not
 // import the domain, whose in-package tests drive it through this API. The
-// server stays ignorant of the domain's procedures: Domain builds them
-// (validating the request: errors wrap procedure.ErrInvalid), and the server
+// server stays ignorant of the domain's procedures: Domain builds them from
+// the request (Build, which validates it: errors wrap procedure.ErrInvalid;
+// each operation's file in the domain registers its builder), and the server
 // submits them on the leader with the request's nonce, forwarding from a
 // standby like SubmitProcedure does.
 //
@@ -31,14 +32,15 @@ import (
 // replicated), so it fails with an error wrapping cluster.ErrNotLeader on a
 // standby and is forwarded.
 type Domain interface {
-	CreateNamespaceProcedure(name string) (procedure.Procedure, error)
-	DeleteNamespaceProcedure(name string) (procedure.Procedure, error)
-	CreateTableProcedure(ns, name string, regions int) (procedure.Procedure, error)
-	DeleteTableProcedure(ns, name string) (procedure.Procedure, error)
-	EnableTableProcedure(ns, name string) (procedure.Procedure, error)
-	DisableTableProcedure(ns, name string) (procedure.Procedure, error)
-	MoveRegionProcedure(region, toServer string) (procedure.Procedure, error)
-	BalanceProcedure() (procedure.Procedure, error)
+	// Build validates req, the request of the admin method method (its
+	// full gRPC name, adminpb.Admin_*_FullMethodName), and builds the
+	// procedure it asks for: CreateTable, DeleteTable, EnableTable,
+	// DisableTable, CreateNamespace, DeleteNamespace, MoveRegion and
+	// Balance. Each operation registers its own builder in the domain.
+	Build(method string, req proto.Message) (procedure.Procedure, error)
+	// ReadableValue is the stored value v of domain key key as /debug/domain
+	// shows it: JSON, whichever form the domain stores it in.
+	ReadableValue(key string, v []byte) []byte
 
 	ListNamespaces() ([]string, error)
 	NamespaceExists(name string) (bool, error)
@@ -114,7 +116,11 @@ func (b domainBackend) DomainScan(prefix string, fn func(string, []byte) bool) {
 	if sc, ok := b.Backend.(interface {
 		DomainScan(string, func(string, []byte) bool)
 	}); ok {
-		sc.DomainScan(prefix, func(k string, v []byte) bool { return fn(k, domain.ReadableValue(k, v)) })
+		if b.d == nil {
+			sc.DomainScan(prefix, fn)
+			return
+		}
+		sc.DomainScan(prefix, func(k string, v []byte) bool { return fn(k, b.d.ReadableValue(k, v)) })
 	}
 }
 
@@ -170,9 +176,10 @@ func (s *Server) domain() (Domain, error) {
 	return nil, status.Error(codes.Unimplemented, "admin: this node serves no domain (namespaces, tables, regions)")
 }
 
-// submitDomain builds a procedure with build, then submits it on the leader
-// (or forwards the call with remote).
-func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Domain) (procedure.Procedure, error),
+// submitDomain builds the procedure req, the request of the admin method
+// method, asks for, then submits it on the leader (or forwards the call
+// with remote).
+func (s *Server) submitDomain(ctx context.Context, nonce, method string, req proto.Message,
 	remote func(context.Context, adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error)) (*adminpb.SubmitProcedureResponse, error) {
 	d, err := s.domain()
 	if err != nil {
@@ -180,7 +187,7 @@ func (s *Server) submitDomain(ctx context.Context, nonce string, build func(Doma
 	}
 	// Built here too, so a standby refuses bad input without a trip to the
 	// leader.
-	p, err := build(d)
+	p, err := d.Build(method, req)
 	if err != nil {
 		return nil, s.toStatus(err)
 	}

@@ -13,18 +13,14 @@ import (
 
 // CreateNamespace implements adminpb.AdminServer.
 func (s *Server) CreateNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
-		return d.CreateNamespaceProcedure(req.GetName())
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_CreateNamespace_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
 		return c.CreateNamespace(ctx, req)
 	})
 }
 
 // DeleteNamespace implements adminpb.AdminServer.
 func (s *Server) DeleteNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), func(d Domain) (procedure.Procedure, error) {
-		return d.DeleteNamespaceProcedure(req.GetName())
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_DeleteNamespace_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
 		return c.DeleteNamespace(ctx, req)
 	})
 }

@@ -5,7 +5,21 @@ import (
 	"sort"
 
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
+
+// TypeBalance names Balance in the procedure registry.
+const TypeBalance = "Balance"
+
+func init() {
+	registerType(TypeBalance, func() procedure.Procedure { return &Balance{} })
+	registerBuilder(adminpb.Admin_Balance_FullMethodName, func(d *Domain, _ *adminpb.BalanceRequest) (procedure.Procedure, error) {
+		return d.BalanceProcedure()
+	})
+}
+
+// BalanceProcedure builds a balancing round.
+func (d *Domain) BalanceProcedure() (procedure.Procedure, error) { return &Balance{}, nil }
 
 // Balance evens out region counts: it plans moves from the most loaded to
 // the least loaded live servers until their counts differ by at most one,

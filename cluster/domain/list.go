@@ -415,3 +415,7 @@ func peekRegion(val []byte) (regionPeek, error) {
 	}
 	return regionPeek{State: rg.State, Server: rg.Server, StartCode: rg.StartCode}, nil
 }
+
+func regionInfo(name string, rg Region) catalog.Region {
+	return catalog.Region{Name: name, Table: rg.Table, State: rg.State, Server: rg.Server, ProcID: rg.ProcID}
+}

@@ -1,11 +1,14 @@
 package domain
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -21,6 +24,15 @@ const (
 	LockReleased = "RELEASED"
 	LockExpired  = "EXPIRED"
 )
+
+// TypeLock names LockProcedure in the procedure registry.
+const TypeLock = "Lock"
+
+// An external lock is not built by Build: AcquireLock submits it, with a
+// lease, and its heartbeats and release act on the running procedure.
+func init() {
+	registerType(TypeLock, func() procedure.Procedure { return &LockProcedure{} })
+}
 
 // States of LockProcedure.
 const (
@@ -245,44 +257,6 @@ func (p *LockProcedure) RollbackState(ctx *procedure.Context, state int32) error
 	return ctx.Delete(LockKey(ctx.ID()))
 }
 
-// Procedure type names, as registered by Register.
-const (
-	TypeTransitRegionState = "TransitRegionState"
-	TypeCreateTable        = "CreateTable"
-	TypeDeleteTable        = "DeleteTable"
-	TypeEnableTable        = "EnableTable"
-	TypeDisableTable       = "DisableTable"
-	TypeCreateNamespace    = "CreateNamespace"
-	TypeDeleteNamespace    = "DeleteNamespace"
-	TypeServerCrash        = "ServerCrash"
-	TypeBalance            = "Balance"
-	TypeLock               = "Lock"
-)
-
-// Register adds the domain's procedure types to reg (version 1 each).
-func Register(reg *procedure.Registry) error {
-	for _, t := range []struct {
-		name string
-		f    func() procedure.Procedure
-	}{
-		{TypeTransitRegionState, func() procedure.Procedure { return &TransitRegionState{} }},
-		{TypeCreateTable, func() procedure.Procedure { return &CreateTable{} }},
-		{TypeDeleteTable, func() procedure.Procedure { return &DeleteTable{} }},
-		{TypeEnableTable, func() procedure.Procedure { return &EnableTable{} }},
-		{TypeDisableTable, func() procedure.Procedure { return &DisableTable{} }},
-		{TypeCreateNamespace, func() procedure.Procedure { return &CreateNamespace{} }},
-		{TypeDeleteNamespace, func() procedure.Procedure { return &DeleteNamespace{} }},
-		{TypeServerCrash, func() procedure.Procedure { return &ServerCrash{} }},
-		{TypeBalance, func() procedure.Procedure { return &Balance{} }},
-		{TypeLock, func() procedure.Procedure { return &LockProcedure{} }},
-	} {
-		if err := reg.Register(t.name, 1, t.f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // LockHolderOf names the holder of external lock info (a Lock procedure
 // as read from the store, Data included): false for any other procedure.
 // The admin API's lock listing uses it to say who holds a lock from
@@ -296,4 +270,300 @@ func (d *Domain) LockHolderOf(info procedure.Info) (catalog.LockHolder, bool) {
 		return catalog.LockHolder{}, false
 	}
 	return catalog.LockHolder{Holder: p.Holder, Description: p.Description}, true
+}
+
+// lockState says where external lock id stands.
+func (d *Domain) lockState(x catalog.Executor, id uint64) (string, error) {
+	info, err := x.Get(id)
+	if err != nil {
+		return "", err
+	}
+	if info.Type != TypeLock {
+		return "", procedure.Errorf(ErrNotFound, "lock %d does not exist (procedure %d is a %s)", id, id, info.Type)
+	}
+	if info.State.Terminal() {
+		switch s := string(info.Result); s {
+		case LockReleased, LockExpired:
+			return s, nil
+		}
+		return LockReleased, nil // rolled back: nothing is held
+	}
+	r, err := d.fsmReader()
+	if err != nil {
+		return "", err
+	}
+	if _, held, _ := r.get(LockKey(id)); held {
+		return LockAcquired, nil
+	}
+	return LockWaiting, nil
+}
+
+func (d *Domain) lockInfo(x catalog.Executor, id uint64) (catalog.Lock, error) {
+	st, err := d.lockState(x, id)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	length := d.cfg.LockLease
+	if svc := d.services(); svc != nil {
+		if l, ok := svc.lockLeases.Length(lockHolder(id)); ok {
+			length = l
+		}
+	}
+	return catalog.Lock{ID: id, State: st, LeaseTimeoutMs: length.Milliseconds()}, nil
+}
+
+// lockOwner owns the lock procedures (part of their nonce key).
+const lockOwner = "admin/lock"
+
+// acquireGrace is how long AcquireLock gives an uncontended lock to be
+// taken, so the common answer is ACQUIRED rather than a WAITING the holder
+// must poll past.
+const acquireGrace = time.Second
+
+// AcquireLock submits a LockProcedure (the nonce makes a retry return the
+// same lock) and grants it a lease. The answer is ACQUIRED, or WAITING
+// while a conflicting lock is held. It runs on the leader, with its
+// executor x.
+func (d *Domain) AcquireLock(x catalog.Executor, req catalog.LockRequest) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	// A new lock is a new procedure: refused in maintenance mode (its
+	// heartbeats and its release are not; nor is a retry of an acquire
+	// that got through).
+	if err := d.CheckSubmissions(x, lockOwner, req.Nonce); err != nil {
+		return catalog.Lock{}, err
+	}
+	r, err := d.fsmReader()
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	length, err := lockLeaseLength(req.Lease, d.cfg.LockLease)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	p, err := newLockProcedure(r, req.Kind, req.Names, req.Exclusive, req.Holder, req.Description)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	p.LeaseMs = length.Milliseconds()
+	id, err := x.Submit(p, procedure.SubmitOptions{Nonce: req.Nonce, Owner: lockOwner, Submitter: req.Submitter})
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	if _, ok := svc.lockLeases.Length(lockHolder(id)); !ok {
+		// A retry (same nonce) keeps the lease the first request got, and
+		// one of a lock that has ended since gets none.
+		if st, err := d.lockState(x, id); err != nil || !lockLive(st) || lockEnded(svc, id) {
+			return d.lockInfo(x, id)
+		}
+		if err := svc.lockLeases.Grant(lockHolder(id), length); err != nil {
+			return catalog.Lock{}, err
+		}
+	}
+	expired, stop := d.after(acquireGrace)
+	defer stop()
+	for {
+		// Watched before the state is read, so a transition in between
+		// is not missed.
+		changed, unwatch := svc.watchProc(id)
+		lk, err := d.lockInfo(x, id)
+		if err != nil || lk.State != LockWaiting {
+			unwatch()
+			return lk, err
+		}
+		// Parked behind a conflicting lock: nothing will change before
+		// that one is let go.
+		if w, err := x.Why(id); err == nil && w.Reason == "waiting for lock" {
+			unwatch()
+			return lk, nil
+		}
+		// Taking the lock is a persisted transition and being parked
+		// behind a conflicting one a lock wait: either closes changed.
+		select {
+		case <-changed:
+		case <-expired:
+			unwatch()
+			return lk, nil
+		case <-svc.stopCh:
+			unwatch()
+			return lk, nil
+		}
+		unwatch()
+	}
+}
+
+// LockHeartbeat renews the lock's lease. A finished lock is not revived.
+// A lease of 0 keeps the lock's length; another restates it. The length
+// told to the holder is always one the replicated log holds: a new leader
+// grants every lock the length it reads there, so a length known only to
+// this leader's memory would let a new leader expire a lock whose holder
+// was promised longer, and hand it to another. A restated length is
+// therefore persisted by the lock's procedure before it is told (an
+// ACQUIRED lock), or, for a WAITING lock, a longer one is persisted with
+// the acquisition and the holder told the length it has until then
+// (expiring a wait early loses a place in a queue, never a lock); a
+// shorter one waits until the lock is held.
+func (d *Domain) LockHeartbeat(ctx context.Context, x catalog.Executor, id uint64, asked time.Duration) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	wanted, err := lockLeaseLength(asked, d.cfg.LockLease)
+	if err != nil {
+		return catalog.Lock{}, err
+	}
+	lk, err := d.lockInfo(x, id)
+	if err != nil || !lockLive(lk.State) {
+		return lk, err
+	}
+	length := d.lockLeaseOf(id)
+	// Renewed first, at the length it has: a heartbeat that came in time
+	// keeps the lock while a restated length commits.
+	if ended, err := d.renewLockLease(x, svc, id, length); err != nil || ended {
+		return d.endedLock(x, svc, id, lk), err
+	}
+	if asked != 0 && wanted != length {
+		switch {
+		case lk.State == LockAcquired:
+			svc.restateLock(id, wanted)
+			length = d.awaitLockLease(ctx, svc, id, wanted)
+		case wanted > length:
+			// Persisted with the acquisition. A shorter one waits for a
+			// heartbeat once the lock is held: a holder told the longer
+			// length would otherwise find a new leader granting less.
+			svc.restateLock(id, wanted)
+		}
+		// What may have happened meanwhile: the lock let go, or its
+		// length committed.
+		if lk, err = d.lockInfo(x, id); err != nil || !lockLive(lk.State) {
+			return lk, err
+		}
+		if ended, err := d.renewLockLease(x, svc, id, length); err != nil || ended {
+			return d.endedLock(x, svc, id, lk), err
+		}
+	}
+	lk.LeaseTimeoutMs = length.Milliseconds()
+	return lk, nil
+}
+
+// renewLockLease renews lock id's lease at length (granting it one of that
+// length if this leader has none yet, or one of another length), unless
+// the lock has been let go: then ended is true and nothing is granted.
+func (d *Domain) renewLockLease(x catalog.Executor, svc *services, id uint64, length time.Duration) (ended bool, err error) {
+	holder := lockHolder(id)
+	if err := svc.lockLeases.Renew(holder); err != nil {
+		if !errors.Is(err, lease.ErrUnknownHolder) {
+			return false, err
+		}
+		// Expired, or let go since the state was read: no lease again.
+		if _, expired, ended := svc.lockRecord(id); expired || ended {
+			return true, nil
+		}
+		if st, err := d.lockState(x, id); err != nil || !lockLive(st) {
+			return true, err
+		}
+		// A new leader that has not granted it yet: the heartbeat is a
+		// sign of life as good as a grant.
+		return false, svc.lockLeases.Grant(holder, length)
+	}
+	if cur, _ := svc.lockLeases.Length(holder); cur != length {
+		return false, svc.lockLeases.Grant(holder, length)
+	}
+	return false, nil
+}
+
+// endedLock is the answer to a heartbeat of lock id, found let go after
+// lk was read: its end as the executor shows it, or RELEASED/EXPIRED as
+// this leader's record says while that end is being written.
+func (d *Domain) endedLock(x catalog.Executor, svc *services, id uint64, lk catalog.Lock) catalog.Lock {
+	if now, err := d.lockInfo(x, id); err == nil && !lockLive(now.State) {
+		return now
+	}
+	lk.State = LockExpired // the monitor lets it go shortly
+	if released, _, _ := svc.lockRecord(id); released {
+		lk.State = LockReleased
+	}
+	return lk
+}
+
+// lockLive reports whether a lock in state st is still held or waited
+// for: a heartbeat renews it, a release lets it go.
+func lockLive(st string) bool { return st == LockAcquired || st == LockWaiting }
+
+// lockEnded reports whether lock id's procedure let it go in this term.
+func lockEnded(svc *services, id uint64) bool {
+	_, _, ended := svc.lockRecord(id)
+	return ended
+}
+
+// restateTimeout bounds how long a heartbeat waits for a restated lease
+// length to commit before it answers with the length that has.
+const restateTimeout = 5 * time.Second
+
+// awaitLockLease waits until lock id's persisted lease length is wanted
+// (its procedure writes it once woken by restateLock), for at most
+// restateTimeout, and returns the persisted length then: the only length
+// the holder may be told.
+func (d *Domain) awaitLockLease(ctx context.Context, svc *services, id uint64, wanted time.Duration) time.Duration {
+	ctx, cancel := d.withTimeout(ctx, restateTimeout)
+	defer cancel()
+	for {
+		// Watched before the record is read, so a commit in between is
+		// not missed.
+		changed, unwatch := svc.watchProc(id)
+		length := d.lockLeaseOf(id)
+		if length == wanted {
+			unwatch()
+			return length
+		}
+		select {
+		case <-changed:
+			unwatch()
+		case <-ctx.Done():
+			unwatch()
+			d.log.Warn("external lock: restated lease not persisted in time; the holder is told the persisted one", "lock_id", id, "wanted", wanted, "persisted", length)
+			return d.lockLeaseOf(id)
+		case <-svc.stopCh:
+			unwatch()
+			return d.lockLeaseOf(id)
+		}
+	}
+}
+
+// releaseTimeout bounds how long ReleaseLock waits for the lock procedure
+// to let go.
+const releaseTimeout = 10 * time.Second
+
+// ReleaseLock wakes the lock procedure to let go, and waits until it has.
+func (d *Domain) ReleaseLock(ctx context.Context, x catalog.Executor, id uint64) (catalog.Lock, error) {
+	svc := d.services()
+	if svc == nil {
+		return catalog.Lock{}, ErrNoServices
+	}
+	lk, err := d.lockInfo(x, id)
+	if err != nil || !lockLive(lk.State) {
+		return lk, err
+	}
+	svc.setLock(id, true, false)
+	if lk.State == LockWaiting {
+		// Nothing is held yet: the request is withdrawn from the lock's
+		// wait queue (an aborted waiter leaves it at once), rather than
+		// left to take the lock and let it go, which would hold up
+		// whoever queued behind it. One that took the lock in between
+		// lets it go as released.
+		if err := x.Abort(id); err != nil && !errors.Is(err, procedure.ErrNotAllowed) && !errors.Is(err, procedure.ErrNotFound) {
+			return catalog.Lock{}, fmt.Errorf("withdraw waiting lock %d: %w", id, err)
+		}
+	}
+	ctx, cancel := d.withTimeout(ctx, releaseTimeout)
+	defer cancel()
+	if _, err := x.Wait(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return catalog.Lock{}, fmt.Errorf("release lock %d: %w", id, err)
+	}
+	return d.lockInfo(x, id)
 }

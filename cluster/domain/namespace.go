@@ -55,45 +55,6 @@ type nsChange struct {
 	write func(ctx *procedure.Context, ns string) error
 }
 
-var (
-	nsCreate = &nsChange{verb: "create",
-		check: func(r reader, ns string) error {
-			ok, err := namespaceExists(r, ns)
-			if err != nil {
-				return err
-			}
-			if ok {
-				return refused(procedure.ErrAlreadyExists, "namespace %s exists", ns)
-			}
-			return nil
-		},
-		write: func(ctx *procedure.Context, ns string) error {
-			return ctx.Put(NamespaceKey(ns), mustJSON(Namespace{Name: ns}))
-		}}
-	nsDelete = &nsChange{verb: "delete",
-		check: func(r reader, ns string) error {
-			ok, err := namespaceExists(r, ns)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return refused(procedure.ErrNotFound, "namespace %s does not exist", ns)
-			}
-			tables, err := scanTables(r, ns)
-			if err != nil {
-				return err
-			}
-			if len(tables) > 0 {
-				return refused(procedure.ErrFailedPrecondition, "namespace %s is not empty (%d tables, e.g. %s)",
-					ns, len(tables), sortedKeys(tables)[0])
-			}
-			return nil
-		},
-		write: func(ctx *procedure.Context, ns string) error {
-			return ctx.Delete(NamespaceKey(ns))
-		}}
-)
-
 func (c *nsChange) execute(ctx *procedure.Context, m *procedure.StateMachine, ns string, state int32) (procedure.Flow, error) {
 	switch state {
 	case nsPreOperation:
@@ -109,50 +70,20 @@ func (c *nsChange) execute(ctx *procedure.Context, m *procedure.StateMachine, ns
 	return procedure.NoMoreState, fmt.Errorf("%s namespace: unknown state %d", c.verb, state)
 }
 
-// CreateNamespace creates a namespace: PRE_OPERATION (absent) → WRITE.
-type CreateNamespace struct {
-	procedure.StateMachine
-	nsProc
-}
-
-// NewCreateNamespace validates the name and returns the procedure.
-func NewCreateNamespace(name string) (*CreateNamespace, error) {
-	np, err := newNSProc(name)
+// ListNamespaces lists the namespaces in the local replicated state.
+func (d *Domain) ListNamespaces() ([]string, error) {
+	r, err := d.fsmReader()
 	if err != nil {
 		return nil, err
 	}
-	return &CreateNamespace{nsProc: np}, nil
+	return scanNamespaces(r)
 }
 
-// InitialState implements procedure.StateSteps.
-func (p *CreateNamespace) InitialState() int32 { return nsPreOperation }
-
-// ExecuteState implements procedure.StateSteps.
-func (p *CreateNamespace) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return nsCreate.execute(ctx, &p.StateMachine, p.Namespace, state)
-}
-
-// DeleteNamespace deletes an empty namespace: PRE_OPERATION (exists, holds
-// no table) → WRITE (delete). Its exclusive lock keeps any create table in
-// it out meanwhile.
-type DeleteNamespace struct {
-	procedure.StateMachine
-	nsProc
-}
-
-// NewDeleteNamespace validates the name and returns the procedure.
-func NewDeleteNamespace(name string) (*DeleteNamespace, error) {
-	np, err := newNSProc(name)
+// NamespaceExists reports whether namespace name exists in the local replicated state.
+func (d *Domain) NamespaceExists(name string) (bool, error) {
+	r, err := d.fsmReader()
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	return &DeleteNamespace{nsProc: np}, nil
-}
-
-// InitialState implements procedure.StateSteps.
-func (p *DeleteNamespace) InitialState() int32 { return nsPreOperation }
-
-// ExecuteState implements procedure.StateSteps.
-func (p *DeleteNamespace) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	return nsDelete.execute(ctx, &p.StateMachine, p.Namespace, state)
+	return namespaceExists(r, name)
 }

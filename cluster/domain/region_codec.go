@@ -175,3 +175,7 @@ func ReadableValue(key string, v []byte) []byte {
 	}
 	return mustJSON(rg)
 }
+
+// ReadableValue is the package's ReadableValue, for the admin API's
+// /debug/domain, which reaches the domain through an interface.
+func (d *Domain) ReadableValue(key string, v []byte) []byte { return ReadableValue(key, v) }

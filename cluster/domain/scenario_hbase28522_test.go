@@ -23,12 +23,12 @@ import (
 // for the other, for ever, and the table stayed DISABLING.
 //
 // Baton avoids it on both sides. TransitRegionState's CLOSE_DISPATCH
-// (trsp.go: closeDispatch) does not wait for the answer alone: every time
+// (region_transition.go: closeDispatch) does not wait for the answer alone: every time
 // its wait times out it re-reads the target's record, and once the
 // incarnation is fenced and proven to serve nothing (services.presenceOf:
 // it registered again, or its self-fence deadline passed) the region
 // counts as closed, whether or not an answer ever comes. ServerCrash
-// (scp.go) skips nothing recorded on the incarnation: a region whose lock
+// (server_crash.go) skips nothing recorded on the incarnation: a region whose lock
 // the close holds gets a child that queues behind that lock and, once it
 // runs, finds the region moved on and does nothing; so neither waits for
 // the other. Both are procedures, so a master failover in the middle is
@@ -44,7 +44,7 @@ import (
 // succeed, and nothing may be left unfinished, all within deadlines.
 //
 // Reintroducing the defect — the close counted done only on the server's
-// answer (trsp.go: closeDispatch, `closed := pres == gone` made
+// answer (region_transition.go: closeDispatch, `closed := pres == gone` made
 // `closed := false`, so a fenced, gone server's close is sent again and
 // waited for) — makes this test fail with: "clustertest: procedure 6 did
 // not finish within 20s: {... Type:DisableTable ... State:WAITING ...}
@@ -52,7 +52,7 @@ import (
 // close to the removed incarnation, the crash procedure's child for the
 // region parked behind the disable's table lock, the crash procedure
 // waiting for its child). Making the crash procedure skip regions in
-// transition (scp.go: nextWave, leaving out regions with a proc_id) alone
+// transition (server_crash.go: nextWave, leaving out regions with a proc_id) alone
 // does not fail it: no Baton region procedure waits for a crash procedure,
 // which is why HBase's mutual wait cannot form here; the test asserts the
 // property it relies on, that the close completes by the fencing proof.

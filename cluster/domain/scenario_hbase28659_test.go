@@ -32,7 +32,7 @@ import (
 // root therefore never enters) is that a procedure with no meaningful
 // rollback never rolls back: a failing step is retried with backoff until
 // it is done, and a failing child is rolled back alone. ServerCrash
-// (scp.go) says RetryUntilDone, and its region children (assignments with
+// (server_crash.go) says RetryUntilDone, and its region children (assignments with
 // From, not Bounded) too; and ServerCrash's steps read the region records
 // afresh each time, so a resumed one handles whatever it finds (a region
 // some move holds, one already reassigned: its child waits for the lock,
@@ -53,7 +53,7 @@ import (
 // servers.
 //
 // Reintroducing the defect — ServerCrash rolled back on a step's error
-// (scp.go: ServerCrash.RetryUntilDone returning false, so the framework
+// (server_crash.go: ServerCrash.RetryUntilDone returning false, so the framework
 // marks it FAILED and runs its (empty) rollback) — makes this test fail
 // with: "clean run: crash procedure of rs1/8589934593: ROLLEDBACK (fail
 // point crash.assign: injected: a state the resumed crash procedure cannot

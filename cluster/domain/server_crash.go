@@ -9,10 +9,19 @@ import (
 	"github.com/baton-dev/baton/scheduler"
 )
 
+// TypeServerCrash names ServerCrash in the procedure registry. No admin
+// call builds one: the domain submits it when a server's lease expires,
+// and the repair kit's RecoverServer when asked.
+const TypeServerCrash = "ServerCrash"
+
+func init() {
+	registerType(TypeServerCrash, func() procedure.Procedure { return &ServerCrash{} })
+}
+
 // States of ServerCrash.
 const (
-	scpFence  int32 = 1
-	scpAssign int32 = 2
+	crashFence  int32 = 1
+	crashAssign int32 = 2
 )
 
 // ServerCrash recovers the regions of a dead region server incarnation
@@ -80,7 +89,7 @@ func (p *ServerCrash) QueueKey() scheduler.QueueKey {
 }
 
 // InitialState implements procedure.StateSteps.
-func (p *ServerCrash) InitialState() int32 { return scpFence }
+func (p *ServerCrash) InitialState() int32 { return crashFence }
 
 // IsRollbackSupported implements procedure.RollbackSupport: recovery is
 // never aborted.
@@ -99,7 +108,7 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 	}
 	r := ctxReader{ctx}
 	switch state {
-	case scpFence:
+	case crashFence:
 		srv, ok, err := getServer(r, p.Server.ID)
 		if err != nil {
 			return procedure.NoMoreState, err
@@ -110,9 +119,9 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 				return procedure.NoMoreState, err
 			}
 		}
-		p.SetNextState(scpAssign)
+		p.SetNextState(crashAssign)
 		return procedure.HasMoreState, nil
-	case scpAssign:
+	case crashAssign:
 		svc := d.servicesFor(ctx)
 		if svc == nil {
 			return awaitServices(ctx)

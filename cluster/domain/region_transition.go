@@ -15,6 +15,16 @@ import (
 	"github.com/baton-dev/baton/scheduler"
 )
 
+// TypeTransitRegionState names TransitRegionState in the procedure
+// registry. The procedures of tables, server crashes and balancing spawn
+// it; MoveRegion (move_region.go) and the repair kit (repair_region.go)
+// submit it.
+const TypeTransitRegionState = "TransitRegionState"
+
+func init() {
+	registerType(TypeTransitRegionState, func() procedure.Procedure { return &TransitRegionState{} })
+}
+
 // Kinds of TransitRegionState.
 const (
 	// KindAssign opens a closed region (or, with From, one whose server
@@ -31,10 +41,10 @@ const (
 
 // States of TransitRegionState.
 const (
-	trspPrepare       int32 = 1
-	trspCloseDispatch int32 = 3
-	trspOpenPrepare   int32 = 4
-	trspOpenDispatch  int32 = 5
+	transitPrepare       int32 = 1
+	transitCloseDispatch int32 = 3
+	transitOpenPrepare   int32 = 4
+	transitOpenDispatch  int32 = 5
 )
 
 // TransitRegionState moves one region through its states (HBase's
@@ -125,9 +135,9 @@ func (p *TransitRegionState) QueueKey() scheduler.QueueKey {
 // InitialState implements procedure.StateSteps.
 func (p *TransitRegionState) InitialState() int32 {
 	if p.Prepared {
-		return trspOpenDispatch
+		return transitOpenDispatch
 	}
-	return trspPrepare
+	return transitPrepare
 }
 
 // IsRollbackSupported implements procedure.RollbackSupport: only a
@@ -176,13 +186,13 @@ func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (
 	}
 	r := ctxReader{ctx}
 	switch state {
-	case trspPrepare:
+	case transitPrepare:
 		return p.prepare(ctx, d, svc, r)
-	case trspCloseDispatch:
+	case transitCloseDispatch:
 		return p.closeDispatch(ctx, d, svc, r)
-	case trspOpenPrepare:
+	case transitOpenPrepare:
 		return p.openPrepare(ctx, d, svc, r)
-	case trspOpenDispatch:
+	case transitOpenDispatch:
 		return p.openDispatch(ctx, d, svc, r)
 	}
 	return procedure.NoMoreState, fmt.Errorf("region %s: unknown state %d", p.Region, state)
@@ -224,7 +234,7 @@ func (p *TransitRegionState) prepare(ctx *procedure.Context, d *Domain, svc *ser
 		if err := putRegion(ctx, p.Region, rg); err != nil {
 			return procedure.NoMoreState, err
 		}
-		p.SetNextState(trspCloseDispatch)
+		p.SetNextState(transitCloseDispatch)
 		return procedure.HasMoreState, nil
 	}
 	openNext := func() (procedure.Flow, error) {
@@ -460,7 +470,7 @@ func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, sv
 	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionClosed, ProcID: ctx.ID()}); err != nil {
 		return procedure.NoMoreState, err
 	}
-	p.SetNextState(trspOpenPrepare)
+	p.SetNextState(transitOpenPrepare)
 	return procedure.HasMoreState, nil
 }
 
@@ -495,7 +505,7 @@ func (p *TransitRegionState) openPrepare(ctx *procedure.Context, d *Domain, svc 
 	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionOpening, Server: id, StartCode: srv.StartCode, ProcID: ctx.ID()}); err != nil {
 		return procedure.NoMoreState, err
 	}
-	p.SetNextState(trspOpenDispatch)
+	p.SetNextState(transitOpenDispatch)
 	return procedure.HasMoreState, nil
 }
 
@@ -532,7 +542,7 @@ func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc
 		if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionFailedOpen, Server: p.Server.ID, StartCode: p.Server.StartCode, ProcID: ctx.ID()}); err != nil {
 			return procedure.NoMoreState, err
 		}
-		p.SetNextState(trspOpenPrepare)
+		p.SetNextState(transitOpenPrepare)
 		return procedure.HasMoreState, nil
 	case outNone, outRemoved:
 		if alive {
@@ -550,7 +560,7 @@ func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc
 	if !slices.Contains(p.Excluded, p.Server.ID) {
 		p.Excluded = append(p.Excluded, p.Server.ID)
 	}
-	p.SetNextState(trspOpenPrepare)
+	p.SetNextState(transitOpenPrepare)
 	return procedure.HasMoreState, nil
 }
 

@@ -1,0 +1,190 @@
+package domain
+
+import (
+	"fmt"
+
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// TypeCreateTable names CreateTable in the procedure registry.
+const TypeCreateTable = "CreateTable"
+
+func init() {
+	registerType(TypeCreateTable, func() procedure.Procedure { return &CreateTable{} })
+	// The admin call builds it from its request on any master.
+	registerBuilder(adminpb.Admin_CreateTable_FullMethodName, func(_ *Domain, req *adminpb.CreateTableRequest) (procedure.Procedure, error) {
+		return NewCreateTable(req.GetNamespace(), req.GetName(), int(req.GetRegions()))
+	})
+}
+
+// States of CreateTable (HBase's CreateTableState).
+const (
+	ctPreOperation  int32 = 1
+	ctWriteLayout   int32 = 2
+	ctAssignRegions int32 = 3
+	ctMarkEnabled   int32 = 4
+)
+
+// CreateTable creates a table of Regions regions and opens them:
+//
+//	PRE_OPERATION   the namespace exists, the table does not
+//	WRITE_LAYOUT    table CREATING with its region names, regions OFFLINE
+//	ASSIGN_REGIONS  one bounded TransitRegionState child per region
+//	MARK_ENABLED    table ENABLED
+//
+// A failure anywhere (a region that no server will open, an abort, a
+// fail point) rolls the whole tree back: the children close what they
+// opened and record their regions OFFLINE, then the layout is deleted. A
+// failed create never leaves "table exists" behind.
+type CreateTable struct {
+	procedure.StateMachine
+	tableProc
+	Regions int `json:"regions"`
+	// Spawned counts the regions whose procedures ASSIGN_REGIONS spawned,
+	// one wave (Config.RegionWave) at a time.
+	Spawned int `json:"spawned,omitempty"`
+	// Region names are not kept here (records of an older version carry
+	// them as region_names, ignored): they are RegionName(table, i, id),
+	// and a list of them would make every write of this procedure's state
+	// as long as the table.
+}
+
+// NewCreateTable validates the arguments and returns the procedure.
+func NewCreateTable(ns, name string, regions int) (*CreateTable, error) {
+	tp, err := newTableProc(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if regions == 0 {
+		regions = 1
+	}
+	if regions < 1 || regions > MaxRegions {
+		return nil, procedure.Errorf(errInvalid, "%d regions (want 1..%d)", regions, MaxRegions)
+	}
+	return &CreateTable{tableProc: tp, Regions: regions}, nil
+}
+
+// InitialState implements procedure.StateSteps.
+func (p *CreateTable) InitialState() int32 { return ctPreOperation }
+
+// ExecuteState implements procedure.StateSteps.
+func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return procedure.NoMoreState, err
+	}
+	r := ctxReader{ctx}
+	full := p.full()
+	switch state {
+	case ctPreOperation:
+		ok, err := namespaceExists(r, p.Namespace)
+		if err != nil {
+			return procedure.NoMoreState, err
+		}
+		if !ok {
+			return procedure.NoMoreState, refused(procedure.ErrNotFound, "namespace %s does not exist (creating table %s)", p.Namespace, full)
+		}
+		if _, exists, err := getTable(r, full); err != nil || exists {
+			if err == nil {
+				err = refused(procedure.ErrAlreadyExists, "table %s exists", full)
+			}
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(ctWriteLayout)
+		return procedure.HasMoreState, nil
+	case ctWriteLayout:
+		if err := failPoint(d, "create.layout"); err != nil {
+			return procedure.NoMoreState, err
+		}
+		t := Table{State: TableCreating, RegionCount: p.Regions, ProcID: ctx.ID()}
+		for _, rn := range t.regionNames(full) {
+			if err := putRegion(ctx, rn, Region{Table: full, State: RegionOffline}); err != nil {
+				return procedure.NoMoreState, err
+			}
+		}
+		if err := ctx.Put(TableKey(full), mustJSON(t)); err != nil {
+			return procedure.NoMoreState, err
+		}
+		p.SetNextState(ctAssignRegions)
+		return procedure.HasMoreState, nil
+	case ctAssignRegions:
+		from, to, last := nextWave(d, p.Spawned, p.Regions)
+		for i := from; i < to; i++ {
+			rn := RegionName(full, i, ctx.ID())
+			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
+		}
+		p.Spawned = to
+		if last {
+			p.SetNextState(ctMarkEnabled)
+		}
+		return procedure.HasMoreState, nil
+	case ctMarkEnabled:
+		if err := failPoint(d, "create.enable"); err != nil {
+			return procedure.NoMoreState, err
+		}
+		if err := markTable(ctx, full, TableEnabled, TableCreating); err != nil {
+			return procedure.NoMoreState, err
+		}
+		ctx.SetResult([]byte(fmt.Sprintf("table %s created with %s", full, countOf(p.Regions, "region"))))
+		return procedure.NoMoreState, nil
+	}
+	return procedure.NoMoreState, fmt.Errorf("create table: unknown state %d", state)
+}
+
+// RollbackState implements procedure.StateSteps. The children, whose
+// steps are newer, have been rolled back before WRITE_LAYOUT is: every
+// region is closed and OFFLINE by then; the layout is deleted if it is
+// this procedure's own.
+func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
+	if state != ctWriteLayout {
+		return nil
+	}
+	d, err := envOf(ctx)
+	if err != nil {
+		return err
+	}
+	r := ctxReader{ctx}
+	full := p.full()
+	t, ok, err := getTable(r, full)
+	if err != nil || !ok || t.ProcID != ctx.ID() {
+		return err
+	}
+	for _, rn := range t.regionNames(full) {
+		rg, ok, err := getRegion(r, rn)
+		if err != nil {
+			return err
+		}
+		if ok && regionBusy(rg) {
+			// A region no child undid (cannot happen while the tree's
+			// table lock holds, but never leave one open behind).
+			ref := ServerRef{rg.Server, rg.StartCode}
+			svc := d.servicesFor(ctx)
+			if svc == nil {
+				return ErrNoServices
+			}
+			srv, pres, left, err := svc.presenceOf(r, ref)
+			if err != nil {
+				return err
+			}
+			if pres == fencing {
+				return fmt.Errorf("rollback of create %s: region %s: its fenced server %s may serve it for %v more", full, rn, ref, left)
+			}
+			if pres == present {
+				if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, full); err != nil {
+					return fmt.Errorf("rollback of create %s: closing %s: %w", full, rn, err)
+				}
+			}
+		}
+		if err := ctx.Delete(RegionKey(rn)); err != nil {
+			return err
+		}
+	}
+	return ctx.Delete(TableKey(full))
+}
+
+// Progress implements procedure.Progressor: its region assignments (one
+// child each) ended, of Regions.
+func (p *CreateTable) Progress() procedure.Progress {
+	return procedure.Progress{Total: int64(p.Regions), Unit: "regions open", FromChildren: true}
+}

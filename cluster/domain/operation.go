@@ -1,0 +1,82 @@
+package domain
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/procedure"
+)
+
+// The domain's operations live one to a file, after CockroachDB's
+// batcheval/cmd_*.go: a file holds its procedure, the validation of the
+// request that starts it, and, in its init, the registration of both
+// (registerType, registerBuilder). Adding an operation adds a file; nothing
+// here or elsewhere lists them.
+
+// procedureTypes are the procedure types registered by the operations'
+// files, by type name.
+var procedureTypes = map[string]func() procedure.Procedure{}
+
+// registerType adds procedure type name, made by f, to those Register
+// adds. It is called from init: a name taken twice is a programming error
+// caught at start, before anything could be stored under either.
+func registerType(name string, f func() procedure.Procedure) {
+	if _, dup := procedureTypes[name]; dup {
+		panic(fmt.Sprintf("domain: procedure type %q registered twice", name))
+	}
+	procedureTypes[name] = f
+}
+
+// Register adds the domain's procedure types to reg (version 1 each).
+func Register(reg *procedure.Registry) error {
+	for _, name := range slices.Sorted(maps.Keys(procedureTypes)) {
+		if err := reg.Register(name, 1, procedureTypes[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A builder validates the request of an admin call that starts a domain
+// procedure, and builds that procedure. It runs on whichever master the
+// call reached, a standby included, so that bad input is refused without
+// a trip to the leader: it reads nothing but the local replicated state.
+type builder func(d *Domain, req proto.Message) (procedure.Procedure, error)
+
+// builders are the registered builders, by the full gRPC name of the admin
+// method whose request they take (adminpb.Admin_*_FullMethodName).
+var builders = map[string]builder{}
+
+// registerBuilder makes build the builder of the admin method method, whose
+// request is an R. It is called from init, as registerType.
+func registerBuilder[R proto.Message](method string, build func(d *Domain, req R) (procedure.Procedure, error)) {
+	if _, dup := builders[method]; dup {
+		panic(fmt.Sprintf("domain: %s has two builders", method))
+	}
+	builders[method] = func(d *Domain, req proto.Message) (procedure.Procedure, error) {
+		r, ok := req.(R)
+		if !ok {
+			return nil, fmt.Errorf("%s takes a %T request, not a %T", method, *new(R), req)
+		}
+		return build(d, r)
+	}
+}
+
+// Build validates req, the request of the admin method method (its full
+// gRPC name), and builds the procedure it asks for. Errors wrap
+// procedure.ErrInvalid for bad input and procedure.ErrNotFound for what
+// the request names that does not exist.
+func (d *Domain) Build(method string, req proto.Message) (procedure.Procedure, error) {
+	b, ok := builders[method]
+	if !ok {
+		return nil, fmt.Errorf("%s starts no domain procedure", method)
+	}
+	return b(d, req)
+}
+
+// BuildMethods lists, sorted, the admin methods Build builds procedures
+// for.
+func BuildMethods() []string { return slices.Sorted(maps.Keys(builders)) }
