@@ -647,7 +647,7 @@ func measureMasters(ctx context.Context, c *benchCluster, row *scaleRow) error {
 	row.MasterRSSMBMin, row.MasterRSSMBMax, row.DataMBMax = math.Inf(1), 0, 0
 	for _, m := range c.masters {
 		sm := scaleMaster{
-			ID: m.id, Leader: m == l, RSSMB: rssMB(m.pid()), DataMB: dirMB(m.dataDir),
+			ID: m.id, Leader: m == l, RSSMB: rssMB(m.Pid()), DataMB: dirMB(m.dataDir),
 			RaftDBMB:    dirMB(filepath.Join(m.dataDir, "raft", "raft.db")),
 			SnapshotsMB: dirMB(filepath.Join(m.dataDir, "snapshots")),
 			WALMB:       dirMB(filepath.Join(m.dataDir, "fsm")),
@@ -674,7 +674,7 @@ func failover(ctx context.Context, c *benchCluster) (float64, error) {
 		return 0, err
 	}
 	start := time.Now()
-	if err := l.kill(); err != nil {
+	if err := l.Kill(); err != nil {
 		return 0, err
 	}
 	var id uint64
@@ -711,7 +711,7 @@ func (c *benchCluster) waitCaughtUp(ctx context.Context, m *benchMaster) error {
 		return err
 	}
 	return poll(ctx, 50*time.Millisecond, m.id+" catching up with the leader", func() (bool, string, error) {
-		if m.crashed() {
+		if m.Crashed() {
 			return false, "", fmt.Errorf("%s exited; see its log %s", m.name, m.logPath)
 		}
 		st, err := c.status(ctx, m)
@@ -755,7 +755,7 @@ func crashRecovery(ctx context.Context, c *benchCluster, tables []benchTable, on
 	}
 	start := time.Now()
 	kill := start.Add(-time.Second) // the masters' clocks are this machine's
-	if err := proc.kill(); err != nil {
+	if err := proc.Kill(); err != nil {
 		return 0, 0, 0, err
 	}
 	err = pollPaced(ctx, 100*time.Millisecond, "the leader noticing "+victim.GetId()+"'s crash", func() (bool, string, error) {
@@ -888,7 +888,7 @@ func catchUp(ctx context.Context, c *benchCluster, row *scaleRow) error {
 	}
 	var f *benchMaster
 	for _, m := range c.masters {
-		if m != l && m.running() {
+		if m != l && m.Running() {
 			f = m
 			break
 		}
@@ -896,7 +896,7 @@ func catchUp(ctx context.Context, c *benchCluster, row *scaleRow) error {
 	if f == nil {
 		return errors.New("no running follower")
 	}
-	if err := f.kill(); err != nil {
+	if err := f.Kill(); err != nil {
 		return err
 	}
 	db := filepath.Join(f.dataDir, "raft", "raft.db")
