@@ -20,7 +20,7 @@ var Floors = [][]string{
 	{"cluster"},
 	{"cluster/domain"},
 	{"cluster/admin", "cluster/console"},
-	{"cluster/clustertest", "integration/harness"},
+	{"cluster/clustertest", "integration/harness", "cmd/node/bench"},
 	{"cmd/...", "integration", "integration/...", "examples/...", "scripts/...", "docs/..."},
 }
 
