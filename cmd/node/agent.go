@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/baton-dev/baton/cluster"
@@ -59,45 +60,120 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	raiseProcs(os.Getenv, logger)
 	tuneGC(os.Getenv, logger)
 
-	reg := procedure.NewRegistry()
-	if err := diag.Register(reg); err != nil {
-		return err
-	}
-	if err := domain.Register(reg); err != nil {
-		return err
-	}
-	metrics := processMetrics()
-	if err := admin.InstallRaftMetrics(metrics); err != nil {
-		return fmt.Errorf("raft metrics: %w", err)
-	}
-	listenerMetrics, err := security.NewListenerMetrics(metrics)
+	a, err := newAgent(ctx, cfg, tlsc, logger)
 	if err != nil {
 		return err
 	}
-	tracing, err := startTracing(ctx, "baton-master", cfg.ID, logger)
-	if err != nil {
+	defer a.close()
+	if err := a.startNode(); err != nil {
 		return err
 	}
-	defer tracing.shutdown()
+	if err := a.startAPI(stdout); err != nil {
+		a.abort()
+		return err
+	}
+	if err := a.startHTTP(); err != nil {
+		a.abort()
+		return err
+	}
+	if len(cfg.Join) > 0 {
+		go joinCluster(ctx, cfg, tlsc, logger)
+	}
+	if a.rss, err = startDevRegionServers(ctx, cfg, logger, a.tracing); err != nil {
+		a.abort()
+		return err
+	}
+	a.printBanner(stdout)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-a.serveErr:
+	}
+	a.shutdown()
+	return runErr
+}
+
+// agent is what a running `baton agent` is made of, filled in as it
+// starts: the node, its admin API and HTTP port, and what they share.
+type agent struct {
+	cfg     agentConfig
+	tlsc    *agentTLS
+	logger  hclog.Logger
+	tracing *tracing
+
+	reg             *procedure.Registry
+	metrics         *prometheus.Registry
+	listenerMetrics *security.ListenerMetrics
+	dom             *domain.Domain
+
+	node *cluster.Node
+	srv  *admin.Server
+	gs   *grpc.Server
+	// apiStarted: srv and gs serve, and an early stop must stop them.
+	apiStarted bool
+	httpSrv    *http.Server
+	con        *console.Console
+	rss        []*regionserver.Server
+	// serveErr receives the error that ends a server before ctx does.
+	serveErr chan error
+}
+
+// newAgent makes what the node is built from: the procedure registry,
+// the metrics, tracing and the domain. Its close undoes it.
+func newAgent(ctx context.Context, cfg agentConfig, tlsc *agentTLS, logger hclog.Logger) (*agent, error) {
+	a := &agent{cfg: cfg, tlsc: tlsc, logger: logger, reg: procedure.NewRegistry(), metrics: processMetrics(), serveErr: make(chan error, 2)}
+	if err := diag.Register(a.reg); err != nil {
+		return nil, err
+	}
+	if err := domain.Register(a.reg); err != nil {
+		return nil, err
+	}
+	if err := admin.InstallRaftMetrics(a.metrics); err != nil {
+		return nil, fmt.Errorf("raft metrics: %w", err)
+	}
+	var err error
+	if a.listenerMetrics, err = security.NewListenerMetrics(a.metrics); err != nil {
+		return nil, err
+	}
+	if a.tracing, err = startTracing(ctx, "baton-master", cfg.ID, logger); err != nil {
+		return nil, err
+	}
 	// The domain (tables, regions, region servers) lives as long as the
 	// node; its leader-only services (dispatcher, leases) follow each
 	// term through LeaderServices.
-	dom, err := domain.New(domain.Config{Logger: logger, Metrics: metrics, TracerProvider: tracing.provider(),
+	a.dom, err = domain.New(domain.Config{Logger: logger, Metrics: a.metrics, TracerProvider: a.tracing.provider(),
 		RegionServerDialOptions: tlsc.dialToRegionServer})
 	if err != nil {
-		return err
+		a.tracing.shutdown()
+		return nil, err
 	}
-	defer dom.Close()
+	return a, nil
+}
 
+// close releases what lives as long as the process: the console, the
+// domain, tracing.
+func (a *agent) close() {
+	if a.con != nil {
+		a.con.Close()
+	}
+	a.dom.Close()
+	a.tracing.shutdown()
+}
+
+// startNode starts the master node: Raft, the FSM, the executor when it
+// leads.
+func (a *agent) startNode() error {
+	cfg := a.cfg
 	ccfg := cluster.DefaultConfig()
 	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
-	ccfg.Registry = reg
-	ccfg.Logger = logger
-	ccfg.Metrics, ccfg.TracerProvider = metrics, tracing.provider()
-	ccfg.Env = dom
-	ccfg.RaftTLS = tlsc.creds
-	ccfg.RaftConnLimits, ccfg.ListenerMetrics = cfg.ConnLimits, listenerMetrics
-	ccfg.LeaderServices = dom.LeaderServices
+	ccfg.Registry = a.reg
+	ccfg.Logger = a.logger
+	ccfg.Metrics, ccfg.TracerProvider = a.metrics, a.tracing.provider()
+	ccfg.Env = a.dom
+	ccfg.RaftTLS = a.tlsc.creds
+	ccfg.RaftConnLimits, ccfg.ListenerMetrics = cfg.ConnLimits, a.listenerMetrics
+	ccfg.LeaderServices = a.dom.LeaderServices
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
 	}
@@ -106,113 +182,136 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)
 	}
-	dom.Attach(node)
+	a.node = node
+	a.dom.Attach(node)
+	return nil
+}
 
+// startAPI serves the admin API and the Master service on --grpc-addr.
+func (a *agent) startAPI(stdout io.Writer) error {
+	cfg := a.cfg
 	lis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		_ = node.Shutdown(context.Background())
 		return fmt.Errorf("admin API: %w", err)
 	}
-	access := &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
+	if a.srv, err = admin.New(admin.WithDomain(admin.NodeBackend(a.node), a.dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.logger,
+		DialOptions: a.tlsc.dialTo(security.RoleMaster), Access: agentAccess(cfg, a.metrics, stdout), ClusterSecret: cfg.ClusterSecret}); err != nil {
+		return err
+	}
+	gopts, err := a.grpcOptions()
+	if err != nil {
+		return err
+	}
+	a.gs = grpc.NewServer(gopts...)
+	a.srv.RegisterServices(a.gs)
+	domain.RegisterMasterService(a.gs, a.dom, admin.Unavailable, a.srv.RegionServerGrants, a.srv.RegionServerRefusals)
+	if err := a.srv.Start(cfg.GRPCAddr); err != nil {
+		return err
+	}
+	a.apiStarted = true
+	go func() {
+		a.serveErr <- a.gs.Serve(security.Limit(lis, cfg.ConnLimits, "grpc", a.listenerMetrics, a.logger))
+	}()
+	return nil
+}
+
+// agentAccess is the admin API's access control and audit trail, as the
+// flags set them.
+func agentAccess(cfg agentConfig, metrics *prometheus.Registry, stdout io.Writer) *admin.Access {
+	return &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
 		AuditFile: cfg.AuditFile, Metrics: metrics, ChangeLimit: admin.RateLimit{Rate: cfg.ChangeRate, Burst: cfg.ChangeBurst},
 		OnBootstrap: func(token string) {
 			fmt.Fprintf(stdout, "bootstrap token (permission admin; shown this once, keep it safe):\n  %s\n", token)
 		}}
-	srv, err := admin.New(admin.WithDomain(admin.NodeBackend(node), dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: logger,
-		DialOptions: tlsc.dialTo(security.RoleMaster), Access: access, ClusterSecret: cfg.ClusterSecret})
+}
+
+// grpcOptions are the gRPC server's options: one server carries the admin
+// API and the Master service the region servers call (registration,
+// heartbeats, reports), behind the same chain of interceptors.
+func (a *agent) grpcOptions() ([]grpc.ServerOption, error) {
+	cfg := a.cfg
+	tlsOpts, err := a.tlsc.serverOptions(security.MasterPolicyFor(cfg.ClientAuth, admin.MasterOnlyMethods()...), a.metrics)
 	if err != nil {
-		_ = node.Shutdown(context.Background())
-		return err
-	}
-	// One gRPC server carries the admin API and the Master service the
-	// region servers call (registration, heartbeats, reports).
-	tlsOpts, err := tlsc.serverOptions(security.MasterPolicyFor(cfg.ClientAuth, admin.MasterOnlyMethods()...), metrics)
-	if err != nil {
-		_ = node.Shutdown(context.Background())
-		return err
+		return nil, err
 	}
 	// Refusals first: it records those of every interceptor after it, the
 	// identity policy's included, on every service of the port.
 	gopts := append(cfg.ConnLimits.GRPCServerOptions(),
-		grpc.ChainUnaryInterceptor(srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(srv.RefusalStreamInterceptor()))
+		grpc.ChainUnaryInterceptor(a.srv.RefusalInterceptor()), grpc.ChainStreamInterceptor(a.srv.RefusalStreamInterceptor()))
 	gopts = append(gopts, tlsOpts...)
 	// Access control after the identity policy, and before the rate
 	// limit: a caller either refuses spends no tokens (and the audit
 	// trail records a call the limit refused).
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(srv.StreamInterceptor()))
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(a.srv.UnaryInterceptor()), grpc.ChainStreamInterceptor(a.srv.StreamInterceptor()))
 	gopts = append(gopts, admin.RequestLimits()...)
-	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, metrics)
+	limit, err := admin.RateLimitInterceptor(admin.RateLimit{Rate: cfg.SubmitRate, Burst: cfg.SubmitBurst}, a.metrics)
 	if err != nil {
-		_ = node.Shutdown(context.Background())
-		return err
+		return nil, err
 	}
 	if limit != nil {
 		gopts = append(gopts, grpc.ChainUnaryInterceptor(limit))
 	}
-	gs := grpc.NewServer(gopts...)
-	srv.RegisterServices(gs)
-	domain.RegisterMasterService(gs, dom, admin.Unavailable, srv.RegionServerGrants, srv.RegionServerRefusals)
-	if err := srv.Start(cfg.GRPCAddr); err != nil {
-		_ = node.Shutdown(context.Background())
-		return err
-	}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(security.Limit(lis, cfg.ConnLimits, "grpc", listenerMetrics, logger)) }()
+	return gopts, nil
+}
 
-	var httpSrv *http.Server
-	var con *console.Console
-	if cfg.HTTPAddr != "" {
-		hl, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err == nil {
-			// The console is a client of this node's admin API, as any
-			// other: a standby's shows the leader's state.
-			// It answers to the names of the node's own addresses (and
-			// IP addresses, localhost): a compose service's name, when
-			// that is how the node is configured.
-			con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: logger,
-				AllowedHosts: agentHostNames(cfg), DialOptions: consoleDialOptions(tlsc, cfg.ClusterSecret, cfg.GRPCAddr), TLS: tlsc.creds != nil})
-			if err != nil {
-				_ = hl.Close()
-			}
-		}
-		if err != nil {
-			srv.Stop(context.Background())
-			gs.Stop()
-			_ = node.Shutdown(context.Background())
-			return fmt.Errorf("HTTP: %w", err)
-		}
-		defer con.Close()
-		handler, err := agentHTTPHandler(cfg, srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(node), dom), metrics, debugOptions(cfg)...), con), logger)
+// startHTTP serves the console, /status, /readyz, /metrics (and the debug
+// endpoints) on --http-addr, if given.
+func (a *agent) startHTTP() error {
+	cfg := a.cfg
+	if cfg.HTTPAddr == "" {
+		return nil
+	}
+	hl, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err == nil {
+		// The console is a client of this node's admin API, as any
+		// other: a standby's shows the leader's state.
+		// It answers to the names of the node's own addresses (and
+		// IP addresses, localhost): a compose service's name, when
+		// that is how the node is configured.
+		var con *console.Console
+		con, err = console.New(console.Config{AdminAddr: cfg.GRPCAddr, Logger: a.logger,
+			AllowedHosts: agentHostNames(cfg), DialOptions: consoleDialOptions(a.tlsc, cfg.ClusterSecret, cfg.GRPCAddr), TLS: a.tlsc.creds != nil})
 		if err != nil {
 			_ = hl.Close()
-			srv.Stop(context.Background())
-			gs.Stop()
-			_ = node.Shutdown(context.Background())
-			return fmt.Errorf("HTTP: %w", err)
+		} else {
+			a.con = con // closed with the process (close)
 		}
-		httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: httpHeaderTimeout(cfg.ConnLimits)}
-		hl = tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", listenerMetrics, logger), cfg.ClientAuth, security.RoleClient, security.RoleMaster)
-		go func() {
-			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("HTTP: %w", err)
-			}
-		}()
 	}
-	if len(cfg.Join) > 0 {
-		go joinCluster(ctx, cfg, tlsc, logger)
-	}
-	rss, err := startDevRegionServers(ctx, cfg, logger, tracing)
 	if err != nil {
-		srv.Stop(context.Background())
-		gs.Stop()
-		if httpSrv != nil {
-			_ = httpSrv.Close()
-		}
-		_ = node.Shutdown(context.Background())
-		return err
+		return fmt.Errorf("HTTP: %w", err)
 	}
+	handler, err := agentHTTPHandler(cfg, a.srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(a.node), a.dom), a.metrics, debugOptions(cfg)...), a.con), a.logger)
+	if err != nil {
+		_ = hl.Close()
+		return fmt.Errorf("HTTP: %w", err)
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: httpHeaderTimeout(cfg.ConnLimits)}
+	hl = a.tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", a.listenerMetrics, a.logger), cfg.ClientAuth, security.RoleClient, security.RoleMaster)
+	go func() {
+		if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.serveErr <- fmt.Errorf("HTTP: %w", err)
+		}
+	}()
+	a.httpSrv = httpSrv
+	return nil
+}
 
+// abort stops, at once, what started before a later part failed to.
+func (a *agent) abort() {
+	if a.apiStarted {
+		a.srv.Stop(context.Background())
+		a.gs.Stop()
+	}
+	if a.httpSrv != nil {
+		_ = a.httpSrv.Close()
+	}
+	_ = a.node.Shutdown(context.Background())
+}
+
+// printBanner says where the node listens and how it runs.
+func (a *agent) printBanner(stdout io.Writer) {
+	cfg, tlsc, rss := a.cfg, a.tlsc, a.rss
 	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
 	if cfg.HTTPAddr != "" {
 		scheme := tlsc.scheme()
@@ -230,8 +329,8 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	} else {
 		fmt.Fprintf(stdout, "  access control:   off: every caller may call everything (--acl on to enforce)\n")
 	}
-	if tracing.tp != nil {
-		fmt.Fprintf(stdout, "  traces:           OTLP (%s), from the OTEL_* environment\n", tracing.protocol)
+	if a.tracing.tp != nil {
+		fmt.Fprintf(stdout, "  traces:           OTLP (%s), from the OTEL_* environment\n", a.tracing.protocol)
 	}
 	fmt.Fprintf(stdout, "  data:             %s\n", cfg.DataDir)
 	if cfg.Dev {
@@ -248,34 +347,31 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	if len(rss) > 0 {
 		fmt.Fprintf(stdout, "     baton table create t1 --regions 4 --wait --addr %s\n", cfg.GRPCAddr)
 	}
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-serveErr:
-	}
+// shutdown stops the agent gracefully, within shutdownTimeout.
+func (a *agent) shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	logger.Info("shutting down: leadership transfer, then stop")
+	a.logger.Info("shutting down: leadership transfer, then stop")
 	// The dev region servers go first: they are this process's, and would
 	// otherwise spend the shutdown looking for a master.
-	for _, rs := range rss {
+	for _, rs := range a.rss {
 		if err := rs.Stop(sctx); err != nil {
-			logger.Warn("dev region server stop", "id", rs.ID(), "error", err)
+			a.logger.Warn("dev region server stop", "id", rs.ID(), "error", err)
 		}
 	}
 	// Raft first: a leader hands over while its admin API still answers
 	// forwarded calls; then the API and HTTP go.
-	if err := node.Shutdown(sctx); err != nil {
-		logger.Warn("node shutdown", "error", err)
+	if err := a.node.Shutdown(sctx); err != nil {
+		a.logger.Warn("node shutdown", "error", err)
 	}
-	srv.Stop(sctx)
-	stopGRPC(sctx, gs)
-	if httpSrv != nil {
-		_ = httpSrv.Shutdown(sctx)
+	a.srv.Stop(sctx)
+	stopGRPC(sctx, a.gs)
+	if a.httpSrv != nil {
+		_ = a.httpSrv.Shutdown(sctx)
 	}
-	tracing.flush(sctx)
-	return runErr
+	a.tracing.flush(sctx)
 }
 
 // agentHTTPHandler puts every path of the HTTP port behind the check of

@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -172,71 +171,7 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	str := func(name, usage string) *string {
-		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
-	}
-	id := str("id", "this node's id, unique in the cluster and stable across restarts")
-	dataDir := str("data-dir", "directory of the node's durable state (--dev: "+devDataDir+")")
-	raftAddr := str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")")
-	grpcAddr := str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")")
-	httpAddr := str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")")
-	allowedHosts := str("http-allowed-hosts", "names,... the HTTP port (console, /status, /metrics, ...) answers to besides IP addresses, localhost and the hosts of --http-addr, --grpc-addr and --raft-addr "+
-		"(a name your browser or scraper uses for this node: a DNS name, a load balancer's); other names are refused (403), against DNS rebinding")
-	peers := str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only")
-	join := str("join", "admin addresses host:port,... of members to join through, for a node added later")
-	workers := str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
-	submitRate := str("submit-rate", "calls per second each caller (its certificate's identity, else its IP address) may make that start procedures through this node; over it they are refused RESOURCE_EXHAUSTED; 0: no limit (default 0)")
-	submitBurst := str("submit-burst", "such calls an idle caller may make at once (default: the rate, at least 1)")
-	changeRate := str("change-rate", fmt.Sprintf("calls per second each caller may make that change state (every call the audit trail records) or that are refused (PERMISSION_DENIED, UNAUTHENTICATED, HTTP 401/403), on any port of this node; over it they are answered RESOURCE_EXHAUSTED (HTTP 429); 0: no limit (default %d)", admin.DefaultChangeRate))
-	changeBurst := str("change-burst", fmt.Sprintf("such calls an idle caller may make at once (default %d)", admin.DefaultChangeBurst))
-	tlsCA := str("tls-ca", "PEM file of the cluster's CA certificate: with --tls-cert and --tls-key, mutual TLS 1.3 on Raft, gRPC and HTTP ('baton tls ca create')")
-	tlsCert := str("tls-cert", "PEM file of this master's certificate, naming baton://master/<--id> ('baton tls cert create --role master --id ID'); reread on SIGHUP and when it changes")
-	tlsKey := str("tls-key", "PEM file of this master's private key")
-	acl := str("acl", "on: every client call needs its permission (read, operate, admin), held by its certificate's name or a token ('baton acl'); off: everyone may call everything (default: on with TLS, off without)")
-	clientAuth := str("client-auth", "how clients are known: cert, a client certificate of the CA on every connection (a token on top decides); "+
-		"either, a certificate or a bearer token over TLS without one (--token with --tls-ca alone); token, a token only, a client's certificate granting nothing. "+
-		"Masters and region servers always present certificates. token and either need --acl on (default cert)")
-	aclGrants := str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)")
-	bootTTL := str("acl-bootstrap-token-ttl", "the bootstrap token, which the cluster's first leader makes and prints once, expires this long after it is made, e.g. 24h; "+
-		"make your own admin token or certificate binding before then (default: never; 'acl token delete' deletes it)")
-	auditRetention := str("audit-retention", "drop audit records older than this, e.g. 720h (default 720h)")
-	auditMax := str("audit-max-records", fmt.Sprintf("keep at most this many audit records, dropping the oldest (default %d)", admin.DefaultAuditMaxRecords))
-	auditPerPrincipal := str("audit-max-per-principal", fmt.Sprintf("keep at most this many records of served calls per principal, dropping that principal's oldest (default %d)", admin.DefaultAuditMaxPerPrincipal))
-	auditRefusedPerCaller := str("audit-max-refused-per-caller", fmt.Sprintf("keep at most this many refusals per principal and per source address, dropping that caller's oldest (default %d)", admin.DefaultAuditMaxRefusedPerCaller))
-	auditFile := str("audit-file", "append every audit record this master commits to this file, one JSON line each (its own evidence copy, outliving the trail's pruning); empty: none")
-	auditFileMax := str("audit-file-max-size", fmt.Sprintf("rotate --audit-file past this many MiB (default %d)", admin.DefaultAuditFileMaxBytes>>20))
-	auditFileKeep := str("audit-file-keep", fmt.Sprintf("rotated audit files kept (FILE.1 the newest) (default %d)", admin.DefaultAuditFileKeep))
-	clusterSecret := str("cluster-secret", fmt.Sprintf("without TLS, a secret of at least %d characters given to every master of the cluster, by which a master believes another's word on the calls it forwards (for whom, from where, already rate-limited); "+
-		"without it a plaintext master believes no such word. Prefer --cluster-secret-file or the environment to the command line, which others may see", security.MinClusterSecretLen))
-	clusterSecretFile := str("cluster-secret-file", "file holding --cluster-secret (surrounding white space ignored)")
-	raftFlags := addRaftTimingFlags(str)
-	connFlags := addConnLimitFlags(str)
-	var envErr error
-	boolEnv := func(name string) bool {
-		v := getenv(agentEnv[name])
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil && envErr == nil {
-			envErr = usagef("%s (or --config's %q) = %q: want true or false", agentEnv[name], name, v)
-		}
-		return b
-	}
-	devDefault := boolEnv("dev")
-	dev := fs.Bool("dev", devDefault, "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
-	insecure := fs.Bool("insecure", boolEnv("insecure"), "allow plaintext on addresses other than loopback: anyone who reaches them can join, call the admin API or speak Raft (env "+agentEnv["insecure"]+")")
-	debugEndpoints := fs.Bool("debug-endpoints", boolEnv("debug-endpoints"), "serve /debug/pprof/ (profiles) and /debug/domain (the whole replicated state) on --http-addr, "+
-		"to admin permission under access control; off by default (env "+agentEnv["debug-endpoints"]+")")
-	devRS := str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
-			"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
-			"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
-		printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
-			"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
-			"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
-	}
+	f, envErr := addAgentFlags(fs, getenv)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return agentConfig{}, err
@@ -244,8 +179,9 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	if envErr != nil {
 		return agentConfig{}, envErr
 	}
-	cfg := agentConfig{ID: *id, DataDir: *dataDir, RaftAddr: *raftAddr, GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, Dev: *dev,
-		TLS: security.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, Insecure: *insecure}
+	cfg := f.node.config()
+	cfg.Dev, cfg.Insecure = *f.dev, *f.insecure
+	cfg.TLS = f.tls.files()
 	cfg.TLSFrom = serverTLSSources(fs, agentTLSEnv, rawEnv, args, "BATON_CONFIG")
 	if !cfg.Dev && !cfg.TLS.Enabled() {
 		warn := func(format string, args ...any) { fmt.Fprintf(stderr, format+"\n", args...) }
@@ -258,184 +194,160 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 	if len(pos) > 0 {
 		bad("takes no arguments, got %q", pos)
 	}
-	// rate and burst set *dst from a rate limit flag's value, if given;
-	// burst says whether it was.
-	rate := func(name, v string, dst *float64) {
-		if v = strings.TrimSpace(v); v == "" {
-			return
-		}
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(r) || (admin.RateLimit{Rate: r}).Validate() != nil {
-			bad("--%s %q: want 0 (no limit) or calls per second in [%g, %g], e.g. 50 or 0.5", name, v, admin.MinSubmitRate, admin.MaxSubmitRate)
-		}
-		*dst = r
+	f.check(fs, &cfg, bad)
+	if len(problems) > 0 {
+		return cfg, &usageError{strings.Join(problems, "\n  ")}
 	}
-	burst := func(name, v string, dst *int) bool {
-		if v = strings.TrimSpace(v); v == "" {
+	return cfg, nil
+}
+
+// agentFlags are the values of `baton agent`'s flags as given, before
+// they are checked, by concern.
+type agentFlags struct {
+	node   nodeFlags
+	tls    tlsFileFlags
+	limits rateLimitFlags
+	access accessFlags
+	audit  auditFlags
+	secret clusterSecretFlags
+	raft   raftTimingFlags
+	conn   connLimitFlags
+
+	workers, devRS                *string
+	dev, insecure, debugEndpoints *bool
+}
+
+// addAgentFlags defines every flag of `baton agent` on fs, each defaulting
+// to its environment variable through getenv. The error is a boolean
+// variable that does not parse, for the caller to report once the command
+// line parsed (-h still works).
+func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, error) {
+	str := func(name, usage string) *string {
+		return fs.String(name, getenv(agentEnv[name]), usage+" (env "+agentEnv[name]+")")
+	}
+	var f agentFlags
+	f.node = addNodeFlags(str)
+	f.workers = str("workers", fmt.Sprintf("executor workers on the leader, 1..%d: a step holds its worker until its write commits, so the pool caps the steps one Raft write carries (default %d)", maxAgentWorkers, cluster.DefaultWorkers))
+	f.limits = addRateLimitFlags(str)
+	f.tls = addTLSFileFlags(str)
+	f.access = addAccessFlags(str)
+	f.audit = addAuditFlags(str)
+	f.secret = addClusterSecretFlags(str)
+	f.raft = addRaftTimingFlags(str)
+	f.conn = addConnLimitFlags(str)
+	var envErr error
+	boolEnv := func(name string) bool {
+		v := getenv(agentEnv[name])
+		if v == "" {
 			return false
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
-			bad("--%s %q: want a number of calls in 1..%d", name, v, int(admin.MaxSubmitRate))
+		b, err := strconv.ParseBool(v)
+		if err != nil && envErr == nil {
+			envErr = usagef("%s (or --config's %q) = %q: want true or false", agentEnv[name], name, v)
 		}
-		*dst = n
-		return true
+		return b
 	}
-	rate("submit-rate", *submitRate, &cfg.SubmitRate)
-	if burst("submit-burst", *submitBurst, &cfg.SubmitBurst) && cfg.SubmitRate == 0 {
-		bad("--submit-burst is the burst of --submit-rate: give the rate too")
-	}
-	cfg.ChangeRate, cfg.ChangeBurst = admin.DefaultChangeRate, admin.DefaultChangeBurst
-	rate("change-rate", *changeRate, &cfg.ChangeRate)
-	burst("change-burst", *changeBurst, &cfg.ChangeBurst)
-	cfg.ACL = cfg.TLS.Enabled()
-	switch v := strings.TrimSpace(*acl); v {
-	case "":
-	case "on":
-		cfg.ACL = true
-	case "off":
-		cfg.ACL = false
-	default:
-		bad("--acl %q: want on or off", v)
-	}
-	// The default stays cert: either lets connections without a
-	// certificate through the TLS handshake (refused above it unless they
-	// carry a token), which a deployment that relies on the handshake to
-	// keep strangers out, or runs --acl off, did not ask for.
-	if v := strings.TrimSpace(*clientAuth); v != "" {
-		ca, err := security.ParseClientAuth(v)
-		if err != nil {
-			bad("--client-auth %q: want cert, token or either", v)
-		}
-		cfg.ClientAuth = ca
-	}
-	if cfg.ClientAuth.CertOptional() {
-		switch {
-		case !cfg.TLS.Enabled():
-			bad("--client-auth %s needs TLS (--tls-ca, --tls-cert, --tls-key): a token is a secret, sent only over TLS, and the masters still know each other by certificate", cfg.ClientAuth)
-		case !cfg.ACL:
-			bad("--client-auth %s needs --acl on: without access control a caller with no certificate would be anyone, and could call everything", cfg.ClientAuth)
-		}
-	}
-	if cfg.ACL && !cfg.TLS.Enabled() {
-		bad("--acl on needs TLS (--tls-ca, --tls-cert, --tls-key): without certificates the masters cannot tell one another from clients, and would refuse each other's registrations and forwarded calls")
-	}
-	if v := strings.TrimSpace(*aclGrants); v != "" {
-		cfg.ACLInitialGrants = map[string]security.Permission{}
-		for _, g := range strings.Split(v, ",") {
-			name, perm, ok := strings.Cut(strings.TrimSpace(g), "=")
-			p, perr := security.ParsePermission(perm)
-			if !ok || perr != nil || (security.Identity{Role: security.RoleClient, ID: name}).Validate() != nil {
-				bad("--acl-initial-grants: %q: want client=permission, the client's certificate name and read, operate or admin", strings.TrimSpace(g))
-				continue
-			}
-			cfg.ACLInitialGrants[name] = p
-		}
-	}
-	if v := strings.TrimSpace(*bootTTL); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Minute {
-			bad("--acl-bootstrap-token-ttl %q: want a duration of at least 1m, e.g. 24h", v)
-		}
-		cfg.ACLBootstrapTokenTTL = d
-	}
-	if v := strings.TrimSpace(*auditRetention); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Minute {
-			bad("--audit-retention %q: want a duration of at least 1m, e.g. 720h", v)
-		}
-		cfg.AuditRetention = d
-	}
-	if v := strings.TrimSpace(*auditMax); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || (admin.Access{AuditMaxRecords: n}).Validate() != nil {
-			bad("--audit-max-records %q: want a number of records in 1..10000000", v)
-		}
-		cfg.AuditMaxRecords = n
-	}
-	count := func(name, v string, max int) int {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return 0
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > max {
-			bad("--%s %q: want a number in 1..%d", name, v, max)
-		}
-		return n
-	}
-	cfg.AuditMaxPerPrincipal = count("audit-max-per-principal", *auditPerPrincipal, 10_000_000)
-	cfg.AuditMaxRefusedPerCaller = count("audit-max-refused-per-caller", *auditRefusedPerCaller, 10_000_000)
-	if p := strings.TrimSpace(*auditFile); p != "" {
-		cfg.AuditFile = &admin.AuditExport{Path: p, MaxBytes: int64(count("audit-file-max-size", *auditFileMax, 1<<20)) << 20, Keep: count("audit-file-keep", *auditFileKeep, 1000)}
-	} else if strings.TrimSpace(*auditFileMax) != "" || strings.TrimSpace(*auditFileKeep) != "" {
-		bad("--audit-file-max-size and --audit-file-keep rotate --audit-file: give it too")
-	}
-	cfg.ClusterSecret = parseClusterSecret(*clusterSecret, *clusterSecretFile, cfg.TLS.Enabled(), bad)
-	cfg.Raft = raftFlags.parse(bad)
-	cfg.ConnLimits = connFlags.parse(bad)
-	cfg.DebugEndpoints = *debugEndpoints
-	if v := strings.TrimSpace(*workers); v != "" {
+	f.dev = fs.Bool("dev", boolEnv("dev"), "single-node development cluster with loopback defaults (env "+agentEnv["dev"]+")")
+	f.insecure = fs.Bool("insecure", boolEnv("insecure"), "allow plaintext on addresses other than loopback: anyone who reaches them can join, call the admin API or speak Raft (env "+agentEnv["insecure"]+")")
+	f.debugEndpoints = fs.Bool("debug-endpoints", boolEnv("debug-endpoints"), "serve /debug/pprof/ (profiles) and /debug/domain (the whole replicated state) on --http-addr, "+
+		"to admin permission under access control; off by default (env "+agentEnv["debug-endpoints"]+")")
+	f.devRS = str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
+	fs.Usage = func() { agentUsage(fs) }
+	return f, envErr
+}
+
+// agentUsage prints `baton agent -h`.
+func agentUsage(fs *flag.FlagSet) {
+	fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
+		"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
+		"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
+	printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
+		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
+		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
+}
+
+// check fills cfg from the flags past the node's addresses and TLS files
+// (already in cfg), naming every problem through bad, in the order the
+// usage error lists them.
+func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, ...any)) {
+	f.limits.parse(cfg, bad)
+	f.access.parse(cfg, bad)
+	f.audit.parse(cfg, bad)
+	cfg.ClusterSecret = f.secret.parse(cfg.TLS.Enabled(), bad)
+	cfg.Raft = f.raft.parse(bad)
+	cfg.ConnLimits = f.conn.parse(bad)
+	cfg.DebugEndpoints = *f.debugEndpoints
+	if v := strings.TrimSpace(*f.workers); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxAgentWorkers {
 			bad("--workers %q: want a number of executor workers in 1..%d", v, maxAgentWorkers)
 		}
 		cfg.Workers = n
 	}
-	for _, h := range strings.Split(*allowedHosts, ",") {
-		if strings.TrimSpace(h) == "" {
-			continue
-		}
-		name, err := console.HostName(h)
-		if err != nil || name == "" {
-			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
-			continue
-		}
-		cfg.HTTPAllowedHosts = append(cfg.HTTPAllowedHosts, name)
-	}
+	cfg.HTTPAllowedHosts = f.node.allowedHosts(bad)
 	if cfg.Dev {
-		def := func(v *string, d string) {
-			if *v == "" {
-				*v = d
-			}
-		}
-		def(&cfg.ID, devID)
-		def(&cfg.DataDir, devDataDir)
-		def(&cfg.RaftAddr, devRaftAddr)
-		def(&cfg.GRPCAddr, devGRPCAddr)
-		def(&cfg.HTTPAddr, devHTTPAddr)
-		if *peers != "" || *join != "" {
-			bad("--dev runs a single-node cluster: drop --peers and --join, or drop --dev")
-		}
-		cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
-		cfg.DevRegionServers = devRegionServers
-		if v := strings.TrimSpace(*devRS); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > 100 {
-				bad("--dev-regionservers %q: want a number of region servers in 0..100", v)
-			}
-			cfg.DevRegionServers = n
-		}
+		f.devDefaults(cfg, bad)
 	} else {
-		if flagSet(fs, "dev-regionservers") {
-			bad("--dev-regionservers is for --dev only: run region servers with 'baton regionserver'")
-		}
-		if cfg.ID == "" {
-			bad("--id is required (or --dev for a single-node cluster)")
-		}
-		if cfg.DataDir == "" {
-			bad("--data-dir is required")
-		}
-		if cfg.RaftAddr == "" {
-			bad("--raft-addr is required")
-		}
-		if cfg.GRPCAddr == "" {
-			bad("--grpc-addr is required")
-		}
-		if *peers != "" && *join != "" {
-			bad("give --peers (a new cluster's members) or --join (add this node to a running cluster), not both")
+		f.nodeRequired(fs, cfg, bad)
+	}
+	checkAgentAddrs(cfg, bad)
+	if !cfg.Dev {
+		f.node.members(cfg, bad)
+	}
+}
+
+// devDefaults fills what --dev leaves out with its loopback defaults.
+func (f agentFlags) devDefaults(cfg *agentConfig, bad func(string, ...any)) {
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
 		}
 	}
+	def(&cfg.ID, devID)
+	def(&cfg.DataDir, devDataDir)
+	def(&cfg.RaftAddr, devRaftAddr)
+	def(&cfg.GRPCAddr, devGRPCAddr)
+	def(&cfg.HTTPAddr, devHTTPAddr)
+	if *f.node.peers != "" || *f.node.join != "" {
+		bad("--dev runs a single-node cluster: drop --peers and --join, or drop --dev")
+	}
+	cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
+	cfg.DevRegionServers = devRegionServers
+	if v := strings.TrimSpace(*f.devRS); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			bad("--dev-regionservers %q: want a number of region servers in 0..100", v)
+		}
+		cfg.DevRegionServers = n
+	}
+}
+
+// nodeRequired checks that a node of a real cluster was told who and
+// where it is.
+func (f agentFlags) nodeRequired(fs *flag.FlagSet, cfg *agentConfig, bad func(string, ...any)) {
+	if flagSet(fs, "dev-regionservers") {
+		bad("--dev-regionservers is for --dev only: run region servers with 'baton regionserver'")
+	}
+	if cfg.ID == "" {
+		bad("--id is required (or --dev for a single-node cluster)")
+	}
+	if cfg.DataDir == "" {
+		bad("--data-dir is required")
+	}
+	if cfg.RaftAddr == "" {
+		bad("--raft-addr is required")
+	}
+	if cfg.GRPCAddr == "" {
+		bad("--grpc-addr is required")
+	}
+	if *f.node.peers != "" && *f.node.join != "" {
+		bad("give --peers (a new cluster's members) or --join (add this node to a running cluster), not both")
+	}
+}
+
+// checkAgentAddrs checks the node's addresses: each well formed, TLS
+// where they leave the machine, each port its own.
+func checkAgentAddrs(cfg *agentConfig, bad func(string, ...any)) {
 	for _, a := range []struct {
 		flag, v    string
 		wildcardOK bool // only bound, never advertised
@@ -485,8 +397,54 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 		}
 		seen[a[1]] = a[0]
 	}
-	if !cfg.Dev && *peers != "" {
-		ps, err := cluster.ParsePeers(*peers)
+}
+
+// nodeFlags name the node and where it listens, and the cluster it
+// bootstraps or joins.
+type nodeFlags struct {
+	id, dataDir, raftAddr, grpcAddr, httpAddr, hosts, peers, join *string
+}
+
+func addNodeFlags(str func(name, usage string) *string) nodeFlags {
+	return nodeFlags{
+		id:       str("id", "this node's id, unique in the cluster and stable across restarts"),
+		dataDir:  str("data-dir", "directory of the node's durable state (--dev: "+devDataDir+")"),
+		raftAddr: str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")"),
+		grpcAddr: str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")"),
+		httpAddr: str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")"),
+		hosts: str("http-allowed-hosts", "names,... the HTTP port (console, /status, /metrics, ...) answers to besides IP addresses, localhost and the hosts of --http-addr, --grpc-addr and --raft-addr "+
+			"(a name your browser or scraper uses for this node: a DNS name, a load balancer's); other names are refused (403), against DNS rebinding"),
+		peers: str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only"),
+		join:  str("join", "admin addresses host:port,... of members to join through, for a node added later"),
+	}
+}
+
+// config is the node's identity and addresses as given.
+func (f nodeFlags) config() agentConfig {
+	return agentConfig{ID: *f.id, DataDir: *f.dataDir, RaftAddr: *f.raftAddr, GRPCAddr: *f.grpcAddr, HTTPAddr: *f.httpAddr}
+}
+
+// allowedHosts are --http-allowed-hosts, normalized.
+func (f nodeFlags) allowedHosts(bad func(string, ...any)) []string {
+	var out []string
+	for _, h := range strings.Split(*f.hosts, ",") {
+		if strings.TrimSpace(h) == "" {
+			continue
+		}
+		name, err := console.HostName(h)
+		if err != nil || name == "" {
+			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// members reads --peers and --join of a node of a real cluster.
+func (f nodeFlags) members(cfg *agentConfig, bad func(string, ...any)) {
+	if *f.peers != "" {
+		ps, err := cluster.ParsePeers(*f.peers)
 		if err != nil {
 			bad("--peers: %v", strings.TrimPrefix(err.Error(), "cluster: peers: "))
 		} else {
@@ -505,8 +463,8 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			cfg.Peers = ps
 		}
 	}
-	if !cfg.Dev && *join != "" {
-		for _, a := range strings.Split(*join, ",") {
+	if *f.join != "" {
+		for _, a := range strings.Split(*f.join, ",") {
 			a = strings.TrimSpace(a)
 			if err := checkAddr("--join", a, false); err != nil {
 				bad("%v", err)
@@ -515,10 +473,21 @@ func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr i
 			cfg.Join = append(cfg.Join, a)
 		}
 	}
-	if len(problems) > 0 {
-		return cfg, &usageError{strings.Join(problems, "\n  ")}
+}
+
+// clusterSecretFlags give a plaintext cluster's shared secret.
+type clusterSecretFlags struct{ inline, file *string }
+
+func addClusterSecretFlags(str func(name, usage string) *string) clusterSecretFlags {
+	return clusterSecretFlags{
+		inline: str("cluster-secret", fmt.Sprintf("without TLS, a secret of at least %d characters given to every master of the cluster, by which a master believes another's word on the calls it forwards (for whom, from where, already rate-limited); "+
+			"without it a plaintext master believes no such word. Prefer --cluster-secret-file or the environment to the command line, which others may see", security.MinClusterSecretLen)),
+		file: str("cluster-secret-file", "file holding --cluster-secret (surrounding white space ignored)"),
 	}
-	return cfg, nil
+}
+
+func (f clusterSecretFlags) parse(tls bool, bad func(string, ...any)) string {
+	return parseClusterSecret(*f.inline, *f.file, tls, bad)
 }
 
 // parseClusterSecret is the cluster secret given inline or in a file (one

@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"github.com/baton-dev/baton/security"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -55,6 +54,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness/process"
 )
 
 // Build compiles the baton binary (github.com/baton-dev/baton/cmd/node) into
@@ -119,113 +119,31 @@ type Node struct {
 	proc
 }
 
-// proc is one restartable process (an agent or a region server): its
-// current command, and when it exits.
+// proc is one restartable process (an agent or a region server), run by
+// package process; the harness adds its start banner, its environment and
+// a pause that waits for the stop to take.
 type proc struct {
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the current process has exited
-	exitErr error
-	starts  int
-	logOff  int64  // size of the log file when the current process started
-	uid     uint32 // run as this uid (0: as the test)
+	p   process.Process
+	uid uint32 // run as this uid (0: as the test)
 }
 
 // Running reports whether the process is alive (started and not yet
 // exited). A paused (SIGSTOP) process is running.
-func (p *proc) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
+func (p *proc) Running() bool { return p.p.Running() }
 
 // run starts bin with args and env added to the test's environment,
 // appending its output to logPath; name is what the log's start banner
 // calls it.
 func (p *proc) run(name, bin string, args, env []string, logPath string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
-		select {
-		case <-p.done:
-		default:
-			return fmt.Errorf("%s is already running", name)
-		}
-	}
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	st, _ := f.Stat()
-	p.logOff = st.Size()
-	p.starts++
-	fmt.Fprintf(f, "=== harness: start #%d of %s at %s ===\n", p.starts, name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = procAttr()
-	if p.uid != 0 {
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: p.uid, Gid: p.uid}
-	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	done := make(chan struct{})
-	p.cmd, p.done, p.exitErr = cmd, done, nil
-	go func() {
-		err := cmd.Wait()
-		f.Close()
-		p.mu.Lock()
-		p.exitErr = err
-		p.mu.Unlock()
-		close(done)
-	}()
-	return nil
+	return p.p.Start(process.Spec{Name: name, Bin: bin, Args: args, Env: append(os.Environ(), env...),
+		LogPath: logPath, Banner: "harness", UID: p.uid})
 }
 
 // kill sends SIGKILL to the process group and waits until it has exited.
-func (p *proc) kill() error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || done == nil {
-		return errors.New("never started")
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	select {
-	case <-done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return errors.New("did not exit 10 s after SIGKILL")
-	}
-}
+func (p *proc) kill() error { return p.p.Kill() }
 
 // signal sends sig to the running process's group.
-func (p *proc) signal(sig syscall.Signal) error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || done == nil {
-		return errors.New("never started")
-	}
-	select {
-	case <-done:
-		return errors.New("not running")
-	default:
-	}
-	return syscall.Kill(-cmd.Process.Pid, sig)
-}
+func (p *proc) signal(sig syscall.Signal) error { return p.p.SignalGroup(sig) }
 
 // pauseTimeout bounds the wait for SIGSTOP to take effect: threads in
 // uninterruptible sleep (a disk write) stop only once it ends.
@@ -242,9 +160,7 @@ func (p *proc) pause() error {
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	pgid := p.cmd.Process.Pid
-	p.mu.Unlock()
+	pgid := p.p.Pid()
 	deadline := time.Now().Add(pauseTimeout)
 	for {
 		stopped, err := groupStopped(pgid)
@@ -261,32 +177,14 @@ func (p *proc) pause() error {
 	}
 }
 
-// currentLog returns what was logged at logPath since the latest start.
-func (p *proc) currentLog(logPath string) string {
-	p.mu.Lock()
-	off := p.logOff
-	p.mu.Unlock()
-	b, err := os.ReadFile(logPath)
-	if err != nil || int64(len(b)) < off {
-		return ""
-	}
-	return string(b[off:])
-}
+// currentLog returns what was logged since the latest start.
+func (p *proc) currentLog() string { return p.p.LogSinceStart() }
 
 // reap kills the process group, if one was started, and waits at most
 // 10 s for it to exit.
 func (p *proc) reap(t testing.TB, name string) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Logf("harness: %s (pid %d) did not exit after SIGKILL", name, cmd.Process.Pid)
+	if err := p.p.Kill(); err != nil && !errors.Is(err, process.ErrNotStarted) {
+		t.Logf("harness: %s: %v", name, err)
 	}
 }
 
@@ -643,23 +541,16 @@ func (c *Cluster) Resume(id string) {
 func (c *Cluster) Term(id string, timeout time.Duration) int {
 	c.t.Helper()
 	n := c.Node(id)
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.mu.Unlock()
-	if cmd == nil {
-		c.t.Fatalf("harness: term %s: never started", id)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := n.p.Signal(syscall.SIGTERM); err != nil {
 		c.t.Fatalf("harness: term %s: %v", id, err)
 	}
 	select {
-	case <-done:
+	case <-n.p.Done():
 	case <-time.After(timeout):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		_ = n.p.Kill()
 		return -1
 	}
-	return cmd.ProcessState.ExitCode()
+	return n.p.ExitCode()
 }
 
 // Restart starts node id again with the same command line and data
@@ -702,16 +593,13 @@ func (c *Cluster) Signal(id string, sig syscall.Signal) error {
 // that refuses to start) and returns its exit code, or an error when ctx
 // ends first.
 func (c *Cluster) WaitExit(ctx context.Context, id string) (int, error) {
-	n := c.Node(id)
-	n.mu.Lock()
-	cmd, done := n.cmd, n.done
-	n.mu.Unlock()
-	if cmd == nil {
+	done := c.Node(id).p.Done()
+	if done == nil {
 		return 0, fmt.Errorf("harness: %s never started", id)
 	}
 	select {
 	case <-done:
-		return cmd.ProcessState.ExitCode(), nil
+		return c.Node(id).p.ExitCode(), nil
 	case <-ctx.Done():
 		return 0, fmt.Errorf("harness: %s still running: %w", id, ctx.Err())
 	}
@@ -720,7 +608,7 @@ func (c *Cluster) WaitExit(ctx context.Context, id string) (int, error) {
 // CurrentLog returns what node id has logged since its latest start.
 func (c *Cluster) CurrentLog(id string) string {
 	n := c.Node(id)
-	return n.currentLog(n.LogPath)
+	return n.currentLog()
 }
 
 // Converge waits until every running node's FSM has applied the same
@@ -798,20 +686,9 @@ func (c *Cluster) cleanup() {
 // it is bound, which on a test machine is rare enough.
 func FreePorts(t testing.TB, k int) []string {
 	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var addrs []string
-	for range k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("harness: free port: %v", err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
+	addrs, err := process.FreeAddrs(k)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
 	}
 	return addrs
 }

@@ -42,7 +42,7 @@ func TestPauseStopsEveryThread(t *testing.T) {
 		if err := p.pause(); err != nil {
 			t.Fatal(err)
 		}
-		states, err := groupThreadStates(p.cmd.Process.Pid)
+		states, err := groupThreadStates(p.p.Pid())
 		if err != nil {
 			t.Fatal(err)
 		}

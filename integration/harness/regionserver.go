@@ -185,7 +185,7 @@ func (c *Cluster) ResumeRS(id string) {
 // RSLog returns what region server id has logged since its latest start.
 func (c *Cluster) RSLog(id string) string {
 	s := c.RegionServer(id)
-	return s.currentLog(s.LogPath)
+	return s.currentLog()
 }
 
 // RSLogSize returns the size of region server id's log file now, an

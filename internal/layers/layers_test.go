@@ -115,6 +115,7 @@ func TestFloorOf(t *testing.T) {
 		{"integration", 8},
 		{"integration/chaos", 8},
 		{"cmd/node", 8},
+		{"cmd/node/bench", 7},
 		{"clusterx", -1},
 		{"cluster/unknown", -1},
 	} {

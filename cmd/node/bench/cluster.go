@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -9,18 +9,16 @@ import (
 	"github.com/baton-dev/baton/security"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness/process"
 	"github.com/baton-dev/baton/internal/memstat"
 )
 
@@ -31,11 +29,7 @@ type benchProc struct {
 	bin     string
 	args    []string
 	logPath string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when the current process has exited
-	killed bool          // by the bench, on purpose
+	process.Process
 }
 
 // benchEnv is the environment of every process the bench starts: the
@@ -53,87 +47,10 @@ func benchEnv() []string {
 
 // start runs the process, appending its output to its log.
 func (p *benchProc) start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done != nil {
-		select {
-		case <-p.done:
-		default:
-			return fmt.Errorf("%s is already running", p.name)
-		}
-	}
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = benchEnv()
-	cmd.SysProcAttr = benchProcAttr()
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	if err := p.Start(process.Spec{Name: p.name, Bin: p.bin, Args: p.args, Env: benchEnv(), LogPath: p.logPath}); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
-	done := make(chan struct{})
-	p.cmd, p.done, p.killed = cmd, done, false
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(done)
-	}()
 	return nil
-}
-
-// running reports whether the process is alive.
-func (p *benchProc) running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// pid is the current process's id (0 if it never started).
-func (p *benchProc) pid() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
-}
-
-// kill sends SIGKILL to the process's group and waits until it has exited.
-func (p *benchProc) kill() error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	p.mu.Lock()
-	p.killed = true
-	p.mu.Unlock()
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	if err := benchKillGroup(cmd.Process.Pid); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		_ = cmd.Process.Kill()
-	}
-	select {
-	case <-done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("%s (pid %d) did not exit 10 s after SIGKILL", p.name, cmd.Process.Pid)
-	}
 }
 
 // benchMaster is one `baton agent` of the bench's cluster.
@@ -154,35 +71,12 @@ type benchCluster struct {
 	scheme string
 }
 
-// freeAddrs returns k distinct free loopback addresses. A port is free when
-// returned; another process could take it before the agent binds it,
-// which is rare enough on one machine (the agent then fails to start, and
-// the bench says so).
-func freeAddrs(k int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
 // startBenchCluster starts 3 masters bootstrapping one cluster and
 // regionServers region servers, with the command lines the integration
 // harness and docker-compose use.
 func startBenchCluster(bin, dir string, regionServers, workers int, withTLS bool) (*benchCluster, error) {
 	const masters = 3
-	addrs, err := freeAddrs(3*masters + regionServers)
+	addrs, err := process.FreeAddrs(3*masters + regionServers)
 	if err != nil {
 		return nil, err
 	}
@@ -292,10 +186,17 @@ func (c *benchCluster) stop() error {
 		c.cl.Close()
 	}
 	for _, m := range c.masters {
-		errs = append(errs, m.kill())
+		errs = append(errs, m.Kill())
 	}
 	for _, s := range c.servers {
-		errs = append(errs, s.kill())
+		errs = append(errs, s.Kill())
+	}
+	// A process the bench never got to start (an earlier one failed) has
+	// nothing to stop.
+	for i, err := range errs {
+		if errors.Is(err, process.ErrNotStarted) {
+			errs[i] = nil
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -334,7 +235,7 @@ func (c *benchCluster) get(ctx context.Context, m *benchMaster, path string) (io
 // or nil.
 func (c *benchCluster) leader(ctx context.Context) *benchMaster {
 	for _, m := range c.masters {
-		if !m.running() {
+		if !m.Running() {
 			continue
 		}
 		if st, err := c.status(ctx, m); err == nil && st.State == "Leader" && st.Executor {
@@ -404,27 +305,11 @@ func (c *benchCluster) waitLeader(ctx context.Context) (*benchMaster, error) {
 // refused to start: its log says why).
 func (c *benchCluster) exited() error {
 	for _, m := range c.masters {
-		if m.crashed() {
+		if m.Crashed() {
 			return fmt.Errorf("%s exited; see its log %s", m.name, m.logPath)
 		}
 	}
 	return nil
-}
-
-// crashed reports whether the process exited without the bench killing
-// it.
-func (p *benchProc) crashed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.killed {
-		return false
-	}
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // waitServers waits until n region servers are live on the leader.

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (p *benchProfiler) start(ctx context.Context, c *benchCluster, regions int,
 	}
 	client := &http.Client{Transport: c.http.Transport} // no timeout: the request lasts the profile's length
 	for _, m := range c.masters {
-		if !m.running() {
+		if !m.Running() {
 			continue
 		}
 		path := filepath.Join(p.dir, fmt.Sprintf("%d-%s-%s.pprof", regions, phase, m.id))

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 	"time"
 )
 
-// machineBaseline is what the machine could do just before a row's
+// MachineBaseline is what the machine could do just before a row's
 // cluster started, measured by the bench itself: the same machine kind
 // runs twice as slow on one day as on another (other tenants), so a row
 // is read against its own baseline, and two runs compare by their ratios
 // to theirs, not by their absolute figures.
-type machineBaseline struct {
+type MachineBaseline struct {
 	// CPUOpsPerSecond is a fixed unit of master-like work (a region record
 	// encoded as JSON, hashed and dropped: allocation, encoding, GC)
 	// done per second by GOMAXPROCS goroutines for cpuBaselineFor.
@@ -39,8 +39,8 @@ const (
 
 // measureMachine measures the baseline in dir (created if missing; its
 // probe file is removed).
-func measureMachine(ctx context.Context, dir string) (machineBaseline, error) {
-	b := machineBaseline{CPUs: runtime.GOMAXPROCS(0)}
+func measureMachine(ctx context.Context, dir string) (MachineBaseline, error) {
+	b := MachineBaseline{CPUs: runtime.GOMAXPROCS(0)}
 	b.CPUOpsPerSecond = cpuOpsPerSecond(ctx, b.CPUs, cpuBaselineFor)
 	ms, err := fsyncMedianMs(ctx, dir, fsyncBaselineWrites)
 	if err != nil {

@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+)
+
+// scaleTLSRatiosOf pairs each region count's TLS row with its plaintext
+// row.
+func scaleTLSRatiosOf(rows []ScaleRow) []ScaleTLSRatio {
+	var out []ScaleTLSRatio
+	for _, t := range rows {
+		if !t.TLS {
+			continue
+		}
+		for _, p := range rows {
+			if p.TLS || p.Regions != t.Regions {
+				continue
+			}
+			r := ScaleTLSRatio{Regions: t.Regions, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
+			r.FailoverSeconds = optRatio(ratioOf, p.FailoverSeconds, t.FailoverSeconds)
+			r.CrashRecovery = optRatio(ratioOf, p.CrashRecoverySeconds, t.CrashRecoverySeconds)
+			for i := range min(len(p.Commit), len(t.Commit)) {
+				r.CommitLevels = append(r.CommitLevels, t.Commit[i].Procedures)
+				r.CommitStepsPerS = append(r.CommitStepsPerS, ratioOf(p.Commit[i].StepsPerSec, t.Commit[i].StepsPerSec))
+			}
+			out = append(out, r)
+			break
+		}
+	}
+	return out
+}
+
+// optRatio is ratio of two figures a phase may have left out (nil).
+func optRatio(ratio func(a, b float64) float64, a, b *float64) *float64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	v := ratio(*a, *b)
+	return &v
+}
+
+// ratioOf is b/a, 0 when either is not positive.
+func ratioOf(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return b / a
+}
+
+// scaleGrowthOf is the growth of each cost between consecutive rows.
+func scaleGrowthOf(rows []ScaleRow) []ScaleGrowth {
+	out := []ScaleGrowth{}
+	for i := 1; i < len(rows); i++ {
+		a, b := rows[i-1], rows[i]
+		if a.Regions == b.Regions {
+			continue
+		}
+		per10 := 1 / math.Log10(float64(b.Regions)/float64(a.Regions))
+		ratio := func(x, y float64) float64 {
+			if x <= 0 || y <= 0 {
+				return 0
+			}
+			return math.Pow(y/x, per10)
+		}
+		opt := func(x, y *float64) *float64 { return optRatio(ratio, x, y) }
+		out = append(out, ScaleGrowth{
+			From: a.Regions, To: b.Regions,
+			OpenSeconds:      ratio(a.OpenSeconds, b.OpenSeconds),
+			RegionsPerSecond: ratio(a.RegionsPerSecond, b.RegionsPerSecond),
+			MasterRSSMBMax:   ratio(a.MasterRSSMBMax, b.MasterRSSMBMax),
+			DataMBMax:        ratio(a.DataMBMax, b.DataMBMax),
+			FailoverSeconds:  opt(a.FailoverSeconds, b.FailoverSeconds),
+			CrashRecovery:    opt(a.CrashRecoverySeconds, b.CrashRecoverySeconds),
+			CatchUpSeconds:   opt(a.CatchUpSeconds, b.CatchUpSeconds),
+		})
+	}
+	return out
+}
+
+// scaleNotes says how to read the figures.
+func scaleNotes(rows []ScaleRow) []string {
+	notes := []string{
+		"cost growth per 10x: each cost's ratio between consecutive rows, scaled to a tenfold region count; linear is 10x for times and sizes, 1x for regions/s and failover",
+		"machine: a fixed unit of master-like work (encode a region record as JSON, hash it) per second on every core, and the median 4 KiB append+fsync, measured before each row's cluster starts; the same machine kind differs by up to 2x from day to day, so compare runs by their figures over this baseline",
+		"crash recovery includes the region server's lease expiring (15 s by default) before its regions are reassigned; after detection counts from the moment the leader listed that lease expired",
+	}
+	for _, r := range rows {
+		if r.RaftDBFreeMB == nil {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("%d regions: raft.db %.1f MB (the wiped master's, at the end) against %.1f MB of live state (the leader's local WAL's live records after the open); %.1f MB of it free pages: bolt reuses the pages log compaction frees but never shrinks the file",
+			r.Regions, *r.RaftDBStoppedMB, r.StateMB, *r.RaftDBFreeMB))
+	}
+	return notes
+}
+
+// PrintScale prints doc as tables, for people (BENCHMARKS.md quotes it).
+func PrintScale(out io.Writer, doc ScaleDoc) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	secs := func(v *float64) string {
+		if v == nil {
+			return "skipped"
+		}
+		return fmt.Sprintf("%.1f", *v)
+	}
+	fmt.Fprintln(w, "regions\ttls\topen (s)\tregions/s\tmaster RSS (MB)\tdata/master (MB)\traft.db / snapshots / WAL (MB)\tstate (MB)\tfailover (s)\tRS crash (s)\tcatch-up (s)\t")
+	for _, r := range doc.Rows {
+		var db, sn, wal float64
+		for _, m := range r.Masters {
+			db, sn, wal = max(db, m.RaftDBMB), max(sn, m.SnapshotsMB), max(wal, m.WALMB)
+		}
+		catch := secs(r.CatchUpSeconds)
+		if r.CatchUpFromSnapshot != nil && *r.CatchUpFromSnapshot {
+			catch += " (snapshot)"
+		}
+		crash := secs(r.CrashRecoverySeconds)
+		if r.CrashRecoverySeconds != nil {
+			crash += fmt.Sprintf(" (%d regions", r.CrashedServerRegions)
+			if r.CrashDetectedSeconds != nil {
+				crash += fmt.Sprintf("; %.1f after detection", *r.CrashRecoverySeconds-*r.CrashDetectedSeconds)
+			}
+			crash += ")"
+		}
+		tlsCol := "off"
+		if r.TLS {
+			tlsCol = "on"
+		}
+		fmt.Fprintf(w, "%d\t%s\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
+			r.Regions, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
+			secs(r.FailoverSeconds), crash, catch)
+	}
+	w.Flush()
+	for _, g := range doc.Growth {
+		x := func(v float64) string { return fmt.Sprintf("%.2fx", v) }
+		ox := func(v *float64) string {
+			if v == nil {
+				return "-"
+			}
+			return x(*v)
+		}
+		fmt.Fprintf(out, "cost growth per 10x (%d → %d regions): open time %s, regions/s %s, master RSS %s, data %s, failover %s, RS crash %s, catch-up %s\n",
+			g.From, g.To, x(g.OpenSeconds), x(g.RegionsPerSecond), x(g.MasterRSSMBMax), x(g.DataMBMax), ox(g.FailoverSeconds), ox(g.CrashRecovery), ox(g.CatchUpSeconds))
+	}
+	for _, r := range doc.Rows {
+		if len(r.Commit) == 0 {
+			continue
+		}
+		mode := ""
+		if r.TLS {
+			mode = ", TLS"
+		}
+		fmt.Fprintf(out, "\ngroup commit at %d regions%s (no-op procedures of %d steps; leader's log writes, each one fsync):\n", r.Regions, mode, benchCommitSteps)
+		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "in flight\tsteps\tfsyncs\tsteps/fsync\tof in flight\tp99 step (ms)\tsteps/s\t")
+		for _, cm := range r.Commit {
+			if cm.Fsyncs == 0 && cm.LeaderChanges > 0 {
+				fmt.Fprintf(w, "%d\tleader changed during each of %d runs\t\t\t\t\t\t\n", cm.Procedures, cm.LeaderChanges)
+				continue
+			}
+			note := ""
+			if cm.LeaderChanges > 0 {
+				note = fmt.Sprintf(" (leader changed: reruns %d)", cm.LeaderChanges)
+			}
+			fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.1f\t%.2f\t%.1f\t%.0f%s\t\n", cm.Procedures, cm.Steps, cm.Fsyncs, cm.StepsPerFsync, cm.OfConcurrency, cm.StepP99Ms, cm.StepsPerSec, note)
+		}
+		w.Flush()
+	}
+	for _, tr := range doc.TLSRatios {
+		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)
+		if tr.FailoverSeconds != nil {
+			fmt.Fprintf(out, ", failover time %.2fx", *tr.FailoverSeconds)
+		}
+		if tr.CrashRecovery != nil {
+			fmt.Fprintf(out, ", crash recovery time %.2fx", *tr.CrashRecovery)
+		}
+		for i, lvl := range tr.CommitLevels {
+			fmt.Fprintf(out, ", steps/s at %d in flight %.2fx", lvl, tr.CommitStepsPerS[i])
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintln(out)
+	for _, r := range doc.Rows {
+		m := r.Machine
+		mode := ""
+		if r.TLS {
+			mode = " (TLS)"
+		}
+		fmt.Fprintf(out, "machine before %d regions%s: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
+			r.Regions, mode, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, r.RegionsPerSecond/(m.CPUOpsPerSecond/1e3))
+	}
+	for _, r := range doc.Rows {
+		if r.Failed != "" {
+			fmt.Fprintf(out, "failed: %d regions: %s (the figures before it stand)\n", r.Regions, r.Failed)
+		}
+	}
+	for _, n := range doc.Notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+}

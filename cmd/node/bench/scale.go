@@ -1,0 +1,359 @@
+// Package bench is `baton bench`: it starts clusters of real baton
+// processes on this machine (through integration/harness/process, as the
+// integration tests do) and measures what their costs grow with. The CLI
+// parses the command line and prints; this package runs the rows and
+// makes the document (ScaleDoc) they both print. It sits a floor below
+// cmd/node, which calls it.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Phases are the steps of a row that ScaleOptions.Skip may leave out
+// (opening the regions is the row itself).
+var Phases = []string{"failover", "crash", "catchup", "commit"}
+
+// CommitLevels are the concurrencies of the group-commit sweep.
+var CommitLevels = []int{1, 16, 64, 256}
+
+// benchCommitSteps is the length of each procedure of the sweep.
+const benchCommitSteps = 5
+
+// ScaleOptions is the validated command line of `baton bench scale`.
+type ScaleOptions struct {
+	// Regions are the region counts: one row (and one fresh cluster) each.
+	Regions       []int
+	TableRegions  int
+	Concurrency   int
+	RegionServers int
+	// Dir holds every row's cluster, a directory each; Keep says it is
+	// kept at the end (the document then names it).
+	Dir          string
+	Keep         bool
+	Skip         map[string]bool
+	PhaseTimeout time.Duration
+	// Workers is each master's --workers (0: the agent's default).
+	Workers int
+	// TLS lists the transports each region count runs with, in order:
+	// false plaintext, true mutual TLS on every channel (--tls).
+	TLS []bool
+	// ProfileDir, if set (--profile), receives the masters' CPU profiles
+	// taken during the open and the crash recovery, each ProfileSeconds
+	// long.
+	ProfileDir     string
+	ProfileSeconds int
+
+	profile *benchProfiler
+}
+
+// ScaleMaster is one master's resources after the regions opened.
+type ScaleMaster struct {
+	ID          string  `json:"id"`
+	Leader      bool    `json:"leader"`
+	RSSMB       float64 `json:"rss_mb"`
+	DataMB      float64 `json:"data_mb"`
+	RaftDBMB    float64 `json:"raft_db_mb"`
+	SnapshotsMB float64 `json:"snapshots_mb"`
+	WALMB       float64 `json:"wal_mb"`
+}
+
+// ScaleCommit is one concurrency of the group-commit sweep.
+type ScaleCommit struct {
+	Procedures    int     `json:"procedures"` // in flight at once
+	Steps         float64 `json:"steps"`
+	Fsyncs        float64 `json:"fsyncs"`
+	StepsPerFsync float64 `json:"steps_per_fsync"`
+	// OfConcurrency is StepsPerFsync over Procedures: 1 when every log
+	// write carries a step of each procedure in flight.
+	OfConcurrency float64 `json:"of_concurrency"`
+	StepP99Ms     float64 `json:"step_p99_ms"`
+	StepsPerSec   float64 `json:"steps_per_second"`
+	// LeaderChanges counts the runs of this level discarded because the
+	// leader changed during them; the figures are zero if every run was.
+	LeaderChanges int `json:"leader_changes"`
+}
+
+// ScaleRow is one region count's results. A phase left out (--skip) has
+// its fields absent.
+type ScaleRow struct {
+	Regions int `json:"regions"`
+	// TLS: every channel ran mutual TLS (--tls on or both).
+	TLS              bool          `json:"tls"`
+	Tables           int           `json:"tables"`
+	OpenSeconds      float64       `json:"open_seconds"`
+	RegionsPerSecond float64       `json:"regions_per_second"`
+	MasterRSSMBMin   float64       `json:"master_rss_mb_min"`
+	MasterRSSMBMax   float64       `json:"master_rss_mb_max"`
+	DataMBMax        float64       `json:"data_mb_max"`
+	Masters          []ScaleMaster `json:"masters"`
+	// Machine is what the machine could do just before the row's cluster
+	// started: read the row's figures against it.
+	Machine MachineBaseline `json:"machine"`
+	// StateMB is the live state: the leader's local WAL's live bytes,
+	// what a compaction would keep, against which raft.db's size reads.
+	StateMB float64 `json:"state_mb"`
+
+	FailoverSeconds      *float64 `json:"failover_seconds,omitempty"`
+	CrashRecoverySeconds *float64 `json:"crash_recovery_seconds,omitempty"`
+	CrashedServerRegions int      `json:"crashed_server_regions,omitempty"`
+	// CrashDetectedSeconds is how long after the SIGKILL the leader listed
+	// the server's lease as no longer live (its lease expiring): the
+	// recovery proper is CrashRecoverySeconds minus this.
+	CrashDetectedSeconds *float64 `json:"crash_detected_seconds,omitempty"`
+	CatchUpSeconds       *float64 `json:"catch_up_seconds,omitempty"`
+	// CatchUpFromSnapshot: the wiped master installed the leader's
+	// snapshot (else the leader's log still held everything).
+	CatchUpFromSnapshot *bool `json:"catch_up_from_snapshot,omitempty"`
+	// RaftDBStoppedMB is the wiped master's raft.db just before the wipe,
+	// RaftDBFreeMB the part of it no bucket uses: pages bolt reuses but
+	// never gives back.
+	RaftDBStoppedMB *float64 `json:"raft_db_stopped_mb,omitempty"`
+	RaftDBFreeMB    *float64 `json:"raft_db_free_mb,omitempty"`
+
+	Commit []ScaleCommit `json:"commit,omitempty"`
+
+	// Failed says which phase failed and why; the figures of the phases
+	// before it stand, the failed one's are left out, and the row is not
+	// counted in the growth.
+	Failed string `json:"failed,omitempty"`
+}
+
+// ScaleGrowth is the cost growth between two consecutive rows, each
+// ratio scaled to a tenfold growth of the region count: 10 is linear for
+// a cost that grows with the regions, 1 for a rate or a cost that should
+// not grow.
+type ScaleGrowth struct {
+	From             int      `json:"from"`
+	To               int      `json:"to"`
+	OpenSeconds      float64  `json:"open_seconds"`
+	RegionsPerSecond float64  `json:"regions_per_second"`
+	MasterRSSMBMax   float64  `json:"master_rss_mb_max"`
+	DataMBMax        float64  `json:"data_mb_max"`
+	FailoverSeconds  *float64 `json:"failover_seconds,omitempty"`
+	CrashRecovery    *float64 `json:"crash_recovery_seconds,omitempty"`
+	CatchUpSeconds   *float64 `json:"catch_up_seconds,omitempty"`
+}
+
+// ScaleTLSRatio compares the TLS row of a region count with its plaintext
+// row (--tls both): each figure with TLS over the same without, so above
+// 1 is faster for a rate, slower for a time.
+type ScaleTLSRatio struct {
+	Regions          int       `json:"regions"`
+	RegionsPerSecond float64   `json:"regions_per_second"`
+	FailoverSeconds  *float64  `json:"failover_seconds,omitempty"`
+	CrashRecovery    *float64  `json:"crash_recovery_seconds,omitempty"`
+	CommitLevels     []int     `json:"commit_levels,omitempty"`
+	CommitStepsPerS  []float64 `json:"commit_steps_per_second,omitempty"`
+}
+
+// ScaleDoc is the --json document.
+type ScaleDoc struct {
+	RegionServers int           `json:"region_servers"`
+	TableRegions  int           `json:"table_regions"`
+	Concurrency   int           `json:"concurrency"`
+	Skipped       []string      `json:"skipped"`
+	Dir           string        `json:"dir,omitempty"` // kept (--dir, --keep)
+	Rows          []ScaleRow    `json:"rows"`
+	Growth        []ScaleGrowth `json:"growth"`
+	// TLSRatios: with --tls both, each region count's TLS figures over
+	// its plaintext ones.
+	TLSRatios []ScaleTLSRatio `json:"tls_ratios,omitempty"`
+	Notes     []string        `json:"notes"`
+	// Error says why the bench stopped before its last row; the rows
+	// measured until then are still there.
+	Error string `json:"error,omitempty"`
+}
+
+// Scale runs `baton bench scale`: a row per region count and transport,
+// each on a fresh cluster of bin's processes in a directory of its own
+// under o.Dir, and the document of their figures. It stops at the first
+// row that fails, with the document's Error saying why; the rows before
+// it, and the failed row's figures up to its failed phase, stand.
+// progress hears of each step as it begins.
+func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format string, args ...any)) ScaleDoc {
+	if o.ProfileDir != "" {
+		o.profile = &benchProfiler{dir: o.ProfileDir, seconds: o.ProfileSeconds}
+	}
+	doc := ScaleDoc{RegionServers: o.RegionServers, TableRegions: o.TableRegions, Concurrency: o.Concurrency, Skipped: []string{}, Rows: []ScaleRow{}}
+	for _, p := range Phases {
+		if o.Skip[p] {
+			doc.Skipped = append(doc.Skipped, p)
+		}
+	}
+	if o.Keep {
+		doc.Dir = o.Dir
+	}
+	doc.Rows, doc.Error = scaleRows(ctx, bin, o, progress)
+	var complete []ScaleRow
+	for _, r := range doc.Rows {
+		if r.Failed == "" {
+			complete = append(complete, r)
+		}
+	}
+	doc.Growth = []ScaleGrowth{}
+	for _, withTLS := range o.TLS {
+		var same []ScaleRow
+		for _, r := range complete {
+			if r.TLS == withTLS {
+				same = append(same, r)
+			}
+		}
+		doc.Growth = append(doc.Growth, scaleGrowthOf(same)...)
+	}
+	doc.TLSRatios = scaleTLSRatiosOf(complete)
+	doc.Notes = scaleNotes(doc.Rows)
+	return doc
+}
+
+// scaleRows runs the rows, in order, until one fails: the rows measured,
+// and what failed ("" if nothing did).
+func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(string, ...any)) ([]ScaleRow, string) {
+	rows := []ScaleRow{}
+	for _, n := range o.Regions {
+		for _, withTLS := range o.TLS {
+			sub := fmt.Sprintf("regions-%d", n)
+			if withTLS {
+				sub += "-tls"
+			}
+			row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), n, withTLS, o, progress)
+			if err != nil {
+				if row.OpenSeconds > 0 {
+					// What was measured before the failure is still worth
+					// reading, marked as a failed row.
+					row.Failed = err.Error()
+					rows = append(rows, row)
+				}
+				return rows, fmt.Sprintf("%d regions: %v", n, err)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, ""
+}
+
+// runScaleRow starts a cluster in dir, opens n regions on it and runs the
+// phases, then kills the cluster (and removes dir unless kept by the
+// caller).
+func runScaleRow(ctx context.Context, bin, dir string, n int, withTLS bool, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
+	row.Regions, row.TLS = n, withTLS
+	if withTLS {
+		// Every progress line says which of the two rows it is about.
+		inner := progress
+		progress = func(format string, args ...any) {
+			inner(strings.Replace(format, "%d regions:", "%d regions (TLS):", 1), args...)
+		}
+	}
+	phase := func(name string, fn func(ctx context.Context) error) error {
+		pctx, cancel := context.WithTimeout(ctx, o.PhaseTimeout)
+		defer cancel()
+		if err := fn(pctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return fmt.Errorf("phase %s timed out after %v (--phase-timeout): %w", name, o.PhaseTimeout, err)
+			}
+			return fmt.Errorf("phase %s: %w", name, err)
+		}
+		return nil
+	}
+
+	if row.Machine, err = measureMachine(ctx, dir); err != nil {
+		return row, err
+	}
+	progress("%d regions: machine baseline: %.0f k ops/s on %d cores, fsync %.2f ms (median)", n, row.Machine.CPUOpsPerSecond/1e3, row.Machine.CPUs, row.Machine.FsyncMs)
+	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.RegionServers, dir)
+	c, err := startBenchCluster(bin, dir, o.RegionServers, o.Workers, withTLS)
+	defer func() {
+		if c != nil {
+			for _, perr := range o.profile.wait() {
+				progress("%d regions: %v", n, perr)
+			}
+			if serr := c.stop(); serr != nil && err == nil {
+				err = serr
+			}
+		}
+	}()
+	if err != nil {
+		return row, err
+	}
+	if err := phase("start", func(ctx context.Context) error {
+		if _, err := c.waitLeader(ctx); err != nil {
+			return err
+		}
+		return c.waitServers(ctx, o.RegionServers)
+	}); err != nil {
+		return row, err
+	}
+
+	tables := tableNames(n, o.TableRegions)
+	row.Tables = len(tables)
+	progress("%d regions: creating %d tables, %d at a time", n, len(tables), o.Concurrency)
+	var open time.Duration
+	if err := phase("open", func(ctx context.Context) (err error) {
+		o.profile.start(ctx, c, n, "open")
+		open, err = openTables(ctx, c.cl, tables, o.Concurrency)
+		return err
+	}); err != nil {
+		return row, err
+	}
+	row.OpenSeconds = open.Seconds()
+	row.RegionsPerSecond = float64(n) / open.Seconds()
+	if err := phase("resources", func(ctx context.Context) error { return measureMasters(ctx, c, &row) }); err != nil {
+		return row, err
+	}
+	progress("%d regions: open in %.1f s (%.0f regions/s); master RSS %.0f–%.0f MB", n, row.OpenSeconds, row.RegionsPerSecond, row.MasterRSSMBMin, row.MasterRSSMBMax)
+
+	if !o.Skip["commit"] {
+		progress("%d regions: group-commit sweep %v", n, CommitLevels)
+		if err := phase("commit", func(ctx context.Context) (err error) {
+			row.Commit, err = commitSweep(ctx, c)
+			return err
+		}); err != nil {
+			return row, err
+		}
+	}
+	if !o.Skip["failover"] {
+		progress("%d regions: failover (SIGKILL the leader)", n)
+		if err := phase("failover", func(ctx context.Context) error {
+			d, err := failover(ctx, c)
+			if err == nil {
+				row.FailoverSeconds = &d
+			}
+			return err
+		}); err != nil {
+			return row, err
+		}
+		progress("%d regions: failover in %.2f s", n, *row.FailoverSeconds)
+	}
+	if !o.Skip["crash"] {
+		progress("%d regions: region server crash (SIGKILL the one holding the most regions; its lease expires first)", n)
+		if err := phase("crash", func(ctx context.Context) error {
+			d, detected, held, err := crashRecovery(ctx, c, tables, func() { o.profile.start(ctx, c, n, "crash") })
+			if err == nil {
+				row.CrashRecoverySeconds, row.CrashDetectedSeconds, row.CrashedServerRegions = &d, &detected, held
+			}
+			return err
+		}); err != nil {
+			return row, err
+		}
+		progress("%d regions: %d regions reopened %.1f s after the crash, %.1f s after its detection", n, row.CrashedServerRegions,
+			*row.CrashRecoverySeconds, *row.CrashRecoverySeconds-*row.CrashDetectedSeconds)
+	}
+	if !o.Skip["catchup"] {
+		// The catch-up stops a master: a profile still being taken of it
+		// (the crash's, when the recovery was shorter than the profile)
+		// would be cut off, and it loads the master being measured.
+		for _, perr := range o.profile.wait() {
+			progress("%d regions: %v", n, perr)
+		}
+		progress("%d regions: catch-up of a wiped follower", n)
+		if err := phase("catchup", func(ctx context.Context) error { return catchUp(ctx, c, &row) }); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
