@@ -16,42 +16,10 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
-
-// silentListener accepts TCP connections and never answers on them, like
-// a host that vanished while its address still routes somewhere that
-// completes handshakes (or a hung process): no HTTP/2 is ever spoken.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String()
-}
 
 // freezer is a TCP proxy that relays bytes both ways until freeze, after
 // which it drops everything and keeps its connections open: a leader
@@ -251,7 +219,7 @@ func TestForwardToUnresponsiveLeader(t *testing.T) {
 	t.Parallel()
 	t.Run("silent host", func(t *testing.T) {
 		t.Parallel()
-		addr := silentListener(t)
+		addr := testnet.SilentAddr(t)
 		s, _ := standby(t, addr, Config{})
 		start := time.Now()
 		_, err := s.GetProcedure(context.Background(), &adminpb.GetProcedureRequest{Id: 1})

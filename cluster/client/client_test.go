@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -228,7 +229,7 @@ func TestErrorsKeepTheirCode(t *testing.T) {
 
 func TestUnavailableGivesUp(t *testing.T) {
 	// Hung nodes may come back: retried until the call timeout.
-	hung := []string{silentAddr(t), silentAddr(t)}
+	hung := []string{testnet.SilentAddr(t), testnet.SilentAddr(t)}
 	c := newClient(t, hung, client.WithCallTimeout(300*time.Millisecond))
 	start := time.Now()
 	_, err := c.Status(context.Background())
@@ -263,7 +264,7 @@ func TestRefusedEverywhereGivesUpAtOnce(t *testing.T) {
 }
 
 func TestCanceledIsNotUnavailable(t *testing.T) {
-	c := newClient(t, []string{silentAddr(t)})
+	c := newClient(t, []string{testnet.SilentAddr(t)})
 	cctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	if _, err := c.Status(cctx); status.Code(err) != codes.Canceled {

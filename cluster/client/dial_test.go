@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,45 +13,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/internal/testnet"
 )
-
-// silentAddr is the address of a listener that accepts connections and
-// never answers on them (a hung host: not even HTTP/2's preface).
-func silentAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return lis.Addr().String()
-}
 
 // TestSilentFirstAddress: a node that accepts connections but never
 // speaks costs about a connection timeout, not the call's deadline.
 func TestSilentFirstAddress(t *testing.T) {
 	fc := start(t, 1)
-	c := newClient(t, []string{silentAddr(t), fc.AdminAddrs()[0]}, client.WithAttemptTimeout(5*time.Second), client.WithCallTimeout(8*time.Second))
+	c := newClient(t, []string{testnet.SilentAddr(t), fc.AdminAddrs()[0]}, client.WithAttemptTimeout(5*time.Second), client.WithCallTimeout(8*time.Second))
 	start := time.Now()
 	if _, err := c.Status(ctx(t)); err != nil {
 		t.Fatal(err)

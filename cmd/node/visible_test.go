@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
@@ -172,14 +172,9 @@ func TestUnavailableNamesEachAddress(t *testing.T) {
 	survivor := 3 - leader - other
 	fc.Kill(leader)
 	fc.Kill(other)
-	// Accepts connections and never answers.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { silent.Close() })
+	silent := testnet.SilentAddr(t)
 	dead, alone := clustertest.DeadAddr(t), fc.AdminAddrs()[survivor]
-	addr := strings.Join([]string{dead, silent.Addr().String(), alone}, ",")
+	addr := strings.Join([]string{dead, silent, alone}, ",")
 
 	code, stdout, stderr := runCLI(t, nil, "proc", "get", "1", "--addr", addr, "--timeout", "3s", "--json")
 	var doc struct {
@@ -194,7 +189,7 @@ func TestUnavailableNamesEachAddress(t *testing.T) {
 	msg := doc.Error.Message
 	if code != exitUnavailable || doc.Error.Code != "UNAVAILABLE" || !strings.HasPrefix(msg, "no leader answered: ") ||
 		!strings.Contains(msg, dead+": connection refused") ||
-		!strings.Contains(msg, silent.Addr().String()+": timed out") ||
+		!strings.Contains(msg, silent+": timed out") ||
 		!regexp.MustCompile(regexp.QuoteMeta(alone)+`: not the leader`).MatchString(msg) {
 		t.Errorf("exit %d, message %q\nstderr %s", code, msg, stderr)
 	}

@@ -33,3 +33,21 @@ func TestDeadAddrStaysDead(t *testing.T) {
 		t.Fatalf("listen on %s: %v, want address in use", addr, err)
 	}
 }
+
+// TestSilentAddrAcceptsAndSaysNothing: a connection to a silent address
+// is accepted, and a read on it gets nothing until the reader's own
+// deadline.
+func TestSilentAddrAcceptsAndSaysNothing(t *testing.T) {
+	conn, err := net.DialTimeout("tcp", SilentAddr(t), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial a silent address: %v", err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	var buf [1]byte
+	n, err := conn.Read(buf[:])
+	var ne net.Error
+	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("read %d bytes, err %v: want a timeout with nothing read", n, err)
+	}
+}
