@@ -108,6 +108,11 @@ type clusterOpts struct {
 	tcp bool
 	// tweak, if set, adjusts node i's configuration before it starts.
 	tweak func(i int, cfg *Config)
+	// wrap, if set (in-memory transport only), is the transport node i
+	// uses in place of its in-memory one, which stays on the mesh
+	// (isolate, reconnect) and in trans: a transport that drops or holds
+	// single messages wraps it.
+	wrap func(i int, tr *raft.InmemTransport) raft.Transport
 }
 
 func testLogger(t *testing.T, name string) hclog.Logger {
@@ -173,6 +178,9 @@ func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
 			var addr raft.ServerAddress
 			addr, tr = raft.NewInmemTransport("")
 			cfg.Transport = tr
+			if o.wrap != nil {
+				cfg.Transport = o.wrap(i, tr)
+			}
 			cfg.LogStore = raft.NewInmemStore()
 			cfg.StableStore = cfg.LogStore.(raft.StableStore)
 			cfg.SnapshotStore = raft.NewInmemSnapshotStore()
@@ -277,27 +285,23 @@ func (c *testCluster) waitAllSuccess(ids []uint64, steps int) {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, id := range ids {
-		for {
-			if time.Now().After(deadline) {
-				c.t.Fatalf("procedure %d did not finish in time", id)
-			}
+		var info procedure.Info
+		testwait.ForNil(c.t, time.Until(deadline), fmt.Sprintf("procedure %d to finish", id), func() error {
 			_, x := c.leader()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			info, err := x.Wait(ctx, id)
-			cancel()
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, procedure.ErrStopped) || errors.Is(err, procedure.ErrNotStarted) {
-					continue // leadership may have moved; ask again
-				}
+			defer cancel()
+			var err error
+			info, err = x.Wait(ctx, id)
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, procedure.ErrStopped) && !errors.Is(err, procedure.ErrNotStarted) {
 				c.t.Fatalf("wait %d: %v", id, err)
 			}
-			if info.State != procedure.Success {
-				c.t.Fatalf("procedure %d ended %v (%s), want SUCCESS", id, info.State, info.Error)
-			}
-			if want := fmt.Sprintf("done %d", steps); string(info.Result) != want {
-				c.t.Fatalf("procedure %d result %q, want %q", id, info.Result, want)
-			}
-			break
+			return err // leadership may have moved: ask the next leader
+		})
+		if info.State != procedure.Success {
+			c.t.Fatalf("procedure %d ended %v (%s), want SUCCESS", id, info.State, info.Error)
+		}
+		if want := fmt.Sprintf("done %d", steps); string(info.Result) != want {
+			c.t.Fatalf("procedure %d result %q, want %q", id, info.Result, want)
 		}
 	}
 	c.rec.mu.Lock()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 )
@@ -51,40 +50,15 @@ func (g *gateTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress)
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-func newGatedCluster(t *testing.T, n int, tweak ...func(int, *Config)) (*testCluster, []*gateTransport) {
+// newGatedCluster is a cluster of n nodes on gated in-memory transports,
+// one gate per node; tweak adjusts node i's configuration.
+func newGatedCluster(t *testing.T, n int, tweak func(int, *Config)) (*testCluster, []*gateTransport) {
 	t.Helper()
-	c := &testCluster{t: t, rec: newRecorder()}
-	var peers []Peer
-	var gates []*gateTransport
-	for i := range n {
-		id := fmt.Sprintf("m%d", i)
-		cfg := fastConfig(t, id, c.rec)
-		addr, tr := raft.NewInmemTransport("")
-		g := &gateTransport{InmemTransport: tr, release: make(chan struct{})}
-		for _, f := range tweak {
-			f(i, &cfg)
-		}
-		cfg.Transport = g
-		cfg.LogStore = raft.NewInmemStore()
-		cfg.StableStore = cfg.LogStore.(raft.StableStore)
-		cfg.SnapshotStore = raft.NewInmemSnapshotStore()
-		peers = append(peers, Peer{ID: id, Address: string(addr)})
-		c.cfgs = append(c.cfgs, cfg)
-		c.trans = append(c.trans, tr)
-		gates = append(gates, g)
-	}
-	for i := range c.cfgs {
-		c.cfgs[i].Peers = peers
-	}
-	c.mesh = testnet.NewMesh(c.trans...)
-	for i := range c.cfgs {
-		nd, err := NewNode(c.cfgs[i])
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-		c.nodes = append(c.nodes, nd)
-	}
-	t.Cleanup(c.shutdownAll)
+	gates := make([]*gateTransport, n)
+	c := newTestCluster(t, clusterOpts{n: n, tweak: tweak, wrap: func(i int, tr *raft.InmemTransport) raft.Transport {
+		gates[i] = &gateTransport{InmemTransport: tr, release: make(chan struct{})}
+		return gates[i]
+	}})
 	return c, gates
 }
 
@@ -110,7 +84,7 @@ func linearizableGet(ctx context.Context, n *Node, id uint64) (procedure.Info, e
 // leader may die with it, and the next leader runs the last step again (it
 // may even fail and roll back).
 func TestLinearizableReadNeverSeesUncommittedExecutorState(t *testing.T) {
-	c, gates := newGatedCluster(t, 3)
+	c, gates := newGatedCluster(t, 3, nil)
 	li, x := c.leader()
 	ldr := c.nodes[li]
 	id, err := x.Submit(&stepProc{Steps: 2, Pause: 400 * time.Millisecond}, procedure.SubmitOptions{})

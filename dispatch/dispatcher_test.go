@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -967,18 +968,16 @@ func TestResultsOncePerOp(t *testing.T) {
 	wg.Wait()
 	close(stopTicking)
 	<-ticked
-	deadline := time.Now().Add(waitFor)
-	for done := false; !done; {
+	if !testwait.Until(waitFor, func() bool {
 		select {
 		case <-all:
-			done = true
+			return true
 		default:
-			if time.Now().After(deadline) {
-				t.Fatalf("results missing; stats %+v", d.Stats())
-			}
 			clk.Advance(time.Second) // flushes and retries (jitter ≤ 1 s)
-			runtime.Gosched()
+			return false
 		}
+	}) {
+		t.Fatalf("results missing; stats %+v", d.Stats())
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -117,13 +117,6 @@ func newIPCluster(t *testing.T, n int, tcp bool, tweak func(*cluster.Config)) (*
 	return c, log
 }
 
-// waitFor is testwait.For under the name the process-cluster tests of
-// this package (regions_test.go) still call it by.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testwait.For(t, d, what, cond)
-}
-
 // submitN submits n procedures built by mk on x.
 func submitN(t *testing.T, x *procedure.Executor, n int, mk func() procedure.Procedure) []uint64 {
 	t.Helper()

@@ -656,7 +656,7 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 	// heartbeat answer) before the old leader wakes up: that is what
 	// fences it.
 	for _, id := range c.RegionServerIDs() {
-		waitFor(t, 30*time.Second, id+" to see term "+strconv.FormatUint(newTerm, 10), func() bool {
+		testwait.For(t, 30*time.Second, id+" to see term "+strconv.FormatUint(newTerm, 10), func() bool {
 			return highestTermLogged(c.RSLog(id)) >= newTerm
 		})
 	}
@@ -695,14 +695,14 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 
 	// The old leader steps down and follows (newLeader, or whoever leads
 	// since: on a loaded machine another election may have followed).
-	waitFor(t, 30*time.Second, old+" to step down and follow a leader of term "+strconv.FormatUint(newTerm, 10)+" or later", func() bool {
+	testwait.For(t, 30*time.Second, old+" to step down and follow a leader of term "+strconv.FormatUint(newTerm, 10)+" or later", func() bool {
 		st, err := c.Status(ctx, old)
 		return err == nil && st.State == "Follower" && st.LeaderID != "" && st.LeaderID != old && st.Term >= newTerm
 	})
 	steppedIn := time.Since(resumedAt)
 	// Its leader services of the old term (dispatcher included, which
 	// waits for its calls in flight) have stopped: it sends nothing more.
-	waitFor(t, 30*time.Second, old+" to stop its leader services of term "+strconv.FormatUint(oldTerm, 10), func() bool {
+	testwait.For(t, 30*time.Second, old+" to stop its leader services of term "+strconv.FormatUint(oldTerm, 10), func() bool {
 		return servicesStopped(c.CurrentLog(old), oldTerm)
 	})
 

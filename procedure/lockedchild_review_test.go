@@ -2,7 +2,6 @@ package procedure
 
 import (
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -247,10 +246,7 @@ func TestChildOfAStepLockingParentWaitsForTheStepsLock(t *testing.T) {
 		if in.Type != "rvParent" || in.State != Waiting {
 			return
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) && !parked.Load() && !h.d.has("child-in:w") {
-			runtime.Gosched()
-		}
+		testwait.Until(10*time.Second, func() bool { return parked.Load() || h.d.has("child-in:w") })
 	})
 	parent := h.submit(&rvParent{Key: "w", Hold: false, Gate: gate}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "the child running", func() bool { return h.d.has("child-in:w") })
