@@ -30,7 +30,7 @@ func concScenario() (procs []Procedure, names []string, want []State) {
 			}
 			p = h
 		case 2:
-			m := newHSM(name, 4)
+			m := newSM(name, 4)
 			m.SpawnAt, m.Children, m.ChildSteps = 1, 3, 2
 			if i == 6 {
 				m.ChildFailAt = 0

@@ -24,8 +24,6 @@ import (
 // lifecycleRegistry is testRegistry plus the lifecycle types.
 func lifecycleRegistry(t testing.TB) *Registry {
 	r := testRegistry(t)
-	r.MustRegister("hp", 1, func() Procedure { return &hProc{} })
-	r.MustRegister("hsm", 1, func() Procedure { return &hSM{} })
 	r.MustRegister("lk", 1, func() Procedure { return &lkProc{} })
 	r.MustRegister("ab", 1, func() Procedure { return &abProc{} })
 	r.MustRegister("rbflaky", 1, func() Procedure { return &rbFlakyProc{} })
@@ -186,62 +184,6 @@ func (p *hProc) Rollback(ctx *Context) error {
 	}
 	d.undo(p.key(p.Next))
 	if p.Next == p.SpawnAt {
-		d.sweep(p.Name + "/c")
-	}
-	return nil
-}
-
-// hSM is a state machine of States states with effects Name/s<k>, spawning
-// hProc children at SpawnAt and failing at FailAt. Like hProc, rolling back
-// its newest state also undoes the state that would have run next.
-type hSM struct {
-	StateMachine
-	Name        string
-	States      int32
-	FailAt      int32
-	SpawnAt     int32
-	Children    int
-	ChildSteps  int
-	ChildFailAt int
-}
-
-func newHSM(name string, states int32) *hSM {
-	return &hSM{Name: name, States: states, FailAt: -1, SpawnAt: -1, ChildFailAt: -1}
-}
-
-func (p *hSM) key(s int32) string { return fmt.Sprintf("%s/s%d", p.Name, s) }
-
-func (p *hSM) InitialState() int32 { return 0 }
-
-func (p *hSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
-	d := ctx.Env.(*domain)
-	d.do(p.key(s))
-	if s == p.FailAt {
-		return NoMoreState, errBoom
-	}
-	if s == p.SpawnAt {
-		for i := 0; i < p.Children; i++ {
-			c := newHP(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
-			if i == p.ChildFailAt {
-				c.FailAt = 1
-			}
-			ctx.AddChild(c)
-		}
-	}
-	if s+1 >= p.States {
-		return NoMoreState, nil
-	}
-	p.SetNextState(s + 1)
-	return HasMoreState, nil
-}
-
-func (p *hSM) RollbackState(ctx *Context, s int32) error {
-	d := ctx.Env.(*domain)
-	if n := p.CurrentState(); n > s && n < p.States {
-		d.undo(p.key(n)) // possibly run, never persisted
-	}
-	d.undo(p.key(s))
-	if s == p.SpawnAt {
 		d.sweep(p.Name + "/c")
 	}
 	return nil

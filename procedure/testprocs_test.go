@@ -143,8 +143,15 @@ func (p *stepsProc) Rollback(ctx *Context) error {
 	return nil
 }
 
-// smProc is a state machine of States states, spawning children at SpawnAt
-// and failing at FailAt.
+// smProc is the tests' state machine: States states with effects
+// Name/s<k>, spawning Children hProc children (of ChildSteps steps, the
+// ChildFailAt-th failing at its step 1) at SpawnAt, failing at FailAt,
+// and refusing to roll back state NoRollback.
+//
+// Rolling back its newest state also undoes the state that would have run
+// next, if that one left an effect: it may have run without its outcome
+// being persisted (a crash). Rolling back its spawn state sweeps what its
+// children left (see domain.sweep).
 type smProc struct {
 	StateMachine
 	Name        string
@@ -173,7 +180,7 @@ func (p *smProc) ExecuteState(ctx *Context, s int32) (Flow, error) {
 	}
 	if s == p.SpawnAt {
 		for i := 0; i < p.Children; i++ {
-			c := newSteps(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
+			c := newHP(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
 			if i == p.ChildFailAt {
 				c.FailAt = 1
 			}
@@ -188,7 +195,14 @@ func (p *smProc) ExecuteState(ctx *Context, s int32) (Flow, error) {
 }
 
 func (p *smProc) RollbackState(ctx *Context, s int32) error {
-	ctx.Env.(*domain).undo(p.key(s))
+	d := ctx.Env.(*domain)
+	if n := p.CurrentState(); n > s && n < p.States && d.has(p.key(n)) {
+		d.undo(p.key(n)) // run, never persisted
+	}
+	d.undo(p.key(s))
+	if s == p.SpawnAt {
+		d.sweep(p.Name + "/c")
+	}
 	return nil
 }
 
@@ -224,6 +238,7 @@ func testRegistry(t testing.TB) *Registry {
 	r := NewRegistry()
 	r.MustRegister("steps", 1, func() Procedure { return &stepsProc{} })
 	r.MustRegister("sm", 1, func() Procedure { return &smProc{} })
+	r.MustRegister("hp", 1, func() Procedure { return &hProc{} })
 	r.MustRegister("func", 1, func() Procedure { return &funcProc{} })
 	r.MustRegister("loop", 1, func() Procedure { return &loopSM{} })
 	r.MustRegister("timeout", 1, func() Procedure { return &timeoutProc{} })

@@ -28,9 +28,9 @@ func walMix(gate string, timers time.Duration) []walCase {
 	kidfail.SpawnAt, kidfail.Children, kidfail.ChildSteps, kidfail.ChildFailAt = 1, 3, 3, 1
 	fail := newHP("fail", 4)
 	fail.FailAt = 2
-	sm := newHSM("sm", 4)
+	sm := newSM("sm", 4)
 	sm.SpawnAt, sm.Children, sm.ChildSteps = 1, 2, 2
-	smfail := newHSM("smfail", 4)
+	smfail := newSM("smfail", 4)
 	smfail.FailAt = 2
 	timer := newHP("timer", 3)
 	timer.SuspendAt, timer.Suspend = 1, timers/2
@@ -72,7 +72,7 @@ func expectedEffects(p Procedure, want State) []string {
 				out = append(out, fmt.Sprintf("%s/c%d/%d", p.Name, i, k))
 			}
 		}
-	case *hSM:
+	case *smProc:
 		for s := int32(0); s < p.States; s++ {
 			out = append(out, p.key(s))
 		}

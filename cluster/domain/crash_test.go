@@ -155,100 +155,144 @@ func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
 // server is reassigned exactly once, none missed, none spawned twice.
 func TestCrashWavesSurviveAFailoverAtEveryBoundary(t *testing.T) {
 	const wave, regions = 3, 24
-	var (
-		mu       sync.Mutex
-		armed    bool
-		down     = map[int]bool{} // cut off at a boundary, not healed yet
-		killNext = true           // the next boundary's first try cuts its leader off
-	)
-	kills := make(chan int, 1) // the leader to cut off
+	killNext := true // the next boundary's first try cuts its leader off
+	w := startWaveFailover(t, wave, regions, "crash.assign", "the leader is lost at a wave boundary", func(*waveFailover, int) bool {
+		if killNext {
+			killNext = false
+			return true
+		}
+		killNext = true // the new leader's try at this boundary goes through
+		return false
+	})
+	boundaries := w.failovers("the crash procedure to end through a failover at every wave boundary")
+	// Waves of 3 over the victim's regions, then the scan that finds none
+	// left: a failover before each.
+	if want := (w.per[w.victim]+wave-1)/wave + 1; boundaries < want {
+		t.Errorf("%d failovers, want one at each of the %d boundaries", boundaries, want)
+	}
+	w.checkEachReassignedOnce()
+	// The survivors held as many regions each, and took the victim's in
+	// turn.
+	if lo, hi := spread(w.h.checkTableOpen("default:t", regions)); hi-lo > 2 {
+		t.Errorf("regions spread %d..%d over the survivors, want within 2 of each other", lo, hi)
+	}
+	w.h.checkNoDoubles()
+}
+
+// waveFailover is the crash the wave tests share: 3 masters on the
+// production Raft timings, 3 region servers, a table "t" whose busiest
+// server (the victim) is stopped, and its regions reassigned in waves
+// while leaders are cut off at a fail point.
+type waveFailover struct {
+	t      *testing.T
+	h      *harness
+	victim string
+	per    map[string]int // regions per server before the crash
+
+	mu    sync.Mutex
+	armed bool         // the crash has started: the fail point may cut
+	down  map[int]bool // cut off, not healed yet
+	kills chan int     // the leader to cut off
+}
+
+// startWaveFailover starts the cluster with crash waves of wave and table
+// "t" of regions, then stops the victim. Once the victim is stopped, each
+// call of fail point point on master i fails if i is cut off; otherwise
+// cut(w, i), called under w.mu, says whether i's leadership is lost right
+// there (the call then fails with why, and failovers cuts i off).
+func startWaveFailover(t *testing.T, wave, regions int, point, why string, cut func(w *waveFailover, i int) bool) *waveFailover {
+	t.Helper()
+	w := &waveFailover{t: t, down: map[int]bool{}, kills: make(chan int, 1)}
 	// Four elections and more: the production Raft timings, which a
 	// loaded machine does not turn into a storm of elections.
 	// Leases six times the tests': a failover a second must not make the
 	// live region servers fence themselves and crash too.
-	h := newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
+	w.h = newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
 		c.ServerLease.SoftLimit *= 6
 		c.ServerLease.HardLimit *= 6
 		c.HeartbeatInterval *= 6
 		c.CrashWave = wave
-		c.FailPoint = func(point string) error {
-			if point != "crash.assign" {
+		c.FailPoint = func(p string) error {
+			if p != point {
 				return nil
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			w.mu.Lock()
+			defer w.mu.Unlock()
 			switch {
-			case !armed:
+			case !w.armed:
 				return nil
-			case down[i]:
+			case w.down[i]:
 				return errors.New("injected: this master is being cut off")
-			case killNext:
-				killNext, down[i] = false, true
-				kills <- i
-				return errors.New("injected: the leader is lost at a wave boundary")
+			case cut(w, i):
+				w.down[i] = true
+				w.kills <- i
+				return errors.New("injected: " + why)
 			}
-			killNext = true // the new leader's try at this boundary goes through
 			return nil
 		}
 	}})
-	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
-	if per[victim] <= wave {
-		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
+	w.h.mustSucceed(w.h.createTable("", "t", regions), 30*time.Second)
+	w.per = w.h.checkTableOpen("default:t", regions)
+	w.victim = busiestServer(w.per)
+	if w.per[w.victim] <= wave {
+		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", w.victim, w.per[w.victim], wave, w.per)
 	}
-	mu.Lock()
-	armed = true
-	mu.Unlock()
-	h.stopRS(victim)
+	w.mu.Lock()
+	w.armed = true
+	w.mu.Unlock()
+	w.h.stopRS(w.victim)
+	return w
+}
 
-	boundaries := 0
-	// The victim's crash procedure, once it ended: its result names it.
-	victimCrash := func() (procedure.Info, bool) {
-		_, x := h.leader()
-		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
-			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
-				return c, true
-			}
+// victimCrash is the victim's crash procedure, once it ended: its result
+// names it.
+func (w *waveFailover) victimCrash() (procedure.Info, bool) {
+	_, x := w.h.leader()
+	for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+		if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+w.victim+"/") {
+			return c, true
 		}
-		return procedure.Info{}, false
 	}
-	testwait.For(t, 2*time.Minute, "the crash procedure to end through a failover at every wave boundary", func() bool {
+	return procedure.Info{}, false
+}
+
+// failovers cuts off each leader the fail point loses, until the victim's
+// crash procedure ended, and returns how many it cut off. A leader cut
+// off steps down, another takes over from the replicated state; then it
+// rejoins as a follower.
+func (w *waveFailover) failovers(what string) int {
+	w.t.Helper()
+	n := 0
+	testwait.For(w.t, 2*time.Minute, what, func() bool {
 		select {
-		case i := <-kills:
-			// Cut the leader off: it steps down, another takes over
-			// from the replicated state; then it rejoins as a follower.
-			h.isolateRaft(i)
-			testwait.For(t, time.Minute, "another leader", func() bool {
-				li, _ := h.c.WaitLeader()
+		case i := <-w.kills:
+			w.h.isolateRaft(i)
+			testwait.For(w.t, time.Minute, "another leader", func() bool {
+				li, _ := w.h.c.WaitLeader()
 				return li != i
 			})
-			h.healRaft(i)
-			mu.Lock()
-			down[i] = false
-			mu.Unlock()
-			boundaries++
+			w.h.healRaft(i)
+			w.mu.Lock()
+			w.down[i] = false
+			w.mu.Unlock()
+			n++
 			return false
 		default:
-			_, done := victimCrash()
+			_, done := w.victimCrash()
 			return done
 		}
 	})
-	// Waves of 3 over the victim's regions, then the scan that finds none
-	// left: a failover before each.
-	if want := (per[victim]+wave-1)/wave + 1; boundaries < want {
-		t.Errorf("%d failovers, want one at each of the %d boundaries", boundaries, want)
+	return n
+}
+
+// checkEachReassignedOnce checks the crash procedure's count: each of the
+// victim's regions reassigned once.
+func (w *waveFailover) checkEachReassignedOnce() {
+	w.t.Helper()
+	crash, _ := w.victimCrash()
+	if want := fmt.Sprintf(": %d regions reassigned", w.per[w.victim]); !strings.Contains(string(crash.Result), want) {
+		w.t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, w.victim)
 	}
-	crash, _ := victimCrash()
-	if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
-		t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, victim)
-	}
-	// The survivors held as many regions each, and took the victim's in
-	// turn.
-	if lo, hi := spread(h.checkTableOpen("default:t", regions)); hi-lo > 2 {
-		t.Errorf("regions spread %d..%d over the survivors, want within 2 of each other", lo, hi)
-	}
-	h.checkNoDoubles()
 }
 
 // The sweep of a crash's waves goes through the tables once; a region
@@ -372,98 +416,29 @@ func TestCrashReassignmentsQueueAheadOfTableWork(t *testing.T) {
 func TestCrashWaveSurvivesALeaderLostWhileItsOpensAreUnderWay(t *testing.T) {
 	const wave, regions = 4, 24
 	var (
-		mu     sync.Mutex
-		h      *harness
-		armed  bool
 		calls  int
-		down   = map[int]bool{}
 		killAt = map[int]bool{1: true, 7: true, 14: true} // the opens after which a leader is lost
 		seen   []string                                   // what the first open found written
 	)
-	kills := make(chan int, 1)
-	h = newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
-		c.ServerLease.SoftLimit *= 6
-		c.ServerLease.HardLimit *= 6
-		c.HeartbeatInterval *= 6
-		c.CrashWave = wave
-		c.FailPoint = func(point string) error {
-			if point != "region.open" {
-				return nil
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !armed {
-				return nil
-			}
-			if down[i] {
-				return errors.New("injected: this master is being cut off")
-			}
-			calls++
-			if calls == 1 {
-				seen = preparedWave(h.masters[i].node.FSM())
-			}
-			if killAt[calls] {
-				down[i] = true
-				kills <- i
-				return errors.New("injected: the leader is lost while a wave's opens are under way")
-			}
-			return nil
+	w := startWaveFailover(t, wave, regions, "region.open", "the leader is lost while a wave's opens are under way", func(w *waveFailover, i int) bool {
+		calls++
+		if calls == 1 {
+			seen = preparedWave(w.h.masters[i].node.FSM())
 		}
-	}})
-	h.mustSucceed(h.createTable("", "t", regions), 30*time.Second)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
-	if per[victim] <= wave {
-		t.Fatalf("%s holds %d regions: fewer than two waves of %d (%v)", victim, per[victim], wave, per)
-	}
-	mu.Lock()
-	armed = true
-	mu.Unlock()
-	h.stopRS(victim)
-
-	failovers := 0
-	victimCrash := func() (procedure.Info, bool) {
-		_, x := h.leader()
-		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
-			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
-				return c, true
-			}
-		}
-		return procedure.Info{}, false
-	}
-	testwait.For(t, 2*time.Minute, "the crash procedure to end through failovers mid-wave", func() bool {
-		select {
-		case i := <-kills:
-			h.isolateRaft(i)
-			testwait.For(t, time.Minute, "another leader", func() bool {
-				li, _ := h.c.WaitLeader()
-				return li != i
-			})
-			h.healRaft(i)
-			mu.Lock()
-			down[i] = false
-			mu.Unlock()
-			failovers++
-			return false
-		default:
-			_, done := victimCrash()
-			return done
-		}
+		return killAt[calls]
 	})
-	mu.Lock()
+	failovers := w.failovers("the crash procedure to end through failovers mid-wave")
+	w.mu.Lock()
 	for _, problem := range seen {
 		t.Error(problem)
 	}
-	mu.Unlock()
+	w.mu.Unlock()
 	if failovers != len(killAt) {
 		t.Errorf("%d failovers, want %d", failovers, len(killAt))
 	}
-	crash, _ := victimCrash()
-	if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
-		t.Errorf("crash procedure result %q, want %q: each of %s's regions reassigned once", crash.Result, want, victim)
-	}
-	h.checkTableOpen("default:t", regions)
-	h.checkNoDoubles()
+	w.checkEachReassignedOnce()
+	w.h.checkTableOpen("default:t", regions)
+	w.h.checkNoDoubles()
 }
 
 // preparedWave checks, at the first open of a crash's first wave, what
