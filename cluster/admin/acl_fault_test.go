@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -255,8 +256,8 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	for range 3 {
 		s.bootstrapACL(context.Background())
 	}
-	var rec bootRecord
-	if v, ok := b.DomainGet(aclBootKey); !ok || mustUnmarshal(t, v, &rec) != nil || !rec.Announced {
+	var rec access.BootRecord
+	if v, ok := b.DomainGet(access.BootKey); !ok || mustUnmarshal(t, v, &rec) != nil || !rec.Announced {
 		t.Fatalf("bootstrap record %+v after three ticks: want announced", rec)
 	}
 	if len(told) != 1 {
@@ -271,7 +272,7 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	}
 
 	// Another master's unannounced token: replaced by this leader's.
-	if err := b.Mutate(context.Background(), []raftfsm.Mutation{raftfsm.Put(aclBootKey, mustJSON(bootRecord{Accessor: acc, By: "m9"}))}); err != nil {
+	if err := b.Mutate(context.Background(), []raftfsm.Mutation{raftfsm.Put(access.BootKey, access.MustJSON(access.BootRecord{Accessor: acc, By: "m9"}))}); err != nil {
 		t.Fatal(err)
 	}
 	var told2 []string
@@ -305,11 +306,11 @@ func TestAuditOutcomes(t *testing.T) {
 	s := sc.nodes[0].srv
 	ops := sc.as(0, "ops", "")
 	waitBound(t, ctx, ops, "admin")
-	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: AuditPending}
+	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: access.AuditPending}
 	if err := waitAudit(s.audit.start(started), s.stopCh); err != nil {
 		t.Fatal(err)
 	}
-	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: AuditPending}
+	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: access.AuditPending}
 	if err := waitAudit(s.audit.start(limited), s.stopCh); err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +320,8 @@ func TestAuditOutcomes(t *testing.T) {
 		}
 	}
 	has := func(id string) (served, refused bool) {
-		_, served = s.b.DomainGet(auditPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
-		_, refused = s.b.DomainGet(refusedPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
+		_, served = s.b.DomainGet(access.AuditPrefix + strings.TrimPrefix(mustKey(t, id), access.AuditPrefix))
+		_, refused = s.b.DomainGet(access.RefusedPrefix + strings.TrimPrefix(mustKey(t, id), access.AuditPrefix))
 		return
 	}
 	if served, _ := has(started.GetId()); !served {
@@ -341,7 +342,7 @@ func TestAuditOutcomes(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	s.b.(domainScanner).DomainScan(auditPrefix, func(string, []byte) bool { n++; return true })
+	s.b.(domainScanner).DomainScan(access.AuditPrefix, func(string, []byte) bool { n++; return true })
 	if n > 3 {
 		t.Fatalf("%d served records once the outcome is in, bound 3", n)
 	}
@@ -352,7 +353,7 @@ func TestAuditOutcomes(t *testing.T) {
 
 func mustKey(t *testing.T, id string) string {
 	t.Helper()
-	k, ok := auditKeyOf(id)
+	k, ok := access.AuditKeyOf(id)
 	if !ok {
 		t.Fatalf("record id %q", id)
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -65,7 +66,7 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 }
 
 // aclListPrefixes are AclList's lists, in the order it pages them.
-var aclListPrefixes = []string{aclCertPrefix, aclTokenPrefix, aclRevokedPrefix}
+var aclListPrefixes = []string{access.CertPrefix, access.TokenPrefix, access.RevokedPrefix}
 
 // aclListOf is the position in aclListPrefixes of the list key belongs
 // to; -1 for none.
@@ -83,8 +84,8 @@ func aclListOf(key string) int {
 // decode is skipped.
 func (s *Server) addAclListEntry(out *adminpb.AclListResponse, page *aclPage, prefix, k string, v []byte) bool {
 	name := strings.TrimPrefix(k, prefix)
-	if prefix == aclRevokedPrefix {
-		var r aclRevocation
+	if prefix == access.RevokedPrefix {
+		var r access.Revocation
 		if json.Unmarshal(v, &r) != nil {
 			return true
 		}
@@ -92,11 +93,11 @@ func (s *Server) addAclListEntry(out *adminpb.AclListResponse, page *aclPage, pr
 		m.RevokedBy, _ = clipText(r.By, maxAnswerText)
 		return page.add(k, m) && appendTo(&out.Revoked, m)
 	}
-	var e aclEntry
+	var e access.Entry
 	if json.Unmarshal(v, &e) != nil {
 		return true
 	}
-	if prefix == aclCertPrefix {
+	if prefix == access.CertPrefix {
 		b := bindingMsg(name, e)
 		b.CreatedBy, _ = clipText(b.GetCreatedBy(), maxAnswerText)
 		return page.add(k, b) && appendTo(&out.Bindings, b)

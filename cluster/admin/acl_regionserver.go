@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -38,14 +39,14 @@ func (s *Server) RegionServerGrants() *rspb.AccessGrants {
 func (s *Server) certGrants() []*rspb.ClientGrant {
 	held := map[string]string{}
 	for name, perm := range s.acc.InitialGrants {
-		if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); !revoked {
+		if _, revoked := s.b.DomainGet(access.RevokedPrefix + name); !revoked {
 			held[name] = perm.String()
 		}
 	}
 	if sc, ok := s.b.(domainScanner); ok {
-		sc.DomainScan(aclCertPrefix, func(k string, v []byte) bool {
-			var e aclEntry
-			name := strings.TrimPrefix(k, aclCertPrefix)
+		sc.DomainScan(access.CertPrefix, func(k string, v []byte) bool {
+			var e access.Entry
+			name := strings.TrimPrefix(k, access.CertPrefix)
 			if json.Unmarshal(v, &e) != nil {
 				// Unreadable, so it grants nothing here either.
 				e.Permission = ""
@@ -111,12 +112,12 @@ func (s *Server) RegionServerRefusals(ctx context.Context, serverID string, reps
 	dones := make([]<-chan error, 0, len(reps))
 	for _, r := range reps {
 		rec := &adminpb.AuditRecord{
-			AtUnixMs: r.GetAtUnixMs(), Principal: cut(r.GetCaller(), 200), Method: cut(r.GetMethod(), 200),
-			Code: cut(r.GetCode(), 40), Message: cut(r.GetMessage(), auditFieldMax), Node: s.b.ID(),
-			Peer: cut(r.GetPeer(), 100), Via: via, Refused: true,
+			AtUnixMs: r.GetAtUnixMs(), Principal: access.Cut(r.GetCaller(), 200), Method: access.Cut(r.GetMethod(), 200),
+			Code: access.Cut(r.GetCode(), 40), Message: access.Cut(r.GetMessage(), access.FieldMax), Node: s.b.ID(),
+			Peer: access.Cut(r.GetPeer(), 100), Via: via, Refused: true,
 		}
 		if rec.Principal == "" {
-			rec.Principal = kindAnonymous
+			rec.Principal = access.KindAnonymous
 		}
 		dones = append(dones, s.audit.start(rec))
 	}

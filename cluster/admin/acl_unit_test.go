@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -100,7 +101,7 @@ func TestHTTPHonoursPermissions(t *testing.T) {
 	converged(t, sc.nodes)
 	srv := sc.nodes[0].srv
 	testwait.For(t, 10*time.Second, "grants bound", func() bool {
-		_, ok := srv.b.DomainGet(aclCertPrefix + "viewer")
+		_, ok := srv.b.DomainGet(access.CertPrefix + "viewer")
 		return ok
 	})
 	var seen security.Permission

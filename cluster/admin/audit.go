@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -38,9 +38,6 @@ import (
 // collides with none either.
 
 const (
-	auditPrefix = "audit/"
-	// refusedPrefix keeps refusals apart (AuditRecord.refused).
-	refusedPrefix = "audit-refused/"
 	// auditBatch bounds the records in one Raft entry.
 	auditBatch = 256
 	// auditInFlight bounds the audit entries being committed at once: one,
@@ -54,8 +51,6 @@ const (
 	// auditWriteTimeout bounds a batch's commit, however soon its callers'
 	// deadlines end: a record of a call that was served is worth the wait.
 	auditWriteTimeout = 10 * time.Second
-	// auditFieldMax cuts a record's args and message.
-	auditFieldMax = 512
 	// maxAuditPageBytes ends a page of ListAudit early.
 	maxAuditPageBytes = 1 << 20
 	// auditScanMax bounds the records one page of a filtered list reads.
@@ -65,28 +60,6 @@ const (
 	auditPageToken     = "audit"
 	auditDescPageToken = "audit-desc"
 )
-
-func auditKey(term, n uint64) string { return auditPrefix + auditSuffix(term, n) }
-
-// auditSuffix orders records by the term and count in both spaces.
-func auditSuffix(term, n uint64) string { return fmt.Sprintf("%020d-%010d", term, n) }
-
-// refusalCodes are the answers that make a record a refusal.
-var refusalCodes = map[codes.Code]bool{codes.PermissionDenied: true, codes.Unauthenticated: true, codes.ResourceExhausted: true}
-
-// auditKeyOf is the key of a record already numbered (Id "term-n").
-func auditKeyOf(id string) (string, bool) {
-	var term, n uint64
-	if _, err := fmt.Sscanf(id, "%d-%d", &term, &n); err != nil || fmt.Sprintf("%d-%d", term, n) != id {
-		return "", false
-	}
-	return auditKey(term, n), true
-}
-
-// AuditPending is the code of a record whose call was still being served
-// when it was written: its outcome is written over it once known, unless
-// the master failed first.
-const AuditPending = "PENDING"
 
 // auditNoteKey carries a call's auditNote through its handler.
 type auditNoteKey struct{}
@@ -132,18 +105,6 @@ func markForwarded(ctx context.Context) {
 	}
 }
 
-// cut shortens s to at most max bytes, on a rune boundary.
-func cut(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	i := max - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
-
 // procIDer and friends are the shapes of requests and answers that name
 // procedures.
 type (
@@ -152,14 +113,14 @@ type (
 )
 
 // auditRecord is the record of a call of method by p.
-func (s *Server) auditRecord(ctx context.Context, p principal, method string, req, resp any, err error) *adminpb.AuditRecord {
+func (s *Server) auditRecord(ctx context.Context, p access.Principal, method string, req, resp any, err error) *adminpb.AuditRecord {
 	rec := &adminpb.AuditRecord{
-		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: method,
+		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.Name, Method: method,
 		Code: status.Code(err).String(), Node: s.b.ID(),
 	}
 	rec.Peer, rec.Via = callOrigin(ctx)
 	if err != nil {
-		rec.Message = cut(status.Convert(err).Message(), auditFieldMax)
+		rec.Message = access.Cut(status.Convert(err).Message(), access.FieldMax)
 	}
 	if m, ok := req.(proto.Message); ok {
 		if b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(m); err == nil {
@@ -167,10 +128,10 @@ func (s *Server) auditRecord(ctx context.Context, p principal, method string, re
 			rec.ArgsDigest = hex.EncodeToString(h[:])
 		}
 		if b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m); err == nil {
-			rec.Args = cut(string(b), auditFieldMax)
+			rec.Args = access.Cut(string(b), access.FieldMax)
 		}
 	}
-	rec.Refused = refusalCodes[status.Code(err)]
+	rec.Refused = access.IsRefusal(status.Code(err))
 	add := func(id uint64) {
 		if id != 0 && !slices.Contains(rec.ProcIds, id) {
 			rec.ProcIds = append(rec.ProcIds, id)
@@ -234,13 +195,10 @@ type auditLog struct {
 }
 
 // auditSpace is one key space of the trail, within its own bounds
-// (audit_quota.go).
+// (access.Space), with the leader's index of it.
 type auditSpace struct {
-	prefix    string
-	max       int         // the ceiling
-	perHolder int         // each principal's quota
-	perAddr   int         // each source address's quota; 0: none
-	idx       *auditIndex // nil when unknown
+	access.Space
+	idx *access.Index // nil when unknown
 }
 
 type pendingAudit struct {
@@ -250,8 +208,8 @@ type pendingAudit struct {
 
 func newAuditLog(s *Server, reg prometheus.Registerer) (*auditLog, error) {
 	l := &auditLog{s: s, kick: make(chan struct{}, 1), pruning: map[string]bool{}, started: map[string]bool{},
-		spaces: [2]*auditSpace{{prefix: auditPrefix, max: s.acc.AuditMaxRecords, perHolder: s.acc.AuditMaxPerPrincipal},
-			{prefix: refusedPrefix, max: max(1, s.acc.AuditMaxRecords/10), perHolder: s.acc.AuditMaxRefusedPerCaller, perAddr: s.acc.AuditMaxRefusedPerCaller}},
+		spaces: [2]*auditSpace{{Space: access.Space{Prefix: access.AuditPrefix, Max: s.acc.AuditMaxRecords, PerHolder: s.acc.AuditMaxPerPrincipal}},
+			{Space: access.Space{Prefix: access.RefusedPrefix, Max: max(1, s.acc.AuditMaxRecords/10), PerHolder: s.acc.AuditMaxRefusedPerCaller, PerAddr: s.acc.AuditMaxRefusedPerCaller}}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
@@ -274,7 +232,7 @@ func (l *auditLog) append(ctx context.Context, recs ...*adminpb.AuditRecord) err
 	dones := make([]chan error, len(recs))
 	l.mu.Lock()
 	for i, r := range recs {
-		sanitizeAuditRecord(r)
+		access.SanitizeRecord(r)
 		dones[i] = make(chan error, 1)
 		l.pending = append(l.pending, pendingAudit{rec: r, done: dones[i]})
 	}
@@ -304,7 +262,7 @@ func (l *auditLog) start(rec *adminpb.AuditRecord) <-chan error {
 func (l *auditLog) update(rec *adminpb.AuditRecord) { l.enqueue(pendingAudit{rec: rec}) }
 
 func (l *auditLog) enqueue(p pendingAudit) {
-	sanitizeAuditRecord(p.rec)
+	access.SanitizeRecord(p.rec)
 	l.mu.Lock()
 	l.pending = append(l.pending, p)
 	l.mu.Unlock()
@@ -475,7 +433,7 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	var moved []string
 	fresh := 0
 	for _, r := range recs {
-		key, numbered := auditKeyOf(r.GetId())
+		key, numbered := access.AuditKeyOf(r.GetId())
 		switch {
 		case !numbered:
 			l.n++
@@ -484,10 +442,10 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			if r.GetRefused() {
 				sp = 1
 			}
-			key = l.spaces[sp].prefix + auditSuffix(term, l.n)
+			key = l.spaces[sp].Prefix + access.AuditSuffix(term, l.n)
 			added[sp] = append(added[sp], keyedRecord{key, r})
 			fresh++
-			if r.GetCode() == AuditPending {
+			if r.GetCode() == access.AuditPending {
 				l.mu.Lock()
 				l.started[key] = true // not pruned before its outcome is written
 				l.mu.Unlock()
@@ -500,7 +458,7 @@ func (l *auditLog) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			l.mu.Unlock()
 			muts = append(muts, raftfsm.Del(key))
 			moved = append(moved, key)
-			key = refusedPrefix + strings.TrimPrefix(key, auditPrefix)
+			key = access.RefusedPrefix + strings.TrimPrefix(key, access.AuditPrefix)
 			added[1] = append(added[1], keyedRecord{key, r})
 		default:
 			l.mu.Lock()
@@ -575,15 +533,15 @@ func (l *auditLog) prunes(sp *auditSpace, adding []keyedRecord, gone []string) [
 	defer l.mu.Unlock()
 	x := l.indexLocked(sp, sc)
 	for _, k := range gone {
-		x.remove(k)
+		x.Remove(k)
 	}
 	for _, a := range adding {
-		x.add(a.key, sp.groupsFor(a.rec))
+		x.Add(a.key, sp.GroupsFor(a.rec))
 	}
 	out := l.quotaPrunes(sp, x, auditPruneBatch)
 	cutoff := l.s.acc.Clock.Now().Add(-l.s.acc.AuditRetention).UnixMilli()
 	// From the oldest, past those a write in flight deletes already.
-	sc.DomainScan(sp.prefix, func(k string, v []byte) bool {
+	sc.DomainScan(sp.Prefix, func(k string, v []byte) bool {
 		if len(out) >= auditPruneBatch {
 			return false
 		}
@@ -595,7 +553,7 @@ func (l *auditLog) prunes(sp *auditSpace, adding []keyedRecord, gone []string) [
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
-		x.remove(k)
+		x.Remove(k)
 		l.pruning[k] = true
 		return true
 	})
@@ -619,7 +577,7 @@ func (s *Server) AppendAudit(ctx context.Context, req *adminpb.AppendAuditReques
 		if r == nil || r.GetMethod() == "" {
 			return nil, status.Error(codes.InvalidArgument, "admin: append audit: a record without a method")
 		}
-		sanitizeAuditRecord(r)
+		access.SanitizeRecord(r)
 	}
 	return onLeader(s, ctx, func(Procedures) (*adminpb.AppendAuditResponse, error) {
 		if err := s.audit.append(ctx, recs...); err != nil {
@@ -696,7 +654,7 @@ func listAuditPage(sc auditScanner, req *adminpb.ListAuditRequest, after string,
 	var all []found
 	// cutAt: a space's read stopped here, so nothing beyond it is known.
 	cutAt := ""
-	for _, prefix := range []string{auditPrefix, refusedPrefix} {
+	for _, prefix := range []string{access.AuditPrefix, access.RefusedPrefix} {
 		n, scanned, last, stopped := 0, 0, "", false
 		from := ""
 		if after != "" {
@@ -751,6 +709,25 @@ func listAuditPage(sc auditScanner, req *adminpb.ListAuditRequest, after string,
 	}
 	if cutAt != "" {
 		out.NextPageToken = adminpb.EncodePageToken(kind, cutAt)
+	}
+	return out
+}
+
+// indexLocked is sp's index, built by a scan if unknown. l.mu is held.
+func (l *auditLog) indexLocked(sp *auditSpace, sc domainScanner) *access.Index {
+	if sp.idx == nil {
+		sp.idx = sp.BuildIndex(sc.DomainScan, func(k string) bool { return l.pruning[k] })
+	}
+	return sp.idx
+}
+
+// quotaPrunes are the deletions due in sp by its quotas and ceiling, at
+// most limit, noted in its index. l.mu is held.
+func (l *auditLog) quotaPrunes(sp *auditSpace, x *access.Index, limit int) []raftfsm.Mutation {
+	var out []raftfsm.Mutation
+	for _, k := range x.QuotaPrunes(&sp.Space, limit, func(k string) bool { return l.pruning[k] || l.started[k] }) {
+		out = append(out, raftfsm.Del(k))
+		l.pruning[k] = true
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -228,11 +229,11 @@ func lastExported(path string) (string, error) {
 		if json.Unmarshal(sc.Bytes(), &l) != nil || l.ID == "" {
 			continue
 		}
-		key, ok := auditKeyOf(l.ID)
+		key, ok := access.AuditKeyOf(l.ID)
 		if !ok {
 			return "", fmt.Errorf("admin: audit file %s: id %q is not a record id", path, l.ID)
 		}
-		newest = max(newest, strings.TrimPrefix(key, auditPrefix))
+		newest = max(newest, strings.TrimPrefix(key, access.AuditPrefix))
 	}
 	if err := sc.Err(); err != nil {
 		// Resuming from the lines read would write the rest again.
@@ -294,7 +295,7 @@ func (e *auditExporter) observe() (stop func()) {
 		return func() {}
 	}
 	stop = ob.ObserveDomain(&raftfsm.PutObserver{
-		Prefixes: []string{auditPrefix, refusedPrefix},
+		Prefixes: []string{access.AuditPrefix, access.RefusedPrefix},
 		Put:      e.onPut,
 		Restored: e.onRestored,
 	})
@@ -327,15 +328,15 @@ func (e *auditExporter) poke() {
 }
 
 func suffixOf(key string) string {
-	if s, ok := strings.CutPrefix(key, refusedPrefix); ok {
+	if s, ok := strings.CutPrefix(key, access.RefusedPrefix); ok {
 		return s
 	}
-	return strings.TrimPrefix(key, auditPrefix)
+	return strings.TrimPrefix(key, access.AuditPrefix)
 }
 
 func pendingRecord(v []byte) bool {
 	var r adminpb.AuditRecord
-	return proto.Unmarshal(v, &r) == nil && r.GetCode() == AuditPending
+	return proto.Unmarshal(v, &r) == nil && r.GetCode() == access.AuditPending
 }
 
 // offer holds a version of the record suffix, if it is yet to be
@@ -402,7 +403,7 @@ func (e *auditExporter) read(sc auditScanner) {
 	}
 	var recs []rec
 	cut := ""
-	for _, prefix := range []string{auditPrefix, refusedPrefix} {
+	for _, prefix := range []string{access.AuditPrefix, access.RefusedPrefix} {
 		from := ""
 		if base != "" {
 			from = prefix + base
@@ -462,7 +463,7 @@ func (e *auditExporter) next(now time.Time) ([]exportLine, error) {
 			continue
 		}
 		_, late := e.late[s]
-		pending := r.GetCode() == AuditPending
+		pending := r.GetCode() == access.AuditPending
 		if !late && pending && holding && now.UnixMilli()-r.GetCommittedUnixMs() < auditExportGrace.Milliseconds() {
 			break // its outcome is on its way: the export waits for it
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -154,7 +155,7 @@ func TestAuditFileQueueOverflowRereads(t *testing.T) {
 			}
 			return out
 		}
-		final := func(codes []string) bool { return codes[len(codes)-1] != AuditPending }
+		final := func(codes []string) bool { return codes[len(codes)-1] != access.AuditPending }
 		testwait.For(t, 20*time.Second, id+" exports every grant's outcome", func() bool {
 			done := 0
 			for _, codes := range lines() {
@@ -165,7 +166,7 @@ func TestAuditFileQueueOverflowRereads(t *testing.T) {
 			return done >= grants
 		})
 		for rid, codes := range lines() {
-			if len(codes) > 2 || (len(codes) == 2 && codes[0] != AuditPending) || !final(codes) {
+			if len(codes) > 2 || (len(codes) == 2 && codes[0] != access.AuditPending) || !final(codes) {
 				t.Errorf("%s: record %s written as %v: want its outcome once, after at most one PENDING", id, rid, codes)
 			}
 		}

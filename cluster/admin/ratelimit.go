@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/security"
 )
@@ -182,7 +183,7 @@ func callerKey(ctx context.Context) (string, bool) {
 	forwarded := isForwarded(ctx) && relayTrusted(ctx)
 	// Who access control found (after it in the chain): a token, the
 	// console's user, a client's certificate.
-	if p, ok := principalOf(ctx); ok && !forwarded && p.kind != kindAnonymous && p.kind != kindMaster {
+	if p, ok := principalOf(ctx); ok && !forwarded && p.Kind != access.KindAnonymous && p.Kind != access.KindMaster {
 		return p.String(), true
 	}
 	if id, ok := security.CallerOf(ctx); ok {

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
 // tokenUses is when each token was last used on this master, kept in
 // memory: every master notes the calls it authenticates; the leader
-// writes them, at most once per tokenUseGrain per token
+// writes them, at most once per access.TokenUseGrain per token
 // (tokenUseWrites), so that a busy token costs a write a minute. What a
 // standby alone saw (a read it served itself) is written only if it
 // leads later: acl list's last use is the leader's view, to the minute.
@@ -30,11 +31,11 @@ func (s *Server) noteTokenUse(accessor string, at time.Time) {
 // persistedTokenUse is the last use of the token with accessor in the
 // replicated state, 0 if none.
 func (s *Server) persistedTokenUse(accessor string) int64 {
-	v, ok := s.b.DomainGet(aclTokenUsePrefix + accessor)
+	v, ok := s.b.DomainGet(access.TokenUsePrefix + accessor)
 	if !ok {
 		return 0
 	}
-	var u tokenUse
+	var u access.TokenUse
 	if json.Unmarshal(v, &u) != nil {
 		return 0
 	}
@@ -62,16 +63,16 @@ func (s *Server) tokenUseWrites() []raftfsm.Mutation {
 	s.mu.Unlock()
 	var muts []raftfsm.Mutation
 	for acc, at := range notes {
-		if _, ok := s.b.DomainGet(aclTokenPrefix + acc); !ok {
+		if _, ok := s.b.DomainGet(access.TokenPrefix + acc); !ok {
 			s.mu.Lock()
 			delete(s.uses.at, acc)
 			s.mu.Unlock()
 			continue
 		}
-		if at-s.persistedTokenUse(acc) < tokenUseGrain.Milliseconds() {
+		if at-s.persistedTokenUse(acc) < access.TokenUseGrain.Milliseconds() {
 			continue
 		}
-		muts = append(muts, raftfsm.Put(aclTokenUsePrefix+acc, mustJSON(tokenUse{AtMs: at})))
+		muts = append(muts, raftfsm.Put(access.TokenUsePrefix+acc, access.MustJSON(access.TokenUse{AtMs: at})))
 	}
 	return muts
 }
