@@ -155,36 +155,10 @@ func (a Access) withDefaults() Access {
 }
 
 // MasterOnlyMethods are the admin methods (short names) only masters
-// call (admin.proto's rules with callers MASTERS): a gRPC server
-// admitting callers without a certificate keeps them certificate-only
+// call (access.MasterOnlyMethods): a gRPC server admitting callers
+// without a certificate keeps them certificate-only
 // (security.MasterPolicyFor).
-func MasterOnlyMethods() []string {
-	return adminMethods(func(r methodRule) bool { return !r.clientMay })
-}
-
-// ruleOf is the rule of an admin method (its short name). One admin.proto
-// does not declare, which the service cannot have (New refuses to start
-// with a method lacking a rule), is closed: it needs admin, and is
-// audited.
-func ruleOf(method string) methodRule {
-	if r, ok := adminRules[security.AdminService+method]; ok {
-		return r
-	}
-	return methodRule{clientMay: true, perm: security.PermAdmin, audited: true}
-}
-
-// MethodPermission is the permission a client needs to call an admin
-// method (its short name, e.g. "CreateTable"); false for a method only
-// masters may call.
-func MethodPermission(method string) (security.Permission, bool) {
-	r := ruleOf(method)
-	return r.perm, r.clientMay
-}
-
-// Audited says calls of method are recorded in the audit trail.
-func Audited(method string) bool {
-	return ruleOf(method).audited
-}
+func MasterOnlyMethods() []string { return access.MasterOnlyMethods() }
 
 // principalKey carries, on a call a master forwards, the client
 // certificate the call came with ("client/<name>"): the leader takes a
@@ -348,46 +322,6 @@ func (s *Server) tokenPrincipal(tok string) (access.Principal, error) {
 	return access.Principal{Kind: access.KindToken, ID: acc, Name: e.Name, Perm: perm, Token: tok}, nil
 }
 
-// authorize decides a call of method by p: nil, or the status to answer.
-func (s *Server) authorize(p access.Principal, method string) error {
-	need, clientMay := MethodPermission(method)
-	if p.Kind == access.KindMaster {
-		return nil
-	}
-	if !clientMay {
-		if !s.acc.Enforce && p.Kind == access.KindAnonymous {
-			return nil // plaintext without access control: nothing to tell a master by
-		}
-		return status.Errorf(codes.PermissionDenied, "admin: %s is called only by masters, not by %s", method, p)
-	}
-	if !s.acc.Enforce {
-		return nil
-	}
-	if p.Kind == access.KindAnonymous {
-		if need == security.PermNone {
-			return nil
-		}
-		return status.Errorf(codes.Unauthenticated, "admin: %s needs permission %s: present a client certificate bound to one ('baton acl grant') or a token (--token, BATON_TOKEN)", method, need)
-	}
-	if !p.Perm.Covers(need) {
-		held := "no permission"
-		if p.Perm != security.PermNone {
-			held = "permission " + p.Perm.String()
-		}
-		return status.Errorf(codes.PermissionDenied, "admin: %s needs permission %s; %s holds %s", method, need, p, held)
-	}
-	return nil
-}
-
-// effective is the permission p may use here: all of it when access
-// control is not enforced.
-func (s *Server) effective(p access.Principal) security.Permission {
-	if !s.acc.Enforce || p.Kind == access.KindMaster {
-		return security.PermAdmin
-	}
-	return p.Perm
-}
-
 // accessMetrics are the counters of refusals.
 type accessMetrics struct {
 	denied *prometheus.CounterVec
@@ -407,7 +341,7 @@ func newAccessMetrics(reg prometheus.Registerer) (*accessMetrics, error) {
 }
 
 func (m *accessMetrics) deny(method string, err error) {
-	need, ok := MethodPermission(method)
+	need, ok := access.MethodPermission(method)
 	label := need.String()
 	if !ok {
 		label = "master"
@@ -436,7 +370,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		p, err := s.resolve(ctx)
 		if err == nil {
 			ctx = context.WithValue(ctx, principalCtxKey{}, p)
-			err = s.authorize(p, method)
+			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
@@ -445,7 +379,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only
 		// master-only methods, which are not audited.
-		audited := Audited(method)
+		audited := access.Audited(method)
 		var note *auditNote
 		if audited {
 			markRefusalRecorded(ctx) // the record below is the call's
@@ -534,7 +468,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		p, err := s.resolve(ctx)
 		if err == nil {
-			err = s.authorize(p, method)
+			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
@@ -566,7 +500,7 @@ func (s *Server) WhoAmI(ctx context.Context, _ *adminpb.WhoAmIRequest) (*adminpb
 			return nil, err
 		}
 	}
-	return &adminpb.WhoAmIResponse{Principal: p.String(), Permission: s.effective(p).String(), Enforced: s.acc.Enforce, Name: p.Name}, nil
+	return &adminpb.WhoAmIResponse{Principal: p.String(), Permission: access.Effective(p, s.acc.Enforce).String(), Enforced: s.acc.Enforce, Name: p.Name}, nil
 }
 
 // aclWrite commits muts at the leader, forwarding from a standby.

@@ -24,7 +24,7 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 		if strings.HasPrefix(r.URL.Path, "/debug/") {
 			need = security.PermAdmin
 		}
-		have := s.effective(p)
+		have := access.Effective(p, s.acc.Enforce)
 		if !have.Covers(need) {
 			held := "no permission"
 			if have != security.PermNone {

@@ -20,36 +20,6 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// TestEveryAdminMethodHasAPermission: a method added to admin.proto must
-// be given a permission (or be made a master's) on purpose, in its rule;
-// one the service lacks needs admin, the closed default.
-func TestEveryAdminMethodHasAPermission(t *testing.T) {
-	for _, n := range adminServiceMethods() {
-		if _, ok := adminRules[security.AdminService+n]; !ok {
-			t.Errorf("admin method %s has no rule in admin.proto", n)
-		}
-	}
-	for _, s := range adminpb.Admin_ServiceDesc.Streams {
-		if Audited(s.StreamName) {
-			t.Errorf("stream %s changes state: the stream interceptor does not audit", s.StreamName)
-		}
-	}
-	for _, c := range []struct {
-		method string
-		want   security.Permission
-	}{{"ListTables", security.PermRead}, {"CreateTable", security.PermOperate}, {"DeleteTable", security.PermAdmin}, {"SomethingNew", security.PermAdmin}} {
-		if got, ok := MethodPermission(c.method); !ok || got != c.want {
-			t.Errorf("MethodPermission(%s) = %v, %v; want %v", c.method, got, ok, c.want)
-		}
-	}
-	if _, ok := MethodPermission("RegisterNode"); ok {
-		t.Error("RegisterNode open to clients")
-	}
-	if !Audited("CreateTable") || Audited("LockHeartbeat") || Audited("ListAudit") || Audited("ListTables") {
-		t.Error("Audited: want CreateTable only")
-	}
-}
-
 // TestAuditRetention: the trail keeps at most AuditMaxRecords, and drops
 // what is older than AuditRetention, oldest first, also on a leader with
 // nothing new to record.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
-	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // The change limit: each caller has one more token bucket at every
@@ -40,22 +39,10 @@ func newChangeLimiter(cfg RateLimit, clk clock.Clock, reg prometheus.Registerer)
 	if cfg.Clock == nil {
 		cfg.Clock = clk
 	}
-	return newLimiter(cfg, auditedMethods(), prometheus.CounterOpts{
+	return newLimiter(cfg, access.AuditedMethods(), prometheus.CounterOpts{
 		Name: "baton_rpc_change_rate_limited_total",
 		Help: "Calls refused because their caller exceeded the change rate limit (state-changing calls and refusals), by method (HTTP for the HTTP endpoints).",
 	}, reg)
-}
-
-// auditedMethods are the admin service's methods the trail records: what
-// the change limit counts.
-func auditedMethods() []string {
-	var out []string
-	for _, m := range adminpb.Admin_ServiceDesc.Methods {
-		if Audited(m.MethodName) {
-			out = append(out, m.MethodName)
-		}
-	}
-	return out
 }
 
 // limitChange spends one of the caller's tokens for a call of method, or

@@ -22,12 +22,6 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// SubmitMethods are the admin methods that start procedures (admin.proto's
-// rules with starts_procedure): what a submit rate limit counts.
-func SubmitMethods() []string {
-	return adminMethods(func(r methodRule) bool { return r.submits })
-}
-
 // RateLimit bounds how fast each caller may start procedures through one
 // master: a token bucket per caller, refilled at Rate per second up to
 // Burst. The caller is the identity its TLS certificate names, or its IP
@@ -105,7 +99,7 @@ func RateLimitInterceptor(cfg RateLimit, reg prometheus.Registerer) (grpc.UnaryS
 
 // newRateLimiter builds RateLimitInterceptor's limiter (nil for no limit).
 func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, error) {
-	return newLimiter(cfg, SubmitMethods(), prometheus.CounterOpts{
+	return newLimiter(cfg, access.SubmitMethods(), prometheus.CounterOpts{
 		Name: "baton_rpc_rate_limited_total",
 		Help: "Admin calls that start procedures refused because their caller exceeded the submit rate limit, by method.",
 	}, reg)
