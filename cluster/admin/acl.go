@@ -2,10 +2,8 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -247,12 +245,12 @@ func (s *Server) resolve(ctx context.Context) (access.Principal, error) {
 			// not as the one whose console or forward carried the call.
 			return access.Principal{Kind: access.KindMaster, ID: user.ID, Perm: security.PermAdmin}, nil
 		} else if hasTok {
-			return s.tokenPrincipal(tok)
+			return s.acl.TokenPrincipal(tok)
 		} else {
 			return access.Principal{Kind: access.KindMaster, ID: caller.ID, Perm: security.PermAdmin}, nil
 		}
 	case hasTok:
-		p, err := s.tokenPrincipal(tok)
+		p, err := s.acl.TokenPrincipal(tok)
 		if err != nil && p.Kind == access.KindAnonymous && tls {
 			// A token malformed or not verified: the record names the
 			// certificate.
@@ -273,53 +271,7 @@ func (s *Server) resolve(ctx context.Context) (access.Principal, error) {
 		// a master passes on for it) says who it is but holds nothing.
 		return p, status.Errorf(codes.Unauthenticated, "admin: %s presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): give --token or BATON_TOKEN", p)
 	}
-	return s.clientPrincipal(p.ID), nil
-}
-
-// clientPrincipal is client name with the permission bound to it.
-func (s *Server) clientPrincipal(name string) access.Principal {
-	p := access.Principal{Kind: access.KindClient, ID: name}
-	if v, ok := s.b.DomainGet(access.CertPrefix + name); ok {
-		var e access.Entry
-		if json.Unmarshal(v, &e) == nil {
-			p.Perm, _ = security.ParsePermission(e.Permission)
-		}
-		return p
-	}
-	// Not bound yet (the leader binds it at its next tick): this master's
-	// own configuration already says what it holds, so a client calling
-	// the moment a leader is elected is not refused. Unless revoked: then
-	// it holds nothing, whatever the configuration says.
-	if _, revoked := s.b.DomainGet(access.RevokedPrefix + name); !revoked {
-		p.Perm = s.acc.InitialGrants[name]
-	}
-	return p
-}
-
-// tokenPrincipal checks a bearer token against the local state.
-func (s *Server) tokenPrincipal(tok string) (access.Principal, error) {
-	acc, secret, err := security.ParseToken(tok)
-	if err != nil {
-		return access.Principal{Kind: access.KindAnonymous}, status.Error(codes.Unauthenticated, "admin: the call's bearer token is malformed: want 'authorization: Bearer bt_<accessor>_<secret>' as 'baton acl token create' printed it")
-	}
-	v, ok := s.b.DomainGet(access.TokenPrefix + acc)
-	var e access.Entry
-	if !ok || json.Unmarshal(v, &e) != nil || !security.TokenMatches(secret, e.Hash) {
-		// Not named by its accessor, which anyone may know: its refusals
-		// would be charged to the token's holder and push out its own
-		// records, and made-up accessors would be endless principals.
-		// The caller is its certificate or its address (resolve); the
-		// accessor (hex, checked by ParseToken) is in the message only.
-		return access.Principal{Kind: access.KindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
-	}
-	now := s.acc.Clock.Now()
-	if e.ExpiresMs != 0 && now.UnixMilli() >= e.ExpiresMs {
-		return access.Principal{Kind: access.KindToken, ID: acc, Name: e.Name}, status.Errorf(codes.Unauthenticated, "admin: token %s (%s) expired at %s: an admin makes a new one ('baton acl token create', --ttl for how long it lasts)",
-			acc, e.Name, time.UnixMilli(e.ExpiresMs).UTC().Format(time.RFC3339))
-	}
-	s.noteTokenUse(acc, now)
-	perm, _ := security.ParsePermission(e.Permission)
-	return access.Principal{Kind: access.KindToken, ID: acc, Name: e.Name, Perm: perm, Token: tok}, nil
+	return s.acl.ClientPrincipal(p.ID), nil
 }
 
 // accessMetrics are the counters of refusals.
@@ -552,8 +504,8 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 		return nil, err
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
-		e := access.Entry{Permission: perm.String(), CreatedMs: s.acc.Clock.Now().UnixMilli(), CreatedBy: s.createdBy(ctx)}
-		return []raftfsm.Mutation{raftfsm.Put(access.CertPrefix+req.GetClient(), access.MustJSON(e)), raftfsm.Del(access.RevokedPrefix + req.GetClient())}, bindingMsg(req.GetClient(), e), nil
+		muts, e := s.acl.GrantWrites(req.GetClient(), perm, s.createdBy(ctx))
+		return muts, bindingMsg(req.GetClient(), e), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
 		return c.AclGrant(ctx, req)
 	})
@@ -564,11 +516,7 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 	if err := checkClientName("acl revoke", req.GetClient()); err != nil {
 		return nil, err
 	}
-	// The revocation is recorded whether or not this master's
-	// InitialGrants list the client: another master's may, and would bind
-	// it again when it leads.
-	rev := access.Revocation{AtMs: s.acc.Clock.Now().UnixMilli(), By: s.createdBy(ctx)}
-	return aclRemove(s, ctx, access.CertPrefix+req.GetClient(), []raftfsm.Mutation{raftfsm.Put(access.RevokedPrefix+req.GetClient(), access.MustJSON(rev))},
+	return aclRemove(s, ctx, s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)),
 		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
 			return c.AclRevoke(ctx, req)
 		})
@@ -579,17 +527,18 @@ func (s *Server) AclDeleteToken(ctx context.Context, req *adminpb.AclDeleteToken
 	if !security.ValidAccessor(req.GetAccessor()) {
 		return nil, status.Errorf(codes.InvalidArgument, "admin: acl token delete: accessor %q: want the 16 hex digits 'baton acl list' shows", req.GetAccessor())
 	}
-	return aclRemove(s, ctx, access.TokenPrefix+req.GetAccessor(), []raftfsm.Mutation{raftfsm.Del(access.TokenUsePrefix + req.GetAccessor())},
+	return aclRemove(s, ctx, access.DeleteTokenWrites(req.GetAccessor()),
 		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
 			return c.AclDeleteToken(ctx, req)
 		})
 }
 
-// aclRemove deletes key, with the writes also, in one entry.
-func aclRemove(s *Server, ctx context.Context, key string, also []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
+// aclRemove commits muts, whose first deletes the entry removed, in one
+// entry, and says whether that entry existed.
+func aclRemove(s *Server, ctx context.Context, muts []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclRemoveResponse, error) {
-		_, existed := s.b.DomainGet(key)
-		return append([]raftfsm.Mutation{raftfsm.Del(key)}, also...), &adminpb.AclRemoveResponse{Existed: existed}, nil
+		_, existed := s.b.DomainGet(muts[0].Key)
+		return muts, &adminpb.AclRemoveResponse{Existed: existed}, nil
 	}, remote)
 }
 
@@ -613,19 +562,14 @@ func (s *Server) AclCreateToken(ctx context.Context, req *adminpb.AclCreateToken
 	})
 }
 
-// newToken makes a token that lasts ttl (0: until deleted).
+// newToken makes a token that lasts ttl (0: until deleted), and the
+// answer that tells it.
 func (s *Server) newToken(name string, perm security.Permission, by string, ttl time.Duration) ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
-	tok, acc, hash, err := security.NewToken()
+	muts, acc, secret, e, err := s.acl.NewToken(name, perm, by, ttl)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := s.acc.Clock.Now()
-	e := access.Entry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: now.UnixMilli(), CreatedBy: by}
-	if ttl > 0 {
-		e.ExpiresMs = now.Add(ttl).UnixMilli()
-	}
-	return []raftfsm.Mutation{raftfsm.Put(access.TokenPrefix+acc, access.MustJSON(e))},
-		&adminpb.AclCreateTokenResponse{Secret: tok, Token: tokenMsg(acc, e)}, nil
+	return muts, &adminpb.AclCreateTokenResponse{Secret: secret, Token: tokenMsg(acc, e)}, nil
 }
 
 func bindingMsg(client string, e access.Entry) *adminpb.AclBinding {
@@ -656,21 +600,10 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 	if _, err := s.b.Procedures(); err != nil {
 		return // not established: the state may not be caught up yet
 	}
-	var muts []raftfsm.Mutation
 	now := s.acc.Clock.Now().UnixMilli()
-	var granted []string
-	for name, perm := range s.acc.InitialGrants {
-		if _, ok := s.b.DomainGet(access.CertPrefix + name); ok {
-			continue
-		}
-		if _, revoked := s.b.DomainGet(access.RevokedPrefix + name); revoked {
-			continue // 'acl revoke' stands until 'acl grant'
-		}
-		granted = append(granted, name+"="+perm.String())
-		muts = append(muts, raftfsm.Put(access.CertPrefix+name, access.MustJSON(access.Entry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + s.b.ID() + access.InitialGrantMark})))
-	}
-	muts = append(muts, s.tokenUseWrites()...)
-	boot, bootMuts, err := s.bootstrapWrites(now)
+	muts, granted := s.acl.InitialGrantWrites(s.b.ID(), now)
+	muts = append(muts, s.acl.TokenUseWrites()...)
+	boot, bootMuts, err := s.acl.BootstrapWrites(s.b.ID(), now, s.acc.BootstrapTokenTTL)
 	if err != nil {
 		s.log.Error("bootstrap token", "error", err)
 		return
@@ -684,79 +617,24 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 		}
 	}
 	if len(granted) > 0 {
-		slices.Sort(granted)
 		s.log.Info("initial grants bound", "clients", granted)
 	}
 	if boot == nil {
 		return
 	}
-	s.mu.Lock()
-	told := s.bootTold
-	s.bootTold = true
-	s.mu.Unlock()
-	if !told {
-		s.log.Info("bootstrap token made", "accessor", boot.accessor)
+	if !s.acl.MarkBootTold() {
+		s.log.Info("bootstrap token made", "accessor", boot.Accessor)
 		if s.acc.OnBootstrap != nil {
-			s.acc.OnBootstrap(boot.secret)
+			s.acc.OnBootstrap(boot.Secret)
 		} else {
-			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.secret)
+			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.Secret)
 		}
 	}
 	// Told: say so in the replicated state, so that no later leader
 	// replaces it. If this write fails, the next tick makes it again.
-	rec := access.BootRecord{AtMs: now, By: s.b.ID(), Accessor: boot.accessor, Announced: true}
-	if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(access.BootKey, access.MustJSON(rec))}); err != nil {
+	if err := s.b.Mutate(ctx, access.BootToldWrites(s.b.ID(), boot.Accessor, now)); err != nil {
 		s.log.Warn("bootstrap token told, but not yet recorded as told; will retry", "error", err)
 		return
 	}
-	s.mu.Lock()
-	s.bootPending = nil
-	s.mu.Unlock()
-}
-
-// pendingBoot is a bootstrap token this master made and has yet to see
-// recorded as told.
-type pendingBoot struct{ accessor, secret string }
-
-// bootstrapWrites works out, on the leader, what the bootstrap needs: nil
-// when the bootstrap token was made and told; the pending token, with the
-// writes that make it (none if its writes committed already), when this
-// master made it and has yet to tell it.
-func (s *Server) bootstrapWrites(now int64) (*pendingBoot, []raftfsm.Mutation, error) {
-	var rec access.BootRecord
-	if v, ok := s.b.DomainGet(access.BootKey); ok {
-		if json.Unmarshal(v, &rec) == nil && rec.Announced {
-			return nil, nil, nil
-		}
-	}
-	s.mu.Lock()
-	pending := s.bootPending
-	s.mu.Unlock()
-	if pending != nil && rec.Accessor == pending.accessor {
-		if _, ok := s.b.DomainGet(access.TokenPrefix + pending.accessor); ok {
-			return pending, nil, nil // committed: tell it
-		}
-	}
-	var muts []raftfsm.Mutation
-	if pending != nil && pending.accessor != rec.Accessor {
-		// An earlier try of this master's, which may yet commit: it goes
-		// with the next.
-		muts = append(muts, raftfsm.Del(access.TokenPrefix+pending.accessor))
-	}
-	// None yet, or one whose secret only another master knew: make one
-	// (the other's token goes).
-	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)", s.acc.BootstrapTokenTTL)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rec.Accessor != "" {
-		muts = append(muts, raftfsm.Del(access.TokenPrefix+rec.Accessor))
-	}
-	pending = &pendingBoot{accessor: resp.GetToken().GetAccessor(), secret: resp.GetSecret()}
-	muts = append(muts, tm...)
-	muts = append(muts, raftfsm.Put(access.BootKey, access.MustJSON(access.BootRecord{AtMs: now, By: s.b.ID(), Accessor: pending.accessor})))
-	s.mu.Lock()
-	s.bootPending, s.bootTold = pending, false
-	s.mu.Unlock()
-	return pending, muts, nil
+	s.acl.BootRecorded()
 }

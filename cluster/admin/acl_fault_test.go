@@ -267,7 +267,7 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	if acc != rec.Accessor {
 		t.Fatalf("told %s, recorded %s", acc, rec.Accessor)
 	}
-	if _, err := s.tokenPrincipal(told[0]); err != nil {
+	if _, err := s.acl.TokenPrincipal(told[0]); err != nil {
 		t.Fatalf("the told token: %v", err)
 	}
 
@@ -284,7 +284,7 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	if len(told2) != 1 || told2[0] == told[0] {
 		t.Fatalf("a new leader finding an untold token told %d", len(told2))
 	}
-	if _, err := s2.tokenPrincipal(told[0]); status.Code(err) != codes.Unauthenticated {
+	if _, err := s2.acl.TokenPrincipal(told[0]); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("the replaced token still works: %v", err)
 	}
 }

@@ -67,7 +67,7 @@ func (s *Server) httpPrincipal(r *http.Request) (access.Principal, error) {
 		if !ok {
 			return access.Principal{}, errBadAuthHeader
 		}
-		p, err := s.tokenPrincipal(strings.TrimSpace(tok))
+		p, err := s.acl.TokenPrincipal(strings.TrimSpace(tok))
 		if err != nil {
 			return access.Principal{}, errTokenUnknown
 		}
@@ -91,7 +91,7 @@ func (s *Server) httpPrincipal(r *http.Request) (access.Principal, error) {
 		if !s.acc.ClientAuth.CertsGrant() {
 			return access.Principal{Kind: access.KindClient, ID: id.ID}, httpAuthError("baton: client/" + id.ID + " presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): send 'Authorization: Bearer <token>'")
 		}
-		return s.clientPrincipal(id.ID), nil
+		return s.acl.ClientPrincipal(id.ID), nil
 	}
 	return access.Principal{Kind: string(id.Role), ID: id.ID}, nil
 }

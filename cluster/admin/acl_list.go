@@ -104,7 +104,7 @@ func (s *Server) addAclListEntry(out *adminpb.AclListResponse, page *aclPage, pr
 	}
 	t := tokenMsg(name, e)
 	t.CreatedBy, _ = clipText(t.GetCreatedBy(), maxAnswerText)
-	t.LastUsedUnixMs = s.tokenLastUse(t.GetAccessor())
+	t.LastUsedUnixMs = s.acl.TokenLastUse(t.GetAccessor())
 	return page.add(k, t) && appendTo(&out.Tokens, t)
 }
 

@@ -185,3 +185,8 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 	}
 	return nil
 }
+
+// domainReader is a Backend as access control reads it.
+type domainReader struct{ b Backend }
+
+func (r domainReader) Get(key string) ([]byte, bool) { return r.b.DomainGet(key) }

@@ -115,7 +115,7 @@ type Server struct {
 	// an address no proven registration gave (secretMayGo).
 	unprovenDial []grpc.DialOption
 	fwd          map[*fwdCall]struct{} // forwarded calls in flight
-	uses         tokenUses             // tokens' last uses noted here
+	acl          *access.ACL           // access control's state, and its tokens' last uses noted here
 	gs           *grpc.Server
 	started      bool
 	closed       bool
@@ -132,10 +132,6 @@ type Server struct {
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
 	exporter *auditExporter
-	// bootPending is the bootstrap token this master made and has not
-	// yet recorded as told; bootTold, that it told it (under mu).
-	bootPending *pendingBoot
-	bootTold    bool
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -209,6 +205,9 @@ func New(b Backend, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.acc = cfg.Access.withDefaults()
+	}
+	s.acl = access.NewACL(domainReader{b}, s.acc.Clock, s.acc.InitialGrants)
+	if cfg.Access != nil {
 		var err error
 		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {
 			return nil, err
