@@ -361,7 +361,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil && s.b.IsLeader() && !note.isRemote() {
 			first = s.auditRecord(ctx, p, method, req, nil, nil)
 			first.Code = access.AuditPending
-			note.start = &auditStart{ch: s.audit.start(first)}
+			note.start = &auditStart{ch: s.audit.Start(first)}
 			begun = note.start.ch
 		}
 		var resp any
@@ -379,12 +379,12 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		var aerr error
 		if begun != nil {
-			if aerr = note.start.wait(s.stopCh); aerr == nil {
+			if aerr = note.start.wait(s.audit); aerr == nil {
 				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
-				s.audit.update(rec)
+				s.audit.Update(rec)
 			}
 		} else {
-			aerr = s.audit.append(ctx, rec)
+			aerr = s.audit.Append(ctx, rec)
 		}
 		if aerr != nil {
 			s.log.Error("audit record not committed", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)

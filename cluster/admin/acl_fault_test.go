@@ -184,7 +184,7 @@ func TestRetentionByTheLeadersClock(t *testing.T) {
 		t.Fatalf("%d records before the retention passed, want 4", n)
 	}
 	clk.Advance(3 * time.Hour)
-	if err := s.audit.commit(nil); err != nil {
+	if err := s.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs := auditOf(t, ctx, ops); len(recs) != 0 {
@@ -307,15 +307,15 @@ func TestAuditOutcomes(t *testing.T) {
 	ops := sc.as(0, "ops", "")
 	waitBound(t, ctx, ops, "admin")
 	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: access.AuditPending}
-	if err := waitAudit(s.audit.start(started), s.stopCh); err != nil {
+	if err := s.audit.Wait(s.audit.Start(started)); err != nil {
 		t.Fatal(err)
 	}
 	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: access.AuditPending}
-	if err := waitAudit(s.audit.start(limited), s.stopCh); err != nil {
+	if err := s.audit.Wait(s.audit.Start(limited)); err != nil {
 		t.Fatal(err)
 	}
 	for range 6 {
-		if err := s.audit.append(ctx, &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/other", Code: "OK"}); err != nil {
+		if err := s.audit.Append(ctx, &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/other", Code: "OK"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -328,17 +328,17 @@ func TestAuditOutcomes(t *testing.T) {
 		t.Fatal("a started record was pruned before its outcome")
 	}
 	outcome := &adminpb.AuditRecord{Id: limited.GetId(), Method: "SubmitProcedure", Principal: "client/eager", Code: "ResourceExhausted", Refused: true}
-	if err := s.audit.append(ctx, outcome); err != nil {
+	if err := s.audit.Append(ctx, outcome); err != nil {
 		t.Fatal(err)
 	}
 	if served, refused := has(limited.GetId()); served || !refused {
 		t.Fatalf("a rate-limited call's record: in the served calls %v, in the refusals %v; want moved to the refusals", served, refused)
 	}
 	done := &adminpb.AuditRecord{Id: started.GetId(), Method: "CreateTable", Principal: "client/slow", Code: "OK"}
-	if err := s.audit.append(ctx, done); err != nil {
+	if err := s.audit.Append(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.audit.commit(nil); err != nil {
+	if err := s.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	n := 0

@@ -119,11 +119,11 @@ func (s *Server) RegionServerRefusals(ctx context.Context, serverID string, reps
 		if rec.Principal == "" {
 			rec.Principal = access.KindAnonymous
 		}
-		dones = append(dones, s.audit.start(rec))
+		dones = append(dones, s.audit.Start(rec))
 	}
 	go func() {
 		for _, d := range dones {
-			if err := waitAudit(d, s.stopCh); err != nil {
+			if err := s.audit.Wait(d); err != nil {
 				s.log.Warn("a region server's refusal not recorded in the audit trail", "via", via, "error", err)
 				return
 			}

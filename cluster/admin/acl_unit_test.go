@@ -55,7 +55,7 @@ func TestAuditRetention(t *testing.T) {
 	}
 	// Idle, the leader's own round drops them too.
 	clk.Advance(2 * time.Hour)
-	if err := sc.nodes[0].srv.audit.commit(nil); err != nil {
+	if err := sc.nodes[0].srv.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs = auditOf(t, ctx, ops); len(recs) != 0 {

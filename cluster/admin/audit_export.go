@@ -46,8 +46,8 @@ const (
 	auditExportEvery = 250 * time.Millisecond
 	// auditExportGrace is how long a record may say PENDING before it is
 	// exported as such: its outcome is normally written over it within
-	// auditWriteTimeout; past that the leader that served it died first.
-	auditExportGrace = 3 * auditWriteTimeout
+	// access.WriteTimeout; past that the leader that served it died first.
+	auditExportGrace = 3 * access.WriteTimeout
 )
 
 // Validate reports a bad setting.
@@ -411,7 +411,7 @@ func (e *auditExporter) read(sc auditScanner) {
 		n := 0
 		sc.DomainScanFrom(prefix, from, func(k string, v []byte) bool {
 			suffix := strings.TrimPrefix(k, prefix)
-			if n++; n > auditBatch {
+			if n++; n > access.Batch {
 				if cut == "" || suffix < cut {
 					cut = suffix
 				}

@@ -108,7 +108,7 @@ func (s *Server) recordRefusal(ctx context.Context, p access.Principal, method s
 	markRefusalRecorded(ctx)
 	rec := s.auditRecord(ctx, p, method, req, nil, err)
 	rec.Refused = true
-	if aerr := s.audit.append(ctx, rec); aerr != nil {
+	if aerr := s.audit.Append(ctx, rec); aerr != nil {
 		s.log.Warn("refusal not recorded in the audit trail", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
 	}
 }
@@ -134,9 +134,9 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p access.Principal, code int
 	default:
 		rec.Code = codes.PermissionDenied.String()
 	}
-	done := s.audit.start(rec)
+	done := s.audit.Start(rec)
 	go func() {
-		if err := waitAudit(done, s.stopCh); err != nil {
+		if err := s.audit.Wait(done); err != nil {
 			s.log.Warn("HTTP refusal not recorded in the audit trail", "path", reqlimit.Escape(r.URL.Path), "principal", p.String(), "error", err)
 		}
 	}()

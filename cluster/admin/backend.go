@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -190,3 +191,42 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 type domainReader struct{ b Backend }
 
 func (r domainReader) Get(key string) ([]byte, bool) { return r.b.DomainGet(key) }
+
+// termer is a backend that knows the Raft term.
+type termer interface{ Term() uint64 }
+
+// stateOf is a Backend as the audit trail writes it (access.State): its
+// term, if it knows one (0 otherwise).
+type stateOf struct{ b Backend }
+
+func (st stateOf) IsLeader() bool { return st.b.IsLeader() }
+
+func (st stateOf) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
+	return st.b.Mutate(ctx, muts)
+}
+
+func (st stateOf) Term() uint64 {
+	if t, ok := st.b.(termer); ok {
+		return t.Term()
+	}
+	return 0
+}
+
+// scanningStateOf is stateOf a Backend that can walk its domain keys
+// (access.Scanner): only such a trail prunes.
+type scanningStateOf struct {
+	stateOf
+	sc domainScanner
+}
+
+func (st scanningStateOf) Scan(prefix string, fn func(string, []byte) bool) {
+	st.sc.DomainScan(prefix, fn)
+}
+
+// trailState is b as the audit trail uses it.
+func trailState(b Backend) access.State {
+	if sc, ok := b.(domainScanner); ok {
+		return scanningStateOf{stateOf{b}, sc}
+	}
+	return stateOf{b}
+}

@@ -127,7 +127,7 @@ type Server struct {
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
-	audit   *auditLog // nil without Config.Access
+	audit   *access.Trail // nil without Config.Access
 	// changes is Access.ChangeLimit's buckets; nil: no limit.
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
@@ -212,7 +212,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {
 			return nil, err
 		}
-		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
+		if s.audit, err = newAuditTrail(s); err != nil {
 			return nil, err
 		}
 		if s.changes, err = newChangeLimiter(s.acc.ChangeLimit, s.acc.Clock, s.acc.Metrics); err != nil {
@@ -274,7 +274,7 @@ func (s *Server) Start(advertise string) error {
 	go s.watchLeader()
 	if s.audit != nil {
 		s.loops.Add(1)
-		go s.audit.run()
+		go s.audit.Run()
 	}
 	if s.exporter != nil {
 		s.loops.Add(1)
