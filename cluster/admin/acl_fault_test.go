@@ -155,7 +155,7 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 	if !slices.Equal(back, paged) {
 		t.Fatalf("newest first, reversed: %v; oldest first: %v", back, paged)
 	}
-	if _, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: adminpb.EncodePageToken(auditPageToken, "x"), NewestFirst: true}); status.Code(err) != codes.InvalidArgument {
+	if _, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: adminpb.EncodePageToken(access.PageToken, "x"), NewestFirst: true}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an oldest-first token in a newest-first listing: %v", err)
 	}
 }
