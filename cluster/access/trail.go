@@ -96,7 +96,7 @@ type Trail struct {
 	kick  chan struct{}
 
 	mu      sync.Mutex
-	pending []pendingRecord
+	pending []pendingWrite
 
 	// The leader's numbering, written on Run's goroutine only; term and
 	// the spaces under mu, which the writes in flight also take.
@@ -118,7 +118,7 @@ type space struct {
 	idx *Index // nil when unknown
 }
 
-type pendingRecord struct {
+type pendingWrite struct {
 	rec  *adminpb.AuditRecord
 	done chan error // nil: nobody waits (an outcome written over its record)
 }
@@ -152,7 +152,7 @@ func (l *Trail) Append(ctx context.Context, recs ...*adminpb.AuditRecord) error 
 	for i, r := range recs {
 		SanitizeRecord(r)
 		dones[i] = make(chan error, 1)
-		l.pending = append(l.pending, pendingRecord{rec: r, done: dones[i]})
+		l.pending = append(l.pending, pendingWrite{rec: r, done: dones[i]})
 	}
 	l.mu.Unlock()
 	select {
@@ -171,15 +171,15 @@ func (l *Trail) Append(ctx context.Context, recs ...*adminpb.AuditRecord) error 
 // says when it is (rec.Id is set by then).
 func (l *Trail) Start(rec *adminpb.AuditRecord) <-chan error {
 	done := make(chan error, 1)
-	l.enqueue(pendingRecord{rec: rec, done: done})
+	l.enqueue(pendingWrite{rec: rec, done: done})
 	return done
 }
 
 // Update writes rec, already numbered (rec.Id), over its record, without
 // waiting: an outcome, best effort.
-func (l *Trail) Update(rec *adminpb.AuditRecord) { l.enqueue(pendingRecord{rec: rec}) }
+func (l *Trail) Update(rec *adminpb.AuditRecord) { l.enqueue(pendingWrite{rec: rec}) }
 
-func (l *Trail) enqueue(p pendingRecord) {
+func (l *Trail) enqueue(p pendingWrite) {
 	SanitizeRecord(p.rec)
 	l.mu.Lock()
 	l.pending = append(l.pending, p)

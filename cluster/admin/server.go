@@ -131,7 +131,7 @@ type Server struct {
 	// changes is Access.ChangeLimit's buckets; nil: no limit.
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
-	exporter *auditExporter
+	exporter *access.Exporter
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -278,7 +278,7 @@ func (s *Server) Start(advertise string) error {
 	}
 	if s.exporter != nil {
 		s.loops.Add(1)
-		go s.exporter.run()
+		go s.exporter.Run()
 	}
 	return nil
 }
