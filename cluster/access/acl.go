@@ -2,6 +2,8 @@ package access
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/security"
 )
@@ -120,4 +123,37 @@ func (a *ACL) NewToken(name string, perm security.Permission, by string, ttl tim
 		e.ExpiresMs = now.Add(ttl).UnixMilli()
 	}
 	return []raftfsm.Mutation{raftfsm.Put(TokenPrefix+acc, MustJSON(e))}, acc, tok, e, nil
+}
+
+// CertGrants are the replicated bindings (read by sc; none if nil), and
+// the initial grants this master honours before they are bound
+// (ClientPrincipal: not a revoked one), sorted by client: what region
+// servers are told to judge clients' certificates by.
+func (a *ACL) CertGrants(sc Scanner) []*rspb.ClientGrant {
+	held := map[string]string{}
+	for name, perm := range a.initialGrants {
+		if _, revoked := a.state.Get(RevokedPrefix + name); !revoked {
+			held[name] = perm.String()
+		}
+	}
+	if sc != nil {
+		sc.Scan(CertPrefix, func(k string, v []byte) bool {
+			var e Entry
+			name := strings.TrimPrefix(k, CertPrefix)
+			if json.Unmarshal(v, &e) != nil {
+				// Unreadable, so it grants nothing here either.
+				e.Permission = ""
+			}
+			held[name] = e.Permission
+			return true
+		})
+	}
+	out := make([]*rspb.ClientGrant, 0, len(held))
+	for name, perm := range held {
+		if p, err := security.ParsePermission(perm); err == nil && p != security.PermNone {
+			out = append(out, &rspb.ClientGrant{Client: name, Permission: perm})
+		}
+	}
+	slices.SortFunc(out, func(a, b *rspb.ClientGrant) int { return strings.Compare(a.GetClient(), b.GetClient()) })
+	return out
 }

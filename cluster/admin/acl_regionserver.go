@@ -4,9 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"slices"
-	"strings"
 
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -24,45 +21,13 @@ func (s *Server) RegionServerGrants() *rspb.AccessGrants {
 	if s.cfg.Access != nil && s.acc.Enforce {
 		g.Enforced = true
 		if s.acc.ClientAuth.CertsGrant() {
-			g.Clients = s.certGrants()
+			g.Clients = s.acl.CertGrants(scannerOf(s.b))
 		} else {
 			g.TokensOnly = true
 		}
 	}
 	g.Version = grantsVersion(g)
 	return g
-}
-
-// certGrants are the replicated bindings, and the initial grants this
-// master honours before they are bound (clientPrincipal: not a revoked
-// one), sorted by client.
-func (s *Server) certGrants() []*rspb.ClientGrant {
-	held := map[string]string{}
-	for name, perm := range s.acc.InitialGrants {
-		if _, revoked := s.b.DomainGet(access.RevokedPrefix + name); !revoked {
-			held[name] = perm.String()
-		}
-	}
-	if sc, ok := s.b.(domainScanner); ok {
-		sc.DomainScan(access.CertPrefix, func(k string, v []byte) bool {
-			var e access.Entry
-			name := strings.TrimPrefix(k, access.CertPrefix)
-			if json.Unmarshal(v, &e) != nil {
-				// Unreadable, so it grants nothing here either.
-				e.Permission = ""
-			}
-			held[name] = e.Permission
-			return true
-		})
-	}
-	out := make([]*rspb.ClientGrant, 0, len(held))
-	for name, perm := range held {
-		if p, err := security.ParsePermission(perm); err == nil && p != security.PermNone {
-			out = append(out, &rspb.ClientGrant{Client: name, Permission: perm})
-		}
-	}
-	slices.SortFunc(out, func(a, b *rspb.ClientGrant) int { return strings.Compare(a.GetClient(), b.GetClient()) })
-	return out
 }
 
 // grantsVersion is a digest of g's content, never 0 (which says "none" on

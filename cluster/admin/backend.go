@@ -216,17 +216,27 @@ func (st stateOf) Term() uint64 {
 // (access.Scanner): only such a trail prunes.
 type scanningStateOf struct {
 	stateOf
-	sc domainScanner
-}
-
-func (st scanningStateOf) Scan(prefix string, fn func(string, []byte) bool) {
-	st.sc.DomainScan(prefix, fn)
+	domainScans
 }
 
 // trailState is b as the audit trail uses it.
 func trailState(b Backend) access.State {
 	if sc, ok := b.(domainScanner); ok {
-		return scanningStateOf{stateOf{b}, sc}
+		return scanningStateOf{stateOf{b}, domainScans{sc}}
 	}
 	return stateOf{b}
+}
+
+// domainScans is a domainScanner as access.Scanner.
+type domainScans struct{ sc domainScanner }
+
+func (d domainScans) Scan(prefix string, fn func(string, []byte) bool) { d.sc.DomainScan(prefix, fn) }
+
+// scannerOf is b's domain keys as access reads them; nil if b cannot
+// walk them.
+func scannerOf(b Backend) access.Scanner {
+	if sc, ok := b.(domainScanner); ok {
+		return domainScans{sc}
+	}
+	return nil
 }
