@@ -505,7 +505,7 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
 		muts, e := s.acl.GrantWrites(req.GetClient(), perm, s.createdBy(ctx))
-		return muts, bindingMsg(req.GetClient(), e), nil
+		return muts, e.Binding(req.GetClient()), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
 		return c.AclGrant(ctx, req)
 	})
@@ -569,19 +569,7 @@ func (s *Server) newToken(name string, perm security.Permission, by string, ttl 
 	if err != nil {
 		return nil, nil, err
 	}
-	return muts, &adminpb.AclCreateTokenResponse{Secret: secret, Token: tokenMsg(acc, e)}, nil
-}
-
-func bindingMsg(client string, e access.Entry) *adminpb.AclBinding {
-	source := access.SourceGrant
-	if strings.HasSuffix(e.CreatedBy, access.InitialGrantMark) {
-		source = access.SourceInitialGrants
-	}
-	return &adminpb.AclBinding{Client: client, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, Source: source}
-}
-
-func tokenMsg(acc string, e access.Entry) *adminpb.AclToken {
-	return &adminpb.AclToken{Accessor: acc, Name: e.Name, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, ExpiresUnixMs: e.ExpiresMs}
+	return muts, &adminpb.AclCreateTokenResponse{Secret: secret, Token: e.Token(acc)}, nil
 }
 
 // domainScannerFrom is a backend that can walk its domain keys in order
