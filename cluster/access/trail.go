@@ -297,7 +297,7 @@ func (l *Trail) Commit(recs []*adminpb.AuditRecord) error {
 	return write()
 }
 
-// prepare numbers recs and works out the prunes due, on run's goroutine
+// prepare numbers recs and works out the prunes due, on Run's goroutine
 // (the numbering's only writer), and returns the write to make.
 func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	if !l.state.IsLeader() {
