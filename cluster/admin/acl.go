@@ -2,10 +2,8 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -154,116 +153,10 @@ func (a Access) withDefaults() Access {
 }
 
 // MasterOnlyMethods are the admin methods (short names) only masters
-// call (admin.proto's rules with callers MASTERS): a gRPC server
-// admitting callers without a certificate keeps them certificate-only
+// call (access.MasterOnlyMethods): a gRPC server admitting callers
+// without a certificate keeps them certificate-only
 // (security.MasterPolicyFor).
-func MasterOnlyMethods() []string {
-	return adminMethods(func(r methodRule) bool { return !r.clientMay })
-}
-
-// ruleOf is the rule of an admin method (its short name). One admin.proto
-// does not declare, which the service cannot have (New refuses to start
-// with a method lacking a rule), is closed: it needs admin, and is
-// audited.
-func ruleOf(method string) methodRule {
-	if r, ok := adminRules[security.AdminService+method]; ok {
-		return r
-	}
-	return methodRule{clientMay: true, perm: security.PermAdmin, audited: true}
-}
-
-// MethodPermission is the permission a client needs to call an admin
-// method (its short name, e.g. "CreateTable"); false for a method only
-// masters may call.
-func MethodPermission(method string) (security.Permission, bool) {
-	r := ruleOf(method)
-	return r.perm, r.clientMay
-}
-
-// Audited says calls of method are recorded in the audit trail.
-func Audited(method string) bool {
-	return ruleOf(method).audited
-}
-
-// The replicated state of access control, in the domain keys.
-const (
-	aclCertPrefix  = "acl/cert/"
-	aclTokenPrefix = "acl/token/"
-	// aclBootKey records that the bootstrap token was made.
-	aclBootKey = "acl/bootstrap"
-	// aclRevokedPrefix marks a client revoked (aclRevocation): no
-	// leader's InitialGrants binds it again until AclGrant does. A master
-	// of 0.1.0 does not know it (see docs/security.md).
-	aclRevokedPrefix = "acl/revoked/"
-	// aclTokenUsePrefix holds when a token was last used (tokenUse), apart
-	// from the token so that recording a use never rewrites it (nor
-	// brings a deleted one back).
-	aclTokenUsePrefix = "acl/tokenuse/"
-)
-
-// Where a binding came from (AclBinding.source).
-const (
-	sourceGrant         = "grant"
-	sourceInitialGrants = "initial-grants"
-	// initialGrantMark ends the created_by of a binding a leader made from
-	// its InitialGrants, as 0.1.0 already wrote it.
-	initialGrantMark = " (initial grant)"
-)
-
-// aclRevocation is the value of a revoked client's key.
-type aclRevocation struct {
-	AtMs int64  `json:"at_ms"`
-	By   string `json:"by"`
-}
-
-// tokenUse is the value of a token's last-use key.
-type tokenUse struct {
-	AtMs int64 `json:"at_ms"`
-}
-
-// tokenUseGrain is how often at most a token's last use is written: a
-// token used on every call costs one small Raft write a minute, not one a
-// call.
-const tokenUseGrain = time.Minute
-
-// aclEntry is the value of a binding or a token.
-type aclEntry struct {
-	Permission string `json:"permission"`
-	Name       string `json:"name,omitempty"` // a token's
-	Hash       string `json:"hash,omitempty"` // a token's secret's SHA-256
-	CreatedMs  int64  `json:"created_ms"`
-	CreatedBy  string `json:"created_by"`
-	// ExpiresMs is when a token stops being accepted; 0 (and every token
-	// of 0.1.0) never.
-	ExpiresMs int64 `json:"expires_ms,omitempty"`
-}
-
-// Kinds of principal.
-const (
-	kindClient    = "client"
-	kindToken     = "token"
-	kindMaster    = "master"
-	kindAnonymous = "anonymous"
-)
-
-// principal is who makes a call, as far as access control and the audit
-// trail are concerned.
-type principal struct {
-	kind string
-	id   string // client name, token accessor or master id
-	name string // a token's name
-	perm security.Permission
-	// token is the bearer token the call carried, passed on when it is
-	// forwarded (the leader checks it against its own state).
-	token string
-}
-
-func (p principal) String() string {
-	if p.kind == kindAnonymous {
-		return kindAnonymous
-	}
-	return p.kind + "/" + p.id
-}
+func MasterOnlyMethods() []string { return access.MasterOnlyMethods() }
 
 // principalKey carries, on a call a master forwards, the client
 // certificate the call came with ("client/<name>"): the leader takes a
@@ -274,8 +167,8 @@ type principalCtxKey struct{}
 
 // principalOf is the principal the access interceptor found for ctx's
 // call, if it ran.
-func principalOf(ctx context.Context) (principal, bool) {
-	p, ok := ctx.Value(principalCtxKey{}).(principal)
+func principalOf(ctx context.Context) (access.Principal, bool) {
+	p, ok := ctx.Value(principalCtxKey{}).(access.Principal)
 	return p, ok
 }
 
@@ -286,16 +179,16 @@ func forwardPrincipal(ctx context.Context) []string {
 		return nil
 	}
 	switch {
-	case p.token != "":
-		return []string{"authorization", "Bearer " + p.token}
-	case p.kind == kindMaster:
-		if id, self := security.CallerOf(ctx); self && id.Role == security.RoleMaster && id.ID == p.id && !actingForMaster(ctx) {
+	case p.Token != "":
+		return []string{"authorization", "Bearer " + p.Token}
+	case p.Kind == access.KindMaster:
+		if id, self := security.CallerOf(ctx); self && id.Role == security.RoleMaster && id.ID == p.ID && !actingForMaster(ctx) {
 			return nil // the forwarding master's own call (or its caller's, who used its certificate)
 		}
 		// Another master's certificate, at this master's console: the
 		// leader names that one (an older leader ignores the key and
 		// names this master, as before).
-		return []string{security.OnBehalfKey, (security.Identity{Role: security.RoleMaster, ID: p.id}).String()}
+		return []string{security.OnBehalfKey, (security.Identity{Role: security.RoleMaster, ID: p.ID}).String()}
 	}
 	// A client, or anonymous: the leader judges the call as that, never
 	// as the master forwarding it.
@@ -324,147 +217,61 @@ func incomingOne(ctx context.Context, key string) (string, bool) {
 // resolve names the caller of ctx's call and what it may do. Its error
 // is an UNAUTHENTICATED status: a token not recognized, a forwarded
 // principal malformed.
-func (s *Server) resolve(ctx context.Context) (principal, error) {
+func (s *Server) resolve(ctx context.Context) (access.Principal, error) {
 	caller, tls := security.CallerOf(ctx)
 	tok, hasTok := security.TokenOf(ctx)
 	if !tls && !hasTok && security.OverTLS(ctx) {
 		// No certificate (the handshake let it through: --client-auth
 		// token or either) and no token: no one.
-		return principal{kind: kindAnonymous}, status.Error(codes.Unauthenticated, "admin: "+s.acc.ClientAuth.NoCredentialsAdvice())
+		return access.Principal{Kind: access.KindAnonymous}, status.Error(codes.Unauthenticated, "admin: "+s.acc.ClientAuth.NoCredentialsAdvice())
 	}
-	var p principal
+	var p access.Principal
 	switch {
 	case tls && caller.Role == security.RoleMaster:
 		if v, ok := incomingOne(ctx, principalKey); ok {
-			if v == kindAnonymous {
-				return principal{kind: kindAnonymous}, nil
+			if v == access.KindAnonymous {
+				return access.Principal{Kind: access.KindAnonymous}, nil
 			}
-			name, isClient := strings.CutPrefix(v, kindClient+"/")
+			name, isClient := strings.CutPrefix(v, access.KindClient+"/")
 			if !isClient || (security.Identity{Role: security.RoleClient, ID: name}).Validate() != nil {
-				return principal{kind: kindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: master %s forwarded a call for %q, which names no client", caller.ID, v)
+				return access.Principal{Kind: access.KindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: master %s forwarded a call for %q, which names no client", caller.ID, v)
 			}
-			p = principal{kind: kindClient, id: name}
+			p = access.Principal{Kind: access.KindClient, ID: name}
 		} else if user, ok := security.ActingFor(ctx); ok && user.Role == security.RoleClient {
-			p = principal{kind: kindClient, id: user.ID}
+			p = access.Principal{Kind: access.KindClient, ID: user.ID}
 		} else if ok && user.Role == security.RoleMaster {
 			// A person holding a master's certificate, at a master's
 			// console (or passed on by a standby): named as that master,
 			// not as the one whose console or forward carried the call.
-			return principal{kind: kindMaster, id: user.ID, perm: security.PermAdmin}, nil
+			return access.Principal{Kind: access.KindMaster, ID: user.ID, Perm: security.PermAdmin}, nil
 		} else if hasTok {
-			return s.tokenPrincipal(tok)
+			return s.acl.TokenPrincipal(tok)
 		} else {
-			return principal{kind: kindMaster, id: caller.ID, perm: security.PermAdmin}, nil
+			return access.Principal{Kind: access.KindMaster, ID: caller.ID, Perm: security.PermAdmin}, nil
 		}
 	case hasTok:
-		p, err := s.tokenPrincipal(tok)
-		if err != nil && p.kind == kindAnonymous && tls {
+		p, err := s.acl.TokenPrincipal(tok)
+		if err != nil && p.Kind == access.KindAnonymous && tls {
 			// A token malformed or not verified: the record names the
 			// certificate.
-			p = principal{kind: string(caller.Role), id: caller.ID}
+			p = access.Principal{Kind: string(caller.Role), ID: caller.ID}
 		}
 		return p, err
 	case tls && caller.Role == security.RoleClient:
-		p = principal{kind: kindClient, id: caller.ID}
+		p = access.Principal{Kind: access.KindClient, ID: caller.ID}
 	case tls:
 		// A region server: the identity policy admits none to the admin
 		// service; a stray one holds nothing here either.
-		return principal{kind: string(caller.Role), id: caller.ID}, nil
+		return access.Principal{Kind: string(caller.Role), ID: caller.ID}, nil
 	default:
-		return principal{kind: kindAnonymous}, nil
+		return access.Principal{Kind: access.KindAnonymous}, nil
 	}
 	if !s.acc.ClientAuth.CertsGrant() && s.acc.Enforce {
 		// --client-auth token: a client's certificate (its own, or the one
 		// a master passes on for it) says who it is but holds nothing.
 		return p, status.Errorf(codes.Unauthenticated, "admin: %s presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): give --token or BATON_TOKEN", p)
 	}
-	return s.clientPrincipal(p.id), nil
-}
-
-// clientPrincipal is client name with the permission bound to it.
-func (s *Server) clientPrincipal(name string) principal {
-	p := principal{kind: kindClient, id: name}
-	if v, ok := s.b.DomainGet(aclCertPrefix + name); ok {
-		var e aclEntry
-		if json.Unmarshal(v, &e) == nil {
-			p.perm, _ = security.ParsePermission(e.Permission)
-		}
-		return p
-	}
-	// Not bound yet (the leader binds it at its next tick): this master's
-	// own configuration already says what it holds, so a client calling
-	// the moment a leader is elected is not refused. Unless revoked: then
-	// it holds nothing, whatever the configuration says.
-	if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); !revoked {
-		p.perm = s.acc.InitialGrants[name]
-	}
-	return p
-}
-
-// tokenPrincipal checks a bearer token against the local state.
-func (s *Server) tokenPrincipal(tok string) (principal, error) {
-	acc, secret, err := security.ParseToken(tok)
-	if err != nil {
-		return principal{kind: kindAnonymous}, status.Error(codes.Unauthenticated, "admin: the call's bearer token is malformed: want 'authorization: Bearer bt_<accessor>_<secret>' as 'baton acl token create' printed it")
-	}
-	v, ok := s.b.DomainGet(aclTokenPrefix + acc)
-	var e aclEntry
-	if !ok || json.Unmarshal(v, &e) != nil || !security.TokenMatches(secret, e.Hash) {
-		// Not named by its accessor, which anyone may know: its refusals
-		// would be charged to the token's holder and push out its own
-		// records, and made-up accessors would be endless principals.
-		// The caller is its certificate or its address (resolve); the
-		// accessor (hex, checked by ParseToken) is in the message only.
-		return principal{kind: kindAnonymous}, status.Errorf(codes.Unauthenticated, "admin: token %s is not recognized (deleted, mistyped, or of another cluster)", acc)
-	}
-	now := s.acc.Clock.Now()
-	if e.ExpiresMs != 0 && now.UnixMilli() >= e.ExpiresMs {
-		return principal{kind: kindToken, id: acc, name: e.Name}, status.Errorf(codes.Unauthenticated, "admin: token %s (%s) expired at %s: an admin makes a new one ('baton acl token create', --ttl for how long it lasts)",
-			acc, e.Name, time.UnixMilli(e.ExpiresMs).UTC().Format(time.RFC3339))
-	}
-	s.noteTokenUse(acc, now)
-	perm, _ := security.ParsePermission(e.Permission)
-	return principal{kind: kindToken, id: acc, name: e.Name, perm: perm, token: tok}, nil
-}
-
-// authorize decides a call of method by p: nil, or the status to answer.
-func (s *Server) authorize(p principal, method string) error {
-	need, clientMay := MethodPermission(method)
-	if p.kind == kindMaster {
-		return nil
-	}
-	if !clientMay {
-		if !s.acc.Enforce && p.kind == kindAnonymous {
-			return nil // plaintext without access control: nothing to tell a master by
-		}
-		return status.Errorf(codes.PermissionDenied, "admin: %s is called only by masters, not by %s", method, p)
-	}
-	if !s.acc.Enforce {
-		return nil
-	}
-	if p.kind == kindAnonymous {
-		if need == security.PermNone {
-			return nil
-		}
-		return status.Errorf(codes.Unauthenticated, "admin: %s needs permission %s: present a client certificate bound to one ('baton acl grant') or a token (--token, BATON_TOKEN)", method, need)
-	}
-	if !p.perm.Covers(need) {
-		held := "no permission"
-		if p.perm != security.PermNone {
-			held = "permission " + p.perm.String()
-		}
-		return status.Errorf(codes.PermissionDenied, "admin: %s needs permission %s; %s holds %s", method, need, p, held)
-	}
-	return nil
-}
-
-// effective is the permission p may use here: all of it when access
-// control is not enforced.
-func (s *Server) effective(p principal) security.Permission {
-	if !s.acc.Enforce || p.kind == kindMaster {
-		return security.PermAdmin
-	}
-	return p.perm
+	return s.acl.ClientPrincipal(p.ID), nil
 }
 
 // accessMetrics are the counters of refusals.
@@ -486,7 +293,7 @@ func newAccessMetrics(reg prometheus.Registerer) (*accessMetrics, error) {
 }
 
 func (m *accessMetrics) deny(method string, err error) {
-	need, ok := MethodPermission(method)
+	need, ok := access.MethodPermission(method)
 	label := need.String()
 	if !ok {
 		label = "master"
@@ -515,7 +322,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		p, err := s.resolve(ctx)
 		if err == nil {
 			ctx = context.WithValue(ctx, principalCtxKey{}, p)
-			err = s.authorize(p, method)
+			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
@@ -524,7 +331,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only
 		// master-only methods, which are not audited.
-		audited := Audited(method)
+		audited := access.Audited(method)
 		var note *auditNote
 		if audited {
 			markRefusalRecorded(ctx) // the record below is the call's
@@ -553,8 +360,8 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		var first *adminpb.AuditRecord
 		if err == nil && s.b.IsLeader() && !note.isRemote() {
 			first = s.auditRecord(ctx, p, method, req, nil, nil)
-			first.Code = AuditPending
-			note.start = &auditStart{ch: s.audit.start(first)}
+			first.Code = access.AuditPending
+			note.start = &auditStart{ch: s.audit.Start(first)}
 			begun = note.start.ch
 		}
 		var resp any
@@ -568,16 +375,16 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 			// Lost the leadership while holding the call, then forwarded
 			// it: the new leader records it too.
-			rec.Message = cut("forwarded to the new leader, whose record is the call's: "+rec.GetMessage(), auditFieldMax)
+			rec.Message = access.Cut("forwarded to the new leader, whose record is the call's: "+rec.GetMessage(), access.FieldMax)
 		}
 		var aerr error
 		if begun != nil {
-			if aerr = note.start.wait(s.stopCh); aerr == nil {
+			if aerr = note.start.wait(s.audit); aerr == nil {
 				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
-				s.audit.update(rec)
+				s.audit.Update(rec)
 			}
 		} else {
-			aerr = s.audit.append(ctx, rec)
+			aerr = s.audit.Append(ctx, rec)
 		}
 		if aerr != nil {
 			s.log.Error("audit record not committed", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
@@ -613,7 +420,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		ctx := ss.Context()
 		p, err := s.resolve(ctx)
 		if err == nil {
-			err = s.authorize(p, method)
+			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
 			s.accessM.deny(method, err)
@@ -645,7 +452,7 @@ func (s *Server) WhoAmI(ctx context.Context, _ *adminpb.WhoAmIRequest) (*adminpb
 			return nil, err
 		}
 	}
-	return &adminpb.WhoAmIResponse{Principal: p.String(), Permission: s.effective(p).String(), Enforced: s.acc.Enforce, Name: p.name}, nil
+	return &adminpb.WhoAmIResponse{Principal: p.String(), Permission: access.Effective(p, s.acc.Enforce).String(), Enforced: s.acc.Enforce, Name: p.Name}, nil
 }
 
 // aclWrite commits muts at the leader, forwarding from a standby.
@@ -669,7 +476,7 @@ func (s *Server) createdBy(ctx context.Context) string {
 	if p, ok := principalOf(ctx); ok {
 		return p.String()
 	}
-	return kindAnonymous
+	return access.KindAnonymous
 }
 
 func parsePerm(call, s string) (security.Permission, error) {
@@ -697,8 +504,8 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 		return nil, err
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
-		e := aclEntry{Permission: perm.String(), CreatedMs: s.acc.Clock.Now().UnixMilli(), CreatedBy: s.createdBy(ctx)}
-		return []raftfsm.Mutation{raftfsm.Put(aclCertPrefix+req.GetClient(), mustJSON(e)), raftfsm.Del(aclRevokedPrefix + req.GetClient())}, bindingMsg(req.GetClient(), e), nil
+		muts, e := s.acl.GrantWrites(req.GetClient(), perm, s.createdBy(ctx))
+		return muts, e.Binding(req.GetClient()), nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
 		return c.AclGrant(ctx, req)
 	})
@@ -709,11 +516,7 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 	if err := checkClientName("acl revoke", req.GetClient()); err != nil {
 		return nil, err
 	}
-	// The revocation is recorded whether or not this master's
-	// InitialGrants list the client: another master's may, and would bind
-	// it again when it leads.
-	rev := aclRevocation{AtMs: s.acc.Clock.Now().UnixMilli(), By: s.createdBy(ctx)}
-	return aclRemove(s, ctx, aclCertPrefix+req.GetClient(), []raftfsm.Mutation{raftfsm.Put(aclRevokedPrefix+req.GetClient(), mustJSON(rev))},
+	return aclRemove(s, ctx, s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)),
 		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
 			return c.AclRevoke(ctx, req)
 		})
@@ -724,17 +527,18 @@ func (s *Server) AclDeleteToken(ctx context.Context, req *adminpb.AclDeleteToken
 	if !security.ValidAccessor(req.GetAccessor()) {
 		return nil, status.Errorf(codes.InvalidArgument, "admin: acl token delete: accessor %q: want the 16 hex digits 'baton acl list' shows", req.GetAccessor())
 	}
-	return aclRemove(s, ctx, aclTokenPrefix+req.GetAccessor(), []raftfsm.Mutation{raftfsm.Del(aclTokenUsePrefix + req.GetAccessor())},
+	return aclRemove(s, ctx, access.DeleteTokenWrites(req.GetAccessor()),
 		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
 			return c.AclDeleteToken(ctx, req)
 		})
 }
 
-// aclRemove deletes key, with the writes also, in one entry.
-func aclRemove(s *Server, ctx context.Context, key string, also []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
+// aclRemove commits muts, whose first deletes the entry removed, in one
+// entry, and says whether that entry existed.
+func aclRemove(s *Server, ctx context.Context, muts []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclRemoveResponse, error) {
-		_, existed := s.b.DomainGet(key)
-		return append([]raftfsm.Mutation{raftfsm.Del(key)}, also...), &adminpb.AclRemoveResponse{Existed: existed}, nil
+		_, existed := s.b.DomainGet(muts[0].Key)
+		return muts, &adminpb.AclRemoveResponse{Existed: existed}, nil
 	}, remote)
 }
 
@@ -758,31 +562,14 @@ func (s *Server) AclCreateToken(ctx context.Context, req *adminpb.AclCreateToken
 	})
 }
 
-// newToken makes a token that lasts ttl (0: until deleted).
+// newToken makes a token that lasts ttl (0: until deleted), and the
+// answer that tells it.
 func (s *Server) newToken(name string, perm security.Permission, by string, ttl time.Duration) ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
-	tok, acc, hash, err := security.NewToken()
+	muts, acc, secret, e, err := s.acl.NewToken(name, perm, by, ttl)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := s.acc.Clock.Now()
-	e := aclEntry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: now.UnixMilli(), CreatedBy: by}
-	if ttl > 0 {
-		e.ExpiresMs = now.Add(ttl).UnixMilli()
-	}
-	return []raftfsm.Mutation{raftfsm.Put(aclTokenPrefix+acc, mustJSON(e))},
-		&adminpb.AclCreateTokenResponse{Secret: tok, Token: tokenMsg(acc, e)}, nil
-}
-
-func bindingMsg(client string, e aclEntry) *adminpb.AclBinding {
-	source := sourceGrant
-	if strings.HasSuffix(e.CreatedBy, initialGrantMark) {
-		source = sourceInitialGrants
-	}
-	return &adminpb.AclBinding{Client: client, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, Source: source}
-}
-
-func tokenMsg(acc string, e aclEntry) *adminpb.AclToken {
-	return &adminpb.AclToken{Accessor: acc, Name: e.Name, Permission: e.Permission, CreatedUnixMs: e.CreatedMs, CreatedBy: e.CreatedBy, ExpiresUnixMs: e.ExpiresMs}
+	return muts, &adminpb.AclCreateTokenResponse{Secret: secret, Token: e.Token(acc)}, nil
 }
 
 // domainScannerFrom is a backend that can walk its domain keys in order
@@ -801,21 +588,10 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 	if _, err := s.b.Procedures(); err != nil {
 		return // not established: the state may not be caught up yet
 	}
-	var muts []raftfsm.Mutation
 	now := s.acc.Clock.Now().UnixMilli()
-	var granted []string
-	for name, perm := range s.acc.InitialGrants {
-		if _, ok := s.b.DomainGet(aclCertPrefix + name); ok {
-			continue
-		}
-		if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); revoked {
-			continue // 'acl revoke' stands until 'acl grant'
-		}
-		granted = append(granted, name+"="+perm.String())
-		muts = append(muts, raftfsm.Put(aclCertPrefix+name, mustJSON(aclEntry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + s.b.ID() + initialGrantMark})))
-	}
-	muts = append(muts, s.tokenUseWrites()...)
-	boot, bootMuts, err := s.bootstrapWrites(now)
+	muts, granted := s.acl.InitialGrantWrites(s.b.ID(), now)
+	muts = append(muts, s.acl.TokenUseWrites()...)
+	boot, bootMuts, err := s.acl.BootstrapWrites(s.b.ID(), now, s.acc.BootstrapTokenTTL)
 	if err != nil {
 		s.log.Error("bootstrap token", "error", err)
 		return
@@ -829,99 +605,24 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 		}
 	}
 	if len(granted) > 0 {
-		slices.Sort(granted)
 		s.log.Info("initial grants bound", "clients", granted)
 	}
 	if boot == nil {
 		return
 	}
-	s.mu.Lock()
-	told := s.bootTold
-	s.bootTold = true
-	s.mu.Unlock()
-	if !told {
-		s.log.Info("bootstrap token made", "accessor", boot.accessor)
+	if !s.acl.MarkBootTold() {
+		s.log.Info("bootstrap token made", "accessor", boot.Accessor)
 		if s.acc.OnBootstrap != nil {
-			s.acc.OnBootstrap(boot.secret)
+			s.acc.OnBootstrap(boot.Secret)
 		} else {
-			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.secret)
+			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.Secret)
 		}
 	}
 	// Told: say so in the replicated state, so that no later leader
 	// replaces it. If this write fails, the next tick makes it again.
-	rec := bootRecord{AtMs: now, By: s.b.ID(), Accessor: boot.accessor, Announced: true}
-	if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(aclBootKey, mustJSON(rec))}); err != nil {
+	if err := s.b.Mutate(ctx, access.BootToldWrites(s.b.ID(), boot.Accessor, now)); err != nil {
 		s.log.Warn("bootstrap token told, but not yet recorded as told; will retry", "error", err)
 		return
 	}
-	s.mu.Lock()
-	s.bootPending = nil
-	s.mu.Unlock()
-}
-
-// bootRecord is the value of aclBootKey.
-type bootRecord struct {
-	AtMs     int64  `json:"at_ms"`
-	By       string `json:"by"`
-	Accessor string `json:"accessor"`
-	// Announced: the secret was told. Until it is, only the master that
-	// made the token knows it; another leader finding it unannounced
-	// replaces it (the secret would otherwise be lost with a write that
-	// committed after its writer gave up on it).
-	Announced bool `json:"announced"`
-}
-
-// pendingBoot is a bootstrap token this master made and has yet to see
-// recorded as told.
-type pendingBoot struct{ accessor, secret string }
-
-// bootstrapWrites works out, on the leader, what the bootstrap needs: nil
-// when the bootstrap token was made and told; the pending token, with the
-// writes that make it (none if its writes committed already), when this
-// master made it and has yet to tell it.
-func (s *Server) bootstrapWrites(now int64) (*pendingBoot, []raftfsm.Mutation, error) {
-	var rec bootRecord
-	if v, ok := s.b.DomainGet(aclBootKey); ok {
-		if json.Unmarshal(v, &rec) == nil && rec.Announced {
-			return nil, nil, nil
-		}
-	}
-	s.mu.Lock()
-	pending := s.bootPending
-	s.mu.Unlock()
-	if pending != nil && rec.Accessor == pending.accessor {
-		if _, ok := s.b.DomainGet(aclTokenPrefix + pending.accessor); ok {
-			return pending, nil, nil // committed: tell it
-		}
-	}
-	var muts []raftfsm.Mutation
-	if pending != nil && pending.accessor != rec.Accessor {
-		// An earlier try of this master's, which may yet commit: it goes
-		// with the next.
-		muts = append(muts, raftfsm.Del(aclTokenPrefix+pending.accessor))
-	}
-	// None yet, or one whose secret only another master knew: make one
-	// (the other's token goes).
-	tm, resp, err := s.newToken("bootstrap", security.PermAdmin, "master/"+s.b.ID()+" (bootstrap)", s.acc.BootstrapTokenTTL)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rec.Accessor != "" {
-		muts = append(muts, raftfsm.Del(aclTokenPrefix+rec.Accessor))
-	}
-	pending = &pendingBoot{accessor: resp.GetToken().GetAccessor(), secret: resp.GetSecret()}
-	muts = append(muts, tm...)
-	muts = append(muts, raftfsm.Put(aclBootKey, mustJSON(bootRecord{AtMs: now, By: s.b.ID(), Accessor: pending.accessor})))
-	s.mu.Lock()
-	s.bootPending, s.bootTold = pending, false
-	s.mu.Unlock()
-	return pending, muts, nil
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("admin: marshal %T: %v", v, err))
-	}
-	return b
+	s.acl.BootRecorded()
 }

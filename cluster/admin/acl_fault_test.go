@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -154,7 +155,7 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 	if !slices.Equal(back, paged) {
 		t.Fatalf("newest first, reversed: %v; oldest first: %v", back, paged)
 	}
-	if _, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: adminpb.EncodePageToken(auditPageToken, "x"), NewestFirst: true}); status.Code(err) != codes.InvalidArgument {
+	if _, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageToken: adminpb.EncodePageToken(access.PageToken, "x"), NewestFirst: true}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an oldest-first token in a newest-first listing: %v", err)
 	}
 }
@@ -183,7 +184,7 @@ func TestRetentionByTheLeadersClock(t *testing.T) {
 		t.Fatalf("%d records before the retention passed, want 4", n)
 	}
 	clk.Advance(3 * time.Hour)
-	if err := s.audit.commit(nil); err != nil {
+	if err := s.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs := auditOf(t, ctx, ops); len(recs) != 0 {
@@ -255,8 +256,8 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	for range 3 {
 		s.bootstrapACL(context.Background())
 	}
-	var rec bootRecord
-	if v, ok := b.DomainGet(aclBootKey); !ok || mustUnmarshal(t, v, &rec) != nil || !rec.Announced {
+	var rec access.BootRecord
+	if v, ok := b.DomainGet(access.BootKey); !ok || mustUnmarshal(t, v, &rec) != nil || !rec.Announced {
 		t.Fatalf("bootstrap record %+v after three ticks: want announced", rec)
 	}
 	if len(told) != 1 {
@@ -266,12 +267,12 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	if acc != rec.Accessor {
 		t.Fatalf("told %s, recorded %s", acc, rec.Accessor)
 	}
-	if _, err := s.tokenPrincipal(told[0]); err != nil {
+	if _, err := s.acl.TokenPrincipal(told[0]); err != nil {
 		t.Fatalf("the told token: %v", err)
 	}
 
 	// Another master's unannounced token: replaced by this leader's.
-	if err := b.Mutate(context.Background(), []raftfsm.Mutation{raftfsm.Put(aclBootKey, mustJSON(bootRecord{Accessor: acc, By: "m9"}))}); err != nil {
+	if err := b.Mutate(context.Background(), []raftfsm.Mutation{raftfsm.Put(access.BootKey, access.MustJSON(access.BootRecord{Accessor: acc, By: "m9"}))}); err != nil {
 		t.Fatal(err)
 	}
 	var told2 []string
@@ -283,7 +284,7 @@ func TestBootstrapTokenToldDespiteALateCommit(t *testing.T) {
 	if len(told2) != 1 || told2[0] == told[0] {
 		t.Fatalf("a new leader finding an untold token told %d", len(told2))
 	}
-	if _, err := s2.tokenPrincipal(told[0]); status.Code(err) != codes.Unauthenticated {
+	if _, err := s2.acl.TokenPrincipal(told[0]); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("the replaced token still works: %v", err)
 	}
 }
@@ -305,43 +306,43 @@ func TestAuditOutcomes(t *testing.T) {
 	s := sc.nodes[0].srv
 	ops := sc.as(0, "ops", "")
 	waitBound(t, ctx, ops, "admin")
-	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: AuditPending}
-	if err := waitAudit(s.audit.start(started), s.stopCh); err != nil {
+	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: access.AuditPending}
+	if err := s.audit.Wait(s.audit.Start(started)); err != nil {
 		t.Fatal(err)
 	}
-	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: AuditPending}
-	if err := waitAudit(s.audit.start(limited), s.stopCh); err != nil {
+	limited := &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/eager", Code: access.AuditPending}
+	if err := s.audit.Wait(s.audit.Start(limited)); err != nil {
 		t.Fatal(err)
 	}
 	for range 6 {
-		if err := s.audit.append(ctx, &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/other", Code: "OK"}); err != nil {
+		if err := s.audit.Append(ctx, &adminpb.AuditRecord{Method: "SubmitProcedure", Principal: "client/other", Code: "OK"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	has := func(id string) (served, refused bool) {
-		_, served = s.b.DomainGet(auditPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
-		_, refused = s.b.DomainGet(refusedPrefix + strings.TrimPrefix(mustKey(t, id), auditPrefix))
+		_, served = s.b.DomainGet(access.AuditPrefix + strings.TrimPrefix(mustKey(t, id), access.AuditPrefix))
+		_, refused = s.b.DomainGet(access.RefusedPrefix + strings.TrimPrefix(mustKey(t, id), access.AuditPrefix))
 		return
 	}
 	if served, _ := has(started.GetId()); !served {
 		t.Fatal("a started record was pruned before its outcome")
 	}
 	outcome := &adminpb.AuditRecord{Id: limited.GetId(), Method: "SubmitProcedure", Principal: "client/eager", Code: "ResourceExhausted", Refused: true}
-	if err := s.audit.append(ctx, outcome); err != nil {
+	if err := s.audit.Append(ctx, outcome); err != nil {
 		t.Fatal(err)
 	}
 	if served, refused := has(limited.GetId()); served || !refused {
 		t.Fatalf("a rate-limited call's record: in the served calls %v, in the refusals %v; want moved to the refusals", served, refused)
 	}
 	done := &adminpb.AuditRecord{Id: started.GetId(), Method: "CreateTable", Principal: "client/slow", Code: "OK"}
-	if err := s.audit.append(ctx, done); err != nil {
+	if err := s.audit.Append(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.audit.commit(nil); err != nil {
+	if err := s.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	s.b.(domainScanner).DomainScan(auditPrefix, func(string, []byte) bool { n++; return true })
+	s.b.(domainScanner).DomainScan(access.AuditPrefix, func(string, []byte) bool { n++; return true })
 	if n > 3 {
 		t.Fatalf("%d served records once the outcome is in, bound 3", n)
 	}
@@ -352,7 +353,7 @@ func TestAuditOutcomes(t *testing.T) {
 
 func mustKey(t *testing.T, id string) string {
 	t.Helper()
-	k, ok := auditKeyOf(id)
+	k, ok := access.AuditKeyOf(id)
 	if !ok {
 		t.Fatalf("record id %q", id)
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -23,14 +24,14 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 		if strings.HasPrefix(r.URL.Path, "/debug/") {
 			need = security.PermAdmin
 		}
-		have := s.effective(p)
+		have := access.Effective(p, s.acc.Enforce)
 		if !have.Covers(need) {
 			held := "no permission"
 			if have != security.PermNone {
 				held = "permission " + have.String()
 			}
 			code := http.StatusForbidden
-			if p.kind == kindAnonymous {
+			if p.Kind == access.KindAnonymous {
 				code = http.StatusUnauthorized
 			}
 			why := "baton: " + r.URL.Path + " needs permission " + need.String() + "; " + p.String() + " holds " + held + " (an admin grants one with 'baton acl grant')"
@@ -48,7 +49,7 @@ func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 
 // refuseHTTP answers r code, saying why, and records it; a caller past
 // the change limit is answered 429 Too Many Requests instead.
-func (s *Server) refuseHTTP(w http.ResponseWriter, r *http.Request, p principal, code int, why string) {
+func (s *Server) refuseHTTP(w http.ResponseWriter, r *http.Request, p access.Principal, code int, why string) {
 	if wait, limited := s.limitHTTPRefusal(r, p); limited {
 		code = http.StatusTooManyRequests
 		why = "baton: " + s.overChangeLimit(p.String(), wait)
@@ -60,39 +61,39 @@ func (s *Server) refuseHTTP(w http.ResponseWriter, r *http.Request, p principal,
 
 // httpPrincipal names the caller of an HTTP request: its certificate, or
 // a bearer token in its Authorization header (curl, a scraper).
-func (s *Server) httpPrincipal(r *http.Request) (principal, error) {
+func (s *Server) httpPrincipal(r *http.Request) (access.Principal, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			return principal{}, errBadAuthHeader
+			return access.Principal{}, errBadAuthHeader
 		}
-		p, err := s.tokenPrincipal(strings.TrimSpace(tok))
+		p, err := s.acl.TokenPrincipal(strings.TrimSpace(tok))
 		if err != nil {
-			return principal{}, errTokenUnknown
+			return access.Principal{}, errTokenUnknown
 		}
 		return p, nil
 	}
 	if r.TLS == nil {
-		return principal{kind: kindAnonymous}, nil
+		return access.Principal{Kind: access.KindAnonymous}, nil
 	}
 	if len(r.TLS.PeerCertificates) == 0 {
 		// Let through the handshake by --client-auth token or either.
-		return principal{kind: kindAnonymous}, httpAuthError("baton: " + s.acc.ClientAuth.NoCredentialsAdvice() + " (over HTTP: send 'Authorization: Bearer <token>')")
+		return access.Principal{Kind: access.KindAnonymous}, httpAuthError("baton: " + s.acc.ClientAuth.NoCredentialsAdvice() + " (over HTTP: send 'Authorization: Bearer <token>')")
 	}
 	id, err := security.PeerIdentity(*r.TLS)
 	if err != nil {
-		return principal{kind: kindAnonymous}, nil
+		return access.Principal{Kind: access.KindAnonymous}, nil
 	}
 	switch id.Role {
 	case security.RoleMaster:
-		return principal{kind: kindMaster, id: id.ID, perm: security.PermAdmin}, nil
+		return access.Principal{Kind: access.KindMaster, ID: id.ID, Perm: security.PermAdmin}, nil
 	case security.RoleClient:
 		if !s.acc.ClientAuth.CertsGrant() {
-			return principal{kind: kindClient, id: id.ID}, httpAuthError("baton: client/" + id.ID + " presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): send 'Authorization: Bearer <token>'")
+			return access.Principal{Kind: access.KindClient, ID: id.ID}, httpAuthError("baton: client/" + id.ID + " presented a client certificate without a token; this cluster authenticates clients by token only (--client-auth token): send 'Authorization: Bearer <token>'")
 		}
-		return s.clientPrincipal(id.ID), nil
+		return s.acl.ClientPrincipal(id.ID), nil
 	}
-	return principal{kind: string(id.Role), id: id.ID}, nil
+	return access.Principal{Kind: string(id.Role), ID: id.ID}, nil
 }
 
 type httpAuthError string

@@ -2,13 +2,13 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -43,7 +43,7 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.AclListResponse, error) {
 		out := &adminpb.AclListResponse{Enforced: s.acc.Enforce, Read: ri}
 		page := aclPage{pageBudget: newPage(size)}
-		for i, prefix := range aclListPrefixes {
+		for i, prefix := range access.ListPrefixes {
 			if page.full || i < resume {
 				continue
 			}
@@ -64,13 +64,10 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 	})
 }
 
-// aclListPrefixes are AclList's lists, in the order it pages them.
-var aclListPrefixes = []string{aclCertPrefix, aclTokenPrefix, aclRevokedPrefix}
-
-// aclListOf is the position in aclListPrefixes of the list key belongs
-// to; -1 for none.
+// aclListOf is the position in access.ListPrefixes of the list key
+// belongs to; -1 for none.
 func aclListOf(key string) int {
-	for i, p := range aclListPrefixes {
+	for i, p := range access.ListPrefixes {
 		if strings.HasPrefix(key, p) {
 			return i
 		}
@@ -82,29 +79,19 @@ func aclListOf(key string) int {
 // fits the page, and says whether the scan goes on; one that does not
 // decode is skipped.
 func (s *Server) addAclListEntry(out *adminpb.AclListResponse, page *aclPage, prefix, k string, v []byte) bool {
-	name := strings.TrimPrefix(k, prefix)
-	if prefix == aclRevokedPrefix {
-		var r aclRevocation
-		if json.Unmarshal(v, &r) != nil {
-			return true
-		}
-		m := &adminpb.AclRevocation{Client: name, RevokedUnixMs: r.AtMs}
-		m.RevokedBy, _ = clipText(r.By, maxAnswerText)
+	switch m := access.DecodeListEntry(prefix, k, v).(type) {
+	case *adminpb.AclRevocation:
+		m.RevokedBy, _ = clipText(m.GetRevokedBy(), maxAnswerText)
 		return page.add(k, m) && appendTo(&out.Revoked, m)
+	case *adminpb.AclBinding:
+		m.CreatedBy, _ = clipText(m.GetCreatedBy(), maxAnswerText)
+		return page.add(k, m) && appendTo(&out.Bindings, m)
+	case *adminpb.AclToken:
+		m.CreatedBy, _ = clipText(m.GetCreatedBy(), maxAnswerText)
+		m.LastUsedUnixMs = s.acl.TokenLastUse(m.GetAccessor())
+		return page.add(k, m) && appendTo(&out.Tokens, m)
 	}
-	var e aclEntry
-	if json.Unmarshal(v, &e) != nil {
-		return true
-	}
-	if prefix == aclCertPrefix {
-		b := bindingMsg(name, e)
-		b.CreatedBy, _ = clipText(b.GetCreatedBy(), maxAnswerText)
-		return page.add(k, b) && appendTo(&out.Bindings, b)
-	}
-	t := tokenMsg(name, e)
-	t.CreatedBy, _ = clipText(t.GetCreatedBy(), maxAnswerText)
-	t.LastUsedUnixMs = s.tokenLastUse(t.GetAccessor())
-	return page.add(k, t) && appendTo(&out.Tokens, t)
+	return true
 }
 
 // aclPage counts what a page of AclList holds.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
-	"slices"
-	"strings"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -23,45 +21,13 @@ func (s *Server) RegionServerGrants() *rspb.AccessGrants {
 	if s.cfg.Access != nil && s.acc.Enforce {
 		g.Enforced = true
 		if s.acc.ClientAuth.CertsGrant() {
-			g.Clients = s.certGrants()
+			g.Clients = s.acl.CertGrants(scannerOf(s.b))
 		} else {
 			g.TokensOnly = true
 		}
 	}
 	g.Version = grantsVersion(g)
 	return g
-}
-
-// certGrants are the replicated bindings, and the initial grants this
-// master honours before they are bound (clientPrincipal: not a revoked
-// one), sorted by client.
-func (s *Server) certGrants() []*rspb.ClientGrant {
-	held := map[string]string{}
-	for name, perm := range s.acc.InitialGrants {
-		if _, revoked := s.b.DomainGet(aclRevokedPrefix + name); !revoked {
-			held[name] = perm.String()
-		}
-	}
-	if sc, ok := s.b.(domainScanner); ok {
-		sc.DomainScan(aclCertPrefix, func(k string, v []byte) bool {
-			var e aclEntry
-			name := strings.TrimPrefix(k, aclCertPrefix)
-			if json.Unmarshal(v, &e) != nil {
-				// Unreadable, so it grants nothing here either.
-				e.Permission = ""
-			}
-			held[name] = e.Permission
-			return true
-		})
-	}
-	out := make([]*rspb.ClientGrant, 0, len(held))
-	for name, perm := range held {
-		if p, err := security.ParsePermission(perm); err == nil && p != security.PermNone {
-			out = append(out, &rspb.ClientGrant{Client: name, Permission: perm})
-		}
-	}
-	slices.SortFunc(out, func(a, b *rspb.ClientGrant) int { return strings.Compare(a.GetClient(), b.GetClient()) })
-	return out
 }
 
 // grantsVersion is a digest of g's content, never 0 (which says "none" on
@@ -111,18 +77,18 @@ func (s *Server) RegionServerRefusals(ctx context.Context, serverID string, reps
 	dones := make([]<-chan error, 0, len(reps))
 	for _, r := range reps {
 		rec := &adminpb.AuditRecord{
-			AtUnixMs: r.GetAtUnixMs(), Principal: cut(r.GetCaller(), 200), Method: cut(r.GetMethod(), 200),
-			Code: cut(r.GetCode(), 40), Message: cut(r.GetMessage(), auditFieldMax), Node: s.b.ID(),
-			Peer: cut(r.GetPeer(), 100), Via: via, Refused: true,
+			AtUnixMs: r.GetAtUnixMs(), Principal: access.Cut(r.GetCaller(), 200), Method: access.Cut(r.GetMethod(), 200),
+			Code: access.Cut(r.GetCode(), 40), Message: access.Cut(r.GetMessage(), access.FieldMax), Node: s.b.ID(),
+			Peer: access.Cut(r.GetPeer(), 100), Via: via, Refused: true,
 		}
 		if rec.Principal == "" {
-			rec.Principal = kindAnonymous
+			rec.Principal = access.KindAnonymous
 		}
-		dones = append(dones, s.audit.start(rec))
+		dones = append(dones, s.audit.Start(rec))
 	}
 	go func() {
 		for _, d := range dones {
-			if err := waitAudit(d, s.stopCh); err != nil {
+			if err := s.audit.Wait(d); err != nil {
 				s.log.Warn("a region server's refusal not recorded in the audit trail", "via", via, "error", err)
 				return
 			}

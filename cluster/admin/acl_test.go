@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -129,7 +130,7 @@ func auditOf(t *testing.T, ctx context.Context, c adminpb.AdminClient) []*adminp
 			}
 		}
 		for _, r := range out {
-			if r.GetCode() == AuditPending {
+			if r.GetCode() == access.AuditPending {
 				return false
 			}
 		}

@@ -13,41 +13,12 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
-
-// TestEveryAdminMethodHasAPermission: a method added to admin.proto must
-// be given a permission (or be made a master's) on purpose, in its rule;
-// one the service lacks needs admin, the closed default.
-func TestEveryAdminMethodHasAPermission(t *testing.T) {
-	for _, n := range adminServiceMethods() {
-		if _, ok := adminRules[security.AdminService+n]; !ok {
-			t.Errorf("admin method %s has no rule in admin.proto", n)
-		}
-	}
-	for _, s := range adminpb.Admin_ServiceDesc.Streams {
-		if Audited(s.StreamName) {
-			t.Errorf("stream %s changes state: the stream interceptor does not audit", s.StreamName)
-		}
-	}
-	for _, c := range []struct {
-		method string
-		want   security.Permission
-	}{{"ListTables", security.PermRead}, {"CreateTable", security.PermOperate}, {"DeleteTable", security.PermAdmin}, {"SomethingNew", security.PermAdmin}} {
-		if got, ok := MethodPermission(c.method); !ok || got != c.want {
-			t.Errorf("MethodPermission(%s) = %v, %v; want %v", c.method, got, ok, c.want)
-		}
-	}
-	if _, ok := MethodPermission("RegisterNode"); ok {
-		t.Error("RegisterNode open to clients")
-	}
-	if !Audited("CreateTable") || Audited("LockHeartbeat") || Audited("ListAudit") || Audited("ListTables") {
-		t.Error("Audited: want CreateTable only")
-	}
-}
 
 // TestAuditRetention: the trail keeps at most AuditMaxRecords, and drops
 // what is older than AuditRetention, oldest first, also on a leader with
@@ -84,7 +55,7 @@ func TestAuditRetention(t *testing.T) {
 	}
 	// Idle, the leader's own round drops them too.
 	clk.Advance(2 * time.Hour)
-	if err := sc.nodes[0].srv.audit.commit(nil); err != nil {
+	if err := sc.nodes[0].srv.audit.Commit(nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs = auditOf(t, ctx, ops); len(recs) != 0 {
@@ -100,7 +71,7 @@ func TestHTTPHonoursPermissions(t *testing.T) {
 	converged(t, sc.nodes)
 	srv := sc.nodes[0].srv
 	testwait.For(t, 10*time.Second, "grants bound", func() bool {
-		_, ok := srv.b.DomainGet(aclCertPrefix + "viewer")
+		_, ok := srv.b.DomainGet(access.CertPrefix + "viewer")
 		return ok
 	})
 	var seen security.Permission

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -38,7 +39,7 @@ func clipText(s string, max int) (string, bool) {
 		return s, false
 	}
 	note := fmt.Sprintf("…[cut from %d bytes]", len(s))
-	return cut(s, max-len(note)+len("…")) + note[len("…"):], true
+	return access.Cut(s, max-len(note)+len("…")) + note[len("…"):], true
 }
 
 // clipProcedure cuts p's text fields, result and children to what an

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -69,7 +70,7 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 		byTerm := map[uint64][]uint64{}
 		seen := map[string]bool{}
 		for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-			var l auditLine
+			var l access.ExportLine
 			if err := json.Unmarshal(line, &l); err != nil {
 				t.Fatalf("%s: line %q: %v", id, line, err)
 			}
@@ -116,10 +117,7 @@ func TestAuditFileQueueOverflowRereads(t *testing.T) {
 	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir},
 		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
 	for _, n := range sc.nodes {
-		e := n.srv.exporter
-		e.mu.Lock()
-		e.maxHeld = 2000 // a few records
-		e.mu.Unlock()
+		n.srv.exporter.SetMaxHeld(2000) // a few records
 	}
 	li := converged(t, sc.nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -147,14 +145,14 @@ func TestAuditFileQueueOverflowRereads(t *testing.T) {
 			b, _ := os.ReadFile(path)
 			out := map[string][]string{}
 			for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-				var l auditLine
+				var l access.ExportLine
 				if json.Unmarshal(line, &l) == nil && l.ID != "" {
 					out[l.ID] = append(out[l.ID], l.Code)
 				}
 			}
 			return out
 		}
-		final := func(codes []string) bool { return codes[len(codes)-1] != AuditPending }
+		final := func(codes []string) bool { return codes[len(codes)-1] != access.AuditPending }
 		testwait.For(t, 20*time.Second, id+" exports every grant's outcome", func() bool {
 			done := 0
 			for _, codes := range lines() {
@@ -165,11 +163,11 @@ func TestAuditFileQueueOverflowRereads(t *testing.T) {
 			return done >= grants
 		})
 		for rid, codes := range lines() {
-			if len(codes) > 2 || (len(codes) == 2 && codes[0] != AuditPending) || !final(codes) {
+			if len(codes) > 2 || (len(codes) == 2 && codes[0] != access.AuditPending) || !final(codes) {
 				t.Errorf("%s: record %s written as %v: want its outcome once, after at most one PENDING", id, rid, codes)
 			}
 		}
-		if got := testutil.ToFloat64(n.srv.exporter.overflows); got == 0 {
+		if got := testutil.ToFloat64(n.srv.exporter.Overflows()); got == 0 {
 			t.Errorf("%s: the queue never overflowed; the test tests nothing", id)
 		}
 	}

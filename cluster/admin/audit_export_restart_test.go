@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -26,7 +27,7 @@ func exportedIDs(t *testing.T, path string) []string {
 	}
 	var ids []string
 	for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-		var l auditLine
+		var l access.ExportLine
 		if err := json.Unmarshal(line, &l); err != nil || l.ID == "" {
 			t.Fatalf("%s: line %q is not a record: %v", path, line, err)
 		}
@@ -86,9 +87,9 @@ func TestAuditFileResumesAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restarting over a torn file: %v", err)
 	}
-	defer e.f.Close()
+	defer e.Close()
 	testwait.For(t, 20*time.Second, "the restarted exporter catches up", func() bool {
-		if err := e.export(); err != nil {
+		if err := e.Export(); err != nil {
 			t.Fatal(err)
 		}
 		return exported(crashed, 8)

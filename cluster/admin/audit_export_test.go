@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -60,15 +61,15 @@ func TestAuditFileExport(t *testing.T) {
 						t.Fatalf("%s: line %s lacks %q", f, line, k)
 					}
 				}
-				if m["exported_by"] != id || m["code"] == AuditPending {
+				if m["exported_by"] != id || m["code"] == access.AuditPending {
 					t.Fatalf("%s: line %s: want exported_by %s, an outcome", f, line, id)
 				}
 				ids = append(ids, m["id"].(string))
 			}
 		}
 		for i := 1; i < len(ids); i++ {
-			a, _ := auditKeyOf(ids[i-1])
-			b, _ := auditKeyOf(ids[i])
+			a, _ := access.AuditKeyOf(ids[i-1])
+			b, _ := access.AuditKeyOf(ids[i])
 			if a >= b {
 				t.Fatalf("%s: ids out of order or repeated: %v", id, ids)
 			}

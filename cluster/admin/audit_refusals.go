@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -47,7 +48,7 @@ func (s *Server) RefusalInterceptor() grpc.UnaryServerInterceptor {
 		resp, err := handler(context.WithValue(ctx, refusalNoteKey{}, note), req)
 		if err != nil && !note.recorded.Load() && policyRefusal(err) {
 			method := refusedMethod(info.FullMethod)
-			err = s.limitRefusal(ctx, principal{}, method, err)
+			err = s.limitRefusal(ctx, access.Principal{}, method, err)
 			s.recordRefusal(ctx, callerPrincipal(ctx), method, req, err)
 		}
 		return resp, err
@@ -65,7 +66,7 @@ func (s *Server) RefusalStreamInterceptor() grpc.StreamServerInterceptor {
 		err := handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, refusalNoteKey{}, note)})
 		if err != nil && !note.recorded.Load() && policyRefusal(err) {
 			method := refusedMethod(info.FullMethod)
-			err = s.limitRefusal(ctx, principal{}, method, err)
+			err = s.limitRefusal(ctx, access.Principal{}, method, err)
 			s.recordRefusal(ctx, callerPrincipal(ctx), method, nil, err)
 		}
 		return err
@@ -91,39 +92,39 @@ func refusedMethod(full string) string {
 }
 
 // callerPrincipal is the caller as its certificate names it.
-func callerPrincipal(ctx context.Context) principal {
+func callerPrincipal(ctx context.Context) access.Principal {
 	if id, ok := security.CallerOf(ctx); ok {
-		return principal{kind: string(id.Role), id: id.ID}
+		return access.Principal{Kind: string(id.Role), ID: id.ID}
 	}
-	return principal{kind: kindAnonymous}
+	return access.Principal{Kind: access.KindAnonymous}
 }
 
 // recordRefusal records a call refused to p, and waits for the record
 // (a flood of refusals goes no faster than they are recorded).
-func (s *Server) recordRefusal(ctx context.Context, p principal, method string, req any, err error) {
+func (s *Server) recordRefusal(ctx context.Context, p access.Principal, method string, req any, err error) {
 	if s.audit == nil {
 		return
 	}
 	markRefusalRecorded(ctx)
 	rec := s.auditRecord(ctx, p, method, req, nil, err)
 	rec.Refused = true
-	if aerr := s.audit.append(ctx, rec); aerr != nil {
+	if aerr := s.audit.Append(ctx, rec); aerr != nil {
 		s.log.Warn("refusal not recorded in the audit trail", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
 	}
 }
 
 // recordHTTPRefusal records an HTTP request refused to p, without
 // waiting: the answer is not held for it.
-func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why string) {
+func (s *Server) recordHTTPRefusal(r *http.Request, p access.Principal, code int, why string) {
 	if s.audit == nil {
 		return
 	}
-	if p.kind == "" {
-		p = principal{kind: kindAnonymous}
+	if p.Kind == "" {
+		p = access.Principal{Kind: access.KindAnonymous}
 	}
 	rec := &adminpb.AuditRecord{
-		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.name, Method: httpAuditMethod(r), Args: httpAuditArgs(r),
-		Message: cut(why, auditFieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
+		AtUnixMs: s.acc.Clock.Now().UnixMilli(), Principal: p.String(), Name: p.Name, Method: access.HTTPMethod(r), Args: access.HTTPArgs(r),
+		Message: access.Cut(why, access.FieldMax), Node: s.b.ID(), Peer: r.RemoteAddr, Refused: true,
 	}
 	switch code {
 	case http.StatusUnauthorized:
@@ -133,9 +134,9 @@ func (s *Server) recordHTTPRefusal(r *http.Request, p principal, code int, why s
 	default:
 		rec.Code = codes.PermissionDenied.String()
 	}
-	done := s.audit.start(rec)
+	done := s.audit.Start(rec)
 	go func() {
-		if err := waitAudit(done, s.stopCh); err != nil {
+		if err := s.audit.Wait(done); err != nil {
 			s.log.Warn("HTTP refusal not recorded in the audit trail", "path", reqlimit.Escape(r.URL.Path), "principal", p.String(), "error", err)
 		}
 	}()

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -111,7 +112,7 @@ func TestHTTPRefusalsOfAnyPathAreRecorded(t *testing.T) {
 	}
 	args := map[string]bool{}
 	for _, rq := range requests {
-		args[cut(rq.args, auditFieldMax)] = true
+		args[access.Cut(rq.args, access.FieldMax)] = true
 	}
 	testwait.For(t, 20*time.Second, "every HTTP refusal recorded", func() bool {
 		for _, r := range auditOf(t, ctx, root) {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -54,7 +55,7 @@ func TestWrongTokenSecretIsNotChargedToItsAccessor(t *testing.T) {
 				}
 			case "client/alice":
 				alice++
-			case kindAnonymous:
+			case access.KindAnonymous:
 				anonymous++
 				if !strings.Contains(r.GetMessage(), acc) {
 					t.Fatalf("an anonymous refusal does not say the accessor it claimed: %v", r)

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -182,6 +183,60 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 	}
 	if rerr, ok := f.Response().(error); ok && rerr != nil {
 		return fmt.Errorf("admin: domain write refused: %w", rerr)
+	}
+	return nil
+}
+
+// domainReader is a Backend as access control reads it.
+type domainReader struct{ b Backend }
+
+func (r domainReader) Get(key string) ([]byte, bool) { return r.b.DomainGet(key) }
+
+// termer is a backend that knows the Raft term.
+type termer interface{ Term() uint64 }
+
+// stateOf is a Backend as the audit trail writes it (access.State): its
+// term, if it knows one (0 otherwise).
+type stateOf struct{ b Backend }
+
+func (st stateOf) IsLeader() bool { return st.b.IsLeader() }
+
+func (st stateOf) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
+	return st.b.Mutate(ctx, muts)
+}
+
+func (st stateOf) Term() uint64 {
+	if t, ok := st.b.(termer); ok {
+		return t.Term()
+	}
+	return 0
+}
+
+// scanningStateOf is stateOf a Backend that can walk its domain keys
+// (access.Scanner): only such a trail prunes.
+type scanningStateOf struct {
+	stateOf
+	domainScans
+}
+
+// trailState is b as the audit trail uses it.
+func trailState(b Backend) access.State {
+	if sc, ok := b.(domainScanner); ok {
+		return scanningStateOf{stateOf{b}, domainScans{sc}}
+	}
+	return stateOf{b}
+}
+
+// domainScans is a domainScanner as access.Scanner.
+type domainScans struct{ sc domainScanner }
+
+func (d domainScans) Scan(prefix string, fn func(string, []byte) bool) { d.sc.DomainScan(prefix, fn) }
+
+// scannerOf is b's domain keys as access reads them; nil if b cannot
+// walk them.
+func scannerOf(b Backend) access.Scanner {
+	if sc, ok := b.(domainScanner); ok {
+		return domainScans{sc}
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
-	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // The change limit: each caller has one more token bucket at every
@@ -39,22 +39,10 @@ func newChangeLimiter(cfg RateLimit, clk clock.Clock, reg prometheus.Registerer)
 	if cfg.Clock == nil {
 		cfg.Clock = clk
 	}
-	return newLimiter(cfg, auditedMethods(), prometheus.CounterOpts{
+	return newLimiter(cfg, access.AuditedMethods(), prometheus.CounterOpts{
 		Name: "baton_rpc_change_rate_limited_total",
 		Help: "Calls refused because their caller exceeded the change rate limit (state-changing calls and refusals), by method (HTTP for the HTTP endpoints).",
 	}, reg)
-}
-
-// auditedMethods are the admin service's methods the trail records: what
-// the change limit counts.
-func auditedMethods() []string {
-	var out []string
-	for _, m := range adminpb.Admin_ServiceDesc.Methods {
-		if Audited(m.MethodName) {
-			out = append(out, m.MethodName)
-		}
-	}
-	return out
 }
 
 // limitChange spends one of the caller's tokens for a call of method, or
@@ -90,14 +78,14 @@ func (s *Server) overChangeLimit(who string, wait time.Duration) string {
 // limitRefusal spends one of the caller's tokens for refusing it err (p,
 // if known, is whom access control found): with none left the answer is
 // RESOURCE_EXHAUSTED instead.
-func (s *Server) limitRefusal(ctx context.Context, p principal, method string, err error) error {
+func (s *Server) limitRefusal(ctx context.Context, p access.Principal, method string, err error) error {
 	if s.changes == nil || !policyRefusal(err) {
 		return err
 	}
 	if _, ok := principalOf(ctx); !ok {
 		// The bucket access control would have named (client/NAME, not
 		// the certificate's URI), whichever interceptor refused.
-		if p.kind == "" {
+		if p.Kind == "" {
 			p = callerPrincipal(ctx)
 		}
 		ctx = context.WithValue(ctx, principalCtxKey{}, p)
@@ -110,13 +98,13 @@ func (s *Server) limitRefusal(ctx context.Context, p principal, method string, e
 
 // limitHTTPRefusal is limitRefusal for an HTTP request refused to p: the
 // wait before the next, if it is over the limit.
-func (s *Server) limitHTTPRefusal(r *http.Request, p principal) (time.Duration, bool) {
+func (s *Server) limitHTTPRefusal(r *http.Request, p access.Principal) (time.Duration, bool) {
 	if s.changes == nil {
 		return 0, false
 	}
 	who := p.String()
-	if p.kind == "" || p.kind == kindAnonymous {
-		who = auditHost(r.RemoteAddr)
+	if p.Kind == "" || p.Kind == access.KindAnonymous {
+		who = access.Host(r.RemoteAddr)
 	}
 	wait, ok := s.changes.take(who)
 	if ok {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -150,7 +151,7 @@ func TestCertlessCallersMarksAreNotBelieved(t *testing.T) {
 	md := metadata.Pairs(forwardedKey, "m9", peerKey, "203.0.113.9:1")
 	certless := peer.NewContext(metadata.NewIncomingContext(context.Background(), md),
 		&peer.Peer{Addr: addr, AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{}}})
-	tok := context.WithValue(certless, principalCtxKey{}, principal{kind: kindToken, id: "0123456789abcdef"})
+	tok := context.WithValue(certless, principalCtxKey{}, access.Principal{Kind: access.KindToken, ID: "0123456789abcdef"})
 	if who, limited := callerKey(tok); !limited || who != "token/0123456789abcdef" {
 		t.Errorf("rate limit key of a certless token caller with a forwarded mark: %q, %v", who, limited)
 	}

@@ -138,7 +138,7 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 				// The leadership transfer stops this leader's writes:
 				// let the call's audit record (begun before the
 				// handler) commit first, or it would fail.
-				auditStarted(ctx, s.stopCh)
+				auditStarted(ctx, s.audit)
 			default:
 				// The mark goes first: a removal that commits with
 				// its answer lost is then always taken for one.

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -38,7 +39,7 @@ func TestRequestOverLimitsIsAudited(t *testing.T) {
 			if r.GetMethod() != "SubmitProcedure" {
 				continue
 			}
-			if r.GetCode() != codes.InvalidArgument.String() || len(r.GetArgs()) > auditFieldMax || !strings.Contains(r.GetArgs(), "ooo") {
+			if r.GetCode() != codes.InvalidArgument.String() || len(r.GetArgs()) > access.FieldMax || !strings.Contains(r.GetArgs(), "ooo") {
 				t.Fatalf("record %s: code %s, args of %d bytes", r.GetId(), r.GetCode(), len(r.GetArgs()))
 			}
 			n++

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/security"
 )
@@ -15,7 +16,7 @@ import (
 // "" when there is no one to name (access control off).
 func submitterOf(ctx context.Context) string {
 	p, ok := principalOf(ctx)
-	if !ok || p.kind == kindAnonymous {
+	if !ok || p.Kind == access.KindAnonymous {
 		return ""
 	}
 	return p.String()
@@ -56,7 +57,7 @@ func (s *Server) actOn(ctx context.Context, x Procedures, what string, id uint64
 		return nil
 	}
 	p, ok := principalOf(ctx)
-	if !ok || p.kind == kindMaster {
+	if !ok || p.Kind == access.KindMaster {
 		return nil
 	}
 	owner, known := s.ownerOf(x, id)
@@ -66,8 +67,8 @@ func (s *Server) actOn(ctx context.Context, x Procedures, what string, id uint64
 	if !force {
 		return status.Errorf(codes.PermissionDenied, "admin: %s belongs to %s, not %s: acting on another's needs --force, with permission admin", what, owner, p)
 	}
-	if !p.perm.Covers(security.PermAdmin) {
-		return status.Errorf(codes.PermissionDenied, "admin: %s belongs to %s: --force needs permission admin; %s holds %s", what, owner, p, heldText(p.perm))
+	if !p.Perm.Covers(security.PermAdmin) {
+		return status.Errorf(codes.PermissionDenied, "admin: %s belongs to %s: --force needs permission admin; %s holds %s", what, owner, p, heldText(p.Perm))
 	}
 	s.log.Warn("acting on another identity's procedure (forced)", "target", what, "owner", owner, "principal", p.String())
 	return nil

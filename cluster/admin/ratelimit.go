@@ -17,15 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/security"
 )
-
-// SubmitMethods are the admin methods that start procedures (admin.proto's
-// rules with starts_procedure): what a submit rate limit counts.
-func SubmitMethods() []string {
-	return adminMethods(func(r methodRule) bool { return r.submits })
-}
 
 // RateLimit bounds how fast each caller may start procedures through one
 // master: a token bucket per caller, refilled at Rate per second up to
@@ -104,7 +99,7 @@ func RateLimitInterceptor(cfg RateLimit, reg prometheus.Registerer) (grpc.UnaryS
 
 // newRateLimiter builds RateLimitInterceptor's limiter (nil for no limit).
 func newRateLimiter(cfg RateLimit, reg prometheus.Registerer) (*rateLimiter, error) {
-	return newLimiter(cfg, SubmitMethods(), prometheus.CounterOpts{
+	return newLimiter(cfg, access.SubmitMethods(), prometheus.CounterOpts{
 		Name: "baton_rpc_rate_limited_total",
 		Help: "Admin calls that start procedures refused because their caller exceeded the submit rate limit, by method.",
 	}, reg)
@@ -182,7 +177,7 @@ func callerKey(ctx context.Context) (string, bool) {
 	forwarded := isForwarded(ctx) && relayTrusted(ctx)
 	// Who access control found (after it in the chain): a token, the
 	// console's user, a client's certificate.
-	if p, ok := principalOf(ctx); ok && !forwarded && p.kind != kindAnonymous && p.kind != kindMaster {
+	if p, ok := principalOf(ctx); ok && !forwarded && p.Kind != access.KindAnonymous && p.Kind != access.KindMaster {
 		return p.String(), true
 	}
 	if id, ok := security.CallerOf(ctx); ok {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -67,8 +68,8 @@ func (s *Server) admitMasterCall(ctx context.Context, method, id string) error {
 		return nil
 	}
 	p, _ := principalOf(ctx)
-	if p.kind == "" {
-		p = principal{kind: kindAnonymous}
+	if p.Kind == "" {
+		p = access.Principal{Kind: access.KindAnonymous}
 	}
 	s.log.Warn("masters-only call refused", "method", method, "id", id, "peer", peerAddr(ctx), "error", err)
 	s.recordRefusal(ctx, p, method, nil, err)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -42,7 +43,7 @@ func callerOf(ctx context.Context, c *adminpb.RepairCaller) catalog.Caller {
 	out.Peer, out.Via = callOrigin(ctx)
 	// Who the access interceptor found is no one's word: it leads, and
 	// the name the caller gave follows.
-	if p, ok := principalOf(ctx); ok && p.kind != kindAnonymous {
+	if p, ok := principalOf(ctx); ok && p.Kind != access.KindAnonymous {
 		out.Name = p.String()
 		if given := c.GetCaller(); given != "" {
 			out.Name += " (" + given + ")"

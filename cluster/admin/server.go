@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/reqlimit"
@@ -114,7 +115,7 @@ type Server struct {
 	// an address no proven registration gave (secretMayGo).
 	unprovenDial []grpc.DialOption
 	fwd          map[*fwdCall]struct{} // forwarded calls in flight
-	uses         tokenUses             // tokens' last uses noted here
+	acl          *access.ACL           // access control's state, and its tokens' last uses noted here
 	gs           *grpc.Server
 	started      bool
 	closed       bool
@@ -126,15 +127,11 @@ type Server struct {
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
-	audit   *auditLog // nil without Config.Access
+	audit   *access.Trail // nil without Config.Access
 	// changes is Access.ChangeLimit's buckets; nil: no limit.
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
-	exporter *auditExporter
-	// bootPending is the bootstrap token this master made and has not
-	// yet recorded as told; bootTold, that it told it (under mu).
-	bootPending *pendingBoot
-	bootTold    bool
+	exporter *access.Exporter
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -150,13 +147,17 @@ func KeepaliveEnforcement() grpc.ServerOption {
 	})
 }
 
+// rulesErr is access.RulesErr; a test stands in a service with a method
+// that has no rule.
+var rulesErr = access.RulesErr
+
 // New returns a server for b. Call Serve, or RegisterServices and Start.
 func New(b Backend, cfg Config) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("admin: nil backend")
 	}
-	if rulesErr != nil {
-		return nil, rulesErr
+	if err := rulesErr(); err != nil {
+		return nil, err
 	}
 	if cfg.Factory == nil {
 		cfg.Factory = diag.New
@@ -204,11 +205,14 @@ func New(b Backend, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.acc = cfg.Access.withDefaults()
+	}
+	s.acl = access.NewACL(domainReader{b}, s.acc.Clock, s.acc.InitialGrants)
+	if cfg.Access != nil {
 		var err error
 		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {
 			return nil, err
 		}
-		if s.audit, err = newAuditLog(s, s.acc.Metrics); err != nil {
+		if s.audit, err = newAuditTrail(s); err != nil {
 			return nil, err
 		}
 		if s.changes, err = newChangeLimiter(s.acc.ChangeLimit, s.acc.Clock, s.acc.Metrics); err != nil {
@@ -270,11 +274,11 @@ func (s *Server) Start(advertise string) error {
 	go s.watchLeader()
 	if s.audit != nil {
 		s.loops.Add(1)
-		go s.audit.run()
+		go s.audit.Run()
 	}
 	if s.exporter != nil {
 		s.loops.Add(1)
-		go s.exporter.run()
+		go s.exporter.Run()
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ var Floors = [][]string{
 	{"store", "scheduler", "cluster/client", "cluster/filecare", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
 	{"procedure"},
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisionproc"},
-	{"cluster"},
+	{"cluster", "cluster/access"},
 	{"cluster/domain"},
 	{"cluster/admin", "cluster/console"},
 	{"cluster/clustertest", "integration/harness", "cmd/node/bench"},

@@ -1,4 +1,4 @@
-package admin
+package access
 
 import (
 	"maps"
@@ -9,7 +9,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/proto/adminpb"
-	"github.com/baton-dev/baton/raftfsm"
 )
 
 // The trail's quotas: each record counts against its holder (its
@@ -20,46 +19,46 @@ import (
 // refused or served, only ever pushes out its own records, or those of a
 // holder with at least as many.
 
-// Group name prefixes of an auditIndex.
+// Group name prefixes of an Index.
 const (
 	holderGroup = "p:"
 	addrGroup   = "a:"
 )
 
-// auditIndex is the leader's view of one space's records, by group,
+// Index is the leader's view of one space's records, by group,
 // oldest first: built by a scan when unknown, then kept up to date by the
 // writes the leader makes.
-type auditIndex struct {
+type Index struct {
 	groupsOf map[string][]string // live key -> its groups
-	groups   map[string]*auditGroup
+	groups   map[string]*group
 	// dirty are the groups that may be past their quota.
 	dirty map[string]bool
 }
 
-// auditGroup is a group's keys in order, with the dead ones (pruned)
+// group is a group's keys in order, with the dead ones (pruned)
 // dropped lazily from the front.
-type auditGroup struct {
+type group struct {
 	keys []string
 	live int
 }
 
-func newAuditIndex() *auditIndex {
-	return &auditIndex{groupsOf: map[string][]string{}, groups: map[string]*auditGroup{}, dirty: map[string]bool{}}
+func NewIndex() *Index {
+	return &Index{groupsOf: map[string][]string{}, groups: map[string]*group{}, dirty: map[string]bool{}}
 }
 
-// auditHolder is whose quota rec counts against: its principal, or for
+// Holder is whose quota rec counts against: its principal, or for
 // an anonymous caller (no access control, no credentials) its address.
-func auditHolder(rec *adminpb.AuditRecord) string {
+func Holder(rec *adminpb.AuditRecord) string {
 	p := rec.GetPrincipal()
-	if p == "" || p == kindAnonymous {
-		return kindAnonymous + "@" + auditHost(rec.GetPeer())
+	if p == "" || p == KindAnonymous {
+		return KindAnonymous + "@" + Host(rec.GetPeer())
 	}
 	return p
 }
 
-// auditHost is the host of a record's source address (which may lack a
+// Host is the host of a record's source address (which may lack a
 // port, or be empty).
-func auditHost(peer string) string {
+func Host(peer string) string {
 	if h, _, err := net.SplitHostPort(peer); err == nil {
 		return h
 	}
@@ -67,10 +66,10 @@ func auditHost(peer string) string {
 }
 
 // groupsFor are the groups rec counts in within sp.
-func (sp *auditSpace) groupsFor(rec *adminpb.AuditRecord) []string {
-	g := []string{holderGroup + auditHolder(rec)}
-	if sp.perAddr > 0 {
-		if h := auditHost(rec.GetPeer()); h != "" {
+func (sp *Space) GroupsFor(rec *adminpb.AuditRecord) []string {
+	g := []string{holderGroup + Holder(rec)}
+	if sp.PerAddr > 0 {
+		if h := Host(rec.GetPeer()); h != "" {
 			g = append(g, addrGroup+h)
 		}
 	}
@@ -78,14 +77,14 @@ func (sp *auditSpace) groupsFor(rec *adminpb.AuditRecord) []string {
 }
 
 // quota is the most records group g may keep in sp.
-func (sp *auditSpace) quota(g string) int {
+func (sp *Space) quota(g string) int {
 	if strings.HasPrefix(g, addrGroup) {
-		return min(sp.perAddr, sp.max)
+		return min(sp.PerAddr, sp.Max)
 	}
-	return min(sp.perHolder, sp.max)
+	return min(sp.PerHolder, sp.Max)
 }
 
-func (x *auditIndex) add(key string, groups []string) {
+func (x *Index) Add(key string, groups []string) {
 	if _, ok := x.groupsOf[key]; ok {
 		return
 	}
@@ -93,7 +92,7 @@ func (x *auditIndex) add(key string, groups []string) {
 	for _, g := range groups {
 		gr := x.groups[g]
 		if gr == nil {
-			gr = &auditGroup{}
+			gr = &group{}
 			x.groups[g] = gr
 		}
 		gr.keys = append(gr.keys, key)
@@ -102,7 +101,7 @@ func (x *auditIndex) add(key string, groups []string) {
 	}
 }
 
-func (x *auditIndex) remove(key string) {
+func (x *Index) Remove(key string) {
 	groups, ok := x.groupsOf[key]
 	if !ok {
 		return
@@ -123,7 +122,7 @@ func (x *auditIndex) remove(key string) {
 }
 
 // oldest is group g's oldest live key that skip lets go.
-func (x *auditIndex) oldest(g string, skip func(string) bool) (string, bool) {
+func (x *Index) oldest(g string, skip func(string) bool) (string, bool) {
 	gr := x.groups[g]
 	if gr == nil {
 		return "", false
@@ -144,7 +143,7 @@ func (x *auditIndex) oldest(g string, skip func(string) bool) (string, bool) {
 
 // biggestAt is the holder group with the most records among those of
 // address group g.
-func (x *auditIndex) biggestAt(g string) string {
+func (x *Index) biggestAt(g string) string {
 	n := map[string]int{}
 	best := ""
 	for _, k := range x.groups[g].keys {
@@ -161,7 +160,7 @@ func (x *auditIndex) biggestAt(g string) string {
 
 // biggestHolders are the holder groups, the one with the most records
 // first.
-func (x *auditIndex) biggestHolders() []string {
+func (x *Index) biggestHolders() []string {
 	var out []string
 	for g := range x.groups {
 		if strings.HasPrefix(g, holderGroup) {
@@ -177,14 +176,20 @@ func (x *auditIndex) biggestHolders() []string {
 	return out
 }
 
-// indexLocked is sp's index, built by a scan if unknown. l.mu is held.
-func (l *auditLog) indexLocked(sp *auditSpace, sc domainScanner) *auditIndex {
-	if sp.idx != nil {
-		return sp.idx
-	}
-	x := newAuditIndex()
-	sc.DomainScan(sp.prefix, func(k string, v []byte) bool {
-		if l.pruning[k] {
+// Space is one key space of the trail, within its own bounds.
+type Space struct {
+	Prefix    string
+	Max       int // the ceiling
+	PerHolder int // each principal's quota
+	PerAddr   int // each source address's quota; 0: none
+}
+
+// BuildIndex is sp's index as scan finds it, leaving out the keys skip
+// names (deletions in flight).
+func (sp *Space) BuildIndex(scan func(prefix string, fn func(string, []byte) bool), skip func(string) bool) *Index {
+	x := NewIndex()
+	scan(sp.Prefix, func(k string, v []byte) bool {
+		if skip(k) {
 			return true
 		}
 		var r adminpb.AuditRecord
@@ -193,22 +198,20 @@ func (l *auditLog) indexLocked(sp *auditSpace, sc domainScanner) *auditIndex {
 			// or never; it holds no one's place either.
 			return true
 		}
-		x.add(k, sp.groupsFor(&r))
+		x.Add(k, sp.GroupsFor(&r))
 		return true
 	})
-	sp.idx = x
 	return x
 }
 
-// quotaPrunes are the deletions due in sp by its quotas and ceiling, at
-// most limit, noted in its index. l.mu is held.
-func (l *auditLog) quotaPrunes(sp *auditSpace, x *auditIndex, limit int) []raftfsm.Mutation {
-	var out []raftfsm.Mutation
-	skip := func(k string) bool { return l.pruning[k] || l.started[k] }
+// QuotaPrunes are the deletions due in sp by its quotas and ceiling, at
+// most limit, taken out of x; skip names the keys that may not go (a
+// deletion in flight, a record whose outcome is yet to be written).
+func (x *Index) QuotaPrunes(sp *Space, limit int, skip func(string) bool) []string {
+	var out []string
 	del := func(k string) {
-		out = append(out, raftfsm.Del(k))
-		x.remove(k)
-		l.pruning[k] = true
+		out = append(out, k)
+		x.Remove(k)
 	}
 	for _, g := range slices.Sorted(maps.Keys(x.dirty)) {
 		for x.groups[g] != nil && x.groups[g].live > sp.quota(g) && len(out) < limit {
@@ -231,7 +234,7 @@ func (l *auditLog) quotaPrunes(sp *auditSpace, x *auditIndex, limit int) []raftf
 			delete(x.dirty, g)
 		}
 	}
-	for len(x.groupsOf) > sp.max && len(out) < limit {
+	for len(x.groupsOf) > sp.Max && len(out) < limit {
 		deleted := false
 		for _, g := range x.biggestHolders() {
 			if k, ok := x.oldest(g, skip); ok {

@@ -1,0 +1,106 @@
+package access
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
+)
+
+// The way in: the first leader of a cluster enforcing access control
+// makes the bootstrap token and tells it once (BootRecord says it did);
+// every leader binds the clients of its InitialGrants that are unbound
+// and not revoked.
+
+// InitialGrantWrites bind, as master masterID, the clients of this
+// master's InitialGrants that are neither bound nor revoked; granted
+// names them ("name=permission", sorted).
+func (a *ACL) InitialGrantWrites(masterID string, now int64) (muts []raftfsm.Mutation, granted []string) {
+	for name, perm := range a.initialGrants {
+		if _, ok := a.state.Get(CertPrefix + name); ok {
+			continue
+		}
+		if _, revoked := a.state.Get(RevokedPrefix + name); revoked {
+			continue // 'acl revoke' stands until 'acl grant'
+		}
+		granted = append(granted, name+"="+perm.String())
+		muts = append(muts, raftfsm.Put(CertPrefix+name, MustJSON(Entry{Permission: perm.String(), CreatedMs: now, CreatedBy: "master/" + masterID + InitialGrantMark})))
+	}
+	slices.Sort(granted)
+	return muts, granted
+}
+
+// BootToldWrites record that master masterID told the bootstrap token
+// with accessor, so that no later leader replaces it.
+func BootToldWrites(masterID, accessor string, now int64) []raftfsm.Mutation {
+	rec := BootRecord{AtMs: now, By: masterID, Accessor: accessor, Announced: true}
+	return []raftfsm.Mutation{raftfsm.Put(BootKey, MustJSON(rec))}
+}
+
+// MarkBootTold notes that the pending bootstrap token is being told, and
+// says whether it was already: it is told once, however often recording
+// that fails.
+func (a *ACL) MarkBootTold() (already bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	already = a.bootTold
+	a.bootTold = true
+	return already
+}
+
+// BootRecorded notes that the bootstrap token is recorded as told: no
+// token is pending any more.
+func (a *ACL) BootRecorded() {
+	a.mu.Lock()
+	a.bootPending = nil
+	a.mu.Unlock()
+}
+
+// PendingBoot is a bootstrap token this master made and has yet to see
+// recorded as told.
+type PendingBoot struct{ Accessor, Secret string }
+
+// BootstrapWrites works out, on the leader, what the bootstrap needs: nil
+// when the bootstrap token was made and told; the pending token, with the
+// writes that make it (none if its writes committed already), when this
+// master made it and has yet to tell it.
+func (a *ACL) BootstrapWrites(masterID string, now int64, ttl time.Duration) (*PendingBoot, []raftfsm.Mutation, error) {
+	var rec BootRecord
+	if v, ok := a.state.Get(BootKey); ok {
+		if json.Unmarshal(v, &rec) == nil && rec.Announced {
+			return nil, nil, nil
+		}
+	}
+	a.mu.Lock()
+	pending := a.bootPending
+	a.mu.Unlock()
+	if pending != nil && rec.Accessor == pending.Accessor {
+		if _, ok := a.state.Get(TokenPrefix + pending.Accessor); ok {
+			return pending, nil, nil // committed: tell it
+		}
+	}
+	var muts []raftfsm.Mutation
+	if pending != nil && pending.Accessor != rec.Accessor {
+		// An earlier try of this master's, which may yet commit: it goes
+		// with the next.
+		muts = append(muts, raftfsm.Del(TokenPrefix+pending.Accessor))
+	}
+	// None yet, or one whose secret only another master knew: make one
+	// (the other's token goes).
+	tm, acc, secret, _, err := a.NewToken("bootstrap", security.PermAdmin, "master/"+masterID+" (bootstrap)", ttl)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec.Accessor != "" {
+		muts = append(muts, raftfsm.Del(TokenPrefix+rec.Accessor))
+	}
+	pending = &PendingBoot{Accessor: acc, Secret: secret}
+	muts = append(muts, tm...)
+	muts = append(muts, raftfsm.Put(BootKey, MustJSON(BootRecord{AtMs: now, By: masterID, Accessor: pending.Accessor})))
+	a.mu.Lock()
+	a.bootPending, a.bootTold = pending, false
+	a.mu.Unlock()
+	return pending, muts, nil
+}

@@ -1,0 +1,472 @@
+package access
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// The audit trail: a record of every client call to a method that
+// changes state (Audited), refusals included, in the replicated domain
+// keys audit/<term>-<n> (refusals under audit-refused/). A call is
+// recorded where it was served or refused: the leader, or a standby that
+// refused it or could not forward it (its record goes to the leader,
+// TrailConfig.Send); a standby that forwarded a call leaves its record to
+// the leader. The call is answered only once its record is committed.
+//
+// Only the leader numbers and writes records, one batch at a time: the
+// key's term is the leader's, and no other master writes in its term, so
+// two leaders never write the same key; within the term a counter that
+// only grows numbers them, so a batch that timed out and committed later
+// collides with none either.
+
+const (
+	// Batch bounds the records in one Raft entry.
+	Batch = 256
+	// inFlight bounds the audit entries being committed at once: one,
+	// so that they commit in the order they are numbered, and a reader
+	// paging through the trail never passes a record yet to commit.
+	inFlight = 1
+	// pruneBatch bounds the deletions one entry carries.
+	pruneBatch = 1000
+	// pruneEvery is how often an idle leader drops expired records.
+	pruneEvery = time.Minute
+	// WriteTimeout bounds a batch's commit, however soon its callers'
+	// deadlines end: a record of a call that was served is worth the wait.
+	WriteTimeout = 10 * time.Second
+)
+
+// State is what the trail uses of the replicated state on this master.
+type State interface {
+	IsLeader() bool
+	// Term is the current Raft term, which numbers the leader's records.
+	Term() uint64
+	// Mutate commits writes through Raft (leader only) and returns once
+	// the local state applied them.
+	Mutate(ctx context.Context, muts []raftfsm.Mutation) error
+}
+
+// Scanner is a State that can walk its keys under a prefix in order; a
+// trail over a State that cannot prunes nothing.
+type Scanner interface {
+	Scan(prefix string, fn func(key string, value []byte) bool)
+}
+
+// TrailConfig is the trail's bounds and what it needs of its master.
+type TrailConfig struct {
+	Clock clock.Clock
+	// Retention drops records committed longer ago.
+	Retention time.Duration
+	// MaxRecords is the ceiling of the served calls' records (a tenth of
+	// it, of the refusals'); MaxPerPrincipal each principal's quota of
+	// them; MaxRefusedPerCaller each principal's, and each address's,
+	// quota of refusals.
+	MaxRecords, MaxPerPrincipal, MaxRefusedPerCaller int
+	// Established says this master leads and its state is caught up:
+	// only then are expired records pruned.
+	Established func() bool
+	// Send has the leader commit a standby's records, and waits.
+	Send func(recs []*adminpb.AuditRecord) error
+	// Stop ends Run and every wait; Stopping is the error the waits then
+	// wrap.
+	Stop     <-chan struct{}
+	Stopping error
+	// Loops counts the trail's goroutines (Run's caller adds Run).
+	Loops *sync.WaitGroup
+	Log   hclog.Logger
+	// Metrics, if set, receives the trail's counters.
+	Metrics prometheus.Registerer
+}
+
+// Trail batches records into Raft entries (Trail.Run), at the leader,
+// or sends them to it (TrailConfig.Send).
+type Trail struct {
+	state State
+	cfg   TrailConfig
+	kick  chan struct{}
+
+	mu      sync.Mutex
+	pending []pendingWrite
+
+	// The leader's numbering, written on Run's goroutine only; term and
+	// the spaces under mu, which the writes in flight also take.
+	term   uint64
+	n      uint64
+	spaces [2]*space // served calls, refusals
+	// pruning are the keys the writes in flight delete; started, the
+	// records of calls still being served, whose outcome is yet to be
+	// written over them (neither is pruned).
+	pruning, started map[string]bool
+
+	written, failed prometheus.Counter
+}
+
+// space is one key space of the trail, within its own bounds
+// (Space), with the leader's index of it.
+type space struct {
+	Space
+	idx *Index // nil when unknown
+}
+
+type pendingWrite struct {
+	rec  *adminpb.AuditRecord
+	done chan error // nil: nobody waits (an outcome written over its record)
+}
+
+// NewTrail is the audit trail of this master over state.
+func NewTrail(state State, cfg TrailConfig) (*Trail, error) {
+	l := &Trail{state: state, cfg: cfg, kick: make(chan struct{}, 1), pruning: map[string]bool{}, started: map[string]bool{},
+		spaces: [2]*space{{Space: Space{Prefix: AuditPrefix, Max: cfg.MaxRecords, PerHolder: cfg.MaxPerPrincipal}},
+			{Space: Space{Prefix: RefusedPrefix, Max: max(1, cfg.MaxRecords/10), PerHolder: cfg.MaxRefusedPerCaller, PerAddr: cfg.MaxRefusedPerCaller}}},
+		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
+		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
+	}
+	if cfg.Metrics != nil {
+		for _, c := range []prometheus.Collector{l.written, l.failed} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("admin: audit metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
+}
+
+// Append has recs committed, by this node as the leader or by the leader,
+// and waits for it (up to WriteTimeout, whatever ctx's deadline).
+func (l *Trail) Append(ctx context.Context, recs ...*adminpb.AuditRecord) error {
+	if l == nil {
+		return nil
+	}
+	dones := make([]chan error, len(recs))
+	l.mu.Lock()
+	for i, r := range recs {
+		SanitizeRecord(r)
+		dones[i] = make(chan error, 1)
+		l.pending = append(l.pending, pendingWrite{rec: r, done: dones[i]})
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	for _, d := range dones {
+		if err := l.Wait(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Start has rec committed as Append does, without waiting: the channel
+// says when it is (rec.Id is set by then).
+func (l *Trail) Start(rec *adminpb.AuditRecord) <-chan error {
+	done := make(chan error, 1)
+	l.enqueue(pendingWrite{rec: rec, done: done})
+	return done
+}
+
+// Update writes rec, already numbered (rec.Id), over its record, without
+// waiting: an outcome, best effort.
+func (l *Trail) Update(rec *adminpb.AuditRecord) { l.enqueue(pendingWrite{rec: rec}) }
+
+func (l *Trail) enqueue(p pendingWrite) {
+	SanitizeRecord(p.rec)
+	l.mu.Lock()
+	l.pending = append(l.pending, p)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Wait waits for a record Start committed, up to WriteTimeout.
+func (l *Trail) Wait(done <-chan error) error {
+	t := time.NewTimer(WriteTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("audit: no commit within %v", WriteTimeout)
+	case <-l.cfg.Stop:
+		return fmt.Errorf("audit: %w", l.cfg.Stopping)
+	}
+}
+
+// Run writes the pending records until the server stops; on the leader it
+// also drops expired records every pruneEvery.
+func (l *Trail) Run() {
+	defer l.cfg.Loops.Done()
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	sem := make(chan struct{}, inFlight)
+	for {
+		select {
+		case <-l.cfg.Stop:
+			l.failPending(fmt.Errorf("audit: %w", l.cfg.Stopping))
+			return
+		case <-l.kick:
+		case <-t.C:
+			if l.state.IsLeader() {
+				if l.cfg.Established() {
+					if err := l.Commit(nil); err != nil {
+						l.cfg.Log.Debug("audit prune", "error", err)
+					}
+				}
+			}
+		}
+		for {
+			l.mu.Lock()
+			n := min(len(l.pending), Batch)
+			batch := l.pending[:n:n]
+			l.pending = l.pending[n:]
+			l.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			recs := make([]*adminpb.AuditRecord, n)
+			for i, p := range batch {
+				recs[i] = p.rec
+			}
+			// Numbered here, in order; written with up to
+			// inFlight entries in flight, so that a caller waits
+			// for its own batch's commit, not for the one before it too.
+			write, err := l.prepare(recs)
+			if err != nil {
+				for _, p := range batch {
+					if p.done != nil {
+						p.done <- err
+					}
+				}
+				continue
+			}
+			sem <- struct{}{}
+			l.cfg.Loops.Add(1)
+			go func() {
+				defer l.cfg.Loops.Done()
+				err := write()
+				<-sem
+				for _, p := range batch {
+					if p.done != nil {
+						if err != nil {
+							l.failed.Inc()
+						}
+						p.done <- err
+					} else if err != nil {
+						// An outcome written over a record begun earlier:
+						// no caller waits for it, so say here that the
+						// record keeps saying PENDING.
+						l.failed.Inc()
+						l.cfg.Log.Warn("audit record's outcome not committed; the record stays PENDING", "id", p.rec.GetId(), "method", p.rec.GetMethod(), "code", p.rec.GetCode(), "error", err)
+					}
+				}
+			}()
+		}
+	}
+}
+
+func (l *Trail) failPending(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range l.pending {
+		if p.done != nil {
+			p.done <- err
+		}
+	}
+	l.pending = nil
+}
+
+// Commit writes recs (and the prunes due) as the leader, or sends recs to
+// the leader, and waits.
+func (l *Trail) Commit(recs []*adminpb.AuditRecord) error {
+	write, err := l.prepare(recs)
+	if err != nil {
+		return err
+	}
+	return write()
+}
+
+// prepare numbers recs and works out the prunes due, on Run's goroutine
+// (the numbering's only writer), and returns the write to make.
+func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
+	if !l.state.IsLeader() {
+		return func() error {
+			if len(recs) == 0 {
+				return nil
+			}
+			return l.cfg.Send(recs)
+		}, nil
+	}
+	term := l.state.Term()
+	l.mu.Lock()
+	if term != l.term {
+		l.term, l.n = term, 0
+		for _, sp := range l.spaces {
+			sp.idx = nil
+		}
+		clear(l.started)
+	}
+	l.mu.Unlock()
+	now := l.cfg.Clock.Now().UnixMilli()
+	muts := make([]raftfsm.Mutation, 0, len(recs))
+	// What the writes change in each space's index.
+	var added [2][]keyedRecord
+	var moved []string
+	fresh := 0
+	for _, r := range recs {
+		key, numbered := AuditKeyOf(r.GetId())
+		switch {
+		case !numbered:
+			l.n++
+			r.Id = fmt.Sprintf("%d-%d", term, l.n)
+			sp := 0
+			if r.GetRefused() {
+				sp = 1
+			}
+			key = l.spaces[sp].Prefix + AuditSuffix(term, l.n)
+			added[sp] = append(added[sp], keyedRecord{key, r})
+			fresh++
+			if r.GetCode() == AuditPending {
+				l.mu.Lock()
+				l.started[key] = true // not pruned before its outcome is written
+				l.mu.Unlock()
+			}
+		case r.GetRefused():
+			// An outcome that is a refusal (the rate limit, after the
+			// record was started): the record moves to the refusals.
+			l.mu.Lock()
+			delete(l.started, key)
+			l.mu.Unlock()
+			muts = append(muts, raftfsm.Del(key))
+			moved = append(moved, key)
+			key = RefusedPrefix + strings.TrimPrefix(key, AuditPrefix)
+			added[1] = append(added[1], keyedRecord{key, r})
+		default:
+			l.mu.Lock()
+			delete(l.started, key)
+			l.mu.Unlock()
+		}
+		if r.GetCommittedUnixMs() == 0 {
+			r.CommittedUnixMs = now
+		}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		muts = append(muts, raftfsm.Put(key, b))
+	}
+	var prune []raftfsm.Mutation
+	for i, sp := range l.spaces {
+		var gone []string
+		if i == 0 {
+			gone = moved
+		}
+		prune = append(prune, l.prunes(sp, added[i], gone)...)
+	}
+	return func() error {
+		if len(muts)+len(prune) == 0 {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
+		defer cancel()
+		go func() { // Stop does not wait out a stuck write
+			select {
+			case <-l.cfg.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := l.state.Mutate(ctx, append(muts, prune...))
+		l.mu.Lock()
+		for _, m := range prune {
+			delete(l.pruning, m.Key)
+		}
+		if err != nil {
+			for _, sp := range l.spaces {
+				sp.idx = nil // what committed is unknown: count afresh
+			}
+		}
+		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		l.written.Add(float64(fresh))
+		return nil
+	}, nil
+}
+
+// keyedRecord is a record with the key it is written under.
+type keyedRecord struct {
+	key string
+	rec *adminpb.AuditRecord
+}
+
+// prunes are the deletions due in space sp when adding records to it and
+// deleting gone from it: those past a quota or the ceiling
+// (audit_quota.go), and those committed longer than AuditRetention ago,
+// at most pruneBatch.
+func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string) []raftfsm.Mutation {
+	sc, ok := l.state.(Scanner)
+	if !ok {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	x := l.indexLocked(sp, sc)
+	for _, k := range gone {
+		x.Remove(k)
+	}
+	for _, a := range adding {
+		x.Add(a.key, sp.GroupsFor(a.rec))
+	}
+	out := l.quotaPrunes(sp, x, pruneBatch)
+	cutoff := l.cfg.Clock.Now().Add(-l.cfg.Retention).UnixMilli()
+	// From the oldest, past those a write in flight deletes already.
+	sc.Scan(sp.Prefix, func(k string, v []byte) bool {
+		if len(out) >= pruneBatch {
+			return false
+		}
+		if l.pruning[k] || l.started[k] {
+			return true
+		}
+		var r adminpb.AuditRecord
+		if proto.Unmarshal(v, &r) == nil && r.GetCommittedUnixMs() >= cutoff {
+			return false
+		}
+		out = append(out, raftfsm.Del(k))
+		x.Remove(k)
+		l.pruning[k] = true
+		return true
+	})
+	return out
+}
+
+// indexLocked is sp's index, built by a scan if unknown. l.mu is held.
+func (l *Trail) indexLocked(sp *space, sc Scanner) *Index {
+	if sp.idx == nil {
+		sp.idx = sp.BuildIndex(sc.Scan, func(k string) bool { return l.pruning[k] })
+	}
+	return sp.idx
+}
+
+// quotaPrunes are the deletions due in sp by its quotas and ceiling, at
+// most limit, noted in its index. l.mu is held.
+func (l *Trail) quotaPrunes(sp *space, x *Index, limit int) []raftfsm.Mutation {
+	var out []raftfsm.Mutation
+	for _, k := range x.QuotaPrunes(&sp.Space, limit, func(k string) bool { return l.pruning[k] || l.started[k] }) {
+		out = append(out, raftfsm.Del(k))
+		l.pruning[k] = true
+	}
+	return out
+}
