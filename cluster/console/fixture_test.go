@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -41,7 +42,17 @@ const (
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	c := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 3, HTTP: true})
+	// Raft's test timings (50 ms) let a loaded machine depose the leader
+	// mid-test, and these tests walk "the leader's" and "a standby's"
+	// pages one after the other: timings ten times longer keep the
+	// leader put, as a real cluster's do, without slowing the cut-off
+	// standby's wait by more than a moment.
+	c := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 3, HTTP: true,
+		Node: func(_ int, n *cluster.Config) {
+			n.HeartbeatTimeout = 500 * time.Millisecond
+			n.ElectionTimeout = 500 * time.Millisecond
+			n.LeaderLeaseTimeout = 500 * time.Millisecond
+		}})
 	f := &fixture{c: c, cl: c.Client()}
 	li, _ := c.WaitLeader()
 	f.leader = c.Master(li)
