@@ -114,6 +114,13 @@ type Config struct {
 	// forwards is then not believed. Default: the masters share one,
 	// made for the cluster.
 	NoClusterSecret bool
+	// SteadyLeader runs raft at SteadyRaftTimeout instead of raft's test
+	// timings (50 ms), before Node's tweaks: for tests that name the
+	// leader and a standby and walk through them one call after the
+	// other, which a loaded machine's leadership change would otherwise
+	// fail for no fault of the code under test. Elections then take a
+	// second or so. Default false.
+	SteadyLeader bool
 	// LogLevel of the per-node log buffers. Default hclog.Info.
 	LogLevel hclog.Level
 	// LogTail is how many bytes of each buffer a failed test prints.
@@ -125,6 +132,11 @@ type Config struct {
 	// with an in-memory exporter to assert on spans. Default nil: no spans.
 	TracerProvider trace.TracerProvider
 }
+
+// SteadyRaftTimeout is the heartbeat, election and leader lease timeout
+// of a SteadyLeader cluster: ten times raft's test timings, still well
+// under a real deployment's.
+const SteadyRaftTimeout = 500 * time.Millisecond
 
 func (c *Config) setDefaults() {
 	if c.Masters == 0 {
@@ -218,6 +230,11 @@ func New(t testing.TB, cfg Config) *Cluster {
 	}
 	for i, m := range c.masters {
 		m.cfg.Peers = peers
+		if cfg.SteadyLeader {
+			m.cfg.HeartbeatTimeout = SteadyRaftTimeout
+			m.cfg.ElectionTimeout = SteadyRaftTimeout
+			m.cfg.LeaderLeaseTimeout = SteadyRaftTimeout
+		}
 		if cfg.Node != nil {
 			cfg.Node(i, &m.cfg)
 		}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -42,17 +41,9 @@ const (
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	// Raft's test timings (50 ms) let a loaded machine depose the leader
-	// mid-test, and these tests walk "the leader's" and "a standby's"
-	// pages one after the other: timings ten times longer keep the
-	// leader put, as a real cluster's do, without slowing the cut-off
-	// standby's wait by more than a moment.
-	c := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 3, HTTP: true,
-		Node: func(_ int, n *cluster.Config) {
-			n.HeartbeatTimeout = 500 * time.Millisecond
-			n.ElectionTimeout = 500 * time.Millisecond
-			n.LeaderLeaseTimeout = 500 * time.Millisecond
-		}})
+	// The tests walk "the leader's" and "a standby's" pages one after the
+	// other: a leadership change on a loaded machine must not move them.
+	c := clustertest.New(t, clustertest.Config{Masters: 3, RegionServers: 3, HTTP: true, SteadyLeader: true})
 	f := &fixture{c: c, cl: c.Client()}
 	li, _ := c.WaitLeader()
 	f.leader = c.Master(li)

@@ -42,7 +42,9 @@ func (p *stepping) Rollback(*procedure.Context) error { return nil }
 // own address.
 func TestRepairCommands(t *testing.T) {
 	letGo = make(chan struct{})
-	fc := clustertest.New(t, clustertest.Config{Masters: 2, RegionServers: 2, Register: func(r *procedure.Registry) error {
+	// SteadyLeader: the records name the standby that forwarded each
+	// command, which a leadership change under load would make the leader.
+	fc := clustertest.New(t, clustertest.Config{Masters: 2, RegionServers: 2, SteadyLeader: true, Register: func(r *procedure.Registry) error {
 		return r.Register("stepping", 1, func() procedure.Procedure { return &stepping{} })
 	}})
 	fc.TransferLeadership(1)
