@@ -409,7 +409,7 @@ func (c *Client) Submit(ctx context.Context, typ string, args map[string]string,
 // Get returns the procedure with this id (NOT_FOUND if there is none).
 func (c *Client) Get(ctx context.Context, id uint64, opts ...ReadOption) (*adminpb.Procedure, error) {
 	o := readOpts(opts)
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
 		r, err := a.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id, Consistency: o.consistency})
 		o.served(r.GetRead())
 		return r, err
@@ -439,46 +439,26 @@ func Force() ActOption { return func(o *actOptions) { o.force = true } }
 // after the request.
 func (c *Client) Abort(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AbortProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.AbortProcedure, ref)
 }
 
 // Pause stops the procedure between steps until Resume.
 func (c *Client) Pause(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.PauseProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.PauseProcedure, ref)
 }
 
 // Resume lets a paused procedure run again.
 func (c *Client) Resume(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.ResumeProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.ResumeProcedure, ref)
 }
 
 // Ack acknowledges a finished procedure's result, so the cluster may
 // forget it.
 func (c *Client) Ack(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AckResult(ctx, ref)
-	})
-}
-
-func (c *Client) procCall(ctx context.Context, f func(context.Context, adminpb.AdminClient) (*adminpb.Procedure, error)) (*adminpb.Procedure, error) {
-	var p *adminpb.Procedure
-	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
-		r, err := f(ctx, a)
-		if err == nil {
-			p = r
-		}
-		return err
-	})
-	return p, err
+	return call(ctx, c, adminpb.AdminClient.AckResult, ref)
 }
 
 // ListOptions filters and pages ListProcedures. Empty fields match all.
