@@ -235,6 +235,18 @@ type pagedList[T any] struct {
 	tail func(total int)
 }
 
+// servedTail is a pagedList tail that prints none for an empty list, else
+// the read that served it.
+func (c *cli) servedTail(rf *readFlags, none string) func(total int) {
+	return func(total int) {
+		if total == 0 {
+			fmt.Fprintln(c.stdout, none)
+			return
+		}
+		c.printServed(rf.served)
+	}
+}
+
 // listPages runs a list command's paging: with --all, walkPages over every
 // page; otherwise the page at --page-token, then the stderr line for the
 // next. It returns the exit code.

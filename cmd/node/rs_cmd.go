@@ -121,16 +121,9 @@ func (c *cli) rsList(args []string) int {
 			}
 			cols.print(rows)
 		}
-		tail := func(total int) {
-			if total == 0 {
-				fmt.Fprintln(c.stdout, "no region servers (start one with 'baton regionserver')")
-				return
-			}
-			c.printServed(rf.served)
-		}
 		return listPages(e, pf, rf, pagedList[*adminpb.Server]{
 			cmd: "rs list", noun: "region servers", key: "servers",
-			fetch: fetch, show: show, tail: tail,
+			fetch: fetch, show: show, tail: c.servedTail(rf, "no region servers (start one with 'baton regionserver')"),
 			toJSON: func(s *adminpb.Server) any { return toServerJSON(s) },
 			pageJSON: func(servers []*adminpb.Server, next string) any {
 				doc := serversJSON{Servers: []serverJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}

@@ -505,16 +505,9 @@ func (c *cli) regionList(args []string) int {
 			}
 			cols.print(regionRows(rs, true, header))
 		}
-		tail := func(total int) {
-			if total == 0 {
-				fmt.Fprintln(c.stdout, "no regions")
-				return
-			}
-			c.printServed(rf.served)
-		}
 		return listPages(e, pf, rf, pagedList[*adminpb.Region]{
 			cmd: "region list", noun: "regions", key: "regions",
-			fetch: fetch, show: show, tail: tail,
+			fetch: fetch, show: show, tail: c.servedTail(rf, "no regions"),
 			toJSON: func(r *adminpb.Region) any { return toRegionJSON(r) },
 			pageJSON: func(regions []*adminpb.Region, next string) any {
 				return regionsJSON{Regions: toRegionsJSON(regions), NextPageToken: next, Read: toReadJSON(rf.served)}
