@@ -291,18 +291,17 @@ func (cf *clientFlags) escapeAnswers() []grpc.DialOption {
 // role, none without --tls-*, and escapeAnswers. Unusable material is bad
 // usage.
 func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error) {
-	creds, err := cf.credentials()
-	if err != nil {
-		return nil, err
-	}
-	if creds == nil {
-		return cf.escapeAnswers(), nil
-	}
-	return append([]grpc.DialOption{creds.DialOption(role)}, cf.escapeAnswers()...), nil
+	return cf.dialOptionsWith(func(c *security.Credentials) grpc.DialOption { return c.DialOption(role) })
 }
 
 // dialOptionsFor is dialOptions for a connection to exactly server want.
 func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption, error) {
+	return cf.dialOptionsWith(func(c *security.Credentials) grpc.DialOption { return c.DialOptionFor(want) })
+}
+
+// dialOptionsWith is dialOptions with the TLS option that tls makes of
+// the loaded credentials.
+func (cf *clientFlags) dialOptionsWith(tls func(*security.Credentials) grpc.DialOption) ([]grpc.DialOption, error) {
 	creds, err := cf.credentials()
 	if err != nil {
 		return nil, err
@@ -310,7 +309,7 @@ func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption
 	if creds == nil {
 		return cf.escapeAnswers(), nil
 	}
-	return append([]grpc.DialOption{creds.DialOptionFor(want)}, cf.escapeAnswers()...), nil
+	return append([]grpc.DialOption{tls(creds)}, cf.escapeAnswers()...), nil
 }
 
 // credentials loads --tls-* (nil without them): --tls-ca alone is a
