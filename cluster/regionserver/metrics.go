@@ -119,13 +119,3 @@ func opResult(res *rspb.RegionOpResult, err error) string {
 	}
 	return "failed"
 }
-
-func kindLabel(k rspb.OpKind) string {
-	switch k {
-	case rspb.OpKind_OP_KIND_OPEN:
-		return "open"
-	case rspb.OpKind_OP_KIND_CLOSE:
-		return "close"
-	}
-	return "unknown"
-}
