@@ -235,6 +235,18 @@ type pagedList[T any] struct {
 	tail func(total int)
 }
 
+// parseList parses a list command's flags (it takes no arguments) and
+// checks its page flags; !ok: exit with code.
+func (e *command) parseList(args []string, pf *pageFlags) (code int, ok bool) {
+	if _, code, ok := e.parse(args, 0, ""); !ok {
+		return code, false
+	}
+	if err := pf.check(); err != nil {
+		return e.fail(err), false
+	}
+	return 0, true
+}
+
 // servedTail is a pagedList tail that prints none for an empty list, else
 // the read that served it.
 func (c *cli) servedTail(rf *readFlags, none string) func(total int) {

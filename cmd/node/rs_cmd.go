@@ -91,11 +91,8 @@ func (c *cli) rsList(args []string) int {
 	e := c.command("rs list", "[--page-size N] [--page-token T | --all] [--stale]", rsAdvice)
 	pf := addPageFlags(e.fs, "region servers", catalog.DefaultServerPageSize, catalog.MaxServerPageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	return e.withClient(func(cl *client.Client) int {
 		req := &adminpb.ListServersRequest{PageSize: int32(pf.size)}

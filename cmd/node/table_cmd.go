@@ -307,11 +307,8 @@ func (c *cli) tableList(args []string) int {
 	e.fs.Var(&states, "state", "only the tables in this state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING); repeat it or separate with commas for several")
 	pf := addPageFlags(e.fs, "tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	if *ns != "" {
 		if err := checkName("namespace", *ns); err != nil {
@@ -473,11 +470,8 @@ func (c *cli) regionList(args []string) int {
 	e.fs.Var(&states, "state", "only the regions in this state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN); repeat it or separate with commas for several")
 	pf := addPageFlags(e.fs, "regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	if *table != "" {
 		// Checked as the table commands check it; sent qualified.
