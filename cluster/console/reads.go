@@ -36,6 +36,17 @@ type reads struct {
 	perm security.Permission
 }
 
+// pageReads is newReads for the page titled title; without them it
+// answers the failure page and returns nil.
+func (c *Console) pageReads(w http.ResponseWriter, r *http.Request, title string) *reads {
+	rd, err := c.newReads(r)
+	if err != nil {
+		c.fail(w, nil, title, err)
+		return nil
+	}
+	return rd
+}
+
 // newReads reads this node's status; without it there is no page.
 func (c *Console) newReads(r *http.Request) (*reads, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)

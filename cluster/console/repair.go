@@ -166,9 +166,8 @@ func (c *Console) handleRepair(mux *http.ServeMux, pattern, nav string, build re
 // with form's options: the leader's dry run, and message if an attempt
 // did nothing.
 func (c *Console) repairConfirm(w http.ResponseWriter, r *http.Request, nav string, build repairBuilder, form url.Values, code int, message string) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Repair", err)
+	rd := c.pageReads(w, r, "Repair")
+	if rd == nil {
 		return
 	}
 	a, err := build(rd, r, form)
@@ -216,9 +215,8 @@ func (c *Console) repairPost(w http.ResponseWriter, r *http.Request, nav string,
 		c.repairConfirm(w, r, nav, build, form, http.StatusBadRequest, "Nothing done: tick the box to confirm.")
 		return
 	}
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Repair", err)
+	rd := c.pageReads(w, r, "Repair")
+	if rd == nil {
 		return
 	}
 	a, err := build(rd, r, form)
