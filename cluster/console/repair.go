@@ -186,14 +186,14 @@ func (c *Console) repairConfirm(w http.ResponseWriter, r *http.Request, nav stri
 	case rd.stale:
 		// Only the leader repairs, and none answers this node: asking
 		// would only wait for the client to give up.
-		p.Refusal, p.Code = "only the leader repairs, and no leader answers "+rd.node.GetNodeId()+" ("+rd.why+")", apiCode(codes.Unavailable)
+		p.Refusal, p.Code = "only the leader repairs, and no leader answers "+rd.node.GetNodeId()+" ("+rd.why+")", adminpb.CodeName(codes.Unavailable)
 	default:
 		// A dry run answers as a read does: bounded like one.
 		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)
 		out, err := a.call(ctx, true, c.callerName(rd, r))
 		cancel()
 		if err != nil {
-			p.Refusal, p.Code = status.Convert(err).Message(), apiCode(status.Code(err))
+			p.Refusal, p.Code = status.Convert(err).Message(), adminpb.CodeName(status.Code(err))
 		} else {
 			p.DryRun = out
 		}
@@ -270,16 +270,4 @@ func withRecord(path string, record uint64) string {
 		sep = "&"
 	}
 	return path + sep + "record=" + strconv.FormatUint(record, 10) + frag
-}
-
-// apiCode spells a gRPC code as the API documents it: FAILED_PRECONDITION.
-func apiCode(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteString(strings.ToUpper(string(r)))
-	}
-	return b.String()
 }
