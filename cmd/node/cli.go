@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -412,7 +411,7 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	// The code, as the README promises, so that a script (or a person
 	// searching the docs) need not parse the sentence.
 	if st.Code() != codes.Unknown {
-		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, msg, codeName(st.Code()))
+		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, msg, adminpb.CodeName(st.Code()))
 	} else {
 		fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, msg)
 	}
@@ -420,21 +419,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}
 	if cf != nil && cf.json {
-		c.printJSON(map[string]any{"error": map[string]any{"code": codeName(st.Code()), "message": msg, "exit_code": code}})
+		c.printJSON(map[string]any{"error": map[string]any{"code": adminpb.CodeName(st.Code()), "message": msg, "exit_code": code}})
 	}
 	return code
-}
-
-// codeName spells a gRPC code as the API documents it: NOT_FOUND, ...
-func codeName(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToUpper(r))
-	}
-	return b.String()
 }
 
 func (c *cli) printJSON(v any) {

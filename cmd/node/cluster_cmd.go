@@ -184,9 +184,9 @@ func (c *cli) printStatus(cf *clientFlags, s *adminpb.ClusterStatusResponse) int
 		j := toStatusJSON(s)
 		switch {
 		case merr != nil:
-			j.Error = &errorJSON{Code: codeName(codes.FailedPrecondition), Message: merr.Error(), ExitCode: exitFailed}
+			j.Error = &errorJSON{Code: adminpb.CodeName(codes.FailedPrecondition), Message: merr.Error(), ExitCode: exitFailed}
 		case qerr != nil:
-			j.Error = &errorJSON{Code: codeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
+			j.Error = &errorJSON{Code: adminpb.CodeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
 		}
 		c.printJSON(j)
 	} else {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // pageFlags are the paging flags of a list command.
@@ -155,7 +157,7 @@ func walkPages[T any](e *command, key, token string, fetch func(token string) ([
 			e.cf.json = false
 			code := e.fail(err)
 			st := status.Convert(err)
-			_ = stream.end(member{"error", map[string]any{"code": codeName(st.Code()), "message": st.Message(), "exit_code": code, "after_items": total}})
+			_ = stream.end(member{"error", map[string]any{"code": adminpb.CodeName(st.Code()), "message": st.Message(), "exit_code": code, "after_items": total}})
 			return code
 		}
 		if e.cf.json && stream == nil {
