@@ -185,6 +185,26 @@ func walkPages[T any](e *command, key, token string, fetch func(token string) ([
 	return exitOK
 }
 
+// showRows is a pagedList show that prints each page's rows (row of each
+// item) in columns, under header once, above the first rows printed.
+func showRows[T any](w io.Writer, header []string, row func(T) []string) func(page []T, first bool) {
+	var cols *columns
+	return func(page []T, _ bool) {
+		if len(page) == 0 {
+			return
+		}
+		var rows [][]string
+		if cols == nil {
+			cols = &columns{w: w}
+			rows = append(rows, header)
+		}
+		for _, x := range page {
+			rows = append(rows, row(x))
+		}
+		cols.print(rows)
+	}
+}
+
 // columns prints rows as aligned columns, as a tabwriter with a padding of
 // 2 would, except that the widths are fixed by the first rows it prints:
 // so pages printed as they arrive line up with the first (a longer cell

@@ -102,22 +102,10 @@ func (c *cli) rsList(args []string) int {
 			return r.GetServers(), r.GetNextPageToken(), err
 		}
 		now := time.Now()
-		var cols *columns
-		show := func(servers []*adminpb.Server, _ bool) {
-			if len(servers) == 0 {
-				return
-			}
-			var rows [][]string
-			if cols == nil {
-				cols = &columns{w: c.stdout}
-				rows = append(rows, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"})
-			}
-			for _, s := range servers {
-				rows = append(rows, []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
-					strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)})
-			}
-			cols.print(rows)
-		}
+		show := showRows(c.stdout, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"}, func(s *adminpb.Server) []string {
+			return []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
+				strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)}
+		})
 		return listPages(e, pf, rf, pagedList[*adminpb.Server]{
 			cmd: "rs list", noun: "region servers", key: "servers",
 			fetch: fetch, show: show, tail: c.servedTail(rf, "no region servers (start one with 'baton regionserver')"),

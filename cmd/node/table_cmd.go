@@ -343,22 +343,10 @@ func (c *cli) tableList(args []string) int {
 			j.RegionCounts = countRegions(t.GetRegionGroups(), servers)
 			return j
 		}
-		var cols *columns
-		show := func(tables []*adminpb.Table, first bool) {
-			if len(tables) == 0 {
-				return
-			}
-			var rows [][]string
-			if cols == nil {
-				cols = &columns{w: c.stdout}
-				rows = append(rows, []string{"NAMESPACE", "NAME", "STATE", "REGIONS"})
-			}
-			for _, t := range tables {
-				rows = append(rows, []string{t.GetNamespace(), t.GetName(), t.GetState(),
-					countsSummary(int(t.GetRegionCount()), toJSON(t).RegionCounts)})
-			}
-			cols.print(rows)
-		}
+		show := showRows(c.stdout, []string{"NAMESPACE", "NAME", "STATE", "REGIONS"}, func(t *adminpb.Table) []string {
+			return []string{t.GetNamespace(), t.GetName(), t.GetState(),
+				countsSummary(int(t.GetRegionCount()), toJSON(t).RegionCounts)}
+		})
 		tail := func(total int) {
 			if total == 0 {
 				fmt.Fprintln(c.stdout, "no tables")
