@@ -191,6 +191,17 @@ type readRound struct {
 	waiters int // reads that joined it (for tests)
 }
 
+// wait returns r's outcome once it is known, or ctx's end: what names the
+// round in the error.
+func (r *readRound) wait(ctx context.Context, what string) error {
+	select {
+	case <-r.done:
+		return readError(what, r.err)
+	case <-ctx.Done():
+		return fmt.Errorf("cluster: read: %s: %w", what, ctx.Err())
+	}
+}
+
 // newReadConfirmer confirms with r. A raft future may stay unanswered
 // once raft shuts down (a request left in one of its buffered channels):
 // shutdown ends the wait, so that neither a read nor the confirmer's loop
@@ -235,12 +246,7 @@ func (c *readConfirmer) confirm(ctx context.Context) error {
 		go c.run()
 	}
 	c.mu.Unlock()
-	select {
-	case <-r.done:
-		return readError("confirming leadership", r.err)
-	case <-ctx.Done():
-		return fmt.Errorf("cluster: read: confirming leadership: %w", ctx.Err())
-	}
+	return r.wait(ctx, "confirming leadership")
 }
 
 func (c *readConfirmer) run() {
@@ -276,12 +282,7 @@ func (c *readConfirmer) nudge(ctx context.Context) error {
 		}()
 	}
 	c.nudgeMu.Unlock()
-	select {
-	case <-r.done:
-		return readError("committing a no-op", r.err)
-	case <-ctx.Done():
-		return fmt.Errorf("cluster: read: committing a no-op: %w", ctx.Err())
-	}
+	return r.wait(ctx, "committing a no-op")
 }
 
 // readError wraps raft's answer: losing leadership means "ask the leader".

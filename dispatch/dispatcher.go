@@ -199,18 +199,8 @@ func New(cfg Config) (*Dispatcher, error) {
 
 // result hands r to OnResult, counting it.
 func (d *Dispatcher) result(r Result) {
-	d.metrics.results.WithLabelValues(opKind(r.Op.Kind), resultLabel(r)).Inc()
+	d.metrics.results.WithLabelValues(r.Op.Kind.Label(), resultLabel(r)).Inc()
 	d.cfg.OnResult(r)
-}
-
-func opKind(k rspb.OpKind) string {
-	switch k {
-	case rspb.OpKind_OP_KIND_OPEN:
-		return "open"
-	case rspb.OpKind_OP_KIND_CLOSE:
-		return "close"
-	}
-	return "unknown"
 }
 
 // defaultJitter is up to 10% of w, so servers that failed together do not

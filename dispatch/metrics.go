@@ -26,47 +26,19 @@ type metrics struct {
 	live           *liveCollector
 }
 
-func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
-	m = &metrics{
-		batchOps: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "batch_operations",
-			Help:    "Operations per ExecuteBatch call (first sends and retries).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 13), // 1 .. 4096, maxOpsPerRPC
-		}),
-		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "rpcs_total",
-			Help: "Calls to region servers, by method and outcome: ok; retry (no answer, or one that may hide an executed batch: sent again); stale_term (this master is deposed); wrong_start_code (the server restarted); refused (the server refused the batch); abandoned (the server was removed while the call ran).",
-		}, []string{"method", "outcome"}),
-		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "rpc_duration_seconds",
-			Help:    "Time of one call to a region server, whatever its outcome, by method.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"method"}),
-		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "operations_total",
-			Help: "Region operations answered, by kind (open, close) and result: done, already (it was so), failed (the server tried and failed), refused, stale_term, server_removed, stopped, invalid.",
-		}, []string{"kind", "result"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "retries_total",
-			Help: "Calls that re-sent the operations of a failed call.",
-		}),
-		serverFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "dispatch", Name: "server_failures_total",
-			Help: "Region server incarnations given up: too many consecutive failed calls, or a restart found (the server is then expired).",
-		}),
-		live: newLiveCollector(),
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	s := promkit.NewSet(reg)
+	m := &metrics{
+		batchOps:       s.Histogram("dispatch", "batch_operations", "Operations per ExecuteBatch call (first sends and retries).", prometheus.ExponentialBuckets(1, 2, 13)), // 1 .. 4096, maxOpsPerRPC
+		rpcs:           s.CounterVec("dispatch", "rpcs_total", "Calls to region servers, by method and outcome: ok; retry (no answer, or one that may hide an executed batch: sent again); stale_term (this master is deposed); wrong_start_code (the server restarted); refused (the server refused the batch); abandoned (the server was removed while the call ran).", "method", "outcome"),
+		rpcDuration:    s.HistogramVec("dispatch", "rpc_duration_seconds", "Time of one call to a region server, whatever its outcome, by method.", prometheus.ExponentialBuckets(0.0005, 4, 10), "method"),
+		results:        s.CounterVec("dispatch", "operations_total", "Region operations answered, by kind (open, close) and result: done, already (it was so), failed (the server tried and failed), refused, stale_term, server_removed, stopped, invalid.", "kind", "result"),
+		retries:        s.Counter("dispatch", "retries_total", "Calls that re-sent the operations of a failed call."),
+		serverFailures: s.Counter("dispatch", "server_failures_total", "Region server incarnations given up: too many consecutive failed calls, or a restart found (the server is then expired)."),
+		live:           promkit.Add(s, newLiveCollector()),
 	}
-	if reg != nil {
-		m.batchOps = promkit.Adopt(reg, m.batchOps, &err)
-		m.rpcs = promkit.Adopt(reg, m.rpcs, &err)
-		m.rpcDuration = promkit.Adopt(reg, m.rpcDuration, &err)
-		m.results = promkit.Adopt(reg, m.results, &err)
-		m.retries = promkit.Adopt(reg, m.retries, &err)
-		m.serverFailures = promkit.Adopt(reg, m.serverFailures, &err)
-		m.live = promkit.Adopt(reg, m.live, &err)
-		if err != nil {
-			return nil, fmt.Errorf("dispatch: registering metrics: %w", err)
-		}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("dispatch: registering metrics: %w", err)
 	}
 	return m, nil
 }

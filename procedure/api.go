@@ -299,6 +299,15 @@ func (x *Executor) lookupLocked(id uint64) (*entry, error) {
 	return nil, Errorf(ErrNotFound, "procedure %d does not exist", id)
 }
 
+// changeableLocked returns procedure id for a change: a live one, or the
+// refusal finishedErrLocked gives.
+func (x *Executor) changeableLocked(id uint64) (*entry, error) {
+	if e := x.procs[id]; e != nil {
+		return e, nil
+	}
+	return nil, x.finishedErrLocked(id)
+}
+
 // finishedErrLocked is the refusal of a change to finished root id, or
 // ErrNotFound.
 func (x *Executor) finishedErrLocked(id uint64) error {
@@ -446,9 +455,8 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 // (ErrNotAllowed).
 func (x *Executor) Abort(id uint64) error {
 	x.mu.Lock()
-	e, err := x.lookupLocked(id)
+	e, err := x.changeableLocked(id)
 	if err != nil {
-		err = x.finishedErrLocked(id)
 		x.unlock()
 		return err
 	}
@@ -671,9 +679,8 @@ type BypassOptions struct {
 // the framework's own invariants.
 func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 	x.mu.Lock()
-	e, err := x.lookupLocked(id)
+	e, err := x.changeableLocked(id)
 	if err != nil {
-		err = x.finishedErrLocked(id)
 		x.unlock()
 		return err
 	}

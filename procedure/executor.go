@@ -205,14 +205,7 @@ func (x *Executor) Stop(ctx context.Context) error {
 		return x.waitWorkers(ctx)
 	}
 	x.stopping = true
-	for _, t := range []clock.Timer{x.evictTimer, x.monitorTimer} {
-		if t != nil {
-			t.Stop()
-		}
-	}
-	for _, e := range x.procs {
-		stopTimers(e)
-	}
+	x.stopAllTimersLocked()
 	for _, r := range x.roots {
 		if r.rbTimer != nil {
 			r.rbTimer.Stop()
@@ -246,6 +239,18 @@ func (x *Executor) waitWorkers(ctx context.Context) error {
 	}
 }
 
+// stopAllTimersLocked stops the executor's timers and every procedure's.
+func (x *Executor) stopAllTimersLocked() {
+	for _, t := range []clock.Timer{x.evictTimer, x.monitorTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	for _, e := range x.procs {
+		stopTimers(e)
+	}
+}
+
 func stopTimers(e *entry) {
 	if e.timer != nil {
 		e.timer.Stop()
@@ -275,14 +280,7 @@ func (x *Executor) setFatal(err error) {
 	}
 	x.fatal = fmt.Errorf("%w: %w", ErrStoreFailed, err)
 	x.stopping = true
-	for _, t := range []clock.Timer{x.evictTimer, x.monitorTimer} {
-		if t != nil {
-			t.Stop()
-		}
-	}
-	for _, e := range x.procs {
-		stopTimers(e)
-	}
+	x.stopAllTimersLocked()
 	roots := make([]*rootState, 0, len(x.roots))
 	for _, r := range x.roots {
 		roots = append(roots, r)

@@ -178,6 +178,8 @@ type Summary struct {
 func DecodeSummary(data []byte) (Summary, error) {
 	var s Summary
 	var submitted, updated, waitUntil, finished, acked int64
+	// A switch of its own, not record.unmarshal's: that one copies every
+	// string, which a pass over every record must not pay.
 	err := walkFields(data, "", func(num protowire.Number, v uint64) {
 		switch num {
 		case fID:

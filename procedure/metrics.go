@@ -31,65 +31,24 @@ type metrics struct {
 	live         *liveCollector
 }
 
-func newMetrics(reg prometheus.Registerer) (m *metrics, err error) {
-	m = &metrics{
-		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "submitted_total",
-			Help: "Root procedures submitted, by type.",
-		}, []string{"type"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "failed_total",
-			Help: "Procedures that failed (and started a rollback), by type.",
-		}, []string{"type"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "duration_seconds",
-			Help:    "Time from submission to a terminal state of root procedures, by type and outcome.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
-		}, []string{"type", "outcome"}),
-		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "steps_total",
-			Help: "Steps executed, by type.",
-		}, []string{"type"}),
-		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "step_duration_seconds",
-			Help:    "Time one step takes on a worker, from its start to its outcome persisted, by type.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}, []string{"type"}),
-		lockWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "lock_waits_total",
-			Help: "Times a procedure was parked behind a conflicting lock (once per wait, however often it was re-parked), by type.",
-		}, []string{"type"}),
-		lockWaitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "baton", Subsystem: "procedure", Name: "lock_wait_duration_seconds",
-			Help:    "Time from a procedure's first parking behind a conflicting lock to getting its locks, by type.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
-		}, []string{"type"}),
-		workers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "baton", Subsystem: "executor", Name: "workers",
-			Help: "Worker goroutines, core and keep-alive.",
-		}),
-		stuck: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "baton", Subsystem: "executor", Name: "stuck_workers",
-			Help: "Workers whose current step has run longer than the stuck threshold.",
-		}),
-		live: newLiveCollector(),
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	// A master builds a new executor each time it becomes leader: the
+	// collectors of the previous one are adopted, so the series go on.
+	s := promkit.NewSet(reg)
+	m := &metrics{
+		submitted:    s.CounterVec("procedure", "submitted_total", "Root procedures submitted, by type.", "type"),
+		failed:       s.CounterVec("procedure", "failed_total", "Procedures that failed (and started a rollback), by type.", "type"),
+		duration:     s.HistogramVec("procedure", "duration_seconds", "Time from submission to a terminal state of root procedures, by type and outcome.", prometheus.ExponentialBuckets(0.001, 4, 12), "type", "outcome"),
+		steps:        s.CounterVec("procedure", "steps_total", "Steps executed, by type.", "type"),
+		stepDuration: s.HistogramVec("procedure", "step_duration_seconds", "Time one step takes on a worker, from its start to its outcome persisted, by type.", prometheus.ExponentialBuckets(0.0001, 4, 10), "type"),
+		lockWaits:    s.CounterVec("procedure", "lock_waits_total", "Times a procedure was parked behind a conflicting lock (once per wait, however often it was re-parked), by type.", "type"),
+		lockWaitTime: s.HistogramVec("procedure", "lock_wait_duration_seconds", "Time from a procedure's first parking behind a conflicting lock to getting its locks, by type.", prometheus.ExponentialBuckets(0.001, 4, 12), "type"),
+		workers:      s.Gauge("executor", "workers", "Worker goroutines, core and keep-alive."),
+		stuck:        s.Gauge("executor", "stuck_workers", "Workers whose current step has run longer than the stuck threshold."),
+		live:         promkit.Add(s, newLiveCollector()),
 	}
-	if reg != nil {
-		// A master builds a new executor each time it becomes leader: the
-		// collectors of the previous one are adopted, so the series go on.
-		m.submitted = promkit.Adopt(reg, m.submitted, &err)
-		m.failed = promkit.Adopt(reg, m.failed, &err)
-		m.duration = promkit.Adopt(reg, m.duration, &err)
-		m.steps = promkit.Adopt(reg, m.steps, &err)
-		m.stepDuration = promkit.Adopt(reg, m.stepDuration, &err)
-		m.lockWaits = promkit.Adopt(reg, m.lockWaits, &err)
-		m.lockWaitTime = promkit.Adopt(reg, m.lockWaitTime, &err)
-		m.workers = promkit.Adopt(reg, m.workers, &err)
-		m.stuck = promkit.Adopt(reg, m.stuck, &err)
-		m.live = promkit.Adopt(reg, m.live, &err)
-		if err != nil {
-			return nil, fmt.Errorf("procedure: registering metrics: %w", err)
-		}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("procedure: registering metrics: %w", err)
 	}
 	return m, nil
 }

@@ -1,17 +1,29 @@
 package procedure
 
+import (
+	"time"
+
+	"github.com/baton-dev/baton/internal/clock"
+)
+
 // armEvictor schedules the periodic deletion of expired results (HBase's
 // CompletedProcedureCleaner): a finished root is kept ResultTTL after it
 // finished, or AckedResultTTL after its result was acknowledged.
 func (x *Executor) armEvictor() {
+	x.arm(&x.evictTimer, x.cfg.EvictInterval, func() { x.EvictExpired() })
+}
+
+// arm runs run every interval, its timer kept in *t, until the executor
+// stops.
+func (x *Executor) arm(t *clock.Timer, interval time.Duration, run func()) {
 	x.mu.Lock()
 	defer x.unlock()
 	if x.stopping {
 		return
 	}
-	x.evictTimer = x.clock.AfterFunc(x.cfg.EvictInterval, func() {
-		x.EvictExpired()
-		x.armEvictor()
+	*t = x.clock.AfterFunc(interval, func() {
+		run()
+		x.arm(t, interval, run)
 	})
 }
 
@@ -65,15 +77,7 @@ func (x *Executor) EvictExpired() int {
 // StuckThreshold, a keep-alive worker is added so queued procedures are not
 // starved by stuck ones.
 func (x *Executor) armMonitor() {
-	x.mu.Lock()
-	defer x.unlock()
-	if x.stopping {
-		return
-	}
-	x.monitorTimer = x.clock.AfterFunc(x.cfg.StuckCheckInterval, func() {
-		x.CheckStuckWorkers()
-		x.armMonitor()
-	})
+	x.arm(&x.monitorTimer, x.cfg.StuckCheckInterval, func() { x.CheckStuckWorkers() })
 }
 
 // CheckStuckWorkers counts stuck workers, adds a keep-alive worker if half

@@ -367,6 +367,9 @@ func (r *record) unmarshal(b []byte) error {
 	return nil
 }
 
+// setVarint is one case a field number, deliberately not a table: the
+// record format is frozen since 0.1.0, and each case shows what a number
+// decodes to.
 func (r *record) setVarint(num protowire.Number, v uint64) {
 	z := protowire.DecodeZigZag(v)
 	switch num {

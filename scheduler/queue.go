@@ -109,11 +109,7 @@ func (r *ring) remove(id uint64) bool {
 // A new entity queue joins the end of its priority level's rotation.
 // AddBack after Close is accepted, but Poll no longer hands anything out.
 func (s *Scheduler) AddBack(id uint64, key QueueKey) bool {
-	checkKind(key.Kind)
-	s.mu.Lock()
-	ok := s.addLocked(id, key, false)
-	s.mu.Unlock()
-	return ok
+	return s.add(id, key, false)
 }
 
 // AddFront queues id at the front of its entity queue, and moves that queue
@@ -122,9 +118,13 @@ func (s *Scheduler) AddBack(id uint64, key QueueKey) bool {
 // children get: they already waited, or their parent waits for them. Adding
 // an id that is already queued is a no-op and returns false.
 func (s *Scheduler) AddFront(id uint64, key QueueKey) bool {
+	return s.add(id, key, true)
+}
+
+func (s *Scheduler) add(id uint64, key QueueKey, front bool) bool {
 	checkKind(key.Kind)
 	s.mu.Lock()
-	ok := s.addLocked(id, key, true)
+	ok := s.addLocked(id, key, front)
 	s.mu.Unlock()
 	return ok
 }

@@ -96,17 +96,7 @@ func LoadClient(f Files, clk clock.Clock, logger hclog.Logger) (*Credentials, er
 	if !f.CAOnly() {
 		return Load(f, clk, logger)
 	}
-	if clk == nil {
-		clk = clock.Real{}
-	}
-	if logger == nil {
-		logger = hclog.NewNullLogger()
-	}
-	c := &Credentials{files: f, clock: clk, logger: logger.Named("tls")}
-	if _, err := c.Reload(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return load(f, clk, logger)
 }
 
 // HasCertificate says c presents a certificate of its own (not so for a
@@ -123,6 +113,11 @@ func Load(f Files, clk clock.Clock, logger hclog.Logger) (*Credentials, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
+	return load(f, clk, logger)
+}
+
+// load reads f, checked by the caller. clk and logger may be nil.
+func load(f Files, clk clock.Clock, logger hclog.Logger) (*Credentials, error) {
 	if clk == nil {
 		clk = clock.Real{}
 	}

@@ -323,6 +323,9 @@ func validateRecord(p []byte) (recType, uint64, error) {
 		return typ, 0, errors.New("bad index")
 	}
 	p = p[n:]
+	// Puts and deletes are walked apart, as the record format (frozen since
+	// 0.1.0) lays them out; forEachOp walks them again, unchecked, once
+	// this has passed.
 	nputs, n := binary.Uvarint(p)
 	if n <= 0 || nputs > uint64(len(p)) {
 		return typ, 0, errors.New("bad put count")

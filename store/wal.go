@@ -116,6 +116,7 @@ package store
 // segment is written by exactly one process lifetime.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -530,15 +531,7 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 			}
 		}
 	}
-	slices.SortFunc(w.files, func(a, b segFile) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(w.files, func(a, b segFile) int { return cmp.Compare(a.id, b.id) })
 	return w, nil
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -107,15 +108,7 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		}
 	}
 	l.entries, l.idx = nil, nil
-	slices.SortFunc(alive, func(a, b loadEntry) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(alive, func(a, b loadEntry) int { return cmp.Compare(a.id, b.id) })
 	info.MaxID, info.Index, info.Live = l.maxID, l.index, len(alive)
 	for _, c := range info.Corruptions {
 		w.log.Warn("WAL damage", "file", c.File, "offset", c.Offset, "reason", c.Reason)

@@ -20,18 +20,14 @@ func (c *Client) WhoAmI(ctx context.Context) (*adminpb.WhoAmIResponse, error) {
 // admin), replacing what it held.
 func (c *Client) AclGrant(ctx context.Context, name, permission string) (*adminpb.AclBinding, error) {
 	req := &adminpb.AclGrantRequest{Client: name, Permission: permission}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclBinding, error) {
-		return a.AclGrant(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.AclGrant, req)
 }
 
 // AclRevoke removes the binding of client certificate name; existed says
 // there was one.
 func (c *Client) AclRevoke(ctx context.Context, name string) (existed bool, err error) {
 	req := &adminpb.AclRevokeRequest{Client: name}
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-		return a.AclRevoke(ctx, req)
-	})
+	r, err := call(ctx, c, adminpb.AdminClient.AclRevoke, req)
 	return r.GetExisted(), err
 }
 
@@ -45,17 +41,13 @@ func (c *Client) AclCreateToken(ctx context.Context, name, permission string) (*
 // made (0: never); its secret is in this answer only.
 func (c *Client) AclCreateTokenTTL(ctx context.Context, name, permission string, ttl time.Duration) (*adminpb.AclCreateTokenResponse, error) {
 	req := &adminpb.AclCreateTokenRequest{Name: name, Permission: permission, TtlMs: ttl.Milliseconds()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclCreateTokenResponse, error) {
-		return a.AclCreateToken(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.AclCreateToken, req)
 }
 
 // AclDeleteToken deletes the token with accessor.
 func (c *Client) AclDeleteToken(ctx context.Context, accessor string) (existed bool, err error) {
 	req := &adminpb.AclDeleteTokenRequest{Accessor: accessor}
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-		return a.AclDeleteToken(ctx, req)
-	})
+	r, err := call(ctx, c, adminpb.AdminClient.AclDeleteToken, req)
 	return r.GetExisted(), err
 }
 

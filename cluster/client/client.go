@@ -29,7 +29,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -130,9 +129,9 @@ type Client struct {
 
 	leaders *LeaderTracker
 
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool
+	conns *Conns
+
+	mu sync.Mutex // guards what follows
 	// tlsPorts caches speaksTLS's probes, by address.
 	tlsPorts map[string]bool
 	// answered holds the addresses a master has answered at: one that
@@ -164,46 +163,20 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(list) == 0 {
 		return nil, ErrNoAddresses
 	}
-	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: map[string]*grpc.ClientConn{}, tlsPorts: map[string]bool{}, answered: map[string]bool{}}, nil
+	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: NewConns("client: closed", "client: ", o.dialOpts...), tlsPorts: map[string]bool{}, answered: map[string]bool{}}, nil
 }
 
 // Close closes the Client's connections. Calls made afterwards fail.
-func (c *Client) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	var errs []error
-	for a, cc := range c.conns {
-		errs = append(errs, cc.Close())
-		delete(c.conns, a)
-	}
-	return errors.Join(errs...)
-}
+func (c *Client) Close() error { return c.conns.Close() }
 
 // Leader returns the address the Client currently sends calls to, "" if it
 // has not found the leader yet.
 func (c *Client) Leader() string { return c.leaders.Leader() }
 
 func (c *Client) conn(addr string) (adminpb.AdminClient, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, status.Error(codes.Canceled, "client: closed")
-	}
-	cc := c.conns[addr]
-	if cc == nil {
-		// Fail fast on a dead node (also one that vanished without
-		// closing its connections), and reconnect quickly to a node that
-		// comes back.
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, FailoverDialOptions()...)
-		opts = append(opts, c.opts.dialOpts...)
-		var err error
-		cc, err = grpc.NewClient(addr, opts...)
-		if err != nil {
-			// A malformed address: as unreachable as a dead node.
-			return nil, status.Errorf(codes.Unavailable, "client: %s: %v", addr, err)
-		}
-		c.conns[addr] = cc
+	cc, err := c.conns.Get(addr)
+	if err != nil {
+		return nil, err
 	}
 	return adminpb.NewAdminClient(cc), nil
 }
@@ -409,7 +382,7 @@ func (c *Client) Submit(ctx context.Context, typ string, args map[string]string,
 // Get returns the procedure with this id (NOT_FOUND if there is none).
 func (c *Client) Get(ctx context.Context, id uint64, opts ...ReadOption) (*adminpb.Procedure, error) {
 	o := readOpts(opts)
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
 		r, err := a.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id, Consistency: o.consistency})
 		o.served(r.GetRead())
 		return r, err
@@ -439,46 +412,26 @@ func Force() ActOption { return func(o *actOptions) { o.force = true } }
 // after the request.
 func (c *Client) Abort(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AbortProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.AbortProcedure, ref)
 }
 
 // Pause stops the procedure between steps until Resume.
 func (c *Client) Pause(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.PauseProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.PauseProcedure, ref)
 }
 
 // Resume lets a paused procedure run again.
 func (c *Client) Resume(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.ResumeProcedure(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.ResumeProcedure, ref)
 }
 
 // Ack acknowledges a finished procedure's result, so the cluster may
 // forget it.
 func (c *Client) Ack(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
 	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return c.procCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return a.AckResult(ctx, ref)
-	})
-}
-
-func (c *Client) procCall(ctx context.Context, f func(context.Context, adminpb.AdminClient) (*adminpb.Procedure, error)) (*adminpb.Procedure, error) {
-	var p *adminpb.Procedure
-	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
-		r, err := f(ctx, a)
-		if err == nil {
-			p = r
-		}
-		return err
-	})
-	return p, err
+	return call(ctx, c, adminpb.AdminClient.AckResult, ref)
 }
 
 // ListOptions filters and pages ListProcedures. Empty fields match all.

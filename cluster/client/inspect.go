@@ -32,9 +32,7 @@ func (c *Client) ListLocks(ctx context.Context, procID uint64, opts ...ReadOptio
 func (c *Client) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStatsRequest, opts ...ReadOption) (*adminpb.ProcedureStatsResponse, error) {
 	ro := readOpts(opts)
 	req = &adminpb.ProcedureStatsRequest{StuckAfterMs: req.GetStuckAfterMs(), MaxStuck: req.GetMaxStuck(), Consistency: ro.consistency}
-	r, err := unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ProcedureStatsResponse, error) {
-		return a.ProcedureStats(ctx, req)
-	})
+	r, err := call(ctx, c, adminpb.AdminClient.ProcedureStats, req)
 	ro.served(r.GetRead())
 	return r, err
 }

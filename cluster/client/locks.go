@@ -43,9 +43,7 @@ func (c *Client) AcquireLock(ctx context.Context, kind string, names []string, e
 // is filled in, so retries through failovers return the same lock.
 func (c *Client) AcquireLockWith(ctx context.Context, req *adminpb.AcquireLockRequest) (*adminpb.LockResponse, error) {
 	req.Nonce = orNonce(req.GetNonce())
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
-		return a.AcquireLock(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.AcquireLock, req)
 }
 
 // LockHeartbeat renews the lease of lock id and returns its state. A lock
@@ -58,16 +56,12 @@ func (c *Client) LockHeartbeat(ctx context.Context, id uint64, opts ...ActOption
 // that asked for its own lease length restates it (LeaseMs), so that a new
 // leader, which knows only the default until then, learns it.
 func (c *Client) LockHeartbeatWith(ctx context.Context, ref *adminpb.LockRef) (*adminpb.LockResponse, error) {
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
-		return a.LockHeartbeat(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.LockHeartbeat, ref)
 }
 
 // ReleaseLock releases lock id (or gives up waiting for it) and returns its
 // state: RELEASED, or EXPIRED if its lease had expired before.
 func (c *Client) ReleaseLock(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.LockResponse, error) {
 	ref := &adminpb.LockRef{LockId: id, Force: actOpts(opts).force}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.LockResponse, error) {
-		return a.ReleaseLock(ctx, ref)
-	})
+	return call(ctx, c, adminpb.AdminClient.ReleaseLock, ref)
 }

@@ -29,17 +29,13 @@ func (o RepairOptions) caller() *adminpb.RepairCaller { return &adminpb.RepairCa
 // when empty).
 func (c *Client) AssignRegion(ctx context.Context, region, server, nonce string, o RepairOptions) (*adminpb.RepairResponse, error) {
 	req := &adminpb.RepairRegionRequest{Region: region, Server: server, Override: o.Override, DryRun: o.DryRun, Nonce: orNonce(nonce), Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return a.AssignRegion(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.AssignRegion, req)
 }
 
 // UnassignRegion closes region through a new procedure.
 func (c *Client) UnassignRegion(ctx context.Context, region, nonce string, o RepairOptions) (*adminpb.RepairResponse, error) {
 	req := &adminpb.RepairRegionRequest{Region: region, Override: o.Override, DryRun: o.DryRun, Nonce: orNonce(nonce), Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return a.UnassignRegion(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.UnassignRegion, req)
 }
 
 // RecoverServer submits the crash procedures server is owed; a live server
@@ -47,9 +43,7 @@ func (c *Client) UnassignRegion(ctx context.Context, region, nonce string, o Rep
 // under way.
 func (c *Client) RecoverServer(ctx context.Context, server string, o RepairOptions) (*adminpb.RepairResponse, error) {
 	req := &adminpb.RecoverServerRequest{Server: server, Override: o.Override, DryRun: o.DryRun, Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return a.RecoverServer(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.RecoverServer, req)
 }
 
 // CancelFilter selects the procedures CancelProcedures cancels (at least
@@ -68,26 +62,20 @@ type CancelFilter struct {
 func (c *Client) CancelProcedures(ctx context.Context, f CancelFilter, o RepairOptions) (*adminpb.CancelProceduresResponse, error) {
 	req := &adminpb.CancelProceduresRequest{Type: f.Type, State: f.State, Owner: f.Owner, OlderThanMs: f.OlderThan.Milliseconds(),
 		Ids: f.IDs, MaxId: f.MaxID, DryRun: o.DryRun, Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {
-		return a.CancelProcedures(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.CancelProcedures, req)
 }
 
 // BypassProcedure bypasses procedure id (and with recursive its unfinished
 // descendants), where the guards allow it.
 func (c *Client) BypassProcedure(ctx context.Context, id uint64, recursive bool, o RepairOptions) (*adminpb.RepairResponse, error) {
 	req := &adminpb.BypassProcedureRequest{Id: id, Override: o.Override, Recursive: recursive, DryRun: o.DryRun, Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return a.BypassProcedure(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.BypassProcedure, req)
 }
 
 // SetMaintenance turns maintenance mode on (with a reason) or off.
 func (c *Client) SetMaintenance(ctx context.Context, on bool, reason string, o RepairOptions) (*adminpb.RepairResponse, error) {
 	req := &adminpb.SetMaintenanceRequest{On: on, Reason: reason, DryRun: o.DryRun, Caller: o.caller()}
-	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return a.SetMaintenance(ctx, req)
-	})
+	return call(ctx, c, adminpb.AdminClient.SetMaintenance, req)
 }
 
 // GetMaintenance reads maintenance mode.

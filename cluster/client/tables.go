@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -52,9 +53,18 @@ func unary[T any](ctx context.Context, c *Client, f func(context.Context, adminp
 	return out, err
 }
 
-// start runs a call that starts a procedure and returns the procedure's id.
-func start(ctx context.Context, c *Client, f func(context.Context, adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error)) (uint64, error) {
-	r, err := unary(ctx, c, f)
+// call is unary for a call that sends req as it is; method is the
+// AdminClient method, as a method expression (adminpb.AdminClient.GetLock).
+func call[Req, Resp any](ctx context.Context, c *Client, method func(adminpb.AdminClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	return unary(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (Resp, error) {
+		return method(a, ctx, req)
+	})
+}
+
+// submit is call for a call that starts a procedure: it returns the
+// procedure's id.
+func submit[Req any](ctx context.Context, c *Client, method func(adminpb.AdminClient, context.Context, Req, ...grpc.CallOption) (*adminpb.SubmitProcedureResponse, error), req Req) (uint64, error) {
+	r, err := call(ctx, c, method, req)
 	return r.GetId(), err
 }
 
@@ -71,18 +81,14 @@ func orNonce(nonce string) string {
 // id.
 func (c *Client) CreateNamespace(ctx context.Context, name, nonce string) (uint64, error) {
 	req := &adminpb.NamespaceRequest{Name: name, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.CreateNamespace(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.CreateNamespace, req)
 }
 
 // DeleteNamespace starts deleting a namespace (it must hold no tables) and
 // returns the procedure's id.
 func (c *Client) DeleteNamespace(ctx context.Context, name, nonce string) (uint64, error) {
 	req := &adminpb.NamespaceRequest{Name: name, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.DeleteNamespace(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.DeleteNamespace, req)
 }
 
 // ListNamespaces returns the namespaces' names, every page of them.
@@ -120,36 +126,28 @@ func (c *Client) CreateTable(ctx context.Context, ns, name string, regions int, 
 		return 0, status.Errorf(codes.InvalidArgument, "client: %d regions: want 1 to %d", regions, MaxRegions)
 	}
 	req := &adminpb.CreateTableRequest{Namespace: ns, Name: name, Regions: int32(regions), Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.CreateTable(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.CreateTable, req)
 }
 
 // DeleteTable starts deleting table ns:name (it must be disabled) and
 // returns the procedure's id.
 func (c *Client) DeleteTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
 	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.DeleteTable(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.DeleteTable, req)
 }
 
 // EnableTable starts enabling (opening every region of) table ns:name and
 // returns the procedure's id.
 func (c *Client) EnableTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
 	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.EnableTable(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.EnableTable, req)
 }
 
 // DisableTable starts disabling (closing every region of) table ns:name and
 // returns the procedure's id.
 func (c *Client) DisableTable(ctx context.Context, ns, name, nonce string) (uint64, error) {
 	req := &adminpb.TableRequest{Namespace: ns, Name: name, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.DisableTable(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.DisableTable, req)
 }
 
 // DescribeTable returns table ns:name with its region counts and its first
@@ -168,9 +166,7 @@ func (c *Client) DescribeTable(ctx context.Context, ns, name string, opts ...Rea
 // master picks, if empty) and returns the procedure's id.
 func (c *Client) MoveRegion(ctx context.Context, region, to, nonce string) (uint64, error) {
 	req := &adminpb.MoveRegionRequest{Region: region, ToServer: to, Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.MoveRegion(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.MoveRegion, req)
 }
 
 // ServerRegions returns the regions server hosts by its own answer, beside
@@ -195,7 +191,5 @@ func (c *Client) ServerRegions(ctx context.Context, server string, opts ...ReadO
 // server holds about as many) and returns its id.
 func (c *Client) Balance(ctx context.Context, nonce string) (uint64, error) {
 	req := &adminpb.BalanceRequest{Nonce: orNonce(nonce)}
-	return start(ctx, c, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return a.Balance(ctx, req)
-	})
+	return submit(ctx, c, adminpb.AdminClient.Balance, req)
 }

@@ -42,9 +42,8 @@ func (c *Console) abortConfirm(w http.ResponseWriter, r *http.Request) {
 // confirm shows the abort's confirmation page for the procedure in the
 // path, with message (an earlier attempt's failure) if any.
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, code int, message string) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Abort", err)
+	rd := c.pageReads(w, r, "Abort")
+	if rd == nil {
 		return
 	}
 	id, err := pathID(r)

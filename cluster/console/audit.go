@@ -60,9 +60,8 @@ func auditURL(principal, method, after, before string) string {
 }
 
 func (c *Console) audit(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Audit", err)
+	rd := c.pageReads(w, r, "Audit")
+	if rd == nil {
 		return
 	}
 	q := r.URL.Query()

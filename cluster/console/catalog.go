@@ -23,9 +23,8 @@ type serversPage struct {
 }
 
 func (c *Console) servers(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Region servers", err)
+	rd := c.pageReads(w, r, "Region servers")
+	if rd == nil {
 		return
 	}
 	var p serversPage
@@ -74,9 +73,8 @@ type serverPage struct {
 const serverPageRegions = 1000
 
 func (c *Console) server(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Region server", err)
+	rd := c.pageReads(w, r, "Region server")
+	if rd == nil {
 		return
 	}
 	id := r.PathValue("id")
@@ -162,9 +160,8 @@ type tableRow struct {
 }
 
 func (c *Console) tables(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Tables", err)
+	rd := c.pageReads(w, r, "Tables")
+	if rd == nil {
 		return
 	}
 	var p tablesPage
@@ -205,9 +202,8 @@ type regionsPage struct {
 }
 
 func (c *Console) regions(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Regions", err)
+	rd := c.pageReads(w, r, "Regions")
+	if rd == nil {
 		return
 	}
 	q := r.URL.Query()

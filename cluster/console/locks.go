@@ -115,9 +115,8 @@ func chains(locks []*adminpb.LockEntry) []chain {
 }
 
 func (c *Console) locks(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Locks", err)
+	rd := c.pageReads(w, r, "Locks")
+	if rd == nil {
 		return
 	}
 	var p locksPage

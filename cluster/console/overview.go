@@ -56,9 +56,8 @@ func sortedCounts(m map[string]int64) []count {
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Overview", err)
+	rd := c.pageReads(w, r, "Overview")
+	if rd == nil {
 		return
 	}
 	p := overviewPage{Self: rd.node, StuckAfter: fmtDur(c.cfg.StuckAfter), MaintenanceOn: rd.node.GetMaintenance().GetOn()}

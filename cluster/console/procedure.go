@@ -83,9 +83,8 @@ func (rd *reads) getProc(id uint64) (*adminpb.Procedure, error) {
 }
 
 func (c *Console) procedure(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Procedure", err)
+	rd := c.pageReads(w, r, "Procedure")
+	if rd == nil {
 		return
 	}
 	id, err := pathID(r)

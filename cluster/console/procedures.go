@@ -62,9 +62,8 @@ func (c *Console) procedures(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Procedures", err)
+	rd := c.pageReads(w, r, "Procedures")
+	if rd == nil {
 		return
 	}
 	p := proceduresPage{States: procStates, State: strings.ToUpper(strings.TrimSpace(q.Get("state"))), Type: strings.TrimSpace(q.Get("type")),

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
@@ -36,6 +36,17 @@ type reads struct {
 	perm security.Permission
 }
 
+// pageReads is newReads for the page titled title; without them it
+// answers the failure page and returns nil.
+func (c *Console) pageReads(w http.ResponseWriter, r *http.Request, title string) *reads {
+	rd, err := c.newReads(r)
+	if err != nil {
+		c.fail(w, nil, title, err)
+		return nil
+	}
+	return rd
+}
+
 // newReads reads this node's status; without it there is no page.
 func (c *Console) newReads(r *http.Request) (*reads, error) {
 	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)
@@ -61,18 +72,6 @@ func (rd *reads) goStale(why string) {
 	}
 }
 
-// noLeader reports whether err means that no leader answered (as opposed to
-// an answer, such as NOT_FOUND): the read is worth making stale.
-func noLeader(ctx context.Context, err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable:
-		return true
-	case codes.DeadlineExceeded:
-		return ctx.Err() == nil
-	}
-	return false
-}
-
 // read runs call at the page's consistency, each attempt bounded by
 // Config.ReadTimeout. info extracts the answer's ReadInfo.
 func read[T any](rd *reads, call func(ctx context.Context, c adminpb.Consistency) (T, error), info func(T) *adminpb.ReadInfo) (T, error) {
@@ -92,7 +91,9 @@ func read[T any](rd *reads, call func(ctx context.Context, c adminpb.Consistency
 	}
 	if !rd.stale {
 		v, err := attempt(adminpb.Consistency_LINEARIZABLE)
-		if err == nil || !noLeader(rd.ctx, err) {
+		// Only an error that means no leader answered (as opposed to an
+		// answer, such as NOT_FOUND) is worth making the read stale.
+		if err == nil || !client.Retryable(rd.ctx, err) {
 			return v, err
 		}
 		rd.goStale("no leader answered: " + status.Convert(err).Message())

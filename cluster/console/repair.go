@@ -166,9 +166,8 @@ func (c *Console) handleRepair(mux *http.ServeMux, pattern, nav string, build re
 // with form's options: the leader's dry run, and message if an attempt
 // did nothing.
 func (c *Console) repairConfirm(w http.ResponseWriter, r *http.Request, nav string, build repairBuilder, form url.Values, code int, message string) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Repair", err)
+	rd := c.pageReads(w, r, "Repair")
+	if rd == nil {
 		return
 	}
 	a, err := build(rd, r, form)
@@ -187,14 +186,14 @@ func (c *Console) repairConfirm(w http.ResponseWriter, r *http.Request, nav stri
 	case rd.stale:
 		// Only the leader repairs, and none answers this node: asking
 		// would only wait for the client to give up.
-		p.Refusal, p.Code = "only the leader repairs, and no leader answers "+rd.node.GetNodeId()+" ("+rd.why+")", apiCode(codes.Unavailable)
+		p.Refusal, p.Code = "only the leader repairs, and no leader answers "+rd.node.GetNodeId()+" ("+rd.why+")", adminpb.CodeName(codes.Unavailable)
 	default:
 		// A dry run answers as a read does: bounded like one.
 		ctx, cancel := context.WithTimeout(r.Context(), c.cfg.ReadTimeout)
 		out, err := a.call(ctx, true, c.callerName(rd, r))
 		cancel()
 		if err != nil {
-			p.Refusal, p.Code = status.Convert(err).Message(), apiCode(status.Code(err))
+			p.Refusal, p.Code = status.Convert(err).Message(), adminpb.CodeName(status.Code(err))
 		} else {
 			p.DryRun = out
 		}
@@ -216,9 +215,8 @@ func (c *Console) repairPost(w http.ResponseWriter, r *http.Request, nav string,
 		c.repairConfirm(w, r, nav, build, form, http.StatusBadRequest, "Nothing done: tick the box to confirm.")
 		return
 	}
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Repair", err)
+	rd := c.pageReads(w, r, "Repair")
+	if rd == nil {
 		return
 	}
 	a, err := build(rd, r, form)
@@ -272,16 +270,4 @@ func withRecord(path string, record uint64) string {
 		sep = "&"
 	}
 	return path + sep + "record=" + strconv.FormatUint(record, 10) + frag
-}
-
-// apiCode spells a gRPC code as the API documents it: FAILED_PRECONDITION.
-func apiCode(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteString(strings.ToUpper(string(r)))
-	}
-	return b.String()
 }

@@ -59,9 +59,8 @@ func (rd *reads) listRepairs(token string, size int) (*adminpb.ListRepairsRespon
 }
 
 func (c *Console) repairs(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Repairs", err)
+	rd := c.pageReads(w, r, "Repairs")
+	if rd == nil {
 		return
 	}
 	p := repairsPage{FirstURL: "/ui/repairs?after=0", NewestURL: "/ui/repairs"}

@@ -79,9 +79,8 @@ func (c *Console) adminOnly(h http.Handler) http.Handler {
 		}
 		why := r.URL.Path + " needs permission admin; you hold " + held + " (an admin grants more with 'baton acl grant')"
 		security.RecordRefusal(r.Context(), http.StatusForbidden, "baton: console: "+why)
-		rd, err := c.newReads(r)
-		if err != nil {
-			c.fail(w, nil, "Not permitted", err)
+		rd := c.pageReads(w, r, "Not permitted")
+		if rd == nil {
 			return
 		}
 		c.render(w, http.StatusForbidden, "error", errorPage{base: c.base(rd, "Not permitted", "", false), Message: why})
@@ -89,9 +88,8 @@ func (c *Console) adminOnly(h http.Handler) http.Handler {
 }
 
 func (c *Console) notFound(w http.ResponseWriter, r *http.Request) {
-	rd, err := c.newReads(r)
-	if err != nil {
-		c.fail(w, nil, "Not found", err)
+	rd := c.pageReads(w, r, "Not found")
+	if rd == nil {
 		return
 	}
 	c.render(w, http.StatusNotFound, "error", errorPage{base: c.base(rd, "Not found", "", false), Message: "no page at " + r.URL.Path})

@@ -28,12 +28,22 @@ type lockWait struct {
 func (s *services) lockWaitOf(id uint64) *lockWait {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.lockWaitLocked(id)
+}
+
+// lockWaitLocked is lockWaitOf for a caller that holds s.mu.
+func (s *services) lockWaitLocked(id uint64) *lockWait {
 	w := s.locks[id]
 	if w == nil {
-		w = &lockWait{ev: scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))}
+		w = &lockWait{ev: lockEvent(id)}
 		s.locks[id] = w
 	}
 	return w
+}
+
+// lockEvent is the event a wait for lock id's release parks on.
+func lockEvent(id uint64) *scheduler.Event {
+	return scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))
 }
 
 // lockFlags reports what happened to lock id, and re-arms its event for
@@ -41,13 +51,9 @@ func (s *services) lockWaitOf(id uint64) *lockWait {
 func (s *services) lockFlags(id uint64) (released, expired bool, ev *scheduler.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := s.locks[id]
-	if w == nil {
-		w = &lockWait{ev: scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))}
-		s.locks[id] = w
-	}
+	w := s.lockWaitLocked(id)
 	if !w.released && !w.expired && w.ev.Ready() {
-		w.ev = scheduler.NewEvent(fmt.Sprintf("release of lock %d", id))
+		w.ev = lockEvent(id)
 	}
 	return w.released, w.expired, w.ev
 }

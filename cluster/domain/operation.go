@@ -14,7 +14,9 @@ import (
 // batcheval/cmd_*.go: a file holds its procedure, the validation of the
 // request that starts it, and, in its init, the registration of both
 // (registerType, registerBuilder). Adding an operation adds a file; nothing
-// here or elsewhere lists them.
+// here or elsewhere lists them. The files therefore open alike (a type
+// name, an init, the states): that likeness is the choice, not a copy to
+// factor out.
 
 // procedureTypes are the procedure types registered by the operations'
 // files, by type name.

@@ -435,16 +435,27 @@ func (p *TransitRegionState) backoff(ctx *procedure.Context, d *Domain, attempt 
 	return procedure.HasMoreState, nil
 }
 
-func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
-	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_CLOSE)
+// dispatched takes the result (nil if none arrived) of p's operation of kind
+// and looks at p.Server now (presenceOf), recording its address while it
+// is present.
+func (p *TransitRegionState) dispatched(ctx *procedure.Context, svc *services, r reader, kind rspb.OpKind) (*dispatch.Result, presence, time.Duration, error) {
+	res := svc.take(ctx.ID(), p.Server, p.Region, kind)
 	srv, pres, left, err := svc.presenceOf(r, p.Server)
+	if err != nil {
+		return res, pres, left, err
+	}
+	if pres == present {
+		p.Address = srv.Address
+	}
+	return res, pres, left, nil
+}
+
+func (p *TransitRegionState) closeDispatch(ctx *procedure.Context, d *Domain, svc *services, r reader) (procedure.Flow, error) {
+	res, pres, left, err := p.dispatched(ctx, svc, r, rspb.OpKind_OP_KIND_CLOSE)
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
 	alive := pres == present
-	if alive {
-		p.Address = srv.Address
-	}
 	closed := pres == gone
 	switch classify(res) {
 	case outDone:
@@ -513,15 +524,11 @@ func (p *TransitRegionState) openDispatch(ctx *procedure.Context, d *Domain, svc
 	if err := failPoint(d, "region.open"); err != nil {
 		return procedure.NoMoreState, err
 	}
-	res := svc.take(ctx.ID(), p.Server, p.Region, rspb.OpKind_OP_KIND_OPEN)
-	srv, pres, left, err := svc.presenceOf(r, p.Server)
+	res, pres, left, err := p.dispatched(ctx, svc, r, rspb.OpKind_OP_KIND_OPEN)
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
 	alive := pres == present
-	if alive {
-		p.Address = srv.Address
-	}
 	switch classify(res) {
 	case outDone:
 		if !alive {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -175,7 +175,7 @@ func (s *services) repair(ctx context.Context, action string, args map[string]st
 	rec := RepairRecord{Action: action, Args: args, Caller: o.Caller.Name, Peer: o.Caller.Peer, Via: o.Caller.Via, Node: s.n.ID(),
 		At: s.d.cfg.Clock.Now().UTC()}
 	if err != nil {
-		rec.Outcome, rec.Code, rec.Result = RepairRefused, apiCode(cluster.Code(err)), err.Error()
+		rec.Outcome, rec.Code, rec.Result = RepairRefused, adminpb.CodeName(cluster.Code(err)), err.Error()
 		if c := cluster.Code(err); c != codes.FailedPrecondition && c != codes.NotFound && c != codes.InvalidArgument {
 			rec.Outcome = RepairFailed
 		}
@@ -199,7 +199,7 @@ func (s *services) repair(ctx context.Context, action string, args map[string]st
 	result, aerr := p.act(ctx)
 	rec.Outcome, rec.Result = RepairDone, result
 	if aerr != nil {
-		rec.Outcome, rec.Code, rec.Result = RepairFailed, apiCode(cluster.Code(aerr)), aerr.Error()
+		rec.Outcome, rec.Code, rec.Result = RepairFailed, adminpb.CodeName(cluster.Code(aerr)), aerr.Error()
 	}
 	if _, err := s.writeRepair(seq, rec); err != nil {
 		s.log.Warn("repair done; recording its outcome failed (its record says started)", "seq", seq, "error", err)
@@ -294,18 +294,6 @@ func (d *Domain) ListRepairs(after uint64, limit int) ([]catalog.Repair, error) 
 		err = derr
 	}
 	return out, err
-}
-
-// apiCode spells a gRPC code as the API documents it: FAILED_PRECONDITION.
-func apiCode(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToUpper(r))
-	}
-	return b.String()
 }
 
 // callerName is how maintenance mode names who turned it on or off (cut

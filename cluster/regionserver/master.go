@@ -7,13 +7,11 @@ import (
 	"github.com/baton-dev/baton/security"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
@@ -26,54 +24,26 @@ import (
 // cluster/client's LeaderTracker's business.
 type masterConns struct {
 	*client.LeaderTracker
-
-	mu     sync.Mutex
-	conns  map[string]*grpc.ClientConn
-	closed bool
-	// dialOpts are added to every connection (TLS credentials).
-	dialOpts []grpc.DialOption
+	conns *client.Conns
 }
 
 func newMasterConns(addrs []string, creds *security.Credentials) *masterConns {
-	m := &masterConns{LeaderTracker: client.NewLeaderTracker(addrs), conns: map[string]*grpc.ClientConn{}}
+	var tls []grpc.DialOption
 	if creds != nil {
-		m.dialOpts = []grpc.DialOption{creds.DialOption(security.RoleMaster)}
+		tls = []grpc.DialOption{creds.DialOption(security.RoleMaster)}
 	}
-	return m
+	return &masterConns{LeaderTracker: client.NewLeaderTracker(addrs), conns: client.NewConns("rs: master connections closed", "rs: master ", tls...)}
 }
 
 func (m *masterConns) client(addr string) (rspb.MasterClient, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, status.Error(codes.Canceled, "rs: master connections closed")
-	}
-	cc := m.conns[addr]
-	if cc == nil {
-		var err error
-		// Fail fast on a dead master (also one that vanished without
-		// closing its connections: keepalive) and reconnect quickly to
-		// one that comes back, so heartbeats resume soon after a failover.
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, client.FailoverDialOptions()...)
-		cc, err = grpc.NewClient(addr, append(opts, m.dialOpts...)...)
-		if err != nil {
-			// A malformed hinted address: as unreachable as a dead master.
-			return nil, status.Errorf(codes.Unavailable, "rs: master %s: %v", addr, err)
-		}
-		m.conns[addr] = cc
+	cc, err := m.conns.Get(addr)
+	if err != nil {
+		return nil, err
 	}
 	return rspb.NewMasterClient(cc), nil
 }
 
-func (m *masterConns) close() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closed = true
-	for a, cc := range m.conns {
-		_ = cc.Close()
-		delete(m.conns, a)
-	}
-}
+func (m *masterConns) close() { _ = m.conns.Close() }
 
 // callMaster runs call against the leader until it succeeds, fails with an
 // error that is not about availability, or ctx ends. Each attempt is

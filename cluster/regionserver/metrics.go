@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/promkit"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -31,39 +32,16 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
+	s := promkit.NewSet(nil) // registered by the server (collectors)
 	return &metrics{
-		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "region_operations_total",
-			Help: "Region opens and closes a master asked for, by kind (open, close) and result: done, already (it was so), failed (an open that failed), fenced (overtaken by a newer term or registration), interrupted.",
-		}, []string{"kind", "result"}),
-		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "heartbeats_total",
-			Help: "Heartbeats sent to the masters, by result: ok (lease renewed), expired (the masters gave this registration up), failed (no master answered, or a deposed one).",
-		}, []string{"result"}),
-		registers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "registrations_total",
-			Help: "Registrations with the leader, by result (ok, failed).",
-		}, []string{"result"}),
-		selfClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "self_closed_regions_total",
-			Help: "Regions this server closed without being asked, by reason: self_fence (no heartbeat got through within the self-fence period), lease_expired (the masters answered expired), closed_by_server (closed on its own initiative).",
-		}, []string{"reason"}),
-		selfFences: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "self_fences_total",
-			Help: "Times this server fenced itself: no heartbeat renewed its lease within the self-fence period, so it closed every region and registers again.",
-		}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "refused_batches_total",
-			Help: "Batches refused whole by fencing, by reason: stale_term (a deposed master), stale_attempt, wrong_start_code, wrong_server.",
-		}, []string{"reason"}),
-		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "transition_reports_total",
-			Help: "Transition reports (FAILED_OPEN, CLOSED) to the masters, by result: sent, dropped (queue full, registration changed, or no master took it).",
-		}, []string{"result"}),
-		aclDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "baton", Subsystem: "regionserver", Name: "acl_denied_total",
-			Help: "Client calls refused by the cluster's access control, by method (ListRegions, /metrics) and the status code answered: PERMISSION_DENIED (no read), UNAUTHENTICATED (a bearer token), UNAVAILABLE (no grants heard from the masters, or none lately).",
-		}, []string{"method", "code"}),
+		ops:        s.CounterVec("regionserver", "region_operations_total", "Region opens and closes a master asked for, by kind (open, close) and result: done, already (it was so), failed (an open that failed), fenced (overtaken by a newer term or registration), interrupted.", "kind", "result"),
+		heartbeats: s.CounterVec("regionserver", "heartbeats_total", "Heartbeats sent to the masters, by result: ok (lease renewed), expired (the masters gave this registration up), failed (no master answered, or a deposed one).", "result"),
+		registers:  s.CounterVec("regionserver", "registrations_total", "Registrations with the leader, by result (ok, failed).", "result"),
+		selfClosed: s.CounterVec("regionserver", "self_closed_regions_total", "Regions this server closed without being asked, by reason: self_fence (no heartbeat got through within the self-fence period), lease_expired (the masters answered expired), closed_by_server (closed on its own initiative).", "reason"),
+		selfFences: s.Counter("regionserver", "self_fences_total", "Times this server fenced itself: no heartbeat renewed its lease within the self-fence period, so it closed every region and registers again."),
+		refused:    s.CounterVec("regionserver", "refused_batches_total", "Batches refused whole by fencing, by reason: stale_term (a deposed master), stale_attempt, wrong_start_code, wrong_server.", "reason"),
+		reports:    s.CounterVec("regionserver", "transition_reports_total", "Transition reports (FAILED_OPEN, CLOSED) to the masters, by result: sent, dropped (queue full, registration changed, or no master took it).", "result"),
+		aclDenied:  s.CounterVec("regionserver", "acl_denied_total", "Client calls refused by the cluster's access control, by method (ListRegions, /metrics) and the status code answered: PERMISSION_DENIED (no read), UNAUTHENTICATED (a bearer token), UNAVAILABLE (no grants heard from the masters, or none lately).", "method", "code"),
 		regionsDesc: prometheus.NewDesc("baton_regionserver_regions",
 			"Regions on this server by state: open (served), opening and closing (an operation under way).",
 			[]string{"state"}, nil),
@@ -140,14 +118,4 @@ func opResult(res *rspb.RegionOpResult, err error) string {
 		return "fenced"
 	}
 	return "failed"
-}
-
-func kindLabel(k rspb.OpKind) string {
-	switch k {
-	case rspb.OpKind_OP_KIND_OPEN:
-		return "open"
-	case rspb.OpKind_OP_KIND_CLOSE:
-		return "close"
-	}
-	return "unknown"
 }

@@ -510,7 +510,7 @@ func (s *Server) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (_ *r
 					}
 					res, err := s.execOp(octx, term, sc, seq, ops[i])
 					result := opResult(res, err)
-					s.metrics.ops.WithLabelValues(kindLabel(ops[i].GetKind()), result).Inc()
+					s.metrics.ops.WithLabelValues(ops[i].GetKind().Label(), result).Inc()
 					if span != nil {
 						span.SetAttributes(attribute.String("baton.result", result))
 						endSpan(span, err)

@@ -44,7 +44,7 @@ func (s *Server) opSpan(ctx context.Context, batch trace.Span, op *rspb.RegionOp
 		parent = trace.ContextWithSpanContext(ctx, own)
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}))
 	}
-	return s.tracer.Start(parent, "RegionServer/"+kindLabel(op.GetKind()), opts...)
+	return s.tracer.Start(parent, "RegionServer/"+op.GetKind().Label(), opts...)
 }
 
 // reportSpan starts the client span of a transition report, under the

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -291,18 +290,17 @@ func (cf *clientFlags) escapeAnswers() []grpc.DialOption {
 // role, none without --tls-*, and escapeAnswers. Unusable material is bad
 // usage.
 func (cf *clientFlags) dialOptions(role security.Role) ([]grpc.DialOption, error) {
-	creds, err := cf.credentials()
-	if err != nil {
-		return nil, err
-	}
-	if creds == nil {
-		return cf.escapeAnswers(), nil
-	}
-	return append([]grpc.DialOption{creds.DialOption(role)}, cf.escapeAnswers()...), nil
+	return cf.dialOptionsWith(func(c *security.Credentials) grpc.DialOption { return c.DialOption(role) })
 }
 
 // dialOptionsFor is dialOptions for a connection to exactly server want.
 func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption, error) {
+	return cf.dialOptionsWith(func(c *security.Credentials) grpc.DialOption { return c.DialOptionFor(want) })
+}
+
+// dialOptionsWith is dialOptions with the TLS option that tls makes of
+// the loaded credentials.
+func (cf *clientFlags) dialOptionsWith(tls func(*security.Credentials) grpc.DialOption) ([]grpc.DialOption, error) {
 	creds, err := cf.credentials()
 	if err != nil {
 		return nil, err
@@ -310,7 +308,7 @@ func (cf *clientFlags) dialOptionsFor(want security.Identity) ([]grpc.DialOption
 	if creds == nil {
 		return cf.escapeAnswers(), nil
 	}
-	return append([]grpc.DialOption{creds.DialOptionFor(want)}, cf.escapeAnswers()...), nil
+	return append([]grpc.DialOption{tls(creds)}, cf.escapeAnswers()...), nil
 }
 
 // credentials loads --tls-* (nil without them): --tls-ca alone is a
@@ -413,7 +411,7 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 	// The code, as the README promises, so that a script (or a person
 	// searching the docs) need not parse the sentence.
 	if st.Code() != codes.Unknown {
-		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, msg, codeName(st.Code()))
+		fmt.Fprintf(c.stderr, "baton %s: %s (%s)\n", cmd, msg, adminpb.CodeName(st.Code()))
 	} else {
 		fmt.Fprintf(c.stderr, "baton %s: %s\n", cmd, msg)
 	}
@@ -421,21 +419,9 @@ func (c *cli) finishWith(cmd string, fs *flag.FlagSet, cf *clientFlags, err erro
 		fmt.Fprintf(c.stderr, "  %s\n", advice)
 	}
 	if cf != nil && cf.json {
-		c.printJSON(map[string]any{"error": map[string]any{"code": codeName(st.Code()), "message": msg, "exit_code": code}})
+		c.printJSON(map[string]any{"error": map[string]any{"code": adminpb.CodeName(st.Code()), "message": msg, "exit_code": code}})
 	}
 	return code
-}
-
-// codeName spells a gRPC code as the API documents it: NOT_FOUND, ...
-func codeName(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToUpper(r))
-	}
-	return b.String()
 }
 
 func (c *cli) printJSON(v any) {

@@ -27,28 +27,13 @@ and --timeout. Run 'baton cluster <command> -h' for its flags.
 `
 
 func (c *cli) cluster(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, clusterUsage)
-		return exitUsage
-	}
-	switch args[0] {
-	case "status":
-		return c.clusterStatus(args[1:])
-	case "join":
-		return c.clusterJoin(args[1:])
-	case "remove":
-		return c.clusterRemove(args[1:])
-	case "maintenance":
-		return c.clusterMaintenance(args[1:])
-	case "repairs":
-		return c.clusterRepairs(args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprint(c.stdout, clusterUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(c.stderr, "baton cluster: unknown command %q\n\n%s", args[0], clusterUsage)
-		return exitUsage
-	}
+	return c.subcommands("cluster", clusterUsage, args, map[string]func([]string) int{
+		"status":      c.clusterStatus,
+		"join":        c.clusterJoin,
+		"remove":      c.clusterRemove,
+		"maintenance": c.clusterMaintenance,
+		"repairs":     c.clusterRepairs,
+	})
 }
 
 // statusJSON is the --json document of every cluster command. The keys
@@ -199,9 +184,9 @@ func (c *cli) printStatus(cf *clientFlags, s *adminpb.ClusterStatusResponse) int
 		j := toStatusJSON(s)
 		switch {
 		case merr != nil:
-			j.Error = &errorJSON{Code: codeName(codes.FailedPrecondition), Message: merr.Error(), ExitCode: exitFailed}
+			j.Error = &errorJSON{Code: adminpb.CodeName(codes.FailedPrecondition), Message: merr.Error(), ExitCode: exitFailed}
 		case qerr != nil:
-			j.Error = &errorJSON{Code: codeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
+			j.Error = &errorJSON{Code: adminpb.CodeName(codes.Unavailable), Message: qerr.Error(), ExitCode: exitUnavailable}
 		}
 		c.printJSON(j)
 	} else {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // pageFlags are the paging flags of a list command.
@@ -155,7 +157,7 @@ func walkPages[T any](e *command, key, token string, fetch func(token string) ([
 			e.cf.json = false
 			code := e.fail(err)
 			st := status.Convert(err)
-			_ = stream.end(member{"error", map[string]any{"code": codeName(st.Code()), "message": st.Message(), "exit_code": code, "after_items": total}})
+			_ = stream.end(member{"error", map[string]any{"code": adminpb.CodeName(st.Code()), "message": st.Message(), "exit_code": code, "after_items": total}})
 			return code
 		}
 		if e.cf.json && stream == nil {
@@ -181,6 +183,26 @@ func walkPages[T any](e *command, key, token string, fetch func(token string) ([
 		}
 	}
 	return exitOK
+}
+
+// showRows is a pagedList show that prints each page's rows (row of each
+// item) in columns, under header once, above the first rows printed.
+func showRows[T any](w io.Writer, header []string, row func(T) []string) func(page []T, first bool) {
+	var cols *columns
+	return func(page []T, _ bool) {
+		if len(page) == 0 {
+			return
+		}
+		var rows [][]string
+		if cols == nil {
+			cols = &columns{w: w}
+			rows = append(rows, header)
+		}
+		for _, x := range page {
+			rows = append(rows, row(x))
+		}
+		cols.print(rows)
+	}
 }
 
 // columns prints rows as aligned columns, as a tabwriter with a padding of
@@ -233,6 +255,30 @@ type pagedList[T any] struct {
 	show     func(page []T, first bool)
 	// tail ends the text output: "no <noun>" if total is 0, else the read.
 	tail func(total int)
+}
+
+// parseList parses a list command's flags (it takes no arguments) and
+// checks its page flags; !ok: exit with code.
+func (e *command) parseList(args []string, pf *pageFlags) (code int, ok bool) {
+	if _, code, ok := e.parse(args, 0, ""); !ok {
+		return code, false
+	}
+	if err := pf.check(); err != nil {
+		return e.fail(err), false
+	}
+	return 0, true
+}
+
+// servedTail is a pagedList tail that prints none for an empty list, else
+// the read that served it.
+func (c *cli) servedTail(rf *readFlags, none string) func(total int) {
+	return func(total int) {
+		if total == 0 {
+			fmt.Fprintln(c.stdout, none)
+			return
+		}
+		c.printServed(rf.served)
+	}
 }
 
 // listPages runs a list command's paging: with --all, walkPages over every

@@ -33,28 +33,21 @@ and --timeout. Run 'baton proc <command> -h' for its flags.
 `
 
 func (c *cli) proc(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprint(c.stderr, procUsage)
-		return exitUsage
+	byID := func(verb string) func([]string) int {
+		return func(a []string) int { return c.procByID(verb, a) }
 	}
-	switch args[0] {
-	case "submit":
-		return c.procSubmit(args[1:])
-	case "get", "wait", "abort", "pause", "resume", "ack":
-		return c.procByID(args[0], args[1:])
-	case "list":
-		return c.procList(args[1:])
-	case "cancel":
-		return c.procCancel(args[1:])
-	case "bypass":
-		return c.procBypass(args[1:])
-	case "-h", "--help", "help":
-		fmt.Fprint(c.stdout, procUsage)
-		return exitOK
-	default:
-		fmt.Fprintf(c.stderr, "baton proc: unknown command %q\n\n%s", args[0], procUsage)
-		return exitUsage
-	}
+	return c.subcommands("proc", procUsage, args, map[string]func([]string) int{
+		"submit": c.procSubmit,
+		"get":    byID("get"),
+		"wait":   byID("wait"),
+		"abort":  byID("abort"),
+		"pause":  byID("pause"),
+		"resume": byID("resume"),
+		"ack":    byID("ack"),
+		"list":   c.procList,
+		"cancel": c.procCancel,
+		"bypass": c.procBypass,
+	})
 }
 
 // argsFlag collects repeated --arg k=v.

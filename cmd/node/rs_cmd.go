@@ -91,11 +91,8 @@ func (c *cli) rsList(args []string) int {
 	e := c.command("rs list", "[--page-size N] [--page-token T | --all] [--stale]", rsAdvice)
 	pf := addPageFlags(e.fs, "region servers", catalog.DefaultServerPageSize, catalog.MaxServerPageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	return e.withClient(func(cl *client.Client) int {
 		req := &adminpb.ListServersRequest{PageSize: int32(pf.size)}
@@ -105,32 +102,13 @@ func (c *cli) rsList(args []string) int {
 			return r.GetServers(), r.GetNextPageToken(), err
 		}
 		now := time.Now()
-		var cols *columns
-		show := func(servers []*adminpb.Server, _ bool) {
-			if len(servers) == 0 {
-				return
-			}
-			var rows [][]string
-			if cols == nil {
-				cols = &columns{w: c.stdout}
-				rows = append(rows, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"})
-			}
-			for _, s := range servers {
-				rows = append(rows, []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
-					strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)})
-			}
-			cols.print(rows)
-		}
-		tail := func(total int) {
-			if total == 0 {
-				fmt.Fprintln(c.stdout, "no region servers (start one with 'baton regionserver')")
-				return
-			}
-			c.printServed(rf.served)
-		}
+		show := showRows(c.stdout, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"}, func(s *adminpb.Server) []string {
+			return []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
+				strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)}
+		})
 		return listPages(e, pf, rf, pagedList[*adminpb.Server]{
 			cmd: "rs list", noun: "region servers", key: "servers",
-			fetch: fetch, show: show, tail: tail,
+			fetch: fetch, show: show, tail: c.servedTail(rf, "no region servers (start one with 'baton regionserver')"),
 			toJSON: func(s *adminpb.Server) any { return toServerJSON(s) },
 			pageJSON: func(servers []*adminpb.Server, next string) any {
 				doc := serversJSON{Servers: []serverJSON{}, NextPageToken: next, Read: toReadJSON(rf.served)}

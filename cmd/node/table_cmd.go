@@ -307,11 +307,8 @@ func (c *cli) tableList(args []string) int {
 	e.fs.Var(&states, "state", "only the tables in this state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING); repeat it or separate with commas for several")
 	pf := addPageFlags(e.fs, "tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	if *ns != "" {
 		if err := checkName("namespace", *ns); err != nil {
@@ -346,22 +343,10 @@ func (c *cli) tableList(args []string) int {
 			j.RegionCounts = countRegions(t.GetRegionGroups(), servers)
 			return j
 		}
-		var cols *columns
-		show := func(tables []*adminpb.Table, first bool) {
-			if len(tables) == 0 {
-				return
-			}
-			var rows [][]string
-			if cols == nil {
-				cols = &columns{w: c.stdout}
-				rows = append(rows, []string{"NAMESPACE", "NAME", "STATE", "REGIONS"})
-			}
-			for _, t := range tables {
-				rows = append(rows, []string{t.GetNamespace(), t.GetName(), t.GetState(),
-					countsSummary(int(t.GetRegionCount()), toJSON(t).RegionCounts)})
-			}
-			cols.print(rows)
-		}
+		show := showRows(c.stdout, []string{"NAMESPACE", "NAME", "STATE", "REGIONS"}, func(t *adminpb.Table) []string {
+			return []string{t.GetNamespace(), t.GetName(), t.GetState(),
+				countsSummary(int(t.GetRegionCount()), toJSON(t).RegionCounts)}
+		})
 		tail := func(total int) {
 			if total == 0 {
 				fmt.Fprintln(c.stdout, "no tables")
@@ -473,11 +458,8 @@ func (c *cli) regionList(args []string) int {
 	e.fs.Var(&states, "state", "only the regions in this state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN); repeat it or separate with commas for several")
 	pf := addPageFlags(e.fs, "regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
 	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
+	if code, ok := e.parseList(args, pf); !ok {
 		return code
-	}
-	if err := pf.check(); err != nil {
-		return e.fail(err)
 	}
 	if *table != "" {
 		// Checked as the table commands check it; sent qualified.
@@ -505,16 +487,9 @@ func (c *cli) regionList(args []string) int {
 			}
 			cols.print(regionRows(rs, true, header))
 		}
-		tail := func(total int) {
-			if total == 0 {
-				fmt.Fprintln(c.stdout, "no regions")
-				return
-			}
-			c.printServed(rf.served)
-		}
 		return listPages(e, pf, rf, pagedList[*adminpb.Region]{
 			cmd: "region list", noun: "regions", key: "regions",
-			fetch: fetch, show: show, tail: tail,
+			fetch: fetch, show: show, tail: c.servedTail(rf, "no regions"),
 			toJSON: func(r *adminpb.Region) any { return toRegionJSON(r) },
 			pageJSON: func(regions []*adminpb.Region, next string) any {
 				return regionsJSON{Regions: toRegionsJSON(regions), NextPageToken: next, Read: toReadJSON(rf.served)}
