@@ -13,11 +13,15 @@ import (
 // import each other.
 func CodeName(c codes.Code) string {
 	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
+	prev := rune(0)
+	for _, r := range c.String() {
+		// A word starts at an upper-case letter after a lower-case one:
+		// "OK" stays one word.
+		if unicode.IsUpper(r) && unicode.IsLower(prev) {
 			b.WriteByte('_')
 		}
 		b.WriteRune(unicode.ToUpper(r))
+		prev = r
 	}
 	return b.String()
 }

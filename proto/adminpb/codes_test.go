@@ -14,6 +14,8 @@ func TestCodeName(t *testing.T) {
 		codes.Unavailable:        "UNAVAILABLE",
 		codes.DeadlineExceeded:   "DEADLINE_EXCEEDED",
 		codes.Code(99):           "CODE(99)",
+		codes.OK:                 "OK",
+		codes.Unauthenticated:    "UNAUTHENTICATED",
 	} {
 		if got := CodeName(c); got != want {
 			t.Errorf("CodeName(%v) = %q, want %q", c, got, want)
