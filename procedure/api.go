@@ -612,11 +612,41 @@ func (x *Executor) Resume(id uint64) error {
 }
 
 // Ack acknowledges a finished root's result: it is then kept only
-// Config.AckedResultTTL longer.
+// Config.AckedResultTTL longer. The ack is written before Ack returns: on
+// a root whose worker is still writing its end, Ack waits for that write
+// and the root's retirement first, so it must not be called from a
+// Listener (which runs on that worker).
 func (x *Executor) Ack(id uint64) error {
 	x.mu.Lock()
 	_, finished := x.finished.get(id)
+	var ending chan struct{}
+	if e := x.procs[id]; !finished && e != nil && e.isRoot() && e.state.Terminal() {
+		if r := x.roots[id]; r != nil && r.running > 0 {
+			ending = r.doneCh
+		}
+	}
 	x.unlock()
+	if ending != nil {
+		// A worker is writing the root's end and will retire it: an ack
+		// set now would ride on a write the worker makes after that,
+		// which a Stop in between skips, losing an ack already answered
+		// for. The retirement is a write away: wait for it, then ack the
+		// finished root with a write of its own before answering.
+		select {
+		case <-ending:
+		case <-x.ctx.Done():
+		}
+		x.mu.Lock()
+		_, finished = x.finished.get(id)
+		fatal := x.fatal
+		x.unlock()
+		if !finished {
+			if fatal != nil {
+				return fatal
+			}
+			return ErrStopped
+		}
+	}
 	if finished {
 		return x.ackFinished(id, time.Time{})
 	}
