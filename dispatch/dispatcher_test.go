@@ -787,10 +787,7 @@ func TestCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.Clock = clock.Real{} })
 		start := time.Now()
-		at := func(d time.Duration) {
-			time.Sleep(start.Add(d).Sub(time.Now()))
-			synctest.Wait()
-		}
+		at := func(d time.Duration) { testwait.FakeTimeTo(start, d) }
 		// pending takes the call the transport is holding, if any.
 		pending := func() *call {
 			select {

@@ -182,13 +182,12 @@ func TestTimeoutHandlerFails(t *testing.T) {
 		if w.Reason != "waiting for timer" || w.Until.Before(start.Add(wait)) || w.Until.After(start.Add(wait+wait/10)) {
 			t.Fatalf("suspended: %q until +%v, want +%v plus at most 10%%", w.Reason, w.Until.Sub(start), wait)
 		}
-		time.Sleep(w.Until.Sub(time.Now()) - time.Nanosecond)
-		synctest.Wait()
+		fires := w.Until.Sub(start)
+		testwait.FakeTimeTo(start, fires-time.Nanosecond)
 		if info, _ := h.x.Get(id); info.State != WaitingTimeout {
 			t.Fatalf("before the timer: state %s error %q", info.State, info.Error)
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testwait.FakeTimeTo(start, fires)
 		info, _ := h.x.Get(id)
 		if info.State != RolledBack || !errorsContain(info.Error, ErrTimeout.Error()) {
 			t.Fatalf("when the timer fires: state %s error %q", info.State, info.Error)
@@ -401,14 +400,13 @@ func TestDeadline(t *testing.T) {
 		ev := scheduler.NewEvent("never")
 		funcs.Store("slow", func(ctx *Context) (Step, error) { return Suspend(OnEvent(ev)), nil })
 		const deadline = time.Minute
+		start := time.Now()
 		id := h.submit(&funcProc{ID: "slow"}, SubmitOptions{Timeout: deadline})
-		time.Sleep(deadline - time.Nanosecond)
-		synctest.Wait()
+		testwait.FakeTimeTo(start, deadline-time.Nanosecond)
 		if info, _ := h.x.Get(id); info.State != Waiting {
 			t.Fatalf("before the deadline: state %s error %q", info.State, info.Error)
 		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
+		testwait.FakeTimeTo(start, deadline)
 		info, _ := h.x.Get(id)
 		if info.State != RolledBack || !errorsContain(info.Error, "timed out") {
 			t.Fatalf("at the deadline: state %s error %q", info.State, info.Error)
@@ -682,8 +680,7 @@ func TestStuckWorkerMonitorOnItsTimer(t *testing.T) {
 			{20 * time.Second, 4},
 			{time.Minute, 4}, // capped
 		} {
-			time.Sleep(start.Add(c.at).Sub(time.Now()))
-			synctest.Wait()
+			testwait.FakeTimeTo(start, c.at)
 			if got := h.x.Workers(); got != c.workers {
 				t.Fatalf("at +%v: %d workers, want %d", c.at, got, c.workers)
 			}
@@ -726,8 +723,7 @@ func TestResultsEvictedOnTheirTimer(t *testing.T) {
 			{15*time.Minute - time.Nanosecond, false, true},
 			{15 * time.Minute, false, false},
 		} {
-			time.Sleep(start.Add(c.at).Sub(time.Now()))
-			synctest.Wait()
+			testwait.FakeTimeTo(start, c.at)
 			if a, k := present(acked), present(kept); a != c.acked || k != c.kept {
 				t.Fatalf("at +%v: acked present %v, kept present %v; want %v, %v", c.at, a, k, c.acked, c.kept)
 			}

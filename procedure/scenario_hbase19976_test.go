@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -108,8 +109,7 @@ func TestScenarioHBASE19976WorkersExhaustedByWaiters(t *testing.T) {
 			}
 			// Keep-alive workers are for the emergency only: idle for
 			// KeepAliveTime, they leave, and the pool is its core size.
-			time.Sleep(def.KeepAliveTime + def.StuckCheckInterval)
-			synctest.Wait()
+			testwait.FakeTimeTo(time.Now(), def.KeepAliveTime+def.StuckCheckInterval)
 			if n := h.x.Workers(); n != workers {
 				t.Fatalf("workers %d after the keep-alive time, want the core %d", n, workers)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // Lock leases expire on their own monitors, at exact moments: the set runs
@@ -41,10 +42,7 @@ func TestLockLeasesExpireOnTime(t *testing.T) {
 		})
 		s.Start()
 		defer s.Stop()
-		sleepTo := func(d time.Duration) {
-			time.Sleep(start.Add(d).Sub(time.Now()))
-			synctest.Wait()
-		}
+		sleepTo := func(d time.Duration) { testwait.FakeTimeTo(start, d) }
 
 		// 1 s: checked every 500 ms; age 1 s at the 1 s pass is not
 		// past the limit, so the 1.5 s pass reports it.

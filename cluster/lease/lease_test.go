@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -830,10 +831,7 @@ func TestMonitorRealClock(t *testing.T) {
 		m.Start()
 
 		// sleepTo returns once every pass due by then has finished.
-		sleepTo := func(d time.Duration) {
-			time.Sleep(start.Add(d).Sub(time.Now()))
-			synctest.Wait()
-		}
+		sleepTo := func(d time.Duration) { testwait.FakeTimeTo(start, d) }
 		sleepTo(cfg.SoftLimit)
 		if st := m.State("a"); st != Live {
 			t.Fatalf("at the soft limit: %v", st)
@@ -866,8 +864,7 @@ func TestMonitorRealClock(t *testing.T) {
 
 		m.Stop()
 		m.Grant("b")
-		time.Sleep(time.Hour)
-		synctest.Wait()
+		testwait.FakeTimeTo(time.Now(), time.Hour)
 		if r := reported(); len(r) != 1 {
 			t.Fatalf("reports after Stop: %+v", r)
 		}
