@@ -173,30 +173,7 @@ func writeFault29251(t *testing.T, spec treeSpec, k int, applied bool) {
 
 	// The store is healthy again; the client resubmits, as it would after
 	// an error.
-	healthy := newFaultStore(mem, nil)
-	healthy.seed(fs)
-	fs = healthy
-	h2 := startExecutor(t, fs, nil, treeConfig(env))
-	for _, p := range h2.x.Problems() {
-		t.Fatalf("write %d failed: load problem: proc %d: %s", k, p.ID, p.Reason)
-	}
-	id2 := h2.submit(spec.proc(), SubmitOptions{Nonce: "root"})
-	if id != 0 && id2 != id {
-		t.Fatalf("write %d failed: resubmission got %d, the acknowledged root is %d", k, id2, id)
-	}
-	info := h2.wait(id2)
-	if info.State != Success || string(info.Result) != spec.want() {
-		t.Fatalf("write %d failed: after the restart the root ended %s with %q (%q), want SUCCESS with %q",
-			k, info.State, info.Result, info.Error, spec.want())
-	}
-	if msg := env.check(spec, 1); msg != "" {
-		t.Fatalf("write %d failed: %s", k, msg)
-	}
-	for _, name := range spec.names() {
-		if got := fs.terminals(env.idOf(name)); got != 1 {
-			t.Fatalf("write %d failed: %s (id %d) stored as ended %d times, want once", k, name, env.idOf(name), got)
-		}
-	}
+	finishAfterCrash(t, mem, fs, env, spec, id, fmt.Sprintf("write %d failed", k))
 }
 
 // storedState is the state last committed for id.

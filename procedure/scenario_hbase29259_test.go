@@ -134,7 +134,7 @@ func TestScenarioHBASE29259UninitializedChildAfterCrash(t *testing.T) {
 					id := runToCrash(t, fs1, env, spec)
 					k.close(st)
 					st = k.open(t, dir)
-					_ = finishAfterCrash(t, st, fs1, env, spec, id, n)
+					finishAfterCrash(t, st, fs1, env, spec, id, fmt.Sprintf("crash after write %d", n))
 					if got := k.live(t, dir, st); got != 1 {
 						t.Fatalf("store holds %d procedures after the tree ended, want only the root", got)
 					}
@@ -186,7 +186,7 @@ func TestScenarioHBASE29259UninitializedChildAfterCrash(t *testing.T) {
 						}
 						tenv := world.clone()
 						st := k.open(t, tdir)
-						if li := finishAfterCrash(t, st, fs1, tenv, spec, id, sw); len(li.Corruptions) == 0 {
+						if li := finishAfterCrash(t, st, fs1, tenv, spec, id, fmt.Sprintf("crash after write %d", sw)); len(li.Corruptions) == 0 {
 							t.Fatalf("cut at %d (record %d..%d): the WAL loaded whole, so the cut missed the record", cut, from, to)
 						}
 						if got := k.live(t, tdir, st); got != 1 {
@@ -289,40 +289,6 @@ func runToCrash(t *testing.T, fs *faultStore, env *treeEnv, spec treeSpec) uint6
 	})
 	_ = h.x.Stop(context.Background())
 	return id
-}
-
-// finishAfterCrash starts an executor on st, what a crashed one (counting
-// through prev) left, resubmits the tree as its client would, runs it to
-// its end and checks it.
-func finishAfterCrash(t *testing.T, st store.Store, prev *faultStore, env *treeEnv, spec treeSpec, acked uint64, n int) store.LoadInfo {
-	t.Helper()
-	fs := newFaultStore(st, nil)
-	fs.seed(prev)
-	h := startExecutor(t, fs, nil, treeConfig(env))
-	for _, p := range h.x.Problems() {
-		t.Fatalf("crash after write %d: load problem: proc %d: %s", n, p.ID, p.Reason)
-	}
-	id := h.submit(spec.proc(), SubmitOptions{Nonce: "root"})
-	if acked != 0 && id != acked {
-		t.Fatalf("crash after write %d: resubmission got %d, the acknowledged root is %d", n, id, acked)
-	}
-	info := h.wait(id)
-	if info.State != Success || string(info.Result) != spec.want() {
-		t.Fatalf("crash after write %d: root ended %s with %q (error %q), want SUCCESS with %q",
-			n, info.State, info.Result, info.Error, spec.want())
-	}
-	if msg := env.check(spec, 1); msg != "" {
-		t.Fatalf("crash after write %d: tree after the crash: %s", n, msg)
-	}
-	names := spec.names()
-	sort.Strings(names)
-	for _, name := range names {
-		if got := fs.terminals(env.idOf(name)); got != 1 {
-			t.Fatalf("crash after write %d: %s (id %d) stored as ended %d times, want once", n, name, env.idOf(name), got)
-		}
-	}
-	_ = h.x.Stop(context.Background())
-	return h.x.LoadInfo()
 }
 
 // clone copies what env counted so far: a run resumed from a copy of the

@@ -1,10 +1,12 @@
 package procedure
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/baton-dev/baton/store"
 )
@@ -339,4 +341,40 @@ func (f *faultStore) seed(prev *faultStore) {
 	for k, v := range prev.last {
 		f.last[k] = v
 	}
+}
+
+// finishAfterCrash starts an executor on st, what a crashed or stopped
+// one (counting through prev) left, resubmits the tree as its client
+// would, runs it to its end and checks it: one id, every step's effect
+// once, every procedure stored as ended once. what names the fault in the
+// failure messages.
+func finishAfterCrash(t *testing.T, st store.Store, prev *faultStore, env *treeEnv, spec treeSpec, acked uint64, what string) store.LoadInfo {
+	t.Helper()
+	fs := newFaultStore(st, nil)
+	fs.seed(prev)
+	h := startExecutor(t, fs, nil, treeConfig(env))
+	for _, p := range h.x.Problems() {
+		t.Fatalf("%s: load problem: proc %d: %s", what, p.ID, p.Reason)
+	}
+	id := h.submit(spec.proc(), SubmitOptions{Nonce: "root"})
+	if acked != 0 && id != acked {
+		t.Fatalf("%s: resubmission got %d, the acknowledged root is %d", what, id, acked)
+	}
+	info := h.wait(id)
+	if info.State != Success || string(info.Result) != spec.want() {
+		t.Fatalf("%s: root ended %s with %q (error %q), want SUCCESS with %q",
+			what, info.State, info.Result, info.Error, spec.want())
+	}
+	if msg := env.check(spec, 1); msg != "" {
+		t.Fatalf("%s: tree after the fault: %s", what, msg)
+	}
+	names := spec.names()
+	sort.Strings(names)
+	for _, name := range names {
+		if got := fs.terminals(env.idOf(name)); got != 1 {
+			t.Fatalf("%s: %s (id %d) stored as ended %d times, want once", what, name, env.idOf(name), got)
+		}
+	}
+	_ = h.x.Stop(context.Background())
+	return h.x.LoadInfo()
 }
