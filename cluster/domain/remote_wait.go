@@ -65,27 +65,22 @@ func (s *services) forget(procID uint64) {
 	s.mu.Unlock()
 }
 
-// onResult is the dispatcher's OnResult: it hands the result to the
-// procedure waiting for it and wakes it.
+// onResult is the dispatcher's OnResult, the only answer to a wait: it
+// hands r to the procedure waiting for exactly that op (same incarnation,
+// region and kind) with no result yet, and wakes it. Transition reports
+// answer no wait (see ReportTransition).
 func (s *services) onResult(r dispatch.Result) {
-	s.deliver(r.Op.ProcID, r)
-}
-
-// deliver hands r to procID if it waits for exactly that op (same
-// incarnation, region and kind) and has no result yet.
-func (s *services) deliver(procID uint64, r dispatch.Result) bool {
 	ref := ServerRef{r.Target.ServerID, r.Target.StartCode}
 	s.mu.Lock()
-	w := s.waits[procID]
+	w := s.waits[r.Op.ProcID]
 	if w == nil || !w.matches(ref, r.Op.Region, r.Op.Kind) || w.res != nil {
 		s.mu.Unlock()
-		return false
+		return
 	}
 	w.res = &r
 	close(w.done)
 	s.mu.Unlock()
 	s.x.Wake(w.ev)
-	return true
 }
 
 // dispatch sends op for procID to ref and returns its wait. The wait is
