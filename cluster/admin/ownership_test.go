@@ -25,7 +25,9 @@ func ownershipCluster(t *testing.T) (*clustertest.Cluster, *security.TestPKI) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := clustertest.New(t, clustertest.Config{Masters: 3, PKI: pki, Grants: map[string]security.Permission{
+	// SteadyLeader: the tests call "through a standby" one call after the
+	// other, which a leadership change under load would make the leader.
+	c := clustertest.New(t, clustertest.Config{Masters: 3, PKI: pki, SteadyLeader: true, Grants: map[string]security.Permission{
 		"alice": security.PermAdmin, "carol": security.PermAdmin, "bob": security.PermOperate,
 	}})
 	c.WaitLeader()
