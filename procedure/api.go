@@ -327,15 +327,19 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		// taken back, and nobody else can see them.
 		kids = append([]uint64(nil), e.children[:len(e.children)-e.unheldChildren]...)
 	}
+	state, finished, result := e.shownState(), e.finishedAt, e.result
+	if e.endUnwritten {
+		finished, result = time.Time{}, nil
+	}
 	return Info{
 		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
-		State: e.state, Owner: e.owner, Nonce: e.nonce, Submitter: e.submitter, Submitted: e.submitted, Updated: e.updated,
-		Finished: e.finishedAt, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
-		Result: append([]byte(nil), e.result...), Paused: e.paused, AbortRequested: e.abort,
+		State: state, Owner: e.owner, Nonce: e.nonce, Submitter: e.submitter, Submitted: e.submitted, Updated: e.updated,
+		Finished: finished, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
+		Result: append([]byte(nil), result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: kids,
 		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...),
 		// False once finished, as the retired root's record answers.
-		UntilDone: e.untilDone && !e.state.Terminal(),
+		UntilDone: e.untilDone && !state.Terminal(),
 		History:   e.history.snapshot(), RollingBack: e.rollingBack,
 		Progress: e.progressLocked(),
 	}
@@ -391,7 +395,7 @@ func (x *Executor) List(f Filter) []Info {
 		if len(f.States) > 0 {
 			match := false
 			for _, s := range f.States {
-				match = match || s == e.state
+				match = match || s == e.shownState()
 			}
 			if !match {
 				continue

@@ -76,6 +76,13 @@ type entry struct {
 	// unfinished ones starts there rather than walking the thousands of a
 	// big parent that are done already.
 	childrenDoneTo int
+	// endUnwritten: e's state was set terminal by its worker and the
+	// write carrying that end (and its last step's effect) has not yet
+	// committed. Until it has, e is shown in stateBeforeEnd: a caller
+	// told SUCCESS must find the step's effect, and an end the store
+	// does not hold is undone by a restart (HBASE-29251).
+	endUnwritten   bool
+	stateBeforeEnd State
 	// endCommitted: e is a child whose SUCCESS write has committed. Until
 	// then that SUCCESS may still turn FAILED (its state cannot be
 	// serialised for the write), so it is not yet done for good. A child
@@ -150,4 +157,13 @@ type rootState struct {
 	rbTimer       clock.Timer
 	doneCh        chan struct{}
 	doneOnce      sync.Once
+}
+
+// shownState is e's state as the API answers it: the state before its end
+// while that end is not written (endUnwritten).
+func (e *entry) shownState() State {
+	if e.endUnwritten {
+		return e.stateBeforeEnd
+	}
+	return e.state
 }

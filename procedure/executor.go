@@ -967,6 +967,7 @@ func (x *Executor) persistForgotten(e *entry) bool {
 // it is done, and the listeners hear of it.
 func (x *Executor) written(e *entry, rec *store.Proc) {
 	x.mu.Lock()
+	e.endUnwritten = false
 	if rec != nil && x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
 		e.lastRec = rec.Data
 	}

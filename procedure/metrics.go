@@ -213,6 +213,9 @@ func (x *Executor) forgetLocked(id uint64) {
 // setStateLocked is the only way e's state changes once e is in the
 // table: the counts follow it.
 func (x *Executor) setStateLocked(e *entry, s State) {
+	if s.Terminal() && !e.state.Terminal() {
+		e.endUnwritten, e.stateBeforeEnd = true, e.state
+	}
 	if !e.inTable || e.state == s {
 		e.state = s
 		return
