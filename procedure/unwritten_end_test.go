@@ -77,7 +77,7 @@ func TestEndIsShownOnlyOnceWritten(t *testing.T) {
 			var held uint64
 			select {
 			case held = <-st.arrived:
-			case <-time.After(20*time.Second):
+			case <-time.After(20 * time.Second):
 				t.Fatal("no terminal write reached the store")
 			}
 			info, err := h.x.Get(held)
