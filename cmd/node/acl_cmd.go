@@ -45,6 +45,14 @@ var aclAdvice = map[codes.Code]string{
 	codes.InvalidArgument: invalidAdvice,
 }
 
+func init() {
+	topLevel.add(topCommand{
+		name: "acl", rank: 160, run: (*cli).acl,
+		summary: `whoami, grant CLIENT --permission read|operate|admin, revoke CLIENT,
+token create NAME --permission P, token delete ACCESSOR, list`,
+	})
+}
+
 func (c *cli) acl(args []string) int {
 	return c.subcommands("acl", aclUsage, args, map[string]func([]string) int{
 		"whoami": c.aclWhoAmI,
@@ -343,6 +351,13 @@ what (the method and its arguments), the answer's code and the procedures
 it named. Masters keep the last --audit-max-records, at most
 --audit-retention old. Needs admin.
 ` + fmt.Sprintf(clientFlagsNote, "audit")
+
+func init() {
+	topLevel.add(topCommand{
+		name: "audit", rank: 170, run: (*cli).audit,
+		summary: `list [--principal P] [--method M]: who changed what, and when`,
+	})
+}
 
 func (c *cli) audit(args []string) int {
 	return c.subcommands("audit", auditUsage, args, map[string]func([]string) int{

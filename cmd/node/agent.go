@@ -27,6 +27,14 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
+func init() {
+	topLevel.add(topCommand{
+		name: "agent", rank: 10, run: (*cli).agent,
+		summary: `run a cluster node (--dev: a single-node cluster on loopback, with
+simulated region servers in the same process)`,
+	})
+}
+
 // agent runs `baton agent`: parses its flags, then runs the node until
 // SIGINT or SIGTERM.
 func (c *cli) agent(args []string) int {

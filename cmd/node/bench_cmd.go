@@ -28,6 +28,15 @@ commands:
 Run 'baton bench <command> -h' for its flags.
 `
 
+func init() {
+	topLevel.add(topCommand{
+		name: "bench", rank: 140, run: (*cli).bench,
+		summary: `scale [--regions N,N,...]: start real clusters on this machine and
+print how opening regions, memory, disk, failover, a region
+server crash and a wiped master's catch-up grow with the regions`,
+	})
+}
+
 // bench runs `baton bench ...`.
 func (c *cli) bench(args []string) int {
 	return c.subcommands("bench", benchUsage, args, map[string]func([]string) int{

@@ -70,6 +70,11 @@ func (e *command) withClient(fn func(cl *client.Client) int) int {
 	return fn(cl)
 }
 
+// The main usage says it once for the client commands above it.
+func init() {
+	topLevel.note(110, usageIndent+"(commands that start a procedure take --wait)\n")
+}
+
 // start runs a command that starts a procedure: start asks the cluster for
 // it, what names it in the report (see started).
 func (e *command) start(what string, wait bool, start func(cl *client.Client) (uint64, error)) int {

@@ -26,6 +26,14 @@ Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
 and --timeout. Run 'baton cluster <command> -h' for its flags.
 `
 
+func init() {
+	topLevel.add(topCommand{
+		name: "cluster", rank: 40, run: (*cli).cluster,
+		summary: `status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
+maintenance on|off|status, repairs`,
+	})
+}
+
 func (c *cli) cluster(args []string) int {
 	return c.subcommands("cluster", clusterUsage, args, map[string]func([]string) int{
 		"status":      c.clusterStatus,

@@ -135,6 +135,16 @@ type demoResult struct {
 	Resumed bool   `json:"resumed"`
 }
 
+func init() {
+	topLevel.add(topCommand{
+		name: "demo", rank: 130, run: func(c *cli, args []string) int { return demo(args, c.stdout, c.stderr) },
+		summary: `run crash-proof procedures in this process, on a WAL in a fresh
+temporary directory (or --data-dir DIR); --crash-after N stops the
+process mid-way, and a run with the same --data-dir resumes exactly
+where it stopped`,
+	})
+}
+
 func demo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton demo", flag.ContinueOnError)
 	newUsageOut(fs, stdout, stderr)

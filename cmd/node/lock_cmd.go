@@ -80,6 +80,14 @@ var lockAcquireAdvice = map[codes.Code]string{
 	codes.FailedPrecondition: lockAdvice[codes.FailedPrecondition],
 }
 
+func init() {
+	topLevel.add(topCommand{
+		name: "lock", rank: 100, run: (*cli).lock,
+		summary: `acquire --kind K --name N [--exclusive] [--keepalive], heartbeat ID,
+release ID`,
+	})
+}
+
 func (c *cli) lock(args []string) int {
 	return c.subcommands("lock", lockUsage, args, map[string]func([]string) int{
 		"acquire":   c.lockAcquire,

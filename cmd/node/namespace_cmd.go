@@ -21,6 +21,13 @@ lag; every read says on stderr (and in --json under "read") which node
 served it, at which applied index and consistency.
 ` + fmt.Sprintf(clientFlagsNote, "ns")
 
+func init() {
+	topLevel.add(topCommand{
+		name: "ns", rank: 50, run: (*cli).ns,
+		summary: `create NAME, delete NAME, list`,
+	})
+}
+
 func (c *cli) ns(args []string) int {
 	return c.subcommands("ns", nsUsage, args, map[string]func([]string) int{
 		"create": func(a []string) int { return c.nsChange("create", (*client.Client).CreateNamespace, a) },

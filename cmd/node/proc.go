@@ -32,6 +32,15 @@ Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
 and --timeout. Run 'baton proc <command> -h' for its flags.
 `
 
+func init() {
+	topLevel.add(topCommand{
+		name: "proc", rank: 30, run: (*cli).proc,
+		summary: `submit, list, watch and control procedures:
+submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID,
+list [--all], wait ID, abort ID, pause ID, resume ID, ack ID`,
+	})
+}
+
 func (c *cli) proc(args []string) int {
 	byID := func(verb string) func([]string) int {
 		return func(a []string) int { return c.procByID(verb, a) }

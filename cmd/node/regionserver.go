@@ -52,6 +52,13 @@ type rsTransport struct {
 // interrupted at once, so this only waits for connections to drain.
 const regionServerStopTimeout = 10 * time.Second
 
+func init() {
+	topLevel.add(topCommand{
+		name: "regionserver", rank: 20, run: (*cli).regionserver,
+		summary: `run a simulated region server that registers with the masters`,
+	})
+}
+
 // regionserver runs `baton regionserver`: parses its flags, then runs a
 // simulated region server until SIGINT or SIGTERM.
 func (c *cli) regionserver(args []string) int {

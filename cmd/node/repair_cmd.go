@@ -36,6 +36,16 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
+// The repair kit is no command of its own: the main usage lists its
+// commands and their confirmation between the client commands and demo.
+func init() {
+	topLevel.note(120, `  repair kit: region assign|unassign [--override], rs recover, proc cancel,
+          proc bypass, cluster maintenance, cluster repairs; the commands
+          that override the cluster or take a region offline need --yes
+          (without it: what they would do, exit 2)
+`)
+}
+
 // confirmHint is what a destructive command without --yes says.
 const confirmHint = "add --yes to do it"
 

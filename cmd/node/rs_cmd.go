@@ -49,6 +49,14 @@ var rsAdvice = map[codes.Code]string{
 	codes.FailedPrecondition: "the master could not ask the region server: check that it runs ('baton rs list' shows its lease)",
 }
 
+func init() {
+	topLevel.add(topCommand{
+		name: "rs", rank: 80, run: (*cli).rs,
+		summary: `list (lease state, region count, last heartbeat),
+regions SERVER [--direct ADDR], recover SERVER`,
+	})
+}
+
 func (c *cli) rs(args []string) int {
 	return c.subcommands("rs", rsUsage, args, map[string]func([]string) int{
 		"list":    c.rsList,

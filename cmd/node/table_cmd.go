@@ -31,6 +31,14 @@ commands:
 NAME may also be NS:NAME. Without a namespace, a table is in "default".
 ` + fmt.Sprintf(clientFlagsNote, "table")
 
+func init() {
+	topLevel.add(topCommand{
+		name: "table", rank: 60, run: (*cli).table,
+		summary: `create NAME [--regions N], delete|enable|disable|describe NAME, list
+(NAME or NS:NAME; --namespace NS)`,
+	})
+}
+
 func (c *cli) table(args []string) int {
 	return c.subcommands("table", tableUsage, args, map[string]func([]string) int{
 		"create":   c.tableCreate,
@@ -399,6 +407,14 @@ commands:
                                      it takes the region offline, so it needs --yes
 ` + fmt.Sprintf(clientFlagsNote, "region")
 
+func init() {
+	topLevel.add(topCommand{
+		name: "region", rank: 70, run: (*cli).region,
+		summary: `list [--table T], move REGION [--to SERVER],
+assign REGION [--server S], unassign REGION`,
+	})
+}
+
 func (c *cli) region(args []string) int {
 	return c.subcommands("region", regionUsage, args, map[string]func([]string) int{
 		"list":     c.regionList,
@@ -516,6 +532,13 @@ func (c *cli) regionMove(args []string) int {
 }
 
 // ---- balance
+
+func init() {
+	topLevel.add(topCommand{
+		name: "balance", rank: 90, run: (*cli).balance,
+		summary: `even out the region counts of the live region servers`,
+	})
+}
 
 func (c *cli) balance(args []string) int {
 	e := c.command("balance", "[--wait] [--nonce N]", balanceAdvice)

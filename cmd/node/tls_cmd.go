@@ -24,6 +24,14 @@ baton://<role>/<id>, which decides what it may do in the cluster.
 Run 'baton tls <command> <sub> -h' for its flags.
 `
 
+func init() {
+	topLevel.add(topCommand{
+		name: "tls", rank: 150, run: (*cli).tls,
+		summary: `ca create, cert create --role master|regionserver|client --id ID:
+a development CA and certificates for --tls-ca/--tls-cert/--tls-key`,
+	})
+}
+
 func (c *cli) tls(args []string) int {
 	return c.subcommands("tls", tlsUsage, args, map[string]func([]string) int{
 		"ca":   c.tlsCA,

@@ -50,6 +50,13 @@ func readBuildInfo() buildInfo {
 	return b
 }
 
+func init() {
+	topLevel.add(topCommand{
+		name: "version", aliases: []string{"--version"}, rank: 180, run: (*cli).version,
+		summary: `print the version, the commit it was built from and the Go version`,
+	})
+}
+
 func (c *cli) version(args []string) int {
 	asJSON := false
 	for _, a := range args {
