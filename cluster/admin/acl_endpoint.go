@@ -69,9 +69,7 @@ func (s *Server) AclGrant(ctx context.Context, req *adminpb.AclGrantRequest) (*a
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclBinding, error) {
 		muts, e := s.acl.GrantWrites(req.GetClient(), perm, s.createdBy(ctx))
 		return muts, e.Binding(req.GetClient()), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclBinding, error) {
-		return c.AclGrant(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AclGrant))
 }
 
 // AclRevoke implements adminpb.AdminServer.
@@ -80,9 +78,7 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 		return nil, err
 	}
 	return aclRemove(s, ctx, s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)),
-		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-			return c.AclRevoke(ctx, req)
-		})
+		relayed(req, adminpb.AdminClient.AclRevoke))
 }
 
 // AclDeleteToken implements adminpb.AdminServer.
@@ -91,9 +87,7 @@ func (s *Server) AclDeleteToken(ctx context.Context, req *adminpb.AclDeleteToken
 		return nil, status.Errorf(codes.InvalidArgument, "admin: acl token delete: accessor %q: want the 16 hex digits 'baton acl list' shows", req.GetAccessor())
 	}
 	return aclRemove(s, ctx, access.DeleteTokenWrites(req.GetAccessor()),
-		func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclRemoveResponse, error) {
-			return c.AclDeleteToken(ctx, req)
-		})
+		relayed(req, adminpb.AdminClient.AclDeleteToken))
 }
 
 // aclRemove commits muts, whose first deletes the entry removed, in one
@@ -120,9 +114,7 @@ func (s *Server) AclCreateToken(ctx context.Context, req *adminpb.AclCreateToken
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
 		return s.newToken(req.GetName(), perm, s.createdBy(ctx), ttl)
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclCreateTokenResponse, error) {
-		return c.AclCreateToken(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AclCreateToken))
 }
 
 // newToken makes a token that lasts ttl (0: until deleted), and the
