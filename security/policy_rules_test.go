@@ -2,8 +2,10 @@ package security
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/baton-dev/baton/proto/optionspb"
@@ -49,4 +51,23 @@ func TestPoliciesFollowTheRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMethodRulesRefuseAMethodWithoutARule: a service whose methods carry
+// no rule (gRPC's health service stands in for a new Baton rpc someone
+// forgot to give one) cannot be made into a policy; the error names each
+// such method.
+func TestMethodRulesRefuseAMethodWithoutARule(t *testing.T) {
+	_, err := methodRules(healthpb.File_grpc_health_v1_health_proto.Services().ByName("Health"))
+	for _, m := range []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"} {
+		if err == nil || !strings.Contains(err.Error(), m+" has no (baton.options.v1.rule) option") {
+			t.Errorf("methodRules(Health): %v, want an error naming %s", err, m)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("mustMethodRules(Health) did not panic")
+		}
+	}()
+	mustMethodRules(healthpb.File_grpc_health_v1_health_proto.Services().ByName("Health"))
 }

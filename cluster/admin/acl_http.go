@@ -8,6 +8,17 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
+// Authorizer decides HTTP requests to a master's endpoints (status,
+// metrics, console, debug) by the certificate the client presented: read
+// for everything but /debug/ (admin) and /readyz (anyone). With access
+// control enforced, it puts the caller's permission in the request's
+// context (security.WithPermission) for the console to hide what the
+// caller may not do; the calls the console makes for it are checked
+// again by the admin API.
+func (s *Server) Authorizer(next http.Handler) http.Handler {
+	return authorizeHTTP(s, next)
+}
+
 // authorizeHTTP is Server.Authorizer.
 func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -28,10 +28,7 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "admin: acl list: this node cannot list its state")
 	}
-	if err := checkPageSize("acl list", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("acl list", adminpb.AclPageToken, req.GetPageToken())
+	after, err := pageStart("acl list", adminpb.AclPageToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -59,9 +56,7 @@ func (s *Server) AclList(ctx context.Context, req *adminpb.AclListRequest) (*adm
 			out.NextPageToken = encodePageToken(adminpb.AclPageToken, page.last)
 		}
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AclListResponse, error) {
-		return c.AclList(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AclList))
 }
 
 // aclListOf is the position in access.ListPrefixes of the list key

@@ -98,9 +98,7 @@ func (s *Server) AppendAudit(ctx context.Context, req *adminpb.AppendAuditReques
 			return nil, err
 		}
 		return &adminpb.AppendAuditResponse{}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
-		return c.AppendAudit(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AppendAudit))
 }
 
 // sendAudit has the leader commit records of this standby
@@ -142,15 +140,10 @@ func newAuditTrail(s *Server) (*access.Trail, error) {
 
 // ListAudit implements adminpb.AdminServer.
 func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (*adminpb.ListAuditResponse, error) {
-	limit := int(req.GetPageSize())
-	switch {
-	case limit < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "admin: list audit: negative page_size %d", limit)
-	case limit == 0:
-		limit = DefaultPageSize
-	case limit > MaxPageSize:
-		limit = MaxPageSize
+	if err := checkPageSize("list audit", req.GetPageSize()); err != nil {
+		return nil, err
 	}
+	limit := pageSizeOr(req.GetPageSize(), DefaultPageSize, MaxPageSize)
 	kind := access.PageToken
 	if req.GetNewestFirst() {
 		kind = access.DescPageToken
@@ -174,9 +167,7 @@ func (s *Server) ListAudit(ctx context.Context, req *adminpb.ListAuditRequest) (
 			clipAuditRecord(r)
 		}
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListAuditResponse, error) {
-		return c.ListAudit(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListAudit))
 }
 
 // auditPages is an auditScanner as access.ListPage walks it.

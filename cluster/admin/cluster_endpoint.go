@@ -102,9 +102,7 @@ func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adm
 			}
 		}
 		return s.clusterStatus(), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
-		return c.AddPeer(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AddPeer))
 }
 
 // RemovePeer implements adminpb.AdminServer: the leader removes the node
@@ -172,9 +170,7 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			}
 		}
 		return s.clusterStatus(), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
-		return c.RemovePeer(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.RemovePeer))
 }
 
 // clearMarkOfRefusedRemoval takes back the mark RemovePeer set for id
@@ -225,9 +221,7 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 			return nil, err
 		}
 		return &adminpb.RegisterNodeResponse{}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RegisterNodeResponse, error) {
-		return c.RegisterNode(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.RegisterNode))
 }
 
 // leaderHeardWithin is how recent a member's contact with its leader must

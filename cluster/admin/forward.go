@@ -254,6 +254,14 @@ func (s *Server) cancelStaleForwards() {
 // isNotLeader reports whether err means "ask the leader instead".
 func isNotLeader(err error) bool { return errors.Is(err, cluster.ErrNotLeader) }
 
+// relayed is how a standby forwards req to the leader: m, a method
+// expression of the admin client (adminpb.AdminClient.AckResult), called
+// on the leader's connection. Every forwarded handler's remote said
+// "return c.X(ctx, req)" in a closure of its own.
+func relayed[Req, Resp any](req Req, m func(adminpb.AdminClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) func(context.Context, adminpb.AdminClient) (Resp, error) {
+	return func(ctx context.Context, c adminpb.AdminClient) (Resp, error) { return m(c, ctx, req) }
+}
+
 // onLeader runs local with the leader's executor when this node has one,
 // else forwards with remote; a call that finds no leader ready to serve it
 // is held for one (heldCall).

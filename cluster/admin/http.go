@@ -187,3 +187,9 @@ func handleDebug(mux *http.ServeMux, b Backend) {
 type domainScanner interface {
 	DomainScan(prefix string, fn func(key string, value []byte) bool)
 }
+
+// domainScannerFrom is a backend that can walk its domain keys in order
+// from a key on.
+type domainScannerFrom interface {
+	DomainScanFrom(prefix, after string, fn func(string, []byte) bool)
+}

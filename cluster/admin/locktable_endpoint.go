@@ -35,10 +35,7 @@ type lockHolderNamer interface {
 // executor's answer to why it waits. A standby forwards it, STALE
 // included: the table lives in the leader's memory only.
 func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (*adminpb.ListLocksResponse, error) {
-	if err := checkPageSize("list locks", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	tok, err := decodePageToken("list locks", lockToken, req.GetPageToken())
+	tok, err := pageStart("list locks", lockToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -97,9 +94,7 @@ func (s *Server) ListLocks(ctx context.Context, req *adminpb.ListLocksRequest) (
 			last = lockKey{l.Type, l.Name}
 		}
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListLocksResponse, error) {
-		return c.ListLocks(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListLocks))
 }
 
 func lockInvolves(l scheduler.LockInfo, id uint64) bool {

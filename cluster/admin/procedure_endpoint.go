@@ -51,9 +51,7 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 			return nil, err
 		}
 		return &adminpb.SubmitProcedureResponse{Id: id}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.SubmitProcedure(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.SubmitProcedure))
 }
 
 // GetProcedure implements adminpb.AdminServer: the procedure as committed
@@ -72,9 +70,7 @@ func (s *Server) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequ
 		p.History = historyToProto(info.History)
 		p.Read = ri
 		return clipData(p), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return c.GetProcedure(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.GetProcedure))
 }
 
 // localExecutor returns this node's executor for a read, or nil where
@@ -239,9 +235,7 @@ func (s *Server) ListProcedures(ctx context.Context, req *adminpb.ListProcedures
 		out := &adminpb.ListProceduresResponse{Read: ri}
 		out.Procedures, out.NextPageToken = procPage(procs, f.Limit)
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListProceduresResponse, error) {
-		return c.ListProcedures(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListProcedures))
 }
 
 // WatchProcedure implements adminpb.AdminServer (see the package doc).
@@ -325,30 +319,22 @@ func procOp(s *Server, ctx context.Context, req *adminpb.ProcedureRef, op func(P
 
 // AbortProcedure implements adminpb.AdminServer.
 func (s *Server) AbortProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
-	return procOp(s, ctx, req, Procedures.Abort, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return c.AbortProcedure(ctx, req)
-	})
+	return procOp(s, ctx, req, Procedures.Abort, relayed(req, adminpb.AdminClient.AbortProcedure))
 }
 
 // PauseProcedure implements adminpb.AdminServer.
 func (s *Server) PauseProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
-	return procOp(s, ctx, req, Procedures.Pause, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return c.PauseProcedure(ctx, req)
-	})
+	return procOp(s, ctx, req, Procedures.Pause, relayed(req, adminpb.AdminClient.PauseProcedure))
 }
 
 // ResumeProcedure implements adminpb.AdminServer.
 func (s *Server) ResumeProcedure(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
-	return procOp(s, ctx, req, Procedures.Resume, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return c.ResumeProcedure(ctx, req)
-	})
+	return procOp(s, ctx, req, Procedures.Resume, relayed(req, adminpb.AdminClient.ResumeProcedure))
 }
 
 // AckResult implements adminpb.AdminServer.
 func (s *Server) AckResult(ctx context.Context, req *adminpb.ProcedureRef) (*adminpb.Procedure, error) {
-	return procOp(s, ctx, req, Procedures.Ack, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Procedure, error) {
-		return c.AckResult(ctx, req)
-	})
+	return procOp(s, ctx, req, Procedures.Ack, relayed(req, adminpb.AdminClient.AckResult))
 }
 
 // toProto converts a procedure snapshot.

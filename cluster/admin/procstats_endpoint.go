@@ -141,7 +141,5 @@ func (s *Server) ProcedureStats(ctx context.Context, req *adminpb.ProcedureStats
 		// A list like any: the oldest that fit in a page's bytes.
 		out.Stuck, _ = boundPage(out.Stuck)
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ProcedureStatsResponse, error) {
-		return c.ProcedureStats(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ProcedureStats))
 }

@@ -65,20 +65,28 @@ func (s *Server) tick() {
 	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
+	ctx, cancel := s.untilStop(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
 	defer cancel()
-	go func() { // end the call early on Stop
+	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv, HttpAddress: httpAdv}); err != nil {
+		s.log.Debug("registering admin address failed; will retry", "error", err)
+		return
+	}
+	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv)
+}
+
+// untilStop is parent bounded by d and also ended when the server
+// stops: a background call of the server's own (a registration, a
+// membership probe) must not hold Stop up.
+func (s *Server) untilStop(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, d)
+	go func() {
 		select {
 		case <-s.stopCh:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv, HttpAddress: httpAdv}); err != nil {
-		s.log.Debug("registering admin address failed; will retry", "error", err)
-		return
-	}
-	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv)
+	return ctx, cancel
 }
 
 // adminAddr is node id's registered admin address, or "".

@@ -67,15 +67,8 @@ func (s *Server) checkMembership() {
 	if len(st.Peers) == 0 || (!st.LastContact.IsZero() && time.Since(st.LastContact) < leaderHeardWithin) {
 		return // not joined yet, or a leader replicates to it
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), memberProbeTimeout)
+	ctx, cancel := s.untilStop(context.Background(), memberProbeTimeout)
 	defer cancel()
-	go func() { // end the probes early on Stop
-		select {
-		case <-s.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	var mu sync.Mutex
 	var leaderSays *adminpb.ClusterStatusResponse
 	var wg sync.WaitGroup

@@ -102,9 +102,7 @@ func (s *Server) AssignRegion(ctx context.Context, req *adminpb.RepairRegionRequ
 	return repairCall(s, ctx, "region assign", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
 		r, err := d.AssignRegion(ctx, req.GetRegion(), req.GetServer(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), req.GetNonce()))
 		return repairMsg(r), err
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return c.AssignRegion(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.AssignRegion))
 }
 
 // UnassignRegion implements adminpb.AdminServer.
@@ -118,9 +116,7 @@ func (s *Server) UnassignRegion(ctx context.Context, req *adminpb.RepairRegionRe
 	return repairCall(s, ctx, "region unassign", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
 		r, err := d.UnassignRegion(ctx, req.GetRegion(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), req.GetNonce()))
 		return repairMsg(r), err
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return c.UnassignRegion(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.UnassignRegion))
 }
 
 // RecoverServer implements adminpb.AdminServer.
@@ -131,9 +127,7 @@ func (s *Server) RecoverServer(ctx context.Context, req *adminpb.RecoverServerRe
 	return repairCall(s, ctx, "rs recover", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
 		r, err := d.RecoverServer(ctx, req.GetServer(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), ""))
 		return repairMsg(r), err
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return c.RecoverServer(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.RecoverServer))
 }
 
 // CancelProcedures implements adminpb.AdminServer.
@@ -163,9 +157,7 @@ func (s *Server) CancelProcedures(ctx context.Context, req *adminpb.CancelProced
 			out.Skipped = append(out.Skipped, &adminpb.SkippedProcedure{Procedure: toProto(sk.Info, s.whyReason(x, sk.Info)), Reason: sk.Reason})
 		}
 		return clipCancelled(out), nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.CancelProceduresResponse, error) {
-		return c.CancelProcedures(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.CancelProcedures))
 }
 
 // BypassProcedure implements adminpb.AdminServer.
@@ -176,9 +168,7 @@ func (s *Server) BypassProcedure(ctx context.Context, req *adminpb.BypassProcedu
 	return repairCall(s, ctx, "proc bypass", func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
 		r, err := d.BypassProcedure(ctx, req.GetId(), req.GetRecursive(), repairOpts(ctx, req.GetCaller(), req.GetOverride(), req.GetDryRun(), ""))
 		return repairMsg(r), err
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return c.BypassProcedure(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.BypassProcedure))
 }
 
 // SetMaintenance implements adminpb.AdminServer.
@@ -190,9 +180,7 @@ func (s *Server) SetMaintenance(ctx context.Context, req *adminpb.SetMaintenance
 	return repairCall(s, ctx, action, func(d Domain, _ Procedures) (*adminpb.RepairResponse, error) {
 		r, err := d.SetMaintenance(ctx, req.GetOn(), req.GetReason(), repairOpts(ctx, req.GetCaller(), false, req.GetDryRun(), ""))
 		return repairMsg(r), err
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.RepairResponse, error) {
-		return c.SetMaintenance(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.SetMaintenance))
 }
 
 // GetMaintenance implements adminpb.AdminServer: a read of the replicated
@@ -210,9 +198,7 @@ func (s *Server) GetMaintenance(ctx context.Context, req *adminpb.GetMaintenance
 		out := maintenanceMsg(m)
 		out.Read = ri
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Maintenance, error) {
-		return c.GetMaintenance(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.GetMaintenance))
 }
 
 // maxRepairPageBytes bounds a page of repair records, far below gRPC's
@@ -224,15 +210,10 @@ const maxRepairPageBytes = 1 << 20
 // ListRepairs implements adminpb.AdminServer: the records in sequence
 // order; the page token is the last sequence number of the previous page.
 func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsRequest) (*adminpb.ListRepairsResponse, error) {
-	limit := int(req.GetPageSize())
-	switch {
-	case limit < 0:
-		return nil, status.Errorf(codes.InvalidArgument, "admin: list repairs: negative page_size %d", limit)
-	case limit == 0:
-		limit = DefaultPageSize
-	case limit > MaxPageSize:
-		limit = MaxPageSize
+	if err := checkPageSize("list repairs", req.GetPageSize()); err != nil {
+		return nil, err
 	}
+	limit := pageSizeOr(req.GetPageSize(), DefaultPageSize, MaxPageSize)
 	var after uint64
 	if tok := req.GetPageToken(); tok != "" {
 		var err error
@@ -252,9 +233,7 @@ func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsReques
 		out := &adminpb.ListRepairsResponse{Read: ri}
 		out.Records, out.NextPageToken = repairPage(recs, limit, maxRepairPageBytes)
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRepairsResponse, error) {
-		return c.ListRepairs(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListRepairs))
 }
 
 // repairPage is a page of recs, which ListRepairs read with limit: as

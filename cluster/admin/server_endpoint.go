@@ -19,10 +19,7 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPageSize("list servers", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("list servers", serverToken, req.GetPageToken())
+	after, err := pageStart("list servers", serverToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -37,9 +34,7 @@ func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersReques
 			return &adminpb.ListServersResponse{Servers: servers, Read: ri, NextPageToken: encodePageToken(serverToken, next)}, nil
 		}
 	}
-	return serveLeaderReadOr(s, ctx, req.GetConsistency(), answer(d.ListServersPage), answer(d.ListRecordedServersPage), func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListServersResponse, error) {
-		return c.ListServers(ctx, req)
-	})
+	return serveLeaderReadOr(s, ctx, req.GetConsistency(), answer(d.ListServersPage), answer(d.ListRecordedServersPage), relayed(req, adminpb.AdminClient.ListServers))
 }
 
 // ServerRegions implements adminpb.AdminServer: the region server's own
@@ -49,10 +44,7 @@ func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRe
 	if req.GetServer() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: server regions: server is required")
 	}
-	if err := checkPageSize("server regions", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("server regions", adminpb.ServerRegionsPageToken, req.GetPageToken())
+	after, err := pageStart("server regions", adminpb.ServerRegionsPageToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +61,5 @@ func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRe
 		}
 		return &adminpb.ServerRegionsResponse{Server: sr.Server, Assigned: sr.Assigned, Hosted: sr.Hosted, Read: ri,
 			NextPageToken: encodePageToken(adminpb.ServerRegionsPageToken, sr.Next)}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ServerRegionsResponse, error) {
-		return c.ServerRegions(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ServerRegions))
 }

@@ -99,6 +99,16 @@ func decodePageToken(call, kind, tok string) (string, error) {
 	return last, nil
 }
 
+// pageStart checks a list call's page size (checkPageSize) and returns
+// the key its page token resumes after (decodePageToken), refusing the
+// size first: the opening of every paged list call.
+func pageStart(call, kind string, size int32, token string) (string, error) {
+	if err := checkPageSize(call, size); err != nil {
+		return "", err
+	}
+	return decodePageToken(call, kind, token)
+}
+
 // checkPageSize refuses a negative page size; 0 takes the list's default
 // and one above its maximum is clamped (by the domain).
 func checkPageSize(call string, n int32) error {

@@ -1,0 +1,56 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/baton-dev/baton/cluster/access"
+)
+
+// bootstrapACL runs on the leader's registration tick: the first leader of
+// a cluster enforcing access control makes the bootstrap token, and every
+// leader binds the clients of Access.InitialGrants that are unbound.
+func (s *Server) bootstrapACL(ctx context.Context) {
+	if !s.acc.Enforce || !s.b.IsLeader() {
+		return
+	}
+	if _, err := s.b.Procedures(); err != nil {
+		return // not established: the state may not be caught up yet
+	}
+	now := s.acc.Clock.Now().UnixMilli()
+	muts, granted := s.acl.InitialGrantWrites(s.b.ID(), now)
+	muts = append(muts, s.acl.TokenUseWrites()...)
+	boot, bootMuts, err := s.acl.BootstrapWrites(s.b.ID(), now, s.acc.BootstrapTokenTTL)
+	if err != nil {
+		s.log.Error("bootstrap token", "error", err)
+		return
+	}
+	muts = append(muts, bootMuts...)
+	if len(muts) > 0 {
+		if err := s.b.Mutate(ctx, muts); err != nil {
+			// It may commit all the same: the next tick finds out.
+			s.log.Warn("access control bootstrap not committed; will look again", "error", err)
+			return
+		}
+	}
+	if len(granted) > 0 {
+		s.log.Info("initial grants bound", "clients", granted)
+	}
+	if boot == nil {
+		return
+	}
+	if !s.acl.MarkBootTold() {
+		s.log.Info("bootstrap token made", "accessor", boot.Accessor)
+		if s.acc.OnBootstrap != nil {
+			s.acc.OnBootstrap(boot.Secret)
+		} else {
+			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.Secret)
+		}
+	}
+	// Told: say so in the replicated state, so that no later leader
+	// replaces it. If this write fails, the next tick makes it again.
+	if err := s.b.Mutate(ctx, access.BootToldWrites(s.b.ID(), boot.Accessor, now)); err != nil {
+		s.log.Warn("bootstrap token told, but not yet recorded as told; will retry", "error", err)
+		return
+	}
+	s.acl.BootRecorded()
+}

@@ -1,0 +1,173 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/cluster/access"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
+)
+
+// accessMetrics are the counters of refusals.
+type accessMetrics struct {
+	denied *prometheus.CounterVec
+}
+
+func newAccessMetrics(reg prometheus.Registerer) (*accessMetrics, error) {
+	m := &accessMetrics{denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_acl_denied_total",
+		Help: "Admin calls refused by access control, by method, the permission it needs and the status code answered (PERMISSION_DENIED, UNAUTHENTICATED).",
+	}, []string{"method", "needed", "code"})}
+	if reg != nil {
+		if err := reg.Register(m.denied); err != nil {
+			return nil, fmt.Errorf("admin: access metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *accessMetrics) deny(method string, err error) {
+	need, ok := access.MethodPermission(method)
+	label := need.String()
+	if !ok {
+		label = "master"
+	} else if label == "" {
+		label = "none"
+	}
+	m.denied.WithLabelValues(method, label, status.Code(err).String()).Inc()
+}
+
+// UnaryInterceptor enforces Config.Access on the admin service's unary
+// calls and records the audited ones. A server built by Serve has it; one
+// registered on a gRPC server of the caller's (RegisterServices) needs it
+// in that server's chain, after the identity policy.
+func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx = s.proveRelay(ctx)
+		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
+		if ok {
+			if err := s.refuseRemoved(method); err != nil {
+				return nil, err
+			}
+		}
+		if !ok || s.cfg.Access == nil {
+			return handler(ctx, req)
+		}
+		p, err := s.resolve(ctx)
+		if err == nil {
+			ctx = context.WithValue(ctx, principalCtxKey{}, p)
+			err = access.Authorize(p, method, s.acc.Enforce)
+		}
+		if err != nil {
+			s.accessM.deny(method, err)
+			err = s.limitRefusal(ctx, p, method, err)
+		}
+		// A master's own calls too (a person holding a master's
+		// certificate is still someone): masters' machinery calls only
+		// master-only methods, which are not audited.
+		audited := access.Audited(method)
+		var note *auditNote
+		if audited {
+			markRefusalRecorded(ctx) // the record below is the call's
+			note = &auditNote{}
+			ctx = context.WithValue(ctx, auditNoteKey{}, note)
+		}
+		if !audited {
+			if err != nil {
+				// Not audited when served (a read, masters' own calls),
+				// but a refusal is someone trying what they may not.
+				s.recordRefusal(ctx, p, method, req, err)
+				return nil, err
+			}
+			return handler(ctx, req)
+		}
+		if err == nil {
+			err = s.limitChange(ctx, method)
+		}
+		// A call this node serves as the leader is recorded as it
+		// starts, while it runs: the answer then waits for the later of
+		// the two commits, not for both in turn. Its outcome is written
+		// over the record after (not waited for: if the leader dies
+		// first, the record says PENDING). Any other is recorded once
+		// its outcome is known.
+		var begun <-chan error
+		var first *adminpb.AuditRecord
+		if err == nil && s.b.IsLeader() && !note.isRemote() {
+			first = s.auditRecord(ctx, p, method, req, nil, nil)
+			first.Code = access.AuditPending
+			note.start = &auditStart{ch: s.audit.Start(first)}
+			begun = note.start.ch
+		}
+		var resp any
+		if err == nil {
+			resp, err = handler(ctx, req)
+		}
+		rec := s.auditRecord(ctx, p, method, req, resp, err)
+		if note.isRemote() {
+			if first == nil {
+				return resp, err // the leader it was forwarded to recorded it
+			}
+			// Lost the leadership while holding the call, then forwarded
+			// it: the new leader records it too.
+			rec.Message = access.Cut("forwarded to the new leader, whose record is the call's: "+rec.GetMessage(), access.FieldMax)
+		}
+		var aerr error
+		if begun != nil {
+			if aerr = note.start.wait(s.audit); aerr == nil {
+				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
+				s.audit.Update(rec)
+			}
+		} else {
+			aerr = s.audit.Append(ctx, rec)
+		}
+		if aerr != nil {
+			s.log.Error("audit record not committed", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
+			if err == nil {
+				return nil, s.unavailable(fmt.Sprintf("admin: %s was served, but its audit record could not be committed (%v): its outcome is not acknowledged; retry (with the same nonce a submission answers the same procedure)", method, aerr))
+			}
+		}
+		return resp, err
+	}
+}
+
+// principalStream is a server stream whose context carries the principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s principalStream) Context() context.Context { return s.ctx }
+
+// StreamInterceptor enforces Config.Access on the admin service's streams
+// (reads only: none is audited).
+func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
+		if ok {
+			if err := s.refuseRemoved(method); err != nil {
+				return err
+			}
+		}
+		if !ok || s.cfg.Access == nil {
+			return handler(srv, ss)
+		}
+		ctx := ss.Context()
+		p, err := s.resolve(ctx)
+		if err == nil {
+			err = access.Authorize(p, method, s.acc.Enforce)
+		}
+		if err != nil {
+			s.accessM.deny(method, err)
+			err = s.limitRefusal(ctx, p, method, err)
+			s.recordRefusal(ctx, p, method, nil, err)
+			return err
+		}
+		return handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, principalCtxKey{}, p)})
+	}
+}
