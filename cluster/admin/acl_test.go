@@ -40,7 +40,9 @@ func startSecureCluster(t *testing.T, n int, access Access) *secureCluster {
 	}
 	sc := &secureCluster{t: t, pki: pki}
 	ops := pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: "ops"})
-	sc.nodes = startClusterWith(t, n, func(i int, id string, cfg *Config) grpc.DialOption {
+	// The secure tests name the leader and a standby (who served, who
+	// recorded): a steady leader.
+	sc.nodes = startClusterTimed(t, n, steadyRaftTimeout, func(i int, id string, cfg *Config) grpc.DialOption {
 		creds := pki.MustCredentials(security.Identity{Role: security.RoleMaster, ID: id})
 		reg := prometheus.NewRegistry()
 		sc.regs = append(sc.regs, reg)

@@ -47,6 +47,20 @@ type nodeSetup func(i int, id string, cfg *Config) grpc.DialOption
 // adjusted by setup (if not nil).
 func startClusterWith(t *testing.T, n int, setup nodeSetup) []*testNode {
 	t.Helper()
+	return startClusterTimed(t, n, 50*time.Millisecond, setup)
+}
+
+// steadyRaftTimeout is clustertest.SteadyRaftTimeout, which this
+// package's own tests cannot import (clustertest imports admin).
+const steadyRaftTimeout = 500 * time.Millisecond
+
+// startClusterTimed is startClusterWith with raft's heartbeat, election
+// and leader lease timeouts at raftTimeout: steadyRaftTimeout for a
+// test that names the leader and a standby and walks through them,
+// which a leadership change on a loaded machine would fail for no fault
+// of the code under test.
+func startClusterTimed(t *testing.T, n int, raftTimeout time.Duration, setup nodeSetup) []*testNode {
+	t.Helper()
 	lvl := hclog.Off
 	if os.Getenv("BATON_TEST_LOG") != "" {
 		lvl = hclog.Debug
@@ -63,9 +77,9 @@ func startClusterWith(t *testing.T, n int, setup nodeSetup) []*testNode {
 		c := cluster.DefaultConfig()
 		c.ID = id
 		c.DataDir = t.TempDir()
-		c.HeartbeatTimeout = 50 * time.Millisecond
-		c.ElectionTimeout = 50 * time.Millisecond
-		c.LeaderLeaseTimeout = 50 * time.Millisecond
+		c.HeartbeatTimeout = raftTimeout
+		c.ElectionTimeout = raftTimeout
+		c.LeaderLeaseTimeout = raftTimeout
 		c.CommitTimeout = 5 * time.Millisecond
 		c.SnapshotInterval = time.Hour
 		c.HealthInterval = 50 * time.Millisecond
