@@ -47,6 +47,13 @@ type nodeSetup func(i int, id string, cfg *Config) grpc.DialOption
 // adjusted by setup (if not nil).
 func startClusterWith(t *testing.T, n int, setup nodeSetup) []*testNode {
 	t.Helper()
+	return startClusterOn(t, n, setup, func(_ int, n *cluster.Node) Backend { return NodeBackend(n) })
+}
+
+// startClusterOn is startClusterWith with node i's admin server on
+// backend(i, node): a domain added to it, say.
+func startClusterOn(t *testing.T, n int, setup nodeSetup, backend func(i int, n *cluster.Node) Backend) []*testNode {
+	t.Helper()
 	lvl := hclog.Off
 	if os.Getenv("BATON_TEST_LOG") != "" {
 		lvl = hclog.Debug
@@ -99,7 +106,7 @@ func startClusterWith(t *testing.T, n int, setup nodeSetup) []*testNode {
 				dial = d
 			}
 		}
-		srv, err := NewForNode(node, acfg)
+		srv, err := New(backend(i, node), acfg)
 		if err != nil {
 			t.Fatal(err)
 		}
