@@ -61,6 +61,13 @@ const steadyRaftTimeout = 500 * time.Millisecond
 // of the code under test.
 func startClusterTimed(t *testing.T, n int, raftTimeout time.Duration, setup nodeSetup) []*testNode {
 	t.Helper()
+	return startClusterOn(t, n, raftTimeout, setup, func(_ int, n *cluster.Node) Backend { return NodeBackend(n) })
+}
+
+// startClusterOn is startClusterTimed with node i's admin server on
+// backend(i, node): a domain added to it, say.
+func startClusterOn(t *testing.T, n int, raftTimeout time.Duration, setup nodeSetup, backend func(i int, n *cluster.Node) Backend) []*testNode {
+	t.Helper()
 	lvl := hclog.Off
 	if os.Getenv("BATON_TEST_LOG") != "" {
 		lvl = hclog.Debug
@@ -113,7 +120,7 @@ func startClusterTimed(t *testing.T, n int, raftTimeout time.Duration, setup nod
 				dial = d
 			}
 		}
-		srv, err := NewForNode(node, acfg)
+		srv, err := New(backend(i, node), acfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,8 @@ import (
 // the request (Build, which validates it: errors wrap procedure.ErrInvalid;
 // each operation's file in the domain registers its builder), and the server
 // submits them on the leader with the request's nonce, forwarding from a
-// standby like SubmitProcedure does.
+// standby like SubmitProcedure does. The methods it builds for have no
+// handler here: the server serves them by name (gateway.go).
 //
 // Reads (namespaces, tables, regions) come from the answering node's FSM:
 // the server makes them linearizable (read.go) or serves them stale, as
@@ -34,10 +35,13 @@ import (
 type Domain interface {
 	// Build validates req, the request of the admin method method (its
 	// full gRPC name, adminpb.Admin_*_FullMethodName), and builds the
-	// procedure it asks for: CreateTable, DeleteTable, EnableTable,
-	// DisableTable, CreateNamespace, DeleteNamespace, MoveRegion and
-	// Balance. Each operation registers its own builder in the domain.
+	// procedure it asks for. Each operation registers its own builder in
+	// the domain.
 	Build(method string, req proto.Message) (procedure.Procedure, error)
+	// BuildMethods are the methods Build builds for (full gRPC names):
+	// each must start a procedure and answer a SubmitProcedureResponse,
+	// or New refuses the domain.
+	BuildMethods() []string
 	// ReadableValue is the stored value v of domain key key as /debug/domain
 	// shows it: JSON, whichever form the domain stores it in.
 	ReadableValue(key string, v []byte) []byte

@@ -126,7 +126,15 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		kv = append(kv, forwardPrincipal(ctx)...)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
-	return adminpb.NewAdminClient(cc), out, leaderView{id, addr}, nil
+	return leaderAPI{adminpb.NewAdminClient(cc), cc}, out, leaderView{id, addr}, nil
+}
+
+// leaderAPI is the client of the leader a forward calls: its generated
+// client, and the connection under it for the calls the gateway forwards
+// by method name (forwardByName), which have no client method of their own.
+type leaderAPI struct {
+	adminpb.AdminClient
+	grpc.ClientConnInterface
 }
 
 // relayTrusted says what ctx's caller says of a call it passes on (the

@@ -11,20 +11,6 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// CreateNamespace implements adminpb.AdminServer.
-func (s *Server) CreateNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_CreateNamespace_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.CreateNamespace(ctx, req)
-	})
-}
-
-// DeleteNamespace implements adminpb.AdminServer.
-func (s *Server) DeleteNamespace(ctx context.Context, req *adminpb.NamespaceRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_DeleteNamespace_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.DeleteNamespace(ctx, req)
-	})
-}
-
 // ListNamespaces implements adminpb.AdminServer: one page of the
 // namespaces, in name order, ending at page_size names or 1 MiB.
 func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {

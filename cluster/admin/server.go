@@ -132,6 +132,9 @@ type Server struct {
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
 	exporter *access.Exporter
+	// gateway are the methods served without a handler of their own
+	// (gateway.go), by full name: those the domain builds.
+	gateway map[string]gatewayMethod
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -199,6 +202,11 @@ func New(b Backend, cfg Config) (*Server, error) {
 		fwd:          map[*fwdCall]struct{}{},
 		stopCh:       make(chan struct{}),
 	}
+	if d, err := s.domain(); err == nil {
+		if s.gateway, err = gatewayMethods(adminService, d.BuildMethods()); err != nil {
+			return nil, err
+		}
+	}
 	s.acc = Access{}.withDefaults() // for the Acl* calls of a master without access control
 	if cfg.Access != nil {
 		if err := cfg.Access.Validate(); err != nil {
@@ -232,8 +240,6 @@ func New(b Backend, cfg Config) (*Server, error) {
 // NewForNode is New(NodeBackend(n), cfg).
 func NewForNode(n *cluster.Node, cfg Config) (*Server, error) { return New(NodeBackend(n), cfg) }
 
-// RegisterServices registers the admin service, the health service and
-// reflection on gs.
 // RequestLimits are the server options that hold every request, of the
 // admin API and of the Master service beside it, to reqlimit.Fields: in a
 // server's chain after UnaryInterceptor, so that a call refused for its
@@ -243,8 +249,11 @@ func RequestLimits() []grpc.ServerOption {
 	return reqlimit.ServerOptions()
 }
 
+// RegisterServices registers the admin service (with the gateway's
+// handlers for the methods the domain builds), the health service and
+// reflection on gs.
 func (s *Server) RegisterServices(gs grpc.ServiceRegistrar) {
-	adminpb.RegisterAdminServer(gs, s)
+	gs.RegisterService(s.serviceDesc(), s)
 	healthpb.RegisterHealthServer(gs, s.health)
 	if r, ok := gs.(reflection.GRPCServer); ok {
 		reflection.Register(r)

@@ -7,48 +7,6 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// CreateTable implements adminpb.AdminServer.
-func (s *Server) CreateTable(ctx context.Context, req *adminpb.CreateTableRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_CreateTable_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.CreateTable(ctx, req)
-	})
-}
-
-// DeleteTable implements adminpb.AdminServer.
-func (s *Server) DeleteTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_DeleteTable_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.DeleteTable(ctx, req)
-	})
-}
-
-// EnableTable implements adminpb.AdminServer.
-func (s *Server) EnableTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_EnableTable_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.EnableTable(ctx, req)
-	})
-}
-
-// DisableTable implements adminpb.AdminServer.
-func (s *Server) DisableTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_DisableTable_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.DisableTable(ctx, req)
-	})
-}
-
-// MoveRegion implements adminpb.AdminServer.
-func (s *Server) MoveRegion(ctx context.Context, req *adminpb.MoveRegionRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_MoveRegion_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.MoveRegion(ctx, req)
-	})
-}
-
-// Balance implements adminpb.AdminServer.
-func (s *Server) Balance(ctx context.Context, req *adminpb.BalanceRequest) (*adminpb.SubmitProcedureResponse, error) {
-	return s.submitDomain(ctx, req.GetNonce(), adminpb.Admin_Balance_FullMethodName, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return c.Balance(ctx, req)
-	})
-}
-
 // DescribeTable implements adminpb.AdminServer.
 func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.Table, error) {
 	d, err := s.domain()

@@ -82,3 +82,8 @@ func (d *Domain) Build(method string, req proto.Message) (procedure.Procedure, e
 // BuildMethods lists, sorted, the admin methods Build builds procedures
 // for.
 func BuildMethods() []string { return slices.Sorted(maps.Keys(builders)) }
+
+// BuildMethods is the package's BuildMethods, for the admin server: it
+// serves each of these methods without a handler of its own, and refuses to
+// start if one is not a method whose rule says it starts a procedure.
+func (d *Domain) BuildMethods() []string { return BuildMethods() }
