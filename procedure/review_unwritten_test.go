@@ -1,0 +1,204 @@
+package procedure
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/store"
+)
+
+// reviewGateStore is a MemStore that holds the first record write (Update
+// or UpdateAndMutate) whose decoded record matches hold, until release is
+// closed: the write of an end, caught while it is on its way.
+type reviewGateStore struct {
+	*store.MemStore
+	hold    func(Info) bool
+	in      chan struct{}
+	release chan struct{}
+	once    sync.Once
+	held    Info
+}
+
+func newReviewGateStore(hold func(Info) bool) *reviewGateStore {
+	return &reviewGateStore{MemStore: store.NewMemStore(), hold: hold,
+		in: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *reviewGateStore) gate(p store.Proc) {
+	info, err := DecodeInfo(p.Data)
+	if err != nil || !s.hold(info) {
+		return
+	}
+	first := false
+	s.once.Do(func() { first = true; s.held = info; close(s.in) })
+	if first {
+		<-s.release
+	}
+}
+
+func (s *reviewGateStore) Update(p store.Proc) error {
+	s.gate(p)
+	return s.MemStore.Update(p)
+}
+
+func (s *reviewGateStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
+	s.gate(p)
+	return s.MemStore.UpdateAndMutate(p, muts)
+}
+
+func (s *reviewGateStore) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.in:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the awaited write never came")
+	}
+}
+
+func (s *reviewGateStore) open() {
+	select {
+	case <-s.release:
+	default:
+		close(s.release)
+	}
+}
+
+// TestReviewRolledBackChildShownOnlyOnceWritten: a child that succeeded
+// (its SUCCESS written) and is then rolled back with its tree goes
+// SUCCESS -> ROLLEDBACK in memory (rollback.go, the per-step path), a
+// terminal-to-terminal move setStateLocked does not mark endUnwritten. Get
+// and List then show ROLLEDBACK while the write carrying it (and the
+// undo's own effect) has not committed: the store still holds SUCCESS, and
+// a failed write restarts the rollback from there.
+func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
+	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == RolledBack })
+	h := startExecutor(t, st, newDomain(), nil)
+	defer st.open()
+	funcs.Store("rv-rb-parent", func(ctx *Context) (Step, error) {
+		if len(ctx.Children()) == 0 {
+			return Spawn(&funcProc{ID: "rv-rb-child"}), nil
+		}
+		return Step{}, errors.New("boom")
+	})
+	funcs.Store("rv-rb-child", func(ctx *Context) (Step, error) { return Done(), nil })
+	id := h.submit(&funcProc{ID: "rv-rb-parent"}, SubmitOptions{})
+	st.waitHeld(t)
+	child := st.held.ID
+	ci, err := h.x.Get(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.State == RolledBack {
+		t.Errorf("child %d shown ROLLEDBACK while the write of its ROLLEDBACK is held (the store holds SUCCESS)", child)
+	}
+	if l := h.x.List(Filter{States: []State{RolledBack}}); slices.ContainsFunc(l, func(i Info) bool { return i.ID == child }) {
+		t.Errorf("List(ROLLEDBACK) lists child %d while its ROLLEDBACK write is held", child)
+	}
+	st.open()
+	if info := h.wait(id); info.State != RolledBack {
+		t.Fatalf("root ended %v", info.State)
+	}
+	if ci, _ := h.x.Get(child); ci.State != RolledBack {
+		t.Errorf("child %d is %v once written, want ROLLEDBACK", child, ci.State)
+	}
+}
+
+// TestReviewWhyAgreesWithShownState: while a root's SUCCESS write is on its
+// way, Get shows it RUNNABLE (not finished), but Why answers from the
+// in-memory state: Reason "finished". A watch that stops on "finished"
+// reads a state Get does not show yet, nor the store hold.
+func TestReviewWhyAgreesWithShownState(t *testing.T) {
+	st := newReviewGateStore(func(i Info) bool { return i.ParentID == 0 && i.State == Success })
+	h := startExecutor(t, st, newDomain(), nil)
+	defer st.open()
+	funcs.Store("rv-why-root", func(ctx *Context) (Step, error) { return Done(), nil })
+	id := h.submit(&funcProc{ID: "rv-why-root"}, SubmitOptions{})
+	st.waitHeld(t)
+	w, err := h.x.Why(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.State.Terminal() {
+		t.Fatalf("Why shows %v during the write (not the change under review)", w.State)
+	}
+	if w.Reason == "finished" {
+		t.Errorf("Why(%d): Reason %q while its Info.State is %v and its end is not written", id, w.Reason, w.State)
+	}
+	st.open()
+	if info := h.wait(id); info.State != Success {
+		t.Fatalf("root ended %v", info.State)
+	}
+}
+
+// TestReviewWhyListsChildShownUnfinished: a child whose SUCCESS write is
+// on its way is shown RUNNABLE by Get, yet its parent's Why leaves it out
+// of its unfinished children (it tests the in-memory state).
+func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
+	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
+	h := startExecutor(t, st, newDomain(), nil)
+	defer st.open()
+	funcs.Store("rv-whyk-parent", func(ctx *Context) (Step, error) {
+		if len(ctx.Children()) == 0 {
+			return Spawn(&funcProc{ID: "rv-whyk-child"}), nil
+		}
+		return Done(), nil
+	})
+	funcs.Store("rv-whyk-child", func(ctx *Context) (Step, error) { return Done(), nil })
+	id := h.submit(&funcProc{ID: "rv-whyk-parent"}, SubmitOptions{})
+	st.waitHeld(t)
+	child := st.held.ID
+	ci, _ := h.x.Get(child)
+	if ci.State.Terminal() {
+		t.Fatalf("child shown %v during its write (not the change under review)", ci.State)
+	}
+	if w, _ := h.x.Why(id); !slices.Contains(w.Children, child) {
+		t.Errorf("Why(%d) lists unfinished children %v without child %d, shown %v", id, w.Children, child, ci.State)
+	}
+	if w, _ := h.x.Why(child); w.Reason == "finished" {
+		t.Errorf("Why(%d): Reason %q while shown %v", child, w.Reason, w.State)
+	}
+	st.open()
+	if info := h.wait(id); info.State != Success {
+		t.Fatalf("root ended %v", info.State)
+	}
+}
+
+// TestReviewBypassRefusalAgreesWithGet: cluster/domain's region repair
+// bypasses a procedure and, refused, asks Get whether it ended meanwhile
+// (then it moves on) or Why whether it rolls back; anything else fails the
+// repair. During a child's SUCCESS write, Bypass refuses it as "already
+// SUCCESS" (in-memory state) while Get shows it RUNNABLE and Why does not
+// say "rolling back": the repair fails with an error although the
+// procedure is finishing.
+func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
+	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
+	h := startExecutor(t, st, newDomain(), nil)
+	defer st.open()
+	funcs.Store("rv-bp-parent", func(ctx *Context) (Step, error) {
+		if len(ctx.Children()) == 0 {
+			return Spawn(&funcProc{ID: "rv-bp-child"}), nil
+		}
+		return Done(), nil
+	})
+	funcs.Store("rv-bp-child", func(ctx *Context) (Step, error) { return Done(), nil })
+	id := h.submit(&funcProc{ID: "rv-bp-parent"}, SubmitOptions{})
+	st.waitHeld(t)
+	child := st.held.ID
+	err := h.x.Bypass(child, BypassOptions{Force: true, KeepRollbacks: true})
+	if err != nil {
+		// repair_region.go: the refusal is understood only if Get shows
+		// the procedure ended (or Why shows it rolling back).
+		ci, gerr := h.x.Get(child)
+		w, _ := h.x.Why(child)
+		if !(gerr == nil && ci.State.Terminal()) && !errors.Is(gerr, ErrNotFound) && w.Reason != "rolling back" {
+			t.Errorf("Bypass(%d) refused (%v) while Get shows it %v and Why says %q", child, err, ci.State, w.Reason)
+		}
+	}
+	st.open()
+	if info := h.wait(id); info.State != Success {
+		t.Fatalf("root ended %v", info.State)
+	}
+}
