@@ -328,7 +328,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		kids = append([]uint64(nil), e.children[:len(e.children)-e.unheldChildren]...)
 	}
 	state, finished, result := e.shownState(), e.finishedAt, e.result
-	if e.endUnwritten {
+	if e.endUnwritten && !state.Terminal() {
 		finished, result = time.Time{}, nil
 	}
 	return Info{
@@ -848,12 +848,12 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 		if n >= 0 && len(w.Children) >= n {
 			break
 		}
-		if ce := x.procs[c]; ce != nil && !ce.state.Terminal() {
+		if ce := x.procs[c]; ce != nil && !ce.shownState().Terminal() {
 			w.Children = append(w.Children, c)
 		}
 	}
 	switch {
-	case e.state.Terminal():
+	case e.shownState().Terminal():
 		w.Reason = "finished"
 	case root != nil && root.failed:
 		w.Reason = "rolling back"

@@ -213,8 +213,13 @@ func (x *Executor) forgetLocked(id uint64) {
 // setStateLocked is the only way e's state changes once e is in the
 // table: the counts follow it.
 func (x *Executor) setStateLocked(e *entry, s State) {
-	if s.Terminal() && !e.state.Terminal() {
-		e.endUnwritten, e.stateBeforeEnd = true, e.state
+	// An end (or a SUCCESS rolled back to ROLLEDBACK) is shown once the
+	// write carrying it has committed (written).
+	if s.Terminal() && e.state != s {
+		if !e.endUnwritten {
+			e.stateBeforeEnd = e.state
+		}
+		e.endUnwritten = true
 	}
 	if !e.inTable || e.state == s {
 		e.state = s
