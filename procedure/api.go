@@ -447,6 +447,18 @@ func (x *Executor) Wait(ctx context.Context, id uint64) (Info, error) {
 	return x.infoLocked(e), nil
 }
 
+// endedErrLocked is the refusal of a change to e, which has ended: while
+// the write of that end is on its way (e shown in its state before it),
+// ErrFinishing, so that a caller who then asks Get, and sees the earlier
+// state, knows the end is coming rather than taking the refusal for a
+// failure.
+func (x *Executor) endedErrLocked(e *entry) error {
+	if e.endUnwritten {
+		return WithKind(ErrNotAllowed, Errorf(ErrFinishing, "procedure %d is finishing: its end (%s) is being written", e.id, e.state))
+	}
+	return Errorf(ErrNotAllowed, "procedure %d is already %s", e.id, e.state)
+}
+
 // Abort asks procedure id to stop and roll back its root. The abort takes
 // effect at the procedure's next step boundary (for a state machine, the
 // next state whose rollback is supported); a suspended procedure is woken
@@ -465,7 +477,7 @@ func (x *Executor) Abort(id uint64) error {
 		return err
 	}
 	if e.state.Terminal() {
-		err := Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
+		err := x.endedErrLocked(e)
 		x.unlock()
 		return err
 	}
@@ -573,7 +585,7 @@ func (x *Executor) persistIdle(e *entry) {
 func (x *Executor) Pause(id uint64) error {
 	return x.changeAndPersist(id, func(e *entry) (bool, error) {
 		if e.state.Terminal() {
-			return false, Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
+			return false, x.endedErrLocked(e)
 		}
 		if e.paused {
 			return false, nil
@@ -752,7 +764,7 @@ func (x *Executor) Bypass(id uint64, opts BypassOptions) error {
 		return err
 	}
 	if len(targets) == 0 {
-		err := Errorf(ErrNotAllowed, "procedure %d is already %s", id, e.state)
+		err := x.endedErrLocked(e)
 		x.unlock()
 		return err
 	}

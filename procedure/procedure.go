@@ -502,18 +502,23 @@ func (c *Context) Attempt() int { return int(c.repeats) + 1 }
 
 // Errors returned by the executor.
 var (
-	ErrNotFound     = errors.New("procedure: not found")
-	ErrStopped      = errors.New("procedure: executor stopped")
-	ErrNotStarted   = errors.New("procedure: executor not started")
-	ErrUnknownType  = errors.New("procedure: unknown procedure type")
-	ErrAborted      = errors.New("procedure: aborted")
-	ErrTimeout      = errors.New("procedure: timed out")
-	ErrStateLoop    = errors.New("procedure: state repeated too many times")
-	ErrNotAllowed   = errors.New("procedure: operation not allowed in this state")
-	ErrStoreFailed  = errors.New("procedure: store failed")
-	ErrInvalid      = errors.New("procedure: invalid argument")
-	ErrCorrupt      = errors.New("procedure: corrupt procedure")
-	ErrNotTerminal  = errors.New("procedure: not finished")
+	ErrNotFound    = errors.New("procedure: not found")
+	ErrStopped     = errors.New("procedure: executor stopped")
+	ErrNotStarted  = errors.New("procedure: executor not started")
+	ErrUnknownType = errors.New("procedure: unknown procedure type")
+	ErrAborted     = errors.New("procedure: aborted")
+	ErrTimeout     = errors.New("procedure: timed out")
+	ErrStateLoop   = errors.New("procedure: state repeated too many times")
+	ErrNotAllowed  = errors.New("procedure: operation not allowed in this state")
+	ErrStoreFailed = errors.New("procedure: store failed")
+	ErrInvalid     = errors.New("procedure: invalid argument")
+	ErrCorrupt     = errors.New("procedure: corrupt procedure")
+	ErrNotTerminal = errors.New("procedure: not finished")
+	// ErrFinishing refuses a change to a procedure that has ended while
+	// the write of its end is still on its way: Get shows it in its state
+	// before the end until that write commits. It comes with
+	// ErrNotAllowed.
+	ErrFinishing    = errors.New("procedure: finishing")
 	ErrNonceFailed  = errors.New("procedure: first submission with this nonce failed")
 	ErrNoDomain     = errors.New("procedure: the store keeps no domain state")
 	errStopStepping = errors.New("stop stepping")

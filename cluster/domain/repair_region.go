@@ -203,8 +203,12 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 			// done nothing yet. KeepRollbacks: one that failed since the
 			// plan looked is refused now, its rollback left to finish.
 			if err := s.x.Bypass(id, procedure.BypassOptions{Force: true, KeepRollbacks: true}); err != nil {
-				// It finished meanwhile: ended, or (a crash recovery's
-				// child) forgotten as it succeeded.
+				// It finished meanwhile: ended (or its end being
+				// written), or (a crash recovery's child) forgotten as
+				// it succeeded.
+				if errors.Is(err, procedure.ErrFinishing) {
+					continue
+				}
 				if info, gerr := s.x.Get(id); (gerr == nil && info.State.Terminal()) || errors.Is(gerr, procedure.ErrNotFound) {
 					continue
 				}
