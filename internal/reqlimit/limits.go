@@ -1,14 +1,18 @@
 // Package reqlimit bounds what a request may carry. Every string, bytes,
 // repeated and map field of every request of the admin API, the Master
-// service and the region-server protocol has a limit in Fields; a server
-// checks a request against them (Check, through the interceptors of
-// ServerOptions) before it does anything with it, so that no caller can
-// have an oversized or malformed value stored in the replicated state and
-// rewritten on every step. docs/security.md tables the limits and why.
+// service and the region-server protocol declares its limit beside it in
+// the .proto file, as a (baton.options.v1.limit) field option; Fields
+// reads them all when the package starts. A server checks a request
+// against them (Check, through the interceptors of ServerOptions) before
+// it does anything with it, so that no caller can have an oversized or
+// malformed value stored in the replicated state and rewritten on every
+// step. docs/security.md tables the limits and why.
 package reqlimit
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -17,12 +21,17 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/optionspb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // Field is the limit of one field. For a string or bytes field Bytes
 // bounds its length; for a repeated field Items bounds its entries and
 // Bytes each entry (a string's); for a map Items bounds its entries, Bytes
-// each key and each value, and Total all keys and values together.
+// each value, and Total all keys and values together (each key is at most
+// MaxArgumentKey, an identifier).
 // Ident refuses control characters and invisible ones (Invisible): the
 // value names someone or something and is printed on terminals and pages,
 // where a right-to-left override or a zero-width space would make it read
@@ -34,28 +43,30 @@ type Field struct {
 	Ident bool
 }
 
-// The limits most fields share, with headroom over what Baton's own
-// clients send (docs/security.md says why each).
-var (
-	// name: namespaces, tables, clients, tokens (CheckName's 128, with
-	// room for "ns:" before a table).
-	name = Field{Bytes: 260, Ident: true}
-	// region: "ns:table,00042,<proc id>", two names and two numbers.
-	region = Field{Bytes: 512, Ident: true}
-	// ident: owners, holders, nonces, callers, server and node ids.
-	ident = Field{Bytes: 256, Ident: true}
-	// addr: host:port, a DNS name up to 253 bytes.
-	addr = Field{Bytes: 300, Ident: true}
-	// enum: a state, kind, type or permission word.
-	enum = Field{Bytes: 64, Ident: true}
-	// token: an opaque page token (an id, a name, a record key).
-	token = Field{Bytes: 1024, Ident: true}
-	// text: free text for people (a description, a reason, an error).
-	text = Field{Bytes: 4096}
-)
+// classes are the limits most fields share, which a field names by its
+// option's class (optionspb.LimitClass), with headroom over what Baton's
+// own clients send (docs/security.md says why each).
+var classes = map[optionspb.LimitClass]Field{
+	// namespaces, tables, clients, tokens (CheckName's 128, with room for
+	// "ns:" before a table).
+	optionspb.LimitClass_LIMIT_CLASS_NAME: {Bytes: 260, Ident: true},
+	// "ns:table,00042,<proc id>", two names and two numbers.
+	optionspb.LimitClass_LIMIT_CLASS_REGION: {Bytes: 512, Ident: true},
+	// owners, holders, nonces, callers, server and node ids.
+	optionspb.LimitClass_LIMIT_CLASS_IDENT: {Bytes: 256, Ident: true},
+	// host:port, a DNS name up to 253 bytes.
+	optionspb.LimitClass_LIMIT_CLASS_ADDR: {Bytes: 300, Ident: true},
+	// a state, kind, type or permission word.
+	optionspb.LimitClass_LIMIT_CLASS_ENUM: {Bytes: 64, Ident: true},
+	// an opaque page token (an id, a name, a record key).
+	optionspb.LimitClass_LIMIT_CLASS_TOKEN: {Bytes: 1024, Ident: true},
+	// free text for people (a description, a reason, an error).
+	optionspb.LimitClass_LIMIT_CLASS_TEXT: {Bytes: 4096},
+}
 
-// Limits of a procedure's arguments (SubmitProcedureRequest.arguments):
-// the built-in and example types take a handful of short values.
+// Limits of a procedure's arguments (SubmitProcedureRequest.arguments,
+// whose option says the same; a test holds them together): the built-in
+// and example types take a handful of short values.
 const (
 	MaxArguments      = 64
 	MaxArgumentKey    = 128
@@ -63,130 +74,77 @@ const (
 	MaxArgumentsTotal = 64 << 10
 )
 
-// Fields holds every limited field by its full protobuf name.
-// TestEveryRequestFieldHasALimit fails when a request gains a string,
-// bytes, repeated or map field not listed here.
-var Fields = map[protoreflect.FullName]Field{
-	// Admin API.
-	"baton.admin.v1.SubmitProcedureRequest.type":       enum,
-	"baton.admin.v1.SubmitProcedureRequest.arguments":  {Items: MaxArguments, Bytes: MaxArgumentValue, Total: MaxArgumentsTotal},
-	"baton.admin.v1.SubmitProcedureRequest.nonce":      ident,
-	"baton.admin.v1.SubmitProcedureRequest.owner":      ident,
-	"baton.admin.v1.ListProceduresRequest.state":       enum,
-	"baton.admin.v1.ListProceduresRequest.type":        enum,
-	"baton.admin.v1.ListProceduresRequest.page_token":  token,
-	"baton.admin.v1.ListProceduresRequest.owner":       ident,
-	"baton.admin.v1.AddPeerRequest.id":                 ident,
-	"baton.admin.v1.AddPeerRequest.raft_address":       addr,
-	"baton.admin.v1.AddPeerRequest.admin_address":      addr,
-	"baton.admin.v1.RemovePeerRequest.id":              ident,
-	"baton.admin.v1.RegisterNodeRequest.id":            ident,
-	"baton.admin.v1.RegisterNodeRequest.admin_address": addr,
-	"baton.admin.v1.RegisterNodeRequest.http_address":  addr,
-	"baton.admin.v1.NamespaceRequest.name":             name,
-	"baton.admin.v1.NamespaceRequest.nonce":            ident,
-	"baton.admin.v1.GetNamespaceRequest.name":          name,
-	"baton.admin.v1.CreateTableRequest.namespace":      name,
-	"baton.admin.v1.CreateTableRequest.name":           name,
-	"baton.admin.v1.CreateTableRequest.nonce":          ident,
-	"baton.admin.v1.TableRequest.namespace":            name,
-	"baton.admin.v1.TableRequest.name":                 name,
-	"baton.admin.v1.TableRequest.nonce":                ident,
-	"baton.admin.v1.ListTablesRequest.namespace":       name,
-	"baton.admin.v1.ListTablesRequest.page_token":      token,
-	"baton.admin.v1.ListTablesRequest.states":          {Items: 16, Bytes: enum.Bytes, Ident: true},
-	"baton.admin.v1.ListRegionsRequest.table":          name,
-	"baton.admin.v1.ListRegionsRequest.page_token":     token,
-	"baton.admin.v1.ListRegionsRequest.states":         {Items: 16, Bytes: enum.Bytes, Ident: true},
-	"baton.admin.v1.ListRegionsRequest.server":         ident,
-	"baton.admin.v1.MoveRegionRequest.region":          region,
-	"baton.admin.v1.MoveRegionRequest.to_server":       ident,
-	"baton.admin.v1.MoveRegionRequest.nonce":           ident,
-	"baton.admin.v1.ListServersRequest.page_token":     token,
-	"baton.admin.v1.ListNamespacesRequest.page_token":  token,
-	"baton.admin.v1.ListLocksRequest.page_token":       token,
-	"baton.admin.v1.ServerRegionsRequest.server":       ident,
-	"baton.admin.v1.ServerRegionsRequest.page_token":   token,
-	"baton.admin.v1.BalanceRequest.nonce":              ident,
-	"baton.admin.v1.AcquireLockRequest.kind":           enum,
-	// A lock on regions names them all: a table's regions, with room.
-	"baton.admin.v1.AcquireLockRequest.names":       {Items: 10000, Bytes: region.Bytes, Ident: true},
-	"baton.admin.v1.AcquireLockRequest.holder":      ident,
-	"baton.admin.v1.AcquireLockRequest.description": text,
-	"baton.admin.v1.AcquireLockRequest.nonce":       ident,
-	"baton.admin.v1.RepairRegionRequest.region":     region,
-	"baton.admin.v1.RepairRegionRequest.server":     ident,
-	"baton.admin.v1.RepairRegionRequest.nonce":      ident,
-	"baton.admin.v1.RepairCaller.caller":            ident,
-	"baton.admin.v1.RecoverServerRequest.server":    ident,
-	"baton.admin.v1.CancelProceduresRequest.type":   enum,
-	"baton.admin.v1.CancelProceduresRequest.state":  enum,
-	"baton.admin.v1.CancelProceduresRequest.owner":  ident,
-	// ids: what a dry run listed, sent back to confirm it.
-	"baton.admin.v1.CancelProceduresRequest.ids":      {Items: 100000},
-	"baton.admin.v1.SetMaintenanceRequest.reason":     text,
-	"baton.admin.v1.ListRepairsRequest.page_token":    token,
-	"baton.admin.v1.AclGrantRequest.client":           name,
-	"baton.admin.v1.AclGrantRequest.permission":       enum,
-	"baton.admin.v1.AclRevokeRequest.client":          name,
-	"baton.admin.v1.AclCreateTokenRequest.name":       name,
-	"baton.admin.v1.AclCreateTokenRequest.permission": enum,
-	"baton.admin.v1.AclDeleteTokenRequest.accessor":   ident,
-	"baton.admin.v1.AclListRequest.page_token":        token,
-	"baton.admin.v1.ListAuditRequest.page_token":      token,
-	"baton.admin.v1.ListAuditRequest.principal":       ident,
-	"baton.admin.v1.ListAuditRequest.method":          enum,
-	// A standby's audit records, batched by 256; each field as the
-	// leader cuts it (args and message at 512 bytes).
-	"baton.admin.v1.AppendAuditRequest.records": {Items: 1024},
-	"baton.admin.v1.AuditRecord.id":             ident,
-	"baton.admin.v1.AuditRecord.principal":      ident,
-	"baton.admin.v1.AuditRecord.name":           name,
-	"baton.admin.v1.AuditRecord.method":         enum,
-	"baton.admin.v1.AuditRecord.args":           {Bytes: 1024},
-	"baton.admin.v1.AuditRecord.args_digest":    ident,
-	"baton.admin.v1.AuditRecord.code":           enum,
-	"baton.admin.v1.AuditRecord.message":        {Bytes: 1024},
-	"baton.admin.v1.AuditRecord.proc_ids":       {Items: 100000},
-	"baton.admin.v1.AuditRecord.node":           ident,
-	"baton.admin.v1.AuditRecord.peer":           addr,
-	"baton.admin.v1.AuditRecord.via":            ident,
-
-	// Master service (region servers).
-	"baton.rs.v1.RegisterServerRequest.server_id": ident,
-	"baton.rs.v1.RegisterServerRequest.address":   addr,
-	// regions a server still hosts as it registers: a table's worth.
-	"baton.rs.v1.RegisterServerRequest.regions": {Items: 100000, Bytes: region.Bytes, Ident: true},
-	"baton.rs.v1.HeartbeatRequest.server_id":    ident,
-	// A region server escapes and cuts each report at 512 bytes and sends
-	// at most 128 a heartbeat; the limits leave room above that and refuse
-	// no character, since a heartbeat refused would cost the server its
-	// lease (a server of another build may escape less): the leader
-	// escapes and cuts what it records (sanitizeAuditRecord).
-	"baton.rs.v1.HeartbeatRequest.refusals":         {Items: 1024},
-	"baton.rs.v1.RefusalReport.caller":              {Bytes: 1024},
-	"baton.rs.v1.RefusalReport.method":              {Bytes: 1024},
-	"baton.rs.v1.RefusalReport.code":                {Bytes: 1024},
-	"baton.rs.v1.RefusalReport.message":             {Bytes: 2048},
-	"baton.rs.v1.RefusalReport.peer":                {Bytes: 1024},
-	"baton.rs.v1.ReportTransitionRequest.server_id": ident,
-	"baton.rs.v1.ReportTransitionRequest.region":    region,
-	"baton.rs.v1.ReportTransitionRequest.state":     enum,
-	"baton.rs.v1.ReportTransitionRequest.error":     text,
-
-	// Region-server protocol.
-	"baton.rs.v1.BatchRequest.master_id": ident,
-	"baton.rs.v1.BatchRequest.server_id": ident,
-	// ops: the dispatcher's MaxBatch is at most 4096.
-	"baton.rs.v1.BatchRequest.ops":              {Items: 8192},
-	"baton.rs.v1.RegionOp.region":               region,
-	"baton.rs.v1.RegionOp.table":                name,
-	"baton.rs.v1.RegionOp.trace_parent":         {Bytes: 256, Ident: true},
-	"baton.rs.v1.ListRegionsRequest.page_token": token,
+// services are the services whose requests Fields bounds.
+func services() []protoreflect.ServiceDescriptor {
+	return []protoreflect.ServiceDescriptor{
+		adminpb.File_admin_proto.Services().ByName("Admin"),
+		rspb.File_regionserver_proto.Services().ByName("Master"),
+		rspb.File_regionserver_proto.Services().ByName("RegionServer"),
+	}
 }
 
-// fallback bounds a field Fields does not list, should one slip past the
-// test: tight, so that the omission shows.
+// Fields holds every limited field of every request of the admin API, the
+// Master service and the RegionServer service by its full protobuf name,
+// read from the (baton.options.v1.limit) each declares beside it in its
+// .proto file.
+//
+// A field without a usable limit panics here, as the package starts,
+// rather than being served with a default or making Check return an
+// error: the options are compiled into the binary, so no input or
+// configuration can make reading them fail or succeed, and the panic,
+// naming the field, stops every test and binary that imports this package
+// at once (every server, the CLI), where a default would quietly bound a
+// new field by a guess and an error would put a branch that can never be
+// taken at each of Check's callers.
+var Fields = mustFields(services()...)
+
+func mustFields(sds ...protoreflect.ServiceDescriptor) map[protoreflect.FullName]Field {
+	fs, err := fieldsOf(sds...)
+	if err != nil {
+		panic(fmt.Sprintf("reqlimit: %v", err))
+	}
+	return fs
+}
+
+// fieldsOf reads the limits of the services' request fields; its error
+// names every field without one, or whose class has no numbers here.
+func fieldsOf(sds ...protoreflect.ServiceDescriptor) (map[protoreflect.FullName]Field, error) {
+	lims, err := optionspb.Limits(sds...)
+	errs := []error{err}
+	out := make(map[protoreflect.FullName]Field, len(lims))
+	names := make([]protoreflect.FullName, 0, len(lims))
+	for name := range lims {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		f, err := fieldOf(lims[name])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: (baton.options.v1.limit): %w", name, err))
+			continue
+		}
+		out[name] = f
+	}
+	return out, errors.Join(errs...)
+}
+
+// fieldOf is the limit l declares: its class's bytes and ident, its own
+// items and total, or all four its own.
+func fieldOf(l *optionspb.Limit) (Field, error) {
+	f := Field{Bytes: int(l.GetBytes()), Ident: l.GetIdent()}
+	if c := l.GetClass(); c != optionspb.LimitClass_LIMIT_CLASS_UNSPECIFIED {
+		var ok bool
+		if f, ok = classes[c]; !ok {
+			return Field{}, fmt.Errorf("class %s has no numbers in reqlimit", c)
+		}
+	}
+	f.Items, f.Total = int(l.GetItems()), int(l.GetTotal())
+	return f, nil
+}
+
+// fallback bounds a field of a request of none of those services, which a
+// server checks all the same (gRPC's health and reflection requests):
+// tight, as none of those carries much.
 var fallback = Field{Bytes: 256, Items: 100, Total: 4096, Ident: true}
 
 // Check checks req against Fields, its nested messages included, and

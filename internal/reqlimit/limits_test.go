@@ -1,55 +1,33 @@
 package reqlimit
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/optionspb"
 	"github.com/baton-dev/baton/proto/rspb"
 )
-
-// services are the three whose requests Fields bounds.
-func services() []protoreflect.ServiceDescriptor {
-	return []protoreflect.ServiceDescriptor{
-		adminpb.File_admin_proto.Services().ByName("Admin"),
-		rspb.File_regionserver_proto.Services().ByName("Master"),
-		rspb.File_regionserver_proto.Services().ByName("RegionServer"),
-	}
-}
 
 // limitedFields calls fn with every string, bytes, repeated and map field
 // of every request of the services, nested messages included.
 func limitedFields(fn func(protoreflect.FieldDescriptor)) {
-	seen := map[protoreflect.FullName]bool{}
-	var walk func(md protoreflect.MessageDescriptor)
-	walk = func(md protoreflect.MessageDescriptor) {
-		if seen[md.FullName()] {
-			return
-		}
-		seen[md.FullName()] = true
-		for i := 0; i < md.Fields().Len(); i++ {
-			fd := md.Fields().Get(i)
-			if fd.Kind() == protoreflect.StringKind || fd.Kind() == protoreflect.BytesKind || fd.IsList() || fd.IsMap() {
-				fn(fd)
-			}
-			if fd.Message() != nil && !fd.IsMap() {
-				walk(fd.Message())
-			}
-		}
-	}
-	for _, sd := range services() {
-		for i := 0; i < sd.Methods().Len(); i++ {
-			walk(sd.Methods().Get(i).Input())
-		}
-	}
+	optionspb.RequestFields(fn, services()...)
 }
 
-// TestEveryRequestFieldHasALimit: a request field that can grow has a
-// limit declared in Fields, and every entry of Fields is such a field.
+// TestEveryRequestFieldHasALimit: a request field that can grow declares
+// its limit in its .proto file (Fields holds it, or the package would not
+// have started), and every limit declared in the protos sits on such a
+// field: one on an answer's field would bound nothing.
 func TestEveryRequestFieldHasALimit(t *testing.T) {
 	found := map[protoreflect.FullName]bool{}
 	limitedFields(func(fd protoreflect.FieldDescriptor) {
@@ -57,7 +35,7 @@ func TestEveryRequestFieldHasALimit(t *testing.T) {
 		f, ok := Fields[fd.FullName()]
 		switch {
 		case !ok:
-			t.Errorf("%s has no limit: add it to reqlimit.Fields and to docs/security.md", fd.FullName())
+			t.Errorf("%s has no limit: declare it beside the field, (baton.options.v1.limit), and in docs/security.md", fd.FullName())
 		case (fd.IsList() || fd.IsMap()) && f.Items == 0:
 			t.Errorf("%s: a repeated field needs Items", fd.FullName())
 		case (fd.Kind() == protoreflect.StringKind || fd.Kind() == protoreflect.BytesKind) && f.Bytes == 0:
@@ -69,6 +47,67 @@ func TestEveryRequestFieldHasALimit(t *testing.T) {
 			t.Errorf("reqlimit.Fields lists %s, which no request has", name)
 		}
 	}
+	var walk func(protoreflect.MessageDescriptors)
+	walk = func(mds protoreflect.MessageDescriptors) {
+		for i := range mds.Len() {
+			md := mds.Get(i)
+			for j := range md.Fields().Len() {
+				fd := md.Fields().Get(j)
+				if proto.HasExtension(fd.Options(), optionspb.E_Limit) && !found[fd.FullName()] {
+					t.Errorf("%s declares a limit, but no request of the services holds it", fd.FullName())
+				}
+			}
+			walk(md.Messages())
+		}
+	}
+	walk(adminpb.File_admin_proto.Messages())
+	walk(rspb.File_regionserver_proto.Messages())
+	if args := Fields["baton.admin.v1.SubmitProcedureRequest.arguments"]; args != (Field{Items: MaxArguments, Bytes: MaxArgumentValue, Total: MaxArgumentsTotal}) {
+		t.Errorf("SubmitProcedureRequest.arguments: %v in admin.proto; MaxArguments, MaxArgumentValue and MaxArgumentsTotal say otherwise", args)
+	}
+}
+
+// TestAFieldWithoutALimitStopsThePackage: a request field declared without
+// a limit, or with a class reqlimit has no numbers for, panics as Fields is
+// read, naming the field.
+func TestAFieldWithoutALimitStopsThePackage(t *testing.T) {
+	str := descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum()
+	field := func(name string, l *optionspb.Limit) *descriptorpb.FieldDescriptorProto {
+		fd := &descriptorpb.FieldDescriptorProto{Name: proto.String(name), Number: proto.Int32(int32(len(name))), Type: str, Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum(), JsonName: proto.String(name)}
+		if l != nil {
+			fd.Options = &descriptorpb.FieldOptions{}
+			proto.SetExtension(fd.Options, optionspb.E_Limit, l)
+		}
+		return fd
+	}
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name: proto.String("reqlimit_t.proto"), Package: proto.String("t"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Req"), Field: []*descriptorpb.FieldDescriptorProto{
+			field("owner", &optionspb.Limit{Class: optionspb.LimitClass_LIMIT_CLASS_IDENT}),
+			field("bare", nil),
+			field("future", &optionspb.Limit{Class: optionspb.LimitClass(99)}),
+		}}},
+		Service: []*descriptorpb.ServiceDescriptorProto{{Name: proto.String("S"), Method: []*descriptorpb.MethodDescriptorProto{
+			{Name: proto.String("Call"), InputType: proto.String(".t.Req"), OutputType: proto.String(".t.Req")},
+		}}},
+	}
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		msg := fmt.Sprint(recover())
+		for _, want := range []string{"t.Req.bare has no (baton.options.v1.limit) option", "t.Req.future: (baton.options.v1.limit): unknown class 99"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("panic %q lacks %q", msg, want)
+			}
+		}
+		if strings.Contains(msg, "t.Req.owner") {
+			t.Errorf("panic %q names t.Req.owner, which has a limit", msg)
+		}
+	}()
+	mustFields(fd.Services().Get(0))
+	t.Error("mustFields: no panic")
 }
 
 func TestCheckNamesTheFieldAndItsLimit(t *testing.T) {

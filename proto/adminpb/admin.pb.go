@@ -1717,7 +1717,8 @@ type AcquireLockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind: namespace, table, region.
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	// names: the namespace, the table ("ns:name"), or the regions.
+	// names: the namespace, the table ("ns:name"), or the regions. A lock on
+	// regions names them all: at most a table's regions, with room.
 	Names       []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
 	Exclusive   bool     `protobuf:"varint,3,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	Holder      string   `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
@@ -1943,7 +1944,10 @@ type SubmitProcedureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is a registered procedure type, e.g. the diagnostic "sleep",
 	// "fail" or "fanout".
-	Type      string            `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// arguments: the built-in and example types take a handful of short
+	// values (reqlimit's MaxArguments, MaxArgumentValue, MaxArgumentsTotal;
+	// a key is at most MaxArgumentKey).
 	Arguments map[string]string `protobuf:"bytes,2,rep,name=arguments,proto3" json:"arguments,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// nonce makes the submission idempotent: a retry gets the first id.
 	Nonce string `protobuf:"bytes,3,opt,name=nonce,proto3" json:"nonce,omitempty"`
@@ -4105,6 +4109,7 @@ type CancelProceduresRequest struct {
 	// the filter. A confirmation that sends the ids its dry run listed
 	// cancels exactly those (less any that finished meanwhile), never one
 	// submitted since. Unknown or finished ids are ignored, not refused.
+	// At most 100,000: what a dry run listed, sent back to confirm it.
 	Ids []uint64 `protobuf:"varint,7,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	// max_id: only procedures whose id is at most max_id (0: no bound).
 	// Ids grow with every submission, so a confirmation sending the highest
@@ -6432,8 +6437,10 @@ func (x *AuditRecord) GetRefused() bool {
 }
 
 type AppendAuditRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A standby's audit records, batched by 256; each field as the leader
+	// cuts it (args and message at 512 bytes, limited to 1024).
+	Records       []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6515,10 +6522,10 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\x0ebaton.admin.v1\x1a\x17optionspb/options.proto\"<\n" +
-	"\x10NamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05nonce\x18\x02 \x01(\tR\x05nonce\"\xf1\x01\n" +
+	"\vadmin.proto\x12\x0ebaton.admin.v1\x1a\x17optionspb/options.proto\"L\n" +
+	"\x10NamespaceRequest\x12\x1a\n" +
+	"\x04name\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12\x1c\n" +
+	"\x05nonce\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\"\xf1\x01\n" +
 	"\bReadInfo\x12\x1b\n" +
 	"\tserved_by\x18\x01 \x01(\tR\bservedBy\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12=\n" +
@@ -6526,33 +6533,33 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"raft_state\x18\x04 \x01(\tR\traftState\x12\x12\n" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x121\n" +
-	"\x15leader_contact_age_ms\x18\x06 \x01(\x03R\x12leaderContactAgeMs\"\x92\x01\n" +
+	"\x15leader_contact_age_ms\x18\x06 \x01(\x03R\x12leaderContactAgeMs\"\x9a\x01\n" +
 	"\x15ListNamespacesRequest\x12=\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\x8e\x01\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\x8e\x01\n" +
 	"\x16ListNamespacesResponse\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"h\n" +
-	"\x13GetNamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12=\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"p\n" +
+	"\x13GetNamespaceRequest\x12\x1a\n" +
+	"\x04name\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"M\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
-	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"v\n" +
-	"\x12CreateTableRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aregions\x18\x03 \x01(\x05R\aregions\x12\x14\n" +
-	"\x05nonce\x18\x04 \x01(\tR\x05nonce\"\x95\x01\n" +
-	"\fTableRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x12=\n" +
+	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x8e\x01\n" +
+	"\x12CreateTableRequest\x12$\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\tnamespace\x12\x1a\n" +
+	"\x04name\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12\x18\n" +
+	"\aregions\x18\x03 \x01(\x05R\aregions\x12\x1c\n" +
+	"\x05nonce\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\"\xad\x01\n" +
+	"\fTableRequest\x12$\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\tnamespace\x12\x1a\n" +
+	"\x04name\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12\x1c\n" +
+	"\x05nonce\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\x12=\n" +
 	"\vconsistency\x18\x04 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"y\n" +
 	"\x06Region\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -6577,39 +6584,39 @@ const file_admin_proto_rawDesc = "" +
 	"\vRegionGroup\x12\x14\n" +
 	"\x05state\x18\x1e \x01(\tR\x05state\x12\x16\n" +
 	"\x06server\x18\x1f \x01(\tR\x06server\x12\x14\n" +
-	"\x05count\x18  \x01(\x05R\x05count\"\xc4\x01\n" +
-	"\x11ListTablesRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12=\n" +
+	"\x05count\x18  \x01(\x05R\x05count\"\xde\x01\n" +
+	"\x11ListTablesRequest\x12$\n" +
+	"\tnamespace\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\tnamespace\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06states\x18  \x03(\tR\x06states\"\x99\x01\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\x12 \n" +
+	"\x06states\x18  \x03(\tB\b\x9a\xc7\x18\x04\b\x05\x18\x10R\x06states\"\x99\x01\n" +
 	"\x12ListTablesResponse\x12-\n" +
 	"\x06tables\x18\x01 \x03(\v2\x15.baton.admin.v1.TableR\x06tables\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xd5\x01\n" +
-	"\x12ListRegionsRequest\x12\x14\n" +
-	"\x05table\x18\x01 \x01(\tR\x05table\x12=\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xf7\x01\n" +
+	"\x12ListRegionsRequest\x12\x1c\n" +
+	"\x05table\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x05table\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06states\x18  \x03(\tR\x06states\x12\x16\n" +
-	"\x06server\x18! \x01(\tR\x06server\"\x9d\x01\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\x12 \n" +
+	"\x06states\x18  \x03(\tB\b\x9a\xc7\x18\x04\b\x05\x18\x10R\x06states\x12\x1e\n" +
+	"\x06server\x18! \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06server\"\x9d\x01\n" +
 	"\x13ListRegionsResponse\x120\n" +
 	"\aregions\x18\x01 \x03(\v2\x16.baton.admin.v1.RegionR\aregions\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"^\n" +
-	"\x11MoveRegionRequest\x12\x16\n" +
-	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1b\n" +
-	"\tto_server\x18\x02 \x01(\tR\btoServer\x12\x14\n" +
-	"\x05nonce\x18\x03 \x01(\tR\x05nonce\"\x8f\x01\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"v\n" +
+	"\x11MoveRegionRequest\x12\x1e\n" +
+	"\x06region\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x02R\x06region\x12#\n" +
+	"\tto_server\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\btoServer\x12\x1c\n" +
+	"\x05nonce\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\"\x97\x01\n" +
 	"\x12ListServersRequest\x12=\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\x86\x03\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\x86\x03\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -6627,28 +6634,28 @@ const file_admin_proto_rawDesc = "" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xa9\x01\n" +
-	"\x14ServerRegionsRequest\x12\x16\n" +
-	"\x06server\x18\x01 \x01(\tR\x06server\x12=\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xb9\x01\n" +
+	"\x14ServerRegionsRequest\x12\x1e\n" +
+	"\x06server\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06server\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\xb9\x01\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\xb9\x01\n" +
 	"\x15ServerRegionsResponse\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
 	"\x06hosted\x18\x02 \x03(\tR\x06hosted\x12\x1a\n" +
 	"\bassigned\x18\x03 \x03(\tR\bassigned\x12,\n" +
 	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"&\n" +
-	"\x0eBalanceRequest\x12\x14\n" +
-	"\x05nonce\x18\x01 \x01(\tR\x05nonce\"\xc7\x01\n" +
-	"\x12AcquireLockRequest\x12\x12\n" +
-	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05names\x18\x02 \x03(\tR\x05names\x12\x1c\n" +
-	"\texclusive\x18\x03 \x01(\bR\texclusive\x12\x16\n" +
-	"\x06holder\x18\x04 \x01(\tR\x06holder\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x14\n" +
-	"\x05nonce\x18\x06 \x01(\tR\x05nonce\x12\x19\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\".\n" +
+	"\x0eBalanceRequest\x12\x1c\n" +
+	"\x05nonce\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\"\xf2\x01\n" +
+	"\x12AcquireLockRequest\x12\x1a\n" +
+	"\x04kind\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x04kind\x12\x1f\n" +
+	"\x05names\x18\x02 \x03(\tB\t\x9a\xc7\x18\x05\b\x02\x18\x90NR\x05names\x12\x1c\n" +
+	"\texclusive\x18\x03 \x01(\bR\texclusive\x12\x1e\n" +
+	"\x06holder\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06holder\x12(\n" +
+	"\vdescription\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\aR\vdescription\x12\x1c\n" +
+	"\x05nonce\x18\x06 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\x12\x19\n" +
 	"\blease_ms\x18\a \x01(\x03R\aleaseMs\"S\n" +
 	"\aLockRef\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x19\n" +
@@ -6657,12 +6664,13 @@ const file_admin_proto_rawDesc = "" +
 	"\fLockResponse\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\x04R\x06lockId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12(\n" +
-	"\x10lease_timeout_ms\x18\x03 \x01(\x03R\x0eleaseTimeoutMs\"\x8a\x02\n" +
-	"\x16SubmitProcedureRequest\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12S\n" +
-	"\targuments\x18\x02 \x03(\v25.baton.admin.v1.SubmitProcedureRequest.ArgumentsEntryR\targuments\x12\x14\n" +
-	"\x05nonce\x18\x03 \x01(\tR\x05nonce\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x1d\n" +
+	"\x10lease_timeout_ms\x18\x03 \x01(\x03R\x0eleaseTimeoutMs\"\xb2\x02\n" +
+	"\x16SubmitProcedureRequest\x12\x1a\n" +
+	"\x04type\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x04type\x12c\n" +
+	"\targuments\x18\x02 \x03(\v25.baton.admin.v1.SubmitProcedureRequest.ArgumentsEntryB\x0e\x9a\xc7\x18\n" +
+	"\x10\x80\x80\x01\x18@ \x80\x80\x04R\targuments\x12\x1c\n" +
+	"\x05nonce\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\x12\x1c\n" +
+	"\x05owner\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05owner\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x1a<\n" +
 	"\x0eArgumentsEntry\x12\x10\n" +
@@ -6731,17 +6739,17 @@ const file_admin_proto_rawDesc = "" +
 	"last_write\x18\x03 \x01(\rR\tlastWrite\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x04 \x01(\x03R\rstartedUnixMs\x12 \n" +
 	"\flast_unix_ms\x18\x05 \x01(\x03R\n" +
-	"lastUnixMs\"\x84\x03\n" +
-	"\x15ListProceduresRequest\x12\x14\n" +
-	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1d\n" +
+	"lastUnixMs\"\xa4\x03\n" +
+	"\x15ListProceduresRequest\x12\x1c\n" +
+	"\x05state\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x05state\x12\x1a\n" +
+	"\x04type\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x04type\x12\x1d\n" +
 	"\n" +
 	"roots_only\x18\x03 \x01(\bR\trootsOnly\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\x12=\n" +
-	"\vconsistency\x18\x06 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x14\n" +
-	"\x05owner\x18\x14 \x01(\tR\x05owner\x125\n" +
+	"page_token\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\x12=\n" +
+	"\vconsistency\x18\x06 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1c\n" +
+	"\x05owner\x18\x14 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05owner\x125\n" +
 	"\x17submitted_after_unix_ms\x18\x15 \x01(\x03R\x14submittedAfterUnixMs\x127\n" +
 	"\x18submitted_before_unix_ms\x18\x16 \x01(\x03R\x15submittedBeforeUnixMs\x12!\n" +
 	"\fnewest_first\x18\x17 \x01(\bR\vnewestFirst\"\xa9\x01\n" +
@@ -6795,33 +6803,33 @@ const file_admin_proto_rawDesc = "" +
 	"\x11wal_bytes_written\x18| \x01(\x04R\x0fwalBytesWritten\x12/\n" +
 	"\x14last_contact_unix_ms\x18} \x01(\x03R\x11lastContactUnixMs\x12\x18\n" +
 	"\aremoved\x18~ \x01(\bR\aremoved\x12'\n" +
-	"\x0falready_removed\x18\x7f \x01(\bR\x0ealreadyRemoved\"h\n" +
-	"\x0eAddPeerRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
-	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
-	"\radmin_address\x18\x03 \x01(\tR\fadminAddress\"#\n" +
-	"\x11RemovePeerRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"m\n" +
-	"\x13RegisterNodeRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
-	"\radmin_address\x18\x02 \x01(\tR\fadminAddress\x12!\n" +
-	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\x16\n" +
+	"\x0falready_removed\x18\x7f \x01(\bR\x0ealreadyRemoved\"\x80\x01\n" +
+	"\x0eAddPeerRequest\x12\x16\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12)\n" +
+	"\fraft_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vraftAddress\x12+\n" +
+	"\radmin_address\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\"+\n" +
+	"\x11RemovePeerRequest\x12\x16\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"\x85\x01\n" +
+	"\x13RegisterNodeRequest\x12\x16\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12+\n" +
+	"\radmin_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\x12)\n" +
+	"\fhttp_address\x18d \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vhttpAddress\"\x16\n" +
 	"\x14RegisterNodeResponse\"[\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x120\n" +
-	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress\"&\n" +
-	"\fRepairCaller\x12\x16\n" +
-	"\x06caller\x18\x01 \x01(\tR\x06caller\"\xc6\x01\n" +
-	"\x13RepairRegionRequest\x12\x16\n" +
-	"\x06region\x18\x01 \x01(\tR\x06region\x12\x16\n" +
-	"\x06server\x18\x02 \x01(\tR\x06server\x12\x1a\n" +
+	"\x14leader_admin_address\x18\x02 \x01(\tR\x12leaderAdminAddress\".\n" +
+	"\fRepairCaller\x12\x1e\n" +
+	"\x06caller\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06caller\"\xde\x01\n" +
+	"\x13RepairRegionRequest\x12\x1e\n" +
+	"\x06region\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x02R\x06region\x12\x1e\n" +
+	"\x06server\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06server\x12\x1a\n" +
 	"\boverride\x18\x03 \x01(\bR\boverride\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x14\n" +
-	"\x05nonce\x18\x05 \x01(\tR\x05nonce\x124\n" +
-	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\x99\x01\n" +
-	"\x14RecoverServerRequest\x12\x16\n" +
-	"\x06server\x18\x01 \x01(\tR\x06server\x12\x1a\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x1c\n" +
+	"\x05nonce\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05nonce\x124\n" +
+	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xa1\x01\n" +
+	"\x14RecoverServerRequest\x12\x1e\n" +
+	"\x06server\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x06server\x12\x1a\n" +
 	"\boverride\x18\x02 \x01(\bR\boverride\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x124\n" +
 	"\x06caller\x18\x04 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xb1\x01\n" +
@@ -6830,10 +6838,10 @@ const file_admin_proto_rawDesc = "" +
 	"\boverride\x18\x02 \x01(\bR\boverride\x12\x1c\n" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x124\n" +
-	"\x06caller\x18\x05 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\x8e\x01\n" +
+	"\x06caller\x18\x05 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\x96\x01\n" +
 	"\x15SetMaintenanceRequest\x12\x0e\n" +
-	"\x02on\x18\x01 \x01(\bR\x02on\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\x12\x1e\n" +
+	"\x06reason\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\aR\x06reason\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x124\n" +
 	"\x06caller\x18\x04 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\"\xd1\x01\n" +
 	"\x0eRepairResponse\x12\x17\n" +
@@ -6842,15 +6850,15 @@ const file_admin_proto_rawDesc = "" +
 	"\bproc_ids\x18\x03 \x03(\x04R\aprocIds\x12\x1a\n" +
 	"\bbypassed\x18\x04 \x03(\x04R\bbypassed\x12\x16\n" +
 	"\x06record\x18\x05 \x01(\x04R\x06record\x12=\n" +
-	"\vmaintenance\x18\x06 \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"\xf5\x01\n" +
-	"\x17CancelProceduresRequest\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
-	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\"\n" +
+	"\vmaintenance\x18\x06 \x01(\v2\x1b.baton.admin.v1.MaintenanceR\vmaintenance\"\x97\x02\n" +
+	"\x17CancelProceduresRequest\x12\x1a\n" +
+	"\x04type\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x04type\x12\x1c\n" +
+	"\x05state\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x05state\x12\x1c\n" +
+	"\x05owner\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x05owner\x12\"\n" +
 	"\rolder_than_ms\x18\x04 \x01(\x03R\volderThanMs\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x124\n" +
-	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\x12\x10\n" +
-	"\x03ids\x18\a \x03(\x04R\x03ids\x12\x15\n" +
+	"\x06caller\x18\x06 \x01(\v2\x1c.baton.admin.v1.RepairCallerR\x06caller\x12\x1a\n" +
+	"\x03ids\x18\a \x03(\x04B\b\x9a\xc7\x18\x04\x18\xa0\x8d\x06R\x03ids\x12\x15\n" +
 	"\x06max_id\x18\b \x01(\x04R\x05maxId\"\xd1\x02\n" +
 	"\x18CancelProceduresResponse\x12\x17\n" +
 	"\adry_run\x18\x01 \x01(\bR\x06dryRun\x127\n" +
@@ -6871,11 +6879,11 @@ const file_admin_proto_rawDesc = "" +
 	"\rsince_unix_ms\x18\x02 \x01(\x03R\vsinceUnixMs\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12,\n" +
-	"\x04read\x18\x05 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x8f\x01\n" +
+	"\x04read\x18\x05 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x97\x01\n" +
 	"\x12ListRepairsRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\x12=\n" +
+	"page_token\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\x12=\n" +
 	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\"\xa3\x01\n" +
 	"\x13ListRepairsResponse\x126\n" +
 	"\arecords\x18\x01 \x03(\v2\x1c.baton.admin.v1.RepairRecordR\arecords\x12&\n" +
@@ -6897,13 +6905,13 @@ const file_admin_proto_rawDesc = "" +
 	"\x06result\x18\v \x01(\tR\x06result\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x10ListLocksRequest\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12=\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\xad\x02\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\xad\x02\n" +
 	"\tLockParty\x12\x17\n" +
 	"\aproc_id\x18\x01 \x01(\x04R\x06procId\x12\x17\n" +
 	"\aroot_id\x18\x02 \x01(\x04R\x06rootId\x12\x1b\n" +
@@ -6953,11 +6961,11 @@ const file_admin_proto_rawDesc = "" +
 	"permission\x18\x02 \x01(\tR\n" +
 	"permission\x12\x1a\n" +
 	"\benforced\x18\x03 \x01(\bR\benforced\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"I\n" +
-	"\x0fAclGrantRequest\x12\x16\n" +
-	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"Y\n" +
+	"\x0fAclGrantRequest\x12\x1e\n" +
+	"\x06client\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x06client\x12&\n" +
 	"\n" +
-	"permission\x18\x02 \x01(\tR\n" +
+	"permission\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\n" +
 	"permission\"\xa3\x01\n" +
 	"\n" +
 	"AclBinding\x12\x16\n" +
@@ -6973,15 +6981,15 @@ const file_admin_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12&\n" +
 	"\x0frevoked_unix_ms\x18\x02 \x01(\x03R\rrevokedUnixMs\x12\x1d\n" +
 	"\n" +
-	"revoked_by\x18\x03 \x01(\tR\trevokedBy\"*\n" +
-	"\x10AclRevokeRequest\x12\x16\n" +
-	"\x06client\x18\x01 \x01(\tR\x06client\"-\n" +
+	"revoked_by\x18\x03 \x01(\tR\trevokedBy\"2\n" +
+	"\x10AclRevokeRequest\x12\x1e\n" +
+	"\x06client\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x06client\"-\n" +
 	"\x11AclRemoveResponse\x12\x18\n" +
-	"\aexisted\x18\x01 \x01(\bR\aexisted\"b\n" +
-	"\x15AclCreateTokenRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"r\n" +
+	"\x15AclCreateTokenRequest\x12\x1a\n" +
+	"\x04name\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12&\n" +
 	"\n" +
-	"permission\x18\x02 \x01(\tR\n" +
+	"permission\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\n" +
 	"permission\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\xf4\x01\n" +
 	"\bAclToken\x12\x1a\n" +
@@ -6997,54 +7005,54 @@ const file_admin_proto_rawDesc = "" +
 	"\x11last_used_unix_ms\x18\a \x01(\x03R\x0elastUsedUnixMs\"`\n" +
 	"\x16AclCreateTokenResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12.\n" +
-	"\x05token\x18\x02 \x01(\v2\x18.baton.admin.v1.AclTokenR\x05token\"3\n" +
-	"\x15AclDeleteTokenRequest\x12\x1a\n" +
-	"\baccessor\x18\x01 \x01(\tR\baccessor\"\x8b\x01\n" +
+	"\x05token\x18\x02 \x01(\v2\x18.baton.admin.v1.AclTokenR\x05token\";\n" +
+	"\x15AclDeleteTokenRequest\x12\"\n" +
+	"\baccessor\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\baccessor\"\x93\x01\n" +
 	"\x0eAclListRequest\x12=\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
-	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tR\tpageToken\"\xa6\x02\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\xa6\x02\n" +
 	"\x0fAclListResponse\x126\n" +
 	"\bbindings\x18\x01 \x03(\v2\x1a.baton.admin.v1.AclBindingR\bbindings\x120\n" +
 	"\x06tokens\x18\x02 \x03(\v2\x18.baton.admin.v1.AclTokenR\x06tokens\x12\x1a\n" +
 	"\benforced\x18\x03 \x01(\bR\benforced\x12,\n" +
 	"\x04read\x18\x04 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x127\n" +
 	"\arevoked\x18\x05 \x03(\v2\x1d.baton.admin.v1.AclRevocationR\arevoked\x12&\n" +
-	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xe6\x01\n" +
+	"\x0fnext_page_token\x18\x1e \x01(\tR\rnextPageToken\"\xfe\x01\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\x12=\n" +
-	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1c\n" +
-	"\tprincipal\x18\x04 \x01(\tR\tprincipal\x12\x16\n" +
-	"\x06method\x18\x05 \x01(\tR\x06method\x12!\n" +
+	"page_token\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\x12=\n" +
+	"\vconsistency\x18\x03 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12$\n" +
+	"\tprincipal\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\tprincipal\x12\x1e\n" +
+	"\x06method\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x06method\x12!\n" +
 	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\"\xa0\x01\n" +
 	"\x11ListAuditResponse\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12,\n" +
-	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\x83\x03\n" +
-	"\vAuditRecord\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\x04read\x18\x03 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\"\xe7\x03\n" +
+	"\vAuditRecord\x12\x16\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12\x1c\n" +
-	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\x12\x16\n" +
-	"\x06method\x18\x05 \x01(\tR\x06method\x12\x12\n" +
-	"\x04args\x18\x06 \x01(\tR\x04args\x12\x1f\n" +
-	"\vargs_digest\x18\a \x01(\tR\n" +
-	"argsDigest\x12\x12\n" +
-	"\x04code\x18\b \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\x12\x19\n" +
+	"at_unix_ms\x18\x02 \x01(\x03R\batUnixMs\x12$\n" +
+	"\tprincipal\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\tprincipal\x12\x1a\n" +
+	"\x04name\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x04name\x12\x1e\n" +
+	"\x06method\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x06method\x12\x1b\n" +
+	"\x04args\x18\x06 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x04args\x12'\n" +
+	"\vargs_digest\x18\a \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\n" +
+	"argsDigest\x12\x1a\n" +
+	"\x04code\x18\b \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x04code\x12!\n" +
+	"\amessage\x18\t \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\amessage\x12#\n" +
 	"\bproc_ids\x18\n" +
-	" \x03(\x04R\aprocIds\x12\x12\n" +
-	"\x04node\x18\v \x01(\tR\x04node\x12\x12\n" +
-	"\x04peer\x18\f \x01(\tR\x04peer\x12\x10\n" +
-	"\x03via\x18\r \x01(\tR\x03via\x12*\n" +
+	" \x03(\x04B\b\x9a\xc7\x18\x04\x18\xa0\x8d\x06R\aprocIds\x12\x1a\n" +
+	"\x04node\x18\v \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x04node\x12\x1a\n" +
+	"\x04peer\x18\f \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\x04peer\x12\x18\n" +
+	"\x03via\x18\r \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x03via\x12*\n" +
 	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\x12\x18\n" +
-	"\arefused\x18\x0f \x01(\bR\arefused\"K\n" +
-	"\x12AppendAuditRequest\x125\n" +
-	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\"\x15\n" +
+	"\arefused\x18\x0f \x01(\bR\arefused\"T\n" +
+	"\x12AppendAuditRequest\x12>\n" +
+	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordB\a\x9a\xc7\x18\x03\x18\x80\bR\arecords\"\x15\n" +
 	"\x13AppendAuditResponse**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +

@@ -29,7 +29,7 @@ func services() []protoreflect.ServiceDescriptor {
 // TestEveryMethodHasARule: every rpc of every service (Admin, Master,
 // RegionServer) declares its rule beside it, and no rule contradicts
 // itself. A method added without one fails here, as a field without a
-// limit fails reqlimit's TestEveryRequestFieldHasALimit.
+// limit fails TestEveryRequestFieldHasALimit.
 func TestEveryMethodHasARule(t *testing.T) {
 	svcs := services()
 	var names []string

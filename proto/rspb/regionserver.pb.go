@@ -172,7 +172,8 @@ type BatchRequest struct {
 	MasterId  string                 `protobuf:"bytes,2,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"`
 	ServerId  string                 `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	StartCode uint64                 `protobuf:"varint,4,opt,name=start_code,json=startCode,proto3" json:"start_code,omitempty"`
-	Ops       []*RegionOp            `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	// ops: the dispatcher's MaxBatch is at most 4096.
+	Ops []*RegionOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
 	// seq orders the attempts one master sends to one incarnation within a
 	// term: it grows with every attempt (a retry too). A server refuses a
 	// batch, and at apply time each operation of one, whose seq is below
@@ -588,7 +589,7 @@ type RegisterServerRequest struct {
 	// address is where the master reaches this server's RegionServer service.
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// regions the server still hosts (normally none: a registering server
-	// has closed everything).
+	// has closed everything): at most a table's worth.
 	Regions []string `protobuf:"bytes,3,rep,name=regions,proto3" json:"regions,omitempty"`
 	// dropped_start_code is the start code this process held last and gave
 	// up (closing every region of it) before registering again; 0 for a
@@ -822,7 +823,12 @@ func (x *HeartbeatRequest) GetRefusalsDropped() uint64 {
 	return 0
 }
 
-// RefusalReport is one call a region server refused.
+// RefusalReport is one call a region server refused. A region server
+// escapes and cuts each field at 512 bytes and sends at most 128 reports a
+// heartbeat; the limits leave room above that and refuse no character,
+// since a heartbeat refused would cost the server its lease (a server of
+// another build may escape less): the leader escapes and cuts what it
+// records (cluster/access's SanitizeRecord).
 type RefusalReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// caller names who was refused ("client/NAME"; empty: no identity).
@@ -1234,20 +1240,20 @@ var File_regionserver_proto protoreflect.FileDescriptor
 
 const file_regionserver_proto_rawDesc = "" +
 	"\n" +
-	"\x12regionserver.proto\x12\vbaton.rs.v1\x1a\x17optionspb/options.proto\"\x9d\x01\n" +
+	"\x12regionserver.proto\x12\vbaton.rs.v1\x1a\x17optionspb/options.proto\"\xb8\x01\n" +
 	"\bRegionOp\x12'\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x16\n" +
-	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
-	"\x05table\x18\x03 \x01(\tR\x05table\x12\x17\n" +
-	"\aproc_id\x18\x04 \x01(\x04R\x06procId\x12!\n" +
-	"\ftrace_parent\x18n \x01(\tR\vtraceParent\"\xb6\x01\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x1e\n" +
+	"\x06region\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x02R\x06region\x12\x1c\n" +
+	"\x05table\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x05table\x12\x17\n" +
+	"\aproc_id\x18\x04 \x01(\x04R\x06procId\x12,\n" +
+	"\ftrace_parent\x18n \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x02(\x01R\vtraceParent\"\xcf\x01\n" +
 	"\fBatchRequest\x12\x12\n" +
-	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x1b\n" +
-	"\tmaster_id\x18\x02 \x01(\tR\bmasterId\x12\x1b\n" +
-	"\tserver_id\x18\x03 \x01(\tR\bserverId\x12\x1d\n" +
+	"\x04term\x18\x01 \x01(\x04R\x04term\x12#\n" +
+	"\tmaster_id\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bmasterId\x12#\n" +
+	"\tserver_id\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12\x1d\n" +
 	"\n" +
-	"start_code\x18\x04 \x01(\x04R\tstartCode\x12'\n" +
-	"\x03ops\x18\x05 \x03(\v2\x15.baton.rs.v1.RegionOpR\x03ops\x12\x10\n" +
+	"start_code\x18\x04 \x01(\x04R\tstartCode\x120\n" +
+	"\x03ops\x18\x05 \x03(\v2\x15.baton.rs.v1.RegionOpB\a\x9a\xc7\x18\x03\x18\x80@R\x03ops\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\xaa\x01\n" +
 	"\x0eRegionOpResult\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12'\n" +
@@ -1258,11 +1264,11 @@ const file_regionserver_proto_rawDesc = "" +
 	"\aproc_id\x18\x06 \x01(\x04R\x06procId\"i\n" +
 	"\rBatchResponse\x125\n" +
 	"\aresults\x18\x01 \x03(\v2\x1b.baton.rs.v1.RegionOpResultR\aresults\x12!\n" +
-	"\fhighest_term\x18\x02 \x01(\x04R\vhighestTerm\"P\n" +
+	"\fhighest_term\x18\x02 \x01(\x04R\vhighestTerm\"X\n" +
 	"\x12ListRegionsRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"b\n" +
+	"page_token\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"b\n" +
 	"\fHostedRegion\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12$\n" +
@@ -1272,32 +1278,33 @@ const file_regionserver_proto_rawDesc = "" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x123\n" +
 	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\x12&\n" +
-	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x15RegisterServerRequest\x12\x1b\n" +
-	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
-	"\aregions\x18\x03 \x03(\tR\aregions\x12,\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\xb2\x01\n" +
+	"\x15RegisterServerRequest\x12#\n" +
+	"\tserver_id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12 \n" +
+	"\aaddress\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\aaddress\x12$\n" +
+	"\aregions\x18\x03 \x03(\tB\n" +
+	"\x9a\xc7\x18\x06\b\x02\x18\xa0\x8d\x06R\aregions\x12,\n" +
 	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\"\xb2\x01\n" +
 	"\x16RegisterServerResponse\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x121\n" +
-	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\xfb\x01\n" +
-	"\x10HeartbeatRequest\x12\x1b\n" +
-	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x8c\x02\n" +
+	"\x10HeartbeatRequest\x12#\n" +
+	"\tserver_id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x12!\n" +
 	"\fregion_count\x18\x03 \x01(\x05R\vregionCount\x12%\n" +
-	"\x0eaccess_version\x18\x04 \x01(\x04R\raccessVersion\x126\n" +
-	"\brefusals\x18\x05 \x03(\v2\x1a.baton.rs.v1.RefusalReportR\brefusals\x12)\n" +
-	"\x10refusals_dropped\x18\x06 \x01(\x04R\x0frefusalsDropped\"\x9f\x01\n" +
-	"\rRefusalReport\x12\x16\n" +
-	"\x06caller\x18\x01 \x01(\tR\x06caller\x12\x16\n" +
-	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
-	"\x04code\x18\x03 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
-	"\x04peer\x18\x05 \x01(\tR\x04peer\x12\x1c\n" +
+	"\x0eaccess_version\x18\x04 \x01(\x04R\raccessVersion\x12?\n" +
+	"\brefusals\x18\x05 \x03(\v2\x1a.baton.rs.v1.RefusalReportB\a\x9a\xc7\x18\x03\x18\x80\bR\brefusals\x12)\n" +
+	"\x10refusals_dropped\x18\x06 \x01(\x04R\x0frefusalsDropped\"\xcc\x01\n" +
+	"\rRefusalReport\x12\x1f\n" +
+	"\x06caller\x18\x01 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x06caller\x12\x1f\n" +
+	"\x06method\x18\x02 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x06method\x12\x1b\n" +
+	"\x04code\x18\x03 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x04code\x12!\n" +
+	"\amessage\x18\x04 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\x10R\amessage\x12\x1b\n" +
+	"\x04peer\x18\x05 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x04peer\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x06 \x01(\x03R\batUnixMs\"\x9b\x01\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
@@ -1315,14 +1322,14 @@ const file_regionserver_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12\x1e\n" +
 	"\n" +
 	"permission\x18\x02 \x01(\tR\n" +
-	"permission\"\x99\x01\n" +
-	"\x17ReportTransitionRequest\x12\x1b\n" +
-	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1d\n" +
+	"permission\"\xb9\x01\n" +
+	"\x17ReportTransitionRequest\x12#\n" +
+	"\tserver_id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12\x1d\n" +
 	"\n" +
-	"start_code\x18\x02 \x01(\x04R\tstartCode\x12\x16\n" +
-	"\x06region\x18\x03 \x01(\tR\x06region\x12\x14\n" +
-	"\x05state\x18\x04 \x01(\tR\x05state\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\x1a\n" +
+	"start_code\x18\x02 \x01(\x04R\tstartCode\x12\x1e\n" +
+	"\x06region\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x02R\x06region\x12\x1c\n" +
+	"\x05state\x18\x04 \x01(\tB\x06\x9a\xc7\x18\x02\b\x05R\x05state\x12\x1c\n" +
+	"\x05error\x18\x05 \x01(\tB\x06\x9a\xc7\x18\x02\b\aR\x05error\"\x1a\n" +
 	"\x18ReportTransitionResponse*F\n" +
 	"\x06OpKind\x12\x17\n" +
 	"\x13OP_KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
