@@ -1,7 +1,7 @@
-// Package optionspb holds the method options Baton's protos declare their
-// RPCs' rules with (options.proto and the code generated from it), and
-// Rules, which reads them from a service's descriptor. Regenerate with
-// `make proto`.
+// Package optionspb holds the options Baton's protos declare their RPCs'
+// rules and their request fields' limits with (options.proto and the code
+// generated from it), and Rules and Limits, which read them from a
+// service's descriptor. Regenerate with `make proto`.
 package optionspb
 
 // Compiled from proto/ as optionspb/options.proto, the name the importing
