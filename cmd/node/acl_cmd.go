@@ -365,7 +365,12 @@ func (c *cli) audit(args []string) int {
 	})
 }
 
-// auditJSON is the JSON shape of an audit record.
+// auditJSON is the JSON shape of an audit record in `audit list --json`.
+// It is not access.ExportLine, the audit file's line, on purpose: the two
+// are separate contracts (a person's command output, with the time as
+// RFC 3339 in "at"; a machine's append-only file, with milliseconds in
+// "at_unix_ms", the commit time and the exporting master), and either may
+// gain a field without the other having to.
 type auditJSON struct {
 	ID         string   `json:"id"`
 	At         string   `json:"at"`
