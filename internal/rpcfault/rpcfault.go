@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // Fault is what a rule does to a call.
@@ -32,14 +33,9 @@ const (
 	Duplicate
 )
 
-var faultNames = [...]string{"", "drop-answer", "drop-request", "delay-answer", "delay-request", "duplicate"}
+var faultNames = []string{DropAnswer: "drop-answer", DropRequest: "drop-request", DelayAnswer: "delay-answer", DelayRequest: "delay-request", Duplicate: "duplicate"}
 
-func (f Fault) String() string {
-	if f > 0 && int(f) < len(faultNames) {
-		return faultNames[f]
-	}
-	return fmt.Sprintf("fault(%d)", int(f))
-}
+func (f Fault) String() string { return enumname.Format(f, faultNames, "fault(%d)") }
 
 // beforeHandler: the fault is decided and acts before the handler runs, so
 // it cannot depend on the answer.
@@ -54,15 +50,9 @@ const (
 	Client                 // a client interceptor
 )
 
-func (s Side) String() string {
-	switch s {
-	case Server:
-		return "server"
-	case Client:
-		return "client"
-	}
-	return fmt.Sprintf("side(%d)", int(s))
-}
+var sideNames = []string{Server: "server", Client: "client"}
+
+func (s Side) String() string { return enumname.Format(s, sideNames, "side(%d)") }
 
 // Call is one RPC as a rule's predicates see it.
 type Call struct {
