@@ -2,7 +2,6 @@ package rpcfault
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/internal/enumname"
 )
 
@@ -103,8 +103,8 @@ type Rule struct {
 }
 
 func (r *Rule) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	problems := defaults.NewProblems("")
+	bad := problems.Addf
 	if r.Fault < DropAnswer || r.Fault > Duplicate {
 		bad("unknown fault %d", int(r.Fault))
 	}
@@ -128,7 +128,7 @@ func (r *Rule) validate() error {
 	if r.WhenAnswer != nil && r.Fault.beforeHandler() {
 		bad("%s acts before the handler: it cannot depend on the answer (WhenAnswer)", r.Fault)
 	}
-	return errors.Join(errs...)
+	return problems.Err()
 }
 
 func (r *Rule) appliesTo(method string) bool {
