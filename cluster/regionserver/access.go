@@ -8,13 +8,13 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/textcut"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
 )
@@ -162,15 +162,7 @@ func (s *Server) refusalReport(caller security.Identity, method, from string, er
 // carrying it, and with it the server's lease. Escaped, then cut at a
 // rune.
 func reportText(m string) string {
-	m = reqlimit.Escape(m)
-	if len(m) <= refusalMessageMax {
-		return m
-	}
-	i := refusalMessageMax
-	for i > 0 && !utf8.RuneStart(m[i]) {
-		i--
-	}
-	return m[:i]
+	return textcut.Prefix(reqlimit.Escape(m), refusalMessageMax)
 }
 
 // peerAddr is the address ctx's call came from.
