@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/textcut"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -40,11 +41,7 @@ const accessNeed = security.PermRead
 
 // heldVersion is the version of the grants held, for the next heartbeat
 // to quote.
-func (a *access) heldVersion() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.version
-}
+func (a *access) heldVersion() uint64 { return locked.Load(&a.mu, &a.version) }
 
 // adopt takes g, told in answer to a request sent at heard, as the grants
 // in force until fresh.
