@@ -55,6 +55,7 @@ import (
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness/process"
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Build compiles the baton binary (github.com/baton-dev/baton/cmd/node) into
@@ -483,11 +484,7 @@ func (c *Cluster) readyLeader(ctx context.Context) (string, error) {
 }
 
 // Leader returns the leader last found by WaitLeader ("" if none yet).
-func (c *Cluster) Leader() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leader
-}
+func (c *Cluster) Leader() string { return locked.Load(&c.mu, &c.leader) }
 
 // Followers returns the ids of the running nodes other than leader.
 func (c *Cluster) Followers(leader string) []string {
