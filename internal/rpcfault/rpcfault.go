@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/internal/enumname"
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Fault is what a rule does to a call.
@@ -338,11 +339,7 @@ func (in *Injector) Count(f Fault) int {
 }
 
 // Total is how many faults were injected.
-func (in *Injector) Total() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.evsTotal
-}
+func (in *Injector) Total() int { return locked.Load(&in.mu, &in.evsTotal) }
 
 // Counts is how many faults each rule injected, by rule name (rules
 // removed included).
