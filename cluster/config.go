@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"github.com/baton-dev/baton/security"
 	"net"
@@ -397,10 +396,8 @@ func (c Config) withDefaults() Config {
 // every problem found.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cluster: config: "+format, args...))
-	}
+	problems := defaults.NewProblems("cluster: config: ")
+	bad := problems.Addf
 	if c.ID == "" {
 		bad("ID is required")
 	}
@@ -488,7 +485,7 @@ func (c Config) Validate() error {
 			bad("Peers does not list this node's ID %q", c.ID)
 		}
 	}
-	return errors.Join(errs...)
+	return problems.Err()
 }
 
 func isUnspecified(host string) bool {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -190,17 +191,9 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 	}
 }
 
-func (n *Node) execTermNow() uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.execTerm
-}
+func (n *Node) execTermNow() uint64 { return locked.Load(&n.mu, &n.execTerm) }
 
-func (n *Node) isClosed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.closed
-}
+func (n *Node) isClosed() bool { return locked.Load(&n.mu, &n.closed) }
 
 // establish makes this leader ready: Barrier, then a started executor on a
 // RaftStore, published for Executor().

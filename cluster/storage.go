@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // ErrStorageFailed is wrapped by the errors of a node whose local storage
@@ -162,11 +164,7 @@ func (g *guardedStable) retry(op func() error) error {
 	}
 }
 
-func (g *guardedStable) isStuck() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.stuck
-}
+func (g *guardedStable) isStuck() bool { return locked.Load(&g.mu, &g.stuck) }
 
 func (g *guardedStable) Set(k, v []byte) error {
 	return g.retry(func() error { return g.StableStore.Set(k, v) })

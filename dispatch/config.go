@@ -1,8 +1,6 @@
 package dispatch
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -155,10 +153,8 @@ func (c Config) withDefaults() Config {
 // values count as their defaults), joined in one error.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("dispatch: config: "+format, args...))
-	}
+	problems := defaults.NewProblems("dispatch: config: ")
+	bad := problems.Addf
 	if c.Term == 0 {
 		bad("Term is 0; it must be the leader's Raft term (> 0)")
 	}
@@ -201,5 +197,5 @@ func (c Config) Validate() error {
 	if c.CallTimeout < 0 {
 		bad("CallTimeout %v is negative", c.CallTimeout)
 	}
-	return errors.Join(errs...)
+	return problems.Err()
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -703,11 +704,7 @@ func (d *Dispatcher) Resume() {
 }
 
 // Paused reports whether the dispatcher is paused.
-func (d *Dispatcher) Paused() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.paused
-}
+func (d *Dispatcher) Paused() bool { return locked.Load(&d.mu, &d.paused) }
 
 // ServerState describes one server incarnation's buffer, for diagnostics
 // ("why has this region not opened?").
@@ -743,8 +740,4 @@ func (d *Dispatcher) Servers() []ServerState {
 }
 
 // Stats returns the counters.
-func (d *Dispatcher) Stats() Stats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stats
-}
+func (d *Dispatcher) Stats() Stats { return locked.Load(&d.mu, &d.stats) }

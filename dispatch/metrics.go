@@ -43,6 +43,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// errorLabels label the failed Results, the first error a Result's
+// matches (errors.Is) winning.
+var errorLabels = []struct {
+	err   error
+	label string
+}{
+	{ErrOpFailed, "failed"}, {ErrRefused, "refused"}, {ErrStaleTerm, "stale_term"},
+	{ErrServerRemoved, "server_removed"}, {ErrStopped, "stopped"}, {ErrInvalidOp, "invalid"},
+}
+
 // resultLabel sorts a Result for the operations counter.
 func resultLabel(r Result) string {
 	switch {
@@ -50,18 +60,11 @@ func resultLabel(r Result) string {
 		return "already"
 	case r.OK:
 		return "done"
-	case errors.Is(r.Err, ErrOpFailed):
-		return "failed"
-	case errors.Is(r.Err, ErrRefused):
-		return "refused"
-	case errors.Is(r.Err, ErrStaleTerm):
-		return "stale_term"
-	case errors.Is(r.Err, ErrServerRemoved):
-		return "server_removed"
-	case errors.Is(r.Err, ErrStopped):
-		return "stopped"
-	case errors.Is(r.Err, ErrInvalidOp):
-		return "invalid"
+	}
+	for _, l := range errorLabels {
+		if errors.Is(r.Err, l.err) {
+			return l.label
+		}
 	}
 	return "other"
 }

@@ -6,9 +6,10 @@ import (
 	"math"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/internal/textcut"
 )
 
 // A finished root's descendants' records are deleted with its finish (and
@@ -96,16 +97,7 @@ func appendSummaryEntry(b []byte, s ChildSummary, prev, root uint64, base time.T
 }
 
 // capError cuts msg to maxSummaryError bytes, on a rune boundary.
-func capError(msg string) string {
-	if len(msg) <= maxSummaryError {
-		return msg
-	}
-	cut := maxSummaryError - len("…")
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + "…"
-}
+func capError(msg string) string { return textcut.Ellipsis(msg, maxSummaryError) }
 
 // consumeSummaryEntry reads an entry appendSummaryEntry wrote; its type
 // is left as the index typ.

@@ -109,6 +109,10 @@ func marshalRun(r Run) []byte {
 	return b
 }
 
+// unmarshalRun's switch, like the other decoders' (record, history,
+// child summaries), is deliberately its own: each reads a format frozen
+// since 0.1.0 field by field, and a shared decoder would let a change
+// meant for one format alter what another reads.
 func unmarshalRun(b []byte) (runRaw, error) {
 	var raw runRaw
 	r := &raw.run

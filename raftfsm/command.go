@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/baton-dev/baton/internal/enumname"
 	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 	"google.golang.org/protobuf/proto"
@@ -55,15 +56,9 @@ const (
 	OpDelete
 )
 
-func (o Op) String() string {
-	switch o {
-	case OpPut:
-		return "put"
-	case OpDelete:
-		return "delete"
-	}
-	return fmt.Sprintf("op(%d)", uint8(o))
-}
+var opNames = []string{OpPut: "put", OpDelete: "delete"}
+
+func (o Op) String() string { return enumname.Format(o, opNames, "op(%d)") }
 
 // Mutation is one change to the domain key/value state, committed in the
 // same Raft entry as the procedure write it accompanies.

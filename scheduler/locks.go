@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // Mode of a lock.
@@ -15,15 +17,9 @@ const (
 )
 
 // String returns "shared" or "exclusive".
-func (m Mode) String() string {
-	switch m {
-	case Shared:
-		return "shared"
-	case Exclusive:
-		return "exclusive"
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
+func (m Mode) String() string { return enumname.Format(m, modeNames, "mode(%d)") }
+
+var modeNames = []string{Shared: "shared", Exclusive: "exclusive"}
 
 // LockType is the kind of entity a lock protects. Locks of one request are
 // taken in LockType order, then by name, which is what makes all-or-nothing
@@ -42,21 +38,9 @@ const (
 )
 
 // String returns "namespace", "table", "region", "server" or "peer".
-func (t LockType) String() string {
-	switch t {
-	case LockNamespace:
-		return "namespace"
-	case LockTable:
-		return "table"
-	case LockRegion:
-		return "region"
-	case LockServer:
-		return "server"
-	case LockPeer:
-		return "peer"
-	}
-	return fmt.Sprintf("locktype(%d)", uint8(t))
-}
+func (t LockType) String() string { return enumname.Format(t, lockTypeNames, "locktype(%d)") }
+
+var lockTypeNames = []string{LockNamespace: "namespace", LockTable: "table", LockRegion: "region", LockServer: "server", LockPeer: "peer"}
 
 // Lock is one lock a procedure asks for.
 type Lock struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // Kind selects a run queue. Queues are tried in this order: every runnable
@@ -25,19 +26,9 @@ const (
 )
 
 // String returns "meta", "server", "peer" or "table".
-func (k Kind) String() string {
-	switch k {
-	case KindMeta:
-		return "meta"
-	case KindServer:
-		return "server"
-	case KindPeer:
-		return "peer"
-	case KindTable:
-		return "table"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+func (k Kind) String() string { return enumname.Format(k, kindNames, "kind(%d)") }
+
+var kindNames = []string{KindMeta: "meta", KindServer: "server", KindPeer: "peer", KindTable: "table"}
 
 // Table priorities (HBase: meta 3, system 2, user 1). Higher runs first;
 // queues of equal priority are served round-robin.

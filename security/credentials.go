@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Files names the PEM files of a party's TLS material: the cluster's CA
@@ -132,18 +133,10 @@ func load(f Files, clk clock.Clock, logger hclog.Logger) (*Credentials, error) {
 }
 
 // Identity is who this party's certificate names.
-func (c *Credentials) Identity() Identity {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.self
-}
+func (c *Credentials) Identity() Identity { return locked.Load(c.mu.RLocker(), &c.self) }
 
 // NotAfter is when the current certificate expires.
-func (c *Credentials) NotAfter() time.Time {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.notAfter
-}
+func (c *Credentials) NotAfter() time.Time { return locked.Load(c.mu.RLocker(), &c.notAfter) }
 
 // Reload rereads the files. If they are unchanged it does nothing and
 // reports false; if they are unusable (unreadable, a key that does not

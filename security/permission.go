@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // Permission is what a client may do through the admin API and the
@@ -38,16 +40,12 @@ const (
 	PermAdmin
 )
 
+var permissionNames = []string{PermRead: "read", PermOperate: "operate", PermAdmin: "admin"}
+
+// String is "read", "operate" or "admin"; "" for PermNone.
 func (p Permission) String() string {
-	switch p {
-	case PermRead:
-		return "read"
-	case PermOperate:
-		return "operate"
-	case PermAdmin:
-		return "admin"
-	}
-	return ""
+	name, _ := enumname.Lookup(p, permissionNames)
+	return name
 }
 
 // Covers says a holder of p may do what needs want.

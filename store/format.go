@@ -64,6 +64,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 const (
@@ -92,23 +94,12 @@ const (
 	recTrailer recType = 6
 )
 
-func (t recType) String() string {
-	switch t {
-	case recInsert:
-		return "INSERT"
-	case recUpdate:
-		return "UPDATE"
-	case recDelete:
-		return "DELETE"
-	case recBatch:
-		return "BATCH"
-	case recRewrite:
-		return "REWRITE"
-	case recTrailer:
-		return "TRAILER"
-	}
-	return fmt.Sprintf("type(%d)", byte(t))
+var recTypeNames = []string{
+	recInsert: "INSERT", recUpdate: "UPDATE", recDelete: "DELETE",
+	recBatch: "BATCH", recRewrite: "REWRITE", recTrailer: "TRAILER",
 }
+
+func (t recType) String() string { return enumname.Format(t, recTypeNames, "type(%d)") }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

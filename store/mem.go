@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // MemStore is a Store held in memory. It is safe for concurrent use and
@@ -233,8 +235,4 @@ func (m *MemStore) Len() int {
 }
 
 // Writes returns the number of successful writes so far.
-func (m *MemStore) Writes() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.writes
-}
+func (m *MemStore) Writes() int { return locked.Load(&m.mu, &m.writes) }

@@ -131,6 +131,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/enumname"
 	"github.com/baton-dev/baton/internal/fsutil"
 )
 
@@ -167,17 +168,9 @@ const (
 )
 
 // String is the mode's name, as logs and errors print it.
-func (m SyncMode) String() string {
-	switch m {
-	case SyncDefault:
-		return "default"
-	case SyncEveryBatch:
-		return "every-batch"
-	case SyncOnRoll:
-		return "on-roll"
-	}
-	return fmt.Sprintf("SyncMode(%d)", uint8(m))
-}
+func (m SyncMode) String() string { return enumname.Format(m, syncModeNames, "SyncMode(%d)") }
+
+var syncModeNames = []string{SyncDefault: "default", SyncEveryBatch: "every-batch", SyncOnRoll: "on-roll"}
 
 // WALConfig configures a WAL. A zero value in any field but Dir selects that
 // field's default.

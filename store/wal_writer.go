@@ -73,33 +73,29 @@ func (w *WAL) collect(batch []*request) ([]*request, bool) {
 		}
 	}()
 	for bytes < w.cfg.MaxBatchBytes {
+		var r *request
+		var ok bool
 		select {
-		case r, ok := <-w.reqCh:
-			if !ok {
-				return batch, true
-			}
-			batch = append(batch, r)
-			bytes += len(r.frame)
-			continue
+		case r, ok = <-w.reqCh:
 		default:
-		}
-		if w.cfg.MaxBatchWait <= 0 || w.pending.Load() <= int64(len(batch)) {
-			return batch, false
-		}
-		if timer == nil {
-			// Wall clock: a linger sized to the device's sync latency.
-			timer = time.NewTimer(w.cfg.MaxBatchWait)
-		}
-		select {
-		case r, ok := <-w.reqCh:
-			if !ok {
-				return batch, true
+			if w.cfg.MaxBatchWait <= 0 || w.pending.Load() <= int64(len(batch)) {
+				return batch, false
 			}
-			batch = append(batch, r)
-			bytes += len(r.frame)
-		case <-timer.C:
-			return batch, false
+			if timer == nil {
+				// Wall clock: a linger sized to the device's sync latency.
+				timer = time.NewTimer(w.cfg.MaxBatchWait)
+			}
+			select {
+			case r, ok = <-w.reqCh:
+			case <-timer.C:
+				return batch, false
+			}
 		}
+		if !ok {
+			return batch, true
+		}
+		batch = append(batch, r)
+		bytes += len(r.frame)
 	}
 	return batch, false
 }

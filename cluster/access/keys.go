@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/baton-dev/baton/internal/textcut"
 )
 
 // The replicated state of access control, in the domain keys.
@@ -120,13 +121,4 @@ var refusalCodes = map[codes.Code]bool{codes.PermissionDenied: true, codes.Unaut
 func IsRefusal(c codes.Code) bool { return refusalCodes[c] }
 
 // Cut shortens s to at most max bytes, on a rune boundary.
-func Cut(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	i := max - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+func Cut(s string, max int) string { return textcut.Ellipsis(s, max) }

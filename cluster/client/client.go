@@ -408,30 +408,31 @@ func actOpts(opts []ActOption) actOptions {
 // records it). Moot for one's own.
 func Force() ActOption { return func(o *actOptions) { o.force = true } }
 
+// act calls method, one of the admin API's acts on procedure id.
+func (c *Client) act(ctx context.Context, method func(adminpb.AdminClient, context.Context, *adminpb.ProcedureRef, ...grpc.CallOption) (*adminpb.Procedure, error), id uint64, opts []ActOption) (*adminpb.Procedure, error) {
+	return call(ctx, c, method, &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force})
+}
+
 // Abort asks the procedure to roll back. It returns the procedure's state
 // after the request.
 func (c *Client) Abort(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
-	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return call(ctx, c, adminpb.AdminClient.AbortProcedure, ref)
+	return c.act(ctx, adminpb.AdminClient.AbortProcedure, id, opts)
 }
 
 // Pause stops the procedure between steps until Resume.
 func (c *Client) Pause(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
-	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return call(ctx, c, adminpb.AdminClient.PauseProcedure, ref)
+	return c.act(ctx, adminpb.AdminClient.PauseProcedure, id, opts)
 }
 
 // Resume lets a paused procedure run again.
 func (c *Client) Resume(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
-	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return call(ctx, c, adminpb.AdminClient.ResumeProcedure, ref)
+	return c.act(ctx, adminpb.AdminClient.ResumeProcedure, id, opts)
 }
 
 // Ack acknowledges a finished procedure's result, so the cluster may
 // forget it.
 func (c *Client) Ack(ctx context.Context, id uint64, opts ...ActOption) (*adminpb.Procedure, error) {
-	ref := &adminpb.ProcedureRef{Id: id, Force: actOpts(opts).force}
-	return call(ctx, c, adminpb.AdminClient.AckResult, ref)
+	return c.act(ctx, adminpb.AdminClient.AckResult, id, opts)
 }
 
 // ListOptions filters and pages ListProcedures. Empty fields match all.

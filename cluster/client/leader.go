@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -47,11 +48,7 @@ func (t *LeaderTracker) size() int {
 }
 
 // Leader is the believed leader's address, "" if unknown.
-func (t *LeaderTracker) Leader() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.leader
-}
+func (t *LeaderTracker) Leader() string { return locked.Load(&t.mu, &t.leader) }
 
 // Succeeded records that addr answered a call: it is the leader.
 func (t *LeaderTracker) Succeeded(addr string) {

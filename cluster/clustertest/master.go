@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -90,35 +91,19 @@ func (m *Master) HTTPAddr() string { return m.httpAddr }
 func (m *Master) Config() cluster.Config { return m.cfg }
 
 // Node is the master's Raft node, nil while it is down.
-func (m *Master) Node() *cluster.Node {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.node
-}
+func (m *Master) Node() *cluster.Node { return locked.Load(&m.mu, &m.node) }
 
 // Domain is the master's domain, nil while it is down or with NoDomain.
-func (m *Master) Domain() *domain.Domain {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.dom
-}
+func (m *Master) Domain() *domain.Domain { return locked.Load(&m.mu, &m.dom) }
 
 // Admin is a client of this master's admin API alone (no leader
 // following: calls to a standby are forwarded by it, or refused), nil
 // while it is down.
-func (m *Master) Admin() adminpb.AdminClient {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.client
-}
+func (m *Master) Admin() adminpb.AdminClient { return locked.Load(&m.mu, &m.client) }
 
 // Conn is the connection behind Admin, for the other services on the
 // master's gRPC server (rspb.Master), nil while it is down.
-func (m *Master) Conn() *grpc.ClientConn {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cc
-}
+func (m *Master) Conn() *grpc.ClientConn { return locked.Load(&m.mu, &m.cc) }
 
 // Running reports whether the master is up (not killed).
 func (m *Master) Running() bool { return m.Node() != nil }

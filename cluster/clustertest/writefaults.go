@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
@@ -84,18 +85,10 @@ func (f *WriteFaults) Disarm() {
 
 // Writes is the number of executor writes made so far (the failed one
 // included).
-func (f *WriteFaults) Writes() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.writes
-}
+func (f *WriteFaults) Writes() int { return locked.Load(&f.mu, &f.writes) }
 
 // Cuts is the number of leaders cut off so far.
-func (f *WriteFaults) Cuts() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.cuts
-}
+func (f *WriteFaults) Cuts() int { return locked.Load(&f.mu, &f.cuts) }
 
 // Settle, called from the test's goroutine while a procedure runs (in a
 // wait loop), cuts off the leader whose write failed, if one did, until

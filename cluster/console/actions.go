@@ -42,18 +42,8 @@ func (c *Console) abortConfirm(w http.ResponseWriter, r *http.Request) {
 // confirm shows the abort's confirmation page for the procedure in the
 // path, with message (an earlier attempt's failure) if any.
 func (c *Console) confirm(w http.ResponseWriter, r *http.Request, code int, message string) {
-	rd := c.pageReads(w, r, "Abort")
+	rd, id, proc := c.procPage(w, r, "Abort", "Abort procedure")
 	if rd == nil {
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		c.fail(w, rd, "Abort", err)
-		return
-	}
-	proc, err := rd.getProc(id)
-	if err != nil {
-		c.fail(w, rd, "Abort procedure "+strconv.FormatUint(id, 10), err)
 		return
 	}
 	p := confirmPage{P: proc, Action: "abort", Verb: "Abort", Effect: abortEffect, Message: message}

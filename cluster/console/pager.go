@@ -35,22 +35,11 @@ func pagerOf(path string, q url.Values, next string) pager {
 		back = strings.Split(b, ".")
 	}
 	link := func(page string, back []string) string {
-		v := url.Values{}
-		for k, vs := range q {
-			if k != "page" && k != "back" && len(vs) > 0 && vs[0] != "" {
-				v.Set(k, vs[0])
-			}
-		}
-		if page != "" {
-			v.Set("page", page)
-		}
+		v := pageQuery(q, page, "back")
 		if len(back) > 0 {
 			v.Set("back", strings.Join(back, "."))
 		}
-		if len(v) == 0 {
-			return path
-		}
-		return path + "?" + v.Encode()
+		return withQuery(path, v)
 	}
 	var p pager
 	if cur != "" {
@@ -75,4 +64,28 @@ func pagerOf(path string, q url.Values, next string) pager {
 		p.NextURL = link(next, nb)
 	}
 	return p
+}
+
+// pageQuery is the query of page token page ("" for the first) of the
+// listing q shows: q's set parameters (their first values) but page and
+// drop, the filters a link keeps.
+func pageQuery(q url.Values, page, drop string) url.Values {
+	v := url.Values{}
+	for k, vs := range q {
+		if k != "page" && k != drop && len(vs) > 0 && vs[0] != "" {
+			v.Set(k, vs[0])
+		}
+	}
+	if page != "" {
+		v.Set("page", page)
+	}
+	return v
+}
+
+// withQuery is path with query v, if any.
+func withQuery(path string, v url.Values) string {
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
 }

@@ -82,19 +82,31 @@ func (rd *reads) getProc(id uint64) (*adminpb.Procedure, error) {
 	}, readOf)
 }
 
-func (c *Console) procedure(w http.ResponseWriter, r *http.Request) {
-	rd := c.pageReads(w, r, "Procedure")
+// procPage starts a page about the procedure in the path: its reads, id
+// and procedure, or a nil *reads once the failure page is written. title
+// names the page ("Abort"), and procTitle with the id the page of a
+// procedure that cannot be read ("Abort procedure 7").
+func (c *Console) procPage(w http.ResponseWriter, r *http.Request, title, procTitle string) (*reads, uint64, *adminpb.Procedure) {
+	rd := c.pageReads(w, r, title)
 	if rd == nil {
-		return
+		return nil, 0, nil
 	}
 	id, err := pathID(r)
 	if err != nil {
-		c.fail(w, rd, "Procedure", err)
-		return
+		c.fail(w, rd, title, err)
+		return nil, 0, nil
 	}
 	proc, err := rd.getProc(id)
 	if err != nil {
-		c.fail(w, rd, "Procedure "+strconv.FormatUint(id, 10), err)
+		c.fail(w, rd, procTitle+" "+strconv.FormatUint(id, 10), err)
+		return nil, 0, nil
+	}
+	return rd, id, proc
+}
+
+func (c *Console) procedure(w http.ResponseWriter, r *http.Request) {
+	rd, id, proc := c.procPage(w, r, "Procedure", "Procedure")
+	if rd == nil {
 		return
 	}
 	p := procedurePage{P: proc, Terminal: client.Terminal(proc.GetState()), Data: fmtData(proc.GetData())}

@@ -120,19 +120,7 @@ func (c *Console) procedures(w http.ResponseWriter, r *http.Request) {
 
 // listURL is the listing of query q at page token page ("" for the first).
 func listURL(q url.Values, page string) string {
-	v := url.Values{}
-	for k, vs := range q {
-		if k != "page" && k != "id" && len(vs) > 0 && vs[0] != "" {
-			v.Set(k, vs[0])
-		}
-	}
-	if page != "" {
-		v.Set("page", page)
-	}
-	if len(v) == 0 {
-		return "/ui/procedures"
-	}
-	return "/ui/procedures?" + v.Encode()
+	return withQuery("/ui/procedures", pageQuery(q, page, "id"))
 }
 
 // cancelURL is the confirmation page of cancelling what the page's

@@ -43,13 +43,9 @@ func (p *Balance) ExecuteState(ctx *procedure.Context, state int32) (procedure.F
 	if state != balancePlan {
 		return procedure.NoMoreState, fmt.Errorf("balance: unknown state %d", state)
 	}
-	d, err := envOf(ctx)
-	if err != nil {
-		return procedure.NoMoreState, err
-	}
-	svc := d.servicesFor(ctx)
+	_, svc, flow, err := servicesOf(ctx)
 	if svc == nil {
-		return awaitServices(ctx)
+		return flow, err
 	}
 	r := ctxReader{ctx}
 	live, err := svc.liveTargets(r)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/dispatch"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -163,11 +164,7 @@ func (d *Domain) fsmReader() (reader, error) {
 }
 
 // services returns the current term's leader services, or nil.
-func (d *Domain) services() *services {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.svc
-}
+func (d *Domain) services() *services { return locked.Load(&d.mu, &d.svc) }
 
 // servicesFor returns the leader services of the executor running the
 // step, or nil: a step of an executor that was stopped (its term ended)

@@ -187,13 +187,9 @@ func (p *LockProcedure) InitialState() int32 { return lockAcquired }
 
 // ExecuteState implements procedure.StateSteps.
 func (p *LockProcedure) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	d, err := envOf(ctx)
-	if err != nil {
-		return procedure.NoMoreState, err
-	}
-	svc := d.servicesFor(ctx)
+	d, svc, flow, err := servicesOf(ctx)
 	if svc == nil {
-		return awaitServices(ctx)
+		return flow, err
 	}
 	released, expired, ev := svc.lockFlags(ctx.ID())
 	if released || expired {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -166,11 +167,7 @@ func (s *services) syncMaintenance() {
 
 // dispatchPaused returns the event to wait on while maintenance mode
 // pauses dispatch, nil when it does not.
-func (s *services) dispatchPaused() *scheduler.Event {
-	s.maintMu.Lock()
-	defer s.maintMu.Unlock()
-	return s.maintEv
-}
+func (s *services) dispatchPaused() *scheduler.Event { return locked.Load(&s.maintMu, &s.maintEv) }
 
 // setMaintenance writes maintenance mode m, and this leader's dispatch
 // follows the replicated state, not the call: the write is bounded by the

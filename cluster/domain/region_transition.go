@@ -169,6 +169,23 @@ func envOf(ctx *procedure.Context) (*Domain, error) {
 	return d, nil
 }
 
+// servicesOf is the domain of ctx's procedure and the leader's services
+// its step uses. Without services yet (nil) the step returns flow and
+// err: a suspension until they are up, or the error of a procedure run
+// without a Domain.
+func servicesOf(ctx *procedure.Context) (*Domain, *services, procedure.Flow, error) {
+	d, err := envOf(ctx)
+	if err != nil {
+		return nil, nil, procedure.NoMoreState, err
+	}
+	svc := d.servicesFor(ctx)
+	if svc == nil {
+		flow, err := awaitServices(ctx)
+		return d, nil, flow, err
+	}
+	return d, svc, procedure.NoMoreState, nil
+}
+
 // putRegion records the region's state.
 func putRegion(ctx *procedure.Context, name string, rg Region) error {
 	return ctx.Put(RegionKey(name), encodeRegion(name, rg))
@@ -176,13 +193,9 @@ func putRegion(ctx *procedure.Context, name string, rg Region) error {
 
 // ExecuteState implements procedure.StateSteps.
 func (p *TransitRegionState) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
-	d, err := envOf(ctx)
-	if err != nil {
-		return procedure.NoMoreState, err
-	}
-	svc := d.servicesFor(ctx)
+	d, svc, flow, err := servicesOf(ctx)
 	if svc == nil {
-		return awaitServices(ctx)
+		return flow, err
 	}
 	r := ctxReader{ctx}
 	switch state {

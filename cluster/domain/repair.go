@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/internal/textcut"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -114,11 +114,7 @@ func cut(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
-	n := max
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return fmt.Sprintf("%s... (%d bytes)", s[:n], len(s))
+	return fmt.Sprintf("%s... (%d bytes)", textcut.Prefix(s, max), len(s))
 }
 
 // bounded is rec with every field cut to its bound: how records are

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // State is where a holder's lease stands at a given moment. The zero value
@@ -27,17 +29,13 @@ const (
 
 // String returns "live", "suspect", "expired" or "unknown".
 func (s State) String() string {
-	switch s {
-	case Live:
-		return "live"
-	case Suspect:
-		return "suspect"
-	case Expired:
-		return "expired"
-	default:
-		return "unknown"
+	if name, ok := enumname.Lookup(s, stateNames); ok {
+		return name
 	}
+	return "unknown"
 }
+
+var stateNames = []string{Live: "live", Suspect: "suspect", Expired: "expired"}
 
 var (
 	// ErrUnknownHolder is returned for a holder the manager has no lease for

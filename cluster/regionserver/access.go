@@ -8,13 +8,14 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/locked"
+	"github.com/baton-dev/baton/internal/textcut"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
 )
@@ -40,11 +41,7 @@ const accessNeed = security.PermRead
 
 // heldVersion is the version of the grants held, for the next heartbeat
 // to quote.
-func (a *access) heldVersion() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.version
-}
+func (a *access) heldVersion() uint64 { return locked.Load(&a.mu, &a.version) }
 
 // adopt takes g, told in answer to a request sent at heard, as the grants
 // in force until fresh.
@@ -162,15 +159,7 @@ func (s *Server) refusalReport(caller security.Identity, method, from string, er
 // carrying it, and with it the server's lease. Escaped, then cut at a
 // rune.
 func reportText(m string) string {
-	m = reqlimit.Escape(m)
-	if len(m) <= refusalMessageMax {
-		return m
-	}
-	i := refusalMessageMax
-	for i > 0 && !utf8.RuneStart(m[i]) {
-		i--
-	}
-	return m[:i]
+	return textcut.Prefix(reqlimit.Escape(m), refusalMessageMax)
 }
 
 // peerAddr is the address ctx's call came from.

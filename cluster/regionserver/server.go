@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -317,19 +318,11 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // Addr is the address the RegionServer service is advertised at ("" before
 // Start): Config.GRPCAddr, or with port 0 the port bound.
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
-}
+func (s *Server) Addr() string { return locked.Load(&s.mu, &s.addr) }
 
 // HTTPAddr is the address /metrics and /readyz are served at ("" without
 // Config.HTTPAddr, or before Start): with port 0, the port bound.
-func (s *Server) HTTPAddr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.httpAddr
-}
+func (s *Server) HTTPAddr() string { return locked.Load(&s.mu, &s.httpAddr) }
 
 // Metrics is the registry the server's metrics are in (Config.Metrics or
 // its own).
@@ -340,19 +333,11 @@ func (s *Server) ID() string { return s.cfg.ID }
 
 // StartCode is the start code of the current registration, 0 while the
 // server is not registered.
-func (s *Server) StartCode() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.startCode
-}
+func (s *Server) StartCode() uint64 { return locked.Load(&s.mu, &s.startCode) }
 
 // HighestTerm is the highest leader term this server has seen: requests
 // with a lower term are refused.
-func (s *Server) HighestTerm() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.highestTerm
-}
+func (s *Server) HighestTerm() uint64 { return locked.Load(&s.mu, &s.highestTerm) }
 
 // HeartbeatInterval is the interval in force: Config.HeartbeatInterval,
 // else the registering master's, else DefaultHeartbeatInterval.

@@ -4,6 +4,9 @@
 // is suspended on an event, and the timer wakes it at the deadline.
 //
 //	go run ./examples/approval
+//
+// Each example reads on its own: its states and steps are written out in
+// full, alike in shape to the other examples' but on purpose not shared.
 package main
 
 import (

@@ -6,6 +6,9 @@
 // the whole tree: its siblings' upgrades, and the rollout's own steps.
 //
 //	go run ./examples/rollout
+//
+// Like every example it reads on its own: its states and steps are alike
+// in shape to the others' but on purpose not shared with them.
 package main
 
 import (

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/baton-dev/baton/internal/enumname"
 )
 
 // The namespace model: one boolean per namespace (does it exist?), so a
@@ -27,17 +29,9 @@ const (
 	OpRead
 )
 
-func (k OpKind) String() string {
-	switch k {
-	case OpCreate:
-		return "create"
-	case OpDelete:
-		return "delete"
-	case OpRead:
-		return "read"
-	}
-	return fmt.Sprintf("op%d", int(k))
-}
+var opKindNames = []string{OpCreate: "create", OpDelete: "delete", OpRead: "read"}
+
+func (k OpKind) String() string { return enumname.Format(k, opKindNames, "op%d") }
 
 // Outcome is how a create or delete ended.
 type Outcome int
@@ -50,12 +44,11 @@ const (
 	NoOp            // create: it existed already; delete: it did not exist
 )
 
+var outcomeNames = []string{Done: "ok", NoOp: "noop"}
+
 func (o Outcome) String() string {
-	switch o {
-	case Done:
-		return "ok"
-	case NoOp:
-		return "noop"
+	if name, ok := enumname.Lookup(o, outcomeNames); ok {
+		return name
 	}
 	return "unknown"
 }

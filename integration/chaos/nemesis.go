@@ -296,16 +296,23 @@ func (n *Nemesis) leaderKill(ctx context.Context) (string, error) {
 		return l, fmt.Errorf("kill %s: %w", l, err)
 	}
 	_, effErr := n.NewLeaderAmong(ctx, others(n.masterIDs(), l), term, 30*time.Second)
-	if err := n.c.RestartErr(l); err != nil {
-		return l, fmt.Errorf("restart %s: %w", l, err)
+	return n.undo(ctx, l, "restart", n.c.RestartErr, effErr)
+}
+
+// undo ends a fault on master id: it undoes it (undo, named verb in the
+// error), waits for id to rejoin, and then reports effErr, the fault's
+// failure to take effect, if any, as errNoEffect.
+func (n *Nemesis) undo(ctx context.Context, id, verb string, undo func(id string) error, effErr error) (string, error) {
+	if err := undo(id); err != nil {
+		return id, fmt.Errorf("%s %s: %w", verb, id, err)
 	}
-	if err := n.rejoined(ctx, l); err != nil {
-		return l, err
+	if err := n.rejoined(ctx, id); err != nil {
+		return id, err
 	}
 	if effErr != nil {
-		return l, fmt.Errorf("%w: %w", errNoEffect, effErr)
+		return id, fmt.Errorf("%w: %w", errNoEffect, effErr)
 	}
-	return l, nil
+	return id, nil
 }
 
 // leaderPause stops the leader, and once the others have a new leader
@@ -324,16 +331,7 @@ func (n *Nemesis) leaderPause(ctx context.Context, d time.Duration) (string, err
 	if effErr == nil {
 		hold(ctx, d)
 	}
-	if err := n.c.ResumeErr(l); err != nil {
-		return l, fmt.Errorf("resume %s: %w", l, err)
-	}
-	if err := n.rejoined(ctx, l); err != nil {
-		return l, err
-	}
-	if effErr != nil {
-		return l, fmt.Errorf("%w: %w", errNoEffect, effErr)
-	}
-	return l, nil
+	return n.undo(ctx, l, "resume", n.c.ResumeErr, effErr)
 }
 
 // raftCut returns the rules that cut master m's Raft traffic from the
@@ -391,16 +389,7 @@ func (n *Nemesis) isolate(ctx context.Context, id string, split bool, d time.Dur
 	if effErr == nil {
 		hold(ctx, d)
 	}
-	if err := heal(); err != nil {
-		return id, fmt.Errorf("heal %s: %w", id, err)
-	}
-	if err := n.rejoined(ctx, id); err != nil {
-		return id, err
-	}
-	if effErr != nil {
-		return id, fmt.Errorf("%w: %w", errNoEffect, effErr)
-	}
-	return id, nil
+	return n.undo(ctx, id, "heal", func(string) error { return heal() }, effErr)
 }
 
 // lostTouch waits (at most 20 s) until follower id has heard nothing from

@@ -55,6 +55,7 @@ import (
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness/process"
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Build compiles the baton binary (github.com/baton-dev/baton/cmd/node) into
@@ -483,11 +484,7 @@ func (c *Cluster) readyLeader(ctx context.Context) (string, error) {
 }
 
 // Leader returns the leader last found by WaitLeader ("" if none yet).
-func (c *Cluster) Leader() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leader
-}
+func (c *Cluster) Leader() string { return locked.Load(&c.mu, &c.leader) }
 
 // Followers returns the ids of the running nodes other than leader.
 func (c *Cluster) Followers(leader string) []string {
@@ -504,8 +501,15 @@ func (c *Cluster) Followers(leader string) []string {
 // exited, as a crash would leave it: no leadership transfer, no flush.
 func (c *Cluster) Kill(id string) {
 	c.t.Helper()
-	if err := c.KillErr(id); err != nil {
-		c.t.Fatalf("harness: kill %s: %v", id, err)
+	c.must("kill", id, c.KillErr(id))
+}
+
+// must fails the test if err, what went wrong doing what to node or region
+// server id.
+func (c *Cluster) must(what, id string, err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatalf("harness: %s %s: %v", what, id, err)
 	}
 }
 
@@ -521,17 +525,13 @@ func (c *Cluster) KillErr(id string) error {
 // until Resume.
 func (c *Cluster) Pause(id string) {
 	c.t.Helper()
-	if err := c.Node(id).pause(); err != nil {
-		c.t.Fatalf("harness: pause %s: %v", id, err)
-	}
+	c.must("pause", id, c.Node(id).pause())
 }
 
 // Resume sends SIGCONT to node id's process group (see Pause).
 func (c *Cluster) Resume(id string) {
 	c.t.Helper()
-	if err := c.Node(id).signal(syscall.SIGCONT); err != nil {
-		c.t.Fatalf("harness: resume %s: %v", id, err)
-	}
+	c.must("resume", id, c.Node(id).signal(syscall.SIGCONT))
 }
 
 // Term sends SIGTERM to node id (the agent then shuts down gracefully:
@@ -557,9 +557,7 @@ func (c *Cluster) Term(id string, timeout time.Duration) int {
 // directory. The node must have exited (Kill or Term).
 func (c *Cluster) Restart(id string) {
 	c.t.Helper()
-	if err := c.RestartErr(id); err != nil {
-		c.t.Fatalf("harness: restart %s: %v", id, err)
-	}
+	c.must("restart", id, c.RestartErr(id))
 }
 
 // RestartErr is Restart returning an error, for use off the test

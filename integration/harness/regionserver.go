@@ -150,9 +150,7 @@ func (c *Cluster) RegionServerIDs() []string {
 // of it only when its lease expires.
 func (c *Cluster) KillRS(id string) {
 	c.t.Helper()
-	if err := c.RegionServer(id).kill(); err != nil {
-		c.t.Fatalf("harness: kill %s: %v", id, err)
-	}
+	c.must("kill", id, c.RegionServer(id).kill())
 }
 
 // RestartRS starts region server id again with the same command line (same
@@ -160,26 +158,20 @@ func (c *Cluster) KillRS(id string) {
 func (c *Cluster) RestartRS(id string) {
 	c.t.Helper()
 	s := c.RegionServer(id)
-	if err := s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath); err != nil {
-		c.t.Fatalf("harness: restart %s: %v", id, err)
-	}
+	c.must("restart", id, s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath))
 }
 
 // PauseRS and ResumeRS send SIGSTOP and SIGCONT to region server id;
 // PauseRS returns once every thread of it has stopped (see Pause).
 func (c *Cluster) PauseRS(id string) {
 	c.t.Helper()
-	if err := c.RegionServer(id).pause(); err != nil {
-		c.t.Fatalf("harness: pause %s: %v", id, err)
-	}
+	c.must("pause", id, c.RegionServer(id).pause())
 }
 
 // ResumeRS: see PauseRS.
 func (c *Cluster) ResumeRS(id string) {
 	c.t.Helper()
-	if err := c.RegionServer(id).signal(syscall.SIGCONT); err != nil {
-		c.t.Fatalf("harness: resume %s: %v", id, err)
-	}
+	c.must("resume", id, c.RegionServer(id).signal(syscall.SIGCONT))
 }
 
 // RSLog returns what region server id has logged since its latest start.

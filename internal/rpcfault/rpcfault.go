@@ -2,7 +2,6 @@ package rpcfault
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -18,6 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/enumname"
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Fault is what a rule does to a call.
@@ -32,14 +34,9 @@ const (
 	Duplicate
 )
 
-var faultNames = [...]string{"", "drop-answer", "drop-request", "delay-answer", "delay-request", "duplicate"}
+var faultNames = []string{DropAnswer: "drop-answer", DropRequest: "drop-request", DelayAnswer: "delay-answer", DelayRequest: "delay-request", Duplicate: "duplicate"}
 
-func (f Fault) String() string {
-	if f > 0 && int(f) < len(faultNames) {
-		return faultNames[f]
-	}
-	return fmt.Sprintf("fault(%d)", int(f))
-}
+func (f Fault) String() string { return enumname.Format(f, faultNames, "fault(%d)") }
 
 // beforeHandler: the fault is decided and acts before the handler runs, so
 // it cannot depend on the answer.
@@ -54,15 +51,9 @@ const (
 	Client                 // a client interceptor
 )
 
-func (s Side) String() string {
-	switch s {
-	case Server:
-		return "server"
-	case Client:
-		return "client"
-	}
-	return fmt.Sprintf("side(%d)", int(s))
-}
+var sideNames = []string{Server: "server", Client: "client"}
+
+func (s Side) String() string { return enumname.Format(s, sideNames, "side(%d)") }
 
 // Call is one RPC as a rule's predicates see it.
 type Call struct {
@@ -113,8 +104,8 @@ type Rule struct {
 }
 
 func (r *Rule) validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	problems := defaults.NewProblems("")
+	bad := problems.Addf
 	if r.Fault < DropAnswer || r.Fault > Duplicate {
 		bad("unknown fault %d", int(r.Fault))
 	}
@@ -138,7 +129,7 @@ func (r *Rule) validate() error {
 	if r.WhenAnswer != nil && r.Fault.beforeHandler() {
 		bad("%s acts before the handler: it cannot depend on the answer (WhenAnswer)", r.Fault)
 	}
-	return errors.Join(errs...)
+	return problems.Err()
 }
 
 func (r *Rule) appliesTo(method string) bool {
@@ -348,11 +339,7 @@ func (in *Injector) Count(f Fault) int {
 }
 
 // Total is how many faults were injected.
-func (in *Injector) Total() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.evsTotal
-}
+func (in *Injector) Total() int { return locked.Load(&in.mu, &in.evsTotal) }
 
 // Counts is how many faults each rule injected, by rule name (rules
 // removed included).

@@ -57,6 +57,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -369,11 +370,7 @@ func (c *crashStore) arm(total int, toggle bool) {
 	}
 }
 
-func (c *crashStore) written() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.writes
-}
+func (c *crashStore) written() int { return locked.Load(&c.mu, &c.writes) }
 
 // stored is the state last stored for procedure id.
 func (c *crashStore) stored(id uint64) procedure.State {
