@@ -22,7 +22,7 @@ func concScenario() (procs []Procedure, names []string, want []State) {
 		st := Success
 		switch i % 4 {
 		case 0, 1:
-			h := newHP(name, 3)
+			h := newSteps(name, 3)
 			h.SpawnAt, h.Children, h.ChildSteps = 1, 3, 3
 			if i%4 == 1 {
 				h.ChildFailAt = 2
@@ -38,7 +38,7 @@ func concScenario() (procs []Procedure, names []string, want []State) {
 			}
 			p = m
 		case 3:
-			h := newHP(name, 4)
+			h := newSteps(name, 4)
 			h.SpawnAt, h.Children, h.ChildSteps, h.ChildSuspend = 0, 2, 2, time.Millisecond
 			if i == 7 {
 				h.FailAt = 3

@@ -103,7 +103,7 @@ func crashScenario() (procs []Procedure, names []string, want []State) {
 	c := newSteps("C", 5)
 	c.FailAt = 3
 	d := newSteps("D", 3)
-	d.SuspendAt = 0
+	d.SuspendAt, d.Suspend = 0, 2*time.Millisecond
 	e := newSteps("E", 4)
 	e.SpawnAt, e.Children, e.ChildSteps = 2, 2, 2
 	return []Procedure{a, b, c, d, e}, []string{"A", "B", "C", "D", "E"},
