@@ -3,32 +3,21 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/internal/syncbuf"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 )
-
-// loopbackAddr returns a loopback address free at the time of the call.
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestAgentRefusesAnotherNodesDataDir: a data directory that node n1
 // created, started with --id n2, is refused at once (exit 1) with both ids
 // named, instead of idling as a stranger to its own cluster.
 func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 	dir := t.TempDir()
-	raft, grpc := loopbackAddr(t), loopbackAddr(t)
+	raft, grpc := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	agentArgs := func(id string) []string {
 		return []string{"agent", "--id", id, "--data-dir", dir, "--raft-addr", raft, "--grpc-addr", grpc, "--http-addr", "",
 			"--peers", id + "=" + raft}
