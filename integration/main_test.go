@@ -27,30 +27,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	flag.Parse()
-	if bin := os.Getenv("BATON_NODE_BIN"); bin != "" {
-		nodeBin = bin
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "baton-it-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	var flags []string
-	if os.Getenv("BATON_NODE_RACE") != "" {
-		flags = append(flags, "-race") // the agents themselves under the race detector
-	}
-	start := time.Now()
-	nodeBin, err = harness.Build(dir, flags...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if testing.Verbose() {
-		fmt.Printf("built %s in %v\n", nodeBin, time.Since(start).Round(time.Millisecond))
-	}
-	return m.Run()
+	return harness.RunWithBinary(m, "baton-it-bin-", &nodeBin)
 }
 
 // newCluster starts an n-node cluster of agent processes for t.
