@@ -45,13 +45,21 @@ func rsCluster(t *testing.T, ctx context.Context, masters, servers int, masterLo
 	t.Helper()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: masters, LogLevel: masterLog})
 	c.WaitLeader(ctx)
-	c.StartRegionServers(servers, opts)
+	startRegionServers(t, ctx, c, servers, opts)
+	return c
+}
+
+// startRegionServers starts n region servers in c and waits, for at most
+// 30 s, until the masters know them all.
+func startRegionServers(t *testing.T, ctx context.Context, c *harness.Cluster, n int, opts harness.RSOptions) []*harness.RegionServer {
+	t.Helper()
+	rs := c.StartRegionServers(n, opts)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := c.WaitRegionServers(wctx); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return rs
 }
 
 // createTables creates tables (each with its nonce "create-NAME") one by

@@ -36,12 +36,7 @@ func TestRegionServerAccessControl(t *testing.T) {
 	defer cancel()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
 	c.WaitLeader(ctx)
-	rs := c.StartRegionServers(1, harness.RSOptions{HTTP: true})[0]
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	rs := startRegionServers(t, ctx, c, 1, harness.RSOptions{HTTP: true})[0]
 	cl := c.Client()
 	createTables(t, ctx, cl, []string{"before"}, 2)
 
@@ -134,12 +129,7 @@ func TestRegionServerRefusalsAudited(t *testing.T) {
 	defer cancel()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
 	c.WaitLeader(ctx)
-	rs := c.StartRegionServers(1, harness.RSOptions{})[0]
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	rs := startRegionServers(t, ctx, c, 1, harness.RSOptions{})[0]
 	f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)

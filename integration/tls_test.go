@@ -71,12 +71,7 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 	defer cancel()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
 	leader := c.WaitLeader(ctx)
-	c.StartRegionServers(2, harness.RSOptions{})
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	startRegionServers(t, ctx, c, 2, harness.RSOptions{})
 	createTables(t, ctx, c.Client(), []string{"secure"}, 4)
 
 	pki := c.PKI()
