@@ -32,13 +32,7 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		done <- c.run(args)
 	}()
-	testwait.ForNil(t, 60*time.Second, "n1 to lead", func() error {
-		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
-		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
-			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
-		}
-		return nil
-	})
+	waitLeader(t, grpc, "n1", "n1 to lead")
 	cancel()
 	select {
 	case code := <-done:
@@ -67,15 +61,21 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		done <- c.run(args)
 	}()
-	testwait.ForNil(t, 60*time.Second, "n1 to lead again", func() error {
-		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
-		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
-			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
-		}
-		return nil
-	})
+	waitLeader(t, grpc, "n1", "n1 to lead again")
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("n1 restarted stopped with exit %d", code)
 	}
+}
+
+// waitLeader waits until 'cluster status' at addr names id the leader.
+func waitLeader(t *testing.T, addr, id, what string) {
+	t.Helper()
+	testwait.ForNil(t, 60*time.Second, what, func() error {
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", addr, "--timeout", "2s")
+		if code != exitOK || !strings.Contains(stdout, "leader       "+id) {
+			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
+		}
+		return nil
+	})
 }
