@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -133,17 +132,7 @@ func TestConcurrentCrashAtPersistencePoints(t *testing.T) {
 					last, lastCS = h, cs
 					break
 				}
-				testwait.For(t, 10*time.Second, "crash or completion", func() bool {
-					if h.x.Err() != nil {
-						return true
-					}
-					for _, id := range acked {
-						if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
-							return false
-						}
-					}
-					return true
-				})
+				h.waitCrashOrEnd(acked)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := h.x.Stop(ctx); err != nil {
 					t.Fatalf("stage %d: stop: %v", stage, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -278,6 +279,21 @@ func testRegistry(t testing.TB) *Registry {
 	return r
 }
 
+// startBare starts an executor of cfg as it is (no test registry, domain or
+// count check, unlike startExecutor), stopped when the test ends.
+func startBare(t testing.TB, cfg Config) *Executor {
+	t.Helper()
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Stop(context.Background()) })
+	return x
+}
+
 type harness struct {
 	t   testing.TB
 	x   *Executor
@@ -338,4 +354,42 @@ func (h *harness) wait(id uint64) Info {
 		h.t.Fatalf("wait %d: %v", id, err)
 	}
 	return info
+}
+
+// waitCrashOrEnd waits until the executor crashed (an injected store
+// fault) or every procedure in acked is terminal.
+func (h *harness) waitCrashOrEnd(acked map[string]uint64) {
+	h.t.Helper()
+	testwait.For(h.t, 10*time.Second, "crash or completion", func() bool {
+		if h.x.Err() != nil {
+			return true
+		}
+		for _, id := range acked {
+			if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// resubmitAfterCrash checks that h, restarted on what a crashed executor
+// left, loaded it all, then submits p again with nonce: it must succeed,
+// and terminals (the store's count) must see its root end exactly once.
+func (h *harness) resubmitAfterCrash(p Procedure, nonce string, terminals func(uint64) int) uint64 {
+	h.t.Helper()
+	if p := h.x.Problems(); len(p) > 0 {
+		h.t.Fatalf("load problems: %+v", p)
+	}
+	id, err := h.x.Submit(p, SubmitOptions{Nonce: nonce})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if info := h.wait(id); info.State != Success {
+		h.t.Fatalf("ended %s (%s)", info.State, info.Error)
+	}
+	if got := terminals(id); got != 1 {
+		h.t.Fatalf("root reached a terminal state %d times", got)
+	}
+	return id
 }

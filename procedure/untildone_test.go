@@ -262,19 +262,7 @@ func TestCrashDuringChildRollbackBelowRetryUntilDone(t *testing.T) {
 			}
 			_ = h1.x.Stop(context.Background())
 			cs2, h2 := run(t, -1, cs, mem, dom)
-			if p := h2.x.Problems(); len(p) > 0 {
-				t.Fatalf("load problems: %+v", p)
-			}
-			id, err = h2.x.Submit(&udSM{Name: "U", Kids: "pair"}, SubmitOptions{Nonce: "U"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info := h2.wait(id); info.State != Success {
-				t.Fatalf("ended %s (%s)", info.State, info.Error)
-			}
-			if got := cs2.terminals(id); got != 1 {
-				t.Fatalf("root reached a terminal state %d times", got)
-			}
+			id = h2.resubmitAfterCrash(&udSM{Name: "U", Kids: "pair"}, "U", cs2.terminals)
 			got := dom.effectsUnder("")
 			slices.Sort(got)
 			if !slices.Equal(got, want) {

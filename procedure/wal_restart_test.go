@@ -295,17 +295,7 @@ func TestWALHardCrash(t *testing.T) {
 				}
 				acked[c.name] = id
 			}
-			testwait.For(t, 10*time.Second, "crash or completion", func() bool {
-				if h.x.Err() != nil {
-					return true
-				}
-				for _, id := range acked {
-					if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
-						return false
-					}
-				}
-				return true
-			})
+			h.waitCrashOrEnd(acked)
 			if err := h.x.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}
