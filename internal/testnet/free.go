@@ -17,3 +17,18 @@ func FreeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// NonLoopbackIPv4 returns one of this host's IPv4 addresses that is not
+// loopback, for what must behave differently off the loopback interface;
+// the test is skipped on a host without one.
+func NonLoopbackIPv4(t testing.TB) net.IP {
+	t.Helper()
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this host")
+	return nil
+}
