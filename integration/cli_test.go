@@ -56,10 +56,7 @@ func expectExit(t *testing.T, what string, got, want int, stderr string) {
 // the leader), an unknown type (exit 2), an unknown id (exit 1), and an
 // address where nothing listens (exit 3).
 func TestCLI(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
+	ctx, c, leader := leadingCluster(t, 3, 60*time.Second)
 	addr := strings.Join(c.AdminAddrs(), ",")
 
 	type procDoc struct {
@@ -148,10 +145,7 @@ func TestCLI(t *testing.T) {
 // linearizable reads through a follower are answered by the leader, stale
 // ones by the follower; failed preconditions carry their code.
 func TestCLIReads(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
+	ctx, c, leader := leadingCluster(t, 3, 60*time.Second)
 	addr := strings.Join(c.AdminAddrs(), ",")
 	fid := c.Followers(leader)[0]
 	follower := c.Node(fid).GRPCAddr

@@ -36,6 +36,17 @@ func newCluster(t *testing.T, n int) *harness.Cluster {
 	return harness.New(t, harness.Options{Binary: nodeBin, Nodes: n})
 }
 
+// leadingCluster starts an n-node cluster of agent processes for t and
+// waits for its leader, whose id it returns; its context ends after timeout
+// or with t.
+func leadingCluster(t *testing.T, n int, timeout time.Duration) (context.Context, *harness.Cluster, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c := newCluster(t, n)
+	return ctx, c, c.WaitLeader(ctx)
+}
+
 // submitRetrying submits with a fixed nonce until the cluster acknowledges
 // it with an id or ctx ends, retrying errors the client library gives up
 // on (its own retries cover UNAVAILABLE within one call timeout). Errors

@@ -272,29 +272,13 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 			t.Fatalf("after %d kills: %v", len(kills), err)
 		}
 		k := kill{victim: leader, acked: acked.Load(), finished: finished.Load(), inTransit: n}
-		killedAt := time.Now()
-		c.Kill(leader)
-		nl, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("no new leader after killing %s: %v", leader, err)
-		}
-		k.newLeader, k.electionIn = nl, time.Since(killedAt)
+		k.newLeader, k.electionIn = killLeaderAndAwait(t, ctx, c, leader)
 		kills = append(kills, k)
 		t.Logf("kill %d: %s (leader) with %d/%d creates acknowledged, %d finished, %d regions in transition; %s ready after %v",
-			len(kills), leader, k.acked, tables, k.finished, k.inTransit, nl, k.electionIn.Round(time.Millisecond))
-		c.Restart(leader)
-		uctx, ucancel := context.WithTimeout(ctx, 20*time.Second)
-		if _, err := c.WaitUp(uctx, leader); err != nil {
-			ucancel()
-			t.Fatalf("restarted %s: %v", leader, err)
-		}
-		ucancel()
+			len(kills), leader, k.acked, tables, k.finished, k.inTransit, k.newLeader, k.electionIn.Round(time.Millisecond))
+		restartAndWait(t, ctx, c, leader)
 	}
-	select {
-	case <-subDone:
-	case <-ctx.Done():
-		t.Fatalf("submissions did not finish: %v", ctx.Err())
-	}
+	awaitSubmissions(t, ctx, subDone)
 	waiters.Wait()
 	for _, err := range errs {
 		t.Error(err)
