@@ -141,17 +141,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		}
 		// Paces the kills: a random pause puts each one at a different
 		// point of the submissions.
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after %d kills: %v", len(kills), ctx.Err())
-		case <-time.After(time.Duration(250+rng.IntN(400)) * time.Millisecond):
-		}
-		// Whoever leads now: leadership may have moved during the pause
-		// on a loaded machine, and the victim must be the leader.
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("after %d kills: %v", len(kills), err)
-		}
+		leader := pauseThenLeader(t, ctx, c, time.Duration(250+rng.IntN(400))*time.Millisecond, len(kills))
 		mu.Lock()
 		k := kill{victim: leader, acked: acked}
 		mu.Unlock()
@@ -339,6 +329,24 @@ func killLeaderAndAwait(t *testing.T, ctx context.Context, c *harness.Cluster, l
 		t.Fatalf("no new leader after killing %s: %v", leader, err)
 	}
 	return nl, time.Since(killedAt)
+}
+
+// pauseThenLeader waits d, a pause that puts a kill at a point of its own,
+// then returns whoever leads now: leadership may have moved during the
+// pause on a loaded machine, and the victim must be the leader. kills is
+// how many kills came before, for the failure message.
+func pauseThenLeader(t *testing.T, ctx context.Context, c *harness.Cluster, d time.Duration, kills int) string {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("after %d kills: %v", kills, ctx.Err())
+	case <-time.After(d):
+	}
+	leader, err := c.AwaitLeader(ctx)
+	if err != nil {
+		t.Fatalf("after %d kills: %v", kills, err)
+	}
+	return leader
 }
 
 // restartAndWait restarts the killed node id and waits, for at most 20 s,

@@ -260,17 +260,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 		})
 		// Paces the kills: a random pause puts each one at a different
 		// point of the assignments.
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after %d kills: %v", len(kills), ctx.Err())
-		case <-time.After(time.Duration(rng.IntN(150)) * time.Millisecond):
-		}
-		// Whoever leads now: leadership may have moved meanwhile on a
-		// loaded machine, and the victim must be the leader.
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("after %d kills: %v", len(kills), err)
-		}
+		leader := pauseThenLeader(t, ctx, c, time.Duration(rng.IntN(150))*time.Millisecond, len(kills))
 		k := kill{victim: leader, acked: acked.Load(), finished: finished.Load(), inTransit: n}
 		k.newLeader, k.electionIn = killLeaderAndAwait(t, ctx, c, leader)
 		kills = append(kills, k)
