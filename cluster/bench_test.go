@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/bbolt"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -191,7 +192,7 @@ func benchNodeConfig(b *testing.B, id string, noSync bool) Config {
 	c := DefaultConfig()
 	c.ID = id
 	c.DataDir = b.TempDir()
-	c.RaftAddr = benchFreeAddr(b)
+	c.RaftAddr = testnet.FreeAddr(b)
 	c.RaftNoSync = noSync
 	c.WAL = store.WALConfig{NoSync: noSync}
 	c.Workers = slices.Max(benchProcCounts()) // a worker for every procedure at the highest concurrency
@@ -253,16 +254,6 @@ type discardSpans struct{}
 
 func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discardSpans) Shutdown(context.Context) error                             { return nil }
-
-func benchFreeAddr(b *testing.B) string {
-	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func benchPeers(cfgs []Config) []Peer {
 	peers := make([]Peer, len(cfgs))

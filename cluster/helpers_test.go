@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"testing"
@@ -149,16 +148,6 @@ func fastConfig(t *testing.T, id string, rec *recorder) Config {
 	return c
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
 	t.Helper()
 	if o.n == 0 {
@@ -171,7 +160,7 @@ func newTestCluster(t *testing.T, o clusterOpts) *testCluster {
 		cfg := fastConfig(t, id, c.rec)
 		var tr *raft.InmemTransport
 		if o.tcp {
-			cfg.RaftAddr = freePort(t)
+			cfg.RaftAddr = testnet.FreeAddr(t)
 			cfg.TransportTimeout = 2 * time.Second
 			peers = append(peers, Peer{ID: id, Address: cfg.RaftAddr})
 		} else {

@@ -87,15 +87,8 @@ func TestScenarioIOTDB13178MembershipChangeKeepsALeader(t *testing.T) {
 	})
 
 	t.Run("add a member that is down", func(t *testing.T) {
-		c := newMembershipCluster(t, 4)
-		li := c.WaitLeaderKnown()
-		m4 := lastNonLeader(c, li)
+		c, li, m4, f := threeOfFour(t)
 		id4 := c.Master(m4).ID
-		if _, err := removePeer(c, id4); err != nil {
-			t.Fatalf("removing %s first: %v", id4, err)
-		}
-		li = c.WaitLeaderKnown()
-		f := followers(c, li, m4)
 		c.Kill(f[1]) // one of the three members is down
 		c.Kill(m4)   // and so is the one added
 		_, err := addPeer(c, m4)
@@ -109,15 +102,8 @@ func TestScenarioIOTDB13178MembershipChangeKeepsALeader(t *testing.T) {
 	})
 
 	t.Run("add a member then kill the leader before it commits", func(t *testing.T) {
-		c := newMembershipCluster(t, 4)
-		li := c.WaitLeaderKnown()
-		m4 := lastNonLeader(c, li)
+		c, li, m4, f := threeOfFour(t)
 		id4 := c.Master(m4).ID
-		if _, err := removePeer(c, id4); err != nil {
-			t.Fatalf("removing %s first: %v", id4, err)
-		}
-		li = c.WaitLeaderKnown()
-		f := followers(c, li, m4)
 		// The new member and one follower are cut off: the four-member
 		// configuration cannot commit while they are. Node.Join refuses
 		// it then (its quorum check); a Join whose check passed just
@@ -181,6 +167,21 @@ func TestScenarioIOTDB13178MembershipChangeKeepsALeader(t *testing.T) {
 		}
 		requireLeader(t, c, "remove racing a leadership transfer", want, deadline)
 	})
+}
+
+// threeOfFour starts four masters and removes one follower, m4, from the
+// membership: li leads the three members left, f are the other two.
+func threeOfFour(t *testing.T) (c *clustertest.Cluster, li, m4 int, f []int) {
+	t.Helper()
+	c = newMembershipCluster(t, 4)
+	li = c.WaitLeaderKnown()
+	m4 = lastNonLeader(c, li)
+	id4 := c.Master(m4).ID
+	if _, err := removePeer(c, id4); err != nil {
+		t.Fatalf("removing %s first: %v", id4, err)
+	}
+	li = c.WaitLeaderKnown()
+	return c, li, m4, followers(c, li, m4)
 }
 
 func newMembershipCluster(t *testing.T, n int) *clustertest.Cluster {

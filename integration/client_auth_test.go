@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/baton-dev/baton/integration/harness"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/rspb"
@@ -32,13 +31,7 @@ import (
 // console takes the token as a bearer header; /readyz and gRPC health
 // stay open.
 func TestTokenWithoutClientCertificate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true, Env: []string{"BATON_CLIENT_AUTH=either"}})
-	leader := c.WaitLeader(ctx)
+	ctx, c, leader := tlsCluster(t, 3*time.Minute, "BATON_CLIENT_AUTH=either")
 	ca := c.PKI().CAFile
 	addrs := strings.Join(c.AdminAddrs(), ",")
 	// baton runs the CLI with the CA alone, and token (if not empty) in

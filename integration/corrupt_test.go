@@ -125,6 +125,22 @@ func merge(dst, src map[string]uint64) {
 	}
 }
 
+// settledFollower submits 20 procedures named after prefix, waits until
+// they succeeded and every node applied them, and returns the cluster's
+// client, what it acknowledged, and a follower: the node whose files the
+// corruption tests damage.
+func settledFollower(t *testing.T, ctx context.Context, c *harness.Cluster, prefix string) (*client.Client, map[string]uint64, string) {
+	t.Helper()
+	leader := c.WaitLeader(ctx)
+	cl := c.Client()
+	acked := submitAll(t, ctx, cl, prefix, 20)
+	checkAllSucceeded(t, ctx, cl, acked)
+	if _, err := c.Converge(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return cl, acked, c.Followers(leader)[0]
+}
+
 // TestCorruptRaftDBRefusesStart damages a stopped follower's raft.db:
 // first a page in the middle of the file, then both meta pages. Each
 // time the node must refuse to start (bbolt's own reaction to some of this
@@ -134,14 +150,7 @@ func TestCorruptRaftDBRefusesStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
-	cl := c.Client()
-	acked := submitAll(t, ctx, cl, "before", 20)
-	checkAllSucceeded(t, ctx, cl, acked)
-	if _, err := c.Converge(ctx, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	f := c.Followers(leader)[0]
+	cl, acked, f := settledFollower(t, ctx, c, "before")
 	db := filepath.Join(c.Node(f).DataDir, "raft", "raft.db")
 	c.Kill(f)
 	orig, err := os.ReadFile(db)
@@ -219,14 +228,7 @@ func TestCorruptWALSegment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
-	cl := c.Client()
-	acked := submitAll(t, ctx, cl, "first", 20)
-	checkAllSucceeded(t, ctx, cl, acked)
-	if _, err := c.Converge(ctx, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	f := c.Followers(leader)[0]
+	cl, acked, f := settledFollower(t, ctx, c, "first")
 	fsmDir := filepath.Join(c.Node(f).DataDir, "fsm")
 	// A restart opens a new segment: the first one becomes an older one.
 	c.Kill(f)

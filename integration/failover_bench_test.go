@@ -58,10 +58,7 @@ func TestFailoverTiming(t *testing.T) {
 	if err != nil || kills <= 0 {
 		kills = 20
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills)*15*time.Second+30*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	c.WaitLeader(ctx)
+	ctx, c, _ := leadingCluster(t, 3, time.Duration(kills)*15*time.Second+30*time.Second)
 	cl := c.Client()
 
 	// Four procedures always in flight, whose steps the rounds look for.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness"
 )
 
 // job is one procedure submitted by TestLeaderKillDuringProcedures.
@@ -70,10 +71,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		minKills   = 5
 		maxKills   = 8
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	c.WaitLeader(ctx)
+	ctx, c, _ := leadingCluster(t, 3, 150*time.Second)
 
 	jobs := makeJobs(procs)
 	var (
@@ -143,42 +141,16 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		}
 		// Paces the kills: a random pause puts each one at a different
 		// point of the submissions.
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after %d kills: %v", len(kills), ctx.Err())
-		case <-time.After(time.Duration(250+rng.IntN(400)) * time.Millisecond):
-		}
-		// Whoever leads now: leadership may have moved during the pause
-		// on a loaded machine, and the victim must be the leader.
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("after %d kills: %v", len(kills), err)
-		}
+		leader := pauseThenLeader(t, ctx, c, time.Duration(250+rng.IntN(400))*time.Millisecond, len(kills))
 		mu.Lock()
 		k := kill{victim: leader, acked: acked}
 		mu.Unlock()
-		killedAt := time.Now()
-		c.Kill(leader)
-		nl, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("no new leader after killing %s: %v", leader, err)
-		}
-		k.newLeader, k.electionIn = nl, time.Since(killedAt)
+		k.newLeader, k.electionIn = killLeaderAndAwait(t, ctx, c, leader)
 		kills = append(kills, k)
-		t.Logf("kill %d: %s (leader) with %d/%d acknowledged; %s ready after %v", len(kills), leader, k.acked, procs, nl, k.electionIn.Round(time.Millisecond))
-		c.Restart(leader)
-		uctx, ucancel := context.WithTimeout(ctx, 20*time.Second)
-		if _, err := c.WaitUp(uctx, leader); err != nil {
-			ucancel()
-			t.Fatalf("restarted %s: %v", leader, err)
-		}
-		ucancel()
+		t.Logf("kill %d: %s (leader) with %d/%d acknowledged; %s ready after %v", len(kills), leader, k.acked, procs, k.newLeader, k.electionIn.Round(time.Millisecond))
+		restartAndWait(t, ctx, c, leader)
 	}
-	select {
-	case <-subDone:
-	case <-ctx.Done():
-		t.Fatalf("submissions did not finish: %v", ctx.Err())
-	}
+	awaitSubmissions(t, ctx, subDone)
 	for _, err := range errs {
 		t.Error(err)
 	}
@@ -344,4 +316,57 @@ func checkEffects(t *testing.T, jobs []*job, effects map[string]string) {
 		t.Errorf("effects name %d non-root procedures, want %d fanout children (a re-spawn after failover would add more)", children, wantChildren)
 	}
 	t.Logf("%d effect keys over %d procedures (%d fanout children), each applied exactly once", len(effects), len(perProc), children)
+}
+
+// killLeaderAndAwait kills leader and waits for the next one, returning it and how
+// long it took to be ready.
+func killLeaderAndAwait(t *testing.T, ctx context.Context, c *harness.Cluster, leader string) (string, time.Duration) {
+	t.Helper()
+	killedAt := time.Now()
+	c.Kill(leader)
+	nl, err := c.AwaitLeader(ctx)
+	if err != nil {
+		t.Fatalf("no new leader after killing %s: %v", leader, err)
+	}
+	return nl, time.Since(killedAt)
+}
+
+// pauseThenLeader waits d, a pause that puts a kill at a point of its own,
+// then returns whoever leads now: leadership may have moved during the
+// pause on a loaded machine, and the victim must be the leader. kills is
+// how many kills came before, for the failure message.
+func pauseThenLeader(t *testing.T, ctx context.Context, c *harness.Cluster, d time.Duration, kills int) string {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatalf("after %d kills: %v", kills, ctx.Err())
+	case <-time.After(d):
+	}
+	leader, err := c.AwaitLeader(ctx)
+	if err != nil {
+		t.Fatalf("after %d kills: %v", kills, err)
+	}
+	return leader
+}
+
+// restartAndWait restarts the killed node id and waits, for at most 20 s,
+// until it is up.
+func restartAndWait(t *testing.T, ctx context.Context, c *harness.Cluster, id string) {
+	t.Helper()
+	c.Restart(id)
+	uctx, ucancel := context.WithTimeout(ctx, 20*time.Second)
+	defer ucancel()
+	if _, err := c.WaitUp(uctx, id); err != nil {
+		t.Fatalf("restarted %s: %v", id, err)
+	}
+}
+
+// awaitSubmissions waits until the submitting goroutine closed done.
+func awaitSubmissions(t *testing.T, ctx context.Context, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("submissions did not finish: %v", ctx.Err())
+	}
 }

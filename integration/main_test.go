@@ -27,36 +27,24 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	flag.Parse()
-	if bin := os.Getenv("BATON_NODE_BIN"); bin != "" {
-		nodeBin = bin
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "baton-it-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	var flags []string
-	if os.Getenv("BATON_NODE_RACE") != "" {
-		flags = append(flags, "-race") // the agents themselves under the race detector
-	}
-	start := time.Now()
-	nodeBin, err = harness.Build(dir, flags...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if testing.Verbose() {
-		fmt.Printf("built %s in %v\n", nodeBin, time.Since(start).Round(time.Millisecond))
-	}
-	return m.Run()
+	return harness.RunWithBinary(m, "baton-it-bin-", &nodeBin)
 }
 
 // newCluster starts an n-node cluster of agent processes for t.
 func newCluster(t *testing.T, n int) *harness.Cluster {
 	t.Helper()
 	return harness.New(t, harness.Options{Binary: nodeBin, Nodes: n})
+}
+
+// leadingCluster starts an n-node cluster of agent processes for t and
+// waits for its leader, whose id it returns; its context ends after timeout
+// or with t.
+func leadingCluster(t *testing.T, n int, timeout time.Duration) (context.Context, *harness.Cluster, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c := newCluster(t, n)
+	return ctx, c, c.WaitLeader(ctx)
 }
 
 // submitRetrying submits with a fixed nonce until the cluster acknowledges

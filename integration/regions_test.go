@@ -45,13 +45,21 @@ func rsCluster(t *testing.T, ctx context.Context, masters, servers int, masterLo
 	t.Helper()
 	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: masters, LogLevel: masterLog})
 	c.WaitLeader(ctx)
-	c.StartRegionServers(servers, opts)
+	startRegionServers(t, ctx, c, servers, opts)
+	return c
+}
+
+// startRegionServers starts n region servers in c and waits, for at most
+// 30 s, until the masters know them all.
+func startRegionServers(t *testing.T, ctx context.Context, c *harness.Cluster, n int, opts harness.RSOptions) []*harness.RegionServer {
+	t.Helper()
+	rs := c.StartRegionServers(n, opts)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := c.WaitRegionServers(wctx); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return rs
 }
 
 // createTables creates tables (each with its nonce "create-NAME") one by
@@ -252,41 +260,15 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 		})
 		// Paces the kills: a random pause puts each one at a different
 		// point of the assignments.
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after %d kills: %v", len(kills), ctx.Err())
-		case <-time.After(time.Duration(rng.IntN(150)) * time.Millisecond):
-		}
-		// Whoever leads now: leadership may have moved meanwhile on a
-		// loaded machine, and the victim must be the leader.
-		leader, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("after %d kills: %v", len(kills), err)
-		}
+		leader := pauseThenLeader(t, ctx, c, time.Duration(rng.IntN(150))*time.Millisecond, len(kills))
 		k := kill{victim: leader, acked: acked.Load(), finished: finished.Load(), inTransit: n}
-		killedAt := time.Now()
-		c.Kill(leader)
-		nl, err := c.AwaitLeader(ctx)
-		if err != nil {
-			t.Fatalf("no new leader after killing %s: %v", leader, err)
-		}
-		k.newLeader, k.electionIn = nl, time.Since(killedAt)
+		k.newLeader, k.electionIn = killLeaderAndAwait(t, ctx, c, leader)
 		kills = append(kills, k)
 		t.Logf("kill %d: %s (leader) with %d/%d creates acknowledged, %d finished, %d regions in transition; %s ready after %v",
-			len(kills), leader, k.acked, tables, k.finished, k.inTransit, nl, k.electionIn.Round(time.Millisecond))
-		c.Restart(leader)
-		uctx, ucancel := context.WithTimeout(ctx, 20*time.Second)
-		if _, err := c.WaitUp(uctx, leader); err != nil {
-			ucancel()
-			t.Fatalf("restarted %s: %v", leader, err)
-		}
-		ucancel()
+			len(kills), leader, k.acked, tables, k.finished, k.inTransit, k.newLeader, k.electionIn.Round(time.Millisecond))
+		restartAndWait(t, ctx, c, leader)
 	}
-	select {
-	case <-subDone:
-	case <-ctx.Done():
-		t.Fatalf("submissions did not finish: %v", ctx.Err())
-	}
+	awaitSubmissions(t, ctx, subDone)
 	waiters.Wait()
 	for _, err := range errs {
 		t.Error(err)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -54,10 +53,7 @@ func (d removeStatusDoc) peerIDs() []string {
 // without a restart, as a voter: with the other leader killed, the two
 // left (it among them) elect a leader and serve.
 func TestRemoveLeader(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
+	ctx, c, leader := leadingCluster(t, 3, 3*time.Minute)
 	all := strings.Join(c.AdminAddrs(), ",")
 	var others []string
 	for _, n := range c.Nodes {

@@ -52,10 +52,7 @@ var restartLine = regexp.MustCompile(`restarting from existing raft state:.*fsm_
 // that it then converges to the leader's applied index, and (when the
 // agents serve /debug/domain) that its domain state equals the others'.
 func TestRestartCatchesUpFromWAL(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	leader := c.WaitLeader(ctx)
+	ctx, c, leader := leadingCluster(t, 3, 90*time.Second)
 	cl := c.Client()
 	sleep := map[string]string{"steps": "3", "delay": "10ms"}
 	submitAndWait(t, ctx, cl, "before", 10, "sleep", sleep, client.StateSuccess)
@@ -160,10 +157,7 @@ func TestRestartCatchesUpFromWAL(t *testing.T) {
 // says so), that another node leads, and that every procedure still ends
 // SUCCESS with no error: a graceful stop fails nothing.
 func TestGracefulLeaderHandover(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c := newCluster(t, 3)
-	old := c.WaitLeader(ctx)
+	ctx, c, old := leadingCluster(t, 3, 90*time.Second)
 	cl := c.Client()
 
 	var ids []uint64

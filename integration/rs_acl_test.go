@@ -29,19 +29,8 @@ import (
 // reaches the region server within a few heartbeats; the masters' own
 // calls (opening regions) go on all along.
 func TestRegionServerAccessControl(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
-	c.WaitLeader(ctx)
-	rs := c.StartRegionServers(1, harness.RSOptions{HTTP: true})[0]
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, _ := tlsCluster(t, 3*time.Minute)
+	rs := startRegionServers(t, ctx, c, 1, harness.RSOptions{HTTP: true})[0]
 	cl := c.Client()
 	createTables(t, ctx, cl, []string{"before"}, 2)
 
@@ -127,19 +116,8 @@ func TestRegionServerAccessControl(t *testing.T) {
 // the cluster's audit trail through its heartbeats: the caller, the
 // method, the code, its address, and the region server it came through.
 func TestRegionServerRefusalsAudited(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
-	c.WaitLeader(ctx)
-	rs := c.StartRegionServers(1, harness.RSOptions{})[0]
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, _ := tlsCluster(t, 3*time.Minute)
+	rs := startRegionServers(t, ctx, c, 1, harness.RSOptions{})[0]
 	f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -48,18 +48,12 @@ func TestStaleReadsWithoutQuorum(t *testing.T) {
 	defer cancel()
 	c := rsCluster(t, ctx, 3, 1, "", harness.RSOptions{})
 	addr := strings.Join(c.AdminAddrs(), ",")
-	expect := func(what string, got, want int, stderr string) {
-		t.Helper()
-		if got != want {
-			t.Fatalf("%s: exit %d, want %d; stderr:\n%s", what, got, want, stderr)
-		}
-	}
 	code, _, serr := runCLI(t, ctx, "ns", "create", "st", "--wait", "--addr", addr)
-	expect("ns create", code, 0, serr)
+	expectExit(t, "ns create", code, 0, serr)
 	code, _, serr = runCLI(t, ctx, "table", "create", "st:t1", "--regions", "2", "--wait", "--addr", addr)
-	expect("table create", code, 0, serr)
+	expectExit(t, "table create", code, 0, serr)
 	code, out, serr := runCLI(t, ctx, "proc", "submit", "sleep", "--arg", "steps=1", "--arg", "delay=1ms", "--wait", "--addr", addr, "--json")
-	expect("proc submit", code, 0, serr)
+	expectExit(t, "proc submit", code, 0, serr)
 	id := strings.TrimSpace(out)
 	if i := strings.Index(id, `"id": `); i >= 0 {
 		id = strings.TrimSpace(strings.SplitN(id[i+len(`"id": `):], ",", 2)[0])

@@ -57,6 +57,20 @@ func callHealth(t *testing.T, ctx context.Context, addr string, opt grpc.DialOpt
 	return err
 }
 
+// tlsCluster starts three masters with mutual TLS on every channel and env
+// added to their environment, and waits for a leader. Its context ends
+// after timeout, or with t. Skipped in -short.
+func tlsCluster(t *testing.T, timeout time.Duration, env ...string) (context.Context, *harness.Cluster, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster of processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true, Env: env})
+	return ctx, c, c.WaitLeader(ctx)
+}
+
 // TestTLSClusterRefusesWhoDoesNotBelong runs three masters and two region
 // servers with mutual TLS on every channel, checks that the cluster works
 // (a table opens, the CLI with a client certificate lists it, a failover
@@ -64,19 +78,8 @@ func callHealth(t *testing.T, ctx context.Context, addr string, opt grpc.DialOpt
 // plaintext peer, a certificate of another CA, an expired certificate and
 // a valid certificate of the wrong role.
 func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
-	leader := c.WaitLeader(ctx)
-	c.StartRegionServers(2, harness.RSOptions{})
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer wcancel()
-	if _, err := c.WaitRegionServers(wctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, leader := tlsCluster(t, 3*time.Minute)
+	startRegionServers(t, ctx, c, 2, harness.RSOptions{})
 	createTables(t, ctx, c.Client(), []string{"secure"}, 4)
 
 	pki := c.PKI()
@@ -392,13 +395,7 @@ func servedNotAfter(addr string, cfg *tls.Config) (time.Time, error) {
 // another master put in its place are refused, and the master goes on
 // serving its own identity.
 func TestTLSReloadOnSIGHUP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster of processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c := harness.New(t, harness.Options{Binary: nodeBin, Nodes: 3, TLS: true})
-	c.WaitLeader(ctx)
+	ctx, c, _ := tlsCluster(t, 2*time.Minute)
 	n1 := c.Node("n1")
 	cfg := c.ClientCredentials().ClientConfig(security.RoleMaster)
 	first, err := servedNotAfter(n1.GRPCAddr, cfg)

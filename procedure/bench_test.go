@@ -219,14 +219,11 @@ func (p *parked) Execute(*procedure.Context) (procedure.Step, error) {
 
 func (p *parked) Rollback(*procedure.Context) error { return nil }
 
-// BenchmarkScrapeLive measures one scrape of the gauges about the
-// executor's table (baton_procedures, _stuck, _lock_waiting, steps in
-// flight) with 100,000 procedures waiting, scrapes back to back: what a
-// Prometheus scrape costs the leader. Scrapes within 5 s share one stuck
-// count, so this is mostly the copy of the kept counts; the walk a stuck
-// count makes every 5 s is BenchmarkCountStuck.
-func BenchmarkScrapeLive(b *testing.B) {
-	const n = 100_000
+// parkedExecutor starts an executor, stopped when b ends, holding n
+// procedures that wait for ever, and returns it with the registry its
+// metrics are scraped from and the last procedure's id.
+func parkedExecutor(b *testing.B, n int) (*procedure.Executor, *prometheus.Registry, uint64) {
+	b.Helper()
 	reg := procedure.NewRegistry()
 	reg.MustRegister("parked", 1, func() procedure.Procedure { return &parked{} })
 	metrics := prometheus.NewRegistry()
@@ -237,12 +234,24 @@ func BenchmarkScrapeLive(b *testing.B) {
 	if err := x.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer x.Stop(context.Background())
+	b.Cleanup(func() { x.Stop(context.Background()) })
+	var last uint64
 	for range n {
-		if _, err := x.Submit(&parked{}, procedure.SubmitOptions{}); err != nil {
+		if last, err = x.Submit(&parked{}, procedure.SubmitOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return x, metrics, last
+}
+
+// BenchmarkScrapeLive measures one scrape of the gauges about the
+// executor's table (baton_procedures, _stuck, _lock_waiting, steps in
+// flight) with 100,000 procedures waiting, scrapes back to back: what a
+// Prometheus scrape costs the leader. Scrapes within 5 s share one stuck
+// count, so this is mostly the copy of the kept counts; the walk a stuck
+// count makes every 5 s is BenchmarkCountStuck.
+func BenchmarkScrapeLive(b *testing.B) {
+	_, metrics, _ := parkedExecutor(b, 100_000)
 	b.ResetTimer()
 	for b.Loop() {
 		mfs, err := metrics.Gather()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -22,7 +21,7 @@ func concScenario() (procs []Procedure, names []string, want []State) {
 		st := Success
 		switch i % 4 {
 		case 0, 1:
-			h := newHP(name, 3)
+			h := newSteps(name, 3)
 			h.SpawnAt, h.Children, h.ChildSteps = 1, 3, 3
 			if i%4 == 1 {
 				h.ChildFailAt = 2
@@ -38,7 +37,7 @@ func concScenario() (procs []Procedure, names []string, want []State) {
 			}
 			p = m
 		case 3:
-			h := newHP(name, 4)
+			h := newSteps(name, 4)
 			h.SpawnAt, h.Children, h.ChildSteps, h.ChildSuspend = 0, 2, 2, time.Millisecond
 			if i == 7 {
 				h.FailAt = 3
@@ -133,17 +132,7 @@ func TestConcurrentCrashAtPersistencePoints(t *testing.T) {
 					last, lastCS = h, cs
 					break
 				}
-				testwait.For(t, 10*time.Second, "crash or completion", func() bool {
-					if h.x.Err() != nil {
-						return true
-					}
-					for _, id := range acked {
-						if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
-							return false
-						}
-					}
-					return true
-				})
+				h.waitCrashOrEnd(acked)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := h.x.Stop(ctx); err != nil {
 					t.Fatalf("stage %d: stop: %v", stage, err)

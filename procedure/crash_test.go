@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -103,7 +102,7 @@ func crashScenario() (procs []Procedure, names []string, want []State) {
 	c := newSteps("C", 5)
 	c.FailAt = 3
 	d := newSteps("D", 3)
-	d.SuspendAt = 0
+	d.SuspendAt, d.Suspend = 0, 2*time.Millisecond
 	e := newSteps("E", 4)
 	e.SpawnAt, e.Children, e.ChildSteps = 2, 2, 2
 	return []Procedure{a, b, c, d, e}, []string{"A", "B", "C", "D", "E"},
@@ -151,17 +150,7 @@ func TestCrashAtEveryPersistencePoint(t *testing.T) {
 				acked[names[i]] = id
 			}
 			// Run until the crash or the end.
-			testwait.For(t, 10*time.Second, "crash or completion", func() bool {
-				if x1.x.Err() != nil {
-					return true
-				}
-				for _, id := range acked {
-					if i, err := x1.x.Get(id); err != nil || !i.State.Terminal() {
-						return false
-					}
-				}
-				return true
-			})
+			x1.waitCrashOrEnd(acked)
 			_ = x1.x.Stop(context.Background())
 			crashed := x1.x.Err() != nil
 
@@ -272,14 +261,7 @@ func TestOlderVersionLoads(t *testing.T) {
 	_ = mem.Update(store.Proc{ID: 1, Data: r.marshal()})
 	cfg := Config{Store: mem, Registry: NewRegistry(), Env: newDomain(), Workers: 1}
 	cfg.Registry.MustRegister("ver", 2, func() Procedure { return &versioned{} })
-	x, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer x.Stop(context.Background())
+	x := startBare(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	info, err := x.Wait(ctx, 1)

@@ -39,7 +39,7 @@ func TestOutcomes(t *testing.T) {
 		}, Success, []string{"a/0", "a/1", "a/2", "a/c0/0", "a/c0/1", "a/c1/0", "a/c1/1"}, nil},
 		{"suspend with timeout", func() Procedure {
 			p := newSteps("a", 3)
-			p.SuspendAt = 0
+			p.SuspendAt, p.Suspend = 0, 2*time.Millisecond
 			return p
 		}, Success, []string{"a/0", "a/1", "a/2"}, nil},
 		{"failure rolls back in reverse", func() Procedure {

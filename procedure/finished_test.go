@@ -295,6 +295,45 @@ func TestFinishedRecordFormats(t *testing.T) {
 	}
 }
 
+// rootEnds keeps each root's first terminal Info as a listener saw it:
+// what its live entry said when it finished.
+type rootEnds struct {
+	mu    sync.Mutex
+	first map[uint64]Info
+}
+
+func recordRootEnds(h *harness) *rootEnds {
+	r := &rootEnds{first: map[uint64]Info{}}
+	h.x.AddListener(func(info Info) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, seen := r.first[info.ID]; !seen && info.State.Terminal() && info.ParentID == 0 {
+			r.first[info.ID] = info
+		}
+	})
+	return r
+}
+
+// checkAsLive checks that Get of each root (retired by now, or answered by
+// a restarted executor: what says which) answers as its live entry did
+// when it finished, less its Data.
+func (r *rootEnds) checkAsLive(t *testing.T, h *harness, what string, ids ...uint64) {
+	t.Helper()
+	for _, id := range ids {
+		got, err := h.x.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		live := r.first[id]
+		r.mu.Unlock()
+		live.Data = nil
+		if !reflect.DeepEqual(got, live) {
+			t.Errorf("%s: root %d:\n%+v\nlive entry as it finished:\n%+v", what, id, got, live)
+		}
+	}
+}
+
 // A retired root, read back from its compact record, answers Get with
 // the fields its live entry had when it finished (but Data, which no
 // snapshot carries), and after a restart a resubmission of its nonce gets
@@ -303,17 +342,7 @@ func TestFinishedRetiredAnswersAsLive(t *testing.T) {
 	st := store.NewMemStore()
 	mc := clock.NewManual(time.Unix(1e6, 123_456_789))
 	h := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock, c.Node, c.EvictInterval = mc, "m1", 24*time.Hour })
-	var mu sync.Mutex
-	last := map[uint64]Info{}
-	h.x.AddListener(func(info Info) {
-		mu.Lock()
-		defer mu.Unlock()
-		if info.State.Terminal() && info.ParentID == 0 {
-			if _, seen := last[info.ID]; !seen {
-				last[info.ID] = info // the first terminal one: the live entry's
-			}
-		}
-	})
+	ends := recordRootEnds(h)
 	p := newSteps("p", 3)
 	p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 1
 	done := h.submit(p, SubmitOptions{Owner: "alice", Nonce: "n-done"})
@@ -338,19 +367,7 @@ func TestFinishedRetiredAnswersAsLive(t *testing.T) {
 	if sorted == 0 {
 		t.Fatal("no nonce ref was merged into the sorted index")
 	}
-	for _, id := range []uint64{done, rolled} {
-		got, err := h.x.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		want := last[id]
-		mu.Unlock()
-		want.Data = nil
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("retired root %d:\n%+v\nwant as it finished\n%+v", id, got, want)
-		}
-	}
+	ends.checkAsLive(t, h, "retired", done, rolled)
 
 	if err := h.x.Stop(t.Context()); err != nil {
 		t.Fatal(err)
@@ -370,17 +387,7 @@ func TestFinishedRetiredAnswersAsLive(t *testing.T) {
 	if id, ok := h2.x.LookupNonce("alice", "n-rolled"); ok {
 		t.Errorf("another owner's nonce answered with %d", id)
 	}
-	back, err := h2.x.Get(done)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	want := last[done]
-	mu.Unlock()
-	want.Data = nil
-	if !reflect.DeepEqual(back, want) {
-		t.Errorf("after restart:\n%+v\nwant\n%+v", back, want)
-	}
+	ends.checkAsLive(t, h2, "after restart", done)
 }
 
 // A finished root's row keeps its expiry in whole seconds, rounded up: it
@@ -695,15 +702,7 @@ func TestFinishedRetiredAnswersAsLiveEndings(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
 		c.Clock, c.EvictInterval = mc, 24*time.Hour
 	})
-	var mu sync.Mutex
-	first := map[uint64]Info{}
-	h.x.AddListener(func(info Info) {
-		mu.Lock()
-		defer mu.Unlock()
-		if _, seen := first[info.ID]; !seen && info.State.Terminal() && info.ParentID == 0 {
-			first[info.ID] = info
-		}
-	})
+	ends := recordRootEnds(h)
 	funcs.Store("probe-result", func(ctx *Context) (Step, error) {
 		ctx.SetResult([]byte("the result"))
 		return Step{}, nil
@@ -742,19 +741,7 @@ func TestFinishedRetiredAnswersAsLiveEndings(t *testing.T) {
 		infos[2].State != RolledBack || !infos[2].AbortRequested || infos[3].State != RolledBack {
 		t.Fatalf("the roots did not end as meant: %+v", infos)
 	}
-	for _, id := range ids {
-		got, err := h.x.Get(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		live := first[id]
-		mu.Unlock()
-		live.Data = nil
-		if !reflect.DeepEqual(got, live) {
-			t.Errorf("retired root %d:\n%+v\nlive entry as it finished:\n%+v", id, got, live)
-		}
-	}
+	ends.checkAsLive(t, h, "retired", ids...)
 }
 
 // An acknowledged result is kept AckedResultTTL after its Ack, never

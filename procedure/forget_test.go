@@ -344,19 +344,7 @@ func TestCrashWhileForgettingChildren(t *testing.T) {
 			}
 			_ = h1.x.Stop(t.Context())
 			cs2, h2 := run(t, -1, &cs.crashStore, mem)
-			if p := h2.x.Problems(); len(p) > 0 {
-				t.Fatalf("load problems: %+v", p)
-			}
-			id, err = h2.x.Submit(newTree(), SubmitOptions{Nonce: "F"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info := h2.wait(id); info.State != Success {
-				t.Fatalf("ended %s (%s)", info.State, info.Error)
-			}
-			if got := cs2.terminals(id); got != 1 {
-				t.Fatalf("root reached a terminal state %d times", got)
-			}
+			id = h2.resubmitAfterCrash(newTree(), "F", cs2.terminals)
 			if got := mem.Domain(); !maps.EqualFunc(got, want, func(a, b []byte) bool { return string(a) == string(b) }) {
 				t.Fatalf("domain %v, want %v", got, want)
 			}

@@ -517,7 +517,7 @@ func TestFlakyRollbacksConcurrent(t *testing.T) {
 func TestPauseResumeRace(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Registry = lifecycleRegistry(t) })
 	for round := 0; round < 30; round++ {
-		id := h.submit(newHP(uniq("pr"), 40), SubmitOptions{})
+		id := h.submit(newSteps(uniq("pr"), 40), SubmitOptions{})
 		for i := 0; i < 40; i++ {
 			_ = h.x.Pause(id)
 			_ = h.x.Resume(id)

@@ -1,15 +1,9 @@
 package procedure_test
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/baton-dev/baton/procedure"
-	"github.com/baton-dev/baton/store"
 )
 
 // BenchmarkGetDuringScrapes: what scraping an executor that holds 100,000
@@ -19,24 +13,7 @@ import (
 // endpoint is unauthenticated) and without. Reports the p99 and the worst
 // wait of one Get.
 func BenchmarkGetDuringScrapes(b *testing.B) {
-	const n = 100_000
-	reg := procedure.NewRegistry()
-	reg.MustRegister("parked", 1, func() procedure.Procedure { return &parked{} })
-	metrics := prometheus.NewRegistry()
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Metrics: metrics})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := x.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer x.Stop(context.Background())
-	var last uint64
-	for range n {
-		if last, err = x.Submit(&parked{}, procedure.SubmitOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	x, metrics, last := parkedExecutor(b, 100_000)
 	for _, scraping := range []bool{false, true} {
 		name := "scrapes=off"
 		if scraping {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -80,24 +81,41 @@ func (d *domain) order(kind, prefix string) []string {
 
 var errBoom = errors.New("boom")
 
-// stepsProc is a Stepper: Steps steps, optionally spawning children at
-// SpawnAt and failing at FailAt (after a partial effect).
+// stepsProc is a Stepper covering children, failures and suspensions. It
+// runs Steps steps; step k does the effect Name/k, then:
+//   - k == FailAt: fails (after its effect);
+//   - k == SpawnAt: spawns Children children (stepsProc of ChildSteps steps,
+//     the ChildFailAt-th failing at its step 1, each suspending for
+//     ChildSuspend after its step 0 if > 0);
+//   - k == SuspendAt: suspends for Suspend (a timer);
+//   - k == HoldAt and Gate is set: until gate Gate is open, suspends on event
+//     Gate and runs the step again when woken (a restart also runs it again).
+//
+// Its Rollback undoes the newest executed step and also the step after it if
+// that one left an effect: it may have run without its outcome being
+// persisted (a crash, or a sibling failing while it ran), and rolling back
+// must leave no effect of it. Rolling back its spawn step sweeps what its
+// children left (see domain.sweep).
 type stepsProc struct {
 	Base
-	Name        string
-	Steps       int
-	FailAt      int // -1: never
-	SpawnAt     int // -1: never
-	Children    int
-	ChildSteps  int
-	ChildFailAt int // child index whose step 1 fails, -1: none
-	SuspendAt   int // -1: never; suspends for 2 ms after this step
-	Next        int
-	Failed      bool
+	Name         string
+	Steps        int
+	FailAt       int // -1: never
+	SpawnAt      int // -1: never
+	Children     int
+	ChildSteps   int
+	ChildFailAt  int // child index whose step 1 fails, -1: none
+	ChildSuspend time.Duration
+	SuspendAt    int // -1: never
+	Suspend      time.Duration
+	HoldAt       int // only with Gate: records written without it hold nowhere
+	Gate         string
+	Next         int
+	Failed       bool
 }
 
 func newSteps(name string, steps int) *stepsProc {
-	return &stepsProc{Name: name, Steps: steps, FailAt: -1, SpawnAt: -1, ChildFailAt: -1, SuspendAt: -1}
+	return &stepsProc{Name: name, Steps: steps, FailAt: -1, SpawnAt: -1, ChildFailAt: -1, SuspendAt: -1, HoldAt: -1}
 }
 
 func (p *stepsProc) key(k int) string { return fmt.Sprintf("%s/%d", p.Name, k) }
@@ -106,9 +124,12 @@ func (p *stepsProc) Execute(ctx *Context) (Step, error) {
 	d := ctx.Env.(*domain)
 	k := p.Next
 	d.do(p.key(k))
+	if k == p.HoldAt && p.Gate != "" && !gateOpen(p.Gate) {
+		return Suspend(OnEvent(eventFor(p.Gate))), nil
+	}
 	if k == p.FailAt {
 		p.Failed = true
-		return Step{}, fmt.Errorf("step %d: %w", k, errBoom)
+		return Step{}, fmt.Errorf("%s step %d: %w", p.Name, k, errBoom)
 	}
 	p.Next++
 	if k == p.SpawnAt {
@@ -118,12 +139,15 @@ func (p *stepsProc) Execute(ctx *Context) (Step, error) {
 			if i == p.ChildFailAt {
 				c.FailAt = 1
 			}
+			if p.ChildSuspend > 0 {
+				c.SuspendAt, c.Suspend = 0, p.ChildSuspend
+			}
 			kids = append(kids, c)
 		}
 		return Spawn(kids...), nil
 	}
 	if k == p.SuspendAt {
-		return Suspend(Timeout(2 * time.Millisecond)), nil
+		return Suspend(Timeout(p.Suspend)), nil
 	}
 	if p.Next >= p.Steps {
 		return Done(), nil
@@ -138,13 +162,21 @@ func (p *stepsProc) Rollback(ctx *Context) error {
 		d.undo(p.key(p.Next))
 		return nil
 	}
-	p.Next--
+	if p.Next < p.Steps && d.has(p.key(p.Next)) {
+		d.undo(p.key(p.Next)) // run, never persisted
+	}
+	if p.Next > 0 {
+		p.Next--
+	}
 	d.undo(p.key(p.Next))
+	if p.Next == p.SpawnAt {
+		d.sweep(p.Name + "/c")
+	}
 	return nil
 }
 
 // smProc is the tests' state machine: States states with effects
-// Name/s<k>, spawning Children hProc children (of ChildSteps steps, the
+// Name/s<k>, spawning Children stepsProc children (of ChildSteps steps, the
 // ChildFailAt-th failing at its step 1) at SpawnAt, failing at FailAt,
 // and refusing to roll back state NoRollback.
 //
@@ -180,7 +212,7 @@ func (p *smProc) ExecuteState(ctx *Context, s int32) (Flow, error) {
 	}
 	if s == p.SpawnAt {
 		for i := 0; i < p.Children; i++ {
-			c := newHP(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
+			c := newSteps(fmt.Sprintf("%s/c%d", p.Name, i), p.ChildSteps)
 			if i == p.ChildFailAt {
 				c.FailAt = 1
 			}
@@ -238,7 +270,6 @@ func testRegistry(t testing.TB) *Registry {
 	r := NewRegistry()
 	r.MustRegister("steps", 1, func() Procedure { return &stepsProc{} })
 	r.MustRegister("sm", 1, func() Procedure { return &smProc{} })
-	r.MustRegister("hp", 1, func() Procedure { return &hProc{} })
 	r.MustRegister("func", 1, func() Procedure { return &funcProc{} })
 	r.MustRegister("loop", 1, func() Procedure { return &loopSM{} })
 	r.MustRegister("timeout", 1, func() Procedure { return &timeoutProc{} })
@@ -246,6 +277,21 @@ func testRegistry(t testing.TB) *Registry {
 	r.MustRegister("locked", 1, func() Procedure { return &lockedProc{} })
 	r.MustRegister("badkey", 1, func() Procedure { return &badKeyProc{} })
 	return r
+}
+
+// startBare starts an executor of cfg as it is (no test registry, domain or
+// count check, unlike startExecutor), stopped when the test ends.
+func startBare(t testing.TB, cfg Config) *Executor {
+	t.Helper()
+	x, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Stop(context.Background()) })
+	return x
 }
 
 type harness struct {
@@ -308,4 +354,42 @@ func (h *harness) wait(id uint64) Info {
 		h.t.Fatalf("wait %d: %v", id, err)
 	}
 	return info
+}
+
+// waitCrashOrEnd waits until the executor crashed (an injected store
+// fault) or every procedure in acked is terminal.
+func (h *harness) waitCrashOrEnd(acked map[string]uint64) {
+	h.t.Helper()
+	testwait.For(h.t, 10*time.Second, "crash or completion", func() bool {
+		if h.x.Err() != nil {
+			return true
+		}
+		for _, id := range acked {
+			if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// resubmitAfterCrash checks that h, restarted on what a crashed executor
+// left, loaded it all, then submits p again with nonce: it must succeed,
+// and terminals (the store's count) must see its root end exactly once.
+func (h *harness) resubmitAfterCrash(p Procedure, nonce string, terminals func(uint64) int) uint64 {
+	h.t.Helper()
+	if p := h.x.Problems(); len(p) > 0 {
+		h.t.Fatalf("load problems: %+v", p)
+	}
+	id, err := h.x.Submit(p, SubmitOptions{Nonce: nonce})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if info := h.wait(id); info.State != Success {
+		h.t.Fatalf("ended %s (%s)", info.State, info.Error)
+	}
+	if got := terminals(id); got != 1 {
+		h.t.Fatalf("root reached a terminal state %d times", got)
+	}
+	return id
 }

@@ -25,7 +25,7 @@ type udSM struct {
 	Name       string
 	FailRuns   int
 	Panic      bool
-	Kids       string // "", "pair": an hProc and a failing locked one; "flaky": an rbFlakyProc whose rollback fails once
+	Kids       string // "", "pair": a stepsProc and a failing locked one; "flaky": an rbFlakyProc whose rollback fails once
 	Runs       int
 	Respawned  bool
 	RolledBack []uint64
@@ -52,8 +52,8 @@ func (p *udSM) ExecuteState(ctx *Context, s int32) (Flow, error) {
 		}
 		switch p.Kids {
 		case "pair":
-			ctx.AddChild(newHP(p.Name+"/c1", 2))
-			bad := &failLk{hProc: *newHP(p.Name+"/c2", 3), Lock: p.Name}
+			ctx.AddChild(newSteps(p.Name+"/c1", 2))
+			bad := &failLk{stepsProc: *newSteps(p.Name+"/c2", 3), Lock: p.Name}
 			bad.FailAt = 1
 			ctx.AddChild(bad)
 		case "flaky":
@@ -84,9 +84,9 @@ func (p *udSM) RollbackState(ctx *Context, s int32) error {
 	return errors.New("cannot roll back")
 }
 
-// failLk is an hProc holding table Lock for its life.
+// failLk is a stepsProc holding table Lock for its life.
 type failLk struct {
-	hProc
+	stepsProc
 	Lock string
 }
 
@@ -262,19 +262,7 @@ func TestCrashDuringChildRollbackBelowRetryUntilDone(t *testing.T) {
 			}
 			_ = h1.x.Stop(context.Background())
 			cs2, h2 := run(t, -1, cs, mem, dom)
-			if p := h2.x.Problems(); len(p) > 0 {
-				t.Fatalf("load problems: %+v", p)
-			}
-			id, err = h2.x.Submit(&udSM{Name: "U", Kids: "pair"}, SubmitOptions{Nonce: "U"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if info := h2.wait(id); info.State != Success {
-				t.Fatalf("ended %s (%s)", info.State, info.Error)
-			}
-			if got := cs2.terminals(id); got != 1 {
-				t.Fatalf("root reached a terminal state %d times", got)
-			}
+			id = h2.resubmitAfterCrash(&udSM{Name: "U", Kids: "pair"}, "U", cs2.terminals)
 			got := dom.effectsUnder("")
 			slices.Sort(got)
 			if !slices.Equal(got, want) {

@@ -46,14 +46,7 @@ func TestStateUpgrade(t *testing.T) {
 	_ = mem.Update(store.Proc{ID: 2, Data: v2.marshal()})
 	cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
 	cfg.Registry.MustRegister("hosts", 2, func() Procedure { return &hostsV2{} })
-	x, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer x.Stop(context.Background())
+	x := startBare(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for id, want := range map[uint64]string{1: "h1", 2: "h2,h3"} {
@@ -103,14 +96,7 @@ func TestUpgradedStateIsWhatAFailureStores(t *testing.T) {
 	release := make(chan struct{})
 	cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
 	cfg.Registry.MustRegister("hosts", 2, func() Procedure { return &hostsBroken{release: release} })
-	x, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer x.Stop(context.Background())
+	startBare(t, cfg)
 	var stored Info
 	testwait.For(t, 10*time.Second, "the failure stored", func() bool {
 		data, ok := mem.Proc(1)

@@ -22,22 +22,22 @@ type walCase struct {
 }
 
 func walMix(gate string, timers time.Duration) []walCase {
-	kids := newHP("kids", 4)
+	kids := newSteps("kids", 4)
 	kids.SpawnAt, kids.Children, kids.ChildSteps = 1, 3, 2
-	kidfail := newHP("kidfail", 3)
+	kidfail := newSteps("kidfail", 3)
 	kidfail.SpawnAt, kidfail.Children, kidfail.ChildSteps, kidfail.ChildFailAt = 1, 3, 3, 1
-	fail := newHP("fail", 4)
+	fail := newSteps("fail", 4)
 	fail.FailAt = 2
 	sm := newSM("sm", 4)
 	sm.SpawnAt, sm.Children, sm.ChildSteps = 1, 2, 2
 	smfail := newSM("smfail", 4)
 	smfail.FailAt = 2
-	timer := newHP("timer", 3)
+	timer := newSteps("timer", 3)
 	timer.SuspendAt, timer.Suspend = 1, timers/2
-	timerkids := newHP("timerkids", 2)
+	timerkids := newSteps("timerkids", 2)
 	timerkids.SpawnAt, timerkids.Children, timerkids.ChildSteps, timerkids.ChildSuspend = 0, 2, 2, timers
 	out := []walCase{
-		{"ok", newHP("ok", 3), Success},
+		{"ok", newSteps("ok", 3), Success},
 		{"kids", kids, Success},
 		{"kidfail", kidfail, RolledBack},
 		{"fail", fail, RolledBack},
@@ -47,9 +47,9 @@ func walMix(gate string, timers time.Duration) []walCase {
 		{"timerkids", timerkids, Success},
 	}
 	if gate != "" {
-		held := newHP("held", 3)
+		held := newSteps("held", 3)
 		held.HoldAt, held.Gate = 1, gate
-		paused := newHP("paused", 3)
+		paused := newSteps("paused", 3)
 		paused.HoldAt, paused.Gate = 1, gate+"/p"
 		out = append(out, walCase{"held", held, Success}, walCase{"paused", paused, Success})
 	}
@@ -63,7 +63,7 @@ func expectedEffects(p Procedure, want State) []string {
 	}
 	var out []string
 	switch p := p.(type) {
-	case *hProc:
+	case *stepsProc:
 		for k := 0; k < p.Steps; k++ {
 			out = append(out, p.key(k))
 		}
@@ -171,7 +171,7 @@ func TestWALGracefulRestart(t *testing.T) {
 		}
 	}
 	// A retried submission finds the first one.
-	if id, err := h.x.Submit(newHP("dup", 1), SubmitOptions{Nonce: "ok", Owner: "t"}); err != nil || id != ids["ok"] {
+	if id, err := h.x.Submit(newSteps("dup", 1), SubmitOptions{Nonce: "ok", Owner: "t"}); err != nil || id != ids["ok"] {
 		t.Fatalf("nonce after restart: %d %v, want %d", id, err, ids["ok"])
 	}
 	mc.Advance(5 * time.Minute)
@@ -295,17 +295,7 @@ func TestWALHardCrash(t *testing.T) {
 				}
 				acked[c.name] = id
 			}
-			testwait.For(t, 10*time.Second, "crash or completion", func() bool {
-				if h.x.Err() != nil {
-					return true
-				}
-				for _, id := range acked {
-					if i, err := h.x.Get(id); err != nil || !i.State.Terminal() {
-						return false
-					}
-				}
-				return true
-			})
+			h.waitCrashOrEnd(acked)
 			if err := h.x.Stop(context.Background()); err != nil {
 				t.Fatal(err)
 			}

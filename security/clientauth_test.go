@@ -124,17 +124,7 @@ func TestCAOnlyClientOverGRPC(t *testing.T) {
 		t.Cleanup(gs.Stop)
 		return ln.Addr().String()
 	}
-	call := func(addr string) error {
-		cc, err := grpc.NewClient(addr, caOnly(t, p).DialOption(RoleMaster))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	call := func(addr string) error { return healthCheck(t, addr, caOnly(t, p).DialOption(RoleMaster)) }
 	either, cert := serve(MasterPolicyFor(ClientAuthEither)), serve(MasterPolicy())
 	if err := call(either); err != nil {
 		t.Errorf("either: %v", err)

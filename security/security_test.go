@@ -371,17 +371,7 @@ func TestPolicy(t *testing.T) {
 	go gs.Serve(ln)
 	defer gs.Stop()
 
-	call := func(opt grpc.DialOption) error {
-		cc, err := grpc.NewClient(ln.Addr().String(), opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	call := func(opt grpc.DialOption) error { return healthCheck(t, ln.Addr().String(), opt) }
 	if err := call(p.MustCredentials(alice).DialOption(RoleMaster)); err != nil {
 		t.Errorf("client: %v", err)
 	}
@@ -579,4 +569,19 @@ func TestActingFor(t *testing.T) {
 	if md, _ := metadata.FromOutgoingContext(out); len(md.Get(OnBehalfKey)) != 1 {
 		t.Errorf("OnBehalfOf: %v", md)
 	}
+}
+
+// healthCheck makes one gRPC health check of addr, dialled with opts, and
+// returns its error.
+func healthCheck(t *testing.T, addr string, opts ...grpc.DialOption) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,6 +12,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/baton-dev/baton/internal/testnet"
 )
 
 func TestLoopbackHost(t *testing.T) {
@@ -30,17 +31,7 @@ func TestLoopbackHost(t *testing.T) {
 // connection to an address that is not loopback (a leader hint may send it
 // there) fails the call without sending the token.
 func TestTokenNotSentOverPlaintext(t *testing.T) {
-	var ip net.IP
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Skip("no non-loopback IPv4 address on this host")
-	}
+	ip := testnet.NonLoopbackIPv4(t)
 	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -58,15 +49,7 @@ func TestTokenNotSentOverPlaintext(t *testing.T) {
 
 	token := "bt_0123456789abcdef_" + strings.Repeat("A", 43)
 	call := func(addr string) error {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), TokenDialOption(token))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
+		return healthCheck(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), TokenDialOption(token))
 	}
 	err = call(l.Addr().String())
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "refusing to send a bearer token over plaintext") {

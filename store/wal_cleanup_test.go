@@ -153,11 +153,7 @@ func testIdleWritesNothing(t *testing.T, mode SyncMode) {
 			t.Errorf("warning %s lacks %s", warns[0], field)
 		}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := loadDir(t, cfg)
-	equalMaps(t, got, want)
+	closeAndCheck(t, w, cfg, want)
 }
 
 // appendedBytes is the size of the record Append writes for b.
@@ -260,11 +256,7 @@ func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 			if max := newBytes*rewriteCreditPercent/100 + 3*cfg.SegmentSize; int64(st.RewriteBytes) > max {
 				t.Errorf("cleanup wrote %d bytes for %d appended: more than %d", st.RewriteBytes, newBytes, max)
 			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := loadDir(t, cfg)
-			equalMaps(t, got, want)
+			closeAndCheck(t, w, cfg, want)
 		})
 	}
 }
@@ -275,11 +267,7 @@ func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 // it, plus the segment being filled), not sit at MaxSegments×SegmentSize;
 // and a crash at any point, rewrites included, loses nothing.
 func TestWALBytesBoundedByLiveData(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 4 << 10
-	cfg.MaxSegments = 16 // 64 KiB: far above twice the live data
-	w, _, _ := openLoaded(t, cfg)
+	dir, cfg, w := openSegmented(t, 4<<10, 16) // 64 KiB: far above twice the live data
 	defer w.Close()
 	want := map[uint64]string{}
 	var appended int64
@@ -421,11 +409,7 @@ func TestWALLiveBoundRewritesBoundedByCredit(t *testing.T) {
 			}
 			t.Logf("live %d bytes in %d segments, %d bytes; cleanup wrote %d bytes for %d appended",
 				settled.LiveBytes, settled.Segments, settled.SegmentBytes, rewrote, appended)
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := loadDir(t, cfg)
-			equalMaps(t, got, want)
+			closeAndCheck(t, w, cfg, want)
 		})
 	}
 }
@@ -442,11 +426,7 @@ func TestWALLiveBoundRewritesBoundedByCredit(t *testing.T) {
 // worse is noticed; each append waits for the rewrite in flight, so the
 // figure does not depend on the machine's load.
 func TestWALBytesWithColdDataFillingSegments(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 4 << 10
-	cfg.MaxSegments = 64
-	w, _, _ := openLoaded(t, cfg)
+	_, cfg, w := openSegmented(t, 4<<10, 64)
 	defer w.Close()
 	const img, segs = 200, 16
 	for id := 1; id <= segs*int(cfg.SegmentSize)/img; id++ {

@@ -57,6 +57,42 @@ func loadDir(t testing.TB, cfg WALConfig) (map[uint64]string, LoadInfo) {
 	return got, info
 }
 
+// openSegmented opens and loads an empty WAL in a new directory whose
+// segments roll at segmentSize bytes, cleaned up beyond maxSegments.
+func openSegmented(t testing.TB, segmentSize int64, maxSegments int) (string, WALConfig, *WAL) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	cfg.SegmentSize = segmentSize
+	cfg.MaxSegments = maxSegments
+	w, _, _ := openLoaded(t, cfg)
+	return dir, cfg, w
+}
+
+// insertEach inserts ids 1..n, each in a batch of its own with the value
+// val gives it, and returns them as the state to expect.
+func insertEach(t testing.TB, w *WAL, n uint64, val func(id uint64) string) map[uint64]string {
+	t.Helper()
+	want := map[uint64]string{}
+	for id := uint64(1); id <= n; id++ {
+		v := val(id)
+		mustAppend(t, w, Batch{Inserts: []Proc{p(id, v)}})
+		want[id] = v
+	}
+	return want
+}
+
+// closeAndCheck closes w and checks that loading cfg's WAL again finds
+// want.
+func closeAndCheck(t testing.TB, w *WAL, cfg WALConfig, want map[uint64]string) {
+	t.Helper()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := loadDir(t, cfg)
+	equalMaps(t, got, want)
+}
+
 func mustAppend(t testing.TB, w *WAL, b Batch) {
 	t.Helper()
 	if err := w.Append(b); err != nil {
@@ -165,11 +201,7 @@ func TestWALRoundTrip(t *testing.T) {
 }
 
 func TestWALLastWriteWinsAcrossSegments(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 2 << 10
-	cfg.MaxSegments = 1000
-	w, _, _ := openLoaded(t, cfg)
+	dir, cfg, w := openSegmented(t, 2<<10, 1000)
 	want := map[uint64]string{}
 	for round := 0; round < 6; round++ {
 		for id := uint64(1); id <= 40; id++ {
@@ -204,17 +236,8 @@ func TestWALLastWriteWinsAcrossSegments(t *testing.T) {
 }
 
 func TestWALDeletes(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 1 << 10
-	cfg.MaxSegments = 1000
-	w, _, _ := openLoaded(t, cfg)
-	want := map[uint64]string{}
-	for id := uint64(1); id <= 60; id++ {
-		v := fmt.Sprintf("proc-%d-%s", id, strings.Repeat("d", 30))
-		mustAppend(t, w, Batch{Inserts: []Proc{p(id, v)}})
-		want[id] = v
-	}
+	_, cfg, w := openSegmented(t, 1<<10, 1000)
+	want := insertEach(t, w, 60, func(id uint64) string { return fmt.Sprintf("proc-%d-%s", id, strings.Repeat("d", 30)) })
 	// Delete every third, in later segments, some in one batch with updates.
 	for id := uint64(3); id <= 60; id += 3 {
 		mustAppend(t, w, Batch{Deletes: []uint64{id}})
@@ -353,17 +376,8 @@ func recordOffsets(t testing.TB, path string) []int64 {
 }
 
 func TestWALCorruptMiddleRecordOfOlderSegment(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 1 << 10
-	cfg.MaxSegments = 1000
-	w, _, _ := openLoaded(t, cfg)
-	want := map[uint64]string{}
-	for id := uint64(1); id <= 40; id++ {
-		v := fmt.Sprintf("proc-%d-%s", id, strings.Repeat("z", 60))
-		mustAppend(t, w, Batch{Inserts: []Proc{p(id, v)}})
-		want[id] = v
-	}
+	dir, cfg, w := openSegmented(t, 1<<10, 1000)
+	want := insertEach(t, w, 40, func(id uint64) string { return fmt.Sprintf("proc-%d-%s", id, strings.Repeat("z", 60)) })
 	w.Close()
 	files := segFiles(t, dir)
 	if len(files) < 4 {
@@ -436,17 +450,8 @@ func TestWALBadHeader(t *testing.T) {
 		{"garbage", func(b []byte) []byte { b[30] ^= 0xff; return b }, "bad header: bad header checksum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := testConfig(dir)
-			cfg.SegmentSize = 1 << 10
-			cfg.MaxSegments = 1000
-			w, _, _ := openLoaded(t, cfg)
-			want := map[uint64]string{}
-			for id := uint64(1); id <= 30; id++ {
-				v := fmt.Sprintf("proc-%d-%s", id, strings.Repeat("h", 80))
-				mustAppend(t, w, Batch{Inserts: []Proc{p(id, v)}})
-				want[id] = v
-			}
+			dir, cfg, w := openSegmented(t, 1<<10, 1000)
+			want := insertEach(t, w, 30, func(id uint64) string { return fmt.Sprintf("proc-%d-%s", id, strings.Repeat("h", 80)) })
 			w.Close()
 			files := segFiles(t, dir)
 			victim := files[0]
@@ -591,11 +596,7 @@ func TestWALMaxIDMonotonicAfterCleanup(t *testing.T) {
 }
 
 func TestWALCleanupBoundedWithStragglers(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 4 << 10
-	cfg.MaxSegments = 4
-	w, _, _ := openLoaded(t, cfg)
+	dir, cfg, w := openSegmented(t, 4<<10, 4)
 	want := map[uint64]string{}
 	// Long-suspended procedures, never touched again.
 	for id := uint64(1); id <= 5; id++ {
@@ -879,17 +880,8 @@ func TestWALConfigValidate(t *testing.T) {
 func TestWALDataNotAliasedAcrossReloads(t *testing.T) {
 	// Loaded images must stay valid after Load returns and while the WAL
 	// keeps writing (they may alias read buffers, never reused ones).
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	cfg.SegmentSize = 1 << 10
-	cfg.MaxSegments = 1000
-	w, _, _ := openLoaded(t, cfg)
-	want := map[uint64]string{}
-	for id := uint64(1); id <= 50; id++ {
-		v := fmt.Sprintf("v-%d-%s", id, strings.Repeat("a", int(id%13)*20))
-		mustAppend(t, w, Batch{Inserts: []Proc{p(id, v)}})
-		want[id] = v
-	}
+	_, cfg, w := openSegmented(t, 1<<10, 1000)
+	want := insertEach(t, w, 50, func(id uint64) string { return fmt.Sprintf("v-%d-%s", id, strings.Repeat("a", int(id%13)*20)) })
 	w.Close()
 	w, err := OpenWAL(cfg)
 	if err != nil {

@@ -214,7 +214,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 		m.cfg.Metrics = m.metrics
 		m.cfg.TracerProvider = cfg.TracerProvider
 		if cfg.TCP {
-			m.cfg.RaftAddr = freeAddr(t)
+			m.cfg.RaftAddr = testnet.FreeAddr(t)
 			m.cfg.TransportTimeout = 2 * time.Second
 			peers = append(peers, cluster.Peer{ID: m.ID, Address: m.cfg.RaftAddr})
 		} else {
@@ -335,16 +335,6 @@ func (c *Cluster) registry() (*procedure.Registry, error) {
 		}
 	}
 	return reg, nil
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("clustertest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // Masters returns the masters, running or not, by index.

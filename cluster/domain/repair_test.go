@@ -156,10 +156,8 @@ func TestRepairAssignOverrideTakesOverAStuckRegionProcedure(t *testing.T) {
 	cl := h.c.Client()
 	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
 	region, rg := onlyRegion(t, h, "default:t")
-	from, to := rg.Server, "rs1"
-	if from == "rs1" {
-		to = "rs2"
-	}
+	from := rg.Server
+	to := otherThan(from, "rs1", "rs2")
 	checkDoubles := sampleDoubles(t, h)
 
 	stuck.Store(true)
@@ -699,6 +697,15 @@ func TestRepairRecoverServer(t *testing.T) {
 	wantRecords(t, repairs(t, cl), "rs recover refused", "rs recover refused", "rs recover done")
 }
 
+// otherThan is want, or alt if want is from: where to move a region that
+// is on from.
+func otherThan(from, want, alt string) string {
+	if from == want {
+		return alt
+	}
+	return want
+}
+
 // onlyRegionOn names a region recorded on incarnation id/sc, "" if none.
 func onlyRegionOn(h *harness, id string, sc uint64) (string, domain.Region) {
 	var name string
@@ -902,10 +909,8 @@ func TestRepairOverrideTakesOverAMoveWithALateOpen(t *testing.T) {
 	cl := h.c.Client()
 	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
 	region, rg := onlyRegion(t, h, "default:t")
-	from, to := rg.Server, "rs2"
-	if from == "rs2" {
-		to = "rs1"
-	}
+	from := rg.Server
+	to := otherThan(from, "rs2", "rs1")
 	checkDoubles := sampleDoubles(t, h)
 	toTarget := func(c rpcfault.Call) bool {
 		r, ok := c.Request.(*rspb.BatchRequest)

@@ -75,11 +75,7 @@ func TestSelfFenceCountsFromTheRenewingSend(t *testing.T) {
 // closed the region would reopen it behind the master's back, and one
 // arriving after a newer attempt was admitted is refused outright.
 func TestAttemptGivenUpNeverAppliesAfterANewerOne(t *testing.T) {
-	_, addrs := newFakeCluster(t, 1, 3_600_000)
-	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	cfg := testConfig(addrs...)
-	cfg.Clock, cfg.OpLatency = clk, time.Second
-	s, sc := startServer(t, cfg)
+	s, sc, clk := startWithLatency(t, time.Unix(1_700_000_000, 0), time.Second)
 	testwait.For(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
 	batch := func(seq uint64, o []*rspb.RegionOp) *rspb.BatchRequest {
 		return &rspb.BatchRequest{Term: 1, StartCode: sc, Seq: seq, Ops: o}

@@ -498,16 +498,24 @@ func TestCloseRegion(t *testing.T) {
 	})
 }
 
+// startWithLatency starts a server whose operations take latency on a
+// Manual clock set to start, its masters (one fake) heartbeating hourly.
+func startWithLatency(t *testing.T, start time.Time, latency time.Duration) (*Server, uint64, *clock.Manual) {
+	t.Helper()
+	_, addrs := newFakeCluster(t, 1, 3_600_000)
+	clk := clock.NewManual(start)
+	cfg := testConfig(addrs...)
+	cfg.Clock, cfg.OpLatency = clk, latency
+	s, sc := startServer(t, cfg)
+	return s, sc, clk
+}
+
 // TestOvertakenWhileRunning: with OpLatency on a Manual clock, a batch of
 // term 1 is still running when a term-2 batch arrives; its open must not
 // be applied when its latency ends, nor must a close hold up a batch on
 // another region.
 func TestOvertakenWhileRunning(t *testing.T) {
-	_, addrs := newFakeCluster(t, 1, 3_600_000)
-	clk := clock.NewManual(time.Unix(1_700_000_000, 0))
-	cfg := testConfig(addrs...)
-	cfg.Clock, cfg.OpLatency = clk, time.Second
-	s, sc := startServer(t, cfg)
+	s, sc, clk := startWithLatency(t, time.Unix(1_700_000_000, 0), time.Second)
 	testwait.For(t, 5*time.Second, "the heartbeat timer", func() bool { return clk.Pending() == 1 })
 
 	type out struct {
@@ -551,11 +559,7 @@ func TestOvertakenWhileRunning(t *testing.T) {
 // TestStopInterruptsBatch: a batch in its latency when the server stops
 // ends UNAVAILABLE, without applying anything.
 func TestStopInterruptsBatch(t *testing.T) {
-	_, addrs := newFakeCluster(t, 1, 3_600_000)
-	clk := clock.NewManual(time.Unix(0, 0))
-	cfg := testConfig(addrs...)
-	cfg.Clock, cfg.OpLatency = clk, time.Hour
-	s, sc := startServer(t, cfg)
+	s, sc, clk := startWithLatency(t, time.Unix(0, 0), time.Hour)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: sc, Ops: ops(opOpen, "a")})

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/security"
 )
@@ -181,7 +182,7 @@ func TestTLSAgentBoundsHandshakesAndChecksHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, raftAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	grpcAddr, raftAddr, httpAddr := testnet.FreeAddr(t), testnet.FreeAddr(t), testnet.FreeAddr(t)
 	out, _, cancel, done := runInBackground(map[string]string{}, "agent", "--id", "n1", "--data-dir", t.TempDir(),
 		"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--peers", "n1="+raftAddr,
 		"--tls-ca", files.CA, "--tls-cert", files.Cert, "--tls-key", files.Key, "--handshake-timeout", "300ms")

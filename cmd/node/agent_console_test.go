@@ -15,15 +15,8 @@ func TestAgentConsoleAnswersToItsConfiguredNames(t *testing.T) {
 		t.Fatalf("the banner names no console:\n%s", banner)
 	}
 	for host, want := range map[string]int{m[1]: http.StatusOK, "console.lan:7072": http.StatusOK, "localhost": http.StatusOK, "evil.example": http.StatusForbidden} {
-		req, _ := http.NewRequest("GET", "http://"+m[1]+"/ui/static/console.css", nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		if code := getWithHost(t, "http://"+m[1]+"/ui/static/console.css", host); code != want {
+			t.Errorf("Host %s: %d, want %d", host, code, want)
 		}
 	}
 	if code := stop(); code != 0 {
@@ -42,24 +35,13 @@ func TestEveryHTTPPathRefusesAForeignHost(t *testing.T) {
 	if m == nil || rs == nil {
 		t.Fatalf("the banner names no console or region server:\n%s", banner)
 	}
-	get := func(url, host string) int {
-		t.Helper()
-		req, _ := http.NewRequest("GET", url, nil)
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	for _, url := range []string{"http://" + m[1] + "/status", "http://" + m[1] + "/metrics", "http://" + m[1] + "/readyz",
 		"http://" + m[1] + "/debug/pprof/", "http://" + m[1] + "/debug/pprof/cmdline", "http://" + m[1] + "/debug/domain?prefix=acl/",
 		"http://" + m[1] + "/ui/procedures", "http://" + m[1] + "/nope", rs[1] + "/metrics", rs[1] + "/readyz"} {
-		if code := get(url, "evil.example"); code != http.StatusForbidden {
+		if code := getWithHost(t, url, "evil.example"); code != http.StatusForbidden {
 			t.Errorf("GET %s with Host evil.example: %d, want 403", url, code)
 		}
-		if code := get(url, "localhost"); code == http.StatusForbidden {
+		if code := getWithHost(t, url, "localhost"); code == http.StatusForbidden {
 			t.Errorf("GET %s with Host localhost: 403", url)
 		}
 	}
@@ -89,4 +71,17 @@ func TestDebugEndpointsAreOffByDefault(t *testing.T) {
 	if code := stop(); code != 0 {
 		t.Fatalf("agent exit %d", code)
 	}
+}
+
+// getWithHost GETs url with the Host header host and returns the status.
+func getWithHost(t *testing.T, url, host string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

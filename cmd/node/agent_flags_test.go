@@ -15,6 +15,25 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
+// usageErrorCase checks a parse's err against want, a case's expected usage
+// error, and says whether the case ends there: with want set, err must be
+// a usage error containing it; without, err must be nil and the parsed
+// config is the case's to check.
+func usageErrorCase(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want != "" {
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v, want a usage error containing %q", err, want)
+		}
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
 func TestParseAgentFlags(t *testing.T) {
 	three := "n1=10.0.0.1:7071,n2=10.0.0.2:7071,n3=10.0.0.3:7071"
 	for _, tc := range []struct {
@@ -123,15 +142,8 @@ func TestParseAgentFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			if tc.err != "" {
-				var ue *usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
-				}
+			if usageErrorCase(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			got.TLSFrom = tlsSources{} // TestServerTLSVariables checks it
 			if tc.want.ChangeRate == 0 && tc.want.ChangeBurst == 0 {
@@ -208,15 +220,8 @@ func TestAgentRaftTimingFlags(t *testing.T) {
 				args = append([]string{"--config", p}, args...)
 			}
 			got, err := parseAgentFlags(args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			if tc.err != "" {
-				var ue *usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
-				}
+			if usageErrorCase(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if got.Raft != tc.want {
 				t.Fatalf("timings %+v, want %+v", got.Raft, tc.want)
@@ -281,15 +286,8 @@ func TestClusterSecretAndBootstrapTTLFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			if tc.err != "" {
-				var ue *usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
-				}
+			if usageErrorCase(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			got.TLSFrom = tlsSources{}
 			if !reflect.DeepEqual(got, tc.want) {

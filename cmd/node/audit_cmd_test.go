@@ -10,16 +10,16 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// TestAuditListJSONSaysRefused: 'audit list --json' says of each record
-// whether the call was refused, as the trail does.
-func TestAuditListJSONSaysRefused(t *testing.T) {
+// aclCluster starts an in-process cluster of masters with access control
+// on and grants, waits for its leader, and returns it with as: the CLI's
+// environment (addresses, CA, a client certificate) of the identity name.
+func aclCluster(t *testing.T, masters int, grants map[string]security.Permission) (*clustertest.Cluster, func(name string) map[string]string) {
+	t.Helper()
 	pki, err := security.NewTestPKI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := clustertest.New(t, clustertest.Config{Masters: 1, PKI: pki, Grants: map[string]security.Permission{
-		"alice": security.PermAdmin, "bob": security.PermRead,
-	}})
+	c := clustertest.New(t, clustertest.Config{Masters: masters, PKI: pki, Grants: grants})
 	c.WaitLeader()
 	as := func(name string) map[string]string {
 		f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: name}, time.Hour)
@@ -28,6 +28,15 @@ func TestAuditListJSONSaysRefused(t *testing.T) {
 		}
 		return map[string]string{"BATON_ADDR": strings.Join(c.AdminAddrs(), ","), "BATON_TLS_CA": f.CA, "BATON_TLS_CERT": f.Cert, "BATON_TLS_KEY": f.Key}
 	}
+	return c, as
+}
+
+// TestAuditListJSONSaysRefused: 'audit list --json' says of each record
+// whether the call was refused, as the trail does.
+func TestAuditListJSONSaysRefused(t *testing.T) {
+	c, as := aclCluster(t, 1, map[string]security.Permission{
+		"alice": security.PermAdmin, "bob": security.PermRead,
+	})
 	alice, bob := as("alice"), as("bob")
 	if code, out, errOut := runCLI(t, bob, "ns", "create", "refused1"); code == exitOK {
 		t.Fatalf("bob (read): ns create: exit %d\n%s%s", code, out, errOut)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,26 +14,16 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/syncbuf"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 )
-
-// freeAddr is a loopback address nobody listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // devArgs is an `agent --dev` command line on free ports and a fresh data
 // directory, with extra flags; admin is its admin address.
 func devArgs(t *testing.T, extra ...string) (args []string, admin string) {
-	admin = freeAddr(t)
+	admin = testnet.FreeAddr(t)
 	args = append([]string{"agent", "--dev", "--data-dir", t.TempDir(),
-		"--grpc-addr", admin, "--raft-addr", freeAddr(t), "--http-addr", freeAddr(t)}, extra...)
+		"--grpc-addr", admin, "--raft-addr", testnet.FreeAddr(t), "--http-addr", testnet.FreeAddr(t)}, extra...)
 	return args, admin
 }
 

@@ -3,32 +3,21 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/internal/syncbuf"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 )
-
-// loopbackAddr returns a loopback address free at the time of the call.
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestAgentRefusesAnotherNodesDataDir: a data directory that node n1
 // created, started with --id n2, is refused at once (exit 1) with both ids
 // named, instead of idling as a stranger to its own cluster.
 func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 	dir := t.TempDir()
-	raft, grpc := loopbackAddr(t), loopbackAddr(t)
+	raft, grpc := testnet.FreeAddr(t), testnet.FreeAddr(t)
 	agentArgs := func(id string) []string {
 		return []string{"agent", "--id", id, "--data-dir", dir, "--raft-addr", raft, "--grpc-addr", grpc, "--http-addr", "",
 			"--peers", id + "=" + raft}
@@ -43,13 +32,7 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		done <- c.run(args)
 	}()
-	testwait.ForNil(t, 60*time.Second, "n1 to lead", func() error {
-		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
-		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
-			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
-		}
-		return nil
-	})
+	waitLeader(t, grpc, "n1", "n1 to lead")
 	cancel()
 	select {
 	case code := <-done:
@@ -78,15 +61,21 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		done <- c.run(args)
 	}()
-	testwait.ForNil(t, 60*time.Second, "n1 to lead again", func() error {
-		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", grpc, "--timeout", "2s")
-		if code != exitOK || !strings.Contains(stdout, "leader       n1") {
-			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
-		}
-		return nil
-	})
+	waitLeader(t, grpc, "n1", "n1 to lead again")
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Fatalf("n1 restarted stopped with exit %d", code)
 	}
+}
+
+// waitLeader waits until 'cluster status' at addr names id the leader.
+func waitLeader(t *testing.T, addr, id, what string) {
+	t.Helper()
+	testwait.ForNil(t, 60*time.Second, what, func() error {
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", addr, "--timeout", "2s")
+		if code != exitOK || !strings.Contains(stdout, "leader       "+id) {
+			return fmt.Errorf("status: exit %d: %s%s", code, stdout, stderr)
+		}
+		return nil
+	})
 }

@@ -4,9 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -16,21 +14,9 @@ import (
 // owner and --force; an operator's --force is refused too; an admin's
 // --force acts, and 'audit list' shows it forced.
 func TestForceOnAnothersLockAndProcedure(t *testing.T) {
-	pki, err := security.NewTestPKI(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := clustertest.New(t, clustertest.Config{Masters: 3, PKI: pki, Grants: map[string]security.Permission{
+	c, as := aclCluster(t, 3, map[string]security.Permission{
 		"alice": security.PermAdmin, "carol": security.PermAdmin, "bob": security.PermOperate,
-	}})
-	c.WaitLeader()
-	as := func(name string) map[string]string {
-		f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: name}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return map[string]string{"BATON_ADDR": strings.Join(c.AdminAddrs(), ","), "BATON_TLS_CA": f.CA, "BATON_TLS_CERT": f.Cert, "BATON_TLS_KEY": f.Key}
-	}
+	})
 	alice, bob, carol := as("alice"), as("bob"), as("carol")
 
 	cl := c.ClientAs("alice")

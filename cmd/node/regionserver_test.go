@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -73,15 +72,8 @@ func TestParseRegionServerFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, _, err := parseRegionServerFlags(tc.args, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			if tc.err != "" {
-				var ue *usageError
-				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want a usage error containing %q", err, tc.err)
-				}
+			if usageErrorCase(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)

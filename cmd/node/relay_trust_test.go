@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -107,7 +108,7 @@ func plainAgents(t *testing.T, n int, extra ...string) []string {
 	var agents []agent
 	var peers []string
 	for i := range n {
-		a := agent{id: fmt.Sprintf("n%d", i+1), raft: freeAddr(t), admin: freeAddr(t)}
+		a := agent{id: fmt.Sprintf("n%d", i+1), raft: testnet.FreeAddr(t), admin: testnet.FreeAddr(t)}
 		agents = append(agents, a)
 		peers = append(peers, a.id+"="+a.raft)
 	}

@@ -52,16 +52,7 @@ func TestRepairCommands(t *testing.T) {
 	cl := fc.Client()
 	env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ","), "USER": "ann"}
 
-	create, err := cl.CreateTable(ctxT(t), "", "t1", 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc.MustSucceed(create, 30*time.Second)
-	regions, err := cl.ListRegions(ctxT(t), "t1")
-	if err != nil || len(regions) != 1 {
-		t.Fatalf("regions %v, %v", regions, err)
-	}
-	region := regions[0].GetName()
+	region := createOneRegionTable(t, fc, "t1")
 	var demo []uint64
 	for range 2 {
 		id, err := cl.Submit(ctxT(t), "sleep", map[string]string{"steps": "2", "delay": "1h"}, "", "demo", 0)
@@ -198,20 +189,29 @@ func TestRepairCommands(t *testing.T) {
 func TestRepairUnassignOfAServingRegionNeedsYes(t *testing.T) {
 	fc := clustertest.New(t, clustertest.Config{Masters: 1, RegionServers: 1})
 	cl := fc.Client()
-	create, err := cl.CreateTable(ctxT(t), "", "t1", 1, "")
+	region := createOneRegionTable(t, fc, "t1")
+	env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ","), "USER": "ann"}
+	tc := cliCase{name: "unassign unconfirmed", args: []string{"region", "unassign", region}, code: 2,
+		stdout: "dry run: close region", stderr: "add --yes"}
+	tc.check(t, env)
+	if regions, err := cl.ListRegions(ctxT(t), "t1"); err != nil || len(regions) != 1 || regions[0].GetState() != "OPEN" {
+		t.Fatalf("after an unconfirmed unassign: %v, %v; want the region still OPEN", regions, err)
+	}
+}
+
+// createOneRegionTable creates table name of one region in fc and returns
+// the region's name.
+func createOneRegionTable(t *testing.T, fc *clustertest.Cluster, name string) string {
+	t.Helper()
+	cl := fc.Client()
+	create, err := cl.CreateTable(ctxT(t), "", name, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fc.MustSucceed(create, 30*time.Second)
-	regions, err := cl.ListRegions(ctxT(t), "t1")
+	regions, err := cl.ListRegions(ctxT(t), name)
 	if err != nil || len(regions) != 1 {
 		t.Fatalf("regions %v, %v", regions, err)
 	}
-	env := map[string]string{"BATON_ADDR": strings.Join(fc.AdminAddrs(), ","), "USER": "ann"}
-	tc := cliCase{name: "unassign unconfirmed", args: []string{"region", "unassign", regions[0].GetName()}, code: 2,
-		stdout: "dry run: close region", stderr: "add --yes"}
-	tc.check(t, env)
-	if regions, err = cl.ListRegions(ctxT(t), "t1"); err != nil || len(regions) != 1 || regions[0].GetState() != "OPEN" {
-		t.Fatalf("after an unconfirmed unassign: %v, %v; want the region still OPEN", regions, err)
-	}
+	return regions[0].GetName()
 }

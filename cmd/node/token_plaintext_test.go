@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/testnet"
 )
 
 // nonLoopbackListener listens on every address and returns one of this
@@ -12,17 +14,7 @@ import (
 // accepted; the test is skipped on a host without one.
 func nonLoopbackListener(t *testing.T) (addr string, accepted *atomic.Int32) {
 	t.Helper()
-	var ip net.IP
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			ip = n.IP
-			break
-		}
-	}
-	if ip == nil {
-		t.Skip("no non-loopback IPv4 address on this host")
-	}
+	ip := testnet.NonLoopbackIPv4(t)
 	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/baton-dev/baton/integration/harness"
 )
@@ -43,36 +42,7 @@ func run(m *testing.M) int {
 	if err := SweepChains(); err != nil && os.Geteuid() == 0 {
 		fmt.Fprintf(os.Stderr, "chaos: sweep of leftover iptables chains: %v\n", err)
 	}
-	if bin := os.Getenv("BATON_NODE_BIN"); bin != "" {
-		nodeBin = bin
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "baton-chaos-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	// The processes run under uids of their own (harness.Options.UIDBase):
-	// they must reach the binary.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	var flags []string
-	if os.Getenv("BATON_NODE_RACE") != "" {
-		flags = append(flags, "-race") // the agents themselves under the race detector
-	}
-	start := time.Now()
-	nodeBin, err = harness.Build(dir, flags...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if testing.Verbose() {
-		fmt.Printf("built %s in %v\n", nodeBin, time.Since(start).Round(time.Millisecond))
-	}
-	return m.Run()
+	return harness.RunWithBinary(m, "baton-chaos-bin-", &nodeBin)
 }
 
 var clusterSeq atomic.Uint32

@@ -74,6 +74,44 @@ func Build(dir string, flags ...string) (string, error) {
 	return bin, nil
 }
 
+// RunWithBinary runs m, the tests of one test binary, with the baton binary
+// they start: BATON_NODE_BIN if set, else one Build makes for this run (under
+// the race detector if BATON_NODE_RACE is set) in a temporary directory named
+// after prefix, removed when m is done. It sets *bin before any test runs and
+// returns m's exit code; call it from TestMain.
+func RunWithBinary(m *testing.M, prefix string, bin *string) int {
+	if b := os.Getenv("BATON_NODE_BIN"); b != "" {
+		*bin = b
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// Processes may run under uids of their own (Options.UIDBase): they
+	// must reach the binary.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var flags []string
+	if os.Getenv("BATON_NODE_RACE") != "" {
+		flags = append(flags, "-race") // the agents themselves under the race detector
+	}
+	start := time.Now()
+	*bin, err = Build(dir, flags...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if testing.Verbose() {
+		fmt.Printf("built %s in %v\n", *bin, time.Since(start).Round(time.Millisecond))
+	}
+	return m.Run()
+}
+
 // Options configures New.
 type Options struct {
 	// Binary is the baton binary built by Build. Required.

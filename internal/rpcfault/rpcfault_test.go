@@ -166,27 +166,38 @@ func TestRuleOnTheAnswer(t *testing.T) {
 	}
 }
 
-// A delayed answer is held on the injector's clock after the handler ran:
-// the caller gets it only once the clock has moved on.
-func TestDelayAnswerWaitsOnTheClock(t *testing.T) {
+// callDelayed calls through an injector holding rule, on a manual clock,
+// and returns the injector and the clock once the handler ran and the
+// injector waits on the clock, with where the call's outcome will arrive.
+func callDelayed(t *testing.T, rule Rule) (*Injector, *clock.Manual, <-chan error) {
+	t.Helper()
 	clk := clock.NewManual(time.Unix(0, 0))
 	in := New(Config{Clock: clk})
-	in.MustAdd(Rule{Fault: DelayAnswer, Delay: time.Second})
+	in.MustAdd(rule)
 	h, c := serve(t, in.ServerOptions())
 	done := make(chan error, 1)
 	go func() { _, err := check(t, c); done <- err }()
 	waitHandledAndTimed(t, h, clk)
+	return in, clk, done
+}
+
+// noAnswerYet fails t if the call's outcome already arrived.
+func noAnswerYet(t *testing.T, done <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-done:
-		t.Fatalf("answer arrived before the delay passed: %v", err)
+		t.Fatalf("%s before the delay passed: %v", what, err)
 	default:
 	}
+}
+
+// A delayed answer is held on the injector's clock after the handler ran:
+// the caller gets it only once the clock has moved on.
+func TestDelayAnswerWaitsOnTheClock(t *testing.T) {
+	_, clk, done := callDelayed(t, Rule{Fault: DelayAnswer, Delay: time.Second})
+	noAnswerYet(t, done, "answer arrived")
 	clk.Advance(999 * time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("answer arrived before the delay passed: %v", err)
-	default:
-	}
+	noAnswerYet(t, done, "answer arrived")
 	clk.Advance(time.Millisecond)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -196,18 +207,8 @@ func TestDelayAnswerWaitsOnTheClock(t *testing.T) {
 // A lost answer with a delay reaches the caller as an error only once the
 // injector's clock has moved on, the handler having run at once.
 func TestLostAnswerNoticedLate(t *testing.T) {
-	clk := clock.NewManual(time.Unix(0, 0))
-	in := New(Config{Clock: clk})
-	in.MustAdd(Rule{Fault: DropAnswer, Delay: time.Second, Code: codes.DeadlineExceeded})
-	h, c := serve(t, in.ServerOptions())
-	done := make(chan error, 1)
-	go func() { _, err := check(t, c); done <- err }()
-	waitHandledAndTimed(t, h, clk)
-	select {
-	case err := <-done:
-		t.Fatalf("the loss was noticed before the delay passed: %v", err)
-	default:
-	}
+	in, clk, done := callDelayed(t, Rule{Fault: DropAnswer, Delay: time.Second, Code: codes.DeadlineExceeded})
+	noAnswerYet(t, done, "the loss was noticed")
 	clk.Advance(time.Second)
 	if err := <-done; status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("%v, want DEADLINE_EXCEEDED", err)
