@@ -361,7 +361,7 @@ func TestRemoveOnlyVoter(t *testing.T) {
 // leader is killed, the cluster fails over, and the killed node restarts
 // and catches up too.
 func TestTCPRestartCatchesUp(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tcp: true})
+	c := newTestCluster(t, clusterOpts{n: 3, tcp: true, tweak: steadyTimings})
 	li, x := c.leader()
 	ids := submit(t, x, 10, 3, 10*time.Millisecond)
 	c.waitAllSuccess(ids, 3)

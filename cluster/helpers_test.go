@@ -122,6 +122,16 @@ func testLogger(t *testing.T, name string) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: os.Stderr})
 }
 
+// steadyTimings runs cfg's raft at clustertest.SteadyRaftTimeout (500
+// ms) instead of fastConfig's 50 ms, for a test that picks the leader and
+// a follower and walks through them, which a leadership change on a
+// loaded machine would fail for no fault of the code under test.
+func steadyTimings(_ int, cfg *Config) {
+	cfg.HeartbeatTimeout = 500 * time.Millisecond
+	cfg.ElectionTimeout = 500 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 500 * time.Millisecond
+}
+
 // fastConfig is a node configuration with the fast timings raft's own
 // tests use.
 func fastConfig(t *testing.T, id string, rec *recorder) Config {

@@ -98,7 +98,8 @@ func TestRaftLogBoundedInBytes(t *testing.T) {
 		entrySize = 16 << 10
 		keys      = 8 // rewritten over and over: the live state stays small
 	)
-	c := newTestCluster(t, clusterOpts{n: 3, tcp: true, tweak: func(_ int, cfg *Config) {
+	c := newTestCluster(t, clusterOpts{n: 3, tcp: true, tweak: func(i int, cfg *Config) {
+		steadyTimings(i, cfg)
 		cfg.SnapshotInterval = 100 * time.Millisecond
 		cfg.LogBytesBudget = budget
 		cfg.LogMinEntries = 4
@@ -106,7 +107,8 @@ func TestRaftLogBoundedInBytes(t *testing.T) {
 	value := func(i int) string { return string(bytes.Repeat([]byte{byte('a' + i%26)}, entrySize)) }
 	written := 0
 	// A put is an idempotent overwrite, so one cut off by a leader change
-	// (50 ms timings on a loaded machine) is simply retried on the new
+	// (rarer at steadyTimings, still possible on a loaded machine) is
+	// simply retried on the new
 	// leader: the test is about the log's size, not about elections.
 	write := func(k int) {
 		for range k {

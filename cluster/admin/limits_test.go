@@ -97,7 +97,8 @@ func TestRequestLimitsRefuseBeforeStoring(t *testing.T) {
 // leader or on a standby reading stale: pages end by size, the owner is
 // cut and the procedure says so, and paging still lists every one.
 func TestListOfOldOversizeRecords(t *testing.T) {
-	fc := clustertest.New(t, clustertest.Config{})
+	// It reads from the leader and then from a standby it names.
+	fc := clustertest.New(t, clustertest.Config{SteadyLeader: true})
 	li, x := fc.WaitLeader()
 	const n = 5
 	var ids []uint64
