@@ -235,21 +235,7 @@ func TestClusterAdmin(t *testing.T) {
 				t.Fatalf("nonce retry via %s: id %d, want %d", n.node.ID(), r2.Id, id)
 			}
 		}
-		ws, err := standby.cl.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seen []*adminpb.Procedure
-		for {
-			p, err := ws.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen = append(seen, p)
-		}
+		seen := watchAll(t, ctx, standby.cl, id)
 		if len(seen) < 2 {
 			t.Errorf("watch sent %d updates, want the initial state and the changes", len(seen))
 		}
@@ -397,22 +383,32 @@ func TestClusterAdmin(t *testing.T) {
 // errOf is the error of a unary call, its answer dropped.
 func errOf[R any](_ R, err error) error { return err }
 
-func waitState(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64, want string) *adminpb.Procedure {
+// watchAll is every update WatchProcedure sends of procedure id, up to
+// the end of the stream, for the test to judge them or the last.
+func watchAll(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64) []*adminpb.Procedure {
 	t.Helper()
 	ws, err := c.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last *adminpb.Procedure
+	var seen []*adminpb.Procedure
 	for {
 		p, err := ws.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return seen
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = p
+		seen = append(seen, p)
+	}
+}
+
+func waitState(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64, want string) *adminpb.Procedure {
+	t.Helper()
+	var last *adminpb.Procedure
+	if seen := watchAll(t, ctx, c, id); len(seen) > 0 {
+		last = seen[len(seen)-1]
 	}
 	if last == nil || last.State != want {
 		t.Fatalf("procedure %d ended %v, want %s", id, last, want)
