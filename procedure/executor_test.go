@@ -22,6 +22,16 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
+// stepsWith makes a stepsProc "a" of n steps, as set adjusts it.
+func stepsWith(n int, set func(p *stepsProc)) func() Procedure {
+	return func() Procedure { p := newSteps("a", n); set(p); return p }
+}
+
+// smWith makes an smProc "m" of n states, as set adjusts it.
+func smWith(n int32, set func(p *smProc)) func() Procedure {
+	return func() Procedure { p := newSM("m", n); set(p); return p }
+}
+
 func TestOutcomes(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -32,37 +42,13 @@ func TestOutcomes(t *testing.T) {
 	}{
 		{"done in one step", func() Procedure { return newSteps("a", 1) }, Success, []string{"a/0"}, nil},
 		{"more steps", func() Procedure { return newSteps("a", 4) }, Success, []string{"a/0", "a/1", "a/2", "a/3"}, nil},
-		{"children then parent", func() Procedure {
-			p := newSteps("a", 3)
-			p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 2
-			return p
-		}, Success, []string{"a/0", "a/1", "a/2", "a/c0/0", "a/c0/1", "a/c1/0", "a/c1/1"}, nil},
-		{"suspend with timeout", func() Procedure {
-			p := newSteps("a", 3)
-			p.SuspendAt, p.Suspend = 0, 2*time.Millisecond
-			return p
-		}, Success, []string{"a/0", "a/1", "a/2"}, nil},
-		{"failure rolls back in reverse", func() Procedure {
-			p := newSteps("a", 4)
-			p.FailAt = 2
-			return p
-		}, RolledBack, nil, []string{"a/2", "a/1", "a/0"}},
-		{"child failure rolls back the root", func() Procedure {
-			p := newSteps("a", 3)
-			p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 3, 0
-			return p
-		}, RolledBack, nil, []string{"a/c0/1", "a/c0/0", "a/1", "a/0"}},
+		{"children then parent", stepsWith(3, func(p *stepsProc) { p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 2 }), Success, []string{"a/0", "a/1", "a/2", "a/c0/0", "a/c0/1", "a/c1/0", "a/c1/1"}, nil},
+		{"suspend with timeout", stepsWith(3, func(p *stepsProc) { p.SuspendAt, p.Suspend = 0, 2*time.Millisecond }), Success, []string{"a/0", "a/1", "a/2"}, nil},
+		{"failure rolls back in reverse", stepsWith(4, func(p *stepsProc) { p.FailAt = 2 }), RolledBack, nil, []string{"a/2", "a/1", "a/0"}},
+		{"child failure rolls back the root", stepsWith(3, func(p *stepsProc) { p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 3, 0 }), RolledBack, nil, []string{"a/c0/1", "a/c0/0", "a/1", "a/0"}},
 		{"state machine", func() Procedure { return newSM("m", 3) }, Success, []string{"m/s0", "m/s1", "m/s2"}, nil},
-		{"state machine failure", func() Procedure {
-			p := newSM("m", 4)
-			p.FailAt = 2
-			return p
-		}, RolledBack, nil, []string{"m/s2", "m/s1", "m/s0"}},
-		{"state machine with failing child", func() Procedure {
-			p := newSM("m", 3)
-			p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 2, 0
-			return p
-		}, RolledBack, nil, []string{"m/c0/1", "m/c0/0", "m/s1", "m/s0"}},
+		{"state machine failure", smWith(4, func(p *smProc) { p.FailAt = 2 }), RolledBack, nil, []string{"m/s2", "m/s1", "m/s0"}},
+		{"state machine with failing child", smWith(3, func(p *smProc) { p.SpawnAt, p.Children, p.ChildSteps, p.ChildFailAt = 1, 1, 2, 0 }), RolledBack, nil, []string{"m/c0/1", "m/c0/0", "m/s1", "m/s0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

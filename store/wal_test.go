@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testcheck"
 	"github.com/baton-dev/baton/internal/testwait"
 )
 
@@ -804,9 +806,8 @@ func TestWALStateErrors(t *testing.T) {
 func TestWALAgeRoll(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
-	var mu sync.Mutex
-	now := time.Unix(1_000_000, 0)
-	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	cfg.Now = clk.Now
 	cfg.RollInterval = time.Minute
 	w, _, _ := openLoaded(t, cfg)
 	mustAppend(t, w, Batch{Inserts: []Proc{p(1, "a")}})
@@ -814,17 +815,13 @@ func TestWALAgeRoll(t *testing.T) {
 	if r := w.Stats().Rolls; r != 0 {
 		t.Fatalf("rolls %d", r)
 	}
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clk.Advance(2 * time.Minute)
 	mustAppend(t, w, Batch{Updates: []Proc{p(1, "a2")}})
 	if r := w.Stats().Rolls; r != 1 {
 		t.Fatalf("rolls %d after age", r)
 	}
 	// The timer also rolls an idle segment that has records.
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	clk.Advance(2 * time.Minute)
 	testwait.Until(5*time.Second, func() bool { return w.Stats().Rolls >= 2 })
 	if r := w.Stats().Rolls; r != 2 {
 		t.Fatalf("idle segment not rolled: rolls %d", r)
@@ -855,21 +852,7 @@ func TestWALConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultWALConfig("/tmp/x")
 			tc.mod(&c)
-			err := c.Validate()
-			if len(tc.want) == 0 {
-				if err != nil {
-					t.Fatalf("unexpected error %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("no error, want %q", tc.want)
-			}
-			for _, s := range tc.want {
-				if !strings.Contains(err.Error(), s) {
-					t.Errorf("error %q lacks %q", err, s)
-				}
-			}
+			testcheck.Refusal(t, c.Validate(), tc.want)
 		})
 	}
 	if _, err := OpenWAL(WALConfig{}); err == nil {

@@ -114,20 +114,7 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 		t.Fatalf("after 50 refusals with a bound of 20: %d grant records (want 1), %d refusals kept (want 1-2, a tenth of the bound)\n%s", grants, refusals, auditText(recs))
 	}
 	// The two spaces page as one, in order.
-	var paged []string
-	tok := ""
-	for {
-		r, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 1, PageToken: tok})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, rec := range r.GetRecords() {
-			paged = append(paged, rec.GetId())
-		}
-		if tok = r.GetNextPageToken(); tok == "" {
-			break
-		}
-	}
+	paged := auditIDs(listAudit(t, ctx, ops, &adminpb.ListAuditRequest{PageSize: 1}))
 	if len(paged) != len(recs) {
 		t.Fatalf("paged one at a time: %v; at once %d records", paged, len(recs))
 	}
@@ -137,20 +124,7 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 		}
 	}
 	// And newest first, two at a time: the same, backwards.
-	var back []string
-	tok = ""
-	for {
-		r, err := ops.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 2, PageToken: tok, NewestFirst: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, rec := range r.GetRecords() {
-			back = append(back, rec.GetId())
-		}
-		if tok = r.GetNextPageToken(); tok == "" {
-			break
-		}
-	}
+	back := auditIDs(listAudit(t, ctx, ops, &adminpb.ListAuditRequest{PageSize: 2, NewestFirst: true}))
 	slices.Reverse(back)
 	if !slices.Equal(back, paged) {
 		t.Fatalf("newest first, reversed: %v; oldest first: %v", back, paged)

@@ -119,18 +119,7 @@ func auditOf(t *testing.T, ctx context.Context, c adminpb.AdminClient) []*adminp
 	t.Helper()
 	var out []*adminpb.AuditRecord
 	testwait.For(t, 10*time.Second, "every audit record's outcome written", func() bool {
-		out = out[:0]
-		tok := ""
-		for {
-			r, err := c.ListAudit(ctx, &adminpb.ListAuditRequest{PageSize: 2, PageToken: tok})
-			if err != nil {
-				t.Fatalf("list audit: %v", err)
-			}
-			out = append(out, r.GetRecords()...)
-			if tok = r.GetNextPageToken(); tok == "" {
-				break
-			}
-		}
+		out = listAudit(t, ctx, c, &adminpb.ListAuditRequest{PageSize: 2})
 		for _, r := range out {
 			if r.GetCode() == access.AuditPending {
 				return false
@@ -139,6 +128,32 @@ func auditOf(t *testing.T, ctx context.Context, c adminpb.AdminClient) []*adminp
 		return true
 	})
 	return out
+}
+
+// listAudit lists the whole audit trail a page at a time, each page as
+// req asks (its size, its order) from the token the last one gave.
+func listAudit(t *testing.T, ctx context.Context, c adminpb.AdminClient, req *adminpb.ListAuditRequest) []*adminpb.AuditRecord {
+	t.Helper()
+	var out []*adminpb.AuditRecord
+	for {
+		r, err := c.ListAudit(ctx, req)
+		if err != nil {
+			t.Fatalf("list audit: %v", err)
+		}
+		out = append(out, r.GetRecords()...)
+		if req.PageToken = r.GetNextPageToken(); req.PageToken == "" {
+			return out
+		}
+	}
+}
+
+// auditIDs is the ids of recs, in their order.
+func auditIDs(recs []*adminpb.AuditRecord) []string {
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.GetId()
+	}
+	return ids
 }
 
 // TestAccessControlAcrossStandbysAndFailover runs every kind of caller

@@ -27,8 +27,8 @@ func BenchmarkAuditedSubmits(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_CALLERS")); err == nil && v > 0 {
 		callers = v
 	}
-	leaderOf := func(nodes []*benchNode) *benchNode {
-		var l *benchNode
+	leaderOf := func(nodes []*testNode) *testNode {
+		var l *testNode
 		testwait.For(b, 30*time.Second, "a leader with a running executor", func() bool {
 			for _, n := range nodes {
 				if _, err := n.node.Executor(); err == nil {
@@ -43,7 +43,7 @@ func BenchmarkAuditedSubmits(b *testing.B) {
 	bare := leaderOf(startTCPCluster(b, 3))
 	audited := leaderOf(startTCPClusterWith(b, 3, &Access{}))
 	ctx := context.Background()
-	round := func(n *benchNode, calls int) time.Duration {
+	round := func(n *testNode, calls int) time.Duration {
 		var wg sync.WaitGroup
 		next := make(chan int, calls)
 		for i := range calls {

@@ -16,11 +16,13 @@ import (
 	"github.com/baton-dev/baton/security"
 )
 
-// TestAuditFileExport: every master appends each committed record once,
-// as a JSON line with snake_case keys, in order, rotating the file past
-// its size and keeping the files it is told to.
-func TestAuditFileExport(t *testing.T) {
-	dir := t.TempDir()
+// exportGrants starts three masters that export their audit trail to dir
+// (files rotated at 1500 bytes, two kept) and has root grant read to 12
+// clients, records enough to rotate the file twice. It returns the
+// cluster and the last grant's client as a line's args hold it (JSON in
+// JSON).
+func exportGrants(t *testing.T, dir string) (*secureCluster, string) {
+	t.Helper()
 	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2},
 		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
 	li := converged(t, sc.nodes)
@@ -34,7 +36,15 @@ func TestAuditFileExport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	last := fmt.Sprintf(`\"u%d\"`, grants-1) // in the args, JSON in JSON
+	return sc, fmt.Sprintf(`\"u%d\"`, grants-1)
+}
+
+// TestAuditFileExport: every master appends each committed record once,
+// as a JSON line with snake_case keys, in order, rotating the file past
+// its size and keeping the files it is told to.
+func TestAuditFileExport(t *testing.T) {
+	dir := t.TempDir()
+	sc, last := exportGrants(t, dir)
 	for _, n := range sc.nodes {
 		id := n.srv.b.ID()
 		path := filepath.Join(dir, id+".jsonl")
@@ -95,20 +105,7 @@ func TestAuditFileOutlivesAFailedRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2},
-		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
-	const grants = 12
-	for i := range grants {
-		if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	last := fmt.Sprintf(`\"u%d\"`, grants-1)
+	sc, last := exportGrants(t, dir)
 	for _, n := range sc.nodes {
 		path := filepath.Join(dir, n.srv.b.ID()+".jsonl")
 		testwait.For(t, 20*time.Second, path+" holding the last grant past a failed rotation", func() bool {

@@ -124,26 +124,33 @@ func startClusterOn(t *testing.T, n int, raftTimeout time.Duration, setup nodeSe
 		if err != nil {
 			t.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(lis)
-		cc, err := grpc.NewClient(lis.Addr().String(), dial)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tn := &testNode{node: node, srv: srv, addr: lis.Addr().String(), cc: cc, cl: adminpb.NewAdminClient(cc)}
-		nodes = append(nodes, tn)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			cc.Close()
-			srv.Stop(ctx)
-			node.Kill()
-		})
+		nodes = append(nodes, serveNode(t, node, srv, dial))
 	}
 	return nodes
+}
+
+// serveNode serves srv, node's admin server, on 127.0.0.1:0 and dials it
+// with dial; the test's cleanup closes the connection, stops the server
+// and kills the node.
+func serveNode(tb testing.TB, node *cluster.Node, srv *Server, dial grpc.DialOption) *testNode {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go srv.Serve(lis)
+	cc, err := grpc.NewClient(lis.Addr().String(), dial)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		cc.Close()
+		srv.Stop(ctx)
+		node.Kill()
+	})
+	return &testNode{node: node, srv: srv, addr: lis.Addr().String(), cc: cc, cl: adminpb.NewAdminClient(cc)}
 }
 
 // converged waits until one node leads with an executor and every node
@@ -228,21 +235,7 @@ func TestClusterAdmin(t *testing.T) {
 				t.Fatalf("nonce retry via %s: id %d, want %d", n.node.ID(), r2.Id, id)
 			}
 		}
-		ws, err := standby.cl.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var seen []*adminpb.Procedure
-		for {
-			p, err := ws.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen = append(seen, p)
-		}
+		seen := watchAll(t, ctx, standby.cl, id)
 		if len(seen) < 2 {
 			t.Errorf("watch sent %d updates, want the initial state and the changes", len(seen))
 		}
@@ -302,17 +295,12 @@ func TestClusterAdmin(t *testing.T) {
 		call func(c adminpb.AdminClient) error
 		want codes.Code
 	}{
-		{"abort finished", func(c adminpb.AdminClient) error {
-			_, err := c.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: id})
-			return err
-		}, codes.FailedPrecondition},
+		{"abort finished", func(c adminpb.AdminClient) error { return errOf(c.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: id})) }, codes.FailedPrecondition},
 		{"get unknown id", func(c adminpb.AdminClient) error {
-			_, err := c.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: 999999})
-			return err
+			return errOf(c.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: 999999}))
 		}, codes.NotFound},
 		{"abort unknown id", func(c adminpb.AdminClient) error {
-			_, err := c.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: 999999})
-			return err
+			return errOf(c.AbortProcedure(ctx, &adminpb.ProcedureRef{Id: 999999}))
 		}, codes.NotFound},
 		{"watch unknown id", func(c adminpb.AdminClient) error {
 			ws, err := c.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: 999999})
@@ -323,20 +311,16 @@ func TestClusterAdmin(t *testing.T) {
 			return err
 		}, codes.NotFound},
 		{"unknown type", func(c adminpb.AdminClient) error {
-			_, err := c.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "nope"})
-			return err
+			return errOf(c.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "nope"}))
 		}, codes.InvalidArgument},
 		{"bad argument", func(c adminpb.AdminClient) error {
-			_, err := c.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "fail", Arguments: map[string]string{"steps": "2", "fail_at": "2"}})
-			return err
+			return errOf(c.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "fail", Arguments: map[string]string{"steps": "2", "fail_at": "2"}}))
 		}, codes.InvalidArgument},
 		{"bad list state", func(c adminpb.AdminClient) error {
-			_, err := c.ListProcedures(ctx, &adminpb.ListProceduresRequest{State: "DONE"})
-			return err
+			return errOf(c.ListProcedures(ctx, &adminpb.ListProceduresRequest{State: "DONE"}))
 		}, codes.InvalidArgument},
 		{"bad page token", func(c adminpb.AdminClient) error {
-			_, err := c.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageToken: "x"})
-			return err
+			return errOf(c.ListProcedures(ctx, &adminpb.ListProceduresRequest{PageToken: "x"}))
 		}, codes.InvalidArgument},
 		{"ack of running", func(c adminpb.AdminClient) error {
 			r, err := c.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "1", "delay": "1h"}})
@@ -396,22 +380,35 @@ func TestClusterAdmin(t *testing.T) {
 	})
 }
 
-func waitState(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64, want string) *adminpb.Procedure {
+// errOf is the error of a unary call, its answer dropped.
+func errOf[R any](_ R, err error) error { return err }
+
+// watchAll is every update WatchProcedure sends of procedure id, up to
+// the end of the stream, for the test to judge them or the last.
+func watchAll(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64) []*adminpb.Procedure {
 	t.Helper()
 	ws, err := c.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last *adminpb.Procedure
+	var seen []*adminpb.Procedure
 	for {
 		p, err := ws.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return seen
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = p
+		seen = append(seen, p)
+	}
+}
+
+func waitState(t *testing.T, ctx context.Context, c adminpb.AdminClient, id uint64, want string) *adminpb.Procedure {
+	t.Helper()
+	var last *adminpb.Procedure
+	if seen := watchAll(t, ctx, c, id); len(seen) > 0 {
+		last = seen[len(seen)-1]
 	}
 	if last == nil || last.State != want {
 		t.Fatalf("procedure %d ended %v, want %s", id, last, want)

@@ -45,7 +45,7 @@ func BenchmarkReads(b *testing.B) {
 		readers = v
 	}
 	nodes := startTCPCluster(b, 3)
-	var leader, follower *benchNode
+	var leader, follower *testNode
 	testwait.For(b, 30*time.Second, "a leader with a running executor and a follower that knows it", func() bool {
 		leader, follower = nil, nil
 		for _, n := range nodes {
@@ -133,18 +133,13 @@ func BenchmarkReads(b *testing.B) {
 		readers, rate[0], rate[1], rate[1]/rate[0], rate[2], rate[2]/rate[0], rate[3], rate[3]/rate[0])
 }
 
-type benchNode struct {
-	node *cluster.Node
-	cl   adminpb.AdminClient
-}
-
 // startTCPCluster starts n nodes with production stores and raft's TCP
 // transport on loopback, each with an admin server.
-func startTCPCluster(b *testing.B, n int) []*benchNode { return startTCPClusterWith(b, n, nil) }
+func startTCPCluster(b *testing.B, n int) []*testNode { return startTCPClusterWith(b, n, nil) }
 
 // startTCPClusterWith is startTCPCluster with each admin server's
 // Config.Access a copy of access (nil: none).
-func startTCPClusterWith(b *testing.B, n int, access *Access) []*benchNode {
+func startTCPClusterWith(b *testing.B, n int, access *Access) []*testNode {
 	b.Helper()
 	var peers []cluster.Peer
 	var cfgs []cluster.Config
@@ -171,7 +166,7 @@ func startTCPClusterWith(b *testing.B, n int, access *Access) []*benchNode {
 		peers = append(peers, cluster.Peer{ID: id, Address: addr})
 		cfgs = append(cfgs, c)
 	}
-	var out []*benchNode
+	var out []*testNode
 	for i := range cfgs {
 		cfgs[i].Peers = peers
 		node, err := cluster.NewNode(cfgs[i])
@@ -187,23 +182,7 @@ func startTCPClusterWith(b *testing.B, n int, access *Access) []*benchNode {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go srv.Serve(lis)
-		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		out = append(out, &benchNode{node: node, cl: adminpb.NewAdminClient(cc)})
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			cc.Close()
-			srv.Stop(ctx)
-			node.Kill()
-		})
+		out = append(out, serveNode(b, node, srv, grpc.WithTransportCredentials(insecure.NewCredentials())))
 	}
 	return out
 }
