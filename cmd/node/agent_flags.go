@@ -157,19 +157,9 @@ var agentEnv = map[string]string{
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
 func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (agentConfig, error) {
-	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
-	newUsageOut(fs, stdout, stderr)
-	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
-	rawEnv := getenv
-	if rawEnv == nil {
-		rawEnv = func(string) string { return "" }
-	}
-	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", agentEnv)
-	if cerr != nil && !helpAsked(args) {
-		return agentConfig{}, cerr
-	}
-	if getenv == nil {
-		getenv = func(string) string { return "" }
+	fs, rawEnv, getenv, err := serverFlagSet("baton agent", args, getenv, agentEnv, stdout, stderr)
+	if err != nil {
+		return agentConfig{}, err
 	}
 	f, envErr := addAgentFlags(fs, getenv)
 	pos, err := parse(fs, args)
