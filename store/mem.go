@@ -229,9 +229,7 @@ func (m *MemStore) Proc(id uint64) ([]byte, bool) {
 
 // Len returns the number of live procedures.
 func (m *MemStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.procs)
+	return locked.Call(&m.mu, func() int { return len(m.procs) })
 }
 
 // Writes returns the number of successful writes so far.

@@ -342,9 +342,7 @@ func (s *Server) HighestTerm() uint64 { return locked.Load(&s.mu, &s.highestTerm
 // HeartbeatInterval is the interval in force: Config.HeartbeatInterval,
 // else the registering master's, else DefaultHeartbeatInterval.
 func (s *Server) HeartbeatInterval() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.intervalLocked()
+	return locked.Call(&s.mu, func() time.Duration { return s.intervalLocked() })
 }
 
 func (s *Server) intervalLocked() time.Duration {
