@@ -808,7 +808,7 @@ func (n *Node) close() error {
 // saying so, and lets the process exit.
 func (n *Node) shutdownRaft() error {
 	n.stopOnce.Do(func() { close(n.stopStorage) })
-	err := raftfsm.AwaitFuture(n.raft.Shutdown(), 50*time.Millisecond, func() error {
+	err := raftfsm.AwaitFuture(n.raft.Shutdown(), nil, 50*time.Millisecond, func() error {
 		if !n.stable.isStuck() {
 			return nil
 		}

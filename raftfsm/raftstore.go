@@ -396,12 +396,7 @@ func (s *RaftStore) linger(batch []*request, bytes int, carry *request) ([]*requ
 // wait with raft.ErrRaftShutdown instead of leaving the writer, and Close,
 // blocked for ever.
 func (s *RaftStore) await(fut raft.ApplyFuture) error {
-	return AwaitFuture(fut, 100*time.Millisecond, func() error {
-		if s.r.State() == raft.Shutdown {
-			return raft.ErrRaftShutdown
-		}
-		return nil
-	})
+	return AwaitFuture(fut, nil, 100*time.Millisecond, IfShutDown(s.r))
 }
 
 func (s *RaftStore) propose(reqs []*request) (raft.ApplyFuture, error) {

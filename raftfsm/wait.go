@@ -68,8 +68,9 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 // queue at shutdown; a shutdown behind a disk write that never returns),
 // and offers no notification of either, so the wait polls on wall-clock
 // time, which only bounds how late it notices. The first non-nil error
-// giveUp returns ends the wait with it, unless f answered meanwhile.
-func AwaitFuture(f raft.Future, interval time.Duration, giveUp func() error) error {
+// giveUp returns ends the wait with it, unless f answered meanwhile; stop
+// closed (nil: never) ends it with raft.ErrRaftShutdown.
+func AwaitFuture(f raft.Future, stop <-chan struct{}, interval time.Duration, giveUp func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	tick := time.NewTicker(interval)
@@ -78,6 +79,8 @@ func AwaitFuture(f raft.Future, interval time.Duration, giveUp func() error) err
 		select {
 		case err := <-done:
 			return err
+		case <-stop:
+			return raft.ErrRaftShutdown
 		case <-tick.C:
 			if err := giveUp(); err != nil {
 				select {
@@ -88,5 +91,16 @@ func AwaitFuture(f raft.Future, interval time.Duration, giveUp func() error) err
 				}
 			}
 		}
+	}
+}
+
+// IfShutDown is a giveUp for AwaitFuture: raft.ErrRaftShutdown once r has
+// shut down.
+func IfShutDown(r *raft.Raft) func() error {
+	return func() error {
+		if r.State() == raft.Shutdown {
+			return raft.ErrRaftShutdown
+		}
+		return nil
 	}
 }
