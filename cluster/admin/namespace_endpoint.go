@@ -38,11 +38,7 @@ func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequ
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: get namespace: name is required")
 	}
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
 		ok, err := d.NamespaceExists(req.GetName())
 		if err != nil {
 			return nil, err

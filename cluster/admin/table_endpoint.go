@@ -9,11 +9,7 @@ import (
 
 // DescribeTable implements adminpb.AdminServer.
 func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.Table, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Table, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.Table, error) {
 		t, err := d.DescribeTable(req.GetNamespace(), req.GetName())
 		if err != nil {
 			return nil, err
