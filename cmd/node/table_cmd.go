@@ -311,10 +311,7 @@ type tablesJSON struct {
 func (c *cli) tableList(args []string) int {
 	e := c.command("table list", "[--namespace NS] [--state S] [--page-size N] [--page-token T | --all] [--stale]", tableAdvice)
 	ns := e.fs.String("namespace", "", "only the tables of this namespace (default: every namespace)")
-	var states statesFlag
-	e.fs.Var(&states, "state", "only the tables in this state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING); repeat it or separate with commas for several")
-	pf := addPageFlags(e.fs, "tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
-	rf := addReadFlags(e.fs)
+	states, pf, rf := e.listFlags("tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize, "CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING")
 	if code, ok := e.parseList(args, pf); !ok {
 		return code
 	}
@@ -367,7 +364,7 @@ func (c *cli) tableList(args []string) int {
 			}
 			c.printServed(rf.served)
 		}
-		req := &adminpb.ListTablesRequest{Namespace: *ns, States: states, PageSize: int32(pf.size), PageToken: pf.token}
+		req := &adminpb.ListTablesRequest{Namespace: *ns, States: *states, PageSize: int32(pf.size), PageToken: pf.token}
 		fetch := func(token string) ([]*adminpb.Table, string, error) {
 			req.PageToken = token
 			r, err := cl.ListTablesPage(c.ctx, req, rf.opts()...)
@@ -470,10 +467,7 @@ func (c *cli) regionList(args []string) int {
 	e := c.command("region list", "[--table T] [--state S] [--server ID] [--page-size N] [--page-token T | --all] [--stale]", regionAdvice)
 	table := e.fs.String("table", "", "only the regions of this table, NAME or NS:NAME (default: every table)")
 	server := e.fs.String("server", "", "only the regions recorded on this region server, as 'baton rs list' names it")
-	var states statesFlag
-	e.fs.Var(&states, "state", "only the regions in this state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN); repeat it or separate with commas for several")
-	pf := addPageFlags(e.fs, "regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
-	rf := addReadFlags(e.fs)
+	states, pf, rf := e.listFlags("regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize, "OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN")
 	if code, ok := e.parseList(args, pf); !ok {
 		return code
 	}
@@ -486,7 +480,7 @@ func (c *cli) regionList(args []string) int {
 		*table = ns + ":" + name
 	}
 	return e.withClient(func(cl *client.Client) int {
-		req := &adminpb.ListRegionsRequest{Table: *table, States: states, Server: *server, PageSize: int32(pf.size)}
+		req := &adminpb.ListRegionsRequest{Table: *table, States: *states, Server: *server, PageSize: int32(pf.size)}
 		fetch := func(token string) ([]*adminpb.Region, string, error) {
 			req.PageToken = token
 			r, err := cl.ListRegionsPage(c.ctx, req, rf.opts()...)
