@@ -91,6 +91,21 @@ func (e *command) namespaceFlag() *string {
 	return e.fs.String("namespace", "", "the table's namespace (default: the one in NS:NAME, else \"default\")")
 }
 
+// parseTable parses args for the one table NAME they name, qualified by
+// --namespace (nsFlag) where given. ok is false when the command is over,
+// with exit code code.
+func (e *command) parseTable(args []string, nsFlag *string) (ns, name string, code int, ok bool) {
+	pos, code, ok := e.parse(args, 1, "table NAME")
+	if !ok {
+		return "", "", code, false
+	}
+	ns, name, err := splitTable(pos[0], *nsFlag)
+	if err != nil {
+		return "", "", e.fail(err), false
+	}
+	return ns, name, exitOK, true
+}
+
 func (c *cli) tableCreate(args []string) int {
 	e := c.command("table create", "NAME [--regions N] [--namespace NS] [--wait] [--nonce N]", tableAdvice)
 	regions := e.fs.Int("regions", 1, fmt.Sprintf("how many regions to split the table into, 1 to %d", client.MaxRegions))
@@ -114,13 +129,9 @@ func (c *cli) tableCreate(args []string) int {
 func (c *cli) tableChange(verb string, start func(cl *client.Client, ctx context.Context, ns, name, nonce string) (uint64, error), args []string) int {
 	e := c.command("table "+verb, "NAME [--namespace NS] [--wait] [--nonce N]", tableAdvice)
 	nsFlag, wait, nonce := e.namespaceFlag(), e.waitFlag(), e.nonceFlag()
-	pos, code, ok := e.parse(args, 1, "table NAME")
+	ns, name, code, ok := e.parseTable(args, nsFlag)
 	if !ok {
 		return code
-	}
-	ns, name, err := splitTable(pos[0], *nsFlag)
-	if err != nil {
-		return e.fail(err)
 	}
 	return e.start(fmt.Sprintf("%s table %s:%s", verb, ns, name), *wait, func(cl *client.Client) (uint64, error) {
 		return start(cl, c.ctx, ns, name, *nonce)
@@ -253,13 +264,9 @@ func (c *cli) tableDescribe(args []string) int {
 	e := c.command("table describe", "NAME [--namespace NS] [--stale]", tableAdvice)
 	nsFlag := e.namespaceFlag()
 	rf := addReadFlags(e.fs)
-	pos, code, ok := e.parse(args, 1, "table NAME")
+	ns, name, code, ok := e.parseTable(args, nsFlag)
 	if !ok {
 		return code
-	}
-	ns, name, err := splitTable(pos[0], *nsFlag)
-	if err != nil {
-		return e.fail(err)
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		t, err := cl.DescribeTable(c.ctx, ns, name, rf.opts()...)
