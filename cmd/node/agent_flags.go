@@ -267,11 +267,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.Raft = f.raft.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
-	if v := strings.TrimSpace(*f.workers); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxAgentWorkers {
-			bad("--workers %q: want a number of executor workers in 1..%d", v, maxAgentWorkers)
-		}
+	if n, ok := intFlag("workers", *f.workers, "a number of executor workers", 1, maxAgentWorkers, bad); ok {
 		cfg.Workers = n
 	}
 	cfg.HTTPAllowedHosts = f.node.allowedHosts(bad)
@@ -303,11 +299,7 @@ func (f agentFlags) devDefaults(cfg *agentConfig, bad func(string, ...any)) {
 	}
 	cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
 	cfg.DevRegionServers = devRegionServers
-	if v := strings.TrimSpace(*f.devRS); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 100 {
-			bad("--dev-regionservers %q: want a number of region servers in 0..100", v)
-		}
+	if n, ok := intFlag("dev-regionservers", *f.devRS, "a number of region servers", 0, 100, bad); ok {
 		cfg.DevRegionServers = n
 	}
 }
