@@ -6,6 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/baton-dev/baton/internal/promkit"
 )
 
 // raftStates are the values of baton_raft_state's state label, one series
@@ -27,9 +29,7 @@ type nodeCollector struct {
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, labels, nil)
-	}
+	d := promkit.Desc
 	return &nodeCollector{
 		n:            n,
 		state:        d("baton_raft_state", "1 for this master's Raft state (leader, follower, candidate, shutdown), 0 for the others.", "state"),
@@ -60,11 +60,9 @@ func newNodeCollector(n *Node) *nodeCollector {
 
 // Describe implements prometheus.Collector.
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.state, c.term, c.leader, c.lastIndex, c.commitIndex, c.appliedIndex, c.fsmIndex,
+	promkit.Describe(ch, c.state, c.term, c.leader, c.lastIndex, c.commitIndex, c.appliedIndex, c.fsmIndex,
 		c.lastContact, c.executor, c.storageFailed, c.walSegments, c.walSegmentBytes, c.walLive, c.walLiveBytes,
-		c.walWritten, c.walRecords, c.walSyncs, c.walRolls, c.walDeleted, c.walRewrit, c.walRewriteBytes} {
-		ch <- d
-	}
+		c.walWritten, c.walRecords, c.walSyncs, c.walRolls, c.walDeleted, c.walRewrit, c.walRewriteBytes)
 }
 
 // Collect implements prometheus.Collector. It reads Raft's and the FSM's

@@ -808,26 +808,18 @@ func (n *Node) close() error {
 // saying so, and lets the process exit.
 func (n *Node) shutdownRaft() error {
 	n.stopOnce.Do(func() { close(n.stopStorage) })
-	f := n.raft.Shutdown()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("raft shutdown: %w", err)
-			}
+	err := raftfsm.AwaitFuture(n.raft.Shutdown(), nil, 50*time.Millisecond, func() error {
+		if !n.stable.isStuck() {
 			return nil
-		case <-tick.C:
-			if n.stable.isStuck() {
-				err := n.stableFault.get()
-				n.log.Error("raft did not stop: a term or vote write is still waiting for the failing disk; abandoning it", "error", err)
-				return fmt.Errorf("raft shutdown: %w", err)
-			}
 		}
+		err := n.stableFault.get()
+		n.log.Error("raft did not stop: a term or vote write is still waiting for the failing disk; abandoning it", "error", err)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("raft shutdown: %w", err)
 	}
+	return nil
 }
 
 // Kill stops the node abruptly, as a crash would as far as the cluster

@@ -208,24 +208,9 @@ func (r *readRound) wait(ctx context.Context, what string) error {
 // outlives the node.
 func newReadConfirmer(r *raft.Raft, applyTimeout time.Duration, shutdown <-chan struct{}) *readConfirmer {
 	wait := func(f raft.Future) error {
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
 		// Raft shut down by itself (not through the node) closes no
 		// channel of ours: look at its state now and then.
-		tick := time.NewTicker(shutdownPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case err := <-done:
-				return err
-			case <-shutdown:
-				return raft.ErrRaftShutdown
-			case <-tick.C:
-				if r.State() == raft.Shutdown {
-					return raft.ErrRaftShutdown
-				}
-			}
-		}
+		return raftfsm.AwaitFuture(f, shutdown, shutdownPoll, raftfsm.IfShutDown(r))
 	}
 	return &readConfirmer{
 		verify: func() error { return wait(r.VerifyLeader()) },

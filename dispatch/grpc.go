@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/internal/tracectx"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -143,9 +144,7 @@ func (t *GRPCTransport) RemoveServer(serverID string) {
 
 // Conns is the number of cached connections.
 func (t *GRPCTransport) Conns() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.conns)
+	return locked.Call(&t.mu, func() int { return len(t.conns) })
 }
 
 // Close closes every connection; later calls fail. Close the transport

@@ -95,19 +95,14 @@ type liveCollector struct {
 
 func newLiveCollector() *liveCollector {
 	return &liveCollector{
-		queued: prometheus.NewDesc("baton_dispatch_queued_operations",
-			"Operations not answered yet, by state: buffered (waiting for a call, retries and held ones included) or in_flight (in a call).",
-			[]string{"state"}, nil),
-		servers: prometheus.NewDesc("baton_dispatch_servers",
-			"Region server incarnations the dispatcher holds a buffer for, by state: ok, backoff (waiting to retry), held (given up, waiting for removal), dead (restarted).",
-			[]string{"state"}, nil),
+		queued:  promkit.Desc("baton_dispatch_queued_operations", "Operations not answered yet, by state: buffered (waiting for a call, retries and held ones included) or in_flight (in a call).", "state"),
+		servers: promkit.Desc("baton_dispatch_servers", "Region server incarnations the dispatcher holds a buffer for, by state: ok, backoff (waiting to retry), held (given up, waiting for removal), dead (restarted).", "state"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.queued
-	ch <- c.servers
+	promkit.Describe(ch, c.queued, c.servers)
 }
 
 // Collect implements prometheus.Collector.

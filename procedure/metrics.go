@@ -86,26 +86,16 @@ type liveCollector struct {
 
 func newLiveCollector() *liveCollector {
 	return &liveCollector{
-		procs: prometheus.NewDesc("baton_procedures",
-			"Procedures the executor holds (live ones and finished roots kept for their result), by type and state.",
-			[]string{"type", "state"}, nil),
-		stuck: prometheus.NewDesc("baton_procedures_stuck",
-			"Live procedures that are stuck: not finished, not paused, not waiting for children, and without a persisted transition for longer than the executor's StuckProcedureThreshold (default 5m), by type.",
-			[]string{"type"}, nil),
-		lockWaiting: prometheus.NewDesc("baton_procedures_lock_waiting",
-			"Procedures parked behind a conflicting lock now, by type.",
-			[]string{"type"}, nil),
-		inFlight: prometheus.NewDesc("baton_executor_steps_in_flight",
-			"Steps running on a worker now.", nil, nil),
+		procs:       promkit.Desc("baton_procedures", "Procedures the executor holds (live ones and finished roots kept for their result), by type and state.", "type", "state"),
+		stuck:       promkit.Desc("baton_procedures_stuck", "Live procedures that are stuck: not finished, not paused, not waiting for children, and without a persisted transition for longer than the executor's StuckProcedureThreshold (default 5m), by type.", "type"),
+		lockWaiting: promkit.Desc("baton_procedures_lock_waiting", "Procedures parked behind a conflicting lock now, by type.", "type"),
+		inFlight:    promkit.Desc("baton_executor_steps_in_flight", "Steps running on a worker now."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.procs
-	ch <- c.stuck
-	ch <- c.lockWaiting
-	ch <- c.inFlight
+	promkit.Describe(ch, c.procs, c.stuck, c.lockWaiting, c.inFlight)
 }
 
 // Collect implements prometheus.Collector.

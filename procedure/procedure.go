@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -454,9 +455,7 @@ func (c *Context) SetResult(b []byte) {
 
 // Children lists the ids of the children this procedure has spawned so far.
 func (c *Context) Children() []uint64 {
-	c.x.mu.Lock()
-	defer c.x.mu.Unlock()
-	return append([]uint64(nil), c.e.children...)
+	return locked.Call(&c.x.mu, func() []uint64 { return append([]uint64(nil), c.e.children...) })
 }
 
 // AddChild queues a child to be spawned when the step returns; used by

@@ -251,25 +251,22 @@ func (f *FSM) AppliedIndex() uint64 { return f.st.Load().index }
 // restart after a process crash loads. It trails AppliedIndex by entries
 // that changed nothing (no WAL record is written for them) and by
 // everything after a WAL failure.
-func (f *FSM) WALIndex() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.wal == nil {
-		return 0
-	}
-	return f.wal.Index()
-}
+func (f *FSM) WALIndex() uint64 { return f.walIndex((*store.WAL).Index) }
 
 // WALDurableIndex returns the applied index known synced in the local WAL:
 // what a restart after a power loss loads at least. Under store.SyncOnRoll
 // (the default) it trails WALIndex by up to the WAL's SyncInterval.
-func (f *FSM) WALDurableIndex() uint64 {
+func (f *FSM) WALDurableIndex() uint64 { return f.walIndex((*store.WAL).DurableIndex) }
+
+// walIndex is index of the local WAL read under f.mu, 0 without one
+// (memory-only mode).
+func (f *FSM) walIndex(index func(*store.WAL) uint64) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.wal == nil {
 		return 0
 	}
-	return f.wal.DurableIndex()
+	return index(f.wal)
 }
 
 // SyncWAL makes everything written to the local WAL durable.

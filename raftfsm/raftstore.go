@@ -396,27 +396,7 @@ func (s *RaftStore) linger(batch []*request, bytes int, carry *request) ([]*requ
 // wait with raft.ErrRaftShutdown instead of leaving the writer, and Close,
 // blocked for ever.
 func (s *RaftStore) await(fut raft.ApplyFuture) error {
-	errCh := make(chan error, 1)
-	go func() { errCh <- fut.Error() }()
-	// Wall-clock polling: raft runs on real time and offers no shutdown
-	// notification; this only bounds how late a shutdown is noticed.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-errCh:
-			return err
-		case <-tick.C:
-			if s.r.State() == raft.Shutdown {
-				select {
-				case err := <-errCh:
-					return err
-				default:
-					return raft.ErrRaftShutdown
-				}
-			}
-		}
-	}
+	return AwaitFuture(fut, nil, 100*time.Millisecond, IfShutDown(s.r))
 }
 
 func (s *RaftStore) propose(reqs []*request) (raft.ApplyFuture, error) {

@@ -3,6 +3,9 @@ package raftfsm
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // appliedSignal wakes the goroutines waiting for the applied index to move
@@ -57,5 +60,47 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// AwaitFuture waits for f's answer, asking giveUp every interval whether
+// to stop waiting: raft may never answer (an Apply still in its batch
+// queue at shutdown; a shutdown behind a disk write that never returns),
+// and offers no notification of either, so the wait polls on wall-clock
+// time, which only bounds how late it notices. The first non-nil error
+// giveUp returns ends the wait with it, unless f answered meanwhile; stop
+// closed (nil: never) ends it with raft.ErrRaftShutdown.
+func AwaitFuture(f raft.Future, stop <-chan struct{}, interval time.Duration, giveUp func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-stop:
+			return raft.ErrRaftShutdown
+		case <-tick.C:
+			if err := giveUp(); err != nil {
+				select {
+				case answer := <-done:
+					return answer
+				default:
+					return err
+				}
+			}
+		}
+	}
+}
+
+// IfShutDown is a giveUp for AwaitFuture: raft.ErrRaftShutdown once r has
+// shut down.
+func IfShutDown(r *raft.Raft) func() error {
+	return func() error {
+		if r.State() == raft.Shutdown {
+			return raft.ErrRaftShutdown
+		}
+		return nil
 	}
 }

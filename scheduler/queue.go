@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // Run queues.
@@ -405,9 +407,7 @@ func (s *Scheduler) Remove(id uint64) bool {
 
 // Len is the number of queued ids.
 func (s *Scheduler) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queued)
+	return locked.Call(&s.mu, func() int { return len(s.queued) })
 }
 
 // Queued reports whether id is in the run queue.

@@ -40,9 +40,15 @@ func (m *MemStore) InsertAndMutate(proc Proc, children []Proc, muts []Mutation) 
 
 // UpdateAndMutate implements MutationStore.
 func (m *MemStore) UpdateAndMutate(proc Proc, muts []Mutation) error {
+	return m.andMutate(func() error { return m.updateLocked(proc) }, muts)
+}
+
+// andMutate runs change and, if it succeeds, applies muts, both under one
+// hold of m.mu: the two land together or not at all.
+func (m *MemStore) andMutate(change func() error, muts []Mutation) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.updateLocked(proc); err != nil {
+	if err := change(); err != nil {
 		return err
 	}
 	m.applyLocked(muts)
@@ -53,13 +59,7 @@ var _ DeleteMutator = (*MemStore)(nil)
 
 // DeleteAndMutate implements DeleteMutator.
 func (m *MemStore) DeleteAndMutate(ids []uint64, muts []Mutation) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.deleteLocked(ids); err != nil {
-		return err
-	}
-	m.applyLocked(muts)
-	return nil
+	return m.andMutate(func() error { return m.deleteLocked(ids) }, muts)
 }
 
 func (m *MemStore) applyLocked(muts []Mutation) {
@@ -229,9 +229,7 @@ func (m *MemStore) Proc(id uint64) ([]byte, bool) {
 
 // Len returns the number of live procedures.
 func (m *MemStore) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.procs)
+	return locked.Call(&m.mu, func() int { return len(m.procs) })
 }
 
 // Writes returns the number of successful writes so far.

@@ -18,10 +18,7 @@ func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespaces
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPageSize("list namespaces", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("list namespaces", nsToken, req.GetPageToken())
+	after, err := pageStart("list namespaces", nsToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -33,9 +30,7 @@ func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespaces
 		}
 		page, next := namePage(ns, after, size)
 		return &adminpb.ListNamespacesResponse{Namespaces: page, Read: ri, NextPageToken: encodePageToken(nsToken, next)}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListNamespacesResponse, error) {
-		return c.ListNamespaces(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListNamespaces))
 }
 
 // GetNamespace implements adminpb.AdminServer.
@@ -43,11 +38,7 @@ func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequ
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: get namespace: name is required")
 	}
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.Namespace, error) {
 		ok, err := d.NamespaceExists(req.GetName())
 		if err != nil {
 			return nil, err
@@ -56,9 +47,7 @@ func (s *Server) GetNamespace(ctx context.Context, req *adminpb.GetNamespaceRequ
 			return nil, procedure.Errorf(procedure.ErrNotFound, "namespace %q does not exist", req.GetName())
 		}
 		return &adminpb.Namespace{Name: req.GetName(), Read: ri}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Namespace, error) {
-		return c.GetNamespace(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.GetNamespace))
 }
 
 // namePage is the page of names (sorted here) after after: at most size

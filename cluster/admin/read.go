@@ -50,6 +50,19 @@ func checkConsistency(c adminpb.Consistency) error {
 	return procedure.Errorf(procedure.ErrInvalid, "unknown read consistency %d", int32(c))
 }
 
+// domainRead is serveRead of this node's domain: local is given it, and a
+// node that serves no domain refuses the call before any read.
+func domainRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
+	local func(Domain, *adminpb.ReadInfo) (T, error),
+	remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
+	d, err := s.domain()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return serveRead(s, ctx, c, func(ri *adminpb.ReadInfo) (T, error) { return local(d, ri) }, remote)
+}
+
 // serveRead answers a read at consistency c: local reads this node's state
 // and returns the answer to which it attaches the ReadInfo; remote
 // forwards the read to the leader.

@@ -186,11 +186,7 @@ func (s *Server) SetMaintenance(ctx context.Context, req *adminpb.SetMaintenance
 // GetMaintenance implements adminpb.AdminServer: a read of the replicated
 // state at the asked consistency.
 func (s *Server) GetMaintenance(ctx context.Context, req *adminpb.GetMaintenanceRequest) (*adminpb.Maintenance, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Maintenance, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.Maintenance, error) {
 		m, err := d.Maintenance()
 		if err != nil {
 			return nil, err
@@ -221,11 +217,7 @@ func (s *Server) ListRepairs(ctx context.Context, req *adminpb.ListRepairsReques
 			return nil, status.Errorf(codes.InvalidArgument, "admin: list repairs: bad page_token %q (pass next_page_token of the previous page)", tok)
 		}
 	}
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ListRepairsResponse, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.ListRepairsResponse, error) {
 		recs, err := d.ListRepairs(after, limit)
 		if err != nil {
 			return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/grpcstop"
 	"github.com/baton-dev/baton/internal/reqlimit"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -348,14 +349,7 @@ func (s *Server) Stop(ctx context.Context) {
 	s.health.Shutdown()
 	s.loops.Wait()
 	if gs != nil {
-		done := make(chan struct{})
-		go func() { gs.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			gs.Stop()
-			<-done
-		}
+		grpcstop.Stop(ctx, gs)
 	}
 	s.mu.Lock()
 	conns := s.conns

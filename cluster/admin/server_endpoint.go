@@ -48,13 +48,9 @@ func (s *Server) ServerRegions(ctx context.Context, req *adminpb.ServerRegionsRe
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
 	q := catalog.ServerRegionsQuery{Server: req.GetServer(), After: after,
 		PageSize: pageSizeOr(req.GetPageSize(), defaultServerRegionsPage, maxServerRegionsPage)}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.ServerRegionsResponse, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.ServerRegionsResponse, error) {
 		sr, err := d.ServerRegions(ctx, q)
 		if err != nil {
 			return nil, err

@@ -9,11 +9,7 @@ import (
 
 // DescribeTable implements adminpb.AdminServer.
 func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (*adminpb.Table, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	return serveRead(s, ctx, req.GetConsistency(), func(ri *adminpb.ReadInfo) (*adminpb.Table, error) {
+	return domainRead(s, ctx, req.GetConsistency(), func(d Domain, ri *adminpb.ReadInfo) (*adminpb.Table, error) {
 		t, err := d.DescribeTable(req.GetNamespace(), req.GetName())
 		if err != nil {
 			return nil, err
@@ -21,9 +17,7 @@ func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (
 		out := tableMsg(t)
 		out.Read = ri
 		return out, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.Table, error) {
-		return c.DescribeTable(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.DescribeTable))
 }
 
 // ListTables implements adminpb.AdminServer: one page of tables, with
@@ -33,10 +27,7 @@ func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPageSize("list tables", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("list tables", tableToken, req.GetPageToken())
+	after, err := pageStart("list tables", tableToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -48,9 +39,7 @@ func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest)
 		}
 		tables, next := boundPageAt(tableMsgs(page.Tables), page.Next, func(t *adminpb.Table) string { return t.GetNamespace() + ":" + t.GetName() })
 		return &adminpb.ListTablesResponse{Tables: tables, Read: ri, NextPageToken: encodePageToken(tableToken, next)}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListTablesResponse, error) {
-		return c.ListTables(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListTables))
 }
 
 // ListRegions implements adminpb.AdminServer: one page of regions,
@@ -60,10 +49,7 @@ func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsReques
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPageSize("list regions", req.GetPageSize()); err != nil {
-		return nil, err
-	}
-	after, err := decodePageToken("list regions", regionToken, req.GetPageToken())
+	after, err := pageStart("list regions", regionToken, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +61,5 @@ func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsReques
 		}
 		regions, next := boundPageAt(regionMsgs(page.Regions), page.Next, (*adminpb.Region).GetName)
 		return &adminpb.ListRegionsResponse{Regions: regions, Read: ri, NextPageToken: encodePageToken(regionToken, next)}, nil
-	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.ListRegionsResponse, error) {
-		return c.ListRegions(ctx, req)
-	})
+	}, relayed(req, adminpb.AdminClient.ListRegions))
 }

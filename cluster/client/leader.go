@@ -42,9 +42,7 @@ func (t *LeaderTracker) Target() string {
 
 // size is how many addresses the tracker knows (given and hinted).
 func (t *LeaderTracker) size() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.addrs)
+	return locked.Call(&t.mu, func() int { return len(t.addrs) })
 }
 
 // Leader is the believed leader's address, "" if unknown.

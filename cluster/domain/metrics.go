@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/cluster/lease"
+	"github.com/baton-dev/baton/internal/promkit"
 )
 
 // collector reports the cluster's domain when Prometheus scrapes: leases by
@@ -21,32 +22,18 @@ type collector struct {
 
 func newCollector(d *Domain) *collector {
 	return &collector{
-		d: d,
-		leases: prometheus.NewDesc("baton_leases",
-			"Leases the leader holds, by kind (regionserver: region servers' leases; lock: external lock holders') and state (live; suspect: past the soft limit, nothing new is assigned; expired: past the hard limit, recovery starts).",
-			[]string{"kind", "state"}, nil),
-		regions: prometheus.NewDesc("baton_regions",
-			"Regions by state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN), as the leader's replicated state records them.",
-			[]string{"state"}, nil),
-		tables: prometheus.NewDesc("baton_tables",
-			"Tables by state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING).",
-			[]string{"state"}, nil),
-		rsDsc: prometheus.NewDesc("baton_region_servers",
-			"Region servers by replicated state (live, expired).",
-			[]string{"state"}, nil),
-		maintenance: prometheus.NewDesc("baton_maintenance_mode",
-			"1 while maintenance mode is on (the leader sends no region open or close and refuses new procedures), else 0, as this master's replicated state says.",
-			nil, nil),
+		d:           d,
+		leases:      promkit.Desc("baton_leases", "Leases the leader holds, by kind (regionserver: region servers' leases; lock: external lock holders') and state (live; suspect: past the soft limit, nothing new is assigned; expired: past the hard limit, recovery starts).", "kind", "state"),
+		regions:     promkit.Desc("baton_regions", "Regions by state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN), as the leader's replicated state records them.", "state"),
+		tables:      promkit.Desc("baton_tables", "Tables by state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING).", "state"),
+		rsDsc:       promkit.Desc("baton_region_servers", "Region servers by replicated state (live, expired).", "state"),
+		maintenance: promkit.Desc("baton_maintenance_mode", "1 while maintenance mode is on (the leader sends no region open or close and refuses new procedures), else 0, as this master's replicated state says."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.leases
-	ch <- c.regions
-	ch <- c.tables
-	ch <- c.rsDsc
-	ch <- c.maintenance
+	promkit.Describe(ch, c.leases, c.regions, c.tables, c.rsDsc, c.maintenance)
 }
 
 // Collect implements prometheus.Collector. It decodes every region, table

@@ -321,31 +321,11 @@ func scanServers(r reader) (map[string]Server, error) {
 // scanServersWith returns every server record by id, each decoded by
 // decode (decodeServer, or a serverRecords cache's).
 func scanServersWith(r reader, decode func(key string, v []byte) (Server, error)) (map[string]Server, error) {
-	out := map[string]Server{}
-	var derr error
-	err := r.scan(serverPrefix, func(k string, v []byte) bool {
-		s, err := decode(k, v)
-		if err != nil {
-			derr = err
-			return false
-		}
-		out[strings.TrimPrefix(k, serverPrefix)] = s
-		return true
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, derr
+	return scanRecords(r, serverPrefix, serverPrefix, decode)
 }
 
 // decodeServer decodes the server record v stored at key.
-func decodeServer(key string, v []byte) (Server, error) {
-	var s Server
-	if err := json.Unmarshal(v, &s); err != nil {
-		return Server{}, fmt.Errorf("decoding %s: %w", key, err)
-	}
-	return s, nil
-}
+func decodeServer(key string, v []byte) (Server, error) { return decodeRecord[Server](key, v) }
 
 // scanTables returns every table record by full name, optionally only of
 // namespace ns.
@@ -354,21 +334,38 @@ func scanTables(r reader, ns string) (map[string]Table, error) {
 	if ns != "" {
 		prefix += ns + ":"
 	}
-	out := map[string]Table{}
+	return scanRecords(r, prefix, tablePrefix, decodeRecord[Table])
+}
+
+// scanRecords returns every record under prefix, decoded by decode, by
+// its key less kind (the prefix of its kind of record); the first record
+// that does not decode ends the scan with its error.
+func scanRecords[T any](r reader, prefix, kind string, decode func(key string, v []byte) (T, error)) (map[string]T, error) {
+	out := map[string]T{}
 	var derr error
 	err := r.scan(prefix, func(k string, v []byte) bool {
-		var t Table
-		if err := json.Unmarshal(v, &t); err != nil {
-			derr = fmt.Errorf("decoding %s: %w", k, err)
+		x, err := decode(k, v)
+		if err != nil {
+			derr = err
 			return false
 		}
-		out[strings.TrimPrefix(k, tablePrefix)] = t
+		out[strings.TrimPrefix(k, kind)] = x
 		return true
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, derr
+}
+
+// decodeRecord decodes the JSON record v stored at key.
+func decodeRecord[T any](key string, v []byte) (T, error) {
+	var x T
+	if err := json.Unmarshal(v, &x); err != nil {
+		var zero T
+		return zero, fmt.Errorf("decoding %s: %w", key, err)
+	}
+	return x, nil
 }
 
 // scanNamespaces lists the namespaces, the default one included, sorted.

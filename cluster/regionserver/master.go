@@ -74,6 +74,19 @@ func (s *Server) callMaster(ctx context.Context, method string, call func(ctx co
 	return fmt.Errorf("%s: no master answered (tried %s): %w", method, strings.Join(f.Tried, ", "), f.Last)
 }
 
+// askMaster is callMaster for one method of the Master service (e.g.
+// rspb.MasterClient.Heartbeat) sending req: it returns the last attempt's
+// answer.
+func askMaster[Req, Resp any](s *Server, ctx context.Context, method string, req Req, m func(rspb.MasterClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	var resp Resp
+	err := s.callMaster(ctx, method, func(ctx context.Context, c rspb.MasterClient) error {
+		r, err := m(c, ctx, req)
+		resp = r
+		return err
+	})
+	return resp, err
+}
+
 func (s *Server) attempt(ctx context.Context, addr string, call func(context.Context, rspb.MasterClient) error) error {
 	m, err := s.masters.client(addr)
 	if err != nil {
@@ -136,12 +149,7 @@ func (s *Server) register(ctx context.Context) error {
 	sent := s.clk.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	defer cancel()
-	var resp *rspb.RegisterServerResponse
-	err := s.callMaster(cctx, "RegisterServer", func(ctx context.Context, m rspb.MasterClient) error {
-		r, err := m.RegisterServer(ctx, req)
-		resp = r
-		return err
-	})
+	resp, err := askMaster(s, cctx, "RegisterServer", req, rspb.MasterClient.RegisterServer)
 	if err != nil {
 		s.metrics.registers.WithLabelValues("failed").Inc()
 		return err
@@ -182,12 +190,7 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, min(s.callTimeout(), left))
 	defer cancel()
-	var resp *rspb.HeartbeatResponse
-	err := s.callMaster(cctx, "Heartbeat", func(ctx context.Context, m rspb.MasterClient) error {
-		r, err := m.Heartbeat(ctx, req)
-		resp = r
-		return err
-	})
+	resp, err := askMaster(s, cctx, "Heartbeat", req, rspb.MasterClient.Heartbeat)
 	if status.Code(err) == codes.NotFound {
 		// The protocol answers expired = true to an unknown server; a
 		// master that says NOT_FOUND instead means the same.

@@ -34,24 +34,18 @@ type metrics struct {
 func newMetrics() *metrics {
 	s := promkit.NewSet(nil) // registered by the server (collectors)
 	return &metrics{
-		ops:        s.CounterVec("regionserver", "region_operations_total", "Region opens and closes a master asked for, by kind (open, close) and result: done, already (it was so), failed (an open that failed), fenced (overtaken by a newer term or registration), interrupted.", "kind", "result"),
-		heartbeats: s.CounterVec("regionserver", "heartbeats_total", "Heartbeats sent to the masters, by result: ok (lease renewed), expired (the masters gave this registration up), failed (no master answered, or a deposed one).", "result"),
-		registers:  s.CounterVec("regionserver", "registrations_total", "Registrations with the leader, by result (ok, failed).", "result"),
-		selfClosed: s.CounterVec("regionserver", "self_closed_regions_total", "Regions this server closed without being asked, by reason: self_fence (no heartbeat got through within the self-fence period), lease_expired (the masters answered expired), closed_by_server (closed on its own initiative).", "reason"),
-		selfFences: s.Counter("regionserver", "self_fences_total", "Times this server fenced itself: no heartbeat renewed its lease within the self-fence period, so it closed every region and registers again."),
-		refused:    s.CounterVec("regionserver", "refused_batches_total", "Batches refused whole by fencing, by reason: stale_term (a deposed master), stale_attempt, wrong_start_code, wrong_server.", "reason"),
-		reports:    s.CounterVec("regionserver", "transition_reports_total", "Transition reports (FAILED_OPEN, CLOSED) to the masters, by result: sent, dropped (queue full, registration changed, or no master took it).", "result"),
-		aclDenied:  s.CounterVec("regionserver", "acl_denied_total", "Client calls refused by the cluster's access control, by method (ListRegions, /metrics) and the status code answered: PERMISSION_DENIED (no read), UNAUTHENTICATED (a bearer token), UNAVAILABLE (no grants heard from the masters, or none lately).", "method", "code"),
-		regionsDesc: prometheus.NewDesc("baton_regionserver_regions",
-			"Regions on this server by state: open (served), opening and closing (an operation under way).",
-			[]string{"state"}, nil),
-		regDesc: prometheus.NewDesc("baton_regionserver_registered",
-			"1 while this server holds a registration (a start code) with the masters.", nil, nil),
-		ageDesc: prometheus.NewDesc("baton_regionserver_heartbeat_age_seconds",
-			"Seconds since the last heartbeat (or registration) that renewed this server's lease was sent; absent while not registered. Past the self-fence period the server closes every region.",
-			nil, nil),
-		termDesc: prometheus.NewDesc("baton_regionserver_highest_term",
-			"Highest leader term this server has seen: requests of lower terms are refused.", nil, nil),
+		ops:         s.CounterVec("regionserver", "region_operations_total", "Region opens and closes a master asked for, by kind (open, close) and result: done, already (it was so), failed (an open that failed), fenced (overtaken by a newer term or registration), interrupted.", "kind", "result"),
+		heartbeats:  s.CounterVec("regionserver", "heartbeats_total", "Heartbeats sent to the masters, by result: ok (lease renewed), expired (the masters gave this registration up), failed (no master answered, or a deposed one).", "result"),
+		registers:   s.CounterVec("regionserver", "registrations_total", "Registrations with the leader, by result (ok, failed).", "result"),
+		selfClosed:  s.CounterVec("regionserver", "self_closed_regions_total", "Regions this server closed without being asked, by reason: self_fence (no heartbeat got through within the self-fence period), lease_expired (the masters answered expired), closed_by_server (closed on its own initiative).", "reason"),
+		selfFences:  s.Counter("regionserver", "self_fences_total", "Times this server fenced itself: no heartbeat renewed its lease within the self-fence period, so it closed every region and registers again."),
+		refused:     s.CounterVec("regionserver", "refused_batches_total", "Batches refused whole by fencing, by reason: stale_term (a deposed master), stale_attempt, wrong_start_code, wrong_server.", "reason"),
+		reports:     s.CounterVec("regionserver", "transition_reports_total", "Transition reports (FAILED_OPEN, CLOSED) to the masters, by result: sent, dropped (queue full, registration changed, or no master took it).", "result"),
+		aclDenied:   s.CounterVec("regionserver", "acl_denied_total", "Client calls refused by the cluster's access control, by method (ListRegions, /metrics) and the status code answered: PERMISSION_DENIED (no read), UNAUTHENTICATED (a bearer token), UNAVAILABLE (no grants heard from the masters, or none lately).", "method", "code"),
+		regionsDesc: promkit.Desc("baton_regionserver_regions", "Regions on this server by state: open (served), opening and closing (an operation under way).", "state"),
+		regDesc:     promkit.Desc("baton_regionserver_registered", "1 while this server holds a registration (a start code) with the masters."),
+		ageDesc:     promkit.Desc("baton_regionserver_heartbeat_age_seconds", "Seconds since the last heartbeat (or registration) that renewed this server's lease was sent; absent while not registered. Past the self-fence period the server closes every region."),
+		termDesc:    promkit.Desc("baton_regionserver_highest_term", "Highest leader term this server has seen: requests of lower terms are refused."),
 	}
 }
 
@@ -64,11 +58,8 @@ type stateCollector struct{ s *Server }
 
 // Describe implements prometheus.Collector.
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	s := c.s
-	ch <- s.metrics.regionsDesc
-	ch <- s.metrics.regDesc
-	ch <- s.metrics.ageDesc
-	ch <- s.metrics.termDesc
+	m := c.s.metrics
+	promkit.Describe(ch, m.regionsDesc, m.regDesc, m.ageDesc, m.termDesc)
 }
 
 // Collect implements prometheus.Collector.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/baton-dev/baton/internal/grpcstop"
 	"github.com/baton-dev/baton/security"
 	"math/rand/v2"
 	"net"
@@ -297,14 +298,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		// server is going away.
 		_ = hs.Close()
 	}
-	done := make(chan struct{})
-	go func() { g.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		g.Stop()
-		<-done
-	}
+	grpcstop.Stop(ctx, g)
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()
 	select {
@@ -342,9 +336,7 @@ func (s *Server) HighestTerm() uint64 { return locked.Load(&s.mu, &s.highestTerm
 // HeartbeatInterval is the interval in force: Config.HeartbeatInterval,
 // else the registering master's, else DefaultHeartbeatInterval.
 func (s *Server) HeartbeatInterval() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.intervalLocked()
+	return locked.Call(&s.mu, func() time.Duration { return s.intervalLocked() })
 }
 
 func (s *Server) intervalLocked() time.Duration {

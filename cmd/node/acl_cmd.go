@@ -304,12 +304,7 @@ type aclListJSON struct {
 }
 
 func (c *cli) aclList(args []string) int {
-	e := c.command("acl list", "[--stale]", aclAdvice)
-	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
-		return code
-	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
+	return c.staleRead("acl list", aclAdvice, args, func(cl *client.Client, rf *readFlags) (any, func(), error) {
 		r, err := cl.AclList(c.ctx, rf.opts()...)
 		doc := aclListJSON{Enforced: r.GetEnforced(), Bindings: []bindingJSON{}, Tokens: []tokenJSON{}, Revoked: []revokedJSON{}, Read: toReadJSON(rf.served)}
 		for _, v := range r.GetRevoked() {

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/regionserver"
+	"github.com/baton-dev/baton/internal/grpcstop"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/security"
 )
@@ -375,7 +376,7 @@ func (a *agent) shutdown() {
 		a.logger.Warn("node shutdown", "error", err)
 	}
 	a.srv.Stop(sctx)
-	stopGRPC(sctx, a.gs)
+	grpcstop.Stop(sctx, a.gs)
 	if a.httpSrv != nil {
 		_ = a.httpSrv.Shutdown(sctx)
 	}
@@ -446,18 +447,6 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 		rss = append(rss, rs)
 	}
 	return rss, nil
-}
-
-// stopGRPC stops gs gracefully until ctx ends, then at once.
-func stopGRPC(ctx context.Context, gs *grpc.Server) {
-	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		gs.Stop()
-		<-done
-	}
 }
 
 // joinCluster asks the cluster reachable at cfg.Join to add this node,

@@ -53,15 +53,11 @@ func (f rateLimitFlags) parse(cfg *agentConfig, bad func(string, ...any)) {
 		*dst = r
 	}
 	burst := func(name, v string, dst *int) bool {
-		if v = strings.TrimSpace(v); v == "" {
-			return false
+		n, ok := intFlag(name, v, "a number of calls", 1, int(admin.MaxSubmitRate), bad)
+		if ok {
+			*dst = n
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > int(admin.MaxSubmitRate) {
-			bad("--%s %q: want a number of calls in 1..%d", name, v, int(admin.MaxSubmitRate))
-		}
-		*dst = n
-		return true
+		return ok
 	}
 	rate("submit-rate", *f.submitRate, &cfg.SubmitRate)
 	if burst("submit-burst", *f.submitBurst, &cfg.SubmitBurst) && cfg.SubmitRate == 0 {
@@ -179,14 +175,7 @@ func (f auditFlags) parse(cfg *agentConfig, bad func(string, ...any)) {
 		cfg.AuditMaxRecords = n
 	}
 	count := func(name, v string, max int) int {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return 0
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > max {
-			bad("--%s %q: want a number in 1..%d", name, v, max)
-		}
+		n, _ := intFlag(name, v, "a number", 1, max, bad)
 		return n
 	}
 	cfg.AuditMaxPerPrincipal = count("audit-max-per-principal", *f.perPrincipal, 10_000_000)

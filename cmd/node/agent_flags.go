@@ -157,19 +157,9 @@ var agentEnv = map[string]string{
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
 func parseAgentFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (agentConfig, error) {
-	fs := flag.NewFlagSet("baton agent", flag.ContinueOnError)
-	newUsageOut(fs, stdout, stderr)
-	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
-	rawEnv := getenv
-	if rawEnv == nil {
-		rawEnv = func(string) string { return "" }
-	}
-	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", agentEnv)
-	if cerr != nil && !helpAsked(args) {
-		return agentConfig{}, cerr
-	}
-	if getenv == nil {
-		getenv = func(string) string { return "" }
+	fs, rawEnv, getenv, err := serverFlagSet("baton agent", args, getenv, agentEnv, stdout, stderr)
+	if err != nil {
+		return agentConfig{}, err
 	}
 	f, envErr := addAgentFlags(fs, getenv)
 	pos, err := parse(fs, args)
@@ -277,11 +267,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.Raft = f.raft.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
-	if v := strings.TrimSpace(*f.workers); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxAgentWorkers {
-			bad("--workers %q: want a number of executor workers in 1..%d", v, maxAgentWorkers)
-		}
+	if n, ok := intFlag("workers", *f.workers, "a number of executor workers", 1, maxAgentWorkers, bad); ok {
 		cfg.Workers = n
 	}
 	cfg.HTTPAllowedHosts = f.node.allowedHosts(bad)
@@ -313,11 +299,7 @@ func (f agentFlags) devDefaults(cfg *agentConfig, bad func(string, ...any)) {
 	}
 	cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
 	cfg.DevRegionServers = devRegionServers
-	if v := strings.TrimSpace(*f.devRS); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 100 {
-			bad("--dev-regionservers %q: want a number of region servers in 0..100", v)
-		}
+	if n, ok := intFlag("dev-regionservers", *f.devRS, "a number of region servers", 0, 100, bad); ok {
 		cfg.DevRegionServers = n
 	}
 }

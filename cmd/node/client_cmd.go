@@ -105,6 +105,18 @@ func (e *command) read(fetch func(cl *client.Client) (doc any, show func(), err 
 	})
 }
 
+// staleRead runs a read command that takes no arguments and no flag but
+// --stale (and the client flags): fetch as read takes it, with the
+// command's read flags.
+func (c *cli) staleRead(name string, advise map[codes.Code]string, args []string, fetch func(cl *client.Client, rf *readFlags) (doc any, show func(), err error)) int {
+	e := c.command(name, "[--stale]", advise)
+	rf := addReadFlags(e.fs)
+	if _, code, ok := e.parse(args, 0, ""); !ok {
+		return code
+	}
+	return e.read(func(cl *client.Client) (any, func(), error) { return fetch(cl, rf) })
+}
+
 // nonceFlag adds --nonce to a command that starts something.
 func (e *command) nonceFlag() *string {
 	return e.fs.String("nonce", "", "idempotency key: running the command again with it returns the first id instead of starting again (default: a random one)")

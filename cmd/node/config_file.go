@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,31 @@ import (
 
 // maxConfigFile bounds a --config file: it holds a few flags.
 const maxConfigFile = 1 << 20
+
+// serverFlagSet opens the flag parsing of a server command (agent,
+// regionserver), whose flags default to their environment variables
+// (envOf) and those to a --config file: fs has --config declared, rawEnv
+// is the environment alone (where TLS files came from is told from it),
+// getenv the environment over the file (never nil). A bad file is an error
+// unless help was asked for.
+func serverFlagSet(name string, args []string, env func(string) string, envOf map[string]string, stdout, stderr io.Writer) (fs *flag.FlagSet, rawEnv, getenv func(string) string, err error) {
+	fs = flag.NewFlagSet(name, flag.ContinueOnError)
+	newUsageOut(fs, stdout, stderr)
+	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
+	noEnv := func(string) string { return "" }
+	rawEnv = env
+	if rawEnv == nil {
+		rawEnv = noEnv
+	}
+	getenv, err = withConfigFile(args, env, "BATON_CONFIG", envOf)
+	if err != nil && !helpAsked(args) {
+		return nil, nil, nil, err
+	}
+	if getenv == nil {
+		getenv = noEnv
+	}
+	return fs, rawEnv, getenv, nil
+}
 
 // withConfigFile returns getenv extended by the --config file named in
 // args (or by the environment variable configEnv): a JSON object whose

@@ -59,12 +59,7 @@ type namespacesJSON struct {
 }
 
 func (c *cli) nsList(args []string) int {
-	e := c.command("ns list", "[--stale]", nsAdvice)
-	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
-		return code
-	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
+	return c.staleRead("ns list", nsAdvice, args, func(cl *client.Client, rf *readFlags) (any, func(), error) {
 		names, err := cl.ListNamespaces(c.ctx, rf.opts()...)
 		return namespacesJSON{Namespaces: append([]string{}, names...), Read: toReadJSON(rf.served)}, func() {
 			for _, n := range names {

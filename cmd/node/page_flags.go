@@ -34,6 +34,17 @@ func addPageFlags(fs *flag.FlagSet, noun string, def, most int) *pageFlags {
 	return pf
 }
 
+// listFlags adds the flags of a list command: --state when the list is
+// filtered by state (states names the ones it takes, "" for none), the
+// page flags and --stale.
+func (e *command) listFlags(noun string, def, most int, states string) (*statesFlag, *pageFlags, *readFlags) {
+	var st statesFlag
+	if states != "" {
+		e.fs.Var(&st, "state", fmt.Sprintf("only the %s in this state (%s); repeat it or separate with commas for several", noun, states))
+	}
+	return &st, addPageFlags(e.fs, noun, def, most), addReadFlags(e.fs)
+}
+
 // check refuses a page size out of range (the masters would clamp it; a
 // command line asking for more than it can get is a mistake worth saying).
 func (pf *pageFlags) check() error {

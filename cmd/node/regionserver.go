@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -79,19 +78,9 @@ func (c *cli) regionserver(args []string) int {
 // errors are reported by the flag package on stderr and returned as is;
 // invalid values come back as a *usageError naming every problem.
 func parseRegionServerFlags(args []string, getenv func(string) string, stdout, stderr io.Writer) (regionserver.Config, rsTransport, error) {
-	fs := flag.NewFlagSet("baton regionserver", flag.ContinueOnError)
-	newUsageOut(fs, stdout, stderr)
-	fs.String("config", "", "JSON file of flag values, {\"tls-cert\": \"...\", ...}: flags win over environment variables, which win over the file (env BATON_CONFIG)")
-	rawEnv := getenv
-	if rawEnv == nil {
-		rawEnv = func(string) string { return "" }
-	}
-	getenv, cerr := withConfigFile(args, getenv, "BATON_CONFIG", regionServerEnv)
-	if cerr != nil && !helpAsked(args) {
-		return regionserver.Config{}, rsTransport{}, cerr
-	}
-	if getenv == nil {
-		getenv = func(string) string { return "" }
+	fs, rawEnv, getenv, err := serverFlagSet("baton regionserver", args, getenv, regionServerEnv, stdout, stderr)
+	if err != nil {
+		return regionserver.Config{}, rsTransport{}, err
 	}
 	// Every flag is read as a string so that a bad value, from a flag or
 	// from the environment, is reported with all the other problems.

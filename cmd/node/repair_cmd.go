@@ -448,12 +448,7 @@ func (c *cli) maintenanceSet(on bool, args []string) int {
 }
 
 func (c *cli) maintenanceStatus(args []string) int {
-	e := c.command("cluster maintenance status", "[--stale]", nil)
-	rf := addReadFlags(e.fs)
-	if _, code, ok := e.parse(args, 0, ""); !ok {
-		return code
-	}
-	return e.read(func(cl *client.Client) (any, func(), error) {
+	return c.staleRead("cluster maintenance status", nil, args, func(cl *client.Client, rf *readFlags) (any, func(), error) {
 		m, err := cl.GetMaintenance(c.ctx, rf.opts()...)
 		return toMaintenanceJSON(m), func() {
 			fmt.Fprintf(c.stdout, "maintenance mode %s\n", describeMaintenance(m))

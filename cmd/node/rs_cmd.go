@@ -97,8 +97,7 @@ func toServerJSON(s *adminpb.Server) serverJSON {
 
 func (c *cli) rsList(args []string) int {
 	e := c.command("rs list", "[--page-size N] [--page-token T | --all] [--stale]", rsAdvice)
-	pf := addPageFlags(e.fs, "region servers", catalog.DefaultServerPageSize, catalog.MaxServerPageSize)
-	rf := addReadFlags(e.fs)
+	_, pf, rf := e.listFlags("region servers", catalog.DefaultServerPageSize, catalog.MaxServerPageSize, "")
 	if code, ok := e.parseList(args, pf); !ok {
 		return code
 	}

@@ -91,6 +91,21 @@ func (e *command) namespaceFlag() *string {
 	return e.fs.String("namespace", "", "the table's namespace (default: the one in NS:NAME, else \"default\")")
 }
 
+// parseTable parses args for the one table NAME they name, qualified by
+// --namespace (nsFlag) where given. ok is false when the command is over,
+// with exit code code.
+func (e *command) parseTable(args []string, nsFlag *string) (ns, name string, code int, ok bool) {
+	pos, code, ok := e.parse(args, 1, "table NAME")
+	if !ok {
+		return "", "", code, false
+	}
+	ns, name, err := splitTable(pos[0], *nsFlag)
+	if err != nil {
+		return "", "", e.fail(err), false
+	}
+	return ns, name, exitOK, true
+}
+
 func (c *cli) tableCreate(args []string) int {
 	e := c.command("table create", "NAME [--regions N] [--namespace NS] [--wait] [--nonce N]", tableAdvice)
 	regions := e.fs.Int("regions", 1, fmt.Sprintf("how many regions to split the table into, 1 to %d", client.MaxRegions))
@@ -114,13 +129,9 @@ func (c *cli) tableCreate(args []string) int {
 func (c *cli) tableChange(verb string, start func(cl *client.Client, ctx context.Context, ns, name, nonce string) (uint64, error), args []string) int {
 	e := c.command("table "+verb, "NAME [--namespace NS] [--wait] [--nonce N]", tableAdvice)
 	nsFlag, wait, nonce := e.namespaceFlag(), e.waitFlag(), e.nonceFlag()
-	pos, code, ok := e.parse(args, 1, "table NAME")
+	ns, name, code, ok := e.parseTable(args, nsFlag)
 	if !ok {
 		return code
-	}
-	ns, name, err := splitTable(pos[0], *nsFlag)
-	if err != nil {
-		return e.fail(err)
 	}
 	return e.start(fmt.Sprintf("%s table %s:%s", verb, ns, name), *wait, func(cl *client.Client) (uint64, error) {
 		return start(cl, c.ctx, ns, name, *nonce)
@@ -253,13 +264,9 @@ func (c *cli) tableDescribe(args []string) int {
 	e := c.command("table describe", "NAME [--namespace NS] [--stale]", tableAdvice)
 	nsFlag := e.namespaceFlag()
 	rf := addReadFlags(e.fs)
-	pos, code, ok := e.parse(args, 1, "table NAME")
+	ns, name, code, ok := e.parseTable(args, nsFlag)
 	if !ok {
 		return code
-	}
-	ns, name, err := splitTable(pos[0], *nsFlag)
-	if err != nil {
-		return e.fail(err)
 	}
 	return e.read(func(cl *client.Client) (any, func(), error) {
 		t, err := cl.DescribeTable(c.ctx, ns, name, rf.opts()...)
@@ -311,10 +318,7 @@ type tablesJSON struct {
 func (c *cli) tableList(args []string) int {
 	e := c.command("table list", "[--namespace NS] [--state S] [--page-size N] [--page-token T | --all] [--stale]", tableAdvice)
 	ns := e.fs.String("namespace", "", "only the tables of this namespace (default: every namespace)")
-	var states statesFlag
-	e.fs.Var(&states, "state", "only the tables in this state (CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING); repeat it or separate with commas for several")
-	pf := addPageFlags(e.fs, "tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
-	rf := addReadFlags(e.fs)
+	states, pf, rf := e.listFlags("tables", catalog.DefaultTablePageSize, catalog.MaxTablePageSize, "CREATING, ENABLED, DISABLING, DISABLED, ENABLING, DELETING")
 	if code, ok := e.parseList(args, pf); !ok {
 		return code
 	}
@@ -367,7 +371,7 @@ func (c *cli) tableList(args []string) int {
 			}
 			c.printServed(rf.served)
 		}
-		req := &adminpb.ListTablesRequest{Namespace: *ns, States: states, PageSize: int32(pf.size), PageToken: pf.token}
+		req := &adminpb.ListTablesRequest{Namespace: *ns, States: *states, PageSize: int32(pf.size), PageToken: pf.token}
 		fetch := func(token string) ([]*adminpb.Table, string, error) {
 			req.PageToken = token
 			r, err := cl.ListTablesPage(c.ctx, req, rf.opts()...)
@@ -470,10 +474,7 @@ func (c *cli) regionList(args []string) int {
 	e := c.command("region list", "[--table T] [--state S] [--server ID] [--page-size N] [--page-token T | --all] [--stale]", regionAdvice)
 	table := e.fs.String("table", "", "only the regions of this table, NAME or NS:NAME (default: every table)")
 	server := e.fs.String("server", "", "only the regions recorded on this region server, as 'baton rs list' names it")
-	var states statesFlag
-	e.fs.Var(&states, "state", "only the regions in this state (OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN); repeat it or separate with commas for several")
-	pf := addPageFlags(e.fs, "regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
-	rf := addReadFlags(e.fs)
+	states, pf, rf := e.listFlags("regions", catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize, "OFFLINE, OPENING, OPEN, CLOSING, CLOSED, FAILED_OPEN")
 	if code, ok := e.parseList(args, pf); !ok {
 		return code
 	}
@@ -486,7 +487,7 @@ func (c *cli) regionList(args []string) int {
 		*table = ns + ":" + name
 	}
 	return e.withClient(func(cl *client.Client) int {
-		req := &adminpb.ListRegionsRequest{Table: *table, States: states, Server: *server, PageSize: int32(pf.size)}
+		req := &adminpb.ListRegionsRequest{Table: *table, States: *states, Server: *server, PageSize: int32(pf.size)}
 		fetch := func(token string) ([]*adminpb.Region, string, error) {
 			req.PageToken = token
 			r, err := cl.ListRegionsPage(c.ctx, req, rf.opts()...)

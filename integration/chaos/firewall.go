@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/locked"
 )
 
 // ChainPrefix names every iptables chain a Firewall makes; the pid of the
@@ -262,9 +264,7 @@ func (f *Firewall) Heal() error {
 
 // Rules returns how many rules the chain holds now.
 func (f *Firewall) Rules() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.rules)
+	return locked.Call(&f.mu, func() int { return len(f.rules) })
 }
 
 // Port returns the port of a host:port address (0 if it has none).

@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/cluster/lease"
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -112,9 +113,7 @@ func (a *acked) pending() []uint64 {
 }
 
 func (a *acked) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.ids)
+	return locked.Call(&a.mu, func() int { return len(a.ids) })
 }
 
 func (a *acked) what(id uint64) string {

@@ -12,3 +12,12 @@ func Load[T any](mu sync.Locker, v *T) T {
 	defer mu.Unlock()
 	return *v
 }
+
+// Call returns f's result computed while holding mu, for getters that
+// derive their answer from guarded state (a length, a nil check) rather
+// than read one field.
+func Call[T any](mu sync.Locker, f func() T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return f()
+}

@@ -23,3 +23,19 @@ func TestLoad(t *testing.T) {
 		t.Error("Load left the read lock held")
 	}
 }
+
+func TestCall(t *testing.T) {
+	var mu sync.Mutex
+	m := map[string]int{"a": 1, "b": 2}
+	if got := Call(&mu, func() int {
+		if mu.TryLock() {
+			t.Error("Call ran f without holding the mutex")
+		}
+		return len(m)
+	}); got != 2 {
+		t.Errorf("Call = %d, want 2", got)
+	}
+	if !mu.TryLock() {
+		t.Error("Call left the mutex locked")
+	}
+}

@@ -56,3 +56,16 @@ func (s *Set) Histogram(sub, name, help string, buckets []float64) prometheus.Hi
 func (s *Set) HistogramVec(sub, name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	return Add(s, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Subsystem: sub, Name: name, Help: help, Buckets: buckets}, labels))
 }
+
+// Desc is the description of a series a collector reads at scrape time:
+// one line a series, like the Set's declarations.
+func Desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+// Describe sends descs on ch, for a collector's Describe.
+func Describe(ch chan<- *prometheus.Desc, descs ...*prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}
