@@ -106,8 +106,10 @@ func gatewayMethodOf(md protoreflect.MethodDescriptor, full string) (gatewayMeth
 }
 
 // serviceDesc is the admin service's description with the gateway's
-// handlers in place of the generated ones for the methods it serves (whose
-// Server methods are adminpb.UnimplementedAdminServer's).
+// handlers in place of the generated ones for the methods it serves: for
+// an operation added since 0.1.0 the generated one would reach
+// adminpb.UnimplementedAdminServer's method (0.1.0's eight keep methods of
+// their own, gateway_compat.go).
 func (s *Server) serviceDesc() *grpc.ServiceDesc {
 	desc := adminpb.Admin_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)

@@ -15,7 +15,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// TestReviewNoDomainSaysSo: a node serving no domain answered the eight
+// TestReviewNoDomainSaysSo (held by gateway_compat.go): a node serving no domain answered the eight
 // procedure-starting domain calls (before the gateway, a34269a) with
 // UNIMPLEMENTED "admin: this node serves no domain (namespaces, tables,
 // regions)", as it still answers the domain's reads. With the gateway,
@@ -55,7 +55,7 @@ func TestReviewNoDomainSaysSo(t *testing.T) {
 	}
 }
 
-// TestReviewServerMethodsStillServe: *Server's exported CreateTable,
+// TestReviewServerMethodsStillServe (held by gateway_compat.go): *Server's exported CreateTable,
 // EnableTable, ... (the adminpb.AdminServer methods) served the call when
 // called in process, as SubmitProcedure still does. Since the gateway they
 // are UnimplementedAdminServer's and answer UNIMPLEMENTED: a Go caller of
