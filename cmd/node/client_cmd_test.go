@@ -543,12 +543,17 @@ func TestLockKeepalive(t *testing.T) {
 		return fc, clk
 	}
 	// renewedAfter moves the lease clock on by step, then waits until a
-	// heartbeat has renewed the command's lock at the new time.
+	// heartbeat has renewed the command's lock at the new time. A call is
+	// counted as it arrives, before its handler renews: the count passing
+	// n+1 says the command sent another, which it does only once the one
+	// before has been answered, so that one's renewal (at the new time,
+	// as it arrived after the Advance) is done. Waiting for n+1 alone let
+	// the next Advance overtake the renewal and expire the lock.
 	renewedAfter := func(t *testing.T, heartbeats func() int, clk *clock.Manual, step time.Duration) {
 		t.Helper()
 		clk.Advance(step)
 		n := heartbeats() // read after Advance: a later heartbeat renews at the new time
-		testwait.For(t, 30*time.Second, "a heartbeat", func() bool { return heartbeats() > n })
+		testwait.For(t, 30*time.Second, "a heartbeat renewing at the new time", func() bool { return heartbeats() > n+1 })
 	}
 
 	t.Run("waits, holds, releases", func(t *testing.T) {
