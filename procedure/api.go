@@ -851,7 +851,7 @@ func (x *Executor) WhyUpTo(id uint64, n int) (Why, error) {
 	// so the cursor never passes it.
 	held := len(e.children) - e.unheldChildren
 	for e.childrenDoneTo < held {
-		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.endCommitted {
+		if ce := x.procs[e.children[e.childrenDoneTo]]; ce != nil && !ce.shownState().Terminal() {
 			break
 		}
 		e.childrenDoneTo++

@@ -72,7 +72,9 @@ type entry struct {
 	childLatch int
 	children   []uint64
 	// childrenDoneTo: every child before this index in children has
-	// ended for good (endCommitted), so a Why that looks for the
+	// ended for good (its end written: shownState terminal; a SUCCESS not
+	// yet written may still turn FAILED if its state cannot be serialised
+	// for that write), so a Why that looks for the
 	// unfinished ones starts there rather than walking the thousands of a
 	// big parent that are done already.
 	childrenDoneTo int
@@ -83,11 +85,6 @@ type entry struct {
 	// does not hold is undone by a restart (HBASE-29251).
 	endUnwritten   bool
 	stateBeforeEnd State
-	// endCommitted: e is a child whose SUCCESS write has committed. Until
-	// then that SUCCESS may still turn FAILED (its state cannot be
-	// serialised for the write), so it is not yet done for good. A child
-	// rolled back never sets it: the cursor stops there, as it may.
-	endCommitted bool
 	// unheldChildren are the last ones of children, added by a spawn whose
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.

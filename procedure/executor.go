@@ -895,7 +895,6 @@ func (x *Executor) complete(e *entry, root *rootState) {
 			return
 		}
 		x.mu.Lock()
-		e.endCommitted = e.state == Success
 		x.releaseLocksLocked(e)
 		if p := x.procs[e.parent]; p != nil {
 			p.childLatch--
