@@ -10,7 +10,6 @@ import (
 
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/procedure"
-	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
@@ -178,31 +177,4 @@ func (s *Server) domain() (Domain, error) {
 		return db.Domain(), nil
 	}
 	return nil, status.Error(codes.Unimplemented, "admin: this node serves no domain (namespaces, tables, regions)")
-}
-
-// submitDomain builds the procedure req, the request of the admin method
-// method, asks for, then submits it on the leader (or forwards the call
-// with remote).
-func (s *Server) submitDomain(ctx context.Context, nonce, method string, req proto.Message,
-	remote func(context.Context, adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error)) (*adminpb.SubmitProcedureResponse, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	// Built here too, so a standby refuses bad input without a trip to the
-	// leader.
-	p, err := d.Build(method, req)
-	if err != nil {
-		return nil, s.toStatus(err)
-	}
-	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
-		if err := d.CheckSubmissions(x, domainOwner, nonce); err != nil {
-			return nil, err
-		}
-		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner, Submitter: submitterOf(ctx)})
-		if err != nil {
-			return nil, err
-		}
-		return &adminpb.SubmitProcedureResponse{Id: id}, nil
-	}, remote)
 }

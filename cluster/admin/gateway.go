@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/proto/optionspb"
 )
@@ -18,7 +19,7 @@ import (
 // The gateway serves the admin methods that start a domain procedure
 // without a handler of their own: a method whose rule in admin.proto says
 // starts_procedure, that answers a SubmitProcedureResponse and that the
-// domain builds (Domain.BuildMethods) is served by submitDomain, with the
+// domain builds (Domain.BuildMethods) is served by serveGateway, with the
 // nonce read from the request field its rule's idempotency_key names, and
 // forwarded to the leader by its method name. Adding such an operation
 // then touches admin.proto and the domain's file for it, not this package.
@@ -141,14 +142,31 @@ func (s *Server) gatewayHandler(m gatewayMethod) grpc.MethodHandler {
 }
 
 // serveGateway serves a call of m: built here (a standby refuses bad
-// input itself), submitted on the leader with the request's nonce, or
-// forwarded to it by name.
+// input itself, without a trip to the leader), submitted on the leader
+// with the request's nonce, or forwarded to it by name.
 func (s *Server) serveGateway(ctx context.Context, m gatewayMethod, req proto.Message) (*adminpb.SubmitProcedureResponse, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, err
+	}
 	var nonce string
 	if m.nonce != nil {
 		nonce = req.ProtoReflect().Get(m.nonce).String()
 	}
-	return s.submitDomain(ctx, nonce, m.full, req, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
+	p, err := d.Build(m.full, req)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return onLeader(s, ctx, func(x Procedures) (*adminpb.SubmitProcedureResponse, error) {
+		if err := d.CheckSubmissions(x, domainOwner, nonce); err != nil {
+			return nil, err
+		}
+		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner, Submitter: submitterOf(ctx)})
+		if err != nil {
+			return nil, err
+		}
+		return &adminpb.SubmitProcedureResponse{Id: id}, nil
+	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
 		return forwardByName(ctx, c, m.full, req)
 	})
 }
