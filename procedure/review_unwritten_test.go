@@ -172,7 +172,9 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 // repair. During a child's SUCCESS write, Bypass refuses it as "already
 // SUCCESS" (in-memory state) while Get shows it RUNNABLE and Why does not
 // say "rolling back": the repair fails with an error although the
-// procedure is finishing.
+// procedure is finishing. Now Bypass, Abort and Pause refuse with
+// ErrFinishing in that window (shown failing with endedErrLocked's
+// ErrFinishing branch disabled: "already SUCCESS" for all three).
 func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
 	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
 	h := startExecutor(t, st, newDomain(), nil)
@@ -187,15 +189,19 @@ func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
 	id := h.submit(&funcProc{ID: "rv-bp-parent"}, SubmitOptions{})
 	st.waitHeld(t)
 	child := st.held.ID
-	err := h.x.Bypass(child, BypassOptions{Force: true, KeepRollbacks: true})
-	if err != nil && !errors.Is(err, ErrFinishing) {
-		// repair_region.go: the refusal is understood if it says the
-		// end is being written, or if Get shows the procedure ended (or
-		// Why shows it rolling back).
-		ci, gerr := h.x.Get(child)
-		w, _ := h.x.Why(child)
-		if !(gerr == nil && ci.State.Terminal()) && !errors.Is(gerr, ErrNotFound) && w.Reason != "rolling back" {
-			t.Errorf("Bypass(%d) refused (%v) while Get shows it %v and Why says %q", child, err, ci.State, w.Reason)
+	// The child's SUCCESS write is held: Get shows it unfinished, so a
+	// refusal must say the end is being written (ErrFinishing, which
+	// repair_region.go takes for finished), with ErrNotAllowed's code.
+	if ci, err := h.x.Get(child); err != nil || ci.State.Terminal() {
+		t.Fatalf("Get(%d) during its SUCCESS write: %v %v, want it shown unfinished", child, ci.State, err)
+	}
+	for name, change := range map[string]func() error{
+		"Bypass": func() error { return h.x.Bypass(child, BypassOptions{Force: true, KeepRollbacks: true}) },
+		"Abort":  func() error { return h.x.Abort(child) },
+		"Pause":  func() error { return h.x.Pause(child) },
+	} {
+		if err := change(); !errors.Is(err, ErrFinishing) || !errors.Is(err, ErrNotAllowed) {
+			t.Errorf("%s(%d) during its SUCCESS write: %v, want ErrFinishing with ErrNotAllowed", name, child, err)
 		}
 	}
 	st.open()
