@@ -3,68 +3,8 @@ package procedure
 import (
 	"errors"
 	"slices"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/baton-dev/baton/store"
 )
-
-// reviewGateStore is a MemStore that holds the first record write (Update
-// or UpdateAndMutate) whose decoded record matches hold, until release is
-// closed: the write of an end, caught while it is on its way.
-type reviewGateStore struct {
-	*store.MemStore
-	hold    func(Info) bool
-	in      chan struct{}
-	release chan struct{}
-	once    sync.Once
-	held    Info
-}
-
-func newReviewGateStore(hold func(Info) bool) *reviewGateStore {
-	return &reviewGateStore{MemStore: store.NewMemStore(), hold: hold,
-		in: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (s *reviewGateStore) gate(p store.Proc) {
-	info, err := DecodeInfo(p.Data)
-	if err != nil || !s.hold(info) {
-		return
-	}
-	first := false
-	s.once.Do(func() { first = true; s.held = info; close(s.in) })
-	if first {
-		<-s.release
-	}
-}
-
-func (s *reviewGateStore) Update(p store.Proc) error {
-	s.gate(p)
-	return s.MemStore.Update(p)
-}
-
-func (s *reviewGateStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
-	s.gate(p)
-	return s.MemStore.UpdateAndMutate(p, muts)
-}
-
-func (s *reviewGateStore) waitHeld(t *testing.T) {
-	t.Helper()
-	select {
-	case <-s.in:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the awaited write never came")
-	}
-}
-
-func (s *reviewGateStore) open() {
-	select {
-	case <-s.release:
-	default:
-		close(s.release)
-	}
-}
 
 // TestReviewRolledBackChildShownOnlyOnceWritten: a child that succeeded
 // (its SUCCESS written) and is then rolled back with its tree goes
@@ -74,7 +14,7 @@ func (s *reviewGateStore) open() {
 // undo's own effect) has not committed: the store still holds SUCCESS, and
 // a failed write restarts the rollback from there.
 func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
-	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == RolledBack })
+	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == RolledBack })
 	h := startExecutor(t, st, newDomain(), nil)
 	defer st.open()
 	funcs.Store("rv-rb-parent", func(ctx *Context) (Step, error) {
@@ -111,7 +51,7 @@ func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
 // in-memory state: Reason "finished". A watch that stops on "finished"
 // reads a state Get does not show yet, nor the store hold.
 func TestReviewWhyAgreesWithShownState(t *testing.T) {
-	st := newReviewGateStore(func(i Info) bool { return i.ParentID == 0 && i.State == Success })
+	st := newWriteGateStore(func(i Info) bool { return i.ParentID == 0 && i.State == Success })
 	h := startExecutor(t, st, newDomain(), nil)
 	defer st.open()
 	funcs.Store("rv-why-root", func(ctx *Context) (Step, error) { return Done(), nil })
@@ -137,7 +77,7 @@ func TestReviewWhyAgreesWithShownState(t *testing.T) {
 // on its way is shown RUNNABLE by Get, yet its parent's Why leaves it out
 // of its unfinished children (it tests the in-memory state).
 func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
-	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
+	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
 	h := startExecutor(t, st, newDomain(), nil)
 	defer st.open()
 	funcs.Store("rv-whyk-parent", func(ctx *Context) (Step, error) {
@@ -176,7 +116,7 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 // ErrFinishing in that window (shown failing with endedErrLocked's
 // ErrFinishing branch disabled: "already SUCCESS" for all three).
 func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
-	st := newReviewGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
+	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
 	h := startExecutor(t, st, newDomain(), nil)
 	defer st.open()
 	funcs.Store("rv-bp-parent", func(ctx *Context) (Step, error) {

@@ -9,39 +9,61 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-// endGateStore is a MemStore that holds every write carrying a terminal
-// state until released, so a test can look at the executor while a
-// procedure's end is on its way to the store.
-type endGateStore struct {
+// writeGateStore is a MemStore that holds the first record write (Update
+// or UpdateAndMutate) whose decoded record matches hold, until release is
+// closed: the write of an end, caught while it is on its way.
+type writeGateStore struct {
 	*store.MemStore
-	arrived chan uint64   // the id of each held write, as it arrives
-	release chan struct{} // closed to let the held writes through
+	hold    func(Info) bool
+	in      chan struct{}
+	release chan struct{}
 	once    sync.Once
+	held    Info
 }
 
-func newEndGateStore() *endGateStore {
-	return &endGateStore{MemStore: store.NewMemStore(), arrived: make(chan uint64, 16), release: make(chan struct{})}
+func newWriteGateStore(hold func(Info) bool) *writeGateStore {
+	return &writeGateStore{MemStore: store.NewMemStore(), hold: hold,
+		in: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (s *endGateStore) hold(data []byte) {
-	var r record
-	if r.unmarshal(data) == nil && r.state.Terminal() {
-		s.arrived <- r.id
+func (s *writeGateStore) gate(p store.Proc) {
+	info, err := DecodeInfo(p.Data)
+	if err != nil || !s.hold(info) {
+		return
+	}
+	first := false
+	s.once.Do(func() { first = true; s.held = info; close(s.in) })
+	if first {
 		<-s.release
 	}
 }
 
-func (s *endGateStore) Update(p store.Proc) error {
-	s.hold(p.Data)
+func (s *writeGateStore) Update(p store.Proc) error {
+	s.gate(p)
 	return s.MemStore.Update(p)
 }
 
-func (s *endGateStore) UpdateAndMutate(p store.Proc, m []store.Mutation) error {
-	s.hold(p.Data)
-	return s.MemStore.UpdateAndMutate(p, m)
+func (s *writeGateStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
+	s.gate(p)
+	return s.MemStore.UpdateAndMutate(p, muts)
 }
 
-func (s *endGateStore) letGo() { s.once.Do(func() { close(s.release) }) }
+func (s *writeGateStore) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.in:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the awaited write never came")
+	}
+}
+
+func (s *writeGateStore) open() {
+	select {
+	case <-s.release:
+	default:
+		close(s.release)
+	}
+}
 
 // TestEndIsShownOnlyOnceWritten: Get and List answered SUCCESS (and
 // ROLLEDBACK) from the moment the worker set the state in memory, before
@@ -70,16 +92,12 @@ func TestEndIsShownOnlyOnceWritten(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st := newEndGateStore()
+			st := newWriteGateStore(func(i Info) bool { return i.State.Terminal() })
 			h := startExecutor(t, st, newDomain(), nil)
-			t.Cleanup(st.letGo) // before the executor's Stop, which waits for the held write
+			t.Cleanup(st.open) // before the executor's Stop, which waits for the held write
 			id := h.submit(c.proc(), SubmitOptions{})
-			var held uint64
-			select {
-			case held = <-st.arrived:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no terminal write reached the store")
-			}
+			st.waitHeld(t)
+			held := st.held.ID
 			info, err := h.x.Get(held)
 			if err != nil {
 				t.Fatalf("get %d: %v", held, err)
@@ -92,7 +110,7 @@ func TestEndIsShownOnlyOnceWritten(t *testing.T) {
 					t.Fatalf("List of ended procedures has %d, whose end is not written", held)
 				}
 			}
-			st.letGo()
+			st.open()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			got, err := h.x.Wait(ctx, id)
