@@ -35,10 +35,9 @@ type usageEntry struct {
 // registry holds the top-level commands. It is filled at init and only
 // read afterwards, so it needs no lock.
 type registry struct {
-	byWord   map[string]*topCommand // by name and alias
-	commands []*topCommand          // in registration order
-	entries  []usageEntry
-	ranks    map[int]string // who took a rank, for the panic
+	byWord  map[string]*topCommand // by name and alias; nil for a help word
+	entries []usageEntry
+	ranks   map[int]string // who took a rank, for the panic
 }
 
 // helpWords print the main usage; no command may take them.
@@ -75,7 +74,6 @@ func (r *registry) add(cmd topCommand) {
 		}
 		r.byWord[w] = p
 	}
-	r.commands = append(r.commands, p)
 	r.addEntry(cmd.rank, cmd.name, cmd.usageText())
 }
 
