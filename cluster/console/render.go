@@ -23,14 +23,14 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// templates holds one parsed template set per page: the layout and the
-// page's own "content".
+// templates holds one parsed template set per page: the layout, the
+// fragments pages share (parts.html) and the page's own "content".
 type templates struct {
 	pages map[string]*template.Template
 }
 
 func parseTemplates() (*templates, error) {
-	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: layout: %w", err)
 	}
@@ -41,7 +41,7 @@ func parseTemplates() (*templates, error) {
 	t := &templates{pages: map[string]*template.Template{}}
 	for _, n := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if name == "layout" {
+		if name == "layout" || name == "parts" {
 			continue
 		}
 		p, err := template.Must(layout.Clone()).ParseFS(templateFS, n)
