@@ -14,11 +14,7 @@ import (
 // ListNamespaces implements adminpb.AdminServer: one page of the
 // namespaces, in name order, ending at page_size names or 1 MiB.
 func (s *Server) ListNamespaces(ctx context.Context, req *adminpb.ListNamespacesRequest) (*adminpb.ListNamespacesResponse, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	after, err := pageStart("list namespaces", nsToken, req.GetPageSize(), req.GetPageToken())
+	d, after, err := s.domainPageStart("list namespaces", nsToken, req)
 	if err != nil {
 		return nil, err
 	}

@@ -15,11 +15,7 @@ import (
 // round). A stale read that finds no leader answering is served from this
 // master's replicated state, the leases unknown.
 func (s *Server) ListServers(ctx context.Context, req *adminpb.ListServersRequest) (*adminpb.ListServersResponse, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	after, err := pageStart("list servers", serverToken, req.GetPageSize(), req.GetPageToken())
+	d, after, err := s.domainPageStart("list servers", serverToken, req)
 	if err != nil {
 		return nil, err
 	}

@@ -23,11 +23,7 @@ func (s *Server) DescribeTable(ctx context.Context, req *adminpb.TableRequest) (
 // ListTables implements adminpb.AdminServer: one page of tables, with
 // their region counts but not their regions.
 func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest) (*adminpb.ListTablesResponse, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	after, err := pageStart("list tables", tableToken, req.GetPageSize(), req.GetPageToken())
+	d, after, err := s.domainPageStart("list tables", tableToken, req)
 	if err != nil {
 		return nil, err
 	}
@@ -45,11 +41,7 @@ func (s *Server) ListTables(ctx context.Context, req *adminpb.ListTablesRequest)
 // ListRegions implements adminpb.AdminServer: one page of regions,
 // filtered by the server.
 func (s *Server) ListRegions(ctx context.Context, req *adminpb.ListRegionsRequest) (*adminpb.ListRegionsResponse, error) {
-	d, err := s.domain()
-	if err != nil {
-		return nil, err
-	}
-	after, err := pageStart("list regions", regionToken, req.GetPageSize(), req.GetPageToken())
+	d, after, err := s.domainPageStart("list regions", regionToken, req)
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,23 @@ func pageStart(call, kind string, size int32, token string) (string, error) {
 	return decodePageToken(call, kind, token)
 }
 
+// pagedRequest is a paged list call's request.
+type pagedRequest interface {
+	GetPageSize() int32
+	GetPageToken() string
+}
+
+// domainPageStart opens a paged list of the domain's: this node's domain,
+// then pageStart of req, refused in that order.
+func (s *Server) domainPageStart(call, kind string, req pagedRequest) (Domain, string, error) {
+	d, err := s.domain()
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := pageStart(call, kind, req.GetPageSize(), req.GetPageToken())
+	return d, after, err
+}
+
 // checkPageSize refuses a negative page size; 0 takes the list's default
 // and one above its maximum is clamped (by the domain).
 func checkPageSize(call string, n int32) error {
