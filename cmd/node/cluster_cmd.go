@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -292,29 +293,28 @@ func orDash(s string) string {
 
 func (c *cli) clusterStatus(args []string) int {
 	const cmd = "cluster status"
-	fs, cf := c.newFlagSet(cmd, "")
+	e := c.command(cmd, "", nil)
+	fs, cf := e.fs, e.cf
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
 	}
 	if len(pos) != 0 {
-		return c.finish(cmd, fs, cf, usagef("takes no arguments, got %q", pos))
+		return e.fail(usagef("takes no arguments, got %q", pos))
 	}
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	s, err := cl.MembersStatus(c.ctx)
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	return c.printStatus(cf, s)
+	return e.withClient(func(cl *client.Client) int {
+		s, err := cl.MembersStatus(c.ctx)
+		if err != nil {
+			return e.fail(err)
+		}
+		return c.printStatus(cf, s)
+	})
 }
 
 func (c *cli) clusterJoin(args []string) int {
 	const cmd = "cluster join"
-	fs, cf := c.newFlagSet(cmd, "--id ID --raft-addr HOST:PORT [--admin-addr HOST:PORT]")
+	e := c.command(cmd, "--id ID --raft-addr HOST:PORT [--admin-addr HOST:PORT]", nil)
+	fs, cf := e.fs, e.cf
 	id := fs.String("id", "", "the new node's id (its agent's --id)")
 	raftAddr := fs.String("raft-addr", "", "the new node's Raft address (its agent's --raft-addr)")
 	adminAddr := fs.String("admin-addr", "", "the new node's admin address (its agent's --grpc-addr)")
@@ -335,21 +335,18 @@ func (c *cli) clusterJoin(args []string) int {
 		}
 	}
 	if err != nil {
-		return c.finish(cmd, fs, cf, err)
+		return e.fail(err)
 	}
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	s, err := cl.AddPeer(c.ctx, *id, *raftAddr, *adminAddr)
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	if !cf.json {
-		fmt.Fprintf(c.stdout, "%s joined the cluster\n\n", *id)
-	}
-	return c.printStatus(cf, s)
+	return e.withClient(func(cl *client.Client) int {
+		s, err := cl.AddPeer(c.ctx, *id, *raftAddr, *adminAddr)
+		if err != nil {
+			return e.fail(err)
+		}
+		if !cf.json {
+			fmt.Fprintf(c.stdout, "%s joined the cluster\n\n", *id)
+		}
+		return c.printStatus(cf, s)
+	})
 }
 
 // clusterRemove takes a member out of the cluster. Destructive, so it
@@ -358,50 +355,48 @@ func (c *cli) clusterJoin(args []string) int {
 // that never was a member is NOT_FOUND.
 func (c *cli) clusterRemove(args []string) int {
 	const cmd = "cluster remove"
-	fs, cf := c.newFlagSet(cmd, "ID --yes")
+	e := c.command(cmd, "ID --yes", nil)
+	fs, cf := e.fs, e.cf
 	yes := fs.Bool("yes", false, "do it; without --yes the command says what it would do and exits 2 ("+confirmHint+")")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return parseFailed(err)
 	}
 	if len(pos) != 1 || pos[0] == "" {
-		return c.finish(cmd, fs, cf, usagef("want exactly one node ID, got %q", pos))
+		return e.fail(usagef("want exactly one node ID, got %q", pos))
 	}
 	id := pos[0]
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	if !*yes {
-		s, err := cl.Status(c.ctx)
+	return e.withClient(func(cl *client.Client) int {
+		if !*yes {
+			s, err := cl.Status(c.ctx)
+			if err != nil {
+				return e.fail(err)
+			}
+			summary := removeDryRun(s, id)
+			if cf.json {
+				c.printJSON(removeDryRunJSON{DryRun: true, Summary: summary, Confirm: confirmHint, ExitCode: exitUsage})
+			} else {
+				fmt.Fprintf(c.stdout, "dry run: %s\n", summary)
+			}
+			fmt.Fprintf(c.stderr, "baton %s: nothing done: %s\n", cmd, confirmHint)
+			return exitUsage
+		}
+		s, err := cl.RemovePeer(c.ctx, id)
 		if err != nil {
-			return c.finish(cmd, fs, cf, err)
+			return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
+				codes.NotFound:           "the members are the IDs 'baton cluster status' lists",
+				codes.FailedPrecondition: "nothing was removed; the message says what stands in the way",
+			})
 		}
-		summary := removeDryRun(s, id)
-		if cf.json {
-			c.printJSON(removeDryRunJSON{DryRun: true, Summary: summary, Confirm: confirmHint, ExitCode: exitUsage})
-		} else {
-			fmt.Fprintf(c.stdout, "dry run: %s\n", summary)
+		if !cf.json {
+			if s.GetAlreadyRemoved() {
+				fmt.Fprintf(c.stdout, "%s is not a member of the cluster: an earlier removal took it out (nothing changed)\n\n", id)
+			} else {
+				fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", id)
+			}
 		}
-		fmt.Fprintf(c.stderr, "baton %s: nothing done: %s\n", cmd, confirmHint)
-		return exitUsage
-	}
-	s, err := cl.RemovePeer(c.ctx, id)
-	if err != nil {
-		return c.finishWith(cmd, fs, cf, err, map[codes.Code]string{
-			codes.NotFound:           "the members are the IDs 'baton cluster status' lists",
-			codes.FailedPrecondition: "nothing was removed; the message says what stands in the way",
-		})
-	}
-	if !cf.json {
-		if s.GetAlreadyRemoved() {
-			fmt.Fprintf(c.stdout, "%s is not a member of the cluster: an earlier removal took it out (nothing changed)\n\n", id)
-		} else {
-			fmt.Fprintf(c.stdout, "%s removed from the cluster\n\n", id)
-		}
-	}
-	return c.printStatus(cf, s)
+		return c.printStatus(cf, s)
+	})
 }
 
 // removeDryRunJSON is cluster remove's --json document without --yes.

@@ -98,7 +98,8 @@ type submitJSON struct {
 
 func (c *cli) procSubmit(args []string) int {
 	const cmd = "proc submit"
-	fs, cf := c.newFlagSet(cmd, "TYPE [--arg k=v ...] [--nonce N] [--owner O] [--proc-timeout D] [--wait]")
+	e := c.command(cmd, "TYPE [--arg k=v ...] [--nonce N] [--owner O] [--proc-timeout D] [--wait]", nil)
+	fs, cf := e.fs, e.cf
 	arguments := argsFlag{}
 	fs.Var(arguments, "arg", "a procedure argument key=value (repeatable)")
 	nonce := fs.String("nonce", "", "idempotency key: submitting again with it returns the first id (default: a random one)")
@@ -115,32 +116,29 @@ func (c *cli) procSubmit(args []string) int {
 		return parseFailed(err)
 	}
 	if len(pos) != 1 {
-		return c.finish(cmd, fs, cf, usagef("want exactly one procedure TYPE (e.g. sleep, fail, fanout), got %d arguments", len(pos)))
+		return e.fail(usagef("want exactly one procedure TYPE (e.g. sleep, fail, fanout), got %d arguments", len(pos)))
 	}
 	if *procTimeout < 0 {
-		return c.finish(cmd, fs, cf, usagef("--proc-timeout %v is negative", *procTimeout))
+		return e.fail(usagef("--proc-timeout %v is negative", *procTimeout))
 	}
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	id, err := cl.Submit(c.ctx, pos[0], arguments, *nonce, *owner, *procTimeout)
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	if !*wait {
-		if cf.json {
-			c.printJSON(submitJSON{ID: id})
-		} else {
-			fmt.Fprintf(c.stdout, "submitted %s procedure %d\n", pos[0], id)
+	return e.withClient(func(cl *client.Client) int {
+		id, err := cl.Submit(c.ctx, pos[0], arguments, *nonce, *owner, *procTimeout)
+		if err != nil {
+			return e.fail(err)
 		}
-		return exitOK
-	}
-	if !cf.json {
-		fmt.Fprintf(c.stdout, "submitted %s procedure %d; waiting\n", pos[0], id)
-	}
-	return c.waitFor(cmd, fs, cf, cl, id)
+		if !*wait {
+			if cf.json {
+				c.printJSON(submitJSON{ID: id})
+			} else {
+				fmt.Fprintf(c.stdout, "submitted %s procedure %d\n", pos[0], id)
+			}
+			return exitOK
+		}
+		if !cf.json {
+			fmt.Fprintf(c.stdout, "submitted %s procedure %d; waiting\n", pos[0], id)
+		}
+		return c.waitFor(cmd, fs, cf, cl, id)
+	})
 }
 
 // waitFor waits until procedure id is terminal and prints it; exit 1 if it
@@ -169,7 +167,8 @@ func (c *cli) showFinal(cf *clientFlags, p *adminpb.Procedure) int {
 func (c *cli) procByID(verb string, args []string) int {
 	cmd := "proc " + verb
 	synopsis := "ID"
-	fs, cf := c.newFlagSet(cmd, synopsis)
+	e := c.command(cmd, synopsis, nil)
+	fs, cf := e.fs, e.cf
 	var rf *readFlags
 	var history *bool
 	var force *bool
@@ -189,90 +188,87 @@ func (c *cli) procByID(verb string, args []string) int {
 		return parseFailed(err)
 	}
 	if len(pos) != 1 {
-		return c.finish(cmd, fs, cf, usagef("want exactly one procedure ID, got %d arguments", len(pos)))
+		return e.fail(usagef("want exactly one procedure ID, got %d arguments", len(pos)))
 	}
 	id, err := parseID(pos[0])
 	if err != nil {
-		return c.finish(cmd, fs, cf, err)
+		return e.fail(err)
 	}
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	var p *adminpb.Procedure
-	var act []client.ActOption
-	if force != nil && *force {
-		act = append(act, client.Force())
-	}
-	switch verb {
-	case "wait":
-		return c.waitFor(cmd, fs, cf, cl, id)
-	case "get":
-		p, err = cl.Get(c.ctx, id, rf.opts()...)
-	case "abort":
-		p, err = cl.Abort(c.ctx, id, act...)
-	case "pause":
-		p, err = cl.Pause(c.ctx, id, act...)
-	case "resume":
-		p, err = cl.Resume(c.ctx, id, act...)
-	case "ack":
-		p, err = cl.Ack(c.ctx, id, act...)
-	}
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	var children []*adminpb.Procedure
-	if verb == "get" && len(p.GetChildren()) > 0 {
-		if children, err = childrenOf(c, cl, p, rf); err != nil {
-			return c.finish(cmd, fs, cf, err)
+	return e.withClient(func(cl *client.Client) int {
+		var p *adminpb.Procedure
+		var act []client.ActOption
+		if force != nil && *force {
+			act = append(act, client.Force())
 		}
-	}
-	if cf.json {
-		j := toProcJSON(p)
+		switch verb {
+		case "wait":
+			return c.waitFor(cmd, fs, cf, cl, id)
+		case "get":
+			p, err = cl.Get(c.ctx, id, rf.opts()...)
+		case "abort":
+			p, err = cl.Abort(c.ctx, id, act...)
+		case "pause":
+			p, err = cl.Pause(c.ctx, id, act...)
+		case "resume":
+			p, err = cl.Resume(c.ctx, id, act...)
+		case "ack":
+			p, err = cl.Ack(c.ctx, id, act...)
+		}
+		if err != nil {
+			return e.fail(err)
+		}
+		var children []*adminpb.Procedure
+		if verb == "get" && len(p.GetChildren()) > 0 {
+			if children, err = childrenOf(c, cl, p, rf); err != nil {
+				return e.fail(err)
+			}
+		}
+		if cf.json {
+			j := toProcJSON(p)
+			if verb == "get" {
+				kids := []childJSON{}
+				for _, ch := range children {
+					kids = append(kids, childJSON{ID: ch.GetId(), Type: ch.GetType(), State: ch.GetState(), WaitingFor: ch.GetWaitingFor(), Error: ch.GetError()})
+				}
+				j.ChildProcedures = &kids
+				hist := toHistoryJSON(p.GetHistory())
+				j.History = &hist
+			}
+			c.printJSON(j)
+			return exitOK
+		}
+		switch verb {
+		case "abort":
+			fmt.Fprintf(c.stdout, "procedure %d: abort requested; it rolls back ('baton proc wait %d' to follow)\n", id, id)
+		case "pause":
+			fmt.Fprintf(c.stdout, "procedure %d: paused after its current step\n", id)
+		case "resume":
+			fmt.Fprintf(c.stdout, "procedure %d: resumed\n", id)
+		case "ack":
+			fmt.Fprintf(c.stdout, "procedure %d: result acknowledged\n", id)
+		}
 		if verb == "get" {
-			kids := []childJSON{}
-			for _, ch := range children {
-				kids = append(kids, childJSON{ID: ch.GetId(), Type: ch.GetType(), State: ch.GetState(), WaitingFor: ch.GetWaitingFor(), Error: ch.GetError()})
+			c.printProc(p)
+			if *history {
+				c.printHistory(p)
 			}
-			j.ChildProcedures = &kids
-			hist := toHistoryJSON(p.GetHistory())
-			j.History = &hist
+			if len(children) > 0 {
+				fmt.Fprintln(c.stdout)
+				tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "CHILD\tTYPE\tSTATE\tNOTE")
+				for _, ch := range children {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ch.GetId(), ch.GetType(), ch.GetState(), procNote(ch))
+				}
+				tw.Flush()
+			}
+			if n := len(p.GetChildren()) - len(children); n > 0 && p.GetParentId() == 0 && client.Terminal(p.GetState()) {
+				fmt.Fprintf(c.stdout, "%d of its children not shown: no summary of them was kept "+
+					"(it finished on a version that kept none, or its tree was too big to summarise every member)\n", n)
+			}
+			c.printServed(p.GetRead())
 		}
-		c.printJSON(j)
 		return exitOK
-	}
-	switch verb {
-	case "abort":
-		fmt.Fprintf(c.stdout, "procedure %d: abort requested; it rolls back ('baton proc wait %d' to follow)\n", id, id)
-	case "pause":
-		fmt.Fprintf(c.stdout, "procedure %d: paused after its current step\n", id)
-	case "resume":
-		fmt.Fprintf(c.stdout, "procedure %d: resumed\n", id)
-	case "ack":
-		fmt.Fprintf(c.stdout, "procedure %d: result acknowledged\n", id)
-	}
-	if verb == "get" {
-		c.printProc(p)
-		if *history {
-			c.printHistory(p)
-		}
-		if len(children) > 0 {
-			fmt.Fprintln(c.stdout)
-			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CHILD\tTYPE\tSTATE\tNOTE")
-			for _, ch := range children {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", ch.GetId(), ch.GetType(), ch.GetState(), procNote(ch))
-			}
-			tw.Flush()
-		}
-		if n := len(p.GetChildren()) - len(children); n > 0 && p.GetParentId() == 0 && client.Terminal(p.GetState()) {
-			fmt.Fprintf(c.stdout, "%d of its children not shown: no summary of them was kept "+
-				"(it finished on a version that kept none, or its tree was too big to summarise every member)\n", n)
-		}
-		c.printServed(p.GetRead())
-	}
-	return exitOK
+	})
 }
 
 // childJSON is a child procedure in proc get's --json document.
@@ -334,7 +330,8 @@ var knownStates = []string{client.StateInitializing, client.StateRunnable, clien
 
 func (c *cli) procList(args []string) int {
 	const cmd = "proc list"
-	fs, cf := c.newFlagSet(cmd, "[--all] [--state S] [--type T] [--stale]")
+	e := c.command(cmd, "[--all] [--state S] [--type T] [--stale]", nil)
+	fs, cf := e.fs, e.cf
 	rf := addReadFlags(fs)
 	state := fs.String("state", "", "only procedures in this state: "+strings.Join(knownStates, ", "))
 	typ := fs.String("type", "", "only procedures of this type")
@@ -345,50 +342,47 @@ func (c *cli) procList(args []string) int {
 		return parseFailed(err)
 	}
 	if len(pos) != 0 {
-		return c.finish(cmd, fs, cf, usagef("takes no arguments, got %q", pos))
+		return e.fail(usagef("takes no arguments, got %q", pos))
 	}
 	*state = strings.ToUpper(*state)
 	if *state != "" && !slices.Contains(knownStates, *state) {
-		return c.finish(cmd, fs, cf, usagef("--state %q: want one of %s", *state, strings.Join(knownStates, ", ")))
+		return e.fail(usagef("--state %q: want one of %s", *state, strings.Join(knownStates, ", ")))
 	}
-	cl, err := cf.client()
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	defer cl.Close()
-	procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: !*all}, rf.opts()...)
-	if err != nil {
-		return c.finish(cmd, fs, cf, err)
-	}
-	if cf.json {
-		doc := listJSON{Procedures: []procJSON{}, Read: toReadJSON(rf.served)}
+	return e.withClient(func(cl *client.Client) int {
+		procs, err := cl.ListAll(c.ctx, client.ListOptions{State: *state, Type: *typ, RootsOnly: !*all}, rf.opts()...)
+		if err != nil {
+			return e.fail(err)
+		}
+		if cf.json {
+			doc := listJSON{Procedures: []procJSON{}, Read: toReadJSON(rf.served)}
+			for _, p := range procs {
+				doc.Procedures = append(doc.Procedures, toProcJSON(p))
+			}
+			c.printJSON(doc)
+			return exitOK
+		}
+		if len(procs) == 0 {
+			fmt.Fprintln(c.stdout, "no procedures")
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPARENT\tTYPE\tSTATE\tUPDATED\tNOTE")
 		for _, p := range procs {
-			doc.Procedures = append(doc.Procedures, toProcJSON(p))
+			parent := "-"
+			if p.GetParentId() != 0 {
+				parent = strconv.FormatUint(p.GetParentId(), 10)
+			}
+			note := procNote(p)
+			updated := "-"
+			if ms := p.GetUpdatedUnixMs(); ms != 0 {
+				updated = time.UnixMilli(ms).Format("2006-01-02 15:04:05")
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), parent, p.GetType(), p.GetState(), updated, note)
 		}
-		c.printJSON(doc)
+		tw.Flush()
+		c.printServed(rf.served)
 		return exitOK
-	}
-	if len(procs) == 0 {
-		fmt.Fprintln(c.stdout, "no procedures")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tPARENT\tTYPE\tSTATE\tUPDATED\tNOTE")
-	for _, p := range procs {
-		parent := "-"
-		if p.GetParentId() != 0 {
-			parent = strconv.FormatUint(p.GetParentId(), 10)
-		}
-		note := procNote(p)
-		updated := "-"
-		if ms := p.GetUpdatedUnixMs(); ms != 0 {
-			updated = time.UnixMilli(ms).Format("2006-01-02 15:04:05")
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), parent, p.GetType(), p.GetState(), updated, note)
-	}
-	tw.Flush()
-	c.printServed(rf.served)
-	return exitOK
+	})
 }
 
 // printEnded reports on stderr a procedure that did not succeed, with the
