@@ -12,7 +12,6 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/admin"
-	"github.com/baton-dev/baton/cluster/console"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -408,12 +407,18 @@ func (f nodeFlags) config() agentConfig {
 
 // allowedHosts are --http-allowed-hosts, normalized.
 func (f nodeFlags) allowedHosts(bad func(string, ...any)) []string {
+	return parseAllowedHosts(*f.hosts, bad)
+}
+
+// parseAllowedHosts is --http-allowed-hosts (a master's or a region
+// server's) normalized, each name bad reports left out.
+func parseAllowedHosts(v string, bad func(string, ...any)) []string {
 	var out []string
-	for _, h := range strings.Split(*f.hosts, ",") {
+	for _, h := range strings.Split(v, ",") {
 		if strings.TrimSpace(h) == "" {
 			continue
 		}
-		name, err := console.HostName(h)
+		name, err := security.HostName(h)
 		if err != nil || name == "" {
 			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
 			continue

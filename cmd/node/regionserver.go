@@ -180,17 +180,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 		*dst = d
 	}
 	cfg.ConnLimits = connFlags.parse(bad)
-	for _, h := range strings.Split(*allowedHosts, ",") {
-		if strings.TrimSpace(h) == "" {
-			continue
-		}
-		name, err := security.HostName(h)
-		if err != nil || name == "" {
-			bad("--http-allowed-hosts: %q is not a host name (letters, digits, '-', '_' and '.')", strings.TrimSpace(h))
-			continue
-		}
-		cfg.HTTPAllowedHosts = append(cfg.HTTPAllowedHosts, name)
-	}
+	cfg.HTTPAllowedHosts = append(cfg.HTTPAllowedHosts, parseAllowedHosts(*allowedHosts, bad)...)
 	duration("op-latency", *opLatency, &cfg.OpLatency)
 	duration("heartbeat-interval", *heartbeat, &cfg.HeartbeatInterval)
 	if v := strings.TrimSpace(*failureRate); v != "" {
