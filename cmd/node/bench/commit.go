@@ -67,11 +67,17 @@ func commitLevel(ctx context.Context, c *benchCluster, procs, attempt int) (Scal
 	if err != nil {
 		return out, err
 	}
-	before, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
-	if err != nil {
-		return out, err
+	// The run's steps, fsyncs and step times are the leader's counters
+	// and histogram after it less before it.
+	scrape := func() (map[string]float64, map[float64]float64, error) {
+		counts, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
+		if err != nil {
+			return nil, nil, err
+		}
+		buckets, err := c.scrapeBuckets(ctx, l, bucketMetric)
+		return counts, buckets, err
 	}
-	bBefore, err := c.scrapeBuckets(ctx, l, bucketMetric)
+	before, bBefore, err := scrape()
 	if err != nil {
 		return out, err
 	}
@@ -81,11 +87,7 @@ func commitLevel(ctx context.Context, c *benchCluster, procs, attempt int) (Scal
 		return out, err
 	}
 	d := time.Since(start)
-	after, err := c.scrapeMetric(ctx, l, stepsMetric, fsyncsMetric)
-	if err != nil {
-		return out, err
-	}
-	bAfter, err := c.scrapeBuckets(ctx, l, bucketMetric)
+	after, bAfter, err := scrape()
 	if err != nil {
 		return out, err
 	}
