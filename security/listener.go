@@ -127,14 +127,25 @@ type limitListener struct {
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
+	return acceptAdmitted(l.Listener, func(c net.Conn) net.Conn {
+		src := sourceOf(c)
+		if !l.take(src) {
+			return nil
+		}
+		return &limitedConn{Conn: c, release: func() { l.release(src) }}
+	})
+}
+
+// acceptAdmitted accepts from l until admit takes a connection, as the
+// conn to hand on; one it refuses (nil) is closed and the next awaited.
+func acceptAdmitted(l net.Listener, admit func(net.Conn) net.Conn) (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := l.Accept()
 		if err != nil {
 			return nil, err
 		}
-		src := sourceOf(c)
-		if l.take(src) {
-			return &limitedConn{Conn: c, release: func() { l.release(src) }}, nil
+		if a := admit(c); a != nil {
+			return a, nil
 		}
 		_ = c.Close()
 	}
@@ -211,17 +222,12 @@ type firstByteListener struct {
 }
 
 func (l *firstByteListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
+	return acceptAdmitted(l.Listener, func(c net.Conn) net.Conn {
 		if err := c.SetReadDeadline(time.Now().Add(l.timeout)); err != nil {
-			_ = c.Close() // closed by its peer already
-			continue
+			return nil // closed by its peer already
 		}
-		return &firstByteConn{Conn: c}, nil
-	}
+		return &firstByteConn{Conn: c}
+	})
 }
 
 // firstByteConn lifts its read deadline once it answered its first
