@@ -316,7 +316,7 @@ func TestCrashWhileForgettingChildren(t *testing.T) {
 	run := func(t *testing.T, budget int, seed *crashStore, mem *store.MemStore) (*crashMutStore, *harness) {
 		cs := &crashMutStore{crashStore{inner: mem, budget: budget}}
 		if seed != nil {
-			cs.seedFrom(seed)
+			cs.seedFrom(&seed.endCounts)
 		}
 		return cs, startExecutor(t, cs, newDomain(), func(c *Config) { c.Registry, c.Workers = forgetRegistry(t), 1 })
 	}

@@ -232,7 +232,7 @@ type budgetStore struct {
 func newBudgetStore(inner store.Store, budget int, prev *budgetStore) *budgetStore {
 	cs := &crashStore{budget: budget}
 	if prev != nil {
-		cs.seedFrom(prev.cs)
+		cs.seedFrom(&prev.cs.endCounts)
 	}
 	return &budgetStore{Store: inner, cs: cs}
 }
