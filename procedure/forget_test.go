@@ -272,27 +272,14 @@ func keptChildren(t *testing.T, mem *store.MemStore) int {
 	return n
 }
 
-// crashMutStore is crashStore for a store with domain mutations and
-// DeleteAndMutate: every write, whatever its kind, spends the budget.
+// crashMutStore is crashStore (whose InsertAndMutate and UpdateAndMutate
+// it keeps) with DeleteAndMutate: every write, whatever its kind, spends
+// the budget.
 type crashMutStore struct {
 	crashStore
 }
 
 var _ store.DeleteMutator = (*crashMutStore)(nil)
-
-func (c *crashMutStore) InsertAndMutate(p store.Proc, children []store.Proc, muts []store.Mutation) error {
-	if !c.allow(append([]store.Proc{p}, children...)...) {
-		return errCrash
-	}
-	return c.inner.InsertAndMutate(p, children, muts)
-}
-
-func (c *crashMutStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
-	if !c.allow(p) {
-		return errCrash
-	}
-	return c.inner.UpdateAndMutate(p, muts)
-}
 
 func (c *crashMutStore) DeleteAndMutate(ids []uint64, muts []store.Mutation) error {
 	if !c.allow() {
