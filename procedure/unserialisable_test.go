@@ -74,17 +74,7 @@ func TestUnserialisableFinalStateStillSucceeds(t *testing.T) {
 	if got := d.effectsUnder("p/"); len(got) != 3 {
 		t.Fatalf("effects %v, want the 3 steps kept", got)
 	}
-	var stored Info
-	if _, err := st.Load(func(p store.Proc) error {
-		var err error
-		if p.ID == id {
-			stored, err = DecodeInfo(p.Data)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if stored.State != Success || len(stored.Data) != 0 {
+	if stored := storedInfo(t, st, id); stored.State != Success || len(stored.Data) != 0 {
 		t.Fatalf("stored %s with %d bytes of state, want SUCCESS without state", stored.State, len(stored.Data))
 	}
 	// A restart loads it as the finished procedure it is.
