@@ -133,12 +133,7 @@ func TestSuspendOnEvent(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 	ev := scheduler.NewEvent("test event")
 	var runs atomic.Int32
-	funcs.Store("event", func(ctx *Context) (Step, error) {
-		if runs.Add(1) == 1 {
-			return Suspend(OnEvent(ev)), nil
-		}
-		return Done(), nil
-	})
+	funcs.Store("event", suspendOnce(ev, &runs))
 	id := h.submit(&funcProc{ID: "event"}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "suspended", func() bool {
 		w, _ := h.x.Why(id)
