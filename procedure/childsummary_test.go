@@ -110,16 +110,26 @@ func TestChildSummariesOfAnOlderRecord(t *testing.T) {
 	}
 }
 
+// transits is the summaries of n region transitions that succeeded under
+// root 1 (ids 2 on), child i submitted and finished when times says.
+func transits(n int, times func(i int) (submitted, finished time.Time)) []ChildSummary {
+	list := make([]ChildSummary, n)
+	for i := range list {
+		sub, fin := times(i)
+		list[i] = ChildSummary{ID: uint64(2 + i), ParentID: 1, Type: "TransitRegionState", State: Success,
+			Submitted: sub, Finished: fin}
+	}
+	return list
+}
+
 // TestChildSummariesBounded: a tree too big for every summary keeps the
 // first ones within maxSummaryBytes and counts the rest.
 func TestChildSummariesBounded(t *testing.T) {
 	base := time.Unix(1e6, 0)
 	const n = 300_000
-	list := make([]ChildSummary, n)
-	for i := range list {
-		list[i] = ChildSummary{ID: uint64(2 + i), ParentID: 1, Type: "TransitRegionState", State: Success,
-			Submitted: base.Add(time.Duration(i) * time.Millisecond), Finished: base.Add(time.Duration(i+300) * time.Millisecond)}
-	}
+	list := transits(n, func(i int) (time.Time, time.Time) {
+		return base.Add(time.Duration(i) * time.Millisecond), base.Add(time.Duration(i+300) * time.Millisecond)
+	})
 	msg := packChildSummaries(1, base, list, 0)
 	if len(msg) > maxSummaryBytes+64 {
 		t.Fatalf("%d bytes of summaries, bound %d", len(msg), maxSummaryBytes)
@@ -254,12 +264,10 @@ func TestChildIndexOverlappingTrees(t *testing.T) {
 func BenchmarkChildSummaryBytes(b *testing.B) {
 	base := time.Unix(1e6, 0)
 	const n = 10_000
-	list := make([]ChildSummary, n)
-	for i := range list {
+	list := transits(n, func(i int) (time.Time, time.Time) {
 		sub := base.Add(time.Duration(i/10) * time.Millisecond)
-		list[i] = ChildSummary{ID: uint64(2 + i), ParentID: 1, Type: "TransitRegionState", State: Success,
-			Submitted: sub, Finished: sub.Add(time.Duration(200+i%1800) * time.Millisecond)}
-	}
+		return sub, sub.Add(time.Duration(200+i%1800) * time.Millisecond)
+	})
 	var msg []byte
 	for i := 0; i < b.N; i++ {
 		msg = packChildSummaries(1, base, list, 0)
@@ -277,11 +285,7 @@ func BenchmarkChildSummaryBytes(b *testing.B) {
 func TestChildSummaryLookupAllocatesLittle(t *testing.T) {
 	base := time.Unix(1e6, 0)
 	const n = 100_000
-	list := make([]ChildSummary, n)
-	for i := range list {
-		list[i] = ChildSummary{ID: uint64(2 + i), ParentID: 1, Type: "TransitRegionState", State: Success,
-			Submitted: base, Finished: base.Add(time.Second)}
-	}
+	list := transits(n, func(int) (time.Time, time.Time) { return base, base.Add(time.Second) })
 	r := record{id: 1, root: 1, typeName: "ServerCrash", state: Success, submitted: unixNano(base),
 		finishedAt: unixNano(base.Add(time.Minute)), summaries: packChildSummaries(1, base, list, 0)}
 	data := r.marshal()

@@ -107,7 +107,7 @@ func TestConcurrentCrashAtPersistencePoints(t *testing.T) {
 			for stage, budget := range budgets {
 				cs := &crashStore{inner: mem, budget: budget}
 				if prev != nil {
-					cs.seedFrom(prev)
+					cs.seedFrom(&prev.endCounts)
 				}
 				h := startExecutor(t, cs, dom, concConfig)
 				if p := h.x.Problems(); len(p) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -15,16 +16,46 @@ import (
 
 var errCrash = errors.New("simulated crash")
 
+// endCounts counts, per procedure, the writes that moved it into a
+// terminal state, and keeps the last state written for each; the store
+// holding it guards it.
+type endCounts struct {
+	terminal map[uint64]int
+	last     map[uint64]State
+}
+
+func (e *endCounts) note(procs []store.Proc) {
+	if e.terminal == nil {
+		e.terminal, e.last = map[uint64]int{}, map[uint64]State{}
+	}
+	for _, p := range procs {
+		var r record
+		if r.unmarshal(p.Data) == nil {
+			if r.state.Terminal() && !e.last[r.id].Terminal() {
+				e.terminal[r.id]++
+			}
+			e.last[r.id] = r.state
+		}
+	}
+}
+
+// seedFrom carries the counts of a crashed executor's store to the next one's.
+func (e *endCounts) seedFrom(prev *endCounts) {
+	e.terminal, e.last = maps.Clone(prev.terminal), maps.Clone(prev.last)
+	if e.terminal == nil {
+		e.terminal, e.last = map[uint64]int{}, map[uint64]State{}
+	}
+}
+
 // crashStore passes the first budget writes to inner and fails every later
 // one, as if the process died right there. It also counts, per procedure,
 // how often a write moved it into a terminal state.
 type crashStore struct {
-	inner    *store.MemStore
-	mu       sync.Mutex
-	budget   int // < 0: unlimited
-	writes   int
-	terminal map[uint64]int
-	last     map[uint64]State
+	inner  *store.MemStore
+	mu     sync.Mutex
+	budget int // < 0: unlimited
+	writes int
+	endCounts
 }
 
 func (c *crashStore) Load(fn func(store.Proc) error) (store.LoadInfo, error) {
@@ -38,18 +69,7 @@ func (c *crashStore) allow(procs ...store.Proc) bool {
 		return false
 	}
 	c.writes++
-	if c.terminal == nil {
-		c.terminal, c.last = map[uint64]int{}, map[uint64]State{}
-	}
-	for _, p := range procs {
-		var r record
-		if r.unmarshal(p.Data) == nil {
-			if r.state.Terminal() && !c.last[r.id].Terminal() {
-				c.terminal[r.id]++
-			}
-			c.last[r.id] = r.state
-		}
-	}
+	c.note(procs)
 	return true
 }
 
@@ -80,16 +100,6 @@ func (c *crashStore) terminals(id uint64) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.terminal[id]
-}
-
-func (c *crashStore) seedFrom(prev *crashStore) {
-	c.terminal, c.last = map[uint64]int{}, map[uint64]State{}
-	for k, v := range prev.terminal {
-		c.terminal[k] = v
-	}
-	for k, v := range prev.last {
-		c.last[k] = v
-	}
 }
 
 // crashScenario is a set of procedures with children, failures and
@@ -155,7 +165,7 @@ func TestCrashAtEveryPersistencePoint(t *testing.T) {
 			crashed := x1.x.Err() != nil
 
 			cs2 := &crashStore{inner: mem, budget: -1}
-			cs2.seedFrom(cs)
+			cs2.seedFrom(&cs.endCounts)
 			x2 := startExecutor(t, cs2, dom, func(c *Config) { c.Workers = 1 })
 			if p := x2.x.Problems(); len(p) > 0 {
 				t.Fatalf("load problems after crash: %+v", p)

@@ -133,12 +133,7 @@ func TestSuspendOnEvent(t *testing.T) {
 	h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 	ev := scheduler.NewEvent("test event")
 	var runs atomic.Int32
-	funcs.Store("event", func(ctx *Context) (Step, error) {
-		if runs.Add(1) == 1 {
-			return Suspend(OnEvent(ev)), nil
-		}
-		return Done(), nil
-	})
+	funcs.Store("event", suspendOnce(ev, &runs))
 	id := h.submit(&funcProc{ID: "event"}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "suspended", func() bool {
 		w, _ := h.x.Why(id)
@@ -258,6 +253,20 @@ func TestIDsMonotonicAcrossRestarts(t *testing.T) {
 	}
 }
 
+// ackedAndKept runs two one-step roots to their end and acknowledges the
+// first: the two kinds of finished result the eviction tests age.
+func (h *harness) ackedAndKept() (acked, kept uint64) {
+	h.t.Helper()
+	acked = h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
+	kept = h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
+	h.wait(acked)
+	h.wait(kept)
+	if err := h.x.Ack(acked); err != nil {
+		h.t.Fatal(err)
+	}
+	return acked, kept
+}
+
 func TestKeptResults(t *testing.T) {
 	mc := clock.NewManual(time.Unix(1000, 0))
 	st := store.NewMemStore()
@@ -267,13 +276,7 @@ func TestKeptResults(t *testing.T) {
 		c.AckedResultTTL = 5 * time.Minute
 		c.EvictInterval = 24 * time.Hour // evicted by hand below
 	})
-	acked := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
-	kept := h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
-	h.wait(acked)
-	h.wait(kept)
-	if err := h.x.Ack(acked); err != nil {
-		t.Fatal(err)
-	}
+	acked, kept := h.ackedAndKept()
 	mc.Advance(4 * time.Minute)
 	if n := h.x.EvictExpired(); n != 0 {
 		t.Fatalf("evicted %d before any TTL", n)
@@ -683,13 +686,7 @@ func TestResultsEvictedOnTheirTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := startExecutor(t, store.NewMemStore(), newDomain(), nil)
 		start := time.Now()
-		acked := h.submit(newSteps("a", 1), SubmitOptions{Nonce: "a"})
-		kept := h.submit(newSteps("k", 1), SubmitOptions{Nonce: "k"})
-		h.wait(acked)
-		h.wait(kept)
-		if err := h.x.Ack(acked); err != nil {
-			t.Fatal(err)
-		}
+		acked, kept := h.ackedAndKept()
 		if !time.Now().Equal(start) {
 			t.Fatalf("finishing took %v of the bubble's time", time.Since(start))
 		}

@@ -31,6 +31,19 @@ var finishedStoreKinds = []struct {
 	{"no reader", func() store.Store { return noReader{store.NewMemStore()} }},
 }
 
+// submitDoneAndRolled submits the two roots the retirement tests finish:
+// alice's, with two children, to succeed, and bob's state machine, to
+// fail in its third state and roll back.
+func submitDoneAndRolled(h *harness, doneNonce, rolledNonce string) (done, rolled uint64) {
+	h.t.Helper()
+	p := newSteps("p", 3)
+	p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 1
+	f := newSM("f", 3)
+	f.FailAt = 2
+	return h.submit(p, SubmitOptions{Owner: "alice", Nonce: doneNonce}),
+		h.submit(f, SubmitOptions{Owner: "bob", Nonce: rolledNonce})
+}
+
 // A finished root leaves the executor's table for its finishedRoot, and
 // whatever the API says of it is as before: its record has the rest.
 func TestFinishedRootsAreRetired(t *testing.T) {
@@ -41,12 +54,7 @@ func TestFinishedRootsAreRetired(t *testing.T) {
 			h := startExecutor(t, st, newDomain(), func(c *Config) {
 				c.Clock, c.Node, c.EvictInterval = mc, "m1", 24*time.Hour
 			})
-			parent := newSteps("p", 3)
-			parent.SpawnAt, parent.Children, parent.ChildSteps = 1, 2, 1
-			done := h.submit(parent, SubmitOptions{Owner: "alice", Nonce: "n1"})
-			failed := newSM("f", 3)
-			failed.FailAt = 2
-			rolled := h.submit(failed, SubmitOptions{Owner: "bob", Nonce: "n2"})
+			done, rolled := submitDoneAndRolled(h, "n1", "n2")
 			for _, id := range []uint64{done, rolled} {
 				if info := h.wait(id); !info.State.Terminal() {
 					t.Fatalf("%d ended %s", id, info.State)
@@ -343,12 +351,7 @@ func TestFinishedRetiredAnswersAsLive(t *testing.T) {
 	mc := clock.NewManual(time.Unix(1e6, 123_456_789))
 	h := startExecutor(t, st, newDomain(), func(c *Config) { c.Clock, c.Node, c.EvictInterval = mc, "m1", 24*time.Hour })
 	ends := recordRootEnds(h)
-	p := newSteps("p", 3)
-	p.SpawnAt, p.Children, p.ChildSteps = 1, 2, 1
-	done := h.submit(p, SubmitOptions{Owner: "alice", Nonce: "n-done"})
-	f := newSM("f", 3)
-	f.FailAt = 2
-	rolled := h.submit(f, SubmitOptions{Owner: "bob", Nonce: "n-rolled"})
+	done, rolled := submitDoneAndRolled(h, "n-done", "n-rolled")
 	h.wait(done)
 	h.wait(rolled)
 	// Enough more roots that the refs are merged (mergeFloor) before the

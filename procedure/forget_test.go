@@ -272,27 +272,14 @@ func keptChildren(t *testing.T, mem *store.MemStore) int {
 	return n
 }
 
-// crashMutStore is crashStore for a store with domain mutations and
-// DeleteAndMutate: every write, whatever its kind, spends the budget.
+// crashMutStore is crashStore (whose InsertAndMutate and UpdateAndMutate
+// it keeps) with DeleteAndMutate: every write, whatever its kind, spends
+// the budget.
 type crashMutStore struct {
 	crashStore
 }
 
 var _ store.DeleteMutator = (*crashMutStore)(nil)
-
-func (c *crashMutStore) InsertAndMutate(p store.Proc, children []store.Proc, muts []store.Mutation) error {
-	if !c.allow(append([]store.Proc{p}, children...)...) {
-		return errCrash
-	}
-	return c.inner.InsertAndMutate(p, children, muts)
-}
-
-func (c *crashMutStore) UpdateAndMutate(p store.Proc, muts []store.Mutation) error {
-	if !c.allow(p) {
-		return errCrash
-	}
-	return c.inner.UpdateAndMutate(p, muts)
-}
 
 func (c *crashMutStore) DeleteAndMutate(ids []uint64, muts []store.Mutation) error {
 	if !c.allow() {
@@ -316,7 +303,7 @@ func TestCrashWhileForgettingChildren(t *testing.T) {
 	run := func(t *testing.T, budget int, seed *crashStore, mem *store.MemStore) (*crashMutStore, *harness) {
 		cs := &crashMutStore{crashStore{inner: mem, budget: budget}}
 		if seed != nil {
-			cs.seedFrom(seed)
+			cs.seedFrom(&seed.endCounts)
 		}
 		return cs, startExecutor(t, cs, newDomain(), func(c *Config) { c.Registry, c.Workers = forgetRegistry(t), 1 })
 	}

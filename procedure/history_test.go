@@ -10,21 +10,13 @@ import (
 // storedInfo reads procedure id back from st as a standby's reads do.
 func storedInfo(t *testing.T, st store.Store, id uint64) Info {
 	t.Helper()
-	var out Info
-	found := false
-	if _, err := st.Load(func(p store.Proc) error {
-		if p.ID != id {
-			return nil
-		}
-		found = true
-		var err error
-		out, err = DecodeInfo(p.Data)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	data, found := storedData(t, st, id)
 	if !found {
 		t.Fatalf("procedure %d not in the store", id)
+	}
+	out, err := DecodeInfo(data)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

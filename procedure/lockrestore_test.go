@@ -12,19 +12,30 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
+// storedData is procedure id's persisted record in st, copied out of the
+// load.
+func storedData(t testing.TB, st store.Store, id uint64) (data []byte, found bool) {
+	t.Helper()
+	if _, err := st.Load(func(p store.Proc) error {
+		if p.ID == id {
+			data, found = append([]byte(nil), p.Data...), true
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return data, found
+}
+
 // storedRecord reads procedure id's persisted record back from st.
 func storedRecord(t testing.TB, st store.Store, id uint64) (record, bool) {
 	t.Helper()
 	var out record
-	found := false
-	if _, err := st.Load(func(p store.Proc) error {
-		if p.ID != id {
-			return nil
+	data, found := storedData(t, st, id)
+	if found {
+		if err := out.unmarshal(data); err != nil {
+			t.Fatal(err)
 		}
-		found = true
-		return out.unmarshal(p.Data)
-	}); err != nil {
-		t.Fatal(err)
 	}
 	return out, found
 }

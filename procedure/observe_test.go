@@ -80,12 +80,7 @@ func TestLiveMetrics(t *testing.T) {
 	// needing t1 is parked behind it.
 	release := scheduler.NewEvent("release")
 	var holds atomic.Int32
-	funcs.Store("live-hold", func(ctx *Context) (Step, error) {
-		if holds.Add(1) == 1 {
-			return Suspend(OnEvent(release)), nil
-		}
-		return Done(), nil
-	})
+	funcs.Store("live-hold", suspendOnce(release, &holds))
 	funcs.Store("live-wait", func(ctx *Context) (Step, error) { return Done(), nil })
 	holder := h.submit(&lockedProc{funcProc{ID: "live-hold"}}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "holder waiting", func() bool {

@@ -6,6 +6,42 @@ import (
 	"testing"
 )
 
+// heldChildEnd is a parent (func name+"-parent") that spawns one child
+// (name+"-child", done in one step), then ends as then says, run on a
+// writeGateStore holding the child's write of end: the window of the
+// review's tests, between a child's end decided and its write.
+type heldChildEnd struct {
+	h         *harness
+	st        *writeGateStore
+	id, child uint64
+}
+
+func startHeldChildEnd(t *testing.T, name string, end State, then func() (Step, error)) heldChildEnd {
+	t.Helper()
+	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == end })
+	h := startExecutor(t, st, newDomain(), nil)
+	t.Cleanup(st.open) // before the executor's Stop, which waits for the held write
+	funcs.Store(name+"-parent", func(ctx *Context) (Step, error) {
+		if len(ctx.Children()) == 0 {
+			return Spawn(&funcProc{ID: name + "-child"}), nil
+		}
+		return then()
+	})
+	funcs.Store(name+"-child", func(ctx *Context) (Step, error) { return Done(), nil })
+	id := h.submit(&funcProc{ID: name + "-parent"}, SubmitOptions{})
+	st.waitHeld(t)
+	return heldChildEnd{h: h, st: st, id: id, child: st.held.ID}
+}
+
+// finish lets the held write through and checks the root ends in want.
+func (c heldChildEnd) finish(t *testing.T, want State) {
+	t.Helper()
+	c.st.open()
+	if info := c.h.wait(c.id); info.State != want {
+		t.Fatalf("root ended %v", info.State)
+	}
+}
+
 // TestReviewRolledBackChildShownOnlyOnceWritten: a child that succeeded
 // (its SUCCESS written) and is then rolled back with its tree goes
 // SUCCESS -> ROLLEDBACK in memory (rollback.go, the per-step path), a
@@ -14,19 +50,8 @@ import (
 // undo's own effect) has not committed: the store still holds SUCCESS, and
 // a failed write restarts the rollback from there.
 func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
-	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == RolledBack })
-	h := startExecutor(t, st, newDomain(), nil)
-	defer st.open()
-	funcs.Store("rv-rb-parent", func(ctx *Context) (Step, error) {
-		if len(ctx.Children()) == 0 {
-			return Spawn(&funcProc{ID: "rv-rb-child"}), nil
-		}
-		return Step{}, errors.New("boom")
-	})
-	funcs.Store("rv-rb-child", func(ctx *Context) (Step, error) { return Done(), nil })
-	id := h.submit(&funcProc{ID: "rv-rb-parent"}, SubmitOptions{})
-	st.waitHeld(t)
-	child := st.held.ID
+	c := startHeldChildEnd(t, "rv-rb", RolledBack, func() (Step, error) { return Step{}, errors.New("boom") })
+	h, child := c.h, c.child
 	ci, err := h.x.Get(child)
 	if err != nil {
 		t.Fatal(err)
@@ -37,10 +62,7 @@ func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
 	if l := h.x.List(Filter{States: []State{RolledBack}}); slices.ContainsFunc(l, func(i Info) bool { return i.ID == child }) {
 		t.Errorf("List(ROLLEDBACK) lists child %d while its ROLLEDBACK write is held", child)
 	}
-	st.open()
-	if info := h.wait(id); info.State != RolledBack {
-		t.Fatalf("root ended %v", info.State)
-	}
+	c.finish(t, RolledBack)
 	if ci, _ := h.x.Get(child); ci.State != RolledBack {
 		t.Errorf("child %d is %v once written, want ROLLEDBACK", child, ci.State)
 	}
@@ -77,19 +99,8 @@ func TestReviewWhyAgreesWithShownState(t *testing.T) {
 // on its way is shown RUNNABLE by Get, yet its parent's Why leaves it out
 // of its unfinished children (it tests the in-memory state).
 func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
-	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
-	h := startExecutor(t, st, newDomain(), nil)
-	defer st.open()
-	funcs.Store("rv-whyk-parent", func(ctx *Context) (Step, error) {
-		if len(ctx.Children()) == 0 {
-			return Spawn(&funcProc{ID: "rv-whyk-child"}), nil
-		}
-		return Done(), nil
-	})
-	funcs.Store("rv-whyk-child", func(ctx *Context) (Step, error) { return Done(), nil })
-	id := h.submit(&funcProc{ID: "rv-whyk-parent"}, SubmitOptions{})
-	st.waitHeld(t)
-	child := st.held.ID
+	c := startHeldChildEnd(t, "rv-whyk", Success, func() (Step, error) { return Done(), nil })
+	h, id, child := c.h, c.id, c.child
 	ci, _ := h.x.Get(child)
 	if ci.State.Terminal() {
 		t.Fatalf("child shown %v during its write (not the change under review)", ci.State)
@@ -100,10 +111,7 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 	if w, _ := h.x.Why(child); w.Reason == "finished" {
 		t.Errorf("Why(%d): Reason %q while shown %v", child, w.Reason, w.State)
 	}
-	st.open()
-	if info := h.wait(id); info.State != Success {
-		t.Fatalf("root ended %v", info.State)
-	}
+	c.finish(t, Success)
 }
 
 // TestReviewBypassRefusalAgreesWithGet: cluster/domain's region repair
@@ -116,19 +124,8 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 // ErrFinishing in that window (shown failing with endedErrLocked's
 // ErrFinishing branch disabled: "already SUCCESS" for all three).
 func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
-	st := newWriteGateStore(func(i Info) bool { return i.ParentID != 0 && i.State == Success })
-	h := startExecutor(t, st, newDomain(), nil)
-	defer st.open()
-	funcs.Store("rv-bp-parent", func(ctx *Context) (Step, error) {
-		if len(ctx.Children()) == 0 {
-			return Spawn(&funcProc{ID: "rv-bp-child"}), nil
-		}
-		return Done(), nil
-	})
-	funcs.Store("rv-bp-child", func(ctx *Context) (Step, error) { return Done(), nil })
-	id := h.submit(&funcProc{ID: "rv-bp-parent"}, SubmitOptions{})
-	st.waitHeld(t)
-	child := st.held.ID
+	c := startHeldChildEnd(t, "rv-bp", Success, func() (Step, error) { return Done(), nil })
+	h, child := c.h, c.child
 	// The child's SUCCESS write is held: Get shows it unfinished, so a
 	// refusal must say the end is being written (ErrFinishing, which
 	// repair_region.go takes for finished), with ErrNotAllowed's code.
@@ -144,8 +141,5 @@ func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
 			t.Errorf("%s(%d) during its SUCCESS write: %v, want ErrFinishing with ErrNotAllowed", name, child, err)
 		}
 	}
-	st.open()
-	if info := h.wait(id); info.State != Success {
-		t.Fatalf("root ended %v", info.State)
-	}
+	c.finish(t, Success)
 }

@@ -116,42 +116,43 @@ func TestScenarioHBASE19976WorkersExhaustedByWaiters(t *testing.T) {
 		})
 	})
 
-	t.Run("suspending steps", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			rig := &hbase19976Rig{ev: scheduler.NewEvent("released by the releaser"), started: make(chan int, 64)}
-			h := start(t, rig)
-			// Three times as many waiters as workers, all queued before
-			// the releaser: each suspends on the event only it wakes.
-			var ids []uint64
-			for i := range 3 * workers {
-				ids = append(ids, h.submit(&hbase19976Proc{Role: "suspend", N: i}, SubmitOptions{}))
-			}
-			ids = append(ids, h.submit(&hbase19976Proc{Role: "release"}, SubmitOptions{}))
-			hbase19976WaitAll(t, h, ids, deadline, time.Now())
-			if n := h.x.Workers(); n != workers {
-				t.Fatalf("workers %d, want %d: a suspended step should hold no worker", n, workers)
-			}
+	// Three times as many waiters as workers, all queued before the
+	// releaser; neither shape should hold a worker while it waits.
+	var suspending, lockParked []*hbase19976Proc
+	for i := range 3 * workers {
+		// Each suspends on the event only the releaser wakes.
+		suspending = append(suspending, &hbase19976Proc{Role: "suspend", N: i})
+	}
+	// The holder takes the table lock for its life and suspends on the
+	// event; more lock waiters than workers queue behind it, then the
+	// releaser (which needs no lock).
+	lockParked = append(lockParked, &hbase19976Proc{Role: "suspend", Lock: true})
+	for i := range 3 * workers {
+		lockParked = append(lockParked, &hbase19976Proc{Role: "quick", Lock: true, N: i})
+	}
+	for _, tc := range []struct {
+		name, what string
+		waiters    []*hbase19976Proc
+	}{
+		{"suspending steps", "a suspended step", suspending},
+		{"lock-parked steps", "a lock-parked procedure", lockParked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rig := &hbase19976Rig{ev: scheduler.NewEvent("released by the releaser"), started: make(chan int, 64)}
+				h := start(t, rig)
+				var ids []uint64
+				for _, p := range tc.waiters {
+					ids = append(ids, h.submit(p, SubmitOptions{}))
+				}
+				ids = append(ids, h.submit(&hbase19976Proc{Role: "release"}, SubmitOptions{}))
+				hbase19976WaitAll(t, h, ids, deadline, time.Now())
+				if n := h.x.Workers(); n != workers {
+					t.Fatalf("workers %d, want %d: %s should hold no worker", n, workers, tc.what)
+				}
+			})
 		})
-	})
-
-	t.Run("lock-parked steps", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			rig := &hbase19976Rig{ev: scheduler.NewEvent("released by the releaser"), started: make(chan int, 64)}
-			h := start(t, rig)
-			// The holder takes the table lock for its life and suspends on
-			// the event; more lock waiters than workers queue behind it,
-			// then the releaser (which needs no lock).
-			ids := []uint64{h.submit(&hbase19976Proc{Role: "suspend", Lock: true}, SubmitOptions{})}
-			for i := range 3 * workers {
-				ids = append(ids, h.submit(&hbase19976Proc{Role: "quick", Lock: true, N: i}, SubmitOptions{}))
-			}
-			ids = append(ids, h.submit(&hbase19976Proc{Role: "release"}, SubmitOptions{}))
-			hbase19976WaitAll(t, h, ids, deadline, time.Now())
-			if n := h.x.Workers(); n != workers {
-				t.Fatalf("workers %d, want %d: a lock-parked procedure should hold no worker", n, workers)
-			}
-		})
-	})
+	}
 }
 
 // hbase19976WaitAll waits for every id to succeed, and for it to take no

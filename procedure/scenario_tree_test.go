@@ -229,17 +229,16 @@ type faultStore struct {
 	// persisting, which the Store contract allows). nil: every write passes.
 	fault func(n int, procs []store.Proc) (err error, apply bool)
 
-	mu       sync.Mutex
-	writes   int // attempted
-	terminal map[uint64]int
-	last     map[uint64]State
+	mu     sync.Mutex
+	writes int // attempted
+	endCounts
 	// insert is called (without mu) around each Insert that writes a
 	// child, with before true ahead of it.
 	insert func(before bool, n int)
 }
 
 func newFaultStore(inner store.Store, fault func(n int, procs []store.Proc) (error, bool)) *faultStore {
-	return &faultStore{inner: inner, fault: fault, terminal: map[uint64]int{}, last: map[uint64]State{}}
+	return &faultStore{inner: inner, fault: fault}
 }
 
 // crashAfter fails every write after the first n, unapplied: the process
@@ -269,15 +268,7 @@ func (f *faultStore) do(procs []store.Proc, write func() error) error {
 			return err
 		}
 		f.mu.Lock()
-		for _, p := range procs {
-			var r record
-			if r.unmarshal(p.Data) == nil {
-				if r.state.Terminal() && !f.last[r.id].Terminal() {
-					f.terminal[r.id]++
-				}
-				f.last[r.id] = r.state
-			}
-		}
+		f.note(procs)
 		f.mu.Unlock()
 	}
 	return ferr
@@ -335,12 +326,7 @@ func (f *faultStore) terminals(id uint64) int {
 func (f *faultStore) seed(prev *faultStore) {
 	prev.mu.Lock()
 	defer prev.mu.Unlock()
-	for k, v := range prev.terminal {
-		f.terminal[k] = v
-	}
-	for k, v := range prev.last {
-		f.last[k] = v
-	}
+	f.seedFrom(&prev.endCounts)
 }
 
 // finishAfterCrash starts an executor on st, what a crashed or stopped

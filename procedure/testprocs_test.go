@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -254,6 +256,17 @@ func (p *funcProc) Execute(ctx *Context) (Step, error) {
 		return Step{}, fmt.Errorf("no func %q", p.ID)
 	}
 	return f.(func(*Context) (Step, error))(ctx)
+}
+
+// suspendOnce is a funcProc step that suspends on ev the first time it
+// runs and is done the next; runs counts its runs.
+func suspendOnce(ev *scheduler.Event, runs *atomic.Int32) func(*Context) (Step, error) {
+	return func(*Context) (Step, error) {
+		if runs.Add(1) == 1 {
+			return Suspend(OnEvent(ev)), nil
+		}
+		return Done(), nil
+	}
 }
 
 // rollbacks holds, by funcProc ID, a rollback to run instead of none.

@@ -42,20 +42,13 @@ func (p *poisonProc) Rollback(ctx *Context) error {
 
 func stepKey(n int) string { return "p/" + string(rune('0'+n)) }
 
+// MarshalState refuses while poisoned, else writes the default JSON, which
+// the default decoder (unmarshalState) reads back: no UnmarshalState.
 func (p *poisonProc) MarshalState() ([]byte, error) {
 	if p.Poisoned {
 		return nil, errors.New("poisoned")
 	}
-	type plain poisonProc
-	return json.Marshal((*plain)(p))
-}
-
-func (p *poisonProc) UnmarshalState(_ int, data []byte) error {
-	type plain poisonProc
-	if len(data) == 0 {
-		return nil
-	}
-	return json.Unmarshal(data, (*plain)(p))
+	return json.Marshal(p)
 }
 
 func startPoison(t *testing.T, st store.Store, d *domain) *harness {
@@ -81,17 +74,7 @@ func TestUnserialisableFinalStateStillSucceeds(t *testing.T) {
 	if got := d.effectsUnder("p/"); len(got) != 3 {
 		t.Fatalf("effects %v, want the 3 steps kept", got)
 	}
-	var stored Info
-	if _, err := st.Load(func(p store.Proc) error {
-		var err error
-		if p.ID == id {
-			stored, err = DecodeInfo(p.Data)
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if stored.State != Success || len(stored.Data) != 0 {
+	if stored := storedInfo(t, st, id); stored.State != Success || len(stored.Data) != 0 {
 		t.Fatalf("stored %s with %d bytes of state, want SUCCESS without state", stored.State, len(stored.Data))
 	}
 	// A restart loads it as the finished procedure it is.
@@ -156,7 +139,7 @@ func TestUnserialisableWritesCarryTheLastGoodState(t *testing.T) {
 	}
 	for i, r := range st.failed {
 		var p poisonProc
-		if err := p.UnmarshalState(1, r.data); err != nil {
+		if err := unmarshalState(&p, 1, 1, r.data); err != nil {
 			t.Fatalf("FAILED write %d: %v", i, err)
 		}
 		// The last state that serialised: after the first step, before

@@ -236,7 +236,7 @@ func TestCrashDuringChildRollbackBelowRetryUntilDone(t *testing.T) {
 	run := func(t *testing.T, budget int, seed *crashStore, mem *store.MemStore, dom *domain) (*crashStore, *harness) {
 		cs := &crashStore{inner: mem, budget: budget}
 		if seed != nil {
-			cs.seedFrom(seed)
+			cs.seedFrom(&seed.endCounts)
 		}
 		return cs, startExecutor(t, cs, dom, func(c *Config) { c.Registry, c.Workers = untilDoneRegistry(t), 1 })
 	}

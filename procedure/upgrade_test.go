@@ -20,11 +20,16 @@ type hostsV2 struct {
 }
 
 func (h *hostsV2) UpgradeState(from int, decode func(old any) error) error {
+	return upgradeHosts(&h.Hosts, decode)
+}
+
+// upgradeHosts reads version 1's one Host into the list version 2 keeps.
+func upgradeHosts(hosts *[]string, decode func(old any) error) error {
 	var v1 struct{ Host string }
 	if err := decode(&v1); err != nil {
 		return err
 	}
-	h.Hosts = []string{v1.Host}
+	*hosts = []string{v1.Host}
 	return nil
 }
 
@@ -67,12 +72,7 @@ type hostsBroken struct {
 }
 
 func (h *hostsBroken) UpgradeState(from int, decode func(old any) error) error {
-	var v1 struct{ Host string }
-	if err := decode(&v1); err != nil {
-		return err
-	}
-	h.Hosts = []string{v1.Host}
-	return nil
+	return upgradeHosts(&h.Hosts, decode)
 }
 
 func (h *hostsBroken) Execute(*Context) (Step, error) {

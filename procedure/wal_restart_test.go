@@ -200,14 +200,21 @@ func TestWALGracefulRestart(t *testing.T) {
 	}
 	d.mu.Unlock()
 	checkUndoOrder(t, d, "")
+	stopAndCheckWAL(t, h, w2, dir, len(mix))
+}
+
+// stopAndCheckWAL stops h's executor and closes its WAL w (in dir), which
+// must then hold the roots finished alone.
+func stopAndCheckWAL(t *testing.T, h *harness, w *store.WAL, dir string, roots int) {
+	t.Helper()
 	if err := h.x.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w2.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := walLive(t, dir); n != len(mix) {
-		t.Fatalf("WAL holds %d procedures, want the %d finished roots", n, len(mix))
+	if n := walLive(t, dir); n != roots {
+		t.Fatalf("WAL holds %d procedures, want the %d finished roots", n, roots)
 	}
 }
 
@@ -232,7 +239,7 @@ type budgetStore struct {
 func newBudgetStore(inner store.Store, budget int, prev *budgetStore) *budgetStore {
 	cs := &crashStore{budget: budget}
 	if prev != nil {
-		cs.seedFrom(prev.cs)
+		cs.seedFrom(&prev.cs.endCounts)
 	}
 	return &budgetStore{Store: inner, cs: cs}
 }
@@ -336,15 +343,7 @@ func TestWALHardCrash(t *testing.T) {
 			if s := d.sweeps(); s > 4 {
 				t.Fatalf("parents swept %d effects their children's rollbacks left", s)
 			}
-			if err := h.x.Stop(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := w2.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if live := walLive(t, dir); live != len(mix) {
-				t.Fatalf("WAL holds %d procedures, want the %d finished roots", live, len(mix))
-			}
+			stopAndCheckWAL(t, h, w2, dir, len(mix))
 		})
 	}
 }

@@ -23,20 +23,23 @@ func benchKeys() []QueueKey {
 	return keys
 }
 
-// parallel runs f(g, i) for i in [0, n) split over benchGoroutines goroutines
-// and reports the throughput of the whole.
-func parallel(b *testing.B, n int, f func(g, i int)) {
+// parallel runs f(g, i) for i in [0, b.N) split over benchGoroutines
+// goroutines, timing only that, and reports the throughput of the whole.
+func parallel(b *testing.B, f func(g, i int)) {
+	b.ResetTimer()
 	var wg sync.WaitGroup
 	for g := 0; g < benchGoroutines; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
-			for i := g; i < n; i += benchGoroutines {
+			for i := g; i < b.N; i += benchGoroutines {
 				f(g, i)
 			}
 		}(g)
 	}
 	wg.Wait()
+	b.StopTimer()
+	report(b)
 }
 
 func report(b *testing.B) {
@@ -47,12 +50,9 @@ func BenchmarkAddBack(b *testing.B) {
 	keys := benchKeys()
 	s := New(Config{})
 	b.ReportAllocs()
-	b.ResetTimer()
-	parallel(b, b.N, func(_, i int) {
+	parallel(b, func(_, i int) {
 		s.AddBack(uint64(i+1), keys[i%benchTables])
 	})
-	b.StopTimer()
-	report(b)
 	if s.Len() != b.N {
 		b.Fatalf("Len %d, want %d", s.Len(), b.N)
 	}
@@ -65,14 +65,11 @@ func BenchmarkPoll(b *testing.B) {
 		s.AddBack(uint64(i+1), keys[i%benchTables])
 	}
 	b.ReportAllocs()
-	b.ResetTimer()
-	parallel(b, b.N, func(_, _ int) {
+	parallel(b, func(_, _ int) {
 		if _, ok := s.Poll(0); !ok {
 			panic("queue ran dry")
 		}
 	})
-	b.StopTimer()
-	report(b)
 }
 
 // BenchmarkAddBackPoll: every goroutine adds one id then polls one, so the
@@ -81,15 +78,12 @@ func BenchmarkAddBackPoll(b *testing.B) {
 	keys := benchKeys()
 	s := New(Config{})
 	b.ReportAllocs()
-	b.ResetTimer()
-	parallel(b, b.N, func(_, i int) {
+	parallel(b, func(_, i int) {
 		s.AddBack(uint64(i+1), keys[i%benchTables])
 		if _, ok := s.Poll(-1); !ok {
 			panic("poll failed")
 		}
 	})
-	b.StopTimer()
-	report(b)
 }
 
 // BenchmarkBlockingPoll: 10 workers block in Poll while one producer adds,
@@ -138,8 +132,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	s := New(Config{Wake: func(uint64) {}})
 	key := QueueKey{Kind: KindTable}
 	b.ReportAllocs()
-	b.ResetTimer()
-	parallel(b, b.N, func(g, i int) {
+	parallel(b, func(g, i int) {
 		id := uint64(g + 1)
 		if s.Acquire(id, key, nil, reqs[(i*7+g)%benchTables]) {
 			s.Release(id)
@@ -147,8 +140,6 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			s.CancelLockWait(id)
 		}
 	})
-	b.StopTimer()
-	report(b)
 }
 
 // BenchmarkBaselineMutexAppend is the floor an AddBack is measured against
@@ -157,25 +148,19 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkBaselineMutexAppend(b *testing.B) {
 	var mu sync.Mutex
 	q := make([]uint64, 0, 1024)
-	b.ResetTimer()
-	parallel(b, b.N, func(_, i int) {
+	parallel(b, func(_, i int) {
 		mu.Lock()
 		q = append(q, uint64(i))
 		mu.Unlock()
 	})
-	b.StopTimer()
-	report(b)
 }
 
 // BenchmarkBaselineChannel: the same ids through a buffered channel, add
 // then poll, as BenchmarkAddBackPoll does through the scheduler.
 func BenchmarkBaselineChannel(b *testing.B) {
 	ch := make(chan uint64, 1024)
-	b.ResetTimer()
-	parallel(b, b.N, func(_, i int) {
+	parallel(b, func(_, i int) {
 		ch <- uint64(i)
 		<-ch
 	})
-	b.StopTimer()
-	report(b)
 }

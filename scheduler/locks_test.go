@@ -463,12 +463,9 @@ func TestLockStress(t *testing.T) {
 		wg.Add(1)
 		go func(id uint64) {
 			defer wg.Done()
-			rng := id * 0x9E3779B97F4A7C15
+			rng := newXorshift(id)
 			for r := 0; r < rounds; r++ {
-				rng ^= rng << 13
-				rng ^= rng >> 7
-				rng ^= rng << 17
-				req := random(rng)
+				req := random(rng.next())
 				for !s.Acquire(id, tbl("t"), nil, req) {
 					<-wakeChs[id]
 				}

@@ -87,15 +87,9 @@ func TestLockStressFamily(t *testing.T) {
 		wg.Add(1)
 		go func(root uint64) {
 			defer wg.Done()
-			rng := root * 0x9E3779B97F4A7C15
-			next := func() uint64 {
-				rng ^= rng << 13
-				rng ^= rng >> 7
-				rng ^= rng << 17
-				return rng
-			}
+			rng := newXorshift(root)
 			for n := 0; time.Now().Before(deadline); n++ {
-				x := next()
+				x := rng.next()
 				tb := tables[x%2]
 				if x>>1%3 == 0 {
 					// A root locking regions directly, no children.
@@ -138,4 +132,21 @@ func TestLockStressFamily(t *testing.T) {
 	if l := s.Locks(); len(l) != 0 {
 		t.Fatalf("locks left: %v", l)
 	}
+}
+
+// xorshift is the lock stress tests' cheap random stream, one per
+// goroutine: seeded from the goroutine's id, each draws its own sequence,
+// the same every run.
+type xorshift uint64
+
+func newXorshift(id uint64) *xorshift {
+	x := xorshift(id * 0x9E3779B97F4A7C15)
+	return &x
+}
+
+func (x *xorshift) next() uint64 {
+	*x ^= *x << 13
+	*x ^= *x >> 7
+	*x ^= *x << 17
+	return uint64(*x)
 }
