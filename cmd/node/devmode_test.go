@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -100,13 +99,7 @@ func TestDevRegionServersFlag(t *testing.T) {
 // says why on stderr, Ctrl-C ends it with 130 and says how to wait again,
 // and --timeout bounds the wait again (exit 3, naming what it waited for).
 func TestWaitSaysWhyAndIsBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "baton")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBaton(t)
 	args, admin := devArgs(t, "--dev-regionservers", "0")
 	agent := exec.Command(bin, args...)
 	var aout, aerr syncbuf.Buffer
