@@ -171,13 +171,8 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- agent.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("agent: %v\n%s", err, aerr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not stop on SIGINT")
+	if err := within(t, done, 30*time.Second, "the agent did not stop on SIGINT"); err != nil {
+		t.Fatalf("agent: %v\n%s", err, aerr.String())
 	}
 }
 
