@@ -27,18 +27,24 @@ func devArgs(t *testing.T, extra ...string) (args []string, admin string) {
 }
 
 // startDevAgent runs `agent --dev` in-process (see devArgs) until the test
-// ends or stop is called, which returns its exit code; it returns once the
-// banner is out.
-func startDevAgent(t *testing.T, extra ...string) (admin string, banner string, stop func() int) {
+// ends or stop is called, which fails the test unless the agent exits 0;
+// it returns once the banner is out.
+func startDevAgent(t *testing.T, extra ...string) (admin string, banner string, stop func()) {
 	args, admin := devArgs(t, extra...)
 	out, _, cancel, done := runInBackground(map[string]string{}, args...)
 	var once sync.Once
 	code := -1
-	stop = func() int {
+	halt := func() int {
 		once.Do(func() { cancel(); code = exitOf(t, done) })
 		return code
 	}
-	t.Cleanup(func() { stop() })
+	t.Cleanup(func() { halt() })
+	stop = func() {
+		t.Helper()
+		if code := halt(); code != 0 {
+			t.Fatalf("agent exit %d", code)
+		}
+	}
 	testwait.For(t, 30*time.Second, "the dev agent's banner", func() bool { return strings.Contains(out.String(), "try:") })
 	return admin, out.String(), stop
 }
@@ -69,9 +75,7 @@ func TestDevAgentRunsRegionServers(t *testing.T) {
 		}
 		return nil
 	})
-	if code := stop(); code != 0 {
-		t.Fatalf("agent exit %d", code)
-	}
+	stop()
 }
 
 func TestDevRegionServersFlag(t *testing.T) {
