@@ -160,17 +160,23 @@ func waitOrDump(t *testing.T, c *harness.Cluster, d time.Duration, what string, 
 	}
 }
 
-// notReadyFromStorage is nil once node id's /readyz answers 503 naming a
-// local storage failure.
-func notReadyFromStorage(ctx context.Context, c *harness.Cluster, id string) error {
-	code, body, err := readyz(ctx, c, id)
+// readyzSays is nil once node id's /readyz answers status code with a body
+// holding says: for a wait on a node becoming (not) ready, and why.
+func readyzSays(ctx context.Context, c *harness.Cluster, id string, code int, says string) error {
+	got, body, err := readyz(ctx, c, id)
 	if err != nil {
 		return err
 	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "local storage failed") {
-		return fmt.Errorf("%d %s", code, body)
+	if got != code || !strings.Contains(body, says) {
+		return fmt.Errorf("%d %s", got, body)
 	}
 	return nil
+}
+
+// notReadyFromStorage is nil once node id's /readyz answers 503 naming a
+// local storage failure.
+func notReadyFromStorage(ctx context.Context, c *harness.Cluster, id string) error {
+	return readyzSays(ctx, c, id, http.StatusServiceUnavailable, "local storage failed")
 }
 
 // submitAll submits n sleep procedures under nonces prefix-0.. from
@@ -210,9 +216,7 @@ func submitAll(t *testing.T, ctx context.Context, cl *client.Client, prefix stri
 func checkAllSucceeded(t *testing.T, ctx context.Context, cl *client.Client, ids map[string]uint64) {
 	t.Helper()
 	for nonce, id := range ids {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		state, _, errText, err := waitTerminal(wctx, cl, id)
-		cancel()
+		state, _, errText, err := terminalWithin(ctx, cl, id, 30*time.Second)
 		if err != nil {
 			t.Fatalf("nonce %s: %v", nonce, err)
 		}
@@ -301,14 +305,7 @@ func runFullDisk(t *testing.T, pick func(c *harness.Cluster, leader string) stri
 	c.Restart(target)
 	restarted := time.Now()
 	waitOrDump(t, c, 30*time.Second, target+" ready after the restart", func() error {
-		code, body, err := readyz(ctx, c, target)
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("%d %s", code, body)
-		}
-		return nil
+		return readyzSays(ctx, c, target, http.StatusOK, "")
 	})
 	after := submitAll(t, ctx, cl, "after", 10)
 	checkAllSucceeded(t, ctx, cl, after)
