@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -96,10 +95,7 @@ func TestTokenWithoutClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(c.Node(leader).GRPCAddr, creds.DialOption(security.RoleMaster), security.TokenDialOption(tok.Secret))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := dial(t, c.Node(leader).GRPCAddr, creds.DialOption(security.RoleMaster), security.TokenDialOption(tok.Secret))
 	defer cc.Close()
 	ac := adminpb.NewAdminClient(cc)
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)

@@ -77,14 +77,9 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 	var (
 		mu      sync.Mutex
 		acked   int
-		errs    []error
+		errs    errList
 		subDone = make(chan struct{})
 	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
 	start := time.Now()
 
 	var subs sync.WaitGroup
@@ -97,7 +92,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 				j := jobs[i]
 				id, n, err := submitRetrying(ctx, cl, j.typ, j.args, j.nonce)
 				if err != nil {
-					fail(err)
+					errs.add(err)
 					return
 				}
 				j.id, j.attempts = id, n
@@ -107,7 +102,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 				// Paces the submissions, to spread them over the kills.
 				select {
 				case <-ctx.Done():
-					fail(fmt.Errorf("submissions stopped after %s: %w", j.nonce, ctx.Err()))
+					errs.add(fmt.Errorf("submissions stopped after %s: %w", j.nonce, ctx.Err()))
 					return
 				case <-time.After(150 * time.Millisecond):
 				}
@@ -151,12 +146,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 		restartAndWait(t, ctx, c, leader)
 	}
 	awaitSubmissions(t, ctx, subDone)
-	for _, err := range errs {
-		t.Error(err)
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	errs.failNow(t)
 	midFlight := 0
 	for _, k := range kills {
 		if k.acked > 0 && k.acked < procs {
@@ -177,9 +167,7 @@ func TestLeaderKillDuringProcedures(t *testing.T) {
 	cl := c.Client()
 	// Every acknowledged procedure reaches its expected terminal state.
 	for _, j := range jobs {
-		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
-		state, fin, errText, err := waitTerminal(wctx, cl, j.id)
-		wcancel()
+		state, fin, errText, err := terminalWithin(ctx, cl, j.id, 60*time.Second)
 		if err != nil {
 			t.Fatalf("%s %d (nonce %s): %v", j.typ, j.id, j.nonce, err)
 		}
@@ -358,6 +346,34 @@ func restartAndWait(t *testing.T, ctx context.Context, c *harness.Cluster, id st
 	defer ucancel()
 	if _, err := c.WaitUp(uctx, id); err != nil {
 		t.Fatalf("restarted %s: %v", id, err)
+	}
+}
+
+// errList gathers the errors of a test's goroutines, for the test's own
+// goroutine to report (t.Error is not for goroutines that may outlive it).
+type errList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errList) add(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+// failNow reports every error gathered and stops the test if it has
+// failed by now, so that what follows judges a run that went as meant.
+func (l *errList) failNow(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	errs := l.errs
+	l.mu.Unlock()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 

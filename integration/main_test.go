@@ -71,6 +71,13 @@ func submitRetrying(ctx context.Context, cl *client.Client, typ string, args map
 	}
 }
 
+// terminalWithin is waitTerminal for at most d.
+func terminalWithin(ctx context.Context, cl *client.Client, id uint64, d time.Duration) (state string, finishedMs int64, errText string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return waitTerminal(ctx, cl, id)
+}
+
 // waitTerminal waits for procedure id to be terminal, re-watching through
 // errors until ctx ends.
 func waitTerminal(ctx context.Context, cl *client.Client, id uint64) (state string, finishedMs int64, errText string, err error) {

@@ -173,14 +173,7 @@ func TestComposeConfig(t *testing.T) {
 // names docker-compose.yml mounts them at) in a directory, and returns it.
 func tlsFilesFor(t *testing.T) string {
 	t.Helper()
-	pki, err := security.NewTestPKI(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: "prometheus"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := issueFrom(t, newPKI(t), security.Identity{Role: security.RoleClient, ID: "prometheus"}, time.Hour)
 	dir := filepath.Join(t.TempDir(), "tls")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -85,9 +85,7 @@ func createTables(t *testing.T, ctx context.Context, cl *client.Client, names []
 // t unless it ended in want.
 func waitState(t *testing.T, ctx context.Context, cl *client.Client, id uint64, what, want string) {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	state, _, errText, err := waitTerminal(wctx, cl, id)
+	state, _, errText, err := terminalWithin(ctx, cl, id, 90*time.Second)
 	if err != nil {
 		t.Fatalf("%s (procedure %d): %v", what, id, err)
 	}
@@ -152,16 +150,10 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 		creates[i] = &tableCreate{name: name, nonce: "create-" + name}
 	}
 	var (
-		mu       sync.Mutex
-		errs     []error
+		errs     errList
 		acked    atomic.Int32
 		finished atomic.Int32
 	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
 	subDone := make(chan struct{})
 	start := time.Now()
 	var subs, waiters sync.WaitGroup
@@ -179,7 +171,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 					return cl.CreateTable(ctx, "", tc.name, regions, tc.nonce)
 				})
 				if err != nil {
-					fail(err)
+					errs.add(err)
 					continue
 				}
 				tc.id, tc.attempts = id, n
@@ -190,7 +182,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 					defer finished.Add(1)
 					state, _, errText, err := waitTerminal(ctx, cl, tc.id)
 					if err != nil {
-						fail(fmt.Errorf("create %s (procedure %d): %w", tc.name, tc.id, err))
+						errs.add(fmt.Errorf("create %s (procedure %d): %w", tc.name, tc.id, err))
 						return
 					}
 					tc.state, tc.errText = state, errText
@@ -198,7 +190,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 				// Paces the submissions, to spread them over the kills.
 				select {
 				case <-ctx.Done():
-					fail(fmt.Errorf("submissions stopped after %s: %w", tc.name, ctx.Err()))
+					errs.add(fmt.Errorf("submissions stopped after %s: %w", tc.name, ctx.Err()))
 					return
 				case <-time.After(gap):
 				}
@@ -270,12 +262,7 @@ func TestLeaderKillsDuringTableCreates(t *testing.T) {
 	}
 	awaitSubmissions(t, ctx, subDone)
 	waiters.Wait()
-	for _, err := range errs {
-		t.Error(err)
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	errs.failNow(t)
 	midway := 0
 	for _, k := range kills {
 		if k.inTransit > 0 {

@@ -197,14 +197,7 @@ func TestRemoveLeader(t *testing.T) {
 		t.Errorf("status given all addresses: answered by %s (removed %v), peers %v", st.NodeID, st.Removed, st.peerIDs())
 	}
 	testwait.ForNil(t, 30*time.Second, leader+" /readyz 503 saying it is not a member", func() error {
-		code, body, err := readyz(ctx, c, leader)
-		if err != nil {
-			return err
-		}
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "not a member") {
-			return fmt.Errorf("%d %s", code, body)
-		}
-		return nil
+		return readyzSays(ctx, c, leader, http.StatusServiceUnavailable, "not a member")
 	})
 	// A call it does not serve is refused, saying why (once it no longer
 	// names a leader to follow, which it stops hearing from).

@@ -28,9 +28,7 @@ func submitAndWait(t *testing.T, ctx context.Context, cl *client.Client, prefix 
 		ids[i] = id
 	}
 	for _, id := range ids {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		state, _, errText, err := waitTerminal(wctx, cl, id)
-		cancel()
+		state, _, errText, err := terminalWithin(ctx, cl, id, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,9 +225,7 @@ func TestGracefulLeaderHandover(t *testing.T) {
 	}
 
 	for _, id := range ids {
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-		state, _, errText, err := waitTerminal(wctx, cl, id)
-		wcancel()
+		state, _, errText, err := terminalWithin(ctx, cl, id, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

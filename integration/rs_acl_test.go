@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,23 +35,12 @@ func TestRegionServerAccessControl(t *testing.T) {
 
 	pki := c.PKI()
 	creds := func(name string) *security.Credentials {
-		f, err := pki.Issue(security.Identity{Role: security.RoleClient, ID: name}, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cr, err := security.Load(f, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cr
+		return loadCreds(t, issueFrom(t, pki, security.Identity{Role: security.RoleClient, ID: name}, time.Hour))
 	}
 	// asks calls ListRegions and GETs /metrics on the region server as
 	// the holder of cr: both errors (nil when served).
 	asks := func(cr *security.Credentials) (grpcErr, httpErr error) {
-		cc, err := grpc.NewClient(rs.GRPCAddr, cr.DialOption(security.RoleRegionServer))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := dial(t, rs.GRPCAddr, cr.DialOption(security.RoleRegionServer))
 		defer cc.Close()
 		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 		defer ccancel()
@@ -118,18 +106,8 @@ func TestRegionServerAccessControl(t *testing.T) {
 func TestRegionServerRefusalsAudited(t *testing.T) {
 	ctx, c, _ := tlsCluster(t, 3*time.Minute)
 	rs := startRegionServers(t, ctx, c, 1, harness.RSOptions{})[0]
-	f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nobody, err := security.Load(f, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient(rs.GRPCAddr, nobody.DialOption(security.RoleRegionServer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nobody := loadCreds(t, issueFrom(t, c.PKI(), security.Identity{Role: security.RoleClient, ID: "nobody"}, time.Hour))
+	cc := dial(t, rs.GRPCAddr, nobody.DialOption(security.RoleRegionServer))
 	defer cc.Close()
 	// Refused PERMISSION_DENIED once the region server heard the grants
 	// (UNAVAILABLE before, which is not the caller's doing).

@@ -46,15 +46,54 @@ func rawTLS(t *testing.T, f security.Files) *tls.Config {
 // error.
 func callHealth(t *testing.T, ctx context.Context, addr string, opt grpc.DialOption) error {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cc := dial(t, addr, opt)
 	defer cc.Close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err = healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
+	_, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{})
 	return err
+}
+
+// dial is a gRPC client of addr with opts, for the caller to close.
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// newPKI is a fresh test CA: one none of a cluster's parties trusts, or
+// one for parties a test starts itself.
+func newPKI(t *testing.T) *security.TestPKI {
+	t.Helper()
+	pki, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki
+}
+
+// issueFrom is pki's certificate for id, valid for validity from now
+// (negative: one that expired that long ago).
+func issueFrom(t *testing.T, pki *security.TestPKI, id security.Identity, validity time.Duration) security.Files {
+	t.Helper()
+	f, err := pki.Issue(id, validity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// loadCreds is the credentials in f.
+func loadCreds(t *testing.T, f security.Files) *security.Credentials {
+	t.Helper()
+	cr, err := security.Load(f, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
 }
 
 // tlsCluster starts three masters with mutual TLS on every channel and env
@@ -84,30 +123,13 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 
 	pki := c.PKI()
 	issue := func(id security.Identity, validity time.Duration) security.Files {
-		f, err := pki.Issue(id, validity)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
+		return issueFrom(t, pki, id, validity)
 	}
 	cliFiles := issue(security.Identity{Role: security.RoleClient, ID: "ops"}, time.Hour)
 	rsFiles := issue(security.Identity{Role: security.RoleRegionServer, ID: "rs1"}, time.Hour)
 	expired := issue(security.Identity{Role: security.RoleClient, ID: "old"}, -time.Hour)
-	strangerPKI, err := security.NewTestPKI(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stranger, err := strangerPKI.Issue(security.Identity{Role: security.RoleMaster, ID: "n1"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(f security.Files) *security.Credentials {
-		cr, err := security.Load(f, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cr
-	}
+	stranger := issueFrom(t, newPKI(t), security.Identity{Role: security.RoleMaster, ID: "n1"}, time.Hour)
+	load := func(f security.Files) *security.Credentials { return loadCreds(t, f) }
 
 	t.Run("access control", func(t *testing.T) {
 		addrs := strings.Join(c.AdminAddrs(), ",")
@@ -231,12 +253,9 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 				t.Errorf("%s: served", name)
 			}
 		}
-		cc, err := grpc.NewClient(admin, load(rsFiles).DialOption(security.RoleMaster))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := dial(t, admin, load(rsFiles).DialOption(security.RoleMaster))
 		defer cc.Close()
-		_, err = adminpb.NewAdminClient(cc).DeleteTable(ctx, &adminpb.TableRequest{Name: "secure"})
+		_, err := adminpb.NewAdminClient(cc).DeleteTable(ctx, &adminpb.TableRequest{Name: "secure"})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("a region server's certificate deleting a table: %v, want PermissionDenied", err)
 		}
@@ -244,12 +263,9 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 
 	t.Run("master service", func(t *testing.T) {
 		call := func(f security.Files, serverID string) error {
-			cc, err := grpc.NewClient(admin, load(f).DialOption(security.RoleMaster))
-			if err != nil {
-				t.Fatal(err)
-			}
+			cc := dial(t, admin, load(f).DialOption(security.RoleMaster))
 			defer cc.Close()
-			_, err = rspb.NewMasterClient(cc).Heartbeat(ctx, &rspb.HeartbeatRequest{ServerId: serverID, StartCode: 1})
+			_, err := rspb.NewMasterClient(cc).Heartbeat(ctx, &rspb.HeartbeatRequest{ServerId: serverID, StartCode: 1})
 			return err
 		}
 		if err := call(cliFiles, "ops"); status.Code(err) != codes.PermissionDenied {
@@ -262,12 +278,9 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 
 	t.Run("region server", func(t *testing.T) {
 		rs := c.RegionServer("rs1").GRPCAddr
-		cc, err := grpc.NewClient(rs, load(cliFiles).DialOption(security.RoleRegionServer))
-		if err != nil {
-			t.Fatal(err)
-		}
+		cc := dial(t, rs, load(cliFiles).DialOption(security.RoleRegionServer))
 		defer cc.Close()
-		_, err = rspb.NewRegionServerClient(cc).ExecuteBatch(ctx, &rspb.BatchRequest{ServerId: "rs1", Ops: []*rspb.RegionOp{{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "x"}}})
+		_, err := rspb.NewRegionServerClient(cc).ExecuteBatch(ctx, &rspb.BatchRequest{ServerId: "rs1", Ops: []*rspb.RegionOp{{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: "x"}}})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Errorf("a client sending a close to a region server: %v, want PermissionDenied", err)
 		}
@@ -276,10 +289,7 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 		// Not ops: "access control" granted it read, which reaches the
 		// region server with its next heartbeat, so whether ops was
 		// refused here depended on that heartbeat's timing.
-		unbound, err := grpc.NewClient(rs, load(issue(security.Identity{Role: security.RoleClient, ID: "unbound"}, time.Hour)).DialOption(security.RoleRegionServer))
-		if err != nil {
-			t.Fatal(err)
-		}
+		unbound := dial(t, rs, load(issue(security.Identity{Role: security.RoleClient, ID: "unbound"}, time.Hour)).DialOption(security.RoleRegionServer))
 		defer unbound.Close()
 		if _, err := rspb.NewRegionServerClient(unbound).ListRegions(ctx, &rspb.ListRegionsRequest{}); status.Code(err) != codes.PermissionDenied {
 			t.Errorf("an unbound client listing a region server's regions: %v, want PermissionDenied", err)

@@ -2,15 +2,11 @@ package security
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -113,17 +109,7 @@ func TestMasterPolicyForTokens(t *testing.T) {
 func TestCAOnlyClientOverGRPC(t *testing.T) {
 	p := newPKI(t)
 	srv := p.MustCredentials(master1)
-	serve := func(pol *Policy) string {
-		gs := grpc.NewServer(pol.ServerOptions(srv)...)
-		healthpb.RegisterHealthServer(gs, health.NewServer())
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go gs.Serve(ln)
-		t.Cleanup(gs.Stop)
-		return ln.Addr().String()
-	}
+	serve := func(pol *Policy) string { return serveHealth(t, "127.0.0.1", pol.ServerOptions(srv)...) }
 	call := func(addr string) error { return healthCheck(t, addr, caOnly(t, p).DialOption(RoleMaster)) }
 	either, cert := serve(MasterPolicyFor(ClientAuthEither)), serve(MasterPolicy())
 	if err := call(either); err != nil {

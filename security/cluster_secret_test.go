@@ -2,12 +2,10 @@ package security
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 )
@@ -16,20 +14,13 @@ import (
 // call carried the cluster secret.
 func secretSeen(t *testing.T) (addr string, seen func() []string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan []string, 16)
-	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	addr = serveHealth(t, "127.0.0.1", grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		got <- md.Get(ClusterSecretKey)
 		return h(ctx, req)
 	}))
-	healthpb.RegisterHealthServer(s, health.NewServer())
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return lis.Addr().String(), func() []string { return <-got }
+	return addr, func() []string { return <-got }
 }
 
 // A client that follows leader hints (the console's actions) may be sent

@@ -362,16 +362,9 @@ func TestPolicy(t *testing.T) {
 	p := newPKI(t)
 	srvCreds := p.MustCredentials(master1)
 	pol := (&Policy{}).Admit("/grpc.health.v1.Health/", RoleClient, RoleMaster)
-	gs := grpc.NewServer(pol.ServerOptions(srvCreds)...)
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	defer gs.Stop()
+	addr := serveHealth(t, "127.0.0.1", pol.ServerOptions(srvCreds)...)
 
-	call := func(opt grpc.DialOption) error { return healthCheck(t, ln.Addr().String(), opt) }
+	call := func(opt grpc.DialOption) error { return healthCheck(t, addr, opt) }
 	if err := call(p.MustCredentials(alice).DialOption(RoleMaster)); err != nil {
 		t.Errorf("client: %v", err)
 	}
@@ -569,6 +562,21 @@ func TestActingFor(t *testing.T) {
 	if md, _ := metadata.FromOutgoingContext(out); len(md.Get(OnBehalfKey)) != 1 {
 		t.Errorf("OnBehalfOf: %v", md)
 	}
+}
+
+// serveHealth serves gRPC health with opts on a free port of host until
+// the test ends, and returns its address.
+func serveHealth(t *testing.T, host string, opts ...grpc.ServerOption) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
 }
 
 // healthCheck makes one gRPC health check of addr, dialled with opts, and

@@ -2,15 +2,12 @@ package security
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/testnet"
@@ -31,29 +28,21 @@ func TestLoopbackHost(t *testing.T) {
 // connection to an address that is not loopback (a leader hint may send it
 // there) fails the call without sending the token.
 func TestTokenNotSentOverPlaintext(t *testing.T) {
-	ip := testnet.NonLoopbackIPv4(t)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sawToken := make(chan string, 10)
-	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	addr := serveHealth(t, testnet.NonLoopbackIPv4(t).String(), grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if tok, ok := TokenOf(ctx); ok {
 			sawToken <- tok
 		}
 		return h(ctx, req)
 	}))
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	go func() { _ = gs.Serve(l) }()
-	defer gs.Stop()
 
 	token := "bt_0123456789abcdef_" + strings.Repeat("A", 43)
 	call := func(addr string) error {
 		return healthCheck(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()), TokenDialOption(token))
 	}
-	err = call(l.Addr().String())
+	err := call(addr)
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "refusing to send a bearer token over plaintext") {
-		t.Fatalf("call to %s: %v, want UNAUTHENTICATED refusing to send the token", l.Addr(), err)
+		t.Fatalf("call to %s: %v, want UNAUTHENTICATED refusing to send the token", addr, err)
 	}
 	select {
 	case tok := <-sawToken:

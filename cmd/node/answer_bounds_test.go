@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,25 +125,27 @@ func TestProcOfHugeResult(t *testing.T) {
 	fc.WaitLeader()
 	id := fc.Submit(&bigResult{}, "")
 	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
-	code, stdout, stderr := runCLI(t, env, "proc", "wait", idStr(id), "--json")
-	var waited struct {
-		State     string `json:"state"`
-		Result    string `json:"result"`
-		Truncated bool   `json:"truncated"`
+	// cutToAMiB is nil if the --json document of the command args shows
+	// the procedure succeeded with its result cut to its first MiB.
+	cutToAMiB := func(args ...string) error {
+		code, stdout, stderr := runCLI(t, env, args...)
+		var doc struct {
+			State     string `json:"state"`
+			Result    string `json:"result"`
+			Truncated bool   `json:"truncated"`
+		}
+		if code != exitOK || json.Unmarshal([]byte(stdout), &doc) != nil || doc.State != "SUCCESS" || !doc.Truncated || len(doc.Result) != 1<<20 {
+			return fmt.Errorf("exit %d, %d bytes of result\n%.2000s", code, len(doc.Result), stderr)
+		}
+		return nil
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &waited) != nil || waited.State != "SUCCESS" || !waited.Truncated || len(waited.Result) != 1<<20 {
-		t.Fatalf("wait --json: exit %d, %d bytes of result\n%.2000s", code, len(waited.Result), stderr)
+	if err := cutToAMiB("proc", "wait", idStr(id), "--json"); err != nil {
+		t.Fatalf("wait --json: %v", err)
 	}
-	code, stdout, stderr = runCLI(t, env, "proc", "get", idStr(id), "--json")
-	var got struct {
-		State     string `json:"state"`
-		Result    string `json:"result"`
-		Truncated bool   `json:"truncated"`
+	if err := cutToAMiB("proc", "get", idStr(id), "--json"); err != nil {
+		t.Errorf("get --json: %v", err)
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &got) != nil || got.State != "SUCCESS" || !got.Truncated || len(got.Result) != 1<<20 {
-		t.Errorf("get --json: exit %d, %d bytes of result\n%.2000s", code, len(got.Result), stderr)
-	}
-	code, stdout, stderr = runCLI(t, env, "proc", "get", idStr(id))
+	code, stdout, stderr := runCLI(t, env, "proc", "get", idStr(id))
 	if code != exitOK || !strings.Contains(stdout, "truncated    fields longer than an answer carries were cut") {
 		t.Errorf("get: exit %d\n%.500s\n%.2000s", code, stdout[max(0, len(stdout)-500):], stderr)
 	}

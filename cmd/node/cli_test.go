@@ -152,26 +152,6 @@ func TestClientCommands(t *testing.T) {
 	}
 }
 
-// jsonMatch compares a decoded JSON value with want, where a map in want
-// needs only the keys it lists.
-func jsonMatch(got, want any) bool {
-	if wm, ok := want.(map[string]any); ok {
-		gm, ok := got.(map[string]any)
-		if !ok {
-			return false
-		}
-		for k, v := range wm {
-			if !jsonMatch(gm[k], v) {
-				return false
-			}
-		}
-		return true
-	}
-	gb, _ := json.Marshal(got)
-	wb, _ := json.Marshal(want)
-	return bytes.Equal(gb, wb)
-}
-
 func TestListJSONShape(t *testing.T) {
 	fc := clustertest.New(t, clustertest.Config{Masters: 1})
 	cl := fc.Client()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,7 +54,9 @@ func jsonHas(got, want any) bool {
 		}
 		return true
 	}
-	return jsonMatch(got, want)
+	gb, _ := json.Marshal(got)
+	wb, _ := json.Marshal(want)
+	return bytes.Equal(gb, wb)
 }
 
 // cliCase is one command run and what it must do.
@@ -504,12 +507,20 @@ func runInBackgroundWatching(env map[string]string, watching func(uint64), args 
 
 func exitOf(t *testing.T, done chan int) int {
 	t.Helper()
+	return within(t, done, 10*time.Second, "the command did not end")
+}
+
+// within is what done delivers within d; failing that, the test stops
+// with failure (what did not happen in time).
+func within[T any](t *testing.T, done <-chan T, d time.Duration, failure string) T {
+	t.Helper()
 	select {
-	case code := <-done:
-		return code
-	case <-time.After(10 * time.Second):
-		t.Fatal("the command did not end")
-		return -1
+	case v := <-done:
+		return v
+	case <-time.After(d):
+		t.Fatal(failure)
+		var zero T
+		return zero
 	}
 }
 

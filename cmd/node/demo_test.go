@@ -71,13 +71,7 @@ func TestDemoStartsFresh(t *testing.T) {
 // TestDemoCrashNamesItsDirectory: a crashed run without --data-dir keeps
 // its fresh directory and says how to resume it; doing so resumes.
 func TestDemoCrashNamesItsDirectory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "baton")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBaton(t)
 	out, err := exec.Command(bin, "demo", "--step-delay", "0s", "--crash-after", "7").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("first run: %v\n%s", err, out)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -28,18 +27,24 @@ func devArgs(t *testing.T, extra ...string) (args []string, admin string) {
 }
 
 // startDevAgent runs `agent --dev` in-process (see devArgs) until the test
-// ends or stop is called, which returns its exit code; it returns once the
-// banner is out.
-func startDevAgent(t *testing.T, extra ...string) (admin string, banner string, stop func() int) {
+// ends or stop is called, which fails the test unless the agent exits 0;
+// it returns once the banner is out.
+func startDevAgent(t *testing.T, extra ...string) (admin string, banner string, stop func()) {
 	args, admin := devArgs(t, extra...)
 	out, _, cancel, done := runInBackground(map[string]string{}, args...)
 	var once sync.Once
 	code := -1
-	stop = func() int {
+	halt := func() int {
 		once.Do(func() { cancel(); code = exitOf(t, done) })
 		return code
 	}
-	t.Cleanup(func() { stop() })
+	t.Cleanup(func() { halt() })
+	stop = func() {
+		t.Helper()
+		if code := halt(); code != 0 {
+			t.Fatalf("agent exit %d", code)
+		}
+	}
 	testwait.For(t, 30*time.Second, "the dev agent's banner", func() bool { return strings.Contains(out.String(), "try:") })
 	return admin, out.String(), stop
 }
@@ -70,9 +75,7 @@ func TestDevAgentRunsRegionServers(t *testing.T) {
 		}
 		return nil
 	})
-	if code := stop(); code != 0 {
-		t.Fatalf("agent exit %d", code)
-	}
+	stop()
 }
 
 func TestDevRegionServersFlag(t *testing.T) {
@@ -100,13 +103,7 @@ func TestDevRegionServersFlag(t *testing.T) {
 // says why on stderr, Ctrl-C ends it with 130 and says how to wait again,
 // and --timeout bounds the wait again (exit 3, naming what it waited for).
 func TestWaitSaysWhyAndIsBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "baton")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBaton(t)
 	args, admin := devArgs(t, "--dev-regionservers", "0")
 	agent := exec.Command(bin, args...)
 	var aout, aerr syncbuf.Buffer
@@ -178,13 +175,8 @@ func TestWaitSaysWhyAndIsBounded(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- agent.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("agent: %v\n%s", err, aerr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not stop on SIGINT")
+	if err := within(t, done, 30*time.Second, "the agent did not stop on SIGINT"); err != nil {
+		t.Fatalf("agent: %v\n%s", err, aerr.String())
 	}
 }
 

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 )
@@ -24,23 +22,11 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 	}
 
 	// n1's first start creates the directory; it runs until cancelled.
-	args := agentArgs("n1")
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-		done <- c.run(args)
-	}()
+	_, errb, cancel, done := runInBackground(nil, agentArgs("n1")...)
 	waitLeader(t, grpc, "n1", "n1 to lead")
 	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("n1 stopped with exit %d: %s", code, errb.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("n1 did not stop")
+	if code := within(t, done, 60*time.Second, "n1 did not stop"); code != exitOK {
+		t.Fatalf("n1 stopped with exit %d: %s", code, errb.String())
 	}
 
 	code, stdout, stderr := runCLI(t, nil, agentArgs("n2")...)
@@ -54,13 +40,8 @@ func TestAgentRefusesAnotherNodesDataDir(t *testing.T) {
 	}
 
 	// The right id still starts.
-	ctx, cancel = context.WithCancel(context.Background())
+	_, _, cancel, done = runInBackground(nil, agentArgs("n1")...)
 	defer cancel()
-	args = agentArgs("n1")
-	go func() {
-		c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-		done <- c.run(args)
-	}()
 	waitLeader(t, grpc, "n1", "n1 to lead again")
 	cancel()
 	if code := <-done; code != exitOK {

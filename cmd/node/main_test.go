@@ -10,6 +10,22 @@ import (
 	"testing"
 )
 
+// buildBaton builds this command, with flags for go build, into a
+// directory of t's and returns the binary's path: for the tests that run
+// it as a user would, as a process of its own. Skipped in -short.
+func buildBaton(t *testing.T, flags ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "baton")
+	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{nil, {"bogus"}, {"demo", "extra"}, {"demo", "--crash-after", "-1"}, {"demo", "--nope"}} {
 		var out, errb bytes.Buffer
@@ -54,13 +70,7 @@ func TestDemoJSON(t *testing.T) {
 // TestDemoResumesAfterCrash runs the binary, which exits abruptly mid-way,
 // then again, and checks the second run finished what the first started.
 func TestDemoResumesAfterCrash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "baton")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBaton(t)
 	dir := t.TempDir()
 	first := exec.Command(bin, "demo", "--data-dir", dir, "--step-delay", "0s", "--crash-after", "7")
 	out, err := first.CombinedOutput()

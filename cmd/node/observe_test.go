@@ -82,9 +82,7 @@ func TestAgentExportsTraces(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, nil, "table", "create", "t1", "--regions", "2", "--wait", "--timeout", "60s", "--addr", admin); code != 0 {
 		t.Fatalf("table create: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if code := stop(); code != 0 {
-		t.Fatalf("agent exit %d", code)
-	}
+	stop()
 	if posts.Load() == 0 {
 		t.Error("no spans reached the collector")
 	}

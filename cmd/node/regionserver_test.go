@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/baton-dev/baton/cluster/regionserver"
-	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/security"
@@ -142,14 +141,8 @@ func TestRunRegionServer(t *testing.T) {
 	rsAddr := rsLis.Addr().String()
 	_ = rsLis.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
+	out, errb, cancel, done := runInBackground(nil, "regionserver", "--id", "rs9", "--grpc-addr", rsAddr, "--masters", mlis.Addr().String(), "--op-latency", "1ms")
 	defer cancel()
-	var out, errb syncbuf.Buffer
-	c := &cli{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	done := make(chan int, 1)
-	go func() {
-		done <- c.run([]string{"regionserver", "--id", "rs9", "--grpc-addr", rsAddr, "--masters", mlis.Addr().String(), "--op-latency", "1ms"})
-	}()
 	select {
 	case req := <-reg.got:
 		if req.GetServerId() != "rs9" || req.GetAddress() != rsAddr {
@@ -173,7 +166,7 @@ func TestRunRegionServer(t *testing.T) {
 	defer cc.Close()
 	// The master has answered; the server takes the start code just after.
 	testwait.ForNil(t, 10*time.Second, "rs9 serving with start code 7", func() error {
-		lr, err := rspb.NewRegionServerClient(cc).ListRegions(ctx, &rspb.ListRegionsRequest{})
+		lr, err := rspb.NewRegionServerClient(cc).ListRegions(context.Background(), &rspb.ListRegionsRequest{})
 		if err != nil {
 			return err
 		}
@@ -183,12 +176,7 @@ func TestRunRegionServer(t *testing.T) {
 		return nil
 	})
 	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("exit %d after interrupt; stderr: %s", code, errb.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("still running after interrupt")
+	if code := within(t, done, 10*time.Second, "still running after interrupt"); code != exitOK {
+		t.Fatalf("exit %d after interrupt; stderr: %s", code, errb.String())
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,15 +11,9 @@ import (
 // The binary says what it is: its version and the commit it was built
 // from, as make build links them in, and its Go version.
 func TestVersionOfTheBuiltBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "baton")
 	const want = "0123456789abcdef"
 	ldflags := "-X main.version=v9.9.9 -X main.commit=" + want // as make build sets them
-	if out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBaton(t, "-ldflags", ldflags)
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		out, err := exec.Command(bin, args...).Output()
 		if err != nil {

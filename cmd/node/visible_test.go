@@ -30,7 +30,7 @@ func TestSmallerVisible(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
 		t.Fatalf("stdout %q: %v", stdout, err)
 	}
-	if code != exitFailed || !jsonMatch(doc, map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}) ||
+	if code != exitFailed || !jsonHas(doc, map[string]any{"error": map[string]any{"code": "NOT_FOUND", "exit_code": 1.0}}) ||
 		!strings.Contains(stderr, `region "nosuch"`) || !strings.Contains(stderr, "baton region list") || strings.Contains(stderr, "no such lock") {
 		t.Errorf("lock acquire nosuch: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}

@@ -26,13 +26,18 @@ func reaches(t *testing.T, from, to *raft.InmemTransport) bool {
 	}
 }
 
-func TestMeshPartitionsAndHeals(t *testing.T) {
+// newMesh is a mesh of n new in-memory transports, and those.
+func newMesh(n int) ([]*raft.InmemTransport, *Mesh) {
 	var trans []*raft.InmemTransport
-	for range 3 {
+	for range n {
 		_, tr := raft.NewInmemTransport("")
 		trans = append(trans, tr)
 	}
-	m := NewMesh(trans...)
+	return trans, NewMesh(trans...)
+}
+
+func TestMeshPartitionsAndHeals(t *testing.T) {
+	trans, m := newMesh(3)
 	if !reaches(t, trans[0], trans[2]) || !m.Connected(0, 2) {
 		t.Fatal("a new mesh is not connected all to all")
 	}
@@ -52,12 +57,7 @@ func TestMeshPartitionsAndHeals(t *testing.T) {
 // A transport closed by its raft's shutdown reaches no one; Restore gives
 // it back the links the mesh holds up, and only those.
 func TestMeshRestoresAClosedTransport(t *testing.T) {
-	var trans []*raft.InmemTransport
-	for range 3 {
-		_, tr := raft.NewInmemTransport("")
-		trans = append(trans, tr)
-	}
-	m := NewMesh(trans...)
+	trans, m := newMesh(3)
 	m.Partition(2)
 	if err := trans[0].Close(); err != nil {
 		t.Fatal(err)

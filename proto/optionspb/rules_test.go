@@ -26,6 +26,27 @@ func services() []protoreflect.ServiceDescriptor {
 	return out
 }
 
+// serviceOf is the first service of the file fdp describes: a made-up
+// service, to show what Rules and Limits refuse.
+func serviceOf(t *testing.T, fdp *descriptorpb.FileDescriptorProto) protoreflect.ServiceDescriptor {
+	t.Helper()
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fd.Services().Get(0)
+}
+
+// errorSays reports each of wants that err does not say.
+func errorSays(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
 // TestEveryMethodHasARule: every rpc of every service (Admin, Master,
 // RegionServer) declares its rule beside it, and no rule contradicts
 // itself. A method added without one fails here, as a field without a
@@ -93,18 +114,14 @@ func TestRulesRefuseAMethodWithoutARule(t *testing.T) {
 			method("BadKey", rule(&optionspb.Rule{Callers: clients, Permission: optionspb.Permission_PERMISSION_OPERATE, IdempotencyKey: "nounce"})),
 		}}},
 	}
-	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules, err := optionspb.Rules(fd.Services().Get(0))
+	rules, err := optionspb.Rules(serviceOf(t, fdp))
 	if err == nil {
 		t.Fatal("Rules: no error")
 	}
 	if len(rules) != 1 || rules["/t.S/Good"] == nil || !rules["/t.S/Good"].Audited() {
 		t.Errorf("Rules kept %v; want /t.S/Good only", rules)
 	}
-	for _, want := range []string{
+	errorSays(t, err,
 		"/t.S/Bare has no (baton.options.v1.rule) option",
 		"/t.S/NoCallers: (baton.options.v1.rule): callers not said",
 		"/t.S/NoPermission: (baton.options.v1.rule): callers CLIENTS needs a permission",
@@ -112,9 +129,5 @@ func TestRulesRefuseAMethodWithoutARule(t *testing.T) {
 		"/t.S/QuietStart: (baton.options.v1.rule): starts_procedure on a method not audited",
 		"/t.S/MasterWithPermission: (baton.options.v1.rule): callers CALLERS_MASTERS takes no permission",
 		`/t.S/BadKey: (baton.options.v1.rule): idempotency_key "nounce" names no string field of t.Req`,
-	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q:\n%v", want, err)
-		}
-	}
+	)
 }
