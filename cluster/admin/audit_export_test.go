@@ -28,13 +28,7 @@ import (
 // JSON).
 func exportGrants(t *testing.T, dir string) (*secureCluster, string) {
 	t.Helper()
-	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2},
-		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, _, ctx, root := startRootCluster(t, Access{AuditFile: &AuditExport{Path: dir, MaxBytes: 1500, Keep: 2}})
 	const grants = 12
 	for i := range grants {
 		if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
@@ -146,13 +140,7 @@ func exportedIDs(t *testing.T, path string) []string {
 // wrote them.
 func TestAuditFileResumesAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir},
-		InitialGrants: map[string]security.Permission{"root": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+	sc, li, ctx, root := startRootCluster(t, Access{AuditFile: &AuditExport{Path: dir}})
 	grant := func(i int) {
 		if _, err := root.AclGrant(ctx, &adminpb.AclGrantRequest{Client: fmt.Sprintf("u%d", i), Permission: "read"}); err != nil {
 			t.Fatal(err)
@@ -210,14 +198,9 @@ func TestAuditFileResumesAfterRestart(t *testing.T) {
 // up to its last.
 func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 	dir := t.TempDir()
-	sc := startSecureCluster(t, 3, Access{AuditFile: &AuditExport{Path: dir},
+	sc, li, ctx, root := startRootCluster(t, Access{AuditFile: &AuditExport{Path: dir},
 		AuditMaxRefusedPerCaller: 50, AuditMaxPerPrincipal: 200, AuditMaxRecords: 2000,
-		InitialGrants: map[string]security.Permission{"root": security.PermAdmin, "alice": security.PermRead}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	root := sc.as(li, "root", "")
-	waitBound(t, ctx, root, "admin")
+		InitialGrants: map[string]security.Permission{"alice": security.PermRead}})
 	alice := sc.as(li, "alice", "")
 	waitBound(t, ctx, alice, "read")
 

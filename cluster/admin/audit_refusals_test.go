@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,15 +18,15 @@ import (
 )
 
 // startRootCluster is a secure cluster of three masters with access,
-// whose client root holds admin (the grant applied), root's client of the
-// leader li, and a deadline for the test.
+// whose client root holds admin besides access's initial grants (the
+// grant applied), root's client of the leader li, and a deadline for the
+// test.
 func startRootCluster(t *testing.T, access Access) (sc *secureCluster, li int, ctx context.Context, root adminpb.AdminClient) {
 	t.Helper()
-	access.InitialGrants = map[string]security.Permission{"root": security.PermAdmin}
-	sc = startSecureCluster(t, 3, access)
-	li = converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
+	grants := map[string]security.Permission{"root": security.PermAdmin}
+	maps.Copy(grants, access.InitialGrants)
+	access.InitialGrants = grants
+	sc, ctx, li, _ = startSecureTrio(t, access, time.Minute)
 	root = sc.as(li, "root", "")
 	waitBound(t, ctx, root, "admin")
 	return sc, li, ctx, root
