@@ -96,10 +96,7 @@ func TestWaitingLockOwnLeaseAfterFailover(t *testing.T) {
 // expired a 1 s lock restated to 1 h about a second after the failover
 // and gave it to the waiter.)
 func TestRestatedLockLeaseSurvivesTheLeadersDeath(t *testing.T) {
-	h := newHarness(t, harnessOpts{servers: 1})
-	cl := h.c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	h, cl, ctx := lockHarness(t, harnessOpts{servers: 1}, 3*time.Minute)
 	a := lockNamespace(t, ctx, cl, "a", 1000, domain.LockAcquired)
 	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	for round, restated := range []int64{3600_000, 1800_000, 3600_000} {
@@ -141,6 +138,16 @@ func TestRestatedLockLeaseSurvivesTheLeadersDeath(t *testing.T) {
 // lockNamespace takes an exclusive lock on namespace "default" with a
 // lease of leaseMs under nonce, and fails the test unless it is answered
 // want (ACQUIRED or WAITING).
+// lockHarness is a cluster of o for a lock test, with its client (which
+// follows the leader) and a context of d for the test's calls.
+func lockHarness(t *testing.T, o harnessOpts, d time.Duration) (*harness, *client.Client, context.Context) {
+	t.Helper()
+	h := newHarness(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return h, h.c.Client(), ctx
+}
+
 func lockNamespace(t *testing.T, ctx context.Context, cl *client.Client, nonce string, leaseMs int64, want string) *adminpb.LockResponse {
 	t.Helper()
 	r, err := cl.AcquireLockWith(ctx, &adminpb.AcquireLockRequest{Kind: "namespace", Names: []string{"default"}, Exclusive: true, LeaseMs: leaseMs, Nonce: nonce})
@@ -157,10 +164,7 @@ func lockNamespace(t *testing.T, ctx context.Context, cl *client.Client, nonce s
 // told 1 h and heartbeating at that pace, loses the lock to a waiter.
 // The successor's grant must be at least what the holder was last told.
 func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
-	h := newHarness(t, harnessOpts{servers: 1})
-	cl := h.c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	h, cl, ctx := lockHarness(t, harnessOpts{servers: 1}, 3*time.Minute)
 	a := lockNamespace(t, ctx, cl, "a", 3600_000, domain.LockAcquired)
 	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	hb, err := cl.LockHeartbeatWith(ctx, &adminpb.LockRef{LockId: b.GetLockId(), LeaseMs: 1000})
@@ -201,10 +205,7 @@ func TestShortenedWaitingLeaseThenFailover(t *testing.T) {
 // holder is told it holds a lock that is gone (an expired one may already
 // be another's).
 func TestRestateRacingRelease(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
-	cl := h.c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	h, cl, ctx := lockHarness(t, harnessOpts{masters: 1, servers: 1}, 3*time.Minute)
 	for i := 0; i < 20; i++ {
 		a := lockNamespace(t, ctx, cl, fmt.Sprint("a", i), 3600_000, domain.LockAcquired)
 		hbc := make(chan *adminpb.LockResponse, 1)
@@ -240,10 +241,7 @@ func TestRestateRacingRelease(t *testing.T) {
 // heartbeating" about a lock withdrawn long before, and re-creates its wait
 // state, which nothing removes.
 func TestWithdrawnWaitingLockLeavesNoLease(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
-	cl := h.c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	h, cl, ctx := lockHarness(t, harnessOpts{masters: 1, servers: 1}, time.Minute)
 	lockNamespace(t, ctx, cl, "a", 3600_000, domain.LockAcquired)
 	b := lockNamespace(t, ctx, cl, "b", 3600_000, domain.LockWaiting)
 	r, err := cl.ReleaseLock(ctx, b.GetLockId())
@@ -259,10 +257,7 @@ func TestWithdrawnWaitingLockLeavesNoLease(t *testing.T) {
 // Withdrawing a WAITING lock as it is granted leaves
 // nothing held: the next lock is acquired.
 func TestWithdrawRacingGrant(t *testing.T) {
-	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
-	cl := h.c.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	_, cl, ctx := lockHarness(t, harnessOpts{masters: 1, servers: 1}, 3*time.Minute)
 	ns := []string{"default"}
 	for i := 0; i < 30; i++ {
 		a := lockNamespace(t, ctx, cl, fmt.Sprint("a", i), 3600_000, domain.LockAcquired)
