@@ -150,11 +150,7 @@ func TestHardFailover(t *testing.T) {
 	const steps = 6
 	ids := submit(t, x, 40, steps, 20*time.Millisecond)
 	// Kill once some procedures have made progress and none has finished.
-	testwait.For(t, 10*time.Second, "procedures to be mid-flight", func() bool {
-		c.rec.mu.Lock()
-		defer c.rec.mu.Unlock()
-		return len(c.rec.steps) >= len(ids)/2
-	})
+	c.waitMidFlight(ids)
 	c.isolate(li)
 	if err := c.nodes[li].Kill(); err != nil {
 		t.Logf("kill: %v", err)
@@ -185,11 +181,7 @@ func TestGracefulShutdownHandsOver(t *testing.T) {
 	li, x := c.leader()
 	const steps = 5
 	ids := submit(t, x, 30, steps, 20*time.Millisecond)
-	testwait.For(t, 10*time.Second, "procedures to be mid-flight", func() bool {
-		c.rec.mu.Lock()
-		defer c.rec.mu.Unlock()
-		return len(c.rec.steps) >= len(ids)/2
-	})
+	c.waitMidFlight(ids)
 	old := c.nodes[li]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

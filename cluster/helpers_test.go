@@ -278,6 +278,17 @@ func submit(t *testing.T, x *procedure.Executor, k, steps int, pause time.Durati
 	return ids
 }
 
+// waitMidFlight waits until at least half of ids have run a step: the
+// moment a failover test takes the leader away.
+func (c *testCluster) waitMidFlight(ids []uint64) {
+	c.t.Helper()
+	testwait.For(c.t, 10*time.Second, "procedures to be mid-flight", func() bool {
+		c.rec.mu.Lock()
+		defer c.rec.mu.Unlock()
+		return len(c.rec.steps) >= len(ids)/2
+	})
+}
+
 // waitAllSuccess waits on the current leader until every id is SUCCESS,
 // following leadership changes, and checks the recorder's invariants.
 func (c *testCluster) waitAllSuccess(ids []uint64, steps int) {

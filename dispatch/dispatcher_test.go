@@ -147,10 +147,7 @@ func TestCountFlush(t *testing.T) {
 				h.clk.Advance(DefaultDelay)
 			}
 			h.wantBatches(1)
-			c := h.nextCall()
-			if got := regions(c.req); !slices.Equal(got, opRegions(ops)) {
-				t.Fatalf("batch %v, want %v", got, opRegions(ops))
-			}
+			c := h.nextCallOf("batch", ops)
 			h.answer(c, nil)
 			for _, r := range h.collect(tc.ops) {
 				if !r.OK || r.Err != nil {
@@ -244,10 +241,7 @@ func TestOneCallInFlight(t *testing.T) {
 	}
 	h.answer(c1, nil)
 	h.wantBatches(2) // due (40 > 32): sent as soon as c1 returned
-	c2 := h.nextCall()
-	if got := regions(c2.req); !slices.Equal(got, opRegions(more)) {
-		t.Fatalf("second batch %v", got)
-	}
+	c2 := h.nextCallOf("second batch", more)
 
 	// Few ops during c2, which carried more than MinBatch (a stream):
 	// sent as soon as it returns, without waiting for their delay.
@@ -255,10 +249,7 @@ func TestOneCallInFlight(t *testing.T) {
 	h.clk.Advance(50 * time.Millisecond)
 	h.answer(c2, nil)
 	h.wantBatches(3)
-	c3 := h.nextCall()
-	if got := regions(c3.req); !slices.Equal(got, opRegions(few)) {
-		t.Fatalf("third batch %v", got)
-	}
+	c3 := h.nextCallOf("third batch", few)
 
 	// Few ops during c3, a small call that returns quickly: they wait
 	// for their delay.
@@ -270,10 +261,7 @@ func TestOneCallInFlight(t *testing.T) {
 	h.wantBatches(3)
 	h.clk.Advance(time.Millisecond)
 	h.wantBatches(4)
-	c4 := h.nextCall()
-	if got := regions(c4.req); !slices.Equal(got, opRegions(wait)) {
-		t.Fatalf("fourth batch %v", got)
-	}
+	c4 := h.nextCallOf("fourth batch", wait)
 
 	// Few ops during c4, c4 outlives their delay: sent as it returns.
 	late := h.dispatch(a, 2)
@@ -281,10 +269,7 @@ func TestOneCallInFlight(t *testing.T) {
 	h.wantBatches(4)
 	h.answer(c4, nil)
 	h.wantBatches(5)
-	c5 := h.nextCall()
-	if got := regions(c5.req); !slices.Equal(got, opRegions(late)) {
-		t.Fatalf("fifth batch %v", got)
-	}
+	c5 := h.nextCallOf("fifth batch", late)
 	h.answer(c5, nil)
 	h.collect(33 + 40 + 3 + 2 + 2)
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,6 +161,17 @@ func (h *harness) nextCall() *call {
 		h.t.Fatalf("no call within %v (stats %+v)", waitFor, h.d.Stats())
 		return nil
 	}
+}
+
+// nextCallOf waits for the transport's next call and fails unless it
+// carries exactly ops, in order; what names the call in the failure.
+func (h *harness) nextCallOf(what string, ops []Op) *call {
+	h.t.Helper()
+	c := h.nextCall()
+	if got := regions(c.req); !slices.Equal(got, opRegions(ops)) {
+		h.t.Fatalf("%s %v, want %v", what, got, opRegions(ops))
+	}
+	return c
 }
 
 // waitSender waits until a sender goroutine has finished with its call:

@@ -38,11 +38,7 @@ func waitBound(t *testing.T, ctx context.Context, c adminpb.AdminClient, perm st
 // (a forwarded principal, the console's user, a forwarding mark, a
 // browser's address) is judged, and recorded, as itself.
 func TestNoPrincipalSpoofing(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "reader": security.PermRead}})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	sc, ctx, li, standby := startSecureTrio(t, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "reader": security.PermRead}}, 30*time.Second)
 	for _, i := range []int{li, standby} {
 		reader := sc.as(i, "reader", "")
 		waitBound(t, ctx, reader, "read")
@@ -86,12 +82,7 @@ func TestNoPrincipalSpoofing(t *testing.T) {
 // own bound, so a certificate holding nothing cannot push the records of
 // served calls out by being refused.
 func TestRefusalsCannotFloodTheTrail(t *testing.T) {
-	sc := startSecureCluster(t, 1, Access{AuditMaxRecords: 20, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ops := sc.as(0, "ops", "")
-	waitBound(t, ctx, ops, "admin")
+	sc, ctx, ops := startSecureOne(t, Access{AuditMaxRecords: 20, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
 	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "mallory", Permission: "admin"}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +130,8 @@ func TestRefusalsCannotFloodTheTrail(t *testing.T) {
 // it: a standby whose clock runs a day ahead holds nothing up.
 func TestRetentionByTheLeadersClock(t *testing.T) {
 	clk := clock.NewManual(time.Now())
-	sc := startSecureCluster(t, 1, Access{AuditRetention: time.Hour, Clock: clk, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	sc, ctx, ops := startSecureOne(t, Access{AuditRetention: time.Hour, Clock: clk, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
 	s := sc.nodes[0].srv
-	ops := sc.as(0, "ops", "")
-	waitBound(t, ctx, ops, "admin")
 	if _, err := s.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: []*adminpb.AuditRecord{{Method: "DeleteTable", Principal: "client/x", AtUnixMs: clk.Now().Add(24 * time.Hour).UnixMilli(), Node: "m-skewed"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -169,11 +155,7 @@ func TestRetentionByTheLeadersClock(t *testing.T) {
 // TestOneRecordPerCallAcrossFailover: calls through a standby while the
 // leader dies are each answered and recorded exactly once.
 func TestOneRecordPerCallAcrossFailover(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	standby := (li + 1) % 3
+	sc, ctx, li, standby := startSecureTrio(t, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, 60*time.Second)
 	ops := sc.as(standby, "ops", "")
 	waitBound(t, ctx, ops, "admin")
 	sc.nodes[li].node.Kill()
@@ -273,13 +255,8 @@ func mustUnmarshal(t *testing.T, b []byte, v any) error {
 // after the record was started) moves the record to the refusals; the
 // records metric counts calls, not writes.
 func TestAuditOutcomes(t *testing.T) {
-	sc := startSecureCluster(t, 1, Access{AuditMaxRecords: 3, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	sc, ctx, _ := startSecureOne(t, Access{AuditMaxRecords: 3, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
 	s := sc.nodes[0].srv
-	ops := sc.as(0, "ops", "")
-	waitBound(t, ctx, ops, "admin")
 	started := &adminpb.AuditRecord{Method: "CreateTable", Principal: "client/slow", Code: access.AuditPending}
 	if err := s.audit.Wait(s.audit.Start(started)); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -20,11 +19,7 @@ import (
 // after a failover; 'acl grant' gives it back. acl list says where each
 // binding came from and which clients are revoked.
 func TestRevokeOfInitialGrantSticks(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "reader": security.PermRead}})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	sc, ctx, li, standby := startSecureTrio(t, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin, "reader": security.PermRead}}, 60*time.Second)
 	ops := sc.as(li, "ops", "")
 	reader := sc.as(standby, "reader", "")
 	testwait.ForNil(t, 10*time.Second, "the initial grants bound", func() error {
@@ -92,11 +87,7 @@ func TestRevokeOfInitialGrantSticks(t *testing.T) {
 // leader records.
 func TestTokenTTLAndLastUse(t *testing.T) {
 	clk := clock.NewManual(time.Now().Truncate(time.Second))
-	sc := startSecureCluster(t, 3, Access{Clock: clk, BootstrapTokenTTL: 24 * time.Hour, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	sc, ctx, li, standby := startSecureTrio(t, Access{Clock: clk, BootstrapTokenTTL: 24 * time.Hour, InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, 60*time.Second)
 	ops := sc.as(standby, "ops", "")
 	testwait.ForNil(t, 10*time.Second, "ops bound", func() error {
 		_, err := ops.AclList(ctx, &adminpb.AclListRequest{})

@@ -72,6 +72,32 @@ func startSecureCluster(t *testing.T, n int, access Access) *secureCluster {
 	return sc
 }
 
+// startSecureTrio starts a secure three-node cluster under a and waits for
+// its leader: the leader's index, a standby's, and a context of d for the
+// test's calls.
+func startSecureTrio(t *testing.T, a Access, d time.Duration) (sc *secureCluster, ctx context.Context, li, standby int) {
+	t.Helper()
+	sc = startSecureCluster(t, 3, a)
+	li = converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return sc, ctx, li, (li + 1) % 3
+}
+
+// startSecureOne starts a secure one-node cluster under a, which must grant
+// ops admin, and returns it with a context for the test's calls and ops's
+// client once the grant is bound.
+func startSecureOne(t *testing.T, a Access) (*secureCluster, context.Context, adminpb.AdminClient) {
+	t.Helper()
+	sc := startSecureCluster(t, 1, a)
+	converged(t, sc.nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	ops := sc.as(0, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	return sc, ctx, ops
+}
+
 // MasterPolicy is the identity policy's server options for creds.
 func MasterPolicy(creds *security.Credentials) []grpc.ServerOption {
 	return security.MasterPolicy().ServerOptions(creds)
@@ -162,11 +188,7 @@ func auditIDs(recs []*adminpb.AuditRecord) []string {
 // state is recorded once, where it was served, refusals included; and
 // the records and grants survive the leader's death.
 func TestAccessControlAcrossStandbysAndFailover(t *testing.T) {
-	sc := startSecureCluster(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	sc, ctx, li, standby := startSecureTrio(t, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, 60*time.Second)
 
 	// The initial grant lands at the first leadership.
 	ops := sc.as(standby, "ops", "")

@@ -25,16 +25,8 @@ import (
 // nothing new to record.
 func TestAuditRetention(t *testing.T) {
 	clk := clock.NewManual(time.Now())
-	sc := startSecureCluster(t, 1, Access{AuditMaxRecords: 5, AuditRetention: time.Hour, Clock: clk,
+	sc, ctx, ops := startSecureOne(t, Access{AuditMaxRecords: 5, AuditRetention: time.Hour, Clock: clk,
 		InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}})
-	converged(t, sc.nodes)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ops := sc.as(0, "ops", "")
-	testwait.For(t, 10*time.Second, "ops bound", func() bool {
-		r, err := ops.WhoAmI(ctx, &adminpb.WhoAmIRequest{})
-		return err == nil && r.GetPermission() == "admin"
-	})
 	for i := range 8 {
 		if _, err := ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}}); err != nil {
 			t.Fatalf("submit %d: %v", i, err)

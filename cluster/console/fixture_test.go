@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -120,15 +121,24 @@ func (e errState) Error() string { return "state " + string(e) }
 func get(t *testing.T, m *clustertest.Master, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + m.HTTPAddr() + path)
+	code, body, _ := readAnswer(t, "GET "+path, resp, err)
+	return code, body
+}
+
+// readAnswer reads the answer to a request named what, failing the test
+// if the request (err) or the read failed, and returns its status, body
+// and the URL it came from.
+func readAnswer(t *testing.T, what string, resp *http.Response, err error) (int, string, *url.URL) {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), resp.Request.URL
 }
 
 // mustContain fails unless body holds every one of wants.

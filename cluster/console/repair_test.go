@@ -22,15 +22,7 @@ import (
 func post(t *testing.T, m *clustertest.Master, path string, form url.Values) (int, string, *url.URL) {
 	t.Helper()
 	resp, err := http.PostForm("http://"+m.HTTPAddr()+path, form)
-	if err != nil {
-		t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b), resp.Request.URL
+	return readAnswer(t, "POST "+path, resp, err)
 }
 
 // repairs reads every repair record.

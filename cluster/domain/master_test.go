@@ -180,9 +180,11 @@ func TestServerCrashReassigns(t *testing.T) {
 	}
 }
 
-// watchDoubles polls the region servers' own answers until stop is closed
-// and reports any region seen open on two servers at once.
-func (h *harness) watchDoubles(stop <-chan struct{}) <-chan []string {
+// watchDoubles polls the region servers' own answers until check is
+// called, which fails the test if any sample saw a region open on two
+// servers at once.
+func (h *harness) watchDoubles() (check func()) {
+	stop := make(chan struct{})
 	out := make(chan []string, 1)
 	go func() {
 		var bad []string
@@ -200,7 +202,13 @@ func (h *harness) watchDoubles(stop <-chan struct{}) <-chan []string {
 			}
 		}
 	}()
-	return out
+	return func() {
+		h.t.Helper()
+		close(stop)
+		if bad := <-out; len(bad) > 0 {
+			h.t.Errorf("%d samples found a region open on two servers; the first: %v", len(bad), bad[:min(len(bad), 5)])
+		}
+	}
 }
 
 // The leader dies in the middle of a create: the new leader resumes the
@@ -208,8 +216,7 @@ func (h *harness) watchDoubles(stop <-chan struct{}) <-chan []string {
 // servers take idempotently) and finishes it; no region is ever open twice.
 func TestLeaderFailoverDuringCreate(t *testing.T) {
 	h := newHarness(t, harnessOpts{servers: 3, opLatency: 30 * time.Millisecond})
-	stop := make(chan struct{})
-	doubles := h.watchDoubles(stop)
+	checkDoubles := h.watchDoubles()
 	id := h.createTable("", "big", 24)
 	testwait.For(t, 10*time.Second, "the create to open its first regions", func() bool {
 		n := 0
@@ -227,10 +234,7 @@ func TestLeaderFailoverDuringCreate(t *testing.T) {
 	if h.leaderIndex() == old {
 		t.Fatal("the old leader still leads")
 	}
-	close(stop)
-	if bad := <-doubles; len(bad) > 0 {
-		t.Errorf("regions seen open twice: %v", bad)
-	}
+	checkDoubles()
 	h.checkTableOpen("default:big", 24)
 	t.Logf("create %d finished on the new leader: %s", id, info.Result)
 }

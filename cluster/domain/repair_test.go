@@ -72,6 +72,15 @@ func onlyRegion(t *testing.T, h *harness, table string) (string, domain.Region) 
 	return name, region
 }
 
+// oneRegionTable creates table t of one region and returns the region and
+// the server it opened on.
+func oneRegionTable(t *testing.T, h *harness) (region, server string) {
+	t.Helper()
+	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
+	region, rg := onlyRegion(t, h, "default:t")
+	return region, rg.Server
+}
+
 // sampleDoubles asks every region server what it hosts, every few
 // milliseconds until the test ends, and returns a check that fails the
 // test if a region was ever open on two servers at once.
@@ -154,9 +163,7 @@ func TestRepairAssignOverrideTakesOverAStuckRegionProcedure(t *testing.T) {
 		}
 	}})
 	cl := h.c.Client()
-	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
-	region, rg := onlyRegion(t, h, "default:t")
-	from := rg.Server
+	region, from := oneRegionTable(t, h)
 	to := otherThan(from, "rs1", "rs2")
 	checkDoubles := sampleDoubles(t, h)
 
@@ -729,8 +736,7 @@ func onlyRegionOn(h *harness, id string, sc uint64) (string, domain.Region) {
 func TestRepairMaintenanceOffWhoseCallerLeftResumesDispatch(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
 	cl := h.c.Client()
-	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
-	region, _ := onlyRegion(t, h, "default:t")
+	region, _ := oneRegionTable(t, h)
 
 	if _, err := cl.SetMaintenance(rctx(t), true, "review", operator); err != nil {
 		t.Fatal(err)
@@ -775,8 +781,7 @@ func TestRepairMaintenanceOffWhoseCallerLeftResumesDispatch(t *testing.T) {
 func TestRepairMaintenanceOnWhoseCallerLeftPausesDispatch(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
 	cl := h.c.Client()
-	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
-	region, _ := onlyRegion(t, h, "default:t")
+	region, _ := oneRegionTable(t, h)
 
 	lm, x := h.leader()
 	gone, cancel := context.WithCancel(context.Background())
@@ -907,9 +912,7 @@ func TestRepairRecoverOverrideWithLateHeartbeats(t *testing.T) {
 func TestRepairOverrideTakesOverAMoveWithALateOpen(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2})
 	cl := h.c.Client()
-	h.mustSucceed(h.createTable("", "t", 1), 20*time.Second)
-	region, rg := onlyRegion(t, h, "default:t")
-	from := rg.Server
+	region, from := oneRegionTable(t, h)
 	to := otherThan(from, "rs2", "rs1")
 	checkDoubles := sampleDoubles(t, h)
 	toTarget := func(c rpcfault.Call) bool {
