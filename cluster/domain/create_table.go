@@ -155,25 +155,11 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 		if err != nil {
 			return err
 		}
-		if ok && regionBusy(rg) {
+		if ok {
 			// A region no child undid (cannot happen while the tree's
 			// table lock holds, but never leave one open behind).
-			ref := ServerRef{rg.Server, rg.StartCode}
-			svc := d.servicesFor(ctx)
-			if svc == nil {
-				return ErrNoServices
-			}
-			srv, pres, left, err := svc.presenceOf(r, ref)
-			if err != nil {
+			if err := d.rollbackClose(ctx, r, rg, rn, full, "rollback of create "+full, false); err != nil {
 				return err
-			}
-			if pres == fencing {
-				return fmt.Errorf("rollback of create %s: region %s: its fenced server %s may serve it for %v more", full, rn, ref, left)
-			}
-			if pres == present {
-				if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, full); err != nil {
-					return fmt.Errorf("rollback of create %s: closing %s: %w", full, rn, err)
-				}
 			}
 		}
 		if err := ctx.Delete(RegionKey(rn)); err != nil {

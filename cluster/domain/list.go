@@ -53,6 +53,15 @@ func pageSize(asked, def, most int) int {
 	return asked
 }
 
+// resumeKey is the key a page starts strictly after: its token's record
+// (key of it), or none for the first page (no token).
+func resumeKey(token string, key func(string) string) string {
+	if token == "" {
+		return ""
+	}
+	return key(token)
+}
+
 // view is the local FSM's current state, which a whole page is read from.
 func (d *Domain) view() (raftfsm.View, error) {
 	n := d.nodeOrNil()
@@ -93,10 +102,7 @@ func (d *Domain) ListRegionsPage(q catalog.RegionQuery) (catalog.RegionPage, err
 		return catalog.RegionPage{}, err
 	}
 	size := pageSize(q.PageSize, catalog.DefaultRegionPageSize, catalog.MaxRegionPageSize)
-	after := ""
-	if q.After != "" {
-		after = RegionKey(q.After)
-	}
+	after := resumeKey(q.After, RegionKey)
 	out := catalog.RegionPage{Regions: []catalog.Region{}}
 	examined := 0
 	last := ""
@@ -226,14 +232,11 @@ func (d *Domain) ListTablesPage(q catalog.TableQuery) (catalog.TablePage, error)
 	if q.Namespace != "" {
 		prefix += q.Namespace + ":"
 	}
-	after := ""
-	if q.After != "" {
-		after = TableKey(q.After)
-		// Resuming after a table of another namespace would start the
-		// list over or skip all of it, without a word.
-		if !strings.HasPrefix(after, prefix) {
-			return catalog.TablePage{}, procedure.Errorf(errInvalid, "page token is for table %q, not a table of namespace %s", q.After, q.Namespace)
-		}
+	after := resumeKey(q.After, TableKey)
+	// Resuming after a table of another namespace would start the list
+	// over or skip all of it, without a word.
+	if after != "" && !strings.HasPrefix(after, prefix) {
+		return catalog.TablePage{}, procedure.Errorf(errInvalid, "page token is for table %q, not a table of namespace %s", q.After, q.Namespace)
 	}
 	size := pageSize(q.PageSize, catalog.DefaultTablePageSize, catalog.MaxTablePageSize)
 	out := catalog.TablePage{Tables: []catalog.Table{}}
@@ -302,10 +305,7 @@ func (d *Domain) listServersPage(q catalog.ServerQuery, svc *services) (catalog.
 		return catalog.ServerPage{}, err
 	}
 	size := pageSize(q.PageSize, catalog.DefaultServerPageSize, catalog.MaxServerPageSize)
-	after := ""
-	if q.After != "" {
-		after = ServerKey(q.After)
-	}
+	after := resumeKey(q.After, ServerKey)
 	type entry struct {
 		id  string
 		srv Server

@@ -129,12 +129,9 @@ func newLockProcedure(r reader, kind string, names []string, exclusive bool, hol
 		p.Names = []string{FullTableName(ns, t)}
 	case LockKindRegion:
 		for _, n := range names {
-			rg, ok, err := getRegion(r, n)
+			rg, err := knownRegion(r, n)
 			if err != nil {
 				return nil, err
-			}
-			if !ok {
-				return nil, procedure.Errorf(ErrNotFound, "region %q does not exist", n)
 			}
 			if p.Table == "" {
 				p.Namespace, p.Table = SplitTableName(rg.Table)

@@ -287,6 +287,26 @@ func getServer(r reader, id string) (Server, bool, error) {
 	return s, ok, err
 }
 
+// knownRegion is getRegion for a region that must exist: its absence is
+// ErrNotFound, as the calls that name a region answer it.
+func knownRegion(r reader, name string) (Region, error) {
+	rg, ok, err := getRegion(r, name)
+	if err == nil && !ok {
+		err = procedure.Errorf(ErrNotFound, "region %q does not exist", name)
+	}
+	return rg, err
+}
+
+// knownServer is getServer for a server that must exist: its absence is
+// ErrNotFound, as the calls that name a server answer it.
+func knownServer(r reader, id string) (Server, error) {
+	s, ok, err := getServer(r, id)
+	if err == nil && !ok {
+		err = procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", id)
+	}
+	return s, err
+}
+
 func namespaceExists(r reader, ns string) (bool, error) {
 	if ns == DefaultNamespace {
 		return true, nil

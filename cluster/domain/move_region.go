@@ -21,18 +21,12 @@ func (d *Domain) MoveRegionProcedure(region, toServer string) (procedure.Procedu
 	if err != nil {
 		return nil, err
 	}
-	rg, ok, err := getRegion(r, region)
+	rg, err := knownRegion(r, region)
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, procedure.Errorf(ErrNotFound, "region %q does not exist", region)
-	}
 	if toServer != "" {
-		if _, ok, err := getServer(r, toServer); err != nil || !ok {
-			if err == nil {
-				err = procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", toServer)
-			}
+		if _, err := knownServer(r, toServer); err != nil {
 			return nil, err
 		}
 	}

@@ -608,29 +608,8 @@ func (p *TransitRegionState) RollbackState(ctx *procedure.Context, _ int32) erro
 		p.Undone = true
 		return nil
 	}
-	if regionBusy(rg) {
-		ref := ServerRef{rg.Server, rg.StartCode}
-		svc := d.servicesFor(ctx)
-		if svc == nil {
-			return ErrNoServices
-		}
-		srv, pres, left, err := svc.presenceOf(r, ref)
-		if err != nil {
-			return err
-		}
-		if pres == fencing {
-			return fmt.Errorf("rollback: region %s: its fenced server %s may serve it for %v more", p.Region, ref, left)
-		}
-		if pres == present {
-			if p.Bounded {
-				if err := svc.closeTableOnce(ctx, r, ctx.RootID(), rg.Table); err != nil {
-					return err
-				}
-			}
-			if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, p.Region, p.fullTable()); err != nil {
-				return fmt.Errorf("rollback: closing region %s on %s: %w", p.Region, ref, err)
-			}
-		}
+	if err := d.rollbackClose(ctx, r, rg, p.Region, p.fullTable(), "rollback", p.Bounded); err != nil {
+		return err
 	}
 	undo := p.UndoState
 	if undo == "" {
@@ -690,6 +669,43 @@ func (s *services) closeTableOnce(ctx *procedure.Context, r reader, rootID uint6
 		}
 	}
 	ctx.Logger.Info("rollback: closing the table's regions", "table", table, "regions", t.regionTotal())
+	return nil
+}
+
+// rollbackClose closes region rn of table where rg records it open (or
+// opening, or closing), for a rollback, and waits for the answer: a
+// rollback cannot suspend, so an error is retried with backoff by the
+// executor. A gone incarnation serves nothing; a fenced one may still
+// serve it, so the rollback fails until it is gone. what begins the
+// errors; closeTable first sends the closes of the whole table
+// (closeTableOnce), for a create's or an enable's child.
+func (d *Domain) rollbackClose(ctx *procedure.Context, r reader, rg Region, rn, table, what string, closeTable bool) error {
+	if !regionBusy(rg) {
+		return nil
+	}
+	ref := ServerRef{rg.Server, rg.StartCode}
+	svc := d.servicesFor(ctx)
+	if svc == nil {
+		return ErrNoServices
+	}
+	srv, pres, left, err := svc.presenceOf(r, ref)
+	if err != nil {
+		return err
+	}
+	if pres == fencing {
+		return fmt.Errorf("%s: region %s: its fenced server %s may serve it for %v more", what, rn, ref, left)
+	}
+	if pres != present {
+		return nil
+	}
+	if closeTable {
+		if err := svc.closeTableOnce(ctx, r, ctx.RootID(), rg.Table); err != nil {
+			return err
+		}
+	}
+	if err := svc.closeSync(ctx, ctx.ID(), ref, srv.Address, rn, table); err != nil {
+		return fmt.Errorf("%s: closing region %s on %s: %w", what, rn, ref, err)
+	}
 	return nil
 }
 

@@ -80,12 +80,9 @@ func (d *Domain) regionRepair(ctx context.Context, kind, region, server string, 
 // never open a region twice.
 func (s *services) planRegion(kind, region, server string, o catalog.RepairOptions, out *catalog.RepairResult) (repairPlan, error) {
 	r := s.reader()
-	rg, ok, err := getRegion(r, region)
+	rg, err := knownRegion(r, region)
 	if err != nil {
 		return repairPlan{}, err
-	}
-	if !ok {
-		return repairPlan{}, procedure.Errorf(ErrNotFound, "region %q does not exist", region)
 	}
 	if o.Nonce != "" && !o.DryRun {
 		// A retry of a call that got through: its procedure answers.
@@ -98,10 +95,8 @@ func (s *services) planRegion(kind, region, server string, o catalog.RepairOptio
 	}
 	ns, table := SplitTableName(rg.Table)
 	if server != "" {
-		if _, ok, err := getServer(r, server); err != nil {
+		if _, err := knownServer(r, server); err != nil {
 			return repairPlan{}, err
-		} else if !ok {
-			return repairPlan{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", server)
 		}
 		live, err := s.liveTargets(r)
 		if err != nil {

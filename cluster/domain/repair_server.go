@@ -49,12 +49,9 @@ func (d *Domain) RecoverServer(ctx context.Context, server string, o catalog.Rep
 
 func (s *services) planRecover(server string, o catalog.RepairOptions, out *catalog.RepairResult) (repairPlan, error) {
 	r := s.reader()
-	srv, ok, err := getServer(r, server)
+	srv, err := knownServer(r, server)
 	if err != nil {
 		return repairPlan{}, err
-	}
-	if !ok {
-		return repairPlan{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", server)
 	}
 	cur := ServerRef{server, srv.StartCode}
 	live := srv.State == ServerLive

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/catalog"
-	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -22,12 +21,9 @@ func (d *Domain) ServerRegions(ctx context.Context, q catalog.ServerRegionsQuery
 	if err != nil {
 		return catalog.ServerRegions{}, err
 	}
-	srv, ok, err := getServer(r, q.Server)
+	srv, err := knownServer(r, q.Server)
 	if err != nil {
 		return catalog.ServerRegions{}, err
-	}
-	if !ok {
-		return catalog.ServerRegions{}, procedure.Errorf(ErrNotFound, "region server %q is not known to the cluster", q.Server)
 	}
 	var assigned []string
 	ref := ServerRef{q.Server, srv.StartCode}

@@ -66,12 +66,8 @@ type Process struct {
 func (p *Process) Start(spec Spec) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done != nil {
-		select {
-		case <-p.done:
-		default:
-			return fmt.Errorf("%s is already running", spec.Name)
-		}
+	if p.runningLocked() {
+		return fmt.Errorf("%s is already running", spec.Name)
 	}
 	attr, err := sysProcAttr(spec.UID)
 	if err != nil {
@@ -112,14 +108,20 @@ func (p *Process) Start(spec Spec) error {
 func (p *Process) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
+	return p.runningLocked()
+}
+
+// runningLocked is Running with p.mu held.
+func (p *Process) runningLocked() bool { return p.done != nil && !exited(p.done) }
+
+// exited reports whether done, a process's, is closed: never for a nil
+// one (no process started).
+func exited(done <-chan struct{}) bool {
 	select {
-	case <-p.done:
-		return false
-	default:
+	case <-done:
 		return true
+	default:
+		return false
 	}
 }
 
@@ -128,15 +130,7 @@ func (p *Process) Running() bool {
 func (p *Process) Crashed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || p.killed {
-		return false
-	}
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return p.cmd != nil && !p.killed && exited(p.done)
 }
 
 // Pid is the current process's id (0 if it never started).
@@ -163,15 +157,10 @@ func (p *Process) ExitCode() int {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
 	p.mu.Unlock()
-	if cmd == nil {
+	if cmd == nil || !exited(done) {
 		return -1
 	}
-	select {
-	case <-done:
-		return cmd.ProcessState.ExitCode()
-	default:
-		return -1
-	}
+	return cmd.ProcessState.ExitCode()
 }
 
 // Kill sends SIGKILL to the process's group and waits until the process
@@ -187,10 +176,8 @@ func (p *Process) Kill() error {
 	if cmd == nil {
 		return ErrNotStarted
 	}
-	select {
-	case <-done:
+	if exited(done) {
 		return nil
-	default:
 	}
 	if err := killGroup(cmd.Process.Pid); err != nil {
 		// The process alone, at least.
@@ -223,12 +210,10 @@ func (p *Process) runningPid() (int, error) {
 	if p.cmd == nil {
 		return 0, ErrNotStarted
 	}
-	select {
-	case <-p.done:
+	if exited(p.done) {
 		return 0, errNotRunning
-	default:
-		return p.cmd.Process.Pid, nil
 	}
+	return p.cmd.Process.Pid, nil
 }
 
 // LogSinceStart returns what the process has logged since its latest
