@@ -129,8 +129,8 @@ func (m *Manager) Grant(holder string, entities ...string) Info {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.cfg.Clock.Now()
-	l, st := m.leaseLocked(holder, now)
-	if st == Expired {
+	l := m.byHolder[holder]
+	if l != nil && m.stateAt(l, now) == Expired {
 		m.detachLocked(l)
 		l = nil
 	}
@@ -179,16 +179,16 @@ func (m *Manager) Renew(holder string) error {
 func (m *Manager) Release(holder string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	switch l, st := m.leaseLocked(holder, m.cfg.Clock.Now()); st {
-	case Unknown:
+	l := m.byHolder[holder]
+	if l == nil {
 		return false
-	case Expired:
+	}
+	if m.stateAt(l, m.cfg.Clock.Now()) == Expired {
 		m.detachLocked(l)
 		return false
-	default:
-		m.removeLocked(l)
-		return true
 	}
+	m.removeLocked(l)
+	return true
 }
 
 // AddEntity makes holder's lease own entity (taking it from any other lease).
@@ -244,8 +244,11 @@ func (m *Manager) Get(holder string) (Info, bool) {
 func (m *Manager) State(holder string) State {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	_, st := m.leaseLocked(holder, m.cfg.Clock.Now())
-	return st
+	l := m.byHolder[holder]
+	if l == nil {
+		return Unknown
+	}
+	return m.stateAt(l, m.cfg.Clock.Now())
 }
 
 // List returns every lease found by holder, oldest renewal first (ties in the
@@ -356,23 +359,13 @@ func (m *Manager) stateAt(l *lease, now time.Time) State {
 	}
 }
 
-// leaseLocked returns holder's lease and its state at now: nil and
-// Unknown if it has none.
-func (m *Manager) leaseLocked(holder string, now time.Time) (*lease, State) {
-	l := m.byHolder[holder]
-	if l == nil {
-		return nil, Unknown
-	}
-	return l, m.stateAt(l, now)
-}
-
 // usableLocked returns holder's lease if it may be renewed or extended.
 func (m *Manager) usableLocked(holder string, now time.Time) (*lease, error) {
-	l, st := m.leaseLocked(holder, now)
-	switch st {
-	case Unknown:
+	l := m.byHolder[holder]
+	if l == nil {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownHolder, holder)
-	case Expired:
+	}
+	if m.stateAt(l, now) == Expired {
 		return nil, fmt.Errorf("%w: %q last renewed %v ago (hard limit %v)", ErrExpired, holder, now.Sub(l.last), m.hard)
 	}
 	return l, nil
