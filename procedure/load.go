@@ -226,32 +226,9 @@ func (x *Executor) load() error {
 
 // decodeEntry turns a record back into an entry with its procedure.
 func (x *Executor) decodeEntry(r *record) (*entry, error) {
-	ti := x.reg.lookupName(r.typeName)
-	if ti == nil {
-		return nil, fmt.Errorf("%w: %q (register it to load this procedure)", ErrUnknownType, r.typeName)
-	}
-	if r.typeVersion > ti.version {
-		return nil, fmt.Errorf("%w: %q version %d was written by a newer binary (this one knows up to %d)",
-			ErrUnknownType, r.typeName, r.typeVersion, ti.version)
-	}
-	if r.state > Failed || r.state == Initializing {
-		return nil, fmt.Errorf("%w: state %d", ErrCorrupt, r.state)
-	}
-	p := ti.factory()
-	if r.finishedRoot() {
-		// Never run or rolled back again, so never decoded: it is retired
-		// at once (finished.go), and its state may have been written
-		// without the type's state (Executor.unserialisable).
-	} else if err := unmarshalState(p, max(r.typeVersion, 1), ti.version, r.data); err != nil {
-		return nil, fmt.Errorf("%w: decoding %s v%d state: %w", ErrCorrupt, r.typeName, r.typeVersion, err)
-	}
-	sm, isSM := p.(stateMachineProcedure)
-	if isSM != r.sm {
-		return nil, fmt.Errorf("%w: %s: persisted as state machine=%v, registered type is %v", ErrCorrupt, r.typeName, r.sm, isSM)
-	}
-	if isSM {
-		m := sm.machine()
-		m.started, m.eof, m.next, m.history = r.smStarted, r.smEOF, r.smNext, r.smHistory
+	ti, p, err := x.reg.decodeRecord(r)
+	if err != nil {
+		return nil, err
 	}
 	e := &entry{
 		id: r.id, parent: r.parent, root: r.root, ti: ti, proc: p, state: r.state,

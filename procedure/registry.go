@@ -118,6 +118,58 @@ func (r *Registry) lookup(p Procedure) (*typeInfo, error) {
 	return ti, nil
 }
 
+// DecodeState decodes a stored procedure (store.Proc.Data) into a new
+// procedure of its registered type, as the executor does when it loads
+// it: a record of a newer version than the registered one is refused,
+// an older one goes through the type's StateUpgrader. decoded is false
+// for a finished root, whose state the executor never decodes (it may
+// have been written without it). For tests that read what an older
+// release stored.
+func (r *Registry) DecodeState(data []byte) (p Procedure, decoded bool, err error) {
+	var rec record
+	if err := rec.unmarshal(data); err != nil {
+		return nil, false, err
+	}
+	_, p, err = r.decodeRecord(&rec)
+	if err != nil {
+		return nil, false, err
+	}
+	return p, !rec.finishedRoot(), nil
+}
+
+// decodeRecord is rec's registered type and its procedure, the state
+// (and a state machine's position) decoded unless rec is a finished root.
+func (r *Registry) decodeRecord(rec *record) (*typeInfo, Procedure, error) {
+	ti := r.lookupName(rec.typeName)
+	if ti == nil {
+		return nil, nil, fmt.Errorf("%w: %q (register it to load this procedure)", ErrUnknownType, rec.typeName)
+	}
+	if rec.typeVersion > ti.version {
+		return nil, nil, fmt.Errorf("%w: %q version %d was written by a newer binary (this one knows up to %d)",
+			ErrUnknownType, rec.typeName, rec.typeVersion, ti.version)
+	}
+	if rec.state > Failed || rec.state == Initializing {
+		return nil, nil, fmt.Errorf("%w: state %d", ErrCorrupt, rec.state)
+	}
+	p := ti.factory()
+	if rec.finishedRoot() {
+		// Never run or rolled back again, so never decoded: it is retired
+		// at once (finished.go), and its state may have been written
+		// without the type's state (Executor.unserialisable).
+	} else if err := unmarshalState(p, max(rec.typeVersion, 1), ti.version, rec.data); err != nil {
+		return nil, nil, fmt.Errorf("%w: decoding %s v%d state: %w", ErrCorrupt, rec.typeName, rec.typeVersion, err)
+	}
+	sm, isSM := p.(stateMachineProcedure)
+	if isSM != rec.sm {
+		return nil, nil, fmt.Errorf("%w: %s: persisted as state machine=%v, registered type is %v", ErrCorrupt, rec.typeName, rec.sm, isSM)
+	}
+	if isSM {
+		m := sm.machine()
+		m.started, m.eof, m.next, m.history = rec.smStarted, rec.smEOF, rec.smNext, rec.smHistory
+	}
+	return ti, p, nil
+}
+
 func checkRunnable(p Procedure) error {
 	_, stepper := p.(Stepper)
 	_, machine := p.(stateMachineProcedure)
