@@ -14,6 +14,8 @@ import (
 // to B-trees must still load, and a snapshot of the same state must still
 // be the same bytes. testdata/v1 was written by the radix-tree FSM with
 // BATON_WRITE_GOLDEN=1 (TestWriteGolden, run at that commit); keep it as is.
+// Files written by released binaries themselves, every format of a
+// master's data directory, are in internal/compat/testdata.
 
 const goldenDir = "testdata/v1"
 

@@ -21,7 +21,7 @@ var Floors = [][]string{
 	{"cluster/domain"},
 	{"cluster/admin", "cluster/console"},
 	{"cluster/clustertest", "integration/harness", "cmd/node/bench"},
-	{"cmd/...", "integration", "integration/...", "examples/...", "scripts/...", "docs/..."},
+	{"cmd/...", "integration", "integration/...", "examples/...", "scripts/...", "docs/...", "internal/compat"},
 }
 
 // Ground are packages on floor 0 that every package may import, those of
