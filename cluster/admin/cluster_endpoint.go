@@ -81,11 +81,7 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 			Leader:       p.Leader,
 			HttpAddress:  s.httpAddr(p.ID),
 		}
-		if rep, ok := s.b.DomainGet(cluster.VersionKey(p.ID)); ok {
-			if b, err := version.DecodeReport(rep); err == nil {
-				peer.Version, peer.MaxFormat = b.Version, uint32(b.MaxFormat)
-			}
-		}
+		peer.Version, peer.MaxFormat = reportOf(s.b, p.ID)
 		out.Peers = append(out.Peers, peer)
 	}
 	return out

@@ -93,6 +93,12 @@ func TestClusterVersionRisesWhenAllReport(t *testing.T) {
 			t.Errorf("peer %s: version %q, max_format %d", p.GetId(), p.GetVersion(), p.GetMaxFormat())
 		}
 	}
+	if got := value(t, standby.Metrics(), "baton_cluster_format", nil); got != float64(version.MaxFormat) {
+		t.Errorf("baton_cluster_format = %v on %s", got, standby.ID)
+	}
+	if got := value(t, standby.Metrics(), "baton_build_info", map[string]string{"version": version.Dev, "max_format": "2"}); got != 1 {
+		t.Errorf("baton_build_info{version=%q} = %v on %s", version.Dev, got, standby.ID)
+	}
 	c.Kill(li)
 	nl, _ := c.WaitLeader(li)
 	if got := c.Master(nl).Node().ClusterFormat(); got != version.MaxFormat {

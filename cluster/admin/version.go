@@ -96,3 +96,18 @@ func (s *Server) clusterFormatMutations(pending map[string]version.Build) []raft
 	s.log.Info("raising the cluster version", "from", committed.String(), "to", next.String())
 	return []raftfsm.Mutation{raftfsm.Put(cluster.ClusterFormatKey, version.EncodeClusterFormat(next))}
 }
+
+// reportOf is member id's committed report as the status shows it: its
+// binary's version and level, "" and 0 while it has made none that can be
+// read (it counts as format 1).
+func reportOf(b Backend, id string) (string, uint32) {
+	rep, ok := b.DomainGet(cluster.VersionKey(id))
+	if !ok {
+		return "", 0
+	}
+	r, err := version.DecodeReport(rep)
+	if err != nil {
+		return "", 0
+	}
+	return r.Version, uint32(r.MaxFormat)
+}
