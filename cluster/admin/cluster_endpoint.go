@@ -172,7 +172,7 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 		}
 		// The configuration no longer has id: the cluster version may
 		// rise without it.
-		muts = append(muts, s.clusterFormatMutations(nil)...)
+		muts = append(muts, s.clusterFormatMutations(ctx, nil)...)
 		if len(muts) > 0 {
 			if err := s.b.Mutate(ctx, muts); err != nil {
 				return nil, err
@@ -225,7 +225,7 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 		}
 		// The report and the raise it allows in one entry: a reader that
 		// sees every member's report sees the cluster version they make.
-		muts = append(muts, s.reportMutations(req.GetId(), version.Build{Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())})...)
+		muts = append(muts, s.reportMutations(ctx, req.GetId(), version.Build{Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())})...)
 		if len(muts) == 0 {
 			return &adminpb.RegisterNodeResponse{}, nil
 		}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -253,4 +255,36 @@ func TestCorruptClusterVersionRecord(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A report outlives the binary that made it: a member taken back to an
+// old binary on the same address may never register again (0.1.0
+// registers only when its address changes). Before a raise the leader asks
+// every member what it runs now, so a stale report of 2 from a member
+// running 1 does not raise the cluster version.
+func TestStaleReportDoesNotRaise(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{NoDomain: true, LogLevel: hclog.Debug, Node: func(i int, cfg *cluster.Config) {
+		if i == 2 {
+			cfg.Build = old
+		}
+	}})
+	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
+	// m3 cannot correct its report while the stale one is in place.
+	drop := c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/RegisterNode"}, Fault: rpcfault.DropRequest})
+	li, _ := c.WaitLeader()
+	if li == 2 { // a leader trusts its own binary, not its report: asked is another's
+		c.TransferLeadership(0)
+		li, _ = c.WaitLeader()
+	}
+	c.SeedRecord(cluster.VersionKey("m3"), version.EncodeReport(version.Current("")))
+	c.WaitFor("the leader to ask m3 and keep the cluster version", func() bool {
+		return strings.Contains(c.Master(li).Log(), `m3 runs \"0.1.0-standin\", format 1 (0.1.0) at most`)
+	})
+	for _, m := range c.Masters() {
+		if got := m.Node().ClusterFormat(); got != version.Format1 {
+			t.Fatalf("%s: cluster version %d on a stale report", m.ID, got)
+		}
+	}
+	drop.Remove()
+	waitReports(t, c, map[string]version.Format{"m3": version.Format1})
 }

@@ -64,13 +64,13 @@ func (s *Server) tick() {
 		// Membership changes and reports that came another way (a member
 		// removed, a leader elected after the last report) are caught
 		// here.
-		if muts := s.clusterFormatMutations(nil); len(muts) > 0 {
-			mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
+		mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
+		if muts := s.clusterFormatMutations(mctx, nil); len(muts) > 0 {
 			if err := s.b.Mutate(mctx, muts); err != nil {
 				s.log.Debug("raising the cluster version failed; will retry", "error", err)
 			}
-			cancel()
 		}
+		cancel()
 	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr

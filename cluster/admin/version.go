@@ -2,6 +2,10 @@ package admin
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/version"
@@ -50,13 +54,13 @@ func (s *Server) reported(me string) bool {
 // reportMutations are the leader's writes for a RegisterNode that says
 // (or, from a 0.1.0 member, does not say) what id's binary is: its report,
 // and the cluster version it lets rise.
-func (s *Server) reportMutations(id string, b version.Build) []raftfsm.Mutation {
+func (s *Server) reportMutations(ctx context.Context, id string, b version.Build) []raftfsm.Mutation {
 	got, had := s.b.DomainGet(cluster.VersionKey(id))
 	if b.MaxFormat == 0 {
 		// A binary that sends no report (0.1.0, after a downgrade): its
 		// old report no longer says what it runs.
 		if had {
-			return append([]raftfsm.Mutation{raftfsm.Del(cluster.VersionKey(id))}, s.clusterFormatMutations(map[string]version.Build{id: version.Unreported})...)
+			return append([]raftfsm.Mutation{raftfsm.Del(cluster.VersionKey(id))}, s.clusterFormatMutations(ctx, map[string]version.Build{id: version.Unreported})...)
 		}
 		return nil
 	}
@@ -64,7 +68,7 @@ func (s *Server) reportMutations(id string, b version.Build) []raftfsm.Mutation 
 	if enc := version.EncodeReport(b); !had || !bytes.Equal(got, enc) {
 		muts = append(muts, raftfsm.Put(cluster.VersionKey(id), enc))
 	}
-	return append(muts, s.clusterFormatMutations(map[string]version.Build{id: b})...)
+	return append(muts, s.clusterFormatMutations(ctx, map[string]version.Build{id: b})...)
 }
 
 // clusterFormatMutations is the leader's write that raises the committed
@@ -72,10 +76,12 @@ func (s *Server) reportMutations(id string, b version.Build) []raftfsm.Mutation 
 // configuration (voters and not), with pending reports (committed in the
 // same entry) in place of the stored ones; none when it stays. A member
 // without a report, or with one that cannot be read, counts as
-// version.Unreported. The version is never lowered (version.Next): a
-// member older than it that joins later is tolerated, and not ready
-// (unreadableReason).
-func (s *Server) clusterFormatMutations(pending map[string]version.Build) []raftfsm.Mutation {
+// version.Unreported. Before a raise every other member is asked what it
+// runs now (confirmRaise): a report outlives the binary that made it, and
+// a member taken back to 0.1.0 on the same address never registers again.
+// The version is never lowered (version.Next): a member older than it
+// that joins later is tolerated, and not ready (unreadableReason).
+func (s *Server) clusterFormatMutations(ctx context.Context, pending map[string]version.Build) []raftfsm.Mutation {
 	peers := s.b.Status().Peers
 	if len(peers) == 0 {
 		return nil
@@ -83,7 +89,10 @@ func (s *Server) clusterFormatMutations(pending map[string]version.Build) []raft
 	members := make([]version.Format, 0, len(peers))
 	for _, p := range peers {
 		b, ok := pending[p.ID]
-		if !ok {
+		switch {
+		case p.ID == s.b.ID():
+			b = buildOf(s.b) // what this leader runs, whatever its report says
+		case !ok:
 			b, _ = cluster.ReadReport(s.b.DomainGet, p.ID)
 		}
 		members = append(members, b.MaxFormat)
@@ -93,8 +102,44 @@ func (s *Server) clusterFormatMutations(pending map[string]version.Build) []raft
 	if next <= committed {
 		return nil
 	}
+	if err := s.confirmRaise(ctx, peers, next); err != nil {
+		s.log.Debug("the cluster version stays", "at", committed.String(), "not raised to", next.String(), "because", err)
+		return nil
+	}
 	s.log.Info("raising the cluster version", "from", committed.String(), "to", next.String())
 	return []raftfsm.Mutation{raftfsm.Put(cluster.ClusterFormatKey, version.EncodeClusterFormat(next))}
+}
+
+// confirmRaise asks every member other than this one, in parallel, what
+// its binary writes and reads now, and says why not if one does not
+// answer or answers below next (0.1.0 answers without a level: 1).
+func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, next version.Format) error {
+	me := s.b.ID()
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		if p.ID == me {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			addr := s.adminAddr(p.ID)
+			if addr == "" {
+				errs[i] = fmt.Errorf("%s has no admin address registered", p.ID)
+				return
+			}
+			st, err := s.probeMember(ctx, p.ID, addr)
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("%s: %w", p.ID, err)
+			case max(version.Format(st.GetMaxFormat()), version.Format1) < next:
+				errs[i] = fmt.Errorf("%s runs %q, %v at most", p.ID, st.GetVersion(), max(version.Format(st.GetMaxFormat()), version.Format1))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // reportOf is member id's committed report as the status shows it: its
