@@ -6,9 +6,11 @@ GO ?= go
 
 all: vet build test
 
-# The version is the nearest tag (or "dev"), the commit the checkout's HEAD:
-# `bin/baton version` prints both.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version is the tag the checkout's HEAD carries, if any; otherwise the
+# binary says the release line's pre-release (internal/version.Dev, e.g.
+# 0.2.0-dev), a semantic version other masters are shown. The commit is the
+# checkout's HEAD: `bin/baton version` prints both.
+VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -139,6 +140,14 @@ type Config struct {
 	// If set it must contain this node with its advertised address. Empty
 	// means "do not bootstrap": the node waits to be added with Join.
 	Peers []Peer
+
+	// Build is what this node's binary is: the version it reports to the
+	// leader and the highest format level it writes and reads. A node
+	// whose replicated state holds a cluster version above
+	// Build.MaxFormat refuses to start. Default version.Current("") (this
+	// binary, version.Dev); the agent gives the version it was linked
+	// with, and a test a lower MaxFormat to stand in for an older binary.
+	Build version.Build
 
 	// HeartbeatTimeout: a follower that hears nothing from the leader for a
 	// random time in [HeartbeatTimeout, 2×HeartbeatTimeout) starts an
@@ -389,6 +398,10 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
 	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
+	if c.Build.Version == "" {
+		c.Build.Version = version.Dev
+	}
+	defaults.Set(&c.Build.MaxFormat, version.MaxFormat)
 	return c
 }
 

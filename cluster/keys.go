@@ -13,3 +13,14 @@ func AdminAddrKey(id string) string { return "nodes/" + id + "/admin_addr" }
 // address ("nodes/<id>/http_addr"): where its status, metrics and web
 // console answer, so that a standby's console can link to the leader's.
 func HTTPAddrKey(id string) string { return "nodes/" + id + "/http_addr" }
+
+// VersionKey is the replicated key under which the leader keeps node id's
+// report of its binary ("nodes/<id>/version", version.EncodeReport): its
+// version and the highest format level it writes and reads. A member
+// without one counts as version.Unreported (0.1.0 sends none).
+func VersionKey(id string) string { return "nodes/" + id + "/version" }
+
+// ClusterFormatKey is the replicated key holding the cluster version
+// (version.EncodeClusterFormat): the format level every member reads,
+// which the leader raises and never lowers. Absent: version.Format1.
+const ClusterFormatKey = "cluster/format"

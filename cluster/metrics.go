@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,8 @@ type nodeCollector struct {
 	walSegments, walSegmentBytes, walLive, walLiveBytes               *prometheus.Desc
 	walWritten, walRecords, walSyncs, walRolls, walDeleted, walRewrit *prometheus.Desc
 	walRewriteBytes                                                   *prometheus.Desc
+
+	clusterFormat, buildInfo *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -55,6 +58,9 @@ func newNodeCollector(n *Node) *nodeCollector {
 		walDeleted:      d("baton_wal_segments_deleted_total", "Segments of the local WAL removed by cleanup."),
 		walRewrit:       d("baton_wal_rewritten_records_total", "Straggler images copied forward from the oldest segment, so that it can go."),
 		walRewriteBytes: d("baton_wal_rewrite_bytes_total", "Bytes of the records that copied stragglers forward."),
+
+		clusterFormat: d("baton_cluster_format", "The cluster version this master's replicated state holds: the format level every member reads, raised by the leader once all members report it."),
+		buildInfo:     d("baton_build_info", "1, labelled with this master's binary: its version and the highest format level it writes and reads.", "version", "max_format"),
 	}
 }
 
@@ -62,7 +68,8 @@ func newNodeCollector(n *Node) *nodeCollector {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	promkit.Describe(ch, c.state, c.term, c.leader, c.lastIndex, c.commitIndex, c.appliedIndex, c.fsmIndex,
 		c.lastContact, c.executor, c.storageFailed, c.walSegments, c.walSegmentBytes, c.walLive, c.walLiveBytes,
-		c.walWritten, c.walRecords, c.walSyncs, c.walRolls, c.walDeleted, c.walRewrit, c.walRewriteBytes)
+		c.walWritten, c.walRecords, c.walSyncs, c.walRolls, c.walDeleted, c.walRewrit, c.walRewriteBytes,
+		c.clusterFormat, c.buildInfo)
 }
 
 // Collect implements prometheus.Collector. It reads Raft's and the FSM's
@@ -98,6 +105,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n.mu.Unlock()
 	gauge(c.executor, boolValue(running))
 	gauge(c.storageFailed, boolValue(n.StorageErr() != nil))
+	gauge(c.clusterFormat, float64(n.ClusterFormat()))
+	gauge(c.buildInfo, 1, n.cfg.Build.Version, strconv.FormatUint(uint64(n.cfg.Build.MaxFormat), 10))
 
 	st, ok := n.fsm.WALStats()
 	if !ok {

@@ -311,6 +311,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	// The local state is loaded now (the WAL, or the snapshot NewRaft
+	// restored), and nothing is served yet.
+	if err := n.checkClusterFormat(); err != nil {
+		_ = n.raft.Shutdown().Error()
+		return nil, err
+	}
 	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout, n.shutdownCh)
 	// From here on raft panics on a failed term write: wait for the disk
 	// instead (before, a failure is returned, and NewNode fails with it).

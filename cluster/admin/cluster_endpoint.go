@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -52,7 +53,10 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		LastContactMs:     -1,
 		Maintenance:       s.maintenanceOf(),
 		Removed:           st.Removed,
+		ClusterFormat:     uint32(clusterFormatOf(s.b)),
 	}
+	self := buildOf(s.b)
+	out.Version, out.MaxFormat = self.Version, uint32(self.MaxFormat)
 	switch {
 	case st.State == raft.Leader.String():
 		out.LastContactMs = 0
@@ -69,14 +73,16 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		out.LeaderHttpAddress = s.httpAddr(st.LeaderID)
 	}
 	for _, p := range st.Peers {
-		out.Peers = append(out.Peers, &adminpb.Peer{
+		peer := &adminpb.Peer{
 			Id:           p.ID,
 			RaftAddress:  p.Address,
 			AdminAddress: s.adminAddr(p.ID),
 			Suffrage:     p.Suffrage,
 			Leader:       p.Leader,
 			HttpAddress:  s.httpAddr(p.ID),
-		})
+		}
+		peer.Version, peer.MaxFormat = reportOf(s.b, p.ID)
+		out.Peers = append(out.Peers, peer)
 	}
 	return out
 }
@@ -159,11 +165,14 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			return nil, err
 		}
 		var muts []raftfsm.Mutation
-		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id)} {
+		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id), cluster.VersionKey(id)} {
 			if _, ok := s.b.DomainGet(k); ok {
 				muts = append(muts, raftfsm.Del(k))
 			}
 		}
+		// The configuration no longer has id: the cluster version may
+		// rise without it.
+		muts = append(muts, s.clusterFormatMutations(ctx, nil)...)
 		if len(muts) > 0 {
 			if err := s.b.Mutate(ctx, muts); err != nil {
 				return nil, err
@@ -214,6 +223,9 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 				muts = append(muts, raftfsm.Put(cluster.HTTPAddrKey(req.GetId()), []byte(h)))
 			}
 		}
+		// The report and the raise it allows in one entry: a reader that
+		// sees every member's report sees the cluster version they make.
+		muts = append(muts, s.reportMutations(ctx, req.GetId(), version.Build{Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())})...)
 		if len(muts) == 0 {
 			return &adminpb.RegisterNodeResponse{}, nil
 		}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -91,6 +92,12 @@ func (d *stubDomain) Build(method string, req proto.Message) (procedure.Procedur
 		return nil, procedure.Errorf(procedure.ErrInvalid, "%s: bad input", method)
 	}
 	return diag.New("sleep", map[string]string{"steps": "0"})
+}
+
+// Maintenance answers as a domain that cannot read it: the leader asks
+// every member's ClusterStatus before it raises the cluster version.
+func (d *stubDomain) Maintenance() (catalog.Maintenance, error) {
+	return catalog.Maintenance{}, errors.New("stub domain: no maintenance record")
 }
 
 func (d *stubDomain) CheckSubmissions(catalog.Executor, string, string) error { return nil }

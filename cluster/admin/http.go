@@ -39,6 +39,12 @@ type StatusJSON struct {
 	// Maintenance is maintenance mode as this node's replicated state
 	// holds it (absent on a node without the domain).
 	Maintenance *MaintenanceJSON `json:"maintenance,omitempty"`
+	// ClusterFormat is the cluster version this node's replicated state
+	// holds (1 until the leader raises it); Version and MaxFormat are this
+	// node's binary (internal/version).
+	ClusterFormat uint32 `json:"cluster_format"`
+	Version       string `json:"version"`
+	MaxFormat     uint32 `json:"max_format"`
 }
 
 // MaintenanceJSON is maintenance mode in StatusJSON: on, and when, by whom
@@ -57,6 +63,10 @@ type PeerJSON struct {
 	AdminAddress string `json:"admin_address,omitempty"`
 	Suffrage     string `json:"suffrage"`
 	Leader       bool   `json:"leader"`
+	// Version and MaxFormat are the member's report of its binary, absent
+	// while it has made none (a 0.1.0 member: format 1).
+	Version   string `json:"version,omitempty"`
+	MaxFormat uint32 `json:"max_format,omitempty"`
 }
 
 // StatusOf builds the /status document of b.
@@ -74,7 +84,10 @@ func StatusOf(b Backend) StatusJSON {
 		Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex,
 		AppliedIndex: st.AppliedIndex, FSMIndex: st.FSMIndex, FSMWALIndex: st.FSMWALIndex, StorageError: st.StorageErr,
 		Executor: st.Executor, Peers: []PeerJSON{}, PeersError: st.PeersErr,
+		ClusterFormat: uint32(clusterFormatOf(b)),
 	}
+	self := buildOf(b)
+	out.Version, out.MaxFormat = self.Version, uint32(self.MaxFormat)
 	if st.LeaderID != "" {
 		out.LeaderAdmin = addr(st.LeaderID)
 	}
@@ -83,7 +96,9 @@ func StatusOf(b Backend) StatusJSON {
 		out.LastContact = &lc
 	}
 	for _, p := range st.Peers {
-		out.Peers = append(out.Peers, PeerJSON{ID: p.ID, Address: p.Address, AdminAddress: addr(p.ID), Suffrage: p.Suffrage, Leader: p.Leader})
+		pj := PeerJSON{ID: p.ID, Address: p.Address, AdminAddress: addr(p.ID), Suffrage: p.Suffrage, Leader: p.Leader}
+		pj.Version, pj.MaxFormat = reportOf(b, p.ID)
+		out.Peers = append(out.Peers, pj)
 	}
 	if db, ok := b.(DomainBackend); ok && db.Domain() != nil {
 		if m, err := db.Domain().Maintenance(); err == nil {

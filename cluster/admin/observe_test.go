@@ -41,6 +41,8 @@ var (
 		"baton_wal_segments", "baton_wal_segment_bytes", "baton_wal_live_records", "baton_wal_live_bytes",
 		"baton_wal_written_bytes_total", "baton_wal_records_total", "baton_wal_syncs_total", "baton_wal_rolls_total",
 		"baton_wal_segments_deleted_total", "baton_wal_rewritten_records_total", "baton_wal_rewrite_bytes_total",
+		// The binary and the cluster version.
+		"baton_cluster_format", "baton_build_info",
 	}
 	leaderFamilies = []string{
 		// Procedures.

@@ -60,18 +60,32 @@ func (s *Server) tick() {
 		s.bootstrapACL(bctx)
 		cancel()
 	}
+	if s.b.IsLeader() {
+		// Membership changes and reports that came another way (a member
+		// removed, a leader elected after the last report) are caught
+		// here.
+		mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
+		if muts := s.clusterFormatMutations(mctx, nil); len(muts) > 0 {
+			if err := s.b.Mutate(mctx, muts); err != nil {
+				s.log.Debug("raising the cluster version failed; will retry", "error", err)
+			}
+		}
+		cancel()
+	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
-	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) {
+	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) && s.reported(me) {
 		return
 	}
 	ctx, cancel := s.untilStop(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
 	defer cancel()
-	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv, HttpAddress: httpAdv}); err != nil {
+	b := buildOf(s.b)
+	if _, err := s.RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: me, AdminAddress: adv, HttpAddress: httpAdv,
+		Version: b.Version, MaxFormat: uint32(b.MaxFormat)}); err != nil {
 		s.log.Debug("registering admin address failed; will retry", "error", err)
 		return
 	}
-	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv)
+	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
 }
 
 // untilStop is parent bounded by d and also ended when the server

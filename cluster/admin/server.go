@@ -374,6 +374,9 @@ func Ready(b Backend) (bool, string) {
 	if isRemoved(b) && !b.IsLeader() {
 		return false, removedReason(b, "")
 	}
+	if why := unreadableReason(b); why != "" {
+		return false, why
+	}
 	_, err := b.Procedures()
 	switch {
 	case err == nil:

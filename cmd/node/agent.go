@@ -24,6 +24,7 @@ import (
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/internal/grpcstop"
+	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/security"
 )
@@ -183,6 +184,8 @@ func (a *agent) startNode() error {
 	ccfg.RaftTLS = a.tlsc.creds
 	ccfg.RaftConnLimits, ccfg.ListenerMetrics = cfg.ConnLimits, a.listenerMetrics
 	ccfg.LeaderServices = a.dom.LeaderServices
+	// Other masters are shown the version `baton version` prints.
+	ccfg.Build = semver.Current(readBuildInfo().Version)
 	if cfg.Workers > 0 {
 		ccfg.Workers = cfg.Workers
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/internal/testwait"
+	semver "github.com/baton-dev/baton/internal/version"
 )
 
 // runCLI runs a command in-process with env as its environment.
@@ -123,6 +124,8 @@ func TestClientCommands(t *testing.T) {
 		// (node_id, state), naming the leader.
 		{name: "status", args: []string{"cluster", "status", "--json"}, json: map[string]any{"leader_id": leader, "node_id": fc.Master(0).ID, "state": "Follower", "term": anID{}, "commit_index": anID{}}},
 		{name: "status human", args: []string{"cluster", "status"}, stdout: "leader       " + leader},
+		{name: "status versions", args: []string{"cluster", "status", "--json"}, json: map[string]any{"version": semver.Dev, "max_format": float64(semver.MaxFormat), "cluster_format": anID{}}},
+		{name: "status versions human", args: []string{"cluster", "status"}, stdout: "version      cluster at format "},
 		{name: "status extra", args: []string{"cluster", "status", "x"}, code: 2, stderr: "takes no arguments"},
 		{name: "join", args: []string{"cluster", "join", "--id", "n4", "--raft-addr", "127.0.0.1:17009", "--admin-addr", "127.0.0.1:17010", "--json"}, json: map[string]any{"leader_id": leader}},
 		// Joining again with the same address is a no-op that succeeds, so

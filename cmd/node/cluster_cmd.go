@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/baton-dev/baton/cluster/client"
+	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -76,8 +77,14 @@ type statusJSON struct {
 	Removed bool `json:"removed"`
 	// AlreadyRemoved (cluster remove): the node was not a member any
 	// more, an earlier removal took it out; nothing was changed.
-	AlreadyRemoved bool       `json:"already_removed,omitempty"`
-	Error          *errorJSON `json:"error,omitempty"`
+	AlreadyRemoved bool `json:"already_removed,omitempty"`
+	// ClusterFormat is the cluster version the answering node's state
+	// holds; Version and MaxFormat its binary (0 and "" from a 0.1.0
+	// node).
+	ClusterFormat uint32     `json:"cluster_format"`
+	Version       string     `json:"version"`
+	MaxFormat     uint32     `json:"max_format"`
+	Error         *errorJSON `json:"error,omitempty"`
 }
 
 type peerJSON struct {
@@ -86,6 +93,10 @@ type peerJSON struct {
 	AdminAddress string `json:"admin_address"`
 	Suffrage     string `json:"suffrage"`
 	Leader       bool   `json:"leader"`
+	// Version and MaxFormat are the member's committed report of its
+	// binary; "" and 0 while it has made none (0.1.0: format 1).
+	Version   string `json:"version"`
+	MaxFormat uint32 `json:"max_format"`
 	// Reachable and Error come when the members were asked; the member's
 	// own answer (MemberJSON's keys) when it answered.
 	Reachable *bool  `json:"reachable,omitempty"`
@@ -122,6 +133,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		PID: s.GetPid(), Ready: s.GetReady(), ReadyReason: s.GetReadyReason(), StorageError: s.GetStorageError(),
 		LastContactMs: s.GetLastContactMs(), Maintenance: toMaintenanceJSON(s.GetMaintenance()),
 		Removed: s.GetRemoved(), AlreadyRemoved: s.GetAlreadyRemoved(),
+		ClusterFormat: s.GetClusterFormat(), Version: s.GetVersion(), MaxFormat: s.GetMaxFormat(),
 	}
 	if s.GetMembersProbed() {
 		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
@@ -129,7 +141,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 	}
 	for _, p := range s.GetPeers() {
 		pj := peerJSON{ID: p.GetId(), RaftAddress: p.GetRaftAddress(), AdminAddress: p.GetAdminAddress(),
-			Suffrage: p.GetSuffrage(), Leader: p.GetLeader()}
+			Suffrage: p.GetSuffrage(), Leader: p.GetLeader(), Version: p.GetVersion(), MaxFormat: p.GetMaxFormat()}
 		if s.GetMembersProbed() {
 			r := p.GetReachable()
 			pj.Reachable, pj.Error = &r, p.GetError()
@@ -231,6 +243,9 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	if m := s.GetMaintenance(); m != nil {
 		fmt.Fprintf(c.stdout, "maintenance  %s\n", describeMaintenance(m))
 	}
+	if f := s.GetClusterFormat(); f != 0 {
+		fmt.Fprintf(c.stdout, "version      cluster at %v; members: %s\n", semver.Format(f), describeBinaries(s))
+	}
 	if s.GetMembersProbed() {
 		q := "quorum"
 		if !s.GetQuorum() {
@@ -274,6 +289,20 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	for _, p := range unreachable {
 		fmt.Fprintf(c.stdout, "%s: %s\n", p.GetId(), p.GetError())
 	}
+}
+
+// describeBinaries spells each member's reported binary: "m1 0.2.0
+// (format 2), m2 not reported (format 1)".
+func describeBinaries(s *adminpb.ClusterStatusResponse) string {
+	var parts []string
+	for _, p := range s.GetPeers() {
+		if p.GetMaxFormat() == 0 {
+			parts = append(parts, p.GetId()+" not reported (format 1)")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (format %d)", p.GetId(), p.GetVersion(), p.GetMaxFormat()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // role is a member's role in the answering node's view.

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	semver "github.com/baton-dev/baton/internal/version"
 )
 
 // version and commit are set at link time (make build:
 // -ldflags "-X main.version=... -X main.commit=..."). A plain go build says
-// "dev", and takes the commit from what the go command stamped into the
-// binary, if it did (-buildvcs).
+// the release line's pre-release (semver.Dev, "0.2.0-dev"), and takes the
+// commit from what the go command stamped into the binary, if it did
+// (-buildvcs).
 var (
-	version = "dev"
+	version = ""
 	commit  = ""
 )
 
@@ -22,13 +25,22 @@ type buildInfo struct {
 	Commit    string `json:"commit"`
 	Modified  bool   `json:"modified"`
 	GoVersion string `json:"go_version"`
+	// Format and MinFormat are the highest format level this binary
+	// writes and reads and the oldest it reads (semver.MaxFormat,
+	// semver.MinFormat).
+	Format    semver.Format `json:"format"`
+	MinFormat semver.Format `json:"min_format"`
 }
 
 // readBuildInfo takes the commit from the link-time flag, else from what
 // the go command stamped into the binary (vcs.revision, vcs.modified);
 // "unknown" when neither says.
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+	b := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version(),
+		Format: semver.MaxFormat, MinFormat: semver.MinFormat}
+	if b.Version == "" {
+		b.Version = semver.Dev
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
@@ -44,7 +56,7 @@ func readBuildInfo() buildInfo {
 	if commit != "" {
 		b.Commit, b.Modified = commit, false
 	}
-	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+	if version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
 		b.Version = info.Main.Version
 	}
 	return b

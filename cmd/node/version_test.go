@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	semver "github.com/baton-dev/baton/internal/version"
 )
 
 // The binary says what it is: its version and the commit it was built
@@ -68,6 +70,30 @@ func TestTopLevelHelp(t *testing.T) {
 			if strings.Contains(help, old) {
 				t.Errorf("baton %v: help still calls the binary node (%q):\n%s", tc.args, old, help)
 			}
+		}
+	}
+}
+
+// A plain build says the release line's pre-release and the format
+// levels it writes and reads; the keys 0.1.0 printed stay.
+func TestVersionOfAPlainBuild(t *testing.T) {
+	b := readBuildInfo()
+	if b.Version != semver.Dev || b.Format != semver.MaxFormat || b.MinFormat != semver.MinFormat {
+		t.Fatalf("readBuildInfo() = %+v; want version %s, format %d, min_format %d", b, semver.Dev, semver.MaxFormat, semver.MinFormat)
+	}
+	code, out, _ := runCLI(t, nil, "version", "--json")
+	var keys map[string]any
+	if err := json.Unmarshal([]byte(out), &keys); code != 0 || err != nil {
+		t.Fatalf("version --json: exit %d, %q (%v)", code, out, err)
+	}
+	for k, want := range map[string]any{"version": semver.Dev, "format": float64(semver.MaxFormat), "min_format": float64(semver.MinFormat)} {
+		if keys[k] != want {
+			t.Errorf("version --json: %s = %v, want %v", k, keys[k], want)
+		}
+	}
+	for _, k := range []string{"commit", "modified", "go_version"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("version --json lost key %q", k)
 		}
 	}
 }

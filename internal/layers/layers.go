@@ -13,7 +13,7 @@ import "strings"
 // rooms stay independent of each other). A path ending in "/..." covers
 // the packages below it.
 var Floors = [][]string{
-	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/testcheck", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck", "internal/enumname", "internal/textcut", "internal/locked", "internal/grpcstop", "integration/harness/process"},
+	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/testcheck", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck", "internal/enumname", "internal/textcut", "internal/locked", "internal/grpcstop", "internal/version", "integration/harness/process"},
 	{"store", "scheduler", "cluster/client", "cluster/filecare", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
 	{"procedure"},
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisionproc"},

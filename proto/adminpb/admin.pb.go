@@ -3010,7 +3010,12 @@ type Peer struct {
 	Status *ClusterStatusResponse `protobuf:"bytes,52,opt,name=status,proto3" json:"status,omitempty"`
 	// http_address is the member's registered HTTP address (web console),
 	// empty if it serves none or has not registered it.
-	HttpAddress   string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	HttpAddress string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	// The member's report, as committed: its binary's version and the
+	// highest format level it writes and reads. Empty and 0 while it has
+	// not reported (a 0.1.0 member never does): it counts as format 1.
+	Version       string `protobuf:"bytes,101,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat     uint32 `protobuf:"varint,102,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3108,6 +3113,20 @@ func (x *Peer) GetHttpAddress() string {
 	return ""
 }
 
+func (x *Peer) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Peer) GetMaxFormat() uint32 {
+	if x != nil {
+		return x.MaxFormat
+	}
+	return 0
+}
+
 type ClusterStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answering node's view.
@@ -3166,8 +3185,17 @@ type ClusterStatusResponse struct {
 	// member any more because an earlier removal took it out (the one a
 	// retry repeats): the removal holds, nothing was changed by this call.
 	AlreadyRemoved bool `protobuf:"varint,127,opt,name=already_removed,json=alreadyRemoved,proto3" json:"already_removed,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// cluster_format is the cluster version the answering node's replicated
+	// state holds: the format level every member reads, which the leader
+	// raises once all members report a higher one, and never lowers. 1 until
+	// raised (0 from a 0.1.0 node, which has none).
+	ClusterFormat uint32 `protobuf:"varint,128,opt,name=cluster_format,json=clusterFormat,proto3" json:"cluster_format,omitempty"`
+	// The answering node's own binary: its version and the highest format
+	// level it writes and reads.
+	Version       string `protobuf:"bytes,129,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat     uint32 `protobuf:"varint,130,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -3403,6 +3431,27 @@ func (x *ClusterStatusResponse) GetAlreadyRemoved() bool {
 	return false
 }
 
+func (x *ClusterStatusResponse) GetClusterFormat() uint32 {
+	if x != nil {
+		return x.ClusterFormat
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ClusterStatusResponse) GetMaxFormat() uint32 {
+	if x != nil {
+		return x.MaxFormat
+	}
+	return 0
+}
+
 type AddPeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3513,7 +3562,13 @@ type RegisterNodeRequest struct {
 	AdminAddress string                 `protobuf:"bytes,2,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
 	// http_address is the member's HTTP address (status, metrics, web
 	// console), if it serves one.
-	HttpAddress   string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	HttpAddress string `protobuf:"bytes,100,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	// The member's binary: its version, as 'baton version' prints it, and
+	// the highest format level it writes and reads (internal/version). The
+	// leader commits them as the member's report. A 0.1.0 member sends
+	// neither and counts as format 1.
+	Version       string `protobuf:"bytes,101,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat     uint32 `protobuf:"varint,102,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3567,6 +3622,20 @@ func (x *RegisterNodeRequest) GetHttpAddress() string {
 		return x.HttpAddress
 	}
 	return ""
+}
+
+func (x *RegisterNodeRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RegisterNodeRequest) GetMaxFormat() uint32 {
+	if x != nil {
+		return x.MaxFormat
+	}
+	return 0
 }
 
 type RegisterNodeResponse struct {
@@ -6762,7 +6831,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x15WatchProcedureRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"0\n" +
 	"\x14ClusterStatusRequest\x12\x18\n" +
-	"\amembers\x182 \x01(\bR\amembers\"\xa8\x02\n" +
+	"\amembers\x182 \x01(\bR\amembers\"\xe1\x02\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
@@ -6772,7 +6841,10 @@ const file_admin_proto_rawDesc = "" +
 	"\treachable\x182 \x01(\bR\treachable\x12\x14\n" +
 	"\x05error\x183 \x01(\tR\x05error\x12=\n" +
 	"\x06status\x184 \x01(\v2%.baton.admin.v1.ClusterStatusResponseR\x06status\x12!\n" +
-	"\fhttp_address\x18d \x01(\tR\vhttpAddress\"\xa6\b\n" +
+	"\fhttp_address\x18d \x01(\tR\vhttpAddress\x12\x18\n" +
+	"\aversion\x18e \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\"\x89\t\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -6803,17 +6875,24 @@ const file_admin_proto_rawDesc = "" +
 	"\x11wal_bytes_written\x18| \x01(\x04R\x0fwalBytesWritten\x12/\n" +
 	"\x14last_contact_unix_ms\x18} \x01(\x03R\x11lastContactUnixMs\x12\x18\n" +
 	"\aremoved\x18~ \x01(\bR\aremoved\x12'\n" +
-	"\x0falready_removed\x18\x7f \x01(\bR\x0ealreadyRemoved\"\x80\x01\n" +
+	"\x0falready_removed\x18\x7f \x01(\bR\x0ealreadyRemoved\x12&\n" +
+	"\x0ecluster_format\x18\x80\x01 \x01(\rR\rclusterFormat\x12\x19\n" +
+	"\aversion\x18\x81\x01 \x01(\tR\aversion\x12\x1e\n" +
+	"\n" +
+	"max_format\x18\x82\x01 \x01(\rR\tmaxFormat\"\x80\x01\n" +
 	"\x0eAddPeerRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12)\n" +
 	"\fraft_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vraftAddress\x12+\n" +
 	"\radmin_address\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\"+\n" +
 	"\x11RemovePeerRequest\x12\x16\n" +
-	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"\x85\x01\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"\xc6\x01\n" +
 	"\x13RegisterNodeRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12+\n" +
 	"\radmin_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\x12)\n" +
-	"\fhttp_address\x18d \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vhttpAddress\"\x16\n" +
+	"\fhttp_address\x18d \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vhttpAddress\x12 \n" +
+	"\aversion\x18e \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\aversion\x12\x1d\n" +
+	"\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\"\x16\n" +
 	"\x14RegisterNodeResponse\"[\n" +
 	"\n" +
 	"LeaderHint\x12\x1b\n" +

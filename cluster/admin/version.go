@@ -1,0 +1,158 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// builder is a Backend that knows what its node's binary is
+// (cluster.Node.Build); a test's fake need not.
+type builder interface{ Build() version.Build }
+
+// Build is the node's binary: what it reports to the leader.
+func (b nodeBackend) Build() version.Build { return b.n.Build() }
+
+// buildOf is what b's binary is: its node's build, else this binary's.
+func buildOf(b Backend) version.Build {
+	if bb, ok := b.(builder); ok {
+		return bb.Build()
+	}
+	return version.Current("")
+}
+
+// clusterFormatOf is the cluster version b's replicated state holds
+// (cluster.ReadClusterFormat).
+func clusterFormatOf(b Backend) version.Format {
+	f, _ := cluster.ReadClusterFormat(b.DomainGet)
+	return f
+}
+
+// unreadableReason is why b is not ready when its replicated state holds a
+// cluster version its binary cannot read (a member older than the cluster
+// that joined after the raise, see docs/upgrades.md), naming both; "" when
+// it can read it.
+func unreadableReason(b Backend) string {
+	if err := version.CheckReadable(clusterFormatOf(b), buildOf(b).MaxFormat); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// reported says whether node me's committed report is its binary's.
+func (s *Server) reported(me string) bool {
+	got, ok := s.b.DomainGet(cluster.VersionKey(me))
+	return ok && bytes.Equal(got, version.EncodeReport(buildOf(s.b)))
+}
+
+// reportMutations are the leader's writes for a RegisterNode that says
+// (or, from a 0.1.0 member, does not say) what id's binary is: its report,
+// and the cluster version it lets rise.
+func (s *Server) reportMutations(ctx context.Context, id string, b version.Build) []raftfsm.Mutation {
+	got, had := s.b.DomainGet(cluster.VersionKey(id))
+	if b.MaxFormat == 0 {
+		// A binary that sends no report (0.1.0, after a downgrade): its
+		// old report no longer says what it runs.
+		if had {
+			return append([]raftfsm.Mutation{raftfsm.Del(cluster.VersionKey(id))}, s.clusterFormatMutations(ctx, map[string]version.Build{id: version.Unreported})...)
+		}
+		return nil
+	}
+	var muts []raftfsm.Mutation
+	if enc := version.EncodeReport(b); !had || !bytes.Equal(got, enc) {
+		muts = append(muts, raftfsm.Put(cluster.VersionKey(id), enc))
+	}
+	return append(muts, s.clusterFormatMutations(ctx, map[string]version.Build{id: b})...)
+}
+
+// clusterFormatMutations is the leader's write that raises the committed
+// cluster version to the lowest level of the members of the Raft
+// configuration (voters and not), with pending reports (committed in the
+// same entry) in place of the stored ones; none when it stays. A member
+// without a report, or with one that cannot be read, counts as
+// version.Unreported. Before a raise every other member is asked what it
+// runs now (confirmRaise): a report outlives the binary that made it, and
+// a member taken back to 0.1.0 on the same address never registers again.
+// The version is never lowered (version.Next): a member older than it
+// that joins later is tolerated, and not ready (unreadableReason).
+func (s *Server) clusterFormatMutations(ctx context.Context, pending map[string]version.Build) []raftfsm.Mutation {
+	peers := s.b.Status().Peers
+	if len(peers) == 0 {
+		return nil
+	}
+	members := make([]version.Format, 0, len(peers))
+	for _, p := range peers {
+		b, ok := pending[p.ID]
+		switch {
+		case p.ID == s.b.ID():
+			b = buildOf(s.b) // what this leader runs, whatever its report says
+		case !ok:
+			b, _ = cluster.ReadReport(s.b.DomainGet, p.ID)
+		}
+		members = append(members, b.MaxFormat)
+	}
+	committed := clusterFormatOf(s.b)
+	next := version.Next(committed, members)
+	if next <= committed {
+		return nil
+	}
+	if err := s.confirmRaise(ctx, peers, next); err != nil {
+		s.log.Debug("the cluster version stays", "at", committed.String(), "not raised to", next.String(), "because", err)
+		return nil
+	}
+	s.log.Info("raising the cluster version", "from", committed.String(), "to", next.String())
+	return []raftfsm.Mutation{raftfsm.Put(cluster.ClusterFormatKey, version.EncodeClusterFormat(next))}
+}
+
+// confirmRaise asks every member other than this one, in parallel, what
+// its binary writes and reads now, and says why not if one does not
+// answer or answers below next (0.1.0 answers without a level: 1).
+func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, next version.Format) error {
+	me := s.b.ID()
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		if p.ID == me {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			addr := s.adminAddr(p.ID)
+			if addr == "" {
+				errs[i] = fmt.Errorf("%s has no admin address registered", p.ID)
+				return
+			}
+			st, err := s.probeMember(ctx, p.ID, addr)
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("%s: %w", p.ID, err)
+			case max(version.Format(st.GetMaxFormat()), version.Format1) < next:
+				errs[i] = fmt.Errorf("%s runs %q, %v at most", p.ID, st.GetVersion(), max(version.Format(st.GetMaxFormat()), version.Format1))
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// reportOf is member id's committed report as the status shows it: its
+// binary's version and level, "" and 0 while it has made none that can be
+// read (it counts as format 1).
+func reportOf(b Backend, id string) (string, uint32) {
+	rep, ok := b.DomainGet(cluster.VersionKey(id))
+	if !ok {
+		return "", 0
+	}
+	r, err := version.DecodeReport(rep)
+	if err != nil {
+		return "", 0
+	}
+	return r.Version, uint32(r.MaxFormat)
+}

@@ -1,0 +1,51 @@
+package clustertest
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/internal/version"
+)
+
+// RestartAs restarts master i (see Restart) as a binary of build b: a
+// lower MaxFormat stands in for an older release (its report and its start
+// check use it), the zero Build for this one. Later restarts keep it. Fails
+// the test on error (test goroutine only).
+func (c *Cluster) RestartAs(i int, b version.Build) *Master {
+	c.t.Helper()
+	m := c.masters[i]
+	m.kill()
+	m.cfg.Build = b
+	return c.Restart(i)
+}
+
+// StartAs is RestartAs that returns the start's error instead of failing
+// the test: for a start that is to be refused.
+func (c *Cluster) StartAs(i int, b version.Build) error {
+	m := c.masters[i]
+	m.kill()
+	m.cfg.Build = b
+	if c.mesh != nil {
+		c.mesh.Restore(i)
+	}
+	return m.start()
+}
+
+// Wipe kills master i and gives it empty storage, on the in-memory
+// transport: its next start (Restart, RestartAs) is a new machine's under
+// the same id and addresses, which bootstraps the cluster's first
+// configuration and waits to be added (a removed member's replacement).
+func (c *Cluster) Wipe(i int) {
+	c.t.Helper()
+	c.needInmem("Wipe")
+	m := c.masters[i]
+	m.kill()
+	m.cfg.DataDir = c.t.TempDir()
+	ls := raft.NewInmemStore()
+	m.cfg.LogStore, m.cfg.StableStore = ls, ls
+	m.cfg.SnapshotStore = raft.NewInmemSnapshotStore()
+}
+
+// Secret is the masters' cluster secret ("" with NoClusterSecret): a test
+// that calls a masters-only method as another master (or an older
+// release's) would sends it (security.ClusterSecretKey).
+func (c *Cluster) Secret() string { return c.secret }
