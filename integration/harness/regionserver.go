@@ -155,6 +155,24 @@ func (c *Cluster) KillRS(id string) {
 	c.must("kill", id, c.RegionServer(id).kill())
 }
 
+// TermRS sends SIGTERM to region server id, the way an operator stops it,
+// and waits for it to exit, at most timeout (then it is killed). It returns
+// the exit code, -1 when it did not exit in time.
+func (c *Cluster) TermRS(id string, timeout time.Duration) int {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	if err := s.p.Signal(syscall.SIGTERM); err != nil {
+		c.t.Fatalf("harness: term %s: %v", id, err)
+	}
+	select {
+	case <-s.p.Done():
+	case <-time.After(timeout):
+		_ = s.p.Kill()
+		return -1
+	}
+	return s.p.ExitCode()
+}
+
 // RestartRS starts region server id again with the same command line (same
 // id and address). The process must have exited.
 func (c *Cluster) RestartRS(id string) {
