@@ -390,14 +390,26 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 		r.restartRS(ctx, id, cur)
 		step(id + " on current")
 	}
-	leader := c.WaitLeader(ctx)
-	for _, id := range c.Followers(leader) {
-		r.restartMaster(ctx, id, cur)
-		step(id + " (follower) on current")
+	// Followers first, the leader last. Asked again at each step: a
+	// fault may have moved the leadership onto an upgraded member.
+	for {
+		leader := c.WaitLeader(ctx)
+		next, role := "", "follower"
+		for _, n := range c.Nodes {
+			if n.ID != leader && c.BinaryOf(n.ID).Release != "" {
+				next = n.ID
+				break
+			}
+		}
+		if next == "" {
+			if c.BinaryOf(leader).Release == "" {
+				break
+			}
+			next, role = leader, "leader"
+		}
+		r.restartMaster(ctx, next, cur)
+		step(fmt.Sprintf("%s (%s) on current", next, role))
 	}
-	leader = c.WaitLeader(ctx)
-	r.restartMaster(ctx, leader, cur)
-	step(leader + " (leader) on current")
 	upgradeEnd := time.Now()
 	for _, n := range c.Nodes {
 		if b := c.BinaryOf(n.ID); b.Release != "" {
@@ -427,12 +439,17 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	}
 	samples, doubles, reports := sampler.Result()
 	crossedAll, crossedSome := 0, 0
+	var fates []string
 	for _, id := range inflight {
+		fate := "finished before the upgrade"
 		if d := r.finished(id); d.After(upgradeEnd) {
 			crossedAll++
+			fate = "crossed it"
 		} else if d.After(upgradeStart) {
 			crossedSome++
+			fate = "finished during it"
 		}
+		fates = append(fates, fmt.Sprintf("%s: %s", r.acked[id], fate))
 	}
 	okOps, failedOps, unknownOps := hist.Counts()
 	var b strings.Builder
@@ -443,6 +460,7 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	}
 	fmt.Fprintf(&b, "  in flight at the start: %d procedures (rs3's crash recovery, 6 sleeps, lock + waiter, balance, create of %d regions); %d crossed the whole upgrade, %d finished during it\n",
 		len(inflight), cfg.regions, crossedAll, crossedSome)
+	fmt.Fprintf(&b, "    (%s)\n", strings.Join(fates, "; "))
 	fmt.Fprintf(&b, "  acknowledged procedures: %d (%d by the sleep and table clients, the rest namespace operations), all finished\n", len(r.ackedIDs()), r.ops.Load())
 	fmt.Fprintf(&b, "  namespace ops: ok %d, failed %d, unknown %d (%s); porcupine: %v over %d per-key ops\n", okOps, failedOps, unknownOps, hist.Detail(), res.Result, res.Ops)
 	fmt.Fprintf(&b, "  placement samples: %d, doubles: %d\n", samples, doubles)
