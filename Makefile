@@ -2,7 +2,7 @@
 # benchmark figures quoted in README.md.
 GO ?= go
 
-.PHONY: all build test test-short test-integration chaos fuzz bench bench-failover bench-scale demo vet proto clean compose-up compose-down demo-failover demo-local
+.PHONY: all build test test-short test-integration chaos chaos-upgrade fuzz bench bench-failover bench-scale demo vet proto clean compose-up compose-down demo-failover demo-local
 
 all: vet build test
 
@@ -48,6 +48,15 @@ test-integration:
 chaos:
 	BATON_CHAOS_LONG=1 $(if $(SEED),BATON_CHAOS_NEMESIS_SEED=$(SEED)) $(if $(SCHEDULE),BATON_CHAOS_SCHEDULE=$(abspath $(SCHEDULE))) \
 		$(GO) test -run '^TestChaosLong$$' -count=1 -v -timeout 120m ./integration/chaos/
+
+# The long rolling-upgrade run (integration/upgrade): each release in
+# integration/harness.Releases is built from git history, started with a
+# 2,000-region table create, sleeps, a held lock, a crash recovery and a
+# balance in flight, and upgraded process by process to this tree with a
+# leader kill or pause after each step; a summary at the end.
+chaos-upgrade:
+	BATON_UPGRADE_LONG=1 BATON_REQUIRE_RELEASES=1 \
+		$(GO) test -run '^TestRolling' -count=1 -v -timeout 60m ./integration/upgrade/
 
 # A short run of the WAL reader fuzz target (seed corpus in store/testdata).
 fuzz:

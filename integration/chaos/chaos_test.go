@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,12 +13,9 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
-	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // runConfig bounds one chaos run.
@@ -233,7 +229,7 @@ func runChaos(t *testing.T, cfg runConfig) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nsWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf, ak)
+			NamespaceWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf, ak.add, ak.done)
 		}()
 	}
 	wg.Add(1)
@@ -394,123 +390,4 @@ func artifactsDir(t *testing.T) string {
 	}
 	t.Logf("chaos: artifacts go to %s", d)
 	return d
-}
-
-// nsWorker creates, deletes and lists namespaces until run ends,
-// recording each operation in hist. An operation started before the end
-// is finished (bounded by ctx and its own deadlines).
-// nodeOf names the node of an admin address (the one a client's call
-// went to last, for the record).
-func nsWorker(run, ctx context.Context, hist *History, cl *client.Client, seed uint64, nodeOf map[string]string, ak *acked) {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	id := hist.NewClient()
-	for run.Err() == nil && ctx.Err() == nil {
-		key := namespaces[rng.IntN(len(namespaces))]
-		switch r := rng.IntN(4); {
-		case r < 2:
-			call := hist.Now()
-			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			names, err := cl.ListNamespaces(lctx)
-			cancel()
-			ret := hist.Now()
-			if err != nil {
-				hist.Failed(OpRead) // a read that got no answer has no effect
-				continue
-			}
-			hist.ListVia(id, call, ret, names, nodeOf[cl.Leader()])
-		default:
-			kind := OpCreate
-			if r == 3 {
-				kind = OpDelete
-			}
-			call := hist.Now()
-			out := nsWrite(ctx, cl, kind, key, ak)
-			hist.WriteVia(id, kind, key, call, hist.Now(), out, nodeOf[cl.Leader()])
-			if out == Unknown {
-				id = hist.NewClient() // its operation stays open
-			}
-		}
-	}
-}
-
-// nsWrite submits a create or delete with one nonce, retrying until it is
-// acknowledged (the nonce makes the retries one submission; ak records
-// the id), waits for the procedure to be terminal, and says how it ended.
-func nsWrite(ctx context.Context, cl *client.Client, kind OpKind, key string, ak *acked) Outcome {
-	nonce := client.NewNonce()
-	id, err := submitRetrying(ctx, 30*time.Second, func(ctx context.Context) (uint64, error) {
-		if kind == OpCreate {
-			return cl.CreateNamespace(ctx, key, nonce)
-		}
-		return cl.DeleteNamespace(ctx, key, nonce)
-	})
-	if err != nil {
-		return Unknown
-	}
-	ak.add(id, fmt.Sprintf("namespace %v %s", kind, key))
-	p, err := waitTerminal(ctx, cl, id, 60*time.Second)
-	if err != nil {
-		return Unknown
-	}
-	ak.done(id)
-	switch p.GetState() {
-	case client.StateSuccess:
-		return Done
-	case client.StateRolledBack:
-		msg := p.GetError()
-		if kind == OpCreate && strings.HasSuffix(strings.TrimSpace(msg), " exists") {
-			return NoOp
-		}
-		if kind == OpDelete && strings.Contains(msg, "does not exist") {
-			return NoOp
-		}
-	}
-	// Rolled back for another reason: a rollback undoes the procedure,
-	// but "unknown" is the claim that needs no argument.
-	return Unknown
-}
-
-// submitRetrying calls submit (which must reuse one nonce) until it
-// returns an id, for at most within. Errors that no retry can fix end it
-// at once.
-func submitRetrying(ctx context.Context, within time.Duration, submit func(context.Context) (uint64, error)) (uint64, error) {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(wctx, 5*time.Second)
-		id, err := submit(cctx)
-		ccancel()
-		if err == nil {
-			return id, nil
-		}
-		switch status.Code(err) {
-		case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists:
-			return 0, err
-		}
-		select {
-		case <-wctx.Done():
-			return 0, fmt.Errorf("not acknowledged: %w (last: %w)", wctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// waitTerminal waits (at most within) until procedure id is terminal,
-// watching again after each broken watch.
-func waitTerminal(ctx context.Context, cl *client.Client, id uint64, within time.Duration) (*adminpb.Procedure, error) {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	for {
-		p, err := cl.Wait(wctx, id)
-		if err == nil && client.Terminal(p.GetState()) {
-			return p, nil
-		}
-		if wctx.Err() != nil {
-			return nil, fmt.Errorf("procedure %d not terminal: %w", id, errors.Join(err, wctx.Err()))
-		}
-		select {
-		case <-wctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -77,13 +77,10 @@ func Build(dir string, flags ...string) (string, error) {
 // RunWithBinary runs m, the tests of one test binary, with the baton binary
 // they start: BATON_NODE_BIN if set, else one Build makes for this run (under
 // the race detector if BATON_NODE_RACE is set) in a temporary directory named
-// after prefix, removed when m is done. It sets *bin before any test runs and
+// after prefix, removed when m is done, which also holds the released
+// binaries BuildRelease makes. It sets *bin before any test runs and
 // returns m's exit code; call it from TestMain.
 func RunWithBinary(m *testing.M, prefix string, bin *string) int {
-	if b := os.Getenv("BATON_NODE_BIN"); b != "" {
-		*bin = b
-		return m.Run()
-	}
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -95,6 +92,15 @@ func RunWithBinary(m *testing.M, prefix string, bin *string) int {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	// Released binaries (BuildRelease) are built here too, even when the
+	// current one is given.
+	buildDir.Lock()
+	buildDir.path = dir
+	buildDir.Unlock()
+	if b := os.Getenv("BATON_NODE_BIN"); b != "" {
+		*bin = b
+		return m.Run()
 	}
 	var flags []string
 	if os.Getenv("BATON_NODE_RACE") != "" {
@@ -135,6 +141,10 @@ type Options struct {
 	// (e.g. on a small file system a test mounts) instead of under the
 	// cluster's directory. The harness does not remove these.
 	DataDirs map[string]string
+	// Binaries, by node or region server id (n1, rs2), starts that
+	// process with another binary than Binary, e.g. a released one
+	// (BuildRelease); RestartWith and RestartRSWith change it later.
+	Binaries map[string]Binary
 	// TLS runs every channel with mutual TLS: the harness makes a CA in
 	// the cluster's directory (Cluster.PKI), a certificate for each agent
 	// and region server, and one for its own client (baton://client/harness),
@@ -164,6 +174,7 @@ type Node struct {
 type proc struct {
 	p   process.Process
 	uid uint32 // run as this uid (0: as the test)
+	bin Binary // what it runs; guarded by the cluster's mu
 }
 
 // Running reports whether the process is alive (started and not yet
@@ -308,6 +319,7 @@ func New(t testing.TB, opts Options) *Cluster {
 				t.Fatalf("harness: run %s as uid %d: %v", id, n.UID, err)
 			}
 		}
+		n.bin = c.binaryFor(id)
 		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
@@ -329,16 +341,44 @@ func (c *Cluster) peers() string {
 	return strings.Join(p, ",")
 }
 
+// binaryFor is the binary process id starts with (Options.Binaries).
+func (c *Cluster) binaryFor(id string) Binary {
+	if b, ok := c.opts.Binaries[id]; ok {
+		return b
+	}
+	return Binary{Path: c.opts.Binary}
+}
+
+// BinaryOf returns the binary node or region server id runs (or last ran).
+func (c *Cluster) BinaryOf(id string) Binary {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return locked.Load(&c.mu, &n.bin)
+		}
+	}
+	return locked.Load(&c.mu, &c.RegionServer(id).bin)
+}
+
 // Args returns the agent command line of node id (without the binary),
-// identical for first start and restart.
+// identical for first start and restart with the same binary.
 func (c *Cluster) Args(id string) []string {
 	n := c.Node(id)
+	return c.agentArgs(n, locked.Load(&c.mu, &n.bin))
+}
+
+// agentArgs is node n's command line for binary b. A released binary gets
+// only the flags it knows: each flag added since the oldest release is
+// passed to it by its environment variable instead (agentEnv), which the
+// current binary reads and an older one ignores.
+func (c *Cluster) agentArgs(n *Node, b Binary) []string {
 	args := []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
 		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
-		"--peers", c.peers(),
+		"--peers", c.peers()}
+	if b.Release == "" {
 		// Tests read each node's state through /debug/domain (Domain), and
 		// a stuck node's goroutines through /debug/pprof.
-		"--debug-endpoints"}
+		args = append(args, "--debug-endpoints")
+	}
 	if c.pki != nil {
 		// With TLS the agents enforce access control: the harness's own
 		// certificate is the cluster's admin.
@@ -347,9 +387,21 @@ func (c *Cluster) Args(id string) []string {
 	return append(args, c.tlsArgs(security.Identity{Role: security.RoleMaster, ID: n.ID})...)
 }
 
+// agentEnv is what a released binary b is given by environment instead of
+// by a flag it would reject (agentArgs). 0.1.0 serves the debug endpoints
+// unconditionally; a later release reads the variable.
+func agentEnv(b Binary) []string {
+	if b.Release == "" {
+		return nil
+	}
+	return []string{"BATON_DEBUG_ENDPOINTS=1"}
+}
+
 func (c *Cluster) start(n *Node) error {
-	env := append([]string{"BATON_LOG_LEVEL=" + c.opts.LogLevel}, c.opts.Env...)
-	return n.run(n.ID, c.opts.Binary, c.Args(n.ID), env, n.LogPath)
+	b := locked.Load(&c.mu, &n.bin)
+	env := append([]string{"BATON_LOG_LEVEL=" + c.opts.LogLevel}, agentEnv(b)...)
+	env = append(env, c.opts.Env...)
+	return n.run(n.ID, b.Path, c.agentArgs(n, b), env, n.LogPath)
 }
 
 // Node returns the node with this id; it fails the test if there is none.
@@ -602,6 +654,18 @@ func (c *Cluster) Restart(id string) {
 // goroutine.
 func (c *Cluster) RestartErr(id string) error {
 	return c.start(c.Node(id))
+}
+
+// RestartWith starts node id again as Restart does (same id, data
+// directory and addresses), with binary b from now on: an upgrade or a
+// downgrade. The node must have exited (Kill or Term).
+func (c *Cluster) RestartWith(id string, b Binary) {
+	c.t.Helper()
+	n := c.Node(id)
+	c.mu.Lock()
+	n.bin = b
+	c.mu.Unlock()
+	c.must("restart", id, c.start(n))
 }
 
 // WaitUp waits until node id answers /status and knows a leader.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -108,10 +109,11 @@ func (c *Cluster) StartRegionServers(n int, opts RSOptions) []*RegionServer {
 			s.UID = c.opts.UIDBase + 100 + uint32(len(c.RegionServers)+1)
 			s.uid = s.UID
 		}
+		s.bin = c.binaryFor(id)
 		c.mu.Lock()
 		c.RegionServers = append(c.RegionServers, s)
 		c.mu.Unlock()
-		if err := s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath); err != nil {
+		if err := s.run(s.ID, s.bin.Path, s.args, s.env, s.LogPath); err != nil {
 			c.t.Fatalf("harness: start %s: %v", id, err)
 		}
 		out = append(out, s)
@@ -153,12 +155,42 @@ func (c *Cluster) KillRS(id string) {
 	c.must("kill", id, c.RegionServer(id).kill())
 }
 
+// TermRS sends SIGTERM to region server id, the way an operator stops it,
+// and waits for it to exit, at most timeout (then it is killed). It returns
+// the exit code, -1 when it did not exit in time.
+func (c *Cluster) TermRS(id string, timeout time.Duration) int {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	if err := s.p.Signal(syscall.SIGTERM); err != nil {
+		c.t.Fatalf("harness: term %s: %v", id, err)
+	}
+	select {
+	case <-s.p.Done():
+	case <-time.After(timeout):
+		_ = s.p.Kill()
+		return -1
+	}
+	return s.p.ExitCode()
+}
+
 // RestartRS starts region server id again with the same command line (same
 // id and address). The process must have exited.
 func (c *Cluster) RestartRS(id string) {
 	c.t.Helper()
 	s := c.RegionServer(id)
-	c.must("restart", id, s.run(s.ID, c.opts.Binary, s.args, s.env, s.LogPath))
+	c.must("restart", id, s.run(s.ID, locked.Load(&c.mu, &s.bin).Path, s.args, s.env, s.LogPath))
+}
+
+// RestartRSWith starts region server id again as RestartRS does, with
+// binary b from now on. Every region server flag the harness passes is
+// known to every release. The process must have exited.
+func (c *Cluster) RestartRSWith(id string, b Binary) {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	c.mu.Lock()
+	s.bin = b
+	c.mu.Unlock()
+	c.must("restart", id, s.run(s.ID, b.Path, s.args, s.env, s.LogPath))
 }
 
 // PauseRS and ResumeRS send SIGSTOP and SIGCONT to region server id;
