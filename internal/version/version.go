@@ -112,6 +112,11 @@ func (g Gate) Allows(f Format) bool {
 	return g() >= f
 }
 
+// Newest is the Gate of a process whose writes no older binary reads (a
+// standalone executor's store, a test's): it allows this binary's
+// MaxFormat.
+func Newest() Format { return MaxFormat }
+
 // ErrBadRecord is wrapped by the errors of DecodeReport and
 // DecodeClusterFormat for a value they cannot trust.
 var ErrBadRecord = errors.New("version: bad record")
