@@ -39,9 +39,10 @@ const (
 	Format1 Format = 1
 	// Format2 is what 0.2.0 adds that 0.1.0 misreads: ACL revocations
 	// (acl/revoked/), token expiry (expires_ms), token uses
-	// (acl/tokenuse/), the node marks nodes/<id>/admin_addr_proven and
-	// nodes/<id>/removed, and procedure record fields 113 (child
-	// summaries) and 114 (submitter).
+	// (acl/tokenuse/), the node mark nodes/<id>/removed, and procedure
+	// record fields 113 (child summaries) and 114 (submitter).
+	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
+	// at every level: the raise itself needs it, docs/upgrades.md.)
 	Format2 Format = 2
 )
 
