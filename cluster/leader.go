@@ -230,6 +230,9 @@ func (n *Node) establish(ctx context.Context) (err error) {
 		Logger:   n.log.Named("executor"),
 		Metrics:  n.cfg.Metrics,
 		Tracer:   tracectx.Tracer(n.cfg.TracerProvider, procedureScope),
+		// The store is replicated to every member: what the records may
+		// carry is what the oldest of them reads.
+		RecordFormat: n.ClusterFormat,
 	}
 	pcfg.Store = &fencedStore{RaftStore: rs, n: n, term: term}
 	if n.cfg.Executor != nil {

@@ -89,6 +89,11 @@ func TestRemoveLeader(t *testing.T) {
 		}
 		return nil
 	})
+	// The mark that makes a retried removal already_removed is written
+	// once the cluster version allows it.
+	if err := c.WaitClusterFormat(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 
 	decode := func(what, s string) removeStatusDoc {
 		t.Helper()

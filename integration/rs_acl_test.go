@@ -84,6 +84,10 @@ func TestRegionServerAccessControl(t *testing.T) {
 		return served("reader", reader)
 	})
 
+	// A revocation is recorded once the cluster version allows it.
+	if err := c.WaitClusterFormat(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cl.AclRevoke(ctx, "reader"); err != nil {
 		t.Fatal(err)
 	}

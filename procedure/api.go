@@ -162,7 +162,13 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	e.id = x.nextID
 	x.nextID++
 	e.root = e.id
-	e.owner, e.nonce, e.submitter = opts.Owner, opts.Nonce, opts.Submitter
+	e.owner, e.nonce = opts.Owner, opts.Nonce
+	if x.writesFormat2() {
+		// Below format 2 it is not persisted (Config.RecordFormat): not
+		// kept at all, so that the procedure is no one's before a
+		// failover as after it.
+		e.submitter = opts.Submitter
+	}
 	if opts.Timeout > 0 {
 		e.deadline = now.Add(opts.Timeout)
 	}

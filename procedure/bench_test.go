@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
@@ -45,7 +46,7 @@ func runProcs(b *testing.B, st store.Store, workers, clients, n int) time.Durati
 func runProcsTraced(b *testing.B, st store.Store, workers, clients, n int, tracer trace.Tracer) time.Duration {
 	reg := procedure.NewRegistry()
 	reg.MustRegister("noop", 1, func() procedure.Procedure { return &noop{} })
-	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: workers, Tracer: tracer})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: st, Registry: reg, Workers: workers, Tracer: tracer})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func parkedExecutor(b *testing.B, n int) (*procedure.Executor, *prometheus.Regis
 	reg := procedure.NewRegistry()
 	reg.MustRegister("parked", 1, func() procedure.Procedure { return &parked{} })
 	metrics := prometheus.NewRegistry()
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Metrics: metrics})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: store.NewMemStore(), Registry: reg, Metrics: metrics})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -88,6 +89,18 @@ type Config struct {
 	// trace. Default nil: no spans, and no cost (a no-op tracer is treated
 	// as nil).
 	Tracer trace.Tracer
+	// RecordFormat is the cluster version the executor's records are
+	// written at (docs/upgrades.md): the record fields a format level
+	// added are written only once it allows that level, so that a member
+	// of an older release that reads the same store (a RaftStore) never
+	// meets them. Format 2 added a finished root's child summaries (field
+	// 113) and the submitter (field 114): below it a finished root keeps
+	// no summaries (Get of its forgotten descendants answers ErrNotFound,
+	// as for a root an older release finished) and SubmitOptions.Submitter
+	// is not kept (the procedure is no one's, as 0.1.0 leaves it). Default
+	// nil: format 1, what 0.1.0 reads; a process no older binary shares
+	// its store with passes version.Newest.
+	RecordFormat version.Gate
 }
 
 // DefaultWorkers is the default core pool size on this machine.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -269,7 +270,7 @@ func TestOlderVersionLoads(t *testing.T) {
 	mem := store.NewMemStore()
 	r := record{id: 1, root: 1, typeName: "ver", typeVersion: 1, state: Runnable, data: []byte("legacy:7")}
 	_ = mem.Update(store.Proc{ID: 1, Data: r.marshal()})
-	cfg := Config{Store: mem, Registry: NewRegistry(), Env: newDomain(), Workers: 1}
+	cfg := Config{RecordFormat: version.Newest, Store: mem, Registry: NewRegistry(), Env: newDomain(), Workers: 1}
 	cfg.Registry.MustRegister("ver", 2, func() Procedure { return &versioned{} })
 	x := startBare(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -1568,6 +1569,10 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
 	}
+	format2 := x.writesFormat2()
+	if !format2 {
+		r.submitter = ""
+	}
 	var packSummaries func() []byte
 	if r.finishedRoot() {
 		// Written compactly (record.marshal): its history as a list, and
@@ -1575,7 +1580,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		// what it keeps of them (its first terminal write packs it).
 		r.history = e.history.snapshot()
 		r.children = append([]uint64(nil), e.children...)
-		if r.summaries = e.summaries; r.summaries == nil {
+		if r.summaries = e.summaries; r.summaries == nil && format2 {
 			packSummaries = x.childSummariesLocked(e)
 		}
 	}
@@ -1590,6 +1595,12 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 		r.smHistory = append([]int32(nil), m.history...)
 	}
 	return store.Proc{ID: e.id, Data: r.marshal()}, nil
+}
+
+// writesFormat2 says whether the records x writes may carry what format 2
+// added (fSubmitter, fChildSummaries): Config.RecordFormat.
+func (x *Executor) writesFormat2() bool {
+	return x.cfg.RecordFormat.Allows(version.Format2)
 }
 
 func unixNano(t time.Time) int64 {

@@ -270,6 +270,10 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 	}
 	r.ackedAt = unixNano(at)
 	r.noteWrite(x.cfg.Node, now)
+	if !x.writesFormat2() {
+		// Not written back below format 2, whoever wrote them.
+		r.submitter, r.summaries = "", nil
+	}
 	rec := r.marshal()
 	if err := x.store.Update(store.Proc{ID: id, Data: rec}); err != nil {
 		x.setFatal(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/baton-dev/baton/internal/memstat"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -82,7 +83,7 @@ func measureFinishedTrees(tb testing.TB, n, kids int) footprint {
 	reg.MustRegister("fanout", 1, func() Procedure { return &fanoutLike{} })
 	base := memstat.HeapAfterGC()
 	st := store.NewMemStore()
-	x, err := New(Config{Store: st, Registry: reg, Node: "master-1", Workers: 8, Metrics: prometheus.NewRegistry()})
+	x, err := New(Config{RecordFormat: version.Newest, Store: st, Registry: reg, Node: "master-1", Workers: 8, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/tracectx"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -157,7 +158,7 @@ func TestLoadGarbage(t *testing.T) {
 		}
 		func() {
 			d := newDomain()
-			cfg := Config{Store: mem, Registry: lifecycleRegistry(t), Env: d, Workers: 2,
+			cfg := Config{RecordFormat: version.Newest, Store: mem, Registry: lifecycleRegistry(t), Env: d, Workers: 2,
 				RollbackBackoff: time.Millisecond, RollbackBackoffMax: time.Millisecond}
 			x, err := New(cfg)
 			if err != nil {

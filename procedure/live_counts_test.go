@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -210,7 +211,7 @@ func TestLiveCountsFollowTransitions(t *testing.T) {
 	reg := NewRegistry()
 	reg.MustRegister("plan", 1, func() Procedure { return &planProc{} })
 	start := func() *Executor {
-		x, err := New(Config{Store: st, Registry: reg, Clock: mc, Workers: 4, Metrics: prometheus.NewRegistry(),
+		x, err := New(Config{RecordFormat: version.Newest, Store: st, Registry: reg, Clock: mc, Workers: 4, Metrics: prometheus.NewRegistry(),
 			ResultTTL: 20 * time.Second, AckedResultTTL: 5 * time.Second, EvictInterval: time.Hour,
 			RollbackBackoff: time.Second, RollbackBackoffMax: 2 * time.Second})
 		if err != nil {
@@ -409,7 +410,7 @@ func BenchmarkCountStuck(b *testing.B) {
 	const n = 100_000
 	reg := NewRegistry()
 	reg.MustRegister("plan", 1, func() Procedure { return &planProc{} })
-	x, err := New(Config{Store: store.NewMemStore(), Registry: reg})
+	x, err := New(Config{RecordFormat: version.Newest, Store: store.NewMemStore(), Registry: reg})
 	if err != nil {
 		b.Fatal(err)
 	}

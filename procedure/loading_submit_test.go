@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -53,7 +54,7 @@ func TestSubmitWhileLoadingIsRefused(t *testing.T) {
 	// (The stored procedures run and change their records once loaded,
 	// so their images are compared only while the load waits.)
 	gs := &gatedLoadStore{MemStore: mem, loading: make(chan struct{}), release: make(chan struct{})}
-	x, err := New(Config{Store: gs, Registry: lifecycleRegistry(t), Env: newDomain(), Workers: 2,
+	x, err := New(Config{RecordFormat: version.Newest, Store: gs, Registry: lifecycleRegistry(t), Env: newDomain(), Workers: 2,
 		Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -36,7 +37,7 @@ func TestSubmitterIsPersisted(t *testing.T) {
 	mem := store.NewMemStore()
 	gate := make(chan struct{})
 	start := func() *Executor {
-		cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
+		cfg := Config{RecordFormat: version.Newest, Store: mem, Registry: NewRegistry(), Workers: 1}
 		cfg.Registry.MustRegister("gated", 1, func() Procedure { return &gated{gate: gate} })
 		x, err := New(cfg)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
 )
@@ -317,7 +318,7 @@ type harness struct {
 
 func startExecutor(t testing.TB, st store.Store, d *domain, mod func(*Config)) *harness {
 	t.Helper()
-	cfg := Config{Store: st, Registry: testRegistry(t), Env: d, Workers: 4,
+	cfg := Config{RecordFormat: version.Newest, Store: st, Registry: testRegistry(t), Env: d, Workers: 4,
 		RollbackBackoff: time.Millisecond, RollbackBackoffMax: 10 * time.Millisecond,
 		Metrics: prometheus.NewRegistry()}
 	if mod != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -49,7 +50,7 @@ func TestStateUpgrade(t *testing.T) {
 	v2 := record{id: 2, root: 2, typeName: "hosts", typeVersion: 2, state: Runnable, data: v2data}
 	_ = mem.Update(store.Proc{ID: 1, Data: v1.marshal()})
 	_ = mem.Update(store.Proc{ID: 2, Data: v2.marshal()})
-	cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
+	cfg := Config{RecordFormat: version.Newest, Store: mem, Registry: NewRegistry(), Workers: 1}
 	cfg.Registry.MustRegister("hosts", 2, func() Procedure { return &hostsV2{} })
 	x := startBare(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -94,7 +95,7 @@ func TestUpgradedStateIsWhatAFailureStores(t *testing.T) {
 	v1 := record{id: 1, root: 1, typeName: "hosts", typeVersion: 1, state: Runnable, data: []byte(`{"Host":"h1"}`)}
 	_ = mem.Update(store.Proc{ID: 1, Data: v1.marshal()})
 	release := make(chan struct{})
-	cfg := Config{Store: mem, Registry: NewRegistry(), Workers: 1}
+	cfg := Config{RecordFormat: version.Newest, Store: mem, Registry: NewRegistry(), Workers: 1}
 	cfg.Registry.MustRegister("hosts", 2, func() Procedure { return &hostsBroken{release: release} })
 	startBare(t, cfg)
 	var stored Info

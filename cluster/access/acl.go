@@ -2,6 +2,7 @@ package access
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/security"
@@ -29,6 +31,10 @@ type ACL struct {
 	state         Reader
 	clock         clock.Clock
 	initialGrants map[string]security.Permission
+	// format is the committed cluster version: what format 2 added
+	// (revocations, token expiry, token uses) is written only once it
+	// allows it, since a master of 0.1.0 misreads it.
+	format version.Gate
 
 	mu   sync.Mutex
 	uses tokenUses // tokens' last uses noted here
@@ -38,9 +44,28 @@ type ACL struct {
 	bootTold    bool
 }
 
-// NewACL is access control over state, with this master's InitialGrants.
-func NewACL(state Reader, clk clock.Clock, initialGrants map[string]security.Permission) *ACL {
-	return &ACL{state: state, clock: clk, initialGrants: initialGrants}
+// NewACL is access control over state, with this master's InitialGrants,
+// writing what the committed cluster version (format; nil: format 1)
+// allows.
+func NewACL(state Reader, clk clock.Clock, initialGrants map[string]security.Permission, format version.Gate) *ACL {
+	return &ACL{state: state, clock: clk, initialGrants: initialGrants, format: format}
+}
+
+// needFormat2 refuses, FAILED_PRECONDITION, call's write of what format 2
+// added while the cluster version is below it; misread says what a master
+// of an older release would make of it, then, and instead what the caller
+// may do besides finishing the upgrade.
+func (a *ACL) needFormat2(call, what, misread, instead string) error {
+	if a.format.Allows(version.Format2) {
+		return nil
+	}
+	f := version.Format1
+	if a.format != nil {
+		f = a.format()
+	}
+	return status.Errorf(codes.FailedPrecondition, "admin: %s: %s needs the cluster version at %s, and it is %s: %s; "+
+		"finish the upgrade (every master on %s or later; 'baton cluster status' shows the cluster version)%s",
+		call, what, version.Format2, f, misread, version.Release, instead)
 }
 
 // GrantWrites bind client to perm, made by by, and lift a revocation of
@@ -53,10 +78,19 @@ func (a *ACL) GrantWrites(client string, perm security.Permission, by string) ([
 // RevokeWrites unbind client and record by whom it was revoked. The
 // revocation is recorded whether or not this master's InitialGrants list
 // the client: another master's may, and would bind it again when it
-// leads.
-func (a *ACL) RevokeWrites(client, by string) []raftfsm.Mutation {
+// leads. Below cluster version 2 it is refused: 0.1.0 ignores the record,
+// so unbinding alone is what 0.1.0 did, which a 0.1.0 leader undoes from
+// its InitialGrants (no master knows another's), and a 0.1.0 master goes
+// on granting them to the client meanwhile: a revocation that does not
+// hold is worse than none the operator knows of.
+func (a *ACL) RevokeWrites(client, by string) ([]raftfsm.Mutation, error) {
+	if err := a.needFormat2("acl revoke", "a revocation",
+		fmt.Sprintf("a master of 0.1.0 would go on granting client %q its --acl-initial-grants, and bind it again when it leads", client),
+		", then revoke"); err != nil {
+		return nil, err
+	}
 	rev := Revocation{AtMs: a.clock.Now().UnixMilli(), By: by}
-	return []raftfsm.Mutation{raftfsm.Del(CertPrefix + client), raftfsm.Put(RevokedPrefix+client, MustJSON(rev))}
+	return []raftfsm.Mutation{raftfsm.Del(CertPrefix + client), raftfsm.Put(RevokedPrefix+client, MustJSON(rev))}, nil
 }
 
 // DeleteTokenWrites delete the token with accessor and its last use.
@@ -111,8 +145,16 @@ func (a *ACL) TokenPrincipal(tok string) (Principal, error) {
 }
 
 // NewToken makes a token that lasts ttl (0: until deleted): the writes
-// that store it, its accessor and secret, and its entry.
+// that store it, its accessor and secret, and its entry. A ttl is refused
+// below cluster version 2: a master of 0.1.0 ignores the expiry and would
+// accept the token for ever.
 func (a *ACL) NewToken(name string, perm security.Permission, by string, ttl time.Duration) (muts []raftfsm.Mutation, accessor, secret string, e Entry, err error) {
+	if ttl > 0 {
+		if err := a.needFormat2("acl token create", "a token's ttl",
+			"a master of 0.1.0 would accept the token after it expires", ", or make it without a ttl"); err != nil {
+			return nil, "", "", Entry{}, err
+		}
+	}
 	tok, acc, hash, err := security.NewToken()
 	if err != nil {
 		return nil, "", "", Entry{}, err

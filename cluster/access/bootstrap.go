@@ -2,9 +2,11 @@ package access
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/security"
 )
@@ -62,16 +64,27 @@ func (a *ACL) BootRecorded() {
 // recorded as told.
 type PendingBoot struct{ Accessor, Secret string }
 
+// ErrBootstrapWaits is BootstrapWrites' answer while a bootstrap token
+// with a TTL waits for cluster version 2, below which a master of 0.1.0
+// would accept it for ever. A cluster whose members all run this release
+// raises it as soon as each has registered, so the token comes a tick or
+// so later; one that still runs 0.1.0 members (access control turned on
+// mid-upgrade) gets it once the upgrade is done.
+var ErrBootstrapWaits = errors.New("access: the bootstrap token's TTL waits for cluster version 2")
+
 // BootstrapWrites works out, on the leader, what the bootstrap needs: nil
 // when the bootstrap token was made and told; the pending token, with the
 // writes that make it (none if its writes committed already), when this
-// master made it and has yet to tell it.
+// master made it and has yet to tell it; ErrBootstrapWaits.
 func (a *ACL) BootstrapWrites(masterID string, now int64, ttl time.Duration) (*PendingBoot, []raftfsm.Mutation, error) {
 	var rec BootRecord
 	if v, ok := a.state.Get(BootKey); ok {
 		if json.Unmarshal(v, &rec) == nil && rec.Announced {
 			return nil, nil, nil
 		}
+	}
+	if ttl > 0 && !a.format.Allows(version.Format2) {
+		return nil, nil, ErrBootstrapWaits
 	}
 	a.mu.Lock()
 	pending := a.bootPending

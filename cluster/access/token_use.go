@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/raftfsm"
 )
 
@@ -53,7 +54,11 @@ func (a *ACL) TokenLastUse(accessor string) int64 {
 // TokenUseWrites are the writes that bring the replicated last uses up to
 // this master's notes, for the tokens whose record is a grain or more
 // behind. Notes of tokens deleted meanwhile are dropped, never written.
+// Below cluster version 2 nothing is written (0.1.0 would leave the record
+// behind when it deletes the token): the notes wait in memory, and a last
+// use is then this master's own view, lost when it stops.
 func (a *ACL) TokenUseWrites() []raftfsm.Mutation {
+	write := a.format.Allows(version.Format2)
 	a.mu.Lock()
 	notes := make(map[string]int64, len(a.uses.at))
 	for acc, at := range a.uses.at {
@@ -68,7 +73,7 @@ func (a *ACL) TokenUseWrites() []raftfsm.Mutation {
 			a.mu.Unlock()
 			continue
 		}
-		if at-a.persistedTokenUse(acc) < TokenUseGrain.Milliseconds() {
+		if !write || at-a.persistedTokenUse(acc) < TokenUseGrain.Milliseconds() {
 			continue
 		}
 		muts = append(muts, raftfsm.Put(TokenUsePrefix+acc, MustJSON(TokenUse{AtMs: at})))

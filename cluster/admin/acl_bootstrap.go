@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 
 	"github.com/baton-dev/baton/cluster/access"
 )
@@ -20,7 +21,13 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 	muts, granted := s.acl.InitialGrantWrites(s.b.ID(), now)
 	muts = append(muts, s.acl.TokenUseWrites()...)
 	boot, bootMuts, err := s.acl.BootstrapWrites(s.b.ID(), now, s.acc.BootstrapTokenTTL)
-	if err != nil {
+	switch {
+	case errors.Is(err, access.ErrBootstrapWaits):
+		if !s.bootWaitSaid.Swap(true) {
+			s.log.Info("the bootstrap token waits for cluster version 2: a master of 0.1.0 would accept it after its TTL",
+				"cluster_version", clusterFormatOf(s.b), "ttl", s.acc.BootstrapTokenTTL)
+		}
+	case err != nil:
 		s.log.Error("bootstrap token", "error", err)
 		return
 	}

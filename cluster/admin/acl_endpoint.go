@@ -77,7 +77,7 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 	if err := checkClientName("acl revoke", req.GetClient()); err != nil {
 		return nil, err
 	}
-	return aclRemove(s, ctx, s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)),
+	return aclRemove(s, ctx, func() ([]raftfsm.Mutation, error) { return s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)) },
 		relayed(req, adminpb.AdminClient.AclRevoke))
 }
 
@@ -86,14 +86,19 @@ func (s *Server) AclDeleteToken(ctx context.Context, req *adminpb.AclDeleteToken
 	if !security.ValidAccessor(req.GetAccessor()) {
 		return nil, status.Errorf(codes.InvalidArgument, "admin: acl token delete: accessor %q: want the 16 hex digits 'baton acl list' shows", req.GetAccessor())
 	}
-	return aclRemove(s, ctx, access.DeleteTokenWrites(req.GetAccessor()),
+	return aclRemove(s, ctx, func() ([]raftfsm.Mutation, error) { return access.DeleteTokenWrites(req.GetAccessor()), nil },
 		relayed(req, adminpb.AdminClient.AclDeleteToken))
 }
 
-// aclRemove commits muts, whose first deletes the entry removed, in one
-// entry, and says whether that entry existed.
-func aclRemove(s *Server, ctx context.Context, muts []raftfsm.Mutation, remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
+// aclRemove commits the writes of writes (worked out on the leader, whose
+// state says what the cluster version allows), whose first deletes the
+// entry removed, in one entry, and says whether that entry existed.
+func aclRemove(s *Server, ctx context.Context, writes func() ([]raftfsm.Mutation, error), remote func(context.Context, adminpb.AdminClient) (*adminpb.AclRemoveResponse, error)) (*adminpb.AclRemoveResponse, error) {
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclRemoveResponse, error) {
+		muts, err := writes()
+		if err != nil {
+			return nil, nil, err
+		}
 		_, existed := s.b.DomainGet(muts[0].Key)
 		return muts, &adminpb.AclRemoveResponse{Existed: existed}, nil
 	}, remote)

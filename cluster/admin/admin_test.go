@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -112,6 +113,11 @@ func (f *fakeBackend) DomainGet(k string) ([]byte, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.kv[k]
+	if !ok && k == cluster.ClusterFormatKey {
+		// A cluster whose members all run this binary, unless the test
+		// commits another cluster version.
+		return version.EncodeClusterFormat(version.MaxFormat), true
+	}
 	return v, ok
 }
 func (f *fakeBackend) Mutate(_ context.Context, muts []raftfsm.Mutation) error {
@@ -173,7 +179,7 @@ func newExecutor(t *testing.T) (*procedure.Executor, *store.MemStore) {
 		t.Fatal(err)
 	}
 	mem := store.NewMemStore()
-	x, err := procedure.New(procedure.Config{Store: mem, Registry: reg, Workers: 2})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: mem, Registry: reg, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,11 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 				// let the call's audit record (begun before the
 				// handler) commit first, or it would fail.
 				auditStarted(ctx, s.audit)
+			case clusterFormatOf(s.b) < version.Format2:
+				// No mark below cluster version 2 (0.1.0 keeps it
+				// through a join, where it would stand for a removal
+				// that was undone): a retry after a lost answer is
+				// NOT_FOUND, as on 0.1.0.
 			default:
 				// The mark goes first: a removal that commits with
 				// its answer lost is then always taken for one.

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -158,7 +159,7 @@ func serveNode(tb testing.TB, node *cluster.Node, srv *Server, dial grpc.DialOpt
 func converged(t *testing.T, nodes []*testNode) int {
 	t.Helper()
 	leader := -1
-	testwait.For(t, 15*time.Second, "a ready leader and every admin address registered everywhere", func() bool {
+	testwait.For(t, 15*time.Second, "a ready leader, every admin address registered everywhere and the cluster version raised", func() bool {
 		leader = -1
 		for i, n := range nodes {
 			if _, err := n.node.Executor(); err == nil {
@@ -173,6 +174,11 @@ func converged(t *testing.T, nodes []*testNode) int {
 				if v, _ := n.node.FSM().Get(cluster.AdminAddrKey(m.node.ID())); string(v) != m.addr {
 					return false
 				}
+			}
+			// Its members all run this binary: the tests start where an
+			// upgraded cluster runs, writing what its version allows.
+			if n.node.ClusterFormat() != version.MaxFormat {
+				return false
 			}
 		}
 		return true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -69,7 +70,7 @@ func buildManyProcs(tb testing.TB, n int) (*manyProcs, error) {
 		return nil, err
 	}
 	mem := store.NewMemStore()
-	x, err := procedure.New(procedure.Config{Store: mem, Registry: reg, Workers: 4})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: mem, Registry: reg, Workers: 4})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/store"
@@ -55,7 +56,7 @@ func TestProcedureReadsAnswerWhatCommitted(t *testing.T) {
 	}
 	st := &stallingStore{MemStore: store.NewMemStore(), release: make(chan struct{}), held: make(chan struct{})}
 	defer st.open()
-	x, err := procedure.New(procedure.Config{Store: st, Registry: reg, Workers: 2})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: st, Registry: reg, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

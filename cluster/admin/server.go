@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/cluster/diag"
 	"github.com/baton-dev/baton/internal/grpcstop"
 	"github.com/baton-dev/baton/internal/reqlimit"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
@@ -125,6 +126,9 @@ type Server struct {
 	lastReady    string // last readiness reason logged
 	// membershipCheck: a checkMembership is under way.
 	membershipCheck atomic.Bool
+	// bootWaitSaid: the log said once that the bootstrap token waits for
+	// the cluster version (access.ErrBootstrapWaits).
+	bootWaitSaid atomic.Bool
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
@@ -215,7 +219,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 		}
 		s.acc = cfg.Access.withDefaults()
 	}
-	s.acl = access.NewACL(domainReader{b}, s.acc.Clock, s.acc.InitialGrants)
+	s.acl = access.NewACL(domainReader{b}, s.acc.Clock, s.acc.InitialGrants, func() version.Format { return clusterFormatOf(b) })
 	if cfg.Access != nil {
 		var err error
 		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {

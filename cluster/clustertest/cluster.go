@@ -174,8 +174,9 @@ type Cluster struct {
 	closed bool
 }
 
-// New starts a cluster, waits for its leader and its region servers'
-// registrations, and stops it all when the test ends.
+// New starts a cluster, waits for its leader, the cluster version its
+// masters' builds allow and its region servers' registrations, and stops
+// it all when the test ends.
 func New(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	cfg.setDefaults()
@@ -270,6 +271,7 @@ func New(t testing.TB, cfg Config) *Cluster {
 		}
 	}
 	c.WaitLeader()
+	c.waitClusterFormat()
 	for i := range cfg.RegionServers {
 		c.StartRegionServer(fmt.Sprintf("rs%d", i+1))
 	}

@@ -1,6 +1,8 @@
 package clustertest
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/internal/version"
@@ -49,3 +51,26 @@ func (c *Cluster) Wipe(i int) {
 // that calls a masters-only method as another master (or an older
 // release's) would sends it (security.ClusterSecretKey).
 func (c *Cluster) Secret() string { return c.secret }
+
+// waitClusterFormat waits until every master holds the cluster version its
+// masters' builds allow (the lowest MaxFormat of them), which the leader
+// raises once each has registered: a test then starts where a cluster of
+// upgraded members runs, writing what that version allows, unless it holds
+// a master at an older build on purpose (Config.Node setting Build).
+func (c *Cluster) waitClusterFormat() {
+	c.t.Helper()
+	want := version.MaxFormat
+	for _, m := range c.masters {
+		if f := m.cfg.Build.MaxFormat; f != 0 && f < want {
+			want = f
+		}
+	}
+	c.WaitForNil(fmt.Sprintf("cluster version %d on every master", want), func() error {
+		for _, m := range c.masters {
+			if n := m.Node(); n != nil && n.ClusterFormat() < want {
+				return fmt.Errorf("%s holds %d", m.ID, n.ClusterFormat())
+			}
+		}
+		return nil
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -99,7 +100,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("registered %v", got)
 	}
 	mem := store.NewMemStore()
-	x, err := procedure.New(procedure.Config{Store: mem, Registry: reg, Workers: 4})
+	x, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Store: mem, Registry: reg, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

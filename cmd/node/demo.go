@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
@@ -200,7 +201,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister("provision", 1, func() procedure.Procedure { return &provision{} })
 	reg.MustRegister("configure", 1, func() procedure.Procedure { return &configure{} })
 	env := &demoEnv{delay: *delay, out: stdout, json: *asJSON}
-	exec, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: env, Logger: logger})
+	exec, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: env, Logger: logger, RecordFormat: semver.Newest})
 	if err != nil {
 		fmt.Fprintf(stderr, "baton demo: %v\n", err)
 		return 1

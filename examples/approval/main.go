@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
@@ -134,7 +135,7 @@ func run(w io.Writer) error {
 		return err
 	}
 	board := NewBoard()
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Env: board})
+	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Env: board, RecordFormat: version.Newest})
 	if err != nil {
 		return err
 	}

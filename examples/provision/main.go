@@ -16,6 +16,7 @@ import (
 	"os"
 
 	"github.com/baton-dev/baton/examples/provisionproc"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -48,7 +49,7 @@ func run(w io.Writer, dir string) error {
 		return err
 	}
 	dc := provisionproc.NewDatacenter("db-2") // db-2's configuration fails
-	x, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: dc})
+	x, err := procedure.New(procedure.Config{Store: wal, Registry: reg, Env: dc, RecordFormat: version.Newest})
 	if err != nil {
 		return err
 	}

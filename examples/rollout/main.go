@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 	"github.com/baton-dev/baton/store"
@@ -187,7 +188,7 @@ func run(w io.Writer) error {
 	for _, h := range hosts {
 		fl.versions["web/"+h] = "v1"
 	}
-	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Env: fl, Workers: 4})
+	x, err := procedure.New(procedure.Config{Store: store.NewMemStore(), Registry: reg, Env: fl, Workers: 4, RecordFormat: version.Newest})
 	if err != nil {
 		return err
 	}

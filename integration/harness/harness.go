@@ -683,6 +683,34 @@ func (c *Cluster) WaitUp(ctx context.Context, id string) (admin.StatusJSON, erro
 	}
 }
 
+// WaitClusterFormat waits until every node's /status says the cluster
+// version is at least want: the masters then write what that version
+// allows (docs/upgrades.md). The leader raises it once every member has
+// registered its binary, shortly after a cluster of one build starts.
+func (c *Cluster) WaitClusterFormat(ctx context.Context, want uint32) error {
+	for {
+		var last error
+		for _, n := range c.Nodes {
+			st, err := c.Status(ctx, n.ID)
+			if err == nil && st.ClusterFormat < want {
+				err = fmt.Errorf("%s holds cluster version %d", n.ID, st.ClusterFormat)
+			}
+			if err != nil {
+				last = err
+				break
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster version %d: %w (last: %v)", want, ctx.Err(), last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // Signal sends sig to node id's process group (e.g. SIGQUIT, for the Go
 // runtime's goroutine dump in its log).
 func (c *Cluster) Signal(id string, sig syscall.Signal) error {

@@ -39,9 +39,10 @@ const (
 	Format1 Format = 1
 	// Format2 is what 0.2.0 adds that 0.1.0 misreads: ACL revocations
 	// (acl/revoked/), token expiry (expires_ms), token uses
-	// (acl/tokenuse/), the node marks nodes/<id>/admin_addr_proven and
-	// nodes/<id>/removed, and procedure record fields 113 (child
-	// summaries) and 114 (submitter).
+	// (acl/tokenuse/), the node mark nodes/<id>/removed, and procedure
+	// record fields 113 (child summaries) and 114 (submitter).
+	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
+	// at every level: the raise itself needs it, docs/upgrades.md.)
 	Format2 Format = 2
 )
 
@@ -111,6 +112,11 @@ func (g Gate) Allows(f Format) bool {
 	}
 	return g() >= f
 }
+
+// Newest is the Gate of a process whose writes no older binary reads (a
+// standalone executor's store, a test's): it allows this binary's
+// MaxFormat.
+func Newest() Format { return MaxFormat }
 
 // ErrBadRecord is wrapped by the errors of DecodeReport and
 // DecodeClusterFormat for a value they cannot trust.

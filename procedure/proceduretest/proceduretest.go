@@ -58,6 +58,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/locked"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -312,7 +313,7 @@ func (r *runner) start() *procedure.Executor {
 	if err := r.c.Register(reg); err != nil {
 		t.Fatalf("proceduretest: register: %v", err)
 	}
-	cfg := procedure.Config{Workers: 1}
+	cfg := procedure.Config{RecordFormat: version.Newest, Workers: 1}
 	if r.c.Configure != nil {
 		r.c.Configure(&cfg)
 	}

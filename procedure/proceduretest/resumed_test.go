@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -71,7 +72,7 @@ func TestAbortOfAResumedProcedureRollsBackItsLostState(t *testing.T) {
 			if err := cs.Register(reg); err != nil {
 				t.Fatal(err)
 			}
-			x2, err := procedure.New(procedure.Config{Workers: 1, Store: r.store, Registry: reg, Env: r.env})
+			x2, err := procedure.New(procedure.Config{RecordFormat: version.Newest, Workers: 1, Store: r.store, Registry: reg, Env: r.env})
 			if err != nil {
 				t.Fatal(err)
 			}
