@@ -23,6 +23,9 @@ commands:
                                                   pause dispatch and refuse new procedures
                                                   while operators repair (repair kit)
   repairs [--after SEQ]                           the recorded repair commands: who, what, when, outcome
+  upgrade-check [--id ID]                         whether restarting member ID (default: each) on another
+                                                  binary is safe now: caught up, quorum kept, none older
+                                                  than N-1, the leader last (exit 1 if not; docs/upgrades.md)
 
 Every command takes --addr (env BATON_ADDR, default 127.0.0.1:7070), --json
 and --timeout. Run 'baton cluster <command> -h' for its flags.
@@ -32,17 +35,18 @@ func init() {
 	topLevel.add(topCommand{
 		name: "cluster", rank: 40, run: (*cli).cluster,
 		summary: `status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
-maintenance on|off|status, repairs`,
+maintenance on|off|status, repairs, upgrade-check [--id ID]`,
 	})
 }
 
 func (c *cli) cluster(args []string) int {
 	return c.subcommands("cluster", clusterUsage, args, map[string]func([]string) int{
-		"status":      c.clusterStatus,
-		"join":        c.clusterJoin,
-		"remove":      c.clusterRemove,
-		"maintenance": c.clusterMaintenance,
-		"repairs":     c.clusterRepairs,
+		"status":        c.clusterStatus,
+		"join":          c.clusterJoin,
+		"remove":        c.clusterRemove,
+		"maintenance":   c.clusterMaintenance,
+		"repairs":       c.clusterRepairs,
+		"upgrade-check": c.clusterUpgradeCheck,
 	})
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // goldenUsage is the main usage as main.go wrote it by hand before the
-// commands registered themselves: the registry must print it byte for byte.
+// commands registered themselves, with what commands added since (cluster
+// upgrade-check): the registry must print it byte for byte.
 const goldenUsage = `usage: baton <command> [flags]
 
 commands:
@@ -19,7 +20,7 @@ commands:
           submit TYPE [--arg k=v ...] [--nonce N] [--wait], get ID,
           list [--all], wait ID, abort ID, pause ID, resume ID, ack ID
   cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
-          maintenance on|off|status, repairs
+          maintenance on|off|status, repairs, upgrade-check [--id ID]
   ns      create NAME, delete NAME, list
   table   create NAME [--regions N], delete|enable|disable|describe NAME, list
           (NAME or NS:NAME; --namespace NS)

@@ -17,6 +17,7 @@ func TestCommandHelpGoesWhereItBelongs(t *testing.T) {
 		{"rs", "list"}, {"rs", "regions"}, {"balance"}, {"lock", "acquire"},
 		{"region", "assign"}, {"region", "unassign"}, {"rs", "recover"}, {"proc", "cancel"}, {"proc", "bypass"},
 		{"cluster", "maintenance", "on"}, {"cluster", "maintenance", "off"}, {"cluster", "maintenance", "status"}, {"cluster", "repairs"},
+		{"cluster", "upgrade-check"},
 	} {
 		name := strings.Join(cmd, " ")
 		code, stdout, stderr := runCLI(t, nil, append(append([]string(nil), cmd...), "-h")...)

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/testwait"
+	semver "github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// statusMember is a peer of a test status answer. applied is its applied index
+// (the leader's is also its commit index); down: it did not answer.
+type statusMember struct {
+	id       string
+	voter    bool
+	leader   bool
+	down     bool
+	notReady bool
+	applied  uint64
+	version  string // its answer's ("" as 0.1.0 answers)
+	report   string // its committed report
+	format   uint32 // its answer's max_format
+}
+
+func upgradeStatus(answeredBy string, members ...statusMember) *adminpb.ClusterStatusResponse {
+	s := &adminpb.ClusterStatusResponse{NodeId: answeredBy, MembersProbed: true, ClusterFormat: 1}
+	for _, m := range members {
+		p := &adminpb.Peer{Id: m.id, Suffrage: "Voter", Leader: m.leader, Version: m.report, AdminAddress: "127.0.0.1:1"}
+		if !m.voter {
+			p.Suffrage = "Nonvoter"
+		}
+		if m.down {
+			p.Error = "connection refused"
+		} else {
+			st := &adminpb.ClusterStatusResponse{NodeId: m.id, AppliedIndex: m.applied, Ready: !m.notReady, Version: m.version, MaxFormat: m.format}
+			if m.notReady {
+				st.ReadyReason = "catching up"
+			}
+			if m.leader {
+				st.CommitIndex = m.applied
+			}
+			p.Reachable, p.Status = true, st
+		}
+		s.Peers = append(s.Peers, p)
+	}
+	return s
+}
+
+func TestDecideUpgrade(t *testing.T) {
+	const cur, old = "0.2.0-dev", "" // old: a 0.1.0 member answers without a version
+	v := func(id string, leader bool, version string) statusMember {
+		return statusMember{id: id, voter: true, leader: leader, applied: 1000, version: version}
+	}
+	line := semver.Line{Major: 0, Minor: 2}
+	for _, tc := range []struct {
+		name    string
+		members []statusMember
+		id      string
+		safe    bool
+		failed  []string // the checks that fail, in order
+		detail  string   // a failing (or the first) check's detail holds it
+		usage   string   // decideUpgrade refuses id with this
+		perSafe map[string]bool
+	}{
+		{name: "a follower, all current", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
+			id: "m2", safe: true, detail: "within 100 entries of the leader's commit index 1000"},
+		{name: "the leader first", members: []statusMember{v("m1", true, old), v("m2", false, old), v("m3", false, old)},
+			id: "m1", failed: []string{checkLeader}, detail: "m1 leads while other members do not run this binary's release line 0.2 (m2 0.1.0 (reports none), m3 0.1.0 (reports none))"},
+		{name: "the leader last", members: []statusMember{v("m1", true, old), v("m2", false, cur), v("m3", false, "v0.2.0")},
+			id: "m1", safe: true, detail: "its turn is last"},
+		{name: "mixed, an old follower", members: []statusMember{v("m1", true, old), v("m2", false, cur), v("m3", false, old)},
+			id: "m3", safe: true},
+		{name: "one behind by more than the bound", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 899, version: cur}},
+			id: "m2", failed: []string{checkCaughtUp}, detail: "m3 applied 899, 101 behind"},
+		{name: "one behind by the bound", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 900, version: cur}},
+			id: "m2", safe: true},
+		{name: "another not answering", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, down: true}},
+			id: "m2", failed: []string{checkCaughtUp, checkQuorum}, detail: "without m2, 1 of the 3 voters stay healthy (m1); a quorum is 2; m3 not answering: connection refused"},
+		{name: "itself not answering", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, down: true, report: cur}},
+			id: "m3", failed: []string{checkCaughtUp}, detail: "m3 not answering"},
+		{name: "the leader not answering", members: []statusMember{{id: "m1", voter: true, leader: true, down: true}, v("m2", false, cur), v("m3", false, cur)},
+			id: "m2", failed: []string{checkCaughtUp, checkQuorum}, detail: "the leader m1 is not answering"},
+		{name: "no leader known", members: []statusMember{v("m1", false, cur), v("m2", false, cur), v("m3", false, cur)},
+			id: "m2", failed: []string{checkCaughtUp}, detail: "no leader known"},
+		{name: "another not ready", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 1000, notReady: true}},
+			id: "m2", failed: []string{checkQuorum}, detail: "m3 not ready: catching up"},
+		{name: "five voters, one down", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur), v("m4", false, cur), {id: "m5", voter: true, applied: 1000, down: true}},
+			id: "m2", failed: []string{checkCaughtUp}, detail: "m5 not answering"},
+		{name: "a non-voter leaves the quorum alone", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m4", applied: 1000, version: cur}},
+			id: "m4", safe: true},
+		{name: "older than N-1", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, "0.0.9")},
+			id: "m2", failed: []string{checkVersions}, detail: "older than release line 0.1, the oldest this binary (0.2) upgrades from: m3 0.0.9"},
+		{name: "a version that is none, with a format", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 1000, version: "custom-build", format: 2}},
+			id: "m1", safe: true},
+		{name: "a version that is none, without a format", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 1000, version: "custom-build"}},
+			id: "m2", failed: []string{checkVersions}, detail: "m3 custom-build: not a version this binary can place"},
+		{name: "its answer over its report", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, applied: 1000, report: cur}},
+			id: "m1", failed: []string{checkLeader}, detail: "m3 0.1.0 (reports none)"},
+		{name: "its report when not answering", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, down: true, report: "0.0.1"}},
+			id: "m3", failed: []string{checkCaughtUp, checkVersions}, detail: "m3 0.0.1 (last report; not answering)"},
+		{name: "every member", members: []statusMember{v("m1", true, old), v("m2", false, cur), v("m3", false, old)},
+			failed: nil, perSafe: map[string]bool{"m1": false, "m2": true, "m3": true}},
+		{name: "every member, all safe", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
+			safe: true, perSafe: map[string]bool{"m1": true, "m2": true, "m3": true}},
+		{name: "an unknown member", members: []statusMember{v("m1", true, cur), v("m2", false, cur)},
+			id: "m9", usage: `--id "m9" is not a member of the cluster (members, as m1 sees them: m1, m2)`},
+		{name: "an empty cluster", id: "", safe: false, failed: []string{checkCaughtUp}, detail: "no leader known"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc, err := decideUpgrade(upgradeStatus("m1", tc.members...), tc.id, line)
+			if tc.usage != "" {
+				var ue *usageError
+				if err == nil || err.Error() != tc.usage || !errors.As(err, &ue) {
+					t.Fatalf("err %v, want the usage error %q", err, tc.usage)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed []string
+			var details []string
+			for _, c := range doc.Checks {
+				if !c.OK {
+					failed = append(failed, c.Name)
+				}
+				details = append(details, c.Detail)
+			}
+			if doc.Safe != tc.safe || fmt.Sprint(failed) != fmt.Sprint(tc.failed) || !strings.Contains(strings.Join(details, "\n"), tc.detail) {
+				t.Errorf("safe %v, failed %v; want safe %v, failed %v, a detail holding %q; checks:\n%s", doc.Safe, failed, tc.safe, tc.failed, tc.detail, strings.Join(details, "\n"))
+			}
+			if tc.id != "" && len(doc.Checks) != 4 || tc.id == "" && len(doc.Checks) != 2 {
+				t.Errorf("%d checks: %+v", len(doc.Checks), doc.Checks)
+			}
+			for _, m := range doc.Members {
+				if want, ok := tc.perSafe[m.ID]; ok && m.Safe != want {
+					t.Errorf("member %s safe %v, want %v: %+v", m.ID, m.Safe, want, m.Checks)
+				}
+				if m.Safe != allOK(m.Checks) || len(m.Checks) != 4 {
+					t.Errorf("member %s: safe %v, checks %+v", m.ID, m.Safe, m.Checks)
+				}
+			}
+			if len(doc.Members) != len(tc.members) || doc.ReleaseLine != "0.2" || doc.OldestLine != "0.1" || doc.CaughtUpBound != caughtUpBound {
+				t.Errorf("doc %+v", doc)
+			}
+		})
+	}
+}
+
+// upgradeCheckDoc runs cluster upgrade-check --json and decodes it.
+func upgradeCheckDoc(t *testing.T, args ...string) (code int, doc upgradeCheckJSON, stderr string) {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, nil, append([]string{"cluster", "upgrade-check", "--json", "--timeout", "5s"}, args...)...)
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s\nstderr: %s", err, stdout, stderr)
+	}
+	return code, doc, stderr
+}
+
+// TestClusterUpgradeCheck against an in-process cluster: a follower may
+// go, the leader may not while a member runs an older line, an unknown id
+// is bad usage (exit 2), and a dead member makes the next step unsafe.
+func TestClusterUpgradeCheck(t *testing.T) {
+	// Without the domain, a master's answer says the build it was
+	// started as (RestartAs); the domain's backend answers this binary's.
+	fc := clustertest.New(t, clustertest.Config{Masters: 3, NoDomain: true})
+	leader, _ := fc.WaitLeader()
+	follower, other := (leader+1)%3, (leader+2)%3
+	addr := "--addr=" + strings.Join(fc.AdminAddrs(), ",")
+	fid, lid, oid := fc.Master(follower).ID, fc.Master(leader).ID, fc.Master(other).ID
+
+	testwait.ForNil(t, 30*time.Second, "a follower safe to restart", func() error {
+		code, doc, stderr := upgradeCheckDoc(t, addr, "--id", fid)
+		if code != exitOK || !doc.Safe || doc.Member != fid || len(doc.Checks) != 4 || len(doc.Members) != 3 || doc.LeaderID != lid || doc.ClusterFormat == 0 {
+			return fmt.Errorf("exit %d, %+v, stderr %s", code, doc, stderr)
+		}
+		return nil
+	})
+	code, stdout, stderr := runCLI(t, nil, "cluster", "upgrade-check", addr, "--id", fid)
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "safe: "+fid+" may be restarted now") || !strings.Contains(stdout, "  ok  quorum_kept  ") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	// Another follower on the line before (N−1 is fine), which the leader
+	// must wait for. It stands in for 0.1.0, which could not start: the
+	// cluster version was raised as soon as the cluster formed.
+	fc.RestartAs(other, semver.Build{Version: "0.1.9", MaxFormat: semver.MaxFormat})
+	testwait.ForNil(t, 30*time.Second, "the leader told to go last", func() error {
+		code, doc, stderr := upgradeCheckDoc(t, addr, "--id", lid)
+		if code != exitFailed || doc.Safe || doc.Checks[3].Name != checkLeader || doc.Checks[3].OK || !strings.Contains(doc.Checks[3].Detail, oid+" 0.1.9") ||
+			stderr != "baton cluster upgrade-check: not safe to restart "+lid+" now: leader\n" {
+			return fmt.Errorf("exit %d, %+v, stderr %s", code, doc, stderr)
+		}
+		return nil
+	})
+	code, stdout, stderr = runCLI(t, nil, "cluster", "upgrade-check", addr)
+	if code != exitFailed || !strings.Contains(stdout, "no: leader") || !strings.Contains(stderr, "not safe to restart every member now: "+lid) {
+		t.Errorf("every member: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	code, stdout, stderr = runCLI(t, nil, "cluster", "upgrade-check", addr, "--id", "nosuch")
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, `--id "nosuch" is not a member of the cluster`) || !strings.Contains(stderr, "run 'baton cluster upgrade-check -h' for usage") {
+		t.Errorf("unknown id: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	// A member down: restarting another would leave no quorum.
+	fc.Kill(other)
+	testwait.ForNil(t, 30*time.Second, oid+" not answering", func() error {
+		code, doc, stderr := upgradeCheckDoc(t, addr, "--id", fid)
+		if code != exitFailed || doc.Safe || doc.Checks[0].OK || doc.Checks[1].OK || !strings.Contains(doc.Checks[1].Detail, oid+" not answering") {
+			return fmt.Errorf("exit %d, %+v, stderr %s", code, doc, stderr)
+		}
+		return nil
+	})
+
+	// Nobody answers: unavailable, as cluster status says it (exit 3).
+	code, _, stderr = runCLI(t, nil, "cluster", "upgrade-check", "--addr", clustertest.DeadAddr(t), "--timeout", "500ms")
+	if code != exitUnavailable || !strings.Contains(stderr, "UNAVAILABLE") {
+		t.Errorf("no cluster: exit %d, stderr %s", code, stderr)
+	}
+}
