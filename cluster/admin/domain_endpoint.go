@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -100,6 +101,11 @@ type domainBackend struct {
 }
 
 func (b domainBackend) Domain() Domain { return b.d }
+
+// Build passes the wrapped backend's through (builder): the embedded
+// interface would hide it, and the node would then report, and answer
+// ClusterStatus with, this binary's default build instead of its own.
+func (b domainBackend) Build() version.Build { return buildOf(b.Backend) }
 
 // Removed and MarkRemoved pass the wrapped backend's through (remover).
 func (b domainBackend) Removed() bool {
