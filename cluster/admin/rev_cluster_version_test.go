@@ -1,0 +1,208 @@
+package admin_test
+
+// Review tests of the cluster version mechanism (issue 30, item 2).
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/rpcfault"
+	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
+)
+
+// With mutual TLS and access control on (an agent with --tls-* --acl), the
+// leader's probe before a raise must still be answered: the cluster
+// version reaches this binary's level.
+func TestRV30ClusterVersionRisesUnderPKI(t *testing.T) {
+	pki, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clustertest.New(t, clustertest.Config{Masters: 3, PKI: pki, NoDomain: true})
+	c.WaitLeader()
+	waitClusterFormat(t, c, version.MaxFormat)
+}
+
+// f3 stands in for a later binary with a third format level.
+var f3 = version.Build{Version: "0.3.0-standin", MaxFormat: 3}
+
+// The cluster version is never lowered, whatever order two raises computed
+// concurrently by one leader commit in. A raise is computed (reading
+// cluster/format), then the members are probed (up to a second), then the
+// value is written unconditionally: a slow raise to 2 computed before a
+// fast raise to 3 lands after it and lowers the cluster version.
+func TestRV30ConcurrentRaisesNeverLower(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{NoDomain: true, LogLevel: hclog.Debug, Node: func(i int, cfg *cluster.Config) {
+		cfg.Build = f3
+		if i == 2 {
+			cfg.Build = old
+		}
+	}})
+	waitReports(t, c, map[string]version.Format{"m1": 3, "m2": 3, "m3": 1})
+	li, _ := c.WaitLeader()
+	if li == 2 {
+		c.TransferLeadership(0)
+		li, _ = c.WaitLeader()
+	}
+	// m3 upgrades to the binary of level 3, but its registration does not
+	// get through yet: its stored report stays 1.
+	drop := c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/RegisterNode"}, Fault: rpcfault.DropRequest})
+	c.RestartAs(2, f3)
+	li, _ = c.WaitLeader()
+	if li == 2 {
+		t.Skip("m3 leads after its restart")
+	}
+	// The next raise's probes answer late (within the probe budget).
+	slow := c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/ClusterStatus"}, Fault: rpcfault.DelayAnswer, Delay: 700 * time.Millisecond, Times: 2})
+	// A report of 2 left from some earlier registration of m3: the tick
+	// computes a raise to 2 and probes, slowly.
+	c.SeedRecord(cluster.VersionKey("m3"), version.EncodeReport(version.Build{Version: "0.2.0", MaxFormat: 2}))
+	c.WaitFor("the slow probes to start", func() bool { return slow.Fired() >= 2 })
+	// Every value the leader's state takes, in the order applied.
+	var mu sync.Mutex
+	var seen []version.Format
+	stop := c.Master(li).Node().FSM().Observe(&raftfsm.PutObserver{Prefixes: []string{cluster.ClusterFormatKey}, Put: func(_ string, v []byte) {
+		f, _ := version.DecodeClusterFormat(v)
+		mu.Lock()
+		seen = append(seen, f)
+		mu.Unlock()
+	}})
+	defer stop()
+	// m3's registration gets through: a raise to 3, probed at once.
+	drop.Remove()
+	time.Sleep(3 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	highest := version.Format(0)
+	for _, f := range seen {
+		if f < highest {
+			t.Errorf("cluster version lowered from %d to %d (values committed in order: %v)", highest, f, seen)
+		}
+		highest = max(highest, f)
+	}
+	t.Logf("leader %s, values applied %v; log:\n%s", c.Master(li).ID, seen, grepLines(c.Master(li).Log(), "cluster version"))
+	if highest != 3 {
+		t.Fatalf("cluster version reached %d, want 3", highest)
+	}
+}
+
+// The probe before a raise asks the address registered for a member; the
+// answer must be that member's. Here m3 runs a format-1 binary, holds a
+// stale report of 2, and the address registered for it is m2's (m3 moved
+// and its new registration has not got through, the old port now m2's):
+// m2's answer is counted as m3's and the cluster version rises past m3.
+func TestRV30ProbeAnsweredByAnotherMember(t *testing.T) {
+	c := clustertest.New(t, clustertest.Config{NoDomain: true, LogLevel: hclog.Debug, Node: func(i int, cfg *cluster.Config) {
+		if i == 2 {
+			cfg.Build = old
+		}
+	}})
+	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
+	c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/RegisterNode"}, Fault: rpcfault.DropRequest})
+	li, _ := c.WaitLeader()
+	if li == 2 {
+		c.TransferLeadership(0)
+		li, _ = c.WaitLeader()
+	}
+	other := c.Master(1 - li) // the standby that is not m3
+	c.SeedRecords(map[string][]byte{
+		cluster.AdminAddrKey("m3"): []byte(other.AdminAddr()),
+		cluster.VersionKey("m3"):   version.EncodeReport(version.Current("")),
+	})
+	time.Sleep(3 * time.Second)
+	for _, m := range c.Masters() {
+		if got := m.Node().ClusterFormat(); got != version.Format1 {
+			t.Fatalf("%s: cluster version %d while m3 runs format 1 (the probe of m3 was answered by %s)", m.ID, got, other.ID)
+		}
+	}
+}
+
+// A member that joined after the raise with a binary that cannot read the
+// cluster version is tolerated and not ready; it must not become the
+// leader (and run procedures written at a level it cannot read).
+func TestRV30UnreadableMemberDoesNotLead(t *testing.T) {
+	c := versionCluster(t)
+	waitClusterFormat(t, c, version.MaxFormat)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c.Master(2).Node().IsLeader() {
+		c.TransferLeadership(0)
+	}
+	c.Kill(2)
+	leader := c.Leader()
+	if _, err := leader.Admin().RemovePeer(ctx, &adminpb.RemovePeerRequest{Id: "m3"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Wipe(2)
+	m3 := c.RestartAs(2, old)
+	if _, err := leader.Admin().AddPeer(ctx, &adminpb.AddPeerRequest{Id: "m3", RaftAddress: m3.Node().Addr(), AdminAddress: m3.AdminAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor("m3 applied the cluster version", func() bool { return m3.Node().ClusterFormat() == version.MaxFormat })
+	// Try to hand it the leadership.
+	from := c.Leader().Node()
+	err := from.Raft().LeadershipTransferToServer("m3", raft.ServerAddress(m3.Node().Addr())).Error()
+	time.Sleep(2 * time.Second)
+	if m3.Node().IsLeader() {
+		t.Fatalf("m3 (%s, format 1 at most) leads a cluster at %v (transfer: %v)", old.Version, version.MaxFormat, err)
+	}
+	if !strings.Contains(statusOf(t, m3).GetReadyReason(), "format 1") {
+		t.Fatalf("m3 ready reason %q", statusOf(t, m3).GetReadyReason())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// The start check reads the FSM as its local WAL left it, before raft
+// replays the log after it. A WAL that lost its tail (SyncOnRoll: a power
+// loss) while the raft log (fsynced) holds the committed raise lets an old
+// binary start, on a state whose raft log says the cluster is at 2.
+func TestRV30StartRefusedWhenOnlyTheRaftLogHoldsTheRaise(t *testing.T) {
+	c := versionCluster(t, 2)
+	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
+	if c.Master(2).Node().IsLeader() {
+		c.TransferLeadership(0)
+	}
+	c.Kill(2)
+	fsmDir := filepath.Join(c.Master(2).Config().DataDir, "fsm")
+	saved := filepath.Join(t.TempDir(), "fsm")
+	if err := os.CopyFS(saved, os.DirFS(fsmDir)); err != nil {
+		t.Fatal(err)
+	}
+	c.RestartAs(2, version.Build{})
+	waitClusterFormat(t, c, version.MaxFormat)
+	c.Kill(2)
+	// The WAL's tail after the raise is lost; the raft log keeps it.
+	if err := os.RemoveAll(fsmDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(fsmDir, os.DirFS(saved)); err != nil {
+		t.Fatal(err)
+	}
+	err := c.StartAs(2, old)
+	if err == nil {
+		c.WaitFor("m3 applied the raise", func() bool { n := c.Master(2).Node(); return n != nil && n.ClusterFormat() == version.MaxFormat })
+		t.Fatalf("an old binary started on a raft log holding cluster version %d (it runs, not ready: %q)", version.MaxFormat, statusOf(t, c.Master(2)).GetReadyReason())
+	}
+}
