@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -156,6 +157,26 @@ func (b domainBackend) Term() uint64 {
 		return t.Term()
 	}
 	return 0
+}
+
+// Build passes the wrapped backend's through (builder).
+func (b domainBackend) Build() version.Build { return buildOf(b.Backend) }
+
+// LeaderBarrier passes the wrapped backend's through (fencer); without
+// one it answers term 0, which MutateInTerm takes as no fence.
+func (b domainBackend) LeaderBarrier(ctx context.Context) (uint64, error) {
+	if f, ok := b.Backend.(fencer); ok {
+		return f.LeaderBarrier(ctx)
+	}
+	return 0, nil
+}
+
+// MutateInTerm passes the wrapped backend's through (fencer), else Mutate.
+func (b domainBackend) MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error {
+	if f, ok := b.Backend.(fencer); ok {
+		return f.MutateInTerm(ctx, term, muts)
+	}
+	return b.Backend.Mutate(ctx, muts)
 }
 
 // StoredProceduresBefore passes the wrapped backend's through, for

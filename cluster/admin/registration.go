@@ -65,10 +65,8 @@ func (s *Server) tick() {
 		// removed, a leader elected after the last report) are caught
 		// here.
 		mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
-		if muts := s.clusterFormatMutations(mctx, nil); len(muts) > 0 {
-			if err := s.b.Mutate(mctx, muts); err != nil {
-				s.log.Debug("raising the cluster version failed; will retry", "error", err)
-			}
+		if _, err := s.commitWithRaise(mctx, nil, nil); err != nil {
+			s.log.Debug("raising the cluster version failed; will retry", "error", err)
 		}
 		cancel()
 	}

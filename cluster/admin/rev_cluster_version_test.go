@@ -4,8 +4,10 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/internal/version"
@@ -26,7 +29,7 @@ import (
 // With mutual TLS and access control on (an agent with --tls-* --acl), the
 // leader's probe before a raise must still be answered: the cluster
 // version reaches this binary's level.
-func TestRV30ClusterVersionRisesUnderPKI(t *testing.T) {
+func TestClusterVersionRisesUnderPKI(t *testing.T) {
 	pki, err := security.NewTestPKI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -40,11 +43,12 @@ func TestRV30ClusterVersionRisesUnderPKI(t *testing.T) {
 var f3 = version.Build{Version: "0.3.0-standin", MaxFormat: 3}
 
 // The cluster version is never lowered, whatever order two raises computed
-// concurrently by one leader commit in. A raise is computed (reading
+// concurrently by one leader would commit in. A raise is computed (reading
 // cluster/format), then the members are probed (up to a second), then the
-// value is written unconditionally: a slow raise to 2 computed before a
-// fast raise to 3 lands after it and lowers the cluster version.
-func TestRV30ConcurrentRaisesNeverLower(t *testing.T) {
+// value is written: unless raises are one at a time and write only above
+// what is committed after their probes, a slow raise to 2 computed before
+// a fast raise to 3 lands after it and lowers the cluster version.
+func TestConcurrentRaisesNeverLower(t *testing.T) {
 	c := clustertest.New(t, clustertest.Config{NoDomain: true, LogLevel: hclog.Debug, Node: func(i int, cfg *cluster.Config) {
 		cfg.Build = f3
 		if i == 2 {
@@ -83,7 +87,12 @@ func TestRV30ConcurrentRaisesNeverLower(t *testing.T) {
 	defer stop()
 	// m3's registration gets through: a raise to 3, probed at once.
 	drop.Remove()
-	time.Sleep(3 * time.Second)
+	c.WaitFor("the slow raise to 2 and the raise to 3 both applied", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		i := slices.Index(seen, 2)
+		return i >= 0 && slices.Contains(seen[i:], 3)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	highest := version.Format(0)
@@ -205,4 +214,24 @@ func TestRV30StartRefusedWhenOnlyTheRaftLogHoldsTheRaise(t *testing.T) {
 		c.WaitFor("m3 applied the raise", func() bool { n := c.Master(2).Node(); return n != nil && n.ClusterFormat() == version.MaxFormat })
 		t.Fatalf("an old binary started on a raft log holding cluster version %d (it runs, not ready: %q)", version.MaxFormat, statusOf(t, c.Master(2)).GetReadyReason())
 	}
+}
+
+// A raise is fenced to the term its leader read the state in: an entry of
+// a leader deposed while it probed, appended under a later leadership,
+// is refused by every FSM and cannot lower the cluster version.
+func TestStaleTermRaiseRefused(t *testing.T) {
+	c := versionCluster(t)
+	waitClusterFormat(t, c, version.MaxFormat)
+	n := c.Leader().Node()
+	b := admin.NodeBackend(n).(interface {
+		MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stale := n.Raft().CurrentTerm() - 1 // ≥ 1: the bootstrap is term 1, an election after it
+	err := b.MutateInTerm(ctx, stale, []raftfsm.Mutation{raftfsm.Put(cluster.ClusterFormatKey, version.EncodeClusterFormat(version.Format1))})
+	if !errors.Is(err, raftfsm.ErrFenced) {
+		t.Fatalf("a write fenced to term %d under term %d: %v", stale, stale+1, err)
+	}
+	waitClusterFormat(t, c, version.MaxFormat)
 }

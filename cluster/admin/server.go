@@ -125,6 +125,9 @@ type Server struct {
 	lastReady    string // last readiness reason logged
 	// membershipCheck: a checkMembership is under way.
 	membershipCheck atomic.Bool
+	// raiseMu is held by each write of the cluster version, from the read
+	// of the committed value to its commit (commitWithRaise).
+	raiseMu sync.Mutex
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
