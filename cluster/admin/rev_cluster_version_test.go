@@ -112,8 +112,9 @@ func TestConcurrentRaisesNeverLower(t *testing.T) {
 // answer must be that member's. Here m3 runs a format-1 binary, holds a
 // stale report of 2, and the address registered for it is m2's (m3 moved
 // and its new registration has not got through, the old port now m2's):
-// m2's answer is counted as m3's and the cluster version rises past m3.
-func TestRV30ProbeAnsweredByAnotherMember(t *testing.T) {
+// m2's answer must not be counted as m3's, raising the cluster version
+// past m3.
+func TestProbeAnsweredByAnotherMember(t *testing.T) {
 	c := clustertest.New(t, clustertest.Config{NoDomain: true, LogLevel: hclog.Debug, Node: func(i int, cfg *cluster.Config) {
 		if i == 2 {
 			cfg.Build = old
@@ -131,7 +132,9 @@ func TestRV30ProbeAnsweredByAnotherMember(t *testing.T) {
 		cluster.AdminAddrKey("m3"): []byte(other.AdminAddr()),
 		cluster.VersionKey("m3"):   version.EncodeReport(version.Current("")),
 	})
-	time.Sleep(3 * time.Second)
+	c.WaitFor("the leader to ask m3 at m2's address and keep the cluster version", func() bool {
+		return strings.Contains(c.Master(li).Log(), `is answered by \"`+other.ID+`\"`)
+	})
 	for _, m := range c.Masters() {
 		if got := m.Node().ClusterFormat(); got != version.Format1 {
 			t.Fatalf("%s: cluster version %d while m3 runs format 1 (the probe of m3 was answered by %s)", m.ID, got, other.ID)

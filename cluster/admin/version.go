@@ -172,7 +172,8 @@ func (s *Server) raise(ctx context.Context, pending map[string]version.Build) ([
 
 // confirmRaise asks every member other than this one, in parallel, what
 // its binary writes and reads now, and says why not if one does not
-// answer or answers below next (0.1.0 answers without a level: 1).
+// answer, another node answers for it, or it answers below next (0.1.0
+// answers without a level: 1).
 func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, next version.Format) error {
 	me := s.b.ID()
 	errs := make([]error, len(peers))
@@ -193,6 +194,11 @@ func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, n
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("%s: %w", p.ID, err)
+			case st.GetNodeId() != p.ID:
+				// The address registered for p is stale (p moved, its new
+				// registration not through yet) and another node answers
+				// on it: its binary says nothing of p's.
+				errs[i] = fmt.Errorf("%s: %s, its registered admin address, is answered by %q", p.ID, addr, st.GetNodeId())
 			case max(version.Format(st.GetMaxFormat()), version.Format1) < next:
 				errs[i] = fmt.Errorf("%s runs %q, %v at most", p.ID, st.GetVersion(), max(version.Format(st.GetMaxFormat()), version.Format1))
 			}
