@@ -143,9 +143,11 @@ func TestProbeAnsweredByAnotherMember(t *testing.T) {
 }
 
 // A member that joined after the raise with a binary that cannot read the
-// cluster version is tolerated and not ready; it must not become the
-// leader (and run procedures written at a level it cannot read).
-func TestRV30UnreadableMemberDoesNotLead(t *testing.T) {
+// cluster version must not become the leader (and run procedures written
+// at a level it cannot read): once it applies the cluster version it
+// stops, with the error its start on that state gives, naming both
+// versions, and it never establishes leadership, even when handed it.
+func TestUnreadableMemberDoesNotLead(t *testing.T) {
 	c := versionCluster(t)
 	waitClusterFormat(t, c, version.MaxFormat)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -159,20 +161,27 @@ func TestRV30UnreadableMemberDoesNotLead(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Wipe(2)
+	mark := len(c.Master(2).Log())
 	m3 := c.RestartAs(2, old)
 	if _, err := leader.Admin().AddPeer(ctx, &adminpb.AddPeerRequest{Id: "m3", RaftAddress: m3.Node().Addr(), AdminAddress: m3.AdminAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitFor("m3 applied the cluster version", func() bool { return m3.Node().ClusterFormat() == version.MaxFormat })
 	// Try to hand it the leadership.
 	from := c.Leader().Node()
-	err := from.Raft().LeadershipTransferToServer("m3", raft.ServerAddress(m3.Node().Addr())).Error()
-	time.Sleep(2 * time.Second)
-	if m3.Node().IsLeader() {
-		t.Fatalf("m3 (%s, format 1 at most) leads a cluster at %v (transfer: %v)", old.Version, version.MaxFormat, err)
+	terr := from.Raft().LeadershipTransferToServer("m3", raft.ServerAddress(m3.Node().Addr())).Error()
+	c.WaitFor("m3 to stop on the cluster version it cannot read", func() bool { return m3.FailErr() != nil })
+	if err := m3.FailErr(); !strings.Contains(err.Error(), "format 2 (0.2.0)") || !strings.Contains(err.Error(), "format 1 (0.1.0) at most") {
+		t.Fatalf("m3 stopped with %v", err)
 	}
-	if !strings.Contains(statusOf(t, m3).GetReadyReason(), "format 1") {
-		t.Fatalf("m3 ready reason %q", statusOf(t, m3).GetReadyReason())
+	if log := m3.Log()[mark:]; strings.Contains(log, "leadership established") {
+		t.Fatalf("m3 (%s, format 1 at most) led a cluster at %v (transfer: %v):\n%s", old.Version, version.MaxFormat, terr, grepLines(log, "leader"))
+	}
+	if m3.Node().IsLeader() {
+		t.Fatal("m3 stopped as the leader")
+	}
+	nl, _ := c.WaitLeader(2)
+	if got := c.Master(nl).Node().ClusterFormat(); got != version.MaxFormat {
+		t.Fatalf("cluster version %d after m3 stopped", got)
 	}
 }
 
@@ -189,8 +198,10 @@ func grepLines(s, sub string) string {
 // The start check reads the FSM as its local WAL left it, before raft
 // replays the log after it. A WAL that lost its tail (SyncOnRoll: a power
 // loss) while the raft log (fsynced) holds the committed raise lets an old
-// binary start, on a state whose raft log says the cluster is at 2.
-func TestRV30StartRefusedWhenOnlyTheRaftLogHoldsTheRaise(t *testing.T) {
+// binary through the start check, on a state whose raft log says the
+// cluster is at 2: it must then stop as it replays the raise, with the
+// start check's error, naming both versions.
+func TestOldBinaryStopsWhenOnlyTheRaftLogHoldsTheRaise(t *testing.T) {
 	c := versionCluster(t, 2)
 	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
 	if c.Master(2).Node().IsLeader() {
@@ -214,8 +225,11 @@ func TestRV30StartRefusedWhenOnlyTheRaftLogHoldsTheRaise(t *testing.T) {
 	}
 	err := c.StartAs(2, old)
 	if err == nil {
-		c.WaitFor("m3 applied the raise", func() bool { n := c.Master(2).Node(); return n != nil && n.ClusterFormat() == version.MaxFormat })
-		t.Fatalf("an old binary started on a raft log holding cluster version %d (it runs, not ready: %q)", version.MaxFormat, statusOf(t, c.Master(2)).GetReadyReason())
+		c.WaitFor("m3 to stop as it replays the raise", func() bool { return c.Master(2).FailErr() != nil })
+		err = c.Master(2).FailErr()
+	}
+	if !strings.Contains(err.Error(), "format 2 (0.2.0)") || !strings.Contains(err.Error(), "format 1 (0.1.0) at most") {
+		t.Fatalf("an old binary on a raft log holding cluster version %d: %v", version.MaxFormat, err)
 	}
 }
 
