@@ -72,7 +72,20 @@ func (s *Server) tick() {
 	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
-	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) && s.reported(me) {
+	got, _ := s.b.DomainGet(cluster.AdminAddrKey(me))
+	addrs := string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv)
+	leader, _ := s.b.Leader()
+	now := registration{adminAddr: adv, httpAddr: httpAdv, leader: leader, at: time.Now()}
+	marks := s.secretMayGo(me, adv) && s.reported(me)
+	s.mu.Lock()
+	if addrs && marks {
+		// The leader stores them: if they go (a report deleted, another
+		// written over it), register again at once.
+		s.lastRegistered = registration{}
+	}
+	last := s.lastRegistered
+	s.mu.Unlock()
+	if !registerDue(addrs, marks, last, now) {
 		return
 	}
 	ctx, cancel := s.untilStop(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
@@ -83,7 +96,46 @@ func (s *Server) tick() {
 		s.log.Debug("registering admin address failed; will retry", "error", err)
 		return
 	}
-	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
+	s.mu.Lock()
+	s.lastRegistered = now
+	s.mu.Unlock()
+	logf := s.log.Info
+	if last.adminAddr == now.adminAddr && last.httpAddr == now.httpAddr {
+		logf = s.log.Debug // a repeat for what a 0.1.0 leader does not store
+	}
+	logf("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
+}
+
+// registration is a RegisterNode this node sent and the leader took, and
+// whose marks the state has not held since: the addresses it gave, the
+// leader it saw then, and when.
+type registration struct {
+	adminAddr, httpAddr, leader string
+	at                          time.Time
+}
+
+// reRegisterEvery is how often a registration whose addresses the state
+// holds, but not the marks a leader of this release adds (the report of
+// this node's binary, the proof of its address), is sent again.
+const reRegisterEvery = time.Minute
+
+// registerDue says whether the registration tick sends RegisterNode now:
+// addrs says the state holds this node's addresses, marks that it holds
+// its report and its address's proof; last is the last registration the
+// leader took, now the one the tick would send. A 0.1.0 leader stores the
+// addresses and never the marks: sending every tick would not bring them,
+// so once it took a registration, it is sent again only when the
+// addresses or the leader change, or reRegisterEvery later (the leader may
+// have been upgraded in place, under the same id, unseen by this tick).
+func registerDue(addrs, marks bool, last, now registration) bool {
+	switch {
+	case !addrs:
+		return true
+	case marks:
+		return false
+	}
+	return last.adminAddr != now.adminAddr || last.httpAddr != now.httpAddr || last.leader != now.leader ||
+		now.at.Sub(last.at) >= reRegisterEvery
 }
 
 // untilStop is parent bounded by d and also ended when the server

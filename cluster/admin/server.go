@@ -123,6 +123,9 @@ type Server struct {
 	stopCh       chan struct{}
 	loops        sync.WaitGroup
 	lastReady    string // last readiness reason logged
+	// lastRegistered is this node's last registration the leader took
+	// (registerDue).
+	lastRegistered registration
 	// membershipCheck: a checkMembership is under way.
 	membershipCheck atomic.Bool
 	// raiseMu is held by each write of the cluster version, from the read
