@@ -60,16 +60,6 @@ func (s *Server) tick() {
 		s.bootstrapACL(bctx)
 		cancel()
 	}
-	if s.b.IsLeader() {
-		// Membership changes and reports that came another way (a member
-		// removed, a leader elected after the last report) are caught
-		// here.
-		mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
-		if _, err := s.commitWithRaise(mctx, nil, nil); err != nil {
-			s.log.Debug("raising the cluster version failed; will retry", "error", err)
-		}
-		cancel()
-	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
 	got, _ := s.b.DomainGet(cluster.AdminAddrKey(me))

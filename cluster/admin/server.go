@@ -285,8 +285,9 @@ func (s *Server) Start(advertise string) error {
 		return errors.New("admin: no advertised address")
 	}
 	s.started = true
-	s.loops.Add(2)
+	s.loops.Add(3)
 	go s.loop()
+	go s.raiseLoop()
 	go s.watchLeader()
 	if s.audit != nil {
 		s.loops.Add(1)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/version"
@@ -104,6 +105,58 @@ func (s *Server) commitWithRaise(ctx context.Context, muts []raftfsm.Mutation, p
 		err = s.b.Mutate(ctx, muts)
 	}
 	return held, err
+}
+
+// raiseHeldMax bounds raiseLoop's wait while a member keeps the cluster
+// version from rising.
+const raiseHeldMax = 30 * time.Second
+
+// raiseLoop raises the cluster version, on the leader, when what the
+// registrations and removals commit with their own raise did not: a leader
+// elected after the last report, a member that left by other means, a
+// raise a member's probe held back. Off the health tick: a raise probes
+// every member, for up to a second. While a member holds it back (it runs
+// an older binary, or does not answer), the wait doubles up to
+// raiseHeldMax, so a member that stays old is not probed every tick for
+// good.
+func (s *Server) raiseLoop() {
+	defer s.loops.Done()
+	wait := s.cfg.RegisterInterval
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCh:
+			return
+		case <-t.C:
+		}
+		wait = s.raiseTick(wait)
+		t.Reset(wait)
+	}
+}
+
+// raiseTick is one turn of raiseLoop, which waited wait before it: the
+// wait before the next.
+func (s *Server) raiseTick(wait time.Duration) time.Duration {
+	if ok, _ := s.Ready(); !ok || !s.b.IsLeader() {
+		return s.cfg.RegisterInterval
+	}
+	ctx, cancel := s.untilStop(context.Background(), 5*time.Second)
+	defer cancel()
+	held, err := s.commitWithRaise(ctx, nil, nil)
+	if err != nil {
+		s.log.Debug("raising the cluster version failed; will retry", "error", err)
+	}
+	return nextRaiseWait(wait, s.cfg.RegisterInterval, held != nil && err == nil)
+}
+
+// nextRaiseWait is raiseLoop's wait after one of wait: base, or while a
+// member holds the raise back, twice wait up to raiseHeldMax.
+func nextRaiseWait(wait, base time.Duration, held bool) time.Duration {
+	if !held {
+		return base
+	}
+	return max(base, min(2*wait, raiseHeldMax))
 }
 
 // nextClusterFormat is the committed cluster version and the one the
