@@ -86,37 +86,47 @@ func (s *Server) tick() {
 		s.log.Debug("registering admin address failed; will retry", "error", err)
 		return
 	}
+	logf := s.log.Info
+	now.wait = s.cfg.RegisterInterval
+	if last.same(now) {
+		now.wait = min(2*last.wait, reRegisterEvery)
+		logf = s.log.Debug // a repeat for what a 0.1.0 leader does not store
+	}
 	s.mu.Lock()
 	s.lastRegistered = now
 	s.mu.Unlock()
-	logf := s.log.Info
-	if last.adminAddr == now.adminAddr && last.httpAddr == now.httpAddr {
-		logf = s.log.Debug // a repeat for what a 0.1.0 leader does not store
-	}
 	logf("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
 }
 
 // registration is a RegisterNode this node sent and the leader took, and
 // whose marks the state has not held since: the addresses it gave, the
-// leader it saw then, and when.
+// leader it saw then, when, and how long to wait before sending it again.
 type registration struct {
 	adminAddr, httpAddr, leader string
 	at                          time.Time
+	wait                        time.Duration
 }
 
-// reRegisterEvery is how often a registration whose addresses the state
-// holds, but not the marks a leader of this release adds (the report of
-// this node's binary, the proof of its address), is sent again.
+// same says r and o say the same to the same leader.
+func (r registration) same(o registration) bool {
+	return r.adminAddr == o.adminAddr && r.httpAddr == o.httpAddr && r.leader == o.leader
+}
+
+// reRegisterEvery bounds the wait before a registration whose addresses
+// the state holds, but not the marks a leader of this release adds (the
+// report of this node's binary, the proof of its address), is sent again.
 const reRegisterEvery = time.Minute
 
 // registerDue says whether the registration tick sends RegisterNode now:
 // addrs says the state holds this node's addresses, marks that it holds
 // its report and its address's proof; last is the last registration the
 // leader took, now the one the tick would send. A 0.1.0 leader stores the
-// addresses and never the marks: sending every tick would not bring them,
-// so once it took a registration, it is sent again only when the
-// addresses or the leader change, or reRegisterEvery later (the leader may
-// have been upgraded in place, under the same id, unseen by this tick).
+// addresses and never the marks: sending every tick would not bring them.
+// So once a leader took a registration, it is sent again when the
+// addresses or the leader change, else after last's wait, which doubles
+// from the tick's interval with each repeat up to reRegisterEvery. It
+// starts short because this node's state may not have applied what the
+// leader stored when the tick looks, or may hold another write over it.
 func registerDue(addrs, marks bool, last, now registration) bool {
 	switch {
 	case !addrs:
@@ -124,8 +134,7 @@ func registerDue(addrs, marks bool, last, now registration) bool {
 	case marks:
 		return false
 	}
-	return last.adminAddr != now.adminAddr || last.httpAddr != now.httpAddr || last.leader != now.leader ||
-		now.at.Sub(last.at) >= reRegisterEvery
+	return !last.same(now) || now.at.Sub(last.at) >= last.wait
 }
 
 // untilStop is parent bounded by d and also ended when the server
