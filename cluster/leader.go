@@ -114,11 +114,12 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 	established := false
 	storageLogged := false
 	// giveAway hands leadership to another voter because local storage
-	// failed (said once per term of leadership: the failure itself was
-	// logged where it happened).
+	// failed, or the cluster version is one this binary cannot read (said
+	// once per term of leadership: the failure itself was logged where it
+	// happened).
 	giveAway := func(serr error) {
 		if !storageLogged {
-			n.log.Warn("not leading: local storage failed; transferring leadership", "error", serr)
+			n.log.Warn("not leading: "+n.notLeadingWhy()+"; transferring leadership", "error", serr)
 			storageLogged = true
 		}
 		if terr := await(ctx, n.raft.LeadershipTransfer()); terr != nil && ctx.Err() == nil {
@@ -126,7 +127,7 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 		}
 	}
 	for {
-		if serr := n.StorageErr(); serr != nil && !established && !n.isClosed() {
+		if serr := n.mustNotLead(); serr != nil && !established && !n.isClosed() {
 			giveAway(serr)
 			select {
 			case <-ctx.Done():
@@ -165,7 +166,7 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 			if x == nil || n.isClosed() {
 				continue // Shutdown took it
 			}
-			if serr := n.StorageErr(); serr != nil {
+			if serr := n.mustNotLead(); serr != nil {
 				rctx, rcancel := context.WithTimeout(ctx, n.cfg.RevokeTimeout)
 				n.revoke(rctx)
 				rcancel()
@@ -189,6 +190,25 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// mustNotLead is why this node is not to lead, nil if it may: its local
+// storage failed, or it applied a cluster version its binary cannot read
+// (it would misread what the leader's executor loads; the node is
+// stopping, see stopOnUnreadable).
+func (n *Node) mustNotLead() error {
+	if err := n.StorageErr(); err != nil {
+		return err
+	}
+	return n.cannotRead()
+}
+
+// notLeadingWhy says what mustNotLead's error is about.
+func (n *Node) notLeadingWhy() string {
+	if n.StorageErr() == nil && n.cannotRead() != nil {
+		return "the cluster version is above this binary's"
+	}
+	return "local storage failed"
 }
 
 func (n *Node) execTermNow() uint64 { return locked.Load(&n.mu, &n.execTerm) }
@@ -215,6 +235,11 @@ func (n *Node) establish(ctx context.Context) (err error) {
 	// The Barrier must have committed in the term we establish for.
 	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
 		return fmt.Errorf("term changed from %d while establishing: %w", term, n.notLeader())
+	}
+	// The barrier applied what the log held: a cluster version this
+	// binary cannot read may be among it.
+	if err := n.cannotRead(); err != nil {
+		return err
 	}
 	scfg := n.cfg.Store
 	scfg.FenceTerm = term // the FSM refuses this executor's writes in any other term

@@ -122,6 +122,13 @@ type Node struct {
 
 	collector *nodeCollector // registered on cfg.Metrics, nil if not
 
+	// The cluster version this binary cannot read, once applied (version.go).
+	unreadable     chan struct{} // closed when one is applied
+	unreadableOnce sync.Once
+	unreadableAt   atomic.Uint32 // the version.Format applied
+	failed         chan struct{} // closed once the node stopped for it
+	failErr        error         // why; set before failed is closed
+
 	shutdownCh   chan struct{}
 	loopDone     chan struct{}
 	tuneDone     chan struct{} // closed when tuneLogLoop ends; nil if it never ran
@@ -146,6 +153,8 @@ func NewNode(cfg Config) (n *Node, err error) {
 		loopDone:    make(chan struct{}),
 		stopStorage: make(chan struct{}),
 		execChanged: make(chan struct{}),
+		unreadable:  make(chan struct{}),
+		failed:      make(chan struct{}),
 	}
 	// Undo whatever was opened if a later step fails.
 	var closers []func() error
@@ -178,6 +187,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 		return nil, fmt.Errorf("cluster: open FSM: %w", err)
 	}
 	closers = append(closers, n.fsm.Close)
+	// Before raft replays anything into it: the start check below sees
+	// only what the local WAL holds, and the raft log may hold more.
+	n.watchClusterFormat()
 
 	n.fsmDir = filepath.Join(cfg.DataDir, "fsm")
 	logs, stable := cfg.LogStore, cfg.StableStore
@@ -329,6 +341,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 	}
 	go n.monitorLeadership()
+	go n.stopOnUnreadable()
 	if cfg.LogBytesBudget >= 0 {
 		n.tuneDone = make(chan struct{})
 		go n.tuneLogLoop(meter, &logTuner{

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/raftfsm"
 )
 
 // Build is what this node's binary is (Config.Build with its defaults):
@@ -63,8 +65,97 @@ func (n *Node) checkClusterFormat() error {
 		n.log.Warn("the cluster version's record cannot be read; counting it as format 1", "error", err)
 		return nil
 	}
+	return n.unreadableErr(f)
+}
+
+// unreadableErr is why this binary cannot run on cluster version f, naming
+// both; nil if it reads f.
+func (n *Node) unreadableErr(f version.Format) error {
 	if err := version.CheckReadable(f, n.cfg.Build.MaxFormat); err != nil {
 		return fmt.Errorf("cluster: refusing to start %s (%s): %w", n.cfg.ID, n.cfg.Build.Version, err)
 	}
 	return nil
+}
+
+// watchClusterFormat makes every cluster version the FSM applies, or a
+// snapshot installs, pass through noteClusterFormat.
+func (n *Node) watchClusterFormat() {
+	n.fsm.Observe(&raftfsm.PutObserver{
+		Prefixes: []string{ClusterFormatKey},
+		Put: func(key string, v []byte) {
+			if key == ClusterFormatKey {
+				n.noteClusterFormat(v)
+			}
+		},
+		Restored: func() {
+			if v, ok := n.fsm.Get(ClusterFormatKey); ok {
+				n.noteClusterFormat(v)
+			}
+		},
+	})
+}
+
+// noteClusterFormat stops the node, as etcd stops a member that applies a
+// cluster version above its own, when the cluster version v is above this
+// binary's MaxFormat. The start check (checkClusterFormat) sees only the
+// local WAL's state, and entries replayed from the raft log after it, or a
+// member that joins after the raise, bring in what this binary would
+// misread: procedure states and records written at that level. Tolerating
+// it as a member not ready would still let it win an election and lead.
+// Called from the FSM's apply (it must not block).
+func (n *Node) noteClusterFormat(v []byte) {
+	f, err := version.DecodeClusterFormat(v)
+	if err != nil || n.unreadableErr(f) == nil {
+		return // a record that cannot be read counts as format 1
+	}
+	n.unreadableOnce.Do(func() {
+		n.unreadableAt.Store(uint32(f))
+		close(n.unreadable)
+	})
+}
+
+// cannotRead is the error of a cluster version applied that this binary
+// cannot read, nil while none is: such a node neither leads nor runs.
+func (n *Node) cannotRead() error {
+	select {
+	case <-n.unreadable:
+		return n.unreadableErr(version.Format(n.unreadableAt.Load()))
+	default:
+		return nil
+	}
+}
+
+// stopOnUnreadable shuts the node down once it applied a cluster version
+// it cannot read, with the start check's error: the agent exits with it.
+func (n *Node) stopOnUnreadable() {
+	select {
+	case <-n.unreadable:
+	case <-n.shutdownCh:
+		return
+	}
+	err := n.cannotRead()
+	n.log.Error("stopping: the cluster version applied is one this binary cannot read", "error", err)
+	n.failErr = err
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RevokeTimeout)
+	defer cancel()
+	if serr := n.Shutdown(ctx); serr != nil {
+		n.log.Warn("shutdown after an unreadable cluster version", "error", serr)
+	}
+	close(n.failed)
+}
+
+// Failed is closed once the node has stopped on its own: it applied a
+// cluster version its binary cannot read (FailErr says which). A process
+// running the node is to exit with FailErr.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// FailErr is why the node stopped on its own (Failed), naming the cluster
+// version and this binary's; nil until then.
+func (n *Node) FailErr() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
 }

@@ -152,6 +152,14 @@ func (b nodeBackend) notLeader() error {
 }
 
 func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error {
+	return b.MutateInTerm(ctx, 0, muts)
+}
+
+// MutateInTerm is Mutate fenced to Raft term term (0: not fenced): every
+// node's FSM refuses the entry unless it was appended in that term
+// (raftfsm.EncodeFencedProcBatch), so a write computed by the leader of
+// term T never lands under a later leadership, its own regained included.
+func (b nodeBackend) MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error {
 	for _, m := range muts {
 		if m.Key == "" {
 			return procedure.Errorf(procedure.ErrInvalid, "empty domain key")
@@ -160,7 +168,7 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 	if !b.n.IsLeader() {
 		return b.notLeader()
 	}
-	data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: muts})
+	data, err := raftfsm.EncodeFencedProcBatch(term, raftfsm.Write{Mutations: muts})
 	if err != nil {
 		return err
 	}
@@ -185,6 +193,43 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 		return fmt.Errorf("admin: domain write refused: %w", rerr)
 	}
 	return nil
+}
+
+// LeaderBarrier waits until this leader's FSM has applied every entry
+// committed before (a Raft barrier) and returns the term it leads in: what
+// it then reads of the state includes everything any earlier leader
+// committed, and a write fenced to that term (MutateInTerm) commits only
+// while that still holds.
+func (b nodeBackend) LeaderBarrier(ctx context.Context) (uint64, error) {
+	r := b.n.Raft()
+	term := r.CurrentTerm()
+	if !b.n.IsLeader() {
+		return 0, b.notLeader()
+	}
+	f := r.Barrier(b.applyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, fmt.Errorf("admin: barrier: %w", err)
+		}
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	// Leader now and still in term afterwards: the barrier committed in
+	// term, with no later leadership in between.
+	if !b.n.IsLeader() || r.CurrentTerm() != term {
+		return 0, b.notLeader()
+	}
+	return term, nil
+}
+
+// fencer is a Backend that writes fenced to a leader term (nodeBackend);
+// a test's fake need not.
+type fencer interface {
+	LeaderBarrier(ctx context.Context) (uint64, error)
+	MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error
 }
 
 // domainReader is a Backend as access control reads it.

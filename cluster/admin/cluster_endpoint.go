@@ -177,11 +177,8 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 		}
 		// The configuration no longer has id: the cluster version may
 		// rise without it.
-		muts = append(muts, s.clusterFormatMutations(ctx, nil)...)
-		if len(muts) > 0 {
-			if err := s.b.Mutate(ctx, muts); err != nil {
-				return nil, err
-			}
+		if _, err := s.commitWithRaise(ctx, muts, nil); err != nil {
+			return nil, err
 		}
 		return s.clusterStatus(), nil
 	}, relayed(req, adminpb.AdminClient.RemovePeer))
@@ -230,11 +227,8 @@ func (s *Server) RegisterNode(ctx context.Context, req *adminpb.RegisterNodeRequ
 		}
 		// The report and the raise it allows in one entry: a reader that
 		// sees every member's report sees the cluster version they make.
-		muts = append(muts, s.reportMutations(ctx, req.GetId(), version.Build{Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())})...)
-		if len(muts) == 0 {
-			return &adminpb.RegisterNodeResponse{}, nil
-		}
-		if err := s.b.Mutate(ctx, muts); err != nil {
+		rep, pending := s.reportMutations(req.GetId(), version.Build{Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())})
+		if _, err := s.commitWithRaise(ctx, append(muts, rep...), pending); err != nil {
 			return nil, err
 		}
 		return &adminpb.RegisterNodeResponse{}, nil

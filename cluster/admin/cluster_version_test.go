@@ -130,9 +130,9 @@ func TestClusterVersionHeldUntilTheLastUpgrade(t *testing.T) {
 }
 
 // Removing the member that held the cluster version back lets it rise; a
-// member at 1 that joins later does not lower it: it is tolerated, not
-// ready, naming both versions, and its next start is refused until it
-// runs a binary that reads the cluster version.
+// member at 1 that joins later does not lower it: it stops once it applies
+// it, naming both versions, and its next start is refused until it runs a
+// binary that reads the cluster version.
 func TestClusterVersionAfterRemovalAndALateOldJoin(t *testing.T) {
 	c := versionCluster(t, 2)
 	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
@@ -155,10 +155,10 @@ func TestClusterVersionAfterRemovalAndALateOldJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitClusterFormat(t, c, version.MaxFormat) // m3 applied it too; never lowered
-	c.WaitForNil("m3 not ready, naming both versions", func() error {
-		st := statusOf(t, m3)
-		if st.GetReady() || !strings.Contains(st.GetReadyReason(), "format 2 (0.2.0)") || !strings.Contains(st.GetReadyReason(), "format 1 (0.1.0) at most") {
-			return fmt.Errorf("ready %v: %q", st.GetReady(), st.GetReadyReason())
+	c.WaitForNil("m3 stopped, naming both versions", func() error {
+		err := m3.FailErr()
+		if err == nil || !strings.Contains(err.Error(), "format 2 (0.2.0)") || !strings.Contains(err.Error(), "format 1 (0.1.0) at most") {
+			return fmt.Errorf("m3's node: %v", err)
 		}
 		return nil
 	})
@@ -177,11 +177,12 @@ func TestClusterVersionAfterRemovalAndALateOldJoin(t *testing.T) {
 
 // A member whose binary cannot read the committed cluster version refuses
 // to start, naming both; one with a newer level (an unknown future format)
-// committed stands for a downgrade past a raise.
+// committed stands for a downgrade past a raise. The members run a binary
+// of that newer level: one that cannot read it stops once it applies it.
 func TestStartRefusedBelowTheClusterVersion(t *testing.T) {
-	c := versionCluster(t)
-	waitClusterFormat(t, c, version.MaxFormat)
 	future := version.MaxFormat + 1
+	newer := version.Build{Version: "9.9.9", MaxFormat: future}
+	c := clustertest.New(t, clustertest.Config{NoDomain: true, Node: func(_ int, cfg *cluster.Config) { cfg.Build = newer }})
 	c.SeedRecord(cluster.ClusterFormatKey, version.EncodeClusterFormat(future))
 	waitClusterFormat(t, c, future)
 	li, _ := c.WaitLeader()
@@ -194,7 +195,7 @@ func TestStartRefusedBelowTheClusterVersion(t *testing.T) {
 		t.Fatal("the refused master runs")
 	}
 	// A binary that reads it starts.
-	c.RestartAs(i, version.Build{Version: "9.9.9", MaxFormat: future})
+	c.RestartAs(i, newer)
 }
 
 // A 0.1.0 member (or one relayed by a 0.1.0 standby) registers without a

@@ -164,6 +164,23 @@ func (b domainBackend) Term() uint64 {
 	return 0
 }
 
+// LeaderBarrier passes the wrapped backend's through (fencer); without
+// one it answers term 0, which MutateInTerm takes as no fence.
+func (b domainBackend) LeaderBarrier(ctx context.Context) (uint64, error) {
+	if f, ok := b.Backend.(fencer); ok {
+		return f.LeaderBarrier(ctx)
+	}
+	return 0, nil
+}
+
+// MutateInTerm passes the wrapped backend's through (fencer), else Mutate.
+func (b domainBackend) MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error {
+	if f, ok := b.Backend.(fencer); ok {
+		return f.MutateInTerm(ctx, term, muts)
+	}
+	return b.Backend.Mutate(ctx, muts)
+}
+
 // StoredProceduresBefore passes the wrapped backend's through, for
 // listings newest first.
 func (b domainBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) error) error {

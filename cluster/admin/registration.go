@@ -60,21 +60,22 @@ func (s *Server) tick() {
 		s.bootstrapACL(bctx)
 		cancel()
 	}
-	if s.b.IsLeader() {
-		// Membership changes and reports that came another way (a member
-		// removed, a leader elected after the last report) are caught
-		// here.
-		mctx, cancel := s.untilStop(context.Background(), 5*time.Second)
-		if muts := s.clusterFormatMutations(mctx, nil); len(muts) > 0 {
-			if err := s.b.Mutate(mctx, muts); err != nil {
-				s.log.Debug("raising the cluster version failed; will retry", "error", err)
-			}
-		}
-		cancel()
-	}
 	me := s.b.ID()
 	httpAdv := s.cfg.HTTPAddr
-	if got, _ := s.b.DomainGet(cluster.AdminAddrKey(me)); string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv) && s.secretMayGo(me, adv) && s.reported(me) {
+	got, _ := s.b.DomainGet(cluster.AdminAddrKey(me))
+	addrs := string(got) == adv && (httpAdv == "" || s.httpAddr(me) == httpAdv)
+	leader, _ := s.b.Leader()
+	now := registration{adminAddr: adv, httpAddr: httpAdv, leader: leader, at: time.Now()}
+	marks := s.secretMayGo(me, adv) && s.reported(me)
+	s.mu.Lock()
+	if addrs && marks {
+		// The leader stores them: if they go (a report deleted, another
+		// written over it), register again at once.
+		s.lastRegistered = registration{}
+	}
+	last := s.lastRegistered
+	s.mu.Unlock()
+	if !registerDue(addrs, marks, last, now) {
 		return
 	}
 	ctx, cancel := s.untilStop(context.WithValue(context.Background(), noHoldKey{}, true), 5*time.Second)
@@ -85,7 +86,55 @@ func (s *Server) tick() {
 		s.log.Debug("registering admin address failed; will retry", "error", err)
 		return
 	}
-	s.log.Info("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
+	logf := s.log.Info
+	now.wait = s.cfg.RegisterInterval
+	if last.same(now) {
+		now.wait = min(2*last.wait, reRegisterEvery)
+		logf = s.log.Debug // a repeat for what a 0.1.0 leader does not store
+	}
+	s.mu.Lock()
+	s.lastRegistered = now
+	s.mu.Unlock()
+	logf("registered admin address", "id", me, "admin_addr", adv, "http_addr", httpAdv, "version", b.Version, "max_format", uint32(b.MaxFormat))
+}
+
+// registration is a RegisterNode this node sent and the leader took, and
+// whose marks the state has not held since: the addresses it gave, the
+// leader it saw then, when, and how long to wait before sending it again.
+type registration struct {
+	adminAddr, httpAddr, leader string
+	at                          time.Time
+	wait                        time.Duration
+}
+
+// same says r and o say the same to the same leader.
+func (r registration) same(o registration) bool {
+	return r.adminAddr == o.adminAddr && r.httpAddr == o.httpAddr && r.leader == o.leader
+}
+
+// reRegisterEvery bounds the wait before a registration whose addresses
+// the state holds, but not the marks a leader of this release adds (the
+// report of this node's binary, the proof of its address), is sent again.
+const reRegisterEvery = time.Minute
+
+// registerDue says whether the registration tick sends RegisterNode now:
+// addrs says the state holds this node's addresses, marks that it holds
+// its report and its address's proof; last is the last registration the
+// leader took, now the one the tick would send. A 0.1.0 leader stores the
+// addresses and never the marks: sending every tick would not bring them.
+// So once a leader took a registration, it is sent again when the
+// addresses or the leader change, else after last's wait, which doubles
+// from the tick's interval with each repeat up to reRegisterEvery. It
+// starts short because this node's state may not have applied what the
+// leader stored when the tick looks, or may hold another write over it.
+func registerDue(addrs, marks bool, last, now registration) bool {
+	switch {
+	case !addrs:
+		return true
+	case marks:
+		return false
+	}
+	return !last.same(now) || now.at.Sub(last.at) >= last.wait
 }
 
 // untilStop is parent bounded by d and also ended when the server

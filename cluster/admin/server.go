@@ -124,11 +124,17 @@ type Server struct {
 	stopCh       chan struct{}
 	loops        sync.WaitGroup
 	lastReady    string // last readiness reason logged
+	// lastRegistered is this node's last registration the leader took
+	// (registerDue).
+	lastRegistered registration
 	// membershipCheck: a checkMembership is under way.
 	membershipCheck atomic.Bool
 	// bootWaitSaid: the log said once that the bootstrap token waits for
 	// the cluster version (access.ErrBootstrapWaits).
 	bootWaitSaid atomic.Bool
+	// raiseMu is held by each write of the cluster version, from the read
+	// of the committed value to its commit (commitWithRaise).
+	raiseMu sync.Mutex
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
@@ -283,8 +289,9 @@ func (s *Server) Start(advertise string) error {
 		return errors.New("admin: no advertised address")
 	}
 	s.started = true
-	s.loops.Add(2)
+	s.loops.Add(3)
 	go s.loop()
+	go s.raiseLoop()
 	go s.watchLeader()
 	if s.audit != nil {
 		s.loops.Add(1)

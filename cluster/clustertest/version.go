@@ -74,3 +74,14 @@ func (c *Cluster) waitClusterFormat() {
 		return nil
 	})
 }
+
+// FailErr is why the master's node stopped on its own (cluster.Node.Failed:
+// it applied a cluster version its binary cannot read), nil while it runs
+// or if it was stopped otherwise. The master's node stays as it stopped
+// until the test kills or restarts it.
+func (m *Master) FailErr() error {
+	if n := m.Node(); n != nil {
+		return n.FailErr()
+	}
+	return nil
+}

@@ -99,6 +99,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	select {
 	case <-ctx.Done():
 	case runErr = <-a.serveErr:
+	case <-a.node.Failed():
+		// It applied a cluster version this binary cannot read: exit with
+		// the error a start on that state gives.
+		runErr = a.node.FailErr()
 	}
 	a.shutdown()
 	return runErr
