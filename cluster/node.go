@@ -83,6 +83,9 @@ func (e *NotLeaderError) Is(target error) bool { return target == raft.ErrNotLea
 // Node is one master: a Raft member running the replicated FSM, and, while
 // it is the leader, the procedure executor. See the package documentation.
 type Node struct {
+	// formatMemo is ClusterFormat's last decoded record (version.go).
+	formatMemo atomic.Pointer[formatMemo]
+
 	cfg    Config
 	log    hclog.Logger
 	raft   *raft.Raft

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -19,8 +20,27 @@ func (n *Node) Build() version.Build { return n.cfg.Build }
 // ask; a standby reads the same value as the leader once it has applied
 // the raise.
 func (n *Node) ClusterFormat() version.Format {
-	f, _ := ReadClusterFormat(n.fsm.Get)
+	v, ok := n.fsm.Get(ClusterFormatKey)
+	if !ok {
+		return version.Format1
+	}
+	// Asked on every procedure record the executor writes: the record is
+	// decoded again only when its bytes change (a raise), not per write.
+	if m := n.formatMemo.Load(); m != nil && bytes.Equal(m.raw, v) {
+		return m.format
+	}
+	f, err := version.DecodeClusterFormat(v)
+	if err != nil {
+		return version.Format1
+	}
+	n.formatMemo.Store(&formatMemo{raw: bytes.Clone(v), format: f})
 	return f
+}
+
+// formatMemo is the last cluster version record ClusterFormat decoded.
+type formatMemo struct {
+	raw    []byte
+	format version.Format
 }
 
 // ReadClusterFormat reads the committed cluster version through get (a
