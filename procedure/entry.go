@@ -66,7 +66,14 @@ type entry struct {
 	resumed bool
 	// goodState is the type's state as last serialised: written in its
 	// place when a later state cannot be (Executor.persist).
-	goodState  []byte
+	goodState []byte
+	// goodVersion is the version of the type's state goodState is in.
+	goodVersion int
+	// stateVersion is the lowest version of its type's state e may be
+	// written at from now on (Executor.stateVersionOf): the version it
+	// was last written or loaded at, or that a step was told.
+	stateVersion int
+
 	waitNote   string   // the Because of the current suspension
 	progress   Progress // as its Progressor last said (see Progressor)
 	childLatch int

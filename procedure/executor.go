@@ -1441,7 +1441,7 @@ func (x *Executor) Wake(ev *scheduler.Event) { x.sched.WakeEvent(ev) }
 func (x *Executor) persist(e *entry) bool {
 	rec, err := x.encode(e)
 	if err != nil {
-		rec, err = x.encodeWith(e, x.unserialisable(e, err))
+		rec, err = x.encodeWith(e, x.unserialisable(e, err), e.goodVersion)
 		if err != nil {
 			x.setFatal(err)
 			return false
@@ -1523,17 +1523,32 @@ func (x *Executor) notify(e *entry) {
 	}
 }
 
-// encode builds e's record, serialising the procedure's own state.
+// encode builds e's record, serialising the procedure's own state at the
+// version the cluster version allows (stateVersionOf).
 func (x *Executor) encode(e *entry) (store.Proc, error) {
-	data, err := marshalState(e.proc)
+	v := x.stateVersionOf(e)
+	data, err := marshalStateAt(e.proc, e.ti, v)
 	if err != nil {
 		return store.Proc{}, err
 	}
-	e.goodState = data // only its holder encodes e: no lock needed
-	return x.encodeWith(e, data)
+	e.goodState, e.goodVersion = data, v // only its holder encodes e: no lock needed
+	return x.encodeWith(e, data, v)
 }
 
-func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
+// stateVersionOf is the version of its type's state e is written at
+// now: the newest the cluster version allows (TypeOptions.Since), and
+// never below one e was written at or a step of it was told
+// (Context.StateVersion), which it records. Only e's holder calls it.
+// Not lowered because the gate reads lower (a corrupt cluster version
+// counts as format 1): a state written at the newer version may be one
+// the older cannot hold.
+func (x *Executor) stateVersionOf(e *entry) int {
+	e.stateVersion = max(e.stateVersion, e.ti.writeVersion(x.cfg.RecordFormat))
+	return e.stateVersion
+}
+
+// encodeWith builds e's record with data, version v of its type's state.
+func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) {
 	// The state machine is read first: it belongs to whoever claimed the
 	// procedure (the caller), not to x.mu.
 	sm, isSM := e.proc.(stateMachineProcedure)
@@ -1557,7 +1572,7 @@ func (x *Executor) encodeWith(e *entry, data []byte) (store.Proc, error) {
 	}, e.submitted)
 	histEnc, histLast := e.history.encoded()
 	r := record{
-		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: e.ti.version,
+		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: v,
 		state: e.state, owner: e.owner, nonce: e.nonce, submitter: e.submitter,
 		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
 		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),

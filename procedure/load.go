@@ -241,13 +241,16 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 		runs: r.runs, history: loadedHistory(r.history, fromUnixNano(r.submitted)),
 		traceCtx: r.trace,
 	}
+	// Never written again below the version it was written at.
+	e.stateVersion, e.goodVersion = max(r.typeVersion, 1), r.typeVersion
 	if !r.finishedRoot() {
 		e.goodState = r.data
-		if r.typeVersion < ti.version {
+		if v := x.stateVersionOf(e); r.typeVersion != v {
 			// Upgraded on load: what a later write falls back to must be
-			// in the current version's shape, which it is labelled with.
-			if data, err := marshalState(p); err == nil {
-				e.goodState = data
+			// in the shape of the version it is labelled with, the one
+			// written now.
+			if data, err := marshalStateAt(p, ti, v); err == nil {
+				e.goodState, e.goodVersion = data, v
 			}
 		}
 		e.resumed = !r.state.Terminal()

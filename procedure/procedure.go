@@ -119,6 +119,19 @@ type StateUnmarshaler interface {
 	UnmarshalState(version int, data []byte) error
 }
 
+// StateDowngrader is implemented by a type registered with
+// TypeOptions.Since: a version of its state that a format level
+// introduced is written only once the cluster version allows that level,
+// and until then DowngradeState serialises the state as version to (< the
+// registered version) wrote it, byte for byte what that version's binary
+// would write for the same state, so that a member still running it can
+// load the procedure. Context.StateVersion tells the type's steps which
+// version is written: the state must then be one version to can hold
+// (see "Versions" in the package doc).
+type StateDowngrader interface {
+	DowngradeState(to int) ([]byte, error)
+}
+
 // StateUpgrader is implemented by a procedure whose state is a plain
 // struct (persisted with encoding/json) that changed shape between
 // versions of its type (Registry.Register's version, which the type's
@@ -498,6 +511,17 @@ func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error
 // Attempt is the number of consecutive times the current state (for a state
 // machine) or step has run; useful with Backoff.
 func (c *Context) Attempt() int { return int(c.repeats) + 1 }
+
+// StateVersion is the version of its type's state that the procedure's
+// next write stores: the registered version, or an older one while the
+// cluster version is below the level that introduced it
+// (TypeOptions.Since). It never goes down for a procedure, and asking
+// fixes it: every later write of the procedure stores at least this
+// version. A step told an older version must leave the procedure in a
+// state that version holds: a state machine does not move to a state a
+// newer version added, and nothing depends on a field the older shape
+// lacks (its StateDowngrader drops it).
+func (c *Context) StateVersion() int { return c.x.stateVersionOf(c.e) }
 
 // Errors returned by the executor.
 var (

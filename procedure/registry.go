@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // Registry maps procedure type names to factories, so persisted procedures
@@ -19,6 +21,10 @@ type Registry struct {
 type typeInfo struct {
 	name    string
 	version int
+	// since[v] is the format level from which state version v may be
+	// written (TypeOptions.Since), for v in 1..version; nil when every
+	// version is written at every level.
+	since   []version.Format
 	factory func() Procedure
 	// Span names of its steps and rollback steps, made once rather than
 	// at every traced step.
@@ -35,6 +41,32 @@ func NewRegistry() *Registry {
 // (see the package doc). factory returns a new, empty procedure, always of
 // the same Go type, which must be a pointer so state can be decoded into it.
 func (r *Registry) Register(name string, version int, factory func() Procedure) error {
+	return r.RegisterWith(name, TypeOptions{Version: version}, factory)
+}
+
+// TypeOptions is how a type is registered (RegisterWith).
+type TypeOptions struct {
+	// Version is the newest version of the state this binary reads and
+	// writes (≥ 1), Register's version.
+	Version int
+	// Since maps a state version above 1 to the format level that
+	// introduced it: while the cluster version (Config.RecordFormat) is
+	// below that level, so that a member of an older release may load
+	// the procedure, the executor writes the newest version the cluster
+	// version allows instead, through the type's StateDowngrader. A
+	// version not listed takes the level of the version before it (a
+	// change every older version's binary reads needs no entry); levels
+	// may not go down as versions go up. Empty: Version is written at
+	// every level, as Register does.
+	Since map[int]version.Format
+}
+
+// RegisterWith is Register with options: a type whose newer state an
+// older release cannot read says from which format level each version
+// may be written (TypeOptions.Since), and implements StateDowngrader to
+// write the older shape until then. See "Versions" in the package doc.
+func (r *Registry) RegisterWith(name string, opts TypeOptions, factory func() Procedure) error {
+	version := opts.Version
 	if name == "" {
 		return fmt.Errorf("%w: empty type name", ErrInvalid)
 	}
@@ -55,6 +87,14 @@ func (r *Registry) Register(name string, version int, factory func() Procedure) 
 	if err := checkRunnable(sample); err != nil {
 		return fmt.Errorf("%w: type %q: %v", ErrInvalid, name, err)
 	}
+	since, err := sinceLevels(version, opts.Since)
+	if err != nil {
+		return fmt.Errorf("%w: type %q: %v", ErrInvalid, name, err)
+	}
+	if _, ok := sample.(StateDowngrader); since != nil && !ok {
+		return fmt.Errorf("%w: type %q: version %d is written only from %v, but %T is no StateDowngrader to write version %d before",
+			ErrInvalid, name, version, since[version], sample, version-1)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.byName[name]; dup {
@@ -66,10 +106,50 @@ func (r *Registry) Register(name string, version int, factory func() Procedure) 
 	if len(r.byName) >= maxTypes {
 		return fmt.Errorf("%w: type %q: a registry holds at most %d types", ErrInvalid, name, maxTypes)
 	}
-	ti := &typeInfo{name: name, version: version, factory: factory, stepSpan: name + " step", rollbackSpan: name + " rollback"}
+	ti := &typeInfo{name: name, version: version, since: since, factory: factory, stepSpan: name + " step", rollbackSpan: name + " rollback"}
 	r.byName[name] = ti
 	r.byType[t] = ti
 	return nil
+}
+
+// sinceLevels is TypeOptions.Since as typeInfo.since: the level of
+// each version 1..current, nil when every one is written at level 1.
+func sinceLevels(current int, since map[int]version.Format) ([]version.Format, error) {
+	out := make([]version.Format, current+1)
+	out[1] = version.Format1
+	gated := false
+	for v := 2; v <= current; v++ {
+		out[v] = out[v-1]
+		if f, ok := since[v]; ok {
+			if f < out[v-1] {
+				return nil, fmt.Errorf("version %d from %v, before version %d (%v)", v, f, v-1, out[v-1])
+			}
+			out[v] = f
+		}
+		gated = gated || out[v] > version.Format1
+	}
+	for v := range since {
+		if v < 2 || v > current {
+			return nil, fmt.Errorf("Since names version %d, want 2..%d (version 1 is written at every level)", v, current)
+		}
+	}
+	if !gated {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// writeVersion is the newest state version of ti that gate allows
+// writing.
+func (ti *typeInfo) writeVersion(gate version.Gate) int {
+	v := ti.version
+	if ti.since == nil {
+		return v
+	}
+	for v > 1 && !gate.Allows(ti.since[v]) {
+		v--
+	}
+	return v
 }
 
 // MustRegister is Register for program start-up: it panics on error.
@@ -180,6 +260,19 @@ func checkRunnable(p Procedure) error {
 		return fmt.Errorf("%T implements neither Stepper nor StateSteps with an embedded StateMachine", p)
 	}
 	return nil
+}
+
+// marshalStateAt serialises p's state as version v of its type (ti),
+// through its StateDowngrader when v is older than ti's.
+func marshalStateAt(p Procedure, ti *typeInfo, v int) ([]byte, error) {
+	if v < ti.version {
+		d, ok := p.(StateDowngrader)
+		if !ok {
+			return nil, fmt.Errorf("%T cannot write version %d of its state: no StateDowngrader", p, v)
+		}
+		return d.DowngradeState(v)
+	}
+	return marshalState(p)
 }
 
 func marshalState(p Procedure) ([]byte, error) {
