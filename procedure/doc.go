@@ -141,12 +141,22 @@
 // # Versions
 //
 // The rule for evolving a procedure type: the version registered is the
-// version this binary writes; it must read the state of every older version.
+// version this binary writes (once the cluster version allows it, below);
+// it must read the state of every older version.
 // On load, UnmarshalState receives the version that wrote the state (with
 // the default JSON encoding, added fields read as zero and removed ones are
 // ignored, so compatible changes need no code). A procedure written by a
 // newer version than the one registered is not loaded: it is reported and
-// kept until a binary that knows it starts. The framework's own record is
+// kept until a binary that knows it starts. A version an older release
+// cannot read is registered with the format level that introduced it
+// (RegisterWith, TypeOptions.Since): until the cluster version
+// (Config.RecordFormat) reaches that level, the executor writes the older
+// version through the type's StateDowngrader, and Context.StateVersion
+// tells the steps which version they write: while it is the older one, a
+// step leaves the procedure in a state that version holds (no state
+// machine state, and no field, that only the newer version has), so that
+// a member of the older release can resume it after a failover. A
+// procedure's version never goes down. The framework's own record is
 // protobuf wire format; unknown fields are skipped, so framework upgrades
 // stay loadable in both directions.
 package procedure

@@ -37,7 +37,9 @@ func NewRegistry() *Registry {
 }
 
 // Register adds a procedure type. version is the version of the state this
-// binary writes (≥ 1); the type must be able to decode every older version
+// binary writes (≥ 1), at every cluster version (RegisterWith writes a
+// newer one only once the cluster version allows it); the type must be
+// able to decode every older version
 // (see the package doc). factory returns a new, empty procedure, always of
 // the same Go type, which must be a pointer so state can be decoded into it.
 func (r *Registry) Register(name string, version int, factory func() Procedure) error {
