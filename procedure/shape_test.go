@@ -52,29 +52,35 @@ type shapeV1 struct {
 func (p *shapeV1) InitialState() int32 { return shPrepare }
 
 func (p *shapeV1) ExecuteState(ctx *Context, s int32) (Flow, error) {
-	if s == p.park {
+	if s == shPrepare && s != p.park {
+		ctx.Env.(*domain).do(p.Name + "/prepare")
+		p.Count = 1
+		p.SetNextState(shApply)
+		return HasMoreState, nil
+	}
+	return shapeStep(ctx, &p.StateMachine, p.park, p.Name, &p.Count, s)
+}
+
+// shapeStep runs what both builds do alike: park, and the states apply
+// and finish (total is Count, or Total).
+func shapeStep(ctx *Context, m *StateMachine, park int32, name string, total *int, s int32) (Flow, error) {
+	if s == park {
 		ctx.Suspend(OnEvent(scheduler.NewEvent("park")))
 		return HasMoreState, nil
 	}
-	d := ctx.Env.(*domain)
 	switch s {
-	case shPrepare:
-		d.do(p.Name + "/prepare")
-		p.Count = 1
-		p.SetNextState(shApply)
 	case shApply:
-		d.do(p.Name + "/apply")
-		p.Count += 10
-		p.SetNextState(shFinish)
+		ctx.Env.(*domain).do(name + "/apply")
+		*total += 10
+		m.SetNextState(shFinish)
+		return HasMoreState, nil
 	case shFinish:
-		d.do(p.Name + "/finish")
-		p.Count += 100
-		ctx.SetResult(fmt.Appendf(nil, "%s total=%d", p.Name, p.Count))
+		ctx.Env.(*domain).do(name + "/finish")
+		*total += 100
+		ctx.SetResult(fmt.Appendf(nil, "%s total=%d", name, *total))
 		return NoMoreState, nil
-	default:
-		return NoMoreState, fmt.Errorf("shape v1: no state %d", s)
 	}
-	return HasMoreState, nil
+	return NoMoreState, fmt.Errorf("shape: no state %d", s)
 }
 
 func (p *shapeV1) RollbackState(ctx *Context, s int32) error { return nil }
@@ -95,13 +101,11 @@ func (p *shapeV2) InitialState() int32 { return shPrepare }
 
 func (p *shapeV2) ExecuteState(ctx *Context, s int32) (Flow, error) {
 	if s == p.park {
-		ctx.Suspend(OnEvent(scheduler.NewEvent("park")))
-		return HasMoreState, nil
+		return shapeStep(ctx, &p.StateMachine, p.park, p.Name, &p.Total, s)
 	}
-	d := ctx.Env.(*domain)
 	switch s {
 	case shPrepare:
-		d.do(p.Name + "/prepare")
+		ctx.Env.(*domain).do(p.Name + "/prepare")
 		p.Total = 1
 		if ctx.StateVersion() >= 2 {
 			p.SetNextState(shVerify)
@@ -111,20 +115,11 @@ func (p *shapeV2) ExecuteState(ctx *Context, s int32) (Flow, error) {
 			p.SetNextState(shApply)
 		}
 	case shVerify:
-		d.do(p.Name + "/verify")
+		ctx.Env.(*domain).do(p.Name + "/verify")
 		p.Checked = true
 		p.SetNextState(shApply)
-	case shApply:
-		d.do(p.Name + "/apply")
-		p.Total += 10
-		p.SetNextState(shFinish)
-	case shFinish:
-		d.do(p.Name + "/finish")
-		p.Total += 100
-		ctx.SetResult(fmt.Appendf(nil, "%s total=%d", p.Name, p.Total))
-		return NoMoreState, nil
 	default:
-		return NoMoreState, fmt.Errorf("shape v2: no state %d", s)
+		return shapeStep(ctx, &p.StateMachine, p.park, p.Name, &p.Total, s)
 	}
 	return HasMoreState, nil
 }
@@ -372,9 +367,9 @@ func TestShapeVersionNeverLowered(t *testing.T) {
 // mustRecord is procedure id's stored record; the test fails without one.
 func mustRecord(t *testing.T, st store.Store, id uint64) record {
 	t.Helper()
-	r, ok := storedRecord(t, st, id)
-	if !ok {
-		t.Fatalf("procedure %d not stored", id)
+	var r record
+	if err := r.unmarshal(stored(t, st, id)); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }
