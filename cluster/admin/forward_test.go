@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -165,8 +166,9 @@ func standby(t *testing.T, leaderAddr string, cfg Config) (*Server, *fakeBackend
 }
 
 // serve serves s on a fresh listener, registered as m0's admin address
-// (so it does not register itself), and returns a client of it and the
-// address.
+// with its binary's report beside it (so it does not register itself: a
+// registration forwarded meanwhile would count among the calls a test
+// waits to see forwarded), and returns a client of it and the address.
 func serve(t *testing.T, s *Server, b *fakeBackend) (adminpb.AdminClient, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -176,6 +178,7 @@ func serve(t *testing.T, s *Server, b *fakeBackend) (adminpb.AdminClient, string
 	addr := lis.Addr().String()
 	b.mu.Lock()
 	b.kv[cluster.AdminAddrKey("m0")] = []byte(addr)
+	b.kv[cluster.VersionKey("m0")] = version.EncodeReport(buildOf(b))
 	b.mu.Unlock()
 	go s.Serve(lis)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
