@@ -56,12 +56,22 @@ func (c *Cluster) WaitLeaderKnown() int {
 }
 
 func (c *Cluster) leaderKnown(li int) error {
+	l := c.masters[li]
+	members, err := c.membersOf(l)
+	if err != nil {
+		return err
+	}
 	for _, m := range c.masters {
 		n := m.Node()
 		if n == nil {
 			continue
 		}
-		l := c.masters[li]
+		if !members[m.ID] {
+			// Removed from the configuration (perhaps by the test,
+			// racing this wait): no leader heartbeats it any more, so
+			// it names none, and forwards nothing.
+			continue
+		}
 		if id, _ := n.Leader(); id != l.ID {
 			return fmt.Errorf("%s names %q as the leader", m.ID, id)
 		}
@@ -71,4 +81,21 @@ func (c *Cluster) leaderKnown(li int) error {
 		}
 	}
 	return nil
+}
+
+// membersOf is the set of ids in the Raft configuration l holds.
+func (c *Cluster) membersOf(l *Master) (map[string]bool, error) {
+	n := l.Node()
+	if n == nil {
+		return nil, fmt.Errorf("leader %s is down", l.ID)
+	}
+	f := n.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("configuration of %s: %w", l.ID, err)
+	}
+	ids := make(map[string]bool, len(f.Configuration().Servers))
+	for _, s := range f.Configuration().Servers {
+		ids[string(s.ID)] = true
+	}
+	return ids, nil
 }
