@@ -395,12 +395,18 @@ func (s *services) submitCrash(ref ServerRef, why string) {
 func (s *services) submitCrashOnce(ref ServerRef, why string) (uint64, error) {
 	nonce := fmt.Sprintf("scp-%s-%d", ref.ID, ref.StartCode)
 	for range maxCrashResubmits {
-		id, err := s.x.Submit(&ServerCrash{Server: ref}, procedure.SubmitOptions{Nonce: nonce, Owner: "master"})
+		// A procedure the nonce did not name before this submission was
+		// made for this need (by this call or a concurrent one), even if it
+		// has ended by the time it is looked at: a crash with nothing left
+		// to reassign ends within a millisecond, and taking it for an old
+		// one ran another for nothing.
+		_, known := s.x.LookupNonce(crashOwner, nonce)
+		id, err := s.x.Submit(&ServerCrash{Server: ref}, procedure.SubmitOptions{Nonce: nonce, Owner: crashOwner})
 		if err != nil {
 			return 0, err
 		}
 		info, err := s.x.Get(id)
-		if err != nil || !info.State.Terminal() {
+		if err != nil || !info.State.Terminal() || !known {
 			s.log.Info("server crash procedure", "server", ref.String(), "proc_id", id, "why", why)
 			return id, nil
 		}
@@ -409,6 +415,9 @@ func (s *services) submitCrashOnce(ref ServerRef, why string) (uint64, error) {
 	}
 	return 0, fmt.Errorf("server crash of %s: %d ended procedures in a row", ref, maxCrashResubmits)
 }
+
+// crashOwner owns the nonces of the crash procedures the master submits.
+const crashOwner = "master"
 
 // maxCrashResubmits bounds the chain of ended crash procedures submitCrash
 // follows for one call (each link is a real need that arose after the
