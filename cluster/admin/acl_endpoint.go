@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/access"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/security"
@@ -77,8 +78,10 @@ func (s *Server) AclRevoke(ctx context.Context, req *adminpb.AclRevokeRequest) (
 	if err := checkClientName("acl revoke", req.GetClient()); err != nil {
 		return nil, err
 	}
-	return aclRemove(s, ctx, func() ([]raftfsm.Mutation, error) { return s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx)) },
-		relayed(req, adminpb.AdminClient.AclRevoke))
+	return aclRemove(s, ctx, func() ([]raftfsm.Mutation, error) {
+		s.awaitFormat(ctx, version.Format2) // a revocation is format 2's (RevokeWrites refuses below it)
+		return s.acl.RevokeWrites(req.GetClient(), s.createdBy(ctx))
+	}, relayed(req, adminpb.AdminClient.AclRevoke))
 }
 
 // AclDeleteToken implements adminpb.AdminServer.
@@ -118,6 +121,9 @@ func (s *Server) AclCreateToken(ctx context.Context, req *adminpb.AclCreateToken
 		return nil, err
 	}
 	return aclWrite(s, ctx, func() ([]raftfsm.Mutation, *adminpb.AclCreateTokenResponse, error) {
+		if ttl > 0 {
+			s.awaitFormat(ctx, version.Format2) // an expiry is format 2's (NewToken refuses below it)
+		}
 		return s.newToken(req.GetName(), perm, s.createdBy(ctx), ttl)
 	}, relayed(req, adminpb.AdminClient.AclCreateToken))
 }

@@ -156,3 +156,32 @@ func TestFormat2WritesWaitForTheLastUpgrade(t *testing.T) {
 		t.Fatalf("a root finished at cluster version 2 has fields %v: want 113 and 114", got)
 	}
 }
+
+// TestFormat2WriteWaitsForTheRaise: a write of what format 2 added, made
+// while the cluster version is still 1 but about to rise (a new cluster in
+// its first second, or here the last member's upgrade under way), waits
+// for the raise and is then made, instead of being refused: the README's
+// token with a ttl comes right after the cluster forms.
+func TestFormat2WriteWaitsForTheRaise(t *testing.T) {
+	c := versionCluster(t, 2)
+	waitReports(t, c, map[string]version.Format{"m3": version.Format1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	li, _ := c.WaitLeader()
+	if li == 2 {
+		c.TransferLeadership(0) // m3 is the one restarted
+		li = 0
+	}
+	made := make(chan error, 1)
+	go func() {
+		tok, err := c.Master(li).Admin().AclCreateToken(ctx, &adminpb.AclCreateTokenRequest{Name: "ci", Permission: "operate", TtlMs: 60_000})
+		if err == nil && tok.GetToken().GetExpiresUnixMs() == 0 {
+			err = status.Errorf(codes.Internal, "made without its expiry: %v", tok)
+		}
+		made <- err
+	}()
+	c.RestartAs(2, version.Build{})
+	if err := <-made; err != nil {
+		t.Fatalf("a token with a ttl asked for just before the raise: %v", err)
+	}
+}

@@ -275,3 +275,36 @@ func reportOf(b Backend, id string) (string, uint32) {
 	}
 	return r.Version, uint32(r.MaxFormat)
 }
+
+// formatWait bounds how long a call that writes what a format level added
+// waits for the cluster version to reach it (awaitFormat).
+const formatWait = 5 * time.Second
+
+// awaitFormat waits, on the leader, until the cluster version reaches f,
+// for at most formatWait (less if ctx ends first), and returns whether it
+// did. A new cluster starts at format 1 and the leader raises it once
+// every member has registered, within a second or so of the cluster
+// forming: a write made in that second (the README's token with a ttl,
+// right after `cluster status`) waits for the raise instead of being
+// refused. While a member runs an older release the version does not
+// rise, and the caller refuses after the wait, saying why.
+func (s *Server) awaitFormat(ctx context.Context, f version.Format) bool {
+	if clusterFormatOf(s.b) >= f {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, formatWait)
+	defer cancel()
+	for {
+		tick := make(chan struct{})
+		t := s.acc.Clock.AfterFunc(20*time.Millisecond, func() { close(tick) })
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return clusterFormatOf(s.b) >= f
+		case <-tick:
+		}
+		if clusterFormatOf(s.b) >= f {
+			return true
+		}
+	}
+}
