@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/integration/harness"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // upgradeConfig sizes one run.
@@ -28,6 +29,11 @@ type upgradeConfig struct {
 	regions int  // the big table's, created while the upgrade starts
 	faults  bool // a leader kill or pause after each upgrade step
 	workers int  // namespace clients (porcupine's history)
+	// tls runs every channel with mutual TLS and access control enforced
+	// (harness.Options.TLS), and upgrades the masters before the region
+	// servers, as docs/upgrades.md says to: a current region server
+	// refuses clients while a 0.1.0 master leads.
+	tls bool
 }
 
 func config() upgradeConfig {
@@ -61,6 +67,11 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	for _, r := range harness.Releases {
 		t.Run(r.Version, func(t *testing.T) { rollingUpgrade(t, release(t, r), config()) })
+		t.Run(r.Version+"+tls", func(t *testing.T) {
+			cfg := config()
+			cfg.tls = true
+			rollingUpgrade(t, release(t, r), cfg)
+		})
 	}
 }
 
@@ -96,7 +107,7 @@ type run struct {
 	ops atomic.Int64 // client calls answered during the run
 }
 
-func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, context.Context) {
+func newRun(t *testing.T, old, cur harness.Binary, regionServers int, tls bool) (*run, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	bins := map[string]harness.Binary{}
@@ -106,8 +117,17 @@ func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, con
 	for i := range regionServers {
 		bins[fmt.Sprintf("rs%d", i+1)] = old
 	}
-	// Access control as the harness runs it by default: none (no TLS).
-	c := harness.New(t, harness.Options{Binary: cur.Path, Nodes: 3, Binaries: bins})
+	// Access control as the harness runs it: none without TLS; with it,
+	// enforced, the harness's client the admin.
+	c := harness.New(t, harness.Options{Binary: cur.Path, Nodes: 3, Binaries: bins, TLS: tls})
+	var cliTLS []string
+	if tls {
+		f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "harness"}, 24*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cliTLS = []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	}
 	c.WaitLeader(ctx)
 	if regionServers > 0 {
 		c.StartRegionServers(regionServers, harness.RSOptions{OpLatency: 20 * time.Millisecond})
@@ -117,7 +137,7 @@ func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, con
 		}
 		wcancel()
 	}
-	return &run{t: t, c: c, cl: c.Client(), cur: cur, curVersion: currentVersion(t), acked: map[uint64]string{}, sleeps: map[uint64]int{},
+	return &run{t: t, c: c, cl: c.Client(), cur: cur, curVersion: currentVersion(t), cliTLS: cliTLS, acked: map[uint64]string{}, sleeps: map[uint64]int{},
 		fanout: map[uint64][2]int{}, done: map[uint64]time.Time{}}, ctx
 }
 
@@ -304,7 +324,7 @@ func tail(s string) string {
 func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	began := time.Now()
 	cur := harness.Binary{Path: nodeBin}
-	r, ctx := newRun(t, old, cur, 3)
+	r, ctx := newRun(t, old, cur, 3, cfg.tls)
 	c := r.c
 
 	// Work in flight on the old version.
@@ -399,9 +419,14 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 		}
 		r.progress(ctx, hist, what)
 	}
-	for _, id := range []string{"rs1", "rs2", "rs3"} {
-		r.restartRS(ctx, id, cur)
-		step(id + " on current")
+	upgradeRS := func() {
+		for _, id := range []string{"rs1", "rs2", "rs3"} {
+			r.restartRS(ctx, id, cur)
+			step(id + " on current")
+		}
+	}
+	if !cfg.tls {
+		upgradeRS()
 	}
 	// Followers first, the leader last. Asked again at each step: a
 	// fault may have moved the leadership onto an upgraded member.
@@ -434,6 +459,9 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 		r.showsCurrent(ctx, next)
 		step(fmt.Sprintf("%s (%s) on current", next, role))
 	}
+	if cfg.tls {
+		upgradeRS()
+	}
 	upgradeEnd := time.Now()
 	for _, n := range c.Nodes {
 		if b := c.BinaryOf(n.ID); b.Release != "" {
@@ -453,7 +481,18 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	if !seenAt.IsZero() && seenAt.Before(raisedAt) {
 		raisedAt = seenAt
 	}
-	kept := r.summaries(ctx, true)
+	kept, root := r.summaries(ctx, true)
+	submitters := "no submitters without access control"
+	if cfg.tls {
+		// The other format-2 write, seen only with access control: a
+		// procedure's record carries its submitter (field 114) from the
+		// raise on; one submitted before it stays no one's.
+		before, err := r.cl.Get(ctx, inflight[1])
+		if err != nil || before.GetSubmittedBy() != "" || !strings.Contains(root.GetSubmittedBy(), "harness") {
+			t.Errorf("upgrade: submitters: %q before the raise (%v), %q after it; want none, then the harness's client", before.GetSubmittedBy(), err, root.GetSubmittedBy())
+		}
+		submitters = fmt.Sprintf("submitter %q after the raise, none on a sleep submitted before it", root.GetSubmittedBy())
+	}
 
 	// The load goes on a little on the upgraded cluster, then stops.
 	more, _ := r.sleep(ctx, 3, 100*time.Millisecond)
@@ -486,7 +525,11 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	}
 	okOps, failedOps, unknownOps := hist.Counts()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n=== rolling upgrade %s → current ===\n", old.Release)
+	mode := "without TLS"
+	if cfg.tls {
+		mode = "with TLS and access control, masters first"
+	}
+	fmt.Fprintf(&b, "\n=== rolling upgrade %s → current, %s ===\n", old.Release, mode)
 	fmt.Fprintf(&b, "  steps: %s\n", strings.Join(steps, "; "))
 	if len(faults) > 0 {
 		fmt.Fprintf(&b, "  faults: %s\n", strings.Join(faults, "; "))
@@ -498,8 +541,8 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	fmt.Fprintf(&b, "  namespace ops: ok %d, failed %d, unknown %d (%s); porcupine: %v over %d per-key ops\n", okOps, failedOps, unknownOps, hist.Detail(), res.Result, res.Ops)
 	fmt.Fprintf(&b, "  placement samples: %d, doubles: %d\n", samples, doubles)
 	fmt.Fprintf(&b, "  upgrade-check: %s; the leader not safe (leader last) %d times, at the start and before each follower\n", strings.Join(checks, "; "), leaderLast)
-	fmt.Fprintf(&b, "  cluster version: 1 in all %d samples while a master ran %s (%d after); 2 on every master within %v of the last master's restart, and 2 everywhere (state, /status, metric, reports); %d children of a fanout after it kept as summaries\n",
-		formatSamples, old.Release, formatAfter, raisedAt.Sub(lastRestart).Round(100*time.Millisecond), kept)
+	fmt.Fprintf(&b, "  cluster version: 1 in all %d samples while a master ran %s (%d after); 2 on every master within %v of the last master's restart, and 2 everywhere (state, /status, metric, reports); %d children of a fanout after it kept as summaries; %s\n",
+		formatSamples, old.Release, formatAfter, raisedAt.Sub(lastRestart).Round(100*time.Millisecond), kept, submitters)
 	fmt.Fprintf(&b, "  upgrade took %v; whole run %v\n", upgradeEnd.Sub(upgradeStart).Round(100*time.Millisecond), time.Since(began).Round(time.Second))
 	t.Log(b.String())
 
@@ -792,7 +835,7 @@ func (r *run) fanoutOf(ctx context.Context, children, steps int, delay time.Dura
 
 func rollingDowngrade(t *testing.T, old harness.Binary) {
 	cur := harness.Binary{Path: nodeBin}
-	r, ctx := newRun(t, old, cur, 0)
+	r, ctx := newRun(t, old, cur, 0, false)
 	c := r.c
 	// Two masters run the release throughout: the cluster version must
 	// stay 1, and nothing of format 2 be written.

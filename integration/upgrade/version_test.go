@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/integration/harness"
 	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -429,15 +430,20 @@ func (r *run) metricShows(ctx context.Context, id, want string) {
 }
 
 // summaries submits a short fanout, waits for it, and checks its
-// children (childrenKept).
-func (r *run) summaries(ctx context.Context, kept bool) int {
+// children (childrenKept). It returns how many, and the root.
+func (r *run) summaries(ctx context.Context, kept bool) (int, *adminpb.Procedure) {
 	r.t.Helper()
 	id, err := r.fanoutOf(ctx, 3, 1, 10*time.Millisecond)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.waitAll(ctx, []uint64{id}, time.Minute)
-	return r.childrenKept(ctx, id, kept)
+	n := r.childrenKept(ctx, id, kept)
+	root, err := r.cl.Get(ctx, id)
+	if err != nil {
+		r.t.Fatalf("upgrade: fanout %d: %v", id, err)
+	}
+	return n, root
 }
 
 // childrenKept asks for each child of id, a finished fanout of 3 children,
@@ -455,12 +461,27 @@ func (r *run) childrenKept(ctx context.Context, id uint64, kept bool) int {
 		r.t.Fatalf("upgrade: fanout %d lists children %v, want 3", id, root.GetChildren())
 	}
 	for _, c := range root.GetChildren() {
-		p, err := r.cl.Get(ctx, c)
-		switch {
-		case kept && (err != nil || !p.GetSummaryOnly() || p.GetState() != "SUCCESS" || p.GetParentId() != id):
-			r.t.Errorf("upgrade: child %d of fanout %d at cluster version 2: %v, %v; want its summary (SUCCESS, summary only)", c, id, p, err)
-		case !kept && status.Code(err) != codes.NotFound:
-			r.t.Errorf("upgrade: child %d of fanout %d below cluster version 2: %v, %v; want NOT_FOUND (no summary written)", c, id, p, err)
+		// A child's own record may still answer for a moment after the
+		// root's finish; then it goes, and only a summary can answer.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			p, err := r.cl.Get(ctx, c)
+			own := err == nil && !p.GetSummaryOnly() && p.GetState() == "SUCCESS"
+			switch {
+			case kept && err == nil && p.GetSummaryOnly() && p.GetState() == "SUCCESS" && p.GetParentId() == id:
+			case !kept && status.Code(err) == codes.NotFound:
+			case own && time.Now().Before(deadline):
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			case kept:
+				r.t.Errorf("upgrade: child %d of fanout %d at cluster version 2: %v, %v; want its summary (SUCCESS, summary only)", c, id, p, err)
+			default:
+				r.t.Errorf("upgrade: child %d of fanout %d below cluster version 2: %v, %v; want NOT_FOUND (no summary written)", c, id, p, err)
+			}
+			break
 		}
 	}
 	return len(root.GetChildren())
