@@ -19,7 +19,9 @@ import (
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/chaos"
 	"github.com/baton-dev/baton/integration/harness"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // upgradeConfig sizes one run.
@@ -27,6 +29,11 @@ type upgradeConfig struct {
 	regions int  // the big table's, created while the upgrade starts
 	faults  bool // a leader kill or pause after each upgrade step
 	workers int  // namespace clients (porcupine's history)
+	// tls runs every channel with mutual TLS and access control enforced
+	// (harness.Options.TLS), and upgrades the masters before the region
+	// servers, as docs/upgrades.md says to: a current region server
+	// refuses clients while a 0.1.0 master leads.
+	tls bool
 }
 
 func config() upgradeConfig {
@@ -60,6 +67,11 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	for _, r := range harness.Releases {
 		t.Run(r.Version, func(t *testing.T) { rollingUpgrade(t, release(t, r), config()) })
+		t.Run(r.Version+"+tls", func(t *testing.T) {
+			cfg := config()
+			cfg.tls = true
+			rollingUpgrade(t, release(t, r), cfg)
+		})
 	}
 }
 
@@ -83,6 +95,9 @@ type run struct {
 	cl  *client.Client
 	cur harness.Binary
 
+	curVersion string   // what the current build reports (baton version)
+	cliTLS     []string // the CLI's --tls-* flags, none without TLS
+
 	mu     sync.Mutex
 	acked  map[uint64]string // every procedure the cluster acknowledged: what it is
 	sleeps map[uint64]int    // sleep procedures: their steps
@@ -92,7 +107,7 @@ type run struct {
 	ops atomic.Int64 // client calls answered during the run
 }
 
-func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, context.Context) {
+func newRun(t *testing.T, old, cur harness.Binary, regionServers int, tls bool) (*run, context.Context) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	bins := map[string]harness.Binary{}
@@ -102,8 +117,17 @@ func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, con
 	for i := range regionServers {
 		bins[fmt.Sprintf("rs%d", i+1)] = old
 	}
-	// Access control as the harness runs it by default: none (no TLS).
-	c := harness.New(t, harness.Options{Binary: cur.Path, Nodes: 3, Binaries: bins})
+	// Access control as the harness runs it: none without TLS; with it,
+	// enforced, the harness's client the admin.
+	c := harness.New(t, harness.Options{Binary: cur.Path, Nodes: 3, Binaries: bins, TLS: tls})
+	var cliTLS []string
+	if tls {
+		f, err := c.PKI().Issue(security.Identity{Role: security.RoleClient, ID: "harness"}, 24*time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cliTLS = []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
+	}
 	c.WaitLeader(ctx)
 	if regionServers > 0 {
 		c.StartRegionServers(regionServers, harness.RSOptions{OpLatency: 20 * time.Millisecond})
@@ -113,7 +137,7 @@ func newRun(t *testing.T, old, cur harness.Binary, regionServers int) (*run, con
 		}
 		wcancel()
 	}
-	return &run{t: t, c: c, cl: c.Client(), cur: cur, acked: map[uint64]string{}, sleeps: map[uint64]int{},
+	return &run{t: t, c: c, cl: c.Client(), cur: cur, curVersion: currentVersion(t), cliTLS: cliTLS, acked: map[uint64]string{}, sleeps: map[uint64]int{},
 		fanout: map[uint64][2]int{}, done: map[uint64]time.Time{}}, ctx
 }
 
@@ -300,7 +324,7 @@ func tail(s string) string {
 func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	began := time.Now()
 	cur := harness.Binary{Path: nodeBin}
-	r, ctx := newRun(t, old, cur, 3)
+	r, ctx := newRun(t, old, cur, 3, cfg.tls)
 	c := r.c
 
 	// Work in flight on the old version.
@@ -378,7 +402,16 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	// crash on the current build), then the follower masters, the leader
 	// last; SIGTERM makes it hand its leadership over first.
 	upgradeStart := time.Now()
+	watch := r.watchFormat(ctx)
+	// Before anything moves, every member runs the release: upgrade-check
+	// shows each as 0.1.0 (its answer has no version), none too old, and
+	// the leader not to be restarted before the others.
+	first := r.upgradeCheck(ctx, c.WaitLeader(ctx), false, "leader")
+	checks := []string{fmt.Sprintf("at the start, answered by %s (cluster_format %d): leader %s not safe (leader last)",
+		first.AnsweredBy, first.ClusterFormat, first.LeaderID)}
 	var steps, faults []string
+	var lastRestart time.Time
+	leaderLast := 1 // checked not safe, the leader being last
 	step := func(what string) {
 		steps = append(steps, fmt.Sprintf("%s at %v", what, time.Since(upgradeStart).Round(100*time.Millisecond)))
 		if cfg.faults {
@@ -386,9 +419,14 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 		}
 		r.progress(ctx, hist, what)
 	}
-	for _, id := range []string{"rs1", "rs2", "rs3"} {
-		r.restartRS(ctx, id, cur)
-		step(id + " on current")
+	upgradeRS := func() {
+		for _, id := range []string{"rs1", "rs2", "rs3"} {
+			r.restartRS(ctx, id, cur)
+			step(id + " on current")
+		}
+	}
+	if !cfg.tls {
+		upgradeRS()
 	}
 	// Followers first, the leader last. Asked again at each step: a
 	// fault may have moved the leadership onto an upgraded member.
@@ -407,8 +445,22 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 			}
 			next, role = leader, "leader"
 		}
+		// The current build's upgrade-check, as the policy runs it: the
+		// next member is safe to restart; while a follower is next, the
+		// leader is not (it goes last).
+		if role == "follower" {
+			r.upgradeCheck(ctx, leader, false, "leader")
+			leaderLast++
+		}
+		doc := r.upgradeCheck(ctx, next, true)
+		checks = append(checks, fmt.Sprintf("%s (%s) safe, answered by %s (cluster_format %d)", next, role, doc.AnsweredBy, doc.ClusterFormat))
+		lastRestart = time.Now()
 		r.restartMaster(ctx, next, cur)
+		r.showsCurrent(ctx, next)
 		step(fmt.Sprintf("%s (%s) on current", next, role))
+	}
+	if cfg.tls {
+		upgradeRS()
 	}
 	upgradeEnd := time.Now()
 	for _, n := range c.Nodes {
@@ -417,10 +469,30 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 		}
 	}
 
-	// CLUSTER VERSION (issue 30, item 2): every member now runs the
-	// current build. Raise the cluster version here and check that each
-	// member reports it, and that a member on the release would now be
-	// refused; until then the downgrade of TestRollingDowngrade is allowed.
+	// The cluster version (issue 30, item 2): every member now runs the
+	// current build, and the leader raises it to 2, which no sample took
+	// while a master ran the release. A format-2 write then works: a
+	// finished fanout keeps its children's summaries. A member put back on
+	// 0.1.0 now would not be refused (0.1.0 predates the cluster version:
+	// docs/upgrades.md); the refusal of a binary that knows it is
+	// cluster/admin's TestStartRefusedBelowTheClusterVersion.
+	raisedAt := r.raised(ctx)
+	formatSamples, formatAfter, _, seenAt := watch.end(t)
+	if !seenAt.IsZero() && seenAt.Before(raisedAt) {
+		raisedAt = seenAt
+	}
+	kept, root := r.summaries(ctx, true)
+	submitters := "no submitters without access control"
+	if cfg.tls {
+		// The other format-2 write, seen only with access control: a
+		// procedure's record carries its submitter (field 114) from the
+		// raise on; one submitted before it stays no one's.
+		before, err := r.cl.Get(ctx, inflight[1])
+		if err != nil || before.GetSubmittedBy() != "" || !strings.Contains(root.GetSubmittedBy(), "harness") {
+			t.Errorf("upgrade: submitters: %q before the raise (%v), %q after it; want none, then the harness's client", before.GetSubmittedBy(), err, root.GetSubmittedBy())
+		}
+		submitters = fmt.Sprintf("submitter %q after the raise, none on a sleep submitted before it", root.GetSubmittedBy())
+	}
 
 	// The load goes on a little on the upgraded cluster, then stops.
 	more, _ := r.sleep(ctx, 3, 100*time.Millisecond)
@@ -453,7 +525,11 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	}
 	okOps, failedOps, unknownOps := hist.Counts()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n=== rolling upgrade %s → current ===\n", old.Release)
+	mode := "without TLS"
+	if cfg.tls {
+		mode = "with TLS and access control, masters first"
+	}
+	fmt.Fprintf(&b, "\n=== rolling upgrade %s → current, %s ===\n", old.Release, mode)
 	fmt.Fprintf(&b, "  steps: %s\n", strings.Join(steps, "; "))
 	if len(faults) > 0 {
 		fmt.Fprintf(&b, "  faults: %s\n", strings.Join(faults, "; "))
@@ -464,6 +540,9 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 	fmt.Fprintf(&b, "  acknowledged procedures: %d (%d by the sleep and table clients, the rest namespace operations), all finished\n", len(r.ackedIDs()), r.ops.Load())
 	fmt.Fprintf(&b, "  namespace ops: ok %d, failed %d, unknown %d (%s); porcupine: %v over %d per-key ops\n", okOps, failedOps, unknownOps, hist.Detail(), res.Result, res.Ops)
 	fmt.Fprintf(&b, "  placement samples: %d, doubles: %d\n", samples, doubles)
+	fmt.Fprintf(&b, "  upgrade-check: %s; the leader not safe (leader last) %d times, at the start and before each follower\n", strings.Join(checks, "; "), leaderLast)
+	fmt.Fprintf(&b, "  cluster version: 1 in all %d samples while a master ran %s (%d after); 2 on every master within %v of the last master's restart, and 2 everywhere (state, /status, metric, reports); %d children of a fanout after it kept as summaries; %s\n",
+		formatSamples, old.Release, formatAfter, raisedAt.Sub(lastRestart).Round(100*time.Millisecond), kept, submitters)
 	fmt.Fprintf(&b, "  upgrade took %v; whole run %v\n", upgradeEnd.Sub(upgradeStart).Round(100*time.Millisecond), time.Since(began).Round(time.Second))
 	t.Log(b.String())
 
@@ -756,8 +835,11 @@ func (r *run) fanoutOf(ctx context.Context, children, steps int, delay time.Dura
 
 func rollingDowngrade(t *testing.T, old harness.Binary) {
 	cur := harness.Binary{Path: nodeBin}
-	r, ctx := newRun(t, old, cur, 0)
+	r, ctx := newRun(t, old, cur, 0, false)
 	c := r.c
+	// Two masters run the release throughout: the cluster version must
+	// stay 1, and nothing of format 2 be written.
+	watch := r.watchFormat(ctx)
 	var ids []uint64
 	for i := range 4 {
 		id, err := r.sleep(ctx, 20+i*15, 300*time.Millisecond)
@@ -779,6 +861,7 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 	leader := c.WaitLeader(ctx)
 	up := c.Followers(leader)[0]
 	r.restartMaster(ctx, up, cur)
+	r.showsCurrent(ctx, up)
 	for tries := 0; c.WaitLeader(ctx) != up; tries++ {
 		if tries == 6 {
 			t.Fatalf("downgrade: %s never became leader", up)
@@ -786,7 +869,9 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 		r.restartMaster(ctx, c.WaitLeader(ctx), old)
 	}
 	// Work the current build does alone: a sleep, and a fanout that it
-	// finishes, so its record carries the children's summaries.
+	// finishes. At cluster version 1 its record keeps no summaries of
+	// its children (the gate withholds field 113, which the release
+	// would drop).
 	mid, err := r.sleep(ctx, 10, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -800,6 +885,7 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 	if l := c.WaitLeader(ctx); l != up {
 		t.Logf("downgrade: the leadership left %s (now %s) before its work finished", up, l)
 	}
+	r.childrenKept(ctx, short, false)
 	unfinished := 0
 	for _, id := range ids {
 		p, err := r.cl.Get(ctx, id)
@@ -815,8 +901,12 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 	// The release serves no --debug-endpoints flag, but serves the
 	// endpoint anyway: the effects are read from every member.
 	r.checkEffects(ctx)
-	t.Logf("downgrade %s → current → %s: %d procedures, %d still running when %s went back, all finished exactly once",
-		old.Release, old.Release, len(r.ackedIDs()), unfinished, up)
+	samples, _, highest, _ := watch.end(t)
+	if highest != version.Format1 {
+		t.Errorf("downgrade: the cluster version reached %d", highest)
+	}
+	t.Logf("downgrade %s → current → %s: %d procedures, %d still running when %s went back, all finished exactly once; cluster version 1 in all %d samples; the fanout the current build finished kept no child summaries (NOT_FOUND)",
+		old.Release, old.Release, len(r.ackedIDs()), unfinished, up, samples)
 	if unfinished == 0 {
 		t.Errorf("downgrade: nothing was in flight when %s went back to %s", up, old.Release)
 	}
