@@ -338,7 +338,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		finished, result = time.Time{}, nil
 	}
 	return Info{
-		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.ti.version,
+		ID: e.id, ParentID: e.parent, RootID: e.root, Type: e.ti.name, Version: e.shownVersion(),
 		State: state, Owner: e.owner, Nonce: e.nonce, Submitter: e.submitter, Submitted: e.submitted, Updated: e.updated,
 		Finished: finished, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), result...), Paused: e.paused, AbortRequested: e.abort,

@@ -3,6 +3,7 @@ package procedure
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -73,6 +74,11 @@ type entry struct {
 	// written at from now on (Executor.stateVersionOf): the version it
 	// was last written or loaded at, or that a step was told.
 	stateVersion int
+	// writtenVersion is the version of its type's state e's record was
+	// last built with (encodeWith), or loaded at: what Info shows of a
+	// type registered with TypeOptions.Since, which a reader of the store
+	// sees too. Atomic: its holder writes it, Get reads it under x.mu.
+	writtenVersion atomic.Int32
 
 	waitNote   string   // the Because of the current suspension
 	progress   Progress // as its Progressor last said (see Progressor)
@@ -170,4 +176,19 @@ func (e *entry) shownState() State {
 		return e.stateBeforeEnd
 	}
 	return e.state
+}
+
+// shownVersion is the version of its type's state Info gives for e: the
+// registered one, as always, for a type without TypeOptions.Since; for a
+// gated type the one its record is written at, which is older while the
+// cluster version is below the level of the registered one (a standby's
+// DecodeInfo of the record says the same).
+func (e *entry) shownVersion() int {
+	if e.ti.since == nil {
+		return e.ti.version
+	}
+	if w := e.writtenVersion.Load(); w > 0 {
+		return int(w)
+	}
+	return e.ti.version
 }

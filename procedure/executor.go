@@ -1549,6 +1549,7 @@ func (x *Executor) stateVersionOf(e *entry) int {
 
 // encodeWith builds e's record with data, version v of its type's state.
 func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) {
+	e.writtenVersion.Store(int32(v))
 	// The state machine is read first: it belongs to whoever claimed the
 	// procedure (the caller), not to x.mu.
 	sm, isSM := e.proc.(stateMachineProcedure)

@@ -243,6 +243,7 @@ func (x *Executor) decodeEntry(r *record) (*entry, error) {
 	}
 	// Never written again below the version it was written at.
 	e.stateVersion, e.goodVersion = max(r.typeVersion, 1), r.typeVersion
+	e.writtenVersion.Store(int32(max(r.typeVersion, 1)))
 	if !r.finishedRoot() {
 		e.goodState = r.data
 		if v := x.stateVersionOf(e); r.typeVersion != v {

@@ -116,7 +116,29 @@ func (r *Registry) RegisterWith(name string, opts TypeOptions, factory func() Pr
 
 // sinceLevels is TypeOptions.Since as typeInfo.since: the level of
 // each version 1..current, nil when every one is written at level 1.
+// maxGatedVersion bounds the version of a type registered with Since
+// levels: sinceLevels keeps a level for each version up to it.
+const maxGatedVersion = 1 << 16
+
 func sinceLevels(current int, since map[int]version.Format) ([]version.Format, error) {
+	gatedAny := false
+	for v, f := range since {
+		if v < 2 || v > current {
+			return nil, fmt.Errorf("Since names version %d, want 2..%d (version 1 is written at every level)", v, current)
+		}
+		if f < version.Format1 {
+			return nil, fmt.Errorf("version %d from %v, before version 1 (%v)", v, f, version.Format1)
+		}
+		gatedAny = gatedAny || f > version.Format1
+	}
+	if !gatedAny {
+		// Every version at every level, as Register has always done: no
+		// table, whatever the version's number (some count by date).
+		return nil, nil
+	}
+	if current > maxGatedVersion {
+		return nil, fmt.Errorf("version %d: a type with Since levels counts its versions up to %d", current, maxGatedVersion)
+	}
 	out := make([]version.Format, current+1)
 	out[1] = version.Format1
 	gated := false
