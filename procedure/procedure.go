@@ -516,8 +516,10 @@ func (c *Context) Attempt() int { return int(c.repeats) + 1 }
 // next write stores: the registered version, or an older one while the
 // cluster version is below the level that introduced it
 // (TypeOptions.Since). It never goes down for a procedure, and asking
-// fixes it: every later write of the procedure stores at least this
-// version. A step told an older version must leave the procedure in a
+// fixes it: every later write of the procedure's state stores at least
+// this version (a write that falls back to the last state that could be
+// serialised stores that state in the version it was serialised in). A
+// step told an older version must leave the procedure in a
 // state that version holds: a state machine does not move to a state a
 // newer version added, and nothing depends on a field the older shape
 // lacks (its StateDowngrader drops it).
