@@ -344,7 +344,6 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 	}
 	go n.monitorLeadership()
-	go n.stopOnUnreadable()
 	if cfg.LogBytesBudget >= 0 {
 		n.tuneDone = make(chan struct{})
 		go n.tuneLogLoop(meter, &logTuner{
@@ -358,6 +357,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 	if replaceSnap {
 		go n.replaceSnapshot()
 	}
+	// Last: it may shut the node down at once, and close reads what the
+	// lines above set (tuneDone).
+	go n.stopOnUnreadable()
 	return n, nil
 }
 
