@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 
@@ -56,10 +57,25 @@ func readBuildInfo() buildInfo {
 	if commit != "" {
 		b.Commit, b.Modified = commit, false
 	}
-	if version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+	if version == "" && taggedModuleVersion(info.Main.Version) {
 		b.Version = info.Main.Version
 	}
 	return b
+}
+
+// pseudoVersion is the tail the go command gives a module version made up
+// from a commit that no tag names (v0.0.0-20261128225818-a2aa0cb86033),
+// before any +dirty.
+var pseudoVersion = regexp.MustCompile(`\d{14}-[0-9a-f]{12}(\+.*)?$`)
+
+// taggedModuleVersion says whether v, the version the go command stamped
+// on the main module, names a release: a tag, not "(devel)" and not a
+// pseudo-version. The go command of Go 1.24 and later stamps a
+// pseudo-version on a plain build of a clean checkout; taken for the
+// binary's version, it made the release line 0.0 and upgrade-check called
+// the member too old.
+func taggedModuleVersion(v string) bool {
+	return v != "" && v != "(devel)" && !pseudoVersion.MatchString(v)
 }
 
 func init() {
