@@ -17,7 +17,7 @@ func HTTPAddrKey(id string) string { return "nodes/" + id + "/http_addr" }
 // VersionKey is the replicated key under which the leader keeps node id's
 // report of its binary ("nodes/<id>/version", version.EncodeReport): its
 // version and the highest format level it writes and reads. A member
-// without one counts as version.Unreported (0.1.0 sends none).
+// without one (0.1.0 sends none) counts as format 1: ReadReport.
 func VersionKey(id string) string { return "nodes/" + id + "/version" }
 
 // ClusterFormatKey is the replicated key holding the cluster version

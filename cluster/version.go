@@ -59,17 +59,28 @@ func ReadClusterFormat(get func(string) ([]byte, bool)) (version.Format, error) 
 	return f, nil
 }
 
-// ReadReport reads node id's report of its binary through get:
-// version.Unreported when it has none (a 0.1.0 member), also with an
-// error when its record cannot be read.
+// ReadReport is the one reader of node id's committed report of its
+// binary, read through get (a replicated state's Get). Whatever reads a
+// report goes through it, so that every reader means the same by a
+// missing or corrupt one:
+//   - No report (a 0.1.0 member, which sends none, or one taken back to
+//     it): the zero Build, nil. Its version is unknown ("") and it says no
+//     level (0); it counts as version.Format1.
+//   - A report that cannot be read: the zero Build too, with an error
+//     wrapping version.ErrBadRecord. It counts as version.Format1 as well
+//     (docs/upgrades.md): nothing newer is written on its say-so.
+//
+// A level of 0 means "none said" as on the wire (RegisterNode, a member's
+// status from 0.1.0), so a caller shows the Build as it is and counts it
+// as max(b.MaxFormat, version.Format1).
 func ReadReport(get func(string) ([]byte, bool), id string) (version.Build, error) {
 	v, ok := get(VersionKey(id))
 	if !ok {
-		return version.Unreported, nil
+		return version.Build{}, nil
 	}
 	b, err := version.DecodeReport(v)
 	if err != nil {
-		return version.Unreported, fmt.Errorf("node %s: %w", id, err)
+		return version.Build{}, fmt.Errorf("node %s: %w", id, err)
 	}
 	return b, nil
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/baton-dev/baton/internal/version"
 )
 
-// What a master reads of the replicated version records: absent is 0.1.0's
-// (format 1); a record that cannot be read counts as format 1 too, with
-// the error, so that nothing newer is written on its say-so; a level newer
-// than this binary's is kept as it is.
+// What a master reads of the replicated version records: no report is
+// 0.1.0's, the zero Build (version unknown, no level: format 1); a record
+// that cannot be read is the zero Build too, with the error, so that
+// nothing newer is written on its say-so; a level newer than this
+// binary's is kept as it is.
 func TestReadVersionRecords(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -19,7 +20,7 @@ func TestReadVersionRecords(t *testing.T) {
 		format version.Format
 		bad    bool
 	}{
-		{name: "absent", report: version.Unreported, format: version.Format1},
+		{name: "absent", report: version.Build{}, format: version.Format1},
 		{name: "current", kv: map[string]string{
 			VersionKey("m1"): string(version.EncodeReport(version.Current("0.2.0"))),
 			ClusterFormatKey: string(version.EncodeClusterFormat(version.Format2)),
@@ -29,7 +30,7 @@ func TestReadVersionRecords(t *testing.T) {
 			ClusterFormatKey: string(version.EncodeClusterFormat(7)),
 		}, report: version.Build{Version: "7.0.0", MaxFormat: 7}, format: 7},
 		{name: "corrupt", kv: map[string]string{VersionKey("m1"): "\x00\xff", ClusterFormatKey: "{\"format\":"},
-			report: version.Unreported, format: version.Format1, bad: true},
+			report: version.Build{}, format: version.Format1, bad: true},
 	} {
 		get := func(k string) ([]byte, bool) { v, ok := tc.kv[k]; return []byte(v), ok }
 		b, err := ReadReport(get, "m1")

@@ -81,7 +81,8 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 			Leader:       p.Leader,
 			HttpAddress:  s.httpAddr(p.ID),
 		}
-		peer.Version, peer.MaxFormat = reportOf(s.b, p.ID)
+		rep, _ := cluster.ReadReport(s.b.DomainGet, p.ID)
+		peer.Version, peer.MaxFormat = rep.Version, uint32(rep.MaxFormat)
 		out.Peers = append(out.Peers, peer)
 	}
 	return out

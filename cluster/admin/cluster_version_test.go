@@ -216,7 +216,7 @@ func TestRegisterWithoutAReport(t *testing.T) {
 	if _, err := via.Admin().RegisterNode(ctx, &adminpb.RegisterNodeRequest{Id: c.Master(oi).ID, AdminAddress: c.Master(oi).AdminAddr()}); err != nil {
 		t.Fatalf("RegisterNode without a report: %v", err)
 	}
-	if b, err := cluster.ReadReport(c.Master(li).Node().FSM().Get, c.Master(oi).ID); err != nil || b != version.Unreported {
+	if b, err := cluster.ReadReport(c.Master(li).Node().FSM().Get, c.Master(oi).ID); err != nil || b != (version.Build{}) {
 		t.Fatalf("report after a 0.1.0 registration: %+v, %v", b, err)
 	}
 	if p := peerOf(statusOf(t, c.Master(li)), c.Master(oi).ID); p.GetVersion() != "" || p.GetMaxFormat() != 0 {

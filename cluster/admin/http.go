@@ -64,7 +64,8 @@ type PeerJSON struct {
 	Suffrage     string `json:"suffrage"`
 	Leader       bool   `json:"leader"`
 	// Version and MaxFormat are the member's report of its binary, absent
-	// while it has made none (a 0.1.0 member: format 1).
+	// while it has made none that can be read (a 0.1.0 member: format 1;
+	// cluster.ReadReport).
 	Version   string `json:"version,omitempty"`
 	MaxFormat uint32 `json:"max_format,omitempty"`
 }
@@ -97,7 +98,9 @@ func StatusOf(b Backend) StatusJSON {
 	}
 	for _, p := range st.Peers {
 		pj := PeerJSON{ID: p.ID, Address: p.Address, AdminAddress: addr(p.ID), Suffrage: p.Suffrage, Leader: p.Leader}
-		pj.Version, pj.MaxFormat = reportOf(b, p.ID)
+		// Shown as read: none, or one that cannot be read, is absent.
+		rep, _ := cluster.ReadReport(b.DomainGet, p.ID)
+		pj.Version, pj.MaxFormat = rep.Version, uint32(rep.MaxFormat)
 		out.Peers = append(out.Peers, pj)
 	}
 	if db, ok := b.(DomainBackend); ok && db.Domain() != nil {

@@ -163,8 +163,8 @@ func nextRaiseWait(wait, base time.Duration, held bool) time.Duration {
 // members of the Raft configuration (voters and not) allow: the lowest
 // level over them, with pending reports in place of the stored ones. A
 // member without a report, or with one that cannot be read, counts as
-// version.Unreported; this leader counts as what it runs, whatever its
-// report says.
+// format 1 (cluster.ReadReport); this leader counts as what it runs,
+// whatever its report says.
 func (s *Server) nextClusterFormat(peers []cluster.PeerStatus, pending map[string]version.Build) (committed, next version.Format) {
 	members := make([]version.Format, 0, len(peers))
 	for _, p := range peers {
@@ -175,7 +175,7 @@ func (s *Server) nextClusterFormat(peers []cluster.PeerStatus, pending map[strin
 		case !ok:
 			b, _ = cluster.ReadReport(s.b.DomainGet, p.ID)
 		}
-		members = append(members, b.MaxFormat)
+		members = append(members, max(b.MaxFormat, version.Format1))
 	}
 	committed = clusterFormatOf(s.b)
 	return committed, version.Next(committed, members)
@@ -259,21 +259,6 @@ func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, n
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// reportOf is member id's committed report as the status shows it: its
-// binary's version and level, "" and 0 while it has made none that can be
-// read (it counts as format 1).
-func reportOf(b Backend, id string) (string, uint32) {
-	rep, ok := b.DomainGet(cluster.VersionKey(id))
-	if !ok {
-		return "", 0
-	}
-	r, err := version.DecodeReport(rep)
-	if err != nil {
-		return "", 0
-	}
-	return r.Version, uint32(r.MaxFormat)
 }
 
 // formatWait bounds how long a call that writes what a format level added
