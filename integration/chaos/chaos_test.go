@@ -14,7 +14,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/integration/harness"
 )
 
@@ -215,23 +214,12 @@ func runChaos(t *testing.T, cfg runConfig) {
 	tw.setup(ctx)
 
 	hist := NewHistory(namespaces)
-	nodeOf := map[string]string{}
-	for _, n := range c.Nodes {
-		nodeOf[n.GRPCAddr] = n.ID
-	}
 	sampler := NewSampler(c, time.Second)
 
 	runCtx, stopRun := context.WithTimeout(ctx, cfg.maxDuration)
 	defer stopRun()
 	var wg sync.WaitGroup
-	for w := range cfg.workers {
-		cl := c.NewClient(client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			NamespaceWorker(runCtx, ctx, hist, cl, cfg.seed+uint64(w), nodeOf, ak.add, ak.done)
-		}()
-	}
+	StartWorkers(runCtx, ctx, &wg, c, hist, cfg.workers, cfg.seed, ak.add, ak.done)
 	wg.Add(1)
 	go func() { defer wg.Done(); tw.run(runCtx, ctx, cfg.seed) }()
 	samplerDone := make(chan struct{})

@@ -6,14 +6,38 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/integration/harness"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
+
+// StartWorkers starts n NamespaceWorkers on c, worker w seeded seed+w,
+// each with a client of its own, and adds them to wg. The chaos and upgrade
+// tests share it so that their load is the same: clients that retry
+// quickly (a call of 5 s at most, attempts of 1 s, backoff from 20 ms to
+// 300 ms), which keeps operations going through leader changes; the nodes
+// named in hist's record are c's nodes as of this call. run, ctx, hist,
+// acked and done are NamespaceWorker's.
+func StartWorkers(run, ctx context.Context, wg *sync.WaitGroup, c *harness.Cluster, hist *History, n int, seed uint64, acked func(id uint64, what string), done func(id uint64)) {
+	nodeOf := map[string]string{}
+	for _, node := range c.Nodes {
+		nodeOf[node.GRPCAddr] = node.ID
+	}
+	for w := range n {
+		cl := c.NewClient(client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			NamespaceWorker(run, ctx, hist, cl, seed+uint64(w), nodeOf, acked, done)
+		}()
+	}
+}
 
 // NamespaceWorker creates, deletes and lists the namespaces hist is kept
 // of (NewHistory's keys) until run ends, recording each operation in hist.

@@ -377,22 +377,11 @@ func rollingUpgrade(t *testing.T, old harness.Binary, cfg upgradeConfig) {
 
 	// Load and sampling from here to the end of the upgrade.
 	hist := chaos.NewHistory([]string{"ns-a", "ns-b", "ns-c"})
-	nodeOf := map[string]string{}
-	for _, n := range c.Nodes {
-		nodeOf[n.GRPCAddr] = n.ID
-	}
 	sampler := chaos.NewSampler(c, time.Second)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	var wg sync.WaitGroup
-	for w := range cfg.workers {
-		cl := c.NewClient(client.WithCallTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithBackoff(20*time.Millisecond, 300*time.Millisecond))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			chaos.NamespaceWorker(runCtx, ctx, hist, cl, uint64(w)+1, nodeOf, r.ack, func(uint64) {})
-		}()
-	}
+	chaos.StartWorkers(runCtx, ctx, &wg, c, hist, cfg.workers, 1, r.ack, func(uint64) {})
 	wg.Add(1)
 	go func() { defer wg.Done(); r.sleepLoad(runCtx, ctx) }()
 	samplerDone := make(chan struct{})
