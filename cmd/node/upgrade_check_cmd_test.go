@@ -52,6 +52,12 @@ func upgradeStatus(answeredBy string, members ...statusMember) *adminpb.ClusterS
 	return s
 }
 
+// rsAt is a listed region server that registered with version and
+// maxFormat ("" and 0: said none, as 0.1.0).
+func rsAt(id, version string, maxFormat uint32, lease string) *adminpb.Server {
+	return &adminpb.Server{Id: id, Address: "127.0.0.1:2", StartCode: 1, LeaseState: lease, Version: version, MaxFormat: maxFormat}
+}
+
 func TestDecideUpgrade(t *testing.T) {
 	const cur, old = "0.2.0-dev", "" // old: a 0.1.0 member answers without a version
 	v := func(id string, leader bool, version string) statusMember {
@@ -67,6 +73,7 @@ func TestDecideUpgrade(t *testing.T) {
 		detail  string   // a failing (or the first) check's detail holds it
 		usage   string   // decideUpgrade refuses id with this
 		perSafe map[string]bool
+		rs      regionServerList
 	}{
 		{name: "a follower, all current", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
 			id: "m2", safe: true, detail: "within 100 entries of the leader's commit index 1000"},
@@ -104,6 +111,17 @@ func TestDecideUpgrade(t *testing.T) {
 			id: "m1", failed: []string{checkLeader}, detail: "m3 0.1.0 (reports none)"},
 		{name: "its report when not answering", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, down: true, report: "0.0.1"}},
 			id: "m3", failed: []string{checkCaughtUp, checkVersions}, detail: "m3 0.0.1 (last report; not answering)"},
+		{name: "region servers current, N-1 and unreported", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2", safe: true,
+			rs:     regionServerList{servers: []*adminpb.Server{rsAt("rs1", cur, 2, "live"), rsAt("rs2", "0.1.9", 2, "live"), rsAt("rs3", "", 0, "unconfirmed")}},
+			detail: "m1 0.2.0-dev, m2 0.2.0-dev, m3 0.2.0-dev, region server rs1 0.2.0-dev, region server rs2 0.1.9, region server rs3 0.1.0 (reports none)"},
+		{name: "a region server older than N-1", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2",
+			rs:     regionServerList{servers: []*adminpb.Server{rsAt("rs1", cur, 2, "live"), rsAt("rs2", "0.0.9", 1, "suspect")}},
+			failed: []string{checkVersions}, detail: "older than release line 0.1, the oldest this binary (0.2) upgrades from: region server rs2 0.0.9;"},
+		{name: "an expired region server is not counted", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2", safe: true,
+			rs: regionServerList{servers: []*adminpb.Server{rsAt("rs1", "0.0.9", 1, "expired")}}},
+		{name: "region servers not listed", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2",
+			rs:     regionServerList{err: errors.New("no leader")},
+			failed: []string{checkVersions}, detail: "the region servers could not be listed, so none is known not to be older: no leader"},
 		{name: "every member", members: []statusMember{v("m1", true, old), v("m2", false, cur), v("m3", false, old)},
 			failed: nil, perSafe: map[string]bool{"m1": false, "m2": true, "m3": true}},
 		{name: "every member, all safe", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
@@ -113,7 +131,7 @@ func TestDecideUpgrade(t *testing.T) {
 		{name: "an empty cluster", id: "", safe: false, failed: []string{checkCaughtUp}, detail: "no leader known"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			doc, err := decideUpgrade(upgradeStatus("m1", tc.members...), tc.id, line)
+			doc, err := decideUpgrade(upgradeStatus("m1", tc.members...), tc.rs, tc.id, line)
 			if tc.usage != "" {
 				var ue *usageError
 				if err == nil || err.Error() != tc.usage || !errors.As(err, &ue) {
