@@ -4,14 +4,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/internal/testwait"
 	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // statusMember is a peer of a test status answer. applied is its applied index
@@ -242,4 +249,90 @@ func TestClusterUpgradeCheck(t *testing.T) {
 	if code != exitUnavailable || !strings.Contains(stderr, "UNAVAILABLE") {
 		t.Errorf("no cluster: exit %d, stderr %s", code, stderr)
 	}
+}
+
+// TestRegionServerVersions: each region server's registration says its
+// binary, which rs list shows and upgrade-check counts. One whose
+// registration says nothing (0.1.0, simulated by a raw RegisterServer
+// without fields 101 and 102) shows as not reported, counts as 0.1.0 and
+// is allowed; one of a line older than N−1 fails no_member_too_old, named.
+func TestRegionServerVersions(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 3, Domain: func(_ int, d *domain.Config) {
+		// The simulated 0.1.0 server never heartbeats: keep its lease
+		// from expiring (an expired server is not counted) for the test.
+		d.ServerLease.HardLimit = time.Hour
+	}})
+	leader, _ := fc.WaitLeader()
+	addr := "--addr=" + strings.Join(fc.AdminAddrs(), ",")
+	fc.StartRegionServer("rs1")
+	fc.StartRegionServer("rs2", func(c *regionserver.Config) { c.Build = semver.Build{Version: "0.1.9", MaxFormat: semver.Format1} })
+
+	cc, err := grpc.NewClient(fc.AdminAddrs()[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	testwait.ForNil(t, 30*time.Second, "rs0 registered without a version", func() error {
+		_, err := rspb.NewMasterClient(cc).RegisterServer(ctxT(t), &rspb.RegisterServerRequest{ServerId: "rs0", Address: clustertest.DeadAddr(t)})
+		return err
+	})
+
+	listed := func() (map[string]serverJSON, error) {
+		code, stdout, stderr := runCLI(t, nil, "rs", "list", "--json", addr)
+		var doc serversJSON
+		if code != exitOK || json.Unmarshal([]byte(stdout), &doc) != nil {
+			return nil, fmt.Errorf("rs list: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+		}
+		out := map[string]serverJSON{}
+		for _, s := range doc.Servers {
+			out[s.ID] = s
+		}
+		return out, nil
+	}
+	testwait.ForNil(t, 30*time.Second, "the region servers' versions listed", func() error {
+		got, err := listed()
+		if err != nil {
+			return err
+		}
+		if got["rs1"].Version != semver.Dev || got["rs1"].MaxFormat != uint32(semver.MaxFormat) ||
+			got["rs2"].Version != "0.1.9" || got["rs2"].MaxFormat != 1 ||
+			got["rs0"].ID != "rs0" || got["rs0"].Version != "" || got["rs0"].MaxFormat != 0 {
+			return fmt.Errorf("listed %+v", got)
+		}
+		return nil
+	})
+	code, stdout, stderr := runCLI(t, nil, "rs", "list", addr)
+	if code != exitOK || !regexp.MustCompile(`(?m)^rs0 .* not reported \(format 1\) `).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^rs1 .* `+regexp.QuoteMeta(semver.Dev)+` \(format 2\) `).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^rs2 .* 0\.1\.9 \(format 1\) `).MatchString(stdout) || !strings.Contains(stdout, "VERSION") {
+		t.Errorf("rs list: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	code, doc, stderr := upgradeCheckDoc(t, addr)
+	versions := doc.Checks[1]
+	if versions.Name != checkVersions || !versions.OK ||
+		!strings.Contains(versions.Detail, "region server rs0 0.1.0 (reports none)") || !strings.Contains(versions.Detail, "region server rs1 "+semver.Dev) ||
+		!strings.Contains(versions.Detail, "region server rs2 0.1.9") {
+		t.Errorf("upgrade-check: exit %d, checks %+v, stderr %s", code, doc.Checks, stderr)
+	}
+	byID := map[string]upgradeServerJSON{}
+	for _, s := range doc.RegionServers {
+		byID[s.ID] = s
+	}
+	if len(byID) != 3 || byID["rs0"] != (upgradeServerJSON{ID: "rs0", LeaseState: byID["rs0"].LeaseState, Version: "0.1.0", VersionSource: "none", MaxFormat: 1}) ||
+		byID["rs1"].Version != semver.Dev || byID["rs1"].VersionSource != "report" || byID["rs2"].Version != "0.1.9" {
+		t.Errorf("upgrade-check region_servers %+v", doc.RegionServers)
+	}
+
+	// Too old: a line before N−1.
+	fc.StartRegionServer("rs3", func(c *regionserver.Config) { c.Build = semver.Build{Version: "0.0.7", MaxFormat: semver.Format1} })
+	testwait.ForNil(t, 30*time.Second, "rs3 too old", func() error {
+		code, doc, stderr := upgradeCheckDoc(t, addr)
+		versions := doc.Checks[1]
+		if code != exitFailed || versions.Name != checkVersions || versions.OK ||
+			!strings.Contains(versions.Detail, "older than release line 0.1, the oldest this binary (0.2) upgrades from: region server rs3 0.0.7;") {
+			return fmt.Errorf("exit %d, checks %+v, stderr %s", code, doc.Checks, stderr)
+		}
+		return nil
+	})
 }
