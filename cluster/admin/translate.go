@@ -60,6 +60,7 @@ func serverMsgs(ss []catalog.Server) []*adminpb.Server {
 			LeaseState: s.LeaseState, LastRenewalUnixMs: s.LastRenewalUnixMs,
 			HeartbeatSeen: s.HeartbeatSeen, LastHeartbeatAgeMs: s.LastHeartbeatAgeMs,
 			SoftLimitMs: s.SoftLimitMs, HardLimitMs: s.HardLimitMs,
+			Version: s.Version, MaxFormat: s.MaxFormat,
 		})
 	}
 	return out

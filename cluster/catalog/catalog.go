@@ -72,6 +72,10 @@ type Server struct {
 	LastHeartbeatAgeMs int64
 	// SoftLimitMs and HardLimitMs are the lease's limits.
 	SoftLimitMs, HardLimitMs int64
+	// Version and MaxFormat are the recorded incarnation's binary as it
+	// registered; "" and 0 when it did not say (0.1.0).
+	Version   string
+	MaxFormat uint32
 }
 
 // LockHolder is who holds an external lock and why, as its holder said.

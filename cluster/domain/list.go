@@ -345,7 +345,8 @@ func (d *Domain) listServersPage(q catalog.ServerQuery, svc *services) (catalog.
 		id, srv := e.id, e.srv
 		ref := ServerRef{id, srv.StartCode}
 		ps := catalog.Server{ID: id, Address: srv.Address, StartCode: srv.StartCode, RegionCount: counts[ref], LeaseState: ServerExpired,
-			SoftLimitMs: d.cfg.ServerLease.SoftLimit.Milliseconds(), HardLimitMs: d.cfg.ServerLease.HardLimit.Milliseconds()}
+			SoftLimitMs: d.cfg.ServerLease.SoftLimit.Milliseconds(), HardLimitMs: d.cfg.ServerLease.HardLimit.Milliseconds(),
+			Version: srv.Version, MaxFormat: uint32(srv.MaxFormat)}
 		if srv.State == ServerLive && svc == nil {
 			ps.LeaseState = ServerLeaseUnknown
 		} else if srv.State == ServerLive {

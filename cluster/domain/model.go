@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 )
 
@@ -136,6 +137,20 @@ type Server struct {
 	// and gave up (0: none): proof that it and every earlier incarnation
 	// of the process serve nothing (see services.presenceOf).
 	Dropped uint64 `json:"dropped_start_code,omitempty"`
+	// Version and MaxFormat are the incarnation's binary as it said at
+	// registration (RegisterServerRequest fields 101, 102); empty and 0
+	// when it did not say (a 0.1.0 region server, or a record a 0.1.0
+	// leader wrote): it counts as version.Unreported.
+	//
+	// Written at every cluster version, as nodes/<id>/admin_addr_proven
+	// is: 0.1.0 reads this record only with encoding/json into its
+	// four-field Server, which skips names it does not know
+	// (internal/compat TestServerRecordVersionIgnoredBy010), and writes
+	// it back (expiry) without them, which only makes the incarnation
+	// unreported. And its value is wanted most below cluster version 2,
+	// while an upgrade is under way (upgrade-check).
+	Version   string         `json:"version,omitempty"`
+	MaxFormat version.Format `json:"max_format,omitempty"`
 }
 
 // Lock is the value at lock/<id>: an external lock that is held.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/tracectx"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -158,7 +159,14 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 		// procedure would expire the new one.
 		ref.StartCode = old.StartCode + 1
 	}
-	rec := Server{Address: req.GetAddress(), StartCode: ref.StartCode, State: ServerLive, Dropped: req.GetDroppedStartCode()}
+	rec := Server{Address: req.GetAddress(), StartCode: ref.StartCode, State: ServerLive, Dropped: req.GetDroppedStartCode(),
+		Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())}
+	if rec.MaxFormat == 0 {
+		// A version without a level says nothing a reader can count on
+		// (0.1.0 sends neither): the incarnation is unreported, as a
+		// master's report is (version.DecodeReport).
+		rec.Version = ""
+	}
 	// The server counts its self-fence from the moment it sent this
 	// request: a registration is a renewal.
 	s.noteRenewal(ref)
@@ -181,7 +189,7 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 		s.leases.Release(holderOf(ServerRef{id, old.StartCode}))
 	}
 	s.log.Info("region server registered", "server", ref.String(), "address", req.GetAddress(),
-		"previous_start_code", old.StartCode)
+		"previous_start_code", old.StartCode, "version", rec.Version, "max_format", uint32(rec.MaxFormat))
 
 	if had {
 		oldRef := ServerRef{id, old.StartCode}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
+	"github.com/baton-dev/baton/internal/version"
 )
 
 // Defaults of the Config fields left zero.
@@ -125,6 +126,12 @@ type Config struct {
 	// handshake, and how many one address may hold (refusals counted in
 	// Metrics). Zero: the defaults of security.ConnLimits.
 	ConnLimits security.ConnLimits
+	// Build is what this server's binary is, as it tells the leader at
+	// each registration (version and highest format level; `baton rs
+	// list` shows them, `baton cluster upgrade-check` counts them).
+	// Default version.Current(""): this binary, version.Dev. The command
+	// gives the version it was linked with, a test an older one.
+	Build version.Build
 }
 
 // Validate reports every problem of c at once, wrapping ErrInvalidConfig.
@@ -197,6 +204,10 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxBackoff, max(DefaultMaxBackoff, c.MinBackoff))
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
+	if c.Build.Version == "" {
+		c.Build.Version = version.Dev
+	}
+	defaults.Set(&c.Build.MaxFormat, version.MaxFormat)
 	var ms []string
 	for _, m := range c.Masters {
 		if m = strings.TrimSpace(m); m != "" && !slices.Contains(ms, m) {

@@ -140,7 +140,8 @@ func (s *Server) leaseLoop(ctx context.Context) {
 // register obtains a new start code from the leader.
 func (s *Server) register(ctx context.Context) error {
 	s.mu.Lock()
-	req := &rspb.RegisterServerRequest{ServerId: s.cfg.ID, Address: s.addr, DroppedStartCode: s.dropped}
+	req := &rspb.RegisterServerRequest{ServerId: s.cfg.ID, Address: s.addr, DroppedStartCode: s.dropped,
+		Version: s.cfg.Build.Version, MaxFormat: uint32(s.cfg.Build.MaxFormat)}
 	for name := range s.regions {
 		req.Regions = append(req.Regions, name)
 	}

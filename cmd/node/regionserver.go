@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/baton-dev/baton/cluster/regionserver"
+	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -65,6 +66,8 @@ func (c *cli) regionserver(args []string) int {
 	if err != nil {
 		return c.flagsFailed("regionserver", err)
 	}
+	// What `baton version` prints, as the agent gives its master.
+	cfg.Build = semver.Current(readBuildInfo().Version)
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runRegionServer(ctx, cfg, tr, c.stdout, c.stderr); err != nil {

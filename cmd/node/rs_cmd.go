@@ -27,10 +27,11 @@ var rsUsage = `usage: baton rs <command> [flags]
 
 commands:
   list [--page-size N] [--page-token T | --all]
-                    the region servers: address, lease state (live, suspect,
-                    expired, or unconfirmed: not heard from by this leader
-                    yet), region count, last lease renewal, last heartbeat;
-                    the first page (1000), or --all
+                    the region servers: address, the version each registered
+                    with, lease state (live, suspect, expired, or
+                    unconfirmed: not heard from by this leader yet), region
+                    count, last lease renewal, last heartbeat; the first
+                    page (1000), or --all
   regions SERVER [--direct ADDR]
                     the regions a server hosts by its own answer, beside those
                     the master assigns to it; --direct asks the region server
@@ -76,6 +77,11 @@ type serverJSON struct {
 	// LastHeartbeatAgeMs is null while the leader has not heard from the
 	// server.
 	LastHeartbeatAgeMs *int64 `json:"last_heartbeat_age_ms"`
+	// Version and MaxFormat are the binary the server registered with, ""
+	// and 0 when it said none (0.1.0), as cluster status --json shows a
+	// member without a report.
+	Version   string `json:"version"`
+	MaxFormat uint32 `json:"max_format"`
 }
 
 // serversJSON is the --json document of rs list.
@@ -87,7 +93,8 @@ type serversJSON struct {
 
 func toServerJSON(s *adminpb.Server) serverJSON {
 	j := serverJSON{ID: s.GetId(), Address: s.GetAddress(), StartCode: s.GetStartCode(),
-		LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount()}
+		LeaseState: s.GetLeaseState(), LastRenewalAt: msTime(s.GetLastRenewalUnixMs()), RegionCount: s.GetRegionCount(),
+		Version: s.GetVersion(), MaxFormat: s.GetMaxFormat()}
 	if s.GetHeartbeatSeen() {
 		age := s.GetLastHeartbeatAgeMs()
 		j.LastHeartbeatAgeMs = &age
@@ -109,8 +116,8 @@ func (c *cli) rsList(args []string) int {
 			return r.GetServers(), r.GetNextPageToken(), err
 		}
 		now := time.Now()
-		show := showRows(c.stdout, []string{"ID", "ADDRESS", "START CODE", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"}, func(s *adminpb.Server) []string {
-			return []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), s.GetLeaseState(),
+		show := showRows(c.stdout, []string{"ID", "ADDRESS", "START CODE", "VERSION", "LEASE", "REGIONS", "LAST RENEWAL", "LAST HEARTBEAT"}, func(s *adminpb.Server) []string {
+			return []string{s.GetId(), s.GetAddress(), strconv.FormatUint(s.GetStartCode(), 10), serverBinary(s), s.GetLeaseState(),
 				strconv.Itoa(int(s.GetRegionCount())), renewalAge(now, s.GetLastRenewalUnixMs()), heartbeatAge(s)}
 		})
 		return listPages(e, pf, rf, pagedList[*adminpb.Server]{
@@ -126,6 +133,17 @@ func (c *cli) rsList(args []string) int {
 			},
 		})
 	})
+}
+
+// serverBinary spells the binary a region server registered with as
+// cluster status spells a member's report: "0.2.0 (format 2)", or "not
+// reported (format 1)" for one that said none (0.1.0, or registered by a
+// 0.1.0 leader).
+func serverBinary(s *adminpb.Server) string {
+	if s.GetMaxFormat() == 0 {
+		return "not reported (format 1)"
+	}
+	return fmt.Sprintf("%s (format %d)", s.GetVersion(), s.GetMaxFormat())
 }
 
 // renewalAge says how long ago a lease was renewed: "1.2s ago".

@@ -52,6 +52,29 @@ type upgradeCheckJSON struct {
 	// master, which has none).
 	ClusterFormat uint32              `json:"cluster_format"`
 	Members       []upgradeMemberJSON `json:"members"`
+	// RegionServers are the region servers no_member_too_old counts (each
+	// recorded one but the expired); RegionServersError says why they are
+	// missing, if the masters could not list them (the check then fails).
+	RegionServers      []upgradeServerJSON `json:"region_servers"`
+	RegionServersError string              `json:"region_servers_error,omitempty"`
+}
+
+// upgradeServerJSON is a region server as upgrade-check counts it: the
+// binary its live incarnation registered with (VersionSource "report"),
+// else 0.1.0, which says none ("none").
+type upgradeServerJSON struct {
+	ID            string `json:"id"`
+	LeaseState    string `json:"lease_state"`
+	Version       string `json:"version"`
+	VersionSource string `json:"version_source"`
+	MaxFormat     uint32 `json:"max_format"`
+}
+
+// regionServerList is what the masters answered to ListServers for
+// upgrade-check: the servers, or why not.
+type regionServerList struct {
+	servers []*adminpb.Server
+	err     error
 }
 
 type checkResultJSON struct {
@@ -132,7 +155,14 @@ func newUpgradeMember(p *adminpb.Peer) *upgradeMember {
 	if m.ver == "" {
 		m.ver, m.source, maxFormat = semver.Unreported.Version, "none", semver.Unreported.MaxFormat
 	}
-	l, err := semver.ParseLine(m.ver)
+	m.line, m.lineOK = placeLine(m.ver, maxFormat)
+	return m
+}
+
+// placeLine is the release line of a binary of version v and level
+// maxFormat; false if neither says.
+func placeLine(v string, maxFormat semver.Format) (semver.Line, bool) {
+	l, err := semver.ParseLine(v)
 	if err != nil {
 		// A version set at link time need not be semantic: the format
 		// level says which release the binary is at least.
@@ -140,18 +170,63 @@ func newUpgradeMember(p *adminpb.Peer) *upgradeMember {
 			l, err = semver.ParseLine(r)
 		}
 	}
-	m.line, m.lineOK = l, err == nil
-	return m
+	return l, err == nil
+}
+
+// upgradeServer is what no_member_too_old knows of a region server.
+type upgradeServer struct {
+	doc    upgradeServerJSON
+	line   semver.Line
+	lineOK bool
+}
+
+// upgradeServers are the region servers no_member_too_old counts. An
+// expired incarnation is left out: it serves nothing, and the binary it
+// comes back on registers anew (a dead server's record stays until then,
+// and would hold every upgrade back).
+func upgradeServers(rs regionServerList) []upgradeServer {
+	var out []upgradeServer
+	for _, s := range rs.servers {
+		if s.GetLeaseState() == client.LeaseExpired {
+			continue
+		}
+		d := upgradeServerJSON{ID: s.GetId(), LeaseState: s.GetLeaseState(), Version: s.GetVersion(), VersionSource: "report", MaxFormat: s.GetMaxFormat()}
+		if d.MaxFormat == 0 {
+			// 0.1.0 says nothing at registration (nor does a current
+			// server to a 0.1.0 leader): counted as 0.1.0, as a master
+			// without a report is.
+			d.Version, d.VersionSource, d.MaxFormat = semver.Unreported.Version, "none", uint32(semver.Unreported.MaxFormat)
+		}
+		u := upgradeServer{doc: d}
+		u.line, u.lineOK = placeLine(d.Version, semver.Format(d.MaxFormat))
+		out = append(out, u)
+	}
+	return out
+}
+
+func (u upgradeServer) describe() string {
+	v := "region server " + u.doc.ID + " " + u.doc.Version
+	if u.doc.VersionSource == "none" {
+		v += " (reports none)"
+	}
+	return v
 }
 
 // decideUpgrade is the verdict on s (a ClusterStatus with members asked)
-// for restarting member id next, or every member if id is "", for a
-// binary of release line target. An id that is no member is a usage
-// error.
-func decideUpgrade(s *adminpb.ClusterStatusResponse, id string, target semver.Line) (upgradeCheckJSON, error) {
+// and rs (the region servers) for restarting member id next, or every
+// member if id is "", for a binary of release line target. An id that is
+// no member is a usage error.
+func decideUpgrade(s *adminpb.ClusterStatusResponse, rs regionServerList, id string, target semver.Line) (upgradeCheckJSON, error) {
 	doc := upgradeCheckJSON{Member: id, AnsweredBy: s.GetNodeId(), ReleaseLine: target.String(),
 		OldestLine: target.Previous().String(), CaughtUpBound: caughtUpBound, ClusterFormat: s.GetClusterFormat(),
-		Members: []upgradeMemberJSON{}}
+		Members: []upgradeMemberJSON{}, RegionServers: []upgradeServerJSON{}}
+	servers := upgradeServers(rs)
+	for _, u := range servers {
+		doc.RegionServers = append(doc.RegionServers, u.doc)
+	}
+	if rs.err != nil {
+		doc.RegionServersError = rs.err.Error()
+	}
 	var members []*upgradeMember
 	var ids []string
 	var leader *upgradeMember
@@ -175,7 +250,7 @@ func decideUpgrade(s *adminpb.ClusterStatusResponse, id string, target semver.Li
 		}
 	}
 	caughtUp := caughtUpCheck(members, leader)
-	versions := versionsCheck(members, target)
+	versions := versionsCheck(members, servers, rs.err, target)
 	doc.Safe = len(members) > 0
 	for _, m := range members {
 		checks := []checkResultJSON{caughtUp, quorumCheck(members, m), versions, leaderCheck(members, m, target)}
@@ -268,28 +343,39 @@ func quorumCheck(members []*upgradeMember, down *upgradeMember) checkResultJSON 
 	return c
 }
 
-// versionsCheck: no member is older than N−1, the oldest release a
-// rolling upgrade to target starts from: formats and calls are kept
-// compatible one release back, not further.
-func versionsCheck(members []*upgradeMember, target semver.Line) checkResultJSON {
+// versionsCheck: no member, master or region server, is older than N−1,
+// the oldest release a rolling upgrade to target starts from: formats and
+// calls are kept compatible one release back, not further, and a region
+// server speaks the same protocol with the masters as they do with each
+// other. Region servers the masters could not list (listErr) fail it: an
+// old one could be among them.
+func versionsCheck(members []*upgradeMember, servers []upgradeServer, listErr error, target semver.Line) checkResultJSON {
 	c := checkResultJSON{Name: checkVersions}
 	oldest := target.Previous()
 	var all, old []string
-	for _, m := range members {
-		v := m.peer.GetId() + " " + m.describeVersion()
+	place := func(v string, line semver.Line, ok bool) {
 		all = append(all, v)
 		switch {
-		case !m.lineOK:
+		case !ok:
 			old = append(old, v+": not a version this binary can place")
-		case m.line.Compare(oldest) < 0:
+		case line.Compare(oldest) < 0:
 			old = append(old, v)
 		}
 	}
-	c.OK = len(old) == 0
+	for _, m := range members {
+		place(m.peer.GetId()+" "+m.describeVersion(), m.line, m.lineOK)
+	}
+	for _, u := range servers {
+		place(u.describe(), u.line, u.lineOK)
+	}
+	c.OK = len(old) == 0 && listErr == nil
 	c.Detail = fmt.Sprintf("every member runs release line %v or later (this binary: %v): %s", oldest, target, strings.Join(all, ", "))
-	if !c.OK {
+	if len(old) > 0 {
 		c.Detail = fmt.Sprintf("older than release line %v, the oldest this binary (%v) upgrades from: %s; upgrade them one line at a time first",
 			oldest, target, strings.Join(old, ", "))
+	}
+	if listErr != nil {
+		c.Detail += fmt.Sprintf("; the region servers could not be listed, so none is known not to be older: %v", listErr)
 	}
 	return c
 }
@@ -338,7 +424,14 @@ func (c *cli) clusterUpgradeCheck(args []string) int {
 		if err := notMember(s); err != nil {
 			return e.fail(status.Error(codes.FailedPrecondition, err.Error()))
 		}
-		doc, err := decideUpgrade(s, *id, semver.CurrentLine())
+		// The region servers as the leader lists them, each with the binary
+		// its live incarnation registered with.
+		servers, err := cl.ListServers(c.ctx)
+		if status.Code(err) == codes.Unimplemented {
+			// Masters that serve no domain have no region servers.
+			servers, err = nil, nil
+		}
+		doc, err := decideUpgrade(s, regionServerList{servers, err}, *id, semver.CurrentLine())
 		if err != nil {
 			return e.fail(err)
 		}
@@ -425,5 +518,12 @@ func (c *cli) printUpgradeCheck(doc upgradeCheckJSON) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Suffrage, r, m.Version, applied, verdict)
 	}
 	tw.Flush()
+	if len(doc.RegionServers) > 0 {
+		var rs []string
+		for _, s := range doc.RegionServers {
+			rs = append(rs, upgradeServer{doc: s}.describe())
+		}
+		fmt.Fprintf(c.stdout, "\nregion servers (restart in any order, see docs/upgrades.md): %s\n", strings.Join(rs, ", "))
+	}
 	fmt.Fprintln(c.stdout, "\n'baton cluster upgrade-check --id ID' says why for one member.")
 }

@@ -4,14 +4,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/cluster/regionserver"
 	"github.com/baton-dev/baton/internal/testwait"
 	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/proto/rspb"
 )
 
 // statusMember is a peer of a test status answer. applied is its applied index
@@ -52,6 +59,12 @@ func upgradeStatus(answeredBy string, members ...statusMember) *adminpb.ClusterS
 	return s
 }
 
+// rsAt is a listed region server that registered with version and
+// maxFormat ("" and 0: said none, as 0.1.0).
+func rsAt(id, version string, maxFormat uint32, lease string) *adminpb.Server {
+	return &adminpb.Server{Id: id, Address: "127.0.0.1:2", StartCode: 1, LeaseState: lease, Version: version, MaxFormat: maxFormat}
+}
+
 func TestDecideUpgrade(t *testing.T) {
 	const cur, old = "0.2.0-dev", "" // old: a 0.1.0 member answers without a version
 	v := func(id string, leader bool, version string) statusMember {
@@ -67,6 +80,7 @@ func TestDecideUpgrade(t *testing.T) {
 		detail  string   // a failing (or the first) check's detail holds it
 		usage   string   // decideUpgrade refuses id with this
 		perSafe map[string]bool
+		rs      regionServerList
 	}{
 		{name: "a follower, all current", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
 			id: "m2", safe: true, detail: "within 100 entries of the leader's commit index 1000"},
@@ -104,6 +118,17 @@ func TestDecideUpgrade(t *testing.T) {
 			id: "m1", failed: []string{checkLeader}, detail: "m3 0.1.0 (reports none)"},
 		{name: "its report when not answering", members: []statusMember{v("m1", true, cur), v("m2", false, cur), {id: "m3", voter: true, down: true, report: "0.0.1"}},
 			id: "m3", failed: []string{checkCaughtUp, checkVersions}, detail: "m3 0.0.1 (last report; not answering)"},
+		{name: "region servers current, N-1 and unreported", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2", safe: true,
+			rs:     regionServerList{servers: []*adminpb.Server{rsAt("rs1", cur, 2, "live"), rsAt("rs2", "0.1.9", 2, "live"), rsAt("rs3", "", 0, "unconfirmed")}},
+			detail: "m1 0.2.0-dev, m2 0.2.0-dev, m3 0.2.0-dev, region server rs1 0.2.0-dev, region server rs2 0.1.9, region server rs3 0.1.0 (reports none)"},
+		{name: "a region server older than N-1", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2",
+			rs:     regionServerList{servers: []*adminpb.Server{rsAt("rs1", cur, 2, "live"), rsAt("rs2", "0.0.9", 1, "suspect")}},
+			failed: []string{checkVersions}, detail: "older than release line 0.1, the oldest this binary (0.2) upgrades from: region server rs2 0.0.9;"},
+		{name: "an expired region server is not counted", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2", safe: true,
+			rs: regionServerList{servers: []*adminpb.Server{rsAt("rs1", "0.0.9", 1, "expired")}}},
+		{name: "region servers not listed", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)}, id: "m2",
+			rs:     regionServerList{err: errors.New("no leader")},
+			failed: []string{checkVersions}, detail: "the region servers could not be listed, so none is known not to be older: no leader"},
 		{name: "every member", members: []statusMember{v("m1", true, old), v("m2", false, cur), v("m3", false, old)},
 			failed: nil, perSafe: map[string]bool{"m1": false, "m2": true, "m3": true}},
 		{name: "every member, all safe", members: []statusMember{v("m1", true, cur), v("m2", false, cur), v("m3", false, cur)},
@@ -113,7 +138,7 @@ func TestDecideUpgrade(t *testing.T) {
 		{name: "an empty cluster", id: "", safe: false, failed: []string{checkCaughtUp}, detail: "no leader known"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			doc, err := decideUpgrade(upgradeStatus("m1", tc.members...), tc.id, line)
+			doc, err := decideUpgrade(upgradeStatus("m1", tc.members...), tc.rs, tc.id, line)
 			if tc.usage != "" {
 				var ue *usageError
 				if err == nil || err.Error() != tc.usage || !errors.As(err, &ue) {
@@ -224,4 +249,90 @@ func TestClusterUpgradeCheck(t *testing.T) {
 	if code != exitUnavailable || !strings.Contains(stderr, "UNAVAILABLE") {
 		t.Errorf("no cluster: exit %d, stderr %s", code, stderr)
 	}
+}
+
+// TestRegionServerVersions: each region server's registration says its
+// binary, which rs list shows and upgrade-check counts. One whose
+// registration says nothing (0.1.0, simulated by a raw RegisterServer
+// without fields 101 and 102) shows as not reported, counts as 0.1.0 and
+// is allowed; one of a line older than N−1 fails no_member_too_old, named.
+func TestRegionServerVersions(t *testing.T) {
+	fc := clustertest.New(t, clustertest.Config{Masters: 3, Domain: func(_ int, d *domain.Config) {
+		// The simulated 0.1.0 server never heartbeats: keep its lease
+		// from expiring (an expired server is not counted) for the test.
+		d.ServerLease.HardLimit = time.Hour
+	}})
+	leader, _ := fc.WaitLeader()
+	addr := "--addr=" + strings.Join(fc.AdminAddrs(), ",")
+	fc.StartRegionServer("rs1")
+	fc.StartRegionServer("rs2", func(c *regionserver.Config) { c.Build = semver.Build{Version: "0.1.9", MaxFormat: semver.Format1} })
+
+	cc, err := grpc.NewClient(fc.AdminAddrs()[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	testwait.ForNil(t, 30*time.Second, "rs0 registered without a version", func() error {
+		_, err := rspb.NewMasterClient(cc).RegisterServer(ctxT(t), &rspb.RegisterServerRequest{ServerId: "rs0", Address: clustertest.DeadAddr(t)})
+		return err
+	})
+
+	listed := func() (map[string]serverJSON, error) {
+		code, stdout, stderr := runCLI(t, nil, "rs", "list", "--json", addr)
+		var doc serversJSON
+		if code != exitOK || json.Unmarshal([]byte(stdout), &doc) != nil {
+			return nil, fmt.Errorf("rs list: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+		}
+		out := map[string]serverJSON{}
+		for _, s := range doc.Servers {
+			out[s.ID] = s
+		}
+		return out, nil
+	}
+	testwait.ForNil(t, 30*time.Second, "the region servers' versions listed", func() error {
+		got, err := listed()
+		if err != nil {
+			return err
+		}
+		if got["rs1"].Version != semver.Dev || got["rs1"].MaxFormat != uint32(semver.MaxFormat) ||
+			got["rs2"].Version != "0.1.9" || got["rs2"].MaxFormat != 1 ||
+			got["rs0"].ID != "rs0" || got["rs0"].Version != "" || got["rs0"].MaxFormat != 0 {
+			return fmt.Errorf("listed %+v", got)
+		}
+		return nil
+	})
+	code, stdout, stderr := runCLI(t, nil, "rs", "list", addr)
+	if code != exitOK || !regexp.MustCompile(`(?m)^rs0 .* not reported \(format 1\) `).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^rs1 .* `+regexp.QuoteMeta(semver.Dev)+` \(format 2\) `).MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^rs2 .* 0\.1\.9 \(format 1\) `).MatchString(stdout) || !strings.Contains(stdout, "VERSION") {
+		t.Errorf("rs list: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	code, doc, stderr := upgradeCheckDoc(t, addr)
+	versions := doc.Checks[1]
+	if versions.Name != checkVersions || !versions.OK ||
+		!strings.Contains(versions.Detail, "region server rs0 0.1.0 (reports none)") || !strings.Contains(versions.Detail, "region server rs1 "+semver.Dev) ||
+		!strings.Contains(versions.Detail, "region server rs2 0.1.9") {
+		t.Errorf("upgrade-check: exit %d, checks %+v, stderr %s", code, doc.Checks, stderr)
+	}
+	byID := map[string]upgradeServerJSON{}
+	for _, s := range doc.RegionServers {
+		byID[s.ID] = s
+	}
+	if len(byID) != 3 || byID["rs0"] != (upgradeServerJSON{ID: "rs0", LeaseState: byID["rs0"].LeaseState, Version: "0.1.0", VersionSource: "none", MaxFormat: 1}) ||
+		byID["rs1"].Version != semver.Dev || byID["rs1"].VersionSource != "report" || byID["rs2"].Version != "0.1.9" {
+		t.Errorf("upgrade-check region_servers %+v", doc.RegionServers)
+	}
+
+	// Too old: a line before N−1.
+	fc.StartRegionServer("rs3", func(c *regionserver.Config) { c.Build = semver.Build{Version: "0.0.7", MaxFormat: semver.Format1} })
+	testwait.ForNil(t, 30*time.Second, "rs3 too old", func() error {
+		code, doc, stderr := upgradeCheckDoc(t, addr)
+		versions := doc.Checks[1]
+		if code != exitFailed || versions.Name != checkVersions || versions.OK ||
+			!strings.Contains(versions.Detail, "older than release line 0.1, the oldest this binary (0.2) upgrades from: region server rs3 0.0.7;") {
+			return fmt.Errorf("exit %d, checks %+v, stderr %s", code, doc.Checks, stderr)
+		}
+		return nil
+	})
 }

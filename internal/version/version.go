@@ -42,7 +42,9 @@ const (
 	// (acl/tokenuse/), the node mark nodes/<id>/removed, and procedure
 	// record fields 113 (child summaries) and 114 (submitter).
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
-	// at every level: the raise itself needs it, docs/upgrades.md.)
+	// at every level: the raise itself needs it, docs/upgrades.md. So are
+	// a region server's version and max_format in its server/<id> record,
+	// which 0.1.0 skips: upgrade-check needs them before the raise.)
 	Format2 Format = 2
 )
 

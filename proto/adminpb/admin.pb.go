@@ -1344,7 +1344,13 @@ type Server struct {
 	// truncated: the address was longer than an answer carries (1 KiB; a
 	// server registered before requests were bounded could give any) and
 	// ends in "…[cut from N bytes]".
-	Truncated     bool `protobuf:"varint,102,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,102,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The live incarnation's binary as it registered: its version and the
+	// highest format level it writes and reads. Empty and 0 when it did not
+	// say (a 0.1.0 region server, or one registered by a 0.1.0 leader): it
+	// counts as 0.1.0, format 1.
+	Version       string `protobuf:"bytes,103,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat     uint32 `protobuf:"varint,104,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1454,6 +1460,20 @@ func (x *Server) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *Server) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Server) GetMaxFormat() uint32 {
+	if x != nil {
+		return x.MaxFormat
+	}
+	return 0
 }
 
 type ListServersResponse struct {
@@ -6685,7 +6705,7 @@ const file_admin_proto_rawDesc = "" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x1b.baton.admin.v1.ConsistencyR\vconsistency\x12\x1b\n" +
 	"\tpage_size\x18\x1e \x01(\x05R\bpageSize\x12%\n" +
 	"\n" +
-	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\x86\x03\n" +
+	"page_token\x18\x1f \x01(\tB\x06\x9a\xc7\x18\x02\b\x06R\tpageToken\"\xbf\x03\n" +
 	"\x06Server\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1d\n" +
@@ -6699,7 +6719,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x15last_heartbeat_age_ms\x18G \x01(\x03R\x12lastHeartbeatAgeMs\x12\"\n" +
 	"\rsoft_limit_ms\x18d \x01(\x03R\vsoftLimitMs\x12\"\n" +
 	"\rhard_limit_ms\x18e \x01(\x03R\vhardLimitMs\x12\x1c\n" +
-	"\ttruncated\x18f \x01(\bR\ttruncated\"\x9d\x01\n" +
+	"\ttruncated\x18f \x01(\bR\ttruncated\x12\x18\n" +
+	"\aversion\x18g \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"max_format\x18h \x01(\rR\tmaxFormat\"\x9d\x01\n" +
 	"\x13ListServersResponse\x120\n" +
 	"\aservers\x18\x01 \x03(\v2\x16.baton.admin.v1.ServerR\aservers\x12,\n" +
 	"\x04read\x18\x02 \x01(\v2\x18.baton.admin.v1.ReadInfoR\x04read\x12&\n" +

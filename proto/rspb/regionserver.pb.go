@@ -598,8 +598,15 @@ type RegisterServerRequest struct {
 	// copy of an earlier request, or another process under the same id,
 	// proves nothing.
 	DroppedStartCode uint64 `protobuf:"varint,4,opt,name=dropped_start_code,json=droppedStartCode,proto3" json:"dropped_start_code,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The server's binary: its version, as 'baton version' prints it, and
+	// the highest format level it writes and reads (internal/version), as a
+	// master's RegisterNodeRequest says them. The leader keeps them with the
+	// incarnation's record. A 0.1.0 region server sends neither and is
+	// shown as not reported (format 1).
+	Version       string `protobuf:"bytes,101,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat     uint32 `protobuf:"varint,102,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterServerRequest) Reset() {
@@ -656,6 +663,20 @@ func (x *RegisterServerRequest) GetRegions() []string {
 func (x *RegisterServerRequest) GetDroppedStartCode() uint64 {
 	if x != nil {
 		return x.DroppedStartCode
+	}
+	return 0
+}
+
+func (x *RegisterServerRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RegisterServerRequest) GetMaxFormat() uint32 {
+	if x != nil {
+		return x.MaxFormat
 	}
 	return 0
 }
@@ -1278,13 +1299,16 @@ const file_regionserver_proto_rawDesc = "" +
 	"\n" +
 	"start_code\x18\x02 \x01(\x04R\tstartCode\x123\n" +
 	"\aregions\x18\x03 \x03(\v2\x19.baton.rs.v1.HostedRegionR\aregions\x12&\n" +
-	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\xb2\x01\n" +
+	"\x0fnext_page_token\x18\x04 \x01(\tR\rnextPageToken\"\xf3\x01\n" +
 	"\x15RegisterServerRequest\x12#\n" +
 	"\tserver_id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12 \n" +
 	"\aaddress\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\aaddress\x12$\n" +
 	"\aregions\x18\x03 \x03(\tB\n" +
 	"\x9a\xc7\x18\x06\b\x02\x18\xa0\x8d\x06R\aregions\x12,\n" +
-	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\"\xb2\x01\n" +
+	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\x12 \n" +
+	"\aversion\x18e \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\aversion\x12\x1d\n" +
+	"\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\"\xb2\x01\n" +
 	"\x16RegisterServerResponse\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
