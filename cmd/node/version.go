@@ -27,7 +27,8 @@ type buildInfo struct {
 	Modified  bool   `json:"modified"`
 	GoVersion string `json:"go_version"`
 	// Format and MinFormat are the highest format level this binary
-	// writes and reads and the oldest it reads (semver.MaxFormat,
+	// writes and reads and the oldest it reads (semver.Ceiling, which is
+	// semver.MaxFormat but for a stamped test build, and
 	// semver.MinFormat).
 	Format    semver.Format `json:"format"`
 	MinFormat semver.Format `json:"min_format"`
@@ -35,10 +36,17 @@ type buildInfo struct {
 
 // readBuildInfo takes the commit from the link-time flag, else from what
 // the go command stamped into the binary (vcs.revision, vcs.modified);
-// "unknown" when neither says.
+// "unknown" when neither says. A test build with a format stamp says so in
+// its version (semver.StampVersion).
 func readBuildInfo() buildInfo {
+	b := readLinkedBuildInfo()
+	b.Version = semver.StampVersion(b.Version)
+	return b
+}
+
+func readLinkedBuildInfo() buildInfo {
 	b := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version(),
-		Format: semver.MaxFormat, MinFormat: semver.MinFormat}
+		Format: semver.Ceiling(), MinFormat: semver.MinFormat}
 	if b.Version == "" {
 		b.Version = semver.Dev
 	}

@@ -70,23 +70,72 @@ type releaseBuild struct {
 // left behind, for a caller outside it). It returns an
 // error wrapping ErrNoHistory when the commit is not there to check out.
 func BuildRelease(r Release) (Binary, time.Duration, error) {
+	return buildOnce(r.Commit, func(dir string) (Binary, error) { return buildRelease(dir, r) })
+}
+
+// buildOnce runs build once per test binary run for key (a commit, or a
+// stamped build's name), with the run's build directory ("" outside
+// RunWithBinary); later calls wait for the first and get its result.
+func buildOnce(key string, build func(dir string) (Binary, error)) (Binary, time.Duration, error) {
 	buildDir.Lock()
 	if buildDir.built == nil {
 		buildDir.built = map[string]*releaseBuild{}
 	}
-	rb := buildDir.built[r.Commit]
+	rb := buildDir.built[key]
 	if rb == nil {
 		rb = &releaseBuild{}
-		buildDir.built[r.Commit] = rb
+		buildDir.built[key] = rb
 	}
 	dir := buildDir.path
 	buildDir.Unlock()
 	rb.once.Do(func() {
 		start := time.Now()
-		rb.bin, rb.err = buildRelease(dir, r)
+		rb.bin, rb.err = build(dir)
 		rb.took = time.Since(start)
 	})
 	return rb.bin, rb.took, rb.err
+}
+
+// stampVar is internal/version's link-time test hook: a format level above
+// this tree's MaxFormat that a test build says it writes and reads.
+const stampVar = "github.com/baton-dev/baton/internal/version.testFormatStamp"
+
+// BuildStamped builds the current tree as the next release would look to
+// the cluster version: with internal/version's format stamp at format, so
+// that it reports format as its MaxFormat (and a version naming it,
+// "0.2.0-dev+format3"). A cluster of it raises the cluster version above
+// what the current build reads, which then must refuse to start on it
+// (docs/upgrades.md). It needs no history, only the tree; built once per
+// test binary run (under the race detector if BATON_NODE_RACE is set, as
+// the current build is), into the run's build directory. The binary
+// counts as the current tree's for its flags (Release "").
+func BuildStamped(format uint32) (Binary, time.Duration, error) {
+	name := fmt.Sprintf("baton-format%d", format)
+	return buildOnce("stamped:"+name, func(dir string) (Binary, error) {
+		if dir == "" {
+			var err error
+			if dir, err = os.MkdirTemp("", "baton-stamped-bin-"); err != nil {
+				return Binary{}, err
+			}
+		}
+		bin := filepath.Join(dir, name)
+		args := []string{"build", "-o", bin, "-ldflags", fmt.Sprintf("-X %s=%d", stampVar, format)}
+		if os.Getenv("BATON_NODE_RACE") != "" {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/baton-dev/baton/cmd/node")
+		cmd := exec.Command("go", args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return Binary{}, fmt.Errorf("harness: go %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+		// Processes may run under uids of their own (Options.UIDBase).
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return Binary{}, err
+		}
+		return Binary{Path: bin}, nil
+	})
 }
 
 func buildRelease(dir string, r Release) (Binary, error) {

@@ -15,4 +15,9 @@
 // leader kills and pauses between the upgrade's steps). Without the
 // releases' commits (a shallow clone) the tests skip, saying so, unless
 // BATON_REQUIRE_RELEASES is set, as CI sets it on a full clone.
+//
+// Past the raise there is no way back, and that needs a release newer
+// than the current build: future_test.go simulates it with the current
+// tree built with internal/version's format stamp (harness.BuildStamped),
+// which needs no history and runs on a shallow clone too.
 package upgrade

@@ -73,6 +73,9 @@ func (f Format) String() string {
 	if r, ok := IntroducedIn(f); ok {
 		return fmt.Sprintf("format %d (%s)", uint32(f), r)
 	}
+	if f > MaxFormat && f <= Ceiling() {
+		return fmt.Sprintf("format %d (this test build's stamp)", uint32(f))
+	}
 	if f > MaxFormat {
 		return fmt.Sprintf("format %d (a release newer than %s)", uint32(f), Release)
 	}
@@ -88,12 +91,13 @@ type Build struct {
 }
 
 // Current is this binary's build with version as its version string
-// (Dev if empty).
+// (Dev if empty, as a stamped test build says it: StampVersion). Its
+// MaxFormat is Ceiling: MaxFormat but for a stamped test build.
 func Current(version string) Build {
 	if version == "" {
-		version = Dev
+		version = StampVersion(Dev)
 	}
-	return Build{Version: version, MaxFormat: MaxFormat}
+	return Build{Version: version, MaxFormat: Ceiling()}
 }
 
 // Unreported is the build a member that has no report counts as: a 0.1.0
