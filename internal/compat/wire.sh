@@ -7,7 +7,8 @@
 # The schemas come from the release commit, not from the working tree: the
 # point is to keep what the release's peers send and expect, so that a
 # current change that breaks them fails a test. Needs protoc (apt-get
-# install -y protobuf-compiler) and git; a second or so.
+# install -y protobuf-compiler) and git; a second or so. Run it after
+# golden.sh, which replaces the whole folder.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
