@@ -448,6 +448,10 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 		rs, err := regionserver.New(regionserver.Config{
 			ID: id, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Masters: []string{cfg.GRPCAddr}, ConnLimits: cfg.ConnLimits,
 			Logger: logger.ResetNamed("baton.rs." + id), TracerProvider: tracing.provider(),
+			// They are this binary: they register with what it says it is,
+			// as the agent's node reports it (a release build's version,
+			// a test build's format stamp), not the library's default.
+			Build: semver.Current(readBuildInfo().Version),
 		})
 		if err == nil {
 			err = rs.Start(ctx)
