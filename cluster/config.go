@@ -398,10 +398,11 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
 	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
-	if c.Build.Version == "" {
-		c.Build.Version = version.Dev
-	}
-	defaults.Set(&c.Build.MaxFormat, version.MaxFormat)
+	// What this binary says it is, as `baton version` does: a test
+	// build's format stamp included (version.Current).
+	self := version.Current("")
+	defaults.Set(&c.Build.Version, self.Version)
+	defaults.Set(&c.Build.MaxFormat, self.MaxFormat)
 	return c
 }
 

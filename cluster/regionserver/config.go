@@ -204,10 +204,11 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxBackoff, max(DefaultMaxBackoff, c.MinBackoff))
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
 	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
-	if c.Build.Version == "" {
-		c.Build.Version = version.Dev
-	}
-	defaults.Set(&c.Build.MaxFormat, version.MaxFormat)
+	// What this binary says it is, as `baton version` does: a test
+	// build's format stamp included (version.Current).
+	self := version.Current("")
+	defaults.Set(&c.Build.Version, self.Version)
+	defaults.Set(&c.Build.MaxFormat, self.MaxFormat)
 	var ms []string
 	for _, m := range c.Masters {
 		if m = strings.TrimSpace(m); m != "" && !slices.Contains(ms, m) {

@@ -220,6 +220,11 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 // runRegionServer runs a region server until ctx ends (SIGINT, SIGTERM),
 // printing where it listens.
 func runRegionServer(ctx context.Context, cfg regionserver.Config, tr rsTransport, stdout, stderr io.Writer) error {
+	// As the agent: a test build whose format stamp was refused is not the
+	// build its maker meant, and would register as something it is not.
+	if err := semver.StampErr(); err != nil {
+		return err
+	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "baton.rs." + cfg.ID, Level: hclog.LevelFromString(envOr("BATON_LOG_LEVEL", "info")), Output: stderr})
 	if !tr.TLS.Enabled() && tr.Insecure {
 		cfg.Logger.Warn("--insecure: plaintext; anyone who reaches this server's addresses can open and close its regions", "grpc_addr", cfg.GRPCAddr, "http_addr", cfg.HTTPAddr)

@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,7 +82,7 @@ func (r *run) refused(ctx context.Context, id string, next version.Format, wantL
 	code, err := r.c.WaitExit(wctx, id)
 	log := r.c.CurrentLog(id)
 	if err != nil {
-		r.t.Fatalf("downgrade: %s on the current build after the raise: %v\n%s", id, err, tail(log))
+		r.t.Fatalf("downgrade: %s, put on the current build at cluster version %d, neither refused to start nor stopped within a minute (it runs on a state it cannot read): %v\n%s", id, next, err, tail(log))
 	}
 	if code == 0 {
 		r.t.Errorf("downgrade: %s on the current build after the raise exited 0", id)
@@ -239,4 +240,35 @@ func TestOldBinaryStopsOnAppliedRaise(t *testing.T) {
 	r.checkEffects(ctx)
 	t.Logf("a master on %s with its state from before the raise started, applied %v and stopped: %s; back on N+1 it rejoined (%v)",
 		r.curVersion, nextFormat, said, time.Since(began).Round(time.Second))
+}
+
+// TestBadFormatStampRefused: a test build whose stamp does not raise the
+// ceiling (here 1, below this tree's level) is not the build its maker
+// meant: a master or a region server of it exits 1 naming the stamp before
+// it starts anything, rather than report itself as something it is not.
+func TestBadFormatStampRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("upgrade: builds the tree; not in -short")
+	}
+	b, _, err := harness.BuildStamped(uint32(version.Format1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := harness.FreePorts(t, 1)
+	for name, args := range map[string][]string{
+		"agent":        {"agent", "--dev", "--data-dir", t.TempDir()},
+		"regionserver": {"regionserver", "--id", "rs1", "--masters", ports[0], "--insecure", "--grpc-addr", ports[0]},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, b.Path, args...).CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("%s with format stamp 1: %v, want exit 1\n%s", name, err, tail(string(out)))
+			continue
+		}
+		if want := `format stamp "1" is not above this tree's`; !strings.Contains(string(out), want) {
+			t.Errorf("%s with format stamp 1 says %q, want it to name the stamp (%q)", name, tail(string(out)), want)
+		}
+	}
 }

@@ -824,7 +824,10 @@ func (r *run) fanoutOf(ctx context.Context, children, steps int, delay time.Dura
 
 func rollingDowngrade(t *testing.T, old harness.Binary) {
 	cur := harness.Binary{Path: nodeBin}
-	r, ctx := newRun(t, old, cur, 0, false)
+	// With TLS and access control, so that a procedure carries who
+	// submitted it (record field 114) where the format allows it: the
+	// current build must not write it while the cluster version is 1.
+	r, ctx := newRun(t, old, cur, 0, true)
 	c := r.c
 	// Two masters run the release throughout: the cluster version must
 	// stay 1, and nothing of format 2 be written.
@@ -875,6 +878,18 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 		t.Logf("downgrade: the leadership left %s (now %s) before its work finished", up, l)
 	}
 	r.childrenKept(ctx, short, false)
+	// The other format-2 write: who submitted a procedure. The current
+	// build leads, access control names the harness's client, and still
+	// no record carries it.
+	for _, id := range []uint64{mid, short} {
+		p, err := r.cl.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if by := p.GetSubmittedBy(); by != "" {
+			t.Errorf("downgrade: procedure %d, submitted to the current build at cluster version 1, records its submitter %q (field 114, format 2)", id, by)
+		}
+	}
 	unfinished := 0
 	for _, id := range ids {
 		p, err := r.cl.Get(ctx, id)
@@ -894,9 +909,12 @@ func rollingDowngrade(t *testing.T, old harness.Binary) {
 	if highest != version.Format1 {
 		t.Errorf("downgrade: the cluster version reached %d", highest)
 	}
-	t.Logf("downgrade %s → current → %s: %d procedures, %d still running when %s went back, all finished exactly once; cluster version 1 in all %d samples; the fanout the current build finished kept no child summaries (NOT_FOUND)",
-		old.Release, old.Release, len(r.ackedIDs()), unfinished, up, samples)
 	if unfinished == 0 {
 		t.Errorf("downgrade: nothing was in flight when %s went back to %s", up, old.Release)
 	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("downgrade %s → current → %s, with TLS and access control: %d procedures, %d still running when %s went back, all finished exactly once; cluster version 1 in all %d samples; the fanout the current build finished kept no child summaries (NOT_FOUND), and no procedure its submitter",
+		old.Release, old.Release, len(r.ackedIDs()), unfinished, up, samples)
 }
