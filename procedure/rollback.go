@@ -89,7 +89,14 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			x.unlock()
 			return
 		}
-		needLocks := len(top.locks) > 0 && !top.locked && !top.bypass
+		// bypass is the API's to set (Bypass sets it on a member whatever
+		// holds it), so it is read here, under x.mu, and not again below,
+		// where it used to be read without the lock: a racy read that -race
+		// caught in CI. A Bypass that comes after this look spares the
+		// steps below this one; this one is undone, as a step that is
+		// running when a Bypass comes runs to its end.
+		bypassed := top.bypass
+		needLocks := len(top.locks) > 0 && !top.locked && !bypassed
 		if needLocks {
 			x.setLockWaitLocked(top, true)
 		}
@@ -115,7 +122,7 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 		}
 
 		var err error
-		if !top.bypass {
+		if !bypassed {
 			err = x.rollbackStep(top)
 		}
 		if err != nil {
