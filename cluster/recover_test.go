@@ -174,3 +174,27 @@ func voters(t *testing.T, n *Node) []string {
 	}
 	return ids
 }
+
+// A member stopped while the two others still run has not lost the
+// quorum: its recovery is refused, the plan never offered, and it
+// rejoins as it was when started normally.
+func TestRecoverQuorumRefusedWhileAQuorumAnswers(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3, tcp: true})
+	li, x := c.leader()
+	c.waitAllSuccess(submit(t, x, 3, 1, 0), 1)
+	s := (li + 1) % 3
+	if err := c.nodes[s].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c.nodes[s] = nil
+	cfg := c.cfgs[s]
+	cfg.RecoverQuorum = func(QuorumRecoveryPlan) error { t.Fatal("plan offered while a quorum answers"); return nil }
+	if _, err := NewNode(cfg); !errors.Is(err, ErrRecoveryRefused) {
+		t.Fatalf("recovery beside two running members: %v, want ErrRecoveryRefused", err)
+	}
+	n := c.restart(s)
+	testwait.For(t, 15*time.Second, "the member to follow the leader again", func() bool {
+		id, _ := n.Leader()
+		return id != "" && len(voters(t, n)) == 3
+	})
+}
