@@ -338,6 +338,16 @@ type Config struct {
 	RaftConnLimits  security.ConnLimits
 	ListenerMetrics *security.ListenerMetrics
 
+	// RecoverQuorum, if set, makes NewNode turn the node's raft state into
+	// a cluster of this node alone before raft starts, for a cluster that
+	// lost a majority of its voters for good (recover.go). It is called
+	// with what the recovery would do; an error returned stops NewNode
+	// with it, nothing changed. NewNode refuses a data directory without
+	// raft state (ErrNothingToRecover), and a node that is the only voter
+	// already, is no member, or still sees a quorum (ErrRecoveryRefused).
+	// A one-shot operator action: never set it on an ordinary start.
+	RecoverQuorum func(QuorumRecoveryPlan) error
+
 	// Overrides for tests: when set, used instead of the TCP transport and
 	// the bolt / file stores (e.g. raft.NewInmemTransport, raft.InmemStore,
 	// raft.InmemSnapshotStore). LogStore and StableStore go together. The

@@ -169,6 +169,12 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 	}()
 
+	if cfg.RecoverQuorum != nil {
+		// Before anything is created in it.
+		if err := noRaftState(cfg); err != nil {
+			return nil, err
+		}
+	}
 	// Before anything is opened: what 0.1.0 left readable is tightened.
 	if err := filecare.TightenDataDir(cfg.DataDir, log); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -303,6 +309,18 @@ func NewNode(cfg Config) (n *Node, err error) {
 	existing, err := raft.HasExistingState(logs, stable, n.snaps)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	if cfg.RecoverQuorum != nil {
+		if !existing {
+			return nil, fmt.Errorf("%w: %s holds no raft state: recover on the surviving member's own data directory", ErrNothingToRecover, cfg.DataDir)
+		}
+		if err := n.recoverQuorum(rc, logs, stable); err != nil {
+			return nil, err
+		}
+		// The FSM holds everything the new snapshot does (it was taken
+		// from it), and the log is empty: raft has nothing to restore.
+		need, n.noSnapshotRestore = false, true
+		rc.NoSnapshotRestoreOnStart = true
 	}
 	if !existing && len(cfg.Peers) > 0 {
 		var conf raft.Configuration

@@ -47,6 +47,10 @@ func (c *cli) agent(args []string) int {
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runAgent(ctx, cfg, c.stdout, c.stderr); err != nil {
+		if errors.Is(err, errRecoveryNotConfirmed) {
+			fmt.Fprintf(c.stderr, "baton agent: nothing done: add --yes to recover the quorum as planned\n")
+			return exitUsage
+		}
 		return c.runFailed("agent", err)
 	}
 	return exitOK
@@ -80,7 +84,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	defer a.close()
-	if err := a.startNode(); err != nil {
+	if err := a.startNode(stdout); err != nil {
 		return err
 	}
 	if err := a.startAPI(stdout); err != nil {
@@ -112,6 +116,11 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	a.shutdown()
 	return runErr
 }
+
+// errRecoveryNotConfirmed ends an agent run with --recover-quorum but
+// without --yes, once the plan is printed: exit 2, as every command that
+// needs --yes exits without it.
+var errRecoveryNotConfirmed = errors.New("quorum recovery not confirmed")
 
 // agent is what a running `baton agent` is made of, filled in as it
 // starts: the node, its admin API and HTTP port, and what they share.
@@ -181,8 +190,9 @@ func (a *agent) close() {
 }
 
 // startNode starts the master node: Raft, the FSM, the executor when it
-// leads.
-func (a *agent) startNode() error {
+// leads. With --recover-quorum it first prints the recovery's plan on
+// stdout, and recovers only with --yes.
+func (a *agent) startNode(stdout io.Writer) error {
 	cfg := a.cfg
 	ccfg := cluster.DefaultConfig()
 	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
@@ -199,6 +209,16 @@ func (a *agent) startNode() error {
 		ccfg.Workers = cfg.Workers
 	}
 	cfg.Raft.apply(&ccfg)
+	if cfg.RecoverQuorum {
+		ccfg.RecoverQuorum = func(plan cluster.QuorumRecoveryPlan) error {
+			fmt.Fprint(stdout, plan.String())
+			if !cfg.Yes {
+				return errRecoveryNotConfirmed
+			}
+			fmt.Fprintf(stdout, "recovering (--yes)\n")
+			return nil
+		}
+	}
 	node, err := cluster.NewNode(ccfg)
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)

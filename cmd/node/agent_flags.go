@@ -100,6 +100,12 @@ type agentConfig struct {
 	// ClusterSecret is, in a plaintext cluster, what proves a master to
 	// another (admin.Config.ClusterSecret); "" none.
 	ClusterSecret string
+	// RecoverQuorum makes this start turn the node into a one-member
+	// cluster (cluster.Config.RecoverQuorum) once Yes confirms it; without
+	// Yes the agent prints the plan and exits. Command line only: a flag
+	// left in a config file or the environment would recover again at
+	// the next restart and drop the members that joined since.
+	RecoverQuorum, Yes bool
 }
 
 // agentEnv maps each agent flag to its environment variable.
@@ -204,6 +210,7 @@ type agentFlags struct {
 
 	workers, devRS                *string
 	dev, insecure, debugEndpoints *bool
+	recoverQuorum, yes            *bool
 }
 
 // addAgentFlags defines every flag of `baton agent` on fs, each defaulting
@@ -240,6 +247,11 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 	f.insecure = fs.Bool("insecure", boolEnv("insecure"), "allow plaintext on addresses other than loopback: anyone who reaches them can join, call the admin API or speak Raft (env "+agentEnv["insecure"]+")")
 	f.debugEndpoints = fs.Bool("debug-endpoints", boolEnv("debug-endpoints"), "serve /debug/pprof/ (profiles) and /debug/domain (the whole replicated state) on --http-addr, "+
 		"to admin permission under access control; off by default (env "+agentEnv["debug-endpoints"]+")")
+	// No environment variable and no config-file key (agentEnv): a
+	// one-shot operator action, never part of how the agent starts.
+	f.recoverQuorum = fs.Bool("recover-quorum", false, "once, after a majority of the masters are lost for good (their disks gone): make this node, from its own data, "+
+		"the only member of the cluster, then run as usual; prints what may be lost and does it only with --yes (exit codes below; docs/operations.md, Quorum lost for good)")
+	f.yes = fs.Bool("yes", false, "with --recover-quorum: do it; without --yes the plan is printed and nothing is done (exit 2)")
 	f.devRS = str("dev-regionservers", fmt.Sprintf("with --dev, how many simulated region servers (rs1, rs2, ...) run in this process, on free loopback ports; 0: none (default %d)", devRegionServers))
 	fs.Usage = func() { agentUsage(fs) }
 	return f, envErr
@@ -249,7 +261,15 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 func agentUsage(fs *flag.FlagSet) {
 	fmt.Fprintf(fs.Output(), "usage: baton agent [--dev [--dev-regionservers N]] [flags]\n\n"+
 		"--dev runs a single-node cluster on loopback with %d simulated region servers\n"+
-		"in the same process, so that every client command works against it.\n\nflags:\n", devRegionServers)
+		"in the same process, so that every client command works against it.\n\n"+
+		"--recover-quorum (with the node's usual flags, its own agent stopped) makes a\n"+
+		"survivor of a lost quorum the only member, then serves. Exit codes:\n"+
+		"  0  stopped by SIGINT or SIGTERM after serving\n"+
+		"  1  failed to start or run; with --recover-quorum also: refused (no raft state\n"+
+		"     in --data-dir, already the only voter, not a member, or a quorum of the\n"+
+		"     members still answers), nothing changed\n"+
+		"  2  bad flags; with --recover-quorum but without --yes: the plan was printed,\n"+
+		"     nothing changed\n\nflags:\n", devRegionServers)
 	printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
@@ -266,6 +286,15 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.Raft = f.raft.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
+	cfg.RecoverQuorum, cfg.Yes = *f.recoverQuorum, *f.yes
+	switch {
+	case cfg.Yes && !cfg.RecoverQuorum:
+		bad("--yes confirms --recover-quorum, which is not given")
+	case cfg.RecoverQuorum && cfg.Dev:
+		bad("--recover-quorum is for a member of a cluster that lost its quorum, not --dev's single node")
+	case cfg.RecoverQuorum && *f.node.join != "":
+		bad("--recover-quorum makes this node a cluster of its own: drop --join (new members join it afterwards)")
+	}
 	if n, ok := intFlag("workers", *f.workers, "a number of executor workers", 1, maxAgentWorkers, bad); ok {
 		cfg.Workers = n
 	}

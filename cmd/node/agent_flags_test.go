@@ -138,6 +138,15 @@ func TestParseAgentFlags(t *testing.T) {
 		{name: "too many workers", args: []string{"--dev", "--workers", "100000"}, err: "1..4096"},
 		{name: "workers not a number", args: []string{"--dev", "--workers", "many"}, err: `--workers "many"`},
 		{name: "positional", args: []string{"--dev", "extra"}, err: "takes no arguments"},
+		{name: "recover quorum", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--peers", "n1=127.0.0.1:1,n2=127.0.0.1:3", "--recover-quorum", "--yes"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "127.0.0.1:1", GRPCAddr: "127.0.0.1:2", Peers: []cluster.Peer{{ID: "n1", Address: "127.0.0.1:1"}, {ID: "n2", Address: "127.0.0.1:3"}},
+				RecoverQuorum: true, Yes: true}},
+		{name: "recover quorum not from env", env: map[string]string{"BATON_RECOVER_QUORUM": "true", "BATON_YES": "true"}, args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2"},
+			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "127.0.0.1:1", GRPCAddr: "127.0.0.1:2"}},
+		{name: "yes alone", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--yes"}, err: "--yes confirms --recover-quorum"},
+		{name: "recover quorum with dev", args: []string{"--dev", "--recover-quorum"}, err: "not --dev's single node"},
+		{name: "recover quorum with join", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--join", "127.0.0.1:3", "--recover-quorum"},
+			err: "drop --join"},
 		{name: "every problem named", args: []string{"--raft-addr", "0.0.0.0:1"}, err: "single-node cluster)\n  --data-dir is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

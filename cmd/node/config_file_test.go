@@ -44,6 +44,9 @@ func TestAgentConfigFile(t *testing.T) {
 		body, want string
 	}{
 		{`{"id": "n1", "nope": 1}`, `unknown key "nope"`},
+		// A one-shot operator action, never how the agent starts.
+		{`{"id": "n1", "recover-quorum": true}`, `unknown key "recover-quorum"`},
+		{`{"id": "n1", "yes": true}`, `unknown key "yes"`},
 		{`{"id": {"a": 1}}`, `"id": want a string, a number or a boolean`},
 		{`[1, 2]`, "not a JSON object"},
 		{`{"id": `, "not a JSON object"},

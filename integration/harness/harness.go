@@ -164,6 +164,9 @@ type Node struct {
 	// UID is the uid the agent runs as (Options.UIDBase), 0 when it runs
 	// as the test does.
 	UID uint32
+	// Joiner: started by AddNode, without --peers; it serves nothing
+	// until a member adds it ('baton cluster join').
+	Joiner bool
 
 	proc
 }
@@ -336,6 +339,9 @@ func (c *Cluster) Dir() string { return c.dir }
 func (c *Cluster) peers() string {
 	var p []string
 	for _, n := range c.Nodes {
+		if n.Joiner {
+			continue // not a bootstrap member
+		}
 		p = append(p, n.ID+"="+n.RaftAddr)
 	}
 	return strings.Join(p, ",")
@@ -372,8 +378,10 @@ func (c *Cluster) Args(id string) []string {
 // current binary reads and an older one ignores.
 func (c *Cluster) agentArgs(n *Node, b Binary) []string {
 	args := []string{"agent", "--id", n.ID, "--data-dir", n.DataDir,
-		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
-		"--peers", c.peers()}
+		"--raft-addr", n.RaftAddr, "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr}
+	if !n.Joiner {
+		args = append(args, "--peers", c.peers())
+	}
 	if b.Release == "" {
 		// Tests read each node's state through /debug/domain (Domain), and
 		// a stuck node's goroutines through /debug/pprof.
@@ -397,11 +405,46 @@ func agentEnv(b Binary) []string {
 	return []string{"BATON_DEBUG_ENDPOINTS=1"}
 }
 
-func (c *Cluster) start(n *Node) error {
+func (c *Cluster) start(n *Node, extra ...string) error {
 	b := locked.Load(&c.mu, &n.bin)
 	env := append([]string{"BATON_LOG_LEVEL=" + c.opts.LogLevel}, agentEnv(b)...)
 	env = append(env, c.opts.Env...)
-	return n.run(n.ID, b.Path, c.agentArgs(n, b), env, n.LogPath)
+	return n.run(n.ID, b.Path, append(c.agentArgs(n, b), extra...), env, n.LogPath)
+}
+
+// RestartArgs starts node id again as Restart does, with extra added to
+// its command line for this start only (e.g. --recover-quorum). The node
+// must have exited.
+func (c *Cluster) RestartArgs(id string, extra ...string) {
+	c.t.Helper()
+	c.must("restart", id, c.start(c.Node(id), extra...))
+}
+
+// AddNode starts a new agent id on fresh loopback ports with an empty data
+// directory and without --peers (Node.Joiner): a member to be, which
+// serves nothing until a member adds it ('baton cluster join --id id
+// --raft-addr ... --admin-addr ...'). Client does not know it; NewClient
+// and AdminAddrs do.
+func (c *Cluster) AddNode(id string) *Node {
+	c.t.Helper()
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			c.t.Fatalf("harness: add %s: a node of that id exists", id)
+		}
+	}
+	if c.opts.UIDBase > 0 {
+		c.t.Fatalf("harness: add %s: not with Options.UIDBase", id)
+	}
+	ports := FreePorts(c.t, 3)
+	n := &Node{ID: id, RaftAddr: ports[0], GRPCAddr: ports[1], HTTPAddr: ports[2],
+		DataDir: filepath.Join(c.dir, id, "data"), LogPath: filepath.Join(c.dir, id, "agent.log"), Joiner: true}
+	if err := os.MkdirAll(filepath.Join(c.dir, id), 0o755); err != nil {
+		c.t.Fatalf("harness: %v", err)
+	}
+	n.bin = c.binaryFor(id)
+	c.Nodes = append(c.Nodes, n) // Nodes is the test goroutine's
+	c.must("start", id, c.start(n))
+	return n
 }
 
 // Node returns the node with this id; it fails the test if there is none.

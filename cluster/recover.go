@@ -1,0 +1,239 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Quorum recovery: when a majority of the voters are gone for good (their
+// disks lost), no member can ever be elected again, and raft has no way
+// out from inside the cluster. Config.RecoverQuorum makes NewNode rewrite
+// this node's raft state into a cluster of one (hashicorp/raft's
+// RecoverCluster, what Consul's peers.json does) before raft starts: the
+// newest snapshot and every entry of the local log are applied to the FSM,
+// a snapshot of the result is stored carrying the new configuration, and
+// the log is emptied. The node then starts as the only voter, elects
+// itself, and new members join it ('baton cluster join').
+//
+// What the survivor holds is all the new cluster will have. Raft does not
+// persist the commit index, so the best this node knows is what it had
+// applied (its local WAL, or its newest snapshot): the entries after that
+// were received but never known committed here, and recovery commits them.
+// Whatever the lost members committed past this node's last entry never
+// reached it and is gone.
+
+// ErrNothingToRecover is returned by NewNode with Config.RecoverQuorum for
+// a data directory that holds no raft state: there is nothing to recover
+// from, and a quiet start of an empty cluster would hide the mistake.
+var ErrNothingToRecover = errors.New("cluster: nothing to recover")
+
+// ErrRecoveryRefused is returned by NewNode with Config.RecoverQuorum when
+// the recovery would not help or would do harm: this node already is the
+// only voter, is not a member at all, or a quorum of the members still
+// answers. Nothing was changed.
+var ErrRecoveryRefused = errors.New("cluster: quorum recovery refused")
+
+// QuorumRecoveryPlan is what a quorum recovery would do, as this node's
+// stores tell it, for the operator to confirm (Config.RecoverQuorum).
+type QuorumRecoveryPlan struct {
+	DataDir string
+	// Self is this node, the only voter after the recovery, at the
+	// address it advertises now.
+	Self Peer
+	// Members is the latest configuration the node holds; Dropped those of
+	// them recovery leaves out (all but this node), each with whether it
+	// answered on its raft address (Answering).
+	Members []Peer
+	Dropped []Peer
+	// Answering are the dropped members that accepted a connection on
+	// their raft address: they may still be running.
+	Answering []string
+	// LastIndex and LastTerm are the local log's last entry (or the
+	// newest snapshot's, for an empty log).
+	LastIndex, LastTerm uint64
+	// KnownCommitted is the highest index this node knows was committed:
+	// what it had applied (its local WAL, or its newest snapshot).
+	KnownCommitted uint64
+	// Uncertain counts the entries after KnownCommitted up to LastIndex,
+	// and UncertainCommands those of them that change the state: recovery
+	// commits them, though the old cluster may never have.
+	Uncertain, UncertainCommands uint64
+}
+
+// String is the plan as the operator reads it.
+func (p QuorumRecoveryPlan) String() string {
+	var b strings.Builder
+	names := func(ps []Peer) string {
+		var s []string
+		for _, m := range ps {
+			s = append(s, m.String())
+		}
+		return strings.Join(s, ", ")
+	}
+	fmt.Fprintf(&b, "quorum recovery of %s (data directory %s)\n", p.Self.ID, p.DataDir)
+	fmt.Fprintf(&b, "  members now:       %s\n", names(p.Members))
+	fmt.Fprintf(&b, "  after recovery:    %s, the only voter\n", p.Self)
+	fmt.Fprintf(&b, "  members dropped:   %s\n", names(p.Dropped))
+	fmt.Fprintf(&b, "  this node's log:   up to index %d (term %d); known committed here up to index %d\n", p.LastIndex, p.LastTerm, p.KnownCommitted)
+	if p.Uncertain > 0 {
+		fmt.Fprintf(&b, "  may be lost:       entries %d..%d (%d, %d of them state changes) were received here but never known committed:\n"+
+			"                     recovery commits them, though their callers may have been told they failed\n",
+			p.KnownCommitted+1, p.LastIndex, p.Uncertain, p.UncertainCommands)
+		fmt.Fprintf(&b, "                     ")
+	} else {
+		fmt.Fprintf(&b, "  may be lost:       ")
+	}
+	fmt.Fprintf(&b, "anything the dropped members committed after index %d never reached this node and is lost\n", p.LastIndex)
+	if len(p.Answering) > 0 {
+		fmt.Fprintf(&b, "  WARNING:           %s accepted a connection on its raft address: if it still runs, stop it for good before\n"+
+			"                     recovering, or two clusters will each believe they are this one\n", strings.Join(p.Answering, ", "))
+	}
+	fmt.Fprintf(&b, "  then:              %s leads alone; add members with 'baton cluster join', each started with an empty data\n"+
+		"                     directory and without --peers\n", p.Self.ID)
+	return b.String()
+}
+
+// recoverProbeTimeout bounds each dial of a dropped member's raft address.
+const recoverProbeTimeout = time.Second
+
+// noRaftState refuses a quorum recovery in a data directory without a
+// raft log, before NewNode creates one: a refusal changes nothing.
+func noRaftState(cfg Config) error {
+	if cfg.LogStore != nil {
+		return nil
+	}
+	path := filepath.Join(cfg.DataDir, "raft", "raft.db")
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s holds no raft log (%s): recover on the surviving member's own data directory", ErrNothingToRecover, cfg.DataDir, path)
+	} else if err != nil {
+		return fmt.Errorf("cluster: recover quorum: %w", err)
+	}
+	return nil
+}
+
+// planQuorumRecovery reads what recovery would do from the opened stores;
+// it refuses what recovery cannot or should not do (ErrNothingToRecover,
+// ErrRecoveryRefused). It changes nothing.
+func (n *Node) planQuorumRecovery(logs raft.LogStore, stable raft.StableStore) (QuorumRecoveryPlan, error) {
+	self := Peer{ID: n.cfg.ID, Address: string(n.trans.LocalAddr())}
+	p := QuorumRecoveryPlan{DataDir: n.cfg.DataDir, Self: self}
+	conf, ok, err := latestConfiguration(logs, stable, n.snaps)
+	if err != nil {
+		return p, fmt.Errorf("cluster: recover quorum: read the raft configuration: %w", err)
+	}
+	if !ok || len(conf.Servers) == 0 {
+		return p, fmt.Errorf("%w: %s holds no raft state: recover on the surviving member's own data directory", ErrNothingToRecover, n.cfg.DataDir)
+	}
+	member, otherVoters := false, 0
+	for _, s := range conf.Servers {
+		peer := Peer{ID: string(s.ID), Address: string(s.Address)}
+		p.Members = append(p.Members, peer)
+		if s.ID == raft.ServerID(n.cfg.ID) {
+			member = true
+			continue
+		}
+		p.Dropped = append(p.Dropped, peer)
+		if s.Suffrage == raft.Voter {
+			otherVoters++
+		}
+	}
+	if !member {
+		return p, fmt.Errorf("%w: %s is not a member of the configuration its log holds (%s): it was removed, and its state may be long out of date; recover on a member",
+			ErrRecoveryRefused, n.cfg.ID, peerIDs(p.Members))
+	}
+	if otherVoters == 0 {
+		return p, fmt.Errorf("%w: %s already is the only voter (members: %s): it has a quorum on its own; start it without --recover-quorum",
+			ErrRecoveryRefused, n.cfg.ID, peerIDs(p.Members))
+	}
+
+	snaps, err := n.snaps.List()
+	if err != nil {
+		return p, fmt.Errorf("cluster: recover quorum: list snapshots: %w", err)
+	}
+	var snapIndex uint64
+	if len(snaps) > 0 {
+		snapIndex, p.LastIndex, p.LastTerm = snaps[0].Index, snaps[0].Index, snaps[0].Term
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return p, fmt.Errorf("cluster: recover quorum: read the log: %w", err)
+	}
+	if last > p.LastIndex {
+		var l raft.Log
+		if err := logs.GetLog(last, &l); err != nil {
+			return p, fmt.Errorf("cluster: recover quorum: read log entry %d: %w", last, err)
+		}
+		p.LastIndex, p.LastTerm = l.Index, l.Term
+	}
+	p.KnownCommitted = min(max(n.fsm.LoadedIndex(), snapIndex), p.LastIndex)
+	p.Uncertain = p.LastIndex - p.KnownCommitted
+	for i := p.KnownCommitted + 1; i <= p.LastIndex; i++ {
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			return p, fmt.Errorf("cluster: recover quorum: read log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			p.UncertainCommands++
+		}
+	}
+
+	// A member that answers may still be running: with it, this node may
+	// not have lost the quorum at all, and a recovery would make two.
+	running := 1
+	for _, s := range conf.Servers {
+		if s.ID == raft.ServerID(n.cfg.ID) {
+			continue
+		}
+		c, err := net.DialTimeout("tcp", string(s.Address), recoverProbeTimeout)
+		if err != nil {
+			continue
+		}
+		_ = c.Close()
+		p.Answering = append(p.Answering, string(s.ID))
+		if s.Suffrage == raft.Voter {
+			running++
+		}
+	}
+	if voters := otherVoters + 1; 2*running > voters {
+		return p, fmt.Errorf("%w: %s answer on their raft addresses: with this node they are %d of %d voters, a quorum; "+
+			"the cluster can still decide: start this node normally, and replace lost members with 'baton cluster remove' and 'join'",
+			ErrRecoveryRefused, strings.Join(p.Answering, ", "), running, voters)
+	}
+	return p, nil
+}
+
+// recoverQuorum plans the recovery, has Config.RecoverQuorum confirm it,
+// and rewrites the raft state into a one-member cluster of this node.
+func (n *Node) recoverQuorum(rc *raft.Config, logs raft.LogStore, stable raft.StableStore) error {
+	plan, err := n.planQuorumRecovery(logs, stable)
+	if err != nil {
+		return err
+	}
+	if err := n.cfg.RecoverQuorum(plan); err != nil {
+		return err
+	}
+	n.log.Warn("recovering quorum: this node becomes the only member", "dropped", peerIDs(plan.Dropped),
+		"last_index", plan.LastIndex, "known_committed", plan.KnownCommitted, "uncertain_entries", plan.Uncertain)
+	conf := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(plan.Self.ID), Address: raft.ServerAddress(plan.Self.Address), Suffrage: raft.Voter}}}
+	if err := raft.RecoverCluster(rc, n.fsm, logs, stable, n.snaps, n.trans, conf); err != nil {
+		return fmt.Errorf("cluster: recover quorum: %w", err)
+	}
+	n.log.Warn("quorum recovered: this node is the only member; add others with 'baton cluster join'", "applied_index", n.fsm.AppliedIndex())
+	return nil
+}
+
+func peerIDs(ps []Peer) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.ID)
+	}
+	return strings.Join(s, ", ")
+}
