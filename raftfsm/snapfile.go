@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -53,6 +54,9 @@ var (
 const (
 	filePrefixLen = 8 + 2 + 4
 	maxFileHeader = 64 << 10
+	// recordReadStep is how much of a record is read before the buffer
+	// grows for more.
+	recordReadStep = 1 << 20
 )
 
 // SnapshotFileHeader says what a snapshot file holds and where it came
@@ -266,12 +270,17 @@ func (sr *SnapshotFileReader) next(m proto.Message, field string) error {
 	if n > maxSnapRecord {
 		return &SnapshotFileError{Offset: at, Field: field + " length", Err: fmt.Errorf("%d bytes exceeds %d", n, maxSnapRecord)}
 	}
-	if uint64(cap(sr.buf)) < n {
-		sr.buf = make([]byte, n)
-	}
-	sr.buf = sr.buf[:n]
-	if err := sr.readFull(sr.buf, field); err != nil {
-		return err
+	// The buffer grows as the bytes arrive, not to the length read: a
+	// damaged or cut file of a few bytes may claim up to maxSnapRecord.
+	sr.buf = sr.buf[:0]
+	for left := n; left > 0; {
+		k := int(min(left, recordReadStep))
+		from := len(sr.buf)
+		sr.buf = slices.Grow(sr.buf, k)[:from+k]
+		if err := sr.readFull(sr.buf[from:], field); err != nil {
+			return err
+		}
+		left -= uint64(k)
 	}
 	if err := proto.Unmarshal(sr.buf, m); err != nil {
 		return &SnapshotFileError{Offset: at, Field: field, Err: err}
@@ -317,6 +326,11 @@ func (sr *SnapshotFileReader) advance() (SnapshotEntry, error) {
 		}
 		if sr.nKeys > 0 || r.Proc.Id <= sr.lastID {
 			return SnapshotEntry{}, bad("procedure record", "procedure %d out of order (after procedure %d, or after a key)", r.Proc.Id, sr.lastID)
+		}
+		if r.Proc.Id > sr.body.MaxProcId {
+			// A restore takes max_proc_id as the highest id ever given,
+			// and would give this one again.
+			return SnapshotEntry{}, bad("procedure record", "procedure %d above the body header's max id %d", r.Proc.Id, sr.body.MaxProcId)
 		}
 		sr.lastID = r.Proc.Id
 		sr.nProcs++
