@@ -24,3 +24,9 @@ func VersionKey(id string) string { return "nodes/" + id + "/version" }
 // (version.EncodeClusterFormat): the format level every member reads,
 // which the leader raises and never lowers. Absent: version.Format1.
 const ClusterFormatKey = "cluster/format"
+
+// ClusterIDKey is the replicated key holding the cluster's id: a random
+// id the leader writes once, when the cluster version allows format 2
+// (0.1.0 reads no key under cluster/), and never changes. Absent: the
+// cluster has none yet. Snapshot files carry it.
+const ClusterIDKey = "cluster/id"

@@ -566,24 +566,46 @@ func (x *Executor) persistIdle(e *entry) {
 		}
 		return
 	}
-	if !e.isRoot() && e.state.Terminal() {
+	if e.forgotten || !e.isRoot() && e.state.Terminal() {
 		// Ended since the caller changed it: the write of its end carried
 		// the change. Its record goes with its tree's end (finishRoot's
 		// delete, or its own as it is forgotten), and a write now could
 		// land after that delete and bring it back: a record of a tree
 		// that no longer exists, which a restart holds as an orphan once
-		// the root's result is evicted.
+		// the root's result is evicted. A member that never ran is not
+		// terminal when its tree ends: forgotten tells.
 		x.unlock()
 		return
 	}
 	e.running = true
 	x.unlock()
-	x.persist(e)
+	ok := x.persist(e)
 	x.mu.Lock()
+	if e.forgotten {
+		// Its tree ended during this write, and finishRoot's delete of
+		// its record may have reached the store before the write did.
+		e.running = false
+		x.unlock()
+		if ok {
+			x.deleteLateRecord(e)
+		}
+		return
+	}
 	// Another call's change during this write was left to us.
 	x.writeDirtyLocked(e)
 	x.unclaimLocked(e)
 	x.unlock()
+}
+
+// deleteLateRecord deletes the record of e, a member of a tree that has
+// ended, which an API call wrote while finishRoot deleted it. A crash
+// before this delete leaves the record to the next load, which deletes it
+// as a finished root's descendant, or holds it once the root's result is
+// gone.
+func (x *Executor) deleteLateRecord(e *entry) {
+	if err := x.store.Delete([]uint64{e.id}); err != nil {
+		x.setFatal(err)
+	}
 }
 
 // Pause stops procedure id from running further steps until Resume. A

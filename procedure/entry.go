@@ -102,9 +102,11 @@ type entry struct {
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.
 	unheldChildren int
-	// forgotten: a child that succeeded under a parent that forgets its
-	// children (ForgetsChildren): no longer in Executor.procs nor its
-	// tree's members, its record deleted by its last write.
+	// forgotten: no longer in Executor.procs nor its tree's members, and
+	// its record deleted: a child that succeeded under a parent that
+	// forgets its children (ForgetsChildren), by its last write; or a
+	// descendant of a finished root, by finishRoot's delete. Nothing of it
+	// is written again.
 	forgotten     bool
 	inTable       bool             // in Executor.procs, and so in Executor.live's counts
 	running       bool             // claimed by a worker or an API call

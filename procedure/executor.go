@@ -1028,6 +1028,10 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 		}
 		if id != root.id {
 			descendants = append(descendants, id)
+			// An API call's write may be on its way (a member that never
+			// ran is not terminal; see persistIdle): it must not write
+			// the record again, and deletes what it wrote.
+			m.forgotten, m.dirty = true, false
 			x.forgetLocked(id)
 			if m.span != nil {
 				// Finished and persisted before the root: ended already,

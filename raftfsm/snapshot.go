@@ -77,16 +77,24 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 // Release implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Release() {}
 
-func (s *fsmSnapshot) write(w io.Writer) error {
+func (s *fsmSnapshot) write(w io.Writer) error { return writeStream(s.st, w) }
+
+// WriteSnapshot writes the view as a snapshot stream (the format at the
+// top of this file), as Persist does: through a small buffer, so memory
+// stays bounded by it and one record however large the state.
+func (v View) WriteSnapshot(w io.Writer) error { return writeStream(v.st, w) }
+
+// writeStream writes st as a snapshot stream.
+func writeStream(st *state, w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	if _, err := bw.Write(snapMagic[:]); err != nil {
 		return fmt.Errorf("raftfsm: write snapshot: %w", err)
 	}
 	hdr := &raftpb.SnapshotHeader{
-		Index:     s.st.index,
-		MaxProcId: s.st.maxProcID,
-		Procs:     uint64(s.st.procs.Len()),
-		Kvs:       uint64(s.st.kv.Len()),
+		Index:     st.index,
+		MaxProcId: st.maxProcID,
+		Procs:     uint64(st.procs.Len()),
+		Kvs:       uint64(st.kv.Len()),
 	}
 	var buf []byte
 	put := func(m proto.Message) error {
@@ -106,7 +114,7 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	proc := &raftpb.Proc{}
 	rec := &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Proc{Proc: proc}}
 	var err error
-	s.st.procs.Ascend(func(p *procItem) bool {
+	st.procs.Ascend(func(p *procItem) bool {
 		proc.Id, proc.Data = p.id, p.data
 		err = put(rec)
 		return err == nil
@@ -117,7 +125,7 @@ func (s *fsmSnapshot) write(w io.Writer) error {
 	kv := &raftpb.KV{}
 	rec = &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Kv{Kv: kv}}
 	var keyBuf []byte
-	s.st.kv.Ascend(func(e *kvItem) bool {
+	st.kv.Ascend(func(e *kvItem) bool {
 		keyBuf = append(keyBuf[:0], e.key...)
 		kv.Key, kv.Value = keyBuf, e.val
 		err = put(rec)

@@ -132,3 +132,34 @@ func TestEventConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// An Event can outlive its Scheduler: the next one wakes only what it
+// parked itself, and Close leaves nothing of the closed one's on it.
+func TestEventAcrossSchedulers(t *testing.T) {
+	var oldWoken, newWoken []uint64
+	old := New(Config{Wake: func(id uint64) { oldWoken = append(oldWoken, id) }})
+	cur := New(Config{Wake: func(id uint64) { newWoken = append(newWoken, id) }})
+	shared, other := NewEvent("shared"), NewEvent("other")
+	old.WaitEvent(shared, 1, tbl("t"))
+	cur.WaitEvent(other, 1, tbl("t"))
+	cur.WaitEvent(shared, 2, tbl("t"))
+	cur.WakeEvent(shared)
+	if !slices.Equal(newWoken, []uint64{2}) || len(oldWoken) != 0 {
+		t.Fatalf("waking shared through the new scheduler woke %v there and %v in the old", newWoken, oldWoken)
+	}
+	if wi := cur.Why(1); wi.Event != "other" {
+		t.Fatalf("1 in the new scheduler: waits on %q, want other", wi.Event)
+	}
+	old.Close()
+	if n := len(shared.waiters); n != 0 || old.Sizes().EventWaiters != 0 {
+		t.Fatalf("after Close: %d waiters on shared, %d in the closed scheduler", n, old.Sizes().EventWaiters)
+	}
+	shared.ready.Store(false)
+	if !old.WaitEvent(shared, 3, tbl("t")) || len(shared.waiters) != 0 {
+		t.Fatal("a closed scheduler parked a waiter")
+	}
+	cur.WakeEvent(other)
+	if !slices.Equal(newWoken, []uint64{2, 1}) || cur.Sizes().EventWaiters != 0 {
+		t.Fatalf("woken %v, %d event waiters left", newWoken, cur.Sizes().EventWaiters)
+	}
+}

@@ -418,11 +418,15 @@ func (s *Scheduler) Queued(id uint64) bool {
 	return ok
 }
 
-// Close wakes every Poll, which then returns ok=false. Locks and events keep
-// working after Close; only Poll stops handing out work. Close is idempotent.
+// Close wakes every Poll, which then returns ok=false. Locks keep working
+// after Close and only Poll stops handing out work, but the procedures
+// parked on events are taken off them and none park any more: an Event can
+// outlive s and be used with the next Scheduler (a new executor in the same
+// process), which must not find s's waiters on it. Close is idempotent.
 func (s *Scheduler) Close() {
 	s.mu.Lock()
 	s.closed = true
+	s.dropEventWaitersLocked()
 	for len(s.idle) > 0 {
 		s.signalOne()
 	}

@@ -17,6 +17,7 @@ var startsNoProcedure = map[string]string{
 	"ListServers": "read", "ServerRegions": "read", "GetMaintenance": "read", "ListRepairs": "read",
 	"ListLocks": "read", "ProcedureStats": "read", "WhoAmI": "read", "AclList": "read", "ListAudit": "read",
 	"WatchProcedure":  "read",
+	"SnapshotSave":    "a read of the whole state, into a file",
 	"AbortProcedure":  "rolls back a procedure that exists",
 	"PauseProcedure":  "pauses a procedure that exists",
 	"ResumeProcedure": "resumes a procedure that exists",

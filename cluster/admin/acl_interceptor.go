@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -145,7 +146,9 @@ type principalStream struct {
 func (s principalStream) Context() context.Context { return s.ctx }
 
 // StreamInterceptor enforces Config.Access on the admin service's streams
-// (reads only: none is audited).
+// and records the audited ones (SnapshotSave) once they end: the master
+// that served it records it, a standby that relayed it leaves that to the
+// leader.
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		method, ok := strings.CutPrefix(info.FullMethod, security.AdminService)
@@ -168,6 +171,28 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 			s.recordRefusal(ctx, p, method, nil, err)
 			return err
 		}
-		return handler(srv, principalStream{ServerStream: ss, ctx: context.WithValue(ctx, principalCtxKey{}, p)})
+		ctx = context.WithValue(ctx, principalCtxKey{}, p)
+		if !access.Audited(method) {
+			return handler(srv, principalStream{ServerStream: ss, ctx: ctx})
+		}
+		if err := s.limitChange(ctx, method); err != nil {
+			s.recordRefusal(ctx, p, method, nil, err)
+			return err
+		}
+		note := &auditNote{}
+		ctx = context.WithValue(ctx, auditNoteKey{}, note)
+		err = handler(srv, principalStream{ServerStream: ss, ctx: ctx})
+		if note.isRemote() {
+			return err
+		}
+		rec := s.auditRecord(ctx, p, method, nil, nil, err)
+		// A client that went away mid-stream is recorded too.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if aerr := s.audit.Append(actx, rec); aerr != nil {
+			// The stream is over: its outcome stands, the record is lost.
+			s.log.Error("audit record not committed", "method", method, "principal", p.String(), "code", rec.GetCode(), "error", aerr)
+		}
+		return err
 	}
 }

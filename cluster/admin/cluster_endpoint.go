@@ -54,6 +54,7 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		Maintenance:       s.maintenanceOf(),
 		Removed:           st.Removed,
 		ClusterFormat:     uint32(clusterFormatOf(s.b)),
+		ClusterId:         clusterIDOf(s.b.DomainGet),
 	}
 	self := buildOf(s.b)
 	out.Version, out.MaxFormat = self.Version, uint32(self.MaxFormat)

@@ -223,7 +223,8 @@ func TestNewRefusesABuilderTheGatewayCannotServe(t *testing.T) {
 	for _, c := range []struct{ method, says string }{
 		{adminpb.Admin_GetProcedure_FullMethodName, "starts_procedure"},
 		{adminpb.Admin_AcquireLock_FullMethodName, "LockResponse"},
-		{"/baton.admin.v1.Admin/SnapshotSave", "lacks"},
+		{"/baton.admin.v1.Admin/NoSuchMethod", "lacks"},
+		{adminpb.Admin_SnapshotSave_FullMethodName, "streaming"},
 	} {
 		d := &stubDomain{builds: append(domain.BuildMethods(), c.method)}
 		_, err := New(WithDomain(&fakeBackend{id: "m0", kv: map[string][]byte{}}, d), Config{})

@@ -146,6 +146,8 @@ func (s *Server) raiseTick(wait time.Duration) time.Duration {
 	held, err := s.commitWithRaise(ctx, nil, nil)
 	if err != nil {
 		s.log.Debug("raising the cluster version failed; will retry", "error", err)
+	} else if err := s.ensureClusterID(ctx); err != nil {
+		s.log.Debug("writing the cluster id failed; will retry", "error", err)
 	}
 	return nextRaiseWait(wait, s.cfg.RegisterInterval, held != nil && err == nil)
 }

@@ -582,9 +582,9 @@ func (c *Client) openWatch(ctx context.Context, id uint64) (stream grpc.ServerSt
 }
 
 // recvWithin receives a stream's first message, giving up when ctx ends.
-func recvWithin(ctx context.Context, s grpc.ServerStreamingClient[adminpb.Procedure]) (*adminpb.Procedure, error) {
+func recvWithin[T any](ctx context.Context, s grpc.ServerStreamingClient[T]) (*T, error) {
 	type res struct {
-		p   *adminpb.Procedure
+		p   *T
 		err error
 	}
 	ch := make(chan res, 1)
@@ -595,7 +595,7 @@ func recvWithin(ctx context.Context, s grpc.ServerStreamingClient[adminpb.Proced
 	select {
 	case r := <-ch:
 		if r.err == io.EOF {
-			return nil, status.Error(codes.Unavailable, "watch stream closed before its first message")
+			return nil, status.Error(codes.Unavailable, "stream closed before its first message")
 		}
 		return r.p, r.err
 	case <-ctx.Done():

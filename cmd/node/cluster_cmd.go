@@ -85,10 +85,14 @@ type statusJSON struct {
 	// ClusterFormat is the cluster version the answering node's state
 	// holds; Version and MaxFormat its binary (0 and "" from a 0.1.0
 	// node).
-	ClusterFormat uint32     `json:"cluster_format"`
-	Version       string     `json:"version"`
-	MaxFormat     uint32     `json:"max_format"`
-	Error         *errorJSON `json:"error,omitempty"`
+	ClusterFormat uint32 `json:"cluster_format"`
+	Version       string `json:"version"`
+	MaxFormat     uint32 `json:"max_format"`
+	// ClusterID is the cluster's id as the answering node's state holds
+	// it: "" until the leader writes one (at cluster version 2), and from
+	// a node older than that.
+	ClusterID string     `json:"cluster_id"`
+	Error     *errorJSON `json:"error,omitempty"`
 }
 
 type peerJSON struct {
@@ -138,6 +142,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		LastContactMs: s.GetLastContactMs(), Maintenance: toMaintenanceJSON(s.GetMaintenance()),
 		Removed: s.GetRemoved(), AlreadyRemoved: s.GetAlreadyRemoved(),
 		ClusterFormat: s.GetClusterFormat(), Version: s.GetVersion(), MaxFormat: s.GetMaxFormat(),
+		ClusterID: s.GetClusterId(),
 	}
 	if s.GetMembersProbed() {
 		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()

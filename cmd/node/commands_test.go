@@ -21,6 +21,8 @@ commands:
           list [--all], wait ID, abort ID, pause ID, resume ID, ack ID
   cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
           maintenance on|off|status, repairs, upgrade-check [--id ID]
+  snapshot
+          save FILE, inspect FILE
   ns      create NAME, delete NAME, list
   table   create NAME [--regions N], delete|enable|disable|describe NAME, list
           (NAME or NS:NAME; --namespace NS)

@@ -39,8 +39,9 @@ const (
 	Format1 Format = 1
 	// Format2 is what 0.2.0 adds that 0.1.0 misreads: ACL revocations
 	// (acl/revoked/), token expiry (expires_ms), token uses
-	// (acl/tokenuse/), the node mark nodes/<id>/removed, and procedure
-	// record fields 113 (child summaries) and 114 (submitter).
+	// (acl/tokenuse/), the node mark nodes/<id>/removed, the cluster id
+	// (cluster/id), and procedure record fields 113 (child summaries) and
+	// 114 (submitter).
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
 	// at every level: the raise itself needs it, docs/upgrades.md. So are
 	// a region server's version and max_format in its server/<id> record,

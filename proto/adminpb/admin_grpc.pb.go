@@ -61,6 +61,7 @@ const (
 	Admin_PauseProcedure_FullMethodName   = "/baton.admin.v1.Admin/PauseProcedure"
 	Admin_ResumeProcedure_FullMethodName  = "/baton.admin.v1.Admin/ResumeProcedure"
 	Admin_AckResult_FullMethodName        = "/baton.admin.v1.Admin/AckResult"
+	Admin_SnapshotSave_FullMethodName     = "/baton.admin.v1.Admin/SnapshotSave"
 	Admin_ClusterStatus_FullMethodName    = "/baton.admin.v1.Admin/ClusterStatus"
 	Admin_AddPeer_FullMethodName          = "/baton.admin.v1.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName       = "/baton.admin.v1.Admin/RemovePeer"
@@ -117,6 +118,11 @@ type AdminClient interface {
 	PauseProcedure(ctx context.Context, in *ProcedureRef, opts ...grpc.CallOption) (*Procedure, error)
 	ResumeProcedure(ctx context.Context, in *ProcedureRef, opts ...grpc.CallOption) (*Procedure, error)
 	AckResult(ctx context.Context, in *ProcedureRef, opts ...grpc.CallOption) (*Procedure, error)
+	// SnapshotSave streams a snapshot file of the replicated state, taken at
+	// a linearizable point on the leader (a standby forwards it): a header,
+	// the state as the FSM's snapshot stream, a checksum. The chunks,
+	// concatenated, are the file (raftfsm's snapfile.go says its format).
+	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
@@ -342,6 +348,25 @@ func (c *adminClient) AckResult(ctx context.Context, in *ProcedureRef, opts ...g
 	}
 	return out, nil
 }
+
+func (c *adminClient) SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[1], Admin_SnapshotSave_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SnapshotSaveRequest, SnapshotChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_SnapshotSaveClient = grpc.ServerStreamingClient[SnapshotChunk]
 
 func (c *adminClient) ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -757,6 +782,11 @@ type AdminServer interface {
 	PauseProcedure(context.Context, *ProcedureRef) (*Procedure, error)
 	ResumeProcedure(context.Context, *ProcedureRef) (*Procedure, error)
 	AckResult(context.Context, *ProcedureRef) (*Procedure, error)
+	// SnapshotSave streams a snapshot file of the replicated state, taken at
+	// a linearizable point on the leader (a standby forwards it): a header,
+	// the state as the FSM's snapshot stream, a checksum. The chunks,
+	// concatenated, are the file (raftfsm's snapfile.go says its format).
+	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	AddPeer(context.Context, *AddPeerRequest) (*ClusterStatusResponse, error)
 	RemovePeer(context.Context, *RemovePeerRequest) (*ClusterStatusResponse, error)
@@ -917,6 +947,9 @@ func (UnimplementedAdminServer) ResumeProcedure(context.Context, *ProcedureRef) 
 }
 func (UnimplementedAdminServer) AckResult(context.Context, *ProcedureRef) (*Procedure, error) {
 	return nil, status.Error(codes.Unimplemented, "method AckResult not implemented")
+}
+func (UnimplementedAdminServer) SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
+	return status.Error(codes.Unimplemented, "method SnapshotSave not implemented")
 }
 func (UnimplementedAdminServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClusterStatus not implemented")
@@ -1195,6 +1228,17 @@ func _Admin_AckResult_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Admin_SnapshotSave_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SnapshotSaveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).SnapshotSave(m, &grpc.GenericServerStream[SnapshotSaveRequest, SnapshotChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_SnapshotSaveServer = grpc.ServerStreamingServer[SnapshotChunk]
 
 func _Admin_ClusterStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClusterStatusRequest)
@@ -2116,6 +2160,11 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchProcedure",
 			Handler:       _Admin_WatchProcedure_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SnapshotSave",
+			Handler:       _Admin_SnapshotSave_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,201 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/memstat"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// readSnapshot receives a SnapshotSave stream whole.
+func readSnapshot(ctx context.Context, a adminpb.AdminClient) ([]byte, error) {
+	s, err := a.SnapshotSave(ctx, &adminpb.SnapshotSaveRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	for {
+		c, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(c.GetData())
+	}
+}
+
+// Only an admin may save a snapshot; through a standby the leader serves
+// it, names the caller in the file, and records the call in the audit
+// trail (once: the standby that relayed it does not).
+func TestSnapshotSaveNeedsAdminAndIsAudited(t *testing.T) {
+	c, pki := ownershipCluster(t)
+	li, _ := c.WaitLeader()
+	standby := (li + 1) % 3
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	_, err := readSnapshot(ctx, callAs(t, c, pki, standby, "bob"))
+	wantRefusal(t, "an operator's save", err)
+
+	b, err := readSnapshot(ctx, callAs(t, c, pki, standby, "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := raftfsm.OpenSnapshotFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := sr.Next(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := sr.Header(); h.TakenBy != "client/alice" || h.ServedBy != c.Master(li).ID {
+		t.Fatalf("header: taken by %q, served by %q; want client/alice and the leader %s", h.TakenBy, h.ServedBy, c.Master(li).ID)
+	}
+	c.WaitForNil("the save's audit record", func() error {
+		lctx, lcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer lcancel()
+		resp, err := callAs(t, c, pki, li, "alice").ListAudit(lctx, &adminpb.ListAuditRequest{Method: "SnapshotSave", PageSize: 100})
+		if err != nil {
+			return err
+		}
+		recs := resp.GetRecords()
+		var served, refused int
+		for _, r := range recs {
+			switch {
+			case r.GetPrincipal() == "client/alice" && r.GetCode() == codes.OK.String() && r.GetNode() == c.Master(li).ID:
+				served++
+			case r.GetPrincipal() == "client/bob" && r.GetRefused():
+				refused++
+			}
+		}
+		if served != 1 || refused != 1 {
+			return fmt.Errorf("%d records of alice's save by the leader, %d of bob's refusal; want 1 and 1: %v", served, refused, recs)
+		}
+		return nil
+	})
+}
+
+// TestSnapshotSaveBoundedOnTheLeader saves the state of 200,000 regions
+// through a client that reads slowly, and reports how much the process's
+// heap (the leader's, its two standbys' and the client's) grew meanwhile,
+// and how many procedures the cluster finished during the save.
+func TestSnapshotSaveBoundedOnTheLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds 200,000 regions")
+	}
+	const n = 200_000
+	c := clustertest.New(t, clustertest.Config{SteadyLeader: true})
+	c.WaitLeader()
+	c.SeedTable("default:big", domain.TableEnabled, n, 7, func(i int) domain.Region {
+		return domain.Region{State: domain.RegionOpen, Server: fmt.Sprintf("rs-%02d.baton.internal:16020", i%20), StartCode: 1732500000000 + uint64(i%20), ProcID: 7}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl := c.Client()
+
+	// The heap: a save alone, to a slow reader.
+	runtime.GC()
+	base := memstat.HeapAfterGC()
+	w := &heapSampler{every: 16, delay: 2 * time.Millisecond}
+	start := time.Now()
+	size, err := cl.SnapshotSave(ctx, w)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	growth := int64(w.peak) - int64(base)
+	t.Logf("%d regions: %d MB streamed in %v to a slow reader; process heap (3 masters and the client) %d MB before, peak growth during the save %d KB",
+		n, size>>20, took.Round(time.Millisecond), base>>20, growth>>10)
+	if growth > 32<<20 {
+		t.Fatalf("heap grew by %d MB while streaming a %d MB snapshot", growth>>20, size>>20)
+	}
+
+	// Serving: one-step procedures one after the other, for as long as a
+	// save takes, without one and during one.
+	rate := func(during func()) float64 {
+		stop := make(chan struct{})
+		var finished atomic.Int64
+		workDone := make(chan struct{})
+		go func() {
+			defer close(workDone)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, x := c.LeaderNow()
+				if x == nil {
+					continue
+				}
+				id, err := x.Submit(&diag.Sleep{Steps: 1}, procedure.SubmitOptions{Owner: "test"})
+				if err != nil {
+					continue
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if info, err := x.Wait(wctx, id); err == nil && info.State == procedure.Success {
+					finished.Add(1)
+				}
+				cancel()
+			}
+		}()
+		start := time.Now()
+		during()
+		elapsed := time.Since(start)
+		close(stop)
+		<-workDone
+		return float64(finished.Load()) / elapsed.Seconds()
+	}
+	idle := rate(func() { time.Sleep(took) }) // a fixed stretch to measure over, the save's length
+	var saveErr error
+	busy := rate(func() { _, saveErr = cl.SnapshotSave(ctx, &heapSampler{every: 1 << 30, delay: 2 * time.Millisecond}) })
+	if saveErr != nil {
+		t.Fatal(saveErr)
+	}
+	t.Logf("procedures finished: %.0f/s without a save, %.0f/s during one", idle, busy)
+	if busy == 0 {
+		t.Fatal("no procedure finished during a save")
+	}
+}
+
+// heapSampler is a slow reader of the stream: it pauses after every
+// write, as a client on a slow link takes its time, and samples the heap
+// every few writes.
+type heapSampler struct {
+	every  int
+	delay  time.Duration
+	writes int
+	peak   uint64
+}
+
+func (h *heapSampler) Write(p []byte) (int, error) {
+	h.writes++
+	if h.writes%h.every == 0 {
+		if m := memstat.HeapAfterGC(); m > h.peak {
+			h.peak = m
+		}
+	}
+	time.Sleep(h.delay) // the slow link itself, not a wait for something to settle
+	return len(p), nil
+}

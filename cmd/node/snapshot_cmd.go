@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
+	"github.com/baton-dev/baton/cluster/client"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/fsutil"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+const snapshotUsage = `usage: baton snapshot <command> [flags]
+
+commands:
+  save FILE             write a snapshot of the cluster's state, read by the leader at a
+                        linearizable point, to FILE (atomically: whole or not at all)
+  inspect FILE [--json] check FILE's checksum and structure and print its header and
+                        counts; needs no cluster (exit 1 if the file is bad)
+
+save takes --addr (env BATON_ADDR), --json and --timeout; see docs/operations.md.
+`
+
+func init() {
+	topLevel.add(topCommand{
+		name: "snapshot", rank: 45, run: (*cli).snapshot,
+		summary: `save FILE, inspect FILE`,
+	})
+}
+
+func (c *cli) snapshot(args []string) int {
+	return c.subcommands("snapshot", snapshotUsage, args, map[string]func([]string) int{
+		"save":    c.snapshotSave,
+		"inspect": c.snapshotInspect,
+	})
+}
+
+// snapshotFileMode keeps a snapshot private: it holds the ACL's token
+// hashes and the audit trail.
+const snapshotFileMode = 0o600
+
+// snapshotWriteHook, set by tests, wraps the writer of the file being
+// saved (a disk that fills up).
+var snapshotWriteHook func(io.Writer) io.Writer
+
+// snapshotSaveJSON is save's --json document.
+type snapshotSaveJSON struct {
+	File   string `json:"file"`
+	Bytes  int64  `json:"bytes"`
+	TookMs int64  `json:"took_ms"`
+	snapshotInspectJSON
+}
+
+func (c *cli) snapshotSave(args []string) int {
+	e := c.command("snapshot save", "FILE", nil)
+	pos, code, ok := e.parse(args, 1, "FILE")
+	if !ok {
+		return code
+	}
+	path := pos[0]
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return e.fail(usagef("%s is a directory: give the file to write", path))
+	}
+	return e.withClient(func(cl *client.Client) int {
+		start := time.Now()
+		var n int64
+		var sum snapshotSummary
+		err := fsutil.CreateAtomic(path, snapshotFileMode, func(f *os.File) error {
+			var w io.Writer = f
+			if snapshotWriteHook != nil {
+				w = snapshotWriteHook(w)
+			}
+			bw := bufio.NewWriterSize(w, 256<<10)
+			var err error
+			if n, err = cl.SnapshotSave(c.ctx, bw); err != nil {
+				return err
+			}
+			if err := bw.Flush(); err != nil {
+				return fmt.Errorf("writing %s: %w", path, err)
+			}
+			// What came over the network is judged before it is kept: a
+			// stream cut short, or damaged, never becomes FILE.
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return fmt.Errorf("reading back %s: %w", path, err)
+			}
+			if sum, err = summarizeSnapshot(f); err != nil {
+				return fmt.Errorf("the snapshot received is bad, not kept: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return e.fail(err)
+		}
+		doc := snapshotSaveJSON{File: path, Bytes: n, TookMs: time.Since(start).Milliseconds(), snapshotInspectJSON: sum.json()}
+		if e.cf.json {
+			c.printJSON(doc)
+			return exitOK
+		}
+		fmt.Fprintf(c.stdout, "saved %s: %d bytes in %v\n", path, n, time.Since(start).Round(time.Millisecond))
+		sum.print(c.stdout)
+		return exitOK
+	})
+}
+
+func (c *cli) snapshotInspect(args []string) int {
+	fs, cf := c.newFlagSet("snapshot inspect", "FILE [--json]")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return parseFailed(err)
+	}
+	if len(pos) != 1 || strings.TrimSpace(pos[0]) == "" {
+		return c.finish("snapshot inspect", fs, cf, usagef("want exactly one FILE, got %d arguments", len(pos)))
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		return c.snapshotBad(cf, pos[0], err)
+	}
+	defer f.Close()
+	sum, err := summarizeSnapshot(f)
+	if err != nil {
+		return c.snapshotBad(cf, pos[0], err)
+	}
+	if cf.json {
+		c.printJSON(sum.json())
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "%s: good (checksum and structure verified)\n", pos[0])
+	sum.print(c.stdout)
+	return exitOK
+}
+
+// snapshotBad reports a file inspect refuses: exit 1.
+func (c *cli) snapshotBad(cf *clientFlags, path string, err error) int {
+	fmt.Fprintf(c.stderr, "baton snapshot inspect: %s: %v\n", path, err)
+	if cf.json {
+		c.printJSON(map[string]any{"error": map[string]any{"code": "BAD_SNAPSHOT", "message": err.Error(), "exit_code": exitFailed}})
+	}
+	return exitFailed
+}
+
+// snapshotSummary is what a verified snapshot file holds.
+type snapshotSummary struct {
+	header raftfsm.SnapshotFileHeader
+	bytes  int64
+	counts snapshotCounts
+}
+
+// snapshotCounts counts the state by kind: procedures by whether they
+// finished, domain keys by their prefix (cluster/domain, cluster/access).
+type snapshotCounts struct {
+	ProceduresLive     uint64 `json:"procedures_live"`
+	ProceduresFinished uint64 `json:"procedures_finished"`
+	Namespaces         uint64 `json:"namespaces"`
+	Tables             uint64 `json:"tables"`
+	Regions            uint64 `json:"regions"`
+	RegionServers      uint64 `json:"region_servers"`
+	Locks              uint64 `json:"locks"`
+	ACLEntries         uint64 `json:"acl_entries"`
+	AuditRecords       uint64 `json:"audit_records"`
+	AuditRefusals      uint64 `json:"audit_refusals"`
+	Members            uint64 `json:"members"`
+	OtherKeys          uint64 `json:"other_keys"`
+}
+
+// slot is the count key's kind goes to. The domain's prefixes are what
+// its key functions put before a name.
+func (k *snapshotCounts) slot(key string) *uint64 {
+	switch {
+	case strings.HasPrefix(key, domain.NamespaceKey("")):
+		return &k.Namespaces
+	case strings.HasPrefix(key, domain.TableKey("")):
+		return &k.Tables
+	case strings.HasPrefix(key, domain.RegionKey("")):
+		return &k.Regions
+	case strings.HasPrefix(key, domain.ServerKey("")):
+		return &k.RegionServers
+	case strings.HasPrefix(key, "lock/"): // domain.LockKey's prefix
+		return &k.Locks
+	case strings.HasPrefix(key, access.CertPrefix), strings.HasPrefix(key, access.TokenPrefix):
+		return &k.ACLEntries
+	case strings.HasPrefix(key, access.AuditPrefix):
+		return &k.AuditRecords
+	case strings.HasPrefix(key, access.RefusedPrefix):
+		return &k.AuditRefusals
+	case strings.HasPrefix(key, "nodes/") && strings.HasSuffix(key, strings.TrimPrefix(cluster.AdminAddrKey(""), "nodes/")):
+		return &k.Members
+	}
+	return &k.OtherKeys
+}
+
+// summarizeSnapshot reads a snapshot file through, verifying it, and
+// counts what it holds.
+func summarizeSnapshot(r io.Reader) (snapshotSummary, error) {
+	cr := &countingReader{r: r}
+	sr, err := raftfsm.OpenSnapshotFile(cr)
+	if err != nil {
+		return snapshotSummary{}, err
+	}
+	s := snapshotSummary{header: sr.Header()}
+	for {
+		e, err := sr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return snapshotSummary{}, err
+		}
+		if e.Proc != nil {
+			sm, err := procedure.DecodeSummary(e.Proc.Data)
+			switch {
+			case err != nil:
+				return snapshotSummary{}, fmt.Errorf("procedure %d: not a procedure record: %w", e.Proc.ID, err)
+			case sm.State.Terminal():
+				s.counts.ProceduresFinished++
+			default:
+				s.counts.ProceduresLive++
+			}
+			continue
+		}
+		*s.counts.slot(e.Key)++
+	}
+	s.bytes = cr.n
+	return s, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// snapshotInspectJSON is inspect's --json document (and part of save's).
+type snapshotInspectJSON struct {
+	FormatVersion int    `json:"format_version"`
+	ClusterID     string `json:"cluster_id"`
+	Index         uint64 `json:"index"`
+	Term          uint64 `json:"term"`
+	CreatedAt     string `json:"created_at"`
+	TakenBy       string `json:"taken_by"`
+	ServedBy      string `json:"served_by"`
+	Version       string `json:"version"`
+	ClusterFormat uint32 `json:"cluster_format"`
+	FileBytes     int64  `json:"file_bytes"`
+	Procedures    uint64 `json:"procedures"`
+	Keys          uint64 `json:"keys"`
+	MaxProcID     uint64 `json:"max_proc_id"`
+	snapshotCounts
+}
+
+func (s snapshotSummary) json() snapshotInspectJSON {
+	h := s.header
+	return snapshotInspectJSON{
+		FormatVersion: raftfsm.SnapshotFileVersion, ClusterID: h.ClusterID, Index: h.Index, Term: h.Term,
+		CreatedAt: msTime(h.CreatedUnixMs), TakenBy: h.TakenBy, ServedBy: h.ServedBy, Version: h.Version,
+		ClusterFormat: h.ClusterFormat, FileBytes: s.bytes, Procedures: h.Procs, Keys: h.Keys, MaxProcID: h.MaxProcID,
+		snapshotCounts: s.counts,
+	}
+}
+
+func (s snapshotSummary) print(w io.Writer) {
+	h, k := s.header, s.counts
+	id := h.ClusterID
+	if id == "" {
+		id = "(none yet: written once the cluster version is 2)"
+	}
+	fmt.Fprintf(w, "format       snapshot file version %d, %d bytes\n", raftfsm.SnapshotFileVersion, s.bytes)
+	fmt.Fprintf(w, "cluster id   %s\n", id)
+	fmt.Fprintf(w, "taken        %s by %s, served by %s (%s, cluster format %d)\n", msTime(h.CreatedUnixMs), h.TakenBy, h.ServedBy, h.Version, h.ClusterFormat)
+	fmt.Fprintf(w, "raft         index %d, term %d\n", h.Index, h.Term)
+	fmt.Fprintf(w, "procedures   %d live, %d finished (max id %d)\n", k.ProceduresLive, k.ProceduresFinished, h.MaxProcID)
+	fmt.Fprintf(w, "catalog      %d namespaces, %d tables, %d regions, %d region servers, %d locks\n", k.Namespaces, k.Tables, k.Regions, k.RegionServers, k.Locks)
+	fmt.Fprintf(w, "access       %d ACL entries, %d audit records, %d audit refusals\n", k.ACLEntries, k.AuditRecords, k.AuditRefusals)
+	fmt.Fprintf(w, "other        %d members' addresses, %d other keys (%d keys in all)\n", k.Members, k.OtherKeys, h.Keys)
+}
