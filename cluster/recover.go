@@ -29,6 +29,14 @@ import (
 // were received but never known committed here, and recovery commits them.
 // Whatever the lost members committed past this node's last entry never
 // reached it and is gone.
+//
+// The local WAL may be ahead of the log: raft.db lost its tail (a restored
+// copy, a disk that lied about a sync, RaftNoSync) while the FSM's WAL kept
+// what it had applied, which was committed. RecoverCluster would then roll
+// the FSM back to the newest snapshot, or store the WAL's state under the
+// log's shorter index so that the FSM skips the next new entries as
+// applied; recovery instead keeps the FSM's state and stores it at its own
+// index (recoverKeepingState).
 
 // ErrNothingToRecover is returned by NewNode with Config.RecoverQuorum for
 // a data directory that holds no raft state: there is nothing to recover
@@ -62,6 +70,12 @@ type QuorumRecoveryPlan struct {
 	// KnownCommitted is the highest index this node knows was committed:
 	// what it had applied (its local WAL, or its newest snapshot).
 	KnownCommitted uint64
+	// StateAheadOfLog is set when the local WAL had applied past the end
+	// of the log and the snapshots (KnownCommitted > LastIndex: the raft
+	// log lost its tail, a restored copy or a disk that lied about a
+	// sync). Recovery then keeps the FSM's state at KnownCommitted instead
+	// of replaying the shorter log.
+	StateAheadOfLog bool
 	// Uncertain counts the entries after KnownCommitted up to LastIndex,
 	// and UncertainCommands those of them that change the state: recovery
 	// commits them, though the old cluster may never have.
@@ -83,6 +97,11 @@ func (p QuorumRecoveryPlan) String() string {
 	fmt.Fprintf(&b, "  after recovery:    %s, the only voter\n", p.Self)
 	fmt.Fprintf(&b, "  members dropped:   %s\n", names(p.Dropped))
 	fmt.Fprintf(&b, "  this node's log:   up to index %d (term %d); known committed here up to index %d\n", p.LastIndex, p.LastTerm, p.KnownCommitted)
+	if p.StateAheadOfLog {
+		fmt.Fprintf(&b, "  local state:       applied up to index %d (its WAL), past the log's end: the raft log lost entries %d..%d;\n"+
+			"                     recovery keeps this state, at index %d, and new entries follow it\n",
+			p.KnownCommitted, p.LastIndex+1, p.KnownCommitted, p.KnownCommitted)
+	}
 	if p.Uncertain > 0 {
 		fmt.Fprintf(&b, "  may be lost:       entries %d..%d (%d, %d of them state changes) were received here but never known committed:\n"+
 			"                     recovery commits them, though their callers may have been told they failed\n",
@@ -91,7 +110,7 @@ func (p QuorumRecoveryPlan) String() string {
 	} else {
 		fmt.Fprintf(&b, "  may be lost:       ")
 	}
-	fmt.Fprintf(&b, "anything the dropped members committed after index %d never reached this node and is lost\n", p.LastIndex)
+	fmt.Fprintf(&b, "anything the dropped members committed after index %d never reached this node and is lost\n", max(p.LastIndex, p.KnownCommitted))
 	if len(p.Answering) > 0 {
 		fmt.Fprintf(&b, "  WARNING:           %s accepted a connection on its raft address: if it still runs, stop it for good before\n"+
 			"                     recovering, or two clusters will each believe they are this one\n", strings.Join(p.Answering, ", "))
@@ -174,7 +193,13 @@ func (n *Node) planQuorumRecovery(logs raft.LogStore, stable raft.StableStore) (
 		p.LastIndex, p.LastTerm = l.Index, l.Term
 	}
 	p.KnownCommitted = min(max(n.fsm.LoadedIndex(), snapIndex), p.LastIndex)
-	p.Uncertain = p.LastIndex - p.KnownCommitted
+	if w := n.fsm.LoadedIndex(); w > p.LastIndex {
+		// The local WAL applied entries the log no longer holds (raft.db
+		// lost its tail). They were committed (only committed entries are
+		// applied), so recovery keeps them (recoverKeepingState).
+		p.KnownCommitted, p.StateAheadOfLog = w, true
+	}
+	p.Uncertain = p.LastIndex - min(p.KnownCommitted, p.LastIndex)
 	for i := p.KnownCommitted + 1; i <= p.LastIndex; i++ {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
@@ -223,10 +248,75 @@ func (n *Node) recoverQuorum(rc *raft.Config, logs raft.LogStore, stable raft.St
 	n.log.Warn("recovering quorum: this node becomes the only member", "dropped", peerIDs(plan.Dropped),
 		"last_index", plan.LastIndex, "known_committed", plan.KnownCommitted, "uncertain_entries", plan.Uncertain)
 	conf := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(plan.Self.ID), Address: raft.ServerAddress(plan.Self.Address), Suffrage: raft.Voter}}}
-	if err := raft.RecoverCluster(rc, n.fsm, logs, stable, n.snaps, n.trans, conf); err != nil {
+	if plan.StateAheadOfLog {
+		err = n.recoverKeepingState(rc, logs, plan, conf)
+	} else {
+		err = raft.RecoverCluster(rc, n.fsm, logs, stable, n.snaps, n.trans, conf)
+	}
+	if err != nil {
 		return fmt.Errorf("cluster: recover quorum: %w", err)
 	}
 	n.log.Warn("quorum recovered: this node is the only member; add others with 'baton cluster join'", "applied_index", n.fsm.AppliedIndex())
+	return nil
+}
+
+// recoverKeepingState is raft.RecoverCluster for a node whose FSM had
+// applied past the end of its log and snapshots (plan.StateAheadOfLog).
+// RecoverCluster would restore the newest snapshot, rolling the FSM (and its
+// WAL) back to it and losing entries this node had applied as committed, or,
+// with no snapshot to restore, replay the log into an FSM that skips it and
+// then store a snapshot claiming the log's last index for the state of a
+// later one: raft would append new entries from there and the FSM would skip
+// them as applied. So the FSM's state is stored as it is, at the index it
+// holds, with the one-member configuration, and the log is emptied, as
+// RecoverCluster does: raft then starts after that index, the FSM holding
+// exactly what the snapshot does (NoSnapshotRestoreOnStart). The stable
+// store's current term is kept.
+func (n *Node) recoverKeepingState(rc *raft.Config, logs raft.LogStore, plan QuorumRecoveryPlan, conf raft.Configuration) error {
+	if err := raft.ValidateConfig(rc); err != nil {
+		return err
+	}
+	snap, err := n.fsm.Snapshot()
+	if err != nil {
+		return fmt.Errorf("snapshot the FSM: %w", err)
+	}
+	defer snap.Release()
+	index := n.fsm.AppliedIndex()
+	if index != plan.KnownCommitted {
+		return fmt.Errorf("the FSM holds index %d, the plan %d", index, plan.KnownCommitted)
+	}
+	// The term of the entry at index is lost with the log's tail. Any term
+	// from the latest known one (the log's or the snapshot's) up to the
+	// current one is consistent: raft compares it only with the snapshots
+	// it sends new members, which carry it, and the election that follows
+	// moves to a later term.
+	term := plan.LastTerm
+	if term == 0 {
+		return fmt.Errorf("no term known for index %d", index)
+	}
+	// Configuration index 1, as RecoverCluster: the log it could conflict
+	// with is deleted below.
+	sink, err := n.snaps.Create(raft.SnapshotVersionMax, index, term, conf, 1, n.trans)
+	if err != nil {
+		return fmt.Errorf("create snapshot: %w", err)
+	}
+	// Persist closes the sink, or cancels it on failure.
+	if err := snap.Persist(sink); err != nil {
+		return fmt.Errorf("persist snapshot at index %d: %w", index, err)
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("read the log's first index: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read the log's last index: %w", err)
+	}
+	if last > 0 {
+		if err := logs.DeleteRange(first, last); err != nil {
+			return fmt.Errorf("log compaction failed: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -23,7 +23,9 @@ import (
 // recovery in an empty directory is refused without creating anything,
 // and a recovery not confirmed changes nothing (the same plan twice).
 func TestRecoverQuorum(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tcp: true})
+	// Steady timings: the test submits on the leader it picked first, and
+	// a leadership change under -race stopped that executor mid-test.
+	c := newTestCluster(t, clusterOpts{n: 3, tcp: true, tweak: steadyTimings})
 	li, x := c.leader()
 	done := submit(t, x, 20, 2, 0)
 	c.waitAllSuccess(done, 2)
