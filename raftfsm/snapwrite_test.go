@@ -55,7 +55,12 @@ func TestStreamWriterRefusesWhatRestoreWould(t *testing.T) {
 		"fewer than announced": func(sw *StreamWriter) error { return sw.Key("a", nil) },
 		"key before procedure": func(sw *StreamWriter) error { sw.Key("a", nil); return sw.Proc(1, nil) },
 		"keys out of order":    func(sw *StreamWriter) error { sw.Key("b", nil); return sw.Key("a", nil) },
-		"more than announced":  func(sw *StreamWriter) error { sw.Proc(1, nil); sw.Key("a", nil); sw.Key("b", nil); return sw.Key("c", nil) },
+		"more than announced": func(sw *StreamWriter) error {
+			sw.Proc(1, nil)
+			sw.Key("a", nil)
+			sw.Key("b", nil)
+			return sw.Key("c", nil)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sw, err := NewStreamWriter(&bytes.Buffer{}, 5, 1, 1, 2)
