@@ -22,7 +22,7 @@ commands:
   cluster status, join --id ID --raft-addr H:P --admin-addr H:P, remove ID,
           maintenance on|off|status, repairs, upgrade-check [--id ID]
   snapshot
-          save FILE, inspect FILE
+          save FILE, inspect FILE, restore FILE
   ns      create NAME, delete NAME, list
   table   create NAME [--regions N], delete|enable|disable|describe NAME, list
           (NAME or NS:NAME; --namespace NS)

@@ -25,6 +25,10 @@ commands:
                         linearizable point, to FILE (atomically: whole or not at all)
   inspect FILE [--json] check FILE's checksum and structure and print its header and
                         counts; needs no cluster (exit 1 if the file is bad)
+  restore FILE --data-dir DIR --id ID --peers ID=RAFTADDR,... [--json]
+                        build one member of a new cluster's data directory from FILE;
+                        run it for every member with the same FILE and --peers, then start
+                        the agents (exit 1 if FILE is bad or DIR holds anything)
 
 save takes --addr (env BATON_ADDR), --json and --timeout; see docs/operations.md.
 `
@@ -32,7 +36,7 @@ save takes --addr (env BATON_ADDR), --json and --timeout; see docs/operations.md
 func init() {
 	topLevel.add(topCommand{
 		name: "snapshot", rank: 45, run: (*cli).snapshot,
-		summary: `save FILE, inspect FILE`,
+		summary: `save FILE, inspect FILE, restore FILE`,
 	})
 }
 
@@ -40,6 +44,7 @@ func (c *cli) snapshot(args []string) int {
 	return c.subcommands("snapshot", snapshotUsage, args, map[string]func([]string) int{
 		"save":    c.snapshotSave,
 		"inspect": c.snapshotInspect,
+		"restore": c.snapshotRestore,
 	})
 }
 
