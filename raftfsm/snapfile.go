@@ -379,3 +379,20 @@ func (sr *SnapshotFileReader) verifyTrailer() error {
 	}
 	return io.EOF
 }
+
+// VerifySnapshotFile reads a snapshot file through, as a restore would,
+// and returns its header once its structure and checksum are verified;
+// otherwise the reader's refusal (a *SnapshotFileError).
+func VerifySnapshotFile(r io.Reader) (SnapshotFileHeader, error) {
+	sr, err := OpenSnapshotFile(r)
+	if err != nil {
+		return SnapshotFileHeader{}, err
+	}
+	for {
+		if _, err := sr.Next(); err == io.EOF {
+			return sr.Header(), nil
+		} else if err != nil {
+			return sr.Header(), err
+		}
+	}
+}

@@ -172,3 +172,23 @@ func TestSnapshotFileMemoryBounded(t *testing.T) {
 	}
 	runtime.KeepAlive(f)
 }
+
+// VerifySnapshotFile accepts a whole file and refuses one with a byte
+// changed anywhere past the magic.
+func TestVerifySnapshotFile(t *testing.T) {
+	_, b := sampleFile(t)
+	h, err := VerifySnapshotFile(bytes.NewReader(b))
+	if err != nil || h.Index != 6 || h.Procs != 2 {
+		t.Fatalf("header %+v, %v", h, err)
+	}
+	for _, at := range []int{9, 20, len(b) / 2, len(b) - 40, len(b) - 1} {
+		bad := bytes.Clone(b)
+		bad[at] ^= 0x40
+		if _, err := VerifySnapshotFile(bytes.NewReader(bad)); !errors.Is(err, ErrBadSnapshotFile) {
+			t.Errorf("byte %d changed: %v, want ErrBadSnapshotFile", at, err)
+		}
+	}
+	if _, err := VerifySnapshotFile(bytes.NewReader(b[:len(b)-1])); !errors.Is(err, ErrBadSnapshotFile) {
+		t.Errorf("truncated: %v", err)
+	}
+}

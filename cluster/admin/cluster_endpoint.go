@@ -58,6 +58,9 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 	}
 	self := buildOf(s.b)
 	out.Version, out.MaxFormat = self.Version, uint32(self.MaxFormat)
+	if l := s.LastSnapshot(); l != nil {
+		out.LastSnapshot = &adminpb.LastSnapshot{File: l.File, UnixMs: l.Time.UnixMilli(), Index: l.Index, Bytes: l.Bytes, DurationMs: l.Duration.Milliseconds()}
+	}
 	switch {
 	case st.State == raft.Leader.String():
 		out.LastContactMs = 0

@@ -45,6 +45,19 @@ type StatusJSON struct {
 	ClusterFormat uint32 `json:"cluster_format"`
 	Version       string `json:"version"`
 	MaxFormat     uint32 `json:"max_format"`
+	// LastSnapshot is this master's newest good scheduled snapshot
+	// (WithLastSnapshot); absent when it schedules none or has written
+	// none yet.
+	LastSnapshot *LastSnapshotJSON `json:"last_snapshot,omitempty"`
+}
+
+// LastSnapshotJSON is a scheduled snapshot in StatusJSON.
+type LastSnapshotJSON struct {
+	File       string    `json:"file"`
+	Time       time.Time `json:"time"`
+	Index      uint64    `json:"index"`
+	Bytes      int64     `json:"bytes"`
+	DurationMs int64     `json:"duration_ms"`
 }
 
 // MaintenanceJSON is maintenance mode in StatusJSON: on, and when, by whom
@@ -142,7 +155,13 @@ func HTTPHandler(b Backend, g prometheus.Gatherer, opts ...HTTPOption) http.Hand
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(StatusOf(b))
+		st := StatusOf(b)
+		if o.lastSnapshot != nil {
+			if l := o.lastSnapshot(); l != nil {
+				st.LastSnapshot = &LastSnapshotJSON{File: l.File, Time: l.Time.UTC(), Index: l.Index, Bytes: l.Bytes, DurationMs: l.Duration.Milliseconds()}
+			}
+		}
+		_ = enc.Encode(st)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := Ready(b)
@@ -164,7 +183,17 @@ func HTTPHandler(b Backend, g prometheus.Gatherer, opts ...HTTPOption) http.Hand
 // HTTPOption adjusts HTTPHandler.
 type HTTPOption func(*httpOptions)
 
-type httpOptions struct{ debug bool }
+type httpOptions struct {
+	debug        bool
+	lastSnapshot func() *LastSnapshot
+}
+
+// WithLastSnapshot has /status show last's answer as last_snapshot
+// (Server.LastSnapshot: the scheduled snapshots of the Server beside the
+// handler).
+func WithLastSnapshot(last func() *LastSnapshot) HTTPOption {
+	return func(o *httpOptions) { o.lastSnapshot = last }
+}
 
 // WithDebugEndpoints serves /debug/domain and /debug/pprof/ too (`baton
 // agent --debug-endpoints`). They are off by default: the first hands out

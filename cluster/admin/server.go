@@ -99,6 +99,9 @@ type Config struct {
 	// caller's needs UnaryInterceptor and StreamInterceptor. Nil: neither
 	// (an embedded or test master).
 	Access *Access
+	// Snapshots, if set, has the leader write scheduled snapshots
+	// (snapshot_schedule.go). Nil: none.
+	Snapshots *SnapshotSchedule
 }
 
 // Server implements adminpb.AdminServer over a Backend.
@@ -146,6 +149,8 @@ type Server struct {
 	// gateway are the methods served without a handler of their own
 	// (gateway.go), by full name: those the domain builds.
 	gateway map[string]gatewayMethod
+	// snapshots runs Config.Snapshots; nil without.
+	snapshots *snapshotScheduler
 }
 
 // KeepaliveEnforcement is the server option that lets peers ping as often
@@ -243,6 +248,12 @@ func New(b Backend, cfg Config) (*Server, error) {
 			}
 		}
 	}
+	if cfg.Snapshots != nil {
+		var err error
+		if s.snapshots, err = newSnapshotScheduler(*cfg.Snapshots, s, b.ID(), s.log); err != nil {
+			return nil, err
+		}
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
@@ -301,6 +312,9 @@ func (s *Server) Start(advertise string) error {
 		s.loops.Add(1)
 		go s.exporter.Run()
 	}
+	if s.snapshots != nil {
+		s.snapshots.start()
+	}
 	return nil
 }
 
@@ -358,6 +372,9 @@ func (s *Server) Stop(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	s.health.Shutdown()
+	if s.snapshots != nil {
+		s.snapshots.stop()
+	}
 	s.loops.Wait()
 	if gs != nil {
 		grpcstop.Stop(ctx, gs)

@@ -80,24 +80,14 @@ func (s *Server) SnapshotSave(req *adminpb.SnapshotSaveRequest, stream grpc.Serv
 		})
 		return err
 	}
-	ri, err := s.b.LinearizableRead(ctx)
+	pt, err := s.snapshotPoint(ctx, s.createdBy(ctx))
 	if err != nil {
 		return s.toStatus(fmt.Errorf("admin: snapshot save: %w", err))
 	}
-	v, _ := viewer.StateView()
-	format, _ := cluster.ReadClusterFormat(v.Get)
-	h := raftfsm.SnapshotFileHeader{
-		ClusterID:     clusterIDOf(v.Get),
-		Term:          ri.Term,
-		CreatedUnixMs: s.acc.Clock.Now().UnixMilli(),
-		TakenBy:       s.createdBy(ctx),
-		ServedBy:      s.b.ID(),
-		Version:       buildOf(s.b).Version,
-		ClusterFormat: uint32(format),
-	}
+	h, v := pt.header, pt.view
 	start := time.Now()
 	w := &chunkSender{stream: stream}
-	if err := raftfsm.WriteSnapshotFile(w, h, v); err != nil {
+	if err := pt.write(w); err != nil {
 		s.log.Warn("snapshot save failed", "index", v.Index(), "sent_bytes", w.sent, "principal", h.TakenBy, "error", err)
 		if _, ok := status.FromError(err); ok {
 			return err
@@ -107,10 +97,52 @@ func (s *Server) SnapshotSave(req *adminpb.SnapshotSaveRequest, stream grpc.Serv
 		}
 		return status.Errorf(codes.Internal, "admin: snapshot save: %v", err)
 	}
-	s.log.Info("snapshot saved", "index", v.Index(), "term", ri.Term, "procs", v.NumProcs(), "keys", v.NumKeys(),
+	s.log.Info("snapshot saved", "index", v.Index(), "term", h.Term, "procs", v.NumProcs(), "keys", v.NumKeys(),
 		"bytes", w.sent, "took", time.Since(start), "principal", h.TakenBy)
 	return nil
 }
+
+// snapshotAt is the state read at a linearizable point, with the header
+// of the file that holds it: what `snapshot save` streams and a scheduled
+// snapshot writes to disk, taken the same way for both.
+type snapshotAt struct {
+	header raftfsm.SnapshotFileHeader
+	view   raftfsm.View
+}
+
+// snapshotPoint reads the state at a linearizable point (a read index a
+// quorum confirmed, so every write acknowledged before the call is in it)
+// and keeps that immutable version for writing. takenBy is the principal
+// the header names. The header's Index and counts are the view's.
+func (s *Server) snapshotPoint(ctx context.Context, takenBy string) (snapshotAt, error) {
+	viewer, ok := s.b.(stateViewer)
+	if !ok {
+		return snapshotAt{}, errors.New("this master cannot read its state whole")
+	}
+	ri, err := s.b.LinearizableRead(ctx)
+	if err != nil {
+		return snapshotAt{}, err
+	}
+	v, ok := viewer.StateView()
+	if !ok {
+		return snapshotAt{}, errors.New("this master cannot read its state whole")
+	}
+	format, _ := cluster.ReadClusterFormat(v.Get)
+	h := raftfsm.SnapshotFileHeader{
+		ClusterID:     clusterIDOf(v.Get),
+		Index:         v.Index(),
+		Term:          ri.Term,
+		CreatedUnixMs: s.acc.Clock.Now().UnixMilli(),
+		TakenBy:       takenBy,
+		ServedBy:      s.b.ID(),
+		Version:       buildOf(s.b).Version,
+		ClusterFormat: uint32(format),
+	}
+	return snapshotAt{header: h, view: v}, nil
+}
+
+// write writes the snapshot file to w (raftfsm.WriteSnapshotFile).
+func (p snapshotAt) write(w io.Writer) error { return raftfsm.WriteSnapshotFile(w, p.header, p.view) }
 
 // chunkSender sends what is written to it as SnapshotChunks. Send returns
 // once the message is encoded, so p may be reused at once; it blocks while

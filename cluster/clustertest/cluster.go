@@ -93,6 +93,10 @@ type Config struct {
 	// across restarts (Master.HTTPAddr) and is registered with the admin
 	// address. Default: none.
 	HTTP bool
+	// Admin adjusts master i's admin server configuration before each
+	// start (scheduled snapshots: Snapshots; their metrics go to the
+	// master's registry unless the tweak names one). Default: none.
+	Admin func(i int, c *admin.Config)
 	// Audit gives each master an audit trail (admin.Config.Access without
 	// enforcement: every call that changes state recorded before it is
 	// answered), as the baton binary runs. Default: none.

@@ -70,11 +70,13 @@ func (m *Master) Metrics() *prometheus.Registry { return m.metrics }
 // HTTPHandler is the master's HTTP endpoints (/status, /readyz, /metrics,
 // ...; admin.HTTPHandler), nil while it is down.
 func (m *Master) HTTPHandler() http.Handler {
-	n := m.Node()
+	m.mu.Lock()
+	n, srv := m.node, m.srv
+	m.mu.Unlock()
 	if n == nil {
 		return nil
 	}
-	return admin.HTTPHandler(admin.NodeBackend(n), m.metrics, admin.WithDebugEndpoints())
+	return admin.HTTPHandler(admin.NodeBackend(n), m.metrics, admin.WithDebugEndpoints(), admin.WithLastSnapshot(srv.LastSnapshot))
 }
 
 // Index is the master's position in Cluster.Masters.
@@ -202,6 +204,14 @@ func (m *Master) start() error {
 	if c.cfg.Audit {
 		acfg.Access = &admin.Access{}
 	}
+	if c.cfg.Admin != nil {
+		c.cfg.Admin(m.Index(), &acfg)
+		if acfg.Snapshots != nil && acfg.Snapshots.Metrics == nil {
+			sched := *acfg.Snapshots
+			sched.Metrics = m.metrics
+			acfg.Snapshots = &sched
+		}
+	}
 	selfDial := grpc.WithTransportCredentials(insecure.NewCredentials())
 	var secure []grpc.ServerOption
 	if c.cfg.PKI != nil {
@@ -258,7 +268,7 @@ func (m *Master) start() error {
 		closeDomain()
 		return fmt.Errorf("%s: admin client: %w", m.ID, err)
 	}
-	hs, con, err := m.serveHTTP(backend)
+	hs, con, err := m.serveHTTP(backend, srv)
 	if err != nil {
 		_ = cc.Close()
 		gs.Stop()
@@ -276,7 +286,7 @@ func (m *Master) start() error {
 
 // serveHTTP serves the master's HTTP endpoints with Config.HTTP: the
 // node's (admin.HTTPHandler) and the console, a client of its admin API.
-func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, error) {
+func (m *Master) serveHTTP(b admin.Backend, srv *admin.Server) (*http.Server, *console.Console, error) {
 	if m.httpAddr == "" {
 		return nil, nil, nil
 	}
@@ -300,7 +310,7 @@ func (m *Master) serveHTTP(b admin.Backend) (*http.Server, *console.Console, err
 		_ = lis.Close()
 		return nil, nil, fmt.Errorf("%s: console: %w", m.ID, err)
 	}
-	hs := &http.Server{Handler: console.Mount(admin.HTTPHandler(b, nil, admin.WithDebugEndpoints()), con), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: console.Mount(admin.HTTPHandler(b, nil, admin.WithDebugEndpoints(), admin.WithLastSnapshot(srv.LastSnapshot)), con), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(lis) }()
 	return hs, con, nil
 }

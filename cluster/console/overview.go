@@ -32,6 +32,11 @@ type overviewPage struct {
 	StuckAfter string
 	// MaintenanceOn: the overview offers to turn it off, else on.
 	MaintenanceOn bool
+	// LastSnapshot is the newest good scheduled snapshot any master that
+	// answered reports (each writes its own while it leads), and By that
+	// master; nil if none.
+	LastSnapshot   *adminpb.LastSnapshot
+	LastSnapshotBy string
 }
 
 type alert struct {
@@ -82,6 +87,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	p.LastSnapshot, p.LastSnapshotBy = newestSnapshot(rd.node, p.Members)
 	if rd.node.GetLeaderId() == "" {
 		p.Alerts = append(p.Alerts, alert{"bad", "No leader is known to " + rd.node.GetNodeId() + " (an election, or this node is cut off)", ""})
 	}
@@ -136,4 +142,19 @@ func leaderOnly(rd *reads, err error) string {
 		return "only the leader holds this, and no leader answered (" + msg + ")"
 	}
 	return msg
+}
+
+// newestSnapshot is the newest scheduled snapshot self or a member that
+// answered reports, and who reports it.
+func newestSnapshot(self *adminpb.ClusterStatusResponse, members []*adminpb.Peer) (*adminpb.LastSnapshot, string) {
+	best, by := self.GetLastSnapshot(), self.GetNodeId()
+	for _, m := range members {
+		if l := m.GetStatus().GetLastSnapshot(); l != nil && l.GetUnixMs() > best.GetUnixMs() {
+			best, by = l, m.GetId()
+		}
+	}
+	if best == nil {
+		return nil, ""
+	}
+	return best, by
 }

@@ -236,7 +236,7 @@ func (a *agent) startAPI(stdout io.Writer) error {
 		return fmt.Errorf("admin API: %w", err)
 	}
 	if a.srv, err = admin.New(admin.WithDomain(admin.NodeBackend(a.node), a.dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.logger,
-		DialOptions: a.tlsc.dialTo(security.RoleMaster), Access: agentAccess(cfg, a.metrics, stdout), ClusterSecret: cfg.ClusterSecret}); err != nil {
+		DialOptions: a.tlsc.dialTo(security.RoleMaster), Access: agentAccess(cfg, a.metrics, stdout), ClusterSecret: cfg.ClusterSecret, Snapshots: a.snapshotSchedule()}); err != nil {
 		return err
 	}
 	gopts, err := a.grpcOptions()
@@ -254,6 +254,16 @@ func (a *agent) startAPI(stdout io.Writer) error {
 		a.serveErr <- a.gs.Serve(security.Limit(lis, cfg.ConnLimits, "grpc", a.listenerMetrics, a.logger))
 	}()
 	return nil
+}
+
+// snapshotSchedule is the admin server's scheduled snapshots, with their
+// metrics in the agent's registry; nil when off.
+func (a *agent) snapshotSchedule() *admin.SnapshotSchedule {
+	s := a.cfg.Snapshots.schedule()
+	if s != nil {
+		s.Metrics = a.metrics
+	}
+	return s
 }
 
 // agentAccess is the admin API's access control and audit trail, as the
@@ -322,7 +332,8 @@ func (a *agent) startHTTP() error {
 	if err != nil {
 		return fmt.Errorf("HTTP: %w", err)
 	}
-	handler, err := agentHTTPHandler(cfg, a.srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(a.node), a.dom), a.metrics, debugOptions(cfg)...), a.con), a.logger)
+	httpOpts := append(debugOptions(cfg), admin.WithLastSnapshot(a.srv.LastSnapshot))
+	handler, err := agentHTTPHandler(cfg, a.srv, console.Mount(admin.HTTPHandler(admin.WithDomain(admin.NodeBackend(a.node), a.dom), a.metrics, httpOpts...), a.con), a.logger)
 	if err != nil {
 		_ = hl.Close()
 		return fmt.Errorf("HTTP: %w", err)

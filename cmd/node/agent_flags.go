@@ -91,6 +91,8 @@ type agentConfig struct {
 	AuditFile *admin.AuditExport
 	// Raft holds the Raft timeouts given (zero: cluster's defaults).
 	Raft raftTimings
+	// Snapshots are the scheduled snapshots (zero: none).
+	Snapshots snapshotSchedule
 	// DebugEndpoints serves /debug/domain and /debug/pprof/ on the HTTP
 	// port (admin.WithDebugEndpoints); off by default.
 	DebugEndpoints bool
@@ -207,6 +209,7 @@ type agentFlags struct {
 	secret clusterSecretFlags
 	raft   raftTimingFlags
 	conn   connLimitFlags
+	snap   snapshotFlags
 
 	workers, devRS                *string
 	dev, insecure, debugEndpoints *bool
@@ -231,6 +234,7 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 	f.secret = addClusterSecretFlags(str)
 	f.raft = addRaftTimingFlags(str)
 	f.conn = addConnLimitFlags(str)
+	f.snap = addSnapshotFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -272,7 +276,8 @@ func agentUsage(fs *flag.FlagSet) {
 		"     nothing changed\n\nflags:\n", devRegionServers)
 	printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
-		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int"})
+		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
+		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files
@@ -285,6 +290,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.ClusterSecret = f.secret.parse(cfg.TLS.Enabled(), bad)
 	cfg.Raft = f.raft.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
+	cfg.Snapshots = f.snap.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
 	cfg.RecoverQuorum, cfg.Yes = *f.recoverQuorum, *f.yes
 	switch {

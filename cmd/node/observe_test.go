@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // TestAgentMetricsPassPromtool: what `agent --dev` serves at /metrics (the
@@ -21,7 +25,8 @@ func TestAgentMetricsPassPromtool(t *testing.T) {
 	if err != nil {
 		t.Skip("skipped: promtool is not installed (Debian's prometheus package: apt-get install prometheus; .ci/run installs it)")
 	}
-	admin, banner, _ := startDevAgent(t)
+	snapDir := filepath.Join(t.TempDir(), "snaps")
+	admin, banner, _ := startDevAgent(t, "--snapshot-interval", "1h", "--snapshot-dir", snapDir)
 	urls := regexp.MustCompile(`http://[0-9.:]+/metrics`).FindAllString(banner, -1)
 	if len(urls) != 4 {
 		t.Fatalf("want the master's and 3 region servers' metrics URLs in the banner, found %v:\n%s", urls, banner)
@@ -39,7 +44,7 @@ func TestAgentMetricsPassPromtool(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %s %v", url, resp.Status, err)
 		}
-		for _, want := range []string{"# TYPE go_goroutines gauge", "# TYPE baton_"} {
+		for _, want := range []string{"# TYPE go_goroutines gauge", "# TYPE baton_", "# TYPE baton_snapshot_last_success_index gauge", "# TYPE baton_snapshot_failures_total counter"} {
 			if url == urls[0] && !strings.Contains(string(body), want) {
 				t.Errorf("%s lacks %q", url, want)
 			}
@@ -49,6 +54,16 @@ func TestAgentMetricsPassPromtool(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
 			t.Errorf("promtool check metrics on %s: %v\n%s", url, err, out)
 		}
+	}
+	// The single master leads: its first scheduled snapshot is there, and
+	// `snapshot inspect` accepts it.
+	var snaps []string
+	testwait.For(t, 30*time.Second, "a scheduled snapshot in "+snapDir, func() bool {
+		snaps, _ = filepath.Glob(filepath.Join(snapDir, "baton-*.snap"))
+		return len(snaps) == 1
+	})
+	if code, stdout, stderr := runCLI(t, nil, "snapshot", "inspect", snaps[0]); code != 0 || !strings.Contains(stdout, "good (checksum and structure verified)") {
+		t.Errorf("snapshot inspect %s: exit %d\n%s\n%s", snaps[0], code, stdout, stderr)
 	}
 	rsReady := strings.Replace(urls[1], "/metrics", "/readyz", 1)
 	resp, err := http.Get(rsReady)

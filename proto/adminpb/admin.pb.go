@@ -3298,7 +3298,11 @@ type ClusterStatusResponse struct {
 	// cluster_id is the cluster's id as the answering node's replicated
 	// state holds it: a random id the leader writes once the cluster
 	// version is 2; "" before (and from a 0.1.0 node).
-	ClusterId     string `protobuf:"bytes,131,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,131,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// last_snapshot is the answering master's newest good scheduled
+	// snapshot (agent --snapshot-interval): unset when it schedules none or
+	// has written none yet.
+	LastSnapshot  *LastSnapshot `protobuf:"bytes,132,opt,name=last_snapshot,json=lastSnapshot,proto3" json:"last_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3564,6 +3568,95 @@ func (x *ClusterStatusResponse) GetClusterId() string {
 	return ""
 }
 
+func (x *ClusterStatusResponse) GetLastSnapshot() *LastSnapshot {
+	if x != nil {
+		return x.LastSnapshot
+	}
+	return nil
+}
+
+// LastSnapshot is a scheduled snapshot written and verified by a master
+// while it led.
+type LastSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is its path on the master's disk.
+	File string `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	// When the leader read the state, and the Raft index it reflects.
+	UnixMs int64  `protobuf:"varint,2,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	Index  uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Bytes  int64  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// duration_ms: the read point, the write, the fsync and the read-back
+	// (0 for one found on the disk at the master's start).
+	DurationMs    int64 `protobuf:"varint,5,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LastSnapshot) Reset() {
+	*x = LastSnapshot{}
+	mi := &file_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LastSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LastSnapshot) ProtoMessage() {}
+
+func (x *LastSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LastSnapshot.ProtoReflect.Descriptor instead.
+func (*LastSnapshot) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *LastSnapshot) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *LastSnapshot) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *LastSnapshot) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LastSnapshot) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *LastSnapshot) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
 type AddPeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3575,7 +3668,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3587,7 +3680,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[41]
+	mi := &file_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3600,7 +3693,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{41}
+	return file_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *AddPeerRequest) GetId() string {
@@ -3633,7 +3726,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3738,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[42]
+	mi := &file_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3751,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{42}
+	return file_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemovePeerRequest) GetId() string {
@@ -3687,7 +3780,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3792,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[43]
+	mi := &file_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3805,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{43}
+	return file_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -3758,7 +3851,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3863,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3876,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{45}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -3798,7 +3891,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3903,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +3916,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -3852,7 +3945,7 @@ type RepairCaller struct {
 
 func (x *RepairCaller) Reset() {
 	*x = RepairCaller{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3957,7 @@ func (x *RepairCaller) String() string {
 func (*RepairCaller) ProtoMessage() {}
 
 func (x *RepairCaller) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3970,7 @@ func (x *RepairCaller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
 func (*RepairCaller) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RepairCaller) GetCaller() string {
@@ -3902,7 +3995,7 @@ type RepairRegionRequest struct {
 
 func (x *RepairRegionRequest) Reset() {
 	*x = RepairRegionRequest{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3914,7 +4007,7 @@ func (x *RepairRegionRequest) String() string {
 func (*RepairRegionRequest) ProtoMessage() {}
 
 func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3927,7 +4020,7 @@ func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RepairRegionRequest) GetRegion() string {
@@ -3984,7 +4077,7 @@ type RecoverServerRequest struct {
 
 func (x *RecoverServerRequest) Reset() {
 	*x = RecoverServerRequest{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4089,7 @@ func (x *RecoverServerRequest) String() string {
 func (*RecoverServerRequest) ProtoMessage() {}
 
 func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4102,7 @@ func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
 func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RecoverServerRequest) GetServer() string {
@@ -4053,7 +4146,7 @@ type BypassProcedureRequest struct {
 
 func (x *BypassProcedureRequest) Reset() {
 	*x = BypassProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4158,7 @@ func (x *BypassProcedureRequest) String() string {
 func (*BypassProcedureRequest) ProtoMessage() {}
 
 func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4171,7 @@ func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
 func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BypassProcedureRequest) GetId() uint64 {
@@ -4128,7 +4221,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4233,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4246,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetMaintenanceRequest) GetOn() bool {
@@ -4206,7 +4299,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4218,7 +4311,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4231,7 +4324,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RepairResponse) GetDryRun() bool {
@@ -4302,7 +4395,7 @@ type CancelProceduresRequest struct {
 
 func (x *CancelProceduresRequest) Reset() {
 	*x = CancelProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4314,7 +4407,7 @@ func (x *CancelProceduresRequest) String() string {
 func (*CancelProceduresRequest) ProtoMessage() {}
 
 func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4327,7 +4420,7 @@ func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
 func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelProceduresRequest) GetType() string {
@@ -4409,7 +4502,7 @@ type CancelProceduresResponse struct {
 
 func (x *CancelProceduresResponse) Reset() {
 	*x = CancelProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4421,7 +4514,7 @@ func (x *CancelProceduresResponse) String() string {
 func (*CancelProceduresResponse) ProtoMessage() {}
 
 func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4434,7 +4527,7 @@ func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
 func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CancelProceduresResponse) GetDryRun() bool {
@@ -4503,7 +4596,7 @@ type SkippedProcedure struct {
 
 func (x *SkippedProcedure) Reset() {
 	*x = SkippedProcedure{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +4608,7 @@ func (x *SkippedProcedure) String() string {
 func (*SkippedProcedure) ProtoMessage() {}
 
 func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +4621,7 @@ func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
 func (*SkippedProcedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SkippedProcedure) GetProcedure() *Procedure {
@@ -4554,7 +4647,7 @@ type GetMaintenanceRequest struct {
 
 func (x *GetMaintenanceRequest) Reset() {
 	*x = GetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +4659,7 @@ func (x *GetMaintenanceRequest) String() string {
 func (*GetMaintenanceRequest) ProtoMessage() {}
 
 func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +4672,7 @@ func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetMaintenanceRequest) GetConsistency() Consistency {
@@ -4605,7 +4698,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4617,7 +4710,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4630,7 +4723,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Maintenance) GetOn() bool {
@@ -4681,7 +4774,7 @@ type ListRepairsRequest struct {
 
 func (x *ListRepairsRequest) Reset() {
 	*x = ListRepairsRequest{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4693,7 +4786,7 @@ func (x *ListRepairsRequest) String() string {
 func (*ListRepairsRequest) ProtoMessage() {}
 
 func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4706,7 +4799,7 @@ func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
 func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListRepairsRequest) GetPageSize() int32 {
@@ -4741,7 +4834,7 @@ type ListRepairsResponse struct {
 
 func (x *ListRepairsResponse) Reset() {
 	*x = ListRepairsResponse{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +4846,7 @@ func (x *ListRepairsResponse) String() string {
 func (*ListRepairsResponse) ProtoMessage() {}
 
 func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +4859,7 @@ func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
 func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
@@ -4818,7 +4911,7 @@ type RepairRecord struct {
 
 func (x *RepairRecord) Reset() {
 	*x = RepairRecord{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4830,7 +4923,7 @@ func (x *RepairRecord) String() string {
 func (*RepairRecord) ProtoMessage() {}
 
 func (x *RepairRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4843,7 +4936,7 @@ func (x *RepairRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
 func (*RepairRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RepairRecord) GetSeq() uint64 {
@@ -4940,7 +5033,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5045,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5058,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListLocksRequest) GetProcId() uint64 {
@@ -5022,7 +5115,7 @@ type LockParty struct {
 
 func (x *LockParty) Reset() {
 	*x = LockParty{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5127,7 @@ func (x *LockParty) String() string {
 func (*LockParty) ProtoMessage() {}
 
 func (x *LockParty) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5140,7 @@ func (x *LockParty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockParty.ProtoReflect.Descriptor instead.
 func (*LockParty) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *LockParty) GetProcId() uint64 {
@@ -5147,7 +5240,7 @@ type LockEntry struct {
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5159,7 +5252,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5172,7 +5265,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *LockEntry) GetKind() string {
@@ -5236,7 +5329,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5341,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5354,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{63}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockEntry {
@@ -5301,7 +5394,7 @@ type ProcedureStatsRequest struct {
 
 func (x *ProcedureStatsRequest) Reset() {
 	*x = ProcedureStatsRequest{}
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5313,7 +5406,7 @@ func (x *ProcedureStatsRequest) String() string {
 func (*ProcedureStatsRequest) ProtoMessage() {}
 
 func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5326,7 +5419,7 @@ func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{64}
+	return file_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ProcedureStatsRequest) GetStuckAfterMs() int64 {
@@ -5361,7 +5454,7 @@ type ProcedureCount struct {
 
 func (x *ProcedureCount) Reset() {
 	*x = ProcedureCount{}
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5373,7 +5466,7 @@ func (x *ProcedureCount) String() string {
 func (*ProcedureCount) ProtoMessage() {}
 
 func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5386,7 +5479,7 @@ func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureCount.ProtoReflect.Descriptor instead.
 func (*ProcedureCount) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{65}
+	return file_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ProcedureCount) GetState() string {
@@ -5426,7 +5519,7 @@ type ProcedureStatsResponse struct {
 
 func (x *ProcedureStatsResponse) Reset() {
 	*x = ProcedureStatsResponse{}
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5438,7 +5531,7 @@ func (x *ProcedureStatsResponse) String() string {
 func (*ProcedureStatsResponse) ProtoMessage() {}
 
 func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5451,7 +5544,7 @@ func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{66}
+	return file_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ProcedureStatsResponse) GetCounts() []*ProcedureCount {
@@ -5504,7 +5597,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5516,7 +5609,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5529,7 +5622,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{67}
+	return file_admin_proto_rawDescGZIP(), []int{68}
 }
 
 type WhoAmIResponse struct {
@@ -5550,7 +5643,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5562,7 +5655,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5575,7 +5668,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{68}
+	return file_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WhoAmIResponse) GetPrincipal() string {
@@ -5618,7 +5711,7 @@ type AclGrantRequest struct {
 
 func (x *AclGrantRequest) Reset() {
 	*x = AclGrantRequest{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5630,7 +5723,7 @@ func (x *AclGrantRequest) String() string {
 func (*AclGrantRequest) ProtoMessage() {}
 
 func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5643,7 +5736,7 @@ func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclGrantRequest.ProtoReflect.Descriptor instead.
 func (*AclGrantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AclGrantRequest) GetClient() string {
@@ -5675,7 +5768,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5687,7 +5780,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5700,7 +5793,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AclBinding) GetClient() string {
@@ -5751,7 +5844,7 @@ type AclRevocation struct {
 
 func (x *AclRevocation) Reset() {
 	*x = AclRevocation{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5856,7 @@ func (x *AclRevocation) String() string {
 func (*AclRevocation) ProtoMessage() {}
 
 func (x *AclRevocation) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +5869,7 @@ func (x *AclRevocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevocation.ProtoReflect.Descriptor instead.
 func (*AclRevocation) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AclRevocation) GetClient() string {
@@ -5809,7 +5902,7 @@ type AclRevokeRequest struct {
 
 func (x *AclRevokeRequest) Reset() {
 	*x = AclRevokeRequest{}
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5821,7 +5914,7 @@ func (x *AclRevokeRequest) String() string {
 func (*AclRevokeRequest) ProtoMessage() {}
 
 func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5834,7 +5927,7 @@ func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{72}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AclRevokeRequest) GetClient() string {
@@ -5854,7 +5947,7 @@ type AclRemoveResponse struct {
 
 func (x *AclRemoveResponse) Reset() {
 	*x = AclRemoveResponse{}
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5866,7 +5959,7 @@ func (x *AclRemoveResponse) String() string {
 func (*AclRemoveResponse) ProtoMessage() {}
 
 func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5879,7 +5972,7 @@ func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRemoveResponse.ProtoReflect.Descriptor instead.
 func (*AclRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{73}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AclRemoveResponse) GetExisted() bool {
@@ -5902,7 +5995,7 @@ type AclCreateTokenRequest struct {
 
 func (x *AclCreateTokenRequest) Reset() {
 	*x = AclCreateTokenRequest{}
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5914,7 +6007,7 @@ func (x *AclCreateTokenRequest) String() string {
 func (*AclCreateTokenRequest) ProtoMessage() {}
 
 func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5927,7 +6020,7 @@ func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{74}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AclCreateTokenRequest) GetName() string {
@@ -5970,7 +6063,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5982,7 +6075,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5995,7 +6088,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{75}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -6058,7 +6151,7 @@ type AclCreateTokenResponse struct {
 
 func (x *AclCreateTokenResponse) Reset() {
 	*x = AclCreateTokenResponse{}
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6070,7 +6163,7 @@ func (x *AclCreateTokenResponse) String() string {
 func (*AclCreateTokenResponse) ProtoMessage() {}
 
 func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6083,7 +6176,7 @@ func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{76}
+	return file_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AclCreateTokenResponse) GetSecret() string {
@@ -6109,7 +6202,7 @@ type AclDeleteTokenRequest struct {
 
 func (x *AclDeleteTokenRequest) Reset() {
 	*x = AclDeleteTokenRequest{}
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6214,7 @@ func (x *AclDeleteTokenRequest) String() string {
 func (*AclDeleteTokenRequest) ProtoMessage() {}
 
 func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6227,7 @@ func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclDeleteTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{77}
+	return file_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AclDeleteTokenRequest) GetAccessor() string {
@@ -6159,7 +6252,7 @@ type AclListRequest struct {
 
 func (x *AclListRequest) Reset() {
 	*x = AclListRequest{}
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6171,7 +6264,7 @@ func (x *AclListRequest) String() string {
 func (*AclListRequest) ProtoMessage() {}
 
 func (x *AclListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6184,7 +6277,7 @@ func (x *AclListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListRequest.ProtoReflect.Descriptor instead.
 func (*AclListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{78}
+	return file_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AclListRequest) GetConsistency() Consistency {
@@ -6224,7 +6317,7 @@ type AclListResponse struct {
 
 func (x *AclListResponse) Reset() {
 	*x = AclListResponse{}
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6236,7 +6329,7 @@ func (x *AclListResponse) String() string {
 func (*AclListResponse) ProtoMessage() {}
 
 func (x *AclListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6249,7 +6342,7 @@ func (x *AclListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListResponse.ProtoReflect.Descriptor instead.
 func (*AclListResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{79}
+	return file_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AclListResponse) GetBindings() []*AclBinding {
@@ -6314,7 +6407,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6326,7 +6419,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6339,7 +6432,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{80}
+	return file_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -6395,7 +6488,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6407,7 +6500,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6420,7 +6513,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{81}
+	return file_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -6484,7 +6577,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_admin_proto_msgTypes[82]
+	mi := &file_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6496,7 +6589,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[82]
+	mi := &file_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6509,7 +6602,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{82}
+	return file_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -6628,7 +6721,7 @@ type AppendAuditRequest struct {
 
 func (x *AppendAuditRequest) Reset() {
 	*x = AppendAuditRequest{}
-	mi := &file_admin_proto_msgTypes[83]
+	mi := &file_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6733,7 @@ func (x *AppendAuditRequest) String() string {
 func (*AppendAuditRequest) ProtoMessage() {}
 
 func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[83]
+	mi := &file_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6746,7 @@ func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
 func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{83}
+	return file_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
@@ -6671,7 +6764,7 @@ type AppendAuditResponse struct {
 
 func (x *AppendAuditResponse) Reset() {
 	*x = AppendAuditResponse{}
-	mi := &file_admin_proto_msgTypes[84]
+	mi := &file_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6683,7 +6776,7 @@ func (x *AppendAuditResponse) String() string {
 func (*AppendAuditResponse) ProtoMessage() {}
 
 func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[84]
+	mi := &file_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6696,7 +6789,7 @@ func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
 func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{84}
+	return file_admin_proto_rawDescGZIP(), []int{85}
 }
 
 var File_admin_proto protoreflect.FileDescriptor
@@ -6962,7 +7055,7 @@ const file_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18d \x01(\tR\vhttpAddress\x12\x18\n" +
 	"\aversion\x18e \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
-	"max_format\x18f \x01(\rR\tmaxFormat\"\xa9\t\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\"\xed\t\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -6999,7 +7092,15 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"max_format\x18\x82\x01 \x01(\rR\tmaxFormat\x12\x1e\n" +
 	"\n" +
-	"cluster_id\x18\x83\x01 \x01(\tR\tclusterId\"\x80\x01\n" +
+	"cluster_id\x18\x83\x01 \x01(\tR\tclusterId\x12B\n" +
+	"\rlast_snapshot\x18\x84\x01 \x01(\v2\x1c.baton.admin.v1.LastSnapshotR\flastSnapshot\"\x88\x01\n" +
+	"\fLastSnapshot\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x17\n" +
+	"\aunix_ms\x18\x02 \x01(\x03R\x06unixMs\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x1f\n" +
+	"\vduration_ms\x18\x05 \x01(\x03R\n" +
+	"durationMs\"\x80\x01\n" +
 	"\x0eAddPeerRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12)\n" +
 	"\fraft_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vraftAddress\x12+\n" +
@@ -7329,7 +7430,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
@@ -7373,53 +7474,54 @@ var file_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),     // 39: baton.admin.v1.ClusterStatusRequest
 	(*Peer)(nil),                     // 40: baton.admin.v1.Peer
 	(*ClusterStatusResponse)(nil),    // 41: baton.admin.v1.ClusterStatusResponse
-	(*AddPeerRequest)(nil),           // 42: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),        // 43: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),      // 44: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 45: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),               // 46: baton.admin.v1.LeaderHint
-	(*RepairCaller)(nil),             // 47: baton.admin.v1.RepairCaller
-	(*RepairRegionRequest)(nil),      // 48: baton.admin.v1.RepairRegionRequest
-	(*RecoverServerRequest)(nil),     // 49: baton.admin.v1.RecoverServerRequest
-	(*BypassProcedureRequest)(nil),   // 50: baton.admin.v1.BypassProcedureRequest
-	(*SetMaintenanceRequest)(nil),    // 51: baton.admin.v1.SetMaintenanceRequest
-	(*RepairResponse)(nil),           // 52: baton.admin.v1.RepairResponse
-	(*CancelProceduresRequest)(nil),  // 53: baton.admin.v1.CancelProceduresRequest
-	(*CancelProceduresResponse)(nil), // 54: baton.admin.v1.CancelProceduresResponse
-	(*SkippedProcedure)(nil),         // 55: baton.admin.v1.SkippedProcedure
-	(*GetMaintenanceRequest)(nil),    // 56: baton.admin.v1.GetMaintenanceRequest
-	(*Maintenance)(nil),              // 57: baton.admin.v1.Maintenance
-	(*ListRepairsRequest)(nil),       // 58: baton.admin.v1.ListRepairsRequest
-	(*ListRepairsResponse)(nil),      // 59: baton.admin.v1.ListRepairsResponse
-	(*RepairRecord)(nil),             // 60: baton.admin.v1.RepairRecord
-	(*ListLocksRequest)(nil),         // 61: baton.admin.v1.ListLocksRequest
-	(*LockParty)(nil),                // 62: baton.admin.v1.LockParty
-	(*LockEntry)(nil),                // 63: baton.admin.v1.LockEntry
-	(*ListLocksResponse)(nil),        // 64: baton.admin.v1.ListLocksResponse
-	(*ProcedureStatsRequest)(nil),    // 65: baton.admin.v1.ProcedureStatsRequest
-	(*ProcedureCount)(nil),           // 66: baton.admin.v1.ProcedureCount
-	(*ProcedureStatsResponse)(nil),   // 67: baton.admin.v1.ProcedureStatsResponse
-	(*WhoAmIRequest)(nil),            // 68: baton.admin.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),           // 69: baton.admin.v1.WhoAmIResponse
-	(*AclGrantRequest)(nil),          // 70: baton.admin.v1.AclGrantRequest
-	(*AclBinding)(nil),               // 71: baton.admin.v1.AclBinding
-	(*AclRevocation)(nil),            // 72: baton.admin.v1.AclRevocation
-	(*AclRevokeRequest)(nil),         // 73: baton.admin.v1.AclRevokeRequest
-	(*AclRemoveResponse)(nil),        // 74: baton.admin.v1.AclRemoveResponse
-	(*AclCreateTokenRequest)(nil),    // 75: baton.admin.v1.AclCreateTokenRequest
-	(*AclToken)(nil),                 // 76: baton.admin.v1.AclToken
-	(*AclCreateTokenResponse)(nil),   // 77: baton.admin.v1.AclCreateTokenResponse
-	(*AclDeleteTokenRequest)(nil),    // 78: baton.admin.v1.AclDeleteTokenRequest
-	(*AclListRequest)(nil),           // 79: baton.admin.v1.AclListRequest
-	(*AclListResponse)(nil),          // 80: baton.admin.v1.AclListResponse
-	(*ListAuditRequest)(nil),         // 81: baton.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 82: baton.admin.v1.ListAuditResponse
-	(*AuditRecord)(nil),              // 83: baton.admin.v1.AuditRecord
-	(*AppendAuditRequest)(nil),       // 84: baton.admin.v1.AppendAuditRequest
-	(*AppendAuditResponse)(nil),      // 85: baton.admin.v1.AppendAuditResponse
-	nil,                              // 86: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                              // 87: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 88: baton.admin.v1.RepairRecord.ArgsEntry
+	(*LastSnapshot)(nil),             // 42: baton.admin.v1.LastSnapshot
+	(*AddPeerRequest)(nil),           // 43: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),        // 44: baton.admin.v1.RemovePeerRequest
+	(*RegisterNodeRequest)(nil),      // 45: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),     // 46: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),               // 47: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),             // 48: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),      // 49: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),     // 50: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),   // 51: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),    // 52: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),           // 53: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),  // 54: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil), // 55: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),         // 56: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),    // 57: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),              // 58: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),       // 59: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),      // 60: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),             // 61: baton.admin.v1.RepairRecord
+	(*ListLocksRequest)(nil),         // 62: baton.admin.v1.ListLocksRequest
+	(*LockParty)(nil),                // 63: baton.admin.v1.LockParty
+	(*LockEntry)(nil),                // 64: baton.admin.v1.LockEntry
+	(*ListLocksResponse)(nil),        // 65: baton.admin.v1.ListLocksResponse
+	(*ProcedureStatsRequest)(nil),    // 66: baton.admin.v1.ProcedureStatsRequest
+	(*ProcedureCount)(nil),           // 67: baton.admin.v1.ProcedureCount
+	(*ProcedureStatsResponse)(nil),   // 68: baton.admin.v1.ProcedureStatsResponse
+	(*WhoAmIRequest)(nil),            // 69: baton.admin.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),           // 70: baton.admin.v1.WhoAmIResponse
+	(*AclGrantRequest)(nil),          // 71: baton.admin.v1.AclGrantRequest
+	(*AclBinding)(nil),               // 72: baton.admin.v1.AclBinding
+	(*AclRevocation)(nil),            // 73: baton.admin.v1.AclRevocation
+	(*AclRevokeRequest)(nil),         // 74: baton.admin.v1.AclRevokeRequest
+	(*AclRemoveResponse)(nil),        // 75: baton.admin.v1.AclRemoveResponse
+	(*AclCreateTokenRequest)(nil),    // 76: baton.admin.v1.AclCreateTokenRequest
+	(*AclToken)(nil),                 // 77: baton.admin.v1.AclToken
+	(*AclCreateTokenResponse)(nil),   // 78: baton.admin.v1.AclCreateTokenResponse
+	(*AclDeleteTokenRequest)(nil),    // 79: baton.admin.v1.AclDeleteTokenRequest
+	(*AclListRequest)(nil),           // 80: baton.admin.v1.AclListRequest
+	(*AclListResponse)(nil),          // 81: baton.admin.v1.AclListResponse
+	(*ListAuditRequest)(nil),         // 82: baton.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 83: baton.admin.v1.ListAuditResponse
+	(*AuditRecord)(nil),              // 84: baton.admin.v1.AuditRecord
+	(*AppendAuditRequest)(nil),       // 85: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),      // 86: baton.admin.v1.AppendAuditResponse
+	nil,                              // 87: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                              // 88: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                              // 89: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -7430,7 +7532,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	86,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	87,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -7443,7 +7545,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	87,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	88,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -7454,144 +7556,145 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 29: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
 	41,  // 30: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
 	40,  // 31: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	57,  // 32: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	47,  // 33: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	47,  // 34: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	47,  // 35: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	47,  // 36: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	57,  // 37: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	47,  // 38: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	30,  // 39: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	55,  // 40: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
-	30,  // 41: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
-	0,   // 42: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
-	2,   // 43: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 44: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	60,  // 45: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
-	2,   // 46: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	88,  // 47: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
-	0,   // 48: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
-	62,  // 49: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
-	62,  // 50: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
-	63,  // 51: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
-	2,   // 52: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
-	0,   // 53: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	66,  // 54: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
-	30,  // 55: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
-	2,   // 56: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	76,  // 57: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
-	0,   // 58: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
-	71,  // 59: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
-	76,  // 60: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
-	2,   // 61: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
-	72,  // 62: baton.admin.v1.AclListResponse.revoked:type_name -> baton.admin.v1.AclRevocation
-	0,   // 63: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
-	83,  // 64: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
-	2,   // 65: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
-	83,  // 66: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
-	26,  // 67: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28,  // 68: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	34,  // 69: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	36,  // 70: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29,  // 71: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 72: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 73: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 74: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	37,  // 75: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
-	39,  // 76: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	42,  // 77: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	43,  // 78: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	44,  // 79: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 80: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 81: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 82: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 83: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 84: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 85: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 86: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 87: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 88: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 89: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 90: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 91: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 92: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 93: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 94: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 95: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 96: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 97: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	48,  // 98: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	48,  // 99: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	49,  // 100: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	53,  // 101: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	50,  // 102: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	51,  // 103: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	56,  // 104: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	58,  // 105: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	61,  // 106: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	65,  // 107: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	68,  // 108: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	70,  // 109: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	73,  // 110: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	75,  // 111: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	78,  // 112: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	79,  // 113: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	81,  // 114: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	84,  // 115: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	27,  // 116: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 117: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	35,  // 118: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 119: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 120: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 121: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 122: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 123: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38,  // 124: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
-	41,  // 125: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 126: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 127: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	45,  // 128: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 129: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 130: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 131: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 132: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 133: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 134: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 135: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 136: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 137: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 138: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 139: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 140: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 141: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 142: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 143: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 144: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 145: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 146: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	52,  // 147: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	52,  // 148: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	52,  // 149: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	54,  // 150: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	52,  // 151: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	52,  // 152: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	57,  // 153: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	59,  // 154: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	64,  // 155: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	67,  // 156: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	69,  // 157: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	71,  // 158: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	74,  // 159: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	77,  // 160: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	74,  // 161: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	80,  // 162: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	82,  // 163: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	85,  // 164: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	116, // [116:165] is the sub-list for method output_type
-	67,  // [67:116] is the sub-list for method input_type
-	67,  // [67:67] is the sub-list for extension type_name
-	67,  // [67:67] is the sub-list for extension extendee
-	0,   // [0:67] is the sub-list for field type_name
+	58,  // 32: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	42,  // 33: baton.admin.v1.ClusterStatusResponse.last_snapshot:type_name -> baton.admin.v1.LastSnapshot
+	48,  // 34: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	48,  // 35: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	48,  // 36: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	48,  // 37: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	58,  // 38: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	48,  // 39: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	30,  // 40: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
+	56,  // 41: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	30,  // 42: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
+	0,   // 43: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
+	2,   // 44: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 45: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	61,  // 46: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	2,   // 47: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	89,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	0,   // 49: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
+	63,  // 50: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	63,  // 51: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	64,  // 52: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	2,   // 53: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
+	0,   // 54: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
+	67,  // 55: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	30,  // 56: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
+	2,   // 57: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
+	77,  // 58: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
+	0,   // 59: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
+	72,  // 60: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
+	77,  // 61: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
+	2,   // 62: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
+	73,  // 63: baton.admin.v1.AclListResponse.revoked:type_name -> baton.admin.v1.AclRevocation
+	0,   // 64: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
+	84,  // 65: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
+	2,   // 66: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
+	84,  // 67: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	26,  // 68: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 69: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	34,  // 70: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	36,  // 71: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 72: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 73: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 74: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 75: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	37,  // 76: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
+	39,  // 77: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	43,  // 78: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	44,  // 79: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	45,  // 80: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 81: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 82: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 83: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 84: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 85: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 86: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 87: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 88: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 89: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 90: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 91: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 92: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 93: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 94: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 95: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 96: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 97: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 98: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	49,  // 99: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	49,  // 100: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	50,  // 101: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	54,  // 102: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	51,  // 103: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	52,  // 104: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	57,  // 105: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	59,  // 106: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	62,  // 107: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	66,  // 108: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	69,  // 109: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	71,  // 110: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	74,  // 111: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	76,  // 112: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	79,  // 113: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	80,  // 114: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	82,  // 115: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	85,  // 116: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	27,  // 117: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 118: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 119: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 120: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 121: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 122: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 123: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 124: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38,  // 125: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
+	41,  // 126: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 127: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 128: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	46,  // 129: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 130: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 131: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 132: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 133: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 134: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 135: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 136: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 137: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 138: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 139: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 140: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 141: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 142: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 143: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 144: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 145: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 146: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 147: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	53,  // 148: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	53,  // 149: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	53,  // 150: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	55,  // 151: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	53,  // 152: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	53,  // 153: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	58,  // 154: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	60,  // 155: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	65,  // 156: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	68,  // 157: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	70,  // 158: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	72,  // 159: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	75,  // 160: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	78,  // 161: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	75,  // 162: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	81,  // 163: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	83,  // 164: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	86,  // 165: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	117, // [117:166] is the sub-list for method output_type
+	68,  // [68:117] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -7605,7 +7708,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   88,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
