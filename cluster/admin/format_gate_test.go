@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -105,8 +106,16 @@ func TestFormat2WritesWaitForTheLastUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Read from the member that led when the test began: under load the
+	// leadership may have moved and the create been served elsewhere, so
+	// wait for this member to apply it.
+	var v []byte
+	testwait.For(t, 20*time.Second, "the token's record on "+c.Master(li).ID, func() bool {
+		var ok bool
+		v, ok = n.FSM().Get(access.TokenPrefix + tok.GetToken().GetAccessor())
+		return ok
+	})
 	var e map[string]any
-	v, _ := n.FSM().Get(access.TokenPrefix + tok.GetToken().GetAccessor())
 	if err := json.Unmarshal(v, &e); err != nil || e["expires_ms"] != nil {
 		t.Fatalf("a token without a ttl: %s (%v)", v, err)
 	}
