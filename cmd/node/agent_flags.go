@@ -93,6 +93,9 @@ type agentConfig struct {
 	Raft raftTimings
 	// Snapshots are the scheduled snapshots (zero: none).
 	Snapshots snapshotSchedule
+	// RaftLog holds the Raft log's compaction counts given (zero:
+	// cluster's defaults).
+	RaftLog raftLog
 	// DebugEndpoints serves /debug/domain and /debug/pprof/ on the HTTP
 	// port (admin.WithDebugEndpoints); off by default.
 	DebugEndpoints bool
@@ -208,6 +211,7 @@ type agentFlags struct {
 	audit  auditFlags
 	secret clusterSecretFlags
 	raft   raftTimingFlags
+	log    raftLogFlags
 	conn   connLimitFlags
 	snap   snapshotFlags
 
@@ -233,6 +237,7 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 	f.audit = addAuditFlags(str)
 	f.secret = addClusterSecretFlags(str)
 	f.raft = addRaftTimingFlags(str)
+	f.log = addRaftLogFlags(str)
 	f.conn = addConnLimitFlags(str)
 	f.snap = addSnapshotFlags(str)
 	var envErr error
@@ -277,7 +282,8 @@ func agentUsage(fs *flag.FlagSet) {
 	printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
-		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int"})
+		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int",
+		"raft-snapshot-threshold": "int", "raft-trailing-logs": "int", "raft-snapshot-interval": "duration"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files
@@ -289,6 +295,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	f.audit.parse(cfg, bad)
 	cfg.ClusterSecret = f.secret.parse(cfg.TLS.Enabled(), bad)
 	cfg.Raft = f.raft.parse(bad)
+	cfg.RaftLog = f.log.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.Snapshots = f.snap.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints

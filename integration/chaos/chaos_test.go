@@ -348,13 +348,6 @@ func yesNo(r porcupine.CheckResult) string {
 	return "?"
 }
 
-func firstN(s []string, n int) []string {
-	if len(s) > n {
-		return append(s[:n:n], fmt.Sprintf("... and %d more", len(s)-n))
-	}
-	return s
-}
-
 func sanitize(s string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
