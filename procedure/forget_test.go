@@ -179,6 +179,12 @@ func treeWhileLastChildWaits(t *testing.T, h *harness, root Procedure, parentNam
 		}
 		running := 0
 		for _, m := range r.members {
+			if m.running && m.state.Terminal() {
+				// Ended, and still held by its worker: between its last
+				// write and its release (where a forgetting parent lets go
+				// of it) the tree is not settled yet.
+				return false
+			}
 			if c, ok := m.proc.(*fgChild); ok && !m.state.Terminal() {
 				if c.Name != gate || m.state != Waiting {
 					return false
