@@ -104,6 +104,12 @@ type Config struct {
 	// rebuilt dispatcher's attempts order after its predecessor's. Default:
 	// a counter of this dispatcher's own, starting at 1.
 	NextSeq func() uint64
+	// ClusterID is the leader's cluster id (BatchRequest.cluster_id), read
+	// at each call: a region server that learned another id refuses the
+	// batch before it judges the term, so a restored cluster, whose terms
+	// may be below the old one's, is not taken for a deposed leader.
+	// Default: none sent (a region server then judges the term alone).
+	ClusterID func() string
 
 	// Logger receives the dispatcher's logs. Default: discard.
 	Logger hclog.Logger

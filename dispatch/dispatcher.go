@@ -327,6 +327,9 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		Ops:       make([]*rspb.RegionOp, len(batch)),
 		Seq:       d.cfg.NextSeq(),
 	}
+	if d.cfg.ClusterID != nil {
+		req.ClusterId = d.cfg.ClusterID()
+	}
 	for i, p := range batch {
 		req.Ops[i] = &rspb.RegionOp{Kind: p.op.Kind, Region: p.op.Region, Table: p.op.Table, ProcId: p.op.ProcID}
 	}

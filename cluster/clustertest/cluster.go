@@ -130,6 +130,12 @@ type Config struct {
 	// LogTail is how many bytes of each buffer a failed test prints.
 	// Default 8000.
 	LogTail int
+	// AdminAddrs are the masters' admin addresses, one a master (the
+	// region servers' and clients' Masters list): a cluster that takes
+	// over another's addresses, as one restored in its place does for
+	// the region servers that outlived the old masters. Default: a free
+	// loopback port each.
+	AdminAddrs []string
 	// TracerProvider, when set, traces every master (executors,
 	// dispatchers, the Master service) and region server, as the
 	// OTEL_* environment does for the binary: give it an SDK provider
@@ -253,8 +259,15 @@ func New(t testing.TB, cfg Config) *Cluster {
 	}
 	// Every admin address is known before any master starts, so that
 	// region servers (and clients) can be given all of them.
-	for _, m := range c.masters {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if n := len(cfg.AdminAddrs); n != 0 && n != cfg.Masters {
+		t.Fatalf("clustertest: %d AdminAddrs for %d masters", n, cfg.Masters)
+	}
+	for i, m := range c.masters {
+		addr := "127.0.0.1:0"
+		if cfg.AdminAddrs != nil {
+			addr = cfg.AdminAddrs[i]
+		}
+		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatalf("clustertest: admin listener: %v", err)
 		}

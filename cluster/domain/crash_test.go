@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
@@ -146,6 +150,41 @@ func TestStartCodesNeverRepeatWithinATerm(t *testing.T) {
 	}
 	if resp.GetStartCode() <= before {
 		t.Fatalf("registration after the counter restarted got start code %d, not above the previous %d", resp.GetStartCode(), before)
+	}
+}
+
+// A start code never comes back across a restore either: a cluster
+// restored from a snapshot counts from the snapshot's term, below the
+// codes the old cluster may have handed out after the save. A server that
+// says it gave up a higher code than any this state knows gets one above
+// it, and one that leaves no code above it is refused.
+func TestStartCodeAboveTheDroppedOne(t *testing.T) {
+	h := newHarness(t, harnessOpts{masters: 1, servers: 1})
+	lm, _ := h.leader()
+	addr := h.rs("rs1").Addr()
+	register := func(id string, dropped uint64) (*rspb.RegisterServerResponse, error) {
+		return domain.RegisterServer(context.Background(), lm.dom,
+			&rspb.RegisterServerRequest{ServerId: id, Address: addr, DroppedStartCode: dropped})
+	}
+	// As from the old cluster, terms after the one this state is at.
+	fromLaterTerm := (lm.node.Raft().CurrentTerm()+5)<<32 | 7
+	for _, id := range []string{"rs-known-here", "rs-new-here"} {
+		if id == "rs-known-here" {
+			if _, err := register(id, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := register(id, fromLaterTerm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetStartCode() <= fromLaterTerm {
+			t.Errorf("%s: start code %#x, not above the %#x it gave up", id, resp.GetStartCode(), fromLaterTerm)
+		}
+	}
+	_, err := register("rs-wraps", math.MaxUint64)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("dropped_start_code MaxUint64: %v, want INVALID_ARGUMENT", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"math"
 	"sort"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -132,6 +133,10 @@ func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterSe
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"register %s: still hosting %s (e.g. %s); close them before registering", req.GetServerId(), countOf(n, "region"), req.GetRegions()[0])
 	}
+	if req.GetDroppedStartCode() == math.MaxUint64 {
+		// The next start code would wrap to 0, which means "none".
+		return nil, status.Errorf(codes.InvalidArgument, "register %s: dropped_start_code %d leaves no start code above it", req.GetServerId(), req.GetDroppedStartCode())
+	}
 	s, err := m.leader()
 	if err != nil {
 		return nil, err
@@ -141,6 +146,7 @@ func (m *masterService) RegisterServer(ctx context.Context, req *rspb.RegisterSe
 		return nil, m.rpcError(err)
 	}
 	resp.Access = m.grants()
+	resp.ClusterId = m.d.clusterID()
 	return resp, nil
 }
 
@@ -158,6 +164,15 @@ func (s *services) register(ctx context.Context, req *rspb.RegisterServerRequest
 		// code must never come back, or an old incarnation's crash
 		// procedure would expire the new one.
 		ref.StartCode = old.StartCode + 1
+	}
+	if d := req.GetDroppedStartCode(); ref.StartCode <= d {
+		// The server held a start code this state never recorded: a
+		// cluster restored from a snapshot hands out codes from the
+		// snapshot's term on, and the old cluster may have given this
+		// server higher ones after the save. The one it gave up is the
+		// highest it held (each registration's is above the last), so
+		// going above it never repeats one of its own.
+		ref.StartCode = d + 1
 	}
 	rec := Server{Address: req.GetAddress(), StartCode: ref.StartCode, State: ServerLive, Dropped: req.GetDroppedStartCode(),
 		Version: req.GetVersion(), MaxFormat: version.Format(req.GetMaxFormat())}
@@ -250,12 +265,12 @@ func (m *masterService) Heartbeat(ctx context.Context, req *rspb.HeartbeatReques
 			// answer may be lost.
 			s.background(func() { s.expire(ref, "told expired at heartbeat") })
 		}
-		return &rspb.HeartbeatResponse{Expired: true, Term: s.term}, nil
+		return &rspb.HeartbeatResponse{Expired: true, Term: s.term, ClusterId: m.d.clusterID()}, nil
 	}
 	if err := s.verifyLeader(ctx); err != nil {
 		return nil, m.rpcError(err)
 	}
-	resp := &rspb.HeartbeatResponse{Term: s.term}
+	resp := &rspb.HeartbeatResponse{Term: s.term, ClusterId: m.d.clusterID()}
 	// Read after the leadership check: a revocation committed before the
 	// heartbeat arrived is in what the server is told.
 	g := m.grants()

@@ -72,6 +72,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	dc.Clock, dc.Logger = d.cfg.Clock, d.cfg.Logger.With("term", term)
 	dc.Metrics, dc.Tracer = d.cfg.Metrics, d.dtracer
 	dc.NextSeq = func() uint64 { return d.attempts.Add(1) }
+	dc.ClusterID = d.clusterID
 	if svc.disp, err = dispatch.New(dc); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -279,6 +280,18 @@ func (s *services) awaitRaft(ctx context.Context, what string, f raft.Future) er
 		return fmt.Errorf("%s: %w (%v)", what, cluster.ErrNotLeader, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// clusterID is the cluster id in the local state ("" if none): the
+// leader tells it to region servers, which tell a restored cluster from
+// the one they lived through by it.
+func (d *Domain) clusterID() string {
+	n := d.nodeOrNil()
+	if n == nil {
+		return ""
+	}
+	v, _ := n.FSM().Get(cluster.ClusterIDKey)
+	return string(v)
 }
 
 // nextStartCode is term<<32 | n: unique across terms (a term has one

@@ -37,6 +37,14 @@
 // cannot have learnt (registration commits through Raft), so the start
 // code check fences it instead.
 //
+// Terms count within one cluster. A cluster restored from a snapshot
+// (docs/operations.md, Restore) starts at the snapshot's term, below what
+// the old one may have reached, and records regions where they were at the
+// save. The masters name their cluster id in every answer and batch: a
+// server that learned one and meets another (or none) closes every region,
+// forgets the highest term and registers again, and refuses a batch of
+// another cluster as a wrong start code, judged before the term.
+//
 // # Lease
 //
 // Start registers with the leader (RegisterServer names the regions still

@@ -40,6 +40,8 @@ type fakeCluster struct {
 	// access is what the masters tell of their access control, as a real
 	// leader does; nil: nothing, as a master older than access grants.
 	access *rspb.AccessGrants
+	// clusterID is told in every answer ("": none, as a 0.1.0 master).
+	clusterID string
 }
 
 // call is a request a fake master served, and which master served it.
@@ -112,7 +114,7 @@ func (m *fakeMaster) RegisterServer(_ context.Context, req *rspb.RegisterServerR
 	m.c.nextCode++
 	m.c.servers[req.GetServerId()] = m.c.nextCode
 	m.c.regs = append(m.c.regs, call[*rspb.RegisterServerRequest]{m.addr, req})
-	return &rspb.RegisterServerResponse{StartCode: m.c.nextCode, HeartbeatIntervalMs: m.c.intervalMs, Term: m.c.term, Access: m.c.access}, nil
+	return &rspb.RegisterServerResponse{StartCode: m.c.nextCode, HeartbeatIntervalMs: m.c.intervalMs, Term: m.c.term, Access: m.c.access, ClusterId: m.c.clusterID}, nil
 }
 
 func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) (*rspb.HeartbeatResponse, error) {
@@ -138,9 +140,9 @@ func (m *fakeMaster) Heartbeat(ctx context.Context, req *rspb.HeartbeatRequest) 
 		if m.c.notFound {
 			return nil, status.Errorf(codes.NotFound, "server %s unknown", id)
 		}
-		return &rspb.HeartbeatResponse{Expired: true, Term: m.c.term}, nil
+		return &rspb.HeartbeatResponse{Expired: true, Term: m.c.term, ClusterId: m.c.clusterID}, nil
 	}
-	resp := &rspb.HeartbeatResponse{Term: m.c.term, AccessVersion: m.c.access.GetVersion()}
+	resp := &rspb.HeartbeatResponse{Term: m.c.term, AccessVersion: m.c.access.GetVersion(), ClusterId: m.c.clusterID}
 	if m.c.access != nil && m.c.access.GetVersion() != req.GetAccessVersion() {
 		resp.Access = m.c.access
 	}
@@ -190,6 +192,21 @@ func (c *fakeCluster) holdHeartbeats() (release func()) {
 		c.mu.Unlock()
 		close(ch)
 	}
+}
+
+// restore makes the masters a cluster restored from a snapshot: cluster
+// id id, in term term, knowing the servers as they were at the save (the
+// start codes in servers) and counting start codes from nextCode.
+func (c *fakeCluster) restore(id string, term, nextCode uint64, servers map[string]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clusterID, c.term, c.nextCode, c.servers = id, term, nextCode, servers
+}
+
+func (c *fakeCluster) setClusterID(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clusterID = id
 }
 
 // setAccess makes the masters tell g from now on (nil: nothing).

@@ -160,6 +160,9 @@ func (s *Server) register(ctx context.Context) error {
 		return errors.New("RegisterServer: the master answered start code 0")
 	}
 	s.mu.Lock()
+	// The registering server holds nothing: a new cluster costs it only
+	// the terms it saw, which would otherwise refuse the new leader.
+	s.newClusterLocked(resp.GetClusterId(), resp.GetTerm(), "RegisterServer")
 	s.raiseTermLocked(resp.GetTerm(), "RegisterServer")
 	s.startCode = resp.GetStartCode()
 	s.interval = time.Duration(resp.GetHeartbeatIntervalMs()) * time.Millisecond
@@ -207,6 +210,13 @@ func (s *Server) heartbeat(ctx context.Context) error {
 	// them ignored them, and they are gone; see docs/security.md).
 	s.refusals.sent(refusalMark, req.RefusalsDropped)
 	s.mu.Lock()
+	// The cluster id before the term: a restored cluster's term may be
+	// below what this server saw of the old one.
+	if s.newClusterLocked(resp.GetClusterId(), resp.GetTerm(), "Heartbeat") {
+		s.mu.Unlock()
+		s.metrics.heartbeats.WithLabelValues("expired").Inc()
+		return nil // registers with the new cluster
+	}
 	if t := resp.GetTerm(); t != 0 && t < s.highestTerm {
 		// A deposed leader answered: its word on the lease counts for
 		// nothing (neither a renewal nor an expiry).

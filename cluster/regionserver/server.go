@@ -95,11 +95,15 @@ type Server struct {
 
 	mu          sync.Mutex
 	regions     map[string]hosted
-	startCode   uint64        // 0: not registered
-	highestTerm uint64        // fencing: the highest leader term seen
-	highestSeq  uint64        // fencing: the highest attempt admitted in highestTerm
-	dropped     uint64        // the start code last given up (told to the masters at registration)
-	interval    time.Duration // heartbeat interval in force
+	startCode   uint64 // 0: not registered
+	highestTerm uint64 // fencing: the highest leader term seen
+	highestSeq  uint64 // fencing: the highest attempt admitted in highestTerm
+	dropped     uint64 // the start code last given up (told to the masters at registration)
+	// clusterID is the cluster id the masters last answered with ("":
+	// none yet): one that changes is a new cluster (a restore), whose
+	// terms and start codes owe nothing to the ones seen before.
+	clusterID string
+	interval  time.Duration // heartbeat interval in force
 	// fenceAt is when the current registration stops serving unless
 	// renewed: the self-fence period counted from the moment the last
 	// successful registration or heartbeat was sent (not answered: an
@@ -524,6 +528,16 @@ func (s *Server) admitLocked(req *rspb.BatchRequest) error {
 	if id := req.GetServerId(); id != "" && id != s.cfg.ID {
 		return status.Errorf(codes.FailedPrecondition, "wrong server: this is %q, the batch is for %q", s.cfg.ID, id)
 	}
+	if c := req.GetClusterId(); s.clusterID != "" && c != s.clusterID {
+		// Before the term: a restored cluster's terms may be below the
+		// old one's, and a stale-term answer would depose its leader for
+		// its whole term. The batch is for an incarnation of another
+		// cluster (this server learns of the new one at its next
+		// heartbeat, closes everything and registers with it): to the
+		// sender's dispatcher it is a start code that is no longer live.
+		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: the batch is from cluster %q, this server's is %q",
+			req.GetStartCode(), req.GetClusterId(), s.clusterID)
+	}
 	if t := req.GetTerm(); t < s.highestTerm {
 		return s.fenceLocked(t, req.GetStartCode(), req.GetSeq())
 	}
@@ -557,6 +571,42 @@ func (s *Server) fenceLocked(term, startCode, seq uint64) error {
 		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: this server's is %d", startCode, s.startCode)
 	}
 	return nil
+}
+
+// ClusterID is the cluster id the masters last answered with ("" until
+// one did).
+func (s *Server) ClusterID() string { return locked.Load(&s.mu, &s.clusterID) }
+
+// newClusterLocked takes id, the cluster id in an answer of a master of
+// term term, and reports whether it names a new cluster. A first id is
+// only learned (an upgraded cluster writes one once its version is 2).
+// Another one, or none after one (a restored cluster whose leader has not
+// written its new id yet; a leader of the cluster learned always sends
+// it), is a cluster restored from a snapshot older than what this server
+// lived through: every region is closed, as at a self-fence, since the
+// new masters' record of where regions are is not this server's; and the
+// highest term seen is forgotten, since the new cluster's terms start at
+// the snapshot's. The registration that follows names the start code given
+// up, and gets a code above it.
+func (s *Server) newClusterLocked(id string, term uint64, from string) bool {
+	if s.clusterID == "" || id == s.clusterID {
+		if id != "" && s.clusterID == "" {
+			s.log.Info("cluster id learned", "cluster_id", id, "from", from)
+		}
+		s.clusterID = id
+		return false
+	}
+	n, sc, prev := len(s.regions), s.startCode, s.clusterID
+	s.regions = map[string]hosted{}
+	if sc != 0 {
+		s.startCode, s.dropped = 0, sc
+	}
+	s.clusterID = id
+	s.highestTerm, s.highestSeq = term, 0
+	s.metrics.selfClosed.WithLabelValues("new_cluster").Add(float64(n))
+	s.log.Warn("the masters answer for another cluster (restored from a snapshot?): closed every region, forgot the terms seen, registering with it",
+		"cluster_id", id, "previous_cluster_id", prev, "term", term, "start_code", sc, "regions_closed", n, "from", from)
+	return true
 }
 
 // raiseTermLocked records a term seen from a master.

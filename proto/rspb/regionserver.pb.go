@@ -181,7 +181,15 @@ type BatchRequest struct {
 	// the master gave up on (timed out, retried) must never apply after a
 	// newer one, e.g. reopen a region a later batch closed. 0: unordered
 	// (older masters).
-	Seq           uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	// cluster_id is the leader's cluster id (cluster/id; empty: the state
+	// holds none, or a master older than it). A region server that learned
+	// an id from its own registration or heartbeats refuses a batch naming
+	// another (reason "wrong start code": the batch is for an incarnation
+	// of another cluster), before it looks at the term: a restored cluster
+	// starts at a term below what the old one may have reached, and a
+	// stale-term refusal would depose its leader.
+	ClusterId     string `protobuf:"bytes,101,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +264,13 @@ func (x *BatchRequest) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *BatchRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type RegionOpResult struct {
@@ -689,7 +704,13 @@ type RegisterServerResponse struct {
 	// access is the cluster's access control as it applies to the clients
 	// calling this server (ListRegions, /metrics). Unset from masters older
 	// than it: such a region server refuses clients (docs/security.md).
-	Access        *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	Access *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	// cluster_id is the cluster id (cluster/id) in the leader's state;
+	// empty when it holds none (a cluster below version 2, a restored one
+	// whose leader has not written its new id yet) and from masters older
+	// than it (0.1.0). A region server that knew another id, non-empty,
+	// takes the answer for a new cluster's (a restore): see HeartbeatResponse.
+	ClusterId     string `protobuf:"bytes,101,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +771,13 @@ func (x *RegisterServerResponse) GetAccess() *AccessGrants {
 		return x.Access
 	}
 	return nil
+}
+
+func (x *RegisterServerResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type HeartbeatRequest struct {
@@ -947,7 +975,16 @@ type HeartbeatResponse struct {
 	// answer: the registration that follows carries the grants.
 	AccessVersion uint64 `protobuf:"varint,3,opt,name=access_version,json=accessVersion,proto3" json:"access_version,omitempty"`
 	// access is set when access_version differs from the request's.
-	Access        *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	Access *AccessGrants `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	// cluster_id is as in RegisterServerResponse. A region server that
+	// learned an id (non-empty) and is answered another (or none) is
+	// talking to a new cluster, restored from a snapshot older than what it
+	// lived through: it closes every region, forgets the highest term it
+	// saw and registers again. It looks at the id before the term: a
+	// restored leader's term may be below the old cluster's. A region
+	// server that knew none takes the id as it comes (an upgraded cluster
+	// writes one once its version is 2).
+	ClusterId     string `protobuf:"bytes,101,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,6 +1045,13 @@ func (x *HeartbeatResponse) GetAccess() *AccessGrants {
 		return x.Access
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // AccessGrants is what the masters' access control grants clients by
@@ -1267,7 +1311,7 @@ const file_regionserver_proto_rawDesc = "" +
 	"\x06region\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x02R\x06region\x12\x1c\n" +
 	"\x05table\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x01R\x05table\x12\x17\n" +
 	"\aproc_id\x18\x04 \x01(\x04R\x06procId\x12,\n" +
-	"\ftrace_parent\x18n \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x02(\x01R\vtraceParent\"\xcf\x01\n" +
+	"\ftrace_parent\x18n \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x02(\x01R\vtraceParent\"\xf6\x01\n" +
 	"\fBatchRequest\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12#\n" +
 	"\tmaster_id\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bmasterId\x12#\n" +
@@ -1275,7 +1319,9 @@ const file_regionserver_proto_rawDesc = "" +
 	"\n" +
 	"start_code\x18\x04 \x01(\x04R\tstartCode\x120\n" +
 	"\x03ops\x18\x05 \x03(\v2\x15.baton.rs.v1.RegionOpB\a\x9a\xc7\x18\x03\x18\x80@R\x03ops\x12\x10\n" +
-	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\xaa\x01\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12%\n" +
+	"\n" +
+	"cluster_id\x18e \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\tclusterId\"\xaa\x01\n" +
 	"\x0eRegionOpResult\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.baton.rs.v1.OpKindR\x04kind\x12\x0e\n" +
@@ -1308,13 +1354,15 @@ const file_regionserver_proto_rawDesc = "" +
 	"\x12dropped_start_code\x18\x04 \x01(\x04R\x10droppedStartCode\x12 \n" +
 	"\aversion\x18e \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\aversion\x12\x1d\n" +
 	"\n" +
-	"max_format\x18f \x01(\rR\tmaxFormat\"\xb2\x01\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\"\xd1\x01\n" +
 	"\x16RegisterServerResponse\x12\x1d\n" +
 	"\n" +
 	"start_code\x18\x01 \x01(\x04R\tstartCode\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\x03R\x13heartbeatIntervalMs\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x121\n" +
-	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x8c\x02\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18e \x01(\tR\tclusterId\"\x8c\x02\n" +
 	"\x10HeartbeatRequest\x12#\n" +
 	"\tserver_id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\bserverId\x12\x1d\n" +
 	"\n" +
@@ -1330,12 +1378,14 @@ const file_regionserver_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\x10R\amessage\x12\x1b\n" +
 	"\x04peer\x18\x05 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80\bR\x04peer\x12\x1c\n" +
 	"\n" +
-	"at_unix_ms\x18\x06 \x01(\x03R\batUnixMs\"\x9b\x01\n" +
+	"at_unix_ms\x18\x06 \x01(\x03R\batUnixMs\"\xba\x01\n" +
 	"\x11HeartbeatResponse\x12\x18\n" +
 	"\aexpired\x18\x01 \x01(\bR\aexpired\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12%\n" +
 	"\x0eaccess_version\x18\x03 \x01(\x04R\raccessVersion\x121\n" +
-	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\"\x99\x01\n" +
+	"\x06access\x18\x04 \x01(\v2\x19.baton.rs.v1.AccessGrantsR\x06access\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18e \x01(\tR\tclusterId\"\x99\x01\n" +
 	"\fAccessGrants\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1a\n" +
 	"\benforced\x18\x02 \x01(\bR\benforced\x122\n" +
