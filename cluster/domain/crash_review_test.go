@@ -55,6 +55,9 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 	var child procedure.Info
 	var childProc domain.TransitRegionState
 	testwait.For(t, time.Minute, "the held region's child waiting for its lock", func() bool {
+		// The leader of the moment: on a loaded machine the leadership
+		// moves, and the executor that held it answers nothing once stopped.
+		m, x = h.leader()
 		found := false
 		_ = m.node.FSM().View().Procs(func(p store.Proc) error {
 			info, err := procedure.DecodeInfo(p.Data)
@@ -83,6 +86,7 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, time.Minute, "the crash procedure to end", func() bool {
+		_, x = h.leader()
 		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
 			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
 				if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(c.Result), want) {
