@@ -164,8 +164,8 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 	armed = true
 	mu.Unlock()
 	h.stopRS(victim)
-	_, x := h.leader()
 	testwait.For(t, time.Minute, "the crash procedure to end", func() bool {
+		_, x := h.leader() // of the moment: see TestCrashWaveLeavesALockedRegionToItsOwnPrepare
 		for _, c := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
 			if c.State == procedure.Success && strings.HasPrefix(string(c.Result), "server "+victim+"/") {
 				return true
