@@ -285,6 +285,9 @@ func TestDomainCommands(t *testing.T) {
 		{name: "region move unknown region", args: []string{"region", "move", "x", "--to", "rs2", "--json"}, code: 1, json: notFound(`region "x" does not exist`)},
 		{name: "region move to a suspect", before: func() {
 			fc.StartRegionServer("rs3")
+			// Registered first: cut off before its registration lands (a
+			// loaded machine), it would never be listed, let alone suspect.
+			fc.WaitFor("rs3 registered", func() bool { return leaseOf("rs3") != "" })
 			cutOff("rs3")
 			fc.WaitFor("rs3 suspect", func() bool { return leaseOf("rs3") == "suspect" })
 		},
