@@ -87,13 +87,45 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		}
 		rep, _ := cluster.ReadReport(s.b.DomainGet, p.ID)
 		peer.Version, peer.MaxFormat = rep.Version, uint32(rep.MaxFormat)
+		setProgress(peer, p.Progress, time.Now())
 		out.Peers = append(out.Peers, peer)
 	}
 	return out
 }
 
-// AddPeer implements adminpb.AdminServer: the leader adds the node as a
-// voter and records its admin address, if given. A member removed before
+// setProgress fills peer's leader view from what this leader knows of it
+// (nil: this node does not lead, nothing set).
+func setProgress(peer *adminpb.Peer, p *cluster.PeerProgress, now time.Time) {
+	if p == nil {
+		return
+	}
+	peer.Healthy = proto.Bool(p.Healthy)
+	if p.MatchKnown {
+		peer.LagEntries = proto.Uint64(p.Lag)
+	}
+	if !p.LastContact.IsZero() {
+		peer.LeaderContactMs = proto.Int64(max(now.Sub(p.LastContact).Milliseconds(), 0))
+	}
+}
+
+// takeLeaderView copies, into out's peers, the leader's view of each
+// (lag, health, contact) from the leader's own answer: a standby that
+// answers shows what only the leader knows.
+func takeLeaderView(out *adminpb.ClusterStatusResponse, leader *adminpb.ClusterStatusResponse) {
+	byID := map[string]*adminpb.Peer{}
+	for _, lp := range leader.GetPeers() {
+		byID[lp.GetId()] = lp
+	}
+	for _, p := range out.GetPeers() {
+		if lp, ok := byID[p.GetId()]; ok && p.Healthy == nil {
+			p.LagEntries, p.Healthy, p.LeaderContactMs = lp.LagEntries, lp.Healthy, lp.LeaderContactMs
+		}
+	}
+}
+
+// AddPeer implements adminpb.AdminServer: the leader adds the node (a
+// non-voter the autopilot promotes, at cluster version 2; see
+// cluster.Node.Join) and records its admin address, if given. A member removed before
 // comes back this way, without a restart (see removed.go).
 func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" {
@@ -254,6 +286,9 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 	self := proto.Clone(out).(*adminpb.ClusterStatusResponse)
 	self.Peers = nil
 	var wg sync.WaitGroup
+	// leaderView is the leader's peers, as it answered: written by the
+	// one probe of the leader, read after wg.Wait.
+	var leaderView []*adminpb.Peer
 	for _, p := range out.Peers {
 		if p.GetId() == out.GetNodeId() {
 			p.Reachable, p.Status = true, self
@@ -271,11 +306,17 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 				p.Error = err.Error()
 				return
 			}
+			if p.GetLeader() && st.GetState() == raft.Leader.String() {
+				leaderView = st.GetPeers()
+			}
 			st.Peers = nil
 			p.Reachable, p.Status = true, st
 		}()
 	}
 	wg.Wait()
+	if leaderView != nil {
+		takeLeaderView(out, &adminpb.ClusterStatusResponse{Peers: leaderView})
+	}
 	out.MembersProbed = true
 	leaderHeard := false
 	for _, p := range out.Peers {
