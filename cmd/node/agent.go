@@ -209,6 +209,7 @@ func (a *agent) startNode(stdout io.Writer) error {
 		ccfg.Workers = cfg.Workers
 	}
 	cfg.Raft.apply(&ccfg)
+	cfg.Autopilot.apply(&ccfg)
 	if cfg.RecoverQuorum {
 		ccfg.RecoverQuorum = func(plan cluster.QuorumRecoveryPlan) error {
 			fmt.Fprint(stdout, plan.String())

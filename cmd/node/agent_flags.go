@@ -93,6 +93,9 @@ type agentConfig struct {
 	Raft raftTimings
 	// Snapshots are the scheduled snapshots (zero: none).
 	Snapshots snapshotSchedule
+	// Autopilot holds the autopilot flags given (zero: cluster's
+	// defaults).
+	Autopilot autopilotSettings
 	// DebugEndpoints serves /debug/domain and /debug/pprof/ on the HTTP
 	// port (admin.WithDebugEndpoints); off by default.
 	DebugEndpoints bool
@@ -210,6 +213,7 @@ type agentFlags struct {
 	raft   raftTimingFlags
 	conn   connLimitFlags
 	snap   snapshotFlags
+	auto   autopilotFlags
 
 	workers, devRS                *string
 	dev, insecure, debugEndpoints *bool
@@ -235,6 +239,7 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 	f.raft = addRaftTimingFlags(str)
 	f.conn = addConnLimitFlags(str)
 	f.snap = addSnapshotFlags(str)
+	f.auto = addAutopilotFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -277,7 +282,8 @@ func agentUsage(fs *flag.FlagSet) {
 	printDefaults(fs, map[string]string{"workers": "int", "submit-rate": "float", "submit-burst": "int", "change-rate": "float", "change-burst": "int", "audit-retention": "duration", "acl-bootstrap-token-ttl": "duration",
 		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
-		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int"})
+		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int",
+		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files
@@ -291,6 +297,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.Raft = f.raft.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.Snapshots = f.snap.parse(bad)
+	cfg.Autopilot = f.auto.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
 	cfg.RecoverQuorum, cfg.Yes = *f.recoverQuorum, *f.yes
 	switch {

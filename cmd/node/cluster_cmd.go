@@ -322,6 +322,18 @@ func describeBinaries(s *adminpb.ClusterStatusResponse) string {
 	return strings.Join(parts, ", ")
 }
 
+// joinedAs says, of a member that joined as a non-voter, that the leader
+// promotes it later (docs/operations.md, "Members that manage
+// themselves"); nothing of a voter.
+func joinedAs(s *adminpb.ClusterStatusResponse, id string) string {
+	for _, p := range s.GetPeers() {
+		if p.GetId() == id && p.GetSuffrage() == "Nonvoter" {
+			return " as a non-voter: the leader makes it a voter once it has caught up and stayed healthy for the stabilization time (agent --server-stabilization-time)"
+		}
+	}
+	return ""
+}
+
 // lagOf spells a member's lag behind the leader's log, "-" when the
 // answer does not carry it.
 func lagOf(p *adminpb.Peer) string {
@@ -412,7 +424,7 @@ func (c *cli) clusterJoin(args []string) int {
 			return e.fail(err)
 		}
 		if !cf.json {
-			fmt.Fprintf(c.stdout, "%s joined the cluster\n\n", *id)
+			fmt.Fprintf(c.stdout, "%s joined the cluster%s\n\n", *id, joinedAs(s, *id))
 		}
 		return c.printStatus(cf, s)
 	})
