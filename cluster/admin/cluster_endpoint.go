@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
 )
 
 // memberProbeTimeout bounds each member's answer to a ClusterStatus with
@@ -206,19 +208,60 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			}
 			return nil, err
 		}
-		var muts []raftfsm.Mutation
-		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id), cluster.VersionKey(id)} {
-			if _, ok := s.b.DomainGet(k); ok {
-				muts = append(muts, raftfsm.Del(k))
-			}
-		}
-		// The configuration no longer has id: the cluster version may
-		// rise without it.
-		if _, err := s.commitWithRaise(ctx, muts, nil); err != nil {
+		if err := s.forgetMember(ctx, id); err != nil {
 			return nil, err
 		}
 		return s.clusterStatus(), nil
 	}, relayed(req, adminpb.AdminClient.RemovePeer))
+}
+
+// forgetMember takes out the records of id, removed from the
+// configuration: its registered addresses and report.
+func (s *Server) forgetMember(ctx context.Context, id string) error {
+	var muts []raftfsm.Mutation
+	for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id), cluster.VersionKey(id)} {
+		if _, ok := s.b.DomainGet(k); ok {
+			muts = append(muts, raftfsm.Del(k))
+		}
+	}
+	// The configuration no longer has id: the cluster version may
+	// rise without it.
+	_, err := s.commitWithRaise(ctx, muts, nil)
+	return err
+}
+
+// removeDeadMember is the leader's autopilot removing a voter that stopped
+// answering (cluster.Node.SetMemberRemover): as `cluster remove` does it
+// (the removal mark first, at cluster version 2; the member's records
+// after), and audited as a RemovePeer call of this master, its message
+// saying why.
+func (s *Server) removeDeadMember(ctx context.Context, id, why string) (err error) {
+	if s.audit != nil {
+		defer func() {
+			p := access.Principal{Kind: access.KindMaster, ID: s.b.ID(), Perm: security.PermAdmin}
+			rec := access.NewRecord(s.acc.Clock.Now(), s.b.ID(), p, "RemovePeer", &adminpb.RemovePeerRequest{Id: id}, nil, err)
+			rec.Message = access.Cut("autopilot: "+why+rec.GetMessage(), access.FieldMax)
+			if aerr := s.audit.Append(ctx, rec); aerr != nil {
+				s.log.Error("audit record of the autopilot's removal not committed", "id", id, "error", aerr)
+			}
+		}()
+	}
+	if clusterFormatOf(s.b) >= version.Format2 {
+		mark, err := s.removedMarkMutation()
+		if err != nil {
+			return err
+		}
+		if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(RemovedKey(id), mark)}); err != nil {
+			return err
+		}
+	}
+	if err := s.b.RemovePeer(ctx, id); err != nil {
+		if errors.Is(err, cluster.ErrNoQuorum) {
+			s.clearMarkOfRefusedRemoval(ctx, id)
+		}
+		return err
+	}
+	return s.forgetMember(ctx, id)
 }
 
 // clearMarkOfRefusedRemoval takes back the mark RemovePeer set for id
