@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -35,6 +36,13 @@ func TestAutopilotRemovesADeadVoter(t *testing.T) {
 		}
 		return nil
 	})
+	// /status on the leader carries the same view.
+	doc := admin.StatusOf(admin.NodeBackend(c.Master(li).Node()))
+	for _, p := range doc.Peers {
+		if p.Healthy == nil || p.LagEntries == nil || p.LeaderContactMs == nil {
+			t.Errorf("/status peer %s: healthy %v, lag %v, contact %v", p.ID, p.Healthy, p.LagEntries, p.LeaderContactMs)
+		}
+	}
 	killed := time.Now()
 	c.Kill(dead)
 	c.WaitForNil("the leader's autopilot to remove "+id, func() error {
