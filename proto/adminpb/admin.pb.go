@@ -3688,6 +3688,11 @@ func (x *LastSnapshot) GetDurationMs() int64 {
 	return 0
 }
 
+// AddPeer adds a master to the cluster: at cluster version 2 as a
+// non-voter that the leader promotes to voter once it has caught up and
+// stayed healthy (docs/operations.md, "Members that manage themselves"),
+// below it as a voter. It answers once the member is added, not promoted:
+// its suffrage is in the answer's peers.
 type AddPeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
