@@ -38,6 +38,10 @@ const (
 	DefaultRevokeTimeout      = 2 * time.Second
 	DefaultHealthInterval     = time.Second
 	DefaultWorkers            = 1024
+	// Autopilot (autopilot.go), Consul's defaults.
+	DefaultServerStabilizationTime = 10 * time.Second
+	DefaultMaxTrailingLogs         = 250
+	DefaultMinQuorum               = 3
 )
 
 // Peer is one member of the static bootstrap configuration.
@@ -263,6 +267,21 @@ type Config struct {
 	// Default 1 s.
 	HealthInterval time.Duration
 
+	// The autopilot (autopilot.go, after Consul's): with the cluster at
+	// version 2, a member joins as a non-voter, and the leader promotes it
+	// to voter once it has stayed healthy (answering the leader, at most
+	// MaxTrailingLogs entries behind) for ServerStabilizationTime without
+	// a break. Default 10 s; negative turns non-voter joins off (members
+	// join as voters at once, as on 0.1.0). MaxTrailingLogs default 250.
+	ServerStabilizationTime time.Duration
+	MaxTrailingLogs         uint64
+	// DeadMemberTimeout: a voter that has not answered the leader for
+	// longer than this is removed, by the leader, once at least MinQuorum
+	// other voters are healthy (its replacement promoted): the voters
+	// never fall below MinQuorum. Default 0: never. MinQuorum default 3.
+	DeadMemberTimeout time.Duration
+	MinQuorum         int
+
 	// Registry decodes persisted procedures. Required.
 	Registry *procedure.Registry
 	// Env is handed to every procedure step as Context.Env.
@@ -363,25 +382,28 @@ type Config struct {
 // sets ID, DataDir, RaftAddr, Peers and Registry.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:    DefaultHeartbeatTimeout,
-		ElectionTimeout:     DefaultElectionTimeout,
-		LeaderLeaseTimeout:  DefaultLeaderLeaseTimeout,
-		CommitTimeout:       DefaultCommitTimeout,
-		SnapshotThreshold:   DefaultSnapshotThreshold,
-		SnapshotInterval:    DefaultSnapshotInterval,
-		TrailingLogs:        DefaultTrailingLogs,
-		SnapshotRetain:      DefaultSnapshotRetain,
-		LogMinEntries:       DefaultLogMinEntries,
-		RaftLogCompactBytes: DefaultRaftLogCompactBytes,
-		MaxAppendEntries:    DefaultMaxAppendEntries,
-		BatchApplyCh:        true,
-		TransportTimeout:    DefaultTransportTimeout,
-		TransportMaxPool:    DefaultTransportMaxPool,
-		BarrierTimeout:      DefaultBarrierTimeout,
-		RevokeTimeout:       DefaultRevokeTimeout,
-		HealthInterval:      DefaultHealthInterval,
-		WAL:                 store.WALConfig{Sync: store.SyncOnRoll},
-		Workers:             DefaultWorkers,
+		HeartbeatTimeout:        DefaultHeartbeatTimeout,
+		ElectionTimeout:         DefaultElectionTimeout,
+		LeaderLeaseTimeout:      DefaultLeaderLeaseTimeout,
+		CommitTimeout:           DefaultCommitTimeout,
+		SnapshotThreshold:       DefaultSnapshotThreshold,
+		SnapshotInterval:        DefaultSnapshotInterval,
+		TrailingLogs:            DefaultTrailingLogs,
+		SnapshotRetain:          DefaultSnapshotRetain,
+		LogMinEntries:           DefaultLogMinEntries,
+		RaftLogCompactBytes:     DefaultRaftLogCompactBytes,
+		MaxAppendEntries:        DefaultMaxAppendEntries,
+		BatchApplyCh:            true,
+		TransportTimeout:        DefaultTransportTimeout,
+		TransportMaxPool:        DefaultTransportMaxPool,
+		BarrierTimeout:          DefaultBarrierTimeout,
+		RevokeTimeout:           DefaultRevokeTimeout,
+		HealthInterval:          DefaultHealthInterval,
+		ServerStabilizationTime: DefaultServerStabilizationTime,
+		MaxTrailingLogs:         DefaultMaxTrailingLogs,
+		MinQuorum:               DefaultMinQuorum,
+		WAL:                     store.WALConfig{Sync: store.SyncOnRoll},
+		Workers:                 DefaultWorkers,
 	}
 }
 
@@ -400,6 +422,9 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.BarrierTimeout, d.BarrierTimeout)
 	defaults.Set(&c.RevokeTimeout, d.RevokeTimeout)
 	defaults.Set(&c.HealthInterval, d.HealthInterval)
+	defaults.Set(&c.ServerStabilizationTime, d.ServerStabilizationTime)
+	defaults.Set(&c.MaxTrailingLogs, d.MaxTrailingLogs)
+	defaults.Set(&c.MinQuorum, d.MinQuorum)
 	defaults.Set(&c.SnapshotThreshold, d.SnapshotThreshold)
 	defaults.Set(&c.TrailingLogs, d.TrailingLogs)
 	defaults.Set(&c.SnapshotRetain, d.SnapshotRetain)
@@ -454,11 +479,14 @@ func (c Config) Validate() error {
 		{"LeaderLeaseTimeout", c.LeaderLeaseTimeout}, {"CommitTimeout", c.CommitTimeout},
 		{"SnapshotInterval", c.SnapshotInterval}, {"TransportTimeout", c.TransportTimeout},
 		{"BarrierTimeout", c.BarrierTimeout}, {"RevokeTimeout", c.RevokeTimeout},
-		{"HealthInterval", c.HealthInterval},
+		{"HealthInterval", c.HealthInterval}, {"DeadMemberTimeout", c.DeadMemberTimeout},
 	} {
 		if f.v < 0 {
 			bad("%s %v is negative", f.name, f.v)
 		}
+	}
+	if c.MinQuorum < 1 {
+		bad("MinQuorum %d must be at least 1", c.MinQuorum)
 	}
 	if c.HeartbeatTimeout > 0 && c.HeartbeatTimeout < 5*time.Millisecond {
 		bad("HeartbeatTimeout %v is below raft's minimum of 5ms", c.HeartbeatTimeout)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"io"
 	"sync"
 	"time"
 
@@ -24,12 +25,20 @@ type contactTracker struct {
 
 	mu    sync.Mutex
 	acked map[raft.ServerID]time.Time // send time of the newest request accepted in its term
+	// match is, per peer, the highest log index it is known to hold as
+	// the leader of a term replicated it: what raft's own match index
+	// would say, which raft does not export. Cluster status shows the lag
+	// from it, and the autopilot promotes a non-voter by it.
+	match map[raft.ServerID]termIndex
 }
+
+// termIndex is a log index learned in a leader's term.
+type termIndex struct{ term, index uint64 }
 
 // newContactTracker wraps t, keeping the optional interfaces raft looks
 // for (pre-vote, close).
 func newContactTracker(t raft.Transport) (raft.Transport, *contactTracker) {
-	c := &contactTracker{Transport: t, acked: map[raft.ServerID]time.Time{}}
+	c := &contactTracker{Transport: t, acked: map[raft.ServerID]time.Time{}, match: map[raft.ServerID]termIndex{}}
 	if _, ok := t.(raft.WithPreVote); ok {
 		return contactTrackerPreVote{c}, c
 	}
@@ -46,7 +55,35 @@ func (c *contactTracker) record(id raft.ServerID, sent time.Time, req *raft.Appe
 	if sent.After(c.acked[id]) {
 		c.acked[id] = sent
 	}
+	if resp.Success && req.PrevLogEntry > 0 {
+		// A heartbeat carries no PrevLogEntry and says nothing of the
+		// peer's log.
+		c.matched(id, req.Term, req.PrevLogEntry+uint64(len(req.Entries)))
+	}
 	c.mu.Unlock()
+}
+
+// matched notes that id holds the log up to index, as the leader of term
+// learned. A newer term starts afresh: the peer's log may have been cut
+// back since the older one. Under c.mu.
+func (c *contactTracker) matched(id raft.ServerID, term, index uint64) {
+	m := c.match[id]
+	switch {
+	case term > m.term:
+		c.match[id] = termIndex{term, index}
+	case term == m.term && index > m.index:
+		c.match[id] = termIndex{term, index}
+	}
+}
+
+// progress is what this node, leading in term, knows of id: the highest
+// index id holds (known false if nothing was learned in term) and the
+// send time of the newest request it accepted.
+func (c *contactTracker) progress(id raft.ServerID, term uint64) (match uint64, known bool, acked time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.match[id]
+	return m.index, m.term == term, c.acked[id]
 }
 
 // ackedSince reports whether id accepted a request sent at or after t.
@@ -77,6 +114,19 @@ func (c *contactTracker) AppendEntriesPipeline(id raft.ServerID, target raft.Ser
 	tp := &trackedPipeline{AppendPipeline: p, c: c, id: id, out: make(chan raft.AppendFuture), closed: make(chan struct{})}
 	go tp.relay()
 	return tp, nil
+}
+
+// InstallSnapshot implements raft.Transport: a peer that took a snapshot
+// holds the log up to its last index, and may get no entry after it for a
+// while if nothing is written.
+func (c *contactTracker) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	err := c.Transport.InstallSnapshot(id, target, args, resp, data)
+	if err == nil && resp.Success && resp.Term == args.Term {
+		c.mu.Lock()
+		c.matched(id, args.Term, args.LastLogIndex)
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // Close implements raft.WithClose.

@@ -109,6 +109,15 @@ func (n *Node) leaderLoop(stopCh <-chan struct{}) {
 		n.revoke(rctx)
 	}()
 
+	autopilotDone := make(chan struct{})
+	go func() {
+		defer close(autopilotDone)
+		n.autopilotLoop(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-autopilotDone
+	}()
 	health := time.NewTicker(n.cfg.HealthInterval)
 	defer health.Stop()
 	established := false

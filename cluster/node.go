@@ -103,6 +103,9 @@ type Node struct {
 
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
+	// memberRemover is the autopilot's way to remove a dead member
+	// (SetMemberRemover); under mu.
+	memberRemover func(ctx context.Context, id, why string) error
 
 	// Storage failure tracking (storage.go).
 	fsmDir      string
@@ -456,6 +459,9 @@ type PeerStatus struct {
 	Address  string
 	Suffrage string // "Voter", "Nonvoter", "Staging"
 	Leader   bool
+	// Progress is what this node knows of the member as leader; nil on a
+	// node that does not lead.
+	Progress *PeerProgress
 }
 
 // Status is a point-in-time summary of a node.
@@ -514,13 +520,19 @@ func (n *Node) Status() Status {
 		return s
 	}
 	s.Removed = removedFrom(f.Configuration(), n.cfg.ID) || n.removedByLeader()
+	leading, now := s.State == raft.Leader.String(), time.Now()
 	for _, srv := range f.Configuration().Servers {
-		s.Peers = append(s.Peers, PeerStatus{
+		ps := PeerStatus{
 			ID:       string(srv.ID),
 			Address:  string(srv.Address),
 			Suffrage: srv.Suffrage.String(),
 			Leader:   string(srv.ID) == lid,
-		})
+		}
+		if leading {
+			p := n.progressOf(srv.ID, s.Term, s.LastIndex, now)
+			ps.Progress = &p
+		}
+		s.Peers = append(s.Peers, ps)
 	}
 	return s
 }
@@ -548,7 +560,10 @@ func (n *Node) raftErr(what string, err error) error {
 	return fmt.Errorf("cluster: %s: %w", what, err)
 }
 
-// Join adds server id at addr as a voter. Only the leader may; others
+// Join adds server id at addr: as a non-voter that the leader's autopilot
+// promotes once it has caught up and stayed healthy (autopilot.go), at
+// cluster version 2 with the autopilot on; else, as on 0.1.0, as a voter.
+// It returns once the member is added, not promoted. Only the leader may; others
 // return a *NotLeaderError. As in rqlite, a member already known under the
 // same id and address is left alone, and one that shares only the id or
 // only the address (a node rebuilt with a new address, or an address
@@ -569,7 +584,12 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if err := await(ctx, cf); err != nil {
 		return n.raftErr("join: read configuration", err)
 	}
-	next := []raft.Server{{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter}}
+	nonvoter := n.joinsAsNonvoter()
+	suffrage := raft.Voter
+	if nonvoter {
+		suffrage = raft.Nonvoter
+	}
+	next := []raft.Server{{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: suffrage}}
 	for _, srv := range cf.Configuration().Servers {
 		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
 		if sameID && sameAddr {
@@ -599,6 +619,16 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 				return n.raftErr(fmt.Sprintf("join %q: remove stale member %q", id, srv.ID), err)
 			}
 		}
+	}
+	if nonvoter {
+		// The autopilot promotes it once caught up and stable
+		// (autopilot.go); until then it holds back no quorum.
+		if err := await(ctx, n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)); err != nil {
+			return n.raftErr(fmt.Sprintf("join %q", id), err)
+		}
+		n.log.Info("join: added non-voter; the leader promotes it to voter once it has caught up and stayed healthy",
+			"id", id, "addr", addr, "stabilization", n.cfg.ServerStabilizationTime)
+		return nil
 	}
 	if err := await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)); err != nil {
 		return n.raftErr(fmt.Sprintf("join %q", id), err)

@@ -86,7 +86,12 @@ type nodeBackend struct {
 	applyTimeout time.Duration
 }
 
-func (b nodeBackend) ID() string                        { return b.n.ID() }
+func (b nodeBackend) ID() string { return b.n.ID() }
+
+// SetMemberRemover implements memberRemoverSetter.
+func (b nodeBackend) SetMemberRemover(fn func(ctx context.Context, id, why string) error) {
+	b.n.SetMemberRemover(fn)
+}
 func (b nodeBackend) Leader() (string, string)          { return b.n.Leader() }
 func (b nodeBackend) IsLeader() bool                    { return b.n.IsLeader() }
 func (b nodeBackend) Status() cluster.Status            { return b.n.Status() }

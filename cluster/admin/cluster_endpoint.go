@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/security"
 )
 
 // memberProbeTimeout bounds each member's answer to a ClusterStatus with
@@ -87,13 +89,45 @@ func (s *Server) clusterStatus() *adminpb.ClusterStatusResponse {
 		}
 		rep, _ := cluster.ReadReport(s.b.DomainGet, p.ID)
 		peer.Version, peer.MaxFormat = rep.Version, uint32(rep.MaxFormat)
+		setProgress(peer, p.Progress, time.Now())
 		out.Peers = append(out.Peers, peer)
 	}
 	return out
 }
 
-// AddPeer implements adminpb.AdminServer: the leader adds the node as a
-// voter and records its admin address, if given. A member removed before
+// setProgress fills peer's leader view from what this leader knows of it
+// (nil: this node does not lead, nothing set).
+func setProgress(peer *adminpb.Peer, p *cluster.PeerProgress, now time.Time) {
+	if p == nil {
+		return
+	}
+	peer.Healthy = proto.Bool(p.Healthy)
+	if p.MatchKnown {
+		peer.LagEntries = proto.Uint64(p.Lag)
+	}
+	if !p.LastContact.IsZero() {
+		peer.LeaderContactMs = proto.Int64(max(now.Sub(p.LastContact).Milliseconds(), 0))
+	}
+}
+
+// takeLeaderView copies, into out's peers, the leader's view of each
+// (lag, health, contact) from the leader's own answer: a standby that
+// answers shows what only the leader knows.
+func takeLeaderView(out *adminpb.ClusterStatusResponse, leader *adminpb.ClusterStatusResponse) {
+	byID := map[string]*adminpb.Peer{}
+	for _, lp := range leader.GetPeers() {
+		byID[lp.GetId()] = lp
+	}
+	for _, p := range out.GetPeers() {
+		if lp, ok := byID[p.GetId()]; ok && p.Healthy == nil {
+			p.LagEntries, p.Healthy, p.LeaderContactMs = lp.LagEntries, lp.Healthy, lp.LeaderContactMs
+		}
+	}
+}
+
+// AddPeer implements adminpb.AdminServer: the leader adds the node (a
+// non-voter the autopilot promotes, at cluster version 2; see
+// cluster.Node.Join) and records its admin address, if given. A member removed before
 // comes back this way, without a restart (see removed.go).
 func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" {
@@ -174,19 +208,60 @@ func (s *Server) RemovePeer(ctx context.Context, req *adminpb.RemovePeerRequest)
 			}
 			return nil, err
 		}
-		var muts []raftfsm.Mutation
-		for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id), cluster.VersionKey(id)} {
-			if _, ok := s.b.DomainGet(k); ok {
-				muts = append(muts, raftfsm.Del(k))
-			}
-		}
-		// The configuration no longer has id: the cluster version may
-		// rise without it.
-		if _, err := s.commitWithRaise(ctx, muts, nil); err != nil {
+		if err := s.forgetMember(ctx, id); err != nil {
 			return nil, err
 		}
 		return s.clusterStatus(), nil
 	}, relayed(req, adminpb.AdminClient.RemovePeer))
+}
+
+// forgetMember takes out the records of id, removed from the
+// configuration: its registered addresses and report.
+func (s *Server) forgetMember(ctx context.Context, id string) error {
+	var muts []raftfsm.Mutation
+	for _, k := range []string{cluster.AdminAddrKey(id), cluster.HTTPAddrKey(id), adminAddrProvenKey(id), cluster.VersionKey(id)} {
+		if _, ok := s.b.DomainGet(k); ok {
+			muts = append(muts, raftfsm.Del(k))
+		}
+	}
+	// The configuration no longer has id: the cluster version may
+	// rise without it.
+	_, err := s.commitWithRaise(ctx, muts, nil)
+	return err
+}
+
+// removeDeadMember is the leader's autopilot removing a voter that stopped
+// answering (cluster.Node.SetMemberRemover): as `cluster remove` does it
+// (the removal mark first, at cluster version 2; the member's records
+// after), and audited as a RemovePeer call of this master, its message
+// saying why.
+func (s *Server) removeDeadMember(ctx context.Context, id, why string) (err error) {
+	if s.audit != nil {
+		defer func() {
+			p := access.Principal{Kind: access.KindMaster, ID: s.b.ID(), Perm: security.PermAdmin}
+			rec := access.NewRecord(s.acc.Clock.Now(), s.b.ID(), p, "RemovePeer", &adminpb.RemovePeerRequest{Id: id}, nil, err)
+			rec.Message = access.Cut("autopilot: "+why+rec.GetMessage(), access.FieldMax)
+			if aerr := s.audit.Append(ctx, rec); aerr != nil {
+				s.log.Error("audit record of the autopilot's removal not committed", "id", id, "error", aerr)
+			}
+		}()
+	}
+	if clusterFormatOf(s.b) >= version.Format2 {
+		mark, err := s.removedMarkMutation()
+		if err != nil {
+			return err
+		}
+		if err := s.b.Mutate(ctx, []raftfsm.Mutation{raftfsm.Put(RemovedKey(id), mark)}); err != nil {
+			return err
+		}
+	}
+	if err := s.b.RemovePeer(ctx, id); err != nil {
+		if errors.Is(err, cluster.ErrNoQuorum) {
+			s.clearMarkOfRefusedRemoval(ctx, id)
+		}
+		return err
+	}
+	return s.forgetMember(ctx, id)
 }
 
 // clearMarkOfRefusedRemoval takes back the mark RemovePeer set for id
@@ -254,6 +329,9 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 	self := proto.Clone(out).(*adminpb.ClusterStatusResponse)
 	self.Peers = nil
 	var wg sync.WaitGroup
+	// leaderView is the leader's peers, as it answered: written by the
+	// one probe of the leader, read after wg.Wait.
+	var leaderView []*adminpb.Peer
 	for _, p := range out.Peers {
 		if p.GetId() == out.GetNodeId() {
 			p.Reachable, p.Status = true, self
@@ -271,11 +349,17 @@ func (s *Server) probeMembers(ctx context.Context, out *adminpb.ClusterStatusRes
 				p.Error = err.Error()
 				return
 			}
+			if p.GetLeader() && st.GetState() == raft.Leader.String() {
+				leaderView = st.GetPeers()
+			}
 			st.Peers = nil
 			p.Reachable, p.Status = true, st
 		}()
 	}
 	wg.Wait()
+	if leaderView != nil {
+		takeLeaderView(out, &adminpb.ClusterStatusResponse{Peers: leaderView})
+	}
 	out.MembersProbed = true
 	leaderHeard := false
 	for _, p := range out.Peers {

@@ -164,6 +164,15 @@ func (b domainBackend) Term() uint64 {
 	return 0
 }
 
+// SetMemberRemover passes the wrapped backend's through
+// (memberRemoverSetter): the embedded interface would hide it, and the
+// autopilot would then remove a dead member without its records or audit.
+func (b domainBackend) SetMemberRemover(fn func(ctx context.Context, id, why string) error) {
+	if r, ok := b.Backend.(memberRemoverSetter); ok {
+		r.SetMemberRemover(fn)
+	}
+}
+
 // LeaderBarrier passes the wrapped backend's through (fencer); without
 // one it answers term 0, which MutateInTerm takes as no fence.
 func (b domainBackend) LeaderBarrier(ctx context.Context) (uint64, error) {

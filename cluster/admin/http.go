@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/promkit"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // StatusJSON is the /status document: cluster.Status with snake_case keys,
@@ -81,6 +82,12 @@ type PeerJSON struct {
 	// cluster.ReadReport).
 	Version   string `json:"version,omitempty"`
 	MaxFormat uint32 `json:"max_format,omitempty"`
+	// The leader's view of the member, on the leader only (absent
+	// elsewhere): entries behind the leader's last index (absent until
+	// known), healthy as the autopilot judges, ms since it last answered.
+	LagEntries      *uint64 `json:"lag_entries,omitempty"`
+	Healthy         *bool   `json:"healthy,omitempty"`
+	LeaderContactMs *int64  `json:"leader_contact_ms,omitempty"`
 }
 
 // StatusOf builds the /status document of b.
@@ -114,6 +121,9 @@ func StatusOf(b Backend) StatusJSON {
 		// Shown as read: none, or one that cannot be read, is absent.
 		rep, _ := cluster.ReadReport(b.DomainGet, p.ID)
 		pj.Version, pj.MaxFormat = rep.Version, uint32(rep.MaxFormat)
+		var view adminpb.Peer
+		setProgress(&view, p.Progress, time.Now())
+		pj.LagEntries, pj.Healthy, pj.LeaderContactMs = view.LagEntries, view.Healthy, view.LeaderContactMs
 		out.Peers = append(out.Peers, pj)
 	}
 	if db, ok := b.(DomainBackend); ok && db.Domain() != nil {

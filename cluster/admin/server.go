@@ -300,6 +300,10 @@ func (s *Server) Start(advertise string) error {
 		return errors.New("admin: no advertised address")
 	}
 	s.started = true
+	if r, ok := s.b.(memberRemoverSetter); ok {
+		// The autopilot's removals go the way of a cluster remove.
+		r.SetMemberRemover(s.removeDeadMember)
+	}
 	s.loops.Add(3)
 	go s.loop()
 	go s.raiseLoop()
@@ -354,6 +358,12 @@ func (s *Server) Advertise() string {
 	return s.advertise
 }
 
+// memberRemoverSetter is a backend whose node runs the autopilot
+// (cluster.Node.SetMemberRemover).
+type memberRemoverSetter interface {
+	SetMemberRemover(func(ctx context.Context, id, why string) error)
+}
+
 // Stop stops the loops, cancels the forwarded calls in flight (they answer
 // UNAVAILABLE), stops the gRPC server Serve built (gracefully, bounded by
 // ctx; then forcibly) and closes the forwarding connections.
@@ -364,6 +374,12 @@ func (s *Server) Stop(ctx context.Context) {
 		return
 	}
 	s.closed = true
+	if r, ok := s.b.(memberRemoverSetter); ok && s.started {
+		// The node may lead on without this server. Only the server
+		// that set it: another on the same node (HTTPHandler's) never
+		// started.
+		r.SetMemberRemover(nil)
+	}
 	gs := s.gs
 	close(s.stopCh)
 	for c := range s.fwd {

@@ -210,6 +210,7 @@ func (a *agent) startNode(stdout io.Writer) error {
 	}
 	cfg.Raft.apply(&ccfg)
 	cfg.RaftLog.apply(&ccfg)
+	cfg.Autopilot.apply(&ccfg)
 	if cfg.RecoverQuorum {
 		ccfg.RecoverQuorum = func(plan cluster.QuorumRecoveryPlan) error {
 			fmt.Fprint(stdout, plan.String())

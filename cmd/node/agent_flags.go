@@ -96,6 +96,9 @@ type agentConfig struct {
 	// RaftLog holds the Raft log's compaction counts given (zero:
 	// cluster's defaults).
 	RaftLog raftLog
+	// Autopilot holds the autopilot flags given (zero: cluster's
+	// defaults).
+	Autopilot autopilotSettings
 	// DebugEndpoints serves /debug/domain and /debug/pprof/ on the HTTP
 	// port (admin.WithDebugEndpoints); off by default.
 	DebugEndpoints bool
@@ -214,6 +217,7 @@ type agentFlags struct {
 	log    raftLogFlags
 	conn   connLimitFlags
 	snap   snapshotFlags
+	auto   autopilotFlags
 
 	workers, devRS                *string
 	dev, insecure, debugEndpoints *bool
@@ -240,6 +244,7 @@ func addAgentFlags(fs *flag.FlagSet, getenv func(string) string) (agentFlags, er
 	f.log = addRaftLogFlags(str)
 	f.conn = addConnLimitFlags(str)
 	f.snap = addSnapshotFlags(str)
+	f.auto = addAutopilotFlags(str)
 	var envErr error
 	boolEnv := func(name string) bool {
 		v := getenv(agentEnv[name])
@@ -283,7 +288,8 @@ func agentUsage(fs *flag.FlagSet) {
 		"audit-max-records": "int", "dev-regionservers": "int", "acl": "on|off", "audit-max-per-principal": "int", "audit-max-refused-per-caller": "int",
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
 		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int",
-		"raft-snapshot-threshold": "int", "raft-trailing-logs": "int", "raft-snapshot-interval": "duration"})
+		"raft-snapshot-threshold": "int", "raft-trailing-logs": "int", "raft-snapshot-interval": "duration",
+		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files
@@ -298,6 +304,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 	cfg.RaftLog = f.log.parse(bad)
 	cfg.ConnLimits = f.conn.parse(bad)
 	cfg.Snapshots = f.snap.parse(bad)
+	cfg.Autopilot = f.auto.parse(bad)
 	cfg.DebugEndpoints = *f.debugEndpoints
 	cfg.RecoverQuorum, cfg.Yes = *f.recoverQuorum, *f.yes
 	switch {

@@ -17,7 +17,7 @@ const clusterUsage = `usage: baton cluster <command> [flags]
 
 commands:
   status                                          every member's own state and health, as the master that answers reaches them (exit 3 without a quorum)
-  join --id ID --raft-addr H:P [--admin-addr H:P]  add a node as a voter
+  join --id ID --raft-addr H:P [--admin-addr H:P]  add a node (a non-voter, promoted once caught up)
   remove ID --yes                                 remove a node (the leader too: it hands leadership over first)
   maintenance on [--reason R] --yes | off | status
                                                   pause dispatch and refuse new procedures
@@ -109,6 +109,13 @@ type peerJSON struct {
 	// own answer (MemberJSON's keys) when it answered.
 	Reachable *bool  `json:"reachable,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// The leader's view of the member, when the answer carries it (the
+	// leader answered, or was asked): entries behind the leader's last
+	// index, healthy as the autopilot judges, ms since it last answered
+	// the leader.
+	LagEntries      *uint64 `json:"lag_entries,omitempty"`
+	Healthy         *bool   `json:"healthy,omitempty"`
+	LeaderContactMs *int64  `json:"leader_contact_ms,omitempty"`
 	*MemberJSON
 }
 
@@ -150,7 +157,8 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 	}
 	for _, p := range s.GetPeers() {
 		pj := peerJSON{ID: p.GetId(), RaftAddress: p.GetRaftAddress(), AdminAddress: p.GetAdminAddress(),
-			Suffrage: p.GetSuffrage(), Leader: p.GetLeader(), Version: p.GetVersion(), MaxFormat: p.GetMaxFormat()}
+			Suffrage: p.GetSuffrage(), Leader: p.GetLeader(), Version: p.GetVersion(), MaxFormat: p.GetMaxFormat(),
+			LagEntries: p.LagEntries, Healthy: p.Healthy, LeaderContactMs: p.LeaderContactMs}
 		if s.GetMembersProbed() {
 			r := p.GetReachable()
 			pj.Reachable, pj.Error = &r, p.GetError()
@@ -269,14 +277,14 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	fmt.Fprintln(c.stdout)
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	if !s.GetMembersProbed() {
-		fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE")
+		fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE\tLAG\tLEADER SEES")
 		for _, p := range s.GetPeers() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p), lagOf(p), leaderSees(p))
 		}
 		tw.Flush()
 		return
 	}
-	fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tPID\tHEALTH")
+	fmt.Fprintln(tw, "ID\tSUFFRAGE\tRAFT\tADMIN\tROLE\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tPID\tHEALTH\tLAG\tLEADER SEES")
 	var unreachable []*adminpb.Peer
 	for _, p := range s.GetPeers() {
 		m := p.GetStatus()
@@ -288,11 +296,11 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 			} else if p.GetLeader() {
 				r = "leader, unreachable"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), r, h)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), r, h, lagOf(p), leaderSees(p))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p),
-			m.GetState(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex(), contactAge(m.GetLastContactMs(), m.GetState()), m.GetPid(), health(m))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", p.GetId(), p.GetSuffrage(), p.GetRaftAddress(), orDash(p.GetAdminAddress()), role(p),
+			m.GetState(), m.GetTerm(), m.GetCommitIndex(), m.GetAppliedIndex(), contactAge(m.GetLastContactMs(), m.GetState()), m.GetPid(), health(m), lagOf(p), leaderSees(p))
 	}
 	tw.Flush()
 	for _, p := range unreachable {
@@ -312,6 +320,41 @@ func describeBinaries(s *adminpb.ClusterStatusResponse) string {
 		parts = append(parts, fmt.Sprintf("%s %s (format %d)", p.GetId(), p.GetVersion(), p.GetMaxFormat()))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// joinedAs says, of a member that joined as a non-voter, that the leader
+// promotes it later (docs/operations.md, "Members that manage
+// themselves"); nothing of a voter.
+func joinedAs(s *adminpb.ClusterStatusResponse, id string) string {
+	for _, p := range s.GetPeers() {
+		if p.GetId() == id && p.GetSuffrage() == "Nonvoter" {
+			return " as a non-voter: the leader makes it a voter once it has caught up and stayed healthy for the stabilization time (agent --server-stabilization-time)"
+		}
+	}
+	return ""
+}
+
+// lagOf spells a member's lag behind the leader's log, "-" when the
+// answer does not carry it.
+func lagOf(p *adminpb.Peer) string {
+	if p.LagEntries == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d", p.GetLagEntries())
+}
+
+// leaderSees spells the leader's judgement of a member: healthy, or not
+// and how long since it answered; "-" when the answer does not carry it.
+func leaderSees(p *adminpb.Peer) string {
+	switch {
+	case p.Healthy == nil:
+		return "-"
+	case p.GetHealthy():
+		return "healthy"
+	case p.LeaderContactMs == nil:
+		return "unhealthy (never answered this leader)"
+	}
+	return fmt.Sprintf("unhealthy (answered %v ago)", time.Duration(p.GetLeaderContactMs())*time.Millisecond)
 }
 
 // role is a member's role in the answering node's view.
@@ -381,7 +424,7 @@ func (c *cli) clusterJoin(args []string) int {
 			return e.fail(err)
 		}
 		if !cf.json {
-			fmt.Fprintf(c.stdout, "%s joined the cluster\n\n", *id)
+			fmt.Fprintf(c.stdout, "%s joined the cluster%s\n\n", *id, joinedAs(s, *id))
 		}
 		return c.printStatus(cf, s)
 	})

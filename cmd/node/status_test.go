@@ -55,6 +55,14 @@ func TestClusterStatusTellsTheTruth(t *testing.T) {
 			if p.PID != pid || !p.Ready || p.StorageError != "" || p.Term == 0 || p.CommitIndex == 0 || p.AppliedIndex == 0 {
 				return fmt.Errorf("%s: %+v", p.ID, *p.MemberJSON)
 			}
+			// The leader's view, from whichever member answers (a
+			// standby passes on the leader's).
+			if p.Healthy == nil || !*p.Healthy || p.LagEntries == nil || p.LeaderContactMs == nil {
+				return fmt.Errorf("%s: leader's view: healthy %v, lag %v, contact %v", p.ID, p.Healthy, p.LagEntries, p.LeaderContactMs)
+			}
+			if p.Suffrage != "Voter" {
+				return fmt.Errorf("%s: suffrage %q", p.ID, p.Suffrage)
+			}
 			if p.State == "Leader" {
 				leaders++
 			} else if p.State != "Follower" || p.LastContactMs < 0 {
@@ -67,7 +75,7 @@ func TestClusterStatusTellsTheTruth(t *testing.T) {
 		return nil
 	})
 	code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", leaderAddr)
-	for _, want := range []string{fmt.Sprintf("pid %d, ok", pid), "voters       3 of 3 reachable: quorum", "LAST CONTACT", "PID", "HEALTH", "Follower", "Leader"} {
+	for _, want := range []string{fmt.Sprintf("pid %d, ok", pid), "voters       3 of 3 reachable: quorum", "LAST CONTACT", "PID", "HEALTH", "Follower", "Leader", "LAG", "LEADER SEES", "healthy"} {
 		if code != exitOK || !strings.Contains(stdout, want) {
 			t.Errorf("exit %d, stdout lacks %q:\n%s\nstderr: %s", code, want, stdout, stderr)
 		}

@@ -3115,10 +3115,20 @@ type Peer struct {
 	// The member's report, as committed: its binary's version and the
 	// highest format level it writes and reads. Empty and 0 while it has
 	// not reported (a 0.1.0 member never does): it counts as format 1.
-	Version       string `protobuf:"bytes,101,opt,name=version,proto3" json:"version,omitempty"`
-	MaxFormat     uint32 `protobuf:"varint,102,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version   string `protobuf:"bytes,101,opt,name=version,proto3" json:"version,omitempty"`
+	MaxFormat uint32 `protobuf:"varint,102,opt,name=max_format,json=maxFormat,proto3" json:"max_format,omitempty"`
+	// The leader's view of the member (the autopilot's, docs/operations.md
+	// "Members that manage themselves"): its log's lag behind the leader's
+	// last index, in entries; whether it is healthy (answers the leader, at
+	// most max-trailing-logs behind); how long since it last answered the
+	// leader (milliseconds; the leader itself 0). Unset when the answering
+	// node neither leads nor heard the leader's view (members probed), or
+	// the leader has learned no index of the member yet (lag_entries).
+	LagEntries      *uint64 `protobuf:"varint,103,opt,name=lag_entries,json=lagEntries,proto3,oneof" json:"lag_entries,omitempty"`
+	Healthy         *bool   `protobuf:"varint,104,opt,name=healthy,proto3,oneof" json:"healthy,omitempty"`
+	LeaderContactMs *int64  `protobuf:"varint,105,opt,name=leader_contact_ms,json=leaderContactMs,proto3,oneof" json:"leader_contact_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Peer) Reset() {
@@ -3224,6 +3234,27 @@ func (x *Peer) GetVersion() string {
 func (x *Peer) GetMaxFormat() uint32 {
 	if x != nil {
 		return x.MaxFormat
+	}
+	return 0
+}
+
+func (x *Peer) GetLagEntries() uint64 {
+	if x != nil && x.LagEntries != nil {
+		return *x.LagEntries
+	}
+	return 0
+}
+
+func (x *Peer) GetHealthy() bool {
+	if x != nil && x.Healthy != nil {
+		return *x.Healthy
+	}
+	return false
+}
+
+func (x *Peer) GetLeaderContactMs() int64 {
+	if x != nil && x.LeaderContactMs != nil {
+		return *x.LeaderContactMs
 	}
 	return 0
 }
@@ -3657,6 +3688,11 @@ func (x *LastSnapshot) GetDurationMs() int64 {
 	return 0
 }
 
+// AddPeer adds a master to the cluster: at cluster version 2 as a
+// non-voter that the leader promotes to voter once it has caught up and
+// stayed healthy (docs/operations.md, "Members that manage themselves"),
+// below it as a voter. It answers once the member is added, not promoted:
+// its suffrage is in the answer's peers.
 type AddPeerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7042,7 +7078,7 @@ const file_admin_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"0\n" +
 	"\x14ClusterStatusRequest\x12\x18\n" +
-	"\amembers\x182 \x01(\bR\amembers\"\xe1\x02\n" +
+	"\amembers\x182 \x01(\bR\amembers\"\x89\x04\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12#\n" +
@@ -7055,7 +7091,15 @@ const file_admin_proto_rawDesc = "" +
 	"\fhttp_address\x18d \x01(\tR\vhttpAddress\x12\x18\n" +
 	"\aversion\x18e \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
-	"max_format\x18f \x01(\rR\tmaxFormat\"\xed\t\n" +
+	"max_format\x18f \x01(\rR\tmaxFormat\x12$\n" +
+	"\vlag_entries\x18g \x01(\x04H\x00R\n" +
+	"lagEntries\x88\x01\x01\x12\x1d\n" +
+	"\ahealthy\x18h \x01(\bH\x01R\ahealthy\x88\x01\x01\x12/\n" +
+	"\x11leader_contact_ms\x18i \x01(\x03H\x02R\x0fleaderContactMs\x88\x01\x01B\x0e\n" +
+	"\f_lag_entriesB\n" +
+	"\n" +
+	"\b_healthyB\x14\n" +
+	"\x12_leader_contact_ms\"\xed\t\n" +
 	"\x15ClusterStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -7702,6 +7746,7 @@ func file_admin_proto_init() {
 	if File_admin_proto != nil {
 		return
 	}
+	file_admin_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

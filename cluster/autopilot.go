@@ -1,0 +1,250 @@
+package cluster
+
+// The autopilot, after Consul's: members that manage themselves.
+//
+// A member joins as a non-voter (Join, at cluster version 2): it receives
+// the log but does not count towards a quorum, so a new member that is
+// slow to catch up, or dies while it does, never holds back commits or
+// elections. The leader promotes it to voter once it has been healthy
+// (answering the leader, its log at most MaxTrailingLogs entries behind)
+// for ServerStabilizationTime without a break. With DeadMemberTimeout set,
+// a voter silent for longer than it is removed once MinQuorum other
+// voters are healthy, so the voters never fall below MinQuorum.
+//
+// Only the leader runs it, from what it learns itself (contactTracker):
+// no probe of the members, and nothing lasts past its leadership (a new
+// leader starts every stabilization afresh, as Consul's does).
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/internal/version"
+)
+
+// PeerProgress is what the leader knows of a member: how far its log
+// reaches and when it last answered.
+type PeerProgress struct {
+	// MatchIndex is the highest index the member is known to hold;
+	// MatchKnown is false until the leader learned one in its term.
+	MatchIndex uint64
+	MatchKnown bool
+	// Lag is the leader's last index less MatchIndex (0 when unknown).
+	Lag uint64
+	// LastContact is when the newest request the member accepted was
+	// sent; zero if none in this process's life.
+	LastContact time.Time
+	// Healthy: the member answered within healthyContactWithin and its
+	// log is at most MaxTrailingLogs entries behind.
+	Healthy bool
+}
+
+// healthyContactWithin is how recent a member's last answer must be for
+// the leader to count it healthy: two heartbeat timeouts, twenty
+// heartbeats, lenient to a loaded machine yet well under a failover.
+func (n *Node) healthyContactWithin() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// progressOf is what this node, leading in term with lastIndex, knows of
+// id at now.
+func (n *Node) progressOf(id raft.ServerID, term, lastIndex uint64, now time.Time) PeerProgress {
+	if id == raft.ServerID(n.cfg.ID) {
+		return PeerProgress{MatchIndex: lastIndex, MatchKnown: true, LastContact: now, Healthy: true}
+	}
+	match, known, acked := n.contact.progress(id, term)
+	p := PeerProgress{MatchIndex: match, MatchKnown: known, LastContact: acked}
+	if known && lastIndex > match {
+		p.Lag = lastIndex - match
+	}
+	p.Healthy = known && p.Lag <= n.cfg.MaxTrailingLogs && !acked.IsZero() && now.Sub(acked) <= n.healthyContactWithin()
+	return p
+}
+
+// joinsAsNonvoter says whether Join adds a non-voter: the autopilot is on,
+// and every member runs a binary that promotes (cluster version 2: a
+// 0.1.0 leader would leave a non-voter one for good).
+func (n *Node) joinsAsNonvoter() bool {
+	return n.cfg.ServerStabilizationTime >= 0 && n.ClusterFormat() >= version.Format2
+}
+
+// autopilotState is the leader's memory between ticks: since when each
+// member has been healthy without a break.
+type autopilotState struct {
+	healthySince map[raft.ServerID]time.Time
+	leadingSince time.Time
+}
+
+// autopilotMember is one member of the configuration as a tick sees it.
+type autopilotMember struct {
+	Server   raft.Server
+	Progress PeerProgress
+}
+
+// autopilotPlan is what one tick does: at most one promotion and at most
+// one removal (each a configuration change; the next tick sees its
+// result).
+type autopilotPlan struct {
+	Promote *raft.Server
+	Remove  *raft.Server
+	Why     string // the removal's reason, for the log and the audit
+}
+
+// autopilotLimits are the settings a plan follows.
+type autopilotLimits struct {
+	Stabilization time.Duration
+	DeadAfter     time.Duration // 0: no removal
+	MinQuorum     int
+	Self          raft.ServerID
+}
+
+// plan decides a tick at now. It updates st.healthySince.
+func (st *autopilotState) plan(now time.Time, members []autopilotMember, lim autopilotLimits) autopilotPlan {
+	var out autopilotPlan
+	seen := map[raft.ServerID]bool{}
+	for _, m := range members {
+		id := m.Server.ID
+		seen[id] = true
+		if !m.Progress.Healthy {
+			delete(st.healthySince, id)
+			continue
+		}
+		since, ok := st.healthySince[id]
+		if !ok {
+			since = now
+			st.healthySince[id] = now
+		}
+		if out.Promote == nil && m.Server.Suffrage == raft.Nonvoter && lim.Stabilization >= 0 && now.Sub(since) >= lim.Stabilization {
+			srv := m.Server
+			out.Promote = &srv
+		}
+	}
+	for id := range st.healthySince {
+		if !seen[id] {
+			delete(st.healthySince, id)
+		}
+	}
+	if lim.DeadAfter <= 0 {
+		return out
+	}
+	healthyVoters := 0
+	for _, m := range members {
+		if m.Server.Suffrage == raft.Voter && m.Progress.Healthy {
+			healthyVoters++
+		}
+	}
+	for _, m := range members {
+		if m.Server.Suffrage != raft.Voter || m.Server.ID == lim.Self || m.Progress.Healthy {
+			continue
+		}
+		// Silent since its last answer, or since this leader began if it
+		// never answered this one.
+		last := m.Progress.LastContact
+		if last.Before(st.leadingSince) {
+			last = st.leadingSince
+		}
+		if now.Sub(last) <= lim.DeadAfter {
+			continue
+		}
+		if healthyVoters < lim.MinQuorum {
+			continue // no replacement ready: it stays until one is
+		}
+		srv := m.Server
+		out.Remove = &srv
+		out.Why = fmt.Sprintf("no answer to the leader for %v (dead-member timeout %v); %d other voters healthy (min quorum %d)",
+			now.Sub(last).Round(time.Millisecond), lim.DeadAfter, healthyVoters, lim.MinQuorum)
+		break
+	}
+	return out
+}
+
+// autopilotInterval is how often the leader looks: every HealthInterval,
+// or a fifth of the stabilization time if that is shorter (tests).
+func (n *Node) autopilotInterval() time.Duration {
+	return max(min(n.cfg.HealthInterval, n.cfg.ServerStabilizationTime/5), 5*time.Millisecond)
+}
+
+// SetMemberRemover makes fn the autopilot's way to remove a dead member:
+// the admin server's, which takes the member's records out and audits the
+// removal as a `cluster remove`. Without one the node removes it from
+// the configuration alone (RemovePeer).
+func (n *Node) SetMemberRemover(fn func(ctx context.Context, id, why string) error) {
+	n.mu.Lock()
+	n.memberRemover = fn
+	n.mu.Unlock()
+}
+
+// autopilotLoop runs while this node leads (leaderLoop), until ctx ends.
+func (n *Node) autopilotLoop(ctx context.Context) {
+	st := &autopilotState{healthySince: map[raft.ServerID]time.Time{}, leadingSince: time.Now()}
+	t := time.NewTicker(n.autopilotInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := n.autopilotTick(ctx, st, time.Now()); err != nil && ctx.Err() == nil {
+			n.log.Warn("autopilot: will retry", "error", err)
+		}
+	}
+}
+
+// autopilotTick looks once and makes the plan's changes.
+func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.Time) error {
+	if n.raft.State() != raft.Leader || n.isClosed() {
+		return nil
+	}
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return n.raftErr("autopilot: read configuration", err)
+	}
+	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
+	servers := cf.Configuration().Servers
+	members := make([]autopilotMember, 0, len(servers))
+	for _, srv := range servers {
+		members = append(members, autopilotMember{Server: srv, Progress: n.progressOf(srv.ID, term, last, now)})
+	}
+	p := st.plan(now, members, autopilotLimits{
+		Stabilization: n.cfg.ServerStabilizationTime, DeadAfter: n.cfg.DeadMemberTimeout,
+		MinQuorum: n.cfg.MinQuorum, Self: raft.ServerID(n.cfg.ID),
+	})
+	if srv := p.Promote; srv != nil {
+		next := slices.Clone(servers)
+		for i := range next {
+			if next[i].ID == srv.ID {
+				next[i].Suffrage = raft.Voter
+			}
+		}
+		what := fmt.Sprintf("autopilot: promote %q", srv.ID)
+		if err := n.checkQuorum(ctx, what, next, ""); err != nil {
+			return err
+		}
+		if err := await(ctx, n.raft.AddVoter(srv.ID, srv.Address, 0, 0)); err != nil {
+			return n.raftErr(what, err)
+		}
+		delete(st.healthySince, srv.ID)
+		n.log.Info("autopilot: promoted a non-voter to voter: caught up and healthy for the stabilization time",
+			"id", srv.ID, "addr", srv.Address, "stabilization", n.cfg.ServerStabilizationTime)
+	}
+	if srv := p.Remove; srv != nil {
+		n.log.Warn("autopilot: removing a dead voter", "id", srv.ID, "addr", srv.Address, "why", p.Why)
+		n.mu.Lock()
+		remove := n.memberRemover
+		n.mu.Unlock()
+		var err error
+		if remove != nil {
+			err = remove(ctx, string(srv.ID), p.Why)
+		} else {
+			err = n.RemovePeer(ctx, string(srv.ID))
+		}
+		if err != nil {
+			return fmt.Errorf("autopilot: remove dead voter %q: %w", srv.ID, err)
+		}
+		n.log.Info("autopilot: removed a dead voter", "id", srv.ID)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/cluster"
+)
+
+// maxAutopilotTiming bounds --server-stabilization-time and
+// --dead-member-timeout: past a day the wait is a typo (10h for 10s), and
+// a dead member's removal that late is no autopilot.
+const maxAutopilotTiming = 24 * time.Hour
+
+// autopilotSettings are the autopilot flags of `baton agent` (docs/
+// operations.md, "Members that manage themselves"); unset fields keep
+// cluster's defaults.
+type autopilotSettings struct {
+	Stabilization    time.Duration
+	StabilizationSet bool
+	DeadMember       time.Duration
+	MinQuorum        int
+}
+
+// apply sets the settings on a cluster configuration.
+func (a autopilotSettings) apply(c *cluster.Config) {
+	if a.StabilizationSet {
+		c.ServerStabilizationTime = a.Stabilization
+		if a.Stabilization == 0 {
+			// 0 given: promote at once, not cluster's zero-means-default.
+			c.ServerStabilizationTime = time.Nanosecond
+		}
+	}
+	c.DeadMemberTimeout = a.DeadMember
+	if a.MinQuorum > 0 {
+		c.MinQuorum = a.MinQuorum
+	}
+}
+
+var autopilotEnv = map[string]string{
+	"server-stabilization-time": "BATON_SERVER_STABILIZATION_TIME",
+	"dead-member-timeout":       "BATON_DEAD_MEMBER_TIMEOUT",
+	"min-quorum":                "BATON_MIN_QUORUM",
+}
+
+func init() {
+	for k, v := range autopilotEnv {
+		agentEnv[k] = v
+	}
+}
+
+// autopilotFlags holds the flags' raw values until parse.
+type autopilotFlags struct {
+	stabilization, deadMember, minQuorum *string
+}
+
+func addAutopilotFlags(str func(name, usage string) *string) autopilotFlags {
+	return autopilotFlags{
+		stabilization: str("server-stabilization-time", fmt.Sprintf("a member that joins is a non-voter until it has caught up and stayed healthy this long; then the leader makes it a voter (default %v, as Consul; "+
+			"applies once every member runs 0.2.0 or later, before that members join as voters)", cluster.DefaultServerStabilizationTime)),
+		deadMember: str("dead-member-timeout", "the leader removes a voter that has not answered it for this long, once enough other voters are healthy that at least --min-quorum remain (0: never, the default)"),
+		minQuorum:  str("min-quorum", fmt.Sprintf("the fewest voters the leader leaves when it removes a dead one (--dead-member-timeout) (default %d, as Consul's min_quorum)", cluster.DefaultMinQuorum)),
+	}
+}
+
+// parse validates the flags, naming each problem through bad.
+func (f autopilotFlags) parse(bad func(format string, args ...any)) autopilotSettings {
+	var a autopilotSettings
+	dur := func(name, v string) (time.Duration, bool) {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return 0, false
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxAutopilotTiming {
+			bad("--%s %q: want a duration in 0..%v, e.g. 10s", name, v, maxAutopilotTiming)
+			return 0, false
+		}
+		return d, true
+	}
+	a.Stabilization, a.StabilizationSet = dur("server-stabilization-time", *f.stabilization)
+	a.DeadMember, _ = dur("dead-member-timeout", *f.deadMember)
+	if n, ok := intFlag("min-quorum", *f.minQuorum, "a number of voters", 1, 99, bad); ok {
+		a.MinQuorum = n
+	}
+	return a
+}
