@@ -135,11 +135,14 @@ func TestSampleMemoryPeaks(t *testing.T) {
 }
 
 func TestSnapshotFigures(t *testing.T) {
-	s := snapshotFigures(4000, 3000, memPeak{heapMB: 180, rssMB: 250, samples: 200}, memPeak{heapMB: 195.5, rssMB: 262, samples: 30})
-	if s.HeapGrowthMB != 15.5 || s.RSSGrowthMB != 12 || s.StepsRatio != 0.75 || s.Samples != 30 || s.LoadProcedures != SnapshotLoadProcedures {
-		t.Errorf("figures %+v: want heap +15.5 MB, RSS +12 MB, ratio 0.75, the save's 30 samples", s)
+	quiet := snapshotWindow{stepsPerSec: 4000, cpuCores: 0.9, mem: memPeak{heapMB: 180, rssMB: 250, samples: 200}}
+	saving := snapshotWindow{stepsPerSec: 3000, cpuCores: 1.2, mem: memPeak{heapMB: 195.5, rssMB: 262, samples: 30}}
+	s := snapshotFigures(quiet, saving)
+	if s.HeapGrowthMB != 15.5 || s.RSSGrowthMB != 12 || s.StepsRatio != 0.75 || s.Samples != 30 || s.LoadProcedures != SnapshotLoadProcedures ||
+		s.LeaderCPUBefore != 0.9 || s.LeaderCPUDuring != 1.2 {
+		t.Errorf("figures %+v: want heap +15.5 MB, RSS +12 MB, ratio 0.75, CPU 0.9 then 1.2 cores, the save's 30 samples", s)
 	}
-	if s := snapshotFigures(0, 3000, memPeak{}, memPeak{}); s.StepsRatio != 0 {
+	if s := snapshotFigures(snapshotWindow{}, saving); s.StepsRatio != 0 {
 		t.Errorf("no steps before: ratio %v, want 0 (no ratio)", s.StepsRatio)
 	}
 }
@@ -163,10 +166,11 @@ func TestParseSnapshotSave(t *testing.T) {
 func TestPrintScaleSnapshot(t *testing.T) {
 	row := ScaleRow{Regions: 100000, Snapshot: &ScaleSnapshot{LoadProcedures: 64, SaveSeconds: 1.25, FileMB: 20.5, Regions: 100000,
 		InspectSeconds: 0.4, StepsPerSecBefore: 5000, StepsPerSecDuring: 4000, StepsRatio: 0.8,
-		HeapMBBefore: 180, HeapMBPeak: 192.5, HeapGrowthMB: 12.5, RSSMBBefore: 250, RSSMBPeak: 262, RSSGrowthMB: 12}}
+		HeapMBBefore: 180, HeapMBPeak: 192.5, HeapGrowthMB: 12.5, RSSMBBefore: 250, RSSMBPeak: 262, RSSGrowthMB: 12,
+		LeaderCPUBefore: 0.8, LeaderCPUDuring: 1.1, SaveCLICPUSeconds: 0.7}}
 	var out strings.Builder
 	PrintScale(&out, ScaleDoc{Rows: []ScaleRow{row, {Regions: 10}}})
-	for _, want := range []string{"snapshot save at 100000 regions (64 no-op procedures in flight", "1.25", "20.5", "180 → 192 (+12.5)", "5000 → 4000 (0.80x)", "0.40"} {
+	for _, want := range []string{"snapshot save at 100000 regions (64 no-op procedures in flight", "1.25", "20.5", "180 → 192 (+12.5)", "5000 → 4000 (0.80x)", "0.80 → 1.10", "0.70", "0.40"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -178,7 +182,7 @@ func TestPrintScaleSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{`"snapshot":{"load_procedures":64,"save_seconds":1.25,"file_mb":20.5`, `"leader_heap_growth_mb":12.5`, `"steps_ratio":0.8`, `"inspect_seconds":0.4`} {
+	for _, key := range []string{`"snapshot":{"load_procedures":64,"save_seconds":1.25,"file_mb":20.5`, `"leader_heap_growth_mb":12.5`, `"steps_ratio":0.8`, `"inspect_seconds":0.4`, `"leader_cpu_cores_during":1.1`, `"save_cli_cpu_seconds":0.7`} {
 		if !strings.Contains(string(raw), key) {
 			t.Errorf("--json lacks %s: %s", key, raw)
 		}

@@ -42,6 +42,14 @@ type ScaleSnapshot struct {
 	RSSMBBefore  float64 `json:"leader_rss_mb_before"`
 	RSSMBPeak    float64 `json:"leader_rss_mb_peak"`
 	RSSGrowthMB  float64 `json:"leader_rss_growth_mb"`
+	// LeaderCPUBefore and LeaderCPUDuring are the leader's CPU use in
+	// cores (process_cpu_seconds_total over the window), and
+	// SaveCLICPUSeconds the CPU the `snapshot save` process used
+	// (receiving, writing, reading back to verify): on a machine of few
+	// cores it competes with the masters for them.
+	LeaderCPUBefore   float64 `json:"leader_cpu_cores_before"`
+	LeaderCPUDuring   float64 `json:"leader_cpu_cores_during"`
+	SaveCLICPUSeconds float64 `json:"save_cli_cpu_seconds"`
 	// Samples are the memory samples taken during the save.
 	Samples int `json:"samples"`
 	// LeaderChanges counts the attempts discarded because the leader
@@ -86,7 +94,10 @@ func snapshotSave(ctx context.Context, bin string, c *benchCluster) (*ScaleSnaps
 var errLoadStopped = errors.New("load stopped")
 
 func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt int) (*ScaleSnapshot, error) {
-	const stepsMetric = "baton_procedure_step_duration_seconds_count"
+	const (
+		stepsMetric = "baton_procedure_step_duration_seconds_count"
+		cpuMetric   = "process_cpu_seconds_total"
+	)
 	l, err := c.waitLeader(ctx)
 	if err != nil {
 		return nil, err
@@ -113,10 +124,7 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 			return nil
 		}
 	}
-	steps := func() (float64, error) {
-		m, err := c.scrapeMetric(ctx, l, stepsMetric)
-		return m[stepsMetric], err
-	}
+	counters := func() (map[string]float64, error) { return c.scrapeMetric(ctx, l, stepsMetric, cpuMetric) }
 	// The heap is the leader's own word (/metrics, which costs it a little
 	// at each sample, in both windows alike); the RSS is read from /proc.
 	sample := func() (float64, float64, error) {
@@ -128,10 +136,10 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 	}
 	// window runs during (a wait or the save) while sampling the leader's
 	// memory, and returns its step rate and the memory peaks.
-	window := func(during func() error) (rate float64, peak memPeak, err error) {
-		s0, err := steps()
+	window := func(during func() error) (w snapshotWindow, err error) {
+		s0, err := counters()
 		if err != nil {
-			return 0, peak, err
+			return w, err
 		}
 		sctx, stopSampling := context.WithCancel(ctx)
 		sampled := make(chan memPeak, 1)
@@ -140,34 +148,36 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 		err = during()
 		d := time.Since(start)
 		stopSampling()
-		peak = <-sampled
+		w.mem = <-sampled
 		if err != nil {
-			return 0, peak, err
+			return w, err
 		}
-		if peak.err != nil {
-			return 0, peak, fmt.Errorf("sampling the leader's memory: %w", peak.err)
+		if w.mem.err != nil {
+			return w, fmt.Errorf("sampling the leader's memory: %w", w.mem.err)
 		}
-		s1, err := steps()
+		s1, err := counters()
 		if err != nil {
-			return 0, peak, err
+			return w, err
 		}
-		return (s1 - s0) / d.Seconds(), peak, nil
+		w.stepsPerSec = (s1[stepsMetric] - s0[stepsMetric]) / d.Seconds()
+		w.cpuCores = (s1[cpuMetric] - s0[cpuMetric]) / d.Seconds()
+		return w, nil
 	}
 
 	if err := wait(snapshotWarmUp); err != nil {
 		return nil, err
 	}
-	before, quiet, err := window(func() error { return wait(snapshotQuietWindow) })
+	quiet, err := window(func() error { return wait(snapshotQuietWindow) })
 	if err != nil {
 		return nil, err
 	}
 	path := filepath.Join(c.dir, snapshotFile)
 	var saved snapshotSaveDoc
-	var saveTook time.Duration
-	during, saving, err := window(func() error {
+	var saveTook, saveCPU time.Duration
+	saving, err := window(func() error {
 		start := time.Now()
-		out, err := runBaton(ctx, bin, append([]string{"snapshot", "save", path, "--addr", l.grpcAddr, "--json"}, c.cliArgs...))
-		saveTook = time.Since(start)
+		out, cpu, err := runBaton(ctx, bin, append([]string{"snapshot", "save", path, "--addr", l.grpcAddr, "--json"}, c.cliArgs...))
+		saveTook, saveCPU = time.Since(start), cpu
 		if err != nil {
 			return err
 		}
@@ -190,7 +200,7 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 	}
 
 	start := time.Now()
-	out, err := runBaton(ctx, bin, []string{"snapshot", "inspect", path, "--json"})
+	out, _, err := runBaton(ctx, bin, []string{"snapshot", "inspect", path, "--json"})
 	inspectTook := time.Since(start)
 	if err != nil {
 		return nil, err
@@ -202,20 +212,28 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 	if inspected.Regions != saved.Regions || inspected.FileBytes != saved.Bytes {
 		return nil, fmt.Errorf("inspect of %s counts %d regions in %d bytes; save wrote %d regions in %d bytes", path, inspected.Regions, inspected.FileBytes, saved.Regions, saved.Bytes)
 	}
-	s := snapshotFigures(before, during, quiet, saving)
-	s.SaveSeconds, s.InspectSeconds = saveTook.Seconds(), inspectTook.Seconds()
+	s := snapshotFigures(quiet, saving)
+	s.SaveSeconds, s.InspectSeconds, s.SaveCLICPUSeconds = saveTook.Seconds(), inspectTook.Seconds(), saveCPU.Seconds()
 	s.FileMB, s.Regions = float64(saved.Bytes)/(1<<20), saved.Regions
 	return &s, nil
 }
 
-// snapshotFigures is the phase's rates and memory from its two windows.
-func snapshotFigures(rateBefore, rateDuring float64, quiet, saving memPeak) ScaleSnapshot {
+// snapshotWindow is what one window measured of the leader.
+type snapshotWindow struct {
+	stepsPerSec, cpuCores float64
+	mem                   memPeak
+}
+
+// snapshotFigures is the phase's figures from its window without a save
+// (quiet) and its window of the save.
+func snapshotFigures(quiet, saving snapshotWindow) ScaleSnapshot {
 	return ScaleSnapshot{
 		LoadProcedures:    SnapshotLoadProcedures,
-		StepsPerSecBefore: rateBefore, StepsPerSecDuring: rateDuring, StepsRatio: ratioOf(rateBefore, rateDuring),
-		HeapMBBefore: quiet.heapMB, HeapMBPeak: saving.heapMB, HeapGrowthMB: saving.heapMB - quiet.heapMB,
-		RSSMBBefore: quiet.rssMB, RSSMBPeak: saving.rssMB, RSSGrowthMB: saving.rssMB - quiet.rssMB,
-		Samples: saving.samples,
+		StepsPerSecBefore: quiet.stepsPerSec, StepsPerSecDuring: saving.stepsPerSec, StepsRatio: ratioOf(quiet.stepsPerSec, saving.stepsPerSec),
+		HeapMBBefore: quiet.mem.heapMB, HeapMBPeak: saving.mem.heapMB, HeapGrowthMB: saving.mem.heapMB - quiet.mem.heapMB,
+		RSSMBBefore: quiet.mem.rssMB, RSSMBPeak: saving.mem.rssMB, RSSGrowthMB: saving.mem.rssMB - quiet.mem.rssMB,
+		LeaderCPUBefore: quiet.cpuCores, LeaderCPUDuring: saving.cpuCores,
+		Samples: saving.mem.samples,
 	}
 }
 
@@ -270,16 +288,16 @@ func parseSnapshotSave(out []byte) (snapshotSaveDoc, error) {
 }
 
 // runBaton runs bin (this baton) with args, as a user would, and returns
-// its stdout; a failure names its exit and stderr.
-func runBaton(ctx context.Context, bin string, args []string) ([]byte, error) {
+// its stdout and the CPU it used; a failure names its exit and stderr.
+func runBaton(ctx context.Context, bin string, args []string) ([]byte, time.Duration, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = benchEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("baton %s: %w: %s", strings.Join(args[:2], " "), err, truncate(strings.TrimSpace(stderr.String()), 500))
+		return nil, 0, fmt.Errorf("baton %s: %w: %s", strings.Join(args[:2], " "), err, truncate(strings.TrimSpace(stderr.String()), 500))
 	}
-	return stdout.Bytes(), nil
+	return stdout.Bytes(), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 func truncate(s string, n int) string {
