@@ -42,6 +42,15 @@ type ScaleSnapshot struct {
 	RSSMBBefore  float64 `json:"leader_rss_mb_before"`
 	RSSMBPeak    float64 `json:"leader_rss_mb_peak"`
 	RSSGrowthMB  float64 `json:"leader_rss_growth_mb"`
+	// The leader's live heap as of its last collection (the collector's
+	// goal, go_memstats_next_gc_bytes, over 1+GOGC/100): unlike the heap
+	// in use it does not saw with the garbage between collections, so a
+	// save that holds memory shows here once a collection ran during it
+	// (SaveGCs says how many did).
+	LiveHeapMBBefore float64 `json:"leader_live_heap_mb_before"`
+	LiveHeapMBPeak   float64 `json:"leader_live_heap_mb_peak"`
+	LiveHeapGrowthMB float64 `json:"leader_live_heap_growth_mb"`
+	SaveGCs          int     `json:"save_gcs"`
 	// LeaderCPUBefore and LeaderCPUDuring are the leader's CPU use in
 	// cores (process_cpu_seconds_total over the window), and
 	// SaveCLICPUSeconds the CPU the `snapshot save` process used
@@ -97,6 +106,10 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 	const (
 		stepsMetric = "baton_procedure_step_duration_seconds_count"
 		cpuMetric   = "process_cpu_seconds_total"
+		gcsMetric   = "go_gc_duration_seconds_count"
+		heapMetric  = "go_memstats_heap_inuse_bytes"
+		goalMetric  = "go_memstats_next_gc_bytes"
+		gogcMetric  = "go_gc_gogc_percent"
 	)
 	l, err := c.waitLeader(ctx)
 	if err != nil {
@@ -124,15 +137,15 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 			return nil
 		}
 	}
-	counters := func() (map[string]float64, error) { return c.scrapeMetric(ctx, l, stepsMetric, cpuMetric) }
+	counters := func() (map[string]float64, error) { return c.scrapeMetric(ctx, l, stepsMetric, cpuMetric, gcsMetric) }
 	// The heap is the leader's own word (/metrics, which costs it a little
 	// at each sample, in both windows alike); the RSS is read from /proc.
-	sample := func() (float64, float64, error) {
-		m, err := c.scrapeMetric(ctx, l, "go_memstats_heap_inuse_bytes")
+	sample := func() (memSample, error) {
+		m, err := c.scrapeMetric(ctx, l, heapMetric, goalMetric, gogcMetric)
 		if err != nil {
-			return 0, 0, err
+			return memSample{}, err
 		}
-		return m["go_memstats_heap_inuse_bytes"] / (1 << 20), rssMB(l.Pid()), nil
+		return memSample{heapMB: m[heapMetric] / (1 << 20), liveMB: liveHeapMB(m[goalMetric], m[gogcMetric]), rssMB: rssMB(l.Pid())}, nil
 	}
 	// window runs during (a wait or the save) while sampling the leader's
 	// memory, and returns its step rate and the memory peaks.
@@ -161,6 +174,7 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 		}
 		w.stepsPerSec = (s1[stepsMetric] - s0[stepsMetric]) / d.Seconds()
 		w.cpuCores = (s1[cpuMetric] - s0[cpuMetric]) / d.Seconds()
+		w.gcs = int(s1[gcsMetric] - s0[gcsMetric])
 		return w, nil
 	}
 
@@ -221,6 +235,7 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 // snapshotWindow is what one window measured of the leader.
 type snapshotWindow struct {
 	stepsPerSec, cpuCores float64
+	gcs                   int
 	mem                   memPeak
 }
 
@@ -232,33 +247,47 @@ func snapshotFigures(quiet, saving snapshotWindow) ScaleSnapshot {
 		StepsPerSecBefore: quiet.stepsPerSec, StepsPerSecDuring: saving.stepsPerSec, StepsRatio: ratioOf(quiet.stepsPerSec, saving.stepsPerSec),
 		HeapMBBefore: quiet.mem.heapMB, HeapMBPeak: saving.mem.heapMB, HeapGrowthMB: saving.mem.heapMB - quiet.mem.heapMB,
 		RSSMBBefore: quiet.mem.rssMB, RSSMBPeak: saving.mem.rssMB, RSSGrowthMB: saving.mem.rssMB - quiet.mem.rssMB,
+		LiveHeapMBBefore: quiet.mem.liveMB, LiveHeapMBPeak: saving.mem.liveMB, LiveHeapGrowthMB: saving.mem.liveMB - quiet.mem.liveMB,
+		SaveGCs:         saving.gcs,
 		LeaderCPUBefore: quiet.cpuCores, LeaderCPUDuring: saving.cpuCores,
 		Samples: saving.mem.samples,
 	}
 }
 
-// memPeak is the highest of a window's memory samples.
+// memSample is one sample of the leader's memory.
+type memSample struct{ heapMB, liveMB, rssMB float64 }
+
+// liveHeapMB is the live heap at the last collection, from the goal the
+// collector set then: goal = live × (1 + GOGC/100). 0 if GOGC is off.
+func liveHeapMB(goalBytes, gogcPercent float64) float64 {
+	if gogcPercent <= 0 {
+		return 0
+	}
+	return goalBytes / (1 + gogcPercent/100) / (1 << 20)
+}
+
+// memPeak is the highest of a window's memory samples, each figure's own.
 type memPeak struct {
-	heapMB, rssMB float64
-	samples       int
-	err           error // the first failed sample's
+	memSample
+	samples int
+	err     error // the first failed sample's
 }
 
 // sampleMemory samples at once, then every interval until ctx ends, and
 // returns the peaks; it stops at the first failed sample.
-func sampleMemory(ctx context.Context, interval time.Duration, sample func() (heapMB, rssMB float64, err error)) memPeak {
+func sampleMemory(ctx context.Context, interval time.Duration, sample func() (memSample, error)) memPeak {
 	var p memPeak
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		heap, rss, err := sample()
+		m, err := sample()
 		if err != nil {
 			if ctx.Err() == nil {
 				p.err = err
 			}
 			return p
 		}
-		p.heapMB, p.rssMB = max(p.heapMB, heap), max(p.rssMB, rss)
+		p.heapMB, p.liveMB, p.rssMB = max(p.heapMB, m.heapMB), max(p.liveMB, m.liveMB), max(p.rssMB, m.rssMB)
 		p.samples++
 		select {
 		case <-ctx.Done():
