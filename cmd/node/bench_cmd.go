@@ -63,9 +63,10 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	fs.StringVar(&o.Dir, "dir", "", "put the clusters' data and logs here, and keep them (default: a temporary directory, removed at the end)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory (its path is printed)")
 	fs.BoolVar(&o.json, "json", false, "print exactly one JSON document on stdout")
-	skip := fs.String("skip", "", "phases to leave out, comma-separated: "+strings.Join(bench.Phases, ", ")+" (commit, the group-commit sweep, is left out unless --commit)")
+	skip := fs.String("skip", "", "phases to leave out, comma-separated: "+strings.Join(bench.Phases, ", ")+" (commit, the group-commit sweep, and snapshot are left out unless --commit, --snapshot)")
 	commit := fs.Bool("commit", false, fmt.Sprintf("also run the group-commit sweep: %v no-op procedures in flight, steps per leader log fsync and p99 step latency", bench.CommitLevels))
-	fs.DurationVar(&o.PhaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit) takes longer")
+	snapshot := fs.Bool("snapshot", false, fmt.Sprintf("also run the snapshot phase: 'baton snapshot save' against the leader under a load of %d no-op procedures in flight; the save's time, the file's size, the leader's heap and RSS growth and its step rate against a window without a save; then 'snapshot inspect'", bench.SnapshotLoadProcedures))
+	fs.DurationVar(&o.PhaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit, snapshot) takes longer")
 	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof (read with 'go tool pprof')")
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
@@ -87,6 +88,11 @@ own, and measures:
   catchup       stop a follower, wipe its data directory, start it again; time
                 until it has applied the leader's index
   commit        (--commit) the group-commit sweep
+  snapshot      (--snapshot) 'baton snapshot save' against the leader while 64
+                no-op procedures stay in flight: the save's time and file size,
+                the leader's heap and RSS peak over a window without a save, its
+                step rate during the save over the same without; then 'baton
+                snapshot inspect' of the file
 Every process is killed, and the directory removed (unless --dir or --keep),
 at the end, on error and on Ctrl-C. The machine's other load shows in every
 figure: compare rows of one run, not runs on different machines.
@@ -144,7 +150,7 @@ flags:
 	default:
 		bad("--tls %q: want off, on or both", *tlsMode)
 	}
-	o.Skip = map[string]bool{"commit": !*commit}
+	o.Skip = map[string]bool{"commit": !*commit, "snapshot": !*snapshot}
 	for _, p := range strings.Split(*skip, ",") {
 		p = strings.TrimSpace(p)
 		if p == "" {

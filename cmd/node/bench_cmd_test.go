@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,5 +47,29 @@ func TestBenchScaleBadFlags(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, nil, "bench", "sclae"); code != exitUsage || !strings.Contains(stderr, `unknown command "sclae"`) {
 		t.Errorf("bench sclae: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// The commit sweep and the snapshot phase are opt-in; --skip names them
+// like the others.
+func TestBenchScaleOptInPhases(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	for _, tc := range []struct {
+		args                 []string
+		skipCommit, skipSnap bool
+	}{
+		{nil, true, true},
+		{[]string{"--snapshot"}, true, false},
+		{[]string{"--commit", "--snapshot"}, false, false},
+		{[]string{"--snapshot", "--skip", "snapshot,failover"}, true, true},
+	} {
+		o, err := parseScaleFlags(c, tc.args)
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if o.Skip["commit"] != tc.skipCommit || o.Skip["snapshot"] != tc.skipSnap {
+			t.Errorf("%q: skip %v, want commit %v, snapshot %v", tc.args, o.Skip, tc.skipCommit, tc.skipSnap)
+		}
 	}
 }

@@ -69,6 +69,9 @@ type benchCluster struct {
 	http    *http.Client
 	// scheme is the masters' HTTP scheme: https with TLS.
 	scheme string
+	// cliArgs are the client flags a `baton` command the bench runs
+	// against the cluster needs (the bench's own certificate with TLS).
+	cliArgs []string
 }
 
 // startBenchCluster starts 3 masters bootstrapping one cluster and
@@ -106,6 +109,7 @@ func startBenchCluster(bin, dir string, regionServers, workers int, withTLS bool
 			return nil, err
 		}
 		clientOpts = append(clientOpts, client.WithDialOptions(creds.DialOption(security.RoleMaster)))
+		c.cliArgs = []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 		c.http.Transport = &http.Transport{TLSClientConfig: creds.ClientConfig(security.RoleMaster)}
 		c.scheme = "https"
 	}

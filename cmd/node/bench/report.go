@@ -168,6 +168,11 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		}
 		w.Flush()
 	}
+	for _, r := range doc.Rows {
+		if r.Snapshot != nil {
+			printSnapshot(out, r)
+		}
+	}
 	for _, tr := range doc.TLSRatios {
 		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)
 		if tr.FailoverSeconds != nil {
@@ -199,4 +204,25 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 	for _, n := range doc.Notes {
 		fmt.Fprintf(out, "note: %s\n", n)
 	}
+}
+
+// printSnapshot prints a row's snapshot phase.
+func printSnapshot(out io.Writer, r ScaleRow) {
+	s := r.Snapshot
+	mode := ""
+	if r.TLS {
+		mode = ", TLS"
+	}
+	fmt.Fprintf(out, "\nsnapshot save at %d regions%s (%d no-op procedures in flight; memory: the leader's peak during the save over its peak in %v without one):\n",
+		r.Regions, mode, s.LoadProcedures, snapshotQuietWindow)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "save (s)\tfile (MB)\tregions\tleader heap in use (MB)\tlive heap (MB; GCs)\tleader RSS (MB)\tsteps/s without → during\tleader CPU (cores)\tsave's own CPU (s)\tinspect (s)\t")
+	note := ""
+	if s.LeaderChanges > 0 {
+		note = fmt.Sprintf(" (leader changed: reruns %d)", s.LeaderChanges)
+	}
+	fmt.Fprintf(w, "%.2f\t%.1f\t%d\t%.0f → %.0f (%+.1f)\t%.0f → %.0f (%+.1f; %d)\t%.0f → %.0f (%+.1f)\t%.0f → %.0f (%.2fx)\t%.2f → %.2f\t%.2f\t%.2f%s\t\n",
+		s.SaveSeconds, s.FileMB, s.Regions, s.HeapMBBefore, s.HeapMBPeak, s.HeapGrowthMB, s.LiveHeapMBBefore, s.LiveHeapMBPeak, s.LiveHeapGrowthMB, s.SaveGCs, s.RSSMBBefore, s.RSSMBPeak, s.RSSGrowthMB,
+		s.StepsPerSecBefore, s.StepsPerSecDuring, s.StepsRatio, s.LeaderCPUBefore, s.LeaderCPUDuring, s.SaveCLICPUSeconds, s.InspectSeconds, note)
+	w.Flush()
 }

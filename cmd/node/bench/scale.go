@@ -17,7 +17,7 @@ import (
 
 // Phases are the steps of a row that ScaleOptions.Skip may leave out
 // (opening the regions is the row itself).
-var Phases = []string{"failover", "crash", "catchup", "commit"}
+var Phases = []string{"failover", "crash", "catchup", "commit", "snapshot"}
 
 // CommitLevels are the concurrencies of the group-commit sweep.
 var CommitLevels = []int{1, 16, 64, 256}
@@ -117,6 +117,8 @@ type ScaleRow struct {
 	RaftDBFreeMB    *float64 `json:"raft_db_free_mb,omitempty"`
 
 	Commit []ScaleCommit `json:"commit,omitempty"`
+	// Snapshot is the snapshot save under load (--snapshot).
+	Snapshot *ScaleSnapshot `json:"snapshot,omitempty"`
 
 	// Failed says which phase failed and why; the figures of the phases
 	// before it stand, the failed one's are left out, and the row is not
@@ -315,6 +317,17 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, withTLS bool, o Sc
 		}); err != nil {
 			return row, err
 		}
+	}
+	if !o.Skip["snapshot"] {
+		progress("%d regions: snapshot save under a load of %d procedures in flight", n, SnapshotLoadProcedures)
+		if err := phase("snapshot", func(ctx context.Context) (err error) {
+			row.Snapshot, err = snapshotSave(ctx, bin, c)
+			return err
+		}); err != nil {
+			return row, err
+		}
+		s := row.Snapshot
+		progress("%d regions: snapshot of %.1f MB saved in %.1f s; leader heap %+.1f MB, steps/s %.2fx of without a save", n, s.FileMB, s.SaveSeconds, s.HeapGrowthMB, s.StepsRatio)
 	}
 	if !o.Skip["failover"] {
 		progress("%d regions: failover (SIGKILL the leader)", n)

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +86,116 @@ func TestMachineBaseline(t *testing.T) {
 	cancel()
 	if _, err := measureMachine(cancelled, dir); err == nil {
 		t.Error("cancelled: no error")
+	}
+}
+
+func TestSampleMemoryPeaks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The third sample is the last one the window asks for (it ends
+	// then); any sample after is lower and cannot move the peaks.
+	samples := []memSample{{100, 40, 300}, {130, 40, 290}, {110, 45, 320}}
+	calls := 0
+	p := sampleMemory(ctx, time.Millisecond, func() (memSample, error) {
+		calls++
+		if calls > len(samples) {
+			return memSample{1, 1, 1}, nil
+		}
+		if calls == len(samples) {
+			cancel()
+		}
+		return samples[calls-1], nil
+	})
+	if p.err != nil || p.heapMB != 130 || p.liveMB != 45 || p.rssMB != 320 || p.samples < 3 {
+		t.Errorf("peaks %+v, want heap 130, live 45, RSS 320 (each its own peak), at least 3 samples, no error", p)
+	}
+
+	boom := errors.New("connection refused")
+	calls = 0
+	p = sampleMemory(context.Background(), time.Millisecond, func() (memSample, error) {
+		calls++
+		if calls == 2 {
+			return memSample{}, boom
+		}
+		return memSample{50, 20, 60}, nil
+	})
+	if !errors.Is(p.err, boom) || p.samples != 1 || p.heapMB != 50 {
+		t.Errorf("a sample failing mid-window: %+v, want its error after 1 sample", p)
+	}
+
+	// A sample cut off by the window's end is no failure.
+	ended, end := context.WithCancel(context.Background())
+	p = sampleMemory(ended, time.Millisecond, func() (memSample, error) {
+		end()
+		return memSample{}, context.Canceled
+	})
+	if p.err != nil || p.samples != 0 {
+		t.Errorf("a sample cut off by the window's end: %+v, want no error", p)
+	}
+}
+
+func TestSnapshotFigures(t *testing.T) {
+	quiet := snapshotWindow{stepsPerSec: 4000, cpuCores: 0.9, gcs: 9, mem: memPeak{memSample: memSample{heapMB: 180, liveMB: 60, rssMB: 250}, samples: 200}}
+	saving := snapshotWindow{stepsPerSec: 3000, cpuCores: 1.2, gcs: 2, mem: memPeak{memSample: memSample{heapMB: 195.5, liveMB: 64, rssMB: 262}, samples: 30}}
+	s := snapshotFigures(quiet, saving)
+	if s.HeapGrowthMB != 15.5 || s.LiveHeapGrowthMB != 4 || s.SaveGCs != 2 || s.RSSGrowthMB != 12 || s.StepsRatio != 0.75 || s.Samples != 30 ||
+		s.LoadProcedures != SnapshotLoadProcedures || s.LeaderCPUBefore != 0.9 || s.LeaderCPUDuring != 1.2 {
+		t.Errorf("figures %+v: want heap +15.5 MB, live +4 MB over the save's 2 GCs, RSS +12 MB, ratio 0.75, CPU 0.9 then 1.2 cores, the save's 30 samples", s)
+	}
+	// GOGC 200: the goal is three times the live heap; GOGC off has none.
+	if got := liveHeapMB(3*64<<20, 200); got != 64 {
+		t.Errorf("live heap of a 192 MiB goal at GOGC 200 = %v MB, want 64", got)
+	}
+	if got := liveHeapMB(1<<30, -1); got != 0 {
+		t.Errorf("live heap with GOGC off = %v, want 0", got)
+	}
+	if s := snapshotFigures(snapshotWindow{}, saving); s.StepsRatio != 0 {
+		t.Errorf("no steps before: ratio %v, want 0 (no ratio)", s.StepsRatio)
+	}
+}
+
+func TestParseSnapshotSave(t *testing.T) {
+	save := `{"file":"/d/bench.snap","bytes":1234,"took_ms":80,"format_version":1,"file_bytes":1234,"regions":100000,"tables":10}`
+	if d, err := parseSnapshotSave([]byte(save)); err != nil || d.Bytes != 1234 || d.FileBytes != 1234 || d.Regions != 100000 {
+		t.Errorf("save --json: %+v, %v", d, err)
+	}
+	inspect := `{"format_version":1,"file_bytes":99,"regions":7}`
+	if d, err := parseSnapshotSave([]byte(inspect)); err != nil || d.FileBytes != 99 || d.Regions != 7 || d.Bytes != 0 {
+		t.Errorf("inspect --json: %+v, %v", d, err)
+	}
+	for _, bad := range []string{"", "saved x: 12 bytes", `{"error":{"code":"BAD_SNAPSHOT"}}`} {
+		if _, err := parseSnapshotSave([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestPrintScaleSnapshot(t *testing.T) {
+	row := ScaleRow{Regions: 100000, Snapshot: &ScaleSnapshot{LoadProcedures: 64, SaveSeconds: 1.25, FileMB: 20.5, Regions: 100000,
+		InspectSeconds: 0.4, StepsPerSecBefore: 5000, StepsPerSecDuring: 4000, StepsRatio: 0.8,
+		HeapMBBefore: 180, HeapMBPeak: 192.5, HeapGrowthMB: 12.5, RSSMBBefore: 250, RSSMBPeak: 262, RSSGrowthMB: 12,
+		LiveHeapMBBefore: 60, LiveHeapMBPeak: 63, LiveHeapGrowthMB: 3, SaveGCs: 2,
+		LeaderCPUBefore: 0.8, LeaderCPUDuring: 1.1, SaveCLICPUSeconds: 0.7}}
+	var out strings.Builder
+	PrintScale(&out, ScaleDoc{Rows: []ScaleRow{row, {Regions: 10}}})
+	for _, want := range []string{"snapshot save at 100000 regions (64 no-op procedures in flight", "1.25", "20.5", "180 → 192 (+12.5)", "60 → 63 (+3.0; 2)", "5000 → 4000 (0.80x)", "0.80 → 1.10", "0.70", "0.40"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "snapshot save at") != 1 {
+		t.Errorf("a row without the phase printed one:\n%s", out.String())
+	}
+	raw, err := json.Marshal(ScaleDoc{Rows: []ScaleRow{row, {Regions: 10}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"snapshot":{"load_procedures":64,"save_seconds":1.25,"file_mb":20.5`, `"leader_heap_growth_mb":12.5`, `"steps_ratio":0.8`, `"inspect_seconds":0.4`, `"leader_cpu_cores_during":1.1`, `"save_cli_cpu_seconds":0.7`, `"leader_live_heap_growth_mb":3`, `"save_gcs":2`} {
+		if !strings.Contains(string(raw), key) {
+			t.Errorf("--json lacks %s: %s", key, raw)
+		}
+	}
+	if strings.Count(string(raw), `"snapshot"`) != 1 {
+		t.Errorf("--json: a row without the phase has a snapshot key: %s", raw)
 	}
 }
