@@ -46,7 +46,7 @@ func TestRSRegionsOfManyLongRegions(t *testing.T) {
 	}
 	defer cc.Close()
 	rsc := rspb.NewRegionServerClient(cc)
-	openRegions(t, rs.HighestTerm(), rs.StartCode(), rsc, table, names)
+	openRegions(t, rs.HighestTerm(), rs.StartCode(), rs.ClusterID(), rsc, table, names)
 
 	env := map[string]string{"BATON_ADDR": fc.AdminAddrs()[0]}
 	type doc struct {
@@ -84,12 +84,14 @@ func TestRSRegionsOfManyLongRegions(t *testing.T) {
 
 // openRegions opens names on the region server behind rsc as the leader
 // of term would, in batches under the message limit.
-func openRegions(t *testing.T, term, startCode uint64, rsc rspb.RegionServerClient, table string, names []string) {
+func openRegions(t *testing.T, term, startCode uint64, clusterID string, rsc rspb.RegionServerClient, table string, names []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for from := 0; from < len(names); from += 4096 {
-		req := &rspb.BatchRequest{Term: term, MasterId: "test", ServerId: "rs1", StartCode: startCode}
+		// As a master of its cluster sends it: a region server that knows
+		// its cluster's id refuses a batch naming another, or none.
+		req := &rspb.BatchRequest{Term: term, MasterId: "test", ServerId: "rs1", StartCode: startCode, ClusterId: clusterID}
 		for _, name := range names[from:min(from+4096, len(names))] {
 			req.Ops = append(req.Ops, &rspb.RegionOp{Kind: rspb.OpKind_OP_KIND_OPEN, Region: name, Table: table})
 		}
