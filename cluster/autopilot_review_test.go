@@ -1,0 +1,94 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/baton-dev/baton/internal/testwait"
+)
+
+// refusingLogStore is a member's log that takes no entries (a disk full
+// or failing after the member was rebuilt): it answers the leader, but
+// its log stays empty.
+type refusingLogStore struct{ *raft.InmemStore }
+
+func (refusingLogStore) StoreLog(*raft.Log) error { return errors.New("disk full") }
+func (refusingLogStore) StoreLogs([]*raft.Log) error {
+	return errors.New("disk full")
+}
+
+// TestLeaderSeesAMemberRebuiltEmpty: a member the leader saw caught up is
+// rebuilt with an empty log (same id and address) that does not catch up.
+// Its answers say so (AppendEntries refused, its last index 0), so the
+// leader must stop reporting it caught up and healthy: a stale match
+// index would have the autopilot promote it, or count it towards
+// --min-quorum, while it holds nothing.
+func TestLeaderSeesAMemberRebuiltEmpty(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
+		steadyTimings(i, cfg)
+		cfg.ServerStabilizationTime = time.Hour // stays a non-voter
+		cfg.MaxTrailingLogs = 3
+	}})
+	li, x := c.leader()
+	l := c.nodes[li]
+	setClusterFormat2(t, l)
+	ids := submit(t, x, 5, 2, 0)
+	c.waitAllSuccess(ids, 2)
+
+	start := func(logs raft.LogStore) (*Node, raft.ServerAddress) {
+		cfg := fastConfig(t, "m3", c.rec)
+		steadyTimings(3, &cfg)
+		addr, tr := raft.NewInmemTransport("m3-addr")
+		mem := raft.NewInmemStore()
+		if logs == nil {
+			logs = mem
+		}
+		cfg.Transport, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore = tr, logs, mem, raft.NewInmemSnapshotStore()
+		for _, o := range c.trans {
+			o.Connect(addr, tr)
+			tr.Connect(o.LocalAddr(), o)
+		}
+		n, err := NewNode(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Kill() })
+		return n, addr
+	}
+	m3, addr := start(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Join(ctx, "m3", string(addr)); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	progress := func() PeerProgress {
+		for _, p := range l.Status().Peers {
+			if p.ID == "m3" && p.Progress != nil {
+				return *p.Progress
+			}
+		}
+		return PeerProgress{}
+	}
+	testwait.For(t, 10*time.Second, "the leader to see m3 caught up", func() bool {
+		p := progress()
+		return p.Healthy && p.Lag == 0
+	})
+	m3.Kill()
+	rebuilt := time.Now()
+	start(refusingLogStore{raft.NewInmemStore()})
+	testwait.For(t, 10*time.Second, "the rebuilt m3 to answer the leader", func() bool {
+		return progress().LastContact.After(rebuilt)
+	})
+	last := l.Raft().LastIndex()
+	testwait.ForNil(t, 5*time.Second, "the leader to see the rebuilt m3 hold nothing", func() error {
+		if p := progress(); p.Healthy || p.Lag < last-3 {
+			return fmt.Errorf("leader's view of m3 (last index %d): %+v", last, p)
+		}
+		return nil
+	})
+}
