@@ -55,12 +55,32 @@ func (c *contactTracker) record(id raft.ServerID, sent time.Time, req *raft.Appe
 	if sent.After(c.acked[id]) {
 		c.acked[id] = sent
 	}
-	if resp.Success && req.PrevLogEntry > 0 {
+	switch {
+	case resp.Success && req.PrevLogEntry > 0:
 		// A heartbeat carries no PrevLogEntry and says nothing of the
 		// peer's log.
 		c.matched(id, req.Term, req.PrevLogEntry+uint64(len(req.Entries)))
+	case !resp.Success:
+		// Refused in the sender's term: the peer lacks PrevLogEntry (or
+		// could not store the entries), and holds no more than its last
+		// index. It may have lost its log since it last matched (rebuilt
+		// empty, or cut back): a match index kept from before would show
+		// it caught up, to the autopilot too, while it holds nothing.
+		most := resp.LastLog
+		if req.PrevLogEntry > 0 {
+			most = min(most, req.PrevLogEntry-1)
+		}
+		c.refused(id, req.Term, most)
 	}
 	c.mu.Unlock()
+}
+
+// refused notes that id holds the log up to index at most, as the leader
+// of term learned. Under c.mu.
+func (c *contactTracker) refused(id raft.ServerID, term, index uint64) {
+	if m := c.match[id]; term > m.term || (term == m.term && index < m.index) {
+		c.match[id] = termIndex{term, index}
+	}
 }
 
 // matched notes that id holds the log up to index, as the leader of term
