@@ -213,18 +213,8 @@ func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.T
 		MinQuorum: n.cfg.MinQuorum, Self: raft.ServerID(n.cfg.ID),
 	})
 	if srv := p.Promote; srv != nil {
-		next := slices.Clone(servers)
-		for i := range next {
-			if next[i].ID == srv.ID {
-				next[i].Suffrage = raft.Voter
-			}
-		}
-		what := fmt.Sprintf("autopilot: promote %q", srv.ID)
-		if err := n.checkQuorum(ctx, what, next, ""); err != nil {
+		if err := n.promote(ctx, cf.Index(), servers, *srv); err != nil {
 			return err
-		}
-		if err := await(ctx, n.raft.AddVoter(srv.ID, srv.Address, 0, 0)); err != nil {
-			return n.raftErr(what, err)
 		}
 		delete(st.healthySince, srv.ID)
 		n.log.Info("autopilot: promoted a non-voter to voter: caught up and healthy for the stabilization time",
@@ -245,6 +235,25 @@ func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.T
 			return fmt.Errorf("autopilot: remove dead voter %q: %w", srv.ID, err)
 		}
 		n.log.Info("autopilot: removed a dead voter", "id", srv.ID)
+	}
+	return nil
+}
+
+// promote makes srv, a non-voter of servers (the configuration at index),
+// a voter, if the new configuration keeps a majority of answering voters.
+func (n *Node) promote(ctx context.Context, index uint64, servers []raft.Server, srv raft.Server) error {
+	next := slices.Clone(servers)
+	for i := range next {
+		if next[i].ID == srv.ID {
+			next[i].Suffrage = raft.Voter
+		}
+	}
+	what := fmt.Sprintf("autopilot: promote %q", srv.ID)
+	if err := n.checkQuorum(ctx, what, next, ""); err != nil {
+		return err
+	}
+	if err := await(ctx, n.raft.AddVoter(srv.ID, srv.Address, 0, 0)); err != nil {
+		return n.raftErr(what, err)
 	}
 	return nil
 }
