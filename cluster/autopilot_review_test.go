@@ -40,26 +40,7 @@ func TestLeaderSeesAMemberRebuiltEmpty(t *testing.T) {
 	ids := submit(t, x, 5, 2, 0)
 	c.waitAllSuccess(ids, 2)
 
-	start := func(logs raft.LogStore) (*Node, raft.ServerAddress) {
-		cfg := fastConfig(t, "m3", c.rec)
-		steadyTimings(3, &cfg)
-		addr, tr := raft.NewInmemTransport("m3-addr")
-		mem := raft.NewInmemStore()
-		if logs == nil {
-			logs = mem
-		}
-		cfg.Transport, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore = tr, logs, mem, raft.NewInmemSnapshotStore()
-		for _, o := range c.trans {
-			o.Connect(addr, tr)
-			tr.Connect(o.LocalAddr(), o)
-		}
-		n, err := NewNode(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Kill() })
-		return n, addr
-	}
+	start := func(logs raft.LogStore) (*Node, raft.ServerAddress) { return c.startMember(t, "m3", logs) }
 	m3, addr := start(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -91,4 +72,63 @@ func TestLeaderSeesAMemberRebuiltEmpty(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// startMember starts a node id, not yet a member, on the cluster's
+// in-memory network (same address each time), its log in logs (fresh
+// if nil).
+func (c *testCluster) startMember(t *testing.T, id string, logs raft.LogStore) (*Node, raft.ServerAddress) {
+	t.Helper()
+	cfg := fastConfig(t, id, c.rec)
+	steadyTimings(0, &cfg)
+	addr, tr := raft.NewInmemTransport(raft.ServerAddress(id + "-addr"))
+	mem := raft.NewInmemStore()
+	if logs == nil {
+		logs = mem
+	}
+	cfg.Transport, cfg.LogStore, cfg.StableStore, cfg.SnapshotStore = tr, logs, mem, raft.NewInmemSnapshotStore()
+	for _, o := range c.trans {
+		o.Connect(addr, tr)
+		tr.Connect(o.LocalAddr(), o)
+	}
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Kill() })
+	return n, addr
+}
+
+// TestAutopilotPromotionFencedToTheConfigurationItRead: the autopilot
+// reads the configuration, decides to promote a non-voter, and waits for
+// the quorum check; an operator's `cluster remove` of that member commits
+// meanwhile. The promotion must not bring the removed member back as a
+// voter (raft's AddVoter adds a server it does not have).
+func TestAutopilotPromotionFencedToTheConfigurationItRead(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
+		steadyTimings(i, cfg)
+		cfg.ServerStabilizationTime = time.Hour // the loop never promotes
+	}})
+	li, _ := c.leader()
+	l := c.nodes[li]
+	setClusterFormat2(t, l)
+	_, addr := c.startMember(t, "m3", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Join(ctx, "m3", string(addr)); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	cf := l.Raft().GetConfiguration()
+	if err := cf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	read := cf.Configuration()
+	m3 := raft.Server{ID: "m3", Address: addr, Suffrage: raft.Nonvoter}
+	if err := l.RemovePeer(ctx, "m3"); err != nil {
+		t.Fatalf("remove m3: %v", err)
+	}
+	err := l.promote(ctx, cf.Index(), read.Servers, m3)
+	if s := suffrageOf(l, "m3"); s != "" {
+		t.Fatalf("the removed m3 is back as a %s (promote: %v)", s, err)
+	}
 }
