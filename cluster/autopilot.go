@@ -213,7 +213,7 @@ func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.T
 		MinQuorum: n.cfg.MinQuorum, Self: raft.ServerID(n.cfg.ID),
 	})
 	if srv := p.Promote; srv != nil {
-		if err := n.promote(ctx, cf.Index(), servers, *srv); err != nil {
+		if err := n.promote(ctx, servers, *srv); err != nil {
 			return err
 		}
 		delete(st.healthySince, srv.ID)
@@ -239,9 +239,9 @@ func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.T
 	return nil
 }
 
-// promote makes srv, a non-voter of servers (the configuration at index),
-// a voter, if the new configuration keeps a majority of answering voters.
-func (n *Node) promote(ctx context.Context, index uint64, servers []raft.Server, srv raft.Server) error {
+// promote makes srv, a non-voter of servers (the configuration read), a
+// voter, if the new configuration keeps a majority of answering voters.
+func (n *Node) promote(ctx context.Context, servers []raft.Server, srv raft.Server) error {
 	next := slices.Clone(servers)
 	for i := range next {
 		if next[i].ID == srv.ID {
@@ -251,6 +251,19 @@ func (n *Node) promote(ctx context.Context, index uint64, servers []raft.Server,
 	what := fmt.Sprintf("autopilot: promote %q", srv.ID)
 	if err := n.checkQuorum(ctx, what, next, ""); err != nil {
 		return err
+	}
+	// raft's AddVoter adds a server it does not have: a member removed
+	// during the quorum check (cluster remove) would come back as a
+	// voter. It cannot be fenced to the configuration read by prevIndex
+	// (GetConfiguration's Index is always 0 in raft v1.7.3), so the
+	// configuration is read again here, narrowing the window to the two
+	// calls. A changed one is looked at afresh on the next tick.
+	cf := n.raft.GetConfiguration()
+	if err := await(ctx, cf); err != nil {
+		return n.raftErr(what, err)
+	}
+	if !slices.Contains(cf.Configuration().Servers, srv) {
+		return fmt.Errorf("cluster: %s: the configuration changed meanwhile; nothing was changed", what)
 	}
 	if err := await(ctx, n.raft.AddVoter(srv.ID, srv.Address, 0, 0)); err != nil {
 		return n.raftErr(what, err)

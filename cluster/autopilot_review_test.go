@@ -127,7 +127,7 @@ func TestAutopilotPromotionFencedToTheConfigurationItRead(t *testing.T) {
 	if err := l.RemovePeer(ctx, "m3"); err != nil {
 		t.Fatalf("remove m3: %v", err)
 	}
-	err := l.promote(ctx, cf.Index(), read.Servers, m3)
+	err := l.promote(ctx, read.Servers, m3)
 	if s := suffrageOf(l, "m3"); s != "" {
 		t.Fatalf("the removed m3 is back as a %s (promote: %v)", s, err)
 	}
