@@ -132,3 +132,39 @@ func TestAutopilotPromotionFencedToTheConfigurationItRead(t *testing.T) {
 		t.Fatalf("the removed m3 is back as a %s (promote: %v)", s, err)
 	}
 }
+
+// TestAutopilotDoesNotPromoteAMemberThatJustDied: a non-voter counts as
+// healthy for two heartbeat timeouts after its last answer, so the
+// autopilot may decide to promote one that has just died. The promotion
+// must not go through (three voters and a dead fourth tolerate no further
+// failure, where three tolerated one): the member must answer now.
+func TestAutopilotDoesNotPromoteAMemberThatJustDied(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
+		steadyTimings(i, cfg)
+		cfg.ServerStabilizationTime = time.Hour // the loop never promotes
+	}})
+	li, _ := c.leader()
+	l := c.nodes[li]
+	setClusterFormat2(t, l)
+	m3, addr := c.startMember(t, "m3", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Join(ctx, "m3", string(addr)); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	testwait.For(t, 10*time.Second, "the leader to see m3 healthy", func() bool {
+		for _, p := range l.Status().Peers {
+			if p.ID == "m3" {
+				return p.Progress != nil && p.Progress.Healthy
+			}
+		}
+		return false
+	})
+	m3.Kill()
+	now := time.Now()
+	st := &autopilotState{healthySince: map[raft.ServerID]time.Time{"m3": now.Add(-2 * time.Hour)}, leadingSince: now.Add(-2 * time.Hour)}
+	err := l.autopilotTick(ctx, st, now)
+	if s := suffrageOf(l, "m3"); s != raft.Nonvoter.String() {
+		t.Fatalf("m3, dead, is now a %s (tick: %v)", s, err)
+	}
+}
