@@ -249,7 +249,15 @@ func (n *Node) promote(ctx context.Context, servers []raft.Server, srv raft.Serv
 		}
 	}
 	what := fmt.Sprintf("autopilot: promote %q", srv.ID)
+	since := time.Now()
 	if err := n.checkQuorum(ctx, what, next, ""); err != nil {
+		return err
+	}
+	// Healthy allows two heartbeat timeouts since its last answer: the
+	// member may have died since. Promoted dead, it would cost the
+	// voters the failure they tolerated (three tolerate one; three and
+	// a dead fourth, none), so it must answer a request sent now.
+	if err := n.awaitAnswer(ctx, what, srv.ID, since); err != nil {
 		return err
 	}
 	// raft's AddVoter adds a server it does not have: a member removed
@@ -267,6 +275,26 @@ func (n *Node) promote(ctx context.Context, servers []raft.Server, srv raft.Serv
 	}
 	if err := await(ctx, n.raft.AddVoter(srv.ID, srv.Address, 0, 0)); err != nil {
 		return n.raftErr(what, err)
+	}
+	return nil
+}
+
+// awaitAnswer returns nil once id accepts a request sent at or after
+// since, and an error if it does not within two heartbeat timeouts (the
+// leader heartbeats ten times a timeout).
+func (n *Node) awaitAnswer(ctx context.Context, what string, id raft.ServerID, since time.Time) error {
+	deadline := since.Add(2 * max(n.cfg.HeartbeatTimeout, n.cfg.LeaderLeaseTimeout))
+	tick := time.NewTicker(max(n.cfg.HeartbeatTimeout/10, time.Millisecond))
+	defer tick.Stop()
+	for !n.contact.ackedSince(id, since) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster: %s: it has not answered this leader since %v; nothing was changed", what, time.Since(since).Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: %s: waiting for it to answer: %w", what, ctx.Err())
+		case <-tick.C:
+		}
 	}
 	return nil
 }
