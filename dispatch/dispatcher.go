@@ -370,6 +370,12 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 		results = answer(s.key, target, batch, resp)
 	} else {
 		d.stats.Failures++
+		if d.builtBeforeTheClusterID(req, err) {
+			// Not a restarted server: the batch left before this leader
+			// had applied its cluster's id, and the server has learned it
+			// since (from this leader's answers). Sent again, it names it.
+			err = fmt.Errorf("dispatch: %s knows the cluster's id this batch was built without; sending again: %s", s.key, status.Convert(err).Message())
+		}
 		results, serverErr = d.callFailed(s, target, batch, err)
 	}
 	d.mu.Unlock()
@@ -390,6 +396,20 @@ func (d *Dispatcher) call(s *server, target Target, batch []pending, attempt int
 	d.kick(s)
 	s.streaming = false
 	d.mu.Unlock()
+}
+
+// builtBeforeTheClusterID reports whether err is a region server's
+// refusal of req for naming no cluster id, where the id the server holds
+// is the one this leader now has: the batch was built in the moment before
+// the leader applied its cluster's id (a new cluster's first second, or
+// the raise after an upgrade). A server that holds another id (a restored
+// cluster's servers, until they register with it) is a dead incarnation.
+func (d *Dispatcher) builtBeforeTheClusterID(req *rspb.BatchRequest, err error) bool {
+	if req.GetClusterId() != "" || d.cfg.ClusterID == nil || status.Code(err) != codes.FailedPrecondition {
+		return false
+	}
+	id := d.cfg.ClusterID()
+	return id != "" && strings.Contains(status.Convert(err).Message(), fmt.Sprintf("this server's is %q", id))
 }
 
 type errClass int

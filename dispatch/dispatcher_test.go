@@ -532,6 +532,55 @@ func TestWrongStartCodeIncarnation(t *testing.T) {
 	}
 }
 
+// A batch built in the moment before the leader applied its cluster's id
+// names none; the region server, which has learned the id from the
+// leader's answers since, refuses it as another cluster's. That is no
+// restarted server: the batch is sent again, naming the id, and nothing is
+// expired. A server holding another id (a restored cluster's, before it
+// registers) is still a dead incarnation.
+func TestBatchBuiltBeforeTheClusterID(t *testing.T) {
+	var mu sync.Mutex
+	id := ""
+	h := newHarness(t, func(c *Config) {
+		c.ClusterID = func() string { mu.Lock(); defer mu.Unlock(); return id }
+	})
+	a := target("a", 1)
+	h.dispatch(a, 33) // a full batch: sent at once
+	c := h.nextCall()
+	if c.req.GetClusterId() != "" {
+		t.Fatalf("first batch names cluster %q", c.req.GetClusterId())
+	}
+	mu.Lock()
+	id = "c1"
+	mu.Unlock()
+	h.answer(c, status.Error(codes.FailedPrecondition, `wrong start code 1: the batch is from cluster "", this server's is "c1"`))
+	h.noResults()
+	h.clk.Advance(DefaultRetryBase)
+	c = h.nextCall()
+	if c.req.GetClusterId() != "c1" {
+		t.Fatalf("the batch sent again names cluster %q, want c1", c.req.GetClusterId())
+	}
+	h.answer(c, nil)
+	for _, r := range h.collect(33) {
+		if !r.OK {
+			t.Fatalf("result after the batch was sent again: %+v", r)
+		}
+	}
+	if len(h.failed) != 0 {
+		t.Fatalf("%d OnServerFailed calls for a server that did not restart", len(h.failed))
+	}
+
+	// Another cluster's server: dead, as before.
+	b := target("b", 1)
+	h.dispatch(b, 33)
+	h.answer(h.nextCall(), status.Error(codes.FailedPrecondition, `wrong start code 1: the batch is from cluster "c1", this server's is "c0"`))
+	for _, r := range h.collect(33) {
+		if !errors.Is(r.Err, ErrWrongStartCode) {
+			t.Fatalf("a batch refused by another cluster's server: %+v", r)
+		}
+	}
+}
+
 // After MaxFailures consecutive failures OnServerFailed is called once and
 // the ops are held, unanswered and unsent, until RemoveServer.
 func TestMaxFailures(t *testing.T) {

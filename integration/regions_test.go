@@ -641,6 +641,13 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 	c.Resume(old)
 	resumedAt := time.Now()
 	const replayID = "replay-of-the-old-leader"
+	// The old leader's batches as it sends them once its cluster has an
+	// id: naming it, so that what refuses them is the term (a batch naming
+	// no id, or another, is refused before the term is looked at).
+	cs, err := cl.Status(ctx)
+	if err != nil || cs.GetClusterId() == "" {
+		t.Fatalf("the cluster's id: %q, %v", cs.GetClusterId(), err)
+	}
 	ids := c.RegionServerIDs()
 	for i, id := range ids {
 		other := ids[(i+1)%len(ids)]
@@ -649,6 +656,7 @@ func TestPartitionedLeaderIsFenced(t *testing.T) {
 			t.Fatalf("no region to replay on %s (%d) or %s (%d)", id, len(mine), other, len(theirs))
 		}
 		req := &rspb.BatchRequest{Term: oldTerm, MasterId: replayID, ServerId: id, StartCode: before.answers[id].GetStartCode(),
+			ClusterId: cs.GetClusterId(),
 			Ops: []*rspb.RegionOp{
 				{Kind: rspb.OpKind_OP_KIND_CLOSE, Region: mine[0], Table: before.tableOf[mine[0]], ProcId: 1},
 				{Kind: rspb.OpKind_OP_KIND_OPEN, Region: theirs[0], Table: before.tableOf[theirs[0]], ProcId: 1},
