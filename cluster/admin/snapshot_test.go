@@ -204,6 +204,8 @@ func (h *heapSampler) Write(p []byte) (int, error) {
 			h.peak = m
 		}
 	}
-	time.Sleep(h.delay) // the slow link itself, not a wait for something to settle
+	// The behaviour under test: a client on a slow link, whose pauses make
+	// the server's stream wait on flow control. Nothing is awaited here.
+	time.Sleep(h.delay)
 	return len(p), nil
 }

@@ -153,11 +153,15 @@ func testRestoreReconcile(t *testing.T, keep bool) {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
+		// A sample every millisecond: the rate of the check, not a wait for
+		// a condition.
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			default:
+			case <-tick.C:
 			}
 			where := map[string]string{}
 			for sid, s := range rss {
@@ -173,7 +177,6 @@ func testRestoreReconcile(t *testing.T, keep bool) {
 			smu.Lock()
 			samples++
 			smu.Unlock()
-			time.Sleep(time.Millisecond) // a sampling rate, not a wait for a condition
 		}
 	}()
 	defer func() { close(stop); <-sampled }()
