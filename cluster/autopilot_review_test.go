@@ -105,19 +105,9 @@ func (c *testCluster) startMember(t *testing.T, id string, logs raft.LogStore) (
 // meanwhile. The promotion must not bring the removed member back as a
 // voter (raft's AddVoter adds a server it does not have).
 func TestAutopilotPromotionFencedToTheConfigurationItRead(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
-		steadyTimings(i, cfg)
-		cfg.ServerStabilizationTime = time.Hour // the loop never promotes
-	}})
-	li, _ := c.leader()
-	l := c.nodes[li]
-	setClusterFormat2(t, l)
-	_, addr := c.startMember(t, "m3", nil)
+	l, _, addr := joinedNonvoter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Join(ctx, "m3", string(addr)); err != nil {
-		t.Fatalf("join: %v", err)
-	}
 	cf := l.Raft().GetConfiguration()
 	if err := cf.Error(); err != nil {
 		t.Fatal(err)
@@ -139,19 +129,9 @@ func TestAutopilotPromotionFencedToTheConfigurationItRead(t *testing.T) {
 // must not go through (three voters and a dead fourth tolerate no further
 // failure, where three tolerated one): the member must answer now.
 func TestAutopilotDoesNotPromoteAMemberThatJustDied(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
-		steadyTimings(i, cfg)
-		cfg.ServerStabilizationTime = time.Hour // the loop never promotes
-	}})
-	li, _ := c.leader()
-	l := c.nodes[li]
-	setClusterFormat2(t, l)
-	m3, addr := c.startMember(t, "m3", nil)
+	l, m3, _ := joinedNonvoter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.Join(ctx, "m3", string(addr)); err != nil {
-		t.Fatalf("join: %v", err)
-	}
 	testwait.For(t, 10*time.Second, "the leader to see m3 healthy", func() bool {
 		for _, p := range l.Status().Peers {
 			if p.ID == "m3" {
@@ -167,4 +147,25 @@ func TestAutopilotDoesNotPromoteAMemberThatJustDied(t *testing.T) {
 	if s := suffrageOf(l, "m3"); s != raft.Nonvoter.String() {
 		t.Fatalf("m3, dead, is now a %s (tick: %v)", s, err)
 	}
+}
+
+// joinedNonvoter is a 3-member cluster at cluster version 2 whose leader l
+// has just joined a fresh member m3 as a non-voter, with a stabilization
+// time its own loop never reaches: each test promotes by hand.
+func joinedNonvoter(t *testing.T) (l, m3 *Node, addr raft.ServerAddress) {
+	t.Helper()
+	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
+		steadyTimings(i, cfg)
+		cfg.ServerStabilizationTime = time.Hour // the loop never promotes
+	}})
+	li, _ := c.leader()
+	l = c.nodes[li]
+	setClusterFormat2(t, l)
+	m3, addr = c.startMember(t, "m3", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Join(ctx, "m3", string(addr)); err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	return l, m3, addr
 }
