@@ -72,7 +72,7 @@ func ReadClusterFormat(get func(string) ([]byte, bool)) (version.Format, error) 
 //
 // A level of 0 means "none said" as on the wire (RegisterNode, a member's
 // status from 0.1.0), so a caller shows the Build as it is and counts it
-// as max(b.MaxFormat, version.Format1).
+// as b.Counted().
 func ReadReport(get func(string) ([]byte, bool), id string) (version.Build, error) {
 	v, ok := get(VersionKey(id))
 	if !ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -409,7 +410,29 @@ func (d *Dispatcher) builtBeforeTheClusterID(req *rspb.BatchRequest, err error) 
 		return false
 	}
 	id := d.cfg.ClusterID()
-	return id != "" && strings.Contains(status.Convert(err).Message(), fmt.Sprintf("this server's is %q", id))
+	if id == "" {
+		return false
+	}
+	if info := knownRefusal(err); info != nil {
+		return info.GetReason() == rspb.ReasonClusterIDMismatch && info.GetMetadata()[rspb.MetaServerClusterID] == id
+	}
+	// A region server that sends no detail says which id it holds only in
+	// the message.
+	return strings.Contains(status.Convert(err).Message(), fmt.Sprintf("this server's is %q", id))
+}
+
+// knownRefusal returns err's region-server refusal detail when its reason
+// is one this dispatcher knows; nil otherwise, and then the message
+// decides, as it did before region servers sent details (a 0.1.0 server
+// sends none; a newer one may give a reason this master does not know,
+// while keeping the message an older master reads).
+func knownRefusal(err error) *errdetails.ErrorInfo {
+	info := rspb.RefusalInfo(err)
+	switch info.GetReason() {
+	case rspb.ReasonStaleTerm, rspb.ReasonWrongStartCode, rspb.ReasonClusterIDMismatch:
+		return info
+	}
+	return nil
 }
 
 type errClass int
@@ -431,6 +454,14 @@ func classify(err error) errClass {
 	}
 	switch st.Code() {
 	case codes.FailedPrecondition:
+		if info := knownRefusal(err); info != nil {
+			if info.GetReason() == rspb.ReasonStaleTerm {
+				return classStaleTerm
+			}
+			// A batch for another cluster's incarnation is, to this
+			// dispatcher, a start code that is no longer live.
+			return classWrongStartCode
+		}
 		msg := strings.ToLower(st.Message())
 		switch {
 		case strings.Contains(msg, "stale term"):

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -403,6 +404,15 @@ func TestCallErrors(t *testing.T) {
 		{"stale term", status.Error(codes.FailedPrecondition, "stale term 7 < 9"), false, []error{ErrStaleTerm}, false},
 		{"wrong start code", status.Error(codes.FailedPrecondition, "wrong start code 1, current 2"), false,
 			[]error{ErrWrongStartCode, ErrServerRemoved}, true},
+		// A current region server's: the detail decides, whatever the
+		// message says.
+		{"stale term detail", rspb.Refusal(rspb.ReasonStaleTerm, nil, "refused"), false, []error{ErrStaleTerm}, false},
+		{"wrong start code detail", rspb.Refusal(rspb.ReasonWrongStartCode, nil, "refused"), false,
+			[]error{ErrWrongStartCode, ErrServerRemoved}, true},
+		{"another cluster detail", rspb.Refusal(rspb.ReasonClusterIDMismatch, map[string]string{rspb.MetaServerClusterID: "c0"}, "refused"), false,
+			[]error{ErrWrongStartCode, ErrServerRemoved}, true},
+		{"another cluster", status.Error(codes.FailedPrecondition, `wrong start code 1: the batch is from cluster "c1", this server's is "c0"`), false,
+			[]error{ErrWrongStartCode, ErrServerRemoved}, true},
 		{"other precondition", status.Error(codes.FailedPrecondition, "not serving"), false, []error{ErrRefused}, false},
 		{"invalid argument", status.Error(codes.InvalidArgument, "bad op"), false, []error{ErrRefused}, false},
 		{"unimplemented", status.Error(codes.Unimplemented, "no such method"), false, []error{ErrRefused}, false},
@@ -537,47 +547,171 @@ func TestWrongStartCodeIncarnation(t *testing.T) {
 // leader's answers since, refuses it as another cluster's. That is no
 // restarted server: the batch is sent again, naming the id, and nothing is
 // expired. A server holding another id (a restored cluster's, before it
-// registers) is still a dead incarnation.
+// registers) is still a dead incarnation. Both as a current region server
+// says it (the detail, under a message that names no id) and as one before
+// the details did (the message only).
 func TestBatchBuiltBeforeTheClusterID(t *testing.T) {
-	var mu sync.Mutex
-	id := ""
-	h := newHarness(t, func(c *Config) {
-		c.ClusterID = func() string { mu.Lock(); defer mu.Unlock(); return id }
-	})
-	a := target("a", 1)
-	h.dispatch(a, 33) // a full batch: sent at once
-	c := h.nextCall()
-	if c.req.GetClusterId() != "" {
-		t.Fatalf("first batch names cluster %q", c.req.GetClusterId())
+	shapes := []struct {
+		name    string
+		refusal func(batchID, serverID string) error
+	}{
+		{"detail", func(_, serverID string) error {
+			return rspb.Refusal(rspb.ReasonClusterIDMismatch, map[string]string{rspb.MetaServerClusterID: serverID}, "refused")
+		}},
+		{"text", func(batchID, serverID string) error {
+			return status.Errorf(codes.FailedPrecondition, "wrong start code 1: the batch is from cluster %q, this server's is %q", batchID, serverID)
+		}},
 	}
-	mu.Lock()
-	id = "c1"
-	mu.Unlock()
-	h.answer(c, status.Error(codes.FailedPrecondition, `wrong start code 1: the batch is from cluster "", this server's is "c1"`))
-	h.noResults()
-	h.clk.Advance(DefaultRetryBase)
-	c = h.nextCall()
-	if c.req.GetClusterId() != "c1" {
-		t.Fatalf("the batch sent again names cluster %q, want c1", c.req.GetClusterId())
-	}
-	h.answer(c, nil)
-	for _, r := range h.collect(33) {
-		if !r.OK {
-			t.Fatalf("result after the batch was sent again: %+v", r)
-		}
-	}
-	if len(h.failed) != 0 {
-		t.Fatalf("%d OnServerFailed calls for a server that did not restart", len(h.failed))
-	}
+	for _, shape := range shapes {
+		t.Run(shape.name, func(t *testing.T) {
+			var mu sync.Mutex
+			id := ""
+			h := newHarness(t, func(c *Config) {
+				c.ClusterID = func() string { mu.Lock(); defer mu.Unlock(); return id }
+			})
+			a := target("a", 1)
+			h.dispatch(a, 33) // a full batch: sent at once
+			c := h.nextCall()
+			if c.req.GetClusterId() != "" {
+				t.Fatalf("first batch names cluster %q", c.req.GetClusterId())
+			}
+			mu.Lock()
+			id = "c1"
+			mu.Unlock()
+			h.answer(c, shape.refusal("", "c1"))
+			h.noResults()
+			h.clk.Advance(DefaultRetryBase)
+			c = h.nextCall()
+			if c.req.GetClusterId() != "c1" {
+				t.Fatalf("the batch sent again names cluster %q, want c1", c.req.GetClusterId())
+			}
+			h.answer(c, nil)
+			for _, r := range h.collect(33) {
+				if !r.OK {
+					t.Fatalf("result after the batch was sent again: %+v", r)
+				}
+			}
+			if len(h.failed) != 0 {
+				t.Fatalf("%d OnServerFailed calls for a server that did not restart", len(h.failed))
+			}
 
-	// Another cluster's server: dead, as before.
-	b := target("b", 1)
-	h.dispatch(b, 33)
-	h.answer(h.nextCall(), status.Error(codes.FailedPrecondition, `wrong start code 1: the batch is from cluster "c1", this server's is "c0"`))
-	for _, r := range h.collect(33) {
-		if !errors.Is(r.Err, ErrWrongStartCode) {
-			t.Fatalf("a batch refused by another cluster's server: %+v", r)
-		}
+			// Another cluster's server: dead, as before.
+			b := target("b", 1)
+			h.dispatch(b, 33)
+			h.answer(h.nextCall(), shape.refusal("c1", "c0"))
+			for _, r := range h.collect(33) {
+				if !errors.Is(r.Err, ErrWrongStartCode) {
+					t.Fatalf("a batch refused by another cluster's server: %+v", r)
+				}
+			}
+		})
+	}
+}
+
+// builtBeforeTheClusterID reads the detail when there is one it knows,
+// and only then; the message otherwise.
+func TestBuiltBeforeTheClusterIDDetailFirst(t *testing.T) {
+	mismatch := func(meta map[string]string) error {
+		return rspb.Refusal(rspb.ReasonClusterIDMismatch, meta, "refused")
+	}
+	text := func(serverID string) error {
+		return status.Errorf(codes.FailedPrecondition, "wrong start code 1: the batch is from cluster \"\", this server's is %q", serverID)
+	}
+	tests := []struct {
+		name      string
+		leader    string // the leader's cluster id now
+		batch     string // the cluster id the batch named
+		err       error
+		sendAgain bool
+	}{
+		{"detail: the leader's id", "c1", "", mismatch(map[string]string{rspb.MetaServerClusterID: "c1"}), true},
+		{"detail: another id", "c1", "", mismatch(map[string]string{rspb.MetaServerClusterID: "c0"}), false},
+		{"detail: no id", "c1", "", mismatch(nil), false},
+		{"detail: the batch named one", "c1", "c0", mismatch(map[string]string{rspb.MetaServerClusterID: "c1"}), false},
+		{"detail: the leader has none", "", "", mismatch(map[string]string{rspb.MetaServerClusterID: "c1"}), false},
+		// The detail decides even against a message that would match.
+		{"detail: another reason", "c1", "", rspb.Refusal(rspb.ReasonWrongStartCode, nil, `this server's is "c1"`), false},
+		{"text: the leader's id", "c1", "", text("c1"), true},
+		{"text: another id", "c1", "", text("c0"), false},
+		{"text: the batch named one", "c1", "c0", text("c1"), false},
+		// A reason from a newer server than this master: the message.
+		{"unknown reason: text", "c1", "", rspb.Refusal("SOMETHING_NEWER", nil, `wrong start code 1: this server's is "c1"`), true},
+		{"not a refusal", "c1", "", status.Error(codes.Unavailable, `this server's is "c1"`), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &Dispatcher{cfg: Config{ClusterID: func() string { return tc.leader }}}
+			if got := d.builtBeforeTheClusterID(&rspb.BatchRequest{ClusterId: tc.batch}, tc.err); got != tc.sendAgain {
+				t.Fatalf("builtBeforeTheClusterID = %v, want %v", got, tc.sendAgain)
+			}
+		})
+	}
+}
+
+// The refusals sorted by their detail: its reason decides, whatever the
+// message says; a detail that is not a region server refusal's, or whose
+// reason this master does not know, leaves the message to decide.
+func TestClassifyRefusalDetails(t *testing.T) {
+	foreign := status.New(codes.FailedPrecondition, "not serving")
+	foreign, _ = foreign.WithDetails(&errdetails.ErrorInfo{Reason: rspb.ReasonStaleTerm, Domain: "example.com"})
+	unavailable := status.New(codes.Unavailable, "refused")
+	unavailable, _ = unavailable.WithDetails(&errdetails.ErrorInfo{Reason: rspb.ReasonStaleTerm, Domain: rspb.RefusalDomain})
+	tests := []struct {
+		name string
+		err  error
+		want errClass
+	}{
+		{"stale term", rspb.Refusal(rspb.ReasonStaleTerm, map[string]string{rspb.MetaServerTerm: "9"}, "refused"), classStaleTerm},
+		{"wrong start code", rspb.Refusal(rspb.ReasonWrongStartCode, map[string]string{rspb.MetaServerStartCode: "2"}, "refused"), classWrongStartCode},
+		{"another cluster", rspb.Refusal(rspb.ReasonClusterIDMismatch, map[string]string{rspb.MetaServerClusterID: "c0"}, "refused"), classWrongStartCode},
+		{"detail over message", rspb.Refusal(rspb.ReasonStaleTerm, nil, "wrong start code 1: this server's is 2"), classStaleTerm},
+		{"wrapped", fmt.Errorf("x: %w", rspb.Refusal(rspb.ReasonStaleTerm, nil, "refused")), classStaleTerm},
+		{"unknown reason", rspb.Refusal("SOMETHING_NEWER", nil, "stale term 7: this server has seen term 9"), classStaleTerm},
+		{"unknown reason, unknown text", rspb.Refusal("SOMETHING_NEWER", nil, "refused"), classRefused},
+		{"another domain", foreign.Err(), classRefused},
+		{"not a refusal", unavailable.Err(), classRetry},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := classify(tc.err); got != tc.want {
+				t.Fatalf("classify(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// A region server that sends no details (0.1.0, or any before them) is
+// classified by its message, as before; and the same refusal from a
+// current server, with the detail, is classified the same. The messages
+// are 0.1.0's (fa4612c, cluster/regionserver/server.go), and the cluster
+// id refusal's of the servers between it and the details.
+func TestClassifyRefusalFrom010(t *testing.T) {
+	tests := []struct {
+		name   string
+		msg    string
+		reason string // the current server's detail ("": it sends none)
+		want   errClass
+	}{
+		{"wrong server", `wrong server: this is "rs1", the batch is for "rs2"`, "", classRefused},
+		{"stale term", "stale term 7: this server has seen term 9", rspb.ReasonStaleTerm, classStaleTerm},
+		{"stale attempt", "stale attempt 3: this server has admitted attempt 4 of term 7", "", classRefused},
+		{"not registered", "wrong start code 5: this server is not registered (it is registering again)", rspb.ReasonWrongStartCode, classWrongStartCode},
+		{"wrong start code", "wrong start code 5: this server's is 6", rspb.ReasonWrongStartCode, classWrongStartCode},
+		{"another cluster", `wrong start code 5: the batch is from cluster "c1", this server's is "c0"`, rspb.ReasonClusterIDMismatch, classWrongStartCode},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			old := status.Error(codes.FailedPrecondition, tc.msg)
+			if got := classify(old); got != tc.want {
+				t.Fatalf("text only: classify(%q) = %v, want %v", tc.msg, got, tc.want)
+			}
+			if tc.reason == "" {
+				return
+			}
+			if got := classify(rspb.Refusal(tc.reason, nil, tc.msg)); got != tc.want {
+				t.Fatalf("with the detail: classify(%q) = %v, want %v", tc.msg, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -71,6 +71,12 @@
 //     retried, and OnServerFailed is called once for the incarnation. The
 //     new incarnation re-registered after closing everything, so nothing
 //     these ops (or earlier attempts of them) did survives.
+//   - A region server says which refusal it is in an rspb.RefusalDomain
+//     ErrorInfo detail (reason STALE_TERM, WRONG_START_CODE, or
+//     CLUSTER_ID_MISMATCH, which counts as a wrong start code), and that
+//     decides. A server that sends no detail (0.1.0), or a reason this
+//     master does not know, is read by its message as above, and the
+//     message is kept for that: a 0.1.0 master reads only it.
 //   - Another refusal that proves the request was not acted upon
 //     (INVALID_ARGUMENT, UNIMPLEMENTED, PERMISSION_DENIED, …): the ops fail
 //     with ErrRefused, not retried.

@@ -74,23 +74,27 @@ func TestGRPCTransportEndToEnd(t *testing.T) {
 	}
 }
 
-// Fencing refusals keep their meaning across a real gRPC hop.
+// Fencing refusals keep their meaning across a real gRPC hop, said in the
+// message (a region server older than the details) or in the detail alone.
 func TestGRPCTransportFencing(t *testing.T) {
 	tests := []struct {
 		name       string
 		highest    uint64 // highest term the server has seen (ours is 7)
 		startCode  uint64 // the server's; the target says 5
+		detailOnly bool
 		want       error
 		wantFailed bool
 	}{
-		{"current", 7, 5, nil, false},
-		{"stale term", 9, 5, ErrStaleTerm, false},
-		{"wrong start code", 3, 6, ErrWrongStartCode, true},
+		{"current", 7, 5, false, nil, false},
+		{"stale term", 9, 5, false, ErrStaleTerm, false},
+		{"wrong start code", 3, 6, false, ErrWrongStartCode, true},
+		{"stale term detail", 9, 5, true, ErrStaleTerm, false},
+		{"wrong start code detail", 3, 6, true, ErrWrongStartCode, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := newFakeRS(tc.startCode)
-			rs.highest = tc.highest
+			rs.highest, rs.detailOnly = tc.highest, tc.detailOnly
 			tg := Target{ServerID: "rs", Address: serveRS(t, rs), StartCode: 5}
 			h := newHarness(t, func(c *Config) { c.Transport = newGRPCTransport(t, waitFor) })
 			h.dispatch(tg, 33)

@@ -25,6 +25,9 @@ type fakeRS struct {
 	open    map[string]bool
 	batches int
 	block   bool // hold every call until its context ends
+	// detailOnly: refusals say what they are only in their rspb detail,
+	// under a message a text match would not recognise.
+	detailOnly bool
 }
 
 func newFakeRS(startCode uint64) *fakeRS {
@@ -43,10 +46,16 @@ func (s *fakeRS) ExecuteBatch(ctx context.Context, req *rspb.BatchRequest) (*rsp
 	defer s.mu.Unlock()
 	s.batches++
 	if req.GetTerm() < s.highest {
+		if s.detailOnly {
+			return nil, rspb.Refusal(rspb.ReasonStaleTerm, map[string]string{rspb.MetaServerTerm: fmt.Sprint(s.highest)}, "refused")
+		}
 		return nil, status.Errorf(codes.FailedPrecondition, "stale term %d < %d", req.GetTerm(), s.highest)
 	}
 	s.highest = req.GetTerm()
 	if req.GetStartCode() != s.startCode {
+		if s.detailOnly {
+			return nil, rspb.Refusal(rspb.ReasonWrongStartCode, map[string]string{rspb.MetaServerStartCode: fmt.Sprint(s.startCode)}, "refused")
+		}
 		return nil, status.Errorf(codes.FailedPrecondition, "wrong start code %d, current %d", req.GetStartCode(), s.startCode)
 	}
 	resp := &rspb.BatchResponse{HighestTerm: s.highest, Results: make([]*rspb.RegionOpResult, len(req.GetOps()))}

@@ -165,7 +165,8 @@ func nextRaiseWait(wait, base time.Duration, held bool) time.Duration {
 // members of the Raft configuration (voters and not) allow: the lowest
 // level over them, with pending reports in place of the stored ones. A
 // member without a report, or with one that cannot be read, counts as
-// format 1 (cluster.ReadReport); this leader counts as what it runs,
+// version.Unreported (cluster.ReadReport, version.Build.Counted); this
+// leader counts as what it runs,
 // whatever its report says.
 func (s *Server) nextClusterFormat(peers []cluster.PeerStatus, pending map[string]version.Build) (committed, next version.Format) {
 	members := make([]version.Format, 0, len(peers))
@@ -177,7 +178,7 @@ func (s *Server) nextClusterFormat(peers []cluster.PeerStatus, pending map[strin
 		case !ok:
 			b, _ = cluster.ReadReport(s.b.DomainGet, p.ID)
 		}
-		members = append(members, max(b.MaxFormat, version.Format1))
+		members = append(members, b.Counted())
 	}
 	committed = clusterFormatOf(s.b)
 	return committed, version.Next(committed, members)
@@ -228,7 +229,7 @@ func (s *Server) raise(ctx context.Context, pending map[string]version.Build) ([
 // confirmRaise asks every member other than this one, in parallel, what
 // its binary writes and reads now, and says why not if one does not
 // answer, another node answers for it, or it answers below next (0.1.0
-// answers without a level: 1).
+// answers without a level, and counts as version.Unreported).
 func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, next version.Format) error {
 	me := s.b.ID()
 	errs := make([]error, len(peers))
@@ -246,6 +247,7 @@ func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, n
 				return
 			}
 			st, err := s.probeMember(ctx, p.ID, addr)
+			answered := version.Build{Version: st.GetVersion(), MaxFormat: version.Format(st.GetMaxFormat())}
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("%s: %w", p.ID, err)
@@ -254,8 +256,8 @@ func (s *Server) confirmRaise(ctx context.Context, peers []cluster.PeerStatus, n
 				// registration not through yet) and another node answers
 				// on it: its binary says nothing of p's.
 				errs[i] = fmt.Errorf("%s: %s, its registered admin address, is answered by %q", p.ID, addr, st.GetNodeId())
-			case max(version.Format(st.GetMaxFormat()), version.Format1) < next:
-				errs[i] = fmt.Errorf("%s runs %q, %v at most", p.ID, st.GetVersion(), max(version.Format(st.GetMaxFormat()), version.Format1))
+			case answered.Counted() < next:
+				errs[i] = fmt.Errorf("%s runs %q, %v at most", p.ID, answered.Version, answered.Counted())
 			}
 		}()
 	}

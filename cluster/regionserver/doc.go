@@ -45,6 +45,12 @@
 // forgets the highest term and registers again, and refuses a batch of
 // another cluster as a wrong start code, judged before the term.
 //
+// Each of these refusals also carries an rspb.RefusalDomain ErrorInfo
+// (proto/rspb/refusal.go) naming it (STALE_TERM, WRONG_START_CODE,
+// CLUSTER_ID_MISMATCH) with this server's highest term, start code and
+// cluster id, which the dispatcher reads instead of the message. The code
+// and message are 0.1.0's, which is all a 0.1.0 master reads.
+//
 // # Lease
 //
 // Start registers with the leader (RegisterServer names the regions still

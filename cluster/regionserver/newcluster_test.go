@@ -2,7 +2,7 @@ package regionserver
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,9 +38,11 @@ func TestNewClusterIDDropsRegionsAndTerms(t *testing.T) {
 	// and has not written its new id yet: its answers name none.
 	fc.restore("", 4, 100, map[string]uint64{"rs1": sc - 1})
 	_, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 4, StartCode: sc, Ops: ops(opOpen, "c")})
-	if msg := status.Convert(err).Message(); err == nil || !strings.Contains(msg, "wrong start code") {
+	if msg := status.Convert(err).Message(); err == nil || msg != fmt.Sprintf(`wrong start code %d: the batch is from cluster "", this server's is "old"`, sc) {
 		t.Fatalf("the restored leader's batch: %v, want refused as a wrong start code (not a stale term)", err)
 	}
+	wantRefusal(t, err, rspb.ReasonClusterIDMismatch, map[string]string{
+		rspb.MetaServerTerm: "9", rspb.MetaServerStartCode: fmt.Sprint(sc), rspb.MetaServerClusterID: "old"})
 	testwait.For(t, 5*time.Second, "registered with the restored cluster", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -68,9 +70,12 @@ func TestNewClusterIDDropsRegionsAndTerms(t *testing.T) {
 		t.Fatalf("hosting %v under %d after learning the new id, want [c] under %d", got, s.StartCode(), sc2)
 	}
 	// A batch of the old cluster, late: refused, whatever its term.
-	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 9, StartCode: sc2, ClusterId: "old", Ops: ops(opClose, "c")}); err == nil {
-		t.Fatal("a batch of the old cluster was admitted")
+	_, err = s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 9, StartCode: sc2, ClusterId: "old", Ops: ops(opClose, "c")})
+	if msg := status.Convert(err).Message(); err == nil || msg != fmt.Sprintf(`wrong start code %d: the batch is from cluster "old", this server's is "new"`, sc2) {
+		t.Fatalf("a batch of the old cluster: %v, want refused as another cluster's", err)
 	}
+	wantRefusal(t, err, rspb.ReasonClusterIDMismatch, map[string]string{
+		rspb.MetaServerTerm: "4", rspb.MetaServerStartCode: fmt.Sprint(sc2), rspb.MetaServerClusterID: "new"})
 	if got := hostedNames(s); len(got) != 1 {
 		t.Fatalf("hosting %v, want [c]", got)
 	}

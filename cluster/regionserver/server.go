@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -535,7 +536,7 @@ func (s *Server) admitLocked(req *rspb.BatchRequest) error {
 		// cluster (this server learns of the new one at its next
 		// heartbeat, closes everything and registers with it): to the
 		// sender's dispatcher it is a start code that is no longer live.
-		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: the batch is from cluster %q, this server's is %q",
+		return s.refusalLocked(rspb.ReasonClusterIDMismatch, "wrong start code %d: the batch is from cluster %q, this server's is %q",
 			req.GetStartCode(), req.GetClusterId(), s.clusterID)
 	}
 	if t := req.GetTerm(); t < s.highestTerm {
@@ -556,7 +557,7 @@ func (s *Server) admitLocked(req *rspb.BatchRequest) error {
 func (s *Server) fenceLocked(term, startCode, seq uint64) error {
 	s.selfFenceLocked()
 	if term < s.highestTerm {
-		return status.Errorf(codes.FailedPrecondition, "stale term %d: this server has seen term %d", term, s.highestTerm)
+		return s.refusalLocked(rspb.ReasonStaleTerm, "stale term %d: this server has seen term %d", term, s.highestTerm)
 	}
 	if seq != 0 && seq < s.highestSeq {
 		// A newer attempt of the same term was admitted since: the master
@@ -565,12 +566,26 @@ func (s *Server) fenceLocked(term, startCode, seq uint64) error {
 		return status.Errorf(codes.FailedPrecondition, "stale attempt %d: this server has admitted attempt %d of term %d", seq, s.highestSeq, term)
 	}
 	if s.startCode == 0 {
-		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: this server is not registered (it is registering again)", startCode)
+		return s.refusalLocked(rspb.ReasonWrongStartCode, "wrong start code %d: this server is not registered (it is registering again)", startCode)
 	}
 	if startCode != s.startCode {
-		return status.Errorf(codes.FailedPrecondition, "wrong start code %d: this server's is %d", startCode, s.startCode)
+		return s.refusalLocked(rspb.ReasonWrongStartCode, "wrong start code %d: this server's is %d", startCode, s.startCode)
 	}
 	return nil
+}
+
+// refusalLocked is a fencing refusal: FAILED_PRECONDITION with the message
+// a 0.1.0 master reads, and an rspb.RefusalDomain ErrorInfo for a master
+// that reads the reason and this server's state instead of the text.
+func (s *Server) refusalLocked(reason, format string, args ...any) error {
+	meta := map[string]string{
+		rspb.MetaServerTerm:      strconv.FormatUint(s.highestTerm, 10),
+		rspb.MetaServerStartCode: strconv.FormatUint(s.startCode, 10),
+	}
+	if s.clusterID != "" {
+		meta[rspb.MetaServerClusterID] = s.clusterID
+	}
+	return rspb.Refusal(reason, meta, fmt.Sprintf(format, args...))
 }
 
 // ClusterID is the cluster id the masters last answered with ("" until

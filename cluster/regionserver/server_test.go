@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -262,7 +263,9 @@ func TestExecuteBatch(t *testing.T) {
 		name     string
 		req      *rspb.BatchRequest
 		code     codes.Code // of a refused batch
-		msg      string     // substring of its message
+		msg      string     // its message (a 0.1.0 master reads it)
+		reason   string     // its rspb.RefusalDomain detail's ("": none)
+		meta     map[string]string
 		want     []res
 		hosted   []string
 		highTerm uint64
@@ -282,13 +285,17 @@ func TestExecuteBatch(t *testing.T) {
 		{name: "higher term is adopted", req: &rspb.BatchRequest{Term: 5, StartCode: sc, Ops: ops(opClose, "r4")},
 			want: []res{{"r4", true, false, ""}}, hosted: []string{"r1", "r3"}, highTerm: 5},
 		{name: "stale term refuses the whole batch", req: &rspb.BatchRequest{Term: 4, StartCode: sc, Ops: ops(opClose, "r1", "r3")},
-			code: codes.FailedPrecondition, msg: "stale term 4", hosted: []string{"r1", "r3"}, highTerm: 5},
+			code: codes.FailedPrecondition, msg: "stale term 4: this server has seen term 5", hosted: []string{"r1", "r3"}, highTerm: 5,
+			reason: rspb.ReasonStaleTerm, meta: map[string]string{rspb.MetaServerTerm: "5", rspb.MetaServerStartCode: fmt.Sprint(sc)}},
 		{name: "wrong start code", req: &rspb.BatchRequest{Term: 5, StartCode: sc + 1, Ops: ops(opClose, "r1")},
-			code: codes.FailedPrecondition, msg: "wrong start code", hosted: []string{"r1", "r3"}, highTerm: 5},
+			code: codes.FailedPrecondition, msg: fmt.Sprintf("wrong start code %d: this server's is %d", sc+1, sc), hosted: []string{"r1", "r3"}, highTerm: 5,
+			reason: rspb.ReasonWrongStartCode, meta: map[string]string{rspb.MetaServerTerm: "5", rspb.MetaServerStartCode: fmt.Sprint(sc)}},
 		{name: "wrong start code still raises the term", req: &rspb.BatchRequest{Term: 6, StartCode: sc - 1, Ops: ops(opOpen, "r7")},
-			code: codes.FailedPrecondition, msg: "wrong start code", hosted: []string{"r1", "r3"}, highTerm: 6},
+			code: codes.FailedPrecondition, msg: fmt.Sprintf("wrong start code %d: this server's is %d", sc-1, sc), hosted: []string{"r1", "r3"}, highTerm: 6,
+			reason: rspb.ReasonWrongStartCode, meta: map[string]string{rspb.MetaServerTerm: "6", rspb.MetaServerStartCode: fmt.Sprint(sc)}},
+		// Not one the dispatcher tells apart from another refusal: no detail.
 		{name: "other server", req: &rspb.BatchRequest{Term: 6, StartCode: sc, ServerId: "rs2", Ops: ops(opClose, "r1")},
-			code: codes.FailedPrecondition, msg: "wrong server", hosted: []string{"r1", "r3"}, highTerm: 6},
+			code: codes.FailedPrecondition, msg: `wrong server: this is "rs1", the batch is for "rs2"`, hosted: []string{"r1", "r3"}, highTerm: 6},
 		{name: "empty batch", req: &rspb.BatchRequest{Term: 6, StartCode: sc}, hosted: []string{"r1", "r3"}, highTerm: 6},
 	} {
 		t.Run(step.name, func(t *testing.T) {
@@ -296,9 +303,10 @@ func TestExecuteBatch(t *testing.T) {
 			defer cancel()
 			resp, err := cl.ExecuteBatch(ctx, step.req)
 			if step.code != codes.OK {
-				if st := status.Convert(err); st.Code() != step.code || !strings.Contains(st.Message(), step.msg) {
-					t.Fatalf("error %v, want %v containing %q", err, step.code, step.msg)
+				if st := status.Convert(err); st.Code() != step.code || st.Message() != step.msg {
+					t.Fatalf("error %v, want %v %q", err, step.code, step.msg)
 				}
+				wantRefusal(t, err, step.reason, step.meta)
 			} else {
 				if err != nil {
 					t.Fatal(err)
@@ -714,6 +722,23 @@ func TestNoMaster(t *testing.T) {
 	_, err = rsClient(t, s.Addr()).ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: 1, StartCode: 0, Ops: ops(opOpen, "a")})
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "not registered") {
 		t.Fatalf("batch to an unregistered server: %v", err)
+	}
+	wantRefusal(t, err, rspb.ReasonWrongStartCode, map[string]string{rspb.MetaServerTerm: "1", rspb.MetaServerStartCode: "0"})
+}
+
+// wantRefusal fails t unless err carries the rspb.RefusalDomain detail of
+// reason with exactly metadata meta; reason "": unless it carries none.
+func wantRefusal(t *testing.T, err error, reason string, meta map[string]string) {
+	t.Helper()
+	info := rspb.RefusalInfo(err)
+	if reason == "" {
+		if info != nil {
+			t.Fatalf("refusal %v carries detail %v, want none", err, info)
+		}
+		return
+	}
+	if info.GetReason() != reason || !maps.Equal(info.GetMetadata(), meta) {
+		t.Fatalf("refusal %v carries detail %v, want reason %s metadata %v", err, info, reason, meta)
 	}
 }
 

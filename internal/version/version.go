@@ -105,6 +105,18 @@ func Current(version string) Build {
 // binary, which sends none.
 var Unreported = Build{Version: "0.1.0", MaxFormat: Format1}
 
+// Counted is the level b counts as where the leader takes the lowest over
+// the members: its MaxFormat, or Unreported's when it says none (0: a
+// 0.1.0 binary, which reports nothing and answers without a level; a
+// report that could not be read). The one rule for a report, a pending
+// report and an answer alike.
+func (b Build) Counted() Format {
+	if b.MaxFormat == 0 {
+		return Unreported.MaxFormat
+	}
+	return b.MaxFormat
+}
+
 // Gate reads the committed cluster version. The packages that write
 // something a level introduced take one and write it only when
 // Allows(level); cluster.Node.ClusterFormat is one.

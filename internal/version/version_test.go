@@ -117,3 +117,17 @@ func TestGate(t *testing.T) {
 		t.Error("a gate at 2 allows 1 and 2, not 3")
 	}
 }
+
+// A build that says no level counts as Unreported; one that says a level
+// counts as it. That is the rule the leader's raise and its probes of the
+// members applied inline before, max(level, Format1), for every level.
+func TestCounted(t *testing.T) {
+	if got := (Build{}).Counted(); got != Unreported.MaxFormat {
+		t.Errorf("a build saying no level counts as %v, want Unreported's %v", got, Unreported.MaxFormat)
+	}
+	for _, f := range []Format{0, Format1, Format2, MaxFormat, 9, 1<<32 - 1} {
+		if got, was := (Build{Version: "x", MaxFormat: f}).Counted(), max(f, Format1); got != was {
+			t.Errorf("level %d counts as %v, was %v", uint32(f), got, was)
+		}
+	}
+}
