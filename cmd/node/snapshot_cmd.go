@@ -140,7 +140,7 @@ func (c *cli) snapshotSave(args []string) int {
 // nothing was kept, and the exit code is the shell's for the signal (130,
 // 143), as for a process it killed, though this one cleaned up first.
 func (c *cli) saveInterrupted(e *command, path string, n int64, sig syscall.Signal) int {
-	msg := fmt.Sprintf("interrupted by %s after %d bytes: %s not written (an older one is left as it was), its temporary file removed", signalName(sig), n, path)
+	msg := fmt.Sprintf("interrupted by %s after %d bytes: %s left as it was, the temporary file removed", signalName(sig), n, path)
 	fmt.Fprintf(c.stderr, "baton %s: %s\n", e.name, msg)
 	code := 128 + int(sig)
 	if e.cf.json {
@@ -156,7 +156,7 @@ func (c *cli) saveInterrupted(e *command, path string, n int64, sig syscall.Sign
 // again saves from the leader there is now: exit 3, as for any answer a
 // retry may mend.
 func (c *cli) saveBroken(e *command, path string, n int64, err error) int {
-	msg := fmt.Sprintf("the leader's stream broke after %d bytes (%s): %s not written (an older one is left as it was), its temporary file removed",
+	msg := fmt.Sprintf("the leader's stream broke after %d bytes (%s): %s left as it was, the temporary file removed",
 		n, status.Convert(err).Message(), path)
 	fmt.Fprintf(c.stderr, "baton %s: %s (UNAVAILABLE)\n  the leader stopped or changed mid-transfer: run 'baton snapshot save' again, which saves from the leader there is now\n", e.name, msg)
 	if e.cf.json {
