@@ -70,6 +70,11 @@ type QuorumRecoveryPlan struct {
 	// KnownCommitted is the highest index this node knows was committed:
 	// what it had applied (its local WAL, or its newest snapshot).
 	KnownCommitted uint64
+	// WALIndex is the index the local procedure WAL (the FSM's own store)
+	// had applied, SnapshotIndex the newest raft snapshot's (0: none).
+	// Both are printed beside the log's last index, so that an operator
+	// choosing among survivors compares what each would keep (Keeps).
+	WALIndex, SnapshotIndex uint64
 	// StateAheadOfLog is set when the local WAL had applied past the end
 	// of the log and the snapshots (KnownCommitted > LastIndex: the raft
 	// log lost its tail, a restored copy or a disk that lied about a
@@ -81,6 +86,11 @@ type QuorumRecoveryPlan struct {
 	// commits them, though the old cluster may never have.
 	Uncertain, UncertainCommands uint64
 }
+
+// Keeps is the highest index the recovered cluster starts from: the log's
+// last entry, or the local WAL's index when that is ahead of the log. Of
+// several survivors, the one whose Keeps is highest loses the least.
+func (p QuorumRecoveryPlan) Keeps() uint64 { return max(p.LastIndex, p.KnownCommitted) }
 
 // String is the plan as the operator reads it.
 func (p QuorumRecoveryPlan) String() string {
@@ -97,6 +107,13 @@ func (p QuorumRecoveryPlan) String() string {
 	fmt.Fprintf(&b, "  after recovery:    %s, the only voter\n", p.Self)
 	fmt.Fprintf(&b, "  members dropped:   %s\n", names(p.Dropped))
 	fmt.Fprintf(&b, "  this node's log:   up to index %d (term %d); known committed here up to index %d\n", p.LastIndex, p.LastTerm, p.KnownCommitted)
+	snap := "no snapshot"
+	if p.SnapshotIndex > 0 {
+		snap = fmt.Sprintf("newest snapshot at index %d", p.SnapshotIndex)
+	}
+	fmt.Fprintf(&b, "  local WAL:         applied up to index %d; %s\n", p.WALIndex, snap)
+	fmt.Fprintf(&b, "  keeps:             up to index %d, the higher of the log's and the WAL's: of several survivors, recover the one\n"+
+		"                     that keeps the most (run this plan on each, without --yes)\n", p.Keeps())
 	if p.StateAheadOfLog {
 		fmt.Fprintf(&b, "  local state:       applied up to index %d (its WAL), past the log's end: the raft log lost entries %d..%d;\n"+
 			"                     recovery keeps this state, at index %d, and new entries follow it\n",
@@ -110,7 +127,7 @@ func (p QuorumRecoveryPlan) String() string {
 	} else {
 		fmt.Fprintf(&b, "  may be lost:       ")
 	}
-	fmt.Fprintf(&b, "anything the dropped members committed after index %d never reached this node and is lost\n", max(p.LastIndex, p.KnownCommitted))
+	fmt.Fprintf(&b, "anything the dropped members committed after index %d never reached this node and is lost\n", p.Keeps())
 	if len(p.Answering) > 0 {
 		fmt.Fprintf(&b, "  WARNING:           %s accepted a connection on its raft address: if it still runs, stop it for good before\n"+
 			"                     recovering, or two clusters will each believe they are this one\n", strings.Join(p.Answering, ", "))
@@ -192,6 +209,7 @@ func (n *Node) planQuorumRecovery(logs raft.LogStore, stable raft.StableStore) (
 		}
 		p.LastIndex, p.LastTerm = l.Index, l.Term
 	}
+	p.WALIndex, p.SnapshotIndex = n.fsm.LoadedIndex(), snapIndex
 	p.KnownCommitted = min(max(n.fsm.LoadedIndex(), snapIndex), p.LastIndex)
 	if w := n.fsm.LoadedIndex(); w > p.LastIndex {
 		// The local WAL applied entries the log no longer holds (raft.db

@@ -96,6 +96,10 @@ func TestRecoverQuorum(t *testing.T) {
 	if p.Self.ID != c.cfgs[s].ID || len(p.Dropped) != 2 || len(p.Members) != 3 || p.LastIndex == 0 || p.KnownCommitted > p.LastIndex || len(p.Answering) != 0 {
 		t.Fatalf("plan %+v", p)
 	}
+	if p.WALIndex == 0 || p.WALIndex > p.LastIndex || p.Keeps() != p.LastIndex {
+		t.Fatalf("plan %+v: want the local WAL's index, behind the log's last, and the log's kept", p)
+	}
+	checkPlanIndexes(t, p)
 
 	cfg := c.cfgs[s]
 	cfg.RecoverQuorum = func(QuorumRecoveryPlan) error { return nil }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,10 @@ func TestRecoverQuorumWALAheadOfLogThenRestartAndJoin(t *testing.T) {
 			if !plan.StateAheadOfLog || plan.Uncertain != 0 || plan.KnownCommitted <= plan.LastIndex {
 				t.Fatalf("plan %+v, want the state ahead of the log", plan)
 			}
+			if plan.WALIndex != plan.KnownCommitted || plan.Keeps() != plan.WALIndex || (plan.SnapshotIndex > 0) != snapshot {
+				t.Fatalf("plan %+v: want the WAL's index kept, a snapshot %v", plan, snapshot)
+			}
+			checkPlanIndexes(t, plan)
 			if got := n.Raft().LastIndex(); got < plan.KnownCommitted {
 				t.Fatalf("raft's last index %d after the recovery, want at least the kept state's %d", got, plan.KnownCommitted)
 			}
@@ -84,5 +89,26 @@ func TestRecoverQuorumWALAheadOfLogThenRestartAndJoin(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkPlanIndexes fails t unless the plan's text gives the log's last
+// index, the local WAL's and the newest snapshot's, and what recovery
+// keeps: what an operator compares among survivors.
+func checkPlanIndexes(t *testing.T, plan QuorumRecoveryPlan) {
+	t.Helper()
+	snap := "no snapshot"
+	if plan.SnapshotIndex > 0 {
+		snap = fmt.Sprintf("newest snapshot at index %d", plan.SnapshotIndex)
+	}
+	text := plan.String()
+	for _, want := range []string{
+		fmt.Sprintf("  this node's log:   up to index %d (term %d)", plan.LastIndex, plan.LastTerm),
+		fmt.Sprintf("  local WAL:         applied up to index %d; %s\n", plan.WALIndex, snap),
+		fmt.Sprintf("  keeps:             up to index %d, the higher of the log's and the WAL's", max(plan.LastIndex, plan.WALIndex)),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the plan lacks %q:\n%s", want, text)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func TestRecoverQuorum(t *testing.T) {
 		if !strings.Contains(stderr, "add --yes") {
 			t.Fatalf("no hint to add --yes:\n%s", stderr)
 		}
-		for _, want := range append([]string{"quorum recovery of " + survivor, "members dropped:", "this node's log:", "may be lost:"}, lost...) {
+		for _, want := range append([]string{"quorum recovery of " + survivor, "members dropped:", "this node's log:", "local WAL:", "keeps:", "may be lost:"}, lost...) {
 			if !strings.Contains(stdout, want) {
 				t.Fatalf("the plan lacks %q:\n%s", want, stdout)
 			}

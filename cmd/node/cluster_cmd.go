@@ -91,8 +91,32 @@ type statusJSON struct {
 	// ClusterID is the cluster's id as the answering node's state holds
 	// it: "" until the leader writes one (at cluster version 2), and from
 	// a node older than that.
-	ClusterID string     `json:"cluster_id"`
-	Error     *errorJSON `json:"error,omitempty"`
+	ClusterID string `json:"cluster_id"`
+	// LastSnapshot is the answering master's newest good scheduled
+	// snapshot (docs/operations.md, "Scheduled snapshots"): absent when it
+	// schedules none, has written none yet, or runs a binary without them.
+	// The keys are /status's.
+	LastSnapshot *lastSnapshotJSON `json:"last_snapshot,omitempty"`
+	Error        *errorJSON        `json:"error,omitempty"`
+}
+
+// lastSnapshotJSON is a scheduled snapshot in statusJSON: time is when
+// the leader read the state (RFC 3339, UTC), index the Raft index it
+// reflects, duration_ms the read, write, fsync and read-back (0 for a file
+// the master found on its disk at start).
+type lastSnapshotJSON struct {
+	File       string `json:"file"`
+	Time       string `json:"time"`
+	Index      uint64 `json:"index"`
+	Bytes      int64  `json:"bytes"`
+	DurationMs int64  `json:"duration_ms"`
+}
+
+func toLastSnapshotJSON(l *adminpb.LastSnapshot) *lastSnapshotJSON {
+	if l == nil {
+		return nil
+	}
+	return &lastSnapshotJSON{File: l.GetFile(), Time: msTime(l.GetUnixMs()), Index: l.GetIndex(), Bytes: l.GetBytes(), DurationMs: l.GetDurationMs()}
 }
 
 type peerJSON struct {
@@ -149,7 +173,7 @@ func toStatusJSON(s *adminpb.ClusterStatusResponse) statusJSON {
 		LastContactMs: s.GetLastContactMs(), Maintenance: toMaintenanceJSON(s.GetMaintenance()),
 		Removed: s.GetRemoved(), AlreadyRemoved: s.GetAlreadyRemoved(),
 		ClusterFormat: s.GetClusterFormat(), Version: s.GetVersion(), MaxFormat: s.GetMaxFormat(),
-		ClusterID: s.GetClusterId(),
+		ClusterID: s.GetClusterId(), LastSnapshot: toLastSnapshotJSON(s.GetLastSnapshot()),
 	}
 	if s.GetMembersProbed() {
 		v, r, u, q := s.GetVoters(), s.GetVotersReachable(), s.GetVotersUnknown(), s.GetQuorum()
@@ -263,6 +287,9 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	if f := s.GetClusterFormat(); f != 0 {
 		fmt.Fprintf(c.stdout, "version      cluster at %v; members: %s\n", semver.Format(f), describeBinaries(s))
 	}
+	if l := s.GetLastSnapshot(); l != nil {
+		fmt.Fprintf(c.stdout, "snapshot     %s\n", describeLastSnapshot(l))
+	}
 	if s.GetMembersProbed() {
 		q := "quorum"
 		if !s.GetQuorum() {
@@ -306,6 +333,17 @@ func (c *cli) printStatusHuman(s *adminpb.ClusterStatusResponse) {
 	for _, p := range unreachable {
 		fmt.Fprintf(c.stdout, "%s: %s\n", p.GetId(), p.GetError())
 	}
+}
+
+// describeLastSnapshot spells the answering master's newest scheduled
+// snapshot: "last scheduled one at index 48211, taken 2025-03-01T12:00:00.000Z, 1048576 bytes in
+// 35ms: /var/lib/baton/snap/baton-....snap".
+func describeLastSnapshot(l *adminpb.LastSnapshot) string {
+	took := ""
+	if d := l.GetDurationMs(); d > 0 {
+		took = fmt.Sprintf(" in %v", time.Duration(d)*time.Millisecond)
+	}
+	return fmt.Sprintf("last scheduled one at index %d, taken %s, %d bytes%s: %s", l.GetIndex(), msTime(l.GetUnixMs()), l.GetBytes(), took, l.GetFile())
 }
 
 // describeBinaries spells each member's reported binary: "m1 0.2.0

@@ -7,7 +7,8 @@
 // Exit codes: 0 ok; 1 the operation failed (a procedure ended ROLLEDBACK,
 // NOT_FOUND, FAILED_PRECONDITION, ...); 2 bad usage (flags, arguments,
 // arguments the cluster refused as INVALID_ARGUMENT); 3 the cluster is
-// unavailable (no leader answered in time).
+// unavailable (no leader answered in time); 130 and 143 a command that
+// waits or transfers, stopped by SIGINT or SIGTERM (128 + the signal).
 package main
 
 import (

@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/access"
@@ -74,6 +79,11 @@ func (c *cli) snapshotSave(args []string) int {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return e.fail(usagef("%s is a directory: give the file to write", path))
 	}
+	// SIGINT ends c.ctx (run); SIGTERM is caught here too. Either ends the
+	// transfer through ctx, so that the temporary file is removed before
+	// the process exits instead of staying behind it.
+	ctx, intr := c.interruptible()
+	defer intr.stop()
 	return e.withClient(func(cl *client.Client) int {
 		start := time.Now()
 		var n int64
@@ -85,7 +95,7 @@ func (c *cli) snapshotSave(args []string) int {
 			}
 			bw := bufio.NewWriterSize(w, 256<<10)
 			var err error
-			if n, err = cl.SnapshotSave(c.ctx, bw); err != nil {
+			if n, err = cl.SnapshotSave(ctx, bw); err != nil {
 				return err
 			}
 			if err := bw.Flush(); err != nil {
@@ -96,12 +106,23 @@ func (c *cli) snapshotSave(args []string) int {
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				return fmt.Errorf("reading back %s: %w", path, err)
 			}
-			if sum, err = summarizeSnapshot(f); err != nil {
+			if sum, err = summarizeSnapshot(ctxReader{ctx, f}); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				return fmt.Errorf("the snapshot received is bad, not kept: %w", err)
 			}
-			return nil
+			// A signal from here on lets the save finish: the file is whole
+			// and verified, and only its rename is left.
+			return ctx.Err()
 		})
-		if err != nil {
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return c.saveInterrupted(e, path, n, intr.signal())
+		case n > 0 && status.Code(err) == codes.Unavailable:
+			return c.saveBroken(e, path, n, err)
+		default:
 			return e.fail(err)
 		}
 		doc := snapshotSaveJSON{File: path, Bytes: n, TookMs: time.Since(start).Milliseconds(), snapshotInspectJSON: sum.json()}
@@ -113,6 +134,49 @@ func (c *cli) snapshotSave(args []string) int {
 		sum.print(c.stdout)
 		return exitOK
 	})
+}
+
+// saveInterrupted reports a save that SIGINT or SIGTERM (sig) ended:
+// nothing was kept, and the exit code is the shell's for the signal (130,
+// 143), as for a process it killed, though this one cleaned up first.
+func (c *cli) saveInterrupted(e *command, path string, n int64, sig syscall.Signal) int {
+	msg := fmt.Sprintf("interrupted by %s after %d bytes: %s left as it was, the temporary file removed", signalName(sig), n, path)
+	fmt.Fprintf(c.stderr, "baton %s: %s\n", e.name, msg)
+	code := 128 + int(sig)
+	if e.cf.json {
+		c.printJSON(map[string]any{"error": map[string]any{"code": "CANCELLED", "message": msg, "exit_code": code}})
+	}
+	return code
+}
+
+// saveBroken reports a stream that broke after its first bytes (err,
+// UNAVAILABLE): the leader stopped or lost its leadership mid-transfer.
+// The client does not take the rest from another master (the file would
+// be two states' halves), so nothing is kept and running the command
+// again saves from the leader there is now: exit 3, as for any answer a
+// retry may mend.
+func (c *cli) saveBroken(e *command, path string, n int64, err error) int {
+	msg := fmt.Sprintf("the leader's stream broke after %d bytes (%s): %s left as it was, the temporary file removed",
+		n, status.Convert(err).Message(), path)
+	fmt.Fprintf(c.stderr, "baton %s: %s (UNAVAILABLE)\n  the leader stopped or changed mid-transfer: run 'baton snapshot save' again, which saves from the leader there is now\n", e.name, msg)
+	if e.cf.json {
+		c.printJSON(map[string]any{"error": map[string]any{"code": "UNAVAILABLE", "message": msg, "exit_code": exitUnavailable}})
+	}
+	return exitUnavailable
+}
+
+// ctxReader reads r until ctx ends: reading back a large file stops at a
+// signal.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func (c *cli) snapshotInspect(args []string) int {

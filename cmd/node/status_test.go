@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/cluster/clustertest"
+	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // statusDoc runs cluster status --json through addr and decodes it.
@@ -119,4 +123,81 @@ func TestClusterStatusTellsTheTruth(t *testing.T) {
 	if code != exitUnavailable || !strings.Contains(stdout, "1 of 3 reachable: NO QUORUM") || stderr != "baton cluster status: no quorum: 1 of 3 voters reachable\n" {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
+}
+
+// cluster status shows the answering master's last good scheduled
+// snapshot, in --json as last_snapshot (the keys of /status) and in text
+// as a line of its own; a master that has taken none (a standby, or the
+// leader before its first) shows neither.
+func TestClusterStatusLastSnapshot(t *testing.T) {
+	clk := clock.NewManual(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	root := t.TempDir()
+	dirOf := func(i int) string { return filepath.Join(root, fmt.Sprintf("m%d", i)) }
+	fc := clustertest.New(t, clustertest.Config{SteadyLeader: true, Admin: func(i int, cfg *admin.Config) {
+		cfg.Snapshots = &admin.SnapshotSchedule{Interval: time.Hour, Dir: dirOf(i), Retain: 2, Clock: clk}
+	}})
+	li, _ := fc.WaitLeader()
+	leaderAddr := fc.Master(li).AdminAddr()
+	standbyAddr := fc.Master((li + 1) % 3).AdminAddr()
+
+	noSnapshot := func(addr string) {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", addr, "--json")
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(stdout), &doc); code != exitOK || err != nil {
+			t.Fatalf("exit %d, %v: %s %s", code, err, stdout, stderr)
+		}
+		if v, ok := doc["last_snapshot"]; ok {
+			t.Fatalf("%s: last_snapshot %v, want none", addr, v)
+		}
+		if _, stdout, _ := runCLI(t, nil, "cluster", "status", "--addr", addr); strings.Contains(stdout, "snapshot ") {
+			t.Fatalf("%s: the text shows a snapshot:\n%s", addr, stdout)
+		}
+	}
+	noSnapshot(leaderAddr)
+
+	clk.Advance(time.Second) // every master's first tick: the leader writes
+	var doc map[string]any
+	testwait.ForNil(t, 30*time.Second, "the leader's snapshot in cluster status", func() error {
+		code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", leaderAddr, "--json")
+		doc = nil
+		if err := json.Unmarshal([]byte(stdout), &doc); code != exitOK || err != nil {
+			return fmt.Errorf("exit %d, %v: %s %s", code, err, stdout, stderr)
+		}
+		if doc["last_snapshot"] == nil {
+			return fmt.Errorf("no last_snapshot yet")
+		}
+		return nil
+	})
+	es, err := os.ReadDir(dirOf(li))
+	if err != nil || len(es) != 1 {
+		t.Fatalf("the leader's snapshot directory: %v %v", es, err)
+	}
+	file := filepath.Join(dirOf(li), es[0].Name())
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := fc.Master(li).Admin().ClusterStatus(ctxT(t), &adminpb.ClusterStatusRequest{})
+	if err != nil || rs.GetLastSnapshot() == nil {
+		t.Fatalf("the leader's own answer: %v, %v", rs.GetLastSnapshot(), err)
+	}
+	last := rs.GetLastSnapshot()
+	want := map[string]any{"file": file, "time": time.UnixMilli(last.GetUnixMs()).UTC().Format("2006-01-02T15:04:05.000Z07:00"), "index": float64(last.GetIndex()),
+		"bytes": float64(st.Size()), "duration_ms": float64(last.GetDurationMs())}
+	got, _ := doc["last_snapshot"].(map[string]any)
+	if len(got) != len(want) || !jsonHas(got, want) {
+		t.Fatalf("last_snapshot %v, want %v", got, want)
+	}
+	if !strings.HasSuffix(file, fmt.Sprintf("-%d.snap", last.GetIndex())) || last.GetIndex() == 0 || last.GetFile() != file {
+		t.Fatalf("file %s, the answer's %s at index %d", file, last.GetFile(), last.GetIndex())
+	}
+
+	code, stdout, stderr := runCLI(t, nil, "cluster", "status", "--addr", leaderAddr)
+	line := fmt.Sprintf("snapshot     last scheduled one at index %d, taken %s, %d bytes", last.GetIndex(), want["time"], st.Size())
+	if code != exitOK || !strings.Contains(stdout, line) || !strings.Contains(stdout, ": "+file+"\n") {
+		t.Fatalf("exit %d, stdout lacks %q and the file:\n%s\nstderr: %s", code, line, stdout, stderr)
+	}
+	// A standby answers for itself: it took none.
+	noSnapshot(standbyAddr)
 }
