@@ -33,10 +33,11 @@ import (
 //     with the same id, caught up by installing the leader's snapshot;
 //   - TestDrillRestoreStale (d): (a) with a snapshot older than the
 //     region servers' reality: after the save a region server is lost
-//     for good (its regions reassigned), the masters elect another
-//     leader, a replacement region server the snapshot never heard of
-//     joins and a balance moves regions onto it; the region servers are
-//     sampled throughout for a region open on two of them.
+//     for good (its regions reassigned), leaders are killed until the
+//     term is above the restored cluster's, a replacement region server
+//     the snapshot never heard of joins and a balance moves regions onto
+//     it; the region servers are sampled throughout for a region open on
+//     two of them.
 //
 // (a), (b) and (d) end with the chaos suite's end-state audit (chaos.Audit):
 // every region server live, every region of the layout open on exactly
@@ -292,8 +293,9 @@ func TestDrillRestore(t *testing.T) {
 // older than the region servers' reality. After the snapshot is saved
 // (procedures in flight), the old cluster lives on: the region server
 // hosting the most regions is killed for good and the crash procedure
-// reopens its regions on the other two; the leader is killed, so the
-// region servers learn a term the snapshot never saw; a replacement
+// reopens its regions on the other two; leaders are killed until the
+// term is two past the save's, so the region servers remember a term
+// above the restored leader's (the id is judged first); a replacement
 // region server joins, unknown to the snapshot, and a balance moves
 // regions onto it. Then every master's data is destroyed, the snapshot
 // restored and the masters restarted, while the surviving region servers
@@ -321,6 +323,11 @@ func TestDrillRestoreStale(t *testing.T) {
 	d.inFlight(cl, 3, "d")
 	leader := c.WaitLeader(d.ctx)
 	saved := d.placement()
+	ls, err := c.WaitUp(d.ctx, leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveTerm, oldTerm := ls.Term, ls.Term
 	file := filepath.Join(t.TempDir(), "drill.baton")
 	start := time.Now()
 	code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "save", file, "--addr", c.Node(leader).GRPCAddr)
@@ -343,11 +350,24 @@ func TestDrillRestoreStale(t *testing.T) {
 	d.settled("the old cluster, " + lost + " lost")
 	reassign := time.Since(start)
 
-	old := c.WaitLeader(d.ctx)
-	c.Kill(old)
-	leader = c.WaitLeader(d.ctx) // a running node: another one, elected in a higher term
-	c.Restart(old)
-	t.Logf("drill: the old cluster's leader %s killed, %s elected", old, leader)
+	// Leaders killed until the old cluster's term is two past the save's:
+	// the restored cluster's first is the snapshot's + 1, so the region
+	// servers then remember a term above the restored leader's.
+	var kills []string
+	for term := saveTerm; term < saveTerm+2; {
+		old := c.WaitLeader(d.ctx)
+		c.Kill(old)
+		leader = c.WaitLeader(d.ctx) // a running node: another one, elected in a higher term
+		c.Restart(old)
+		kills = append(kills, old)
+		st, err := c.WaitUp(d.ctx, leader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		term = st.Term
+		oldTerm = term
+	}
+	t.Logf("drill: the old cluster's leaders %v killed: term %d at the save, %d now", kills, saveTerm, oldTerm)
 
 	fresh := c.StartRegionServers(1, harness.RSOptions{})[0].ID
 	if _, err := c.WaitRegionServers(d.ctx); err != nil {
@@ -401,6 +421,10 @@ func TestDrillRestoreStale(t *testing.T) {
 	}
 	d.serving(cl, "d-after")
 	serve := time.Since(start)
+	rs, err := c.WaitUp(d.ctx, c.WaitLeader(d.ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
 	d.audit(cl)
 	reconcile := time.Since(start)
 
@@ -413,8 +437,8 @@ func TestDrillRestoreStale(t *testing.T) {
 	if samples-before < 3 {
 		t.Fatalf("%d placement samples across the restore and the reconciliation: too few to judge", samples-before)
 	}
-	t.Logf("drill: (d) restore stale: regions=%d moved=%d snapshot=%dB save=%s restore=%s (3 members) serve=%s reconcile=%s samples=%d (%d from the restore) doubles=0",
-		d.regions, moved, st.Size(), secs(save), secs(restore), secs(serve), secs(reconcile), samples, samples-before)
+	t.Logf("drill: (d) restore stale: regions=%d moved=%d terms=%d>%d snapshot=%dB save=%s restore=%s (3 members) serve=%s reconcile=%s samples=%d (%d from the restore) doubles=0",
+		d.regions, moved, oldTerm, rs.Term, st.Size(), secs(save), secs(restore), secs(serve), secs(reconcile), samples, samples-before)
 }
 
 // placement returns where each region is open now, by the region
