@@ -30,9 +30,16 @@ import (
 //     deleted, the third recovered alone (--recover-quorum --yes), two
 //     new members joined;
 //   - TestDrillReplacedDisk (c): a member's data deleted, restarted empty
-//     with the same id, caught up by installing the leader's snapshot.
+//     with the same id, caught up by installing the leader's snapshot;
+//   - TestDrillRestoreStale (d): (a) with a snapshot older than the
+//     region servers' reality: after the save a region server is lost
+//     for good (its regions reassigned), leaders are killed until the
+//     term is above the restored cluster's, a replacement region server
+//     the snapshot never heard of joins and a balance moves regions onto
+//     it; the region servers are sampled throughout for a region open on
+//     two of them.
 //
-// (a) and (b) end with the chaos suite's end-state audit (chaos.Audit):
+// (a), (b) and (d) end with the chaos suite's end-state audit (chaos.Audit):
 // every region server live, every region of the layout open on exactly
 // one of them, every procedure acknowledged before the disaster finished
 // (SUCCESS), none unfinished. Each drill logs its timings on a line
@@ -280,6 +287,187 @@ func TestDrillRestore(t *testing.T) {
 	open := d.audit(cl)
 	t.Logf("drill: (a) restore: regions=%d snapshot=%dB save=%s restore=%s (3 members) serve=%s audit=%s",
 		d.regions, st.Size(), secs(save), secs(restore), secs(serve), secs(open))
+}
+
+// TestDrillRestoreStale is drill (d): drill (a) with a restored state
+// older than the region servers' reality. After the snapshot is saved
+// (procedures in flight), the old cluster lives on: the region server
+// hosting the most regions is killed for good and the crash procedure
+// reopens its regions on the other two; leaders are killed until the
+// term is two past the save's, so the region servers remember a term
+// above the restored leader's (the id is judged first); a replacement
+// region server joins, unknown to the snapshot, and a balance moves
+// regions onto it. Then every master's data is destroyed, the snapshot
+// restored and the masters restarted, while the surviving region servers
+// keep running. The restored state records regions on the lost server
+// (its lease must expire), others where they no longer are, and none on
+// the replacement, which hosts some: docs/operations.md, "Restore", says
+// every region server drops what it hosts on the new cluster id and the
+// regions are reassigned, never open twice. The end-state audit must pass
+// and chaos.Sampler, reading the region servers' own answers from before
+// the save until the audit passed, must never find a region open on two
+// of them at one moment.
+//
+// Its line "drill:" gives save, restore, serve (as (a)) and reconcile:
+// from the masters' restart until the audit passed.
+func TestDrillRestoreStale(t *testing.T) {
+	d := newDrill(t)
+	c, cl := d.c, d.c.Client()
+
+	sampler := chaos.NewSampler(c, time.Second)
+	sctx, stopSampler := context.WithCancel(d.ctx)
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); sampler.Run(sctx, 100*time.Millisecond) }()
+	defer func() { stopSampler(); <-sampled }()
+
+	d.inFlight(cl, 3, "d")
+	leader := c.WaitLeader(d.ctx)
+	saved := d.placement()
+	ls, err := c.WaitUp(d.ctx, leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saveTerm, oldTerm := ls.Term, ls.Term
+	file := filepath.Join(t.TempDir(), "drill.baton")
+	start := time.Now()
+	code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "save", file, "--addr", c.Node(leader).GRPCAddr)
+	expectExit(t, "snapshot save", code, 0, stdout+stderr)
+	save := time.Since(start)
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Reality moves on. Nothing of it is acknowledged to the audit: the
+	// restored cluster never heard of it.
+	counts := map[string]int{}
+	for _, srv := range saved {
+		counts[srv]++
+	}
+	lost := slices.MaxFunc(c.RegionServerIDs(), func(a, b string) int { return counts[a] - counts[b] })
+	start = time.Now()
+	c.RetireRS(lost)
+	d.settled("the old cluster, " + lost + " lost")
+	reassign := time.Since(start)
+
+	// Leaders killed until the old cluster's term is two past the save's:
+	// the restored cluster's first is the snapshot's + 1, so the region
+	// servers then remember a term above the restored leader's.
+	var kills []string
+	for term := saveTerm; term < saveTerm+2; {
+		old := c.WaitLeader(d.ctx)
+		c.Kill(old)
+		leader = c.WaitLeader(d.ctx) // a running node: another one, elected in a higher term
+		c.Restart(old)
+		kills = append(kills, old)
+		st, err := c.WaitUp(d.ctx, leader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		term = st.Term
+		oldTerm = term
+	}
+	t.Logf("drill: the old cluster's leaders %v killed: term %d at the save, %d now", kills, saveTerm, oldTerm)
+
+	fresh := c.StartRegionServers(1, harness.RSOptions{})[0].ID
+	if _, err := c.WaitRegionServers(d.ctx); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := startRetrying(d.ctx, "balance", func(ctx context.Context) (uint64, error) { return cl.Balance(ctx, "d-balance") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := cl.Wait(d.ctx, id); err != nil || p.GetState() != client.StateSuccess {
+		t.Fatalf("balance (procedure %d): %v, %v", id, p.GetState(), err)
+	}
+	d.settled("the old cluster, balanced onto " + fresh)
+	now := d.placement()
+	moved, onFresh := 0, 0
+	for region, srv := range now {
+		if saved[region] != srv {
+			moved++
+		}
+		if srv == fresh {
+			onFresh++
+		}
+	}
+	if moved == 0 || onFresh == 0 {
+		t.Fatalf("after the save %d regions moved, %d onto %s: the restored state would not be stale", moved, onFresh, fresh)
+	}
+	t.Logf("drill: since the save: %s lost (its %d regions reassigned in %s), %d of %d regions moved, %d onto %s, unknown to the snapshot",
+		lost, counts[lost], secs(reassign), moved, d.regions, onFresh, fresh)
+
+	var peers []string
+	for _, n := range c.Nodes {
+		peers = append(peers, n.ID+"="+n.RaftAddr)
+	}
+	for _, n := range c.Nodes {
+		c.Kill(n.ID)
+		if err := os.RemoveAll(n.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _, _ := sampler.Result()
+	start = time.Now()
+	for _, n := range c.Nodes {
+		code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "restore", file, "--data-dir", n.DataDir, "--id", n.ID, "--peers", strings.Join(peers, ","))
+		expectExit(t, "snapshot restore "+n.ID, code, 0, stdout+stderr)
+	}
+	restore := time.Since(start)
+
+	start = time.Now()
+	for _, n := range c.Nodes {
+		c.Restart(n.ID)
+	}
+	d.serving(cl, "d-after")
+	serve := time.Since(start)
+	rs, err := c.WaitUp(d.ctx, c.WaitLeader(d.ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.audit(cl)
+	reconcile := time.Since(start)
+
+	stopSampler()
+	<-sampled
+	samples, doubles, reports := sampler.Result()
+	if doubles > 0 {
+		t.Fatalf("SAFETY VIOLATION: %d samples found a region open on two servers; the first ones:\n%s", doubles, strings.Join(reports, "\n"))
+	}
+	if samples-before < 3 {
+		t.Fatalf("%d placement samples across the restore and the reconciliation: too few to judge", samples-before)
+	}
+	t.Logf("drill: (d) restore stale: regions=%d moved=%d terms=%d>%d snapshot=%dB save=%s restore=%s (3 members) serve=%s reconcile=%s samples=%d (%d from the restore) doubles=0",
+		d.regions, moved, oldTerm, rs.Term, st.Size(), secs(save), secs(restore), secs(serve), secs(reconcile), samples, samples-before)
+}
+
+// placement returns where each region is open now, by the region
+// servers' own answers.
+func (d *drill) placement() map[string]string {
+	d.t.Helper()
+	out := map[string]string{}
+	for _, id := range d.c.RegionServerIDs() {
+		r, err := d.c.RSRegions(d.ctx, id)
+		if err != nil {
+			d.t.Fatalf("regions of %s: %v", id, err)
+		}
+		for _, h := range r.GetRegions() {
+			out[h.GetRegion()] = id
+		}
+	}
+	return out
+}
+
+// settled waits, with the end-state audit (nothing acknowledged to it),
+// until the cluster is at rest: every region server live, every region
+// open on exactly one of them, no procedure unfinished.
+func (d *drill) settled(what string) {
+	d.t.Helper()
+	within := chaos.LivenessBound() + time.Duration(d.regions)*time.Millisecond
+	res := chaos.Audit(d.ctx, d.c, d.c.Client(), nil, nil, within)
+	if err := res.Err(); err != nil {
+		d.t.Fatalf("%s never settled:\n%v", what, err)
+	}
 }
 
 // TestDrillRecoverQuorum is drill (b): with the region servers running

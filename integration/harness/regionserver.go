@@ -52,6 +52,8 @@ type RegionServer struct {
 
 	args []string
 	env  []string
+	// retired: killed for good by RetireRS, guarded by the cluster's mu.
+	retired bool
 	proc
 }
 
@@ -136,15 +138,31 @@ func (c *Cluster) RegionServer(id string) *RegionServer {
 }
 
 // RegionServerIDs returns the ids of every region server started, running
-// or not.
+// or not, but those retired (RetireRS).
 func (c *Cluster) RegionServerIDs() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []string
 	for _, s := range c.RegionServers {
-		ids = append(ids, s.ID)
+		if !s.retired {
+			ids = append(ids, s.ID)
+		}
 	}
 	return ids
+}
+
+// RetireRS kills region server id for good, as a machine lost and never
+// replaced under its name: from then on RegionServerIDs leaves it out, so
+// the checks that read every region server (WaitRegionServers, the chaos
+// suite's sampler and audit) stop expecting an answer from it. Its log is
+// kept. It cannot be restarted.
+func (c *Cluster) RetireRS(id string) {
+	c.t.Helper()
+	s := c.RegionServer(id)
+	c.must("kill", id, s.kill())
+	c.mu.Lock()
+	s.retired = true
+	c.mu.Unlock()
 }
 
 // KillRS sends SIGKILL to region server id and waits until it has exited:
@@ -178,6 +196,9 @@ func (c *Cluster) TermRS(id string, timeout time.Duration) int {
 func (c *Cluster) RestartRS(id string) {
 	c.t.Helper()
 	s := c.RegionServer(id)
+	if locked.Load(&c.mu, &s.retired) {
+		c.t.Fatalf("harness: restart %s: it was retired", id)
+	}
 	c.must("restart", id, s.run(s.ID, locked.Load(&c.mu, &s.bin).Path, s.args, s.env, s.LogPath))
 }
 
