@@ -18,11 +18,16 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/version"
 )
 
@@ -176,31 +181,107 @@ func (n *Node) SetMemberRemover(fn func(ctx context.Context, id, why string) err
 	n.mu.Unlock()
 }
 
+// autopilotCluster is what the autopilot reads and changes: the node's
+// own raft in production (nodeAutopilot), a fake in the tests of the
+// loop's timing.
+type autopilotCluster interface {
+	// look is the configuration's members with what this node knows of
+	// them at now; ok is false while this node does not lead.
+	look(ctx context.Context, now time.Time) (members []autopilotMember, ok bool, err error)
+	// promote makes srv, a non-voter of servers (the configuration
+	// looked at), a voter.
+	promote(ctx context.Context, servers []raft.Server, srv raft.Server) error
+	// remove takes srv, a dead voter, out of the cluster for why.
+	remove(ctx context.Context, srv raft.Server, why string) error
+}
+
+// autopilot is one leadership's autopilot: the loop and what it follows.
+type autopilot struct {
+	cl       autopilotCluster
+	clk      clock.Clock
+	interval time.Duration
+	lim      autopilotLimits
+	stats    *autopilotStats
+	log      hclog.Logger
+}
+
+// autopilot is n's autopilot for the term it leads.
+func (n *Node) autopilot() *autopilot {
+	return &autopilot{
+		cl: nodeAutopilot{n}, clk: n.cfg.Clock, interval: n.autopilotInterval(),
+		lim: autopilotLimits{
+			Stabilization: n.cfg.ServerStabilizationTime, DeadAfter: n.cfg.DeadMemberTimeout,
+			MinQuorum: n.cfg.MinQuorum, Self: raft.ServerID(n.cfg.ID),
+		},
+		stats: &n.autopilotStats, log: n.log,
+	}
+}
+
 // autopilotLoop runs while this node leads (leaderLoop), until ctx ends.
-func (n *Node) autopilotLoop(ctx context.Context) {
-	st := &autopilotState{healthySince: map[raft.ServerID]time.Time{}, leadingSince: time.Now()}
-	t := time.NewTicker(n.autopilotInterval())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := n.autopilotTick(ctx, st, time.Now()); err != nil && ctx.Err() == nil {
-			n.log.Warn("autopilot: will retry", "error", err)
+func (n *Node) autopilotLoop(ctx context.Context) { n.autopilot().run(ctx) }
+
+// autopilotTick looks once, at now, and makes the plan's changes.
+func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.Time) error {
+	return n.autopilot().tick(ctx, st, now)
+}
+
+// run looks every interval until ctx ends. The interval is counted from
+// the end of a look (a promotion waits up to two heartbeat timeouts for
+// the member to answer), so looks never pile up.
+func (a *autopilot) run(ctx context.Context) {
+	defer a.stats.forget()
+	st := &autopilotState{healthySince: map[raft.ServerID]time.Time{}, leadingSince: a.clk.Now()}
+	for clock.Sleep(ctx, a.clk, a.interval) == nil {
+		if err := a.tick(ctx, st, a.clk.Now()); err != nil && ctx.Err() == nil {
+			a.log.Warn("autopilot: will retry", "error", err)
 		}
 	}
 }
 
-// autopilotTick looks once and makes the plan's changes.
-func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.Time) error {
+// tick looks once, at now, and makes the plan's changes.
+func (a *autopilot) tick(ctx context.Context, st *autopilotState, now time.Time) error {
+	members, ok, err := a.cl.look(ctx, now)
+	if err != nil || !ok {
+		return err
+	}
+	a.stats.saw(members)
+	p := st.plan(now, members, a.lim)
+	if srv := p.Promote; srv != nil {
+		servers := make([]raft.Server, len(members))
+		for i, m := range members {
+			servers[i] = m.Server
+		}
+		if err := a.cl.promote(ctx, servers, *srv); err != nil {
+			return err
+		}
+		delete(st.healthySince, srv.ID)
+		a.stats.promotions.Add(1)
+		a.log.Info("autopilot: promoted a non-voter to voter: caught up and healthy for the stabilization time",
+			"id", srv.ID, "addr", srv.Address, "stabilization", a.lim.Stabilization)
+	}
+	if srv := p.Remove; srv != nil {
+		a.log.Warn("autopilot: removing a dead voter", "id", srv.ID, "addr", srv.Address, "why", p.Why)
+		if err := a.cl.remove(ctx, *srv, p.Why); err != nil {
+			return fmt.Errorf("autopilot: remove dead voter %q: %w", srv.ID, err)
+		}
+		a.stats.removals.Add(1)
+		a.log.Info("autopilot: removed a dead voter", "id", srv.ID)
+	}
+	return nil
+}
+
+// nodeAutopilot is the autopilotCluster of a node: its raft, its contact
+// tracker, its member remover.
+type nodeAutopilot struct{ n *Node }
+
+func (c nodeAutopilot) look(ctx context.Context, now time.Time) ([]autopilotMember, bool, error) {
+	n := c.n
 	if n.raft.State() != raft.Leader || n.isClosed() {
-		return nil
+		return nil, false, nil
 	}
 	cf := n.raft.GetConfiguration()
 	if err := await(ctx, cf); err != nil {
-		return n.raftErr("autopilot: read configuration", err)
+		return nil, false, n.raftErr("autopilot: read configuration", err)
 	}
 	term, last := n.raft.CurrentTerm(), n.raft.LastIndex()
 	servers := cf.Configuration().Servers
@@ -208,35 +289,67 @@ func (n *Node) autopilotTick(ctx context.Context, st *autopilotState, now time.T
 	for _, srv := range servers {
 		members = append(members, autopilotMember{Server: srv, Progress: n.progressOf(srv.ID, term, last, now)})
 	}
-	p := st.plan(now, members, autopilotLimits{
-		Stabilization: n.cfg.ServerStabilizationTime, DeadAfter: n.cfg.DeadMemberTimeout,
-		MinQuorum: n.cfg.MinQuorum, Self: raft.ServerID(n.cfg.ID),
-	})
-	if srv := p.Promote; srv != nil {
-		if err := n.promote(ctx, servers, *srv); err != nil {
-			return err
-		}
-		delete(st.healthySince, srv.ID)
-		n.log.Info("autopilot: promoted a non-voter to voter: caught up and healthy for the stabilization time",
-			"id", srv.ID, "addr", srv.Address, "stabilization", n.cfg.ServerStabilizationTime)
+	return members, true, nil
+}
+
+func (c nodeAutopilot) promote(ctx context.Context, servers []raft.Server, srv raft.Server) error {
+	return c.n.promote(ctx, servers, srv)
+}
+
+func (c nodeAutopilot) remove(ctx context.Context, srv raft.Server, why string) error {
+	n := c.n
+	n.mu.Lock()
+	remove := n.memberRemover
+	n.mu.Unlock()
+	if remove != nil {
+		return remove(ctx, string(srv.ID), why)
 	}
-	if srv := p.Remove; srv != nil {
-		n.log.Warn("autopilot: removing a dead voter", "id", srv.ID, "addr", srv.Address, "why", p.Why)
-		n.mu.Lock()
-		remove := n.memberRemover
-		n.mu.Unlock()
-		var err error
-		if remove != nil {
-			err = remove(ctx, string(srv.ID), p.Why)
-		} else {
-			err = n.RemovePeer(ctx, string(srv.ID))
-		}
-		if err != nil {
-			return fmt.Errorf("autopilot: remove dead voter %q: %w", srv.ID, err)
-		}
-		n.log.Info("autopilot: removed a dead voter", "id", srv.ID)
+	return n.RemovePeer(ctx, string(srv.ID))
+}
+
+// autopilotStats is what the autopilots of a node's terms did and saw,
+// for its metrics (baton_autopilot_*).
+type autopilotStats struct {
+	promotions, removals atomic.Uint64
+
+	mu sync.Mutex
+	// members counts the members of the last look by suffrage and
+	// health; nil while no autopilot runs (this node does not lead).
+	members map[memberKind]int
+}
+
+// memberKind is a member's suffrage and health, a series of
+// baton_autopilot_members.
+type memberKind struct {
+	Suffrage raft.ServerSuffrage
+	Healthy  bool
+}
+
+// saw notes the members of a look.
+func (s *autopilotStats) saw(members []autopilotMember) {
+	counts := map[memberKind]int{}
+	for _, m := range members {
+		counts[memberKind{m.Server.Suffrage, m.Progress.Healthy}]++
 	}
-	return nil
+	s.mu.Lock()
+	s.members = counts
+	s.mu.Unlock()
+}
+
+// forget drops the last look's members: the autopilot has stopped, and
+// what it saw may no longer hold.
+func (s *autopilotStats) forget() {
+	s.mu.Lock()
+	s.members = nil
+	s.mu.Unlock()
+}
+
+// lastLook is the last look's counts; ok false while no autopilot runs
+// or before its first look.
+func (s *autopilotStats) lastLook() (counts map[memberKind]int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.members), s.members != nil
 }
 
 // promote makes srv, a non-voter of servers (the configuration read), a
@@ -249,7 +362,7 @@ func (n *Node) promote(ctx context.Context, servers []raft.Server, srv raft.Serv
 		}
 	}
 	what := fmt.Sprintf("autopilot: promote %q", srv.ID)
-	since := time.Now()
+	since := n.cfg.Clock.Now()
 	if err := n.checkQuorum(ctx, what, next, ""); err != nil {
 		return err
 	}
@@ -283,17 +396,15 @@ func (n *Node) promote(ctx context.Context, servers []raft.Server, srv raft.Serv
 // since, and an error if it does not within two heartbeat timeouts (the
 // leader heartbeats ten times a timeout).
 func (n *Node) awaitAnswer(ctx context.Context, what string, id raft.ServerID, since time.Time) error {
+	clk := n.cfg.Clock
 	deadline := since.Add(2 * max(n.cfg.HeartbeatTimeout, n.cfg.LeaderLeaseTimeout))
-	tick := time.NewTicker(max(n.cfg.HeartbeatTimeout/10, time.Millisecond))
-	defer tick.Stop()
+	poll := max(n.cfg.HeartbeatTimeout/10, time.Millisecond)
 	for !n.contact.ackedSince(id, since) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster: %s: it has not answered this leader since %v; nothing was changed", what, time.Since(since).Round(time.Millisecond))
+		if now := clk.Now(); now.After(deadline) {
+			return fmt.Errorf("cluster: %s: it has not answered this leader since %v; nothing was changed", what, now.Sub(since).Round(time.Millisecond))
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: %s: waiting for it to answer: %w", what, ctx.Err())
-		case <-tick.C:
+		if err := clock.Sleep(ctx, clk, poll); err != nil {
+			return fmt.Errorf("cluster: %s: waiting for it to answer: %w", what, err)
 		}
 	}
 	return nil

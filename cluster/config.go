@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/defaults"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
@@ -282,6 +283,13 @@ type Config struct {
 	DeadMemberTimeout time.Duration
 	MinQuorum         int
 
+	// Clock tells the time the autopilot judges by, and times its looks
+	// and its waits for a member to answer. Default clock.Real{}. Raft
+	// stamps the pipelined answers that make a member healthy with the
+	// wall clock, so a test moves time with a testing/synctest bubble
+	// (whose fake time clock.Real reads), not with a clock.Manual.
+	Clock clock.Clock
+
 	// Registry decodes persisted procedures. Required.
 	Registry *procedure.Registry
 	// Env is handed to every procedure step as Context.Env.
@@ -433,6 +441,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MaxAppendEntries, d.MaxAppendEntries)
 	defaults.Set(&c.TransportMaxPool, d.TransportMaxPool)
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
+	defaults.Set[clock.Clock](&c.Clock, clock.Real{})
 	// What this binary says it is, as `baton version` does: a test
 	// build's format stamp included (version.Current).
 	self := version.Current("")

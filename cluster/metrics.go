@@ -29,6 +29,8 @@ type nodeCollector struct {
 	walRewriteBytes                                                   *prometheus.Desc
 
 	clusterFormat, buildInfo *prometheus.Desc
+
+	autopilotPromotions, autopilotRemovals, autopilotMembers *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -61,6 +63,11 @@ func newNodeCollector(n *Node) *nodeCollector {
 
 		clusterFormat: d("baton_cluster_format", "The cluster version this master's replicated state holds: the format level every member reads, raised by the leader once all members report it."),
 		buildInfo:     d("baton_build_info", "1, labelled with this master's binary: its version and the highest format level it writes and reads.", "version", "max_format"),
+
+		autopilotPromotions: d("baton_autopilot_promotions_total", "Non-voters this master's autopilot promoted to voter while it led."),
+		autopilotRemovals:   d("baton_autopilot_removals_total", "Dead voters this master's autopilot removed while it led."),
+		autopilotMembers: d("baton_autopilot_members",
+			"Members of the Raft configuration by suffrage (voter, nonvoter) and health (healthy, unhealthy), as the leader's autopilot last saw them; the leader alone reports it.", "suffrage", "health"),
 	}
 }
 
@@ -69,7 +76,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	promkit.Describe(ch, c.state, c.term, c.leader, c.lastIndex, c.commitIndex, c.appliedIndex, c.fsmIndex,
 		c.lastContact, c.executor, c.storageFailed, c.walSegments, c.walSegmentBytes, c.walLive, c.walLiveBytes,
 		c.walWritten, c.walRecords, c.walSyncs, c.walRolls, c.walDeleted, c.walRewrit, c.walRewriteBytes,
-		c.clusterFormat, c.buildInfo)
+		c.clusterFormat, c.buildInfo, c.autopilotPromotions, c.autopilotRemovals, c.autopilotMembers)
 }
 
 // Collect implements prometheus.Collector. It reads Raft's and the FSM's
@@ -108,6 +115,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.clusterFormat, float64(n.ClusterFormat()))
 	gauge(c.buildInfo, 1, n.cfg.Build.Version, strconv.FormatUint(uint64(n.cfg.Build.MaxFormat), 10))
 
+	counter(c.autopilotPromotions, n.autopilotStats.promotions.Load())
+	counter(c.autopilotRemovals, n.autopilotStats.removals.Load())
+	if seen, ok := n.autopilotStats.lastLook(); ok {
+		// Every series, zeros included, so that a lost voter shows as a
+		// drop rather than a series gone.
+		for _, s := range []raft.ServerSuffrage{raft.Voter, raft.Nonvoter} {
+			for _, healthy := range []bool{true, false} {
+				gauge(c.autopilotMembers, float64(seen[memberKind{s, healthy}]), strings.ToLower(s.String()), healthName(healthy))
+			}
+		}
+	}
+
 	st, ok := n.fsm.WALStats()
 	if !ok {
 		return
@@ -130,4 +149,11 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+func healthName(healthy bool) string {
+	if healthy {
+		return "healthy"
+	}
+	return "unhealthy"
 }

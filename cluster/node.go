@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/baton-dev/baton/cluster/filecare"
+	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -106,6 +107,8 @@ type Node struct {
 	// memberRemover is the autopilot's way to remove a dead member
 	// (SetMemberRemover); under mu.
 	memberRemover func(ctx context.Context, id, why string) error
+	// autopilotStats is what the autopilot did and last saw (metrics).
+	autopilotStats autopilotStats
 
 	// Storage failure tracking (storage.go).
 	fsmDir      string
@@ -708,11 +711,11 @@ func without(servers []raft.Server, id string) []raft.Server {
 // Only requests sent after the call count, so a member that stopped a
 // moment ago is not taken for a running one.
 func (n *Node) checkQuorum(ctx context.Context, what string, next []raft.Server, fresh raft.ServerID) error {
-	since := time.Now()
+	clk := n.cfg.Clock
+	since := clk.Now()
 	wait := 2 * max(n.cfg.HeartbeatTimeout, n.cfg.LeaderLeaseTimeout)
 	deadline := since.Add(wait)
-	tick := time.NewTicker(max(n.cfg.HeartbeatTimeout/10, time.Millisecond))
-	defer tick.Stop()
+	poll := max(n.cfg.HeartbeatTimeout/10, time.Millisecond)
 	for {
 		// A leader that stepped down meanwhile (cut off, or outvoted)
 		// says so: its caller retries on the new leader, which may well
@@ -737,14 +740,12 @@ func (n *Node) checkQuorum(ctx context.Context, what string, next []raft.Server,
 		if 2*running > voters {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("cluster: %s: of the %d voters of the new configuration, only %d answer this leader (not %s), fewer than a majority: nothing was changed: %w",
 				what, voters, running, strings.Join(down, ", "), ErrNoQuorum)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: %s: checking the new configuration keeps a quorum: %w", what, ctx.Err())
-		case <-tick.C:
+		if err := clock.Sleep(ctx, clk, poll); err != nil {
+			return fmt.Errorf("cluster: %s: checking the new configuration keeps a quorum: %w", what, err)
 		}
 	}
 }

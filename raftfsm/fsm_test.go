@@ -351,6 +351,8 @@ func TestRestoreRefusesBadSnapshot(t *testing.T) {
 	src := newTestFSM(t, "")
 	checkResps(t, src.ApplyBatch(sampleLogs(t)))
 	data := snapshotBytes(t, src)
+	aboveMax := &raftpb.SnapshotHeader{Index: 3, MaxProcId: 5, Procs: 1}
+	twoKeys := &raftpb.SnapshotHeader{Index: 3, Kvs: 2}
 
 	for _, tc := range []struct {
 		name string
@@ -362,6 +364,11 @@ func TestRestoreRefusesBadSnapshot(t *testing.T) {
 		{"no end record", data[:len(data)-10]},
 		{"garbage", bytes.Repeat([]byte{0xff}, 100)},
 		{"huge length", append(append([]byte(nil), snapMagic[:]...), 0xff, 0xff, 0xff, 0xff, 0x0f)},
+		// What the snapshot file reader refuses in a file's body, Restore
+		// refuses in raft's stream (one reader): a procedure above the
+		// max id (its id would be given again), entries out of order.
+		{"procedure above max id", craftStream(t, aboveMax, procRec(6), endRec(aboveMax))},
+		{"keys out of order", craftStream(t, twoKeys, kvRec("b"), kvRec("a"), endRec(twoKeys))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -369,8 +376,8 @@ func TestRestoreRefusesBadSnapshot(t *testing.T) {
 			checkResps(t, f.ApplyBatch([]*raft.Log{cmdLog(1, procBatch(t, Write{Inserts: []store.Proc{{ID: 5, Data: []byte("mine")}}}))}))
 			before := dumpOf(t, f)
 			err := f.Restore(io.NopCloser(bytes.NewReader(tc.data)))
-			if !errors.Is(err, ErrBadSnapshot) {
-				t.Fatalf("Restore = %v, want ErrBadSnapshot", err)
+			if !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), "at offset") {
+				t.Fatalf("Restore = %v, want ErrBadSnapshot naming the offset", err)
 			}
 			if got := dumpOf(t, f); !got.equal(before) {
 				t.Fatalf("state changed by failed restore: %v", got)

@@ -25,20 +25,14 @@ package raftfsm
 // keys, which a reader of this version ignores.
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
-	"slices"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -54,9 +48,6 @@ var (
 const (
 	filePrefixLen = 8 + 2 + 4
 	maxFileHeader = 64 << 10
-	// recordReadStep is how much of a record is read before the buffer
-	// grows for more.
-	recordReadStep = 1 << 20
 )
 
 // SnapshotFileHeader says what a snapshot file holds and where it came
@@ -149,49 +140,19 @@ type SnapshotEntry struct {
 // io.EOF once the end record and the checksum are verified. Until then the
 // entries must not be taken as good.
 type SnapshotFileReader struct {
-	in      *offsetReader
-	header  SnapshotFileHeader
-	body    *raftpb.SnapshotHeader
-	buf     []byte
-	rec     raftpb.SnapshotRecord
-	nProcs  uint64
-	nKeys   uint64
-	lastID  uint64
-	lastKey string
-	done    bool
-	err     error
-}
-
-// offsetReader counts the bytes handed on and hashes them: the checksum
-// covers what was consumed, not what the buffer read ahead.
-type offsetReader struct {
-	r   *bufio.Reader
-	off int64
-	sum hash.Hash
-}
-
-func (o *offsetReader) Read(p []byte) (int, error) {
-	n, err := o.r.Read(p)
-	o.sum.Write(p[:n])
-	o.off += int64(n)
-	return n, err
-}
-
-func (o *offsetReader) ReadByte() (byte, error) {
-	b, err := o.r.ReadByte()
-	if err == nil {
-		o.sum.Write([]byte{b})
-		o.off++
-	}
-	return b, err
+	in     *offsetReader
+	header SnapshotFileHeader
+	body   *streamReader
+	done   bool
+	err    error
 }
 
 // OpenSnapshotFile reads a snapshot file's header and the body's own
 // header from r, refusing a file that is not one (a *SnapshotFileError).
 func OpenSnapshotFile(r io.Reader) (*SnapshotFileReader, error) {
-	sr := &SnapshotFileReader{in: &offsetReader{r: bufio.NewReaderSize(r, 64<<10), sum: sha256.New()}}
+	sr := &SnapshotFileReader{in: newOffsetReader(r, sha256.New())}
 	var prefix [filePrefixLen]byte
-	if err := sr.readFull(prefix[:8], "magic"); err != nil {
+	if err := sr.in.readFull(prefix[:8], "magic"); err != nil {
 		return nil, err
 	}
 	if !bytes.Equal(prefix[:8], fileMagic[:]) {
@@ -201,7 +162,7 @@ func OpenSnapshotFile(r io.Reader) (*SnapshotFileReader, error) {
 		}
 		return nil, &SnapshotFileError{Offset: 0, Field: "magic", Err: why}
 	}
-	if err := sr.readFull(prefix[8:], "format version and header length"); err != nil {
+	if err := sr.in.readFull(prefix[8:], "format version and header length"); err != nil {
 		return nil, err
 	}
 	if v := binary.BigEndian.Uint16(prefix[8:10]); v != SnapshotFileVersion {
@@ -212,26 +173,20 @@ func OpenSnapshotFile(r io.Reader) (*SnapshotFileReader, error) {
 		return nil, &SnapshotFileError{Offset: 10, Field: "header length", Err: fmt.Errorf("%d bytes, want 1 to %d", n, maxFileHeader)}
 	}
 	js := make([]byte, n)
-	if err := sr.readFull(js, "header"); err != nil {
+	if err := sr.in.readFull(js, "header"); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(js, &sr.header); err != nil {
 		return nil, &SnapshotFileError{Offset: filePrefixLen, Field: "header", Err: err}
 	}
 	bodyAt := sr.in.off
-	var m [4]byte
-	if err := sr.readFull(m[:], "body magic"); err != nil {
+	body, err := openStream(sr.in, "body ")
+	if err != nil {
 		return nil, err
 	}
-	if m != snapMagic {
-		return nil, &SnapshotFileError{Offset: bodyAt, Field: "body magic", Err: fmt.Errorf("% x, want % x", m[:], snapMagic[:])}
-	}
-	sr.body = &raftpb.SnapshotHeader{}
-	if err := sr.next(sr.body, "body header"); err != nil {
-		return nil, err
-	}
+	sr.body = body
 	h := sr.header
-	if b := sr.body; b.Index != h.Index || b.Procs != h.Procs || b.Kvs != h.Keys || b.MaxProcId != h.MaxProcID {
+	if b := body.hdr; b.Index != h.Index || b.Procs != h.Procs || b.Kvs != h.Keys || b.MaxProcId != h.MaxProcID {
 		return nil, &SnapshotFileError{Offset: bodyAt + 4, Field: "body header", Err: fmt.Errorf("index %d, %d procedures, %d keys, max id %d; the file header says index %d, %d procedures, %d keys, max id %d",
 			b.Index, b.Procs, b.Kvs, b.MaxProcId, h.Index, h.Procs, h.Keys, h.MaxProcID)}
 	}
@@ -243,50 +198,6 @@ func (sr *SnapshotFileReader) Header() SnapshotFileHeader { return sr.header }
 
 // Offset is how many bytes of the file were read so far.
 func (sr *SnapshotFileReader) Offset() int64 { return sr.in.off }
-
-func (sr *SnapshotFileReader) readFull(p []byte, field string) error {
-	at := sr.in.off
-	if _, err := io.ReadFull(sr.in, p); err != nil {
-		return &SnapshotFileError{Offset: at, Field: field, Err: truncated(err)}
-	}
-	return nil
-}
-
-// truncated names an end of file met inside a field.
-func truncated(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("file ends here (truncated): %w", io.ErrUnexpectedEOF)
-	}
-	return err
-}
-
-// next reads one length-prefixed record of the body into m.
-func (sr *SnapshotFileReader) next(m proto.Message, field string) error {
-	at := sr.in.off
-	n, err := binary.ReadUvarint(sr.in)
-	if err != nil {
-		return &SnapshotFileError{Offset: at, Field: field + " length", Err: truncated(err)}
-	}
-	if n > maxSnapRecord {
-		return &SnapshotFileError{Offset: at, Field: field + " length", Err: fmt.Errorf("%d bytes exceeds %d", n, maxSnapRecord)}
-	}
-	// The buffer grows as the bytes arrive, not to the length read: a
-	// damaged or cut file of a few bytes may claim up to maxSnapRecord.
-	sr.buf = sr.buf[:0]
-	for left := n; left > 0; {
-		k := int(min(left, recordReadStep))
-		from := len(sr.buf)
-		sr.buf = slices.Grow(sr.buf, k)[:from+k]
-		if err := sr.readFull(sr.buf[from:], field); err != nil {
-			return err
-		}
-		left -= uint64(k)
-	}
-	if err := proto.Unmarshal(sr.buf, m); err != nil {
-		return &SnapshotFileError{Offset: at, Field: field, Err: err}
-	}
-	return nil
-}
 
 // Next returns the next entry, or io.EOF once the whole file is read and
 // verified: the end record matches the counts, the checksum matches, and
@@ -311,51 +222,11 @@ func (sr *SnapshotFileReader) Next() (SnapshotEntry, error) {
 }
 
 func (sr *SnapshotFileReader) advance() (SnapshotEntry, error) {
-	at := sr.in.off
-	sr.rec.Reset()
-	if err := sr.next(&sr.rec, "record"); err != nil {
-		return SnapshotEntry{}, err
-	}
-	bad := func(field string, format string, args ...any) error {
-		return &SnapshotFileError{Offset: at, Field: field, Err: fmt.Errorf(format, args...)}
-	}
-	switch r := sr.rec.Rec.(type) {
-	case *raftpb.SnapshotRecord_Proc:
-		if err := checkProcID(r.Proc.Id); err != nil {
-			return SnapshotEntry{}, bad("procedure record", "%w", err)
-		}
-		if sr.nKeys > 0 || r.Proc.Id <= sr.lastID {
-			return SnapshotEntry{}, bad("procedure record", "procedure %d out of order (after procedure %d, or after a key)", r.Proc.Id, sr.lastID)
-		}
-		if r.Proc.Id > sr.body.MaxProcId {
-			// A restore takes max_proc_id as the highest id ever given,
-			// and would give this one again.
-			return SnapshotEntry{}, bad("procedure record", "procedure %d above the body header's max id %d", r.Proc.Id, sr.body.MaxProcId)
-		}
-		sr.lastID = r.Proc.Id
-		sr.nProcs++
-		return SnapshotEntry{Proc: &store.Proc{ID: r.Proc.Id, Data: r.Proc.Data}}, nil
-	case *raftpb.SnapshotRecord_Kv:
-		key := string(r.Kv.Key)
-		if key == "" {
-			return SnapshotEntry{}, bad("key record", "empty key")
-		}
-		if sr.nKeys > 0 && key <= sr.lastKey {
-			return SnapshotEntry{}, bad("key record", "key %q out of order (after %q)", key, sr.lastKey)
-		}
-		sr.lastKey = key
-		sr.nKeys++
-		return SnapshotEntry{Key: key, Value: r.Kv.Value}, nil
-	case *raftpb.SnapshotRecord_End:
-		end, b := r.End, sr.body
-		if end.Index != b.Index || end.Procs != sr.nProcs || end.Kvs != sr.nKeys || end.Procs != b.Procs || end.Kvs != b.Kvs {
-			return SnapshotEntry{}, bad("end record", "index %d, %d procedures, %d keys; the body header says index %d, %d procedures, %d keys, and %d procedures and %d keys were read",
-				end.Index, end.Procs, end.Kvs, b.Index, b.Procs, b.Kvs, sr.nProcs, sr.nKeys)
-		}
+	e, err := sr.body.next()
+	if err == io.EOF {
 		return SnapshotEntry{}, sr.verifyTrailer()
-	default:
-		return SnapshotEntry{}, bad("record", "unknown record kind")
 	}
+	return e, err
 }
 
 // verifyTrailer checks the checksum after the end record and that the file
@@ -364,7 +235,7 @@ func (sr *SnapshotFileReader) verifyTrailer() error {
 	want := sr.in.sum.Sum(nil)
 	at := sr.in.off
 	var t [4 + sha256.Size]byte
-	if err := sr.readFull(t[:], "trailer"); err != nil {
+	if err := sr.in.readFull(t[:], "trailer"); err != nil {
 		return err
 	}
 	if !bytes.Equal(t[:4], trailerMagic[:]) {

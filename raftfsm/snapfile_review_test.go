@@ -26,7 +26,17 @@ func craftFile(tb testing.TB, headerJSON string, records ...proto.Message) []byt
 	b = binary.BigEndian.AppendUint16(b, SnapshotFileVersion)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(headerJSON)))
 	b = append(b, headerJSON...)
-	b = append(b, snapMagic[:]...)
+	b = append(b, craftStream(tb, records...)...)
+	sum := sha256.Sum256(b)
+	b = append(b, trailerMagic[:]...)
+	return append(b, sum[:]...)
+}
+
+// craftStream builds a snapshot stream by hand: the magic, then records
+// as given (a header first, for a stream that gets past it).
+func craftStream(tb testing.TB, records ...proto.Message) []byte {
+	tb.Helper()
+	b := append([]byte(nil), snapMagic[:]...)
 	for _, m := range records {
 		enc, err := proto.Marshal(m)
 		if err != nil {
@@ -35,9 +45,7 @@ func craftFile(tb testing.TB, headerJSON string, records ...proto.Message) []byt
 		b = binary.AppendUvarint(b, uint64(len(enc)))
 		b = append(b, enc...)
 	}
-	sum := sha256.Sum256(b)
-	b = append(b, trailerMagic[:]...)
-	return append(b, sum[:]...)
+	return b
 }
 
 func procRec(id uint64) *raftpb.SnapshotRecord {

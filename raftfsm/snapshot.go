@@ -7,9 +7,12 @@ package raftfsm
 // protobuf message: one SnapshotHeader, then SnapshotRecord{proc} for every
 // live procedure in id order, SnapshotRecord{kv} for every domain key in key
 // order, and a final SnapshotRecord{end} repeating the header, so that a
-// truncated stream is refused rather than restored. Persist walks an
-// immutable state version through a small buffered writer: memory stays
-// bounded by the buffer and one record however large the state.
+// truncated stream is refused rather than restored. Restore reads it with
+// the reader of a snapshot file's body (snapstream.go), which refuses what
+// no writer writes: entries out of order, a procedure above the header's
+// max id. Persist walks an immutable state version through a small
+// buffered writer: memory stays bounded by the buffer and one record
+// however large the state.
 //
 // Data directory. Dir/CURRENT names the live WAL directory, wal-<generation>
 // (20 digits). Restore never touches the live WAL: it writes the whole
@@ -143,31 +146,14 @@ func writeStream(st *state, w io.Writer) error {
 	return nil
 }
 
-// snapReader reads the records of a snapshot stream.
-type snapReader struct {
-	r   *bufio.Reader
-	buf []byte
-}
-
-func (sr *snapReader) next(m proto.Message) error {
-	n, err := binary.ReadUvarint(sr.r)
-	if err != nil {
-		return fmt.Errorf("%w: record length: %w", ErrBadSnapshot, err)
+// badSnapshot is a refusal of a raft snapshot stream (streamReader's,
+// naming where) as Restore returns it: ErrBadSnapshot.
+func badSnapshot(err error) error {
+	var fe *SnapshotFileError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("%w: %s at offset %d: %w", ErrBadSnapshot, fe.Field, fe.Offset, fe.Err)
 	}
-	if n > maxSnapRecord {
-		return fmt.Errorf("%w: record of %d bytes exceeds %d", ErrBadSnapshot, n, maxSnapRecord)
-	}
-	if uint64(cap(sr.buf)) < n {
-		sr.buf = make([]byte, n)
-	}
-	sr.buf = sr.buf[:n]
-	if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
-		return fmt.Errorf("%w: record body: %w", ErrBadSnapshot, err)
-	}
-	if err := proto.Unmarshal(sr.buf, m); err != nil {
-		return fmt.Errorf("%w: record: %w", ErrBadSnapshot, err)
-	}
-	return nil
+	return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 }
 
 // Restore implements raft.FSM. It rebuilds the in-memory state from the
@@ -223,18 +209,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // failing disk) is not an error of the snapshot: restore then drops the new
 // WAL, goes on in memory, and returns the failure as walFail (w is nil).
 func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint64, walFail, err error) {
-	sr := &snapReader{r: bufio.NewReaderSize(rc, 64<<10)}
-	var m [4]byte
-	if _, err := io.ReadFull(sr.r, m[:]); err != nil {
-		return nil, nil, 0, 0, nil, fmt.Errorf("%w: magic: %w", ErrBadSnapshot, err)
+	sr, err := openStream(newOffsetReader(rc, nil), "")
+	if err != nil {
+		return nil, nil, 0, 0, nil, badSnapshot(err)
 	}
-	if m != snapMagic {
-		return nil, nil, 0, 0, nil, fmt.Errorf("%w: magic % x, want % x", ErrBadSnapshot, m[:], snapMagic[:])
-	}
-	hdr := &raftpb.SnapshotHeader{}
-	if err := sr.next(hdr); err != nil {
-		return nil, nil, 0, 0, nil, err
-	}
+	hdr := sr.hdr
 
 	nextKey = firstKeyID
 	var dir string
@@ -275,80 +254,63 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 	kv := newKVTree()
 	var batch store.Batch
 	batchBytes := 0
-	flush := func() error {
+	// flush writes the batch into the new WAL; a failure drops the WAL
+	// (walFail), not the restore.
+	flush := func() {
 		if w == nil {
-			return nil
+			return
 		}
 		batch.Index = hdr.Index
 		if err := w.Append(batch); err != nil {
 			dropWAL(fmt.Errorf("raftfsm: write restored WAL %s: %w", dir, err))
 		}
 		batch, batchBytes = store.Batch{}, 0
-		return nil
 	}
-	var nProcs, nKVs uint64
-	rec := &raftpb.SnapshotRecord{}
 	for {
-		rec.Reset()
-		if err = sr.next(rec); err != nil {
+		e, rerr := sr.next()
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			err = badSnapshot(rerr)
 			return nil, nil, 0, 0, nil, err
 		}
 		var add store.Proc
-		switch r := rec.Rec.(type) {
-		case *raftpb.SnapshotRecord_Proc:
-			if err = checkProcID(r.Proc.Id); err != nil {
-				return nil, nil, 0, 0, nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
-			}
-			procs.ReplaceOrInsert(&procItem{id: r.Proc.Id, data: r.Proc.Data})
-			nProcs++
-			add = store.Proc{ID: r.Proc.Id, Data: r.Proc.Data}
-		case *raftpb.SnapshotRecord_Kv:
-			if len(r.Kv.Key) == 0 {
-				return nil, nil, 0, 0, nil, fmt.Errorf("%w: empty key", ErrBadSnapshot)
-			}
+		if e.Proc != nil {
+			procs.ReplaceOrInsert(&procItem{id: e.Proc.ID, data: e.Proc.Data})
+			add = *e.Proc
+		} else {
 			id := nextKey
 			nextKey++
-			kv.ReplaceOrInsert(&kvItem{key: string(r.Kv.Key), val: r.Kv.Value, walID: id})
-			nKVs++
-			img, _ := proto.Marshal(r.Kv)
+			kv.ReplaceOrInsert(&kvItem{key: e.Key, val: e.Value, walID: id})
+			img, _ := proto.Marshal(&raftpb.KV{Key: []byte(e.Key), Value: e.Value})
 			add = store.Proc{ID: id, Data: img}
-		case *raftpb.SnapshotRecord_End:
-			end := r.End
-			if end.Index != hdr.Index || end.Procs != nProcs || end.Kvs != nKVs || end.Procs != hdr.Procs || end.Kvs != hdr.Kvs {
-				return nil, nil, 0, 0, nil, fmt.Errorf("%w: end record (index %d, %d procs, %d keys) does not match header (index %d, %d procs, %d keys) or the %d procs and %d keys read",
-					ErrBadSnapshot, end.Index, end.Procs, end.Kvs, hdr.Index, hdr.Procs, hdr.Kvs, nProcs, nKVs)
-			}
-			img, _ := proto.Marshal(&raftpb.WalMeta{MaxProcId: hdr.MaxProcId})
-			// The meta record also carries the index when the snapshot is empty.
-			batch.Updates = append(batch.Updates, store.Proc{ID: walMetaID, Data: img})
-			if err = flush(); err != nil {
-				return nil, nil, 0, 0, nil, err
-			}
-			if w != nil {
-				// Every record carries the snapshot's index, so a torn
-				// prefix would load as the whole snapshot: the new WAL must
-				// be durable before CURRENT names it (SyncOnRoll).
-				if serr := w.Sync(); serr != nil {
-					dropWAL(fmt.Errorf("raftfsm: sync restored WAL %s: %w", dir, serr))
-				} else if cerr := writeCurrent(f.cfg.Dir, gen); cerr != nil {
-					dropWAL(cerr)
-				}
-			}
-			st = &state{procs: procs, kv: kv, maxProcID: hdr.MaxProcId, index: hdr.Index}
-			return st, w, gen, nextKey, walFail, nil
-		default:
-			return nil, nil, 0, 0, nil, fmt.Errorf("%w: unknown record kind", ErrBadSnapshot)
 		}
 		if w != nil {
 			batch.Updates = append(batch.Updates, add)
 			batchBytes += 16 + len(add.Data)
 			if batchBytes >= f.cfg.RestoreBatchBytes {
-				if err = flush(); err != nil {
-					return nil, nil, 0, 0, nil, err
-				}
+				flush()
 			}
 		}
 	}
+	// The end record matched the header and the counts read.
+	img, _ := proto.Marshal(&raftpb.WalMeta{MaxProcId: hdr.MaxProcId})
+	// The meta record also carries the index when the snapshot is empty.
+	batch.Updates = append(batch.Updates, store.Proc{ID: walMetaID, Data: img})
+	flush()
+	if w != nil {
+		// Every record carries the snapshot's index, so a torn prefix
+		// would load as the whole snapshot: the new WAL must be durable
+		// before CURRENT names it (SyncOnRoll).
+		if serr := w.Sync(); serr != nil {
+			dropWAL(fmt.Errorf("raftfsm: sync restored WAL %s: %w", dir, serr))
+		} else if cerr := writeCurrent(f.cfg.Dir, gen); cerr != nil {
+			dropWAL(cerr)
+		}
+	}
+	st = &state{procs: procs, kv: kv, maxProcID: hdr.MaxProcId, index: hdr.Index}
+	return st, w, gen, nextKey, walFail, nil
 }
 
 // ---- data directory ----

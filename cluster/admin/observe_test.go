@@ -43,6 +43,8 @@ var (
 		"baton_wal_segments_deleted_total", "baton_wal_rewritten_records_total", "baton_wal_rewrite_bytes_total",
 		// The binary and the cluster version.
 		"baton_cluster_format", "baton_build_info",
+		// What this master's autopilot did while it led.
+		"baton_autopilot_promotions_total", "baton_autopilot_removals_total",
 	}
 	leaderFamilies = []string{
 		// Procedures.
@@ -56,6 +58,8 @@ var (
 		"baton_dispatch_queued_operations", "baton_dispatch_servers",
 		// Leases and the domain.
 		"baton_leases", "baton_regions", "baton_tables", "baton_region_servers",
+		// The members as the autopilot sees them.
+		"baton_autopilot_members",
 	}
 	regionServerFamilies = []string{
 		"baton_regionserver_regions", "baton_regionserver_region_operations_total", "baton_regionserver_heartbeats_total",
@@ -199,7 +203,7 @@ func TestMetricFamilies(t *testing.T) {
 		if miss := missing(have, everyMasterFamilies); len(miss) > 0 {
 			t.Errorf("standby %s lacks %v", m.ID, miss)
 		}
-		for _, name := range []string{"baton_procedures", "baton_regions", "baton_leases", "baton_dispatch_queued_operations"} {
+		for _, name := range []string{"baton_procedures", "baton_regions", "baton_leases", "baton_dispatch_queued_operations", "baton_autopilot_members"} {
 			if have[name] {
 				t.Errorf("standby %s reports %s, which only the leader may (or sums over masters count twice)", m.ID, name)
 			}
@@ -219,6 +223,7 @@ func TestMetricFamilies(t *testing.T) {
 	}{
 		{"baton_raft_state", map[string]string{"state": "leader"}, 1},
 		{"baton_executor_running", nil, 1},
+		{"baton_autopilot_members", map[string]string{"suffrage": "voter", "health": "healthy"}, 3},
 		{"baton_regions", map[string]string{"state": "OPEN"}, 6},
 		{"baton_tables", map[string]string{"state": "ENABLED"}, 1},
 		{"baton_region_servers", map[string]string{"state": "live"}, 3},

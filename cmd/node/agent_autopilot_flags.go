@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/cluster"
@@ -33,21 +32,15 @@ func (a autopilotSettings) apply(c *cluster.Config) {
 		}
 	}
 	c.DeadMemberTimeout = a.DeadMember
-	if a.MinQuorum > 0 {
-		c.MinQuorum = a.MinQuorum
-	}
+	override(&c.MinQuorum, a.MinQuorum)
 }
 
+// autopilotEnv maps the autopilot flags to their environment variables
+// (merged into agentEnv, agentFlagGroupsEnv).
 var autopilotEnv = map[string]string{
 	"server-stabilization-time": "BATON_SERVER_STABILIZATION_TIME",
 	"dead-member-timeout":       "BATON_DEAD_MEMBER_TIMEOUT",
 	"min-quorum":                "BATON_MIN_QUORUM",
-}
-
-func init() {
-	for k, v := range autopilotEnv {
-		agentEnv[k] = v
-	}
 }
 
 // autopilotFlags holds the flags' raw values until parse.
@@ -68,16 +61,7 @@ func addAutopilotFlags(str func(name, usage string) *string) autopilotFlags {
 func (f autopilotFlags) parse(bad func(format string, args ...any)) autopilotSettings {
 	var a autopilotSettings
 	dur := func(name, v string) (time.Duration, bool) {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return 0, false
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > maxAutopilotTiming {
-			bad("--%s %q: want a duration in 0..%v, e.g. 10s", name, v, maxAutopilotTiming)
-			return 0, false
-		}
-		return d, true
+		return durationFlag(name, v, 0, maxAutopilotTiming, "10s", bad)
 	}
 	a.Stabilization, a.StabilizationSet = dur("server-stabilization-time", *f.stabilization)
 	a.DeadMember, _ = dur("dead-member-timeout", *f.deadMember)

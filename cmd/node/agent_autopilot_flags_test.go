@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -37,17 +36,9 @@ func TestAgentAutopilotFlags(t *testing.T) {
 	if c := applied(cfg.Autopilot); err != nil || c.MinQuorum != 4 || c.DeadMemberTimeout != 90*time.Second {
 		t.Fatalf("config file: %+v, %v", cfg.Autopilot, err)
 	}
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkAgentUsageErrors(t, []agentUsageCase{
 		{[]string{"--server-stabilization-time", "soon"}, `--server-stabilization-time "soon": want a duration`},
 		{[]string{"--dead-member-timeout", "-1m"}, `--dead-member-timeout "-1m": want a duration`},
 		{[]string{"--min-quorum", "0"}, `--min-quorum "0": want a number of voters in 1..99`},
-	} {
-		code, stdout, stderr := runCLI(t, nil, append([]string{"agent", "--dev", "--data-dir", t.TempDir()}, tc.args...)...)
-		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
-			t.Errorf("agent %v: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, exitUsage, tc.want)
-		}
-	}
+	})
 }

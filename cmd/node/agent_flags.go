@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"strconv"
@@ -163,6 +164,17 @@ var agentEnv = map[string]string{
 
 	"cluster-secret":      "BATON_CLUSTER_SECRET",
 	"cluster-secret-file": "BATON_CLUSTER_SECRET_FILE",
+}
+
+// agentFlagGroupsEnv are the environment variables of the flag groups
+// kept in files of their own; agentEnv takes them in, and the config file
+// reads them through it.
+var agentFlagGroupsEnv = []map[string]string{raftTimingEnv, raftLogEnv, autopilotEnv, snapshotEnv}
+
+func init() {
+	for _, m := range agentFlagGroupsEnv {
+		maps.Copy(agentEnv, m)
+	}
 }
 
 // parseAgentFlags reads `baton agent` flags, each defaulting to its

@@ -34,6 +34,25 @@ func usageErrorCase(t *testing.T, err error, want string) bool {
 	return false
 }
 
+// agentUsageCase is a `baton agent --dev` command line that must be
+// refused: args, and what its complaint says.
+type agentUsageCase struct {
+	args []string
+	want string
+}
+
+// checkAgentUsageErrors runs each case's agent and checks it exits with a
+// usage error, nothing on stdout, and the complaint on stderr.
+func checkAgentUsageErrors(t *testing.T, cases []agentUsageCase) {
+	t.Helper()
+	for _, tc := range cases {
+		code, stdout, stderr := runCLI(t, nil, append([]string{"agent", "--dev", "--data-dir", t.TempDir()}, tc.args...)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("agent %v: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+}
+
 func TestParseAgentFlags(t *testing.T) {
 	three := "n1=10.0.0.1:7071,n2=10.0.0.2:7071,n3=10.0.0.3:7071"
 	for _, tc := range []struct {

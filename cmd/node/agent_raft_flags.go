@@ -28,30 +28,18 @@ type raftTimings struct {
 
 // apply sets the timings on a cluster configuration.
 func (r raftTimings) apply(c *cluster.Config) {
-	if r.HeartbeatTimeout > 0 {
-		c.HeartbeatTimeout = r.HeartbeatTimeout
-	}
-	if r.ElectionTimeout > 0 {
-		c.ElectionTimeout = r.ElectionTimeout
-	}
-	if r.LeaderLease > 0 {
-		c.LeaderLeaseTimeout = r.LeaderLease
-	}
+	override(&c.HeartbeatTimeout, r.HeartbeatTimeout)
+	override(&c.ElectionTimeout, r.ElectionTimeout)
+	override(&c.LeaderLeaseTimeout, r.LeaderLease)
 }
 
 // raftTimingEnv maps the Raft timing flags to their environment variables
-// (merged into agentEnv, which the config file reads too).
+// (merged into agentEnv, agentFlagGroupsEnv).
 var raftTimingEnv = map[string]string{
 	"raft-heartbeat-timeout": "BATON_RAFT_HEARTBEAT_TIMEOUT",
 	"raft-election-timeout":  "BATON_RAFT_ELECTION_TIMEOUT",
 	"raft-leader-lease":      "BATON_RAFT_LEADER_LEASE",
 	"raft-multiplier":        "BATON_RAFT_MULTIPLIER",
-}
-
-func init() {
-	for k, v := range raftTimingEnv {
-		agentEnv[k] = v
-	}
 }
 
 // raftTimingFlags holds the flags' raw values until parse.
@@ -92,16 +80,7 @@ func (f raftTimingFlags) parse(bad func(format string, args ...any)) raftTimings
 		mult, multGiven = n, true
 	}
 	dur := func(name, v string) (time.Duration, bool) {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return 0, false
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minRaftTiming || d > maxRaftTiming {
-			bad("--%s %q: want a duration in %v..%v, e.g. 500ms", name, v, minRaftTiming, maxRaftTiming)
-			return 0, false
-		}
-		return d, true
+		return durationFlag(name, v, minRaftTiming, maxRaftTiming, "500ms", bad)
 	}
 	hb, hbGiven := dur("raft-heartbeat-timeout", *f.heartbeat)
 	el, elGiven := dur("raft-election-timeout", *f.election)

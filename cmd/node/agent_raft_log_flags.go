@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/cluster"
@@ -26,30 +25,20 @@ type raftLog struct {
 
 // apply sets the counts on a cluster configuration.
 func (r raftLog) apply(c *cluster.Config) {
-	if r.SnapshotThreshold > 0 {
-		c.SnapshotThreshold = r.SnapshotThreshold
-	}
-	if r.TrailingLogs > 0 {
-		c.TrailingLogs = r.TrailingLogs
-	}
-	if r.SnapshotInterval > 0 {
-		c.SnapshotInterval = r.SnapshotInterval
-	}
+	override(&c.SnapshotThreshold, r.SnapshotThreshold)
+	override(&c.TrailingLogs, r.TrailingLogs)
+	override(&c.SnapshotInterval, r.SnapshotInterval)
 }
 
 // Raft's own minimum for the snapshot check's interval.
 const minRaftSnapshotInterval = 5 * time.Millisecond
 
+// raftLogEnv maps the Raft log flags to their environment variables
+// (merged into agentEnv, agentFlagGroupsEnv).
 var raftLogEnv = map[string]string{
 	"raft-snapshot-threshold": "BATON_RAFT_SNAPSHOT_THRESHOLD",
 	"raft-trailing-logs":      "BATON_RAFT_TRAILING_LOGS",
 	"raft-snapshot-interval":  "BATON_RAFT_SNAPSHOT_INTERVAL",
-}
-
-func init() {
-	for k, v := range raftLogEnv {
-		agentEnv[k] = v
-	}
 }
 
 // raftLogFlags holds the flags' raw values until parse.
@@ -76,13 +65,6 @@ func (f raftLogFlags) parse(bad func(format string, args ...any)) raftLog {
 	}
 	r.SnapshotThreshold = count("raft-snapshot-threshold", *f.threshold)
 	r.TrailingLogs = count("raft-trailing-logs", *f.trailing)
-	if v := strings.TrimSpace(*f.interval); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < minRaftSnapshotInterval || d > time.Hour {
-			bad("--raft-snapshot-interval %q: want a duration in %v..%v, e.g. 30s", v, minRaftSnapshotInterval, time.Hour)
-		} else {
-			r.SnapshotInterval = d
-		}
-	}
+	r.SnapshotInterval, _ = durationFlag("raft-snapshot-interval", *f.interval, minRaftSnapshotInterval, time.Hour, "30s", bad)
 	return r
 }

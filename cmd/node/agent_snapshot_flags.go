@@ -32,17 +32,11 @@ func (s snapshotSchedule) schedule() *admin.SnapshotSchedule {
 }
 
 // snapshotEnv maps the snapshot flags to their environment variables
-// (merged into agentEnv, which the config file reads too).
+// (merged into agentEnv, agentFlagGroupsEnv).
 var snapshotEnv = map[string]string{
 	"snapshot-interval": "BATON_SNAPSHOT_INTERVAL",
 	"snapshot-dir":      "BATON_SNAPSHOT_DIR",
 	"snapshot-retain":   "BATON_SNAPSHOT_RETAIN",
-}
-
-func init() {
-	for k, v := range snapshotEnv {
-		agentEnv[k] = v
-	}
 }
 
 // snapshotFlags holds the flags' raw values until parse.

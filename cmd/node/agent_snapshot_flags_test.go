@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"strings"
 	"testing"
 	"time"
 )
@@ -37,20 +36,12 @@ func TestAgentSnapshotFlags(t *testing.T) {
 		t.Fatalf("interval 0: %+v, %v; want none", cfg.Snapshots, err)
 	}
 
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkAgentUsageErrors(t, []agentUsageCase{
 		{[]string{"--snapshot-interval", "hourly", "--snapshot-dir", "/b"}, `--snapshot-interval "hourly": want a duration`},
 		{[]string{"--snapshot-interval", "-1h", "--snapshot-dir", "/b"}, `--snapshot-interval "-1h": want a positive duration`},
 		{[]string{"--snapshot-interval", "10ms", "--snapshot-dir", "/b"}, "want at least 1s"},
 		{[]string{"--snapshot-interval", "1h"}, "--snapshot-interval needs --snapshot-dir"},
 		{[]string{"--snapshot-interval", "1h", "--snapshot-dir", "/b", "--snapshot-retain", "-2"}, `--snapshot-retain "-2": want a number of snapshots in 1..10000`},
 		{[]string{"--snapshot-interval", "1h", "--snapshot-dir", "/b", "--snapshot-retain", "0"}, `--snapshot-retain "0"`},
-	} {
-		code, stdout, stderr := runCLI(t, nil, append([]string{"agent", "--dev", "--data-dir", t.TempDir()}, tc.args...)...)
-		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tc.want) {
-			t.Errorf("agent %v: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, exitUsage, tc.want)
-		}
-	}
+	})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,19 +43,4 @@ func (f connLimitFlags) parse(bad func(format string, args ...any)) security.Con
 		l.MaxPerSource = n
 	}
 	return l
-}
-
-// intFlag parses the value v of flag --name (trimmed) as a whole number in
-// lo..hi, what naming it in the complaint otherwise (e.g. "a number of
-// connections"); given is false when v is empty. The number is returned
-// even when out of range: bad has refused the configuration.
-func intFlag(name, v, what string, lo, hi int, bad func(string, ...any)) (n int, given bool) {
-	if v = strings.TrimSpace(v); v == "" {
-		return 0, false
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		bad("--%s %q: want %s in %d..%d", name, v, what, lo, hi)
-	}
-	return n, true
 }
