@@ -795,3 +795,36 @@ func mustJSON(t *testing.T, raw []byte, v any) {
 		t.Fatal(err)
 	}
 }
+
+// A scale-up after install keeps --initial-cluster-size at the install's
+// count, so the new ordinals join (the contract: ORDINAL >= N joins through
+// members 0..N-1, which exist) instead of bootstrapping a second cluster.
+func TestScaleUpKeepsInitialSize(t *testing.T) {
+	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5, "initialClusterSize": 3}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{values: "5 masters after 3", objects: objs}
+	sts := r.statefulSets()[releaseName+"-master"]
+	c := sts.Spec.Template.Spec.Containers[0]
+	if v, _ := argValue(c.Args, "initial-cluster-size"); v != "3" {
+		t.Fatalf("--initial-cluster-size %q after a scale to 5, want the install's 3", v)
+	}
+	for _, pod := range []string{sts.Name + "-3", sts.Name + "-4"} {
+		env := podEnv(c, pod)
+		raft, _ := argValue(c.Args, "raft-addr")
+		join, err := derivePeers(pod, expand(raft, env), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, j := range join {
+			if !strings.HasPrefix(j, fmt.Sprintf("%s-%d.", sts.Name, i)) {
+				t.Errorf("pod %s joins through %s, not an install member", pod, j)
+			}
+		}
+	}
+	// An anti-affinity word the chart does not know fails, not drops.
+	if _, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"antiAffinity": map[string]any{"node": "requried"}}})); err == nil || !strings.Contains(err.Error(), "required, preferred or none") {
+		t.Errorf("a misspelt antiAffinity.node rendered (err %v)", err)
+	}
+}

@@ -150,6 +150,12 @@ app.kubernetes.io/component: regionserver
 {{- define "baton.affinity" -}}
 {{- $node := .aa.node -}}
 {{- $zone := .aa.zone -}}
+{{- if not (has $node (list "required" "preferred" "none")) -}}
+{{- fail (printf "antiAffinity.node %q: required, preferred or none" $node) -}}
+{{- end -}}
+{{- if not (has $zone (list "preferred" "none")) -}}
+{{- fail (printf "antiAffinity.zone %q: preferred or none" $zone) -}}
+{{- end -}}
 {{- if or (ne $node "none") (ne $zone "none") }}
 podAntiAffinity:
   {{- if eq $node "required" }}
