@@ -1,0 +1,830 @@
+package deploy
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ---- the baton binary's flags ----
+
+var (
+	batonOnce sync.Once
+	batonPath string
+	batonErr  error
+)
+
+// baton builds the main module's binary once (the repository root is this
+// module's parent).
+func baton(t *testing.T) string {
+	t.Helper()
+	batonOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "baton-deploy-test")
+		if err != nil {
+			batonErr = err
+			return
+		}
+		batonPath = filepath.Join(dir, "baton")
+		cmd := exec.Command("go", "build", "-o", batonPath, "./cmd/node")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			batonErr = fmt.Errorf("go build ./cmd/node: %w\n%s", err, out)
+		}
+	})
+	if batonErr != nil {
+		t.Fatal(batonErr)
+	}
+	return batonPath
+}
+
+var flagLine = regexp.MustCompile(`(?m)^\s+-{1,2}([a-z0-9][a-z0-9-]*)\b`)
+
+var helpCache = map[string]map[string]bool{}
+
+// helpFlags are the flags `baton <args> -h` lists; a command that lists
+// none (one that does not exist yet) is an error, reported once.
+func helpFlags(t *testing.T, args ...string) map[string]bool {
+	t.Helper()
+	key := strings.Join(args, " ")
+	if f, ok := helpCache[key]; ok {
+		return f
+	}
+	cmd := exec.Command(baton(t), append(args, "-h")...)
+	out, _ := cmd.CombinedOutput() // -h exits 0 or 2 by command; the listing is what counts
+	flags := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) == 0 {
+		t.Errorf("baton %s -h listed no flags:\n%s", key, out)
+	}
+	helpCache[key] = flags
+	return flags
+}
+
+// argFlags are the flag names in a command line (--name, --name=value,
+// -name), in order.
+func argFlags(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		if i := strings.IndexByte(name, '='); i >= 0 {
+			name = name[:i]
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// argValue is flag name's value in args (--name=value or --name value).
+func argValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		for _, p := range []string{"--" + name, "-" + name} {
+			if a == p && i+1 < len(args) {
+				return args[i+1], true
+			}
+			if strings.HasPrefix(a, p+"=") {
+				return strings.TrimPrefix(a, p+"="), true
+			}
+		}
+	}
+	return "", false
+}
+
+// expand replaces $(VAR) as the kubelet does in a container's args and
+// env values (not in exec hooks: see TestPreStop).
+func expand(s string, env map[string]string) string {
+	return regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(s, func(m string) string {
+		if v, ok := env[m[2:len(m)-1]]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// podEnv is the environment the kubelet gives ordinal's pod: the downward
+// API's pod name and the literal values, expanded in order.
+func podEnv(c corev1.Container, pod string) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = pod
+		case e.ValueFrom == nil:
+			env[e.Name] = expand(e.Value, env)
+		}
+	}
+	return env
+}
+
+// Every flag the chart passes exists in the binary's help. The flags of
+// issue 32's contract (--initial-cluster-size, --listen-host,
+// cluster transfer-leadership) come with the agent's side of it.
+func TestChartFlagsExist(t *testing.T) {
+	commands := map[string]map[string]bool{
+		"agent":        helpFlags(t, "agent"),
+		"regionserver": helpFlags(t, "regionserver"),
+	}
+	for _, r := range renderAll(t) {
+		for name, sts := range r.statefulSets() {
+			for _, c := range sts.Spec.Template.Spec.Containers {
+				if len(c.Args) == 0 {
+					t.Errorf("%s: %s/%s has no args", r.values, name, c.Name)
+					continue
+				}
+				known, ok := commands[c.Args[0]]
+				if !ok {
+					t.Errorf("%s: %s/%s runs baton %q, not agent or regionserver", r.values, name, c.Name, c.Args[0])
+					continue
+				}
+				for _, f := range argFlags(c.Args[1:]) {
+					if !known[f] {
+						t.Errorf("%s: %s/%s: --%s is not in `baton %s -h`", r.values, name, c.Name, f, c.Args[0])
+					}
+				}
+				if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Exec != nil {
+					cmd := c.Lifecycle.PreStop.Exec.Command
+					if len(cmd) < 3 || cmd[0] != "/baton" {
+						t.Errorf("%s: %s/%s preStop %q: want /baton cluster ...", r.values, name, c.Name, cmd)
+						continue
+					}
+					sub := helpFlags(t, cmd[1], cmd[2])
+					if len(sub) == 0 {
+						continue
+					}
+					for _, f := range argFlags(cmd[3:]) {
+						if !sub[f] {
+							t.Errorf("%s: %s/%s preStop: --%s is not in `baton %s %s -h`", r.values, name, c.Name, f, cmd[1], cmd[2])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// ---- ports ----
+
+func containerPort(c corev1.Container, p intstr.IntOrString) (int32, bool) {
+	for _, cp := range c.Ports {
+		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
+			return cp.ContainerPort, true
+		}
+	}
+	return 0, false
+}
+
+func addrPort(t *testing.T, addr string) int32 {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	return int32(n)
+}
+
+// Probes, Services and ServiceMonitors name ports the containers have, and
+// the containers listen where their flags say.
+func TestPortsMatch(t *testing.T) {
+	for _, r := range renderAll(t) {
+		stss := r.statefulSets()
+		for name, sts := range stss {
+			c := sts.Spec.Template.Spec.Containers[0]
+			for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if p == nil {
+					t.Errorf("%s: %s has no %s probe", r.values, name, what)
+					continue
+				}
+				var port intstr.IntOrString
+				switch {
+				case p.HTTPGet != nil:
+					port = p.HTTPGet.Port
+					httpAddr, _ := argValue(c.Args, "http-addr")
+					if n, ok := containerPort(c, port); !ok || httpAddr == "" || n != addrPort(t, httpAddr) {
+						t.Errorf("%s: %s %s probe on %s (container port %d) but --http-addr %q", r.values, name, what, port.String(), n, httpAddr)
+					}
+				case p.TCPSocket != nil:
+					port = p.TCPSocket.Port
+				default:
+					t.Errorf("%s: %s %s probe is neither httpGet nor tcpSocket", r.values, name, what)
+					continue
+				}
+				if _, ok := containerPort(c, port); !ok {
+					t.Errorf("%s: %s %s probe port %s is not a container port", r.values, name, what, port.String())
+				}
+			}
+			for _, flag := range []string{"grpc-addr", "raft-addr", "http-addr"} {
+				if v, ok := argValue(c.Args, flag); ok {
+					if _, ok := containerPort(c, intstr.FromInt32(addrPort(t, v))); !ok {
+						t.Errorf("%s: %s --%s %s: no container port %d", r.values, name, flag, v, addrPort(t, v))
+					}
+				}
+			}
+			if c.ReadinessProbe != nil && c.ReadinessProbe.HTTPGet != nil && c.Args[0] == "agent" {
+				if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/livez" {
+					t.Errorf("%s: %s probes: readiness %s, liveness %v; want /readyz and /livez", r.values, name, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet)
+				}
+				_, tls := argValue(c.Args, "tls-cert")
+				want := corev1.URISchemeHTTP
+				if tls {
+					want = corev1.URISchemeHTTPS
+				}
+				if c.ReadinessProbe.HTTPGet.Scheme != want || c.LivenessProbe.HTTPGet.Scheme != want {
+					t.Errorf("%s: %s probes' scheme %s/%s, want %s (TLS %v)", r.values, name, c.ReadinessProbe.HTTPGet.Scheme, c.LivenessProbe.HTTPGet.Scheme, want, tls)
+				}
+			}
+		}
+		services := map[string]*corev1.Service{}
+		for _, o := range r.ofKind("Service") {
+			svc := o.typed.(*corev1.Service)
+			services[o.name] = svc
+			var pods []*appsv1.StatefulSet
+			for _, sts := range stss {
+				if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+					pods = append(pods, sts)
+				}
+			}
+			if len(pods) != 1 {
+				t.Errorf("%s: Service %s selects the pods of %d StatefulSets, want 1", r.values, o.name, len(pods))
+				continue
+			}
+			c := pods[0].Spec.Template.Spec.Containers[0]
+			for _, sp := range svc.Spec.Ports {
+				n, ok := containerPort(c, sp.TargetPort)
+				if !ok {
+					t.Errorf("%s: Service %s port %s targets %s, not a port of %s", r.values, o.name, sp.Name, sp.TargetPort.String(), pods[0].Name)
+				} else if n != sp.Port {
+					t.Errorf("%s: Service %s port %s is %d but reaches container port %d: the DNS addresses use the container's", r.values, o.name, sp.Name, sp.Port, n)
+				}
+			}
+		}
+		for _, o := range r.ofKind("ServiceMonitor") {
+			sm := o.raw
+			var obj struct {
+				Spec struct {
+					Selector  struct{ MatchLabels map[string]string } `json:"selector"`
+					Endpoints []struct {
+						Port   string `json:"port"`
+						Scheme string `json:"scheme"`
+					} `json:"endpoints"`
+				} `json:"spec"`
+			}
+			mustJSON(t, sm, &obj)
+			matched := 0
+			for _, svc := range services {
+				if !labels.SelectorFromSet(obj.Spec.Selector.MatchLabels).Matches(labels.Set(svc.Labels)) {
+					continue
+				}
+				matched++
+				for _, ep := range obj.Spec.Endpoints {
+					found := false
+					for _, sp := range svc.Spec.Ports {
+						found = found || sp.Name == ep.Port
+					}
+					if !found {
+						t.Errorf("%s: ServiceMonitor %s scrapes port %q, which Service %s lacks", r.values, o.name, ep.Port, svc.Name)
+					}
+				}
+			}
+			if matched != 1 {
+				t.Errorf("%s: ServiceMonitor %s selects %d Services, want 1 (two over the same pods scrape each twice)", r.values, o.name, matched)
+			}
+		}
+	}
+}
+
+// ---- quorum ----
+
+// The masters' disruption budget never lets a drain take a quorum, and
+// still lets a drain proceed one master at a time from 3 masters up.
+func TestPDBKeepsQuorum(t *testing.T) {
+	check := func(r rendered) {
+		n := intValue(t, r, "masters.replicas")
+		o, ok := r.get("PodDisruptionBudget", releaseName+"-master")
+		if !ok {
+			t.Errorf("%s: no PodDisruptionBudget for the masters", r.values)
+			return
+		}
+		pdb := o.typed.(*policyv1.PodDisruptionBudget)
+		if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MinAvailable != nil {
+			t.Errorf("%s: the masters' PDB should set maxUnavailable only", r.values)
+			return
+		}
+		mu, err := intstr.GetScaledValueFromIntOrPercent(pdb.Spec.MaxUnavailable, n, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quorum := n/2 + 1
+		if n-mu < quorum {
+			t.Errorf("%s: %d masters, maxUnavailable %d leaves %d < quorum %d", r.values, n, mu, n-mu, quorum)
+		}
+		if n >= 3 && mu < 1 {
+			t.Errorf("%s: %d masters, maxUnavailable %d blocks every drain", r.values, n, mu)
+		}
+		sts := r.statefulSets()[releaseName+"-master"]
+		sel, _ := metaSelector(pdb.Spec.Selector)
+		if !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
+			t.Errorf("%s: the masters' PDB does not select the master pods", r.values)
+		}
+		for name, other := range r.statefulSets() {
+			if name != sts.Name && sel.Matches(labels.Set(other.Spec.Template.Labels)) {
+				t.Errorf("%s: the masters' PDB also selects %s's pods", r.values, name)
+			}
+		}
+	}
+	for _, r := range renderAll(t) {
+		check(r)
+	}
+	// Consul's formula, for every odd size the chart accepts.
+	for n, want := range map[int]int{1: 0, 3: 1, 5: 1, 7: 2, 9: 3} {
+		vals := readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n}})
+		objs, err := render(vals)
+		if err != nil {
+			t.Fatalf("%d masters: %v", n, err)
+		}
+		r := rendered{values: fmt.Sprintf("%d masters", n), vals: vals, objects: objs}
+		check(r)
+		o, _ := r.get("PodDisruptionBudget", releaseName+"-master")
+		if got := o.typed.(*policyv1.PodDisruptionBudget).Spec.MaxUnavailable.IntValue(); got != want {
+			t.Errorf("%d masters: maxUnavailable %d, want %d", n, got, want)
+		}
+	}
+	// An override that would break quorum is refused.
+	_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5, "podDisruptionBudget": map[string]any{"maxUnavailable": 3}}}))
+	if err == nil || !strings.Contains(err.Error(), "quorum") {
+		t.Errorf("maxUnavailable 3 of 5 rendered (err %v), want a refusal naming the quorum", err)
+	}
+}
+
+// An even master count fails to render, saying why.
+func TestEvenMastersRefused(t *testing.T) {
+	for _, n := range []int{2, 4, 6} {
+		_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n}}))
+		if err == nil {
+			t.Errorf("%d masters rendered", n)
+			continue
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("masters.replicas must be odd (1, 3, 5, 7): %d masters", n)) {
+			t.Errorf("%d masters: %v; want the odd-only message", n, err)
+		}
+	}
+}
+
+// ---- peers from DNS ----
+
+// derivePeers replicates the agent's derivation (issue 32's contract):
+// --id NAME-ORDINAL, the raft host's first label is the id, and member i of
+// N is the raft host with its first label replaced by NAME-i.
+func derivePeers(id, raftAddr string, n int) ([]string, error) {
+	cut := strings.LastIndexByte(id, '-')
+	if cut <= 0 {
+		return nil, fmt.Errorf("id %q has no -ORDINAL", id)
+	}
+	if _, err := strconv.Atoi(id[cut+1:]); err != nil {
+		return nil, fmt.Errorf("id %q: ordinal: %w", id, err)
+	}
+	host, port, err := net.SplitHostPort(raftAddr)
+	if err != nil {
+		return nil, err
+	}
+	first, rest, ok := strings.Cut(host, ".")
+	if !ok || first != id {
+		return nil, fmt.Errorf("raft host %q's first label is not the id %q", host, id)
+	}
+	var out []string
+	for i := range n {
+		out = append(out, net.JoinHostPort(fmt.Sprintf("%s-%d.%s", id[:cut], i, rest), port))
+	}
+	return out, nil
+}
+
+// Each master pod's derived peers are the StatefulSet's own pods, named
+// through its headless Service in the release's namespace; region servers
+// reach the same names.
+func TestPeersFromDNS(t *testing.T) {
+	for _, r := range renderAll(t) {
+		sts := r.statefulSets()[releaseName+"-master"]
+		n := int(*sts.Spec.Replicas)
+		domain := value(t, r, "clusterDomain").(string)
+		svcObj, ok := r.get("Service", sts.Spec.ServiceName)
+		if !ok {
+			t.Errorf("%s: the masters' serviceName %q is not a rendered Service", r.values, sts.Spec.ServiceName)
+			continue
+		}
+		svc := svcObj.typed.(*corev1.Service)
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses {
+			t.Errorf("%s: Service %s: clusterIP %q, publishNotReadyAddresses %v; want a headless Service publishing not-ready pods", r.values, svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+		}
+		if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+			t.Errorf("%s: podManagementPolicy %q, want Parallel", r.values, sts.Spec.PodManagementPolicy)
+		}
+		if sts.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+			t.Errorf("%s: updateStrategy %q, want RollingUpdate", r.values, sts.Spec.UpdateStrategy.Type)
+		}
+		pods := map[string]bool{}
+		for i := range n {
+			pods[fmt.Sprintf("%s-%d", sts.Name, i)] = true
+		}
+		c := sts.Spec.Template.Spec.Containers[0]
+		size, _ := argValue(c.Args, "initial-cluster-size")
+		if size != strconv.Itoa(n) {
+			t.Errorf("%s: --initial-cluster-size %q at install, want the replicas %d", r.values, size, n)
+		}
+		for pod := range pods {
+			env := podEnv(c, pod)
+			args := make([]string, len(c.Args))
+			for i, a := range c.Args {
+				args[i] = expand(a, env)
+			}
+			id, _ := argValue(args, "id")
+			raft, _ := argValue(args, "raft-addr")
+			grpc, _ := argValue(args, "grpc-addr")
+			if id != pod {
+				t.Errorf("%s: pod %s runs with --id %q", r.values, pod, id)
+			}
+			peers, err := derivePeers(id, raft, n)
+			if err != nil {
+				t.Errorf("%s: pod %s: %v", r.values, pod, err)
+				continue
+			}
+			if gh, _, _ := net.SplitHostPort(grpc); strings.SplitN(gh, ".", 2)[0] != id {
+				t.Errorf("%s: pod %s: grpc host %q's first label is not the id", r.values, pod, gh)
+			}
+			for _, p := range peers {
+				host, port, _ := net.SplitHostPort(p)
+				labels := strings.Split(host, ".")
+				want := []string{"", sts.Spec.ServiceName, namespace, "svc"}
+				if len(labels) < 5 || !pods[labels[0]] || labels[1] != want[1] || labels[2] != want[2] || labels[3] != want[3] || strings.Join(labels[4:], ".") != domain {
+					t.Errorf("%s: pod %s derives peer %s: want <a pod of %s>.%s.%s.svc.%s", r.values, pod, p, sts.Name, want[1], want[2], domain)
+				}
+				if port != "7071" {
+					t.Errorf("%s: pod %s derives peer %s: want the Raft port 7071", r.values, pod, p)
+				}
+			}
+		}
+		if rs, ok := r.statefulSets()[releaseName+"-rs"]; ok {
+			masters, _ := argValue(rs.Spec.Template.Spec.Containers[0].Args, "masters")
+			var want []string
+			for i := range n {
+				want = append(want, fmt.Sprintf("%s-%d.%s.%s.svc.%s:7070", sts.Name, i, sts.Spec.ServiceName, namespace, domain))
+			}
+			if masters != strings.Join(want, ",") {
+				t.Errorf("%s: region servers' --masters %q, want %q", r.values, masters, strings.Join(want, ","))
+			}
+			rc := rs.Spec.Template.Spec.Containers[0]
+			for i := range int(*rs.Spec.Replicas) {
+				pod := fmt.Sprintf("%s-%d", rs.Name, i)
+				env := podEnv(rc, pod)
+				id, _ := argValue(rc.Args, "id")
+				addr, _ := argValue(rc.Args, "grpc-addr")
+				id, addr = expand(id, env), expand(addr, env)
+				wantAddr := fmt.Sprintf("%s.%s.%s.svc.%s:7080", pod, rs.Spec.ServiceName, namespace, domain)
+				if id != pod || addr != wantAddr {
+					t.Errorf("%s: region server pod %s: --id %q --grpc-addr %q, want %q %q", r.values, pod, id, addr, pod, wantAddr)
+				}
+			}
+			if _, ok := r.get("Service", rs.Spec.ServiceName); !ok {
+				t.Errorf("%s: the region servers' serviceName %q is not a rendered Service", r.values, rs.Spec.ServiceName)
+			}
+		}
+	}
+}
+
+// ---- volumes ----
+
+// mountFor is the volume mounted at the deepest mount path holding path.
+func mountFor(c corev1.Container, path string) (corev1.VolumeMount, bool) {
+	var best corev1.VolumeMount
+	found := false
+	for _, m := range c.VolumeMounts {
+		if (path == m.MountPath || strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) && len(m.MountPath) >= len(best.MountPath) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// --data-dir is a persistent volume; each file flag names a file the
+// pod's volumes hold for that pod.
+func TestVolumesWhereFlagsPoint(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for name, sts := range r.statefulSets() {
+			c := sts.Spec.Template.Spec.Containers[0]
+			if dir, ok := argValue(c.Args, "data-dir"); ok {
+				m, ok := mountFor(c, dir)
+				if !ok || m.MountPath != dir {
+					t.Errorf("%s: %s --data-dir %s is not a mount point (%v)", r.values, name, dir, m)
+				} else {
+					claim := false
+					for _, vct := range sts.Spec.VolumeClaimTemplates {
+						claim = claim || vct.Name == m.Name
+					}
+					if !claim {
+						t.Errorf("%s: %s --data-dir %s is volume %q, not a volumeClaimTemplate", r.values, name, dir, m.Name)
+					}
+				}
+			} else if c.Args[0] == "agent" {
+				t.Errorf("%s: %s has no --data-dir", r.values, name)
+			}
+			volumes := map[string]corev1.Volume{}
+			for _, v := range sts.Spec.Template.Spec.Volumes {
+				volumes[v.Name] = v
+			}
+			for i := range int(*sts.Spec.Replicas) {
+				pod := fmt.Sprintf("%s-%d", sts.Name, i)
+				env := podEnv(c, pod)
+				for _, flag := range []string{"tls-ca", "tls-cert", "tls-key", "cluster-secret-file"} {
+					v, ok := argValue(c.Args, flag)
+					if !ok {
+						continue
+					}
+					path := expand(v, env)
+					m, ok := mountFor(c, path)
+					if !ok {
+						t.Errorf("%s: pod %s --%s %s: no volume is mounted there", r.values, pod, flag, path)
+						continue
+					}
+					if !volumeHolds(volumes[m.Name], strings.TrimPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/"), i < int(*sts.Spec.Replicas)) {
+						t.Errorf("%s: pod %s --%s %s: volume %q holds no such file", r.values, pod, flag, path, m.Name)
+					}
+				}
+				for _, e := range []string{"BATON_TLS_CA", "BATON_TLS_CERT", "BATON_TLS_KEY"} {
+					if p, ok := env[e]; ok {
+						if m, ok := mountFor(c, p); !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/"), true) {
+							t.Errorf("%s: pod %s %s=%s names no mounted file", r.values, pod, e, p)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// volumeHolds says whether v (a Secret or projected Secrets) has a file at
+// rel, from a Secret that is not optional.
+func volumeHolds(v corev1.Volume, rel string, required bool) bool {
+	switch {
+	case v.Secret != nil:
+		if len(v.Secret.Items) == 0 {
+			return !strings.Contains(rel, "/") // every key of the Secret
+		}
+		for _, it := range v.Secret.Items {
+			if it.Path == rel {
+				return true
+			}
+		}
+	case v.Projected != nil:
+		for _, src := range v.Projected.Sources {
+			if src.Secret == nil {
+				continue
+			}
+			for _, it := range src.Secret.Items {
+				if it.Path == rel {
+					return !required || src.Secret.Optional == nil || !*src.Secret.Optional
+				}
+			}
+		}
+	}
+	return false
+}
+
+// ---- secrets ----
+
+// No Secret's value appears in a ConfigMap, an argument or a literal
+// environment value, and nothing in the args looks like a credential.
+func TestNoSecretInTheOpen(t *testing.T) {
+	for _, r := range renderAll(t) {
+		var secrets []string
+		for _, o := range r.ofKind("Secret") {
+			s := o.typed.(*corev1.Secret)
+			for k, v := range s.Data {
+				if len(v) < 8 {
+					t.Errorf("%s: Secret %s key %s is only %d bytes", r.values, o.name, k, len(v))
+				}
+				secrets = append(secrets, string(v), base64.StdEncoding.EncodeToString(v))
+			}
+			for _, v := range s.StringData {
+				secrets = append(secrets, v)
+			}
+		}
+		var open []string
+		for _, o := range r.ofKind("ConfigMap") {
+			for _, v := range o.typed.(*corev1.ConfigMap).Data {
+				open = append(open, v)
+			}
+		}
+		for name, sts := range r.statefulSets() {
+			for _, c := range sts.Spec.Template.Spec.Containers {
+				open = append(open, c.Args...)
+				open = append(open, c.Command...)
+				for _, e := range c.Env {
+					open = append(open, e.Value)
+				}
+				for _, f := range argFlags(c.Args) {
+					if f == "cluster-secret" || f == "token" {
+						t.Errorf("%s: %s passes --%s on the command line", r.values, name, f)
+					}
+				}
+			}
+		}
+		for _, s := range secrets {
+			for _, o := range open {
+				if strings.Contains(o, s) {
+					t.Errorf("%s: a Secret's value is in the open: %.20q...", r.values, o)
+				}
+			}
+		}
+	}
+}
+
+// ---- TLS ----
+
+// With cert-manager, each pod's Secret comes from a Certificate naming the
+// pod's baton:// identity; the Certificates name an Issuer the chart
+// renders or the values give.
+func TestCertificatesPerPod(t *testing.T) {
+	for _, r := range renderAll(t) {
+		certs := r.ofKind("Certificate")
+		if !value(t, r, "tls.certManager.enabled").(bool) {
+			if len(certs) != 0 {
+				t.Errorf("%s: %d Certificates without cert-manager", r.values, len(certs))
+			}
+			continue
+		}
+		bySecret := map[string]*Certificate{}
+		issuers := map[string]bool{}
+		for _, o := range r.ofKind("Issuer") {
+			issuers[o.name] = true
+		}
+		for _, o := range certs {
+			c := o.typed.(*Certificate)
+			bySecret[c.Spec.SecretName] = c
+			if c.Spec.IssuerRef.Kind == "Issuer" && !issuers[c.Spec.IssuerRef.Name] {
+				t.Errorf("%s: Certificate %s's Issuer %q is not rendered", r.values, o.name, c.Spec.IssuerRef.Name)
+			}
+			for _, u := range c.Spec.Usages {
+				if !contains(certUsages, u) {
+					t.Errorf("%s: Certificate %s: usage %q is not cert-manager's", r.values, o.name, u)
+				}
+			}
+		}
+		for role, stsName := range map[string]string{"master": releaseName + "-master", "regionserver": releaseName + "-rs"} {
+			sts, ok := r.statefulSets()[stsName]
+			if !ok {
+				continue
+			}
+			var tlsVol *corev1.Volume
+			for i, v := range sts.Spec.Template.Spec.Volumes {
+				if v.Name == "tls" {
+					tlsVol = &sts.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			if tlsVol == nil || tlsVol.Projected == nil {
+				t.Errorf("%s: %s has no projected tls volume", r.values, stsName)
+				continue
+			}
+			for i := range int(*sts.Spec.Replicas) {
+				pod := fmt.Sprintf("%s-%d", stsName, i)
+				var secret string
+				for _, src := range tlsVol.Projected.Sources {
+					for _, it := range src.Secret.Items {
+						if it.Path == pod+"/tls.crt" {
+							secret = src.Secret.Name
+						}
+					}
+				}
+				c, ok := bySecret[secret]
+				if !ok {
+					t.Errorf("%s: pod %s mounts Secret %q, which no Certificate makes", r.values, pod, secret)
+					continue
+				}
+				want := fmt.Sprintf("baton://%s/%s", role, pod)
+				if len(c.Spec.URIs) != 1 || c.Spec.URIs[0] != want {
+					t.Errorf("%s: pod %s's certificate names %v, want [%s]", r.values, pod, c.Spec.URIs, want)
+				}
+				if !contains(c.Spec.Usages, "server auth") || !contains(c.Spec.Usages, "client auth") {
+					t.Errorf("%s: pod %s's certificate usages %v, want server and client auth", r.values, pod, c.Spec.Usages)
+				}
+			}
+		}
+		// Prometheus checks a scraped pod's certificate against the
+		// ServiceMonitor's serverName (a target is a pod IP).
+		for _, o := range r.ofKind("ServiceMonitor") {
+			var sm struct {
+				Metadata struct{ Labels map[string]string } `json:"metadata"`
+				Spec     struct {
+					Endpoints []struct {
+						TLSConfig *struct {
+							ServerName string `json:"serverName"`
+						} `json:"tlsConfig"`
+					} `json:"endpoints"`
+				} `json:"spec"`
+			}
+			mustJSON(t, o.raw, &sm)
+			for _, ep := range sm.Spec.Endpoints {
+				if ep.TLSConfig == nil || ep.TLSConfig.ServerName == "" {
+					t.Errorf("%s: ServiceMonitor %s scrapes TLS without a serverName", r.values, o.name)
+					continue
+				}
+				for _, co := range certs {
+					c := co.typed.(*Certificate)
+					if len(c.Spec.URIs) == 1 && strings.HasPrefix(c.Spec.URIs[0], "baton://"+sm.Metadata.Labels["app.kubernetes.io/component"]+"/") && !contains(c.Spec.DNSNames, ep.TLSConfig.ServerName) {
+						t.Errorf("%s: ServiceMonitor %s checks serverName %s, which Certificate %s lacks (%v)", r.values, o.name, ep.TLSConfig.ServerName, co.name, c.Spec.DNSNames)
+					}
+				}
+			}
+		}
+		if value(t, r, "serviceMonitor.enabled").(bool) {
+			c, ok := bySecret[releaseName+"-client-prometheus-tls"]
+			if !ok || len(c.Spec.URIs) != 1 || c.Spec.URIs[0] != "baton://client/prometheus" {
+				t.Errorf("%s: no baton://client/prometheus certificate for the ServiceMonitor", r.values)
+			}
+		}
+	}
+}
+
+// ---- lint ----
+
+func TestHelmLint(t *testing.T) {
+	for _, f := range ciValues(t) {
+		vals := readValues(t, f, nil)
+		linter := lint.All(chartDir, vals, namespace, false)
+		for _, m := range linter.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("%s: helm lint: %s", filepath.Base(f), m)
+			} else {
+				t.Logf("%s: helm lint: %s", filepath.Base(f), m)
+			}
+		}
+	}
+}
+
+func metaSelector(s *metav1.LabelSelector) (labels.Selector, error) {
+	return metav1.LabelSelectorAsSelector(s)
+}
+
+func mustJSON(t *testing.T, raw []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A scale-up after install keeps --initial-cluster-size at the install's
+// count, so the new ordinals join (the contract: ORDINAL >= N joins through
+// members 0..N-1, which exist) instead of bootstrapping a second cluster.
+func TestScaleUpKeepsInitialSize(t *testing.T) {
+	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5, "initialClusterSize": 3}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{values: "5 masters after 3", objects: objs}
+	sts := r.statefulSets()[releaseName+"-master"]
+	c := sts.Spec.Template.Spec.Containers[0]
+	if v, _ := argValue(c.Args, "initial-cluster-size"); v != "3" {
+		t.Fatalf("--initial-cluster-size %q after a scale to 5, want the install's 3", v)
+	}
+	for _, pod := range []string{sts.Name + "-3", sts.Name + "-4"} {
+		env := podEnv(c, pod)
+		raft, _ := argValue(c.Args, "raft-addr")
+		join, err := derivePeers(pod, expand(raft, env), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, j := range join {
+			if !strings.HasPrefix(j, fmt.Sprintf("%s-%d.", sts.Name, i)) {
+				t.Errorf("pod %s joins through %s, not an install member", pod, j)
+			}
+		}
+	}
+	// An anti-affinity word the chart does not know fails, not drops.
+	if _, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"antiAffinity": map[string]any{"node": "requried"}}})); err == nil || !strings.Contains(err.Error(), "required, preferred or none") {
+		t.Errorf("a misspelt antiAffinity.node rendered (err %v)", err)
+	}
+}

@@ -1,0 +1,232 @@
+{{/* Names. The release "baton" gives baton-master-0.baton-master-headless, the names docs/kubernetes.md and the compose profile use. */}}
+{{- define "baton.fullname" -}}
+{{- if contains "baton" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-baton" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.master" -}}{{ include "baton.fullname" . }}-master{{- end -}}
+{{- define "baton.masterHeadless" -}}{{ include "baton.master" . }}-headless{{- end -}}
+{{- define "baton.rs" -}}{{ include "baton.fullname" . }}-rs{{- end -}}
+{{- define "baton.rsHeadless" -}}{{ include "baton.rs" . }}-headless{{- end -}}
+
+{{/* The DNS suffix of a pod of a headless service: .<svc>.<ns>.svc.<domain> */}}
+{{- define "baton.masterDomain" -}}{{ include "baton.masterHeadless" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}{{- end -}}
+{{- define "baton.rsDomain" -}}{{ include "baton.rsHeadless" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}{{- end -}}
+
+{{- define "baton.labels" -}}
+app.kubernetes.io/name: baton
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "baton.masterSelector" -}}
+app.kubernetes.io/name: baton
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: master
+{{- end -}}
+
+{{- define "baton.rsSelector" -}}
+app.kubernetes.io/name: baton
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: regionserver
+{{- end -}}
+
+{{- define "baton.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+
+{{/* TLS is on with cert-manager or with existing Secrets; both at once is a mistake. */}}
+{{- define "baton.tls" -}}
+{{- $ex := .Values.tls.existingSecrets -}}
+{{- $hasEx := or (gt (len $ex.masters) 0) (gt (len $ex.regionServers) 0) -}}
+{{- if and .Values.tls.certManager.enabled $hasEx -}}
+{{- fail "tls: set tls.certManager.enabled or tls.existingSecrets, not both" -}}
+{{- end -}}
+{{- if or .Values.tls.certManager.enabled $hasEx -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding master ordinal .i's certificate. */}}
+{{- define "baton.masterTLSSecret" -}}
+{{- if .root.Values.tls.certManager.enabled -}}
+{{ include "baton.master" .root }}-{{ .i }}-tls
+{{- else -}}
+{{ index .root.Values.tls.existingSecrets.masters .i }}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.rsTLSSecret" -}}
+{{- if .root.Values.tls.certManager.enabled -}}
+{{ include "baton.rs" .root }}-{{ .i }}-tls
+{{- else -}}
+{{ index .root.Values.tls.existingSecrets.regionServers .i }}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.prometheusTLSSecret" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{ include "baton.fullname" . }}-client-prometheus-tls
+{{- else -}}
+{{ .Values.tls.existingSecrets.prometheus }}
+{{- end -}}
+{{- end -}}
+
+{{/* Checks every render makes: an odd master count, a Secret per pod. */}}
+{{- define "baton.validate" -}}
+{{- $n := int .Values.masters.replicas -}}
+{{- if lt $n 1 -}}
+{{- fail (printf "masters.replicas must be at least 1, got %d" $n) -}}
+{{- end -}}
+{{- if eq (mod $n 2) 0 -}}
+{{- fail (printf "masters.replicas must be odd (1, 3, 5, 7): %d masters tolerate no more failures than %d and need one more for a quorum" $n (sub $n 1)) -}}
+{{- end -}}
+{{- if include "baton.tls" . -}}
+{{- if not .Values.tls.certManager.enabled -}}
+{{- if lt (len .Values.tls.existingSecrets.masters) $n -}}
+{{- fail (printf "tls.existingSecrets.masters names %d Secrets for %d masters: one per pod" (len .Values.tls.existingSecrets.masters) $n) -}}
+{{- end -}}
+{{- if lt (len .Values.tls.existingSecrets.regionServers) (int .Values.regionServers.replicas) -}}
+{{- fail (printf "tls.existingSecrets.regionServers names %d Secrets for %d region servers: one per pod" (len .Values.tls.existingSecrets.regionServers) (int .Values.regionServers.replicas)) -}}
+{{- end -}}
+{{- if and .Values.serviceMonitor.enabled (not .Values.tls.existingSecrets.prometheus) -}}
+{{- fail "serviceMonitor with tls.existingSecrets needs tls.existingSecrets.prometheus (a baton://client/prometheus certificate)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The masters' disruption budget: Consul's formula (values.yaml), never above floor((n-1)/2). */}}
+{{- define "baton.masterMaxUnavailable" -}}
+{{- $n := int .Values.masters.replicas -}}
+{{- $safe := div (sub $n 1) 2 -}}
+{{- $v := .Values.masters.podDisruptionBudget.maxUnavailable -}}
+{{- if ne (toString $v) "" -}}
+{{- if gt (int $v) (int $safe) -}}
+{{- fail (printf "masters.podDisruptionBudget.maxUnavailable %d would let a drain take %d of %d masters: a quorum needs %d (at most %d)" (int $v) (int $v) $n (add (div $n 2) 1) $safe) -}}
+{{- end -}}
+{{- int $v -}}
+{{- else if le $n 1 -}}0
+{{- else if le $n 4 -}}1
+{{- else -}}{{ sub (div $n 2) 1 }}
+{{- end -}}
+{{- end -}}
+
+{{/* The master pods' gRPC addresses, for the region servers' --masters. */}}
+{{- define "baton.masterAddrs" -}}
+{{- $d := include "baton.masterDomain" . -}}
+{{- $m := include "baton.master" . -}}
+{{- $out := list -}}
+{{- range $i := until (int .Values.masters.replicas) -}}
+{{- $out = append $out (printf "%s-%d.%s:7070" $m $i $d) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{- define "baton.grants" -}}
+{{- $out := list -}}
+{{- range $k, $v := .Values.acl.initialGrants -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{- define "baton.otelEnv" -}}
+{{- if .Values.otlp.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.otlp.endpoint | quote }}
+{{- if .Values.otlp.protocol }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .Values.otlp.protocol | quote }}
+{{- end }}
+{{- end }}
+{{- with .Values.otlp.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Affinity: .sel the selector labels, .aa the antiAffinity values. */}}
+{{- define "baton.affinity" -}}
+{{- $node := .aa.node -}}
+{{- $zone := .aa.zone -}}
+{{- if not (has $node (list "required" "preferred" "none")) -}}
+{{- fail (printf "antiAffinity.node %q: required, preferred or none" $node) -}}
+{{- end -}}
+{{- if not (has $zone (list "preferred" "none")) -}}
+{{- fail (printf "antiAffinity.zone %q: preferred or none" $zone) -}}
+{{- end -}}
+{{- if or (ne $node "none") (ne $zone "none") }}
+podAntiAffinity:
+  {{- if eq $node "required" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - labelSelector:
+        matchLabels:
+          {{- .sel | nindent 10 }}
+      topologyKey: kubernetes.io/hostname
+  {{- end }}
+  {{- if or (eq $node "preferred") (eq $zone "preferred") }}
+  preferredDuringSchedulingIgnoredDuringExecution:
+    {{- if eq $node "preferred" }}
+    - weight: 100
+      podAffinityTerm:
+        labelSelector:
+          matchLabels:
+            {{- .sel | nindent 12 }}
+        topologyKey: kubernetes.io/hostname
+    {{- end }}
+    {{- if eq $zone "preferred" }}
+    - weight: 50
+      podAffinityTerm:
+        labelSelector:
+          matchLabels:
+            {{- .sel | nindent 12 }}
+        topologyKey: topology.kubernetes.io/zone
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* How many ordinals' Secrets the masters' TLS volume lists. */}}
+{{- define "baton.masterTLSOrdinals" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{- max (int .Values.masters.replicas) (int .Values.tls.mountOrdinals) -}}
+{{- else -}}
+{{- len .Values.tls.existingSecrets.masters -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.rsTLSOrdinals" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{- max (int .Values.regionServers.replicas) (int .Values.tls.mountOrdinals) -}}
+{{- else -}}
+{{- len .Values.tls.existingSecrets.regionServers -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+--initial-cluster-size is the install's member count and must stay so: a
+pod of ordinal below it that starts with an empty volume bootstraps with
+the derived peers, so raising it with the replicas would make new pods
+bootstrap instead of join. masters.initialClusterSize if set, else the
+value the live StatefulSet runs with (an upgrade), else the replicas (an
+install).
+*/}}
+{{- define "baton.initialClusterSize" -}}
+{{- if .Values.masters.initialClusterSize -}}
+{{- int .Values.masters.initialClusterSize -}}
+{{- else -}}
+{{- $found := "" -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "baton.master" .) -}}
+{{- if $sts -}}
+{{- range $c := $sts.spec.template.spec.containers -}}
+{{- range $a := ($c.args | default list) -}}
+{{- if hasPrefix "--initial-cluster-size=" $a -}}
+{{- $found = trimPrefix "--initial-cluster-size=" $a -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $found -}}{{ $found }}{{- else -}}{{ int .Values.masters.replicas }}{{- end -}}
+{{- end -}}
+{{- end -}}
