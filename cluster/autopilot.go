@@ -166,9 +166,17 @@ func (st *autopilotState) plan(now time.Time, members []autopilotMember, lim aut
 }
 
 // autopilotInterval is how often the leader looks: every HealthInterval,
-// or a fifth of the stabilization time if that is shorter (tests).
+// or a fifth of the stabilization time if that is shorter (tests). A
+// stabilization time of (almost) none, or none at all (non-voter joins
+// off), does not speed the looks up: each reads the configuration
+// through raft's main loop, and 200 a second would tax the leader.
 func (n *Node) autopilotInterval() time.Duration {
-	return max(min(n.cfg.HealthInterval, n.cfg.ServerStabilizationTime/5), 5*time.Millisecond)
+	const floor = 5 * time.Millisecond
+	iv := n.cfg.HealthInterval
+	if fifth := n.cfg.ServerStabilizationTime / 5; fifth >= floor && fifth < iv {
+		iv = fifth
+	}
+	return max(iv, floor)
 }
 
 // SetMemberRemover makes fn the autopilot's way to remove a dead member:

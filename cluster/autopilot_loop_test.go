@@ -257,3 +257,25 @@ func TestAutopilotLoopForgetsWhatItSawWhenItStops(t *testing.T) {
 		}
 	})
 }
+
+// TestAutopilotIntervalHasAFloorAtNoStabilization: a stabilization time
+// of none (--server-stabilization-time 0 reaches the node as 1 ns) or a
+// negative one (non-voter joins off) must not make the leader read its
+// configuration every 5 ms; a short one (tests) still speeds looks up.
+func TestAutopilotIntervalHasAFloorAtNoStabilization(t *testing.T) {
+	for _, c := range []struct {
+		stab, want time.Duration
+	}{
+		{-1, time.Second},
+		{0, time.Second},
+		{time.Nanosecond, time.Second},
+		{20 * time.Millisecond, time.Second}, // a fifth is under the floor
+		{100 * time.Millisecond, 20 * time.Millisecond},
+		{10 * time.Second, time.Second},
+	} {
+		n := &Node{cfg: Config{HealthInterval: time.Second, ServerStabilizationTime: c.stab}}
+		if got := n.autopilotInterval(); got != c.want {
+			t.Errorf("stabilization %v: interval %v, want %v", c.stab, got, c.want)
+		}
+	}
+}
