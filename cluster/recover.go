@@ -113,7 +113,8 @@ func (p QuorumRecoveryPlan) String() string {
 	}
 	fmt.Fprintf(&b, "  local WAL:         applied up to index %d; %s\n", p.WALIndex, snap)
 	fmt.Fprintf(&b, "  keeps:             up to index %d, the higher of the log's and the WAL's: of several survivors, recover the one\n"+
-		"                     that keeps the most (run this plan on each, without --yes)\n", p.Keeps())
+		"                     whose log ends in the latest term, and among those the one that keeps the most\n"+
+		"                     (run this plan on each, without --yes)\n", p.Keeps())
 	if p.StateAheadOfLog {
 		fmt.Fprintf(&b, "  local state:       applied up to index %d (its WAL), past the log's end: the raft log lost entries %d..%d;\n"+
 			"                     recovery keeps this state, at index %d, and new entries follow it\n",
