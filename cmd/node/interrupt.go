@@ -8,28 +8,30 @@ import (
 	"syscall"
 )
 
-// interrupt ends a command's context on SIGTERM as well as on SIGINT
-// (which ends c.ctx, see run), and says which of them did: a command that
-// must clean up before it exits (a temporary file) is stopped the same way
-// by Ctrl-C and by a service manager.
+// interrupt ends a command's context on SIGTERM and SIGHUP as well as on
+// SIGINT (which ends c.ctx, see run), and says which of them did: a
+// command that must clean up before it exits (a temporary file) is stopped
+// the same way by Ctrl-C, a service manager and a dropped ssh session.
 type interrupt struct {
 	cancel context.CancelFunc
 	ch     chan os.Signal
-	term   atomic.Bool
+	caught atomic.Int32 // the signal caught here; 0: none (SIGINT, if any, ended c.ctx)
 	done   chan struct{}
 }
 
-// interruptible returns a context of c.ctx that SIGTERM ends too. Call
-// stop when the command is over: SIGTERM kills the process again.
+// interruptible returns a context of c.ctx that SIGTERM and SIGHUP end
+// too. Call stop when the command is over: they kill the process again.
 func (c *cli) interruptible() (context.Context, *interrupt) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	in := &interrupt{cancel: cancel, ch: make(chan os.Signal, 1), done: make(chan struct{})}
-	signal.Notify(in.ch, syscall.SIGTERM)
+	signal.Notify(in.ch, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		defer close(in.done)
 		select {
-		case <-in.ch:
-			in.term.Store(true) // before cancel: whoever sees ctx end sees it
+		case sig := <-in.ch:
+			if s, ok := sig.(syscall.Signal); ok {
+				in.caught.Store(int32(s)) // before cancel: whoever sees ctx end sees it
+			}
 			cancel()
 		case <-ctx.Done():
 		}
@@ -43,11 +45,11 @@ func (in *interrupt) stop() {
 	<-in.done
 }
 
-// signal is the signal that ended the context: SIGTERM if one was caught,
-// else SIGINT (c.ctx's end).
+// signal is the signal that ended the context: the one caught here
+// (SIGTERM, SIGHUP), else SIGINT (c.ctx's end).
 func (in *interrupt) signal() syscall.Signal {
-	if in.term.Load() {
-		return syscall.SIGTERM
+	if s := in.caught.Load(); s != 0 {
+		return syscall.Signal(s)
 	}
 	return syscall.SIGINT
 }
@@ -59,6 +61,8 @@ func signalName(sig syscall.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
 	}
 	return sig.String()
 }

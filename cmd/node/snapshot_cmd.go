@@ -118,7 +118,9 @@ func (c *cli) snapshotSave(args []string) int {
 		})
 		switch {
 		case err == nil:
-		case ctx.Err() != nil:
+		case ctx.Err() != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled):
+			// Only a failure the signal caused: a disk error that came
+			// with a signal is reported as itself (FILE may be replaced).
 			return c.saveInterrupted(e, path, n, intr.signal())
 		case n > 0 && status.Code(err) == codes.Unavailable:
 			return c.saveBroken(e, path, n, err)
