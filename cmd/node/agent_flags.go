@@ -300,7 +300,7 @@ func agentUsage(fs *flag.FlagSet) {
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
 		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int",
 		"raft-snapshot-threshold": "int", "raft-trailing-logs": "int", "raft-snapshot-interval": "duration",
-		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int"})
+		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int", "initial-cluster-size": "int", "listen-host": "host"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files

@@ -115,13 +115,13 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	}
 	insecure := fs.Bool("insecure", insecureDefault, "allow plaintext on addresses other than loopback: anyone who reaches them can open and close its regions (env "+regionServerEnv["insecure"]+")")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--listen-host HOST] [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
 			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
 		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration",
-			"handshake-timeout": "duration", "max-conns-per-source": "int"})
+			"handshake-timeout": "duration", "max-conns-per-source": "int", "listen-host": "host"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
