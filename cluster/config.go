@@ -138,6 +138,13 @@ type Config struct {
 	// Required unless Transport is set.
 	RaftAddr string
 
+	// RaftBind, if set, is the host:port the Raft transport listens on
+	// instead of RaftAddr (e.g. 0.0.0.0:7071 in a Kubernetes pod, whose
+	// own DNS name may not resolve at its first second). RaftAddr is then
+	// advertised as given, never resolved by this node. Empty (the
+	// default): listen on RaftAddr, advertised as it resolves.
+	RaftBind string
+
 	// Peers is the static bootstrap configuration, identical on every node
 	// (see ParsePeers). It is used only when the node has no Raft state yet:
 	// the first start bootstraps the cluster from it, every later start
@@ -469,6 +476,11 @@ func (c Config) Validate() error {
 			bad("RaftAddr: %v", err)
 		} else if host, _, _ := net.SplitHostPort(c.RaftAddr); isUnspecified(host) {
 			bad("RaftAddr %q is advertised to peers and must name a reachable host, not a wildcard", c.RaftAddr)
+		}
+		if c.RaftBind != "" {
+			if err := checkHostPort(c.RaftBind); err != nil {
+				bad("RaftBind: %v", err)
+			}
 		}
 	}
 	if (c.LogStore == nil) != (c.StableStore == nil) {

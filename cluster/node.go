@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/baton-dev/baton/security"
 	"io"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -277,9 +276,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 
 	n.trans = cfg.Transport
 	if n.trans == nil {
-		adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		adv, bind, err := raftListenAddrs(cfg.RaftAddr, cfg.RaftBind)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: RaftAddr: %w", err)
+			return nil, err
 		}
 		// MaxRPCsInFlight 1 turns raft's pipelined replication off: in
 		// raft 1.7.3 a follower that refuses an AppendEntries (its log
@@ -296,14 +295,14 @@ func NewNode(cfg Config) (n *Node, err error) {
 		}
 		var tt *raft.NetworkTransport
 		var layer *security.StreamLayer
-		layer, err = security.NewRaftStreamLayer(security.RaftLayerConfig{Bind: cfg.RaftAddr, Advertise: adv, TLS: cfg.RaftTLS,
+		layer, err = security.NewRaftStreamLayer(security.RaftLayerConfig{Bind: bind, Advertise: adv, TLS: cfg.RaftTLS,
 			Limits: cfg.RaftConnLimits, Metrics: cfg.ListenerMetrics, Logger: log.Named("transport")})
 		if err == nil {
 			tc.Stream = layer
 			tt = raft.NewNetworkTransportWithConfig(tc)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
+			return nil, fmt.Errorf("cluster: raft transport on %s: %w", bind, err)
 		}
 		n.trans = tt
 		closers = append(closers, tt.Close)

@@ -31,11 +31,38 @@ import (
 //
 //	BATON_DEMO_LOCAL_TEST=1 go test -run TestDemoLocal -v ./integration/
 //	BATON_COMPOSE_TEST=1 go test -run TestComposeFailoverDemo -v -timeout 15m ./integration/
+//
+// TestComposeStatefulSetDemo runs the same demo on the compose profile
+// statefulset (masters started from StatefulSet-like names with
+// --initial-cluster-size and --listen-host, no peer list), then its
+// scale-up: a fourth master with the same arguments joins by itself and
+// becomes a voter. It runs with BATON_COMPOSE_TEST=1 too, with fewer
+// tables to keep it short.
 
 // demoResult is the line democheck prints when every region is open once.
 const demoResult = "RESULT: every region is OPEN on exactly one region server"
 
 func TestComposeFailoverDemo(t *testing.T) {
+	composeFailoverDemo(t, "", nil)
+}
+
+func TestComposeStatefulSetDemo(t *testing.T) {
+	out := composeFailoverDemo(t, "statefulset", []string{"DEMO_TABLES=3"})
+	if out == "" {
+		return
+	}
+	if m := regexp.MustCompile(`SCALE-UP: baton-master-3 joined and is a voter (\d+) ms after its start \(seen: ([^)]*)\)`).FindStringSubmatch(out); m == nil {
+		t.Errorf("the demo passed without printing the scale-up's line (SCALE-UP: baton-master-3 joined and is a voter ...)")
+	} else {
+		t.Logf("scale-up: baton-master-3 a voter %s ms after its start (seen: %s)", m[1], m[2])
+	}
+}
+
+// composeFailoverDemo runs scripts/demo-failover.sh on the default
+// services (profile "") or on a profile's, in a compose project of its
+// own, and checks what it must show; it returns the demo's output if it
+// passed, "" if not (the test has failed or skipped).
+func composeFailoverDemo(t *testing.T, profile string, env []string) string {
 	if os.Getenv("BATON_COMPOSE_TEST") != "1" {
 		t.Skip("skipped: the docker-compose failover demo runs only with BATON_COMPOSE_TEST=1 (it needs a Docker engine with Compose, builds an image and uses host ports 18070-18272)")
 	}
@@ -53,25 +80,30 @@ func TestComposeFailoverDemo(t *testing.T) {
 	}
 	t.Logf("Docker engine %s", strings.TrimSpace(string(out)))
 	project := demoProject()
+	if profile != "" {
+		project += "-" + profile
+		env = append(env, "DEMO_COMPOSE_PROFILE="+profile, "DEMO_PROJECT="+project)
+	}
 	if os.Getenv("DEMO_KEEP") == "1" {
 		t.Fatal("DEMO_KEEP=1 is set: the test checks that the demo removes what it made")
 	}
 	if leftovers := composeLeftovers(t, project); leftovers != "" {
 		t.Fatalf("compose project %s exists before the demo (another run? 'scripts/demo-failover.sh' cleans it up, or docker compose -p %s down -v):\n%s", project, project, leftovers)
 	}
-	demoOut, ok := runDemo(t, "demo-failover.sh", 12*time.Minute, nil)
+	demoOut, ok := runDemo(t, "demo-failover.sh", 12*time.Minute, env)
 	if !ok {
 		// The script tears its cluster down on exit; in case it was
 		// killed before it could, do it here.
-		composeDown(t)
-		return
+		composeDown(t, project, profile)
+		return ""
 	}
 	// The issue's bound: a new leader within 1.5 s of the kill.
 	checkDemoProof(t, demoOut, 1500*time.Millisecond)
 	if leftovers := composeLeftovers(t, project); leftovers != "" {
 		t.Errorf("the demo left behind:\n%s", leftovers)
-		composeDown(t)
+		composeDown(t, project, profile)
 	}
+	return demoOut
 }
 
 func demoProject() string {
@@ -115,8 +147,8 @@ func composeLeftovers(t *testing.T, project string) string {
 }
 
 var (
-	demoProofRe  = regexp.MustCompile(`PROOF: procedure (\d+) \((\S+), SUCCESS\) has writes by (n\d+), the killed leader, and by (n\d+), the new leader: (.+)`)
-	demoTimingRe = regexp.MustCompile(`TIMING: new leader (n\d+) elected (\d+) ms after the kill; first new procedure done (\d+) ms after the kill`)
+	demoProofRe  = regexp.MustCompile(`PROOF: procedure (\d+) \((\S+), SUCCESS\) has writes by (\S+), the killed leader, and by (\S+), the new leader: (.+)`)
+	demoTimingRe = regexp.MustCompile(`TIMING: new leader (\S+) elected (\d+) ms after the kill; first new procedure done (\d+) ms after the kill`)
 )
 
 // checkDemoProof holds a passing demo's output to what it must show: the
@@ -158,10 +190,13 @@ func checkDemoProof(t *testing.T, out string, maxElection time.Duration) {
 }
 
 // composeDown removes the demo's compose project, containers, volumes and
-// image.
-func composeDown(t *testing.T) {
-	project := demoProject()
-	args := []string{"-p", project, "--project-directory", "..", "-f", filepath.Join("..", "docker-compose.yml"), "down", "-v", "--remove-orphans"}
+// image; a profile's services (and its scale-up's) are named with it.
+func composeDown(t *testing.T, project, profile string) {
+	args := []string{"-p", project, "--project-directory", "..", "-f", filepath.Join("..", "docker-compose.yml")}
+	if profile != "" {
+		args = append(args, "--profile", profile, "--profile", profile+"-scaleup")
+	}
+	args = append(args, "down", "-v", "--remove-orphans")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "docker", append([]string{"compose"}, args...)...)

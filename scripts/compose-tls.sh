@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes the development CA and certificates docker-compose.yml mounts at
-# /tls in every container: a master certificate for n1..n3, a region
-# server certificate for rs1..rs3, a client certificate for the operator
+# /tls in every container: a master certificate for n1..n3 (and
+# baton-master-0..3 of the profile statefulset), a region server
+# certificate for rs1..rs3 (and baton-rs-0..2), a client certificate for the operator
 # on the host (client-operator.pem) and one for Prometheus. Existing files
 # are kept, so running it again changes nothing; delete the directory to
 # start over with a new CA.
@@ -27,6 +28,14 @@ cert() { # role id [hosts]
 for i in 1 2 3; do
 	cert master "n$i" "master$i"
 	cert regionserver "rs$i" "rs$i"
+done
+# The compose profile "statefulset": masters and region servers named as
+# a StatefulSet's pods, at their headless Service's names.
+for i in 0 1 2 3; do
+	cert master "baton-master-$i" "baton-master-$i,baton-master-$i.baton-master-headless"
+done
+for i in 0 1 2; do
+	cert regionserver "baton-rs-$i" "baton-rs-$i,baton-rs-$i.baton-rs-headless"
 done
 cert client operator
 cert client prometheus

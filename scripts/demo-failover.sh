@@ -23,6 +23,13 @@
 # and DEMO_TABLES, DEMO_REGIONS, DEMO_STAGGER_MS, DEMO_WITNESS_STEPS,
 # DEMO_WITNESS_DELAY, DEMO_MAX_FAILOVER_MS, DEMO_TIMEOUT, DEMO_SETTLE
 # (scripts/demo-lib.sh).
+# DEMO_COMPOSE_PROFILE=statefulset runs it on the compose profile of that
+# name instead of the default services: masters baton-master-0..2 and
+# region servers baton-rs-0..2 named as a Kubernetes StatefulSet's pods,
+# started with --initial-cluster-size 3 and --listen-host 0.0.0.0 (no peer
+# list), on the same host ports; after the failover it also scales up:
+# baton-master-3 starts with the same arguments, joins by itself and must
+# become a voter within DEMO_TIMEOUT.
 # For testing the script itself: BATON_NODE_BIN (the client binary on the
 # host; the image always holds bin/baton) and DEMO_COMPOSE_FILE.
 set -euo pipefail
@@ -41,7 +48,21 @@ PROJECT=${DEMO_PROJECT:-baton-demo}
 export BATON_IMAGE=${DEMO_IMAGE:-$PROJECT:dev}
 P=$BATON_HOST_PORT_PREFIX
 ADDR=127.0.0.1:${P}070,127.0.0.1:${P}170,127.0.0.1:${P}270
-RS_IDS="rs1 rs2 rs3"
+PROFILE=${DEMO_COMPOSE_PROFILE:-}
+case $PROFILE in
+"")
+	MASTER_IDS="n1 n2 n3"
+	RS_IDS="rs1 rs2 rs3"
+	;;
+statefulset)
+	MASTER_IDS="baton-master-0 baton-master-1 baton-master-2"
+	RS_IDS="baton-rs-0 baton-rs-1 baton-rs-2"
+	;;
+*)
+	echo "demo-failover: DEMO_COMPOSE_PROFILE=$PROFILE: want statefulset, or nothing for the default services" >&2
+	exit 2
+	;;
+esac
 NODE=$REPO/bin/baton # also the image's binary
 CLIENT=${BATON_NODE_BIN:-$NODE}
 
@@ -61,12 +82,18 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/baton-demo-compose.XXXXXX")
 CHECK=$WORK/democheck
 COMPOSE_CMD="${COMPOSE[*]}"
 COMPOSE+=(-p "$PROJECT" --project-directory "$REPO" -f "${DEMO_COMPOSE_FILE:-$REPO/docker-compose.yml}")
+if [ -n "$PROFILE" ]; then
+	COMPOSE+=(--profile "$PROFILE" --profile "$PROFILE-scaleup")
+fi
 compose() { "${COMPOSE[@]}" "$@"; }
 
-# masterN serves node nN.
-service_of() { echo "master${1#n}"; }
-master_ready_url() { echo "https://127.0.0.1:${P}$((${1#n} - 1))72/readyz"; }
-master_ready_urls() { for i in 1 2 3; do master_ready_url "n$i"; done; }
+# masterN serves node nN; in the profile statefulset each service is
+# named as its master. The host ports go by the master's place: the
+# first's on ${P}070/${P}072, the second's on ${P}170/${P}172, ...
+service_of() { if [ -n "$PROFILE" ]; then echo "$1"; else echo "master${1#n}"; fi; }
+ordinal_of() { if [ -n "$PROFILE" ]; then echo "${1##*-}"; else echo "$((${1#n} - 1))"; fi; }
+master_ready_url() { echo "https://127.0.0.1:${P}$(ordinal_of "$1")72/readyz"; }
+master_ready_urls() { for id in $MASTER_IDS; do master_ready_url "$id"; done; }
 # Container ids, looked up once the cluster is up: at the kill, a lookup
 # (`compose ps`, seconds with docker-compose 1.x) would let the procedures
 # caught half done finish before the kill lands.
@@ -131,6 +158,45 @@ cleanup() {
 	fi
 	exit "$rc"
 }
+# scale_up (profile statefulset): a fourth master with the same arguments
+# as the first three but its name joins through them by itself (its
+# ordinal is >= --initial-cluster-size) and is promoted to voter.
+scale_up() {
+	local id=baton-master-3 deadline=$((SECONDS + DEMO_TIMEOUT)) t0 seen="" suffrage=""
+	step "Scale up: $id starts with the same arguments and joins by itself"
+	say "\$ $COMPOSE_CMD --profile $PROFILE-scaleup up -d --no-deps $id"
+	t0=$(now_ms)
+	compose up -d --no-deps "$id" 2>&1 | sed 's/^/      /'
+	while ((SECONDS < deadline)); do
+		if node_json "$WORK/scale.json" cluster status --timeout 3s; then
+			if suffrage=$("$CHECK" voter --id "$id" <"$WORK/scale.json"); then
+				seen="${seen:+$seen -> }$suffrage"
+				break
+			fi
+			case " $seen " in *" $suffrage "*) ;; *) seen="${seen:+$seen -> }$suffrage" ;; esac
+		fi
+		sleep 0.5
+	done
+	if [ "$suffrage" = Voter ]; then
+		say "SCALE-UP: $id joined and is a voter $(($(now_ms) - t0)) ms after its start (seen: $seen)"
+		# It joined as a non-voter (cluster version 2) and the leader
+		# promoted it; the poll above may be too slow to see the first.
+		# shellcheck disable=SC2086
+		compose logs --no-color $MASTER_IDS baton-master-3 >"$WORK/scale.log" 2>&1 || true
+		if grep -q 'autopilot: promoted a non-voter' "$WORK/scale.log"; then
+			grep -E 'joined the cluster|autopilot: promoted a non-voter' "$WORK/scale.log" | cut -c1-220 | sed 's/^/      /'
+		else
+			fail "no master logged the promotion of $id from non-voter"
+		fi
+	else
+		fail "$id is not a voter after ${DEMO_TIMEOUT}s (seen: ${seen:-nothing})"
+	fi
+	show cluster status
+}
+if [ -n "$PROFILE" ]; then
+	extra_checks() { scale_up; }
+fi
+
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -152,15 +218,24 @@ say "\$ $COMPOSE_CMD build"
 compose build >"$WORK/build.log" 2>&1 || { sed 's/^/      /' "$WORK/build.log"; die "the image did not build"; }
 tail -2 "$WORK/build.log" | sed 's/^/      /'
 
-step "Start 3 masters and 3 region servers"
-for port in "${P}070" "${P}072" "${P}170" "${P}172" "${P}270" "${P}272"; do
+step "Start 3 masters and 3 region servers${PROFILE:+ (profile $PROFILE: StatefulSet names, no peer list)}"
+ports="${P}070 ${P}072 ${P}170 ${P}172 ${P}270 ${P}272"
+[ -n "$PROFILE" ] && ports="$ports ${P}370 ${P}372"
+for port in $ports; do
 	port_free "$port" || die "127.0.0.1:$port is in use (another cluster up? 'make compose-down', or set BATON_HOST_PORT_PREFIX)"
 done
 compose down -v --remove-orphans >/dev/null 2>&1 || true
-say "\$ $COMPOSE_CMD up -d"
-compose up -d 2>&1 | sed 's/^/      /'
-for i in 1 2 3; do
-	CID[n$i]=$(compose ps -q "master$i")
+services=""
+if [ -n "$PROFILE" ]; then
+	# Its own services only: the default ones have no profile and
+	# would start too.
+	services="$MASTER_IDS $RS_IDS"
+fi
+say "\$ $COMPOSE_CMD${PROFILE:+ --profile $PROFILE} up -d${services:+ $services}"
+# shellcheck disable=SC2086
+compose up -d $services 2>&1 | sed 's/^/      /'
+for id in $MASTER_IDS; do
+	CID[$id]=$(compose ps -q "$(service_of "$id")")
 done
 say "masters (admin API) on $ADDR; region server op latency $BATON_RS_OP_LATENCY"
 

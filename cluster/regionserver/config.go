@@ -53,6 +53,11 @@ type Config struct {
 	// wildcard). Port 0 picks a free port, which is then advertised as
 	// bound (tests). Required.
 	GRPCAddr string
+	// ListenAddr, if set, is where the RegionServer service listens
+	// instead of GRPCAddr (e.g. 0.0.0.0:7080 in a pod whose own DNS name
+	// may not resolve when it starts); GRPCAddr is still what the masters
+	// are told. Empty (the default): listen on GRPCAddr.
+	ListenAddr string
 	// Masters are the admin (gRPC) addresses of the masters; any subset
 	// will do, the leader is found through hints. Required.
 	Masters []string
@@ -150,6 +155,14 @@ func (c *Config) Validate() error {
 		bad("GRPCAddr is required")
 	} else if err := checkHostPort(c.GRPCAddr, true); err != nil {
 		bad("GRPCAddr: %v", err)
+	}
+	if c.ListenAddr != "" {
+		// Only listened on, never told anyone: a wildcard is fine.
+		if _, port, err := net.SplitHostPort(c.ListenAddr); err != nil {
+			bad("ListenAddr %q: want host:port", c.ListenAddr)
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad("ListenAddr %q: the port must be a number in 0..65535", c.ListenAddr)
+		}
 	}
 	n := 0
 	for _, m := range c.Masters {

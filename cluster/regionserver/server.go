@@ -203,12 +203,16 @@ func (s *Server) Start(ctx context.Context) error {
 	s.phase = phaseStarted
 	s.mu.Unlock()
 
-	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.cfg.GRPCAddr)
+	bind := s.cfg.GRPCAddr
+	if s.cfg.ListenAddr != "" {
+		bind = s.cfg.ListenAddr
+	}
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", bind)
 	if err != nil {
 		s.mu.Lock()
 		s.phase = phaseNew
 		s.mu.Unlock()
-		return fmt.Errorf("rs: listen on %s: %w", s.cfg.GRPCAddr, err)
+		return fmt.Errorf("rs: listen on %s: %w", bind, err)
 	}
 	addr := s.cfg.GRPCAddr
 	if _, port, _ := net.SplitHostPort(addr); port == "0" {

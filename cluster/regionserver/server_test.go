@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testnet"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/rspb"
 )
@@ -120,6 +122,8 @@ func TestConfigValidate(t *testing.T) {
 		{"http port 0", func(c *Config) { c.HTTPAddr = "127.0.0.1:0" }, ""},
 		{"http without port", func(c *Config) { c.HTTPAddr = "h" }, "HTTPAddr"},
 		{"http bad port", func(c *Config) { c.HTTPAddr = "h:x" }, "HTTPAddr"},
+		{"listen on a wildcard", func(c *Config) { c.ListenAddr = "0.0.0.0:16020" }, ""},
+		{"listen without port", func(c *Config) { c.ListenAddr = "0.0.0.0" }, "ListenAddr"},
 		{"every problem named", func(c *Config) { c.ID = ""; c.FailureRate = 2 }, "ID is required; FailureRate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -769,4 +773,35 @@ func TestSelfFence(t *testing.T) {
 	}
 	fc.setLeader(addrs[0])
 	testwait.For(t, 5*time.Second, "a new registration", func() bool { tick(); return s.StartCode() != 0 && s.StartCode() != sc })
+}
+
+// TestListenAddr: with Config.ListenAddr the server listens there and
+// still registers with GRPCAddr, a name the masters call it by.
+func TestListenAddr(t *testing.T) {
+	fc, addrs := newFakeCluster(t, 1, 60_000)
+	fc.setLeader(addrs[0])
+	bind := testnet.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(bind)
+	cfg := testConfig(addrs[0])
+	cfg.GRPCAddr, cfg.ListenAddr = net.JoinHostPort("localhost", port), bind
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if _, err := s.WaitRegistered(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	regs, _, _ := fc.snapshot()
+	if len(regs) != 1 || regs[0].req.GetAddress() != cfg.GRPCAddr || s.Addr() != cfg.GRPCAddr {
+		t.Fatalf("registrations %+v, Addr %q: want one with the advertised %s", regs, s.Addr(), cfg.GRPCAddr)
+	}
+	c, err := net.Dial("tcp", bind)
+	if err != nil {
+		t.Fatalf("nothing listens on ListenAddr %s: %v", bind, err)
+	}
+	_ = c.Close()
 }

@@ -196,6 +196,9 @@ func (a *agent) startNode(stdout io.Writer) error {
 	cfg := a.cfg
 	ccfg := cluster.DefaultConfig()
 	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
+	if cfg.ListenHost != "" {
+		ccfg.RaftBind = listenOn(cfg.ListenHost, cfg.RaftAddr)
+	}
 	ccfg.Registry = a.reg
 	ccfg.Logger = a.logger
 	ccfg.Metrics, ccfg.TracerProvider = a.metrics, a.tracing.provider()
@@ -233,7 +236,7 @@ func (a *agent) startNode(stdout io.Writer) error {
 // startAPI serves the admin API and the Master service on --grpc-addr.
 func (a *agent) startAPI(stdout io.Writer) error {
 	cfg := a.cfg
-	lis, err := net.Listen("tcp", cfg.GRPCAddr)
+	lis, err := net.Listen("tcp", listenOn(cfg.ListenHost, cfg.GRPCAddr))
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
@@ -367,6 +370,12 @@ func (a *agent) abort() {
 func (a *agent) printBanner(stdout io.Writer) {
 	cfg, tlsc, rss := a.cfg, a.tlsc, a.rss
 	fmt.Fprintf(stdout, "baton node %q running\n  admin API (gRPC): %s\n  raft:             %s\n", cfg.ID, cfg.GRPCAddr, cfg.RaftAddr)
+	if cfg.ListenHost != "" {
+		fmt.Fprintf(stdout, "  listening on:     %s (admin API), %s (raft) (--listen-host)\n", listenOn(cfg.ListenHost, cfg.GRPCAddr), listenOn(cfg.ListenHost, cfg.RaftAddr))
+	}
+	if cfg.InitialClusterSize > 0 {
+		fmt.Fprintf(stdout, "  members:          %s (--initial-cluster-size %d)\n", derivedMembersLine(cfg), cfg.InitialClusterSize)
+	}
 	if cfg.HTTPAddr != "" {
 		scheme := tlsc.scheme()
 		fmt.Fprintf(stdout, "  console:          %s://%s/\n  status:           %s://%s/status\n  metrics:          %s://%s/metrics\n", scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr, scheme, cfg.HTTPAddr)

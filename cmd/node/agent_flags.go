@@ -41,7 +41,15 @@ type agentConfig struct {
 	HTTPAddr string         // the web console, /status, /readyz, /metrics, /debug/pprof; "" disables
 	Peers    []cluster.Peer // static bootstrap configuration (first start only)
 	Join     []string       // admin addresses of members to join through
-	Dev      bool           // single-node cluster with loopback defaults
+	// InitialClusterSize, if set, is how many masters the cluster starts
+	// with, Peers or Join derived from it and the StatefulSet names of ID,
+	// RaftAddr and GRPCAddr (nodeFlags.deriveMembers).
+	InitialClusterSize int
+	// ListenHost, if set, is the host the Raft transport and the admin
+	// API listen on, with the ports of RaftAddr and GRPCAddr, which are
+	// still advertised as given (listenOn).
+	ListenHost string
+	Dev        bool // single-node cluster with loopback defaults
 	// DevRegionServers is how many simulated region servers a --dev agent
 	// runs in its own process (0: none).
 	DevRegionServers int
@@ -127,6 +135,9 @@ var agentEnv = map[string]string{
 	"peers":     "BATON_PEERS",
 	"join":      "BATON_JOIN",
 	"dev":       "BATON_DEV",
+
+	"initial-cluster-size": "BATON_INITIAL_CLUSTER_SIZE",
+	"listen-host":          "BATON_LISTEN_HOST",
 
 	"dev-regionservers": "BATON_DEV_REGIONSERVERS",
 
@@ -301,7 +312,7 @@ func agentUsage(fs *flag.FlagSet) {
 		"audit-file": "path", "audit-file-max-size": "MiB", "audit-file-keep": "int", "handshake-timeout": "duration", "max-conns-per-source": "int",
 		"snapshot-interval": "duration", "snapshot-dir": "path", "snapshot-retain": "int",
 		"raft-snapshot-threshold": "int", "raft-trailing-logs": "int", "raft-snapshot-interval": "duration",
-		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int"})
+		"server-stabilization-time": "duration", "dead-member-timeout": "duration", "min-quorum": "int", "initial-cluster-size": "int", "listen-host": "host"})
 }
 
 // check fills cfg from the flags past the node's addresses and TLS files
@@ -331,6 +342,7 @@ func (f agentFlags) check(fs *flag.FlagSet, cfg *agentConfig, bad func(string, .
 		cfg.Workers = n
 	}
 	cfg.HTTPAllowedHosts = f.node.allowedHosts(bad)
+	cfg.ListenHost = parseListenHost(*f.node.listenHost, bad)
 	if cfg.Dev {
 		f.devDefaults(cfg, bad)
 	} else {
@@ -356,6 +368,9 @@ func (f agentFlags) devDefaults(cfg *agentConfig, bad func(string, ...any)) {
 	def(&cfg.HTTPAddr, devHTTPAddr)
 	if *f.node.peers != "" || *f.node.join != "" {
 		bad("--dev runs a single-node cluster: drop --peers and --join, or drop --dev")
+	}
+	if *f.node.initialSize != "" {
+		bad("--dev runs a single-node cluster: drop --initial-cluster-size, or drop --dev")
 	}
 	cfg.Peers = []cluster.Peer{{ID: cfg.ID, Address: cfg.RaftAddr}}
 	cfg.DevRegionServers = devRegionServers
@@ -424,6 +439,9 @@ func checkAgentAddrs(cfg *agentConfig, bad func(string, ...any)) {
 				open = append(open, a[0]+" "+a[1])
 			}
 		}
+		if cfg.ListenHost != "" && !isLoopbackAddr(net.JoinHostPort(cfg.ListenHost, "1")) {
+			open = append(open, "--listen-host "+cfg.ListenHost)
+		}
 		if len(open) > 0 {
 			bad("%s: not loopback, and without TLS anyone who reaches it can join the cluster, call the admin API or speak Raft; give --tls-ca, --tls-cert and --tls-key, or --insecure to run plaintext anyway",
 				strings.Join(open, ", "))
@@ -439,12 +457,28 @@ func checkAgentAddrs(cfg *agentConfig, bad func(string, ...any)) {
 		}
 		seen[a[1]] = a[0]
 	}
+	if cfg.ListenHost != "" {
+		// On one host, the ports alone must differ (the same address
+		// twice is said above).
+		ports := map[string][2]string{}
+		for _, a := range [][2]string{{"--raft-addr", cfg.RaftAddr}, {"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
+			_, port, err := net.SplitHostPort(a[1])
+			if err != nil {
+				continue
+			}
+			if other, dup := ports[port]; dup && other[1] != a[1] {
+				bad("--listen-host %s: %s and %s both have port %s: each needs its own port", cfg.ListenHost, other[0], a[0], port)
+			}
+			ports[port] = a
+		}
+	}
 }
 
 // nodeFlags name the node and where it listens, and the cluster it
 // bootstraps or joins.
 type nodeFlags struct {
 	id, dataDir, raftAddr, grpcAddr, httpAddr, hosts, peers, join *string
+	initialSize, listenHost                                       *string
 }
 
 func addNodeFlags(str func(name, usage string) *string) nodeFlags {
@@ -453,11 +487,14 @@ func addNodeFlags(str func(name, usage string) *string) nodeFlags {
 		dataDir:  str("data-dir", "directory of the node's durable state (--dev: "+devDataDir+")"),
 		raftAddr: str("raft-addr", "host:port of the Raft transport, reachable by the other nodes (--dev: "+devRaftAddr+")"),
 		grpcAddr: str("grpc-addr", "host:port of the admin API, reachable by clients and the other nodes (--dev: "+devGRPCAddr+")"),
-		httpAddr: str("http-addr", "host:port of the web console (/), /status, /readyz, /metrics and /debug/pprof; empty: none (--dev: "+devHTTPAddr+")"),
+		httpAddr: str("http-addr", "host:port the web console (/), /status, /readyz, /metrics and /debug/pprof listen on (a listening address: 0.0.0.0 is fine, --listen-host does not change it); empty: none (--dev: "+devHTTPAddr+")"),
 		hosts: str("http-allowed-hosts", "names,... the HTTP port (console, /status, /metrics, ...) answers to besides IP addresses, localhost and the hosts of --http-addr, --grpc-addr and --raft-addr "+
 			"(a name your browser or scraper uses for this node: a DNS name, a load balancer's); other names are refused (403), against DNS rebinding"),
 		peers: str("peers", "bootstrap members id=raft-host:port,...; identical on every node, used on first start only"),
 		join:  str("join", "admin addresses host:port,... of members to join through, for a node added later"),
+		initialSize: str("initial-cluster-size", "N: derive the members from StatefulSet names instead of --peers/--join. --id is NAME-ORDINAL (a pod's name) and the first DNS label of the hosts of --raft-addr and --grpc-addr is the id; "+
+			"members NAME-0..NAME-(N-1) are at those hosts with their own names. ORDINAL < N: bootstrap with them (first start only, as --peers); ORDINAL >= N: join through them (as --join)"),
+		listenHost: str("listen-host", listenHostUsage("--raft-addr and --grpc-addr")),
 	}
 }
 
@@ -489,8 +526,13 @@ func parseAllowedHosts(v string, bad func(string, ...any)) []string {
 	return out
 }
 
-// members reads --peers and --join of a node of a real cluster.
+// members reads --peers and --join of a node of a real cluster, or
+// derives them from --initial-cluster-size.
 func (f nodeFlags) members(cfg *agentConfig, bad func(string, ...any)) {
+	if *f.initialSize != "" {
+		f.deriveMembers(cfg, bad)
+		return
+	}
 	if *f.peers != "" {
 		ps, err := cluster.ParsePeers(*f.peers)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ var regionServerEnv = map[string]string{
 	"tls-cert":           rsTLSEnv.Cert,
 	"tls-key":            rsTLSEnv.Key,
 	"insecure":           "BATON_INSECURE",
+	// The agent's variable: a pod's listening host is the same whatever
+	// it runs.
+	"listen-host": "BATON_LISTEN_HOST",
 
 	"http-allowed-hosts":   "BATON_RS_HTTP_ALLOWED_HOSTS",
 	"handshake-timeout":    "BATON_RS_HANDSHAKE_TIMEOUT",
@@ -96,6 +100,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	opLatency := str("op-latency", "time each region open or close takes, e.g. 50ms (default 0)")
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
+	listenHost := str("listen-host", listenHostUsage("--grpc-addr"))
 	httpAddr := str("http-addr", "host:port of /metrics and /readyz (a listening address: 0.0.0.0 is fine); empty: none")
 	allowedHosts := str("http-allowed-hosts", "names,... the HTTP port answers to besides IP addresses, localhost and the hosts of --grpc-addr and --http-addr "+
 		"(a name a scraper uses for this server); other names are refused (403), against DNS rebinding")
@@ -110,13 +115,13 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	}
 	insecure := fs.Bool("insecure", insecureDefault, "allow plaintext on addresses other than loopback: anyone who reaches them can open and close its regions (env "+regionServerEnv["insecure"]+")")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--listen-host HOST] [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
 			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
 		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration",
-			"handshake-timeout": "duration", "max-conns-per-source": "int"})
+			"handshake-timeout": "duration", "max-conns-per-source": "int", "listen-host": "host"})
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -154,6 +159,14 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	if cfg.HTTPAddr != "" {
 		if err := checkAddr("--http-addr", cfg.HTTPAddr, true); err != nil {
 			bad("%v", err)
+		}
+	}
+	if host := parseListenHost(*listenHost, bad); host != "" {
+		cfg.ListenAddr = listenOn(host, cfg.GRPCAddr)
+		if _, hp, err := net.SplitHostPort(cfg.HTTPAddr); err == nil {
+			if _, gp, err := net.SplitHostPort(cfg.GRPCAddr); err == nil && gp == hp && cfg.ListenAddr != cfg.HTTPAddr {
+				bad("--listen-host %s: --grpc-addr and --http-addr both have port %s: each needs its own port", host, gp)
+			}
 		}
 	}
 	named := 0
@@ -200,6 +213,9 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 			if a[1] != "" && !isLoopbackAddr(a[1]) {
 				open = append(open, a[0]+" "+a[1])
 			}
+		}
+		if cfg.ListenAddr != "" && !isLoopbackAddr(cfg.ListenAddr) {
+			open = append(open, "--listen-host "+cfg.ListenAddr)
 		}
 		if len(open) > 0 {
 			bad("%s: not loopback, and without TLS anyone who reaches it can open and close its regions; give --tls-ca, --tls-cert and --tls-key, or --insecure to run plaintext anyway",
@@ -250,6 +266,9 @@ func runRegionServer(ctx context.Context, cfg regionserver.Config, tr rsTranspor
 	}
 	fmt.Fprintf(stdout, "baton region server %q running\n  RegionServer (gRPC): %s\n  masters:             %s\n",
 		cfg.ID, s.Addr(), strings.Join(cfg.Masters, ","))
+	if cfg.ListenAddr != "" {
+		fmt.Fprintf(stdout, "  listening on:        %s (--listen-host)\n", cfg.ListenAddr)
+	}
 	if a := s.HTTPAddr(); a != "" {
 		scheme := tlsc.scheme()
 		fmt.Fprintf(stdout, "  metrics:             %s://%s/metrics\n  readiness:           %s://%s/readyz\n", scheme, a, scheme, a)

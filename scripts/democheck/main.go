@@ -4,6 +4,7 @@
 // binary anyway.
 //
 //	democheck leader [--not ID]      < cluster-status.json  the leader's id (exit 1: none, or still ID)
+//	democheck voter --id ID          < cluster-status.json  ID's suffrage; exit 0 once it is a Voter under a leader
 //	democheck servers                < rs-list.json         the region servers' ids, one per line
 //	democheck unfinished             < proc-list.json       ids of root procedures not yet terminal
 //	democheck halfdone --leader ID [--min-writes N] < proc-list.json
@@ -85,7 +86,7 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: democheck leader|servers|unfinished|halfdone|resumed|newleader|midway|ready|verify ... (see go doc ./scripts/democheck)")
+		fmt.Fprintln(stderr, "usage: democheck leader|voter|servers|unfinished|halfdone|resumed|newleader|midway|ready|verify ... (see go doc ./scripts/democheck)")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("democheck "+args[0], flag.ContinueOnError)
@@ -97,6 +98,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		not := fs.String("not", "", "fail while the leader is still this id (the one just killed)")
 		if err = fs.Parse(args[1:]); err == nil {
 			code, err = leader(stdin, stdout, *not)
+		}
+	case "voter":
+		id := fs.String("id", "", "the member that must be a voter")
+		if err = fs.Parse(args[1:]); err == nil {
+			code, err = voter(stdin, stdout, *id)
 		}
 	case "servers":
 		if err = fs.Parse(args[1:]); err == nil {
@@ -229,6 +235,33 @@ func leader(r io.Reader, w io.Writer, not string) (int, error) {
 	}
 	fmt.Fprintln(w, s.LeaderID)
 	return exitOK, nil
+}
+
+// voter reads `cluster status --json` and succeeds once member id is a
+// voter of a cluster with a leader, printing the member's suffrage
+// otherwise (a scale-up's member joins as a non-voter first).
+func voter(r io.Reader, w io.Writer, id string) (int, error) {
+	var s struct {
+		LeaderID string `json:"leader_id"`
+		Peers    []struct {
+			ID       string `json:"id"`
+			Suffrage string `json:"suffrage"`
+		} `json:"peers"`
+	}
+	if err := decode(r, &s); err != nil {
+		return exitUsage, err
+	}
+	for _, p := range s.Peers {
+		if p.ID == id {
+			fmt.Fprintln(w, p.Suffrage)
+			if p.Suffrage == "Voter" && s.LeaderID != "" {
+				return exitOK, nil
+			}
+			return exitNotYet, nil
+		}
+	}
+	fmt.Fprintln(w, "not a member")
+	return exitNotYet, nil
 }
 
 type serverJSON struct {

@@ -185,6 +185,9 @@ func TestStdinCommands(t *testing.T) {
 		{[]string{"leader", "--not", "n1"}, `{"leader_id":"n3"}`, exitOK, "n3\n"},
 		{[]string{"leader"}, `{"leader_id":""}`, exitNotYet, ""},
 		{[]string{"leader"}, ``, exitUsage, ""},
+		{[]string{"voter", "--id", "m-3"}, `{"leader_id":"m-0","peers":[{"id":"m-0","suffrage":"Voter"},{"id":"m-3","suffrage":"Voter"}]}`, exitOK, "Voter\n"},
+		{[]string{"voter", "--id", "m-3"}, `{"leader_id":"m-0","peers":[{"id":"m-3","suffrage":"Nonvoter"}]}`, exitNotYet, "Nonvoter\n"},
+		{[]string{"voter", "--id", "m-3"}, `{"leader_id":"m-0","peers":[{"id":"m-0","suffrage":"Voter"}]}`, exitNotYet, "not a member\n"},
 		{[]string{"servers"}, `{"servers":[{"id":"rs1","lease_state":"live","region_count":3},{"id":"rs2"}]}`, exitOK, "rs1\nrs2\n"},
 		{[]string{"unfinished"}, `{"procedures":[{"id":1,"state":"SUCCESS"},{"id":2,"state":"RUNNABLE"},{"id":3,"parent_id":2,"state":"WAITING"},{"id":4,"state":"WAITING"},{"id":5,"state":"ROLLEDBACK"}]}`, exitOK, "2\n4\n"},
 		// halfdone: unfinished roots with enough writes, all by the leader.
