@@ -70,6 +70,11 @@ func (s *StreamWriter) Proc(id uint64, data []byte) error {
 	if s.nProcs == s.hdr.Procs {
 		return fmt.Errorf("raftfsm: snapshot stream: more than the %d procedures announced", s.hdr.Procs)
 	}
+	if id > s.hdr.MaxProcId {
+		// Restore refuses it: a node would load a state whose next id
+		// could be one already taken.
+		return fmt.Errorf("raftfsm: snapshot stream: procedure %d above the max id %d announced", id, s.hdr.MaxProcId)
+	}
 	s.lastID = id
 	s.nProcs++
 	s.proc.Id, s.proc.Data = id, data

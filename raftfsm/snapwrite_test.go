@@ -55,6 +55,7 @@ func TestStreamWriterRefusesWhatRestoreWould(t *testing.T) {
 		"fewer than announced": func(sw *StreamWriter) error { return sw.Key("a", nil) },
 		"key before procedure": func(sw *StreamWriter) error { sw.Key("a", nil); return sw.Proc(1, nil) },
 		"keys out of order":    func(sw *StreamWriter) error { sw.Key("b", nil); return sw.Key("a", nil) },
+		"id above the max id":  func(sw *StreamWriter) error { return sw.Proc(2, nil) },
 		"more than announced": func(sw *StreamWriter) error {
 			sw.Proc(1, nil)
 			sw.Key("a", nil)
