@@ -559,7 +559,7 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 			for i := range int(*sts.Spec.Replicas) {
 				pod := fmt.Sprintf("%s-%d", sts.Name, i)
 				env := podEnv(c, pod)
-				for _, flag := range []string{"tls-ca", "tls-cert", "tls-key", "cluster-secret-file"} {
+				for _, flag := range []string{"tls-ca", "tls-cert", "tls-key", "cluster-secret-file", "acl-bootstrap-token-file"} {
 					v, ok := argValue(c.Args, flag)
 					if !ok {
 						continue
@@ -651,6 +651,39 @@ func TestNoSecretInTheOpen(t *testing.T) {
 						t.Errorf("%s: %s passes --%s on the command line", r.values, name, f)
 					}
 				}
+				for _, a := range append(append([]string{}, c.Args...), c.Command...) {
+					if regexp.MustCompile(`bt_[0-9a-f]{16}_`).MatchString(a) {
+						t.Errorf("%s: %s has a bearer token in its command line", r.values, name)
+					}
+				}
+			}
+		}
+		// With access control the bootstrap token is a file from a
+		// Secret (the mount is checked by TestVolumesMounted's flags):
+		// the chart's, made in the form the agent takes, unless the
+		// values name one.
+		if master, ok := r.statefulSets()[releaseName+"-master"]; ok {
+			c := master.Spec.Template.Spec.Containers[0]
+			_, file := argValue(c.Args, "acl-bootstrap-token-file")
+			aclOn := value(t, r, "acl.mode") == "on" || (value(t, r, "acl.mode") == "" && (value(t, r, "tls.certManager.enabled").(bool) || len(value(t, r, "tls.existingSecrets.masters").([]any)) > 0))
+			if file != aclOn {
+				t.Errorf("%s: --acl-bootstrap-token-file given %v, access control on %v", r.values, file, aclOn)
+			}
+			var made *corev1.Secret
+			for _, o := range r.ofKind("Secret") {
+				if o.name == releaseName+"-bootstrap-token" {
+					made = o.typed.(*corev1.Secret)
+				}
+			}
+			switch named := value(t, r, "acl.bootstrapToken.secretName").(string); {
+			case !aclOn || named != "":
+				if made != nil {
+					t.Errorf("%s: the chart makes a bootstrap token Secret it does not use", r.values)
+				}
+			case made == nil:
+				t.Errorf("%s: access control on, and no bootstrap token Secret", r.values)
+			case !bootstrapTokenPattern.Match(made.Data["token"]):
+				t.Errorf("%s: the bootstrap token Secret's value is not in the form the agent takes (bt_<16 hex>_<43 base64url>)", r.values)
 			}
 		}
 		for _, s := range secrets {
@@ -662,6 +695,9 @@ func TestNoSecretInTheOpen(t *testing.T) {
 		}
 	}
 }
+
+// bootstrapTokenPattern is security.ParseToken's form of a bearer token.
+var bootstrapTokenPattern = regexp.MustCompile(`^bt_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$`)
 
 // ---- TLS ----
 

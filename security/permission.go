@@ -89,6 +89,33 @@ func NewToken() (token, accessor, hash string, err error) {
 	return tokenPrefix + accessor + "_" + secret, accessor, HashTokenSecret(secret), nil
 }
 
+// minGivenSecretChars is the fewest distinct characters a given token's
+// secret may hold. A generated one (32 random bytes, 43 base64url
+// characters) holds about 30; fewer than 16 happens with a probability
+// below 1e-12, so a secret under it was made by hand ("aaaa...", a
+// repeated word) and is refused.
+const minGivenSecretChars = 16
+
+// CheckGivenToken checks a token an operator made instead of Baton (agent
+// --acl-bootstrap-token-file): the form of a generated one, and a secret
+// as varied as a random one. It returns the accessor and the hash to keep.
+// Its errors never quote the token.
+func CheckGivenToken(token string) (accessor, hash string, err error) {
+	acc, secret, err := ParseToken(token)
+	if err != nil {
+		return "", "", err
+	}
+	seen := map[rune]bool{}
+	for _, r := range secret {
+		seen[r] = true
+	}
+	if len(seen) < minGivenSecretChars {
+		return "", "", fmt.Errorf("security: the token's secret has %d distinct characters, want at least %d: it is not random; make one with "+
+			"printf 'bt_%%s_%%s' \"$(openssl rand -hex 8)\" \"$(openssl rand -base64 32 | tr '+/' '-_' | tr -d '=')\"", len(seen), minGivenSecretChars)
+	}
+	return acc, HashTokenSecret(secret), nil
+}
+
 // ParseToken splits a token into its accessor and secret.
 func ParseToken(token string) (accessor, secret string, err error) {
 	m := tokenPattern.FindStringSubmatch(token)

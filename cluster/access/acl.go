@@ -35,6 +35,9 @@ type ACL struct {
 	// (revocations, token expiry, token uses) is written only once it
 	// allows it, since a master of 0.1.0 misreads it.
 	format version.Gate
+	// bootGiven is the bootstrap token the operator gave
+	// (UseBootstrapToken), if any: stored instead of a made one.
+	bootGiven string
 
 	mu   sync.Mutex
 	uses tokenUses // tokens' last uses noted here
@@ -159,12 +162,18 @@ func (a *ACL) NewToken(name string, perm security.Permission, by string, ttl tim
 	if err != nil {
 		return nil, "", "", Entry{}, err
 	}
+	muts, e = a.tokenWrites(acc, hash, name, perm, by, ttl)
+	return muts, acc, tok, e, nil
+}
+
+// tokenWrites store the token with accessor acc and its secret's hash.
+func (a *ACL) tokenWrites(acc, hash, name string, perm security.Permission, by string, ttl time.Duration) ([]raftfsm.Mutation, Entry) {
 	now := a.clock.Now()
-	e = Entry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: now.UnixMilli(), CreatedBy: by}
+	e := Entry{Permission: perm.String(), Name: name, Hash: hash, CreatedMs: now.UnixMilli(), CreatedBy: by}
 	if ttl > 0 {
 		e.ExpiresMs = now.Add(ttl).UnixMilli()
 	}
-	return []raftfsm.Mutation{raftfsm.Put(TokenPrefix+acc, MustJSON(e))}, acc, tok, e, nil
+	return []raftfsm.Mutation{raftfsm.Put(TokenPrefix+acc, MustJSON(e))}, e
 }
 
 // CertGrants are the replicated bindings (read by sc; none if nil), and

@@ -61,8 +61,36 @@ func (a *ACL) BootRecorded() {
 }
 
 // PendingBoot is a bootstrap token this master made and has yet to see
-// recorded as told.
-type PendingBoot struct{ Accessor, Secret string }
+// recorded as told. Given says the operator gave it
+// (UseBootstrapToken): it is told to no one, the operator has it.
+type PendingBoot struct {
+	Accessor, Secret string
+	Given            bool
+}
+
+// UseBootstrapToken makes token, which an operator made (agent
+// --acl-bootstrap-token-file), the bootstrap token this master stores if
+// it is the first leader, instead of making one: every master given the
+// same token stores the same one, whichever leads first. It must have the
+// form and strength of a made one (security.CheckGivenToken).
+func (a *ACL) UseBootstrapToken(token string) error {
+	if _, _, err := security.CheckGivenToken(token); err != nil {
+		return err
+	}
+	a.bootGiven = token
+	return nil
+}
+
+// givenStored says the token recorded as the bootstrap token is the given
+// one (accessor acc, hash), already in the state.
+func (a *ACL) givenStored(recorded, acc, hash string) bool {
+	if recorded != acc {
+		return false
+	}
+	v, ok := a.state.Get(TokenPrefix + acc)
+	var e Entry
+	return ok && json.Unmarshal(v, &e) == nil && e.Hash == hash
+}
 
 // ErrBootstrapWaits is BootstrapWrites' answer while a bootstrap token
 // with a TTL waits for cluster version 2, below which a master of 0.1.0
@@ -100,16 +128,36 @@ func (a *ACL) BootstrapWrites(masterID string, now int64, ttl time.Duration) (*P
 		// with the next.
 		muts = append(muts, raftfsm.Del(TokenPrefix+pending.Accessor))
 	}
-	// None yet, or one whose secret only another master knew: make one
-	// (the other's token goes).
-	tm, acc, secret, _, err := a.NewToken("bootstrap", security.PermAdmin, "master/"+masterID+" (bootstrap)", ttl)
-	if err != nil {
-		return nil, nil, err
+	var tm []raftfsm.Mutation
+	var acc, secret string
+	if a.bootGiven != "" {
+		var hash string
+		acc, hash, _ = security.CheckGivenToken(a.bootGiven) // checked by UseBootstrapToken
+		if a.givenStored(rec.Accessor, acc, hash) {
+			// Stored by a master that stopped before recording it as
+			// told: it is the given one all the same, and keeps the
+			// time it was made (its TTL runs from then).
+			pending = &PendingBoot{Accessor: acc, Secret: a.bootGiven, Given: true}
+			a.mu.Lock()
+			a.bootPending, a.bootTold = pending, false
+			a.mu.Unlock()
+			return pending, muts, nil
+		}
+		tm, _ = a.tokenWrites(acc, hash, "bootstrap", security.PermAdmin, "master/"+masterID+" (bootstrap)", ttl)
+		secret = a.bootGiven
+	} else {
+		// None yet, or one whose secret only another master knew: make
+		// one (the other's token goes).
+		var err error
+		tm, acc, secret, _, err = a.NewToken("bootstrap", security.PermAdmin, "master/"+masterID+" (bootstrap)", ttl)
+		if err != nil {
+			return nil, nil, err
+		}
 	}
-	if rec.Accessor != "" {
+	if rec.Accessor != "" && rec.Accessor != acc {
 		muts = append(muts, raftfsm.Del(TokenPrefix+rec.Accessor))
 	}
-	pending = &PendingBoot{Accessor: acc, Secret: secret}
+	pending = &PendingBoot{Accessor: acc, Secret: secret, Given: a.bootGiven != ""}
 	muts = append(muts, tm...)
 	muts = append(muts, raftfsm.Put(BootKey, MustJSON(BootRecord{AtMs: now, By: masterID, Accessor: pending.Accessor})))
 	a.mu.Lock()

@@ -163,3 +163,62 @@ func TestBootstrapTokenTTLWaitsForVersion2(t *testing.T) {
 		t.Fatalf("without a ttl at format 1: %v, %v", boot, err)
 	}
 }
+
+// TestGivenBootstrapToken: a given bootstrap token is stored as it is
+// (its accessor, the hash of its secret, the TTL's expiry, the record of
+// a made one), by whichever master leads first; a master finding it
+// stored by another that stopped before recording it as told keeps it
+// (and its expiry) instead of replacing it; a weak or malformed one is
+// refused, its text quoted by no error.
+func TestGivenBootstrapToken(t *testing.T) {
+	const given = "bt_0123456789abcdef_Zq3xV9mK2pL7wR4tY8uN1bC6dF0gH5jS-_aEiOoUyTq"
+	st := mapState{}
+	clk := clock.NewManual(time.Unix(1e6, 0))
+	fmt2 := func() version.Format { return version.Format2 }
+	a := NewACL(st, clk, nil, fmt2)
+	if err := a.UseBootstrapToken(given); err != nil {
+		t.Fatal(err)
+	}
+	made := clk.Now()
+	boot, muts, err := a.BootstrapWrites("m1", made.UnixMilli(), time.Hour)
+	if err != nil || boot == nil || !boot.Given || boot.Accessor != "0123456789abcdef" || boot.Secret != given {
+		t.Fatalf("given: %+v, %v", boot, err)
+	}
+	st.apply(muts)
+	var e Entry
+	if err := json.Unmarshal(st[TokenPrefix+boot.Accessor], &e); err != nil || e.Hash != security.HashTokenSecret(given[len("bt_0123456789abcdef_"):]) ||
+		e.Permission != "admin" || e.Name != "bootstrap" || e.ExpiresMs != made.Add(time.Hour).UnixMilli() {
+		t.Fatalf("stored %+v, %v: want the given secret's hash, admin, an hour's TTL", e, err)
+	}
+	if p, err := a.TokenPrincipal(given); err != nil || p.Perm != security.PermAdmin {
+		t.Fatalf("the given token: %+v, %v", p, err)
+	}
+
+	// m1 stopped before recording it as told; m2, given the same file,
+	// leads later: nothing to write, the token is the same and so is its
+	// expiry.
+	clk.Advance(10 * time.Minute)
+	b := NewACL(st, clk, nil, fmt2)
+	if err := b.UseBootstrapToken(given); err != nil {
+		t.Fatal(err)
+	}
+	boot2, muts2, err := b.BootstrapWrites("m2", clk.Now().UnixMilli(), time.Hour)
+	if err != nil || boot2 == nil || boot2.Accessor != boot.Accessor || len(muts2) != 0 {
+		t.Fatalf("a second leader with the same file: %+v, %v, %v", boot2, muts2, err)
+	}
+	st.apply(BootToldWrites("m2", boot2.Accessor, clk.Now().UnixMilli()))
+	if boot, _, _ := b.BootstrapWrites("m2", clk.Now().UnixMilli(), time.Hour); boot != nil {
+		t.Fatalf("told, yet pending: %+v", boot)
+	}
+
+	for name, tok := range map[string]string{
+		"weak":      "bt_0123456789abcdef_" + strings.Repeat("ab", 21) + "c",
+		"malformed": "bt_0123456789abcdef_short",
+		"no prefix": "0123456789abcdef_Zq3xV9mK2pL7wR4tY8uN1bC6dF0gH5jS-_aEiOoUyTq",
+	} {
+		err := NewACL(mapState{}, clk, nil, fmt2).UseBootstrapToken(tok)
+		if err == nil || strings.Contains(err.Error(), tok[len(tok)-20:]) {
+			t.Errorf("%s: %v; want refused, not quoted", name, err)
+		}
+	}
+}

@@ -30,6 +30,14 @@ type Access struct {
 	// accepted after it is made (agent --acl-bootstrap-token-ttl). Default
 	// 0: until deleted.
 	BootstrapTokenTTL time.Duration
+	// BootstrapToken, if set, is the bootstrap token (agent
+	// --acl-bootstrap-token-file, in the form 'baton acl token create'
+	// prints): the first leader stores it instead of making one, and
+	// nobody is told its secret (OnBootstrap is not called; the log
+	// names its accessor only), since the operator who gave it has it.
+	// Give every master the same. It must be as strong as a made one
+	// (security.CheckGivenToken).
+	BootstrapToken string
 	// OnBootstrap is told the bootstrap token, an admin token made by the
 	// first leader of a cluster that enforces access control, once it is
 	// committed: the only time its secret is seen. Default: logged at
@@ -91,6 +99,11 @@ func (a Access) Validate() error {
 	}
 	if a.BootstrapTokenTTL < 0 {
 		return fmt.Errorf("admin: negative bootstrap token TTL %v", a.BootstrapTokenTTL)
+	}
+	if a.BootstrapToken != "" {
+		if _, _, err := security.CheckGivenToken(a.BootstrapToken); err != nil {
+			return fmt.Errorf("admin: the given bootstrap token: %w", err)
+		}
 	}
 	if err := a.ChangeLimit.Validate(); err != nil {
 		return fmt.Errorf("admin: change limit: %w", err)

@@ -46,10 +46,16 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 		return
 	}
 	if !s.acl.MarkBootTold() {
-		s.log.Info("bootstrap token made", "accessor", boot.Accessor)
-		if s.acc.OnBootstrap != nil {
+		switch {
+		case boot.Given:
+			// The operator has it: its secret goes nowhere, the
+			// accessor says which token it is.
+			s.log.Info("bootstrap token stored as given (--acl-bootstrap-token-file)", "accessor", boot.Accessor)
+		case s.acc.OnBootstrap != nil:
+			s.log.Info("bootstrap token made", "accessor", boot.Accessor)
 			s.acc.OnBootstrap(boot.Secret)
-		} else {
+		default:
+			s.log.Info("bootstrap token made", "accessor", boot.Accessor)
 			s.log.Warn("bootstrap token (admin; shown once)", "token", boot.Secret)
 		}
 	}

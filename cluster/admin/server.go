@@ -231,6 +231,11 @@ func New(b Backend, cfg Config) (*Server, error) {
 		s.acc = cfg.Access.withDefaults()
 	}
 	s.acl = access.NewACL(domainReader{b}, s.acc.Clock, s.acc.InitialGrants, func() version.Format { return clusterFormatOf(b) })
+	if s.acc.BootstrapToken != "" {
+		if err := s.acl.UseBootstrapToken(s.acc.BootstrapToken); err != nil {
+			return nil, err // Validate said it already
+		}
+	}
 	if cfg.Access != nil {
 		var err error
 		if s.accessM, err = newAccessMetrics(s.acc.Metrics); err != nil {

@@ -2,6 +2,7 @@ package regionserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -167,5 +168,58 @@ func TestUnescapedRefusalReportStillFitsTheHeartbeat(t *testing.T) {
 	raw := &rspb.RefusalReport{Caller: "client/x\x1b", Method: "HTTP /\u202e\n", Code: "PermissionDenied", Message: "\x1b[31m", Peer: "1.2.3.4:5"}
 	if err := reqlimit.Check(&rspb.HeartbeatRequest{ServerId: "rs1", Refusals: []*rspb.RefusalReport{raw}}); err != nil {
 		t.Fatalf("a heartbeat carrying an unescaped report is refused: %v", err)
+	}
+}
+
+// TestProbesWithoutClientCertificate: under TLS a caller with no client
+// certificate (a kubelet's HTTPS probe: no certificate, no CA check) gets
+// /readyz and /livez, and nothing else (401, a refusal counted as the
+// access control's); a certificate of another CA is still refused at the
+// handshake; a client with read still gets /metrics.
+func TestProbesWithoutClientCertificate(t *testing.T) {
+	read := &rspb.AccessGrants{Version: 5, Enforced: true, Clients: []*rspb.ClientGrant{{Client: "ops", Permission: "read"}}}
+	r := startSecureRS(t, read, nil)
+	kubelet := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(hc *http.Client, path string) (int, string, error) {
+		resp, err := hc.Get("https://" + r.s.HTTPAddr() + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+	testwait.ForNil(t, 10*time.Second, "/readyz 200 without a certificate", func() error {
+		if code, body, err := get(kubelet, "/readyz"); err != nil || code != http.StatusOK || !strings.HasPrefix(body, "ready: registered") {
+			return fmt.Errorf("/readyz = %d %q, %v", code, body, err)
+		}
+		return nil
+	})
+	if code, body, err := get(kubelet, "/livez"); err != nil || code != http.StatusOK || body != "alive\n" {
+		t.Fatalf("/livez without a certificate = %d %q, %v; want 200 alive", code, body, err)
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/nothing"} {
+		if code, body, err := get(kubelet, path); err != nil || code != http.StatusUnauthorized || !strings.Contains(body, "only /readyz and /livez") {
+			t.Errorf("%s without a certificate = %d %q, %v; want 401", path, code, body, err)
+		}
+	}
+	stranger, err := security.NewTestPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := stranger.MustCredentials(opsClient)
+	strangerClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: other.ClientConfig()}}
+	strangerClient.Transport.(*http.Transport).TLSClientConfig.VerifyConnection = nil // trust any server: the test is the server's check
+	if _, _, err := get(strangerClient, "/readyz"); err == nil {
+		t.Error("a certificate of another CA was let in")
+	}
+	r.want(opsClient, "", codes.OK, http.StatusOK, "")
+	ops := r.pki.MustCredentials(opsClient)
+	withCert := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: ops.ClientConfig(security.RoleRegionServer)}}
+	if code, _, err := get(withCert, "/livez"); err != nil || code != http.StatusOK {
+		t.Fatalf("/livez with a certificate = %d, %v", code, err)
+	}
+	if err := r.s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

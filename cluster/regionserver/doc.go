@@ -80,7 +80,9 @@
 // regions by state, operations by kind and result, heartbeats and
 // registrations by result, the age of the last renewal, self-fences and
 // the regions it closed by itself, batches refused by fencing, reports)
-// and /readyz (ready while registered). Its metrics live in a registry of
+// /readyz (ready while registered) and /livez (serving). With TLS the two
+// probes are served also to a caller without a client certificate (a
+// kubelet's probe), every other path only to one with. Its metrics live in a registry of
 // its own unless Config.Metrics gives one, so several servers run in one
 // process. With Config.TracerProvider a batch gets a server span under
 // the master's call, each operation a span in its procedure's trace, and

@@ -35,7 +35,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestHTTPEndpoints: /readyz says whether the server is registered, and
+// TestHTTPEndpoints: /readyz says whether the server is registered, /livez
+// that it serves, and
 // /metrics shows its regions, operations and heartbeats.
 func TestHTTPEndpoints(t *testing.T) {
 	c, addrs := newFakeCluster(t, 1, 60_000)
@@ -45,6 +46,9 @@ func TestHTTPEndpoints(t *testing.T) {
 	base := "http://" + s.HTTPAddr()
 	if code, body := httpGet(t, base+"/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "ready: registered") {
 		t.Fatalf("/readyz = %d %q, want 200 ready", code, body)
+	}
+	if code, body := httpGet(t, base+"/livez"); code != http.StatusOK || body != "alive\n" {
+		t.Fatalf("/livez = %d %q, want 200 alive", code, body)
 	}
 	if _, err := s.ExecuteBatch(context.Background(), &rspb.BatchRequest{Term: c.currentTerm(), StartCode: sc,
 		Ops: append(ops(opOpen, "r1", "r2"), ops(opClose, "r1")...)}); err != nil {

@@ -238,7 +238,11 @@ func (s *Server) Start(ctx context.Context) error {
 		gopts = append(gopts, s.policy.ServerOptions(s.cfg.TLS)...)
 		gopts = append(gopts, grpc.ChainUnaryInterceptor(s.accessInterceptor()))
 		if hlis != nil {
-			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfig(security.RoleMaster, security.RoleClient))
+			// A certificate is optional at the handshake so that a
+			// kubelet can probe /readyz and /livez; the handler refuses
+			// every other path to a caller without one
+			// (probesWithoutCert), and one presented is checked as before.
+			hlis = tls.NewListener(hlis, s.cfg.TLS.ServerConfigCertOptional(security.RoleMaster, security.RoleClient))
 		}
 	}
 	// Limits after the policy: a caller refused is refused unread.

@@ -274,7 +274,7 @@ func (a *agent) snapshotSchedule() *admin.SnapshotSchedule {
 // agentAccess is the admin API's access control and audit trail, as the
 // flags set them.
 func agentAccess(cfg agentConfig, metrics *prometheus.Registry, stdout io.Writer) *admin.Access {
-	return &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, AuditRetention: cfg.AuditRetention,
+	return &admin.Access{Enforce: cfg.ACL, ClientAuth: cfg.ClientAuth, InitialGrants: cfg.ACLInitialGrants, BootstrapTokenTTL: cfg.ACLBootstrapTokenTTL, BootstrapToken: cfg.ACLBootstrapToken, AuditRetention: cfg.AuditRetention,
 		AuditMaxRecords: cfg.AuditMaxRecords, AuditMaxPerPrincipal: cfg.AuditMaxPerPrincipal, AuditMaxRefusedPerCaller: cfg.AuditMaxRefusedPerCaller,
 		AuditFile: cfg.AuditFile, Metrics: metrics, ChangeLimit: admin.RateLimit{Rate: cfg.ChangeRate, Burst: cfg.ChangeBurst},
 		OnBootstrap: func(token string) {
@@ -387,9 +387,12 @@ func (a *agent) printBanner(stdout io.Writer) {
 		fmt.Fprintf(stdout, "  TLS:              mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))
 		fmt.Fprintf(stdout, "  clients:          %s\n", clientAuthBanner(cfg.ClientAuth))
 	}
-	if cfg.ACL {
+	switch {
+	case cfg.ACL && cfg.ACLBootstrapToken != "":
+		fmt.Fprintf(stdout, "  access control:   on (baton acl list; the bootstrap token is the one of --acl-bootstrap-token-file)\n")
+	case cfg.ACL:
 		fmt.Fprintf(stdout, "  access control:   on (baton acl list; the cluster's first leader prints a bootstrap token once)\n")
-	} else {
+	default:
 		fmt.Fprintf(stdout, "  access control:   off: every caller may call everything (--acl on to enforce)\n")
 	}
 	if a.tracing.tp != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func (f rateLimitFlags) parse(cfg *agentConfig, bad func(string, ...any)) {
 }
 
 // accessFlags say who may call what, and how callers are known.
-type accessFlags struct{ acl, clientAuth, grants, bootTTL *string }
+type accessFlags struct{ acl, clientAuth, grants, bootTTL, bootFile *string }
 
 func addAccessFlags(str func(name, usage string) *string) accessFlags {
 	return accessFlags{
@@ -80,7 +81,36 @@ func addAccessFlags(str func(name, usage string) *string) accessFlags {
 		grants: str("acl-initial-grants", "client=permission,... bound whenever this master leads and finds the client unbound, e.g. ops=admin,prometheus=read (the way in besides the bootstrap token, which the cluster's first leader prints once)"),
 		bootTTL: str("acl-bootstrap-token-ttl", "the bootstrap token, which the cluster's first leader makes and prints once, expires this long after it is made, e.g. 24h; "+
 			"make your own admin token or certificate binding before then (default: never; 'acl token delete' deletes it)"),
+		bootFile: str("acl-bootstrap-token-file", "file holding the bootstrap token (bt_<16 hex>_<43 base64url>, as 'baton acl token create' prints one; the same file on every master): "+
+			"the cluster's first leader stores it instead of making one, and nothing prints or logs it but its accessor. "+
+			"Readable by its owner (and group) only; make one with printf 'bt_%s_%s' \"$(openssl rand -hex 8)\" \"$(openssl rand -base64 32 | tr '+/' '-_' | tr -d '=')\""),
 	}
+}
+
+// readBootstrapTokenFile reads and checks --acl-bootstrap-token-file. No
+// message quotes the file's content: it is an admin's secret.
+func readBootstrapTokenFile(path string) (string, error) {
+	fi, err := os.Stat(path) // a Kubernetes Secret's file is a symlink: its target counts
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	// Group read is allowed: a Kubernetes Secret volume with an fsGroup
+	// makes its files group-readable whatever the defaultMode.
+	if perm := fi.Mode().Perm(); perm&0o027 != 0 {
+		return "", fmt.Errorf("%s has mode %04o: an admin's secret must not be readable by others nor writable by its group (chmod 600, or a Secret volume's defaultMode 0400 or 0440)", path, perm)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if _, _, err := security.CheckGivenToken(tok); err != nil {
+		return "", err
+	}
+	return tok, nil
 }
 
 // parse reads the access flags; cfg.TLS must be set.
@@ -117,6 +147,16 @@ func (f accessFlags) parse(cfg *agentConfig, bad func(string, ...any)) {
 			bad("--acl-bootstrap-token-ttl %q: want a duration of at least 1m, e.g. 24h", v)
 		}
 		cfg.ACLBootstrapTokenTTL = d
+	}
+	if path := strings.TrimSpace(*f.bootFile); path != "" {
+		tok, err := readBootstrapTokenFile(path)
+		switch {
+		case err != nil:
+			bad("--acl-bootstrap-token-file: %v", err)
+		case !cfg.ACL:
+			bad("--acl-bootstrap-token-file needs --acl on: without access control there is no bootstrap token")
+		}
+		cfg.ACLBootstrapToken = tok
 	}
 }
 

@@ -88,6 +88,10 @@ type agentConfig struct {
 	// ACLBootstrapTokenTTL is how long the bootstrap token lasts (0:
 	// until deleted; admin.Access.BootstrapTokenTTL).
 	ACLBootstrapTokenTTL time.Duration
+	// ACLBootstrapToken is the bootstrap token read from
+	// --acl-bootstrap-token-file ("": the first leader makes one;
+	// admin.Access.BootstrapToken).
+	ACLBootstrapToken string
 	// AuditRetention and AuditMaxRecords bound the audit trail (0: the
 	// defaults of admin.Access).
 	AuditRetention  time.Duration
@@ -171,7 +175,8 @@ var agentEnv = map[string]string{
 	"audit-file-max-size":          "BATON_AUDIT_FILE_MAX_SIZE",
 	"audit-file-keep":              "BATON_AUDIT_FILE_KEEP",
 
-	"acl-bootstrap-token-ttl": "BATON_ACL_BOOTSTRAP_TOKEN_TTL",
+	"acl-bootstrap-token-ttl":  "BATON_ACL_BOOTSTRAP_TOKEN_TTL",
+	"acl-bootstrap-token-file": "BATON_ACL_BOOTSTRAP_TOKEN_FILE",
 
 	"cluster-secret":      "BATON_CLUSTER_SECRET",
 	"cluster-secret-file": "BATON_CLUSTER_SECRET_FILE",

@@ -324,3 +324,63 @@ func TestClusterSecretAndBootstrapTTLFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestBootstrapTokenFileFlag: --acl-bootstrap-token-file (or its
+// variable) gives the bootstrap token from a private file; a missing,
+// public, malformed or weak one is refused, and no message quotes it; it
+// needs access control on.
+func TestBootstrapTokenFileFlag(t *testing.T) {
+	const tok = "bt_0123456789abcdef_Zq3xV9mK2pL7wR4tY8uN1bC6dF0gH5jS-_aEiOoUyTq"
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", tok+"\n", 0o600)
+	groupRead := write("group", tok, 0o440)
+	public := write("public", tok, 0o644)
+	weak := write("weak", "bt_0123456789abcdef_"+strings.Repeat("ab", 21)+"c", 0o600)
+	malformed := write("malformed", "hunter2hunter2hunter2", 0o600)
+	tlsArgs := []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "m1:1", "--grpc-addr", "m1:2", "--tls-ca", "ca.pem", "--tls-cert", "c.pem", "--tls-key", "k.pem"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		err  string
+	}{
+		{name: "file", args: append([]string{"--acl-bootstrap-token-file", good}, tlsArgs...)},
+		{name: "env", env: map[string]string{"BATON_ACL_BOOTSTRAP_TOKEN_FILE": good}, args: tlsArgs},
+		{name: "group-readable (a Secret volume with fsGroup)", args: append([]string{"--acl-bootstrap-token-file", groupRead}, tlsArgs...)},
+		{name: "missing", args: append([]string{"--acl-bootstrap-token-file", good + ".nope"}, tlsArgs...), err: "--acl-bootstrap-token-file: stat"},
+		{name: "public", args: append([]string{"--acl-bootstrap-token-file", public}, tlsArgs...), err: "has mode 0644: an admin's secret must not be readable by others"},
+		{name: "weak", args: append([]string{"--acl-bootstrap-token-file", weak}, tlsArgs...), err: "distinct characters, want at least 16: it is not random"},
+		{name: "malformed", args: append([]string{"--acl-bootstrap-token-file", malformed}, tlsArgs...), err: "not a baton token (want bt_<16 hex digits>_<43 base64url characters>)"},
+		{name: "acl off", args: append([]string{"--acl", "off", "--acl-bootstrap-token-file", good}, tlsArgs...), err: "--acl-bootstrap-token-file needs --acl on"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			got, err := parseAgentFlags(tc.args, func(k string) string { return tc.env[k] }, &out, &errOut)
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			for _, s := range []string{msg, out.String(), errOut.String()} {
+				if strings.Contains(s, "Zq3xV9mK2pL7wR4t") || strings.Contains(s, "ababab") || strings.Contains(s, "hunter2") {
+					t.Fatalf("a message quotes the file's token: %s", s)
+				}
+			}
+			if usageErrorCase(t, err, tc.err) {
+				return
+			}
+			if got.ACLBootstrapToken != tok {
+				t.Fatalf("token %q, want the file's", got.ACLBootstrapToken)
+			}
+		})
+	}
+}

@@ -101,7 +101,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 	failureRate := str("failure-rate", "probability in [0,1] that a region open fails with \"injected failure\" (default 0)")
 	heartbeat := str("heartbeat-interval", "heartbeat interval, overriding the one the master answers, e.g. 1s (default: the master's)")
 	listenHost := str("listen-host", listenHostUsage("--grpc-addr"))
-	httpAddr := str("http-addr", "host:port of /metrics and /readyz (a listening address: 0.0.0.0 is fine); empty: none")
+	httpAddr := str("http-addr", "host:port of /metrics, /readyz and /livez (a listening address: 0.0.0.0 is fine; with TLS, /readyz and /livez are served also without a client certificate, for a kubelet's probes); empty: none")
 	allowedHosts := str("http-allowed-hosts", "names,... the HTTP port answers to besides IP addresses, localhost and the hosts of --grpc-addr and --http-addr "+
 		"(a name a scraper uses for this server); other names are refused (403), against DNS rebinding")
 	connFlags := addConnLimitFlags(str)
@@ -118,7 +118,7 @@ func parseRegionServerFlags(args []string, getenv func(string) string, stdout, s
 		fmt.Fprintf(fs.Output(), "usage: baton regionserver --id ID --grpc-addr HOST:PORT --masters H:P,... [--listen-host HOST] [--http-addr HOST:PORT] [--op-latency D] [--failure-rate F]\n\n"+
 			"Runs a simulated region server: it hosts regions in memory, registers with the\n"+
 			"leading master and heartbeats until SIGINT or SIGTERM. With --http-addr it serves\n"+
-			"Prometheus metrics on /metrics and its readiness on /readyz; the OTEL_*\n"+
+			"Prometheus metrics on /metrics, its readiness on /readyz and liveness on /livez; the OTEL_*\n"+
 			"environment variables turn tracing on (see README, \"Metrics and traces\").\n\nflags:\n")
 		printDefaults(fs, map[string]string{"op-latency": "duration", "failure-rate": "float", "heartbeat-interval": "duration",
 			"handshake-timeout": "duration", "max-conns-per-source": "int", "listen-host": "host"})
@@ -271,7 +271,7 @@ func runRegionServer(ctx context.Context, cfg regionserver.Config, tr rsTranspor
 	}
 	if a := s.HTTPAddr(); a != "" {
 		scheme := tlsc.scheme()
-		fmt.Fprintf(stdout, "  metrics:             %s://%s/metrics\n  readiness:           %s://%s/readyz\n", scheme, a, scheme, a)
+		fmt.Fprintf(stdout, "  metrics:             %s://%s/metrics\n  readiness:           %s://%s/readyz\n  liveness:            %s://%s/livez\n", scheme, a, scheme, a, scheme, a)
 	}
 	if tlsc.creds != nil {
 		fmt.Fprintf(stdout, "  TLS:                 mutual, as %s (certificate until %s)\n", tlsc.creds.Identity(), tlsc.creds.NotAfter().UTC().Format(time.RFC3339))

@@ -230,3 +230,15 @@ install).
 {{- if $found -}}{{ $found }}{{- else -}}{{ int .Values.masters.replicas }}{{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Access control on, as the agent decides it: --acl, else on with TLS. */}}
+{{- define "baton.aclOn" -}}
+{{- if eq .Values.acl.mode "on" -}}true
+{{- else if and (eq .Values.acl.mode "") (include "baton.tls" .) -}}true
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the bootstrap token: the values' or the chart's. */}}
+{{- define "baton.bootstrapTokenSecret" -}}
+{{- .Values.acl.bootstrapToken.secretName | default (printf "%s-bootstrap-token" (include "baton.fullname" .)) -}}
+{{- end -}}
