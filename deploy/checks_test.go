@@ -147,7 +147,21 @@ func TestChartFlagsExist(t *testing.T) {
 		"agent":        helpFlags(t, "agent"),
 		"regionserver": helpFlags(t, "regionserver"),
 	}
+	snapshotSave := helpFlags(t, "snapshot", "save")
 	for _, r := range renderAll(t) {
+		for _, cj := range r.cronJobs() {
+			for _, c := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers {
+				if len(c.Args) < 2 || c.Args[0] != "snapshot" || c.Args[1] != "save" {
+					t.Errorf("%s: CronJob %s/%s runs baton %q, not snapshot save", r.values, cj.Name, c.Name, c.Args)
+					continue
+				}
+				for _, f := range argFlags(c.Args[2:]) {
+					if !snapshotSave[f] {
+						t.Errorf("%s: CronJob %s/%s: --%s is not in `baton snapshot save -h`", r.values, cj.Name, c.Name, f)
+					}
+				}
+			}
+		}
 		for name, sts := range r.statefulSets() {
 			for _, c := range sts.Spec.Template.Spec.Containers {
 				if len(c.Args) == 0 {

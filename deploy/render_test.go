@@ -21,6 +21,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
@@ -81,7 +82,7 @@ func ciValues(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"default", "tls-cert-manager", "tls-secrets", "five-masters", "no-regionservers"}
+	want := []string{"default", "tls-cert-manager", "tls-secrets", "five-masters", "no-regionservers", "snapshots", "snapshots-tls", "snapshots-tls-secrets"}
 	for _, w := range want {
 		if !contains(files, filepath.Join(chartDir, "ci", w+"-values.yaml")) {
 			t.Fatalf("ci values file %s-values.yaml missing (have %v)", w, files)
@@ -172,6 +173,10 @@ func decode(source string, doc []byte) (object, error) {
 		typed = &appsv1.StatefulSet{}
 	case "v1 Service":
 		typed = &corev1.Service{}
+	case "v1 PersistentVolumeClaim":
+		typed = &corev1.PersistentVolumeClaim{}
+	case "batch/v1 CronJob":
+		typed = &batchv1.CronJob{}
 	case "v1 Secret":
 		typed = &corev1.Secret{}
 	case "v1 ConfigMap":
@@ -305,4 +310,12 @@ func TestDashboardIsTheComposeOne(t *testing.T) {
 			}
 		}
 	}
+}
+
+func (r rendered) cronJobs() map[string]*batchv1.CronJob {
+	out := map[string]*batchv1.CronJob{}
+	for _, o := range r.ofKind("CronJob") {
+		out[o.name] = o.typed.(*batchv1.CronJob)
+	}
+	return out
 }

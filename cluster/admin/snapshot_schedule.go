@@ -4,7 +4,9 @@ package admin
 // --snapshot-retain): the leader writes a snapshot file into a directory
 // of its own disk every interval, taken as `baton snapshot save` takes
 // one (snapshotPoint, the same writer), reads it back with the file
-// reader before it gets its name, and keeps the newest few.
+// reader before it gets its name, and keeps the newest few. The names,
+// the listing and the retention are cluster/snapdir's, shared with
+// `baton snapshot save --dir`.
 
 import (
 	"bufio"
@@ -14,15 +16,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/baton-dev/baton/cluster/snapdir"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/internal/promkit"
@@ -143,15 +143,15 @@ func newSnapshotScheduler(cfg SnapshotSchedule, src snapshotSource, selfID strin
 	}
 	sc := &snapshotScheduler{cfg: cfg, src: src, takenBy: "master/" + selfID, log: log.Named("snapshots"), m: m}
 	sc.ctx, sc.cancel = context.WithCancel(context.Background())
-	files, err := sc.files()
+	files, err := snapdir.List(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("admin: snapshot directory: %w", err)
 	}
 	if n := len(files); n > 0 {
 		// Every file of the pattern was verified before it got its name.
 		f := files[n-1]
-		last := &LastSnapshot{File: f.path, Time: f.at, Index: f.index}
-		if st, err := os.Stat(f.path); err == nil {
+		last := &LastSnapshot{File: f.Path, Time: f.At, Index: f.Index}
+		if st, err := os.Stat(f.Path); err == nil {
 			last.Bytes = st.Size()
 		}
 		sc.setLast(last)
@@ -240,57 +240,9 @@ func (sc *snapshotScheduler) tick() {
 // errNotLeading: leadership went before the read point; not a failure.
 var errNotLeading = errors.New("not the leader")
 
-// snapshotName is a scheduled snapshot's file name.
-func snapshotName(clusterID string, at time.Time, index uint64) string {
-	if clusterID == "" {
-		clusterID = "nocluster"
-	}
-	return fmt.Sprintf("baton-%s-%s-%d.snap", clusterID, at.UTC().Format(snapshotTimeLayout), index)
-}
-
-const snapshotTimeLayout = "20060102T150405Z"
-
-// snapshotNameRE matches snapshotName's names only: retention never
-// touches anything else in the directory.
-var snapshotNameRE = regexp.MustCompile(`^baton-([0-9A-Za-z]+)-([0-9]{8}T[0-9]{6}Z)-([0-9]+)\.snap$`)
-
-type snapshotFile struct {
-	path  string
-	at    time.Time
-	index uint64
-}
-
-// files are the scheduled snapshots in the directory, oldest first.
-func (sc *snapshotScheduler) files() ([]snapshotFile, error) {
-	entries, err := os.ReadDir(sc.cfg.Dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []snapshotFile
-	for _, e := range entries {
-		m := snapshotNameRE.FindStringSubmatch(e.Name())
-		if m == nil || !e.Type().IsRegular() {
-			continue
-		}
-		at, err1 := time.Parse(snapshotTimeLayout, m[2])
-		idx, err2 := strconv.ParseUint(m[3], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, snapshotFile{path: filepath.Join(sc.cfg.Dir, e.Name()), at: at, index: idx})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if !a.at.Equal(b.at) {
-			return a.at.Before(b.at)
-		}
-		if a.index != b.index {
-			return a.index < b.index
-		}
-		return a.path < b.path
-	})
-	return out, nil
-}
+// snapshotNameRE matches the scheduled snapshots' names only: retention
+// never touches anything else in the directory.
+var snapshotNameRE = snapdir.NameRE
 
 // takeOne writes one snapshot: the read point, the file written beside
 // its name, fsynced, read back whole with the file reader, and only then
@@ -309,7 +261,7 @@ func (sc *snapshotScheduler) takeOne() error {
 	}
 	at := time.UnixMilli(pt.header.CreatedUnixMs)
 	index := pt.view.Index()
-	path := filepath.Join(sc.cfg.Dir, snapshotName(pt.header.ClusterID, at, index))
+	path := filepath.Join(sc.cfg.Dir, snapdir.Name(pt.header.ClusterID, at, index))
 	var size int64
 	err = fsutil.CreateAtomic(path, fsutil.PrivateFileMode, func(f *os.File) error {
 		var w io.Writer = f
@@ -367,31 +319,8 @@ func (sc *snapshotScheduler) verify(tmp string, pt snapshotAt, size *int64) erro
 // retain removes the oldest scheduled snapshots beyond Retain, never
 // keep (the one just written, whatever the clock says of the others).
 func (sc *snapshotScheduler) retain(keep string) {
-	files, err := sc.files()
-	if err != nil {
-		sc.log.Warn("snapshot retention: listing the directory", "dir", sc.cfg.Dir, "error", err)
-		return
-	}
-	excess := len(files) - sc.cfg.Retain
-	removed := false
-	for _, f := range files {
-		if excess <= 0 {
-			break
-		}
-		if f.path == keep {
-			continue
-		}
-		if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			sc.log.Warn("snapshot retention: removing an old snapshot", "file", f.path, "error", err)
-			continue
-		}
-		excess--
-		removed = true
-	}
-	if removed {
-		if err := fsutil.SyncDir(sc.cfg.Dir); err != nil {
-			sc.log.Warn("snapshot retention: sync directory", "dir", sc.cfg.Dir, "error", err)
-		}
+	if _, err := snapdir.Prune(sc.cfg.Dir, sc.cfg.Retain, keep); err != nil {
+		sc.log.Warn("snapshot retention", "dir", sc.cfg.Dir, "error", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/cluster/snapdir"
 	"github.com/baton-dev/baton/internal/fsutil"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/raftfsm"
@@ -28,6 +30,9 @@ const snapshotUsage = `usage: baton snapshot <command> [flags]
 commands:
   save FILE             write a snapshot of the cluster's state, read by the leader at a
                         linearizable point, to FILE (atomically: whole or not at all)
+  save --dir DIR [--retain N]
+                        the same into DIR as baton-<cluster id>-<UTC time>-<index>.snap
+                        (never over another file), then keep only the newest N there
   inspect FILE [--json] check FILE's checksum and structure and print its header and
                         counts; needs no cluster (exit 1 if the file is bad)
   restore FILE --data-dir DIR --id ID --peers ID=RAFTADDR,... [--json]
@@ -66,18 +71,43 @@ type snapshotSaveJSON struct {
 	File   string `json:"file"`
 	Bytes  int64  `json:"bytes"`
 	TookMs int64  `json:"took_ms"`
+	// Removed are the files --retain pruned (with --dir only).
+	Removed *[]string `json:"removed,omitempty"`
+	// RetainError says why pruning failed after a good save (exit 1).
+	RetainError string `json:"retain_error,omitempty"`
 	snapshotInspectJSON
 }
 
 func (c *cli) snapshotSave(args []string) int {
-	e := c.command("snapshot save", "FILE", nil)
-	pos, code, ok := e.parse(args, 1, "FILE")
-	if !ok {
-		return code
+	e := c.command("snapshot save", "FILE | --dir DIR [--retain N]", nil)
+	dir := e.fs.String("dir", "", "write into directory DIR (created 0700 if missing) under the name the leader's scheduled snapshots take, baton-<cluster id>-<UTC time>-<index>.snap, never over a file already there; instead of FILE")
+	retain := e.fs.Int("retain", 0, "with --dir: then keep only the newest N files of that pattern in DIR, never the one just written (other files are left alone); absent keeps all")
+	pos, err := parse(e.fs, args)
+	if err != nil {
+		return parseFailed(err)
 	}
-	path := pos[0]
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return e.fail(usagef("%s is a directory: give the file to write", path))
+	retainSet := false
+	e.fs.Visit(func(f *flag.Flag) { retainSet = retainSet || f.Name == "retain" })
+	switch {
+	case *dir != "" && len(pos) > 0:
+		return e.fail(usagef("FILE (%q) and --dir are exclusive: give one", pos[0]))
+	case *dir == "" && len(pos) != 1:
+		return e.fail(usagef("want exactly one FILE, or --dir DIR, got %d arguments", len(pos)))
+	case *dir == "" && strings.TrimSpace(pos[0]) == "":
+		return e.fail(usagef("FILE is empty"))
+	case retainSet && *dir == "":
+		return e.fail(usagef("--retain prunes a --dir: give --dir DIR, or no --retain with FILE"))
+	case retainSet && *retain < 1:
+		return e.fail(usagef("--retain %d: want at least 1 (the file just written is always kept)", *retain))
+	}
+	target := *dir
+	if target == "" {
+		target = pos[0]
+		if st, err := os.Stat(target); err == nil && st.IsDir() {
+			return e.fail(usagef("%s is a directory: give the file to write, or --dir %s", target, target))
+		}
+	} else if st, err := os.Stat(target); err == nil && !st.IsDir() {
+		return e.fail(usagef("--dir %s is not a directory", target))
 	}
 	// SIGINT ends c.ctx (run); SIGTERM is caught here too. Either ends the
 	// transfer through ctx, so that the temporary file is removed before
@@ -87,8 +117,8 @@ func (c *cli) snapshotSave(args []string) int {
 	return e.withClient(func(cl *client.Client) int {
 		start := time.Now()
 		var n int64
-		var sum snapshotSummary
-		err := fsutil.CreateAtomic(path, snapshotFileMode, func(f *os.File) error {
+		// fill writes the snapshot into f and verifies it there.
+		fill := func(f *os.File) (snapshotSummary, error) {
 			var w io.Writer = f
 			if snapshotWriteHook != nil {
 				w = snapshotWriteHook(w)
@@ -96,45 +126,84 @@ func (c *cli) snapshotSave(args []string) int {
 			bw := bufio.NewWriterSize(w, 256<<10)
 			var err error
 			if n, err = cl.SnapshotSave(ctx, bw); err != nil {
-				return err
+				return snapshotSummary{}, err
 			}
 			if err := bw.Flush(); err != nil {
-				return fmt.Errorf("writing %s: %w", path, err)
+				return snapshotSummary{}, fmt.Errorf("writing %s: %w", target, err)
 			}
 			// What came over the network is judged before it is kept: a
 			// stream cut short, or damaged, never becomes FILE.
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
-				return fmt.Errorf("reading back %s: %w", path, err)
+				return snapshotSummary{}, fmt.Errorf("reading back %s: %w", target, err)
 			}
-			if sum, err = summarizeSnapshot(ctxReader{ctx, f}); err != nil {
+			sum, err := summarizeSnapshot(ctxReader{ctx, f})
+			if err != nil {
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return snapshotSummary{}, ctx.Err()
 				}
-				return fmt.Errorf("the snapshot received is bad, not kept: %w", err)
+				return snapshotSummary{}, fmt.Errorf("the snapshot received is bad, not kept: %w", err)
 			}
 			// A signal from here on lets the save finish: the file is whole
 			// and verified, and only its rename is left.
-			return ctx.Err()
-		})
+			return sum, ctx.Err()
+		}
+		var sum snapshotSummary
+		path := target
+		if *dir == "" {
+			err = fsutil.CreateAtomic(path, snapshotFileMode, func(f *os.File) (err error) {
+				sum, err = fill(f)
+				return err
+			})
+		} else if err = os.MkdirAll(target, fsutil.PrivateDirMode); err == nil {
+			path, err = snapdir.Create(target, snapshotFileMode, func(f *os.File) (snapdir.Header, error) {
+				var err error
+				sum, err = fill(f)
+				h := sum.header
+				return snapdir.Header{ClusterID: h.ClusterID, At: time.UnixMilli(h.CreatedUnixMs), Index: h.Index}, err
+			})
+		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled):
 			// Only a failure the signal caused: a disk error that came
 			// with a signal is reported as itself (FILE may be replaced).
-			return c.saveInterrupted(e, path, n, intr.signal())
+			return c.saveInterrupted(e, target, n, intr.signal())
 		case n > 0 && status.Code(err) == codes.Unavailable:
-			return c.saveBroken(e, path, n, err)
+			return c.saveBroken(e, target, n, err)
 		default:
 			return e.fail(err)
 		}
 		doc := snapshotSaveJSON{File: path, Bytes: n, TookMs: time.Since(start).Milliseconds(), snapshotInspectJSON: sum.json()}
+		code := exitOK
+		if *dir != "" {
+			removed := []string{}
+			if retainSet {
+				var perr error
+				removed, perr = snapdir.Prune(target, *retain, path)
+				if removed == nil {
+					removed = []string{}
+				}
+				if perr != nil {
+					// The snapshot is good and kept; a failing retention
+					// would fill the volume, so the run fails for someone
+					// to see it.
+					doc.RetainError = perr.Error()
+					fmt.Fprintf(c.stderr, "baton %s: saved %s, but keeping the newest %d failed: %v\n", e.name, path, *retain, perr)
+					code = exitFailed
+				}
+			}
+			doc.Removed = &removed
+		}
 		if e.cf.json {
 			c.printJSON(doc)
-			return exitOK
+			return code
 		}
 		fmt.Fprintf(c.stdout, "saved %s: %d bytes in %v\n", path, n, time.Since(start).Round(time.Millisecond))
 		sum.print(c.stdout)
-		return exitOK
+		if doc.Removed != nil && len(*doc.Removed) > 0 {
+			fmt.Fprintf(c.stdout, "retention    kept the newest %d, removed %s\n", *retain, strings.Join(*doc.Removed, ", "))
+		}
+		return code
 	})
 }
 

@@ -14,7 +14,7 @@ import "strings"
 // the packages below it.
 var Floors = [][]string{
 	{"proto/...", "internal/clock", "internal/defaults", "internal/testnet", "internal/testwait", "internal/testcheck", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck", "internal/enumname", "internal/textcut", "internal/locked", "internal/grpcstop", "internal/version", "integration/harness/process"},
-	{"store", "scheduler", "cluster/client", "cluster/filecare", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
+	{"store", "scheduler", "cluster/client", "cluster/filecare", "cluster/snapdir", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit"},
 	{"procedure"},
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisionproc"},
 	{"cluster", "cluster/access"},
