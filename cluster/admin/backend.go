@@ -305,3 +305,8 @@ func scannerOf(b Backend) access.Scanner {
 	}
 	return nil
 }
+
+// TransferLeadership implements leadershipTransferrer.
+func (b nodeBackend) TransferLeadership(ctx context.Context, to string) error {
+	return b.n.TransferLeadership(ctx, to)
+}
