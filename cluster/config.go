@@ -43,6 +43,7 @@ const (
 	DefaultServerStabilizationTime = 10 * time.Second
 	DefaultMaxTrailingLogs         = 250
 	DefaultMinQuorum               = 3
+	DefaultReadyMaxLag             = 250
 )
 
 // Peer is one member of the static bootstrap configuration.
@@ -296,6 +297,14 @@ type Config struct {
 	// wall clock, so a test moves time with a testing/synctest bubble
 	// (whose fake time clock.Real reads), not with a clock.Manual.
 	Clock clock.Clock
+	// ReadyMaxLag is how many entries a follower's applied index may be
+	// behind the leader's commit index and still be ready (/readyz,
+	// Node.CatchUp): a Kubernetes readiness gate, so a member restarted
+	// or joining is not counted (by a rolling update, a disruption
+	// budget) until it has caught up. Default 250, the autopilot's
+	// MaxTrailingLogs: a member healthy enough to be promoted is ready.
+	// Lower is stricter but may flap under a heavy write load.
+	ReadyMaxLag uint64
 
 	// Registry decodes persisted procedures. Required.
 	Registry *procedure.Registry
@@ -417,6 +426,7 @@ func DefaultConfig() Config {
 		ServerStabilizationTime: DefaultServerStabilizationTime,
 		MaxTrailingLogs:         DefaultMaxTrailingLogs,
 		MinQuorum:               DefaultMinQuorum,
+		ReadyMaxLag:             DefaultReadyMaxLag,
 		WAL:                     store.WALConfig{Sync: store.SyncOnRoll},
 		Workers:                 DefaultWorkers,
 	}
@@ -440,6 +450,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.ServerStabilizationTime, d.ServerStabilizationTime)
 	defaults.Set(&c.MaxTrailingLogs, d.MaxTrailingLogs)
 	defaults.Set(&c.MinQuorum, d.MinQuorum)
+	defaults.Set(&c.ReadyMaxLag, d.ReadyMaxLag)
 	defaults.Set(&c.SnapshotThreshold, d.SnapshotThreshold)
 	defaults.Set(&c.TrailingLogs, d.TrailingLogs)
 	defaults.Set(&c.SnapshotRetain, d.SnapshotRetain)

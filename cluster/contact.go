@@ -30,6 +30,16 @@ type contactTracker struct {
 	// would say, which raft does not export. Cluster status shows the lag
 	// from it, and the autopilot promotes a non-voter by it.
 	match map[raft.ServerID]termIndex
+
+	// The follower's side: what this node last heard from a leader on
+	// the replication path (follow.go). raft keeps the leader's commit
+	// index to itself: a follower's own commit index is capped at its
+	// last entry, so it cannot tell from it that it is behind.
+	follow     followState
+	relayOnce  sync.Once
+	relayOut   chan raft.RPC
+	relayStop  chan struct{}
+	relayClose sync.Once
 }
 
 // termIndex is a log index learned in a leader's term.
@@ -38,7 +48,8 @@ type termIndex struct{ term, index uint64 }
 // newContactTracker wraps t, keeping the optional interfaces raft looks
 // for (pre-vote, close).
 func newContactTracker(t raft.Transport) (raft.Transport, *contactTracker) {
-	c := &contactTracker{Transport: t, acked: map[raft.ServerID]time.Time{}, match: map[raft.ServerID]termIndex{}}
+	c := &contactTracker{Transport: t, acked: map[raft.ServerID]time.Time{}, match: map[raft.ServerID]termIndex{},
+		relayOut: make(chan raft.RPC), relayStop: make(chan struct{})}
 	if _, ok := t.(raft.WithPreVote); ok {
 		return contactTrackerPreVote{c}, c
 	}
@@ -149,8 +160,10 @@ func (c *contactTracker) InstallSnapshot(id raft.ServerID, target raft.ServerAdd
 	return err
 }
 
-// Close implements raft.WithClose.
+// Close implements raft.WithClose (raft's shutdown calls it): it also
+// ends the relay of Consumer.
 func (c *contactTracker) Close() error {
+	c.relayClose.Do(func() { close(c.relayStop) })
 	if wc, ok := c.Transport.(raft.WithClose); ok {
 		return wc.Close()
 	}

@@ -224,6 +224,9 @@ func (n *Node) execTermNow() uint64 { return locked.Load(&n.mu, &n.execTerm) }
 
 func (n *Node) isClosed() bool { return locked.Load(&n.mu, &n.closed) }
 
+// Closed reports whether Shutdown (or a fatal failure) closed the node.
+func (n *Node) Closed() bool { return n.isClosed() }
+
 // establish makes this leader ready: Barrier, then a started executor on a
 // RaftStore, published for Executor().
 // procedureScope is the instrumentation scope of the executors' spans.

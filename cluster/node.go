@@ -910,3 +910,46 @@ func (n *Node) Kill() error {
 	})
 	return err
 }
+
+// TransferLeadership hands this leader's leadership to voter to (empty:
+// raft's choice, the most caught-up voter), as RemovePeer does for a
+// leader removing itself, and returns once raft says the transfer is
+// done (this node has stepped down); the new leader may not be known here
+// yet. Only the leader may (*NotLeaderError otherwise). ErrUnknownPeer if
+// to is not a member; ErrLastVoter if no other voter could take over;
+// ErrTransferFailed if none did.
+func (n *Node) TransferLeadership(ctx context.Context, to string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("cluster: transfer leadership: %w", n.notLeader())
+	}
+	var f raft.Future
+	if to == "" {
+		if !n.hasOtherVoter() {
+			return fmt.Errorf("cluster: transfer leadership: %w", ErrLastVoter)
+		}
+		f = n.raft.LeadershipTransfer()
+	} else {
+		cf := n.raft.GetConfiguration()
+		if err := await(ctx, cf); err != nil {
+			return n.raftErr("transfer leadership: read configuration", err)
+		}
+		i := slices.IndexFunc(cf.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(to) })
+		if i < 0 {
+			return fmt.Errorf("cluster: transfer leadership to %q: %w", to, ErrUnknownPeer)
+		}
+		srv := cf.Configuration().Servers[i]
+		if srv.Suffrage != raft.Voter {
+			return fmt.Errorf("cluster: transfer leadership to %q: it is a %s, not a voter (the autopilot promotes it once caught up): %w", to, srv.Suffrage, ErrTransferFailed)
+		}
+		f = n.raft.LeadershipTransferToServer(srv.ID, srv.Address)
+	}
+	n.log.Info("transferring leadership", "to", to)
+	if err := await(ctx, f); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("cluster: transfer leadership: %w", ctx.Err())
+		}
+		return fmt.Errorf("cluster: transfer leadership: no voter took over (%v): %w", err, ErrTransferFailed)
+	}
+	n.log.Info("leadership transferred", "to", to)
+	return nil
+}

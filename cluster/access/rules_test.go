@@ -40,6 +40,7 @@ var goldenRules = []struct {
 	{"ClusterStatus", clients, security.PermRead, false, false},
 	{"AddPeer", clients, security.PermAdmin, true, false},
 	{"RemovePeer", clients, security.PermAdmin, true, false},
+	{"TransferLeadership", clients, security.PermAdmin, true, false},
 	{"RegisterNode", masters, security.PermNone, false, false},
 	{"CreateNamespace", clients, security.PermOperate, true, true},
 	{"DeleteNamespace", clients, security.PermAdmin, true, true},

@@ -10,7 +10,8 @@ import (
 
 // Authorizer decides HTTP requests to a master's endpoints (status,
 // metrics, console, debug) by the certificate the client presented: read
-// for everything but /debug/ (admin) and /readyz (anyone). With access
+// for everything but /debug/ (admin) and the probes /readyz and /livez
+// (anyone: a kubelet's probe carries no credentials). With access
 // control enforced, it puts the caller's permission in the request's
 // context (security.WithPermission) for the console to hide what the
 // caller may not do; the calls the console makes for it are checked
@@ -22,7 +23,7 @@ func (s *Server) Authorizer(next http.Handler) http.Handler {
 // authorizeHTTP is Server.Authorizer.
 func authorizeHTTP(s *Server, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Access == nil || !s.acc.Enforce || r.URL.Path == "/readyz" {
+		if s.cfg.Access == nil || !s.acc.Enforce || ProbePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -115,3 +116,8 @@ const (
 	errBadAuthHeader = httpAuthError("baton: the Authorization header is not 'Bearer <token>'")
 	errTokenUnknown  = httpAuthError("baton: the bearer token is not recognized (deleted, mistyped, or of another cluster)")
 )
+
+// ProbePath reports whether path is a probe (/readyz, /livez), which
+// anyone may ask, with no credentials: they say no more than whether the
+// node is alive and ready, and why.
+func ProbePath(path string) bool { return path == "/readyz" || path == "/livez" }

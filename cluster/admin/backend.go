@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -114,6 +115,20 @@ func (b nodeBackend) ObserveDomain(o *raftfsm.PutObserver) (stop func()) { retur
 // first.
 func (b nodeBackend) DomainScanBefore(prefix, before string, fn func(string, []byte) bool) {
 	b.n.FSM().ScanBefore(prefix, before, fn)
+}
+
+// CatchUp implements catchUpper.
+func (b nodeBackend) CatchUp() cluster.CatchUp { return b.n.CatchUp() }
+
+// Live implements liver.
+func (b nodeBackend) Live() (bool, string) {
+	if b.n.Closed() {
+		return false, "node shut down"
+	}
+	if st := b.n.Raft().State(); st == raft.Shutdown {
+		return false, "raft shut down"
+	}
+	return true, "alive (" + strings.ToLower(b.n.Raft().State().String()) + ")"
 }
 
 // Term is the node's current Raft term.
@@ -289,4 +304,9 @@ func scannerOf(b Backend) access.Scanner {
 		return domainScans{sc}
 	}
 	return nil
+}
+
+// TransferLeadership implements leadershipTransferrer.
+func (b nodeBackend) TransferLeadership(ctx context.Context, to string) error {
+	return b.n.TransferLeadership(ctx, to)
 }

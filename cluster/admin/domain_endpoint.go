@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
@@ -209,4 +210,24 @@ func (s *Server) domain() (Domain, error) {
 		return db.Domain(), nil
 	}
 	return nil, status.Error(codes.Unimplemented, "admin: this node serves no domain (namespaces, tables, regions)")
+}
+
+// CatchUp, Live and TransferLeadership pass the wrapped backend's through
+// (catchUpper, liver, leadershipTransferrer), which the embedded
+// interface would hide: a domain master's /readyz would then not look at
+// its lag.
+func (b domainBackend) CatchUp() cluster.CatchUp {
+	if c, ok := b.Backend.(catchUpper); ok {
+		return c.CatchUp()
+	}
+	return cluster.CatchUp{CaughtUp: true}
+}
+
+func (b domainBackend) Live() (bool, string) { return Live(b.Backend) }
+
+func (b domainBackend) TransferLeadership(ctx context.Context, to string) error {
+	if t, ok := b.Backend.(leadershipTransferrer); ok {
+		return t.TransferLeadership(ctx, to)
+	}
+	return status.Error(codes.Unimplemented, "admin: this node cannot transfer leadership")
 }

@@ -141,8 +141,11 @@ func StatusOf(b Backend) StatusJSON {
 // HTTPHandler serves a node's HTTP endpoints:
 //
 //	/status          StatusJSON of the node
-//	/readyz          200 "ready: <reason>" when ready (see Ready), else 503
-//	                 with the reason
+//	/readyz          200 "ready: <reason>" when ready (see Ready: a leader
+//	                 known and, on a follower, caught up with it), else
+//	                 503 "not ready: <reason>"
+//	/livez           200 "live: <reason>" while the node is not shut down,
+//	                 whatever its role (see Live), else 503
 //	/metrics         Prometheus exposition of g (nil: the default gatherer),
 //	                 4 scrapes at a time (promkit.MaxScrapes)
 //
@@ -182,6 +185,16 @@ func HTTPHandler(b Backend, g prometheus.Gatherer, opts ...HTTPOption) http.Hand
 			return
 		}
 		_, _ = w.Write([]byte("ready: " + why + "\n"))
+	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := Live(b)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not live: " + why + "\n"))
+			return
+		}
+		_, _ = w.Write([]byte("live: " + why + "\n"))
 	})
 	mux.Handle("GET /metrics", promkit.Handler(g))
 	if o.debug {

@@ -432,6 +432,13 @@ func Ready(b Backend) (bool, string) {
 		return true, "leader"
 	case errors.Is(err, cluster.ErrNotLeader):
 		if id, _ := b.Leader(); id != "" && !b.IsLeader() {
+			// Knowing a leader is not enough: a member restarted, joining
+			// or cut off may be far behind it.
+			if cu, ok := b.(catchUpper); ok {
+				if c := cu.CatchUp(); !c.CaughtUp {
+					return false, c.Reason
+				}
+			}
 			return true, "following " + id
 		}
 		return false, "no leader known (election under way?)"
@@ -441,4 +448,31 @@ func Ready(b Backend) (bool, string) {
 		return false, "node shut down"
 	}
 	return false, err.Error()
+}
+
+// catchUpper is a backend that can say whether its member is caught up
+// with the leader (cluster.Node.CatchUp); a backend without it is taken
+// to be once it knows a leader.
+type catchUpper interface {
+	CatchUp() cluster.CatchUp
+}
+
+// Live says whether the node is alive: its process serves and its node is
+// not shut down, whatever its role (/livez). A follower, a candidate, a
+// member catching up or one that knows no leader is alive: restarting it
+// would not help, and a liveness probe that failed them would restart
+// members during every election.
+func Live(b Backend) (bool, string) {
+	if l, ok := b.(liver); ok {
+		return l.Live()
+	}
+	if _, err := b.Procedures(); errors.Is(err, cluster.ErrShutdown) {
+		return false, "node shut down"
+	}
+	return true, "alive"
+}
+
+// liver is a backend that says itself whether it is alive.
+type liver interface {
+	Live() (bool, string)
 }

@@ -657,6 +657,20 @@ func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*
 	})
 }
 
+// TransferLeadership hands leadership from the leader (from, if set: only
+// if that member leads; else whoever leads) to voter to (empty: raft's
+// choice) and answers once another member leads. When from does not lead
+// it answers at once with transferred false: nothing to do.
+func (c *Client) TransferLeadership(ctx context.Context, from, to string) (*adminpb.TransferLeadershipResponse, error) {
+	var r *adminpb.TransferLeadershipResponse
+	err := c.do(ctx, func(ctx context.Context, a adminpb.AdminClient) error {
+		var err error
+		r, err = a.TransferLeadership(ctx, &adminpb.TransferLeadershipRequest{From: from, To: to})
+		return err
+	})
+	return r, err
+}
+
 // RemovePeer removes the node with this id from the cluster; the leader
 // too (it hands leadership to another voter, which removes it). An id an
 // earlier removal took out answers OK with already_removed set (a retry

@@ -344,7 +344,7 @@ func (a *agent) startHTTP() error {
 		return fmt.Errorf("HTTP: %w", err)
 	}
 	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: httpHeaderTimeout(cfg.ConnLimits)}
-	hl = a.tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", a.listenerMetrics, a.logger), cfg.ClientAuth, security.RoleClient, security.RoleMaster)
+	hl = a.tlsc.listener(security.Limit(hl, cfg.ConnLimits, "http", a.listenerMetrics, a.logger), security.RoleClient, security.RoleMaster)
 	go func() {
 		if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.serveErr <- fmt.Errorf("HTTP: %w", err)
@@ -449,7 +449,7 @@ func agentHTTPHandler(cfg agentConfig, srv *admin.Server, mux http.Handler, logg
 	if err != nil {
 		return nil, err
 	}
-	return hosts.Wrap(srv.Authorizer(mux), "'baton agent --http-allowed-hosts NAME'"), nil
+	return hosts.Wrap(certOrProbe(cfg.ClientAuth, srv.Authorizer(mux)), "'baton agent --http-allowed-hosts NAME'"), nil
 }
 
 // agentHostNames are the names the node's HTTP port answers to, the

@@ -20,6 +20,9 @@ type autopilotSettings struct {
 	StabilizationSet bool
 	DeadMember       time.Duration
 	MinQuorum        int
+	// ReadyMaxLag is --ready-max-lag (0: cluster's default). It sits
+	// with the autopilot's settings as its measure of caught up does.
+	ReadyMaxLag uint64
 }
 
 // apply sets the settings on a cluster configuration.
@@ -33,6 +36,7 @@ func (a autopilotSettings) apply(c *cluster.Config) {
 	}
 	c.DeadMemberTimeout = a.DeadMember
 	override(&c.MinQuorum, a.MinQuorum)
+	override(&c.ReadyMaxLag, a.ReadyMaxLag)
 }
 
 // autopilotEnv maps the autopilot flags to their environment variables
@@ -41,11 +45,12 @@ var autopilotEnv = map[string]string{
 	"server-stabilization-time": "BATON_SERVER_STABILIZATION_TIME",
 	"dead-member-timeout":       "BATON_DEAD_MEMBER_TIMEOUT",
 	"min-quorum":                "BATON_MIN_QUORUM",
+	"ready-max-lag":             "BATON_READY_MAX_LAG",
 }
 
 // autopilotFlags holds the flags' raw values until parse.
 type autopilotFlags struct {
-	stabilization, deadMember, minQuorum *string
+	stabilization, deadMember, minQuorum, readyMaxLag *string
 }
 
 func addAutopilotFlags(str func(name, usage string) *string) autopilotFlags {
@@ -54,6 +59,8 @@ func addAutopilotFlags(str func(name, usage string) *string) autopilotFlags {
 			"applies once every member runs 0.2.0 or later, before that members join as voters)", cluster.DefaultServerStabilizationTime)),
 		deadMember: str("dead-member-timeout", "the leader removes a voter that has not answered it for this long, once enough other voters are healthy that at least --min-quorum remain (0: never, the default)"),
 		minQuorum:  str("min-quorum", fmt.Sprintf("the fewest voters the leader leaves when it removes a dead one (--dead-member-timeout) (default %d, as Consul's min_quorum)", cluster.DefaultMinQuorum)),
+		readyMaxLag: str("ready-max-lag", fmt.Sprintf("a follower is ready (/readyz 200) only while it has applied the log to within this many entries of the leader's commit index "+
+			"(default %d, the autopilot's caught-up measure; 1..1000000)", cluster.DefaultReadyMaxLag)),
 	}
 }
 
@@ -67,6 +74,9 @@ func (f autopilotFlags) parse(bad func(format string, args ...any)) autopilotSet
 	a.DeadMember, _ = dur("dead-member-timeout", *f.deadMember)
 	if n, ok := intFlag("min-quorum", *f.minQuorum, "a number of voters", 1, 99, bad); ok {
 		a.MinQuorum = n
+	}
+	if n, ok := intFlag("ready-max-lag", *f.readyMaxLag, "a number of log entries", 1, 1000000, bad); ok {
+		a.ReadyMaxLag = uint64(n)
 	}
 	return a
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/baton-dev/baton/cluster/admin"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -113,17 +115,34 @@ func (t *agentTLS) serverOptions(p *security.Policy, reg prometheus.Registerer) 
 	return p.ServerOptions(t.creds), nil
 }
 
-// listener wraps an HTTP listener in TLS admitting roles, and under auth
-// (--client-auth token or either) connections without a certificate too,
-// whose requests carry a token or are refused (admin.Server.Authorizer).
-func (t *agentTLS) listener(l net.Listener, auth security.ClientAuth, roles ...security.Role) net.Listener {
+// listener wraps an HTTP listener in TLS admitting roles. The handshake
+// takes a connection without a client certificate under every
+// --client-auth: a kubelet's probe (scheme HTTPS) presents none. What such
+// a request may reach is decided by path (certOrProbe): the probes, and
+// under --client-auth token or either the paths a token opens
+// (admin.Server.Authorizer).
+func (t *agentTLS) listener(l net.Listener, roles ...security.Role) net.Listener {
 	if t == nil || t.creds == nil {
 		return l
 	}
+	return tls.NewListener(l, t.creds.ServerConfigCertOptional(roles...))
+}
+
+// certOrProbe refuses, under a --client-auth that wants certificates
+// (cert, the default), a TLS request without one for any path but the
+// probes: what the handshake itself refused before the probes needed it
+// to let such connections in.
+func certOrProbe(auth security.ClientAuth, next http.Handler) http.Handler {
 	if auth.CertOptional() {
-		return tls.NewListener(l, t.creds.ServerConfigCertOptional(roles...))
+		return next
 	}
-	return tls.NewListener(l, t.creds.ServerConfig(roles...))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.PeerCertificates) == 0 && !admin.ProbePath(r.URL.Path) {
+			http.Error(w, "baton: "+r.URL.Path+" needs a client certificate (--tls-cert/--tls-key); only /readyz and /livez answer without one", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (t *agentTLS) scheme() string {

@@ -19,6 +19,8 @@ commands:
   status                                          every member's own state and health, as the master that answers reaches them (exit 3 without a quorum)
   join --id ID --raft-addr H:P [--admin-addr H:P]  add a node (a non-voter, promoted once caught up)
   remove ID --yes                                 remove a node (the leader too: it hands leadership over first)
+  transfer-leadership [--from ID] [--to ID]       hand leadership from the leader (only if it is --from) to
+                                                  another voter (--to, or raft's choice); exit 0 if --from does not lead
   maintenance on [--reason R] --yes | off | status
                                                   pause dispatch and refuse new procedures
                                                   while operators repair (repair kit)
@@ -41,12 +43,13 @@ maintenance on|off|status, repairs, upgrade-check [--id ID]`,
 
 func (c *cli) cluster(args []string) int {
 	return c.subcommands("cluster", clusterUsage, args, map[string]func([]string) int{
-		"status":        c.clusterStatus,
-		"join":          c.clusterJoin,
-		"remove":        c.clusterRemove,
-		"maintenance":   c.clusterMaintenance,
-		"repairs":       c.clusterRepairs,
-		"upgrade-check": c.clusterUpgradeCheck,
+		"status":              c.clusterStatus,
+		"join":                c.clusterJoin,
+		"remove":              c.clusterRemove,
+		"transfer-leadership": c.clusterTransferLeadership,
+		"maintenance":         c.clusterMaintenance,
+		"repairs":             c.clusterRepairs,
+		"upgrade-check":       c.clusterUpgradeCheck,
 	})
 }
 

@@ -3797,6 +3797,143 @@ func (x *RemovePeerRequest) GetId() string {
 	return ""
 }
 
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from: hand over only if this member leads (empty: whoever leads).
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// to: the voter to hand over to (empty: raft's choice).
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TransferLeadershipRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *TransferLeadershipRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type TransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the member that led when the call was served (the one that
+	// handed over, when transferred).
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the voter asked for (empty: raft's choice).
+	To string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// transferred: leadership moved; false when from did not lead (nothing
+	// to do).
+	Transferred bool `protobuf:"varint,3,opt,name=transferred,proto3" json:"transferred,omitempty"`
+	// leader_id is the leader after the call, as the answering node knows it.
+	LeaderId string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// message says what was done, or why nothing was.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TransferLeadershipResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *TransferLeadershipResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *TransferLeadershipResponse) GetTransferred() bool {
+	if x != nil {
+		return x.Transferred
+	}
+	return false
+}
+
+func (x *TransferLeadershipResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *TransferLeadershipResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type RegisterNodeRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3816,7 +3953,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +3965,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[44]
+	mi := &file_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +3978,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{44}
+	return file_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RegisterNodeRequest) GetId() string {
@@ -3887,7 +4024,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3899,7 +4036,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[45]
+	mi := &file_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3912,7 +4049,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{45}
+	return file_admin_proto_rawDescGZIP(), []int{47}
 }
 
 // LeaderHint is attached to UNAVAILABLE errors by a standby that could not
@@ -3927,7 +4064,7 @@ type LeaderHint struct {
 
 func (x *LeaderHint) Reset() {
 	*x = LeaderHint{}
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4076,7 @@ func (x *LeaderHint) String() string {
 func (*LeaderHint) ProtoMessage() {}
 
 func (x *LeaderHint) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[46]
+	mi := &file_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4089,7 @@ func (x *LeaderHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderHint.ProtoReflect.Descriptor instead.
 func (*LeaderHint) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{46}
+	return file_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaderHint) GetLeaderId() string {
@@ -3981,7 +4118,7 @@ type RepairCaller struct {
 
 func (x *RepairCaller) Reset() {
 	*x = RepairCaller{}
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4130,7 @@ func (x *RepairCaller) String() string {
 func (*RepairCaller) ProtoMessage() {}
 
 func (x *RepairCaller) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[47]
+	mi := &file_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4143,7 @@ func (x *RepairCaller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCaller.ProtoReflect.Descriptor instead.
 func (*RepairCaller) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{47}
+	return file_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RepairCaller) GetCaller() string {
@@ -4031,7 +4168,7 @@ type RepairRegionRequest struct {
 
 func (x *RepairRegionRequest) Reset() {
 	*x = RepairRegionRequest{}
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4180,7 @@ func (x *RepairRegionRequest) String() string {
 func (*RepairRegionRequest) ProtoMessage() {}
 
 func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[48]
+	mi := &file_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4193,7 @@ func (x *RepairRegionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRegionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRegionRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{48}
+	return file_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RepairRegionRequest) GetRegion() string {
@@ -4113,7 +4250,7 @@ type RecoverServerRequest struct {
 
 func (x *RecoverServerRequest) Reset() {
 	*x = RecoverServerRequest{}
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4262,7 @@ func (x *RecoverServerRequest) String() string {
 func (*RecoverServerRequest) ProtoMessage() {}
 
 func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[49]
+	mi := &file_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4275,7 @@ func (x *RecoverServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverServerRequest.ProtoReflect.Descriptor instead.
 func (*RecoverServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{49}
+	return file_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RecoverServerRequest) GetServer() string {
@@ -4182,7 +4319,7 @@ type BypassProcedureRequest struct {
 
 func (x *BypassProcedureRequest) Reset() {
 	*x = BypassProcedureRequest{}
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4331,7 @@ func (x *BypassProcedureRequest) String() string {
 func (*BypassProcedureRequest) ProtoMessage() {}
 
 func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[50]
+	mi := &file_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4344,7 @@ func (x *BypassProcedureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BypassProcedureRequest.ProtoReflect.Descriptor instead.
 func (*BypassProcedureRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{50}
+	return file_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BypassProcedureRequest) GetId() uint64 {
@@ -4257,7 +4394,7 @@ type SetMaintenanceRequest struct {
 
 func (x *SetMaintenanceRequest) Reset() {
 	*x = SetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4406,7 @@ func (x *SetMaintenanceRequest) String() string {
 func (*SetMaintenanceRequest) ProtoMessage() {}
 
 func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[51]
+	mi := &file_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4419,7 @@ func (x *SetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*SetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{51}
+	return file_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetMaintenanceRequest) GetOn() bool {
@@ -4335,7 +4472,7 @@ type RepairResponse struct {
 
 func (x *RepairResponse) Reset() {
 	*x = RepairResponse{}
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4484,7 @@ func (x *RepairResponse) String() string {
 func (*RepairResponse) ProtoMessage() {}
 
 func (x *RepairResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[52]
+	mi := &file_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4497,7 @@ func (x *RepairResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairResponse.ProtoReflect.Descriptor instead.
 func (*RepairResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{52}
+	return file_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RepairResponse) GetDryRun() bool {
@@ -4431,7 +4568,7 @@ type CancelProceduresRequest struct {
 
 func (x *CancelProceduresRequest) Reset() {
 	*x = CancelProceduresRequest{}
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4580,7 @@ func (x *CancelProceduresRequest) String() string {
 func (*CancelProceduresRequest) ProtoMessage() {}
 
 func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[53]
+	mi := &file_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4593,7 @@ func (x *CancelProceduresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresRequest.ProtoReflect.Descriptor instead.
 func (*CancelProceduresRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{53}
+	return file_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CancelProceduresRequest) GetType() string {
@@ -4538,7 +4675,7 @@ type CancelProceduresResponse struct {
 
 func (x *CancelProceduresResponse) Reset() {
 	*x = CancelProceduresResponse{}
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4687,7 @@ func (x *CancelProceduresResponse) String() string {
 func (*CancelProceduresResponse) ProtoMessage() {}
 
 func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[54]
+	mi := &file_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4700,7 @@ func (x *CancelProceduresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelProceduresResponse.ProtoReflect.Descriptor instead.
 func (*CancelProceduresResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{54}
+	return file_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CancelProceduresResponse) GetDryRun() bool {
@@ -4632,7 +4769,7 @@ type SkippedProcedure struct {
 
 func (x *SkippedProcedure) Reset() {
 	*x = SkippedProcedure{}
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4644,7 +4781,7 @@ func (x *SkippedProcedure) String() string {
 func (*SkippedProcedure) ProtoMessage() {}
 
 func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[55]
+	mi := &file_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4657,7 +4794,7 @@ func (x *SkippedProcedure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedProcedure.ProtoReflect.Descriptor instead.
 func (*SkippedProcedure) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{55}
+	return file_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SkippedProcedure) GetProcedure() *Procedure {
@@ -4683,7 +4820,7 @@ type GetMaintenanceRequest struct {
 
 func (x *GetMaintenanceRequest) Reset() {
 	*x = GetMaintenanceRequest{}
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4695,7 +4832,7 @@ func (x *GetMaintenanceRequest) String() string {
 func (*GetMaintenanceRequest) ProtoMessage() {}
 
 func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[56]
+	mi := &file_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4708,7 +4845,7 @@ func (x *GetMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*GetMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{56}
+	return file_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetMaintenanceRequest) GetConsistency() Consistency {
@@ -4734,7 +4871,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4746,7 +4883,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[57]
+	mi := &file_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4759,7 +4896,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{57}
+	return file_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Maintenance) GetOn() bool {
@@ -4810,7 +4947,7 @@ type ListRepairsRequest struct {
 
 func (x *ListRepairsRequest) Reset() {
 	*x = ListRepairsRequest{}
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +4959,7 @@ func (x *ListRepairsRequest) String() string {
 func (*ListRepairsRequest) ProtoMessage() {}
 
 func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[58]
+	mi := &file_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +4972,7 @@ func (x *ListRepairsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsRequest.ProtoReflect.Descriptor instead.
 func (*ListRepairsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{58}
+	return file_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListRepairsRequest) GetPageSize() int32 {
@@ -4870,7 +5007,7 @@ type ListRepairsResponse struct {
 
 func (x *ListRepairsResponse) Reset() {
 	*x = ListRepairsResponse{}
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +5019,7 @@ func (x *ListRepairsResponse) String() string {
 func (*ListRepairsResponse) ProtoMessage() {}
 
 func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[59]
+	mi := &file_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +5032,7 @@ func (x *ListRepairsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRepairsResponse.ProtoReflect.Descriptor instead.
 func (*ListRepairsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{59}
+	return file_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListRepairsResponse) GetRecords() []*RepairRecord {
@@ -4947,7 +5084,7 @@ type RepairRecord struct {
 
 func (x *RepairRecord) Reset() {
 	*x = RepairRecord{}
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4959,7 +5096,7 @@ func (x *RepairRecord) String() string {
 func (*RepairRecord) ProtoMessage() {}
 
 func (x *RepairRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[60]
+	mi := &file_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4972,7 +5109,7 @@ func (x *RepairRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRecord.ProtoReflect.Descriptor instead.
 func (*RepairRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{60}
+	return file_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RepairRecord) GetSeq() uint64 {
@@ -5069,7 +5206,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5081,7 +5218,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[61]
+	mi := &file_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5094,7 +5231,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{61}
+	return file_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListLocksRequest) GetProcId() uint64 {
@@ -5151,7 +5288,7 @@ type LockParty struct {
 
 func (x *LockParty) Reset() {
 	*x = LockParty{}
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5163,7 +5300,7 @@ func (x *LockParty) String() string {
 func (*LockParty) ProtoMessage() {}
 
 func (x *LockParty) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[62]
+	mi := &file_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5176,7 +5313,7 @@ func (x *LockParty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockParty.ProtoReflect.Descriptor instead.
 func (*LockParty) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{62}
+	return file_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *LockParty) GetProcId() uint64 {
@@ -5276,7 +5413,7 @@ type LockEntry struct {
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5288,7 +5425,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[63]
+	mi := &file_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5301,7 +5438,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{63}
+	return file_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *LockEntry) GetKind() string {
@@ -5365,7 +5502,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5377,7 +5514,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[64]
+	mi := &file_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5390,7 +5527,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{64}
+	return file_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockEntry {
@@ -5430,7 +5567,7 @@ type ProcedureStatsRequest struct {
 
 func (x *ProcedureStatsRequest) Reset() {
 	*x = ProcedureStatsRequest{}
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5442,7 +5579,7 @@ func (x *ProcedureStatsRequest) String() string {
 func (*ProcedureStatsRequest) ProtoMessage() {}
 
 func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[65]
+	mi := &file_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5455,7 +5592,7 @@ func (x *ProcedureStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsRequest.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{65}
+	return file_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ProcedureStatsRequest) GetStuckAfterMs() int64 {
@@ -5490,7 +5627,7 @@ type ProcedureCount struct {
 
 func (x *ProcedureCount) Reset() {
 	*x = ProcedureCount{}
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5502,7 +5639,7 @@ func (x *ProcedureCount) String() string {
 func (*ProcedureCount) ProtoMessage() {}
 
 func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[66]
+	mi := &file_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5515,7 +5652,7 @@ func (x *ProcedureCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureCount.ProtoReflect.Descriptor instead.
 func (*ProcedureCount) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{66}
+	return file_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ProcedureCount) GetState() string {
@@ -5555,7 +5692,7 @@ type ProcedureStatsResponse struct {
 
 func (x *ProcedureStatsResponse) Reset() {
 	*x = ProcedureStatsResponse{}
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +5704,7 @@ func (x *ProcedureStatsResponse) String() string {
 func (*ProcedureStatsResponse) ProtoMessage() {}
 
 func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[67]
+	mi := &file_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +5717,7 @@ func (x *ProcedureStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcedureStatsResponse.ProtoReflect.Descriptor instead.
 func (*ProcedureStatsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{67}
+	return file_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ProcedureStatsResponse) GetCounts() []*ProcedureCount {
@@ -5633,7 +5770,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5645,7 +5782,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[68]
+	mi := &file_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5658,7 +5795,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{68}
+	return file_admin_proto_rawDescGZIP(), []int{70}
 }
 
 type WhoAmIResponse struct {
@@ -5679,7 +5816,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5691,7 +5828,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[69]
+	mi := &file_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5704,7 +5841,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{69}
+	return file_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WhoAmIResponse) GetPrincipal() string {
@@ -5747,7 +5884,7 @@ type AclGrantRequest struct {
 
 func (x *AclGrantRequest) Reset() {
 	*x = AclGrantRequest{}
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5759,7 +5896,7 @@ func (x *AclGrantRequest) String() string {
 func (*AclGrantRequest) ProtoMessage() {}
 
 func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[70]
+	mi := &file_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5772,7 +5909,7 @@ func (x *AclGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclGrantRequest.ProtoReflect.Descriptor instead.
 func (*AclGrantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{70}
+	return file_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AclGrantRequest) GetClient() string {
@@ -5804,7 +5941,7 @@ type AclBinding struct {
 
 func (x *AclBinding) Reset() {
 	*x = AclBinding{}
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +5953,7 @@ func (x *AclBinding) String() string {
 func (*AclBinding) ProtoMessage() {}
 
 func (x *AclBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[71]
+	mi := &file_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +5966,7 @@ func (x *AclBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclBinding.ProtoReflect.Descriptor instead.
 func (*AclBinding) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{71}
+	return file_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AclBinding) GetClient() string {
@@ -5880,7 +6017,7 @@ type AclRevocation struct {
 
 func (x *AclRevocation) Reset() {
 	*x = AclRevocation{}
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5892,7 +6029,7 @@ func (x *AclRevocation) String() string {
 func (*AclRevocation) ProtoMessage() {}
 
 func (x *AclRevocation) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[72]
+	mi := &file_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5905,7 +6042,7 @@ func (x *AclRevocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevocation.ProtoReflect.Descriptor instead.
 func (*AclRevocation) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{72}
+	return file_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AclRevocation) GetClient() string {
@@ -5938,7 +6075,7 @@ type AclRevokeRequest struct {
 
 func (x *AclRevokeRequest) Reset() {
 	*x = AclRevokeRequest{}
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5950,7 +6087,7 @@ func (x *AclRevokeRequest) String() string {
 func (*AclRevokeRequest) ProtoMessage() {}
 
 func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[73]
+	mi := &file_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5963,7 +6100,7 @@ func (x *AclRevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRevokeRequest.ProtoReflect.Descriptor instead.
 func (*AclRevokeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{73}
+	return file_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AclRevokeRequest) GetClient() string {
@@ -5983,7 +6120,7 @@ type AclRemoveResponse struct {
 
 func (x *AclRemoveResponse) Reset() {
 	*x = AclRemoveResponse{}
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6132,7 @@ func (x *AclRemoveResponse) String() string {
 func (*AclRemoveResponse) ProtoMessage() {}
 
 func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[74]
+	mi := &file_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6145,7 @@ func (x *AclRemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclRemoveResponse.ProtoReflect.Descriptor instead.
 func (*AclRemoveResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{74}
+	return file_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AclRemoveResponse) GetExisted() bool {
@@ -6031,7 +6168,7 @@ type AclCreateTokenRequest struct {
 
 func (x *AclCreateTokenRequest) Reset() {
 	*x = AclCreateTokenRequest{}
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6043,7 +6180,7 @@ func (x *AclCreateTokenRequest) String() string {
 func (*AclCreateTokenRequest) ProtoMessage() {}
 
 func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[75]
+	mi := &file_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6056,7 +6193,7 @@ func (x *AclCreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{75}
+	return file_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AclCreateTokenRequest) GetName() string {
@@ -6099,7 +6236,7 @@ type AclToken struct {
 
 func (x *AclToken) Reset() {
 	*x = AclToken{}
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6111,7 +6248,7 @@ func (x *AclToken) String() string {
 func (*AclToken) ProtoMessage() {}
 
 func (x *AclToken) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[76]
+	mi := &file_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6124,7 +6261,7 @@ func (x *AclToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclToken.ProtoReflect.Descriptor instead.
 func (*AclToken) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{76}
+	return file_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AclToken) GetAccessor() string {
@@ -6187,7 +6324,7 @@ type AclCreateTokenResponse struct {
 
 func (x *AclCreateTokenResponse) Reset() {
 	*x = AclCreateTokenResponse{}
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6199,7 +6336,7 @@ func (x *AclCreateTokenResponse) String() string {
 func (*AclCreateTokenResponse) ProtoMessage() {}
 
 func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[77]
+	mi := &file_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6212,7 +6349,7 @@ func (x *AclCreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclCreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*AclCreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{77}
+	return file_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AclCreateTokenResponse) GetSecret() string {
@@ -6238,7 +6375,7 @@ type AclDeleteTokenRequest struct {
 
 func (x *AclDeleteTokenRequest) Reset() {
 	*x = AclDeleteTokenRequest{}
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6250,7 +6387,7 @@ func (x *AclDeleteTokenRequest) String() string {
 func (*AclDeleteTokenRequest) ProtoMessage() {}
 
 func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[78]
+	mi := &file_admin_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6263,7 +6400,7 @@ func (x *AclDeleteTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclDeleteTokenRequest.ProtoReflect.Descriptor instead.
 func (*AclDeleteTokenRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{78}
+	return file_admin_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AclDeleteTokenRequest) GetAccessor() string {
@@ -6288,7 +6425,7 @@ type AclListRequest struct {
 
 func (x *AclListRequest) Reset() {
 	*x = AclListRequest{}
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6300,7 +6437,7 @@ func (x *AclListRequest) String() string {
 func (*AclListRequest) ProtoMessage() {}
 
 func (x *AclListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[79]
+	mi := &file_admin_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6313,7 +6450,7 @@ func (x *AclListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListRequest.ProtoReflect.Descriptor instead.
 func (*AclListRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{79}
+	return file_admin_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AclListRequest) GetConsistency() Consistency {
@@ -6353,7 +6490,7 @@ type AclListResponse struct {
 
 func (x *AclListResponse) Reset() {
 	*x = AclListResponse{}
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6365,7 +6502,7 @@ func (x *AclListResponse) String() string {
 func (*AclListResponse) ProtoMessage() {}
 
 func (x *AclListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[80]
+	mi := &file_admin_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6378,7 +6515,7 @@ func (x *AclListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AclListResponse.ProtoReflect.Descriptor instead.
 func (*AclListResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{80}
+	return file_admin_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AclListResponse) GetBindings() []*AclBinding {
@@ -6443,7 +6580,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6455,7 +6592,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[81]
+	mi := &file_admin_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6468,7 +6605,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{81}
+	return file_admin_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -6524,7 +6661,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_admin_proto_msgTypes[82]
+	mi := &file_admin_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6536,7 +6673,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[82]
+	mi := &file_admin_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6549,7 +6686,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{82}
+	return file_admin_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListAuditResponse) GetRecords() []*AuditRecord {
@@ -6613,7 +6750,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_admin_proto_msgTypes[83]
+	mi := &file_admin_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6625,7 +6762,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[83]
+	mi := &file_admin_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6638,7 +6775,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{83}
+	return file_admin_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AuditRecord) GetId() string {
@@ -6757,7 +6894,7 @@ type AppendAuditRequest struct {
 
 func (x *AppendAuditRequest) Reset() {
 	*x = AppendAuditRequest{}
-	mi := &file_admin_proto_msgTypes[84]
+	mi := &file_admin_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6769,7 +6906,7 @@ func (x *AppendAuditRequest) String() string {
 func (*AppendAuditRequest) ProtoMessage() {}
 
 func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[84]
+	mi := &file_admin_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6782,7 +6919,7 @@ func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
 func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{84}
+	return file_admin_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
@@ -6800,7 +6937,7 @@ type AppendAuditResponse struct {
 
 func (x *AppendAuditResponse) Reset() {
 	*x = AppendAuditResponse{}
-	mi := &file_admin_proto_msgTypes[85]
+	mi := &file_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6812,7 +6949,7 @@ func (x *AppendAuditResponse) String() string {
 func (*AppendAuditResponse) ProtoMessage() {}
 
 func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[85]
+	mi := &file_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6825,7 +6962,7 @@ func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
 func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{85}
+	return file_admin_proto_rawDescGZIP(), []int{87}
 }
 
 var File_admin_proto protoreflect.FileDescriptor
@@ -7150,7 +7287,16 @@ const file_admin_proto_rawDesc = "" +
 	"\fraft_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vraftAddress\x12+\n" +
 	"\radmin_address\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\"+\n" +
 	"\x11RemovePeerRequest\x12\x16\n" +
-	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"\xc6\x01\n" +
+	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"O\n" +
+	"\x19TransferLeadershipRequest\x12\x1a\n" +
+	"\x04from\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x04from\x12\x16\n" +
+	"\x02to\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02to\"\x99\x01\n" +
+	"\x1aTransferLeadershipResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12 \n" +
+	"\vtransferred\x18\x03 \x01(\bR\vtransferred\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xc6\x01\n" +
 	"\x13RegisterNodeRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12+\n" +
 	"\radmin_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\x12)\n" +
@@ -7400,7 +7546,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x13AppendAuditResponse**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xc9%\n" +
+	"\x05STALE\x10\x012\xc0&\n" +
 	"\x05Admin\x12u\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12X\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12i\n" +
@@ -7414,7 +7560,8 @@ const file_admin_proto_rawDesc = "" +
 	"\rClusterStatus\x12$.baton.admin.v1.ClusterStatusRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12Z\n" +
 	"\aAddPeer\x12\x1e.baton.admin.v1.AddPeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12`\n" +
 	"\n" +
-	"RemovePeer\x12!.baton.admin.v1.RemovePeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12a\n" +
+	"RemovePeer\x12!.baton.admin.v1.RemovePeerRequest\x1a%.baton.admin.v1.ClusterStatusResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12u\n" +
+	"\x12TransferLeadership\x12).baton.admin.v1.TransferLeadershipRequest\x1a*.baton.admin.v1.TransferLeadershipResponse\"\b\x92\xc7\x18\x04\b\x01\x10\x04\x12a\n" +
 	"\fRegisterNode\x12#.baton.admin.v1.RegisterNodeRequest\x1a$.baton.admin.v1.RegisterNodeResponse\"\x06\x92\xc7\x18\x02\b\x02\x12o\n" +
 	"\x0fCreateNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12o\n" +
 	"\x0fDeleteNamespace\x12 .baton.admin.v1.NamespaceRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x04\x18\x01*\x05nonce\x12i\n" +
@@ -7474,98 +7621,100 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_admin_proto_goTypes = []any{
-	(Consistency)(0),                 // 0: baton.admin.v1.Consistency
-	(*NamespaceRequest)(nil),         // 1: baton.admin.v1.NamespaceRequest
-	(*ReadInfo)(nil),                 // 2: baton.admin.v1.ReadInfo
-	(*ListNamespacesRequest)(nil),    // 3: baton.admin.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),   // 4: baton.admin.v1.ListNamespacesResponse
-	(*GetNamespaceRequest)(nil),      // 5: baton.admin.v1.GetNamespaceRequest
-	(*Namespace)(nil),                // 6: baton.admin.v1.Namespace
-	(*CreateTableRequest)(nil),       // 7: baton.admin.v1.CreateTableRequest
-	(*TableRequest)(nil),             // 8: baton.admin.v1.TableRequest
-	(*Region)(nil),                   // 9: baton.admin.v1.Region
-	(*Table)(nil),                    // 10: baton.admin.v1.Table
-	(*RegionGroup)(nil),              // 11: baton.admin.v1.RegionGroup
-	(*ListTablesRequest)(nil),        // 12: baton.admin.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),       // 13: baton.admin.v1.ListTablesResponse
-	(*ListRegionsRequest)(nil),       // 14: baton.admin.v1.ListRegionsRequest
-	(*ListRegionsResponse)(nil),      // 15: baton.admin.v1.ListRegionsResponse
-	(*MoveRegionRequest)(nil),        // 16: baton.admin.v1.MoveRegionRequest
-	(*ListServersRequest)(nil),       // 17: baton.admin.v1.ListServersRequest
-	(*Server)(nil),                   // 18: baton.admin.v1.Server
-	(*ListServersResponse)(nil),      // 19: baton.admin.v1.ListServersResponse
-	(*ServerRegionsRequest)(nil),     // 20: baton.admin.v1.ServerRegionsRequest
-	(*ServerRegionsResponse)(nil),    // 21: baton.admin.v1.ServerRegionsResponse
-	(*BalanceRequest)(nil),           // 22: baton.admin.v1.BalanceRequest
-	(*AcquireLockRequest)(nil),       // 23: baton.admin.v1.AcquireLockRequest
-	(*LockRef)(nil),                  // 24: baton.admin.v1.LockRef
-	(*LockResponse)(nil),             // 25: baton.admin.v1.LockResponse
-	(*SubmitProcedureRequest)(nil),   // 26: baton.admin.v1.SubmitProcedureRequest
-	(*SubmitProcedureResponse)(nil),  // 27: baton.admin.v1.SubmitProcedureResponse
-	(*GetProcedureRequest)(nil),      // 28: baton.admin.v1.GetProcedureRequest
-	(*ProcedureRef)(nil),             // 29: baton.admin.v1.ProcedureRef
-	(*Procedure)(nil),                // 30: baton.admin.v1.Procedure
-	(*ProcedureProgress)(nil),        // 31: baton.admin.v1.ProcedureProgress
-	(*ProcedureTransition)(nil),      // 32: baton.admin.v1.ProcedureTransition
-	(*ProcedureRun)(nil),             // 33: baton.admin.v1.ProcedureRun
-	(*ListProceduresRequest)(nil),    // 34: baton.admin.v1.ListProceduresRequest
-	(*ListProceduresResponse)(nil),   // 35: baton.admin.v1.ListProceduresResponse
-	(*WatchProcedureRequest)(nil),    // 36: baton.admin.v1.WatchProcedureRequest
-	(*SnapshotSaveRequest)(nil),      // 37: baton.admin.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),            // 38: baton.admin.v1.SnapshotChunk
-	(*ClusterStatusRequest)(nil),     // 39: baton.admin.v1.ClusterStatusRequest
-	(*Peer)(nil),                     // 40: baton.admin.v1.Peer
-	(*ClusterStatusResponse)(nil),    // 41: baton.admin.v1.ClusterStatusResponse
-	(*LastSnapshot)(nil),             // 42: baton.admin.v1.LastSnapshot
-	(*AddPeerRequest)(nil),           // 43: baton.admin.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil),        // 44: baton.admin.v1.RemovePeerRequest
-	(*RegisterNodeRequest)(nil),      // 45: baton.admin.v1.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),     // 46: baton.admin.v1.RegisterNodeResponse
-	(*LeaderHint)(nil),               // 47: baton.admin.v1.LeaderHint
-	(*RepairCaller)(nil),             // 48: baton.admin.v1.RepairCaller
-	(*RepairRegionRequest)(nil),      // 49: baton.admin.v1.RepairRegionRequest
-	(*RecoverServerRequest)(nil),     // 50: baton.admin.v1.RecoverServerRequest
-	(*BypassProcedureRequest)(nil),   // 51: baton.admin.v1.BypassProcedureRequest
-	(*SetMaintenanceRequest)(nil),    // 52: baton.admin.v1.SetMaintenanceRequest
-	(*RepairResponse)(nil),           // 53: baton.admin.v1.RepairResponse
-	(*CancelProceduresRequest)(nil),  // 54: baton.admin.v1.CancelProceduresRequest
-	(*CancelProceduresResponse)(nil), // 55: baton.admin.v1.CancelProceduresResponse
-	(*SkippedProcedure)(nil),         // 56: baton.admin.v1.SkippedProcedure
-	(*GetMaintenanceRequest)(nil),    // 57: baton.admin.v1.GetMaintenanceRequest
-	(*Maintenance)(nil),              // 58: baton.admin.v1.Maintenance
-	(*ListRepairsRequest)(nil),       // 59: baton.admin.v1.ListRepairsRequest
-	(*ListRepairsResponse)(nil),      // 60: baton.admin.v1.ListRepairsResponse
-	(*RepairRecord)(nil),             // 61: baton.admin.v1.RepairRecord
-	(*ListLocksRequest)(nil),         // 62: baton.admin.v1.ListLocksRequest
-	(*LockParty)(nil),                // 63: baton.admin.v1.LockParty
-	(*LockEntry)(nil),                // 64: baton.admin.v1.LockEntry
-	(*ListLocksResponse)(nil),        // 65: baton.admin.v1.ListLocksResponse
-	(*ProcedureStatsRequest)(nil),    // 66: baton.admin.v1.ProcedureStatsRequest
-	(*ProcedureCount)(nil),           // 67: baton.admin.v1.ProcedureCount
-	(*ProcedureStatsResponse)(nil),   // 68: baton.admin.v1.ProcedureStatsResponse
-	(*WhoAmIRequest)(nil),            // 69: baton.admin.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),           // 70: baton.admin.v1.WhoAmIResponse
-	(*AclGrantRequest)(nil),          // 71: baton.admin.v1.AclGrantRequest
-	(*AclBinding)(nil),               // 72: baton.admin.v1.AclBinding
-	(*AclRevocation)(nil),            // 73: baton.admin.v1.AclRevocation
-	(*AclRevokeRequest)(nil),         // 74: baton.admin.v1.AclRevokeRequest
-	(*AclRemoveResponse)(nil),        // 75: baton.admin.v1.AclRemoveResponse
-	(*AclCreateTokenRequest)(nil),    // 76: baton.admin.v1.AclCreateTokenRequest
-	(*AclToken)(nil),                 // 77: baton.admin.v1.AclToken
-	(*AclCreateTokenResponse)(nil),   // 78: baton.admin.v1.AclCreateTokenResponse
-	(*AclDeleteTokenRequest)(nil),    // 79: baton.admin.v1.AclDeleteTokenRequest
-	(*AclListRequest)(nil),           // 80: baton.admin.v1.AclListRequest
-	(*AclListResponse)(nil),          // 81: baton.admin.v1.AclListResponse
-	(*ListAuditRequest)(nil),         // 82: baton.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 83: baton.admin.v1.ListAuditResponse
-	(*AuditRecord)(nil),              // 84: baton.admin.v1.AuditRecord
-	(*AppendAuditRequest)(nil),       // 85: baton.admin.v1.AppendAuditRequest
-	(*AppendAuditResponse)(nil),      // 86: baton.admin.v1.AppendAuditResponse
-	nil,                              // 87: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                              // 88: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                              // 89: baton.admin.v1.RepairRecord.ArgsEntry
+	(Consistency)(0),                   // 0: baton.admin.v1.Consistency
+	(*NamespaceRequest)(nil),           // 1: baton.admin.v1.NamespaceRequest
+	(*ReadInfo)(nil),                   // 2: baton.admin.v1.ReadInfo
+	(*ListNamespacesRequest)(nil),      // 3: baton.admin.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),     // 4: baton.admin.v1.ListNamespacesResponse
+	(*GetNamespaceRequest)(nil),        // 5: baton.admin.v1.GetNamespaceRequest
+	(*Namespace)(nil),                  // 6: baton.admin.v1.Namespace
+	(*CreateTableRequest)(nil),         // 7: baton.admin.v1.CreateTableRequest
+	(*TableRequest)(nil),               // 8: baton.admin.v1.TableRequest
+	(*Region)(nil),                     // 9: baton.admin.v1.Region
+	(*Table)(nil),                      // 10: baton.admin.v1.Table
+	(*RegionGroup)(nil),                // 11: baton.admin.v1.RegionGroup
+	(*ListTablesRequest)(nil),          // 12: baton.admin.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 13: baton.admin.v1.ListTablesResponse
+	(*ListRegionsRequest)(nil),         // 14: baton.admin.v1.ListRegionsRequest
+	(*ListRegionsResponse)(nil),        // 15: baton.admin.v1.ListRegionsResponse
+	(*MoveRegionRequest)(nil),          // 16: baton.admin.v1.MoveRegionRequest
+	(*ListServersRequest)(nil),         // 17: baton.admin.v1.ListServersRequest
+	(*Server)(nil),                     // 18: baton.admin.v1.Server
+	(*ListServersResponse)(nil),        // 19: baton.admin.v1.ListServersResponse
+	(*ServerRegionsRequest)(nil),       // 20: baton.admin.v1.ServerRegionsRequest
+	(*ServerRegionsResponse)(nil),      // 21: baton.admin.v1.ServerRegionsResponse
+	(*BalanceRequest)(nil),             // 22: baton.admin.v1.BalanceRequest
+	(*AcquireLockRequest)(nil),         // 23: baton.admin.v1.AcquireLockRequest
+	(*LockRef)(nil),                    // 24: baton.admin.v1.LockRef
+	(*LockResponse)(nil),               // 25: baton.admin.v1.LockResponse
+	(*SubmitProcedureRequest)(nil),     // 26: baton.admin.v1.SubmitProcedureRequest
+	(*SubmitProcedureResponse)(nil),    // 27: baton.admin.v1.SubmitProcedureResponse
+	(*GetProcedureRequest)(nil),        // 28: baton.admin.v1.GetProcedureRequest
+	(*ProcedureRef)(nil),               // 29: baton.admin.v1.ProcedureRef
+	(*Procedure)(nil),                  // 30: baton.admin.v1.Procedure
+	(*ProcedureProgress)(nil),          // 31: baton.admin.v1.ProcedureProgress
+	(*ProcedureTransition)(nil),        // 32: baton.admin.v1.ProcedureTransition
+	(*ProcedureRun)(nil),               // 33: baton.admin.v1.ProcedureRun
+	(*ListProceduresRequest)(nil),      // 34: baton.admin.v1.ListProceduresRequest
+	(*ListProceduresResponse)(nil),     // 35: baton.admin.v1.ListProceduresResponse
+	(*WatchProcedureRequest)(nil),      // 36: baton.admin.v1.WatchProcedureRequest
+	(*SnapshotSaveRequest)(nil),        // 37: baton.admin.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),              // 38: baton.admin.v1.SnapshotChunk
+	(*ClusterStatusRequest)(nil),       // 39: baton.admin.v1.ClusterStatusRequest
+	(*Peer)(nil),                       // 40: baton.admin.v1.Peer
+	(*ClusterStatusResponse)(nil),      // 41: baton.admin.v1.ClusterStatusResponse
+	(*LastSnapshot)(nil),               // 42: baton.admin.v1.LastSnapshot
+	(*AddPeerRequest)(nil),             // 43: baton.admin.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil),          // 44: baton.admin.v1.RemovePeerRequest
+	(*TransferLeadershipRequest)(nil),  // 45: baton.admin.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 46: baton.admin.v1.TransferLeadershipResponse
+	(*RegisterNodeRequest)(nil),        // 47: baton.admin.v1.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),       // 48: baton.admin.v1.RegisterNodeResponse
+	(*LeaderHint)(nil),                 // 49: baton.admin.v1.LeaderHint
+	(*RepairCaller)(nil),               // 50: baton.admin.v1.RepairCaller
+	(*RepairRegionRequest)(nil),        // 51: baton.admin.v1.RepairRegionRequest
+	(*RecoverServerRequest)(nil),       // 52: baton.admin.v1.RecoverServerRequest
+	(*BypassProcedureRequest)(nil),     // 53: baton.admin.v1.BypassProcedureRequest
+	(*SetMaintenanceRequest)(nil),      // 54: baton.admin.v1.SetMaintenanceRequest
+	(*RepairResponse)(nil),             // 55: baton.admin.v1.RepairResponse
+	(*CancelProceduresRequest)(nil),    // 56: baton.admin.v1.CancelProceduresRequest
+	(*CancelProceduresResponse)(nil),   // 57: baton.admin.v1.CancelProceduresResponse
+	(*SkippedProcedure)(nil),           // 58: baton.admin.v1.SkippedProcedure
+	(*GetMaintenanceRequest)(nil),      // 59: baton.admin.v1.GetMaintenanceRequest
+	(*Maintenance)(nil),                // 60: baton.admin.v1.Maintenance
+	(*ListRepairsRequest)(nil),         // 61: baton.admin.v1.ListRepairsRequest
+	(*ListRepairsResponse)(nil),        // 62: baton.admin.v1.ListRepairsResponse
+	(*RepairRecord)(nil),               // 63: baton.admin.v1.RepairRecord
+	(*ListLocksRequest)(nil),           // 64: baton.admin.v1.ListLocksRequest
+	(*LockParty)(nil),                  // 65: baton.admin.v1.LockParty
+	(*LockEntry)(nil),                  // 66: baton.admin.v1.LockEntry
+	(*ListLocksResponse)(nil),          // 67: baton.admin.v1.ListLocksResponse
+	(*ProcedureStatsRequest)(nil),      // 68: baton.admin.v1.ProcedureStatsRequest
+	(*ProcedureCount)(nil),             // 69: baton.admin.v1.ProcedureCount
+	(*ProcedureStatsResponse)(nil),     // 70: baton.admin.v1.ProcedureStatsResponse
+	(*WhoAmIRequest)(nil),              // 71: baton.admin.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 72: baton.admin.v1.WhoAmIResponse
+	(*AclGrantRequest)(nil),            // 73: baton.admin.v1.AclGrantRequest
+	(*AclBinding)(nil),                 // 74: baton.admin.v1.AclBinding
+	(*AclRevocation)(nil),              // 75: baton.admin.v1.AclRevocation
+	(*AclRevokeRequest)(nil),           // 76: baton.admin.v1.AclRevokeRequest
+	(*AclRemoveResponse)(nil),          // 77: baton.admin.v1.AclRemoveResponse
+	(*AclCreateTokenRequest)(nil),      // 78: baton.admin.v1.AclCreateTokenRequest
+	(*AclToken)(nil),                   // 79: baton.admin.v1.AclToken
+	(*AclCreateTokenResponse)(nil),     // 80: baton.admin.v1.AclCreateTokenResponse
+	(*AclDeleteTokenRequest)(nil),      // 81: baton.admin.v1.AclDeleteTokenRequest
+	(*AclListRequest)(nil),             // 82: baton.admin.v1.AclListRequest
+	(*AclListResponse)(nil),            // 83: baton.admin.v1.AclListResponse
+	(*ListAuditRequest)(nil),           // 84: baton.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),          // 85: baton.admin.v1.ListAuditResponse
+	(*AuditRecord)(nil),                // 86: baton.admin.v1.AuditRecord
+	(*AppendAuditRequest)(nil),         // 87: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),        // 88: baton.admin.v1.AppendAuditResponse
+	nil,                                // 89: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                                // 90: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                                // 91: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -7576,7 +7725,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	87,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	89,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -7589,7 +7738,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	88,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	90,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -7600,42 +7749,42 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 29: baton.admin.v1.ListProceduresResponse.read:type_name -> baton.admin.v1.ReadInfo
 	41,  // 30: baton.admin.v1.Peer.status:type_name -> baton.admin.v1.ClusterStatusResponse
 	40,  // 31: baton.admin.v1.ClusterStatusResponse.peers:type_name -> baton.admin.v1.Peer
-	58,  // 32: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	60,  // 32: baton.admin.v1.ClusterStatusResponse.maintenance:type_name -> baton.admin.v1.Maintenance
 	42,  // 33: baton.admin.v1.ClusterStatusResponse.last_snapshot:type_name -> baton.admin.v1.LastSnapshot
-	48,  // 34: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	48,  // 35: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	48,  // 36: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	48,  // 37: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
-	58,  // 38: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
-	48,  // 39: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	50,  // 34: baton.admin.v1.RepairRegionRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	50,  // 35: baton.admin.v1.RecoverServerRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	50,  // 36: baton.admin.v1.BypassProcedureRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	50,  // 37: baton.admin.v1.SetMaintenanceRequest.caller:type_name -> baton.admin.v1.RepairCaller
+	60,  // 38: baton.admin.v1.RepairResponse.maintenance:type_name -> baton.admin.v1.Maintenance
+	50,  // 39: baton.admin.v1.CancelProceduresRequest.caller:type_name -> baton.admin.v1.RepairCaller
 	30,  // 40: baton.admin.v1.CancelProceduresResponse.cancelled:type_name -> baton.admin.v1.Procedure
-	56,  // 41: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
+	58,  // 41: baton.admin.v1.CancelProceduresResponse.skipped:type_name -> baton.admin.v1.SkippedProcedure
 	30,  // 42: baton.admin.v1.SkippedProcedure.procedure:type_name -> baton.admin.v1.Procedure
 	0,   // 43: baton.admin.v1.GetMaintenanceRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 44: baton.admin.v1.Maintenance.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 45: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	61,  // 46: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
+	63,  // 46: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
 	2,   // 47: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	89,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	91,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
 	0,   // 49: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
-	63,  // 50: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
-	63,  // 51: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
-	64,  // 52: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
+	65,  // 50: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
+	65,  // 51: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
+	66,  // 52: baton.admin.v1.ListLocksResponse.locks:type_name -> baton.admin.v1.LockEntry
 	2,   // 53: baton.admin.v1.ListLocksResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 54: baton.admin.v1.ProcedureStatsRequest.consistency:type_name -> baton.admin.v1.Consistency
-	67,  // 55: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
+	69,  // 55: baton.admin.v1.ProcedureStatsResponse.counts:type_name -> baton.admin.v1.ProcedureCount
 	30,  // 56: baton.admin.v1.ProcedureStatsResponse.stuck:type_name -> baton.admin.v1.Procedure
 	2,   // 57: baton.admin.v1.ProcedureStatsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	77,  // 58: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
+	79,  // 58: baton.admin.v1.AclCreateTokenResponse.token:type_name -> baton.admin.v1.AclToken
 	0,   // 59: baton.admin.v1.AclListRequest.consistency:type_name -> baton.admin.v1.Consistency
-	72,  // 60: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
-	77,  // 61: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
+	74,  // 60: baton.admin.v1.AclListResponse.bindings:type_name -> baton.admin.v1.AclBinding
+	79,  // 61: baton.admin.v1.AclListResponse.tokens:type_name -> baton.admin.v1.AclToken
 	2,   // 62: baton.admin.v1.AclListResponse.read:type_name -> baton.admin.v1.ReadInfo
-	73,  // 63: baton.admin.v1.AclListResponse.revoked:type_name -> baton.admin.v1.AclRevocation
+	75,  // 63: baton.admin.v1.AclListResponse.revoked:type_name -> baton.admin.v1.AclRevocation
 	0,   // 64: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
-	84,  // 65: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
+	86,  // 65: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
 	2,   // 66: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
-	84,  // 67: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	86,  // 67: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
 	26,  // 68: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
 	28,  // 69: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
 	34,  // 70: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
@@ -7648,94 +7797,96 @@ var file_admin_proto_depIdxs = []int32{
 	39,  // 77: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
 	43,  // 78: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
 	44,  // 79: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	45,  // 80: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 81: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 82: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 83: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 84: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 85: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 86: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 87: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 88: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 89: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 90: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 91: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 92: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 93: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 94: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 95: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 96: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 97: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 98: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	49,  // 99: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	49,  // 100: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	50,  // 101: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	54,  // 102: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	51,  // 103: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	52,  // 104: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	57,  // 105: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	59,  // 106: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	62,  // 107: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	66,  // 108: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	69,  // 109: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	71,  // 110: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	74,  // 111: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	76,  // 112: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	79,  // 113: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	80,  // 114: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	82,  // 115: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	85,  // 116: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	27,  // 117: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 118: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	35,  // 119: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 120: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 121: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 122: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 123: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 124: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38,  // 125: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
-	41,  // 126: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 127: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 128: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	46,  // 129: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 130: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 131: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 132: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 133: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 134: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 135: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 136: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 137: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 138: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 139: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 140: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 141: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 142: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 143: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 144: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 145: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 146: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 147: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	53,  // 148: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	53,  // 149: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	53,  // 150: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	55,  // 151: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	53,  // 152: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	53,  // 153: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	58,  // 154: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	60,  // 155: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	65,  // 156: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	68,  // 157: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	70,  // 158: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	72,  // 159: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	75,  // 160: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	78,  // 161: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	75,  // 162: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	81,  // 163: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	83,  // 164: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	86,  // 165: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	117, // [117:166] is the sub-list for method output_type
-	68,  // [68:117] is the sub-list for method input_type
+	45,  // 80: baton.admin.v1.Admin.TransferLeadership:input_type -> baton.admin.v1.TransferLeadershipRequest
+	47,  // 81: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 82: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 83: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 84: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 85: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 86: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 87: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 88: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 89: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 90: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 91: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 92: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 93: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 94: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 95: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 96: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 97: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 98: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 99: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	51,  // 100: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	51,  // 101: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	52,  // 102: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	56,  // 103: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	53,  // 104: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	54,  // 105: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	59,  // 106: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	61,  // 107: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	64,  // 108: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	68,  // 109: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	71,  // 110: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	73,  // 111: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	76,  // 112: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	78,  // 113: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	81,  // 114: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	82,  // 115: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	84,  // 116: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	87,  // 117: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	27,  // 118: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 119: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 120: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 121: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 122: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 123: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 124: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 125: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38,  // 126: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
+	41,  // 127: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 128: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 129: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	46,  // 130: baton.admin.v1.Admin.TransferLeadership:output_type -> baton.admin.v1.TransferLeadershipResponse
+	48,  // 131: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 132: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 133: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 134: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 135: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 136: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 137: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 138: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 139: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 140: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 141: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 142: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 143: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 144: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 145: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 146: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 147: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 148: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 149: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	55,  // 150: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 151: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 152: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	57,  // 153: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	55,  // 154: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	55,  // 155: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	60,  // 156: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	62,  // 157: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	67,  // 158: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	70,  // 159: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	72,  // 160: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	74,  // 161: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	77,  // 162: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	80,  // 163: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	77,  // 164: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	83,  // 165: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	85,  // 166: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	88,  // 167: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	118, // [118:168] is the sub-list for method output_type
+	68,  // [68:118] is the sub-list for method input_type
 	68,  // [68:68] is the sub-list for extension type_name
 	68,  // [68:68] is the sub-list for extension extendee
 	0,   // [0:68] is the sub-list for field type_name
@@ -7753,7 +7904,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   89,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

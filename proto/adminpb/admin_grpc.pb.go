@@ -53,55 +53,56 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_SubmitProcedure_FullMethodName  = "/baton.admin.v1.Admin/SubmitProcedure"
-	Admin_GetProcedure_FullMethodName     = "/baton.admin.v1.Admin/GetProcedure"
-	Admin_ListProcedures_FullMethodName   = "/baton.admin.v1.Admin/ListProcedures"
-	Admin_WatchProcedure_FullMethodName   = "/baton.admin.v1.Admin/WatchProcedure"
-	Admin_AbortProcedure_FullMethodName   = "/baton.admin.v1.Admin/AbortProcedure"
-	Admin_PauseProcedure_FullMethodName   = "/baton.admin.v1.Admin/PauseProcedure"
-	Admin_ResumeProcedure_FullMethodName  = "/baton.admin.v1.Admin/ResumeProcedure"
-	Admin_AckResult_FullMethodName        = "/baton.admin.v1.Admin/AckResult"
-	Admin_SnapshotSave_FullMethodName     = "/baton.admin.v1.Admin/SnapshotSave"
-	Admin_ClusterStatus_FullMethodName    = "/baton.admin.v1.Admin/ClusterStatus"
-	Admin_AddPeer_FullMethodName          = "/baton.admin.v1.Admin/AddPeer"
-	Admin_RemovePeer_FullMethodName       = "/baton.admin.v1.Admin/RemovePeer"
-	Admin_RegisterNode_FullMethodName     = "/baton.admin.v1.Admin/RegisterNode"
-	Admin_CreateNamespace_FullMethodName  = "/baton.admin.v1.Admin/CreateNamespace"
-	Admin_DeleteNamespace_FullMethodName  = "/baton.admin.v1.Admin/DeleteNamespace"
-	Admin_ListNamespaces_FullMethodName   = "/baton.admin.v1.Admin/ListNamespaces"
-	Admin_GetNamespace_FullMethodName     = "/baton.admin.v1.Admin/GetNamespace"
-	Admin_CreateTable_FullMethodName      = "/baton.admin.v1.Admin/CreateTable"
-	Admin_DeleteTable_FullMethodName      = "/baton.admin.v1.Admin/DeleteTable"
-	Admin_EnableTable_FullMethodName      = "/baton.admin.v1.Admin/EnableTable"
-	Admin_DisableTable_FullMethodName     = "/baton.admin.v1.Admin/DisableTable"
-	Admin_DescribeTable_FullMethodName    = "/baton.admin.v1.Admin/DescribeTable"
-	Admin_ListTables_FullMethodName       = "/baton.admin.v1.Admin/ListTables"
-	Admin_ListRegions_FullMethodName      = "/baton.admin.v1.Admin/ListRegions"
-	Admin_MoveRegion_FullMethodName       = "/baton.admin.v1.Admin/MoveRegion"
-	Admin_ListServers_FullMethodName      = "/baton.admin.v1.Admin/ListServers"
-	Admin_ServerRegions_FullMethodName    = "/baton.admin.v1.Admin/ServerRegions"
-	Admin_Balance_FullMethodName          = "/baton.admin.v1.Admin/Balance"
-	Admin_AcquireLock_FullMethodName      = "/baton.admin.v1.Admin/AcquireLock"
-	Admin_LockHeartbeat_FullMethodName    = "/baton.admin.v1.Admin/LockHeartbeat"
-	Admin_ReleaseLock_FullMethodName      = "/baton.admin.v1.Admin/ReleaseLock"
-	Admin_AssignRegion_FullMethodName     = "/baton.admin.v1.Admin/AssignRegion"
-	Admin_UnassignRegion_FullMethodName   = "/baton.admin.v1.Admin/UnassignRegion"
-	Admin_RecoverServer_FullMethodName    = "/baton.admin.v1.Admin/RecoverServer"
-	Admin_CancelProcedures_FullMethodName = "/baton.admin.v1.Admin/CancelProcedures"
-	Admin_BypassProcedure_FullMethodName  = "/baton.admin.v1.Admin/BypassProcedure"
-	Admin_SetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/SetMaintenance"
-	Admin_GetMaintenance_FullMethodName   = "/baton.admin.v1.Admin/GetMaintenance"
-	Admin_ListRepairs_FullMethodName      = "/baton.admin.v1.Admin/ListRepairs"
-	Admin_ListLocks_FullMethodName        = "/baton.admin.v1.Admin/ListLocks"
-	Admin_ProcedureStats_FullMethodName   = "/baton.admin.v1.Admin/ProcedureStats"
-	Admin_WhoAmI_FullMethodName           = "/baton.admin.v1.Admin/WhoAmI"
-	Admin_AclGrant_FullMethodName         = "/baton.admin.v1.Admin/AclGrant"
-	Admin_AclRevoke_FullMethodName        = "/baton.admin.v1.Admin/AclRevoke"
-	Admin_AclCreateToken_FullMethodName   = "/baton.admin.v1.Admin/AclCreateToken"
-	Admin_AclDeleteToken_FullMethodName   = "/baton.admin.v1.Admin/AclDeleteToken"
-	Admin_AclList_FullMethodName          = "/baton.admin.v1.Admin/AclList"
-	Admin_ListAudit_FullMethodName        = "/baton.admin.v1.Admin/ListAudit"
-	Admin_AppendAudit_FullMethodName      = "/baton.admin.v1.Admin/AppendAudit"
+	Admin_SubmitProcedure_FullMethodName    = "/baton.admin.v1.Admin/SubmitProcedure"
+	Admin_GetProcedure_FullMethodName       = "/baton.admin.v1.Admin/GetProcedure"
+	Admin_ListProcedures_FullMethodName     = "/baton.admin.v1.Admin/ListProcedures"
+	Admin_WatchProcedure_FullMethodName     = "/baton.admin.v1.Admin/WatchProcedure"
+	Admin_AbortProcedure_FullMethodName     = "/baton.admin.v1.Admin/AbortProcedure"
+	Admin_PauseProcedure_FullMethodName     = "/baton.admin.v1.Admin/PauseProcedure"
+	Admin_ResumeProcedure_FullMethodName    = "/baton.admin.v1.Admin/ResumeProcedure"
+	Admin_AckResult_FullMethodName          = "/baton.admin.v1.Admin/AckResult"
+	Admin_SnapshotSave_FullMethodName       = "/baton.admin.v1.Admin/SnapshotSave"
+	Admin_ClusterStatus_FullMethodName      = "/baton.admin.v1.Admin/ClusterStatus"
+	Admin_AddPeer_FullMethodName            = "/baton.admin.v1.Admin/AddPeer"
+	Admin_RemovePeer_FullMethodName         = "/baton.admin.v1.Admin/RemovePeer"
+	Admin_TransferLeadership_FullMethodName = "/baton.admin.v1.Admin/TransferLeadership"
+	Admin_RegisterNode_FullMethodName       = "/baton.admin.v1.Admin/RegisterNode"
+	Admin_CreateNamespace_FullMethodName    = "/baton.admin.v1.Admin/CreateNamespace"
+	Admin_DeleteNamespace_FullMethodName    = "/baton.admin.v1.Admin/DeleteNamespace"
+	Admin_ListNamespaces_FullMethodName     = "/baton.admin.v1.Admin/ListNamespaces"
+	Admin_GetNamespace_FullMethodName       = "/baton.admin.v1.Admin/GetNamespace"
+	Admin_CreateTable_FullMethodName        = "/baton.admin.v1.Admin/CreateTable"
+	Admin_DeleteTable_FullMethodName        = "/baton.admin.v1.Admin/DeleteTable"
+	Admin_EnableTable_FullMethodName        = "/baton.admin.v1.Admin/EnableTable"
+	Admin_DisableTable_FullMethodName       = "/baton.admin.v1.Admin/DisableTable"
+	Admin_DescribeTable_FullMethodName      = "/baton.admin.v1.Admin/DescribeTable"
+	Admin_ListTables_FullMethodName         = "/baton.admin.v1.Admin/ListTables"
+	Admin_ListRegions_FullMethodName        = "/baton.admin.v1.Admin/ListRegions"
+	Admin_MoveRegion_FullMethodName         = "/baton.admin.v1.Admin/MoveRegion"
+	Admin_ListServers_FullMethodName        = "/baton.admin.v1.Admin/ListServers"
+	Admin_ServerRegions_FullMethodName      = "/baton.admin.v1.Admin/ServerRegions"
+	Admin_Balance_FullMethodName            = "/baton.admin.v1.Admin/Balance"
+	Admin_AcquireLock_FullMethodName        = "/baton.admin.v1.Admin/AcquireLock"
+	Admin_LockHeartbeat_FullMethodName      = "/baton.admin.v1.Admin/LockHeartbeat"
+	Admin_ReleaseLock_FullMethodName        = "/baton.admin.v1.Admin/ReleaseLock"
+	Admin_AssignRegion_FullMethodName       = "/baton.admin.v1.Admin/AssignRegion"
+	Admin_UnassignRegion_FullMethodName     = "/baton.admin.v1.Admin/UnassignRegion"
+	Admin_RecoverServer_FullMethodName      = "/baton.admin.v1.Admin/RecoverServer"
+	Admin_CancelProcedures_FullMethodName   = "/baton.admin.v1.Admin/CancelProcedures"
+	Admin_BypassProcedure_FullMethodName    = "/baton.admin.v1.Admin/BypassProcedure"
+	Admin_SetMaintenance_FullMethodName     = "/baton.admin.v1.Admin/SetMaintenance"
+	Admin_GetMaintenance_FullMethodName     = "/baton.admin.v1.Admin/GetMaintenance"
+	Admin_ListRepairs_FullMethodName        = "/baton.admin.v1.Admin/ListRepairs"
+	Admin_ListLocks_FullMethodName          = "/baton.admin.v1.Admin/ListLocks"
+	Admin_ProcedureStats_FullMethodName     = "/baton.admin.v1.Admin/ProcedureStats"
+	Admin_WhoAmI_FullMethodName             = "/baton.admin.v1.Admin/WhoAmI"
+	Admin_AclGrant_FullMethodName           = "/baton.admin.v1.Admin/AclGrant"
+	Admin_AclRevoke_FullMethodName          = "/baton.admin.v1.Admin/AclRevoke"
+	Admin_AclCreateToken_FullMethodName     = "/baton.admin.v1.Admin/AclCreateToken"
+	Admin_AclDeleteToken_FullMethodName     = "/baton.admin.v1.Admin/AclDeleteToken"
+	Admin_AclList_FullMethodName            = "/baton.admin.v1.Admin/AclList"
+	Admin_ListAudit_FullMethodName          = "/baton.admin.v1.Admin/ListAudit"
+	Admin_AppendAudit_FullMethodName        = "/baton.admin.v1.Admin/AppendAudit"
 )
 
 // AdminClient is the client API for Admin service.
@@ -126,6 +127,13 @@ type AdminClient interface {
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// TransferLeadership hands leadership from the leader (from, if set:
+	// only if that member leads) to another voter (to, if set; else raft's
+	// choice), and answers once another member leads. A member asking for
+	// itself with its own certificate (a Kubernetes preStop hook) may: a
+	// master's certificate is refused PERMISSION_DENIED unless from is its
+	// own id.
+	TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error)
 	// RegisterNode tells the leader a member's admin (gRPC) address, so that
 	// standbys can forward to the leader and status can list every address.
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
@@ -392,6 +400,16 @@ func (c *adminClient) RemovePeer(ctx context.Context, in *RemovePeerRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClusterStatusResponse)
 	err := c.cc.Invoke(ctx, Admin_RemovePeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) TransferLeadership(ctx context.Context, in *TransferLeadershipRequest, opts ...grpc.CallOption) (*TransferLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeadershipResponse)
+	err := c.cc.Invoke(ctx, Admin_TransferLeadership_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -790,6 +808,13 @@ type AdminServer interface {
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	AddPeer(context.Context, *AddPeerRequest) (*ClusterStatusResponse, error)
 	RemovePeer(context.Context, *RemovePeerRequest) (*ClusterStatusResponse, error)
+	// TransferLeadership hands leadership from the leader (from, if set:
+	// only if that member leads) to another voter (to, if set; else raft's
+	// choice), and answers once another member leads. A member asking for
+	// itself with its own certificate (a Kubernetes preStop hook) may: a
+	// master's certificate is refused PERMISSION_DENIED unless from is its
+	// own id.
+	TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error)
 	// RegisterNode tells the leader a member's admin (gRPC) address, so that
 	// standbys can forward to the leader and status can list every address.
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
@@ -959,6 +984,9 @@ func (UnimplementedAdminServer) AddPeer(context.Context, *AddPeerRequest) (*Clus
 }
 func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemovePeer not implemented")
+}
+func (UnimplementedAdminServer) TransferLeadership(context.Context, *TransferLeadershipRequest) (*TransferLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeadership not implemented")
 }
 func (UnimplementedAdminServer) RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterNode not implemented")
@@ -1290,6 +1318,24 @@ func _Admin_RemovePeer_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).RemovePeer(ctx, req.(*RemovePeerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_TransferLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TransferLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TransferLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TransferLeadership(ctx, req.(*TransferLeadershipRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -2006,6 +2052,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemovePeer",
 			Handler:    _Admin_RemovePeer_Handler,
+		},
+		{
+			MethodName: "TransferLeadership",
+			Handler:    _Admin_TransferLeadership_Handler,
 		},
 		{
 			MethodName: "RegisterNode",
