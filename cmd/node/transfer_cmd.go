@@ -30,7 +30,11 @@ func (c *cli) clusterTransferLeadership(args []string) int {
 		codes.Aborted:          "no voter took over; the leader still leads",
 	})
 	fs, cf := e.fs, e.cf
-	from := fs.String("from", "", "hand over only if this member leads (default: whoever leads); a master's own certificate must give its own id")
+	// The default from BATON_ID (the agent's --id variable) is for a
+	// Kubernetes preStop hook: an exec'd command's arguments are not
+	// expanded, its environment is, so the hook names its own member
+	// without a shell (the image has none).
+	from := fs.String("from", c.getenv("BATON_ID"), "hand over only if this member leads (default: $BATON_ID, the agent's own id where one runs; else whoever leads); a master's own certificate must give its own id")
 	to := fs.String("to", "", "the voter to hand leadership to (default: raft's choice, the most caught-up voter)")
 	pos, err := parse(fs, args)
 	if err != nil {

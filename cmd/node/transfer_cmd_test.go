@@ -67,8 +67,15 @@ func TestTransferLeadership(t *testing.T) {
 	leader := c.Master(li).ID
 	follower := c.Master((li + 1) % 3).ID
 
+	// The chart's preStop gives no --from: an exec'd hook's arguments are
+	// not expanded, so the member comes from BATON_ID, set in the pod.
+	preStop := func(id string) map[string]string {
+		env := asMaster(id)
+		env["BATON_ID"] = id
+		return env
+	}
 	// A follower's preStop: nothing to do.
-	if code, doc, out := transfer(asMaster(follower), "--from", follower); code != exitOK || doc.Transferred || doc.LeaderAfter != leader {
+	if code, doc, out := transfer(preStop(follower)); code != exitOK || doc.Transferred || doc.LeaderAfter != leader {
 		t.Fatalf("--from follower %s: exit %d %+v, want 0, not transferred, leader %s\n%s", follower, code, doc, leader, out)
 	}
 	// A master's certificate for another member: refused.
@@ -79,7 +86,7 @@ func TestTransferLeadership(t *testing.T) {
 		t.Fatalf("leader moved to %s after refused and no-op calls", id)
 	}
 	// The leader's own preStop: leadership moves.
-	code, doc, out := transfer(asMaster(leader), "--from", leader)
+	code, doc, out := transfer(preStop(leader))
 	if code != exitOK || !doc.Transferred || doc.From != leader || doc.LeaderAfter == "" || doc.LeaderAfter == leader {
 		t.Fatalf("--from leader %s with its own certificate: exit %d %+v, want 0, transferred to another\n%s\n%s", leader, code, doc, out, c.Logs(leader))
 	}
