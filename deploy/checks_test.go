@@ -600,8 +600,8 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 	}
 }
 
-// volumeHolds says whether v (a Secret or projected Secrets) has a file at
-// rel, from a Secret that is not optional.
+// volumeHolds says whether v (a Secret, projected Secrets or cert-manager's
+// CSI driver) has a file at rel, from a Secret that is not optional.
 func volumeHolds(v corev1.Volume, rel string, required bool) bool {
 	switch {
 	case v.Secret != nil:
@@ -613,6 +613,9 @@ func volumeHolds(v corev1.Volume, rel string, required bool) bool {
 				return true
 			}
 		}
+	case v.CSI != nil:
+		// The CSI driver's files are the pod's own: nothing optional.
+		return contains(csiFiles(v), rel)
 	case v.Projected != nil:
 		for _, src := range v.Projected.Sources {
 			if src.Secret == nil {
@@ -715,9 +718,10 @@ var bootstrapTokenPattern = regexp.MustCompile(`^bt_[0-9a-f]{16}_[A-Za-z0-9_-]{4
 
 // ---- TLS ----
 
-// With cert-manager, each pod's Secret comes from a Certificate naming the
-// pod's baton:// identity; the Certificates name an Issuer the chart
-// renders or the values give.
+// With cert-manager, each pod's certificate names the pod's baton://
+// identity: from its CSI volume (csiDriver, checkCSIPods) or from a
+// Certificate's Secret; either names an Issuer the chart renders or the
+// values give.
 func TestCertificatesPerPod(t *testing.T) {
 	for _, r := range renderAll(t) {
 		certs := r.ofKind("Certificate")
@@ -744,6 +748,20 @@ func TestCertificatesPerPod(t *testing.T) {
 				}
 			}
 		}
+		csi := value(t, r, "tls.certManager.csiDriver").(bool)
+		// serverNames are the DNS names each role's certificates carry,
+		// for the ServiceMonitor check below.
+		serverNames := map[string][][]string{}
+		for _, o := range certs {
+			c := o.typed.(*Certificate)
+			if len(c.Spec.URIs) == 1 && strings.HasPrefix(c.Spec.URIs[0], "baton://") {
+				role, _, _ := strings.Cut(strings.TrimPrefix(c.Spec.URIs[0], "baton://"), "/")
+				if csi && (role == "master" || role == "regionserver") {
+					t.Errorf("%s: Certificate %s makes a pod's Secret (%s) with the CSI driver on", r.values, o.name, c.Spec.URIs[0])
+				}
+				serverNames[role] = append(serverNames[role], c.Spec.DNSNames)
+			}
+		}
 		for role, stsName := range map[string]string{"master": releaseName + "-master", "regionserver": releaseName + "-rs"} {
 			sts, ok := r.statefulSets()[stsName]
 			if !ok {
@@ -754,6 +772,14 @@ func TestCertificatesPerPod(t *testing.T) {
 				if v.Name == "tls" {
 					tlsVol = &sts.Spec.Template.Spec.Volumes[i]
 				}
+			}
+			if csi {
+				if tlsVol == nil || tlsVol.CSI == nil {
+					t.Errorf("%s: %s has no CSI tls volume with tls.certManager.csiDriver on", r.values, stsName)
+					continue
+				}
+				serverNames[role] = append(serverNames[role], checkCSIPods(t, r, role, sts, *tlsVol, issuers)...)
+				continue
 			}
 			if tlsVol == nil || tlsVol.Projected == nil {
 				t.Errorf("%s: %s has no projected tls volume", r.values, stsName)
@@ -802,10 +828,13 @@ func TestCertificatesPerPod(t *testing.T) {
 					t.Errorf("%s: ServiceMonitor %s scrapes TLS without a serverName", r.values, o.name)
 					continue
 				}
-				for _, co := range certs {
-					c := co.typed.(*Certificate)
-					if len(c.Spec.URIs) == 1 && strings.HasPrefix(c.Spec.URIs[0], "baton://"+sm.Metadata.Labels["app.kubernetes.io/component"]+"/") && !contains(c.Spec.DNSNames, ep.TLSConfig.ServerName) {
-						t.Errorf("%s: ServiceMonitor %s checks serverName %s, which Certificate %s lacks (%v)", r.values, o.name, ep.TLSConfig.ServerName, co.name, c.Spec.DNSNames)
+				role := sm.Metadata.Labels["app.kubernetes.io/component"]
+				if len(serverNames[role]) == 0 {
+					t.Errorf("%s: ServiceMonitor %s scrapes %s pods, whose certificates are nowhere", r.values, o.name, role)
+				}
+				for _, names := range serverNames[role] {
+					if !contains(names, ep.TLSConfig.ServerName) {
+						t.Errorf("%s: ServiceMonitor %s checks serverName %s, which a %s certificate lacks (%v)", r.values, o.name, ep.TLSConfig.ServerName, role, names)
 					}
 				}
 			}

@@ -48,6 +48,71 @@ app.kubernetes.io/component: regionserver
 {{- if or .Values.tls.certManager.enabled $hasEx -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+cert-manager's CSI driver issues each pod its own key in the pod (no
+Secret), the default with cert-manager: see README.md, "TLS".
+*/}}
+{{- define "baton.csi" -}}
+{{- if and .Values.tls.certManager.enabled .Values.tls.certManager.csiDriver -}}true{{- end -}}
+{{- end -}}
+
+{{/* Where a pod's ca.crt, tls.crt and tls.key are: its own CSI volume, or its directory in the projected Secrets. */}}
+{{- define "baton.tlsDir" -}}
+{{- if include "baton.csi" . -}}/tls{{- else -}}/tls/$(POD_NAME){{- end -}}
+{{- end -}}
+
+{{/*
+The tls volume of cert-manager's CSI driver for role .role (master or
+regionserver). .dnsNames are the certificate's DNS names; the driver
+expands ${POD_NAME} and ${POD_NAMESPACE} in them and in the URI (the
+kubelet does not: these are not args).
+*/}}
+{{- define "baton.csiVolume" -}}
+{{- $cm := .root.Values.tls.certManager -}}
+{{- $issuer := include "baton.issuerRef" .root | fromYaml -}}
+- name: tls
+  csi:
+    driver: csi.cert-manager.io
+    readOnly: true
+    volumeAttributes:
+      csi.cert-manager.io/issuer-name: {{ $issuer.name | quote }}
+      csi.cert-manager.io/issuer-kind: {{ $issuer.kind | quote }}
+      csi.cert-manager.io/issuer-group: {{ $issuer.group | quote }}
+      csi.cert-manager.io/uri-sans: {{ printf "baton://%s/${POD_NAME}" .role | quote }}
+      csi.cert-manager.io/dns-names: {{ join "," .dnsNames | quote }}
+      {{- with .ipSANs }}
+      csi.cert-manager.io/ip-sans: {{ join "," . | quote }}
+      {{- end }}
+      # Masters dial each other and region servers dial masters: each
+      # certificate serves and is presented as a client.
+      csi.cert-manager.io/key-usages: "digital signature,server auth,client auth"
+      csi.cert-manager.io/duration: {{ $cm.duration | quote }}
+      csi.cert-manager.io/renew-before: {{ $cm.renewBefore | quote }}
+      csi.cert-manager.io/key-algorithm: {{ $cm.privateKey.algorithm | quote }}
+      {{- if ne (lower (toString $cm.privateKey.algorithm)) "ed25519" }}
+      csi.cert-manager.io/key-size: {{ $cm.privateKey.size | quote }}
+      {{- end }}
+      {{- with .root.Values.masters.securityContext.fsGroup }}
+      # The files are the pod's group's (0640 by the driver) rather than
+      # world-readable.
+      csi.cert-manager.io/fs-group: {{ . | quote }}
+      {{- end }}
+{{- end -}}
+
+{{/* The Issuer that signs the pods' and clients' certificates: the values', or the chart's own CA. */}}
+{{- define "baton.issuerRef" -}}
+{{- $i := .Values.tls.certManager.issuerRef -}}
+{{- if $i.name -}}
+name: {{ $i.name }}
+kind: {{ $i.kind | default "Issuer" }}
+group: {{ $i.group | default "cert-manager.io" }}
+{{- else -}}
+name: {{ include "baton.fullname" . }}-ca
+kind: Issuer
+group: cert-manager.io
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret holding master ordinal .i's certificate. */}}
 {{- define "baton.masterTLSSecret" -}}
 {{- if .root.Values.tls.certManager.enabled -}}
