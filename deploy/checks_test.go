@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,6 +184,16 @@ func TestChartFlagsExist(t *testing.T) {
 					if len(cmd) < 3 || cmd[0] != "/baton" {
 						t.Errorf("%s: %s/%s preStop %q: want /baton cluster ...", r.values, name, c.Name, cmd)
 						continue
+					}
+					for _, a := range cmd {
+						// Kubernetes expands $(VAR) in args and env, not in
+						// an exec hook: the CLI would get the text itself.
+						if strings.Contains(a, "$(") {
+							t.Errorf("%s: %s/%s preStop argument %q: an exec hook's arguments are not expanded (take it from the environment)", r.values, name, c.Name, a)
+						}
+					}
+					if !slices.Contains(argFlags(cmd[3:]), "from") && !envFromPodName(c.Env, "BATON_ID") {
+						t.Errorf("%s: %s/%s preStop names no member: no --from and no BATON_ID from metadata.name", r.values, name, c.Name)
 					}
 					sub := helpFlags(t, cmd[1], cmd[2])
 					if len(sub) == 0 {
@@ -906,4 +917,15 @@ func TestScaleUpKeepsInitialSize(t *testing.T) {
 	if _, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"antiAffinity": map[string]any{"node": "requried"}}})); err == nil || !strings.Contains(err.Error(), "required, preferred or none") {
 		t.Errorf("a misspelt antiAffinity.node rendered (err %v)", err)
 	}
+}
+
+// envFromPodName reports whether env sets name to the pod's name through
+// the downward API.
+func envFromPodName(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name" {
+			return true
+		}
+	}
+	return false
 }
