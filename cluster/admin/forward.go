@@ -204,6 +204,12 @@ func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, d
 		// of leader it brings about must not cut it.
 		return ctx, func() { cancel(nil) }
 	}
+	if ctx.Value(handingOverKey{}) != nil {
+		// A leadership transfer: the change of leader is what it asks
+		// for, and cut at that change it would be sent again by the
+		// client, to be told the member no longer leads.
+		return ctx, func() { cancel(nil) }
+	}
 	s.fwd[c] = struct{}{}
 	return ctx, func() {
 		s.mu.Lock()
@@ -212,6 +218,11 @@ func (s *Server) track(ctx context.Context, to leaderView) (_ context.Context, d
 		cancel(nil)
 	}
 }
+
+// handingOverKey marks the context of a forwarded leadership transfer
+// (Server.TransferLeadership): the leader change it brings about must not
+// cut it.
+type handingOverKey struct{}
 
 // watchLeader cancels forwarded calls whose leader is no longer the one
 // this node sees, every RegisterInterval. It runs apart from the

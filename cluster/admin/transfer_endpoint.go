@@ -25,9 +25,13 @@ type leadershipTransferrer interface {
 // with the pod's own certificate for itself.
 func (s *Server) TransferLeadership(ctx context.Context, req *adminpb.TransferLeadershipRequest) (*adminpb.TransferLeadershipResponse, error) {
 	from, to := req.GetFrom(), req.GetTo()
-	if p, ok := principalOf(ctx); ok && p.Kind == access.KindMaster && from != p.ID {
-		// A master's certificate is in every master's pod: it may move
-		// its own leadership away (shutting down), not another's.
+	// A master's certificate is in every master's pod: it may move its
+	// own leadership away (shutting down), not another's. The first
+	// master a call reaches judges it: a call another master relays
+	// names that master as its principal when the caller held a
+	// master's certificate, so the leader takes the relaying master's
+	// word, as it does for every principal a master forwards.
+	if p, ok := principalOf(ctx); ok && p.Kind == access.KindMaster && from != p.ID && !(isForwarded(ctx) && relayTrusted(ctx)) {
 		return nil, status.Errorf(codes.PermissionDenied, "admin: transfer leadership: %s may ask only for itself (--from %s), not for %q; an admin may ask for any member", p, p.ID, from)
 	}
 	if to != "" && to == from {
@@ -41,6 +45,7 @@ func (s *Server) TransferLeadership(ctx context.Context, req *adminpb.TransferLe
 	if done, ok := s.notLeading(from, out); ok {
 		return done, nil
 	}
+	ctx = context.WithValue(ctx, handingOverKey{}, true)
 	return orForward(s, ctx, func() (*adminpb.TransferLeadershipResponse, error) {
 		if !s.b.IsLeader() {
 			if done, ok := s.notLeading(from, out); ok {
