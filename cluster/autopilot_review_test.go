@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,4 +169,24 @@ func joinedNonvoter(t *testing.T) (l, m3 *Node, addr raft.ServerAddress) {
 		t.Fatalf("join: %v", err)
 	}
 	return l, m3, addr
+}
+
+// TestNonvoterIsNotReadyUntilPromoted: a caught-up non-voter is not ready
+// (/readyz, Node.CatchUp), since readiness counts a member toward a
+// Kubernetes disruption budget that protects a quorum of voters; promoted,
+// the same member is.
+func TestNonvoterIsNotReadyUntilPromoted(t *testing.T) {
+	l, m3, addr := joinedNonvoter(t)
+	testwait.For(t, 10*time.Second, "the non-voter m3 to have caught up with the leader", func() bool {
+		cu := m3.CatchUp()
+		return !cu.CaughtUp && strings.Contains(cu.Reason, "non-voter") && cu.Lag <= m3.cfg.ReadyMaxLag
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := await(ctx, l.raft.AddVoter("m3", addr, 0, 0)); err != nil {
+		t.Fatalf("promote m3: %v", err)
+	}
+	testwait.For(t, 10*time.Second, "m3, a voter now, to be ready", func() bool {
+		return m3.CatchUp().CaughtUp
+	})
 }

@@ -119,7 +119,28 @@ func (n *Node) CatchUp() CatchUp {
 	if n.raft.State() == raft.Leader {
 		return CatchUp{CaughtUp: true, LeaderCommit: n.raft.CommitIndex(), Applied: applied}
 	}
-	return n.catchUp(n.raft.CurrentTerm(), applied, n.contact.followed(), time.Now())
+	out := n.catchUp(n.raft.CurrentTerm(), applied, n.contact.followed(), time.Now())
+	if out.CaughtUp && n.isNonvoter() {
+		// Ready counts a member toward a disruption budget, which is
+		// there to keep a quorum of voters: a non-voter is not one yet.
+		out.CaughtUp = false
+		out.Reason = fmt.Sprintf("catching up: a non-voter until the leader promotes it (caught up: %d entries behind)", out.Lag)
+	}
+	return out
+}
+
+// isNonvoter says this node is a non-voter in the latest configuration.
+func (n *Node) isNonvoter() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(n.cfg.ID) {
+			return s.Suffrage == raft.Nonvoter
+		}
+	}
+	return false
 }
 
 // catchUp judges f, the newest replication requests, for a member in term
