@@ -154,6 +154,16 @@ type Config struct {
 	// means "do not bootstrap": the node waits to be added with Join.
 	Peers []Peer
 
+	// BeforeBootstrap, if set, is asked on a start that would bootstrap
+	// from Peers (no Raft state, Peers set), right before it does: false
+	// leaves the node unbootstrapped, to be added with Join as if Peers
+	// were empty; an error fails NewNode. The agent's derived-peers start
+	// asks the other members whether a cluster runs already, so that a
+	// member whose data was lost joins it instead of bootstrapping a
+	// configuration of its own (cmd/node, agent_bootstrap_guard.go).
+	// Default nil: bootstrap.
+	BeforeBootstrap func() (bootstrap bool, err error)
+
 	// Build is what this node's binary is: the version it reports to the
 	// leader and the highest format level it writes and reads. A node
 	// whose replicated state holds a cluster version above

@@ -327,7 +327,16 @@ func NewNode(cfg Config) (n *Node, err error) {
 		need, n.noSnapshotRestore = false, true
 		rc.NoSnapshotRestoreOnStart = true
 	}
-	if !existing && len(cfg.Peers) > 0 {
+	bootstrap := !existing && len(cfg.Peers) > 0
+	if bootstrap && cfg.BeforeBootstrap != nil {
+		if bootstrap, err = cfg.BeforeBootstrap(); err != nil {
+			return nil, fmt.Errorf("cluster: before bootstrap: %w", err)
+		}
+		if !bootstrap {
+			log.Info("not bootstrapping: a cluster runs already; waiting to be added to it (join)", "peers", FormatPeers(cfg.Peers))
+		}
+	}
+	if bootstrap {
 		var conf raft.Configuration
 		for _, p := range cfg.Peers {
 			// Every node must bootstrap the very same configuration, so the

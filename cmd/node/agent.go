@@ -84,7 +84,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		return err
 	}
 	defer a.close()
-	if err := a.startNode(stdout); err != nil {
+	if err := a.startNode(ctx, stdout); err != nil {
 		return err
 	}
 	if err := a.startAPI(stdout); err != nil {
@@ -95,8 +95,10 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 		a.abort()
 		return err
 	}
-	if len(cfg.Join) > 0 {
-		go joinCluster(ctx, cfg, tlsc, logger)
+	// a.cfg: the bootstrap guard may have turned a derived-peers start
+	// into a join (startNode).
+	if len(a.cfg.Join) > 0 {
+		go joinCluster(ctx, a.cfg, tlsc, logger)
 	}
 	if a.rss, err = startDevRegionServers(ctx, cfg, logger, a.tracing); err != nil {
 		a.abort()
@@ -192,10 +194,24 @@ func (a *agent) close() {
 // startNode starts the master node: Raft, the FSM, the executor when it
 // leads. With --recover-quorum it first prints the recovery's plan on
 // stdout, and recovers only with --yes.
-func (a *agent) startNode(stdout io.Writer) error {
+//
+// A derived-peers member (--initial-cluster-size) asks the others before
+// a first bootstrap whether their cluster runs, and joins it if it does
+// (bootstrapGuard): then a.cfg.Join is the others' admin addresses.
+func (a *agent) startNode(ctx context.Context, stdout io.Writer) error {
 	cfg := a.cfg
 	ccfg := cluster.DefaultConfig()
 	ccfg.ID, ccfg.DataDir, ccfg.RaftAddr, ccfg.Peers = cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers
+	if cfg.InitialClusterSize > 0 && len(cfg.Peers) > 0 && len(cfg.DerivedAdmin) > 0 {
+		g := bootstrapGuard{self: cfg.ID, addrs: cfg.DerivedAdmin, ask: grpcStatusAsker(a.tlsc.dialTo(security.RoleMaster)), logger: a.logger.Named("bootstrap-guard")}
+		ccfg.BeforeBootstrap = func() (bool, error) {
+			boot, err := g.beforeBootstrap(ctx)
+			if err == nil && !boot {
+				a.cfg.Join = cfg.DerivedAdmin
+			}
+			return boot, err
+		}
+	}
 	if cfg.ListenHost != "" {
 		ccfg.RaftBind = listenOn(cfg.ListenHost, cfg.RaftAddr)
 	}

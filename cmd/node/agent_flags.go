@@ -45,6 +45,11 @@ type agentConfig struct {
 	// with, Peers or Join derived from it and the StatefulSet names of ID,
 	// RaftAddr and GRPCAddr (nodeFlags.deriveMembers).
 	InitialClusterSize int
+	// DerivedAdmin, with InitialClusterSize and an ordinal below it, is
+	// the other initial members' admin addresses: asked before a first
+	// bootstrap whether their cluster runs already (bootstrapGuard), and
+	// joined through if it does.
+	DerivedAdmin []string
 	// ListenHost, if set, is the host the Raft transport and the admin
 	// API listen on, with the ports of RaftAddr and GRPCAddr, which are
 	// still advertised as given (listenOn).

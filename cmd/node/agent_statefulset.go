@@ -16,7 +16,9 @@ import (
 const maxInitialClusterSize = 99
 
 // deriveMembers fills cfg.Peers (ordinal < n: a member of the initial
-// cluster, bootstrapped from them on its first start, as --peers) or
+// cluster, bootstrapped from them on its first start, as --peers, unless
+// the others' admin addresses, cfg.DerivedAdmin, answer that their
+// cluster runs already: bootstrapGuard) or
 // cfg.Join (ordinal >= n: a later member, joining through the initial
 // ones' admin addresses) from the StatefulSet names of --initial-cluster-size:
 // member i is this node's id with the ordinal i, at this node's raft (or
@@ -54,6 +56,9 @@ func (f nodeFlags) deriveMembers(cfg *agentConfig, bad func(string, ...any)) {
 		id := name + "-" + strconv.Itoa(i)
 		if ord < n {
 			cfg.Peers = append(cfg.Peers, cluster.Peer{ID: id, Address: net.JoinHostPort(id+raftRest, raftPort)})
+			if i != ord {
+				cfg.DerivedAdmin = append(cfg.DerivedAdmin, net.JoinHostPort(id+grpcRest, grpcPort))
+			}
 		} else {
 			cfg.Join = append(cfg.Join, net.JoinHostPort(id+grpcRest, grpcPort))
 		}
@@ -131,9 +136,13 @@ func listenHostUsage(advertised string) string {
 }
 
 // derivedMembersLine says, for the banner, what --initial-cluster-size
-// derived: the bootstrap peers, or the admin addresses joined through.
+// derived: the bootstrap peers, or the admin addresses joined through
+// (also by an initial member whose cluster ran without it: bootstrapGuard).
 func derivedMembersLine(cfg agentConfig) string {
-	if len(cfg.Peers) > 0 {
+	switch {
+	case len(cfg.Join) > 0 && len(cfg.Peers) > 0:
+		return "join through " + strings.Join(cfg.Join, ",") + " (no raft state here, and the cluster runs already)"
+	case len(cfg.Peers) > 0:
 		return "bootstrap (first start only) with " + cluster.FormatPeers(cfg.Peers)
 	}
 	return "join through " + strings.Join(cfg.Join, ",")

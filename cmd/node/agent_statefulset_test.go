@@ -26,6 +26,12 @@ func TestInitialClusterSize(t *testing.T) {
 	}
 	three := []cluster.Peer{{ID: "baton-master-0", Address: "baton-master-0" + dom + ":7071"}, {ID: "baton-master-1", Address: "baton-master-1" + dom + ":7071"},
 		{ID: "baton-master-2", Address: "baton-master-2" + dom + ":7071"}}
+	admins := func(ords ...string) (out []string) {
+		for _, o := range ords {
+			out = append(out, "baton-master-"+o+dom+":7070")
+		}
+		return out
+	}
 	with := func(c agentConfig, f func(*agentConfig)) agentConfig { f(&c); return c }
 	for _, tc := range []struct {
 		name string
@@ -34,9 +40,9 @@ func TestInitialClusterSize(t *testing.T) {
 		want agentConfig
 		err  string // substring of the usage error; "" = valid
 	}{
-		{name: "first member", args: append(node("0"), "--initial-cluster-size", "3"), want: with(base("0"), func(c *agentConfig) { c.Peers = three })},
+		{name: "first member", args: append(node("0"), "--initial-cluster-size", "3"), want: with(base("0"), func(c *agentConfig) { c.Peers, c.DerivedAdmin = three, admins("1", "2") })},
 		{name: "last of the initial members", args: append(node("2"), "--initial-cluster-size", "3", "--listen-host", "0.0.0.0"),
-			want: with(base("2"), func(c *agentConfig) { c.Peers, c.ListenHost = three, "0.0.0.0" })},
+			want: with(base("2"), func(c *agentConfig) { c.Peers, c.ListenHost, c.DerivedAdmin = three, "0.0.0.0", admins("0", "1") })},
 		{name: "scale-up joins", args: append(node("3"), "--initial-cluster-size", "3"), want: with(base("3"), func(c *agentConfig) {
 			c.Join = []string{"baton-master-0" + dom + ":7070", "baton-master-1" + dom + ":7070", "baton-master-2" + dom + ":7070"}
 		})},
@@ -44,10 +50,10 @@ func TestInitialClusterSize(t *testing.T) {
 			c.InitialClusterSize, c.Join = 1, []string{"baton-master-0" + dom + ":7070"}
 		})},
 		{name: "from the environment", env: map[string]string{"BATON_INITIAL_CLUSTER_SIZE": "3", "BATON_LISTEN_HOST": "::"}, args: node("1"),
-			want: with(base("1"), func(c *agentConfig) { c.Peers, c.ListenHost = three, "::" })},
+			want: with(base("1"), func(c *agentConfig) { c.Peers, c.ListenHost, c.DerivedAdmin = three, "::", admins("0", "2") })},
 		{name: "bare pod names", args: []string{"--id", "m-1", "--data-dir", "/d", "--raft-addr", "m-1:7071", "--grpc-addr", "m-1:7070", "--insecure", "--initial-cluster-size", "2"},
 			want: agentConfig{ID: "m-1", DataDir: "/d", RaftAddr: "m-1:7071", GRPCAddr: "m-1:7070", Insecure: true, InitialClusterSize: 2,
-				Peers: []cluster.Peer{{ID: "m-0", Address: "m-0:7071"}, {ID: "m-1", Address: "m-1:7071"}}}},
+				Peers: []cluster.Peer{{ID: "m-0", Address: "m-0:7071"}, {ID: "m-1", Address: "m-1:7071"}}, DerivedAdmin: []string{"m-0:7070"}}},
 		{name: "listen host alone", args: []string{"--id", "n1", "--data-dir", "/d", "--raft-addr", "n1.lan:7071", "--grpc-addr", "n1.lan:7070", "--insecure", "--listen-host", "10.0.0.1"},
 			want: agentConfig{ID: "n1", DataDir: "/d", RaftAddr: "n1.lan:7071", GRPCAddr: "n1.lan:7070", Insecure: true, ListenHost: "10.0.0.1"}},
 
