@@ -178,29 +178,36 @@ func HTTPHandler(b Backend, g prometheus.Gatherer, opts ...HTTPOption) http.Hand
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := Ready(b)
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not ready: " + why + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ready: " + why + "\n"))
+		writeProbe(w, r, ok, "ready", why)
 	})
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := Live(b)
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not live: " + why + "\n"))
-			return
-		}
-		_, _ = w.Write([]byte("live: " + why + "\n"))
+		writeProbe(w, r, ok, "live", why)
 	})
 	mux.Handle("GET /metrics", promkit.Handler(g))
 	if o.debug {
 		handleDebug(mux, b)
 	}
 	return mux
+}
+
+// writeProbe answers a probe: 200 "<what>: why" or 503 "not <what>:
+// why". Over TLS to a caller without a certificate (a kubelet) only the
+// verdict is said: the reasons name the leader, its commit index and this
+// member's progress, which the TLS port told certificate holders alone
+// before the probes were opened to everyone.
+func writeProbe(w http.ResponseWriter, r *http.Request, ok bool, what, why string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	verdict := what
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		verdict = "not " + what
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) == 0 {
+		_, _ = w.Write([]byte(verdict + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte(verdict + ": " + why + "\n"))
 }
 
 // HTTPOption adjusts HTTPHandler.
