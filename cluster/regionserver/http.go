@@ -43,12 +43,18 @@ func (s *Server) HTTPHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ok, why := s.ready()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		verdict := "ready"
 		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %s\n", why)
+			verdict = "not ready"
+		}
+		if r.TLS != nil && len(r.TLS.PeerCertificates) == 0 {
+			// A kubelet: the verdict only; why (the master, the start
+			// code) is for certificate holders, as on a master.
+			fmt.Fprintln(w, verdict)
 			return
 		}
-		fmt.Fprintf(w, "ready: %s\n", why)
+		fmt.Fprintf(w, "%s: %s\n", verdict, why)
 	})
 	return s.probesWithoutCert(mux)
 }
