@@ -37,6 +37,11 @@ func (s *Server) TransferLeadership(ctx context.Context, req *adminpb.TransferLe
 	if to != "" && to == from {
 		return nil, status.Errorf(codes.InvalidArgument, "admin: transfer leadership: --from and --to are both %q", to)
 	}
+	if from != "" && !isMember(s.b.Status(), from) {
+		// Not "nothing to do": a misspelt id (or a BATON_ID of another
+		// cluster) would leave the leader in place unnoticed.
+		return nil, status.Errorf(codes.NotFound, "admin: transfer leadership: --from %q is not a member (the members are the ids 'baton cluster status' lists)", from)
+	}
 	tl, ok := s.b.(leadershipTransferrer)
 	if !ok {
 		return nil, status.Error(codes.Unimplemented, "admin: this node cannot transfer leadership")

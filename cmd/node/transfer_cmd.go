@@ -25,7 +25,7 @@ type transferJSON struct {
 func (c *cli) clusterTransferLeadership(args []string) int {
 	const cmd = "cluster transfer-leadership"
 	e := c.command(cmd, "[--from ID] [--to ID]", map[codes.Code]string{
-		codes.NotFound:         "--to names no member: the members are the IDs 'baton cluster status' lists",
+		codes.NotFound:         "--from or --to names no member: the members are the IDs 'baton cluster status' lists",
 		codes.PermissionDenied: "a master's certificate may ask only for itself (--from its own id); an admin may ask for any member",
 		codes.Aborted:          "no voter took over; the leader still leads",
 	})

@@ -97,6 +97,11 @@ func TestTransferLeadership(t *testing.T) {
 	if code, doc, out := transfer(preStop(follower)); code != exitOK || doc.Transferred || doc.LeaderAfter != leader {
 		t.Fatalf("--from follower %s: exit %d %+v, want 0, not transferred, leader %s\n%s", follower, code, doc, leader, out)
 	}
+	// A member that is not one (a typo, another cluster's BATON_ID):
+	// refused, not "nothing to do".
+	if code, _, out := transfer(alice, "--from", "nosuch"); code != exitFailed || !strings.Contains(out, "not a member") {
+		t.Fatalf("--from nosuch: exit %d, want %d (not a member)\n%s", code, exitFailed, out)
+	}
 	// A master's certificate for another member: refused.
 	if code, _, out := transfer(asMaster(follower), "--from", leader); code != exitFailed || !strings.Contains(out, "PermissionDenied") && !strings.Contains(out, "may ask only for itself") {
 		t.Fatalf("master %s asking for %s: exit %d, want %d (permission denied)\n%s", follower, leader, code, exitFailed, out)
