@@ -100,6 +100,30 @@ func (a *ACL) givenStored(recorded, acc, hash string) bool {
 // mid-upgrade) gets it once the upgrade is done.
 var ErrBootstrapWaits = errors.New("access: the bootstrap token's TTL waits for cluster version 2")
 
+// GivenBootstrapIgnored says the bootstrap token given to this master
+// (--acl-bootstrap-token-file) is not the cluster's: the cluster was
+// bootstrapped with another (a different file on another master, a file
+// changed since, a token made and printed before), which stays. The
+// accessors are not secrets: they are what the operator compares.
+func (a *ACL) GivenBootstrapIgnored() (given, recorded string, ignored bool) {
+	if a.bootGiven == "" {
+		return "", "", false
+	}
+	v, ok := a.state.Get(BootKey)
+	if !ok {
+		return "", "", false
+	}
+	var rec BootRecord
+	if json.Unmarshal(v, &rec) != nil || !rec.Announced || rec.Accessor == "" {
+		return "", "", false
+	}
+	acc, _, err := security.CheckGivenToken(a.bootGiven)
+	if err != nil || acc == rec.Accessor {
+		return "", "", false
+	}
+	return acc, rec.Accessor, true
+}
+
 // BootstrapWrites works out, on the leader, what the bootstrap needs: nil
 // when the bootstrap token was made and told; the pending token, with the
 // writes that make it (none if its writes committed already), when this

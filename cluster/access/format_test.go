@@ -210,6 +210,22 @@ func TestGivenBootstrapToken(t *testing.T) {
 	if boot, _, _ := b.BootstrapWrites("m2", clk.Now().UnixMilli(), time.Hour); boot != nil {
 		t.Fatalf("told, yet pending: %+v", boot)
 	}
+	if _, _, ignored := b.GivenBootstrapIgnored(); ignored {
+		t.Fatal("the cluster's own given token reported as ignored")
+	}
+	// A master given another file, once the cluster has its token: that
+	// file is ignored, and said to be, by accessor (never the secret).
+	other := NewACL(st, clk, nil, fmt2)
+	const otherTok = "bt_fedcba9876543210_Zq3xV9mK2pL7wR4tY8uN1bC6dF0gH5jS-_aEiOoUyTq"
+	if err := other.UseBootstrapToken(otherTok); err != nil {
+		t.Fatal(err)
+	}
+	if given, recorded, ignored := other.GivenBootstrapIgnored(); !ignored || given != "fedcba9876543210" || recorded != boot.Accessor {
+		t.Fatalf("another file: %q %q %v, want ignored, naming both accessors", given, recorded, ignored)
+	}
+	if boot, muts, _ := other.BootstrapWrites("m3", clk.Now().UnixMilli(), time.Hour); boot != nil || len(muts) != 0 {
+		t.Fatalf("another file replaced the cluster's token: %+v %v", boot, muts)
+	}
 
 	for name, tok := range map[string]string{
 		"weak":      "bt_0123456789abcdef_" + strings.Repeat("ab", 21) + "c",

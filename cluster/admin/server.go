@@ -135,6 +135,9 @@ type Server struct {
 	// bootWaitSaid: the log said once that the bootstrap token waits for
 	// the cluster version (access.ErrBootstrapWaits).
 	bootWaitSaid atomic.Bool
+	// bootIgnoredSaid: the log said once that the bootstrap token file
+	// this master was given is not the cluster's.
+	bootIgnoredSaid atomic.Bool
 	// raiseMu is held by each write of the cluster version, from the read
 	// of the committed value to its commit (commitWithRaise).
 	raiseMu sync.Mutex
