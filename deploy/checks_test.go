@@ -555,16 +555,18 @@ func mountFor(c corev1.Container, path string) (corev1.VolumeMount, bool) {
 	return best, found
 }
 
-// --data-dir is a persistent volume; each file flag names a file the
-// pod's volumes hold for that pod.
+// --data-dir is a directory inside a persistent volume, not its root: a
+// volume's root is root's (fsGroup changes only its group), so an agent
+// running as another user cannot make it 0700, and ext4 keeps lost+found
+// there. Each file flag names a file the pod's volumes hold for that pod.
 func TestVolumesWhereFlagsPoint(t *testing.T) {
 	for _, r := range renderAll(t) {
 		for name, sts := range r.statefulSets() {
 			c := sts.Spec.Template.Spec.Containers[0]
 			if dir, ok := argValue(c.Args, "data-dir"); ok {
 				m, ok := mountFor(c, dir)
-				if !ok || m.MountPath != dir {
-					t.Errorf("%s: %s --data-dir %s is not a mount point (%v)", r.values, name, dir, m)
+				if !ok || filepath.Clean(dir) == filepath.Clean(m.MountPath) {
+					t.Errorf("%s: %s --data-dir %s is not a directory inside a mounted volume (mount %q): a volume's root is root's and may hold lost+found", r.values, name, dir, m.MountPath)
 				} else {
 					claim := false
 					for _, vct := range sts.Spec.VolumeClaimTemplates {
@@ -576,6 +578,14 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 				}
 			} else if c.Args[0] == "agent" {
 				t.Errorf("%s: %s has no --data-dir", r.values, name)
+			}
+			// A group the pod's user is in makes the volume's root writable;
+			// OnRootMismatch spares each restart a walk of the whole state.
+			if len(sts.Spec.VolumeClaimTemplates) > 0 {
+				sc := sts.Spec.Template.Spec.SecurityContext
+				if sc == nil || sc.FSGroup == nil || sc.FSGroupChangePolicy == nil || *sc.FSGroupChangePolicy != corev1.FSGroupChangeOnRootMismatch {
+					t.Errorf("%s: %s has volumes but no fsGroup with fsGroupChangePolicy OnRootMismatch (%+v)", r.values, name, sc)
+				}
 			}
 			volumes := map[string]corev1.Volume{}
 			for _, v := range sts.Spec.Template.Spec.Volumes {
