@@ -388,7 +388,7 @@ func TestPDBKeepsQuorum(t *testing.T) {
 	}
 	// Consul's formula, for every odd size the chart accepts.
 	for n, want := range map[int]int{1: 0, 3: 1, 5: 1, 7: 2, 9: 3} {
-		vals := readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n}})
+		vals := readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n, "initialClusterSize": min(n, 3)}})
 		objs, err := render(vals)
 		if err != nil {
 			t.Fatalf("%d masters: %v", n, err)
@@ -478,8 +478,8 @@ func TestPeersFromDNS(t *testing.T) {
 		}
 		c := sts.Spec.Template.Spec.Containers[0]
 		size, _ := argValue(c.Args, "initial-cluster-size")
-		if size != strconv.Itoa(n) {
-			t.Errorf("%s: --initial-cluster-size %q at install, want the replicas %d", r.values, size, n)
+		if want := intValue(t, r, "masters.initialClusterSize"); size != strconv.Itoa(want) {
+			t.Errorf("%s: --initial-cluster-size %q, want masters.initialClusterSize %d", r.values, size, want)
 		}
 		for pod := range pods {
 			env := podEnv(c, pod)
@@ -897,7 +897,7 @@ func mustJSON(t *testing.T, raw []byte, v any) {
 }
 
 // A scale-up after install keeps --initial-cluster-size at the install's
-// count, so the new ordinals join (the contract: ORDINAL >= N joins through
+// count, with or without the value set, so the new ordinals join (the contract: ORDINAL >= N joins through
 // members 0..N-1, which exist) instead of bootstrapping a second cluster.
 func TestScaleUpKeepsInitialSize(t *testing.T) {
 	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5, "initialClusterSize": 3}}))
@@ -921,6 +921,31 @@ func TestScaleUpKeepsInitialSize(t *testing.T) {
 			if !strings.HasPrefix(j, fmt.Sprintf("%s-%d.", sts.Name, i)) {
 				t.Errorf("pod %s joins through %s, not an install member", pod, j)
 			}
+		}
+	}
+	// Without the value (helm template, a GitOps tool: nothing to look up)
+	// a scale to 5 still renders the default 3, never the replicas.
+	objs, err = render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = rendered{objects: objs}.statefulSets()[releaseName+"-master"].Spec.Template.Spec.Containers[0]
+	if v, _ := argValue(c.Args, "initial-cluster-size"); v != "3" {
+		t.Errorf("5 replicas without masters.initialClusterSize render --initial-cluster-size %q, want the default 3 (pods 3 and 4 join)", v)
+	}
+	// A size no install can have is refused, saying why.
+	for _, tc := range []struct {
+		replicas, size int
+		want           string
+	}{
+		{3, 0, "at least 1"},
+		{5, 4, "must be odd"},
+		{3, 5, "more than masters.replicas 3"},
+		{1, 3, "more than masters.replicas 1"},
+	} {
+		_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": tc.replicas, "initialClusterSize": tc.size}}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("replicas %d, initialClusterSize %d: err %v, want one saying %q", tc.replicas, tc.size, err, tc.want)
 		}
 	}
 	// An anti-affinity word the chart does not know fails, not drops.

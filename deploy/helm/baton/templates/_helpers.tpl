@@ -270,30 +270,27 @@ podAntiAffinity:
 {{- end -}}
 
 {{/*
---initial-cluster-size is the install's member count and must stay so: a
-pod of ordinal below it that starts with an empty volume bootstraps with
-the derived peers, so raising it with the replicas would make new pods
-bootstrap instead of join. masters.initialClusterSize if set, else the
-value the live StatefulSet runs with (an upgrade), else the replicas (an
-install).
+--initial-cluster-size: how many members the cluster was installed with,
+fixed for its life. It is a value, never looked up: under `helm template`
+or a GitOps tool a lookup sees nothing, and a default of the replica count
+would render 5 on a scale from 3 to 5, making pods 3 and 4 bootstrap a
+second cluster instead of joining. Pods at or past it join through the
+first ones; installing more replicas than it is safe (the rest join).
 */}}
 {{- define "baton.initialClusterSize" -}}
-{{- if .Values.masters.initialClusterSize -}}
-{{- int .Values.masters.initialClusterSize -}}
-{{- else -}}
-{{- $found := "" -}}
-{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "baton.master" .) -}}
-{{- if $sts -}}
-{{- range $c := $sts.spec.template.spec.containers -}}
-{{- range $a := ($c.args | default list) -}}
-{{- if hasPrefix "--initial-cluster-size=" $a -}}
-{{- $found = trimPrefix "--initial-cluster-size=" $a -}}
+{{- $v := .Values.masters.initialClusterSize -}}
+{{- $s := int $v -}}
+{{- $n := int .Values.masters.replicas -}}
+{{- if lt $s 1 -}}
+{{- fail (printf "masters.initialClusterSize must be at least 1, got %v: the number of masters the cluster was installed with (fixed for its life; pods at or past it join)" $v) -}}
 {{- end -}}
+{{- if eq (mod $s 2) 0 -}}
+{{- fail (printf "masters.initialClusterSize must be odd (1, 3, 5, 7), got %d" $s) -}}
 {{- end -}}
+{{- if gt $s $n -}}
+{{- fail (printf "masters.initialClusterSize %d is more than masters.replicas %d: the first %d pods bootstrap together, so they must all exist. Scaling below the initial size? Lower masters.initialClusterSize with the replicas (docs/kubernetes.md, \"Scale the masters\")" $s $n $s) -}}
 {{- end -}}
-{{- end -}}
-{{- if $found -}}{{ $found }}{{- else -}}{{ int .Values.masters.replicas }}{{- end -}}
-{{- end -}}
+{{- $s -}}
 {{- end -}}
 
 {{/* Access control on, as the agent decides it: --acl, else on with TLS. */}}
