@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
@@ -514,13 +515,17 @@ func TestPeersFromDNS(t *testing.T) {
 			}
 		}
 		if rs, ok := r.statefulSets()[releaseName+"-rs"]; ok {
+			// One address, the client Service's: a standby's leader hint
+			// names the leader's own address, which the region server
+			// follows (cluster/client.LeaderTracker).
 			masters, _ := argValue(rs.Spec.Template.Spec.Containers[0].Args, "masters")
-			var want []string
-			for i := range n {
-				want = append(want, fmt.Sprintf("%s-%d.%s.%s.svc.%s:7070", sts.Name, i, sts.Spec.ServiceName, namespace, domain))
+			if want := fmt.Sprintf("%s.%s.svc.%s:7070", sts.Name, namespace, domain); masters != want {
+				t.Errorf("%s: region servers' --masters %q, want the client Service %q", r.values, masters, want)
 			}
-			if masters != strings.Join(want, ",") {
-				t.Errorf("%s: region servers' --masters %q, want %q", r.values, masters, strings.Join(want, ","))
+			if o, ok := r.get("Service", sts.Name); !ok {
+				t.Errorf("%s: region servers' --masters names Service %s, which is not rendered", r.values, sts.Name)
+			} else if svc := o.typed.(*corev1.Service); svc.Spec.ClusterIP == corev1.ClusterIPNone || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+				t.Errorf("%s: Service %s is headless or does not select the masters", r.values, sts.Name)
 			}
 			rc := rs.Spec.Template.Spec.Containers[0]
 			for i := range int(*rs.Spec.Replicas) {
@@ -605,13 +610,13 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 						t.Errorf("%s: pod %s --%s %s: no volume is mounted there", r.values, pod, flag, path)
 						continue
 					}
-					if !volumeHolds(volumes[m.Name], strings.TrimPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/"), i < int(*sts.Spec.Replicas)) {
+					if !volumeHolds(volumes[m.Name], strings.TrimPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) {
 						t.Errorf("%s: pod %s --%s %s: volume %q holds no such file", r.values, pod, flag, path, m.Name)
 					}
 				}
 				for _, e := range []string{"BATON_TLS_CA", "BATON_TLS_CERT", "BATON_TLS_KEY"} {
 					if p, ok := env[e]; ok {
-						if m, ok := mountFor(c, p); !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/"), true) {
+						if m, ok := mountFor(c, p); !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/")) {
 							t.Errorf("%s: pod %s %s=%s names no mounted file", r.values, pod, e, p)
 						}
 					}
@@ -622,8 +627,11 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 }
 
 // volumeHolds says whether v (a Secret, projected Secrets or cert-manager's
-// CSI driver) has a file at rel, from a Secret that is not optional.
-func volumeHolds(v corev1.Volume, rel string, required bool) bool {
+// CSI driver) has a file at rel. A projected Secret may be optional: every
+// ordinal's is, so that the pod template does not change with the
+// replicas (TestScaleKeepsPodTemplates); a pod whose Secret is not issued
+// yet starts without the file and the agent exits until it is there.
+func volumeHolds(v corev1.Volume, rel string) bool {
 	switch {
 	case v.Secret != nil:
 		if len(v.Secret.Items) == 0 {
@@ -644,7 +652,7 @@ func volumeHolds(v corev1.Volume, rel string, required bool) bool {
 			}
 			for _, it := range src.Secret.Items {
 				if it.Path == rel {
-					return !required || src.Secret.Optional == nil || !*src.Secret.Optional
+					return true
 				}
 			}
 		}
@@ -963,4 +971,74 @@ func envFromPodName(env []corev1.EnvVar, name string) bool {
 		}
 	}
 	return false
+}
+
+// Scaling the masters (or the region servers) from 3 to 5 changes no pod
+// template: a changed template makes the StatefulSet roll every pod, a
+// leader change and a catch-up each, for what should only add two. The
+// replica counts and the disruption budget differ; nothing in a pod may.
+func TestScaleKeepsPodTemplates(t *testing.T) {
+	secrets := func(prefix string, n int) []any {
+		var out []any
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s-%d-cert", prefix, i))
+		}
+		return out
+	}
+	bases := map[string]map[string]any{
+		"default":     {},
+		"csi":         {"tls": map[string]any{"certManager": map[string]any{"enabled": true}}},
+		"per-ordinal": {"tls": map[string]any{"certManager": map[string]any{"enabled": true, "csiDriver": false}}},
+		"secrets": {"tls": map[string]any{"existingSecrets": map[string]any{
+			"masters": secrets("baton-master", 5), "regionServers": secrets("baton-rs", 5)}}},
+	}
+	for name, base := range bases {
+		templates := map[int]map[string]string{}
+		for _, n := range []int{3, 5} {
+			over := map[string]any{
+				"masters":       map[string]any{"replicas": n},
+				"regionServers": map[string]any{"replicas": n},
+			}
+			objs, err := render(chartutil.CoalesceTables(over, readValues(t, "", base)))
+			if err != nil {
+				t.Fatalf("%s, %d replicas: %v", name, n, err)
+			}
+			templates[n] = map[string]string{}
+			for sname, sts := range (rendered{objects: objs}).statefulSets() {
+				js, err := json.MarshalIndent(sts.Spec.Template, "", " ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				templates[n][sname] = string(js)
+			}
+		}
+		for sname, a := range templates[3] {
+			b, ok := templates[5][sname]
+			if !ok {
+				t.Errorf("%s: %s rendered at 3 replicas, not at 5", name, sname)
+				continue
+			}
+			if a != b {
+				t.Errorf("%s: %s's pod template differs between 3 and 5 replicas (every pod would restart):\n%s", name, sname, lineDiff(a, b))
+			}
+		}
+	}
+}
+
+// lineDiff is the lines of a and b that the other lacks, for a readable
+// failure.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	for _, l := range al {
+		if !slices.Contains(bl, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range bl {
+		if !slices.Contains(al, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -159,7 +159,7 @@ func TestSnapshotCronJob(t *testing.T) {
 				continue
 			}
 			m, ok := mountFor(c, p)
-			if !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/"), true) {
+			if !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/")) {
 				t.Errorf("%s: --%s %s names no mounted file", r.values, flag, p)
 				continue
 			}

@@ -178,15 +178,9 @@ group: cert-manager.io
 {{- end -}}
 {{- end -}}
 
-{{/* The master pods' gRPC addresses, for the region servers' --masters. */}}
+{{/* The region servers' --masters: the client Service's admin address (any ready master; the leader found by its hints), the same whatever the replicas. */}}
 {{- define "baton.masterAddrs" -}}
-{{- $d := include "baton.masterDomain" . -}}
-{{- $m := include "baton.master" . -}}
-{{- $out := list -}}
-{{- range $i := until (int .Values.masters.replicas) -}}
-{{- $out = append $out (printf "%s-%d.%s:7070" $m $i $d) -}}
-{{- end -}}
-{{- join "," $out -}}
+{{- printf "%s.%s.svc.%s:7070" (include "baton.master" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
 {{- define "baton.grants" -}}
