@@ -242,7 +242,11 @@ func TestPortsMatch(t *testing.T) {
 		stss := r.statefulSets()
 		for name, sts := range stss {
 			c := sts.Spec.Template.Spec.Containers[0]
-			for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+			if c.Args[0] == "agent" {
+				probes["startup"] = c.StartupProbe
+			}
+			for what, p := range probes {
 				if p == nil {
 					t.Errorf("%s: %s has no %s probe", r.values, name, what)
 					continue
@@ -283,6 +287,17 @@ func TestPortsMatch(t *testing.T) {
 				}
 				if c.ReadinessProbe.HTTPGet.Scheme != want || c.LivenessProbe.HTTPGet.Scheme != want {
 					t.Errorf("%s: %s probes' scheme %s/%s, want %s (TLS %v)", r.values, name, c.ReadinessProbe.HTTPGet.Scheme, c.LivenessProbe.HTTPGet.Scheme, want, tls)
+				}
+				// A master loading a large state serves HTTP only once it
+				// has: liveness must not count until /livez first answers,
+				// and the budget for that is long (10 minutes by default).
+				if sp := c.StartupProbe; sp != nil {
+					if sp.HTTPGet == nil || sp.HTTPGet.Path != "/livez" || sp.HTTPGet.Scheme != want || sp.HTTPGet.Port != c.LivenessProbe.HTTPGet.Port {
+						t.Errorf("%s: %s startup probe %v, want liveness's /livez (%s, port %s)", r.values, name, sp.HTTPGet, want, c.LivenessProbe.HTTPGet.Port.String())
+					}
+					if budget := sp.PeriodSeconds * sp.FailureThreshold; budget < 600 {
+						t.Errorf("%s: %s startup probe allows %ds (period %d x %d), want at least 600", r.values, name, budget, sp.PeriodSeconds, sp.FailureThreshold)
+					}
 				}
 			}
 		}
