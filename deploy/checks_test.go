@@ -1057,3 +1057,86 @@ func lineDiff(a, b string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Every pod the chart makes passes the "restricted" Pod Security Standard
+// (kubernetes.io/docs/concepts/security/pod-security-standards), so a
+// namespace that enforces it admits them: no host namespaces, ports or
+// paths, non-root, no privilege escalation, only NET_BIND_SERVICE may be
+// added to a dropped ALL, a RuntimeDefault or Localhost seccomp profile,
+// and only the volume types the profile allows.
+func TestRestrictedPodSecurity(t *testing.T) {
+	allowedVolume := func(v corev1.Volume) bool {
+		s := v.VolumeSource
+		return s.ConfigMap != nil || s.CSI != nil || s.DownwardAPI != nil || s.EmptyDir != nil || s.Ephemeral != nil ||
+			s.PersistentVolumeClaim != nil || s.Projected != nil || s.Secret != nil
+	}
+	for _, r := range renderAll(t) {
+		pods := map[string]corev1.PodSpec{}
+		for name, sts := range r.statefulSets() {
+			pods["StatefulSet "+name] = sts.Spec.Template.Spec
+		}
+		for name, cj := range r.cronJobs() {
+			pods["CronJob "+name] = cj.Spec.JobTemplate.Spec.Template.Spec
+		}
+		for name, p := range pods {
+			bad := func(format string, args ...any) {
+				t.Errorf("%s: %s: %s", r.values, name, fmt.Sprintf(format, args...))
+			}
+			if p.HostNetwork || p.HostPID || p.HostIPC {
+				bad("host namespaces")
+			}
+			psc := p.SecurityContext
+			if psc == nil {
+				psc = &corev1.PodSecurityContext{}
+			}
+			if psc.RunAsUser != nil && *psc.RunAsUser == 0 {
+				bad("pod runAsUser 0")
+			}
+			for _, v := range p.Volumes {
+				if !allowedVolume(v) {
+					bad("volume %s is of a type the restricted profile refuses", v.Name)
+				}
+			}
+			for _, c := range append(append([]corev1.Container{}, p.InitContainers...), p.Containers...) {
+				sc := c.SecurityContext
+				if sc == nil {
+					sc = &corev1.SecurityContext{}
+				}
+				nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (sc.RunAsNonRoot == nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+				if !nonRoot {
+					bad("container %s: runAsNonRoot is not true", c.Name)
+				}
+				if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+					bad("container %s: runAsUser 0", c.Name)
+				}
+				if sc.Privileged != nil && *sc.Privileged {
+					bad("container %s: privileged", c.Name)
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					bad("container %s: allowPrivilegeEscalation is not false", c.Name)
+				}
+				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+					bad("container %s: capabilities do not drop ALL", c.Name)
+				} else {
+					for _, a := range sc.Capabilities.Add {
+						if a != "NET_BIND_SERVICE" {
+							bad("container %s: adds capability %s", c.Name, a)
+						}
+					}
+				}
+				seccomp := psc.SeccompProfile
+				if sc.SeccompProfile != nil {
+					seccomp = sc.SeccompProfile
+				}
+				if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+					bad("container %s: seccompProfile %v, want RuntimeDefault (or Localhost)", c.Name, seccomp)
+				}
+				for _, port := range c.Ports {
+					if port.HostPort != 0 {
+						bad("container %s: hostPort %d", c.Name, port.HostPort)
+					}
+				}
+			}
+		}
+	}
+}
