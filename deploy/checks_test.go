@@ -1140,3 +1140,43 @@ func TestRestrictedPodSecurity(t *testing.T) {
 		}
 	}
 }
+
+// Secrets the chart generates (randAlphaNum) are kept by lookup on an
+// upgrade and by helm.sh/resource-policy: keep on an uninstall; a render
+// that cannot look up (helm template, GitOps) would make new ones, so
+// each can come from an existing Secret instead, and then the chart makes
+// none.
+func TestGeneratedSecretsKept(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for _, o := range r.ofKind("Secret") {
+			s := o.typed.(*corev1.Secret)
+			if s.Annotations["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("%s: Secret %s is generated but not kept (helm.sh/resource-policy: keep): an uninstall and reinstall on the same volumes would change it", r.values, o.name)
+			}
+		}
+	}
+	for name, vals := range map[string]map[string]any{
+		"cluster secret": {"clusterSecret": map[string]any{"existingSecret": "mine", "secretKey": "k"}},
+		"bootstrap token": {"tls": map[string]any{"certManager": map[string]any{"enabled": true}},
+			"acl": map[string]any{"bootstrapToken": map[string]any{"secretName": "mine", "secretKey": "k"}}},
+	} {
+		objs, err := render(readValues(t, "", vals))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := rendered{values: name + " given", objects: objs}
+		if s := r.ofKind("Secret"); len(s) != 0 {
+			t.Errorf("%s: an existing Secret is given, yet the chart makes Secret %s", r.values, s[0].name)
+		}
+		sts := r.statefulSets()[releaseName+"-master"]
+		found := false
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == "mine" {
+				found = len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "k"
+			}
+		}
+		if !found {
+			t.Errorf("%s: the masters do not mount key k of Secret mine", r.values)
+		}
+	}
+}

@@ -298,3 +298,9 @@ first ones; installing more replicas than it is safe (the rest join).
 {{- define "baton.bootstrapTokenSecret" -}}
 {{- .Values.acl.bootstrapToken.secretName | default (printf "%s-bootstrap-token" (include "baton.fullname" .)) -}}
 {{- end -}}
+
+
+{{/* The Secret holding the masters' cluster secret (TLS off): the values' or the chart's. */}}
+{{- define "baton.clusterSecret" -}}
+{{- .Values.clusterSecret.existingSecret | default (printf "%s-cluster-secret" (include "baton.fullname" .)) -}}
+{{- end -}}
