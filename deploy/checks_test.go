@@ -1180,3 +1180,51 @@ func TestGeneratedSecretsKept(t *testing.T) {
 		}
 	}
 }
+
+// A container with a memory limit runs with GOMEMLIMIT about 90% of it,
+// so that the Go runtime collects harder near the limit instead of the
+// kernel killing the pod; masters keep the agent's GOGC 200, which it
+// drops when GOMEMLIMIT is set.
+func TestGoMemLimit(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for name, sts := range r.statefulSets() {
+			c := sts.Spec.Template.Spec.Containers[0]
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+			if !ok {
+				continue
+			}
+			v, ok := env["GOMEMLIMIT"]
+			mib, err := strconv.ParseInt(strings.TrimSuffix(v, "MiB"), 10, 64)
+			if !ok || err != nil {
+				t.Errorf("%s: %s has a memory limit %s but GOMEMLIMIT %q (want NMiB)", r.values, name, lim.String(), v)
+				continue
+			}
+			if got, want := float64(mib<<20)/float64(lim.Value()), 0.9; got < want-0.01 || got > want {
+				t.Errorf("%s: %s GOMEMLIMIT %s is %.3f of the limit %s, want 0.9", r.values, name, v, got, lim.String())
+			}
+			if c.Args[0] == "agent" && env["GOGC"] != "200" {
+				t.Errorf("%s: %s sets GOMEMLIMIT but GOGC %q: the agent keeps its 200 only when neither is set", r.values, name, env["GOGC"])
+			}
+		}
+	}
+	// 1.5Gi cannot be computed by the template: it says so.
+	_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}}))
+	if err == nil || !strings.Contains(err.Error(), "masters.goMemLimit") {
+		t.Errorf("a 1.5Gi limit rendered (err %v), want a refusal naming masters.goMemLimit", err)
+	}
+	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"goMemLimit": "1400MiB", "resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range (rendered{objects: objs}).statefulSets()[releaseName+"-master"].Spec.Template.Spec.Containers[0].Env {
+		found = found || (e.Name == "GOMEMLIMIT" && e.Value == "1400MiB")
+	}
+	if !found {
+		t.Error("masters.goMemLimit 1400MiB is not the masters' GOMEMLIMIT")
+	}
+}

@@ -304,3 +304,29 @@ first ones; installing more replicas than it is safe (the rest join).
 {{- define "baton.clusterSecret" -}}
 {{- .Values.clusterSecret.existingSecret | default (printf "%s-cluster-secret" (include "baton.fullname" .)) -}}
 {{- end -}}
+
+{{/*
+GOMEMLIMIT for a container: .explicit if set, else 90% of .resources'
+limits.memory in MiB (the rest is the runtime's own and the OS's), else
+nothing (no limit, no GOMEMLIMIT). The downward API's resourceFieldRef
+gives the limit itself or a divided one, never 90% of it, so the template
+computes it. .what names the value for the error.
+*/}}
+{{- define "baton.goMemLimit" -}}
+{{- if .explicit -}}
+{{- .explicit -}}
+{{- else -}}
+{{- $lim := "" -}}
+{{- with .resources -}}{{- with .limits -}}{{- with .memory -}}{{- $lim = toString . -}}{{- end -}}{{- end -}}{{- end -}}
+{{- if $lim -}}
+{{- $m := regexFind "^[0-9]+" $lim -}}
+{{- $unit := trimPrefix $m $lim -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- if or (not $m) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s.resources.limits.memory %q: the chart computes GOMEMLIMIT (90%% of it) from an integer with Ki, Mi, Gi, Ti, k, M, G or T; write it so, or set %s.goMemLimit yourself (e.g. 900MiB)" .what $lim .what) -}}
+{{- end -}}
+{{- $bytes := mul (int64 $m) (int64 (get $units $unit)) -}}
+{{- printf "%dMiB" (div (div (mul $bytes 9) 10) 1048576) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
