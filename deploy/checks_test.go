@@ -373,6 +373,15 @@ func TestPDBKeepsQuorum(t *testing.T) {
 			return
 		}
 		pdb := o.typed.(*policyv1.PodDisruptionBudget)
+		// A master that is not ready (stuck, crash-looping) already counts
+		// as unavailable: evicting it costs nothing, and IfHealthyBudget
+		// would let it block a drain for good.
+		for _, po := range r.ofKind("PodDisruptionBudget") {
+			p := po.typed.(*policyv1.PodDisruptionBudget)
+			if p.Spec.UnhealthyPodEvictionPolicy == nil || *p.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+				t.Errorf("%s: PDB %s unhealthyPodEvictionPolicy %v, want AlwaysAllow", r.values, po.name, p.Spec.UnhealthyPodEvictionPolicy)
+			}
+		}
 		if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MinAvailable != nil {
 			t.Errorf("%s: the masters' PDB should set maxUnavailable only", r.values)
 			return
