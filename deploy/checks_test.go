@@ -1237,3 +1237,21 @@ func TestGoMemLimit(t *testing.T) {
 		t.Error("masters.goMemLimit 1400MiB is not the masters' GOMEMLIMIT")
 	}
 }
+
+// listenHost moves where the pods listen: "::" (dual stack) is one
+// --listen-host and a bracketed --http-addr host the agent accepts.
+func TestListenHost(t *testing.T) {
+	objs, err := render(readValues(t, "", map[string]any{"listenHost": "::"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sts := range (rendered{objects: objs}).statefulSets() {
+		c := sts.Spec.Template.Spec.Containers[0]
+		lh, _ := argValue(c.Args, "listen-host")
+		ha, _ := argValue(c.Args, "http-addr")
+		host, _, err := net.SplitHostPort(ha)
+		if lh != "::" || err != nil || host != "::" {
+			t.Errorf("%s: listenHost \"::\" gives --listen-host %q --http-addr %q (%v), want :: and [::]:PORT", name, lh, ha, err)
+		}
+	}
+}

@@ -330,3 +330,9 @@ computes it. .what names the value for the error.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* host:port, an IPv6 host in brackets (as net.JoinHostPort): (list host port). */}}
+{{- define "baton.hostPort" -}}
+{{- $h := index . 0 -}}
+{{- if contains ":" $h -}}[{{ $h }}]:{{ index . 1 }}{{- else -}}{{ $h }}:{{ index . 1 }}{{- end -}}
+{{- end -}}
