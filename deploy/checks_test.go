@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
@@ -241,7 +242,11 @@ func TestPortsMatch(t *testing.T) {
 		stss := r.statefulSets()
 		for name, sts := range stss {
 			c := sts.Spec.Template.Spec.Containers[0]
-			for what, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			probes := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+			if c.Args[0] == "agent" {
+				probes["startup"] = c.StartupProbe
+			}
+			for what, p := range probes {
 				if p == nil {
 					t.Errorf("%s: %s has no %s probe", r.values, name, what)
 					continue
@@ -282,6 +287,17 @@ func TestPortsMatch(t *testing.T) {
 				}
 				if c.ReadinessProbe.HTTPGet.Scheme != want || c.LivenessProbe.HTTPGet.Scheme != want {
 					t.Errorf("%s: %s probes' scheme %s/%s, want %s (TLS %v)", r.values, name, c.ReadinessProbe.HTTPGet.Scheme, c.LivenessProbe.HTTPGet.Scheme, want, tls)
+				}
+				// A master loading a large state serves HTTP only once it
+				// has: liveness must not count until /livez first answers,
+				// and the budget for that is long (10 minutes by default).
+				if sp := c.StartupProbe; sp != nil {
+					if sp.HTTPGet == nil || sp.HTTPGet.Path != "/livez" || sp.HTTPGet.Scheme != want || sp.HTTPGet.Port != c.LivenessProbe.HTTPGet.Port {
+						t.Errorf("%s: %s startup probe %v, want liveness's /livez (%s, port %s)", r.values, name, sp.HTTPGet, want, c.LivenessProbe.HTTPGet.Port.String())
+					}
+					if budget := sp.PeriodSeconds * sp.FailureThreshold; budget < 600 {
+						t.Errorf("%s: %s startup probe allows %ds (period %d x %d), want at least 600", r.values, name, budget, sp.PeriodSeconds, sp.FailureThreshold)
+					}
 				}
 			}
 		}
@@ -357,6 +373,15 @@ func TestPDBKeepsQuorum(t *testing.T) {
 			return
 		}
 		pdb := o.typed.(*policyv1.PodDisruptionBudget)
+		// A master that is not ready (stuck, crash-looping) already counts
+		// as unavailable: evicting it costs nothing, and IfHealthyBudget
+		// would let it block a drain for good.
+		for _, po := range r.ofKind("PodDisruptionBudget") {
+			p := po.typed.(*policyv1.PodDisruptionBudget)
+			if p.Spec.UnhealthyPodEvictionPolicy == nil || *p.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+				t.Errorf("%s: PDB %s unhealthyPodEvictionPolicy %v, want AlwaysAllow", r.values, po.name, p.Spec.UnhealthyPodEvictionPolicy)
+			}
+		}
 		if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MinAvailable != nil {
 			t.Errorf("%s: the masters' PDB should set maxUnavailable only", r.values)
 			return
@@ -388,7 +413,7 @@ func TestPDBKeepsQuorum(t *testing.T) {
 	}
 	// Consul's formula, for every odd size the chart accepts.
 	for n, want := range map[int]int{1: 0, 3: 1, 5: 1, 7: 2, 9: 3} {
-		vals := readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n}})
+		vals := readValues(t, "", map[string]any{"masters": map[string]any{"replicas": n, "initialClusterSize": min(n, 3)}})
 		objs, err := render(vals)
 		if err != nil {
 			t.Fatalf("%d masters: %v", n, err)
@@ -478,8 +503,8 @@ func TestPeersFromDNS(t *testing.T) {
 		}
 		c := sts.Spec.Template.Spec.Containers[0]
 		size, _ := argValue(c.Args, "initial-cluster-size")
-		if size != strconv.Itoa(n) {
-			t.Errorf("%s: --initial-cluster-size %q at install, want the replicas %d", r.values, size, n)
+		if want := intValue(t, r, "masters.initialClusterSize"); size != strconv.Itoa(want) {
+			t.Errorf("%s: --initial-cluster-size %q, want masters.initialClusterSize %d", r.values, size, want)
 		}
 		for pod := range pods {
 			env := podEnv(c, pod)
@@ -514,13 +539,17 @@ func TestPeersFromDNS(t *testing.T) {
 			}
 		}
 		if rs, ok := r.statefulSets()[releaseName+"-rs"]; ok {
+			// One address, the client Service's: a standby's leader hint
+			// names the leader's own address, which the region server
+			// follows (cluster/client.LeaderTracker).
 			masters, _ := argValue(rs.Spec.Template.Spec.Containers[0].Args, "masters")
-			var want []string
-			for i := range n {
-				want = append(want, fmt.Sprintf("%s-%d.%s.%s.svc.%s:7070", sts.Name, i, sts.Spec.ServiceName, namespace, domain))
+			if want := fmt.Sprintf("%s.%s.svc.%s:7070", sts.Name, namespace, domain); masters != want {
+				t.Errorf("%s: region servers' --masters %q, want the client Service %q", r.values, masters, want)
 			}
-			if masters != strings.Join(want, ",") {
-				t.Errorf("%s: region servers' --masters %q, want %q", r.values, masters, strings.Join(want, ","))
+			if o, ok := r.get("Service", sts.Name); !ok {
+				t.Errorf("%s: region servers' --masters names Service %s, which is not rendered", r.values, sts.Name)
+			} else if svc := o.typed.(*corev1.Service); svc.Spec.ClusterIP == corev1.ClusterIPNone || !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(sts.Spec.Template.Labels)) {
+				t.Errorf("%s: Service %s is headless or does not select the masters", r.values, sts.Name)
 			}
 			rc := rs.Spec.Template.Spec.Containers[0]
 			for i := range int(*rs.Spec.Replicas) {
@@ -555,16 +584,18 @@ func mountFor(c corev1.Container, path string) (corev1.VolumeMount, bool) {
 	return best, found
 }
 
-// --data-dir is a persistent volume; each file flag names a file the
-// pod's volumes hold for that pod.
+// --data-dir is a directory inside a persistent volume, not its root: a
+// volume's root is root's (fsGroup changes only its group), so an agent
+// running as another user cannot make it 0700, and ext4 keeps lost+found
+// there. Each file flag names a file the pod's volumes hold for that pod.
 func TestVolumesWhereFlagsPoint(t *testing.T) {
 	for _, r := range renderAll(t) {
 		for name, sts := range r.statefulSets() {
 			c := sts.Spec.Template.Spec.Containers[0]
 			if dir, ok := argValue(c.Args, "data-dir"); ok {
 				m, ok := mountFor(c, dir)
-				if !ok || m.MountPath != dir {
-					t.Errorf("%s: %s --data-dir %s is not a mount point (%v)", r.values, name, dir, m)
+				if !ok || filepath.Clean(dir) == filepath.Clean(m.MountPath) {
+					t.Errorf("%s: %s --data-dir %s is not a directory inside a mounted volume (mount %q): a volume's root is root's and may hold lost+found", r.values, name, dir, m.MountPath)
 				} else {
 					claim := false
 					for _, vct := range sts.Spec.VolumeClaimTemplates {
@@ -576,6 +607,14 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 				}
 			} else if c.Args[0] == "agent" {
 				t.Errorf("%s: %s has no --data-dir", r.values, name)
+			}
+			// A group the pod's user is in makes the volume's root writable;
+			// OnRootMismatch spares each restart a walk of the whole state.
+			if len(sts.Spec.VolumeClaimTemplates) > 0 {
+				sc := sts.Spec.Template.Spec.SecurityContext
+				if sc == nil || sc.FSGroup == nil || sc.FSGroupChangePolicy == nil || *sc.FSGroupChangePolicy != corev1.FSGroupChangeOnRootMismatch {
+					t.Errorf("%s: %s has volumes but no fsGroup with fsGroupChangePolicy OnRootMismatch (%+v)", r.values, name, sc)
+				}
 			}
 			volumes := map[string]corev1.Volume{}
 			for _, v := range sts.Spec.Template.Spec.Volumes {
@@ -595,13 +634,13 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 						t.Errorf("%s: pod %s --%s %s: no volume is mounted there", r.values, pod, flag, path)
 						continue
 					}
-					if !volumeHolds(volumes[m.Name], strings.TrimPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/"), i < int(*sts.Spec.Replicas)) {
+					if !volumeHolds(volumes[m.Name], strings.TrimPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")) {
 						t.Errorf("%s: pod %s --%s %s: volume %q holds no such file", r.values, pod, flag, path, m.Name)
 					}
 				}
 				for _, e := range []string{"BATON_TLS_CA", "BATON_TLS_CERT", "BATON_TLS_KEY"} {
 					if p, ok := env[e]; ok {
-						if m, ok := mountFor(c, p); !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/"), true) {
+						if m, ok := mountFor(c, p); !ok || !volumeHolds(volumes[m.Name], strings.TrimPrefix(p, m.MountPath+"/")) {
 							t.Errorf("%s: pod %s %s=%s names no mounted file", r.values, pod, e, p)
 						}
 					}
@@ -612,8 +651,11 @@ func TestVolumesWhereFlagsPoint(t *testing.T) {
 }
 
 // volumeHolds says whether v (a Secret, projected Secrets or cert-manager's
-// CSI driver) has a file at rel, from a Secret that is not optional.
-func volumeHolds(v corev1.Volume, rel string, required bool) bool {
+// CSI driver) has a file at rel. A projected Secret may be optional: every
+// ordinal's is, so that the pod template does not change with the
+// replicas (TestScaleKeepsPodTemplates); a pod whose Secret is not issued
+// yet starts without the file and the agent exits until it is there.
+func volumeHolds(v corev1.Volume, rel string) bool {
 	switch {
 	case v.Secret != nil:
 		if len(v.Secret.Items) == 0 {
@@ -634,7 +676,7 @@ func volumeHolds(v corev1.Volume, rel string, required bool) bool {
 			}
 			for _, it := range src.Secret.Items {
 				if it.Path == rel {
-					return !required || src.Secret.Optional == nil || !*src.Secret.Optional
+					return true
 				}
 			}
 		}
@@ -887,7 +929,7 @@ func mustJSON(t *testing.T, raw []byte, v any) {
 }
 
 // A scale-up after install keeps --initial-cluster-size at the install's
-// count, so the new ordinals join (the contract: ORDINAL >= N joins through
+// count, with or without the value set, so the new ordinals join (the contract: ORDINAL >= N joins through
 // members 0..N-1, which exist) instead of bootstrapping a second cluster.
 func TestScaleUpKeepsInitialSize(t *testing.T) {
 	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5, "initialClusterSize": 3}}))
@@ -913,6 +955,31 @@ func TestScaleUpKeepsInitialSize(t *testing.T) {
 			}
 		}
 	}
+	// Without the value (helm template, a GitOps tool: nothing to look up)
+	// a scale to 5 still renders the default 3, never the replicas.
+	objs, err = render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": 5}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = rendered{objects: objs}.statefulSets()[releaseName+"-master"].Spec.Template.Spec.Containers[0]
+	if v, _ := argValue(c.Args, "initial-cluster-size"); v != "3" {
+		t.Errorf("5 replicas without masters.initialClusterSize render --initial-cluster-size %q, want the default 3 (pods 3 and 4 join)", v)
+	}
+	// A size no install can have is refused, saying why.
+	for _, tc := range []struct {
+		replicas, size int
+		want           string
+	}{
+		{3, 0, "at least 1"},
+		{5, 4, "must be odd"},
+		{3, 5, "more than masters.replicas 3"},
+		{1, 3, "more than masters.replicas 1"},
+	} {
+		_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"replicas": tc.replicas, "initialClusterSize": tc.size}}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("replicas %d, initialClusterSize %d: err %v, want one saying %q", tc.replicas, tc.size, err, tc.want)
+		}
+	}
 	// An anti-affinity word the chart does not know fails, not drops.
 	if _, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"antiAffinity": map[string]any{"node": "requried"}}})); err == nil || !strings.Contains(err.Error(), "required, preferred or none") {
 		t.Errorf("a misspelt antiAffinity.node rendered (err %v)", err)
@@ -928,4 +995,263 @@ func envFromPodName(env []corev1.EnvVar, name string) bool {
 		}
 	}
 	return false
+}
+
+// Scaling the masters (or the region servers) from 3 to 5 changes no pod
+// template: a changed template makes the StatefulSet roll every pod, a
+// leader change and a catch-up each, for what should only add two. The
+// replica counts and the disruption budget differ; nothing in a pod may.
+func TestScaleKeepsPodTemplates(t *testing.T) {
+	secrets := func(prefix string, n int) []any {
+		var out []any
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s-%d-cert", prefix, i))
+		}
+		return out
+	}
+	bases := map[string]map[string]any{
+		"default":     {},
+		"csi":         {"tls": map[string]any{"certManager": map[string]any{"enabled": true}}},
+		"per-ordinal": {"tls": map[string]any{"certManager": map[string]any{"enabled": true, "csiDriver": false}}},
+		"secrets": {"tls": map[string]any{"existingSecrets": map[string]any{
+			"masters": secrets("baton-master", 5), "regionServers": secrets("baton-rs", 5)}}},
+	}
+	for name, base := range bases {
+		templates := map[int]map[string]string{}
+		for _, n := range []int{3, 5} {
+			over := map[string]any{
+				"masters":       map[string]any{"replicas": n},
+				"regionServers": map[string]any{"replicas": n},
+			}
+			objs, err := render(chartutil.CoalesceTables(over, readValues(t, "", base)))
+			if err != nil {
+				t.Fatalf("%s, %d replicas: %v", name, n, err)
+			}
+			templates[n] = map[string]string{}
+			for sname, sts := range (rendered{objects: objs}).statefulSets() {
+				js, err := json.MarshalIndent(sts.Spec.Template, "", " ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				templates[n][sname] = string(js)
+			}
+		}
+		for sname, a := range templates[3] {
+			b, ok := templates[5][sname]
+			if !ok {
+				t.Errorf("%s: %s rendered at 3 replicas, not at 5", name, sname)
+				continue
+			}
+			if a != b {
+				t.Errorf("%s: %s's pod template differs between 3 and 5 replicas (every pod would restart):\n%s", name, sname, lineDiff(a, b))
+			}
+		}
+	}
+}
+
+// lineDiff is the lines of a and b that the other lacks, for a readable
+// failure.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	var out []string
+	for _, l := range al {
+		if !slices.Contains(bl, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range bl {
+		if !slices.Contains(al, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// Every pod the chart makes passes the "restricted" Pod Security Standard
+// (kubernetes.io/docs/concepts/security/pod-security-standards), so a
+// namespace that enforces it admits them: no host namespaces, ports or
+// paths, non-root, no privilege escalation, only NET_BIND_SERVICE may be
+// added to a dropped ALL, a RuntimeDefault or Localhost seccomp profile,
+// and only the volume types the profile allows.
+func TestRestrictedPodSecurity(t *testing.T) {
+	allowedVolume := func(v corev1.Volume) bool {
+		s := v.VolumeSource
+		return s.ConfigMap != nil || s.CSI != nil || s.DownwardAPI != nil || s.EmptyDir != nil || s.Ephemeral != nil ||
+			s.PersistentVolumeClaim != nil || s.Projected != nil || s.Secret != nil
+	}
+	for _, r := range renderAll(t) {
+		pods := map[string]corev1.PodSpec{}
+		for name, sts := range r.statefulSets() {
+			pods["StatefulSet "+name] = sts.Spec.Template.Spec
+		}
+		for name, cj := range r.cronJobs() {
+			pods["CronJob "+name] = cj.Spec.JobTemplate.Spec.Template.Spec
+		}
+		for name, p := range pods {
+			bad := func(format string, args ...any) {
+				t.Errorf("%s: %s: %s", r.values, name, fmt.Sprintf(format, args...))
+			}
+			if p.HostNetwork || p.HostPID || p.HostIPC {
+				bad("host namespaces")
+			}
+			psc := p.SecurityContext
+			if psc == nil {
+				psc = &corev1.PodSecurityContext{}
+			}
+			if psc.RunAsUser != nil && *psc.RunAsUser == 0 {
+				bad("pod runAsUser 0")
+			}
+			for _, v := range p.Volumes {
+				if !allowedVolume(v) {
+					bad("volume %s is of a type the restricted profile refuses", v.Name)
+				}
+			}
+			for _, c := range append(append([]corev1.Container{}, p.InitContainers...), p.Containers...) {
+				sc := c.SecurityContext
+				if sc == nil {
+					sc = &corev1.SecurityContext{}
+				}
+				nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (sc.RunAsNonRoot == nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+				if !nonRoot {
+					bad("container %s: runAsNonRoot is not true", c.Name)
+				}
+				if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+					bad("container %s: runAsUser 0", c.Name)
+				}
+				if sc.Privileged != nil && *sc.Privileged {
+					bad("container %s: privileged", c.Name)
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					bad("container %s: allowPrivilegeEscalation is not false", c.Name)
+				}
+				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+					bad("container %s: capabilities do not drop ALL", c.Name)
+				} else {
+					for _, a := range sc.Capabilities.Add {
+						if a != "NET_BIND_SERVICE" {
+							bad("container %s: adds capability %s", c.Name, a)
+						}
+					}
+				}
+				seccomp := psc.SeccompProfile
+				if sc.SeccompProfile != nil {
+					seccomp = sc.SeccompProfile
+				}
+				if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+					bad("container %s: seccompProfile %v, want RuntimeDefault (or Localhost)", c.Name, seccomp)
+				}
+				for _, port := range c.Ports {
+					if port.HostPort != 0 {
+						bad("container %s: hostPort %d", c.Name, port.HostPort)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Secrets the chart generates (randAlphaNum) are kept by lookup on an
+// upgrade and by helm.sh/resource-policy: keep on an uninstall; a render
+// that cannot look up (helm template, GitOps) would make new ones, so
+// each can come from an existing Secret instead, and then the chart makes
+// none.
+func TestGeneratedSecretsKept(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for _, o := range r.ofKind("Secret") {
+			s := o.typed.(*corev1.Secret)
+			if s.Annotations["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("%s: Secret %s is generated but not kept (helm.sh/resource-policy: keep): an uninstall and reinstall on the same volumes would change it", r.values, o.name)
+			}
+		}
+	}
+	for name, vals := range map[string]map[string]any{
+		"cluster secret": {"clusterSecret": map[string]any{"existingSecret": "mine", "secretKey": "k"}},
+		"bootstrap token": {"tls": map[string]any{"certManager": map[string]any{"enabled": true}},
+			"acl": map[string]any{"bootstrapToken": map[string]any{"secretName": "mine", "secretKey": "k"}}},
+	} {
+		objs, err := render(readValues(t, "", vals))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := rendered{values: name + " given", objects: objs}
+		if s := r.ofKind("Secret"); len(s) != 0 {
+			t.Errorf("%s: an existing Secret is given, yet the chart makes Secret %s", r.values, s[0].name)
+		}
+		sts := r.statefulSets()[releaseName+"-master"]
+		found := false
+		for _, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == "mine" {
+				found = len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "k"
+			}
+		}
+		if !found {
+			t.Errorf("%s: the masters do not mount key k of Secret mine", r.values)
+		}
+	}
+}
+
+// A container with a memory limit runs with GOMEMLIMIT about 90% of it,
+// so that the Go runtime collects harder near the limit instead of the
+// kernel killing the pod; masters keep the agent's GOGC 200, which it
+// drops when GOMEMLIMIT is set.
+func TestGoMemLimit(t *testing.T) {
+	for _, r := range renderAll(t) {
+		for name, sts := range r.statefulSets() {
+			c := sts.Spec.Template.Spec.Containers[0]
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			lim, ok := c.Resources.Limits[corev1.ResourceMemory]
+			if !ok {
+				continue
+			}
+			v, ok := env["GOMEMLIMIT"]
+			mib, err := strconv.ParseInt(strings.TrimSuffix(v, "MiB"), 10, 64)
+			if !ok || err != nil {
+				t.Errorf("%s: %s has a memory limit %s but GOMEMLIMIT %q (want NMiB)", r.values, name, lim.String(), v)
+				continue
+			}
+			if got, want := float64(mib<<20)/float64(lim.Value()), 0.9; got < want-0.01 || got > want {
+				t.Errorf("%s: %s GOMEMLIMIT %s is %.3f of the limit %s, want 0.9", r.values, name, v, got, lim.String())
+			}
+			if c.Args[0] == "agent" && env["GOGC"] != "200" {
+				t.Errorf("%s: %s sets GOMEMLIMIT but GOGC %q: the agent keeps its 200 only when neither is set", r.values, name, env["GOGC"])
+			}
+		}
+	}
+	// 1.5Gi cannot be computed by the template: it says so.
+	_, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}}))
+	if err == nil || !strings.Contains(err.Error(), "masters.goMemLimit") {
+		t.Errorf("a 1.5Gi limit rendered (err %v), want a refusal naming masters.goMemLimit", err)
+	}
+	objs, err := render(readValues(t, "", map[string]any{"masters": map[string]any{"goMemLimit": "1400MiB", "resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range (rendered{objects: objs}).statefulSets()[releaseName+"-master"].Spec.Template.Spec.Containers[0].Env {
+		found = found || (e.Name == "GOMEMLIMIT" && e.Value == "1400MiB")
+	}
+	if !found {
+		t.Error("masters.goMemLimit 1400MiB is not the masters' GOMEMLIMIT")
+	}
+}
+
+// listenHost moves where the pods listen: "::" (dual stack) is one
+// --listen-host and a bracketed --http-addr host the agent accepts.
+func TestListenHost(t *testing.T) {
+	objs, err := render(readValues(t, "", map[string]any{"listenHost": "::"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sts := range (rendered{objects: objs}).statefulSets() {
+		c := sts.Spec.Template.Spec.Containers[0]
+		lh, _ := argValue(c.Args, "listen-host")
+		ha, _ := argValue(c.Args, "http-addr")
+		host, _, err := net.SplitHostPort(ha)
+		if lh != "::" || err != nil || host != "::" {
+			t.Errorf("%s: listenHost \"::\" gives --listen-host %q --http-addr %q (%v), want :: and [::]:PORT", name, lh, ha, err)
+		}
+	}
 }

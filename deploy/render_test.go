@@ -82,7 +82,7 @@ func ciValues(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"default", "tls-cert-manager", "tls-cert-manager-csi", "tls-secrets", "five-masters", "no-regionservers", "snapshots", "snapshots-tls", "snapshots-tls-secrets"}
+	want := []string{"default", "tls-cert-manager", "tls-cert-manager-csi", "tls-secrets", "five-masters", "no-regionservers", "snapshots", "snapshots-tls", "snapshots-tls-secrets", "gitops", "dev"}
 	for _, w := range want {
 		if !contains(files, filepath.Join(chartDir, "ci", w+"-values.yaml")) {
 			t.Fatalf("ci values file %s-values.yaml missing (have %v)", w, files)

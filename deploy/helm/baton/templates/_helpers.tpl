@@ -178,15 +178,9 @@ group: cert-manager.io
 {{- end -}}
 {{- end -}}
 
-{{/* The master pods' gRPC addresses, for the region servers' --masters. */}}
+{{/* The region servers' --masters: the client Service's admin address (any ready master; the leader found by its hints), the same whatever the replicas. */}}
 {{- define "baton.masterAddrs" -}}
-{{- $d := include "baton.masterDomain" . -}}
-{{- $m := include "baton.master" . -}}
-{{- $out := list -}}
-{{- range $i := until (int .Values.masters.replicas) -}}
-{{- $out = append $out (printf "%s-%d.%s:7070" $m $i $d) -}}
-{{- end -}}
-{{- join "," $out -}}
+{{- printf "%s.%s.svc.%s:7070" (include "baton.master" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
 {{- define "baton.grants" -}}
@@ -270,30 +264,27 @@ podAntiAffinity:
 {{- end -}}
 
 {{/*
---initial-cluster-size is the install's member count and must stay so: a
-pod of ordinal below it that starts with an empty volume bootstraps with
-the derived peers, so raising it with the replicas would make new pods
-bootstrap instead of join. masters.initialClusterSize if set, else the
-value the live StatefulSet runs with (an upgrade), else the replicas (an
-install).
+--initial-cluster-size: how many members the cluster was installed with,
+fixed for its life. It is a value, never looked up: under `helm template`
+or a GitOps tool a lookup sees nothing, and a default of the replica count
+would render 5 on a scale from 3 to 5, making pods 3 and 4 bootstrap a
+second cluster instead of joining. Pods at or past it join through the
+first ones; installing more replicas than it is safe (the rest join).
 */}}
 {{- define "baton.initialClusterSize" -}}
-{{- if .Values.masters.initialClusterSize -}}
-{{- int .Values.masters.initialClusterSize -}}
-{{- else -}}
-{{- $found := "" -}}
-{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "baton.master" .) -}}
-{{- if $sts -}}
-{{- range $c := $sts.spec.template.spec.containers -}}
-{{- range $a := ($c.args | default list) -}}
-{{- if hasPrefix "--initial-cluster-size=" $a -}}
-{{- $found = trimPrefix "--initial-cluster-size=" $a -}}
+{{- $v := .Values.masters.initialClusterSize -}}
+{{- $s := int $v -}}
+{{- $n := int .Values.masters.replicas -}}
+{{- if lt $s 1 -}}
+{{- fail (printf "masters.initialClusterSize must be at least 1, got %v: the number of masters the cluster was installed with (fixed for its life; pods at or past it join)" $v) -}}
 {{- end -}}
+{{- if eq (mod $s 2) 0 -}}
+{{- fail (printf "masters.initialClusterSize must be odd (1, 3, 5, 7), got %d" $s) -}}
 {{- end -}}
+{{- if gt $s $n -}}
+{{- fail (printf "masters.initialClusterSize %d is more than masters.replicas %d: the first %d pods bootstrap together, so they must all exist. Scaling below the initial size? Lower masters.initialClusterSize with the replicas (docs/kubernetes.md, \"Scale the masters\")" $s $n $s) -}}
 {{- end -}}
-{{- end -}}
-{{- if $found -}}{{ $found }}{{- else -}}{{ int .Values.masters.replicas }}{{- end -}}
-{{- end -}}
+{{- $s -}}
 {{- end -}}
 
 {{/* Access control on, as the agent decides it: --acl, else on with TLS. */}}
@@ -306,4 +297,42 @@ install).
 {{/* The Secret holding the bootstrap token: the values' or the chart's. */}}
 {{- define "baton.bootstrapTokenSecret" -}}
 {{- .Values.acl.bootstrapToken.secretName | default (printf "%s-bootstrap-token" (include "baton.fullname" .)) -}}
+{{- end -}}
+
+
+{{/* The Secret holding the masters' cluster secret (TLS off): the values' or the chart's. */}}
+{{- define "baton.clusterSecret" -}}
+{{- .Values.clusterSecret.existingSecret | default (printf "%s-cluster-secret" (include "baton.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+GOMEMLIMIT for a container: .explicit if set, else 90% of .resources'
+limits.memory in MiB (the rest is the runtime's own and the OS's), else
+nothing (no limit, no GOMEMLIMIT). The downward API's resourceFieldRef
+gives the limit itself or a divided one, never 90% of it, so the template
+computes it. .what names the value for the error.
+*/}}
+{{- define "baton.goMemLimit" -}}
+{{- if .explicit -}}
+{{- .explicit -}}
+{{- else -}}
+{{- $lim := "" -}}
+{{- with .resources -}}{{- with .limits -}}{{- with .memory -}}{{- $lim = toString . -}}{{- end -}}{{- end -}}{{- end -}}
+{{- if $lim -}}
+{{- $m := regexFind "^[0-9]+" $lim -}}
+{{- $unit := trimPrefix $m $lim -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- if or (not $m) (not (hasKey $units $unit)) -}}
+{{- fail (printf "%s.resources.limits.memory %q: the chart computes GOMEMLIMIT (90%% of it) from an integer with Ki, Mi, Gi, Ti, k, M, G or T; write it so, or set %s.goMemLimit yourself (e.g. 900MiB)" .what $lim .what) -}}
+{{- end -}}
+{{- $bytes := mul (int64 $m) (int64 (get $units $unit)) -}}
+{{- printf "%dMiB" (div (div (mul $bytes 9) 10) 1048576) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* host:port, an IPv6 host in brackets (as net.JoinHostPort): (list host port). */}}
+{{- define "baton.hostPort" -}}
+{{- $h := index . 0 -}}
+{{- if contains ":" $h -}}[{{ $h }}]:{{ index . 1 }}{{- else -}}{{ $h }}:{{ index . 1 }}{{- end -}}
 {{- end -}}
