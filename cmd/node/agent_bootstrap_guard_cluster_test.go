@@ -85,7 +85,7 @@ func TestBootstrapGuardWipedMember(t *testing.T) {
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		joinCluster(jctx, agentConfig{ID: m.ID, RaftAddr: m.Node().Addr(), GRPCAddr: m.AdminAddr(), Join: others}, nil, hclog.NewNullLogger())
+		joinCluster(jctx, agentConfig{ID: m.ID, RaftAddr: m.Node().Addr(), GRPCAddr: m.AdminAddr(), Join: others}, m.Node().StartedEmpty(), nil, hclog.NewNullLogger())
 	}()
 	select {
 	case <-joined:
