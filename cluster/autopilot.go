@@ -112,7 +112,10 @@ func (st *autopilotState) plan(now time.Time, members []autopilotMember, lim aut
 	for _, m := range members {
 		id := m.Server.ID
 		seen[id] = true
-		if !m.Progress.Healthy {
+		// Only a non-voter's health counts toward its promotion: a voter
+		// demoted for rejoining with no raft state (JoinEmpty) waits the
+		// whole stabilization time again, from its demotion on.
+		if !m.Progress.Healthy || m.Server.Suffrage != raft.Nonvoter {
 			delete(st.healthySince, id)
 			continue
 		}
@@ -121,7 +124,7 @@ func (st *autopilotState) plan(now time.Time, members []autopilotMember, lim aut
 			since = now
 			st.healthySince[id] = now
 		}
-		if out.Promote == nil && m.Server.Suffrage == raft.Nonvoter && lim.Stabilization >= 0 && now.Sub(since) >= lim.Stabilization {
+		if out.Promote == nil && lim.Stabilization >= 0 && now.Sub(since) >= lim.Stabilization {
 			srv := m.Server
 			out.Promote = &srv
 		}

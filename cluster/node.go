@@ -96,6 +96,9 @@ type Node struct {
 	notify chan bool
 
 	noSnapshotRestore bool
+	// startedEmpty: no raft state at start, and not bootstrapped
+	// (StartedEmpty).
+	startedEmpty bool
 
 	// removedSeen is when the leader was last seen not to list this node
 	// (MarkRemoved); nil if never.
@@ -348,7 +351,9 @@ func NewNode(cfg Config) (n *Node, err error) {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 		log.Info("bootstrapped cluster", "peers", FormatPeers(cfg.Peers))
-	} else if existing {
+	}
+	n.startedEmpty = !existing && !bootstrap
+	if existing {
 		log.Info("restarting from existing raft state", "fsm_wal_index", n.fsm.LoadedIndex(), "snapshot_restore", need)
 	}
 
@@ -403,6 +408,13 @@ func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
 
 // Raft exposes the Raft instance, for tests and diagnostics.
 func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// StartedEmpty reports whether this node found no Raft state in its data
+// directory at start and did not bootstrap: a new member, or one whose
+// disk was replaced or wiped, that waits to be added. Its join says so
+// (JoinEmpty), so that a leader that still lists it as a voter stops
+// counting on a log and vote it no longer holds.
+func (n *Node) StartedEmpty() bool { return n.startedEmpty }
 
 // FSM exposes the replicated state machine (read side: View, Get, Scan).
 func (n *Node) FSM() *raftfsm.FSM { return n.fsm }
@@ -582,6 +594,26 @@ func (n *Node) raftErr(what string, err error) error {
 // configuration would lack a majority of running voters is refused with
 // ErrNoQuorum (checkQuorum).
 func (n *Node) Join(ctx context.Context, id, addr string) error {
+	return n.join(ctx, id, addr, false)
+}
+
+// JoinEmpty is Join for a member that says it holds no Raft state (it
+// found none in its data directory at start: StartedEmpty). One still
+// listed as a voter at the same id and address had its disk replaced or
+// wiped: it lost the log and the vote that Raft's safety rests on, and as
+// a voter it could elect a candidate that lacks committed entries (the
+// leader and it held them, a lagging third did not). So it is demoted to
+// a non-voter, which the autopilot promotes again once it has caught up
+// and stayed healthy, as etcd replaces such a member and Consul re-adds
+// it as a non-voter. It is demoted only when the autopilot can promote it
+// (joinsAsNonvoter); else it stays a voter, as before, with a warning.
+// The demotion is refused with ErrNoQuorum if the other voters running
+// are no majority of the voters left (checkQuorum).
+func (n *Node) JoinEmpty(ctx context.Context, id, addr string) error {
+	return n.join(ctx, id, addr, true)
+}
+
+func (n *Node) join(ctx context.Context, id, addr string, holdsNoState bool) error {
 	if id == "" {
 		return errors.New("cluster: join: empty id")
 	}
@@ -604,6 +636,9 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	for _, srv := range cf.Configuration().Servers {
 		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(addr)
 		if sameID && sameAddr {
+			if holdsNoState && srv.Suffrage == raft.Voter {
+				return n.demoteEmptyVoter(ctx, cf, srv, nonvoter)
+			}
 			n.log.Info("join: already a member", "id", id, "addr", addr)
 			return nil
 		}
@@ -645,6 +680,43 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 		return n.raftErr(fmt.Sprintf("join %q", id), err)
 	}
 	n.log.Info("join: added voter", "id", id, "addr", addr)
+	return nil
+}
+
+// demoteEmptyVoter makes srv, a voter of cf that rejoined holding no Raft
+// state, a non-voter (JoinEmpty), when the autopilot can promote it again
+// (canPromote).
+func (n *Node) demoteEmptyVoter(ctx context.Context, cf raft.ConfigurationFuture, srv raft.Server, canPromote bool) error {
+	id, addr := string(srv.ID), string(srv.Address)
+	if srv.ID == raft.ServerID(n.cfg.ID) {
+		// A leader holds the log it leads with: the claim is not ours.
+		n.log.Warn("join: a join for this leader's own id says it holds no raft state; left alone", "id", id, "addr", addr)
+		return nil
+	}
+	if !canPromote {
+		n.log.Warn("join: member rejoined holding no raft state (data directory replaced or wiped) and stays a voter: "+
+			"nothing promotes a non-voter below cluster version 2 or with non-voter joins off (server stabilization time < 0), "+
+			"so demoting it would leave it a non-voter for good; until it has caught up, its vote may elect a member that lacks committed entries",
+			"id", id, "addr", addr, "cluster_version", n.ClusterFormat(), "stabilization", n.cfg.ServerStabilizationTime)
+		return nil
+	}
+	next := slices.Clone(cf.Configuration().Servers)
+	for i := range next {
+		if next[i].ID == srv.ID {
+			next[i].Suffrage = raft.Nonvoter
+		}
+	}
+	if err := n.checkQuorum(ctx, fmt.Sprintf("join %q (holding no raft state): demote to non-voter", id), next, ""); err != nil {
+		return err
+	}
+	// Fenced to the configuration read: a change committed since (a
+	// removal, the autopilot's) fails this one, and the joiner retries.
+	if err := await(ctx, n.raft.DemoteVoter(srv.ID, cf.Index(), 0)); err != nil {
+		return n.raftErr(fmt.Sprintf("join %q: demote the voter that rejoined holding no raft state", id), err)
+	}
+	n.log.Warn("join: member rejoined holding no raft state (data directory replaced or wiped): demoted to non-voter; "+
+		"the leader promotes it again once it has caught up and stayed healthy",
+		"id", id, "addr", addr, "stabilization", n.cfg.ServerStabilizationTime)
 	return nil
 }
 

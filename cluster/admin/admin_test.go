@@ -107,8 +107,8 @@ func (f *fakeBackend) Status() cluster.Status {
 	}
 	return cluster.Status{ID: f.id, Address: "raft-" + f.id, State: state, LeaderID: id, LeaderAddr: addr, Term: 3, CommitIndex: 10, AppliedIndex: 9, FSMIndex: 9, Peers: f.peers, LastContact: contact}
 }
-func (f *fakeBackend) Join(context.Context, string, string) error { return f.notLeader() }
-func (f *fakeBackend) RemovePeer(context.Context, string) error   { return f.notLeader() }
+func (f *fakeBackend) Join(context.Context, string, string, bool) error { return f.notLeader() }
+func (f *fakeBackend) RemovePeer(context.Context, string) error         { return f.notLeader() }
 func (f *fakeBackend) DomainGet(k string) ([]byte, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

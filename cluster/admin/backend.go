@@ -53,7 +53,9 @@ type Backend interface {
 	Status() cluster.Status
 	// Join and RemovePeer change the Raft configuration (leader only;
 	// others fail with an error wrapping cluster.ErrNotLeader).
-	Join(ctx context.Context, id, raftAddr string) error
+	// holdsNoState: the joiner says it holds no Raft state
+	// (cluster.Node.JoinEmpty).
+	Join(ctx context.Context, id, raftAddr string, holdsNoState bool) error
 	RemovePeer(ctx context.Context, id string) error
 	// DomainGet reads a key of the replicated domain state (local FSM).
 	DomainGet(key string) ([]byte, bool)
@@ -160,7 +162,12 @@ func (b nodeBackend) StoredProceduresBefore(before uint64, fn func(store.Proc) e
 	return b.n.FSM().View().ProcsBefore(before, fn)
 }
 
-func (b nodeBackend) Join(ctx context.Context, id, addr string) error { return b.n.Join(ctx, id, addr) }
+func (b nodeBackend) Join(ctx context.Context, id, addr string, holdsNoState bool) error {
+	if holdsNoState {
+		return b.n.JoinEmpty(ctx, id, addr)
+	}
+	return b.n.Join(ctx, id, addr)
+}
 
 func (b nodeBackend) RemovePeer(ctx context.Context, id string) error {
 	return b.n.RemovePeer(ctx, id)

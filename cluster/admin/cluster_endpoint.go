@@ -128,13 +128,15 @@ func takeLeaderView(out *adminpb.ClusterStatusResponse, leader *adminpb.ClusterS
 // AddPeer implements adminpb.AdminServer: the leader adds the node (a
 // non-voter the autopilot promotes, at cluster version 2; see
 // cluster.Node.Join) and records its admin address, if given. A member removed before
-// comes back this way, without a restart (see removed.go).
+// comes back this way, without a restart (see removed.go). A voter that
+// rejoins saying it holds no Raft state (holds_no_state: its disk was
+// replaced) is demoted to a non-voter (cluster.Node.JoinEmpty).
 func (s *Server) AddPeer(ctx context.Context, req *adminpb.AddPeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" {
 		return nil, status.Error(codes.InvalidArgument, "admin: add peer: id and raft_address are required")
 	}
 	return orForward(s, ctx, func() (*adminpb.ClusterStatusResponse, error) {
-		if err := s.b.Join(ctx, req.GetId(), req.GetRaftAddress()); err != nil {
+		if err := s.b.Join(ctx, req.GetId(), req.GetRaftAddress(), req.GetHoldsNoState()); err != nil {
 			return nil, err
 		}
 		muts := s.clearRemovedMark(req.GetId())

@@ -649,11 +649,19 @@ func (c *Client) MembersStatus(ctx context.Context) (*adminpb.ClusterStatusRespo
 	return c.memberStatus(ctx, &adminpb.ClusterStatusRequest{Members: true})
 }
 
-// AddPeer adds a node to the cluster as a voter: id is its Raft server id,
+// AddPeer adds a node to the cluster (a non-voter the leader promotes,
+// at cluster version 2; else a voter): id is its Raft server id,
 // raftAddr its Raft transport address, adminAddr its admin (gRPC) address.
 func (c *Client) AddPeer(ctx context.Context, id, raftAddr, adminAddr string) (*adminpb.ClusterStatusResponse, error) {
+	return c.AddPeerRequest(ctx, &adminpb.AddPeerRequest{Id: id, RaftAddress: raftAddr, AdminAddress: adminAddr})
+}
+
+// AddPeerRequest is AddPeer with every field of the request, such as
+// holds_no_state, which a master joining with an empty data directory
+// sets.
+func (c *Client) AddPeerRequest(ctx context.Context, req *adminpb.AddPeerRequest) (*adminpb.ClusterStatusResponse, error) {
 	return c.statusCall(ctx, func(ctx context.Context, a adminpb.AdminClient) (*adminpb.ClusterStatusResponse, error) {
-		return a.AddPeer(ctx, &adminpb.AddPeerRequest{Id: id, RaftAddress: raftAddr, AdminAddress: adminAddr})
+		return a.AddPeer(ctx, req)
 	})
 }
 

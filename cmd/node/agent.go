@@ -26,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/grpcstop"
 	semver "github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
 
@@ -98,7 +99,7 @@ func runAgent(ctx context.Context, cfg agentConfig, stdout, stderr io.Writer) er
 	// a.cfg: the bootstrap guard may have turned a derived-peers start
 	// into a join (startNode).
 	if len(a.cfg.Join) > 0 {
-		go joinCluster(ctx, a.cfg, tlsc, logger)
+		go joinCluster(ctx, a.cfg, a.node.StartedEmpty(), tlsc, logger)
 	}
 	if a.rss, err = startDevRegionServers(ctx, cfg, logger, a.tracing); err != nil {
 		a.abort()
@@ -528,8 +529,13 @@ func startDevRegionServers(ctx context.Context, cfg agentConfig, logger hclog.Lo
 
 // joinCluster asks the cluster reachable at cfg.Join to add this node,
 // retrying until it is added or ctx ends. A node that is already a member
-// is accepted again (the leader removes a stale entry first).
-func joinCluster(ctx context.Context, cfg agentConfig, tlsc *agentTLS, logger hclog.Logger) {
+// is accepted again (the leader removes a stale entry first). empty says
+// the node started with no Raft state (cluster.Node.StartedEmpty): not
+// every join does, as a later StatefulSet member (--initial-cluster-size)
+// or a --join in a unit file asks on every start. Said, it has a leader
+// that still lists it as a voter demote it to a non-voter while it holds
+// nothing (cluster.Node.JoinEmpty).
+func joinCluster(ctx context.Context, cfg agentConfig, empty bool, tlsc *agentTLS, logger hclog.Logger) {
 	c, err := client.New(cfg.Join, client.WithDialOptions(tlsc.dialTo(security.RoleMaster)...))
 	if err != nil {
 		logger.Error("join: bad --join addresses", "error", err)
@@ -538,7 +544,7 @@ func joinCluster(ctx context.Context, cfg agentConfig, tlsc *agentTLS, logger hc
 	defer c.Close()
 	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.AddPeer(cctx, cfg.ID, cfg.RaftAddr, cfg.GRPCAddr)
+		_, err := c.AddPeerRequest(cctx, &adminpb.AddPeerRequest{Id: cfg.ID, RaftAddress: cfg.RaftAddr, AdminAddress: cfg.GRPCAddr, HoldsNoState: empty})
 		cancel()
 		if err == nil {
 			logger.Info("joined the cluster", "via", cfg.Join)

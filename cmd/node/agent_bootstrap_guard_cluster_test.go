@@ -22,13 +22,18 @@ import (
 // others, who name a leader, so it does not bootstrap but joins through
 // them (the agent's joinCluster, for an id still in the configuration),
 // catches up, and every member reports the same leader and cluster id,
-// with the procedures submitted before.
+// with the procedures submitted before. Its join says it holds no raft
+// state, so the leader demotes it, still a voter in the configuration, to
+// a non-voter (its lost log and vote must elect nobody), and the autopilot
+// makes it a voter again once it has caught up and stayed healthy.
 func TestBootstrapGuardWipedMember(t *testing.T) {
 	var c *clustertest.Cluster
 	var guarding atomic.Bool // off for the first start: nobody has a cluster yet
 	decided := map[string]chan bool{}
+	const stabilization = time.Second
 	c = clustertest.New(t, clustertest.Config{NoDomain: true, Node: func(i int, cfg *cluster.Config) {
 		id := cfg.ID
+		cfg.ServerStabilizationTime = stabilization
 		decided[id] = make(chan bool, 4)
 		cfg.BeforeBootstrap = func() (bool, error) {
 			if !guarding.Load() {
@@ -80,13 +85,17 @@ func TestBootstrapGuardWipedMember(t *testing.T) {
 			others = append(others, o.AdminAddr())
 		}
 	}
+	if !m.Node().StartedEmpty() {
+		t.Fatalf("%s, wiped, does not say it started empty", m.ID)
+	}
 	jctx, jcancel := context.WithCancel(ctx)
 	defer jcancel()
 	joined := make(chan struct{})
 	go func() {
 		defer close(joined)
-		joinCluster(jctx, agentConfig{ID: m.ID, RaftAddr: m.Node().Addr(), GRPCAddr: m.AdminAddr(), Join: others}, nil, hclog.NewNullLogger())
+		joinCluster(jctx, agentConfig{ID: m.ID, RaftAddr: m.Node().Addr(), GRPCAddr: m.AdminAddr(), Join: others}, m.Node().StartedEmpty(), nil, hclog.NewNullLogger())
 	}()
+	joining := time.Now()
 	select {
 	case <-joined:
 	case <-ctx.Done():
@@ -94,6 +103,29 @@ func TestBootstrapGuardWipedMember(t *testing.T) {
 	}
 
 	leader := c.Master(li).Node()
+	suffrage := func() string {
+		for _, p := range leader.Status().Peers {
+			if p.ID == m.ID {
+				return p.Suffrage
+			}
+		}
+		return ""
+	}
+	if s := suffrage(); s != "Nonvoter" && time.Since(joining) < stabilization {
+		t.Fatalf("%s, rejoined empty, is a %q: want a non-voter until the autopilot promotes it", m.ID, s)
+	}
+	if l := c.Master(li).Log(); !strings.Contains(l, "demoted to non-voter") {
+		t.Errorf("the leader's log does not say it demoted %s:\n%s", m.ID, l)
+	}
+	c.WaitForNil("the autopilot to promote "+m.ID+" again", func() error {
+		if s := suffrage(); s != "Voter" {
+			return fmt.Errorf("%s is a %q", m.ID, s)
+		}
+		return nil
+	})
+	if took := time.Since(joining); took < stabilization {
+		t.Errorf("%s promoted %v after its join, before the stabilization time %v", m.ID, took, stabilization)
+	}
 	c.WaitForNil(m.ID+" caught up, following the same leader in one configuration", func() error {
 		lid, _ := leader.Leader()
 		for _, o := range c.Masters() {

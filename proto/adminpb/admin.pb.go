@@ -3694,10 +3694,19 @@ func (x *LastSnapshot) GetDurationMs() int64 {
 // below it as a voter. It answers once the member is added, not promoted:
 // its suffrage is in the answer's peers.
 type AddPeerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	AdminAddress  string                 `protobuf:"bytes,3,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress  string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	AdminAddress string                 `protobuf:"bytes,3,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
+	// holds_no_state: the joining master found no Raft state in its data
+	// directory at start (its disk was replaced or wiped). Raft's safety
+	// rests on a voter's durable log and vote, so a leader that still lists
+	// it as a voter at the same address demotes it to a non-voter, which
+	// the autopilot promotes again once it has caught up and stayed
+	// healthy (at cluster version 2, non-voter joins on; else it stays a
+	// voter, as before). A 0.1.0 master neither sends nor reads it: a join
+	// without it leaves a member at the same id and address alone.
+	HoldsNoState  bool `protobuf:"varint,100,opt,name=holds_no_state,json=holdsNoState,proto3" json:"holds_no_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3751,6 +3760,13 @@ func (x *AddPeerRequest) GetAdminAddress() string {
 		return x.AdminAddress
 	}
 	return ""
+}
+
+func (x *AddPeerRequest) GetHoldsNoState() bool {
+	if x != nil {
+		return x.HoldsNoState
+	}
+	return false
 }
 
 type RemovePeerRequest struct {
@@ -7281,11 +7297,12 @@ const file_admin_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x14\n" +
 	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x03R\n" +
-	"durationMs\"\x80\x01\n" +
+	"durationMs\"\xa6\x01\n" +
 	"\x0eAddPeerRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\x12)\n" +
 	"\fraft_address\x18\x02 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\vraftAddress\x12+\n" +
-	"\radmin_address\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\"+\n" +
+	"\radmin_address\x18\x03 \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\fadminAddress\x12$\n" +
+	"\x0eholds_no_state\x18d \x01(\bR\fholdsNoState\"+\n" +
 	"\x11RemovePeerRequest\x12\x16\n" +
 	"\x02id\x18\x01 \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x02id\"O\n" +
 	"\x19TransferLeadershipRequest\x12\x1a\n" +
