@@ -98,8 +98,11 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 }
 
-// TestComposeConfig: docker-compose.yml is valid Compose, with the
-// prometheus and grafana services only under the "observe" profile.
+// TestComposeConfig: docker-compose.yml is valid Compose: three masters and
+// three region servers by default, prometheus and grafana only under the
+// "observe" profile, and the StatefulSet-named masters and region servers
+// only under "statefulset" (baton-master-3, the scale-up, under
+// "statefulset-scaleup").
 // Needs `docker compose` or docker-compose (no engine: config only parses).
 func TestComposeConfig(t *testing.T) {
 	var compose []string
@@ -136,35 +139,60 @@ func TestComposeConfig(t *testing.T) {
 		t.Fatalf("%s config: %v\n%s", strings.Join(compose, " "), err, out)
 	}
 	// The normalized file, service by service (`config --services` of
-	// docker-compose 1.x lists profiled services too, so read the profiles).
+	// docker-compose 1.x lists profiled services too, so read the profiles:
+	// a block list under the service's "profiles:" key, its items at the
+	// key's indent (1.x) or deeper (Compose v2)).
 	profiles := map[string]string{}
 	var service string
-	inServices := false
+	inServices, inProfiles := false, false
 	for _, line := range strings.Split(string(out), "\n") {
 		indent := len(line) - len(strings.TrimLeft(line, " "))
+		trimmed := strings.TrimSpace(line)
+		if inProfiles && (line == "" || indent < 4 || (indent == 4 && !strings.HasPrefix(trimmed, "- "))) {
+			inProfiles = false
+		}
 		switch {
 		case line == "services:":
 			inServices = true
 		case indent == 0 && line != "":
 			inServices = false
 		case inServices && indent == 2 && strings.HasSuffix(line, ":"):
-			service = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			service = strings.TrimSuffix(trimmed, ":")
 			profiles[service] = ""
-		case inServices && service != "" && indent > 2 && strings.Contains(line, "- observe"):
-			profiles[service] = "observe"
+		case inServices && service != "" && indent == 4 && trimmed == "profiles:":
+			inProfiles = true
+		case inProfiles && strings.HasPrefix(trimmed, "- "):
+			if profiles[service] != "" {
+				profiles[service] += ","
+			}
+			profiles[service] += strings.TrimPrefix(trimmed, "- ")
 		}
 	}
-	if len(profiles) != 8 {
-		t.Fatalf("services %v: want 3 masters, 3 region servers, prometheus and grafana\n%s", profiles, out)
+	// The default services (no profile), the observe profile's, and the
+	// statefulset profiles' (the Kubernetes StatefulSet's naming, run in
+	// Compose): each service with its profile, and no other service.
+	want := map[string]string{
+		"master1": "", "master2": "", "master3": "", "rs1": "", "rs2": "", "rs3": "",
+		"prometheus": "observe", "grafana": "observe",
+		"baton-master-0": "statefulset", "baton-master-1": "statefulset", "baton-master-2": "statefulset",
+		"baton-rs-0": "statefulset", "baton-rs-1": "statefulset", "baton-rs-2": "statefulset", "baton-master-3": "statefulset-scaleup",
+	}
+	for s, w := range want {
+		p, ok := profiles[s]
+		switch {
+		case !ok:
+			t.Errorf("service %s missing (want profile %q)", s, w)
+		case p != w:
+			t.Errorf("service %s has profile %q, want %q", s, p, w)
+		}
 	}
 	for s, p := range profiles {
-		want := ""
-		if s == "prometheus" || s == "grafana" {
-			want = "observe"
+		if _, ok := want[s]; !ok {
+			t.Errorf("unexpected service %s (profile %q)", s, p)
 		}
-		if p != want {
-			t.Errorf("service %s has profile %q, want %q", s, p, want)
-		}
+	}
+	if t.Failed() {
+		t.Logf("%s config:\n%s", strings.Join(compose, " "), out)
 	}
 }
 
