@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -115,7 +116,9 @@ func tlsCluster(t *testing.T, timeout time.Duration, env ...string) (context.Con
 // (a table opens, the CLI with a client certificate lists it, a failover
 // elects a new leader over TLS Raft), and that each channel refuses a
 // plaintext peer, a certificate of another CA, an expired certificate and
-// a valid certificate of the wrong role.
+// a valid certificate of the wrong role. The masters' HTTP port admits a
+// client without a certificate for the probes alone (/readyz, /livez: the
+// verdict, no reason) and answers it 401 on every other path.
 func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 	ctx, c, leader := tlsCluster(t, 3*time.Minute)
 	startRegionServers(t, ctx, c, 2, harness.RSOptions{})
@@ -344,31 +347,56 @@ func TestTLSClusterRefusesWhoDoesNotBelong(t *testing.T) {
 	})
 
 	t.Run("http", func(t *testing.T) {
-		url := "https://" + c.Node(leader).HTTPAddr + "/status"
-		get := func(cfg *tls.Config, u string) (int, error) {
+		base := "https://" + c.Node(leader).HTTPAddr
+		url := base + "/status"
+		get := func(cfg *tls.Config, u string) (int, string, error) {
 			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 			resp, err := hc.Get(u)
 			if err != nil {
-				return 0, err
+				return 0, "", err
 			}
 			defer resp.Body.Close()
-			_, _ = io.Copy(io.Discard, resp.Body)
-			return resp.StatusCode, nil
+			body, err := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body), err
 		}
-		if code, err := get(load(cliFiles).ClientConfig(security.RoleMaster), url); err != nil || code != http.StatusOK {
+		if code, _, err := get(load(cliFiles).ClientConfig(security.RoleMaster), url); err != nil || code != http.StatusOK {
 			t.Errorf("a client certificate: %d, %v", code, err)
 		}
-		if code, err := get(nil, "http://"+c.Node(leader).HTTPAddr+"/status"); err == nil && code == http.StatusOK {
+		if code, _, err := get(nil, "http://"+c.Node(leader).HTTPAddr+"/status"); err == nil && code == http.StatusOK {
 			t.Error("plaintext HTTP: 200")
 		}
+		// No certificate: the handshake admits it (a kubelet's HTTPS probe
+		// presents none), the probes answer it the verdict alone, and every
+		// other path 401 (docs/operations.md, "Readiness and liveness").
+		noCert := &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+		for _, path := range []string{"/status", "/metrics", "/"} {
+			if code, body, err := get(noCert, base+path); err != nil || code != http.StatusUnauthorized || !strings.Contains(body, "needs a client certificate") {
+				t.Errorf("no certificate, %s: %d %q %v, want 401 asking for one", path, code, body, err)
+			}
+		}
+		testwait.ForNil(t, 30*time.Second, "the leader's /readyz without a certificate: 200 ready, no reason", func() error {
+			code, body, err := get(noCert, base+"/readyz")
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK || body != "ready\n" {
+				return fmt.Errorf("%d %q", code, body)
+			}
+			return nil
+		})
+		if code, body, err := get(noCert, base+"/livez"); err != nil || code != http.StatusOK || body != "live\n" {
+			t.Errorf("no certificate, /livez: %d %q %v, want 200 live (no role)", code, body, err)
+		}
+		// A certificate presented is judged at the handshake as before.
 		for name, cfg := range map[string]*tls.Config{
-			"no certificate":         {MinVersion: tls.VersionTLS13, InsecureSkipVerify: true},
 			"another CA":             rawTLS(t, stranger),
 			"an expired certificate": rawTLS(t, expired),
 			"a region server's":      rawTLS(t, rsFiles),
 		} {
-			if code, err := get(cfg, url); err == nil {
-				t.Errorf("%s: answered %d", name, code)
+			for _, path := range []string{"/status", "/readyz"} {
+				if code, _, err := get(cfg, base+path); err == nil {
+					t.Errorf("%s, %s: answered %d", name, path, code)
+				}
 			}
 		}
 	})
