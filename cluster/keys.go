@@ -30,3 +30,19 @@ const ClusterFormatKey = "cluster/format"
 // (0.1.0 reads no key under cluster/), and never changes. Absent: the
 // cluster has none yet. Snapshot files carry it.
 const ClusterIDKey = "cluster/id"
+
+// RestoredKey marks a state built by `baton snapshot restore` (JSON
+// RestoredMark) until a leader of the restored cluster has held its
+// dispatch for a region server's self-fence period: the snapshot is older
+// than the region servers' reality, and a server it does not know (or a
+// region moved after the save) may still host a region the restored state
+// places elsewhere, until that server hears of the new cluster or fences
+// itself. Written by every member's restore alike, so it carries nothing
+// of the moment each ran.
+const RestoredKey = "cluster/restored"
+
+// RestoredMark is RestoredKey's value: what the state was restored from.
+type RestoredMark struct {
+	From  string `json:"from,omitempty"` // the snapshot's cluster id
+	Index uint64 `json:"index"`          // the snapshot's raft index
+}

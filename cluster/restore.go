@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -89,7 +90,9 @@ type RestoreResult struct {
 
 // restoreDrops says whether a key of the snapshot is left out of a restore.
 func restoreDrops(key string) bool {
-	return key == ClusterIDKey || strings.HasPrefix(key, "nodes/")
+	// RestoredKey too: a snapshot of a restored cluster saved before its
+	// hold ended carries the old mark, which this restore writes anew.
+	return key == ClusterIDKey || key == RestoredKey || strings.HasPrefix(key, "nodes/")
 }
 
 // restoreScan is what the first read of the file found.
@@ -349,12 +352,18 @@ func buildRestoredDir(dir string, cfg RestoreConfig, scan restoreScan, term uint
 func copyRestoredState(path string, w io.Writer, scan restoreScan) error {
 	h := scan.header
 	var sw *raftfsm.StreamWriter
-	err := readSnapshotFile(path, func(got raftfsm.SnapshotFileHeader) error {
+	// The mark goes in key order, before the first key after it.
+	mark, err := json.Marshal(RestoredMark{From: h.ClusterID, Index: h.Index})
+	if err != nil {
+		return fmt.Errorf("cluster: restore: %w", err)
+	}
+	marked := false
+	err = readSnapshotFile(path, func(got raftfsm.SnapshotFileHeader) error {
 		if got != h {
 			return fmt.Errorf("cluster: restore: %s changed while being restored (header %+v, then %+v)", path, h, got)
 		}
 		var err error
-		sw, err = raftfsm.NewStreamWriter(w, h.Index, h.MaxProcID, h.Procs, scan.keys-scan.drops)
+		sw, err = raftfsm.NewStreamWriter(w, h.Index, h.MaxProcID, h.Procs, scan.keys-scan.drops+1)
 		if err != nil {
 			return fmt.Errorf("cluster: restore: %w", err)
 		}
@@ -366,7 +375,12 @@ func copyRestoredState(path string, w io.Writer, scan restoreScan) error {
 			err = sw.Proc(e.Proc.ID, e.Proc.Data)
 		case restoreDrops(e.Key):
 		default:
-			err = sw.Key(e.Key, e.Value)
+			if !marked && e.Key > RestoredKey {
+				marked, err = true, sw.Key(RestoredKey, mark)
+			}
+			if err == nil {
+				err = sw.Key(e.Key, e.Value)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("cluster: restore: %s: %w", path, err)
@@ -375,6 +389,11 @@ func copyRestoredState(path string, w io.Writer, scan restoreScan) error {
 	})
 	if err != nil {
 		return err
+	}
+	if !marked {
+		if err := sw.Key(RestoredKey, mark); err != nil {
+			return fmt.Errorf("cluster: restore: %s: %w", path, err)
+		}
 	}
 	if err := sw.Close(); err != nil {
 		return fmt.Errorf("cluster: restore: %s: %w", path, err)

@@ -132,7 +132,9 @@ func (s *services) applyMaintenanceLocked(m Maintenance) {
 		s.disp.Pause()
 		return
 	}
-	s.disp.Resume()
+	if !s.restoreHold {
+		s.disp.Resume()
+	}
 	if ev := s.maintEv; ev != nil {
 		s.maintEv = nil
 		s.x.Wake(ev)
