@@ -32,7 +32,10 @@ func (s *services) startRestoreHold() {
 	}
 	var mark cluster.RestoredMark
 	_ = json.Unmarshal(v, &mark) // the hold does not depend on what it says
-	hold := s.d.cfg.ServerLease.HardLimit
+	// The hard limit, or a server's self-fence period and its margin if
+	// that is longer (a heartbeat interval set apart from the lease): the
+	// hold must outlast how long a server keeps regions unanswered.
+	hold := max(s.d.cfg.ServerLease.HardLimit, s.selfFence()+s.d.cfg.FenceMargin)
 	s.maintMu.Lock()
 	s.restoreHold = true
 	s.disp.Pause()
