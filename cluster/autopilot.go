@@ -171,8 +171,8 @@ func (st *autopilotState) plan(now time.Time, members []autopilotMember, lim aut
 // autopilotInterval is how often the leader looks: every HealthInterval,
 // or a fifth of the stabilization time if that is shorter (tests). A
 // stabilization time of (almost) none, or none at all (non-voter joins
-// off), does not speed the looks up: each reads the configuration
-// through raft's main loop, and 200 a second would tax the leader.
+// off), does not speed the looks up: each builds every member's health
+// and may write, and 200 a second would be work for nothing.
 func (n *Node) autopilotInterval() time.Duration {
 	const floor = 5 * time.Millisecond
 	iv := n.cfg.HealthInterval

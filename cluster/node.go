@@ -709,9 +709,13 @@ func (n *Node) demoteEmptyVoter(ctx context.Context, cf raft.ConfigurationFuture
 	if err := n.checkQuorum(ctx, fmt.Sprintf("join %q (holding no raft state): demote to non-voter", id), next, ""); err != nil {
 		return err
 	}
-	// Fenced to the configuration read: a change committed since (a
-	// removal, the autopilot's) fails this one, and the joiner retries.
-	if err := await(ctx, n.raft.DemoteVoter(srv.ID, cf.Index(), 0)); err != nil {
+	// Not fenced to the configuration read: GetConfiguration's Index is
+	// always 0 in raft v1.7.3 (see promote). Unfenced is safe here, unlike
+	// AddVoter: raft demotes only a server it has, so a member removed
+	// meanwhile does not come back, and one the autopilot promoted again
+	// meanwhile was caught up (it is demoted once more, which is only
+	// slower).
+	if err := await(ctx, n.raft.DemoteVoter(srv.ID, 0, 0)); err != nil {
 		return n.raftErr(fmt.Sprintf("join %q: demote the voter that rejoined holding no raft state", id), err)
 	}
 	n.log.Warn("join: member rejoined holding no raft state (data directory replaced or wiped): demoted to non-voter; "+

@@ -20,9 +20,13 @@ func (s *Server) bootstrapACL(ctx context.Context) {
 	now := s.acc.Clock.Now().UnixMilli()
 	muts, granted := s.acl.InitialGrantWrites(s.b.ID(), now)
 	muts = append(muts, s.acl.TokenUseWrites()...)
-	if given, recorded, ignored := s.acl.GivenBootstrapIgnored(); ignored && !s.bootIgnoredSaid.Swap(true) {
-		s.log.Warn("--acl-bootstrap-token-file holds another token than the cluster's bootstrap token, which stays: the file counts only at the cluster's first bootstrap",
-			"given_accessor", given, "cluster_accessor", recorded)
+	// Said once; the check reads and decodes the boot record, so it is
+	// not made again once said.
+	if !s.bootIgnoredSaid.Load() {
+		if given, recorded, ignored := s.acl.GivenBootstrapIgnored(); ignored && !s.bootIgnoredSaid.Swap(true) {
+			s.log.Warn("--acl-bootstrap-token-file holds another token than the cluster's bootstrap token, which stays: the file counts only at the cluster's first bootstrap",
+				"given_accessor", given, "cluster_accessor", recorded)
+		}
 	}
 	boot, bootMuts, err := s.acl.BootstrapWrites(s.b.ID(), now, s.acc.BootstrapTokenTTL)
 	switch {

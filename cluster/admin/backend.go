@@ -127,10 +127,11 @@ func (b nodeBackend) Live() (bool, string) {
 	if b.n.Closed() {
 		return false, "node shut down"
 	}
-	if st := b.n.Raft().State(); st == raft.Shutdown {
+	st := b.n.Raft().State()
+	if st == raft.Shutdown {
 		return false, "raft shut down"
 	}
-	return true, "alive (" + strings.ToLower(b.n.Raft().State().String()) + ")"
+	return true, "alive (" + strings.ToLower(st.String()) + ")"
 }
 
 // Term is the node's current Raft term.

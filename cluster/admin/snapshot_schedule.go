@@ -240,10 +240,6 @@ func (sc *snapshotScheduler) tick() {
 // errNotLeading: leadership went before the read point; not a failure.
 var errNotLeading = errors.New("not the leader")
 
-// snapshotNameRE matches the scheduled snapshots' names only: retention
-// never touches anything else in the directory.
-var snapshotNameRE = snapdir.NameRE
-
 // takeOne writes one snapshot: the read point, the file written beside
 // its name, fsynced, read back whole with the file reader, and only then
 // renamed to its name (fsutil.CreateAtomic), so that every file of the

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/snapdir"
 	"github.com/baton-dev/baton/internal/clock"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -173,7 +174,7 @@ func TestScheduledSnapshotsEveryIntervalKeepTheNewest(t *testing.T) {
 func snapNames(t *testing.T, dir string) []string {
 	var out []string
 	for _, n := range dirNames(t, dir) {
-		if snapshotNameRE.MatchString(n) {
+		if snapdir.NameRE.MatchString(n) {
 			out = append(out, n)
 		}
 	}

@@ -215,11 +215,10 @@ func Create(dir string, perm os.FileMode, fill func(f *os.File) (Header, error))
 			if err = os.Rename(tmp, path); err != nil {
 				return "", fmt.Errorf("write %s: %w", path, err)
 			}
-		} else if err := os.Remove(tmp); err != nil {
-			// The snapshot is in place; only a stray temporary name is left,
-			// which no listing counts.
-			return path, fmt.Errorf("write %s: removing %s: %w", path, tmp, err)
 		}
+		// Linked: the deferred removal drops the temporary name (a stray
+		// one left would be counted by no listing).
+		err = nil
 		if err := fsutil.SyncDir(dir); err != nil {
 			return path, fmt.Errorf("write %s: sync directory: %w", path, err)
 		}
