@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -240,10 +239,11 @@ func (sc *snapshotScheduler) tick() {
 // errNotLeading: leadership went before the read point; not a failure.
 var errNotLeading = errors.New("not the leader")
 
-// takeOne writes one snapshot: the read point, the file written beside
-// its name, fsynced, read back whole with the file reader, and only then
-// renamed to its name (fsutil.CreateAtomic), so that every file of the
-// pattern was verified; one that fails is removed, whatever the cause.
+// takeOne writes one snapshot: the read point, the file written under a
+// temporary name in the directory, fsynced, read back whole with the file
+// reader, and only then linked to its name (snapdir.Create), so that every
+// file of the pattern was verified; one that fails is removed, whatever
+// the cause.
 func (sc *snapshotScheduler) takeOne() error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(sc.ctx, snapshotTimeout)
@@ -257,24 +257,29 @@ func (sc *snapshotScheduler) takeOne() error {
 	}
 	at := time.UnixMilli(pt.header.CreatedUnixMs)
 	index := pt.view.Index()
-	path := filepath.Join(sc.cfg.Dir, snapdir.Name(pt.header.ClusterID, at, index))
+	// snapdir.Create, as `snapshot save --dir` writes: never over a file
+	// of the same name (a save into this directory in the same second).
 	var size int64
-	err = fsutil.CreateAtomic(path, fsutil.PrivateFileMode, func(f *os.File) error {
+	path, err := snapdir.Create(sc.cfg.Dir, fsutil.PrivateFileMode, func(f *os.File) (snapdir.Header, error) {
+		name := snapdir.Name(pt.header.ClusterID, at, index)
 		var w io.Writer = f
 		if sc.wrap != nil {
 			w = sc.wrap(w)
 		}
 		bw := bufio.NewWriterSize(w, 256<<10)
 		if err := pt.write(bw); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
+			return snapdir.Header{}, fmt.Errorf("writing %s: %w", name, err)
 		}
 		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("writing %s: %w", path, err)
+			return snapdir.Header{}, fmt.Errorf("writing %s: %w", name, err)
 		}
 		if err := f.Sync(); err != nil {
-			return fmt.Errorf("writing %s: sync: %w", path, err)
+			return snapdir.Header{}, fmt.Errorf("writing %s: sync: %w", name, err)
 		}
-		return sc.verify(f.Name(), pt, &size)
+		if err := sc.verify(f.Name(), pt, &size); err != nil {
+			return snapdir.Header{}, err
+		}
+		return snapdir.Header{ClusterID: pt.header.ClusterID, At: at, Index: index}, nil
 	})
 	if err != nil {
 		return err
