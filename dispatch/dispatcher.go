@@ -121,8 +121,8 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	servers map[serverKey]*server
 	stopped bool
-	paused  bool  // Pause: nothing is sent until Resume
-	deposed error // the first stale-term error; latched for good
+	paused  map[string]bool // Pause's reasons: nothing is sent until each is resumed
+	deposed error           // the first stale-term error; latched for good
 	stats   Stats
 
 	// Test hooks, set before the first Dispatch. jitter returns the random
@@ -276,7 +276,7 @@ func checkOp(t Target, op Op) error {
 // Caller holds d.mu.
 func (d *Dispatcher) kick(s *server) {
 	if s.closed || s.inflight || s.backoff || s.held || s.dead != nil ||
-		d.stopped || d.paused || d.deposed != nil || len(s.buf) == 0 {
+		d.stopped || len(d.paused) > 0 || d.deposed != nil || len(s.buf) == 0 {
 		return
 	}
 	if s.retryDue || s.streaming || len(s.buf) > d.cfg.MinBatch {
@@ -728,37 +728,52 @@ func (d *Dispatcher) Stop() {
 	d.wg.Wait()
 }
 
-// Pause stops sending: ops dispatched meanwhile, and ops a failed call
-// gives back for a retry, stay buffered, unanswered, until Resume; a call
-// already on the wire finishes and its results are delivered. It is the
-// leader's maintenance mode (nothing reaches the region servers while an
-// operator works on them). Pausing a paused dispatcher does nothing.
-func (d *Dispatcher) Pause() {
+// Pause stops sending, for reason (the leader's maintenance mode: nothing
+// reaches the region servers while an operator works on them; a restored
+// cluster's hold): ops dispatched meanwhile, and ops a failed call gives
+// back for a retry, stay buffered, unanswered, until every reason it was
+// paused for is resumed; a call already on the wire finishes and its
+// results are delivered. Pausing again for a reason it holds does nothing.
+func (d *Dispatcher) Pause(reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.paused {
-		d.paused = true
-		d.log.Info("paused: no batch is sent until resumed")
-	}
-}
-
-// Resume undoes Pause: every buffer that is due is sent now (the delay of
-// an op buffered during the pause has long passed), the others when due.
-func (d *Dispatcher) Resume() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.paused {
+	if d.paused[reason] {
 		return
 	}
-	d.paused = false
-	d.log.Info("resumed")
+	if d.paused == nil {
+		d.paused = map[string]bool{}
+	}
+	d.paused[reason] = true
+	d.log.Info("paused: no batch is sent until resumed", "reason", reason)
+}
+
+// Resume undoes Pause for reason: once no reason is left, every buffer
+// that is due is sent now (the delay of an op buffered during the pause
+// has long passed), the others when due. Resuming a reason not paused for
+// does nothing.
+func (d *Dispatcher) Resume(reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.paused[reason] {
+		return
+	}
+	delete(d.paused, reason)
+	if len(d.paused) > 0 {
+		d.log.Info("resumed one reason; still paused", "reason", reason, "paused_for", len(d.paused))
+		return
+	}
+	d.log.Info("resumed", "reason", reason)
 	for _, s := range d.servers {
 		d.kick(s)
 	}
 }
 
-// Paused reports whether the dispatcher is paused.
-func (d *Dispatcher) Paused() bool { return locked.Load(&d.mu, &d.paused) }
+// Paused reports whether the dispatcher is paused, for any reason.
+func (d *Dispatcher) Paused() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.paused) > 0
+}
 
 // ServerState describes one server incarnation's buffer, for diagnostics
 // ("why has this region not opened?").

@@ -20,8 +20,8 @@ func TestPauseHoldsEverySend(t *testing.T) {
 	inflight := h.dispatch(a, 33) // over MinBatch: sent at once
 	c := h.nextCall()
 
-	h.d.Pause()
-	h.d.Pause() // pausing twice is harmless
+	h.d.Pause("maintenance")
+	h.d.Pause("maintenance") // pausing twice is harmless
 	if !h.d.Paused() {
 		t.Fatal("Paused() = false after Pause")
 	}
@@ -35,7 +35,7 @@ func TestPauseHoldsEverySend(t *testing.T) {
 	h.wantBatches(1)
 	h.noResults()
 
-	h.d.Resume()
+	h.d.Resume("maintenance")
 	if h.d.Paused() {
 		t.Fatal("Paused() = true after Resume")
 	}
@@ -54,16 +54,41 @@ func TestPauseHoldsEverySend(t *testing.T) {
 	// A retry that falls due while paused waits for Resume too.
 	h.dispatch(a, 33)
 	c = h.nextCall()
-	h.d.Pause()
+	h.d.Pause("maintenance")
 	h.answer(c, status.Error(codes.Unavailable, "connection reset"))
 	h.clk.Advance(time.Hour)
 	before := h.batches()
 	h.noResults()
-	h.d.Resume()
+	h.d.Resume("maintenance")
 	if h.batches() != before+1 {
 		t.Fatalf("batches %d after Resume, want the retry (%d)", h.batches(), before+1)
 	}
 	h.answer(h.nextCall(), nil)
 	h.collect(33)
-	h.d.Resume() // resuming a running dispatcher is harmless
+	h.d.Resume("maintenance") // resuming a running dispatcher is harmless
+}
+
+// Each reason is resumed on its own: maintenance mode going off during a
+// restored cluster's hold leaves the hold in place, and the other way
+// round.
+func TestPauseReasonsResumeSeparately(t *testing.T) {
+	h := newHarness(t, nil)
+	a := target("a", 1)
+	h.d.Pause("restore hold")
+	h.d.Pause("maintenance")
+	queued := h.dispatch(a, 33)
+	h.d.Resume("maintenance")
+	h.d.Resume("nothing paused for this") // harmless
+	if !h.d.Paused() {
+		t.Fatal("Paused() = false with the restore hold still on")
+	}
+	h.clk.Advance(time.Hour)
+	h.wantBatches(0)
+	h.d.Resume("restore hold")
+	if h.d.Paused() {
+		t.Fatal("Paused() = true after every reason resumed")
+	}
+	h.wantBatches(1)
+	h.answer(h.nextCall(), nil)
+	h.collect(len(queued))
 }

@@ -115,6 +115,10 @@ func (d *Domain) maintenanceOn() float64 {
 	return 0
 }
 
+// pauseMaintenance is maintenance mode's reason to pause dispatch (a
+// restored cluster's hold is another: restore_hold.go).
+const pauseMaintenance = "maintenance mode"
+
 // applyMaintenance brings the leader services in line with maintenance
 // mode m: while it is on, the dispatcher is paused and procedures about to
 // dispatch suspend on an event that its end wakes.
@@ -129,12 +133,10 @@ func (s *services) applyMaintenanceLocked(m Maintenance) {
 		if s.maintEv == nil {
 			s.maintEv = scheduler.NewEvent("maintenance mode to end")
 		}
-		s.disp.Pause()
+		s.disp.Pause(pauseMaintenance)
 		return
 	}
-	if !s.restoreHold {
-		s.disp.Resume()
-	}
+	s.disp.Resume(pauseMaintenance)
 	if ev := s.maintEv; ev != nil {
 		s.maintEv = nil
 		s.x.Wake(ev)

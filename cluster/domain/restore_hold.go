@@ -23,6 +23,10 @@ import (
 // later leaders do not hold again; a leader deposed before that holds
 // anew, as it must (the next knows nothing of this one's clock).
 
+// pauseRestoreHold is the hold's reason to pause dispatch, apart from
+// maintenance mode's: each resumes only its own.
+const pauseRestoreHold = "restore hold"
+
 // startRestoreHold pauses dispatch for the hold if the state carries the
 // mark; the procedures meanwhile run and queue their operations.
 func (s *services) startRestoreHold() {
@@ -36,10 +40,7 @@ func (s *services) startRestoreHold() {
 	// that is longer (a heartbeat interval set apart from the lease): the
 	// hold must outlast how long a server keeps regions unanswered.
 	hold := max(s.d.cfg.ServerLease.HardLimit, s.selfFence()+s.d.cfg.FenceMargin)
-	s.maintMu.Lock()
-	s.restoreHold = true
-	s.disp.Pause()
-	s.maintMu.Unlock()
+	s.disp.Pause(pauseRestoreHold)
 	s.log.Warn("restored from a snapshot: dispatch held for a region server's self-fence period, so that no server the snapshot does not know still hosts a region reopened elsewhere",
 		"hold", hold, "restored_from", mark.From, "snapshot_index", mark.Index)
 	fired := make(chan struct{})
@@ -58,12 +59,8 @@ func (s *services) startRestoreHold() {
 			// finds the mark and holds again, which is only slower.
 			s.log.Warn("restore hold over, but its mark not deleted; the next leader holds again", "error", err)
 		}
-		s.maintMu.Lock()
-		defer s.maintMu.Unlock()
-		s.restoreHold = false
-		if !s.isStopped() {
-			s.syncMaintenanceLocked()
-		}
+		// Maintenance mode, if on, still holds dispatch: its own reason.
+		s.disp.Resume(pauseRestoreHold)
 		s.log.Info("restore hold over: dispatch follows maintenance mode again")
 	})
 }

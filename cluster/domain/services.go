@@ -204,10 +204,6 @@ type services struct {
 	maintMu     sync.Mutex
 	maintEv     *scheduler.Event
 	maintWrites int
-	// restoreHold (under maintMu): dispatch stays paused whatever
-	// maintenance mode says, a restored state's first self-fence period
-	// (restore_hold.go).
-	restoreHold bool
 	// repairMu serializes repair calls (repair.go): each plans against the
 	// state the previous one left. repairSeq is the last record's sequence
 	// number, 0 until read from the state.
