@@ -256,22 +256,7 @@ func TestDrillRestore(t *testing.T) {
 	// snapshot: the audit holds the restored cluster to what was acked
 	// before it, and nothing is submitted in between.
 
-	var peers []string
-	for _, n := range c.Nodes {
-		peers = append(peers, n.ID+"="+n.RaftAddr)
-	}
-	for _, n := range c.Nodes {
-		c.Kill(n.ID)
-		if err := os.RemoveAll(n.DataDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start = time.Now()
-	for _, n := range c.Nodes {
-		code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "restore", file, "--data-dir", n.DataDir, "--id", n.ID, "--peers", strings.Join(peers, ","))
-		expectExit(t, "snapshot restore "+n.ID, code, 0, stdout+stderr)
-	}
-	restore := time.Since(start)
+	restore := d.destroyAndRestore(file, nil)
 
 	start = time.Now()
 	for _, n := range c.Nodes {
@@ -397,23 +382,8 @@ func TestDrillRestoreStale(t *testing.T) {
 	t.Logf("drill: since the save: %s lost (its %d regions reassigned in %s), %d of %d regions moved, %d onto %s, unknown to the snapshot",
 		lost, counts[lost], secs(reassign), moved, d.regions, onFresh, fresh)
 
-	var peers []string
-	for _, n := range c.Nodes {
-		peers = append(peers, n.ID+"="+n.RaftAddr)
-	}
-	for _, n := range c.Nodes {
-		c.Kill(n.ID)
-		if err := os.RemoveAll(n.DataDir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	before, _, _ := sampler.Result()
-	start = time.Now()
-	for _, n := range c.Nodes {
-		code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "restore", file, "--data-dir", n.DataDir, "--id", n.ID, "--peers", strings.Join(peers, ","))
-		expectExit(t, "snapshot restore "+n.ID, code, 0, stdout+stderr)
-	}
-	restore := time.Since(start)
+	var before int
+	restore := d.destroyAndRestore(file, func() { before, _, _ = sampler.Result() })
 
 	start = time.Now()
 	for _, n := range c.Nodes {
@@ -685,4 +655,32 @@ func (d *drill) sameAnswers(id, of string) {
 	if !slices.Equal(mr, lr) {
 		d.t.Fatalf("%s and %s list different regions", id, of)
 	}
+}
+
+// destroyAndRestore kills every master and deletes its data, calls
+// destroyed (if any), then restores file into each master's directory
+// with the cluster's own ids and peers ('baton snapshot restore', one
+// after the other) and returns how long the restores took.
+func (d *drill) destroyAndRestore(file string, destroyed func()) time.Duration {
+	t, c := d.t, d.c
+	t.Helper()
+	var peers []string
+	for _, n := range c.Nodes {
+		peers = append(peers, n.ID+"="+n.RaftAddr)
+	}
+	for _, n := range c.Nodes {
+		c.Kill(n.ID)
+		if err := os.RemoveAll(n.DataDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if destroyed != nil {
+		destroyed()
+	}
+	start := time.Now()
+	for _, n := range c.Nodes {
+		code, stdout, stderr := runCLI(t, d.ctx, "snapshot", "restore", file, "--data-dir", n.DataDir, "--id", n.ID, "--peers", strings.Join(peers, ","))
+		expectExit(t, "snapshot restore "+n.ID, code, 0, stdout+stderr)
+	}
+	return time.Since(start)
 }
