@@ -158,11 +158,7 @@ func (c *Config) Validate() error {
 	}
 	if c.ListenAddr != "" {
 		// Only listened on, never told anyone: a wildcard is fine.
-		if _, port, err := net.SplitHostPort(c.ListenAddr); err != nil {
-			bad("ListenAddr %q: want host:port", c.ListenAddr)
-		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-			bad("ListenAddr %q: the port must be a number in 0..65535", c.ListenAddr)
-		}
+		checkListenAddr("ListenAddr", c.ListenAddr, bad)
 	}
 	n := 0
 	for _, m := range c.Masters {
@@ -193,11 +189,7 @@ func (c *Config) Validate() error {
 		bad("RPCTimeout %v: must not be negative", c.RPCTimeout)
 	}
 	if c.HTTPAddr != "" {
-		if _, port, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			bad("HTTPAddr %q: want host:port", c.HTTPAddr)
-		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-			bad("HTTPAddr %q: the port must be a number in 0..65535", c.HTTPAddr)
-		}
+		checkListenAddr("HTTPAddr", c.HTTPAddr, bad)
 	}
 	if c.MinBackoff < 0 || c.MaxBackoff < 0 || (c.MaxBackoff > 0 && c.MinBackoff > c.MaxBackoff) {
 		bad("backoff %v..%v: want 0 ≤ min ≤ max (0: defaults)", c.MinBackoff, c.MaxBackoff)
@@ -234,6 +226,16 @@ func (c Config) withDefaults() Config {
 
 // checkHostPort checks a host:port. zeroPortOK allows port 0 (bind any
 // free port), which only makes sense for the listening address.
+// checkListenAddr reports through bad a listening address (field name)
+// that is not host:port with a port in 0..65535; any host will do.
+func checkListenAddr(name, v string, bad func(string, ...any)) {
+	if _, port, err := net.SplitHostPort(v); err != nil {
+		bad("%s %q: want host:port", name, v)
+	} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		bad("%s %q: the port must be a number in 0..65535", name, v)
+	}
+}
+
 func checkHostPort(v string, zeroPortOK bool) error {
 	host, port, err := net.SplitHostPort(v)
 	if err != nil {
