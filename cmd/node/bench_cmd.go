@@ -57,7 +57,9 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	regions := fs.String("regions", "10000,100000,1000000", "region counts, comma-separated: one row (and one fresh cluster) each")
 	o := scaleOptions{}
 	fs.IntVar(&o.TableRegions, "table-regions", 2000, fmt.Sprintf("regions per table, 1 to %d (the most one table may have)", client.MaxRegions))
-	fs.IntVar(&o.Concurrency, "concurrency", 4, "tables created at once")
+	fs.IntVar(&o.Concurrency, "concurrency", 4, "create calls in flight at once (--submit wait: tables in flight, each waited for)")
+	shapes := fs.String("shape", "", "rows of given layouts instead of --regions and --table-regions: TABLESxREGIONS, comma-separated (e.g. 50x2000,1000x100), or 'standard' for 10x10000,50x2000,1000x100")
+	fs.StringVar(&o.Submit, "submit", bench.SubmitAll, "all: send every create back to back, then wait for them in order; wait: each of --concurrency creates waited for to its end before the next (figures before issue 33)")
 	fs.IntVar(&o.Workers, "workers", 0, fmt.Sprintf("each master's executor workers (agent --workers), 1 to %d; 0: the agent's default (%d)", maxAgentWorkers, cluster.DefaultWorkers))
 	fs.IntVar(&o.RegionServers, "regionservers", 3, "region servers (baton regionserver processes), at least 2: the crash phase kills one")
 	fs.StringVar(&o.Dir, "dir", "", "put the clusters' data and logs here, and keep them (default: a temporary directory, removed at the end)")
@@ -71,13 +73,14 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,...] [flags]
+		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,... | --shape TxR,...] [flags]
 
 For each region count N, starts 3 masters ('baton agent') and region servers
 ('baton regionserver') of this binary on loopback, in a directory of their
 own, and measures:
   open          creating tables of --table-regions regions until N regions are
-                open: the time, regions per second
+                open: the time, regions per second (--shape: a row per layout,
+                and each one's rate against the fastest of its region count)
   resources     each master's RSS, its data directory (raft.db, snapshots, the
                 local WAL) and the live state beside raft.db
   failover      SIGKILL the leader; time until a one-step procedure submitted to
@@ -127,6 +130,32 @@ flags:
 	}
 	if o.TableRegions < 1 || o.TableRegions > client.MaxRegions {
 		bad("--table-regions %d: want 1 to %d", o.TableRegions, client.MaxRegions)
+	}
+	if *shapes != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["regions"] || set["table-regions"] {
+			bad("--shape gives each row's regions and table size: leave out --regions and --table-regions")
+		}
+		if strings.TrimSpace(*shapes) == "standard" {
+			o.Shapes = append(o.Shapes, bench.StandardShapes...)
+		} else {
+			for _, f := range strings.Split(*shapes, ",") {
+				sh, err := bench.ParseShape(f)
+				if err != nil {
+					bad("--shape: %v", err)
+					continue
+				}
+				if sh.TableRegions > client.MaxRegions {
+					bad("--shape %s: %d regions per table: want at most %d", f, sh.TableRegions, client.MaxRegions)
+					continue
+				}
+				o.Shapes = append(o.Shapes, sh)
+			}
+		}
+	}
+	if o.Submit != bench.SubmitAll && o.Submit != bench.SubmitWait {
+		bad("--submit %q: want all or wait", o.Submit)
 	}
 	if o.Concurrency < 1 {
 		bad("--concurrency %d: want at least 1", o.Concurrency)

@@ -32,6 +32,11 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--profile", t.TempDir(), "--profile-seconds", "0"}, "--profile-seconds 0: want at least 1"},
 		{[]string{"--profile", filepath.Join(notDir, "profiles")}, "--profile: mkdir"},
 		{[]string{"--tls", "yes"}, `--tls "yes": want off, on or both`},
+		{[]string{"--shape", "10x"}, `--shape: shape "10x": want TABLESxREGIONS`},
+		{[]string{"--shape", "0x100"}, `--shape: shape "0x100"`},
+		{[]string{"--shape", "1x" + strconv.Itoa(client.MaxRegions+1)}, fmt.Sprintf("regions per table: want at most %d", client.MaxRegions)},
+		{[]string{"--shape", "10x10", "--regions", "100"}, "leave out --regions and --table-regions"},
+		{[]string{"--submit", "later"}, `--submit "later": want all or wait`},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"bench", "scale"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
@@ -47,6 +52,29 @@ func TestBenchScaleBadFlags(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, nil, "bench", "sclae"); code != exitUsage || !strings.Contains(stderr, `unknown command "sclae"`) {
 		t.Errorf("bench sclae: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// --shape replaces the rows of --regions; "standard" is issue 33's three.
+func TestBenchScaleShapes(t *testing.T) {
+	c := &cli{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	o, err := parseScaleFlags(c, []string{"--shape", "standard"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sh := range o.Shapes {
+		got = append(got, fmt.Sprintf("%s=%d", sh, sh.Regions))
+	}
+	if want := "10x10000=100000 50x2000=100000 1000x100=100000"; strings.Join(got, " ") != want {
+		t.Errorf("--shape standard: %s, want %s", strings.Join(got, " "), want)
+	}
+	if o.Submit != "all" {
+		t.Errorf("--submit defaults to %q, want all", o.Submit)
+	}
+	o, err = parseScaleFlags(c, []string{"--shape", " 3x7 ,2x1", "--submit", "wait"})
+	if err != nil || len(o.Shapes) != 2 || o.Shapes[0].Regions != 21 || o.Shapes[0].TableRegions != 7 || o.Shapes[1].String() != "2x1" || o.Submit != "wait" {
+		t.Errorf("--shape ' 3x7 ,2x1' --submit wait: %+v, %v", o.ScaleOptions, err)
 	}
 }
 

@@ -80,6 +80,71 @@ feed:
 	return time.Since(start), nil
 }
 
+// submitTables sends every create back to back, concurrency calls at a
+// time, each waiting only for its acknowledgement, and waits for the
+// procedures in the order sent, one watch at a time: every procedure must
+// end anyway, so the waiter's order costs no time, and the cluster is not
+// asked to serve a watch per table while it works. It returns the time
+// until the last create succeeded and the time until the last was sent.
+func submitTables(ctx context.Context, cl *client.Client, tables []benchTable, concurrency int) (open, submitted time.Duration, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ids := make([]chan uint64, len(tables))
+	for i := range ids {
+		ids[i] = make(chan uint64, 1)
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			for i := range next {
+				t := tables[i]
+				id, err := cl.CreateTable(ctx, "", t.name, t.regions, "bench-create-"+t.name)
+				if err != nil {
+					cancel(fmt.Errorf("create table %s (%d regions): %w", t.name, t.regions, err))
+					return
+				}
+				ids[i] <- id
+			}
+		})
+	}
+	waited := make(chan error, 1)
+	go func() {
+		for i, ch := range ids {
+			select {
+			case id := <-ch:
+				if err := waitSuccess(ctx, cl, id); err != nil {
+					waited <- fmt.Errorf("create table %s (%d regions): %w", tables[i].name, tables[i].regions, err)
+					return
+				}
+			case <-ctx.Done():
+				waited <- context.Cause(ctx)
+				return
+			}
+		}
+		waited <- nil
+	}()
+feed:
+	for i := range tables {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	submitted = time.Since(start)
+	if werr := <-waited; werr != nil {
+		cancel(werr)
+	}
+	if err := context.Cause(ctx); err != nil {
+		return 0, 0, err
+	}
+	return time.Since(start), submitted, nil
+}
+
 // waitSuccess waits for procedure id to end, re-watching through errors
 // (an election) until ctx ends; it fails unless the procedure succeeded.
 func waitSuccess(ctx context.Context, cl *client.Client, id uint64) error {

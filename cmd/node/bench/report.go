@@ -16,7 +16,7 @@ func scaleTLSRatiosOf(rows []ScaleRow) []ScaleTLSRatio {
 			continue
 		}
 		for _, p := range rows {
-			if p.TLS || p.Regions != t.Regions {
+			if p.TLS || p.Regions != t.Regions || p.TableRegions != t.TableRegions {
 				continue
 			}
 			r := ScaleTLSRatio{Regions: t.Regions, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
@@ -29,6 +29,26 @@ func scaleTLSRatiosOf(rows []ScaleRow) []ScaleTLSRatio {
 			out = append(out, r)
 			break
 		}
+	}
+	return out
+}
+
+// scaleShapeRatiosOf compares the shapes of each region count and
+// transport: each row's regions/s over the fastest's. Nothing when no
+// region count was measured in more than one shape.
+func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
+	var out []ScaleShapeRatio
+	for _, r := range rows {
+		fastest, shapes := 0.0, 0
+		for _, q := range rows {
+			if q.Regions == r.Regions && q.TLS == r.TLS {
+				fastest, shapes = max(fastest, q.RegionsPerSecond), shapes+1
+			}
+		}
+		if shapes < 2 {
+			continue
+		}
+		out = append(out, ScaleShapeRatio{Regions: r.Regions, TLS: r.TLS, Shape: r.Shape, RegionsPerSecond: r.RegionsPerSecond, OfFastest: ratioOf(fastest, r.RegionsPerSecond)})
 	}
 	return out
 }
@@ -55,7 +75,7 @@ func scaleGrowthOf(rows []ScaleRow) []ScaleGrowth {
 	out := []ScaleGrowth{}
 	for i := 1; i < len(rows); i++ {
 		a, b := rows[i-1], rows[i]
-		if a.Regions == b.Regions {
+		if a.Regions == b.Regions || a.TableRegions != b.TableRegions {
 			continue
 		}
 		per10 := 1 / math.Log10(float64(b.Regions)/float64(a.Regions))
@@ -106,7 +126,7 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		}
 		return fmt.Sprintf("%.1f", *v)
 	}
-	fmt.Fprintln(w, "regions\ttls\topen (s)\tregions/s\tmaster RSS (MB)\tdata/master (MB)\traft.db / snapshots / WAL (MB)\tstate (MB)\tfailover (s)\tRS crash (s)\tcatch-up (s)\t")
+	fmt.Fprintln(w, "regions\tshape\ttls\topen (s)\tregions/s\tmaster RSS (MB)\tdata/master (MB)\traft.db / snapshots / WAL (MB)\tstate (MB)\tfailover (s)\tRS crash (s)\tcatch-up (s)\t")
 	for _, r := range doc.Rows {
 		var db, sn, wal float64
 		for _, m := range r.Masters {
@@ -128,8 +148,8 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if r.TLS {
 			tlsCol = "on"
 		}
-		fmt.Fprintf(w, "%d\t%s\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
-			r.Regions, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
+		fmt.Fprintf(w, "%d\t%s\t%s\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
+			r.Regions, r.Shape, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
 			secs(r.FailoverSeconds), crash, catch)
 	}
 	w.Flush()
@@ -172,6 +192,16 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if r.Snapshot != nil {
 			printSnapshot(out, r)
 		}
+	}
+	for i, sr := range doc.ShapeRatios {
+		if i == 0 {
+			fmt.Fprintf(out, "\nshapes against the fastest of their region count (regions/s):\n")
+		}
+		mode := ""
+		if sr.TLS {
+			mode = ", TLS"
+		}
+		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest\n", sr.Regions, mode, sr.Shape, sr.RegionsPerSecond, sr.OfFastest)
 	}
 	for _, tr := range doc.TLSRatios {
 		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)

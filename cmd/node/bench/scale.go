@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,10 +29,16 @@ const benchCommitSteps = 5
 
 // ScaleOptions is the validated command line of `baton bench scale`.
 type ScaleOptions struct {
-	// Regions are the region counts: one row (and one fresh cluster) each.
-	Regions       []int
-	TableRegions  int
-	Concurrency   int
+	// Regions are the region counts: one row (and one fresh cluster) each,
+	// in tables of TableRegions regions, unless Shapes is set.
+	Regions      []int
+	TableRegions int
+	// Shapes, if set (--shape), are the rows instead of Regions: each its
+	// region count in tables of its size.
+	Shapes      []Shape
+	Concurrency int
+	// Submit is how the creates are sent: SubmitAll or SubmitWait.
+	Submit        string
 	RegionServers int
 	// Dir holds every row's cluster, a directory each; Keep says it is
 	// kept at the end (the document then names it).
@@ -50,6 +58,62 @@ type ScaleOptions struct {
 	ProfileSeconds int
 
 	profile *benchProfiler
+}
+
+// The ways the open sends its creates (--submit).
+const (
+	// SubmitAll sends every create back to back, Concurrency calls at a
+	// time, each waiting only for its acknowledgement (the procedure is
+	// committed), then waits for every procedure in the order sent: the
+	// cluster, not the client's round trips, sets the pace.
+	SubmitAll = "all"
+	// SubmitWait keeps Concurrency creates in flight, each waited for to
+	// its end before the next is sent: the open of every figure before
+	// issue 33.
+	SubmitWait = "wait"
+)
+
+// Shape is a row's layout: Regions regions in tables of TableRegions
+// (the last table holds the rest).
+type Shape struct {
+	Regions      int
+	TableRegions int
+}
+
+// Tables is how many tables the shape creates.
+func (s Shape) Tables() int { return (s.Regions + s.TableRegions - 1) / s.TableRegions }
+
+// String names the shape as --shape takes it: tables x regions per table.
+func (s Shape) String() string { return fmt.Sprintf("%dx%d", s.Tables(), s.TableRegions) }
+
+// StandardShapes are issue 33's three layouts of 100,000 regions: a few
+// big tables, some middling ones, many small ones (--shape standard).
+var StandardShapes = []Shape{{100000, 10000}, {100000, 2000}, {100000, 100}}
+
+// ParseShape reads "TxR": T tables of R regions each.
+func ParseShape(s string) (Shape, error) {
+	ts, rs, ok := strings.Cut(strings.TrimSpace(s), "x")
+	t, terr := strconv.Atoi(ts)
+	r, rerr := strconv.Atoi(rs)
+	if !ok || terr != nil || rerr != nil || t < 1 || r < 1 {
+		return Shape{}, fmt.Errorf("shape %q: want TABLESxREGIONS, e.g. 50x2000", s)
+	}
+	if t > math.MaxInt32/r {
+		return Shape{}, fmt.Errorf("shape %q: %d tables of %d regions is too many regions", s, t, r)
+	}
+	return Shape{Regions: t * r, TableRegions: r}, nil
+}
+
+// rowShapes are the rows o asks for, in order.
+func (o ScaleOptions) rowShapes() []Shape {
+	if len(o.Shapes) > 0 {
+		return o.Shapes
+	}
+	out := make([]Shape, 0, len(o.Regions))
+	for _, n := range o.Regions {
+		out = append(out, Shape{Regions: n, TableRegions: o.TableRegions})
+	}
+	return out
 }
 
 // ScaleMaster is one master's resources after the regions opened.
@@ -84,8 +148,15 @@ type ScaleCommit struct {
 type ScaleRow struct {
 	Regions int `json:"regions"`
 	// TLS: every channel ran mutual TLS (--tls on or both).
-	TLS              bool          `json:"tls"`
-	Tables           int           `json:"tables"`
+	TLS    bool `json:"tls"`
+	Tables int  `json:"tables"`
+	// TableRegions is each table's region count (the last table holds the
+	// rest), Shape the two as --shape names them.
+	TableRegions int    `json:"table_regions"`
+	Shape        string `json:"shape"`
+	// SubmitSeconds is how long sending every create took (--submit all):
+	// the open's time less it is the cluster finishing what it was sent.
+	SubmitSeconds    *float64      `json:"submit_seconds,omitempty"`
 	OpenSeconds      float64       `json:"open_seconds"`
 	RegionsPerSecond float64       `json:"regions_per_second"`
 	MasterRSSMBMin   float64       `json:"master_rss_mb_min"`
@@ -154,11 +225,22 @@ type ScaleTLSRatio struct {
 	CommitStepsPerS  []float64 `json:"commit_steps_per_second,omitempty"`
 }
 
+// ScaleShapeRatio is one row's open rate against the fastest shape of
+// its region count and transport.
+type ScaleShapeRatio struct {
+	Regions          int     `json:"regions"`
+	TLS              bool    `json:"tls"`
+	Shape            string  `json:"shape"`
+	RegionsPerSecond float64 `json:"regions_per_second"`
+	OfFastest        float64 `json:"of_fastest"`
+}
+
 // ScaleDoc is the --json document.
 type ScaleDoc struct {
 	RegionServers int           `json:"region_servers"`
 	TableRegions  int           `json:"table_regions"`
 	Concurrency   int           `json:"concurrency"`
+	Submit        string        `json:"submit"`
 	Skipped       []string      `json:"skipped"`
 	Dir           string        `json:"dir,omitempty"` // kept (--dir, --keep)
 	Rows          []ScaleRow    `json:"rows"`
@@ -166,7 +248,10 @@ type ScaleDoc struct {
 	// TLSRatios: with --tls both, each region count's TLS figures over
 	// its plaintext ones.
 	TLSRatios []ScaleTLSRatio `json:"tls_ratios,omitempty"`
-	Notes     []string        `json:"notes"`
+	// ShapeRatios: each row's regions/s over the fastest row of the same
+	// region count and transport, when shapes differ (--shape).
+	ShapeRatios []ScaleShapeRatio `json:"shape_ratios,omitempty"`
+	Notes       []string          `json:"notes"`
 	// Error says why the bench stopped before its last row; the rows
 	// measured until then are still there.
 	Error string `json:"error,omitempty"`
@@ -182,7 +267,7 @@ func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format
 	if o.ProfileDir != "" {
 		o.profile = &benchProfiler{dir: o.ProfileDir, seconds: o.ProfileSeconds}
 	}
-	doc := ScaleDoc{RegionServers: o.RegionServers, TableRegions: o.TableRegions, Concurrency: o.Concurrency, Skipped: []string{}, Rows: []ScaleRow{}}
+	doc := ScaleDoc{RegionServers: o.RegionServers, TableRegions: o.TableRegions, Concurrency: o.Concurrency, Submit: o.Submit, Skipped: []string{}, Rows: []ScaleRow{}}
 	for _, p := range Phases {
 		if o.Skip[p] {
 			doc.Skipped = append(doc.Skipped, p)
@@ -209,6 +294,7 @@ func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format
 		doc.Growth = append(doc.Growth, scaleGrowthOf(same)...)
 	}
 	doc.TLSRatios = scaleTLSRatiosOf(complete)
+	doc.ShapeRatios = scaleShapeRatiosOf(complete)
 	doc.Notes = scaleNotes(doc.Rows)
 	return doc
 }
@@ -217,13 +303,17 @@ func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format
 // and what failed ("" if nothing did).
 func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(string, ...any)) ([]ScaleRow, string) {
 	rows := []ScaleRow{}
-	for _, n := range o.Regions {
+	for _, sh := range o.rowShapes() {
+		n := sh.Regions
 		for _, withTLS := range o.TLS {
 			sub := fmt.Sprintf("regions-%d", n)
+			if len(o.Shapes) > 0 {
+				sub += "-" + sh.String()
+			}
 			if withTLS {
 				sub += "-tls"
 			}
-			row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), n, withTLS, o, progress)
+			row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), sh, withTLS, o, progress)
 			if err != nil {
 				if row.OpenSeconds > 0 {
 					// What was measured before the failure is still worth
@@ -242,8 +332,9 @@ func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(st
 // runScaleRow starts a cluster in dir, opens n regions on it and runs the
 // phases, then kills the cluster (and removes dir unless kept by the
 // caller).
-func runScaleRow(ctx context.Context, bin, dir string, n int, withTLS bool, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
-	row.Regions, row.TLS = n, withTLS
+func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
+	n := sh.Regions
+	row.Regions, row.TLS, row.TableRegions, row.Shape = n, withTLS, sh.TableRegions, sh.String()
 	if withTLS {
 		// Every progress line says which of the two rows it is about.
 		inner := progress
@@ -291,13 +382,26 @@ func runScaleRow(ctx context.Context, bin, dir string, n int, withTLS bool, o Sc
 		return row, err
 	}
 
-	tables := tableNames(n, o.TableRegions)
+	tables := tableNames(n, sh.TableRegions)
 	row.Tables = len(tables)
-	progress("%d regions: creating %d tables, %d at a time", n, len(tables), o.Concurrency)
+	if o.Submit == SubmitWait {
+		progress("%d regions: creating %d tables of %d regions, %d at a time, each waited for", n, len(tables), sh.TableRegions, o.Concurrency)
+	} else {
+		progress("%d regions: creating %d tables of %d regions, sent back to back (%d calls at a time)", n, len(tables), sh.TableRegions, o.Concurrency)
+	}
 	var open time.Duration
 	if err := phase("open", func(ctx context.Context) (err error) {
 		o.profile.start(ctx, c, n, "open")
-		open, err = openTables(ctx, c.cl, tables, o.Concurrency)
+		if o.Submit == SubmitWait {
+			open, err = openTables(ctx, c.cl, tables, o.Concurrency)
+			return err
+		}
+		var submitted time.Duration
+		open, submitted, err = submitTables(ctx, c.cl, tables, o.Concurrency)
+		if err == nil {
+			s := submitted.Seconds()
+			row.SubmitSeconds = &s
+		}
 		return err
 	}); err != nil {
 		return row, err

@@ -199,3 +199,23 @@ func TestPrintScaleSnapshot(t *testing.T) {
 		t.Errorf("--json: a row without the phase has a snapshot key: %s", raw)
 	}
 }
+
+// Shapes of one region count are compared with the fastest of them; a
+// region count measured in one shape only has nothing to compare.
+func TestScaleShapeRatios(t *testing.T) {
+	rows := []ScaleRow{
+		{Regions: 100, Shape: "1x100", RegionsPerSecond: 400},
+		{Regions: 100, Shape: "10x10", RegionsPerSecond: 100},
+		{Regions: 100, TLS: true, Shape: "10x10", RegionsPerSecond: 50},
+		{Regions: 1000, Shape: "10x100", RegionsPerSecond: 900},
+	}
+	got := scaleShapeRatiosOf(rows)
+	if len(got) != 2 || got[0].Shape != "1x100" || got[0].OfFastest != 1 || got[1].Shape != "10x10" || got[1].OfFastest != 0.25 {
+		t.Fatalf("shape ratios %+v, want 1x100 at 1 and 10x10 at 0.25 only", got)
+	}
+	var b strings.Builder
+	PrintScale(&b, ScaleDoc{Rows: rows, ShapeRatios: got})
+	if !strings.Contains(b.String(), "100 regions, 10x10 tables x regions: 100 regions/s, 0.25x of the fastest") {
+		t.Errorf("printed:\n%s", b.String())
+	}
+}
