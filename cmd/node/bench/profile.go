@@ -30,7 +30,7 @@ type benchProfiler struct {
 // The row waits for its profiles before it stops its cluster (a profile
 // is sent only at its end), so a phase shorter than the profile costs the
 // row the difference.
-func (p *benchProfiler) start(ctx context.Context, c *benchCluster, regions int, phase string) {
+func (p *benchProfiler) start(ctx context.Context, c *benchCluster, row, phase string) {
 	if p == nil {
 		return
 	}
@@ -39,7 +39,7 @@ func (p *benchProfiler) start(ctx context.Context, c *benchCluster, regions int,
 		if !m.Running() {
 			continue
 		}
-		path := filepath.Join(p.dir, fmt.Sprintf("%d-%s-%s.pprof", regions, phase, m.id))
+		path := filepath.Join(p.dir, fmt.Sprintf("%s-%s-%s.pprof", row, phase, m.id))
 		url := fmt.Sprintf("%s://%s/debug/pprof/profile?seconds=%d", c.scheme, m.httpAddr, p.seconds)
 		p.wg.Add(1)
 		go func() {

@@ -382,6 +382,11 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 		return row, err
 	}
 
+	// Rows of one region count in several shapes keep a profile each.
+	profileRow := strconv.Itoa(n)
+	if len(o.Shapes) > 0 {
+		profileRow += "-" + sh.String()
+	}
 	tables := tableNames(n, sh.TableRegions)
 	row.Tables = len(tables)
 	if o.Submit == SubmitWait {
@@ -391,7 +396,7 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	}
 	var open time.Duration
 	if err := phase("open", func(ctx context.Context) (err error) {
-		o.profile.start(ctx, c, n, "open")
+		o.profile.start(ctx, c, profileRow, "open")
 		if o.Submit == SubmitWait {
 			open, err = openTables(ctx, c.cl, tables, o.Concurrency)
 			return err
@@ -449,7 +454,7 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	if !o.Skip["crash"] {
 		progress("%d regions: region server crash (SIGKILL the one holding the most regions; its lease expires first)", n)
 		if err := phase("crash", func(ctx context.Context) error {
-			d, detected, held, err := crashRecovery(ctx, c, tables, func() { o.profile.start(ctx, c, n, "crash") })
+			d, detected, held, err := crashRecovery(ctx, c, tables, func() { o.profile.start(ctx, c, profileRow, "crash") })
 			if err == nil {
 				row.CrashRecoverySeconds, row.CrashDetectedSeconds, row.CrashedServerRegions = &d, &detected, held
 			}
