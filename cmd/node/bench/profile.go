@@ -39,7 +39,7 @@ func (p *benchProfiler) start(ctx context.Context, c *benchCluster, row, phase s
 		if !m.Running() {
 			continue
 		}
-		path := filepath.Join(p.dir, fmt.Sprintf("%s-%s-%s.pprof", row, phase, m.id))
+		path := p.path(row, phase, m.id)
 		url := fmt.Sprintf("%s://%s/debug/pprof/profile?seconds=%d", c.scheme, m.httpAddr, p.seconds)
 		p.wg.Add(1)
 		go func() {
@@ -93,4 +93,9 @@ func fetchProfile(ctx context.Context, client *http.Client, url, path string, li
 		os.Remove(path) // a cut-off profile does not parse
 	}
 	return err
+}
+
+// path is where master id's profile of a row's phase is written.
+func (p *benchProfiler) path(row, phase, id string) string {
+	return filepath.Join(p.dir, fmt.Sprintf("%s-%s-%s.pprof", row, phase, id))
 }

@@ -193,6 +193,16 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 			printSnapshot(out, r)
 		}
 	}
+	for _, r := range doc.Rows {
+		for _, lw := range []struct {
+			w    *LeaderWork
+			what string
+		}{{r.OpenLeader, "the open"}, {r.CrashLeader, "the crash recovery, from detection"}} {
+			if lw.w != nil {
+				printLeaderWork(out, r, lw.what, lw.w)
+			}
+		}
+	}
 	for i, sr := range doc.ShapeRatios {
 		if i == 0 {
 			fmt.Fprintf(out, "\nshapes against the fastest of their region count (regions/s):\n")
@@ -255,4 +265,25 @@ func printSnapshot(out io.Writer, r ScaleRow) {
 		s.SaveSeconds, s.FileMB, s.Regions, s.HeapMBBefore, s.HeapMBPeak, s.HeapGrowthMB, s.LiveHeapMBBefore, s.LiveHeapMBPeak, s.LiveHeapGrowthMB, s.SaveGCs, s.RSSMBBefore, s.RSSMBPeak, s.RSSGrowthMB,
 		s.StepsPerSecBefore, s.StepsPerSecDuring, s.StepsRatio, s.LeaderCPUBefore, s.LeaderCPUDuring, s.SaveCLICPUSeconds, s.InspectSeconds, note)
 	w.Flush()
+}
+
+// printLeaderWork prints how the leader spent a phase against the
+// machine, and where its CPU went if profiled.
+func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
+	fmt.Fprintf(out, "\nthe leader during %s at %d regions (%s), %.1f s:\n", what, r.Regions, r.Shape, w.Seconds)
+	fmt.Fprintf(out, "  CPU %.2f cores, %.0f%% of the machine's %d\n", w.CPUCores, 100*w.OfMachineCPU, r.Machine.CPUs)
+	fmt.Fprintf(out, "  log writes %.0f/s, %.0f%% of the %.0f fsyncs/s the disk allows one writer; the writer busy %.0f%% of the time\n",
+		w.LogWritesPerSecond, 100*w.OfMachineFsyncs, w.MachineFsyncsPerSecond, 100*w.LogWriteBusy)
+	fmt.Fprintf(out, "  per region: %.0f bytes of procedure and state writes (the local WAL's), %.3f log entries; %.1f regions per log write\n",
+		w.BytesPerRegion, w.EntriesPerRegion, w.RegionsPerLogWrite)
+	if len(w.Profile) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  where its CPU went (profile)\tshare\tcores\t")
+	for _, p := range w.Profile {
+		fmt.Fprintf(tw, "  %s\t%.1f%%\t%.2f\t\n", p.Part, 100*p.Share, p.Cores)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "  of all of it, allocating: %.1f%%\n", 100*w.Allocation)
 }

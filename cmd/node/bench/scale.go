@@ -187,6 +187,12 @@ type ScaleRow struct {
 	RaftDBStoppedMB *float64 `json:"raft_db_stopped_mb,omitempty"`
 	RaftDBFreeMB    *float64 `json:"raft_db_free_mb,omitempty"`
 
+	// OpenLeader and CrashLeader are how the leader spent the open and the
+	// crash recovery (from detection), against the machine's cores and
+	// fsyncs, with the profile's shares under --profile.
+	OpenLeader  *LeaderWork `json:"open_leader,omitempty"`
+	CrashLeader *LeaderWork `json:"crash_leader,omitempty"`
+
 	Commit []ScaleCommit `json:"commit,omitempty"`
 	// Snapshot is the snapshot save under load (--snapshot).
 	Snapshot *ScaleSnapshot `json:"snapshot,omitempty"`
@@ -360,10 +366,29 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	progress("%d regions: machine baseline: %.0f k ops/s on %d cores, fsync %.2f ms (median)", n, row.Machine.CPUOpsPerSecond/1e3, row.Machine.CPUs, row.Machine.FsyncMs)
 	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.RegionServers, dir)
 	c, err := startBenchCluster(bin, dir, o.RegionServers, o.Workers, withTLS)
+	// Rows of one region count in several shapes keep a profile each.
+	profileRow := strconv.Itoa(n)
+	if len(o.Shapes) > 0 {
+		profileRow += "-" + sh.String()
+	}
+	var openLeader, crashLeader *benchMaster
 	defer func() {
 		if c != nil {
 			for _, perr := range o.profile.wait() {
 				progress("%d regions: %v", n, perr)
+			}
+			for _, lw := range []struct {
+				w     *LeaderWork
+				m     *benchMaster
+				phase string
+			}{{row.OpenLeader, openLeader, "open"}, {row.CrashLeader, crashLeader, "crash"}} {
+				if lw.w == nil || lw.m == nil || o.profile == nil {
+					continue
+				}
+				var perr error
+				if lw.w.Profile, lw.w.Allocation, perr = profileShares(o.profile.path(profileRow, lw.phase, lw.m.id)); perr != nil {
+					progress("%d regions: %v", n, perr)
+				}
 			}
 			if serr := c.stop(); serr != nil && err == nil {
 				err = serr
@@ -382,11 +407,6 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 		return row, err
 	}
 
-	// Rows of one region count in several shapes keep a profile each.
-	profileRow := strconv.Itoa(n)
-	if len(o.Shapes) > 0 {
-		profileRow += "-" + sh.String()
-	}
 	tables := tableNames(n, sh.TableRegions)
 	row.Tables = len(tables)
 	if o.Submit == SubmitWait {
@@ -395,8 +415,13 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 		progress("%d regions: creating %d tables of %d regions, sent back to back (%d calls at a time)", n, len(tables), sh.TableRegions, o.Concurrency)
 	}
 	var open time.Duration
+	var openMark *leaderMark
 	if err := phase("open", func(ctx context.Context) (err error) {
 		o.profile.start(ctx, c, profileRow, "open")
+		if openMark, err = markLeader(ctx, c, row.Machine); err != nil {
+			return err
+		}
+		openLeader = openMark.m
 		if o.Submit == SubmitWait {
 			open, err = openTables(ctx, c.cl, tables, o.Concurrency)
 			return err
@@ -413,6 +438,9 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	}
 	row.OpenSeconds = open.Seconds()
 	row.RegionsPerSecond = float64(n) / open.Seconds()
+	if row.OpenLeader, err = openMark.work(ctx, c, n); err != nil {
+		return row, err
+	}
 	if err := phase("resources", func(ctx context.Context) error { return measureMasters(ctx, c, &row) }); err != nil {
 		return row, err
 	}
@@ -454,10 +482,20 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	if !o.Skip["crash"] {
 		progress("%d regions: region server crash (SIGKILL the one holding the most regions; its lease expires first)", n)
 		if err := phase("crash", func(ctx context.Context) error {
-			d, detected, held, err := crashRecovery(ctx, c, tables, func() { o.profile.start(ctx, c, profileRow, "crash") })
-			if err == nil {
-				row.CrashRecoverySeconds, row.CrashDetectedSeconds, row.CrashedServerRegions = &d, &detected, held
+			var mark *leaderMark
+			d, detected, held, err := crashRecovery(ctx, c, tables, func() {
+				o.profile.start(ctx, c, profileRow, "crash")
+				// Without the mark the row only lacks the leader's
+				// figures; the recovery is still measured.
+				if m, err := markLeader(ctx, c, row.Machine); err == nil {
+					mark, crashLeader = m, m.m
+				}
+			})
+			if err != nil {
+				return err
 			}
+			row.CrashRecoverySeconds, row.CrashDetectedSeconds, row.CrashedServerRegions = &d, &detected, held
+			row.CrashLeader, err = mark.work(ctx, c, held)
 			return err
 		}); err != nil {
 			return row, err

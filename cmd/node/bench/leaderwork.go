@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// LeaderWork is how the leader spent a phase, each figure against what
+// the machine allows (issue 33: set the next goal from physics, not from
+// the last figure). A phase across a leader change has no LeaderWork: two
+// processes' counters do not add up to one leader's.
+type LeaderWork struct {
+	Seconds float64 `json:"seconds"`
+	// CPUCores is the leader process's CPU time over the phase's wall
+	// time; OfMachineCPU that over the machine's cores.
+	CPUCores     float64 `json:"cpu_cores"`
+	OfMachineCPU float64 `json:"of_machine_cpu"`
+	// LogWrites are raft's writes of new entries to the leader's log (one
+	// bolt transaction, one fsync each); LogWriteBusy the share of the
+	// phase the leader's log writer spent in them.
+	LogWrites          float64 `json:"log_writes"`
+	LogWritesPerSecond float64 `json:"log_writes_per_second"`
+	LogWriteBusy       float64 `json:"log_write_busy"`
+	// MachineFsyncsPerSecond is what the row's fsync baseline allows one
+	// writer (1 / the median 4 KiB append+fsync); OfMachineFsyncs the
+	// leader's log writes per second over it.
+	MachineFsyncsPerSecond float64 `json:"machine_fsyncs_per_second"`
+	OfMachineFsyncs        float64 `json:"of_machine_fsyncs"`
+	// Entries is how far the leader's log grew; Regions the regions the
+	// phase opened.
+	Entries            uint64  `json:"entries"`
+	Regions            int     `json:"regions"`
+	EntriesPerRegion   float64 `json:"entries_per_region"`
+	RegionsPerLogWrite float64 `json:"regions_per_log_write"`
+	// BytesPerRegion is what the leader's local WAL was written per
+	// region: it holds every procedure and state write the Raft entries
+	// carry, so it is the volume the log, the FSM and every follower pay
+	// for.
+	BytesPerRegion float64 `json:"bytes_per_region"`
+	// Profile is where the leader's CPU went (--profile): each part's share
+	// of the profile's samples, and the cores it used on average.
+	Profile []ProfileShare `json:"profile,omitempty"`
+	// Allocation is the share of the samples spent allocating
+	// (runtime.mallocgc below any part), GC's own marking aside.
+	Allocation float64 `json:"allocation,omitempty"`
+}
+
+// ProfileShare is one part of the leader's CPU profile.
+type ProfileShare struct {
+	Part  string  `json:"part"`
+	Share float64 `json:"share"`
+	Cores float64 `json:"cores"`
+}
+
+const (
+	walBytesMetric   = "baton_wal_written_bytes_total"
+	cpuMetric        = "process_cpu_seconds_total"
+	logWritesMetric  = "baton_raft_leader_dispatch_duration_seconds_count"
+	logWriteSecsName = "baton_raft_leader_dispatch_duration_seconds_sum"
+)
+
+// leaderMark is the leader's counters at a phase's start.
+type leaderMark struct {
+	m       *benchMaster
+	at      time.Time
+	counts  map[string]float64
+	index   uint64
+	machine MachineBaseline
+}
+
+// markLeader reads the leader's counters at the start of a phase.
+func markLeader(ctx context.Context, c *benchCluster, machine MachineBaseline) (*leaderMark, error) {
+	l, err := c.waitLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.status(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := c.scrapeMetric(ctx, l, cpuMetric, logWritesMetric, logWriteSecsName, walBytesMetric)
+	if err != nil {
+		return nil, err
+	}
+	return &leaderMark{m: l, at: time.Now(), counts: counts, index: st.LastIndex, machine: machine}, nil
+}
+
+// work is the leader's figures since the mark; nil (and no error) if the
+// leader changed meanwhile.
+func (k *leaderMark) work(ctx context.Context, c *benchCluster, regions int) (*LeaderWork, error) {
+	if k == nil {
+		return nil, nil
+	}
+	secs := time.Since(k.at).Seconds()
+	if l := c.leader(ctx); l != k.m {
+		return nil, nil
+	}
+	st, err := c.status(ctx, k.m)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := c.scrapeMetric(ctx, k.m, cpuMetric, logWritesMetric, logWriteSecsName, walBytesMetric)
+	if err != nil {
+		return nil, err
+	}
+	w := &LeaderWork{Seconds: secs, Regions: regions}
+	w.CPUCores = (counts[cpuMetric] - k.counts[cpuMetric]) / secs
+	if k.machine.CPUs > 0 {
+		w.OfMachineCPU = w.CPUCores / float64(k.machine.CPUs)
+	}
+	w.LogWrites = counts[logWritesMetric] - k.counts[logWritesMetric]
+	w.LogWritesPerSecond = w.LogWrites / secs
+	w.LogWriteBusy = (counts[logWriteSecsName] - k.counts[logWriteSecsName]) / secs
+	if k.machine.FsyncMs > 0 {
+		w.MachineFsyncsPerSecond = 1000 / k.machine.FsyncMs
+		w.OfMachineFsyncs = w.LogWritesPerSecond / w.MachineFsyncsPerSecond
+	}
+	if st.LastIndex > k.index {
+		w.Entries = st.LastIndex - k.index
+	}
+	if regions > 0 {
+		w.EntriesPerRegion = float64(w.Entries) / float64(regions)
+	}
+	if regions > 0 {
+		w.BytesPerRegion = (counts[walBytesMetric] - k.counts[walBytesMetric]) / float64(regions)
+	}
+	if w.LogWrites > 0 {
+		w.RegionsPerLogWrite = float64(regions) / w.LogWrites
+	}
+	return w, nil
+}
+
+// profileParts sort a sample by the first part, in this order, any of
+// whose names is in its stack: the specific before the general, so a
+// bolt write under raft's leader loop counts as the log write.
+var profileParts = []struct {
+	part  string
+	names []string
+}{
+	{"raft: leader log write (bolt, fsync)", []string{"raft.(*Raft).dispatchLogs", ").StoreLogs"}},
+	{"raft: apply to the FSM (state, local WAL)", []string{"raft.(*Raft).runFSM"}},
+	{"raft: replication to followers", []string{"raft.(*Raft).replicate", "raft.(*NetworkTransport)", "raft.(*netPipeline)", "raft.(*Raft).heartbeat"}},
+	{"raft: other (leader loop, commits)", []string{"github.com/hashicorp/raft."}},
+	{"executor: encoding records", []string{"procedure.(*Executor).encode"}},
+	{"executor: steps (domain logic, spawn, locks)", []string{"procedure.(*Executor)", "baton/scheduler."}},
+	{"dispatcher: region server RPCs", []string{"baton/dispatch."}},
+	{"admin API and region server service (gRPC handlers)", []string{"grpc.(*Server).handleStream", "grpc.(*Server).processUnaryRPC"}},
+	{"gRPC and HTTP transport", []string{"google.golang.org/grpc", "golang.org/x/net/http2", "net/http."}},
+	{"garbage collection (marking, sweeping)", []string{"runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart"}},
+	{"Go scheduler (idle, parking)", []string{"runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.mcall"}},
+}
+
+// profileShares reads a CPU profile and shares its samples among
+// profileParts ("other" for the rest), largest first, with the share
+// spent allocating.
+func profileShares(path string) ([]ProfileShare, float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("profile %s: %w", path, err)
+	}
+	vi := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			vi = i
+		}
+	}
+	if vi < 0 {
+		return nil, 0, fmt.Errorf("profile %s: no cpu samples", path)
+	}
+	byPart := map[string]int64{}
+	var total, alloc int64
+	for _, s := range p.Sample {
+		v := s.Value[vi]
+		total += v
+		var names []string
+		for _, loc := range s.Location {
+			for _, ln := range loc.Line {
+				if ln.Function != nil {
+					names = append(names, ln.Function.Name)
+				}
+			}
+		}
+		part := "other"
+	find:
+		for _, pp := range profileParts {
+			for _, want := range pp.names {
+				for _, n := range names {
+					if strings.Contains(n, want) {
+						part = pp.part
+						break find
+					}
+				}
+			}
+		}
+		byPart[part] += v
+		for _, n := range names {
+			if n == "runtime.mallocgc" {
+				alloc += v
+				break
+			}
+		}
+	}
+	if total == 0 {
+		return nil, 0, nil
+	}
+	wall := float64(p.DurationNanos)
+	var out []ProfileShare
+	for part, v := range byPart {
+		sh := ProfileShare{Part: part, Share: float64(v) / float64(total)}
+		if wall > 0 {
+			sh.Cores = float64(v) / wall
+		}
+		out = append(out, sh)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Share > out[j].Share })
+	return out, float64(alloc) / float64(total), nil
+}
