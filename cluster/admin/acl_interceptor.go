@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,10 +106,14 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil && s.b.IsLeader() && !note.isRemote() {
 			first = s.auditRecord(ctx, p, method, req, nil, nil)
 			if s.carriesAudit(info.FullMethod) {
-				at := first.GetAtUnixMs()
+				// The record as the call's answer would give it: the
+				// procedure's id is all the answer adds (NewRecord).
+				begin := first
 				note.carry = &auditCarry{trail: s.audit, build: func(id uint64) *adminpb.AuditRecord {
-					rec := s.auditRecord(ctx, p, method, req, &adminpb.SubmitProcedureResponse{Id: id}, nil)
-					rec.AtUnixMs = at // when the call came, as a record begun then says
+					rec := proto.Clone(begin).(*adminpb.AuditRecord)
+					if !slices.Contains(rec.ProcIds, id) {
+						rec.ProcIds = append(rec.ProcIds, id)
+					}
 					return rec
 				}}
 			} else {
@@ -121,8 +126,11 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil {
 			resp, err = handler(ctx, req)
 		}
-		rec := s.auditRecord(ctx, p, method, req, resp, err)
 		carried := note.carry.carried(err)
+		if r, ok := resp.(*adminpb.SubmitProcedureResponse); ok && carried != nil && err == nil && !note.isRemote() && slices.Equal(carried.GetProcIds(), []uint64{r.GetId()}) {
+			return resp, nil // answered as carried, and committed with the submission
+		}
+		rec := s.auditRecord(ctx, p, method, req, resp, err)
 		if note.isRemote() {
 			if begun == nil && carried == nil {
 				return resp, err // the leader it was forwarded to recorded it
