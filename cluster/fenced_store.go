@@ -22,6 +22,21 @@ func (s *fencedStore) UpdateAndMutate(proc store.Proc, muts []store.Mutation) er
 	return s.UpdateWith(proc, toRaftMutations(muts))
 }
 
+var _ store.LateMutator = (*fencedStore)(nil)
+
+// InsertAndMutateLate implements store.LateMutator, fenced like Insert:
+// late is asked for as the entry is proposed, under the node's Sequencer.
+func (s *fencedStore) InsertAndMutateLate(proc store.Proc, children []store.Proc, late func() []store.Mutation) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	ps := make([]store.Proc, 0, 1+len(children))
+	return s.RaftStore.Commit(context.Background(), raftfsm.Write{
+		Inserts: append(append(ps, proc), children...),
+		Late:    func() []raftfsm.Mutation { return toRaftMutations(late()) },
+	})
+}
+
 var _ store.DeleteMutator = (*fencedStore)(nil)
 
 // DeleteAndMutate implements store.DeleteMutator, fenced like Delete.
@@ -51,3 +66,8 @@ func toRaftMutations(muts []store.Mutation) []raftfsm.Mutation {
 	}
 	return out
 }
+
+// Sequencer is the node's Sequencer: a direct domain write carrying
+// numbered records (the audit trail's) numbers them and calls raft.Apply
+// inside its Do, as the executor's store does for a submission's.
+func (n *Node) Sequencer() *raftfsm.Sequencer { return &n.seq }

@@ -255,6 +255,7 @@ func (n *Node) establish(ctx context.Context) (err error) {
 	}
 	scfg := n.cfg.Store
 	scfg.FenceTerm = term // the FSM refuses this executor's writes in any other term
+	scfg.Sequencer = &n.seq
 	if scfg.Logger == nil {
 		scfg.Logger = n.log.Named("store")
 	}

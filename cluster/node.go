@@ -106,6 +106,10 @@ type Node struct {
 
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
+	// seq orders the entries carrying numbered records (the audit
+	// trail's) among every path proposing them: the executors' stores
+	// and the admin API's direct writes (Sequencer).
+	seq raftfsm.Sequencer
 	// memberRemover is the autopilot's way to remove a dead member
 	// (SetMemberRemover); under mu.
 	memberRemover func(ctx context.Context, id, why string) error

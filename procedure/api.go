@@ -39,6 +39,14 @@ type SubmitOptions struct {
 	// a step boundary where rollback is supported. A procedure that
 	// RetriesUntilDone cannot have one.
 	Timeout time.Duration
+	// Mutations, if set, gives domain mutations to commit in the same
+	// store write as the procedure's insert, given its id: the admin
+	// API's audit record of the submission, so that one write commits
+	// both. It is asked for only of a store.LateMutator, as the write is
+	// ordered (at most once, and it must not block); with another store,
+	// or a submission answered without an insert (a known nonce), it is
+	// never called, and the caller writes what it would have given itself.
+	Mutations func(id uint64) []store.Mutation
 }
 
 // Info is a snapshot of one procedure.
@@ -197,7 +205,7 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 		finishNonce(err)
 		return 0, fmt.Errorf("%w: serialising %s: %w", ErrInvalid, ti.name, err)
 	}
-	if err := x.store.Insert(rec, nil); err != nil {
+	if err := x.insertRoot(rec, e.id, opts.Mutations); err != nil {
 		finishNonce(err)
 		x.setFatal(err)
 		return 0, fmt.Errorf("%w: %w", ErrStoreFailed, err)
@@ -222,6 +230,15 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	finishNonce(nil)
 	x.metrics.submitted.WithLabelValues(ti.name).Inc()
 	return e.id, nil
+}
+
+// insertRoot inserts a submitted root's record, with the mutations muts
+// gives where the store takes them (SubmitOptions.Mutations).
+func (x *Executor) insertRoot(rec store.Proc, id uint64, muts func(uint64) []store.Mutation) error {
+	if lm, ok := x.store.(store.LateMutator); ok && muts != nil {
+		return lm.InsertAndMutateLate(rec, nil, func() []store.Mutation { return muts(id) })
+	}
+	return x.store.Insert(rec, nil)
 }
 
 func nonceKey(owner, nonce string) string { return owner + "\x00" + nonce }

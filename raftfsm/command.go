@@ -82,6 +82,12 @@ type Write struct {
 	Updates   []store.Proc
 	Deletes   []uint64
 	Mutations []Mutation
+	// Late, if set, gives more mutations, appended to Mutations as the
+	// entry carrying the write is proposed (RaftStore), under the store's
+	// Sequencer: for what is numbered in the order the log holds it (the
+	// audit trail's records). It must not block, and its keys follow
+	// Mutations' rules (a bad one fails the write alone).
+	Late func() []Mutation
 }
 
 func (w *Write) validate() error {
@@ -97,7 +103,11 @@ func (w *Write) validate() error {
 			return err
 		}
 	}
-	for _, m := range w.Mutations {
+	return validMutations(w.Mutations)
+}
+
+func validMutations(muts []Mutation) error {
+	for _, m := range muts {
 		if m.Key == "" {
 			return fmt.Errorf("%w: empty mutation key", store.ErrInvalid)
 		}

@@ -69,6 +69,11 @@ type RaftStoreConfig struct {
 	// the leader whose executor uses this store). Default 0: no fence.
 	FenceTerm uint64
 
+	// Sequencer orders the entries whose writes number what they carry
+	// (Write.Late) with the node's other such proposals. Default: one of
+	// the store's own.
+	Sequencer *Sequencer
+
 	// Logger receives log lines. Default: a null logger.
 	Logger hclog.Logger
 }
@@ -82,6 +87,9 @@ func (c RaftStoreConfig) withDefaults() RaftStoreConfig {
 		c.MaxLinger = DefaultMaxLinger
 	}
 	defaults.Set(&c.Logger, hclog.NewNullLogger())
+	if c.Sequencer == nil {
+		c.Sequencer = &Sequencer{}
+	}
 	return c
 }
 
@@ -228,6 +236,9 @@ func (s *RaftStore) Commit(ctx context.Context, w Write) error {
 	for _, m := range w.Mutations {
 		size += 16 + len(m.Key) + len(m.Value)
 	}
+	if w.Late != nil {
+		size += lateSize
+	}
 	req := &request{w: w, size: size, done: make(chan error, 1)}
 	s.mu.RLock()
 	if s.closed {
@@ -315,10 +326,9 @@ func (s *RaftStore) run() {
 			}
 		}
 		batch, bytes, carry = s.linger(batch, bytes, carry)
-		reqs := append([]*request(nil), batch...)
 		proposed := time.Now()
-		fut, err := s.propose(reqs)
-		if err != nil {
+		fut, reqs, err := s.propose(append([]*request(nil), batch...))
+		if err != nil || len(reqs) == 0 {
 			<-slots
 			for _, r := range reqs {
 				r.done <- err
@@ -399,7 +409,44 @@ func (s *RaftStore) await(fut raft.ApplyFuture) error {
 	return AwaitFuture(fut, nil, 100*time.Millisecond, IfShutDown(s.r))
 }
 
-func (s *RaftStore) propose(reqs []*request) (raft.ApplyFuture, error) {
+// propose hands batch to raft as one entry and returns its future with
+// the requests it carries: batch but for a write whose Late mutations are
+// refused (answered here). A batch with a Late write is numbered and
+// proposed under the Sequencer.
+func (s *RaftStore) propose(batch []*request) (fut raft.ApplyFuture, reqs []*request, err error) {
+	late := false
+	for _, r := range batch {
+		late = late || r.w.Late != nil
+	}
+	if !late {
+		fut, err = s.apply(batch)
+		return fut, batch, err
+	}
+	reqs = make([]*request, 0, len(batch))
+	s.cfg.Sequencer.Do(func() {
+		for _, r := range batch {
+			if r.w.Late != nil {
+				more := r.w.Late()
+				if err := validMutations(more); err != nil {
+					r.done <- fmt.Errorf("raftfsm: a write's late mutations: %w", err)
+					continue
+				}
+				r.w.Mutations = append(r.w.Mutations[:len(r.w.Mutations):len(r.w.Mutations)], more...)
+			}
+			reqs = append(reqs, r)
+		}
+		if len(reqs) > 0 {
+			fut, err = s.apply(reqs)
+		}
+	})
+	return fut, reqs, err
+}
+
+// lateSize is what a write's Late mutations count for in a batch's bytes:
+// an audit record cut to its limits, with room to spare.
+const lateSize = 4 << 10
+
+func (s *RaftStore) apply(reqs []*request) (raft.ApplyFuture, error) {
 	writes := make([]Write, len(reqs))
 	for i, r := range reqs {
 		writes[i] = r.w

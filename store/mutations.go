@@ -35,3 +35,17 @@ type DeleteMutator interface {
 	// DeleteAndMutate is Delete plus muts, in one atomic write.
 	DeleteAndMutate(ids []uint64, muts []Mutation) error
 }
+
+// LateMutator is a MutationStore whose insert can carry Mutations made as
+// its write is committed, not before: the store asks late for them at the
+// point that fixes the write's order among the others (a replicated
+// store: as it hands the write's entry to the log), so that what late
+// numbers commits in the order numbered (the admin API's audit record of
+// the submission it commits with).
+type LateMutator interface {
+	MutationStore
+	// InsertAndMutateLate is Insert plus the mutations late gives, in one
+	// atomic write. late is called at most once, and not if the write
+	// fails before it is ordered; it must not block.
+	InsertAndMutateLate(proc Proc, children []Proc, late func() []Mutation) error
+}

@@ -98,8 +98,9 @@ type Trail struct {
 	mu      sync.Mutex
 	pending []pendingWrite
 
-	// The leader's numbering, written on Run's goroutine only; term and
-	// the spaces under mu, which the writes in flight also take.
+	// The leader's numbering, written by one at a time (number): Run's
+	// goroutine, or whoever holds the state's Sequencer; term and the
+	// spaces under mu, which the writes in flight also take.
 	term   uint64
 	n      uint64
 	spaces [2]*space // served calls, refusals
@@ -239,7 +240,8 @@ func (l *Trail) Run() {
 			for i, p := range batch {
 				recs[i] = p.rec
 			}
-			// Numbered here, in order; written with up to
+			// Numbered in order (here, or as proposed where the
+			// state sequences its writes); written with up to
 			// inFlight entries in flight, so that a caller waits
 			// for its own batch's commit, not for the one before it too.
 			write, err := l.prepare(recs)
@@ -297,8 +299,9 @@ func (l *Trail) Commit(recs []*adminpb.AuditRecord) error {
 	return write()
 }
 
-// prepare numbers recs and works out the prunes due, on Run's goroutine
-// (the numbering's only writer), and returns the write to make.
+// prepare returns the write of recs (and the prunes due) to make: on the
+// leader it numbers them, on Run's goroutine, or where the state
+// sequences its writes (Sequenced) as the write is proposed.
 func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	if !l.state.IsLeader() {
 		return func() error {
@@ -308,6 +311,139 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			return l.cfg.Send(recs)
 		}, nil
 	}
+	if sq, ok := l.state.(Sequenced); ok {
+		return func() error {
+			var w *numbered
+			return l.write(func(ctx context.Context) (*numbered, error) {
+				err := sq.MutateNumbered(ctx, func() ([]raftfsm.Mutation, error) {
+					var err error
+					w, err = l.number(recs)
+					if err != nil {
+						return nil, err
+					}
+					return w.all(), nil
+				})
+				return w, err
+			})
+		}, nil
+	}
+	w, err := l.number(recs)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		return l.write(func(ctx context.Context) (*numbered, error) {
+			if len(w.muts)+len(w.prune) == 0 {
+				return w, nil
+			}
+			return w, l.state.Mutate(ctx, w.all())
+		})
+	}, nil
+}
+
+// Sequenced is a State that numbers what it writes as it proposes it:
+// build runs under the node's raftfsm.Sequencer, just before the entry
+// goes to Raft, so that records numbered there commit in that order
+// whichever path proposes them (Carry's, in a submission's entry,
+// included). build returning no mutations writes nothing.
+type Sequenced interface {
+	MutateNumbered(ctx context.Context, build func() ([]raftfsm.Mutation, error)) error
+}
+
+// numbered is a write the trail worked out: its records' puts (and
+// moves), the prunes due, and how many records it adds.
+type numbered struct {
+	muts, prune []raftfsm.Mutation
+	fresh       int
+}
+
+func (w *numbered) all() []raftfsm.Mutation {
+	return append(w.muts[:len(w.muts):len(w.muts)], w.prune...)
+}
+
+// write makes a write through do, bounded by WriteTimeout and the trail's
+// stop, and settles the bookkeeping of what it pruned.
+func (l *Trail) write(do func(ctx context.Context) (*numbered, error)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
+	defer cancel()
+	go func() { // Stop does not wait out a stuck write
+		select {
+		case <-l.cfg.Stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	w, err := do(ctx)
+	l.settle(w, err)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		l.written.Add(float64(w.fresh))
+	}
+	return nil
+}
+
+// settle ends the bookkeeping of w, numbered and written with outcome err
+// (w nil: never numbered).
+func (l *Trail) settle(w *numbered, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w != nil {
+		for _, m := range w.prune {
+			delete(l.pruning, m.Key)
+		}
+	}
+	if err != nil {
+		for _, sp := range l.spaces {
+			sp.idx = nil // what committed is unknown: count afresh
+		}
+	}
+}
+
+// Carry numbers rec, the final record of a call the leader served, to be
+// written in the entry that commits what the call did (a submission's,
+// procedure.SubmitOptions.Mutations): one entry then commits both. It
+// returns the mutations writing it, with the prunes due, and done, to be
+// called with the entry's outcome. ok is false where the trail cannot
+// carry a record (not the leader; a state that numbers nothing as it
+// proposes): the caller appends it. Carry is called under the state's
+// raftfsm.Sequencer, as the entry is proposed (raftfsm.Write.Late): the
+// record's number then follows the log's order as the trail's own do.
+func (l *Trail) Carry(rec *adminpb.AuditRecord) (muts []raftfsm.Mutation, done func(error), ok bool) {
+	if !l.CanCarry() || !l.state.IsLeader() {
+		return nil, nil, false
+	}
+	SanitizeRecord(rec)
+	rec.Id = "" // numbered here, whatever it held
+	w, err := l.number([]*adminpb.AuditRecord{rec})
+	if err != nil {
+		l.failed.Inc()
+		l.cfg.Log.Error("audit record not carried", "method", rec.GetMethod(), "error", err)
+		return nil, nil, false
+	}
+	return w.all(), func(err error) {
+		l.settle(w, err)
+		if err == nil {
+			l.written.Add(float64(w.fresh))
+		}
+	}, true
+}
+
+// CanCarry says the trail's state numbers records as it proposes them,
+// which Carry needs.
+func (l *Trail) CanCarry() bool {
+	if l == nil {
+		return false
+	}
+	_, ok := l.state.(Sequenced)
+	return ok
+}
+
+// number numbers recs and works out the prunes due. The numbering's one
+// writer at a time: Run's goroutine, or the state's Sequencer (Sequenced)
+// where the trail's writes and carried records number under it.
+func (l *Trail) number(recs []*adminpb.AuditRecord) (*numbered, error) {
 	term := l.state.Term()
 	l.mu.Lock()
 	if term != l.term {
@@ -319,11 +455,10 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}
 	l.mu.Unlock()
 	now := l.cfg.Clock.Now().UnixMilli()
-	muts := make([]raftfsm.Mutation, 0, len(recs))
+	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(recs))}
 	// What the writes change in each space's index.
 	var added [2][]keyedRecord
 	var moved []string
-	fresh := 0
 	for _, r := range recs {
 		key, numbered := AuditKeyOf(r.GetId())
 		switch {
@@ -336,7 +471,7 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			}
 			key = l.spaces[sp].Prefix + AuditSuffix(term, l.n)
 			added[sp] = append(added[sp], keyedRecord{key, r})
-			fresh++
+			w.fresh++
 			if r.GetCode() == AuditPending {
 				l.mu.Lock()
 				l.started[key] = true // not pruned before its outcome is written
@@ -348,7 +483,7 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			l.mu.Lock()
 			delete(l.started, key)
 			l.mu.Unlock()
-			muts = append(muts, raftfsm.Del(key))
+			w.muts = append(w.muts, raftfsm.Del(key))
 			moved = append(moved, key)
 			key = RefusedPrefix + strings.TrimPrefix(key, AuditPrefix)
 			added[1] = append(added[1], keyedRecord{key, r})
@@ -364,46 +499,16 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
-		muts = append(muts, raftfsm.Put(key, b))
+		w.muts = append(w.muts, raftfsm.Put(key, b))
 	}
-	var prune []raftfsm.Mutation
 	for i, sp := range l.spaces {
 		var gone []string
 		if i == 0 {
 			gone = moved
 		}
-		prune = append(prune, l.prunes(sp, added[i], gone)...)
+		w.prune = append(w.prune, l.prunes(sp, added[i], gone)...)
 	}
-	return func() error {
-		if len(muts)+len(prune) == 0 {
-			return nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), WriteTimeout)
-		defer cancel()
-		go func() { // Stop does not wait out a stuck write
-			select {
-			case <-l.cfg.Stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		err := l.state.Mutate(ctx, append(muts, prune...))
-		l.mu.Lock()
-		for _, m := range prune {
-			delete(l.pruning, m.Key)
-		}
-		if err != nil {
-			for _, sp := range l.spaces {
-				sp.idx = nil // what committed is unknown: count afresh
-			}
-		}
-		l.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		l.written.Add(float64(fresh))
-		return nil
-	}, nil
+	return w, nil
 }
 
 // keyedRecord is a record with the key it is written under.

@@ -3,12 +3,14 @@ package admin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -95,23 +97,42 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		// starts, while it runs: the answer then waits for the later of
 		// the two commits, not for both in turn. Its outcome is written
 		// over the record after (not waited for: if the leader dies
-		// first, the record says PENDING). Any other is recorded once
-		// its outcome is known.
+		// first, the record says PENDING). A submission's record is
+		// written instead in the submission's own entry, final
+		// (auditCarry): one commit. Any other is recorded once its
+		// outcome is known.
 		var begun <-chan error
 		var first *adminpb.AuditRecord
 		if err == nil && s.b.IsLeader() && !note.isRemote() {
 			first = s.auditRecord(ctx, p, method, req, nil, nil)
-			first.Code = access.AuditPending
-			note.start = &auditStart{ch: s.audit.Start(first)}
-			begun = note.start.ch
+			if s.carriesAudit(info.FullMethod) {
+				// The record as the call's answer would give it: the
+				// procedure's id is all the answer adds (NewRecord).
+				begin := first
+				note.carry = &auditCarry{trail: s.audit, build: func(id uint64) *adminpb.AuditRecord {
+					rec := proto.Clone(begin).(*adminpb.AuditRecord)
+					if !slices.Contains(rec.ProcIds, id) {
+						rec.ProcIds = append(rec.ProcIds, id)
+					}
+					return rec
+				}}
+			} else {
+				first.Code = access.AuditPending
+				note.start = &auditStart{ch: s.audit.Start(first)}
+				begun = note.start.ch
+			}
 		}
 		var resp any
 		if err == nil {
 			resp, err = handler(ctx, req)
 		}
+		carried := note.carry.carried(err)
+		if r, ok := resp.(*adminpb.SubmitProcedureResponse); ok && carried != nil && err == nil && !note.isRemote() && slices.Equal(carried.GetProcIds(), []uint64{r.GetId()}) {
+			return resp, nil // answered as carried, and committed with the submission
+		}
 		rec := s.auditRecord(ctx, p, method, req, resp, err)
 		if note.isRemote() {
-			if first == nil {
+			if begun == nil && carried == nil {
 				return resp, err // the leader it was forwarded to recorded it
 			}
 			// Lost the leadership while holding the call, then forwarded
@@ -119,12 +140,29 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			rec.Message = access.Cut("forwarded to the new leader, whose record is the call's: "+rec.GetMessage(), access.FieldMax)
 		}
 		var aerr error
-		if begun != nil {
+		switch {
+		case carried != nil && err == nil:
+			// Committed with the submission. An answer other than the
+			// one carried (nothing in this server's chain makes one) is
+			// written over it, as an outcome is.
+			rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = carried.GetId(), carried.GetAtUnixMs(), carried.GetCommittedUnixMs()
+			access.SanitizeRecord(rec)
+			if !proto.Equal(rec, carried) {
+				s.audit.Update(rec)
+			}
+		case begun != nil:
 			if aerr = note.start.wait(s.audit); aerr == nil {
 				rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = first.GetId(), first.GetAtUnixMs(), first.GetCommittedUnixMs()
 				s.audit.Update(rec)
 			}
-		} else {
+		default:
+			// Not carried, or carried in an entry whose outcome is not
+			// known (the submission failed): the outcome answered is
+			// recorded apart, once. If that entry did commit, both are
+			// in the trail, what committed and what was answered.
+			if first != nil {
+				rec.AtUnixMs = first.GetAtUnixMs()
+			}
 			aerr = s.audit.Append(ctx, rec)
 		}
 		if aerr != nil {
@@ -135,6 +173,21 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// carriesAudit says the calls of method (a full gRPC name) have their
+// record carried in the entry of the submission they make, where the
+// trail can: SubmitProcedure and the methods the gateway serves, whose
+// handlers hand auditMutations to procedure.SubmitOptions.
+func (s *Server) carriesAudit(method string) bool {
+	if !s.audit.CanCarry() {
+		return false
+	}
+	if method == adminpb.Admin_SubmitProcedure_FullMethodName {
+		return true
+	}
+	_, ok := s.gateway[method]
+	return ok
 }
 
 // principalStream is a server stream whose context carries the principal.

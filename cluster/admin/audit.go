@@ -12,6 +12,8 @@ import (
 
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
 )
 
 // The audit trail's calls and its part in the interceptors: the trail
@@ -31,6 +33,65 @@ type auditNoteKey struct{}
 type auditNote struct {
 	remote atomic.Bool
 	start  *auditStart
+	carry  *auditCarry
+}
+
+// auditCarry is the record of a submission the leader serves, carried in
+// the submission's own Raft entry (access.Trail.Carry): one entry commits
+// both, so the answer waits for one commit, and neither commits without
+// the other. It is built as the entry is proposed, the procedure's id
+// known.
+type auditCarry struct {
+	trail *access.Trail
+	build func(id uint64) *adminpb.AuditRecord
+
+	mu   sync.Mutex
+	rec  *adminpb.AuditRecord // as carried; nil: not carried
+	done func(error)          // access.Trail.Carry's
+}
+
+// mutations is procedure.SubmitOptions.Mutations: the record of the
+// submission of procedure id, numbered.
+func (c *auditCarry) mutations(id uint64) []store.Mutation {
+	rec := c.build(id)
+	muts, done, ok := c.trail.Carry(rec)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	c.rec, c.done = rec, done
+	c.mu.Unlock()
+	out := make([]store.Mutation, len(muts))
+	for i, m := range muts {
+		out[i] = store.Mutation{Key: m.Key, Value: m.Value, Delete: m.Op == raftfsm.OpDelete}
+	}
+	return out
+}
+
+// carried is the record carried, if one was, once the call's handler
+// returned err: a carried record then committed if and only if err is
+// nil (the submission's answer is its entry's outcome).
+func (c *auditCarry) carried(err error) *adminpb.AuditRecord {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	rec, done := c.rec, c.done
+	c.mu.Unlock()
+	if done != nil {
+		done(err)
+	}
+	return rec
+}
+
+// auditMutations is what a submission served for ctx's call gives
+// procedure.SubmitOptions.Mutations: its audit record, where the
+// interceptor has it carried (nil: it records the call itself).
+func auditMutations(ctx context.Context) func(id uint64) []store.Mutation {
+	if n, ok := ctx.Value(auditNoteKey{}).(*auditNote); ok && n.carry != nil {
+		return n.carry.mutations
+	}
+	return nil
 }
 
 // auditStart is the commit of a call's first record (PENDING), which both

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,16 +18,28 @@ import (
 // changes state: submissions through the admin API of two 3-node clusters
 // on loopback (raft's TCP transport, raft-boltdb with fsync), one without
 // an audit trail and one recording every submission before answering it,
-// BATON_BENCH_CALLERS (default 16) callers at once, in alternating rounds
-// so that load from elsewhere hits both alike. Reported: submits/s of
-// each, and audited over bare.
+// 16 and 64 callers at once (BATON_BENCH_CALLERS, a comma-separated
+// list, chooses others), in alternating rounds so that load from
+// elsewhere hits both alike. Reported: submits/s of each, and audited
+// over bare.
 //
 //	go test -run xxx -bench BenchmarkAuditedSubmits -benchtime 4000x ./cluster/admin/
 func BenchmarkAuditedSubmits(b *testing.B) {
-	callers := 16
-	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_CALLERS")); err == nil && v > 0 {
-		callers = v
+	counts := []int{16, 64}
+	if env := os.Getenv("BATON_BENCH_CALLERS"); env != "" {
+		counts = nil
+		for _, f := range strings.Split(env, ",") {
+			if v, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && v > 0 {
+				counts = append(counts, v)
+			}
+		}
 	}
+	for _, callers := range counts {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) { benchAuditedSubmits(b, callers) })
+	}
+}
+
+func benchAuditedSubmits(b *testing.B, callers int) {
 	leaderOf := func(nodes []*testNode) *testNode {
 		var l *testNode
 		testwait.For(b, 30*time.Second, "a leader with a running executor", func() bool {

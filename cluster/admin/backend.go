@@ -188,10 +188,8 @@ func (b nodeBackend) Mutate(ctx context.Context, muts []raftfsm.Mutation) error 
 // (raftfsm.EncodeFencedProcBatch), so a write computed by the leader of
 // term T never lands under a later leadership, its own regained included.
 func (b nodeBackend) MutateInTerm(ctx context.Context, term uint64, muts []raftfsm.Mutation) error {
-	for _, m := range muts {
-		if m.Key == "" {
-			return procedure.Errorf(procedure.ErrInvalid, "empty domain key")
-		}
+	if err := checkDomainKeys(muts); err != nil {
+		return err
 	}
 	if !b.n.IsLeader() {
 		return b.notLeader()
@@ -200,9 +198,53 @@ func (b nodeBackend) MutateInTerm(ctx context.Context, term uint64, muts []raftf
 	if err != nil {
 		return err
 	}
-	f := b.n.Raft().Apply(data, b.applyTimeout)
+	return b.await(ctx, b.n.Raft().Apply(data, b.applyTimeout))
+}
+
+// MutateNumbered implements access.Sequenced: build runs under the node's
+// raftfsm.Sequencer, and its mutations go to raft there, so the audit
+// records it numbers commit in that order with those a submission's entry
+// carries (the executor's store numbers those under the same Sequencer).
+func (b nodeBackend) MutateNumbered(ctx context.Context, build func() ([]raftfsm.Mutation, error)) error {
+	if !b.n.IsLeader() {
+		return b.notLeader()
+	}
+	var f raft.ApplyFuture
+	var err error
+	b.n.Sequencer().Do(func() {
+		var muts []raftfsm.Mutation
+		if muts, err = build(); err != nil || len(muts) == 0 {
+			return
+		}
+		if err = checkDomainKeys(muts); err != nil {
+			return
+		}
+		var data []byte
+		if data, err = raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: muts}); err != nil {
+			return
+		}
+		f = b.n.Raft().Apply(data, b.applyTimeout)
+	})
+	if err != nil || f == nil {
+		return err
+	}
+	return b.await(ctx, f)
+}
+
+func checkDomainKeys(muts []raftfsm.Mutation) error {
+	for _, m := range muts {
+		if m.Key == "" {
+			return procedure.Errorf(procedure.ErrInvalid, "empty domain key")
+		}
+	}
+	return nil
+}
+
+// await waits for a domain write's outcome, or for ctx.
+func (b nodeBackend) await(ctx context.Context, f raft.ApplyFuture) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -292,12 +334,38 @@ type scanningStateOf struct {
 	domainScans
 }
 
-// trailState is b as the audit trail uses it.
+// trailState is b as the audit trail uses it: one that numbers its
+// records as it proposes them (access.Sequenced) where b can.
 func trailState(b Backend) access.State {
-	if sc, ok := b.(domainScanner); ok {
+	sc, scans := b.(domainScanner)
+	nb := numbererOf(b)
+	switch {
+	case scans && nb != nil:
+		return sequencedStateOf{scanningStateOf{stateOf{b}, domainScans{sc}}, nb}
+	case scans:
 		return scanningStateOf{stateOf{b}, domainScans{sc}}
 	}
 	return stateOf{b}
+}
+
+// sequencedStateOf is a scanning trail state whose backend numbers the
+// records as it proposes them.
+type sequencedStateOf struct {
+	scanningStateOf
+	access.Sequenced
+}
+
+// numbererOf is b's access.Sequenced, through a domain's wrapper; nil if
+// it has none (a test's fake backend): its trail then carries no record in
+// a submission's entry.
+func numbererOf(b Backend) access.Sequenced {
+	switch x := b.(type) {
+	case access.Sequenced:
+		return x
+	case domainBackend:
+		return numbererOf(x.Backend)
+	}
+	return nil
 }
 
 // domainScans is a domainScanner as access.Scanner.

@@ -69,6 +69,13 @@ func startClusterTimed(t *testing.T, n int, raftTimeout time.Duration, setup nod
 // backend(i, node): a domain added to it, say.
 func startClusterOn(t *testing.T, n int, raftTimeout time.Duration, setup nodeSetup, backend func(i int, n *cluster.Node) Backend) []*testNode {
 	t.Helper()
+	return startClusterConf(t, n, raftTimeout, setup, backend, nil)
+}
+
+// startClusterConf is startClusterOn with node i's cluster config adjusted
+// by conf (if not nil): its executor's store wrapped, say.
+func startClusterConf(t *testing.T, n int, raftTimeout time.Duration, setup nodeSetup, backend func(i int, n *cluster.Node) Backend, conf func(i int, c *cluster.Config)) []*testNode {
+	t.Helper()
 	lvl := hclog.Off
 	if os.Getenv("BATON_TEST_LOG") != "" {
 		lvl = hclog.Debug
@@ -110,6 +117,9 @@ func startClusterOn(t *testing.T, n int, raftTimeout time.Duration, setup nodeSe
 	var nodes []*testNode
 	for i := range cfgs {
 		cfgs[i].Peers = peers
+		if conf != nil {
+			conf(i, &cfgs[i])
+		}
 		node, err := cluster.NewNode(cfgs[i])
 		if err != nil {
 			t.Fatal(err)

@@ -161,7 +161,7 @@ func (s *Server) serveGateway(ctx context.Context, m gatewayMethod, req proto.Me
 		if err := d.CheckSubmissions(x, domainOwner, nonce); err != nil {
 			return nil, err
 		}
-		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner, Submitter: submitterOf(ctx)})
+		id, err := x.Submit(p, procedure.SubmitOptions{Nonce: nonce, Owner: domainOwner, Submitter: submitterOf(ctx), Mutations: auditMutations(ctx)})
 		if err != nil {
 			return nil, err
 		}

@@ -46,6 +46,7 @@ func (s *Server) SubmitProcedure(ctx context.Context, req *adminpb.SubmitProcedu
 			Owner:     req.GetOwner(),
 			Submitter: submitterOf(ctx),
 			Timeout:   timeout,
+			Mutations: auditMutations(ctx),
 		})
 		if err != nil {
 			return nil, err
