@@ -1,12 +1,14 @@
 package raftfsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/enumname"
 	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -176,12 +178,36 @@ func EncodeFencedProcBatch(term uint64, writes ...Write) ([]byte, error) {
 	for i := range writes {
 		pb.Writes[i] = writes[i].toProto()
 	}
-	payload, err := proto.Marshal(pb)
+	// The batch is marshalled straight into the envelope: marshalled on
+	// its own first, then copied in as the payload, every procedure image
+	// of the entry (a big create's spawn carries thousands) was copied
+	// twice. The bytes are EncodeCommand's, field for field (type,
+	// payload; ignore_if_unknown false is not written).
+	size := proto.Size(pb)
+	out := make([]byte, prefixLen, prefixLen+2*binary.MaxVarintLen64+2+size)
+	out[0], out[1], out[2] = magic0, magic1, formatVersion
+	out = protowire.AppendTag(out, envelopeType, protowire.VarintType)
+	out = protowire.AppendVarint(out, uint64(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH))
+	if size > 0 {
+		out = protowire.AppendTag(out, envelopePayload, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(size))
+	}
+	n := len(out)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(out, pb)
 	if err != nil {
 		return nil, fmt.Errorf("raftfsm: encode proc batch: %w", err)
 	}
-	return EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
+	if len(out)-n != size {
+		return nil, fmt.Errorf("raftfsm: encode proc batch: %d bytes, sized %d", len(out)-n, size)
+	}
+	return out, nil
 }
+
+// The Envelope's field numbers (raftpb), for EncodeFencedProcBatch.
+const (
+	envelopeType    protowire.Number = 1
+	envelopePayload protowire.Number = 3
+)
 
 // EncodeNoop encodes a NOOP command.
 func EncodeNoop() []byte {

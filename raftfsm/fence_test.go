@@ -1,11 +1,14 @@
 package raftfsm
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
 )
 
@@ -35,6 +38,39 @@ func TestFenceTerm(t *testing.T) {
 	for id, want := range map[uint64]bool{1: false, 2: false, 3: true, 4: true} {
 		if _, ok := f.Proc(id); ok != want {
 			t.Errorf("proc %d present=%v, want %v", id, ok, want)
+		}
+	}
+}
+
+// EncodeFencedProcBatch marshals the batch straight into its envelope:
+// the bytes are those of EncodeCommand around the marshalled batch.
+func TestProcBatchEncodesAsItsEnvelope(t *testing.T) {
+	for _, ws := range [][]Write{
+		nil,
+		{{}},
+		{{Inserts: []store.Proc{{ID: 1, Data: []byte("parent")}, {ID: 2, Data: make([]byte, 300)}}, Mutations: []Mutation{Put("k", []byte("v")), Del("d")}},
+			{Updates: []store.Proc{{ID: 3, Data: []byte("x")}}, Deletes: []uint64{4, 5}}},
+	} {
+		for _, term := range []uint64{0, 7} {
+			got, err := EncodeFencedProcBatch(term, ws...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(ws)), FenceTerm: term}
+			for i := range ws {
+				pb.Writes[i] = ws[i].toProto()
+			}
+			payload, err := proto.Marshal(pb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("term %d, %d writes: encoded\n%x\nwant\n%x", term, len(ws), got, want)
+			}
 		}
 	}
 }
