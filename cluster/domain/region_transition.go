@@ -446,13 +446,15 @@ func newAssignSpawner(ctx *procedure.Context) *assignSpawner {
 	return a
 }
 
-// add spawns child; after the first error it does nothing more (Err).
-func (a *assignSpawner) add(child *TransitRegionState) {
+// add spawns child, prepared if it is an assignment prepareIdle can
+// prepare; after the first error it does nothing more (Err).
+func (a *assignSpawner) add(p procedure.Procedure) {
 	if a.err != nil {
 		return
 	}
-	if len(a.cands) == 0 || child.Kind != KindAssign || !child.From.IsZero() {
-		a.ctx.AddChild(child)
+	child, ok := p.(*TransitRegionState)
+	if !ok || len(a.cands) == 0 || child.Kind != KindAssign || !child.From.IsZero() {
+		a.ctx.AddChild(p)
 		return
 	}
 	id, locked, err := a.ctx.AddLockedChild(child)
