@@ -203,9 +203,11 @@ func EncodeFencedProcBatch(term uint64, writes ...Write) ([]byte, error) {
 	return out, nil
 }
 
-// The Envelope's field numbers (raftpb), for EncodeFencedProcBatch.
+// The Envelope's field numbers (raftpb), for EncodeFencedProcBatch and
+// decodeEnvelope.
 const (
 	envelopeType    protowire.Number = 1
+	envelopeIgnore  protowire.Number = 2
 	envelopePayload protowire.Number = 3
 )
 
@@ -215,7 +217,8 @@ func EncodeNoop() []byte {
 	return b
 }
 
-// decodeEnvelope checks the framing and decodes the envelope.
+// decodeEnvelope checks the framing and decodes the envelope. Its
+// payload aliases data.
 func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 	if len(data) < prefixLen || data[0] != magic0 || data[1] != magic1 {
 		n := min(len(data), prefixLen)
@@ -224,9 +227,44 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 	if data[2] != formatVersion {
 		return nil, fmt.Errorf("%w: framing version %d, this node knows %d", ErrNotCommand, data[2], formatVersion)
 	}
+	// Read by hand, as proto.Unmarshal reads it (the last of a repeated
+	// field wins, a field of another wire type is skipped as unknown),
+	// but with the payload aliasing data: proto.Unmarshal copied every
+	// entry whole on every node before its batch was decoded, which
+	// copies what it keeps anyway.
 	env := &raftpb.Envelope{}
-	if err := proto.Unmarshal(data[prefixLen:], env); err != nil {
-		return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, err)
+	for b := data[prefixLen:]; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == envelopeType && typ == protowire.VarintType, num == envelopeIgnore && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if num == envelopeType {
+				env.Type = raftpb.CommandType(int32(v))
+			} else {
+				env.IgnoreIfUnknown = v != 0
+			}
+		case num == envelopePayload && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+			env.Payload = v[:len(v):len(v)]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
 	}
 	return env, nil
 }

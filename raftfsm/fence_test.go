@@ -74,3 +74,43 @@ func TestProcBatchEncodesAsItsEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// decodeEnvelope reads an envelope as proto.Unmarshal does: the same
+// fields, and an error for the same bytes, random ones included.
+func TestEnvelopeDecodesAsProtoDoes(t *testing.T) {
+	batch, err := EncodeProcBatch(Write{Updates: []store.Proc{{ID: 1, Data: []byte("x")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs := [][]byte{batch[prefixLen:], EncodeNoop()[prefixLen:], nil,
+		{0x08, 0x02, 0x08, 0x01}, // type twice: the last wins
+		{0x10, 0x01, 0x1a, 0x00}, // ignore_if_unknown, empty payload
+		{0x0a, 0x01, 0x00},       // type with the bytes wire type: unknown
+		{0x20, 0x05, 0x08, 0x01}, // an unknown field first
+		{0x1a, 0x05, 0x01},       // truncated payload
+		{0x08},                   // truncated varint
+		{0x00, 0x01},             // field number 0
+	}
+	rnd := uint64(1)
+	for range 2000 {
+		b := make([]byte, rnd%12)
+		for i := range b {
+			rnd = rnd*6364136223846793005 + 1442695040888963407
+			b[i] = byte(rnd >> 56)
+		}
+		inputs = append(inputs, b)
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+	}
+	for _, in := range inputs {
+		data := append([]byte{magic0, magic1, formatVersion}, in...)
+		got, gerr := decodeEnvelope(data)
+		want := &raftpb.Envelope{}
+		werr := proto.Unmarshal(in, want)
+		if (gerr != nil) != (werr != nil) {
+			t.Fatalf("% x: decodeEnvelope error %v, proto.Unmarshal's %v", in, gerr, werr)
+		}
+		if gerr == nil && (got.Type != want.Type || got.IgnoreIfUnknown != want.IgnoreIfUnknown || !bytes.Equal(got.Payload, want.Payload)) {
+			t.Fatalf("% x: decodeEnvelope %v, proto.Unmarshal %v", in, got, want)
+		}
+	}
+}

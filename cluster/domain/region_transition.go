@@ -61,7 +61,9 @@ const (
 // An assignment with nothing to close (a create's, an enable's, a crashed
 // server's regions) does OPEN_PREPARE's work in PREPARE's write, and the
 // final OPEN is recorded in the write that ends the procedure: two commits
-// per region, the child's insert riding in its parent's spawn write.
+// per region, the child's insert riding in its parent's spawn write. A
+// create's and a crash's parent do PREPARE's work itself, in the spawn's
+// write (prepareIdle, prepareCrashed): one commit per region after it.
 //
 // Every remote operation is sent only after the step that records its
 // target (CLOSING@S, OPENING@S') committed, and from a step that a failover
