@@ -1,12 +1,14 @@
 package raftfsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/enumname"
 	"github.com/baton-dev/baton/proto/raftpb"
 	"github.com/baton-dev/baton/store"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -186,12 +188,38 @@ func EncodeFencedProcBatch(term uint64, writes ...Write) ([]byte, error) {
 	for i := range writes {
 		pb.Writes[i] = writes[i].toProto()
 	}
-	payload, err := proto.Marshal(pb)
+	// The batch is marshalled straight into the envelope: marshalled on
+	// its own first, then copied in as the payload, every procedure image
+	// of the entry (a big create's spawn carries thousands) was copied
+	// twice. The bytes are EncodeCommand's, field for field (type,
+	// payload; ignore_if_unknown false is not written).
+	size := proto.Size(pb)
+	out := make([]byte, prefixLen, prefixLen+2*binary.MaxVarintLen64+2+size)
+	out[0], out[1], out[2] = magic0, magic1, formatVersion
+	out = protowire.AppendTag(out, envelopeType, protowire.VarintType)
+	out = protowire.AppendVarint(out, uint64(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH))
+	if size > 0 {
+		out = protowire.AppendTag(out, envelopePayload, protowire.BytesType)
+		out = protowire.AppendVarint(out, uint64(size))
+	}
+	n := len(out)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(out, pb)
 	if err != nil {
 		return nil, fmt.Errorf("raftfsm: encode proc batch: %w", err)
 	}
-	return EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
+	if len(out)-n != size {
+		return nil, fmt.Errorf("raftfsm: encode proc batch: %d bytes, sized %d", len(out)-n, size)
+	}
+	return out, nil
 }
+
+// The Envelope's field numbers (raftpb), for EncodeFencedProcBatch and
+// decodeEnvelope.
+const (
+	envelopeType    protowire.Number = 1
+	envelopeIgnore  protowire.Number = 2
+	envelopePayload protowire.Number = 3
+)
 
 // EncodeNoop encodes a NOOP command.
 func EncodeNoop() []byte {
@@ -199,7 +227,8 @@ func EncodeNoop() []byte {
 	return b
 }
 
-// decodeEnvelope checks the framing and decodes the envelope.
+// decodeEnvelope checks the framing and decodes the envelope. Its
+// payload aliases data.
 func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 	if len(data) < prefixLen || data[0] != magic0 || data[1] != magic1 {
 		n := min(len(data), prefixLen)
@@ -208,9 +237,44 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 	if data[2] != formatVersion {
 		return nil, fmt.Errorf("%w: framing version %d, this node knows %d", ErrNotCommand, data[2], formatVersion)
 	}
+	// Read by hand, as proto.Unmarshal reads it (the last of a repeated
+	// field wins, a field of another wire type is skipped as unknown),
+	// but with the payload aliasing data: proto.Unmarshal copied every
+	// entry whole on every node before its batch was decoded, which
+	// copies what it keeps anyway.
 	env := &raftpb.Envelope{}
-	if err := proto.Unmarshal(data[prefixLen:], env); err != nil {
-		return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, err)
+	for b := data[prefixLen:]; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == envelopeType && typ == protowire.VarintType, num == envelopeIgnore && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+			if num == envelopeType {
+				env.Type = raftpb.CommandType(int32(v))
+			} else {
+				env.IgnoreIfUnknown = v != 0
+			}
+		case num == envelopePayload && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+			env.Payload = v[:len(v):len(v)]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
 	}
 	return env, nil
 }

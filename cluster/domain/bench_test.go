@@ -31,10 +31,12 @@ func BenchmarkAssignRegions(b *testing.B) {
 	tables, perTable := benchEnv(b, "BATON_BENCH_TABLES", 2, 0), benchEnv(b, "BATON_BENCH_REGIONS", 10000, 0)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
+		var wc writeCounts
 		h := newHarness(b, harnessOpts{servers: servers,
 			node: func(c *cluster.Config) {
 				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 				c.Workers = benchWorkers(b)
+				wc.hook(c)
 			},
 			domain: func(c *domain.Config) {
 				// dispatch's defaults (32 ops, 150 ms), not the tests' 10 ms delay.
@@ -44,6 +46,7 @@ func BenchmarkAssignRegions(b *testing.B) {
 			}})
 		lm0, _ := h.leader()
 		index0 := lm0.node.Status().LastIndex
+		writes0, bytes0 := wc.writes.Load(), wc.procBytes.Load()+wc.mutBytes.Load()
 		b.StartTimer()
 		start, cpu0 := time.Now(), cpuTime()
 		var ids []uint64
@@ -68,6 +71,11 @@ func BenchmarkAssignRegions(b *testing.B) {
 		if lm == lm0 {
 			b.ReportMetric(float64(lm.node.Status().LastIndex-index0)*1000/float64(tables*perTable), "entries/kregion")
 		}
+		// The executor's store writes (each a procedure's step, commits
+		// grouped into the entries above) and the bytes they carried,
+		// procedure records and domain values, per region.
+		b.ReportMetric(float64(wc.writes.Load()-writes0)/float64(tables*perTable), "writes/region")
+		b.ReportMetric(float64(wc.procBytes.Load()+wc.mutBytes.Load()-bytes0)/float64(tables*perTable), "B/region")
 		b.ReportMetric(float64(st.Ops)/float64(max(st.Batches, 1)), "ops/rpc")
 		b.ReportMetric(float64(tables*perTable)/float64(max(st.Batches, 1)), "regions/rpc")
 		h.close()

@@ -110,9 +110,13 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
 		from, to, last := nextWave(d, p.Spawned, p.Regions)
+		spawn := newAssignSpawner(ctx)
 		for i := from; i < to; i++ {
 			rn := RegionName(full, i, ctx.ID())
-			ctx.AddChild(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
+			spawn.add(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})
+		}
+		if err := spawn.Err(); err != nil {
+			return procedure.NoMoreState, err
 		}
 		p.Spawned = to
 		if last {

@@ -61,7 +61,9 @@ const (
 // An assignment with nothing to close (a create's, an enable's, a crashed
 // server's regions) does OPEN_PREPARE's work in PREPARE's write, and the
 // final OPEN is recorded in the write that ends the procedure: two commits
-// per region, the child's insert riding in its parent's spawn write.
+// per region, the child's insert riding in its parent's spawn write. A
+// create's and a crash's parent do PREPARE's work itself, in the spawn's
+// write (prepareIdle, prepareCrashed): one commit per region after it.
 //
 // Every remote operation is sent only after the step that records its
 // target (CLOSING@S, OPENING@S') committed, and from a step that a failover
@@ -371,6 +373,44 @@ func (p *TransitRegionState) prepareCrashed(ctx *procedure.Context, svc *service
 	if !tok || t.State != TableEnabled {
 		return false, nil
 	}
+	ok, err = p.prepareOn(ctx, svc, r, id, cands)
+	if ok {
+		p.UndoState, p.Source = RegionClosed, p.From.ID
+	}
+	return ok, err
+}
+
+// prepareIdle does, in the name of child id, what PREPARE does for an
+// assignment whose region has nothing to close (Kind assign, no From: a
+// create's or an enable's region, OFFLINE or CLOSED): its target picked
+// now and recorded OPENING there by ctx's step (the spawning parent's),
+// in the write that persists the child, which starts at OPEN_DISPATCH
+// (Prepared), as prepareCrashed does for a crashed server's region. One
+// write per region fewer than the child's own PREPARE: the write of
+// PREPARE, the only state of the assignment with no durable boundary of
+// its own to keep (HBase's TRSP folds it the same way). A 0.1.0 master
+// resumes such a child (it reads Prepared, and a crash's children are
+// written so). It reports false, having changed nothing, for anything
+// else: the child's PREPARE then deals with it.
+func (p *TransitRegionState) prepareIdle(ctx *procedure.Context, svc *services, r reader, id uint64, cands map[string]Server) (bool, error) {
+	if p.Kind != KindAssign || !p.From.IsZero() || len(cands) == 0 {
+		return false, nil
+	}
+	rg, ok, err := getRegion(r, p.Region)
+	if err != nil || !ok || regionBusy(rg) {
+		return false, err
+	}
+	ok, err = p.prepareOn(ctx, svc, r, id, cands)
+	if ok && p.UndoState == "" {
+		p.UndoState = RegionClosed
+	}
+	return ok, err
+}
+
+// prepareOn picks the target of child id among cands and records the
+// region OPENING there in ctx's write, the child to start at
+// OPEN_DISPATCH; false, having changed nothing, if no server fits.
+func (p *TransitRegionState) prepareOn(ctx *procedure.Context, svc *services, r reader, id uint64, cands map[string]Server) (bool, error) {
 	target, err := svc.pick(r, cands, p.Target)
 	if err != nil || target == "" {
 		return false, err
@@ -379,11 +419,56 @@ func (p *TransitRegionState) prepareCrashed(ctx *procedure.Context, svc *service
 	if err := putRegion(ctx, p.Region, Region{Table: p.fullTable(), State: RegionOpening, Server: target, StartCode: srv.StartCode, ProcID: id}); err != nil {
 		return false, err
 	}
-	p.UndoState, p.Source = RegionClosed, p.From.ID
 	p.Server, p.Address = ServerRef{target, srv.StartCode}, srv.Address
 	p.Prepared = true
 	return true, nil
 }
+
+// assignSpawner spawns a parent step's assignments (AddAssign), each
+// prepared in the step's own write where its region's locks are free
+// (prepareIdle), the others left to their own PREPARE.
+type assignSpawner struct {
+	ctx   *procedure.Context
+	svc   *services
+	r     reader
+	cands map[string]Server
+	err   error
+}
+
+// newAssignSpawner reads the live servers once for the step's
+// assignments. Without services (leadership changing) every child runs
+// its own PREPARE.
+func newAssignSpawner(ctx *procedure.Context) *assignSpawner {
+	a := &assignSpawner{ctx: ctx, r: ctxReader{ctx}}
+	if d, err := envOf(ctx); err == nil {
+		if a.svc = d.servicesFor(ctx); a.svc != nil {
+			a.cands, a.err = a.svc.liveTargets(a.r)
+		}
+	}
+	return a
+}
+
+// add spawns child, prepared if it is an assignment prepareIdle can
+// prepare; after the first error it does nothing more (Err).
+func (a *assignSpawner) add(p procedure.Procedure) {
+	if a.err != nil {
+		return
+	}
+	child, ok := p.(*TransitRegionState)
+	if !ok || len(a.cands) == 0 || child.Kind != KindAssign || !child.From.IsZero() {
+		a.ctx.AddChild(p)
+		return
+	}
+	id, locked, err := a.ctx.AddLockedChild(child)
+	if err != nil || !locked {
+		a.err = err
+		return
+	}
+	_, a.err = child.prepareIdle(a.ctx, a.svc, a.r, id, a.cands)
+}
+
+// Err is the first error of add: the step fails with it.
+func (a *assignSpawner) Err() error { return a.err }
 
 // outcome sorts a dispatch result.
 type outcome int
