@@ -1,11 +1,13 @@
 package domain_test
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
@@ -171,4 +173,105 @@ func TestTableProceduresSpawnInWaves(t *testing.T) {
 	}
 	h.mustSucceed(h.submit(del, ""), 30*time.Second)
 	h.checkTableGone("default:t")
+}
+
+// The leader dies right after a create's spawn wrote its regions
+// OPENING on the targets it picked (the opens held, not yet sent), and
+// one of those targets restarts meanwhile (a new incarnation: the
+// recorded one is gone). The new leader resumes each child at
+// OPEN_DISPATCH: the ones on the surviving target open there, the ones
+// on the gone incarnation are planned again, and every region ends open
+// once. Stopped for good, its regions wait for its lease to run out
+// (it may serve them until then) and open on the other server.
+func TestPreparedAssignmentsSurviveFailoverWithTheirTargetGone(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restarted", false: "stopped"}[restart], func(t *testing.T) {
+			testPreparedFailoverTargetGone(t, restart)
+		})
+	}
+}
+
+func testPreparedFailoverTargetGone(t *testing.T, restart bool) {
+	const regions = 6
+	var armed atomic.Bool
+	armed.Store(true)
+	release := make(chan struct{})
+	h := newHarness(t, harnessOpts{servers: 2, domain: func(c *domain.Config) {
+		c.FailPoint = func(p string) error {
+			if p == "region.open" && armed.Load() {
+				<-release
+			}
+			return nil
+		}
+	}})
+	checkDoubles := h.watchDoubles()
+	id := h.createTable("", "t", regions)
+	targets := map[string]int{}
+	testwait.For(t, 20*time.Second, "the spawn to record every region OPENING", func() bool {
+		clear(targets)
+		n := 0
+		domain.ScanRegions(h.reader(), func(_ string, rg domain.Region) bool {
+			if rg.Table == "default:t" && rg.State == domain.RegionOpening && rg.ProcID != 0 {
+				n++
+				targets[rg.Server]++
+			}
+			return true
+		})
+		return n == regions
+	})
+	if len(targets) != 2 {
+		t.Fatalf("the spawn placed the regions on %v, want both servers", targets)
+	}
+	old := h.leaderIndex()
+	h.killMaster(old)
+	h.stopRS("rs1")
+	if restart {
+		h.startRS("rs1", 0, 0)
+	}
+	armed.Store(false)
+	close(release)
+	h.mustSucceed(id, 60*time.Second)
+	checkDoubles()
+	h.checkTableOpen("default:t", regions)
+}
+
+// A create fails at its first region's open while its other regions,
+// prepared in the spawn (OPENING recorded in their children's names),
+// have not run (one worker): the rollback leaves nothing open, recorded
+// or hosted, though those children never ran a step to undo.
+func TestCreateRollsBackPreparedChildrenThatNeverRan(t *testing.T) {
+	const regions = 40
+	var opens atomic.Int64
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
+		domain: func(c *domain.Config) {
+			c.FailPoint = func(p string) error {
+				if p == "region.open" {
+					opens.Add(1)
+					return errors.New("injected: open refused")
+				}
+				return nil
+			}
+		},
+		node: func(nc *cluster.Config) {
+			prev := nc.Executor
+			nc.Executor = func(pc *procedure.Config) {
+				if prev != nil {
+					prev(pc)
+				}
+				pc.Workers, pc.MaxExtraWorkers = 1, 1
+			}
+		}})
+	id := h.createTable("", "t", regions)
+	info := h.wait(id, 60*time.Second)
+	if info.State != procedure.RolledBack {
+		t.Fatalf("create ended %v, want rolled back", info.State)
+	}
+	if n := opens.Load(); n >= regions {
+		t.Fatalf("all %d region procedures ran their first step: the case is not reached", n)
+	}
+	t.Logf("%d of %d region procedures ran a step", opens.Load(), regions)
+	h.checkTableGone("default:t")
+	if hs := h.hosted(); len(hs) != 0 {
+		t.Errorf("regions still hosted after the rollback: %v", hs)
+	}
 }
