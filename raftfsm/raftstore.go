@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -426,8 +427,11 @@ func (s *RaftStore) propose(batch []*request) (fut raft.ApplyFuture, reqs []*req
 	s.cfg.Sequencer.Do(func() {
 		for _, r := range batch {
 			if r.w.Late != nil {
-				more := r.w.Late()
-				if err := validMutations(more); err != nil {
+				more, err := s.late(r.w.Late)
+				if err == nil {
+					err = validMutations(more)
+				}
+				if err != nil {
 					r.done <- fmt.Errorf("raftfsm: a write's late mutations: %w", err)
 					continue
 				}
@@ -440,6 +444,19 @@ func (s *RaftStore) propose(batch []*request) (fut raft.ApplyFuture, reqs []*req
 		}
 	})
 	return fut, reqs, err
+}
+
+// late runs a write's Late. A panic in it fails that write alone: it
+// runs on the committer's goroutine, whose death would take the node (the
+// leader) down with every write in flight.
+func (s *RaftStore) late(fn func() []Mutation) (muts []Mutation, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.cfg.Logger.Error("a write's late mutations panicked", "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return fn(), nil
 }
 
 // lateSize is what a write's Late mutations count for in a batch's bytes:

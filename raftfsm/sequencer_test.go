@@ -115,3 +115,36 @@ func TestLateMutationRefusedFailsItsWriteAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestLatePanicFailsItsWriteAlone: a Late that panics fails its write
+// with an error, not the node: the writes batched with it commit, the
+// Sequencer is free again, and the store takes the next write.
+func TestLatePanicFailsItsWriteAlone(t *testing.T) {
+	c := newCluster(t, clusterOpts{n: 1})
+	l := c.leader()
+	var seq Sequencer
+	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			late := func() []Mutation { return []Mutation{Put(fmt.Sprintf("k/%d", i), nil)} }
+			if i == 3 {
+				late = func() []Mutation { panic("a bug in the record's numbering") }
+			}
+			errs[i] = s.Commit(t.Context(), Write{Inserts: []store.Proc{{ID: uint64(i + 1)}}, Late: late})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		_, stored := l.fsm.Proc(uint64(i + 1))
+		if (i == 3) != (err != nil) || stored != (err == nil) {
+			t.Errorf("write %d: %v, stored %v", i, err, stored)
+		}
+	}
+	seq.Do(func() {}) // not left held
+	if err := s.Commit(t.Context(), Write{Inserts: []store.Proc{{ID: 99}}, Late: func() []Mutation { return nil }}); err != nil {
+		t.Fatalf("the store after a Late panicked: %v", err)
+	}
+}

@@ -3,8 +3,10 @@ package access
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -110,6 +112,9 @@ type Trail struct {
 	pruning, started map[string]bool
 
 	written, failed prometheus.Counter
+	// rebuild asks Run to build the spaces' indexes (warm): Carry found
+	// one unknown, which it does not build under the Sequencer.
+	rebuild atomic.Bool
 }
 
 // space is one key space of the trail, within its own bounds
@@ -117,6 +122,9 @@ type Trail struct {
 type space struct {
 	Space
 	idx *Index // nil when unknown
+	// unindexed are the records added with idx unknown (prunes), for
+	// the index warm builds.
+	unindexed []keyedRecord
 }
 
 type pendingWrite struct {
@@ -234,6 +242,9 @@ func (l *Trail) Run() {
 			l.pending = l.pending[n:]
 			l.mu.Unlock()
 			if n == 0 {
+				if l.rebuild.Swap(false) {
+					l.warm()
+				}
 				break
 			}
 			recs := make([]*adminpb.AuditRecord, n)
@@ -313,11 +324,12 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 	}
 	if sq, ok := l.state.(Sequenced); ok {
 		return func() error {
+			l.warm() // not under the Sequencer, which every submission's entry waits for
 			var w *numbered
 			return l.write(func(ctx context.Context) (*numbered, error) {
 				err := sq.MutateNumbered(ctx, func() ([]raftfsm.Mutation, error) {
 					var err error
-					w, err = l.number(recs)
+					w, err = l.number(recs, true)
 					if err != nil {
 						return nil, err
 					}
@@ -327,7 +339,7 @@ func (l *Trail) prepare(recs []*adminpb.AuditRecord) (func() error, error) {
 			})
 		}, nil
 	}
-	w, err := l.number(recs)
+	w, err := l.number(recs, true)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +408,7 @@ func (l *Trail) settle(w *numbered, err error) {
 	}
 	if err != nil {
 		for _, sp := range l.spaces {
-			sp.idx = nil // what committed is unknown: count afresh
+			sp.idx, sp.unindexed = nil, nil // what committed is unknown: count afresh
 		}
 	}
 }
@@ -416,7 +428,7 @@ func (l *Trail) Carry(rec *adminpb.AuditRecord) (muts []raftfsm.Mutation, done f
 	}
 	SanitizeRecord(rec)
 	rec.Id = "" // numbered here, whatever it held
-	w, err := l.number([]*adminpb.AuditRecord{rec})
+	w, err := l.number([]*adminpb.AuditRecord{rec}, false)
 	if err != nil {
 		l.failed.Inc()
 		l.cfg.Log.Error("audit record not carried", "method", rec.GetMethod(), "error", err)
@@ -442,17 +454,12 @@ func (l *Trail) CanCarry() bool {
 
 // number numbers recs and works out the prunes due. The numbering's one
 // writer at a time: Run's goroutine, or the state's Sequencer (Sequenced)
-// where the trail's writes and carried records number under it.
-func (l *Trail) number(recs []*adminpb.AuditRecord) (*numbered, error) {
+// where the trail's writes and carried records number under it. build
+// false builds no unknown index (prunes).
+func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, error) {
 	term := l.state.Term()
 	l.mu.Lock()
-	if term != l.term {
-		l.term, l.n = term, 0
-		for _, sp := range l.spaces {
-			sp.idx = nil
-		}
-		clear(l.started)
-	}
+	l.termLocked(term)
 	l.mu.Unlock()
 	now := l.cfg.Clock.Now().UnixMilli()
 	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(recs))}
@@ -506,9 +513,57 @@ func (l *Trail) number(recs []*adminpb.AuditRecord) (*numbered, error) {
 		if i == 0 {
 			gone = moved
 		}
-		w.prune = append(w.prune, l.prunes(sp, added[i], gone)...)
+		w.prune = append(w.prune, l.prunes(sp, added[i], gone, build)...)
 	}
 	return w, nil
+}
+
+// termLocked starts the numbering of term if it is a new one. l.mu is
+// held.
+func (l *Trail) termLocked(term uint64) {
+	if term != l.term {
+		l.term, l.n = term, 0
+		for _, sp := range l.spaces {
+			sp.idx, sp.unindexed = nil, nil
+		}
+		clear(l.started)
+	}
+}
+
+// warm builds the spaces' unknown indexes, on the leader, scanning
+// without l.mu or the Sequencer held. The index is then as a build under
+// them finds it (the records yet to commit left out), but for the
+// deletions proposed during the scan, taken out after it, and the
+// records added meanwhile unindexed, counted.
+func (l *Trail) warm() {
+	sc, ok := l.state.(Scanner)
+	if !ok || !l.state.IsLeader() {
+		return
+	}
+	term := l.state.Term()
+	for _, sp := range l.spaces {
+		l.mu.Lock()
+		l.termLocked(term)
+		need, skip := sp.idx == nil, maps.Clone(l.pruning)
+		l.mu.Unlock()
+		if !need {
+			continue
+		}
+		x := sp.BuildIndex(sc.Scan, func(k string) bool { return skip[k] })
+		l.mu.Lock()
+		if sp.idx == nil && l.term == term {
+			for k := range l.pruning {
+				x.Remove(k)
+			}
+			for _, a := range sp.unindexed {
+				if !l.pruning[a.key] {
+					x.Add(a.key, sp.GroupsFor(a.rec))
+				}
+			}
+			sp.idx, sp.unindexed = x, nil
+		}
+		l.mu.Unlock()
+	}
 }
 
 // keyedRecord is a record with the key it is written under.
@@ -520,22 +575,39 @@ type keyedRecord struct {
 // prunes are the deletions due in space sp when adding records to it and
 // deleting gone from it: those past a quota or the ceiling
 // (audit_quota.go), and those committed longer than AuditRetention ago,
-// at most pruneBatch.
-func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string) []raftfsm.Mutation {
+// at most pruneBatch. With sp's index unknown and build false (a carried
+// record's, under the Sequencer, which a scan of the whole space would
+// hold for as long: every write of the executor's waits for it), the
+// quotas' wait for Run to build it (warm), which counts adding then.
+func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build bool) []raftfsm.Mutation {
 	sc, ok := l.state.(Scanner)
 	if !ok {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	x := l.indexLocked(sp, sc)
-	for _, k := range gone {
-		x.Remove(k)
+	x := sp.idx
+	if x == nil && build {
+		x = l.indexLocked(sp, sc)
 	}
-	for _, a := range adding {
-		x.Add(a.key, sp.GroupsFor(a.rec))
+	var out []raftfsm.Mutation
+	if x != nil {
+		for _, k := range gone {
+			x.Remove(k)
+		}
+		for _, a := range adding {
+			x.Add(a.key, sp.GroupsFor(a.rec))
+		}
+		out = l.quotaPrunes(sp, x, pruneBatch)
+	} else {
+		sp.unindexed = append(sp.unindexed, adding...)
+		if !l.rebuild.Swap(true) {
+			select {
+			case l.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
-	out := l.quotaPrunes(sp, x, pruneBatch)
 	cutoff := l.cfg.Clock.Now().Add(-l.cfg.Retention).UnixMilli()
 	// From the oldest, past those a write in flight deletes already.
 	sc.Scan(sp.Prefix, func(k string, v []byte) bool {
@@ -550,7 +622,9 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string) []raftfsm
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
-		x.Remove(k)
+		if x != nil {
+			x.Remove(k)
+		}
 		l.pruning[k] = true
 		return true
 	})
