@@ -88,7 +88,7 @@ type entry struct {
 	// default, waits for them all. Set by each step, never persisted: a
 	// loaded procedure waits for all its children.
 	childWake int
-	children   []uint64
+	children  []uint64
 	// childrenDoneTo: every child before this index in children has
 	// ended for good (its end written: shownState terminal; a SUCCESS not
 	// yet written may still turn FAILED if its state cannot be serialised

@@ -343,10 +343,10 @@ type Context struct {
 	yield    bool
 	// childWake is what the step asked with WakeAtChildren.
 	childWake int
-	abort    bool  // snapshot of the abort flag at the step boundary
-	repeats  int32 // snapshot of entry.repeats
-	spins    int32 // snapshot of entry.spins
-	muts     []store.Mutation
+	abort     bool  // snapshot of the abort flag at the step boundary
+	repeats   int32 // snapshot of entry.repeats
+	spins     int32 // snapshot of entry.spins
+	muts      []store.Mutation
 	// mutAt indexes muts by key (the newest of each), once a step has
 	// made enough of them that Get's look-back would cost: a step that
 	// writes a region record per child for thousands of children reads
