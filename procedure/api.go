@@ -535,13 +535,17 @@ func (x *Executor) abortLocked(e *entry) []*entry {
 			e.abort = true
 			out = append(out, e)
 		}
-		if e.state == Waiting && e.childLatch > 0 {
+		if e.childLatch > 0 {
 			for _, c := range e.children {
 				if ce := x.procs[c]; ce != nil {
 					visit(ce)
 				}
 			}
-			return
+			if e.state == Waiting {
+				return
+			}
+			// Woken before its children finished (WakeAtChildren): it
+			// takes the abort itself too.
 		}
 		if e.lockWait && e.state == Runnable {
 			if root := x.roots[e.root]; root != nil && !root.failed {

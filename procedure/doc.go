@@ -39,7 +39,11 @@
 //     failed with ErrStateLoop; a state that waits (Suspend, its wake or
 //     timeout, children, Yield) does not count, however long it waits.
 //   - Spawn(children...): the parent (now WAITING) and its children are
-//     persisted in one atomic Insert; children run first.
+//     persisted in one atomic Insert; children run first. A step that
+//     asks Context.WakeAtChildren(n) runs the parent's next step once at
+//     most n of its children are unfinished (waves of children in a
+//     pipeline); the parent is stored WAITING meanwhile, and a load waits
+//     for them all.
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
 //     its timer (plus up to 10% jitter) makes it RUNNABLE.

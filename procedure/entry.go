@@ -83,7 +83,12 @@ type entry struct {
 	waitNote   string   // the Because of the current suspension
 	progress   Progress // as its Progressor last said (see Progressor)
 	childLatch int
-	children   []uint64
+	// childWake is how many unfinished children e may still have when it
+	// is woken to run its next step (Context.WakeAtChildren): 0, the
+	// default, waits for them all. Set by each step, never persisted: a
+	// loaded procedure waits for all its children.
+	childWake int
+	children  []uint64
 	// childrenDoneTo: every child before this index in children has
 	// ended for good (its end written: shownState terminal; a SUCCESS not
 	// yet written may still turn FAILED if its state cannot be serialised

@@ -694,6 +694,16 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		// can hand out again. The step fails instead, its writes unsent.
 		err = fmt.Errorf("procedure: a step that reserved children with AddLockedChild must end by spawning them")
 	}
+	if err == nil && st.kind == stepDone {
+		x.mu.Lock()
+		left := e.childLatch
+		x.unlock()
+		if left > 0 {
+			// Woken before its children finished (WakeAtChildren), it
+			// would leave them running under an ended procedure.
+			err = fmt.Errorf("procedure: a step ended the procedure with %d children unfinished", left)
+		}
+	}
 	if err != nil {
 		x.fail(e, root, err, pushed)
 		return false
@@ -701,6 +711,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	prog, hasProg := progressOf(e.proc)
 	x.mu.Lock()
+	e.childWake = ctx.childWake
 	if hasProg {
 		e.progress = prog
 	}
@@ -898,11 +909,9 @@ func (x *Executor) complete(e *entry, root *rootState) {
 		x.mu.Lock()
 		x.releaseLocksLocked(e)
 		if p := x.procs[e.parent]; p != nil {
-			p.childLatch--
-			if p.childLatch <= 0 && p.state == Waiting {
-				p.childLatch = 0
-				x.setStateLocked(p, Runnable)
-				x.queueLocked(p, true)
+			p.childLatch = max(p.childLatch-1, 0)
+			if p.state == Waiting && p.childLatch <= p.childWake {
+				x.wakeLocked(p)
 			}
 		}
 		if forget {
@@ -1278,6 +1287,10 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 	for i := len(kids) - 1; i >= 0; i-- {
 		x.queueLocked(kids[i], true)
 	}
+	if e.state == Waiting && e.childLatch <= e.childWake {
+		// Few enough left, counting these (WakeAtChildren): behind them.
+		x.wakeLocked(e)
+	}
 	x.unlock()
 	x.notify(e)
 	for _, k := range kids {
@@ -1353,7 +1366,7 @@ func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 		x.releaseLocksLocked(e)
 	}
 	x.armWaitLocked(e, st.event)
-	if e.bypass || e.abort && !sawAbort {
+	if e.bypass || e.abort && !sawAbort || st.onChildren && e.childLatch <= e.childWake {
 		x.wakeLocked(e)
 	}
 }
@@ -1378,11 +1391,20 @@ func (x *Executor) armWaitLocked(e *entry, ev *scheduler.Event) {
 
 // wakeLocked makes a suspended e runnable.
 func (x *Executor) wakeLocked(e *entry) {
-	if e.state != Waiting && e.state != WaitingTimeout {
-		return
+	if x.readyLocked(e) {
+		x.queueLocked(e, true)
 	}
-	if e.state == Waiting && e.childLatch > 0 {
-		return
+}
+
+// readyLocked makes a suspended e runnable, unless it waits for more of
+// its children to finish, and reports whether it did; the caller queues
+// it.
+func (x *Executor) readyLocked(e *entry) bool {
+	if e.state != Waiting && e.state != WaitingTimeout {
+		return false
+	}
+	if e.state == Waiting && e.childLatch > e.childWake {
+		return false
 	}
 	if e.timer != nil {
 		e.timer.Stop()
@@ -1395,7 +1417,7 @@ func (x *Executor) wakeLocked(e *entry) {
 	e.waitGen++
 	e.retryWait = false
 	x.setStateLocked(e, Runnable)
-	x.queueLocked(e, true)
+	return true
 }
 
 func (x *Executor) onTimer(id, gen uint64) {
@@ -1572,13 +1594,13 @@ func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) 
 	e.updated = x.clock.Now()
 	e.runs = noteWrite(e.runs, x.cfg.Node, e.updated)
 	e.history.note(Transition{
-		State: e.state, Step: step, Depth: int32(len(e.stack)), Node: x.cfg.Node, At: e.updated,
+		State: storedState(e), Step: step, Depth: int32(len(e.stack)), Node: x.cfg.Node, At: e.updated,
 		Attempt: e.repeats, RollingBack: e.rollingBack,
 	}, e.submitted)
 	histEnc, histLast := e.history.encoded()
 	r := record{
 		id: e.id, parent: e.parent, root: e.root, typeName: e.ti.name, typeVersion: v,
-		state: e.state, owner: e.owner, nonce: e.nonce, submitter: e.submitter,
+		state: storedState(e), owner: e.owner, nonce: e.nonce, submitter: e.submitter,
 		submitted: unixNano(e.submitted), updated: unixNano(e.updated), deadline: unixNano(e.deadline),
 		waitUntil: unixNano(e.waitUntil), finishedAt: unixNano(e.finishedAt), ackedAt: unixNano(e.ackedAt),
 		// Only a live procedure persists a held lock: a finished one lets go
@@ -1615,6 +1637,19 @@ func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) 
 		r.smHistory = append([]int32(nil), m.history...)
 	}
 	return store.Proc{ID: e.id, Data: r.marshal()}, nil
+}
+
+// storedState is the state e's record holds: a procedure woken before
+// its children finished (Context.WakeAtChildren) is stored WAITING, as
+// it was when it spawned them. Stored RUNNABLE, a load (this release's or
+// 0.1.0's) would take its live children for ones its record predates and
+// hold the tree; WAITING, the load has it wait for them, and then run
+// the step it was woken for. Called under x.mu.
+func storedState(e *entry) State {
+	if e.state == Runnable && e.childLatch > 0 {
+		return Waiting
+	}
+	return e.state
 }
 
 // writesFormat2 says whether the records x writes may carry what format 2

@@ -252,6 +252,7 @@ type Step struct {
 	timeout     time.Duration
 	skipPersist bool
 	because     string
+	onChildren  bool
 }
 
 type stepKind uint8
@@ -307,6 +308,12 @@ func SkipPersistence() SuspendOption { return func(s *Step) { s.skipPersist = tr
 // only "waiting for timer".
 func Because(why string) SuspendOption { return func(s *Step) { s.because = why } }
 
+// OnChildren wakes the procedure once its children have finished (at
+// most as many unfinished as the step allowed with
+// Context.WakeAtChildren), at once if they have already. It is how a
+// step that ran before all its children finished waits for the rest.
+func OnChildren() SuspendOption { return func(s *Step) { s.onChildren = true } }
+
 // Suspend parks the procedure: its worker leaves, and it runs its next step
 // once woken by an event or a timeout. With neither, only an explicit wake
 // (Abort, Bypass, a restart) resumes it.
@@ -334,10 +341,12 @@ type Context struct {
 	reserved []*entry
 	suspend  *Step
 	yield    bool
-	abort    bool  // snapshot of the abort flag at the step boundary
-	repeats  int32 // snapshot of entry.repeats
-	spins    int32 // snapshot of entry.spins
-	muts     []store.Mutation
+	// childWake is what the step asked with WakeAtChildren.
+	childWake int
+	abort     bool  // snapshot of the abort flag at the step boundary
+	repeats   int32 // snapshot of entry.repeats
+	spins     int32 // snapshot of entry.spins
+	muts      []store.Mutation
 	// mutAt indexes muts by key (the newest of each), once a step has
 	// made enough of them that Get's look-back would cost: a step that
 	// writes a region record per child for thousands of children reads
@@ -506,6 +515,27 @@ func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error
 	c.children = append(c.children, p)
 	c.reserved = append(c.reserved, k)
 	return k.id, k.locked, nil
+}
+
+// WakeAtChildren lets the procedure run its next step before all its
+// children have finished: once at most n of them (those of earlier steps
+// too) are unfinished. It applies until the next step runs, which asks
+// again or waits for them all. The step that then runs may spawn more
+// children, or suspend with OnChildren to wait for the rest; it must not
+// end the procedure while any is unfinished. A procedure woken this way
+// is stored WAITING until it spawns or suspends, so a restart never finds
+// a live child under a procedure stored as before the spawn that made it;
+// a loaded procedure waits for all its children (n is not persisted).
+// It pipelines waves of children: a wave is spawned while the tail of the
+// one before still runs. n < 0 counts as 0.
+func (c *Context) WakeAtChildren(n int) { c.childWake = max(n, 0) }
+
+// ChildrenLeft is how many of the procedure's children have not finished
+// yet: 0 unless the step was woken early (WakeAtChildren). Children
+// finish while the step runs, so it may be lower by the time the step
+// returns, never higher.
+func (c *Context) ChildrenLeft() int {
+	return locked.Call(&c.x.mu, func() int { return c.e.childLatch })
 }
 
 // Attempt is the number of consecutive times the current state (for a state

@@ -370,10 +370,9 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 		x.unclaimLocked(m)
 		if ok && top != nil {
 			if p := x.procs[m.parent]; p != nil && !p.state.Terminal() {
-				p.childLatch--
-				if p.childLatch <= 0 && p.state == Waiting {
-					p.childLatch = 0
-					x.setStateLocked(p, Runnable)
+				p.childLatch = max(p.childLatch-1, 0)
+				if p.state == Waiting && p.childLatch <= p.childWake {
+					x.readyLocked(p) // queued with the rest below
 				}
 			}
 		}

@@ -105,6 +105,18 @@ type Config struct {
 	// workers idle more often between waves. Default 5,000 (an entry of
 	// about 2.5 MB).
 	CrashWave int
+	// CrashInFlight bounds the region reassignments a server crash has
+	// in flight at once, its waves overlapping: the next wave is spawned
+	// once at most CrashInFlight − CrashWave of the earlier ones are
+	// unfinished, rather than once all are, so the slowest regions of one
+	// wave no longer hold the next back. The region servers' own limits
+	// hold whatever it is (the dispatcher sends each server one batch of
+	// at most dispatch.Config.MaxBatch at a time, which the server runs
+	// OpParallelism at a time); what it bounds is the leader's: live
+	// procedures and buffered ops, a few KB each. At most CrashWave
+	// waits for every wave to finish before the next, as 0.1.0 did.
+	// Default 2 × CrashWave.
+	CrashInFlight int
 	// Metrics, when set, registers the domain's collectors for as long as
 	// the domain lives (baton_leases, baton_regions, baton_tables,
 	// baton_region_servers: reported by the leader only;
@@ -146,5 +158,6 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.ApplyTimeout, DefaultApplyTimeout)
 	defaults.Set(&c.FenceMargin, DefaultFenceMargin)
 	defaults.Set(&c.CrashWave, DefaultCrashWave)
+	defaults.Set(&c.CrashInFlight, 2*c.CrashWave)
 	return c
 }

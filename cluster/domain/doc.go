@@ -198,9 +198,11 @@
 //	DisableTable        PRE_OPERATION → MARK_DISABLING → UNASSIGN_REGIONS → MARK_DISABLED
 //	CreateNamespace     PRE_OPERATION → WRITE;  DeleteNamespace (empty only) the same
 //	ServerCrash         FENCE → ASSIGN (a wave of at most Config.CrashWave
-//	                    children each time, until no region is left; a
-//	                    child whose region lock is free is prepared in the
-//	                    wave's write and starts at OPEN_DISPATCH)
+//	                    children each time, the next spawned once at most
+//	                    CrashInFlight − CrashWave are unfinished, until no
+//	                    region is left; a child whose region lock is free
+//	                    is prepared in the wave's write and starts at
+//	                    OPEN_DISPATCH)
 //	Balance             PLAN (MOVE children, counts within one)
 //	LockProcedure       ACQUIRED → HELD, until released or its lease expires
 //

@@ -90,8 +90,9 @@ func New(cfg Config) (*Domain, error) {
 	if err := lc.Validate(); err != nil {
 		return nil, fmt.Errorf("server lease: %w", err)
 	}
-	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 {
-		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout or CrashWave")
+	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 ||
+		cfg.CrashInFlight < 0 {
+		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout, CrashWave or CrashInFlight")
 	}
 	d := &Domain{
 		cfg:       cfg,

@@ -33,9 +33,10 @@ const (
 //	        deadline passed); drop the dispatcher's ops for the server;
 //	        reassign the regions whose record places them on the
 //	        incarnation (OPEN, OPENING or CLOSING there), one
-//	        TransitRegionState child each (From = the incarnation), a
-//	        wave of at most Config.CrashWave at a time; run again until
-//	        none is left.
+//	        TransitRegionState child each (From = the incarnation), in
+//	        waves of at most Config.CrashWave, up to
+//	        Config.CrashInFlight in flight; run again until none is
+//	        left.
 //
 // The waves keep every write bounded: a server of a third of a million
 // regions would otherwise spawn them all in one Raft entry. The first
@@ -44,8 +45,15 @@ const (
 // previous wave, so each wave reads only its own stretch of the region
 // records; the cursor is saved with the wave's children, so a new leader
 // resumes after the last wave written, neither repeating nor skipping
-// one. Once the sweep has passed the last table, each wave scans every
-// region record, until a scan finds none left on the incarnation: that
+// one. The sweep's waves overlap: the next is spawned once the unfinished
+// children of those before are down to CrashInFlight − CrashWave, so one
+// slow region holds up no wave behind it. Children finishing out of order
+// change nothing of this: the cursor says what was spawned, not what
+// finished, and a new leader resumes every child spawned, waiting for all
+// of them (the watermark is not persisted) before its first wave. Once
+// the sweep has passed the last table and every wave has finished, each
+// wave scans every region record, until a scan finds none left on the
+// incarnation: that
 // catches what the sweep cannot see, a region recorded on the incarnation
 // behind the cursor (an open that picked it just before the fence
 // committed) or one whose table record is gone.
@@ -147,12 +155,21 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			svc.disp.RemoveServer(p.Server.ID)
 			p.removedIn = svc.term
 		}
-		wave, cursor, swept, err := p.nextWave(r, d.cfg.CrashWave)
+		// Woken before the earlier waves finished (WakeAtChildren), the
+		// sweep runs on; a scan of every region waits for them.
+		left := ctx.ChildrenLeft()
+		wave, cursor, swept, err := p.nextWave(r, d.cfg.CrashWave, left == 0)
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
 		if err := failPoint(d, "crash.assign"); err != nil {
 			return procedure.NoMoreState, err
+		}
+		if len(wave) == 0 && left > 0 {
+			// The sweep is over and the earlier waves are not.
+			p.Cursor, p.Swept = cursor, swept
+			ctx.Suspend(procedure.OnChildren())
+			return procedure.HasMoreState, nil
 		}
 		if len(wave) == 0 {
 			p.Cursor, p.Swept = cursor, swept
@@ -168,6 +185,11 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		// fields it left.
 		p.Cursor, p.Swept = cursor, swept
 		p.Reassigned += len(wave)
+		if !swept {
+			// The next wave of the sweep goes out once this one and
+			// those before it are down to CrashInFlight − CrashWave.
+			ctx.WakeAtChildren(d.cfg.CrashInFlight - d.cfg.CrashWave)
+		}
 		ctx.Logger.Info("reassigning the regions of a crashed server", "server", p.Server.String(), "regions", len(wave),
 			"prepared", prepared, "reassigned", p.Reassigned, "swept", p.Swept)
 		return procedure.HasMoreState, nil // this state again, once the children are done
@@ -215,14 +237,20 @@ type crashedRegion struct{ name, table string }
 
 // nextWave returns the next at most n regions recorded on the incarnation,
 // and the cursor and sweep state once they are spawned: from the sweep
-// while it lasts, then from a scan of every region record. It leaves p
-// alone, so a step that fails after it repeats the same wave.
-func (p *ServerCrash) nextWave(r reader, n int) (wave []crashedRegion, cursor string, swept bool, err error) {
+// while it lasts, then, if scan says every earlier wave is finished, from
+// a scan of every region record (before that, the scan would find the
+// regions of children that have not run yet still on the incarnation, and
+// reassign them twice). It leaves p alone, so a step that fails after it
+// repeats the same wave.
+func (p *ServerCrash) nextWave(r reader, n int, scan bool) (wave []crashedRegion, cursor string, swept bool, err error) {
 	cursor, swept = p.Cursor, p.Swept
 	if !swept {
 		if wave, cursor, swept, err = p.sweep(r, n); err != nil || len(wave) > 0 {
 			return wave, cursor, swept, err
 		}
+	}
+	if !scan {
+		return nil, cursor, swept, nil
 	}
 	err = scanRegions(r, func(name string, rg Region) bool {
 		if rg.onServer(p.Server) {
