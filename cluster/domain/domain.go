@@ -93,6 +93,9 @@ func New(cfg Config) (*Domain, error) {
 	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 {
 		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout or CrashWave")
 	}
+	if cfg.RegionWave < 0 || cfg.RegionBudget < 0 {
+		return nil, procedure.Errorf(errInvalid, "negative RegionWave (%d) or RegionBudget (%d)", cfg.RegionWave, cfg.RegionBudget)
+	}
 	d := &Domain{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("master"),
