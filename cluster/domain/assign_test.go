@@ -2,6 +2,8 @@ package domain_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,5 +275,55 @@ func TestCreateRollsBackPreparedChildrenThatNeverRan(t *testing.T) {
 	h.checkTableGone("default:t")
 	if hs := h.hosted(); len(hs) != 0 {
 		t.Errorf("regions still hosted after the rollback: %v", hs)
+	}
+}
+
+// The table procedures of the cluster share one region budget
+// (Config.RegionBudget): never more of their region procedures live at
+// once, a table that finds no room says so in its Why, and every table
+// gets its turn.
+func TestTableProceduresShareTheRegionBudget(t *testing.T) {
+	const tables, regions, wave, budget = 3, 5, 3, 4
+	// No region server at first: the first wave cannot open, and holds
+	// its places.
+	h := newHarness(t, harnessOpts{masters: 1, servers: 0, domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget = wave, budget }})
+	_, x := h.leader()
+	var mu sync.Mutex
+	live := map[uint64]bool{}
+	most := 0
+	x.AddListener(func(info procedure.Info) {
+		if info.Type != domain.TypeTransitRegionState {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if info.State.Terminal() {
+			delete(live, info.ID)
+		} else {
+			live[info.ID] = true
+		}
+		most = max(most, len(live))
+	})
+	var ids []uint64
+	for i := range tables {
+		ids = append(ids, h.createTable("", fmt.Sprintf("t%d", i), regions))
+	}
+	testwait.For(t, 30*time.Second, "a create waiting for the region budget", func() bool {
+		for _, id := range ids {
+			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, "waiting for the region budget") {
+				return true
+			}
+		}
+		return false
+	})
+	h.startRS("rs1", 0, 0)
+	for i, id := range ids {
+		h.mustSucceed(id, 30*time.Second)
+		h.checkTableOpen(fmt.Sprintf("default:t%d", i), regions)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most == 0 || most > budget {
+		t.Errorf("%d region procedures live at once, want 1..%d", most, budget)
 	}
 }

@@ -21,6 +21,7 @@ const (
 	DefaultDispatchTimeout = 10 * time.Second
 	DefaultMaxOpenAttempts = 10
 	DefaultRegionWave      = 5000
+	DefaultRegionBudget    = 10000
 	DefaultApplyTimeout    = 10 * time.Second
 	DefaultFenceMargin     = time.Second
 	DefaultCrashWave       = 5000
@@ -81,6 +82,16 @@ type Config struct {
 	// Raft entry (raftfsm.DefaultMaxBatchBytes, 4 MiB); smaller waves
 	// wait more often for their slowest region. Default 5,000.
 	RegionWave int
+	// RegionBudget bounds the region procedures that the table procedures
+	// of the whole cluster have in flight at once, the leader's memory
+	// with it (a few KB each): the tables take turns, a wave each, and
+	// one that finds no room waits, its Why saying so. More lets more
+	// tables open at once, which gains nothing once the region servers
+	// and the leader's CPU are busy; a budget below RegionWave shrinks
+	// the waves to it. Crash recovery keeps its own bound (CrashWave).
+	// Default 10,000 (two waves): measured in BENCHMARKS.md ("Region
+	// work in flight").
+	RegionBudget int
 	// RetryBackoff paces waits with nothing to do. Default
 	// DefaultRetryBackoff.
 	RetryBackoff procedure.Backoff
@@ -152,6 +163,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.DispatchTimeout, DefaultDispatchTimeout)
 	defaults.Set(&c.MaxOpenAttempts, DefaultMaxOpenAttempts)
 	defaults.Set(&c.RegionWave, DefaultRegionWave)
+	defaults.Set(&c.RegionBudget, DefaultRegionBudget)
 	if c.RetryBackoff.Base == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
 	}

@@ -30,7 +30,8 @@ const (
 //
 //	PRE_OPERATION   the namespace exists, the table does not
 //	WRITE_LAYOUT    table CREATING with its region names, regions OFFLINE
-//	ASSIGN_REGIONS  one bounded TransitRegionState child per region
+//	ASSIGN_REGIONS  one bounded TransitRegionState child per region, a
+//	                wave at a time as the region budget lets it
 //	MARK_ENABLED    table ENABLED
 //
 // A failure anywhere (a region that no server will open, an abort, a
@@ -42,7 +43,8 @@ type CreateTable struct {
 	tableProc
 	Regions int `json:"regions"`
 	// Spawned counts the regions whose procedures ASSIGN_REGIONS spawned,
-	// one wave (Config.RegionWave) at a time.
+	// one wave (at most Config.RegionWave, as the region budget grants)
+	// at a time.
 	Spawned int `json:"spawned,omitempty"`
 	// Region names are not kept here (records of an older version carry
 	// them as region_names, ignored): they are RegionName(table, i, id),
@@ -109,7 +111,15 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.SetNextState(ctAssignRegions)
 		return procedure.HasMoreState, nil
 	case ctAssignRegions:
-		from, to, last := nextWave(d, p.Spawned, p.Regions)
+		if p.Spawned >= p.Regions {
+			p.SetNextState(ctMarkEnabled)
+			return procedure.HasMoreState, nil
+		}
+		grant, _, ok, flow, err := takeWave(ctx, min(d.cfg.RegionWave, p.Regions-p.Spawned))
+		if !ok {
+			return flow, err
+		}
+		from, to, last := nextWave(p.Spawned, grant, p.Regions)
 		spawn := newAssignSpawner(ctx)
 		for i := from; i < to; i++ {
 			rn := RegionName(full, i, ctx.ID())

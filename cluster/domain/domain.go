@@ -94,6 +94,9 @@ func New(cfg Config) (*Domain, error) {
 		cfg.CrashInFlight < 0 {
 		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout, CrashWave or CrashInFlight")
 	}
+	if cfg.RegionWave < 0 || cfg.RegionBudget < 0 {
+		return nil, procedure.Errorf(errInvalid, "negative RegionWave (%d) or RegionBudget (%d)", cfg.RegionWave, cfg.RegionBudget)
+	}
 	d := &Domain{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("master"),

@@ -57,6 +57,9 @@ func (s *services) watchProc(id uint64) (<-chan struct{}, func()) {
 // callers may hold s.mu: it takes only watchMu and only closes channels.
 func (s *services) onTransition(info procedure.Info) {
 	s.wakeWatchers(info.ID)
+	if info.State.Terminal() {
+		s.wakeAll(s.budget.onEnded(info.ID, info.ParentID))
+	}
 	if info.Type == TypeLock && info.State.Terminal() {
 		// s.mu may be held by this call's caller: forgotten apart.
 		go s.forgetLock(info.ID)

@@ -49,6 +49,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 		waits:  map[uint64]*opWait{},
 		locks:  map[uint64]*lockWait{},
 		revoke: map[string]uint64{},
+		budget: newRegionBudget(d.cfg.RegionBudget),
 
 		startedAt: d.cfg.Clock.Now(),
 		renewed:   map[ServerRef]time.Time{},
@@ -176,6 +177,9 @@ type services struct {
 	waits   map[uint64]*opWait   // by proc id: a region procedure waiting for an op
 	locks   map[uint64]*lockWait // by lock proc id
 	revoke  map[string]uint64    // server id → start code told "expired" at its next heartbeat
+	// budget bounds the region procedures of table procedures in flight
+	// (Config.RegionBudget).
+	budget *regionBudget
 	// startedAt is when this term's services started: every renewal a
 	// predecessor granted happened before it (see renewedAt).
 	startedAt time.Time

@@ -14,11 +14,12 @@ import (
 // client.MaxRegions.
 const MaxRegions = 100000
 
-// nextWave is the range [from, to) of the next wave (Config.RegionWave)
-// of n regions, of which done were spawned already, and whether it is the
-// last one.
-func nextWave(d *Domain, done, n int) (from, to int, last bool) {
-	to = min(done+d.cfg.RegionWave, n)
+// nextWave is the range [from, to) of the next wave, of at most size, of
+// n regions, of which done were spawned already, and whether it is the
+// last one. The size is what the region budget granted (regionBudget), at
+// most Config.RegionWave.
+func nextWave(done, size, n int) (from, to int, last bool) {
+	to = min(done+size, n)
 	return done, to, to >= n
 }
 
@@ -172,11 +173,22 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
-		// A wave whose regions need no child (a delete's, all closed)
-		// is passed over in the same step.
 		names := t.regionNames(full)
-		for added := 0; ; {
-			from, to, last := nextWave(d, *spawned, len(names))
+		if *spawned >= len(names) {
+			m.SetNextState(ttFinish)
+			return procedure.HasMoreState, nil
+		}
+		grant, svc, ok, flow, err := takeWave(ctx, min(d.cfg.RegionWave, len(names)-*spawned))
+		if !ok {
+			return flow, err
+		}
+		// A wave whose regions need no child (a delete's, all closed)
+		// is passed over in the same step, on the same grant; what the
+		// wave leaves of it goes back at once.
+		added := 0
+		defer func() { svc.wakeAll(svc.budget.giveBack(ctx.ID(), grant-added)) }()
+		for {
+			from, to, last := nextWave(*spawned, grant-added, len(names))
 			for _, rn := range names[from:to] {
 				child, err := tt.child(r, tp, rn)
 				if err != nil {

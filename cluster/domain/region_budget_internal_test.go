@@ -1,0 +1,75 @@
+package domain
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRegionBudgetTakesTurns: tables asking more than the budget holds
+// wait in the order they asked, each granted its whole wave as room comes
+// back, a big wave at the head is not passed over by smaller ones behind
+// it, and every region procedure's end gives its place back.
+func TestRegionBudgetTakesTurns(t *testing.T) {
+	b := newRegionBudget(10)
+	if g, _, _ := b.take(1, 6); g != 6 {
+		t.Fatalf("table 1 granted %d, want 6", g)
+	}
+	// 4 left: table 2 wants 6, so it waits, and table 3 (2 would fit)
+	// queues behind it rather than going first.
+	g, ev2, note := b.take(2, 6)
+	if g != 0 || ev2 == nil || !strings.Contains(note, "6 of 10 region procedures in flight, 0 table procedures ahead") {
+		t.Fatalf("table 2: granted %d, event %v, note %q; want a wait", g, ev2, note)
+	}
+	g, ev3, note := b.take(3, 2)
+	if g != 0 || !strings.Contains(note, "1 table procedure ahead") {
+		t.Fatalf("table 3: granted %d, note %q; want a wait behind table 2", g, note)
+	}
+	// Two of table 1's regions end: 6 free, table 2 is let in; table 3
+	// still waits (nothing left).
+	if evs := b.onEnded(100, 1); len(evs) != 0 {
+		t.Fatalf("one end let %d in with 5 free", len(evs))
+	}
+	evs := b.onEnded(101, 1)
+	if len(evs) != 1 || evs[0] != ev2 {
+		t.Fatalf("two ends woke %v, want table 2's event", evs)
+	}
+	if g, _, _ := b.take(2, 6); g != 6 {
+		t.Fatalf("table 2 woken, granted %d, want 6", g)
+	}
+	// Table 1 asks again (its wave done: settle gives back the other 4)
+	// and goes behind table 3.
+	if evs := b.settle(1); len(evs) != 1 || evs[0] != ev3 {
+		t.Fatalf("table 1's settle woke %v, want table 3's event", evs)
+	}
+	if g, _, _ := b.take(1, 6); g != 0 {
+		t.Fatalf("table 1 granted %d while table 3 has its grant and 2 are free", g)
+	}
+	if g, _, _ := b.take(3, 2); g != 2 {
+		t.Fatalf("table 3 granted %d, want 2", g)
+	}
+	// Table 3's wave needed one child: the other place goes back at
+	// once. Table 2 ends (rolled back, say): all it held goes back.
+	b.giveBack(3, 1)
+	if in, waiting := b.stats(); in != 7 || waiting != 1 {
+		t.Fatalf("in flight %d, waiting %d; want 7 and 1", in, waiting)
+	}
+	if evs := b.onEnded(2, 0); len(evs) != 1 {
+		t.Fatalf("table 2's end woke %d, want table 1", len(evs))
+	}
+	if g, _, _ := b.take(1, 6); g != 6 {
+		t.Fatalf("table 1 granted %d, want 6", g)
+	}
+	// A table that ends while it waits leaves the queue.
+	if g, _, _ := b.take(4, 5); g != 0 {
+		t.Fatalf("table 4 granted %d with 3 free", g)
+	}
+	b.onEnded(4, 0)
+	if _, waiting := b.stats(); waiting != 0 {
+		t.Fatalf("%d waiting after the waiter ended", waiting)
+	}
+	// A wave bigger than the whole budget is cut to it, not refused.
+	b2 := newRegionBudget(3)
+	if g, _, _ := b2.take(1, 5000); g != 3 {
+		t.Fatalf("a wave of 5000 in a budget of 3 granted %d", g)
+	}
+}
