@@ -231,7 +231,9 @@ func TestStoredStateOfAnEarlyWokenParentIsWaiting(t *testing.T) {
 		{Runnable, 2, Waiting},
 		{Runnable, 0, Runnable},
 		{Waiting, 2, Waiting},
-		{WaitingTimeout, 1, WaitingTimeout},
+		{WaitingTimeout, 1, Waiting},
+		{WaitingTimeout, 0, WaitingTimeout},
+		{Failed, 1, Failed},
 		{Success, 0, Success},
 	} {
 		e := &entry{state: c.state, childLatch: c.latch}
