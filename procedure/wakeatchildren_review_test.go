@@ -42,6 +42,13 @@ func (p *wvFailParent) ExecuteState(ctx *Context, _ int32) (Flow, error) {
 }
 
 func startFailWavesOn(t *testing.T, st store.Store, env *wvEnv, backoff time.Duration) *harness {
+	// Anew before the executor starts: its children may suspend on their
+	// events before it returns (events do not survive a restart).
+	var hx *Executor
+	env.mu.Lock()
+	env.evs = map[string]*scheduler.Event{}
+	env.x = func() *Executor { return hx }
+	env.mu.Unlock()
 	h := startExecutor(t, st, newDomain(), func(c *Config) {
 		c.Registry = NewRegistry()
 		c.Registry.MustRegister("wvFailParent", 1, func() Procedure { return &wvFailParent{} })
@@ -49,10 +56,7 @@ func startFailWavesOn(t *testing.T, st store.Store, env *wvEnv, backoff time.Dur
 		c.Env = env
 		c.RollbackBackoff, c.RollbackBackoffMax = backoff, backoff
 	})
-	env.mu.Lock()
-	env.evs = map[string]*scheduler.Event{}
-	env.x = func() *Executor { return h.x }
-	env.mu.Unlock()
+	hx = h.x
 	return h
 }
 
