@@ -3,6 +3,8 @@ package procedure
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +115,119 @@ func TestWakeAtChildrenParentRetryingWithLiveChildrenIsStoredWaiting(t *testing.
 	env.finish("a1")
 	if info := h2.wait(id); info.State != Success {
 		t.Fatalf("parent ended %v (%s)", info.State, info.Error)
+	}
+}
+
+// wvGateParent spawns wave a (two wvFailChild), runs again beside them
+// (WakeAtChildren), and in that run waits at the gate before spawning
+// wave b, then waits for every child (OnChildren) and ends.
+type wvGateParent struct {
+	StateMachine
+	Waves int
+}
+
+func (p *wvGateParent) InitialState() int32                 { return 1 }
+func (p *wvGateParent) RetryUntilDone() bool                { return true }
+func (p *wvGateParent) RollbackState(*Context, int32) error { return nil }
+func (p *wvGateParent) ForgetChildrenOnSuccess() bool       { return true }
+
+func (p *wvGateParent) ExecuteState(ctx *Context, _ int32) (Flow, error) {
+	env := ctx.Env.(*wvGateEnv)
+	env.mu.Lock()
+	env.left = append(env.left, ctx.ChildrenLeft())
+	env.mu.Unlock()
+	switch p.Waves {
+	case 0:
+		ctx.AddChild(&wvFailChild{Name: "a0"})
+		ctx.AddChild(&wvFailChild{Name: "a1"})
+		p.Waves++
+		ctx.WakeAtChildren(2)
+		return HasMoreState, nil
+	case 1:
+		env.entered <- struct{}{}
+		<-env.gate
+		ctx.AddChild(&wvFailChild{Name: "b0"})
+		p.Waves++
+		return HasMoreState, nil
+	}
+	if ctx.ChildrenLeft() > 0 {
+		ctx.Suspend(OnChildren())
+		return HasMoreState, nil
+	}
+	return NoMoreState, nil
+}
+
+// wvFailChild ends at once, or, if its name is in fail, waits for
+// release and fails its step.
+type wvFailChild struct {
+	StateMachine
+	Name string
+}
+
+func (c *wvFailChild) InitialState() int32                 { return 1 }
+func (c *wvFailChild) RollbackState(*Context, int32) error { return nil }
+
+func (c *wvFailChild) ExecuteState(ctx *Context, _ int32) (Flow, error) {
+	env := ctx.Env.(*wvGateEnv)
+	if env.fail[c.Name] {
+		<-env.release
+		return NoMoreState, errors.New("injected child failure")
+	}
+	return NoMoreState, nil
+}
+
+type wvGateEnv struct {
+	entered, gate, release chan struct{}
+	fail                   map[string]bool
+	mu                     sync.Mutex
+	left                   []int // ChildrenLeft at each of the parent's runs
+}
+
+// A child of a parent woken early fails while the parent's step runs and
+// spawns the next wave: its subtree rolls back alone once the step has
+// ended, and the parent goes on, counts the rolled-back child and the one
+// that succeeded (and was forgotten) as finished, waits for the new wave,
+// and ends.
+func TestWakeAtChildrenChildFailsWhileParentSteps(t *testing.T) {
+	env := &wvGateEnv{entered: make(chan struct{}, 1), gate: make(chan struct{}), release: make(chan struct{}),
+		fail: map[string]bool{"a1": true}}
+	mem := store.NewMemStore()
+	h := startExecutor(t, mem, newDomain(), func(c *Config) {
+		c.Registry = NewRegistry()
+		c.Registry.MustRegister("wvGateParent", 1, func() Procedure { return &wvGateParent{} })
+		c.Registry.MustRegister("wvFailChild", 1, func() Procedure { return &wvFailChild{} })
+		c.Env = env
+	})
+	id := h.submit(&wvGateParent{}, SubmitOptions{})
+	select {
+	case <-env.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parent's second step never ran")
+	}
+	close(env.release)
+	testwait.For(t, 10*time.Second, "a1 failed while the parent's step runs", func() bool {
+		h.x.mu.Lock()
+		defer h.x.mu.Unlock()
+		for _, m := range h.x.roots[id].members {
+			if m.id != id && m.state == Failed {
+				return true
+			}
+		}
+		return false
+	})
+	if r, _ := storedRecord(t, mem, id); r.state != Waiting {
+		t.Fatalf("parent stored %v with its children live, want WAITING", r.state)
+	}
+	close(env.gate)
+	info := h.wait(id)
+	if info.State != Success {
+		t.Fatalf("parent ended %v (%s)", info.State, info.Error)
+	}
+	// The second run with a1 (and perhaps a0) live, the last with none.
+	env.mu.Lock()
+	left := slices.Clone(env.left)
+	env.mu.Unlock()
+	if len(left) < 3 || left[0] != 0 || left[1] < 1 || left[len(left)-1] != 0 {
+		t.Fatalf("parent ran with %v children left, want [0 ≥1 … 0]", left)
 	}
 }
