@@ -1644,9 +1644,15 @@ func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) 
 // it was when it spawned them. Stored RUNNABLE, a load (this release's or
 // 0.1.0's) would take its live children for ones its record predates and
 // hold the tree; WAITING, the load has it wait for them, and then run
-// the step it was woken for. Called under x.mu.
+// the step it was woken for. So is one that then waits for a timer (a
+// failed step's backoff, a Suspend with a Timeout): stored
+// WAITING_TIMEOUT, a load would run it once the timer passed, its
+// children live, which 0.1.0's procedures never expect (its server crash
+// would scan for regions still on the server, find those of children
+// not yet run, and spawn them again or end beside them). Called under
+// x.mu.
 func storedState(e *entry) State {
-	if e.state == Runnable && e.childLatch > 0 {
+	if (e.state == Runnable || e.state == WaitingTimeout) && e.childLatch > 0 {
 		return Waiting
 	}
 	return e.state
