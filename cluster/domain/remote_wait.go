@@ -142,6 +142,13 @@ func (b *opBatch) deliverLocked(ref ServerRef, r *dispatch.Result) {
 // (the answer can come inside Dispatch). One op per region: sending a
 // region again replaces its wait.
 func (b *opBatch) send(ctx context.Context, ref ServerRef, address, region, table string) {
+	b.arm(ref, region)
+	b.s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},
+		dispatch.Op{Kind: b.kind, Region: region, Table: table, ProcID: b.procID, Span: tracectx.RefOf(ctx)})
+}
+
+// arm prepares the batch's wait for its op on region at ref.
+func (b *opBatch) arm(ref ServerRef, region string) {
 	w := &opWait{ref: ref, region: region, kind: b.kind, done: make(chan struct{}), batch: b}
 	b.s.mu.Lock()
 	if old := b.waits[region]; old == nil || old.res != nil {
@@ -149,8 +156,6 @@ func (b *opBatch) send(ctx context.Context, ref ServerRef, address, region, tabl
 	}
 	b.waits[region] = w
 	b.s.mu.Unlock()
-	b.s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},
-		dispatch.Op{Kind: b.kind, Region: region, Table: table, ProcID: b.procID, Span: tracectx.RefOf(ctx)})
 }
 
 // wait blocks until every op sent has its answer, or until timeout, ctx's
