@@ -860,7 +860,7 @@ func (d *Domain) rollbackCloses(ctx *procedure.Context, r reader, regions []reco
 			ctx.Logger.Info("rollback: closing regions together", "table", table, "regions", len(send))
 		}
 		waitErr := b.wait(ctx, d.cfg.DispatchTimeout)
-		if errors.Is(waitErr, ErrNoServices) || ctx.Err() != nil {
+		if waitErr != nil && (errors.Is(waitErr, ErrNoServices) || ctx.Err() != nil) {
 			return waitErr // deposed or stopping: the next leader closes them
 		}
 		for _, c := range send {
