@@ -148,8 +148,9 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 
 // RollbackState implements procedure.StateSteps. The children, whose
 // steps are newer, have been rolled back before WRITE_LAYOUT is: every
-// region is closed and OFFLINE by then; the layout is deleted if it is
-// this procedure's own.
+// region a child ran for is closed and OFFLINE by then, the regions of
+// children prepared in the spawn that never ran are closed here
+// (rollbackCloses); the layout is deleted if it is this procedure's own.
 func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 	if state != ctWriteLayout {
 		return nil
@@ -164,18 +165,25 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 	if err != nil || !ok || t.ProcID != ctx.ID() {
 		return err
 	}
-	for _, rn := range t.regionNames(full) {
+	names := t.regionNames(full)
+	var recorded []recordedRegion
+	for _, rn := range names {
 		rg, ok, err := getRegion(r, rn)
 		if err != nil {
 			return err
 		}
 		if ok {
-			// A region no child undid (cannot happen while the tree's
-			// table lock holds, but never leave one open behind).
-			if err := d.rollbackClose(ctx, r, rg, rn, full, "rollback of create "+full, false); err != nil {
-				return err
-			}
+			recorded = append(recorded, recordedRegion{rn, rg})
 		}
+	}
+	// A region no child undid is still recorded open (or opening): a
+	// child prepared in the spawn that never ran has no step to undo, and
+	// may have sent its open on a previous leader. Closed together: one
+	// at a time, each close waits out the dispatcher's batching delay.
+	if err := d.rollbackCloses(ctx, r, recorded, full, "rollback of create "+full); err != nil {
+		return err
+	}
+	for _, rn := range names {
 		if err := ctx.Delete(RegionKey(rn)); err != nil {
 			return err
 		}

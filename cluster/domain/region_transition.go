@@ -794,6 +794,106 @@ func (d *Domain) rollbackClose(ctx *procedure.Context, r reader, rg Region, rn, 
 	return nil
 }
 
+// recordedRegion is a region's name with its record.
+type recordedRegion struct {
+	name string
+	rg   Region
+}
+
+// rollbackCloses is rollbackClose for many regions of table at once (a
+// create's regions that no child undid). Each region is checked as
+// rollbackClose checks it (a fenced incarnation fails the step, a gone
+// one needs no close); the closes needed are all sent first, so the
+// dispatcher batches them per server, then waited for with one deadline,
+// DispatchTimeout. A close that fails or gets no answer fails the step
+// once the others were waited for; the retry does not close again the
+// regions this term saw closed (noteClosed).
+func (d *Domain) rollbackCloses(ctx *procedure.Context, r reader, regions []recordedRegion, table, what string) error {
+	busy := make([]recordedRegion, 0, len(regions))
+	for _, x := range regions {
+		if regionBusy(x.rg) {
+			busy = append(busy, x)
+		}
+	}
+	if len(busy) == 0 {
+		return nil
+	}
+	svc := d.servicesFor(ctx)
+	if svc == nil {
+		return ErrNoServices
+	}
+	var errs []error
+	fail := func(err error) { errs = append(errs, err) }
+	type toClose struct {
+		name string
+		ref  ServerRef
+		addr string
+	}
+	var send []toClose
+	for _, x := range busy {
+		ref := ServerRef{x.rg.Server, x.rg.StartCode}
+		srv, pres, left, err := svc.presenceOf(r, ref)
+		if err != nil {
+			return err
+		}
+		if pres == fencing {
+			fail(fmt.Errorf("%s: region %s: its fenced server %s may serve it for %v more", what, x.name, ref, left))
+			continue
+		}
+		if pres != present || svc.closedBefore(ctx.ID(), x.name, ref) {
+			continue
+		}
+		send = append(send, toClose{x.name, ref, srv.Address})
+	}
+	if len(send) > 0 {
+		if svc.dispatchPaused() != nil {
+			// A rollback cannot suspend: it fails, and is retried with
+			// backoff until maintenance mode ends.
+			return errors.New(catalog.MaintenanceNote)
+		}
+		b := svc.newBatch(ctx.ID(), rspb.OpKind_OP_KIND_CLOSE)
+		defer b.forget()
+		for _, c := range send {
+			b.send(ctx, c.ref, c.addr, c.name, table)
+		}
+		if len(send) > 1 {
+			ctx.Logger.Info("rollback: closing regions together", "table", table, "regions", len(send))
+		}
+		waitErr := b.wait(ctx, d.cfg.DispatchTimeout)
+		if waitErr != nil && (errors.Is(waitErr, ErrNoServices) || ctx.Err() != nil) {
+			return waitErr // deposed or stopping: the next leader closes them
+		}
+		for _, c := range send {
+			res := b.result(c.name)
+			switch classify(res) {
+			case outDone:
+				svc.noteClosed(ctx.ID(), c.name, c.ref)
+				continue
+			case outRemoved:
+				if _, pres, _, err := svc.presenceOf(svc.reader(), c.ref); err == nil && pres == gone {
+					continue
+				}
+			}
+			err := waitErr
+			switch {
+			case res != nil:
+				err = res.Err
+			case err == nil:
+				err = errors.New("result lost")
+			}
+			fail(fmt.Errorf("%s: closing region %s on %s: %w", what, c.name, c.ref, err))
+		}
+	}
+	switch len(errs) {
+	case 0:
+		svc.forgetClosed(ctx.ID())
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return fmt.Errorf("%d of %d regions not closed (%d sent a close); first: %w", len(errs), len(busy), len(send), errs[0])
+}
+
 // closeSync closes region on ref and waits for the answer (rollbacks).
 func (s *services) closeSync(ctx context.Context, procID uint64, ref ServerRef, addr, region, table string) error {
 	if s.dispatchPaused() != nil {

@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/internal/tracectx"
@@ -15,9 +16,10 @@ type opWait struct {
 	ref    ServerRef
 	region string
 	kind   rspb.OpKind
-	ev     *scheduler.Event
+	ev     *scheduler.Event // nil in a batch: its procedure blocks, it does not suspend
 	res    *dispatch.Result
 	done   chan struct{} // closed with the first result
+	batch  *opBatch      // the batch it belongs to, nil for a procedure's single wait
 }
 
 func (w *opWait) matches(ref ServerRef, region string, kind rspb.OpKind) bool {
@@ -67,13 +69,17 @@ func (s *services) forget(procID uint64) {
 
 // onResult is the dispatcher's OnResult, the only answer to a wait: it
 // hands r to the procedure waiting for exactly that op (same incarnation,
-// region and kind) with no result yet, and wakes it. Transition reports
+// region and kind) with no result yet, and wakes it; failing that, to the
+// wait for exactly that op in the procedure's batch. Transition reports
 // answer no wait (see ReportTransition).
 func (s *services) onResult(r dispatch.Result) {
 	ref := ServerRef{r.Target.ServerID, r.Target.StartCode}
 	s.mu.Lock()
 	w := s.waits[r.Op.ProcID]
 	if w == nil || !w.matches(ref, r.Op.Region, r.Op.Kind) || w.res != nil {
+		if b := s.batches[r.Op.ProcID]; b != nil {
+			b.deliverLocked(ref, &r)
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -81,6 +87,157 @@ func (s *services) onResult(r dispatch.Result) {
 	close(w.done)
 	s.mu.Unlock()
 	s.x.Wake(w.ev)
+}
+
+// opBatch is one step's ops of a kind, one per region, sent together and
+// waited for together, for a procedure that cannot suspend (a rollback
+// closing many regions). Sent one at a time, each would sit alone in the
+// dispatcher for its whole batching delay; sent together, the dispatcher
+// batches them per server. Its waits are keyed by (proc id, region),
+// beside the single waits keyed by proc id; onResult tries the single
+// wait first. A procedure has at most one batch; forget drops it on every
+// exit of the step that made it, so a late answer finds no waiter.
+type opBatch struct {
+	s      *services
+	procID uint64
+	kind   rspb.OpKind
+	waits  map[string]*opWait // by region
+	left   int                // sent ops without a result
+	sealed bool               // every op is sent: done may close
+	done   chan struct{}      // closed once sealed with nothing left
+}
+
+// newBatch starts procID's batch of ops of kind. The step making it is
+// the procedure's only running step and waits for the batch alone: any
+// earlier wait of procID, single or batch, is stale, and is dropped so
+// that it cannot take an answer meant for the batch.
+func (s *services) newBatch(procID uint64, kind rspb.OpKind) *opBatch {
+	b := &opBatch{s: s, procID: procID, kind: kind, waits: map[string]*opWait{}, done: make(chan struct{})}
+	s.mu.Lock()
+	if s.batches == nil {
+		s.batches = map[uint64]*opBatch{}
+	}
+	delete(s.waits, procID)
+	s.batches[procID] = b
+	s.mu.Unlock()
+	return b
+}
+
+// deliverLocked hands r to the batch's wait for exactly that op with no
+// result yet, if there is one.
+func (b *opBatch) deliverLocked(ref ServerRef, r *dispatch.Result) {
+	w := b.waits[r.Op.Region]
+	if w == nil || !w.matches(ref, r.Op.Region, r.Op.Kind) || w.res != nil {
+		return
+	}
+	w.res = r
+	close(w.done)
+	b.left--
+	if b.sealed && b.left == 0 {
+		close(b.done)
+	}
+}
+
+// send dispatches the batch's op for region to ref, its wait armed first
+// (the answer can come inside Dispatch). One op per region: sending a
+// region again replaces its wait.
+func (b *opBatch) send(ctx context.Context, ref ServerRef, address, region, table string) {
+	b.arm(ref, region)
+	b.s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},
+		dispatch.Op{Kind: b.kind, Region: region, Table: table, ProcID: b.procID, Span: tracectx.RefOf(ctx)})
+}
+
+// arm prepares the batch's wait for its op on region at ref.
+func (b *opBatch) arm(ref ServerRef, region string) {
+	w := &opWait{ref: ref, region: region, kind: b.kind, done: make(chan struct{}), batch: b}
+	b.s.mu.Lock()
+	if old := b.waits[region]; old == nil || old.res != nil {
+		b.left++
+	}
+	b.waits[region] = w
+	b.s.mu.Unlock()
+}
+
+// wait blocks until every op sent has its answer, or until timeout, ctx's
+// end or the services' stop, whichever comes first: that one's error.
+// The answers that came are kept either way (result).
+func (b *opBatch) wait(ctx context.Context, timeout time.Duration) error {
+	b.s.mu.Lock()
+	b.sealed = true
+	if b.left == 0 {
+		select {
+		case <-b.done:
+		default:
+			close(b.done)
+		}
+	}
+	b.s.mu.Unlock()
+	expired, stopTimer := b.s.d.after(timeout)
+	defer stopTimer()
+	select {
+	case <-b.done:
+		return nil
+	case <-expired:
+		return fmt.Errorf("no answer within %v", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.s.stopCh:
+		return ErrNoServices
+	}
+}
+
+// result is region's answer, nil if none came (or none was sent).
+func (b *opBatch) result(region string) *dispatch.Result {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if w := b.waits[region]; w != nil {
+		return w.res
+	}
+	return nil
+}
+
+// forget drops the batch: answers still to come find no waiter.
+func (b *opBatch) forget() {
+	b.s.mu.Lock()
+	if b.s.batches[b.procID] == b {
+		delete(b.s.batches, b.procID)
+	}
+	b.s.mu.Unlock()
+}
+
+// noteClosed remembers, for procID's rollback, that region was confirmed
+// closed on ref in this term. A rollback step that fails commits nothing,
+// so its retry reads the region still recorded open there; nothing sends
+// it an open meanwhile (the rollback's tree holds the table, and the
+// dispatcher keeps a server's ops in order), so the retry need not close
+// it again. A new term starts with none: its leader closes them all.
+func (s *services) noteClosed(procID uint64, region string, ref ServerRef) {
+	s.mu.Lock()
+	if s.rbClosed == nil {
+		s.rbClosed = map[uint64]map[string]ServerRef{}
+	}
+	m := s.rbClosed[procID]
+	if m == nil {
+		m = map[string]ServerRef{}
+		s.rbClosed[procID] = m
+	}
+	m[region] = ref
+	s.mu.Unlock()
+}
+
+// closedBefore reports whether noteClosed saw region closed on ref.
+func (s *services) closedBefore(procID uint64, region string, ref ServerRef) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.rbClosed[procID][region]
+	return ok && at == ref
+}
+
+// forgetClosed drops what noteClosed remembered for procID.
+func (s *services) forgetClosed(procID uint64) {
+	s.mu.Lock()
+	delete(s.rbClosed, procID)
+	s.mu.Unlock()
 }
 
 // dispatch sends op for procID to ref and returns its wait. The wait is

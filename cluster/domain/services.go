@@ -200,6 +200,11 @@ type services struct {
 	// closedTables: rolled-back trees whose table's regions were all sent
 	// a close (closeTableOnce), by root id.
 	closedTables map[uint64]bool
+	// batches: a procedure's ops sent together (opBatch), by proc id.
+	batches map[uint64]*opBatch
+	// rbClosed: the regions a failed rollback step confirmed closed, by
+	// proc id, region and incarnation (noteClosed).
+	rbClosed map[uint64]map[string]ServerRef
 
 	// maintMu guards maintEv: while maintenance mode is on, the event that
 	// procedures waiting to dispatch suspend on, woken when it goes off;
