@@ -138,10 +138,15 @@ func (t *LeaderTracker) allPermanent(f *FollowFailure, p FollowPolicy) bool {
 
 // noteTry records how addr's try failed. A try that ctx's end cut short
 // failed by that end (gRPC may report it as a closed connection), not by
-// anything addr did.
+// anything addr did: what addr answered to an earlier try, if anything,
+// stays its account ("not the leader" says more than the deadline that
+// cut the try after it).
 func (f *FollowFailure) noteTry(ctx context.Context, addr string, err error) {
 	if ctx.Err() != nil {
 		err = status.FromContextError(ctx.Err()).Err()
+		if _, answered := f.Errs[addr]; answered {
+			err = f.Errs[addr]
+		}
 	}
 	f.Errs[addr] = err
 	if !slices.Contains(f.Tried, addr) {

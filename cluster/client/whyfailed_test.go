@@ -38,3 +38,25 @@ func TestWhyFailed(t *testing.T) {
 		}
 	}
 }
+
+// A try that the call's deadline cuts short does not replace what the
+// address answered before: "not the leader" stays its account, and an
+// address never answered is said to have timed out.
+func TestNoteTryKeepsTheLastAnswerOverTheDeadline(t *testing.T) {
+	f := &FollowFailure{Errs: map[string]error{}}
+	notLeader := status.Error(codes.Unavailable, "admin: no leader known (election under way?); retry shortly")
+	f.noteTry(context.Background(), "a", notLeader)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.noteTry(ended, "a", status.Error(codes.Unavailable, "transport is closing"))
+	f.noteTry(ended, "b", status.Error(codes.Unavailable, "transport is closing"))
+	if f.Errs["a"] != notLeader {
+		t.Errorf("a's account after a cut try: %v, want its earlier answer", f.Errs["a"])
+	}
+	if status.Code(f.Errs["b"]) != codes.Canceled {
+		t.Errorf("b's account: %v, want the context's end", f.Errs["b"])
+	}
+	if len(f.Tried) != 2 {
+		t.Errorf("tried %v, want a and b", f.Tried)
+	}
+}
