@@ -167,7 +167,6 @@ func domainUnder(mem *store.MemStore, prefix string) []string {
 	return out
 }
 
-
 // forgettingStore writes as a leader whose cvParent forgets its children
 // (the new binary's RollbackCoversChildren): a cvchild's write that ends
 // it SUCCESS deletes its record instead, with its mutations, in one write.
@@ -198,7 +197,6 @@ func (f *forgettingStore) Value(key string) ([]byte, bool) { return f.inner.Valu
 func (f *forgettingStore) ScanValues(prefix string, fn func(string, []byte) bool) {
 	f.inner.ScanValues(prefix, fn)
 }
-
 
 // TestReleaseLoadsForgottenTree: the release's executor loads a covering parent's
 // tree whose children a newer leader forgot (all but a gated one), and
