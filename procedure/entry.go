@@ -38,6 +38,7 @@ type entry struct {
 	abort, paused, bypass bool
 	untilDone             bool // RetriesUntilDone: never fails, never aborted
 	forgetsChildren       bool // ForgetsChildren: its children are forgotten as they succeed
+	coversChildren        bool // RollbackCoversChildren: its rollback undoes its children's effects
 	rollingBack           bool
 	repeats               int32 // consecutive runs of the current state or step (Context.Attempt)
 	spins                 int32 // of those, consecutive ones that returned More: no progress

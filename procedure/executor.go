@@ -925,10 +925,16 @@ func (x *Executor) complete(e *entry, root *rootState) {
 
 // forgettableLocked says e, a child that succeeded, is forgotten rather
 // than kept until its root ends (ForgetsChildren): it spawned no children,
-// its parent forgets its children, every ancestor retries until done (so nothing will ever roll
-// e back: a failure below such an ancestor rolls back only the subtree of
-// its child, and e's subtree is done), and the store can delete e's record
-// in the write that commits its last step's effect.
+// its parent forgets its children, nothing will ever roll e back or what
+// would is covered, and the store can delete e's record in the write that
+// commits its last step's effect. Nothing rolls e back when every
+// ancestor retries until done: a failure below such an ancestor rolls
+// back only the subtree of its child, and e's subtree is done. What would
+// is covered when its parent's rollback undoes its children's effects
+// (RollbackCoversChildren): whatever rollback takes e in takes its parent
+// too, the parent being in every unit e is in (e is never a unit's top
+// below a parent that does not retry until done, and as the top below
+// one that does, e's finished subtree never rolls back).
 func (x *Executor) forgettableLocked(e *entry) bool {
 	if _, ok := x.store.(store.DeleteMutator); !ok || e.state != Success {
 		return false
@@ -943,6 +949,9 @@ func (x *Executor) forgettableLocked(e *entry) bool {
 	p := x.procs[e.parent]
 	if p == nil || !p.forgetsChildren {
 		return false
+	}
+	if p.coversChildren {
+		return true
 	}
 	for a := p; ; {
 		if !a.untilDone {
@@ -1324,6 +1333,9 @@ func (x *Executor) deriveLocked(e *entry) error {
 	}
 	if f, ok := e.proc.(ForgetsChildren); ok {
 		e.forgetsChildren = f.ForgetChildrenOnSuccess()
+	}
+	if c, ok := e.proc.(RollbackCoversChildren); ok {
+		e.coversChildren = c.RollbackCoversChildren()
 	}
 	if l, ok := e.proc.(Locker); ok {
 		e.locks = l.Locks()

@@ -219,15 +219,21 @@ type RetriesUntilDone interface {
 	RetryUntilDone() bool
 }
 
-// ForgetsChildren is implemented by a RetriesUntilDone procedure whose
-// children need not be kept once they succeed, like HBase's
-// ServerCrashProcedure, whose assignments number as many as the crashed
-// server's regions. When ForgetChildrenOnSuccess reports true and every
-// ancestor of the procedure is RetriesUntilDone too (so nothing can ever
-// roll a finished child back), a child that succeeds, and spawned no
-// children of its own, is forgotten: its last write (its state's effect,
-// Context.Put and Delete) also deletes its record, in one atomic write,
-// and the executor lets go of it.
+// ForgetsChildren is implemented by a procedure whose children need not
+// be kept once they succeed, like HBase's ServerCrashProcedure, whose
+// assignments number as many as the crashed server's regions, or a table
+// create's, one per region. ForgetChildrenOnSuccess is asked once, when
+// the procedure is created or loaded. When it reports true and either
+//
+//   - the procedure and every ancestor of it is RetriesUntilDone (so
+//     nothing can ever roll a finished child back), or
+//   - the procedure's own rollback undoes what its children did
+//     (RollbackCoversChildren),
+//
+// a child that succeeds, and spawned no children of its own, is
+// forgotten: its last write (its state's effect, Context.Put and Delete)
+// also deletes its record, in one atomic write, and the executor lets go
+// of it.
 //
 // Such a child is then unknown to Executor.Get and the API (NotFound), as
 // a finished tree's children are once the tree ends. Context.Children and
@@ -241,6 +247,37 @@ type RetriesUntilDone interface {
 // this interface.
 type ForgetsChildren interface {
 	ForgetChildrenOnSuccess() bool
+}
+
+// RollbackCoversChildren is implemented by a procedure that can roll back
+// and whose own rollback undoes whatever its children did, so that it can
+// forget them as they succeed (ForgetsChildren) without a rollback of its
+// tree leaving their effects behind: a table create, whose rollback of
+// its layout closes every region of the table still open and deletes
+// every region's record, whichever child opened it. When
+// RollbackCoversChildren reports true (asked once, when the procedure is
+// created or loaded) the procedure promises:
+//
+//   - Its rollback covers the effects of every child it forgot, whatever
+//     state the child ended in and whenever it was forgotten: the
+//     rollback of its steps (all of them run, newest first, as for any
+//     member of a tree that rolls back) leaves nothing of them behind.
+//   - The forgotten children's own rollback does not run: they are gone
+//     from the rollback stack, the store and the executor. Children still
+//     kept (running, or failed) are rolled back as usual, before the
+//     parent's steps, which are older; the parent's rollback must also
+//     take whatever those left as their undo.
+//   - Its rollback covers them also after a restart or a failover, when
+//     nothing is known of the forgotten children but what they wrote to
+//     the domain: it must find what to undo there, not in its own state
+//     or in Context.Children.
+//
+// A Bypass of the procedure skips its rollback steps, and with them the
+// undo of its forgotten children. A procedure that does not implement it
+// (or reports false) forgets its children only under the first rule
+// above.
+type RollbackCoversChildren interface {
+	RollbackCoversChildren() bool
 }
 
 // Step is the outcome of one successful Execute.

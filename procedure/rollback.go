@@ -71,7 +71,9 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 			return
 		}
 		// A forgotten child (ForgetsChildren) succeeded below ancestors
-		// that never roll back: nothing of it is undone.
+		// that never roll back, or below a parent whose rollback, older
+		// and still to come, undoes it (RollbackCoversChildren): nothing
+		// of it is undone here.
 		idx := len(root.stack) - 1
 		for ; idx >= 0 && (root.stack[idx].forgotten || (!whole && x.unitInLocked(root.stack[idx], units) == nil)); idx-- {
 		}

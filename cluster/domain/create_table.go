@@ -196,3 +196,23 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 func (p *CreateTable) Progress() procedure.Progress {
 	return procedure.Progress{Total: int64(p.Regions), Unit: "regions open", FromChildren: true}
 }
+
+// ForgetChildrenOnSuccess implements procedure.ForgetsChildren: a region
+// whose assignment succeeded needs nothing more of its child, whose
+// record would otherwise be kept (in the replicated state, every master's
+// executor and every snapshot) until the create ends, then deleted in one
+// write as long as the table. With RollbackCoversChildren, each child's
+// last write deletes its record instead.
+func (p *CreateTable) ForgetChildrenOnSuccess() bool { return true }
+
+// RollbackCoversChildren implements procedure.RollbackCoversChildren:
+// the rollback of WRITE_LAYOUT reads every region of the table from the
+// domain, closes each one still open (or opening, or closing) on a live
+// server, whichever child opened it, and deletes every region's record
+// and the table's: what a forgotten child did is undone there, also after
+// a failover, when nothing is known of the child. A 0.1.0 master that
+// takes over such a tree loads the parent with the children still stored
+// (ASSIGN_REGIONS counts its waves in Spawned, MARK_ENABLED reads no
+// child) and its rollback of WRITE_LAYOUT closes and deletes the same
+// way, so no cluster version gates it (internal/compat/release_tests.sh).
+func (p *CreateTable) RollbackCoversChildren() bool { return true }
