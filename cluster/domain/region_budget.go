@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/baton-dev/baton/procedure"
@@ -17,10 +19,14 @@ import (
 //
 // A table procedure asks for its next wave (at most RegionWave) before it
 // spawns it; the budget grants the whole wave or nothing. Grants go in
-// the order asked: a table that finds others waiting queues behind them,
-// and a table whose wave is done asks again at the back of the queue, so
-// the tables take turns (round robin) and none starves, a big wave
-// waiting at the head until enough has come back. A region procedure
+// the order the tables first asked: a table whose wave is done and asks
+// for its next one goes before every table that asked after it first, so
+// tables finish one after another, first come first served, and none
+// starves, a big wave waiting at the head until enough has come back.
+// Taking turns instead (round robin) kept every table in progress until
+// the end: at 1,000,000 regions sent as 100 creates, none was usable
+// before the last wave, and each held its table lock and its procedure's
+// state the whole time. A region procedure
 // gives its place back when it ends (the executor's listener, onEnded);
 // a table procedure's next step finds its wave all ended and settles
 // what the listener may have missed (settle).
@@ -35,8 +41,12 @@ type regionBudget struct {
 	mu       sync.Mutex
 	inFlight int                      // granted, not yet given back
 	holds    map[uint64]*budgetHold   // by table procedure id
-	queue    []uint64                 // table procedures waiting, oldest first
+	queue    []uint64                 // table procedures waiting, by ticket
 	waiting  map[uint64]*budgetWaiter // the queue's members
+	// tickets number the table procedures in the order they first asked;
+	// a table keeps its ticket until it ends.
+	tickets    map[uint64]uint64
+	nextTicket uint64
 }
 
 // budgetHold is what one table procedure holds of the budget.
@@ -51,7 +61,7 @@ type budgetWaiter struct {
 }
 
 func newRegionBudget(limit int) *regionBudget {
-	return &regionBudget{limit: limit, holds: map[uint64]*budgetHold{}, waiting: map[uint64]*budgetWaiter{}}
+	return &regionBudget{limit: limit, holds: map[uint64]*budgetHold{}, waiting: map[uint64]*budgetWaiter{}, tickets: map[uint64]uint64{}}
 }
 
 // take asks for want (1..) places for table procedure id's next wave. It
@@ -62,6 +72,10 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 	want = max(min(want, b.limit), 1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := b.tickets[id]; !ok {
+		b.nextTicket++
+		b.tickets[id] = b.nextTicket
+	}
 	h := b.holds[id]
 	if h != nil && h.granted > 0 {
 		g := h.granted
@@ -76,7 +90,7 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 		w.ev = scheduler.NewEvent("region budget")
 		return 0, w.ev, b.noteLocked(id)
 	}
-	if len(b.queue) == 0 && b.limit-b.inFlight >= want {
+	if b.limit-b.inFlight >= want && (len(b.queue) == 0 || b.tickets[id] < b.tickets[b.queue[0]]) {
 		b.grantLocked(id, want)
 		h := b.holds[id]
 		h.granted = 0
@@ -85,7 +99,8 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 	}
 	w := &budgetWaiter{want: want, ev: scheduler.NewEvent("region budget")}
 	b.waiting[id] = w
-	b.queue = append(b.queue, id)
+	at, _ := slices.BinarySearchFunc(b.queue, b.tickets[id], func(q, t uint64) int { return cmp.Compare(b.tickets[q], t) })
+	b.queue = slices.Insert(b.queue, at, id)
 	return 0, w.ev, b.noteLocked(id)
 }
 
@@ -160,6 +175,7 @@ func (b *regionBudget) onEnded(id, parent uint64) []*scheduler.Event {
 		b.inFlight -= h.inFlight + h.granted
 		delete(b.holds, id)
 	}
+	delete(b.tickets, id)
 	if waits {
 		delete(b.waiting, id)
 		for i, q := range b.queue {

@@ -36,8 +36,9 @@ func TestRegionBudgetTakesTurns(t *testing.T) {
 	if g, _, _ := b.take(2, 6); g != 6 {
 		t.Fatalf("table 2 woken, granted %d, want 6", g)
 	}
-	// Table 1 asks again (its wave done: settle gives back the other 4)
-	// and goes behind table 3.
+	// Table 1's wave is done: settle gives back the other 4, which lets
+	// table 3 in (it was waiting); table 1, asking again, finds 2 free
+	// and waits, ahead of every table that first asked after it.
 	if evs := b.settle(1); len(evs) != 1 || evs[0] != ev3 {
 		t.Fatalf("table 1's settle woke %v, want table 3's event", evs)
 	}
@@ -67,6 +68,33 @@ func TestRegionBudgetTakesTurns(t *testing.T) {
 	if _, waiting := b.stats(); waiting != 0 {
 		t.Fatalf("%d waiting after the waiter ended", waiting)
 	}
+	// Tables finish first come, first served: a table asking for its next
+	// wave goes before one that has not started, even one that asked
+	// before it did this time.
+	b3 := newRegionBudget(4)
+	if g, _, _ := b3.take(1, 4); g != 4 {
+		t.Fatalf("table 1 granted %d, want 4", g)
+	}
+	_, ev2, _ = b3.take(2, 4) // waits: nothing free
+	b3.settle(1)              // table 1's wave done: 4 free, table 2 let in
+	if g, _, _ := b3.take(2, 4); g != 4 {
+		t.Fatalf("table 2 granted %d, want 4", g)
+	}
+	_, ev3, _ = b3.take(3, 4) // table 3 waits first...
+	_, ev1, note := b3.take(1, 4)
+	if !strings.Contains(note, "0 table procedures ahead") {
+		t.Fatalf("table 1's next wave: note %q, want it at the head, before table 3", note)
+	}
+	if evs := b3.settle(2); len(evs) != 1 || evs[0] != ev1 {
+		t.Fatalf("room for one wave woke %v, want table 1 (%v), not table 3 (%v)", evs, ev1, ev3)
+	}
+	// A table that ends lets go of its place in the order.
+	b3.onEnded(1, 0)
+	if len(b3.tickets) != 2 {
+		t.Fatalf("tickets %v after table 1 ended, want tables 2 and 3 only", b3.tickets)
+	}
+	_ = ev2
+
 	// A wave bigger than the whole budget is cut to it, not refused.
 	b2 := newRegionBudget(3)
 	if g, _, _ := b2.take(1, 5000); g != 3 {
