@@ -64,6 +64,13 @@ func (s *services) onTransition(info procedure.Info) {
 		// s.mu may be held by this call's caller: forgotten apart.
 		go s.forgetLock(info.ID)
 	}
+	if info.Type == TypeCreateTable && info.State.Terminal() {
+		// A create that ends without its rollback step succeeding (a
+		// bypass, an abort of the rollback) would leave, for the rest of
+		// the term, the regions its failed attempts saw closed (noteClosed).
+		// s.mu may be held by this call's caller: forgotten apart.
+		go s.forgetClosed(info.ID)
+	}
 }
 
 // onLockWait is the executor's lock-wait listener: a procedure parked
