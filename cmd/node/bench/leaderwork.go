@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,17 @@ type LeaderWork struct {
 	// carry, so it is the volume the log, the FSM and every follower pay
 	// for.
 	BytesPerRegion float64 `json:"bytes_per_region"`
+	// ClusterCPUCores is the CPU of every process of the cluster (masters
+	// and region servers) over the phase; MachineBusy the share of the
+	// machine's cores busy with anything (the cluster, the bench, other
+	// jobs), from /proc/stat. ClusterCPUMsPerRegion is the cluster's CPU
+	// per region, and MachineRegionsPerSecond what the machine's cores
+	// would do at that cost with nothing else running: on one machine
+	// running every process, that is the ceiling the open reads against.
+	ClusterCPUCores         float64 `json:"cluster_cpu_cores"`
+	MachineBusy             float64 `json:"machine_busy"`
+	ClusterCPUMsPerRegion   float64 `json:"cluster_cpu_ms_per_region"`
+	MachineRegionsPerSecond float64 `json:"machine_regions_per_second"`
 	// Profile is where the leader's CPU went (--profile): each part's share
 	// of the profile's samples, and the cores it used on average.
 	Profile []ProfileShare `json:"profile,omitempty"`
@@ -72,6 +84,10 @@ type leaderMark struct {
 	counts  map[string]float64
 	index   uint64
 	machine MachineBaseline
+	// cpu is the cluster's processes' CPU seconds, busy and total the
+	// machine's jiffies (/proc/stat), at the mark.
+	cpu         float64
+	busy, total uint64
 }
 
 // markLeader reads the leader's counters at the start of a phase.
@@ -88,7 +104,8 @@ func markLeader(ctx context.Context, c *benchCluster, machine MachineBaseline) (
 	if err != nil {
 		return nil, err
 	}
-	return &leaderMark{m: l, at: time.Now(), counts: counts, index: st.LastIndex, machine: machine}, nil
+	busy, total := machineJiffies()
+	return &leaderMark{m: l, at: time.Now(), counts: counts, index: st.LastIndex, machine: machine, cpu: c.processesCPU(), busy: busy, total: total}, nil
 }
 
 // work is the leader's figures since the mark; nil (and no error) if the
@@ -126,6 +143,16 @@ func (k *leaderMark) work(ctx context.Context, c *benchCluster, regions int) (*L
 	}
 	if regions > 0 {
 		w.EntriesPerRegion = float64(w.Entries) / float64(regions)
+	}
+	w.ClusterCPUCores = (c.processesCPU() - k.cpu) / secs
+	if busy, total := machineJiffies(); total > k.total {
+		w.MachineBusy = float64(busy-k.busy) / float64(total-k.total)
+	}
+	if regions > 0 {
+		w.ClusterCPUMsPerRegion = w.ClusterCPUCores * secs * 1000 / float64(regions)
+		if w.ClusterCPUMsPerRegion > 0 && k.machine.CPUs > 0 {
+			w.MachineRegionsPerSecond = float64(k.machine.CPUs) * 1000 / w.ClusterCPUMsPerRegion
+		}
 	}
 	if regions > 0 {
 		w.BytesPerRegion = (counts[walBytesMetric] - k.counts[walBytesMetric]) / float64(regions)
@@ -225,4 +252,74 @@ func profileShares(path string) ([]ProfileShare, float64, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Share > out[j].Share })
 	return out, float64(alloc) / float64(total), nil
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100
+// on every Linux architecture Go builds for.
+const clockTicks = 100
+
+// processesCPU is the CPU seconds, user and system, that the cluster's
+// running processes have used (0 for one whose /proc entry is gone).
+func (c *benchCluster) processesCPU() float64 {
+	var pids []int
+	for _, m := range c.masters {
+		pids = append(pids, m.Pid())
+	}
+	for _, s := range c.servers {
+		pids = append(pids, s.Pid())
+	}
+	var sum float64
+	for _, pid := range pids {
+		if pid <= 0 {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			sum += statCPUSeconds(string(b))
+		}
+	}
+	return sum
+}
+
+// statCPUSeconds is the user and system CPU seconds of a /proc/PID/stat
+// line (0 if it is not one).
+func statCPUSeconds(line string) float64 {
+	// The command name, in parentheses, may hold spaces and parentheses:
+	// the fields are counted after its last closing parenthesis (utime
+	// and stime are fields 14 and 15 of the line, 12 and 13 after it).
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(line[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, uerr := strconv.ParseUint(f[11], 10, 64)
+	s, serr := strconv.ParseUint(f[12], 10, 64)
+	if uerr != nil || serr != nil {
+		return 0
+	}
+	return float64(u+s) / clockTicks
+}
+
+// machineJiffies reads the machine's CPU time, busy and in all, from
+// /proc/stat's first line (0, 0 where there is none).
+func machineJiffies() (busy, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseUint(v, 10, 64)
+		total += n
+		if i != 3 && i != 4 { // idle and iowait
+			busy += n
+		}
+	}
+	return busy, total
 }

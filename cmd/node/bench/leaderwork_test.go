@@ -97,3 +97,22 @@ func TestProfileShares(t *testing.T) {
 		t.Error("a corrupt profile: no error")
 	}
 }
+
+// A process's CPU is read after its command name, whatever that holds.
+func TestStatCPUSeconds(t *testing.T) {
+	line := "4242 (baton (m1) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 1000000 500 18446744073709551615"
+	if got := statCPUSeconds(line); math.Abs(got-3) > 1e-9 {
+		t.Errorf("utime 250 + stime 50 ticks: %v s, want 3", got)
+	}
+	for _, bad := range []string{"", "no parenthesis", "1 (x) S 1 2"} {
+		if got := statCPUSeconds(bad); got != 0 {
+			t.Errorf("%q: %v, want 0", bad, got)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/stat"); err == nil && statCPUSeconds(string(b)) <= 0 {
+		t.Errorf("this process's own CPU read as %v", statCPUSeconds(string(b)))
+	}
+	if busy, total := machineJiffies(); total > 0 && busy > total {
+		t.Errorf("machine busy %d of %d jiffies", busy, total)
+	}
+}

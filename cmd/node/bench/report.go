@@ -271,7 +271,12 @@ func printSnapshot(out io.Writer, r ScaleRow) {
 // machine, and where its CPU went if profiled.
 func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
 	fmt.Fprintf(out, "\nthe leader during %s at %d regions (%s), %.1f s:\n", what, r.Regions, r.Shape, w.Seconds)
-	fmt.Fprintf(out, "  CPU %.2f cores, %.0f%% of the machine's %d\n", w.CPUCores, 100*w.OfMachineCPU, r.Machine.CPUs)
+	fmt.Fprintf(out, "  CPU %.2f cores, %.0f%% of the machine's %d; every process of the cluster %.2f cores, the machine %.0f%% busy with anything\n",
+		w.CPUCores, 100*w.OfMachineCPU, r.Machine.CPUs, w.ClusterCPUCores, 100*w.MachineBusy)
+	if w.ClusterCPUMsPerRegion > 0 {
+		fmt.Fprintf(out, "  the cluster's CPU per region %.3f ms: the machine's %d cores would do %.0f regions/s at that cost\n",
+			w.ClusterCPUMsPerRegion, r.Machine.CPUs, w.MachineRegionsPerSecond)
+	}
 	fmt.Fprintf(out, "  log writes %.0f/s, %.0f%% of the %.0f fsyncs/s the disk allows one writer; the writer busy %.0f%% of the time\n",
 		w.LogWritesPerSecond, 100*w.OfMachineFsyncs, w.MachineFsyncsPerSecond, 100*w.LogWriteBusy)
 	fmt.Fprintf(out, "  per region: %.0f bytes of procedure and state writes (the local WAL's), %.3f log entries; %.1f regions per log write\n",
