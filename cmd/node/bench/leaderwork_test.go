@@ -109,9 +109,6 @@ func TestStatCPUSeconds(t *testing.T) {
 			t.Errorf("%q: %v, want 0", bad, got)
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil && statCPUSeconds(string(b)) <= 0 {
-		t.Errorf("this process's own CPU read as %v", statCPUSeconds(string(b)))
-	}
 	if busy, total := machineJiffies(); total > 0 && busy > total {
 		t.Errorf("machine busy %d of %d jiffies", busy, total)
 	}
