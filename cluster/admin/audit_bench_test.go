@@ -85,15 +85,23 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	b.ResetTimer()
 	const rounds = 4
 	per := max(b.N/rounds, callers)
-	var tb, ta time.Duration
+	var tb, ta, cb, ca time.Duration
 	for range rounds {
+		c0 := processCPU()
 		tb += round(bare, per)
+		c1 := processCPU()
 		ta += round(audited, per)
+		cb, ca = cb+c1-c0, ca+processCPU()-c1
 	}
 	b.StopTimer()
+	// The process's CPU per submit (both clusters, the callers): it moves
+	// less with the machine's other load than the rates do.
+	b.ReportMetric(float64(cb.Microseconds())/float64(per*rounds), "bare-cpu-us/submit")
+	b.ReportMetric(float64(ca.Microseconds())/float64(per*rounds), "audited-cpu-us/submit")
 	rb, ra := float64(per*rounds)/tb.Seconds(), float64(per*rounds)/ta.Seconds()
 	b.ReportMetric(rb, "bare-submits/s")
 	b.ReportMetric(ra, "audited-submits/s")
 	b.ReportMetric(ra/rb, "audited/bare")
-	fmt.Fprintf(os.Stderr, "submits/s at %d callers: bare %.0f, audited %.0f (%.2f×)\n", callers, rb, ra, ra/rb)
+	fmt.Fprintf(os.Stderr, "submits/s at %d callers: bare %.0f, audited %.0f (%.2f×); CPU per submit: bare %.0f µs, audited %.0f µs\n",
+		callers, rb, ra, ra/rb, float64(cb.Microseconds())/float64(per*rounds), float64(ca.Microseconds())/float64(per*rounds))
 }
