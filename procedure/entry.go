@@ -108,6 +108,10 @@ type entry struct {
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.
 	unheldChildren int
+	// unloadedChildren are the children forgotten before the load that
+	// made e (Progress.Spawned less the children loaded): ended, and no
+	// longer in children.
+	unloadedChildren int
 	// forgotten: no longer in Executor.procs nor its tree's members, and
 	// its record deleted: a child that succeeded under a parent that
 	// forgets its children (ForgetsChildren), by its last write; or a

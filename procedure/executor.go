@@ -1706,7 +1706,7 @@ func (e *entry) progressLocked() Progress {
 	p := e.progress
 	if p.FromChildren {
 		held := len(e.children) - e.unheldChildren
-		p.Done = int64(max(0, held-e.childLatch))
+		p.Done = int64(max(0, held-e.childLatch+e.unloadedChildren))
 	}
 	return p
 }

@@ -170,6 +170,9 @@ func (x *Executor) load() error {
 		}
 		for _, e := range ordered {
 			sort.Slice(e.children, func(i, j int) bool { return e.children[i] < e.children[j] })
+			if e.progress.FromChildren && int(e.progress.Spawned) > len(e.children) {
+				e.unloadedChildren = int(e.progress.Spawned) - len(e.children)
+			}
 			switch e.state {
 			case Waiting:
 				if e.childLatch > 0 {

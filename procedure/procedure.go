@@ -641,4 +641,10 @@ type Progress struct {
 	// for a parent whose work is its children's: a table create's region
 	// assignments.
 	FromChildren bool
+	// Spawned, with FromChildren, is how many children the procedure
+	// spawned so far as its own state counts them (a table create's
+	// waves). A restart loads only the children still stored: those
+	// forgotten before it (ForgetsChildren), each of which ended, are
+	// counted in Done as Spawned less the children loaded. 0: not said.
+	Spawned int64
 }

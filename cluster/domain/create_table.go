@@ -194,7 +194,7 @@ func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
 // Progress implements procedure.Progressor: its region assignments (one
 // child each) ended, of Regions.
 func (p *CreateTable) Progress() procedure.Progress {
-	return procedure.Progress{Total: int64(p.Regions), Unit: "regions open", FromChildren: true}
+	return procedure.Progress{Total: int64(p.Regions), Unit: "regions open", FromChildren: true, Spawned: int64(p.Spawned)}
 }
 
 // ForgetChildrenOnSuccess implements procedure.ForgetsChildren: a region
