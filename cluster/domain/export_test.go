@@ -88,3 +88,12 @@ func (s *services) LockWaitEntries() int {
 	defer s.mu.Unlock()
 	return len(s.locks)
 }
+
+// RegionBudgetState is what the term's region budget holds: places in
+// flight, tables queued, tables holding places, tables with a ticket.
+func (s *services) RegionBudgetState() (inFlight, queued, holds, tickets int) {
+	b := s.budget
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight, len(b.queue), len(b.holds), len(b.tickets)
+}

@@ -53,6 +53,13 @@ type regionBudget struct {
 type budgetHold struct {
 	inFlight int // its region procedures spawned and not ended
 	granted  int // granted while it waited, not yet taken by its step
+	// ended are the region procedures of its wave whose end gave a place
+	// back. An end is heard again when the table procedure rolls back:
+	// each step of a succeeded child undone writes it again (SUCCESS,
+	// then ROLLEDBACK), and giving back a place each time gave back its
+	// siblings' still in flight, which the budget granted again. At most
+	// a wave, and only while some of it is in flight.
+	ended map[uint64]struct{}
 }
 
 type budgetWaiter struct {
@@ -81,6 +88,7 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 		g := h.granted
 		h.granted = 0
 		h.inFlight += g
+		h.ended = nil
 		return g, nil, ""
 	}
 	if w := b.waiting[id]; w != nil {
@@ -95,6 +103,7 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 		h := b.holds[id]
 		h.granted = 0
 		h.inFlight += want
+		h.ended = nil
 		return want, nil, ""
 	}
 	w := &budgetWaiter{want: want, ev: scheduler.NewEvent("region budget")}
@@ -153,6 +162,7 @@ func (b *regionBudget) settle(id uint64) []*scheduler.Event {
 	}
 	b.inFlight -= h.inFlight
 	h.inFlight = 0
+	h.ended = nil
 	return b.pumpLocked()
 }
 
@@ -163,8 +173,18 @@ func (b *regionBudget) onEnded(id, parent uint64) []*scheduler.Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if h := b.holds[parent]; h != nil && h.inFlight > 0 {
+		if _, again := h.ended[id]; again {
+			return nil
+		}
+		if h.ended == nil {
+			h.ended = map[uint64]struct{}{}
+		}
+		h.ended[id] = struct{}{}
 		h.inFlight--
 		b.inFlight--
+		if h.inFlight == 0 {
+			h.ended = nil // an end heard now finds nothing to give back
+		}
 		return b.pumpLocked()
 	}
 	h, waits := b.holds[id], b.waiting[id] != nil

@@ -101,3 +101,33 @@ func TestRegionBudgetTakesTurns(t *testing.T) {
 		t.Fatalf("a wave of 5000 in a budget of 3 granted %d", g)
 	}
 }
+
+// A region procedure's end is heard more than once when its table
+// procedure rolls back mid-wave: each of its steps undone writes it
+// again, still SUCCESS, and the last one ROLLEDBACK. Only the first end
+// gives its place back: the others would give back the places of its
+// siblings still in flight, and the budget would grant them again.
+func TestRegionBudgetCountsAnEndOnce(t *testing.T) {
+	b := newRegionBudget(2)
+	if g, _, _ := b.take(1, 2); g != 2 {
+		t.Fatalf("table 1 granted %d, want 2", g)
+	}
+	b.onEnded(100, 1) // SUCCESS
+	b.onEnded(100, 1) // SUCCESS again: a step of it undone
+	b.onEnded(100, 1) // ROLLEDBACK
+	if inFlight, _ := b.stats(); inFlight != 1 {
+		t.Fatalf("%d in flight after one of two children ended (three times), want 1", inFlight)
+	}
+	if g, _, _ := b.take(2, 2); g != 0 {
+		t.Fatalf("table 2 granted %d while child 101 of table 1 still runs", g)
+	}
+	b.onEnded(101, 1)
+	if g, _, _ := b.take(2, 2); g != 2 {
+		t.Fatalf("table 2 granted %d once table 1's wave ended, want 2", g)
+	}
+	// Table 1's next wave counts its own children afresh.
+	b.onEnded(102, 1) // a child of table 1 with no place held: nothing
+	if inFlight, _ := b.stats(); inFlight != 2 {
+		t.Fatalf("%d in flight, want table 2's 2", inFlight)
+	}
+}
