@@ -292,12 +292,12 @@ func TestTableProceduresShareTheRegionBudget(t *testing.T) {
 	const tables, regions, wave, budget = 3, 5, 3, 4
 	// No region server at first: the first wave cannot open, and holds
 	// its places.
-	h := newHarness(t, harnessOpts{masters: 1, servers: 0, domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget = wave, budget }})
-	_, x := h.leader()
 	var mu sync.Mutex
 	live := map[uint64]bool{}
 	most := 0
-	x.AddListener(func(info procedure.Info) {
+	// Told before the leader's services (PrepareExecutor): an end is off
+	// the count before the budget lets another table's wave in.
+	count := func(info procedure.Info) {
 		if info.Type != domain.TypeTransitRegionState {
 			return
 		}
@@ -309,7 +309,12 @@ func TestTableProceduresShareTheRegionBudget(t *testing.T) {
 			live[info.ID] = true
 		}
 		most = max(most, len(live))
-	})
+	}
+	h := newHarness(t, harnessOpts{masters: 1, servers: 0, domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget = wave, budget },
+		node: func(c *cluster.Config) {
+			c.PrepareExecutor = func(x *procedure.Executor) error { x.AddListener(count); return nil }
+		}})
+	_, x := h.leader()
 	var ids []uint64
 	for i := range tables {
 		ids = append(ids, h.createTable("", fmt.Sprintf("t%d", i), regions))
