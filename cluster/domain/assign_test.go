@@ -97,13 +97,14 @@ func TestAssignSurvivesLeaderCrashAtEachWrite(t *testing.T) {
 					return false
 				}
 				// The region procedure exists (the spawn committed) and
-				// is not finished, unless its last write is the point.
+				// is not finished, unless its last write is the point:
+				// then it is finished, or gone (a create forgets each
+				// child as it succeeds).
+				live := false
 				for _, p := range x.List(procedure.Filter{Type: domain.TypeTransitRegionState}) {
-					if p.State.Terminal() == (tc.point == "create.enable") {
-						return true
-					}
+					live = live || !p.State.Terminal()
 				}
-				return false
+				return live != (tc.point == "create.enable")
 			})
 			old := h.leaderIndex()
 			// The kill does not wait for the held step for long (the
