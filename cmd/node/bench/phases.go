@@ -25,6 +25,7 @@ import (
 type benchTable struct {
 	name    string
 	regions int
+	index   int // its place in the row's tables
 }
 
 // tableNames splits n regions into tables of per regions (the last one
@@ -33,7 +34,7 @@ func tableNames(n, per int) []benchTable {
 	var out []benchTable
 	for i := 0; n > 0; i++ {
 		k := min(per, n)
-		out = append(out, benchTable{name: fmt.Sprintf("bench_%d", i), regions: k})
+		out = append(out, benchTable{name: fmt.Sprintf("bench_%d", i), regions: k, index: i})
 		n -= k
 	}
 	return out
@@ -64,15 +65,7 @@ func openTables(ctx context.Context, cl *client.Client, tables []benchTable, con
 			}
 		})
 	}
-feed:
-	for _, t := range tables {
-		select {
-		case next <- t:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
+	feed(ctx, next, tables)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
 		return 0, err
@@ -93,13 +86,13 @@ func submitTables(ctx context.Context, cl *client.Client, tables []benchTable, c
 	for i := range ids {
 		ids[i] = make(chan uint64, 1)
 	}
-	next := make(chan int)
+	next := make(chan benchTable)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range concurrency {
 		wg.Go(func() {
-			for i := range next {
-				t := tables[i]
+			for t := range next {
+				i := t.index
 				id, err := cl.CreateTable(ctx, "", t.name, t.regions, "bench-create-"+t.name)
 				if err != nil {
 					cancel(fmt.Errorf("create table %s (%d regions): %w", t.name, t.regions, err))
@@ -125,15 +118,7 @@ func submitTables(ctx context.Context, cl *client.Client, tables []benchTable, c
 		}
 		waited <- nil
 	}()
-feed:
-	for i := range tables {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
+	feed(ctx, next, tables)
 	wg.Wait()
 	submitted = time.Since(start)
 	if werr := <-waited; werr != nil {
@@ -143,6 +128,19 @@ feed:
 		return 0, 0, err
 	}
 	return time.Since(start), submitted, nil
+}
+
+// feed sends items to next, in order, until they are all sent or ctx
+// ends, and closes next.
+func feed[T any](ctx context.Context, next chan<- T, items []T) {
+	defer close(next)
+	for _, it := range items {
+		select {
+		case next <- it:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // waitSuccess waits for procedure id to end, re-watching through errors
