@@ -2,7 +2,10 @@ package clustertest
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/raftfsm"
@@ -55,16 +58,29 @@ func (c *Cluster) DeleteRegion(name string) {
 }
 
 // applyMutations commits domain mutations as one PROC_BATCH entry on the
-// leader's Raft, as the admin API's domain writes are.
+// leader's Raft, as the admin API's domain writes are. An election on a
+// loaded machine (leadership lost, or not the leader any more) sends the
+// entry again to the next leader: puts and deletes of fixed values may
+// commit twice with the same effect.
 func (c *Cluster) applyMutations(muts []raftfsm.Mutation) {
 	c.t.Helper()
 	data, err := raftfsm.EncodeProcBatch(raftfsm.Write{Mutations: muts})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	f := c.Leader().Node().Raft().Apply(data, 30*time.Second)
-	if err := f.Error(); err != nil {
-		c.t.Fatalf("clustertest: seeding %d records: %v", len(muts), err)
+	deadline := time.Now().Add(c.cfg.WaitTimeout)
+	var f raft.ApplyFuture
+	for {
+		c.WaitLeader()
+		f = c.Leader().Node().Raft().Apply(data, 30*time.Second)
+		err := f.Error()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) || time.Now().After(deadline) {
+			c.t.Fatalf("clustertest: seeding %d records: %v", len(muts), err)
+		}
+		c.t.Logf("clustertest: seeding %d records: %v: sending them again to the next leader", len(muts), err)
 	}
 	if rerr, ok := f.Response().(error); ok && rerr != nil {
 		c.t.Fatalf("clustertest: seeding %d records refused: %v", len(muts), rerr)
