@@ -71,7 +71,6 @@ func (c *Cluster) applyMutations(muts []raftfsm.Mutation) {
 	deadline := time.Now().Add(c.cfg.WaitTimeout)
 	var f raft.ApplyFuture
 	for {
-		c.WaitLeader()
 		f = c.Leader().Node().Raft().Apply(data, 30*time.Second)
 		err := f.Error()
 		if err == nil {

@@ -67,7 +67,8 @@ type LeaderWork struct {
 	Allocation float64 `json:"allocation,omitempty"`
 }
 
-// ProfileShare is one part of the leader's CPU profile.
+// ProfileShare is one part of the leader's CPU profile; Cores is its CPU
+// over the profile's window, which may outlast the phase.
 type ProfileShare struct {
 	Part  string  `json:"part"`
 	Share float64 `json:"share"`

@@ -285,7 +285,9 @@ func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
 		return
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  where its CPU went (profile)\tshare\tcores\t")
+	// Cores are averaged over the profile's window (--profile-seconds),
+	// which may outlast the phase: the shares are what compares.
+	fmt.Fprintln(tw, "  where its CPU went (profile)\tshare\tcores over the profile\t")
 	for _, p := range w.Profile {
 		fmt.Fprintf(tw, "  %s\t%.1f%%\t%.2f\t\n", p.Part, 100*p.Share, p.Cores)
 	}
