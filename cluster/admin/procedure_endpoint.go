@@ -319,16 +319,13 @@ type procWatch struct {
 	// watchRecompute, for what its children change.
 	rec      []byte
 	computed time.Time
-	// always computes at every poll, as every watch did before procWatch
-	// (the baseline of BenchmarkWatchProcedures).
-	always bool
 }
 
 // poll answers the procedure if it changed since the last answer (the
 // first poll always answers), nil if not.
 func (w *procWatch) poll(x Procedures, now time.Time) (*adminpb.Procedure, error) {
 	rec, ok := w.s.b.StoredProcedure(w.id)
-	if !w.always && ok && w.last != nil && bytes.Equal(rec, w.rec) && now.Sub(w.computed) < watchRecompute {
+	if ok && w.last != nil && bytes.Equal(rec, w.rec) && now.Sub(w.computed) < watchRecompute {
 		return nil, nil
 	}
 	p, err := w.s.storedProc(x, w.id)

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
@@ -80,22 +81,44 @@ func watchedParents(tb testing.TB, n, kids int) (*Server, Procedures, []uint64) 
 func BenchmarkWatchProcedures(b *testing.B) {
 	const watchers, kids, polls = 100, 100, 20
 	s, x, ids := watchedParents(b, watchers, kids)
+	// everyPoll is the watch before procWatch: the procedure built at each
+	// poll and sent when it differs from the last one sent.
+	type everyPoll struct {
+		id   uint64
+		last *adminpb.Procedure
+	}
+	pollEvery := func(w *everyPoll) (*adminpb.Procedure, error) {
+		p, err := s.storedProc(x, w.id)
+		if err != nil || (w.last != nil && sameProcedure(w.last, p)) {
+			return nil, err
+		}
+		w.last = p
+		return p, nil
+	}
 	for _, tc := range []struct {
 		name   string
 		always bool
 	}{{"baseline-every-poll", true}, {"changed-only", false}} {
 		b.Run(tc.name, func(b *testing.B) {
 			ws := make([]*procWatch, len(ids))
+			olds := make([]*everyPoll, len(ids))
 			for i, id := range ids {
-				ws[i] = &procWatch{s: s, id: id, always: tc.always}
+				ws[i] = &procWatch{s: s, id: id}
+				olds[i] = &everyPoll{id: id}
 			}
 			now := time.Unix(0, 0)
 			sent := 0
 			for b.Loop() {
 				for range polls {
 					now = now.Add(DefaultWatchInterval)
-					for _, w := range ws {
-						p, err := w.poll(x, now)
+					for i, w := range ws {
+						var p *adminpb.Procedure
+						var err error
+						if tc.always {
+							p, err = pollEvery(olds[i])
+						} else {
+							p, err = w.poll(x, now)
+						}
 						if err != nil {
 							b.Fatal(err)
 						}
