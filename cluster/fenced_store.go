@@ -27,11 +27,8 @@ var _ store.LateMutator = (*fencedStore)(nil)
 // InsertAndMutateLate implements store.LateMutator, fenced like Insert:
 // late is asked for as the entry is proposed, under the node's Sequencer.
 func (s *fencedStore) InsertAndMutateLate(proc store.Proc, children []store.Proc, late func() []store.Mutation) error {
-	if err := s.check(); err != nil {
-		return err
-	}
 	ps := make([]store.Proc, 0, 1+len(children))
-	return s.RaftStore.Commit(context.Background(), raftfsm.Write{
+	return s.Commit(context.Background(), raftfsm.Write{
 		Inserts: append(append(ps, proc), children...),
 		Late:    func() []raftfsm.Mutation { return toRaftMutations(late()) },
 	})

@@ -910,8 +910,8 @@ func (x *Executor) complete(e *entry, root *rootState) {
 		x.releaseLocksLocked(e)
 		if p := x.procs[e.parent]; p != nil {
 			p.childLatch = max(p.childLatch-1, 0)
-			if p.state == Waiting && p.childLatch <= p.childWake {
-				x.wakeLocked(p)
+			if x.childrenReadyLocked(p) {
+				x.queueLocked(p, true)
 			}
 		}
 		if forget {
@@ -1296,9 +1296,9 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 	for i := len(kids) - 1; i >= 0; i-- {
 		x.queueLocked(kids[i], true)
 	}
-	if e.state == Waiting && e.childLatch <= e.childWake {
+	if x.childrenReadyLocked(e) {
 		// Few enough left, counting these (WakeAtChildren): behind them.
-		x.wakeLocked(e)
+		x.queueLocked(e, true)
 	}
 	x.unlock()
 	x.notify(e)
@@ -1406,6 +1406,14 @@ func (x *Executor) wakeLocked(e *entry) {
 	if x.readyLocked(e) {
 		x.queueLocked(e, true)
 	}
+}
+
+// childrenReadyLocked makes e runnable if it waits for its children (not
+// for a timer) and no more of them are unfinished than it asked to be
+// woken at (WakeAtChildren), and reports whether it did; the caller
+// queues it.
+func (x *Executor) childrenReadyLocked(e *entry) bool {
+	return e.state == Waiting && x.readyLocked(e)
 }
 
 // readyLocked makes a suspended e runnable, unless it waits for more of

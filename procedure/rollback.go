@@ -373,9 +373,7 @@ func (x *Executor) finishSubtrees(root *rootState, units map[uint64]*unit) {
 		if ok && top != nil {
 			if p := x.procs[m.parent]; p != nil && !p.state.Terminal() {
 				p.childLatch = max(p.childLatch-1, 0)
-				if p.state == Waiting && p.childLatch <= p.childWake {
-					x.readyLocked(p) // queued with the rest below
-				}
+				x.childrenReadyLocked(p) // queued with the rest below
 			}
 		}
 		x.unlock()

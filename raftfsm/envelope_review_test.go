@@ -68,18 +68,7 @@ func TestProcBatchEncodingUnchangedOnRandomBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(ws)), FenceTerm: term}
-		for j := range ws {
-			pb.Writes[j] = ws[j].toProto()
-		}
-		payload, err := proto.Marshal(pb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, payload := releaseProcBatch(t, term, ws)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%d: %d writes, term %d: the encoding changed", i, len(ws), term)
 		}

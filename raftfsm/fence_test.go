@@ -56,23 +56,32 @@ func TestProcBatchEncodesAsItsEnvelope(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(ws)), FenceTerm: term}
-			for i := range ws {
-				pb.Writes[i] = ws[i].toProto()
-			}
-			payload, err := proto.Marshal(pb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
-			if err != nil {
-				t.Fatal(err)
-			}
+			want, _ := releaseProcBatch(t, term, ws)
 			if !bytes.Equal(got, want) {
 				t.Errorf("term %d, %d writes: encoded\n%x\nwant\n%x", term, len(ws), got, want)
 			}
 		}
 	}
+}
+
+// releaseProcBatch is the release's encoding of a batch: marshalled on
+// its own, then framed by EncodeCommand. It returns the entry and its
+// payload.
+func releaseProcBatch(t *testing.T, term uint64, ws []Write) (entry, payload []byte) {
+	t.Helper()
+	pb := &raftpb.ProcBatch{Writes: make([]*raftpb.ProcWrite, len(ws)), FenceTerm: term}
+	for i := range ws {
+		pb.Writes[i] = ws[i].toProto()
+	}
+	payload, err := proto.Marshal(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err = EncodeCommand(raftpb.CommandType_COMMAND_TYPE_PROC_BATCH, false, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entry, payload
 }
 
 // decodeEnvelope reads an envelope as proto.Unmarshal does: the same

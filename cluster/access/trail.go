@@ -544,11 +544,13 @@ func (l *Trail) warm() {
 	for _, sp := range l.spaces {
 		l.mu.Lock()
 		l.termLocked(term)
-		need, skip := sp.idx == nil, maps.Clone(l.pruning)
-		l.mu.Unlock()
-		if !need {
+		if sp.idx != nil {
+			// Known: the usual case, as every leader's write calls warm.
+			l.mu.Unlock()
 			continue
 		}
+		skip := maps.Clone(l.pruning)
+		l.mu.Unlock()
 		x := sp.BuildIndex(sc.Scan, func(k string) bool { return skip[k] })
 		l.mu.Lock()
 		if sp.idx == nil && l.term == term {
