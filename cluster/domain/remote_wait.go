@@ -19,7 +19,6 @@ type opWait struct {
 	ev     *scheduler.Event // nil in a batch: its procedure blocks, it does not suspend
 	res    *dispatch.Result
 	done   chan struct{} // closed with the first result
-	batch  *opBatch      // the batch it belongs to, nil for a procedure's single wait
 }
 
 func (w *opWait) matches(ref ServerRef, region string, kind rspb.OpKind) bool {
@@ -149,7 +148,7 @@ func (b *opBatch) send(ctx context.Context, ref ServerRef, address, region, tabl
 
 // arm prepares the batch's wait for its op on region at ref.
 func (b *opBatch) arm(ref ServerRef, region string) {
-	w := &opWait{ref: ref, region: region, kind: b.kind, done: make(chan struct{}), batch: b}
+	w := &opWait{ref: ref, region: region, kind: b.kind, done: make(chan struct{})}
 	b.s.mu.Lock()
 	if old := b.waits[region]; old == nil || old.res != nil {
 		b.left++
