@@ -1,7 +1,6 @@
 package domain_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -253,36 +252,16 @@ func TestCreateRollsBackPreparedChildrenThatNeverRan(t *testing.T) {
 	var opens atomic.Int64
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) {
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					opens.Add(1)
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(func() { opens.Add(1) })
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	id := h.createTable("", "t", regions)
 	info := h.wait(id, 60*time.Second)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
+	h.checkRolledBack(info, "default:t")
 	if n := opens.Load(); n >= regions {
 		t.Fatalf("all %d region procedures ran their first step: the case is not reached", n)
 	}
 	t.Logf("%d of %d region procedures ran a step", opens.Load(), regions)
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
 }
 
 // The table procedures of the cluster share one region budget
