@@ -2,13 +2,11 @@ package domain_test
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
@@ -272,49 +270,21 @@ func TestTableProceduresShareTheRegionBudget(t *testing.T) {
 	const tables, regions, wave, budget = 3, 5, 3, 4
 	// No region server at first: the first wave cannot open, and holds
 	// its places.
-	var mu sync.Mutex
-	live := map[uint64]bool{}
-	most := 0
-	// Told before the leader's services (PrepareExecutor): an end is off
-	// the count before the budget lets another table's wave in.
-	count := func(info procedure.Info) {
-		if info.Type != domain.TypeTransitRegionState {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if info.State.Terminal() {
-			delete(live, info.ID)
-		} else {
-			live[info.ID] = true
-		}
-		most = max(most, len(live))
-	}
+	var live liveRegionProcs
 	h := newHarness(t, harnessOpts{masters: 1, servers: 0, domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget = wave, budget },
-		node: func(c *cluster.Config) {
-			c.PrepareExecutor = func(x *procedure.Executor) error { x.AddListener(count); return nil }
-		}})
+		node: live.node})
 	_, x := h.leader()
 	var ids []uint64
 	for i := range tables {
 		ids = append(ids, h.createTable("", fmt.Sprintf("t%d", i), regions))
 	}
-	testwait.For(t, 30*time.Second, "a create waiting for the region budget", func() bool {
-		for _, id := range ids {
-			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, "waiting for the region budget") {
-				return true
-			}
-		}
-		return false
-	})
+	waitForBudgetWait(t, x, ids, 30*time.Second)
 	h.startRS("rs1", 0, 0)
 	for i, id := range ids {
 		h.mustSucceed(id, 30*time.Second)
 		h.checkTableOpen(fmt.Sprintf("default:t%d", i), regions)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if most == 0 || most > budget {
+	if most := live.Most(); most == 0 || most > budget {
 		t.Errorf("%d region procedures live at once, want 1..%d", most, budget)
 	}
 }
