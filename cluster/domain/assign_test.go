@@ -1,15 +1,12 @@
 package domain_test
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
@@ -253,36 +250,16 @@ func TestCreateRollsBackPreparedChildrenThatNeverRan(t *testing.T) {
 	var opens atomic.Int64
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) {
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					opens.Add(1)
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(func() { opens.Add(1) })
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	id := h.createTable("", "t", regions)
 	info := h.wait(id, 60*time.Second)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
+	h.checkRolledBack(info, "default:t")
 	if n := opens.Load(); n >= regions {
 		t.Fatalf("all %d region procedures ran their first step: the case is not reached", n)
 	}
 	t.Logf("%d of %d region procedures ran a step", opens.Load(), regions)
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
 }
 
 // The table procedures of the cluster share one region budget
@@ -293,49 +270,21 @@ func TestTableProceduresShareTheRegionBudget(t *testing.T) {
 	const tables, regions, wave, budget = 3, 5, 3, 4
 	// No region server at first: the first wave cannot open, and holds
 	// its places.
-	var mu sync.Mutex
-	live := map[uint64]bool{}
-	most := 0
-	// Told before the leader's services (PrepareExecutor): an end is off
-	// the count before the budget lets another table's wave in.
-	count := func(info procedure.Info) {
-		if info.Type != domain.TypeTransitRegionState {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if info.State.Terminal() {
-			delete(live, info.ID)
-		} else {
-			live[info.ID] = true
-		}
-		most = max(most, len(live))
-	}
+	var live liveRegionProcs
 	h := newHarness(t, harnessOpts{masters: 1, servers: 0, domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget = wave, budget },
-		node: func(c *cluster.Config) {
-			c.PrepareExecutor = func(x *procedure.Executor) error { x.AddListener(count); return nil }
-		}})
+		node: live.node})
 	_, x := h.leader()
 	var ids []uint64
 	for i := range tables {
 		ids = append(ids, h.createTable("", fmt.Sprintf("t%d", i), regions))
 	}
-	testwait.For(t, 30*time.Second, "a create waiting for the region budget", func() bool {
-		for _, id := range ids {
-			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, "waiting for the region budget") {
-				return true
-			}
-		}
-		return false
-	})
+	waitForBudgetWait(t, x, ids, 30*time.Second)
 	h.startRS("rs1", 0, 0)
 	for i, id := range ids {
 		h.mustSucceed(id, 30*time.Second)
 		h.checkTableOpen(fmt.Sprintf("default:t%d", i), regions)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if most == 0 || most > budget {
+	if most := live.Most(); most == 0 || most > budget {
 		t.Errorf("%d region procedures live at once, want 1..%d", most, budget)
 	}
 }

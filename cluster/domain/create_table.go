@@ -115,12 +115,12 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			p.SetNextState(ctMarkEnabled)
 			return procedure.HasMoreState, nil
 		}
-		grant, _, ok, flow, err := takeWave(ctx, min(d.cfg.RegionWave, p.Regions-p.Spawned))
+		grant, svc, ok, flow, err := takeWave(ctx, min(d.cfg.RegionWave, p.Regions-p.Spawned))
 		if !ok {
 			return flow, err
 		}
 		from, to, last := nextWave(p.Spawned, grant, p.Regions)
-		spawn := newAssignSpawner(ctx)
+		spawn := newAssignSpawner(ctx, svc)
 		for i := from; i < to; i++ {
 			rn := RegionName(full, i, ctx.ID())
 			spawn.add(&TransitRegionState{Region: rn, Namespace: p.Namespace, Table: p.Name, Kind: KindAssign, Bounded: true, UndoState: RegionOffline})

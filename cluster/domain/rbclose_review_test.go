@@ -1,16 +1,13 @@
 package domain_test
 
 import (
-	"errors"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/rpcfault"
 	"github.com/baton-dev/baton/internal/testwait"
-	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 )
 
@@ -24,22 +21,9 @@ func TestCreateRollbackMemoryNotReusedAcrossTerms(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 3, servers: 2,
 		domain: func(c *domain.Config) {
 			c.DispatchTimeout = time.Second
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(nil)
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	checkDoubles := h.watchDoubles()
 	rs1, rs2 := h.rs("rs1").Addr(), h.rs("rs2").Addr()
 	type key struct {
@@ -95,13 +79,7 @@ func TestCreateRollbackMemoryNotReusedAcrossTerms(t *testing.T) {
 	}
 	lost.Remove()
 	info := h.wait(id, 30*time.Second)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
+	h.checkRolledBack(info, "default:t")
 	checkDoubles()
 	mu.Lock()
 	defer mu.Unlock()

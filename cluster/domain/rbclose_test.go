@@ -28,34 +28,54 @@ func preparedRollback(t *testing.T, regions int) time.Duration {
 	var failedAt time.Time
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) {
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					once.Do(func() { failedAt = time.Now() })
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(func() { once.Do(func() { failedAt = time.Now() }) })
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	id := h.createTable("", "t", regions)
 	info := h.wait(id, 10*time.Minute)
 	took := time.Since(failedAt)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
+	h.checkRolledBack(info, "default:t")
 	return took
+}
+
+// refuseOpens is a FailPoint that refuses every region open, calling
+// seen (if set) first.
+func refuseOpens(seen func()) func(string) error {
+	return func(p string) error {
+		if p != "region.open" {
+			return nil
+		}
+		if seen != nil {
+			seen()
+		}
+		return errors.New("injected: open refused")
+	}
+}
+
+// oneWorker runs each master's executor on one worker: a create's
+// children prepared in its spawn wait their turn, and its rollback
+// finds some that never ran.
+func oneWorker(nc *cluster.Config) {
+	prev := nc.Executor
+	nc.Executor = func(pc *procedure.Config) {
+		if prev != nil {
+			prev(pc)
+		}
+		pc.Workers, pc.MaxExtraWorkers = 1, 1
+	}
+}
+
+// checkRolledBack checks that info, a create's end, is a rollback that
+// left nothing of table full, recorded or hosted.
+func (h *harness) checkRolledBack(info procedure.Info, full string) {
+	h.t.Helper()
+	if info.State != procedure.RolledBack {
+		h.t.Fatalf("create ended %v, want rolled back", info.State)
+	}
+	h.checkTableGone(full)
+	if hs := h.hosted(); len(hs) != 0 {
+		h.t.Errorf("regions still hosted after the rollback: %v", hs)
+	}
 }
 
 // TestMeasurePreparedRollback reports the rollback time of creates of
@@ -134,22 +154,9 @@ func TestCreateRollbackRetriesUnansweredCloses(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) {
 			c.DispatchTimeout = time.Second
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(nil)
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	rs1, rs2 := h.rs("rs1").Addr(), h.rs("rs2").Addr()
 	var mu sync.Mutex
 	toRS2 := map[string]int{}
@@ -188,13 +195,7 @@ func TestCreateRollbackRetriesUnansweredCloses(t *testing.T) {
 	}
 	lost.Remove()
 	info := h.wait(id, 30*time.Second)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
+	h.checkRolledBack(info, "default:t")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(toRS2) == 0 {
@@ -217,22 +218,9 @@ func TestCreateRollbackBatchSurvivesLeaderChange(t *testing.T) {
 	h := newHarness(t, harnessOpts{masters: 3, servers: 2,
 		domain: func(c *domain.Config) {
 			c.DispatchTimeout = time.Second
-			c.FailPoint = func(p string) error {
-				if p == "region.open" {
-					return errors.New("injected: open refused")
-				}
-				return nil
-			}
+			c.FailPoint = refuseOpens(nil)
 		},
-		node: func(nc *cluster.Config) {
-			prev := nc.Executor
-			nc.Executor = func(pc *procedure.Config) {
-				if prev != nil {
-					prev(pc)
-				}
-				pc.Workers, pc.MaxExtraWorkers = 1, 1
-			}
-		}})
+		node: oneWorker})
 	checkDoubles := h.watchDoubles()
 	lost, err := h.faults.Add(rpcfault.Rule{
 		Name:    "the create's closes lost",
@@ -259,12 +247,6 @@ func TestCreateRollbackBatchSurvivesLeaderChange(t *testing.T) {
 	})
 	lost.Remove()
 	info := h.wait(id, 30*time.Second)
-	if info.State != procedure.RolledBack {
-		t.Fatalf("create ended %v, want rolled back", info.State)
-	}
-	h.checkTableGone("default:t")
-	if hs := h.hosted(); len(hs) != 0 {
-		t.Errorf("regions still hosted after the rollback: %v", hs)
-	}
+	h.checkRolledBack(info, "default:t")
 	checkDoubles()
 }

@@ -84,33 +84,30 @@ func (b *regionBudget) take(id uint64, want int) (int, *scheduler.Event, string)
 		b.tickets[id] = b.nextTicket
 	}
 	h := b.holds[id]
-	if h != nil && h.granted > 0 {
-		g := h.granted
-		h.granted = 0
-		h.inFlight += g
-		h.ended = nil
-		return g, nil, ""
-	}
-	if w := b.waiting[id]; w != nil {
-		// Woken for another reason (an abort, a restart of the step):
-		// still in the queue, with a fresh event in case the old one
-		// was spent.
-		w.ev = scheduler.NewEvent("region budget")
-		return 0, w.ev, b.noteLocked(id)
-	}
-	if b.limit-b.inFlight >= want && (len(b.queue) == 0 || b.tickets[id] < b.tickets[b.queue[0]]) {
+	if h == nil || h.granted == 0 {
+		if w := b.waiting[id]; w != nil {
+			// Woken for another reason (an abort, a restart of the step):
+			// still in the queue, with a fresh event in case the old one
+			// was spent.
+			w.ev = scheduler.NewEvent("region budget")
+			return 0, w.ev, b.noteLocked(id)
+		}
+		if b.limit-b.inFlight < want || (len(b.queue) > 0 && b.tickets[id] >= b.tickets[b.queue[0]]) {
+			w := &budgetWaiter{want: want, ev: scheduler.NewEvent("region budget")}
+			b.waiting[id] = w
+			at, _ := slices.BinarySearchFunc(b.queue, b.tickets[id], func(q, t uint64) int { return cmp.Compare(b.tickets[q], t) })
+			b.queue = slices.Insert(b.queue, at, id)
+			return 0, w.ev, b.noteLocked(id)
+		}
 		b.grantLocked(id, want)
-		h := b.holds[id]
-		h.granted = 0
-		h.inFlight += want
-		h.ended = nil
-		return want, nil, ""
+		h = b.holds[id]
 	}
-	w := &budgetWaiter{want: want, ev: scheduler.NewEvent("region budget")}
-	b.waiting[id] = w
-	at, _ := slices.BinarySearchFunc(b.queue, b.tickets[id], func(q, t uint64) int { return cmp.Compare(b.tickets[q], t) })
-	b.queue = slices.Insert(b.queue, at, id)
-	return 0, w.ev, b.noteLocked(id)
+	// The grant, made now or while it waited, is taken.
+	g := h.granted
+	h.granted = 0
+	h.inFlight += g
+	h.ended = nil
+	return g, nil, ""
 }
 
 func (b *regionBudget) noteLocked(id uint64) string {

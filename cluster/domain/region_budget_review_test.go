@@ -17,6 +17,77 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
+// liveRegionProcs counts the region procedures live at once, and the
+// most it saw.
+type liveRegionProcs struct {
+	mu   sync.Mutex
+	live map[uint64]bool
+	most int
+}
+
+// node adds the count to the master's executor as a listener told before
+// the leader's services (PrepareExecutor): an end is off the count
+// before the budget lets another table's wave in.
+func (c *liveRegionProcs) node(nc *cluster.Config) {
+	nc.PrepareExecutor = func(x *procedure.Executor) error { x.AddListener(c.count); return nil }
+}
+
+func (c *liveRegionProcs) count(info procedure.Info) {
+	if info.Type != domain.TypeTransitRegionState {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live == nil {
+		c.live = map[uint64]bool{}
+	}
+	if info.State.Terminal() {
+		delete(c.live, info.ID)
+	} else {
+		c.live[info.ID] = true
+	}
+	c.most = max(c.most, len(c.live))
+}
+
+// Most is the most region procedures seen live at once.
+func (c *liveRegionProcs) Most() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.most
+}
+
+// budgetWaitNote is what a table procedure's Why says while it waits for
+// the region budget.
+const budgetWaitNote = "waiting for the region budget"
+
+// waitForBudgetWait waits until one of ids says it waits for the region
+// budget.
+func waitForBudgetWait(t *testing.T, x *procedure.Executor, ids []uint64, d time.Duration) {
+	t.Helper()
+	testwait.For(t, d, "a create waiting for the region budget", func() bool {
+		for _, id := range ids {
+			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, budgetWaitNote) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitBudgetEmpty waits until the term's region budget holds nothing:
+// no place in flight, no table queued, holding a place or keeping its
+// ticket.
+func waitBudgetEmpty(t *testing.T, svc *domain.Services, what string) {
+	t.Helper()
+	testwait.ForNil(t, 30*time.Second, what, func() error {
+		inFlight, queued, holds, tickets := svc.RegionBudgetState()
+		if inFlight != 0 || queued != 0 || holds != 0 || tickets != 0 {
+			return fmt.Errorf("in flight %d, queued %d, holds %d, tickets %d", inFlight, queued, holds, tickets)
+		}
+		return nil
+	})
+}
+
 // Many small tables created, disabled, enabled and deleted at once over a
 // budget of 3 (waves of 2, so waves are cut and partial ones given back),
 // on region servers that fail some opens (creates and enables roll back
@@ -26,29 +97,10 @@ import (
 // table queued, holding a place or keeping its ticket.
 func TestRegionBudgetReturnsEveryPlace(t *testing.T) {
 	const tables, regions, wave, budget = 10, 5, 2, 3
-	var mu sync.Mutex
-	live := map[uint64]bool{}
-	most := 0
-	// Told before the leader's services (PrepareExecutor): an end is off
-	// the count before the budget lets another table's wave in.
-	count := func(info procedure.Info) {
-		if info.Type != domain.TypeTransitRegionState {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if info.State.Terminal() {
-			delete(live, info.ID)
-		} else {
-			live[info.ID] = true
-		}
-		most = max(most, len(live))
-	}
+	var live liveRegionProcs
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2, failRate: 0.1,
 		domain: func(c *domain.Config) { c.RegionWave, c.RegionBudget, c.MaxOpenAttempts = wave, budget, 2 },
-		node: func(c *cluster.Config) {
-			c.PrepareExecutor = func(x *procedure.Executor) error { x.AddListener(count); return nil }
-		}})
+		node:   live.node})
 	lm, x := h.leader()
 	ended := func(ids map[uint64]string) map[string]procedure.State {
 		out := map[string]procedure.State{}
@@ -79,7 +131,7 @@ func TestRegionBudgetReturnsEveryPlace(t *testing.T) {
 			if len(aborted) == 3 || aborted[id] {
 				continue
 			}
-			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, "waiting for the region budget") && x.Abort(id) == nil {
+			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, budgetWaitNote) && x.Abort(id) == nil {
 				aborted[id] = true
 			}
 		}
@@ -137,16 +189,8 @@ func TestRegionBudgetReturnsEveryPlace(t *testing.T) {
 	}
 
 	svc := lm.dom.Services()
-	testwait.ForNil(t, 30*time.Second, "the region budget to hold nothing", func() error {
-		inFlight, queued, holds, tickets := svc.RegionBudgetState()
-		if inFlight != 0 || queued != 0 || holds != 0 || tickets != 0 {
-			return fmt.Errorf("in flight %d, queued %d, holds %d, tickets %d", inFlight, queued, holds, tickets)
-		}
-		return nil
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if most > budget {
+	waitBudgetEmpty(t, svc, "the region budget to hold nothing")
+	if most := live.Most(); most > budget {
 		t.Errorf("%d region procedures of table procedures live at once, budget %d", most, budget)
 	}
 }
@@ -165,14 +209,7 @@ func TestRegionBudgetAfterFailover(t *testing.T) {
 	for i := range tables {
 		ids = append(ids, h.createTable("", fmt.Sprintf("t%d", i), regions))
 	}
-	testwait.For(t, time.Minute, "a create waiting for the region budget", func() bool {
-		for _, id := range ids {
-			if w, err := x.Why(id); err == nil && strings.Contains(w.Note, "waiting for the region budget") {
-				return true
-			}
-		}
-		return false
-	})
+	waitForBudgetWait(t, x, ids, time.Minute)
 	h.killMaster(old.index)
 	for i, id := range ids {
 		h.mustSucceed(id, 2*time.Minute)
@@ -180,13 +217,7 @@ func TestRegionBudgetAfterFailover(t *testing.T) {
 	}
 	lm, _ := h.leader()
 	svc := lm.dom.Services()
-	testwait.ForNil(t, 30*time.Second, "the new leader's region budget to hold nothing", func() error {
-		inFlight, queued, holds, tickets := svc.RegionBudgetState()
-		if inFlight != 0 || queued != 0 || holds != 0 || tickets != 0 {
-			return fmt.Errorf("in flight %d, queued %d, holds %d, tickets %d", inFlight, queued, holds, tickets)
-		}
-		return nil
-	})
+	waitBudgetEmpty(t, svc, "the new leader's region budget to hold nothing")
 }
 
 // A watch of a create that waits for the region budget (a suspension
@@ -220,7 +251,7 @@ func TestWatchShowsTheBudgetWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		last = p
-		sawWait = sawWait || strings.Contains(p.GetWaitingFor(), "waiting for the region budget")
+		sawWait = sawWait || strings.Contains(p.GetWaitingFor(), budgetWaitNote)
 	}
 	if !sawWait {
 		t.Error("the watch never showed the wait for the region budget")

@@ -436,15 +436,10 @@ type assignSpawner struct {
 }
 
 // newAssignSpawner reads the live servers once for the step's
-// assignments. Without services (leadership changing) every child runs
-// its own PREPARE.
-func newAssignSpawner(ctx *procedure.Context) *assignSpawner {
-	a := &assignSpawner{ctx: ctx, r: ctxReader{ctx}}
-	if d, err := envOf(ctx); err == nil {
-		if a.svc = d.servicesFor(ctx); a.svc != nil {
-			a.cands, a.err = a.svc.liveTargets(a.r)
-		}
-	}
+// assignments, through svc, the step's services (servicesOf).
+func newAssignSpawner(ctx *procedure.Context, svc *services) *assignSpawner {
+	a := &assignSpawner{ctx: ctx, svc: svc, r: ctxReader{ctx}}
+	a.cands, a.err = svc.liveTargets(a.r)
 	return a
 }
 

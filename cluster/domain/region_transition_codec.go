@@ -17,7 +17,8 @@ import (
 // reads it (no new format: the type's version stays 1). Its keys are
 // json.Marshal's, in the struct's order.
 
-// MarshalState implements procedure.StateMarshaler.
+// MarshalState implements procedure.StateMarshaler. The state is read
+// back as any JSON state is, by the registry's encoding/json.
 func (p *TransitRegionState) MarshalState() ([]byte, error) {
 	b := make([]byte, 0, 160+len(p.Region)+len(p.Address))
 	b = append(b, '{')
@@ -49,15 +50,6 @@ func (p *TransitRegionState) MarshalState() ([]byte, error) {
 	b = appendJSONBool(b, "undone", p.Undone)
 	b = appendJSONBool(b, "prepared", p.Prepared)
 	return append(b, '}'), nil
-}
-
-// UnmarshalState implements procedure.StateUnmarshaler: every version of
-// the state is JSON.
-func (p *TransitRegionState) UnmarshalState(_ int, data []byte) error {
-	if len(data) == 0 {
-		return nil
-	}
-	return json.Unmarshal(data, p)
 }
 
 // appendJSONKey appends key (a constant that needs no escaping) and its

@@ -110,10 +110,10 @@ func TestTransitRegionStateMarshalStateDecodesAs010(t *testing.T) {
 			t.Fatalf("%d: MarshalState %s reads back in 0.1.0 as\n%+v\njson.Marshal's %s as\n%+v", i, got, old, std, want)
 		}
 		var cur, curStd TransitRegionState
-		if err := cur.UnmarshalState(1, got); err != nil {
+		if err := json.Unmarshal(got, &cur); err != nil {
 			t.Fatal(err)
 		}
-		if err := curStd.UnmarshalState(1, std); err != nil {
+		if err := json.Unmarshal(std, &curStd); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(cur, curStd) {

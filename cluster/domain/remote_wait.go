@@ -18,8 +18,7 @@ type opWait struct {
 	kind   rspb.OpKind
 	ev     *scheduler.Event // nil in a batch: its procedure blocks, it does not suspend
 	res    *dispatch.Result
-	done   chan struct{} // closed with the first result
-	batch  *opBatch      // the batch it belongs to, nil for a procedure's single wait
+	done   chan struct{} // closed with the first result; nil in a batch, whose done is waited for
 }
 
 func (w *opWait) matches(ref ServerRef, region string, kind rspb.OpKind) bool {
@@ -131,7 +130,6 @@ func (b *opBatch) deliverLocked(ref ServerRef, r *dispatch.Result) {
 		return
 	}
 	w.res = r
-	close(w.done)
 	b.left--
 	if b.sealed && b.left == 0 {
 		close(b.done)
@@ -149,7 +147,7 @@ func (b *opBatch) send(ctx context.Context, ref ServerRef, address, region, tabl
 
 // arm prepares the batch's wait for its op on region at ref.
 func (b *opBatch) arm(ref ServerRef, region string) {
-	w := &opWait{ref: ref, region: region, kind: b.kind, done: make(chan struct{}), batch: b}
+	w := &opWait{ref: ref, region: region, kind: b.kind}
 	b.s.mu.Lock()
 	if old := b.waits[region]; old == nil || old.res != nil {
 		b.left++

@@ -188,7 +188,7 @@ func (tt *tableTransition) execute(ctx *procedure.Context, m *procedure.StateMac
 		added := 0
 		defer func() { svc.wakeAll(svc.budget.giveBack(ctx.ID(), grant-added)) }()
 		for {
-			from, to, last := nextWave(*spawned, grant-added, len(names))
+			from, to, last := nextWave(*spawned, grant, len(names)) // a wave passed over used none of it
 			for _, rn := range names[from:to] {
 				child, err := tt.child(r, tp, rn)
 				if err != nil {
