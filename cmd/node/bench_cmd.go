@@ -81,8 +81,9 @@ own, and measures:
   open          creating tables of --table-regions regions until N regions are
                 open: the time, regions per second (--shape: a row per layout,
                 and each one's rate against the fastest of its region count)
-  resources     each master's RSS, its data directory (raft.db, snapshots, the
-                local WAL) and the live state beside raft.db
+  resources     each master's RSS (private, mapped files), live heap, its data
+                directory (raft.db, snapshots, the local WAL) and the live
+                state beside raft.db
   failover      SIGKILL the leader; time until a one-step procedure submitted to
                 the survivors succeeds (the killed master is restarted)
   crash         SIGKILL the region server holding the most regions; time until
