@@ -210,7 +210,7 @@ func (f *FSM) openWAL(gen uint64) (*store.WAL, *state, uint64, error) {
 			if err := proto.Unmarshal(p.Data, &rec); err != nil || len(rec.Key) == 0 {
 				return fmt.Errorf("%w: key image %d undecodable (err %v)", ErrWALDamaged, p.ID, err)
 			}
-			kv.ReplaceOrInsert(&kvItem{key: string(rec.Key), val: rec.Value, walID: p.ID})
+			kv.ReplaceOrInsert(newKVItem(rec.Key, rec.Value, p.ID))
 			nextKey = max(nextKey, p.ID+1)
 		}
 		return nil
@@ -425,13 +425,13 @@ func (v View) Get(key string) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	return e.val, true
+	return e.val(), true
 }
 
 // Scan calls fn for every domain key starting with prefix, in ascending key
 // order, until fn returns false.
 func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
-	scanKV(v.st.kv, prefix, prefix, func(e *kvItem) bool { return fn(e.key, e.val) })
+	scanKV(v.st.kv, prefix, prefix, func(e *kvItem) bool { return fn(e.key(), e.val()) })
 }
 
 // ScanBefore calls fn for every domain key starting with prefix and less
@@ -439,7 +439,7 @@ func (v View) Scan(prefix string, fn func(key string, value []byte) bool) {
 // until fn returns false: a listing newest first. It seeks to its start
 // in O(log n).
 func (v View) ScanBefore(prefix, before string, fn func(key string, value []byte) bool) {
-	scanKVBefore(v.st.kv, prefix, before, func(e *kvItem) bool { return fn(e.key, e.val) })
+	scanKVBefore(v.st.kv, prefix, before, func(e *kvItem) bool { return fn(e.key(), e.val()) })
 }
 
 // ScanFrom is Scan for the keys strictly greater than after: a paged
@@ -447,7 +447,7 @@ func (v View) ScanBefore(prefix, before string, fn func(key string, value []byte
 // in O(log n), however many keys come before it.
 func (v View) ScanFrom(prefix, after string, fn func(key string, value []byte) bool) {
 	// after+"\x00" is the smallest key greater than after.
-	scanKV(v.st.kv, prefix, max(prefix, after+"\x00"), func(e *kvItem) bool { return fn(e.key, e.val) })
+	scanKV(v.st.kv, prefix, max(prefix, after+"\x00"), func(e *kvItem) bool { return fn(e.key(), e.val()) })
 }
 
 // Get returns the current value of a domain key.
@@ -603,12 +603,11 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 		a.note(id, walOp{del: true})
 	}
 	for _, m := range w.Mutations {
-		key := string(m.Key)
 		switch m.Op {
 		case raftpb.Mutation_OP_PUT:
 			// One descent: the item is this batch's own until published,
 			// so it may still take the WAL id of the item it replaced.
-			e := &kvItem{key: key, val: m.Value}
+			e := newKVItem(m.Key, m.Value, 0)
 			if old, exists := a.kv.ReplaceOrInsert(e); exists {
 				e.walID = old.walID
 			} else {
@@ -616,11 +615,11 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 				a.f.nextKeyID++
 			}
 			a.note(e.walID, walOp{key: m.Key, data: m.Value})
-			if a.f.observed(key) {
+			if key := e.key(); a.f.observed(key) {
 				a.puts = append(a.puts, observedPut{key, m.Value})
 			}
 		case raftpb.Mutation_OP_DELETE:
-			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {
+			if old, exists := a.kv.Delete(keyProbe(string(m.Key))); exists {
 				a.note(old.walID, walOp{del: true})
 			}
 		}

@@ -129,8 +129,8 @@ func writeStream(st *state, w io.Writer) error {
 	rec = &raftpb.SnapshotRecord{Rec: &raftpb.SnapshotRecord_Kv{Kv: kv}}
 	var keyBuf []byte
 	st.kv.Ascend(func(e *kvItem) bool {
-		keyBuf = append(keyBuf[:0], e.key...)
-		kv.Key, kv.Value = keyBuf, e.val
+		keyBuf = append(keyBuf[:0], e.key()...)
+		kv.Key, kv.Value = keyBuf, e.val()
 		err = put(rec)
 		return err == nil
 	})
@@ -282,7 +282,7 @@ func (f *FSM) restore(rc io.Reader) (st *state, w *store.WAL, gen, nextKey uint6
 		} else {
 			id := nextKey
 			nextKey++
-			kv.ReplaceOrInsert(&kvItem{key: e.Key, val: e.Value, walID: id})
+			kv.ReplaceOrInsert(newKVItem(e.Key, e.Value, id))
 			img, _ := proto.Marshal(&raftpb.KV{Key: []byte(e.Key), Value: e.Value})
 			add = store.Proc{ID: id, Data: img}
 		}

@@ -8,12 +8,12 @@ import (
 func TestScanKVBefore(t *testing.T) {
 	tr := newKVTree()
 	for _, k := range []string{"a/1", "a/2", "a/3", "ab", "b/1", "a"} {
-		tr.ReplaceOrInsert(&kvItem{key: k})
+		tr.ReplaceOrInsert(newKVItem(k, nil, 0))
 	}
 	walk := func(prefix, before string, n int) []string {
 		var got []string
 		scanKVBefore(tr, prefix, before, func(it *kvItem) bool {
-			got = append(got, it.key)
+			got = append(got, it.key())
 			return len(got) < n
 		})
 		return got

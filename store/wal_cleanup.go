@@ -159,12 +159,20 @@ func (w *WAL) startRewrite() {
 }
 
 // readImages returns the latest image in the segment file of each id of want
-// (ascending). Images alias one buffer holding the file.
+// (ascending), copied into one buffer of their size.
+//
+// The segment is mapped, not read onto the heap: a copy of it (32 MiB by
+// default) lived through every rewrite, which at a large state runs every
+// few seconds, and a collection that marked it set the heap's next goal
+// (1+GOGC/100 times what it marked) that much higher: the peaks of a
+// 300 k-region master's marked heap (161 MB against 85-100 MB between
+// rewrites) and so its RSS (issue 33).
 func readImages(path string, want []uint64) (map[uint64][]byte, error) {
-	data, err := os.ReadFile(path)
+	data, release, err := mapFile(path)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	set := &idSet{}
 	for _, id := range want {
 		set.add(id)
@@ -182,6 +190,16 @@ func readImages(path string, want []uint64) (map[uint64][]byte, error) {
 	})
 	if r.hdrErr != nil {
 		return nil, r.hdrErr
+	}
+	size := 0
+	for _, d := range found {
+		size += len(d)
+	}
+	buf := make([]byte, 0, size)
+	for id, d := range found {
+		start := len(buf)
+		buf = append(buf, d...)
+		found[id] = buf[start:len(buf):len(buf)]
 	}
 	return found, nil
 }

@@ -69,7 +69,7 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	commit := fs.Bool("commit", false, fmt.Sprintf("also run the group-commit sweep: %v no-op procedures in flight, steps per leader log fsync and p99 step latency", bench.CommitLevels))
 	snapshot := fs.Bool("snapshot", false, fmt.Sprintf("also run the snapshot phase: 'baton snapshot save' against the leader under a load of %d no-op procedures in flight; the save's time, the file's size, the leader's heap and RSS growth and its step rate against a window without a save; then 'snapshot inspect'", bench.SnapshotLoadProcedures))
 	fs.DurationVar(&o.PhaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit, snapshot) takes longer")
-	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape (read with 'go tool pprof')")
+	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape, and its heap profile after a collection at the end of the open as <regions>-open-heap-<master>.pprof (read with 'go tool pprof')")
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
 	fs.Usage = func() {
@@ -81,8 +81,9 @@ own, and measures:
   open          creating tables of --table-regions regions until N regions are
                 open: the time, regions per second (--shape: a row per layout,
                 and each one's rate against the fastest of its region count)
-  resources     each master's RSS, its data directory (raft.db, snapshots, the
-                local WAL) and the live state beside raft.db
+  resources     each master's RSS (private, mapped files), live heap, its data
+                directory (raft.db, snapshots, the local WAL) and the live
+                state beside raft.db
   failover      SIGKILL the leader; time until a one-step procedure submitted to
                 the survivors succeeds (the killed master is restarted)
   crash         SIGKILL the region server holding the most regions; time until

@@ -24,22 +24,46 @@ func HeapAfterGC() uint64 {
 // RSSMB is process pid's resident set size in MB, from VmRSS in
 // /proc/<pid>/status; ok is false where there is no /proc or no such line.
 func RSSMB(pid int) (mb float64, ok bool) {
+	r, ok := ReadRSS(pid)
+	return r.TotalMB, ok
+}
+
+// RSS is a process's resident set, split as the kernel counts it.
+type RSS struct {
+	TotalMB float64 // VmRSS
+	// AnonMB is private memory: the Go heap and stacks, whether in use or
+	// freed by the collector and not yet returned.
+	AnonMB float64 // RssAnon
+	// FileMB is pages of mapped files, such as bolt's mmapped raft.db:
+	// the kernel reclaims them under pressure.
+	FileMB float64 // RssFile
+}
+
+// ReadRSS reads process pid's resident set from /proc/<pid>/status; ok is
+// false where there is no /proc or no VmRSS line (the split is 0 on kernels
+// older than 4.5, which have no RssAnon and RssFile).
+func ReadRSS(pid int) (r RSS, ok bool) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, false
+		return r, false
 	}
 	defer f.Close()
+	fields := map[string]*float64{"VmRSS:": &r.TotalMB, "RssAnon:": &r.AnonMB, "RssFile:": &r.FileMB}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		rest, found := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !found {
+		name, rest, _ := strings.Cut(sc.Text(), "\t")
+		field := fields[name]
+		if field == nil {
 			continue
 		}
 		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
 		if err != nil {
-			return 0, false
+			return r, false
 		}
-		return kb / 1024, true
+		*field = kb / 1024
+		if name == "VmRSS:" {
+			ok = true
+		}
 	}
-	return 0, false
+	return r, ok
 }

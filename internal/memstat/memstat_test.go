@@ -16,6 +16,22 @@ func TestRSSOfThisProcess(t *testing.T) {
 	}
 }
 
+// The split adds up: this process's heap is private, its binary's text
+// is a mapped file.
+func TestRSSSplitOfThisProcess(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("no /proc here")
+	}
+	r, ok := ReadRSS(os.Getpid())
+	if !ok || r.AnonMB <= 0 || r.FileMB <= 0 {
+		t.Fatalf("ReadRSS(self) = %+v, %v: want positive anonymous and file parts", r, ok)
+	}
+	// Shared memory (RssShmem) is the rest of VmRSS.
+	if r.AnonMB+r.FileMB > r.TotalMB+0.01 {
+		t.Fatalf("ReadRSS(self) = %+v: the parts exceed the total", r)
+	}
+}
+
 func TestRSSOfNoProcess(t *testing.T) {
 	if mb, ok := RSSMB(-1); ok {
 		t.Fatalf("RSSMB(-1) = %v, true: want no figure", mb)

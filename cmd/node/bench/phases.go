@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/memstat"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -165,6 +166,14 @@ func waitSuccess(ctx context.Context, cl *client.Client, id uint64) error {
 	}
 }
 
+// The Go runtime's figures a master's /metrics gives, for its heap.
+const (
+	goalMetric         = "go_memstats_next_gc_bytes"
+	gogcMetric         = "go_gc_gogc_percent"
+	heapSysMetric      = "go_memstats_heap_sys_bytes"
+	heapReleasedMetric = "go_memstats_heap_released_bytes"
+)
+
 // measureMasters records each master's RSS and data sizes, and the live
 // state size from the leader's local WAL.
 func measureMasters(ctx context.Context, c *benchCluster, row *ScaleRow) error {
@@ -181,6 +190,15 @@ func measureMasters(ctx context.Context, c *benchCluster, row *ScaleRow) error {
 			SnapshotsMB: dirMB(filepath.Join(m.dataDir, "snapshots")),
 			WALMB:       dirMB(filepath.Join(m.dataDir, "fsm")),
 		}
+		if r, ok := memstat.ReadRSS(m.Pid()); ok {
+			sm.RSSAnonMB, sm.RSSFileMB = r.AnonMB, r.FileMB
+		}
+		heap, err := c.scrapeMetric(ctx, m, goalMetric, gogcMetric, heapSysMetric, heapReleasedMetric)
+		if err != nil {
+			return err
+		}
+		sm.LiveHeapMB = liveHeapMB(heap[goalMetric], heap[gogcMetric])
+		sm.HeapSysMB, sm.HeapReleasedMB = heap[heapSysMetric]/(1<<20), heap[heapReleasedMetric]/(1<<20)
 		row.Masters = append(row.Masters, sm)
 		row.MasterRSSMBMin = min(row.MasterRSSMBMin, sm.RSSMB)
 		row.MasterRSSMBMax = max(row.MasterRSSMBMax, sm.RSSMB)

@@ -53,6 +53,29 @@ func (p *benchProfiler) start(ctx context.Context, c *benchCluster, row, phase s
 	}
 }
 
+// heap writes every running master's heap profile, after a collection
+// (gc=1: in-use figures are then the live heap), into
+// DIR/<regions>-<phase>-heap-<master>.pprof. What a master holds per
+// region is the question its RSS raises, and the processes are gone once
+// the bench ends. A nil profiler does nothing.
+func (p *benchProfiler) heap(ctx context.Context, c *benchCluster, row, phase string) []error {
+	if p == nil {
+		return nil
+	}
+	var errs []error
+	for _, m := range c.masters {
+		if !m.Running() {
+			continue
+		}
+		path := p.path(row, phase+"-heap", m.id)
+		url := fmt.Sprintf("%s://%s/debug/pprof/heap?gc=1", c.scheme, m.httpAddr)
+		if err := fetchProfile(ctx, c.http, url, path, time.Minute); err != nil {
+			errs = append(errs, fmt.Errorf("heap profile %s: %w", filepath.Base(path), err))
+		}
+	}
+	return errs
+}
+
 // wait waits for the profiles in flight and returns what failed.
 func (p *benchProfiler) wait() []error {
 	if p == nil {

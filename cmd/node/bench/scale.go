@@ -53,7 +53,7 @@ type ScaleOptions struct {
 	TLS []bool
 	// ProfileDir, if set (--profile), receives the masters' CPU profiles
 	// taken during the open and the crash recovery, each ProfileSeconds
-	// long.
+	// long, and their heap profiles at the end of the open.
 	ProfileDir     string
 	ProfileSeconds int
 
@@ -118,13 +118,23 @@ func (o ScaleOptions) rowShapes() []Shape {
 
 // ScaleMaster is one master's resources after the regions opened.
 type ScaleMaster struct {
-	ID          string  `json:"id"`
-	Leader      bool    `json:"leader"`
-	RSSMB       float64 `json:"rss_mb"`
-	DataMB      float64 `json:"data_mb"`
-	RaftDBMB    float64 `json:"raft_db_mb"`
-	SnapshotsMB float64 `json:"snapshots_mb"`
-	WALMB       float64 `json:"wal_mb"`
+	ID     string  `json:"id"`
+	Leader bool    `json:"leader"`
+	RSSMB  float64 `json:"rss_mb"`
+	// RSSAnonMB is the private part of RSSMB (the Go heap, freed or not),
+	// RSSFileMB the mapped files' (bolt's raft.db).
+	RSSAnonMB float64 `json:"rss_anon_mb"`
+	RSSFileMB float64 `json:"rss_file_mb"`
+	// LiveHeapMB is the live heap at the last collection (the heap goal
+	// over 1+GOGC/100), HeapSysMB what the Go heap holds from the OS
+	// (in use, free, and returned but still mapped: HeapReleasedMB).
+	LiveHeapMB     float64 `json:"live_heap_mb"`
+	HeapSysMB      float64 `json:"heap_sys_mb"`
+	HeapReleasedMB float64 `json:"heap_released_mb"`
+	DataMB         float64 `json:"data_mb"`
+	RaftDBMB       float64 `json:"raft_db_mb"`
+	SnapshotsMB    float64 `json:"snapshots_mb"`
+	WALMB          float64 `json:"wal_mb"`
 }
 
 // ScaleCommit is one concurrency of the group-commit sweep.
@@ -444,7 +454,15 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	if err := phase("resources", func(ctx context.Context) error { return measureMasters(ctx, c, &row) }); err != nil {
 		return row, err
 	}
+	// After the RSS is read: the profile's collection would lower it.
+	for _, perr := range o.profile.heap(ctx, c, profileRow, "open") {
+		progress("%d regions: %v", n, perr)
+	}
 	progress("%d regions: open in %.1f s (%.0f regions/s); master RSS %.0f–%.0f MB", n, row.OpenSeconds, row.RegionsPerSecond, row.MasterRSSMBMin, row.MasterRSSMBMax)
+	for _, m := range row.Masters {
+		progress("%d regions: master %s%s: RSS %.0f MB (private %.0f, files %.0f); live heap %.0f MB, heap from the OS %.0f MB (%.0f returned)",
+			n, m.ID, map[bool]string{true: " (leader)"}[m.Leader], m.RSSMB, m.RSSAnonMB, m.RSSFileMB, m.LiveHeapMB, m.HeapSysMB, m.HeapReleasedMB)
+	}
 
 	if !o.Skip["commit"] {
 		progress("%d regions: group-commit sweep %v", n, CommitLevels)

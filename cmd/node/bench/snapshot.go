@@ -108,8 +108,6 @@ func snapshotAttempt(ctx context.Context, bin string, c *benchCluster, attempt i
 		cpuMetric   = "process_cpu_seconds_total"
 		gcsMetric   = "go_gc_duration_seconds_count"
 		heapMetric  = "go_memstats_heap_inuse_bytes"
-		goalMetric  = "go_memstats_next_gc_bytes"
-		gogcMetric  = "go_gc_gogc_percent"
 	)
 	l, err := c.waitLeader(ctx)
 	if err != nil {
