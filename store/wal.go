@@ -367,12 +367,6 @@ type request struct {
 
 var reqPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
 
-type rewriteResult struct {
-	segID uint64
-	found map[uint64][]byte
-	err   error
-}
-
 // WAL is the durable Store: a rolling log of segment files. See the comment
 // at the top of wal.go for its design.
 type WAL struct {
@@ -389,7 +383,7 @@ type WAL struct {
 	nextID uint64
 
 	reqCh     chan *request
-	rewriteCh chan rewriteResult
+	rewriteCh chan compactResult
 	writerCh  chan func() // inWriter: functions run by the writer goroutine
 	stopCh    chan struct{}
 	doneCh    chan struct{}
@@ -405,7 +399,15 @@ type WAL struct {
 	maxID     uint64
 	failed    error
 	failedPub atomic.Pointer[error] // failed, for Err (written once, by the writer)
-	rewriting bool
+	rewriting bool                  // a compaction is in flight
+	// compactBuf holds the segment a compaction reads, compactOut what it
+	// writes, reused by the next one (compactions run one at a time, in
+	// the background).
+	compactBuf, compactOut []byte
+	// segsGen counts changes to the segments (rolls, removals, merges);
+	// pickedAt is the generation at which cleanup last found no run worth
+	// merging, so that it does not look again until they change.
+	segsGen, pickedAt uint64
 	// rewriteCredit is how many bytes straggler rewrites may still write:
 	// appends earn it (rewriteCreditPercent, up to a cap), each
 	// rewrite spends what it wrote. A rewrite starts only while it is
@@ -492,7 +494,7 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		lock:      lock,
 		nextID:    1,
 		reqCh:     make(chan *request, 4096),
-		rewriteCh: make(chan rewriteResult, 1),
+		rewriteCh: make(chan compactResult, 1),
 		writerCh:  make(chan func()),
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),

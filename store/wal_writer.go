@@ -48,7 +48,7 @@ func (w *WAL) run() {
 				return
 			}
 		case res := <-w.rewriteCh:
-			w.applyRewrite(res)
+			w.applyCompaction(res)
 		case fn := <-w.writerCh:
 			fn()
 		case <-ticker.C:
@@ -386,6 +386,7 @@ func (w *WAL) roll() error {
 		return w.fail(err)
 	}
 	w.segs = append(w.segs, s)
+	w.segsGen++
 	w.nRolls.Add(1)
 	w.log.Debug("rolled segment", "old", old.name, "size", old.size, "records", old.records, "new", s.name)
 	if len(w.segs) == 2 {
