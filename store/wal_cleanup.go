@@ -11,19 +11,14 @@ import (
 	"github.com/baton-dev/baton/internal/fsutil"
 )
 
-// Cleanup: retiring superseded segments and rewriting the stragglers of the
-// oldest one, paid for by appends (see "Cleanup" and "Rewrites" in wal.go).
+// Cleanup: retiring superseded segments and merging runs of sparse ones,
+// paid for by appends (see "Cleanup" and "Merges" in wal.go).
 
-// rewriteCreditPercent is how many bytes of straggler rewrites each 100
-// bytes appended pay for. It trades write amplification for space: when the
-// oldest segments are mostly live (live data near or over the soft limit),
-// cleanup writes this share of what is appended, and the segments hold
-// about 1+100/rewriteCreditPercent times the live data (in the steady state
-// a rewritten segment is that dense when its short-lived images are gone).
-// At 150, cleanup writes at most 1.5 bytes per byte appended, and keeps the
-// count at MaxSegments as long as the oldest segment is at most 60% live
-// when its turn comes: the 1.5 segments rewritten per segment appended then
-// free 2.5 segments, as many as the appends and the rewrites fill.
+// rewriteCreditPercent is how many bytes of merges each 100 bytes appended
+// pay for at most. Merges copy a byte only to free at least as much (until
+// the segments hold twice the live bytes), so a workload whose images die
+// young spends little of it; it bounds what cleanup can write when the
+// live images are dense in every segment, or churn through them.
 const rewriteCreditPercent = 150
 
 // earnRewriteCredit credits n appended bytes. The credit is capped at what
@@ -50,8 +45,8 @@ func (w *WAL) recomputeHolding() {
 }
 
 // cleanup removes oldest segments that hold no latest image, and starts a
-// straggler rewrite when more than MaxSegments segments remain and appends
-// have paid for it (rewriteCredit). The records that superseded a segment
+// merge when the segments are over their bounds (overSegments), appends
+// have paid for it (rewriteCredit) and a run is worth it (pickRun). The records that superseded a segment
 // may be unsynced in the current segment (SyncOnRoll), so the current
 // segment is synced before any segment goes.
 func (w *WAL) cleanup() {
@@ -80,7 +75,7 @@ func (w *WAL) cleanup() {
 	if !w.overSegments(size) || w.rewriteCredit <= 0 || w.rewriting || w.failed != nil || w.pickedAt == w.segsGen {
 		return
 	}
-	run, ok := w.pickRun()
+	run, ok := w.pickRun(size)
 	if !ok {
 		w.pickedAt = w.segsGen // nothing worth it until the segments change
 		return
@@ -88,24 +83,20 @@ func (w *WAL) cleanup() {
 	w.startCompaction(run)
 }
 
-// liveBoundPercent and liveBoundMinSegments: cleanup also rewrites when the
+// liveBoundPercent and liveBoundMinSegments: cleanup also merges when the
 // segments hold more than liveBoundPercent% of the live images' bytes, as
 // long as more than liveBoundMinSegments segments are live (below that, a
 // small WAL would churn its one full segment over and over for a few KB).
-// That is when cleanup starts, not a bound on the segments: the rewrite
-// credit paces the copying (and so bounds its work per byte appended
-// whatever the factor), and with cold images filling many segments under
-// a few hot ids the segments stay at 2–3× the live bytes while the cold
-// images move forward (TestWALBytesWithColdDataFillingSegments). At 1 M
-// regions (62 MB live, 32 MB segments) a factor of 2 left 2.5×
-// (BENCHMARKS.md).
+// That is when cleanup looks for a run, not a bound on the segments: runs
+// that copy more than they free wait for pressedPercent, and the current
+// and newest closed segments are never merged.
 const (
 	liveBoundPercent     = 150
 	liveBoundMinSegments = 2
 )
 
 // overSegments reports whether the segments, of size bytes in all, call for
-// straggler rewrites: more of them than MaxSegments, or more bytes than
+// a merge: more of them than MaxSegments, or more bytes than
 // liveBoundPercent% of the live images. Without the second test a WAL
 // whose oldest segments are pinned by a few rarely written ids (a region's
 // key written once among hot keys rewritten all the time) kept
@@ -118,7 +109,7 @@ func (w *WAL) overSegments(size int64) bool {
 
 // noteLiveOverLimit warns, once, when the live images alone exceed what
 // MaxSegments segments hold: the WAL then keeps as many segments as they
-// need (rewriting cannot bring the count down), which is worth knowing
+// need (merging cannot bring the count down), which is worth knowing
 // (procedures piling up, or limits set too low). The warning is re-armed
 // once the live images are back under half of that.
 func (w *WAL) noteLiveOverLimit() {
@@ -162,6 +153,13 @@ func (w *WAL) retire(s *segment) error {
 // current segment (HBase's straggler rewrite) brought it back to the
 // front of the log to be copied again a few segments later, for ever. At a
 // million regions that rewrite wrote more than the appends did.
+
+// pressedPercent: while the segments hold more than this share of the live
+// images' bytes, cleanup also merges runs that copy more than they free
+// (at most a segment's worth, paid by the credit), so that segments just
+// over half live cannot pile up: the segments stay within about twice the
+// live bytes plus the two segments cleanup leaves alone.
+const pressedPercent = 200
 
 // maxMergeSegments bounds the segments one compaction merges: the files it
 // reads, and the output, stay within a few segments' bytes.
@@ -214,7 +212,7 @@ type candidate struct {
 // term: the newest closed segment is excluded instead). Merged runs are
 // capped at a segment of live images so that dense segments are not
 // merged into ever larger files, copying their images each time.
-func (w *WAL) pickRun() (candidate, bool) {
+func (w *WAL) pickRun(size int64) (candidate, bool) {
 	n := len(w.segs)
 	if n < 3 {
 		return candidate{}, false
@@ -225,6 +223,9 @@ func (w *WAL) pickRun() (candidate, bool) {
 		segBonus = w.cfg.SegmentSize
 	}
 	perMerge := w.cfg.SegmentSize / 8
+	// Past pressedPercent of the live bytes, a run that copies more than
+	// it frees is merged too, the credit pacing it.
+	pressed := size*100 > pressedPercent*w.liveBytes
 	var best candidate
 	found := false
 	for first := 0; first < n-2; first++ {
@@ -241,7 +242,7 @@ func (w *WAL) pickRun() (candidate, bool) {
 				break
 			}
 			benefit := c.size - c.live + int64(last-first)*segBonus
-			if benefit < max(c.live, perMerge) {
+			if benefit < perMerge || (benefit < c.live && !pressed) {
 				continue
 			}
 			c.score = float64(benefit) / float64(c.live+c.size/4+perMerge)
@@ -532,6 +533,7 @@ func (w *WAL) applyCompaction(res compactResult) {
 		gone = gone[:len(gone)-1]
 		n := uint64(res.out.size)
 		w.nBytes.Add(n)
+		w.nRecords.Add(res.out.records)
 		w.nRewriteB.Add(n)
 		w.rewriteCredit -= int64(n)
 		w.nStragglers.Add(uint64(res.images))
