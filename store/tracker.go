@@ -196,8 +196,11 @@ func decodeTracker(p []byte) (*tracker, []byte, error) {
 // idSet is a set of proc ids in nodes of nodeIDs bits.
 type idSet struct {
 	nodes []*setNode // sorted by base, never empty nodes
-	hint  int
-	n     int
+	// hint and prev are the last two nodes found: lookups alternate
+	// between two id ranges (raftfsm's key images and procedures) as often
+	// as they stay in one.
+	hint, prev int
+	n          int
 }
 
 type setNode struct {
@@ -210,8 +213,16 @@ func (s *idSet) find(base uint64) (int, bool) {
 	if s.hint < len(s.nodes) && s.nodes[s.hint].base == base {
 		return s.hint, true
 	}
+	if s.prev < len(s.nodes) && s.nodes[s.prev].base == base {
+		s.hint, s.prev = s.prev, s.hint
+		return s.hint, true
+	}
 	i := sort.Search(len(s.nodes), func(i int) bool { return s.nodes[i].base >= base })
-	return i, i < len(s.nodes) && s.nodes[i].base == base
+	found := i < len(s.nodes) && s.nodes[i].base == base
+	if found {
+		s.hint, s.prev = i, s.hint
+	}
+	return i, found
 }
 
 func (s *idSet) len() int { return s.n }

@@ -107,11 +107,14 @@ package store
 //   - The segments stay within about twice the live images' bytes plus the
 //     two segments cleanup leaves alone: past twice (pressedPercent),
 //     runs that copy more than they free are merged too.
-//   - MaxSegments is a soft limit. Merges bring the count down while the
-//     runs' live images fit a segment; live images beyond
-//     MaxSegments×SegmentSize need more segments, and are logged once as a
-//     warning with the figures (re-armed when they fall under half of it).
-//     BenchmarkWALCleanupWrites measures the count under churn.
+//   - MaxSegments is a soft limit. Past it, plus a file per eighth of a
+//     segment of live images (fileLimit: files of cold images are not
+//     merged again only to save files), merges also count the files they
+//     remove, as long as the runs' live images fit a segment; live images
+//     beyond MaxSegments×SegmentSize need more segments, and are logged
+//     once as a warning with the figures (re-armed when they fall under
+//     half of it). BenchmarkWALCleanupWrites measures the count under
+//     churn.
 //
 // Loading. Load reads the segments newest first. A segment whose trailer
 // shows that every image it holds was superseded by newer segments is not
@@ -205,12 +208,14 @@ type WALConfig struct {
 
 	// MaxSegments is the number of live segments beyond which cleanup merges
 	// runs of segments into one file, keeping only their live images, to
-	// bring the count down. Default 10. Lower values bound the files, and
-	// the trackers held for them, more tightly but copy long-lived images
-	// more often. It is a soft limit: merges are paid for by appends (at
-	// most 1.5 bytes written per byte appended), and a merge's live images
-	// must fit in a segment, so when the live procedures need more segments
-	// the count grows past it (see the top of wal.go).
+	// bring the count down; large live data raises it by a segment per
+	// eighth of a segment of live images. Default 10. Lower values bound
+	// the files, and the trackers held for them, more tightly but copy
+	// long-lived images more often. It is a soft limit: merges are paid for
+	// by appends (at most 1.5 bytes written per byte appended), and a
+	// merge's live images must fit in a segment, so when the live
+	// procedures need more segments the count grows past it (see the top
+	// of wal.go).
 	MaxSegments int
 
 	// NoSync skips fdatasync and directory syncs. For tests and benchmarks
