@@ -382,7 +382,9 @@ func cpuTime(b *testing.B) time.Duration {
 // later, then never again) beside short-lived procedure records (inserted,
 // updated twice, deleted), with as many regions in flight as the open's
 // waves keep. At the end the live region records fill about two segments,
-// as 62 MB does 32 MB segments at 1 M regions. One op is one region.
+// as 62 MB does 32 MB segments at 1 M regions. ops-per-record=1 writes a
+// record per operation; 256 gathers the operations of 256 regions in one
+// record, as raftfsm applies a Raft entry's batch (~400 regions at 1 M).
 // Reported (the whole run, from an empty WAL):
 //
 //	cleanup-B/new-B  bytes written by cleanup per byte appended
@@ -392,6 +394,12 @@ func cpuTime(b *testing.B) time.Duration {
 //	                 the live bytes passed a segment
 //	end-disk/live    the same at the end
 func BenchmarkWALColdGrowth(b *testing.B) {
+	for _, perRecord := range []int{1, 256} {
+		b.Run(fmt.Sprintf("ops-per-record=%d", perRecord), func(b *testing.B) { benchColdGrowth(b, perRecord) })
+	}
+}
+
+func benchColdGrowth(b *testing.B, perRecord int) {
 	const (
 		segmentSize = 2 << 20
 		regionImage = 52  // a region's record: ~62 encoded bytes with id and length
@@ -422,25 +430,41 @@ func BenchmarkWALColdGrowth(b *testing.B) {
 		}
 		b.StartTimer()
 		cpu0 := cpuTime(b)
-		app := func(batch Batch) {
+		var batch Batch
+		flush := func() {
+			if batch.empty() {
+				return
+			}
 			if err := w.Append(batch); err != nil {
 				b.Fatal(err)
 			}
 			appended += int64(appendedBytes(batch))
+			batch = Batch{}
+		}
+		add := func(ins, upd []Proc, del []uint64) {
+			batch.Inserts = append(batch.Inserts, ins...)
+			batch.Updates = append(batch.Updates, upd...)
+			batch.Deletes = append(batch.Deletes, del...)
+			if perRecord == 1 {
+				flush()
+			}
 		}
 		for r := 0; r < regions+inFlight; r++ {
 			if r < regions {
 				id := uint64(r + 1)
-				app(Batch{Inserts: []Proc{{ID: regionBase + id, Data: region}}})
-				app(Batch{Inserts: []Proc{{ID: id, Data: proc}}})
+				add([]Proc{{ID: regionBase + id, Data: region}}, nil, nil)
+				add([]Proc{{ID: id, Data: proc}}, nil, nil)
 			}
 			if mid := r - inFlight/2; mid >= 0 && mid < regions {
-				app(Batch{Updates: []Proc{{ID: uint64(mid + 1), Data: proc}}})
+				add(nil, []Proc{{ID: uint64(mid + 1), Data: proc}}, nil)
 			}
 			if done := r - inFlight; done >= 0 {
 				id := uint64(done + 1)
-				app(Batch{Updates: []Proc{{ID: regionBase + id, Data: region}, {ID: id, Data: proc}}})
-				app(Batch{Deletes: []uint64{id}})
+				add(nil, []Proc{{ID: regionBase + id, Data: region}, {ID: id, Data: proc}}, nil)
+				add(nil, nil, []uint64{id})
+			}
+			if r%perRecord == perRecord-1 {
+				flush()
 			}
 			if r%256 == 0 {
 				if st := w.Stats(); st.LiveBytes > segmentSize {
@@ -448,6 +472,7 @@ func BenchmarkWALColdGrowth(b *testing.B) {
 				}
 			}
 		}
+		flush()
 		cpu += cpuTime(b) - cpu0
 		st := w.Stats()
 		end = float64(st.SegmentBytes) / float64(st.LiveBytes)

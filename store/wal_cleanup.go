@@ -1,10 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"slices"
 
@@ -395,14 +395,15 @@ func (w *WAL) compact(c *compaction) compactResult {
 		}
 		return nil
 	}
-	// Newest first: the first segment of the run to hold an id's image
-	// holds its latest (keep has only ids whose latest word in the run is
-	// an image), and within a segment the last record wins.
+	// Newest first: the first segment of the run to hold an image of a
+	// kept id holds its latest, as its last put of it (keep has only ids
+	// whose latest word in the run is an image, so that segment's last
+	// word on the id is one: its deletes can be ignored).
 	remaining := &idSet{}
 	c.keep.forEach(remaining.add)
 	data := w.compactBuf
 	defer func() { w.compactBuf = data[:0] }()
-	found := map[uint64][]byte{}
+	var puts, latest []Proc
 	for k := len(c.segs) - 1; k >= 0; k-- {
 		if !c.read[k] {
 			continue
@@ -411,32 +412,37 @@ func (w *WAL) compact(c *compaction) compactResult {
 		if err != nil {
 			return fail(err)
 		}
-		clear(found)
+		puts = puts[:0]
 		r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
 			forEachOp(p, func(id uint64, d []byte) {
 				if remaining.has(id) {
-					found[id] = d
+					puts = append(puts, Proc{ID: id, Data: d})
 				}
-			}, func(id uint64) { delete(found, id) })
+			}, func(uint64) {})
 			return nil
 		})
 		if r.hdrErr != nil {
 			return fail(fmt.Errorf("%s: %w", c.segs[k].name, r.hdrErr))
 		}
-		ids := slices.Sorted(maps.Keys(found))
+		latest = latest[:0]
+		for i := len(puts) - 1; i >= 0; i-- {
+			if id := puts[i].ID; remaining.has(id) {
+				remaining.remove(id)
+				latest = append(latest, puts[i])
+			}
+		}
+		slices.SortFunc(latest, func(a, b Proc) int { return cmp.Compare(a.ID, b.ID) })
 		size := 0
-		for _, id := range ids {
-			d := found[id]
-			remaining.remove(id)
-			out.tr.put(id)
-			if size > 0 && size+len(d) > rewriteChunk {
+		for _, pr := range latest {
+			out.tr.put(pr.ID)
+			if size > 0 && size+len(pr.Data) > rewriteChunk {
 				if err := writeChunk(recRewrite, nil); err != nil {
 					return fail(err)
 				}
 				size = 0
 			}
-			chunk = append(chunk, Proc{ID: id, Data: d})
-			size += len(d) + 20
+			chunk = append(chunk, pr)
+			size += len(pr.Data) + 20
 			res.images++
 		}
 		// The chunk aliases data, which the next segment's read reuses.
