@@ -281,12 +281,12 @@ func BenchmarkWALLoad(b *testing.B) {
 // of short-lived procedures (insert, updates, delete). One op is one
 // append. Reported per run (after a warm-up that reaches the steady state):
 //
-//	cleanup-B/new-B  bytes of straggler rewrites per byte appended (goal ≤ 2)
-//	written-B/new-B  all bytes written (appends, rewrites, headers, trailers)
+//	cleanup-B/new-B  bytes merges wrote per byte appended (goal ≤ 2)
+//	written-B/new-B  all bytes written (appends, merges, headers, trailers)
 //	                 per byte appended
 //	max-segments     most segments alive at once, against MaxSegments 4
 //
-// Appends here (NoSync) come far faster than fsynced ones, so a rewrite's
+// Appends here (NoSync) come far faster than fsynced ones, so a merge's
 // background read can fall a few segments behind and max-segments is
 // higher than a real device would see (the test
 // TestWALSegmentCountBoundedUnderSteadyWorkload waits for each rewrite).

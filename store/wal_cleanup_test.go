@@ -71,7 +71,7 @@ func settle(t *testing.T, w *WAL, clk *clock.Manual, since WALStats) WALStats {
 		return done
 	})
 	if !settled {
-		t.Fatalf("cleanup did not settle in 10 s without appends: since the last append %d rolls, %d stragglers rewritten, %d bytes written (%d segments, MaxSegments %d)",
+		t.Fatalf("cleanup did not settle in 10 s without appends: since the last append %d rolls, %d images merged, %d bytes written (%d segments, MaxSegments %d)",
 			st.Rolls-since.Rolls, st.StragglersRewritten-since.StragglersRewritten, st.Bytes-since.Bytes, st.Segments, w.cfg.MaxSegments)
 	}
 	return st
@@ -133,7 +133,7 @@ func testIdleWritesNothing(t *testing.T, mode SyncMode) {
 	files := segFiles(t, dir)
 	for round := range 50 {
 		if maintainIdle(t, w, clk) {
-			t.Fatalf("maintenance round %d of an idle WAL started a straggler rewrite", round)
+			t.Fatalf("maintenance round %d of an idle WAL started a merge", round)
 		}
 	}
 	idle := w.Stats()
@@ -172,9 +172,9 @@ func appendedBytes(b Batch) int {
 // whether the live procedures fit in MaxSegments segments or not, and
 // cleanup writes at most rewriteCreditPercent bytes per 100 appended. The
 // workload is long-lived procedures that are never touched again (they pin
-// old segments unless rewritten) beside a churn of short-lived ones; without
-// straggler rewrites the segment count would grow with the length of the
-// run, here to over a hundred.
+// old segments unless merged) beside a churn of short-lived ones; without
+// merges the segment count would grow with the length of the run, here to
+// over a hundred.
 func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -301,7 +301,7 @@ func TestWALBytesBoundedByLiveData(t *testing.T) {
 		}
 	}
 	// A process crash right after cleanup removed a segment, the moment a
-	// rewrite must already have put that segment's stragglers elsewhere:
+	// merge must already have put that segment's live images elsewhere:
 	// the hook runs in the writer goroutine, so the files are still.
 	var (
 		mu      sync.Mutex
@@ -408,7 +408,7 @@ func TestWALLiveBoundRewritesBoundedByCredit(t *testing.T) {
 			}
 			for round := range 20 {
 				if maintainIdle(t, w, clk) {
-					t.Fatalf("maintenance round %d of an idle WAL started a straggler rewrite", round)
+					t.Fatalf("maintenance round %d of an idle WAL started a merge", round)
 				}
 			}
 			if idle := w.Stats(); idle.Bytes != settled.Bytes {
