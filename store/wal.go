@@ -416,10 +416,6 @@ type WAL struct {
 	failed    error
 	failedPub atomic.Pointer[error] // failed, for Err (written once, by the writer)
 	rewriting bool                  // a compaction is in flight
-	// compactBuf holds the segment a compaction reads, compactOut what it
-	// writes, reused by the next one (compactions run one at a time, in
-	// the background).
-	compactBuf, compactOut []byte
 	// segsGen counts changes to the segments (rolls, removals, merges);
 	// pickedAt is the generation at which cleanup last found no run worth
 	// merging, so that it does not look again until they change.

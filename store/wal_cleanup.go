@@ -371,11 +371,7 @@ func (w *WAL) compact(c *compaction) compactResult {
 	if err := f.Chmod(fsutil.PrivateFileMode); err != nil {
 		return fail(err)
 	}
-	if cap(w.compactOut) < 2*rewriteChunk {
-		w.compactOut = make([]byte, 0, 2*rewriteChunk)
-	}
-	buf := appendHeader(w.compactOut[:0], c.hdr)
-	defer func() { w.compactOut = buf[:0] }()
+	buf := appendHeader(make([]byte, 0, 2*rewriteChunk), c.hdr)
 	flush := func() error {
 		_, err := f.Write(buf)
 		out.size += int64(len(buf))
@@ -401,8 +397,9 @@ func (w *WAL) compact(c *compaction) compactResult {
 	// word on the id is one: its deletes can be ignored).
 	remaining := &idSet{}
 	c.keep.forEach(remaining.add)
-	data := w.compactBuf
-	defer func() { w.compactBuf = data[:0] }()
+	// One buffer for the run's files, dropped with the merge: kept, it
+	// would hold a segment's size in every master between merges.
+	var data []byte
 	var puts, latest []Proc
 	for k := len(c.segs) - 1; k >= 0; k-- {
 		if !c.read[k] {
