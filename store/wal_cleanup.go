@@ -46,9 +46,9 @@ func (w *WAL) recomputeHolding() {
 
 // cleanup removes oldest segments that hold no latest image, and starts a
 // merge when the segments are over their bounds (overSegments), appends
-// have paid for it (rewriteCredit) and a run is worth it (pickRun). The records that superseded a segment
-// may be unsynced in the current segment (SyncOnRoll), so the current
-// segment is synced before any segment goes.
+// have paid for it (rewriteCredit) and a run is worth it (pickRun). The
+// records that superseded a segment may be unsynced in the current segment
+// (SyncOnRoll), so the current segment is synced before any segment goes.
 func (w *WAL) cleanup() {
 	for len(w.segs) > 1 && w.holding.len() == 0 && w.failed == nil {
 		old := w.segs[0]
@@ -160,7 +160,7 @@ func (w *WAL) retire(s *segment) error {
 
 // Compaction: cleanup frees space by merging a run of consecutive closed
 // segments into one new file that holds only what the run still says
-// (see "Cleanup" in wal.go). What it copies stays where it was in the
+// (see "Merges" in wal.go). What it copies stays where it was in the
 // log's order, behind the appends: a cold image is copied once into a
 // dense segment and then left alone, where copying it forward to the
 // current segment (HBase's straggler rewrite) brought it back to the
@@ -211,16 +211,16 @@ type candidate struct {
 // the newest one (its short-lived images are still dying), none damaged or
 // failed. A run's benefit is the bytes it frees (its size less its live
 // images), plus a segment's size per file it removes while there are more
-// than MaxSegments; its cost is what it copies, plus a quarter of what it
+// than fileLimit; its cost is what it copies, plus a quarter of what it
 // reads (scanning is cheaper than encoding, checksumming and writing),
 // plus an eighth of a segment for the file it creates and syncs (so that,
 // of runs as sparse, the longer wins: fewer, larger merges). A run is
 // worth merging when it frees at least as much as it copies, and at least
 // that eighth of a segment: cleanup never copies more than a byte per byte
 // it frees (or per file, valued at a segment), and never merges small
-// files only to save their headers. The best ratio wins: the sparsest segments, which
-// are mostly the oldest of the short-lived appends, are merged, and the
-// dense ones (cold images already merged) are left as they are
+// files only to save their headers. The best ratio wins: the sparsest
+// segments, mostly the oldest of the short-lived appends, are merged, and
+// the dense ones (cold images already merged) are left as they are
 // (Rosenblum and Ousterhout's cost-benefit cleaning, without their age
 // term: the newest closed segment is excluded instead). Merged runs are
 // capped at a segment of live images so that dense segments are not
