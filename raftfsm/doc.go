@@ -43,8 +43,9 @@
 //     2^63 that the node assigns sequentially when the key first appears;
 //     deleting the key deletes the id. The key → id mapping is local (rebuilt
 //     from the images at load, never replicated). Sequential ids keep the
-//     WAL's trackers dense, and keys that stay unchanged are rewritten by the
-//     WAL's straggler mechanism like long-suspended procedures.
+//     WAL's trackers dense, and keys that stay unchanged are kept by the
+//     WAL's cleanup (merges of sparse segments) like long-suspended
+//     procedures.
 //
 // A step's domain mutations and its procedure image are thus in the same WAL
 // record, as they are in the same Raft entry.

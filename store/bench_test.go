@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 const benchRecordSize = 1 << 10
@@ -279,12 +281,12 @@ func BenchmarkWALLoad(b *testing.B) {
 // of short-lived procedures (insert, updates, delete). One op is one
 // append. Reported per run (after a warm-up that reaches the steady state):
 //
-//	cleanup-B/new-B  bytes of straggler rewrites per byte appended (goal ≤ 2)
-//	written-B/new-B  all bytes written (appends, rewrites, headers, trailers)
+//	cleanup-B/new-B  bytes merges wrote per byte appended (goal ≤ 2)
+//	written-B/new-B  all bytes written (appends, merges, headers, trailers)
 //	                 per byte appended
 //	max-segments     most segments alive at once, against MaxSegments 4
 //
-// Appends here (NoSync) come far faster than fsynced ones, so a rewrite's
+// Appends here (NoSync) come far faster than fsynced ones, so a merge's
 // background read can fall a few segments behind and max-segments is
 // higher than a real device would see (the test
 // TestWALSegmentCountBoundedUnderSteadyWorkload waits for each rewrite).
@@ -364,4 +366,126 @@ func BenchmarkWALCleanupWrites(b *testing.B) {
 			b.ReportMetric(float64(maxSegs), "max-segments")
 		})
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkWALColdGrowth mimics a large open on a master's local WAL: a
+// growing set of cold region records (written once, updated once a while
+// later, then never again) beside short-lived procedure records (inserted,
+// updated twice, deleted), with as many regions in flight as the open's
+// waves keep. At the end the live region records fill about two segments,
+// as 62 MB does 32 MB segments at 1 M regions. ops-per-record=1 writes a
+// record per operation; 256 gathers the operations of 256 regions in one
+// record, as raftfsm applies a Raft entry's batch (~400 regions at 1 M).
+// Reported (the whole run, from an empty WAL):
+//
+//	cleanup-B/new-B  bytes written by cleanup per byte appended
+//	cpu-ns/new-B     process CPU (getrusage) per byte appended, cleanup's
+//	                 background reads included
+//	peak-disk/live   most segment bytes over the live bytes, sampled once
+//	                 the live bytes passed a segment
+//	end-disk/live    the same at the end
+func BenchmarkWALColdGrowth(b *testing.B) {
+	for _, perRecord := range []int{1, 256} {
+		b.Run(fmt.Sprintf("ops-per-record=%d", perRecord), func(b *testing.B) { benchColdGrowth(b, perRecord) })
+	}
+}
+
+func benchColdGrowth(b *testing.B, perRecord int) {
+	const (
+		segmentSize = 2 << 20
+		regionImage = 52  // a region's record: ~62 encoded bytes with id and length
+		procImage   = 140 // a region procedure's record
+		inFlight    = 1024
+		regionBase  = 1 << 40 // region records and procedures use apart id ranges
+	)
+	regions := int(2 * segmentSize / (regionImage + 10))
+	cfg := DefaultWALConfig(b.TempDir())
+	cfg.NoSync = true
+	cfg.Sync = SyncOnRoll
+	cfg.SegmentSize = segmentSize
+	region, proc := benchData(4)[:regionImage], benchData(5)[:procImage]
+	b.ResetTimer()
+	var appended int64
+	var peak, end float64
+	var cleanup uint64
+	var cpu time.Duration
+	for n := 0; n < b.N; n++ {
+		b.StopTimer()
+		cfg.Dir = b.TempDir()
+		w, err := OpenWAL(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Load(func(Proc) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		cpu0 := cpuTime(b)
+		var batch Batch
+		flush := func() {
+			if batch.empty() {
+				return
+			}
+			if err := w.Append(batch); err != nil {
+				b.Fatal(err)
+			}
+			appended += int64(appendedBytes(batch))
+			batch = Batch{}
+		}
+		add := func(ins, upd []Proc, del []uint64) {
+			batch.Inserts = append(batch.Inserts, ins...)
+			batch.Updates = append(batch.Updates, upd...)
+			batch.Deletes = append(batch.Deletes, del...)
+			if perRecord == 1 {
+				flush()
+			}
+		}
+		for r := 0; r < regions+inFlight; r++ {
+			if r < regions {
+				id := uint64(r + 1)
+				add([]Proc{{ID: regionBase + id, Data: region}}, nil, nil)
+				add([]Proc{{ID: id, Data: proc}}, nil, nil)
+			}
+			if mid := r - inFlight/2; mid >= 0 && mid < regions {
+				add(nil, []Proc{{ID: uint64(mid + 1), Data: proc}}, nil)
+			}
+			if done := r - inFlight; done >= 0 {
+				id := uint64(done + 1)
+				add(nil, []Proc{{ID: regionBase + id, Data: region}, {ID: id, Data: proc}}, nil)
+				add(nil, nil, []uint64{id})
+			}
+			if r%perRecord == perRecord-1 {
+				flush()
+			}
+			if r%256 == 0 {
+				if st := w.Stats(); st.LiveBytes > segmentSize {
+					peak = max(peak, float64(st.SegmentBytes)/float64(st.LiveBytes))
+				}
+			}
+		}
+		flush()
+		cpu += cpuTime(b) - cpu0
+		st := w.Stats()
+		end = float64(st.SegmentBytes) / float64(st.LiveBytes)
+		cleanup += st.RewriteBytes
+		b.StopTimer()
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cleanup)/float64(appended), "cleanup-B/new-B")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(appended), "cpu-ns/new-B")
+	b.ReportMetric(peak, "peak-disk/live")
+	b.ReportMetric(end, "end-disk/live")
+	b.ReportMetric(float64(appended)/float64(b.N*regions), "new-B/region")
 }

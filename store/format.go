@@ -43,8 +43,8 @@ package store
 // INSERT/UPDATE/DELETE/BATCH only describe which Batch fields were set;
 // replay treats every put the same way (the image replaces any older one) and
 // applies puts before deletes within one record. REWRITE marks images copied
-// forward by the straggler rewrite. A record is applied all or nothing: its
-// CRC covers all of it.
+// by cleanup (a merge of segments; before, the straggler rewrite). A record
+// is applied all or nothing: its CRC covers all of it.
 //
 // The trailer is a frame of type TRAILER whose payload is
 //

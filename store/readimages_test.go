@@ -1,75 +1,71 @@
 package store
 
 import (
-	"path/filepath"
+	"os"
 	"runtime"
 	"testing"
 )
 
-// A rewrite's images are the latest of each wanted id in the segment, and
-// stay readable once the segment is unmapped: reading them after
-// readImages returned would fault if they still pointed into the mapping.
-func TestReadImagesCopiesTheLatestOut(t *testing.T) {
+// A merge's heap is the images it keeps and its output buffer, not the
+// run's files: a copy of a segment (32 MiB by default) on the heap raised
+// the collector's next goal by three times that whenever a collection
+// caught it. The images it writes are copied out of the mapped file
+// before it is unmapped: written from the mapping afterwards they would
+// fault or read garbage, which the output's check below would see.
+func TestMergeMapsItsFilesAndCopiesTheImagesOut(t *testing.T) {
 	dir := t.TempDir()
 	w, _, _ := openLoaded(t, testConfig(dir))
-	for _, b := range []Batch{
-		{Inserts: []Proc{{ID: 1, Data: []byte("a1")}, {ID: 2, Data: []byte("b1")}, {ID: 3, Data: []byte("c1")}}},
-		{Updates: []Proc{{ID: 1, Data: []byte("a2")}, {ID: 4, Data: nil}}, Deletes: []uint64{3}},
-	} {
-		if err := w.Append(b); err != nil {
+	const procs, size = 4000, 2000 // an 8 MB segment
+	for id := uint64(1); id <= procs; id++ {
+		img := make([]byte, size)
+		img[0], img[size-1] = byte(id), byte(id>>8)
+		if err := w.Append(Batch{Inserts: []Proc{{ID: id, Data: img}}}); err != nil {
 			t.Fatalf("Append: %v", err)
 		}
 	}
 	if err := w.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	segs, err := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix))
-	if err != nil || len(segs) != 1 {
-		t.Fatalf("segments %v (%v): want one", segs, err)
+	if len(w.segs) != 1 {
+		t.Fatalf("%d segments: want one", len(w.segs))
 	}
-	found, err := readImages(segs[0], []uint64{1, 3, 4, 5})
+	seg := w.segs[0]
+	want := []uint64{1, 500, 1000, procs}
+	keep := &idSet{}
+	for _, id := range want {
+		keep.add(id)
+	}
+	c := &compaction{segs: []*segment{seg}, read: []bool{true}, keep: keep, hdr: seg.hdr, maxID: procs}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	res := w.compact(c)
+	runtime.ReadMemStats(&after)
+	if res.err != nil || res.out == nil {
+		t.Fatalf("compact: %v (output %v)", res.err, res.out)
+	}
+	defer os.Remove(res.tmp)
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > int64ToU(seg.size)/2 {
+		t.Fatalf("a merge keeping %d images of %d bytes allocated %d bytes from a %d-byte file", len(want), size, alloc, seg.size)
+	}
+	data, err := os.ReadFile(res.tmp)
 	if err != nil {
-		t.Fatalf("readImages: %v", err)
+		t.Fatal(err)
 	}
-	want := map[uint64]string{1: "a2", 4: ""}
-	if len(found) != len(want) {
-		t.Fatalf("found ids %v: want %v", found, want)
+	got := map[uint64][]byte{}
+	if r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
+		forEachOp(p, func(id uint64, d []byte) { got[id] = d }, func(uint64) {})
+		return nil
+	}); r.hdrErr != nil {
+		t.Fatalf("the output: %v", r.hdrErr)
 	}
-	for id, img := range want {
-		if d, ok := found[id]; !ok || string(d) != img || cap(d) != len(d) {
-			t.Errorf("image of %d = %q (ok %v, cap %d): want %q, capped at its length", id, d, ok, cap(d), img)
+	if len(got) != len(want) {
+		t.Fatalf("the output holds %d images: want %d", len(got), len(want))
+	}
+	for _, id := range want {
+		if d := got[id]; len(d) != size || d[0] != byte(id) || d[size-1] != byte(id>>8) {
+			t.Errorf("image of %d in the output: %d bytes, ends %v %v", id, len(d), d[:min(1, len(d))], d[max(0, len(d)-1):])
 		}
 	}
 }
 
-// A rewrite's heap is the images it wants, not the segment: a copy of the
-// segment (32 MiB by default) on the heap raised the collector's next goal
-// by three times that whenever a collection caught it.
-func TestReadImagesHeapIsTheWantedImages(t *testing.T) {
-	dir := t.TempDir()
-	w, _, _ := openLoaded(t, testConfig(dir))
-	const procs, size = 2000, 2000 // a 4 MB segment
-	for id := uint64(1); id <= procs; id++ {
-		if err := w.Append(Batch{Inserts: []Proc{{ID: id, Data: make([]byte, size)}}}); err != nil {
-			t.Fatalf("Append: %v", err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	segs, err := filepath.Glob(filepath.Join(dir, segPrefix+"*"+segSuffix))
-	if err != nil || len(segs) != 1 {
-		t.Fatalf("segments %v (%v): want one", segs, err)
-	}
-	want := []uint64{1, 500, 1000, 2000}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	found, err := readImages(segs[0], want)
-	runtime.ReadMemStats(&after)
-	if err != nil || len(found) != len(want) {
-		t.Fatalf("readImages: %d images, %v", len(found), err)
-	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
-		t.Fatalf("readImages allocated %d bytes for %d images of %d bytes from a %d-byte segment", alloc, len(want), size, procs*size)
-	}
-}
+func int64ToU(n int64) uint64 { return uint64(max(n, 0)) }

@@ -71,3 +71,31 @@ func (m *sizeMap) remove(id uint64) (uint32, bool) {
 	m.n--
 	return size, true
 }
+
+// sumWord returns the sizes of the ids of word, the 64 ids from base (a
+// multiple of 64), that m holds.
+func (m *sizeMap) sumWord(base, word uint64) int64 {
+	b := m.blocks[base>>6]
+	if b == nil {
+		return 0
+	}
+	var sum int64
+	for x := word & b.present; x != 0; x &= x - 1 {
+		bit := x & -x
+		sum += int64(b.sizes[bits.OnesCount64(b.present&(bit-1))])
+	}
+	return sum
+}
+
+// sumSet returns the sizes of the ids of s that m holds.
+func (m *sizeMap) sumSet(s *idSet) int64 {
+	var sum int64
+	for _, nd := range s.nodes {
+		for w, x := range nd.w {
+			if x != 0 {
+				sum += m.sumWord(nd.base+uint64(w*64), x)
+			}
+		}
+	}
+	return sum
+}

@@ -196,8 +196,11 @@ func decodeTracker(p []byte) (*tracker, []byte, error) {
 // idSet is a set of proc ids in nodes of nodeIDs bits.
 type idSet struct {
 	nodes []*setNode // sorted by base, never empty nodes
-	hint  int
-	n     int
+	// hint and prev are the last two nodes found: lookups alternate
+	// between two id ranges (raftfsm's key images and procedures) as often
+	// as they stay in one.
+	hint, prev int
+	n          int
 }
 
 type setNode struct {
@@ -210,8 +213,16 @@ func (s *idSet) find(base uint64) (int, bool) {
 	if s.hint < len(s.nodes) && s.nodes[s.hint].base == base {
 		return s.hint, true
 	}
+	if s.prev < len(s.nodes) && s.nodes[s.prev].base == base {
+		s.hint, s.prev = s.prev, s.hint
+		return s.hint, true
+	}
 	i := sort.Search(len(s.nodes), func(i int) bool { return s.nodes[i].base >= base })
-	return i, i < len(s.nodes) && s.nodes[i].base == base
+	found := i < len(s.nodes) && s.nodes[i].base == base
+	if found {
+		s.hint, s.prev = i, s.hint
+	}
+	return i, found
 }
 
 func (s *idSet) len() int { return s.n }
@@ -326,6 +337,95 @@ func (s *idSet) subtractTouched(t *tracker) {
 	for i := len(out); i < len(s.nodes); i++ {
 		s.nodes[i] = nil
 	}
+	s.nodes = out
+	s.hint = 0
+}
+
+// words returns the node of s covering base's ids, or nil.
+func (s *idSet) words(base uint64) *[nodeWords]uint64 {
+	i, ok := s.find(base)
+	if !ok {
+		return nil
+	}
+	return &s.nodes[i].w
+}
+
+// addWords adds the ids of ws, the node covering base.
+func (s *idSet) addWords(base uint64, ws *[nodeWords]uint64) {
+	i, ok := s.find(base)
+	if !ok {
+		s.nodes = append(s.nodes, nil)
+		copy(s.nodes[i+1:], s.nodes[i:])
+		s.nodes[i] = &setNode{base: base}
+	}
+	s.hint = i
+	nd := s.nodes[i]
+	c := 0
+	for w := range nd.w {
+		nd.w[w] |= ws[w]
+		c += bits.OnesCount64(nd.w[w])
+	}
+	s.n += c - nd.count
+	nd.count = c
+}
+
+// addTouched adds every id t touched (modified or deleted).
+func (s *idSet) addTouched(t *tracker) {
+	var ws [nodeWords]uint64
+	for _, n := range t.nodes {
+		for w := range ws {
+			ws[w] = n.mod[w] | n.del[w]
+		}
+		s.addWords(n.base, &ws)
+	}
+}
+
+// addLatest adds the ids whose last word in t is an image (held, when
+// deletes is false) or a delete (deletes), unless newer says anything
+// about them.
+func (s *idSet) addLatest(t *tracker, newer *idSet, deletes bool) {
+	var ws [nodeWords]uint64
+	for _, n := range t.nodes {
+		nw := newer.words(n.base)
+		any := uint64(0)
+		for w := range ws {
+			x := n.mod[w] &^ n.del[w]
+			if deletes {
+				x = n.del[w]
+			}
+			if nw != nil {
+				x &^= nw[w]
+			}
+			ws[w] = x
+			any |= x
+		}
+		if any != 0 {
+			s.addWords(n.base, &ws)
+		}
+	}
+}
+
+// intersect keeps only the ids o holds too.
+func (s *idSet) intersect(o *idSet) {
+	out := s.nodes[:0]
+	for _, nd := range s.nodes {
+		ow := o.words(nd.base)
+		c := 0
+		for w := range nd.w {
+			if ow == nil {
+				nd.w[w] = 0
+			} else {
+				nd.w[w] &= ow[w]
+			}
+			c += bits.OnesCount64(nd.w[w])
+		}
+		s.n -= nd.count - c
+		nd.count = c
+		if c > 0 {
+			out = append(out, nd)
+		}
+	}
+	clear(s.nodes[len(out):])
 	s.nodes = out
 	s.hint = 0
 }

@@ -31,7 +31,7 @@ package store
 //   - before any older segment is deleted (or renamed aside as damaged):
 //     a segment is deleted because newer records superseded it, and those
 //     may sit unsynced in the current segment, so they are made durable
-//     before the old copy goes (this covers straggler rewrites as well);
+//     before the old copy goes (this covers merges as well);
 //   - every SyncInterval (default 1 s) while it holds unsynced records,
 //     which bounds how much a power loss can take;
 //   - on Sync and on Close.
@@ -61,46 +61,61 @@ package store
 // which the oldest segment holds the latest image. Every put or delete in a
 // newer segment clears the id from it. When the holding set is empty the
 // oldest segment is deleted (a damaged one is renamed to .damaged instead),
-// the holding set is recomputed for the next oldest, and so on. Segments are
-// only ever removed oldest first, so a delete record can never disappear
-// while an older segment still holds an image it deletes: a deleted
-// procedure cannot come back. When more than MaxSegments segments are live,
-// or more than two and their bytes exceed twice the live images' (so a
-// WAL's size follows its live data, not MaxSegments×SegmentSize), the
-// stragglers of the oldest segment (ids only it holds, e.g. procedures
-// suspended for a long time) are read back from disk by a background
-// goroutine and re-appended to the current segment by the writer goroutine,
-// which first re-checks that each id is still held by the oldest segment, so
-// a stale image can never overwrite a newer one.
+// the holding set is recomputed for the next oldest, and so on.
 //
-// Rewrites are paid for by appends. Rewritten images fill the current
-// segment like any record, so a rewrite can cause a roll; when the live
-// images need more than MaxSegments segments, rewriting the oldest one only
-// moves it to the front and another rewrite would follow, for ever, with
-// no appends at all. So appends earn a rewrite credit: rewriteCreditPercent
-// (150) bytes per 100 bytes appended, banked up to what one segment of
-// appends earns. Each rewrite spends what it wrote, and a rewrite starts
-// only while the credit is positive. Consequences:
+// Merges. Segments pinned by a few live images (a region's record written
+// once, a procedure suspended for long) would stay for ever, so when more
+// than MaxSegments segments are live, or more than two and their bytes
+// exceed 1.5 times the live images' (so a WAL's size follows its live data,
+// not MaxSegments×SegmentSize), cleanup merges a run of consecutive closed
+// segments into one file (wal_cleanup.go). It picks the run by cost and
+// benefit: the bytes (and, past MaxSegments, the files) it frees against
+// the bytes it copies and reads; a run must free at least what it copies,
+// so dense segments are left alone. The current segment and the newest
+// closed one are never merged (their short-lived images are still dying).
+// The writer works out from the trackers what the run must keep: the ids
+// whose latest image it holds (images newer segments superseded are
+// dropped), and its deletes of ids that an older file, the run's own
+// included, may still hold an image of (the others are dropped). A
+// background goroutine reads those images from the run's files and writes
+// them, the deletes and a trailer to a temporary file, synced; the writer
+// then syncs the current segment (the records that superseded the dropped
+// images must be durable first), renames the output over the run's last
+// segment (it takes that segment's id: its place in the log's order) and
+// removes the run's other files. A crash at any step loads the same
+// state: the output says what the run said about every id no newer
+// segment settles, and keeps every delete an older file could undo. So a
+// merged cold image stays where it was, behind the appends, and is not
+// copied again unless its segment turns sparse; HBase's straggler rewrite,
+// which this replaces, re-appended the oldest segment's stragglers to the
+// current one, bringing cold images back to the front of the log to be
+// copied again a few segments later (at a million regions it wrote more
+// than the appends did).
+//
+// Merges are paid for by appends: rewriteCreditPercent (150) bytes per 100
+// bytes appended, banked up to what one segment of appends earns. Each
+// merge spends what it wrote, and one starts only while the credit is
+// positive. Consequences:
 //
 //   - An idle WAL writes nothing: once appends stop, cleanup spends what
-//     credit is left (at most 1.5 segments, plus one rewrite) and stops.
-//     Age rolls skip a segment that holds only rewritten images.
-//   - Cleanup writes at most 1.5 bytes per byte appended, plus one rewrite
-//     and the bank. Work per roll is bounded: a segment of appends pays
-//     for 1.5 segments of rewrites, and a roll caused by rewrites pays for
-//     nothing (HBase rewrites the oldest log's live procedures once per
-//     roll). Cheap rewrites (a few stragglers) run back to back as far as
-//     the credit goes, so a backlog of sparsely pinned segments clears at
-//     once.
-//   - MaxSegments is a soft limit. The count stays at it while the oldest
-//     segments are mostly dead; when they are dense with live images it
-//     grows until the oldest segment is sparse enough for the credit
-//     (about 1+100/rewriteCreditPercent times the segments the live images
-//     need). Live images beyond MaxSegments×SegmentSize are logged once as a
-//     warning with the figures (re-armed when they fall under half of it).
-//     Under a steady workload the count stays bounded either way: each pass
-//     of rewrites over the live images lets the dead segments behind them
-//     go. BenchmarkWALCleanupWrites measures both.
+//     credit is left (at most 1.5 segments, plus one merge) and stops.
+//     Age rolls skip a segment that holds no appends.
+//   - Cleanup writes at most 1.5 bytes per byte appended, plus one merge
+//     and the bank; with cold images merged once and left alone, far less
+//     (BenchmarkWALColdGrowth: 0.09 bytes per byte appended where the
+//     straggler rewrite wrote 0.62–0.65; at 1 M regions 107 bytes per
+//     region where it wrote 709).
+//   - The segments stay within about twice the live images' bytes plus the
+//     two segments cleanup leaves alone: past twice (pressedPercent),
+//     runs that copy more than they free are merged too.
+//   - MaxSegments is a soft limit. Past it, plus a file per eighth of a
+//     segment of live images (fileLimit: files of cold images are not
+//     merged again only to save files), merges also count the files they
+//     remove, as long as the runs' live images fit a segment; live images
+//     beyond MaxSegments×SegmentSize need more segments, and are logged
+//     once as a warning with the figures (re-armed when they fall under
+//     half of it). BenchmarkWALCleanupWrites measures the count under
+//     churn.
 //
 // Loading. Load reads the segments newest first. A segment whose trailer
 // shows that every image it holds was superseded by newer segments is not
@@ -192,14 +207,16 @@ type WALConfig struct {
 	// create more small segments.
 	RollInterval time.Duration
 
-	// MaxSegments is the number of live segments beyond which the images
-	// that only the oldest segment holds (stragglers) are rewritten into the
-	// current segment so the oldest can be deleted. Default 10. Lower values
-	// bound disk use and load time more tightly but rewrite long-lived
-	// procedures more often. It is a soft limit: rewrites are paid for by
-	// appends (at most 1.5 bytes rewritten per byte appended), so when the
-	// live procedures need more segments, or the oldest segments are dense
-	// with live images, the count grows past it (see the top of wal.go).
+	// MaxSegments is the number of live segments beyond which cleanup merges
+	// runs of segments into one file, keeping only their live images, to
+	// bring the count down; large live data raises it by a segment per
+	// eighth of a segment of live images. Default 10. Lower values bound
+	// the files, and the trackers held for them, more tightly but copy
+	// long-lived images more often. It is a soft limit: merges are paid for
+	// by appends (at most 1.5 bytes written per byte appended), and a
+	// merge's live images must fit in a segment, so when the live
+	// procedures need more segments the count grows past it (see the top
+	// of wal.go).
 	MaxSegments int
 
 	// NoSync skips fdatasync and directory syncs. For tests and benchmarks
@@ -321,7 +338,7 @@ func (b *Batch) empty() bool {
 
 // WALStats are counters of a WAL since it was opened.
 type WALStats struct {
-	Records             uint64 // data records written (straggler rewrites included)
+	Records             uint64 // data records written (merges' included)
 	Syncs               uint64 // group commits (writes); under SyncEveryBatch each ends in one fdatasync unless NoSync
 	DataSyncs           uint64 // fdatasyncs of segment data, roll and Sync included (counted, not made, under NoSync)
 	Bytes               uint64 // bytes written, trailers and headers included
@@ -329,8 +346,8 @@ type WALStats struct {
 	Segments            int    // live segments, the current one included
 	SegmentBytes        int64  // size of the live segments on disk
 	SegmentsDeleted     uint64 // segments removed by cleanup (damaged ones renamed aside count too)
-	StragglersRewritten uint64 // images copied forward from the oldest segment
-	RewriteBytes        uint64 // bytes of the records that copied them (part of Bytes)
+	StragglersRewritten uint64 // live images copied by merges
+	RewriteBytes        uint64 // bytes of the files merges wrote (part of Bytes)
 	Live                int    // live procedures
 	LiveBytes           int64  // encoded size of the latest images of the live procedures
 }
@@ -351,9 +368,9 @@ type segment struct {
 	tr            *tracker
 	size          int64
 	records       uint64
-	appended      uint64   // records written by Append, not by straggler rewrites
+	appended      uint64   // records written by Append
 	damaged       bool     // corrupt records found at load: never deleted
-	rewriteFailed bool     // a straggler could not be read back: stop trying
+	rewriteFailed bool     // a merge of it failed: never merged again
 	dirty         bool     // written since its last fdatasync (current segment)
 	f             *os.File // open for appending: current segment only
 }
@@ -366,12 +383,6 @@ type request struct {
 }
 
 var reqPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
-
-type rewriteResult struct {
-	segID uint64
-	found map[uint64][]byte
-	err   error
-}
 
 // WAL is the durable Store: a rolling log of segment files. See the comment
 // at the top of wal.go for its design.
@@ -389,7 +400,7 @@ type WAL struct {
 	nextID uint64
 
 	reqCh     chan *request
-	rewriteCh chan rewriteResult
+	rewriteCh chan compactResult
 	writerCh  chan func() // inWriter: functions run by the writer goroutine
 	stopCh    chan struct{}
 	doneCh    chan struct{}
@@ -405,13 +416,17 @@ type WAL struct {
 	maxID     uint64
 	failed    error
 	failedPub atomic.Pointer[error] // failed, for Err (written once, by the writer)
-	rewriting bool
-	// rewriteCredit is how many bytes straggler rewrites may still write:
-	// appends earn it (rewriteCreditPercent, up to a cap), each
-	// rewrite spends what it wrote. A rewrite starts only while it is
-	// positive, so rewrites cannot feed themselves: an idle WAL writes
-	// nothing, and cleanup writes at most rewriteCreditPercent/100 bytes
-	// per byte appended (plus one rewrite and the cap).
+	rewriting bool                  // a compaction is in flight
+	// segsGen counts changes to the segments (rolls, removals, merges);
+	// pickedAt is the generation at which cleanup last found no run worth
+	// merging, so that it does not look again until they change.
+	segsGen, pickedAt uint64
+	// rewriteCredit is how many bytes merges may still write: appends
+	// earn it (rewriteCreditPercent, up to a cap), each merge spends
+	// what it wrote. A merge starts only while it is positive, so an idle
+	// WAL writes nothing, and cleanup writes at most
+	// rewriteCreditPercent/100 bytes per byte appended (plus one merge and
+	// the cap).
 	rewriteCredit int64
 	// overLimitWarned: the live images were found to exceed what MaxSegments
 	// segments hold and this was logged; cleared once they are back under
@@ -492,7 +507,7 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		lock:      lock,
 		nextID:    1,
 		reqCh:     make(chan *request, 4096),
-		rewriteCh: make(chan rewriteResult, 1),
+		rewriteCh: make(chan compactResult, 1),
 		writerCh:  make(chan func()),
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),

@@ -154,6 +154,7 @@ func (w *WAL) Load(fn func(Proc) error) (LoadInfo, error) {
 		return info, fmt.Errorf("store: %w", err)
 	}
 	w.segs = append(w.segs, s)
+	w.segsGen++
 	w.recomputeHolding()
 	w.cleanup()
 	w.log.Info("WAL loaded", "segments", len(w.segs), "live", info.Live, "records", info.Records,

@@ -632,13 +632,16 @@ func TestWALCleanupBoundedWithStragglers(t *testing.T) {
 			mustAppend(t, w, Batch{Updates: []Proc{p(id, v)}})
 			want[id] = v
 		}
+		// A merge runs in the background while appends go on, and these
+		// come far faster than a real workload's: let each one finish,
+		// so that the count measures the policy, not the scheduler
+		// (without this, 9 at load 13 before merges and after).
+		waitNoRewrite(t, w)
 		if n := len(segFiles(t, dir)); n > maxSegs {
 			maxSegs = n
 		}
 	}
-	// A rewrite started by the last appends reads in the background.
-	var st WALStats
-	testwait.Until(10*time.Second, func() bool { st = w.Stats(); return st.StragglersRewritten > 0 })
+	st := w.Stats()
 	t.Logf("stats %+v, max segments on disk %d", st, maxSegs)
 	if st.StragglersRewritten == 0 {
 		t.Errorf("no straggler rewritten")
@@ -646,11 +649,7 @@ func TestWALCleanupBoundedWithStragglers(t *testing.T) {
 	if st.Rolls < 20 {
 		t.Errorf("only %d rolls", st.Rolls)
 	}
-	// The rewrite reads in the background while appends go on, so how far
-	// past MaxSegments the count runs during the appends depends on the
-	// machine's load (+3 on an idle one; more at load 12): that bound is
-	// loose, and the tight one is on what the cleanup settles to.
-	if maxSegs > 2*cfg.MaxSegments {
+	if maxSegs > cfg.MaxSegments+1 {
 		t.Errorf("segments reached %d with MaxSegments %d", maxSegs, cfg.MaxSegments)
 	}
 	testwait.Until(10*time.Second, func() bool { return len(segFiles(t, dir)) <= cfg.MaxSegments+2 })

@@ -48,7 +48,7 @@ func (w *WAL) run() {
 				return
 			}
 		case res := <-w.rewriteCh:
-			w.applyRewrite(res)
+			w.applyCompaction(res)
 		case fn := <-w.writerCh:
 			fn()
 		case <-ticker.C:
@@ -228,7 +228,7 @@ func (w *WAL) syncCur() error {
 
 // inWriter runs fn in the writer goroutine, where it may read and drive the
 // writer's state (tests: run maintenance deterministically, observe whether
-// a rewrite is in flight). It reports false if the WAL is not running.
+// a merge is in flight). It reports false if the WAL is not running.
 func (w *WAL) inWriter(fn func()) bool {
 	w.mu.RLock()
 	err := w.stateErr()
@@ -296,7 +296,7 @@ func (w *WAL) notePut(c *segment, p Proc) {
 	w.maxID = max(w.maxID, p.ID)
 }
 
-// imageSize is the encoded size of p's image in a record: what rewriting it
+// imageSize is the encoded size of p's image in a record: what merging it
 // writes.
 func imageSize(p Proc) uint32 {
 	return uint32(uvarintLen(p.ID) + uvarintLen(uint64(len(p.Data))) + len(p.Data))
@@ -386,6 +386,7 @@ func (w *WAL) roll() error {
 		return w.fail(err)
 	}
 	w.segs = append(w.segs, s)
+	w.segsGen++
 	w.nRolls.Add(1)
 	w.log.Debug("rolled segment", "old", old.name, "size", old.size, "records", old.records, "new", s.name)
 	if len(w.segs) == 2 {
@@ -396,8 +397,8 @@ func (w *WAL) roll() error {
 }
 
 // maintain runs on a timer: age-based roll and cleanup. A segment that
-// holds only rewritten images is not rolled by age: rolling it would free
-// nothing, and an idle WAL must not write.
+// holds no appends is not rolled by age: rolling it would free nothing,
+// and an idle WAL must not write.
 func (w *WAL) maintain() {
 	if w.failed != nil {
 		return

@@ -5,7 +5,9 @@
 # TestRelease* tests run there. They check what the release's own code
 # does with what this tree writes, where a golden file cannot tell (a
 # procedure tree whose children a newer leader forgot: the release's
-# loader and executor must end it as this tree does). Needs git and the
+# loader and executor must end it as this tree does; a segment directory
+# this tree's WAL merges wrote, which the release's WAL must load). A
+# folder's testdata/ goes into the package's testdata/. Needs git and the
 # module cache the release builds with; about a minute.
 set -euo pipefail
 
@@ -20,6 +22,10 @@ pkgs=()
 for dir in "$here"/testdata/release_tests/*/; do
 	pkg=$(basename "$dir")
 	cp "$dir"/*_test.go "$work/$pkg/"
+	if [ -d "$dir/testdata" ]; then
+		mkdir -p "$work/$pkg/testdata"
+		cp -r "$dir/testdata/." "$work/$pkg/testdata/"
+	fi
 	pkgs+=("./$pkg/")
 done
 cd "$work"

@@ -40,7 +40,7 @@ type LeaderWork struct {
 	EntriesPerRegion   float64 `json:"entries_per_region"`
 	RegionsPerLogWrite float64 `json:"regions_per_log_write"`
 	// BytesPerRegion is what the leader's local WAL was written per
-	// region, its straggler rewrites aside: it holds every procedure and
+	// region, its cleanup's copies aside: it holds every procedure and
 	// state write the Raft entries carry, so it is the volume the log,
 	// the FSM and every follower pay for.
 	BytesPerRegion float64 `json:"bytes_per_region"`
@@ -161,9 +161,9 @@ func (k *leaderMark) work(ctx context.Context, c *benchCluster, regions int) (*L
 		}
 	}
 	if regions > 0 {
-		// Less the stragglers the WAL copied forward to free its old
-		// segments: its own upkeep, which grows with the live state, not
-		// what the phase wrote.
+		// Less what the WAL's cleanup copied to free its old segments:
+		// its own upkeep, which grows with the live state, not what the
+		// phase wrote.
 		written := counts[walBytesMetric] - k.counts[walBytesMetric]
 		rewritten := counts[walRewriteMetric] - k.counts[walRewriteMetric]
 		w.BytesPerRegion = max(written-rewritten, 0) / float64(regions)
@@ -189,7 +189,7 @@ var profileParts = []struct {
 	{"executor: encoding records", []string{"procedure.(*Executor).encode"}},
 	{"executor: steps (domain logic, spawn, locks)", []string{"procedure.(*Executor)", "baton/scheduler."}},
 	{"dispatcher: region server RPCs", []string{"baton/dispatch."}},
-	{"local WAL: its writer and straggler rewrite", []string{"baton/store."}},
+	{"local WAL: its writer and cleanup", []string{"baton/store."}},
 	{"admin API and region server service (gRPC handlers)", []string{"grpc.(*Server).handleStream", "grpc.(*Server).processUnaryRPC"}},
 	{"gRPC and HTTP transport", []string{"google.golang.org/grpc", "golang.org/x/net/http2", "net/http."}},
 	{"garbage collection (marking, sweeping)", []string{"runtime.gcBgMarkWorker", "runtime.bgsweep", "runtime.bgscavenge", "runtime.gcStart"}},

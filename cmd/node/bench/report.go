@@ -279,7 +279,7 @@ func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
 	}
 	fmt.Fprintf(out, "  log writes %.0f/s, %.0f%% of the %.0f fsyncs/s the disk allows one writer; the writer busy %.0f%% of the time\n",
 		w.LogWritesPerSecond, 100*w.OfMachineFsyncs, w.MachineFsyncsPerSecond, 100*w.LogWriteBusy)
-	fmt.Fprintf(out, "  per region: %.0f bytes of procedure and state writes (the local WAL's; it also copied %.0f bytes of older records forward), %.3f log entries; %.1f regions per log write\n",
+	fmt.Fprintf(out, "  per region: %.0f bytes of procedure and state writes (the local WAL's; its cleanup also copied %.0f bytes of older records), %.3f log entries; %.1f regions per log write\n",
 		w.BytesPerRegion, w.RewrittenBytesPerRegion, w.EntriesPerRegion, w.RegionsPerLogWrite)
 	if len(w.Profile) == 0 {
 		return
