@@ -26,12 +26,14 @@ func TestKVItemOwnsItsBytes(t *testing.T) {
 
 var itemSink *kvItem
 
-// An item is 24 bytes and one allocation beside its bytes: the state holds
+// An item is 24 bytes (on 64-bit) and one allocation beside its bytes: the state holds
 // one per key, a million at a million regions, so a field or an allocation
 // more per item is tens of MB on every master.
 func TestKVItemSize(t *testing.T) {
-	if size := unsafe.Sizeof(kvItem{}); size != 24 {
-		t.Errorf("kvItem is %d bytes: want 24", size)
+	// A pointer, two 32-bit lengths and a 64-bit id: 24 bytes, 20 where
+	// pointers are 4.
+	if size, want := unsafe.Sizeof(kvItem{}), unsafe.Sizeof(uintptr(0))+16; size != want {
+		t.Errorf("kvItem is %d bytes: want %d", size, want)
 	}
 	key, val := []byte("region/default:t1,00001,17"), []byte{1, 3, 0, 5}
 	if allocs := testing.AllocsPerRun(100, func() { itemSink = newKVItem(key, val, 1) }); allocs != 2 {
