@@ -401,14 +401,9 @@ func (w *WAL) compact(c *compaction) compactResult {
 	// heap's next goal (1+GOGC/100 times what it marked) that much higher,
 	// the peaks of a 300 k-region master's RSS (issue 33).
 	var puts, latest []Proc
-	mergeFile := func(k int) error {
-		data, release, err := mapFile(c.segs[k].path)
-		if err != nil {
-			return err
-		}
-		// The chunk written at the end aliases data: it is copied into buf
-		// before the mapping goes.
-		defer release()
+	// The chunk written at the end aliases data: it is copied into buf
+	// before the mapping goes.
+	mergeFile := func(data []byte, k int) error {
 		puts = puts[:0]
 		r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
 			forEachOp(p, func(id uint64, d []byte) {
@@ -448,7 +443,7 @@ func (w *WAL) compact(c *compaction) compactResult {
 		if !c.read[k] {
 			continue
 		}
-		if err := mergeFile(k); err != nil {
+		if err := withMapped(c.segs[k].path, func(data []byte) error { return mergeFile(data, k) }); err != nil {
 			return fail(err)
 		}
 	}
