@@ -5,6 +5,7 @@ package memstat
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -40,16 +41,24 @@ type RSS struct {
 }
 
 // ReadRSS reads process pid's resident set from /proc/<pid>/status; ok is
-// false where there is no /proc or no VmRSS line (the split is 0 on kernels
-// older than 4.5, which have no RssAnon and RssFile).
+// false where there is no /proc or no readable VmRSS line. A part of the
+// split the file does not give (kernels older than 4.5 have no RssAnon and
+// RssFile) or gives unreadably is -1, unknown, never a measured 0.
 func ReadRSS(pid int) (r RSS, ok bool) {
+	r.AnonMB, r.FileMB = -1, -1
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return r, false
 	}
 	defer f.Close()
+	return parseStatus(f)
+}
+
+// parseStatus reads a /proc/<pid>/status file as ReadRSS says.
+func parseStatus(status io.Reader) (r RSS, ok bool) {
+	r.AnonMB, r.FileMB = -1, -1
 	fields := map[string]*float64{"VmRSS:": &r.TotalMB, "RssAnon:": &r.AnonMB, "RssFile:": &r.FileMB}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(status)
 	for sc.Scan() {
 		name, rest, _ := strings.Cut(sc.Text(), "\t")
 		field := fields[name]
@@ -57,12 +66,12 @@ func ReadRSS(pid int) (r RSS, ok bool) {
 			continue
 		}
 		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-		if err != nil {
+		switch {
+		case err == nil:
+			*field = kb / 1024
+			ok = ok || name == "VmRSS:"
+		case name == "VmRSS:":
 			return r, false
-		}
-		*field = kb / 1024
-		if name == "VmRSS:" {
-			ok = true
 		}
 	}
 	return r, ok

@@ -3,6 +3,7 @@ package memstat
 import (
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -45,4 +46,21 @@ func TestHeapAfterGCCountsLiveMemory(t *testing.T) {
 		t.Fatalf("HeapAfterGC = %d with %d bytes live", h, len(keep))
 	}
 	runtime.KeepAlive(keep)
+}
+
+// Without the split (kernels before 4.5), or with a part unreadable, the
+// total is still read and the parts are unknown (-1), not a measured 0.
+func TestStatusWithoutTheSplit(t *testing.T) {
+	for _, status := range []string{
+		"Name:\tbaton\nVmRSS:\t  2048 kB\nThreads:\t9\n",
+		"VmRSS:\t2048 kB\nRssAnon:\t?? kB\nRssFile:\tx kB\n",
+	} {
+		r, ok := parseStatus(strings.NewReader(status))
+		if !ok || r.TotalMB != 2 || r.AnonMB != -1 || r.FileMB != -1 {
+			t.Errorf("parseStatus(%q) = %+v, %v: want 2 MB in all, the parts -1", status, r, ok)
+		}
+	}
+	if r, ok := parseStatus(strings.NewReader("VmRSS:\tlots kB\nRssAnon:\t1024 kB\n")); ok {
+		t.Errorf("an unreadable VmRSS gave %+v, true: want no figure", r)
+	}
 }

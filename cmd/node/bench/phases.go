@@ -190,9 +190,9 @@ func measureMasters(ctx context.Context, c *benchCluster, row *ScaleRow) error {
 			SnapshotsMB: dirMB(filepath.Join(m.dataDir, "snapshots")),
 			WALMB:       dirMB(filepath.Join(m.dataDir, "fsm")),
 		}
-		if r, ok := memstat.ReadRSS(m.Pid()); ok {
-			sm.RSSAnonMB, sm.RSSFileMB = r.AnonMB, r.FileMB
-		}
+		// -1 where the split is unknown, as RSSMB is.
+		r, _ := memstat.ReadRSS(m.Pid())
+		sm.RSSAnonMB, sm.RSSFileMB = r.AnonMB, r.FileMB
 		heap, err := c.scrapeMetric(ctx, m, goalMetric, gogcMetric, heapSysMetric, heapReleasedMetric)
 		if err != nil {
 			return err
