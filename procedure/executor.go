@@ -588,8 +588,8 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	repeats, spins := e.repeats, e.spins
 	x.unlock()
 
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
-		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins}
+	ctx.initLogger(x.log, e, false)
 	// Children reserved by AddLockedChild that the step's spawn did not
 	// write let go of their locks; their ids stay unused.
 	defer func() { x.releaseReserved(ctx.reserved) }()
@@ -802,8 +802,8 @@ func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
 		}
 	default:
 		if ab, ok := e.proc.(Aborter); ok {
-			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true,
-				Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true}
+			ctx.initLogger(x.log, e, false)
 			abortable = ab.CanAbort(ctx)
 		}
 	}
