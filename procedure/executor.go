@@ -1628,7 +1628,7 @@ func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) 
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
-		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
+		runs: e.runs, historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
 	}
 	format2 := x.writesFormat2()

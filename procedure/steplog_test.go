@@ -77,7 +77,7 @@ func TestStepLogger(t *testing.T) {
 		t.Errorf("a debug line was written at level info")
 	}
 	for msg, want := range map[string]map[string]any{
-		"test step ran":    {"proc_id": float64(id), "type": "func", "extra": float64(1), "@module": "executor"},
+		"test step ran":     {"proc_id": float64(id), "type": "func", "extra": float64(1), "@module": "executor"},
 		"test rollback ran": {"proc_id": float64(id), "type": "func", "rollback": true, "@module": "executor"},
 	} {
 		l, ok := got[msg]
