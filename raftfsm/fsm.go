@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/defaults"
@@ -499,6 +500,10 @@ type applier struct {
 	ops      map[uint64]walOp
 	opsBytes int
 	puts     []observedPut // for the observers, once published
+	// procProbe and kvProbe look items up for deletion: the trees keep
+	// none of them, and a new one per delete escaped to the heap.
+	procProbe procItem
+	kvProbe   kvItem
 }
 
 // Apply implements raft.FSM.
@@ -598,7 +603,8 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 		}
 	}
 	for _, id := range w.Deletes {
-		a.procs.Delete(&procItem{id: id})
+		a.procProbe.id = id
+		a.procs.Delete(&a.procProbe)
 		a.maxID = max(a.maxID, id)
 		a.note(id, walOp{del: true})
 	}
@@ -620,12 +626,47 @@ func (a *applier) applyWrite(w *raftpb.ProcWrite) {
 				a.puts = append(a.puts, observedPut{key, m.Value})
 			}
 		case raftpb.Mutation_OP_DELETE:
-			if old, exists := a.kv.Delete(&kvItem{key: key}); exists {
+			a.kvProbe.key = key
+			old, exists := a.kv.Delete(&a.kvProbe)
+			a.kvProbe.key = ""
+			if exists {
 				a.note(old.walID, walOp{del: true})
 			}
 		}
 	}
 }
+
+// appendKVImage appends a key's WAL image, the bytes of
+// proto.Marshal(&raftpb.KV{Key: key, Value: value}), to b.
+func appendKVImage(b, key, value []byte) []byte {
+	if len(key) > 0 {
+		b = protowire.AppendTag(b, kvKeyField, protowire.BytesType)
+		b = protowire.AppendBytes(b, key)
+	}
+	if len(value) > 0 {
+		b = protowire.AppendTag(b, kvValueField, protowire.BytesType)
+		b = protowire.AppendBytes(b, value)
+	}
+	return b
+}
+
+// kvImageSize is the length of appendKVImage's image.
+func kvImageSize(key, value []byte) int {
+	n := 0
+	if len(key) > 0 {
+		n += protowire.SizeTag(kvKeyField) + protowire.SizeBytes(len(key))
+	}
+	if len(value) > 0 {
+		n += protowire.SizeTag(kvValueField) + protowire.SizeBytes(len(value))
+	}
+	return n
+}
+
+// The field numbers of raftpb.KV.
+const (
+	kvKeyField   protowire.Number = 1
+	kvValueField protowire.Number = 2
+)
 
 func (a *applier) note(id uint64, op walOp) {
 	if a.f.wal == nil {
@@ -654,14 +695,24 @@ func (a *applier) flush(index uint64) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // deterministic records make WAL files comparable across nodes
+	// The keys' images share one buffer, sized first so that it never
+	// moves: two allocations per key otherwise, on every master.
+	imgBytes := 0
+	for _, id := range ids {
+		if op := a.ops[id]; !op.del && op.key != nil {
+			imgBytes += kvImageSize(op.key, op.data)
+		}
+	}
+	imgs := make([]byte, 0, imgBytes)
 	for _, id := range ids {
 		op := a.ops[id]
 		switch {
 		case op.del:
 			b.Deletes = append(b.Deletes, id)
 		case op.key != nil:
-			img, _ := proto.Marshal(&raftpb.KV{Key: op.key, Value: op.data})
-			b.Updates = append(b.Updates, store.Proc{ID: id, Data: img})
+			start := len(imgs)
+			imgs = appendKVImage(imgs, op.key, op.data)
+			b.Updates = append(b.Updates, store.Proc{ID: id, Data: imgs[start:len(imgs):len(imgs)]})
 		default:
 			b.Updates = append(b.Updates, store.Proc{ID: id, Data: op.data})
 		}
