@@ -127,7 +127,12 @@ type FSM struct {
 	walErrPub atomic.Pointer[error]     // walErr, for lock-free readers
 	walPub    atomic.Pointer[store.WAL] // wal, for lock-free readers
 	nextKeyID uint64                    // next local WAL id for a new domain key
-	loadedIdx uint64                    // W: the applied index the local WAL held at open
+	// walOps and walIDs are the appliers' net changes and their sorted
+	// ids, kept between batches (under mu) with their room: grown anew
+	// for every batch, the map's growth was 4% of a master's apply.
+	walOps    map[uint64]walOp
+	walIDs    []uint64
+	loadedIdx uint64 // W: the applied index the local WAL held at open
 	closed    bool
 	observers []*PutObserver // under mu
 
@@ -529,6 +534,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		maxID:   cur.maxProcID,
 		metaMax: cur.maxProcID,
 	}
+	// Every batch that noted a change flushed it; this only makes sure no
+	// earlier batch's op can reach this one's WAL record.
+	clear(f.walOps)
 	index := cur.index
 	changed := false
 	for i, l := range logs {
@@ -673,7 +681,10 @@ func (a *applier) note(id uint64, op walOp) {
 		return
 	}
 	if a.ops == nil {
-		a.ops = make(map[uint64]walOp)
+		if a.f.walOps == nil {
+			a.f.walOps = make(map[uint64]walOp)
+		}
+		a.ops = a.f.walOps
 	}
 	a.ops[id] = op
 	a.opsBytes += 16 + len(op.data) + len(op.key)
@@ -690,10 +701,11 @@ func (a *applier) flush(index uint64) {
 	}
 	var b store.Batch
 	b.Index = index
-	ids := make([]uint64, 0, len(a.ops))
+	ids := f.walIDs[:0]
 	for id := range a.ops {
 		ids = append(ids, id)
 	}
+	f.walIDs = ids
 	slices.Sort(ids) // deterministic records make WAL files comparable across nodes
 	// The keys' images share one buffer, sized first so that it never
 	// moves: two allocations per key otherwise, on every master.
