@@ -295,8 +295,8 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 // decodeProcBatch decodes and validates a PROC_BATCH payload. It checks
 // everything before anything is applied, so a bad command is refused whole.
 func decodeProcBatch(payload []byte) (*raftpb.ProcBatch, error) {
-	pb := &raftpb.ProcBatch{}
-	if err := proto.Unmarshal(payload, pb); err != nil {
+	pb, err := unmarshalProcBatch(payload)
+	if err != nil {
 		return nil, fmt.Errorf("%w: proc batch payload: %w", ErrInvalidCommand, err)
 	}
 	for wi, w := range pb.Writes {
