@@ -586,10 +586,11 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		e.abort, abort = true, true
 	}
 	repeats, spins := e.repeats, e.spins
+	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
 	x.unlock()
 
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins,
-		Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: abort, repeats: repeats, spins: spins}
+	ctx.initLogger(x.log, e, false)
 	// Children reserved by AddLockedChild that the step's spawn did not
 	// write let go of their locks; their ids stay unused.
 	defer func() { x.releaseReserved(ctx.reserved) }()
@@ -620,13 +621,12 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 	}
 
-	x.mu.Lock()
-	topIsSelf := len(root.stack) > 0 && root.stack[len(root.stack)-1] == e
 	var procSpan context.Context
 	if x.tracer != nil {
+		x.mu.Lock()
 		procSpan = x.procSpanLocked(e)
+		x.unlock()
 	}
-	x.unlock()
 
 	w.stepStart.Store(x.clock.Now().UnixNano())
 	x.inFlight.Add(1)
@@ -694,16 +694,6 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		// can hand out again. The step fails instead, its writes unsent.
 		err = fmt.Errorf("procedure: a step that reserved children with AddLockedChild must end by spawning them")
 	}
-	if err == nil && st.kind == stepDone {
-		x.mu.Lock()
-		left := e.childLatch
-		x.unlock()
-		if left > 0 {
-			// Woken before its children finished (WakeAtChildren), it
-			// would leave them running under an ended procedure.
-			err = fmt.Errorf("procedure: a step ended the procedure with %d children unfinished", left)
-		}
-	}
 	if err != nil {
 		x.fail(e, root, err, pushed)
 		return false
@@ -711,6 +701,13 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 
 	prog, hasProg := progressOf(e.proc)
 	x.mu.Lock()
+	if left := e.childLatch; st.kind == stepDone && left > 0 {
+		x.unlock()
+		// Woken before its children finished (WakeAtChildren), it
+		// would leave them running under an ended procedure.
+		x.fail(e, root, fmt.Errorf("procedure: a step ended the procedure with %d children unfinished", left), pushed)
+		return false
+	}
 	e.childWake = ctx.childWake
 	if hasProg {
 		e.progress = prog
@@ -802,8 +799,8 @@ func (x *Executor) abortBeforeStep(e *entry, root *rootState) bool {
 		}
 	default:
 		if ab, ok := e.proc.(Aborter); ok {
-			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true,
-				Logger: x.log.With("proc_id", e.id, "type", e.ti.name)}
+			ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e, abort: true}
+			ctx.initLogger(x.log, e, false)
 			abortable = ab.CanAbort(ctx)
 		}
 	}
@@ -890,37 +887,34 @@ func restoreMachine(e *entry, s *machineSnapshot) {
 func (x *Executor) complete(e *entry, root *rootState) {
 	x.mu.Lock()
 	x.setStateLocked(e, Success)
+	e.finishedAt = x.clock.Now()
 	if e.isRoot() {
 		e.stack = nil // nothing of a finished tree is ever rolled back
-	}
-	e.finishedAt = x.clock.Now()
-	x.unlock()
-	if !e.isRoot() {
-		x.mu.Lock()
-		forget := x.forgettableLocked(e)
 		x.unlock()
-		if forget {
-			if !x.persistForgotten(e) {
-				return
-			}
-		} else if !x.persist(e) {
-			return
-		}
-		x.mu.Lock()
-		x.releaseLocksLocked(e)
-		if p := x.procs[e.parent]; p != nil {
-			p.childLatch = max(p.childLatch-1, 0)
-			if x.childrenReadyLocked(p) {
-				x.queueLocked(p, true)
-			}
-		}
-		if forget {
-			x.forgetChildLocked(root, e)
-		}
-		x.unlock()
+		x.finishRoot(root, e)
 		return
 	}
-	x.finishRoot(root, e)
+	forget := x.forgettableLocked(e)
+	x.unlock()
+	if forget {
+		if !x.persistForgotten(e) {
+			return
+		}
+	} else if !x.persist(e) {
+		return
+	}
+	x.mu.Lock()
+	x.releaseLocksLocked(e)
+	if p := x.procs[e.parent]; p != nil {
+		p.childLatch = max(p.childLatch-1, 0)
+		if x.childrenReadyLocked(p) {
+			x.queueLocked(p, true)
+		}
+	}
+	if forget {
+		x.forgetChildLocked(root, e)
+	}
+	x.unlock()
 }
 
 // forgettableLocked says e, a child that succeeded, is forgotten rather
@@ -993,11 +987,16 @@ func (x *Executor) written(e *entry, rec *store.Proc) {
 	if e.span != nil {
 		endSpan = x.endSpanIfDoneLocked(e)
 	}
+	// What the listeners hear is taken in the same hold of x.mu: one
+	// lock less per write.
+	ls, info := x.hearingLocked(e)
 	x.unlock()
 	if endSpan != nil {
 		endSpan()
 	}
-	x.notify(e)
+	for _, l := range ls {
+		l(info)
+	}
 }
 
 // forgetChildLocked lets go of e, a child whose record its last write
@@ -1558,15 +1557,21 @@ func (x *Executor) unserialisable(e *entry, err error) []byte {
 
 func (x *Executor) notify(e *entry) {
 	x.mu.Lock()
-	ls := x.listeners
-	var info Info
-	if len(ls) > 0 {
-		info = x.infoLocked(e)
-	}
+	ls, info := x.hearingLocked(e)
 	x.unlock()
 	for _, l := range ls {
 		l(info)
 	}
+}
+
+// hearingLocked returns the listeners and, if there are any, the Info of
+// e they are to be told.
+func (x *Executor) hearingLocked(e *entry) ([]Listener, Info) {
+	ls := x.listeners
+	if len(ls) == 0 {
+		return nil, Info{}
+	}
+	return ls, x.infoLocked(e)
 }
 
 // encode builds e's record, serialising the procedure's own state at the
@@ -1628,7 +1633,7 @@ func (x *Executor) encodeWith(e *entry, data []byte, v int) (store.Proc, error) 
 		stack: append([]int32(nil), e.stack...), locked: e.locked && e.holdLock && !e.state.Terminal(), errMsg: e.errMsg,
 		errCode: e.errCode, result: e.result, data: data, abort: e.abort, paused: e.paused, bypass: e.bypass,
 		rollingBack: e.rollingBack, repeats: e.repeats, spins: e.spins,
-		runs: append([]Run(nil), e.runs...), historyEnc: histEnc, historyLast: histLast,
+		runs: e.runs, historyEnc: histEnc, historyLast: histLast,
 		trace: e.traceCtx,
 	}
 	format2 := x.writesFormat2()

@@ -368,7 +368,8 @@ type Context struct {
 	// Env is Config.Env: the user's environment shared by all procedures.
 	Env any
 	// Logger carries the procedure's id and type.
-	Logger hclog.Logger
+	Logger  hclog.Logger
+	stepLog stepLogger
 
 	x        *Executor
 	e        *entry

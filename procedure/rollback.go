@@ -178,8 +178,8 @@ func (x *Executor) rollback(w *worker, root *rootState) {
 }
 
 func (x *Executor) rollbackStep(e *entry) (err error) {
-	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e,
-		Logger: x.log.With("proc_id", e.id, "type", e.ti.name, "rollback", true)}
+	ctx := &Context{Context: x.ctx, Env: x.cfg.Env, x: x, e: e}
+	ctx.initLogger(x.log, e, true)
 	if x.tracer != nil {
 		x.mu.Lock()
 		procSpan := x.procSpanLocked(e)

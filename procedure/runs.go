@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -30,15 +31,21 @@ func noteWrite(runs []Run, node string, t time.Time) []Run {
 	if k := len(runs); k > 0 {
 		n = runs[k-1].Last + 1
 	}
+	// A new slice every time, runs left as they were: the record being
+	// written and every Info handed out share the slice they were given
+	// instead of copying it, at each write and each listener call.
 	if k := len(runs); k > 0 && runs[k-1].Node == node {
-		runs[k-1].Last, runs[k-1].Until = n, t
-		return runs
+		out := slices.Clone(runs)
+		out[k-1].Last, out[k-1].Until = n, t
+		return out
 	}
-	runs = append(runs, Run{Node: node, First: n, Last: n, At: t, Until: t})
-	if len(runs) > maxRuns {
-		runs = append(runs[:1], runs[len(runs)-maxRuns+1:]...)
+	out := make([]Run, 0, len(runs)+1)
+	out = append(out, runs...)
+	out = append(out, Run{Node: node, First: n, Last: n, At: t, Until: t})
+	if len(out) > maxRuns {
+		out = append(out[:1], out[len(out)-maxRuns+1:]...)
 	}
-	return runs
+	return out
 }
 
 const (

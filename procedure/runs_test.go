@@ -3,6 +3,7 @@ package procedure
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,6 +120,23 @@ func TestRunsStayBounded(t *testing.T) {
 		rel, err := unmarshalRun(marshalRunRelative(r, time.Unix(0, 0)))
 		if err != nil || rel.resolve(time.Unix(0, 0)) != r {
 			t.Fatalf("run %+v came back relative as %+v (%v)", r, rel.resolve(time.Unix(0, 0)), err)
+		}
+	}
+}
+
+// TestNoteWriteLeavesRunsAlone checks that noteWrite never changes the
+// slice it is given: records being written and Infos handed out share it.
+func TestNoteWriteLeavesRunsAlone(t *testing.T) {
+	var runs []Run
+	at := time.Unix(1, 0)
+	for i := range 3 * maxRuns {
+		for _, node := range []string{[]string{"m1", "m2"}[i%2], []string{"m1", "m2"}[i%2]} {
+			before := slices.Clone(runs)
+			next := noteWrite(runs, node, at.Add(time.Duration(i)*time.Second))
+			if !slices.Equal(runs, before) {
+				t.Fatalf("write %d changed the runs it was given: %+v, was %+v", i, runs, before)
+			}
+			runs = next
 		}
 	}
 }

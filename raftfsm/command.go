@@ -140,8 +140,19 @@ func (w *Write) toProto() *raftpb.ProcWrite {
 	}
 	if len(w.Mutations) > 0 {
 		pw.Mutations = make([]*raftpb.Mutation, len(w.Mutations))
+		// One allocation for the messages and one for their keys, not two
+		// per mutation.
+		pms := make([]raftpb.Mutation, len(w.Mutations))
+		keyBytes := 0
+		for _, m := range w.Mutations {
+			keyBytes += len(m.Key)
+		}
+		keys := make([]byte, 0, keyBytes)
 		for i, m := range w.Mutations {
-			pm := &raftpb.Mutation{Key: []byte(m.Key)}
+			pm := &pms[i]
+			start := len(keys)
+			keys = append(keys, m.Key...)
+			pm.Key = keys[start:len(keys):len(keys)]
 			switch m.Op {
 			case OpPut:
 				pm.Op, pm.Value = raftpb.Mutation_OP_PUT, m.Value
@@ -156,8 +167,10 @@ func (w *Write) toProto() *raftpb.ProcWrite {
 
 func procsToProto(ps []store.Proc) []*raftpb.Proc {
 	out := make([]*raftpb.Proc, len(ps))
+	msgs := make([]raftpb.Proc, len(ps)) // one allocation, not one per proc
 	for i, p := range ps {
-		out[i] = &raftpb.Proc{Id: p.ID, Data: p.Data}
+		msgs[i].Id, msgs[i].Data = p.ID, p.Data
+		out[i] = &msgs[i]
 	}
 	return out
 }
@@ -282,8 +295,8 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 // decodeProcBatch decodes and validates a PROC_BATCH payload. It checks
 // everything before anything is applied, so a bad command is refused whole.
 func decodeProcBatch(payload []byte) (*raftpb.ProcBatch, error) {
-	pb := &raftpb.ProcBatch{}
-	if err := proto.Unmarshal(payload, pb); err != nil {
+	pb, err := unmarshalProcBatch(payload)
+	if err != nil {
 		return nil, fmt.Errorf("%w: proc batch payload: %w", ErrInvalidCommand, err)
 	}
 	for wi, w := range pb.Writes {

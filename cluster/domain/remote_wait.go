@@ -28,7 +28,7 @@ func (w *opWait) matches(ref ServerRef, region string, kind rspb.OpKind) bool {
 // arm prepares procID's wait for an op, replacing any earlier one.
 func (s *services) arm(procID uint64, ref ServerRef, region string, kind rspb.OpKind) *opWait {
 	w := &opWait{ref: ref, region: region, kind: kind, done: make(chan struct{}),
-		ev: scheduler.NewEvent(fmt.Sprintf("%v %s on %s", kind, region, ref))}
+		ev: scheduler.NewEvent(kind.String() + " " + region + " on " + ref.String())}
 	s.mu.Lock()
 	s.waits[procID] = w
 	s.mu.Unlock()

@@ -45,11 +45,12 @@ func (c *serverRecords) decode(key string, v []byte) (Server, error) {
 
 // get is getServer through the cache.
 func (c *serverRecords) get(r reader, id string) (Server, bool, error) {
-	v, ok, err := r.get(ServerKey(id))
+	key := ServerKey(id)
+	v, ok, err := r.get(key)
 	if err != nil || !ok {
 		return Server{}, false, err
 	}
-	s, err := c.decode(ServerKey(id), v)
+	s, err := c.decode(key, v)
 	return s, err == nil, err
 }
 
