@@ -131,3 +131,35 @@ func withoutUnknown(pb *raftpb.ProcBatch) *raftpb.ProcBatch {
 	}
 	return pb
 }
+
+// TestUnmarshalProcBatchRefusesFieldNumbersProtoRefuses checks a tag whose
+// field number is past protowire.MaxValidNumber (a five-byte tag): proto.Unmarshal,
+// which 0.1.0 and every follower not yet upgraded decode with, refuses the
+// payload, so the hand-written decoder must too, or the same entry would
+// be applied on some masters and refused on others.
+func TestUnmarshalProcBatchRefusesFieldNumbersProtoRefuses(t *testing.T) {
+	bigTag := func(b []byte) []byte {
+		b = protowire.AppendVarint(b, uint64(protowire.MaxValidNumber+1)<<3|uint64(protowire.VarintType))
+		return protowire.AppendVarint(b, 1)
+	}
+	proc := protowire.AppendBytes(protowire.AppendTag(nil, writeInserts, protowire.BytesType),
+		bigTag(protowire.AppendVarint(protowire.AppendTag(nil, procID, protowire.VarintType), 7)))
+	mut := protowire.AppendBytes(protowire.AppendTag(nil, writeMutations, protowire.BytesType),
+		bigTag(protowire.AppendBytes(protowire.AppendTag(nil, mutationKey, protowire.BytesType), []byte("k"))))
+	write := func(w []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, batchWrites, protowire.BytesType), w)
+	}
+	for name, b := range map[string][]byte{
+		"batch":    bigTag(nil),
+		"write":    write(bigTag(nil)),
+		"proc":     write(proc),
+		"mutation": write(mut),
+	} {
+		if err := proto.Unmarshal(b, &raftpb.ProcBatch{}); err == nil {
+			t.Fatalf("%s: proto.Unmarshal took payload %x", name, b)
+		}
+		if pb, err := unmarshalProcBatch(b); err == nil {
+			t.Errorf("%s: payload %x decoded as %v, proto.Unmarshal refuses it", name, b, pb)
+		}
+	}
+}
