@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"errors"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/baton-dev/baton/proto/raftpb"
@@ -196,6 +198,9 @@ func copyBytes(v []byte) []byte {
 	return append([]byte(nil), v...)
 }
 
+// errFieldNumber is a tag's field number past protowire.MaxValidNumber.
+var errFieldNumber = errors.New("field number out of range")
+
 // walkFields calls fn with each field of the message b: a varint's value
 // as x, a length-delimited field's bytes as v; fields of other wire types
 // are skipped whole.
@@ -204,6 +209,11 @@ func walkFields(b []byte, fn func(num protowire.Number, typ protowire.Type, x ui
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			// ConsumeTag takes numbers up to MaxInt32; proto.Unmarshal,
+			// which nodes not yet upgraded decode with, refuses them.
+			return errFieldNumber
 		}
 		b = b[n:]
 		switch typ {
