@@ -140,3 +140,32 @@ func TestNoteWriteLeavesRunsAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoRunsAreTheCallers checks that an Info's Runs, like its Result
+// and Children, are the caller's: changing them changes nothing the
+// executor records.
+func TestInfoRunsAreTheCallers(t *testing.T) {
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	funcs.Store("runsowned", func(ctx *Context) (Step, error) {
+		calls.Add(1)
+		<-gate
+		return Done(), nil
+	})
+	t.Cleanup(func() { funcs.Delete("runsowned") })
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Node = "m1" })
+	id := h.submit(&funcProc{ID: "runsowned"}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "its step running", func() bool { return calls.Load() == 1 })
+	info, err := h.x.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Runs) != 1 || info.Runs[0].Node != "m1" {
+		t.Fatalf("runs %+v after the submission, want one of m1", info.Runs)
+	}
+	info.Runs[0].Node = "changed by the caller"
+	close(gate)
+	if done := h.wait(id); len(done.Runs) != 1 || done.Runs[0].Node != "m1" {
+		t.Fatalf("runs %+v, want one of m1: the caller's change of an Info reached the executor", done.Runs)
+	}
+}
