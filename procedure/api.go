@@ -360,7 +360,7 @@ func (x *Executor) infoOfLocked(e *entry, children bool) Info {
 		Finished: finished, Acked: e.ackedAt, Error: e.errMsg, ErrorCode: e.errCode,
 		Result: append([]byte(nil), result...), Paused: e.paused, AbortRequested: e.abort,
 		Bypassed: e.bypass, Locked: e.locked, Children: kids,
-		StackDepth: len(e.stack), Runs: e.runs[:len(e.runs):len(e.runs)], // noteWrite never changes a slice in place
+		StackDepth: len(e.stack), Runs: append([]Run(nil), e.runs...), // the caller's, as Result is; only records share e.runs
 		// False once finished, as the retired root's record answers.
 		UntilDone: e.untilDone && !state.Terminal(),
 		History:   e.history.snapshot(), RollingBack: e.rollingBack,
