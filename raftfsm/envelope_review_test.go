@@ -194,3 +194,22 @@ func TestAppliedStateDoesNotAliasTheEntry(t *testing.T) {
 		t.Errorf("key is %q after the entry's buffer was reused", v)
 	}
 }
+
+// TestEnvelopeRefusesFieldNumbersProtoRefuses: a tag whose field number is
+// past protowire.MaxValidNumber makes proto.Unmarshal, 0.1.0's envelope
+// decoder, refuse the entry; the hand-written one must refuse it too, or
+// masters of the two versions would disagree on applying it.
+func TestEnvelopeRefusesFieldNumbersProtoRefuses(t *testing.T) {
+	data, err := EncodeProcBatch(Write{Mutations: []Mutation{Put("k", []byte("v"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = protowire.AppendVarint(data, uint64(protowire.MaxValidNumber+1)<<3|uint64(protowire.VarintType))
+	data = protowire.AppendVarint(data, 1)
+	if err := proto.Unmarshal(data[prefixLen:], &raftpb.Envelope{}); err == nil {
+		t.Fatalf("proto.Unmarshal took envelope %x", data)
+	}
+	if env, err := decodeEnvelope(data); err == nil {
+		t.Errorf("envelope %x decoded as %v, proto.Unmarshal refuses it", data, env)
+	}
+}
