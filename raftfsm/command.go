@@ -261,6 +261,9 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 		if n < 0 {
 			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
 		}
+		if num > protowire.MaxValidNumber {
+			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, errFieldNumber)
+		}
 		b = b[n:]
 		switch {
 		case num == envelopeType && typ == protowire.VarintType, num == envelopeIgnore && typ == protowire.VarintType:
