@@ -437,7 +437,8 @@ type WAL struct {
 
 	// testHook, if set before Load, is called by the writer with ("sync",
 	// file) after each fdatasync of segment data and ("remove", file) after
-	// a superseded segment is removed or renamed aside.
+	// a superseded segment is removed or renamed aside; and by a merge's
+	// background goroutine with ("map", file) once it mapped a run's file.
 	testHook func(op, file string)
 
 	index        atomic.Uint64

@@ -406,6 +406,7 @@ func (w *WAL) compact(c *compaction) compactResult {
 		if err != nil {
 			return err
 		}
+		w.event("map", c.segs[k].name)
 		// The chunk written at the end aliases data: it is copied into buf
 		// before the mapping goes.
 		defer release()
