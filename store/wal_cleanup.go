@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"slices"
 
 	"github.com/baton-dev/baton/internal/fsutil"
@@ -401,7 +402,7 @@ func (w *WAL) compact(c *compaction) compactResult {
 	// heap's next goal (1+GOGC/100 times what it marked) that much higher,
 	// the peaks of a 300 k-region master's RSS (issue 33).
 	var puts, latest []Proc
-	mergeFile := func(k int) error {
+	mergeFile := func(k int) (err error) {
 		data, release, err := mapFile(c.segs[k].path)
 		if err != nil {
 			return err
@@ -410,6 +411,20 @@ func (w *WAL) compact(c *compaction) compactResult {
 		// The chunk written at the end aliases data: it is copied into buf
 		// before the mapping goes.
 		defer release()
+		// A page of the mapping that cannot be read (a media error, the
+		// file cut short) faults instead of failing a read: made a panic
+		// in this goroutine and recovered, it fails this merge (the run is
+		// kept) rather than the process.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				fault, ok := r.(interface{ Addr() uintptr })
+				if !ok {
+					panic(r)
+				}
+				err = fmt.Errorf("%s: fault reading the mapped file at %#x", c.segs[k].name, fault.Addr())
+			}
+		}()
 		puts = puts[:0]
 		r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
 			forEachOp(p, func(id uint64, d []byte) {
