@@ -29,7 +29,7 @@ func TestMergeFaultOnAMappedFileIsAnError(t *testing.T) {
 	keep.add(1)
 	keep.add(procs)
 	truncated := false
-	w.testHook = func(op, file string) {
+	hook := func(op, file string) {
 		if op == "map" && file == seg.name {
 			if err := os.Truncate(seg.path, 0); err != nil {
 				t.Fatalf("truncate: %v", err)
@@ -37,7 +37,7 @@ func TestMergeFaultOnAMappedFileIsAnError(t *testing.T) {
 			truncated = true
 		}
 	}
-	c := &compaction{segs: []*segment{seg}, read: []bool{true}, keep: keep, hdr: seg.hdr, maxID: procs}
+	c := &compaction{segs: []*segment{seg}, read: []bool{true}, keep: keep, hdr: seg.hdr, maxID: procs, testHook: hook}
 	res := w.compact(c)
 	if !truncated {
 		t.Fatal("the merge did not map the segment")

@@ -440,8 +440,8 @@ type WAL struct {
 
 	// testHook, if set before Load, is called by the writer with ("sync",
 	// file) after each fdatasync of segment data and ("remove", file) after
-	// a superseded segment is removed or renamed aside; and by a merge's
-	// background goroutine with ("map", file) once it mapped a run's file.
+	// a superseded segment is removed or renamed aside; a merge started
+	// with it set calls it with ("map", file) once it mapped a run's file.
 	testHook func(op, file string)
 
 	index        atomic.Uint64

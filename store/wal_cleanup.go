@@ -188,6 +188,9 @@ type compaction struct {
 	hdr   segHeader  // the output's header
 	maxID uint64     // for the output's trailer
 	index uint64
+	// testHook is w's when the merge started, called with ("map", file)
+	// once the merge mapped a file: the merge's goroutine may not read w's.
+	testHook func(op, file string)
 }
 
 type compactResult struct {
@@ -325,6 +328,7 @@ func (w *WAL) planCompaction(run candidate) *compaction {
 
 func (w *WAL) startCompaction(run candidate) {
 	c := w.planCompaction(run)
+	c.testHook = w.testHook
 	w.rewriting = true
 	w.log.Debug("merging segments", "first", c.segs[0].name, "last", c.segs[len(c.segs)-1].name,
 		"keep", c.keep.len(), "deletes", len(c.dels), "live_bytes", run.live, "bytes", run.size,
@@ -407,7 +411,9 @@ func (w *WAL) compact(c *compaction) compactResult {
 		if err != nil {
 			return err
 		}
-		w.event("map", c.segs[k].name)
+		if c.testHook != nil {
+			c.testHook("map", c.segs[k].name)
+		}
 		// The chunk written at the end aliases data: it is copied into buf
 		// before the mapping goes.
 		defer release()
