@@ -399,7 +399,10 @@ type WAL struct {
 	files  []segFile // segment files found by OpenWAL, ascending id
 	nextID uint64
 
-	reqCh     chan *request
+	reqCh chan *request
+	// rewriteCh is unbuffered: a merge's goroutine hands its result to a
+	// running writer or, once the WAL stops, removes its output; a buffer
+	// would take the result from a writer that had gone, leaving the output.
 	rewriteCh chan compactResult
 	writerCh  chan func() // inWriter: functions run by the writer goroutine
 	stopCh    chan struct{}
@@ -437,7 +440,8 @@ type WAL struct {
 
 	// testHook, if set before Load, is called by the writer with ("sync",
 	// file) after each fdatasync of segment data and ("remove", file) after
-	// a superseded segment is removed or renamed aside.
+	// a superseded segment is removed or renamed aside; a merge started
+	// with it set calls it with ("map", file) once it mapped a run's file.
 	testHook func(op, file string)
 
 	index        atomic.Uint64
@@ -507,7 +511,7 @@ func OpenWAL(cfg WALConfig) (*WAL, error) {
 		lock:      lock,
 		nextID:    1,
 		reqCh:     make(chan *request, 4096),
-		rewriteCh: make(chan compactResult, 1),
+		rewriteCh: make(chan compactResult),
 		writerCh:  make(chan func()),
 		stopCh:    make(chan struct{}),
 		doneCh:    make(chan struct{}),

@@ -187,6 +187,9 @@ type compaction struct {
 	hdr   segHeader  // the output's header
 	maxID uint64     // for the output's trailer
 	index uint64
+	// testHook is w's when the merge started, called with ("map", file)
+	// once the merge mapped a file: the merge's goroutine may not read w's.
+	testHook func(op, file string)
 }
 
 type compactResult struct {
@@ -324,6 +327,7 @@ func (w *WAL) planCompaction(run candidate) *compaction {
 
 func (w *WAL) startCompaction(run candidate) {
 	c := w.planCompaction(run)
+	c.testHook = w.testHook
 	w.rewriting = true
 	w.log.Debug("merging segments", "first", c.segs[0].name, "last", c.segs[len(c.segs)-1].name,
 		"keep", c.keep.len(), "deletes", len(c.dels), "live_bytes", run.live, "bytes", run.size,
@@ -402,8 +406,11 @@ func (w *WAL) compact(c *compaction) compactResult {
 	// the peaks of a 300 k-region master's RSS (issue 33).
 	var puts, latest []Proc
 	// The chunk written at the end aliases data: it is copied into buf
-	// before the mapping goes.
+	// before the mapping goes (withMapped).
 	mergeFile := func(data []byte, k int) error {
+		if c.testHook != nil {
+			c.testHook("map", c.segs[k].name)
+		}
 		puts = puts[:0]
 		r, _ := scanSegment(data, func(_ int64, _ recType, _ uint64, p []byte) error {
 			forEachOp(p, func(id uint64, d []byte) {

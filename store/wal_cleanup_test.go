@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -603,4 +604,72 @@ func TestWALMergeCrashImagesLoadTheAckedState(t *testing.T) {
 	}
 	mu.Unlock()
 	closeAndCheck(t, w, cfg, want)
+}
+
+// Close while a merge writes its output: the output must not outlive the
+// WAL, whose lock Close releases. The merge's goroutine removes it when it
+// sees the WAL stopping, but it chose between that and handing it to a
+// writer that had gone (a buffered channel's send is ready too), so half
+// the time the output stayed. Each round holds the merge's sync of its
+// output until Close finished the current segment (the WAL is then
+// stopping), so both were ready: twelve rounds all pass only if the
+// choice is not left to chance.
+func TestWALCloseDuringAMergeLeavesNoOutput(t *testing.T) {
+	for round := range 12 {
+		dir := t.TempDir()
+		cfg := testConfig(dir)
+		cfg.NoSync = false
+		cfg.SegmentSize, cfg.MaxSegments = 2<<10, 4
+		start := time.Now()
+		cfg.Now = func() time.Time { return start } // no age rolls
+		var closing atomic.Bool
+		merging := make(chan struct{}, 1)
+		release := make(chan struct{})
+		stopping := make(chan struct{}, 1)
+		cfg.SyncData = func(f *os.File) error {
+			// A merge's output: still under its .tmp name (a segment keeps
+			// the name it was opened by after its rename), past a header
+			// (a new segment's is synced before its rename).
+			if st, err := os.Stat(f.Name()); err == nil && strings.HasSuffix(f.Name(), ".tmp") && st.Size() > headerSize {
+				merging <- struct{}{}
+				<-release
+				return nil
+			}
+			if closing.Load() {
+				select {
+				case stopping <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		}
+		w, _, _ := openLoaded(t, cfg)
+		for id := uint64(1); id <= 5; id++ {
+			mustAppend(t, w, Batch{Inserts: []Proc{p(id, "cold")}})
+		}
+		merged := false
+		for id := uint64(100); id < 5000 && !merged; id++ {
+			mustAppend(t, w, Batch{Inserts: []Proc{p(id, strings.Repeat("h", 100))}})
+			mustAppend(t, w, Batch{Deletes: []uint64{id}})
+			select {
+			case <-merging:
+				merged = true
+			default:
+			}
+		}
+		if !merged {
+			t.Fatalf("round %d: no merge started", round)
+		}
+		closing.Store(true)
+		closed := make(chan error, 1)
+		go func() { closed <- w.Close() }()
+		<-stopping // Close is finishing the current segment: the WAL is stopping
+		close(release)
+		if err := <-closed; err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(left) > 0 {
+			t.Fatalf("round %d: Close left a merge's output: %v", round, left)
+		}
+	}
 }
