@@ -1,42 +1,28 @@
 package procedure
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/baton-dev/baton/internal/syncbuf"
 	"github.com/baton-dev/baton/store"
 )
 
-// syncBuffer is a bytes.Buffer the executor's workers may write from
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range bytes.Split(bytes.TrimSpace(s.b.Bytes()), []byte("\n")) {
+// logLines parses the JSON lines hclog wrote to out.
+func logLines(t *testing.T, out *syncbuf.Buffer) []map[string]any {
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var m map[string]any
-		if err := json.Unmarshal(l, &m); err != nil {
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		out = append(out, m)
+		lines = append(lines, m)
 	}
-	return out
+	return lines
 }
 
 // TestStepLogger checks that what a step and its rollback log through
@@ -44,7 +30,7 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 // step did before it was made on first use, and that its level follows
 // the executor's.
 func TestStepLogger(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer // the executor's workers write it while the test reads it
 	base := hclog.New(&hclog.LoggerOptions{Output: &out, JSONFormat: true, Level: hclog.Info})
 	const fid = "steplog"
 	var levels []bool
@@ -68,7 +54,7 @@ func TestStepLogger(t *testing.T) {
 		t.Errorf("IsInfo, IsDebug = %v, want %v", levels, want)
 	}
 	got := map[string]map[string]any{}
-	for _, l := range out.lines(t) {
+	for _, l := range logLines(t, &out) {
 		if m, _ := l["@message"].(string); m == "test step ran" || m == "test rollback ran" || m == "not shown" {
 			got[m] = l
 		}

@@ -31,10 +31,11 @@ const (
 // number or of another wire type is skipped, deletes packed or not), but
 // with the messages of the whole batch allocated in a few slabs:
 // proto.Unmarshal made every message, its pointer slices' growth and its
-// bytes apart, on every master for every entry. Procedures' data and
-// mutations' values are copied, since the state keeps them; a mutation's
-// key aliases payload, since applying it makes a string of it and keeps
-// nothing else.
+// bytes apart, on every master for every entry. Procedures' data are
+// copied, since the state keeps them, and so are mutations' values, which
+// observers are handed; a mutation's key aliases payload, since applying
+// it copies it into the state's item (newKVItem) and its WAL note lives
+// only until the batch's flush.
 func unmarshalProcBatch(payload []byte) (*raftpb.ProcBatch, error) {
 	// First pass: how many of each, per write, so that the second fills
 	// slabs that never move.

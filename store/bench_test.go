@@ -289,7 +289,7 @@ func BenchmarkWALLoad(b *testing.B) {
 // Appends here (NoSync) come far faster than fsynced ones, so a merge's
 // background read can fall a few segments behind and max-segments is
 // higher than a real device would see (the test
-// TestWALSegmentCountBoundedUnderSteadyWorkload waits for each rewrite).
+// TestWALSegmentCountBoundedUnderSteadyWorkload waits for each merge).
 func BenchmarkWALCleanupWrites(b *testing.B) {
 	const (
 		segmentSize = 64 << 10

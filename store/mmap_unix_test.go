@@ -13,18 +13,8 @@ import (
 // and the WAL went on ("cannot merge segments; keeping them"). A file
 // truncated once mapped faults the same way.
 func TestMergeFaultOnAMappedFileIsAnError(t *testing.T) {
-	dir := t.TempDir()
-	w, _, _ := openLoaded(t, testConfig(dir))
 	const procs, size = 1000, 2000
-	for id := uint64(1); id <= procs; id++ {
-		if err := w.Append(Batch{Inserts: []Proc{{ID: id, Data: make([]byte, size)}}}); err != nil {
-			t.Fatalf("Append: %v", err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	seg := w.segs[0]
+	w, seg := closedSegment(t, procs, func(uint64) []byte { return make([]byte, size) })
 	keep := &idSet{}
 	keep.add(1)
 	keep.add(procs)

@@ -236,8 +236,9 @@ func (s *idSet) has(id uint64) bool {
 	return s.nodes[i].w[w]&m != 0
 }
 
-func (s *idSet) add(id uint64) {
-	base := nodeBase(id)
+// nodeFor returns the node of s covering base, inserted empty if s has
+// none yet; the caller adds an id to it.
+func (s *idSet) nodeFor(base uint64) *setNode {
 	i, ok := s.find(base)
 	if !ok {
 		s.nodes = append(s.nodes, nil)
@@ -245,7 +246,11 @@ func (s *idSet) add(id uint64) {
 		s.nodes[i] = &setNode{base: base}
 	}
 	s.hint = i
-	nd := s.nodes[i]
+	return s.nodes[i]
+}
+
+func (s *idSet) add(id uint64) {
+	nd := s.nodeFor(nodeBase(id))
 	w, m := bitPos(id)
 	if nd.w[w]&m == 0 {
 		nd.w[w] |= m
@@ -352,14 +357,7 @@ func (s *idSet) words(base uint64) *[nodeWords]uint64 {
 
 // addWords adds the ids of ws, the node covering base.
 func (s *idSet) addWords(base uint64, ws *[nodeWords]uint64) {
-	i, ok := s.find(base)
-	if !ok {
-		s.nodes = append(s.nodes, nil)
-		copy(s.nodes[i+1:], s.nodes[i:])
-		s.nodes[i] = &setNode{base: base}
-	}
-	s.hint = i
-	nd := s.nodes[i]
+	nd := s.nodeFor(base)
 	c := 0
 	for w := range nd.w {
 		nd.w[w] |= ws[w]

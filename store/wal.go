@@ -367,8 +367,7 @@ type segment struct {
 	hdr           segHeader
 	tr            *tracker
 	size          int64
-	records       uint64
-	appended      uint64   // records written by Append
+	records       uint64   // data records; in the current segment, all written by Append
 	damaged       bool     // corrupt records found at load: never deleted
 	rewriteFailed bool     // a merge of it failed: never merged again
 	dirty         bool     // written since its last fdatasync (current segment)

@@ -56,7 +56,7 @@ func waitNoRewrite(t *testing.T, w *WAL) {
 	})
 }
 
-// settle drives maintenance until no rewrite is in flight and nothing was
+// settle drives maintenance until no merge is in flight and nothing was
 // written since the previous round, and fails if that takes longer than a
 // deadline.
 func settle(t *testing.T, w *WAL, clk *clock.Manual, since WALStats) WALStats {
@@ -196,7 +196,7 @@ func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 			app := func(b Batch) {
 				mustAppend(t, w, b)
 				newBytes += int64(appendedBytes(b))
-				// A rewrite runs in the background while appends go on;
+				// A merge runs in the background while appends go on;
 				// appends here come much faster than a real workload's,
 				// so let each one finish: the test is about how much
 				// cleanup does, not how fast a goroutine is scheduled.
@@ -249,10 +249,12 @@ func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 			if st.Rolls-afterSetup.Rolls < 50 {
 				t.Fatalf("only %d rolls in the steady phase", st.Rolls-afterSetup.Rolls)
 			}
-			// Below the limit the count stays near MaxSegments (a rewrite is
-			// asynchronous: some slack). Over it, the segments hold the live
-			// data about 1+100/rewriteCreditPercent times over, plus the
-			// segments written while a pass of rewrites catches up.
+			// Below the limit the count stays near MaxSegments (a merge is
+			// asynchronous: some slack). Over it, the bound is the one the
+			// straggler rewrite kept, the live data about
+			// 1+100/rewriteCreditPercent times over plus the segments
+			// written while a pass of rewrites caught up; merges stay
+			// within it.
 			bound := cfg.MaxSegments + 3
 			if st.LiveBytes > limit {
 				perSeg := float64(cfg.SegmentSize)
@@ -273,7 +275,7 @@ func TestWALSegmentCountBoundedUnderSteadyWorkload(t *testing.T) {
 // pin the segments they were written in while hot ids are rewritten over
 // and over. The segments' bytes must follow the live data (at most 1.5×
 // it, plus the segment being filled), not sit at MaxSegments×SegmentSize;
-// and a crash at any point, rewrites included, loses nothing.
+// and a crash at any point, merges included, loses nothing.
 func TestWALBytesBoundedByLiveData(t *testing.T) {
 	dir, cfg, w := openSegmented(t, 4<<10, 16) // 64 KiB: far above twice the live data
 	defer w.Close()
@@ -370,7 +372,7 @@ func TestWALBytesBoundedByLiveData(t *testing.T) {
 
 // Live data that fills a few segments, below MaxSegments, puts only the
 // live-bytes rule (liveBoundPercent) in play: with a few hot ids rewritten
-// over it, cleanup copies the cold images forward while appends pay for
+// over it, cleanup merges the cold images' segments while appends pay for
 // it, and at most rewriteCreditPercent bytes per 100 appended (plus what
 // the credit's cap holds); once appends stop, it settles, and an idle WAL
 // then writes nothing, however many segments the live data needs.
@@ -380,7 +382,7 @@ func TestWALLiveBoundRewritesBoundedByCredit(t *testing.T) {
 			dir := t.TempDir()
 			cfg := testConfig(dir)
 			cfg.SegmentSize = 4 << 10
-			cfg.MaxSegments = 64 // the live-bytes rule alone calls for rewrites
+			cfg.MaxSegments = 64 // the live-bytes rule alone calls for merges
 			cfg.RollInterval = time.Hour
 			clk := clock.NewManual(time.Unix(1_000_000, 0))
 			cfg.Now = clk.Now

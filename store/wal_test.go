@@ -644,7 +644,7 @@ func TestWALCleanupBoundedWithStragglers(t *testing.T) {
 	st := w.Stats()
 	t.Logf("stats %+v, max segments on disk %d", st, maxSegs)
 	if st.StragglersRewritten == 0 {
-		t.Errorf("no straggler rewritten")
+		t.Errorf("no straggler merged")
 	}
 	if st.Rolls < 20 {
 		t.Errorf("only %d rolls", st.Rolls)
@@ -719,7 +719,7 @@ func testConcurrentWriters(t *testing.T, linger time.Duration) {
 		}(g)
 	}
 	wg.Wait()
-	var st WALStats // a rewrite started by the last appends reads in the background
+	var st WALStats // a merge started by the last appends reads in the background
 	testwait.Until(10*time.Second, func() bool { st = w.Stats(); return st.StragglersRewritten > 0 })
 	t.Logf("stats %+v, %.1f records per sync", st, st.RecordsPerSync())
 	if st.Records < writers*(each+1) || st.StragglersRewritten == 0 {

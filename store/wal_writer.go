@@ -144,7 +144,7 @@ func (w *WAL) commit(batch []*request) {
 }
 
 func (w *WAL) writeBatch(batch []*request) error {
-	if c := w.cur(); c.appended > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
 		if err := w.roll(); err != nil {
 			return w.fail(err)
 		}
@@ -172,7 +172,6 @@ func (w *WAL) writeBatch(batch []*request) error {
 	for _, r := range batch {
 		if !r.syncOnly {
 			w.apply(c, &r.b)
-			c.appended++
 		}
 	}
 	w.keepBuf(buf)
@@ -403,7 +402,7 @@ func (w *WAL) maintain() {
 	if w.failed != nil {
 		return
 	}
-	if c := w.cur(); c.appended > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
+	if c := w.cur(); c.records > 0 && w.cfg.Now().Sub(time.Unix(0, c.hdr.created)) >= w.cfg.RollInterval {
 		if err := w.roll(); err != nil {
 			w.fail(err)
 			return

@@ -44,8 +44,8 @@ type LeaderWork struct {
 	// state write the Raft entries carry, so it is the volume the log,
 	// the FSM and every follower pay for.
 	BytesPerRegion float64 `json:"bytes_per_region"`
-	// RewrittenBytesPerRegion is what the local WAL copied forward per
-	// region meanwhile (live records of old segments): left out of
+	// RewrittenBytesPerRegion is what the local WAL's cleanup copied per
+	// region meanwhile (live records of the old segments it merged): left out of
 	// BytesPerRegion, it grows with the state already there.
 	RewrittenBytesPerRegion float64 `json:"rewritten_bytes_per_region"`
 	// ClusterCPUCores is the CPU of every process of the cluster (masters

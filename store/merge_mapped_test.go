@@ -13,23 +13,12 @@ import (
 // before it is unmapped: written from the mapping afterwards they would
 // fault or read garbage, which the output's check below would see.
 func TestMergeMapsItsFilesAndCopiesTheImagesOut(t *testing.T) {
-	dir := t.TempDir()
-	w, _, _ := openLoaded(t, testConfig(dir))
 	const procs, size = 4000, 2000 // an 8 MB segment
-	for id := uint64(1); id <= procs; id++ {
+	w, seg := closedSegment(t, procs, func(id uint64) []byte {
 		img := make([]byte, size)
 		img[0], img[size-1] = byte(id), byte(id>>8)
-		if err := w.Append(Batch{Inserts: []Proc{{ID: id, Data: img}}}); err != nil {
-			t.Fatalf("Append: %v", err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if len(w.segs) != 1 {
-		t.Fatalf("%d segments: want one", len(w.segs))
-	}
-	seg := w.segs[0]
+		return img
+	})
 	want := []uint64{1, 500, 1000, procs}
 	keep := &idSet{}
 	for _, id := range want {
@@ -69,3 +58,22 @@ func TestMergeMapsItsFilesAndCopiesTheImagesOut(t *testing.T) {
 }
 
 func int64ToU(n int64) uint64 { return uint64(max(n, 0)) }
+
+// closedSegment returns a closed WAL whose one segment holds the images
+// img makes of ids 1 to procs, for merges driven by hand (w.compact).
+func closedSegment(t *testing.T, procs uint64, img func(id uint64) []byte) (*WAL, *segment) {
+	t.Helper()
+	w, _, _ := openLoaded(t, testConfig(t.TempDir()))
+	for id := uint64(1); id <= procs; id++ {
+		if err := w.Append(Batch{Inserts: []Proc{{ID: id, Data: img(id)}}}); err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if len(w.segs) != 1 {
+		t.Fatalf("%d segments: want one", len(w.segs))
+	}
+	return w, w.segs[0]
+}
