@@ -256,41 +256,19 @@ func decodeEnvelope(data []byte) (*raftpb.Envelope, error) {
 	// entry whole on every node before its batch was decoded, which
 	// copies what it keeps anyway.
 	env := &raftpb.Envelope{}
-	for b := data[prefixLen:]; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
-		}
-		if num > protowire.MaxValidNumber {
-			return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, errFieldNumber)
-		}
-		b = b[n:]
+	err := walkFields(data[prefixLen:], func(num protowire.Number, typ protowire.Type, x uint64, v []byte) error {
 		switch {
-		case num == envelopeType && typ == protowire.VarintType, num == envelopeIgnore && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
-			}
-			b = b[n:]
-			if num == envelopeType {
-				env.Type = raftpb.CommandType(int32(v))
-			} else {
-				env.IgnoreIfUnknown = v != 0
-			}
+		case num == envelopeType && typ == protowire.VarintType:
+			env.Type = raftpb.CommandType(int32(x))
+		case num == envelopeIgnore && typ == protowire.VarintType:
+			env.IgnoreIfUnknown = x != 0
 		case num == envelopePayload && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
-			}
-			b = b[n:]
 			env.Payload = v[:len(v):len(v)]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, protowire.ParseError(n))
-			}
-			b = b[n:]
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: envelope: %w", ErrNotCommand, err)
 	}
 	return env, nil
 }
