@@ -41,21 +41,26 @@ func (l *stepLogger) get() hclog.Logger {
 }
 
 func (l *stepLogger) build() {
+	args := []any{"proc_id", l.id, "type", l.typeName}
 	if l.rollback {
-		l.built = l.base.With("proc_id", l.id, "type", l.typeName, "rollback", true)
-		return
+		args = append(args, "rollback", true)
 	}
-	l.built = l.base.With("proc_id", l.id, "type", l.typeName)
+	l.built = l.base.With(args...)
 }
 
+// Log writes through the sub-logger, made only for a line its level lets
+// through: a step's Debug under an Info logger costs no sub-logger.
 func (l *stepLogger) Log(level hclog.Level, msg string, args ...interface{}) {
+	if level < l.GetLevel() {
+		return
+	}
 	l.get().Log(level, msg, args...)
 }
-func (l *stepLogger) Trace(msg string, args ...interface{}) { l.get().Trace(msg, args...) }
-func (l *stepLogger) Debug(msg string, args ...interface{}) { l.get().Debug(msg, args...) }
-func (l *stepLogger) Info(msg string, args ...interface{})  { l.get().Info(msg, args...) }
-func (l *stepLogger) Warn(msg string, args ...interface{})  { l.get().Warn(msg, args...) }
-func (l *stepLogger) Error(msg string, args ...interface{}) { l.get().Error(msg, args...) }
+func (l *stepLogger) Trace(msg string, args ...interface{}) { l.Log(hclog.Trace, msg, args...) }
+func (l *stepLogger) Debug(msg string, args ...interface{}) { l.Log(hclog.Debug, msg, args...) }
+func (l *stepLogger) Info(msg string, args ...interface{})  { l.Log(hclog.Info, msg, args...) }
+func (l *stepLogger) Warn(msg string, args ...interface{})  { l.Log(hclog.Warn, msg, args...) }
+func (l *stepLogger) Error(msg string, args ...interface{}) { l.Log(hclog.Error, msg, args...) }
 
 // levelOf is the logger whose level this one has: the base's, which the
 // sub-logger shares until the step sets its own. A step that only checks
