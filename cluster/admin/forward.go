@@ -126,6 +126,11 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		kv = append(kv, forwardPrincipal(ctx)...)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
+	// Sent with the answer, whatever it is: a client reads it only from a
+	// call that succeeded. A held call forwarded twice stages both
+	// leaders; the client takes the last. Outside a call's handler (a
+	// standby's own forward) there is no header to set.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(adminpb.LeaderHeader, addr))
 	return leaderAPI{adminpb.NewAdminClient(cc), cc}, out, leaderView{id, addr}, nil
 }
 

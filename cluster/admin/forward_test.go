@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,9 +108,17 @@ type fakeLeader struct {
 	state   string
 	hang    bool
 	release chan struct{}
+	// forwarded and direct count the GetProcedure calls that came through
+	// a standby and those that came straight from a client.
+	forwarded, direct atomic.Int32
 }
 
 func (l *fakeLeader) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
+	if isForwarded(ctx) {
+		l.forwarded.Add(1)
+	} else {
+		l.direct.Add(1)
+	}
 	if l.hang {
 		select {
 		case <-l.release:

@@ -29,6 +29,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -163,7 +164,7 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	if len(list) == 0 {
 		return nil, ErrNoAddresses
 	}
-	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: NewConns("client: closed", "client: ", o.dialOpts...), tlsPorts: map[string]bool{}, answered: map[string]bool{}}, nil
+	return &Client{opts: o, leaders: NewLeaderTracker(list), conns: NewConns("client: closed", "client: ", append(slices.Clone(o.dialOpts), grpc.WithChainUnaryInterceptor(captureHeader))...), tlsPorts: map[string]bool{}, answered: map[string]bool{}}, nil
 }
 
 // Close closes the Client's connections. Calls made afterwards fail.
@@ -276,14 +277,19 @@ func (c *Client) doAt(ctx context.Context, call func(ctx context.Context, a admi
 		ctx, cancel = context.WithTimeout(ctx, c.opts.callTimeout)
 		defer cancel()
 	}
-	return c.retry(ctx, func(addr string) error {
+	var served, leader string
+	err := c.retry(ctx, func(addr string) error {
 		a, err := c.conn(addr)
 		if err != nil {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.attemptTimeout)
 		defer cancel()
-		err = call(actx, a, addr)
+		var header metadata.MD
+		err = call(context.WithValue(actx, headerKey{}, &header), a, addr)
+		if err == nil {
+			served, leader = addr, lastValue(header, adminpb.LeaderHeader)
+		}
 		if err != nil && actx.Err() != nil && ctx.Err() == nil {
 			// The attempt's own deadline cut it (gRPC may say so as a
 			// closed connection): say it timed out. Retried as before:
@@ -292,6 +298,32 @@ func (c *Client) doAt(ctx context.Context, call func(ctx context.Context, a admi
 		}
 		return err
 	})
+	if err == nil {
+		c.leaders.Redirected(served, leader)
+	}
+	return err
+}
+
+// headerKey carries where a call's response header goes, for
+// captureHeader.
+type headerKey struct{}
+
+// captureHeader is the Client's unary interceptor: it stores a call's
+// response header where its context says (doAt's attempts), so that the
+// leader a forwarded call names is seen whatever call the attempt made.
+func captureHeader(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if dst, ok := ctx.Value(headerKey{}).(*metadata.MD); ok {
+		opts = append(opts, grpc.Header(dst))
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// lastValue is md's last value of key, "" if none.
+func lastValue(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
 }
 
 // retry calls attempt with the address of each try until it succeeds,
@@ -577,6 +609,12 @@ func (c *Client) openWatch(ctx context.Context, id uint64) (stream grpc.ServerSt
 	})
 	if err != nil && ctx.Err() != nil {
 		err = status.FromContextError(ctx.Err()).Err()
+	}
+	if err == nil {
+		// The first message came, so the header did.
+		if md, herr := stream.Header(); herr == nil {
+			c.leaders.Redirected(addr, lastValue(md, adminpb.LeaderHeader))
+		}
 	}
 	return stream, addr, cancel, first, err
 }

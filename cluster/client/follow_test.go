@@ -107,3 +107,33 @@ func TestFollowStopsAtTheDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A forward's answer names the leader (adminpb.LeaderHeader): the tracker
+// moves there only from the address it was targeting, and only to one of
+// the addresses it was given; a name it learnt from a hint, or never
+// heard of, may not be reachable from this caller.
+func TestRedirectedOnlyToAGivenAddress(t *testing.T) {
+	tr := client.NewLeaderTracker([]string{"a:1", "b:1", "c:1"})
+	if tr.Redirected(tr.Target(), "elsewhere:1") {
+		t.Fatal("moved to an address it was not given")
+	}
+	if tr.Redirected("b:1", "c:1") {
+		t.Fatal("moved on an answer from an address it was not targeting")
+	}
+	if tr.Redirected("a:1", "a:1") || tr.Redirected("a:1", "") {
+		t.Fatal("moved to where it was, or to no address")
+	}
+	if !tr.Redirected("a:1", "c:1") || tr.Target() != "c:1" {
+		t.Fatalf("target %s, want c:1", tr.Target())
+	}
+	// A hinted leader is added to the addresses but not to those given.
+	tr.Failed("c:1", hintTo(t, "hinted:1"))
+	if tr.Target() != "hinted:1" {
+		t.Fatalf("target %s after the hint, want hinted:1", tr.Target())
+	}
+	tr.Failed("hinted:1", noLeader())
+	tr.Succeeded("a:1")
+	if tr.Redirected("a:1", "hinted:1") || tr.Target() != "a:1" {
+		t.Fatalf("moved to a hinted address: target %s", tr.Target())
+	}
+}

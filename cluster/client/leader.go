@@ -21,19 +21,40 @@ import (
 type LeaderTracker struct {
 	mu     sync.Mutex
 	addrs  []string // the given addresses, then hinted ones
+	given  int      // how many of addrs were given
 	leader string   // believed leader's address; "" if unknown
 	next   int      // index in addrs of the next address to try without a leader
 }
 
 // NewLeaderTracker starts with no leader known; addrs must not be empty.
 func NewLeaderTracker(addrs []string) *LeaderTracker {
-	return &LeaderTracker{addrs: slices.Clone(addrs)}
+	return &LeaderTracker{addrs: slices.Clone(addrs), given: len(addrs)}
+}
+
+// Redirected records that a call answered at from was served by the leader
+// at leader (adminpb.LeaderHeader), and makes leader the next target if it
+// is one of the given addresses: a name this caller was told it can
+// reach. Another name (the leader's own view of its address) is left
+// alone, and from stays the target: calls there keep being forwarded, as
+// they were answered. Reports whether the target moved.
+func (t *LeaderTracker) Redirected(from, leader string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if leader == "" || leader == from || t.targetLocked() != from || !slices.Contains(t.addrs[:t.given], leader) {
+		return false
+	}
+	t.leader = leader
+	return true
 }
 
 // Target is the address of the next attempt.
 func (t *LeaderTracker) Target() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.targetLocked()
+}
+
+func (t *LeaderTracker) targetLocked() string {
 	if t.leader != "" {
 		return t.leader
 	}

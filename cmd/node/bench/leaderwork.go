@@ -59,6 +59,18 @@ type LeaderWork struct {
 	MachineBusy             float64 `json:"machine_busy"`
 	ClusterCPUMsPerRegion   float64 `json:"cluster_cpu_ms_per_region"`
 	MachineRegionsPerSecond float64 `json:"machine_regions_per_second"`
+	// FollowersCPUCores and RegionServersCPUCores split ClusterCPUCores
+	// (the rest is the leader's CPUCores): a cost paid per table or per
+	// call shows on the followers (entries to apply, calls forwarded) or
+	// the region servers (calls to serve), not only on the leader.
+	FollowersCPUCores     float64 `json:"followers_cpu_cores"`
+	RegionServersCPUCores float64 `json:"region_servers_cpu_cores"`
+	// RegionServerCalls are the leader dispatcher's ExecuteBatch calls
+	// (first sends and retries) over the phase, and OpsPerCall the region
+	// operations they carried on average: a region server's cost is
+	// mostly per call.
+	RegionServerCalls float64 `json:"region_server_calls"`
+	OpsPerCall        float64 `json:"ops_per_call"`
 	// Profile is where the leader's CPU went (--profile): each part's share
 	// of the profile's samples, and the cores it used on average.
 	Profile []ProfileShare `json:"profile,omitempty"`
@@ -81,7 +93,13 @@ const (
 	cpuMetric        = "process_cpu_seconds_total"
 	logWritesMetric  = "baton_raft_leader_dispatch_duration_seconds_count"
 	logWriteSecsName = "baton_raft_leader_dispatch_duration_seconds_sum"
+	rsCallsMetric    = "baton_dispatch_batch_operations_count"
+	rsOpsMetric      = "baton_dispatch_batch_operations_sum"
 )
+
+// leaderMetrics are the leader's counters a phase's figures are
+// differences of.
+var leaderMetrics = []string{cpuMetric, logWritesMetric, logWriteSecsName, walBytesMetric, walRewriteMetric, rsCallsMetric, rsOpsMetric}
 
 // leaderMark is the leader's counters at a phase's start.
 type leaderMark struct {
@@ -92,7 +110,7 @@ type leaderMark struct {
 	machine MachineBaseline
 	// cpu is the cluster's processes' CPU seconds, busy and total the
 	// machine's jiffies (/proc/stat), at the mark.
-	cpu         float64
+	cpu         clusterCPU
 	busy, total uint64
 }
 
@@ -106,12 +124,12 @@ func markLeader(ctx context.Context, c *benchCluster, machine MachineBaseline) (
 	if err != nil {
 		return nil, err
 	}
-	counts, err := c.scrapeMetric(ctx, l, cpuMetric, logWritesMetric, logWriteSecsName, walBytesMetric, walRewriteMetric)
+	counts, err := c.scrapeMetric(ctx, l, leaderMetrics...)
 	if err != nil {
 		return nil, err
 	}
 	busy, total := machineJiffies()
-	return &leaderMark{m: l, at: time.Now(), counts: counts, index: st.LastIndex, machine: machine, cpu: c.processesCPU(), busy: busy, total: total}, nil
+	return &leaderMark{m: l, at: time.Now(), counts: counts, index: st.LastIndex, machine: machine, cpu: c.processesCPU(l), busy: busy, total: total}, nil
 }
 
 // work is the leader's figures since the mark; nil (and no error) if the
@@ -128,7 +146,7 @@ func (k *leaderMark) work(ctx context.Context, c *benchCluster, regions int) (*L
 	if err != nil {
 		return nil, err
 	}
-	counts, err := c.scrapeMetric(ctx, k.m, cpuMetric, logWritesMetric, logWriteSecsName, walBytesMetric, walRewriteMetric)
+	counts, err := c.scrapeMetric(ctx, k.m, leaderMetrics...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +168,14 @@ func (k *leaderMark) work(ctx context.Context, c *benchCluster, regions int) (*L
 	if regions > 0 {
 		w.EntriesPerRegion = float64(w.Entries) / float64(regions)
 	}
-	w.ClusterCPUCores = (c.processesCPU() - k.cpu) / secs
+	cpu := c.processesCPU(k.m)
+	w.ClusterCPUCores = (cpu.total() - k.cpu.total()) / secs
+	w.FollowersCPUCores = (cpu.followers - k.cpu.followers) / secs
+	w.RegionServersCPUCores = (cpu.regionServers - k.cpu.regionServers) / secs
+	w.RegionServerCalls = counts[rsCallsMetric] - k.counts[rsCallsMetric]
+	if w.RegionServerCalls > 0 {
+		w.OpsPerCall = (counts[rsOpsMetric] - k.counts[rsOpsMetric]) / w.RegionServerCalls
+	}
 	if busy, total := machineJiffies(); total > k.total {
 		w.MachineBusy = float64(busy-k.busy) / float64(total-k.total)
 	}
@@ -271,26 +296,43 @@ func profileShares(path string) ([]ProfileShare, float64, error) {
 // on every Linux architecture Go builds for.
 const clockTicks = 100
 
-// processesCPU is the CPU seconds, user and system, that the cluster's
-// running processes have used (0 for one whose /proc entry is gone).
-func (c *benchCluster) processesCPU() float64 {
-	var pids []int
+// clusterCPU is the CPU seconds, user and system, that the cluster's
+// running processes have used, by role (0 for one whose /proc entry is
+// gone).
+type clusterCPU struct {
+	leader, followers, regionServers float64
+}
+
+func (c clusterCPU) total() float64 { return c.leader + c.followers + c.regionServers }
+
+// processesCPU reads the cluster's processes' CPU, leader being the
+// master the phase is measured on.
+func (c *benchCluster) processesCPU(leader *benchMaster) clusterCPU {
+	var cpu clusterCPU
 	for _, m := range c.masters {
-		pids = append(pids, m.Pid())
+		if m == leader {
+			cpu.leader += pidCPUSeconds(m.Pid())
+		} else {
+			cpu.followers += pidCPUSeconds(m.Pid())
+		}
 	}
 	for _, s := range c.servers {
-		pids = append(pids, s.Pid())
+		cpu.regionServers += pidCPUSeconds(s.Pid())
 	}
-	var sum float64
-	for _, pid := range pids {
-		if pid <= 0 {
-			continue
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			sum += statCPUSeconds(string(b))
-		}
+	return cpu
+}
+
+// pidCPUSeconds is the CPU seconds process pid has used, 0 if it is gone
+// (or pid is not a process's).
+func pidCPUSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
 	}
-	return sum
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	return statCPUSeconds(string(b))
 }
 
 // statCPUSeconds is the user and system CPU seconds of a /proc/PID/stat

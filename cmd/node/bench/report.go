@@ -277,6 +277,8 @@ func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
 		fmt.Fprintf(out, "  the cluster's CPU per region %.3f ms: the machine's %d cores would do %.0f regions/s at that cost\n",
 			w.ClusterCPUMsPerRegion, r.Machine.CPUs, w.MachineRegionsPerSecond)
 	}
+	fmt.Fprintf(out, "  of the cluster's CPU: the followers %.2f cores, the region servers %.2f; %.0f region server calls, %.1f operations each\n",
+		w.FollowersCPUCores, w.RegionServersCPUCores, w.RegionServerCalls, w.OpsPerCall)
 	fmt.Fprintf(out, "  log writes %.0f/s, %.0f%% of the %.0f fsyncs/s the disk allows one writer; the writer busy %.0f%% of the time\n",
 		w.LogWritesPerSecond, 100*w.OfMachineFsyncs, w.MachineFsyncsPerSecond, 100*w.LogWriteBusy)
 	fmt.Fprintf(out, "  per region: %.0f bytes of procedure and state writes (the local WAL's; its cleanup also copied %.0f bytes of older records), %.3f log entries; %.1f regions per log write\n",
