@@ -19,6 +19,7 @@ const (
 	DefaultMinBatch    = 32
 	DefaultMaxBatch    = 1000
 	DefaultDelay       = 150 * time.Millisecond
+	DefaultPace        = 20 * time.Millisecond
 	DefaultRetryBase   = 100 * time.Millisecond
 	DefaultRetryMax    = 10 * time.Second
 	DefaultMaxFailures = 10
@@ -65,6 +66,18 @@ type Config struct {
 	// however few ops it holds. It bounds the latency batching adds to a
 	// lone op; shorter means more, smaller calls. Default 150 ms.
 	Delay time.Duration
+
+	// Pace is the least time between the starts of two calls to one
+	// server, unless the buffer holds MaxBatch ops or a retry is due: a
+	// batch due sooner waits out the rest. It is what lets a stream of
+	// small bursts (the opens of many small tables, each a few dozen ops
+	// per server, each over MinBatch on its own) share calls: a call per
+	// burst costs both ends a round trip's CPU each, which on a loaded
+	// master is what the ops are waiting for anyway. A server that was
+	// quiet for Pace gets its burst at once, so a lone burst pays
+	// nothing; ops on a busy server wait at most Pace more. Default 20 ms;
+	// negative: no pacing.
+	Pace time.Duration
 
 	// RetryBase and RetryMax: the n-th consecutive failed call to a server
 	// is retried after RetryBase × n², capped at RetryMax, plus up to 10%
@@ -132,6 +145,7 @@ func DefaultConfig() Config {
 		MinBatch:    DefaultMinBatch,
 		MaxBatch:    DefaultMaxBatch,
 		Delay:       DefaultDelay,
+		Pace:        DefaultPace,
 		RetryBase:   DefaultRetryBase,
 		RetryMax:    DefaultRetryMax,
 		MaxFailures: DefaultMaxFailures,
@@ -146,6 +160,7 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.MinBatch, def.MinBatch)
 	defaults.Set(&c.MaxBatch, def.MaxBatch)
 	defaults.Set(&c.Delay, def.Delay)
+	defaults.Set(&c.Pace, def.Pace)
 	defaults.Set(&c.RetryBase, def.RetryBase)
 	defaults.Set(&c.RetryMax, def.RetryMax)
 	defaults.Set(&c.MaxFailures, def.MaxFailures)

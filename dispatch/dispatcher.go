@@ -154,17 +154,20 @@ type server struct {
 	inflight    bool      // a sender goroutine owns the server (call or delivery)
 	inflightOps []pending // ops of the call in flight, until its outcome is taken
 
-	streaming bool  // the call that just returned carried more than MinBatch ops: send what piled up now
-	backoff   bool  // a retry timer is armed; nothing is sent before it fires
-	retryDue  bool  // the retry timer fired: send whatever the count and age
-	failures  int   // consecutive failed calls
-	held      bool  // MaxFailures reached: ops wait for RemoveServer
-	dead      error // "wrong start code": the incarnation is gone, new ops fail at once
-	notified  bool  // OnServerFailed was called for this incarnation
-	closed    bool  // removed or stopped; a returning call is ignored
+	streaming bool      // the call that just returned carried more than MinBatch ops: send what piled up now
+	paced     bool      // a batch was due but waits out Pace: send it when the timer fires
+	lastSend  time.Time // when the last call started (Config.Clock), for Pace
+	backoff   bool      // a retry timer is armed; nothing is sent before it fires
+	retryDue  bool      // the retry timer fired: send whatever the count and age
+	failures  int       // consecutive failed calls
+	held      bool      // MaxFailures reached: ops wait for RemoveServer
+	dead      error     // "wrong start code": the incarnation is gone, new ops fail at once
+	notified  bool      // OnServerFailed was called for this incarnation
+	closed    bool      // removed or stopped; a returning call is ignored
 
-	timer clock.Timer // the delay or retry timer, if armed
-	gen   uint64      // bumped on disarm, so a timer that fires late is ignored
+	timer   clock.Timer // the delay, pace or retry timer, if armed
+	timerAt time.Time   // when it fires
+	gen     uint64      // bumped on disarm, so a timer that fires late is ignored
 
 	ctx    context.Context // cancelled by RemoveServer and Stop
 	cancel context.CancelFunc
@@ -279,16 +282,24 @@ func (d *Dispatcher) kick(s *server) {
 		d.stopped || len(d.paused) > 0 || d.deposed != nil || len(s.buf) == 0 {
 		return
 	}
-	if s.retryDue || s.streaming || len(s.buf) > d.cfg.MinBatch {
+	now := d.cfg.Clock.Now()
+	due := s.retryDue || s.streaming || s.paced || len(s.buf) > d.cfg.MinBatch
+	var wait time.Duration
+	if !due {
+		wait = d.cfg.Delay - now.Sub(s.buf[0].at)
+		due = wait <= 0
+	}
+	if due && !s.retryDue && len(s.buf) < d.cfg.MaxBatch && d.cfg.Pace > 0 {
+		if rest := d.cfg.Pace - now.Sub(s.lastSend); rest > 0 {
+			due, wait = false, rest
+			s.paced = true
+		}
+	}
+	if due {
 		d.send(s)
 		return
 	}
-	wait := d.cfg.Delay - d.cfg.Clock.Now().Sub(s.buf[0].at)
-	if wait <= 0 {
-		d.send(s)
-		return
-	}
-	if s.timer == nil {
+	if s.timer == nil || s.timerAt.After(now.Add(wait)) {
 		d.arm(s, wait, false)
 	}
 }
@@ -297,7 +308,8 @@ func (d *Dispatcher) kick(s *server) {
 // Caller holds d.mu.
 func (d *Dispatcher) send(s *server) {
 	d.disarm(s)
-	s.streaming = false
+	s.streaming, s.paced = false, false
+	s.lastSend = d.cfg.Clock.Now()
 	n := min(len(s.buf), d.cfg.MaxBatch)
 	batch := s.buf[:n:n]
 	s.buf = slices.Clone(s.buf[n:])
@@ -572,6 +584,7 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 func (d *Dispatcher) arm(s *server, wait time.Duration, retry bool) {
 	d.disarm(s)
 	gen := s.gen
+	s.timerAt = d.cfg.Clock.Now().Add(wait)
 	s.timer = d.cfg.Clock.AfterFunc(wait, func() { d.fire(s, gen, retry) })
 }
 

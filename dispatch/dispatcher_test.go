@@ -1214,3 +1214,56 @@ func TestAnswerMatching(t *testing.T) {
 		})
 	}
 }
+
+// Pace: a burst due at once waits until Pace has passed since the server's
+// last call started, and the bursts that arrive meanwhile go with it; a
+// server quiet for Pace gets its burst at once, a full batch (MaxBatch) and
+// a due retry never wait, and a delay timer armed for a trickle gives way
+// to the sooner pace timer.
+func TestPaceGathersBursts(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Pace, c.MaxBatch = 20*time.Millisecond, 100 })
+	a := target("a", 1)
+
+	first := h.dispatch(a, 33) // quiet server: at once
+	c1 := h.nextCallOf("first burst", first)
+	h.answer(c1, nil)
+
+	h.clk.Advance(5 * time.Millisecond)
+	second := h.dispatch(a, 33) // due, but 5 ms after the last call
+	h.wantBatches(1)
+	h.clk.Advance(10 * time.Millisecond)
+	third := h.dispatch(a, 33)
+	h.wantBatches(1)
+	h.clk.Advance(4 * time.Millisecond)
+	h.wantBatches(1)
+	h.clk.Advance(time.Millisecond) // 20 ms since c1 started
+	h.wantBatches(2)
+	c2 := h.nextCallOf("two bursts in one call", append(second, third...))
+	h.answer(c2, nil)
+
+	// A full batch goes at once, however soon.
+	full := h.dispatch(a, 100)
+	h.wantBatches(3)
+	c3 := h.nextCallOf("a full batch", full)
+	h.answer(c3, nil)
+
+	// A trickle arms the delay timer; a burst behind it, paced, fires
+	// sooner and takes the trickle along.
+	h.clk.Advance(2 * time.Millisecond)
+	trickle := h.dispatch(a, 2)
+	burst := h.dispatch(a, 40)
+	h.clk.Advance(17 * time.Millisecond)
+	h.wantBatches(3)
+	h.clk.Advance(time.Millisecond)
+	h.wantBatches(4)
+	c4 := h.nextCallOf("trickle and burst", append(trickle, burst...))
+	h.answer(c4, nil)
+
+	// Quiet for longer than Pace: at once.
+	h.clk.Advance(25 * time.Millisecond)
+	late := h.dispatch(a, 33)
+	h.wantBatches(5)
+	c5 := h.nextCallOf("after a quiet spell", late)
+	h.answer(c5, nil)
+	h.collect(33 + 33 + 33 + 100 + 2 + 40 + 33)
+}

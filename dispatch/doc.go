@@ -16,6 +16,15 @@
 // response's per-op results are handed to Config.OnResult, one Result per
 // dispatched op, exactly once.
 //
+// Calls to one server are paced (Config.Pace, default 20 ms): a batch due
+// sooner than Pace after the server's last call started waits out the
+// rest, unless it holds MaxBatch ops or is a retry. Many small tables
+// created back to back each send a few dozen opens per server, every one
+// over MinBatch: unpaced, each went in a call of its own, and the calls'
+// fixed cost on both ends was most of a region server's CPU. Paced, a call
+// carries the bursts of Pace; a server quiet for Pace gets its burst at
+// once.
+//
 // A server is an incarnation: buffers are keyed by ServerID and StartCode,
 // like HBase's ServerName (host, port, start code). An op is only ever sent
 // with the start code it was dispatched with; re-using a buffer across a

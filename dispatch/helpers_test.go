@@ -114,6 +114,9 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 	cfg.OnResult = func(r Result) { h.results <- r }
 	cfg.OnServerFailed = func(id string, err error) { h.failed <- serverFailure{id, err} }
 	cfg.Logger = testLogger(t)
+	// The tests of the other rules run unpaced; TestPaceGathersBursts
+	// turns it on.
+	cfg.Pace = -1
 	if mod != nil {
 		mod(&cfg)
 	}
