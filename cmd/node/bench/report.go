@@ -39,18 +39,34 @@ func scaleTLSRatiosOf(rows []ScaleRow) []ScaleTLSRatio {
 func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
 	var out []ScaleShapeRatio
 	for _, r := range rows {
-		fastest, shapes := 0.0, 0
+		fastest, fastestPerMachine, shapes, baselines := 0.0, 0.0, 0, 0
 		for _, q := range rows {
 			if q.Regions == r.Regions && q.TLS == r.TLS {
 				fastest, shapes = max(fastest, q.RegionsPerSecond), shapes+1
+				if pm := perMachine(q); pm > 0 {
+					fastestPerMachine, baselines = max(fastestPerMachine, pm), baselines+1
+				}
 			}
 		}
 		if shapes < 2 {
 			continue
 		}
-		out = append(out, ScaleShapeRatio{Regions: r.Regions, TLS: r.TLS, Shape: r.Shape, RegionsPerSecond: r.RegionsPerSecond, OfFastest: ratioOf(fastest, r.RegionsPerSecond)})
+		sr := ScaleShapeRatio{Regions: r.Regions, TLS: r.TLS, Shape: r.Shape, RegionsPerSecond: r.RegionsPerSecond, OfFastest: ratioOf(fastest, r.RegionsPerSecond)}
+		if baselines == shapes {
+			sr.OfFastestPerMachine = ratioOf(fastestPerMachine, perMachine(r))
+		}
+		out = append(out, sr)
 	}
 	return out
+}
+
+// perMachine is a row's regions per second over its machine baseline's
+// thousand ops per second: 0 without a baseline.
+func perMachine(r ScaleRow) float64 {
+	if r.Machine.CPUOpsPerSecond <= 0 {
+		return 0
+	}
+	return r.RegionsPerSecond / (r.Machine.CPUOpsPerSecond / 1e3)
 }
 
 // optRatio is ratio of two figures a phase may have left out (nil).
@@ -211,7 +227,11 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if sr.TLS {
 			mode = ", TLS"
 		}
-		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest\n", sr.Regions, mode, sr.Shape, sr.RegionsPerSecond, sr.OfFastest)
+		perMachine := ""
+		if sr.OfFastestPerMachine > 0 {
+			perMachine = fmt.Sprintf(" (%.2fx by regions per k machine ops, the speed the machine had before each row)", sr.OfFastestPerMachine)
+		}
+		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest%s\n", sr.Regions, mode, sr.Shape, sr.RegionsPerSecond, sr.OfFastest, perMachine)
 	}
 	for _, tr := range doc.TLSRatios {
 		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)
@@ -234,7 +254,7 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 			mode = " (TLS)"
 		}
 		fmt.Fprintf(out, "machine before %d regions%s: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
-			r.Regions, mode, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, r.RegionsPerSecond/(m.CPUOpsPerSecond/1e3))
+			r.Regions, mode, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, perMachine(r))
 	}
 	for _, r := range doc.Rows {
 		if r.Failed != "" {

@@ -249,6 +249,12 @@ type ScaleShapeRatio struct {
 	Shape            string  `json:"shape"`
 	RegionsPerSecond float64 `json:"regions_per_second"`
 	OfFastest        float64 `json:"of_fastest"`
+	// OfFastestPerMachine is the same comparison of each row's regions
+	// per second over its machine baseline's ops per second (measured
+	// just before the row's cluster started): the VM's speed swings by
+	// up to 2x between rows of one run, and this takes the swing out.
+	// 0 when a row has no baseline.
+	OfFastestPerMachine float64 `json:"of_fastest_per_machine"`
 }
 
 // ScaleDoc is the --json document.

@@ -213,9 +213,25 @@ func TestScaleShapeRatios(t *testing.T) {
 	if len(got) != 2 || got[0].Shape != "1x100" || got[0].OfFastest != 1 || got[1].Shape != "10x10" || got[1].OfFastest != 0.25 {
 		t.Fatalf("shape ratios %+v, want 1x100 at 1 and 10x10 at 0.25 only", got)
 	}
+	if got[0].OfFastestPerMachine != 0 {
+		t.Fatalf("a ratio per machine speed without baselines: %+v", got)
+	}
 	var b strings.Builder
 	PrintScale(&b, ScaleDoc{Rows: rows, ShapeRatios: got})
-	if !strings.Contains(b.String(), "100 regions, 10x10 tables x regions: 100 regions/s, 0.25x of the fastest") {
+	if !strings.Contains(b.String(), "100 regions, 10x10 tables x regions: 100 regions/s, 0.25x of the fastest\n") {
+		t.Errorf("printed:\n%s", b.String())
+	}
+
+	// The machine ran at half speed for the slower shape's row: per
+	// machine op it did half as well, not a quarter.
+	rows[0].Machine.CPUOpsPerSecond, rows[1].Machine.CPUOpsPerSecond = 2e6, 1e6
+	got = scaleShapeRatiosOf(rows)
+	if got[0].OfFastestPerMachine != 1 || got[1].OfFastestPerMachine != 0.5 || got[1].OfFastest != 0.25 {
+		t.Fatalf("shape ratios %+v, want 10x10 at 0.25 by regions/s and 0.5 per machine op", got)
+	}
+	b.Reset()
+	PrintScale(&b, ScaleDoc{Rows: rows, ShapeRatios: got})
+	if !strings.Contains(b.String(), "100 regions, 10x10 tables x regions: 100 regions/s, 0.25x of the fastest (0.50x by regions per k machine ops") {
 		t.Errorf("printed:\n%s", b.String())
 	}
 }
