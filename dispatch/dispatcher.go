@@ -299,8 +299,8 @@ func (d *Dispatcher) kick(s *server) {
 		d.send(s)
 		return
 	}
-	if s.timer == nil || s.timerAt.After(now.Add(wait)) {
-		d.arm(s, wait, false)
+	if at := now.Add(wait); s.timer == nil || s.timerAt.After(at) {
+		d.armAt(s, now, at, false)
 	}
 }
 
@@ -582,10 +582,19 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 // arm (re)starts s's timer: a flush after the delay, or a retry. Caller
 // holds d.mu.
 func (d *Dispatcher) arm(s *server, wait time.Duration, retry bool) {
+	now := d.cfg.Clock.Now()
+	d.armAt(s, now, now.Add(wait), retry)
+}
+
+// armAt is arm for a deadline at, now being the time it was computed
+// from: kick compares a later deadline with this one, so it must be the
+// same reading of the clock, or every op into a waiting buffer would see
+// a deadline a few nanoseconds sooner and arm the timer again.
+func (d *Dispatcher) armAt(s *server, now, at time.Time, retry bool) {
 	d.disarm(s)
 	gen := s.gen
-	s.timerAt = d.cfg.Clock.Now().Add(wait)
-	s.timer = d.cfg.Clock.AfterFunc(wait, func() { d.fire(s, gen, retry) })
+	s.timerAt = at
+	s.timer = d.cfg.Clock.AfterFunc(at.Sub(now), func() { d.fire(s, gen, retry) })
 }
 
 // disarm stops s's timer; one already firing sees a changed gen and does

@@ -126,11 +126,6 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		kv = append(kv, forwardPrincipal(ctx)...)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
-	// Sent with the answer, whatever it is: a client reads it only from a
-	// call that succeeded. A held call forwarded twice stages both
-	// leaders; the client takes the last. Outside a call's handler (a
-	// standby's own forward) there is no header to set.
-	_ = grpc.SetHeader(ctx, metadata.Pairs(adminpb.LeaderHeader, addr))
 	return leaderAPI{adminpb.NewAdminClient(cc), cc}, out, leaderView{id, addr}, nil
 }
 
@@ -499,6 +494,7 @@ func forwardCall[T any](s *Server, ctx context.Context, timeout time.Duration, r
 	}
 	fctx, done := s.track(fctx, to)
 	defer done()
+	fctx = context.WithValue(fctx, answeredByKey{}, to.addr)
 	v, err := remote(fctx, cl)
 	if err != nil {
 		err = s.forwardError(ctx, fctx, to, timeout, err)
@@ -509,7 +505,28 @@ func forwardCall[T any](s *Server, ctx context.Context, timeout time.Duration, r
 		return zero, err
 	}
 	markForwarded(ctx)
+	nameLeader(ctx, to.addr)
 	return v, nil
+}
+
+// answeredByKey carries, in the context a forward calls the leader with,
+// that leader's admin address: for a streamed answer, which names it
+// (nameLeader) before its first message.
+type answeredByKey struct{}
+
+// nameLeader sets adminpb.LeaderHeader on the answer of ctx's call, which
+// the leader at addr served: only once it did (a call that found the
+// leader unreachable and was answered here, from this node's state or as
+// the leader it became meanwhile, names nobody), and not on a call that
+// moves the leadership (a transfer, the leader's removal: the leader it
+// names may no longer be one). Outside a call's handler (a standby's own
+// forward) there is no header to set.
+func nameLeader(ctx context.Context, addr string) {
+	switch m, _ := grpc.Method(ctx); m {
+	case adminpb.Admin_TransferLeadership_FullMethodName, adminpb.Admin_RemovePeer_FullMethodName:
+		return
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs(adminpb.LeaderHeader, addr))
 }
 
 // forwardError turns err, the failure of a call forwarded to the leader of

@@ -253,13 +253,18 @@ func (s *Server) WatchProcedure(req *adminpb.WatchProcedureRequest, stream grpc.
 			if err != nil {
 				return struct{}{}, err
 			}
-			for {
+			for first := true; ; first = false {
 				p, err := ws.Recv()
 				if err != nil {
 					if errors.Is(err, io.EOF) {
 						return struct{}{}, nil
 					}
 					return struct{}{}, err
+				}
+				if addr, _ := ctx.Value(answeredByKey{}).(string); first && addr != "" {
+					// The header goes with the first message: the
+					// leader answered.
+					nameLeader(stream.Context(), addr)
 				}
 				if err := stream.Send(p); err != nil {
 					return struct{}{}, err
