@@ -3,6 +3,8 @@ package domain
 import (
 	"fmt"
 
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -33,6 +35,13 @@ const (
 //	ASSIGN_REGIONS  one bounded TransitRegionState child per region, a
 //	                wave at a time as the region budget lets it
 //	MARK_ENABLED    table ENABLED
+//
+// From cluster version 2 on, PRE_OPERATION writes the layout in the step
+// that checks for it, and WRITE_LAYOUT is not run: a step, a procedure
+// record and a commit fewer per table, which is what many small tables
+// pay for. Its rollback then deletes the layout as WRITE_LAYOUT's does.
+// Below version 2 a 0.1.0 master may roll the procedure back, and 0.1.0
+// undoes nothing for PRE_OPERATION: the layout would be left.
 //
 // A failure anywhere (a region that no server will open, an abort, a
 // fail point) rolls the whole tree back: the children close what they
@@ -93,19 +102,17 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			}
 			return procedure.NoMoreState, err
 		}
-		p.SetNextState(ctWriteLayout)
-		return procedure.HasMoreState, nil
-	case ctWriteLayout:
-		if err := failPoint(d, "create.layout"); err != nil {
+		if !layoutWithChecks(ctx) {
+			p.SetNextState(ctWriteLayout)
+			return procedure.HasMoreState, nil
+		}
+		if err := p.writeLayout(ctx, d, full); err != nil {
 			return procedure.NoMoreState, err
 		}
-		t := Table{State: TableCreating, RegionCount: p.Regions, ProcID: ctx.ID()}
-		for _, rn := range t.regionNames(full) {
-			if err := putRegion(ctx, rn, Region{Table: full, State: RegionOffline}); err != nil {
-				return procedure.NoMoreState, err
-			}
-		}
-		if err := ctx.Put(TableKey(full), mustJSON(t)); err != nil {
+		p.SetNextState(ctAssignRegions)
+		return procedure.HasMoreState, nil
+	case ctWriteLayout:
+		if err := p.writeLayout(ctx, d, full); err != nil {
 			return procedure.NoMoreState, err
 		}
 		p.SetNextState(ctAssignRegions)
@@ -146,13 +153,42 @@ func (p *CreateTable) ExecuteState(ctx *procedure.Context, state int32) (procedu
 	return procedure.NoMoreState, fmt.Errorf("create table: unknown state %d", state)
 }
 
+// writeLayout records the table CREATING with its regions OFFLINE, in
+// this step's write.
+func (p *CreateTable) writeLayout(ctx *procedure.Context, d *Domain, full string) error {
+	if err := failPoint(d, "create.layout"); err != nil {
+		return err
+	}
+	t := Table{State: TableCreating, RegionCount: p.Regions, ProcID: ctx.ID()}
+	for _, rn := range t.regionNames(full) {
+		if err := putRegion(ctx, rn, Region{Table: full, State: RegionOffline}); err != nil {
+			return err
+		}
+	}
+	return ctx.Put(TableKey(full), mustJSON(t))
+}
+
+// layoutWithChecks says PRE_OPERATION writes the layout itself: the
+// cluster version is 2 or more, so no master that would undo nothing for
+// it (0.1.0) can roll the procedure back. Read from the state the step
+// sees; a version record that cannot be read counts as 1.
+func layoutWithChecks(ctx *procedure.Context) bool {
+	f, err := cluster.ReadClusterFormat(func(k string) ([]byte, bool) {
+		v, ok, err := ctx.Get(k)
+		return v, ok && err == nil
+	})
+	return err == nil && f >= version.Format2
+}
+
 // RollbackState implements procedure.StateSteps. The children, whose
-// steps are newer, have been rolled back before WRITE_LAYOUT is: every
+// steps are newer, have been rolled back before the state that wrote the
+// layout is (WRITE_LAYOUT, or PRE_OPERATION from cluster version 2): every
 // region a child ran for is closed and OFFLINE by then, the regions of
 // children prepared in the spawn that never ran are closed here
-// (rollbackCloses); the layout is deleted if it is this procedure's own.
+// (rollbackCloses); the layout is deleted if it is this procedure's own,
+// so a PRE_OPERATION that only checked, or was refused, deletes nothing.
 func (p *CreateTable) RollbackState(ctx *procedure.Context, state int32) error {
-	if state != ctWriteLayout {
+	if state != ctWriteLayout && state != ctPreOperation {
 		return nil
 	}
 	d, err := envOf(ctx)

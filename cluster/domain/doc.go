@@ -193,6 +193,8 @@
 //	                    opens retried on other servers (a create's or enable's
 //	                    bounded by Config.MaxOpenAttempts, then it fails)
 //	CreateTable         PRE_OPERATION → WRITE_LAYOUT → ASSIGN_REGIONS → MARK_ENABLED
+//	                    (from cluster version 2, PRE_OPERATION writes the
+//	                    layout and WRITE_LAYOUT is not run)
 //	DeleteTable         PRE_OPERATION → MARK_DELETING → UNASSIGN → DELETE_LAYOUT
 //	EnableTable         PRE_OPERATION → MARK_ENABLING → ASSIGN_REGIONS → MARK_ENABLED
 //	DisableTable        PRE_OPERATION → MARK_DISABLING → UNASSIGN_REGIONS → MARK_DISABLED
