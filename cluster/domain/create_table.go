@@ -1,9 +1,9 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 
-	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -13,7 +13,11 @@ import (
 const TypeCreateTable = "CreateTable"
 
 func init() {
-	registerType(TypeCreateTable, func() procedure.Procedure { return &CreateTable{} })
+	// Version 2 may have written its layout in PRE_OPERATION (see
+	// CreateTable): 0.1.0 must not load it. The state's shape is version
+	// 1's.
+	registerTypeWith(TypeCreateTable, procedure.TypeOptions{Version: 2, Since: map[int]version.Format{2: version.Format2}},
+		func() procedure.Procedure { return &CreateTable{} })
 	// The admin call builds it from its request on any master.
 	registerBuilder(adminpb.Admin_CreateTable_FullMethodName, func(_ *Domain, req *adminpb.CreateTableRequest) (procedure.Procedure, error) {
 		return NewCreateTable(req.GetNamespace(), req.GetName(), int(req.GetRegions()))
@@ -36,12 +40,15 @@ const (
 //	                wave at a time as the region budget lets it
 //	MARK_ENABLED    table ENABLED
 //
-// From cluster version 2 on, PRE_OPERATION writes the layout in the step
-// that checks for it, and WRITE_LAYOUT is not run: a step, a procedure
-// record and a commit fewer per table, which is what many small tables
-// pay for. Its rollback then deletes the layout as WRITE_LAYOUT's does.
-// Below version 2 a 0.1.0 master may roll the procedure back, and 0.1.0
-// undoes nothing for PRE_OPERATION: the layout would be left.
+// At state version 2 (written from cluster version 2 on), PRE_OPERATION
+// writes the layout in the step that checks for it, and WRITE_LAYOUT is
+// not run: a step, a procedure record and a commit fewer per table, which
+// is what many small tables pay for. Its rollback then deletes the layout
+// as WRITE_LAYOUT's does. 0.1.0 undoes nothing for PRE_OPERATION, and its
+// children forgotten, a rollback there would leave the table CREATING and
+// its opened regions open: a 0.1.0 master refuses to load version 2 (it
+// holds the tree until a newer master leads), and 0.1.0 ignores the
+// cluster version, so the version of the record is what keeps it off.
 //
 // A failure anywhere (a region that no server will open, an abort, a
 // fail point) rolls the whole tree back: the children close what they
@@ -169,15 +176,19 @@ func (p *CreateTable) writeLayout(ctx *procedure.Context, d *Domain, full string
 }
 
 // layoutWithChecks says PRE_OPERATION writes the layout itself: the
-// cluster version is 2 or more, so no master that would undo nothing for
-// it (0.1.0) can roll the procedure back. Read from the state the step
-// sees; a version record that cannot be read counts as 1.
-func layoutWithChecks(ctx *procedure.Context) bool {
-	f, err := cluster.ReadClusterFormat(func(k string) ([]byte, bool) {
-		v, ok, err := ctx.Get(k)
-		return v, ok && err == nil
-	})
-	return err == nil && f >= version.Format2
+// procedure's record is written at state version 2, which no master that
+// would undo nothing for it (0.1.0) loads. Once a step is told 2, every
+// later write of the procedure is at 2.
+func layoutWithChecks(ctx *procedure.Context) bool { return ctx.StateVersion() >= 2 }
+
+// DowngradeState implements procedure.StateDowngrader: version 1's state
+// has the same shape; what differs is what PRE_OPERATION did, which a step
+// told version 1 does not do.
+func (p *CreateTable) DowngradeState(to int) ([]byte, error) {
+	if to != 1 {
+		return nil, fmt.Errorf("create table: no state version %d", to)
+	}
+	return json.Marshal(p)
 }
 
 // RollbackState implements procedure.StateSteps. The children, whose
@@ -242,13 +253,15 @@ func (p *CreateTable) Progress() procedure.Progress {
 func (p *CreateTable) ForgetChildrenOnSuccess() bool { return true }
 
 // RollbackCoversChildren implements procedure.RollbackCoversChildren:
-// the rollback of WRITE_LAYOUT reads every region of the table from the
-// domain, closes each one still open (or opening, or closing) on a live
-// server, whichever child opened it, and deletes every region's record
-// and the table's: what a forgotten child did is undone there, also after
-// a failover, when nothing is known of the child. A 0.1.0 master that
-// takes over such a tree loads the parent with the children still stored
-// (ASSIGN_REGIONS counts its waves in Spawned, MARK_ENABLED reads no
-// child) and its rollback of WRITE_LAYOUT closes and deletes the same
-// way, so no cluster version gates it (internal/compat/release_tests.sh).
+// the rollback of the state that wrote the layout (WRITE_LAYOUT, or
+// PRE_OPERATION at state version 2) reads every region of the table from
+// the domain, closes each one still open (or opening, or closing) on a
+// live server, whichever child opened it, and deletes every region's
+// record and the table's: what a forgotten child did is undone there,
+// also after a failover, when nothing is known of the child. A 0.1.0
+// master that takes over a version 1 tree loads the parent with the
+// children still stored (ASSIGN_REGIONS counts its waves in Spawned,
+// MARK_ENABLED reads no child) and its rollback of WRITE_LAYOUT closes
+// and deletes the same way, so no cluster version gates forgetting
+// (internal/compat/release_tests.sh); a version 2 tree it does not load.
 func (p *CreateTable) RollbackCoversChildren() bool { return true }

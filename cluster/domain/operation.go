@@ -19,23 +19,37 @@ import (
 // factor out.
 
 // procedureTypes are the procedure types registered by the operations'
-// files, by type name.
-var procedureTypes = map[string]func() procedure.Procedure{}
+// files, by type name, with their versions.
+var procedureTypes = map[string]registeredType{}
+
+type registeredType struct {
+	opts    procedure.TypeOptions
+	factory func() procedure.Procedure
+}
 
 // registerType adds procedure type name, made by f, to those Register
-// adds. It is called from init: a name taken twice is a programming error
-// caught at start, before anything could be stored under either.
+// adds, at version 1. It is called from init: a name taken twice is a
+// programming error caught at start, before anything could be stored
+// under either.
 func registerType(name string, f func() procedure.Procedure) {
+	registerTypeWith(name, procedure.TypeOptions{Version: 1}, f)
+}
+
+// registerTypeWith is registerType for a type with newer state versions
+// (procedure.Registry.RegisterWith): one an older release cannot load is
+// written only from the cluster version that every member reads.
+func registerTypeWith(name string, opts procedure.TypeOptions, f func() procedure.Procedure) {
 	if _, dup := procedureTypes[name]; dup {
 		panic(fmt.Sprintf("domain: procedure type %q registered twice", name))
 	}
-	procedureTypes[name] = f
+	procedureTypes[name] = registeredType{opts: opts, factory: f}
 }
 
-// Register adds the domain's procedure types to reg (version 1 each).
+// Register adds the domain's procedure types to reg.
 func Register(reg *procedure.Registry) error {
 	for _, name := range slices.Sorted(maps.Keys(procedureTypes)) {
-		if err := reg.Register(name, 1, procedureTypes[name]); err != nil {
+		t := procedureTypes[name]
+		if err := reg.RegisterWith(name, t.opts, t.factory); err != nil {
 			return err
 		}
 	}

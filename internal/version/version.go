@@ -40,8 +40,9 @@ const (
 	// Format2 is what 0.2.0 adds that 0.1.0 misreads: ACL revocations
 	// (acl/revoked/), token expiry (expires_ms), token uses
 	// (acl/tokenuse/), the node mark nodes/<id>/removed, the cluster id
-	// (cluster/id), and procedure record fields 113 (child summaries) and
-	// 114 (submitter).
+	// (cluster/id), procedure record fields 113 (child summaries) and
+	// 114 (submitter), and CreateTable's state version 2 (its
+	// PRE_OPERATION writes the layout, which 0.1.0 would not undo).
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
 	// at every level: the raise itself needs it, docs/upgrades.md. So are
 	// a region server's version and max_format in its server/<id> record,
