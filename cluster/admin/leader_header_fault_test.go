@@ -10,6 +10,7 @@ import (
 	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/client"
 	"github.com/baton-dev/baton/internal/testnet"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -57,13 +58,7 @@ func TestStaleFallbackNamesNoLeader(t *testing.T) {
 			t.Cleanup(func() { s.Stop(context.Background()) })
 			_, self := serve(t, s, b)
 
-			c, err := client.New([]string{self, dead}, client.WithAttemptTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			c, ctx := standbyFirst(t, self, dead)
 			for i := range 3 {
 				start := time.Now()
 				r, err := c.ListServersPage(ctx, &adminpb.ListServersRequest{}, client.Stale())
@@ -90,13 +85,7 @@ func TestHeldCallServedHereNamesNoLeader(t *testing.T) {
 	b := followerOf("m1", map[string]string{"m1": dead})
 	s := newHoldServer(t, b)
 	_, self := serve(t, s, b)
-	c, err := client.New([]string{self, dead}, client.WithAttemptTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := standbyFirst(t, self, dead)
 	type res struct {
 		id  uint64
 		err error
@@ -106,10 +95,7 @@ func TestHeldCallServedHereNamesNoLeader(t *testing.T) {
 		id, err := c.Submit(ctx, "sleep", map[string]string{"steps": "0"}, "", "", 0)
 		got <- res{id, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for accepted.Load() < 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 10*time.Second, "the standby's forward to the unreachable leader", func() bool { return accepted.Load() >= 1 })
 	becomeLeader(b, x)
 	r := <-got
 	if r.err != nil {
@@ -119,4 +105,19 @@ func TestHeldCallServedHereNamesNoLeader(t *testing.T) {
 	if c.Leader() == dead {
 		t.Errorf("a call served by the new leader itself moved the client to the old, unreachable leader %s", dead)
 	}
+}
+
+// standbyFirst is a client given the standby self first and the leader's
+// address dead second, with attempts of a second, and a context for its
+// calls; both end with the test.
+func standbyFirst(t *testing.T, self, dead string) (*client.Client, context.Context) {
+	t.Helper()
+	c, err := client.New([]string{self, dead}, client.WithAttemptTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
 }
