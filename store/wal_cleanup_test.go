@@ -484,7 +484,7 @@ func TestWALMergeCrashImagesLoadTheAckedState(t *testing.T) {
 	defer w.Close()
 	var (
 		mu             sync.Mutex
-		history        = []map[uint64]string{{}} // history[i]: the state after the append of index i
+		acked          = newAckedStates(t, w)
 		merges, images int
 		mergedDeletes  int
 	)
@@ -495,11 +495,12 @@ func TestWALMergeCrashImagesLoadTheAckedState(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		images++
-		if info.Index >= uint64(len(history)) {
-			t.Errorf("crash image at %s %s loads index %d, past the %d appends", op, file, info.Index, len(history)-1)
+		want, ok := acked.at(info.Index)
+		if !ok {
+			t.Errorf("crash image at %s %s loads index %d, past the %d appends", op, file, info.Index, acked.last())
 			return
 		}
-		if want := history[info.Index]; !maps.Equal(got, want) {
+		if !maps.Equal(got, want) {
 			for id, v := range want {
 				if got[id] != v {
 					t.Errorf("crash image at %s %s (index %d): id %d is %.20q, want %.20q", op, file, info.Index, id, got[id], v)
@@ -540,15 +541,7 @@ func TestWALMergeCrashImagesLoadTheAckedState(t *testing.T) {
 		t.Fatal("the WAL is not running")
 	}
 	want := map[uint64]string{}
-	idx := uint64(0)
-	app := func(b Batch) { // want already includes b
-		idx++
-		b.Index = idx
-		mu.Lock()
-		history = append(history, maps.Clone(want))
-		mu.Unlock()
-		mustAppend(t, w, b)
-	}
+	app := func(b Batch) { acked.append(want, b) } // want already includes b
 	const old = 30
 	next := uint64(1000)
 	var active []uint64

@@ -332,8 +332,8 @@ func TestWALSyncOnRollSyncsBeforeRemoval(t *testing.T) {
 	}
 	var (
 		mu       sync.Mutex
-		history  = []map[uint64]string{{}} // history[i]: state after the record with index i
-		synced   = map[string]int64{}      // segment → size at its last sync
+		acked    = newAckedStates(t, w)
+		synced   = map[string]int64{} // segment → size at its last sync
 		events   []string
 		removals int
 	)
@@ -383,7 +383,7 @@ func TestWALSyncOnRollSyncsBeforeRemoval(t *testing.T) {
 			if info.Index != d {
 				t.Errorf("power loss at removal of %s: loaded index %d, DurableIndex %d", file, info.Index, d)
 			}
-			if d >= uint64(len(history)) || !maps.Equal(got, history[d]) {
+			if want, ok := acked.at(d); !ok || !maps.Equal(got, want) {
 				t.Errorf("power loss at removal of %s: loaded state differs from the state at index %d", file, d)
 			}
 		}
@@ -392,16 +392,8 @@ func TestWALSyncOnRollSyncsBeforeRemoval(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[uint64]string{}
-	idx := uint64(0)
-	app := func(b Batch) { // want already includes b
-		idx++
-		b.Index = idx
-		mu.Lock()
-		history = append(history, maps.Clone(want))
-		mu.Unlock()
-		mustAppend(t, w, b)
-	}
-	for id := uint64(1); id <= 5; id++ { // stragglers
+	app := func(b Batch) { acked.append(want, b) } // want already includes b
+	for id := uint64(1); id <= 5; id++ {           // stragglers
 		v := fmt.Sprintf("straggler-%d-%s", id, strings.Repeat("s", int(id)*10))
 		want[id] = v
 		app(Batch{Inserts: []Proc{p(id, v)}})

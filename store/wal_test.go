@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,6 +104,48 @@ func mustAppend(t testing.TB, w *WAL, b Batch) {
 }
 
 func p(id uint64, s string) Proc { return Proc{ID: id, Data: []byte(s)} }
+
+// ackedStates appends batches to a WAL at indexes 1, 2, … and keeps the
+// state each one acknowledged, so that a crash image can be checked
+// against the index it loads. Its reads are safe from the writer's test
+// hook, while an append waits.
+type ackedStates struct {
+	t      testing.TB
+	w      *WAL
+	mu     sync.Mutex
+	states []map[uint64]string // states[i]: the state after index i
+}
+
+func newAckedStates(t testing.TB, w *WAL) *ackedStates {
+	return &ackedStates{t: t, w: w, states: []map[uint64]string{{}}}
+}
+
+// append writes b at the next index; want is the state with b applied.
+// The state is kept before the write, which a hook may see loaded.
+func (a *ackedStates) append(want map[uint64]string, b Batch) {
+	a.mu.Lock()
+	b.Index = uint64(len(a.states))
+	a.states = append(a.states, maps.Clone(want))
+	a.mu.Unlock()
+	mustAppend(a.t, a.w, b)
+}
+
+// at is the state as of index i; false past the last append.
+func (a *ackedStates) at(i uint64) (map[uint64]string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= uint64(len(a.states)) {
+		return nil, false
+	}
+	return a.states[i], true
+}
+
+// last is the index of the last append.
+func (a *ackedStates) last() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return uint64(len(a.states) - 1)
+}
 
 func segFiles(t testing.TB, dir string) []string {
 	t.Helper()
