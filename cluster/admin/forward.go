@@ -126,7 +126,12 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		kv = append(kv, forwardPrincipal(ctx)...)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, kv...)
-	return leaderAPI{adminpb.NewAdminClient(cc), cc}, out, leaderView{id, addr}, nil
+	to := leaderView{id, addr}
+	var conn grpc.ClientConnInterface = cc
+	if proven {
+		conn = batchingConn{cc, s.readBatcherFor(cc, to)}
+	}
+	return leaderAPI{adminpb.NewAdminClient(conn), conn}, out, to, nil
 }
 
 // leaderAPI is the client of the leader a forward calls: its generated

@@ -114,9 +114,17 @@ func gatewayMethodOf(md protoreflect.MethodDescriptor, full string) (gatewayMeth
 func (s *Server) serviceDesc() *grpc.ServiceDesc {
 	desc := adminpb.Admin_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
+	handlers := make(map[string]grpc.MethodHandler, len(desc.Methods))
 	for i, md := range desc.Methods {
-		if m, ok := s.gateway["/"+desc.ServiceName+"/"+md.MethodName]; ok {
+		full := "/" + desc.ServiceName + "/" + md.MethodName
+		if m, ok := s.gateway[full]; ok {
 			desc.Methods[i].Handler = s.gatewayHandler(m)
+		}
+		handlers[full] = desc.Methods[i].Handler
+	}
+	for i, md := range desc.Methods {
+		if "/"+desc.ServiceName+"/"+md.MethodName == adminpb.Admin_ForwardReads_FullMethodName {
+			desc.Methods[i].Handler = s.forwardReadsHandler(handlers)
 		}
 	}
 	return &desc

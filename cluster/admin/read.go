@@ -80,8 +80,10 @@ func serveRead[T any](s *Server, ctx context.Context, c adminpb.Consistency,
 		}
 		return v, nil
 	}
-	return heldCall(s, ctx, func() (v T, served bool, err error) {
-		ri, err := s.b.LinearizableRead(ctx)
+	// Forwarded, the read may go in bulk with others (forward_reads.go).
+	fctx := context.WithValue(ctx, batchReadKey{}, true)
+	return heldCall(s, fctx, func() (v T, served bool, err error) {
+		ri, err := s.linearizableRead(ctx)
 		if err != nil {
 			return v, false, err
 		}

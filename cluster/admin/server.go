@@ -116,6 +116,8 @@ type Server struct {
 	mu        sync.Mutex
 	advertise string
 	conns     map[string]*grpc.ClientConn
+	// batchers gather the reads forwarded to each leader (forward_reads.go).
+	batchers map[string]*readBatcher
 	// unprovenDial are the dial options without the cluster secret: for
 	// an address no proven registration gave (secretMayGo).
 	unprovenDial []grpc.DialOption
@@ -218,6 +220,7 @@ func New(b Backend, cfg Config) (*Server, error) {
 		health:       health.NewServer(),
 		advertise:    cfg.AdvertiseAddr,
 		conns:        map[string]*grpc.ClientConn{},
+		batchers:     map[string]*readBatcher{},
 		fwd:          map[*fwdCall]struct{}{},
 		stopCh:       make(chan struct{}),
 	}
@@ -406,6 +409,7 @@ func (s *Server) Stop(ctx context.Context) {
 	s.mu.Lock()
 	conns := s.conns
 	s.conns = map[string]*grpc.ClientConn{}
+	s.batchers = map[string]*readBatcher{}
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.Close()

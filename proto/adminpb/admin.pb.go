@@ -6981,6 +6981,269 @@ func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
 	return file_admin_proto_rawDescGZIP(), []int{87}
 }
 
+// ForwardedRead is one read a standby forwards in ForwardReads.
+type ForwardedRead struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// method is the read's full gRPC method name
+	// (/baton.admin.v1.Admin/ListProcedures); only reads that take a
+	// consistency are served this way.
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// request is the read's request message, marshalled.
+	Request []byte `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// metadata is what the standby would have sent as the read's metadata
+	// had it forwarded the read alone.
+	Metadata      []*ForwardedHeader `protobuf:"bytes,3,rep,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardedRead) Reset() {
+	*x = ForwardedRead{}
+	mi := &file_admin_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardedRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardedRead) ProtoMessage() {}
+
+func (x *ForwardedRead) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardedRead.ProtoReflect.Descriptor instead.
+func (*ForwardedRead) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *ForwardedRead) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *ForwardedRead) GetRequest() []byte {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ForwardedRead) GetMetadata() []*ForwardedHeader {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// ForwardedHeader is one metadata value of a forwarded read.
+type ForwardedHeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardedHeader) Reset() {
+	*x = ForwardedHeader{}
+	mi := &file_admin_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardedHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardedHeader) ProtoMessage() {}
+
+func (x *ForwardedHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardedHeader.ProtoReflect.Descriptor instead.
+func (*ForwardedHeader) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ForwardedHeader) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ForwardedHeader) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type ForwardReadsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reads         []*ForwardedRead       `protobuf:"bytes,1,rep,name=reads,proto3" json:"reads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReadsRequest) Reset() {
+	*x = ForwardReadsRequest{}
+	mi := &file_admin_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReadsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReadsRequest) ProtoMessage() {}
+
+func (x *ForwardReadsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReadsRequest.ProtoReflect.Descriptor instead.
+func (*ForwardReadsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *ForwardReadsRequest) GetReads() []*ForwardedRead {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+// ForwardedAnswer is the answer to the read of the same position.
+type ForwardedAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the reply, marshalled, when the read succeeded.
+	Response []byte `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	// status is the read's google.rpc.Status, marshalled, when it failed.
+	Status        []byte `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardedAnswer) Reset() {
+	*x = ForwardedAnswer{}
+	mi := &file_admin_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardedAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardedAnswer) ProtoMessage() {}
+
+func (x *ForwardedAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardedAnswer.ProtoReflect.Descriptor instead.
+func (*ForwardedAnswer) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *ForwardedAnswer) GetResponse() []byte {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ForwardedAnswer) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type ForwardReadsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Answers       []*ForwardedAnswer     `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReadsResponse) Reset() {
+	*x = ForwardReadsResponse{}
+	mi := &file_admin_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReadsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReadsResponse) ProtoMessage() {}
+
+func (x *ForwardReadsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReadsResponse.ProtoReflect.Descriptor instead.
+func (*ForwardReadsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *ForwardReadsResponse) GetAnswers() []*ForwardedAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -7560,10 +7823,24 @@ const file_admin_proto_rawDesc = "" +
 	"\arefused\x18\x0f \x01(\bR\arefused\"T\n" +
 	"\x12AppendAuditRequest\x12>\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordB\a\x9a\xc7\x18\x03\x18\x80\bR\arecords\"\x15\n" +
-	"\x13AppendAuditResponse**\n" +
+	"\x13AppendAuditResponse\"\x9b\x01\n" +
+	"\rForwardedRead\x12!\n" +
+	"\x06method\x18\x01 \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x02(\x01R\x06method\x12\"\n" +
+	"\arequest\x18\x02 \x01(\fB\b\x9a\xc7\x18\x04\x10\x80\x80@R\arequest\x12C\n" +
+	"\bmetadata\x18\x03 \x03(\v2\x1f.baton.admin.v1.ForwardedHeaderB\x06\x9a\xc7\x18\x02\x18 R\bmetadata\"M\n" +
+	"\x0fForwardedHeader\x12\x1b\n" +
+	"\x03key\x18\x01 \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x01(\x01R\x03key\x12\x1d\n" +
+	"\x05value\x18\x02 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80@R\x05value\"S\n" +
+	"\x13ForwardReadsRequest\x12<\n" +
+	"\x05reads\x18\x01 \x03(\v2\x1d.baton.admin.v1.ForwardedReadB\a\x9a\xc7\x18\x03\x18\x80\x02R\x05reads\"E\n" +
+	"\x0fForwardedAnswer\x12\x1a\n" +
+	"\bresponse\x18\x01 \x01(\fR\bresponse\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\"Q\n" +
+	"\x14ForwardReadsResponse\x129\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1f.baton.admin.v1.ForwardedAnswerR\aanswers**\n" +
 	"\vConsistency\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x00\x12\t\n" +
-	"\x05STALE\x10\x012\xc0&\n" +
+	"\x05STALE\x10\x012\xa3'\n" +
 	"\x05Admin\x12u\n" +
 	"\x0fSubmitProcedure\x12&.baton.admin.v1.SubmitProcedureRequest\x1a'.baton.admin.v1.SubmitProcedureResponse\"\x11\x92\xc7\x18\r\b\x01\x10\x03\x18\x01*\x05nonce\x12X\n" +
 	"\fGetProcedure\x12#.baton.admin.v1.GetProcedureRequest\x1a\x19.baton.admin.v1.Procedure\"\b\x92\xc7\x18\x04\b\x01\x10\x02\x12i\n" +
@@ -7623,7 +7900,8 @@ const file_admin_proto_rawDesc = "" +
 	"\x92\xc7\x18\x06\b\x01\x10\x04 \x01\x12\\\n" +
 	"\tListAudit\x12 .baton.admin.v1.ListAuditRequest\x1a!.baton.admin.v1.ListAuditResponse\"\n" +
 	"\x92\xc7\x18\x06\b\x01\x10\x04 \x01\x12^\n" +
-	"\vAppendAudit\x12\".baton.admin.v1.AppendAuditRequest\x1a#.baton.admin.v1.AppendAuditResponse\"\x06\x92\xc7\x18\x02\b\x02B*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
+	"\vAppendAudit\x12\".baton.admin.v1.AppendAuditRequest\x1a#.baton.admin.v1.AppendAuditResponse\"\x06\x92\xc7\x18\x02\b\x02\x12a\n" +
+	"\fForwardReads\x12#.baton.admin.v1.ForwardReadsRequest\x1a$.baton.admin.v1.ForwardReadsResponse\"\x06\x92\xc7\x18\x02\b\x02B*Z(github.com/baton-dev/baton/proto/adminpbb\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -7638,7 +7916,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                   // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),           // 1: baton.admin.v1.NamespaceRequest
@@ -7729,9 +8007,14 @@ var file_admin_proto_goTypes = []any{
 	(*AuditRecord)(nil),                // 86: baton.admin.v1.AuditRecord
 	(*AppendAuditRequest)(nil),         // 87: baton.admin.v1.AppendAuditRequest
 	(*AppendAuditResponse)(nil),        // 88: baton.admin.v1.AppendAuditResponse
-	nil,                                // 89: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                                // 90: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                                // 91: baton.admin.v1.RepairRecord.ArgsEntry
+	(*ForwardedRead)(nil),              // 89: baton.admin.v1.ForwardedRead
+	(*ForwardedHeader)(nil),            // 90: baton.admin.v1.ForwardedHeader
+	(*ForwardReadsRequest)(nil),        // 91: baton.admin.v1.ForwardReadsRequest
+	(*ForwardedAnswer)(nil),            // 92: baton.admin.v1.ForwardedAnswer
+	(*ForwardReadsResponse)(nil),       // 93: baton.admin.v1.ForwardReadsResponse
+	nil,                                // 94: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                                // 95: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                                // 96: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -7742,7 +8025,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	89,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	94,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -7755,7 +8038,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	90,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	95,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -7782,7 +8065,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 45: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	63,  // 46: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
 	2,   // 47: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	91,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	96,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
 	0,   // 49: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
 	65,  // 50: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
 	65,  // 51: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
@@ -7802,111 +8085,116 @@ var file_admin_proto_depIdxs = []int32{
 	86,  // 65: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
 	2,   // 66: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
 	86,  // 67: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
-	26,  // 68: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28,  // 69: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	34,  // 70: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	36,  // 71: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29,  // 72: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 73: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 74: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 75: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	37,  // 76: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
-	39,  // 77: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	43,  // 78: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	44,  // 79: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	45,  // 80: baton.admin.v1.Admin.TransferLeadership:input_type -> baton.admin.v1.TransferLeadershipRequest
-	47,  // 81: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 82: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 83: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 84: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 85: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 86: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 87: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 88: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 89: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 90: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 91: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 92: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 93: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 94: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 95: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 96: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 97: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 98: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 99: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	51,  // 100: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	51,  // 101: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	52,  // 102: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	56,  // 103: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	53,  // 104: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	54,  // 105: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	59,  // 106: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	61,  // 107: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	64,  // 108: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	68,  // 109: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	71,  // 110: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	73,  // 111: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	76,  // 112: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	78,  // 113: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	81,  // 114: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	82,  // 115: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	84,  // 116: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	87,  // 117: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	27,  // 118: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 119: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	35,  // 120: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 121: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 122: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 123: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 124: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 125: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38,  // 126: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
-	41,  // 127: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 128: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 129: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	46,  // 130: baton.admin.v1.Admin.TransferLeadership:output_type -> baton.admin.v1.TransferLeadershipResponse
-	48,  // 131: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 132: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 133: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 134: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 135: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 136: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 137: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 138: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 139: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 140: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 141: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 142: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 143: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 144: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 145: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 146: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 147: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 148: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 149: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	55,  // 150: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	55,  // 151: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	55,  // 152: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	57,  // 153: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	55,  // 154: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	55,  // 155: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	60,  // 156: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	62,  // 157: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	67,  // 158: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	70,  // 159: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	72,  // 160: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	74,  // 161: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	77,  // 162: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	80,  // 163: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	77,  // 164: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	83,  // 165: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	85,  // 166: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	88,  // 167: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	118, // [118:168] is the sub-list for method output_type
-	68,  // [68:118] is the sub-list for method input_type
-	68,  // [68:68] is the sub-list for extension type_name
-	68,  // [68:68] is the sub-list for extension extendee
-	0,   // [0:68] is the sub-list for field type_name
+	90,  // 68: baton.admin.v1.ForwardedRead.metadata:type_name -> baton.admin.v1.ForwardedHeader
+	89,  // 69: baton.admin.v1.ForwardReadsRequest.reads:type_name -> baton.admin.v1.ForwardedRead
+	92,  // 70: baton.admin.v1.ForwardReadsResponse.answers:type_name -> baton.admin.v1.ForwardedAnswer
+	26,  // 71: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 72: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	34,  // 73: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	36,  // 74: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 75: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 76: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 77: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 78: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	37,  // 79: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
+	39,  // 80: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	43,  // 81: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	44,  // 82: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	45,  // 83: baton.admin.v1.Admin.TransferLeadership:input_type -> baton.admin.v1.TransferLeadershipRequest
+	47,  // 84: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 85: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 86: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 87: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 88: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 89: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 90: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 91: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 92: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 93: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 94: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 95: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 96: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 97: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 98: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 99: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 100: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 101: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 102: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	51,  // 103: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	51,  // 104: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	52,  // 105: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	56,  // 106: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	53,  // 107: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	54,  // 108: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	59,  // 109: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	61,  // 110: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	64,  // 111: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	68,  // 112: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	71,  // 113: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	73,  // 114: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	76,  // 115: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	78,  // 116: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	81,  // 117: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	82,  // 118: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	84,  // 119: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	87,  // 120: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	91,  // 121: baton.admin.v1.Admin.ForwardReads:input_type -> baton.admin.v1.ForwardReadsRequest
+	27,  // 122: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 123: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 124: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 125: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 126: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 127: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 128: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 129: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38,  // 130: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
+	41,  // 131: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 132: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 133: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	46,  // 134: baton.admin.v1.Admin.TransferLeadership:output_type -> baton.admin.v1.TransferLeadershipResponse
+	48,  // 135: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 136: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 137: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 138: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 139: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 140: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 141: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 142: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 143: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 144: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 145: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 146: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 147: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 148: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 149: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 150: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 151: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 152: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 153: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	55,  // 154: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 155: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 156: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	57,  // 157: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	55,  // 158: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	55,  // 159: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	60,  // 160: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	62,  // 161: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	67,  // 162: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	70,  // 163: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	72,  // 164: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	74,  // 165: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	77,  // 166: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	80,  // 167: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	77,  // 168: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	83,  // 169: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	85,  // 170: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	88,  // 171: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	93,  // 172: baton.admin.v1.Admin.ForwardReads:output_type -> baton.admin.v1.ForwardReadsResponse
+	122, // [122:173] is the sub-list for method output_type
+	71,  // [71:122] is the sub-list for method input_type
+	71,  // [71:71] is the sub-list for extension type_name
+	71,  // [71:71] is the sub-list for extension extendee
+	0,   // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -7921,7 +8209,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   91,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -103,6 +103,7 @@ const (
 	Admin_AclList_FullMethodName            = "/baton.admin.v1.Admin/AclList"
 	Admin_ListAudit_FullMethodName          = "/baton.admin.v1.Admin/ListAudit"
 	Admin_AppendAudit_FullMethodName        = "/baton.admin.v1.Admin/AppendAudit"
+	Admin_ForwardReads_FullMethodName       = "/baton.admin.v1.Admin/ForwardReads"
 )
 
 // AdminClient is the client API for Admin service.
@@ -258,6 +259,16 @@ type AdminClient interface {
 	// AppendAudit is how a master that served or refused a call while not
 	// the leader has its records committed (masters only).
 	AppendAudit(ctx context.Context, in *AppendAuditRequest, opts ...grpc.CallOption) (*AppendAuditResponse, error)
+	// ForwardReads is how a standby forwards the linearizable reads its
+	// clients sent it at the same time (masters only, from cluster format 2):
+	// in one call, so that they cost the leader one confirmation round and
+	// one stream instead of one each. The leader serves each read as it
+	// would the read forwarded alone (the same interceptors, access control
+	// included, with the metadata the standby would have sent with it), at
+	// one linearizable point taken after the call arrived. Each answer is
+	// the read's reply or its status; answers may stop short of the reads
+	// (the rest were not served: the standby forwards them alone).
+	ForwardReads(ctx context.Context, in *ForwardReadsRequest, opts ...grpc.CallOption) (*ForwardReadsResponse, error)
 }
 
 type adminClient struct {
@@ -786,6 +797,16 @@ func (c *adminClient) AppendAudit(ctx context.Context, in *AppendAuditRequest, o
 	return out, nil
 }
 
+func (c *adminClient) ForwardReads(ctx context.Context, in *ForwardReadsRequest, opts ...grpc.CallOption) (*ForwardReadsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForwardReadsResponse)
+	err := c.cc.Invoke(ctx, Admin_ForwardReads_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -939,6 +960,16 @@ type AdminServer interface {
 	// AppendAudit is how a master that served or refused a call while not
 	// the leader has its records committed (masters only).
 	AppendAudit(context.Context, *AppendAuditRequest) (*AppendAuditResponse, error)
+	// ForwardReads is how a standby forwards the linearizable reads its
+	// clients sent it at the same time (masters only, from cluster format 2):
+	// in one call, so that they cost the leader one confirmation round and
+	// one stream instead of one each. The leader serves each read as it
+	// would the read forwarded alone (the same interceptors, access control
+	// included, with the metadata the standby would have sent with it), at
+	// one linearizable point taken after the call arrived. Each answer is
+	// the read's reply or its status; answers may stop short of the reads
+	// (the rest were not served: the standby forwards them alone).
+	ForwardReads(context.Context, *ForwardReadsRequest) (*ForwardReadsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -1098,6 +1129,9 @@ func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*
 }
 func (UnimplementedAdminServer) AppendAudit(context.Context, *AppendAuditRequest) (*AppendAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendAudit not implemented")
+}
+func (UnimplementedAdminServer) ForwardReads(context.Context, *ForwardReadsRequest) (*ForwardReadsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForwardReads not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -2006,6 +2040,24 @@ func _Admin_AppendAudit_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ForwardReads_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForwardReadsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ForwardReads(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ForwardReads_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ForwardReads(ctx, req.(*ForwardReadsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2204,6 +2256,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendAudit",
 			Handler:    _Admin_AppendAudit_Handler,
+		},
+		{
+			MethodName: "ForwardReads",
+			Handler:    _Admin_ForwardReads_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
