@@ -86,6 +86,11 @@ const (
 	batchRefusedFor = 30 * time.Second
 )
 
+// bulkCounts counts a standby's ForwardReads calls and the reads it
+// forwarded through them: answered in bulk, or sent alone after all (for
+// tests and BenchmarkReads).
+type bulkCounts struct{ calls, inBulk, alone atomic.Int64 }
+
 // batchReadKey marks the context of a linearizable read that serveRead
 // forwards: the leader's connection may carry it in bulk.
 type batchReadKey struct{}
@@ -272,12 +277,33 @@ func (b *readBatcher) send(batch []*batchedRead) {
 		}
 		in.Reads[i] = fr
 	}
+	// The call lasts while one of its reads waits for it (each read's
+	// context ends with its caller, its own timeout, or this node's
+	// change of leader: forwardCall), and at most ForwardTimeout.
 	ctx, cancel := context.WithTimeoutCause(context.Background(), b.s.cfg.ForwardTimeout, errForwardTimeout)
 	defer cancel()
-	ctx, done := b.s.track(ctx, b.to)
-	defer done()
+	var waiting atomic.Int32
+	waiting.Store(int32(len(batch)))
+	for _, r := range batch {
+		stop := context.AfterFunc(r.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, b.s.b.ID())
+	b.s.bulk.calls.Add(1)
 	resp, err := adminpb.NewAdminClient(b.cc).ForwardReads(ctx, in)
+	defer func() {
+		for _, r := range batch {
+			if r.alone {
+				b.s.bulk.alone.Add(1)
+			} else {
+				b.s.bulk.inBulk.Add(1)
+			}
+		}
+	}()
 	if err != nil {
 		switch status.Code(err) {
 		case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
@@ -294,9 +320,9 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			return
 		}
 		if ctx.Err() != nil {
-			// Cut by a change of leader, the server's stop or the
-			// timeout: like a read forwarded alone, a failure to reach
-			// the leader (no hint), which a held read retries.
+			// Every read gave up, or the timeout: like a read forwarded
+			// alone, a failure to reach the leader (no hint), which a
+			// held read retries.
 			err = status.Error(codes.Unavailable, fmt.Sprintf("admin: forwarded reads to %s: %v", b.to, context.Cause(ctx)))
 		}
 		for _, r := range batch {

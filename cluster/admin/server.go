@@ -118,6 +118,7 @@ type Server struct {
 	conns     map[string]*grpc.ClientConn
 	// batchers gather the reads forwarded to each leader (forward_reads.go).
 	batchers map[string]*readBatcher
+	bulk     bulkCounts
 	// unprovenDial are the dial options without the cluster secret: for
 	// an address no proven registration gave (secretMayGo).
 	unprovenDial []grpc.DialOption
