@@ -24,11 +24,10 @@ import (
 // requests sent after the read arrived, so no other leader can have
 // acknowledged anything the index misses: a round of raft.VerifyLeader
 // makes the leader send heartbeats at once, and contactTracker (contact.go)
-// tells which answers came to requests sent after the round started (raft's
-// own count may include older ones), which is after every read it answers
-// arrived; rounds repeat until a quorum of such answers is in. Last, the
-// read waits for the FSM to apply the index. Concurrent reads share rounds
-// and the check of their answers (readConfirmer).
+// tells which answers came to requests sent after the read arrived (raft's
+// own count may include older ones); rounds repeat until a quorum of such
+// answers is in. Last, the read waits for the FSM to apply the index.
+// Concurrent reads share rounds (readConfirmer).
 //
 // Leases are not used: a leader trusting its lease without a round answers
 // stale reads when its process was paused past the lease (SIGSTOP, a long
@@ -97,21 +96,24 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 	case !established || execTerm != n.raft.CurrentTerm():
 		return ReadInfo{}, ErrNotReady
 	}
+	arrived := time.Now()
 	readIndex := n.raft.CommitIndex()
 	for {
-		err := n.reads.confirm(ctx)
-		if errors.Is(err, errStaleAnswers) {
-			// The round counted answers to requests sent before it
-			// started; the next one sends fresh heartbeats.
-			continue
+		if err := n.reads.confirm(ctx); err != nil {
+			return ReadInfo{}, err
 		}
+		if term := n.raft.CurrentTerm(); term != execTerm {
+			return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
+		}
+		ok, err := n.quorumAckedSince(arrived)
 		if err != nil {
 			return ReadInfo{}, err
 		}
-		break
-	}
-	if term := n.raft.CurrentTerm(); term != execTerm {
-		return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
+		if ok {
+			break
+		}
+		// The round counted answers to requests sent before the read
+		// arrived; the next one sends fresh heartbeats.
 	}
 	if err := n.waitApplied(ctx, readIndex); err != nil {
 		return ReadInfo{}, err
@@ -173,13 +175,7 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // arrived; every read waiting when a round starts shares it.
 type readConfirmer struct {
 	verify func() error // one quorum round
-	// ackedSince says a quorum answered requests sent at or after t
-	// (quorumAckedSince; nil: raft's count is taken as is). A round
-	// starts after every read it answers arrived, so answers to requests
-	// sent after it started are answers sent after each read arrived:
-	// one check serves the round.
-	ackedSince func(t time.Time) (bool, error)
-	noop       func() error // commits a NOOP command
+	noop   func() error // commits a NOOP command
 
 	mu      sync.Mutex
 	next    *readRound // the round reads join now
@@ -249,30 +245,9 @@ func (c *readConfirmer) run() {
 			return
 		}
 		c.mu.Unlock()
-		r.err = c.round()
+		r.err = c.verify()
 		close(r.done)
 	}
-}
-
-// errStaleAnswers is a round's answer when raft's quorum included answers
-// to requests sent before the round started (see contact.go): its reads
-// try again with a fresh round.
-var errStaleAnswers = errors.New("cluster: read: the quorum round counted answers to earlier requests")
-
-// round is one quorum round, started now.
-func (c *readConfirmer) round() error {
-	start := time.Now()
-	if err := c.verify(); err != nil || c.ackedSince == nil {
-		return err
-	}
-	ok, err := c.ackedSince(start)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return errStaleAnswers
-	}
-	return nil
 }
 
 // nudge commits one NOOP command, shared by the reads that need one at the

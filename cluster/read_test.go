@@ -440,39 +440,3 @@ func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 	t.Fatalf("linearizability violated: m0 served a linearizable read (%+v) after %s acknowledged k/after "+
 		"(index %d) before the read arrived; m0's state has k/after: %v", r.ri, c.nodes[ni].ID(), idx, has)
 }
-
-// TestReadRoundChecksAnswersSinceItStarted: the check of a round's answers
-// (contact.go) is the round's, made with the moment it started, which is
-// after every read it answers arrived; a round whose quorum counted older
-// answers fails its reads with errStaleAnswers, and they try a fresh one.
-func TestReadRoundChecksAnswersSinceItStarted(t *testing.T) {
-	var rounds atomic.Int32
-	var mu sync.Mutex
-	var since []time.Time
-	rc := &readConfirmer{
-		verify: func() error { rounds.Add(1); return nil },
-		ackedSince: func(t time.Time) (bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			since = append(since, t)
-			return len(since) > 1, nil // the first round's quorum was old answers
-		},
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	arrived := time.Now()
-	if err := rc.confirm(ctx); !errors.Is(err, errStaleAnswers) {
-		t.Fatalf("first round: %v, want errStaleAnswers", err)
-	}
-	if err := rc.confirm(ctx); err != nil {
-		t.Fatalf("second round: %v", err)
-	}
-	if n := rounds.Load(); n != 2 {
-		t.Fatalf("%d rounds, want 2", n)
-	}
-	for i, s := range since {
-		if s.Before(arrived) {
-			t.Errorf("round %d checked answers since %v, before the read arrived at %v", i+1, s, arrived)
-		}
-	}
-}
