@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -123,6 +124,14 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 	return ri, nil
 }
 
+// ReadRounds says how many leadership rounds this node ran for
+// linearizable reads, and how many reads they answered (a read that
+// needed a second round counts twice): their ratio is how well concurrent
+// reads share rounds.
+func (n *Node) ReadRounds() (rounds, reads int64) {
+	return n.reads.rounds.Load(), n.reads.reads.Load()
+}
+
 // quorumAckedSince reports whether a quorum of the voters (this node
 // counting for itself) accepted, in this node's term, requests it sent at
 // or after t.
@@ -180,6 +189,8 @@ type readConfirmer struct {
 	mu      sync.Mutex
 	next    *readRound // the round reads join now
 	running bool
+
+	rounds, reads atomic.Int64 // rounds run, and the reads they answered
 
 	nudgeMu sync.Mutex
 	nudging *readRound
@@ -246,6 +257,8 @@ func (c *readConfirmer) run() {
 		}
 		c.mu.Unlock()
 		r.err = c.verify()
+		c.rounds.Add(1)
+		c.reads.Add(int64(r.waiters))
 		close(r.done)
 	}
 }

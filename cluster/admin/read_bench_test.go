@@ -136,6 +136,12 @@ func BenchmarkReads(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	if rounds, reads := leader.node.ReadRounds(); rounds > 0 {
+		b.ReportMetric(float64(reads)/float64(rounds), "reads/round")
+	}
+	if f := &follower.srv.bulk; f.calls.Load() > 0 {
+		b.ReportMetric(float64(f.inBulk.Load())/float64(f.calls.Load()), "forwarded/call")
+	}
 	rate := make([]float64, len(kinds))
 	for k, kind := range kinds {
 		rate[k] = float64(done[k]) / elapsed[k].Seconds()
