@@ -78,6 +78,7 @@ var goldenRules = []struct {
 	{"AclList", clients, security.PermAdmin, false, false},
 	{"ListAudit", clients, security.PermAdmin, false, false},
 	{"AppendAudit", masters, security.PermNone, false, false},
+	{"ForwardReads", masters, security.PermNone, false, false},
 }
 
 // adminServiceMethods are the short names of every method the admin

@@ -20,9 +20,12 @@
 //     quorum round that started after the read's arrival confirmed it is
 //     still the leader, and after its state machine applied everything
 //     committed when the read arrived (a read index). Concurrent reads share
-//     one round. A standby forwards the read to the leader; a node that
-//     cannot confirm its leadership (paused, cut off, deposed) answers
-//     UNAVAILABLE and never from its local state.
+//     one round. A standby forwards the read to the leader (the reads it
+//     forwards at the same time in one ForwardReads call, from cluster
+//     format 2: the leader confirms once for them, after the call arrived,
+//     and judges each as its own caller); a node that cannot confirm its
+//     leadership (paused, cut off, deposed) answers UNAVAILABLE and never
+//     from its local state.
 //   STALE: any node answers at once from its local state, which may lag
 //     the leader by any amount (a cut-off node's by its whole isolation).
 //     The answer says how far: the applied index, and how long ago the node
