@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,9 @@ const (
 	// under gRPC's 4 MiB receive limit; the reads left are forwarded
 	// alone.
 	batchAnswerBudget = 1 << 20
+	// batchAnswerCap is what an answer never exceeds, its first read's
+	// aside (which alone would exceed the limit too).
+	batchAnswerCap = 3 << 20
 	// batchRefusedFor is how long a standby forwards reads alone after
 	// the leader refused a ForwardReads call: long enough not to try on
 	// every read, short enough to find an upgraded leader at the same
@@ -217,6 +221,20 @@ func (b *readBatcher) read(ctx context.Context, method string, req, out proto.Me
 		if !sent {
 			return false, &errUnsent{statusCause{err}}
 		}
+		var lc *leaderChangedError
+		if !errors.As(context.Cause(ctx), &lc) {
+			return false, err
+		}
+		// Cut by this node's change of leader, which cuts every read of
+		// the call (they share its view) and so the call: once it ends,
+		// it says whether anything of it left this node. If nothing did,
+		// a held read goes on to the new leader, as one forwarded alone
+		// does (markUnsent).
+		<-r.done
+		var un *errUnsent
+		if errors.As(r.err, &un) {
+			return false, &errUnsent{statusCause{err}}
+		}
 		return false, err
 	}
 	switch {
@@ -277,17 +295,23 @@ func (b *readBatcher) send(batch []*batchedRead) {
 		}
 		in.Reads[i] = fr
 	}
-	// The call lasts while one of its reads waits for it (each read's
-	// context ends with its caller, its own timeout, or this node's
-	// change of leader: forwardCall), and at most ForwardTimeout.
-	ctx, cancel := context.WithTimeoutCause(context.Background(), b.s.cfg.ForwardTimeout, errForwardTimeout)
-	defer cancel()
+	// The call lasts while one of its reads waits for it: each read's
+	// context ends with its caller, its deadline (the caller's, or
+	// ForwardTimeout: forwardCall), or this node's change of leader. So
+	// its deadline is the latest of theirs.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if last, ok := latestDeadline(batch); ok {
+		var cancelAt context.CancelFunc
+		ctx, cancelAt = context.WithDeadlineCause(ctx, last, errForwardTimeout)
+		defer cancelAt()
+	}
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))
 	for _, r := range batch {
 		stop := context.AfterFunc(r.ctx, func() {
 			if waiting.Add(-1) == 0 {
-				cancel()
+				cancel(errReadsGone)
 			}
 		})
 		defer stop()
@@ -297,9 +321,10 @@ func (b *readBatcher) send(batch []*batchedRead) {
 	resp, err := adminpb.NewAdminClient(b.cc).ForwardReads(ctx, in)
 	defer func() {
 		for _, r := range batch {
-			if r.alone {
+			switch {
+			case r.alone:
 				b.s.bulk.alone.Add(1)
-			} else {
+			case err == nil:
 				b.s.bulk.inBulk.Add(1)
 			}
 		}
@@ -320,10 +345,16 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			return
 		}
 		if ctx.Err() != nil {
-			// Every read gave up, or the timeout: like a read forwarded
+			// Every read gave up, or the deadline: like a read forwarded
 			// alone, a failure to reach the leader (no hint), which a
-			// held read retries.
+			// held read retries; never sent if the connection never
+			// carried it (markUnsent, on b.cc).
+			var un *errUnsent
+			unsent := errors.As(err, &un)
 			err = status.Error(codes.Unavailable, fmt.Sprintf("admin: forwarded reads to %s: %v", b.to, context.Cause(ctx)))
+			if unsent {
+				err = &errUnsent{statusCause{err}}
+			}
 		}
 		for _, r := range batch {
 			r.err = err
@@ -351,6 +382,26 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			r.resp = nil
 		}
 	}
+}
+
+// errReadsGone ends a ForwardReads call none of whose reads waits any
+// more.
+var errReadsGone = errors.New("admin: every read of the call gave up")
+
+// latestDeadline is the latest deadline of the reads of batch, if each
+// has one.
+func latestDeadline(batch []*batchedRead) (time.Time, bool) {
+	var last time.Time
+	for _, r := range batch {
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			return time.Time{}, false
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return last, true
 }
 
 // forwardReadsHandler is ForwardReads' method handler: it runs the call
@@ -404,7 +455,11 @@ func (s *Server) serveForwardedReads(ctx, outer context.Context, srv any, in *ad
 		} else {
 			a = s.serveForwardedRead(outer, base, srv, r, h, interceptor)
 		}
-		size += len(a.GetResponse()) + len(a.GetStatus())
+		n := len(a.GetResponse()) + len(a.GetStatus())
+		if len(out.Answers) > 0 && size+n > batchAnswerCap {
+			break // served, but the standby forwards it alone
+		}
+		size += n
 		out.Answers = append(out.Answers, a)
 	}
 	return out, nil
