@@ -313,3 +313,75 @@ func TestForwardReadsFallsBackAlone(t *testing.T) {
 		t.Errorf("%d ForwardReads calls, %d reads sent alone after one, %d reads at the leader; want 1, 1, 3", calls, alone, fwd)
 	}
 }
+
+// TestForwardedReadsInBulkAcrossLeaderChanges: while the leadership moves
+// from master to master, reads sent to every master together (in bulk
+// from the standbys) either fail UNAVAILABLE or see every submission
+// acknowledged before they were sent, answered linearizable by the master
+// that led then.
+func TestForwardedReadsInBulkAcrossLeaderChanges(t *testing.T) {
+	nodes := startCluster(t, 3)
+	converged(t, nodes)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const rounds, readers = 12, 6
+	var served, unavailable atomic.Int64
+	var mu sync.Mutex
+	leaders := map[string]bool{}
+	var moves sync.WaitGroup
+	defer moves.Wait()
+	for round := range rounds {
+		var id uint64
+		testwait.ForNil(t, 30*time.Second, "a submission acknowledged", func() error {
+			r, err := nodes[round%3].cl.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}, Nonce: fmt.Sprintf("r%d", round)})
+			id = r.GetId()
+			return err
+		})
+		if round%3 == 1 {
+			// Move the leadership while this round's reads are in flight.
+			moves.Add(1)
+			go func() {
+				defer moves.Done()
+				for _, n := range nodes {
+					if _, err := n.node.Executor(); err == nil {
+						_ = n.node.TransferLeadership(ctx, "")
+						return
+					}
+				}
+			}()
+		}
+		var wg sync.WaitGroup
+		for i := range readers * 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := nodes[i%3].cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
+				switch {
+				case status.Code(err) == codes.Unavailable:
+					unavailable.Add(1)
+				case err != nil:
+					t.Errorf("round %d: procedure %d through %s: %v", round, id, nodes[i%3].node.ID(), err)
+				case p.GetRead().GetConsistency() != adminpb.Consistency_LINEARIZABLE || p.GetRead().GetRaftState() != "Leader":
+					t.Errorf("round %d: answered %+v, want linearizable by a leader", round, p.GetRead())
+				default:
+					served.Add(1)
+					mu.Lock()
+					leaders[p.GetRead().GetServedBy()] = true
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	var inBulk int64
+	for _, n := range nodes {
+		inBulk += n.srv.bulk.inBulk.Load()
+	}
+	t.Logf("%d reads served by %d leaders (%d of them forwarded in bulk), %d UNAVAILABLE", served.Load(), len(leaders), inBulk, unavailable.Load())
+	if inBulk == 0 {
+		t.Error("no read was forwarded in bulk")
+	}
+	if len(leaders) < 2 {
+		t.Errorf("reads served by %v: the leadership never moved", leaders)
+	}
+}
