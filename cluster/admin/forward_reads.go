@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -94,6 +95,38 @@ const (
 // forwarded through them: answered in bulk, or sent alone after all (for
 // tests and BenchmarkReads).
 type bulkCounts struct{ calls, inBulk, alone atomic.Int64 }
+
+// registerBulkMetrics exports s.bulk to reg (nil: nowhere).
+func (s *Server) registerBulkMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	reads := func(how string, n *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "baton_admin_forwarded_reads_total",
+			Help:        "Linearizable reads this master forwarded to the leader in ForwardReads calls, by how they were answered: bulk (in the call) or alone (sent again by themselves: the leader refused the call or its answer stopped short).",
+			ConstLabels: prometheus.Labels{"how": how},
+		}, func() float64 { return float64(n.Load()) })
+	}
+	calls := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "baton_admin_forward_reads_calls_total",
+		Help: "ForwardReads calls this master made to the leader: bulk reads over calls is how many reads shared a call.",
+	}, func() float64 { return float64(s.bulk.calls.Load()) })
+	for _, c := range []prometheus.Collector{reads("bulk", &s.bulk.inBulk), reads("alone", &s.bulk.alone), calls} {
+		err := reg.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			// A server started again in the same process (a test's
+			// restart): this one's counters replace the last one's.
+			reg.Unregister(are.ExistingCollector)
+			err = reg.Register(c)
+		}
+		if err != nil {
+			return fmt.Errorf("admin: forwarded reads metrics: %w", err)
+		}
+	}
+	return nil
+}
 
 // batchReadKey marks the context of a linearizable read that serveRead
 // forwards: the leader's connection may carry it in bulk.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -287,7 +288,8 @@ func TestForwardReadsSendsTheRestAlone(t *testing.T) {
 func TestForwardReadsFallsBackAlone(t *testing.T) {
 	l := &fakeLeader{state: "alone"}
 	addr := startLeader(t, l)
-	s, b := standby(t, addr, Config{RegisterInterval: time.Hour})
+	reg := prometheus.NewRegistry()
+	s, b := standby(t, addr, Config{RegisterInterval: time.Hour, Metrics: reg})
 	b.mu.Lock()
 	b.kv[cluster.ClusterFormatKey] = version.EncodeClusterFormat(version.Format1)
 	b.mu.Unlock()
@@ -311,6 +313,19 @@ func TestForwardReadsFallsBackAlone(t *testing.T) {
 	read()
 	if calls, alone, fwd := s.bulk.calls.Load(), s.bulk.alone.Load(), l.forwarded.Load(); calls != 1 || alone != 1 || fwd != 3 {
 		t.Errorf("%d ForwardReads calls, %d reads sent alone after one, %d reads at the leader; want 1, 1, 3", calls, alone, fwd)
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"baton_admin_forward_reads_calls_total", nil, 1},
+		{"baton_admin_forwarded_reads_total", map[string]string{"how": "alone"}, 1},
+		{"baton_admin_forwarded_reads_total", map[string]string{"how": "bulk"}, 0},
+	} {
+		if v := counterValue(t, reg, c.name, c.labels); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
 	}
 }
 

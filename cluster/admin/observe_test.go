@@ -45,6 +45,8 @@ var (
 		"baton_cluster_format", "baton_build_info",
 		// What this master's autopilot did while it led.
 		"baton_autopilot_promotions_total", "baton_autopilot_removals_total",
+		// The reads it forwarded in bulk.
+		"baton_admin_forwarded_reads_total", "baton_admin_forward_reads_calls_total",
 	}
 	leaderFamilies = []string{
 		// Procedures.

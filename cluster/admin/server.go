@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -87,6 +88,9 @@ type Config struct {
 	ServerOptions []grpc.ServerOption
 	// Logger. Default: a null logger.
 	Logger hclog.Logger
+	// Metrics, if set, receives the server's own counters
+	// (baton_admin_forwarded_reads_total, baton_admin_forward_reads_calls_total).
+	Metrics prometheus.Registerer
 	// ClusterSecret, in a plaintext cluster, is the secret every master is
 	// given (agent --cluster-secret): this server sends it on its calls to
 	// other masters, and believes what a caller says of a call it passes
@@ -242,6 +246,9 @@ func New(b Backend, cfg Config) (*Server, error) {
 		if err := s.acl.UseBootstrapToken(s.acc.BootstrapToken); err != nil {
 			return nil, err // Validate said it already
 		}
+	}
+	if err := s.registerBulkMetrics(cfg.Metrics); err != nil {
+		return nil, err
 	}
 	if cfg.Access != nil {
 		var err error

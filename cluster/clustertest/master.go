@@ -200,7 +200,7 @@ func (m *Master) start() error {
 		return fmt.Errorf("%s: node: %w", m.ID, err)
 	}
 	var srv *admin.Server
-	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond, ClusterSecret: c.secret}
+	acfg := admin.Config{AdvertiseAddr: m.addr, HTTPAddr: m.httpAddr, Logger: cfg.Logger, RegisterInterval: 20 * time.Millisecond, ClusterSecret: c.secret, Metrics: m.metrics}
 	if c.cfg.Audit {
 		acfg.Access = &admin.Access{}
 	}

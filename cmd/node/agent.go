@@ -257,7 +257,7 @@ func (a *agent) startAPI(stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
-	if a.srv, err = admin.New(admin.WithDomain(admin.NodeBackend(a.node), a.dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.logger,
+	if a.srv, err = admin.New(admin.WithDomain(admin.NodeBackend(a.node), a.dom), admin.Config{AdvertiseAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.logger, Metrics: a.metrics,
 		DialOptions: a.tlsc.dialTo(security.RoleMaster), Access: agentAccess(cfg, a.metrics, stdout), ClusterSecret: cfg.ClusterSecret, Snapshots: a.snapshotSchedule()}); err != nil {
 		return err
 	}
