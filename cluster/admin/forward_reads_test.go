@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -398,5 +400,34 @@ func TestForwardedReadsInBulkAcrossLeaderChanges(t *testing.T) {
 	}
 	if len(leaders) < 2 {
 		t.Errorf("reads served by %v: the leadership never moved", leaders)
+	}
+}
+
+// TestForwardableReadsAreTheReads: forwardableReads is every unary method
+// of the admin service that clients call, takes a consistency and is not
+// audited (a read of replicated state), and nothing else: a read added to
+// admin.proto fails this until it is listed (or this test says why not).
+func TestForwardableReadsAreTheReads(t *testing.T) {
+	svc := adminpb.File_admin_proto.Services().ByName("Admin")
+	want := map[string]bool{}
+	for _, md := range adminpb.Admin_ServiceDesc.Methods {
+		m := svc.Methods().ByName(protoreflect.Name(md.MethodName))
+		if m == nil {
+			t.Fatalf("method %s has no descriptor", md.MethodName)
+		}
+		_, clients := access.MethodPermission(md.MethodName)
+		if clients && !access.Audited(md.MethodName) && m.Input().Fields().ByName("consistency") != nil {
+			want["/"+adminpb.Admin_ServiceDesc.ServiceName+"/"+md.MethodName] = true
+		}
+	}
+	for m := range want {
+		if !forwardableReads[m] {
+			t.Errorf("%s reads replicated state (a consistency, not audited) but is not in forwardableReads", m)
+		}
+	}
+	for m := range forwardableReads {
+		if !want[m] {
+			t.Errorf("forwardableReads lists %s, which is not a unary read of replicated state", m)
+		}
 	}
 }
