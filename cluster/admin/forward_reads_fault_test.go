@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/testwait"
@@ -67,16 +66,7 @@ func (l *slowLeader) GetProcedure(ctx context.Context, req *adminpb.GetProcedure
 
 func (l *slowLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsRequest) (*adminpb.ForwardReadsResponse, error) {
 	time.Sleep(l.delay)
-	out := &adminpb.ForwardReadsResponse{}
-	for _, r := range in.GetReads() {
-		var req adminpb.GetProcedureRequest
-		if err := proto.Unmarshal(r.GetRequest(), &req); err != nil {
-			return nil, err
-		}
-		raw, _ := proto.Marshal(&adminpb.Procedure{Id: req.GetId(), State: "bulk"})
-		out.Answers = append(out.Answers, &adminpb.ForwardedAnswer{Response: raw})
-	}
-	return out, nil
+	return answerGets(in, 0)
 }
 
 // slowLeaderRead: a caller that set its own deadline, longer than
@@ -85,16 +75,7 @@ func (l *slowLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsR
 func slowLeaderRead(t *testing.T, format version.Format) {
 	l := &slowLeader{delay: 1500 * time.Millisecond}
 	l.fakeLeader.state = "alone"
-	l.release = make(chan struct{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(KeepaliveEnforcement())
-	adminpb.RegisterAdminServer(gs, l)
-	go gs.Serve(lis)
-	t.Cleanup(func() { close(l.release); gs.Stop() })
-	s, b := standby(t, lis.Addr().String(), Config{RegisterInterval: time.Hour, ForwardTimeout: 500 * time.Millisecond})
+	s, b := standby(t, serveFake(t, l, &l.fakeLeader), Config{RegisterInterval: time.Hour, ForwardTimeout: 500 * time.Millisecond})
 	b.mu.Lock()
 	b.kv[cluster.ClusterFormatKey] = version.EncodeClusterFormat(format)
 	b.mu.Unlock()

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -147,9 +145,15 @@ func (l *bulkLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsR
 		<-l.holdOne
 	}
 	l.sizes <- len(in.GetReads())
+	return answerGets(in, l.serve)
+}
+
+// answerGets answers the GetProcedure reads of in, the first n of them
+// (0: all), each with its id and the state "bulk".
+func answerGets(in *adminpb.ForwardReadsRequest, n int) (*adminpb.ForwardReadsResponse, error) {
 	out := &adminpb.ForwardReadsResponse{}
 	for i, r := range in.GetReads() {
-		if l.serve > 0 && i == l.serve {
+		if n > 0 && i == n {
 			break
 		}
 		var req adminpb.GetProcedureRequest
@@ -166,17 +170,7 @@ func (l *bulkLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsR
 func bulkStandby(t *testing.T, l *bulkLeader) (*Server, adminpb.AdminClient) {
 	t.Helper()
 	l.sizes = make(chan int, 64)
-	l.release = make(chan struct{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(KeepaliveEnforcement())
-	adminpb.RegisterAdminServer(gs, l)
-	go gs.Serve(lis)
-	t.Cleanup(func() { close(l.release); gs.Stop() })
-	addr := lis.Addr().String()
-	s, b := standby(t, addr, Config{RegisterInterval: time.Hour})
+	s, b := standby(t, serveFake(t, l, &l.fakeLeader), Config{RegisterInterval: time.Hour})
 	b.mu.Lock()
 	b.kv[cluster.ClusterFormatKey] = version.EncodeClusterFormat(version.Format2)
 	b.mu.Unlock()
@@ -184,23 +178,11 @@ func bulkStandby(t *testing.T, l *bulkLeader) (*Server, adminpb.AdminClient) {
 	return s, cl
 }
 
-// TestForwardReadsGathersWaitingReads: the reads that arrive while a call
-// is in flight go together in the next, each answered with its own.
-func TestForwardReadsGathersWaitingReads(t *testing.T) {
-	l := &bulkLeader{holdOne: make(chan struct{})}
-	l.fakeLeader.state = "alone"
-	s, cl := bulkStandby(t, l)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	const later = 8
-	errs := make(chan error, later+1)
-	get := func(id uint64) {
-		p, err := cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
-		if err == nil && (p.GetId() != id || p.GetState() != "bulk") {
-			err = fmt.Errorf("read of %d answered %d (%s)", id, p.GetId(), p.GetState())
-		}
-		errs <- err
-	}
+// queueBehindFirstCall reads 100 with get, waits for its call to reach
+// the leader l (which holds it), reads 1..later meanwhile, and releases
+// the first call once they are queued behind it on s.
+func queueBehindFirstCall(t *testing.T, s *Server, l *bulkLeader, later int, get func(id uint64)) {
+	t.Helper()
 	go get(100)
 	testwait.For(t, 10*time.Second, "the first call to reach the leader", func() bool { return l.calls.Load() == 1 })
 	for i := range later {
@@ -220,6 +202,26 @@ func TestForwardReadsGathersWaitingReads(t *testing.T) {
 		return false
 	})
 	close(l.holdOne)
+}
+
+// TestForwardReadsGathersWaitingReads: the reads that arrive while a call
+// is in flight go together in the next, each answered with its own.
+func TestForwardReadsGathersWaitingReads(t *testing.T) {
+	l := &bulkLeader{holdOne: make(chan struct{})}
+	l.fakeLeader.state = "alone"
+	s, cl := bulkStandby(t, l)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const later = 8
+	errs := make(chan error, later+1)
+	get := func(id uint64) {
+		p, err := cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: id})
+		if err == nil && (p.GetId() != id || p.GetState() != "bulk") {
+			err = fmt.Errorf("read of %d answered %d (%s)", id, p.GetId(), p.GetState())
+		}
+		errs <- err
+	}
+	queueBehindFirstCall(t, s, l, later, get)
 	for range later + 1 {
 		if err := <-errs; err != nil {
 			t.Error(err)
@@ -252,25 +254,7 @@ func TestForwardReadsSendsTheRestAlone(t *testing.T) {
 		}
 		states <- p.GetState()
 	}
-	go get(100)
-	testwait.For(t, 10*time.Second, "the first call to reach the leader", func() bool { return l.calls.Load() == 1 })
-	for i := range later {
-		go get(uint64(i + 1))
-	}
-	testwait.For(t, 10*time.Second, "the later reads to queue", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, b := range s.batchers {
-			b.mu.Lock()
-			n := len(b.queue)
-			b.mu.Unlock()
-			if n == later {
-				return true
-			}
-		}
-		return false
-	})
-	close(l.holdOne)
+	queueBehindFirstCall(t, s, l, later, get)
 	count := map[string]int{}
 	for range later + 1 {
 		count[<-states]++

@@ -145,7 +145,11 @@ func (l *fakeLeader) WatchProcedure(req *adminpb.WatchProcedureRequest, s grpc.S
 }
 
 // startLeader serves l and returns its address.
-func startLeader(t *testing.T, l *fakeLeader) string {
+func startLeader(t *testing.T, l *fakeLeader) string { return serveFake(t, l, l) }
+
+// serveFake serves srv, a fake leader built on l (l itself, or a type
+// embedding it), and returns its address.
+func serveFake(t *testing.T, srv adminpb.AdminServer, l *fakeLeader) string {
 	t.Helper()
 	l.release = make(chan struct{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,7 +157,7 @@ func startLeader(t *testing.T, l *fakeLeader) string {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(KeepaliveEnforcement())
-	adminpb.RegisterAdminServer(gs, l)
+	adminpb.RegisterAdminServer(gs, srv)
 	go gs.Serve(lis)
 	t.Cleanup(func() { close(l.release); gs.Stop() })
 	return lis.Addr().String()
