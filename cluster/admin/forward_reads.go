@@ -73,9 +73,15 @@ const (
 	// maxBatchedReads bounds the reads of one ForwardReads call
 	// (the request's limit is 256).
 	maxBatchedReads = 64
-	// batchRequestBudget ends a call's reads once their requests hold
-	// this many bytes (a read's request is far below it).
+	// batchRequestBudget bounds the requests of a call's reads but its
+	// first (a read's request is far below it).
 	batchRequestBudget = 1 << 20
+	// The limits of a ForwardedRead (admin.proto): a read beyond them
+	// goes alone.
+	maxForwardedRequest = 1 << 20
+	maxForwardedHeaders = 32
+	maxForwardedKey     = 128
+	maxForwardedValue   = 8192
 	// batchAnswerBudget ends the leader's answers once they hold this
 	// many bytes: a page of a read ends at 1 MiB, so the answer stays
 	// under gRPC's 4 MiB receive limit; the reads left are forwarded
@@ -235,6 +241,9 @@ func (b *readBatcher) read(ctx context.Context, method string, req, out proto.Me
 		return true, nil
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
+	if !fitsForwardedRead(raw, md) {
+		return true, nil
+	}
 	r := &batchedRead{ctx: ctx, method: method, req: raw, md: md, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
@@ -282,14 +291,39 @@ func (b *readBatcher) read(ctx context.Context, method string, req, out proto.Me
 	return false, nil
 }
 
+// fitsForwardedRead says a read of request req with metadata md is within
+// ForwardedRead's limits (admin.proto): one that is not goes alone, as it
+// would have, rather than have the leader refuse the call that carries it
+// and every other read with it.
+func fitsForwardedRead(req []byte, md metadata.MD) bool {
+	if len(req) > maxForwardedRequest {
+		return false
+	}
+	n := 0
+	for k, vs := range md {
+		if len(k) > maxForwardedKey {
+			return false
+		}
+		for _, v := range vs {
+			if n++; n > maxForwardedHeaders || len(v) > maxForwardedValue {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // run sends the queued reads, a call at a time, until none is left.
 func (b *readBatcher) run() {
 	for {
 		b.mu.Lock()
 		var batch []*batchedRead
 		size := 0
-		for len(b.queue) > 0 && len(batch) < maxBatchedReads && size < batchRequestBudget {
+		for len(b.queue) > 0 && len(batch) < maxBatchedReads {
 			r := b.queue[0]
+			if len(batch) > 0 && size+len(r.req) > batchRequestBudget {
+				break // the next call takes it
+			}
 			b.queue[0] = nil
 			b.queue = b.queue[1:]
 			if r.ctx.Err() != nil {
@@ -343,7 +377,14 @@ func (b *readBatcher) send(batch []*batchedRead) {
 	waiting.Store(int32(len(batch)))
 	for _, r := range batch {
 		stop := context.AfterFunc(r.ctx, func() {
-			if waiting.Add(-1) == 0 {
+			var lc *leaderChangedError
+			switch cause := context.Cause(r.ctx); {
+			case errors.As(cause, &lc):
+				// This node no longer sees the call's leader: the
+				// call ends now, so that the read learns at once
+				// whether it left (read), and the others go alone.
+				cancel(cause)
+			case waiting.Add(-1) == 0:
 				cancel(errReadsGone)
 			}
 		})
@@ -363,7 +404,32 @@ func (b *readBatcher) send(batch []*batchedRead) {
 		}
 	}()
 	if err != nil {
+		var lc *leaderChangedError
+		if errors.As(context.Cause(ctx), &lc) {
+			// Cut for a read whose forward was cut: each read still
+			// waiting goes alone (it may be one this node forwarded
+			// after it saw the change); the others learn whether the
+			// call left.
+			var un *errUnsent
+			unsent := errors.As(err, &un)
+			for _, r := range batch {
+				if r.ctx.Err() == nil {
+					r.alone = true
+				} else if unsent {
+					r.err = err
+				}
+			}
+			return
+		}
 		switch status.Code(err) {
+		case codes.InvalidArgument, codes.ResourceExhausted:
+			// The call refused as a whole (its size, a read's bytes
+			// the leader's limits count and these do not): each read
+			// alone gets its own answer.
+			for _, r := range batch {
+				r.alone = true
+			}
+			return
 		case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
 			// A leader without ForwardReads, or one that does not take
 			// this node for a master: each read alone gets its own

@@ -3,12 +3,15 @@ package admin
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/internal/testwait"
@@ -124,5 +127,127 @@ func TestForwardedReadRetriesAnUnsentBatch(t *testing.T) {
 	t.Logf("bulk: %d calls, %d in bulk, %d alone", s.bulk.calls.Load(), s.bulk.inBulk.Load(), s.bulk.alone.Load())
 	if s.bulk.calls.Load() < 2 {
 		t.Errorf("%d ForwardReads calls, want the read to have gone in bulk, retried", s.bulk.calls.Load())
+	}
+}
+
+// withUnknown is req with an unknown field of n bytes: the request limits
+// check known fields only, so the standby and a leader serving the read
+// alone both take it.
+func withUnknown(req *adminpb.GetProcedureRequest, n int) *adminpb.GetProcedureRequest {
+	b := protowire.AppendTag(nil, 999, protowire.BytesType)
+	b = protowire.AppendBytes(b, make([]byte, n))
+	req.ProtoReflect().SetUnknown(b)
+	return req
+}
+
+// TestForwardedBigReadGoesAloneNotPoisoningItsCall: one client's read whose
+// marshalled request exceeds ForwardedRead.request's 1 MiB limit (an
+// unknown field) makes the leader refuse the whole ForwardReads call, and
+// every other client's read in that call fails with it. Alone, each read
+// (the big one included) is answered.
+func TestForwardedBigReadGoesAloneNotPoisoningItsCall(t *testing.T) {
+	nodes := startCluster(t, 3)
+	li := converged(t, nodes)
+	leader, standby := nodes[li], nodes[(li+1)%3]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := leader.cl.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The big read alone, at the leader, is served.
+	if _, err := leader.cl.GetProcedure(ctx, withUnknown(&adminpb.GetProcedureRequest{Id: r.GetId()}, 1200<<10)); err != nil {
+		t.Fatalf("the big read at the leader: %v", err)
+	}
+	var bad atomic.Int64
+	var first atomic.Value
+	for range 10 {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = standby.cl.GetProcedure(ctx, withUnknown(&adminpb.GetProcedureRequest{Id: r.GetId()}, 1200<<10))
+		}()
+		for range 15 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := standby.cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: r.GetId()}); err != nil {
+					bad.Add(1)
+					first.CompareAndSwap(nil, status.Convert(err).Message())
+					first.CompareAndSwap(nil, err.Error())
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	t.Logf("bulk: %d calls, %d in bulk, %d alone", standby.srv.bulk.calls.Load(), standby.srv.bulk.inBulk.Load(), standby.srv.bulk.alone.Load())
+	if bad.Load() > 0 {
+		t.Errorf("%d of 150 ordinary reads failed because another client's read shared their call; first: %v", bad.Load(), first.Load())
+	}
+}
+
+// hangingBulkLeader's ForwardReads hangs until its call ends.
+type hangingBulkLeader struct{ fakeLeader }
+
+func (l *hangingBulkLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsRequest) (*adminpb.ForwardReadsResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestForwardedReadCutReturnsAtOnce: a read of a call cut by a change
+// of leader waits for the call to end; if another read of that call was
+// not cut (registered after cancelStaleForwards took its list, the view
+// back at the same leader by the next tick), the cut read waits to that
+// read's deadline, where a read forwarded alone returns at once.
+func TestForwardedReadCutReturnsAtOnce(t *testing.T) {
+	l := &hangingBulkLeader{}
+	l.fakeLeader.state = "alone"
+	addr := serveFake(t, l, &l.fakeLeader)
+	s, b := standby(t, addr, Config{RegisterInterval: time.Hour})
+	b.mu.Lock()
+	b.kv[cluster.ClusterFormatKey] = version.EncodeClusterFormat(version.Format2)
+	b.mu.Unlock()
+	s.mu.Lock()
+	cc, err := s.connTo(addr, true)
+	if err != nil {
+		s.mu.Unlock()
+		t.Fatal(err)
+	}
+	rb := s.readBatcherFor(cc, leaderView{"m1", addr})
+	s.mu.Unlock()
+	read := func(ctx context.Context) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			var out adminpb.Procedure
+			_, err := rb.read(ctx, adminpb.Admin_GetProcedure_FullMethodName, &adminpb.GetProcedureRequest{Id: 1}, &out)
+			ch <- err
+		}()
+		return ch
+	}
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	r0 := read(ctx0)
+	testwait.For(t, 5*time.Second, "call 0 in flight", func() bool { return s.bulk.calls.Load() == 1 })
+	ctx1, cut1 := context.WithCancelCause(context.Background())
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	r1, r2 := read(ctx1), read(ctx2)
+	testwait.For(t, 5*time.Second, "two reads queued", func() bool {
+		rb.mu.Lock()
+		defer rb.mu.Unlock()
+		return len(rb.queue) == 2
+	})
+	cancel0()
+	<-r0
+	testwait.For(t, 5*time.Second, "call 1 in flight", func() bool { return s.bulk.calls.Load() == 2 })
+	start := time.Now()
+	cut1(&leaderChangedError{to: leaderView{"m2", "x"}})
+	err1 := <-r1
+	t.Logf("cut read returned after %v: %v", time.Since(start).Round(time.Millisecond), err1)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a read cut by a change of leader took %v to return (its neighbour's deadline), want at once", d.Round(time.Millisecond))
+	}
+	if err := <-r2; err != nil {
+		t.Errorf("the read not cut, sent alone: %v", err)
 	}
 }
