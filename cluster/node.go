@@ -374,6 +374,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout, n.shutdownCh)
+	n.reads.probe = n.probeQuorum
 	// From here on raft panics on a failed term write: wait for the disk
 	// instead (before, a failure is returned, and NewNode fails with it).
 	n.stable.arm()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,12 +24,15 @@ import (
 // executor only after a Barrier of its own term committed. Then a quorum
 // confirms the node is still leader of the same term with answers to
 // requests sent after the read arrived, so no other leader can have
-// acknowledged anything the index misses: a round of raft.VerifyLeader
-// makes the leader send heartbeats at once, and contactTracker (contact.go)
-// tells which answers came to requests sent after the read arrived (raft's
-// own count may include older ones); rounds repeat until a quorum of such
-// answers is in. Last, the read waits for the FSM to apply the index.
-// Concurrent reads share rounds (readConfirmer).
+// acknowledged anything the index misses. A round sends heartbeats at
+// once: to the fewest followers that make a quorum with the leader, those
+// that answered last (probeQuorum), or, when they do not answer within
+// probeTimeout, to every follower through raft.VerifyLeader.
+// contactTracker (contact.go) tells which answers came to requests sent
+// after the read arrived (raft's own count may include older ones); rounds
+// repeat until a quorum of such answers is in. That count, not the round's
+// own outcome, is what confirms the read. Last, the read waits for the FSM
+// to apply the index. Concurrent reads share rounds (readConfirmer).
 //
 // Leases are not used: a leader trusting its lease without a round answers
 // stale reads when its process was paused past the lease (SIGSTOP, a long
@@ -132,6 +136,79 @@ func (n *Node) ReadRounds() (rounds, reads int64) {
 	return n.reads.rounds.Load(), n.reads.reads.Load()
 }
 
+// probeTimeout bounds a probe's wait for its followers' answers before
+// the round falls back to raft's own (which asks every follower).
+const probeTimeout = 25 * time.Millisecond
+
+var errProbe = errors.New("cluster: read: the probe got no quorum")
+
+// probeQuorum sends a heartbeat of this node's term, as raft's own, to
+// the fewest followers that make a quorum with this node (one of three),
+// those that answered last, through the contact tracker, which records their
+// answers; LinearizableRead then counts them (quorumAckedSince). raft's
+// VerifyLeader heartbeats every follower through its leader loop: twice
+// the messages in a cluster of three, and more goroutine hops.
+func (n *Node) probeQuorum() error {
+	term := n.raft.CurrentTerm()
+	if n.raft.State() != raft.Leader {
+		// A heartbeat of a node that stepped down in the same term
+		// would reset its followers' election timers for nothing.
+		return errProbe
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	self := raft.ServerID(n.cfg.ID)
+	var peers []raft.Server
+	voters, selfVotes := 0, 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == self {
+			selfVotes = 1 // a leader on its way out may not be a voter
+		} else {
+			peers = append(peers, s)
+		}
+	}
+	need := voters/2 + 1 - selfVotes
+	if need <= 0 {
+		return nil
+	}
+	if need > len(peers) {
+		return errProbe
+	}
+	n.contact.mu.Lock()
+	sort.SliceStable(peers, func(i, j int) bool { return n.contact.acked[peers[i].ID].After(n.contact.acked[peers[j].ID]) })
+	n.contact.mu.Unlock()
+	local := n.trans.LocalAddr()
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.trans.EncodePeer(self, local)}
+	answers := make(chan bool, need)
+	for _, p := range peers[:need] {
+		go func() {
+			req := &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term, Leader: n.trans.EncodePeer(self, local)}
+			var resp raft.AppendEntriesResponse
+			err := n.contact.AppendEntries(p.ID, p.Address, req, &resp)
+			answers <- err == nil && resp.Term == term
+		}()
+	}
+	timeout := time.NewTimer(probeTimeout)
+	defer timeout.Stop()
+	for range need {
+		select {
+		case ok := <-answers:
+			if !ok {
+				return errProbe
+			}
+		case <-timeout.C:
+			return errProbe
+		}
+	}
+	return nil
+}
+
 // quorumAckedSince reports whether a quorum of the voters (this node
 // counting for itself) accepted, in this node's term, requests it sent at
 // or after t.
@@ -184,7 +261,11 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 // arrived; every read waiting when a round starts shares it.
 type readConfirmer struct {
 	verify func() error // one quorum round
-	noop   func() error // commits a NOOP command
+	// probe, if set, is tried first: fresh acknowledgements from just
+	// enough followers to make a quorum with this node, asked directly
+	// (probeQuorum); nil when they came, and verify is then not run.
+	probe func() error
+	noop  func() error // commits a NOOP command
 
 	mu      sync.Mutex
 	next    *readRound // the round reads join now
@@ -256,7 +337,9 @@ func (c *readConfirmer) run() {
 			return
 		}
 		c.mu.Unlock()
-		r.err = c.verify()
+		if c.probe == nil || c.probe() != nil {
+			r.err = c.verify()
+		}
 		c.rounds.Add(1)
 		c.reads.Add(int64(r.waiters))
 		close(r.done)

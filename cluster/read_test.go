@@ -440,3 +440,45 @@ func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 	t.Fatalf("linearizability violated: m0 served a linearizable read (%+v) after %s acknowledged k/after "+
 		"(index %d) before the read arrived; m0's state has k/after: %v", r.ri, c.nodes[ni].ID(), idx, has)
 }
+
+// TestReadRoundsProbeFollowersDirectly: a read's round asks just enough
+// followers for a quorum itself (probeQuorum), the ones that answered
+// last, and raft's VerifyLeader, which asks them all, runs only when the
+// probe gets no quorum: with every follower answering, and with one of
+// two cut off (the probe then asks the other).
+func TestReadRoundsProbeFollowersDirectly(t *testing.T) {
+	c := newTestCluster(t, clusterOpts{n: 3})
+	li, _ := c.leader()
+	l := c.nodes[li]
+	var verifies atomic.Int32
+	verify := l.reads.verify
+	l.reads.verify = func() error { verifies.Add(1); return verify() }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reads := func(what string) {
+		t.Helper()
+		idx := putKey(t, l, "k/"+what, what)
+		before := verifies.Load()
+		r0, _ := l.ReadRounds()
+		for range 20 {
+			ri, err := l.LinearizableRead(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if ri.AppliedIndex < idx {
+				t.Fatalf("%s: read at index %d misses the write acknowledged at %d", what, ri.AppliedIndex, idx)
+			}
+		}
+		r1, _ := l.ReadRounds()
+		rounds, raft := r1-r0, int64(verifies.Load()-before)
+		t.Logf("%s: %d rounds, %d of them raft's", what, rounds, raft)
+		if 2*raft >= rounds {
+			t.Errorf("%s: raft's round ran %d times in %d rounds; want the probe's in most", what, raft, rounds)
+		}
+	}
+	reads("every follower answering")
+	f := (li + 1) % 3
+	c.isolate(f)
+	reads("one follower cut off")
+	c.reconnect(f)
+}
