@@ -106,6 +106,11 @@ type Node struct {
 
 	reads   *readConfirmer  // batches the quorum rounds of linearizable reads
 	contact *contactTracker // when each peer last accepted a request of ours
+	// probing marks the peers a read round's probe waits on (probeQuorum).
+	probing struct {
+		sync.Mutex
+		busy map[raft.ServerID]bool
+	}
 	// seq orders the entries carrying numbered records (the audit
 	// trail's) among every path proposing them: the executors' stores
 	// and the admin API's direct writes (Sequencer).
@@ -374,6 +379,7 @@ func NewNode(cfg Config) (n *Node, err error) {
 		return nil, err
 	}
 	n.reads = newReadConfirmer(n.raft, cfg.BarrierTimeout, n.shutdownCh)
+	n.probing.busy = map[raft.ServerID]bool{}
 	n.reads.probe = n.probeQuorum
 	// From here on raft panics on a failed term write: wait for the disk
 	// instead (before, a failure is returned, and NewNode fails with it).

@@ -110,6 +110,12 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 		if term := n.raft.CurrentTerm(); term != execTerm {
 			return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
 		}
+		if n.raft.State() != raft.Leader {
+			// Stepped down in the same term during the round (a lost
+			// lease): the read would still be linearizable, but this
+			// node says it does not lead, as VerifyLeader would.
+			return ReadInfo{}, fmt.Errorf("cluster: read: stepped down in term %d: %w", execTerm, n.notLeader())
+		}
 		ok, err := n.quorumAckedSince(arrived)
 		if err != nil {
 			return ReadInfo{}, err
@@ -149,11 +155,17 @@ var errProbe = errors.New("cluster: read: the probe got no quorum")
 // VerifyLeader heartbeats every follower through its leader loop: twice
 // the messages in a cluster of three, and more goroutine hops.
 func (n *Node) probeQuorum() error {
-	term := n.raft.CurrentTerm()
 	if n.raft.State() != raft.Leader {
 		// A heartbeat of a node that stepped down in the same term
 		// would reset its followers' election timers for nothing.
 		return errProbe
+	}
+	term := n.raft.CurrentTerm()
+	n.mu.Lock()
+	execTerm := n.execTerm
+	n.mu.Unlock()
+	if term != execTerm {
+		return errProbe // not the term its executor leads: raft's round tells
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -183,16 +195,38 @@ func (n *Node) probeQuorum() error {
 	n.contact.mu.Lock()
 	sort.SliceStable(peers, func(i, j int) bool { return n.contact.acked[peers[i].ID].After(n.contact.acked[peers[j].ID]) })
 	n.contact.mu.Unlock()
+	// A peer whose last probe has not returned (a dial or an answer that
+	// hangs, up to the transport's timeout) is not asked again: at most
+	// one probe per peer is in flight, and its late heartbeat is the only
+	// one that may reach the peer after this node stepped down.
+	n.probing.Lock()
+	var asked []raft.Server
+	for _, p := range peers {
+		if len(asked) == need {
+			break
+		}
+		if !n.probing.busy[p.ID] {
+			n.probing.busy[p.ID] = true
+			asked = append(asked, p)
+		}
+	}
+	n.probing.Unlock()
 	local := n.trans.LocalAddr()
 	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.trans.EncodePeer(self, local)}
-	answers := make(chan bool, need)
-	for _, p := range peers[:need] {
+	answers := make(chan bool, len(asked))
+	for _, p := range asked {
 		go func() {
 			req := &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term, Leader: n.trans.EncodePeer(self, local)}
 			var resp raft.AppendEntriesResponse
 			err := n.contact.AppendEntries(p.ID, p.Address, req, &resp)
+			n.probing.Lock()
+			delete(n.probing.busy, p.ID)
+			n.probing.Unlock()
 			answers <- err == nil && resp.Term == term
 		}()
+	}
+	if len(asked) < need {
+		return errProbe
 	}
 	timeout := time.NewTimer(probeTimeout)
 	defer timeout.Stop()
