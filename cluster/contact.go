@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"io"
+	"sort"
 	"sync"
 	"time"
 
@@ -122,6 +123,14 @@ func (c *contactTracker) ackedSince(id raft.ServerID, t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return !c.acked[id].Before(t)
+}
+
+// newestAckFirst orders peers by the send time of their newest accepted
+// request, latest first: those most likely to answer the next one.
+func (c *contactTracker) newestAckFirst(peers []raft.Server) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sort.SliceStable(peers, func(i, j int) bool { return c.acked[peers[i].ID].After(c.acked[peers[j].ID]) })
 }
 
 // AppendEntries implements raft.Transport: heartbeats and unpipelined

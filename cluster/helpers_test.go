@@ -236,6 +236,40 @@ func (c *testCluster) isolate(i int) { c.mesh.Partition(i) }
 // reconnect undoes isolate.
 func (c *testCluster) reconnect(i int) { c.mesh.Heal(i) }
 
+// leadOn moves the leadership from node li to node i (nothing if li is
+// i) and waits for i's executor; the transfer's own failure is returned.
+func (c *testCluster) leadOn(li, i int) error {
+	c.t.Helper()
+	if li == i {
+		return nil
+	}
+	if err := c.nodes[li].Raft().LeadershipTransferToServer(raft.ServerID(c.nodes[i].ID()), c.trans[i].LocalAddr()).Error(); err != nil {
+		return err
+	}
+	testwait.For(c.t, 20*time.Second, fmt.Sprintf("m%d to lead with an executor", i), func() bool {
+		_, err := c.nodes[i].Executor()
+		return err == nil
+	})
+	return nil
+}
+
+// leaderAmong waits for one of nodes from..to-1 to lead with an executor,
+// and returns its index.
+func (c *testCluster) leaderAmong(from, to int) int {
+	c.t.Helper()
+	ni := -1
+	testwait.For(c.t, 10*time.Second, fmt.Sprintf("a new leader among m%d..m%d", from, to-1), func() bool {
+		for j := from; j < to; j++ {
+			if _, err := c.nodes[j].Executor(); err == nil {
+				ni = j
+				return true
+			}
+		}
+		return false
+	})
+	return ni
+}
+
 // leader waits until exactly one live node (among those not excluded) is
 // leader with a running executor, and returns its index and executor.
 func (c *testCluster) leader(exclude ...int) (int, *procedure.Executor) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,34 +166,19 @@ func (n *Node) probeQuorum() error {
 	if term != execTerm {
 		return errProbe // not the term its executor leads: raft's round tells
 	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	peers, selfVotes, err := n.voters()
+	if err != nil {
 		return err
 	}
-	self := raft.ServerID(n.cfg.ID)
-	var peers []raft.Server
-	voters, selfVotes := 0, 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
-		}
-		voters++
-		if s.ID == self {
-			selfVotes = 1 // a leader on its way out may not be a voter
-		} else {
-			peers = append(peers, s)
-		}
-	}
-	need := voters/2 + 1 - selfVotes
+	need := (len(peers)+selfVotes)/2 + 1 - selfVotes
 	if need <= 0 {
 		return nil
 	}
 	if need > len(peers) {
 		return errProbe
 	}
-	n.contact.mu.Lock()
-	sort.SliceStable(peers, func(i, j int) bool { return n.contact.acked[peers[i].ID].After(n.contact.acked[peers[j].ID]) })
-	n.contact.mu.Unlock()
+	n.contact.newestAckFirst(peers)
+	self := raft.ServerID(n.cfg.ID)
 	// A peer whose last probe has not returned (a dial or an answer that
 	// hangs, up to the transport's timeout) is not asked again: at most
 	// one probe per peer is in flight, and its late heartbeat is the only
@@ -247,21 +231,38 @@ func (n *Node) probeQuorum() error {
 // counting for itself) accepted, in this node's term, requests it sent at
 // or after t.
 func (n *Node) quorumAckedSince(t time.Time) (bool, error) {
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return false, readError("reading the configuration", err)
+	peers, selfVotes, err := n.voters()
+	if err != nil {
+		return false, err
 	}
-	voters, acked := 0, 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
-		}
-		voters++
-		if s.ID == raft.ServerID(n.cfg.ID) || n.contact.ackedSince(s.ID, t) {
+	acked := selfVotes
+	for _, p := range peers {
+		if n.contact.ackedSince(p.ID, t) {
 			acked++
 		}
 	}
-	return 2*acked > voters, nil
+	return 2*acked > len(peers)+selfVotes, nil
+}
+
+// voters is the latest configuration's voters other than this node, and
+// this node's own vote: 1, or 0 for a leader on its way out of the
+// configuration.
+func (n *Node) voters() (peers []raft.Server, selfVotes int, err error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, 0, readError("reading the configuration", err)
+	}
+	self := raft.ServerID(n.cfg.ID)
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case s.Suffrage != raft.Voter:
+		case s.ID == self:
+			selfVotes = 1
+		default:
+			peers = append(peers, s)
+		}
+	}
+	return peers, selfVotes, nil
 }
 
 // waitApplied waits for the FSM to apply index, nudging it with a NOOP

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/baton-dev/baton/internal/testwait"
 )
 
 // Faults of a read round's probe (probeQuorum). (Written by a reviewer of
@@ -131,8 +129,12 @@ func TestReadProbeFiveNodesTwoDown(t *testing.T) {
 			t.Fatalf("read at %d misses %d", ri.AppliedIndex, idx)
 		}
 	}
+	r0, _ := l.ReadRounds()
+	if _, fb := probedReads(t, l, 20); 2*fb >= 20 {
+		t.Errorf("%d of 20 reads fell back to raft's round with three of five voters answering", fb)
+	}
 	r, _ := l.ReadRounds()
-	t.Logf("rounds %d", r)
+	t.Logf("rounds %d (%d before the counted reads)", r, r0)
 	// Three down: no quorum; reads must fail, not hang.
 	c.isolate((li + 3) % 5)
 	start := time.Now()
@@ -154,6 +156,9 @@ func TestReadProbeSingleNode(t *testing.T) {
 	ri, err := l.LinearizableRead(ctx)
 	if err != nil || ri.AppliedIndex < idx {
 		t.Fatalf("%+v %v", ri, err)
+	}
+	if _, fb := probedReads(t, l, 5); fb != 0 {
+		t.Errorf("%d of 5 reads of a single voter fell back to raft's round", fb)
 	}
 }
 
@@ -226,12 +231,8 @@ func TestReadProbeDeposedLeaderFiveNodes(t *testing.T) {
 		}
 	}})
 	li, _ := c.leader()
-	if li != 0 {
-		f := c.nodes[li].Raft().LeadershipTransferToServer(raft.ServerID(c.nodes[0].ID()), c.trans[0].LocalAddr())
-		if err := f.Error(); err != nil {
-			t.Skipf("transfer: %v", err)
-		}
-		testwait.For(t, 20*time.Second, "m0 to lead", func() bool { _, err := c.nodes[0].Executor(); return err == nil })
+	if err := c.leadOn(li, 0); err != nil {
+		t.Skipf("transfer: %v", err)
 	}
 	old := c.nodes[0]
 	putKey(t, old, "k/before", "1")
@@ -242,16 +243,7 @@ func TestReadProbeDeposedLeaderFiveNodes(t *testing.T) {
 		c.trans[1].Disconnect(c.trans[j].LocalAddr())
 		c.trans[j].Disconnect(c.trans[1].LocalAddr())
 	}
-	var ni int
-	testwait.For(t, 10*time.Second, "a new leader among m2..m4", func() bool {
-		for j := 2; j < 5; j++ {
-			if _, err := c.nodes[j].Executor(); err == nil {
-				ni = j
-				return true
-			}
-		}
-		return false
-	})
+	ni := c.leaderAmong(2, 5)
 	idx := putKey(t, c.nodes[ni], "k/after", "2")
 	if old.Raft().State() != raft.Leader || c.nodes[1].Raft().CurrentTerm() != term {
 		t.Skipf("timing: m0 %v, m1 term %d", old.Raft().State(), c.nodes[1].Raft().CurrentTerm())

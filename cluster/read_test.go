@@ -352,15 +352,8 @@ func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 		}
 	})
 	li, _ := c.leader()
-	if li != 0 {
-		f := c.nodes[li].Raft().LeadershipTransferToServer(raft.ServerID(c.nodes[0].ID()), c.trans[0].LocalAddr())
-		if err := f.Error(); err != nil {
-			t.Fatalf("transfer to m0: %v", err)
-		}
-		testwait.For(t, 20*time.Second, "m0 to lead with an executor", func() bool {
-			_, err := c.nodes[0].Executor()
-			return err == nil
-		})
+	if err := c.leadOn(li, 0); err != nil {
+		t.Fatalf("transfer to m0: %v", err)
 	}
 	old := c.nodes[0]
 	putKey(t, old, "k/before", "1")
@@ -383,16 +376,7 @@ func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 	}
 
 	// m1/m2 elect a new leader, which acknowledges a write.
-	var ni int
-	testwait.For(t, 10*time.Second, "a new leader among m1, m2", func() bool {
-		for j := 1; j < 3; j++ {
-			if _, err := c.nodes[j].Executor(); err == nil {
-				ni = j
-				return true
-			}
-		}
-		return false
-	})
+	ni := c.leaderAmong(1, 3)
 	idx := putKey(t, c.nodes[ni], "k/after", "2")
 	t.Logf("new leader %s acknowledged k/after at index %d", c.nodes[ni].ID(), idx)
 

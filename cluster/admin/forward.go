@@ -467,6 +467,13 @@ func noLeaderYet(err error) error {
 // to send it on (markUnsent).
 type errUnsent struct{ statusCause }
 
+// isUnsent says err is a forward's failure before anything of it left
+// this node (errUnsent).
+func isUnsent(err error) bool {
+	var un *errUnsent
+	return errors.As(err, &un)
+}
+
 // markUnsent is the forwarding connections' interceptor that tells a call
 // that was never sent from one that may have been: gRPC records the peer
 // of a call only once it has a transport stream for it, before which
@@ -552,8 +559,7 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	var un *errUnsent
-	unsent := errors.As(err, &un)
+	unsent := isUnsent(err)
 	if fctx.Err() != nil {
 		cause := context.Cause(fctx)
 		var lc *leaderChangedError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +16,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -49,24 +52,22 @@ import (
 // batchRefusedFor.
 
 // forwardableReads are the reads whose linearizable form a standby may
-// forward in bulk: the unary reads of replicated state served by
-// serveRead, which take a consistency and change nothing.
-var forwardableReads = map[string]bool{
-	adminpb.Admin_AclList_FullMethodName:        true,
-	adminpb.Admin_ListAudit_FullMethodName:      true,
-	adminpb.Admin_ListLocks_FullMethodName:      true,
-	adminpb.Admin_ListNamespaces_FullMethodName: true,
-	adminpb.Admin_GetNamespace_FullMethodName:   true,
-	adminpb.Admin_GetProcedure_FullMethodName:   true,
-	adminpb.Admin_ListProcedures_FullMethodName: true,
-	adminpb.Admin_ProcedureStats_FullMethodName: true,
-	adminpb.Admin_GetMaintenance_FullMethodName: true,
-	adminpb.Admin_ListRepairs_FullMethodName:    true,
-	adminpb.Admin_ListServers_FullMethodName:    true,
-	adminpb.Admin_ServerRegions_FullMethodName:  true,
-	adminpb.Admin_DescribeTable_FullMethodName:  true,
-	adminpb.Admin_ListTables_FullMethodName:     true,
-	adminpb.Admin_ListRegions_FullMethodName:    true,
+// forward in bulk: the unary methods clients call that take a
+// consistency and are not audited (they change nothing), which serveRead
+// serves.
+var forwardableReads = unaryReads()
+
+func unaryReads() map[string]bool {
+	svc := adminpb.File_admin_proto.Services().ByName("Admin")
+	out := map[string]bool{}
+	for _, md := range adminpb.Admin_ServiceDesc.Methods {
+		m := svc.Methods().ByName(protoreflect.Name(md.MethodName))
+		_, clients := access.MethodPermission(md.MethodName)
+		if m != nil && clients && !access.Audited(md.MethodName) && m.Input().Fields().ByName("consistency") != nil {
+			out["/"+adminpb.Admin_ServiceDesc.ServiceName+"/"+md.MethodName] = true
+		}
+	}
+	return out
 }
 
 const (
@@ -273,8 +274,7 @@ func (b *readBatcher) read(ctx context.Context, method string, req, out proto.Me
 		// a held read goes on to the new leader, as one forwarded alone
 		// does (markUnsent).
 		<-r.done
-		var un *errUnsent
-		if errors.As(r.err, &un) {
+		if isUnsent(r.err) {
 			return false, &errUnsent{statusCause{err}}
 		}
 		return false, err
@@ -410,34 +410,28 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			// waiting goes alone (it may be one this node forwarded
 			// after it saw the change); the others learn whether the
 			// call left.
-			var un *errUnsent
-			unsent := errors.As(err, &un)
 			for _, r := range batch {
 				if r.ctx.Err() == nil {
 					r.alone = true
-				} else if unsent {
+				} else if isUnsent(err) {
 					r.err = err
 				}
 			}
 			return
 		}
 		switch status.Code(err) {
-		case codes.InvalidArgument, codes.ResourceExhausted:
-			// The call refused as a whole (its size, a read's bytes
-			// the leader's limits count and these do not): each read
-			// alone gets its own answer.
-			for _, r := range batch {
-				r.alone = true
-			}
-			return
 		case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
 			// A leader without ForwardReads, or one that does not take
-			// this node for a master: each read alone gets its own
-			// answer.
+			// this node for a master: not asked again for a while.
 			b.s.log.Debug("forwarded reads: the leader refused a batch; forwarding reads alone", "leader", b.to.id, "error", err)
 			b.mu.Lock()
 			b.refusedUntil = time.Now().Add(batchRefusedFor)
 			b.mu.Unlock()
+			fallthrough
+		case codes.InvalidArgument, codes.ResourceExhausted:
+			// The call refused as a whole (also for its size, or a
+			// read's bytes the leader's limits count and these do
+			// not): each read alone gets its own answer.
 			for _, r := range batch {
 				r.alone = true
 			}
@@ -448,12 +442,11 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			// alone, a failure to reach the leader (no hint), which a
 			// held read retries; never sent if the connection never
 			// carried it (markUnsent, on b.cc).
-			var un *errUnsent
-			unsent := errors.As(err, &un)
-			err = status.Error(codes.Unavailable, fmt.Sprintf("admin: forwarded reads to %s: %v", b.to, context.Cause(ctx)))
-			if unsent {
-				err = &errUnsent{statusCause{err}}
+			unavailable := status.Error(codes.Unavailable, fmt.Sprintf("admin: forwarded reads to %s: %v", b.to, context.Cause(ctx)))
+			if isUnsent(err) {
+				unavailable = &errUnsent{statusCause{unavailable}}
 			}
+			err = unavailable
 		}
 		for _, r := range batch {
 			r.err = err
@@ -476,10 +469,7 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			r.err = status.Errorf(codes.Internal, "admin: the leader's status for a forwarded %s: %v", r.method, err)
 			continue
 		}
-		r.err = status.ErrorProto(st)
-		if r.err == nil { // an OK status with no response: an empty answer
-			r.resp = nil
-		}
+		r.err = status.ErrorProto(st) // nil for OK: an empty answer
 	}
 }
 
@@ -608,10 +598,7 @@ func (s *Server) serveForwardedRead(outer context.Context, base metadata.MD, srv
 // own grpc- keys, the content type): a forwarded read's copy of those
 // would not be what its call carried.
 func reservedHeader(k string) bool {
-	if k == "" || k[0] == ':' || k == "content-type" || k == "te" {
-		return true
-	}
-	return len(k) >= 5 && k[:5] == "grpc-"
+	return k == "" || k[0] == ':' || k == "content-type" || k == "te" || strings.HasPrefix(k, "grpc-")
 }
 
 func answerStatus(st *status.Status) *adminpb.ForwardedAnswer {

@@ -62,13 +62,19 @@ type slowLeader struct {
 	delay time.Duration
 }
 
+// answerLate is the fault under test, not a wait for something to settle:
+// the answer must leave after the standby's ForwardTimeout and before the
+// caller's deadline. A loaded machine only makes it later, and the
+// caller's deadline (10 s) leaves that room.
+func (l *slowLeader) answerLate() { time.Sleep(l.delay) }
+
 func (l *slowLeader) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
-	time.Sleep(l.delay)
+	l.answerLate()
 	return l.fakeLeader.GetProcedure(ctx, req)
 }
 
 func (l *slowLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsRequest) (*adminpb.ForwardReadsResponse, error) {
-	time.Sleep(l.delay)
+	l.answerLate()
 	return answerGets(in, 0)
 }
 

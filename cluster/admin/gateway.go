@@ -115,17 +115,19 @@ func (s *Server) serviceDesc() *grpc.ServiceDesc {
 	desc := adminpb.Admin_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
 	handlers := make(map[string]grpc.MethodHandler, len(desc.Methods))
+	bulk := -1
 	for i, md := range desc.Methods {
 		full := "/" + desc.ServiceName + "/" + md.MethodName
 		if m, ok := s.gateway[full]; ok {
 			desc.Methods[i].Handler = s.gatewayHandler(m)
 		}
+		if full == adminpb.Admin_ForwardReads_FullMethodName {
+			bulk = i
+		}
 		handlers[full] = desc.Methods[i].Handler
 	}
-	for i, md := range desc.Methods {
-		if "/"+desc.ServiceName+"/"+md.MethodName == adminpb.Admin_ForwardReads_FullMethodName {
-			desc.Methods[i].Handler = s.forwardReadsHandler(handlers)
-		}
+	if bulk >= 0 {
+		desc.Methods[bulk].Handler = s.forwardReadsHandler(handlers)
 	}
 	return &desc
 }
