@@ -3,6 +3,8 @@ package access
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -102,8 +104,14 @@ func AuditSuffix(term, n uint64) string { return fmt.Sprintf("%020d-%010d", term
 
 // AuditKeyOf is the key of a record already numbered (Id "term-n").
 func AuditKeyOf(id string) (string, bool) {
-	var term, n uint64
-	if _, err := fmt.Sscanf(id, "%d-%d", &term, &n); err != nil || fmt.Sprintf("%d-%d", term, n) != id {
+	ts, ns, ok := strings.Cut(id, "-")
+	if !ok {
+		return "", false
+	}
+	term, err1 := strconv.ParseUint(ts, 10, 64)
+	n, err2 := strconv.ParseUint(ns, 10, 64)
+	// Only the form Id is written in: no sign, no leading zero.
+	if err1 != nil || err2 != nil || strconv.FormatUint(term, 10) != ts || strconv.FormatUint(n, 10) != ns {
 		return "", false
 	}
 	return AuditKey(term, n), true

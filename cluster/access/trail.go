@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
@@ -619,8 +620,7 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 		if l.pruning[k] || l.started[k] {
 			return true
 		}
-		var r adminpb.AuditRecord
-		if proto.Unmarshal(v, &r) == nil && r.GetCommittedUnixMs() >= cutoff {
+		if ms, ok := committedUnixMs(v); ok && ms >= cutoff {
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
@@ -631,6 +631,37 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 		return true
 	})
 	return out
+}
+
+// committedField is AuditRecord's committed_unix_ms: the retention scan
+// reads that one field of the oldest record, not the whole record, for
+// every record numbered (under the Sequencer, for a carried one).
+var committedField = (&adminpb.AuditRecord{}).ProtoReflect().Descriptor().Fields().ByName("committed_unix_ms").Number()
+
+// committedUnixMs is committed_unix_ms of the encoded record v (the last
+// one, as proto.Unmarshal keeps); ok is false if v is not a well-formed
+// message, which the scan prunes as it did a record it could not decode.
+func committedUnixMs(v []byte) (ms int64, ok bool) {
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return 0, false
+		}
+		v = v[n:]
+		if num == committedField && typ == protowire.VarintType {
+			x, n := protowire.ConsumeVarint(v)
+			if n < 0 {
+				return 0, false
+			}
+			ms, v = int64(x), v[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, v); n < 0 {
+			return 0, false
+		}
+		v = v[n:]
+	}
+	return ms, true
 }
 
 // indexLocked is sp's index, built by a scan if unknown. l.mu is held.

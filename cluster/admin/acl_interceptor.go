@@ -108,13 +108,15 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			if s.carriesAudit(info.FullMethod) {
 				// The record as the call's answer would give it: the
 				// procedure's id is all the answer adds (NewRecord).
-				begin := first
+				// Copied here, not in build: build runs under the
+				// Sequencer (Trail.Carry), which every write of the
+				// executor waits for.
+				carry := proto.Clone(first).(*adminpb.AuditRecord)
 				note.carry = &auditCarry{trail: s.audit, build: func(id uint64) *adminpb.AuditRecord {
-					rec := proto.Clone(begin).(*adminpb.AuditRecord)
-					if !slices.Contains(rec.ProcIds, id) {
-						rec.ProcIds = append(rec.ProcIds, id)
+					if !slices.Contains(carry.ProcIds, id) {
+						carry.ProcIds = append(carry.ProcIds, id)
 					}
-					return rec
+					return carry
 				}}
 			} else {
 				first.Code = access.AuditPending

@@ -39,8 +39,10 @@ type auditNote struct {
 // auditCarry is the record of a submission the leader serves, carried in
 // the submission's own Raft entry (access.Trail.Carry): one entry commits
 // both, so the answer waits for one commit, and neither commits without
-// the other. It is built as the entry is proposed, the procedure's id
-// known.
+// the other. It is finished as the entry is proposed, the procedure's id
+// known: build adds the id to the record made as the call started, under
+// the node's Sequencer, so it does nothing slower (once: a store asks for
+// a write's late mutations at most once).
 type auditCarry struct {
 	trail *access.Trail
 	build func(id uint64) *adminpb.AuditRecord

@@ -20,8 +20,9 @@ import (
 // an audit trail and one recording every submission before answering it,
 // 16 and 64 callers at once (BATON_BENCH_CALLERS, a comma-separated
 // list, chooses others), in alternating rounds so that load from
-// elsewhere hits both alike. Reported: submits/s of each, and audited
-// over bare.
+// elsewhere hits both alike (4 rounds each, BATON_BENCH_ROUNDS more;
+// BATON_BENCH_ONLY=bare or audited runs one, for a profile).
+// Reported: submits/s of each, and audited over bare.
 //
 //	go test -run xxx -bench BenchmarkAuditedSubmits -benchtime 4000x ./cluster/admin/
 func BenchmarkAuditedSubmits(b *testing.B) {
@@ -83,13 +84,22 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	round(bare, callers)
 	round(audited, callers)
 	b.ResetTimer()
-	const rounds = 4
+	// More rounds average out more of the machine's moments (a disk's
+	// slow fsyncs hit one round, not the other cluster's).
+	rounds := 4
+	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	per := max(b.N/rounds, callers)
 	var tb, ta, cb, ca time.Duration
 	// Each cluster goes first in every other round: what one round leaves
 	// behind (garbage, raft's log compaction, the disk's write-back) is
 	// paid by the round after it, which must not always be the audited one.
+	only := os.Getenv("BATON_BENCH_ONLY") // bare or audited: to profile one
 	timed := func(n *testNode, wall, cpu *time.Duration) {
+		if (only == "bare" && n != bare) || (only == "audited" && n != audited) {
+			return
+		}
 		c0 := processCPU()
 		*wall += round(n, per)
 		*cpu += processCPU() - c0

@@ -289,7 +289,7 @@ func checkText(s string, lim Field) error {
 		return outOfBounds("%d bytes, at most %d", len(s), lim.Bytes)
 	}
 	if lim.Ident {
-		if i := strings.IndexFunc(s, Invisible); i >= 0 {
+		if i := firstInvisible(s); i >= 0 {
 			r, _ := utf8.DecodeRuneInString(s[i:])
 			return outOfBounds("%s %+q at byte %d: not allowed in an identifier", invisibleKind(r), r, i)
 		}
@@ -303,7 +303,30 @@ func checkText(s string, lim Field) error {
 // U+200B-200F, U+2060 and U+FEFF, tag characters) or a line or paragraph
 // separator (U+2028, U+2029, which some terminals break lines at).
 func Invisible(r rune) bool {
+	if uint32(r) < utf8.RuneSelf {
+		// ASCII's only invisible runes are its controls (C0 and DEL); the
+		// tables' lookup cost every check of every request's text.
+		return r < 0x20 || r == 0x7f
+	}
 	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+}
+
+// firstInvisible is strings.IndexFunc(s, Invisible): printable ASCII,
+// what nearly every request's text is, is passed over a byte at a time.
+func firstInvisible(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if j := strings.IndexFunc(s[i:], Invisible); j >= 0 {
+				return i + j
+			}
+			return -1
+		}
+		if c < 0x20 || c == 0x7f {
+			return i
+		}
+	}
+	return -1
 }
 
 func invisibleKind(r rune) string {

@@ -44,7 +44,7 @@ func needsEscape(s string) bool {
 	if !utf8.ValidString(s) {
 		return true
 	}
-	return strings.IndexFunc(s, Invisible) >= 0
+	return firstInvisible(s) >= 0
 }
 
 // EscapeMessage escapes, as Escape does, every string of m and of the
