@@ -31,7 +31,10 @@ import (
 // after the read arrived (raft's own count may include older ones); rounds
 // repeat until a quorum of such answers is in. That count, not the round's
 // own outcome, is what confirms the read. Last, the read waits for the FSM
-// to apply the index. Concurrent reads share rounds (readConfirmer).
+// to apply the index. Concurrent reads share rounds (readConfirmer). The
+// reads a standby forwards come with its word that it was in the leader's
+// term after they arrived (Voucher), which counts as its answer: in a
+// cluster of three they need no round.
 //
 // Leases are not used: a leader trusting its lease without a round answers
 // stale reads when its process was paused past the lease (SIGSTOP, a long
@@ -89,6 +92,41 @@ const shutdownPoll = 100 * time.Millisecond
 // when the quorum round fails (deposed, cut off) with an error wrapping
 // ErrNotLeader. The returned ReadInfo describes the served read.
 func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
+	return n.linearizableRead(ctx, nil)
+}
+
+// Voucher is a voter's word that its Raft term was Term at a moment after
+// the reads it vouches for arrived: a standby forwarding linearizable
+// reads to the leader gives its own, read once the reads were queued.
+//
+// Why it may count towards a read's quorum: a write acknowledged before
+// the read arrived was committed by a leader of some term. One of a term
+// later than the leader's T needed a quorum of voters in that term before
+// the read arrived; but a voter in term T after the read arrived was in T
+// or lower until then (terms only grow), as is this leader, in T when it
+// serves the read. So a quorum of voters each known to be in T after the
+// read arrived (this node, voters that answered a heartbeat of T sent
+// after it, and the voucher) leaves no room for such a leader, and this
+// leader's commit index covers every earlier term's writes (its executor
+// is published after a barrier of T). It is the evidence a heartbeat's
+// answer gives, which the voter gave unasked: in a cluster of three the
+// forwarding standby and the leader are a quorum, and its reads need no
+// round at all.
+type Voucher struct {
+	ID   string // the voter's server id
+	Term uint64
+}
+
+// LinearizableReadVouched is LinearizableRead counting v as voter v.ID's
+// acknowledgement of this node's term, when it names a voter of the
+// latest configuration other than this node in the term this node's
+// executor leads; otherwise it counts for nothing. It runs no round when
+// this node and v make a quorum.
+func (n *Node) LinearizableReadVouched(ctx context.Context, v Voucher) (ReadInfo, error) {
+	return n.linearizableRead(ctx, &v)
+}
+
+func (n *Node) linearizableRead(ctx context.Context, v *Voucher) (ReadInfo, error) {
 	n.mu.Lock()
 	established, execTerm, closed := n.exec != nil, n.execTerm, n.closed
 	n.mu.Unlock()
@@ -102,9 +140,16 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 	}
 	arrived := time.Now()
 	readIndex := n.raft.CommitIndex()
-	for {
-		if err := n.reads.confirm(ctx); err != nil {
-			return ReadInfo{}, err
+	if v != nil && v.Term != execTerm {
+		v = nil // another term's word says nothing of this one
+	}
+	for round := 0; ; round++ {
+		// A voucher may make the quorum without a round: then the checks
+		// below run at once.
+		if round > 0 || v == nil {
+			if err := n.reads.confirm(ctx); err != nil {
+				return ReadInfo{}, err
+			}
 		}
 		if term := n.raft.CurrentTerm(); term != execTerm {
 			return ReadInfo{}, fmt.Errorf("cluster: read: term changed from %d to %d: %w", execTerm, term, n.notLeader())
@@ -115,11 +160,14 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 			// node says it does not lead, as VerifyLeader would.
 			return ReadInfo{}, fmt.Errorf("cluster: read: stepped down in term %d: %w", execTerm, n.notLeader())
 		}
-		ok, err := n.quorumAckedSince(arrived)
+		ok, err := n.quorumAckedSince(arrived, v)
 		if err != nil {
 			return ReadInfo{}, err
 		}
 		if ok {
+			if round == 0 && v != nil {
+				n.reads.vouched.Add(1) // no round ran
+			}
 			break
 		}
 		// The round counted answers to requests sent before the read
@@ -140,6 +188,10 @@ func (n *Node) LinearizableRead(ctx context.Context) (ReadInfo, error) {
 func (n *Node) ReadRounds() (rounds, reads int64) {
 	return n.reads.rounds.Load(), n.reads.reads.Load()
 }
+
+// VouchedReads says how many linearizable reads a Voucher confirmed
+// without a round.
+func (n *Node) VouchedReads() int64 { return n.reads.vouched.Load() }
 
 // probeTimeout bounds a probe's wait for its followers' answers before
 // the round falls back to raft's own (which asks every follower).
@@ -229,15 +281,16 @@ func (n *Node) probeQuorum() error {
 
 // quorumAckedSince reports whether a quorum of the voters (this node
 // counting for itself) accepted, in this node's term, requests it sent at
-// or after t.
-func (n *Node) quorumAckedSince(t time.Time) (bool, error) {
+// or after t; v, if set, is a voter's word that it was in this node's
+// term after t (Voucher), which counts as its acceptance.
+func (n *Node) quorumAckedSince(t time.Time, v *Voucher) (bool, error) {
 	peers, selfVotes, err := n.voters()
 	if err != nil {
 		return false, err
 	}
 	acked := selfVotes
 	for _, p := range peers {
-		if n.contact.ackedSince(p.ID, t) {
+		if n.contact.ackedSince(p.ID, t) || (v != nil && string(p.ID) == v.ID) {
 			acked++
 		}
 	}
@@ -307,6 +360,7 @@ type readConfirmer struct {
 	running bool
 
 	rounds, reads atomic.Int64 // rounds run, and the reads they answered
+	vouched       atomic.Int64 // reads a Voucher confirmed without a round
 
 	nudgeMu sync.Mutex
 	nudging *readRound

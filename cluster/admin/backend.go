@@ -149,6 +149,17 @@ func (b nodeBackend) LinearizableRead(ctx context.Context) (cluster.ReadInfo, er
 	return b.n.LinearizableRead(ctx)
 }
 
+func (b nodeBackend) LinearizableReadVouched(ctx context.Context, v cluster.Voucher) (cluster.ReadInfo, error) {
+	return b.n.LinearizableReadVouched(ctx, v)
+}
+
+// vouchedReader is a Backend whose linearizable read can count a
+// forwarding standby's word that it was in the leader's term
+// (cluster.Voucher): nodeBackend.
+type vouchedReader interface {
+	LinearizableReadVouched(ctx context.Context, v cluster.Voucher) (cluster.ReadInfo, error)
+}
+
 func (b nodeBackend) ReadState() cluster.ReadInfo { return b.n.ReadState() }
 
 func (b nodeBackend) StoredProcedure(id uint64) ([]byte, bool) { return b.n.FSM().Proc(id) }

@@ -352,7 +352,9 @@ func (b *readBatcher) send(batch []*batchedRead) {
 			close(r.done)
 		}
 	}()
-	in := &adminpb.ForwardReadsRequest{Reads: make([]*adminpb.ForwardedRead, len(batch))}
+	// The term is read now, after every read of the batch arrived: the
+	// leader counts it as this node's answer (cluster.Voucher).
+	in := &adminpb.ForwardReadsRequest{Reads: make([]*adminpb.ForwardedRead, len(batch)), Member: b.s.b.ID(), Term: b.s.b.ReadState().Term}
 	for i, r := range batch {
 		fr := &adminpb.ForwardedRead{Method: r.method, Request: r.req}
 		for k, vs := range r.md {
@@ -523,7 +525,7 @@ func (s *Server) serveForwardedReads(ctx, outer context.Context, srv any, in *ad
 	// Held as a read forwarded alone is, while this node establishes
 	// itself; never forwarded again (the call came forwarded).
 	if _, err := heldCall(s, ctx, func() (struct{}, bool, error) {
-		_, err := s.b.LinearizableRead(ctx)
+		_, err := s.vouchedRead(ctx, in)
 		return struct{}{}, err == nil, err
 	}, func(context.Context, adminpb.AdminClient) (struct{}, error) {
 		return struct{}{}, s.unavailable("admin: this node is not the leader (forwarded reads; not forwarding again)")
@@ -552,6 +554,15 @@ func (s *Server) serveForwardedReads(ctx, outer context.Context, srv any, in *ad
 		out.Answers = append(out.Answers, a)
 	}
 	return out, nil
+}
+
+// vouchedRead confirms the reads of in, counting the standby's word of
+// its term (cluster.Voucher) where the backend can.
+func (s *Server) vouchedRead(ctx context.Context, in *adminpb.ForwardReadsRequest) (cluster.ReadInfo, error) {
+	if vr, ok := s.b.(vouchedReader); ok && in.GetMember() != "" && in.GetTerm() != 0 {
+		return vr.LinearizableReadVouched(ctx, cluster.Voucher{ID: in.GetMember(), Term: in.GetTerm()})
+	}
+	return s.b.LinearizableRead(ctx)
 }
 
 // serveForwardedRead serves one read of a ForwardReads call.

@@ -31,6 +31,7 @@ func TestForwardedReadsInBulkSeeAcknowledgedWrites(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const rounds, readers = 8, 16
+	leaderRounds, _ := leader.node.ReadRounds()
 	for round := range rounds {
 		r, err := leader.cl.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
 		if err != nil {
@@ -63,6 +64,14 @@ func TestForwardedReadsInBulkSeeAcknowledgedWrites(t *testing.T) {
 	t.Logf("%d reads in %d ForwardReads calls, %d alone", b.inBulk.Load(), b.calls.Load(), b.alone.Load())
 	if b.inBulk.Load() < rounds*readers || b.alone.Load() != 0 {
 		t.Errorf("%d reads answered in bulk and %d alone, want all %d in bulk", b.inBulk.Load(), b.alone.Load(), rounds*readers)
+	}
+	// Of three, the standby's word and the leader are a quorum: no call
+	// needed a round (cluster.Voucher).
+	if v, calls := leader.node.VouchedReads(), b.calls.Load(); v != calls {
+		t.Errorf("%d of %d ForwardReads calls confirmed on the standby's word, want all", v, calls)
+	}
+	if now, _ := leader.node.ReadRounds(); now != leaderRounds {
+		t.Errorf("the leader ran %d rounds for reads in bulk, want none", now-leaderRounds)
 	}
 }
 

@@ -7105,8 +7105,15 @@ func (x *ForwardedHeader) GetValue() string {
 }
 
 type ForwardReadsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reads         []*ForwardedRead       `protobuf:"bytes,1,rep,name=reads,proto3" json:"reads,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Reads []*ForwardedRead       `protobuf:"bytes,1,rep,name=reads,proto3" json:"reads,omitempty"`
+	// member and term are the standby's server id and its Raft term when
+	// it sent the call, after its reads arrived: a voter of the leader's
+	// term then counts towards the reads' confirmation as if it had
+	// answered a heartbeat (cluster.Voucher). Unset, the leader confirms
+	// the reads with rounds alone.
+	Member        string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7146,6 +7153,20 @@ func (x *ForwardReadsRequest) GetReads() []*ForwardedRead {
 		return x.Reads
 	}
 	return nil
+}
+
+func (x *ForwardReadsRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *ForwardReadsRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
 }
 
 // ForwardedAnswer is the answer to the read of the same position.
@@ -7833,9 +7854,11 @@ const file_admin_proto_rawDesc = "" +
 	"\bmetadata\x18\x03 \x03(\v2\x1f.baton.admin.v1.ForwardedHeaderB\x06\x9a\xc7\x18\x02\x18 R\bmetadata\"M\n" +
 	"\x0fForwardedHeader\x12\x1b\n" +
 	"\x03key\x18\x01 \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x01(\x01R\x03key\x12\x1d\n" +
-	"\x05value\x18\x02 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80@R\x05value\"S\n" +
+	"\x05value\x18\x02 \x01(\tB\a\x9a\xc7\x18\x03\x10\x80@R\x05value\"\x8a\x01\n" +
 	"\x13ForwardReadsRequest\x12<\n" +
-	"\x05reads\x18\x01 \x03(\v2\x1d.baton.admin.v1.ForwardedReadB\a\x9a\xc7\x18\x03\x18\x80\x02R\x05reads\"E\n" +
+	"\x05reads\x18\x01 \x03(\v2\x1d.baton.admin.v1.ForwardedReadB\a\x9a\xc7\x18\x03\x18\x80\x02R\x05reads\x12!\n" +
+	"\x06member\x18\x02 \x01(\tB\t\x9a\xc7\x18\x05\x10\x80\x01(\x01R\x06member\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"E\n" +
 	"\x0fForwardedAnswer\x12\x1a\n" +
 	"\bresponse\x18\x01 \x01(\fR\bresponse\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\fR\x06status\"Q\n" +

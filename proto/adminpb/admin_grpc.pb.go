@@ -268,7 +268,9 @@ type AdminClient interface {
 	// one stream instead of one each. The leader serves each read as it
 	// would the read forwarded alone (the same interceptors, access control
 	// included, with the metadata the standby would have sent with it), at
-	// one linearizable point taken after the call arrived. Each answer is
+	// one linearizable point taken after the call arrived (the standby's
+	// term, which the call carries, counts as its answer to the round that
+	// confirms it). Each answer is
 	// the read's reply or its status; answers may stop short of the reads
 	// (the rest were not served: the standby forwards them alone).
 	ForwardReads(ctx context.Context, in *ForwardReadsRequest, opts ...grpc.CallOption) (*ForwardReadsResponse, error)
@@ -969,7 +971,9 @@ type AdminServer interface {
 	// one stream instead of one each. The leader serves each read as it
 	// would the read forwarded alone (the same interceptors, access control
 	// included, with the metadata the standby would have sent with it), at
-	// one linearizable point taken after the call arrived. Each answer is
+	// one linearizable point taken after the call arrived (the standby's
+	// term, which the call carries, counts as its answer to the round that
+	// confirms it). Each answer is
 	// the read's reply or its status; answers may stop short of the reads
 	// (the rest were not served: the standby forwards them alone).
 	ForwardReads(context.Context, *ForwardReadsRequest) (*ForwardReadsResponse, error)
