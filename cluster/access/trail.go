@@ -639,8 +639,12 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 var committedField = (&adminpb.AuditRecord{}).ProtoReflect().Descriptor().Fields().ByName("committed_unix_ms").Number()
 
 // committedUnixMs is committed_unix_ms of the encoded record v (the last
-// one, as proto.Unmarshal keeps); ok is false if v is not a well-formed
-// message, which the scan prunes as it did a record it could not decode.
+// one, as proto.Unmarshal keeps); ok is false if v cannot be walked as
+// protobuf's wire format, which the scan prunes as it pruned a record it
+// could not decode. A record that can be walked but not decoded (a string
+// that is not UTF-8, a field number past protobuf's, a broken packed
+// list), which the trail never writes, is judged by its time instead:
+// every other reader already skips such a record, and it goes once old.
 func committedUnixMs(v []byte) (ms int64, ok bool) {
 	for len(v) > 0 {
 		num, typ, n := protowire.ConsumeTag(v)

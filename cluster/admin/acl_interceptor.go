@@ -110,7 +110,9 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 				// procedure's id is all the answer adds (NewRecord).
 				// Copied here, not in build: build runs under the
 				// Sequencer (Trail.Carry), which every write of the
-				// executor waits for.
+				// executor waits for. build changes the copy: the
+				// store asks for a write's late mutations at most
+				// once (store.LateMutator).
 				carry := proto.Clone(first).(*adminpb.AuditRecord)
 				note.carry = &auditCarry{trail: s.audit, build: func(id uint64) *adminpb.AuditRecord {
 					if !slices.Contains(carry.ProcIds, id) {

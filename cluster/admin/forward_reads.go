@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
 )
 
 // Linearizable reads a standby forwards go to the leader in bulk
@@ -557,12 +558,28 @@ func (s *Server) serveForwardedReads(ctx, outer context.Context, srv any, in *ad
 }
 
 // vouchedRead confirms the reads of in, counting the standby's word of
-// its term (cluster.Voucher) where the backend can.
+// its term (cluster.Voucher) where the backend can. The word counts only
+// from the master that sends the call, as it names itself (the forwarded
+// header, which a standby sets on every call it passes on) and, over TLS,
+// as its certificate does. A word can only spare the round of the reads
+// of its own call.
 func (s *Server) vouchedRead(ctx context.Context, in *adminpb.ForwardReadsRequest) (cluster.ReadInfo, error) {
-	if vr, ok := s.b.(vouchedReader); ok && in.GetMember() != "" && in.GetTerm() != 0 {
+	if vr, ok := s.b.(vouchedReader); ok && in.GetMember() != "" && in.GetTerm() != 0 && s.sentBy(ctx, in.GetMember()) {
 		return vr.LinearizableReadVouched(ctx, cluster.Voucher{ID: in.GetMember(), Term: in.GetTerm()})
 	}
 	return s.b.LinearizableRead(ctx)
+}
+
+// sentBy says ctx's call comes from master id: its forwarded header names
+// id, and its certificate, if any, is id's.
+func (s *Server) sentBy(ctx context.Context, id string) bool {
+	if via, ok := incomingOne(ctx, forwardedKey); !ok || via != id {
+		return false
+	}
+	if caller, ok := security.CallerOf(ctx); ok {
+		return caller.Role == security.RoleMaster && caller.ID == id
+	}
+	return true
 }
 
 // serveForwardedRead serves one read of a ForwardReads call.

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -124,6 +125,41 @@ func TestForwardReadsServesEachReadAsItsCaller(t *testing.T) {
 	}})
 	if code := status.Code(err); code != codes.PermissionDenied && code != codes.Unauthenticated {
 		t.Errorf("a client's ForwardReads: %v, want it refused", err)
+	}
+}
+
+// TestForwardReadsCountsOnlyTheSendersWord: the leader counts a
+// ForwardReads call's word of its term (cluster.Voucher) only from the
+// master that sends it, as its forwarded header and its certificate name
+// it; a word in another master's name runs the round as before.
+func TestForwardReadsCountsOnlyTheSendersWord(t *testing.T) {
+	sc, ctx, li, standby := startSecureTrio(t, Access{}, 30*time.Second)
+	leader := sc.nodes[li].node
+	standbyID, otherID := sc.nodes[standby].node.ID(), sc.nodes[3-li-standby].node.ID()
+	asStandby := sc.dial(li, sc.pki.MustCredentials(security.Identity{Role: security.RoleMaster, ID: standbyID}), "")
+	term := leader.ReadState().Term
+	for _, c := range []struct {
+		name, header, member string
+		counts               bool
+	}{
+		{"its own word", standbyID, standbyID, true},
+		{"another master's word", standbyID, otherID, false},
+		{"another master's word and header", otherID, otherID, false},
+		{"no header", "", standbyID, false},
+	} {
+		cctx := ctx
+		if c.header != "" {
+			cctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, c.header)
+		}
+		before := leader.VouchedReads()
+		rounds, _ := leader.ReadRounds()
+		if _, err := asStandby.ForwardReads(cctx, &adminpb.ForwardReadsRequest{Member: c.member, Term: term}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after, _ := leader.ReadRounds()
+		if counted := leader.VouchedReads() > before; counted != c.counts || counted == (after > rounds) {
+			t.Errorf("%s: counted %v with %d rounds, want counted %v (and a round only if not)", c.name, counted, after-rounds, c.counts)
+		}
 	}
 }
 

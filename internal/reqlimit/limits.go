@@ -322,7 +322,7 @@ func firstInvisible(s string) int {
 			}
 			return -1
 		}
-		if c < 0x20 || c == 0x7f {
+		if Invisible(rune(c)) {
 			return i
 		}
 	}
