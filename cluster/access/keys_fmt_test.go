@@ -68,7 +68,9 @@ func TestCommittedUnixMsOnCorruptRecords(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	disagree := 0
 	kinds := map[bool]int{}
-	defer func() { t.Logf("kept though undecodable: %d for invalid UTF-8, %d otherwise", kinds[true], kinds[false]) }()
+	defer func() {
+		t.Logf("kept though undecodable: %d for invalid UTF-8, %d otherwise", kinds[true], kinds[false])
+	}()
 	for range 100_000 {
 		v := append([]byte(nil), base...)
 		for range 1 + rng.IntN(3) {
