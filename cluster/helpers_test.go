@@ -236,6 +236,30 @@ func (c *testCluster) isolate(i int) { c.mesh.Partition(i) }
 // reconnect undoes isolate.
 func (c *testCluster) reconnect(i int) { c.mesh.Heal(i) }
 
+// timingsBy gives nodes m0..m(k-1) the timings slow (heartbeat, election,
+// lease) and the others fast: cut off from the rest, the first keep
+// leading and following while the others elect a leader of their own.
+func timingsBy(k int, slow, fast time.Duration) func(int, *Config) {
+	return func(i int, cfg *Config) {
+		d := fast
+		if i < k {
+			d = slow
+		}
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = d, d, d
+	}
+}
+
+// leaderOnM0 moves the leadership to m0 and returns it; a test of what
+// m0 does as the leader is skipped if the transfer fails.
+func (c *testCluster) leaderOnM0() *Node {
+	c.t.Helper()
+	li, _ := c.leader()
+	if err := c.leadOn(li, 0); err != nil {
+		c.t.Skipf("transfer to m0: %v", err)
+	}
+	return c.nodes[0]
+}
+
 // leadOn moves the leadership from node li to node i (nothing if li is
 // i) and waits for i's executor; the transfer's own failure is returned.
 func (c *testCluster) leadOn(li, i int) error {

@@ -344,13 +344,7 @@ func TestReadRoundAfterShutdownEnds(t *testing.T) {
 func TestReadNotConfirmedByAnswersToHeartbeatsSentBeforeIt(t *testing.T) {
 	// m0 has a long lease (so it stays leader for the few seconds the
 	// test needs); m1 and m2 elect a new leader ~1-2 s after losing it.
-	c, gates := newGatedCluster(t, 3, func(i int, cfg *Config) {
-		if i == 0 {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-		} else {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 1200*time.Millisecond, 1200*time.Millisecond, 1200*time.Millisecond
-		}
-	})
+	c, gates := newGatedCluster(t, 3, timingsBy(1, 5*time.Second, 1200*time.Millisecond))
 	li, _ := c.leader()
 	if err := c.leadOn(li, 0); err != nil {
 		t.Fatalf("transfer to m0: %v", err)

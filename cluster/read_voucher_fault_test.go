@@ -82,18 +82,8 @@ func TestVouchedReadOfARemovedVoterCountsForNothing(t *testing.T) {
 // the voucher are two, not a quorum (2*2 > 4 is false): cut off with the
 // voucher from the other two, the read fails.
 func TestVouchedReadOfFourVotersNeedsAThird(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 4, tweak: func(i int, cfg *Config) {
-		if i < 2 {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-		} else {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-		}
-	}})
-	li, _ := c.leader()
-	if err := c.leadOn(li, 0); err != nil {
-		t.Skipf("transfer: %v", err)
-	}
-	l, v := c.nodes[0], c.nodes[1]
+	c := newTestCluster(t, clusterOpts{n: 4, tweak: timingsBy(2, 5*time.Second, 500*time.Millisecond)})
+	l, v := c.leaderOnM0(), c.nodes[1]
 	term := l.Raft().CurrentTerm()
 	// Connected, the read needs one more answer and gets it.
 	if round, vouched := vouchedNeedsRound(t, l, Voucher{ID: v.ID(), Term: term}); vouched {

@@ -62,19 +62,9 @@ func TestVouchedReadNeedsNoRound(t *testing.T) {
 // elect a leader of their own and commit a write), the leader's vouched
 // read fails rather than answer without that write.
 func TestVouchedReadOfFiveStillNeedsAQuorum(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 5, tweak: func(i int, cfg *Config) {
-		if i < 2 {
-			// m0 keeps leading, and m1 following it, for the test.
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-		} else {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-		}
-	}})
-	li, _ := c.leader()
-	if err := c.leadOn(li, 0); err != nil {
-		t.Skipf("transfer: %v", err)
-	}
-	old, voucher := c.nodes[0], c.nodes[1]
+	// m0 keeps leading, and m1 following it, for the test.
+	c := newTestCluster(t, clusterOpts{n: 5, tweak: timingsBy(2, 5*time.Second, 500*time.Millisecond)})
+	old, voucher := c.leaderOnM0(), c.nodes[1]
 	term := old.Raft().CurrentTerm()
 	c.mesh.Partition(0, 1) // {m0, m1} | {m2, m3, m4}
 	ni := c.leaderAmong(2, 5)
@@ -98,18 +88,8 @@ func TestVouchedReadOfFiveStillNeedsAQuorum(t *testing.T) {
 // the new term, which counts for nothing with the old leader: its read
 // runs rounds, which fail, and it never answers without the write.
 func TestVouchedReadOfADeposedLeaderFails(t *testing.T) {
-	c := newTestCluster(t, clusterOpts{n: 3, tweak: func(i int, cfg *Config) {
-		if i == 0 {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-		} else {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-		}
-	}})
-	li, _ := c.leader()
-	if err := c.leadOn(li, 0); err != nil {
-		t.Skipf("transfer: %v", err)
-	}
-	old := c.nodes[0]
+	c := newTestCluster(t, clusterOpts{n: 3, tweak: timingsBy(1, 5*time.Second, 500*time.Millisecond)})
+	old := c.leaderOnM0()
 	c.isolate(0)
 	ni := c.leaderAmong(1, 3)
 	idx := putKey(t, c.nodes[ni], "k/after", "2")
