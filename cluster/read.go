@@ -282,7 +282,10 @@ func (n *Node) probeQuorum() error {
 // quorumAckedSince reports whether a quorum of the voters (this node
 // counting for itself) accepted, in this node's term, requests it sent at
 // or after t; v, if set, is a voter's word that it was in this node's
-// term after t (Voucher), which counts as its acceptance.
+// term after the read arrived at the standby that forwarded it (Voucher),
+// which counts as its acceptance. That moment may come before t, the
+// read's arrival here: the argument needs only that it followed the
+// client's call.
 func (n *Node) quorumAckedSince(t time.Time, v *Voucher) (bool, error) {
 	peers, selfVotes, err := n.voters()
 	if err != nil {
