@@ -182,10 +182,13 @@ func (r *run) sleep(ctx context.Context, steps int, delay time.Duration) (uint64
 }
 
 // sleepLoad submits short sleeps until run ends: submissions that cross
-// every restart.
+// every restart. The one in flight when run ends is still waited for
+// (under ctx, with its nonce): cut there, it may have committed all the
+// same, unrecorded, and checkEffects would take its effects for a fanout
+// child's.
 func (r *run) sleepLoad(run context.Context, ctx context.Context) {
 	for run.Err() == nil {
-		if _, err := r.sleep(run, 4, 100*time.Millisecond); err != nil && run.Err() == nil {
+		if _, err := r.sleep(ctx, 4, 100*time.Millisecond); err != nil {
 			r.t.Errorf("upgrade: %v", err)
 			return
 		}
