@@ -2,13 +2,13 @@ package access
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
@@ -19,14 +19,24 @@ import (
 )
 
 // seqState is a leader's trail state that numbers under a Sequencer
-// (Sequenced) over a map, and counts the records a scan visits while the
+// (Sequenced), over keys kept in order as the FSM keeps them (a scan walks
+// from its prefix), and counts the records a scan visits while the
 // Sequencer is held.
 type seqState struct {
 	mu       sync.Mutex
-	kv       map[string][]byte
+	kv       *btree.BTreeG[seqKV]
 	seq      raftfsm.Sequencer
 	held     atomic.Bool  // under seq
 	heldRead atomic.Int64 // records scanned while held
+}
+
+type seqKV struct {
+	k string
+	v []byte
+}
+
+func newSeqState() *seqState {
+	return &seqState{kv: btree.NewG(32, func(a, b seqKV) bool { return a.k < b.k })}
 }
 
 func (s *seqState) IsLeader() bool { return true }
@@ -40,9 +50,9 @@ func (s *seqState) apply(muts []raftfsm.Mutation) {
 	defer s.mu.Unlock()
 	for _, m := range muts {
 		if m.Op == raftfsm.OpDelete {
-			delete(s.kv, m.Key)
+			s.kv.Delete(seqKV{k: m.Key})
 		} else {
-			s.kv[m.Key] = m.Value
+			s.kv.ReplaceOrInsert(seqKV{m.Key, m.Value})
 		}
 	}
 }
@@ -67,30 +77,36 @@ func (s *seqState) MutateNumbered(_ context.Context, build func() ([]raftfsm.Mut
 	return err
 }
 
+// Scan calls fn holding s.mu: the trail's scans only read.
 func (s *seqState) Scan(prefix string, fn func(string, []byte) bool) {
 	s.mu.Lock()
-	var keys []string
-	for k := range s.kv {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	s.mu.Unlock()
-	sort.Strings(keys)
-	for _, k := range keys {
-		s.mu.Lock()
-		v, ok := s.kv[k]
-		s.mu.Unlock()
-		if !ok {
-			continue
+	defer s.mu.Unlock()
+	s.kv.AscendGreaterOrEqual(seqKV{k: prefix}, func(it seqKV) bool {
+		if !strings.HasPrefix(it.k, prefix) {
+			return false
 		}
 		if s.held.Load() {
 			s.heldRead.Add(1)
 		}
-		if !fn(k, v) {
-			return
-		}
+		return fn(it.k, it.v)
+	})
+}
+
+// runningTrail is a trail over st, an hour's retention and max records
+// (each principal's quota too), whose Run goes on until the test ends.
+func runningTrail(tb testing.TB, st State, clk clock.Clock, max int) *Trail {
+	tb.Helper()
+	stop := make(chan struct{})
+	var loops sync.WaitGroup
+	l, err := NewTrail(st, TrailConfig{Clock: clk, Retention: time.Hour, MaxRecords: max, MaxPerPrincipal: max, MaxRefusedPerCaller: 1000,
+		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger()})
+	if err != nil {
+		tb.Fatal(err)
 	}
+	loops.Add(1)
+	go l.Run()
+	tb.Cleanup(func() { close(stop); loops.Wait() })
+	return l
 }
 
 // TestCarryBuildsNoIndexUnderTheSequencer: a record carried in a
@@ -102,24 +118,15 @@ func (s *seqState) Scan(prefix string, fn func(string, []byte) bool) {
 func TestCarryBuildsNoIndexUnderTheSequencer(t *testing.T) {
 	const stored = 2000
 	clk := clock.NewManual(time.Unix(1_000_000, 0))
-	st := &seqState{kv: map[string][]byte{}}
+	st := newSeqState()
 	for i := range stored {
 		b, err := proto.Marshal(&adminpb.AuditRecord{Id: "0-1", Principal: "p", Method: "M", Code: "OK", CommittedUnixMs: clk.Now().UnixMilli()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		st.kv[AuditKey(0, uint64(i+1))] = b
+		st.apply([]raftfsm.Mutation{raftfsm.Put(AuditKey(0, uint64(i+1)), b)})
 	}
-	stop := make(chan struct{})
-	var loops sync.WaitGroup
-	l, err := NewTrail(st, TrailConfig{Clock: clk, Retention: time.Hour, MaxRecords: 100_000, MaxPerPrincipal: 100_000, MaxRefusedPerCaller: 1000,
-		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loops.Add(1)
-	go l.Run()
-	defer func() { close(stop); loops.Wait() }()
+	l := runningTrail(t, st, clk, 100_000)
 
 	carry := func() (ok bool) {
 		st.under(func() {

@@ -62,19 +62,34 @@ type slowLeader struct {
 	delay time.Duration
 }
 
-// answerLate is the fault under test, not a wait for something to settle:
-// the answer must leave after the standby's ForwardTimeout and before the
-// caller's deadline. A loaded machine only makes it later, and the
-// caller's deadline (10 s) leaves that room.
-func (l *slowLeader) answerLate() { time.Sleep(l.delay) }
+// answerLate holds the answer for delay, the fault under test (not a
+// wait for something to settle): it must leave after the standby's
+// ForwardTimeout and before the caller's deadline. A loaded machine only
+// makes it later, and the caller's deadline (10 s) leaves that room. A
+// call the standby cut (the defect the tests look for) ends the wait at
+// once, with the standby's own error.
+func (l *slowLeader) answerLate(ctx context.Context) error {
+	t := time.NewTimer(l.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
 
 func (l *slowLeader) GetProcedure(ctx context.Context, req *adminpb.GetProcedureRequest) (*adminpb.Procedure, error) {
-	l.answerLate()
+	if err := l.answerLate(ctx); err != nil {
+		return nil, err
+	}
 	return l.fakeLeader.GetProcedure(ctx, req)
 }
 
 func (l *slowLeader) ForwardReads(ctx context.Context, in *adminpb.ForwardReadsRequest) (*adminpb.ForwardReadsResponse, error) {
-	l.answerLate()
+	if err := l.answerLate(ctx); err != nil {
+		return nil, err
+	}
 	return answerGets(in, 0)
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -156,30 +155,6 @@ func TestEscape(t *testing.T) {
 	} {
 		if got := Escape(in); got != want {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-// TestInvisibleASCIIFastPath: the byte-at-a-time path for ASCII says what
-// the Unicode tables say, for every rune, and firstInvisible finds what
-// strings.IndexFunc with the tables finds, ASCII before, between and
-// after other text.
-func TestInvisibleASCIIFastPath(t *testing.T) {
-	tables := func(r rune) bool {
-		return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
-	}
-	for r := rune(-1); r <= unicode.MaxRune+1; r++ {
-		if Invisible(r) != tables(r) {
-			t.Fatalf("Invisible(%U) = %v, the tables say %v", r, Invisible(r), tables(r))
-		}
-	}
-	for _, s := range []string{
-		"", "plain ascii", "tab\there", "del\x7f", "nul\x00", "esc\x1b[31m",
-		"é then \x1b", "\u202e", "ascii \u200b zero width", "\u2028", "日本語", "日本\x1b語",
-		"ok\xffbad utf8", "\x9b c1 as a byte", "\u0085 c1 as a rune", "trailing \u2066",
-	} {
-		if got, want := firstInvisible(s), strings.IndexFunc(s, tables); got != want {
-			t.Errorf("firstInvisible(%q) = %d, want %d", s, got, want)
 		}
 	}
 }
