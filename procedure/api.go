@@ -219,11 +219,9 @@ func (x *Executor) Submit(p Procedure, opts SubmitOptions) (uint64, error) {
 	x.roots[e.id] = root
 	x.armDeadlineLocked(e)
 	// Listeners hear of the submission before any worker can move it on.
-	ls, info := x.listeners, x.infoLocked(e)
+	h := x.hearingLocked(e)
 	x.unlock()
-	for _, l := range ls {
-		l(info)
-	}
+	h.tell()
 	x.mu.Lock()
 	x.queueLocked(e, false)
 	x.unlock()

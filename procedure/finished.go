@@ -288,15 +288,15 @@ func (x *Executor) ackFinished(id uint64, at time.Time) error {
 			x.fin.recs[id] = rec
 		}
 	}
-	ls := x.listeners
-	var info Info
-	if len(ls) > 0 {
-		info = x.finishedInfoLocked(id, f)
+	h := hearing{ls: x.listeners, cls: x.changeLs}
+	if len(h.ls) > 0 {
+		h.info = x.finishedInfoLocked(id, f)
+	}
+	if len(h.cls) > 0 {
+		h.change = Change{ID: id, RootID: id, Type: x.fin.types[f.typ].name, State: f.state}
 	}
 	x.unlock()
-	for _, l := range ls {
-		l(info)
-	}
+	h.tell()
 	return nil
 }
 

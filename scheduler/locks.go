@@ -210,6 +210,8 @@ func (s *Scheduler) Acquire(id uint64, key QueueKey, ancestors []uint64, locks [
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cancelLockWaitLocked(id)
+	var buf [8]*lockEntry
+	es := buf[:0]
 	for _, r := range req {
 		e := s.locks[lockKey{r.Type, r.Name}]
 		if e.blocks(id, ancestors, r.Mode) {
@@ -218,8 +220,9 @@ func (s *Scheduler) Acquire(id uint64, key QueueKey, ancestors []uint64, locks [
 			s.lockWait[id] = e
 			return false
 		}
+		es = append(es, e)
 	}
-	s.grantLocked(id, ancestors, req)
+	s.grantLocked(id, ancestors, req, es)
 	return true
 }
 
@@ -232,22 +235,32 @@ func (s *Scheduler) TryAcquire(id uint64, ancestors []uint64, locks []Lock) bool
 	req := normalize(locks)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var buf [8]*lockEntry
+	es := buf[:0]
 	for _, r := range req {
-		if s.locks[lockKey{r.Type, r.Name}].blocks(id, ancestors, r.Mode) {
+		e := s.locks[lockKey{r.Type, r.Name}]
+		if e.blocks(id, ancestors, r.Mode) {
 			return false
 		}
+		es = append(es, e)
 	}
-	s.grantLocked(id, ancestors, req)
+	s.grantLocked(id, ancestors, req, es)
 	return true
 }
 
 // grantLocked takes the normalized request req for id, none of whose locks
-// blocks it.
-func (s *Scheduler) grantLocked(id uint64, ancestors []uint64, req []Lock) {
-	for _, r := range req {
-		k := lockKey{r.Type, r.Name}
-		e := s.locks[k]
+// blocks it; es[i] is req[i]'s entry in the table, nil if it has none.
+// Each lock is looked up once per request: at a million regions the
+// table's lookups by name are a measurable share of a region's step.
+func (s *Scheduler) grantLocked(id uint64, ancestors []uint64, req []Lock, es []*lockEntry) {
+	hs := s.holds[id]
+	if hs == nil {
+		hs = make([]hold, 0, len(req))
+	}
+	for i, r := range req {
+		e := es[i]
 		if e == nil {
+			k := lockKey{r.Type, r.Name}
 			e = &lockEntry{key: k}
 			s.locks[k] = e
 		}
@@ -263,19 +276,31 @@ func (s *Scheduler) grantLocked(id uint64, ancestors []uint64, req []Lock) {
 			}
 			e.shared[id] = struct{}{}
 		}
-		s.recordHold(id, r)
+		hs = recordHold(hs, r, e)
+	}
+	if len(hs) > 0 {
+		s.holds[id] = hs
 	}
 }
 
-func (s *Scheduler) recordHold(id uint64, l Lock) {
-	hs := s.holds[id]
+// hold is a lock an id holds itself, and its entry in the table: the
+// entry stays there while it is held (it is not idle), so Release finds it
+// without a lookup by name.
+type hold struct {
+	Lock
+	e *lockEntry
+}
+
+// recordHold adds l, whose entry is e, to hs, or raises the mode of hs's
+// hold of it.
+func recordHold(hs []hold, l Lock, e *lockEntry) []hold {
 	for i := range hs {
-		if compareLocks(hs[i], l) == 0 {
+		if hs[i].e == e {
 			hs[i].Mode = l.Mode
-			return
+			return hs
 		}
 	}
-	s.holds[id] = append(hs, l)
+	return append(hs, hold{l, e})
 }
 
 // cancelLockWaitLocked takes id out of the wait queue it is parked in.
@@ -317,7 +342,7 @@ func (s *Scheduler) Release(id uint64) {
 	delete(s.holds, id)
 	var woken []waiter
 	for _, h := range hs {
-		e := s.locks[lockKey{h.Type, h.Name}]
+		e := h.e
 		if e.hasExcl && e.excl == id {
 			e.excl, e.hasExcl = 0, false
 		}
@@ -343,9 +368,16 @@ func (s *Scheduler) Held(id uint64) []Lock {
 }
 
 func (s *Scheduler) heldLocked(id uint64) []Lock {
-	hs := slices.Clone(s.holds[id])
-	slices.SortFunc(hs, compareLocks)
-	return hs
+	hs := s.holds[id]
+	if hs == nil {
+		return nil
+	}
+	out := make([]Lock, len(hs))
+	for i, h := range hs {
+		out[i] = h.Lock
+	}
+	slices.SortFunc(out, compareLocks)
+	return out
 }
 
 // LockInfo describes one lock that is held or waited for.

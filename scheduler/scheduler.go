@@ -88,7 +88,7 @@ type Scheduler struct {
 
 	// Locks.
 	locks    map[lockKey]*lockEntry
-	holds    map[uint64][]Lock     // locks each id holds itself (not inherited)
+	holds    map[uint64][]hold     // locks each id holds itself (not inherited)
 	lockWait map[uint64]*lockEntry // id -> the lock it is parked on
 	seq      uint64                // arrival counter for lock waiters
 
@@ -103,7 +103,7 @@ func New(cfg Config) *Scheduler {
 		clock:     cfg.Clock,
 		queued:    make(map[uint64]*entityQueue),
 		locks:     make(map[lockKey]*lockEntry),
-		holds:     make(map[uint64][]Lock),
+		holds:     make(map[uint64][]hold),
 		lockWait:  make(map[uint64]*lockEntry),
 		eventWait: make(map[uint64]*Event),
 	}

@@ -52,10 +52,10 @@ func (s *services) watchProc(id uint64) (<-chan struct{}, func()) {
 	}
 }
 
-// onTransition is the executor's listener: it wakes the watchers of the
+// onTransition is the executor's change listener: it wakes the watchers of the
 // procedure that moved. It runs on a worker, and inside Submit, whose
 // callers may hold s.mu: it takes only watchMu and only closes channels.
-func (s *services) onTransition(info procedure.Info) {
+func (s *services) onTransition(info procedure.Change) {
 	s.wakeWatchers(info.ID)
 	if info.State.Terminal() {
 		s.wakeAll(s.budget.onEnded(info.ID, info.ParentID))

@@ -45,7 +45,7 @@ func TestWatchProcWakesOnTransition(t *testing.T) {
 	one, unwatchOne := s.watchProc(1)
 	two, unwatchTwo := s.watchProc(2)
 	defer unwatchOne()
-	s.onTransition(procedure.Info{ID: 1})
+	s.onTransition(procedure.Change{ID: 1})
 	select {
 	case <-one:
 	default:
@@ -60,5 +60,5 @@ func TestWatchProcWakesOnTransition(t *testing.T) {
 	if len(s.watchers) != 0 {
 		t.Errorf("watchers left: %v", s.watchers)
 	}
-	s.onTransition(procedure.Info{ID: 2}) // nothing to wake, nothing to close twice
+	s.onTransition(procedure.Change{ID: 2}) // nothing to wake, nothing to close twice
 }

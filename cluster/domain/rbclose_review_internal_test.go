@@ -34,12 +34,12 @@ func TestRollbackMemoryEndsWithTheCreate(t *testing.T) {
 	ref := ServerRef{"rs1", 1}
 	s.noteClosed(7, "a", ref)
 	s.noteClosed(8, "b", ref)
-	s.onTransition(procedure.Info{ID: 7, Type: TypeCreateTable, State: procedure.Runnable})
-	s.onTransition(procedure.Info{ID: 8, Type: TypeTransitRegionState, State: procedure.Success})
+	s.onTransition(procedure.Change{ID: 7, Type: TypeCreateTable, State: procedure.Runnable})
+	s.onTransition(procedure.Change{ID: 8, Type: TypeTransitRegionState, State: procedure.Success})
 	if !s.closedBefore(7, "a", ref) || !s.closedBefore(8, "b", ref) {
 		t.Fatal("a running create's (or another type's) memory was dropped")
 	}
-	s.onTransition(procedure.Info{ID: 7, Type: TypeCreateTable, State: procedure.RolledBack, Bypassed: true})
+	s.onTransition(procedure.Change{ID: 7, Type: TypeCreateTable, State: procedure.RolledBack})
 	testwait.For(t, 10*time.Second, "the ended create's memory to be dropped", func() bool {
 		return !s.closedBefore(7, "a", ref)
 	})

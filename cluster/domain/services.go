@@ -103,7 +103,7 @@ func (d *Domain) LeaderServices(term uint64, x *procedure.Executor) (func(), err
 	svc.applyMaintenance(m)
 	svc.startRestoreHold()
 
-	x.AddListener(svc.onTransition)
+	x.AddChangeListener(svc.onTransition)
 	x.AddLockWaitListener(svc.onLockWait)
 
 	d.mu.Lock()
