@@ -282,18 +282,21 @@ func (p *ServerCrash) sweep(r reader, n int) (wave []crashedRegion, cursor strin
 		if p.Cursor != "" && first < p.Cursor && !strings.HasPrefix(p.Cursor, first) {
 			continue // swept already
 		}
-		err := r.scan(regionPrefix+first, func(k string, _ []byte) bool {
+		err := r.scan(regionPrefix+first, func(k string, v []byte) bool {
 			name := strings.TrimPrefix(k, regionPrefix)
 			if name <= p.Cursor {
 				return true
 			}
-			// Decoded by getRegion, whatever the record's encoding.
-			rg, ok, err := getRegion(r, name)
+			// The scanned value, not a Get of it: the step has written
+			// nothing yet, so the two read the same record (and each
+			// child reads its region again once it holds its lock:
+			// prepareCrashed).
+			rg, err := decodeRegion(name, v)
 			if err != nil {
 				derr = err
 				return false
 			}
-			if ok && rg.onServer(p.Server) {
+			if rg.onServer(p.Server) {
 				wave = append(wave, crashedRegion{name, rg.Table})
 				cursor = name
 			}
