@@ -52,6 +52,10 @@ type entry struct {
 	traceCtx trace.SpanContext
 
 	// runtime only
+	// startSuspended: a child reserved by its parent's step and suspended
+	// there (Context.SuspendChild) parks so once its spawn is written,
+	// instead of being queued.
+	startSuspended *Step
 	// retired: a finished root replaced by its finishedRoot (finished.go);
 	// whoever still holds the entry reads it, nobody writes it again.
 	retired bool

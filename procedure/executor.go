@@ -617,7 +617,12 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 	ctx.initLogger(x.log, e, false)
 	// Children reserved by AddLockedChild that the step's spawn did not
 	// write let go of their locks; their ids stay unused.
-	defer func() { x.releaseReserved(ctx.reserved) }()
+	defer func() {
+		x.releaseReserved(ctx.reserved)
+		for _, fn := range ctx.afterSpawn {
+			fn(SpawnOutcome{}) // never spawned (spawn ran them if it wrote)
+		}
+	}()
 	if e.untilDone {
 		// A failing step runs the same state again.
 		e.beforeStep = snapshotMachine(e)
@@ -775,8 +780,8 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		}
 		return true
 	case stepChildren:
-		if x.spawn(e, root, st.children, st.reserved, pushed) {
-			ctx.reserved = nil // theirs now
+		if x.spawn(e, root, st.children, st.reserved, pushed, ctx.afterSpawn) {
+			ctx.reserved, ctx.afterSpawn = nil, nil // theirs now; run
 		}
 		return false
 	case stepSuspend:
@@ -1206,7 +1211,7 @@ func (x *Executor) releaseReserved(reserved []*entry) {
 // spawned them took a rollback-stack position. reserved holds, by
 // position, the entries AddLockedChild made already (their ids, and their
 // locks if taken).
-func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserved []*entry, pushed bool) bool {
+func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserved []*entry, pushed bool, after []func(SpawnOutcome)) bool {
 	fail := func(cause error) {
 		if e.untilDone && pushed {
 			// The step is run again: its position goes with it.
@@ -1313,19 +1318,73 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 			late = append(late, k)
 		}
 	}
-	// Children run before anything else queued: front, in spawn order.
+	suspended := false
+	for _, k := range kids {
+		suspended = suspended || k.startSuspended != nil
+	}
+	if len(after) == 0 && !suspended {
+		// Children run before anything else queued: front, in spawn order.
+		for i := len(kids) - 1; i >= 0; i-- {
+			x.queueLocked(kids[i], true)
+		}
+		if x.childrenReadyLocked(e) {
+			// Few enough left, counting these (WakeAtChildren): behind them.
+			x.queueLocked(e, true)
+		}
+		x.unlock()
+		x.notify(e)
+		for _, k := range kids {
+			x.notify(k)
+		}
+		for _, k := range late {
+			x.persistIdle(k)
+		}
+		return true
+	}
+	// A step that made calls in its children's names (SuspendChild,
+	// AfterSpawn): listeners hear of e and its children as written, and
+	// the step's AfterSpawn calls are made, before any child can run. A
+	// child woken early (an abort) must find the calls its parent made in
+	// its name already made: a rollback's close must not overtake the open
+	// its parent sent (the dispatcher keeps each server's calls in order),
+	// and a child answered at once must not have its end heard before its
+	// spawn.
+	hs := make([]hearing, 0, len(kids)+1)
+	hs = append(hs, x.hearingLocked(e))
+	out := SpawnOutcome{Committed: true}
+	for _, k := range kids {
+		hs = append(hs, x.hearingLocked(k))
+		if k.startSuspended != nil && k.span != nil && len(after) > 0 {
+			if out.spans == nil {
+				out.spans = map[uint64]trace.SpanContext{}
+			}
+			out.spans[k.id] = k.span.SpanContext()
+		}
+	}
+	x.unlock()
+	for _, h := range hs {
+		h.tell()
+	}
+	for _, fn := range after {
+		fn(out)
+	}
+	x.mu.Lock()
+	// Children run before anything else queued: front, in spawn order;
+	// those the step suspended (SuspendChild) wait first.
 	for i := len(kids) - 1; i >= 0; i-- {
-		x.queueLocked(kids[i], true)
+		k := kids[i]
+		if st := k.startSuspended; st != nil {
+			k.startSuspended = nil
+			x.parkNewLocked(k, *st)
+			continue
+		}
+		x.queueLocked(k, true)
 	}
 	if x.childrenReadyLocked(e) {
 		// Few enough left, counting these (WakeAtChildren): behind them.
 		x.queueLocked(e, true)
 	}
 	x.unlock()
-	x.notify(e)
-	for _, k := range kids {
-		x.notify(k)
-	}
 	for _, k := range late {
 		x.persistIdle(k)
 	}
@@ -1401,6 +1460,28 @@ func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 	x.armWaitLocked(e, st.event)
 	if e.bypass || e.abort && !sawAbort || st.onChildren && e.childLatch <= e.childWake {
 		x.wakeLocked(e)
+	}
+}
+
+// parkNewLocked suspends k, a child just written, as suspend parks a
+// procedure after a Suspend step that skipped its persistence
+// (Context.SuspendChild): nothing more is written of it.
+func (x *Executor) parkNewLocked(k *entry, st Step) {
+	if x.stopping {
+		x.queueLocked(k, true)
+		return
+	}
+	k.waitNote = st.because
+	if st.timeout > 0 {
+		x.setStateLocked(k, WaitingTimeout)
+		k.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
+	} else {
+		x.setStateLocked(k, Waiting)
+		k.waitUntil = time.Time{}
+	}
+	x.armWaitLocked(k, st.event)
+	if k.bypass || k.abort {
+		x.wakeLocked(k)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/locked"
 	"github.com/baton-dev/baton/scheduler"
@@ -377,8 +378,10 @@ type Context struct {
 	// reserved are the entries AddLockedChild made, by position in
 	// children (nil for AddChild's).
 	reserved []*entry
-	suspend  *Step
-	yield    bool
+	// afterSpawn are AfterSpawn's calls, not run yet.
+	afterSpawn []func(SpawnOutcome)
+	suspend    *Step
+	yield      bool
 	// childWake is what the step asked with WakeAtChildren.
 	childWake int
 	abort     bool  // snapshot of the abort flag at the step boundary
@@ -553,6 +556,69 @@ func (c *Context) AddLockedChild(p Procedure) (id uint64, locked bool, err error
 	c.children = append(c.children, p)
 	c.reserved = append(c.reserved, k)
 	return k.id, k.locked, nil
+}
+
+// SuspendChild makes child id, which this step reserved with
+// AddLockedChild and holds the locks of, start suspended rather than
+// runnable: as its first step would leave it with Suspend(opts...) and
+// SkipPersistence, waiting for OnEvent's event or Timeout's timer (one of
+// them is required; OnChildren is refused). Once woken it runs its first
+// step as it would have. Its record is written runnable, as a skipped
+// persistence leaves it, so a restart or a new leader runs it at once.
+//
+// It is for a parent that acts for its children: it writes their domain
+// records in the spawn's write (AddLockedChild), and can also make their
+// first remote call once that write committed (AfterSpawn), instead of
+// each child running a step that would only make the call and suspend
+// on its answer. A crash or a create spawns a hundred thousand such
+// children; a step each is a measurable share of the leader.
+func (c *Context) SuspendChild(id uint64, opts ...SuspendOption) error {
+	st := Suspend(opts...)
+	if st.onChildren || st.event == nil && st.timeout <= 0 {
+		return Errorf(ErrInvalid, "procedure: SuspendChild(%d): it needs an event or a timeout to wake on, and no OnChildren", id)
+	}
+	for _, k := range c.reserved {
+		if k != nil && k.id == id {
+			if !k.locked {
+				return Errorf(ErrInvalid, "procedure: SuspendChild(%d): its locks were not free (it takes them when it runs)", id)
+			}
+			st.skipPersist = true
+			k.startSuspended = &st
+			return nil
+		}
+	}
+	return Errorf(ErrInvalid, "procedure: SuspendChild(%d): not a child this step reserved with AddLockedChild", id)
+}
+
+// AfterSpawn runs fn once this step's spawn is written (Committed): after
+// listeners heard of the spawn, and before any child is queued or
+// suspended (SuspendChild), so no child runs (an abort's rollback
+// included) before fn returns. Not Committed, it runs once it is known
+// the spawn will never be written (the step failed, did not spawn, or
+// its write failed). It runs on the step's worker without the executor's
+// locks, so it may call into the executor, and must not block. A
+// parent's remote calls in its children's names go here: they must
+// follow the write that records where they go, and precede anything the
+// children send.
+func (c *Context) AfterSpawn(fn func(SpawnOutcome)) { c.afterSpawn = append(c.afterSpawn, fn) }
+
+// SpawnOutcome is what AfterSpawn's function is told.
+type SpawnOutcome struct {
+	// Committed: the spawn is written; false, it never will be.
+	Committed bool
+	// spans are the suspended children's spans, by id.
+	spans map[uint64]trace.SpanContext
+}
+
+// ChildContext returns ctx carrying the span of child id, a child the
+// step suspended (SuspendChild), if tracing gave it one: a call made in
+// its name hangs under it, in its tree's trace, as a call from its own
+// step would. Otherwise ctx itself.
+func (o SpawnOutcome) ChildContext(ctx context.Context, id uint64) context.Context {
+	if sc, ok := o.spans[id]; ok && sc.IsValid() {
+		return trace.ContextWithSpanContext(ctx, sc)
+	}
+	return ctx
 }
 
 // WakeAtChildren lets the procedure run its next step before all its

@@ -21,7 +21,7 @@ import (
 // most it saw.
 type liveRegionProcs struct {
 	mu   sync.Mutex
-	live map[uint64]bool
+	live map[uint64]uint64 // region procedure -> its table procedure
 	most int
 }
 
@@ -33,18 +33,28 @@ func (c *liveRegionProcs) node(nc *cluster.Config) {
 }
 
 func (c *liveRegionProcs) count(info procedure.Info) {
-	if info.Type != domain.TypeTransitRegionState {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.live == nil {
-		c.live = map[uint64]bool{}
+		c.live = map[uint64]uint64{}
+	}
+	if info.Type != domain.TypeTransitRegionState {
+		if info.ParentID == 0 && info.State.Terminal() {
+			// A child that never ran (spawned suspended on the open its
+			// parent sent, when a sibling's failure rolled the tree
+			// back) ends with its tree, unheard.
+			for id, parent := range c.live {
+				if parent == info.ID {
+					delete(c.live, id)
+				}
+			}
+		}
+		return
 	}
 	if info.State.Terminal() {
 		delete(c.live, info.ID)
 	} else {
-		c.live[info.ID] = true
+		c.live[info.ID] = info.ParentID
 	}
 	c.most = max(c.most, len(c.live))
 }

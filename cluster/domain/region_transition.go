@@ -432,13 +432,14 @@ type assignSpawner struct {
 	svc   *services
 	r     reader
 	cands map[string]Server
+	opens *firstOpens
 	err   error
 }
 
 // newAssignSpawner reads the live servers once for the step's
 // assignments, through svc, the step's services (servicesOf).
 func newAssignSpawner(ctx *procedure.Context, svc *services) *assignSpawner {
-	a := &assignSpawner{ctx: ctx, svc: svc, r: ctxReader{ctx}}
+	a := &assignSpawner{ctx: ctx, svc: svc, r: ctxReader{ctx}, opens: newFirstOpens(ctx, svc.d, svc)}
 	a.cands, a.err = svc.liveTargets(a.r)
 	return a
 }
@@ -459,7 +460,11 @@ func (a *assignSpawner) add(p procedure.Procedure) {
 		a.err = err
 		return
 	}
-	_, a.err = child.prepareIdle(a.ctx, a.svc, a.r, id, a.cands)
+	prepared, err := child.prepareIdle(a.ctx, a.svc, a.r, id, a.cands)
+	if err == nil && prepared {
+		err = a.opens.add(id, child)
+	}
+	a.err = err
 }
 
 // Err is the first error of add: the step fails with it.

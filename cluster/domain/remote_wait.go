@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-dev/baton/dispatch"
 	"github.com/baton-dev/baton/internal/tracectx"
+	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -27,12 +28,20 @@ func (w *opWait) matches(ref ServerRef, region string, kind rspb.OpKind) bool {
 
 // arm prepares procID's wait for an op, replacing any earlier one.
 func (s *services) arm(procID uint64, ref ServerRef, region string, kind rspb.OpKind) *opWait {
-	w := &opWait{ref: ref, region: region, kind: kind, done: make(chan struct{}),
-		ev: scheduler.NewEvent(kind.String() + " " + region + " on " + ref.String())}
+	return s.armWith(procID, ref, region, kind, newOpEvent(ref, region, kind))
+}
+
+// armWith is arm with the event the wait wakes.
+func (s *services) armWith(procID uint64, ref ServerRef, region string, kind rspb.OpKind, ev *scheduler.Event) *opWait {
+	w := &opWait{ref: ref, region: region, kind: kind, done: make(chan struct{}), ev: ev}
 	s.mu.Lock()
 	s.waits[procID] = w
 	s.mu.Unlock()
 	return w
+}
+
+func newOpEvent(ref ServerRef, region string, kind rspb.OpKind) *scheduler.Event {
+	return scheduler.NewEvent(kind.String() + " " + region + " on " + ref.String())
 }
 
 // outstanding returns procID's wait for the op if it was sent in this term
@@ -243,6 +252,72 @@ func (s *services) forgetClosed(procID uint64) {
 // the procedure suspends; the event then stays ready, so the suspension
 // returns at once. ctx's span (the step's) is the one the call is traced
 // under.
+// firstOpens sends, once the spawn of a parent's step is written, the
+// first open of each child the step prepared in its name (prepareCrashed,
+// prepareIdle: the region recorded OPENING on its target in the same
+// write), each child suspended on that open's answer meanwhile
+// (procedure.Context.SuspendChild): the first step each child would
+// otherwise run would only send it and suspend. The child wakes on the
+// answer (or DispatchTimeout) in OPEN_DISPATCH, as after its own send;
+// its wait is armed before the write, so a child woken early (an abort, a
+// timeout) finds the open outstanding and does not send it twice. A
+// restart or a new leader finds the children runnable, and they send it
+// themselves. In maintenance mode nothing is sent here: the children
+// send, once it ends, as they would.
+type firstOpens struct {
+	ctx  *procedure.Context
+	svc  *services
+	d    *Domain
+	sent []firstOpen
+}
+
+type firstOpen struct {
+	id      uint64
+	ref     ServerRef
+	address string
+	region  string
+	table   string
+}
+
+func newFirstOpens(ctx *procedure.Context, d *Domain, svc *services) *firstOpens {
+	return &firstOpens{ctx: ctx, svc: svc, d: d}
+}
+
+// add suspends child id, prepared to open p.Region on p.Server, until the
+// answer of the open sent once the spawn is written.
+func (f *firstOpens) add(id uint64, p *TransitRegionState) error {
+	if !p.Prepared || f.svc.dispatchPaused() != nil {
+		return nil
+	}
+	kind := rspb.OpKind_OP_KIND_OPEN
+	ev := newOpEvent(p.Server, p.Region, kind)
+	if err := f.ctx.SuspendChild(id, procedure.OnEvent(ev), procedure.Timeout(f.d.cfg.DispatchTimeout), procedure.SkipPersistence()); err != nil {
+		return err
+	}
+	f.svc.armWith(id, p.Server, p.Region, kind, ev)
+	if len(f.sent) == 0 {
+		f.ctx.AfterSpawn(f.send)
+	}
+	f.sent = append(f.sent, firstOpen{id: id, ref: p.Server, address: p.Address, region: p.Region, table: p.fullTable()})
+	return nil
+}
+
+// send sends the opens once the spawn is written, each traced under its
+// child's span; a spawn that is not drops their waits (their ids are
+// never used).
+func (f *firstOpens) send(out procedure.SpawnOutcome) {
+	for _, o := range f.sent {
+		if !out.Committed {
+			f.svc.forget(o.id)
+			continue
+		}
+		f.svc.disp.Dispatch(dispatch.Target{ServerID: o.ref.ID, Address: o.address, StartCode: o.ref.StartCode},
+			dispatch.Op{Kind: rspb.OpKind_OP_KIND_OPEN, Region: o.region, Table: o.table, ProcID: o.id,
+				Span: tracectx.RefOf(out.ChildContext(f.ctx, o.id))})
+	}
+	f.sent = nil
+}
+
 func (s *services) dispatch(ctx context.Context, procID uint64, ref ServerRef, address, region, table string, kind rspb.OpKind) *opWait {
 	w := s.arm(procID, ref, region, kind)
 	s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},

@@ -211,6 +211,7 @@ func (p *ServerCrash) spawnWave(ctx *procedure.Context, svc *services, r reader,
 	}
 	tables := map[string]Table{}
 	prepared := 0
+	opens := newFirstOpens(ctx, svc.d, svc)
 	for _, w := range wave {
 		ns, table := SplitTableName(w.table)
 		child := &TransitRegionState{Region: w.name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server}
@@ -227,6 +228,9 @@ func (p *ServerCrash) spawnWave(ctx *procedure.Context, svc *services, r reader,
 		}
 		if ok {
 			prepared++
+			if err := opens.add(id, child); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return prepared, nil

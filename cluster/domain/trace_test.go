@@ -118,7 +118,13 @@ func TestTableCreateIsOneTrace(t *testing.T) {
 			want = "TransitRegionState"
 		case "RegionServer/ExecuteBatch":
 			if s.SpanKind() == trace.SpanKindClient {
-				want = "TransitRegionState step" // the master's call, under the step that dispatched
+				// The master's call, under the step that dispatched, or
+				// under the child a create prepared and sent the open
+				// for (firstOpens).
+				want = "TransitRegionState step"
+				if p != nil && p.Name() == "TransitRegionState" {
+					want = p.Name()
+				}
 			} else {
 				want = "RegionServer/ExecuteBatch" // the region server's, under the master's call
 			}
@@ -148,7 +154,7 @@ func TestTableCreateIsOneTrace(t *testing.T) {
 		}
 	}
 	if count["TransitRegionState"] != regions || count["RegionServer/open"] != regions || count["CreateTable step"] == 0 ||
-		count["TransitRegionState step"] < 2*regions || count["RegionServer/ExecuteBatch"] < 2 {
+		count["TransitRegionState step"] < regions || count["RegionServer/ExecuteBatch"] < 2 {
 		t.Errorf("span counts %v: want %d TransitRegionState children, %d opens, the steps and the calls", count, regions, regions)
 	}
 	if t.Failed() {
