@@ -16,12 +16,12 @@ import (
 // event by key, what AfterSpawn was told, and each child's first runs.
 type scEnv struct {
 	*domain
-	mu      sync.Mutex
-	events  map[string]*scheduler.Event
-	after   []bool
-	ran     map[string]int
-	sentAt  map[string]int // len(after) when the child first ran
-	x       *Executor
+	mu       sync.Mutex
+	events   map[string]*scheduler.Event
+	after    []bool
+	ran      map[string]int
+	sentAt   map[string]int // len(after) when the child first ran
+	x        *Executor
 	mode     scMode
 	timeout  time.Duration
 	problems []string
