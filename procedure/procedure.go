@@ -577,8 +577,10 @@ func (c *Context) SuspendChild(id uint64, opts ...SuspendOption) error {
 	if st.onChildren || st.event == nil && st.timeout <= 0 {
 		return Errorf(ErrInvalid, "procedure: SuspendChild(%d): it needs an event or a timeout to wake on, and no OnChildren", id)
 	}
-	for _, k := range c.reserved {
-		if k != nil && k.id == id {
+	// From the newest: a step suspends the child it just reserved, and
+	// reserves thousands.
+	for i := len(c.reserved) - 1; i >= 0; i-- {
+		if k := c.reserved[i]; k != nil && k.id == id {
 			if !k.locked {
 				return Errorf(ErrInvalid, "procedure: SuspendChild(%d): its locks were not free (it takes them when it runs)", id)
 			}
