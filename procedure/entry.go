@@ -56,6 +56,9 @@ type entry struct {
 	// there (Context.SuspendChild) parks so once its spawn is written,
 	// instead of being queued.
 	startSuspended *Step
+	// spawning: written by its parent's spawn, whose AfterSpawn calls are
+	// being made: nothing queues it until the spawn queues or parks it.
+	spawning bool
 	// retired: a finished root replaced by its finishedRoot (finished.go);
 	// whoever still holds the entry reads it, nobody writes it again.
 	retired bool

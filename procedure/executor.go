@@ -374,7 +374,7 @@ func (x *Executor) claimLocked(e *entry) bool {
 
 func (x *Executor) unclaimLocked(e *entry) {
 	e.running = false
-	if e.rerun {
+	if e.rerun && !e.spawning {
 		e.rerun = false
 		if e.state == Runnable || (x.roots[e.root] != nil && x.roots[e.root].failed) {
 			x.sched.AddFront(e.id, e.key)
@@ -1107,6 +1107,9 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 }
 
 func (x *Executor) queueLocked(e *entry, front bool) {
+	if e.spawning {
+		return // its spawn queues it or parks it once its AfterSpawn calls are made
+	}
 	if front {
 		x.sched.AddFront(e.id, e.key)
 	} else {
@@ -1353,6 +1356,9 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 	hs = append(hs, x.hearingLocked(e))
 	out := SpawnOutcome{Committed: true}
 	for _, k := range kids {
+		// Until the last loop below, nothing queues it: an API call
+		// (Bypass, Resume, Abort) in the window only flags it.
+		k.spawning = true
 		hs = append(hs, x.hearingLocked(k))
 		if k.startSuspended != nil && k.span != nil && len(after) > 0 {
 			if out.spans == nil {
@@ -1373,12 +1379,23 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 	// those the step suspended (SuspendChild) wait first.
 	for i := len(kids) - 1; i >= 0; i-- {
 		k := kids[i]
-		if st := k.startSuspended; st != nil {
-			k.startSuspended = nil
+		st := k.startSuspended
+		k.startSuspended, k.spawning = nil, false
+		switch {
+		case k.running:
+			// An API call holds it: it queues it as it lets go
+			// (unclaimLocked), and the child runs its first step itself.
+			k.rerun = true
+		case k.state != Runnable:
+			// An API call in the window moved it on (paused and parked
+			// it, or ended it): that is what resumes it, if anything.
+		case st != nil:
+			k.rerun = false
 			x.parkNewLocked(k, *st)
-			continue
+		default:
+			k.rerun = false
+			x.queueLocked(k, true)
 		}
-		x.queueLocked(k, true)
 	}
 	if x.childrenReadyLocked(e) {
 		// Few enough left, counting these (WakeAtChildren): behind them.

@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,9 @@ func TestAssignSurvivesLeaderCrashAtEachWrite(t *testing.T) {
 			}
 			h := newHarness(t, harnessOpts{servers: servers, domain: func(c *domain.Config) {
 				c.FailPoint = func(p string) error {
+					if p == "region.first_open" && tc.point == "region.open" && armed.Load() {
+						return errors.New("injected: the child sends its open itself") // and is held there
+					}
 					if p == tc.point && armed.Load() {
 						<-release
 					}
@@ -204,6 +208,9 @@ func testPreparedFailoverTargetGone(t *testing.T, restart bool) {
 	release := make(chan struct{})
 	h := newHarness(t, harnessOpts{servers: 2, domain: func(c *domain.Config) {
 		c.FailPoint = func(p string) error {
+			if p == "region.first_open" && armed.Load() {
+				return errors.New("injected: the child sends its open itself") // and is held there
+			}
 			if p == "region.open" && armed.Load() {
 				<-release
 			}

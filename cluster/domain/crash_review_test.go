@@ -212,13 +212,18 @@ func TestCrashWavePreparedTargetDiesBeforeTheOpen(t *testing.T) {
 	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
 		c.CrashWave = 4
 		c.FailPoint = func(point string) error {
-			if point != "region.open" {
+			if point != "region.open" && point != "region.first_open" {
 				return nil
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			if !armed || !holding {
 				return nil
+			}
+			if point == "region.first_open" {
+				// The crash's parent leaves each open to its child, whose
+				// region.open holds it.
+				return errors.New("injected: each child sends its own open")
 			}
 			select {
 			case <-reached:

@@ -70,6 +70,7 @@ func (s *services) onTransition(info procedure.Change) {
 		// the term, the regions its failed attempts saw closed (noteClosed).
 		// s.mu may be held by this call's caller: forgotten apart.
 		go s.forgetClosed(info.ID)
+		go s.forgetFirstOpens(info.ID)
 	}
 }
 

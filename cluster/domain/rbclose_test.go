@@ -42,6 +42,9 @@ func preparedRollback(t *testing.T, regions int) time.Duration {
 // seen (if set) first.
 func refuseOpens(seen func()) func(string) error {
 	return func(p string) error {
+		if p == "region.first_open" {
+			return errors.New("injected: the child sends its open itself") // so region.open refuses it
+		}
 		if p != "region.open" {
 			return nil
 		}

@@ -440,6 +440,7 @@ type assignSpawner struct {
 // assignments, through svc, the step's services (servicesOf).
 func newAssignSpawner(ctx *procedure.Context, svc *services) *assignSpawner {
 	a := &assignSpawner{ctx: ctx, svc: svc, r: ctxReader{ctx}, opens: newFirstOpens(ctx, svc.d, svc)}
+	a.opens.track = true // a create's: it may roll back with them suspended
 	a.cands, a.err = svc.liveTargets(a.r)
 	return a
 }

@@ -247,11 +247,19 @@ func (s *services) forgetClosed(procID uint64) {
 	s.mu.Unlock()
 }
 
-// dispatch sends op for procID to ref and returns its wait. The wait is
-// armed before the send: a result can arrive (even inside Dispatch) before
-// the procedure suspends; the event then stays ready, so the suspension
-// returns at once. ctx's span (the step's) is the one the call is traced
-// under.
+// forgetFirstOpens drops the waits firstOpens armed for the children of
+// create procID, once it ended: those of children that never ran (it
+// failed or was aborted with them suspended) would otherwise stay for the
+// term. The others took theirs already.
+func (s *services) forgetFirstOpens(procID uint64) {
+	s.mu.Lock()
+	for _, id := range s.firstOpenKids[procID] {
+		delete(s.waits, id)
+	}
+	delete(s.firstOpenKids, procID)
+	s.mu.Unlock()
+}
+
 // firstOpens sends, once the spawn of a parent's step is written, the
 // first open of each child the step prepared in its name (prepareCrashed,
 // prepareIdle: the region recorded OPENING on its target in the same
@@ -264,11 +272,18 @@ func (s *services) forgetClosed(procID uint64) {
 // restart or a new leader finds the children runnable, and they send it
 // themselves. In maintenance mode nothing is sent here: the children
 // send, once it ends, as they would.
+//
+// A create's children that never ran (the create failed or was aborted
+// with them suspended) end with its tree, unheard; their waits are
+// dropped when the create ends (forgetFirstOpens). A crash's children
+// always run: it never rolls back.
 type firstOpens struct {
 	ctx  *procedure.Context
 	svc  *services
 	d    *Domain
 	sent []firstOpen
+	// track: remember the children by parent, for forgetFirstOpens.
+	track bool
 }
 
 type firstOpen struct {
@@ -289,12 +304,23 @@ func (f *firstOpens) add(id uint64, p *TransitRegionState) error {
 	if !p.Prepared || f.svc.dispatchPaused() != nil {
 		return nil
 	}
+	if failPoint(f.d, "region.first_open") != nil {
+		return nil // a test's: the child sends its open itself, through its own fail point
+	}
 	kind := rspb.OpKind_OP_KIND_OPEN
 	ev := newOpEvent(p.Server, p.Region, kind)
 	if err := f.ctx.SuspendChild(id, procedure.OnEvent(ev), procedure.Timeout(f.d.cfg.DispatchTimeout), procedure.SkipPersistence()); err != nil {
 		return err
 	}
 	f.svc.armWith(id, p.Server, p.Region, kind, ev)
+	if f.track {
+		f.svc.mu.Lock()
+		if f.svc.firstOpenKids == nil {
+			f.svc.firstOpenKids = map[uint64][]uint64{}
+		}
+		f.svc.firstOpenKids[f.ctx.ID()] = append(f.svc.firstOpenKids[f.ctx.ID()], id)
+		f.svc.mu.Unlock()
+	}
 	if len(f.sent) == 0 {
 		f.ctx.AfterSpawn(f.send)
 	}
@@ -318,6 +344,11 @@ func (f *firstOpens) send(out procedure.SpawnOutcome) {
 	f.sent = nil
 }
 
+// dispatch sends op for procID to ref and returns its wait. The wait is
+// armed before the send: a result can arrive (even inside Dispatch) before
+// the procedure suspends; the event then stays ready, so the suspension
+// returns at once. ctx's span (the step's) is the one the call is traced
+// under.
 func (s *services) dispatch(ctx context.Context, procID uint64, ref ServerRef, address, region, table string, kind rspb.OpKind) *opWait {
 	w := s.arm(procID, ref, region, kind)
 	s.disp.Dispatch(dispatch.Target{ServerID: ref.ID, Address: address, StartCode: ref.StartCode},

@@ -205,6 +205,9 @@ type services struct {
 	// rbClosed: the regions a failed rollback step confirmed closed, by
 	// proc id, region and incarnation (noteClosed).
 	rbClosed map[uint64]map[string]ServerRef
+	// firstOpenKids: the children of each running create whose open
+	// firstOpens sent, by create (forgetFirstOpens).
+	firstOpenKids map[uint64][]uint64
 
 	// maintMu guards maintEv: while maintenance mode is on, the event that
 	// procedures waiting to dispatch suspend on, woken when it goes off;
