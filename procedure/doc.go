@@ -87,7 +87,12 @@
 // back (HBASE-20846), whatever its record says. A step may take a child's
 // locks for it before spawning it (Context.AddLockedChild, never waiting):
 // it can then write domain state in the child's name, committed with the
-// spawn, which persists the child holding its locks. A Queued procedure
+// spawn, which persists the child holding its locks. It can also make the
+// child's first remote call itself once the spawn is written
+// (Context.AfterSpawn) and have the child start suspended on its answer
+// (Context.SuspendChild), sparing each child a step that would only make
+// the call: no child runs before the calls are made, and a restart finds
+// the child runnable, to make the call again itself. A Queued procedure
 // picks its run queue (meta > server > peer > table).
 //
 // # Executor services
