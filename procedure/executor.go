@@ -1452,14 +1452,7 @@ func (x *Executor) deriveLocked(e *entry) error {
 // sleeping on an event that may never come.
 func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
 	x.mu.Lock()
-	e.waitNote = st.because
-	if st.timeout > 0 {
-		x.setStateLocked(e, WaitingTimeout)
-		e.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
-	} else {
-		x.setStateLocked(e, Waiting)
-		e.waitUntil = time.Time{}
-	}
+	x.setSuspendedLocked(e, st)
 	x.unlock()
 	// A step with domain changes is persisted even when it asked not to
 	// be: its effects commit only with its transition.
@@ -1488,17 +1481,23 @@ func (x *Executor) parkNewLocked(k *entry, st Step) {
 		x.queueLocked(k, true)
 		return
 	}
-	k.waitNote = st.because
-	if st.timeout > 0 {
-		x.setStateLocked(k, WaitingTimeout)
-		k.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
-	} else {
-		x.setStateLocked(k, Waiting)
-		k.waitUntil = time.Time{}
-	}
+	x.setSuspendedLocked(k, st)
 	x.armWaitLocked(k, st.event)
 	if k.bypass || k.abort {
 		x.wakeLocked(k)
+	}
+}
+
+// setSuspendedLocked puts e in the state a Suspend step st leaves it in:
+// waiting, until a timeout (jittered) if st has one, noting why.
+func (x *Executor) setSuspendedLocked(e *entry, st Step) {
+	e.waitNote = st.because
+	if st.timeout > 0 {
+		x.setStateLocked(e, WaitingTimeout)
+		e.waitUntil = x.clock.Now().Add(addJitter(st.timeout, 0.1))
+	} else {
+		x.setStateLocked(e, Waiting)
+		e.waitUntil = time.Time{}
 	}
 }
 

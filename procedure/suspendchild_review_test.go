@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,143 +17,10 @@ import (
 // the spawn's commit (children in the table, visible to the API) and
 // their parking (parkNewLocked), during which AfterSpawn runs.
 
-// sr2Env is shared by the review procedures.
-type sr2Env struct {
-	*domain
-	x *Executor
-
-	mu      sync.Mutex
-	events  map[string]*scheduler.Event
-	ran     map[string]int  // child runs (ExecuteState calls), by key
-	ranAt   map[string]bool // a child ran while AfterSpawn was running
-	inAfter bool
-	// parentSawUnrun lists, at the parent's state 2, the children that
-	// had not run yet: a parent past its children must see none.
-	parentSawUnrun []string
-	// after is called from the parent's AfterSpawn with the children's
-	// ids by key.
-	after func(out SpawnOutcome, ids map[string]uint64)
-	// changes heard (ChangeListener), in order.
-	changes []Change
-	// ids are the children's, by key, once their spawn is written.
-	ids map[string]uint64
-	// windowProblems are noteIfRunnable's.
-	windowProblems []string
-}
-
-// childIDs waits for the spawn of children a and b and returns their ids.
-func (env *sr2Env) childIDs(t *testing.T) (a, b uint64) {
-	t.Helper()
-	testwait.For(t, 10*time.Second, "the children spawned", func() bool {
-		env.mu.Lock()
-		defer env.mu.Unlock()
-		a, b = env.ids["a"], env.ids["b"]
-		return a != 0 && b != 0
-	})
-	return a, b
-}
-
-func newSR2Env() *sr2Env {
-	return &sr2Env{domain: newDomain(), events: map[string]*scheduler.Event{}, ran: map[string]int{}, ranAt: map[string]bool{}}
-}
-
-type sr2Parent struct {
-	StateMachine
-	Keys []string
-}
-
-func (p *sr2Parent) InitialState() int32                 { return 1 }
-func (p *sr2Parent) RollbackState(*Context, int32) error { return nil }
-
-func (p *sr2Parent) ExecuteState(ctx *Context, state int32) (Flow, error) {
-	env := ctx.Env.(*sr2Env)
-	if state != 1 {
-		env.mu.Lock()
-		for _, k := range p.Keys {
-			if env.ran[k] == 0 {
-				env.parentSawUnrun = append(env.parentSawUnrun, k)
-			}
-		}
-		env.mu.Unlock()
-		return NoMoreState, nil
-	}
-	ids := map[string]uint64{}
-	for _, k := range p.Keys {
-		id, locked, err := ctx.AddLockedChild(&sr2Child{Key: k})
-		if err != nil || !locked {
-			return NoMoreState, errors.Join(err, errors.New("child not locked"))
-		}
-		ids[k] = id
-		ev := scheduler.NewEvent("rv " + k)
-		env.mu.Lock()
-		env.events[k] = ev
-		env.mu.Unlock()
-		if err := ctx.SuspendChild(id, OnEvent(ev), Timeout(time.Hour)); err != nil {
-			return NoMoreState, err
-		}
-	}
-	ctx.AfterSpawn(func(out SpawnOutcome) {
-		env.mu.Lock()
-		env.inAfter = true
-		if out.Committed {
-			env.ids = ids
-		}
-		f := env.after
-		env.mu.Unlock()
-		if f != nil {
-			f(out, ids)
-		}
-		env.mu.Lock()
-		env.inAfter = false
-		env.mu.Unlock()
-	})
-	p.SetNextState(2)
-	return HasMoreState, nil
-}
-
-type sr2Child struct {
-	StateMachine
-	Key string
-}
-
-func (c *sr2Child) Locks() []scheduler.Lock {
-	return []scheduler.Lock{{Type: scheduler.LockRegion, Name: c.Key, Mode: scheduler.Exclusive}}
-}
-func (c *sr2Child) HoldLock() bool                      { return true }
-func (c *sr2Child) InitialState() int32                 { return 1 }
-func (c *sr2Child) RollbackState(*Context, int32) error { return nil }
-
-func (c *sr2Child) ExecuteState(ctx *Context, state int32) (Flow, error) {
-	env := ctx.Env.(*sr2Env)
-	env.mu.Lock()
-	env.ran[c.Key]++
-	if env.inAfter {
-		env.ranAt[c.Key] = true
-	}
-	env.mu.Unlock()
-	return NoMoreState, nil
-}
-
-func startSR2(t *testing.T, env *sr2Env) *harness {
-	h := startExecutor(t, store.NewMemStore(), env.domain, func(c *Config) {
-		c.Env = env
-		c.Registry = NewRegistry()
-		c.Registry.MustRegister("sr2Parent", 1, func() Procedure { return &sr2Parent{} })
-		c.Registry.MustRegister("sr2Child", 1, func() Procedure { return &sr2Child{} })
-	})
-	env.x = h.x
-	h.x.AddChangeListener(func(c Change) {
-		env.mu.Lock()
-		env.changes = append(env.changes, c)
-		env.mu.Unlock()
-	})
-	return h
-}
-
 // noteIfRunnable notes, from the parent's AfterSpawn, a child that an API
 // call just made runnable: queued, running or ended before the spawn
 // parked it.
-func (env *sr2Env) noteIfRunnable(id uint64, how string) {
+func (env *scEnv) noteIfRunnable(id uint64, how string) {
 	x := env.x
 	x.mu.Lock()
 	e := x.procs[id]
@@ -168,7 +34,7 @@ func (env *sr2Env) noteIfRunnable(id uint64, how string) {
 }
 
 // quiescent: nothing queued, no step running, no member of the tree held.
-func (env *sr2Env) quiescent(ids ...uint64) bool {
+func (env *scEnv) quiescent(ids ...uint64) bool {
 	x := env.x
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -183,7 +49,7 @@ func (env *sr2Env) quiescent(ids ...uint64) bool {
 	return true
 }
 
-func (env *sr2Env) successes(id uint64) int {
+func (env *scEnv) successes(id uint64) int {
 	env.mu.Lock()
 	defer env.mu.Unlock()
 	n := 0
@@ -206,8 +72,8 @@ func (env *sr2Env) successes(id uint64) int {
 // while its other child never ran: the parent ends with a child
 // unfinished.
 func TestSuspendChildBypassedInTheAfterSpawnWindow(t *testing.T) {
-	env := newSR2Env()
-	h := startSR2(t, env)
+	env := newSCEnv()
+	h := startSC(t, env)
 	var bypassErr error
 	env.after = func(out SpawnOutcome, ids map[string]uint64) {
 		if !out.Committed {
@@ -217,7 +83,7 @@ func TestSuspendChildBypassedInTheAfterSpawnWindow(t *testing.T) {
 		bypassErr = env.x.Bypass(a, BypassOptions{})
 		env.noteIfRunnable(a, "bypassed")
 	}
-	parent := h.submit(&sr2Parent{Keys: []string{"a", "b"}}, SubmitOptions{})
+	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	a, b := env.childIDs(t)
 	testwait.For(t, 10*time.Second, "the tree quiescent", func() bool { return env.quiescent(parent, a, b) })
 	if bypassErr != nil {
@@ -264,8 +130,8 @@ func TestSuspendChildBypassedInTheAfterSpawnWindow(t *testing.T) {
 // parkNewLocked parks it again afterwards, so its event (the answer)
 // runs it a second time.
 func TestSuspendChildResumedInTheAfterSpawnWindow(t *testing.T) {
-	env := newSR2Env()
-	h := startSR2(t, env)
+	env := newSCEnv()
+	h := startSC(t, env)
 	var apiErr error
 	env.after = func(out SpawnOutcome, ids map[string]uint64) {
 		if !out.Committed {
@@ -275,7 +141,7 @@ func TestSuspendChildResumedInTheAfterSpawnWindow(t *testing.T) {
 		apiErr = errors.Join(env.x.Pause(a), env.x.Resume(a))
 		env.noteIfRunnable(a, "paused and resumed")
 	}
-	parent := h.submit(&sr2Parent{Keys: []string{"a", "b"}}, SubmitOptions{})
+	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	a, b := env.childIDs(t)
 	testwait.For(t, 10*time.Second, "the tree quiescent", func() bool { return env.quiescent(parent, a, b) })
 	if apiErr != nil {
@@ -325,15 +191,15 @@ func TestSuspendChildResumedInTheAfterSpawnWindow(t *testing.T) {
 // parked, after AfterSpawn returned, and fails without a rollback-stack
 // entry of its own; the tree rolls back and ends. No child runs a step.
 func TestSuspendChildAbortedInTheAfterSpawnWindow(t *testing.T) {
-	env := newSR2Env()
-	h := startSR2(t, env)
+	env := newSCEnv()
+	h := startSC(t, env)
 	var abortErr error
 	env.after = func(out SpawnOutcome, ids map[string]uint64) {
 		if out.Committed {
 			abortErr = env.x.Abort(ids["b"])
 		}
 	}
-	parent := h.submit(&sr2Parent{Keys: []string{"a", "b"}}, SubmitOptions{})
+	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	info := h.wait(parent)
 	if abortErr != nil {
 		t.Fatal(abortErr)
@@ -363,12 +229,12 @@ func TestSuspendChildAbortedInTheAfterSpawnWindow(t *testing.T) {
 // restart runs them (their records are RUNNABLE).
 func TestSuspendChildStopInTheAfterSpawnWindow(t *testing.T) {
 	mem := store.NewMemStore()
-	env := newSR2Env()
+	env := newSCEnv()
 	h := startExecutor(t, mem, env.domain, func(c *Config) {
 		c.Env = env
 		c.Registry = NewRegistry()
-		c.Registry.MustRegister("sr2Parent", 1, func() Procedure { return &sr2Parent{} })
-		c.Registry.MustRegister("sr2Child", 1, func() Procedure { return &sr2Child{} })
+		c.Registry.MustRegister("scParent", 1, func() Procedure { return &scParent{} })
+		c.Registry.MustRegister("scChild", 1, func() Procedure { return &scChild{} })
 	})
 	env.x = h.x
 	stopped := make(chan error, 1)
@@ -388,7 +254,7 @@ func TestSuspendChildStopInTheAfterSpawnWindow(t *testing.T) {
 			return env.x.stopping
 		})
 	}
-	parent := h.submit(&sr2Parent{Keys: []string{"a", "b"}}, SubmitOptions{})
+	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
@@ -397,12 +263,12 @@ func TestSuspendChildStopInTheAfterSpawnWindow(t *testing.T) {
 		t.Errorf("children ran: %v", env.ran)
 	}
 	env.mu.Unlock()
-	env2 := newSR2Env()
+	env2 := newSCEnv()
 	h2 := startExecutor(t, mem, env2.domain, func(c *Config) {
 		c.Env = env2
 		c.Registry = NewRegistry()
-		c.Registry.MustRegister("sr2Parent", 1, func() Procedure { return &sr2Parent{} })
-		c.Registry.MustRegister("sr2Child", 1, func() Procedure { return &sr2Child{} })
+		c.Registry.MustRegister("scParent", 1, func() Procedure { return &scParent{} })
+		c.Registry.MustRegister("scChild", 1, func() Procedure { return &scChild{} })
 	})
 	env2.x = h2.x
 	if info := h2.wait(parent); info.State != Success {
@@ -420,12 +286,12 @@ func TestSuspendChildStopInTheAfterSpawnWindow(t *testing.T) {
 // timer are released (finishRoot), and waking the event later runs
 // nothing.
 func TestSuspendChildRolledBackTreeReleasesThem(t *testing.T) {
-	env := newSR2Env()
-	h := startSR2(t, env)
-	parent := h.submit(&sr2Parent{Keys: []string{"a", "b"}}, SubmitOptions{})
+	env := newSCEnv()
+	h := startSC(t, env)
+	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "both children waiting", func() bool {
 		n := 0
-		for _, i := range h.x.List(Filter{Type: "sr2Child"}) {
+		for _, i := range h.x.List(Filter{Type: "scChild"}) {
 			if i.State == WaitingTimeout || i.State == Waiting {
 				n++
 			}
@@ -443,7 +309,7 @@ func TestSuspendChildRolledBackTreeReleasesThem(t *testing.T) {
 	env.mu.Unlock()
 	h.x.mu.Lock()
 	for id := range h.x.procs {
-		if e := h.x.procs[id]; e != nil && e.ti.name == "sr2Child" {
+		if e := h.x.procs[id]; e != nil && e.ti.name == "scChild" {
 			t.Errorf("child %d still in the table", id)
 		}
 	}

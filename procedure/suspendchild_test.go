@@ -1,6 +1,7 @@
 package procedure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -12,61 +13,58 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-// scEnv is what the SuspendChild tests' procedures share: each child's
-// event by key, what AfterSpawn was told, and each child's first runs.
+// scEnv is what the SuspendChild tests' procedures share: scParent
+// reserves a locked scChild per key, suspends each on its own event
+// (SuspendChild) and spawns them; scChild records its runs.
 type scEnv struct {
 	*domain
-	mu       sync.Mutex
-	events   map[string]*scheduler.Event
-	after    []bool
-	ran      map[string]int
-	sentAt   map[string]int // len(after) when the child first ran
-	x        *Executor
-	mode     scMode
-	timeout  time.Duration
-	problems []string
+	x *Executor
+	// timeout is the children's (0: an hour; noTimeout: none); wakeInStep
+	// wakes their events in the step, before its spawn is written;
+	// failStep fails the step after suspending them.
+	timeout    time.Duration
+	noTimeout  bool
+	wakeInStep bool
+	failStep   bool
+	// told is what AfterSpawn was told (Committed), appended once the
+	// after hook returned.
+	told []bool
+
+	mu      sync.Mutex
+	events  map[string]*scheduler.Event
+	ran     map[string]int  // child runs (ExecuteState calls), by key
+	ranAt   map[string]bool // a child ran while AfterSpawn was running
+	inAfter bool
+	// parentSawUnrun lists, at the parent's state 2, the children that
+	// had not run yet: a parent past its children must see none.
+	parentSawUnrun []string
+	// after is called from the parent's AfterSpawn with the children's
+	// ids by key.
+	after func(out SpawnOutcome, ids map[string]uint64)
+	// changes heard (ChangeListener), in order.
+	changes []Change
+	// ids are the children's, by key, once their spawn is written.
+	ids map[string]uint64
+	// windowProblems are noteIfRunnable's.
+	windowProblems []string
 }
 
-// checkNoneCanRun notes a problem if any of ids is queued or parked, or
-// has run: while its parent's AfterSpawn calls are made, none may.
-func (env *scEnv) checkNoneCanRun(ids []uint64) {
-	x := env.x
-	x.mu.Lock()
-	var bad []string
-	for _, id := range ids {
-		if k := x.procs[id]; k == nil || k.state != Runnable || k.event != nil || k.timer != nil {
-			bad = append(bad, "a child parked or gone during its parent's AfterSpawn")
-		}
-	}
-	if q := x.sched.Sizes().Queued; q != 0 {
-		bad = append(bad, "procedures queued during AfterSpawn")
-	}
-	x.mu.Unlock()
-	env.mu.Lock()
-	env.problems = append(env.problems, bad...)
-	if len(env.ran) > 0 {
-		env.problems = append(env.problems, "a child ran during its parent's AfterSpawn")
-	}
-	env.mu.Unlock()
+// childIDs waits for the spawn of children a and b and returns their ids.
+func (env *scEnv) childIDs(t *testing.T) (a, b uint64) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, "the children spawned", func() bool {
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		a, b = env.ids["a"], env.ids["b"]
+		return a != 0 && b != 0
+	})
+	return a, b
 }
 
-type scMode int
-
-const (
-	scWakeAfterSpawn scMode = iota // AfterSpawn wakes every child's event
-	scWakeInStep                   // the step wakes them before its spawn is written
-	scNeverWake                    // only the timeout wakes them
-	scFailStep                     // the step fails after suspending them
-	scAbortInAfter                 // AfterSpawn checks no child can run yet, then aborts the parent
-)
-
-func newSCEnv(mode scMode, timeout time.Duration) *scEnv {
-	return &scEnv{domain: newDomain(), events: map[string]*scheduler.Event{}, ran: map[string]int{}, sentAt: map[string]int{},
-		mode: mode, timeout: timeout}
+func newSCEnv() *scEnv {
+	return &scEnv{domain: newDomain(), events: map[string]*scheduler.Event{}, ran: map[string]int{}, ranAt: map[string]bool{}}
 }
 
-// scParent reserves a locked scChild per key, suspends each on its own
-// event (SuspendChild) and spawns them.
 type scParent struct {
 	StateMachine
 	Keys []string
@@ -76,60 +74,56 @@ func (p *scParent) InitialState() int32                 { return 1 }
 func (p *scParent) RollbackState(*Context, int32) error { return nil }
 
 func (p *scParent) ExecuteState(ctx *Context, state int32) (Flow, error) {
+	env := ctx.Env.(*scEnv)
 	if state != 1 {
+		env.mu.Lock()
+		for _, k := range p.Keys {
+			if env.ran[k] == 0 {
+				env.parentSawUnrun = append(env.parentSawUnrun, k)
+			}
+		}
+		env.mu.Unlock()
 		return NoMoreState, nil
 	}
-	env := ctx.Env.(*scEnv)
-	parent := ctx.ID()
-	var ids []uint64
+	ids := map[string]uint64{}
 	for _, k := range p.Keys {
 		id, locked, err := ctx.AddLockedChild(&scChild{Key: k})
-		ids = append(ids, id)
 		if err != nil || !locked {
 			return NoMoreState, errors.Join(err, errors.New("child not locked"))
 		}
-		ev := scheduler.NewEvent("sc " + k)
+		ids[k] = id
+		ev := scheduler.NewEvent("rv " + k)
 		env.mu.Lock()
 		env.events[k] = ev
 		env.mu.Unlock()
 		opts := []SuspendOption{OnEvent(ev)}
-		if env.timeout > 0 {
-			opts = append(opts, Timeout(env.timeout))
+		if !env.noTimeout {
+			opts = append(opts, Timeout(cmp.Or(env.timeout, time.Hour)))
 		}
 		if err := ctx.SuspendChild(id, opts...); err != nil {
 			return NoMoreState, err
 		}
-		if env.mode == scWakeInStep {
+		if env.wakeInStep {
 			env.x.Wake(ev)
 		}
 	}
 	ctx.AfterSpawn(func(out SpawnOutcome) {
-		committed := out.Committed
 		env.mu.Lock()
-		evs := make([]*scheduler.Event, 0, len(env.events))
-		for _, ev := range env.events {
-			evs = append(evs, ev)
+		env.inAfter = true
+		if out.Committed {
+			env.ids = ids
 		}
+		f := env.after
 		env.mu.Unlock()
-		if committed && env.mode == scWakeAfterSpawn {
-			for _, ev := range evs {
-				env.x.Wake(ev)
-			}
-		}
-		if committed && env.mode == scAbortInAfter {
-			env.checkNoneCanRun(ids)
-			if err := env.x.Abort(parent); err != nil {
-				env.mu.Lock()
-				env.problems = append(env.problems, "abort: "+err.Error())
-				env.mu.Unlock()
-			}
-			env.checkNoneCanRun(ids)
+		if f != nil {
+			f(out, ids)
 		}
 		env.mu.Lock()
-		env.after = append(env.after, committed) // last: a child that ran before it returned sees 0
+		env.inAfter = false
+		env.told = append(env.told, out.Committed)
 		env.mu.Unlock()
 	})
-	if env.mode == scFailStep {
+	if env.failStep {
 		return NoMoreState, errors.New("injected: the spawning step fails")
 	}
 	p.SetNextState(2)
@@ -151,15 +145,17 @@ func (c *scChild) RollbackState(*Context, int32) error { return nil }
 func (c *scChild) ExecuteState(ctx *Context, state int32) (Flow, error) {
 	env := ctx.Env.(*scEnv)
 	env.mu.Lock()
-	if env.ran[c.Key] == 0 {
-		env.sentAt[c.Key] = len(env.after)
-	}
 	env.ran[c.Key]++
+	if env.inAfter {
+		env.ranAt[c.Key] = true
+	}
 	env.mu.Unlock()
-	return NoMoreState, ctx.Put("ran/"+c.Key, nil)
+	return NoMoreState, nil
 }
 
-func startSC(t *testing.T, st store.Store, env *scEnv) *harness {
+func startSC(t *testing.T, env *scEnv) *harness { return startSCOn(t, store.NewMemStore(), env) }
+
+func startSCOn(t *testing.T, st store.Store, env *scEnv) *harness {
 	h := startExecutor(t, st, env.domain, func(c *Config) {
 		c.Env = env
 		c.Registry = NewRegistry()
@@ -167,7 +163,48 @@ func startSC(t *testing.T, st store.Store, env *scEnv) *harness {
 		c.Registry.MustRegister("scChild", 1, func() Procedure { return &scChild{} })
 	})
 	env.x = h.x
+	h.x.AddChangeListener(func(c Change) {
+		env.mu.Lock()
+		env.changes = append(env.changes, c)
+		env.mu.Unlock()
+	})
 	return h
+}
+
+// wakeAll wakes every child's event.
+func (env *scEnv) wakeAll() {
+	env.mu.Lock()
+	evs := make([]*scheduler.Event, 0, len(env.events))
+	for _, ev := range env.events {
+		evs = append(evs, ev)
+	}
+	env.mu.Unlock()
+	for _, ev := range evs {
+		env.x.Wake(ev)
+	}
+}
+
+// checkNoneCanRun notes a problem if any of ids is queued or parked, or
+// has run: while its parent's AfterSpawn calls are made, none may.
+func (env *scEnv) checkNoneCanRun(ids map[string]uint64) {
+	x := env.x
+	x.mu.Lock()
+	var bad []string
+	for _, id := range ids {
+		if k := x.procs[id]; k == nil || k.state != Runnable || k.event != nil || k.timer != nil {
+			bad = append(bad, "a child parked or gone during its parent's AfterSpawn")
+		}
+	}
+	if q := x.sched.Sizes().Queued; q != 0 {
+		bad = append(bad, "procedures queued during AfterSpawn")
+	}
+	x.mu.Unlock()
+	env.mu.Lock()
+	env.windowProblems = append(env.windowProblems, bad...)
+	if len(env.ran) > 0 {
+		env.windowProblems = append(env.windowProblems, "a child ran during its parent's AfterSpawn")
+	}
+	env.mu.Unlock()
 }
 
 // TestSuspendChildWaitsForItsEvent: a child suspended by its parent's step
@@ -175,20 +212,25 @@ func startSC(t *testing.T, st store.Store, env *scEnv) *harness {
 // spawn was written, before any child runs; each child then runs its first
 // state once, and the tree ends.
 func TestSuspendChildWaitsForItsEvent(t *testing.T) {
-	env := newSCEnv(scWakeAfterSpawn, time.Hour)
-	h := startSC(t, store.NewMemStore(), env)
+	env := newSCEnv()
+	env.after = func(out SpawnOutcome, _ map[string]uint64) {
+		if out.Committed {
+			env.wakeAll()
+		}
+	}
+	h := startSC(t, env)
 	keys := []string{"a", "b", "c", "d"}
 	if info := h.wait(h.submit(&scParent{Keys: keys}, SubmitOptions{})); info.State != Success {
 		t.Fatalf("parent %v: %s", info.State, info.Error)
 	}
 	env.mu.Lock()
 	defer env.mu.Unlock()
-	if len(env.after) != 1 || !env.after[0] {
-		t.Fatalf("AfterSpawn told %v, want [true]", env.after)
+	if len(env.told) != 1 || !env.told[0] {
+		t.Fatalf("AfterSpawn told %v, want [true]", env.told)
 	}
 	for _, k := range keys {
-		if env.ran[k] != 1 || env.sentAt[k] != 1 {
-			t.Errorf("child %s ran %d times, first after %d AfterSpawn calls; want once, after 1", k, env.ran[k], env.sentAt[k])
+		if env.ran[k] != 1 || env.ranAt[k] {
+			t.Errorf("child %s ran %d times (during AfterSpawn: %v); want once, after it", k, env.ran[k], env.ranAt[k])
 		}
 	}
 }
@@ -197,8 +239,9 @@ func TestSuspendChildWaitsForItsEvent(t *testing.T) {
 // timeout, a child waits (WAITING, not queued) for good; its timeout alone
 // wakes it.
 func TestSuspendChildStaysSuspended(t *testing.T) {
-	env := newSCEnv(scNeverWake, 0)
-	h := startSC(t, store.NewMemStore(), env)
+	env := newSCEnv()
+	env.noTimeout = true
+	h := startSC(t, env)
 	parent := h.submit(&scParent{Keys: []string{"a"}}, SubmitOptions{})
 	var child uint64
 	testwait.For(t, 10*time.Second, "the child spawned and waiting", func() bool {
@@ -222,7 +265,7 @@ func TestSuspendChildStaysSuspended(t *testing.T) {
 	if ran != 0 {
 		t.Fatalf("the suspended child ran %d times before its event", ran)
 	}
-	h.x.Wake(env.events["a"])
+	env.wakeAll()
 	if info := h.wait(parent); info.State != Success {
 		t.Fatalf("parent %v", info.State)
 	}
@@ -230,8 +273,9 @@ func TestSuspendChildStaysSuspended(t *testing.T) {
 		t.Fatalf("child %v", i.State)
 	}
 
-	timed := newSCEnv(scNeverWake, 20*time.Millisecond)
-	h = startSC(t, store.NewMemStore(), timed)
+	timed := newSCEnv()
+	timed.timeout = 20 * time.Millisecond
+	h = startSC(t, timed)
 	if info := h.wait(h.submit(&scParent{Keys: []string{"t"}}, SubmitOptions{})); info.State != Success {
 		t.Fatalf("parent with a timeout %v", info.State)
 	}
@@ -241,8 +285,9 @@ func TestSuspendChildStaysSuspended(t *testing.T) {
 // step still runs (an answer faster than the spawn's write) still runs the
 // child.
 func TestSuspendChildWokenBeforeItParks(t *testing.T) {
-	env := newSCEnv(scWakeInStep, time.Hour)
-	h := startSC(t, store.NewMemStore(), env)
+	env := newSCEnv()
+	env.wakeInStep = true
+	h := startSC(t, env)
 	if info := h.wait(h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})); info.State != Success {
 		t.Fatalf("parent %v: %s", info.State, info.Error)
 	}
@@ -251,15 +296,16 @@ func TestSuspendChildWokenBeforeItParks(t *testing.T) {
 // TestSuspendChildOfAFailedStep: a step that fails after suspending its
 // children tells AfterSpawn false, once, and no child exists or runs.
 func TestSuspendChildOfAFailedStep(t *testing.T) {
-	env := newSCEnv(scFailStep, time.Hour)
-	h := startSC(t, store.NewMemStore(), env)
+	env := newSCEnv()
+	env.failStep = true
+	h := startSC(t, env)
 	if info := h.wait(h.submit(&scParent{Keys: []string{"a"}}, SubmitOptions{})); info.State != Failed && info.State != RolledBack {
 		t.Fatalf("parent %v", info.State)
 	}
 	env.mu.Lock()
 	defer env.mu.Unlock()
-	if len(env.after) != 1 || env.after[0] {
-		t.Fatalf("AfterSpawn told %v, want [false]", env.after)
+	if len(env.told) != 1 || env.told[0] {
+		t.Fatalf("AfterSpawn told %v, want [false]", env.told)
 	}
 	if len(env.ran) != 0 {
 		t.Fatalf("children ran: %v", env.ran)
@@ -274,8 +320,9 @@ func TestSuspendChildOfAFailedStep(t *testing.T) {
 // without its event.
 func TestSuspendChildRunsAtOnceAfterARestart(t *testing.T) {
 	mem := store.NewMemStore()
-	env := newSCEnv(scNeverWake, 0)
-	h := startSC(t, mem, env)
+	env := newSCEnv()
+	env.noTimeout = true
+	h := startSCOn(t, mem, env)
 	parent := h.submit(&scParent{Keys: []string{"a", "b"}}, SubmitOptions{})
 	testwait.For(t, 10*time.Second, "both children waiting", func() bool {
 		n := 0
@@ -291,8 +338,9 @@ func TestSuspendChildRunsAtOnceAfterARestart(t *testing.T) {
 	if err := h.x.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	env2 := newSCEnv(scNeverWake, 0)
-	h2 := startSC(t, mem, env2)
+	env2 := newSCEnv()
+	env2.noTimeout = true
+	h2 := startSCOn(t, mem, env2)
 	if info := h2.wait(parent); info.State != Success {
 		t.Fatalf("parent after the restart %v", info.State)
 	}
@@ -331,15 +379,27 @@ func TestSuspendChildRefusesBadUse(t *testing.T) {
 // rollback closing what the parent's call is about to open) before the
 // call is made. The abort then ends the tree.
 func TestSuspendChildRunsOnlyAfterItsParentsCalls(t *testing.T) {
-	env := newSCEnv(scAbortInAfter, time.Hour)
-	h := startSC(t, store.NewMemStore(), env)
+	env := newSCEnv()
+	var abortErr error
+	env.after = func(out SpawnOutcome, ids map[string]uint64) {
+		if !out.Committed {
+			return
+		}
+		env.checkNoneCanRun(ids)
+		env.x.mu.Lock()
+		parent := env.x.procs[ids["a"]].parent
+		env.x.mu.Unlock()
+		abortErr = env.x.Abort(parent)
+		env.checkNoneCanRun(ids)
+	}
+	h := startSC(t, env)
 	info := h.wait(h.submit(&scParent{Keys: []string{"a", "b", "c"}}, SubmitOptions{}))
 	env.mu.Lock()
 	defer env.mu.Unlock()
-	if len(env.problems) > 0 {
-		t.Fatal(env.problems)
+	if abortErr != nil || len(env.windowProblems) > 0 {
+		t.Fatal(abortErr, env.windowProblems)
 	}
-	if info.State != RolledBack || len(env.after) != 1 || !env.after[0] {
-		t.Fatalf("parent %v, AfterSpawn told %v: want the aborted tree rolled back after one written spawn", info.State, env.after)
+	if info.State != RolledBack || len(env.told) != 1 || !env.told[0] {
+		t.Fatalf("parent %v, AfterSpawn told %v: want the aborted tree rolled back after one written spawn", info.State, env.told)
 	}
 }
