@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -180,7 +181,7 @@ func TestForwardedBigReadGoesAloneNotPoisoningItsCall(t *testing.T) {
 	if _, err := leader.cl.GetProcedure(ctx, withUnknown(&adminpb.GetProcedureRequest{Id: r.GetId()}, 1200<<10)); err != nil {
 		t.Fatalf("the big read at the leader: %v", err)
 	}
-	var bad atomic.Int64
+	var bad, moved atomic.Int64
 	var first atomic.Value
 	for range 10 {
 		var wg sync.WaitGroup
@@ -193,16 +194,29 @@ func TestForwardedBigReadGoesAloneNotPoisoningItsCall(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := standby.cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: r.GetId()}); err != nil {
+				_, err := standby.cl.GetProcedure(ctx, &adminpb.GetProcedureRequest{Id: r.GetId()})
+				switch {
+				case err == nil:
+				case status.Code(err) == codes.Unavailable:
+					// The leadership moved (an election on a loaded
+					// machine): the read is refused as UNAVAILABLE, for
+					// the client to retry, whatever shared its call. A
+					// read poisoned by the big one fails with the
+					// refusal of its call (its limits), not with this.
+					moved.Add(1)
+				default:
 					bad.Add(1)
-					first.CompareAndSwap(nil, status.Convert(err).Message())
 					first.CompareAndSwap(nil, err.Error())
 				}
 			}()
 		}
 		wg.Wait()
 	}
-	t.Logf("bulk: %d calls, %d in bulk, %d alone", standby.srv.bulk.calls.Load(), standby.srv.bulk.inBulk.Load(), standby.srv.bulk.alone.Load())
+	t.Logf("bulk: %d calls, %d in bulk, %d alone; %d reads refused while the leadership moved", standby.srv.bulk.calls.Load(),
+		standby.srv.bulk.inBulk.Load(), standby.srv.bulk.alone.Load(), moved.Load())
+	if moved.Load() == 150 {
+		t.Skip("the leadership moved for every read: nothing was read in bulk")
+	}
 	if bad.Load() > 0 {
 		t.Errorf("%d of 150 ordinary reads failed because another client's read shared their call; first: %v", bad.Load(), first.Load())
 	}
