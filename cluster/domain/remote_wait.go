@@ -309,7 +309,7 @@ func (f *firstOpens) add(id uint64, p *TransitRegionState) error {
 	}
 	kind := rspb.OpKind_OP_KIND_OPEN
 	ev := newOpEvent(p.Server, p.Region, kind)
-	if err := f.ctx.SuspendChild(id, procedure.OnEvent(ev), procedure.Timeout(f.d.cfg.DispatchTimeout), procedure.SkipPersistence()); err != nil {
+	if err := f.ctx.SuspendChild(id, procedure.OnEvent(ev), procedure.Timeout(f.d.cfg.DispatchTimeout)); err != nil {
 		return err
 	}
 	f.svc.armWith(id, p.Server, p.Region, kind, ev)
