@@ -270,6 +270,7 @@ func (h *summaryHeader) each(root uint64, base time.Time, fn func(ChildSummary))
 type forgottenSummaries struct {
 	packed  []byte
 	types   []*typeInfo
+	count   int // entries packed
 	omitted int
 }
 
@@ -284,11 +285,14 @@ func (f *forgottenSummaries) add(root uint64, base time.Time, s ChildSummary, ti
 		f.types = append(f.types, ti)
 	}
 	f.packed = appendSummaryEntry(f.packed, s, root, root, base, t)
+	f.count++
 }
 
-// list decodes them.
-func (f *forgottenSummaries) list(root uint64, base time.Time) []ChildSummary {
-	var out []ChildSummary
+// list decodes them, into a list with room for extra more: grown by
+// appends, a crash's 100,000 forgotten children's list allocated twice
+// its size, with the executor's lock held.
+func (f *forgottenSummaries) list(root uint64, base time.Time, extra int) []ChildSummary {
+	out := make([]ChildSummary, 0, f.count+extra)
 	for b := f.packed; len(b) > 0; {
 		s, typ, rest, err := consumeSummaryEntry(b, root, root, base)
 		if err != nil || typ >= uint64(len(f.types)) {
@@ -319,7 +323,7 @@ func (x *Executor) childSummariesLocked(e *entry) (pack func() []byte) {
 	if root == nil || root.entry != e {
 		return nil
 	}
-	list := root.forgottenSums.list(e.id, e.submitted)
+	list := root.forgottenSums.list(e.id, e.submitted, len(root.members))
 	for id, m := range root.members {
 		if id != e.id {
 			list = append(list, summaryOf(m))

@@ -720,13 +720,21 @@ func (a *applier) flush(index uint64) {
 	}
 	// The keys' images share one buffer, sized first so that it never
 	// moves: two allocations per key otherwise, on every master.
-	imgBytes := 0
+	imgBytes, dels := 0, 0
 	for _, n := range net {
-		if !n.op.del && n.op.key != nil {
+		switch {
+		case n.op.del:
+			dels++
+		case n.op.key != nil:
 			imgBytes += kvImageSize(n.op.key, n.op.data)
 		}
 	}
 	imgs := make([]byte, 0, imgBytes)
+	// Sized once too: grown by appends, the lists of an entry of a
+	// thousand records allocated about twice their size, on every master
+	// for every entry.
+	b.Deletes = make([]uint64, 0, dels)
+	b.Updates = make([]store.Proc, 0, len(net)-dels+1) // and the meta record
 	for _, n := range net {
 		id, op := n.id, n.op
 		switch {

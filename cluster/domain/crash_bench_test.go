@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ import (
 // region is left on the dead incarnation), with the dispatcher's default
 // batching. BATON_CRASH_REGIONS (default 30,000) and BATON_CRASH_SERVERS
 // (default 3) size it: 100,000 and more are for a quiet machine.
+// BATON_CRASH_CPUPROFILE and BATON_CRASH_MEMPROFILE name files for the
+// recovery's CPU profile and the process's allocations around it.
 func BenchmarkServerCrashRecovery(b *testing.B) {
 	regions := benchEnv(b, "BATON_CRASH_REGIONS", 30000, 1)
 	servers := benchEnv(b, "BATON_CRASH_SERVERS", 3, 1)
@@ -91,8 +94,13 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		// from the crash seen to its end: next to the wall time, what a
 		// machine shared with other work does not blur.
 		cpu0 := cpuTime()
+		var mem0, mem1 runtime.MemStats
+		runtime.ReadMemStats(&mem0)
+		writeAllocsProfile(b, os.Getenv("BATON_CRASH_MEMPROFILE"), ".before")
 		crash = h.mustSucceed(crash.ID, 30*time.Minute)
 		cpu := cpuTime() - cpu0
+		runtime.ReadMemStats(&mem1)
+		writeAllocsProfile(b, os.Getenv("BATON_CRASH_MEMPROFILE"), "")
 		b.StopTimer()
 		stopProfile()
 		hosting := map[string]int{}
@@ -110,6 +118,11 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		b.ReportMetric(float64(el.Milliseconds()), "ms/recovery")
 		b.ReportMetric(float64(perServer[victim]), "regions_moved")
 		b.ReportMetric(float64(cpu.Microseconds())/float64(max(perServer[victim], 1)), "cpu_us/region")
+		// What the recovery allocated, the whole process's, per region:
+		// steadier than its CPU on a shared machine, and what the
+		// collector's share of that CPU follows.
+		b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/float64(max(perServer[victim], 1)), "allocs/region")
+		b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/float64(max(perServer[victim], 1)), "alloc_B/region")
 		calls := "leadership changed during the recovery: calls not counted"
 		if now, _ := h.leader(); now.dom.Services() == svc {
 			// One term's dispatcher throughout: its counts are the
@@ -145,6 +158,28 @@ func benchLeases(c *domain.Config) {
 
 // profileCPU profiles the process's CPU into path until the returned
 // function is called; nothing if path is empty.
+// writeAllocsProfile writes the process's heap profile (its allocations
+// since the start among them) to path+suffix, if path is set: the
+// recovery's allocations are those of the profile without a suffix less
+// those of ".before" (go tool pprof -sample_index=alloc_space
+// -diff_base path.before path).
+func writeAllocsProfile(tb testing.TB, path, suffix string) {
+	tb.Helper()
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		tb.Error(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Error(err)
+	}
+}
+
 func profileCPU(tb testing.TB, path string) (stop func()) {
 	tb.Helper()
 	if path == "" {
