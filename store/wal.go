@@ -618,7 +618,11 @@ func (w *WAL) Append(b Batch) error {
 	}
 	w.pending.Add(1)
 	r := reqPool.Get().(*request)
-	r.frame = appendRecord(make([]byte, 0, frameHeaderSize+size), batchType(&b), b.Index, puts, b.Deletes)
+	frame := r.frame[:0]
+	if cap(frame) < frameHeaderSize+size {
+		frame = make([]byte, 0, frameHeaderSize+size)
+	}
+	r.frame = appendRecord(frame, batchType(&b), b.Index, puts, b.Deletes)
 	r.b = b
 	return w.submit(r)
 }
@@ -629,6 +633,7 @@ func (w *WAL) Append(b Batch) error {
 func (w *WAL) Sync() error {
 	w.pending.Add(1)
 	r := reqPool.Get().(*request)
+	r.frame = r.frame[:0] // the writer appends every request's frame
 	r.syncOnly = true
 	return w.submit(r)
 }
@@ -640,16 +645,31 @@ func (w *WAL) submit(r *request) error {
 	if err := w.stateErr(); err != nil {
 		w.mu.RUnlock()
 		w.pending.Add(-1)
-		r.frame, r.b, r.syncOnly = nil, Batch{}, false
-		reqPool.Put(r)
+		r.release()
 		return err
 	}
 	w.reqCh <- r
 	w.mu.RUnlock()
 	err := <-r.done
-	r.frame, r.b, r.syncOnly = nil, Batch{}, false
-	reqPool.Put(r)
+	r.release()
 	return err
+}
+
+// maxPooledFrame is the largest frame a pooled request keeps for the next
+// Append: a master appends a record per Raft entry it applies, and a new
+// frame for each was a tenth of what a crash recovery allocated on every
+// master; a rare huge one is let go.
+const maxPooledFrame = 1 << 20
+
+// release returns r to the pool once the writer is done with it (it has
+// answered r): its frame's room is kept, emptied.
+func (r *request) release() {
+	r.frame = r.frame[:0]
+	if cap(r.frame) > maxPooledFrame {
+		r.frame = nil
+	}
+	r.b, r.syncOnly = Batch{}, false
+	reqPool.Put(r)
 }
 
 func (w *WAL) stateErr() error {
