@@ -384,6 +384,19 @@ func TestStuckCountIsChunkedAndShared(t *testing.T) {
 		return v
 	}
 	testwait.For(t, 30*time.Second, "every procedure suspended", func() bool { return waiting() == n })
+	// WAITING shows before the suspension is written, and the write sets
+	// the procedure's updated time: one written after the clock moves
+	// below would be a minute younger than the rest, and not stuck at the
+	// second count (CI, under load: "stuck 2145 ... want 2147").
+	testwait.For(t, 30*time.Second, "every suspension written", func() bool {
+		for _, id := range ids {
+			info, err := h.x.Get(id)
+			if err != nil || len(info.History) == 0 || info.History[len(info.History)-1].State != Waiting {
+				return false
+			}
+		}
+		return true
+	})
 
 	mc.Advance(time.Minute)
 	if v := stuck(); v != n {
