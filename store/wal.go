@@ -618,7 +618,7 @@ func (w *WAL) Append(b Batch) error {
 	}
 	w.pending.Add(1)
 	r := reqPool.Get().(*request)
-	frame := r.frame[:0]
+	frame := r.frame // empty: release
 	if cap(frame) < frameHeaderSize+size {
 		frame = make([]byte, 0, frameHeaderSize+size)
 	}
@@ -633,8 +633,7 @@ func (w *WAL) Append(b Batch) error {
 func (w *WAL) Sync() error {
 	w.pending.Add(1)
 	r := reqPool.Get().(*request)
-	r.frame = r.frame[:0] // the writer appends every request's frame
-	r.syncOnly = true
+	r.syncOnly = true // its frame is empty (release): the writer appends every request's
 	return w.submit(r)
 }
 
@@ -662,7 +661,10 @@ func (w *WAL) submit(r *request) error {
 const maxPooledFrame = 1 << 20
 
 // release returns r to the pool once the writer is done with it (it has
-// answered r): its frame's room is kept, emptied.
+// answered r): its frame's room is kept, emptied. It is the pool's only
+// way in, so every request taken from it has an empty frame: a Sync's
+// request writes nothing, and an Append's builds its record from the
+// start.
 func (r *request) release() {
 	r.frame = r.frame[:0]
 	if cap(r.frame) > maxPooledFrame {

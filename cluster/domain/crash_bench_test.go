@@ -24,8 +24,11 @@ import (
 // region is left on the dead incarnation), with the dispatcher's default
 // batching. BATON_CRASH_REGIONS (default 30,000) and BATON_CRASH_SERVERS
 // (default 3) size it: 100,000 and more are for a quiet machine.
-// BATON_CRASH_CPUPROFILE and BATON_CRASH_MEMPROFILE name files for the
-// recovery's CPU profile and the process's allocations around it.
+// BATON_CRASH_CPUPROFILE names a file for the recovery's CPU profile, and
+// BATON_CRASH_MEMPROFILE one for the process's heap profile after it (and,
+// with ".before", from just before it): the recovery's allocations are
+// their difference (go tool pprof -sample_index=alloc_space -diff_base
+// FILE.before FILE).
 func BenchmarkServerCrashRecovery(b *testing.B) {
 	regions := benchEnv(b, "BATON_CRASH_REGIONS", 30000, 1)
 	servers := benchEnv(b, "BATON_CRASH_SERVERS", 3, 1)
@@ -93,14 +96,21 @@ func BenchmarkServerCrashRecovery(b *testing.B) {
 		// The whole process's CPU (three masters, the region servers),
 		// from the crash seen to its end: next to the wall time, what a
 		// machine shared with other work does not blur.
-		cpu0 := cpuTime()
+		// The allocation readings are taken outside the CPU's, so that
+		// writing a profile is not counted as the recovery's.
+		memProfile := os.Getenv("BATON_CRASH_MEMPROFILE")
 		var mem0, mem1 runtime.MemStats
+		if memProfile != "" {
+			writeHeapProfile(b, memProfile+".before")
+		}
 		runtime.ReadMemStats(&mem0)
-		writeAllocsProfile(b, os.Getenv("BATON_CRASH_MEMPROFILE"), ".before")
+		cpu0 := cpuTime()
 		crash = h.mustSucceed(crash.ID, 30*time.Minute)
 		cpu := cpuTime() - cpu0
 		runtime.ReadMemStats(&mem1)
-		writeAllocsProfile(b, os.Getenv("BATON_CRASH_MEMPROFILE"), "")
+		if memProfile != "" {
+			writeHeapProfile(b, memProfile)
+		}
 		b.StopTimer()
 		stopProfile()
 		hosting := map[string]int{}
@@ -158,28 +168,6 @@ func benchLeases(c *domain.Config) {
 
 // profileCPU profiles the process's CPU into path until the returned
 // function is called; nothing if path is empty.
-// writeAllocsProfile writes the process's heap profile (its allocations
-// since the start among them) to path+suffix, if path is set: the
-// recovery's allocations are those of the profile without a suffix less
-// those of ".before" (go tool pprof -sample_index=alloc_space
-// -diff_base path.before path).
-func writeAllocsProfile(tb testing.TB, path, suffix string) {
-	tb.Helper()
-	if path == "" {
-		return
-	}
-	f, err := os.Create(path + suffix)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		tb.Error(err)
-	}
-	if err := f.Close(); err != nil {
-		tb.Error(err)
-	}
-}
-
 func profileCPU(tb testing.TB, path string) (stop func()) {
 	tb.Helper()
 	if path == "" {
