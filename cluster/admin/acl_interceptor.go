@@ -68,6 +68,10 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
+			if resp, judged, jerr := s.leaderJudges(ctx, p, info.FullMethod, method, req, err); judged {
+				markRefusalRecorded(ctx) // by the leader, which judged it
+				return resp, jerr
+			}
 			s.accessM.deny(method, err)
 			err = s.limitRefusal(ctx, p, method, err)
 		}

@@ -1,0 +1,131 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/baton-dev/baton/cluster/access"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/security"
+)
+
+// A standby judges a call against its own copy of the grants, which may
+// lag the leader's by its replication lag. Letting a revocation through
+// for that long is documented (docs/security.md); refusing a grant the
+// caller was just told is in place is not: 'acl grant ops' answered, then
+// ops's next call refused, is a read older than an acknowledged write. So
+// a standby does not answer a refusal that rests on that copy (a client
+// or token holding too little, a token it does not know yet): it hands
+// the call to the leader, which applied every acknowledged grant before
+// acknowledging it, and answers what the leader answers. The leader
+// judges, serves or refuses, and records it.
+//
+// Only unary calls a client may make are handed on; a refusal that does
+// not depend on the grants (master-only methods, a certificate where only
+// tokens count, a malformed token) is answered at once, and so is one the
+// leader cannot be asked for (none known, not reachable).
+
+// refusalRestsOnGrants says the refusal err of a call by p (resolve's or
+// Authorize's) could be lifted by a grant or token the leader holds and
+// this node has not applied yet.
+func (s *Server) refusalRestsOnGrants(ctx context.Context, p access.Principal, method string, err error) bool {
+	if _, clientMay := access.MethodPermission(method); !clientMay {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.PermissionDenied:
+		return p.Kind == access.KindClient || p.Kind == access.KindToken
+	case codes.Unauthenticated:
+		// A well-formed token this node's copy does not hold: made at the
+		// leader, perhaps, a moment ago. (One it holds that expired, or a
+		// malformed one, is refused whatever the leader holds.)
+		tok, ok := security.TokenOf(ctx)
+		if !ok {
+			return false
+		}
+		if _, _, perr := security.ParseToken(tok); perr != nil {
+			return false
+		}
+		tp, terr := s.acl.TokenPrincipal(tok)
+		return terr != nil && tp.Kind == access.KindAnonymous
+	}
+	return false
+}
+
+// leaderJudges hands the unary call full (req) that this standby would
+// refuse with refusal to the leader, when refusalRestsOnGrants: judged,
+// and the leader's answer; not judged where it is this node's to refuse
+// (it leads, the call was forwarded to it, the leader cannot be reached).
+func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, method string, req any, refusal error) (resp any, judged bool, err error) {
+	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !s.refusalRestsOnGrants(ctx, p, method, refusal) {
+		return nil, false, nil
+	}
+	in, ok := req.(proto.Message)
+	if !ok {
+		return nil, false, nil
+	}
+	out, ok := responseOf(full)
+	if !ok {
+		return nil, false, nil
+	}
+	if tok, ok := security.TokenOf(ctx); ok && status.Code(refusal) == codes.Unauthenticated {
+		// Not recognized here: the leader is given the token itself, as
+		// a forward of a recognized one is (forwardPrincipal).
+		p = access.Principal{Kind: access.KindToken, Token: tok}
+	}
+	fctx := context.WithValue(ctx, principalCtxKey{}, p)
+	sent := false
+	resp, err = forward(s, fctx, func(c context.Context, cl adminpb.AdminClient) (proto.Message, error) {
+		cc, ok := cl.(grpc.ClientConnInterface)
+		if !ok {
+			return nil, status.Errorf(codes.Internal, "admin: the leader's client %T has no connection to call %s by name", cl, method)
+		}
+		sent = true
+		if err := cc.Invoke(c, full, in, out, grpc.StaticMethod()); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+	var ur *unreachableLeader
+	if !sent || (errors.As(err, &ur) && ur.unsent) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	return resp, true, nil
+}
+
+// responseOf is a new, empty answer of the admin service's unary method
+// full, found by its descriptor.
+func responseOf(full string) (proto.Message, bool) {
+	svc, m, ok := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	if !ok {
+		return nil, false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return nil, false
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, false
+	}
+	md := sd.Methods().ByName(protoreflect.Name(m))
+	if md == nil || md.IsStreamingClient() || md.IsStreamingServer() {
+		return nil, false
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil, false
+	}
+	return mt.New().Interface(), true
+}
