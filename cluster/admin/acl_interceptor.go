@@ -68,12 +68,18 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
-			if resp, judged, jerr := s.leaderJudges(ctx, p, info.FullMethod, method, req, err); judged {
-				markRefusalRecorded(ctx) // by the leader, which judged it
-				return resp, jerr
+			// The caller's refusals are charged here, where the call came
+			// in, whoever judges it: the leader does not limit what a
+			// master forwards.
+			limited := s.limitRefusal(ctx, p, method, err)
+			if limited == err {
+				if resp, judged, jerr := s.leaderJudges(ctx, p, info.FullMethod, method, req, err); judged {
+					markRefusalRecorded(ctx) // by the leader, which judged it
+					return resp, jerr
+				}
 			}
 			s.accessM.deny(method, err)
-			err = s.limitRefusal(ctx, p, method, err)
+			err = limited
 		}
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only

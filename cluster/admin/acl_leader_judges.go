@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -28,16 +29,22 @@ import (
 // acknowledging it, and answers what the leader answers. The leader
 // judges, serves or refuses, and records it.
 //
-// Only unary calls a client may make are handed on; a refusal that does
-// not depend on the grants (master-only methods, a certificate where only
-// tokens count, a malformed token) is answered at once, and so is one the
-// leader cannot be asked for (none known, not reachable).
+// Only unary calls a client may make are handed on (a stream, a watch,
+// is still judged on this node's copy), and only where the call's
+// principal goes with it (leaderClient: to a master proven by its
+// certificate or the cluster secret), never to be judged as the master
+// forwarding it. A refusal that does not depend on the grants
+// (master-only methods, a certificate where only tokens count, a
+// malformed or expired token) is answered at once, and so is one the
+// leader cannot be asked for (none known, not reachable), one over the
+// caller's refusal limit (charged here), and a leadership transfer or
+// peer removal, whose forwards must outlive the leader they reach.
 
 // refusalRestsOnGrants says the refusal err of a call by p (resolve's or
 // Authorize's) could be lifted by a grant or token the leader holds and
 // this node has not applied yet.
 func (s *Server) refusalRestsOnGrants(ctx context.Context, p access.Principal, method string, err error) bool {
-	if _, clientMay := access.MethodPermission(method); !clientMay {
+	if _, clientMay := access.MethodPermission(method); !clientMay || notHandedOn[method] {
 		return false
 	}
 	switch status.Code(err) {
@@ -60,6 +67,22 @@ func (s *Server) refusalRestsOnGrants(ctx context.Context, p access.Principal, m
 	return false
 }
 
+// notHandedOn are the methods whose forward to the leader is special:
+// the leader hands its leadership (or itself) away while serving them,
+// and a forward tracked as any other's is cut when that happens.
+var notHandedOn = map[string]bool{"TransferLeadership": true, "RemovePeer": true}
+
+// mustCarryPrincipalKey marks the context of a call leaderJudges hands
+// on: leaderClient refuses to send it where the call's principal would
+// not go with it.
+type mustCarryPrincipalKey struct{}
+
+// tokenHolderKey names, on a call handed to the leader with a token this
+// standby does not hold, the client certificate that presented it: the
+// leader's record of a refusal names it, as the standby's would have
+// (resolve). It names; it grants nothing.
+const tokenHolderKey = "x-baton-token-holder"
+
 // leaderJudges hands the unary call full (req) that this standby would
 // refuse with refusal to the leader, when refusalRestsOnGrants: judged,
 // and the leader's answer; not judged where it is this node's to refuse
@@ -76,12 +99,17 @@ func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, met
 	if !ok {
 		return nil, false, nil
 	}
+	fctx := ctx
 	if tok, ok := security.TokenOf(ctx); ok && status.Code(refusal) == codes.Unauthenticated {
 		// Not recognized here: the leader is given the token itself, as
 		// a forward of a recognized one is (forwardPrincipal).
+		if p.Kind == access.KindClient {
+			fctx = metadata.AppendToOutgoingContext(fctx, tokenHolderKey, p.String())
+		}
 		p = access.Principal{Kind: access.KindToken, Token: tok}
 	}
-	fctx := context.WithValue(ctx, principalCtxKey{}, p)
+	fctx = context.WithValue(fctx, principalCtxKey{}, p)
+	fctx = context.WithValue(fctx, mustCarryPrincipalKey{}, true)
 	sent := false
 	resp, err = forward(s, fctx, func(c context.Context, cl adminpb.AdminClient) (proto.Message, error) {
 		cc, ok := cl.(grpc.ClientConnInterface)

@@ -99,7 +99,16 @@ func (s *Server) resolve(ctx context.Context) (access.Principal, error) {
 			// not as the one whose console or forward carried the call.
 			return access.Principal{Kind: access.KindMaster, ID: user.ID, Perm: security.PermAdmin}, nil
 		} else if hasTok {
-			return s.acl.TokenPrincipal(tok)
+			p, err := s.acl.TokenPrincipal(tok)
+			if v, ok := incomingOne(ctx, tokenHolderKey); ok && err != nil && p.Kind == access.KindAnonymous {
+				// A standby handed on a call whose token it did not hold:
+				// the refusal names the certificate that presented it,
+				// as the standby's would.
+				if name, isClient := strings.CutPrefix(v, access.KindClient+"/"); isClient && (security.Identity{Role: security.RoleClient, ID: name}).Validate() == nil {
+					p = access.Principal{Kind: access.KindClient, ID: name}
+				}
+			}
+			return p, err
 		} else {
 			return access.Principal{Kind: access.KindMaster, ID: caller.ID, Perm: security.PermAdmin}, nil
 		}

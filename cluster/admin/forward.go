@@ -111,6 +111,9 @@ func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context
 		return nil, nil, none, s.unavailable("admin: server stopping")
 	}
 	proven := s.secretMayGo(id, addr)
+	if !proven && ctx.Value(mustCarryPrincipalKey{}) != nil {
+		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s is not proven a master: the call's principal does not go there", id, addr))
+	}
 	cc, err := s.connTo(addr, proven)
 	if err != nil {
 		return nil, nil, none, s.unavailable(fmt.Sprintf("admin: leader %q at %s: %v", id, addr, err))
