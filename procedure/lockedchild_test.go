@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,6 +27,10 @@ type lcParent struct {
 	FailFirst bool
 	Runs      int
 	Prepared  int
+	// Withdraw: the children of these keys are withdrawn once reserved
+	// (Withdrawn, their ids).
+	Withdraw  []string
+	Withdrawn []uint64
 }
 
 func (p *lcParent) InitialState() int32                 { return 1 }
@@ -47,6 +52,13 @@ func (p *lcParent) ExecuteState(ctx *Context, state int32) (Flow, error) {
 		id, locked, err := ctx.AddLockedChild(c)
 		if err != nil {
 			return NoMoreState, err
+		}
+		if slices.Contains(p.Withdraw, k) {
+			if err := ctx.WithdrawChild(id); err != nil {
+				return NoMoreState, err
+			}
+			p.Withdrawn = append(p.Withdrawn, id)
+			continue
 		}
 		if !locked {
 			continue
@@ -315,4 +327,63 @@ func lockHeld(x *Executor, name string) bool {
 		}
 	}
 	return false
+}
+
+// A child withdrawn after AddLockedChild is never spawned, and the locks
+// its reservation took are free at once: another procedure takes them
+// while the parent waits for its other children.
+func TestWithdrawnChildIsNotSpawnedAndLetsGoOfItsLocks(t *testing.T) {
+	mem := store.NewMemStore()
+	spy := &spawnSpy{MemStore: mem, children: map[uint64]record{}, muts: map[string][]byte{}}
+	h := startExecutor(t, spy, newDomain(), lockedChildRegistry)
+	gate := newGate("withdraw")
+	// b's child holds the parent in its waiting state until the gate
+	// opens; a's is withdrawn.
+	blocker := h.submit(&lkProc{Name: "blocker", Gate: gate,
+		LockSpec: []scheduler.Lock{{Type: scheduler.LockRegion, Name: "b", Mode: scheduler.Exclusive}}, Hold: true}, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the blocker holding b", func() bool {
+		return len(h.x.Scheduler().Held(blocker)) == 1
+	})
+	lp := &lcParent{Keys: []string{"a", "b", "c"}, Withdraw: []string{"a"}}
+	parent := h.submit(lp, SubmitOptions{})
+	testwait.For(t, 10*time.Second, "the parent's two children spawned", func() bool {
+		return len(childrenOf(t, h, parent)) == 2
+	})
+	kids := childrenOf(t, h, parent)
+	if _, ok := kids["a"]; ok {
+		t.Errorf("the withdrawn child of a was spawned: %v", kids)
+	}
+	spy.mu.Lock()
+	if len(spy.children) != 2 {
+		t.Errorf("%d children written by the spawn, want 2", len(spy.children))
+	}
+	if _, ok := spy.muts["owner/a"]; ok {
+		t.Errorf("owner/a written for a withdrawn child")
+	}
+	spy.mu.Unlock()
+	// a is free while the parent still waits (b's child waits for the
+	// blocker): another procedure takes it and ends.
+	other := h.submit(&lkProc{Name: "other",
+		LockSpec: []scheduler.Lock{{Type: scheduler.LockRegion, Name: "a", Mode: scheduler.Exclusive}}, Hold: true}, SubmitOptions{})
+	if got := h.wait(other); got.State != Success {
+		t.Fatalf("a's other procedure ended %v (%s)", got.State, got.Error)
+	}
+	if info, err := h.x.Get(parent); err != nil || info.State.Terminal() {
+		t.Fatalf("the parent ended before b's child could: %v, %v", info.State, err)
+	}
+	openGate(gate)
+	h.wait(blocker)
+	info := h.wait(parent)
+	if info.State != Success {
+		t.Fatalf("parent ended %v (%s)", info.State, info.Error)
+	}
+	if len(lp.Withdrawn) != 1 {
+		t.Fatalf("withdrawn %v, want one child", lp.Withdrawn)
+	}
+	if _, err := h.x.Get(lp.Withdrawn[0]); err == nil {
+		t.Errorf("the withdrawn child's id %d names a procedure", lp.Withdrawn[0])
+	}
+	if err := (&Context{x: h.x}).WithdrawChild(lp.Withdrawn[0]); !errors.Is(err, ErrInvalid) {
+		t.Errorf("withdrawing a child no step reserved: %v, want ErrInvalid", err)
+	}
 }

@@ -592,6 +592,25 @@ func (c *Context) SuspendChild(id uint64, opts ...SuspendOption) error {
 	return Errorf(ErrInvalid, "procedure: SuspendChild(%d): not a child this step reserved with AddLockedChild", id)
 }
 
+// WithdrawChild takes back child id, which this step reserved with
+// AddLockedChild: it is not spawned, the locks it took (if any) are let
+// go at once, and its id is never used. It is for a step that reserved
+// a child to learn whether its locks were free, and does something else
+// if they were not (a crash's batch of regions, one of them held by
+// another procedure, goes as a child per region instead). It must not
+// be called for a child the step already acted for.
+func (c *Context) WithdrawChild(id uint64) error {
+	for i := len(c.reserved) - 1; i >= 0; i-- {
+		if k := c.reserved[i]; k != nil && k.id == id {
+			c.x.releaseReserved([]*entry{k})
+			c.reserved = append(c.reserved[:i], c.reserved[i+1:]...)
+			c.children = append(c.children[:i], c.children[i+1:]...)
+			return nil
+		}
+	}
+	return Errorf(ErrInvalid, "procedure: WithdrawChild(%d): not a child this step reserved with AddLockedChild", id)
+}
+
 // AfterSpawn runs fn once this step's spawn is written (Committed): after
 // listeners heard of the spawn, and before any child is queued or
 // suspended (SuspendChild), so no child runs (an abort's rollback

@@ -25,6 +25,7 @@ const (
 	DefaultApplyTimeout    = 10 * time.Second
 	DefaultFenceMargin     = time.Second
 	DefaultCrashWave       = 5000
+	DefaultCrashBatch      = 1000
 )
 
 // DefaultRetryBackoff paces a region procedure that has nothing to do but
@@ -128,6 +129,12 @@ type Config struct {
 	// waits for every wave to finish before the next, as 0.1.0 did.
 	// Default 2 × CrashWave.
 	CrashInFlight int
+	// CrashBatch is how many of a crashed server's regions one procedure
+	// reopens on one server, from cluster format 2 (AssignBatch): one
+	// record, one step and one OPEN write for them all, where a procedure
+	// per region costs each of those per region. Regions the batch's
+	// server does not open are handed to a procedure each. Default 1,000.
+	CrashBatch int
 	// Metrics, when set, registers the domain's collectors for as long as
 	// the domain lives (baton_leases, baton_regions, baton_tables,
 	// baton_region_servers: reported by the leader only;
@@ -171,5 +178,6 @@ func (c Config) withDefaults() Config {
 	defaults.Set(&c.FenceMargin, DefaultFenceMargin)
 	defaults.Set(&c.CrashWave, DefaultCrashWave)
 	defaults.Set(&c.CrashInFlight, 2*c.CrashWave)
+	defaults.Set(&c.CrashBatch, DefaultCrashBatch)
 	return c
 }

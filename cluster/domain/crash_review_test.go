@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/cluster/catalog"
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/store"
 )
@@ -209,7 +211,10 @@ func TestCrashWavePreparedTargetDiesBeforeTheOpen(t *testing.T) {
 		holding = true
 	)
 	reached := make(chan struct{})
-	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
+	// At 0.1.0's format: a TransitRegionState per region, whose prepared
+	// children this checks (a batch's are checked by
+	// TestCrashBatchTargetDiesBeforeItsOpens).
+	h := newHarness(t, harnessOpts{servers: 3, node: func(c *cluster.Config) { c.Build.MaxFormat = version.Format1 }, domain: func(c *domain.Config) {
 		c.CrashWave = 4
 		c.FailPoint = func(point string) error {
 			if point != "region.open" && point != "region.first_open" {

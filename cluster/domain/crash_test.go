@@ -14,8 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/rspb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -241,12 +243,26 @@ type waveFailover struct {
 // there (the call then fails with why, and failovers cuts i off).
 func startWaveFailover(t *testing.T, wave, regions int, point, why string, cut func(w *waveFailover, i int) bool) *waveFailover {
 	t.Helper()
+	return startWaveFailoverAt(t, 0, wave, regions, point, why, cut)
+}
+
+// startWaveFailoverAt is startWaveFailover with the masters' builds
+// capped at format (0: this build's): version.Format1 keeps the cluster
+// at 0.1.0's format, whose crash spawns a TransitRegionState per region
+// (batches come with format 2).
+func startWaveFailoverAt(t *testing.T, format version.Format, wave, regions int, point, why string, cut func(w *waveFailover, i int) bool) *waveFailover {
+	t.Helper()
 	w := &waveFailover{t: t, down: map[int]bool{}, kills: make(chan int, 1)}
 	// Four elections and more: the production Raft timings, which a
 	// loaded machine does not turn into a storm of elections.
 	// Leases six times the tests': a failover a second must not make the
 	// live region servers fence themselves and crash too.
-	w.h = newHarness(t, harnessOpts{servers: 3, node: benchRaftTimings, domainAt: func(i int, c *domain.Config) {
+	w.h = newHarness(t, harnessOpts{servers: 3, node: func(c *cluster.Config) {
+		benchRaftTimings(c)
+		if format != 0 {
+			c.Build.MaxFormat = format
+		}
+	}, domainAt: func(i int, c *domain.Config) {
 		c.ServerLease.SoftLimit *= 6
 		c.ServerLease.HardLimit *= 6
 		c.HeartbeatInterval *= 6
@@ -459,7 +475,10 @@ func TestCrashWaveSurvivesALeaderLostWhileItsOpensAreUnderWay(t *testing.T) {
 		killAt = map[int]bool{1: true, 7: true, 14: true} // the opens after which a leader is lost
 		seen   []string                                   // what the first open found written
 	)
-	w := startWaveFailover(t, wave, regions, "region.open", "the leader is lost while a wave's opens are under way", func(w *waveFailover, i int) bool {
+	// The children this checks are version 1's: a TransitRegionState per
+	// region (TestCrashBatchSurvivesALeaderLostWhileItsOpensAreUnderWay
+	// is version 2's).
+	w := startWaveFailoverAt(t, version.Format1, wave, regions, "region.open", "the leader is lost while a wave's opens are under way", func(w *waveFailover, i int) bool {
 		calls++
 		if calls == 1 {
 			seen = preparedWave(w.h.masters[i].node.FSM())

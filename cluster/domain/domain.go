@@ -91,8 +91,8 @@ func New(cfg Config) (*Domain, error) {
 		return nil, fmt.Errorf("server lease: %w", err)
 	}
 	if cfg.LockLease < 0 || cfg.DispatchTimeout < 0 || cfg.MaxOpenAttempts < 0 || cfg.ApplyTimeout < 0 || cfg.CrashWave < 0 ||
-		cfg.CrashInFlight < 0 {
-		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout, CrashWave or CrashInFlight")
+		cfg.CrashInFlight < 0 || cfg.CrashBatch < 0 {
+		return nil, procedure.Errorf(errInvalid, "negative LockLease, DispatchTimeout, MaxOpenAttempts, ApplyTimeout, CrashWave, CrashInFlight or CrashBatch")
 	}
 	if cfg.RegionWave < 0 || cfg.RegionBudget < 0 {
 		return nil, procedure.Errorf(errInvalid, "negative RegionWave (%d) or RegionBudget (%d)", cfg.RegionWave, cfg.RegionBudget)

@@ -85,10 +85,14 @@ func (s *services) onResult(r dispatch.Result) {
 	s.mu.Lock()
 	w := s.waits[r.Op.ProcID]
 	if w == nil || !w.matches(ref, r.Op.Region, r.Op.Kind) || w.res != nil {
-		if b := s.batches[r.Op.ProcID]; b != nil {
-			b.deliverLocked(ref, &r)
+		var ev *scheduler.Event
+		if b := s.batches[r.Op.ProcID]; b != nil && b.deliverLocked(ref, &r) {
+			ev = b.ev
 		}
 		s.mu.Unlock()
+		if ev != nil {
+			s.x.Wake(ev)
+		}
 		return
 	}
 	w.res = &r
@@ -98,13 +102,15 @@ func (s *services) onResult(r dispatch.Result) {
 }
 
 // opBatch is one step's ops of a kind, one per region, sent together and
-// waited for together, for a procedure that cannot suspend (a rollback
-// closing many regions). Sent one at a time, each would sit alone in the
-// dispatcher for its whole batching delay; sent together, the dispatcher
-// batches them per server. Its waits are keyed by (proc id, region),
-// beside the single waits keyed by proc id; onResult tries the single
-// wait first. A procedure has at most one batch; forget drops it on every
-// exit of the step that made it, so a late answer finds no waiter.
+// waited for together: by a procedure that cannot suspend (a rollback
+// closing many regions), blocking in wait, or by one that suspends on its
+// event (AssignBatch, newSuspendedBatch). Sent one at a time, each would
+// sit alone in the dispatcher for its whole batching delay; sent
+// together, the dispatcher batches them per server. Its waits are keyed
+// by (proc id, region), beside the single waits keyed by proc id;
+// onResult tries the single wait first. A procedure has at most one
+// batch; a blocking step forgets it on every exit, a suspending one once
+// it has read the answers, so a late answer finds no waiter.
 type opBatch struct {
 	s      *services
 	procID uint64
@@ -113,6 +119,11 @@ type opBatch struct {
 	left   int                // sent ops without a result
 	sealed bool               // every op is sent: done may close
 	done   chan struct{}      // closed once sealed with nothing left
+	// ev, if set, is woken when done closes: the suspended procedure's.
+	ev *scheduler.Event
+	// sentAt is when it was sealed (the domain's clock), for a
+	// suspended procedure's deadline.
+	sentAt time.Time
 }
 
 // newBatch starts procID's batch of ops of kind. The step making it is
@@ -131,18 +142,37 @@ func (s *services) newBatch(procID uint64, kind rspb.OpKind) *opBatch {
 	return b
 }
 
+// newSuspendedBatch starts procID's batch of ops of kind for a step that
+// suspends on the returned batch's event (woken once every op sent has
+// its answer) rather than blocking.
+func (s *services) newSuspendedBatch(procID uint64, kind rspb.OpKind) *opBatch {
+	b := s.newBatch(procID, kind)
+	b.ev = scheduler.NewEvent(fmt.Sprintf("%s batch of procedure %d", kind, procID))
+	return b
+}
+
+// batchOf is procID's batch sent in this term, nil if none.
+func (s *services) batchOf(procID uint64) *opBatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches[procID]
+}
+
 // deliverLocked hands r to the batch's wait for exactly that op with no
-// result yet, if there is one.
-func (b *opBatch) deliverLocked(ref ServerRef, r *dispatch.Result) {
+// result yet, if there is one, and reports whether that completed the
+// batch.
+func (b *opBatch) deliverLocked(ref ServerRef, r *dispatch.Result) bool {
 	w := b.waits[r.Op.Region]
 	if w == nil || !w.matches(ref, r.Op.Region, r.Op.Kind) || w.res != nil {
-		return
+		return false
 	}
 	w.res = r
 	b.left--
 	if b.sealed && b.left == 0 {
 		close(b.done)
+		return true
 	}
+	return false
 }
 
 // send dispatches the batch's op for region to ref, its wait armed first
@@ -165,20 +195,57 @@ func (b *opBatch) arm(ref ServerRef, region string) {
 	b.s.mu.Unlock()
 }
 
-// wait blocks until every op sent has its answer, or until timeout, ctx's
-// end or the services' stop, whichever comes first: that one's error.
-// The answers that came are kept either way (result).
-func (b *opBatch) wait(ctx context.Context, timeout time.Duration) error {
+// seal says every op is sent: done closes (and ev is woken) once the
+// last answer is in, at once if it is already.
+func (b *opBatch) seal() {
 	b.s.mu.Lock()
 	b.sealed = true
+	b.sentAt = b.s.d.cfg.Clock.Now()
+	complete := false
 	if b.left == 0 {
 		select {
 		case <-b.done:
 		default:
 			close(b.done)
+			complete = true
 		}
 	}
 	b.s.mu.Unlock()
+	if complete && b.ev != nil {
+		b.s.x.Wake(b.ev)
+	}
+}
+
+// waitLeft is how much of timeout, counted from the seal (or the last
+// extend), is left.
+func (b *opBatch) waitLeft(timeout time.Duration) time.Duration {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	return b.sentAt.Add(timeout).Sub(b.s.d.cfg.Clock.Now())
+}
+
+// extend counts the wait for the answers still to come from now.
+func (b *opBatch) extend() {
+	b.s.mu.Lock()
+	b.sentAt = b.s.d.cfg.Clock.Now()
+	b.s.mu.Unlock()
+}
+
+// complete says every op sent has its answer (once sealed).
+func (b *opBatch) complete() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait blocks until every op sent has its answer, or until timeout, ctx's
+// end or the services' stop, whichever comes first: that one's error.
+// The answers that came are kept either way (result).
+func (b *opBatch) wait(ctx context.Context, timeout time.Duration) error {
+	b.seal()
 	expired, stopTimer := b.s.d.after(timeout)
 	defer stopTimer()
 	select {

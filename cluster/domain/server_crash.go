@@ -1,10 +1,12 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/scheduler"
 )
@@ -15,8 +17,26 @@ import (
 const TypeServerCrash = "ServerCrash"
 
 func init() {
-	registerType(TypeServerCrash, func() procedure.Procedure { return &ServerCrash{} })
+	// Version 2 spawns AssignBatch children, which 0.1.0 does not know:
+	// written only from format 2, which every member reads. The state's
+	// shape is version 1's.
+	registerTypeWith(TypeServerCrash, procedure.TypeOptions{Version: 2, Since: map[int]version.Format{2: version.Format2}},
+		func() procedure.Procedure { return &ServerCrash{} })
 }
+
+// DowngradeState implements procedure.StateDowngrader: version 1's state
+// has the same shape; what differs is the children a step told version 1
+// spawns (a TransitRegionState per region).
+func (p *ServerCrash) DowngradeState(to int) ([]byte, error) {
+	if to != 1 {
+		return nil, fmt.Errorf("server crash: no state version %d", to)
+	}
+	return json.Marshal(p)
+}
+
+// batchesOf says ctx's step reassigns in batches (AssignBatch): the
+// procedure's record is written at state version 2.
+func batchesOf(ctx *procedure.Context) bool { return ctx.StateVersion() >= 2 }
 
 // States of ServerCrash.
 const (
@@ -177,7 +197,12 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 			ctx.Logger.Info("server crash handled", "server", p.Server.String(), "reassigned", p.Reassigned)
 			return procedure.NoMoreState, nil
 		}
-		prepared, err := p.spawnWave(ctx, svc, r, wave)
+		batches := batchesOf(ctx)
+		spawn := p.spawnWave
+		if batches {
+			spawn = p.spawnBatches
+		}
+		prepared, err := spawn(ctx, svc, r, wave)
 		if err != nil {
 			return procedure.NoMoreState, err
 		}
@@ -187,8 +212,13 @@ func (p *ServerCrash) ExecuteState(ctx *procedure.Context, state int32) (procedu
 		p.Reassigned += len(wave)
 		if !swept {
 			// The next wave of the sweep goes out once this one and
-			// those before it are down to CrashInFlight − CrashWave.
-			ctx.WakeAtChildren(d.cfg.CrashInFlight - d.cfg.CrashWave)
+			// those before it are down to CrashInFlight − CrashWave
+			// regions: as many children, or batches of CrashBatch.
+			inFlight := d.cfg.CrashInFlight - d.cfg.CrashWave
+			if batches {
+				inFlight /= max(d.cfg.CrashBatch, 1)
+			}
+			ctx.WakeAtChildren(inFlight)
 		}
 		ctx.Logger.Info("reassigning the regions of a crashed server", "server", p.Server.String(), "regions", len(wave),
 			"prepared", prepared, "reassigned", p.Reassigned, "swept", p.Swept)
@@ -209,7 +239,12 @@ func (p *ServerCrash) spawnWave(ctx *procedure.Context, svc *services, r reader,
 	if err != nil {
 		return 0, err
 	}
-	tables := map[string]Table{}
+	return p.spawnEach(ctx, svc, r, wave, cands, map[string]Table{})
+}
+
+// spawnEach is spawnWave with the live servers read (cands) and a cache
+// of table records.
+func (p *ServerCrash) spawnEach(ctx *procedure.Context, svc *services, r reader, wave []crashedRegion, cands map[string]Server, tables map[string]Table) (int, error) {
 	prepared := 0
 	opens := newFirstOpens(ctx, svc.d, svc)
 	for _, w := range wave {
@@ -331,3 +366,127 @@ func (p *ServerCrash) ForgetChildrenOnSuccess() bool { return true }
 // RollbackState implements procedure.StateSteps: nothing to undo (an
 // expiry stands; the children leave every region consistent).
 func (p *ServerCrash) RollbackState(*procedure.Context, int32) error { return nil }
+
+// spawnBatches is spawnWave from state version 2: the wave's regions
+// grouped by the server picked for each, an AssignBatch child per server
+// and Config.CrashBatch regions. A batch whose locks are free is prepared
+// here, in its name: each region read again under them and, if still on
+// the incarnation with its table enabled, recorded OPENING on the
+// batch's server in the spawn's write; the batch starts by sending the
+// opens. One whose locks are taken prepares itself once it holds them.
+// The regions a batch cannot take (no live server, a table not enabled)
+// get a TransitRegionState each, as spawnWave gives them. It returns how
+// many regions were prepared.
+func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r reader, wave []crashedRegion) (int, error) {
+	cands, err := svc.liveTargets(r)
+	if err != nil {
+		return 0, err
+	}
+	size := max(svc.d.cfg.CrashBatch, 1)
+	tables := map[string]Table{}
+	groups := map[string]*AssignBatch{}
+	var order []string // the servers in the order their first batch began
+	var each []crashedRegion
+	prepared := 0
+	flush := func(b *AssignBatch) error {
+		n, locked, err := p.prepareBatch(ctx, r, b)
+		if err != nil {
+			return err
+		}
+		if !locked {
+			// A region of it is held elsewhere: its regions go as a
+			// child each, as version 1 sends them, so that the held one
+			// holds up no other.
+			for _, br := range b.Regions {
+				each = append(each, crashedRegion{br.Name, br.Table})
+			}
+		}
+		prepared += n
+		return nil
+	}
+	for _, w := range wave {
+		br := BatchRegion{Name: w.name, Table: w.table}
+		state, err := crashedRegionAssignable(r, br, p.Server, tables)
+		if err != nil {
+			return 0, err
+		}
+		if state == regionMovedOn {
+			continue
+		}
+		target := ""
+		if state == regionAssignable {
+			if target, err = svc.pick(r, cands, ""); err != nil {
+				return 0, err
+			}
+		}
+		if target == "" {
+			each = append(each, w)
+			continue
+		}
+		b := groups[target]
+		if b == nil {
+			srv := cands[target]
+			b = &AssignBatch{From: p.Server, Target: ServerRef{target, srv.StartCode}, Address: srv.Address}
+			groups[target] = b
+			order = append(order, target)
+		}
+		b.Regions = append(b.Regions, br)
+		if len(b.Regions) >= size {
+			if err := flush(b); err != nil {
+				return 0, err
+			}
+			delete(groups, target)
+		}
+	}
+	for _, target := range order {
+		if b := groups[target]; b != nil {
+			if err := flush(b); err != nil {
+				return 0, err
+			}
+		}
+	}
+	n, err := p.spawnEach(ctx, svc, r, each, cands, tables)
+	return prepared + n, err
+}
+
+// prepareBatch adds batch b as a child if its locks are free, and
+// prepares it (see spawnBatches): it returns how many regions it recorded
+// OPENING for it. Not locked, b is not added.
+func (p *ServerCrash) prepareBatch(ctx *procedure.Context, r reader, b *AssignBatch) (n int, locked bool, err error) {
+	id, locked, err := ctx.AddLockedChild(b)
+	if err != nil {
+		return 0, false, err
+	}
+	if !locked {
+		return 0, false, ctx.WithdrawChild(id)
+	}
+	// Read again under the locks: what the wave read may have changed
+	// before they were taken (a move that ended in between).
+	keep := make([]BatchRegion, 0, len(b.Regions))
+	var own []BatchRegion
+	tables := map[string]Table{}
+	for _, br := range b.Regions {
+		state, err := crashedRegionAssignable(r, br, p.Server, tables)
+		if err != nil {
+			return 0, true, err
+		}
+		switch state {
+		case regionAssignable:
+			if err := putRegion(ctx, br.Name, Region{Table: br.Table, State: RegionOpening, Server: b.Target.ID, StartCode: b.Target.StartCode, ProcID: id}); err != nil {
+				return 0, true, err
+			}
+			keep = append(keep, br)
+		case regionOwnAssign:
+			own = append(own, br)
+		}
+	}
+	// The batch is written as it is now, when the step returns.
+	b.Regions = keep
+	for _, br := range own {
+		// It takes the region's lock once the batch, which holds it
+		// (its record no longer lists the region), is done.
+		ns, table := SplitTableName(br.Table)
+		ctx.AddChild(&TransitRegionState{Region: br.Name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server})
+	}
+	return len(keep), true, nil
+}
