@@ -385,7 +385,7 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 	size := max(svc.d.cfg.CrashBatch, 1)
 	tables := map[string]Table{}
 	groups := map[string]*AssignBatch{}
-	var order []string // the servers in the order their first batch began
+	var order []string // the servers, in the order each was first picked
 	var each []crashedRegion
 	prepared := 0
 	flush := func(b *AssignBatch) error {
@@ -423,19 +423,21 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 			each = append(each, w)
 			continue
 		}
-		b := groups[target]
+		b, seen := groups[target]
 		if b == nil {
 			srv := cands[target]
 			b = &AssignBatch{From: p.Server, Target: ServerRef{target, srv.StartCode}, Address: srv.Address}
 			groups[target] = b
-			order = append(order, target)
+			if !seen {
+				order = append(order, target)
+			}
 		}
 		b.Regions = append(b.Regions, br)
 		if len(b.Regions) >= size {
 			if err := flush(b); err != nil {
 				return 0, err
 			}
-			delete(groups, target)
+			groups[target] = nil // flushed: the next region for it starts another
 		}
 	}
 	for _, target := range order {

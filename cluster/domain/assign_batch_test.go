@@ -1,0 +1,338 @@
+package domain_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/domain"
+	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/raftfsm"
+	"github.com/baton-dev/baton/store"
+)
+
+// A crash's regions reopened in batches (AssignBatch, from format 2): the
+// happy path, the regions a batch hands on (refused, its target gone), a
+// leader lost while a batch's opens are under way, and a cluster still at
+// 0.1.0's format, whose crash spawns a procedure per region.
+
+// crashTree counts the types of the crash procedure's descendants,
+// walking its children (answered from its summaries once it ended).
+func crashTree(t *testing.T, x *procedure.Executor, root uint64) map[string]int {
+	t.Helper()
+	types := map[string]int{}
+	ids := []uint64{root}
+	for len(ids) > 0 {
+		info, err := x.Get(ids[0])
+		ids = ids[1:]
+		if err != nil {
+			t.Fatalf("procedure of the crash tree: %v", err)
+		}
+		if info.ID != root {
+			types[info.Type]++
+		}
+		ids = append(ids, info.Children...)
+	}
+	return types
+}
+
+// crashOf waits for the crash procedure of victim to succeed, and returns
+// it and the leader's executor that knows it.
+func crashOf(t *testing.T, h *harness, victim string, d time.Duration) (procedure.Info, *procedure.Executor) {
+	t.Helper()
+	var crash procedure.Info
+	var x *procedure.Executor
+	testwait.For(t, d, "the crash of "+victim+" handled", func() bool {
+		_, x = h.leader()
+		for _, i := range x.List(procedure.Filter{Type: domain.TypeServerCrash}) {
+			if i.State == procedure.Success && strings.HasPrefix(string(i.Result), "server "+victim+"/") {
+				crash = i
+				return true
+			}
+		}
+		return false
+	})
+	return crash, x
+}
+
+// From format 2 a crash's regions are reopened by AssignBatch children, a
+// batch per server picked and CrashBatch regions, with no procedure per
+// region when every open succeeds; each region ends open once. At 0.1.0's
+// format (a member's build capped at format 1: an upgrade under way) the
+// crash spawns a TransitRegionState per region, as 0.1.0 does, and no
+// batch, which 0.1.0 would not know: the records written are counted at
+// the first open step (a summary of the finished tree is format 2's).
+func TestCrashBatchesOnlyFromFormat2(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		format  version.Format
+		batches bool
+	}{{"format 2", 0, true}, {"format 1", version.Format1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const regions = 30
+			var (
+				mu      sync.Mutex
+				h       *harness
+				armed   bool
+				written map[string]int // the procedure records at the first open step
+			)
+			h = newHarness(t, harnessOpts{servers: 3,
+				node: func(c *cluster.Config) {
+					if tc.format != 0 {
+						c.Build.MaxFormat = tc.format
+					}
+				},
+				domain: func(c *domain.Config) {
+					c.CrashWave, c.CrashBatch = 8, 3
+					c.FailPoint = func(point string) error {
+						mu.Lock()
+						defer mu.Unlock()
+						if point != "region.open" || !armed || written != nil {
+							return nil
+						}
+						m, _ := h.leader()
+						written = map[string]int{}
+						_ = m.node.FSM().View().Procs(func(p store.Proc) error {
+							if info, err := procedure.DecodeInfo(p.Data); err == nil {
+								written[info.Type]++
+							}
+							return nil
+						})
+						return nil
+					}
+				}})
+			h.mustSucceed(h.createTable("", "t", regions), time.Minute)
+			per := h.checkTableOpen("default:t", regions)
+			victim := busiestServer(per)
+			mu.Lock()
+			armed = true
+			mu.Unlock()
+			h.stopRS(victim)
+			crash, x := crashOf(t, h, victim, 2*time.Minute)
+			if want := fmt.Sprintf(": %d regions reassigned", per[victim]); !strings.Contains(string(crash.Result), want) {
+				t.Errorf("crash result %q, want %q", crash.Result, want)
+			}
+			mu.Lock()
+			w := written
+			mu.Unlock()
+			if tc.batches {
+				// Two live servers, batches of at most 3: a batch per 3
+				// regions at least, and nothing else.
+				types := crashTree(t, x, crash.ID)
+				if types[domain.TypeAssignBatch] < (per[victim]+2)/3 || types[domain.TypeTransitRegionState] != 0 {
+					t.Errorf("the crash's tree %v: want a batch per 3 of %d regions at least, and no procedure per region", types, per[victim])
+				}
+				if w[domain.TypeAssignBatch] == 0 || w[domain.TypeTransitRegionState] != 0 {
+					t.Errorf("records at the first open step %v: want batches only", w)
+				}
+			} else if w[domain.TypeAssignBatch] != 0 || w[domain.TypeTransitRegionState] == 0 {
+				t.Errorf("records at the first open step %v at format 1: want a TransitRegionState per region and no batch", w)
+			}
+			got := h.checkTableOpen("default:t", regions)
+			if got[victim] > 0 {
+				t.Errorf("regions per server %v: some on the dead %s", got, victim)
+			}
+			h.checkNoDoubles()
+		})
+	}
+}
+
+// A batch whose server refuses every open hands each region to a
+// TransitRegionState of its own, which opens it elsewhere.
+func TestCrashBatchHandsRefusedOpensToTheirOwnAssignment(t *testing.T) {
+	const regions = 12
+	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) { c.CrashBatch = 4 }})
+	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
+	per := h.checkTableOpen("default:t", regions)
+	victim := busiestServer(per)
+	// A server that refuses every open, holding nothing: the crash's
+	// least loaded, so it gets batches.
+	h.startRS("rs3", 0, 1)
+	testwait.For(t, 30*time.Second, "rs3 live", func() bool {
+		srv, ok, err := domain.GetServer(h.reader(), "rs3")
+		return err == nil && ok && srv.State == domain.ServerLive
+	})
+	h.stopRS(victim)
+	crash, x := crashOf(t, h, victim, 2*time.Minute)
+	types := crashTree(t, x, crash.ID)
+	if types[domain.TypeAssignBatch] == 0 || types[domain.TypeTransitRegionState] == 0 {
+		t.Errorf("the crash's tree %v: want batches, and the regions rs3 refused each handed to its own assignment", types)
+	}
+	if !strings.Contains(h.c.Logs("m1"), "region failed to open in a batch") {
+		t.Error("no batch saw an open refused: the case is not reached")
+	}
+	got := h.checkTableOpen("default:t", regions)
+	if got["rs3"] > 0 || got[victim] > 0 {
+		t.Errorf("regions per server %v: some on the refusing rs3 or the dead %s", got, victim)
+	}
+	h.checkNoDoubles()
+}
+
+// A batch's target dies after the batch was written and before its opens
+// go out (they are held at their fail point until it is down): the batch
+// finds it gone and hands every region to an assignment of its own, which
+// opens it on the server left. Each region ends open once.
+func TestCrashBatchTargetDiesBeforeItsOpens(t *testing.T) {
+	const regions = 12
+	var (
+		mu      sync.Mutex
+		armed   bool
+		holding = true
+	)
+	reached := make(chan struct{})
+	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
+		c.FailPoint = func(point string) error {
+			if point != "region.open" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !armed || !holding {
+				return nil
+			}
+			select {
+			case <-reached:
+			default:
+				close(reached)
+			}
+			return errors.New("injected: opens held until their target is down")
+		}
+	}})
+	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
+	per := h.checkTableOpen("default:t", regions)
+	victim := busiestServer(per)
+	mu.Lock()
+	armed = true
+	mu.Unlock()
+	h.stopRS(victim)
+	select {
+	case <-reached:
+	case <-time.After(time.Minute):
+		t.Fatal("no batch reached its open's fail point")
+	}
+	// The batches written hold their regions OPENING on their target, in
+	// their name; stop the target of the first.
+	m, _ := h.leader()
+	batches := batchesIn(m.node.FSM())
+	if len(batches) == 0 {
+		t.Fatal("no batch written by the crash's wave")
+	}
+	for _, p := range batchProblems(m.node.FSM(), batches) {
+		t.Error(p)
+	}
+	second := batches[0].Target.ID
+	h.stopRS(second)
+	testwait.For(t, time.Minute, second+" expired", func() bool {
+		srv, ok, err := domain.GetServer(h.reader(), second)
+		return err == nil && ok && srv.State != domain.ServerLive
+	})
+	mu.Lock()
+	holding = false
+	mu.Unlock()
+	crashOf(t, h, victim, 2*time.Minute)
+	crashOf(t, h, second, 2*time.Minute)
+	var left string
+	for id := range h.liveRS() {
+		left = id
+	}
+	testwait.For(t, 2*time.Minute, "every region open on "+left, func() bool {
+		problems, got := h.tableOpenProblems("default:t", regions)
+		return len(problems) == 0 && got[left] == regions
+	})
+	if logs := h.c.Logs("m1") + h.c.Logs("m2") + h.c.Logs("m3"); !strings.Contains(logs, "batch of crashed regions settled in part") {
+		t.Error("no batch handed a region on: the case (its target gone) is not reached")
+	}
+	h.checkNoDoubles()
+}
+
+// The leader is lost three times while a crash's batches have their opens
+// under way (at the fail point each batch's open step passes): each new
+// leader sends the opens of every batch still OPEN again, and the crash
+// ends with each region reassigned once and open once.
+func TestCrashBatchSurvivesALeaderLostWhileItsOpensAreUnderWay(t *testing.T) {
+	const wave, regions = 4, 24
+	var (
+		calls  int
+		killAt = map[int]bool{1: true, 4: true, 7: true}
+		seen   []string
+	)
+	w := startWaveFailover(t, wave, regions, "region.open", "the leader is lost while a batch's opens are under way", func(w *waveFailover, i int) bool {
+		calls++
+		if calls == 1 {
+			f := w.h.masters[i].node.FSM()
+			bs := batchesIn(f)
+			if len(bs) == 0 {
+				seen = append(seen, "no batch written when the first open ran")
+			}
+			seen = append(seen, batchProblems(f, bs)...)
+		}
+		return killAt[calls]
+	})
+	failovers := w.failovers("the crash procedure to end through failovers mid-batch")
+	w.mu.Lock()
+	for _, problem := range seen {
+		t.Error(problem)
+	}
+	w.mu.Unlock()
+	if failovers != len(killAt) {
+		t.Errorf("%d failovers, want %d", failovers, len(killAt))
+	}
+	w.checkEachReassignedOnce()
+	w.h.checkTableOpen("default:t", regions)
+	w.h.checkNoDoubles()
+}
+
+// batchRecord is an AssignBatch's stored record.
+type batchRecord struct {
+	id uint64
+	domain.AssignBatch
+}
+
+// batchesIn lists the AssignBatch records in f.
+func batchesIn(f *raftfsm.FSM) []batchRecord {
+	var out []batchRecord
+	_ = f.View().Procs(func(p store.Proc) error {
+		info, err := procedure.DecodeInfo(p.Data)
+		if err != nil || info.Type != domain.TypeAssignBatch {
+			return nil
+		}
+		var b domain.AssignBatch
+		if json.Unmarshal(info.Data, &b) == nil {
+			out = append(out, batchRecord{info.ID, b})
+		}
+		return nil
+	})
+	return out
+}
+
+// batchProblems checks each batch's regions are recorded OPENING on its
+// target in its name, as the spawn's write left them, and that no region
+// is in two batches.
+func batchProblems(f *raftfsm.FSM, bs []batchRecord) []string {
+	var problems []string
+	r := domain.NewReader(f.Get, f.Scan)
+	owner := map[string]uint64{}
+	for _, b := range bs {
+		if len(b.Regions) == 0 {
+			problems = append(problems, fmt.Sprintf("batch %d holds no region", b.id))
+		}
+		for _, br := range b.Regions {
+			if o, dup := owner[br.Name]; dup {
+				problems = append(problems, fmt.Sprintf("region %s in batches %d and %d", br.Name, o, b.id))
+			}
+			owner[br.Name] = b.id
+			rg, ok, err := domain.GetRegion(r, br.Name)
+			if err != nil || !ok || rg.State != domain.RegionOpening || rg.Server != b.Target.ID || rg.StartCode != b.Target.StartCode || rg.ProcID != b.id {
+				problems = append(problems, fmt.Sprintf("batch %d's region %s recorded %+v (%v), want OPENING on %s in its name", b.id, br.Name, rg, err, b.Target))
+			}
+		}
+	}
+	return problems
+}
