@@ -70,9 +70,9 @@ type BatchRegion struct {
 // never rolled back.
 type AssignBatch struct {
 	procedure.StateMachine
-	From    ServerRef     `json:"from"`
-	Target  ServerRef     `json:"target"`
-	Address string        `json:"address,omitempty"`
+	From    ServerRef `json:"from"`
+	Target  ServerRef `json:"target"`
+	Address string    `json:"address,omitempty"`
 	// Regions are those still to settle: recorded OPENING on Target for
 	// the batch.
 	Regions []BatchRegion `json:"regions"`

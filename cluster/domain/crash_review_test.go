@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/catalog"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/internal/version"
