@@ -128,6 +128,13 @@ func (p *AssignBatch) RollbackState(*procedure.Context, int32) error { return ni
 // went.
 func (p *AssignBatch) ForgetChildrenOnSuccess() bool { return true }
 
+// Progress implements procedure.Progressor: the regions settled (opened,
+// or handed to an assignment of their own) of all it was given.
+func (p *AssignBatch) Progress() procedure.Progress {
+	settled := int64(p.Opened + p.HandedOn)
+	return procedure.Progress{Done: settled, Total: settled + int64(len(p.Regions)), Unit: "regions settled"}
+}
+
 // ExecuteState implements procedure.StateSteps.
 func (p *AssignBatch) ExecuteState(ctx *procedure.Context, state int32) (procedure.Flow, error) {
 	d, svc, flow, err := servicesOf(ctx)

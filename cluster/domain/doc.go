@@ -204,7 +204,12 @@
 //	                    CrashInFlight − CrashWave are unfinished, until no
 //	                    region is left; a child whose region lock is free
 //	                    is prepared in the wave's write and starts at
-//	                    OPEN_DISPATCH)
+//	                    OPEN_DISPATCH; from cluster version 2 the children
+//	                    are AssignBatch, one per server picked and
+//	                    Config.CrashBatch regions)
+//	AssignBatch         OPEN (send every region's open, suspend for the
+//	                    answers, record the opened OPEN in one write;
+//	                    hand the rest to TransitRegionState children) → REST
 //	Balance             PLAN (MOVE children, counts within one)
 //	LockProcedure       ACQUIRED → HELD, until released or its lease expires
 //

@@ -53,7 +53,9 @@ const (
 //	        deadline passed); drop the dispatcher's ops for the server;
 //	        reassign the regions whose record places them on the
 //	        incarnation (OPEN, OPENING or CLOSING there), one
-//	        TransitRegionState child each (From = the incarnation), in
+//	        TransitRegionState child each (From = the incarnation) or,
+//	        from state version 2, an AssignBatch child per server picked
+//	        and Config.CrashBatch regions (spawnBatches), in
 //	        waves of at most Config.CrashWave, up to
 //	        Config.CrashInFlight in flight; run again until none is
 //	        left.
