@@ -61,7 +61,10 @@ type BatchRegion struct {
 // and deals with whatever follows as any assignment does (fencing waits,
 // another server, backoff). A region still unanswered by a live Target
 // stays in the batch and is waited for again, as a TransitRegionState
-// waits for its open: the dispatcher answers every op exactly once.
+// waits for its open: the dispatcher answers every op exactly once. The
+// refused wait with it, and are handed on once the last answer is in: a
+// batch with children waits for them, and must not wait for them with
+// answers outstanding.
 //
 // A failover or restart resumes it at OPEN: the new leader sends every
 // region still OPENING on Target for the batch again. It holds every
@@ -278,6 +281,15 @@ func (p *AssignBatch) settle(ctx *procedure.Context, d *Domain, r reader, b *opB
 		}
 		rest = append(rest, br)
 	}
+	if len(waiting) > 0 {
+		// Answers are still to come from the live target: the refused
+		// stay in the batch until they are in (their answers are kept).
+		// Handed on now, their children would hold the batch's next
+		// step, and the answers it waits for, until they all end: one
+		// region opened nowhere would keep the rest OPENING for good.
+		waiting = append(waiting, rest...)
+		rest = nil
+	}
 	for _, br := range rest {
 		ns, table := SplitTableName(br.Table)
 		child := &TransitRegionState{Region: br.Name, Namespace: ns, Table: table, Kind: KindAssign, From: p.From,
@@ -303,8 +315,8 @@ func (p *AssignBatch) settle(ctx *procedure.Context, d *Domain, r reader, b *opB
 			"server", p.Target.String(), "opened", opened, "handed_on", len(rest), "failed", failed, "waiting", len(waiting))
 	}
 	if len(waiting) > 0 {
-		// This state again (once the children handed the rest are done):
-		// the answers still to come, for another DispatchTimeout.
+		// This state again: the answers still to come, for another
+		// DispatchTimeout.
 		b.extend()
 		return procedure.HasMoreState, nil
 	}

@@ -375,7 +375,9 @@ func (p *ServerCrash) RollbackState(*procedure.Context, int32) error { return ni
 // here, in its name: each region read again under them and, if still on
 // the incarnation with its table enabled, recorded OPENING on the
 // batch's server in the spawn's write; the batch starts by sending the
-// opens. One whose locks are taken prepares itself once it holds them.
+// opens. One whose locks are taken is withdrawn, and its regions get a
+// TransitRegionState each, so that the region held elsewhere holds up
+// no other.
 // The regions a batch cannot take (no live server, a table not enabled)
 // get a TransitRegionState each, as spawnWave gives them. It returns how
 // many regions were prepared.
