@@ -451,7 +451,11 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 			}
 		}
 	}
-	n, err := p.spawnEach(ctx, svc, r, each, cands, tables)
+	// A table cache of its own: tables holds what was read before any
+	// lock was taken, and a child's prepare trusts its cache only for
+	// what the child's table lock keeps as read (a disable that ended in
+	// between would have its region reopened).
+	n, err := p.spawnEach(ctx, svc, r, each, cands, map[string]Table{})
 	return prepared + n, err
 }
 
