@@ -3,9 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
-	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -43,7 +41,7 @@ import (
 // refusalRestsOnGrants says the refusal err of a call by p (resolve's or
 // Authorize's) could be lifted by a grant or token the leader holds and
 // this node has not applied yet.
-func (s *Server) refusalRestsOnGrants(ctx context.Context, p access.Principal, method string, err error) bool {
+func refusalRestsOnGrants(ctx context.Context, p access.Principal, method string, err error) bool {
 	if _, clientMay := access.MethodPermission(method); !clientMay || notHandedOn[method] {
 		return false
 	}
@@ -52,17 +50,16 @@ func (s *Server) refusalRestsOnGrants(ctx context.Context, p access.Principal, m
 		return p.Kind == access.KindClient || p.Kind == access.KindToken
 	case codes.Unauthenticated:
 		// A well-formed token this node's copy does not hold: made at the
-		// leader, perhaps, a moment ago. (One it holds that expired, or a
-		// malformed one, is refused whatever the leader holds.)
+		// leader, perhaps, a moment ago. resolve named the caller by its
+		// certificate, or anonymous, for it; one it holds that expired is
+		// named as the token (and refused whatever the leader holds), and
+		// a malformed one fails to parse.
 		tok, ok := security.TokenOf(ctx)
-		if !ok {
+		if !ok || p.Kind == access.KindToken {
 			return false
 		}
-		if _, _, perr := security.ParseToken(tok); perr != nil {
-			return false
-		}
-		tp, terr := s.acl.TokenPrincipal(tok)
-		return terr != nil && tp.Kind == access.KindAnonymous
+		_, _, perr := security.ParseToken(tok)
+		return perr == nil
 	}
 	return false
 }
@@ -88,14 +85,14 @@ const tokenHolderKey = "x-baton-token-holder"
 // and the leader's answer; not judged where it is this node's to refuse
 // (it leads, the call was forwarded to it, the leader cannot be reached).
 func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, method string, req any, refusal error) (resp any, judged bool, err error) {
-	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !s.refusalRestsOnGrants(ctx, p, method, refusal) {
+	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !refusalRestsOnGrants(ctx, p, method, refusal) {
 		return nil, false, nil
 	}
 	in, ok := req.(proto.Message)
 	if !ok {
 		return nil, false, nil
 	}
-	out, ok := responseOf(full)
+	out, ok := responseOf(method)
 	if !ok {
 		return nil, false, nil
 	}
@@ -112,15 +109,8 @@ func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, met
 	fctx = context.WithValue(fctx, mustCarryPrincipalKey{}, true)
 	sent := false
 	resp, err = forward(s, fctx, func(c context.Context, cl adminpb.AdminClient) (proto.Message, error) {
-		cc, ok := cl.(grpc.ClientConnInterface)
-		if !ok {
-			return nil, status.Errorf(codes.Internal, "admin: the leader's client %T has no connection to call %s by name", cl, method)
-		}
 		sent = true
-		if err := cc.Invoke(c, full, in, out, grpc.StaticMethod()); err != nil {
-			return nil, err
-		}
-		return out, nil
+		return forwardByName(c, cl, full, in, out)
 	})
 	var ur *unreachableLeader
 	if !sent || (errors.As(err, &ur) && ur.unsent) {
@@ -133,21 +123,9 @@ func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, met
 }
 
 // responseOf is a new, empty answer of the admin service's unary method
-// full, found by its descriptor.
-func responseOf(full string) (proto.Message, bool) {
-	svc, m, ok := strings.Cut(strings.TrimPrefix(full, "/"), "/")
-	if !ok {
-		return nil, false
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
-	if err != nil {
-		return nil, false
-	}
-	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok {
-		return nil, false
-	}
-	md := sd.Methods().ByName(protoreflect.Name(m))
+// (its short name), found by its descriptor.
+func responseOf(method string) (proto.Message, bool) {
+	md := adminService.Methods().ByName(protoreflect.Name(method))
 	if md == nil || md.IsStreamingClient() || md.IsStreamingServer() {
 		return nil, false
 	}

@@ -177,21 +177,21 @@ func (s *Server) serveGateway(ctx context.Context, m gatewayMethod, req proto.Me
 		}
 		return &adminpb.SubmitProcedureResponse{Id: id}, nil
 	}, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.SubmitProcedureResponse, error) {
-		return forwardByName(ctx, c, m.full, req)
+		return forwardByName(ctx, c, m.full, req, new(adminpb.SubmitProcedureResponse))
 	})
 }
 
 // forwardByName calls method of the leader's API with req, as its
-// generated client method would. c is the leaderAPI forwardCall passes
-// every remote call.
-func forwardByName(ctx context.Context, c adminpb.AdminClient, method string, req proto.Message) (*adminpb.SubmitProcedureResponse, error) {
+// generated client method would, into out. c is the leaderAPI
+// forwardCall passes every remote call.
+func forwardByName[T proto.Message](ctx context.Context, c adminpb.AdminClient, method string, req proto.Message, out T) (T, error) {
+	var zero T
 	cc, ok := c.(grpc.ClientConnInterface)
 	if !ok {
-		return nil, fmt.Errorf("admin: forwarding %s: the leader's client %T has no connection to call by name", method, c)
+		return zero, fmt.Errorf("admin: forwarding %s: the leader's client %T has no connection to call by name", method, c)
 	}
-	out := new(adminpb.SubmitProcedureResponse)
 	if err := cc.Invoke(ctx, method, req, out, grpc.StaticMethod()); err != nil {
-		return nil, err
+		return zero, err
 	}
 	return out, nil
 }

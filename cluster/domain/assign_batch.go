@@ -155,39 +155,6 @@ func (p *AssignBatch) ExecuteState(ctx *procedure.Context, state int32) (procedu
 	return procedure.NoMoreState, fmt.Errorf("assign batch: unknown state %d", state)
 }
 
-// Whether a crashed region may go in a batch.
-const (
-	regionMovedOn    = iota // no longer on the incarnation: not the batch's
-	regionAssignable        // on it, its table enabled
-	regionOwnAssign         // on it, but its table is not enabled: its own assignment's PREPARE deals with it
-)
-
-// crashedRegionAssignable reads br's region and table (tables caches the
-// table records read) and says what a batch reopening From's regions does
-// with it.
-func crashedRegionAssignable(r reader, br BatchRegion, from ServerRef, tables map[string]Table) (int, error) {
-	rg, ok, err := getRegion(r, br.Name)
-	if err != nil {
-		return 0, err
-	}
-	if !ok || !rg.onServer(from) || rg.Table != br.Table {
-		return regionMovedOn, nil
-	}
-	t, tok := tables[br.Table]
-	if !tok {
-		if t, tok, err = getTable(r, br.Table); err != nil {
-			return 0, err
-		}
-		if tok {
-			tables[br.Table] = t
-		}
-	}
-	if !tok || t.State != TableEnabled {
-		return regionOwnAssign, nil
-	}
-	return regionAssignable, nil
-}
-
 // mine says rg is recorded OPENING on Target for the batch.
 func (p *AssignBatch) mine(ctx *procedure.Context, rg Region) bool {
 	return rg.State == RegionOpening && rg.Server == p.Target.ID && rg.StartCode == p.Target.StartCode && rg.ProcID == ctx.ID()
@@ -200,7 +167,7 @@ func (p *AssignBatch) open(ctx *procedure.Context, d *Domain, svc *services, r r
 		return procedure.NoMoreState, err
 	}
 	b := svc.batchOf(ctx.ID())
-	if b == nil || b.ev == nil {
+	if b == nil {
 		if ev := svc.dispatchPaused(); ev != nil {
 			// Maintenance mode: nothing is sent. The step runs again
 			// once it ends.
@@ -215,7 +182,7 @@ func (p *AssignBatch) open(ctx *procedure.Context, d *Domain, svc *services, r r
 		if pres != present {
 			// Fenced or gone before anything was sent: each region's own
 			// assignment waits for it to stop serving, or goes elsewhere.
-			return p.settle(ctx, d, r, nil, pres)
+			return p.settle(ctx, r, nil, pres)
 		}
 		b = svc.newSuspendedBatch(ctx.ID(), rspb.OpKind_OP_KIND_OPEN)
 		for _, br := range p.Regions {
@@ -242,7 +209,7 @@ func (p *AssignBatch) open(ctx *procedure.Context, d *Domain, svc *services, r r
 	if err != nil {
 		return procedure.NoMoreState, err
 	}
-	return p.settle(ctx, d, r, b, pres)
+	return p.settle(ctx, r, b, pres)
 }
 
 // settle records OPEN on Target every region the batch b's answers say
@@ -250,7 +217,7 @@ func (p *AssignBatch) open(ctx *procedure.Context, d *Domain, svc *services, r r
 // keeps waiting for those a live Target has not answered yet, and hands
 // every other region still the batch's to a child TransitRegionState
 // prepared at OPEN_DISPATCH on Target. b is nil when nothing was sent.
-func (p *AssignBatch) settle(ctx *procedure.Context, d *Domain, r reader, b *opBatch, pres presence) (procedure.Flow, error) {
+func (p *AssignBatch) settle(ctx *procedure.Context, r reader, b *opBatch, pres presence) (procedure.Flow, error) {
 	var rest, waiting []BatchRegion
 	opened, failed := 0, 0
 	for _, br := range p.Regions {

@@ -43,6 +43,27 @@ func crashTree(t *testing.T, x *procedure.Executor, root uint64) map[string]int 
 	return types
 }
 
+// openTable creates table default:t of regions regions, waits until each
+// is open once, and returns the regions per server and the server holding
+// the most: the one a test crashes.
+func openTable(t *testing.T, h *harness, regions int) (per map[string]int, victim string) {
+	t.Helper()
+	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
+	per = h.checkTableOpen("default:t", regions)
+	return per, busiestServer(per)
+}
+
+// otherServer is a server of per other than victim (with two, the one
+// left once victim is down).
+func otherServer(per map[string]int, victim string) string {
+	for id := range per {
+		if id != victim {
+			return id
+		}
+	}
+	return ""
+}
+
 // crashOf waits for the crash procedure of victim to succeed, and returns
 // it and the leader's executor that knows it.
 func crashOf(t *testing.T, h *harness, victim string, d time.Duration) (procedure.Info, *procedure.Executor) {
@@ -108,9 +129,7 @@ func TestCrashBatchesOnlyFromFormat2(t *testing.T) {
 						return nil
 					}
 				}})
-			h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-			per := h.checkTableOpen("default:t", regions)
-			victim := busiestServer(per)
+			per, victim := openTable(t, h, regions)
 			mu.Lock()
 			armed = true
 			mu.Unlock()
@@ -149,9 +168,7 @@ func TestCrashBatchesOnlyFromFormat2(t *testing.T) {
 func TestCrashBatchHandsRefusedOpensToTheirOwnAssignment(t *testing.T) {
 	const regions = 12
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2, domain: func(c *domain.Config) { c.CrashBatch = 4 }})
-	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
+	_, victim := openTable(t, h, regions)
 	// A server that refuses every open, holding nothing: the crash's
 	// least loaded, so it gets batches.
 	h.startRS("rs3", 0, 1)
@@ -205,9 +222,7 @@ func TestCrashBatchTargetDiesBeforeItsOpens(t *testing.T) {
 			return errors.New("injected: opens held until their target is down")
 		}
 	}})
-	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
+	_, victim := openTable(t, h, regions)
 	mu.Lock()
 	armed = true
 	mu.Unlock()

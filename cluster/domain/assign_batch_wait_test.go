@@ -49,15 +49,8 @@ func TestCrashBatchRegionRefusedEverywhereHoldsBackNoOther(t *testing.T) {
 					c.DispatchTimeout = 500 * time.Millisecond
 					c.Dispatch.MinBatch, c.Dispatch.MaxBatch = 1, 2
 				}})
-			h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-			per := h.checkTableOpen("default:t", regions)
-			victim := busiestServer(per)
-			survivor := ""
-			for id := range per {
-				if id != victim {
-					survivor = id
-				}
-			}
+			per, victim := openTable(t, h, regions)
+			survivor := otherServer(per, victim)
 			if per[victim] < 3 {
 				t.Skipf("regions per server %v: the victim needs 3 regions at least", per)
 			}
@@ -167,15 +160,8 @@ func TestCrashBatchWaitsForALateAnswer(t *testing.T) {
 	const regions = 6
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) { c.DispatchTimeout = 500 * time.Millisecond }})
-	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
-	survivor := ""
-	for id := range per {
-		if id != victim {
-			survivor = id
-		}
-	}
+	per, victim := openTable(t, h, regions)
+	survivor := otherServer(per, victim)
 	opens := logOpens(t, h)
 	var mu sync.Mutex
 	armed := false
@@ -226,9 +212,7 @@ func TestCrashBatchIsWokenByItsAnswers(t *testing.T) {
 	const regions = 6
 	h := newHarness(t, harnessOpts{masters: 1, servers: 2,
 		domain: func(c *domain.Config) { c.DispatchTimeout = 30 * time.Second }})
-	h.mustSucceed(h.createTable("", "t", regions), time.Minute)
-	per := h.checkTableOpen("default:t", regions)
-	victim := busiestServer(per)
+	_, victim := openTable(t, h, regions)
 	h.stopRS(victim)
 	// The deadline is the assertion: a batch that waited for its
 	// DispatchTimeout would end after 30 s.

@@ -357,23 +357,11 @@ func (p *TransitRegionState) prepareCrashed(ctx *procedure.Context, svc *service
 	if p.Kind != KindAssign || p.From.IsZero() || len(cands) == 0 {
 		return false, nil
 	}
-	rg, ok, err := getRegion(r, p.Region)
-	if err != nil || !ok || !rg.onServer(p.From) {
+	state, err := crashedRegionAssignable(r, BatchRegion{Name: p.Region, Table: p.fullTable()}, p.From, tables)
+	if err != nil || state != regionAssignable {
 		return false, err
 	}
-	t, tok := tables[rg.Table]
-	if !tok {
-		if t, tok, err = getTable(r, rg.Table); err != nil {
-			return false, err
-		}
-		if tok {
-			tables[rg.Table] = t
-		}
-	}
-	if !tok || t.State != TableEnabled {
-		return false, nil
-	}
-	ok, err = p.prepareOn(ctx, svc, r, id, cands)
+	ok, err := p.prepareOn(ctx, svc, r, id, cands)
 	if ok {
 		p.UndoState, p.Source = RegionClosed, p.From.ID
 	}

@@ -121,9 +121,10 @@ type opBatch struct {
 	done   chan struct{}      // closed once sealed with nothing left
 	// ev, if set, is woken when done closes: the suspended procedure's.
 	ev *scheduler.Event
-	// sentAt is when it was sealed (the domain's clock), for a
-	// suspended procedure's deadline.
-	sentAt time.Time
+	// waitFrom is when the wait for its answers began (the domain's
+	// clock): the seal, or the last extend. A suspended procedure's
+	// deadline counts from it.
+	waitFrom time.Time
 }
 
 // newBatch starts procID's batch of ops of kind. The step making it is
@@ -200,7 +201,7 @@ func (b *opBatch) arm(ref ServerRef, region string) {
 func (b *opBatch) seal() {
 	b.s.mu.Lock()
 	b.sealed = true
-	b.sentAt = b.s.d.cfg.Clock.Now()
+	b.waitFrom = b.s.d.cfg.Clock.Now()
 	complete := false
 	if b.left == 0 {
 		select {
@@ -221,13 +222,13 @@ func (b *opBatch) seal() {
 func (b *opBatch) waitLeft(timeout time.Duration) time.Duration {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	return b.sentAt.Add(timeout).Sub(b.s.d.cfg.Clock.Now())
+	return b.waitFrom.Add(timeout).Sub(b.s.d.cfg.Clock.Now())
 }
 
 // extend counts the wait for the answers still to come from now.
 func (b *opBatch) extend() {
 	b.s.mu.Lock()
-	b.sentAt = b.s.d.cfg.Clock.Now()
+	b.waitFrom = b.s.d.cfg.Clock.Now()
 	b.s.mu.Unlock()
 }
 

@@ -369,6 +369,46 @@ func (p *ServerCrash) ForgetChildrenOnSuccess() bool { return true }
 // expiry stands; the children leave every region consistent).
 func (p *ServerCrash) RollbackState(*procedure.Context, int32) error { return nil }
 
+// What a crash's reassignment does with a region it read.
+const (
+	regionMovedOn    = iota // no longer on the incarnation: not the batch's
+	regionAssignable        // on it, its table enabled
+	regionOwnAssign         // on it, but its table is not enabled: its own assignment's PREPARE deals with it
+)
+
+// crashedRegionAssignable reads br's region and table (through tables,
+// the step's cache: see tableOf) and says what the reassignment of the
+// crashed incarnation from's regions does with it.
+func crashedRegionAssignable(r reader, br BatchRegion, from ServerRef, tables map[string]Table) (int, error) {
+	rg, ok, err := getRegion(r, br.Name)
+	if err != nil {
+		return 0, err
+	}
+	if !ok || !rg.onServer(from) || rg.Table != br.Table {
+		return regionMovedOn, nil
+	}
+	enabled, err := tableEnabled(r, br.Table, tables)
+	if err != nil || !enabled {
+		return regionOwnAssign, err
+	}
+	return regionAssignable, nil
+}
+
+// tableEnabled says table full's record is ENABLED, read through tables,
+// a step's cache of the records it read: one read per table, trusted only
+// while a lock the step holds (or reserved) on the table keeps it as read.
+func tableEnabled(r reader, full string, tables map[string]Table) (bool, error) {
+	t, ok := tables[full]
+	if !ok {
+		var err error
+		if t, ok, err = getTable(r, full); err != nil || !ok {
+			return false, err
+		}
+		tables[full] = t
+	}
+	return t.State == TableEnabled, nil
+}
+
 // spawnBatches is spawnWave from state version 2: the wave's regions
 // grouped by the server picked for each, an AssignBatch child per server
 // and Config.CrashBatch regions. A batch whose locks are free is prepared
@@ -410,15 +450,15 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 	}
 	for _, w := range wave {
 		br := BatchRegion{Name: w.name, Table: w.table}
-		state, err := crashedRegionAssignable(r, br, p.Server, tables)
+		// The sweep read the region on the incarnation; the batch reads
+		// it again under its locks (prepareBatch). Only its table decides
+		// here whether it goes in a batch.
+		enabled, err := tableEnabled(r, w.table, tables)
 		if err != nil {
 			return 0, err
 		}
-		if state == regionMovedOn {
-			continue
-		}
 		target := ""
-		if state == regionAssignable {
+		if enabled {
 			if target, err = svc.pick(r, cands, ""); err != nil {
 				return 0, err
 			}
