@@ -104,11 +104,22 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 }
 
 // A table is disabled after a crash wave picked its regions and before it
-// spawns them (at the wave's fail point, where nextWave has read them):
-// the wave re-reads each region under its lock, finds it closed by the
-// disable, and neither records it OPENING nor opens it. When the crash
-// procedure ends, the table's regions are all CLOSED and none is hosted.
+// spawns them (at the wave's fail point, where nextWave has read them), or
+// before a batch of them takes its locks (the batch's fail point, where
+// the wave has grouped them by target): the wave, or the batch, re-reads
+// each region under its lock, finds it closed by the disable, and neither
+// records it OPENING nor opens it. When the crash procedure ends, the
+// table's regions are all CLOSED and none is hosted.
 func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name, point string
+		call        int // the fail point's call that disables
+	}{{"before the wave's spawn", "crash.assign", 2}, {"before a batch's locks", "crash.batch", 1}} {
+		t.Run(tc.name, func(t *testing.T) { crashWaveAfterDisable(t, tc.point, tc.call) })
+	}
+}
+
+func crashWaveAfterDisable(t *testing.T, point string, at int) {
 	const regions = 12
 	var (
 		mu      sync.Mutex
@@ -119,8 +130,8 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 	)
 	h = newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
 		c.CrashWave = 2
-		c.FailPoint = func(point string) error {
-			if point != "crash.assign" {
+		c.FailPoint = func(name string) error {
+			if name != point {
 				return nil
 			}
 			mu.Lock()
@@ -129,11 +140,11 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 				return nil
 			}
 			calls++
-			if calls != 2 {
+			if calls != at {
 				return nil
 			}
-			// The second wave's regions are read: disable the table
-			// before they are spawned.
+			// The regions are read: disable the table before they are
+			// spawned, or their batch locked.
 			_, x := h.leader()
 			p, err := domain.NewDisableTable("", "t")
 			if err == nil {
@@ -176,8 +187,8 @@ func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 		return false
 	})
 	mu.Lock()
-	if calls < 2 || disable != nil {
-		t.Fatalf("wave fail point reached %d times, disable: %v", calls, disable)
+	if calls < at || disable != nil {
+		t.Fatalf("fail point %s reached %d times, disable: %v", point, calls, disable)
 	}
 	mu.Unlock()
 	r := h.reader()

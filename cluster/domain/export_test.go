@@ -97,3 +97,7 @@ func (s *services) RegionBudgetState() (inFlight, queued, holds, tickets int) {
 	defer b.mu.Unlock()
 	return b.inFlight, len(b.queue), len(b.holds), len(b.tickets)
 }
+
+// DecodeRegion reads a region record as stored (JSON, or the compact
+// encoding of format 2).
+func DecodeRegion(name string, v []byte) (Region, error) { return decodeRegion(name, v) }

@@ -433,6 +433,11 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 	var each []crashedRegion
 	prepared := 0
 	flush := func(b *AssignBatch) error {
+		// Between the wave's reads and the batch's locks: what a test
+		// changes here, the batch must read again under them.
+		if err := failPoint(svc.d, "crash.batch"); err != nil {
+			return err
+		}
 		n, locked, err := p.prepareBatch(ctx, r, b)
 		if err != nil {
 			return err
@@ -528,6 +533,13 @@ func (p *ServerCrash) prepareBatch(ctx *procedure.Context, r reader, b *AssignBa
 			keep = append(keep, br)
 		case regionOwnAssign:
 			own = append(own, br)
+		}
+	}
+	if len(keep) == 0 {
+		// Nothing of it is left to open (a disable or a move ended
+		// before its locks were taken): no batch.
+		if err := ctx.WithdrawChild(id); err != nil {
+			return 0, true, err
 		}
 	}
 	// The batch is written as it is now, when the step returns.
