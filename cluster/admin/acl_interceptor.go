@@ -233,10 +233,22 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
 		if err != nil {
-			s.accessM.deny(method, err)
-			err = s.limitRefusal(ctx, p, method, err)
-			s.recordRefusal(ctx, p, method, nil, err)
-			return err
+			// Charged where the call came in, as a unary refusal is.
+			limited := s.limitRefusal(ctx, p, method, err)
+			if limited == err && s.caughtUpForStream(ctx, p, method, err) {
+				// Judged again on a copy of the grants as fresh as the
+				// leader's when the call arrived.
+				p, err = s.resolve(ctx)
+				if err == nil {
+					err = access.Authorize(p, method, s.acc.Enforce)
+				}
+				limited = err
+			}
+			if err != nil {
+				s.accessM.deny(method, err)
+				s.recordRefusal(ctx, p, method, nil, limited)
+				return limited
+			}
 		}
 		ctx = context.WithValue(ctx, principalCtxKey{}, p)
 		if !access.Audited(method) {

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -27,8 +28,7 @@ import (
 // acknowledging it, and answers what the leader answers. The leader
 // judges, serves or refuses, and records it.
 //
-// Only unary calls a client may make are handed on (a stream, a watch,
-// is still judged on this node's copy), and only where the call's
+// Only unary calls a client may make are handed on, and only where the call's
 // principal goes with it (leaderClient: to a master proven by its
 // certificate or the cluster secret), never to be judged as the master
 // forwarding it. A refusal that does not depend on the grants
@@ -37,6 +37,10 @@ import (
 // leader cannot be asked for (none known, not reachable), one over the
 // caller's refusal limit (charged here), and a leadership transfer or
 // peer removal, whose forwards must outlive the leader they reach.
+
+// A stream (a watch, a snapshot save) is not handed on: its refusal at a
+// standby first brings the standby's copy up to the leader's
+// (caughtUpForStream), and the stream is judged again on it.
 
 // refusalRestsOnGrants says the refusal err of a call by p (resolve's or
 // Authorize's) could be lifted by a grant or token the leader holds and
@@ -134,4 +138,50 @@ func responseOf(method string) (proto.Message, bool) {
 		return nil, false
 	}
 	return mt.New().Interface(), true
+}
+
+// catchUpWait bounds a stream's wait for its standby to catch up with the
+// leader before it is judged again: the lag is normally a few
+// milliseconds, and a refusal must not hang on a standby far behind.
+const catchUpWait = 2 * time.Second
+
+// caughtUpForStream brings this standby's copy of the grants up to the
+// leader's, for a stream whose refusal rests on it
+// (refusalRestsOnGrants): the leader's linearizable read gives its
+// applied index, which covers every grant and token it acknowledged
+// before the read, and this node waits to apply as much (at most
+// catchUpWait). True if it did: the stream is then judged again. The
+// read goes as this master's own, not as the caller's: it reads nothing
+// the caller gets.
+func (s *Server) caughtUpForStream(ctx context.Context, p access.Principal, method string, refusal error) bool {
+	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !refusalRestsOnGrants(ctx, p, method, refusal) {
+		return false
+	}
+	w, ok := s.b.(appliedWaiter)
+	if !ok {
+		return false
+	}
+	// A context of its own (not the call's metadata, so not its
+	// principal), ended with the call.
+	cctx, cancel := context.WithTimeout(context.Background(), min(catchUpWait, s.cfg.ForwardTimeout))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	cl, fctx, _, err := s.leaderClient(cctx)
+	if err != nil {
+		return false
+	}
+	resp, err := cl.ListProcedures(fctx, &adminpb.ListProceduresRequest{PageSize: 1})
+	if err != nil {
+		s.log.Debug("stream refusal: the leader's applied index not learned; refused on this node's grants", "method", method, "error", err)
+		return false
+	}
+	index := resp.GetRead().GetAppliedIndex()
+	if f := s.catchingUp.Load(); f != nil {
+		(*f)(index)
+	}
+	if err := w.WaitApplied(cctx, index); err != nil {
+		s.log.Debug("stream refusal: not caught up with the leader; refused on this node's grants", "method", method, "index", index, "error", err)
+		return false
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
@@ -125,4 +126,97 @@ func TestStandbyRefusesNoGrantTheLeaderAcknowledged(t *testing.T) {
 	if refused != 1 || served != 1 {
 		t.Errorf("%d records of reader's refused submit and %d of the token's, want 1 each", refused, served)
 	}
+}
+
+// TestStandbyJudgesAStreamOnTheLeadersGrants: a stream at a standby whose
+// copy of the grants lacks one the leader acknowledged is not refused on
+// that copy. The standby learns the leader's applied index, waits to
+// apply it, and judges the stream again: reader's watch is served once
+// the standby caught up, what reader may still not do is refused after
+// the same catch-up, and a standby that cannot catch up within
+// catchUpWait refuses on its own copy rather than hang.
+func TestStandbyJudgesAStreamOnTheLeadersGrants(t *testing.T) {
+	logs := make([]*heldLogs, 3)
+	sc := startSecureClusterConf(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, func(i int, c *cluster.Config) {
+		logs[i] = &heldLogs{LogStore: c.LogStore}
+		c.LogStore = logs[i]
+	})
+	li := converged(t, sc.nodes)
+	standby := (li + 1) % 3
+	ctx := t.Context()
+	ops := sc.as(li, "ops", "")
+	waitBound(t, ctx, ops, "admin")
+	sub, err := ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan uint64, 4)
+	hook := func(index uint64) { waiting <- index }
+	sc.nodes[standby].srv.catchingUp.Store(&hook)
+	hold := func() (release func()) {
+		logs[standby].gate.Lock()
+		var once sync.Once
+		release = func() { once.Do(logs[standby].gate.Unlock) }
+		t.Cleanup(release)
+		return release
+	}
+	watchFirst := func(c adminpb.AdminClient) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			ws, err := c.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: sub.GetId()})
+			if err == nil {
+				_, err = ws.Recv()
+			}
+			done <- err
+		}()
+		return done
+	}
+
+	release := hold()
+	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
+		t.Fatalf("grant reader: %v", err)
+	}
+	if p := sc.nodes[standby].srv.acl.ClientPrincipal("reader"); p.Perm != security.PermNone {
+		t.Fatalf("the held standby already binds reader to %s: the test holds nothing", p.Perm)
+	}
+	reader := sc.as(standby, "reader", "")
+	done := watchFirst(reader)
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("reader's watch at the held standby answered before it caught up with the leader: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("reader's watch at the held standby neither answered nor waited to catch up")
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("reader's watch at the standby, after the grant was acknowledged: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reader's watch at the standby never answered once it could catch up")
+	}
+
+	// What the grant does not allow is refused, once caught up.
+	ss, err := reader.SnapshotSave(ctx, &adminpb.SnapshotSaveRequest{})
+	if err == nil {
+		_, err = ss.Recv()
+	}
+	wantCode(t, "reader's snapshot save at the standby", err, codes.PermissionDenied)
+	select {
+	case <-waiting:
+	default:
+		t.Error("reader's snapshot save was refused without catching up with the leader")
+	}
+
+	// A standby that cannot catch up refuses on its own copy, after
+	// catchUpWait at most.
+	release = hold()
+	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "late", Permission: "read"}); err != nil {
+		t.Fatalf("grant late: %v", err)
+	}
+	err = <-watchFirst(sc.as(standby, "late", ""))
+	wantCode(t, "late's watch at a standby that cannot catch up", err, codes.PermissionDenied)
+	release()
 }

@@ -162,6 +162,18 @@ type vouchedReader interface {
 
 func (b nodeBackend) ReadState() cluster.ReadInfo { return b.n.ReadState() }
 
+// appliedWaiter is a Backend that can wait for its local state to apply a
+// Raft index (a standby catching up with the leader): nodeBackend.
+type appliedWaiter interface {
+	WaitApplied(ctx context.Context, index uint64) error
+}
+
+// WaitApplied implements appliedWaiter: index is an FSM applied index (a
+// ReadInfo's), which every node's FSM reaches by the same commands.
+func (b nodeBackend) WaitApplied(ctx context.Context, index uint64) error {
+	return b.n.FSM().WaitApplied(ctx, index)
+}
+
 func (b nodeBackend) StoredProcedure(id uint64) ([]byte, bool) { return b.n.FSM().Proc(id) }
 
 func (b nodeBackend) StoredProceduresAfter(after uint64, fn func(store.Proc) error) error {

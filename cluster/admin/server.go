@@ -151,7 +151,10 @@ type Server struct {
 
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
-	audit   *access.Trail // nil without Config.Access
+	// catchingUp, if set (tests), is told the leader's applied index a
+	// stream's refusal waits for this node to apply (caughtUpForStream).
+	catchingUp atomic.Pointer[func(index uint64)]
+	audit      *access.Trail // nil without Config.Access
 	// changes is Access.ChangeLimit's buckets; nil: no limit.
 	changes *rateLimiter
 	// exporter writes the trail to Access.AuditFile, if set.
