@@ -109,17 +109,20 @@ func TestCrashWaveLeavesALockedRegionToItsOwnPrepare(t *testing.T) {
 // the wave has grouped them by target): the wave, or the batch, re-reads
 // each region under its lock, finds it closed by the disable, and neither
 // records it OPENING nor opens it. When the crash procedure ends, the
-// table's regions are all CLOSED and none is hosted.
+// table's regions are all CLOSED and none is hosted. Disabled before the
+// first batch's locks, the table leaves every batch empty: none is
+// spawned.
 func TestCrashWaveSpawnedAfterItsTableWasDisabledOpensNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name, point string
-		call        int // the fail point's call that disables
-	}{{"before the wave's spawn", "crash.assign", 2}, {"before a batch's locks", "crash.batch", 1}} {
-		t.Run(tc.name, func(t *testing.T) { crashWaveAfterDisable(t, tc.point, tc.call) })
+		call        int  // the fail point's call that disables
+		noBatch     bool // no AssignBatch in the crash's tree
+	}{{"before the wave's spawn", "crash.assign", 2, false}, {"before a batch's locks", "crash.batch", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) { crashWaveAfterDisable(t, tc.point, tc.call, tc.noBatch) })
 	}
 }
 
-func crashWaveAfterDisable(t *testing.T, point string, at int) {
+func crashWaveAfterDisable(t *testing.T, point string, at int, noBatch bool) {
 	const regions = 12
 	var (
 		mu      sync.Mutex
@@ -204,6 +207,12 @@ func crashWaveAfterDisable(t *testing.T, point string, at int) {
 	for rg, srvs := range h.hosted() {
 		if len(srvs) > 0 {
 			t.Errorf("region %s of the disabled table hosted on %v", rg, srvs)
+		}
+	}
+	if noBatch {
+		crash, x := crashOf(t, h, victim, time.Minute)
+		if types := crashTree(t, x, crash.ID); types[domain.TypeAssignBatch] != 0 {
+			t.Errorf("the crash's tree %v: a batch spawned with nothing left to open", types)
 		}
 	}
 	h.checkNoDoubles()

@@ -506,7 +506,8 @@ func (p *ServerCrash) spawnBatches(ctx *procedure.Context, svc *services, r read
 
 // prepareBatch adds batch b as a child if its locks are free, and
 // prepares it (see spawnBatches): it returns how many regions it recorded
-// OPENING for it. Not locked, b is not added.
+// OPENING for it. Not locked, b is not added; left with no region to
+// open once re-read, it is withdrawn.
 func (p *ServerCrash) prepareBatch(ctx *procedure.Context, r reader, b *AssignBatch) (n int, locked bool, err error) {
 	id, locked, err := ctx.AddLockedChild(b)
 	if err != nil {
@@ -546,7 +547,8 @@ func (p *ServerCrash) prepareBatch(ctx *procedure.Context, r reader, b *AssignBa
 	b.Regions = keep
 	for _, br := range own {
 		// It takes the region's lock once the batch, which holds it
-		// (its record no longer lists the region), is done.
+		// (its record no longer lists the region), is done, or at once
+		// if the batch was withdrawn.
 		ns, table := SplitTableName(br.Table)
 		ctx.AddChild(&TransitRegionState{Region: br.Name, Namespace: ns, Table: table, Kind: KindAssign, From: p.Server})
 	}
