@@ -351,6 +351,7 @@ func batchProblems(f *raftfsm.FSM, bs []batchRecord) []string {
 	}
 	return problems
 }
+
 // A crash's step fails between two of its batches (at the crash.batch
 // fail point, after an earlier batch of the same wave was reserved, its
 // locks taken, and prepared, its regions' OPENING records pending in the
