@@ -232,9 +232,11 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err == nil {
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
+		charged := false // a refusal charged to the caller's limit
 		if err != nil {
 			// Charged where the call came in, as a unary refusal is.
 			limited := s.limitRefusal(ctx, p, method, err)
+			charged = true
 			if limited == err && s.caughtUpForStream(ctx, p, method, err) {
 				// Judged again on a copy of the grants as fresh as the
 				// leader's when the call arrived.
@@ -251,18 +253,23 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 			}
 		}
 		ctx = context.WithValue(ctx, principalCtxKey{}, p)
-		if !access.Audited(method) {
-			return handler(srv, principalStream{ServerStream: ss, ctx: ctx})
-		}
-		if err := s.limitChange(ctx, method); err != nil {
-			s.recordRefusal(ctx, p, method, nil, err)
-			return err
-		}
 		note := &auditNote{}
 		ctx = context.WithValue(ctx, auditNoteKey{}, note)
+		if !access.Audited(method) {
+			return s.leaderRefused(ctx, p, method, note, handler(srv, principalStream{ServerStream: ss, ctx: ctx}))
+		}
+		if !charged {
+			// Admitted after a catch-up, the call was charged as a
+			// refusal already: once per call, as a unary call handed to
+			// the leader is.
+			if err := s.limitChange(ctx, method); err != nil {
+				s.recordRefusal(ctx, p, method, nil, err)
+				return err
+			}
+		}
 		err = handler(srv, principalStream{ServerStream: ss, ctx: ctx})
 		if note.isRemote() {
-			return err
+			return s.leaderRefused(ctx, p, method, note, err)
 		}
 		rec := s.auditRecord(ctx, p, method, nil, nil, err)
 		// A client that went away mid-stream is recorded too.
@@ -274,4 +281,17 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		return err
 	}
+}
+
+// leaderRefused is the end of a stream this standby relayed to the leader
+// (note says whether it did): a refusal of the leader's, which judged the
+// stream on its own grants (a revocation this node has not applied) and
+// recorded it, is not recorded again here (RefusalStreamInterceptor), and
+// is charged to the caller's limit where the call came in.
+func (s *Server) leaderRefused(ctx context.Context, p access.Principal, method string, note *auditNote, err error) error {
+	if err == nil || !note.isRemote() || !policyRefusal(err) {
+		return err
+	}
+	markRefusalRecorded(ctx)
+	return s.limitRefusal(ctx, p, method, err)
 }

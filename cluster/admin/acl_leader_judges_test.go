@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -8,8 +10,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/security"
 )
@@ -128,95 +132,255 @@ func TestStandbyRefusesNoGrantTheLeaderAcknowledged(t *testing.T) {
 	}
 }
 
+// catchUps counts a standby's catch-ups with the leader
+// (caughtUpForStream), and runs then, once, at the next one, before the
+// standby waits to apply the leader's index: a held log store let go
+// there is let go while the stream waits, never before it asked.
+type catchUps struct {
+	mu   sync.Mutex
+	n    int
+	then func()
+}
+
+func watchCatchUps(sc *secureCluster, i int) *catchUps {
+	c := &catchUps{}
+	hook := func(uint64) {
+		c.mu.Lock()
+		c.n++
+		then := c.then
+		c.then = nil
+		c.mu.Unlock()
+		if then != nil {
+			then()
+		}
+	}
+	sc.nodes[i].srv.catchingUp.Store(&hook)
+	return c
+}
+
+func (c *catchUps) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *catchUps) atNext(f func()) {
+	c.mu.Lock()
+	c.then = f
+	c.mu.Unlock()
+}
+
+// streamCatchUpCluster is three masters whose log stores a test can hold
+// (heldLogs), ops an admin bound at the leader, a procedure to watch, and
+// the standby's catch-ups counted.
+type streamCatchUpCluster struct {
+	sc          *secureCluster
+	logs        []*heldLogs
+	li, standby int
+	ops         adminpb.AdminClient
+	proc        uint64
+	catchUps    *catchUps
+}
+
+func startStreamCatchUpCluster(t *testing.T, a Access) *streamCatchUpCluster {
+	t.Helper()
+	c := &streamCatchUpCluster{logs: make([]*heldLogs, 3)}
+	if a.InitialGrants == nil {
+		a.InitialGrants = map[string]security.Permission{"ops": security.PermAdmin}
+	}
+	c.sc = startSecureClusterConf(t, 3, a, func(i int, cc *cluster.Config) {
+		c.logs[i] = &heldLogs{LogStore: cc.LogStore}
+		cc.LogStore = c.logs[i]
+	})
+	c.li = converged(t, c.sc.nodes)
+	c.standby = (c.li + 1) % 3
+	ctx := t.Context()
+	c.ops = c.sc.as(c.li, "ops", "")
+	waitBound(t, ctx, c.ops, "admin")
+	sub, err := c.ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proc = sub.GetId()
+	c.catchUps = watchCatchUps(c.sc, c.standby)
+	leader, standby := c.sc.nodes[c.li].node.FSM(), c.sc.nodes[c.standby].node.FSM()
+	testwait.For(t, 30*time.Second, "the standby to apply what the leader has", func() bool {
+		return standby.AppliedIndex() >= leader.AppliedIndex()
+	})
+	return c
+}
+
+// hold stops the standby's log store taking in entries until the
+// returned release (also run at the test's end).
+func (c *streamCatchUpCluster) hold(t *testing.T) (release func()) {
+	c.logs[c.standby].gate.Lock()
+	var once sync.Once
+	release = func() { once.Do(c.logs[c.standby].gate.Unlock) }
+	t.Cleanup(release)
+	return release
+}
+
+// watchFirst watches the procedure through cl until its first message.
+func (c *streamCatchUpCluster) watchFirst(ctx context.Context, cl adminpb.AdminClient) error {
+	ws, err := cl.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: c.proc})
+	if err == nil {
+		_, err = ws.Recv()
+	}
+	return err
+}
+
 // TestStandbyJudgesAStreamOnTheLeadersGrants: a stream at a standby whose
 // copy of the grants lacks one the leader acknowledged is not refused on
 // that copy. The standby learns the leader's applied index, waits to
 // apply it, and judges the stream again: reader's watch is served once
-// the standby caught up, what reader may still not do is refused after
-// the same catch-up, and a standby that cannot catch up within
-// catchUpWait refuses on its own copy rather than hang.
+// the standby caught up, and so is a watch with a token the leader made;
+// what reader may still not do is refused after the same catch-up; and a
+// standby that cannot catch up within catchUpWait refuses on its own copy
+// rather than hang.
 func TestStandbyJudgesAStreamOnTheLeadersGrants(t *testing.T) {
-	logs := make([]*heldLogs, 3)
-	sc := startSecureClusterConf(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, func(i int, c *cluster.Config) {
-		logs[i] = &heldLogs{LogStore: c.LogStore}
-		c.LogStore = logs[i]
-	})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
+	c := startStreamCatchUpCluster(t, Access{})
+	sc, standby := c.sc, c.standby
 	ctx := t.Context()
-	ops := sc.as(li, "ops", "")
-	waitBound(t, ctx, ops, "admin")
-	sub, err := ops.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}})
+
+	release := c.hold(t)
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
+		t.Fatalf("grant reader: %v", err)
+	}
+	tok, err := c.ops.AclCreateToken(ctx, &adminpb.AclCreateTokenRequest{Name: "w", Permission: "read"})
 	if err != nil {
 		t.Fatal(err)
-	}
-	waiting := make(chan uint64, 4)
-	hook := func(index uint64) { waiting <- index }
-	sc.nodes[standby].srv.catchingUp.Store(&hook)
-	hold := func() (release func()) {
-		logs[standby].gate.Lock()
-		var once sync.Once
-		release = func() { once.Do(logs[standby].gate.Unlock) }
-		t.Cleanup(release)
-		return release
-	}
-	watchFirst := func(c adminpb.AdminClient) <-chan error {
-		done := make(chan error, 1)
-		go func() {
-			ws, err := c.WatchProcedure(ctx, &adminpb.WatchProcedureRequest{Id: sub.GetId()})
-			if err == nil {
-				_, err = ws.Recv()
-			}
-			done <- err
-		}()
-		return done
-	}
-
-	release := hold()
-	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
-		t.Fatalf("grant reader: %v", err)
 	}
 	if p := sc.nodes[standby].srv.acl.ClientPrincipal("reader"); p.Perm != security.PermNone {
 		t.Fatalf("the held standby already binds reader to %s: the test holds nothing", p.Perm)
 	}
+	c.catchUps.atNext(release)
 	reader := sc.as(standby, "reader", "")
-	done := watchFirst(reader)
-	select {
-	case <-waiting:
-	case err := <-done:
-		t.Fatalf("reader's watch at the held standby answered before it caught up with the leader: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("reader's watch at the held standby neither answered nor waited to catch up")
+	if err := c.watchFirst(ctx, reader); err != nil {
+		t.Errorf("reader's watch at the standby, after the grant was acknowledged: %v", err)
 	}
-	release()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("reader's watch at the standby, after the grant was acknowledged: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("reader's watch at the standby never answered once it could catch up")
+	if n := c.catchUps.count(); n != 1 {
+		t.Errorf("%d catch-ups for reader's watch, want 1", n)
+	}
+	holder := sc.dial(standby, sc.pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: "holder"}), tok.GetSecret())
+	if err := c.watchFirst(ctx, holder); err != nil {
+		t.Errorf("a watch at the standby with the token the leader made: %v", err)
 	}
 
 	// What the grant does not allow is refused, once caught up.
+	before := c.catchUps.count()
 	ss, err := reader.SnapshotSave(ctx, &adminpb.SnapshotSaveRequest{})
 	if err == nil {
 		_, err = ss.Recv()
 	}
 	wantCode(t, "reader's snapshot save at the standby", err, codes.PermissionDenied)
-	select {
-	case <-waiting:
-	default:
+	if c.catchUps.count() != before+1 {
 		t.Error("reader's snapshot save was refused without catching up with the leader")
 	}
 
 	// A standby that cannot catch up refuses on its own copy, after
 	// catchUpWait at most.
-	release = hold()
-	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "late", Permission: "read"}); err != nil {
+	release = c.hold(t)
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "late", Permission: "read"}); err != nil {
 		t.Fatalf("grant late: %v", err)
 	}
-	err = <-watchFirst(sc.as(standby, "late", ""))
+	err = c.watchFirst(ctx, sc.as(standby, "late", ""))
 	wantCode(t, "late's watch at a standby that cannot catch up", err, codes.PermissionDenied)
 	release()
+}
+
+// A stream caught up with the leader is judged again, not served because
+// it caught up: a client the leader grants nothing is refused at the
+// standby after one catch-up, counted and recorded once, and the
+// catch-up read is the master's own (the leader records no refusal of it
+// for the caller).
+func TestStandbyStreamCaughtUpIsJudgedAgain(t *testing.T) {
+	c := startStreamCatchUpCluster(t, Access{})
+	ctx := t.Context()
+	labels := map[string]string{"method": "WatchProcedure", "needed": "read", "code": "PermissionDenied"}
+	before := counterValue(t, c.sc.regs[c.standby], "baton_acl_denied_total", labels)
+	err := c.watchFirst(ctx, c.sc.as(c.standby, "nobody", ""))
+	wantCode(t, "nobody's watch at the standby", err, codes.PermissionDenied)
+	if n := c.catchUps.count(); n != 1 {
+		t.Errorf("%d catch-ups for nobody's refused watch, want 1", n)
+	}
+	if d := counterValue(t, c.sc.regs[c.standby], "baton_acl_denied_total", labels) - before; d != 1 {
+		t.Errorf("nobody's refused watch counted %v times at the standby, want 1", d)
+	}
+	var watchRefusals, listRefusals int
+	for _, r := range auditOf(t, ctx, c.ops) {
+		if r.GetPrincipal() != "client/nobody" || !r.GetRefused() {
+			continue
+		}
+		switch r.GetMethod() {
+		case "WatchProcedure":
+			watchRefusals++
+		case "ListProcedures":
+			listRefusals++
+		}
+	}
+	if watchRefusals != 1 || listRefusals != 0 {
+		t.Errorf("client/nobody: %d refused watches recorded (want 1), %d refused ListProcedures (want 0: the catch-up read is the master's)", watchRefusals, listRefusals)
+	}
+}
+
+// A refused stream is charged to the caller's limit before any catch-up,
+// and one over the limit makes no leader read.
+func TestStandbyStreamRefusalsAreChargedBeforeCatchingUp(t *testing.T) {
+	c := startStreamCatchUpCluster(t, Access{ChangeLimit: RateLimit{Rate: MinSubmitRate, Burst: 2}})
+	nobody := c.sc.as(c.standby, "nobody", "")
+	var seen []codes.Code
+	for range 4 {
+		seen = append(seen, status.Code(c.watchFirst(t.Context(), nobody)))
+	}
+	want := []codes.Code{codes.PermissionDenied, codes.PermissionDenied, codes.ResourceExhausted, codes.ResourceExhausted}
+	if !slices.Equal(seen, want) || c.catchUps.count() != 2 {
+		t.Errorf("4 refused watches: codes %v (want %v), %d catch-ups (want 2)", seen, want, c.catchUps.count())
+	}
+}
+
+// A stream the standby admits on its copy (a revocation it has not
+// applied) and relays to the leader, which refuses it on its own grants,
+// is recorded once, by the leader, and charged once, at the standby, where
+// the call came in: with a burst of 3 (ops's three changes fit it too),
+// three such refusals answer PERMISSION_DENIED, the fourth
+// RESOURCE_EXHAUSTED.
+func TestStandbyRelayedStreamRefusedByTheLeaderIsRecordedOnce(t *testing.T) {
+	c := startStreamCatchUpCluster(t, Access{ChangeLimit: RateLimit{Rate: MinSubmitRate, Burst: 3}})
+	ctx := t.Context()
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
+		t.Fatal(err)
+	}
+	reader := c.sc.as(c.standby, "reader", "")
+	testwait.ForNil(t, 30*time.Second, "reader's watch at the standby", func() error { return c.watchFirst(ctx, reader) })
+	c.hold(t)
+	if _, err := c.ops.AclRevoke(ctx, &adminpb.AclRevokeRequest{Client: "reader"}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []codes.Code
+	for range 4 {
+		seen = append(seen, status.Code(c.watchFirst(ctx, reader)))
+	}
+	want := []codes.Code{codes.PermissionDenied, codes.PermissionDenied, codes.PermissionDenied, codes.ResourceExhausted}
+	if !slices.Equal(seen, want) {
+		t.Errorf("reader's watches at the standby after the revocation: %v, want %v", seen, want)
+	}
+	if n := c.catchUps.count(); n != 0 {
+		t.Errorf("%d catch-ups: the standby admitted the watches, the leader refused them", n)
+	}
+	// Each watch reached the leader, which refused it and recorded it;
+	// the standby records none of them again.
+	leader := c.sc.nodes[c.li].node.ID()
+	var refusals int
+	for _, r := range auditOf(t, ctx, c.ops) {
+		if r.GetPrincipal() != "client/reader" || r.GetMethod() != "WatchProcedure" || !r.GetRefused() {
+			continue
+		}
+		refusals++
+		if r.GetNode() != leader || r.GetCode() != codes.PermissionDenied.String() {
+			t.Errorf("reader's refused watch recorded by %s with %s; want the leader %s, PermissionDenied", r.GetNode(), r.GetCode(), leader)
+		}
+	}
+	if refusals != 4 {
+		t.Errorf("reader's 4 watches refused by the leader recorded %d times, want 4", refusals)
+	}
 }
