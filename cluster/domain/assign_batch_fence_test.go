@@ -2,7 +2,6 @@ package domain_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -199,12 +198,7 @@ func TestCrashBatchCountsNoAnswerOfAFencedTarget(t *testing.T) {
 // stopped serving.
 func TestCrashBatchSendsNoOpenToAFencedTarget(t *testing.T) {
 	const regions = 12
-	var (
-		mu      sync.Mutex
-		armed   bool
-		holding = true
-	)
-	reached := make(chan struct{})
+	hold := newOpenHold("injected: opens held until their target is fenced")
 	h := newHarness(t, harnessOpts{masters: 1, servers: 3, domain: func(c *domain.Config) {
 		// The crash of the target removes it from the dispatcher (whose
 		// sends then fail before the wire) only after its self-fence
@@ -212,38 +206,10 @@ func TestCrashBatchSendsNoOpenToAFencedTarget(t *testing.T) {
 		// the running process.
 		c.FenceMargin = 10 * time.Second
 		c.CrashBatch = 2
-		c.FailPoint = func(point string) error {
-			if point != "region.open" {
-				return nil
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !armed || !holding {
-				return nil
-			}
-			select {
-			case <-reached:
-			default:
-				close(reached)
-			}
-			return errors.New("injected: opens held until their target is fenced")
-		}
+		c.FailPoint = hold.failPoint
 	}})
 	_, victim := openTable(t, h, regions)
-	mu.Lock()
-	armed = true
-	mu.Unlock()
-	h.stopRS(victim)
-	select {
-	case <-reached:
-	case <-time.After(time.Minute):
-		t.Fatal("no batch reached its open's fail point")
-	}
-	m, _ := h.leader()
-	batches := batchesIn(m.node.FSM())
-	if len(batches) == 0 {
-		t.Fatal("no batch written by the crash's wave")
-	}
+	m, batches := hold.crashBatches(t, h, victim)
 	ref := batches[0].Target
 	fence := watchFence(t, m.node.FSM(), ref)
 	var (
@@ -276,9 +242,7 @@ func TestCrashBatchSendsNoOpenToAFencedTarget(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("%s never expired with its heartbeats lost", ref)
 	}
-	mu.Lock()
-	holding = false
-	mu.Unlock()
+	hold.release()
 	crashOf(t, h, victim, 2*time.Minute)
 	crashOf(t, h, ref.ID, 2*time.Minute)
 	testwait.For(t, 2*time.Minute, "every region open once", func() bool {

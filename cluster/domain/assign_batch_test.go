@@ -198,47 +198,12 @@ func TestCrashBatchHandsRefusedOpensToTheirOwnAssignment(t *testing.T) {
 // opens it on the server left. Each region ends open once.
 func TestCrashBatchTargetDiesBeforeItsOpens(t *testing.T) {
 	const regions = 12
-	var (
-		mu      sync.Mutex
-		armed   bool
-		holding = true
-	)
-	reached := make(chan struct{})
-	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) {
-		c.FailPoint = func(point string) error {
-			if point != "region.open" {
-				return nil
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !armed || !holding {
-				return nil
-			}
-			select {
-			case <-reached:
-			default:
-				close(reached)
-			}
-			return errors.New("injected: opens held until their target is down")
-		}
-	}})
+	hold := newOpenHold("injected: opens held until their target is down")
+	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) { c.FailPoint = hold.failPoint }})
 	_, victim := openTable(t, h, regions)
-	mu.Lock()
-	armed = true
-	mu.Unlock()
-	h.stopRS(victim)
-	select {
-	case <-reached:
-	case <-time.After(time.Minute):
-		t.Fatal("no batch reached its open's fail point")
-	}
+	m, batches := hold.crashBatches(t, h, victim)
 	// The batches written hold their regions OPENING on their target, in
 	// their name; stop the target of the first.
-	m, _ := h.leader()
-	batches := batchesIn(m.node.FSM())
-	if len(batches) == 0 {
-		t.Fatal("no batch written by the crash's wave")
-	}
 	for _, p := range batchProblems(m.node.FSM(), batches) {
 		t.Error(p)
 	}
@@ -248,9 +213,7 @@ func TestCrashBatchTargetDiesBeforeItsOpens(t *testing.T) {
 		srv, ok, err := domain.GetServer(h.reader(), second)
 		return err == nil && ok && srv.State != domain.ServerLive
 	})
-	mu.Lock()
-	holding = false
-	mu.Unlock()
+	hold.release()
 	crashOf(t, h, victim, 2*time.Minute)
 	crashOf(t, h, second, 2*time.Minute)
 	var left string
@@ -416,4 +379,64 @@ func TestCrashStepFailingBetweenItsBatchesLeavesNothingBehind(t *testing.T) {
 	for _, l := range left {
 		t.Errorf("lock left held after the crash ended: %s", l)
 	}
+}
+
+// openHold holds every open at the region.open fail point, once armed,
+// until released: a test changes the world between a crash's batches
+// being written and their opens going out.
+type openHold struct {
+	why     string
+	reached chan struct{} // closed at the first open held
+
+	mu              sync.Mutex
+	armed, released bool
+}
+
+func newOpenHold(why string) *openHold {
+	return &openHold{why: why, reached: make(chan struct{})}
+}
+
+// failPoint is the domain's Config.FailPoint.
+func (o *openHold) failPoint(point string) error {
+	if point != "region.open" {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.armed || o.released {
+		return nil
+	}
+	select {
+	case <-o.reached:
+	default:
+		close(o.reached)
+	}
+	return errors.New(o.why)
+}
+
+func (o *openHold) release() {
+	o.mu.Lock()
+	o.released = true
+	o.mu.Unlock()
+}
+
+// crashBatches arms the hold, stops victim, and returns the leader and
+// the batches its crash wrote once their first open is held.
+func (o *openHold) crashBatches(t *testing.T, h *harness, victim string) (*masterNode, []batchRecord) {
+	t.Helper()
+	o.mu.Lock()
+	o.armed = true
+	o.mu.Unlock()
+	h.stopRS(victim)
+	select {
+	case <-o.reached:
+	case <-time.After(time.Minute):
+		t.Fatal("no batch reached its open's fail point")
+	}
+	m, _ := h.leader()
+	batches := batchesIn(m.node.FSM())
+	if len(batches) == 0 {
+		t.Fatal("no batch written by the crash's wave")
+	}
+	return m, batches
 }

@@ -59,19 +59,8 @@ func TestCrashBatchRegionRefusedEverywhereHoldsBackNoOther(t *testing.T) {
 				armed  bool
 				poison string
 			)
-			opens := func(c rpcfault.Call) []string {
-				b, ok := c.Request.(*rspb.BatchRequest)
-				if !ok || c.Side != rpcfault.Client || b.GetServerId() != survivor {
-					return nil
-				}
-				var out []string
-				for _, op := range b.GetOps() {
-					if op.GetKind() == rspb.OpKind_OP_KIND_OPEN {
-						out = append(out, op.GetRegion())
-					}
-				}
-				return out
-			}
+			ref := domain.ServerRef{ID: survivor, StartCode: h.rs(survivor).StartCode()}
+			opens := func(c rpcfault.Call) []string { return opensTo(c, ref) }
 			h.faults.MustAdd(rpcfault.Rule{
 				Name:    "test: the poison region refused",
 				Methods: []string{rspb.RegionServer_ExecuteBatch_FullMethodName},
