@@ -69,13 +69,11 @@ func TestConcurrentRaisesNeverLower(t *testing.T) {
 	if li == 2 {
 		t.Skip("m3 leads after its restart")
 	}
-	// The next raise's probes answer late (within the probe budget).
-	slow := c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/ClusterStatus"}, Fault: rpcfault.DelayAnswer, Delay: 700 * time.Millisecond, Times: 2})
-	// A report of 2 left from some earlier registration of m3: the tick
-	// computes a raise to 2 and probes, slowly.
-	c.SeedRecord(cluster.VersionKey("m3"), version.EncodeReport(version.Build{Version: "0.2.0", MaxFormat: 2}))
-	c.WaitFor("the slow probes to start", func() bool { return slow.Fired() >= 2 })
-	// Every value the leader's state takes, in the order applied.
+	term := c.Master(li).Node().ReadState().Term
+	// Every value the state takes, in the order applied, from before any
+	// raise can be computed: the slow probes below may be other callers'
+	// (ClusterStatus is not the raise's alone), and the raise to 2 then
+	// commits at once.
 	var mu sync.Mutex
 	var seen []version.Format
 	stop := c.Master(li).Node().FSM().Observe(&raftfsm.PutObserver{Prefixes: []string{cluster.ClusterFormatKey}, Put: func(_ string, v []byte) {
@@ -85,13 +83,21 @@ func TestConcurrentRaisesNeverLower(t *testing.T) {
 		mu.Unlock()
 	}})
 	defer stop()
+	// The next raise's probes answer late (within the probe budget).
+	slow := c.Faults().MustAdd(rpcfault.Rule{Methods: []string{"/baton.admin.v1.Admin/ClusterStatus"}, Fault: rpcfault.DelayAnswer, Delay: 700 * time.Millisecond, Times: 2})
+	// A report of 2 left from some earlier registration of m3: the tick
+	// computes a raise to 2 and probes, slowly.
+	c.SeedRecord(cluster.VersionKey("m3"), version.EncodeReport(version.Build{Version: "0.2.0", MaxFormat: 2}))
+	c.WaitFor("the slow probes to start", func() bool { return slow.Fired() >= 2 })
 	// m3's registration gets through: a raise to 3, probed at once.
 	drop.Remove()
-	// An election on a loaded machine ends the slow raise with its term:
-	// the new leader raises to 3 alone, and the race is not reached.
+	// An election on a loaded machine ends the slow raise with its term
+	// (its write is fenced to it): the leader of the new term, another
+	// master or this one re-elected, raises to 3 alone, and the race is
+	// not reached.
 	leaderChanged := false
 	c.WaitFor("the slow raise to 2 and the raise to 3 both applied", func() bool {
-		if now, _ := c.LeaderNow(); now >= 0 && now != li {
+		if now, _ := c.LeaderNow(); (now >= 0 && now != li) || c.Master(li).Node().ReadState().Term != term {
 			leaderChanged = true
 		}
 		mu.Lock()
