@@ -146,7 +146,7 @@ func TestCrashBatchCountsNoAnswerOfAFencedTarget(t *testing.T) {
 		// The target's crash fails its in-flight ops only after its
 		// self-fence deadline and this margin: the answer, let through
 		// once the expiry commits, reaches the batch before.
-		c.FenceMargin = 10 * time.Second
+		c.FenceMargin = 2 * time.Second
 	}})
 	per, victim := openTable(t, h, regions)
 	target := otherServer(per, victim)
@@ -198,13 +198,13 @@ func TestCrashBatchCountsNoAnswerOfAFencedTarget(t *testing.T) {
 // stopped serving.
 func TestCrashBatchSendsNoOpenToAFencedTarget(t *testing.T) {
 	const regions = 12
-	hold := newOpenHold("injected: opens held until their target is fenced")
+	hold := newOpenHold(t)
 	h := newHarness(t, harnessOpts{masters: 1, servers: 3, domain: func(c *domain.Config) {
 		// The crash of the target removes it from the dispatcher (whose
 		// sends then fail before the wire) only after its self-fence
-		// deadline and this margin: a batch resumed meanwhile would reach
-		// the running process.
-		c.FenceMargin = 10 * time.Second
+		// deadline and this margin: the batches, let go when its expiry
+		// commits, would reach the running process meanwhile.
+		c.FenceMargin = 2 * time.Second
 		c.CrashBatch = 2
 		c.FailPoint = hold.failPoint
 	}})

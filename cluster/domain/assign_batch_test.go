@@ -198,7 +198,7 @@ func TestCrashBatchHandsRefusedOpensToTheirOwnAssignment(t *testing.T) {
 // opens it on the server left. Each region ends open once.
 func TestCrashBatchTargetDiesBeforeItsOpens(t *testing.T) {
 	const regions = 12
-	hold := newOpenHold("injected: opens held until their target is down")
+	hold := newOpenHold(t)
 	h := newHarness(t, harnessOpts{servers: 3, domain: func(c *domain.Config) { c.FailPoint = hold.failPoint }})
 	_, victim := openTable(t, h, regions)
 	m, batches := hold.crashBatches(t, h, victim)
@@ -382,18 +382,22 @@ func TestCrashStepFailingBetweenItsBatchesLeavesNothingBehind(t *testing.T) {
 }
 
 // openHold holds every open at the region.open fail point, once armed,
-// until released: a test changes the world between a crash's batches
-// being written and their opens going out.
+// until released: the step waits there (its worker held, nothing sent),
+// and goes on at once when released. A test changes the world between a
+// crash's batches being written and their opens going out.
 type openHold struct {
-	why     string
 	reached chan struct{} // closed at the first open held
+	resume  chan struct{} // closed by release
 
-	mu              sync.Mutex
-	armed, released bool
+	mu    sync.Mutex
+	armed bool
+	once  sync.Once
 }
 
-func newOpenHold(why string) *openHold {
-	return &openHold{why: why, reached: make(chan struct{})}
+func newOpenHold(t *testing.T) *openHold {
+	o := &openHold{reached: make(chan struct{}), resume: make(chan struct{})}
+	t.Cleanup(o.release) // no step left waiting when the test ends
+	return o
 }
 
 // failPoint is the domain's Config.FailPoint.
@@ -402,23 +406,22 @@ func (o *openHold) failPoint(point string) error {
 		return nil
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.armed || o.released {
-		return nil
+	armed := o.armed
+	if armed {
+		select {
+		case <-o.reached:
+		default:
+			close(o.reached)
+		}
 	}
-	select {
-	case <-o.reached:
-	default:
-		close(o.reached)
+	o.mu.Unlock()
+	if armed {
+		<-o.resume
 	}
-	return errors.New(o.why)
+	return nil
 }
 
-func (o *openHold) release() {
-	o.mu.Lock()
-	o.released = true
-	o.mu.Unlock()
-}
+func (o *openHold) release() { o.once.Do(func() { close(o.resume) }) }
 
 // crashBatches arms the hold, stops victim, and returns the leader and
 // the batches its crash wrote once their first open is held.
