@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -49,5 +50,27 @@ func TestSilentAddrAcceptsAndSaysNothing(t *testing.T) {
 	var ne net.Error
 	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("read %d bytes, err %v: want a timeout with nothing read", n, err)
+	}
+}
+
+// FreeAddr's port is below the kernel's ephemeral range, where no `:0`
+// listen or outgoing connection takes it before the test binds it, and
+// the test can bind it.
+func TestFreeAddrIsBelowTheEphemeralRange(t *testing.T) {
+	for range 20 {
+		addr := FreeAddr(t)
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if low := ephemeralLow(); low > freeFloor+1000 && (port < freeFloor || port >= low) {
+			t.Errorf("FreeAddr gave port %d, want one in [%d, %d)", port, freeFloor, low)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("binding FreeAddr's %s: %v", addr, err)
+		}
+		l.Close()
 	}
 }
