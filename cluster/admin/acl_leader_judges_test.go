@@ -43,30 +43,15 @@ func (h *heldLogs) StoreLogs(ls []*raft.Log) error {
 // (the standby asks the leader rather than refuse on its own copy); a
 // refusal that stands is the leader's, recorded once.
 func TestStandbyRefusesNoGrantTheLeaderAcknowledged(t *testing.T) {
-	logs := make([]*heldLogs, 3)
-	sc := startSecureClusterConf(t, 3, Access{InitialGrants: map[string]security.Permission{"ops": security.PermAdmin}}, func(i int, c *cluster.Config) {
-		logs[i] = &heldLogs{LogStore: c.LogStore}
-		c.LogStore = logs[i]
-	})
-	li := converged(t, sc.nodes)
-	standby := (li + 1) % 3
+	c := startStreamCatchUpCluster(t, Access{})
+	sc, li, standby, ops := c.sc, c.li, c.standby, c.ops
 	ctx := t.Context()
-	ops := sc.as(li, "ops", "")
-	waitBound(t, ctx, ops, "admin")
 	reader := sc.as(standby, "reader", "")
 	if _, err := reader.ListProcedures(ctx, &adminpb.ListProceduresRequest{}); err == nil {
 		t.Fatal("a client bound to nothing listed procedures")
 	}
 
-	logs[standby].gate.Lock()
-	held := true
-	release := func() {
-		if held {
-			held = false
-			logs[standby].gate.Unlock()
-		}
-	}
-	t.Cleanup(release)
+	release := c.hold(t)
 
 	if _, err := ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
 		t.Fatalf("grant reader: %v", err)
@@ -172,7 +157,8 @@ func (c *catchUps) atNext(f func()) {
 
 // streamCatchUpCluster is three masters whose log stores a test can hold
 // (heldLogs), ops an admin bound at the leader, a procedure to watch, and
-// the standby's catch-ups counted.
+// the standby's catch-ups counted: for the tests of what a standby behind
+// the leader's grants answers.
 type streamCatchUpCluster struct {
 	sc          *secureCluster
 	logs        []*heldLogs
