@@ -423,19 +423,30 @@ func (o *openHold) failPoint(point string) error {
 
 func (o *openHold) release() { o.once.Do(func() { close(o.resume) }) }
 
+// arm holds every open from now on, until released.
+func (o *openHold) arm() {
+	o.mu.Lock()
+	o.armed = true
+	o.mu.Unlock()
+}
+
+// waitReached fails the test unless an open is held within d.
+func (o *openHold) waitReached(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-o.reached:
+	case <-time.After(d):
+		t.Fatal("no open reached its fail point")
+	}
+}
+
 // crashBatches arms the hold, stops victim, and returns the leader and
 // the batches its crash wrote once their first open is held.
 func (o *openHold) crashBatches(t *testing.T, h *harness, victim string) (*masterNode, []batchRecord) {
 	t.Helper()
-	o.mu.Lock()
-	o.armed = true
-	o.mu.Unlock()
+	o.arm()
 	h.stopRS(victim)
-	select {
-	case <-o.reached:
-	case <-time.After(time.Minute):
-		t.Fatal("no batch reached its open's fail point")
-	}
+	o.waitReached(t, time.Minute)
 	m, _ := h.leader()
 	batches := batchesIn(m.node.FSM())
 	if len(batches) == 0 {

@@ -234,15 +234,18 @@ func TestRegionBudgetAfterFailover(t *testing.T) {
 // that writes nothing: its record does not change) shows the wait, and
 // the stream ends with the create's final state.
 func TestWatchShowsTheBudgetWait(t *testing.T) {
+	// The first create's first wave is held at its opens, so it keeps the
+	// whole budget until the watch has shown the second create waiting for
+	// it (under load, a wave let run could end before the watch began).
+	hold := newOpenHold(t)
+	hold.arm()
 	h := newHarness(t, harnessOpts{masters: 1, servers: 1, opLatency: 100 * time.Millisecond, domain: func(c *domain.Config) {
 		c.RegionWave, c.RegionBudget = 2, 2
+		c.FailPoint = hold.failPoint
 	}})
-	lm, x := h.leader()
+	lm, _ := h.leader()
 	first := h.createTable("", "a", 10)
-	testwait.For(t, time.Minute, "the first create's first wave", func() bool {
-		info, err := x.Get(first)
-		return err == nil && len(info.Children) > 0
-	})
+	hold.waitReached(t, time.Minute)
 	id := h.createTable("", "b", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -261,8 +264,12 @@ func TestWatchShowsTheBudgetWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		last = p
-		sawWait = sawWait || strings.Contains(p.GetWaitingFor(), budgetWaitNote)
+		if strings.Contains(p.GetWaitingFor(), budgetWaitNote) {
+			sawWait = true
+			hold.release()
+		}
 	}
+	hold.release() // the first create ends even when the wait went unseen
 	if !sawWait {
 		t.Error("the watch never showed the wait for the region budget")
 	}
