@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,7 +127,18 @@ type space struct {
 	// unindexed are the records added with idx unknown (prunes), for
 	// the index warm builds.
 	unindexed []keyedRecord
+	// quietUntil (unix ms, 0 unknown) is when a record of the space can
+	// next be past the retention, but for those the scan skips (pruning,
+	// started): until then numbering a record scans nothing for expired
+	// ones. A scan sets it (from the oldest record it stopped at, at most
+	// quietFor ahead); each record written lowers it to its own expiry.
+	quietUntil int64
 }
+
+// quietFor bounds how long a space goes unscanned on what its last scan
+// found: whatever changed it outside the trail's own writes is scanned
+// again within it.
+const quietFor = pruneEvery
 
 type pendingWrite struct {
 	rec  *adminpb.AuditRecord
@@ -410,6 +422,7 @@ func (l *Trail) settle(w *numbered, err error) {
 	if err != nil {
 		for _, sp := range l.spaces {
 			sp.idx, sp.unindexed = nil, nil // what committed is unknown: count afresh
+			sp.quietUntil = 0
 		}
 	}
 }
@@ -467,6 +480,9 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 	// What the writes change in each space's index.
 	var added [2][]keyedRecord
 	var moved []string
+	// earliest is, per space, the oldest commit time of the records
+	// written: what the space's quiet time comes down to.
+	earliest := [2]int64{math.MaxInt64, math.MaxInt64}
 	for _, r := range recs {
 		key, numbered := AuditKeyOf(r.GetId())
 		switch {
@@ -503,6 +519,11 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		if r.GetCommittedUnixMs() == 0 {
 			r.CommittedUnixMs = now
 		}
+		sp := 0
+		if strings.HasPrefix(key, RefusedPrefix) {
+			sp = 1
+		}
+		earliest[sp] = min(earliest[sp], r.GetCommittedUnixMs())
 		b, err := proto.Marshal(r)
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
@@ -514,7 +535,7 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		if i == 0 {
 			gone = moved
 		}
-		w.prune = append(w.prune, l.prunes(sp, added[i], gone, build)...)
+		w.prune = append(w.prune, l.prunes(sp, added[i], gone, build, earliest[i])...)
 	}
 	return w, nil
 }
@@ -526,6 +547,7 @@ func (l *Trail) termLocked(term uint64) {
 		l.term, l.n = term, 0
 		for _, sp := range l.spaces {
 			sp.idx, sp.unindexed = nil, nil
+			sp.quietUntil = 0
 		}
 		clear(l.started)
 	}
@@ -582,7 +604,9 @@ type keyedRecord struct {
 // record's, under the Sequencer, which a scan of the whole space would
 // hold for as long: every write of the executor's waits for it), the
 // quotas' wait for Run to build it (warm), which counts adding then.
-func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build bool) []raftfsm.Mutation {
+// earliest is the oldest commit time of the records this write puts in
+// sp (math.MaxInt64: none).
+func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build bool, earliest int64) []raftfsm.Mutation {
 	sc, ok := l.state.(Scanner)
 	if !ok {
 		return nil
@@ -611,16 +635,31 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 			}
 		}
 	}
-	cutoff := l.cfg.Clock.Now().Add(-l.cfg.Retention).UnixMilli()
+	now := l.cfg.Clock.Now()
+	// The records written here expire no sooner than the oldest of them.
+	defer func() {
+		if sp.quietUntil != 0 && earliest != math.MaxInt64 {
+			sp.quietUntil = min(sp.quietUntil, earliest+l.cfg.Retention.Milliseconds())
+		}
+	}()
+	if now.UnixMilli() < sp.quietUntil {
+		return out
+	}
+	cutoff := now.Add(-l.cfg.Retention).UnixMilli()
+	// The scan stops at the first record still kept: nothing after it is
+	// due before it is.
+	nextDue, full := int64(math.MaxInt64), false
 	// From the oldest, past those a write in flight deletes already.
 	sc.Scan(sp.Prefix, func(k string, v []byte) bool {
 		if len(out) >= pruneBatch {
+			full = true
 			return false
 		}
 		if l.pruning[k] || l.started[k] {
 			return true
 		}
 		if ms, ok := committedUnixMs(v); ok && ms >= cutoff {
+			nextDue = ms + l.cfg.Retention.Milliseconds()
 			return false
 		}
 		out = append(out, raftfsm.Del(k))
@@ -630,6 +669,12 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 		l.pruning[k] = true
 		return true
 	})
+	sp.quietUntil = 0
+	// Only a leader caught up knows the space whole: one whose state is
+	// yet to apply its predecessor's records would go quiet past them.
+	if !full && (l.cfg.Established == nil || l.cfg.Established()) {
+		sp.quietUntil = max(1, min(nextDue, now.Add(quietFor).UnixMilli()))
+	}
 	return out
 }
 

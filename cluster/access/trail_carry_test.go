@@ -28,6 +28,7 @@ type seqState struct {
 	seq      raftfsm.Sequencer
 	held     atomic.Bool  // under seq
 	heldRead atomic.Int64 // records scanned while held
+	scans    atomic.Int64 // scans begun while held
 }
 
 type seqKV struct {
@@ -81,6 +82,9 @@ func (s *seqState) MutateNumbered(_ context.Context, build func() ([]raftfsm.Mut
 func (s *seqState) Scan(prefix string, fn func(string, []byte) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.held.Load() {
+		s.scans.Add(1)
+	}
 	s.kv.AscendGreaterOrEqual(seqKV{k: prefix}, func(it seqKV) bool {
 		if !strings.HasPrefix(it.k, prefix) {
 			return false
