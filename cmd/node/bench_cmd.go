@@ -24,6 +24,8 @@ commands:
           of --regions, and print how opening the regions, the masters'
           memory and disk, leader failover, a region server crash and a
           wiped master's catch-up cost as the count grows
+  reads   start three masters, each a process of its own, and compare the
+          rate of stale, linearizable and forwarded reads
 
 Run 'baton bench <command> -h' for its flags.
 `
@@ -41,6 +43,7 @@ server crash and a wiped master's catch-up grow with the regions`,
 func (c *cli) bench(args []string) int {
 	return c.subcommands("bench", benchUsage, args, map[string]func([]string) int{
 		"scale": c.benchScale,
+		"reads": c.benchReads,
 	})
 }
 

@@ -55,6 +55,32 @@ func TestBenchScaleBadFlags(t *testing.T) {
 	}
 }
 
+func TestBenchReadsBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--callers", "0"}, "--callers 0: want 1 to 4096"},
+		{[]string{"--rounds", "3"}, "--rounds 3: want an even count"},
+		{[]string{"--calls", "1"}, "--calls 1: want at least one a round (4)"},
+		{[]string{"--kinds", "stale,fast"}, `--kinds: unknown kind "fast"`},
+		{[]string{"--kinds", "stale,stale"}, `--kinds: kind "stale" named twice`},
+		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"extra"}, "takes no arguments"},
+	} {
+		code, _, stderr := runCLI(t, nil, append([]string{"bench", "reads"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("bench reads %q: exit %d, stderr %q; want exit %d naming %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+	if code, _, stderr := runCLI(t, nil, "bench", "reads", "--calls", "10"); code != exitFailed || !strings.Contains(stderr, "is a test binary") {
+		t.Errorf("bench reads from a test binary: exit %d, stderr %q", code, stderr)
+	}
+	if code, stdout, _ := runCLI(t, nil, "bench", "reads", "-h"); code != exitOK || !strings.Contains(stdout, "-callers int") {
+		t.Errorf("bench reads -h: exit %d, stdout %q", code, stdout)
+	}
+}
+
 // --shape replaces the rows of --regions; "standard" is issue 33's three.
 func TestBenchScaleShapes(t *testing.T) {
 	c := &cli{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
