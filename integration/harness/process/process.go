@@ -14,7 +14,6 @@ package process
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -232,25 +231,3 @@ func (p *Process) LogSinceStart() string {
 	return string(b[off:])
 }
 
-// FreeAddrs returns k distinct free loopback addresses (127.0.0.1:port).
-// A port is free when returned; another process could take it before the
-// child binds it, which is rare enough on one machine (the child then
-// fails to start, and says so in its log).
-func FreeAddrs(k int) ([]string, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free loopback port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +101,21 @@ func TestFreeAddrs(t *testing.T) {
 			t.Errorf("addresses %v: want 5 distinct loopback ones", addrs)
 		}
 		seen[a] = true
+		// Below the kernel's ephemeral range, where no connection of
+		// another process is given the port before the child binds it;
+		// and bindable once let go.
+		_, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if low := ephemeralLow(); low > freeFloor+1000 && (port < freeFloor || port >= low) {
+			t.Errorf("FreeAddrs gave port %d, want one in [%d, %d)", port, freeFloor, low)
+		}
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			t.Fatalf("binding FreeAddrs' %s: %v", a, err)
+		}
+		l.Close()
 	}
 }
