@@ -230,4 +230,3 @@ func (p *Process) LogSinceStart() string {
 	}
 	return string(b[off:])
 }
-
