@@ -67,6 +67,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			ctx = context.WithValue(ctx, principalCtxKey{}, p)
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
+		caughtUp := false // admitted once caught up: charged as a refusal already
 		if err != nil {
 			// The caller's refusals are charged here, where the call came
 			// in, whoever judges it: the leader does not limit what a
@@ -77,9 +78,20 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 					markRefusalRecorded(ctx) // by the leader, which judged it
 					return resp, jerr
 				}
+				if notHandedOn[method] && s.caughtUp(ctx, p, method, err) {
+					// Judged again on a copy of the grants as fresh as
+					// the leader's when the call arrived.
+					if p, err = s.resolve(ctx); err == nil {
+						ctx = context.WithValue(ctx, principalCtxKey{}, p)
+						err = access.Authorize(p, method, s.acc.Enforce)
+					}
+					limited, caughtUp = err, err == nil
+				}
 			}
-			s.accessM.deny(method, err)
-			err = limited
+			if err != nil {
+				s.accessM.deny(method, err)
+				err = limited
+			}
 		}
 		// A master's own calls too (a person holding a master's
 		// certificate is still someone): masters' machinery calls only
@@ -100,7 +112,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 			return handler(ctx, req)
 		}
-		if err == nil {
+		if err == nil && !caughtUp {
 			err = s.limitChange(ctx, method)
 		}
 		// A call this node serves as the leader is recorded as it
@@ -237,7 +249,7 @@ func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor {
 			// Charged where the call came in, as a unary refusal is.
 			limited := s.limitRefusal(ctx, p, method, err)
 			charged = true
-			if limited == err && s.caughtUpForStream(ctx, p, method, err) {
+			if limited == err && s.caughtUp(ctx, p, method, err) {
 				// Judged again on a copy of the grants as fresh as the
 				// leader's when the call arrived.
 				p, err = s.resolve(ctx)

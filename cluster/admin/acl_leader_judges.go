@@ -35,18 +35,19 @@ import (
 // (master-only methods, a certificate where only tokens count, a
 // malformed or expired token) is answered at once, and so is one the
 // leader cannot be asked for (none known, not reachable), one over the
-// caller's refusal limit (charged here), and a leadership transfer or
-// peer removal, whose forwards must outlive the leader they reach.
+// caller's refusal limit (charged here).
 
-// A stream (a watch, a snapshot save) is not handed on: its refusal at a
-// standby first brings the standby's copy up to the leader's
-// (caughtUpForStream), and the stream is judged again on it.
+// A stream (a watch, a snapshot save) is not handed on, nor is a
+// leadership transfer or a peer removal, whose forwards must outlive the
+// leader they reach (notHandedOn): their refusal at a standby first
+// brings the standby's copy up to the leader's (caughtUp), and the call
+// is judged again on it.
 
 // refusalRestsOnGrants says the refusal err of a call by p (resolve's or
 // Authorize's) could be lifted by a grant or token the leader holds and
 // this node has not applied yet.
 func refusalRestsOnGrants(ctx context.Context, p access.Principal, method string, err error) bool {
-	if _, clientMay := access.MethodPermission(method); !clientMay || notHandedOn[method] {
+	if _, clientMay := access.MethodPermission(method); !clientMay {
 		return false
 	}
 	switch status.Code(err) {
@@ -89,7 +90,7 @@ const tokenHolderKey = "x-baton-token-holder"
 // and the leader's answer; not judged where it is this node's to refuse
 // (it leads, the call was forwarded to it, the leader cannot be reached).
 func (s *Server) leaderJudges(ctx context.Context, p access.Principal, full, method string, req any, refusal error) (resp any, judged bool, err error) {
-	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !refusalRestsOnGrants(ctx, p, method, refusal) {
+	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || notHandedOn[method] || !refusalRestsOnGrants(ctx, p, method, refusal) {
 		return nil, false, nil
 	}
 	in, ok := req.(proto.Message)
@@ -145,15 +146,15 @@ func responseOf(method string) (proto.Message, bool) {
 // milliseconds, and a refusal must not hang on a standby far behind.
 const catchUpWait = 2 * time.Second
 
-// caughtUpForStream brings this standby's copy of the grants up to the
-// leader's, for a stream whose refusal rests on it
-// (refusalRestsOnGrants): the leader's linearizable read gives its
+// caughtUp brings this standby's copy of the grants up to the leader's,
+// for a stream or a call not handed on (notHandedOn) whose refusal rests
+// on it (refusalRestsOnGrants): the leader's linearizable read gives its
 // applied index, which covers every grant and token it acknowledged
 // before the read, and this node waits to apply as much (at most
-// catchUpWait). True if it did: the stream is then judged again. The
+// catchUpWait). True if it did: the call is then judged again. The
 // read goes as this master's own, not as the caller's: it reads nothing
 // the caller gets.
-func (s *Server) caughtUpForStream(ctx context.Context, p access.Principal, method string, refusal error) bool {
+func (s *Server) caughtUp(ctx context.Context, p access.Principal, method string, refusal error) bool {
 	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !refusalRestsOnGrants(ctx, p, method, refusal) {
 		return false
 	}
@@ -172,7 +173,7 @@ func (s *Server) caughtUpForStream(ctx context.Context, p access.Principal, meth
 	}
 	resp, err := cl.ListProcedures(fctx, &adminpb.ListProceduresRequest{PageSize: 1})
 	if err != nil {
-		s.log.Debug("stream refusal: the leader's applied index not learned; refused on this node's grants", "method", method, "error", err)
+		s.log.Debug("refusal: the leader's applied index not learned; refused on this node's grants", "method", method, "error", err)
 		return false
 	}
 	index := resp.GetRead().GetAppliedIndex()
@@ -180,7 +181,7 @@ func (s *Server) caughtUpForStream(ctx context.Context, p access.Principal, meth
 		(*f)(index)
 	}
 	if err := w.WaitApplied(cctx, index); err != nil {
-		s.log.Debug("stream refusal: not caught up with the leader; refused on this node's grants", "method", method, "index", index, "error", err)
+		s.log.Debug("refusal: not caught up with the leader; refused on this node's grants", "method", method, "index", index, "error", err)
 		return false
 	}
 	return true

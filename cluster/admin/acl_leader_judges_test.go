@@ -118,7 +118,7 @@ func TestStandbyRefusesNoGrantTheLeaderAcknowledged(t *testing.T) {
 }
 
 // catchUps counts a standby's catch-ups with the leader
-// (caughtUpForStream), and runs then, once, at the next one, before the
+// (caughtUp), and runs then, once, at the next one, before the
 // standby waits to apply the leader's index: a held log store let go
 // there is let go while the stream waits, never before it asked.
 type catchUps struct {
@@ -369,4 +369,60 @@ func TestStandbyRelayedStreamRefusedByTheLeaderIsRecordedOnce(t *testing.T) {
 	if refusals != 4 {
 		t.Errorf("reader's 4 watches refused by the leader recorded %d times, want 4", refusals)
 	}
+}
+
+// A leadership transfer or a peer removal at a standby is not handed to
+// the leader (its forward must outlive the leader it reaches), so a
+// refusal of one that rests on the standby's copy of the grants waits
+// for the standby to catch up with the leader, and the call is judged
+// again: an admin the leader bound a moment ago is not refused there.
+// What the caller may still not do is refused after the same catch-up.
+func TestStandbyJudgesAMembershipCallOnTheLeadersGrants(t *testing.T) {
+	c := startStreamCatchUpCluster(t, Access{})
+	sc, standby := c.sc, c.standby
+	ctx := t.Context()
+
+	release := c.hold(t)
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "newadmin", Permission: "admin"}); err != nil {
+		t.Fatalf("grant newadmin: %v", err)
+	}
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "reader", Permission: "read"}); err != nil {
+		t.Fatalf("grant reader: %v", err)
+	}
+	if p := sc.nodes[standby].srv.acl.ClientPrincipal("newadmin"); p.Perm != security.PermNone {
+		t.Fatalf("the held standby already binds newadmin to %s: the test holds nothing", p.Perm)
+	}
+	c.catchUps.atNext(release)
+	// Without an id the removal is refused as bad input, once judged
+	// allowed: nothing is removed.
+	_, err := sc.as(standby, "newadmin", "").RemovePeer(ctx, &adminpb.RemovePeerRequest{})
+	wantCode(t, "newadmin's peer removal at the standby, after the grant was acknowledged", err, codes.InvalidArgument)
+	if n := c.catchUps.count(); n != 1 {
+		t.Errorf("%d catch-ups for newadmin's removal, want 1", n)
+	}
+	_, err = sc.as(standby, "reader", "").TransferLeadership(ctx, &adminpb.TransferLeadershipRequest{To: "nosuch"})
+	wantCode(t, "reader's leadership transfer at the standby", err, codes.PermissionDenied)
+	if n := c.catchUps.count(); n != 2 {
+		t.Errorf("%d catch-ups after reader's transfer, want 2: refused once caught up", n)
+	}
+}
+
+// A membership call admitted once the standby caught up was charged to
+// the caller's limit as a refusal: it is not charged again as a change.
+// With a burst of 2 (ops's two changes fit it), newadmin spends one on a
+// refusal before its grant; its removal after the grant is then judged
+// (bad input, nothing removed), not refused as over its limit.
+func TestStandbyMembershipCallCaughtUpIsChargedOnce(t *testing.T) {
+	c := startStreamCatchUpCluster(t, Access{ChangeLimit: RateLimit{Rate: MinSubmitRate, Burst: 2}})
+	ctx := t.Context()
+	newadmin := c.sc.as(c.standby, "newadmin", "")
+	_, err := newadmin.RemovePeer(ctx, &adminpb.RemovePeerRequest{})
+	wantCode(t, "newadmin's removal before its grant", err, codes.PermissionDenied)
+	release := c.hold(t)
+	if _, err := c.ops.AclGrant(ctx, &adminpb.AclGrantRequest{Client: "newadmin", Permission: "admin"}); err != nil {
+		t.Fatalf("grant newadmin: %v", err)
+	}
+	c.catchUps.atNext(release)
+	_, err = newadmin.RemovePeer(ctx, &adminpb.RemovePeerRequest{})
+	wantCode(t, "newadmin's removal at the standby, admitted after a catch-up", err, codes.InvalidArgument)
 }

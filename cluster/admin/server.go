@@ -152,7 +152,7 @@ type Server struct {
 	acc     Access // Config.Access with defaults; zero without one
 	accessM *accessMetrics
 	// catchingUp, if set (tests), is told the leader's applied index a
-	// stream's refusal waits for this node to apply (caughtUpForStream).
+	// stream's refusal waits for this node to apply (caughtUp).
 	catchingUp atomic.Pointer[func(index uint64)]
 	audit      *access.Trail // nil without Config.Access
 	// changes is Access.ChangeLimit's buckets; nil: no limit.
