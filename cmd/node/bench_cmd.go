@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -213,47 +214,59 @@ flags:
 	return o, nil
 }
 
-// benchScale runs `baton bench scale`.
-func (c *cli) benchScale(args []string) int {
-	o, err := parseScaleFlags(c, args)
-	if err != nil {
-		return c.flagsFailed("bench scale", err)
-	}
+// benchStart readies a bench that starts a cluster of this binary's
+// processes in *dir (a temporary directory when empty, removed at the end
+// unless *keep; a given one is kept): the binary, a context that ends on
+// Ctrl-C or SIGTERM, and done, to run when the bench ends. ok is false
+// (said on stderr) when the bench cannot start.
+func (c *cli) benchStart(name string, dir *string, keep *bool) (bin string, ctx context.Context, done func(), ok bool) {
 	bin, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(c.stderr, "baton bench scale: the path of this binary, to start the cluster with: %v\n", err)
-		return exitFailed
+		fmt.Fprintf(c.stderr, "baton bench %s: the path of this binary, to start the cluster with: %v\n", name, err)
+		return "", nil, nil, false
 	}
 	// The masters and region servers are this binary run again. A Go test
 	// binary run with "agent ..." runs its tests instead, the one that got
 	// here among them, which starts more: refuse rather than fork without
 	// end.
 	if strings.HasSuffix(filepath.Base(bin), ".test") {
-		fmt.Fprintf(c.stderr, "baton bench scale: %s is a test binary, not baton: the cluster is started from the running binary, so run bench scale from a built baton\n", bin)
-		return exitFailed
+		fmt.Fprintf(c.stderr, "baton bench %s: %s is a test binary, not baton: the cluster is started from the running binary, so run bench %s from a built baton\n", name, bin, name)
+		return "", nil, nil, false
+	}
+	*keep = *keep || *dir != ""
+	if *dir == "" {
+		if *dir, err = os.MkdirTemp("", "baton-bench-"+name+"-"); err != nil {
+			fmt.Fprintf(c.stderr, "baton bench %s: %v\n", name, err)
+			return "", nil, nil, false
+		}
+	} else if err := os.MkdirAll(*dir, 0o755); err != nil {
+		fmt.Fprintf(c.stderr, "baton bench %s: %v\n", name, err)
+		return "", nil, nil, false
 	}
 	// Ctrl-C is c.ctx's end already; SIGTERM too, so that the deferred
 	// kills run either way.
 	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM)
-	defer stop()
-
-	o.Keep = o.Keep || o.Dir != ""
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "baton-bench-scale-"); err != nil {
-			fmt.Fprintf(c.stderr, "baton bench scale: %v\n", err)
-			return exitFailed
-		}
-	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		fmt.Fprintf(c.stderr, "baton bench scale: %v\n", err)
-		return exitFailed
-	}
-	defer func() {
-		if o.Keep {
-			fmt.Fprintf(c.stderr, "bench: data and logs kept in %s\n", o.Dir)
+	return bin, ctx, func() {
+		stop()
+		if *keep {
+			fmt.Fprintf(c.stderr, "bench: data and logs kept in %s\n", *dir)
 			return
 		}
-		_ = os.RemoveAll(o.Dir)
-	}()
+		_ = os.RemoveAll(*dir)
+	}, true
+}
+
+// benchScale runs `baton bench scale`.
+func (c *cli) benchScale(args []string) int {
+	o, err := parseScaleFlags(c, args)
+	if err != nil {
+		return c.flagsFailed("bench scale", err)
+	}
+	bin, ctx, done, ok := c.benchStart("scale", &o.Dir, &o.Keep)
+	if !ok {
+		return exitFailed
+	}
+	defer done()
 
 	doc := bench.Scale(ctx, bin, o.ScaleOptions, func(format string, args ...any) {
 		fmt.Fprintf(c.stderr, "bench: "+format+"\n", args...)

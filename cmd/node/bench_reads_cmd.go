@@ -3,11 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/baton-dev/baton/cmd/node/bench"
@@ -79,35 +75,11 @@ func (c *cli) benchReads(args []string) int {
 	if err != nil {
 		return c.flagsFailed("bench reads", err)
 	}
-	bin, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(c.stderr, "baton bench reads: the path of this binary, to start the cluster with: %v\n", err)
+	bin, ctx, done, ok := c.benchStart("reads", &o.Dir, &o.keep)
+	if !ok {
 		return exitFailed
 	}
-	// As bench scale: a test binary run with "agent ..." runs its tests.
-	if strings.HasSuffix(filepath.Base(bin), ".test") {
-		fmt.Fprintf(c.stderr, "baton bench reads: %s is a test binary, not baton: the cluster is started from the running binary, so run bench reads from a built baton\n", bin)
-		return exitFailed
-	}
-	ctx, stop := signal.NotifyContext(c.ctx, syscall.SIGTERM)
-	defer stop()
-	o.keep = o.keep || o.Dir != ""
-	if o.Dir == "" {
-		if o.Dir, err = os.MkdirTemp("", "baton-bench-reads-"); err != nil {
-			fmt.Fprintf(c.stderr, "baton bench reads: %v\n", err)
-			return exitFailed
-		}
-	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		fmt.Fprintf(c.stderr, "baton bench reads: %v\n", err)
-		return exitFailed
-	}
-	defer func() {
-		if o.keep {
-			fmt.Fprintf(c.stderr, "bench: data and logs kept in %s\n", o.Dir)
-			return
-		}
-		_ = os.RemoveAll(o.Dir)
-	}()
+	defer done()
 	doc := bench.Reads(ctx, bin, o.ReadsOptions, func(format string, args ...any) {
 		fmt.Fprintf(c.stderr, "bench: "+format+"\n", args...)
 	})
@@ -116,6 +88,9 @@ func (c *cli) benchReads(args []string) int {
 		fmt.Fprintf(c.stderr, "baton bench reads: %s\n", doc.Error)
 		if !o.keep {
 			fmt.Fprintf(c.stderr, "  (rerun with --keep to keep the masters' logs)\n")
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(c.stderr, "  interrupted: every process the bench started is killed\n")
 		}
 		code = exitFailed
 	}
