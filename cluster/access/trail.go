@@ -130,9 +130,15 @@ type space struct {
 	// quietUntil (unix ms, 0 unknown) is when a record of the space can
 	// next be past the retention, but for those the scan skips (pruning,
 	// started): until then numbering a record scans nothing for expired
-	// ones. A scan sets it (from the oldest record it stopped at, at most
-	// quietFor ahead); each record written lowers it to its own expiry.
+	// ones. A scan sets it (from the oldest record it stopped at or a
+	// write in flight puts there, at most quietFor ahead); each record
+	// written lowers it to its own expiry.
 	quietUntil int64
+	// writing is, for each write numbered and not yet settled, when the
+	// oldest record it puts in the space expires (unix ms): a scan cannot
+	// see those records until their entry applies, so it goes quiet no
+	// later than that.
+	writing map[*numbered]int64
 }
 
 // quietFor bounds how long a space goes unscanned on what its last scan
@@ -148,8 +154,8 @@ type pendingWrite struct {
 // NewTrail is the audit trail of this master over state.
 func NewTrail(state State, cfg TrailConfig) (*Trail, error) {
 	l := &Trail{state: state, cfg: cfg, kick: make(chan struct{}, 1), pruning: map[string]bool{}, started: map[string]bool{},
-		spaces: [2]*space{{Space: Space{Prefix: AuditPrefix, Max: cfg.MaxRecords, PerHolder: cfg.MaxPerPrincipal}},
-			{Space: Space{Prefix: RefusedPrefix, Max: max(1, cfg.MaxRecords/10), PerHolder: cfg.MaxRefusedPerCaller, PerAddr: cfg.MaxRefusedPerCaller}}},
+		spaces: [2]*space{{Space: Space{Prefix: AuditPrefix, Max: cfg.MaxRecords, PerHolder: cfg.MaxPerPrincipal}, writing: map[*numbered]int64{}},
+			{Space: Space{Prefix: RefusedPrefix, Max: max(1, cfg.MaxRecords/10), PerHolder: cfg.MaxRefusedPerCaller, PerAddr: cfg.MaxRefusedPerCaller}, writing: map[*numbered]int64{}}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
@@ -418,6 +424,9 @@ func (l *Trail) settle(w *numbered, err error) {
 		for _, m := range w.prune {
 			delete(l.pruning, m.Key)
 		}
+		for _, sp := range l.spaces {
+			delete(sp.writing, w) // applied, or never will be
+		}
 	}
 	if err != nil {
 		for _, sp := range l.spaces {
@@ -530,6 +539,13 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		}
 		w.muts = append(w.muts, raftfsm.Put(key, b))
 	}
+	l.mu.Lock()
+	for i, sp := range l.spaces {
+		if earliest[i] != math.MaxInt64 {
+			sp.writing[w] = earliest[i] + l.cfg.Retention.Milliseconds()
+		}
+	}
+	l.mu.Unlock()
 	for i, sp := range l.spaces {
 		var gone []string
 		if i == 0 {
@@ -669,6 +685,9 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 		l.pruning[k] = true
 		return true
 	})
+	for _, due := range sp.writing {
+		nextDue = min(nextDue, due) // records the scan could not see yet
+	}
 	sp.quietUntil = 0
 	// Only a leader caught up knows the space whole: one whose state is
 	// yet to apply its predecessor's records would go quiet past them.

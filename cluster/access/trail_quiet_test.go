@@ -1,11 +1,16 @@
 package access
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -45,6 +50,14 @@ func TestRetentionScansOnlyWhenARecordCanBeDue(t *testing.T) {
 	l := runningTrail(t, st, clk, 100_000)
 
 	carryOne(t, st, l, "a") // the first scans both spaces
+	// Run builds the spaces' indexes the first record found unknown; its
+	// scans are not under the Sequencer, but seqState would count those
+	// that overlap a carry.
+	testwait.For(t, 10*time.Second, "Run built the indexes", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.spaces[0].idx != nil && l.spaces[1].idx != nil
+	})
 	first := st.scans.Load()
 	if first == 0 {
 		t.Fatal("the term's first record scanned nothing for expired ones")
@@ -74,6 +87,14 @@ func TestRetentionScansOnlyWhenARecordCanBeDue(t *testing.T) {
 	carryOne(t, st, l, "b")
 	if st.scans.Load() == scans {
 		t.Fatalf("not scanned again after %v", quietFor)
+	}
+	// Every write settled: none is left counted as in flight.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, sp := range l.spaces {
+		if n := len(sp.writing); n != 0 {
+			t.Errorf("space %d: %d writes still counted in flight after all settled", i, n)
+		}
 	}
 }
 
@@ -139,5 +160,61 @@ func TestRetentionPrunesAgainAfterAFailedWrite(t *testing.T) {
 	carryOne(t, st, l, "a")
 	if n := st.stored(AuditPrefix); n != 1 {
 		t.Fatalf("%d records after a failed write's retry, want the one just carried", n)
+	}
+}
+
+// TestRetentionKeepsAnInFlightRecordsExpiry: a record numbered as its
+// entry is proposed is not in the state until the entry applies; a scan
+// of its space meanwhile (another record's write, here refusals' and the
+// idle prune) cannot see it, and must not go quiet past its expiry: it is
+// pruned once expired, not a quietFor later.
+func TestRetentionKeepsAnInFlightRecordsExpiry(t *testing.T) {
+	const retention = time.Second
+	clk := clock.NewManual(time.Unix(1_000_000, 0))
+	st := newSeqState()
+	stop := make(chan struct{})
+	var loops sync.WaitGroup
+	l, err := NewTrail(st, TrailConfig{Clock: clk, Retention: retention, MaxRecords: 100_000, MaxPerPrincipal: 100_000, MaxRefusedPerCaller: 1000,
+		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loops.Add(1)
+	go l.Run()
+	t.Cleanup(func() { close(stop); loops.Wait() })
+
+	// A served call's record, carried: its entry in flight.
+	var muts []raftfsm.Mutation
+	var done func(error)
+	ok := false
+	st.under(func() {
+		muts, done, ok = l.Carry(&adminpb.AuditRecord{Principal: "a", Method: "SubmitProcedure", Code: "OK"})
+	})
+	if !ok {
+		t.Fatal("not carried")
+	}
+	// A refusal numbered meanwhile: its write scans both spaces, the
+	// carried record not applied yet.
+	clk.Advance(2 * retention)
+	refuse := func() {
+		st.under(func() {
+			w, err := l.number([]*adminpb.AuditRecord{{Principal: "x", Method: "SubmitProcedure", Code: "PermissionDenied", Refused: true}}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.apply(w.all())
+			l.settle(w, nil)
+		})
+	}
+	refuse()
+	st.apply(muts) // the carried record's entry commits
+	done(nil)
+	clk.Advance(time.Second)
+	refuse()
+	if err := l.Commit(nil); err != nil { // the idle prune Run makes every pruneEvery
+		t.Fatal(err)
+	}
+	if n := st.stored(AuditPrefix); n != 0 {
+		t.Errorf("%d served-call records kept %v after their %v retention ended", n, 2*time.Second, retention)
 	}
 }
