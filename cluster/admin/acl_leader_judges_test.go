@@ -400,10 +400,31 @@ func TestStandbyJudgesAMembershipCallOnTheLeadersGrants(t *testing.T) {
 	if n := c.catchUps.count(); n != 1 {
 		t.Errorf("%d catch-ups for newadmin's removal, want 1", n)
 	}
+	// A token the leader made a moment ago, unknown at the held standby,
+	// is held once caught up: the removal is recorded once, as the
+	// token's.
+	release = c.hold(t)
+	tok, err := c.ops.AclCreateToken(ctx, &adminpb.AclCreateTokenRequest{Name: "membership", Permission: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.catchUps.atNext(release)
+	holder := sc.dial(standby, sc.pki.MustCredentials(security.Identity{Role: security.RoleClient, ID: "holder"}), tok.GetSecret())
+	_, err = holder.RemovePeer(ctx, &adminpb.RemovePeerRequest{})
+	wantCode(t, "a removal at the standby with the token the leader made", err, codes.InvalidArgument)
+	var removals []*adminpb.AuditRecord
+	for _, r := range auditOf(t, ctx, c.ops) {
+		if r.GetMethod() == "RemovePeer" && r.GetName() == "membership" {
+			removals = append(removals, r)
+		}
+	}
+	if len(removals) != 1 || removals[0].GetRefused() {
+		t.Errorf("the token's removal recorded as %v: want one record, not a refusal", removals)
+	}
 	_, err = sc.as(standby, "reader", "").TransferLeadership(ctx, &adminpb.TransferLeadershipRequest{To: "nosuch"})
 	wantCode(t, "reader's leadership transfer at the standby", err, codes.PermissionDenied)
-	if n := c.catchUps.count(); n != 2 {
-		t.Errorf("%d catch-ups after reader's transfer, want 2: refused once caught up", n)
+	if n := c.catchUps.count(); n != 3 {
+		t.Errorf("%d catch-ups after reader's transfer, want 3: refused once caught up", n)
 	}
 }
 
