@@ -158,8 +158,8 @@ func (s *Server) caughtUp(ctx context.Context, p access.Principal, method string
 	if !s.acc.Enforce || s.b.IsLeader() || isForwarded(ctx) || !refusalRestsOnGrants(ctx, p, method, refusal) {
 		return false
 	}
-	w, ok := s.b.(appliedWaiter)
-	if !ok {
+	w := appliedWaiterOf(s.b)
+	if w == nil {
 		return false
 	}
 	// A context of its own (not the call's metadata, so not its

@@ -174,10 +174,12 @@ func startStreamCatchUpCluster(t *testing.T, a Access) *streamCatchUpCluster {
 	if a.InitialGrants == nil {
 		a.InitialGrants = map[string]security.Permission{"ops": security.PermAdmin}
 	}
-	c.sc = startSecureClusterConf(t, 3, a, func(i int, cc *cluster.Config) {
+	// Built as the agent builds its servers: the catch-up must work
+	// through the domain's wrapper.
+	c.sc = startSecureClusterOn(t, 3, a, func(i int, cc *cluster.Config) {
 		c.logs[i] = &heldLogs{LogStore: cc.LogStore}
 		cc.LogStore = c.logs[i]
-	})
+	}, asAgent)
 	c.li = converged(t, c.sc.nodes)
 	c.standby = (c.li + 1) % 3
 	ctx := t.Context()

@@ -42,6 +42,18 @@ func startSecureCluster(t *testing.T, n int, access Access) *secureCluster {
 // config adjusted by conf (if not nil).
 func startSecureClusterConf(t *testing.T, n int, access Access, conf func(i int, c *cluster.Config)) *secureCluster {
 	t.Helper()
+	return startSecureClusterOn(t, n, access, conf, NodeBackend)
+}
+
+// asAgent is the backend a baton agent builds its server on: the node's,
+// wrapped for the domain (cmd/node/agent.go), whose embedded Backend
+// hides what it does not pass through.
+func asAgent(n *cluster.Node) Backend { return WithDomain(NodeBackend(n), &stubDomain{}) }
+
+// startSecureClusterOn is startSecureClusterConf with each server built
+// on backend(node).
+func startSecureClusterOn(t *testing.T, n int, access Access, conf func(i int, c *cluster.Config), backend func(*cluster.Node) Backend) *secureCluster {
+	t.Helper()
 	pki, err := security.NewTestPKI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +83,7 @@ func startSecureClusterConf(t *testing.T, n int, access Access, conf func(i int,
 		cfg.ServerOptions = security.MasterPolicyFor(a.ClientAuth, MasterOnlyMethods()...).ServerOptions(creds)
 		cfg.DialOptions = []grpc.DialOption{creds.DialOption(security.RoleMaster)}
 		return ops.DialOption(security.RoleMaster)
-	}, func(_ int, n *cluster.Node) Backend { return NodeBackend(n) }, conf)
+	}, func(_ int, n *cluster.Node) Backend { return backend(n) }, conf)
 	t.Cleanup(func() {
 		for _, c := range sc.conns {
 			c.Close()
@@ -85,7 +97,14 @@ func startSecureClusterConf(t *testing.T, n int, access Access, conf func(i int,
 // test's calls.
 func startSecureTrio(t *testing.T, a Access, d time.Duration) (sc *secureCluster, ctx context.Context, li, standby int) {
 	t.Helper()
-	sc = startSecureCluster(t, 3, a)
+	return startSecureTrioOn(t, a, d, NodeBackend)
+}
+
+// startSecureTrioOn is startSecureTrio with each server built on
+// backend(node).
+func startSecureTrioOn(t *testing.T, a Access, d time.Duration, backend func(*cluster.Node) Backend) (sc *secureCluster, ctx context.Context, li, standby int) {
+	t.Helper()
+	sc = startSecureClusterOn(t, 3, a, nil, backend)
 	li = converged(t, sc.nodes)
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

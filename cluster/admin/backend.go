@@ -168,6 +168,19 @@ type appliedWaiter interface {
 	WaitApplied(ctx context.Context, index uint64) error
 }
 
+// appliedWaiterOf is b's appliedWaiter, through a domain's wrapper (whose
+// embedded Backend hides it); nil if it has none: a standby then judges
+// on its own copy of the grants, asking the leader nothing.
+func appliedWaiterOf(b Backend) appliedWaiter {
+	switch x := b.(type) {
+	case appliedWaiter:
+		return x
+	case domainBackend:
+		return appliedWaiterOf(x.Backend)
+	}
+	return nil
+}
+
 // WaitApplied implements appliedWaiter: index is an FSM applied index (a
 // ReadInfo's), which every node's FSM reaches by the same commands.
 func (b nodeBackend) WaitApplied(ctx context.Context, index uint64) error {

@@ -14,10 +14,17 @@ import (
 // backend exercises (the catch-up before a stream's or a membership call's
 // refusal, the standby's word on forwarded reads, both lost once so).
 func TestDomainBackendPassesEveryMethodThrough(t *testing.T) {
-	// Found through the wrapper by other means: numbererOf unwraps it (a
-	// wrapper that claimed the ability without its node having it would
-	// have every carried record fail).
-	unwrapped := map[string]bool{"MutateNumbered": true}
+	if appliedWaiterOf(WithDomain(nodeBackend{}, nil)) == nil {
+		t.Error("appliedWaiterOf does not find the node's WaitApplied through the wrapper")
+	}
+	if appliedWaiterOf(WithDomain(&fakeBackend{}, nil)) != nil {
+		t.Error("appliedWaiterOf finds a WaitApplied the wrapped backend lacks")
+	}
+	// Found through the wrapper by other means: numbererOf and
+	// appliedWaiterOf unwrap it (a wrapper that claimed the ability
+	// without its node having it would have every carried record fail,
+	// or a standby ask the leader only to refuse).
+	unwrapped := map[string]bool{"MutateNumbered": true, "WaitApplied": true}
 	node, wrapped := reflect.TypeOf(nodeBackend{}), reflect.TypeOf(WithDomain(nodeBackend{}, nil))
 	for i := range node.NumMethod() {
 		m := node.Method(i)

@@ -232,21 +232,16 @@ func (b domainBackend) TransferLeadership(ctx context.Context, to string) error 
 	return status.Error(codes.Unimplemented, "admin: this node cannot transfer leadership")
 }
 
-// WaitApplied and LinearizableReadVouched pass the wrapped backend's
-// through (appliedWaiter, vouchedReader), which the embedded interface
-// would hide: a domain master's standby could then never catch up with
-// the leader's grants before judging a stream or a membership call
-// again, and its forwarded reads would each cost the leader a round.
-func (b domainBackend) WaitApplied(ctx context.Context, index uint64) error {
-	if w, ok := b.Backend.(appliedWaiter); ok {
-		return w.WaitApplied(ctx, index)
-	}
-	return status.Error(codes.Unimplemented, "admin: this node cannot wait for an applied index")
-}
-
+// LinearizableReadVouched passes the wrapped backend's through
+// (vouchedReader), which the embedded interface would hide: a domain
+// master's forwarded reads would each cost the leader a round. Without
+// it the word counts for nothing, and a round confirms the reads.
+// (WaitApplied is found through the wrapper instead, appliedWaiterOf: a
+// wrapper claiming it could only answer a caught-up standby's leader
+// read with a refusal.)
 func (b domainBackend) LinearizableReadVouched(ctx context.Context, v cluster.Voucher) (cluster.ReadInfo, error) {
 	if vr, ok := b.Backend.(vouchedReader); ok {
 		return vr.LinearizableReadVouched(ctx, v)
 	}
-	return b.Backend.LinearizableRead(ctx) // the word counts for nothing: a round confirms
+	return b.Backend.LinearizableRead(ctx)
 }

@@ -133,7 +133,14 @@ func TestForwardReadsServesEachReadAsItsCaller(t *testing.T) {
 // master that sends it, as its forwarded header and its certificate name
 // it; a word in another master's name runs the round as before.
 func TestForwardReadsCountsOnlyTheSendersWord(t *testing.T) {
-	sc, ctx, li, standby := startSecureTrio(t, Access{}, 30*time.Second)
+	t.Run("node", func(t *testing.T) { testForwardReadsCountsOnlyTheSendersWord(t, NodeBackend) })
+	// As the agent builds its servers: the word must count through the
+	// domain's wrapper too.
+	t.Run("agent", func(t *testing.T) { testForwardReadsCountsOnlyTheSendersWord(t, asAgent) })
+}
+
+func testForwardReadsCountsOnlyTheSendersWord(t *testing.T, backend func(*cluster.Node) Backend) {
+	sc, ctx, li, standby := startSecureTrioOn(t, Access{}, 30*time.Second, backend)
 	leader := sc.nodes[li].node
 	standbyID, otherID := sc.nodes[standby].node.ID(), sc.nodes[3-li-standby].node.ID()
 	asStandby := sc.dial(li, sc.pki.MustCredentials(security.Identity{Role: security.RoleMaster, ID: standbyID}), "")
