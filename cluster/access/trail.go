@@ -539,19 +539,12 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		}
 		w.muts = append(w.muts, raftfsm.Put(key, b))
 	}
-	l.mu.Lock()
-	for i, sp := range l.spaces {
-		if earliest[i] != math.MaxInt64 {
-			sp.writing[w] = earliest[i] + l.cfg.Retention.Milliseconds()
-		}
-	}
-	l.mu.Unlock()
 	for i, sp := range l.spaces {
 		var gone []string
 		if i == 0 {
 			gone = moved
 		}
-		w.prune = append(w.prune, l.prunes(sp, added[i], gone, build, earliest[i])...)
+		w.prune = append(w.prune, l.prunes(sp, w, added[i], gone, build, earliest[i])...)
 	}
 	return w, nil
 }
@@ -620,9 +613,9 @@ type keyedRecord struct {
 // record's, under the Sequencer, which a scan of the whole space would
 // hold for as long: every write of the executor's waits for it), the
 // quotas' wait for Run to build it (warm), which counts adding then.
-// earliest is the oldest commit time of the records this write puts in
-// sp (math.MaxInt64: none).
-func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build bool, earliest int64) []raftfsm.Mutation {
+// earliest is the oldest commit time of the records write w puts in sp
+// (math.MaxInt64: none).
+func (l *Trail) prunes(sp *space, w *numbered, adding []keyedRecord, gone []string, build bool, earliest int64) []raftfsm.Mutation {
 	sc, ok := l.state.(Scanner)
 	if !ok {
 		return nil
@@ -652,12 +645,15 @@ func (l *Trail) prunes(sp *space, adding []keyedRecord, gone []string, build boo
 		}
 	}
 	now := l.cfg.Clock.Now()
-	// The records written here expire no sooner than the oldest of them.
-	defer func() {
-		if sp.quietUntil != 0 && earliest != math.MaxInt64 {
-			sp.quietUntil = min(sp.quietUntil, earliest+l.cfg.Retention.Milliseconds())
+	// The records written here expire no sooner than the oldest of them;
+	// until w settles, no scan can see them.
+	if earliest != math.MaxInt64 {
+		due := earliest + l.cfg.Retention.Milliseconds()
+		sp.writing[w] = due
+		if sp.quietUntil != 0 {
+			sp.quietUntil = min(sp.quietUntil, due)
 		}
-	}()
+	}
 	if now.UnixMilli() < sp.quietUntil {
 		return out
 	}

@@ -67,7 +67,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			ctx = context.WithValue(ctx, principalCtxKey{}, p)
 			err = access.Authorize(p, method, s.acc.Enforce)
 		}
-		caughtUp := false // admitted once caught up: charged as a refusal already
+		admittedCaughtUp := false // charged as a refusal already
 		if err != nil {
 			// The caller's refusals are charged here, where the call came
 			// in, whoever judges it: the leader does not limit what a
@@ -85,7 +85,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 						ctx = context.WithValue(ctx, principalCtxKey{}, p)
 						err = access.Authorize(p, method, s.acc.Enforce)
 					}
-					limited, caughtUp = err, err == nil
+					limited, admittedCaughtUp = err, err == nil
 				}
 			}
 			if err != nil {
@@ -112,7 +112,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 			return handler(ctx, req)
 		}
-		if err == nil && !caughtUp {
+		if err == nil && !admittedCaughtUp {
 			err = s.limitChange(ctx, method)
 		}
 		// A call this node serves as the leader is recorded as it

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,6 +167,7 @@ type streamCatchUpCluster struct {
 	ops         adminpb.AdminClient
 	proc        uint64
 	catchUps    *catchUps
+	held        atomic.Bool // the standby's log store is held
 }
 
 func startStreamCatchUpCluster(t *testing.T, a Access) *streamCatchUpCluster {
@@ -200,10 +202,21 @@ func startStreamCatchUpCluster(t *testing.T, a Access) *streamCatchUpCluster {
 
 // hold stops the standby's log store taking in entries until the
 // returned release (also run at the test's end).
+// A hold while one is in force fails the test rather than wait on it
+// for ever: the release a catch-up was to make never came.
 func (c *streamCatchUpCluster) hold(t *testing.T) (release func()) {
+	t.Helper()
+	if !c.held.CompareAndSwap(false, true) {
+		t.Fatal("the standby is still held: no catch-up released the last hold")
+	}
 	c.logs[c.standby].gate.Lock()
 	var once sync.Once
-	release = func() { once.Do(c.logs[c.standby].gate.Unlock) }
+	release = func() {
+		once.Do(func() {
+			c.logs[c.standby].gate.Unlock()
+			c.held.Store(false)
+		})
+	}
 	t.Cleanup(release)
 	return release
 }
