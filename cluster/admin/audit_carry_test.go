@@ -89,9 +89,20 @@ func submitThree(t *testing.T, backend func(i int, n *cluster.Node) Backend) (ap
 	if _, err := nodes[li].cl.SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "no-such-type", Owner: "t", Nonce: "bad"}); err == nil {
 		t.Fatal("an unknown type submitted")
 	}
-	for _, r := range listAudit(t, ctx, nodes[sb].cl, &adminpb.ListAuditRequest{Method: "SubmitProcedure"}) {
-		final = append(final, r)
-	}
+	// Written apart, a record begins PENDING and its outcome follows the
+	// answer (no caller waits for it): list until none is pending.
+	testwait.For(t, 10*time.Second, "the trail's SubmitProcedure records final", func() bool {
+		final = listAudit(t, ctx, nodes[sb].cl, &adminpb.ListAuditRequest{Method: "SubmitProcedure"})
+		if len(final) < 3 {
+			return false
+		}
+		for _, r := range final {
+			if r.GetCode() == access.AuditPending {
+				return false
+			}
+		}
+		return true
+	})
 	testwait.For(t, 10*time.Second, "the standby applied what the trail holds", func() bool { return len(puts.of("SubmitProcedure")) >= len(final) })
 	return puts.of("SubmitProcedure"), final
 }
