@@ -48,6 +48,9 @@ func (c *cli) bench(args []string) int {
 	})
 }
 
+// maxScaleRounds bounds --rounds: each round starts a cluster per shape.
+const maxScaleRounds = 20
+
 // scaleOptions is the validated command line of `baton bench scale`:
 // the bench's options, and how to print its document.
 type scaleOptions struct {
@@ -63,6 +66,7 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	fs.IntVar(&o.TableRegions, "table-regions", 2000, fmt.Sprintf("regions per table, 1 to %d (the most one table may have)", client.MaxRegions))
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "create calls in flight at once (--submit wait: tables in flight, each waited for)")
 	shapes := fs.String("shape", "", "rows of given layouts instead of --regions and --table-regions: TABLESxREGIONS, comma-separated (e.g. 50x2000,1000x100), or 'standard' for 10x10000,50x2000,1000x100")
+	fs.IntVar(&o.Rounds, "rounds", 1, "with --shape: run the shapes this many times, 1 to 20, every other round in reverse order, each row on a fresh cluster; each round's shapes are compared with that round's fastest, and the medians over the rounds printed (shape_summary)")
 	fs.StringVar(&o.Submit, "submit", bench.SubmitAll, "all: send every create back to back, then wait for them in order; wait: each of --concurrency creates waited for to its end before the next (figures before issue 33)")
 	fs.IntVar(&o.Workers, "workers", 0, fmt.Sprintf("each master's executor workers (agent --workers), 1 to %d; 0: the agent's default (%d)", maxAgentWorkers, cluster.DefaultWorkers))
 	fs.IntVar(&o.RegionServers, "regionservers", 3, "region servers (baton regionserver processes), at least 2: the crash phase kills one")
@@ -73,18 +77,20 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	commit := fs.Bool("commit", false, fmt.Sprintf("also run the group-commit sweep: %v no-op procedures in flight, steps per leader log fsync and p99 step latency", bench.CommitLevels))
 	snapshot := fs.Bool("snapshot", false, fmt.Sprintf("also run the snapshot phase: 'baton snapshot save' against the leader under a load of %d no-op procedures in flight; the save's time, the file's size, the leader's heap and RSS growth and its step rate against a window without a save; then 'snapshot inspect'", bench.SnapshotLoadProcedures))
 	fs.DurationVar(&o.PhaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit, snapshot) takes longer")
-	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape, and its heap profile after a collection at the end of the open as <regions>-open-heap-<master>.pprof (read with 'go tool pprof')")
+	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape, and its heap profile after a collection at the end of the open as <regions>-open-heap-<master>.pprof (with --rounds, the shape's name ends in -round<N>; read with 'go tool pprof')")
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,... | --shape TxR,...] [flags]
+		fmt.Fprint(fs.Output(), `usage: baton bench scale [--regions N,N,... | --shape TxR,... [--rounds N]] [flags]
 
 For each region count N, starts 3 masters ('baton agent') and region servers
 ('baton regionserver') of this binary on loopback, in a directory of their
 own, and measures:
   open          creating tables of --table-regions regions until N regions are
                 open: the time, regions per second (--shape: a row per layout,
-                and each one's rate against the fastest of its region count)
+                and each one's rate against the fastest of its region count;
+                --rounds: against the fastest of its round, and each shape's
+                medians over the rounds)
   resources     each master's RSS (private, mapped files), live heap, its data
                 directory (raft.db, snapshots, the local WAL) and the live
                 state beside raft.db
@@ -158,6 +164,11 @@ flags:
 				o.Shapes = append(o.Shapes, sh)
 			}
 		}
+	}
+	if o.Rounds < 1 || o.Rounds > maxScaleRounds {
+		bad("--rounds %d: want 1 to %d", o.Rounds, maxScaleRounds)
+	} else if o.Rounds > 1 && *shapes == "" {
+		bad("--rounds %d: rounds compare shapes, give --shape", o.Rounds)
 	}
 	if o.Submit != bench.SubmitAll && o.Submit != bench.SubmitWait {
 		bad("--submit %q: want all or wait", o.Submit)

@@ -37,6 +37,9 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--shape", "1x" + strconv.Itoa(client.MaxRegions+1)}, fmt.Sprintf("regions per table: want at most %d", client.MaxRegions)},
 		{[]string{"--shape", "10x10", "--regions", "100"}, "leave out --regions and --table-regions"},
 		{[]string{"--submit", "later"}, `--submit "later": want all or wait`},
+		{[]string{"--shape", "standard", "--rounds", "0"}, "--rounds 0: want 1 to 20"},
+		{[]string{"--shape", "standard", "--rounds", "21"}, "--rounds 21: want 1 to 20"},
+		{[]string{"--rounds", "3"}, "--rounds 3: rounds compare shapes, give --shape"},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"bench", "scale"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {
@@ -97,6 +100,12 @@ func TestBenchScaleShapes(t *testing.T) {
 	}
 	if o.Submit != "all" {
 		t.Errorf("--submit defaults to %q, want all", o.Submit)
+	}
+	if o.Rounds != 1 {
+		t.Errorf("--rounds defaults to %d, want 1", o.Rounds)
+	}
+	if o, err := parseScaleFlags(c, []string{"--shape", "standard", "--rounds", "3"}); err != nil || o.Rounds != 3 {
+		t.Errorf("--shape standard --rounds 3: rounds %d, %v", o.Rounds, err)
 	}
 	o, err = parseScaleFlags(c, []string{"--shape", " 3x7 ,2x1", "--submit", "wait"})
 	if err != nil || len(o.Shapes) != 2 || o.Shapes[0].Regions != 21 || o.Shapes[0].TableRegions != 7 || o.Shapes[1].String() != "2x1" || o.Submit != "wait" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -41,7 +42,7 @@ func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
 	for _, r := range rows {
 		fastest, fastestPerMachine, shapes, baselines := 0.0, 0.0, 0, 0
 		for _, q := range rows {
-			if q.Regions == r.Regions && q.TLS == r.TLS {
+			if q.Regions == r.Regions && q.TLS == r.TLS && q.Round == r.Round {
 				fastest, shapes = max(fastest, q.RegionsPerSecond), shapes+1
 				if pm := perMachine(q); pm > 0 {
 					fastestPerMachine, baselines = max(fastestPerMachine, pm), baselines+1
@@ -51,13 +52,69 @@ func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
 		if shapes < 2 {
 			continue
 		}
-		sr := ScaleShapeRatio{Regions: r.Regions, TLS: r.TLS, Shape: r.Shape, RegionsPerSecond: r.RegionsPerSecond, OfFastest: ratioOf(fastest, r.RegionsPerSecond)}
+		sr := ScaleShapeRatio{Regions: r.Regions, TLS: r.TLS, Shape: r.Shape, Round: r.Round, RegionsPerSecond: r.RegionsPerSecond, OfFastest: ratioOf(fastest, r.RegionsPerSecond)}
 		if baselines == shapes {
 			sr.OfFastestPerMachine = ratioOf(fastestPerMachine, perMachine(r))
 		}
 		out = append(out, sr)
 	}
 	return out
+}
+
+// scaleShapeSummaryOf takes, for each shape of a region count and
+// transport, the medians of its rounds' ratios (--rounds): nothing when
+// the shapes ran once. A round that failed before a shape's row leaves
+// that shape fewer rounds (Rounds says how many).
+func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
+	type key struct {
+		regions int
+		tls     bool
+		shape   string
+	}
+	var order []key
+	byShape := map[key][]ScaleShapeRatio{}
+	for _, sr := range ratios {
+		if sr.Round == 0 {
+			continue
+		}
+		k := key{sr.Regions, sr.TLS, sr.Shape}
+		if _, seen := byShape[k]; !seen {
+			order = append(order, k)
+		}
+		byShape[k] = append(byShape[k], sr)
+	}
+	var out []ScaleShapeSummary
+	for _, k := range order {
+		rs := byShape[k]
+		of := func(f func(ScaleShapeRatio) float64) []float64 {
+			v := make([]float64, len(rs))
+			for i, sr := range rs {
+				v[i] = f(sr)
+			}
+			return v
+		}
+		ofFastest := of(func(sr ScaleShapeRatio) float64 { return sr.OfFastest })
+		out = append(out, ScaleShapeSummary{
+			Regions: k.regions, TLS: k.tls, Shape: k.shape, Rounds: len(rs),
+			RegionsPerSecond:    median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
+			OfFastest:           median(ofFastest),
+			OfFastestMin:        slices.Min(ofFastest),
+			OfFastestMax:        slices.Max(ofFastest),
+			OfFastestPerMachine: median(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastestPerMachine })),
+		})
+	}
+	return out
+}
+
+// median of v (not empty): the middle value, or the mean of the two
+// middle ones.
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // perMachine is a row's regions per second over its machine baseline's
@@ -231,7 +288,22 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if sr.OfFastestPerMachine > 0 {
 			perMachine = fmt.Sprintf(" (%.2fx by regions per k machine ops, the speed the machine had before each row)", sr.OfFastestPerMachine)
 		}
-		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest%s\n", sr.Regions, mode, sr.Shape, sr.RegionsPerSecond, sr.OfFastest, perMachine)
+		round := ""
+		if sr.Round > 0 {
+			round = fmt.Sprintf(" (round %d)", sr.Round)
+		}
+		fmt.Fprintf(out, "  %d regions%s%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest%s\n", sr.Regions, mode, round, sr.Shape, sr.RegionsPerSecond, sr.OfFastest, perMachine)
+	}
+	for i, ss := range doc.ShapeSummary {
+		if i == 0 {
+			fmt.Fprintf(out, "\nshapes over the rounds (medians; each round's fastest is its own):\n")
+		}
+		mode := ""
+		if ss.TLS {
+			mode = ", TLS"
+		}
+		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest (%.2f to %.2f over %d rounds), %.2fx per machine op\n",
+			ss.Regions, mode, ss.Shape, ss.RegionsPerSecond, ss.OfFastest, ss.OfFastestMin, ss.OfFastestMax, ss.Rounds, ss.OfFastestPerMachine)
 	}
 	for _, tr := range doc.TLSRatios {
 		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +36,12 @@ type ScaleOptions struct {
 	TableRegions int
 	// Shapes, if set (--shape), are the rows instead of Regions: each its
 	// region count in tables of its size.
-	Shapes      []Shape
+	Shapes []Shape
+	// Rounds (with Shapes) runs the shapes this many times, every other
+	// round in reverse order, so that each shape meets the machine's
+	// slow and fast moments alike; each round's rows are compared among
+	// themselves, and ShapeSummary takes their medians. 0 or 1: once.
+	Rounds      int
 	Concurrency int
 	// Submit is how the creates are sent: SubmitAll or SubmitWait.
 	Submit        string
@@ -164,6 +170,9 @@ type ScaleRow struct {
 	// rest), Shape the two as --shape names them.
 	TableRegions int    `json:"table_regions"`
 	Shape        string `json:"shape"`
+	// Round is the row's round (--rounds, from 1); 0 when the shapes ran
+	// once.
+	Round int `json:"round,omitempty"`
 	// SubmitSeconds is how long sending every create took (--submit all):
 	// the open's time less it is the cluster finishing what it was sent.
 	SubmitSeconds    *float64      `json:"submit_seconds,omitempty"`
@@ -244,9 +253,12 @@ type ScaleTLSRatio struct {
 // ScaleShapeRatio is one row's open rate against the fastest shape of
 // its region count and transport.
 type ScaleShapeRatio struct {
-	Regions          int     `json:"regions"`
-	TLS              bool    `json:"tls"`
-	Shape            string  `json:"shape"`
+	Regions int    `json:"regions"`
+	TLS     bool   `json:"tls"`
+	Shape   string `json:"shape"`
+	// Round is the round compared (--rounds): the fastest is that
+	// round's. 0 when the shapes ran once.
+	Round            int     `json:"round,omitempty"`
 	RegionsPerSecond float64 `json:"regions_per_second"`
 	OfFastest        float64 `json:"of_fastest"`
 	// OfFastestPerMachine is the same comparison of each row's regions
@@ -254,6 +266,20 @@ type ScaleShapeRatio struct {
 	// just before the row's cluster started): the VM's speed swings by
 	// up to 2x between rows of one run, and this takes the swing out.
 	// 0 when a row has no baseline.
+	OfFastestPerMachine float64 `json:"of_fastest_per_machine"`
+}
+
+// ScaleShapeSummary is one shape's figures over the rounds (--rounds):
+// the medians of its rounds' ScaleShapeRatio, and the spread of its ratio.
+type ScaleShapeSummary struct {
+	Regions             int     `json:"regions"`
+	TLS                 bool    `json:"tls"`
+	Shape               string  `json:"shape"`
+	Rounds              int     `json:"rounds"`
+	RegionsPerSecond    float64 `json:"regions_per_second"`
+	OfFastest           float64 `json:"of_fastest"`
+	OfFastestMin        float64 `json:"of_fastest_min"`
+	OfFastestMax        float64 `json:"of_fastest_max"`
 	OfFastestPerMachine float64 `json:"of_fastest_per_machine"`
 }
 
@@ -273,7 +299,9 @@ type ScaleDoc struct {
 	// ShapeRatios: each row's regions/s over the fastest row of the same
 	// region count and transport, when shapes differ (--shape).
 	ShapeRatios []ScaleShapeRatio `json:"shape_ratios,omitempty"`
-	Notes       []string          `json:"notes"`
+	// ShapeSummary: with --rounds, each shape's medians over the rounds.
+	ShapeSummary []ScaleShapeSummary `json:"shape_summary,omitempty"`
+	Notes        []string            `json:"notes"`
 	// Error says why the bench stopped before its last row; the rows
 	// measured until then are still there.
 	Error string `json:"error,omitempty"`
@@ -317,6 +345,7 @@ func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format
 	}
 	doc.TLSRatios = scaleTLSRatiosOf(complete)
 	doc.ShapeRatios = scaleShapeRatiosOf(complete)
+	doc.ShapeSummary = scaleShapeSummaryOf(doc.ShapeRatios)
 	doc.Notes = scaleNotes(doc.Rows)
 	return doc
 }
@@ -325,43 +354,69 @@ func Scale(ctx context.Context, bin string, o ScaleOptions, progress func(format
 // and what failed ("" if nothing did).
 func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(string, ...any)) ([]ScaleRow, string) {
 	rows := []ScaleRow{}
-	for _, sh := range o.rowShapes() {
-		n := sh.Regions
-		for _, withTLS := range o.TLS {
-			sub := fmt.Sprintf("regions-%d", n)
-			if len(o.Shapes) > 0 {
-				sub += "-" + sh.String()
-			}
-			if withTLS {
-				sub += "-tls"
-			}
-			row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), sh, withTLS, o, progress)
-			if err != nil {
-				if row.OpenSeconds > 0 {
-					// What was measured before the failure is still worth
-					// reading, marked as a failed row.
-					row.Failed = err.Error()
-					rows = append(rows, row)
+	for round := range max(o.Rounds, 1) {
+		for _, sh := range o.roundShapes(round) {
+			n := sh.Regions
+			for _, withTLS := range o.TLS {
+				sub := fmt.Sprintf("regions-%d", n)
+				if len(o.Shapes) > 0 {
+					sub += "-" + sh.String()
 				}
-				return rows, fmt.Sprintf("%d regions: %v", n, err)
+				if withTLS {
+					sub += "-tls"
+				}
+				numbered := 0
+				if o.Rounds > 1 {
+					numbered = round + 1
+					sub += fmt.Sprintf("-round%d", numbered)
+				}
+				row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), sh, withTLS, numbered, o, progress)
+				if err != nil {
+					if row.OpenSeconds > 0 {
+						// What was measured before the failure is still worth
+						// reading, marked as a failed row.
+						row.Failed = err.Error()
+						rows = append(rows, row)
+					}
+					return rows, fmt.Sprintf("%d regions: %v", n, err)
+				}
+				rows = append(rows, row)
 			}
-			rows = append(rows, row)
 		}
 	}
 	return rows, ""
 }
 
+// roundShapes is the rows of round (from 0): every other round runs
+// them backwards, so that no shape always runs first, on the machine's
+// state a fresh start leaves, or last, after the others' leftovers.
+func (o ScaleOptions) roundShapes(round int) []Shape {
+	shapes := o.rowShapes()
+	if round%2 == 1 {
+		shapes = slices.Clone(shapes)
+		slices.Reverse(shapes)
+	}
+	return shapes
+}
+
 // runScaleRow starts a cluster in dir, opens n regions on it and runs the
 // phases, then kills the cluster (and removes dir unless kept by the
 // caller).
-func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
+func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, round int, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
 	n := sh.Regions
-	row.Regions, row.TLS, row.TableRegions, row.Shape = n, withTLS, sh.TableRegions, sh.String()
+	row.Regions, row.TLS, row.TableRegions, row.Shape, row.Round = n, withTLS, sh.TableRegions, sh.String(), round
+	var tags []string
 	if withTLS {
-		// Every progress line says which of the two rows it is about.
-		inner := progress
+		tags = append(tags, "TLS")
+	}
+	if round > 0 {
+		tags = append(tags, fmt.Sprintf("round %d", round))
+	}
+	if len(tags) > 0 {
+		// Every progress line says which of the rows it is about.
+		inner, label := progress, "%d regions ("+strings.Join(tags, ", ")+"):"
 		progress = func(format string, args ...any) {
-			inner(strings.Replace(format, "%d regions:", "%d regions (TLS):", 1), args...)
+			inner(strings.Replace(format, "%d regions:", label, 1), args...)
 		}
 	}
 	phase := func(name string, fn func(ctx context.Context) error) error {
@@ -386,6 +441,9 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, o
 	profileRow := strconv.Itoa(n)
 	if len(o.Shapes) > 0 {
 		profileRow += "-" + sh.String()
+	}
+	if round > 0 {
+		profileRow += fmt.Sprintf("-round%d", round)
 	}
 	var openLeader, crashLeader *benchMaster
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -233,5 +234,79 @@ func TestScaleShapeRatios(t *testing.T) {
 	PrintScale(&b, ScaleDoc{Rows: rows, ShapeRatios: got})
 	if !strings.Contains(b.String(), "100 regions, 10x10 tables x regions: 100 regions/s, 0.25x of the fastest (0.50x by regions per k machine ops") {
 		t.Errorf("printed:\n%s", b.String())
+	}
+}
+
+// With --rounds, every other round runs the shapes backwards; each
+// round's shapes are compared with that round's fastest only, and the
+// summary takes each shape's medians over the rounds.
+func TestScaleShapeRounds(t *testing.T) {
+	o := ScaleOptions{Shapes: []Shape{{Regions: 100, TableRegions: 100}, {Regions: 100, TableRegions: 10}, {Regions: 100, TableRegions: 1}}, Rounds: 3}
+	var order []string
+	for round := range o.Rounds {
+		for _, sh := range o.roundShapes(round) {
+			order = append(order, sh.String())
+		}
+	}
+	if want := "1x100 10x10 100x1 100x1 10x10 1x100 1x100 10x10 100x1"; strings.Join(order, " ") != want {
+		t.Errorf("rows in the order %s, want %s", strings.Join(order, " "), want)
+	}
+	if got := o.rowShapes(); got[0].String() != "1x100" {
+		t.Errorf("a reversed round reordered the options' shapes: %v", got)
+	}
+
+	// Round 2 ran on a machine twice as fast: compared across rounds, the
+	// small tables of round 1 would look half as good as they are.
+	rows := []ScaleRow{
+		{Regions: 100, Shape: "1x100", Round: 1, RegionsPerSecond: 400},
+		{Regions: 100, Shape: "100x1", Round: 1, RegionsPerSecond: 320},
+		{Regions: 100, Shape: "100x1", Round: 2, RegionsPerSecond: 600},
+		{Regions: 100, Shape: "1x100", Round: 2, RegionsPerSecond: 800},
+		{Regions: 100, Shape: "1x100", Round: 3, RegionsPerSecond: 500},
+		{Regions: 100, Shape: "100x1", Round: 3, RegionsPerSecond: 450},
+	}
+	ratios := scaleShapeRatiosOf(rows)
+	var got []string
+	for _, sr := range ratios {
+		got = append(got, fmt.Sprintf("%d:%s=%.2f", sr.Round, sr.Shape, sr.OfFastest))
+	}
+	if want := "1:1x100=1.00 1:100x1=0.80 2:100x1=0.75 2:1x100=1.00 3:1x100=1.00 3:100x1=0.90"; strings.Join(got, " ") != want {
+		t.Fatalf("ratios %s, want %s", strings.Join(got, " "), want)
+	}
+	sum := scaleShapeSummaryOf(ratios)
+	if len(sum) != 2 {
+		t.Fatalf("summary %+v, want a row per shape", sum)
+	}
+	small := sum[1]
+	if small.Shape != "100x1" || small.Rounds != 3 || small.OfFastest != 0.8 || small.OfFastestMin != 0.75 || small.OfFastestMax != 0.9 || small.RegionsPerSecond != 450 {
+		t.Errorf("100x1 over the rounds: %+v, want median 0.80 (0.75 to 0.90), 450 regions/s, 3 rounds", small)
+	}
+	if big := sum[0]; big.Shape != "1x100" || big.OfFastest != 1 || big.RegionsPerSecond != 500 {
+		t.Errorf("1x100 over the rounds: %+v, want 1.00 at a median 500 regions/s", big)
+	}
+	if once := scaleShapeSummaryOf(scaleShapeRatiosOf([]ScaleRow{rows[0], rows[1]}[:1])); once != nil {
+		t.Errorf("a summary of one shape: %+v", once)
+	}
+	var b strings.Builder
+	PrintScale(&b, ScaleDoc{Rows: rows, ShapeRatios: ratios, ShapeSummary: sum})
+	for _, want := range []string{
+		"100 regions (round 2), 100x1 tables x regions: 600 regions/s, 0.75x of the fastest",
+		"100 regions, 100x1 tables x regions: 450 regions/s, 0.80x of the fastest (0.75 to 0.90 over 3 rounds)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printed no %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// An even count of rounds takes the mean of the middle two.
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		v    []float64
+		want float64
+	}{{[]float64{3}, 3}, {[]float64{0.9, 0.7}, 0.8}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.v); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("median(%v) = %v, want %v", tc.v, got, tc.want)
+		}
 	}
 }
