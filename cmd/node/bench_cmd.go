@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,7 +78,7 @@ func parseScaleFlags(c *cli, args []string) (scaleOptions, error) {
 	commit := fs.Bool("commit", false, fmt.Sprintf("also run the group-commit sweep: %v no-op procedures in flight, steps per leader log fsync and p99 step latency", bench.CommitLevels))
 	snapshot := fs.Bool("snapshot", false, fmt.Sprintf("also run the snapshot phase: 'baton snapshot save' against the leader under a load of %d no-op procedures in flight; the save's time, the file's size, the leader's heap and RSS growth and its step rate against a window without a save; then 'snapshot inspect'", bench.SnapshotLoadProcedures))
 	fs.DurationVar(&o.PhaseTimeout, "phase-timeout", 30*time.Minute, "give up (exit 1) when one phase of a row (start, open, failover, crash, catch-up, commit, snapshot) takes longer")
-	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape, and its heap profile after a collection at the end of the open as <regions>-open-heap-<master>.pprof (with --rounds, the shape's name ends in -round<N>; read with 'go tool pprof')")
+	profileDir := fs.String("profile", "", "write each master's CPU profile, taken from the start of the open and from the crash's detection, into this directory as <regions>-<phase>-<master>.pprof, <regions>-<shape>-<phase>-<master>.pprof with --shape, and its heap profile after a collection at the end of the open as <regions>-open-heap-<master>.pprof (a TLS row's name ends in -tls, then with --rounds -round<N>; read with 'go tool pprof')")
 	profileSeconds := fs.Int("profile-seconds", 30, "length of each --profile profile, in seconds")
 	tlsMode := fs.String("tls", "off", "off: plaintext; on: mutual TLS on every channel (a CA and certificates made in the row's directory); both: each region count twice, plaintext then TLS, and their ratios")
 	fs.Usage = func() {
@@ -161,14 +162,19 @@ flags:
 					bad("--shape %s: %d regions per table: want at most %d", f, sh.TableRegions, client.MaxRegions)
 					continue
 				}
+				if slices.Contains(o.Shapes, sh) {
+					// Its rows would share a directory and its ratios.
+					bad("--shape %s named twice", sh)
+					continue
+				}
 				o.Shapes = append(o.Shapes, sh)
 			}
 		}
 	}
 	if o.Rounds < 1 || o.Rounds > maxScaleRounds {
 		bad("--rounds %d: want 1 to %d", o.Rounds, maxScaleRounds)
-	} else if o.Rounds > 1 && *shapes == "" {
-		bad("--rounds %d: rounds compare shapes, give --shape", o.Rounds)
+	} else if o.Rounds > 1 && len(o.Shapes) < 2 {
+		bad("--rounds %d: rounds compare shapes, give --shape with at least two", o.Rounds)
 	}
 	if o.Submit != bench.SubmitAll && o.Submit != bench.SubmitWait {
 		bad("--submit %q: want all or wait", o.Submit)

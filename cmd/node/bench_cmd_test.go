@@ -40,6 +40,8 @@ func TestBenchScaleBadFlags(t *testing.T) {
 		{[]string{"--shape", "standard", "--rounds", "0"}, "--rounds 0: want 1 to 20"},
 		{[]string{"--shape", "standard", "--rounds", "21"}, "--rounds 21: want 1 to 20"},
 		{[]string{"--rounds", "3"}, "--rounds 3: rounds compare shapes, give --shape"},
+		{[]string{"--shape", "10x10", "--rounds", "3"}, "--rounds 3: rounds compare shapes, give --shape with at least two"},
+		{[]string{"--shape", "10x10,1x100,10x10"}, "--shape 10x10 named twice"},
 	} {
 		code, _, stderr := runCLI(t, nil, append([]string{"bench", "scale"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) {

@@ -17,10 +17,10 @@ func scaleTLSRatiosOf(rows []ScaleRow) []ScaleTLSRatio {
 			continue
 		}
 		for _, p := range rows {
-			if p.TLS || p.Regions != t.Regions || p.TableRegions != t.TableRegions {
+			if p.TLS || p.Regions != t.Regions || p.TableRegions != t.TableRegions || p.Round != t.Round {
 				continue
 			}
-			r := ScaleTLSRatio{Regions: t.Regions, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
+			r := ScaleTLSRatio{Regions: t.Regions, Round: t.Round, RegionsPerSecond: ratioOf(p.RegionsPerSecond, t.RegionsPerSecond)}
 			r.FailoverSeconds = optRatio(ratioOf, p.FailoverSeconds, t.FailoverSeconds)
 			r.CrashRecovery = optRatio(ratioOf, p.CrashRecoverySeconds, t.CrashRecoverySeconds)
 			for i := range min(len(p.Commit), len(t.Commit)) {
@@ -66,6 +66,24 @@ func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
 // the shapes ran once. A round that failed before a shape's row leaves
 // that shape fewer rounds (Rounds says how many).
 func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
+	// A round the bench stopped in may lack its fastest shape: its others
+	// were compared with a slower one, so the round is left out whole.
+	type round struct {
+		regions, round int
+		tls            bool
+	}
+	shapesIn, most := map[round]int{}, map[[2]int]int{}
+	tlsOf := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, sr := range ratios {
+		rk := round{sr.Regions, sr.Round, sr.TLS}
+		shapesIn[rk]++
+		most[[2]int{sr.Regions, tlsOf(sr.TLS)}] = max(most[[2]int{sr.Regions, tlsOf(sr.TLS)}], shapesIn[rk])
+	}
 	type key struct {
 		regions int
 		tls     bool
@@ -74,7 +92,7 @@ func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
 	var order []key
 	byShape := map[key][]ScaleShapeRatio{}
 	for _, sr := range ratios {
-		if sr.Round == 0 {
+		if sr.Round == 0 || shapesIn[round{sr.Regions, sr.Round, sr.TLS}] < most[[2]int{sr.Regions, tlsOf(sr.TLS)}] {
 			continue
 		}
 		k := key{sr.Regions, sr.TLS, sr.Shape}
@@ -94,16 +112,29 @@ func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
 			return v
 		}
 		ofFastest := of(func(sr ScaleShapeRatio) float64 { return sr.OfFastest })
-		out = append(out, ScaleShapeSummary{
+		ss := ScaleShapeSummary{
 			Regions: k.regions, TLS: k.tls, Shape: k.shape, Rounds: len(rs),
-			RegionsPerSecond:    median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
-			OfFastest:           median(ofFastest),
-			OfFastestMin:        slices.Min(ofFastest),
-			OfFastestMax:        slices.Max(ofFastest),
-			OfFastestPerMachine: median(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastestPerMachine })),
-		})
+			RegionsPerSecond: median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
+			OfFastest:        median(ofFastest),
+			OfFastestMin:     slices.Min(ofFastest),
+			OfFastestMax:     slices.Max(ofFastest),
+		}
+		// Rounds without a machine baseline (0) have no such ratio.
+		if pm := slices.DeleteFunc(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastestPerMachine }), func(v float64) bool { return v <= 0 }); len(pm) > 0 {
+			ss.OfFastestPerMachine = median(pm)
+		}
+		out = append(out, ss)
 	}
 	return out
+}
+
+// rowOfRound names r's shape and round in a printed line about it, when
+// the shapes ran in rounds (--rounds): "" otherwise, as before.
+func rowOfRound(r ScaleRow) string {
+	if r.Round == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%s, round %d)", r.Shape, r.Round)
 }
 
 // median of v (not empty): the middle value, or the mean of the two
@@ -221,8 +252,12 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if r.TLS {
 			tlsCol = "on"
 		}
+		shape := r.Shape
+		if r.Round > 0 {
+			shape += fmt.Sprintf(" (round %d)", r.Round)
+		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%.1f\t%.0f\t%.0f–%.0f\t%.1f\t%.1f / %.1f / %.1f\t%.2f\t%s\t%s\t%s\t\n",
-			r.Regions, r.Shape, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
+			r.Regions, shape, tlsCol, r.OpenSeconds, r.RegionsPerSecond, r.MasterRSSMBMin, r.MasterRSSMBMax, r.DataMBMax, db, sn, wal, r.StateMB,
 			secs(r.FailoverSeconds), crash, catch)
 	}
 	w.Flush()
@@ -302,11 +337,19 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if ss.TLS {
 			mode = ", TLS"
 		}
-		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest (%.2f to %.2f over %d rounds), %.2fx per machine op\n",
-			ss.Regions, mode, ss.Shape, ss.RegionsPerSecond, ss.OfFastest, ss.OfFastestMin, ss.OfFastestMax, ss.Rounds, ss.OfFastestPerMachine)
+		perMachine := ""
+		if ss.OfFastestPerMachine > 0 {
+			perMachine = fmt.Sprintf(", %.2fx per machine op", ss.OfFastestPerMachine)
+		}
+		fmt.Fprintf(out, "  %d regions%s, %s tables x regions: %.0f regions/s, %.2fx of the fastest (%.2f to %.2f over %d rounds)%s\n",
+			ss.Regions, mode, ss.Shape, ss.RegionsPerSecond, ss.OfFastest, ss.OfFastestMin, ss.OfFastestMax, ss.Rounds, perMachine)
 	}
 	for _, tr := range doc.TLSRatios {
-		fmt.Fprintf(out, "\nTLS against plaintext at %d regions (TLS over plaintext): regions/s %.2fx", tr.Regions, tr.RegionsPerSecond)
+		round := ""
+		if tr.Round > 0 {
+			round = fmt.Sprintf(", round %d", tr.Round)
+		}
+		fmt.Fprintf(out, "\nTLS against plaintext at %d regions%s (TLS over plaintext): regions/s %.2fx", tr.Regions, round, tr.RegionsPerSecond)
 		if tr.FailoverSeconds != nil {
 			fmt.Fprintf(out, ", failover time %.2fx", *tr.FailoverSeconds)
 		}
@@ -325,12 +368,12 @@ func PrintScale(out io.Writer, doc ScaleDoc) {
 		if r.TLS {
 			mode = " (TLS)"
 		}
-		fmt.Fprintf(out, "machine before %d regions%s: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
-			r.Regions, mode, m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, perMachine(r))
+		fmt.Fprintf(out, "machine before %d regions%s%s: %.0f k ops/s on %d cores, fsync %.2f ms; open: %.2f regions per k ops\n",
+			r.Regions, mode, rowOfRound(r), m.CPUOpsPerSecond/1e3, m.CPUs, m.FsyncMs, perMachine(r))
 	}
 	for _, r := range doc.Rows {
 		if r.Failed != "" {
-			fmt.Fprintf(out, "failed: %d regions: %s (the figures before it stand)\n", r.Regions, r.Failed)
+			fmt.Fprintf(out, "failed: %d regions%s: %s (the figures before it stand)\n", r.Regions, rowOfRound(r), r.Failed)
 		}
 	}
 	for _, n := range doc.Notes {
@@ -362,7 +405,7 @@ func printSnapshot(out io.Writer, r ScaleRow) {
 // printLeaderWork prints how the leader spent a phase against the
 // machine, and where its CPU went if profiled.
 func printLeaderWork(out io.Writer, r ScaleRow, what string, w *LeaderWork) {
-	fmt.Fprintf(out, "\nthe leader during %s at %d regions (%s), %.1f s:\n", what, r.Regions, r.Shape, w.Seconds)
+	fmt.Fprintf(out, "\nthe leader during %s at %d regions (%s)%s, %.1f s:\n", what, r.Regions, r.Shape, rowOfRound(r), w.Seconds)
 	fmt.Fprintf(out, "  CPU %.2f cores, %.0f%% of the machine's %d; every process of the cluster %.2f cores, the machine %.0f%% busy with anything\n",
 		w.CPUCores, 100*w.OfMachineCPU, r.Machine.CPUs, w.ClusterCPUCores, 100*w.MachineBusy)
 	if w.ClusterCPUMsPerRegion > 0 {

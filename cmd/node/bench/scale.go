@@ -242,7 +242,9 @@ type ScaleGrowth struct {
 // row (--tls both): each figure with TLS over the same without, so above
 // 1 is faster for a rate, slower for a time.
 type ScaleTLSRatio struct {
-	Regions          int       `json:"regions"`
+	Regions int `json:"regions"`
+	// Round is the round both rows ran in (--rounds); 0 when once.
+	Round            int       `json:"round,omitempty"`
 	RegionsPerSecond float64   `json:"regions_per_second"`
 	FailoverSeconds  *float64  `json:"failover_seconds,omitempty"`
 	CrashRecovery    *float64  `json:"crash_recovery_seconds,omitempty"`
@@ -378,7 +380,11 @@ func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(st
 						row.Failed = err.Error()
 						rows = append(rows, row)
 					}
-					return rows, fmt.Sprintf("%d regions: %v", n, err)
+					what := fmt.Sprintf("%d regions", n)
+					if numbered > 0 {
+						what += fmt.Sprintf(" (%s, round %d)", sh, numbered)
+					}
+					return rows, fmt.Sprintf("%s: %v", what, err)
 				}
 				rows = append(rows, row)
 			}
@@ -441,6 +447,10 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, r
 	profileRow := strconv.Itoa(n)
 	if len(o.Shapes) > 0 {
 		profileRow += "-" + sh.String()
+	}
+	if withTLS {
+		// --tls both: the plaintext row's profiles are not overwritten.
+		profileRow += "-tls"
 	}
 	if round > 0 {
 		profileRow += fmt.Sprintf("-round%d", round)

@@ -310,3 +310,89 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// With --tls both and --rounds, each round's TLS row is compared with
+// the same round's plaintext row.
+func TestScaleTLSRatioPerRound(t *testing.T) {
+	rows := []ScaleRow{
+		{Regions: 100, TableRegions: 100, Shape: "1x100", Round: 1, RegionsPerSecond: 400},
+		{Regions: 100, TableRegions: 100, Shape: "1x100", Round: 1, TLS: true, RegionsPerSecond: 200},
+		{Regions: 100, TableRegions: 100, Shape: "1x100", Round: 2, RegionsPerSecond: 800},
+		{Regions: 100, TableRegions: 100, Shape: "1x100", Round: 2, TLS: true, RegionsPerSecond: 400},
+	}
+	got := scaleTLSRatiosOf(rows)
+	if len(got) != 2 {
+		t.Fatalf("TLS ratios %+v, want one a round", got)
+	}
+	for i, tr := range got {
+		if tr.RegionsPerSecond != 0.5 || tr.Round != i+1 {
+			t.Errorf("TLS ratio %d: %+v, want 0.50 in round %d", i, tr, i+1)
+		}
+	}
+	var b strings.Builder
+	PrintScale(&b, ScaleDoc{Rows: rows, TLSRatios: got})
+	if !strings.Contains(b.String(), "TLS against plaintext at 100 regions, round 2 (TLS over plaintext): regions/s 0.50x") {
+		t.Errorf("printed:\n%s", b.String())
+	}
+}
+
+// A round the bench stopped in, its fastest shape missing, is left out
+// of the summary: its other shapes were compared with a slower one.
+func TestScaleShapeSummarySkipsAPartialRound(t *testing.T) {
+	rows := []ScaleRow{
+		{Regions: 100, Shape: "100x1", Round: 1, RegionsPerSecond: 300},
+		{Regions: 100, Shape: "10x10", Round: 1, RegionsPerSecond: 400},
+		{Regions: 100, Shape: "1x100", Round: 1, RegionsPerSecond: 500},
+		{Regions: 100, Shape: "1x100", Round: 2, RegionsPerSecond: 500},
+		{Regions: 100, Shape: "10x10", Round: 2, RegionsPerSecond: 400},
+		{Regions: 100, Shape: "100x1", Round: 2, RegionsPerSecond: 300},
+		{Regions: 100, Shape: "100x1", Round: 3, RegionsPerSecond: 300}, // round 3's 1x100 failed
+		{Regions: 100, Shape: "10x10", Round: 3, RegionsPerSecond: 400},
+	}
+	for _, ss := range scaleShapeSummaryOf(scaleShapeRatiosOf(rows)) {
+		if ss.Rounds != 2 || (ss.Shape == "10x10" && ss.OfFastestMax != 0.8) {
+			t.Errorf("%s over the rounds: %+v, want rounds 1 and 2 only (10x10 at 0.80)", ss.Shape, ss)
+		}
+	}
+}
+
+// A round without a machine baseline has no ratio per machine op: the
+// median is of the rounds that have one, and none prints nothing.
+func TestScaleShapeSummaryPerMachineOfBaselinesOnly(t *testing.T) {
+	ratios := []ScaleShapeRatio{
+		{Regions: 100, Shape: "100x1", Round: 1, RegionsPerSecond: 300, OfFastest: 0.9, OfFastestPerMachine: 0.9},
+		{Regions: 100, Shape: "100x1", Round: 2, RegionsPerSecond: 300, OfFastest: 0.9},
+	}
+	if got := scaleShapeSummaryOf(ratios)[0].OfFastestPerMachine; got != 0.9 {
+		t.Errorf("per-machine median %.2f, want 0.90", got)
+	}
+	none := scaleShapeSummaryOf([]ScaleShapeRatio{ratios[1], {Regions: 100, Shape: "100x1", Round: 3, RegionsPerSecond: 300, OfFastest: 0.8}})
+	var b strings.Builder
+	PrintScale(&b, ScaleDoc{ShapeSummary: none})
+	if strings.Contains(b.String(), "per machine op") || !strings.Contains(b.String(), "(0.80 to 0.90 over 2 rounds)") {
+		t.Errorf("printed:\n%s", b.String())
+	}
+}
+
+// Every printed line about one row names its round (and shape) when the
+// shapes ran in rounds.
+func TestPrintScaleRowsNameTheirRound(t *testing.T) {
+	rows := []ScaleRow{
+		{Regions: 100, Shape: "1x100", Round: 1, RegionsPerSecond: 400, OpenLeader: &LeaderWork{}},
+		{Regions: 100, Shape: "1x100", Round: 2, RegionsPerSecond: 800, OpenLeader: &LeaderWork{}, Failed: "boom"},
+	}
+	var b strings.Builder
+	PrintScale(&b, ScaleDoc{Rows: rows})
+	n := 0
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "machine before") || strings.HasPrefix(l, "the leader during") || strings.HasPrefix(l, "failed:") || strings.HasPrefix(l, "100 ") {
+			n++
+			if !strings.Contains(l, "round") {
+				t.Errorf("names no round: %q", l)
+			}
+		}
+	}
+	if n != 7 {
+		t.Errorf("%d lines about the rows, want 7:\n%s", n, b.String())
+	}
+}
