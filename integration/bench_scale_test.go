@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,6 +186,87 @@ func TestBenchScaleTLS(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "100 regions (TLS):") {
 		t.Errorf("the TLS row's progress does not say TLS:\n%s", stderr.String())
+	}
+}
+
+// TestBenchScaleRounds runs two shapes in two rounds (--rounds) on real
+// processes: four rows, the second round backwards, each on a cluster
+// and in a directory of its own; each round's shapes compared among
+// themselves; and a summary a shape.
+func TestBenchScaleRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four clusters")
+	}
+	dir := filepath.Join(t.TempDir(), "bench")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "bench", "scale", "--shape", "1x100,2x50", "--rounds", "2", "--concurrency", "2",
+		"--skip", "failover,crash,catchup", "--dir", dir, "--phase-timeout", "90s", "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench scale --rounds 2: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if left := processesUnder(t, dir); len(left) > 0 {
+		t.Errorf("processes left behind: %q", left)
+	}
+	var doc struct {
+		Rows []struct {
+			Shape            string  `json:"shape"`
+			Round            int     `json:"round"`
+			RegionsPerSecond float64 `json:"regions_per_second"`
+		} `json:"rows"`
+		ShapeRatios []struct {
+			Shape     string  `json:"shape"`
+			Round     int     `json:"round"`
+			OfFastest float64 `json:"of_fastest"`
+		} `json:"shape_ratios"`
+		ShapeSummary []struct {
+			Shape        string  `json:"shape"`
+			Rounds       int     `json:"rounds"`
+			OfFastest    float64 `json:"of_fastest"`
+			OfFastestMin float64 `json:"of_fastest_min"`
+			OfFastestMax float64 `json:"of_fastest_max"`
+		} `json:"shape_summary"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatalf("--json: %v\n%s", err, stdout.String())
+	}
+	var order []string
+	for _, r := range doc.Rows {
+		order = append(order, fmt.Sprintf("%s@%d", r.Shape, r.Round))
+		if !(r.RegionsPerSecond > 0) {
+			t.Errorf("row %+v: want positive regions/s", r)
+		}
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("regions-100-%s-round%d", r.Shape, r.Round), "m1", "agent.log")); err != nil {
+			t.Errorf("row %s of round %d has no directory of its own: %v", r.Shape, r.Round, err)
+		}
+	}
+	if want := "1x100@1 2x50@1 2x50@2 1x100@2"; strings.Join(order, " ") != want {
+		t.Fatalf("rows %s, want %s", strings.Join(order, " "), want)
+	}
+	fastest := map[int]int{}
+	for _, sr := range doc.ShapeRatios {
+		if sr.OfFastest == 1 {
+			fastest[sr.Round]++
+		}
+		if !(sr.OfFastest > 0 && sr.OfFastest <= 1) {
+			t.Errorf("ratio %+v: want in (0, 1]", sr)
+		}
+	}
+	if len(doc.ShapeRatios) != 4 || fastest[1] != 1 || fastest[2] != 1 {
+		t.Errorf("shape_ratios %+v: want four, one fastest in each round", doc.ShapeRatios)
+	}
+	if len(doc.ShapeSummary) != 2 {
+		t.Fatalf("shape_summary %+v: want one a shape", doc.ShapeSummary)
+	}
+	for _, ss := range doc.ShapeSummary {
+		if ss.Rounds != 2 || !(ss.OfFastestMin <= ss.OfFastest && ss.OfFastest <= ss.OfFastestMax && ss.OfFastestMax <= 1) {
+			t.Errorf("summary %+v: want two rounds, min <= median <= max <= 1", ss)
+		}
+	}
+	if !strings.Contains(stderr.String(), "100 regions (round 2):") {
+		t.Errorf("the second round's progress does not say so:\n%s", stderr.String())
 	}
 }
 
