@@ -63,39 +63,36 @@ func scaleShapeRatiosOf(rows []ScaleRow) []ScaleShapeRatio {
 
 // scaleShapeSummaryOf takes, for each shape of a region count and
 // transport, the medians of its rounds' ratios (--rounds): nothing when
-// the shapes ran once. A round that failed before a shape's row leaves
-// that shape fewer rounds (Rounds says how many).
+// the shapes ran once. A round the bench stopped in may lack its fastest
+// shape, its others compared with a slower one: it is left out whole
+// (Rounds says how many are left).
 func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
-	// A round the bench stopped in may lack its fastest shape: its others
-	// were compared with a slower one, so the round is left out whole.
-	type round struct {
-		regions, round int
-		tls            bool
-	}
-	shapesIn, most := map[round]int{}, map[[2]int]int{}
-	tlsOf := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	for _, sr := range ratios {
-		rk := round{sr.Regions, sr.Round, sr.TLS}
-		shapesIn[rk]++
-		most[[2]int{sr.Regions, tlsOf(sr.TLS)}] = max(most[[2]int{sr.Regions, tlsOf(sr.TLS)}], shapesIn[rk])
-	}
-	type key struct {
+	type group struct {
 		regions int
 		tls     bool
-		shape   string
+	}
+	type round struct {
+		group
+		n int
+	}
+	type key struct {
+		group
+		shape string
+	}
+	groupOf := func(sr ScaleShapeRatio) group { return group{sr.Regions, sr.TLS} }
+	shapesIn, most := map[round]int{}, map[group]int{}
+	for _, sr := range ratios {
+		rk := round{groupOf(sr), sr.Round}
+		shapesIn[rk]++
+		most[rk.group] = max(most[rk.group], shapesIn[rk])
 	}
 	var order []key
 	byShape := map[key][]ScaleShapeRatio{}
 	for _, sr := range ratios {
-		if sr.Round == 0 || shapesIn[round{sr.Regions, sr.Round, sr.TLS}] < most[[2]int{sr.Regions, tlsOf(sr.TLS)}] {
+		if g := groupOf(sr); sr.Round == 0 || shapesIn[round{g, sr.Round}] < most[g] {
 			continue
 		}
-		k := key{sr.Regions, sr.TLS, sr.Shape}
+		k := key{groupOf(sr), sr.Shape}
 		if _, seen := byShape[k]; !seen {
 			order = append(order, k)
 		}

@@ -360,19 +360,11 @@ func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(st
 		for _, sh := range o.roundShapes(round) {
 			n := sh.Regions
 			for _, withTLS := range o.TLS {
-				sub := fmt.Sprintf("regions-%d", n)
-				if len(o.Shapes) > 0 {
-					sub += "-" + sh.String()
-				}
-				if withTLS {
-					sub += "-tls"
-				}
 				numbered := 0
 				if o.Rounds > 1 {
 					numbered = round + 1
-					sub += fmt.Sprintf("-round%d", numbered)
 				}
-				row, err := runScaleRow(ctx, bin, filepath.Join(o.Dir, sub), sh, withTLS, numbered, o, progress)
+				row, err := runScaleRow(ctx, bin, sh, withTLS, numbered, o, progress)
 				if err != nil {
 					if row.OpenSeconds > 0 {
 						// What was measured before the failure is still worth
@@ -380,11 +372,7 @@ func scaleRows(ctx context.Context, bin string, o ScaleOptions, progress func(st
 						row.Failed = err.Error()
 						rows = append(rows, row)
 					}
-					what := fmt.Sprintf("%d regions", n)
-					if numbered > 0 {
-						what += fmt.Sprintf(" (%s, round %d)", sh, numbered)
-					}
-					return rows, fmt.Sprintf("%s: %v", what, err)
+					return rows, fmt.Sprintf("%d regions%s: %v", n, rowOfRound(row), err)
 				}
 				rows = append(rows, row)
 			}
@@ -405,12 +393,31 @@ func (o ScaleOptions) roundShapes(round int) []Shape {
 	return shapes
 }
 
-// runScaleRow starts a cluster in dir, opens n regions on it and runs the
-// phases, then kills the cluster (and removes dir unless kept by the
-// caller).
-func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, round int, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
+// rowName names a row's directory ("regions-" and it) and profiles: its
+// region count, then its shape (--shape), transport and round (--rounds)
+// where rows differ by them.
+func rowName(o ScaleOptions, sh Shape, withTLS bool, round int) string {
+	name := strconv.Itoa(sh.Regions)
+	if len(o.Shapes) > 0 {
+		name += "-" + sh.String()
+	}
+	if withTLS {
+		name += "-tls"
+	}
+	if round > 0 {
+		name += fmt.Sprintf("-round%d", round)
+	}
+	return name
+}
+
+// runScaleRow starts a cluster in the row's directory under o.Dir, opens
+// n regions on it and runs the phases, then kills the cluster (and
+// removes the directory unless kept by the caller).
+func runScaleRow(ctx context.Context, bin string, sh Shape, withTLS bool, round int, o ScaleOptions, progress func(string, ...any)) (row ScaleRow, err error) {
 	n := sh.Regions
 	row.Regions, row.TLS, row.TableRegions, row.Shape, row.Round = n, withTLS, sh.TableRegions, sh.String(), round
+	name := rowName(o, sh, withTLS, round)
+	dir := filepath.Join(o.Dir, "regions-"+name)
 	var tags []string
 	if withTLS {
 		tags = append(tags, "TLS")
@@ -443,18 +450,9 @@ func runScaleRow(ctx context.Context, bin, dir string, sh Shape, withTLS bool, r
 	progress("%d regions: machine baseline: %.0f k ops/s on %d cores, fsync %.2f ms (median)", n, row.Machine.CPUOpsPerSecond/1e3, row.Machine.CPUs, row.Machine.FsyncMs)
 	progress("%d regions: starting 3 masters and %d region servers in %s", n, o.RegionServers, dir)
 	c, err := startBenchCluster(bin, dir, o.RegionServers, o.Workers, withTLS)
-	// Rows of one region count in several shapes keep a profile each.
-	profileRow := strconv.Itoa(n)
-	if len(o.Shapes) > 0 {
-		profileRow += "-" + sh.String()
-	}
-	if withTLS {
-		// --tls both: the plaintext row's profiles are not overwritten.
-		profileRow += "-tls"
-	}
-	if round > 0 {
-		profileRow += fmt.Sprintf("-round%d", round)
-	}
+	// Every row keeps profiles of its own: no shape, transport or round
+	// overwrites another's.
+	profileRow := name
 	var openLeader, crashLeader *benchMaster
 	defer func() {
 		if c != nil {
