@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/benchstat"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
@@ -22,7 +23,10 @@ import (
 // list, chooses others), in alternating rounds so that load from
 // elsewhere hits both alike (4 rounds each, BATON_BENCH_ROUNDS another
 // even count; BATON_BENCH_ONLY=bare or audited runs one, for a profile).
-// Reported: submits/s of each, and audited over bare.
+// Reported: submits/s of each, and audited over bare, from the sums of
+// all rounds and as the median of each round's own ratio (its two
+// clusters run back to back, in the same moment of the machine) with
+// the least and greatest: a slow fsync moves one round, not the median.
 //
 //	go test -run xxx -bench BenchmarkAuditedSubmits -benchtime 4000x ./cluster/admin/
 func BenchmarkAuditedSubmits(b *testing.B) {
@@ -92,25 +96,32 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	}
 	per := max(b.N/rounds, callers)
 	var tb, ta, cb, ca time.Duration
+	var perRound []float64 // each round's audited/bare
 	// Each cluster goes first in every other round: what one round leaves
 	// behind (garbage, raft's log compaction, the disk's write-back) is
 	// paid by the round after it, which must not always be the audited one.
 	only := os.Getenv("BATON_BENCH_ONLY") // bare or audited: to profile one
-	timed := func(n *testNode, wall, cpu *time.Duration) {
+	timed := func(n *testNode, wall, cpu *time.Duration) time.Duration {
 		if (only == "bare" && n != bare) || (only == "audited" && n != audited) {
-			return
+			return 0
 		}
 		c0 := processCPU()
-		*wall += round(n, per)
+		d := round(n, per)
+		*wall += d
 		*cpu += processCPU() - c0
+		return d
 	}
 	for r := range rounds {
+		var db, da time.Duration
 		if r%2 == 0 {
-			timed(bare, &tb, &cb)
-			timed(audited, &ta, &ca)
+			db = timed(bare, &tb, &cb)
+			da = timed(audited, &ta, &ca)
 		} else {
-			timed(audited, &ta, &ca)
-			timed(bare, &tb, &cb)
+			da = timed(audited, &ta, &ca)
+			db = timed(bare, &tb, &cb)
+		}
+		if db > 0 && da > 0 {
+			perRound = append(perRound, db.Seconds()/da.Seconds()) // rates of equal calls: the times' inverse ratio
 		}
 	}
 	b.StopTimer()
@@ -132,6 +143,10 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	b.ReportMetric(rb, "bare-submits/s")
 	b.ReportMetric(ra, "audited-submits/s")
 	b.ReportMetric(ra/rb, "audited/bare")
-	fmt.Fprintf(os.Stderr, "submits/s at %d callers: bare %.0f, audited %.0f (%.2f×); CPU per submit: bare %.0f µs, audited %.0f µs\n",
-		callers, rb, ra, ra/rb, float64(cb.Microseconds())/float64(per*rounds), float64(ca.Microseconds())/float64(per*rounds))
+	sum := benchstat.Summarize(perRound)
+	b.ReportMetric(sum.Median, "audited/bare-median")
+	b.ReportMetric(sum.Min, "audited/bare-min")
+	b.ReportMetric(sum.Max, "audited/bare-max")
+	fmt.Fprintf(os.Stderr, "submits/s at %d callers: bare %.0f, audited %.0f (%.2f×; by round: median %.2f×, %.2f to %.2f over %d); CPU per submit: bare %.0f µs, audited %.0f µs\n",
+		callers, rb, ra, ra/rb, sum.Median, sum.Min, sum.Max, sum.N, float64(cb.Microseconds())/float64(per*rounds), float64(ca.Microseconds())/float64(per*rounds))
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/cluster"
 	"github.com/baton-dev/baton/cluster/diag"
+	"github.com/baton-dev/baton/internal/benchstat"
 	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/procedure"
 	"github.com/baton-dev/baton/proto/adminpb"
@@ -39,9 +40,13 @@ import (
 // BATON_BENCH_READERS (default 16) callers share b.N calls of each kind
 // (BATON_BENCH_READ_KINDS, a comma-separated subset, runs only those: to
 // profile one path);
-// the kinds run in alternating rounds so that load from elsewhere on the
+// the kinds run in rounds (4, BATON_BENCH_ROUNDS another even count),
+// every other one in reverse order, so that load from elsewhere on the
 // machine hits them alike. Reported: calls/s of each, and each over stale
-// (goal: linearizable/stale >= 0.5 at 16 readers).
+// (goal: linearizable/stale >= 0.8, forwarded/stale >= 0.5 at 16
+// readers), from the sums of all rounds and as the median of each
+// round's own ratio with the least and greatest (<kind>/stale-median,
+// -min, -max): a moment of the machine moves one round, not the median.
 //
 //	go test -run xxx -bench BenchmarkReads -benchtime 20000x ./cluster/admin/
 func BenchmarkReads(b *testing.B) {
@@ -102,14 +107,28 @@ func BenchmarkReads(b *testing.B) {
 	elapsed := make([]time.Duration, len(kinds))
 	cpu := make([]time.Duration, len(kinds))
 	done := make([]int, len(kinds))
-	const rounds = 4
+	rounds := 4
+	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v + v%2 // even: each order as often
+	}
+	// perRound[k] is kind k's rate over stale's in each round.
+	perRound := make([][]float64, len(kinds))
 	b.ResetTimer()
 	for r := range rounds {
 		n := b.N / rounds
 		if r == rounds-1 {
 			n = b.N - n*(rounds-1)
 		}
-		for k, kind := range kinds {
+		order := make([]int, len(kinds))
+		for i := range order {
+			order[i] = i
+		}
+		if r%2 == 1 {
+			slices.Reverse(order) // what a round leaves behind is paid by the kind after it
+		}
+		took := make([]time.Duration, len(kinds))
+		for _, k := range order {
+			kind := kinds[k]
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			var firstErr atomic.Value
@@ -127,11 +146,17 @@ func BenchmarkReads(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			elapsed[k] += time.Since(start)
+			took[k] = time.Since(start)
+			elapsed[k] += took[k]
 			cpu[k] += processCPU() - cpu0
 			done[k] += n
 			if err, _ := firstErr.Load().(error); err != nil {
 				b.Fatalf("%s: %v", kind.name, err)
+			}
+		}
+		if n > 0 && len(kinds) > 0 && kinds[0].name == "stale" {
+			for k := 1; k < len(kinds); k++ {
+				perRound[k] = append(perRound[k], took[0].Seconds()/took[k].Seconds()) // equal calls: the times' inverse ratio
 			}
 		}
 	}
@@ -150,6 +175,10 @@ func BenchmarkReads(b *testing.B) {
 	if len(kinds) > 0 && kinds[0].name == "stale" {
 		for k, kind := range kinds[1:] {
 			b.ReportMetric(rate[k+1]/rate[0], kind.name+"/stale")
+			sum := benchstat.Summarize(perRound[k+1])
+			b.ReportMetric(sum.Median, kind.name+"/stale-median")
+			b.ReportMetric(sum.Min, kind.name+"/stale-min")
+			b.ReportMetric(sum.Max, kind.name+"/stale-max")
 		}
 	}
 	// The CPU of the whole process (three masters and the callers) per
@@ -161,7 +190,8 @@ func BenchmarkReads(b *testing.B) {
 		b.ReportMetric(float64(cpu[k].Microseconds())/float64(max(done[k], 1)), kind.name+"-cpu-us/call")
 		line += fmt.Sprintf(" %s %.0f/s", kind.name, rate[k])
 		if k > 0 && kinds[0].name == "stale" {
-			line += fmt.Sprintf(" (%.2fx)", rate[k]/rate[0])
+			sum := benchstat.Summarize(perRound[k])
+			line += fmt.Sprintf(" (%.2fx; by round: median %.2fx, %.2f to %.2f over %d)", rate[k]/rate[0], sum.Median, sum.Min, sum.Max, sum.N)
 		}
 	}
 	b.Log(line)

@@ -13,7 +13,7 @@ import "strings"
 // rooms stay independent of each other). A path ending in "/..." covers
 // the packages below it.
 var Floors = [][]string{
-	{"proto/...", "internal/clock", "internal/defaults", "internal/freeport", "internal/testwait", "internal/testcheck", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck", "internal/enumname", "internal/textcut", "internal/locked", "internal/grpcstop", "internal/version"},
+	{"proto/...", "internal/clock", "internal/defaults", "internal/freeport", "internal/benchstat", "internal/testwait", "internal/testcheck", "internal/layers", "internal/fsutil", "internal/tracectx", "internal/otelenv", "internal/promkit", "internal/syncbuf", "internal/memstat", "internal/doccheck", "internal/enumname", "internal/textcut", "internal/locked", "internal/grpcstop", "internal/version"},
 	{"store", "scheduler", "cluster/client", "cluster/filecare", "cluster/snapdir", "security", "internal/rpcfault", "internal/promkit/scrapetest", "internal/reqlimit", "internal/testnet", "integration/harness/process"},
 	{"procedure"},
 	{"raftfsm", "dispatch", "cluster/lease", "cluster/diag", "cluster/regionserver", "cluster/catalog", "procedure/proceduretest", "examples/provisionproc"},

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"text/tabwriter"
+
+	"github.com/baton-dev/baton/internal/benchstat"
 )
 
 // scaleTLSRatiosOf pairs each region count's TLS row with its plaintext
@@ -111,14 +113,14 @@ func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
 		ofFastest := of(func(sr ScaleShapeRatio) float64 { return sr.OfFastest })
 		ss := ScaleShapeSummary{
 			Regions: k.regions, TLS: k.tls, Shape: k.shape, Rounds: len(rs),
-			RegionsPerSecond: median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
-			OfFastest:        median(ofFastest),
+			RegionsPerSecond: benchstat.Median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
+			OfFastest:        benchstat.Median(ofFastest),
 			OfFastestMin:     slices.Min(ofFastest),
 			OfFastestMax:     slices.Max(ofFastest),
 		}
 		// Rounds without a machine baseline (0) have no such ratio.
 		if pm := slices.DeleteFunc(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastestPerMachine }), func(v float64) bool { return v <= 0 }); len(pm) > 0 {
-			ss.OfFastestPerMachine = median(pm)
+			ss.OfFastestPerMachine = benchstat.Median(pm)
 		}
 		out = append(out, ss)
 	}
@@ -132,17 +134,6 @@ func rowOfRound(r ScaleRow) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%s, round %d)", r.Shape, r.Round)
-}
-
-// median of v (not empty): the middle value, or the mean of the two
-// middle ones.
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // perMachine is a row's regions per second over its machine baseline's

@@ -299,18 +299,6 @@ func TestScaleShapeRounds(t *testing.T) {
 	}
 }
 
-// An even count of rounds takes the mean of the middle two.
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		v    []float64
-		want float64
-	}{{[]float64{3}, 3}, {[]float64{0.9, 0.7}, 0.8}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
-		if got := median(tc.v); math.Abs(got-tc.want) > 1e-9 {
-			t.Errorf("median(%v) = %v, want %v", tc.v, got, tc.want)
-		}
-	}
-}
-
 // With --tls both and --rounds, each round's TLS row is compared with
 // the same round's plaintext row.
 func TestScaleTLSRatioPerRound(t *testing.T) {
