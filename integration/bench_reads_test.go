@@ -39,6 +39,9 @@ func TestBenchReads(t *testing.T) {
 			Calls            int      `json:"calls"`
 			CallsPerSecond   float64  `json:"calls_per_second"`
 			RatioToStale     *float64 `json:"ratio_to_stale"`
+			RatioMedian      *float64 `json:"ratio_to_stale_median"`
+			RatioMin         *float64 `json:"ratio_to_stale_min"`
+			RatioMax         *float64 `json:"ratio_to_stale_max"`
 			ClusterCPUMicros float64  `json:"cluster_cpu_us_per_call"`
 		} `json:"kinds"`
 		Error string `json:"error"`
@@ -59,6 +62,10 @@ func TestBenchReads(t *testing.T) {
 		}
 		if (k.RatioToStale == nil) != (i == 0) || (k.RatioToStale != nil && !(*k.RatioToStale > 0)) {
 			t.Errorf("kind %s: ratio to stale %v: want one for every kind but stale", k.Kind, k.RatioToStale)
+		}
+		given := k.RatioMedian != nil && k.RatioMin != nil && k.RatioMax != nil
+		if given != (i != 0) || (given && !(*k.RatioMin > 0 && *k.RatioMin <= *k.RatioMedian && *k.RatioMedian <= *k.RatioMax)) {
+			t.Errorf("kind %s: ratio to stale by round: median %v in %v to %v: want least <= median <= greatest for every kind but stale", k.Kind, k.RatioMedian, k.RatioMin, k.RatioMax)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/baton-dev/baton/internal/benchstat"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -62,6 +63,12 @@ type ReadKindRow struct {
 	CallsPerSecond float64 `json:"calls_per_second"`
 	// RatioToStale is CallsPerSecond over stale's (absent without stale).
 	RatioToStale *float64 `json:"ratio_to_stale,omitempty"`
+	// The same ratio taken in each round, between the kinds' runs of that
+	// round: its median, least and greatest. A moment of the machine (a
+	// neighbour's burst) moves one round, not the median.
+	RatioToStaleMedian *float64 `json:"ratio_to_stale_median,omitempty"`
+	RatioToStaleMin    *float64 `json:"ratio_to_stale_min,omitempty"`
+	RatioToStaleMax    *float64 `json:"ratio_to_stale_max,omitempty"`
 	// ClusterCPUMicros is the CPU the three masters' processes spent per
 	// call; BenchCPUMicros the bench's own (its callers).
 	ClusterCPUMicros float64 `json:"cluster_cpu_us_per_call"`
@@ -154,7 +161,9 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 	wall := make([]time.Duration, len(o.Kinds))
 	cluster := make([]time.Duration, len(o.Kinds))
 	own := make([]time.Duration, len(o.Kinds))
+	took := make([][]time.Duration, o.Rounds) // each round's wall time per kind
 	for r := range o.Rounds {
+		took[r] = make([]time.Duration, len(o.Kinds))
 		n := o.Calls / o.Rounds
 		if r == o.Rounds-1 {
 			n = o.Calls - n*(o.Rounds-1)
@@ -170,6 +179,7 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 				return fail(fmt.Errorf("%s, round %d: %w", k, r+1, err))
 			}
 			wall[i] += w
+			took[r][i] = w
 			cluster[i] += cl
 			own[i] += ow
 			rows[i].Calls += n
@@ -192,8 +202,34 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 			}
 		}
 	}
+	byRound := ratiosToStaleByRound(o.Kinds, took)
+	for i := range rows {
+		if sum := benchstat.Summarize(byRound[i]); sum.N > 0 {
+			rows[i].RatioToStaleMedian, rows[i].RatioToStaleMin, rows[i].RatioToStaleMax = &sum.Median, &sum.Min, &sum.Max
+		}
+	}
 	doc.Kinds = rows
 	return doc
+}
+
+// ratiosToStaleByRound is, for each kind but stale, its rate over
+// stale's in each round where both ran calls: stale's wall time over the
+// kind's, as each made the same number of calls. Nil for stale, and for
+// every kind when stale is not among them.
+func ratiosToStaleByRound(kinds []string, took [][]time.Duration) [][]float64 {
+	out := make([][]float64, len(kinds))
+	s := slices.Index(kinds, "stale")
+	if s < 0 {
+		return out
+	}
+	for _, round := range took {
+		for i := range kinds {
+			if i != s && round[i] > 0 && round[s] > 0 {
+				out[i] = append(out[i], round[s].Seconds()/round[i].Seconds())
+			}
+		}
+	}
+	return out
 }
 
 // readRound has callers make n calls of call between them, and returns
@@ -268,13 +304,16 @@ func PrintReads(out io.Writer, doc ReadsDoc) {
 	fmt.Fprintf(out, "machine: %.2f M ops/s on %d CPUs, fsync %.2f ms\n", doc.Machine.CPUOpsPerSecond/1e6, doc.Machine.CPUs, doc.Machine.FsyncMs)
 	fmt.Fprintf(out, "%d callers, %d calls of each kind in %d alternating rounds; three masters, each a process of its own\n\n", doc.Callers, doc.Calls, doc.Rounds)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "kind\tcalls/s\tover stale\tmasters' CPU µs/call\tbench's CPU µs/call\t")
+	fmt.Fprintln(tw, "kind\tcalls/s\tover stale\tby round: median (range)\tmasters' CPU µs/call\tbench's CPU µs/call\t")
 	for _, r := range doc.Kinds {
-		ratio := "-"
+		ratio, byRound := "-", "-"
 		if r.RatioToStale != nil {
 			ratio = fmt.Sprintf("%.2f×", *r.RatioToStale)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.0f\t\n", r.Kind, r.CallsPerSecond, ratio, r.ClusterCPUMicros, r.BenchCPUMicros)
+		if r.RatioToStaleMedian != nil {
+			byRound = fmt.Sprintf("%.2f× (%.2f to %.2f)", *r.RatioToStaleMedian, *r.RatioToStaleMin, *r.RatioToStaleMax)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%.0f\t%.0f\t\n", r.Kind, r.CallsPerSecond, ratio, byRound, r.ClusterCPUMicros, r.BenchCPUMicros)
 	}
 	tw.Flush()
 }
