@@ -157,36 +157,55 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 			return fail(fmt.Errorf("%s: %w", k, err))
 		}
 	}
-	rows := make([]ReadKindRow, len(o.Kinds))
-	wall := make([]time.Duration, len(o.Kinds))
-	cluster := make([]time.Duration, len(o.Kinds))
-	own := make([]time.Duration, len(o.Kinds))
-	took := make([][]time.Duration, o.Rounds) // each round's wall time per kind
-	for r := range o.Rounds {
-		took[r] = make([]time.Duration, len(o.Kinds))
-		n := o.Calls / o.Rounds
-		if r == o.Rounds-1 {
-			n = o.Calls - n*(o.Rounds-1)
+	rows, err := readRounds(o.Kinds, o.Rounds, o.Calls, func(kind string, n int) (time.Duration, time.Duration, time.Duration, error) {
+		return readRound(ctx, c, o.Callers, n, o.Timeout, calls[kind])
+	}, progress)
+	if err != nil {
+		return fail(err)
+	}
+	doc.Kinds = rows
+	return doc
+}
+
+// readRounds splits calls of each kind over rounds, the kinds taking
+// turns, every other round in reverse order, and sums what run measured
+// of each (the wall time of n calls, the masters' and the bench's CPU)
+// into a row per kind, with its ratio to stale: of the sums, and taken in
+// each round.
+func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) (wall, clusterCPU, ownCPU time.Duration, err error), progress func(format string, args ...any)) ([]ReadKindRow, error) {
+	rows := make([]ReadKindRow, len(kinds))
+	wall := make([]time.Duration, len(kinds))
+	cluster := make([]time.Duration, len(kinds))
+	own := make([]time.Duration, len(kinds))
+	var took [][]time.Duration // each round's wall time per kind, rounds with calls only
+	for r := range rounds {
+		n := calls / rounds
+		if r == rounds-1 {
+			n = calls - n*(rounds-1)
 		}
-		order := slices.Clone(o.Kinds)
+		order := slices.Clone(kinds)
 		if r%2 == 1 {
 			slices.Reverse(order) // each kind goes first as often
 		}
+		round := make([]time.Duration, len(kinds))
 		for _, k := range order {
-			i := slices.Index(o.Kinds, k)
-			w, cl, ow, err := readRound(ctx, c, o.Callers, n, o.Timeout, calls[k])
+			i := slices.Index(kinds, k)
+			w, cl, ow, err := run(k, n)
 			if err != nil {
-				return fail(fmt.Errorf("%s, round %d: %w", k, r+1, err))
+				return nil, fmt.Errorf("%s, round %d: %w", k, r+1, err)
 			}
 			wall[i] += w
-			took[r][i] = w
+			round[i] = w
 			cluster[i] += cl
 			own[i] += ow
 			rows[i].Calls += n
 		}
-		progress("round %d of %d done", r+1, o.Rounds)
+		if n > 0 {
+			took = append(took, round)
+		}
+		progress("round %d of %d done", r+1, rounds)
 	}
-	for i, k := range o.Kinds {
+	for i, k := range kinds {
 		row := &rows[i]
 		row.Kind = k
 		row.Seconds = wall[i].Seconds()
@@ -194,7 +213,7 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 		row.ClusterCPUMicros = float64(cluster[i].Microseconds()) / float64(row.Calls)
 		row.BenchCPUMicros = float64(own[i].Microseconds()) / float64(row.Calls)
 	}
-	if s := slices.Index(o.Kinds, "stale"); s >= 0 {
+	if s := slices.Index(kinds, "stale"); s >= 0 {
 		for i := range rows {
 			if i != s {
 				r := rows[i].CallsPerSecond / rows[s].CallsPerSecond
@@ -202,20 +221,21 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 			}
 		}
 	}
-	byRound := ratiosToStaleByRound(o.Kinds, took)
+	byRound := ratiosToStaleByRound(kinds, took)
 	for i := range rows {
 		if sum := benchstat.Summarize(byRound[i]); sum.N > 0 {
 			rows[i].RatioToStaleMedian, rows[i].RatioToStaleMin, rows[i].RatioToStaleMax = &sum.Median, &sum.Min, &sum.Max
 		}
 	}
-	doc.Kinds = rows
-	return doc
+	return rows, nil
 }
 
 // ratiosToStaleByRound is, for each kind but stale, its rate over
-// stale's in each round where both ran calls: stale's wall time over the
-// kind's, as each made the same number of calls. Nil for stale, and for
-// every kind when stale is not among them.
+// stale's in each round of took (the rounds in which every kind made the
+// same number of calls, at least one): stale's wall time over the
+// kind's. Nil for stale, and for every kind when stale is not among
+// them. A round without a time of both is passed over rather than
+// divided by.
 func ratiosToStaleByRound(kinds []string, took [][]time.Duration) [][]float64 {
 	out := make([][]float64, len(kinds))
 	s := slices.Index(kinds, "stale")
