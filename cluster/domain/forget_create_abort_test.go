@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/procedure"
 )
 
-// Review of a create forgetting its region children: the server that
+// A create forgetting its region children, then its server lost: the server that
 // opened the forgotten children's regions is lost (stopped, or restarted
 // with a new start code), with or without a failover of the leader, and
 // the create is then aborted while a slow server's children still run.
@@ -19,7 +19,7 @@ import (
 // WRITE_LAYOUT must find it in the store alone, wait out the lost
 // server's self-fence where it must, and end with nothing of the table
 // recorded or hosted.
-func TestReviewForgottenChildrensServerLostThenAbort(t *testing.T) {
+func TestForgottenChildrensServerLostThenAbort(t *testing.T) {
 	const regions = 24
 	for _, tc := range []struct {
 		name     string

@@ -25,7 +25,7 @@ func (p *cvProgParent) Progress() Progress {
 // it forgot included, before and after a restart: a create's "regions
 // open" must not fall back from 99 of 100 to 0 of 100 when a new leader
 // takes it over.
-func TestReviewCoveringParentProgressAfterRestart(t *testing.T) {
+func TestCoveringParentProgressAfterRestart(t *testing.T) {
 	const kids = 100
 	mem := store.NewMemStore()
 	reg := coverRegistry(t)

@@ -15,7 +15,7 @@ import (
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
-// TestReviewNoDomainSaysSo (held by gateway_compat.go): a node serving no domain answered the eight
+// TestNoDomainSaysSo (held by gateway_compat.go): a node serving no domain answered the eight
 // procedure-starting domain calls (before the gateway, a34269a) with
 // UNIMPLEMENTED "admin: this node serves no domain (namespaces, tables,
 // regions)", as it still answers the domain's reads. With the gateway,
@@ -23,7 +23,7 @@ import (
 // UnimplementedAdminServer answers "method CreateTable not implemented":
 // same code, a different (less telling) message, and a different one from
 // the reads' on the same node.
-func TestReviewNoDomainSaysSo(t *testing.T) {
+func TestNoDomainSaysSo(t *testing.T) {
 	b := &fakeBackend{id: "m0", leaderID: "m0", kv: map[string][]byte{}}
 	s, err := New(b, Config{RegisterInterval: time.Hour})
 	if err != nil {
@@ -55,14 +55,14 @@ func TestReviewNoDomainSaysSo(t *testing.T) {
 	}
 }
 
-// TestReviewServerMethodsStillServe (held by gateway_compat.go): *Server's exported CreateTable,
+// TestServerMethodsStillServe (held by gateway_compat.go): *Server's exported CreateTable,
 // EnableTable, ... (the adminpb.AdminServer methods) served the call when
 // called in process, as SubmitProcedure still does. Since the gateway they
 // are UnimplementedAdminServer's and answer UNIMPLEMENTED: a Go caller of
 // the exported method (or a gRPC server registering the Server with
 // adminpb.RegisterAdminServer instead of RegisterServices) loses the eight
 // calls silently.
-func TestReviewServerMethodsStillServe(t *testing.T) {
+func TestServerMethodsStillServe(t *testing.T) {
 	x, mem := newExecutor(t)
 	b := &fakeBackend{id: "m0", leaderID: "m0", procs: x, kv: map[string][]byte{}, mem: mem}
 	s, err := New(WithDomain(b, &stubDomain{}), Config{RegisterInterval: time.Hour})

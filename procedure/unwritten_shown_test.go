@@ -9,7 +9,7 @@ import (
 // heldChildEnd is a parent (func name+"-parent") that spawns one child
 // (name+"-child", done in one step), then ends as then says, run on a
 // writeGateStore holding the child's write of end: the window of the
-// review's tests, between a child's end decided and its write.
+// tests below, between a child's end decided and its write.
 type heldChildEnd struct {
 	h         *harness
 	st        *writeGateStore
@@ -42,14 +42,14 @@ func (c heldChildEnd) finish(t *testing.T, want State) {
 	}
 }
 
-// TestReviewRolledBackChildShownOnlyOnceWritten: a child that succeeded
+// TestRolledBackChildShownOnlyOnceWritten: a child that succeeded
 // (its SUCCESS written) and is then rolled back with its tree goes
 // SUCCESS -> ROLLEDBACK in memory (rollback.go, the per-step path), a
 // terminal-to-terminal move setStateLocked does not mark endUnwritten. Get
 // and List then show ROLLEDBACK while the write carrying it (and the
 // undo's own effect) has not committed: the store still holds SUCCESS, and
 // a failed write restarts the rollback from there.
-func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
+func TestRolledBackChildShownOnlyOnceWritten(t *testing.T) {
 	c := startHeldChildEnd(t, "rv-rb", RolledBack, func() (Step, error) { return Step{}, errors.New("boom") })
 	h, child := c.h, c.child
 	ci, err := h.x.Get(child)
@@ -68,11 +68,11 @@ func TestReviewRolledBackChildShownOnlyOnceWritten(t *testing.T) {
 	}
 }
 
-// TestReviewWhyAgreesWithShownState: while a root's SUCCESS write is on its
+// TestWhyAgreesWithShownState: while a root's SUCCESS write is on its
 // way, Get shows it RUNNABLE (not finished), but Why answers from the
 // in-memory state: Reason "finished". A watch that stops on "finished"
 // reads a state Get does not show yet, nor the store hold.
-func TestReviewWhyAgreesWithShownState(t *testing.T) {
+func TestWhyAgreesWithShownState(t *testing.T) {
 	st := newWriteGateStore(func(i Info) bool { return i.ParentID == 0 && i.State == Success })
 	h := startExecutor(t, st, newDomain(), nil)
 	defer st.open()
@@ -84,7 +84,7 @@ func TestReviewWhyAgreesWithShownState(t *testing.T) {
 		t.Fatal(err)
 	}
 	if w.State.Terminal() {
-		t.Fatalf("Why shows %v during the write (not the change under review)", w.State)
+		t.Fatalf("Why shows %v during the write (before its write committed)", w.State)
 	}
 	if w.Reason == "finished" {
 		t.Errorf("Why(%d): Reason %q while its Info.State is %v and its end is not written", id, w.Reason, w.State)
@@ -95,15 +95,15 @@ func TestReviewWhyAgreesWithShownState(t *testing.T) {
 	}
 }
 
-// TestReviewWhyListsChildShownUnfinished: a child whose SUCCESS write is
+// TestWhyListsChildShownUnfinished: a child whose SUCCESS write is
 // on its way is shown RUNNABLE by Get, yet its parent's Why leaves it out
 // of its unfinished children (it tests the in-memory state).
-func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
+func TestWhyListsChildShownUnfinished(t *testing.T) {
 	c := startHeldChildEnd(t, "rv-whyk", Success, func() (Step, error) { return Done(), nil })
 	h, id, child := c.h, c.id, c.child
 	ci, _ := h.x.Get(child)
 	if ci.State.Terminal() {
-		t.Fatalf("child shown %v during its write (not the change under review)", ci.State)
+		t.Fatalf("child shown %v during its write (before its write committed)", ci.State)
 	}
 	if w, _ := h.x.Why(id); !slices.Contains(w.Children, child) {
 		t.Errorf("Why(%d) lists unfinished children %v without child %d, shown %v", id, w.Children, child, ci.State)
@@ -114,7 +114,7 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 	c.finish(t, Success)
 }
 
-// TestReviewBypassRefusalAgreesWithGet: cluster/domain's region repair
+// TestBypassRefusalAgreesWithGet: cluster/domain's region repair
 // bypasses a procedure and, refused, asks Get whether it ended meanwhile
 // (then it moves on) or Why whether it rolls back; anything else fails the
 // repair. During a child's SUCCESS write, Bypass refuses it as "already
@@ -123,7 +123,7 @@ func TestReviewWhyListsChildShownUnfinished(t *testing.T) {
 // procedure is finishing. Now Bypass, Abort and Pause refuse with
 // ErrFinishing in that window (shown failing with endedErrLocked's
 // ErrFinishing branch disabled: "already SUCCESS" for all three).
-func TestReviewBypassRefusalAgreesWithGet(t *testing.T) {
+func TestBypassRefusalAgreesWithGet(t *testing.T) {
 	c := startHeldChildEnd(t, "rv-bp", Success, func() (Step, error) { return Done(), nil })
 	h, child := c.h, c.child
 	// The child's SUCCESS write is held: Get shows it unfinished, so a
