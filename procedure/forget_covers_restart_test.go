@@ -21,7 +21,7 @@ func (p *cvProgParent) Progress() Progress {
 	return Progress{Total: int64(p.Kids), Unit: "children", FromChildren: true, Spawned: int64(spawned)}
 }
 
-// Review: a covering parent's progress counts its ended children, those
+// A covering parent's progress counts its ended children, those
 // it forgot included, before and after a restart: a create's "regions
 // open" must not fall back from 99 of 100 to 0 of 100 when a new leader
 // takes it over.
