@@ -95,35 +95,24 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 		rounds = v + v%2 // even: each cluster goes first as often
 	}
 	per := max(b.N/rounds, callers)
-	var tb, ta, cb, ca time.Duration
-	var perRound []float64 // each round's audited/bare
-	// Each cluster goes first in every other round: what one round leaves
-	// behind (garbage, raft's log compaction, the disk's write-back) is
-	// paid by the round after it, which must not always be the audited one.
+	// Each cluster goes first in every other round (benchstat.Alternate):
+	// what one round leaves behind (garbage, raft's log compaction, the
+	// disk's write-back) is paid by the round after it, which must not
+	// always be the audited one.
 	only := os.Getenv("BATON_BENCH_ONLY") // bare or audited: to profile one
-	timed := func(n *testNode, wall, cpu *time.Duration) time.Duration {
-		if (only == "bare" && n != bare) || (only == "audited" && n != audited) {
-			return 0
+	nodes := []*testNode{bare, audited}
+	var wall, cpu [2]time.Duration
+	took, _ := benchstat.Alternate(2, rounds, func(k, _ int) (time.Duration, error) { // never fails: round reports a failed call itself (b.Error)
+		if (only == "bare" && k != 0) || (only == "audited" && k != 1) {
+			return 0, nil
 		}
 		c0 := processCPU()
-		d := round(n, per)
-		*wall += d
-		*cpu += processCPU() - c0
-		return d
-	}
-	for r := range rounds {
-		var db, da time.Duration
-		if r%2 == 0 {
-			db = timed(bare, &tb, &cb)
-			da = timed(audited, &ta, &ca)
-		} else {
-			da = timed(audited, &ta, &ca)
-			db = timed(bare, &tb, &cb)
-		}
-		if db > 0 && da > 0 {
-			perRound = append(perRound, db.Seconds()/da.Seconds()) // rates of equal calls: the times' inverse ratio
-		}
-	}
+		d := round(nodes[k], per)
+		wall[k] += d
+		cpu[k] += processCPU() - c0
+		return d, nil
+	})
+	tb, ta, cb, ca := wall[0], wall[1], cpu[0], cpu[1]
 	b.StopTimer()
 	if only != "" {
 		// One cluster ran: its figures alone, no ratio.
@@ -143,7 +132,7 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	b.ReportMetric(rb, "bare-submits/s")
 	b.ReportMetric(ra, "audited-submits/s")
 	b.ReportMetric(ra/rb, "audited/bare")
-	sum := benchstat.Summarize(perRound)
+	sum := benchstat.Summarize(benchstat.RatiosByRound(took, 0)[1]) // audited over bare, each round
 	b.ReportMetric(sum.Median, "audited/bare-median")
 	b.ReportMetric(sum.Min, "audited/bare-min")
 	b.ReportMetric(sum.Max, "audited/bare-max")

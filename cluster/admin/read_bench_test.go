@@ -120,54 +120,57 @@ func BenchmarkReads(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v + v%2 // even: each order as often
 	}
-	// perRound[k] is kind k's rate over stale's in each round.
-	perRound := make([][]float64, len(kinds))
-	b.ResetTimer()
-	for r := range rounds {
-		n := b.N / rounds
+	callsIn := func(r int) int {
 		if r == rounds-1 {
-			n = b.N - n*(rounds-1)
+			return b.N - b.N/rounds*(rounds-1) // the rest
 		}
-		order := make([]int, len(kinds))
-		for i := range order {
-			order[i] = i
-		}
-		if r%2 == 1 {
-			slices.Reverse(order) // what a round leaves behind is paid by the kind after it
-		}
-		took := make([]time.Duration, len(kinds))
-		for _, k := range order {
-			kind := kinds[k]
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			var firstErr atomic.Value
-			start, cpu0 := time.Now(), processCPU()
-			for range readers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(n) {
-						if err := kind.call(); err != nil {
-							firstErr.CompareAndSwap(nil, err)
-							return
-						}
+		return b.N / rounds
+	}
+	b.ResetTimer()
+	// The kinds take turns, every other round backwards: what a round
+	// leaves behind is paid by the kind after it.
+	took, err := benchstat.Alternate(len(kinds), rounds, func(k, r int) (time.Duration, error) {
+		kind, n := kinds[k], callsIn(r)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		start, cpu0 := time.Now(), processCPU()
+		for range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(n) {
+					if err := kind.call(); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
 					}
-				}()
-			}
-			wg.Wait()
-			took[k] = time.Since(start)
-			elapsed[k] += took[k]
-			cpu[k] += processCPU() - cpu0
-			done[k] += n
-			if err, _ := firstErr.Load().(error); err != nil {
-				b.Fatalf("%s: %v", kind.name, err)
-			}
+				}
+			}()
 		}
-		if n > 0 && len(kinds) > 0 && kinds[0].name == "stale" {
-			for k := 1; k < len(kinds); k++ {
-				perRound[k] = append(perRound[k], took[0].Seconds()/took[k].Seconds()) // equal calls: the times' inverse ratio
-			}
+		wg.Wait()
+		d := time.Since(start)
+		elapsed[k] += d
+		cpu[k] += processCPU() - cpu0
+		done[k] += n
+		if err, _ := firstErr.Load().(error); err != nil {
+			return 0, fmt.Errorf("%s: %w", kind.name, err)
 		}
+		return d, nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// perRound[k] is kind k's rate over stale's in each round that made
+	// calls (the framework's b.N=1 probe leaves rounds of none).
+	var withCalls [][]time.Duration
+	for r, round := range took {
+		if callsIn(r) > 0 {
+			withCalls = append(withCalls, round)
+		}
+	}
+	perRound := make([][]float64, len(kinds))
+	if len(kinds) > 0 && kinds[0].name == "stale" {
+		copy(perRound, benchstat.RatiosByRound(withCalls, 0))
 	}
 	b.StopTimer()
 	if rounds, reads := leader.node.ReadRounds(); rounds > 0 {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Floor is the lowest port Listen draws: above the well-known and most
@@ -42,8 +43,11 @@ func Listen() (net.Listener, error) {
 func Drawn(low int) bool { return low > Floor+1000 }
 
 // EphemeralLow is the first port of the kernel's ephemeral range (Linux's
-// ip_local_port_range; 32768, its default and a common one, elsewhere).
-func EphemeralLow() int {
+// ip_local_port_range; 32768, its default and a common one, elsewhere),
+// read once a process: Listen asks it for every port drawn.
+var EphemeralLow = sync.OnceValue(readEphemeralLow)
+
+func readEphemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 32768

@@ -168,42 +168,39 @@ func Reads(ctx context.Context, bin string, o ReadsOptions, progress func(format
 }
 
 // readRounds splits calls of each kind over rounds, the kinds taking
-// turns, every other round in reverse order, and sums what run measured
-// of each (the wall time of n calls, the masters' and the bench's CPU)
-// into a row per kind, with its ratio to stale: of the sums, and taken in
-// each round.
+// turns, every other round in reverse order (benchstat.Alternate), and
+// sums what run measured of each (the wall time of n calls, the masters'
+// and the bench's CPU) into a row per kind, with its ratio to stale: of
+// the sums, and taken in each round that made calls.
 func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) (wall, clusterCPU, ownCPU time.Duration, err error), progress func(format string, args ...any)) ([]ReadKindRow, error) {
 	rows := make([]ReadKindRow, len(kinds))
 	wall := make([]time.Duration, len(kinds))
 	cluster := make([]time.Duration, len(kinds))
 	own := make([]time.Duration, len(kinds))
-	var took [][]time.Duration // each round's wall time per kind, rounds with calls only
-	for r := range rounds {
-		n := calls / rounds
+	callsIn := func(r int) int {
 		if r == rounds-1 {
-			n = calls - n*(rounds-1)
+			return calls - calls/rounds*(rounds-1) // the rest
 		}
-		order := slices.Clone(kinds)
-		if r%2 == 1 {
-			slices.Reverse(order) // each kind goes first as often
+		return calls / rounds
+	}
+	ran := 0
+	took, err := benchstat.Alternate(len(kinds), rounds, func(i, r int) (time.Duration, error) {
+		n := callsIn(r)
+		w, cl, ow, err := run(kinds[i], n)
+		if err != nil {
+			return 0, fmt.Errorf("%s, round %d: %w", kinds[i], r+1, err)
 		}
-		round := make([]time.Duration, len(kinds))
-		for _, k := range order {
-			i := slices.Index(kinds, k)
-			w, cl, ow, err := run(k, n)
-			if err != nil {
-				return nil, fmt.Errorf("%s, round %d: %w", k, r+1, err)
-			}
-			wall[i] += w
-			round[i] = w
-			cluster[i] += cl
-			own[i] += ow
-			rows[i].Calls += n
+		wall[i] += w
+		cluster[i] += cl
+		own[i] += ow
+		rows[i].Calls += n
+		if ran++; ran%len(kinds) == 0 {
+			progress("round %d of %d done", r+1, rounds)
 		}
-		if n > 0 {
-			took = append(took, round)
-		}
-		progress("round %d of %d done", r+1, rounds)
+		return w, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for i, k := range kinds {
 		row := &rows[i]
@@ -213,43 +210,30 @@ func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) 
 		row.ClusterCPUMicros = float64(cluster[i].Microseconds()) / float64(row.Calls)
 		row.BenchCPUMicros = float64(own[i].Microseconds()) / float64(row.Calls)
 	}
-	if s := slices.Index(kinds, "stale"); s >= 0 {
-		for i := range rows {
-			if i != s {
-				r := rows[i].CallsPerSecond / rows[s].CallsPerSecond
-				rows[i].RatioToStale = &r
-			}
+	s := slices.Index(kinds, "stale")
+	if s < 0 {
+		return rows, nil
+	}
+	for i := range rows {
+		if i != s {
+			r := rows[i].CallsPerSecond / rows[s].CallsPerSecond
+			rows[i].RatioToStale = &r
 		}
 	}
-	byRound := ratiosToStaleByRound(kinds, took)
-	for i := range rows {
-		if sum := benchstat.Summarize(byRound[i]); sum.N > 0 {
+	// Rounds of no calls (more rounds than calls, which the command
+	// refuses) say nothing.
+	var withCalls [][]time.Duration
+	for r, round := range took {
+		if callsIn(r) > 0 {
+			withCalls = append(withCalls, round)
+		}
+	}
+	for i, ratios := range benchstat.RatiosByRound(withCalls, s) {
+		if sum := benchstat.Summarize(ratios); sum.N > 0 {
 			rows[i].RatioToStaleMedian, rows[i].RatioToStaleMin, rows[i].RatioToStaleMax = &sum.Median, &sum.Min, &sum.Max
 		}
 	}
 	return rows, nil
-}
-
-// ratiosToStaleByRound is, for each kind but stale, its rate over
-// stale's in each round of took (the rounds in which every kind made the
-// same number of calls, at least one): stale's wall time over the
-// kind's. Nil for stale, and for every kind when stale is not among
-// them. A round without a time of both is passed over rather than
-// divided by.
-func ratiosToStaleByRound(kinds []string, took [][]time.Duration) [][]float64 {
-	out := make([][]float64, len(kinds))
-	s := slices.Index(kinds, "stale")
-	if s < 0 {
-		return out
-	}
-	for _, round := range took {
-		for i := range kinds {
-			if i != s && round[i] > 0 && round[s] > 0 {
-				out[i] = append(out[i], round[s].Seconds()/round[i].Seconds())
-			}
-		}
-	}
-	return out
 }
 
 // readRound has callers make n calls of call between them, and returns

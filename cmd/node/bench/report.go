@@ -110,13 +110,13 @@ func scaleShapeSummaryOf(ratios []ScaleShapeRatio) []ScaleShapeSummary {
 			}
 			return v
 		}
-		ofFastest := of(func(sr ScaleShapeRatio) float64 { return sr.OfFastest })
+		ofFastest := benchstat.Summarize(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastest }))
 		ss := ScaleShapeSummary{
 			Regions: k.regions, TLS: k.tls, Shape: k.shape, Rounds: len(rs),
 			RegionsPerSecond: benchstat.Median(of(func(sr ScaleShapeRatio) float64 { return sr.RegionsPerSecond })),
-			OfFastest:        benchstat.Median(ofFastest),
-			OfFastestMin:     slices.Min(ofFastest),
-			OfFastestMax:     slices.Max(ofFastest),
+			OfFastest:        ofFastest.Median,
+			OfFastestMin:     ofFastest.Min,
+			OfFastestMax:     ofFastest.Max,
 		}
 		// Rounds without a machine baseline (0) have no such ratio.
 		if pm := slices.DeleteFunc(of(func(sr ScaleShapeRatio) float64 { return sr.OfFastestPerMachine }), func(v float64) bool { return v <= 0 }); len(pm) > 0 {
