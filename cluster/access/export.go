@@ -310,7 +310,9 @@ func (e *Exporter) observe() (stop func()) {
 // onPut takes a record as the FSM applies it: it must not block.
 func (e *Exporter) onPut(key string, value []byte) {
 	e.mu.Lock()
-	e.offer(suffixOf(key), value)
+	for _, r := range StoredRecords(suffixOf(key), value) {
+		e.offer(r.Suffix, r.Value)
+	}
 	e.mu.Unlock()
 	e.poke()
 }
@@ -406,20 +408,15 @@ func (e *Exporter) read(sc PageScanner) {
 	var recs []rec
 	cut := ""
 	for _, prefix := range []string{AuditPrefix, RefusedPrefix} {
-		from := ""
-		if base != "" {
-			from = prefix + base
-		}
 		n := 0
-		sc.ScanFrom(prefix, from, func(k string, v []byte) bool {
-			suffix := strings.TrimPrefix(k, prefix)
+		ScanRecords(sc, prefix, base, func(r StoredRecord) bool {
 			if n++; n > Batch {
-				if cut == "" || suffix < cut {
-					cut = suffix
+				if cut == "" || r.Suffix < cut {
+					cut = r.Suffix
 				}
 				return false
 			}
-			recs = append(recs, rec{suffix, v})
+			recs = append(recs, rec{r.Suffix, r.Value})
 			return true
 		})
 	}

@@ -17,7 +17,9 @@ import (
 // record, never another's; a space past its ceiling loses the oldest
 // record of the holder that has the most. So a caller flooding the trail,
 // refused or served, only ever pushes out its own records, or those of a
-// holder with at least as many.
+// holder with at least as many. A key that holds a group of records
+// (AuditRecordGroup, one holder's) goes whole: its holder may keep up to
+// a group's records fewer than its quota, never another's fewer.
 
 // Group name prefixes of an Index.
 const (
@@ -27,23 +29,35 @@ const (
 
 // Index is the leader's view of one space's records, by group,
 // oldest first: built by a scan when unknown, then kept up to date by the
-// writes the leader makes.
+// writes the leader makes. It counts records, not keys: a key may hold a
+// group of records (AuditRecordGroup), all of one holder, which a quota
+// takes out whole.
 type Index struct {
-	groupsOf map[string][]string // live key -> its groups
+	groupsOf map[string]indexed // live key -> its groups
 	groups   map[string]*group
 	// dirty are the groups that may be past their quota.
 	dirty map[string]bool
+	// records is how many records the live keys hold.
+	records int
+}
+
+// indexed is what the index knows of a live key: the groups it counts
+// in, and how many records it holds.
+type indexed struct {
+	groups  []string
+	records int
 }
 
 // group is a group's keys in order, with the dead ones (pruned)
-// dropped lazily from the front.
+// dropped lazily from the front; live counts its records, liveKeys its
+// keys.
 type group struct {
-	keys []string
-	live int
+	keys           []string
+	live, liveKeys int
 }
 
 func NewIndex() *Index {
-	return &Index{groupsOf: map[string][]string{}, groups: map[string]*group{}, dirty: map[string]bool{}}
+	return &Index{groupsOf: map[string]indexed{}, groups: map[string]*group{}, dirty: map[string]bool{}}
 }
 
 // Holder is whose quota rec counts against: its principal, or for
@@ -84,11 +98,14 @@ func (sp *Space) quota(g string) int {
 	return min(sp.PerHolder, sp.Max)
 }
 
-func (x *Index) Add(key string, groups []string) {
+// Add counts key, holding records records (at least one), in groups.
+func (x *Index) Add(key string, groups []string, records int) {
 	if _, ok := x.groupsOf[key]; ok {
 		return
 	}
-	x.groupsOf[key] = groups
+	records = max(records, 1)
+	x.groupsOf[key] = indexed{groups, records}
+	x.records += records
 	for _, g := range groups {
 		gr := x.groups[g]
 		if gr == nil {
@@ -96,23 +113,26 @@ func (x *Index) Add(key string, groups []string) {
 			x.groups[g] = gr
 		}
 		gr.keys = append(gr.keys, key)
-		gr.live++
+		gr.live += records
+		gr.liveKeys++
 		x.dirty[g] = true
 	}
 }
 
 func (x *Index) Remove(key string) {
-	groups, ok := x.groupsOf[key]
+	k, ok := x.groupsOf[key]
 	if !ok {
 		return
 	}
 	delete(x.groupsOf, key)
-	for _, g := range groups {
+	x.records -= k.records
+	for _, g := range k.groups {
 		if gr := x.groups[g]; gr != nil {
-			if gr.live--; gr.live <= 0 {
+			gr.live -= k.records
+			if gr.liveKeys--; gr.liveKeys <= 0 {
 				delete(x.groups, g)
 				delete(x.dirty, g)
-			} else if len(gr.keys) > 2*gr.live+16 {
+			} else if len(gr.keys) > 2*gr.liveKeys+16 {
 				// Dead keys behind a live one are dropped in one pass,
 				// not walked over by every later look.
 				gr.keys = slices.DeleteFunc(gr.keys, func(k string) bool { _, live := x.groupsOf[k]; return !live })
@@ -147,9 +167,9 @@ func (x *Index) biggestAt(g string) string {
 	n := map[string]int{}
 	best := ""
 	for _, k := range x.groups[g].keys {
-		if groups, live := x.groupsOf[k]; live {
-			h := groups[0]
-			n[h]++
+		if ik, live := x.groupsOf[k]; live {
+			h := ik.groups[0]
+			n[h] += ik.records
 			if best == "" || n[h] > n[best] || (n[h] == n[best] && h < best) {
 				best = h
 			}
@@ -192,13 +212,15 @@ func (sp *Space) BuildIndex(scan func(prefix string, fn func(string, []byte) boo
 		if skip(k) {
 			return true
 		}
+		// A group's records are all one holder's: its first says whose.
+		recs := StoredRecords(strings.TrimPrefix(k, sp.Prefix), v)
 		var r adminpb.AuditRecord
-		if proto.Unmarshal(v, &r) != nil {
+		if len(recs) == 0 || proto.Unmarshal(recs[0].Value, &r) != nil {
 			// Unreadable: it counts against no one, and is pruned by age
 			// or never; it holds no one's place either.
 			return true
 		}
-		x.Add(k, sp.GroupsFor(&r))
+		x.Add(k, sp.GroupsFor(&r), len(recs))
 		return true
 	})
 	return x
@@ -221,7 +243,7 @@ func (x *Index) QuotaPrunes(sp *Space, limit int, skip func(string) bool) []stri
 				// Callers share addresses (a NAT, a proxy, one host's
 				// users): the one of them holding the most there pays.
 				victim := x.biggestAt(g)
-				k, ok = x.oldest(g, func(k string) bool { return skip(k) || x.groupsOf[k][0] != victim })
+				k, ok = x.oldest(g, func(k string) bool { return skip(k) || x.groupsOf[k].groups[0] != victim })
 			} else {
 				k, ok = x.oldest(g, skip)
 			}
@@ -234,7 +256,7 @@ func (x *Index) QuotaPrunes(sp *Space, limit int, skip func(string) bool) []stri
 			delete(x.dirty, g)
 		}
 	}
-	for len(x.groupsOf) > sp.Max && len(out) < limit {
+	for x.records > sp.Max && len(out) < limit {
 		deleted := false
 		for _, g := range x.biggestHolders() {
 			if k, ok := x.oldest(g, skip); ok {

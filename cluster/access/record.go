@@ -122,35 +122,31 @@ func ListPage(sc PageScanner, req *adminpb.ListAuditRequest, after string, limit
 	cutAt := ""
 	for _, prefix := range []string{AuditPrefix, RefusedPrefix} {
 		n, scanned, last, stopped := 0, 0, "", false
-		from := ""
-		if after != "" {
-			from = prefix + after
-		}
-		visit := func(k string, v []byte) bool {
+		visit := func(sr StoredRecord) bool {
 			if n > limit || scanned >= scanMax {
 				stopped = true
 				return false
 			}
 			scanned++
-			last = k
+			last = sr.Suffix
 			var r adminpb.AuditRecord
-			if proto.Unmarshal(v, &r) != nil {
+			if proto.Unmarshal(sr.Value, &r) != nil {
 				return true
 			}
 			if (req.GetPrincipal() != "" && r.GetPrincipal() != req.GetPrincipal()) || (req.GetMethod() != "" && r.GetMethod() != req.GetMethod()) {
 				return true
 			}
-			all = append(all, found{strings.TrimPrefix(k, prefix), &r, len(v)})
+			all = append(all, found{sr.Suffix, &r, len(sr.Value)})
 			n++
 			return true
 		}
 		if desc {
-			sc.ScanBefore(prefix, from, visit)
+			ScanRecordsBefore(sc, prefix, after, visit)
 		} else {
-			sc.ScanFrom(prefix, from, visit)
+			ScanRecords(sc, prefix, after, visit)
 		}
-		if suffix := strings.TrimPrefix(last, prefix); stopped && (cutAt == "" || beyond(cutAt, suffix)) {
-			cutAt = suffix
+		if stopped && (cutAt == "" || beyond(cutAt, last)) {
+			cutAt = last
 		}
 	}
 	slices.SortFunc(all, func(a, b found) int {

@@ -591,7 +591,7 @@ func (l *Trail) warm() {
 			}
 			for _, a := range sp.unindexed {
 				if !l.pruning[a.key] {
-					x.Add(a.key, sp.GroupsFor(a.rec))
+					x.Add(a.key, sp.GroupsFor(a.rec), 1)
 				}
 			}
 			sp.idx, sp.unindexed = x, nil
@@ -632,7 +632,7 @@ func (l *Trail) prunes(sp *space, w *numbered, adding []keyedRecord, gone []stri
 			x.Remove(k)
 		}
 		for _, a := range adding {
-			x.Add(a.key, sp.GroupsFor(a.rec))
+			x.Add(a.key, sp.GroupsFor(a.rec), 1)
 		}
 		out = l.quotaPrunes(sp, x, pruneBatch)
 	} else {

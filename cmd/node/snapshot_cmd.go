@@ -336,6 +336,15 @@ func (k *snapshotCounts) slot(key string) *uint64 {
 	return &k.OtherKeys
 }
 
+// keyCount is how many of what slot counts key holds: a group of audit
+// records counts each record.
+func keyCount(key string) uint64 {
+	if s, ok := strings.CutPrefix(key, access.AuditPrefix); ok {
+		return access.StoredCount(s)
+	}
+	return 1
+}
+
 // summarizeSnapshot reads a snapshot file through, verifying it, and
 // counts what it holds.
 func summarizeSnapshot(r io.Reader) (snapshotSummary, error) {
@@ -365,7 +374,7 @@ func summarizeSnapshot(r io.Reader) (snapshotSummary, error) {
 			}
 			continue
 		}
-		*s.counts.slot(e.Key)++
+		*s.counts.slot(e.Key) += keyCount(e.Key)
 	}
 	s.bytes = cr.n
 	return s, nil

@@ -6902,6 +6902,70 @@ func (x *AuditRecord) GetRefused() bool {
 	return false
 }
 
+// AuditRecordGroup is how the leader stores the records of served calls
+// that one Raft entry carries with what the calls did: as one key, not a
+// key each, which is what a record cost a submission (issue 33). It is a
+// stored form only, never an answer. Its key is
+// audit/<term>-<first>+<last> (access.AuditGroupSuffix): its records are
+// numbered first to last, in order, and all count against one holder.
+// A release before 0.2.0 would read it as one empty record, so it is
+// written only once the cluster version is 2.
+type AuditRecordGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// records, oldest first, each as a record is stored alone.
+	Records []*AuditRecord `protobuf:"bytes,16,rep,name=records,proto3" json:"records,omitempty"`
+	// committed_unix_ms: the newest of its records' (field 14, as in a
+	// record, so that the retention reads both alike): the group goes once
+	// its last record is past the retention, never before.
+	CommittedUnixMs int64 `protobuf:"varint,14,opt,name=committed_unix_ms,json=committedUnixMs,proto3" json:"committed_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AuditRecordGroup) Reset() {
+	*x = AuditRecordGroup{}
+	mi := &file_admin_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecordGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecordGroup) ProtoMessage() {}
+
+func (x *AuditRecordGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecordGroup.ProtoReflect.Descriptor instead.
+func (*AuditRecordGroup) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *AuditRecordGroup) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *AuditRecordGroup) GetCommittedUnixMs() int64 {
+	if x != nil {
+		return x.CommittedUnixMs
+	}
+	return 0
+}
+
 type AppendAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A standby's audit records, batched by 256; each field as the leader
@@ -6913,7 +6977,7 @@ type AppendAuditRequest struct {
 
 func (x *AppendAuditRequest) Reset() {
 	*x = AppendAuditRequest{}
-	mi := &file_admin_proto_msgTypes[86]
+	mi := &file_admin_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6925,7 +6989,7 @@ func (x *AppendAuditRequest) String() string {
 func (*AppendAuditRequest) ProtoMessage() {}
 
 func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[86]
+	mi := &file_admin_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6938,7 +7002,7 @@ func (x *AppendAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditRequest.ProtoReflect.Descriptor instead.
 func (*AppendAuditRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{86}
+	return file_admin_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AppendAuditRequest) GetRecords() []*AuditRecord {
@@ -6956,7 +7020,7 @@ type AppendAuditResponse struct {
 
 func (x *AppendAuditResponse) Reset() {
 	*x = AppendAuditResponse{}
-	mi := &file_admin_proto_msgTypes[87]
+	mi := &file_admin_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6968,7 +7032,7 @@ func (x *AppendAuditResponse) String() string {
 func (*AppendAuditResponse) ProtoMessage() {}
 
 func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[87]
+	mi := &file_admin_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6981,7 +7045,7 @@ func (x *AppendAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAuditResponse.ProtoReflect.Descriptor instead.
 func (*AppendAuditResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{87}
+	return file_admin_proto_rawDescGZIP(), []int{88}
 }
 
 // ForwardedRead is one read a standby forwards in ForwardReads.
@@ -7002,7 +7066,7 @@ type ForwardedRead struct {
 
 func (x *ForwardedRead) Reset() {
 	*x = ForwardedRead{}
-	mi := &file_admin_proto_msgTypes[88]
+	mi := &file_admin_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7014,7 +7078,7 @@ func (x *ForwardedRead) String() string {
 func (*ForwardedRead) ProtoMessage() {}
 
 func (x *ForwardedRead) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[88]
+	mi := &file_admin_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7027,7 +7091,7 @@ func (x *ForwardedRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardedRead.ProtoReflect.Descriptor instead.
 func (*ForwardedRead) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{88}
+	return file_admin_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ForwardedRead) GetMethod() string {
@@ -7062,7 +7126,7 @@ type ForwardedHeader struct {
 
 func (x *ForwardedHeader) Reset() {
 	*x = ForwardedHeader{}
-	mi := &file_admin_proto_msgTypes[89]
+	mi := &file_admin_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7074,7 +7138,7 @@ func (x *ForwardedHeader) String() string {
 func (*ForwardedHeader) ProtoMessage() {}
 
 func (x *ForwardedHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[89]
+	mi := &file_admin_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7087,7 +7151,7 @@ func (x *ForwardedHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardedHeader.ProtoReflect.Descriptor instead.
 func (*ForwardedHeader) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{89}
+	return file_admin_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ForwardedHeader) GetKey() string {
@@ -7120,7 +7184,7 @@ type ForwardReadsRequest struct {
 
 func (x *ForwardReadsRequest) Reset() {
 	*x = ForwardReadsRequest{}
-	mi := &file_admin_proto_msgTypes[90]
+	mi := &file_admin_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7132,7 +7196,7 @@ func (x *ForwardReadsRequest) String() string {
 func (*ForwardReadsRequest) ProtoMessage() {}
 
 func (x *ForwardReadsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[90]
+	mi := &file_admin_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7145,7 +7209,7 @@ func (x *ForwardReadsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReadsRequest.ProtoReflect.Descriptor instead.
 func (*ForwardReadsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{90}
+	return file_admin_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ForwardReadsRequest) GetReads() []*ForwardedRead {
@@ -7182,7 +7246,7 @@ type ForwardedAnswer struct {
 
 func (x *ForwardedAnswer) Reset() {
 	*x = ForwardedAnswer{}
-	mi := &file_admin_proto_msgTypes[91]
+	mi := &file_admin_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7194,7 +7258,7 @@ func (x *ForwardedAnswer) String() string {
 func (*ForwardedAnswer) ProtoMessage() {}
 
 func (x *ForwardedAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[91]
+	mi := &file_admin_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7207,7 +7271,7 @@ func (x *ForwardedAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardedAnswer.ProtoReflect.Descriptor instead.
 func (*ForwardedAnswer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{91}
+	return file_admin_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ForwardedAnswer) GetResponse() []byte {
@@ -7233,7 +7297,7 @@ type ForwardReadsResponse struct {
 
 func (x *ForwardReadsResponse) Reset() {
 	*x = ForwardReadsResponse{}
-	mi := &file_admin_proto_msgTypes[92]
+	mi := &file_admin_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7245,7 +7309,7 @@ func (x *ForwardReadsResponse) String() string {
 func (*ForwardReadsResponse) ProtoMessage() {}
 
 func (x *ForwardReadsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[92]
+	mi := &file_admin_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7258,7 +7322,7 @@ func (x *ForwardReadsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardReadsResponse.ProtoReflect.Descriptor instead.
 func (*ForwardReadsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{92}
+	return file_admin_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ForwardReadsResponse) GetAnswers() []*ForwardedAnswer {
@@ -7844,7 +7908,10 @@ const file_admin_proto_rawDesc = "" +
 	"\x04peer\x18\f \x01(\tB\x06\x9a\xc7\x18\x02\b\x04R\x04peer\x12\x18\n" +
 	"\x03via\x18\r \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x03via\x12*\n" +
 	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\x12\x18\n" +
-	"\arefused\x18\x0f \x01(\bR\arefused\"T\n" +
+	"\arefused\x18\x0f \x01(\bR\arefused\"u\n" +
+	"\x10AuditRecordGroup\x125\n" +
+	"\arecords\x18\x10 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12*\n" +
+	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\"T\n" +
 	"\x12AppendAuditRequest\x12>\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.baton.admin.v1.AuditRecordB\a\x9a\xc7\x18\x03\x18\x80\bR\arecords\"\x15\n" +
 	"\x13AppendAuditResponse\"\x9b\x01\n" +
@@ -7942,7 +8009,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_admin_proto_goTypes = []any{
 	(Consistency)(0),                   // 0: baton.admin.v1.Consistency
 	(*NamespaceRequest)(nil),           // 1: baton.admin.v1.NamespaceRequest
@@ -8031,16 +8098,17 @@ var file_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),           // 84: baton.admin.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),          // 85: baton.admin.v1.ListAuditResponse
 	(*AuditRecord)(nil),                // 86: baton.admin.v1.AuditRecord
-	(*AppendAuditRequest)(nil),         // 87: baton.admin.v1.AppendAuditRequest
-	(*AppendAuditResponse)(nil),        // 88: baton.admin.v1.AppendAuditResponse
-	(*ForwardedRead)(nil),              // 89: baton.admin.v1.ForwardedRead
-	(*ForwardedHeader)(nil),            // 90: baton.admin.v1.ForwardedHeader
-	(*ForwardReadsRequest)(nil),        // 91: baton.admin.v1.ForwardReadsRequest
-	(*ForwardedAnswer)(nil),            // 92: baton.admin.v1.ForwardedAnswer
-	(*ForwardReadsResponse)(nil),       // 93: baton.admin.v1.ForwardReadsResponse
-	nil,                                // 94: baton.admin.v1.Table.RegionsByStateEntry
-	nil,                                // 95: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
-	nil,                                // 96: baton.admin.v1.RepairRecord.ArgsEntry
+	(*AuditRecordGroup)(nil),           // 87: baton.admin.v1.AuditRecordGroup
+	(*AppendAuditRequest)(nil),         // 88: baton.admin.v1.AppendAuditRequest
+	(*AppendAuditResponse)(nil),        // 89: baton.admin.v1.AppendAuditResponse
+	(*ForwardedRead)(nil),              // 90: baton.admin.v1.ForwardedRead
+	(*ForwardedHeader)(nil),            // 91: baton.admin.v1.ForwardedHeader
+	(*ForwardReadsRequest)(nil),        // 92: baton.admin.v1.ForwardReadsRequest
+	(*ForwardedAnswer)(nil),            // 93: baton.admin.v1.ForwardedAnswer
+	(*ForwardReadsResponse)(nil),       // 94: baton.admin.v1.ForwardReadsResponse
+	nil,                                // 95: baton.admin.v1.Table.RegionsByStateEntry
+	nil,                                // 96: baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	nil,                                // 97: baton.admin.v1.RepairRecord.ArgsEntry
 }
 var file_admin_proto_depIdxs = []int32{
 	0,   // 0: baton.admin.v1.ReadInfo.consistency:type_name -> baton.admin.v1.Consistency
@@ -8051,7 +8119,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 5: baton.admin.v1.TableRequest.consistency:type_name -> baton.admin.v1.Consistency
 	9,   // 6: baton.admin.v1.Table.regions:type_name -> baton.admin.v1.Region
 	2,   // 7: baton.admin.v1.Table.read:type_name -> baton.admin.v1.ReadInfo
-	94,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
+	95,  // 8: baton.admin.v1.Table.regions_by_state:type_name -> baton.admin.v1.Table.RegionsByStateEntry
 	11,  // 9: baton.admin.v1.Table.region_groups:type_name -> baton.admin.v1.RegionGroup
 	0,   // 10: baton.admin.v1.ListTablesRequest.consistency:type_name -> baton.admin.v1.Consistency
 	10,  // 11: baton.admin.v1.ListTablesResponse.tables:type_name -> baton.admin.v1.Table
@@ -8064,7 +8132,7 @@ var file_admin_proto_depIdxs = []int32{
 	2,   // 18: baton.admin.v1.ListServersResponse.read:type_name -> baton.admin.v1.ReadInfo
 	0,   // 19: baton.admin.v1.ServerRegionsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 20: baton.admin.v1.ServerRegionsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	95,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
+	96,  // 21: baton.admin.v1.SubmitProcedureRequest.arguments:type_name -> baton.admin.v1.SubmitProcedureRequest.ArgumentsEntry
 	0,   // 22: baton.admin.v1.GetProcedureRequest.consistency:type_name -> baton.admin.v1.Consistency
 	2,   // 23: baton.admin.v1.Procedure.read:type_name -> baton.admin.v1.ReadInfo
 	33,  // 24: baton.admin.v1.Procedure.runs:type_name -> baton.admin.v1.ProcedureRun
@@ -8091,7 +8159,7 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 45: baton.admin.v1.ListRepairsRequest.consistency:type_name -> baton.admin.v1.Consistency
 	63,  // 46: baton.admin.v1.ListRepairsResponse.records:type_name -> baton.admin.v1.RepairRecord
 	2,   // 47: baton.admin.v1.ListRepairsResponse.read:type_name -> baton.admin.v1.ReadInfo
-	96,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
+	97,  // 48: baton.admin.v1.RepairRecord.args:type_name -> baton.admin.v1.RepairRecord.ArgsEntry
 	0,   // 49: baton.admin.v1.ListLocksRequest.consistency:type_name -> baton.admin.v1.Consistency
 	65,  // 50: baton.admin.v1.LockEntry.holders:type_name -> baton.admin.v1.LockParty
 	65,  // 51: baton.admin.v1.LockEntry.waiters:type_name -> baton.admin.v1.LockParty
@@ -8110,117 +8178,118 @@ var file_admin_proto_depIdxs = []int32{
 	0,   // 64: baton.admin.v1.ListAuditRequest.consistency:type_name -> baton.admin.v1.Consistency
 	86,  // 65: baton.admin.v1.ListAuditResponse.records:type_name -> baton.admin.v1.AuditRecord
 	2,   // 66: baton.admin.v1.ListAuditResponse.read:type_name -> baton.admin.v1.ReadInfo
-	86,  // 67: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
-	90,  // 68: baton.admin.v1.ForwardedRead.metadata:type_name -> baton.admin.v1.ForwardedHeader
-	89,  // 69: baton.admin.v1.ForwardReadsRequest.reads:type_name -> baton.admin.v1.ForwardedRead
-	92,  // 70: baton.admin.v1.ForwardReadsResponse.answers:type_name -> baton.admin.v1.ForwardedAnswer
-	26,  // 71: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
-	28,  // 72: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
-	34,  // 73: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
-	36,  // 74: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
-	29,  // 75: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 76: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 77: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
-	29,  // 78: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
-	37,  // 79: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
-	39,  // 80: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
-	43,  // 81: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
-	44,  // 82: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
-	45,  // 83: baton.admin.v1.Admin.TransferLeadership:input_type -> baton.admin.v1.TransferLeadershipRequest
-	47,  // 84: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
-	1,   // 85: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	1,   // 86: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
-	3,   // 87: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
-	5,   // 88: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
-	7,   // 89: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
-	8,   // 90: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 91: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 92: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
-	8,   // 93: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
-	12,  // 94: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
-	14,  // 95: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
-	16,  // 96: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
-	17,  // 97: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
-	20,  // 98: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
-	22,  // 99: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
-	23,  // 100: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
-	24,  // 101: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
-	24,  // 102: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
-	51,  // 103: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	51,  // 104: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
-	52,  // 105: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
-	56,  // 106: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
-	53,  // 107: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
-	54,  // 108: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
-	59,  // 109: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
-	61,  // 110: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
-	64,  // 111: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
-	68,  // 112: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
-	71,  // 113: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
-	73,  // 114: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
-	76,  // 115: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
-	78,  // 116: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
-	81,  // 117: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
-	82,  // 118: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
-	84,  // 119: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
-	87,  // 120: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
-	91,  // 121: baton.admin.v1.Admin.ForwardReads:input_type -> baton.admin.v1.ForwardReadsRequest
-	27,  // 122: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
-	30,  // 123: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
-	35,  // 124: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
-	30,  // 125: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 126: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 127: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 128: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
-	30,  // 129: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
-	38,  // 130: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
-	41,  // 131: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 132: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	41,  // 133: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
-	46,  // 134: baton.admin.v1.Admin.TransferLeadership:output_type -> baton.admin.v1.TransferLeadershipResponse
-	48,  // 135: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
-	27,  // 136: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 137: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
-	4,   // 138: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
-	6,   // 139: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
-	27,  // 140: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 141: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 142: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	27,  // 143: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
-	10,  // 144: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
-	13,  // 145: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
-	15,  // 146: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
-	27,  // 147: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
-	19,  // 148: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
-	21,  // 149: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
-	27,  // 150: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
-	25,  // 151: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
-	25,  // 152: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
-	25,  // 153: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
-	55,  // 154: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
-	55,  // 155: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
-	55,  // 156: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
-	57,  // 157: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
-	55,  // 158: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
-	55,  // 159: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
-	60,  // 160: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
-	62,  // 161: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
-	67,  // 162: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
-	70,  // 163: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
-	72,  // 164: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
-	74,  // 165: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
-	77,  // 166: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
-	80,  // 167: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
-	77,  // 168: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
-	83,  // 169: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
-	85,  // 170: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
-	88,  // 171: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
-	93,  // 172: baton.admin.v1.Admin.ForwardReads:output_type -> baton.admin.v1.ForwardReadsResponse
-	122, // [122:173] is the sub-list for method output_type
-	71,  // [71:122] is the sub-list for method input_type
-	71,  // [71:71] is the sub-list for extension type_name
-	71,  // [71:71] is the sub-list for extension extendee
-	0,   // [0:71] is the sub-list for field type_name
+	86,  // 67: baton.admin.v1.AuditRecordGroup.records:type_name -> baton.admin.v1.AuditRecord
+	86,  // 68: baton.admin.v1.AppendAuditRequest.records:type_name -> baton.admin.v1.AuditRecord
+	91,  // 69: baton.admin.v1.ForwardedRead.metadata:type_name -> baton.admin.v1.ForwardedHeader
+	90,  // 70: baton.admin.v1.ForwardReadsRequest.reads:type_name -> baton.admin.v1.ForwardedRead
+	93,  // 71: baton.admin.v1.ForwardReadsResponse.answers:type_name -> baton.admin.v1.ForwardedAnswer
+	26,  // 72: baton.admin.v1.Admin.SubmitProcedure:input_type -> baton.admin.v1.SubmitProcedureRequest
+	28,  // 73: baton.admin.v1.Admin.GetProcedure:input_type -> baton.admin.v1.GetProcedureRequest
+	34,  // 74: baton.admin.v1.Admin.ListProcedures:input_type -> baton.admin.v1.ListProceduresRequest
+	36,  // 75: baton.admin.v1.Admin.WatchProcedure:input_type -> baton.admin.v1.WatchProcedureRequest
+	29,  // 76: baton.admin.v1.Admin.AbortProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 77: baton.admin.v1.Admin.PauseProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 78: baton.admin.v1.Admin.ResumeProcedure:input_type -> baton.admin.v1.ProcedureRef
+	29,  // 79: baton.admin.v1.Admin.AckResult:input_type -> baton.admin.v1.ProcedureRef
+	37,  // 80: baton.admin.v1.Admin.SnapshotSave:input_type -> baton.admin.v1.SnapshotSaveRequest
+	39,  // 81: baton.admin.v1.Admin.ClusterStatus:input_type -> baton.admin.v1.ClusterStatusRequest
+	43,  // 82: baton.admin.v1.Admin.AddPeer:input_type -> baton.admin.v1.AddPeerRequest
+	44,  // 83: baton.admin.v1.Admin.RemovePeer:input_type -> baton.admin.v1.RemovePeerRequest
+	45,  // 84: baton.admin.v1.Admin.TransferLeadership:input_type -> baton.admin.v1.TransferLeadershipRequest
+	47,  // 85: baton.admin.v1.Admin.RegisterNode:input_type -> baton.admin.v1.RegisterNodeRequest
+	1,   // 86: baton.admin.v1.Admin.CreateNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	1,   // 87: baton.admin.v1.Admin.DeleteNamespace:input_type -> baton.admin.v1.NamespaceRequest
+	3,   // 88: baton.admin.v1.Admin.ListNamespaces:input_type -> baton.admin.v1.ListNamespacesRequest
+	5,   // 89: baton.admin.v1.Admin.GetNamespace:input_type -> baton.admin.v1.GetNamespaceRequest
+	7,   // 90: baton.admin.v1.Admin.CreateTable:input_type -> baton.admin.v1.CreateTableRequest
+	8,   // 91: baton.admin.v1.Admin.DeleteTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 92: baton.admin.v1.Admin.EnableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 93: baton.admin.v1.Admin.DisableTable:input_type -> baton.admin.v1.TableRequest
+	8,   // 94: baton.admin.v1.Admin.DescribeTable:input_type -> baton.admin.v1.TableRequest
+	12,  // 95: baton.admin.v1.Admin.ListTables:input_type -> baton.admin.v1.ListTablesRequest
+	14,  // 96: baton.admin.v1.Admin.ListRegions:input_type -> baton.admin.v1.ListRegionsRequest
+	16,  // 97: baton.admin.v1.Admin.MoveRegion:input_type -> baton.admin.v1.MoveRegionRequest
+	17,  // 98: baton.admin.v1.Admin.ListServers:input_type -> baton.admin.v1.ListServersRequest
+	20,  // 99: baton.admin.v1.Admin.ServerRegions:input_type -> baton.admin.v1.ServerRegionsRequest
+	22,  // 100: baton.admin.v1.Admin.Balance:input_type -> baton.admin.v1.BalanceRequest
+	23,  // 101: baton.admin.v1.Admin.AcquireLock:input_type -> baton.admin.v1.AcquireLockRequest
+	24,  // 102: baton.admin.v1.Admin.LockHeartbeat:input_type -> baton.admin.v1.LockRef
+	24,  // 103: baton.admin.v1.Admin.ReleaseLock:input_type -> baton.admin.v1.LockRef
+	51,  // 104: baton.admin.v1.Admin.AssignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	51,  // 105: baton.admin.v1.Admin.UnassignRegion:input_type -> baton.admin.v1.RepairRegionRequest
+	52,  // 106: baton.admin.v1.Admin.RecoverServer:input_type -> baton.admin.v1.RecoverServerRequest
+	56,  // 107: baton.admin.v1.Admin.CancelProcedures:input_type -> baton.admin.v1.CancelProceduresRequest
+	53,  // 108: baton.admin.v1.Admin.BypassProcedure:input_type -> baton.admin.v1.BypassProcedureRequest
+	54,  // 109: baton.admin.v1.Admin.SetMaintenance:input_type -> baton.admin.v1.SetMaintenanceRequest
+	59,  // 110: baton.admin.v1.Admin.GetMaintenance:input_type -> baton.admin.v1.GetMaintenanceRequest
+	61,  // 111: baton.admin.v1.Admin.ListRepairs:input_type -> baton.admin.v1.ListRepairsRequest
+	64,  // 112: baton.admin.v1.Admin.ListLocks:input_type -> baton.admin.v1.ListLocksRequest
+	68,  // 113: baton.admin.v1.Admin.ProcedureStats:input_type -> baton.admin.v1.ProcedureStatsRequest
+	71,  // 114: baton.admin.v1.Admin.WhoAmI:input_type -> baton.admin.v1.WhoAmIRequest
+	73,  // 115: baton.admin.v1.Admin.AclGrant:input_type -> baton.admin.v1.AclGrantRequest
+	76,  // 116: baton.admin.v1.Admin.AclRevoke:input_type -> baton.admin.v1.AclRevokeRequest
+	78,  // 117: baton.admin.v1.Admin.AclCreateToken:input_type -> baton.admin.v1.AclCreateTokenRequest
+	81,  // 118: baton.admin.v1.Admin.AclDeleteToken:input_type -> baton.admin.v1.AclDeleteTokenRequest
+	82,  // 119: baton.admin.v1.Admin.AclList:input_type -> baton.admin.v1.AclListRequest
+	84,  // 120: baton.admin.v1.Admin.ListAudit:input_type -> baton.admin.v1.ListAuditRequest
+	88,  // 121: baton.admin.v1.Admin.AppendAudit:input_type -> baton.admin.v1.AppendAuditRequest
+	92,  // 122: baton.admin.v1.Admin.ForwardReads:input_type -> baton.admin.v1.ForwardReadsRequest
+	27,  // 123: baton.admin.v1.Admin.SubmitProcedure:output_type -> baton.admin.v1.SubmitProcedureResponse
+	30,  // 124: baton.admin.v1.Admin.GetProcedure:output_type -> baton.admin.v1.Procedure
+	35,  // 125: baton.admin.v1.Admin.ListProcedures:output_type -> baton.admin.v1.ListProceduresResponse
+	30,  // 126: baton.admin.v1.Admin.WatchProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 127: baton.admin.v1.Admin.AbortProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 128: baton.admin.v1.Admin.PauseProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 129: baton.admin.v1.Admin.ResumeProcedure:output_type -> baton.admin.v1.Procedure
+	30,  // 130: baton.admin.v1.Admin.AckResult:output_type -> baton.admin.v1.Procedure
+	38,  // 131: baton.admin.v1.Admin.SnapshotSave:output_type -> baton.admin.v1.SnapshotChunk
+	41,  // 132: baton.admin.v1.Admin.ClusterStatus:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 133: baton.admin.v1.Admin.AddPeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	41,  // 134: baton.admin.v1.Admin.RemovePeer:output_type -> baton.admin.v1.ClusterStatusResponse
+	46,  // 135: baton.admin.v1.Admin.TransferLeadership:output_type -> baton.admin.v1.TransferLeadershipResponse
+	48,  // 136: baton.admin.v1.Admin.RegisterNode:output_type -> baton.admin.v1.RegisterNodeResponse
+	27,  // 137: baton.admin.v1.Admin.CreateNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 138: baton.admin.v1.Admin.DeleteNamespace:output_type -> baton.admin.v1.SubmitProcedureResponse
+	4,   // 139: baton.admin.v1.Admin.ListNamespaces:output_type -> baton.admin.v1.ListNamespacesResponse
+	6,   // 140: baton.admin.v1.Admin.GetNamespace:output_type -> baton.admin.v1.Namespace
+	27,  // 141: baton.admin.v1.Admin.CreateTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 142: baton.admin.v1.Admin.DeleteTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 143: baton.admin.v1.Admin.EnableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	27,  // 144: baton.admin.v1.Admin.DisableTable:output_type -> baton.admin.v1.SubmitProcedureResponse
+	10,  // 145: baton.admin.v1.Admin.DescribeTable:output_type -> baton.admin.v1.Table
+	13,  // 146: baton.admin.v1.Admin.ListTables:output_type -> baton.admin.v1.ListTablesResponse
+	15,  // 147: baton.admin.v1.Admin.ListRegions:output_type -> baton.admin.v1.ListRegionsResponse
+	27,  // 148: baton.admin.v1.Admin.MoveRegion:output_type -> baton.admin.v1.SubmitProcedureResponse
+	19,  // 149: baton.admin.v1.Admin.ListServers:output_type -> baton.admin.v1.ListServersResponse
+	21,  // 150: baton.admin.v1.Admin.ServerRegions:output_type -> baton.admin.v1.ServerRegionsResponse
+	27,  // 151: baton.admin.v1.Admin.Balance:output_type -> baton.admin.v1.SubmitProcedureResponse
+	25,  // 152: baton.admin.v1.Admin.AcquireLock:output_type -> baton.admin.v1.LockResponse
+	25,  // 153: baton.admin.v1.Admin.LockHeartbeat:output_type -> baton.admin.v1.LockResponse
+	25,  // 154: baton.admin.v1.Admin.ReleaseLock:output_type -> baton.admin.v1.LockResponse
+	55,  // 155: baton.admin.v1.Admin.AssignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 156: baton.admin.v1.Admin.UnassignRegion:output_type -> baton.admin.v1.RepairResponse
+	55,  // 157: baton.admin.v1.Admin.RecoverServer:output_type -> baton.admin.v1.RepairResponse
+	57,  // 158: baton.admin.v1.Admin.CancelProcedures:output_type -> baton.admin.v1.CancelProceduresResponse
+	55,  // 159: baton.admin.v1.Admin.BypassProcedure:output_type -> baton.admin.v1.RepairResponse
+	55,  // 160: baton.admin.v1.Admin.SetMaintenance:output_type -> baton.admin.v1.RepairResponse
+	60,  // 161: baton.admin.v1.Admin.GetMaintenance:output_type -> baton.admin.v1.Maintenance
+	62,  // 162: baton.admin.v1.Admin.ListRepairs:output_type -> baton.admin.v1.ListRepairsResponse
+	67,  // 163: baton.admin.v1.Admin.ListLocks:output_type -> baton.admin.v1.ListLocksResponse
+	70,  // 164: baton.admin.v1.Admin.ProcedureStats:output_type -> baton.admin.v1.ProcedureStatsResponse
+	72,  // 165: baton.admin.v1.Admin.WhoAmI:output_type -> baton.admin.v1.WhoAmIResponse
+	74,  // 166: baton.admin.v1.Admin.AclGrant:output_type -> baton.admin.v1.AclBinding
+	77,  // 167: baton.admin.v1.Admin.AclRevoke:output_type -> baton.admin.v1.AclRemoveResponse
+	80,  // 168: baton.admin.v1.Admin.AclCreateToken:output_type -> baton.admin.v1.AclCreateTokenResponse
+	77,  // 169: baton.admin.v1.Admin.AclDeleteToken:output_type -> baton.admin.v1.AclRemoveResponse
+	83,  // 170: baton.admin.v1.Admin.AclList:output_type -> baton.admin.v1.AclListResponse
+	85,  // 171: baton.admin.v1.Admin.ListAudit:output_type -> baton.admin.v1.ListAuditResponse
+	89,  // 172: baton.admin.v1.Admin.AppendAudit:output_type -> baton.admin.v1.AppendAuditResponse
+	94,  // 173: baton.admin.v1.Admin.ForwardReads:output_type -> baton.admin.v1.ForwardReadsResponse
+	123, // [123:174] is the sub-list for method output_type
+	72,  // [72:123] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -8235,7 +8304,7 @@ func file_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   96,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

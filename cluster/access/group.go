@@ -1,0 +1,203 @@
+package access
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Audit record groups (adminpb.AuditRecordGroup): the records of served
+// calls one Raft entry carries, stored as one key
+// audit/<term>-<first>+<last>, numbered first to last. A group's range
+// never overlaps another key's, so records ordered by their own suffix
+// are the keys in order, each group opened in place; every reader of the
+// trail goes through the functions here and sees records alone.
+
+// groupMark separates a group's first number from its last in its key.
+// It sorts before every digit, so a group's key sorts just after its
+// first record's suffix and before the next number's.
+const groupMark = "+"
+
+// The field numbers of adminpb.AuditRecordGroup.
+const (
+	groupRecordsField   protowire.Number = 16
+	groupCommittedField protowire.Number = 14
+)
+
+// AuditGroupSuffix is the key suffix of the group holding the records
+// term-first to term-last.
+func AuditGroupSuffix(term, first, last uint64) string {
+	return AuditSuffix(term, first) + groupMark + fmt.Sprintf("%010d", last)
+}
+
+// parseGroupSuffix is the range of the group stored under suffix; ok is
+// false for a suffix of a record alone, or of no form the trail writes.
+func parseGroupSuffix(suffix string) (term, first, last uint64, ok bool) {
+	head, tail, found := strings.Cut(suffix, groupMark)
+	if !found || len(head) != 31 || head[20] != '-' || len(tail) != 10 {
+		return 0, 0, 0, false
+	}
+	var errs [3]error
+	term, errs[0] = strconv.ParseUint(head[:20], 10, 64)
+	first, errs[1] = strconv.ParseUint(head[21:], 10, 64)
+	last, errs[2] = strconv.ParseUint(tail, 10, 64)
+	for _, err := range errs {
+		if err != nil {
+			return 0, 0, 0, false
+		}
+	}
+	if last < first {
+		return 0, 0, 0, false
+	}
+	return term, first, last, true
+}
+
+// MarshalGroup is the stored form of a group of records already encoded
+// (each as proto.Marshal of its adminpb.AuditRecord), newest committed at
+// committedUnixMs: adminpb.AuditRecordGroup's wire form, made without
+// decoding the records again.
+func MarshalGroup(records [][]byte, committedUnixMs int64) []byte {
+	n := protowire.SizeTag(groupCommittedField) + protowire.SizeVarint(uint64(committedUnixMs))
+	for _, r := range records {
+		n += protowire.SizeTag(groupRecordsField) + protowire.SizeBytes(len(r))
+	}
+	b := make([]byte, 0, n)
+	for _, r := range records {
+		b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
+		b = protowire.AppendBytes(b, r)
+	}
+	b = protowire.AppendTag(b, groupCommittedField, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(committedUnixMs))
+}
+
+// groupRecords are the encoded records of a group's stored form v; ok is
+// false if v is not one (it does not walk as protobuf, or its field 16 is
+// not length-delimited).
+func groupRecords(v []byte) (records [][]byte, ok bool) {
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return nil, false
+		}
+		v = v[n:]
+		if num == groupRecordsField {
+			if typ != protowire.BytesType {
+				return nil, false
+			}
+			r, n := protowire.ConsumeBytes(v)
+			if n < 0 {
+				return nil, false
+			}
+			records, v = append(records, r), v[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, v); n < 0 {
+			return nil, false
+		}
+		v = v[n:]
+	}
+	return records, true
+}
+
+// StoredRecord is one record as stored: its suffix (<term>-<n>, also in a
+// group) and its encoded adminpb.AuditRecord.
+type StoredRecord struct {
+	Suffix string
+	Value  []byte
+}
+
+// StoredRecords are the records stored under suffix with value v, oldest
+// first: the one record, or a group's. A group that does not hold as many
+// records as its key numbers (which the leader never writes) yields none:
+// its records' numbers are unknown, so no reader can place them.
+func StoredRecords(suffix string, v []byte) []StoredRecord {
+	term, first, last, ok := parseGroupSuffix(suffix)
+	if !ok {
+		return []StoredRecord{{suffix, v}}
+	}
+	recs, ok := groupRecords(v)
+	if !ok || uint64(len(recs)) != last-first+1 {
+		return nil
+	}
+	out := make([]StoredRecord, len(recs))
+	for i, r := range recs {
+		out[i] = StoredRecord{AuditSuffix(term, first+uint64(i)), r}
+	}
+	return out
+}
+
+// StoredCount is how many records the key suffix holds, from its form
+// alone (a group's range; 1 otherwise).
+func StoredCount(suffix string) uint64 {
+	if _, first, last, ok := parseGroupSuffix(suffix); ok {
+		return last - first + 1
+	}
+	return 1
+}
+
+// ScanRecords walks the records of space prefix whose suffix is greater
+// than after ("": all), oldest first, until fn returns false: first the
+// rest of a group that holds after itself (its key sorts before after, or
+// is after), then the keys past after.
+func ScanRecords(sc PageScanner, prefix, after string, fn func(StoredRecord) bool) {
+	more := true
+	visit := func(k string, v []byte) bool {
+		for _, r := range StoredRecords(strings.TrimPrefix(k, prefix), v) {
+			if r.Suffix > after {
+				if more = fn(r); !more {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	from := ""
+	if after != "" {
+		from = prefix + after
+		// The key at or just before after: "\x00" makes ScanBefore take
+		// after's own key too (a group's, which a caller may name).
+		sc.ScanBefore(prefix, from+"\x00", func(k string, v []byte) bool {
+			visit(k, v)
+			return false // ranges do not overlap: one key back at most
+		})
+		if !more {
+			return
+		}
+	}
+	sc.ScanFrom(prefix, from, visit)
+}
+
+// ScanRecordsBefore walks the records of space prefix whose suffix is
+// less than before ("": all), newest first, until fn returns false: first
+// the head of a group whose key sorts after before but that holds records
+// below it (a suffix no page of the trail names, but a caller may), then
+// the keys from before's own down.
+func ScanRecordsBefore(sc PageScanner, prefix, before string, fn func(StoredRecord) bool) {
+	more := true
+	visit := func(k string, v []byte) bool {
+		recs := StoredRecords(strings.TrimPrefix(k, prefix), v)
+		for i := len(recs) - 1; i >= 0; i-- {
+			if before == "" || recs[i].Suffix < before {
+				if more = fn(recs[i]); !more {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	from, to := "", ""
+	if before != "" {
+		from = prefix + before
+		sc.ScanFrom(prefix, from, func(k string, v []byte) bool {
+			visit(k, v)
+			return false
+		})
+		if !more {
+			return
+		}
+		to = from + "\x00" // before's own key too: a group's may hold records below it
+	}
+	sc.ScanBefore(prefix, to, visit)
+}
