@@ -328,7 +328,7 @@ func (s *RaftStore) run() {
 		}
 		batch, bytes, carry = s.linger(batch, bytes, carry)
 		proposed := time.Now()
-		fut, reqs, err := s.propose(append([]*request(nil), batch...))
+		fut, reqs, folded, err := s.propose(append([]*request(nil), batch...))
 		if err != nil || len(reqs) == 0 {
 			<-slots
 			for _, r := range reqs {
@@ -354,6 +354,9 @@ func (s *RaftStore) run() {
 			s.lastQueued.Store(int64(len(s.reqCh)))
 			s.lastAnswered.Store(int64(len(reqs)))
 			s.lastCommitNs.Store(int64(time.Since(proposed)))
+			if folded != nil {
+				folded(err) // before any writer learns the outcome
+			}
 			<-slots
 			for _, r := range reqs {
 				r.done <- err
@@ -413,37 +416,76 @@ func (s *RaftStore) await(fut raft.ApplyFuture) error {
 // propose hands batch to raft as one entry and returns its future with
 // the requests it carries: batch but for a write whose Late mutations are
 // refused (answered here). A batch with a Late write is numbered and
-// proposed under the Sequencer.
-func (s *RaftStore) propose(batch []*request) (fut raft.ApplyFuture, reqs []*request, err error) {
+// proposed under the Sequencer, its placeholders folded there (Folder);
+// folded, if not nil, is then the folder's done, for the entry's outcome.
+func (s *RaftStore) propose(batch []*request) (fut raft.ApplyFuture, reqs []*request, folded func(error), err error) {
 	late := false
 	for _, r := range batch {
 		late = late || r.w.Late != nil
 	}
 	if !late {
 		fut, err = s.apply(batch)
-		return fut, batch, err
+		return fut, batch, nil, err
 	}
 	reqs = make([]*request, 0, len(batch))
-	s.cfg.Sequencer.Do(func() {
+	q := s.cfg.Sequencer
+	q.Do(func() {
+		var keys []string
 		for _, r := range batch {
 			if r.w.Late != nil {
 				more, err := s.late(r.w.Late)
 				if err == nil {
 					err = validMutations(more)
 				}
+				var held []string
+				if err == nil {
+					if more, held = placeholders(more); held != nil && q.folder == nil {
+						err = fmt.Errorf("%w: a placeholder with no folder to turn it into mutations", store.ErrInvalid)
+					}
+				}
 				if err != nil {
 					r.done <- fmt.Errorf("raftfsm: a write's late mutations: %w", err)
 					continue
 				}
+				keys = append(keys, held...)
 				r.w.Mutations = append(r.w.Mutations[:len(r.w.Mutations):len(r.w.Mutations)], more...)
 			}
 			reqs = append(reqs, r)
+		}
+		if len(keys) > 0 {
+			var muts []Mutation
+			muts, folded, err = s.fold(q.folder, keys)
+			if err == nil {
+				err = validMutations(muts)
+			}
+			if err != nil {
+				err = fmt.Errorf("raftfsm: folding the entry's placeholders: %w", err)
+				return
+			}
+			last := &reqs[len(reqs)-1].w
+			last.Mutations = append(last.Mutations[:len(last.Mutations):len(last.Mutations)], muts...)
 		}
 		if len(reqs) > 0 {
 			fut, err = s.apply(reqs)
 		}
 	})
-	return fut, reqs, err
+	if err != nil && folded != nil {
+		folded(err)
+		folded = nil
+	}
+	return fut, reqs, folded, err
+}
+
+// fold runs f's Fold. A panic in it fails the entry: the records it
+// stood for are then in none, and their writes are answered so.
+func (s *RaftStore) fold(f *Folder, keys []string) (muts []Mutation, done func(error), err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.cfg.Logger.Error("a folder panicked", "panic", p, "stack", string(debug.Stack()))
+			muts, done, err = nil, nil, fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return f.Fold(keys)
 }
 
 // late runs a write's Late. A panic in it fails that write alone: it

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -90,6 +91,11 @@ type TrailConfig struct {
 	Log   hclog.Logger
 	// Metrics, if set, receives the trail's counters.
 	Metrics prometheus.Registerer
+	// Format is the cluster version: once it allows version.Format2, the
+	// records carried in one entry are written as groups (a key for each
+	// holder's, AuditRecordGroup), where the state can fold them
+	// (Folding). nil: never.
+	Format version.Gate
 }
 
 // Trail batches records into Raft entries (Trail.Run), at the leader,
@@ -117,6 +123,16 @@ type Trail struct {
 	// rebuild asks Run to build the spaces' indexes (warm): Carry found
 	// one unknown, which it does not build under the Sequencer.
 	rebuild atomic.Bool
+
+	// folds says the state folds this trail's placeholders (Folding);
+	// grouped, that the cluster version has allowed groups (it is never
+	// lowered). carrying are the records Carry handed out placeholders
+	// for, by placeholder key, until the entry is folded (under mu);
+	// carried numbers the placeholders.
+	folds    bool
+	grouped  atomic.Bool
+	carrying map[string]*adminpb.AuditRecord
+	carried  uint64
 }
 
 // space is one key space of the trail, within its own bounds
@@ -158,6 +174,10 @@ func NewTrail(state State, cfg TrailConfig) (*Trail, error) {
 			{Space: Space{Prefix: RefusedPrefix, Max: max(1, cfg.MaxRecords/10), PerHolder: cfg.MaxRefusedPerCaller, PerAddr: cfg.MaxRefusedPerCaller}, writing: map[*numbered]int64{}}},
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_records_total", Help: "Audit records this master committed as the leader."}),
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
+	}
+	if f, ok := state.(Folding); ok && cfg.Format != nil {
+		l.folds, l.carrying = true, map[string]*adminpb.AuditRecord{}
+		f.SetFolder(&raftfsm.Folder{Fold: l.fold})
 	}
 	if cfg.Metrics != nil {
 		for _, c := range []prometheus.Collector{l.written, l.failed} {
@@ -451,6 +471,9 @@ func (l *Trail) Carry(rec *adminpb.AuditRecord) (muts []raftfsm.Mutation, done f
 	}
 	SanitizeRecord(rec)
 	rec.Id = "" // numbered here, whatever it held
+	if l.grouping(rec) {
+		return l.hold(rec), func(error) {}, true // the entry's fold settles it
+	}
 	w, err := l.number([]*adminpb.AuditRecord{rec}, false)
 	if err != nil {
 		l.failed.Inc()
@@ -503,7 +526,7 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 				sp = 1
 			}
 			key = l.spaces[sp].Prefix + AuditSuffix(term, l.n)
-			added[sp] = append(added[sp], keyedRecord{key, r})
+			added[sp] = append(added[sp], keyedRecord{key, r, 1})
 			w.fresh++
 			if r.GetCode() == AuditPending {
 				l.mu.Lock()
@@ -519,7 +542,7 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 			w.muts = append(w.muts, raftfsm.Del(key))
 			moved = append(moved, key)
 			key = RefusedPrefix + strings.TrimPrefix(key, AuditPrefix)
-			added[1] = append(added[1], keyedRecord{key, r})
+			added[1] = append(added[1], keyedRecord{key, r, 1})
 		default:
 			l.mu.Lock()
 			delete(l.started, key)
@@ -591,7 +614,7 @@ func (l *Trail) warm() {
 			}
 			for _, a := range sp.unindexed {
 				if !l.pruning[a.key] {
-					x.Add(a.key, sp.GroupsFor(a.rec), 1)
+					x.Add(a.key, sp.GroupsFor(a.rec), a.records)
 				}
 			}
 			sp.idx, sp.unindexed = x, nil
@@ -600,10 +623,13 @@ func (l *Trail) warm() {
 	}
 }
 
-// keyedRecord is a record with the key it is written under.
+// keyedRecord is a record with the key it is written under; records is
+// how many the key holds (a group's; 0 or 1: the record alone), all of
+// rec's holder.
 type keyedRecord struct {
-	key string
-	rec *adminpb.AuditRecord
+	key     string
+	rec     *adminpb.AuditRecord
+	records int
 }
 
 // prunes are the deletions due in space sp when adding records to it and
@@ -632,7 +658,7 @@ func (l *Trail) prunes(sp *space, w *numbered, adding []keyedRecord, gone []stri
 			x.Remove(k)
 		}
 		for _, a := range adding {
-			x.Add(a.key, sp.GroupsFor(a.rec), 1)
+			x.Add(a.key, sp.GroupsFor(a.rec), a.records)
 		}
 		out = l.quotaPrunes(sp, x, pruneBatch)
 	} else {

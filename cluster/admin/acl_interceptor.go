@@ -152,7 +152,7 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil {
 			resp, err = handler(ctx, req)
 		}
-		carried := note.carry.carried(err)
+		carried, grouped := note.carry.carried(err)
 		if r, ok := resp.(*adminpb.SubmitProcedureResponse); ok && carried != nil && err == nil && !note.isRemote() && slices.Equal(carried.GetProcIds(), []uint64{r.GetId()}) {
 			return resp, nil // answered as carried, and committed with the submission
 		}
@@ -174,6 +174,11 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			rec.Id, rec.AtUnixMs, rec.CommittedUnixMs = carried.GetId(), carried.GetAtUnixMs(), carried.GetCommittedUnixMs()
 			access.SanitizeRecord(rec)
 			if !proto.Equal(rec, carried) {
+				if grouped {
+					// Its group's key holds it with others: the answer is
+					// recorded apart, numbered afresh, not over the group.
+					rec.Id, rec.CommittedUnixMs = "", 0
+				}
 				s.audit.Update(rec)
 			}
 		case begun != nil:

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster/access"
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
@@ -50,6 +52,9 @@ type auditCarry struct {
 	mu   sync.Mutex
 	rec  *adminpb.AuditRecord // as carried; nil: not carried
 	done func(error)          // access.Trail.Carry's
+	// grouped: carried as a placeholder, so written in a group
+	// (access.AuditRecordGroup), not under a key of its own.
+	grouped bool
 }
 
 // mutations is procedure.SubmitOptions.Mutations: the record of the
@@ -60,30 +65,33 @@ func (c *auditCarry) mutations(id uint64) []store.Mutation {
 	if !ok {
 		return nil
 	}
-	c.mu.Lock()
-	c.rec, c.done = rec, done
-	c.mu.Unlock()
 	out := make([]store.Mutation, len(muts))
+	grouped := false
 	for i, m := range muts {
 		out[i] = store.Mutation{Key: m.Key, Value: m.Value, Delete: m.Op == raftfsm.OpDelete}
+		grouped = grouped || strings.HasPrefix(m.Key, raftfsm.PlaceholderPrefix)
 	}
+	c.mu.Lock()
+	c.rec, c.done, c.grouped = rec, done, grouped
+	c.mu.Unlock()
 	return out
 }
 
 // carried is the record carried, if one was, once the call's handler
 // returned err: a carried record then committed if and only if err is
 // nil (the submission's answer is its entry's outcome).
-func (c *auditCarry) carried(err error) *adminpb.AuditRecord {
+// grouped says it was written in a group.
+func (c *auditCarry) carried(err error) (rec *adminpb.AuditRecord, grouped bool) {
 	if c == nil {
-		return nil
+		return nil, false
 	}
 	c.mu.Lock()
-	rec, done := c.rec, c.done
+	rec, done, grouped := c.rec, c.done, c.grouped
 	c.mu.Unlock()
 	if done != nil {
 		done(err)
 	}
-	return rec
+	return rec, grouped
 }
 
 // auditMutations is what a submission served for ctx's call gives
@@ -198,6 +206,7 @@ func newAuditTrail(s *Server) (*access.Trail, error) {
 		Established: func() bool { _, err := s.b.Procedures(); return err == nil },
 		Send:        s.sendAudit,
 		Stop:        s.stopCh, Stopping: errStopping, Loops: &s.loops, Log: s.log, Metrics: s.acc.Metrics,
+		Format: func() version.Format { return clusterFormatOf(s.b) },
 	})
 }
 

@@ -38,14 +38,21 @@ type auditPuts struct {
 
 func watchAudit(t *testing.T, n *cluster.Node) *auditPuts {
 	a := &auditPuts{}
-	stop := n.FSM().Observe(&raftfsm.PutObserver{Prefixes: []string{access.AuditPrefix}, Put: func(_ string, v []byte) {
-		r := &adminpb.AuditRecord{}
-		if err := proto.Unmarshal(v, r); err != nil {
-			t.Errorf("audit put: %v", err)
+	stop := n.FSM().Observe(&raftfsm.PutObserver{Prefixes: []string{access.AuditPrefix}, Put: func(k string, v []byte) {
+		// A put of a group is a put of each of its records.
+		stored := access.StoredRecords(strings.TrimPrefix(k, access.AuditPrefix), v)
+		if len(stored) == 0 {
+			t.Errorf("audit put %q holds no record", k)
 		}
-		a.mu.Lock()
-		a.recs = append(a.recs, r)
-		a.mu.Unlock()
+		for _, sr := range stored {
+			r := &adminpb.AuditRecord{}
+			if err := proto.Unmarshal(sr.Value, r); err != nil {
+				t.Errorf("audit put: %v", err)
+			}
+			a.mu.Lock()
+			a.recs = append(a.recs, r)
+			a.mu.Unlock()
+		}
 	}})
 	t.Cleanup(stop)
 	return a

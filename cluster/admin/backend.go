@@ -267,6 +267,10 @@ func (b nodeBackend) MutateNumbered(ctx context.Context, build func() ([]raftfsm
 	return b.await(ctx, f)
 }
 
+// SetFolder implements access.Folding: f folds the placeholders of the
+// entries proposed under the node's Sequencer, the executor's included.
+func (b nodeBackend) SetFolder(f *raftfsm.Folder) { b.n.Sequencer().SetFolder(f) }
+
 func checkDomainKeys(muts []raftfsm.Mutation) error {
 	for _, m := range muts {
 		if m.Key == "" {
@@ -377,7 +381,11 @@ func trailState(b Backend) access.State {
 	nb := numbererOf(b)
 	switch {
 	case scans && nb != nil:
-		return sequencedStateOf{scanningStateOf{stateOf{b}, domainScans{sc}}, nb}
+		st := sequencedStateOf{scanningStateOf{stateOf{b}, domainScans{sc}}, nb}
+		if f, ok := nb.(access.Folding); ok {
+			return foldingStateOf{st, f}
+		}
+		return st
 	case scans:
 		return scanningStateOf{stateOf{b}, domainScans{sc}}
 	}
@@ -389,6 +397,13 @@ func trailState(b Backend) access.State {
 type sequencedStateOf struct {
 	scanningStateOf
 	access.Sequenced
+}
+
+// foldingStateOf is a sequenced trail state whose node folds the records
+// one entry carries into groups (access.Folding).
+type foldingStateOf struct {
+	sequencedStateOf
+	access.Folding
 }
 
 // numbererOf is b's access.Sequenced, through a domain's wrapper; nil if

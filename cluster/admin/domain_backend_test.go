@@ -20,11 +20,12 @@ func TestDomainBackendPassesEveryMethodThrough(t *testing.T) {
 	if appliedWaiterOf(WithDomain(&fakeBackend{}, nil)) != nil {
 		t.Error("appliedWaiterOf finds a WaitApplied the wrapped backend lacks")
 	}
-	// Found through the wrapper by other means: numbererOf and
-	// appliedWaiterOf unwrap it (a wrapper that claimed the ability
-	// without its node having it would have every carried record fail,
-	// or a standby ask the leader only to refuse).
-	unwrapped := map[string]bool{"MutateNumbered": true, "WaitApplied": true}
+	// Found through the wrapper by other means: numbererOf (MutateNumbered,
+	// and SetFolder beside it) and appliedWaiterOf unwrap it (a wrapper
+	// that claimed the ability without its node having it would have
+	// every carried record fail, or a standby ask the leader only to
+	// refuse).
+	unwrapped := map[string]bool{"MutateNumbered": true, "SetFolder": true, "WaitApplied": true}
 	node, wrapped := reflect.TypeOf(nodeBackend{}), reflect.TypeOf(WithDomain(nodeBackend{}, nil))
 	for i := range node.NumMethod() {
 		m := node.Method(i)

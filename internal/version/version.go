@@ -41,8 +41,10 @@ const (
 	// (acl/revoked/), token expiry (expires_ms), token uses
 	// (acl/tokenuse/), the node mark nodes/<id>/removed, the cluster id
 	// (cluster/id), procedure record fields 113 (child summaries) and
-	// 114 (submitter), and CreateTable's state version 2 (its
-	// PRE_OPERATION writes the layout, which 0.1.0 would not undo).
+	// 114 (submitter), CreateTable's state version 2 (its
+	// PRE_OPERATION writes the layout, which 0.1.0 would not undo), and
+	// audit record groups (audit/<term>-<first>+<last>, which 0.1.0
+	// would read as one empty record).
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
 	// at every level: the raise itself needs it, docs/upgrades.md. So are
 	// a region server's version and max_format in its server/<id> record,

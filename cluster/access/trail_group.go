@@ -1,0 +1,145 @@
+package access
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/internal/version"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// Carried records written as groups. A submission's record, carried in
+// its entry (Carry), is a key of its own through raft, the log store and
+// every master's state: what made a record cost a submission 12-15% of
+// its rate, whatever the record held (issue 33). Once the cluster version
+// allows it, Carry hands the store a placeholder instead, and the node's
+// Sequencer has the trail fold the placeholders of one entry (fold): the
+// records are numbered there, in a run for each holder, and each run is
+// written as one key, audit/<term>-<first>+<last> (AuditRecordGroup). One
+// entry commits the submissions and their records, all or none, as
+// before; the quotas count a group's records, and take a group out whole.
+
+// Folding is a State whose proposals of carried records can be folded:
+// it sets f as the folder of its node's raftfsm.Sequencer.
+type Folding interface {
+	SetFolder(f *raftfsm.Folder)
+}
+
+// holdPrefix starts the trail's placeholders.
+const holdPrefix = raftfsm.PlaceholderPrefix + "audit/"
+
+// grouping says rec, carried, goes into a group: the state folds, the
+// cluster version allows groups, and rec is final and served (a PENDING
+// record has its outcome written over its own key; a refusal is kept
+// apart).
+func (l *Trail) grouping(rec *adminpb.AuditRecord) bool {
+	if !l.folds || rec.GetRefused() || rec.GetCode() == AuditPending {
+		return false
+	}
+	if !l.grouped.Load() {
+		if !l.cfg.Format.Allows(version.Format2) {
+			return false
+		}
+		l.grouped.Store(true)
+	}
+	return true
+}
+
+// hold keeps rec until its entry is folded, and returns its placeholder.
+func (l *Trail) hold(rec *adminpb.AuditRecord) []raftfsm.Mutation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.carried++
+	key := holdPrefix + strconv.FormatUint(l.carried, 10)
+	l.carrying[key] = rec
+	return []raftfsm.Mutation{raftfsm.Put(key, nil)}
+}
+
+// fold is the Sequencer's raftfsm.Folder: it numbers the records of one
+// entry's placeholders, keys, and writes them as groups, with the prunes
+// due.
+func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
+	recs := make([]*adminpb.AuditRecord, 0, len(keys))
+	l.mu.Lock()
+	for _, k := range keys {
+		r, ok := l.carrying[k]
+		if !ok {
+			l.mu.Unlock()
+			// A record its write expects to commit with it: the entry
+			// must not commit without it.
+			return nil, nil, fmt.Errorf("audit: placeholder %q stands for no record", strings.TrimPrefix(k, raftfsm.PlaceholderPrefix))
+		}
+		recs = append(recs, r)
+	}
+	// Every placeholder handed out under the Sequencer before this fold
+	// is in this entry or in a write that failed before it: those of the
+	// latter are for no entry.
+	clear(l.carrying)
+	l.mu.Unlock()
+	// A failure here fails the submissions, which record their calls
+	// apart (as a carried record whose entry failed).
+	w, err := l.numberGroups(recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w.all(), func(err error) {
+		l.settle(w, err)
+		if err == nil {
+			l.written.Add(float64(w.fresh))
+		}
+	}, nil
+}
+
+// numberGroups numbers recs, in a run for each holder in the order each
+// holder first comes, and works out the group of each run and the prunes
+// due. Under the Sequencer, as number.
+func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
+	term := l.state.Term()
+	l.mu.Lock()
+	l.termLocked(term)
+	l.mu.Unlock()
+	sp := l.spaces[0]
+	var order []string
+	runs := map[string][]*adminpb.AuditRecord{}
+	for _, r := range recs {
+		h := strings.Join(sp.GroupsFor(r), "\x00")
+		if _, ok := runs[h]; !ok {
+			order = append(order, h)
+		}
+		runs[h] = append(runs[h], r)
+	}
+	now := l.cfg.Clock.Now().UnixMilli()
+	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(order))}
+	var added []keyedRecord
+	earliest := now
+	for _, h := range order {
+		run := runs[h]
+		first := l.n + 1
+		encoded := make([][]byte, len(run))
+		newest := int64(0)
+		for i, r := range run {
+			l.n++
+			r.Id = fmt.Sprintf("%d-%d", term, l.n)
+			if r.GetCommittedUnixMs() == 0 {
+				r.CommittedUnixMs = now
+			}
+			newest = max(newest, r.GetCommittedUnixMs())
+			earliest = min(earliest, r.GetCommittedUnixMs())
+			b, err := proto.Marshal(r)
+			if err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			encoded[i] = b
+		}
+		key := AuditPrefix + AuditGroupSuffix(term, first, l.n)
+		w.muts = append(w.muts, raftfsm.Put(key, MarshalGroup(encoded, newest)))
+		added = append(added, keyedRecord{key, run[0], len(run)})
+		w.fresh += len(run)
+	}
+	w.prune = l.prunes(sp, w, added, nil, false, earliest)
+	return w, nil
+}
