@@ -95,8 +95,9 @@ func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
 }
 
 // numberGroups numbers recs, in a run for each holder in the order each
-// holder first comes, and works out the group of each run and the prunes
-// due. Under the Sequencer, as number.
+// holder first comes (cut to at most an eighth of a holder's quota), and
+// works out the group of each run and the prunes due. Under the
+// Sequencer, as number.
 func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
 	term := l.state.Term()
 	l.mu.Lock()
@@ -112,12 +113,23 @@ func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
 		}
 		runs[h] = append(runs[h], r)
 	}
+	// A group goes whole past its holder's quota, so a group as big as
+	// the quota would take every record of its holder with it, itself
+	// included: runs are cut at an eighth of the quota, and a holder
+	// past it keeps at least seven eighths.
+	most := max(1, min(sp.PerHolder, sp.Max)/8)
+	var cut [][]*adminpb.AuditRecord
+	for _, h := range order {
+		for run := runs[h]; len(run) > 0; {
+			n := min(len(run), most)
+			cut, run = append(cut, run[:n]), run[n:]
+		}
+	}
 	now := l.cfg.Clock.Now().UnixMilli()
-	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(order))}
+	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(cut))}
 	var added []keyedRecord
 	earliest := now
-	for _, h := range order {
-		run := runs[h]
+	for _, run := range cut {
 		first := l.n + 1
 		encoded := make([][]byte, len(run))
 		newest := int64(0)

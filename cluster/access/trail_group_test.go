@@ -158,3 +158,59 @@ func TestCarryWritesAloneBelowFormat2(t *testing.T) {
 		t.Fatalf("at version 2: %v", muts)
 	}
 }
+
+// TestFoldCutsRunsBelowTheQuota: a holder's run longer than an eighth of
+// its quota is cut into groups of at most that many, numbered on; so a
+// holder past its quota, which loses whole groups, keeps at least seven
+// eighths of it, never the group just written.
+func TestFoldCutsRunsBelowTheQuota(t *testing.T) {
+	f := version.Format2
+	st := &foldingState{seqState: newSeqState()}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	l, err := NewTrail(st, TrailConfig{Clock: clock.NewManual(time.Unix(1_000_000, 0)), Retention: time.Hour, MaxRecords: 1000, MaxPerPrincipal: 16, MaxRefusedPerCaller: 1000,
+		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &sync.WaitGroup{}, Log: hclog.NewNullLogger(),
+		Format: func() version.Format { return f }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.warm() // the index known, as on a leader that has written before
+	fold := func(n int) []raftfsm.Mutation {
+		var muts []raftfsm.Mutation
+		st.under(func() {
+			var keys []string
+			for range n {
+				m, _, _ := l.Carry(served("alice"))
+				keys = append(keys, m[0].Key)
+			}
+			var done func(error)
+			if muts, done, err = st.folder.Fold(keys); err != nil {
+				t.Fatal(err)
+			}
+			st.apply(muts)
+			done(nil)
+		})
+		return muts
+	}
+	muts := fold(5)
+	var keys []string
+	for _, m := range muts {
+		keys = append(keys, m.Key)
+	}
+	want := []string{AuditPrefix + AuditGroupSuffix(1, 1, 2), AuditPrefix + AuditGroupSuffix(1, 3, 4), AuditPrefix + AuditGroupSuffix(1, 5, 5)}
+	if strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Fatalf("a run of 5 at a quota of 16: %q, want %q", keys, want)
+	}
+	// Far past the quota: whole groups go, the oldest first, and alice
+	// keeps 15 or 16 of her records, the newest among them.
+	for range 10 {
+		fold(7)
+	}
+	kv := sortedKV{}
+	st.Scan("", func(k string, v []byte) bool { kv[k] = v; return true })
+	page := ListPage(kv, &adminpb.ListAuditRequest{}, "", 100)
+	n := len(page.GetRecords())
+	if n < 15 || n > 16 || page.GetRecords()[n-1].GetId() != "1-75" {
+		t.Fatalf("alice keeps %d records, the newest %s; want 15 or 16, the newest 1-75", n, page.GetRecords()[n-1].GetId())
+	}
+}
