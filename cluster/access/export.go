@@ -309,8 +309,12 @@ func (e *Exporter) observe() (stop func()) {
 
 // onPut takes a record as the FSM applies it: it must not block.
 func (e *Exporter) onPut(key string, value []byte) {
+	recs := StoredRecords(suffixOf(key), value)
+	if len(recs) == 0 {
+		e.x.Log.Error("audit file: a group of records that does not decode is skipped", "key", key)
+	}
 	e.mu.Lock()
-	for _, r := range StoredRecords(suffixOf(key), value) {
+	for _, r := range recs {
 		e.offer(r.Suffix, r.Value)
 	}
 	e.mu.Unlock()

@@ -128,15 +128,6 @@ func StoredRecords(suffix string, v []byte) []StoredRecord {
 	return out
 }
 
-// StoredCount is how many records the key suffix holds, from its form
-// alone (a group's range; 1 otherwise).
-func StoredCount(suffix string) uint64 {
-	if _, first, last, ok := parseGroupSuffix(suffix); ok {
-		return last - first + 1
-	}
-	return 1
-}
-
 // ScanRecords walks the records of space prefix whose suffix is greater
 // than after ("": all), oldest first, until fn returns false: first the
 // rest of a group that holds after itself (its key sorts before after, or

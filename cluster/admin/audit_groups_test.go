@@ -32,7 +32,7 @@ func storedSubmissions(t *testing.T, sc *secureCluster, i int) (byPrincipal map[
 	sc.nodes[i].node.FSM().Scan(access.AuditPrefix, func(k string, v []byte) bool {
 		suffix := strings.TrimPrefix(k, access.AuditPrefix)
 		recs := access.StoredRecords(suffix, v)
-		isGroup := access.StoredCount(suffix) > 1 || strings.Contains(suffix, "+")
+		isGroup := strings.Contains(suffix, "+")
 		holders := map[string]bool{}
 		for _, sr := range recs {
 			var r adminpb.AuditRecord

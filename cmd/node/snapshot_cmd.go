@@ -336,11 +336,12 @@ func (k *snapshotCounts) slot(key string) *uint64 {
 	return &k.OtherKeys
 }
 
-// keyCount is how many of what slot counts key holds: a group of audit
-// records counts each record.
-func keyCount(key string) uint64 {
+// keyCount is how many of what slot counts key holds, with value: a
+// group of audit records counts each record it holds (none, if it does
+// not decode, as every reader of the trail skips it).
+func keyCount(key string, value []byte) uint64 {
 	if s, ok := strings.CutPrefix(key, access.AuditPrefix); ok {
-		return access.StoredCount(s)
+		return uint64(len(access.StoredRecords(s, value)))
 	}
 	return 1
 }
@@ -374,7 +375,7 @@ func summarizeSnapshot(r io.Reader) (snapshotSummary, error) {
 			}
 			continue
 		}
-		*s.counts.slot(e.Key) += keyCount(e.Key)
+		*s.counts.slot(e.Key) += keyCount(e.Key, e.Value)
 	}
 	s.bytes = cr.n
 	return s, nil

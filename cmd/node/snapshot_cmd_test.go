@@ -14,11 +14,14 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/cluster/clustertest"
 	"github.com/baton-dev/baton/cluster/domain"
 	"github.com/baton-dev/baton/procedure"
+	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 	"github.com/baton-dev/baton/store"
 )
@@ -321,5 +324,31 @@ func TestSnapshotSaveDiskFull(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(tiny); len(ents) != 0 {
 		t.Fatalf("left on the tmpfs: %v", ents)
+	}
+}
+
+// TestKeyCountOpensAuditGroups: a snapshot's summary counts each record
+// of a group of audit records, none of a group that does not decode, and
+// one for a record alone or any other key.
+func TestKeyCountOpensAuditGroups(t *testing.T) {
+	rec, err := proto.Marshal(&adminpb.AuditRecord{Id: "4-7", Method: "SubmitProcedure"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := access.MarshalGroup([][]byte{rec, rec, rec}, 1)
+	for _, tc := range []struct {
+		key   string
+		value []byte
+		want  uint64
+	}{
+		{access.AuditPrefix + access.AuditGroupSuffix(4, 5, 7), group, 3},
+		{access.AuditPrefix + access.AuditGroupSuffix(4, 5, 9), group, 0}, // holds fewer than its key numbers
+		{access.AuditKey(4, 8), rec, 1},
+		{access.RefusedPrefix + access.AuditSuffix(4, 9), rec, 1},
+		{domain.TableKey("default:t"), []byte("{}"), 1},
+	} {
+		if got := keyCount(tc.key, tc.value); got != tc.want {
+			t.Errorf("keyCount(%q) = %d, want %d", tc.key, got, tc.want)
+		}
 	}
 }
