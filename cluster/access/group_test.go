@@ -189,6 +189,40 @@ func TestScanRecordsFromEveryPlace(t *testing.T) {
 	}
 }
 
+// pageThrough lists req from sc a page of limit at a time, each page's
+// token passed to the next, to the end: every page at most limit long,
+// every token moving on.
+func pageThrough(t *testing.T, sc PageScanner, req *adminpb.ListAuditRequest, limit int) []*adminpb.AuditRecord {
+	t.Helper()
+	kind := PageToken
+	if req.GetNewestFirst() {
+		kind = DescPageToken
+	}
+	var out []*adminpb.AuditRecord
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatalf("limit %d: no end after %d pages", limit, pages)
+		}
+		resp := ListPage(sc, req, after, limit)
+		if len(resp.GetRecords()) > limit {
+			t.Fatalf("a page of %d records at limit %d", len(resp.GetRecords()), limit)
+		}
+		out = append(out, resp.GetRecords()...)
+		if resp.GetNextPageToken() == "" {
+			return out
+		}
+		s, ok := adminpb.DecodePageToken(kind, resp.GetNextPageToken())
+		if !ok {
+			t.Fatalf("token %q", resp.GetNextPageToken())
+		}
+		if s == after {
+			t.Fatalf("limit %d: the token did not move from %q", limit, s)
+		}
+		after = s
+	}
+}
+
 // AuditSuffixOfID is the suffix of record id.
 func AuditSuffixOfID(t *testing.T, id string) string {
 	t.Helper()
@@ -208,29 +242,10 @@ func TestListPageThroughGroups(t *testing.T) {
 		}
 		for limit := 1; limit <= 22; limit++ {
 			var got []string
-			after := ""
-			for pages := 0; ; pages++ {
-				if pages > 100 {
-					t.Fatalf("desc %v limit %d: no end", desc, limit)
+			for _, r := range pageThrough(t, kv, &adminpb.ListAuditRequest{NewestFirst: desc}, limit) {
+				if !r.GetRefused() {
+					got = append(got, AuditSuffixOfID(t, r.GetId()))
 				}
-				resp := ListPage(kv, &adminpb.ListAuditRequest{NewestFirst: desc}, after, limit)
-				for _, r := range resp.GetRecords() {
-					if !r.GetRefused() {
-						got = append(got, AuditSuffixOfID(t, r.GetId()))
-					}
-				}
-				if resp.GetNextPageToken() == "" {
-					break
-				}
-				kind := PageToken
-				if desc {
-					kind = DescPageToken
-				}
-				s, ok := adminpb.DecodePageToken(kind, resp.GetNextPageToken())
-				if !ok {
-					t.Fatalf("token %q", resp.GetNextPageToken())
-				}
-				after = s
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("desc %v limit %d: %q, want %q", desc, limit, got, want)

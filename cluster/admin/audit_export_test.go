@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -228,27 +227,8 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 			b, _ := os.ReadFile(path)
 			return bytes.Contains(b, []byte(`\"omega\"`))
 		})
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
 		grantRefused, flooded := false, 0
-		byTerm := map[uint64][]uint64{}
-		seen := map[string]bool{}
-		for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-			var l access.ExportLine
-			if err := json.Unmarshal(line, &l); err != nil {
-				t.Fatalf("%s: line %q: %v", id, line, err)
-			}
-			if seen[l.ID] {
-				t.Fatalf("%s: record %s written twice", id, l.ID)
-			}
-			seen[l.ID] = true
-			var term, num uint64
-			if _, err := fmt.Sscanf(l.ID, "%d-%d", &term, &num); err != nil {
-				t.Fatalf("%s: id %q: %v", id, l.ID, err)
-			}
-			byTerm[term] = append(byTerm[term], num)
+		for _, l := range exportedOnceEach(t, id, path) {
 			if l.Principal == "client/alice" && l.Refused {
 				switch l.Method {
 				case "AclGrant":
@@ -264,14 +244,44 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 		if flooded != flood {
 			t.Errorf("%s: %d refused AclList calls in the file, want %d", id, flooded, flood)
 		}
-		for term, nums := range byTerm {
-			sort.Slice(nums, func(i, j int) bool { return nums[i] < nums[j] })
-			// A leader numbers its term's records from 1.
-			if missing := int(nums[len(nums)-1]) - len(nums); missing != 0 {
-				t.Errorf("%s: term %d: %d of the records up to %d missing from the file", id, term, missing, nums[len(nums)-1])
-			}
+	}
+}
+
+// exportedOnceEach is master id's audit file at path, its lines parsed:
+// each record once, and of each term every record up to the last (a
+// leader numbers its term's records from 1).
+func exportedOnceEach(t *testing.T, id, path string) []access.ExportLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []access.ExportLine
+	byTerm := map[uint64][]uint64{}
+	seen := map[string]bool{}
+	for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
+		var l access.ExportLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("%s: line %q: %v", id, line, err)
+		}
+		if seen[l.ID] {
+			t.Fatalf("%s: record %s written twice", id, l.ID)
+		}
+		seen[l.ID] = true
+		var term, num uint64
+		if _, err := fmt.Sscanf(l.ID, "%d-%d", &term, &num); err != nil {
+			t.Fatalf("%s: id %q: %v", id, l.ID, err)
+		}
+		byTerm[term] = append(byTerm[term], num)
+		out = append(out, l)
+	}
+	for term, nums := range byTerm {
+		slices.Sort(nums)
+		if missing := int(nums[len(nums)-1]) - len(nums); missing != 0 {
+			t.Errorf("%s: term %d: %d of the records up to %d missing from the file", id, term, missing, nums[len(nums)-1])
 		}
 	}
+	return out
 }
 
 // TestAuditFileQueueOverflowRereads: an exporter whose queue fills (its
