@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,48 +10,15 @@ import (
 	"github.com/baton-dev/baton/store"
 )
 
-// countingFolder folds into one key per entry and counts each fold's
-// done calls.
-type countingFolder struct {
-	mu     sync.Mutex
-	folds  int
-	dones  map[int]int
-	errs   map[int]error
-	folded map[string]int
-}
-
-func (f *countingFolder) folder() *Folder {
-	f.dones, f.errs, f.folded = map[int]int{}, map[int]error{}, map[string]int{}
-	return &Folder{Fold: func(keys []string) ([]Mutation, func(error), error) {
-		f.mu.Lock()
-		f.folds++
-		id := f.folds
-		for _, k := range keys {
-			f.folded[k]++
-		}
-		f.mu.Unlock()
-		return []Mutation{Put(fmt.Sprintf("folded/%d", id), []byte(strings.Join(keys, ",")))}, func(err error) {
-			f.mu.Lock()
-			f.dones[id]++
-			f.errs[id] = err
-			f.mu.Unlock()
-		}, nil
-	}}
-}
-
 // TestTwoStoresOneSequencerFoldOnceEach: two RaftStores share a
 // Sequencer; every placeholder is folded once, every fold's done called
 // once, before its writers hear; the placeholders never reach the state.
 func TestTwoStoresOneSequencerFoldOnceEach(t *testing.T) {
-	c := newCluster(t, clusterOpts{n: 1})
-	l := c.leader()
+	l := newCluster(t, clusterOpts{n: 1}).leader()
 	var seq Sequencer
-	cf := &countingFolder{}
-	seq.SetFolder(cf.folder())
-	a := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	b := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	defer a.Close()
-	defer b.Close()
+	rec := &foldRecorder{}
+	seq.SetFolder(rec.folder())
+	a, b := foldingStore(t, l, &seq), foldingStore(t, l, &seq)
 	var wg sync.WaitGroup
 	var next atomic.Uint64
 	var failed atomic.Int64
@@ -82,36 +48,33 @@ func TestTwoStoresOneSequencerFoldOnceEach(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	cf.mu.Lock()
-	defer cf.mu.Unlock()
-	for id := 1; id <= cf.folds; id++ {
-		if cf.dones[id] != 1 {
-			t.Errorf("fold %d: done called %d times", id, cf.dones[id])
-		}
-	}
-	for k, n := range cf.folded {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.checkDonesOnce(t)
+	folded := rec.folded()
+	for k, n := range folded {
 		if n != 1 {
 			t.Errorf("%q folded %d times", k, n)
 		}
 	}
-	if len(cf.folded)+int(failed.Load()) != 640 {
-		t.Errorf("%d folded, %d failed of 640", len(cf.folded), failed.Load())
+	if len(folded)+int(failed.Load()) != 640 {
+		t.Errorf("%d folded, %d failed of 640", len(folded), failed.Load())
 	}
-	l.fsm.Scan("\x00", func(k string, _ []byte) bool { t.Errorf("placeholder %q written", k); return true })
-	t.Logf("%d folds", cf.folds)
+	checkNoPlaceholderWritten(t, l)
 }
 
-// TestFoldDoneOnLeadershipLoss: an entry proposed with a fold on a
-// leader that loses leadership before commit: done hears the failure, once.
+// TestFoldDoneOnLeadershipLoss: entries proposed with a fold on a leader
+// cut off from its followers fail; each fold's done hears the failure,
+// once, and so does each writer.
 func TestFoldDoneOnLeadershipLoss(t *testing.T) {
 	c := newCluster(t, clusterOpts{n: 3})
 	l := c.leader()
 	var seq Sequencer
-	cf := &countingFolder{}
-	seq.SetFolder(cf.folder())
-	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	defer s.Close()
+	rec := &foldRecorder{}
+	seq.SetFolder(rec.folder())
+	s := foldingStore(t, l, &seq)
 	c.isolate(l)
+	defer c.reconnect(l)
 	errs := make(chan error, 4)
 	for i := range 4 {
 		go func() {
@@ -124,18 +87,19 @@ func TestFoldDoneOnLeadershipLoss(t *testing.T) {
 	for range 4 {
 		select {
 		case err := <-errs:
-			t.Logf("write: %v", err)
+			if err == nil {
+				t.Error("a write committed on a leader cut off from its followers")
+			}
 		case <-timeout:
 			t.Fatal("writes not answered")
 		}
 	}
-	cf.mu.Lock()
-	defer cf.mu.Unlock()
-	for id := 1; id <= cf.folds; id++ {
-		if cf.dones[id] != 1 {
-			t.Errorf("fold %d: done called %d times", id, cf.dones[id])
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.checkDonesOnce(t)
+	for id, err := range rec.outcomes {
+		if err == nil {
+			t.Errorf("fold %d: its entry failed, but done heard it applied", id)
 		}
-		t.Logf("fold %d outcome %v", id, cf.errs[id])
 	}
-	c.reconnect(l)
 }

@@ -10,10 +10,12 @@ import (
 )
 
 // foldRecorder is a Folder that writes one key per entry, named after the
-// placeholders it folded, and notes each entry's outcome.
+// placeholders it folded, and notes each fold's keys, how many times its
+// done was called and the outcome it was last given.
 type foldRecorder struct {
 	mu       sync.Mutex
-	entries  [][]string
+	entries  [][]string // by fold
+	dones    []int
 	outcomes []error
 	panicOn  string
 	failOn   string
@@ -30,7 +32,8 @@ func (f *foldRecorder) folder() *Folder {
 			}
 		}
 		f.mu.Lock()
-		f.entries = append(f.entries, keys)
+		id := len(f.entries)
+		f.entries, f.dones, f.outcomes = append(f.entries, keys), append(f.dones, 0), append(f.outcomes, nil)
 		f.mu.Unlock()
 		var names []string
 		for _, k := range keys {
@@ -38,10 +41,49 @@ func (f *foldRecorder) folder() *Folder {
 		}
 		return []Mutation{Put("folded/"+strings.Join(names, ","), nil)}, func(err error) {
 			f.mu.Lock()
-			f.outcomes = append(f.outcomes, err)
+			f.dones[id]++
+			f.outcomes[id] = err
 			f.mu.Unlock()
 		}, nil
 	}}
+}
+
+// folded is how many times each placeholder was folded. f.mu is held.
+func (f *foldRecorder) folded() map[string]int {
+	n := map[string]int{}
+	for _, keys := range f.entries {
+		for _, k := range keys {
+			n[k]++
+		}
+	}
+	return n
+}
+
+// checkDonesOnce fails t unless every fold's done was called once. f.mu
+// is held.
+func (f *foldRecorder) checkDonesOnce(t *testing.T) {
+	t.Helper()
+	for id, n := range f.dones {
+		if n != 1 {
+			t.Errorf("fold %d: done called %d times", id, n)
+		}
+	}
+}
+
+// foldingStore is a RaftStore on l under seq, closed as the test ends.
+func foldingStore(t *testing.T, l *testNode, seq *Sequencer) *RaftStore {
+	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: seq})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// checkNoPlaceholderWritten fails t if l's state holds a placeholder.
+func checkNoPlaceholderWritten(t *testing.T, l *testNode) {
+	t.Helper()
+	l.fsm.Scan(PlaceholderPrefix, func(k string, _ []byte) bool {
+		t.Errorf("placeholder %q written", k)
+		return true
+	})
 }
 
 // commitWithPlaceholders commits eight writes at once, write i's Late
@@ -67,13 +109,11 @@ func placeholderLate(i int) []Mutation {
 // entry; the placeholders themselves are never written; it learns each
 // entry's outcome.
 func TestFolderTurnsAnEntrysPlaceholders(t *testing.T) {
-	c := newCluster(t, clusterOpts{n: 1})
-	l := c.leader()
+	l := newCluster(t, clusterOpts{n: 1}).leader()
 	var seq Sequencer
 	rec := &foldRecorder{}
 	seq.SetFolder(rec.folder())
-	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	defer s.Close()
+	s := foldingStore(t, l, &seq)
 	for i, err := range commitWithPlaceholders(t, s, placeholderLate) {
 		if err != nil {
 			t.Fatalf("write %d: %v", i, err)
@@ -81,11 +121,8 @@ func TestFolderTurnsAnEntrysPlaceholders(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	seen := map[string]int{}
+	seen := rec.folded()
 	for _, keys := range rec.entries {
-		for _, k := range keys {
-			seen[k]++
-		}
 		var names []string
 		for _, k := range keys {
 			names = append(names, strings.TrimPrefix(k, PlaceholderPrefix))
@@ -99,30 +136,23 @@ func TestFolderTurnsAnEntrysPlaceholders(t *testing.T) {
 			t.Errorf("placeholder p%d folded %d times", i, seen[fmt.Sprintf("%sp%d", PlaceholderPrefix, i)])
 		}
 	}
-	if len(rec.outcomes) != len(rec.entries) {
-		t.Fatalf("%d outcomes for %d entries", len(rec.outcomes), len(rec.entries))
-	}
+	rec.checkDonesOnce(t)
 	for _, err := range rec.outcomes {
 		if err != nil {
 			t.Errorf("an entry's outcome: %v", err)
 		}
 	}
-	l.fsm.Scan(PlaceholderPrefix, func(k string, _ []byte) bool {
-		t.Errorf("placeholder %q written", k)
-		return true
-	})
+	checkNoPlaceholderWritten(t, l)
 }
 
 // TestFolderSkipsRefusedWrites: a write whose Late fails is not carried,
 // and its placeholder is not folded; the others' are.
 func TestFolderSkipsRefusedWrites(t *testing.T) {
-	c := newCluster(t, clusterOpts{n: 1})
-	l := c.leader()
+	l := newCluster(t, clusterOpts{n: 1}).leader()
 	var seq Sequencer
 	rec := &foldRecorder{}
 	seq.SetFolder(rec.folder())
-	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	defer s.Close()
+	s := foldingStore(t, l, &seq)
 	errs := commitWithPlaceholders(t, s, func(i int) []Mutation {
 		if i == 3 {
 			return append(placeholderLate(i), Put("", nil)) // a bad key after the placeholder
@@ -136,12 +166,8 @@ func TestFolderSkipsRefusedWrites(t *testing.T) {
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	for _, keys := range rec.entries {
-		for _, k := range keys {
-			if k == PlaceholderPrefix+"p3" {
-				t.Errorf("the refused write's placeholder was folded: %q", keys)
-			}
-		}
+	if n := rec.folded()[PlaceholderPrefix+"p3"]; n != 0 {
+		t.Errorf("the refused write's placeholder was folded %d times", n)
 	}
 }
 
@@ -150,11 +176,9 @@ func TestFolderSkipsRefusedWrites(t *testing.T) {
 // key); the folder's panic fails its entry, not the node; and so does the
 // folder's error.
 func TestPlaceholderWithoutFolderFailsItsWrite(t *testing.T) {
-	c := newCluster(t, clusterOpts{n: 1})
-	l := c.leader()
+	l := newCluster(t, clusterOpts{n: 1}).leader()
 	var seq Sequencer
-	s := NewRaftStore(l.r, l.fsm, RaftStoreConfig{Sequencer: &seq})
-	defer s.Close()
+	s := foldingStore(t, l, &seq)
 	errs := commitWithPlaceholders(t, s, func(i int) []Mutation {
 		if i == 5 {
 			return placeholderLate(i)

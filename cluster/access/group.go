@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/baton-dev/baton/proto/adminpb"
 )
 
 // Audit record groups (adminpb.AuditRecordGroup): the records of served
@@ -20,10 +22,13 @@ import (
 // first record's suffix and before the next number's.
 const groupMark = "+"
 
-// The field numbers of adminpb.AuditRecordGroup.
-const (
-	groupRecordsField   protowire.Number = 16
-	groupCommittedField protowire.Number = 14
+// The field numbers of adminpb.AuditRecordGroup. Its committed_unix_ms
+// has a record's number, so that the retention reads both alike
+// (committedUnixMs).
+var (
+	groupFields         = (&adminpb.AuditRecordGroup{}).ProtoReflect().Descriptor().Fields()
+	groupRecordsField   = groupFields.ByName("records").Number()
+	groupCommittedField = groupFields.ByName("committed_unix_ms").Number()
 )
 
 // AuditGroupSuffix is the key suffix of the group holding the records
@@ -73,32 +78,48 @@ func MarshalGroup(records [][]byte, committedUnixMs int64) []byte {
 }
 
 // groupRecords are the encoded records of a group's stored form v; ok is
-// false if v is not one (it does not walk as protobuf, or its field 16 is
-// not length-delimited).
+// false if v is not one (it does not walk as protobuf, or its records
+// field is not length-delimited).
 func groupRecords(v []byte) (records [][]byte, ok bool) {
+	wellFormed := true
+	ok = eachField(v, func(num protowire.Number, typ protowire.Type, value []byte) bool {
+		if num != groupRecordsField {
+			return true
+		}
+		if typ != protowire.BytesType {
+			wellFormed = false
+			return false
+		}
+		r, _ := protowire.ConsumeBytes(value) // whole: eachField delimited it
+		records = append(records, r)
+		return true
+	})
+	if !ok || !wellFormed {
+		return nil, false
+	}
+	return records, true
+}
+
+// eachField calls fn with each top-level field of the encoded message v,
+// in order, its number, type and value (the bytes after its tag, as
+// protowire.ConsumeFieldValue delimits them), until fn returns false; ok
+// is false if v does not walk as protobuf's wire format that far.
+func eachField(v []byte, fn func(num protowire.Number, typ protowire.Type, value []byte) bool) (ok bool) {
 	for len(v) > 0 {
 		num, typ, n := protowire.ConsumeTag(v)
 		if n < 0 {
-			return nil, false
+			return false
 		}
 		v = v[n:]
-		if num == groupRecordsField {
-			if typ != protowire.BytesType {
-				return nil, false
-			}
-			r, n := protowire.ConsumeBytes(v)
-			if n < 0 {
-				return nil, false
-			}
-			records, v = append(records, r), v[n:]
-			continue
-		}
 		if n = protowire.ConsumeFieldValue(num, typ, v); n < 0 {
-			return nil, false
+			return false
+		}
+		if !fn(num, typ, v[:n]) {
+			return true
 		}
 		v = v[n:]
 	}
-	return records, true
+	return true
 }
 
 // StoredRecord is one record as stored: its suffix (<term>-<n>, also in a

@@ -426,18 +426,15 @@ func (l *Trail) write(do func(ctx context.Context) (*numbered, error)) error {
 	}()
 	w, err := do(ctx)
 	l.settle(w, err)
-	if err != nil {
-		return err
-	}
-	if w != nil {
-		l.written.Add(float64(w.fresh))
-	}
-	return nil
+	return err
 }
 
 // settle ends the bookkeeping of w, numbered and written with outcome err
-// (w nil: never numbered).
+// (w nil: never numbered), and counts its records written if it was.
 func (l *Trail) settle(w *numbered, err error) {
+	if w != nil && err == nil {
+		l.written.Add(float64(w.fresh))
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w != nil {
@@ -480,12 +477,7 @@ func (l *Trail) Carry(rec *adminpb.AuditRecord) (muts []raftfsm.Mutation, done f
 		l.cfg.Log.Error("audit record not carried", "method", rec.GetMethod(), "error", err)
 		return nil, nil, false
 	}
-	return w.all(), func(err error) {
-		l.settle(w, err)
-		if err == nil {
-			l.written.Add(float64(w.fresh))
-		}
-	}, true
+	return w.all(), func(err error) { l.settle(w, err) }, true
 }
 
 // CanCarry says the trail's state numbers records as it proposes them,
@@ -503,10 +495,7 @@ func (l *Trail) CanCarry() bool {
 // where the trail's writes and carried records number under it. build
 // false builds no unknown index (prunes).
 func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, error) {
-	term := l.state.Term()
-	l.mu.Lock()
-	l.termLocked(term)
-	l.mu.Unlock()
+	term := l.numberingTerm()
 	now := l.cfg.Clock.Now().UnixMilli()
 	w := &numbered{muts: make([]raftfsm.Mutation, 0, len(recs))}
 	// What the writes change in each space's index.
@@ -570,6 +559,16 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		w.prune = append(w.prune, l.prunes(sp, w, added[i], gone, build, earliest[i])...)
 	}
 	return w, nil
+}
+
+// numberingTerm is the state's term, whose numbering it starts if it is
+// a new one.
+func (l *Trail) numberingTerm() uint64 {
+	term := l.state.Term()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.termLocked(term)
+	return term
 }
 
 // termLocked starts the numbering of term if it is a new one. l.mu is
@@ -732,24 +731,15 @@ var committedField = (&adminpb.AuditRecord{}).ProtoReflect().Descriptor().Fields
 // list), which the trail never writes, is judged by its time instead:
 // every other reader already skips such a record, and it goes once old.
 func committedUnixMs(v []byte) (ms int64, ok bool) {
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return 0, false
-		}
-		v = v[n:]
+	ok = eachField(v, func(num protowire.Number, typ protowire.Type, value []byte) bool {
 		if num == committedField && typ == protowire.VarintType {
-			x, n := protowire.ConsumeVarint(v)
-			if n < 0 {
-				return 0, false
-			}
-			ms, v = int64(x), v[n:]
-			continue
+			x, _ := protowire.ConsumeVarint(value) // whole: eachField delimited it
+			ms = int64(x)
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, v); n < 0 {
-			return 0, false
-		}
-		v = v[n:]
+		return true
+	})
+	if !ok {
+		return 0, false
 	}
 	return ms, true
 }

@@ -86,12 +86,7 @@ func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return w.all(), func(err error) {
-		l.settle(w, err)
-		if err == nil {
-			l.written.Add(float64(w.fresh))
-		}
-	}, nil
+	return w.all(), func(err error) { l.settle(w, err) }, nil
 }
 
 // numberGroups numbers recs, in a run for each holder in the order each
@@ -99,10 +94,7 @@ func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
 // works out the group of each run and the prunes due. Under the
 // Sequencer, as number.
 func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
-	term := l.state.Term()
-	l.mu.Lock()
-	l.termLocked(term)
-	l.mu.Unlock()
+	term := l.numberingTerm()
 	sp := l.spaces[0]
 	var order []string
 	runs := map[string][]*adminpb.AuditRecord{}

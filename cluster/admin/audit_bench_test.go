@@ -133,9 +133,7 @@ func benchAuditedSubmits(b *testing.B, callers int) {
 	b.ReportMetric(ra, "audited-submits/s")
 	b.ReportMetric(ra/rb, "audited/bare")
 	sum := benchstat.Summarize(benchstat.RatiosByRound(took, 0)[1]) // audited over bare, each round
-	b.ReportMetric(sum.Median, "audited/bare-median")
-	b.ReportMetric(sum.Min, "audited/bare-min")
-	b.ReportMetric(sum.Max, "audited/bare-max")
+	sum.Report(b, "audited/bare")
 	if b.N == 1 {
 		return // the framework's probe: a round of one call per caller, which says nothing
 	}

@@ -46,10 +46,7 @@ func TestAuditFileExport(t *testing.T) {
 	for _, n := range sc.nodes {
 		id := n.srv.b.ID()
 		path := filepath.Join(dir, id+".jsonl")
-		testwait.For(t, 20*time.Second, id+" exports the last grant", func() bool {
-			b, _ := os.ReadFile(path)
-			return bytes.Contains(b, []byte(last))
-		})
+		waitExported(t, id, path, last)
 		var ids []string
 		for _, f := range []string{path + ".2", path + ".1", path} {
 			b, err := os.ReadFile(f)
@@ -223,10 +220,7 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 	for _, n := range sc.nodes {
 		id := n.srv.b.ID()
 		path := filepath.Join(dir, id+".jsonl")
-		testwait.For(t, 20*time.Second, id+" exports the last grant", func() bool {
-			b, _ := os.ReadFile(path)
-			return bytes.Contains(b, []byte(`\"omega\"`))
-		})
+		waitExported(t, id, path, `\"omega\"`)
 		grantRefused, flooded := false, 0
 		for _, l := range exportedOnceEach(t, id, path) {
 			if l.Principal == "client/alice" && l.Refused {
@@ -245,6 +239,16 @@ func TestAuditFileKeepsWhatPruningDrops(t *testing.T) {
 			t.Errorf("%s: %d refused AclList calls in the file, want %d", id, flooded, flood)
 		}
 	}
+}
+
+// waitExported waits until master id's audit file at path holds last,
+// the last record's text as a line holds it.
+func waitExported(t *testing.T, id, path, last string) {
+	t.Helper()
+	testwait.For(t, 20*time.Second, id+" exports the last record", func() bool {
+		b, _ := os.ReadFile(path)
+		return bytes.Contains(b, []byte(last))
+	})
 }
 
 // exportedOnceEach is master id's audit file at path, its lines parsed:

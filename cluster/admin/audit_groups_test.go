@@ -1,10 +1,8 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -195,10 +193,7 @@ func TestAuditFileExportsEveryGroupedRecord(t *testing.T) {
 			for _, n := range sc.nodes {
 				id := n.srv.b.ID()
 				path := filepath.Join(dir, id+".jsonl")
-				testwait.For(t, 20*time.Second, id+" exports the last grant", func() bool {
-					b, _ := os.ReadFile(path)
-					return bytes.Contains(b, []byte(`\"omega\"`))
-				})
+				waitExported(t, id, path, `\"omega\"`)
 				submitted := 0
 				for _, l := range exportedOnceEach(t, id, path) {
 					if l.Method == "SubmitProcedure" {

@@ -120,17 +120,11 @@ func BenchmarkReads(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("BATON_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v + v%2 // even: each order as often
 	}
-	callsIn := func(r int) int {
-		if r == rounds-1 {
-			return b.N - b.N/rounds*(rounds-1) // the rest
-		}
-		return b.N / rounds
-	}
 	b.ResetTimer()
 	// The kinds take turns, every other round backwards: what a round
 	// leaves behind is paid by the kind after it.
 	took, err := benchstat.Alternate(len(kinds), rounds, func(k, r int) (time.Duration, error) {
-		kind, n := kinds[k], callsIn(r)
+		kind, n := kinds[k], benchstat.Split(b.N, rounds, r)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		var firstErr atomic.Value
@@ -155,22 +149,19 @@ func BenchmarkReads(b *testing.B) {
 		if err, _ := firstErr.Load().(error); err != nil {
 			return 0, fmt.Errorf("%s: %w", kind.name, err)
 		}
+		if n == 0 {
+			return 0, nil // the framework's b.N=1 probe leaves rounds of none, which say nothing
+		}
 		return d, nil
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	// perRound[k] is kind k's rate over stale's in each round that made
-	// calls (the framework's b.N=1 probe leaves rounds of none).
-	var withCalls [][]time.Duration
-	for r, round := range took {
-		if callsIn(r) > 0 {
-			withCalls = append(withCalls, round)
-		}
-	}
+	// calls.
 	perRound := make([][]float64, len(kinds))
 	if len(kinds) > 0 && kinds[0].name == "stale" {
-		copy(perRound, benchstat.RatiosByRound(withCalls, 0))
+		copy(perRound, benchstat.RatiosByRound(took, 0))
 	}
 	b.StopTimer()
 	if rounds, reads := leader.node.ReadRounds(); rounds > 0 {
@@ -187,10 +178,7 @@ func BenchmarkReads(b *testing.B) {
 	if len(kinds) > 0 && kinds[0].name == "stale" {
 		for k, kind := range kinds[1:] {
 			b.ReportMetric(rate[k+1]/rate[0], kind.name+"/stale")
-			sum := benchstat.Summarize(perRound[k+1])
-			b.ReportMetric(sum.Median, kind.name+"/stale-median")
-			b.ReportMetric(sum.Min, kind.name+"/stale-min")
-			b.ReportMetric(sum.Max, kind.name+"/stale-max")
+			benchstat.Summarize(perRound[k+1]).Report(b, kind.name+"/stale")
 		}
 	}
 	// The CPU of the whole process (three masters and the callers) per

@@ -38,6 +38,24 @@ func Summarize(v []float64) Summary {
 	return Summary{Median: Median(v), Min: slices.Min(v), Max: slices.Max(v), N: len(v)}
 }
 
+// Report reports s as b's metrics unit-median, unit-min and unit-max (a
+// *testing.B's ReportMetric).
+func (s Summary) Report(b interface{ ReportMetric(n float64, unit string) }, unit string) {
+	b.ReportMetric(s.Median, unit+"-median")
+	b.ReportMetric(s.Min, unit+"-min")
+	b.ReportMetric(s.Max, unit+"-max")
+}
+
+// Split is how many of total calls round r of rounds makes: an equal
+// share, the last round the rest. A round of none (more rounds than
+// calls) should report no time, which RatiosByRound passes over.
+func Split(total, rounds, r int) int {
+	if r == rounds-1 {
+		return total - total/rounds*(rounds-1)
+	}
+	return total / rounds
+}
+
 // Alternate runs kinds kinds (0 to kinds-1) in turn, rounds times, every
 // other round in reverse order, so that no kind always runs first, on
 // what the last round left, nor pays for the same neighbour every round.

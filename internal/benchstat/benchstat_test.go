@@ -112,3 +112,32 @@ func TestAlternate(t *testing.T) {
 		t.Errorf("a failed run: %v after %d runs, %d whole rounds; want boom after 4, 1 round", err, runs, len(took))
 	}
 }
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct{ total, rounds int }{{10, 3}, {64000, 16}, {2, 4}, {7, 1}} {
+		sum := 0
+		for r := range tc.rounds {
+			n := Split(tc.total, tc.rounds, r)
+			if r < tc.rounds-1 && n != tc.total/tc.rounds {
+				t.Errorf("Split(%d, %d, %d) = %d, want an equal share %d", tc.total, tc.rounds, r, n, tc.total/tc.rounds)
+			}
+			sum += n
+		}
+		if sum != tc.total {
+			t.Errorf("%d calls over %d rounds add up to %d", tc.total, tc.rounds, sum)
+		}
+	}
+}
+
+// reported is a ReportMetric that keeps what it was given.
+type reported map[string]float64
+
+func (r reported) ReportMetric(n float64, unit string) { r[unit] = n }
+
+func TestSummaryReport(t *testing.T) {
+	got := reported{}
+	Summarize([]float64{0.9, 0.7, 1.1}).Report(got, "a/b")
+	if got["a/b-median"] != 0.9 || got["a/b-min"] != 0.7 || got["a/b-max"] != 1.1 || len(got) != 3 {
+		t.Fatalf("reported %v", got)
+	}
+}

@@ -177,15 +177,9 @@ func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) 
 	wall := make([]time.Duration, len(kinds))
 	cluster := make([]time.Duration, len(kinds))
 	own := make([]time.Duration, len(kinds))
-	callsIn := func(r int) int {
-		if r == rounds-1 {
-			return calls - calls/rounds*(rounds-1) // the rest
-		}
-		return calls / rounds
-	}
 	ran := 0
 	took, err := benchstat.Alternate(len(kinds), rounds, func(i, r int) (time.Duration, error) {
-		n := callsIn(r)
+		n := benchstat.Split(calls, rounds, r)
 		w, cl, ow, err := run(kinds[i], n)
 		if err != nil {
 			return 0, fmt.Errorf("%s, round %d: %w", kinds[i], r+1, err)
@@ -196,6 +190,9 @@ func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) 
 		rows[i].Calls += n
 		if ran++; ran%len(kinds) == 0 {
 			progress("round %d of %d done", r+1, rounds)
+		}
+		if n == 0 {
+			return 0, nil // a round of no calls (more rounds than calls, which the command refuses) says nothing
 		}
 		return w, nil
 	})
@@ -220,15 +217,7 @@ func readRounds(kinds []string, rounds, calls int, run func(kind string, n int) 
 			rows[i].RatioToStale = &r
 		}
 	}
-	// Rounds of no calls (more rounds than calls, which the command
-	// refuses) say nothing.
-	var withCalls [][]time.Duration
-	for r, round := range took {
-		if callsIn(r) > 0 {
-			withCalls = append(withCalls, round)
-		}
-	}
-	for i, ratios := range benchstat.RatiosByRound(withCalls, s) {
+	for i, ratios := range benchstat.RatiosByRound(took, s) {
 		if sum := benchstat.Summarize(ratios); sum.N > 0 {
 			rows[i].RatioToStaleMedian, rows[i].RatioToStaleMin, rows[i].RatioToStaleMax = &sum.Median, &sum.Min, &sum.Max
 		}
