@@ -131,7 +131,7 @@ type Trail struct {
 	// carried numbers the placeholders.
 	folds    bool
 	grouped  atomic.Bool
-	carrying map[string]*adminpb.AuditRecord
+	carrying map[string]*Prepared
 	carried  uint64
 }
 
@@ -176,7 +176,7 @@ func NewTrail(state State, cfg TrailConfig) (*Trail, error) {
 		failed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "baton_audit_failures_total", Help: "Audit records this master could not get committed (the call was answered UNAVAILABLE, or its refusal went unrecorded)."}),
 	}
 	if f, ok := state.(Folding); ok && cfg.Format != nil {
-		l.folds, l.carrying = true, map[string]*adminpb.AuditRecord{}
+		l.folds, l.carrying = true, map[string]*Prepared{}
 		f.SetFolder(&raftfsm.Folder{Fold: l.fold})
 	}
 	if cfg.Metrics != nil {
@@ -462,22 +462,13 @@ func (l *Trail) settle(w *numbered, err error) {
 // proposes): the caller appends it. Carry is called under the state's
 // raftfsm.Sequencer, as the entry is proposed (raftfsm.Write.Late): the
 // record's number then follows the log's order as the trail's own do.
+// A caller that can make the record ready before (Prepare) carries it
+// with CarryPrepared, and leaves the Sequencer less to do.
 func (l *Trail) Carry(rec *adminpb.AuditRecord) (muts []raftfsm.Mutation, done func(error), ok bool) {
 	if !l.CanCarry() || !l.state.IsLeader() {
 		return nil, nil, false
 	}
-	SanitizeRecord(rec)
-	rec.Id = "" // numbered here, whatever it held
-	if l.grouping(rec) {
-		return l.hold(rec), func(error) {}, true // the entry's fold settles it
-	}
-	w, err := l.number([]*adminpb.AuditRecord{rec}, false)
-	if err != nil {
-		l.failed.Inc()
-		l.cfg.Log.Error("audit record not carried", "method", rec.GetMethod(), "error", err)
-		return nil, nil, false
-	}
-	return w.all(), func(err error) { l.settle(w, err) }, true
+	return l.CarryPrepared(l.Prepare(rec), 0)
 }
 
 // CanCarry says the trail's state numbers records as it proposes them,
@@ -509,7 +500,7 @@ func (l *Trail) number(recs []*adminpb.AuditRecord, build bool) (*numbered, erro
 		switch {
 		case !numbered:
 			l.n++
-			r.Id = fmt.Sprintf("%d-%d", term, l.n)
+			r.Id = numberedID(term, l.n)
 			sp := 0
 			if r.GetRefused() {
 				sp = 1

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -49,13 +47,13 @@ func (l *Trail) grouping(rec *adminpb.AuditRecord) bool {
 	return true
 }
 
-// hold keeps rec until its entry is folded, and returns its placeholder.
-func (l *Trail) hold(rec *adminpb.AuditRecord) []raftfsm.Mutation {
+// hold keeps p until its entry is folded, and returns its placeholder.
+func (l *Trail) hold(p *Prepared) []raftfsm.Mutation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.carried++
 	key := holdPrefix + strconv.FormatUint(l.carried, 10)
-	l.carrying[key] = rec
+	l.carrying[key] = p
 	return []raftfsm.Mutation{raftfsm.Put(key, nil)}
 }
 
@@ -63,7 +61,7 @@ func (l *Trail) hold(rec *adminpb.AuditRecord) []raftfsm.Mutation {
 // entry's placeholders, keys, and writes them as groups, with the prunes
 // due.
 func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
-	recs := make([]*adminpb.AuditRecord, 0, len(keys))
+	recs := make([]*Prepared, 0, len(keys))
 	l.mu.Lock()
 	for _, k := range keys {
 		r, ok := l.carrying[k]
@@ -93,24 +91,23 @@ func (l *Trail) fold(keys []string) ([]raftfsm.Mutation, func(error), error) {
 // holder first comes (cut to at most an eighth of a holder's quota), and
 // works out the group of each run and the prunes due. Under the
 // Sequencer, as number.
-func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
+func (l *Trail) numberGroups(recs []*Prepared) (*numbered, error) {
 	term := l.numberingTerm()
 	sp := l.spaces[0]
 	var order []string
-	runs := map[string][]*adminpb.AuditRecord{}
-	for _, r := range recs {
-		h := strings.Join(sp.GroupsFor(r), "\x00")
-		if _, ok := runs[h]; !ok {
-			order = append(order, h)
+	runs := map[string][]*Prepared{}
+	for _, p := range recs {
+		if _, ok := runs[p.holder]; !ok {
+			order = append(order, p.holder)
 		}
-		runs[h] = append(runs[h], r)
+		runs[p.holder] = append(runs[p.holder], p)
 	}
 	// A group goes whole past its holder's quota, so a group as big as
 	// the quota would take every record of its holder with it, itself
 	// included: runs are cut at an eighth of the quota, and a holder
 	// past it keeps at least seven eighths.
 	most := max(1, min(sp.PerHolder, sp.Max)/8)
-	var cut [][]*adminpb.AuditRecord
+	var cut [][]*Prepared
 	for _, h := range order {
 		for run := runs[h]; len(run) > 0; {
 			n := min(len(run), most)
@@ -123,25 +120,26 @@ func (l *Trail) numberGroups(recs []*adminpb.AuditRecord) (*numbered, error) {
 	earliest := now
 	for _, run := range cut {
 		first := l.n + 1
-		encoded := make([][]byte, len(run))
 		newest := int64(0)
-		for i, r := range run {
+		size := 0
+		for _, p := range run {
+			r := p.rec
 			l.n++
-			r.Id = fmt.Sprintf("%d-%d", term, l.n)
+			r.Id = numberedID(term, l.n)
 			if r.GetCommittedUnixMs() == 0 {
 				r.CommittedUnixMs = now
 			}
 			newest = max(newest, r.GetCommittedUnixMs())
 			earliest = min(earliest, r.GetCommittedUnixMs())
-			b, err := proto.Marshal(r)
-			if err != nil {
-				return nil, fmt.Errorf("audit: %w", err)
-			}
-			encoded[i] = b
+			size += len(p.wire) + 64
+		}
+		v, err := appendGroup(make([]byte, 0, size), run, newest)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
 		}
 		key := AuditPrefix + AuditGroupSuffix(term, first, l.n)
-		w.muts = append(w.muts, raftfsm.Put(key, MarshalGroup(encoded, newest)))
-		added = append(added, keyedRecord{key, run[0], len(run)})
+		w.muts = append(w.muts, raftfsm.Put(key, v))
+		added = append(added, keyedRecord{key, run[0].rec, len(run)})
 		w.fresh += len(run)
 	}
 	w.prune = l.prunes(sp, w, added, nil, false, earliest)

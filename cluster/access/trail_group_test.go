@@ -26,7 +26,7 @@ func (s *foldingState) SetFolder(f *raftfsm.Folder) { s.folder = f }
 
 // groupingTrail is a trail over a folding state, at cluster version
 // *format.
-func groupingTrail(t *testing.T, format *version.Format) (*Trail, *foldingState) {
+func groupingTrail(t testing.TB, format *version.Format) (*Trail, *foldingState) {
 	t.Helper()
 	st := &foldingState{seqState: newSeqState()}
 	stop := make(chan struct{})

@@ -130,18 +130,13 @@ func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 			if s.carriesAudit(info.FullMethod) {
 				// The record as the call's answer would give it: the
 				// procedure's id is all the answer adds (NewRecord).
-				// Copied here, not in build: build runs under the
-				// Sequencer (Trail.Carry), which every write of the
-				// executor waits for. build changes the copy: the
-				// store asks for a write's late mutations at most
-				// once (store.LateMutator).
-				carry := proto.Clone(first).(*adminpb.AuditRecord)
-				note.carry = &auditCarry{trail: s.audit, build: func(id uint64) *adminpb.AuditRecord {
-					if !slices.Contains(carry.ProcIds, id) {
-						carry.ProcIds = append(carry.ProcIds, id)
-					}
-					return carry
-				}}
+				// Copied and made ready here (Trail.Prepare), not as
+				// it is carried: that runs under the Sequencer, which
+				// every write of the executor waits for. The carrying
+				// adds the id to the copy: the store asks for a
+				// write's late mutations at most once
+				// (store.LateMutator).
+				note.carry = &auditCarry{trail: s.audit, prepared: s.audit.Prepare(proto.Clone(first).(*adminpb.AuditRecord))}
 			} else {
 				first.Code = access.AuditPending
 				note.start = &auditStart{ch: s.audit.Start(first)}

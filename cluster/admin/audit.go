@@ -42,12 +42,13 @@ type auditNote struct {
 // the submission's own Raft entry (access.Trail.Carry): one entry commits
 // both, so the answer waits for one commit, and neither commits without
 // the other. It is finished as the entry is proposed, the procedure's id
-// known: build adds the id to the record made as the call started, under
-// the node's Sequencer, so it does nothing slower (once: a store asks for
-// a write's late mutations at most once).
+// known: the carrying adds the id to the record prepared as the call
+// started (access.Trail.CarryPrepared), under the node's Sequencer, so it
+// does nothing slower (once: a store asks for a write's late mutations at
+// most once).
 type auditCarry struct {
-	trail *access.Trail
-	build func(id uint64) *adminpb.AuditRecord
+	trail    *access.Trail
+	prepared *access.Prepared
 
 	mu   sync.Mutex
 	rec  *adminpb.AuditRecord // as carried; nil: not carried
@@ -60,8 +61,8 @@ type auditCarry struct {
 // mutations is procedure.SubmitOptions.Mutations: the record of the
 // submission of procedure id, numbered.
 func (c *auditCarry) mutations(id uint64) []store.Mutation {
-	rec := c.build(id)
-	muts, done, ok := c.trail.Carry(rec)
+	muts, done, ok := c.trail.CarryPrepared(c.prepared, id)
+	rec := c.prepared.Record()
 	if !ok {
 		return nil
 	}
