@@ -60,7 +60,7 @@ func parseGroupSuffix(suffix string) (term, first, last uint64, ok bool) {
 }
 
 // MarshalGroup is the stored form of a group of records already encoded
-// (each as proto.Marshal of its adminpb.AuditRecord), newest committed at
+// (each an encoded adminpb.AuditRecord), newest committed at
 // committedUnixMs: adminpb.AuditRecordGroup's wire form, made without
 // decoding the records again.
 func MarshalGroup(records [][]byte, committedUnixMs int64) []byte {
@@ -70,9 +70,19 @@ func MarshalGroup(records [][]byte, committedUnixMs int64) []byte {
 	}
 	b := make([]byte, 0, n)
 	for _, r := range records {
-		b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
-		b = protowire.AppendBytes(b, r)
+		b = appendGroupRecord(b, r)
 	}
+	return appendGroupCommitted(b, committedUnixMs)
+}
+
+// appendGroupRecord appends a group's record encoded as r to b.
+func appendGroupRecord(b, r []byte) []byte {
+	b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
+	return protowire.AppendBytes(b, r)
+}
+
+// appendGroupCommitted appends a group's newest commit time to b.
+func appendGroupCommitted(b []byte, committedUnixMs int64) []byte {
 	b = protowire.AppendTag(b, groupCommittedField, protowire.VarintType)
 	return protowire.AppendVarint(b, uint64(committedUnixMs))
 }

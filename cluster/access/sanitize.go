@@ -36,8 +36,8 @@ func SanitizeRecord(r *adminpb.AuditRecord) {
 	r.Node = fit(r.GetNode(), identMax)
 	r.Peer = fit(r.GetPeer(), addrMax)
 	r.Via = fit(r.GetVia(), identMax)
-	if len(r.ProcIds) > 100 {
-		r.ProcIds = r.ProcIds[:100]
+	if len(r.ProcIds) > procIDsMax {
+		r.ProcIds = r.ProcIds[:procIDsMax]
 	}
 }
 

@@ -110,7 +110,8 @@ type Trail struct {
 
 	// The leader's numbering, written by one at a time (number): Run's
 	// goroutine, or whoever holds the state's Sequencer; term and the
-	// spaces under mu, which the writes in flight also take.
+	// spaces under mu, which the writes in flight also take (but a
+	// space's Space, its bounds, fixed once the trail is made).
 	term   uint64
 	n      uint64
 	spaces [2]*space // served calls, refusals
@@ -126,8 +127,9 @@ type Trail struct {
 
 	// folds says the state folds this trail's placeholders (Folding);
 	// grouped, that the cluster version has allowed groups (it is never
-	// lowered). carrying are the records Carry handed out placeholders
-	// for, by placeholder key, until the entry is folded (under mu);
+	// lowered). carrying are the records CarryPrepared handed out
+	// placeholders for, by placeholder key, until the entry is folded
+	// (under mu);
 	// carried numbers the placeholders.
 	folds    bool
 	grouped  atomic.Bool

@@ -2,6 +2,7 @@ package access
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/encoding/protowire"
 	"strconv"
 	"strings"
 
@@ -131,8 +132,9 @@ func (l *Trail) numberGroups(recs []*Prepared) (*numbered, error) {
 			}
 			newest = max(newest, r.GetCommittedUnixMs())
 			earliest = min(earliest, r.GetCommittedUnixMs())
-			size += len(p.wire) + 64
+			size += protowire.SizeTag(groupRecordsField) + protowire.SizeBytes(p.size())
 		}
+		size += protowire.SizeTag(groupCommittedField) + protowire.SizeVarint(uint64(newest))
 		v, err := appendGroup(make([]byte, 0, size), run, newest)
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)

@@ -2,11 +2,14 @@ package access
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/version"
@@ -218,4 +221,202 @@ func BenchmarkFoldEntry(b *testing.B) {
 			b.ReportMetric(float64(under.Nanoseconds())/float64(b.N*perEntry), "sequencer-ns/record")
 		})
 	}
+}
+
+// carriedBefore is what the code before Trail.Prepare stored for a call's
+// record first carried with procedure id: the interceptor appended id
+// (if not listed), Carry sanitized and cleared the id, the fold numbered
+// it and proto.Marshal'ed it.
+func carriedBefore(first *adminpb.AuditRecord, id uint64, numberedID string, committed int64) *adminpb.AuditRecord {
+	r := proto.Clone(first).(*adminpb.AuditRecord)
+	if id != 0 && !containsID(r.ProcIds, id) {
+		r.ProcIds = append(r.ProcIds, id)
+	}
+	SanitizeRecord(r)
+	r.Id = numberedID
+	if r.CommittedUnixMs == 0 {
+		r.CommittedUnixMs = committed
+	}
+	return r
+}
+
+func idsFrom(from, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(from + i)
+	}
+	return out
+}
+
+// TestPreparedEdgeCasesStoreAsBefore: each edge case, carried prepared
+// and folded, is stored as the code before stored it: the same record
+// (decoded), as many bytes as proto.Marshal of it, no field left unknown
+// but one it came with; the record the interceptor gets back (Record) is
+// what is stored, and the retention reads its commit time.
+func TestPreparedEdgeCasesStoreAsBefore(t *testing.T) {
+	unknown := protowire.AppendTag(nil, 99, protowire.BytesType)
+	unknown = protowire.AppendString(unknown, "future")
+	okRec := func(procs []uint64) func() *adminpb.AuditRecord {
+		return func() *adminpb.AuditRecord { return &adminpb.AuditRecord{Principal: "a", Code: "OK", ProcIds: procs} }
+	}
+	committedAt := func(ms int64) func() *adminpb.AuditRecord {
+		return func() *adminpb.AuditRecord {
+			return &adminpb.AuditRecord{Principal: "a", Code: "OK", CommittedUnixMs: ms}
+		}
+	}
+	cases := []struct {
+		name    string
+		rec     func() *adminpb.AuditRecord
+		proc    uint64
+		wireNil bool
+	}{
+		{"empty", okRec(nil), 1, false},
+		{"empty, no procedure", okRec(nil), 0, false},
+		{"empty, encoded at the fold", okRec(nil), 5, true},
+		{"negative commit time", committedAt(-1), 9, false},
+		{"least commit time", committedAt(math.MinInt64), 9, false},
+		{"greatest commit time", committedAt(math.MaxInt64), 9, false},
+		{"huge procedure ids", okRec([]uint64{math.MaxUint64, 1 << 63}), math.MaxUint64 - 1, false},
+		{"99 ids and a new one", okRec(idsFrom(1, 99)), 1000, false},
+		{"100 ids and a new one", okRec(idsFrom(1, 100)), 1000, false},
+		{"100 ids and a listed one", okRec(idsFrom(1, 100)), 50, false},
+		{"101 ids and a new one", okRec(idsFrom(1, 101)), 1000, false},
+		{"101 ids and the 101st", okRec(idsFrom(1, 101)), 101, false},
+		{"101 ids, encoded at the fold", okRec(idsFrom(1, 101)), 7, true},
+		{"stale id and fields to sanitize", func() *adminpb.AuditRecord {
+			return &adminpb.AuditRecord{Id: "9-9", Principal: "a\x00b", Args: strings.Repeat("\xff", 3*FieldMax), Code: "OK", Peer: "[::1]:80"}
+		}, 3, false},
+		{"unknown field", func() *adminpb.AuditRecord {
+			r := &adminpb.AuditRecord{Principal: "a", Code: "OK"}
+			r.ProtoReflect().SetUnknown(unknown)
+			return r
+		}, 3, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := version.Format2
+			l, st := groupingTrail(t, &f)
+			first := c.rec()
+			p := l.Prepare(proto.Clone(first).(*adminpb.AuditRecord))
+			if c.wireNil {
+				p.wire = nil
+			}
+			var key string
+			st.under(func() {
+				muts, _, ok := l.CarryPrepared(p, c.proc)
+				if !ok || len(muts) != 1 {
+					t.Fatalf("CarryPrepared: %v %v", muts, ok)
+				}
+				key = muts[0].Key
+			})
+			st.under(func() {
+				muts, done, err := st.folder.Fold([]string{key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer done(nil)
+				var raw [][]byte
+				for _, m := range muts {
+					if !strings.HasPrefix(m.Key, AuditPrefix) || m.Value == nil {
+						continue
+					}
+					rs, ok := groupRecords(m.Value)
+					if !ok {
+						t.Fatalf("%s is no group", m.Key)
+					}
+					raw = append(raw, rs...)
+					var g adminpb.AuditRecordGroup
+					if err := proto.Unmarshal(m.Value, &g); err != nil || len(g.ProtoReflect().GetUnknown()) != 0 {
+						t.Fatalf("the group: %v, unknown %x", err, g.ProtoReflect().GetUnknown())
+					}
+				}
+				if len(raw) != 1 {
+					t.Fatalf("%d records stored", len(raw))
+				}
+				got := new(adminpb.AuditRecord)
+				if err := proto.Unmarshal(raw[0], got); err != nil {
+					t.Fatal(err)
+				}
+				if u := got.ProtoReflect().GetUnknown(); c.name != "unknown field" && len(u) != 0 {
+					t.Fatalf("the stored record has unknown bytes %x", u)
+				}
+				if len(raw[0]) != proto.Size(got) {
+					t.Fatalf("stored %d bytes, proto.Marshal would give %d", len(raw[0]), proto.Size(got))
+				}
+				if !proto.Equal(got, p.Record()) {
+					t.Fatalf("stored\n%v\nthe carried record\n%v", got, p.Record())
+				}
+				if want := carriedBefore(first, c.proc, got.GetId(), got.GetCommittedUnixMs()); !proto.Equal(got, want) {
+					t.Fatalf("stored\n%v\nthe code before stored\n%v", got, want)
+				}
+				if ms, ok := committedUnixMs(raw[0]); !ok || ms != got.GetCommittedUnixMs() {
+					t.Fatalf("the retention reads %d %v, want %d", ms, ok, got.GetCommittedUnixMs())
+				}
+			})
+		})
+	}
+}
+
+// TestCarryPreparedTwiceNumbersAfresh: a record carried again is
+// numbered again, as Carry numbers "whatever it held": below cluster
+// version 2, where CarryPrepared numbers at once, the id its first
+// carrying gave it is not taken for an outcome to write over that key.
+func TestCarryPreparedTwiceNumbersAfresh(t *testing.T) {
+	f := version.Format1
+	l, st := groupingTrail(t, &f)
+	p := l.Prepare(&adminpb.AuditRecord{Principal: "a", Method: "SubmitProcedure", Code: "OK"})
+	var keys []string
+	for _, id := range []uint64{1, 2} {
+		st.under(func() {
+			muts, done, ok := l.CarryPrepared(p, id)
+			if !ok {
+				t.Fatal("not carried")
+			}
+			for _, m := range muts {
+				if strings.HasPrefix(m.Key, AuditPrefix) {
+					keys = append(keys, m.Key)
+				}
+			}
+			done(nil)
+		})
+	}
+	if len(keys) != 2 || keys[0] == keys[1] {
+		t.Fatalf("carried twice under keys %v: want two records numbered apart", keys)
+	}
+}
+
+// TestPrepareBesideFolds: records are prepared on many goroutines while
+// others carry and fold under the Sequencer (for -race).
+func TestPrepareBesideFolds(t *testing.T) {
+	f := version.Format2
+	l, st := groupingTrail(t, &f)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				p := l.Prepare(&adminpb.AuditRecord{Principal: string(rune('a' + g%3)), Code: "OK", Peer: "10.0.0.1:1"})
+				st.under(func() {
+					muts, _, ok := l.CarryPrepared(p, uint64(g*1000+i+1))
+					if !ok {
+						t.Error("not carried")
+						return
+					}
+					out, done, err := st.folder.Fold([]string{muts[0].Key})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					st.apply(out)
+					done(nil)
+				})
+				if p.Record().GetId() == "" {
+					t.Error("folded, not numbered")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

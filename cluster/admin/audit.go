@@ -39,7 +39,7 @@ type auditNote struct {
 }
 
 // auditCarry is the record of a submission the leader serves, carried in
-// the submission's own Raft entry (access.Trail.Carry): one entry commits
+// the submission's own Raft entry (access.Trail.CarryPrepared): one entry commits
 // both, so the answer waits for one commit, and neither commits without
 // the other. It is finished as the entry is proposed, the procedure's id
 // known: the carrying adds the id to the record prepared as the call
@@ -52,7 +52,7 @@ type auditCarry struct {
 
 	mu   sync.Mutex
 	rec  *adminpb.AuditRecord // as carried; nil: not carried
-	done func(error)          // access.Trail.Carry's
+	done func(error)          // access.Trail.CarryPrepared's
 	// grouped: carried as a placeholder, so written in a group
 	// (access.AuditRecordGroup), not under a key of its own.
 	grouped bool
