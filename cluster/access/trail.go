@@ -129,8 +129,7 @@ type Trail struct {
 	// grouped, that the cluster version has allowed groups (it is never
 	// lowered). carrying are the records CarryPrepared handed out
 	// placeholders for, by placeholder key, until the entry is folded
-	// (under mu);
-	// carried numbers the placeholders.
+	// (under mu); carried numbers the placeholders.
 	folds    bool
 	grouped  atomic.Bool
 	carrying map[string]*Prepared

@@ -2,9 +2,10 @@ package access
 
 import (
 	"fmt"
-	"google.golang.org/protobuf/encoding/protowire"
 	"strconv"
 	"strings"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"

@@ -39,13 +39,13 @@ type auditNote struct {
 }
 
 // auditCarry is the record of a submission the leader serves, carried in
-// the submission's own Raft entry (access.Trail.CarryPrepared): one entry commits
-// both, so the answer waits for one commit, and neither commits without
-// the other. It is finished as the entry is proposed, the procedure's id
-// known: the carrying adds the id to the record prepared as the call
-// started (access.Trail.CarryPrepared), under the node's Sequencer, so it
-// does nothing slower (once: a store asks for a write's late mutations at
-// most once).
+// the submission's own Raft entry: one entry commits both, so the answer
+// waits for one commit, and neither commits without the other. It is
+// finished as the entry is proposed, the procedure's id known: the
+// carrying (access.Trail.CarryPrepared) adds the id to the record
+// prepared as the call started, under the node's Sequencer, so it does
+// nothing slower (once: a store asks for a write's late mutations at most
+// once).
 type auditCarry struct {
 	trail    *access.Trail
 	prepared *access.Prepared
