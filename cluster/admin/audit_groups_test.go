@@ -160,11 +160,12 @@ func TestAuditFileExportsEveryGroupedRecord(t *testing.T) {
 		overflow bool
 	}{
 		{"past the quota", 50, 0, false},
-		// 400 bytes hold one record of this test (at most about 220)
-		// but not three, the least an entry of 16 callers' submissions
-		// carried in every run: each such group overflows the queue as
-		// it is applied, whatever the writer's pace (3,000 waited for a
-		// group of 14 or a writer behind, and some runs had neither).
+		// 400 bytes hold any one record of this test (at most about
+		// 220) but not three, and the entries of 16 callers'
+		// submissions carried a group of three or more in every run
+		// measured: such a group overflows the queue as it is applied,
+		// whatever the writer's pace (3,000 waited for a group of 14 or
+		// a writer behind, and some runs had neither).
 		{"queue overflowing", 0, 400, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
