@@ -2,6 +2,8 @@ package access
 
 import (
 	"context"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,9 +28,10 @@ type seqState struct {
 	mu       sync.Mutex
 	kv       *btree.BTreeG[seqKV]
 	seq      raftfsm.Sequencer
-	held     atomic.Bool  // under seq
-	heldRead atomic.Int64 // records scanned while held
-	scans    atomic.Int64 // scans begun while held
+	held     atomic.Bool   // under seq
+	holder   atomic.Uint64 // the goroutine under seq
+	heldRead atomic.Int64  // records the holder scanned under seq
+	scans    atomic.Int64  // scans the holder began under seq
 }
 
 type seqKV struct {
@@ -61,6 +64,7 @@ func (s *seqState) apply(muts []raftfsm.Mutation) {
 // under runs fn as a store's Late runs: holding the Sequencer.
 func (s *seqState) under(fn func()) {
 	s.seq.Do(func() {
+		s.holder.Store(goroutineID())
 		s.held.Store(true)
 		defer s.held.Store(false)
 		fn()
@@ -82,18 +86,33 @@ func (s *seqState) MutateNumbered(_ context.Context, build func() ([]raftfsm.Mut
 func (s *seqState) Scan(prefix string, fn func(string, []byte) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held.Load() {
+	// Only the holder's scans count: Run's, on a goroutine of its own,
+	// may overlap a carrying without being under the Sequencer.
+	byHolder := s.held.Load() && s.holder.Load() == goroutineID()
+	if byHolder {
 		s.scans.Add(1)
 	}
 	s.kv.AscendGreaterOrEqual(seqKV{k: prefix}, func(it seqKV) bool {
 		if !strings.HasPrefix(it.k, prefix) {
 			return false
 		}
-		if s.held.Load() {
+		if byHolder {
 			s.heldRead.Add(1)
 		}
 		return fn(it.k, it.v)
 	})
+}
+
+// goroutineID is the calling goroutine's number, from its stack's first
+// line ("goroutine 12 [running]:").
+func goroutineID() uint64 {
+	var buf [64]byte
+	f := strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))
+	if len(f) < 2 {
+		return 0
+	}
+	id, _ := strconv.ParseUint(f[1], 10, 64)
+	return id
 }
 
 // runningTrail is a trail over st, an hour's retention and max records
