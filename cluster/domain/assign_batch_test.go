@@ -32,13 +32,9 @@ import (
 func crashTree(t *testing.T, x *procedure.Executor, root uint64) map[string]int {
 	t.Helper()
 	var types map[string]int
-	var lastErr error
-	testwait.For(t, 10*time.Second, "a walk of the crash tree", func() bool {
-		types, lastErr = walkTree(x, root)
-		if lastErr != nil && !errors.Is(lastErr, procedure.ErrNotFound) {
-			t.Fatalf("procedure of the crash tree: %v", lastErr)
-		}
-		return lastErr == nil
+	testwait.ForNil(t, 10*time.Second, "a walk of the crash tree", func() (err error) {
+		types, err = walkTree(x, root)
+		return err
 	})
 	return types
 }
