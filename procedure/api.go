@@ -68,10 +68,12 @@ type Info struct {
 	Bypassed       bool
 	Locked         bool
 	// Children are the children whose spawn committed, in the order they
-	// were spawned. A forgotten child (ForgetsChildren) is listed, though
-	// Get knows it only once its root has finished (from the summary the
-	// root keeps: SummaryOnly), until the executor restarts while the
-	// tree runs (the list is then rebuilt from the stored records).
+	// were spawned. A forgotten child (ForgetsChildren) is listed, and Get
+	// knows it from the summary its tree keeps of it (SummaryOnly), while
+	// the tree runs and once its root has finished, until the executor
+	// restarts while the tree runs (the list is then rebuilt from the
+	// stored records, and the summaries of the members forgotten before
+	// are lost with the executor).
 	Children   []uint64
 	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's

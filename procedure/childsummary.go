@@ -272,9 +272,16 @@ type forgottenSummaries struct {
 	types   []*typeInfo
 	count   int // entries packed
 	omitted int
+	// lo and hi are the lowest and highest id forgotten: a Get of an id
+	// outside them decodes nothing.
+	lo, hi uint64
 }
 
 func (f *forgottenSummaries) add(root uint64, base time.Time, s ChildSummary, ti *typeInfo) {
+	if f.count+f.omitted == 0 {
+		f.lo, f.hi = s.ID, s.ID
+	}
+	f.lo, f.hi = min(f.lo, s.ID), max(f.hi, s.ID)
 	if len(f.packed) >= maxSummaryBytes {
 		f.omitted++
 		return
@@ -303,6 +310,26 @@ func (f *forgottenSummaries) list(root uint64, base time.Time, extra int) []Chil
 		b = rest
 	}
 	return out
+}
+
+// find returns the summary of forgotten member id: one decode of the
+// entries, for a Get of an id no live procedure or finished root has.
+func (f *forgottenSummaries) find(root uint64, base time.Time, id uint64) (ChildSummary, bool) {
+	if f.count == 0 || id < f.lo || id > f.hi {
+		return ChildSummary{}, false
+	}
+	for b := f.packed; len(b) > 0; {
+		s, typ, rest, err := consumeSummaryEntry(b, root, root, base)
+		if err != nil || typ >= uint64(len(f.types)) {
+			break // written above: cannot happen
+		}
+		if s.ID == id {
+			s.Type = f.types[typ].name
+			return s, true
+		}
+		b = rest
+	}
+	return ChildSummary{}, false
 }
 
 // summaryOf is what a finished tree keeps of its member e.
@@ -341,9 +368,13 @@ func (x *Executor) childSummariesLocked(e *entry) (pack func() []byte) {
 
 // summaryInfo is the Info of descendant s of the finished root whose
 // record is r (its children are added by the caller).
-func summaryInfo(s ChildSummary, r *record) Info {
-	info := Info{ID: s.ID, ParentID: s.ParentID, RootID: r.id, Type: s.Type, State: s.State,
-		Owner: r.owner, Submitted: s.Submitted, Updated: s.Finished, Finished: s.Finished,
+func summaryInfo(s ChildSummary, r *record) Info { return summaryInfoIn(s, r.id, r.owner) }
+
+// summaryInfoIn is the Info of descendant s of the tree of root rootID,
+// submitted by owner.
+func summaryInfoIn(s ChildSummary, rootID uint64, owner string) Info {
+	info := Info{ID: s.ID, ParentID: s.ParentID, RootID: rootID, Type: s.Type, State: s.State,
+		Owner: owner, Submitted: s.Submitted, Updated: s.Finished, Finished: s.Finished,
 		Error: s.Error, SummaryOnly: true}
 	if info.Updated.IsZero() {
 		info.Updated = s.Submitted
@@ -575,10 +606,11 @@ func (x *Executor) indexChildrenLocked(e *entry) {
 }
 
 // summaryInfoLocked is the Info of descendant id of a finished root, from
-// the summary the root's record keeps of it.
+// the summary the root's record keeps of it, or of a member a live tree
+// forgot, from the summary the tree keeps of it for its root's record.
 func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 	for _, rid := range x.children.roots(id-1, id) {
-		data, ok := x.finishedRecordLocked(rid)
+		data, ok := x.indexedRecordLocked(rid)
 		if !ok {
 			continue
 		}
@@ -596,7 +628,26 @@ func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 			return Info{}, NoSummaryError(id, rid)
 		}
 	}
+	for rid, root := range x.forgetting {
+		if rid >= id {
+			continue // ids are handed out upwards: not of its tree
+		}
+		if s, ok := root.forgottenSums.find(rid, root.entry.submitted, id); ok {
+			// A forgotten member spawned no children (forgetChildLocked).
+			return summaryInfoIn(s, rid, root.entry.owner), nil
+		}
+	}
 	return Info{}, Errorf(ErrNotFound, "procedure %d does not exist", id)
+}
+
+// indexedRecordLocked reads the record of root rid, which children
+// indexes: retired, or finished and not yet retired (finishRoot indexes it
+// as it lets go of its members, once its last record is written).
+func (x *Executor) indexedRecordLocked(rid uint64) ([]byte, bool) {
+	if e := x.procs[rid]; e != nil && x.fin.recs != nil {
+		return e.lastRec, e.lastRec != nil
+	}
+	return x.finishedRecordLocked(rid)
 }
 
 // NoSummaryError is the ErrNotFound of child id, which its finished root

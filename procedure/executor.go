@@ -46,9 +46,14 @@ type Executor struct {
 	// children finds the finished root of a descendant it keeps a
 	// summary of (childsummary.go).
 	children childIndex
-	problems map[uint64]LoadProblem
-	nextID   uint64
-	started  bool
+	// forgetting are the live trees that forgot members as they
+	// succeeded (ForgetsChildren), by root id: Get finds such a member in
+	// its tree's forgottenSums until the root's retirement hands it to
+	// children, in the same hold of mu.
+	forgetting map[uint64]*rootState
+	problems   map[uint64]LoadProblem
+	nextID     uint64
+	started    bool
 	// loaded is set, and loadedCh closed, once Start has loaded the
 	// store: ids and nonces are known only from then on.
 	loaded       bool
@@ -126,22 +131,23 @@ func New(cfg Config) (*Executor, error) {
 		return nil, err
 	}
 	x := &Executor{
-		cfg:      cfg,
-		log:      cfg.Logger.Named("executor"),
-		clock:    cfg.Clock,
-		store:    cfg.Store,
-		reg:      cfg.Registry,
-		metrics:  m,
-		tracer:   cfg.Tracer,
-		procs:    make(map[uint64]*entry),
-		roots:    make(map[uint64]*rootState),
-		nonces:   make(map[string]*nonceEntry),
-		fin:      newFinishedIndex(cfg.Store),
-		problems: make(map[uint64]LoadProblem),
-		workers:  make(map[*worker]struct{}),
-		nextID:   1,
-		live:     newLiveCounts(),
-		loadedCh: make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.Named("executor"),
+		clock:      cfg.Clock,
+		store:      cfg.Store,
+		reg:        cfg.Registry,
+		metrics:    m,
+		tracer:     cfg.Tracer,
+		procs:      make(map[uint64]*entry),
+		roots:      make(map[uint64]*rootState),
+		nonces:     make(map[string]*nonceEntry),
+		forgetting: make(map[uint64]*rootState),
+		fin:        newFinishedIndex(cfg.Store),
+		problems:   make(map[uint64]LoadProblem),
+		workers:    make(map[*worker]struct{}),
+		nextID:     1,
+		live:       newLiveCounts(),
+		loadedCh:   make(chan struct{}),
 	}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.sched = scheduler.New(scheduler.Config{Wake: x.onSchedWake, Clock: x.clock})
@@ -1042,6 +1048,7 @@ func (x *Executor) forgetChildLocked(root *rootState, e *entry) {
 	e.dirty = false
 	e.forgotten = true
 	root.forgottenSums.add(root.id, root.entry.submitted, summaryOf(e), e.ti)
+	x.forgetting[root.id] = root
 	delete(root.members, e.id)
 	x.forgetLocked(e.id)
 	root.forgottenInStack += len(e.stack)
@@ -1092,6 +1099,9 @@ func (x *Executor) finishRoot(root *rootState, e *entry) {
 	root.members = map[uint64]*entry{root.id: e}
 	root.stack = nil
 	root.done = true
+	// Its descendants left the table above: from here Get finds them in
+	// its written record's summaries, as it will once the root is retired.
+	x.indexChildrenLocked(e)
 	outcome := e.state.String()
 	dur := e.finishedAt.Sub(e.submitted)
 	x.unlock()

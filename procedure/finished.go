@@ -131,6 +131,7 @@ func (x *Executor) retireLocked(e *entry, rec []byte) {
 	e.retired = true
 	x.forgetLocked(e.id)
 	delete(x.roots, e.id)
+	delete(x.forgetting, e.id)
 	f := finishedRoot{
 		expires: x.expiry(e.finishedAt, e.ackedAt),
 		owner:   x.fin.owner(e.owner), typ: x.fin.typeOf(e.ti), state: e.state,

@@ -168,8 +168,15 @@ func TestForgetsChildrenAsTheySucceed(t *testing.T) {
 // while every other child has finished and the last one waits.
 func treeWhileLastChildWaits(t *testing.T, h *harness, root Procedure, parentName string, kids int, check func(root uint64)) Info {
 	t.Helper()
+	return treeWhileLastChildWaitsAs(t, h, root, SubmitOptions{}, parentName, kids, check)
+}
+
+// treeWhileLastChildWaitsAs is treeWhileLastChildWaits, root submitted
+// with opts.
+func treeWhileLastChildWaitsAs(t *testing.T, h *harness, root Procedure, opts SubmitOptions, parentName string, kids int, check func(root uint64)) Info {
+	t.Helper()
 	gate := parentName + "/c" + fmt.Sprint(kids-1)
-	id := h.submit(root, SubmitOptions{})
+	id := h.submit(root, opts)
 	testwait.For(t, 30*time.Second, "every child but the gated one finished", func() bool {
 		h.x.mu.Lock()
 		defer h.x.mu.Unlock()
