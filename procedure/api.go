@@ -73,7 +73,9 @@ type Info struct {
 	// the tree runs and once its root has finished, until the executor
 	// restarts while the tree runs (the list is then rebuilt from the
 	// stored records, and the summaries of the members forgotten before
-	// are lost with the executor).
+	// are lost with the executor). Not below record format 2, whose
+	// records keep no summaries, nor for a tree too big to summarise every
+	// member (see NoSummaryError).
 	Children   []uint64
 	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's
@@ -99,7 +101,9 @@ type Info struct {
 	UntilDone bool
 	// SummaryOnly: a descendant of a finished root, whose record went
 	// with the root's finish, answered from the summary the root's record
-	// keeps of it (ChildSummary) for as long as the root is kept: ID,
+	// keeps of it (ChildSummary) for as long as the root is kept, or a
+	// member a live tree forgot (ForgetsChildren), answered from the
+	// summary the tree keeps of it for its root's record: ID,
 	// ParentID, RootID, Type, State, Submitted, Finished (and Updated) to
 	// the millisecond, Error, Owner (its root's) and Children. No Data,
 	// History, Runs or Result.

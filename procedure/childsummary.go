@@ -312,8 +312,10 @@ func (f *forgottenSummaries) list(root uint64, base time.Time, extra int) []Chil
 	return out
 }
 
-// find returns the summary of forgotten member id: one decode of the
-// entries, for a Get of an id no live procedure or finished root has.
+// find returns the summary of forgotten member id. It decodes the entries
+// one by one, as a finished root's record is read for the same Get: only
+// a Get of an id within the tree's span that no live procedure has pays
+// it, and the entries are bounded (maxSummaryBytes).
 func (f *forgottenSummaries) find(root uint64, base time.Time, id uint64) (ChildSummary, bool) {
 	if f.count == 0 || id < f.lo || id > f.hi {
 		return ChildSummary{}, false
@@ -627,6 +629,11 @@ func (x *Executor) summaryInfoLocked(id uint64) (Info, error) {
 		case listed:
 			return Info{}, NoSummaryError(id, rid)
 		}
+	}
+	if !x.writesFormat2() {
+		// Its root's record will keep no summaries: a member answered now
+		// would be lost again as the root finishes.
+		return Info{}, Errorf(ErrNotFound, "procedure %d does not exist", id)
 	}
 	for rid, root := range x.forgetting {
 		if rid >= id {

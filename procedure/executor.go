@@ -48,8 +48,9 @@ type Executor struct {
 	children childIndex
 	// forgetting are the live trees that forgot members as they
 	// succeeded (ForgetsChildren), by root id: Get finds such a member in
-	// its tree's forgottenSums until the root's retirement hands it to
-	// children, in the same hold of mu.
+	// its tree's forgottenSums until finishRoot indexes the root's record
+	// in children (checked first), in the same hold of mu; retirement
+	// drops the tree from here.
 	forgetting map[uint64]*rootState
 	problems   map[uint64]LoadProblem
 	nextID     uint64
