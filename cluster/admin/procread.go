@@ -308,6 +308,16 @@ func (s *Server) summarisedProc(x Procedures, id uint64) (*adminpb.Procedure, pr
 			return nil, procedure.Info{}, err
 		}
 	}
+	if !found.SummaryOnly && why == nil && x != nil {
+		// A member its live tree forgot as it succeeded: its record is gone
+		// and no root's record holds it yet, but the executor keeps its
+		// summary for the root's, and lists it in its parent's children.
+		// Only a summary is taken: a live procedure the store lacks is one
+		// whose insert has not committed.
+		if info, err := x.Get(id); err == nil && info.SummaryOnly {
+			found = info
+		}
+	}
 	if !found.SummaryOnly {
 		if why == nil {
 			why = procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist", id)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -68,5 +69,47 @@ func TestCommittedChildrenComeFromTheExecutor(t *testing.T) {
 				t.Errorf("%d store reads, want none", reads)
 			}
 		})
+	}
+}
+
+// forgettingProcs is an executor whose Get answers forgotten with its
+// summary (a member its live tree forgot as it succeeded), live as a
+// live procedure, and anything else as not found.
+type forgettingProcs struct {
+	Procedures
+	forgotten, live uint64
+}
+
+func (p forgettingProcs) Get(id uint64) (procedure.Info, error) {
+	switch id {
+	case p.forgotten:
+		return procedure.Info{ID: id, ParentID: 1, RootID: 1, Type: "region", State: procedure.Success, SummaryOnly: true}, nil
+	case p.live:
+		return procedure.Info{ID: id, ParentID: 1, RootID: 1, Type: "region", State: procedure.Runnable}, nil
+	}
+	return procedure.Info{}, procedure.Errorf(procedure.ErrNotFound, "procedure %d does not exist", id)
+}
+
+// TestGetProcedureAnswersAForgottenChildOfALiveTree: on the leader, a
+// child its live tree forgot as it succeeded is answered from the summary
+// the executor keeps (its parent lists it), as it is once the root has
+// finished; a live procedure the store does not hold (its insert not yet
+// committed) is not answered, nor an id nobody knows.
+func TestGetProcedureAnswersAForgottenChildOfALiveTree(t *testing.T) {
+	reads := 0
+	s := &Server{b: storedSet{ids: map[uint64]bool{}, reads: &reads}}
+	x := forgettingProcs{forgotten: 5, live: 7}
+	p, info, err := s.storedProcInfo(x, 5)
+	if err != nil || !p.GetSummaryOnly() || p.GetState() != "SUCCESS" || p.GetParentId() != 1 || !info.SummaryOnly {
+		t.Fatalf("forgotten child: %v, %+v, %v; want its summary", p, info, err)
+	}
+	for _, id := range []uint64{7, 9} {
+		if p, _, err := s.storedProcInfo(x, id); !errors.Is(err, procedure.ErrNotFound) {
+			t.Errorf("procedure %d: %v, %v; want NotFound", id, p, err)
+		}
+	}
+	// A standby's stale read has no executor to ask.
+	if p, _, err := s.storedProcInfo(nil, 5); !errors.Is(err, procedure.ErrNotFound) {
+		t.Errorf("without an executor: %v, %v; want NotFound", p, err)
 	}
 }
