@@ -460,7 +460,7 @@ func (e *Exporter) next(now time.Time) ([]exportLine, error) {
 		}
 		v := e.held[s]
 		var r adminpb.AuditRecord
-		if err := proto.Unmarshal(v, &r); err != nil {
+		if err := UnmarshalRecord(v, &r); err != nil {
 			e.x.Log.Error("audit file: a record that does not decode is skipped", "id", s, "error", err)
 			e.drop(s)
 			continue

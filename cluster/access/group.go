@@ -29,6 +29,7 @@ var (
 	groupFields         = (&adminpb.AuditRecordGroup{}).ProtoReflect().Descriptor().Fields()
 	groupRecordsField   = groupFields.ByName("records").Number()
 	groupCommittedField = groupFields.ByName("committed_unix_ms").Number()
+	groupCommonField    = groupFields.ByName("common").Number()
 )
 
 // AuditGroupSuffix is the key suffix of the group holding the records
@@ -87,27 +88,63 @@ func appendGroupCommitted(b []byte, committedUnixMs int64) []byte {
 	return protowire.AppendVarint(b, uint64(committedUnixMs))
 }
 
-// groupRecords are the encoded records of a group's stored form v; ok is
-// false if v is not one (it does not walk as protobuf, or its records
-// field is not length-delimited).
-func groupRecords(v []byte) (records [][]byte, ok bool) {
+// storedGroup is a group's stored form, its fields apart.
+type storedGroup struct {
+	records [][]byte
+	// common is the fields its records share, if it has them (a group
+	// written before them has not): each record then holds only what it
+	// does not share, without its id (expand).
+	common    []byte
+	hasCommon bool
+	committed int64
+}
+
+// parseGroup is the group whose stored form is v; ok is false if v is
+// not one (it does not walk as protobuf, or a field has a type its
+// number does not).
+func parseGroup(v []byte) (g storedGroup, ok bool) {
 	wellFormed := true
 	ok = eachField(v, func(num protowire.Number, typ protowire.Type, value []byte) bool {
-		if num != groupRecordsField {
-			return true
-		}
-		if typ != protowire.BytesType {
+		switch {
+		case num == groupRecordsField && typ == protowire.BytesType:
+			r, _ := protowire.ConsumeBytes(value) // whole: eachField delimited it
+			g.records = append(g.records, r)
+		case num == groupCommonField && typ == protowire.BytesType:
+			g.common, _ = protowire.ConsumeBytes(value)
+			g.hasCommon = true
+		case num == groupCommittedField && typ == protowire.VarintType:
+			c, _ := protowire.ConsumeVarint(value)
+			g.committed = int64(c)
+		case num == groupRecordsField || num == groupCommonField:
 			wellFormed = false
 			return false
 		}
-		r, _ := protowire.ConsumeBytes(value) // whole: eachField delimited it
-		records = append(records, r)
 		return true
 	})
 	if !ok || !wellFormed {
-		return nil, false
+		return storedGroup{}, false
 	}
-	return records, true
+	return g, true
+}
+
+// expand is the i-th record of g, numbered id, encoded whole: its
+// group's common fields and commit time, then its own bytes, which name
+// whichever of those it does not share, then its id. On the wire the
+// later of a field's values is the one decoded.
+func (g storedGroup) expand(i int, id string) []byte {
+	r := g.records[i]
+	if !g.hasCommon {
+		return r
+	}
+	b := make([]byte, 0, len(g.common)+len(r)+len(id)+16)
+	b = append(b, g.common...)
+	if g.committed != 0 {
+		b = protowire.AppendTag(b, committedField, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(g.committed))
+	}
+	b = append(b, r...)
+	b = protowire.AppendTag(b, recordIDField, protowire.BytesType)
+	return protowire.AppendString(b, id)
 }
 
 // eachField calls fn with each top-level field of the encoded message v,
@@ -148,13 +185,14 @@ func StoredRecords(suffix string, v []byte) []StoredRecord {
 	if !ok {
 		return []StoredRecord{{suffix, v}}
 	}
-	recs, ok := groupRecords(v)
-	if !ok || uint64(len(recs)) != last-first+1 {
+	g, ok := parseGroup(v)
+	if !ok || uint64(len(g.records)) != last-first+1 {
 		return nil
 	}
-	out := make([]StoredRecord, len(recs))
-	for i, r := range recs {
-		out[i] = StoredRecord{AuditSuffix(term, first+uint64(i)), r}
+	out := make([]StoredRecord, len(g.records))
+	for i := range g.records {
+		n := first + uint64(i)
+		out[i] = StoredRecord{AuditSuffix(term, n), g.expand(i, numberedID(term, n))}
 	}
 	return out
 }

@@ -29,6 +29,12 @@ func SanitizeRecord(r *adminpb.AuditRecord) {
 	r.Principal = fit(r.GetPrincipal(), identMax)
 	r.Name = fit(r.GetName(), nameMax)
 	r.Method = fit(r.GetMethod(), methodMax)
+	if len(r.GetRequest()) > requestMax || (len(r.GetRequest()) > 0 && r.GetArgs() != "") {
+		// Not a form NewRequestRecord makes: kept as args, which a
+		// reader need not make.
+		r.Args = ""
+		RenderArgs(r)
+	}
 	r.Args = fit(r.GetArgs(), FieldMax)
 	r.ArgsDigest = fit(r.GetArgsDigest(), identMax)
 	r.Code = fit(r.GetCode(), methodMax)

@@ -94,7 +94,8 @@ type TrailConfig struct {
 	// Format is the cluster version: once it allows version.Format2, the
 	// records carried in one entry are written as groups (a key for each
 	// holder's, AuditRecordGroup), where the state can fold them
-	// (Folding). nil: never.
+	// (Folding), and records keep their request (KeepsRequests). nil:
+	// never.
 	Format version.Gate
 }
 
@@ -126,12 +127,13 @@ type Trail struct {
 	rebuild atomic.Bool
 
 	// folds says the state folds this trail's placeholders (Folding);
-	// grouped, that the cluster version has allowed groups (it is never
-	// lowered). carrying are the records CarryPrepared handed out
+	// format2, that the cluster version has allowed version.Format2
+	// (it is never lowered): groups, and records that keep their
+	// request. carrying are the records CarryPrepared handed out
 	// placeholders for, by placeholder key, until the entry is folded
 	// (under mu); carried numbers the placeholders.
 	folds    bool
-	grouped  atomic.Bool
+	format2  atomic.Bool
 	carrying map[string]*Prepared
 	carried  uint64
 }

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
-
 	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
@@ -37,17 +35,25 @@ const holdPrefix = raftfsm.PlaceholderPrefix + "audit/"
 // record has its outcome written over its own key; a refusal is kept
 // apart).
 func (l *Trail) grouping(rec *adminpb.AuditRecord) bool {
-	if !l.folds || rec.GetRefused() || rec.GetCode() == AuditPending {
+	return l.folds && !rec.GetRefused() && rec.GetCode() != AuditPending && l.atFormat2()
+}
+
+// atFormat2 says the cluster version allows version.Format2.
+func (l *Trail) atFormat2() bool {
+	if l.format2.Load() {
+		return true
+	}
+	if l.cfg.Format == nil || !l.cfg.Format.Allows(version.Format2) {
 		return false
 	}
-	if !l.grouped.Load() {
-		if !l.cfg.Format.Allows(version.Format2) {
-			return false
-		}
-		l.grouped.Store(true)
-	}
+	l.format2.Store(true)
 	return true
 }
+
+// KeepsRequests says records may keep their call's request in place of
+// its args (NewRequestRecord): the cluster version allows it, so every
+// member renders them (RenderArgs).
+func (l *Trail) KeepsRequests() bool { return l != nil && l.atFormat2() }
 
 // hold keeps p until its entry is folded, and returns its placeholder.
 func (l *Trail) hold(p *Prepared) []raftfsm.Mutation {
@@ -123,7 +129,6 @@ func (l *Trail) numberGroups(recs []*Prepared) (*numbered, error) {
 	for _, run := range cut {
 		first := l.n + 1
 		newest := int64(0)
-		size := 0
 		for _, p := range run {
 			r := p.rec
 			l.n++
@@ -133,10 +138,8 @@ func (l *Trail) numberGroups(recs []*Prepared) (*numbered, error) {
 			}
 			newest = max(newest, r.GetCommittedUnixMs())
 			earliest = min(earliest, r.GetCommittedUnixMs())
-			size += protowire.SizeTag(groupRecordsField) + protowire.SizeBytes(p.size())
 		}
-		size += protowire.SizeTag(groupCommittedField) + protowire.SizeVarint(uint64(newest))
-		v, err := appendGroup(make([]byte, 0, size), run, newest)
+		v, err := appendGroup(make([]byte, 0, groupSize(run, newest)), run, newest)
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"bytes"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,8 +31,12 @@ type Prepared struct {
 	// the run of a fold it goes into.
 	holder string
 	// wire is rec encoded without id, committed_unix_ms and proc_ids,
-	// which the fold appends (appendNumbered); nil: encoded whole there.
+	// which the fold appends (appendOwn), and without the fields a
+	// group's records share (shared); nil: encoded whole there.
 	wire []byte
+	// shared is rec's fields a group's records may share, each present
+	// even when empty (appendShared).
+	shared []byte
 }
 
 // Record is the record p carries: numbered once its entry is folded.
@@ -57,13 +62,49 @@ func (l *Trail) Prepare(rec *adminpb.AuditRecord) *Prepared {
 	SanitizeRecord(rec)
 	rec.Id = "" // numbered as carried, whatever it held
 	p := &Prepared{rec: rec, holder: strings.Join(l.spaces[0].GroupsFor(rec), "\x00")}
+	p.shared = appendShared(nil, rec)
+	// Encoded with what the numbering adds and the shared fields left
+	// out (a field added to records later is kept).
 	committed, procs := rec.CommittedUnixMs, rec.ProcIds
+	principal, name, method, code, node, peer, via, refused := rec.Principal, rec.Name, rec.Method, rec.Code, rec.Node, rec.Peer, rec.Via, rec.Refused
 	rec.CommittedUnixMs, rec.ProcIds = 0, nil
+	rec.Principal, rec.Name, rec.Method, rec.Code, rec.Node, rec.Peer, rec.Via, rec.Refused = "", "", "", "", "", "", "", false
 	if b, err := proto.Marshal(rec); err == nil {
 		p.wire = b
 	}
 	rec.CommittedUnixMs, rec.ProcIds = committed, procs
+	rec.Principal, rec.Name, rec.Method, rec.Code, rec.Node, rec.Peer, rec.Via, rec.Refused = principal, name, method, code, node, peer, via, refused
 	return p
+}
+
+// The fields of a record a group's records may share (common), as
+// appendShared encodes them.
+var (
+	sharedStrings = []struct {
+		num protowire.Number
+		get func(*adminpb.AuditRecord) string
+	}{
+		{recordFields.ByName("principal").Number(), (*adminpb.AuditRecord).GetPrincipal},
+		{recordFields.ByName("name").Number(), (*adminpb.AuditRecord).GetName},
+		{recordFields.ByName("method").Number(), (*adminpb.AuditRecord).GetMethod},
+		{recordFields.ByName("code").Number(), (*adminpb.AuditRecord).GetCode},
+		{recordFields.ByName("node").Number(), (*adminpb.AuditRecord).GetNode},
+		{recordFields.ByName("peer").Number(), (*adminpb.AuditRecord).GetPeer},
+		{recordFields.ByName("via").Number(), (*adminpb.AuditRecord).GetVia},
+	}
+	refusedField = recordFields.ByName("refused").Number()
+)
+
+// appendShared appends rec's shared fields to b, each present even when
+// empty or false: decoded after a group's common, they replace every one
+// of its values.
+func appendShared(b []byte, rec *adminpb.AuditRecord) []byte {
+	for _, f := range sharedStrings {
+		b = protowire.AppendTag(b, f.num, protowire.BytesType)
+		b = protowire.AppendString(b, f.get(rec))
+	}
+	b = protowire.AppendTag(b, refusedField, protowire.VarintType)
+	return protowire.AppendVarint(b, protowire.EncodeBool(rec.GetRefused()))
 }
 
 // CarryPrepared is Carry for a prepared record, which gains procID (0:
@@ -96,41 +137,74 @@ func numberedID(term, n uint64) string {
 }
 
 // appendGroup appends to b the stored form of a group of run, numbered
-// already, newest committed at committedUnixMs: MarshalGroup's, each
-// record's bytes made from its prepared ones.
+// already, newest committed at committedUnixMs: each record as what it
+// does not share with the group's common fields, those of its first
+// record (AuditRecordGroup.common). Its records' ids are left to the
+// key's range, and their commit times to the group's where they are the
+// same.
 func appendGroup(b []byte, run []*Prepared, committedUnixMs int64) ([]byte, error) {
+	common := run[0].shared
+	b = protowire.AppendTag(b, groupCommonField, protowire.BytesType)
+	b = protowire.AppendBytes(b, common)
 	for _, p := range run {
-		if p.wire == nil {
-			enc, err := proto.Marshal(p.rec)
-			if err != nil {
-				return nil, err
-			}
-			b = appendGroupRecord(b, enc)
-			continue
+		var err error
+		if b, err = p.appendOwn(b, common, committedUnixMs); err != nil {
+			return nil, err
 		}
-		b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(p.size()))
-		b = appendNumbered(append(b, p.wire...), p.rec)
 	}
 	return appendGroupCommitted(b, committedUnixMs), nil
 }
 
-// size is the size of p's record as appendGroup encodes it, once
-// numbered.
-func (p *Prepared) size() int {
-	if p.wire == nil {
-		return proto.Size(p.rec)
+// groupSize is the size of appendGroup's stored form of run.
+func groupSize(run []*Prepared, committedUnixMs int64) int {
+	common := run[0].shared
+	n := protowire.SizeTag(groupCommonField) + protowire.SizeBytes(len(common))
+	for _, p := range run {
+		n += protowire.SizeTag(groupRecordsField) + protowire.SizeBytes(p.ownSize(common, committedUnixMs))
 	}
-	return len(p.wire) + numberedSize(p.rec)
+	return n + protowire.SizeTag(groupCommittedField) + protowire.SizeVarint(uint64(committedUnixMs))
 }
 
-// numberedSize is the size of the fields appendNumbered appends for rec.
-func numberedSize(rec *adminpb.AuditRecord) int {
-	n := 0
-	if rec.Id != "" {
-		n += protowire.SizeTag(recordIDField) + protowire.SizeBytes(len(rec.Id))
+// appendOwn appends p's record to b as a group with common fields
+// common, newest committed at committedUnixMs, keeps it (appendGroup):
+// its shared fields if they are not common, its prepared bytes, its
+// commit time if it is not the group's, and its procedure ids.
+func (p *Prepared) appendOwn(b, common []byte, committedUnixMs int64) ([]byte, error) {
+	rec := p.rec
+	if p.wire == nil {
+		enc, err := proto.Marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(p.shared)+len(enc)))
+		return append(append(b, p.shared...), enc...), nil
 	}
-	if rec.CommittedUnixMs != 0 {
+	b = protowire.AppendTag(b, groupRecordsField, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(p.ownSize(common, committedUnixMs)))
+	if !bytes.Equal(p.shared, common) {
+		b = append(b, p.shared...)
+	}
+	b = append(b, p.wire...)
+	if rec.CommittedUnixMs != committedUnixMs {
+		b = protowire.AppendTag(b, committedField, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(rec.CommittedUnixMs))
+	}
+	return appendProcIDs(b, rec.ProcIds), nil
+}
+
+// ownSize is the size of what appendOwn appends for p after its tag and
+// length.
+func (p *Prepared) ownSize(common []byte, committedUnixMs int64) int {
+	rec := p.rec
+	if p.wire == nil {
+		return len(p.shared) + proto.Size(rec)
+	}
+	n := len(p.wire)
+	if !bytes.Equal(p.shared, common) {
+		n += len(p.shared)
+	}
+	if rec.CommittedUnixMs != committedUnixMs {
 		n += protowire.SizeTag(committedField) + protowire.SizeVarint(uint64(rec.CommittedUnixMs))
 	}
 	if len(rec.ProcIds) > 0 {
@@ -139,21 +213,13 @@ func numberedSize(rec *adminpb.AuditRecord) int {
 	return n
 }
 
-// appendNumbered appends rec's id, committed_unix_ms and proc_ids, as
-// proto.Marshal would encode them (proc_ids packed), to b.
-func appendNumbered(b []byte, rec *adminpb.AuditRecord) []byte {
-	if rec.Id != "" {
-		b = protowire.AppendTag(b, recordIDField, protowire.BytesType)
-		b = protowire.AppendString(b, rec.Id)
-	}
-	if rec.CommittedUnixMs != 0 {
-		b = protowire.AppendTag(b, committedField, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(rec.CommittedUnixMs))
-	}
-	if len(rec.ProcIds) > 0 {
+// appendProcIDs appends ids as proto.Marshal would encode a record's
+// proc_ids (packed) to b.
+func appendProcIDs(b []byte, ids []uint64) []byte {
+	if len(ids) > 0 {
 		b = protowire.AppendTag(b, recordProcsFld, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(packedSize(rec.ProcIds)))
-		for _, id := range rec.ProcIds {
+		b = protowire.AppendVarint(b, uint64(packedSize(ids)))
+		for _, id := range ids {
 			b = protowire.AppendVarint(b, id)
 		}
 	}

@@ -141,7 +141,11 @@ func markForwarded(ctx context.Context) {
 // auditRecord is the record of a call of method by p, where it came
 // from included.
 func (s *Server) auditRecord(ctx context.Context, p access.Principal, method string, req, resp any, err error) *adminpb.AuditRecord {
-	rec := access.NewRecord(s.acc.Clock.Now(), s.b.ID(), p, method, req, resp, err)
+	newRecord := access.NewRecord
+	if s.audit.KeepsRequests() {
+		newRecord = access.NewRequestRecord
+	}
+	rec := newRecord(s.acc.Clock.Now(), s.b.ID(), p, method, req, resp, err)
 	rec.Peer, rec.Via = callOrigin(ctx)
 	return rec
 }

@@ -42,9 +42,12 @@ const (
 	// (acl/tokenuse/), the node mark nodes/<id>/removed, the cluster id
 	// (cluster/id), procedure record fields 113 (child summaries) and
 	// 114 (submitter), CreateTable's state version 2 (its
-	// PRE_OPERATION writes the layout, which 0.1.0 would not undo), and
+	// PRE_OPERATION writes the layout, which 0.1.0 would not undo),
 	// audit record groups (audit/<term>-<first>+<last>, which 0.1.0
-	// would read as one empty record).
+	// would read as one empty record; their records as what they do not
+	// share with the group's common fields), and audit records that keep
+	// their request (field 16) in place of args, which 0.1.0 would list
+	// without args.
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
 	// at every level: the raise itself needs it, docs/upgrades.md. So are
 	// a region server's version and max_format in its server/<id> record,

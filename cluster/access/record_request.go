@@ -1,0 +1,88 @@
+package access
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/baton-dev/baton/internal/reqlimit"
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// requestMax is the largest request a record keeps whole
+// (NewRequestRecord): twice what its JSON is cut at, so that what a
+// reader makes of it is the JSON a record made at the call would hold.
+const requestMax = 2 * FieldMax
+
+// requestTypes is the request message of each method of the admin
+// service, by the short name records give.
+var requestTypes = sync.OnceValue(func() map[string]protoreflect.FullName {
+	out := map[string]protoreflect.FullName{}
+	svcs := adminpb.File_admin_proto.Services()
+	for i := range svcs.Len() {
+		ms := svcs.Get(i).Methods()
+		for j := range ms.Len() {
+			out[string(ms.Get(j).Name())] = ms.Get(j).Input().FullName()
+		}
+	}
+	return out
+})
+
+// requestTypeOf is the request message of method, "" for a method of no
+// service this binary knows.
+func requestTypeOf(method string) protoreflect.FullName { return requestTypes()[method] }
+
+func argsDigest(wire []byte) string {
+	h := sha256.Sum256(wire)
+	return hex.EncodeToString(h[:])
+}
+
+func argsJSON(m proto.Message) string {
+	b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return Cut(string(b), FieldMax)
+}
+
+// RenderArgs gives r, a record that keeps its call's request
+// (NewRequestRecord), the args and args_digest a record made at the call
+// would hold, and lets go of the request: it is a stored form only, which
+// no answer carries. A request this binary cannot read (of a method it
+// does not know, or not decoding as that method's) keeps its digest, and
+// its args say why there are none. Records without a request are left as
+// they are.
+func RenderArgs(r *adminpb.AuditRecord) {
+	if len(r.GetRequest()) == 0 {
+		return
+	}
+	wire := r.Request
+	r.Request = nil
+	r.ArgsDigest = argsDigest(wire)
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(requestTypeOf(r.GetMethod()))
+	if err != nil {
+		r.Args = "(a request of a method this binary does not know)"
+		return
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(wire, m); err != nil {
+		r.Args = "(a request that does not decode)"
+		return
+	}
+	r.Args = Cut(reqlimit.Escape(argsJSON(m)), FieldMax)
+}
+
+// UnmarshalRecord decodes a stored record (StoredRecord.Value) into r as
+// its readers see it: its args rendered (RenderArgs).
+func UnmarshalRecord(b []byte, r *adminpb.AuditRecord) error {
+	if err := proto.Unmarshal(b, r); err != nil {
+		return err
+	}
+	RenderArgs(r)
+	return nil
+}

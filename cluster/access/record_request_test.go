@@ -1,0 +1,117 @@
+package access
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/baton-dev/baton/proto/adminpb"
+)
+
+// requestCases are requests of several methods, with what the JSON of
+// each must escape or cut.
+func requestCases() []struct {
+	method string
+	req    proto.Message
+} {
+	return []struct {
+		method string
+		req    proto.Message
+	}{
+		{"SubmitProcedure", &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0", "b": "x\x01y", "a": "é"}}},
+		{"SubmitProcedure", &adminpb.SubmitProcedureRequest{Type: strings.Repeat("t", 900)}},  // JSON cut, request kept
+		{"SubmitProcedure", &adminpb.SubmitProcedureRequest{Type: strings.Repeat("t", 2000)}}, // too big to keep
+		{"AbortProcedure", &adminpb.ProcedureRef{Id: 1 << 60}},
+		{"CreateTable", &adminpb.CreateTableRequest{Name: "t1", Regions: 40}},
+		{"AbortProcedure", &adminpb.CreateTableRequest{Name: "not the method's request"}},
+		{"NoSuchMethod", &adminpb.ProcedureRef{Id: 3}},
+	}
+}
+
+// TestRequestRecordReadsAsNewRecordWrites: a record that keeps its
+// request is read (stored alone, or in a group, or sent by a standby)
+// with the args and digest a record made at the call holds, and without
+// the request; one whose request is too big, of a method this binary
+// does not know, or not the method's own, is made with its args.
+func TestRequestRecordReadsAsNewRecordWrites(t *testing.T) {
+	at := time.Unix(1_000_000, 0)
+	p := Principal{Kind: KindClient, ID: "alice"}
+	for i, c := range requestCases() {
+		err := status.Error(codes.OK, "")
+		if i%2 == 1 {
+			err = errors.New("boom")
+		}
+		want := NewRecord(at, "m1", p, c.method, c.req, nil, err)
+		SanitizeRecord(want)
+		got := NewRequestRecord(at, "m1", p, c.method, c.req, nil, err)
+		kept := len(got.GetRequest()) > 0
+		wire, _ := (proto.MarshalOptions{Deterministic: true}).Marshal(c.req)
+		if shouldKeep := len(wire) <= requestMax && ownMethod(c.method, c.req); kept != shouldKeep {
+			t.Fatalf("%s %T (%d bytes): request kept %v, want %v", c.method, c.req, len(wire), kept, shouldKeep)
+		}
+		if kept && (got.GetArgs() != "" || got.GetArgsDigest() != "") {
+			t.Fatalf("%s: a record keeping its request also holds args %q %q", c.method, got.GetArgs(), got.GetArgsDigest())
+		}
+		SanitizeRecord(got)
+		b, merr := proto.Marshal(got)
+		if merr != nil {
+			t.Fatal(merr)
+		}
+		var read adminpb.AuditRecord
+		if err := UnmarshalRecord(b, &read); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&read, want) {
+			t.Fatalf("%s: read\n%v\nwant what NewRecord makes\n%v", c.method, &read, want)
+		}
+		if len(read.GetArgs()) > FieldMax || read.GetArgsDigest() == "" {
+			t.Fatalf("%s: args of %d bytes, digest %q", c.method, len(read.GetArgs()), read.GetArgsDigest())
+		}
+	}
+}
+
+// ownMethod says req is the request of method.
+func ownMethod(method string, req proto.Message) bool {
+	return requestTypeOf(method) != "" && requestTypeOf(method) == req.ProtoReflect().Descriptor().FullName()
+}
+
+// TestRenderArgsOfWhatCannotBeRead: a request of a method this binary
+// does not know, or that does not decode, keeps its digest, and its args
+// say why there are none; a standby's record whose request is bigger than
+// any a master keeps is rendered as it is sanitized, and so is one that
+// holds both forms.
+func TestRenderArgsOfWhatCannotBeRead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rec  *adminpb.AuditRecord
+		args string
+	}{
+		{"unknown method", &adminpb.AuditRecord{Method: "FromTheFuture", Request: []byte{0x08, 0x01}}, "(a request of a method this binary does not know)"},
+		{"does not decode", &adminpb.AuditRecord{Method: "AbortProcedure", Request: []byte{0x0a, 0x7f}}, "(a request that does not decode)"},
+	} {
+		wire := c.rec.Request
+		RenderArgs(c.rec)
+		if c.rec.GetArgs() != c.args || c.rec.GetArgsDigest() != argsDigest(wire) || c.rec.GetRequest() != nil {
+			t.Fatalf("%s: rendered %v", c.name, c.rec)
+		}
+	}
+	big, err := proto.Marshal(&adminpb.SubmitProcedureRequest{Type: strings.Repeat("x", 3000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []*adminpb.AuditRecord{
+		{Method: "SubmitProcedure", Request: big},
+		{Method: "SubmitProcedure", Request: big[:20:20], Args: "forged"},
+	} {
+		wire := rec.Request
+		SanitizeRecord(rec)
+		if rec.GetRequest() != nil || rec.GetArgsDigest() != argsDigest(wire) || rec.GetArgs() == "" || rec.GetArgs() == "forged" || len(rec.GetArgs()) > FieldMax {
+			t.Fatalf("sanitized %d bytes of request into %q (%d bytes of args), digest %q", len(wire), rec.GetRequest(), len(rec.GetArgs()), rec.GetArgsDigest())
+		}
+	}
+}
