@@ -2,6 +2,9 @@ package admin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,9 +22,11 @@ import (
 
 // TestAuditGroupsWaitForTheLastUpgrade: while a member still runs a
 // release that reads no group (format 1), the records submissions carry
-// are written a key each, as 0.1.0 writes them; once the last member is
-// upgraded and the cluster version raised, they are written in groups;
-// the trail lists both kinds alike, each record once.
+// are written a key each, with their args, as 0.1.0 writes them; once
+// the last member is upgraded and the cluster version raised, they are
+// written in groups, keeping their requests instead; the trail lists
+// both kinds alike, each record once, with the args and digest of its
+// own request and never the request.
 func TestAuditGroupsWaitForTheLastUpgrade(t *testing.T) {
 	c := clustertest.New(t, clustertest.Config{NoDomain: true, SteadyLeader: true, Audit: true, Node: func(i int, c *cluster.Config) {
 		if i == 2 {
@@ -31,11 +36,14 @@ func TestAuditGroupsWaitForTheLastUpgrade(t *testing.T) {
 	waitReports(t, c, map[string]version.Format{"m1": version.MaxFormat, "m2": version.MaxFormat, "m3": version.Format1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	sent := map[string]*adminpb.SubmitProcedureRequest{} // by nonce
 	submit := func(round string) {
 		var wg sync.WaitGroup
 		for i := range 8 {
+			req := &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}, Owner: "t", Nonce: fmt.Sprint(round, i)}
+			sent[req.Nonce] = req
 			wg.Go(func() {
-				_, err := c.Leader().Admin().SubmitProcedure(ctx, &adminpb.SubmitProcedureRequest{Type: "sleep", Arguments: map[string]string{"steps": "0"}, Owner: "t", Nonce: fmt.Sprint(round, i)})
+				_, err := c.Leader().Admin().SubmitProcedure(ctx, req)
 				if err != nil {
 					t.Errorf("submission %s%d: %v", round, i, err)
 				}
@@ -55,8 +63,14 @@ func TestAuditGroupsWaitForTheLastUpgrade(t *testing.T) {
 				}
 				if strings.Contains(suffix, "+") {
 					grouped++
+					if len(r.GetRequest()) == 0 || r.GetArgs() != "" || r.GetArgsDigest() != "" {
+						t.Errorf("a record in a group holds request %x, args %q, digest %q: want the request alone", r.GetRequest(), r.GetArgs(), r.GetArgsDigest())
+					}
 				} else {
 					alone++
+					if len(r.GetRequest()) != 0 || r.GetArgs() == "" || r.GetArgsDigest() == "" {
+						t.Errorf("a record alone holds request %x, args %q, digest %q: want args and digest, as 0.1.0 writes them", r.GetRequest(), r.GetArgs(), r.GetArgsDigest())
+					}
 				}
 			}
 			return true
@@ -82,6 +96,17 @@ func TestAuditGroupsWaitForTheLastUpgrade(t *testing.T) {
 		}
 		for _, r := range resp.GetRecords() {
 			ids = append(ids, r.GetId())
+			var args struct{ Nonce string }
+			if err := json.Unmarshal([]byte(r.GetArgs()), &args); err != nil || sent[args.Nonce] == nil {
+				t.Fatalf("record %s lists args %q (%v), of no request sent", r.GetId(), r.GetArgs(), err)
+			}
+			wire, err := (proto.MarshalOptions{Deterministic: true}).Marshal(sent[args.Nonce])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum := sha256.Sum256(wire); r.GetArgsDigest() != hex.EncodeToString(sum[:]) || r.GetRequest() != nil {
+				t.Fatalf("record %s lists digest %q and request %x; want the digest of its request's bytes and no request", r.GetId(), r.GetArgsDigest(), r.GetRequest())
+			}
 		}
 		if tok = resp.GetNextPageToken(); tok == "" {
 			break
