@@ -1,8 +1,10 @@
 package access
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -42,10 +44,19 @@ func argsDigest(wire []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// argsJSON is m as JSON, compact, cut at FieldMax. Compact: protojson
+// adds a space here and there, at random but the same way in one binary
+// (to keep anyone from relying on its bytes), so without it a record
+// rendered as it is read (RenderArgs) would list differently on
+// masters of different builds, and be cut elsewhere.
 func argsJSON(m proto.Message) string {
 	b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m)
 	if err != nil {
 		return ""
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, b) == nil {
+		b = compact.Bytes()
 	}
 	return Cut(string(b), FieldMax)
 }

@@ -1,6 +1,8 @@
 package access
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -8,8 +10,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/baton-dev/baton/internal/version"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -30,6 +34,8 @@ func requestCases() []struct {
 		{"CreateTable", &adminpb.CreateTableRequest{Name: "t1", Regions: 40}},
 		{"AbortProcedure", &adminpb.CreateTableRequest{Name: "not the method's request"}},
 		{"NoSuchMethod", &adminpb.ProcedureRef{Id: 3}},
+		{"AbortProcedure", &adminpb.ProcedureRef{}}, // no bytes: no request on the wire
+		{"SubmitProcedure", &adminpb.SubmitProcedureRequest{}},
 	}
 }
 
@@ -51,7 +57,7 @@ func TestRequestRecordReadsAsNewRecordWrites(t *testing.T) {
 		got := NewRequestRecord(at, "m1", p, c.method, c.req, nil, err)
 		kept := len(got.GetRequest()) > 0
 		wire, _ := (proto.MarshalOptions{Deterministic: true}).Marshal(c.req)
-		if shouldKeep := len(wire) <= requestMax && ownMethod(c.method, c.req); kept != shouldKeep {
+		if shouldKeep := len(wire) > 0 && len(wire) <= requestMax && ownMethod(c.method, c.req); kept != shouldKeep {
 			t.Fatalf("%s %T (%d bytes): request kept %v, want %v", c.method, c.req, len(wire), kept, shouldKeep)
 		}
 		if kept && (got.GetArgs() != "" || got.GetArgsDigest() != "") {
@@ -113,5 +119,62 @@ func TestRenderArgsOfWhatCannotBeRead(t *testing.T) {
 		if rec.GetRequest() != nil || rec.GetArgsDigest() != argsDigest(wire) || rec.GetArgs() == "" || rec.GetArgs() == "forged" || len(rec.GetArgs()) > FieldMax {
 			t.Fatalf("sanitized %d bytes of request into %q (%d bytes of args), digest %q", len(wire), rec.GetRequest(), len(rec.GetArgs()), rec.GetArgsDigest())
 		}
+	}
+}
+
+// TestArgsAreCompactJSON: a record's args are the same bytes whichever
+// binary renders them: protojson's output, which adds a space here and
+// there as a build's hash says, compacted.
+func TestArgsAreCompactJSON(t *testing.T) {
+	req := &adminpb.SubmitProcedureRequest{Type: "sleep", Owner: "o", Nonce: "n", Arguments: map[string]string{"a": "1", "b": "x y", "c": "{\"k\": 1}"}}
+	got := argsJSON(req)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(got)); err != nil || compact.String() != got {
+		t.Fatalf("args %q are not compact JSON (%v)", got, err)
+	}
+	var back adminpb.SubmitProcedureRequest
+	if err := protojson.Unmarshal([]byte(got), &back); err != nil || !proto.Equal(&back, req) {
+		t.Fatalf("args %q read back as %v (%v)", got, &back, err)
+	}
+}
+
+// TestTrailBelowFormat2StoresNoRequest: below cluster version 2 a record
+// that keeps its request (a standby's, made as the version rose, or
+// forged) is written with its args, whichever way it reaches the trail.
+func TestTrailBelowFormat2StoresNoRequest(t *testing.T) {
+	for _, f := range []version.Format{version.Format1, version.Format2} {
+		l, _ := groupingTrail(t, &f)
+		mk := func() *adminpb.AuditRecord {
+			return NewRequestRecord(time.Unix(1_000_000, 0), "m1", Principal{Kind: KindClient, ID: "c"}, "AbortProcedure", &adminpb.ProcedureRef{Id: 9}, nil, nil)
+		}
+		prepared := l.Prepare(mk()).Record()
+		updated := mk()
+		l.Update(updated)
+		for name, r := range map[string]*adminpb.AuditRecord{"carried": prepared, "written": updated} {
+			if kept := len(r.GetRequest()) > 0; kept != (f == version.Format2) || (!kept && (r.GetArgs() == "" || r.GetArgsDigest() == "")) {
+				t.Fatalf("at %v a record %s holds request %x, args %q, digest %q", f, name, r.GetRequest(), r.GetArgs(), r.GetArgsDigest())
+			}
+		}
+	}
+}
+
+// TestGroupValueMisreadAsARecordIsEmpty: a group's value read as a
+// record alone (under a key no group has) is an empty record, as before
+// groups had common fields: no field of a group is a record's.
+func TestGroupValueMisreadAsARecordIsEmpty(t *testing.T) {
+	f := version.Format2
+	l, st := groupingTrail(t, &f)
+	recs := []*adminpb.AuditRecord{
+		NewRequestRecord(time.Unix(1_000_000, 0), "m1", Principal{Kind: KindClient, ID: "c"}, "AbortProcedure", &adminpb.ProcedureRef{Id: 9}, nil, nil),
+		NewRequestRecord(time.Unix(1_000_000, 0), "m1", Principal{Kind: KindClient, ID: "c"}, "AbortProcedure", &adminpb.ProcedureRef{Id: 10}, nil, nil),
+	}
+	muts := foldRecords(t, l, st, recs...)
+	var r adminpb.AuditRecord
+	if err := UnmarshalRecord(muts[0].Value, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.ProtoReflect().SetUnknown(nil)
+	if !proto.Equal(&r, &adminpb.AuditRecord{CommittedUnixMs: r.GetCommittedUnixMs()}) {
+		t.Fatalf("a group read as a record: %v", &r)
 	}
 }

@@ -201,7 +201,7 @@ func (l *Trail) Append(ctx context.Context, recs ...*adminpb.AuditRecord) error 
 	dones := make([]chan error, len(recs))
 	l.mu.Lock()
 	for i, r := range recs {
-		SanitizeRecord(r)
+		l.sanitize(r)
 		dones[i] = make(chan error, 1)
 		l.pending = append(l.pending, pendingWrite{rec: r, done: dones[i]})
 	}
@@ -231,7 +231,7 @@ func (l *Trail) Start(rec *adminpb.AuditRecord) <-chan error {
 func (l *Trail) Update(rec *adminpb.AuditRecord) { l.enqueue(pendingWrite{rec: rec}) }
 
 func (l *Trail) enqueue(p pendingWrite) {
-	SanitizeRecord(p.rec)
+	l.sanitize(p.rec)
 	l.mu.Lock()
 	l.pending = append(l.pending, p)
 	l.mu.Unlock()

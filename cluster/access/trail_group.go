@@ -55,6 +55,17 @@ func (l *Trail) atFormat2() bool {
 // member renders them (RenderArgs).
 func (l *Trail) KeepsRequests() bool { return l != nil && l.atFormat2() }
 
+// sanitize is SanitizeRecord, and below cluster version 2 RenderArgs: a
+// record written then is read by members that render none (a standby's
+// AppendAudit, made as the version rose, or forged, or a record made
+// before a leader's trail knew the version).
+func (l *Trail) sanitize(r *adminpb.AuditRecord) {
+	if len(r.GetRequest()) > 0 && !l.KeepsRequests() {
+		RenderArgs(r)
+	}
+	SanitizeRecord(r)
+}
+
 // hold keeps p until its entry is folded, and returns its placeholder.
 func (l *Trail) hold(p *Prepared) []raftfsm.Mutation {
 	l.mu.Lock()

@@ -59,7 +59,7 @@ const procIDsMax = 100
 // CarryPrepared. Prepare does not need the Sequencer, nor the trail to
 // be the leader's.
 func (l *Trail) Prepare(rec *adminpb.AuditRecord) *Prepared {
-	SanitizeRecord(rec)
+	l.sanitize(rec)
 	rec.Id = "" // numbered as carried, whatever it held
 	p := &Prepared{rec: rec, holder: strings.Join(l.spaces[0].GroupsFor(rec), "\x00")}
 	p.shared = appendShared(nil, rec)

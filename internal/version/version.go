@@ -46,7 +46,7 @@ const (
 	// audit record groups (audit/<term>-<first>+<last>, which 0.1.0
 	// would read as one empty record; their records as what they do not
 	// share with the group's common fields), and audit records that keep
-	// their request (field 16) in place of args, which 0.1.0 would list
+	// their request (field 18) in place of args, which 0.1.0 would list
 	// without args.
 	// (nodes/<id>/admin_addr_proven, which 0.1.0 never reads, is written
 	// at every level: the raise itself needs it, docs/upgrades.md. So are

@@ -6767,7 +6767,9 @@ type AuditRecord struct {
 	// deterministically marshalled, whole (at most 1024 bytes), in place of
 	// args and args_digest, which every reader makes from it
 	// (access.RenderArgs). Written only once the cluster version is 2.
-	Request       []byte `protobuf:"bytes,16,opt,name=request,proto3" json:"request,omitempty"`
+	// (16 and 17 are AuditRecordGroup's records and common: a group's
+	// value misread as a record is an empty one.)
+	Request       []byte `protobuf:"bytes,18,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7940,7 +7942,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x03via\x18\r \x01(\tB\x06\x9a\xc7\x18\x02\b\x03R\x03via\x12*\n" +
 	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\x12\x18\n" +
 	"\arefused\x18\x0f \x01(\bR\arefused\x12!\n" +
-	"\arequest\x18\x10 \x01(\fB\a\x9a\xc7\x18\x03\x10\x80\bR\arequest\"\x8d\x01\n" +
+	"\arequest\x18\x12 \x01(\fB\a\x9a\xc7\x18\x03\x10\x80\bR\arequest\"\x8d\x01\n" +
 	"\x10AuditRecordGroup\x125\n" +
 	"\arecords\x18\x10 \x03(\v2\x1b.baton.admin.v1.AuditRecordR\arecords\x12*\n" +
 	"\x11committed_unix_ms\x18\x0e \x01(\x03R\x0fcommittedUnixMs\x12\x16\n" +
