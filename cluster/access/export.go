@@ -437,10 +437,12 @@ func (e *Exporter) read(sc PageScanner) {
 	}
 }
 
-// line is a record to write: its suffix, the version written, the line.
+// line is a record to write: its suffix, the version written, the
+// record, and its line, made outside mu (lines).
 type exportLine struct {
 	suffix  string
 	v       []byte
+	rec     *adminpb.AuditRecord
 	line    []byte
 	pending bool
 }
@@ -459,8 +461,8 @@ func (e *Exporter) next(now time.Time) ([]exportLine, error) {
 			break // the records before it are yet to be read
 		}
 		v := e.held[s]
-		var r adminpb.AuditRecord
-		if err := UnmarshalRecord(v, &r); err != nil {
+		r := new(adminpb.AuditRecord)
+		if err := proto.Unmarshal(v, r); err != nil {
 			e.x.Log.Error("audit file: a record that does not decode is skipped", "id", s, "error", err)
 			e.drop(s)
 			continue
@@ -470,13 +472,24 @@ func (e *Exporter) next(now time.Time) ([]exportLine, error) {
 		if !late && pending && holding && now.UnixMilli()-r.GetCommittedUnixMs() < exportGrace.Milliseconds() {
 			break // its outcome is on its way: the export waits for it
 		}
-		b, err := json.Marshal(lineOf(&r, e.x.Node))
-		if err != nil {
-			return nil, fmt.Errorf("admin: audit file: %w", err)
-		}
-		out = append(out, exportLine{suffix: s, v: v, line: append(b, '\n'), pending: pending})
+		out = append(out, exportLine{suffix: s, v: v, rec: r, pending: pending})
 	}
 	return out, nil
+}
+
+// lines makes each picked record's line, its args rendered (RenderArgs):
+// outside mu, which the FSM's apply takes (onPut), as that is most of
+// the work.
+func (e *Exporter) lines(picked []exportLine) error {
+	for i := range picked {
+		RenderArgs(picked[i].rec)
+		b, err := json.Marshal(lineOf(picked[i].rec, e.x.Node))
+		if err != nil {
+			return fmt.Errorf("admin: audit file: %w", err)
+		}
+		picked[i].line = append(b, '\n')
+	}
+	return nil
 }
 
 func (e *Exporter) drop(suffix string) {
@@ -515,6 +528,9 @@ func (e *Exporter) Export() error {
 	}
 	lines, err := e.next(now)
 	e.mu.Unlock()
+	if err == nil {
+		err = e.lines(lines)
+	}
 	if err != nil {
 		return err
 	}
