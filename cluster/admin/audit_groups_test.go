@@ -160,12 +160,15 @@ func TestAuditFileExportsEveryGroupedRecord(t *testing.T) {
 		overflow bool
 	}{
 		{"past the quota", 50, 0, false},
-		// 400 bytes hold any one record of this test (at most about
-		// 220) but not three, and the entries of 16 callers'
-		// submissions carried a group of three or more in every run
-		// measured: such a group overflows the queue as it is applied,
-		// whatever the writer's pace (3,000 waited for a group of 14 or
-		// a writer behind, and some runs had neither).
+		// 400 bytes hold any one record of this test but only a few
+		// (a submission's is about 130 bytes as read from its group,
+		// keeping its request), and the entries of 16 callers'
+		// submissions carried groups big enough to overflow it in
+		// every run measured (12 since records shrank), as they are
+		// applied, whatever the writer's pace (3,000 waited for a
+		// group of 14 or a writer behind, and some runs had neither).
+		// A queue that full exports a PENDING record (the AclGrant's)
+		// at once, its outcome then a line of its own.
 		{"queue overflowing", 0, 400, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
