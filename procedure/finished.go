@@ -140,7 +140,6 @@ func (x *Executor) retireLocked(e *entry, rec []byte) {
 		f.flags |= finAcked
 	}
 	x.finished.put(e.id, f)
-	x.indexChildrenLocked(e)
 	addCount(x.live.byState, typeState{e.ti, e.state}, 1)
 	if x.fin.recs != nil {
 		x.fin.recs[e.id] = rec

@@ -300,12 +300,13 @@ func TestGetBelowFormat2NeverFindsThenLosesAForgottenChild(t *testing.T) {
 }
 
 // ilParent retries until done, forgets its children, and spawns them one
-// a step (so that two such trees take interleaved ids); the last one waits
-// for the gate of its name.
+// a step; the last one, and the one at Hold if that is not 0, wait for
+// the gate of their name (so that another tree can take ids in between).
 type ilParent struct {
 	Base
 	Name string
 	Kids int
+	Hold int
 	Next int
 }
 
@@ -317,13 +318,14 @@ func (p *ilParent) Execute(*Context) (Step, error) {
 	if p.Next == p.Kids {
 		return Done(), nil
 	}
-	c := &fgChild{Name: fmt.Sprintf("%s/c%d", p.Name, p.Next), Steps: 1, Gated: p.Next == p.Kids-1}
+	c := &fgChild{Name: fmt.Sprintf("%s/c%d", p.Name, p.Next), Steps: 1, Gated: p.Next == p.Kids-1 || (p.Hold != 0 && p.Next == p.Hold)}
 	p.Next++
 	return Spawn(c), nil
 }
 
 // TestInterleavedForgettingTreesAnswerTheirOwnRoot: two forgetting trees run
-// at once, their ids interleaved; Get of each forgotten child names its
+// at once, their ids interleaved (one tree holds at its second child while
+// the other spawns all of its own); Get of each forgotten child names its
 // own root and owner, while both run.
 func TestInterleavedForgettingTreesAnswerTheirOwnRoot(t *testing.T) {
 	const kids = 60
@@ -331,15 +333,19 @@ func TestInterleavedForgettingTreesAnswerTheirOwnRoot(t *testing.T) {
 	reg.MustRegister("ilparent", 1, func() Procedure { return &ilParent{} })
 	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) { c.Registry = reg })
 	na, nb := uniq("A"), uniq("B")
-	a := h.submit(&ilParent{Name: na, Kids: kids}, SubmitOptions{Owner: "a"})
+	a := h.submit(&ilParent{Name: na, Kids: kids, Hold: 1}, SubmitOptions{Owner: "a"})
+	waitForgotten(t, h, a, 1) // its child 1 waits
 	b := h.submit(&ilParent{Name: nb, Kids: kids}, SubmitOptions{Owner: "b"})
-	waitForgotten(t, h, a, kids-1)
 	waitForgotten(t, h, b, kids-1)
+	hold := na + "/c1"
+	openGate(hold)
+	h.x.Wake(eventFor(hold))
+	waitForgotten(t, h, a, kids-1)
 	h.x.mu.Lock()
 	ra, rb := h.x.roots[a].forgottenSums, h.x.roots[b].forgottenSums
 	h.x.mu.Unlock()
-	if ra.hi < rb.lo || rb.hi < ra.lo {
-		defer t.Skipf("ranges do not overlap: a [%d,%d] b [%d,%d]", ra.lo, ra.hi, rb.lo, rb.hi)
+	if !(ra.lo < rb.lo && rb.hi < ra.hi) {
+		t.Fatalf("b's forgotten ids [%d,%d] are not within a's [%d,%d]: the trees did not interleave", rb.lo, rb.hi, ra.lo, ra.hi)
 	}
 	for _, tc := range []struct {
 		root  uint64

@@ -103,6 +103,9 @@ func (x *Executor) load() error {
 					finishedChildren = append(finishedChildren, id)
 				}
 			}
+			// Indexed here, as finishRoot indexes a root that ends
+			// while the executor runs.
+			x.indexChildrenLocked(rootEntry)
 			x.retireLocked(rootEntry, raws[rid].Data)
 			continue
 		}

@@ -61,9 +61,10 @@ func parseGroupSuffix(suffix string) (term, first, last uint64, ok bool) {
 }
 
 // MarshalGroup is the stored form of a group of records already encoded
-// (each an encoded adminpb.AuditRecord), newest committed at
-// committedUnixMs: adminpb.AuditRecordGroup's wire form, made without
-// decoding the records again.
+// (each an encoded adminpb.AuditRecord, whole), newest committed at
+// committedUnixMs, without common fields: the form development builds of
+// 0.2.0 wrote before AuditRecordGroup.common, which every reader still
+// reads (the trail itself writes appendGroup's). Tests write it.
 func MarshalGroup(records [][]byte, committedUnixMs int64) []byte {
 	n := protowire.SizeTag(groupCommittedField) + protowire.SizeVarint(uint64(committedUnixMs))
 	for _, r := range records {

@@ -60,7 +60,7 @@ func newRecord(keepRequest bool, at time.Time, node string, p Principal, method 
 	if m, ok := req.(proto.Message); ok {
 		b, err := (proto.MarshalOptions{Deterministic: true}).Marshal(m)
 		// An empty request is no request on the wire: kept as args.
-		if err == nil && keepRequest && len(b) > 0 && len(b) <= requestMax && requestTypeOf(method) == m.ProtoReflect().Descriptor().FullName() {
+		if err == nil && keepRequest && len(b) > 0 && len(b) <= requestMax && isRequestOf(method, m) {
 			rec.Request = b
 		} else {
 			if err == nil {

@@ -23,21 +23,26 @@ const requestMax = 2 * FieldMax
 
 // requestTypes is the request message of each method of the admin
 // service, by the short name records give.
-var requestTypes = sync.OnceValue(func() map[string]protoreflect.FullName {
-	out := map[string]protoreflect.FullName{}
+var requestTypes = sync.OnceValue(func() map[string]protoreflect.MessageType {
+	out := map[string]protoreflect.MessageType{}
 	svcs := adminpb.File_admin_proto.Services()
 	for i := range svcs.Len() {
 		ms := svcs.Get(i).Methods()
 		for j := range ms.Len() {
-			out[string(ms.Get(j).Name())] = ms.Get(j).Input().FullName()
+			if mt, err := protoregistry.GlobalTypes.FindMessageByName(ms.Get(j).Input().FullName()); err == nil {
+				out[string(ms.Get(j).Name())] = mt
+			}
 		}
 	}
 	return out
 })
 
-// requestTypeOf is the request message of method, "" for a method of no
+// isRequestOf says m is the request message of method, a method of a
 // service this binary knows.
-func requestTypeOf(method string) protoreflect.FullName { return requestTypes()[method] }
+func isRequestOf(method string, m proto.Message) bool {
+	mt := requestTypes()[method]
+	return mt != nil && mt.Descriptor().FullName() == m.ProtoReflect().Descriptor().FullName()
+}
 
 func argsDigest(wire []byte) string {
 	h := sha256.Sum256(wire)
@@ -75,8 +80,8 @@ func RenderArgs(r *adminpb.AuditRecord) {
 	wire := r.Request
 	r.Request = nil
 	r.ArgsDigest = argsDigest(wire)
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(requestTypeOf(r.GetMethod()))
-	if err != nil {
+	mt := requestTypes()[r.GetMethod()]
+	if mt == nil {
 		r.Args = "(a request of a method this binary does not know)"
 		return
 	}

@@ -250,7 +250,6 @@ const maxAuditText = 1 << 10
 
 // clipAuditRecord cuts r's text fields to what an answer carries.
 func clipAuditRecord(r *adminpb.AuditRecord) *adminpb.AuditRecord {
-	access.RenderArgs(r) // a stored form's request is never an answer's
 	r.Args, _ = clipText(r.GetArgs(), maxAuditText)
 	r.Message, _ = clipText(r.GetMessage(), maxAuditText)
 	for _, f := range []*string{&r.Id, &r.Principal, &r.Name, &r.Method, &r.ArgsDigest, &r.Code, &r.Node, &r.Peer, &r.Via} {
