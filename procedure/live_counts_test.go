@@ -316,10 +316,12 @@ func TestLiveCountsFollowTransitions(t *testing.T) {
 	// finished; the counts are checked at every turn meanwhile.
 	testwait.ForNil(t, 60*time.Second, "every procedure finished", func() error {
 		check("a turn of the drain")
-		live := 0
+		live, first := 0, uint64(0)
 		for _, info := range x.List(Filter{}) {
 			if !info.State.Terminal() {
-				live++
+				if live++; live == 1 {
+					first = info.ID
+				}
 				_ = x.Resume(info.ID)
 			}
 		}
@@ -333,7 +335,10 @@ func TestLiveCountsFollowTransitions(t *testing.T) {
 			return true
 		})
 		mc.Advance(2 * time.Second)
-		return fmt.Errorf("%d procedures not finished", live)
+		// Where one of them stands, should the drain time out (it did
+		// once in CI, on 263e14a, and never in 140 runs here).
+		w, werr := x.Why(first)
+		return fmt.Errorf("%d procedures not finished; %d: %+v (%v); scheduler %+v", live, first, w, werr, x.Scheduler().Sizes())
 	})
 	check("the drain")
 	mc.Advance(time.Minute)
