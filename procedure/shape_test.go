@@ -187,12 +187,19 @@ func shapeProc(build int, name string, park int32) Procedure {
 func atFormat(f version.Format) version.Gate { return func() version.Format { return f } }
 
 // parked waits until procedure id is stored WAITING in its park state,
-// and returns its record as stored.
+// and returns its record as stored. The executor shows a suspended
+// procedure WAITING before its suspension is written, so the wait is on
+// the store as well as on Get.
 func parked(t *testing.T, h *harness, mem *store.MemStore, id uint64, state int32) record {
 	t.Helper()
-	testwait.For(t, 10*time.Second, "the procedure parked", func() bool {
+	testwait.For(t, 10*time.Second, "the procedure parked and stored so", func() bool {
 		info, err := h.x.Get(id)
-		return err == nil && info.State == Waiting
+		if err != nil || info.State != Waiting {
+			return false
+		}
+		data, ok := storedData(t, mem, id)
+		var r record
+		return ok && r.unmarshal(data) == nil && r.state == Waiting
 	})
 	r := mustRecord(t, mem, id)
 	if r.state != Waiting || r.smNext != state {
