@@ -235,6 +235,11 @@ func TestUnavailable(t *testing.T) {
 			if h.LeaderId != tc.wantHint.LeaderId || h.LeaderAdminAddress != tc.wantHint.LeaderAdminAddress {
 				t.Errorf("hint %v, want %v", h, tc.wantHint)
 			}
+			// Only a call forwarded here is refused as one this node did
+			// nothing of: its sender may send it again.
+			if got, want := Unserved(err), tc.ctx == fwd; got != want {
+				t.Errorf("marked unserved: %v, want %v", got, want)
+			}
 			// Validation happens before forwarding.
 			if _, err := s.SubmitProcedure(tc.ctx, &adminpb.SubmitProcedureRequest{Type: "nope"}); status.Code(err) != codes.InvalidArgument {
 				t.Errorf("unknown type on a standby: %v", err)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -50,6 +51,57 @@ func Unavailable(msg, leaderID, leaderAdminAddr string) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// A master that is not the leader refuses a call another master forwarded
+// to it (it forwards no call twice). It refuses it before doing anything
+// of it, which the master that forwarded it cannot tell from the answer
+// alone: UNAVAILABLE with a LeaderHint is also what a leader deposed while
+// serving a call answers, and that call may have committed. Such a
+// refusal carries, beside the code, message and hint 0.1.0 sends, an
+// ErrorInfo of UnservedDomain: the forwarding master may send the call
+// again, once it sees a leader to take it, as it would a call it could
+// not send (a 0.1.0 master answers without it, and its refusals stay
+// final). Otherwise a standby's own audit records, sent to a leader that
+// stepped down a moment before, were lost.
+const (
+	// UnservedDomain is the ErrorInfo domain of a master's refusal that
+	// says it did nothing of the call.
+	UnservedDomain = "baton.admin"
+	// ReasonForwardedToNonLeader: the call came forwarded to a master
+	// that is not (or no longer, or not yet) the leader.
+	ReasonForwardedToNonLeader = "FORWARDED_TO_NON_LEADER"
+)
+
+// unservedUnavailable is unavailable, marked as a refusal of a call
+// forwarded to this node that it did nothing of (UnservedDomain).
+func (s *Server) unservedUnavailable(msg string) error {
+	return markUnserved(s.unavailable(msg))
+}
+
+// markUnserved adds to err, an UNAVAILABLE status, the detail saying the
+// master answering it did nothing of the call (UnservedDomain).
+func markUnserved(err error) error {
+	st := status.Convert(err)
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: UnservedDomain, Reason: ReasonForwardedToNonLeader}); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// Unserved says err, an answer of a master, is an UNAVAILABLE refusal of
+// a call that master did nothing of (UnservedDomain).
+func Unserved(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == UnservedDomain && info.GetReason() == ReasonForwardedToNonLeader {
+			return true
+		}
+	}
+	return false
 }
 
 // LeaderHintOf extracts the LeaderHint from an UNAVAILABLE error, if any.

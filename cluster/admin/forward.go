@@ -89,7 +89,7 @@ func (e statusCause) GRPCStatus() *status.Status { return status.Convert(e.err) 
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
 	if isForwarded(ctx) && ctx.Value(reforwardKey{}) == nil {
-		return nil, nil, none, s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
+		return nil, nil, none, s.unservedUnavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
 	}
 	id, _ := s.b.Leader()
 	if id == "" {
@@ -452,8 +452,9 @@ func (s *Server) leaderView() leaderView {
 
 // unreachableLeader marks a call that reached no leader: to is the leader
 // it was forwarded to, none if no leader could be found yet. unsent says
-// the request never left this node (see markUnsent): only then may a held
-// call try again.
+// nothing was done of the request: it never left this node (see
+// markUnsent), or the master it reached refused it as not the leader
+// (Unserved). Only then may a held call try again.
 type unreachableLeader struct {
 	statusCause
 	to     leaderView
@@ -587,6 +588,13 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
 			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}, to, unsent}
+		}
+		if Unserved(err) {
+			// The master reached is not the leader and did nothing of
+			// it: as good as unsent, so a held call goes on to the
+			// leader this node sees next. Its answer, hint included, is
+			// the call's if the hold ends first.
+			return &unreachableLeader{statusCause{err}, to, true}
 		}
 	}
 	return err
