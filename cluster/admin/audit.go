@@ -189,8 +189,11 @@ func (s *Server) sendAudit(recs []*adminpb.AuditRecord) error {
 		_, err := forward(s, ctx, func(ctx context.Context, c adminpb.AdminClient) (*adminpb.AppendAuditResponse, error) {
 			return c.AppendAudit(ctx, &adminpb.AppendAuditRequest{Records: recs})
 		})
+		// Sent again when nothing was done of it: not sent, or refused
+		// by a master that does not lead (which records nothing of an
+		// AppendAudit).
 		var ur *unreachableLeader
-		if err == nil || !errors.As(err, &ur) || !ur.unsent {
+		if err == nil || !errors.As(err, &ur) || !ur.unsent && !ur.unserved {
 			return err
 		}
 		select {

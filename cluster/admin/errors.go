@@ -59,11 +59,13 @@ func Unavailable(msg, leaderID, leaderAdminAddr string) error {
 // alone: UNAVAILABLE with a LeaderHint is also what a leader deposed while
 // serving a call answers, and that call may have committed. Such a
 // refusal carries, beside the code, message and hint 0.1.0 sends, an
-// ErrorInfo of UnservedDomain: the forwarding master may send the call
-// again, once it sees a leader to take it, as it would a call it could
-// not send (a 0.1.0 master answers without it, and its refusals stay
-// final). Otherwise a standby's own audit records, sent to a leader that
-// stepped down a moment before, were lost.
+// ErrorInfo of UnservedDomain, where the master knows it did nothing
+// (onLeader). A standby sends its own audit records again on it, once it
+// sees a leader to take them (sendAudit): they were lost when the leader
+// it took had stepped down a moment before. A 0.1.0 master answers
+// without the mark, and its refusals stay final. A client's call is not
+// sent again: the refusing master recorded its refusal, and the client,
+// told so, decides.
 const (
 	// UnservedDomain is the ErrorInfo domain of a master's refusal that
 	// says it did nothing of the call.
@@ -87,6 +89,22 @@ func markUnserved(err error) error {
 		st = d
 	}
 	return st.Err()
+}
+
+// withoutUnserved is err, a status, without its unserved mark.
+func withoutUnserved(err error) error {
+	st := status.Convert(err)
+	p := st.Proto()
+	kept := p.Details[:0]
+	for _, d := range p.GetDetails() {
+		var info errdetails.ErrorInfo
+		if d.UnmarshalTo(&info) == nil && info.GetDomain() == UnservedDomain {
+			continue
+		}
+		kept = append(kept, d)
+	}
+	p.Details = kept
+	return status.FromProto(p).Err()
 }
 
 // Unserved says err, an answer of a master, is an UNAVAILABLE refusal of

@@ -73,6 +73,11 @@ func (e *leaderChangedError) Error() string {
 	return "this node's view of the leader changed: now " + e.to.String()
 }
 
+// forwardedRefusal is leaderClient's refusal of a call that came
+// forwarded to this node, which does not lead: onLeader, which did
+// nothing of the call before, marks it so (Unserved).
+type forwardedRefusal struct{ statusCause }
+
 // statusCause is an error that marks the status error it wraps for the
 // hold, while gRPC and LeaderHintOf still see that status.
 type statusCause struct{ err error }
@@ -89,7 +94,7 @@ func (e statusCause) GRPCStatus() *status.Status { return status.Convert(e.err) 
 func (s *Server) leaderClient(ctx context.Context) (adminpb.AdminClient, context.Context, leaderView, error) {
 	var none leaderView
 	if isForwarded(ctx) && ctx.Value(reforwardKey{}) == nil {
-		return nil, nil, none, s.unservedUnavailable("admin: this node is not the leader (forwarded call; not forwarding again)")
+		return nil, nil, none, &forwardedRefusal{statusCause{s.unavailable("admin: this node is not the leader (forwarded call; not forwarding again)")}}
 	}
 	id, _ := s.b.Leader()
 	if id == "" {
@@ -292,8 +297,13 @@ func relayed[Req, Resp any](req Req, m func(adminpb.AdminClient, context.Context
 // onLeader runs local with the leader's executor when this node has one,
 // else forwards with remote; a call that finds no leader ready to serve it
 // is held for one (heldCall).
+//
+// Its refusal of a call forwarded to it while it does not lead is marked
+// as one it did nothing of (Unserved): nothing runs before the executor
+// is found. orForward's local may have proposed a write before it learns
+// it does not lead, so its refusals are not marked.
 func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, error), remote func(context.Context, adminpb.AdminClient) (T, error)) (T, error) {
-	return heldCall(s, ctx, func() (v T, served bool, err error) {
+	v, err := heldCall(s, ctx, func() (v T, served bool, err error) {
 		x, err := s.b.Procedures()
 		if err != nil {
 			return v, false, err
@@ -301,6 +311,11 @@ func onLeader[T any](s *Server, ctx context.Context, local func(Procedures) (T, 
 		v, err = local(x)
 		return v, true, err
 	}, remote)
+	var refused *forwardedRefusal
+	if errors.As(err, &refused) {
+		err = markUnserved(err)
+	}
+	return v, err
 }
 
 // orForward runs local (a leader-only operation not needing the executor)
@@ -452,13 +467,17 @@ func (s *Server) leaderView() leaderView {
 
 // unreachableLeader marks a call that reached no leader: to is the leader
 // it was forwarded to, none if no leader could be found yet. unsent says
-// nothing was done of the request: it never left this node (see
-// markUnsent), or the master it reached refused it as not the leader
-// (Unserved). Only then may a held call try again.
+// the request never left this node (see markUnsent): only then may a held
+// call try again. unserved says the master it reached refused it as not
+// the leader, having done nothing of it (Unserved): a call that records
+// nothing where it is refused may be sent again (sendAudit's); a client's
+// call is not, for the master that refused it recorded its refusal, and
+// the client decides.
 type unreachableLeader struct {
 	statusCause
-	to     leaderView
-	unsent bool
+	to       leaderView
+	unsent   bool
+	unserved bool
 }
 
 // noLeaderYet marks status err (an UNAVAILABLE with its hint) as the
@@ -572,9 +591,9 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 			// Cut while still waiting for a connection (a leader gone
 			// without a reset), it was never sent: a held call goes on
 			// to the leader this node sees now.
-			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))}, to, unsent}
+			return &unreachableLeader{statusCause: statusCause{s.unavailable(fmt.Sprintf("admin: call forwarded to %s cancelled: %v; retry", to, lc))}, to: to, unsent: unsent}
 		case errors.Is(cause, errForwardTimeout):
-			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))}, to, unsent}
+			return &unreachableLeader{statusCause: statusCause{s.unavailable(fmt.Sprintf("admin: %s did not answer a forwarded call within %v; retry", to, timeout))}, to: to, unsent: unsent}
 		case errors.Is(cause, errStopping):
 			return s.unavailable("admin: server stopping; call forwarded to " + to.String() + " cancelled")
 		}
@@ -587,14 +606,14 @@ func (s *Server) forwardError(ctx, fctx context.Context, to leaderView, timeout 
 		if _, ok := LeaderHintOf(err); !ok {
 			// Not the leader's answer (it would carry a hint) but the
 			// failure to reach it.
-			return &unreachableLeader{statusCause{s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}, to, unsent}
+			return &unreachableLeader{statusCause: statusCause{s.unavailable(fmt.Sprintf("admin: forwarding to %s: %s", to, st.Message()))}, to: to, unsent: unsent}
 		}
 		if Unserved(err) {
 			// The master reached is not the leader and did nothing of
-			// it: as good as unsent, so a held call goes on to the
-			// leader this node sees next. Its answer, hint included, is
-			// the call's if the hold ends first.
-			return &unreachableLeader{statusCause{err}, to, true}
+			// it. Its answer, hint included, is relayed without the
+			// mark: this node may have acted before it forwarded (a
+			// leader handing over as it removes itself).
+			return &unreachableLeader{statusCause: statusCause{withoutUnserved(err)}, to: to, unserved: true}
 		}
 	}
 	return err
