@@ -204,6 +204,14 @@ func TestGetNeverLosesADescendant(t *testing.T) {
 					forgotten-- // its kid 3 fails and is kept
 				}
 				waitForgotten(t, h, id, forgotten)
+				// The poller has looked at the tree a few times while the
+				// gate holds it (on a loaded machine it may not have, and
+				// the tree ends in a few writes once the gate opens).
+				testwait.For(t, 10*time.Second, "the reader polled", func() bool {
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					return w.checks >= 10
+				})
 				if c.abort {
 					if err := h.x.Abort(id); err != nil {
 						t.Fatal(err)
