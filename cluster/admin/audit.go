@@ -191,9 +191,11 @@ func (s *Server) sendAudit(recs []*adminpb.AuditRecord) error {
 		})
 		// Sent again when nothing was done of it: not sent, or refused
 		// by a master that does not lead (which records nothing of an
-		// AppendAudit).
+		// AppendAudit). Not once this node leads: it forwards nothing to
+		// itself, and its trail, which called this, cannot take the
+		// records back while it waits for them.
 		var ur *unreachableLeader
-		if err == nil || !errors.As(err, &ur) || !ur.unsent && !ur.unserved {
+		if err == nil || !errors.As(err, &ur) || !ur.unsent && !ur.unserved || s.b.IsLeader() {
 			return err
 		}
 		select {

@@ -59,8 +59,10 @@ func Unavailable(msg, leaderID, leaderAdminAddr string) error {
 // alone: UNAVAILABLE with a LeaderHint is also what a leader deposed while
 // serving a call answers, and that call may have committed. Such a
 // refusal carries, beside the code, message and hint 0.1.0 sends, an
-// ErrorInfo of UnservedDomain, where the master knows it did nothing
-// (onLeader). A standby sends its own audit records again on it, once it
+// ErrorInfo of UnservedDomain, where the master knows it did none of what
+// the call asks (onLeader): it may have recorded the call, its refusal
+// included, in the audit trail, as a master records every audited call it
+// answers. A standby sends its own audit records again on it, once it
 // sees a leader to take them (sendAudit): they were lost when the leader
 // it took had stepped down a moment before. A 0.1.0 master answers
 // without the mark, and its refusals stay final. A client's call is not
@@ -74,12 +76,6 @@ const (
 	// that is not (or no longer, or not yet) the leader.
 	ReasonForwardedToNonLeader = "FORWARDED_TO_NON_LEADER"
 )
-
-// unservedUnavailable is unavailable, marked as a refusal of a call
-// forwarded to this node that it did nothing of (UnservedDomain).
-func (s *Server) unservedUnavailable(msg string) error {
-	return markUnserved(s.unavailable(msg))
-}
 
 // markUnserved adds to err, an UNAVAILABLE status, the detail saying the
 // master answering it did nothing of the call (UnservedDomain).

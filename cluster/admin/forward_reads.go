@@ -529,7 +529,7 @@ func (s *Server) serveForwardedReads(ctx, outer context.Context, srv any, in *ad
 		_, err := s.vouchedRead(ctx, in)
 		return struct{}{}, err == nil, err
 	}, func(context.Context, adminpb.AdminClient) (struct{}, error) {
-		return struct{}{}, s.unservedUnavailable("admin: this node is not the leader (forwarded reads; not forwarding again)")
+		return struct{}{}, s.unavailable("admin: this node is not the leader (forwarded reads; not forwarding again)")
 	}); err != nil {
 		return nil, err
 	}

@@ -23,14 +23,18 @@ import (
 // refuses.
 type steppedDown struct {
 	fakeLeader
-	refuse  int32
-	old     bool // answers as 0.1.0: no unserved mark
-	asked   atomic.Int32
-	audits  atomic.Int32 // records AppendAudit committed
-	removes atomic.Int32 // RemovePeer calls
+	refuse   int32
+	old      bool   // answers as 0.1.0: no unserved mark
+	onRefuse func() // run as it refuses
+	asked    atomic.Int32
+	audits   atomic.Int32 // records AppendAudit committed
+	removes  atomic.Int32 // RemovePeer calls
 }
 
 func (l *steppedDown) refusal() error {
+	if l.onRefuse != nil {
+		l.onRefuse()
+	}
 	err := Unavailable("admin: this node is not the leader (forwarded call; not forwarding again)", "m2", "")
 	if l.old {
 		return err
@@ -103,6 +107,21 @@ func TestStandbyAuditRecordSentAgainAfterUnservedRefusal(t *testing.T) {
 	s, _ = standby(t, serveFake(t, old, &old.fakeLeader), Config{})
 	if err := s.sendAudit(recs); status.Code(err) != codes.Unavailable || old.asked.Load() != 1 {
 		t.Fatalf("sendAudit to a 0.1.0 master that does not lead: %v after %d tries; want UNAVAILABLE after one", err, old.asked.Load())
+	}
+}
+
+// TestStandbyAuditRecordNotSentAgainOnceItLeads: a standby whose records
+// were refused unserved, and which is elected meanwhile, stops sending:
+// it forwards nothing to itself, so sending again would only spin until
+// access.WriteTimeout. It answers with the refusal at once.
+func TestStandbyAuditRecordNotSentAgainOnceItLeads(t *testing.T) {
+	t.Parallel()
+	l := &steppedDown{refuse: 1 << 30}
+	s, b := standby(t, serveFake(t, l, &l.fakeLeader), Config{})
+	l.onRefuse = func() { b.setLeader("m0", "") }
+	err := s.sendAudit([]*adminpb.AuditRecord{{Method: "SnapshotSave", Principal: "client/carol", Code: codes.OK.String()}})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not forwarding again") || l.asked.Load() != 1 {
+		t.Fatalf("sendAudit once this node leads: %v after %d tries; want the refusal, after one", err, l.asked.Load())
 	}
 }
 
