@@ -70,7 +70,7 @@ func Unavailable(msg, leaderID, leaderAdminAddr string) error {
 // told so, decides.
 const (
 	// UnservedDomain is the ErrorInfo domain of a master's refusal that
-	// says it did nothing of the call.
+	// says it did none of what the call asks.
 	UnservedDomain = "baton.admin"
 	// ReasonForwardedToNonLeader: the call came forwarded to a master
 	// that is not (or no longer, or not yet) the leader.
@@ -78,7 +78,7 @@ const (
 )
 
 // markUnserved adds to err, an UNAVAILABLE status, the detail saying the
-// master answering it did nothing of the call (UnservedDomain).
+// master answering it did none of what the call asks (UnservedDomain).
 func markUnserved(err error) error {
 	st := status.Convert(err)
 	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: UnservedDomain, Reason: ReasonForwardedToNonLeader}); derr == nil {
@@ -104,7 +104,7 @@ func withoutUnserved(err error) error {
 }
 
 // Unserved says err, an answer of a master, is an UNAVAILABLE refusal of
-// a call that master did nothing of (UnservedDomain).
+// a call that master did none of (UnservedDomain).
 func Unserved(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable {
