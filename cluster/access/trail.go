@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -80,7 +81,9 @@ type TrailConfig struct {
 	// Established says this master leads and its state is caught up:
 	// only then are expired records pruned.
 	Established func() bool
-	// Send has the leader commit a standby's records, and waits.
+	// Send has the leader commit a standby's records, and waits; it
+	// answers an error wrapping ErrLeading if it finds this master
+	// leading by now.
 	Send func(recs []*adminpb.AuditRecord) error
 	// Stop ends Run and every wait; Stopping is the error the waits then
 	// wrap.
@@ -168,6 +171,39 @@ const quietFor = pruneEvery
 type pendingWrite struct {
 	rec  *adminpb.AuditRecord
 	done chan error // nil: nobody waits (an outcome written over its record)
+	// requeued: Send found this master leading, and the write was put
+	// back once to be numbered as the leader's (ErrLeading).
+	requeued bool
+}
+
+// ErrLeading is what TrailConfig.Send answers, wrapped, when it finds this
+// master leading by now: it forwards nothing to itself. The trail puts
+// the records back, once, to be written as the leader's: otherwise a
+// standby elected while it sent them would lose them (Send runs inside
+// the trail's one write in flight, so it cannot hand them back itself).
+var ErrLeading = errors.New("audit: this master leads now")
+
+// requeue puts batch back at the head of the queue, to be prepared again
+// (as the leader's, if this master leads by then); false, and nothing
+// done, if any of it was put back before: leadership coming and going as
+// fast as the tries.
+func (l *Trail) requeue(batch []pendingWrite) bool {
+	back := make([]pendingWrite, len(batch))
+	for i, p := range batch {
+		if p.requeued {
+			return false
+		}
+		p.requeued = true
+		back[i] = p
+	}
+	l.mu.Lock()
+	l.pending = append(back, l.pending...)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // NewTrail is the audit trail of this master over state.
@@ -312,6 +348,9 @@ func (l *Trail) Run() {
 				defer l.cfg.Loops.Done()
 				err := write()
 				<-sem
+				if errors.Is(err, ErrLeading) && l.requeue(batch) {
+					return
+				}
 				for _, p := range batch {
 					if p.done != nil {
 						if err != nil {

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,11 +193,13 @@ func (s *Server) sendAudit(recs []*adminpb.AuditRecord) error {
 		// Sent again when nothing was done of it: not sent, or refused
 		// by a master that does not lead (which records nothing of an
 		// AppendAudit). Not once this node leads: it forwards nothing to
-		// itself, and its trail, which called this, cannot take the
-		// records back while it waits for them.
+		// itself, and its trail writes them as the leader's.
 		var ur *unreachableLeader
-		if err == nil || !errors.As(err, &ur) || !ur.unsent && !ur.unserved || s.b.IsLeader() {
+		if err == nil || !errors.As(err, &ur) || !ur.unsent && !ur.unserved {
 			return err
+		}
+		if s.b.IsLeader() {
+			return fmt.Errorf("%w (%w)", access.ErrLeading, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/baton-dev/baton/cluster"
+	"github.com/baton-dev/baton/cluster/access"
 	"github.com/baton-dev/baton/proto/adminpb"
 )
 
@@ -111,17 +113,17 @@ func TestStandbyAuditRecordSentAgainAfterUnservedRefusal(t *testing.T) {
 }
 
 // TestStandbyAuditRecordNotSentAgainOnceItLeads: a standby whose records
-// were refused unserved, and which is elected meanwhile, stops sending:
-// it forwards nothing to itself, so sending again would only spin until
-// access.WriteTimeout. It answers with the refusal at once.
+// were refused unserved, and which is elected meanwhile, stops sending
+// (it forwards nothing to itself) and answers ErrLeading at once, for its
+// trail to write them as the leader's.
 func TestStandbyAuditRecordNotSentAgainOnceItLeads(t *testing.T) {
 	t.Parallel()
 	l := &steppedDown{refuse: 1 << 30}
 	s, b := standby(t, serveFake(t, l, &l.fakeLeader), Config{})
 	l.onRefuse = func() { b.setLeader("m0", "") }
 	err := s.sendAudit([]*adminpb.AuditRecord{{Method: "SnapshotSave", Principal: "client/carol", Code: codes.OK.String()}})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not forwarding again") || l.asked.Load() != 1 {
-		t.Fatalf("sendAudit once this node leads: %v after %d tries; want the refusal, after one", err, l.asked.Load())
+	if !errors.Is(err, access.ErrLeading) || !strings.Contains(err.Error(), "not forwarding again") || l.asked.Load() != 1 {
+		t.Fatalf("sendAudit once this node leads: %v after %d tries; want ErrLeading with the refusal, after one", err, l.asked.Load())
 	}
 }
 

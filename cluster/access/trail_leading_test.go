@@ -1,0 +1,97 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/proto/adminpb"
+	"github.com/baton-dev/baton/raftfsm"
+)
+
+// electedState is a master's state that becomes the leader when told:
+// its writes (Mutate, the leader's only) land in kv.
+type electedState struct {
+	leader atomic.Bool
+	mu     sync.Mutex
+	kv     map[string][]byte
+}
+
+func (s *electedState) IsLeader() bool { return s.leader.Load() }
+func (s *electedState) Term() uint64   { return 3 }
+func (s *electedState) Mutate(_ context.Context, muts []raftfsm.Mutation) error {
+	if !s.leader.Load() {
+		return errors.New("not the leader")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range muts {
+		if m.Op == raftfsm.OpDelete {
+			delete(s.kv, m.Key)
+		} else {
+			s.kv[m.Key] = m.Value
+		}
+	}
+	return nil
+}
+
+func (s *electedState) keys(prefix string) (out []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.kv {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestStandbyRecordsWrittenOnceItLeads: a standby's records whose Send
+// finds the standby elected meanwhile (ErrLeading) are put back and
+// written as the leader's, once; were it to find that again (leadership
+// gone as fast), the records fail with Send's answer instead of going
+// round for ever.
+func TestStandbyRecordsWrittenOnceItLeads(t *testing.T) {
+	for _, stays := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leads after=%v", stays), func(t *testing.T) {
+			st := &electedState{kv: map[string][]byte{}}
+			var sends atomic.Int32
+			stop := make(chan struct{})
+			var loops sync.WaitGroup
+			l, err := NewTrail(st, TrailConfig{Clock: clock.NewManual(time.Unix(1_000_000, 0)), Retention: time.Hour,
+				MaxRecords: 1000, MaxPerPrincipal: 1000, MaxRefusedPerCaller: 1000,
+				Established: func() bool { return st.IsLeader() }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger(),
+				Send: func(recs []*adminpb.AuditRecord) error {
+					sends.Add(1)
+					st.leader.Store(stays) // elected as it sent (and, if not stays, gone again)
+					return fmt.Errorf("%w (the leader refused them)", ErrLeading)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			loops.Add(1)
+			go l.Run()
+			t.Cleanup(func() { close(stop); loops.Wait() })
+
+			err = l.Append(context.Background(), &adminpb.AuditRecord{Principal: "client/carol", Method: "SnapshotSave", Code: "OK"})
+			stored := st.keys(AuditPrefix)
+			if stays {
+				if err != nil || sends.Load() != 1 || len(stored) != 1 {
+					t.Fatalf("Append: %v, %d sends, stored %v; want committed as the leader's after one send", err, sends.Load(), stored)
+				}
+				return
+			}
+			if !errors.Is(err, ErrLeading) || sends.Load() != 2 || len(stored) != 0 {
+				t.Fatalf("Append: %v, %d sends, stored %v; want ErrLeading after two sends, nothing stored", err, sends.Load(), stored)
+			}
+		})
+	}
+}
