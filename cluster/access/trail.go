@@ -171,40 +171,13 @@ const quietFor = pruneEvery
 type pendingWrite struct {
 	rec  *adminpb.AuditRecord
 	done chan error // nil: nobody waits (an outcome written over its record)
-	// requeued: Send found this master leading, and the write was put
-	// back once to be numbered as the leader's (ErrLeading).
-	requeued bool
 }
 
 // ErrLeading is what TrailConfig.Send answers, wrapped, when it finds this
-// master leading by now: it forwards nothing to itself. The trail puts
-// the records back, once, to be written as the leader's: otherwise a
-// standby elected while it sent them would lose them (Send runs inside
-// the trail's one write in flight, so it cannot hand them back itself).
+// master leading by now: it forwards nothing to itself. The trail then
+// writes the records as the leader's, once, in the write that sent them
+// (Run): otherwise a standby elected while it sent them would lose them.
 var ErrLeading = errors.New("audit: this master leads now")
-
-// requeue puts batch back at the head of the queue, to be prepared again
-// (as the leader's, if this master leads by then); false, and nothing
-// done, if any of it was put back before: leadership coming and going as
-// fast as the tries.
-func (l *Trail) requeue(batch []pendingWrite) bool {
-	back := make([]pendingWrite, len(batch))
-	for i, p := range batch {
-		if p.requeued {
-			return false
-		}
-		p.requeued = true
-		back[i] = p
-	}
-	l.mu.Lock()
-	l.pending = append(back, l.pending...)
-	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-	return true
-}
 
 // NewTrail is the audit trail of this master over state.
 func NewTrail(state State, cfg TrailConfig) (*Trail, error) {
@@ -314,12 +287,24 @@ func (l *Trail) Run() {
 			}
 		}
 		for {
+			// A batch is taken, and numbered, only once the write before
+			// it is done: a write whose Send finds this master elected
+			// meanwhile numbers its records again as the leader's
+			// (ErrLeading) while Run waits here, so the numbering stays
+			// one at a time and in the order the records came.
+			select {
+			case sem <- struct{}{}:
+			case <-l.cfg.Stop:
+				l.failPending(fmt.Errorf("audit: %w", l.cfg.Stopping))
+				return
+			}
 			l.mu.Lock()
 			n := min(len(l.pending), Batch)
 			batch := l.pending[:n:n]
 			l.pending = l.pending[n:]
 			l.mu.Unlock()
 			if n == 0 {
+				<-sem
 				if l.rebuild.Swap(false) {
 					l.warm()
 				}
@@ -335,6 +320,7 @@ func (l *Trail) Run() {
 			// for its own batch's commit, not for the one before it too.
 			write, err := l.prepare(recs)
 			if err != nil {
+				<-sem
 				for _, p := range batch {
 					if p.done != nil {
 						p.done <- err
@@ -342,15 +328,20 @@ func (l *Trail) Run() {
 				}
 				continue
 			}
-			sem <- struct{}{}
 			l.cfg.Loops.Add(1)
 			go func() {
 				defer l.cfg.Loops.Done()
 				err := write()
-				<-sem
-				if errors.Is(err, ErrLeading) && l.requeue(batch) {
-					return
+				if errors.Is(err, ErrLeading) {
+					// Elected while sending them: written as the
+					// leader's, once (a second ErrLeading, leadership
+					// gone again as fast, fails them).
+					var again func() error
+					if again, err = l.prepare(recs); err == nil {
+						err = again()
+					}
 				}
+				<-sem
 				for _, p := range batch {
 					if p.done != nil {
 						if err != nil {

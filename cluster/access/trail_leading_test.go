@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
+	"github.com/baton-dev/baton/internal/testwait"
 	"github.com/baton-dev/baton/proto/adminpb"
 	"github.com/baton-dev/baton/raftfsm"
 )
@@ -93,5 +96,65 @@ func TestStandbyRecordsWrittenOnceItLeads(t *testing.T) {
 				t.Fatalf("Append: %v, %d sends, stored %v; want ErrLeading after two sends, nothing stored", err, sends.Load(), stored)
 			}
 		})
+	}
+}
+
+// TestRecordsElectedMidSendKeepTheirOrder: a record appended while an
+// earlier one's Send is in flight is numbered after it, though the
+// earlier one is numbered again as the leader's once Send finds this
+// master elected: the next batch is taken only once the write before it
+// is done.
+func TestRecordsElectedMidSendKeepTheirOrder(t *testing.T) {
+	st := &electedState{kv: map[string][]byte{}}
+	sending, release := make(chan struct{}), make(chan struct{})
+	stop := make(chan struct{})
+	var loops sync.WaitGroup
+	l, err := NewTrail(st, TrailConfig{Clock: clock.NewManual(time.Unix(1_000_000, 0)), Retention: time.Hour,
+		MaxRecords: 1000, MaxPerPrincipal: 1000, MaxRefusedPerCaller: 1000,
+		Established: func() bool { return st.IsLeader() }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger(),
+		Send: func(recs []*adminpb.AuditRecord) error {
+			close(sending)
+			<-release
+			st.leader.Store(true)
+			return fmt.Errorf("%w (test)", ErrLeading)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loops.Add(1)
+	go l.Run()
+	t.Cleanup(func() { close(stop); loops.Wait() })
+
+	errs := make(chan error, 2)
+	go func() {
+		errs <- l.Append(context.Background(), &adminpb.AuditRecord{Principal: "a", Method: "SnapshotSave", Code: "OK"})
+	}()
+	<-sending
+	go func() {
+		errs <- l.Append(context.Background(), &adminpb.AuditRecord{Principal: "b", Method: "SnapshotSave", Code: "OK"})
+	}()
+	testwait.For(t, 10*time.Second, "b queued", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.pending) == 1
+	})
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := st.keys(AuditPrefix)
+	slices.Sort(keys)
+	var order []string
+	for _, k := range keys {
+		var rec adminpb.AuditRecord
+		if err := proto.Unmarshal(st.kv[k], &rec); err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, rec.GetPrincipal())
+	}
+	if !slices.Equal(order, []string{"a", "b"}) {
+		t.Fatalf("numbered in the order %v (keys %v), want a then b", order, keys)
 	}
 }
