@@ -119,10 +119,20 @@ func goroutineID() uint64 {
 // (each principal's quota too), whose Run goes on until the test ends.
 func runningTrail(tb testing.TB, st State, clk clock.Clock, max int) *Trail {
 	tb.Helper()
+	return runningTrailWith(tb, st, clk, max, nil)
+}
+
+// runningTrailWith is runningTrail with its config changed by tweak.
+func runningTrailWith(tb testing.TB, st State, clk clock.Clock, max int, tweak func(*TrailConfig)) *Trail {
+	tb.Helper()
 	stop := make(chan struct{})
 	var loops sync.WaitGroup
-	l, err := NewTrail(st, TrailConfig{Clock: clk, Retention: time.Hour, MaxRecords: max, MaxPerPrincipal: max, MaxRefusedPerCaller: 1000,
-		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger()})
+	cfg := TrailConfig{Clock: clk, Retention: time.Hour, MaxRecords: max, MaxPerPrincipal: max, MaxRefusedPerCaller: 1000,
+		Established: func() bool { return true }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger()}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	l, err := NewTrail(st, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

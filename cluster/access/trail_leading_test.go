@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/baton-dev/baton/internal/clock"
@@ -57,8 +56,17 @@ func (s *electedState) keys(prefix string) (out []string) {
 	return out
 }
 
+// standbyTrail runs a trail over st whose records go through send while
+// st does not lead.
+func standbyTrail(t *testing.T, st *electedState, send func([]*adminpb.AuditRecord) error) *Trail {
+	t.Helper()
+	return runningTrailWith(t, st, clock.NewManual(time.Unix(1_000_000, 0)), 1000, func(c *TrailConfig) {
+		c.Established, c.Send = st.IsLeader, send
+	})
+}
+
 // TestStandbyRecordsWrittenOnceItLeads: a standby's records whose Send
-// finds the standby elected meanwhile (ErrLeading) are put back and
+// finds the standby elected meanwhile (ErrLeading) are numbered again and
 // written as the leader's, once; were it to find that again (leadership
 // gone as fast), the records fail with Send's answer instead of going
 // round for ever.
@@ -67,24 +75,12 @@ func TestStandbyRecordsWrittenOnceItLeads(t *testing.T) {
 		t.Run(fmt.Sprintf("leads after=%v", stays), func(t *testing.T) {
 			st := &electedState{kv: map[string][]byte{}}
 			var sends atomic.Int32
-			stop := make(chan struct{})
-			var loops sync.WaitGroup
-			l, err := NewTrail(st, TrailConfig{Clock: clock.NewManual(time.Unix(1_000_000, 0)), Retention: time.Hour,
-				MaxRecords: 1000, MaxPerPrincipal: 1000, MaxRefusedPerCaller: 1000,
-				Established: func() bool { return st.IsLeader() }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger(),
-				Send: func(recs []*adminpb.AuditRecord) error {
-					sends.Add(1)
-					st.leader.Store(stays) // elected as it sent (and, if not stays, gone again)
-					return fmt.Errorf("%w (the leader refused them)", ErrLeading)
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			loops.Add(1)
-			go l.Run()
-			t.Cleanup(func() { close(stop); loops.Wait() })
-
-			err = l.Append(context.Background(), &adminpb.AuditRecord{Principal: "client/carol", Method: "SnapshotSave", Code: "OK"})
+			l := standbyTrail(t, st, func(recs []*adminpb.AuditRecord) error {
+				sends.Add(1)
+				st.leader.Store(stays) // elected as it sent (and, if not stays, gone again)
+				return fmt.Errorf("%w (the leader refused them)", ErrLeading)
+			})
+			err := l.Append(context.Background(), &adminpb.AuditRecord{Principal: "client/carol", Method: "SnapshotSave", Code: "OK"})
 			stored := st.keys(AuditPrefix)
 			if stays {
 				if err != nil || sends.Load() != 1 || len(stored) != 1 {
@@ -107,23 +103,12 @@ func TestStandbyRecordsWrittenOnceItLeads(t *testing.T) {
 func TestRecordsElectedMidSendKeepTheirOrder(t *testing.T) {
 	st := &electedState{kv: map[string][]byte{}}
 	sending, release := make(chan struct{}), make(chan struct{})
-	stop := make(chan struct{})
-	var loops sync.WaitGroup
-	l, err := NewTrail(st, TrailConfig{Clock: clock.NewManual(time.Unix(1_000_000, 0)), Retention: time.Hour,
-		MaxRecords: 1000, MaxPerPrincipal: 1000, MaxRefusedPerCaller: 1000,
-		Established: func() bool { return st.IsLeader() }, Stop: stop, Stopping: context.Canceled, Loops: &loops, Log: hclog.NewNullLogger(),
-		Send: func(recs []*adminpb.AuditRecord) error {
-			close(sending)
-			<-release
-			st.leader.Store(true)
-			return fmt.Errorf("%w (test)", ErrLeading)
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	loops.Add(1)
-	go l.Run()
-	t.Cleanup(func() { close(stop); loops.Wait() })
+	l := standbyTrail(t, st, func(recs []*adminpb.AuditRecord) error {
+		close(sending)
+		<-release
+		st.leader.Store(true)
+		return fmt.Errorf("%w (test)", ErrLeading)
+	})
 
 	errs := make(chan error, 2)
 	go func() {
