@@ -315,9 +315,8 @@ func (l *Trail) Run() {
 				recs[i] = p.rec
 			}
 			// Numbered in order (here, or as proposed where the
-			// state sequences its writes); written with up to
-			// inFlight entries in flight, so that a caller waits
-			// for its own batch's commit, not for the one before it too.
+			// state sequences its writes), and written while Run
+			// gathers what comes meanwhile into the next batch.
 			write, err := l.prepare(recs)
 			if err != nil {
 				<-sem

@@ -94,7 +94,7 @@ func withoutUnserved(err error) error {
 	kept := p.Details[:0]
 	for _, d := range p.GetDetails() {
 		var info errdetails.ErrorInfo
-		if d.UnmarshalTo(&info) == nil && info.GetDomain() == UnservedDomain {
+		if d.UnmarshalTo(&info) == nil && isUnservedMark(&info) {
 			continue
 		}
 		kept = append(kept, d)
@@ -111,11 +111,16 @@ func Unserved(err error) bool {
 		return false
 	}
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == UnservedDomain && info.GetReason() == ReasonForwardedToNonLeader {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && isUnservedMark(info) {
 			return true
 		}
 	}
 	return false
+}
+
+// isUnservedMark says info is the mark markUnserved adds.
+func isUnservedMark(info *errdetails.ErrorInfo) bool {
+	return info.GetDomain() == UnservedDomain && info.GetReason() == ReasonForwardedToNonLeader
 }
 
 // LeaderHintOf extracts the LeaderHint from an UNAVAILABLE error, if any.

@@ -205,11 +205,11 @@ func TestRelayedRefusalLosesTheMark(t *testing.T) {
 	}
 }
 
-// TestUnservedMarkOnlyOnForwardedRefusal: the refusal a master sends for a
-// call forwarded to it while it does not lead carries the unserved mark;
-// its other UNAVAILABLE answers (no leader known, establishing) do not,
-// nor does a plain status.
-func TestUnservedMarkOnlyOnForwardedRefusal(t *testing.T) {
+// TestUnservedReadsOnlyTheMark: Unserved is false for an UNAVAILABLE with
+// or without a hint and for no error, true once markUnserved added the
+// mark, which keeps the status's code, message and hint. (Which answers
+// of a master carry the mark: TestUnavailable, TestUnservedOnlyWhereNothingWasDone.)
+func TestUnservedReadsOnlyTheMark(t *testing.T) {
 	if Unserved(status.Error(codes.Unavailable, "x")) || Unserved(Unavailable("x", "m1", "")) || Unserved(nil) {
 		t.Fatal("Unserved without the mark")
 	}
