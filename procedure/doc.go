@@ -46,7 +46,10 @@
 //     for them all.
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
-//     its timer (plus up to 10% jitter) makes it RUNNABLE.
+//     its timer (plus up to 10% jitter) makes it RUNNABLE. Get and List show
+//     it WAITING once the write of its suspension committed (RUNNABLE, as
+//     its record says, while it is on its way), as they show an end; a
+//     suspension with SkipPersistence is never written and shows at once.
 //   - Yield: persisted like More (the step's transition stands), but the
 //     worker lets go: the procedure goes to the back of its queue.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step

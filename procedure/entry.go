@@ -111,6 +111,13 @@ type entry struct {
 	// does not hold is undone by a restart (HBASE-29251).
 	endUnwritten   bool
 	stateBeforeEnd State
+	// suspendUnwritten: e's worker suspended it (WAITING or
+	// WAITING_TIMEOUT) after a step, and the write carrying that
+	// suspension (and the step's effect) has not yet committed. Until it
+	// has, e is shown RUNNABLE, as its record still says: a leader that
+	// died now would have the next one run the step again, and a reader
+	// told WAITING would then see the procedure back before it.
+	suspendUnwritten bool
 	// unheldChildren are the last ones of children, added by a spawn whose
 	// write has not committed: not in Executor.procs yet, and so not to be
 	// taken for finished ones.
@@ -193,6 +200,9 @@ type rootState struct {
 func (e *entry) shownState() State {
 	if e.endUnwritten {
 		return e.stateBeforeEnd
+	}
+	if e.suspendUnwritten {
+		return Runnable // a step runs only on a RUNNABLE procedure
 	}
 	return e.state
 }

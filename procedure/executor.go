@@ -1015,7 +1015,7 @@ func (x *Executor) persistForgotten(e *entry) bool {
 // it is done, and the listeners hear of it.
 func (x *Executor) written(e *entry, rec *store.Proc) {
 	x.mu.Lock()
-	e.endUnwritten = false
+	e.endUnwritten, e.suspendUnwritten = false, false
 	if rec != nil && x.fin.recs != nil && e.isRoot() && e.state.Terminal() {
 		e.lastRec = rec.Data
 	}
@@ -1462,12 +1462,17 @@ func (x *Executor) deriveLocked(e *entry) error {
 // found e runnable and could not wake it, so it is woken here instead of
 // sleeping on an event that may never come.
 func (x *Executor) suspend(e *entry, st Step, sawAbort bool) {
-	x.mu.Lock()
-	x.setSuspendedLocked(e, st)
-	x.unlock()
 	// A step with domain changes is persisted even when it asked not to
 	// be: its effects commit only with its transition.
-	if (!st.skipPersist || len(e.muts) > 0) && !x.persist(e) {
+	write := !st.skipPersist || len(e.muts) > 0
+	x.mu.Lock()
+	x.setSuspendedLocked(e, st)
+	// Shown once written (written clears it). A suspension that skips its
+	// write is shown at once: no write will ever say it, and a restart
+	// running the step again is what SkipPersistence asks for.
+	e.suspendUnwritten = write
+	x.unlock()
+	if write && !x.persist(e) {
 		return
 	}
 	x.mu.Lock()

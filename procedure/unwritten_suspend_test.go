@@ -1,0 +1,85 @@
+package procedure
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/testwait"
+)
+
+// TestSuspensionIsShownOnlyOnceWritten: Get and List answered WAITING from
+// the moment the worker suspended a procedure, before the write carrying
+// the suspension reached the store. Had the leader died then, the next
+// one would have found the procedure RUNNABLE and run the step again, and
+// a reader told WAITING saw it go back. The procedure is shown RUNNABLE,
+// as its record says, until the write commits.
+func TestSuspensionIsShownOnlyOnceWritten(t *testing.T) {
+	for _, waitState := range []State{WaitingTimeout, Waiting} {
+		t.Run(waitState.String(), func(t *testing.T) {
+			st := newWriteGateStore(func(i Info) bool { return i.State == waitState })
+			h := startExecutor(t, st, newDomain(), nil)
+			t.Cleanup(st.open) // before the executor's Stop, which waits for the held write
+			var p Procedure
+			if waitState == WaitingTimeout {
+				s := newSteps("sleeper", 3)
+				s.SuspendAt, s.Suspend = 0, time.Hour
+				p = s
+			} else {
+				name := uniq(t.Name())
+				var runs atomic.Int32
+				funcs.Store(name, suspendOnce(eventFor(name), &runs))
+				t.Cleanup(func() { funcs.Delete(name) })
+				p = &funcProc{ID: name}
+			}
+			id := h.submit(p, SubmitOptions{})
+			st.waitHeld(t)
+			if info, err := h.x.Get(id); err != nil || info.State != Runnable {
+				t.Fatalf("get %d while its suspension is being written: %v %v, want RUNNABLE", id, info.State, err)
+			}
+			for _, l := range h.x.List(Filter{States: []State{Waiting, WaitingTimeout}}) {
+				if l.ID == id {
+					t.Fatalf("List of waiting procedures has %d, whose suspension is not written", id)
+				}
+			}
+			st.open()
+			testwait.For(t, 20*time.Second, "the procedure shown "+waitState.String()+" once written", func() bool {
+				info, err := h.x.Get(id)
+				return err == nil && info.State == waitState
+			})
+		})
+	}
+}
+
+// TestUnwrittenSuspensionIsShownAtOnce: a suspension that skips its write
+// (SkipPersistence, no domain changes) has no write to wait for: it is
+// shown WAITING at once and stays so.
+func TestUnwrittenSuspensionIsShownAtOnce(t *testing.T) {
+	st := newWriteGateStore(func(i Info) bool { return i.State == Waiting })
+	h := startExecutor(t, st, newDomain(), nil)
+	t.Cleanup(st.open)
+	name := uniq(t.Name())
+	ev := eventFor(name)
+	var runs atomic.Int32
+	funcs.Store(name, func(*Context) (Step, error) {
+		if runs.Add(1) == 1 {
+			return Suspend(OnEvent(ev), SkipPersistence()), nil
+		}
+		return Done(), nil
+	})
+	t.Cleanup(func() { funcs.Delete(name) })
+	id := h.submit(&funcProc{ID: name}, SubmitOptions{})
+	testwait.For(t, 20*time.Second, "the procedure shown WAITING", func() bool {
+		info, err := h.x.Get(id)
+		return err == nil && info.State == Waiting
+	})
+	select {
+	case <-st.in:
+		t.Fatal("a suspension that skips its write was written")
+	default:
+	}
+	h.x.Wake(ev)
+	if got := h.wait(id); got.State != Success {
+		t.Fatalf("after the wake: %v, want SUCCESS", got.State)
+	}
+}
