@@ -48,8 +48,10 @@
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
 //     its timer (plus up to 10% jitter) makes it RUNNABLE. Get and List show
 //     it WAITING once the write of its suspension committed (RUNNABLE, as
-//     its record says, while it is on its way), as they show an end; a
-//     suspension with SkipPersistence is never written and shows at once.
+//     while its step ran, until then), as they show a spawning parent
+//     WAITING and an end: once shown, the step is durable, and a restart
+//     resumes the procedure after it, never before. A suspension with
+//     SkipPersistence is never written and shows at once.
 //   - Yield: persisted like More (the step's transition stands), but the
 //     worker lets go: the procedure goes to the back of its queue.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step

@@ -112,11 +112,11 @@ type entry struct {
 	endUnwritten   bool
 	stateBeforeEnd State
 	// suspendUnwritten: e's worker suspended it (WAITING or
-	// WAITING_TIMEOUT) after a step, and the write carrying that
-	// suspension (and the step's effect) has not yet committed. Until it
-	// has, e is shown RUNNABLE, as its record still says: a leader that
-	// died now would have the next one run the step again, and a reader
-	// told WAITING would then see the procedure back before it.
+	// WAITING_TIMEOUT) after a step, or spawned children, and the write
+	// carrying that (and the step's effect) has not yet committed. Until
+	// it has, e is shown RUNNABLE, as it was while the step ran: a leader
+	// that died now would have the next one run the step again, and a
+	// reader told WAITING would then see the procedure back before it.
 	suspendUnwritten bool
 	// unheldChildren are the last ones of children, added by a spawn whose
 	// write has not committed: not in Executor.procs yet, and so not to be

@@ -1265,6 +1265,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 		k.abort = e.abort && !k.untilDone
 	}
 	x.setStateLocked(e, Waiting)
+	e.suspendUnwritten = true // shown WAITING once the Insert below commits
 	e.childLatch += len(kids)
 	e.unheldChildren += len(kids)
 	x.unlock()
@@ -1285,6 +1286,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 		endKidSpans(cause)
 		x.mu.Lock()
 		x.setStateLocked(e, Runnable)
+		e.suspendUnwritten = false
 		e.childLatch -= len(kids)
 		e.children = e.children[:len(e.children)-len(kids)]
 		e.unheldChildren -= len(kids)
@@ -1318,6 +1320,7 @@ func (x *Executor) spawn(e *entry, root *rootState, children []Procedure, reserv
 		return false
 	}
 	x.mu.Lock()
+	e.suspendUnwritten = false
 	for _, k := range kids {
 		x.holdLocked(k)
 		root.members[k.id] = k

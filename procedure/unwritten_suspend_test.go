@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/testwait"
+	"github.com/baton-dev/baton/store"
 )
 
 // TestSuspensionIsShownOnlyOnceWritten: Get and List answered WAITING from
@@ -81,5 +82,71 @@ func TestUnwrittenSuspensionIsShownAtOnce(t *testing.T) {
 	h.x.Wake(ev)
 	if got := h.wait(id); got.State != Success {
 		t.Fatalf("after the wake: %v, want SUCCESS", got.State)
+	}
+}
+
+// TestSpawningParentIsShownWaitingOnceWritten: a spawn sets its parent
+// WAITING, and the parent and its children are written in one Insert;
+// until it commits the parent is shown RUNNABLE, as a restart would find
+// it (running the spawning step again).
+func TestSpawningParentIsShownWaitingOnceWritten(t *testing.T) {
+	gs := &gatedInsertStore{MemStore: store.NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
+	h := startExecutor(t, gs, newDomain(), nil)
+	t.Cleanup(func() {
+		select {
+		case <-gs.release:
+		default:
+			close(gs.release)
+		}
+	})
+	name, kid := uniq(t.Name()), uniq(t.Name()+"/kid")
+	var runs atomic.Int32
+	funcs.Store(kid, func(*Context) (Step, error) { return Done(), nil })
+	funcs.Store(name, func(*Context) (Step, error) {
+		if runs.Add(1) == 1 {
+			gs.armed.Store(true) // the spawn's Insert, not the root's own
+			return Spawn(&funcProc{ID: kid}), nil
+		}
+		return Done(), nil
+	})
+	t.Cleanup(func() { funcs.Delete(name); funcs.Delete(kid) })
+	id := h.submit(&funcProc{ID: name}, SubmitOptions{})
+	select {
+	case <-gs.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the spawn was never written")
+	}
+	info, err := h.x.Get(id)
+	close(gs.release)
+	if err != nil || info.State != Runnable {
+		t.Fatalf("get %d while its spawn's Insert is held: %v %v, want RUNNABLE", id, info.State, err)
+	}
+	if got := h.wait(id); got.State != Success {
+		t.Fatalf("end: %v, want SUCCESS", got.State)
+	}
+}
+
+// TestAbortDuringTheSuspensionsWrite: an Abort that comes while the
+// suspension is being written wakes the procedure, which is shown RUNNABLE
+// throughout and rolls back once the write is done.
+func TestAbortDuringTheSuspensionsWrite(t *testing.T) {
+	st := newWriteGateStore(func(i Info) bool { return i.State == Waiting })
+	h := startExecutor(t, st, newDomain(), nil)
+	t.Cleanup(st.open)
+	name := uniq(t.Name())
+	var runs atomic.Int32
+	funcs.Store(name, suspendOnce(eventFor(name), &runs))
+	t.Cleanup(func() { funcs.Delete(name) })
+	id := h.submit(&funcProc{ID: name}, SubmitOptions{})
+	st.waitHeld(t)
+	if err := h.x.Abort(id); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := h.x.Get(id); info.State != Runnable || !info.AbortRequested {
+		t.Fatalf("after an abort during the write: %v (abort requested %v), want RUNNABLE", info.State, info.AbortRequested)
+	}
+	st.open()
+	if got := h.wait(id); got.State != RolledBack {
+		t.Fatalf("end: %v, want ROLLEDBACK", got.State)
 	}
 }
