@@ -80,10 +80,13 @@ type Info struct {
 	StackDepth int
 	// Runs says which node (Config.Node) made which of the procedure's
 	// persisted writes: one Run per stretch written by one node, so a
-	// failover mid-way shows as a second Run.
+	// failover mid-way shows as a second Run. The executor's snapshot
+	// counts a write from the moment it is sent, as History and Updated
+	// do; State waits for its commit.
 	Runs []Run
 	// History is the procedure's timeline: one Transition per step that
-	// persisted its outcome, the latest ones kept (see Transition).
+	// persisted its outcome, the latest ones kept (see Transition); in
+	// the executor's snapshot the last may be of a write still on its way.
 	History []Transition
 	// RollingBack reports whether the procedure's steps are being undone.
 	RollingBack bool

@@ -38,20 +38,23 @@
 //     waiting for anything, DefaultMaxStateRepeats times in a row is
 //     failed with ErrStateLoop; a state that waits (Suspend, its wake or
 //     timeout, children, Yield) does not count, however long it waits.
-//   - Spawn(children...): the parent (now WAITING) and its children are
-//     persisted in one atomic Insert; children run first. A step that
-//     asks Context.WakeAtChildren(n) runs the parent's next step once at
-//     most n of its children are unfinished (waves of children in a
-//     pipeline); the parent is stored WAITING meanwhile, and a load waits
-//     for them all.
+//   - Spawn(children...): the parent (WAITING, shown so once written) and
+//     its children are persisted in one atomic Insert; children run
+//     first. A step that asks Context.WakeAtChildren(n) runs the parent's
+//     next step once at most n of its children are unfinished (waves of
+//     children in a pipeline); the parent is stored WAITING meanwhile,
+//     and a load waits for them all.
 //   - Suspend(OnEvent, Timeout, SkipPersistence): the worker leaves; the
 //     procedure is WAITING (or WAITING_TIMEOUT) until Executor.Wake(event) or
 //     its timer (plus up to 10% jitter) makes it RUNNABLE. Get and List show
 //     it WAITING once the write of its suspension committed (RUNNABLE, as
 //     while its step ran, until then), as they show a spawning parent
 //     WAITING and an end: once shown, the step is durable, and a restart
-//     resumes the procedure after it, never before. A suspension with
-//     SkipPersistence is never written and shows at once.
+//     resumes the procedure after it, never before (an event wait is
+//     loaded RUNNABLE at its next step, as events do not outlive a
+//     restart). Only the state waits: Info's History, Runs and Updated
+//     count the write as it is sent. A suspension with SkipPersistence is
+//     never written and shows at once.
 //   - Yield: persisted like More (the step's transition stands), but the
 //     worker lets go: the procedure goes to the back of its queue.
 //   - an error (or a panic): FAILED. The whole root rolls back, newest step
