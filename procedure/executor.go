@@ -390,6 +390,11 @@ func (x *Executor) unclaimLocked(e *entry) {
 }
 
 // runProc is a worker's turn at procedure id.
+// testHookLocksTaken, set only by tests, runs in runProc once e has its
+// locks, before its first step: a failure elsewhere in its tree can be
+// made to land there.
+var testHookLocksTaken func(e *entry)
+
 func (x *Executor) runProc(w *worker, id uint64) {
 	x.mu.Lock()
 	e := x.procs[id]
@@ -475,12 +480,21 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		e.locked = true
 	}
 	x.unlock()
+	if h := testHookLocksTaken; h != nil {
+		h(e)
+	}
 
 	for x.step(w, e, root) {
 	}
 
 	x.mu.Lock()
-	if e.locked && !e.holdLock && !e.state.Terminal() {
+	// A lock held for life is let go of here too when its tree failed
+	// before e ran any step (its locks granted as another member failed):
+	// the rollback undoes only the steps on the tree's stack, and would
+	// wait on e's hold, for an ancestor's step to undo, until the end of
+	// the rollback that waits for it (HBASE-28876's scenario, stalled in
+	// CI). No step ran under the lock and none was written with it.
+	if e.locked && !e.state.Terminal() && (!e.holdLock || root.failed && len(e.stack) == 0) {
 		x.releaseLocksBeforeUnclaimLocked(e)
 	}
 	x.writeDirtyLocked(e)

@@ -97,10 +97,12 @@ func TestScenarioHBASE28876SchedulerStateOfFinishedTrees(t *testing.T) {
 	for _, id := range ids {
 		info, err := x.Wait(ctx, id)
 		if err != nil {
-			// Say where the tree stands (it failed once in CI, under a
-			// full suite's load, and never since in 80 runs beside two
-			// busy loops): its members, what each waits for, and the
-			// scheduler's tables.
+			// Say where the tree stands: its members, what each waits
+			// for, and the scheduler's tables. It stalled in CI twice,
+			// under a full suite's load: a child holding its locks for
+			// life had them granted as its tree failed, ran no step, and
+			// kept them, so the root's rollback waited on them for good
+			// (TestHeldLockOfAMemberThatNeverRanIsLetGo).
 			w, werr := x.Why(id)
 			t.Fatalf("wait %d: %v; why: %+v (%v); scheduler %+v; sleepers %d", id, err, w, werr, x.Scheduler().Sizes(), env.asleep.Load())
 		}
