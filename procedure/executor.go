@@ -92,6 +92,11 @@ type nonceEntry struct {
 type worker struct {
 	keepAlive bool
 	stepStart atomic.Int64 // unix nanos of the running step's start, 0 if idle
+	// began: the current turn's step got past its first look (the tree
+	// not failed, the procedure runnable), so its code, an abort's
+	// handling or a bypass may have run. Only the worker's goroutine
+	// reads and writes it.
+	began bool
 }
 
 // Listener is told about every persisted transition of a procedure. It runs
@@ -389,12 +394,12 @@ func (x *Executor) unclaimLocked(e *entry) {
 	}
 }
 
-// runProc is a worker's turn at procedure id.
 // testHookLocksTaken, set only by tests, runs in runProc once e has its
 // locks, before its first step: a failure elsewhere in its tree can be
 // made to land there.
 var testHookLocksTaken func(e *entry)
 
+// runProc is a worker's turn at procedure id.
 func (x *Executor) runProc(w *worker, id uint64) {
 	x.mu.Lock()
 	e := x.procs[id]
@@ -438,6 +443,7 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		return
 	}
 	root.running++
+	grantedNow := false
 	// A bypassed procedure runs no step, so it needs no lock (a forced
 	// Bypass is how a repairer gets a lock waiter out of the way).
 	if len(e.locks) > 0 && !e.locked && !e.bypass {
@@ -478,23 +484,27 @@ func (x *Executor) runProc(w *worker, id uint64) {
 		x.noteLocksGrantedLocked(e)
 		x.setLockWaitLocked(e, false)
 		e.locked = true
+		grantedNow = true
 	}
 	x.unlock()
 	if h := testHookLocksTaken; h != nil {
 		h(e)
 	}
 
+	w.began = false
 	for x.step(w, e, root) {
 	}
 
 	x.mu.Lock()
-	// A lock held for life is let go of here too when its tree failed
-	// before e ran any step (its locks granted as another member failed):
-	// the rollback undoes only the steps on the tree's stack, and would
-	// wait on e's hold, for an ancestor's step to undo, until the end of
-	// the rollback that waits for it (HBASE-28876's scenario, stalled in
-	// CI). No step ran under the lock and none was written with it.
-	if e.locked && !e.state.Terminal() && (!e.holdLock || root.failed && len(e.stack) == 0) {
+	// Locks held for life are let go of too when this turn took them and
+	// then found the tree failed before its step began (another member
+	// failed meanwhile): nothing ran under them and nothing was written
+	// with them, and the rollback, which undoes only the steps on the
+	// tree's stack, would not let go of them before its end, while an
+	// ancestor's step it undoes may wait for them (HBASE-28876's
+	// scenario, stalled in CI). Locks taken for e by its parent
+	// (AddLockedChild) or kept from a step that ran stay.
+	if e.locked && !e.state.Terminal() && (!e.holdLock || grantedNow && !w.began && root.failed) {
 		x.releaseLocksBeforeUnclaimLocked(e)
 	}
 	x.writeDirtyLocked(e)
@@ -618,6 +628,7 @@ func (x *Executor) step(w *worker, e *entry, root *rootState) bool {
 		x.unlock()
 		return false
 	}
+	w.began = true
 	if e.bypass {
 		x.unlock()
 		x.log.Warn("procedure bypassed: finishing without running it", "id", e.id, "type", e.ti.name)

@@ -51,8 +51,8 @@ func (p *heldLockTree) Rollback(*Context) error { return nil }
 // the table exclusive, waited on the member's shared hold for good (the
 // stall of TestScenarioHBASE28876SchedulerStateOfFinishedTrees in CI:
 // "waiting for lock table ns2:t5833 (exclusive), held shared by 29169").
-// The member lets go of them when it finds its tree failed before any
-// step of its ran.
+// The member lets go of locks its turn took when it finds its tree
+// failed before its step began.
 func TestHeldLockOfAMemberThatNeverRanIsLetGo(t *testing.T) {
 	for i := range 3 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
@@ -65,8 +65,9 @@ func TestHeldLockOfAMemberThatNeverRanIsLetGo(t *testing.T) {
 					return
 				}
 				// Hold the member here, its locks granted, until its
-				// sibling's failure has failed the tree.
-				testwait.For(t, 20*time.Second, "the tree failed", func() bool {
+				// sibling's failure has failed the tree (on a worker's
+				// goroutine: Until, not For; the Wait below tells).
+				testwait.Until(20*time.Second, func() bool {
 					x.mu.Lock()
 					defer x.mu.Unlock()
 					r := x.roots[e.root]
