@@ -503,8 +503,10 @@ func (x *Executor) runProc(w *worker, id uint64) {
 	// tree's stack, would not let go of them before its end, while an
 	// ancestor's step it undoes may wait for them (HBASE-28876's
 	// scenario, stalled in CI). Locks taken for e by its parent
-	// (AddLockedChild) or kept from a step that ran stay.
-	if e.locked && !e.state.Terminal() && (!e.holdLock || grantedNow && !w.began && root.failed) {
+	// (AddLockedChild) or kept from a step that ran stay; so do those of a
+	// member with steps on the stack, taken again after a load that could
+	// not (the rollback needs them for its steps).
+	if e.locked && !e.state.Terminal() && (!e.holdLock || grantedNow && !w.began && root.failed && len(e.stack) == 0) {
 		x.releaseLocksBeforeUnclaimLocked(e)
 	}
 	x.writeDirtyLocked(e)
