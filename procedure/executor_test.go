@@ -938,6 +938,26 @@ func (s *gatedInsertStore) Insert(p store.Proc, children []store.Proc) error {
 	return s.MemStore.Insert(p, children)
 }
 
+// waitEntered waits for the armed Insert to be held.
+func (s *gatedInsertStore) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the armed Insert never came")
+	}
+}
+
+// open lets the held Insert (and any later) through; it may be called
+// more than once.
+func (s *gatedInsertStore) open() {
+	select {
+	case <-s.release:
+	default:
+		close(s.release)
+	}
+}
+
 // TestWhyUpToAcrossSpawnWaves: WhyUpTo skips a parent's finished children
 // from where the last call stopped (a watch polls a parent of thousands),
 // yet never skips children of a spawn whose write is still in flight,

@@ -2,7 +2,6 @@ package procedure
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -52,46 +51,43 @@ func (p *heldLockTree) Rollback(*Context) error { return nil }
 // stall of TestScenarioHBASE28876SchedulerStateOfFinishedTrees in CI:
 // "waiting for lock table ns2:t5833 (exclusive), held shared by 29169").
 // The member lets go of locks its turn took when it finds its tree
-// failed before its step began.
+// failed before its step began. The hook makes that interleaving every
+// run, so one run tells.
 func TestHeldLockOfAMemberThatNeverRanIsLetGo(t *testing.T) {
-	for i := range 3 {
-		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			table := uniq("t")
-			var x *Executor
-			// Unset after the executor's Stop: cleanups run last first.
-			t.Cleanup(func() { testHookLocksTaken = nil })
-			testHookLocksTaken = func(e *entry) {
-				if p, ok := e.proc.(*heldLockTree); !ok || p.Table != table || p.Role != "holder" {
-					return
-				}
-				// Hold the member here, its locks granted, until its
-				// sibling's failure has failed the tree (on a worker's
-				// goroutine: Until, not For; the Wait below tells).
-				testwait.Until(20*time.Second, func() bool {
-					x.mu.Lock()
-					defer x.mu.Unlock()
-					r := x.roots[e.root]
-					return r == nil || r.failed
-				})
-			}
-			h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
-				c.Registry.MustRegister("held-lock-tree", 1, func() Procedure { return &heldLockTree{} })
-			})
-			x = h.x
-			id := h.submit(&heldLockTree{Table: table, Role: "root"}, SubmitOptions{})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			info, err := x.Wait(ctx, id)
-			if err != nil {
-				w, _ := x.Why(id)
-				t.Fatalf("wait %d: %v; why: %s: %+v; scheduler %+v", id, err, w.Reason, w.Sched, x.Scheduler().Sizes())
-			}
-			if info.State != RolledBack {
-				t.Fatalf("tree ended %v, want ROLLEDBACK", info.State)
-			}
-			if z := x.Scheduler().Sizes(); z != (scheduler.Sizes{}) {
-				t.Fatalf("the scheduler holds state of the finished tree: %+v", z)
-			}
+	table := uniq("t")
+	var x *Executor
+	// Unset after the executor's Stop: cleanups run last first.
+	t.Cleanup(func() { testHookLocksTaken = nil })
+	testHookLocksTaken = func(e *entry) {
+		if p, ok := e.proc.(*heldLockTree); !ok || p.Table != table || p.Role != "holder" {
+			return
+		}
+		// Hold the member here, its locks granted, until its
+		// sibling's failure has failed the tree (on a worker's
+		// goroutine: Until, not For; the Wait below tells).
+		testwait.Until(20*time.Second, func() bool {
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			r := x.roots[e.root]
+			return r == nil || r.failed
 		})
+	}
+	h := startExecutor(t, store.NewMemStore(), newDomain(), func(c *Config) {
+		c.Registry.MustRegister("held-lock-tree", 1, func() Procedure { return &heldLockTree{} })
+	})
+	x = h.x
+	id := h.submit(&heldLockTree{Table: table, Role: "root"}, SubmitOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	info, err := x.Wait(ctx, id)
+	if err != nil {
+		w, _ := x.Why(id)
+		t.Fatalf("wait %d: %v; why: %s: %+v; scheduler %+v", id, err, w.Reason, w.Sched, x.Scheduler().Sizes())
+	}
+	if info.State != RolledBack {
+		t.Fatalf("tree ended %v, want ROLLEDBACK", info.State)
+	}
+	if z := x.Scheduler().Sizes(); z != (scheduler.Sizes{}) {
+		t.Fatalf("the scheduler holds state of the finished tree: %+v", z)
 	}
 }

@@ -92,13 +92,7 @@ func TestUnwrittenSuspensionIsShownAtOnce(t *testing.T) {
 func TestSpawningParentIsShownWaitingOnceWritten(t *testing.T) {
 	gs := &gatedInsertStore{MemStore: store.NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
 	h := startExecutor(t, gs, newDomain(), nil)
-	t.Cleanup(func() {
-		select {
-		case <-gs.release:
-		default:
-			close(gs.release)
-		}
-	})
+	t.Cleanup(gs.open) // before the executor's Stop, which waits for the held Insert
 	name, kid := uniq(t.Name()), uniq(t.Name()+"/kid")
 	var runs atomic.Int32
 	funcs.Store(kid, func(*Context) (Step, error) { return Done(), nil })
@@ -111,13 +105,9 @@ func TestSpawningParentIsShownWaitingOnceWritten(t *testing.T) {
 	})
 	t.Cleanup(func() { funcs.Delete(name); funcs.Delete(kid) })
 	id := h.submit(&funcProc{ID: name}, SubmitOptions{})
-	select {
-	case <-gs.entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the spawn was never written")
-	}
+	gs.waitEntered(t)
 	info, err := h.x.Get(id)
-	close(gs.release)
+	gs.open()
 	if err != nil || info.State != Runnable {
 		t.Fatalf("get %d while its spawn's Insert is held: %v %v, want RUNNABLE", id, info.State, err)
 	}
